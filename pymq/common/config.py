@@ -1,0 +1,80 @@
+"""Config classes as data: attrs classes with RocketMQ's defaults, filled from ``.properties``.
+
+Every config class is an ``@attrs.define`` class whose fields carry RocketMQ's defaults; each field
+is known by its Java key (:func:`pymq.common.serde.java_name`).  :func:`apply_properties` sets the
+keys a properties mapping names on whichever of several config objects has them (as RocketMQ's
+``MixAll.properties2Object`` does for NamesrvConfig + NettyServerConfig) and returns the keys that
+none of them knows, so that callers report them instead of dropping them silently.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from pymq.common.serde import converter, java_name
+
+
+class ConfigError(ValueError):
+    """A config value that cannot be used; the message names the key and the value."""
+
+
+def user_home() -> str:
+    return os.path.expanduser("~")
+
+
+def _fields_by_key(obj: object) -> dict[str, attrs.Attribute]:
+    cls = type(obj)
+    attrs.resolve_types(cls)
+    return {java_name(f): f for f in attrs.fields(cls)}
+
+
+def config_keys(obj: object) -> list[str]:
+    return list(_fields_by_key(obj))
+
+
+def set_key(obj: object, key: str, value: str) -> None:
+    """Set one Java-named key from its string form, converting to the field's type."""
+    field = _fields_by_key(obj).get(key)
+    if field is None:
+        raise ConfigError(f"unknown config key {key!r}")
+    try:
+        typed = converter.structure(value.strip(), field.type)
+    except Exception as exc:
+        raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from exc
+    setattr(obj, field.name, typed)
+
+
+def apply_properties(configs: Sequence[object], props: Mapping[str, str]) -> list[str]:
+    """Apply every key to the configs that have it; return the keys no config knows."""
+    unknown: list[str] = []
+    for key, value in props.items():
+        owners = [c for c in configs if key in _fields_by_key(c)]
+        if not owners:
+            unknown.append(key)
+        for owner in owners:
+            set_key(owner, key, value)
+    return unknown
+
+
+def _java_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if value is None:
+        return ""
+    return str(value)
+
+
+def to_properties(configs: Iterable[object]) -> dict[str, str]:
+    """The effective config as Java keys and string values, in declaration order."""
+    out: dict[str, str] = {}
+    for obj in configs:
+        for key, field in _fields_by_key(obj).items():
+            out[key] = _java_value(getattr(obj, field.name))
+    return out

@@ -1,0 +1,91 @@
+"""Java ``.properties`` files, as RocketMQ's ``-c`` config files are written.
+
+Only the parts of the format that config files use are supported: ``key=value``, ``key: value`` and
+``key value`` lines, ``#`` and ``!`` comments, backslash line continuations and the usual escapes
+(``\\t``, ``\\n``, ``\\uXXXX``, ...).  Pure functions, no I/O beyond :func:`load_properties`.
+"""
+
+from __future__ import annotations
+
+import os
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip() if pending else raw.strip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        # A line ends in a continuation when it ends with an odd number of backslashes.
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending += line[:-1]
+            continue
+        lines.append(pending + line)
+        pending = ""
+    if pending:
+        lines.append(pending)
+    return lines
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "u" and i + 6 <= len(text):
+                try:
+                    out.append(chr(int(text[i + 2 : i + 6], 16)))
+                    i += 6
+                    continue
+                except ValueError:
+                    pass
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _split_key(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=: \t\f":
+            break
+        i += 1
+    key = line[:i]
+    rest = line[i:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":") and (i >= len(line) or line[i] in " \t\f=:"):
+        rest = rest[1:].lstrip(" \t\f")
+    return _unescape(key), _unescape(rest)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse the text of a Java properties file into an ordered ``dict``; later keys win."""
+    return dict(_split_key(line) for line in _logical_lines(text))
+
+
+def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Read and parse a properties file (UTF-8; Latin-1 bytes are accepted as a fallback)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("latin-1")
+    return parse_properties(text)
+
+
+def format_properties(items: dict[str, str]) -> str:
+    """Render ``key=value`` lines (the form RocketMQ's ``-p`` prints and config bodies carry)."""
+    return "".join(f"{key}={value}\n" for key, value in items.items())

@@ -169,7 +169,7 @@ def _quote_numeric_keys(data: bytes) -> bytes:
 
 
 def loads_lenient(data: bytes | str) -> Any:
-    """``json.loads`` that also takes fastjson's unquoted numeric keys and trailing whitespace/NULs."""
+    """``json.loads`` that also takes fastjson's bare numeric keys and trailing blanks/NULs."""
     if isinstance(data, str):
         data = data.encode()
     data = data.rstrip(b"\x00 \t\r\n")

@@ -1,0 +1,94 @@
+"""Command-line plumbing shared by ``python -m pymq.namesrv``, ``pymq.broker`` and ``pymq``.
+
+Config comes from the defaults, then a RocketMQ ``-c`` properties file, then ``--key value`` (or
+``--key=value``) flags named by any config key, as RocketMQ's startup classes layer them.
+Unknown keys are reported on stderr, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+
+import trio
+
+from pymq.common.config import ConfigError, apply_properties, to_properties
+from pymq.common.properties import format_properties, load_properties
+
+log = logging.getLogger(__name__)
+
+
+def parse_overrides(extra: Sequence[str]) -> dict[str, str]:
+    """``--key value`` / ``--key=value`` pairs left over by argparse, as a properties dict."""
+    props: dict[str, str] = {}
+    i = 0
+    while i < len(extra):
+        arg = extra[i]
+        if not arg.startswith("--") or len(arg) < 3:
+            raise ConfigError(f"unexpected argument {arg!r} (config keys are given as --key value)")
+        key, sep, value = arg[2:].partition("=")
+        if not sep:
+            if i + 1 >= len(extra):
+                raise ConfigError(f"--{key} needs a value")
+            i += 1
+            value = extra[i]
+        props[key] = value
+        i += 1
+    return props
+
+
+def load_configs(
+    configs: Sequence[object], config_file: str | None, overrides: dict[str, str]
+) -> None:
+    """Layer the config file and the overrides onto ``configs``; report unknown keys."""
+    layers: list[tuple[str, dict[str, str]]] = []
+    if config_file:
+        try:
+            layers.append((config_file, load_properties(config_file)))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
+    layers.append(("command line", overrides))
+    for source, props in layers:
+        unknown = apply_properties(configs, props)
+        for key in unknown:
+            print(f"warning: unknown config key {key!r} in {source}, ignored", file=sys.stderr)
+
+
+def print_config(configs: Sequence[object]) -> None:
+    sys.stdout.write(format_properties(to_properties(configs)))
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-5s %(name)s - %(message)s",
+    )
+
+
+def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("-c", "--configFile", dest="config_file", help="RocketMQ properties file")
+    parser.add_argument(
+        "-p",
+        "--printConfigItem",
+        dest="print_config",
+        action="store_true",
+        help="print the effective config and exit",
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    return parser
+
+
+async def run_until_signalled(service: Callable[..., Awaitable[object]], banner: str) -> None:
+    """Run ``service(task_status=...)`` until SIGINT or SIGTERM, then cancel it cleanly."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            started = await nursery.start(service)
+            print(banner.format(started=started), flush=True)
+            async for signum in signals:
+                log.info("received %s, shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break

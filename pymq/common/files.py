@@ -1,0 +1,66 @@
+"""Crash-safe config files, as RocketMQ's ``MixAll.string2File`` writes them.
+
+A file is written to ``<path>.tmp``, synced, the previous version is kept as ``<path>.bak``, and the
+temporary file is renamed over ``<path>``.  Reading falls back to ``.bak`` when the main file is
+missing, empty or fails to parse.  These are blocking calls: Trio code runs them in a worker
+thread (``trio.to_thread.run_sync``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def write_file_atomic(path: str, data: bytes) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if os.path.exists(path):
+        os.replace(path, path + ".bak")
+    os.replace(tmp, path)
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_file_with_backup(path: str, parse: Callable[[bytes], T]) -> T | None:
+    """Parse ``path``, else its ``.bak``; None when neither exists.
+
+    Raises ``ValueError`` when a file exists but neither it nor its backup parses: starting with
+    an empty table would silently drop the operator's data.
+    """
+    problems: list[str] = []
+    for candidate in (path, path + ".bak"):
+        try:
+            with open(candidate, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            continue
+        if not data.strip():
+            log.warning("%s is empty, trying its backup", candidate)
+            problems.append(f"{candidate} is empty")
+            continue
+        try:
+            return parse(data)
+        except Exception as exc:
+            log.error("%s is corrupt (%s), trying its backup", candidate, exc)
+            problems.append(f"{candidate}: {exc}")
+    if problems and os.path.exists(path):
+        raise ValueError("cannot load " + "; ".join(problems))
+    return None

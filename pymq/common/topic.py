@@ -1,0 +1,112 @@
+"""Topics: TopicConfig as RocketMQ writes it, permission bits, names and validation rules."""
+
+from __future__ import annotations
+
+import enum
+import re
+import time
+
+import attrs
+
+# PermName bits.
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+
+# Well-known topics and groups (MixAll / TopicValidator).
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+# TopicValidator: at most 127 characters of letters, digits, '%', '|', '-' and '_'.
+TOPIC_MAX_LENGTH = 127
+_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def is_readable(perm: int) -> bool:
+    return bool(perm & PERM_READ)
+
+
+def is_writeable(perm: int) -> bool:
+    return bool(perm & PERM_WRITE)
+
+
+def is_inherited(perm: int) -> bool:
+    return bool(perm & PERM_INHERIT)
+
+
+def perm_to_string(perm: int) -> str:
+    return (
+        ("R" if perm & PERM_READ else "-")
+        + ("W" if perm & PERM_WRITE else "-")
+        + ("X" if perm & PERM_INHERIT else "-")
+    )
+
+
+def validate_topic(topic: str) -> str | None:
+    """Why ``topic`` is not a valid topic name, or None when it is."""
+    if not topic or not topic.strip():
+        return "the specified topic is blank"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"the specified topic is longer than topic max length {TOPIC_MAX_LENGTH}"
+    if not _VALID_TOPIC.match(topic):
+        return (
+            f"the specified topic {topic!r} contains illegal characters, "
+            "allowing only ^[%|a-zA-Z0-9_-]+$"
+        )
+    return None
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+class TopicFilterType(enum.Enum):
+    SINGLE_TAG = "SINGLE_TAG"
+    MULTI_TAG = "MULTI_TAG"
+
+
+@attrs.define
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: TopicFilterType = TopicFilterType.SINGLE_TAG
+    topic_sys_flag: int = 0
+    order: bool = False
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@attrs.define
+class DataVersion:
+    """RocketMQ's DataVersion: equal when both timestamp and counter are equal."""
+
+    timestamp: int = attrs.Factory(now_ms)
+    counter: int = 0
+
+    def next_version(self) -> None:
+        self.timestamp = now_ms()
+        self.counter += 1
+
+
+@attrs.define
+class TopicConfigSerializeWrapper:
+    topic_config_table: dict[str, TopicConfig] = attrs.Factory(dict)
+    data_version: DataVersion = attrs.Factory(DataVersion)

@@ -1,0 +1,52 @@
+"""``python -m pymq.namesrv``: run a RocketMQ-compatible name server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from pymq.common.cli import (
+    base_parser,
+    load_configs,
+    parse_overrides,
+    print_config,
+    run_until_signalled,
+    setup_logging,
+)
+from pymq.common.config import ConfigError
+from pymq.namesrv.config import NAMESRV_DEFAULT_PORT, NamesrvConfig
+from pymq.namesrv.controller import NamesrvController
+from pymq.remoting.config import NettyServerConfig
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = base_parser("python -m pymq.namesrv", "pymq name server (RocketMQ 4.x compatible)")
+    args, extra = parser.parse_known_args(argv)
+    namesrv_config = NamesrvConfig()
+    server_config = NettyServerConfig(listen_port=NAMESRV_DEFAULT_PORT)
+    try:
+        load_configs([namesrv_config, server_config], args.config_file, parse_overrides(extra))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print_config([namesrv_config, server_config])
+        return 0
+    setup_logging(args.log_level)
+    controller = NamesrvController(namesrv_config, server_config)
+    try:
+        trio.run(
+            run_until_signalled,
+            controller.run,
+            "The Name Server boot success. serializeType=JSON, listening on port {started}",
+        )
+    except OSError as exc:
+        print(f"error: cannot start the name server: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""The name server's request processor: one method per request code, no I/O of its own.
+
+Each method takes the connection and the decoded request and returns the response; the
+remoting server does the rest.  Behaviour and remarks follow RocketMQ 4.9.4's
+DefaultRequestProcessor.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from typing import TYPE_CHECKING
+
+import trio
+
+from pymq.common.config import ConfigError, apply_properties, to_properties
+from pymq.common.properties import format_properties, parse_properties
+from pymq.common.route import KVTable, RegisterBrokerBody, TopicList
+from pymq.common.serde import from_json, to_json
+from pymq.common.topic import DataVersion
+from pymq.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
+from pymq.remoting.channel import Channel
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from pymq.namesrv.controller import NamesrvController
+
+log = logging.getLogger(__name__)
+
+# TopicSysFlag bits.
+FLAG_UNIT = 0x1
+FLAG_UNIT_SUB = 0x2
+
+
+def body_crc32(body: bytes) -> int:
+    """``UtilAll.crc32``: zlib's CRC-32 masked to 31 bits (0 means "not checked")."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+class NamesrvProcessor:
+    def __init__(self, controller: NamesrvController) -> None:
+        self.controller = controller
+        self.routes = controller.routes
+        self.kv = controller.kv
+
+    def handlers(self) -> dict[int, object]:
+        return {
+            RequestCode.PUT_KV_CONFIG: self.put_kv_config,
+            RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.DELETE_KV_CONFIG: self.delete_kv_config,
+            RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_by_topic,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm_of_broker,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm_of_broker,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list_by_namespace,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.get_system_topic_list,
+            RequestCode.GET_UNIT_TOPIC_LIST: self.get_unit_topic_list,
+            RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: self.get_has_unit_sub_topic_list,
+            RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: self.get_has_unit_sub_ununit_topic_list,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_namesrv_config,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_namesrv_config,
+        }
+
+    # -- KV config ----------------------------------------------------------------------------
+
+    async def put_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        await self.kv.put(req.ext_str("namespace"), req.ext_str("key"), req.ext_str("value"))
+        return req.response()
+
+    async def get_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        namespace, key = req.ext_str("namespace"), req.ext_str("key")
+        value = self.kv.get(namespace, key)
+        if value is None:
+            return req.response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}"
+            )
+        return req.response(ext_fields={"value": value})
+
+    async def delete_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        await self.kv.delete(req.ext_str("namespace"), req.ext_str("key"))
+        return req.response()
+
+    async def get_kv_list_by_namespace(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        namespace = req.ext_str("namespace")
+        table = self.kv.get_namespace(namespace)
+        if table is None:
+            return req.response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}"
+            )
+        return req.response(body=to_json(KVTable(table)))
+
+    # -- brokers ------------------------------------------------------------------------------
+
+    async def query_data_version(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        broker_addr = req.ext_str("brokerAddr")
+        version = from_json(req.body, DataVersion) if req.body else DataVersion(0, 0)
+        changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
+        if not changed:
+            self.routes.update_broker_info_update_timestamp(broker_addr, trio.current_time())
+        ours = self.routes.query_broker_topic_config(broker_addr)
+        return req.response(
+            ext_fields={"changed": changed}, body=to_json(ours) if ours is not None else b""
+        )
+
+    async def register_broker(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        expected_crc = req.ext_int("bodyCrc32", 0)
+        if expected_crc != 0 and body_crc32(req.body) != expected_crc:
+            log.warning(
+                "receive registerBroker request, crc32 not match, from %s",
+                channel.remote_address,
+            )
+            return req.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        compressed = req.ext_bool("compressed")
+        if req.body:
+            try:
+                body = RegisterBrokerBody.decode(req.body, compressed)
+            except ValueError as exc:
+                return req.response(ResponseCode.SYSTEM_ERROR, f"bad register body: {exc}")
+            wrapper = body.topic_config_serialize_wrapper
+            filter_servers: list[str] | None = body.filter_server_list
+        else:
+            wrapper = None
+            filter_servers = None
+        result = self.routes.register_broker(
+            cluster_name=req.ext_str("clusterName"),
+            broker_addr=req.ext_str("brokerAddr"),
+            broker_name=req.ext_str("brokerName"),
+            broker_id=req.ext_int("brokerId"),
+            ha_server_addr=req.ext_str("haServerAddr", None),
+            topic_config_wrapper=wrapper,
+            filter_server_list=filter_servers,
+            channel=channel,
+            now=trio.current_time(),
+        )
+        table = self.kv.get_namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        return req.response(
+            ext_fields={"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr},
+            body=to_json(KVTable(table)) if table is not None else b"",
+        )
+
+    async def unregister_broker(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        self.routes.unregister_broker(
+            req.ext_str("clusterName"),
+            req.ext_str("brokerAddr"),
+            req.ext_str("brokerName"),
+            req.ext_int("brokerId"),
+        )
+        return req.response()
+
+    async def wipe_write_perm_of_broker(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        name = req.ext_str("brokerName")
+        count = self.routes.wipe_write_perm_of_broker(name)
+        log.info(
+            "wipe write perm of broker[%s], client: %s, %d", name, channel.remote_address, count
+        )
+        return req.response(ext_fields={"wipeTopicCount": count})
+
+    async def add_write_perm_of_broker(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        name = req.ext_str("brokerName")
+        count = self.routes.add_write_perm_of_broker(name)
+        log.info(
+            "add write perm of broker[%s], client: %s, %d", name, channel.remote_address, count
+        )
+        return req.response(ext_fields={"addTopicCount": count})
+
+    # -- routes and topics --------------------------------------------------------------------
+
+    async def get_route_info_by_topic(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        topic = req.ext_str("topic")
+        route = self.routes.pickup_topic_route_data(topic)
+        if route is None:
+            return req.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic}; "
+                "create the topic on a broker (or enable autoCreateTopicEnable) first",
+            )
+        if self.controller.namesrv_config.order_message_enable:
+            route.order_topic_conf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+        return req.response(body=to_json(route))
+
+    async def get_broker_cluster_info(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        return req.response(body=to_json(self.routes.get_all_cluster_info()))
+
+    async def get_all_topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(body=to_json(self.routes.get_all_topic_list()))
+
+    async def delete_topic_in_namesrv(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        self.routes.delete_topic(req.ext_str("topic"))
+        return req.response()
+
+    async def get_topics_by_cluster(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        return req.response(body=to_json(self.routes.get_topics_by_cluster(req.ext_str("cluster"))))
+
+    async def get_system_topic_list(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        return req.response(body=to_json(self.routes.get_system_topic_list()))
+
+    def _topics_with_flags(self, want: int, without: int = 0) -> TopicList:
+        topics = [
+            topic
+            for topic, by_broker in sorted(self.routes.topic_queue_table.items())
+            if any(
+                (q.topic_sys_flag & want) == want and not (q.topic_sys_flag & without)
+                for q in by_broker.values()
+            )
+        ]
+        return TopicList(topic_list=topics)
+
+    async def get_unit_topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(body=to_json(self._topics_with_flags(FLAG_UNIT)))
+
+    async def get_has_unit_sub_topic_list(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        return req.response(body=to_json(self._topics_with_flags(FLAG_UNIT_SUB)))
+
+    async def get_has_unit_sub_ununit_topic_list(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        return req.response(body=to_json(self._topics_with_flags(FLAG_UNIT_SUB, FLAG_UNIT)))
+
+    # -- the name server's own config ---------------------------------------------------------
+
+    async def update_namesrv_config(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        try:
+            props = parse_properties(req.body.decode("utf-8"))
+        except UnicodeDecodeError:
+            return req.response(ResponseCode.SYSTEM_ERROR, "config body is not UTF-8")
+        frozen = {"kvConfigPath", "configStorePath"} & props.keys()
+        if frozen:
+            return req.response(
+                ResponseCode.NO_PERMISSION,
+                f"{', '.join(sorted(frozen))} cannot be changed on a running name server",
+            )
+        configs = self.controller.configs()
+        unknown = [k for k in props if k not in to_properties(configs)]
+        if unknown:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"unknown config keys: {', '.join(sorted(unknown))}"
+            )
+        try:
+            apply_properties(configs, props)
+        except ConfigError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        log.info("namesrv config updated by %s: %s", channel.remote_address, props)
+        return req.response()
+
+    async def get_namesrv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        text = format_properties(to_properties(self.controller.configs()))
+        return req.response(body=text.encode("utf-8"))

@@ -1,0 +1,316 @@
+"""RouteInfoManager: the name server's five route tables, as a pure state machine.
+
+No I/O and no clock of its own: callers pass ``now`` (seconds on trio's clock) and an opaque
+``channel`` object for the broker's connection, so every rule is unit-testable and the Trio layer
+decides what closing a channel means.  Behaviour follows RocketMQ 4.9.4's RouteInfoManager.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import attrs
+
+from pymq.common.route import (
+    MASTER_ID,
+    BrokerData,
+    ClusterInfo,
+    QueueData,
+    TopicList,
+    TopicRouteData,
+)
+from pymq.common.topic import (
+    PERM_WRITE,
+    DataVersion,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+)
+
+log = logging.getLogger(__name__)
+
+# RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME: a broker silent this long is removed.
+BROKER_CHANNEL_EXPIRED_SECONDS = 120.0
+
+
+@attrs.define
+class BrokerLiveInfo:
+    last_update: float  # trio clock, seconds
+    last_update_wall_ms: int
+    data_version: DataVersion
+    channel: object
+    ha_server_addr: str | None
+
+
+@attrs.define
+class RegisterBrokerResult:
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+
+
+class RouteInfoManager:
+    def __init__(self, expired_seconds: float = BROKER_CHANNEL_EXPIRED_SECONDS) -> None:
+        self.expired_seconds = expired_seconds
+        self.topic_queue_table: dict[str, dict[str, QueueData]] = {}
+        self.broker_addr_table: dict[str, BrokerData] = {}
+        self.cluster_addr_table: dict[str, set[str]] = {}
+        self.broker_live_table: dict[str, BrokerLiveInfo] = {}
+        self.filter_server_table: dict[str, list[str]] = {}
+
+    # -- registration -----------------------------------------------------------------------
+
+    def register_broker(
+        self,
+        *,
+        cluster_name: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str | None,
+        topic_config_wrapper: TopicConfigSerializeWrapper | None,
+        filter_server_list: list[str] | None,
+        channel: object,
+        now: float,
+    ) -> RegisterBrokerResult:
+        result = RegisterBrokerResult()
+        self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
+
+        register_first = False
+        broker_data = self.broker_addr_table.get(broker_name)
+        if broker_data is None:
+            register_first = True
+            broker_data = BrokerData(cluster_name, broker_name, {})
+            self.broker_addr_table[broker_name] = broker_data
+        addrs = broker_data.broker_addrs
+        # One ip:port has one record: a slave switched to master drops its old id first.
+        for bid in [b for b, a in addrs.items() if a == broker_addr and b != broker_id]:
+            del addrs[bid]
+        old_addr = addrs.get(broker_id)
+        addrs[broker_id] = broker_addr
+        register_first = register_first or old_addr is None
+
+        wrapper = topic_config_wrapper or TopicConfigSerializeWrapper(
+            data_version=DataVersion(timestamp=0, counter=0)
+        )
+        if topic_config_wrapper is not None and broker_id == MASTER_ID:
+            changed = self.is_broker_topic_config_changed(broker_addr, wrapper.data_version)
+            if changed or register_first:
+                for config in wrapper.topic_config_table.values():
+                    self._create_and_update_queue_data(broker_name, config)
+
+        previous = self.broker_live_table.get(broker_addr)
+        self.broker_live_table[broker_addr] = BrokerLiveInfo(
+            last_update=now,
+            last_update_wall_ms=int(time.time() * 1000),
+            data_version=wrapper.data_version,
+            channel=channel,
+            ha_server_addr=ha_server_addr,
+        )
+        if previous is None:
+            log.info("new broker registered, %s HAServer: %s", broker_addr, ha_server_addr)
+
+        if filter_server_list is not None:
+            if filter_server_list:
+                self.filter_server_table[broker_addr] = list(filter_server_list)
+            else:
+                self.filter_server_table.pop(broker_addr, None)
+
+        if broker_id != MASTER_ID:
+            master_addr = addrs.get(MASTER_ID)
+            if master_addr is not None:
+                master_live = self.broker_live_table.get(master_addr)
+                if master_live is not None:
+                    result.ha_server_addr = master_live.ha_server_addr
+                    result.master_addr = master_addr
+        return result
+
+    def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig) -> None:
+        queue_data = QueueData(
+            broker_name=broker_name,
+            read_queue_nums=config.read_queue_nums,
+            write_queue_nums=config.write_queue_nums,
+            perm=config.perm,
+            topic_sys_flag=config.topic_sys_flag,
+        )
+        by_broker = self.topic_queue_table.setdefault(config.topic_name, {})
+        old = by_broker.get(broker_name)
+        if old is None:
+            log.info("new topic registered, %s %s", config.topic_name, queue_data)
+        elif old != queue_data:
+            log.info("topic changed, %s OLD: %s NEW: %s", config.topic_name, old, queue_data)
+        by_broker[broker_name] = queue_data
+
+    def is_broker_topic_config_changed(self, broker_addr: str, version: DataVersion) -> bool:
+        live = self.broker_live_table.get(broker_addr)
+        return live is None or live.data_version != version
+
+    def query_broker_topic_config(self, broker_addr: str) -> DataVersion | None:
+        live = self.broker_live_table.get(broker_addr)
+        return None if live is None else live.data_version
+
+    def update_broker_info_update_timestamp(self, broker_addr: str, now: float) -> None:
+        live = self.broker_live_table.get(broker_addr)
+        if live is not None:
+            live.last_update = now
+            live.last_update_wall_ms = int(time.time() * 1000)
+
+    def unregister_broker(
+        self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int
+    ) -> None:
+        live = self.broker_live_table.pop(broker_addr, None)
+        log.info(
+            "unregisterBroker, remove from brokerLiveTable %s, %s",
+            "OK" if live else "Failed",
+            broker_addr,
+        )
+        self.filter_server_table.pop(broker_addr, None)
+        remove_broker_name = False
+        broker_data = self.broker_addr_table.get(broker_name)
+        if broker_data is not None:
+            broker_data.broker_addrs.pop(broker_id, None)
+            if not broker_data.broker_addrs:
+                del self.broker_addr_table[broker_name]
+                remove_broker_name = True
+        if remove_broker_name:
+            names = self.cluster_addr_table.get(cluster_name)
+            if names is not None:
+                names.discard(broker_name)
+                if not names:
+                    del self.cluster_addr_table[cluster_name]
+            self._remove_topic_by_broker_name(broker_name)
+
+    def _remove_topic_by_broker_name(self, broker_name: str) -> None:
+        for topic in list(self.topic_queue_table):
+            by_broker = self.topic_queue_table[topic]
+            if by_broker.pop(broker_name, None) is not None:
+                log.info("removeTopicByBrokerName, remove one broker's topic %s", topic)
+            if not by_broker:
+                del self.topic_queue_table[topic]
+
+    # -- expiry and connection loss ---------------------------------------------------------
+
+    def scan_not_active_broker(self, now: float) -> list[tuple[str, object]]:
+        """Remove brokers silent for ``expired_seconds``; returns their (addr, channel) to close."""
+        expired = [
+            (addr, live.channel)
+            for addr, live in self.broker_live_table.items()
+            if live.last_update + self.expired_seconds < now
+        ]
+        for addr, channel in expired:
+            log.warning("The broker channel expired, %s %.0fms", addr, self.expired_seconds * 1000)
+            self.broker_live_table.pop(addr, None)
+            self.on_channel_destroy(addr, channel)
+        return expired
+
+    def on_channel_destroy(self, remote_addr: str, channel: object) -> None:
+        """Forget the broker that was on ``channel`` (or, failing that, at ``remote_addr``)."""
+        broker_addr = next(
+            (addr for addr, live in self.broker_live_table.items() if live.channel is channel),
+            remote_addr,
+        )
+        known = broker_addr in self.broker_live_table or any(
+            broker_addr in data.broker_addrs.values() for data in self.broker_addr_table.values()
+        )
+        if not known:
+            return  # a client's connection, or a broker already forgotten
+        log.info("the broker's channel destroyed, %s, cleaning its routes at once", broker_addr)
+        self.broker_live_table.pop(broker_addr, None)
+        self.filter_server_table.pop(broker_addr, None)
+
+        removed_names: list[str] = []
+        for name in list(self.broker_addr_table):
+            data = self.broker_addr_table[name]
+            for bid in [b for b, a in data.broker_addrs.items() if a == broker_addr]:
+                del data.broker_addrs[bid]
+            if not data.broker_addrs:
+                del self.broker_addr_table[name]
+                removed_names.append(name)
+        for name in removed_names:
+            for cluster in list(self.cluster_addr_table):
+                names = self.cluster_addr_table[cluster]
+                names.discard(name)
+                if not names:
+                    del self.cluster_addr_table[cluster]
+            self._remove_topic_by_broker_name(name)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def pickup_topic_route_data(self, topic: str) -> TopicRouteData | None:
+        by_broker = self.topic_queue_table.get(topic)
+        if not by_broker:
+            return None
+        queue_datas = [attrs.evolve(q) for _, q in sorted(by_broker.items())]
+        broker_datas: list[BrokerData] = []
+        filter_table: dict[str, list[str]] = {}
+        for name in sorted(by_broker):
+            data = self.broker_addr_table.get(name)
+            if data is None:
+                continue
+            broker_datas.append(
+                BrokerData(data.cluster, data.broker_name, dict(sorted(data.broker_addrs.items())))
+            )
+            for addr in data.broker_addrs.values():
+                servers = self.filter_server_table.get(addr)
+                if servers is not None:
+                    filter_table[addr] = list(servers)
+        if not broker_datas:
+            return None
+        return TopicRouteData(
+            queue_datas=queue_datas, broker_datas=broker_datas, filter_server_table=filter_table
+        )
+
+    def get_all_cluster_info(self) -> ClusterInfo:
+        return ClusterInfo(
+            broker_addr_table={
+                name: BrokerData(d.cluster, d.broker_name, dict(sorted(d.broker_addrs.items())))
+                for name, d in sorted(self.broker_addr_table.items())
+            },
+            cluster_addr_table={
+                cluster: sorted(names) for cluster, names in sorted(self.cluster_addr_table.items())
+            },
+        )
+
+    def get_all_topic_list(self) -> TopicList:
+        return TopicList(topic_list=sorted(self.topic_queue_table))
+
+    def get_topics_by_cluster(self, cluster: str) -> TopicList:
+        names = self.cluster_addr_table.get(cluster, set())
+        topics = [
+            topic
+            for topic, by_broker in sorted(self.topic_queue_table.items())
+            if any(name in names for name in by_broker)
+        ]
+        return TopicList(topic_list=topics)
+
+    def get_system_topic_list(self) -> TopicList:
+        """Cluster and broker names (RocketMQ's system topics), with one master address."""
+        topics: list[str] = []
+        broker_addr: str | None = None
+        for cluster, names in sorted(self.cluster_addr_table.items()):
+            topics.append(cluster)
+            topics.extend(sorted(names))
+        for data in self.broker_addr_table.values():
+            broker_addr = data.broker_addrs.get(MASTER_ID) or broker_addr
+        return TopicList(topic_list=topics, broker_addr=broker_addr)
+
+    def delete_topic(self, topic: str) -> None:
+        self.topic_queue_table.pop(topic, None)
+
+    def _set_write_perm(self, broker_name: str, writeable: bool) -> int:
+        count = 0
+        for by_broker in self.topic_queue_table.values():
+            queue_data = by_broker.get(broker_name)
+            if queue_data is None:
+                continue
+            if writeable:
+                queue_data.perm |= PERM_WRITE
+            else:
+                queue_data.perm &= ~PERM_WRITE
+            count += 1
+        return count
+
+    def wipe_write_perm_of_broker(self, broker_name: str) -> int:
+        return self._set_write_perm(broker_name, False)
+
+    def add_write_perm_of_broker(self, broker_name: str) -> int:
+        return self._set_write_perm(broker_name, True)

@@ -1,0 +1,257 @@
+"""One TCP connection speaking the remoting protocol, used by servers and clients alike.
+
+A :class:`Channel` owns its stream.  :meth:`Channel.run` reads frames until the peer closes, the
+bytes stop making sense, or the channel is closed; then it closes the stream and fails every call
+still waiting for an answer, at once.  Requests that arrive are served concurrently, each in its own
+task (clients multiplex everything over one socket, and a held long-poll pull must not delay a
+heartbeat), and every request is answered unless it carries the oneway flag.  Writes go through
+one writer task that joins whatever frames are queued into a single ``send_all``.
+
+Errors stay at this boundary: a malformed frame or a broken socket ends this channel (logged with
+the reason), never the server around it.  A handler that raises answers ``SYSTEM_ERROR`` with the
+exception's description, as RocketMQ's ``processRequestCommand`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+
+import attrs
+import trio
+
+from pymq.remoting.codec import (
+    FRAME_MAX_LENGTH,
+    RPC_ONEWAY,
+    RPC_TYPE_RESPONSE,
+    FrameDecoder,
+    RemotingCommand,
+    encode,
+    next_opaque,
+)
+from pymq.remoting.codes import ResponseCode, request_name
+from pymq.remoting.errors import (
+    ProtocolError,
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingSendError,
+    RemotingTimeoutError,
+)
+
+log = logging.getLogger(__name__)
+
+RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingCommand | None]]
+
+# Bytes asked of the socket per receive: large enough to take many small frames in one call.
+RECEIVE_SIZE = 256 * 1024
+# Frames joined into one send_all at most; bounds the size of one write under heavy load.
+MAX_FRAMES_PER_WRITE = 256
+
+
+@attrs.define(slots=True)
+class _Pending:
+    event: trio.Event = attrs.Factory(trio.Event)
+    response: RemotingCommand | None = None
+    error: Exception | None = None
+
+
+def _peer_address(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "unknown:0"
+    if ":" in host:
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+class Channel:
+    def __init__(
+        self,
+        stream: trio.SocketStream,
+        handler: RequestHandler | None = None,
+        *,
+        max_frame_length: int = FRAME_MAX_LENGTH,
+        idle_timeout: float | None = None,
+    ) -> None:
+        self.stream = stream
+        self.idle_timeout = idle_timeout or None
+        self._last_write = trio.current_time()
+        self.handler = handler
+        self.remote_address = _peer_address(stream)
+        self.closed = False
+        self.close_reason: str | None = None
+        self._decoder = FrameDecoder(max_frame_length)
+        self._pending: dict[int, _Pending] = {}
+        self._out_send, self._out_recv = trio.open_memory_channel[bytes](math.inf)
+        self._cancel_scope = trio.CancelScope()
+        self._finished = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<Channel {self.remote_address}{' closed' if self.closed else ''}>"
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve this connection until it ends; always closes the stream."""
+        try:
+            with self._cancel_scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer)
+                    await self._reader(nursery)
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._shutdown(self.close_reason or "closed")
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+            self._finished.set()
+
+    def close(self, reason: str = "closed locally") -> None:
+        """Stop this channel; safe to call at any time, from any task."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        self._shutdown(self.close_reason)
+        self._cancel_scope.cancel()
+
+    async def wait_closed(self) -> None:
+        await self._finished.wait()
+
+    def _shutdown(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._out_send.close()
+        error = RemotingConnectError(f"connection to {self.remote_address} closed: {reason}")
+        for pending in self._pending.values():
+            pending.error = error
+            pending.event.set()
+        self._pending.clear()
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def _reader(self, nursery: trio.Nursery) -> None:
+        idle = self.idle_timeout
+        while True:
+            data = None
+            try:
+                with trio.move_on_after(idle if idle else math.inf):
+                    data = await self.stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self.close_reason = self.close_reason or f"connection lost: {exc}"
+                return
+            if data is None:  # nothing read for `idle` seconds
+                if idle is not None and trio.current_time() - self._last_write < idle:
+                    continue
+                self.close_reason = f"idle for {idle:.0f} s"
+                log.info("closing idle connection from %s", self.remote_address)
+                return
+            if not data:
+                self.close_reason = self.close_reason or "peer closed the connection"
+                return
+            try:
+                commands = self._decoder.feed(data)
+            except ProtocolError as exc:
+                self.close_reason = f"protocol error: {exc}"
+                log.warning("closing connection from %s: %s", self.remote_address, exc)
+                return
+            for cmd in commands:
+                if cmd.flag & RPC_TYPE_RESPONSE:
+                    self._on_response(cmd)
+                else:
+                    nursery.start_soon(self._serve, cmd)
+
+    def _on_response(self, cmd: RemotingCommand) -> None:
+        pending = self._pending.pop(cmd.opaque, None)
+        if pending is None:
+            log.debug("response for unknown opaque %d from %s", cmd.opaque, self.remote_address)
+            return
+        pending.response = cmd
+        pending.event.set()
+
+    async def _serve(self, request: RemotingCommand) -> None:
+        if self.handler is None:
+            response: RemotingCommand | None = request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"request type {request.code} not supported",
+            )
+        else:
+            try:
+                response = await self.handler(self, request)
+            except RemotingCommandError as exc:
+                response = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+            except Exception as exc:
+                log.exception(
+                    "error serving %s from %s", request_name(request.code), self.remote_address
+                )
+                response = request.response(
+                    ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+                )
+        if response is None or request.flag & RPC_ONEWAY:
+            return
+        response.opaque = request.opaque
+        response.flag |= RPC_TYPE_RESPONSE
+        response.serialize_type = request.serialize_type
+        try:
+            self._write(encode(response))
+        except RemotingSendError:
+            log.debug("dropping the answer to %s: %s closed", request.opaque, self)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _write(self, frame: bytes) -> None:
+        try:
+            self._out_send.send_nowait(frame)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise RemotingSendError(f"connection to {self.remote_address} is closed") from None
+
+    async def _writer(self) -> None:
+        recv = self._out_recv
+        try:
+            async for frame in recv:
+                frames = [frame]
+                while len(frames) < MAX_FRAMES_PER_WRITE:
+                    try:
+                        frames.append(recv.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                await self.stream.send_all(frames[0] if len(frames) == 1 else b"".join(frames))
+                self._last_write = trio.current_time()
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.close_reason = self.close_reason or f"write failed: {exc}"
+            self._cancel_scope.cancel()
+
+    async def send(self, cmd: RemotingCommand) -> None:
+        """Queue one command (request or response) for writing as it is."""
+        self._write(encode(cmd))
+
+    # -- calling the peer -----------------------------------------------------------------
+
+    async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send ``request`` and wait for its response (matched by opaque) up to ``timeout`` s."""
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_address} is closed")
+        request.opaque = next_opaque()
+        request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
+        pending = _Pending()
+        self._pending[request.opaque] = pending
+        try:
+            self._write(encode(request))
+            with trio.move_on_after(timeout):
+                await pending.event.wait()
+            if pending.error is not None:
+                raise pending.error
+            if pending.response is None:
+                raise RemotingTimeoutError(
+                    f"{request_name(request.code)} to {self.remote_address}: "
+                    f"no response within {timeout * 1000:.0f} ms"
+                )
+            return pending.response
+        finally:
+            self._pending.pop(request.opaque, None)
+
+    async def invoke_oneway(self, request: RemotingCommand) -> None:
+        """Send ``request`` with the oneway flag; no answer is expected or awaited."""
+        request.opaque = next_opaque()
+        request.flag = (request.flag & ~RPC_TYPE_RESPONSE) | RPC_ONEWAY
+        self._write(encode(request))

@@ -1,0 +1,99 @@
+"""Trio client shell: one connection per address, reused, with request/response correlation.
+
+:func:`open_remoting_client` owns a nursery in which every connection's :class:`Channel` runs;
+leaving the ``async with`` closes them all.  A call to an address connects on first use (at most
+one connect per address at a time) and reconnects after the connection died.  A connection that
+dies fails the calls waiting on it at once (``RemotingConnectError``), not at their timeouts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from pymq.remoting.channel import Channel, RequestHandler
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.errors import RemotingConnectError
+
+log = logging.getLogger(__name__)
+
+# RocketMQ NettyClientConfig.connectTimeoutMillis.
+CONNECT_TIMEOUT = 3.0
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` (or ``"[v6]:port"``) into its parts; ValueError when it is not one."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"not a host:port address: {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class RemotingClient:
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        *,
+        handler: RequestHandler | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+    ) -> None:
+        self._nursery = nursery
+        self.handler = handler
+        self.connect_timeout = connect_timeout
+        self._channels: dict[str, Channel] = {}
+        self._locks: dict[str, trio.Lock] = {}
+
+    async def channel(self, address: str) -> Channel:
+        """The live connection to ``address``, connecting if there is none."""
+        channel = self._channels.get(address)
+        if channel is not None and not channel.closed:
+            return channel
+        lock = self._locks.setdefault(address, trio.Lock())
+        async with lock:
+            channel = self._channels.get(address)
+            if channel is not None and not channel.closed:
+                return channel
+            host, port = split_address(address)
+            try:
+                with trio.fail_after(self.connect_timeout):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError) as exc:
+                raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
+            channel = Channel(stream, self.handler)
+            self._channels[address] = channel
+            self._nursery.start_soon(channel.run)
+            return channel
+
+    async def invoke(
+        self, address: str, request: RemotingCommand, timeout: float = 3.0
+    ) -> RemotingCommand:
+        channel = await self.channel(address)
+        return await channel.invoke(request, timeout)
+
+    async def invoke_oneway(self, address: str, request: RemotingCommand) -> None:
+        channel = await self.channel(address)
+        await channel.invoke_oneway(request)
+
+    def close_channel(self, address: str, reason: str = "closed by client") -> None:
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            channel.close(reason)
+
+    def close(self) -> None:
+        for address in list(self._channels):
+            self.close_channel(address)
+
+
+@asynccontextmanager
+async def open_remoting_client(
+    *, handler: RequestHandler | None = None, connect_timeout: float = CONNECT_TIMEOUT
+) -> AsyncIterator[RemotingClient]:
+    async with trio.open_nursery() as nursery:
+        client = RemotingClient(nursery, handler=handler, connect_timeout=connect_timeout)
+        try:
+            yield client
+        finally:
+            client.close()

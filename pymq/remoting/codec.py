@@ -1,0 +1,351 @@
+"""Sans-IO codec of RocketMQ remoting frames (``RemotingCommand``), in the style of h11.
+
+A frame, all integers big-endian::
+
+    int32 length = 4 + header length + body length   (the length field does not count itself)
+    int32 (serialize type << 24) | header length
+    header (JSON, type 0; or the ROCKETMQ binary form, type 1)
+    body
+
+:class:`FrameDecoder` is fed bytes and returns whole commands; it never touches a socket.  Bad
+input raises :class:`~pymq.remoting.errors.ProtocolError`, after which the decoder is spent and
+the connection must be closed.  :func:`encode` writes a command back in its own serialize type
+(a response carries the request's type, as RocketMQ's broker answers in kind).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import struct
+from typing import Any
+
+import attrs
+
+from pymq.common.serde import parse_java_bool
+from pymq.remoting.codes import CURRENT_VERSION, LanguageCode, ResponseCode, SerializeType
+from pymq.remoting.errors import ProtocolError, RemotingCommandError
+
+# NettyDecoder's FRAME_MAX_LENGTH default: a frame claiming more is refused, not buffered.
+FRAME_MAX_LENGTH = 16 * 1024 * 1024
+
+RPC_TYPE_RESPONSE = 1  # flag bit 0
+RPC_ONEWAY = 2  # flag bit 1
+
+_INT = struct.Struct(">i")
+_FRAME_PREFIX = struct.Struct(">ii")
+_BIN_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
+_SHORT = struct.Struct(">h")
+
+_MISSING: Any = object()
+
+_opaque_counter = itertools.count(1)
+
+
+def next_opaque() -> int:
+    """A process-wide request id, as Java's ``RemotingCommand.requestId`` counter hands out."""
+    return next(_opaque_counter) & 0x7FFFFFFF
+
+
+def java_string(value: object) -> str | None:
+    """Normalise one extFields value to the string a Java peer would have sent (None: absent)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+@attrs.define(slots=True)
+class RemotingCommand:
+    """One request or response.  ``ext_fields`` always holds strings, as Java's map does."""
+
+    code: int
+    ext_fields: dict[str, str] = attrs.Factory(dict)
+    body: bytes = b""
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    language: str = "JAVA"
+    version: int = CURRENT_VERSION
+    serialize_type: SerializeType = SerializeType.JSON
+
+    @classmethod
+    def request(
+        cls,
+        code: int,
+        ext_fields: dict[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        oneway: bool = False,
+    ) -> RemotingCommand:
+        fields = {k: s for k, v in (ext_fields or {}).items() if (s := java_string(v)) is not None}
+        return cls(
+            code=int(code),
+            ext_fields=fields,
+            body=body,
+            opaque=next_opaque(),
+            flag=RPC_ONEWAY if oneway else 0,
+        )
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RPC_TYPE_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & RPC_ONEWAY)
+
+    def response(
+        self,
+        code: int = ResponseCode.SUCCESS,
+        remark: str | None = None,
+        ext_fields: dict[str, object] | None = None,
+        body: bytes = b"",
+    ) -> RemotingCommand:
+        """The answer to this request: same opaque and serialize type, response flag set."""
+        fields = {k: s for k, v in (ext_fields or {}).items() if (s := java_string(v)) is not None}
+        return RemotingCommand(
+            code=int(code),
+            ext_fields=fields,
+            body=body,
+            opaque=self.opaque,
+            flag=RPC_TYPE_RESPONSE,
+            remark=remark,
+            serialize_type=self.serialize_type,
+        )
+
+    # -- typed access to extFields; a missing or malformed field raises RemotingCommandError --
+
+    def ext_str(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.ext_fields.get(name)
+        if value is None:
+            if default is _MISSING:
+                raise RemotingCommandError(f"the custom field <{name}> is null")
+            return default
+        return value
+
+    def ext_int(self, name: str, default: Any = _MISSING) -> Any:
+        value = self.ext_fields.get(name)
+        if value is None or value == "":
+            if default is _MISSING:
+                raise RemotingCommandError(f"the custom field <{name}> is null")
+            return default
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise RemotingCommandError(
+                f"the custom field <{name}> is not a number: {value!r}"
+            ) from None
+
+    def ext_bool(self, name: str, default: bool = False) -> bool:
+        value = self.ext_fields.get(name)
+        if value is None or value == "":
+            return default
+        return parse_java_bool(value)
+
+
+# -- encoding ---------------------------------------------------------------------------------
+
+
+def _json_header(cmd: RemotingCommand) -> bytes:
+    header: dict[str, object] = {
+        "code": cmd.code,
+        "language": cmd.language,
+        "version": cmd.version,
+        "opaque": cmd.opaque,
+        "flag": cmd.flag,
+        "extFields": cmd.ext_fields,  # always present: the C++ client dereferences it
+        "serializeTypeCurrentRPC": "JSON",
+    }
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    return json.dumps(header, separators=(",", ":")).encode()
+
+
+def _language_number(language: str) -> int:
+    try:
+        return LanguageCode[language].value
+    except KeyError:
+        return LanguageCode.OTHER.value
+
+
+def _binary_header(cmd: RemotingCommand) -> bytes:
+    parts = [
+        _BIN_FIXED.pack(cmd.code, _language_number(cmd.language), cmd.version, cmd.opaque, cmd.flag)
+    ]
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts.append(_INT.pack(len(remark)))
+    parts.append(remark)
+    ext = bytearray()
+    for key, value in cmd.ext_fields.items():
+        k = key.encode()
+        v = value.encode()
+        ext += _SHORT.pack(len(k)) + k + _INT.pack(len(v)) + v
+    parts.append(_INT.pack(len(ext)))
+    parts.append(bytes(ext))
+    return b"".join(parts)
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    """The whole frame for ``cmd``, length prefix included."""
+    if cmd.serialize_type == SerializeType.ROCKETMQ:
+        header = _binary_header(cmd)
+    else:
+        header = _json_header(cmd)
+    body = cmd.body or b""
+    return (
+        _FRAME_PREFIX.pack(
+            4 + len(header) + len(body), (int(cmd.serialize_type) << 24) | len(header)
+        )
+        + header
+        + body
+    )
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+
+def _decode_json_header(data: bytes) -> RemotingCommand:
+    try:
+        header = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"bad JSON header: {exc}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("JSON header is not an object")
+    code = header.get("code")
+    if type(code) is not int:
+        raise ProtocolError(f"JSON header has no integer code: {code!r}")
+    ext_raw = header.get("extFields") or {}
+    if not isinstance(ext_raw, dict):
+        raise ProtocolError("extFields is not an object")
+    ext = {str(k): s for k, v in ext_raw.items() if (s := java_string(v)) is not None}
+    try:
+        opaque = int(header.get("opaque") or 0)
+        flag = int(header.get("flag") or 0)
+        version = int(header.get("version") or 0)
+    except (TypeError, ValueError):
+        raise ProtocolError("opaque, flag and version must be integers") from None
+    remark = header.get("remark")
+    return RemotingCommand(
+        code=code,
+        ext_fields=ext,
+        opaque=opaque,
+        flag=flag,
+        remark=None if remark is None else str(remark),
+        language=str(header.get("language") or "JAVA"),
+        version=version,
+        serialize_type=SerializeType.JSON,
+    )
+
+
+def _decode_binary_header(data: bytes) -> RemotingCommand:
+    try:
+        code, lang, version, opaque, flag = _BIN_FIXED.unpack_from(data, 0)
+        pos = _BIN_FIXED.size
+        (remark_len,) = _INT.unpack_from(data, pos)
+        pos += 4
+        if remark_len < 0 or pos + remark_len > len(data):
+            raise ProtocolError("binary header: bad remark length")
+        remark = data[pos : pos + remark_len].decode() if remark_len else None
+        pos += remark_len
+        (ext_len,) = _INT.unpack_from(data, pos)
+        pos += 4
+        end = pos + ext_len
+        if ext_len < 0 or end > len(data):
+            raise ProtocolError("binary header: bad extFields length")
+        ext: dict[str, str] = {}
+        while pos < end:
+            (klen,) = _SHORT.unpack_from(data, pos)
+            pos += 2
+            key = data[pos : pos + klen].decode()
+            pos += klen
+            (vlen,) = _INT.unpack_from(data, pos)
+            pos += 4
+            if klen < 0 or vlen < 0 or pos + vlen > end:
+                raise ProtocolError("binary header: bad extFields entry")
+            ext[key] = data[pos : pos + vlen].decode()
+            pos += vlen
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"bad binary header: {exc}") from None
+    try:
+        language = LanguageCode(lang).name
+    except ValueError:
+        language = LanguageCode.OTHER.name
+    return RemotingCommand(
+        code=code,
+        ext_fields=ext,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        language=language,
+        version=version,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+
+
+def decode_frame(frame: bytes) -> RemotingCommand:
+    """Decode one frame *without* its leading length field."""
+    if len(frame) < 4:
+        raise ProtocolError(f"frame of {len(frame)} bytes has no header length")
+    (field,) = _INT.unpack_from(frame, 0)
+    serialize_type = (field >> 24) & 0xFF
+    header_len = field & 0xFFFFFF
+    if 4 + header_len > len(frame):
+        raise ProtocolError(f"header length {header_len} exceeds frame of {len(frame)} bytes")
+    header = frame[4 : 4 + header_len]
+    if serialize_type == SerializeType.JSON:
+        cmd = _decode_json_header(header)
+    elif serialize_type == SerializeType.ROCKETMQ:
+        cmd = _decode_binary_header(header)
+    else:
+        raise ProtocolError(f"unknown serialize type {serialize_type}")
+    cmd.body = frame[4 + header_len :]
+    return cmd
+
+
+class FrameDecoder:
+    """Turns a byte stream into commands.  Feed it whatever ``receive_some`` returned."""
+
+    def __init__(self, max_frame_length: int = FRAME_MAX_LENGTH) -> None:
+        self._buf = bytearray()
+        self._max = max_frame_length
+        self._broken: ProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        if self._broken is not None:
+            raise self._broken
+        buf = self._buf
+        buf += data
+        out: list[RemotingCommand] = []
+        pos = 0
+        n = len(buf)
+        try:
+            while n - pos >= 4:
+                (length,) = _INT.unpack_from(buf, pos)
+                if length < 4 or length > self._max:
+                    raise ProtocolError(f"frame length {length} outside 4..{self._max} bytes")
+                end = pos + 4 + length
+                if end > n:
+                    break
+                # Copy the frame out before decoding: no view of ``buf`` may outlive this loop,
+                # or the ``del`` below could not resize it.
+                with memoryview(buf) as view, view[pos + 4 : end] as frame:
+                    data = bytes(frame)
+                pos = end
+                out.append(decode_frame(data))
+        except ProtocolError as exc:
+            self._broken = exc
+            raise
+        finally:
+            if pos:
+                del buf[:pos]
+        return out

@@ -1,0 +1,85 @@
+"""Trio server shell: accepts connections and dispatches requests by code to processors.
+
+A processor is ``async def (channel, request) -> RemotingCommand | None``.  An unknown code gets
+``REQUEST_CODE_NOT_SUPPORTED`` with a remark, as RocketMQ answers.  Each connection is a
+:class:`~pymq.remoting.channel.Channel` task in the server's nursery; when it ends,
+``on_channel_closed`` is called (the name server drops a broker whose connection closed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from pymq.remoting.channel import Channel, RequestHandler
+from pymq.remoting.codec import FRAME_MAX_LENGTH, RemotingCommand
+from pymq.remoting.codes import ResponseCode
+
+log = logging.getLogger(__name__)
+
+
+class RemotingServer:
+    def __init__(
+        self,
+        *,
+        host: str = "0.0.0.0",
+        port: int = 0,
+        name: str = "remoting",
+        on_channel_closed: Callable[[Channel], None] | None = None,
+        max_frame_length: int = FRAME_MAX_LENGTH,
+        idle_timeout: float | None = None,
+    ) -> None:
+        self.idle_timeout = idle_timeout
+        self.host = host
+        self.port = port
+        self.name = name
+        self.processors: dict[int, RequestHandler] = {}
+        self.default_processor: RequestHandler | None = None
+        self.channels: set[Channel] = set()
+        self.on_channel_closed = on_channel_closed
+        self.max_frame_length = max_frame_length
+
+    def register(self, code: int, processor: RequestHandler) -> None:
+        self.processors[int(code)] = processor
+
+    async def dispatch(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
+        processor = self.processors.get(request.code, self.default_processor)
+        if processor is None:
+            return request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"request type {request.code} not supported",
+            )
+        return await processor(channel, request)
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and serve until cancelled; ``task_status.started`` gets the bound port."""
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        log.info("%s server listening on %s:%d", self.name, self.host, self.port)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
+            task_status.started(self.port)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        channel = Channel(
+            stream,
+            self.dispatch,
+            max_frame_length=self.max_frame_length,
+            idle_timeout=self.idle_timeout,
+        )
+        self.channels.add(channel)
+        log.debug("%s: connection from %s", self.name, channel.remote_address)
+        try:
+            await channel.run()
+        finally:
+            self.channels.discard(channel)
+            log.debug(
+                "%s: connection from %s ended: %s",
+                self.name,
+                channel.remote_address,
+                channel.close_reason,
+            )
+            if self.on_channel_closed is not None:
+                self.on_channel_closed(channel)

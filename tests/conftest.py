@@ -1,0 +1,37 @@
+"""Shared fixtures: servers bind 127.0.0.1 on free ports and stop with the test."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from pymq.namesrv.config import NamesrvConfig
+from pymq.namesrv.controller import NamesrvController
+from pymq.remoting.client import RemotingClient, open_remoting_client
+from pymq.remoting.config import NettyServerConfig
+
+
+def make_namesrv(tmp_path, **server_overrides: object) -> NamesrvController:
+    namesrv_config = NamesrvConfig(
+        kv_config_path=str(tmp_path / "namesrv" / "kvConfig.json"),
+        config_store_path=str(tmp_path / "namesrv" / "namesrv.properties"),
+    )
+    server_config = NettyServerConfig(listen_port=0, bind_address="127.0.0.1")
+    for key, value in server_overrides.items():
+        setattr(server_config, key, value)
+    return NamesrvController(namesrv_config, server_config)
+
+
+@pytest.fixture
+async def namesrv(nursery: trio.Nursery, tmp_path) -> NamesrvController:
+    controller = make_namesrv(tmp_path)
+    await nursery.start(controller.run)
+    return controller
+
+
+@pytest.fixture
+async def client(nursery: trio.Nursery) -> RemotingClient:
+    return RemotingClient(nursery)
+
+
+__all__ = ["make_namesrv", "open_remoting_client"]

@@ -1,0 +1,126 @@
+"""Properties files, config classes keyed by RocketMQ's names, and fastjson-style JSON."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+import pytest
+
+from pymq.common.config import ConfigError, apply_properties, to_properties
+from pymq.common.properties import parse_properties
+from pymq.common.route import BrokerData, RegisterBrokerBody, TopicRouteData
+from pymq.common.serde import from_json, loads_lenient, to_json
+from pymq.common.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
+from pymq.namesrv.config import NamesrvConfig
+from pymq.remoting.config import NettyServerConfig
+
+
+def test_properties_file_forms() -> None:
+    text = (
+        "# comment\n"
+        "! another comment\n"
+        "brokerClusterName = DefaultCluster\n"
+        "brokerName:broker-a\n"
+        "namesrvAddr 127.0.0.1:9876;127.0.0.2:9876\n"
+        "long = one \\\n"
+        "       two\n"
+        "escaped=a\\tb\\u0041\n"
+        "empty=\n"
+    )
+    props = parse_properties(text)
+    assert props == {
+        "brokerClusterName": "DefaultCluster",
+        "brokerName": "broker-a",
+        "namesrvAddr": "127.0.0.1:9876;127.0.0.2:9876",
+        "long": "one two",
+        "escaped": "a\tbA",
+        "empty": "",
+    }
+
+
+def test_apply_properties_types_and_unknown_keys() -> None:
+    namesrv, server = NamesrvConfig(), NettyServerConfig()
+    unknown = apply_properties(
+        [namesrv, server],
+        {
+            "listenPort": "9999",
+            "orderMessageEnable": "TRUE",
+            "serverPooledByteBufAllocatorEnable": "false",
+            "kvConfigPath": "/tmp/kv.json",
+            "noSuchKey": "1",
+        },
+    )
+    assert unknown == ["noSuchKey"]
+    assert server.listen_port == 9999
+    assert namesrv.order_message_enable is True
+    assert server.server_pooled_byte_buf_allocator_enable is False
+    assert namesrv.kv_config_path == "/tmp/kv.json"
+    with pytest.raises(ConfigError, match="listenPort"):
+        apply_properties([server], {"listenPort": "ninety"})
+
+
+def test_to_properties_uses_java_names_and_values() -> None:
+    props = to_properties([NettyServerConfig(listen_port=9876)])
+    assert props["listenPort"] == "9876"
+    assert props["serverPooledByteBufAllocatorEnable"] == "true"
+    assert props["serverChannelMaxIdleTimeSeconds"] == "120"
+
+
+def test_lenient_json_accepts_fastjson_numeric_keys() -> None:
+    data = b'{"brokerAddrs":{0:"127.0.0.1:10911",1:"a:1"},"s":"{0:x}","n":[1, 2]}\n'
+    assert loads_lenient(data) == {
+        "brokerAddrs": {"0": "127.0.0.1:10911", "1": "a:1"},
+        "s": "{0:x}",
+        "n": [1, 2],
+    }
+    with pytest.raises(ValueError):
+        loads_lenient(b"{not json")
+
+
+def test_route_json_is_written_as_java_writes_it() -> None:
+    route = TopicRouteData(
+        broker_datas=[BrokerData("DefaultCluster", "broker-a", {0: "127.0.0.1:10911"})]
+    )
+    # fastjson: keys sorted, null fields left out.
+    assert to_json(route) == (
+        b'{"brokerDatas":[{"brokerAddrs":{"0":"127.0.0.1:10911"},"brokerName":"broker-a",'
+        b'"cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[]}'
+    )
+    back = from_json(
+        b'{"brokerDatas":[{"brokerAddrs":{0:"h:1"},"brokerName":"b","cluster":"c"}]}',
+        TopicRouteData,
+    )
+    assert back.broker_datas[0].broker_addrs == {0: "h:1"}
+
+
+def test_register_body_round_trips_plain_and_compressed() -> None:
+    body = RegisterBrokerBody(
+        TopicConfigSerializeWrapper(
+            {"TopicTest": TopicConfig("TopicTest", 4, 4), "TBW102": TopicConfig("TBW102", perm=7)},
+            DataVersion(timestamp=1700000000000, counter=3),
+        ),
+        ["10.0.0.1:30000"],
+    )
+    for compressed in (False, True):
+        assert RegisterBrokerBody.decode(body.encode(compressed), compressed) == body
+    plain = json.loads(body.encode())
+    assert plain["topicConfigSerializeWrapper"]["topicConfigTable"]["TopicTest"] == {
+        "order": False,
+        "perm": 6,
+        "readQueueNums": 4,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": "TopicTest",
+        "topicSysFlag": 0,
+        "writeQueueNums": 4,
+    }
+    with pytest.raises(ValueError):
+        RegisterBrokerBody.decode(b"\x78\x9cgarbage", True)
+
+
+def test_data_version_equality_and_next() -> None:
+    a = DataVersion(timestamp=1, counter=1)
+    assert a == attrs.evolve(a)
+    b = attrs.evolve(a)
+    b.next_version()
+    assert b != a and b.counter == 2

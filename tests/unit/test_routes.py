@@ -1,0 +1,110 @@
+"""RouteInfoManager as a pure state machine: registration, expiry, channel loss, queries."""
+
+from __future__ import annotations
+
+from pymq.common.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
+from pymq.namesrv.routes import RouteInfoManager
+
+
+def wrapper(*topics: TopicConfig, counter: int = 0) -> TopicConfigSerializeWrapper:
+    return TopicConfigSerializeWrapper(
+        {t.topic_name: t for t in topics}, DataVersion(timestamp=1, counter=counter)
+    )
+
+
+def register(
+    routes: RouteInfoManager,
+    *,
+    name: str = "broker-a",
+    addr: str = "127.0.0.1:10911",
+    broker_id: int = 0,
+    topics: TopicConfigSerializeWrapper | None = None,
+    channel: object = None,
+    now: float = 0.0,
+    cluster: str = "DefaultCluster",
+):
+    return routes.register_broker(
+        cluster_name=cluster,
+        broker_addr=addr,
+        broker_name=name,
+        broker_id=broker_id,
+        ha_server_addr=addr.rsplit(":", 1)[0] + ":10912",
+        topic_config_wrapper=topics if topics is not None else wrapper(TopicConfig("T", 4, 4)),
+        filter_server_list=[],
+        channel=channel,
+        now=now,
+    )
+
+
+def test_master_and_slave_share_one_broker_data() -> None:
+    routes = RouteInfoManager()
+    assert register(routes).master_addr is None
+    result = register(routes, addr="127.0.0.1:10921", broker_id=1)
+    assert result.master_addr == "127.0.0.1:10911"
+    assert result.ha_server_addr == "127.0.0.1:10912"
+    route = routes.pickup_topic_route_data("T")
+    assert route is not None
+    assert route.broker_datas[0].broker_addrs == {0: "127.0.0.1:10911", 1: "127.0.0.1:10921"}
+    assert [q.broker_name for q in route.queue_datas] == ["broker-a"]
+
+
+def test_only_the_master_publishes_topics() -> None:
+    routes = RouteInfoManager()
+    register(routes, broker_id=1, topics=wrapper(TopicConfig("OnlySlave")))
+    assert routes.pickup_topic_route_data("OnlySlave") is None
+
+
+def test_topic_changes_apply_only_with_a_new_data_version() -> None:
+    routes = RouteInfoManager()
+    register(routes, topics=wrapper(TopicConfig("T", 4, 4)))
+    register(routes, topics=wrapper(TopicConfig("T", 8, 8)))  # same version: ignored
+    assert routes.topic_queue_table["T"]["broker-a"].write_queue_nums == 4
+    register(routes, topics=wrapper(TopicConfig("T", 8, 8), counter=1))
+    assert routes.topic_queue_table["T"]["broker-a"].write_queue_nums == 8
+
+
+def test_switching_an_address_from_slave_to_master_keeps_one_record() -> None:
+    routes = RouteInfoManager()
+    register(routes, broker_id=1)
+    register(routes, broker_id=0)
+    assert routes.broker_addr_table["broker-a"].broker_addrs == {0: "127.0.0.1:10911"}
+
+
+def test_expiry_removes_silent_brokers_only() -> None:
+    routes = RouteInfoManager()
+    a, b = object(), object()
+    register(routes, name="a", addr="h:1", channel=a, now=0)
+    register(routes, name="b", addr="h:2", channel=b, now=100)
+    assert routes.scan_not_active_broker(120) == []
+    assert routes.scan_not_active_broker(120.5) == [("h:1", a)]
+    assert set(routes.broker_addr_table) == {"b"}
+    assert routes.cluster_addr_table == {"DefaultCluster": {"b"}}
+    assert list(routes.topic_queue_table["T"]) == ["b"]
+
+
+def test_channel_destroy_removes_the_broker_on_that_channel() -> None:
+    routes = RouteInfoManager()
+    channel = object()
+    register(routes, channel=channel)
+    routes.on_channel_destroy("127.0.0.1:55555", channel)  # peer port differs from listen port
+    assert routes.broker_addr_table == {}
+    assert routes.topic_queue_table == {}
+    assert routes.cluster_addr_table == {}
+    routes.on_channel_destroy("127.0.0.1:1", object())  # a client's connection: no effect
+
+
+def test_unregister_and_queries() -> None:
+    routes = RouteInfoManager()
+    register(routes, topics=wrapper(TopicConfig("T"), TopicConfig("U")))
+    register(routes, name="c", addr="h:9", cluster="Other", topics=wrapper(TopicConfig("V")))
+    assert routes.get_all_topic_list().topic_list == ["T", "U", "V"]
+    assert routes.get_topics_by_cluster("Other").topic_list == ["V"]
+    system = routes.get_system_topic_list()
+    assert system.topic_list == ["DefaultCluster", "broker-a", "Other", "c"]
+    assert routes.wipe_write_perm_of_broker("broker-a") == 2
+    assert routes.topic_queue_table["T"]["broker-a"].perm == 4
+    assert routes.add_write_perm_of_broker("broker-a") == 2
+    assert routes.topic_queue_table["T"]["broker-a"].perm == 6
+    routes.unregister_broker("DefaultCluster", "127.0.0.1:10911", "broker-a", 0)
+    assert routes.get_all_topic_list().topic_list == ["V"]
+    assert "DefaultCluster" not in routes.cluster_addr_table

@@ -31,6 +31,7 @@ import zlib
 from array import array
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
+from typing import NamedTuple
 
 import attrs
 
@@ -436,20 +437,24 @@ def read_record_header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[i
     return _TWO_INTS.unpack_from(buf, pos)
 
 
-def decode_record(
-    buf: bytes | bytearray | memoryview,
-    pos: int = 0,
-    *,
-    check_crc: bool = True,
-    read_body: bool = True,
-) -> MessageExt:
-    """Decode the record at ``buf[pos:]``.
+class RecordInfo(NamedTuple):
+    """What dispatch and recovery need from a record, without building a message object."""
 
-    Raises :class:`BlankRecord` for the end-of-file filler and :class:`RecordError` for anything
-    that is not a whole, valid record: truncated bytes, a bad magic, lengths that disagree with
-    TOTALSIZE, a body failing its CRC (when ``check_crc``), or undecodable topic/properties text.
-    With ``read_body=False`` the body is left empty (and its CRC unchecked).
-    """
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    store_timestamp: int
+    properties: str
+    prepared_transaction_offset: int
+
+
+def _parse(
+    buf: bytes | bytearray | memoryview, pos: int, check_crc: bool, read_body: bool
+) -> tuple[tuple, bytes, str, str]:
+    """Validate the record at ``pos``: (header fields, body, topic, properties text)."""
     limit = len(buf)
     total, magic = read_record_header(buf, pos)
     if magic == BLANK_MAGIC_CODE:
@@ -465,33 +470,21 @@ def decode_record(
     header = _HEADERS[(sys_flag >> 4) & 3]
     if header.size + 3 > total:
         raise RecordError(f"record at {pos} of {total} bytes is shorter than its header")
-    (
-        _total,
-        _magic,
-        crc,
-        queue_id,
-        flag,
-        queue_offset,
-        physical_offset,
-        _sys_flag,
-        born_ts,
-        born_ip,
-        born_port,
-        store_ts,
-        store_ip,
-        store_port,
-        reconsume,
-        prepared,
-        body_len,
-    ) = header.unpack_from(buf, pos)
+    fields = header.unpack_from(buf, pos)
+    body_len = fields[-1]
     p = pos + header.size
     if body_len < 0 or p + body_len + 3 > end:
         raise RecordError(f"record at {pos}: body length {body_len} overruns the record")
     body = b""
-    if body_len > 0 and read_body:
-        body = bytes(buf[p : p + body_len])
-        if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != crc:
-            raise RecordError(f"record at {pos}: body CRC mismatch")
+    if body_len > 0:
+        if read_body:
+            body = bytes(buf[p : p + body_len])
+            if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != fields[2]:
+                raise RecordError(f"record at {pos}: body CRC mismatch")
+        elif check_crc:
+            view = memoryview(buf)[p : p + body_len]
+            if (zlib.crc32(view) & 0x7FFFFFFF) != fields[2]:
+                raise RecordError(f"record at {pos}: body CRC mismatch")
     p += body_len
     topic_len = buf[p]
     if topic_len > MAX_TOPIC_LENGTH or p + 1 + topic_len + 2 > end:
@@ -507,14 +500,64 @@ def decode_record(
         )
     try:
         topic = topic_raw.decode()
-        props = decode_properties(bytes(buf[p:end]).decode()) if props_len else {}
+        props = bytes(buf[p:end]).decode() if props_len else ""
     except UnicodeDecodeError as exc:
         raise RecordError(f"record at {pos}: undecodable text ({exc})") from exc
+    return fields, body, topic, props
+
+
+def read_record_info(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True
+) -> RecordInfo:
+    """Validate the record at ``pos`` as :func:`decode_record` does and return its dispatch info.
+
+    The body is CRC-checked in place (when ``check_crc``) but not copied.
+    """
+    fields, _body, topic, props = _parse(buf, pos, check_crc, False)
+    return RecordInfo(
+        fields[0], topic, fields[3], fields[5], fields[6], fields[7], fields[11], props, fields[15]
+    )
+
+
+def decode_record(
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    *,
+    check_crc: bool = True,
+    read_body: bool = True,
+) -> MessageExt:
+    """Decode the record at ``buf[pos:]``.
+
+    Raises :class:`BlankRecord` for the end-of-file filler and :class:`RecordError` for anything
+    that is not a whole, valid record: truncated bytes, a bad magic, lengths that disagree with
+    TOTALSIZE, a body failing its CRC (when ``check_crc``), or undecodable topic/properties text.
+    With ``read_body=False`` the body is left empty (its CRC is still checked if asked).
+    """
+    fields, body, topic, props = _parse(buf, pos, check_crc, read_body)
+    (
+        total,
+        _magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ts,
+        born_ip,
+        born_port,
+        store_ts,
+        store_ip,
+        store_port,
+        reconsume,
+        prepared,
+        _body_len,
+    ) = fields
     return MessageExt(
         topic,
         body,
         flag,
-        props,
+        decode_properties(props),
         queue_id,
         queue_offset,
         physical_offset,
@@ -677,6 +720,7 @@ __all__ = [
     "MessageExt",
     "MessageSysFlag",
     "RecordError",
+    "RecordInfo",
     "UniqueIdGenerator",
     "create_offset_msg_id",
     "decode_batch_body",
@@ -689,5 +733,6 @@ __all__ = [
     "encode_record_into",
     "iter_records",
     "java_string_hash",
+    "read_record_info",
     "tags_code",
 ]

@@ -1,0 +1,339 @@
+"""``CommitLog``: every message of every topic, appended in order to one run of mapped files.
+
+Ownership: the commit log owns its ``MappedFileQueue`` and the topic-queue offset table (the next
+logical offset of each ``topic-queueId``).  Appends are synchronous and run on the loop, so a put
+is atomic without a lock: the offset is taken, the record is encoded straight into the mapping and
+the positions move, all in one step.  A record never spans two files; when a record plus the
+8-byte blank header does not fit, the file is closed with a BLANK record and the write moves on.
+
+Recovery (blocking, run before the store serves) scans records with their CRC and stops at the
+first one that is not whole and valid; everything after it is truncated.  Records served later
+come only from below that point or from appends made since, so nothing corrupt is ever served.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from collections.abc import Callable
+
+from pymq.common.message import (
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    SYSFLAG_POSITION,
+    BlankRecord,
+    MessageExt,
+    MessageSysFlag,
+    RecordError,
+    RecordInfo,
+    body_crc32,
+    encode_record_into,
+    host_flags,
+    pack_ip,
+    read_record_info,
+    record_length,
+    store_timestamp_position,
+)
+from pymq.store.mapped_file import MappedFile
+from pymq.store.mapped_file_queue import MappedFileAllocator, MappedFileQueue
+from pymq.store.results import PutMessageResult, PutMessageStatus
+
+log = logging.getLogger(__name__)
+
+RECOVER_FROM_LAST_FILES = 3
+"""Normal recovery rescans the last three files, as RocketMQ does."""
+
+_BLANK = struct.Struct(">iI")
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+_HOST_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+_PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
+_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+
+Dispatch = Callable[[RecordInfo], None]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CommitLog:
+    def __init__(
+        self,
+        directory: str,
+        file_size: int,
+        allocator: MappedFileAllocator | None = None,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.queue = MappedFileQueue(directory, file_size, allocator)
+        self.file_size = file_size
+        self.topic_queue_table: dict[str, int] = {}
+        self.clock_ms = clock_ms
+        self.set_store_host("127.0.0.1", 0)
+
+    def set_store_host(self, ip: str, port: int) -> None:
+        """The broker's advertised address: STOREHOST of new records and their message ids."""
+        self.store_host = (ip, port)
+        self._store_ip = pack_ip(ip)
+        self._store_port = port
+        self._msg_id_prefix = (self._store_ip + _INT.pack(port)).hex().upper()
+
+    # --- offsets -------------------------------------------------------------------------------
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        """The first offset still stored (0 for an empty log)."""
+        first = self.queue.first_file
+        return first.file_from_offset if first is not None else 0
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    def msg_id(self, phy_offset: int) -> str:
+        return f"{self._msg_id_prefix}{phy_offset:016X}"
+
+    # --- appends -------------------------------------------------------------------------------
+
+    def _writable_file(self, needed: int) -> MappedFile:
+        """The file to append ``needed`` bytes to, closing the current one with a blank if the
+        bytes plus a blank header would not fit.  Raises ``OSError`` if a file cannot be made."""
+        mf = self.queue.get_last_mapped_file(0)
+        if needed + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+            _BLANK.pack_into(mf.mm, mf.wrote_position, mf.remaining, BLANK_MAGIC_CODE)
+            mf.wrote_position = mf.file_size
+            mf = self.queue.get_last_mapped_file(0)
+        return mf
+
+    def append_messages(
+        self, msgs: list[MessageExt], encoded: list[tuple[bytes, bytes]]
+    ) -> PutMessageResult:
+        """Append records for ``msgs`` (one file, consecutive queue offsets when of one queue).
+
+        ``encoded`` holds each message's (topic bytes, properties bytes), already checked against
+        the layout limits by the caller.  Store timestamp, physical offsets and queue offsets are
+        assigned here; the messages are updated in place with them.
+        """
+        store_ip = self._store_ip
+        store_port = self._store_port
+        sizes = []
+        total = 0
+        for msg, (topic_b, props_b) in zip(msgs, encoded, strict=True):
+            born_ip = pack_ip(msg.born_host[0])
+            msg.sys_flag = (msg.sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
+            size = record_length(msg.sys_flag, len(msg.body), len(topic_b), len(props_b))
+            sizes.append((size, born_ip))
+            total += size
+        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                reason=f"{total} bytes do not fit in a commit-log file of {self.file_size}",
+            )
+        try:
+            mf = self._writable_file(total)
+        except OSError as exc:
+            log.exception("cannot create a commit-log file")
+            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, reason=str(exc))
+        now = self.clock_ms()
+        mm = mf.mm
+        pos = mf.wrote_position
+        first_phy = mf.file_from_offset + pos
+        table = self.topic_queue_table
+        first_logic = -1
+        ids = []
+        for msg, (topic_b, props_b), (size, born_ip) in zip(msgs, encoded, sizes, strict=True):
+            key = f"{msg.topic}-{msg.queue_id}"
+            tran = msg.sys_flag & 0xC
+            if tran in (_PREPARED, _ROLLBACK):
+                queue_offset = 0
+            else:
+                queue_offset = table.get(key, 0)
+                table[key] = queue_offset + 1
+            if first_logic < 0:
+                first_logic = queue_offset
+            phy = mf.file_from_offset + pos
+            body = msg.body
+            crc = body_crc32(body)
+            encode_record_into(
+                mm,
+                pos,
+                topic_b,
+                props_b,
+                body,
+                crc,
+                msg.queue_id,
+                msg.flag,
+                queue_offset,
+                phy,
+                msg.sys_flag,
+                msg.born_timestamp,
+                born_ip,
+                msg.born_host[1],
+                now,
+                store_ip,
+                store_port,
+                msg.reconsume_times,
+                msg.prepared_transaction_offset,
+            )
+            msg.queue_offset = queue_offset
+            msg.commitlog_offset = phy
+            msg.store_timestamp = now
+            msg.store_host = self.store_host
+            msg.body_crc = crc
+            msg.store_size = size
+            ids.append(f"{self._msg_id_prefix}{phy:016X}")
+            pos += size
+        mf.wrote_position = pos
+        mf.last_store_timestamp = now
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            wrote_offset=first_phy,
+            wrote_bytes=total,
+            msg_id=ids[0] if len(ids) == 1 else ",".join(ids),
+            store_timestamp=now,
+            logic_offset=first_logic,
+            msg_num=len(msgs),
+        )
+
+    def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
+        """Append raw commit-log bytes replicated from a master (HA slave).
+
+        ``start_offset`` must be exactly the current max offset; data that crosses a file
+        boundary is split at it.  Returns False (nothing written) on a mismatch or a failure.
+        """
+        if start_offset != self.max_offset:
+            log.warning("HA append at %d but commit log ends at %d", start_offset, self.max_offset)
+            return False
+        view = memoryview(data)
+        offset = start_offset
+        while view:
+            try:
+                mf = self.queue.get_last_mapped_file(offset)
+            except OSError:
+                log.exception("cannot create a commit-log file for replicated data")
+                return False
+            chunk = view[: mf.remaining]
+            mf.append(chunk)
+            offset += len(chunk)
+            view = view[len(chunk) :]
+        return True
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get_message(self, offset: int, size: int) -> bytes | None:
+        """A copy of ``size`` bytes at ``offset``, or None when not (or no longer) stored."""
+        mf = self.queue.find_by_offset(offset)
+        if mf is None:
+            return None
+        return mf.read(offset - mf.file_from_offset, size)
+
+    def get_data(self, offset: int, max_size: int | None = None) -> bytes | None:
+        """Bytes from ``offset`` to the end of what its file holds (for HA and reput)."""
+        mf = self.queue.find_by_offset(offset, offset == 0)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos < 0:
+            return None
+        end = mf.wrote_position if max_size is None else min(mf.wrote_position, pos + max_size)
+        return mf.read(pos, end - pos) if end >= pos else None
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        """STORETIMESTAMP of the record at ``offset``, or -1 when it is not stored."""
+        mf = self.queue.find_by_offset(offset)
+        if mf is None:
+            return -1
+        pos = offset - mf.file_from_offset
+        if pos + min(size, 76) > mf.wrote_position:
+            return -1
+        sys_flag = _INT.unpack_from(mf.mm, pos + SYSFLAG_POSITION)[0]
+        return _LONG.unpack_from(mf.mm, pos + store_timestamp_position(sys_flag))[0]
+
+    # --- recovery (blocking) -------------------------------------------------------------------
+
+    def load(self) -> None:
+        self.queue.load()
+
+    def _scan_file(
+        self, mf: MappedFile, check_crc: bool, dispatch: Dispatch | None
+    ) -> tuple[int, bool]:
+        """(end of valid data in the file, whether the scan may go on into the next file)."""
+        view = memoryview(mf.mm)
+        try:
+            pos = 0
+            size = mf.file_size
+            while pos < size:
+                try:
+                    info = read_record_info(view, pos, check_crc=check_crc)
+                except BlankRecord as blank:
+                    if blank.size != size - pos:
+                        log.warning("blank record at %d of %s has a wrong size", pos, mf.path)
+                        return pos, False
+                    return pos, True
+                except RecordError as exc:
+                    if bytes(view[pos : pos + END_FILE_MIN_BLANK_LENGTH]).strip(b"\0"):
+                        log.warning("recovery stops in %s: %s", mf.path, exc)
+                    return pos, False
+                if info.physical_offset != mf.file_from_offset + pos:
+                    log.warning("record at %d of %s has a wrong physical offset", pos, mf.path)
+                    return pos, False
+                if dispatch is not None:
+                    dispatch(info)
+                pos += info.size
+            return pos, True
+        finally:
+            view.release()
+
+    def _recover_from(self, start: int, check_crc: bool, dispatch: Dispatch | None) -> int:
+        files = self.queue.files
+        process_offset = files[start].file_from_offset
+        for i in range(start, len(files)):
+            mf = files[i]
+            pos, go_on = self._scan_file(mf, check_crc, dispatch)
+            process_offset = mf.file_from_offset + pos
+            if not go_on:
+                break
+        self.queue.flushed_where = process_offset
+        self.queue.truncate_dirty_files(process_offset)
+        return process_offset
+
+    def recover_normally(self, check_crc: bool) -> int:
+        """Blocking: rescan the last three files; return the end of valid data."""
+        files = self.queue.files
+        if not files:
+            self.queue.flushed_where = 0
+            return 0
+        return self._recover_from(max(0, len(files) - RECOVER_FROM_LAST_FILES), check_crc, None)
+
+    def recover_abnormally(self, check_crc: bool, min_timestamp: int, dispatch: Dispatch) -> int:
+        """Blocking: re-dispatch from the newest file whose first record is older than
+        ``min_timestamp`` (the checkpoint), or from the first file; return the end of valid data.
+        """
+        files = self.queue.files
+        if not files:
+            self.queue.flushed_where = 0
+            return 0
+        start = 0
+        for i in range(len(files) - 1, -1, -1):
+            if self._first_record_older_than(files[i], min_timestamp):
+                start = i
+                log.info("abnormal recovery starts at %s", files[i].path)
+                break
+        return self._recover_from(start, check_crc, dispatch)
+
+    @staticmethod
+    def _first_record_older_than(mf: MappedFile, min_timestamp: int) -> bool:
+        mm = mf.mm
+        if _BLANK.unpack_from(mm, 0)[1] != MESSAGE_MAGIC_CODE:
+            return False
+        sys_flag = _INT.unpack_from(mm, SYSFLAG_POSITION)[0]
+        stamp = _LONG.unpack_from(mm, store_timestamp_position(sys_flag))[0]
+        return stamp != 0 and stamp <= min_timestamp
+
+    def close(self) -> None:
+        self.queue.close()

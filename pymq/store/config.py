@@ -1,0 +1,127 @@
+"""``MessageStoreConfig``: RocketMQ 4.x's store keys and defaults, as data.
+
+Field names are snake_case; each is known by its Java key (``storePathRootDir``,
+``mappedFileSizeCommitLog``, ``flushDiskType``...).  Paths under the root are derived properties so
+that changing ``storePathRootDir`` moves everything.  One difference from Java, on purpose: an empty
+``storePathCommitLog`` (the default) means ``<storePathRootDir>/commitlog``; Java defaults it to
+``~/store/commitlog`` whatever the root, which surprises everyone who moves the root.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+
+import attrs
+
+from pymq.common.config import user_home
+
+
+class FlushDiskType(enum.Enum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class BrokerRole(enum.Enum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+def _default_root() -> str:
+    return os.path.join(user_home(), "store")
+
+
+@attrs.define
+class MessageStoreConfig:
+    store_path_root_dir: str = attrs.field(factory=_default_root)
+    store_path_commit_log: str = ""
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_interval_commit_log: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: int = 1000 * 10
+    flush_interval_consume_queue: int = 1000
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: int = 1000 * 60
+    sync_flush_timeout: int = 1000 * 5
+    file_reserved_time: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    clean_resource_interval: int = 10_000
+    delete_commit_log_files_interval: int = 100
+    delete_consume_queue_files_interval: int = 100
+    destroy_maped_file_interval_forcibly: int = 1000 * 120
+    redelete_hanged_file_interval: int = 1000 * 120
+    clean_file_forcibly_enable: bool = True
+    max_message_size: int = 1024 * 1024 * 4
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 5_000_000 * 4
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    check_crc_on_recover: bool = True
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    ha_listen_port: int = 10912
+    ha_send_heartbeat_interval: int = 1000 * 5
+    ha_housekeeping_interval: int = 1000 * 20
+    ha_transfer_batch_size: int = 1024 * 32
+    ha_master_address: str | None = None
+    ha_slave_fallbehind_max: int = 1024 * 1024 * 256
+    message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    flush_delay_offset_interval: int = 1000 * 10
+    max_transfer_bytes_on_message_in_memory: int = 1024 * 256
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_disk: int = 1024 * 64
+    max_transfer_count_on_message_in_disk: int = 8
+    access_message_in_memory_max_ratio: int = 40
+    max_msgs_num_batch: int = 64
+    default_query_max_num: int = 32
+    offset_check_in_slave: bool = False
+    disk_fall_recorded: bool = True
+    os_page_cache_busy_time_out_mills: int = 1000
+    warm_maped_file_enable: bool = False
+    duplication_enable: bool = False
+
+    @property
+    def store_path_commitlog(self) -> str:
+        return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def consume_queue_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "consumequeue")
+
+    @property
+    def index_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "index")
+
+    @property
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "checkpoint")
+
+    @property
+    def abort_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "abort")
+
+    @property
+    def lock_path(self) -> str:
+        return os.path.join(self.store_path_root_dir, "lock")
+
+    @property
+    def config_dir(self) -> str:
+        return os.path.join(self.store_path_root_dir, "config")
+
+    @property
+    def consume_queue_file_size(self) -> int:
+        """Java rounds the consume-queue file size down to whole 20-byte entries."""
+        return self.mapped_file_size_consume_queue // 20 * 20
+
+    @property
+    def disk_max_used_space_ratio_clamped(self) -> int:
+        """Java clamps the ratio to 10..95 when it reads it."""
+        return min(95, max(10, self.disk_max_used_space_ratio))
+
+    def delay_levels_ms(self) -> list[int]:
+        """Milliseconds of each delay level (level 1 first), parsed from ``messageDelayLevel``."""
+        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        return [int(item[:-1]) * units[item[-1]] for item in self.message_delay_level.split()]

@@ -1,0 +1,163 @@
+"""``ConsumeQueueTable``: all consume queues of a store, and the dispatch of records into them
+and into the index (Java's consumeQueueTable plus its CommitLogDispatchers).
+
+Ownership: the table owns every ``ConsumeQueue``; the ``IndexService`` is shared with the store.
+Dispatch is synchronous (loop or recovery thread); load, recovery and truncation are blocking.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+
+from pymq.common.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    MessageSysFlag,
+    RecordInfo,
+    decode_properties,
+    tags_code,
+)
+from pymq.store.consume_queue import ConsumeQueue
+from pymq.store.index_service import IndexService
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+"""Delayed messages wait in this topic, one queue per level; their tags code is the due time."""
+
+ArrivalListener = Callable[[str, int, int, int, int], None]
+
+
+class ConsumeQueueTable:
+    def __init__(
+        self,
+        root_dir: str,
+        file_size: int,
+        index: IndexService | None,
+        delay_levels_ms: list[int],
+    ) -> None:
+        self.root_dir = root_dir
+        self.file_size = file_size
+        self.index = index
+        self.delay_levels_ms = delay_levels_ms
+        self.queues: dict[str, dict[int, ConsumeQueue]] = {}
+        # Store timestamp of the newest record put into a consume queue (checkpoint logics).
+        self.logics_msg_timestamp = 0
+
+    def __iter__(self) -> Iterator[ConsumeQueue]:
+        for by_id in self.queues.values():
+            yield from by_id.values()
+
+    def find(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        by_id = self.queues.get(topic)
+        return by_id.get(queue_id) if by_id else None
+
+    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        by_id = self.queues.get(topic)
+        if by_id is None:
+            by_id = self.queues[topic] = {}
+        cq = by_id.get(queue_id)
+        if cq is None:
+            cq = by_id[queue_id] = ConsumeQueue(topic, queue_id, self.root_dir, self.file_size)
+        return cq
+
+    # --- load and recovery (blocking) ----------------------------------------------------------
+
+    def load(self) -> None:
+        if not os.path.isdir(self.root_dir):
+            return
+        for topic in sorted(os.listdir(self.root_dir)):
+            topic_dir = os.path.join(self.root_dir, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for qid in sorted(os.listdir(topic_dir)):
+                try:
+                    queue_id = int(qid)
+                except ValueError:
+                    log.warning("ignoring %s: not a queue id", os.path.join(topic_dir, qid))
+                    continue
+                self.find_or_create(topic, queue_id).load()
+
+    def recover(self) -> int:
+        """Recover every queue; return the largest commit-log end any of them points to."""
+        max_phy = 0
+        for cq in self:
+            cq.recover()
+            max_phy = max(max_phy, cq.max_physic_offset)
+        return max_phy
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        for cq in self:
+            cq.truncate_dirty(phy_offset)
+
+    def destroy_all(self) -> None:
+        for cq in self:
+            cq.destroy()
+        self.queues.clear()
+
+    def max_physic_offset(self) -> int:
+        return max((cq.max_physic_offset for cq in self), default=-1)
+
+    def rebuild_topic_queue_table(self, min_phy_offset: int) -> dict[str, int]:
+        table = {}
+        for cq in self:
+            table[f"{cq.topic}-{cq.queue_id}"] = cq.max_offset_in_queue
+            cq.correct_min_offset(min_phy_offset)
+        return table
+
+    def close(self) -> None:
+        for cq in self:
+            cq.queue.close()
+
+    # --- dispatch ------------------------------------------------------------------------------
+
+    def dispatch(self, info: RecordInfo, listener: ArrivalListener | None = None) -> None:
+        """Put one record into its consume queue and the index; notify ``listener`` of an arrival.
+
+        Prepared and rolled-back transactional records get no consume-queue entry (Java's
+        CommitLogDispatcherBuildConsumeQueue); rolled-back ones are not indexed either.
+        """
+        props: dict[str, str] | None = None
+        tran = info.sys_flag & 0xC
+        if (
+            tran == MessageSysFlag.TRANSACTION_NOT_TYPE
+            or tran == MessageSysFlag.TRANSACTION_COMMIT_TYPE
+        ):
+            cq = self.find_or_create(info.topic, info.queue_id)
+            if cq.needs(info.physical_offset, info.size):
+                props = decode_properties(info.properties)
+                code = self._tags_code(info, props)
+                cq.put(info.physical_offset, info.size, code, info.queue_offset)
+                self.logics_msg_timestamp = info.store_timestamp
+                if listener is not None:
+                    listener(
+                        info.topic, info.queue_id, info.queue_offset + 1, code, info.store_timestamp
+                    )
+        index = self.index
+        if index is not None and not index.already_indexed(info.physical_offset):
+            if props is None:
+                props = decode_properties(info.properties)
+            index.build_index(
+                info.topic,
+                props.get(PROPERTY_KEYS),
+                props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+                info.physical_offset,
+                info.store_timestamp,
+                info.sys_flag,
+            )
+
+    def _tags_code(self, info: RecordInfo, props: dict[str, str]) -> int:
+        if info.topic == SCHEDULE_TOPIC:
+            level_text = props.get(PROPERTY_DELAY_TIME_LEVEL)
+            if level_text:
+                try:
+                    level = min(int(level_text), len(self.delay_levels_ms))
+                except ValueError:
+                    level = 0
+                if level > 0:
+                    return info.store_timestamp + self.delay_levels_ms[level - 1]
+        return tags_code(props.get(PROPERTY_TAGS))

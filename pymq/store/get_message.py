@@ -1,0 +1,148 @@
+"""The pull read path: Java's ``DefaultMessageStore.getMessage`` rules, as one function.
+
+Given a consume queue and an offset it decides the status and the next begin offset and collects
+whole commit-log records (copies, so a concurrent file deletion can never pull memory from under
+a reply).  Batches are capped as Java caps them: ``maxTransfer{Bytes,Count}OnMessageInMemory``
+for records within ``accessMessageInMemoryMaxRatio`` % of RAM from the commit log's end, and the
+``...InDisk`` limits beyond.  A filter is a set of tags codes, or None for every message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+
+from pymq.store.commitlog import CommitLog
+from pymq.store.config import BrokerRole, MessageStoreConfig
+from pymq.store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, ConsumeQueue
+from pymq.store.results import GetMessageResult, GetMessageStatus
+
+MIN_FILTER_SCAN_BYTES = 16000
+"""Java scans at least this many bytes of consume queue per pull when a filter skips entries."""
+
+
+def total_physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 * 1024**3
+
+
+TOTAL_PHYSICAL_MEMORY = total_physical_memory()
+
+
+def _next_offset_correction(config: MessageStoreConfig, old: int, new: int) -> int:
+    # A slave only moves a consumer's offset when offsetCheckInSlave is on.
+    if config.broker_role is not BrokerRole.SLAVE or config.offset_check_in_slave:
+        return new
+    return old
+
+
+def _batch_full(
+    config: MessageStoreConfig, size: int, max_nums: int, total: int, count: int, in_disk: bool
+) -> bool:
+    if total == 0 or count == 0:
+        return False
+    if count >= max_nums:
+        return True
+    if in_disk:
+        return (
+            total + size > config.max_transfer_bytes_on_message_in_disk
+            or count > config.max_transfer_count_on_message_in_disk - 1
+        )
+    return (
+        total + size > config.max_transfer_bytes_on_message_in_memory
+        or count > config.max_transfer_count_on_message_in_memory - 1
+    )
+
+
+def get_message(
+    config: MessageStoreConfig,
+    commitlog: CommitLog,
+    cq: ConsumeQueue | None,
+    offset: int,
+    max_nums: int,
+    message_filter: Collection[int] | None,
+) -> GetMessageResult:
+    result = GetMessageResult()
+    if cq is None:
+        result.status = GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+        result.next_begin_offset = _next_offset_correction(config, offset, 0)
+        return result
+    min_offset = result.min_offset = cq.min_offset_in_queue
+    max_offset = result.max_offset = cq.max_offset_in_queue
+    if max_offset == 0:
+        result.status = GetMessageStatus.NO_MESSAGE_IN_QUEUE
+        result.next_begin_offset = _next_offset_correction(config, offset, 0)
+    elif offset < min_offset:
+        result.status = GetMessageStatus.OFFSET_TOO_SMALL
+        result.next_begin_offset = _next_offset_correction(config, offset, min_offset)
+    elif offset == max_offset:
+        result.status = GetMessageStatus.OFFSET_OVERFLOW_ONE
+        result.next_begin_offset = _next_offset_correction(config, offset, offset)
+    elif offset > max_offset:
+        result.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+        target = min_offset if min_offset == 0 else max_offset
+        result.next_begin_offset = _next_offset_correction(config, offset, target)
+    else:
+        entries = cq.entries_from(offset)
+        if entries is None:
+            result.status = GetMessageStatus.OFFSET_FOUND_NULL
+            result.next_begin_offset = _next_offset_correction(
+                config, offset, cq.roll_next_file(offset)
+            )
+        else:
+            _collect(config, commitlog, entries, offset, max_nums, message_filter, result)
+    return result
+
+
+def _collect(
+    config: MessageStoreConfig,
+    commitlog: CommitLog,
+    entries: bytes,
+    offset: int,
+    max_nums: int,
+    message_filter: Collection[int] | None,
+    result: GetMessageResult,
+) -> None:
+    status = GetMessageStatus.NO_MATCHED_MESSAGE
+    max_phy = commitlog.max_offset
+    memory = TOTAL_PHYSICAL_MEMORY * config.access_message_in_memory_max_ratio / 100
+    next_phy_file_start = -1
+    max_phy_pulling = 0
+    scan_limit = min(len(entries), max(MIN_FILTER_SCAN_BYTES, max_nums * CQ_STORE_UNIT_SIZE))
+    messages = result.messages
+    queue_offsets = result.queue_offsets
+    total = 0
+    i = 0
+    while i < scan_limit:
+        phy, size, code = ENTRY.unpack_from(entries, i)
+        max_phy_pulling = phy
+        if next_phy_file_start >= 0 and phy < next_phy_file_start:
+            i += CQ_STORE_UNIT_SIZE
+            continue
+        in_disk = max_phy - phy > memory
+        if _batch_full(config, size, max_nums, total, len(messages), in_disk):
+            break
+        if message_filter is not None and code not in message_filter:
+            if total == 0:
+                status = GetMessageStatus.NO_MATCHED_MESSAGE
+            i += CQ_STORE_UNIT_SIZE
+            continue
+        record = commitlog.get_message(phy, size)
+        if record is None:
+            if total == 0:
+                status = GetMessageStatus.MESSAGE_WAS_REMOVING
+            next_phy_file_start = commitlog.roll_next_file(phy)
+            i += CQ_STORE_UNIT_SIZE
+            continue
+        messages.append(record)
+        queue_offsets.append(offset + i // CQ_STORE_UNIT_SIZE)
+        total += size
+        status = GetMessageStatus.FOUND
+        next_phy_file_start = -1
+        i += CQ_STORE_UNIT_SIZE
+    result.status = status
+    result.buffer_total_size = total
+    result.next_begin_offset = offset + i // CQ_STORE_UNIT_SIZE
+    result.suggest_pulling_from_slave = max_phy - max_phy_pulling > memory

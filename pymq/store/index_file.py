@@ -1,0 +1,150 @@
+"""``IndexFile``: one on-disk hash index from message keys to commit-log offsets.
+
+Layout (big-endian), as RocketMQ 4.x writes ``index/{yyyyMMddHHmmssSSS}``:
+
+* header, 40 bytes: beginTimestamp i8 | endTimestamp i8 | beginPhyOffset i8 | endPhyOffset i8 |
+  hashSlotCount i4 | indexCount i4 (starts at 1: index number 0 means "none");
+* ``hash_slot_num`` slots of i4, each the number of the newest entry whose key hashes there;
+* ``index_num`` entries of 20 bytes: keyHash i4 | phyOffset i8 | timeDiff i4 (seconds since
+  beginTimestamp) | prevIndex i4 (the previous entry of the same slot: a chain).
+
+The file owns its ``MappedFile``.  Puts and queries are memory operations on the loop; creation,
+sync and deletion are blocking.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from pymq.common.message import java_string_hash
+from pymq.store.mapped_file import MappedFile
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = HEADER.size  # 40
+SLOT = struct.Struct(">i")
+SLOT_SIZE = 4
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = ENTRY.size  # 20
+INVALID_INDEX = 0
+_MAX_INT = 0x7FFFFFFF
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return HEADER_SIZE + hash_slot_num * SLOT_SIZE + index_num * ENTRY_SIZE
+
+
+def key_hash(key: str) -> int:
+    """Java's ``indexKeyHashMethod``: ``abs(hashCode)``, 0 for ``Integer.MIN_VALUE``."""
+    h = java_string_hash(key)
+    return 0 if h == -(2**31) else abs(h)
+
+
+class IndexFile:
+    """One index file; ``put_key`` returns False once the file is full."""
+
+    def __init__(self, path: str, hash_slot_num: int, index_num: int) -> None:
+        """Blocking: open or create ``path`` and read its header."""
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.mf = MappedFile.create(path, index_file_size(hash_slot_num, index_num))
+        self.path = path
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = HEADER.unpack_from(self.mf.mm, 0)
+        if self.index_count <= 0:
+            self.index_count = 1
+        self.mf.wrote_position = self.mf.file_size
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def _write_header(self) -> None:
+        HEADER.pack_into(
+            self.mf.mm,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        if self.index_count >= self.index_num:
+            return False
+        mm = self.mf.mm
+        h = key_hash(key)
+        abs_slot = HEADER_SIZE + (h % self.hash_slot_num) * SLOT_SIZE
+        slot_value = SLOT.unpack_from(mm, abs_slot)[0]
+        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
+            slot_value = INVALID_INDEX
+        if self.begin_timestamp <= 0:
+            time_diff = 0
+        else:
+            time_diff = min(_MAX_INT, max(0, (store_timestamp - self.begin_timestamp) // 1000))
+        abs_index = HEADER_SIZE + self.hash_slot_num * SLOT_SIZE + self.index_count * ENTRY_SIZE
+        ENTRY.pack_into(mm, abs_index, h, phy_offset, time_diff, slot_value)
+        SLOT.pack_into(mm, abs_slot, self.index_count)
+        if self.index_count <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        return (
+            (begin < self.begin_timestamp and end > self.end_timestamp)
+            or self.begin_timestamp <= begin <= self.end_timestamp
+            or self.begin_timestamp <= end <= self.end_timestamp
+        )
+
+    def select_phy_offsets(
+        self, out: list[int], key: str, max_num: int, begin: int, end: int
+    ) -> None:
+        """Append to ``out`` the offsets of entries for ``key`` stored within [begin, end]."""
+        mm = self.mf.mm
+        h = key_hash(key)
+        abs_slot = HEADER_SIZE + (h % self.hash_slot_num) * SLOT_SIZE
+        slot_value = SLOT.unpack_from(mm, abs_slot)[0]
+        if slot_value <= INVALID_INDEX or slot_value > self.index_count or self.index_count <= 1:
+            return
+        base = HEADER_SIZE + self.hash_slot_num * SLOT_SIZE
+        current = slot_value
+        while len(out) < max_num:
+            h_read, phy, time_diff, prev = ENTRY.unpack_from(mm, base + current * ENTRY_SIZE)
+            if time_diff < 0:
+                break
+            time_read = self.begin_timestamp + time_diff * 1000
+            if h_read == h and begin <= time_read <= end:
+                out.append(phy)
+            if (
+                prev <= INVALID_INDEX
+                or prev > self.index_count
+                or prev == current
+                or time_read < begin
+            ):
+                break
+            current = prev
+
+    def sync(self) -> None:
+        """Blocking."""
+        self.mf.sync()
+
+    def close(self) -> None:
+        self.mf.close()
+
+    def destroy(self) -> None:
+        """Blocking."""
+        self.mf.destroy()

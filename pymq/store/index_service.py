@@ -1,0 +1,195 @@
+"""``IndexService``: the run of index files, keyed by ``topic#key`` for KEYS and UNIQ_KEY.
+
+Ownership: the service owns its ``IndexFile`` objects.  ``build_index`` runs on the loop from the
+reput service (or in the recovery thread); when the newest file is full a new one is needed: the
+reput task calls :meth:`prepare` (creation in a worker thread) before dispatching, and
+``build_index`` creates one inline only as a fallback.  Full files are queued for a sync, after
+which the checkpoint's indexMsgTimestamp may advance (:meth:`flush`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from collections.abc import Callable
+
+import trio
+
+from pymq.common.message import KEY_SEPARATOR, MessageSysFlag
+from pymq.store.index_file import IndexFile
+
+log = logging.getLogger(__name__)
+
+MAX_TRY_IDX_CREATE = 3
+"""A put that finds the newest file full retries on a fresh file this many times (as Java)."""
+
+
+def index_file_name(now_ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` in local time, as Java's ``UtilAll.timeMillisToHumanString``."""
+    t = datetime.datetime.fromtimestamp(now_ms / 1000)
+    return t.strftime("%Y%m%d%H%M%S") + f"{now_ms % 1000:03d}"
+
+
+class IndexService:
+    def __init__(
+        self, directory: str, hash_slot_num: int, index_num: int, clock_ms: Callable[[], int]
+    ) -> None:
+        self.directory = directory
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self._clock_ms = clock_ms
+        self.files: list[IndexFile] = []
+        self._unsynced_full: list[IndexFile] = []
+        self.flushed_index_timestamp = 0
+
+    # --- load (blocking) -----------------------------------------------------------------------
+
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
+        """Blocking: open the files, oldest first; after a crash drop files newer than the
+        checkpoint's index timestamp (they may hold torn entries; recovery re-dispatches)."""
+        if not os.path.isdir(self.directory):
+            return
+        for name in sorted(os.listdir(self.directory)):
+            path = os.path.join(self.directory, name)
+            if not name.isdigit():
+                continue
+            f = IndexFile(path, self.hash_slot_num, self.index_num)
+            if not last_exit_ok and f.end_timestamp > index_msg_timestamp:
+                log.info("dropping index file %s written after the last checkpoint", path)
+                f.destroy()
+                continue
+            self.files.append(f)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def _new_file_blocking(self) -> IndexFile:
+        os.makedirs(self.directory, exist_ok=True)
+        now = self._clock_ms()
+        name = index_file_name(now)
+        while os.path.exists(os.path.join(self.directory, name)):
+            now += 1
+            name = index_file_name(now)
+        return IndexFile(os.path.join(self.directory, name), self.hash_slot_num, self.index_num)
+
+    def _roll(self, new: IndexFile) -> None:
+        if self.files:
+            self._unsynced_full.append(self.files[-1])
+        self.files.append(new)
+
+    def already_indexed(self, phy_offset: int) -> bool:
+        """True for a record below the newest file's last entry (re-dispatch after recovery)."""
+        return bool(self.files) and phy_offset < self.files[-1].end_phy_offset
+
+    def needs_new_file(self) -> bool:
+        return not self.files or self.files[-1].is_full
+
+    async def prepare(self) -> None:
+        """Create the next file in a worker thread when the newest one is full (or none)."""
+        if self.needs_new_file():
+            self._roll(await trio.to_thread.run_sync(self._new_file_blocking))
+
+    def _writable_file(self) -> IndexFile:
+        if self.needs_new_file():
+            self._roll(self._new_file_blocking())
+        return self.files[-1]
+
+    def build_index(
+        self,
+        topic: str,
+        keys: str | None,
+        uniq_key: str | None,
+        phy_offset: int,
+        store_timestamp: int,
+        sys_flag: int,
+    ) -> None:
+        """Index one dispatched record (skipped when already indexed or rolled back)."""
+        if MessageSysFlag.transaction_value(sys_flag) == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
+            return
+        f = self._writable_file()
+        if phy_offset < f.end_phy_offset:
+            return  # re-dispatch after recovery: already indexed
+        if uniq_key:
+            f = self._put(f, f"{topic}#{uniq_key}", phy_offset, store_timestamp)
+        if keys:
+            for key in keys.split(KEY_SEPARATOR):
+                if key:
+                    f = self._put(f, f"{topic}#{key}", phy_offset, store_timestamp)
+
+    def _put(self, f: IndexFile, key: str, phy_offset: int, store_timestamp: int) -> IndexFile:
+        for _ in range(MAX_TRY_IDX_CREATE):
+            if f.put_key(key, phy_offset, store_timestamp):
+                return f
+            log.warning("index file %s is full, rolling to a new one", f.path)
+            f = self._writable_file()
+        log.error("could not index key %s at offset %d", key, phy_offset)
+        return f
+
+    # --- flush and query -----------------------------------------------------------------------
+
+    async def flush(self) -> int:
+        """Sync full files not yet synced; return the newest end timestamp that is durable."""
+        while self._unsynced_full:
+            f = self._unsynced_full[0]
+            await trio.to_thread.run_sync(f.sync)
+            self._unsynced_full.pop(0)
+            self.flushed_index_timestamp = max(self.flushed_index_timestamp, f.end_timestamp)
+        return self.flushed_index_timestamp
+
+    async def flush_all(self) -> None:
+        """Sync every file (shutdown)."""
+        for f in list(self.files):
+            await trio.to_thread.run_sync(f.sync)
+        self._unsynced_full.clear()
+        if self.files:
+            self.flushed_index_timestamp = max(
+                self.flushed_index_timestamp, self.files[-1].end_timestamp
+            )
+
+    def query(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> tuple[list[int], int, int]:
+        """(commit-log offsets, last update timestamp, last update phy offset) for a key.
+
+        Files are searched newest first and the search stops at a file that begins before
+        ``begin``, as Java's ``queryOffset`` does.
+        """
+        out: list[int] = []
+        last_ts = last_phy = 0
+        full_key = f"{topic}#{key}"
+        for i, f in enumerate(reversed(self.files)):
+            if i == 0:
+                last_ts, last_phy = f.end_timestamp, f.end_phy_offset
+            if f.is_time_matched(begin, end):
+                f.select_phy_offsets(out, full_key, max_num, begin, end)
+            if f.begin_timestamp < begin or len(out) >= max_num:
+                break
+        return out, last_ts, last_phy
+
+    def expired_files(self, min_phy_offset: int) -> list[IndexFile]:
+        """Files (never the last) wholly below the commit log's min offset."""
+        out = []
+        for f in self.files[:-1]:
+            if f.end_phy_offset < min_phy_offset:
+                out.append(f)
+            else:
+                break
+        return out
+
+    async def delete_files(self, doomed: list[IndexFile]) -> None:
+        for f in doomed:
+            self.files.remove(f)
+            if f in self._unsynced_full:
+                self._unsynced_full.remove(f)
+            await trio.to_thread.run_sync(f.destroy)
+
+    def destroy(self) -> None:
+        """Blocking: delete every index file."""
+        for f in self.files:
+            f.destroy()
+        self.files = []
+        self._unsynced_full.clear()

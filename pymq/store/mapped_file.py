@@ -1,0 +1,176 @@
+"""``MappedFile``: one fixed-size store file, memory-mapped, with its write and flush positions.
+
+Ownership: a ``MappedFile`` owns its file descriptor and its ``mmap``; :meth:`destroy` releases both
+and unlinks the file.  Appends and reads are plain memory copies and run on the event loop; the
+blocking calls (:meth:`create`, :meth:`sync`, :meth:`destroy`, :meth:`truncate_from`) are meant
+for ``trio.to_thread.run_sync`` and never touch the positions, which the loop alone updates.
+
+Durability: the mapping is ``MAP_SHARED``, so on Linux ``fdatasync`` on the descriptor writes the
+pages dirtied through the mapping; we use it rather than ``mmap.flush`` because CPython's
+``msync`` call holds the GIL, which would stall the loop from the worker thread.  File sizes never
+change after creation, so ``fdatasync`` (no metadata) is enough.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+
+log = logging.getLogger(__name__)
+
+OS_PAGE_SIZE = 4096
+"""Flush thresholds ("least pages") are counted in OS pages, as RocketMQ does."""
+
+_ZERO_CHUNK = 8 * 1024 * 1024
+"""Dirty-tail zeroing stops at the first all-zero chunk; 8 MiB is more than any record (4 MiB)."""
+
+FILE_NAME_DIGITS = 20
+"""Store files are named by their first offset, zero-padded to 20 digits."""
+
+
+def offset_to_file_name(offset: int) -> str:
+    return f"{offset:0{FILE_NAME_DIGITS}d}"
+
+
+class MappedFile:
+    """One store file of ``file_size`` bytes whose name is its first global offset."""
+
+    __slots__ = (
+        "_fd",
+        "file_from_offset",
+        "file_size",
+        "flushed_position",
+        "last_store_timestamp",
+        "mm",
+        "path",
+        "wrote_position",
+    )
+
+    def __init__(self, path: str, file_size: int) -> None:
+        """Open (creating and sizing if needed) and map ``path``; blocking.
+
+        Raises ``OSError`` when the file cannot be created or mapped, and ``ValueError`` when an
+        existing file has another size (a store written with another file size).
+        """
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(os.path.basename(path))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                os.ftruncate(fd, file_size)
+            elif size != file_size:
+                raise ValueError(f"{path} is {size} bytes, expected {file_size}")
+            self.mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self.wrote_position = 0
+        self.flushed_position = 0
+        # Store timestamp of the newest record appended (for the checkpoint after a flush).
+        self.last_store_timestamp = 0
+
+    @classmethod
+    def create(cls, path: str, file_size: int) -> MappedFile:
+        """Blocking: create ``path`` (and its directory) and map it."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return cls(path, file_size)
+
+    def __repr__(self) -> str:
+        return (
+            f"MappedFile({os.path.basename(self.path)}, wrote={self.wrote_position}, "
+            f"flushed={self.flushed_position})"
+        )
+
+    # --- positions -----------------------------------------------------------------------------
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    @property
+    def max_offset(self) -> int:
+        """Global offset just past the last written byte."""
+        return self.file_from_offset + self.wrote_position
+
+    def is_able_to_flush(self, least_pages: int) -> bool:
+        """Whether enough is unflushed: ``least_pages`` whole pages, or anything when 0 or full."""
+        if self.flushed_position >= self.wrote_position:
+            return False
+        if self.is_full:
+            return True
+        if least_pages > 0:
+            new_pages = self.wrote_position // OS_PAGE_SIZE - self.flushed_position // OS_PAGE_SIZE
+            return new_pages >= least_pages
+        return True
+
+    # --- data ----------------------------------------------------------------------------------
+
+    def append(self, data: bytes | memoryview) -> bool:
+        """Copy ``data`` at the write position; False (nothing written) if it does not fit."""
+        pos = self.wrote_position
+        end = pos + len(data)
+        if end > self.file_size:
+            return False
+        self.mm[pos:end] = data
+        self.wrote_position = end
+        return True
+
+    def read(self, pos: int, size: int) -> bytes | None:
+        """A copy of ``size`` bytes at file position ``pos``, or None if not all written yet."""
+        if pos < 0 or size < 0 or pos + size > self.wrote_position:
+            return None
+        return self.mm[pos : pos + size]
+
+    def read_from(self, pos: int) -> bytes | None:
+        """A copy of everything written from ``pos`` on, or None if ``pos`` is out of range."""
+        if pos < 0 or pos > self.wrote_position:
+            return None
+        return self.mm[pos : self.wrote_position]
+
+    # --- blocking calls (run in a worker thread) -----------------------------------------------
+
+    def sync(self) -> None:
+        """Blocking: make everything written through the mapping durable."""
+        os.fdatasync(self._fd)
+
+    def truncate_from(self, pos: int) -> None:
+        """Blocking: zero the dirty tail from ``pos``, so no stale record can come back later.
+
+        Files are written front to back, so the dirty bytes are one run from ``pos``; zeroing stops
+        at the first all-zero chunk, which keeps the untouched (sparse) rest of the file sparse.
+        """
+        p = pos
+        while p < self.file_size:
+            end = min(p + _ZERO_CHUNK, self.file_size)
+            if not self.mm[p:end].strip(b"\0"):
+                break
+            self.mm[p:end] = bytes(end - p)
+            p = end
+        if p > pos:
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        """Unmap and close; the file stays on disk.  Idempotent."""
+        if self._fd < 0:
+            return
+        try:
+            self.mm.close()
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def destroy(self) -> None:
+        """Blocking: unmap, close and delete the file."""
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        log.info("deleted store file %s", self.path)

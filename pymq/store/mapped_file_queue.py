@@ -1,0 +1,300 @@
+"""``MappedFileQueue``: the ordered run of equally sized files that make one log.
+
+Ownership: the queue owns its ``MappedFile`` objects and is the only one to create, destroy or
+flush them.  Files are named by their 20-digit start offset and are contiguous.  Creating the next
+file takes a pre-allocated one when the :class:`MappedFileAllocator` has it ready and otherwise
+creates it on the spot (open + ftruncate of a sparse file + mmap: cheap, but a syscall, hence the
+allocator).  Flushing and deletion take ``io_lock`` so that a worker thread never syncs a file that
+is being closed; the loop alone changes positions and the file list.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+import trio
+
+from pymq.store.mapped_file import MappedFile, offset_to_file_name
+
+log = logging.getLogger(__name__)
+
+DELETE_FILES_BATCH_MAX = 10
+"""At most this many files are deleted per clean round, as in RocketMQ, to bound the I/O burst."""
+
+
+class StoreLoadError(RuntimeError):
+    """The files on disk cannot be loaded as this queue (wrong size, bad name, gap)."""
+
+
+class MappedFileAllocator:
+    """Pre-creates the next file of a queue off the hot path (Java's AllocateMappedFileService).
+
+    ``request(path, size)`` is called on the loop; :meth:`run` creates requested files in a worker
+    thread; ``take(path)`` hands a ready file over, or None.  Files never taken are deleted at
+    shutdown: an empty file left in the directory would otherwise load as part of the queue.
+    """
+
+    def __init__(self) -> None:
+        self._wanted: dict[str, int] = {}
+        self._ready: dict[str, MappedFile] = {}
+        self._wake = trio.Event()
+
+    def request(self, path: str, size: int) -> None:
+        if path not in self._ready and path not in self._wanted:
+            self._wanted[path] = size
+            self._wake.set()
+
+    def take(self, path: str) -> MappedFile | None:
+        self._wanted.pop(path, None)
+        return self._ready.pop(path, None)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while self._wanted:
+                    path, size = next(iter(self._wanted.items()))
+                    try:
+                        mf = await trio.to_thread.run_sync(MappedFile.create, path, size)
+                    except OSError:
+                        log.exception(
+                            "pre-allocating %s failed; it will be created on demand", path
+                        )
+                        self._wanted.pop(path, None)
+                        continue
+                    if self._wanted.pop(path, None) is None:  # nobody wants it any more
+                        await trio.to_thread.run_sync(mf.destroy)
+                    else:
+                        self._ready[path] = mf
+        finally:
+            with trio.CancelScope(shield=True):
+                for mf in self._ready.values():
+                    await trio.to_thread.run_sync(mf.destroy)
+                self._ready.clear()
+
+
+class MappedFileQueue:
+    """Files of ``file_size`` bytes under ``directory``; global offsets span all of them."""
+
+    def __init__(
+        self,
+        directory: str,
+        file_size: int,
+        allocator: MappedFileAllocator | None = None,
+    ) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.allocator = allocator
+        self.files: list[MappedFile] = []
+        self.flushed_where = 0
+        # Store timestamp of the newest record covered by the last flush (for the checkpoint).
+        self.store_timestamp = 0
+        self.io_lock = trio.Lock()
+
+    # --- loading -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Blocking: map every file in the directory, oldest first, as full files.
+
+        Recovery then sets the real write position.  Raises :class:`StoreLoadError` when a file has
+        another size or a name that is not a 20-digit offset matching its place in the run.
+        """
+        if not os.path.isdir(self.directory):
+            return
+        names = sorted(n for n in os.listdir(self.directory) if not n.startswith("."))
+        expected: int | None = None
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if not name.isdigit() or len(name) != 20:
+                raise StoreLoadError(f"unexpected file {path} in a store directory")
+            size = os.path.getsize(path)
+            if size != self.file_size:
+                raise StoreLoadError(
+                    f"{path} is {size} bytes but the configured file size is {self.file_size}; "
+                    "was the store written with another mappedFileSize?"
+                )
+            start = int(name)
+            if start % self.file_size:
+                raise StoreLoadError(f"{path}: start offset is not a multiple of the file size")
+            if expected is not None and start != expected:
+                log.warning("gap before %s (expected start %d)", path, expected)
+            mf = MappedFile(path, self.file_size)
+            mf.wrote_position = mf.flushed_position = self.file_size
+            self.files.append(mf)
+            expected = start + self.file_size
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+
+    # --- lookups -------------------------------------------------------------------------------
+
+    @property
+    def last_file(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    @property
+    def first_file(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else -1
+
+    @property
+    def max_offset(self) -> int:
+        """Global offset just past the last written byte (0 for an empty queue)."""
+        return self.files[-1].max_offset if self.files else 0
+
+    def find_by_offset(
+        self, offset: int, return_first_on_not_found: bool = False
+    ) -> MappedFile | None:
+        """The file holding global ``offset``, or None (or the first file) when none does."""
+        files = self.files
+        if files:
+            first = files[0].file_from_offset
+            index = (offset - first) // self.file_size
+            if 0 <= index < len(files):
+                mf = files[index]
+                if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                    return mf
+            for mf in files:  # a gap in the run: fall back to a scan
+                if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                    return mf
+            if return_first_on_not_found:
+                return files[0]
+        return None
+
+    def _new_file(self, start: int) -> MappedFile:
+        path = os.path.join(self.directory, offset_to_file_name(start))
+        mf = self.allocator.take(path) if self.allocator else None
+        if mf is None:
+            mf = MappedFile.create(path, self.file_size)
+        if self.allocator:
+            nxt = os.path.join(self.directory, offset_to_file_name(start + self.file_size))
+            self.allocator.request(nxt, self.file_size)
+        return mf
+
+    def get_last_mapped_file(self, start_offset: int = 0) -> MappedFile:
+        """The file to write into: the last one, or a new one when it is full or none exists.
+
+        A new first file starts at ``start_offset`` rounded down to the file size.  Raises
+        ``OSError`` when the file cannot be created (CREATE_MAPEDFILE_FAILED for a put).
+        """
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full:
+            return last
+        if last is None:
+            start = start_offset - start_offset % self.file_size
+        else:
+            start = last.file_from_offset + self.file_size
+        mf = self._new_file(start)
+        self.files.append(mf)
+        return mf
+
+    # --- flushing ------------------------------------------------------------------------------
+
+    def is_able_to_flush(self, least_pages: int) -> bool:
+        mf = self.find_by_offset(self.flushed_where, self.flushed_where == 0)
+        if mf is None:
+            return False
+        return mf.is_able_to_flush(least_pages) or (mf is not self.files[-1])
+
+    async def flush(self, least_pages: int) -> bool:
+        """Sync what is written but not yet durable, in a worker thread.
+
+        With ``least_pages > 0`` a partially written file is synced only once that many new pages
+        are dirty (full files are always synced).  Returns True when everything written before the
+        call is now durable.
+        """
+        async with self.io_lock:
+            todo: list[tuple[MappedFile, int, int]] = []
+            for mf in self.files:
+                if mf.max_offset <= self.flushed_where or mf.flushed_position >= mf.wrote_position:
+                    continue
+                if mf is self.files[-1] and not mf.is_able_to_flush(least_pages):
+                    continue
+                todo.append((mf, mf.wrote_position, mf.last_store_timestamp))
+            target = self.max_offset
+            if not todo:
+                return self.flushed_where >= target
+            await trio.to_thread.run_sync(_sync_all, [mf for mf, _, _ in todo])
+            for mf, wrote, ts in todo:
+                mf.flushed_position = max(mf.flushed_position, wrote)
+                self.flushed_where = max(self.flushed_where, mf.file_from_offset + wrote)
+                if ts:
+                    self.store_timestamp = max(self.store_timestamp, ts)
+            return self.flushed_where >= target
+
+    # --- truncation and deletion ---------------------------------------------------------------
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Blocking (recovery only): drop every byte at or after global ``offset``.
+
+        The file holding ``offset`` keeps its head and has its tail zeroed; later files go.
+        """
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            tail = mf.file_from_offset + self.file_size
+            if tail <= offset:
+                keep.append(mf)
+            elif mf.file_from_offset <= offset:
+                pos = offset - mf.file_from_offset
+                mf.truncate_from(pos)
+                mf.wrote_position = mf.flushed_position = pos
+                keep.append(mf)
+            else:
+                mf.destroy()
+        self.files = keep
+        self.flushed_where = min(self.flushed_where, offset) if self.flushed_where else offset
+
+    def destroy_all(self) -> None:
+        """Blocking: delete every file (e.g. consume queues of a deleted topic)."""
+        for mf in self.files:
+            mf.destroy()
+        self.files = []
+        self.flushed_where = 0
+
+    async def delete_files(self, doomed: list[MappedFile], interval_ms: int = 0) -> int:
+        """Remove ``doomed`` (a prefix of the run) from the queue and delete them in a thread."""
+        if not doomed:
+            return 0
+        async with self.io_lock:
+            ids = {id(mf) for mf in doomed}
+            self.files = [mf for mf in self.files if id(mf) not in ids]
+            for i, mf in enumerate(doomed):
+                await trio.to_thread.run_sync(mf.destroy)
+                if interval_ms and i + 1 < len(doomed):
+                    await trio.sleep(interval_ms / 1000)
+        return len(doomed)
+
+    def expired_by_time(
+        self, expired_ms: int, now_ms: int, clean_immediately: bool, mtime: Callable[[str], float]
+    ) -> list[MappedFile]:
+        """Files (never the last) whose last modification is ``expired_ms`` old, oldest first.
+
+        Stops at the first file that is not yet expired, as RocketMQ does, and returns at most
+        :data:`DELETE_FILES_BATCH_MAX`.
+        """
+        out: list[MappedFile] = []
+        for mf in self.files[:-1]:
+            try:
+                modified_ms = int(mtime(mf.path) * 1000)
+            except FileNotFoundError:
+                modified_ms = 0
+            if now_ms >= modified_ms + expired_ms or clean_immediately:
+                out.append(mf)
+                if len(out) >= DELETE_FILES_BATCH_MAX:
+                    break
+            else:
+                break
+        return out
+
+
+def _sync_all(files: list[MappedFile]) -> None:
+    for mf in files:
+        mf.sync()

@@ -1,0 +1,597 @@
+"""``DefaultMessageStore``: wires the commit log, consume queues, index and services together.
+
+Ownership: the store owns every file under ``storePathRootDir`` for as long as :meth:`run` runs.
+``run`` takes the ``lock`` file (a second store on the same root fails with
+:class:`~pymq.store.checkpoint.StoreLockedError`), loads and recovers in a worker thread, starts
+its services as tasks in one nursery and then reports ``started``.  When cancelled it stops
+accepting puts and, shielded, dispatches what is left, syncs everything, writes the checkpoint
+and removes ``abort`` (kept after a crash of one of its services, so the next start recovers
+abnormally).  The logic lives in the classes it wires; this module only validates puts and routes
+calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from functools import partial
+
+import trio
+
+from pymq.common.message import (
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    MessageExt,
+    MessageSysFlag,
+    RecordError,
+    decode_record,
+    encode_properties,
+    record_length,
+)
+from pymq.common.periodic import every
+from pymq.store import checkpoint as ckpt
+from pymq.store.clean_service import (
+    CleanCommitLogService,
+    CleanConsumeQueueService,
+    disk_used_ratio,
+)
+from pymq.store.commitlog import CommitLog, now_ms
+from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from pymq.store.consume_queue_table import SCHEDULE_TOPIC, ArrivalListener, ConsumeQueueTable
+from pymq.store.flush_service import CommitLogFlushService, ConsumeQueueFlushService
+from pymq.store.get_message import get_message
+from pymq.store.index_service import IndexService
+from pymq.store.mapped_file_queue import MappedFileAllocator
+from pymq.store.reput import ReputMessageService
+from pymq.store.results import (
+    GetMessageResult,
+    PutMessageResult,
+    PutMessageStatus,
+    QueryMessageResult,
+)
+
+log = logging.getLogger(__name__)
+
+CLEAN_INITIAL_DELAY_S = 60
+"""Java starts cleaning a minute after start, so a restart never deletes before it settles."""
+SHUTDOWN_DEADLINE_S = 30
+"""The final dispatch + flush gets this long even when the caller is cancelled."""
+
+_TRAN_MASK = 0xC
+_HOST_V6 = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+
+ReplicaWaiter = Callable[[int], Awaitable[PutMessageStatus]]
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        _match, rest = exc.split(trio.Cancelled)
+        return rest is None
+    return False
+
+
+class DefaultMessageStore:
+    """The message store service.  Create it, ``await nursery.start(store.run)``, then call the
+    API from any task of the same Trio run."""
+
+    def __init__(
+        self,
+        config: MessageStoreConfig | None = None,
+        *,
+        clock_ms: Callable[[], int] = now_ms,
+        disk_ratio: Callable[[str], float] = disk_used_ratio,
+        mtime: Callable[[str], float] = os.path.getmtime,
+    ) -> None:
+        self.config = config = config or MessageStoreConfig()
+        self.clock_ms = clock_ms
+        self.allocator = MappedFileAllocator()
+        self.commitlog = CommitLog(
+            config.store_path_commitlog,
+            config.mapped_file_size_commit_log,
+            self.allocator,
+            clock_ms,
+        )
+        self.index: IndexService | None = (
+            IndexService(config.index_dir, config.max_hash_slot_num, config.max_index_num, clock_ms)
+            if config.message_index_enable
+            else None
+        )
+        self.consume_queues = ConsumeQueueTable(
+            config.consume_queue_dir,
+            config.consume_queue_file_size,
+            self.index,
+            config.delay_levels_ms(),
+        )
+        self.reput = ReputMessageService(self.commitlog, self.consume_queues)
+        self.lock = ckpt.StoreLock(config.lock_path)
+        self.checkpoint: ckpt.StoreCheckpoint | None = None
+        self.flush_commitlog: CommitLogFlushService | None = None
+        self.flush_consume_queue: ConsumeQueueFlushService | None = None
+        self.clean_commitlog = CleanCommitLogService(
+            self.commitlog, config, clock_ms, disk_ratio, mtime
+        )
+        self.clean_consume_queue = CleanConsumeQueueService(
+            self.commitlog, self.consume_queues, self.index, config
+        )
+        self.replica_waiter: ReplicaWaiter | None = None
+        self.last_exit_ok = True
+        self.running = False
+        self.start_time_ms = 0
+        self.put_message_times_total = 0
+        self.put_message_size_total = 0
+        self.get_message_times_total = 0
+
+    # --- configuration by the broker -----------------------------------------------------------
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        return self.commitlog.store_host
+
+    @store_host.setter
+    def store_host(self, host: tuple[str, int]) -> None:
+        self.commitlog.set_store_host(host[0], host[1])
+
+    def set_arrival_listener(self, listener: ArrivalListener | None) -> None:
+        """``listener(topic, queue_id, max_offset_after, tags_code, store_timestamp)`` is called
+        on the loop for every record dispatched to a consume queue (not on a slave)."""
+        self.reput.listener = listener if self.config.broker_role is not BrokerRole.SLAVE else None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        """Blocking: lock, load and recover (Java's load() + recover() + start() prologue)."""
+        config = self.config
+        os.makedirs(config.store_path_root_dir, exist_ok=True)
+        self.lock.acquire()
+        try:
+            self.last_exit_ok = not ckpt.abort_file_exists(config.abort_path)
+            self.checkpoint = ckpt.StoreCheckpoint(config.checkpoint_path)
+            self.commitlog.load()
+            self.consume_queues.load()
+            if self.index is not None:
+                self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
+            self._recover()
+            ckpt.create_abort_file(config.abort_path)
+        except BaseException:
+            self._close_files()
+            raise
+
+    def _recover(self) -> None:
+        config = self.config
+        started = time.monotonic()
+        max_phy_of_cq = self.consume_queues.recover()
+        check_crc = config.check_crc_on_recover
+        if self.last_exit_ok:
+            end = self.commitlog.recover_normally(check_crc)
+        else:
+            assert self.checkpoint is not None
+            bound = (
+                self.checkpoint.min_timestamp_index
+                if config.message_index_enable and config.message_index_safe
+                else self.checkpoint.min_timestamp
+            )
+            log.warning("the last exit was not clean: recovering the commit log abnormally")
+            end = self.commitlog.recover_abnormally(check_crc, bound, self.consume_queues.dispatch)
+        if not self.commitlog.queue.files:
+            self.consume_queues.destroy_all()
+            if self.index is not None:
+                self.index.destroy()
+        elif max_phy_of_cq >= end:
+            self.consume_queues.truncate_dirty(end)
+        self.reput.reput_from_offset = max(
+            self.commitlog.min_offset, min(end, max(0, self.consume_queues.max_physic_offset()))
+        )
+        self.reput.dispatch_all_now()
+        self.commitlog.topic_queue_table = self.consume_queues.rebuild_topic_queue_table(
+            self.commitlog.min_offset
+        )
+        log.info(
+            "store recovered (%s) to offset %d in %.3f s",
+            "normal" if self.last_exit_ok else "abnormal",
+            end,
+            time.monotonic() - started,
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Load, recover, serve until cancelled, then shut down cleanly (see module docstring)."""
+        await trio.to_thread.run_sync(self._open)
+        assert self.checkpoint is not None
+        config = self.config
+        self.flush_commitlog = CommitLogFlushService(
+            self.commitlog, config, self.checkpoint, self.clock_ms
+        )
+        self.flush_consume_queue = ConsumeQueueFlushService(
+            self.consume_queues, self.index, config, self.checkpoint, self.clock_ms
+        )
+        clean_exit = False
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.allocator.run)
+                await nursery.start(self.reput.run)
+                if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+                    await nursery.start(self.flush_commitlog.run_group_commit)
+                else:
+                    await nursery.start(self.flush_commitlog.run_timed)
+                await nursery.start(self.flush_consume_queue.run)
+                nursery.start_soon(
+                    partial(
+                        every,
+                        config.clean_resource_interval / 1000,
+                        self.clean_files_once,
+                        initial_delay=CLEAN_INITIAL_DELAY_S,
+                        name="clean files",
+                    )
+                )
+                self.start_time_ms = self.clock_ms()
+                self.running = True
+                task_status.started()
+        except BaseException as exc:
+            clean_exit = _only_cancelled(exc)
+            raise
+        finally:
+            self.running = False
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + SHUTDOWN_DEADLINE_S):
+                await self._shutdown(clean_exit)
+
+    async def _shutdown(self, clean_exit: bool) -> None:
+        try:
+            self.reput.dispatch_all_now()
+            if self.flush_commitlog is not None:
+                await self.flush_commitlog.flush_all()
+                self.flush_commitlog.release_waiters()
+            if self.flush_consume_queue is not None:
+                await self.flush_consume_queue.flush_once(thorough=True)
+            if self.index is not None:
+                await self.index.flush_all()
+                assert self.checkpoint is not None
+                self.checkpoint.index_msg_timestamp = self.index.flushed_index_timestamp
+                await trio.to_thread.run_sync(self.checkpoint.flush)
+            if clean_exit and self.reput.behind_bytes == 0 and not self.clean_commitlog.disk_full:
+                ckpt.remove_abort_file(self.config.abort_path)
+            else:
+                log.warning("store stopped uncleanly; the next start recovers abnormally")
+        finally:
+            self._close_files()
+
+    def _close_files(self) -> None:
+        self.commitlog.close()
+        self.consume_queues.close()
+        if self.index is not None:
+            self.index.close()
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+        self.lock.release()
+
+    # --- puts ----------------------------------------------------------------------------------
+
+    def _refusal(self) -> PutMessageResult | None:
+        if not self.running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="store stopped")
+        if self.config.broker_role is BrokerRole.SLAVE:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes"
+            )
+        if self.clean_commitlog.disk_full:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                reason=f"disk full ({self.clean_commitlog.last_ratio:.0%} used): writes refused",
+            )
+        return None
+
+    def _check(self, msg: MessageExt) -> tuple[PutMessageResult | None, tuple[bytes, bytes]]:
+        topic_b = msg.topic.encode()
+        if len(topic_b) > MAX_TOPIC_LENGTH:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                reason=f"topic is {len(topic_b)} bytes, the limit is {MAX_TOPIC_LENGTH}",
+            ), (b"", b"")
+        props_b = encode_properties(msg.properties).encode()
+        if len(props_b) > MAX_PROPERTIES_LENGTH:
+            return PutMessageResult(
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+                reason=f"properties are {len(props_b)} bytes, the limit is {MAX_PROPERTIES_LENGTH}",
+            ), (b"", b"")
+        size = record_length(msg.sys_flag & ~_HOST_V6, len(msg.body), len(topic_b), len(props_b))
+        if size > self.config.max_message_size:
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                reason=f"a record of {size} bytes exceeds maxMessageSize "
+                f"{self.config.max_message_size}",
+            ), (b"", b"")
+        return None, (topic_b, props_b)
+
+    def _apply_delay(self, msg: MessageExt) -> None:
+        """Java's CommitLog rewrite of a delayed message into SCHEDULE_TOPIC_XXXX."""
+        tran = msg.sys_flag & _TRAN_MASK
+        if tran not in (
+            MessageSysFlag.TRANSACTION_NOT_TYPE,
+            MessageSysFlag.TRANSACTION_COMMIT_TYPE,
+        ):
+            return
+        level = msg.delay_level
+        if level <= 0:
+            return
+        max_level = len(self.consume_queues.delay_levels_ms)
+        if level > max_level:
+            level = max_level
+            msg.properties[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        msg.properties[PROPERTY_REAL_TOPIC] = msg.topic
+        msg.properties[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+        msg.topic = SCHEDULE_TOPIC
+        msg.queue_id = level - 1
+
+    async def put_message(self, msg: MessageExt) -> PutMessageResult:
+        """Append one message; with SYNC_FLUSH return once it is on disk.
+
+        ``msg`` needs topic, queue_id, body, flag, properties, sys_flag, born_timestamp,
+        born_host, reconsume_times and prepared_transaction_offset; the store fills in offsets,
+        store timestamp and store host.  Refusals carry a status and a ``reason``, and write
+        nothing.
+        """
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        self._apply_delay(msg)
+        refused, encoded = self._check(msg)
+        if refused is not None:
+            return refused
+        result = self.commitlog.append_messages([msg], [encoded])
+        return await self._after_append(result, msg.properties.get(PROPERTY_WAIT_STORE_MSG_OK))
+
+    async def put_messages(self, msgs: Iterable[MessageExt]) -> PutMessageResult:
+        """Append a batch (one topic and queue, as SEND_BATCH_MESSAGE) in one go, all or nothing.
+
+        Delayed and transactional messages are refused in a batch, as in Java.
+        """
+        batch = list(msgs)
+        refused = self._refusal()
+        if refused is not None:
+            return refused
+        if not batch:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="empty batch")
+        encoded = []
+        for msg in batch:
+            if msg.sys_flag & _TRAN_MASK != MessageSysFlag.TRANSACTION_NOT_TYPE:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    reason="transactional messages cannot be batched",
+                )
+            if msg.delay_level > 0:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, reason="delayed messages cannot be batched"
+                )
+            if (msg.topic, msg.queue_id) != (batch[0].topic, batch[0].queue_id):
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, reason="a batch must target one queue"
+                )
+            refused, enc = self._check(msg)
+            if refused is not None:
+                return refused
+            encoded.append(enc)
+        result = self.commitlog.append_messages(batch, encoded)
+        return await self._after_append(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
+
+    async def _after_append(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
+        if result.status is not PutMessageStatus.PUT_OK:
+            return result
+        self.put_message_times_total += result.msg_num
+        self.put_message_size_total += result.wrote_bytes
+        self.reput.wakeup()
+        wait_ok = wait is None or wait.strip().lower() == "true"
+        end = result.wrote_offset + result.wrote_bytes
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and wait_ok:
+            assert self.flush_commitlog is not None
+            if not await self.flush_commitlog.wait_flushed(
+                end, self.config.sync_flush_timeout / 1000
+            ):
+                log.warning("sync flush of offset %d timed out", end)
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if self.config.broker_role is BrokerRole.SYNC_MASTER and wait_ok:
+            if self.replica_waiter is None:
+                result.status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+            else:
+                status = await self.replica_waiter(end)
+                if status is not PutMessageStatus.PUT_OK:
+                    result.status = status
+        return result
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        message_filter: Collection[int] | None = None,
+    ) -> GetMessageResult:
+        """Java's getMessage: whole records from ``offset`` on, statuses and next offsets."""
+        self.get_message_times_total += 1
+        cq = self.consume_queues.find(topic, queue_id)
+        return get_message(self.config, self.commitlog, cq, offset, max_nums, message_filter)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.max_offset_in_queue if cq else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.min_offset_in_queue if cq else -1
+
+    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        entry = cq.get_entry(cq_offset) if cq else None
+        return entry[0] if entry else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.offset_by_time(
+            timestamp, self.commitlog.pickup_store_timestamp, self.commitlog.min_offset
+        )
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        entry = cq.get_entry(cq_offset) if cq else None
+        if entry is None:
+            return -1
+        return self.commitlog.pickup_store_timestamp(entry[0], entry[1])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.min_offset_in_queue)
+
+    def get_earliest_message_time_store(self) -> int:
+        """Store time of the oldest record in the commit log (-1 when empty)."""
+        first = self.commitlog.queue.first_file
+        if first is None or first.wrote_position == 0:
+            return -1
+        return self.commitlog.pickup_store_timestamp(first.file_from_offset, 76)
+
+    def get_message_total_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.find(topic, queue_id)
+        return cq.max_offset_in_queue - cq.min_offset_in_queue if cq else -1
+
+    def select_one_message_by_offset(
+        self, phy_offset: int, size: int | None = None
+    ) -> bytes | None:
+        """The raw record at ``phy_offset`` (its size read from the record when not given)."""
+        if size is None:
+            head = self.commitlog.get_message(phy_offset, 4)
+            if head is None:
+                return None
+            size = int.from_bytes(head, "big", signed=True)
+            if size <= 0:
+                return None
+        return self.commitlog.get_message(phy_offset, size)
+
+    def look_message_by_offset(self, phy_offset: int, size: int | None = None) -> MessageExt | None:
+        """The decoded message at ``phy_offset``; None when absent or failing its checks."""
+        raw = self.select_one_message_by_offset(phy_offset, size)
+        if raw is None:
+            return None
+        try:
+            return decode_record(raw)
+        except RecordError:
+            log.warning("no valid record at offset %d", phy_offset)
+            return None
+
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin: int, end: int
+    ) -> QueryMessageResult:
+        """Records whose KEYS or UNIQ_KEY is ``key``, stored within [begin, end] (ms)."""
+        result = QueryMessageResult()
+        if self.index is None:
+            return result
+        max_num = min(max_num, self.config.max_msgs_num_batch)
+        offsets, last_ts, last_phy = self.index.query(topic, key, max_num, begin, end)
+        result.index_last_update_timestamp = last_ts
+        result.index_last_update_phyoffset = last_phy
+        for phy in offsets:
+            raw = self.select_one_message_by_offset(phy)
+            if raw is None:
+                continue
+            try:
+                msg = decode_record(raw, read_body=False, check_crc=False)
+            except RecordError:
+                continue
+            # The index keeps only a hash: confirm the key really matches.
+            if msg.topic == topic and (key == msg.unique_key or key in msg.keys):
+                result.messages.append(raw)
+        return result
+
+    # --- HA ------------------------------------------------------------------------------------
+
+    def get_commitlog_data(self, offset: int, max_size: int | None = None) -> bytes | None:
+        """Raw commit-log bytes from ``offset`` to the end of its file (or ``max_size``)."""
+        return self.commitlog.get_data(offset, max_size)
+
+    def append_to_commitlog(self, start_offset: int, data: bytes | memoryview) -> bool:
+        """HA slave: append replicated bytes at exactly the current max offset."""
+        if not data:
+            return True
+        ok = self.commitlog.append_data(start_offset, data)
+        if ok:
+            self.reput.wakeup()
+        return ok
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    @property
+    def dispatch_behind_bytes(self) -> int:
+        return self.reput.behind_bytes
+
+    # --- admin ---------------------------------------------------------------------------------
+
+    async def delete_topics(self, topics: Iterable[str]) -> int:
+        """Drop the consume queues (and offset-table entries) of ``topics``; commit-log records
+        stay until they expire.  Returns the number of queues deleted."""
+        deleted = 0
+        for topic in topics:
+            by_id = self.consume_queues.queues.pop(topic, None)
+            if not by_id:
+                continue
+            for cq in by_id.values():
+                async with cq.queue.io_lock:
+                    await trio.to_thread.run_sync(cq.destroy)
+                self.commitlog.topic_queue_table.pop(f"{topic}-{cq.queue_id}", None)
+                deleted += 1
+            topic_dir = os.path.join(self.config.consume_queue_dir, topic)
+            await trio.to_thread.run_sync(_remove_empty_tree, topic_dir)
+        return deleted
+
+    async def clean_files_once(self) -> None:
+        """One round of both clean services (what the periodic task runs)."""
+        await self.clean_commitlog.run_once()
+        await self.clean_consume_queue.run_once()
+
+    def execute_delete_files_manually(self) -> None:
+        self.clean_commitlog.execute_delete_files_manually()
+
+    def runtime_info(self) -> dict[str, str]:
+        """Figures for the broker's runtime-info command (Java key names where they exist)."""
+        cl = self.commitlog
+        return {
+            "commitLogMinOffset": str(cl.min_offset),
+            "commitLogMaxOffset": str(cl.max_offset),
+            "commitLogDiskRatio": f"{self.clean_commitlog.last_ratio:.4f}",
+            "dispatchBehindBytes": str(self.reput.behind_bytes),
+            "putMessageTimesTotal": str(self.put_message_times_total),
+            "putMessageSizeTotal": str(self.put_message_size_total),
+            "getMessageTimesTotal": str(self.get_message_times_total),
+            "bootTimestamp": str(self.start_time_ms),
+            "flushDiskType": self.config.flush_disk_type.value,
+            "brokerRole": self.config.broker_role.value,
+            "consumeQueueCount": str(sum(1 for _ in self.consume_queues)),
+            "indexFileCount": str(len(self.index.files) if self.index else 0),
+            "diskFull": str(self.clean_commitlog.disk_full).lower(),
+            "lastExitOk": str(self.last_exit_ok).lower(),
+        }
+
+
+def _remove_empty_tree(path: str) -> None:
+    for root, dirs, _files in os.walk(path, topdown=False):
+        for d in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(root, d))
+    with contextlib.suppress(OSError):
+        os.rmdir(path)

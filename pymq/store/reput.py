@@ -1,0 +1,106 @@
+"""``ReputMessageService``: feeds new commit-log records to the consume queues and the index.
+
+A task in the store's nursery.  A put (or an HA append) calls :meth:`wakeup`; the task then
+dispatches every record between ``reput_from_offset`` and the commit log's end, calling the
+arrival listener for each new consume-queue entry (long polling hangs on it), and yields to the
+loop every :data:`YIELD_EVERY` records so a backlog never stalls the broker.  Records are
+validated structurally (no CRC: they were written by this process or checked by recovery); a
+record cut short at the end of the data (an HA chunk boundary) just waits for more bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from pymq.common.message import BlankRecord, RecordError, read_record_header, read_record_info
+from pymq.store.commitlog import CommitLog
+from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
+
+log = logging.getLogger(__name__)
+
+YIELD_EVERY = 1024
+"""Records dispatched between checkpoints: long enough to batch, short enough to stay fair."""
+
+
+class ReputMessageService:
+    def __init__(self, commitlog: CommitLog, table: ConsumeQueueTable) -> None:
+        self.commitlog = commitlog
+        self.table = table
+        self.reput_from_offset = 0
+        self.listener: ArrivalListener | None = None
+        self._wake = trio.Event()
+        self._reported_bad: int | None = None
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    @property
+    def behind_bytes(self) -> int:
+        return max(0, self.commitlog.max_offset - self.reput_from_offset)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await self.do_reput()
+
+    async def do_reput(self) -> None:
+        """Dispatch up to the commit log's current end (or until a partial record)."""
+        while True:
+            if self.table.index is not None and self.table.index.needs_new_file():
+                await self.table.index.prepare()
+            progressed, more = self._dispatch_some(YIELD_EVERY)
+            if not more:
+                return
+            if progressed:
+                await trio.lowlevel.checkpoint()
+
+    def dispatch_all_now(self) -> None:
+        """Synchronously dispatch everything (recovery thread and shutdown)."""
+        while True:
+            _progressed, more = self._dispatch_some(1 << 30)
+            if not more:
+                return
+
+    def _dispatch_some(self, limit: int) -> tuple[bool, bool]:
+        """Dispatch at most ``limit`` records: (made progress, may be more to do)."""
+        cl = self.commitlog
+        if self.reput_from_offset < cl.min_offset:
+            self.reput_from_offset = cl.min_offset
+        if self.reput_from_offset >= cl.max_offset:
+            return False, False
+        mf = cl.queue.find_by_offset(self.reput_from_offset)
+        if mf is None:
+            return False, False
+        pos = self.reput_from_offset - mf.file_from_offset
+        end = mf.wrote_position
+        view = memoryview(mf.mm)[:end]
+        dispatch = self.table.dispatch
+        listener = self.listener
+        done = 0
+        try:
+            while pos < end and done < limit:
+                try:
+                    info = read_record_info(view, pos, check_crc=False)
+                except BlankRecord:
+                    self.reput_from_offset = cl.roll_next_file(self.reput_from_offset)
+                    return True, True
+                except RecordError as exc:
+                    if pos + 8 > end or pos + read_record_header(view, pos)[0] > end:
+                        return done > 0, False  # a partial record: wait for the rest
+                    if self._reported_bad != self.reput_from_offset:
+                        self._reported_bad = self.reput_from_offset
+                        log.error("reput stopped at %d: %s", self.reput_from_offset, exc)
+                    return done > 0, False
+                dispatch(info, listener)
+                pos += info.size
+                self.reput_from_offset += info.size
+                done += 1
+        finally:
+            view.release()
+        if pos >= mf.file_size:
+            return True, True
+        return done > 0, self.reput_from_offset < cl.max_offset

@@ -1,0 +1,79 @@
+"""``python -m pymq.broker -c broker.conf [-n namesrvAddr]``: run a RocketMQ-compatible broker."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from pymq.broker.config import BROKER_DEFAULT_PORT, BrokerConfig
+from pymq.broker.controller import BrokerController
+from pymq.common.cli import (
+    base_parser,
+    load_configs,
+    parse_overrides,
+    print_config,
+    run_until_signalled,
+    setup_logging,
+)
+from pymq.common.config import ConfigError
+from pymq.remoting.config import NettyClientConfig, NettyServerConfig
+from pymq.store.checkpoint import StoreLockedError
+from pymq.store.config import BrokerRole, MessageStoreConfig
+
+
+def build_configs(
+    config_file: str | None, overrides: dict[str, str]
+) -> tuple[BrokerConfig, NettyServerConfig, NettyClientConfig, MessageStoreConfig]:
+    """Defaults, then the file, then flags; then BrokerStartup's own rules."""
+    broker = BrokerConfig()
+    server = NettyServerConfig(listen_port=BROKER_DEFAULT_PORT)
+    client = NettyClientConfig()
+    store = MessageStoreConfig()
+    load_configs([broker, server, client, store], config_file, overrides)
+    if store.broker_role is BrokerRole.SLAVE:
+        if broker.broker_id <= 0:
+            raise ConfigError("Slave's brokerId must be > 0 (set brokerId in broker.conf)")
+    else:
+        broker.broker_id = 0  # a master is always brokerId 0
+    if "haListenPort" not in overrides:
+        store.ha_listen_port = server.listen_port + 1
+    return broker, server, client, store
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = base_parser("python -m pymq.broker", "pymq broker (RocketMQ 4.x compatible)")
+    parser.add_argument("-n", "--namesrvAddr", dest="namesrv_addr", help="name servers, a;b")
+    args, extra = parser.parse_known_args(argv)
+    try:
+        overrides = parse_overrides(extra)
+        if args.namesrv_addr:
+            overrides["namesrvAddr"] = args.namesrv_addr
+        configs = build_configs(args.config_file, overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print_config(configs)
+        return 0
+    setup_logging(args.log_level)
+    controller = BrokerController(*configs)
+    try:
+        trio.run(
+            run_until_signalled,
+            controller.run,
+            f"The broker[{configs[0].broker_name}, {configs[0].broker_ip1}:{{started}}] boot "
+            f"success. serializeType=JSON and name server is {configs[0].namesrv_addr}",
+        )
+    except StoreLockedError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: cannot start the broker: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

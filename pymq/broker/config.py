@@ -1,0 +1,105 @@
+"""BrokerConfig: RocketMQ 4.x's broker keys and defaults.
+
+Keys that size Java thread pools or queues are accepted (config files load unchanged) and shown
+by ``-p``, but pymq runs on one Trio loop and does not use them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import attrs
+
+from pymq.common.topic import PERM_READ, PERM_WRITE
+
+# BrokerStartup: the broker's main port; the fast ("VIP") port is listenPort - 2 and HA + 1.
+BROKER_DEFAULT_PORT = 10911
+
+
+def _local_address() -> str:
+    """The host's own IPv4 address by name, else loopback (set brokerIP1 to choose)."""
+    try:
+        address = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+    return address if address and not address.startswith("0.") else "127.0.0.1"
+
+
+def _host_name() -> str:
+    return socket.gethostname() or "DEFAULT_BROKER"
+
+
+def _namesrv_from_env() -> str | None:
+    return os.environ.get("NAMESRV_ADDR") or None
+
+
+@attrs.define
+class BrokerConfig:
+    rocketmq_home: str = attrs.Factory(lambda: os.environ.get("ROCKETMQ_HOME", ""))
+    namesrv_addr: str | None = attrs.Factory(_namesrv_from_env)
+    broker_ip1: str = attrs.field(factory=_local_address, metadata={"key": "brokerIP1"})
+    broker_ip2: str = attrs.field(factory=_local_address, metadata={"key": "brokerIP2"})
+    broker_name: str = attrs.Factory(_host_name)
+    broker_cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    broker_permission: int = PERM_READ | PERM_WRITE
+    default_topic_queue_nums: int = 8
+    auto_create_topic_enable: bool = True
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    message_store_plug_in: str = ""
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
+    trace_topic_enable: bool = False
+    send_message_thread_pool_nums: int = 1
+    pull_message_thread_pool_nums: int = 20
+    query_message_thread_pool_nums: int = 10
+    admin_broker_thread_pool_nums: int = 16
+    client_manage_thread_pool_nums: int = 32
+    consumer_manage_thread_pool_nums: int = 32
+    heartbeat_thread_pool_nums: int = 2
+    end_transaction_thread_pool_nums: int = 12
+    flush_consumer_offset_interval: int = 5000
+    flush_consumer_offset_history_interval: int = 60000
+    reject_transaction_message: bool = False
+    fetch_namesrv_addr_by_address_server: bool = False
+    send_thread_pool_queue_capacity: int = 10000
+    pull_thread_pool_queue_capacity: int = 100000
+    query_thread_pool_queue_capacity: int = 20000
+    client_manager_thread_pool_queue_capacity: int = 1000000
+    consumer_manager_thread_pool_queue_capacity: int = 1000000
+    heartbeat_thread_pool_queue_capacity: int = 50000
+    filter_server_nums: int = 0
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    notify_consumer_ids_changed_enable: bool = True
+    high_speed_mode: bool = False
+    transfer_msg_by_heap: bool = True
+    max_delay_time: int = 40
+    region_id: str = "DefaultRegion"
+    register_broker_timeout_mills: int = 6000
+    slave_read_enable: bool = False
+    disable_consume_if_consumer_read_slowly: bool = False
+    consumer_fallbehind_threshold: int = 16 * 1024 * 1024 * 1024
+    broker_fast_failure_enable: bool = True
+    wait_time_mills_in_send_queue: int = 200
+    wait_time_mills_in_pull_queue: int = 5000
+    filter_support_retry: bool = False
+    enable_property_filter: bool = False
+    compressed_register: bool = False
+    force_register: bool = True
+    register_name_server_period: int = 30000
+    transaction_time_out: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 60000
+    acl_enable: bool = False
+    store_reply_message_enable: bool = True
+    trace_on: bool = True
+    # pymq: the admin websocket channel (0 = off); see the admin docs.
+    admin_listen_port: int = 0
+    admin_bind_address: str = "127.0.0.1"
+    admin_token: str = ""
+
+    def namesrv_list(self) -> list[str]:
+        return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]

@@ -1,0 +1,376 @@
+"""BrokerController: wires the broker's services into one nursery (DESIGN.md section 3).
+
+::
+
+    BrokerController.run()
+    └─ nursery
+       ├─ store.run()              (recovered before anything listens)
+       ├─ remoting servers         listenPort and the fast port listenPort - 2
+       ├─ register_timer           at start, on topic changes, then every 30 s
+       ├─ persist_consumer_offsets every 5 s
+       ├─ client_housekeeping      every 10 s (120 s channel expiry)
+       ├─ schedule delivery        one task per delay level
+       └─ stats sampler            every 1 s
+
+Start order: configs -> managers loaded -> store recovered -> servers listening -> registered
+with every name server -> ``task_status.started(port)``.  On cancellation the shutdown work
+(unregister, persist the managers) runs shielded with a deadline; the store does its own final
+flush, checkpoint and abort-file removal.  The logic lives in the services; this module wires.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import trio
+
+from pymq.broker.client_manager import (
+    ConsumerManager,
+    ProducerManager,
+    RebalanceLockManager,
+)
+from pymq.broker.config import BrokerConfig
+from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
+from pymq.broker.long_polling import PullRequestHoldService
+from pymq.broker.outer_api import BrokerIdentity, BrokerOuterAPI
+from pymq.broker.processors.admin import AdminProcessor
+from pymq.broker.processors.consumer import ConsumerProcessor
+from pymq.broker.processors.pull import PullProcessor
+from pymq.broker.processors.send import SendProcessor
+from pymq.broker.schedule import ScheduleMessageService
+from pymq.broker.stats import BrokerStats
+from pymq.broker.subscription_group_manager import SubscriptionGroupManager
+from pymq.broker.topic_config_manager import TopicConfigManager
+from pymq.common.periodic import every
+from pymq.common.topic import (
+    DataVersion,
+    TopicConfigSerializeWrapper,
+    is_readable,
+    is_writeable,
+)
+from pymq.remoting.channel import Channel
+from pymq.remoting.client import RemotingClient
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import CURRENT_VERSION, RequestCode
+from pymq.remoting.config import NettyClientConfig, NettyServerConfig
+from pymq.remoting.errors import RemotingError
+from pymq.remoting.server import RemotingServer
+from pymq.store.config import MessageStoreConfig
+from pymq.store.message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+# BrokerController.start(): the register timer's first run and the bounds of its period.
+REGISTER_INITIAL_DELAY = 10.0
+REGISTER_PERIOD_MIN, REGISTER_PERIOD_MAX = 10.0, 60.0
+PERSIST_OFFSETS_INITIAL_DELAY = 10.0
+CLIENT_HOUSEKEEPING_PERIOD = 10.0
+SCHEDULE_PERSIST_PERIOD = 10.0
+# Shutdown work gets this long even when the broker is being torn down.
+SHUTDOWN_DEADLINE = 10.0
+
+
+class BrokerController:
+    def __init__(
+        self,
+        broker_config: BrokerConfig,
+        server_config: NettyServerConfig,
+        client_config: NettyClientConfig,
+        store_config: MessageStoreConfig,
+        *,
+        store: DefaultMessageStore | None = None,
+    ) -> None:
+        self.broker_config = broker_config
+        self.server_config = server_config
+        self.client_config = client_config
+        self.store_config = store_config
+        self.config_version = DataVersion()
+        self.store = store or DefaultMessageStore(store_config)
+        config_dir = store_config.config_dir
+        self.topic_config_manager = TopicConfigManager(config_dir, broker_config)
+        self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
+        self.subscription_group_manager = SubscriptionGroupManager(
+            config_dir, broker_config.auto_create_subscription_group
+        )
+        self.schedule = ScheduleMessageService(config_dir, self.store)
+        self.producer_manager = ProducerManager()
+        self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
+        self.rebalance_lock_manager = RebalanceLockManager()
+        self.pull_hold = PullRequestHoldService()
+        self.stats = BrokerStats()
+        self.server = RemotingServer(
+            host=server_config.bind_address,
+            port=server_config.listen_port,
+            name="broker",
+            on_channel_closed=self._on_channel_closed,
+            idle_timeout=server_config.server_channel_max_idle_time_seconds,
+        )
+        self.fast_server = RemotingServer(
+            host=server_config.bind_address,
+            port=server_config.listen_port - 2 if server_config.listen_port > 2 else 0,
+            name="broker-fast",
+            on_channel_closed=self._on_channel_closed,
+            idle_timeout=server_config.server_channel_max_idle_time_seconds,
+        )
+        self.send_processor = SendProcessor(self)
+        self.pull_processor = PullProcessor(self)
+        self.consumer_processor = ConsumerProcessor(self)
+        self.admin_processor = AdminProcessor(self)
+        self._register_processors()
+        self.outer_api: BrokerOuterAPI | None = None
+        self.master_addr: str | None = None
+        self._nursery: trio.Nursery | None = None
+        self._register_wanted = trio.Event()
+        self.topic_config_manager.on_change = self._register_wanted.set
+        self.registered = trio.Event()
+
+    # -- wiring -------------------------------------------------------------------------------
+
+    def _register_processors(self) -> None:
+        send, pull = self.send_processor, self.pull_processor
+        consumer, admin = self.consumer_processor, self.admin_processor
+        table = {
+            RequestCode.SEND_MESSAGE: send.send_message,
+            RequestCode.SEND_MESSAGE_V2: send.send_message,
+            RequestCode.SEND_BATCH_MESSAGE: send.send_message,
+            RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            RequestCode.PULL_MESSAGE: pull.pull_message,
+            RequestCode.HEART_BEAT: consumer.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
+            RequestCode.CHECK_CLIENT_CONFIG: consumer.check_client_config,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list_by_group,
+            RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,
+            RequestCode.LOCK_BATCH_MQ: consumer.lock_batch_mq,
+            RequestCode.UNLOCK_BATCH_MQ: consumer.unlock_batch_mq,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
+            RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
+            RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
+            RequestCode.GET_BROKER_CONFIG: admin.get_broker_config,
+            RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
+            RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: admin.get_min_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
+            RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message_by_id,
+            RequestCode.QUERY_MESSAGE: admin.query_message,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
+            RequestCode.GET_ALL_DELAY_OFFSET: admin.get_all_delay_offset,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: (
+                admin.update_and_create_subscription_group
+            ),
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
+        }
+        for server in (self.server, self.fast_server):
+            for code, handler in table.items():
+                server.register(code, handler)
+
+    def configs(self) -> list[object]:
+        return [self.broker_config, self.server_config, self.client_config, self.store_config]
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.broker_config.broker_ip1}:{self.server.port}"
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        return (self.broker_config.broker_ip1, self.server.port)
+
+    def identity(self) -> BrokerIdentity:
+        bc = self.broker_config
+        return BrokerIdentity(
+            cluster_name=bc.broker_cluster_name,
+            broker_addr=self.broker_addr,
+            broker_name=bc.broker_name,
+            broker_id=bc.broker_id,
+            ha_server_addr=f"{bc.broker_ip2}:{self.store_config.ha_listen_port}",
+        )
+
+    def _load_managers(self) -> None:
+        for manager in (
+            self.topic_config_manager,
+            self.consumer_offset_manager,
+            self.subscription_group_manager,
+            self.schedule,
+        ):
+            manager.load()
+
+    def _persist_managers_blocking(self) -> None:
+        for manager in (
+            self.consumer_offset_manager,
+            self.schedule,
+            self.topic_config_manager,
+            self.subscription_group_manager,
+        ):
+            try:
+                manager.persist_blocking()
+            except OSError as exc:
+                log.error("persisting %s failed: %s", manager.path, exc)
+
+    def _on_arrival(
+        self, topic: str, queue_id: int, logic_offset: int, tags_code: int, store_ts: int
+    ) -> None:
+        self.pull_hold.notify_message_arriving(topic, queue_id, logic_offset, tags_code, store_ts)
+        self.schedule.notify_arrival(topic, queue_id)
+
+    # -- the service --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        await trio.to_thread.run_sync(self._load_managers)
+        self.store.set_arrival_listener(self._on_arrival)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                # The store must know its own address before the first put: bind first.
+                port = await nursery.start(self.server.run)
+                await nursery.start(self.fast_server.run)
+                self.store.store_host = self.store_host
+                await nursery.start(self.store.run)
+                client = RemotingClient(
+                    nursery, connect_timeout=self.client_config.connect_timeout_millis / 1000
+                )
+                self.outer_api = BrokerOuterAPI(client, self.broker_config.namesrv_list())
+                await self.register_broker_all(force=True)
+                self.registered.set()
+                period = min(
+                    max(self.broker_config.register_name_server_period / 1000, REGISTER_PERIOD_MIN),
+                    REGISTER_PERIOD_MAX,
+                )
+                nursery.start_soon(self._register_on_change)
+                self._every(nursery, period, self._periodic_register, REGISTER_INITIAL_DELAY)
+                self._every(
+                    nursery,
+                    self.broker_config.flush_consumer_offset_interval / 1000,
+                    self.consumer_offset_manager.persist,
+                    PERSIST_OFFSETS_INITIAL_DELAY,
+                )
+                self._every(nursery, CLIENT_HOUSEKEEPING_PERIOD, self._client_housekeeping)
+                self._every(nursery, SCHEDULE_PERSIST_PERIOD, self.schedule.persist)
+                self._every(nursery, 1.0, self.stats.sample, 0.0)
+                if self.store_config.broker_role.value != "SLAVE":
+                    await nursery.start(self.schedule.run)
+                log.info(
+                    "The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
+                    self.broker_config.broker_name,
+                    self.broker_addr,
+                    self.broker_config.namesrv_addr,
+                )
+                task_status.started(port)
+        finally:
+            with trio.move_on_after(SHUTDOWN_DEADLINE) as scope:
+                scope.shield = True
+                await self._shutdown()
+
+    @staticmethod
+    def _every(
+        nursery: trio.Nursery, period: float, work: object, delay: float | None = None
+    ) -> None:
+        nursery.start_soon(
+            lambda: every(period, work, initial_delay=delay, name=getattr(work, "__name__", None))  # type: ignore[arg-type]
+        )
+
+    async def _shutdown(self) -> None:
+        if self.outer_api is not None and self.registered.is_set():
+            async with trio.open_nursery() as nursery:
+                client = RemotingClient(nursery, connect_timeout=2.0)
+                api = BrokerOuterAPI(client, self.outer_api.namesrv_addrs)
+                await api.unregister_broker_all(self.identity(), timeout=3.0)
+                client.close()
+        await trio.to_thread.run_sync(self._persist_managers_blocking)
+        log.info("broker %s shut down", self.broker_config.broker_name)
+
+    # -- name-server registration -------------------------------------------------------------
+
+    def _topics_for_registration(self) -> TopicConfigSerializeWrapper:
+        wrapper = self.topic_config_manager.serialize_wrapper()
+        perm = self.broker_config.broker_permission
+        if not (is_writeable(perm) and is_readable(perm)):
+            wrapper.topic_config_table = {
+                name: type(c)(name, c.read_queue_nums, c.write_queue_nums, perm)
+                for name, c in wrapper.topic_config_table.items()
+            }
+        return wrapper
+
+    async def register_broker_all(self, *, force: bool) -> None:
+        if self.outer_api is None or not self.outer_api.namesrv_addrs:
+            return
+        timeout = self.broker_config.register_broker_timeout_mills / 1000
+        if not force:
+            version = self.topic_config_manager.data_version
+            if not await self.outer_api.need_register(self.identity(), version, timeout):
+                return
+        results = await self.outer_api.register_broker_all(
+            self.identity(),
+            self._topics_for_registration(),
+            timeout=timeout,
+            compressed=self.broker_config.compressed_register,
+        )
+        if results:
+            self.master_addr = results[0].master_addr
+
+    async def _periodic_register(self) -> None:
+        await self.register_broker_all(force=self.broker_config.force_register)
+
+    async def _register_on_change(self) -> None:
+        while True:
+            await self._register_wanted.wait()
+            self._register_wanted = trio.Event()
+            self.topic_config_manager.on_change = self._register_wanted.set
+            await self.register_broker_all(force=True)
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def _on_channel_closed(self, channel: Channel) -> None:
+        self.producer_manager.channel_closed(channel)
+        self.consumer_manager.channel_closed(channel)
+
+    async def _client_housekeeping(self) -> None:
+        now = trio.current_time()
+        for channel in self.producer_manager.scan_expired(now) + self.consumer_manager.scan_expired(
+            now
+        ):
+            if isinstance(channel, Channel):
+                channel.close("client channel expired")
+
+    def _notify_consumer_ids_changed(self, group: str, channels: list[object]) -> None:
+        if self._nursery is None:
+            return
+        for channel in channels:
+            if isinstance(channel, Channel) and not channel.closed:
+                request = RemotingCommand.request(
+                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}
+                )
+                self._nursery.start_soon(_send_oneway, channel, request)
+
+    # -- runtime info -------------------------------------------------------------------------
+
+    def runtime_info(self) -> dict[str, str]:
+        stats = self.stats
+        info = {
+            "brokerVersionDesc": "V4_9_4",
+            "brokerVersion": str(CURRENT_VERSION),
+            "bootTimestamp": str(stats.boot_timestamp),
+            "runtime": f"{(time.time() * 1000 - stats.boot_timestamp) / 1000:.0f} s",
+            "msgPutTotalTodayNow": str(stats.put_msgs),
+            "msgGetTotalTodayNow": str(stats.get_msgs),
+            "putTps": stats.tps_text(1),
+            "getTransferedTps": stats.tps_text(3),
+            "brokerRole": self.store_config.broker_role.value,
+        }
+        info.update(self.store.runtime_info())
+        return info
+
+
+async def _send_oneway(channel: Channel, request: RemotingCommand) -> None:
+    try:
+        await channel.invoke_oneway(request)
+    except RemotingError as exc:
+        log.debug("notify %s failed: %s", channel, exc)

@@ -1,0 +1,38 @@
+"""Long polling: held PULL requests wake when a message arrives in their queue.
+
+A held request waits on the queue's current :class:`trio.Event`; the store's arrival listener
+(called by reput right after it dispatches a message) sets that event and replaces it, so every
+pull waiting on the queue re-runs within milliseconds of the arrival.
+"""
+
+from __future__ import annotations
+
+import trio
+
+
+class PullRequestHoldService:
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, int], trio.Event] = {}
+
+    def waiter(self, topic: str, queue_id: int) -> trio.Event:
+        key = (topic, queue_id)
+        event = self._events.get(key)
+        if event is None:
+            event = self._events[key] = trio.Event()
+        return event
+
+    def notify_message_arriving(
+        self,
+        topic: str,
+        queue_id: int,
+        logic_offset: int = 0,
+        tags_code: int = 0,
+        store_timestamp: int = 0,
+    ) -> None:
+        event = self._events.pop((topic, queue_id), None)
+        if event is not None:
+            event.set()
+
+    @property
+    def held_queues(self) -> int:
+        return len(self._events)

@@ -1,0 +1,267 @@
+"""Admin requests: topics, offsets, message lookups, configs, groups and runtime info.
+
+UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
+UPDATE_BROKER_CONFIG (25), GET_BROKER_CONFIG (26), GET_BROKER_RUNTIME_INFO (28),
+SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
+GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12),
+GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+(200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207),
+GET_CONSUMER_CONNECTION_LIST (203).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING
+
+from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
+from pymq.common.config import ConfigError, apply_properties, to_properties
+from pymq.common.properties import format_properties, parse_properties
+from pymq.common.route import KVTable
+from pymq.common.serde import from_json, to_json, to_plain
+from pymq.common.topic import TopicConfig, TopicFilterType, validate_topic
+from pymq.remoting.channel import Channel
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import ResponseCode
+
+if TYPE_CHECKING:
+    from pymq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+# Keys an operator may change on a running broker (UPDATE_BROKER_CONFIG).  Paths, ports, names
+# and roles need a restart, and are refused with a remark saying so.
+RESTART_ONLY_KEYS = frozenset(
+    {
+        "brokerName",
+        "brokerClusterName",
+        "brokerId",
+        "brokerIP1",
+        "brokerIP2",
+        "listenPort",
+        "bindAddress",
+        "storePathRootDir",
+        "storePathCommitLog",
+        "brokerRole",
+        "mappedFileSizeCommitLog",
+        "mappedFileSizeConsumeQueue",
+        "haListenPort",
+        "adminListenPort",
+        "adminToken",
+        "rocketmqHome",
+    }
+)
+
+
+class AdminProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    # -- topics -------------------------------------------------------------------------------
+
+    async def update_and_create_topic(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        topic = req.ext_str("topic")
+        if topic == self.broker.broker_config.broker_cluster_name:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The topic[{topic}] is conflict with system reserved words (the cluster name).",
+            )
+        problem = validate_topic(topic)
+        if problem:
+            return req.response(ResponseCode.SYSTEM_ERROR, problem)
+        try:
+            filter_type = TopicFilterType(req.ext_str("topicFilterType", "SINGLE_TAG"))
+        except ValueError:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, "topicFilterType must be SINGLE_TAG or MULTI_TAG"
+            )
+        read_nums = req.ext_int("readQueueNums", 16)
+        write_nums = req.ext_int("writeQueueNums", 16)
+        if read_nums <= 0 or write_nums <= 0:
+            return req.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be positive")
+        config = TopicConfig(
+            topic,
+            read_nums,
+            write_nums,
+            req.ext_int("perm", 6),
+            filter_type,
+            req.ext_int("topicSysFlag", 0),
+            req.ext_bool("order"),
+        )
+        log.info("updateAndCreateTopic called by %s: %s", channel.remote_address, config)
+        await self.broker.topic_config_manager.update(config)
+        return req.response()
+
+    async def delete_topic_in_broker(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        topic = req.ext_str("topic")
+        log.info("deleteTopic called by %s: %s", channel.remote_address, topic)
+        await self.broker.topic_config_manager.delete(topic)
+        self.broker.consumer_offset_manager.remove_topic(topic)
+        await self.broker.store.delete_topics([topic])
+        return req.response()
+
+    async def get_all_topic_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(body=self.broker.topic_config_manager.encode_bytes())
+
+    # -- offsets and messages -----------------------------------------------------------------
+
+    async def search_offset_by_timestamp(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        offset = self.broker.store.get_offset_in_queue_by_time(
+            req.ext_str("topic"), req.ext_int("queueId"), req.ext_int("timestamp")
+        )
+        return req.response(ext_fields={"offset": offset})
+
+    async def get_max_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        offset = self.broker.store.get_max_offset_in_queue(
+            req.ext_str("topic"), req.ext_int("queueId")
+        )
+        return req.response(ext_fields={"offset": offset})
+
+    async def get_min_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        offset = self.broker.store.get_min_offset_in_queue(
+            req.ext_str("topic"), req.ext_int("queueId")
+        )
+        return req.response(ext_fields={"offset": offset})
+
+    async def get_earliest_msg_storetime(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        timestamp = self.broker.store.get_earliest_message_time(
+            req.ext_str("topic"), req.ext_int("queueId")
+        )
+        return req.response(ext_fields={"timestamp": timestamp})
+
+    async def view_message_by_id(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        offset = req.ext_int("offset")
+        raw = self.broker.store.select_one_message_by_offset(offset)
+        if raw is None or self.broker.store.look_message_by_offset(offset) is None:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
+            )
+        return req.response(body=bytes(raw))
+
+    async def query_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        max_num = req.ext_int("maxNum", 32)
+        if req.ext_bool("_UNIQUE_KEY_QUERY"):
+            max_num = self.broker.store.config.default_query_max_num
+        result = self.broker.store.query_message(
+            req.ext_str("topic"),
+            req.ext_str("key"),
+            max_num,
+            req.ext_int("beginTimestamp", 0),
+            req.ext_int("endTimestamp", 2**62),
+        )
+        header = {
+            "indexLastUpdateTimestamp": result.index_last_update_timestamp,
+            "indexLastUpdatePhyoffset": result.index_last_update_phyoffset,
+        }
+        if not result.messages:
+            return req.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                "can not find message, maybe time range not correct",
+                header,
+            )
+        return req.response(ext_fields=header, body=b"".join(result.messages))
+
+    async def get_all_consumer_offset(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        return req.response(body=self.broker.consumer_offset_manager.encode_bytes())
+
+    async def get_all_delay_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(body=self.broker.schedule.encode_bytes())
+
+    # -- configs ------------------------------------------------------------------------------
+
+    async def get_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        text = format_properties(to_properties(self.broker.configs()))
+        version = to_json(self.broker.config_version).decode()
+        return req.response(ext_fields={"version": version}, body=text.encode())
+
+    async def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        try:
+            props = parse_properties(req.body.decode("utf-8"))
+        except UnicodeDecodeError:
+            return req.response(ResponseCode.SYSTEM_ERROR, "config body is not UTF-8")
+        frozen = sorted(RESTART_ONLY_KEYS & props.keys())
+        if frozen:
+            return req.response(
+                ResponseCode.NO_PERMISSION,
+                f"{', '.join(frozen)} cannot be changed on a running broker; "
+                "edit broker.conf and restart",
+            )
+        configs = self.broker.configs()
+        known = to_properties(configs)
+        unknown = sorted(k for k in props if k not in known)
+        if unknown:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"unknown config keys: {', '.join(unknown)}"
+            )
+        try:
+            apply_properties(configs, props)
+        except ConfigError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        self.broker.config_version.next_version()
+        log.info("broker config updated by %s: %s", channel.remote_address, props)
+        return req.response()
+
+    async def get_broker_runtime_info(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        return req.response(body=to_json(KVTable(self.broker.runtime_info())))
+
+    # -- subscription groups ------------------------------------------------------------------
+
+    async def update_and_create_subscription_group(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        try:
+            config = from_json(req.body, SubscriptionGroupConfig)
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group: {exc}")
+        await self.broker.subscription_group_manager.update(config)
+        return req.response()
+
+    async def get_all_subscription_group_config(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        return req.response(body=self.broker.subscription_group_manager.encode_bytes())
+
+    async def delete_subscription_group(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        await self.broker.subscription_group_manager.delete(req.ext_str("groupName"))
+        return req.response()
+
+    async def get_consumer_connection_list(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        group = req.ext_str("consumerGroup")
+        info = self.broker.consumer_manager.get(group)
+        if info is None:
+            return req.response(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        body = {
+            "connectionSet": [
+                {
+                    "clientId": c.client_id,
+                    "clientAddr": c.remote_address,
+                    "language": c.language,
+                    "version": c.version,
+                }
+                for c in info.channels.values()
+            ],
+            "subscriptionTable": {t: to_plain(s) for t, s in info.subscriptions.items()},
+            "consumeType": info.consume_type.value,
+            "messageModel": info.message_model.value,
+            "consumeFromWhere": info.consume_from_where.value,
+        }
+        return req.response(body=json.dumps(body, sort_keys=True).encode())

@@ -1,0 +1,159 @@
+"""Client and consumer management: HEART_BEAT (34), UNREGISTER_CLIENT (35), CHECK_CLIENT_CONFIG
+(46), GET_CONSUMER_LIST_BY_GROUP (38), QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15),
+LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from pymq.broker.client_manager import ClientChannelInfo
+from pymq.common.consumer import (
+    ConsumerList,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    UnlockBatchRequestBody,
+)
+from pymq.common.serde import from_json, to_json
+from pymq.common.topic import PERM_READ, PERM_WRITE, retry_topic
+from pymq.remoting.channel import Channel
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import ResponseCode
+
+if TYPE_CHECKING:
+    from pymq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+
+class ConsumerProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def _channel_info(
+        self, channel: Channel, req: RemotingCommand, client_id: str
+    ) -> ClientChannelInfo:
+        return ClientChannelInfo(
+            channel=channel,
+            client_id=client_id,
+            language=req.language,
+            version=req.version,
+            last_update=trio.current_time(),
+            remote_address=channel.remote_address,
+        )
+
+    async def heart_beat(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        try:
+            data = from_json(req.body, HeartbeatData)
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
+        info = self._channel_info(channel, req, data.client_id)
+        broker = self.broker
+        for consumer in data.consumer_data_set:
+            group_config = await broker.subscription_group_manager.find_or_create(
+                consumer.group_name
+            )
+            notify = True
+            if group_config is not None:
+                notify = group_config.notify_consumer_ids_changed_enable
+                sys_flag = 1 if consumer.unit_mode else 0
+                await broker.topic_config_manager.create_in_send_back(
+                    retry_topic(consumer.group_name),
+                    group_config.retry_queue_nums,
+                    PERM_READ | PERM_WRITE,
+                    sys_flag,
+                )
+            changed = broker.consumer_manager.register(
+                consumer.group_name,
+                info,
+                consumer.consume_type,
+                consumer.message_model,
+                consumer.consume_from_where,
+                [s.normalised() for s in consumer.subscription_data_set],
+                notify and broker.broker_config.notify_consumer_ids_changed_enable,
+            )
+            if changed:
+                log.info(
+                    "registerConsumer info changed, group %s client %s",
+                    consumer.group_name,
+                    data.client_id,
+                )
+        for producer in data.producer_data_set:
+            broker.producer_manager.register(producer.group_name, info)
+        return req.response()
+
+    async def unregister_client(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        producer_group = req.ext_str("producerGroup", "")
+        consumer_group = req.ext_str("consumerGroup", "")
+        if producer_group:
+            self.broker.producer_manager.unregister(producer_group, channel)
+        if consumer_group:
+            group_config = self.broker.subscription_group_manager.table.get(consumer_group)
+            notify = group_config.notify_consumer_ids_changed_enable if group_config else True
+            self.broker.consumer_manager.unregister(consumer_group, channel, notify)
+        return req.response()
+
+    async def check_client_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response()
+
+    async def get_consumer_list_by_group(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        group = req.ext_str("consumerGroup")
+        info = self.broker.consumer_manager.get(group)
+        if info is None or not info.channels:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return req.response(body=to_json(ConsumerList(info.client_ids())))
+
+    async def query_consumer_offset(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        group = req.ext_str("consumerGroup")
+        topic = req.ext_str("topic")
+        queue_id = req.ext_int("queueId")
+        offset = self.broker.consumer_offset_manager.query_offset(group, topic, queue_id)
+        if offset >= 0:
+            return req.response(ext_fields={"offset": offset})
+        if self.broker.store.get_min_offset_in_queue(topic, queue_id) <= 0:
+            return req.response(ext_fields={"offset": 0})
+        return req.response(
+            ResponseCode.QUERY_NOT_FOUND,
+            "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+        )
+
+    async def update_consumer_offset(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        offset = req.ext_int("commitOffset")
+        if offset >= 0:  # -1 means "unknown" on the client side: never overwrite a real offset
+            self.broker.consumer_offset_manager.commit_offset(
+                channel.remote_address,
+                req.ext_str("consumerGroup"),
+                req.ext_str("topic"),
+                req.ext_int("queueId"),
+                offset,
+            )
+        return req.response()
+
+    async def lock_batch_mq(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        try:
+            body = from_json(req.body, LockBatchRequestBody)
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"bad lock body: {exc}")
+        locked = self.broker.rebalance_lock_manager.try_lock_batch(
+            body.consumer_group, body.mq_set, body.client_id, trio.current_time()
+        )
+        return req.response(body=to_json(LockBatchResponseBody(locked)))
+
+    async def unlock_batch_mq(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        try:
+            body = from_json(req.body, UnlockBatchRequestBody)
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"bad unlock body: {exc}")
+        self.broker.rebalance_lock_manager.unlock_batch(
+            body.consumer_group, body.mq_set, body.client_id
+        )
+        return req.response()

@@ -1,0 +1,192 @@
+"""PULL_MESSAGE (11) with long polling.
+
+A pull that finds nothing new, from a client that allows suspension (sysFlag bit 1), is held until
+a message arrives in its queue (woken by the store's reput within milliseconds) or the client's
+``suspendTimeoutMillis`` runs out, then runs once more and answers.  Status mapping, checks and
+remarks follow RocketMQ 4.9.4's PullMessageProcessor; every answer carries nextBeginOffset,
+minOffset, maxOffset and suggestWhichBrokerId, which the C++ client needs on every code.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from pymq.common.consumer import EXPRESSION_TYPE_TAG, MessageModel, SubscriptionData
+from pymq.common.route import MASTER_ID
+from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, is_readable
+from pymq.remoting.channel import Channel
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import ResponseCode
+from pymq.store.config import BrokerRole
+from pymq.store.results import GetMessageResult, GetMessageStatus
+
+if TYPE_CHECKING:
+    from pymq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+# PullSysFlag bits.
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+FLAG_CLASS_FILTER = 0x8
+
+NOT_FOUND = ResponseCode.PULL_NOT_FOUND
+
+
+def _code_for(result: GetMessageResult, offset: int) -> int:
+    status = result.status
+    if status is GetMessageStatus.FOUND:
+        return ResponseCode.SUCCESS
+    if status in (GetMessageStatus.MESSAGE_WAS_REMOVING, GetMessageStatus.NO_MATCHED_MESSAGE):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+        return ResponseCode.PULL_OFFSET_MOVED if offset != 0 else NOT_FOUND
+    if status in (GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.OFFSET_OVERFLOW_ONE):
+        return NOT_FOUND
+    return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
+
+
+class PullProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def pull_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        bc = broker.broker_config
+        group = req.ext_str("consumerGroup")
+        topic = req.ext_str("topic")
+        queue_id = req.ext_int("queueId")
+        offset = req.ext_int("queueOffset")
+        max_nums = req.ext_int("maxMsgNums")
+        sys_flag = req.ext_int("sysFlag", 0)
+        if not is_readable(bc.broker_permission):
+            return req.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{bc.broker_ip1}] pulling message is forbidden",
+            )
+        group_config = await broker.subscription_group_manager.find_or_create(group)
+        if group_config is None:
+            return req.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{group}] does not exist; create it with updateSubGroup "
+                "or enable autoCreateSubscriptionGroup",
+            )
+        if not group_config.consume_enable:
+            return req.response(
+                ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
+            )
+        config = broker.topic_config_manager.select(topic)
+        if config is None:
+            return req.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
+            )
+        if not is_readable(config.perm):
+            return req.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden"
+            )
+        if queue_id < 0 or queue_id >= config.read_queue_nums:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                f"topicConfig.readQueueNums:[{config.read_queue_nums}] "
+                f"consumer:[{channel.remote_address}]",
+            )
+
+        if sys_flag & FLAG_SUBSCRIPTION:
+            expression_type = (
+                req.ext_str("expressionType", EXPRESSION_TYPE_TAG) or EXPRESSION_TYPE_TAG
+            )
+            subscription = SubscriptionData.build(
+                topic, req.ext_str("subscription", "*"), req.ext_int("subVersion", 0)
+            )
+            subscription.expression_type = expression_type
+        else:
+            group_info = broker.consumer_manager.get(group)
+            if group_info is None:
+                return req.response(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's group info not exist"
+                )
+            if (
+                not group_config.consume_broadcast_enable
+                and group_info.message_model is MessageModel.BROADCASTING
+            ):
+                return req.response(
+                    ResponseCode.NO_PERMISSION,
+                    f"the consumer group[{group}] can not consume by broadcast way",
+                )
+            found = group_info.find_subscription(topic)
+            if found is None:
+                return req.response(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist"
+                )
+            if found.sub_version < req.ext_int("subVersion", 0):
+                return req.response(
+                    ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"
+                )
+            subscription = found
+        if subscription.expression_type.upper() != EXPRESSION_TYPE_TAG:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by "
+                f"{subscription.expression_type}",
+            )
+        tag_filter = (
+            None if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else subscription.tag_filter()
+        )
+
+        is_slave = broker.store.config.broker_role is BrokerRole.SLAVE
+        if sys_flag & FLAG_COMMIT_OFFSET and not is_slave:
+            commit = req.ext_int("commitOffset", -1)
+            if commit >= 0:
+                broker.consumer_offset_manager.commit_offset(
+                    channel.remote_address, group, topic, queue_id, commit
+                )
+
+        suspend = bool(sys_flag & FLAG_SUSPEND)
+        if suspend:
+            timeout_ms = (
+                req.ext_int("suspendTimeoutMillis", 15000)
+                if bc.long_polling_enable
+                else bc.short_polling_time_mills
+            )
+            deadline = trio.current_time() + max(0, timeout_ms) / 1000
+        store = broker.store
+        while True:
+            result = store.get_message(group, topic, queue_id, offset, max_nums, tag_filter)
+            code = _code_for(result, offset)
+            if code != NOT_FOUND or not suspend:
+                break
+            event = broker.pull_hold.waiter(topic, queue_id)
+            with trio.move_on_at(deadline) as scope:
+                await event.wait()
+            if scope.cancelled_caught:
+                # One last look, as Java's wake-up at the timeout does, then answer.
+                result = store.get_message(group, topic, queue_id, offset, max_nums, tag_filter)
+                code = _code_for(result, offset)
+                break
+
+        suggest = MASTER_ID
+        if result.suggest_pulling_from_slave:
+            suggest = group_config.which_broker_when_consume_slowly
+        if is_slave and not bc.slave_read_enable:
+            suggest = MASTER_ID
+        header = {
+            "nextBeginOffset": result.next_begin_offset,
+            "minOffset": result.min_offset,
+            "maxOffset": result.max_offset,
+            "suggestWhichBrokerId": suggest,
+        }
+        if code == ResponseCode.SUCCESS:
+            broker.stats.on_get(result.message_count, result.buffer_total_size)
+            return req.response(code, None, header, result.body())
+        remark = {
+            NOT_FOUND: "no new message in this queue",
+            ResponseCode.PULL_RETRY_IMMEDIATELY: "no message matched the filter, pull again",
+            ResponseCode.PULL_OFFSET_MOVED: f"the offset {offset} is out of range "
+            f"[{result.min_offset}, {result.max_offset}]",
+        }.get(code)
+        return req.response(code, remark, header)

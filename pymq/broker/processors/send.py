@@ -1,0 +1,431 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36).
+
+The produce path: decode the header, check the topic (auto-creating it from ``defaultTopic``),
+build the message, put it into the store, answer with the offset message id, queue id and queue
+offset.  Checks and remarks follow RocketMQ 4.9.4's SendMessageProcessor; every refusal names
+what to change.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING
+
+import attrs
+
+from pymq.common.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    MessageExt,
+    MessageSysFlag,
+    RecordError,
+    decode_batch_body,
+    decode_properties,
+)
+from pymq.common.serde import parse_java_bool
+from pymq.common.topic import (
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    SCHEDULE_TOPIC,
+    dlq_topic,
+    is_writeable,
+    retry_topic,
+    validate_topic,
+)
+from pymq.remoting.channel import Channel
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.store.results import PutMessageResult, PutMessageStatus
+
+if TYPE_CHECKING:
+    from pymq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+# SendMessageRequestHeaderV2's one-letter keys.
+V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+}
+
+# TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: producers may not write these directly.
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        RMQ_SYS_TRANS_HALF_TOPIC,
+        RMQ_SYS_TRANS_OP_HALF_TOPIC,
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+    }
+)
+
+# MixAll.DLQ_NUMS_PER_GROUP
+DLQ_NUMS_PER_GROUP = 1
+
+# MQVersion.Version.V3_4_9: from this client version on, the header's maxReconsumeTimes counts.
+V3_4_9 = 111
+
+ILLEGAL_REMARK = (
+    "the message is illegal, maybe msg body or properties length not matched. "
+    "msg body length limit {body} bytes, msg properties length limit 32767 bytes, "
+    "topic length limit 127 bytes."
+)
+
+STATUS_RESPONSES: dict[PutMessageStatus, tuple[int, str | None]] = {
+    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR,
+        "create mapped file failed, server is busy or broken.",
+    ),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now. It may be caused by one of the following reasons: "
+        "the broker's disk is full, messages are put to the slave, "
+        "message store has been shut down, etc.",
+    ),
+    PutMessageStatus.OS_PAGECACHE_BUSY: (
+        ResponseCode.SYSTEM_ERROR,
+        "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    ),
+    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+
+
+@attrs.define
+class SendHeader:
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    unit_mode: bool
+    max_reconsume_times: int | None
+    batch: bool
+
+    @classmethod
+    def parse(cls, req: RemotingCommand) -> SendHeader:
+        if req.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            fields = {V2_NAMES.get(k, k): v for k, v in req.ext_fields.items()}
+            req = attrs.evolve(req, ext_fields=fields)
+        max_reconsume = req.ext_int("maxReconsumeTimes", None)
+        return cls(
+            producer_group=req.ext_str("producerGroup"),
+            topic=req.ext_str("topic"),
+            default_topic=req.ext_str("defaultTopic", "TBW102"),
+            default_topic_queue_nums=req.ext_int("defaultTopicQueueNums", 4),
+            queue_id=req.ext_int("queueId", -1),
+            sys_flag=req.ext_int("sysFlag", 0),
+            born_timestamp=req.ext_int("bornTimestamp", 0),
+            flag=req.ext_int("flag", 0),
+            properties=req.ext_str("properties", ""),
+            reconsume_times=req.ext_int("reconsumeTimes", 0),
+            unit_mode=parse_java_bool(req.ext_fields.get("unitMode", "false")),
+            max_reconsume_times=max_reconsume,
+            batch=req.code == RequestCode.SEND_BATCH_MESSAGE
+            or parse_java_bool(req.ext_fields.get("batch", "false")),
+        )
+
+
+def host_of(address: str) -> tuple[str, int]:
+    """A peer address as the IPv4 (ip, port) a 4.x record can carry."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    if host.startswith("::ffff:"):
+        host = host[7:]
+    if ":" in host or not host:
+        host = "127.0.0.1"  # the C++ client decodes IPv4 hosts only
+    try:
+        return host, int(port)
+    except ValueError:
+        return host, 0
+
+
+class SendProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    # -- checks -------------------------------------------------------------------------------
+
+    async def _check_topic(
+        self, channel: Channel, req: RemotingCommand, header: SendHeader
+    ) -> tuple[RemotingCommand | None, object]:
+        broker = self.broker
+        bc = broker.broker_config
+        if not is_writeable(bc.broker_permission):
+            return req.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{bc.broker_ip1}] sending message is forbidden",
+            ), None
+        problem = validate_topic(header.topic)
+        if problem:
+            return req.response(ResponseCode.MESSAGE_ILLEGAL, problem), None
+        if header.topic in NOT_ALLOWED_SEND_TOPICS or header.topic == bc.broker_cluster_name:
+            return req.response(
+                ResponseCode.NO_PERMISSION,
+                f"Sending message to topic[{header.topic}] is forbidden.",
+            ), None
+        topics = broker.topic_config_manager
+        config = topics.select(header.topic)
+        if config is None:
+            sys_flag = 1 if header.unit_mode else 0
+            config = await topics.create_in_send_message(
+                header.topic,
+                header.default_topic,
+                channel.remote_address,
+                header.default_topic_queue_nums,
+                sys_flag,
+            )
+            if config is None and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                config = await topics.create_in_send_back(
+                    header.topic, 1, PERM_READ | PERM_WRITE, sys_flag
+                )
+            if config is None:
+                return req.response(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{header.topic}] not exist, apply first please! "
+                    "(create it with updateTopic, or enable autoCreateTopicEnable)",
+                ), None
+        if not is_writeable(config.perm):
+            return req.response(
+                ResponseCode.NO_PERMISSION,
+                f"the topic[{header.topic}] sending message is forbidden (perm {config.perm})",
+            ), None
+        valid = max(config.write_queue_nums, config.read_queue_nums)
+        if header.queue_id >= valid:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{header.queue_id}] is illegal, topic {header.topic} has "
+                f"{valid} queues, producer: {channel.remote_address}",
+            ), None
+        return None, config
+
+    async def _retry_and_dlq(
+        self, req: RemotingCommand, header: SendHeader, msg: MessageExt
+    ) -> RemotingCommand | None:
+        """A retry-topic send past its maximum reconsume times goes to the group's DLQ."""
+        if not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return None
+        group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        group_config = await self.broker.subscription_group_manager.find_or_create(group)
+        if group_config is None:
+            return req.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group}",
+            )
+        max_times = group_config.retry_max_times
+        if req.version >= V3_4_9 and header.max_reconsume_times is not None:
+            max_times = header.max_reconsume_times
+        if header.reconsume_times >= max_times:
+            dlq = dlq_topic(group)
+            await self.broker.topic_config_manager.create_in_send_back(
+                dlq, DLQ_NUMS_PER_GROUP, PERM_WRITE, 0
+            )
+            msg.topic = dlq
+            msg.queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
+        return None
+
+    # -- building messages --------------------------------------------------------------------
+
+    def _properties(self, raw: str | dict[str, str]) -> dict[str, str]:
+        props = decode_properties(raw) if isinstance(raw, str) else dict(raw)
+        if props.get(PROPERTY_WAIT_STORE_MSG_OK, "").lower() == "true":
+            del props[PROPERTY_WAIT_STORE_MSG_OK]  # Java does not store WAIT=true
+        props[PROPERTY_CLUSTER] = self.broker.broker_config.broker_cluster_name
+        return props
+
+    def _message(
+        self, channel: Channel, header: SendHeader, queue_id: int, body: bytes, props: dict
+    ) -> MessageExt:
+        return MessageExt(
+            topic=header.topic,
+            body=body,
+            flag=header.flag,
+            properties=props,
+            queue_id=queue_id,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp,
+            born_host=host_of(channel.remote_address),
+            store_host=self.broker.store_host,
+            reconsume_times=header.reconsume_times,
+        )
+
+    def _answer(
+        self, req: RemotingCommand, result: PutMessageResult, queue_id: int
+    ) -> RemotingCommand:
+        if result.status in (
+            PutMessageStatus.MESSAGE_ILLEGAL,
+            PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+        ):
+            remark = result.reason or ILLEGAL_REMARK.format(
+                body=self.broker.store.config.max_message_size
+            )
+            return req.response(ResponseCode.MESSAGE_ILLEGAL, remark)
+        code, remark = STATUS_RESPONSES.get(
+            result.status, (ResponseCode.SYSTEM_ERROR, result.status.value)
+        )
+        if not result.appended:
+            return req.response(code, result.reason or remark)
+        self.broker.stats.on_put(result.msg_num, result.wrote_bytes)
+        return req.response(
+            code,
+            remark,
+            {
+                "msgId": result.msg_id,
+                "queueId": queue_id,
+                "queueOffset": result.logic_offset,
+                "MSG_REGION": self.broker.broker_config.region_id,
+                "TRACE_ON": "true" if self.broker.broker_config.trace_on else "false",
+            },
+        )
+
+    # -- request handlers ---------------------------------------------------------------------
+
+    async def send_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        header = SendHeader.parse(req)
+        refused, config = await self._check_topic(channel, req, header)
+        if refused is not None:
+            return refused
+        queue_id = header.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(max(1, config.write_queue_nums))  # type: ignore[attr-defined]
+        if header.batch:
+            return await self._send_batch(channel, req, header, queue_id)
+        props = self._properties(header.properties)
+        if parse_java_bool(props.get(PROPERTY_TRANSACTION_PREPARED, "false")) or (
+            MessageSysFlag.transaction_value(header.sys_flag)
+            == MessageSysFlag.TRANSACTION_PREPARED_TYPE
+        ):
+            return req.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.broker.broker_config.broker_ip1}] does not accept "
+                "transactional (half) messages yet",
+            )
+        msg = self._message(channel, header, queue_id, req.body, props)
+        refused = await self._retry_and_dlq(req, header, msg)
+        if refused is not None:
+            return refused
+        result = await self.broker.store.put_message(msg)
+        return self._answer(req, result, queue_id)
+
+    async def _send_batch(
+        self, channel: Channel, req: RemotingCommand, header: SendHeader, queue_id: int
+    ) -> RemotingCommand:
+        if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return req.response(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "batch request does not support retry group " + header.topic,
+            )
+        try:
+            items = decode_batch_body(req.body)
+        except RecordError as exc:
+            return req.response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+        if not items:
+            return req.response(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+        msgs = []
+        for item in items:
+            props = self._properties(item.properties)
+            if props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+                return req.response(
+                    ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batch"
+                )
+            item_header = attrs.evolve(header, flag=item.flag)
+            msgs.append(self._message(channel, item_header, queue_id, item.body, props))
+        result = await self.broker.store.put_messages(msgs)
+        return self._answer(req, result, queue_id)
+
+    async def consumer_send_msg_back(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        broker = self.broker
+        group = req.ext_str("group")
+        offset = req.ext_int("offset")
+        delay_level = req.ext_int("delayLevel", 0)
+        group_config = await broker.subscription_group_manager.find_or_create(group)
+        if group_config is None:
+            return req.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group}",
+            )
+        if not is_writeable(broker.broker_config.broker_permission):
+            return req.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.broker_config.broker_ip1}] sending message is forbidden",
+            )
+        if group_config.retry_queue_nums <= 0:
+            return req.response()
+        new_topic = retry_topic(group)
+        queue_id = random.randrange(group_config.retry_queue_nums)
+        sys_flag = 1 if req.ext_bool("unitMode") else 0
+        config = await broker.topic_config_manager.create_in_send_back(
+            new_topic, group_config.retry_queue_nums, PERM_READ | PERM_WRITE, sys_flag
+        )
+        if not is_writeable(config.perm):
+            return req.response(
+                ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
+            )
+        original = broker.store.look_message_by_offset(offset)
+        if original is None:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"
+            )
+        props = dict(original.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
+        props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
+        max_times = group_config.retry_max_times
+        header_max = req.ext_int("maxReconsumeTimes", None)
+        if req.version >= V3_4_9 and header_max is not None:
+            max_times = header_max
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        if original.reconsume_times >= max_times or delay_level < 0:
+            new_topic = dlq_topic(group)
+            queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
+            await broker.topic_config_manager.create_in_send_back(
+                new_topic, DLQ_NUMS_PER_GROUP, PERM_WRITE, 0
+            )
+        else:
+            if delay_level == 0:
+                delay_level = 3 + original.reconsume_times
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, original.msg_id)
+        msg = MessageExt(
+            topic=new_topic,
+            body=original.body,
+            flag=original.flag,
+            properties=props,
+            queue_id=queue_id,
+            sys_flag=original.sys_flag,
+            born_timestamp=original.born_timestamp,
+            born_host=original.born_host,
+            store_host=broker.store_host,
+            reconsume_times=original.reconsume_times + 1,
+        )
+        result = await broker.store.put_message(msg)
+        if result.is_ok:
+            return req.response()
+        return req.response(ResponseCode.SYSTEM_ERROR, result.reason or result.status.value)

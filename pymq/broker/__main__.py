@@ -5,8 +5,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-import trio
-
 from pymq.broker.config import BROKER_DEFAULT_PORT, BrokerConfig
 from pymq.broker.controller import BrokerController
 from pymq.common.cli import (
@@ -14,12 +12,12 @@ from pymq.common.cli import (
     load_configs,
     parse_overrides,
     print_config,
+    run_main,
     run_until_signalled,
     setup_logging,
 )
 from pymq.common.config import ConfigError
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
-from pymq.store.checkpoint import StoreLockedError
 from pymq.store.config import BrokerRole, MessageStoreConfig
 
 
@@ -59,20 +57,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     setup_logging(args.log_level)
     controller = BrokerController(*configs)
-    try:
-        trio.run(
-            run_until_signalled,
-            controller.run,
-            f"The broker[{configs[0].broker_name}, {configs[0].broker_ip1}:{{started}}] boot "
-            f"success. serializeType=JSON and name server is {configs[0].namesrv_addr}",
-        )
-    except StoreLockedError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"error: cannot start the broker: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_main(
+        run_until_signalled,
+        controller.run,
+        f"The broker[{configs[0].broker_name}, {configs[0].broker_ip1}:{{started}}] boot "
+        f"success. serializeType=JSON and name server is {configs[0].namesrv_addr}",
+        what="the broker",
+    )
 
 
 if __name__ == "__main__":

@@ -92,3 +92,37 @@ async def run_until_signalled(service: Callable[..., Awaitable[object]], banner:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
+
+
+class StartupError(Exception):
+    """A reason to refuse to start that the operator can act on (printed as one line)."""
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def run_main(async_fn: Callable[..., Awaitable[object]], *args: object, what: str) -> int:
+    """``trio.run`` for a server's main: startup failures become one line and an exit status.
+
+    Config errors exit 2, a port in use, a locked store or another startup error exits 1; a
+    real bug still shows its traceback.
+    """
+    try:
+        trio.run(async_fn, *args)
+    except BaseException as exc:
+        for leaf in _leaves(exc):
+            if isinstance(leaf, (ConfigError, ValueError)):
+                print(f"error: {leaf}", file=sys.stderr)
+                return 2
+            if isinstance(leaf, (OSError, StartupError)) or type(leaf).__name__ == (
+                "StoreLockedError"
+            ):
+                print(f"error: cannot start {what}: {leaf}", file=sys.stderr)
+                return 1
+            if isinstance(leaf, KeyboardInterrupt):
+                return 130
+        raise
+    return 0

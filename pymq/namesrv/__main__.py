@@ -5,13 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-import trio
-
 from pymq.common.cli import (
     base_parser,
     load_configs,
     parse_overrides,
     print_config,
+    run_main,
     run_until_signalled,
     setup_logging,
 )
@@ -36,16 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     setup_logging(args.log_level)
     controller = NamesrvController(namesrv_config, server_config)
-    try:
-        trio.run(
-            run_until_signalled,
-            controller.run,
-            "The Name Server boot success. serializeType=JSON, listening on port {started}",
-        )
-    except OSError as exc:
-        print(f"error: cannot start the name server: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_main(
+        run_until_signalled,
+        controller.run,
+        "The Name Server boot success. serializeType=JSON, listening on port {started}",
+        what="the name server",
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""``python -m pymq``: the embedded default — a name server and a broker in one process.
+
+Data lives in ``~/.pymq`` unless ``--data DIR`` says otherwise; RocketMQ broker keys can be given
+as ``--key value`` (for example ``--flushDiskType SYNC_FLUSH``).  Ctrl-C stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from pymq.broker.config import BROKER_DEFAULT_PORT
+from pymq.common.cli import parse_overrides, run_main, setup_logging
+from pymq.common.config import ConfigError
+from pymq.embedded import open_cluster
+from pymq.namesrv.config import NAMESRV_DEFAULT_PORT
+
+WELCOME = """\
+pymq is running: name server {namesrv}, broker {broker}, data in {data}
+
+Send and receive a first message (in another terminal, from this directory):
+  .venv/bin/python -m pymq.client send --namesrv {namesrv} --topic TopicTest --body "hello pymq"
+  .venv/bin/python -m pymq.client consume --namesrv {namesrv} --topic TopicTest --group demo
+Any RocketMQ 4.x client works too: point it at name server {namesrv}.
+Press Ctrl-C to stop.
+"""
+
+
+async def serve(args: argparse.Namespace, overrides: dict[str, str]) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_cluster(
+            args.data,
+            namesrv_port=args.namesrv_port,
+            broker_port=args.broker_port,
+            bind_address=args.bind,
+            properties=overrides,
+        ) as cluster:
+            print(
+                WELCOME.format(
+                    namesrv=cluster.namesrv_addr, broker=cluster.broker_addr, data=args.data
+                ),
+                flush=True,
+            )
+            async for _ in signals:
+                break
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pymq", description="pymq: name server + broker in one process"
+    )
+    parser.add_argument("--data", default=os.path.join(os.path.expanduser("~"), ".pymq"))
+    parser.add_argument("--namesrv-port", type=int, default=NAMESRV_DEFAULT_PORT)
+    parser.add_argument("--broker-port", type=int, default=BROKER_DEFAULT_PORT)
+    parser.add_argument("--bind", default="0.0.0.0", help="address to listen on")
+    parser.add_argument("--log-level", default="WARNING")
+    args, extra = parser.parse_known_args(argv)
+    try:
+        overrides = parse_overrides(extra)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    setup_logging(args.log_level)
+    status = run_main(serve, args, overrides, what="pymq")
+    if status == 0:
+        print("pymq stopped.")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

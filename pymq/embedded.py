@@ -1,0 +1,106 @@
+"""A name server and a broker in one process and one nursery: pymq's embedded default.
+
+:func:`open_cluster` is what ``python -m pymq`` runs and what :mod:`pymq.testing` gives tests:
+the name server starts first, the broker registers with it, and leaving the context stops both
+(the broker unregisters, flushes and checkpoints; the store removes its abort file).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from pymq.broker.config import BROKER_DEFAULT_PORT, BrokerConfig
+from pymq.broker.controller import BrokerController
+from pymq.common.config import apply_properties
+from pymq.namesrv.config import NAMESRV_DEFAULT_PORT, NamesrvConfig
+from pymq.namesrv.controller import NamesrvController
+from pymq.remoting.config import NettyClientConfig, NettyServerConfig
+from pymq.store.config import MessageStoreConfig
+
+
+@attrs.define
+class Cluster:
+    namesrv: NamesrvController
+    broker: BrokerController
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv.port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return self.broker.broker_addr
+
+
+def build_cluster(
+    data_dir: str,
+    *,
+    namesrv_port: int = NAMESRV_DEFAULT_PORT,
+    broker_port: int = BROKER_DEFAULT_PORT,
+    bind_address: str = "0.0.0.0",
+    broker_ip: str = "127.0.0.1",
+    properties: dict[str, str] | None = None,
+) -> tuple[NamesrvController, list[object]]:
+    """The name server, and the four broker config objects, for ``data_dir``.
+
+    ``properties`` are RocketMQ keys applied to the broker's configs last; unknown keys raise.
+    """
+    namesrv = NamesrvController(
+        NamesrvConfig(
+            kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
+            config_store_path=os.path.join(data_dir, "namesrv", "namesrv.properties"),
+        ),
+        NettyServerConfig(listen_port=namesrv_port, bind_address=bind_address),
+    )
+    broker_config = BrokerConfig(
+        broker_ip1=broker_ip, broker_ip2=broker_ip, broker_name="broker-a", namesrv_addr=None
+    )
+    server_config = NettyServerConfig(listen_port=broker_port, bind_address=bind_address)
+    store_config = MessageStoreConfig(store_path_root_dir=os.path.join(data_dir, "store"))
+    store_config.ha_listen_port = broker_port + 1 if broker_port else 0
+    configs: list[object] = [broker_config, server_config, NettyClientConfig(), store_config]
+    unknown = apply_properties(configs, properties or {})
+    if unknown:
+        raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+    return namesrv, configs
+
+
+@asynccontextmanager
+async def open_cluster(
+    data_dir: str,
+    *,
+    namesrv_port: int = NAMESRV_DEFAULT_PORT,
+    broker_port: int = BROKER_DEFAULT_PORT,
+    bind_address: str = "0.0.0.0",
+    broker_ip: str = "127.0.0.1",
+    properties: dict[str, str] | None = None,
+) -> AsyncIterator[Cluster]:
+    namesrv, configs = build_cluster(
+        data_dir,
+        namesrv_port=namesrv_port,
+        broker_port=broker_port,
+        bind_address=bind_address,
+        broker_ip=broker_ip,
+        properties=properties,
+    )
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(namesrv.run)
+        broker_config = configs[0]
+        assert isinstance(broker_config, BrokerConfig)
+        broker_config.namesrv_addr = f"127.0.0.1:{port}"
+        broker = BrokerController(*configs)  # type: ignore[arg-type]
+        try:
+            # The broker stops first, so that it can still unregister from the name server.
+            async with trio.open_nursery() as broker_nursery:
+                await broker_nursery.start(broker.run)
+                try:
+                    yield Cluster(namesrv, broker)
+                finally:
+                    broker_nursery.cancel_scope.cancel()
+        finally:
+            nursery.cancel_scope.cancel()

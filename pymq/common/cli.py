@@ -98,9 +98,9 @@ class StartupError(Exception):
     """A reason to refuse to start that the operator can act on (printed as one line)."""
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
+def leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
     return [exc]
 
 
@@ -113,7 +113,7 @@ def run_main(async_fn: Callable[..., Awaitable[object]], *args: object, what: st
     try:
         trio.run(async_fn, *args)
     except BaseException as exc:
-        for leaf in _leaves(exc):
+        for leaf in leaves(exc):
             if isinstance(leaf, (ConfigError, ValueError)):
                 print(f"error: {leaf}", file=sys.stderr)
                 return 2

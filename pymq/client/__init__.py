@@ -1,0 +1,22 @@
+"""pymq's Trio client: a Producer and Push/Pull consumers speaking RocketMQ 4.x's protocol."""
+
+from pymq.client.consumer import PullConsumer, PullResult, PushConsumer, allocate_averagely
+from pymq.client.instance import MQClientError
+from pymq.client.producer import Message, Producer, SendResult
+from pymq.common.consumer import ConsumeFromWhere, MessageModel, MessageQueue
+from pymq.common.message import MessageExt
+
+__all__ = [
+    "ConsumeFromWhere",
+    "MQClientError",
+    "Message",
+    "MessageExt",
+    "MessageModel",
+    "MessageQueue",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PushConsumer",
+    "SendResult",
+    "allocate_averagely",
+]

@@ -1,0 +1,542 @@
+"""The pymq consumers: PushConsumer (clustering or broadcasting) and PullConsumer.
+
+::
+
+    async def handle(msgs: list[MessageExt]) -> bool:   # False or an exception: retry later
+        ...
+
+    async with PushConsumer("my-group", "127.0.0.1:9876", handle) as consumer:
+        await consumer.subscribe("TopicTest", "TagA || TagB")
+        await trio.sleep_forever()
+
+A push consumer allocates queues among the group's members averagely (rebalancing every 20 s and
+at once when the broker says the group changed), long-polls each queue it owns, hands messages
+to the handler in order, commits offsets every 5 s and when it gives a queue up, and sends a
+failed message back to the broker (retry topic, delay levels, DLQ after the maximum).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Self
+
+import attrs
+import trio
+
+from pymq.client.instance import ClientInstance, MQClientError
+from pymq.common.consumer import (
+    ConsumeFromWhere,
+    ConsumerData,
+    ConsumerList,
+    ConsumeType,
+    HeartbeatData,
+    MessageModel,
+    MessageQueue,
+    SubscriptionData,
+)
+from pymq.common.message import (
+    PROPERTY_RETRY_TOPIC,
+    MessageExt,
+    MessageSysFlag,
+    iter_records,
+)
+from pymq.common.serde import from_json
+from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[list[MessageExt]], Awaitable[bool | None]]
+
+# DefaultMQPushConsumer defaults.
+REBALANCE_PERIOD = 20.0
+PERSIST_OFFSET_PERIOD = 5.0
+HEARTBEAT_PERIOD = 30.0
+PULL_BATCH_SIZE = 32
+BROKER_SUSPEND_MAX_MS = 15000
+PULL_TIMEOUT = 30.0
+PULL_RETRY_DELAY = 3.0  # after an error, as PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
+LOCAL_RETRY_DELAY = 5.0  # a failed message that could not be sent back is consumed again
+
+# PullSysFlag bits.
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+
+@attrs.define
+class PullResult:
+    status: str  # FOUND, NO_NEW_MSG, NO_MATCHED_MSG, OFFSET_ILLEGAL
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[MessageExt]
+
+
+_PULL_STATUS = {
+    ResponseCode.SUCCESS: "FOUND",
+    ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
+    ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",
+    ResponseCode.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL",
+}
+
+
+def allocate_averagely(mqs: list[MessageQueue], cids: list[str], me: str) -> list[MessageQueue]:
+    """AllocateMessageQueueAveragely: contiguous, nearly equal shares in sorted order."""
+    mqs, cids = sorted(mqs), sorted(cids)
+    if me not in cids or not mqs:
+        return []
+    index, n_mq, n_c = cids.index(me), len(mqs), len(cids)
+    mod = n_mq % n_c
+    if n_mq <= n_c:
+        average = 1
+    elif mod > 0 and index < mod:
+        average = n_mq // n_c + 1
+    else:
+        average = n_mq // n_c
+    start = index * average if mod > 0 and index < mod else index * average + mod
+    return [mqs[(start + i) % n_mq] for i in range(min(average, n_mq - start))]
+
+
+class _Base(AbstractAsyncContextManager):
+    """Nursery, client instance and name-server plumbing shared by both consumers."""
+
+    def __init__(self, group: str, namesrv_addr: str) -> None:
+        self.group = group
+        self.namesrv_addr = namesrv_addr
+        self.client: ClientInstance | None = None
+        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
+
+    async def __aenter__(self) -> Self:
+        self._nursery_manager = trio.open_nursery()
+        self._nursery = await self._nursery_manager.__aenter__()
+        self.client = ClientInstance(self._nursery, self.namesrv_addr)
+        await self._started()
+        return self
+
+    async def _started(self) -> None:
+        pass
+
+    async def _stopping(self) -> None:
+        pass
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._nursery is not None and self._nursery_manager is not None and self.client
+        with trio.move_on_after(5) as scope:
+            scope.shield = True
+            await self._stopping()
+            await self.client.unregister(consumer_group=self.group)
+        self.client.close()
+        self._nursery.cancel_scope.cancel()
+        return await self._nursery_manager.__aexit__(exc_type, exc, tb)
+
+    async def _broker(self, mq: MessageQueue) -> str:
+        assert self.client is not None
+        addr = self.client.broker_addr(mq.broker_name)
+        if addr is None:
+            await self.client.fetch_route(mq.topic)
+            addr = self.client.broker_addr(mq.broker_name)
+        if addr is None:
+            raise MQClientError(-1, f"no address for broker {mq.broker_name}")
+        return addr
+
+    async def _call(
+        self, mq: MessageQueue, request: RemotingCommand, timeout: float = 5.0
+    ) -> RemotingCommand:
+        assert self.client is not None
+        return await self.client.invoke(await self._broker(mq), request, timeout)
+
+    async def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
+        assert self.client is not None
+        route = await self.client.fetch_route(topic)
+        if route is None:
+            raise MQClientError(ResponseCode.TOPIC_NOT_EXIST, f"no route for topic {topic}")
+        return [MessageQueue(topic, n, q) for n, q in self.client.readable_queues(route)]
+
+    async def pull(
+        self,
+        mq: MessageQueue,
+        expression: str | None,
+        offset: int,
+        max_nums: int = PULL_BATCH_SIZE,
+        *,
+        suspend_ms: int = 0,
+        commit_offset: int = -1,
+        timeout: float = 10.0,
+    ) -> PullResult:
+        """One PULL_MESSAGE; with ``suspend_ms`` the broker holds it until a message arrives."""
+        sys_flag = FLAG_SUBSCRIPTION
+        if suspend_ms:
+            sys_flag |= FLAG_SUSPEND
+        if commit_offset > 0:
+            sys_flag |= FLAG_COMMIT_OFFSET
+        request = RemotingCommand.request(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": self.group,
+                "topic": mq.topic,
+                "queueId": mq.queue_id,
+                "queueOffset": offset,
+                "maxMsgNums": max_nums,
+                "sysFlag": sys_flag,
+                "commitOffset": max(commit_offset, 0),
+                "suspendTimeoutMillis": suspend_ms,
+                "subscription": expression or "*",
+                "subVersion": 0,
+                "expressionType": "TAG",
+            },
+        )
+        response = await self._call(mq, request, timeout)
+        status = _PULL_STATUS.get(response.code)
+        if status is None:
+            raise MQClientError(response.code, response.remark, f"pull {mq}")
+        ext = response.ext_fields
+        messages: list[MessageExt] = []
+        if status == "FOUND":
+            subscription = SubscriptionData.build(mq.topic, expression)
+            for msg in iter_records(response.body):
+                if msg.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
+                    msg.body = zlib.decompress(msg.body)
+                tags = msg.tags
+                if subscription.matches_all or (tags is not None and tags in subscription.tags_set):
+                    messages.append(msg)
+        return PullResult(
+            status,
+            int(ext.get("nextBeginOffset", offset)),
+            int(ext.get("minOffset", 0)),
+            int(ext.get("maxOffset", 0)),
+            messages,
+        )
+
+    async def query_offset(self, mq: MessageQueue) -> int:
+        """The group's committed offset for ``mq``, or -1 when it has none."""
+        request = RemotingCommand.request(
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id},
+        )
+        response = await self._call(mq, request)
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return -1
+        if response.code != ResponseCode.SUCCESS:
+            raise MQClientError(response.code, response.remark, f"query offset {mq}")
+        return int(response.ext_fields["offset"])
+
+    async def update_offset(self, mq: MessageQueue, offset: int) -> None:
+        request = RemotingCommand.request(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {
+                "consumerGroup": self.group,
+                "topic": mq.topic,
+                "queueId": mq.queue_id,
+                "commitOffset": offset,
+            },
+        )
+        response = await self._call(mq, request)
+        if response.code != ResponseCode.SUCCESS:
+            raise MQClientError(response.code, response.remark, f"update offset {mq}")
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        request = RemotingCommand.request(
+            RequestCode.GET_MAX_OFFSET, {"topic": mq.topic, "queueId": mq.queue_id}
+        )
+        response = await self._call(mq, request)
+        if response.code != ResponseCode.SUCCESS:
+            raise MQClientError(response.code, response.remark, f"max offset {mq}")
+        return int(response.ext_fields["offset"])
+
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        request = RemotingCommand.request(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            {"topic": mq.topic, "queueId": mq.queue_id, "timestamp": timestamp_ms},
+        )
+        response = await self._call(mq, request)
+        if response.code != ResponseCode.SUCCESS:
+            raise MQClientError(response.code, response.remark, f"search offset {mq}")
+        return int(response.ext_fields["offset"])
+
+
+class PullConsumer(_Base):
+    """Pull messages from queues you choose; offsets are yours to keep (or commit)."""
+
+    async def _started(self) -> None:
+        assert self.client is not None
+        await self.client.send_heartbeat(
+            HeartbeatData(
+                self.client.client_id,
+                [],
+                [ConsumerData(self.group, ConsumeType.CONSUME_ACTIVELY)],
+            ),
+            all_brokers=True,
+        )
+
+
+class PushConsumer(_Base):
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        handler: Handler,
+        *,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp_ms: int = 0,
+        batch_size: int = 1,
+        pull_batch_size: int = PULL_BATCH_SIZE,
+        max_reconsume_times: int = 16,
+    ) -> None:
+        super().__init__(group, namesrv_addr)
+        self.handler = handler
+        self.message_model = message_model
+        self.consume_from = consume_from
+        self.consume_timestamp_ms = consume_timestamp_ms or int(time.time() * 1000) - 30 * 60_000
+        self.batch_size = batch_size
+        self.pull_batch_size = pull_batch_size
+        self.max_reconsume_times = max_reconsume_times
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        self.assigned: dict[MessageQueue, trio.CancelScope] = {}
+        self.offsets: dict[MessageQueue, int] = {}
+        self._committed: dict[MessageQueue, int] = {}
+        self._rebalance_now = trio.Event()
+        self.rebalanced = trio.Event()
+
+    @property
+    def clustering(self) -> bool:
+        return self.message_model is MessageModel.CLUSTERING
+
+    async def subscribe(self, topic: str, expression: str = "*") -> None:
+        self.subscriptions[topic] = SubscriptionData.build(
+            topic, expression, int(time.time() * 1000)
+        )
+        if self.clustering:
+            retry = retry_topic(self.group)
+            self.subscriptions.setdefault(retry, SubscriptionData.build(retry, "*"))
+        if self.client is not None:
+            await self._refresh_routes()
+            await self._heartbeat()
+            self._rebalance_now.set()
+
+    async def _started(self) -> None:
+        assert self._nursery is not None and self.client is not None
+        self.client.on_ids_changed = lambda group: self._rebalance_now.set()
+        self._nursery.start_soon(self._rebalance_loop)
+        self._nursery.start_soon(self._persist_loop)
+        self._nursery.start_soon(self._heartbeat_loop)
+
+    async def _stopping(self) -> None:
+        for scope in self.assigned.values():
+            scope.cancel()
+        await self.persist_offsets()
+
+    def _consumer_data(self) -> ConsumerData:
+        return ConsumerData(
+            self.group,
+            ConsumeType.CONSUME_PASSIVELY,
+            self.message_model,
+            self.consume_from,
+            list(self.subscriptions.values()),
+        )
+
+    async def _heartbeat(self) -> None:
+        assert self.client is not None
+        await self.client.send_heartbeat(
+            HeartbeatData(self.client.client_id, [], [self._consumer_data()]), all_brokers=True
+        )
+
+    async def _refresh_routes(self) -> None:
+        assert self.client is not None
+        for topic in self.subscriptions:
+            try:
+                await self.client.fetch_route(topic)
+            except MQClientError as exc:
+                log.warning("route of %s: %s", topic, exc)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await trio.sleep(HEARTBEAT_PERIOD)
+            await self._refresh_routes()
+            await self._heartbeat()
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await trio.sleep(PERSIST_OFFSET_PERIOD)
+            await self.persist_offsets()
+
+    async def persist_offsets(self) -> None:
+        if not self.clustering:
+            return
+        for mq, offset in list(self.offsets.items()):
+            if self._committed.get(mq) == offset:
+                continue
+            try:
+                await self.update_offset(mq, offset)
+                self._committed[mq] = offset
+            except (MQClientError, RemotingError) as exc:
+                log.warning("persisting offset of %s failed: %s", mq, exc)
+
+    # -- rebalance ------------------------------------------------------------------------
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with trio.move_on_after(REBALANCE_PERIOD):
+                await self._rebalance_now.wait()
+            self._rebalance_now = trio.Event()
+            try:
+                await self.rebalance()
+            except (MQClientError, RemotingError) as exc:
+                log.warning("rebalance of %s failed: %s", self.group, exc)
+
+    async def _consumer_ids(self, topic: str) -> list[str]:
+        assert self.client is not None
+        route = self.client.routes.get(topic) or await self.client.fetch_route(topic)
+        if route is None:
+            return []
+        for data in route.broker_datas:
+            addr = data.select_broker_addr()
+            if addr is None:
+                continue
+            request = RemotingCommand.request(
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}
+            )
+            response = await self.client.invoke(addr, request, 5.0)
+            if response.code == ResponseCode.SUCCESS and response.body:
+                return from_json(response.body, ConsumerList).consumer_id_list
+        return []
+
+    async def rebalance(self) -> None:
+        assert self.client is not None and self._nursery is not None
+        wanted: set[MessageQueue] = set()
+        for topic in self.subscriptions:
+            try:
+                mqs = await self.fetch_subscribe_message_queues(topic)
+            except MQClientError:
+                continue
+            if self.clustering:
+                cids = await self._consumer_ids(topic)
+                wanted.update(allocate_averagely(mqs, cids, self.client.client_id))
+            else:
+                wanted.update(mqs)
+        for mq in [m for m in self.assigned if m not in wanted]:
+            self.assigned.pop(mq).cancel()
+            offset = self.offsets.pop(mq, None)
+            if offset is not None and self.clustering:
+                try:
+                    await self.update_offset(mq, offset)
+                except (MQClientError, RemotingError) as exc:
+                    log.warning("committing %s on release failed: %s", mq, exc)
+            self._committed.pop(mq, None)
+            log.info("%s gave up %s", self.client.client_id, mq)
+        for mq in sorted(wanted - set(self.assigned)):
+            try:
+                offset = await self._start_offset(mq)
+            except (MQClientError, RemotingError) as exc:
+                log.warning("start offset of %s: %s", mq, exc)
+                continue
+            scope = trio.CancelScope()
+            self.assigned[mq] = scope
+            self.offsets[mq] = offset
+            self._nursery.start_soon(self._pull_loop, mq, scope)
+            log.info("%s took %s from offset %d", self.client.client_id, mq, offset)
+        self.rebalanced.set()
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        committed = await self.query_offset(mq) if self.clustering else -1
+        if committed >= 0:
+            return committed
+        where = self.consume_from
+        if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return 0
+        if where in (
+            ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            ConsumeFromWhere.CONSUME_FROM_MIN_OFFSET,
+        ):
+            return 0
+        if where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+            return await self.search_offset(mq, self.consume_timestamp_ms)
+        return await self.max_offset(mq)
+
+    # -- consuming ------------------------------------------------------------------------
+
+    async def _pull_loop(self, mq: MessageQueue, scope: trio.CancelScope) -> None:
+        with scope:
+            sub = self.subscriptions.get(mq.topic)
+            expression = sub.sub_string if sub else "*"
+            while True:
+                offset = self.offsets[mq]
+                try:
+                    result = await self.pull(
+                        mq,
+                        expression,
+                        offset,
+                        self.pull_batch_size,
+                        suspend_ms=BROKER_SUSPEND_MAX_MS,
+                        commit_offset=self._committed.get(mq, -1) if self.clustering else -1,
+                        timeout=PULL_TIMEOUT,
+                    )
+                except (MQClientError, RemotingError) as exc:
+                    log.warning("pull %s failed: %s", mq, exc)
+                    await trio.sleep(PULL_RETRY_DELAY)
+                    continue
+                if result.messages:
+                    await self._consume(mq, result.messages)
+                self.offsets[mq] = result.next_begin_offset
+
+    async def _consume(self, mq: MessageQueue, messages: list[MessageExt]) -> None:
+        for msg in messages:
+            retry_of = msg.properties.get(PROPERTY_RETRY_TOPIC)
+            if retry_of and msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                msg.topic = retry_of
+        for start in range(0, len(messages), self.batch_size):
+            batch = messages[start : start + self.batch_size]
+            while True:
+                try:
+                    ok = await self.handler(batch)
+                except Exception:
+                    log.exception("consumer handler of %s failed", self.group)
+                    ok = False
+                if ok is not False:
+                    break
+                if not self.clustering:
+                    log.warning("broadcast consume failed, dropping %d messages", len(batch))
+                    break
+                if await self._send_back(mq, batch):
+                    break
+                await trio.sleep(LOCAL_RETRY_DELAY)
+
+    async def _send_back(self, mq: MessageQueue, batch: list[MessageExt]) -> bool:
+        assert self.client is not None
+        for msg in batch:
+            addr = f"{msg.store_host[0]}:{msg.store_host[1]}"
+            request = RemotingCommand.request(
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {
+                    "offset": msg.commitlog_offset,
+                    "group": self.group,
+                    "delayLevel": 0,
+                    "originMsgId": msg.msg_id,
+                    "originTopic": msg.topic,
+                    "unitMode": False,
+                    "maxReconsumeTimes": self.max_reconsume_times,
+                },
+            )
+            try:
+                response = await self.client.invoke(addr, request, 5.0)
+            except RemotingError as exc:
+                log.warning("send back to %s failed: %s", addr, exc)
+                return False
+            if response.code != ResponseCode.SUCCESS:
+                log.warning("send back refused: %s %s", response.code, response.remark)
+                return False
+        return True

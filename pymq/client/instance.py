@@ -1,0 +1,147 @@
+"""ClientInstance: what producers and consumers share (RocketMQ's MQClientInstance).
+
+It owns the remoting connections (in the nursery it is given), the topic-route cache fetched
+from the name servers, and the heartbeats to brokers.  Brokers' requests to the client
+(NOTIFY_CONSUMER_IDS_CHANGED) are handed to ``on_ids_changed``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+from collections.abc import Callable
+
+import trio
+
+from pymq.common.consumer import HeartbeatData
+from pymq.common.route import MASTER_ID, TopicRouteData
+from pymq.common.serde import from_json, to_json
+from pymq.common.topic import is_readable, is_writeable
+from pymq.remoting.channel import Channel
+from pymq.remoting.client import RemotingClient
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.errors import RemotingError
+
+log = logging.getLogger(__name__)
+
+_instance_ids = itertools.count(1)
+
+
+class MQClientError(Exception):
+    """A broker or name server answered a request with an error code."""
+
+    def __init__(self, code: int, remark: str | None, what: str = "") -> None:
+        self.code = code
+        self.remark = remark or ""
+        super().__init__(f"{what}: CODE {code} DESC {remark}" if what else f"CODE {code} {remark}")
+
+
+class ClientInstance:
+    def __init__(self, nursery: trio.Nursery, namesrv_addr: str) -> None:
+        self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
+        if not self.namesrv_addrs:
+            raise ValueError("no name server address given (host:port[;host:port])")
+        self.client_id = f"127.0.0.1@{os.getpid()}#{next(_instance_ids)}"
+        self.remoting = RemotingClient(nursery, handler=self._serve)
+        self.routes: dict[str, TopicRouteData] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.on_ids_changed: Callable[[str], None] = lambda group: None
+
+    async def _serve(self, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
+        if req.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
+            self.on_ids_changed(req.ext_fields.get("consumerGroup", ""))
+            return None
+        return req.response(
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {req.code} not supported"
+        )
+
+    # -- name servers ---------------------------------------------------------------------
+
+    async def fetch_route(self, topic: str, timeout: float = 3.0) -> TopicRouteData | None:
+        """The topic's route from the first name server that answers; None if it has none."""
+        last_error: Exception | None = None
+        for addr in random.sample(self.namesrv_addrs, len(self.namesrv_addrs)):
+            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            try:
+                response = await self.remoting.invoke(addr, request, timeout)
+            except RemotingError as exc:
+                last_error = exc
+                continue
+            if response.code == ResponseCode.TOPIC_NOT_EXIST:
+                return None
+            if response.code != ResponseCode.SUCCESS:
+                raise MQClientError(response.code, response.remark, f"route of {topic}")
+            route = from_json(response.body, TopicRouteData)
+            self.routes[topic] = route
+            for data in route.broker_datas:
+                self.broker_addrs[data.broker_name] = dict(data.broker_addrs)
+            return route
+        raise MQClientError(-1, f"no name server answered: {last_error}", f"route of {topic}")
+
+    async def route(self, topic: str) -> TopicRouteData | None:
+        return self.routes.get(topic) or await self.fetch_route(topic)
+
+    def master_addr(self, broker_name: str) -> str | None:
+        return self.broker_addrs.get(broker_name, {}).get(MASTER_ID)
+
+    def broker_addr(self, broker_name: str, broker_id: int = MASTER_ID) -> str | None:
+        addrs = self.broker_addrs.get(broker_name, {})
+        return addrs.get(broker_id) or addrs.get(MASTER_ID) or next(iter(addrs.values()), None)
+
+    @staticmethod
+    def writable_queues(route: TopicRouteData) -> list[tuple[str, int]]:
+        queues = []
+        for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            if is_writeable(q.perm):
+                queues += [(q.broker_name, i) for i in range(q.write_queue_nums)]
+        return queues
+
+    @staticmethod
+    def readable_queues(route: TopicRouteData) -> list[tuple[str, int]]:
+        queues = []
+        for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            if is_readable(q.perm):
+                queues += [(q.broker_name, i) for i in range(q.read_queue_nums)]
+        return queues
+
+    # -- brokers --------------------------------------------------------------------------
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        return await self.remoting.invoke(addr, request, timeout)
+
+    async def send_heartbeat(self, data: HeartbeatData, all_brokers: bool) -> None:
+        body = to_json(data)
+        for name, addrs in list(self.broker_addrs.items()):
+            for broker_id, addr in addrs.items():
+                if broker_id != MASTER_ID and not all_brokers:
+                    continue
+                request = RemotingCommand.request(RequestCode.HEART_BEAT, body=body)
+                try:
+                    response = await self.remoting.invoke(addr, request, 3.0)
+                except RemotingError as exc:
+                    log.warning("heartbeat to %s (%s) failed: %s", name, addr, exc)
+                    continue
+                if response.code != ResponseCode.SUCCESS:
+                    log.warning("heartbeat to %s refused: %s", addr, response.remark)
+
+    async def unregister(self, producer_group: str = "", consumer_group: str = "") -> None:
+        for addrs in list(self.broker_addrs.values()):
+            for addr in addrs.values():
+                request = RemotingCommand.request(
+                    RequestCode.UNREGISTER_CLIENT,
+                    {
+                        "clientID": self.client_id,
+                        "producerGroup": producer_group,
+                        "consumerGroup": consumer_group,
+                    },
+                )
+                try:
+                    await self.remoting.invoke(addr, request, 3.0)
+                except RemotingError as exc:
+                    log.debug("unregister from %s failed: %s", addr, exc)
+
+    def close(self) -> None:
+        self.remoting.close()

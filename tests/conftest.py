@@ -35,3 +35,6 @@ async def client(nursery: trio.Nursery) -> RemotingClient:
 
 
 __all__ = ["make_namesrv", "open_remoting_client"]
+
+
+from pymq.testing import pymq_cluster  # noqa: E402, F401  (the fixture users get)

@@ -1,0 +1,127 @@
+"""``python -m pymq.broker`` and ``python -m pymq`` as operators run them."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+from tests.integration.test_namesrv_cli import free_port
+
+
+def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_broker_conf_keys_and_flags(tmp_path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "brokerClusterName = DefaultCluster\n"
+        "brokerName = broker-a\n"
+        "brokerId = 0\n"
+        "deleteWhen = 04\n"
+        "fileReservedTime = 48\n"
+        "brokerRole = ASYNC_MASTER\n"
+        "flushDiskType = SYNC_FLUSH\n"
+        "listenPort = 30911\n"
+        "storePathRootDir = /data/rocketmq/store\n"
+        "autoCreateTopicEnable = false\n"
+        "someFutureKey = 1\n"
+    )
+    result = run("pymq.broker", "-c", str(conf), "-n", "10.1.1.1:9876;10.1.1.2:9876", "-p")
+    assert result.returncode == 0, result.stderr
+    lines = set(result.stdout.splitlines())
+    for expected in (
+        "brokerName=broker-a",
+        "namesrvAddr=10.1.1.1:9876;10.1.1.2:9876",
+        "flushDiskType=SYNC_FLUSH",
+        "fileReservedTime=48",
+        "listenPort=30911",
+        "haListenPort=30912",
+        "storePathRootDir=/data/rocketmq/store",
+        "autoCreateTopicEnable=false",
+    ):
+        assert expected in lines
+    assert "unknown config key 'someFutureKey'" in result.stderr
+
+
+def test_slave_with_broker_id_zero_refuses_to_start() -> None:
+    result = run("pymq.broker", "--brokerRole", "SLAVE", "-p")
+    assert result.returncode == 2
+    assert "Slave's brokerId must be > 0" in result.stderr
+    bad_enum = run("pymq.broker", "--flushDiskType", "SOMETIMES", "-p")
+    assert bad_enum.returncode == 2 and "flushDiskType" in bad_enum.stderr
+
+
+def test_second_broker_on_one_store_refuses(tmp_path) -> None:
+    ns_port, port_a, port_b = free_port(), free_port(), free_port()
+    store = str(tmp_path / "store")
+    common = [
+        "--brokerIP1",
+        "127.0.0.1",
+        "--bindAddress",
+        "127.0.0.1",
+        "--storePathRootDir",
+        store,
+        "-n",
+        f"127.0.0.1:{ns_port}",
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "pymq.broker", "--listenPort", str(port_a), *common],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert first.stdout is not None
+        assert "boot success" in first.stdout.readline()
+        second = run("pymq.broker", "--listenPort", str(port_b), *common)
+        assert second.returncode == 1
+        assert second.stderr.strip().splitlines()[-1].startswith("error: cannot start the broker")
+        assert "Traceback" not in second.stderr
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    import os
+
+    assert not os.path.exists(os.path.join(store, "abort"))  # clean shutdown
+
+
+def test_embedded_default_starts_prints_help_and_stops(tmp_path) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pymq",
+            "--data",
+            str(tmp_path),
+            "--bind",
+            "127.0.0.1",
+            "--namesrv-port",
+            str(free_port()),
+            "--broker-port",
+            str(free_port()),
+            "--mappedFileSizeCommitLog",
+            str(1 << 20),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert banner.startswith("pymq is running: name server 127.0.0.1:")
+        rest = "".join(proc.stdout.readline() for _ in range(5))
+        assert "python -m pymq.client send" in rest and "python -m pymq.client consume" in rest
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

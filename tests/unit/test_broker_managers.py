@@ -1,0 +1,73 @@
+"""The broker's JSON-persisted managers: round trips, .bak fallback, refusal when both corrupt."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pymq.broker.config import BrokerConfig
+from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
+from pymq.broker.topic_config_manager import TopicConfigManager
+from pymq.client import allocate_averagely
+from pymq.common.consumer import MessageQueue
+from pymq.common.topic import TopicConfig
+
+
+async def test_topics_round_trip_and_fall_back_to_bak(tmp_path) -> None:
+    manager = TopicConfigManager(str(tmp_path), BrokerConfig(broker_name="b"))
+    assert "TBW102" in manager.table and manager.table["TBW102"].perm == 7
+    await manager.update(TopicConfig("Orders", 8, 8))
+    await manager.update(TopicConfig("Orders", 4, 4))  # the first version is now the .bak
+    fresh = TopicConfigManager(str(tmp_path), BrokerConfig(broker_name="b"))
+    fresh.load()
+    assert fresh.table["Orders"] == TopicConfig("Orders", 4, 4)
+    assert fresh.data_version == manager.data_version
+
+    (tmp_path / "topics.json").write_text("{ torn")
+    recovered = TopicConfigManager(str(tmp_path), BrokerConfig(broker_name="b"))
+    recovered.load()
+    assert recovered.table["Orders"].write_queue_nums == 8  # from topics.json.bak
+
+    (tmp_path / "topics.json.bak").write_text("also torn")
+    broken = TopicConfigManager(str(tmp_path), BrokerConfig(broker_name="b"))
+    with pytest.raises(ValueError, match="cannot load"):
+        broken.load()
+
+
+async def test_auto_create_inherits_from_tbw102(tmp_path) -> None:
+    changes = []
+    manager = TopicConfigManager(str(tmp_path), BrokerConfig(default_topic_queue_nums=8))
+    manager.on_change = lambda: changes.append(1)
+    created = await manager.create_in_send_message("New", "TBW102", "peer", 4, 0)
+    assert created == TopicConfig("New", 4, 4, perm=6)
+    assert changes == [1]
+    assert await manager.create_in_send_message("Other", "NoTemplate", "peer", 4, 0) is None
+
+    off = TopicConfigManager(str(tmp_path / "off"), BrokerConfig(auto_create_topic_enable=False))
+    assert "TBW102" not in off.table
+    assert await off.create_in_send_message("New", "TBW102", "peer", 4, 0) is None
+
+
+def test_consumer_offsets_read_fastjson_numeric_keys(tmp_path) -> None:
+    (tmp_path / "consumerOffset.json").write_text(
+        '{"offsetTable":{"TopicTest@G":{0:12,1:7},"%RETRY%G@G":{0:0}}}'
+    )
+    manager = ConsumerOffsetManager(str(tmp_path))
+    manager.load()
+    assert manager.query_offset("G", "TopicTest", 1) == 7
+    assert manager.query_offset("G", "TopicTest", 9) == -1
+    assert manager.groups_of_topic("TopicTest") == {"G"}
+    manager.commit_offset("peer", "G", "TopicTest", 1, 9)
+    assert json.loads(manager.encode_bytes())["offsetTable"]["TopicTest@G"] == {"0": 12, "1": 9}
+
+
+def test_allocate_averagely_matches_rocketmq() -> None:
+    mqs = [MessageQueue("T", "b", i) for i in range(5)]
+    ids = ["c1", "c2"]
+    assert [q.queue_id for q in allocate_averagely(mqs, ids, "c1")] == [0, 1, 2]
+    assert [q.queue_id for q in allocate_averagely(mqs, ids, "c2")] == [3, 4]
+    assert allocate_averagely(mqs, ids, "stranger") == []
+    many = [f"c{i}" for i in range(7)]
+    shares = [len(allocate_averagely(mqs, many, c)) for c in many]
+    assert sorted(shares) == [0, 0, 1, 1, 1, 1, 1]

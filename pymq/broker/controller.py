@@ -31,6 +31,7 @@ from pymq.broker.client_manager import (
     RebalanceLockManager,
 )
 from pymq.broker.config import BrokerConfig
+from pymq.broker.consumer_filter_manager import ConsumerFilterManager
 from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from pymq.broker.long_polling import PullRequestHoldService
 from pymq.broker.outer_api import BrokerIdentity, BrokerOuterAPI
@@ -93,6 +94,7 @@ class BrokerController:
         self.subscription_group_manager = SubscriptionGroupManager(
             config_dir, broker_config.auto_create_subscription_group
         )
+        self.consumer_filter_manager = ConsumerFilterManager(config_dir)
         self.schedule = ScheduleMessageService(config_dir, self.store)
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
@@ -199,6 +201,7 @@ class BrokerController:
             self.topic_config_manager,
             self.consumer_offset_manager,
             self.subscription_group_manager,
+            self.consumer_filter_manager,
             self.schedule,
         ):
             manager.load()
@@ -209,6 +212,7 @@ class BrokerController:
             self.schedule,
             self.topic_config_manager,
             self.subscription_group_manager,
+            self.consumer_filter_manager,
         ):
             try:
                 manager.persist_blocking()
@@ -229,11 +233,14 @@ class BrokerController:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                # The store must know its own address before the first put: bind first.
-                port = await nursery.start(self.server.run)
-                await nursery.start(self.fast_server.run)
+                # Bind first (the store must know its address, and a port in use should fail
+                # before recovery), recover the store, and only then serve requests.
+                await self.server.bind()
+                await self.fast_server.bind()
                 self.store.store_host = self.store_host
                 await nursery.start(self.store.run)
+                port = await nursery.start(self.server.run)
+                await nursery.start(self.fast_server.run)
                 client = RemotingClient(
                     nursery, connect_timeout=self.client_config.connect_timeout_millis / 1000
                 )

@@ -32,6 +32,7 @@ class RemotingServer:
         idle_timeout: float | None = None,
     ) -> None:
         self.idle_timeout = idle_timeout
+        self._listeners: list[trio.SocketListener] | None = None
         self.host = host
         self.port = port
         self.name = name
@@ -53,13 +54,21 @@ class RemotingServer:
             )
         return await processor(channel, request)
 
+    async def bind(self) -> int:
+        """Bind and listen now (connections wait in the backlog until :meth:`run` serves them),
+        so that the port is known, and a port in use fails, before anything else starts."""
+        if self._listeners is None:
+            self._listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+            self.port = self._listeners[0].socket.getsockname()[1]
+        return self.port
+
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until cancelled; ``task_status.started`` gets the bound port."""
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-        self.port = listeners[0].socket.getsockname()[1]
+        await self.bind()
+        assert self._listeners is not None
         log.info("%s server listening on %s:%d", self.name, self.host, self.port)
         async with trio.open_nursery() as nursery:
-            await nursery.start(trio.serve_listeners, self._serve_connection, listeners)
+            await nursery.start(trio.serve_listeners, self._serve_connection, self._listeners)
             task_status.started(self.port)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:

@@ -171,6 +171,10 @@ async def test_broker_restart_loses_nothing(tmp_path, nursery) -> None:
             await c.subscribe("Durable")
             await before.wait_for(30)
         # Leaving the consumer committed its offsets; leaving the cluster stops the broker.
+    config_dir = tmp_path / "data" / "store" / "config"
+    for name in ("topics", "consumerOffset", "subscriptionGroup", "consumerFilter", "delayOffset"):
+        assert json.loads((config_dir / f"{name}.json").read_text())  # written, and valid JSON
+    assert '"Durable@G"' in (config_dir / "consumerOffset.json").read_text()
     after = Collector()
     async with open_cluster(
         data,

@@ -91,7 +91,11 @@ class IndexService:
     async def prepare(self) -> None:
         """Create the next file in a worker thread when the newest one is full (or none)."""
         if self.needs_new_file():
-            self._roll(await trio.to_thread.run_sync(self._new_file_blocking))
+            new = await trio.to_thread.run_sync(self._new_file_blocking)
+            if self.needs_new_file():
+                self._roll(new)
+            else:  # another task rolled meanwhile
+                await trio.to_thread.run_sync(new.destroy)
 
     def _writable_file(self) -> IndexFile:
         if self.needs_new_file():

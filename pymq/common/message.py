@@ -402,6 +402,8 @@ def encode_record(msg: MessageExt) -> bytes:
         raise RecordError(f"topic is {len(topic)} bytes, more than {MAX_TOPIC_LENGTH}")
     if len(props) > MAX_PROPERTIES_LENGTH:
         raise RecordError(f"properties are {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}")
+    if has_nul(topic) or has_nul(props):
+        raise RecordError("topic and properties may not contain NUL characters")
     born_ip = pack_ip(msg.born_host[0])
     store_ip = pack_ip(msg.store_host[0])
     sys_flag = (msg.sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
@@ -428,6 +430,11 @@ def encode_record(msg: MessageExt) -> bytes:
         msg.prepared_transaction_offset,
     )
     return bytes(buf)
+
+
+def has_nul(data: bytes) -> bool:
+    """Topic and properties bytes may not contain NUL: decoding treats it as a torn record."""
+    return b"\0" in data
 
 
 def read_record_header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
@@ -482,8 +489,9 @@ def _parse(
             if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != fields[2]:
                 raise RecordError(f"record at {pos}: body CRC mismatch")
         elif check_crc:
-            view = memoryview(buf)[p : p + body_len]
-            if (zlib.crc32(view) & 0x7FFFFFFF) != fields[2]:
+            # No local name for the slice: a traceback kept by a logger must not pin the buffer
+            # (a memory map cannot be closed while a view of it is alive).
+            if (zlib.crc32(memoryview(buf)[p : p + body_len]) & 0x7FFFFFFF) != fields[2]:
                 raise RecordError(f"record at {pos}: body CRC mismatch")
     p += body_len
     topic_len = buf[p]
@@ -498,9 +506,15 @@ def _parse(
             f"record at {pos}: TOTALSIZE {total} disagrees with its fields "
             f"(body {body_len}, topic {topic_len}, properties {props_len})"
         )
+    props_raw = bytes(buf[p:end]) if props_len else b""
+    # Only the body has a CRC.  A record torn inside its topic or properties (a sparse file's
+    # zeros after a power cut) would still add up, but shows NUL bytes, which the store refuses
+    # to write in the first place (see :func:`has_nul`).
+    if b"\0" in topic_raw or b"\0" in props_raw:
+        raise RecordError(f"record at {pos}: NUL byte in topic or properties (torn record?)")
     try:
         topic = topic_raw.decode()
-        props = bytes(buf[p:end]).decode() if props_len else ""
+        props = props_raw.decode() if props_len else ""
     except UnicodeDecodeError as exc:
         raise RecordError(f"record at {pos}: undecodable text ({exc})") from exc
     return fields, body, topic, props

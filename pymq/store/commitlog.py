@@ -277,7 +277,7 @@ class CommitLog:
                     return pos, True
                 except RecordError as exc:
                     if bytes(view[pos : pos + END_FILE_MIN_BLANK_LENGTH]).strip(b"\0"):
-                        log.warning("recovery stops in %s: %s", mf.path, exc)
+                        log.warning("recovery stops in %s: %s", mf.path, str(exc))
                     return pos, False
                 if info.physical_offset != mf.file_from_offset + pos:
                     log.warning("record at %d of %s has a wrong physical offset", pos, mf.path)

@@ -164,6 +164,9 @@ class MappedFile:
             return
         try:
             self.mm.close()
+        except BufferError:
+            # A view of the map is still alive somewhere; the kernel mapping goes when it does.
+            log.warning("%s still has live views; unmapping it later", self.path)
         finally:
             os.close(self._fd)
             self._fd = -1

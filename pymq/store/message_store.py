@@ -33,6 +33,7 @@ from pymq.common.message import (
     RecordError,
     decode_record,
     encode_properties,
+    has_nul,
     record_length,
 )
 from pymq.common.periodic import every
@@ -299,6 +300,11 @@ class DefaultMessageStore:
             return PutMessageResult(
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
                 reason=f"properties are {len(props_b)} bytes, the limit is {MAX_PROPERTIES_LENGTH}",
+            ), (b"", b"")
+        if has_nul(topic_b) or has_nul(props_b):
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                reason="topic and properties may not contain NUL characters",
             ), (b"", b"")
         size = record_length(msg.sys_flag & ~_HOST_V6, len(msg.body), len(topic_b), len(props_b))
         if size > self.config.max_message_size:

@@ -100,7 +100,7 @@ class ReputMessageService:
                         return done > 0, False  # a partial record: wait for the rest
                     if self._reported_bad != self.reput_from_offset:
                         self._reported_bad = self.reput_from_offset
-                        log.error("reput stopped at %d: %s", self.reput_from_offset, exc)
+                        log.error("reput stopped at %d: %s", self.reput_from_offset, str(exc))
                     return done > 0, False
                 dispatch(info, listener)
                 pos += info.size

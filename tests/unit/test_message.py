@@ -301,3 +301,14 @@ def test_batch_body_golden_and_round_trip():
 def test_magic_constants():
     assert struct.pack(">I", MESSAGE_MAGIC_CODE) == struct.pack(">i", -626843481)
     assert struct.pack(">I", BLANK_MAGIC_CODE) == struct.pack(">i", -875286124)
+
+
+def test_nul_in_topic_or_properties_reads_as_torn():
+    raw = bytearray(golden_record_v4())
+    raw[-1] = 0  # last properties byte zeroed, as a torn write leaves it
+    with pytest.raises(RecordError, match="NUL"):
+        decode_record(raw)
+    msg = golden_message()
+    msg.properties = {"A": "x\0"}
+    with pytest.raises(RecordError, match="NUL"):
+        encode_record(msg)

@@ -488,11 +488,12 @@ def _parse(
             body = bytes(buf[p : p + body_len])
             if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != fields[2]:
                 raise RecordError(f"record at {pos}: body CRC mismatch")
-        elif check_crc:
-            # No local name for the slice: a traceback kept by a logger must not pin the buffer
-            # (a memory map cannot be closed while a view of it is alive).
-            if (zlib.crc32(memoryview(buf)[p : p + body_len]) & 0x7FFFFFFF) != fields[2]:
-                raise RecordError(f"record at {pos}: body CRC mismatch")
+        # No local name for the slice: a traceback kept by a logger must not pin the buffer
+        # (a memory map cannot be closed while a view of it is alive).
+        elif (
+            check_crc and (zlib.crc32(memoryview(buf)[p : p + body_len]) & 0x7FFFFFFF) != fields[2]
+        ):
+            raise RecordError(f"record at {pos}: body CRC mismatch")
     p += body_len
     topic_len = buf[p]
     if topic_len > MAX_TOPIC_LENGTH or p + 1 + topic_len + 2 > end:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import struct
 import time
+import zlib
 from collections.abc import Callable
 
 from pymq.common.message import (
@@ -69,7 +70,9 @@ class CommitLog:
     ) -> None:
         self.queue = MappedFileQueue(directory, file_size, allocator)
         self.file_size = file_size
-        self.topic_queue_table: dict[str, int] = {}
+        # Next logical offset per (topic, queueId): Java's "topic-queueId" table, keyed by tuple
+        # because building the string key cost more than the rest of a put's bookkeeping.
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.clock_ms = clock_ms
         self.set_store_host("127.0.0.1", 0)
 
@@ -110,6 +113,75 @@ class CommitLog:
             mf = self.queue.get_last_mapped_file(0)
         return mf
 
+    def append_message(self, msg: MessageExt, topic_b: bytes, props_b: bytes) -> PutMessageResult:
+        """Append one record: the hot path of :meth:`append_messages` for a single message."""
+        born_ip = pack_ip(msg.born_host[0])
+        store_ip = self._store_ip
+        sys_flag = msg.sys_flag
+        if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
+            sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
+            msg.sys_flag = sys_flag
+        body = msg.body
+        size = record_length(sys_flag, len(body), len(topic_b), len(props_b))
+        mf = self.queue.files[-1] if self.queue.files else None
+        if mf is None or size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+            if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    reason=f"{size} bytes do not fit in a commit-log file of {self.file_size}",
+                )
+            try:
+                mf = self._writable_file(size)
+            except OSError as exc:
+                log.exception("cannot create a commit-log file")
+                return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, reason=str(exc))
+        now = self.clock_ms()
+        if sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
+            queue_offset = 0
+        else:
+            key = (msg.topic, msg.queue_id)
+            table = self.topic_queue_table
+            queue_offset = table.get(key, 0)
+            table[key] = queue_offset + 1
+        pos = mf.wrote_position
+        phy = mf.file_from_offset + pos
+        crc = zlib.crc32(body) & 0x7FFFFFFF
+        encode_record_into(
+            mf.mm,
+            pos,
+            topic_b,
+            props_b,
+            body,
+            crc,
+            msg.queue_id,
+            msg.flag,
+            queue_offset,
+            phy,
+            sys_flag,
+            msg.born_timestamp,
+            born_ip,
+            msg.born_host[1],
+            now,
+            store_ip,
+            self._store_port,
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+        )
+        mf.wrote_position = pos + size
+        mf.last_store_timestamp = now
+        msg.queue_offset = queue_offset
+        msg.commitlog_offset = phy
+        msg.store_timestamp = now
+        msg.store_size = size
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            phy,
+            size,
+            f"{self._msg_id_prefix}{phy:016X}",
+            now,
+            queue_offset,
+        )
+
     def append_messages(
         self, msgs: list[MessageExt], encoded: list[tuple[bytes, bytes]]
     ) -> PutMessageResult:
@@ -147,7 +219,7 @@ class CommitLog:
         first_logic = -1
         ids = []
         for msg, (topic_b, props_b), (size, born_ip) in zip(msgs, encoded, sizes, strict=True):
-            key = f"{msg.topic}-{msg.queue_id}"
+            key = (msg.topic, msg.queue_id)
             tran = msg.sys_flag & 0xC
             if tran in (_PREPARED, _ROLLBACK):
                 queue_offset = 0

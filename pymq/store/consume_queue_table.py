@@ -102,10 +102,10 @@ class ConsumeQueueTable:
     def max_physic_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self), default=-1)
 
-    def rebuild_topic_queue_table(self, min_phy_offset: int) -> dict[str, int]:
+    def rebuild_topic_queue_table(self, min_phy_offset: int) -> dict[tuple[str, int], int]:
         table = {}
         for cq in self:
-            table[f"{cq.topic}-{cq.queue_id}"] = cq.max_offset_in_queue
+            table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
             cq.correct_min_offset(min_phy_offset)
         return table
 

@@ -66,6 +66,10 @@ SHUTDOWN_DEADLINE_S = 30
 """The final dispatch + flush gets this long even when the caller is cancelled."""
 
 _TRAN_MASK = 0xC
+_MIN_OVERHEAD = 91 + MAX_TOPIC_LENGTH
+"""Puts whose body + properties + this stay within maxMessageSize skip the detailed check."""
+_TOPIC_CACHE_MAX = 100_000
+"""Encoded topic names are cached; the cache is dropped if a client invents topics forever."""
 _HOST_V6 = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 
 ReplicaWaiter = Callable[[int], Awaitable[PutMessageStatus]]
@@ -124,6 +128,13 @@ class DefaultMessageStore:
             self.commitlog, self.consume_queues, self.index, config
         )
         self.replica_waiter: ReplicaWaiter | None = None
+        self._topic_bytes: dict[str, bytes] = {}
+        # Role and flush type are fixed for a run; the put path reads these flags only.
+        self.read_only = config.broker_role is BrokerRole.SLAVE
+        self.must_wait = (
+            config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+            or config.broker_role is BrokerRole.SYNC_MASTER
+        )
         self.last_exit_ok = True
         self.running = False
         self.start_time_ms = 0
@@ -343,15 +354,41 @@ class DefaultMessageStore:
         store timestamp and store host.  Refusals carry a status and a ``reason``, and write
         nothing.
         """
-        refused = self._refusal()
-        if refused is not None:
-            return refused
-        self._apply_delay(msg)
-        refused, encoded = self._check(msg)
-        if refused is not None:
-            return refused
-        result = self.commitlog.append_messages([msg], [encoded])
-        return await self._after_append(result, msg.properties.get(PROPERTY_WAIT_STORE_MSG_OK))
+        if not self.running or self.read_only or self.clean_commitlog.disk_full:
+            return self._refusal()  # type: ignore[return-value]
+        props = msg.properties
+        if PROPERTY_DELAY_TIME_LEVEL in props:
+            self._apply_delay(msg)
+        topic_b = self._topic_bytes.get(msg.topic)
+        if topic_b is None:
+            topic_b = self._encode_topic(msg.topic)
+        props_b = encode_properties(props).encode()
+        if (
+            msg.topic not in self._topic_bytes  # not (yet) known to be a valid topic
+            or len(props_b) > MAX_PROPERTIES_LENGTH
+            or b"\0" in props_b
+            or len(msg.body) + len(props_b) + _MIN_OVERHEAD > self.config.max_message_size
+        ):
+            refused, _ = self._check(msg)
+            if refused is not None:
+                return refused
+        result = self.commitlog.append_message(msg, topic_b, props_b)
+        if result.status is not PutMessageStatus.PUT_OK:
+            return result
+        self.put_message_times_total += 1
+        self.put_message_size_total += result.wrote_bytes
+        self.reput.wakeup()
+        if self.must_wait:
+            return await self._wait_durable(result, props.get(PROPERTY_WAIT_STORE_MSG_OK))
+        return result
+
+    def _encode_topic(self, topic: str) -> bytes:
+        topic_b = topic.encode()
+        if len(self._topic_bytes) >= _TOPIC_CACHE_MAX:
+            self._topic_bytes.clear()
+        if len(topic_b) <= MAX_TOPIC_LENGTH and not has_nul(topic_b):
+            self._topic_bytes[topic] = topic_b  # only valid topics are cached
+        return topic_b
 
     async def put_messages(self, msgs: Iterable[MessageExt]) -> PutMessageResult:
         """Append a batch (one topic and queue, as SEND_BATCH_MESSAGE) in one go, all or nothing.
@@ -392,16 +429,23 @@ class DefaultMessageStore:
         self.put_message_times_total += result.msg_num
         self.put_message_size_total += result.wrote_bytes
         self.reput.wakeup()
-        wait_ok = wait is None or wait.strip().lower() == "true"
+        if self.must_wait:
+            return await self._wait_durable(result, wait)
+        return result
+
+    async def _wait_durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
+        """SYNC_FLUSH and SYNC_MASTER: wait for the disk and the slave unless WAIT=false."""
+        if wait is not None and wait.strip().lower() != "true":
+            return result
         end = result.wrote_offset + result.wrote_bytes
-        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and wait_ok:
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             assert self.flush_commitlog is not None
             if not await self.flush_commitlog.wait_flushed(
                 end, self.config.sync_flush_timeout / 1000
             ):
                 log.warning("sync flush of offset %d timed out", end)
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        if self.config.broker_role is BrokerRole.SYNC_MASTER and wait_ok:
+        if self.config.broker_role is BrokerRole.SYNC_MASTER:
             if self.replica_waiter is None:
                 result.status = PutMessageStatus.SLAVE_NOT_AVAILABLE
             else:
@@ -559,7 +603,7 @@ class DefaultMessageStore:
             for cq in by_id.values():
                 async with cq.queue.io_lock:
                     await trio.to_thread.run_sync(cq.destroy)
-                self.commitlog.topic_queue_table.pop(f"{topic}-{cq.queue_id}", None)
+                self.commitlog.topic_queue_table.pop((topic, cq.queue_id), None)
                 deleted += 1
             topic_dir = os.path.join(self.config.consume_queue_dir, topic)
             await trio.to_thread.run_sync(_remove_empty_tree, topic_dir)

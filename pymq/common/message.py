@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import itertools
+import mmap
 import operator
 import os
 import random
@@ -29,7 +30,7 @@ import struct
 import time
 import zlib
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -543,6 +544,97 @@ def read_record_info(
     )
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+_V4_HEADER = _HEADERS[0]
+_V4_HEADER_SIZE = _V4_HEADER.size
+
+
+def scan_records(
+    buf: bytes | bytearray | mmap.mmap,
+    pos: int,
+    limit: int,
+    *,
+    check_crc: bool = True,
+    physical_base: int | None = None,
+    select: Callable[[bytes, int, int, int], bool] | None = None,
+) -> tuple[int, str, list[int]]:
+    """Walk the valid records of ``buf[pos:limit]`` as fast as Python allows (recovery).
+
+    Returns ``(end, why, selected)``: ``end`` is where valid data stops, ``why`` is ``"blank"``
+    (a blank record starts at ``end``), ``"end"`` (``limit`` reached) or the reason the record at
+    ``end`` is invalid; ``selected`` lists the positions of records for which
+    ``select(topic_bytes, queue_id, physical_offset, size)`` returned True.  Validation is the
+    same as :func:`decode_record`'s (the two share :func:`_parse` for anything unusual).  With
+    ``physical_base`` each record's PHYSICALOFFSET must equal ``physical_base`` + its position.
+    ``buf`` may be bytes, a bytearray or an mmap (slicing must copy, not view).
+    """
+    selected: list[int] = []
+    header = _V4_HEADER
+    hsize = _V4_HEADER_SIZE
+    short = _SHORT
+    crc32 = zlib.crc32
+    while pos < limit:
+        if pos + hsize <= limit:
+            fields = header.unpack_from(buf, pos)
+            total = fields[0]
+            end = pos + total
+            body_len = fields[16]
+            p = pos + hsize
+            q = p + body_len
+            if (
+                fields[1] == MESSAGE_MAGIC_CODE
+                and not fields[7] & _HOST_FLAGS
+                and total >= hsize + 3
+                and end <= limit
+                and (physical_base is None or fields[6] == physical_base + pos)
+                and body_len >= 0
+                and q + 3 <= end
+                and (not check_crc or not body_len or crc32(buf[p:q]) & 0x7FFFFFFF == fields[2])
+            ):
+                topic_len = buf[q]
+                t1 = q + 1 + topic_len
+                if (
+                    topic_len <= MAX_TOPIC_LENGTH
+                    and t1 + 2 <= end
+                    and t1 + 2 + short.unpack_from(buf, t1)[0] == end
+                ):
+                    topic = buf[q + 1 : t1]
+                    props = buf[t1 + 2 : end]
+                    if (
+                        b"\0" in topic
+                        or b"\0" in props
+                        or not (topic.isascii() or _is_utf8(topic))
+                        or not (props.isascii() or _is_utf8(props))
+                    ):
+                        return pos, f"record at {pos}: bad topic or properties text", selected
+                    if select is not None and select(topic, fields[3], fields[6], total):
+                        selected.append(pos)
+                    pos = end
+                    continue
+        # Anything unusual (IPv6 hosts, a blank, an error): the careful parser decides.
+        try:
+            info = read_record_info(buf, pos, check_crc=check_crc)
+        except BlankRecord:
+            return pos, "blank", selected
+        except RecordError as exc:
+            return pos, str(exc), selected
+        if physical_base is not None and info.physical_offset != physical_base + pos:
+            return pos, f"record at {pos} has physical offset {info.physical_offset}", selected
+        if select is not None and select(
+            info.topic.encode(), info.queue_id, info.physical_offset, info.size
+        ):
+            selected.append(pos)
+        pos += info.size
+    return pos, "end", selected
+
+
 def decode_record(
     buf: bytes | bytearray | memoryview,
     pos: int = 0,
@@ -758,5 +850,6 @@ __all__ = [
     "iter_records",
     "java_string_hash",
     "read_record_info",
+    "scan_records",
     "tags_code",
 ]

@@ -18,16 +18,15 @@ import struct
 import time
 import zlib
 from collections.abc import Callable
+from typing import Protocol
 
 from pymq.common.message import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     SYSFLAG_POSITION,
-    BlankRecord,
     MessageExt,
     MessageSysFlag,
-    RecordError,
     RecordInfo,
     body_crc32,
     encode_record_into,
@@ -35,6 +34,7 @@ from pymq.common.message import (
     pack_ip,
     read_record_info,
     record_length,
+    scan_records,
     store_timestamp_position,
 )
 from pymq.store.mapped_file import MappedFile
@@ -53,7 +53,15 @@ _HOST_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_
 _PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
 _ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 
-Dispatch = Callable[[RecordInfo], None]
+
+class RecoveryDispatcher(Protocol):
+    """What abnormal recovery re-dispatches into (the consume-queue table)."""
+
+    def selector(self) -> Callable[[bytes, int, int, int], bool]:
+        """A fast test: does the record (topic bytes, queue id, offset, size) need dispatch?"""
+        ...
+
+    def dispatch(self, info: RecordInfo) -> None: ...
 
 
 def now_ms() -> int:
@@ -332,41 +340,41 @@ class CommitLog:
         self.queue.load()
 
     def _scan_file(
-        self, mf: MappedFile, check_crc: bool, dispatch: Dispatch | None
+        self, mf: MappedFile, check_crc: bool, dispatcher: RecoveryDispatcher | None
     ) -> tuple[int, bool]:
         """(end of valid data in the file, whether the scan may go on into the next file)."""
-        view = memoryview(mf.mm)
-        try:
-            pos = 0
-            size = mf.file_size
-            while pos < size:
-                try:
-                    info = read_record_info(view, pos, check_crc=check_crc)
-                except BlankRecord as blank:
-                    if blank.size != size - pos:
-                        log.warning("blank record at %d of %s has a wrong size", pos, mf.path)
-                        return pos, False
-                    return pos, True
-                except RecordError as exc:
-                    if bytes(view[pos : pos + END_FILE_MIN_BLANK_LENGTH]).strip(b"\0"):
-                        log.warning("recovery stops in %s: %s", mf.path, str(exc))
-                    return pos, False
-                if info.physical_offset != mf.file_from_offset + pos:
-                    log.warning("record at %d of %s has a wrong physical offset", pos, mf.path)
-                    return pos, False
-                if dispatch is not None:
-                    dispatch(info)
-                pos += info.size
-            return pos, True
-        finally:
-            view.release()
+        select = dispatcher.selector() if dispatcher is not None else None
+        end, why, selected = scan_records(
+            mf.mm,
+            0,
+            mf.file_size,
+            check_crc=check_crc,
+            physical_base=mf.file_from_offset,
+            select=select,
+        )
+        if dispatcher is not None:
+            for pos in selected:
+                dispatcher.dispatch(read_record_info(mf.mm, pos, check_crc=False))
+        if why == "end":
+            return end, True
+        if why == "blank":
+            total = _BLANK.unpack_from(mf.mm, end)[0]
+            if total != mf.file_size - end:
+                log.warning("blank record at %d of %s has a wrong size", end, mf.path)
+                return end, False
+            return end, True
+        if mf.mm[end : end + END_FILE_MIN_BLANK_LENGTH].strip(b"\0"):
+            log.warning("recovery stops in %s: %s", mf.path, why)
+        return end, False
 
-    def _recover_from(self, start: int, check_crc: bool, dispatch: Dispatch | None) -> int:
+    def _recover_from(
+        self, start: int, check_crc: bool, dispatcher: RecoveryDispatcher | None
+    ) -> int:
         files = self.queue.files
         process_offset = files[start].file_from_offset
         for i in range(start, len(files)):
             mf = files[i]
-            pos, go_on = self._scan_file(mf, check_crc, dispatch)
+            pos, go_on = self._scan_file(mf, check_crc, dispatcher)
             process_offset = mf.file_from_offset + pos
             if not go_on:
                 break
@@ -382,7 +390,9 @@ class CommitLog:
             return 0
         return self._recover_from(max(0, len(files) - RECOVER_FROM_LAST_FILES), check_crc, None)
 
-    def recover_abnormally(self, check_crc: bool, min_timestamp: int, dispatch: Dispatch) -> int:
+    def recover_abnormally(
+        self, check_crc: bool, min_timestamp: int, dispatcher: RecoveryDispatcher
+    ) -> int:
         """Blocking: re-dispatch from the newest file whose first record is older than
         ``min_timestamp`` (the checkpoint), or from the first file; return the end of valid data.
         """
@@ -396,7 +406,7 @@ class CommitLog:
                 start = i
                 log.info("abnormal recovery starts at %s", files[i].path)
                 break
-        return self._recover_from(start, check_crc, dispatch)
+        return self._recover_from(start, check_crc, dispatcher)
 
     @staticmethod
     def _first_record_older_than(mf: MappedFile, min_timestamp: int) -> bool:

@@ -192,7 +192,7 @@ class DefaultMessageStore:
                 else self.checkpoint.min_timestamp
             )
             log.warning("the last exit was not clean: recovering the commit log abnormally")
-            end = self.commitlog.recover_abnormally(check_crc, bound, self.consume_queues.dispatch)
+            end = self.commitlog.recover_abnormally(check_crc, bound, self.consume_queues)
         if not self.commitlog.queue.files:
             self.consume_queues.destroy_all()
             if self.index is not None:

@@ -191,11 +191,29 @@ def java_string_hash(s: str) -> int:
     return _hash_units(units)
 
 
+_TAGS_CODES: dict[str, int] = {}
+_TAGS_CODES_MAX = 65536
+"""Tags repeat across messages, so their hashes are memoised (bounded: cleared when full)."""
+
+
 def tags_code(tags: str | None) -> int:
     """The consume-queue tags code of a TAGS value: its Java hash, or 0 when there are no tags."""
     if not tags:
         return 0
-    return java_string_hash(tags)
+    code = _TAGS_CODES.get(tags)
+    if code is None:
+        if len(_TAGS_CODES) >= _TAGS_CODES_MAX:
+            _TAGS_CODES.clear()
+        code = _TAGS_CODES[tags] = java_string_hash(tags)
+    return code
+
+
+def java_string_hash_after(prefix_hash: int, s: str) -> int:
+    """``java_string_hash(prefix + s)`` from the prefix's hash, hashing only ``s``."""
+    n = len(s) if s.isascii() else len(s.encode("utf-16-be")) // 2
+    power = _POW31_DESC[_POW_LEN - 1 - n] if n < _POW_LEN else pow(31, n, 1 << 32)
+    h = (prefix_hash * power + java_string_hash(s)) & _MASK32
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
 # --- hosts ----------------------------------------------------------------------------------------

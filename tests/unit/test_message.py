@@ -358,3 +358,10 @@ def test_scan_records_agrees_with_decode_record(where, value, truncate):
     assert end == _slow_scan(bytes(buf))
     assert selected == [s for s in starts if s < end]
     assert (why == "end") == (end == len(buf))
+
+
+@given(st.text(max_size=40), st.text(max_size=60))
+def test_java_string_hash_after_prefix(prefix, s):
+    from pymq.common.message import java_string_hash_after
+
+    assert java_string_hash_after(java_string_hash(prefix), s) == java_string_hash(prefix + s)

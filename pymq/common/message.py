@@ -419,6 +419,61 @@ def encode_record_into(
     return total
 
 
+def encode_message_into(
+    buf: bytearray | memoryview | mmap.mmap,
+    pos: int,
+    msg: MessageExt,
+    topic: bytes,
+    properties: bytes,
+    born_ip: bytes,
+    store_ip: bytes,
+    store_port: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+) -> int:
+    """Write ``msg``'s record at ``buf[pos:]`` and return its size (the store's put path).
+
+    Same layout as :func:`encode_record_into`, reading the message's own fields to keep the call
+    cheap; ``msg.sys_flag`` must already carry the host flags for ``born_ip`` / ``store_ip``.
+    """
+    body = msg.body
+    body_len = len(body)
+    topic_len = len(topic)
+    props_len = len(properties)
+    sys_flag = msg.sys_flag
+    header = _HEADERS[(sys_flag >> 4) & 3]
+    total = header.size + body_len + 3 + topic_len + props_len
+    header.pack_into(
+        buf,
+        pos,
+        total,
+        MESSAGE_MAGIC_CODE,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        msg.queue_id,
+        msg.flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        msg.born_timestamp,
+        born_ip,
+        msg.born_host[1],
+        store_timestamp,
+        store_ip,
+        store_port,
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        body_len,
+    )
+    p = pos + header.size
+    buf[p : p + body_len] = body
+    tail = _TAILS.get((topic_len, props_len))
+    if tail is None:
+        tail = _tail_struct(topic_len, props_len)
+    tail.pack_into(buf, p + body_len, topic_len, topic, props_len, properties)
+    return total
+
+
 def encode_record(msg: MessageExt) -> bytes:
     """The whole record of ``msg`` as bytes; body CRC and host flags are computed here.
 

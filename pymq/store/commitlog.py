@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import struct
 import time
-import zlib
 from collections.abc import Callable
 from typing import Protocol
 
@@ -29,6 +28,7 @@ from pymq.common.message import (
     MessageSysFlag,
     RecordInfo,
     body_crc32,
+    encode_message_into,
     encode_record_into,
     host_flags,
     pack_ip,
@@ -129,9 +129,9 @@ class CommitLog:
         if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
             sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
             msg.sys_flag = sys_flag
-        body = msg.body
-        size = record_length(sys_flag, len(body), len(topic_b), len(props_b))
-        mf = self.queue.files[-1] if self.queue.files else None
+        size = record_length(sys_flag, len(msg.body), len(topic_b), len(props_b))
+        files = self.queue.files
+        mf = files[-1] if files else None
         if mf is None or size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
             if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
                 return PutMessageResult(
@@ -153,28 +153,10 @@ class CommitLog:
             table[key] = queue_offset + 1
         pos = mf.wrote_position
         phy = mf.file_from_offset + pos
-        crc = zlib.crc32(body) & 0x7FFFFFFF
-        encode_record_into(
-            mf.mm,
-            pos,
-            topic_b,
-            props_b,
-            body,
-            crc,
-            msg.queue_id,
-            msg.flag,
-            queue_offset,
-            phy,
-            sys_flag,
-            msg.born_timestamp,
-            born_ip,
-            msg.born_host[1],
-            now,
-            store_ip,
-            self._store_port,
-            msg.reconsume_times,
-            msg.prepared_transaction_offset,
-        )
+        encode_message_into(
+            mf.mm, pos, msg, topic_b, props_b, born_ip, store_ip, self._store_port,
+            queue_offset, phy, now,
+        )  # fmt: skip
         mf.wrote_position = pos + size
         mf.last_store_timestamp = now
         msg.queue_offset = queue_offset

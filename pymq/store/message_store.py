@@ -359,19 +359,18 @@ class DefaultMessageStore:
         props = msg.properties
         if PROPERTY_DELAY_TIME_LEVEL in props:
             self._apply_delay(msg)
-        topic_b = self._topic_bytes.get(msg.topic)
-        if topic_b is None:
-            topic_b = self._encode_topic(msg.topic)
+        topic_b = self._topic_bytes.get(msg.topic)  # only topics already known to be valid
         props_b = encode_properties(props).encode()
         if (
-            msg.topic not in self._topic_bytes  # not (yet) known to be a valid topic
+            topic_b is None
             or len(props_b) > MAX_PROPERTIES_LENGTH
             or b"\0" in props_b
             or len(msg.body) + len(props_b) + _MIN_OVERHEAD > self.config.max_message_size
         ):
-            refused, _ = self._check(msg)
+            refused, (topic_b, props_b) = self._check(msg)
             if refused is not None:
                 return refused
+            self._remember_topic(msg.topic, topic_b)
         result = self.commitlog.append_message(msg, topic_b, props_b)
         if result.status is not PutMessageStatus.PUT_OK:
             return result
@@ -382,13 +381,11 @@ class DefaultMessageStore:
             return await self._wait_durable(result, props.get(PROPERTY_WAIT_STORE_MSG_OK))
         return result
 
-    def _encode_topic(self, topic: str) -> bytes:
-        topic_b = topic.encode()
+    def _remember_topic(self, topic: str, topic_b: bytes) -> None:
+        """Cache a checked topic's bytes (the cache is dropped if topics grow without end)."""
         if len(self._topic_bytes) >= _TOPIC_CACHE_MAX:
             self._topic_bytes.clear()
-        if len(topic_b) <= MAX_TOPIC_LENGTH and not has_nul(topic_b):
-            self._topic_bytes[topic] = topic_b  # only valid topics are cached
-        return topic_b
+        self._topic_bytes[topic] = topic_b
 
     async def put_messages(self, msgs: Iterable[MessageExt]) -> PutMessageResult:
         """Append a batch (one topic and queue, as SEND_BATCH_MESSAGE) in one go, all or nothing.

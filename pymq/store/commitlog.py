@@ -27,9 +27,7 @@ from pymq.common.message import (
     MessageExt,
     MessageSysFlag,
     RecordInfo,
-    body_crc32,
     encode_message_into,
-    encode_record_into,
     host_flags,
     pack_ip,
     read_record_info,
@@ -208,47 +206,26 @@ class CommitLog:
         table = self.topic_queue_table
         first_logic = -1
         ids = []
+        prefix = self._msg_id_prefix
         for msg, (topic_b, props_b), (size, born_ip) in zip(msgs, encoded, sizes, strict=True):
-            key = (msg.topic, msg.queue_id)
-            tran = msg.sys_flag & 0xC
-            if tran in (_PREPARED, _ROLLBACK):
+            if msg.sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
                 queue_offset = 0
             else:
+                key = (msg.topic, msg.queue_id)
                 queue_offset = table.get(key, 0)
                 table[key] = queue_offset + 1
             if first_logic < 0:
                 first_logic = queue_offset
             phy = mf.file_from_offset + pos
-            body = msg.body
-            crc = body_crc32(body)
-            encode_record_into(
-                mm,
-                pos,
-                topic_b,
-                props_b,
-                body,
-                crc,
-                msg.queue_id,
-                msg.flag,
-                queue_offset,
-                phy,
-                msg.sys_flag,
-                msg.born_timestamp,
-                born_ip,
-                msg.born_host[1],
-                now,
-                store_ip,
-                store_port,
-                msg.reconsume_times,
-                msg.prepared_transaction_offset,
-            )
+            encode_message_into(
+                mm, pos, msg, topic_b, props_b, born_ip, store_ip, store_port,
+                queue_offset, phy, now,
+            )  # fmt: skip
             msg.queue_offset = queue_offset
             msg.commitlog_offset = phy
             msg.store_timestamp = now
-            msg.store_host = self.store_host
-            msg.body_crc = crc
             msg.store_size = size
-            ids.append(f"{self._msg_id_prefix}{phy:016X}")
+            ids.append(f"{prefix}{phy:016X}")
             pos += size
         mf.wrote_position = pos
         mf.last_store_timestamp = now

@@ -398,25 +398,35 @@ class DefaultMessageStore:
             return refused
         if not batch:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="empty batch")
+        first = batch[0]
+        topic, queue_id = first.topic, first.queue_id
+        topic_b = self._topic_bytes.get(topic)
+        max_size = self.config.max_message_size
         encoded = []
         for msg in batch:
-            if msg.sys_flag & _TRAN_MASK != MessageSysFlag.TRANSACTION_NOT_TYPE:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL,
-                    reason="transactional messages cannot be batched",
-                )
-            if msg.delay_level > 0:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, reason="delayed messages cannot be batched"
-                )
-            if (msg.topic, msg.queue_id) != (batch[0].topic, batch[0].queue_id):
+            if msg.sys_flag & _TRAN_MASK or PROPERTY_DELAY_TIME_LEVEL in msg.properties:
+                if msg.sys_flag & _TRAN_MASK:
+                    reason = "transactional messages cannot be batched"
+                    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=reason)
+                if msg.delay_level > 0:
+                    reason = "delayed messages cannot be batched"
+                    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=reason)
+            if msg.queue_id != queue_id or msg.topic != topic:
                 return PutMessageResult(
                     PutMessageStatus.MESSAGE_ILLEGAL, reason="a batch must target one queue"
                 )
-            refused, enc = self._check(msg)
-            if refused is not None:
-                return refused
-            encoded.append(enc)
+            props_b = encode_properties(msg.properties).encode()
+            if (
+                topic_b is None
+                or len(props_b) > MAX_PROPERTIES_LENGTH
+                or b"\0" in props_b
+                or len(msg.body) + len(props_b) + _MIN_OVERHEAD > max_size
+            ):
+                refused, (topic_b, props_b) = self._check(msg)
+                if refused is not None:
+                    return refused
+                self._remember_topic(topic, topic_b)
+            encoded.append((topic_b, props_b))
         result = self.commitlog.append_messages(batch, encoded)
         return await self._after_append(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
 
@@ -472,8 +482,9 @@ class DefaultMessageStore:
         return cq.max_offset_in_queue if cq else 0
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        # Java's findConsumeQueue creates a missing queue, so callers see 0 for one, not -1.
         cq = self.consume_queues.find(topic, queue_id)
-        return cq.min_offset_in_queue if cq else -1
+        return cq.min_offset_in_queue if cq else 0
 
     def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
         cq = self.consume_queues.find(topic, queue_id)

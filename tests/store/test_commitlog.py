@@ -168,3 +168,19 @@ async def test_ha_copy_between_stores(root, tmp_path):
         assert slave.get_max_offset_in_queue("TopicTest", 1) == 100
         got = slave.get_message("g", "TopicTest", 1, 0, 32)
         assert [decode_record(m).queue_offset for m in got.messages] == list(range(32))
+
+
+async def test_next_file_is_preallocated_off_the_loop(root):
+    import trio
+
+    config = small_config(root)
+    async with running_store(config) as store:
+        await store.put_message(make_message())
+        nxt = os.path.join(config.store_path_commitlog, f"{SMALL_COMMITLOG:020d}")
+        with trio.fail_after(10):  # liveness only: the allocator task creates it by itself
+            while not os.path.exists(nxt):
+                await trio.sleep(0.01)
+        ready = store.allocator._ready[nxt]
+        while len(store.commitlog.queue.files) < 2:
+            await store.put_message(make_message(body=b"f" * 1000))
+        assert store.commitlog.queue.files[1] is ready  # taken, not created on the loop

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import itertools
+import mmap
 import operator
 import os
 import random
@@ -29,7 +30,7 @@ import struct
 import time
 import zlib
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -141,9 +142,7 @@ class BlankRecord(Exception):
 
 def encode_properties(props: Mapping[str, str]) -> str:
     """``name\\x01value\\x02...`` without a trailing separator, as Java 4.9.4 writes it."""
-    if not props:
-        return ""
-    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items())
+    return PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, props.items()))
 
 
 def decode_properties(text: str) -> dict[str, str]:
@@ -192,11 +191,29 @@ def java_string_hash(s: str) -> int:
     return _hash_units(units)
 
 
+_TAGS_CODES: dict[str, int] = {}
+_TAGS_CODES_MAX = 65536
+"""Tags repeat across messages, so their hashes are memoised (bounded: cleared when full)."""
+
+
 def tags_code(tags: str | None) -> int:
     """The consume-queue tags code of a TAGS value: its Java hash, or 0 when there are no tags."""
     if not tags:
         return 0
-    return java_string_hash(tags)
+    code = _TAGS_CODES.get(tags)
+    if code is None:
+        if len(_TAGS_CODES) >= _TAGS_CODES_MAX:
+            _TAGS_CODES.clear()
+        code = _TAGS_CODES[tags] = java_string_hash(tags)
+    return code
+
+
+def java_string_hash_after(prefix_hash: int, s: str) -> int:
+    """``java_string_hash(prefix + s)`` from the prefix's hash, hashing only ``s``."""
+    n = len(s) if s.isascii() else len(s.encode("utf-16-be")) // 2
+    power = _POW31_DESC[_POW_LEN - 1 - n] if n < _POW_LEN else pow(31, n, 1 << 32)
+    h = (prefix_hash * power + java_string_hash(s)) & _MASK32
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
 # --- hosts ----------------------------------------------------------------------------------------
@@ -327,6 +344,19 @@ def host_flags(born_ip: bytes, store_ip: bytes) -> int:
     return flags
 
 
+_TAILS: dict[tuple[int, int], struct.Struct] = {}
+_TAILS_MAX = 4096
+"""Compiled structs for the record tail (topic and properties), by their lengths: one C call
+instead of four slice copies on the hot path; bounded so odd sizes cannot grow it forever."""
+
+
+def _tail_struct(topic_len: int, props_len: int) -> struct.Struct:
+    if len(_TAILS) >= _TAILS_MAX:
+        _TAILS.clear()
+    st = _TAILS[(topic_len, props_len)] = struct.Struct(f">b{topic_len}sh{props_len}s")
+    return st
+
+
 def encode_record_into(
     buf: bytearray | memoryview,
     pos: int,
@@ -382,12 +412,65 @@ def encode_record_into(
     )
     p = pos + header.size
     buf[p : p + body_len] = body
-    p += body_len
-    buf[p] = topic_len
-    buf[p + 1 : p + 1 + topic_len] = topic
-    p += 1 + topic_len
-    _SHORT.pack_into(buf, p, props_len)
-    buf[p + 2 : p + 2 + props_len] = properties
+    tail = _TAILS.get((topic_len, props_len))
+    if tail is None:
+        tail = _tail_struct(topic_len, props_len)
+    tail.pack_into(buf, p + body_len, topic_len, topic, props_len, properties)
+    return total
+
+
+def encode_message_into(
+    buf: bytearray | memoryview | mmap.mmap,
+    pos: int,
+    msg: MessageExt,
+    topic: bytes,
+    properties: bytes,
+    born_ip: bytes,
+    store_ip: bytes,
+    store_port: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+) -> int:
+    """Write ``msg``'s record at ``buf[pos:]`` and return its size (the store's put path).
+
+    Same layout as :func:`encode_record_into`, reading the message's own fields to keep the call
+    cheap; ``msg.sys_flag`` must already carry the host flags for ``born_ip`` / ``store_ip``.
+    """
+    body = msg.body
+    body_len = len(body)
+    topic_len = len(topic)
+    props_len = len(properties)
+    sys_flag = msg.sys_flag
+    header = _HEADERS[(sys_flag >> 4) & 3]
+    total = header.size + body_len + 3 + topic_len + props_len
+    header.pack_into(
+        buf,
+        pos,
+        total,
+        MESSAGE_MAGIC_CODE,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        msg.queue_id,
+        msg.flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        msg.born_timestamp,
+        born_ip,
+        msg.born_host[1],
+        store_timestamp,
+        store_ip,
+        store_port,
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        body_len,
+    )
+    p = pos + header.size
+    buf[p : p + body_len] = body
+    tail = _TAILS.get((topic_len, props_len))
+    if tail is None:
+        tail = _tail_struct(topic_len, props_len)
+    tail.pack_into(buf, p + body_len, topic_len, topic, props_len, properties)
     return total
 
 
@@ -402,6 +485,8 @@ def encode_record(msg: MessageExt) -> bytes:
         raise RecordError(f"topic is {len(topic)} bytes, more than {MAX_TOPIC_LENGTH}")
     if len(props) > MAX_PROPERTIES_LENGTH:
         raise RecordError(f"properties are {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}")
+    if has_nul(topic) or has_nul(props):
+        raise RecordError("topic and properties may not contain NUL characters")
     born_ip = pack_ip(msg.born_host[0])
     store_ip = pack_ip(msg.store_host[0])
     sys_flag = (msg.sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
@@ -428,6 +513,11 @@ def encode_record(msg: MessageExt) -> bytes:
         msg.prepared_transaction_offset,
     )
     return bytes(buf)
+
+
+def has_nul(data: bytes) -> bool:
+    """Topic and properties bytes may not contain NUL: decoding treats it as a torn record."""
+    return b"\0" in data
 
 
 def read_record_header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
@@ -481,10 +571,12 @@ def _parse(
             body = bytes(buf[p : p + body_len])
             if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != fields[2]:
                 raise RecordError(f"record at {pos}: body CRC mismatch")
-        elif check_crc:
-            view = memoryview(buf)[p : p + body_len]
-            if (zlib.crc32(view) & 0x7FFFFFFF) != fields[2]:
-                raise RecordError(f"record at {pos}: body CRC mismatch")
+        # No local name for the slice: a traceback kept by a logger must not pin the buffer
+        # (a memory map cannot be closed while a view of it is alive).
+        elif (
+            check_crc and (zlib.crc32(memoryview(buf)[p : p + body_len]) & 0x7FFFFFFF) != fields[2]
+        ):
+            raise RecordError(f"record at {pos}: body CRC mismatch")
     p += body_len
     topic_len = buf[p]
     if topic_len > MAX_TOPIC_LENGTH or p + 1 + topic_len + 2 > end:
@@ -498,9 +590,15 @@ def _parse(
             f"record at {pos}: TOTALSIZE {total} disagrees with its fields "
             f"(body {body_len}, topic {topic_len}, properties {props_len})"
         )
+    props_raw = bytes(buf[p:end]) if props_len else b""
+    # Only the body has a CRC.  A record torn inside its topic or properties (a sparse file's
+    # zeros after a power cut) would still add up, but shows NUL bytes, which the store refuses
+    # to write in the first place (see :func:`has_nul`).
+    if b"\0" in topic_raw or b"\0" in props_raw:
+        raise RecordError(f"record at {pos}: NUL byte in topic or properties (torn record?)")
     try:
         topic = topic_raw.decode()
-        props = bytes(buf[p:end]).decode() if props_len else ""
+        props = props_raw.decode() if props_len else ""
     except UnicodeDecodeError as exc:
         raise RecordError(f"record at {pos}: undecodable text ({exc})") from exc
     return fields, body, topic, props
@@ -517,6 +615,97 @@ def read_record_info(
     return RecordInfo(
         fields[0], topic, fields[3], fields[5], fields[6], fields[7], fields[11], props, fields[15]
     )
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+_V4_HEADER = _HEADERS[0]
+_V4_HEADER_SIZE = _V4_HEADER.size
+
+
+def scan_records(
+    buf: bytes | bytearray | mmap.mmap,
+    pos: int,
+    limit: int,
+    *,
+    check_crc: bool = True,
+    physical_base: int | None = None,
+    select: Callable[[bytes, int, int, int], bool] | None = None,
+) -> tuple[int, str, list[int]]:
+    """Walk the valid records of ``buf[pos:limit]`` as fast as Python allows (recovery).
+
+    Returns ``(end, why, selected)``: ``end`` is where valid data stops, ``why`` is ``"blank"``
+    (a blank record starts at ``end``), ``"end"`` (``limit`` reached) or the reason the record at
+    ``end`` is invalid; ``selected`` lists the positions of records for which
+    ``select(topic_bytes, queue_id, physical_offset, size)`` returned True.  Validation is the
+    same as :func:`decode_record`'s (the two share :func:`_parse` for anything unusual).  With
+    ``physical_base`` each record's PHYSICALOFFSET must equal ``physical_base`` + its position.
+    ``buf`` may be bytes, a bytearray or an mmap (slicing must copy, not view).
+    """
+    selected: list[int] = []
+    header = _V4_HEADER
+    hsize = _V4_HEADER_SIZE
+    short = _SHORT
+    crc32 = zlib.crc32
+    while pos < limit:
+        if pos + hsize <= limit:
+            fields = header.unpack_from(buf, pos)
+            total = fields[0]
+            end = pos + total
+            body_len = fields[16]
+            p = pos + hsize
+            q = p + body_len
+            if (
+                fields[1] == MESSAGE_MAGIC_CODE
+                and not fields[7] & _HOST_FLAGS
+                and total >= hsize + 3
+                and end <= limit
+                and (physical_base is None or fields[6] == physical_base + pos)
+                and body_len >= 0
+                and q + 3 <= end
+                and (not check_crc or not body_len or crc32(buf[p:q]) & 0x7FFFFFFF == fields[2])
+            ):
+                topic_len = buf[q]
+                t1 = q + 1 + topic_len
+                if (
+                    topic_len <= MAX_TOPIC_LENGTH
+                    and t1 + 2 <= end
+                    and t1 + 2 + short.unpack_from(buf, t1)[0] == end
+                ):
+                    topic = buf[q + 1 : t1]
+                    props = buf[t1 + 2 : end]
+                    if (
+                        b"\0" in topic
+                        or b"\0" in props
+                        or not (topic.isascii() or _is_utf8(topic))
+                        or not (props.isascii() or _is_utf8(props))
+                    ):
+                        return pos, f"record at {pos}: bad topic or properties text", selected
+                    if select is not None and select(topic, fields[3], fields[6], total):
+                        selected.append(pos)
+                    pos = end
+                    continue
+        # Anything unusual (IPv6 hosts, a blank, an error): the careful parser decides.
+        try:
+            info = read_record_info(buf, pos, check_crc=check_crc)
+        except BlankRecord:
+            return pos, "blank", selected
+        except RecordError as exc:
+            return pos, str(exc), selected
+        if physical_base is not None and info.physical_offset != physical_base + pos:
+            return pos, f"record at {pos} has physical offset {info.physical_offset}", selected
+        if select is not None and select(
+            info.topic.encode(), info.queue_id, info.physical_offset, info.size
+        ):
+            selected.append(pos)
+        pos += info.size
+    return pos, "end", selected
 
 
 def decode_record(
@@ -734,5 +923,6 @@ __all__ = [
     "iter_records",
     "java_string_hash",
     "read_record_info",
+    "scan_records",
     "tags_code",
 ]

@@ -1,4 +1,42 @@
-"""The message store: RocketMQ 4.x's DefaultMessageStore and its on-disk layout."""
+"""The message store: RocketMQ 4.x's DefaultMessageStore and its on-disk layout, on Trio.
+
+Layout under ``storePathRootDir`` (byte for byte as Java 4.x writes it): ``commitlog/`` (files
+named by 20-digit start offset, records of :mod:`pymq.common.message`, BLANK filler at file
+ends), ``consumequeue/{topic}/{queueId}/`` (20-byte entries), ``index/{yyyyMMddHHmmssSSS}``,
+``checkpoint``, ``abort`` and ``lock``.
+
+Who owns what (one class, one thing): ``MappedFile`` / ``MappedFileQueue`` (files and flush
+positions), ``CommitLog`` (appends, offset table, recovery), ``ConsumeQueue`` /
+``ConsumeQueueTable`` (queues and dispatch), ``IndexFile`` / ``IndexService`` (keys),
+``StoreCheckpoint`` / ``StoreLock`` (checkpoint, abort, lock), ``ReputMessageService``,
+``CommitLogFlushService`` / ``ConsumeQueueFlushService``, ``CleanCommitLogService`` /
+``CleanConsumeQueueService``, ``get_message`` (the pull rules).  ``DefaultMessageStore`` wires
+them and validates puts.
+
+The broker's API (all on the Trio loop, from any task)::
+
+    store = DefaultMessageStore(config, clock_ms=..., disk_ratio=..., mtime=...)
+    store.store_host = (ip, port)                       # STOREHOST and offset msg ids
+    store.set_arrival_listener(fn)                      # fn(topic, qid, max_offset, tags_code, ts)
+    store.replica_waiter = async fn(offset) -> PutMessageStatus   # SYNC_MASTER (HA)
+    await nursery.start(store.run)                      # lock, load, recover, serve
+
+    await store.put_message(msg) -> PutMessageResult
+    await store.put_messages(msgs) -> PutMessageResult  # one topic+queue, all or nothing
+    store.get_message(group, topic, qid, offset, max_nums, tags_codes_or_None) -> GetMessageResult
+    store.get_max_offset_in_queue(topic, qid) / get_min_offset_in_queue(topic, qid)
+    store.get_offset_in_queue_by_time(topic, qid, ts) / get_earliest_message_time(topic, qid)
+    store.get_message_store_timestamp(topic, qid, offset)
+    store.get_commitlog_offset_in_queue(topic, qid, offset)
+    store.look_message_by_offset(phy[, size]) -> MessageExt | None
+    store.select_one_message_by_offset(phy[, size]) -> bytes | None
+    store.query_message(topic, key, max_num, begin_ms, end_ms) -> QueryMessageResult
+    store.get_commitlog_data(offset[, max_size]) -> bytes | None            # HA master
+    store.append_to_commitlog(start_offset, data) -> bool                   # HA slave
+    store.max_phy_offset / min_phy_offset / dispatch_behind_bytes
+    await store.delete_topics(topics); await store.clean_files_once()
+    store.execute_delete_files_manually(); store.runtime_info() -> dict[str, str]
+"""
 
 from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from pymq.store.message_store import DefaultMessageStore

@@ -17,23 +17,22 @@ import logging
 import struct
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from pymq.common.message import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     SYSFLAG_POSITION,
-    BlankRecord,
     MessageExt,
     MessageSysFlag,
-    RecordError,
     RecordInfo,
-    body_crc32,
-    encode_record_into,
+    encode_message_into,
     host_flags,
     pack_ip,
     read_record_info,
     record_length,
+    scan_records,
     store_timestamp_position,
 )
 from pymq.store.mapped_file import MappedFile
@@ -52,7 +51,15 @@ _HOST_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_
 _PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
 _ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 
-Dispatch = Callable[[RecordInfo], None]
+
+class RecoveryDispatcher(Protocol):
+    """What abnormal recovery re-dispatches into (the consume-queue table)."""
+
+    def selector(self) -> Callable[[bytes, int, int, int], bool]:
+        """A fast test: does the record (topic bytes, queue id, offset, size) need dispatch?"""
+        ...
+
+    def dispatch(self, info: RecordInfo) -> None: ...
 
 
 def now_ms() -> int:
@@ -69,7 +76,9 @@ class CommitLog:
     ) -> None:
         self.queue = MappedFileQueue(directory, file_size, allocator)
         self.file_size = file_size
-        self.topic_queue_table: dict[str, int] = {}
+        # Next logical offset per (topic, queueId): Java's "topic-queueId" table, keyed by tuple
+        # because building the string key cost more than the rest of a put's bookkeeping.
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.clock_ms = clock_ms
         self.set_store_host("127.0.0.1", 0)
 
@@ -110,6 +119,57 @@ class CommitLog:
             mf = self.queue.get_last_mapped_file(0)
         return mf
 
+    def append_message(self, msg: MessageExt, topic_b: bytes, props_b: bytes) -> PutMessageResult:
+        """Append one record: the hot path of :meth:`append_messages` for a single message."""
+        born_ip = pack_ip(msg.born_host[0])
+        store_ip = self._store_ip
+        sys_flag = msg.sys_flag
+        if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
+            sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
+            msg.sys_flag = sys_flag
+        size = record_length(sys_flag, len(msg.body), len(topic_b), len(props_b))
+        files = self.queue.files
+        mf = files[-1] if files else None
+        if mf is None or size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+            if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    reason=f"{size} bytes do not fit in a commit-log file of {self.file_size}",
+                )
+            try:
+                mf = self._writable_file(size)
+            except OSError as exc:
+                log.exception("cannot create a commit-log file")
+                return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, reason=str(exc))
+        now = self.clock_ms()
+        if sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
+            queue_offset = 0
+        else:
+            key = (msg.topic, msg.queue_id)
+            table = self.topic_queue_table
+            queue_offset = table.get(key, 0)
+            table[key] = queue_offset + 1
+        pos = mf.wrote_position
+        phy = mf.file_from_offset + pos
+        encode_message_into(
+            mf.mm, pos, msg, topic_b, props_b, born_ip, store_ip, self._store_port,
+            queue_offset, phy, now,
+        )  # fmt: skip
+        mf.wrote_position = pos + size
+        mf.last_store_timestamp = now
+        msg.queue_offset = queue_offset
+        msg.commitlog_offset = phy
+        msg.store_timestamp = now
+        msg.store_size = size
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            phy,
+            size,
+            f"{self._msg_id_prefix}{phy:016X}",
+            now,
+            queue_offset,
+        )
+
     def append_messages(
         self, msgs: list[MessageExt], encoded: list[tuple[bytes, bytes]]
     ) -> PutMessageResult:
@@ -146,47 +206,26 @@ class CommitLog:
         table = self.topic_queue_table
         first_logic = -1
         ids = []
+        prefix = self._msg_id_prefix
         for msg, (topic_b, props_b), (size, born_ip) in zip(msgs, encoded, sizes, strict=True):
-            key = f"{msg.topic}-{msg.queue_id}"
-            tran = msg.sys_flag & 0xC
-            if tran in (_PREPARED, _ROLLBACK):
+            if msg.sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
                 queue_offset = 0
             else:
+                key = (msg.topic, msg.queue_id)
                 queue_offset = table.get(key, 0)
                 table[key] = queue_offset + 1
             if first_logic < 0:
                 first_logic = queue_offset
             phy = mf.file_from_offset + pos
-            body = msg.body
-            crc = body_crc32(body)
-            encode_record_into(
-                mm,
-                pos,
-                topic_b,
-                props_b,
-                body,
-                crc,
-                msg.queue_id,
-                msg.flag,
-                queue_offset,
-                phy,
-                msg.sys_flag,
-                msg.born_timestamp,
-                born_ip,
-                msg.born_host[1],
-                now,
-                store_ip,
-                store_port,
-                msg.reconsume_times,
-                msg.prepared_transaction_offset,
-            )
+            encode_message_into(
+                mm, pos, msg, topic_b, props_b, born_ip, store_ip, store_port,
+                queue_offset, phy, now,
+            )  # fmt: skip
             msg.queue_offset = queue_offset
             msg.commitlog_offset = phy
             msg.store_timestamp = now
-            msg.store_host = self.store_host
-            msg.body_crc = crc
             msg.store_size = size
-            ids.append(f"{self._msg_id_prefix}{phy:016X}")
+            ids.append(f"{prefix}{phy:016X}")
             pos += size
         mf.wrote_position = pos
         mf.last_store_timestamp = now
@@ -260,41 +299,41 @@ class CommitLog:
         self.queue.load()
 
     def _scan_file(
-        self, mf: MappedFile, check_crc: bool, dispatch: Dispatch | None
+        self, mf: MappedFile, check_crc: bool, dispatcher: RecoveryDispatcher | None
     ) -> tuple[int, bool]:
         """(end of valid data in the file, whether the scan may go on into the next file)."""
-        view = memoryview(mf.mm)
-        try:
-            pos = 0
-            size = mf.file_size
-            while pos < size:
-                try:
-                    info = read_record_info(view, pos, check_crc=check_crc)
-                except BlankRecord as blank:
-                    if blank.size != size - pos:
-                        log.warning("blank record at %d of %s has a wrong size", pos, mf.path)
-                        return pos, False
-                    return pos, True
-                except RecordError as exc:
-                    if bytes(view[pos : pos + END_FILE_MIN_BLANK_LENGTH]).strip(b"\0"):
-                        log.warning("recovery stops in %s: %s", mf.path, exc)
-                    return pos, False
-                if info.physical_offset != mf.file_from_offset + pos:
-                    log.warning("record at %d of %s has a wrong physical offset", pos, mf.path)
-                    return pos, False
-                if dispatch is not None:
-                    dispatch(info)
-                pos += info.size
-            return pos, True
-        finally:
-            view.release()
+        select = dispatcher.selector() if dispatcher is not None else None
+        end, why, selected = scan_records(
+            mf.mm,
+            0,
+            mf.file_size,
+            check_crc=check_crc,
+            physical_base=mf.file_from_offset,
+            select=select,
+        )
+        if dispatcher is not None:
+            for pos in selected:
+                dispatcher.dispatch(read_record_info(mf.mm, pos, check_crc=False))
+        if why == "end":
+            return end, True
+        if why == "blank":
+            total = _BLANK.unpack_from(mf.mm, end)[0]
+            if total != mf.file_size - end:
+                log.warning("blank record at %d of %s has a wrong size", end, mf.path)
+                return end, False
+            return end, True
+        if mf.mm[end : end + END_FILE_MIN_BLANK_LENGTH].strip(b"\0"):
+            log.warning("recovery stops in %s: %s", mf.path, why)
+        return end, False
 
-    def _recover_from(self, start: int, check_crc: bool, dispatch: Dispatch | None) -> int:
+    def _recover_from(
+        self, start: int, check_crc: bool, dispatcher: RecoveryDispatcher | None
+    ) -> int:
         files = self.queue.files
         process_offset = files[start].file_from_offset
         for i in range(start, len(files)):
             mf = files[i]
-            pos, go_on = self._scan_file(mf, check_crc, dispatch)
+            pos, go_on = self._scan_file(mf, check_crc, dispatcher)
             process_offset = mf.file_from_offset + pos
             if not go_on:
                 break
@@ -310,7 +349,9 @@ class CommitLog:
             return 0
         return self._recover_from(max(0, len(files) - RECOVER_FROM_LAST_FILES), check_crc, None)
 
-    def recover_abnormally(self, check_crc: bool, min_timestamp: int, dispatch: Dispatch) -> int:
+    def recover_abnormally(
+        self, check_crc: bool, min_timestamp: int, dispatcher: RecoveryDispatcher
+    ) -> int:
         """Blocking: re-dispatch from the newest file whose first record is older than
         ``min_timestamp`` (the checkpoint), or from the first file; return the end of valid data.
         """
@@ -324,7 +365,7 @@ class CommitLog:
                 start = i
                 log.info("abnormal recovery starts at %s", files[i].path)
                 break
-        return self._recover_from(start, check_crc, dispatch)
+        return self._recover_from(start, check_crc, dispatcher)
 
     @staticmethod
     def _first_record_older_than(mf: MappedFile, min_timestamp: int) -> bool:

@@ -60,7 +60,7 @@ class MessageStoreConfig:
     max_index_num: int = 5_000_000 * 4
     message_index_enable: bool = True
     message_index_safe: bool = False
-    check_crc_on_recover: bool = True
+    check_crc_on_recover: bool = attrs.field(default=True, metadata={"key": "checkCRCOnRecover"})
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     ha_listen_port: int = 10912
     ha_send_heartbeat_interval: int = 1000 * 5

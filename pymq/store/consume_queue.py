@@ -10,10 +10,12 @@ run before the store serves anything (or in a worker thread).
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 from collections.abc import Callable
 
+from pymq.store.mapped_file import MappedFile
 from pymq.store.mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
@@ -26,6 +28,39 @@ _BLANK_SIZE = 0x7FFFFFFF
 _BLANK_ENTRY = ENTRY.pack(0, _BLANK_SIZE, 0)
 RECOVER_FROM_LAST_FILES = 3
 """Recovery rescans the last three files, as RocketMQ does; older ones are trusted."""
+
+
+_NON_NEGATIVE = bytes(0 if b & 0x80 else 1 for b in range(256))
+_NON_ZERO = bytes(1 if b else 0 for b in range(256))
+
+
+def valid_entries(buf: bytes | mmap.mmap, capacity: int) -> int:
+    """How many leading entries are valid (offset >= 0 and size > 0), checked in bulk.
+
+    A per-entry Python loop costs ~2 us an entry; recovery of a full 300,000-entry file would
+    take most of a second.  Instead the sign bytes and the size bytes of all entries are picked
+    out with strided slices, mapped to 0/1 with ``bytes.translate`` and combined as big ints, so
+    the first invalid entry is one ``find`` away.
+    """
+    if capacity <= 0:
+        return 0
+    view = memoryview(buf)
+    try:
+        area = view[: capacity * CQ_STORE_UNIT_SIZE]
+        offset_ok = int.from_bytes(area[0::CQ_STORE_UNIT_SIZE].tobytes().translate(_NON_NEGATIVE))
+        size_sign_ok = int.from_bytes(
+            area[8::CQ_STORE_UNIT_SIZE].tobytes().translate(_NON_NEGATIVE)
+        )
+        size_nonzero = 0
+        for k in range(8, 12):
+            size_nonzero |= int.from_bytes(area[k::CQ_STORE_UNIT_SIZE].tobytes())
+        size_nonzero_bytes = size_nonzero.to_bytes(capacity).translate(_NON_ZERO)
+        ok = offset_ok & size_sign_ok & int.from_bytes(size_nonzero_bytes)
+        first_bad = ok.to_bytes(capacity).find(b"\0")
+        del area
+    finally:
+        view.release()
+    return capacity if first_bad < 0 else first_bad
 
 
 class ConsumeQueue:
@@ -54,18 +89,10 @@ class ConsumeQueue:
         start = max(0, len(files) - RECOVER_FROM_LAST_FILES)
         end_offset = files[start].file_from_offset
         for mf in files[start:]:
-            mm = mf.mm
-            pos = 0
-            valid_to = 0
-            while pos + CQ_STORE_UNIT_SIZE <= mf.file_size:
-                offset, size, _tags = ENTRY.unpack_from(mm, pos)
-                if offset >= 0 and size > 0:
-                    pos += CQ_STORE_UNIT_SIZE
-                    valid_to = pos
-                    if size != _BLANK_SIZE:
-                        self.max_physic_offset = offset + size
-                else:
-                    break
+            count = valid_entries(mf.mm, mf.file_size // CQ_STORE_UNIT_SIZE)
+            valid_to = count * CQ_STORE_UNIT_SIZE
+            if count:
+                self._reload_max_physic_offset_in(mf, valid_to)
             end_offset = mf.file_from_offset + valid_to
             if valid_to < mf.file_size:
                 break
@@ -74,21 +101,25 @@ class ConsumeQueue:
         self.min_logic_offset = self.queue.min_offset
 
     def truncate_dirty(self, phy_offset: int) -> None:
-        """Blocking: drop entries for records at or beyond ``phy_offset`` (the commit log's end)."""
+        """Blocking: drop entries for records at or beyond ``phy_offset`` (the commit log's end).
+
+        Entries are in commit-log order (fillers, offset 0, only lead the first file), so the
+        cut is found by binary search in each file, newest first.
+        """
         cut: int | None = None
         for mf in reversed(self.queue.files):
-            found = None
-            pos = 0
-            while pos < mf.wrote_position:
-                offset, size, _ = ENTRY.unpack_from(mf.mm, pos)
+            lo, hi = 0, mf.wrote_position // CQ_STORE_UNIT_SIZE
+            while lo < hi:
+                mid = (lo + hi) // 2
+                offset, size, _ = ENTRY.unpack_from(mf.mm, mid * CQ_STORE_UNIT_SIZE)
                 if size != _BLANK_SIZE and offset >= phy_offset:
-                    found = pos
-                    break
-                pos += CQ_STORE_UNIT_SIZE
-            if found is None:
-                break
-            cut = mf.file_from_offset + found
-            if found > 0:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if lo * CQ_STORE_UNIT_SIZE >= mf.wrote_position:
+                break  # nothing to cut here; newer files were handled
+            cut = mf.file_from_offset + lo * CQ_STORE_UNIT_SIZE
+            if lo > 0:
                 break
         if cut is None:
             return
@@ -99,13 +130,18 @@ class ConsumeQueue:
     def _reload_max_physic_offset(self) -> None:
         self.max_physic_offset = -1
         for mf in reversed(self.queue.files):
-            pos = mf.wrote_position - CQ_STORE_UNIT_SIZE
-            while pos >= 0:
-                offset, size, _ = ENTRY.unpack_from(mf.mm, pos)
-                if size != _BLANK_SIZE:
-                    self.max_physic_offset = offset + size
-                    return
-                pos -= CQ_STORE_UNIT_SIZE
+            if self._reload_max_physic_offset_in(mf, mf.wrote_position):
+                return
+
+    def _reload_max_physic_offset_in(self, mf: MappedFile, end: int) -> bool:
+        pos = end - CQ_STORE_UNIT_SIZE
+        while pos >= 0:
+            offset, size, _ = ENTRY.unpack_from(mf.mm, pos)
+            if size != _BLANK_SIZE:
+                self.max_physic_offset = offset + size
+                return True
+            pos -= CQ_STORE_UNIT_SIZE
+        return False
 
     def correct_min_offset(self, min_phy_offset: int) -> None:
         """Move the queue's min offset to its first entry still inside the commit log."""

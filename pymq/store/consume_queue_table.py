@@ -102,10 +102,10 @@ class ConsumeQueueTable:
     def max_physic_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self), default=-1)
 
-    def rebuild_topic_queue_table(self, min_phy_offset: int) -> dict[str, int]:
+    def rebuild_topic_queue_table(self, min_phy_offset: int) -> dict[tuple[str, int], int]:
         table = {}
         for cq in self:
-            table[f"{cq.topic}-{cq.queue_id}"] = cq.max_offset_in_queue
+            table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
             cq.correct_min_offset(min_phy_offset)
         return table
 
@@ -114,6 +114,21 @@ class ConsumeQueueTable:
             cq.queue.close()
 
     # --- dispatch ------------------------------------------------------------------------------
+
+    def selector(self) -> Callable[[bytes, int, int, int], bool]:
+        """For recovery: a cheap test of whether a record still needs :meth:`dispatch`, from a
+        snapshot of each queue's end (valid for one file's scan: dispatching a record only moves
+        its queue's end up to that record, never past a later one)."""
+        ends = {(cq.topic.encode(), cq.queue_id): cq.max_physic_offset for cq in self}
+        index = self.index
+        index_end = index.files[-1].end_phy_offset if index is not None and index.files else -1
+        if index is None:
+            index_end = 1 << 62
+
+        def select(topic: bytes, queue_id: int, phy_offset: int, size: int) -> bool:
+            return phy_offset + size > ends.get((topic, queue_id), -1) or phy_offset >= index_end
+
+        return select
 
     def dispatch(self, info: RecordInfo, listener: ArrivalListener | None = None) -> None:
         """Put one record into its consume queue and the index; notify ``listener`` of an arrival.

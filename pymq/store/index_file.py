@@ -35,7 +35,10 @@ def index_file_size(hash_slot_num: int, index_num: int) -> int:
 
 def key_hash(key: str) -> int:
     """Java's ``indexKeyHashMethod``: ``abs(hashCode)``, 0 for ``Integer.MIN_VALUE``."""
-    h = java_string_hash(key)
+    return positive_hash(java_string_hash(key))
+
+
+def positive_hash(h: int) -> int:
     return 0 if h == -(2**31) else abs(h)
 
 
@@ -59,12 +62,13 @@ class IndexFile:
         if self.index_count <= 0:
             self.index_count = 1
         self.mf.wrote_position = self.mf.file_size
+        self._entries_at = HEADER_SIZE + hash_slot_num * SLOT_SIZE
 
     @property
     def is_full(self) -> bool:
         return self.index_count >= self.index_num
 
-    def _write_header(self) -> None:
+    def write_header(self) -> None:
         HEADER.pack_into(
             self.mf.mm,
             0,
@@ -77,30 +81,36 @@ class IndexFile:
         )
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        if self.index_count >= self.index_num:
+        """Index ``key``; False (nothing written) when the file is full."""
+        if self.put_hash(key_hash(key), phy_offset, store_timestamp):
+            self.write_header()
+            return True
+        return False
+
+    def put_hash(self, h: int, phy_offset: int, store_timestamp: int) -> bool:
+        """Index a key by its (positive) hash without rewriting the header: the caller calls
+        :meth:`write_header` once after the keys of one record."""
+        count = self.index_count
+        if count >= self.index_num:
             return False
         mm = self.mf.mm
-        h = key_hash(key)
         abs_slot = HEADER_SIZE + (h % self.hash_slot_num) * SLOT_SIZE
         slot_value = SLOT.unpack_from(mm, abs_slot)[0]
-        if slot_value <= INVALID_INDEX or slot_value > self.index_count:
+        if slot_value <= INVALID_INDEX or slot_value > count:
             slot_value = INVALID_INDEX
-        if self.begin_timestamp <= 0:
-            time_diff = 0
-        else:
-            time_diff = min(_MAX_INT, max(0, (store_timestamp - self.begin_timestamp) // 1000))
-        abs_index = HEADER_SIZE + self.hash_slot_num * SLOT_SIZE + self.index_count * ENTRY_SIZE
-        ENTRY.pack_into(mm, abs_index, h, phy_offset, time_diff, slot_value)
-        SLOT.pack_into(mm, abs_slot, self.index_count)
-        if self.index_count <= 1:
+            self.hash_slot_count += 1
+        begin = self.begin_timestamp
+        time_diff = 0 if begin <= 0 else min(_MAX_INT, max(0, (store_timestamp - begin) // 1000))
+        ENTRY.pack_into(
+            mm, self._entries_at + count * ENTRY_SIZE, h, phy_offset, time_diff, slot_value
+        )
+        SLOT.pack_into(mm, abs_slot, count)
+        if count <= 1:
             self.begin_phy_offset = phy_offset
             self.begin_timestamp = store_timestamp
-        if slot_value == INVALID_INDEX:
-            self.hash_slot_count += 1
-        self.index_count += 1
+        self.index_count = count + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
         return True
 
     def is_time_matched(self, begin: int, end: int) -> bool:
@@ -140,6 +150,7 @@ class IndexFile:
 
     def sync(self) -> None:
         """Blocking."""
+        self.write_header()
         self.mf.sync()
 
     def close(self) -> None:

@@ -16,11 +16,18 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.common.message import KEY_SEPARATOR, MessageSysFlag
-from pymq.store.index_file import IndexFile
+from pymq.common.message import (
+    KEY_SEPARATOR,
+    MessageSysFlag,
+    java_string_hash,
+    java_string_hash_after,
+)
+from pymq.store.index_file import IndexFile, positive_hash
 
 log = logging.getLogger(__name__)
 
+_PREFIX_CACHE_MAX = 100_000
+"""Hashes of "topic#" are cached per topic; dropped if a client invents topics forever."""
 MAX_TRY_IDX_CREATE = 3
 """A put that finds the newest file full retries on a fresh file this many times (as Java)."""
 
@@ -42,6 +49,7 @@ class IndexService:
         self.files: list[IndexFile] = []
         self._unsynced_full: list[IndexFile] = []
         self.flushed_index_timestamp = 0
+        self._prefix_hashes: dict[str, int] = {}
 
     # --- load (blocking) -----------------------------------------------------------------------
 
@@ -78,6 +86,7 @@ class IndexService:
 
     def _roll(self, new: IndexFile) -> None:
         if self.files:
+            self.files[-1].write_header()
             self._unsynced_full.append(self.files[-1])
         self.files.append(new)
 
@@ -91,7 +100,11 @@ class IndexService:
     async def prepare(self) -> None:
         """Create the next file in a worker thread when the newest one is full (or none)."""
         if self.needs_new_file():
-            self._roll(await trio.to_thread.run_sync(self._new_file_blocking))
+            new = await trio.to_thread.run_sync(self._new_file_blocking)
+            if self.needs_new_file():
+                self._roll(new)
+            else:  # another task rolled meanwhile
+                await trio.to_thread.run_sync(new.destroy)
 
     def _writable_file(self) -> IndexFile:
         if self.needs_new_file():
@@ -113,18 +126,28 @@ class IndexService:
         f = self._writable_file()
         if phy_offset < f.end_phy_offset:
             return  # re-dispatch after recovery: already indexed
+        prefix = self._prefix_hashes.get(topic)
+        if prefix is None:
+            if len(self._prefix_hashes) >= _PREFIX_CACHE_MAX:
+                self._prefix_hashes.clear()
+            prefix = self._prefix_hashes[topic] = java_string_hash(topic + "#")
         if uniq_key:
-            f = self._put(f, f"{topic}#{uniq_key}", phy_offset, store_timestamp)
+            f = self._put(f, prefix, uniq_key, phy_offset, store_timestamp)
         if keys:
             for key in keys.split(KEY_SEPARATOR):
                 if key:
-                    f = self._put(f, f"{topic}#{key}", phy_offset, store_timestamp)
+                    f = self._put(f, prefix, key, phy_offset, store_timestamp)
+        f.write_header()
 
-    def _put(self, f: IndexFile, key: str, phy_offset: int, store_timestamp: int) -> IndexFile:
+    def _put(
+        self, f: IndexFile, prefix: int, key: str, phy_offset: int, store_timestamp: int
+    ) -> IndexFile:
+        h = positive_hash(java_string_hash_after(prefix, key))
         for _ in range(MAX_TRY_IDX_CREATE):
-            if f.put_key(key, phy_offset, store_timestamp):
+            if f.put_hash(h, phy_offset, store_timestamp):
                 return f
             log.warning("index file %s is full, rolling to a new one", f.path)
+            f.write_header()
             f = self._writable_file()
         log.error("could not index key %s at offset %d", key, phy_offset)
         return f

@@ -26,6 +26,19 @@ OS_PAGE_SIZE = 4096
 _ZERO_CHUNK = 8 * 1024 * 1024
 """Dirty-tail zeroing stops at the first all-zero chunk; 8 MiB is more than any record (4 MiB)."""
 
+_ZERO_BLOCK = bytes(64 * 1024)
+
+
+def _all_zero(data: bytes) -> bool:
+    """memcmp against a zero block (``strip`` walks byte by byte: 20x slower)."""
+    step = len(_ZERO_BLOCK)
+    for i in range(0, len(data), step):
+        part = data[i : i + step]
+        if part != _ZERO_BLOCK[: len(part)]:
+            return False
+    return True
+
+
 FILE_NAME_DIGITS = 20
 """Store files are named by their first offset, zero-padded to 20 digits."""
 
@@ -151,7 +164,8 @@ class MappedFile:
         p = pos
         while p < self.file_size:
             end = min(p + _ZERO_CHUNK, self.file_size)
-            if not self.mm[p:end].strip(b"\0"):
+            # pread, not a slice of the map: reading holes through the map faults in every page
+            if _all_zero(os.pread(self._fd, end - p, p)):
                 break
             self.mm[p:end] = bytes(end - p)
             p = end
@@ -164,6 +178,9 @@ class MappedFile:
             return
         try:
             self.mm.close()
+        except BufferError:
+            # A view of the map is still alive somewhere; the kernel mapping goes when it does.
+            log.warning("%s still has live views; unmapping it later", self.path)
         finally:
             os.close(self._fd)
             self._fd = -1

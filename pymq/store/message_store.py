@@ -33,6 +33,7 @@ from pymq.common.message import (
     RecordError,
     decode_record,
     encode_properties,
+    has_nul,
     record_length,
 )
 from pymq.common.periodic import every
@@ -65,6 +66,10 @@ SHUTDOWN_DEADLINE_S = 30
 """The final dispatch + flush gets this long even when the caller is cancelled."""
 
 _TRAN_MASK = 0xC
+_MIN_OVERHEAD = 91 + MAX_TOPIC_LENGTH
+"""Puts whose body + properties + this stay within maxMessageSize skip the detailed check."""
+_TOPIC_CACHE_MAX = 100_000
+"""Encoded topic names are cached; the cache is dropped if a client invents topics forever."""
 _HOST_V6 = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 
 ReplicaWaiter = Callable[[int], Awaitable[PutMessageStatus]]
@@ -123,6 +128,13 @@ class DefaultMessageStore:
             self.commitlog, self.consume_queues, self.index, config
         )
         self.replica_waiter: ReplicaWaiter | None = None
+        self._topic_bytes: dict[str, bytes] = {}
+        # Role and flush type are fixed for a run; the put path reads these flags only.
+        self.read_only = config.broker_role is BrokerRole.SLAVE
+        self.must_wait = (
+            config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+            or config.broker_role is BrokerRole.SYNC_MASTER
+        )
         self.last_exit_ok = True
         self.running = False
         self.start_time_ms = 0
@@ -180,7 +192,7 @@ class DefaultMessageStore:
                 else self.checkpoint.min_timestamp
             )
             log.warning("the last exit was not clean: recovering the commit log abnormally")
-            end = self.commitlog.recover_abnormally(check_crc, bound, self.consume_queues.dispatch)
+            end = self.commitlog.recover_abnormally(check_crc, bound, self.consume_queues)
         if not self.commitlog.queue.files:
             self.consume_queues.destroy_all()
             if self.index is not None:
@@ -300,6 +312,11 @@ class DefaultMessageStore:
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
                 reason=f"properties are {len(props_b)} bytes, the limit is {MAX_PROPERTIES_LENGTH}",
             ), (b"", b"")
+        if has_nul(topic_b) or has_nul(props_b):
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                reason="topic and properties may not contain NUL characters",
+            ), (b"", b"")
         size = record_length(msg.sys_flag & ~_HOST_V6, len(msg.body), len(topic_b), len(props_b))
         if size > self.config.max_message_size:
             return PutMessageResult(
@@ -337,15 +354,38 @@ class DefaultMessageStore:
         store timestamp and store host.  Refusals carry a status and a ``reason``, and write
         nothing.
         """
-        refused = self._refusal()
-        if refused is not None:
-            return refused
-        self._apply_delay(msg)
-        refused, encoded = self._check(msg)
-        if refused is not None:
-            return refused
-        result = self.commitlog.append_messages([msg], [encoded])
-        return await self._after_append(result, msg.properties.get(PROPERTY_WAIT_STORE_MSG_OK))
+        if not self.running or self.read_only or self.clean_commitlog.disk_full:
+            return self._refusal()  # type: ignore[return-value]
+        props = msg.properties
+        if PROPERTY_DELAY_TIME_LEVEL in props:
+            self._apply_delay(msg)
+        topic_b = self._topic_bytes.get(msg.topic)  # only topics already known to be valid
+        props_b = encode_properties(props).encode()
+        if (
+            topic_b is None
+            or len(props_b) > MAX_PROPERTIES_LENGTH
+            or b"\0" in props_b
+            or len(msg.body) + len(props_b) + _MIN_OVERHEAD > self.config.max_message_size
+        ):
+            refused, (topic_b, props_b) = self._check(msg)
+            if refused is not None:
+                return refused
+            self._remember_topic(msg.topic, topic_b)
+        result = self.commitlog.append_message(msg, topic_b, props_b)
+        if result.status is not PutMessageStatus.PUT_OK:
+            return result
+        self.put_message_times_total += 1
+        self.put_message_size_total += result.wrote_bytes
+        self.reput.wakeup()
+        if self.must_wait:
+            return await self._wait_durable(result, props.get(PROPERTY_WAIT_STORE_MSG_OK))
+        return result
+
+    def _remember_topic(self, topic: str, topic_b: bytes) -> None:
+        """Cache a checked topic's bytes (the cache is dropped if topics grow without end)."""
+        if len(self._topic_bytes) >= _TOPIC_CACHE_MAX:
+            self._topic_bytes.clear()
+        self._topic_bytes[topic] = topic_b
 
     async def put_messages(self, msgs: Iterable[MessageExt]) -> PutMessageResult:
         """Append a batch (one topic and queue, as SEND_BATCH_MESSAGE) in one go, all or nothing.
@@ -358,25 +398,35 @@ class DefaultMessageStore:
             return refused
         if not batch:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason="empty batch")
+        first = batch[0]
+        topic, queue_id = first.topic, first.queue_id
+        topic_b = self._topic_bytes.get(topic)
+        max_size = self.config.max_message_size
         encoded = []
         for msg in batch:
-            if msg.sys_flag & _TRAN_MASK != MessageSysFlag.TRANSACTION_NOT_TYPE:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL,
-                    reason="transactional messages cannot be batched",
-                )
-            if msg.delay_level > 0:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, reason="delayed messages cannot be batched"
-                )
-            if (msg.topic, msg.queue_id) != (batch[0].topic, batch[0].queue_id):
+            if msg.sys_flag & _TRAN_MASK or PROPERTY_DELAY_TIME_LEVEL in msg.properties:
+                if msg.sys_flag & _TRAN_MASK:
+                    reason = "transactional messages cannot be batched"
+                    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=reason)
+                if msg.delay_level > 0:
+                    reason = "delayed messages cannot be batched"
+                    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=reason)
+            if msg.queue_id != queue_id or msg.topic != topic:
                 return PutMessageResult(
                     PutMessageStatus.MESSAGE_ILLEGAL, reason="a batch must target one queue"
                 )
-            refused, enc = self._check(msg)
-            if refused is not None:
-                return refused
-            encoded.append(enc)
+            props_b = encode_properties(msg.properties).encode()
+            if (
+                topic_b is None
+                or len(props_b) > MAX_PROPERTIES_LENGTH
+                or b"\0" in props_b
+                or len(msg.body) + len(props_b) + _MIN_OVERHEAD > max_size
+            ):
+                refused, (topic_b, props_b) = self._check(msg)
+                if refused is not None:
+                    return refused
+                self._remember_topic(topic, topic_b)
+            encoded.append((topic_b, props_b))
         result = self.commitlog.append_messages(batch, encoded)
         return await self._after_append(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
 
@@ -386,16 +436,23 @@ class DefaultMessageStore:
         self.put_message_times_total += result.msg_num
         self.put_message_size_total += result.wrote_bytes
         self.reput.wakeup()
-        wait_ok = wait is None or wait.strip().lower() == "true"
+        if self.must_wait:
+            return await self._wait_durable(result, wait)
+        return result
+
+    async def _wait_durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
+        """SYNC_FLUSH and SYNC_MASTER: wait for the disk and the slave unless WAIT=false."""
+        if wait is not None and wait.strip().lower() != "true":
+            return result
         end = result.wrote_offset + result.wrote_bytes
-        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH and wait_ok:
+        if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             assert self.flush_commitlog is not None
             if not await self.flush_commitlog.wait_flushed(
                 end, self.config.sync_flush_timeout / 1000
             ):
                 log.warning("sync flush of offset %d timed out", end)
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        if self.config.broker_role is BrokerRole.SYNC_MASTER and wait_ok:
+        if self.config.broker_role is BrokerRole.SYNC_MASTER:
             if self.replica_waiter is None:
                 result.status = PutMessageStatus.SLAVE_NOT_AVAILABLE
             else:
@@ -425,8 +482,9 @@ class DefaultMessageStore:
         return cq.max_offset_in_queue if cq else 0
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        # Java's findConsumeQueue creates a missing queue, so callers see 0 for one, not -1.
         cq = self.consume_queues.find(topic, queue_id)
-        return cq.min_offset_in_queue if cq else -1
+        return cq.min_offset_in_queue if cq else 0
 
     def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
         cq = self.consume_queues.find(topic, queue_id)
@@ -553,7 +611,7 @@ class DefaultMessageStore:
             for cq in by_id.values():
                 async with cq.queue.io_lock:
                     await trio.to_thread.run_sync(cq.destroy)
-                self.commitlog.topic_queue_table.pop(f"{topic}-{cq.queue_id}", None)
+                self.commitlog.topic_queue_table.pop((topic, cq.queue_id), None)
                 deleted += 1
             topic_dir = os.path.join(self.config.consume_queue_dir, topic)
             await trio.to_thread.run_sync(_remove_empty_tree, topic_dir)

@@ -32,6 +32,9 @@ class ReputMessageService:
         self.listener: ArrivalListener | None = None
         self._wake = trio.Event()
         self._reported_bad: int | None = None
+        # do_reput yields (index file creation, fairness); callers other than the task (tests,
+        # shutdown) must not interleave with it, or records could be dispatched twice at once.
+        self._lock = trio.Lock()
 
     def wakeup(self) -> None:
         self._wake.set()
@@ -49,6 +52,10 @@ class ReputMessageService:
 
     async def do_reput(self) -> None:
         """Dispatch up to the commit log's current end (or until a partial record)."""
+        async with self._lock:
+            await self._do_reput_locked()
+
+    async def _do_reput_locked(self) -> None:
         while True:
             if self.table.index is not None and self.table.index.needs_new_file():
                 await self.table.index.prepare()
@@ -93,7 +100,7 @@ class ReputMessageService:
                         return done > 0, False  # a partial record: wait for the rest
                     if self._reported_bad != self.reput_from_offset:
                         self._reported_bad = self.reput_from_offset
-                        log.error("reput stopped at %d: %s", self.reput_from_offset, exc)
+                        log.error("reput stopped at %d: %s", self.reput_from_offset, str(exc))
                     return done > 0, False
                 dispatch(info, listener)
                 pos += info.size

@@ -7,7 +7,7 @@ import struct
 import zlib
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymq.common.message import (
@@ -301,3 +301,67 @@ def test_batch_body_golden_and_round_trip():
 def test_magic_constants():
     assert struct.pack(">I", MESSAGE_MAGIC_CODE) == struct.pack(">i", -626843481)
     assert struct.pack(">I", BLANK_MAGIC_CODE) == struct.pack(">i", -875286124)
+
+
+def test_nul_in_topic_or_properties_reads_as_torn():
+    raw = bytearray(golden_record_v4())
+    raw[-1] = 0  # last properties byte zeroed, as a torn write leaves it
+    with pytest.raises(RecordError, match="NUL"):
+        decode_record(raw)
+    msg = golden_message()
+    msg.properties = {"A": "x\0"}
+    with pytest.raises(RecordError, match="NUL"):
+        encode_record(msg)
+
+
+def _records(n: int) -> tuple[bytearray, list[int]]:
+    buf = bytearray()
+    starts = []
+    for i in range(n):
+        msg = golden_message()
+        msg.body = bytes([i]) * (i * 13 % 70)
+        msg.commitlog_offset = len(buf)
+        if i == 2:
+            msg.born_host = ("::1", 5)  # one IPv6 record takes the careful path
+        starts.append(len(buf))
+        buf += encode_record(msg)
+    return buf, starts
+
+
+def _slow_scan(buf: bytes) -> int:
+    pos = 0
+    while pos < len(buf):
+        try:
+            msg = decode_record(buf, pos)
+        except (RecordError, BlankRecord):
+            return pos
+        if msg.commitlog_offset != pos:
+            return pos
+        pos += msg.store_size
+    return pos
+
+
+@settings(max_examples=400)
+@given(st.integers(0, 10_000), st.integers(0, 255), st.booleans())
+def test_scan_records_agrees_with_decode_record(where, value, truncate):
+    from pymq.common.message import scan_records
+
+    buf, starts = _records(6)
+    where %= len(buf)
+    if truncate:
+        buf = buf[:where] + bytes(len(buf) - where)
+    else:
+        buf[where] = value
+    end, why, selected = scan_records(
+        bytes(buf), 0, len(buf), physical_base=0, select=lambda *a: True
+    )
+    assert end == _slow_scan(bytes(buf))
+    assert selected == [s for s in starts if s < end]
+    assert (why == "end") == (end == len(buf))
+
+
+@given(st.text(max_size=40), st.text(max_size=60))
+def test_java_string_hash_after_prefix(prefix, s):
+    from pymq.common.message import java_string_hash_after
+
+    assert java_string_hash_after(java_string_hash(prefix), s) == java_string_hash(prefix + s)

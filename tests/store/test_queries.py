@@ -1,0 +1,152 @@
+"""Consume-queue reads (Java's getMessage rules), lookups by time and by key, arrivals."""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+from pymq.common.message import decode_record, java_string_hash
+from pymq.store import GetMessageStatus as S
+from pymq.store.consume_queue import CQ_STORE_UNIT_SIZE
+
+from .conftest import SMALL_CQ, make_message, running_store, small_config
+
+
+class Clock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+async def test_get_message_statuses(root):
+    config = small_config(root)
+    async with running_store(config) as store:
+        r = store.get_message("g", "Nope", 0, 0, 32)
+        assert r.status is S.NO_MATCHED_LOGIC_QUEUE and r.next_begin_offset == 0
+        for i in range(10):
+            tags = "TagA" if i % 2 == 0 else "TagB"
+            await store.put_message(make_message(queue_id=0, body=b"%d" % i, tags=tags))
+        await store.reput.do_reput()
+        r = store.get_message("g", "TopicTest", 0, 0, 4)
+        assert r.status is S.FOUND and r.message_count == 4 and r.next_begin_offset == 4
+        assert (r.min_offset, r.max_offset) == (0, 10)
+        assert r.queue_offsets == [0, 1, 2, 3]
+        r = store.get_message("g", "TopicTest", 0, 10, 4)
+        assert r.status is S.OFFSET_OVERFLOW_ONE and r.next_begin_offset == 10
+        r = store.get_message("g", "TopicTest", 0, 11, 4)
+        assert r.status is S.OFFSET_OVERFLOW_BADLY and r.next_begin_offset == 0  # min is 0
+        only_b = {java_string_hash("TagB")}
+        r = store.get_message("g", "TopicTest", 0, 0, 32, only_b)
+        assert r.status is S.FOUND
+        assert [decode_record(m).body for m in r.messages] == [b"1", b"3", b"5", b"7", b"9"]
+        assert r.next_begin_offset == 10
+        r = store.get_message("g", "TopicTest", 0, 0, 32, {java_string_hash("TagZ")})
+        assert r.status is S.NO_MATCHED_MESSAGE and r.next_begin_offset == 10
+        # an empty queue that exists: NO_MESSAGE_IN_QUEUE
+        store.consume_queues.find_or_create("Empty", 0)
+        r = store.get_message("g", "Empty", 0, 5, 32)
+        assert r.status is S.NO_MESSAGE_IN_QUEUE and r.next_begin_offset == 0
+
+
+async def test_get_message_stops_at_consume_queue_file_end_and_size_caps(root):
+    config = small_config(root, max_transfer_count_on_message_in_memory=1000)
+    per_file = SMALL_CQ // CQ_STORE_UNIT_SIZE
+    async with running_store(config) as store:
+        for _ in range(per_file + 10):
+            await store.put_message(make_message(body=b"x" * 10))
+        await store.reput.do_reput()
+        r = store.get_message("g", "TopicTest", 0, per_file - 3, 64)
+        assert r.status is S.FOUND and r.message_count == 3  # one consume-queue file per pull
+        assert r.next_begin_offset == per_file
+        r = store.get_message("g", "TopicTest", 0, per_file, 64)
+        assert r.message_count == 10
+        config.max_transfer_bytes_on_message_in_memory = 3 * r.messages[0].__len__()
+        r = store.get_message("g", "TopicTest", 0, 0, 64)
+        assert r.message_count == 3 and r.next_begin_offset == 3
+
+
+async def test_offset_by_time_and_store_timestamps(root):
+    clock = Clock(1_000_000)
+    config = small_config(root)
+    async with running_store(config, clock_ms=clock) as store:
+        for i in range(50):
+            clock.now = 1_000_000 + i * 1000
+            await store.put_message(make_message(queue_id=1))
+        await store.reput.do_reput()
+        assert store.get_message_store_timestamp("TopicTest", 1, 7) == 1_007_000
+        assert store.get_earliest_message_time("TopicTest", 1) == 1_000_000
+        by_time = store.get_offset_in_queue_by_time
+        assert by_time("TopicTest", 1, 0) == 0
+        assert by_time("TopicTest", 1, 1_020_000) == 20
+        assert by_time("TopicTest", 1, 1_020_001) == 21
+        assert by_time("TopicTest", 1, 9_999_999) == 50
+        assert by_time("Nope", 1, 1) == 0
+
+
+async def test_query_by_key_and_unique_key(root):
+    clock = Clock(2_000_000_000_000)
+    config = small_config(root)  # 256 entries per index file: several files
+    async with running_store(config, clock_ms=clock) as store:
+        offsets = {}
+        for i in range(300):
+            clock.now += 10
+            r = await store.put_message(
+                make_message(keys=f"order-{i % 30} shared", UNIQ_KEY=f"U{i:030d}")
+            )
+            offsets[i] = r.wrote_offset
+        await store.reput.do_reput()
+        assert len(os.listdir(config.index_dir)) >= 2
+        found = store.query_message("TopicTest", "order-7", 64, 0, clock.now)
+        bodies = sorted(decode_record(m).commitlog_offset for m in found.messages)
+        assert bodies == sorted(offsets[i] for i in range(7, 300, 30))
+        found = store.query_message("TopicTest", f"U{123:030d}", 64, 0, clock.now)
+        assert [decode_record(m).commitlog_offset for m in found.messages] == [offsets[123]]
+        assert store.query_message("Other", "order-7", 64, 0, clock.now).messages == []
+        limited = store.query_message("TopicTest", "shared", 5, 0, clock.now)
+        assert len(limited.messages) == 5
+        assert limited.index_last_update_phyoffset == offsets[299]
+
+
+async def test_index_survives_restart(root):
+    config = small_config(root)
+    async with running_store(config) as store:
+        r = await store.put_message(make_message(keys="k-1"))
+    async with running_store(config) as store:
+        found = store.query_message("TopicTest", "k-1", 10, 0, 2**62)
+        assert [decode_record(m).commitlog_offset for m in found.messages] == [r.wrote_offset]
+
+
+async def test_arrival_listener_woken_by_put(root):
+    config = small_config(root)
+    async with running_store(config) as store:
+        arrived = []
+        event = trio.Event()
+
+        def listener(topic, queue_id, offset, tags_code, store_ts):
+            arrived.append((topic, queue_id, offset, tags_code))
+            event.set()
+
+        store.set_arrival_listener(listener)
+        await store.put_message(make_message(queue_id=5, tags="TagA"))
+        with trio.fail_after(10):  # liveness only: the reput task must wake up on its own
+            await event.wait()
+        assert arrived == [("TopicTest", 5, 1, java_string_hash("TagA"))]
+
+
+async def test_delete_topics(root):
+    config = small_config(root)
+    async with running_store(config) as store:
+        await store.put_message(make_message(topic="Gone", queue_id=1))
+        await store.put_message(make_message(topic="Kept", queue_id=1))
+        await store.reput.do_reput()
+        assert await store.delete_topics(["Gone"]) == 1
+        assert store.get_max_offset_in_queue("Gone", 1) == 0
+        assert not os.path.exists(os.path.join(config.consume_queue_dir, "Gone"))
+        assert store.get_max_offset_in_queue("Kept", 1) == 1
+        r = await store.put_message(make_message(topic="Gone", queue_id=1))
+        assert r.logic_offset == 0
+    info_keys = {"commitLogMaxOffset", "dispatchBehindBytes"}
+    assert info_keys <= set(store.runtime_info())

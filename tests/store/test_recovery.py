@@ -1,0 +1,203 @@
+"""Recovery: torn tails, garbage, flipped CRCs, lost consume queues, abort and lock files."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+
+import pytest
+
+from pymq.common.message import decode_record
+from pymq.store import DefaultMessageStore, GetMessageStatus
+from pymq.store.checkpoint import StoreLockedError
+
+from .conftest import make_message, running_store, small_config
+
+TOPIC = "TopicTest"
+
+
+async def fill(config, count, body_size=20, queues=1):
+    """Put ``count`` messages, stop cleanly; return [(offset, size, body)]."""
+    out = []
+    async with running_store(config) as store:
+        for i in range(count):
+            body = bytes([65 + i % 26]) * body_size + b"%d" % i
+            r = await store.put_message(make_message(queue_id=i % queues, body=body))
+            out.append((r.wrote_offset, r.wrote_bytes, body))
+    return out
+
+
+def commitlog_file(config, offset):
+    size = config.mapped_file_size_commit_log
+    return os.path.join(config.store_path_commitlog, f"{offset - offset % size:020d}")
+
+
+def patch(config, offset, data: bytes):
+    path = commitlog_file(config, offset)
+    with open(path, "r+b") as f:
+        f.seek(offset % config.mapped_file_size_commit_log)
+        f.write(data)
+
+
+def served(store, queues=1):
+    """Every record the consume queues serve, checked: CRC, queue offset, position."""
+    out = []
+    for q in range(queues):
+        offset = store.get_min_offset_in_queue(TOPIC, q)
+        while True:
+            r = store.get_message("g", TOPIC, q, offset, 32)
+            if r.status is not GetMessageStatus.FOUND:
+                assert r.status in (
+                    GetMessageStatus.OFFSET_OVERFLOW_ONE,
+                    GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+                )
+                break
+            for raw, qoff in zip(r.messages, r.queue_offsets, strict=True):
+                msg = decode_record(raw, check_crc=True)
+                assert msg.queue_offset == qoff and msg.queue_id == q
+                out.append((msg.commitlog_offset, msg.store_size, msg.body))
+            offset = r.next_begin_offset
+    return sorted(out)
+
+
+def set_abort(config, abnormal: bool):
+    if abnormal:
+        open(config.abort_path, "wb").close()
+    elif os.path.exists(config.abort_path):
+        os.unlink(config.abort_path)
+
+
+async def test_truncation_at_every_byte_of_last_record(tmp_path):
+    template = small_config(str(tmp_path / "template"))
+    records = await fill(template, 6)
+    last_off, last_size, _ = records[-1]
+    for cut in range(last_size + 1):
+        root = str(tmp_path / f"cut{cut}")
+        shutil.copytree(template.store_path_root_dir, root)
+        config = small_config(root)
+        patch(config, last_off + cut, bytes(last_size - cut))
+        set_abort(config, abnormal=cut % 2 == 1)
+        async with running_store(config) as store:
+            expected = records if cut == last_size else records[:-1]
+            assert store.max_phy_offset == expected[-1][0] + expected[-1][1]
+            assert store.get_max_offset_in_queue(TOPIC, 0) == len(expected)
+            assert served(store) == expected
+            r = await store.put_message(make_message(body=b"new"))
+            assert r.wrote_offset == store.max_phy_offset - r.wrote_bytes
+            assert r.logic_offset == len(expected)
+        shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("abnormal", [False, True])
+async def test_garbage_after_last_record(tmp_path, abnormal):
+    config = small_config(str(tmp_path / "s"))
+    records = await fill(config, 8)
+    end = records[-1][0] + records[-1][1]
+    rnd = random.Random(7)
+    patch(config, end, bytes(rnd.getrandbits(8) for _ in range(500)))
+    set_abort(config, abnormal)
+    async with running_store(config) as store:
+        assert store.max_phy_offset == end
+        assert served(store) == records
+        r = await store.put_message(make_message(body=b"after-garbage"))
+        records.append((r.wrote_offset, r.wrote_bytes, b"after-garbage"))
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert served(store) == records
+        assert store.max_phy_offset == records[-1][0] + records[-1][1]
+
+
+@pytest.mark.parametrize("abnormal", [False, True])
+@pytest.mark.parametrize("victim", [-1, 3])
+async def test_flipped_crc_ends_recovery_before_the_bad_record(tmp_path, abnormal, victim):
+    config = small_config(str(tmp_path / "s"))
+    records = await fill(config, 8)
+    off, size, body = records[victim]
+    # flip one bit of the body's last byte (the body ends before topic + properties)
+    with open(commitlog_file(config, off), "rb") as f:
+        f.seek(off % config.mapped_file_size_commit_log)
+        raw = f.read(size)
+    body_at = raw.index(body)
+    patch(config, off + body_at + len(body) - 1, bytes([body[-1] ^ 0x10]))
+    set_abort(config, abnormal)
+    async with running_store(config) as store:
+        assert store.max_phy_offset == off
+        kept = records[: records.index((off, size, body))]
+        assert served(store) == kept
+        assert store.look_message_by_offset(off) is None
+
+
+async def test_corruption_in_an_older_file_drops_later_files(tmp_path):
+    config = small_config(str(tmp_path / "s"))
+    records = await fill(config, 300, body_size=600, queues=2)
+    files = sorted(os.listdir(config.store_path_commitlog))
+    assert len(files) >= 4
+    victim_file = int(files[-2])
+    victim = next(r for r in records if r[0] > victim_file + 1000)
+    patch(config, victim[0] + 2, b"\x00\x00")  # TOTALSIZE no longer matches
+    async with running_store(config) as store:
+        assert store.max_phy_offset == victim[0]
+        assert served(store, queues=2) == [r for r in records if r[0] < victim[0]]
+    assert sorted(os.listdir(config.store_path_commitlog)) == files[:-1]
+
+
+async def test_abnormal_recovery_rebuilds_lost_consume_queues_and_index(tmp_path):
+    config = small_config(str(tmp_path / "s"))
+    records = await fill(config, 200, body_size=500, queues=3)
+    shutil.rmtree(config.consume_queue_dir)
+    os.unlink(config.checkpoint_path)
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert not store.last_exit_ok
+        assert served(store, queues=3) == records
+        for q in range(3):
+            assert store.get_max_offset_in_queue(TOPIC, q) == len(records[q::3])
+
+
+async def test_consume_queue_beyond_commitlog_is_truncated(tmp_path):
+    config = small_config(str(tmp_path / "s"))
+    records = await fill(config, 10)
+    # The commit log loses its last three records; the consume queue still points at them.
+    cut = records[7][0]
+    patch(config, cut, bytes(sum(r[1] for r in records[7:])))
+    async with running_store(config) as store:
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 7
+        assert served(store) == records[:7]
+        r = await store.put_message(make_message(body=b"x"))
+        assert r.logic_offset == 7 and r.wrote_offset == cut
+
+
+async def test_abort_file_lifecycle(tmp_path):
+    config = small_config(str(tmp_path / "s"))
+    async with running_store(config) as store:
+        assert os.path.exists(config.abort_path)
+        assert store.last_exit_ok
+        await store.put_message(make_message())
+    assert not os.path.exists(config.abort_path)
+    async with running_store(config) as store:
+        assert store.last_exit_ok
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert not store.last_exit_ok
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 1
+
+
+async def test_lock_refuses_a_second_store(tmp_path):
+    config = small_config(str(tmp_path / "s"))
+    async with running_store(config):
+        second = DefaultMessageStore(small_config(config.store_path_root_dir))
+        with pytest.raises(StoreLockedError, match="already started"):
+            await second.run()
+    async with running_store(config) as store:  # released on shutdown
+        assert store.running
+
+
+async def test_wrong_file_size_refuses_to_load(tmp_path):
+    config = small_config(str(tmp_path / "s"))
+    await fill(config, 3)
+    other = small_config(config.store_path_root_dir, mapped_file_size_commit_log=128 * 1024)
+    with pytest.raises(Exception, match="file size"):
+        await DefaultMessageStore(other).run()
+    async with running_store(config) as store:  # the failed start released the lock
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 3

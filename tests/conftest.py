@@ -6,14 +6,15 @@ import pytest
 import trio
 from hypothesis import settings
 
-# Timing is not what these properties test: a loaded 2-core CI machine must not fail them.
-settings.register_profile("pymq", deadline=None)
-settings.load_profile("pymq")
-
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
 from pymq.remoting.client import RemotingClient, open_remoting_client
 from pymq.remoting.config import NettyServerConfig
+from pymq.testing import pymq_cluster  # noqa: F401  (the fixture users get)
+
+# Timing is not what these properties test: a loaded 2-core CI machine must not fail them.
+settings.register_profile("pymq", deadline=None)
+settings.load_profile("pymq")
 
 
 def make_namesrv(tmp_path, **server_overrides: object) -> NamesrvController:
@@ -40,6 +41,3 @@ async def client(nursery: trio.Nursery) -> RemotingClient:
 
 
 __all__ = ["make_namesrv", "open_remoting_client"]
-
-
-from pymq.testing import pymq_cluster  # noqa: E402, F401  (the fixture users get)

@@ -40,6 +40,7 @@ from pymq.broker.processors.consumer import ConsumerProcessor
 from pymq.broker.processors.pull import PullProcessor
 from pymq.broker.processors.send import SendProcessor
 from pymq.broker.schedule import ScheduleMessageService
+from pymq.broker.slave_sync import SLAVE_SYNC_INITIAL_DELAY, SLAVE_SYNC_PERIOD, SlaveSynchronize
 from pymq.broker.stats import BrokerStats
 from pymq.broker.subscription_group_manager import SubscriptionGroupManager
 from pymq.broker.topic_config_manager import TopicConfigManager
@@ -57,7 +58,9 @@ from pymq.remoting.codes import CURRENT_VERSION, RequestCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.remoting.errors import RemotingError
 from pymq.remoting.server import RemotingServer
-from pymq.store.config import MessageStoreConfig
+from pymq.store.config import BrokerRole, MessageStoreConfig
+from pymq.store.ha.master import HAService
+from pymq.store.ha.slave import HAClient
 from pymq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
@@ -121,7 +124,12 @@ class BrokerController:
         self.admin_processor = AdminProcessor(self)
         self._register_processors()
         self.outer_api: BrokerOuterAPI | None = None
+        self.client: RemotingClient | None = None
         self.master_addr: str | None = None
+        self.master_ha_addr: str | None = None
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.slave_sync = SlaveSynchronize(self)
         self._nursery: trio.Nursery | None = None
         self._register_wanted = trio.Event()
         self.topic_config_manager.on_change = self._register_wanted.set
@@ -193,7 +201,7 @@ class BrokerController:
             broker_addr=self.broker_addr,
             broker_name=bc.broker_name,
             broker_id=bc.broker_id,
-            ha_server_addr=f"{bc.broker_ip2}:{self.store_config.ha_listen_port}",
+            ha_server_addr=f"{bc.broker_ip2}:{self.ha_port}",
         )
 
     def _load_managers(self) -> None:
@@ -224,6 +232,8 @@ class BrokerController:
     ) -> None:
         self.pull_hold.notify_message_arriving(topic, queue_id, logic_offset, tags_code, store_ts)
         self.schedule.notify_arrival(topic, queue_id)
+        if self.ha_service is not None:
+            self.ha_service.notify_new_data()
 
     # -- the service --------------------------------------------------------------------------
 
@@ -244,7 +254,9 @@ class BrokerController:
                 client = RemotingClient(
                     nursery, connect_timeout=self.client_config.connect_timeout_millis / 1000
                 )
+                self.client = client
                 self.outer_api = BrokerOuterAPI(client, self.broker_config.namesrv_list())
+                await self._start_ha(nursery)
                 await self.register_broker_all(force=True)
                 self.registered.set()
                 period = min(
@@ -262,7 +274,14 @@ class BrokerController:
                 self._every(nursery, CLIENT_HOUSEKEEPING_PERIOD, self._client_housekeeping)
                 self._every(nursery, SCHEDULE_PERSIST_PERIOD, self.schedule.persist)
                 self._every(nursery, 1.0, self.stats.sample, 0.0)
-                if self.store_config.broker_role.value != "SLAVE":
+                if self.is_slave:
+                    self._every(
+                        nursery,
+                        SLAVE_SYNC_PERIOD,
+                        self.slave_sync.sync_all,
+                        SLAVE_SYNC_INITIAL_DELAY,
+                    )
+                else:
                     await nursery.start(self.schedule.run)
                 log.info(
                     "The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
@@ -275,6 +294,30 @@ class BrokerController:
             with trio.move_on_after(SHUTDOWN_DEADLINE) as scope:
                 scope.shield = True
                 await self._shutdown()
+
+    @property
+    def ha_port(self) -> int:
+        if self.ha_service is not None and self.ha_service.port:
+            return self.ha_service.port
+        return self.store_config.ha_listen_port
+
+    @property
+    def is_slave(self) -> bool:
+        return self.store_config.broker_role is BrokerRole.SLAVE
+
+    async def _start_ha(self, nursery: trio.Nursery) -> None:
+        if self.is_slave:
+            self.ha_client = HAClient(
+                self.store,
+                self.store_config,
+                lambda: self.store_config.ha_master_address or self.master_ha_addr,
+            )
+            await nursery.start(self.ha_client.run)
+            return
+        self.ha_service = HAService(self.store, self.store_config, self.server_config.bind_address)
+        await nursery.start(self.ha_service.run)
+        if self.store_config.broker_role is BrokerRole.SYNC_MASTER:
+            self.store.replica_waiter = self.ha_service.wait_for_replica
 
     @staticmethod
     def _every(
@@ -322,6 +365,7 @@ class BrokerController:
         )
         if results:
             self.master_addr = results[0].master_addr
+            self.master_ha_addr = results[0].ha_server_addr
 
     async def _periodic_register(self) -> None:
         await self.register_broker_all(force=self.broker_config.force_register)
@@ -373,6 +417,16 @@ class BrokerController:
             "brokerRole": self.store_config.broker_role.value,
         }
         info.update(self.store.runtime_info())
+        if self.ha_service is not None:
+            slaves = self.ha_service.status()
+            info["haConnections"] = str(len(slaves))
+            info["haSlaves"] = ";".join(
+                f"{s['address']} ack={s['ackOffset']} lag={s['lagBytes']}" for s in slaves
+            )
+            info["haPushToSlaveMaxOffset"] = str(self.ha_service.push_to_slave_max_offset)
+        if self.ha_client is not None:
+            info["haMasterAddress"] = self.ha_client.connected_to or ""
+            info["haSlaveMaxOffset"] = str(self.store.max_phy_offset)
         return info
 
 

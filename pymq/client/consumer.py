@@ -17,6 +17,7 @@ failed message back to the broker (retry topic, delay levels, DLQ after the maxi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import zlib
@@ -78,6 +79,7 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt]
+    suggest_broker_id: int = 0
 
 
 _PULL_STATUS = {
@@ -114,6 +116,8 @@ class _Base(AbstractAsyncContextManager):
         self.client: ClientInstance | None = None
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
+        # Which broker of a group to pull each queue from next (the broker's suggestWhichBrokerId).
+        self.pull_from: dict[MessageQueue, int] = {}
 
     async def __aenter__(self) -> Self:
         self._nursery_manager = trio.open_nursery()
@@ -143,21 +147,30 @@ class _Base(AbstractAsyncContextManager):
         self._nursery.cancel_scope.cancel()
         return await self._nursery_manager.__aexit__(exc_type, exc, tb)
 
-    async def _broker(self, mq: MessageQueue) -> str:
+    async def _broker(self, mq: MessageQueue, broker_id: int = 0) -> str:
+        """The address to use for ``mq``: the wanted broker of its group, else the master, else
+        any slave (a consumer keeps reading from a slave while the master is down)."""
         assert self.client is not None
-        addr = self.client.broker_addr(mq.broker_name)
+        addr = self.client.broker_addr(mq.broker_name, broker_id)
         if addr is None:
             await self.client.fetch_route(mq.topic)
-            addr = self.client.broker_addr(mq.broker_name)
+            addr = self.client.broker_addr(mq.broker_name, broker_id)
         if addr is None:
             raise MQClientError(-1, f"no address for broker {mq.broker_name}")
         return addr
 
     async def _call(
-        self, mq: MessageQueue, request: RemotingCommand, timeout: float = 5.0
+        self, mq: MessageQueue, request: RemotingCommand, timeout: float = 5.0, broker_id: int = 0
     ) -> RemotingCommand:
+        """Call the broker of ``mq``; after a connection failure, refresh the route (the broker
+        may have gone, and a slave may serve) and try once more."""
         assert self.client is not None
-        return await self.client.invoke(await self._broker(mq), request, timeout)
+        try:
+            return await self.client.invoke(await self._broker(mq, broker_id), request, timeout)
+        except RemotingError:
+            with contextlib.suppress(MQClientError, RemotingError):
+                await self.client.fetch_route(mq.topic)
+            return await self.client.invoke(await self._broker(mq, broker_id), request, timeout)
 
     async def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
         assert self.client is not None
@@ -199,11 +212,13 @@ class _Base(AbstractAsyncContextManager):
                 "expressionType": "TAG",
             },
         )
-        response = await self._call(mq, request, timeout)
+        response = await self._call(mq, request, timeout, self.pull_from.get(mq, 0))
         status = _PULL_STATUS.get(response.code)
         if status is None:
             raise MQClientError(response.code, response.remark, f"pull {mq}")
         ext = response.ext_fields
+        suggest = int(ext.get("suggestWhichBrokerId", 0) or 0)
+        self.pull_from[mq] = suggest
         messages: list[MessageExt] = []
         if status == "FOUND":
             subscription = SubscriptionData.build(mq.topic, expression)
@@ -219,6 +234,7 @@ class _Base(AbstractAsyncContextManager):
             int(ext.get("minOffset", 0)),
             int(ext.get("maxOffset", 0)),
             messages,
+            suggest,
         )
 
     async def query_offset(self, mq: MessageQueue) -> int:

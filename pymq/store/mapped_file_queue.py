@@ -40,6 +40,10 @@ class MappedFileAllocator:
         self._wanted: dict[str, int] = {}
         self._ready: dict[str, MappedFile] = {}
         self._wake = trio.Event()
+        # The path a worker thread is creating right now, and whether the queue meanwhile
+        # created that same file itself: then it is in use and must not be deleted.
+        self._creating: str | None = None
+        self._claimed_while_creating = False
 
     def request(self, path: str, size: int) -> None:
         if path not in self._ready and path not in self._wanted:
@@ -48,6 +52,8 @@ class MappedFileAllocator:
 
     def take(self, path: str) -> MappedFile | None:
         self._wanted.pop(path, None)
+        if path == self._creating:
+            self._claimed_while_creating = True
         return self._ready.pop(path, None)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -58,6 +64,7 @@ class MappedFileAllocator:
                 self._wake = trio.Event()
                 while self._wanted:
                     path, size = next(iter(self._wanted.items()))
+                    self._creating, self._claimed_while_creating = path, False
                     try:
                         mf = await trio.to_thread.run_sync(MappedFile.create, path, size)
                     except OSError:
@@ -66,7 +73,13 @@ class MappedFileAllocator:
                         )
                         self._wanted.pop(path, None)
                         continue
-                    if self._wanted.pop(path, None) is None:  # nobody wants it any more
+                    finally:
+                        self._creating = None
+                    if self._claimed_while_creating:
+                        # The queue needed the file before we were done and opened the same
+                        # path itself: drop our mapping, never the file it is writing to.
+                        await trio.to_thread.run_sync(mf.close)
+                    elif self._wanted.pop(path, None) is None:  # nobody wants it any more
                         await trio.to_thread.run_sync(mf.destroy)
                     else:
                         self._ready[path] = mf

@@ -1,0 +1,1 @@
+"""Master/slave commit-log replication (RocketMQ 4.x HA): framing, master service, slave client."""

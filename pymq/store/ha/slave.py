@@ -1,0 +1,101 @@
+"""HAClient on the slave: pulls the master's commit log and appends it at exactly its own end.
+
+It connects to the master's HA address (``haMasterAddress``, or what the name server's
+registration answer named), reports its max offset at once, after every append and at least every
+``haSendHeartbeatInterval``, and appends each frame only at its own max offset: anything else
+closes the connection, and the client reconnects.  The store's reput dispatches what was
+appended into the slave's consume queues and index.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from pymq.remoting.client import split_address
+from pymq.store.config import MessageStoreConfig
+from pymq.store.ha.framing import HAProtocolError, TransferDecoder, encode_report
+
+log = logging.getLogger(__name__)
+
+# HAClient: pause between connection attempts.
+RECONNECT_DELAY = 1.0
+
+
+class HAClient:
+    def __init__(
+        self,
+        store: object,
+        config: MessageStoreConfig,
+        master_address: Callable[[], str | None],
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.master_address = master_address
+        self.connected_to: str | None = None
+        self.reported_offset = -1
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            address = self.master_address()
+            if address:
+                try:
+                    await self._session(address)
+                except (OSError, trio.BrokenResourceError, HAProtocolError) as exc:
+                    log.warning("HA connection to master %s ended: %s", address, exc)
+                finally:
+                    self.connected_to = None
+            await trio.sleep(RECONNECT_DELAY)
+
+    def _prepare_empty_store(self, offset: int) -> None:
+        """An empty slave store starts where the master's oldest file starts."""
+        commitlog = self.store.commitlog  # type: ignore[attr-defined]
+        if commitlog.max_offset == 0 and offset > 0:
+            commitlog.queue.get_last_mapped_file(offset)
+
+    async def _session(self, address: str) -> None:
+        host, port = split_address(address)
+        with trio.fail_after(3):
+            stream = await trio.open_tcp_stream(host, port)
+        async with stream:
+            self.connected_to = address
+            log.info("HA client connected to master %s", address)
+            decoder = TransferDecoder()
+            heartbeat = self.config.ha_send_heartbeat_interval / 1000
+            await self._report(stream)
+            last_report = trio.current_time()
+            while True:
+                with trio.move_on_after(heartbeat):
+                    data = await stream.receive_some(4 * 1024 * 1024)
+                    if not data:
+                        log.warning("master %s closed the HA connection", address)
+                        return
+                    for offset, body in decoder.feed(data):
+                        if body:
+                            self._prepare_empty_store(offset)
+                            mine = self.store.max_phy_offset  # type: ignore[attr-defined]
+                            if offset != mine:
+                                log.error(
+                                    "master pushed offset not equal the max phy offset in slave, "
+                                    "SLAVE: %d MASTER: %d",
+                                    mine,
+                                    offset,
+                                )
+                                return
+                            if not self.store.append_to_commitlog(offset, body):  # type: ignore[attr-defined]
+                                log.error("appending replicated data at %d failed", offset)
+                                return
+                    if self.store.max_phy_offset != self.reported_offset:  # type: ignore[attr-defined]
+                        await self._report(stream)
+                        last_report = trio.current_time()
+                if trio.current_time() - last_report >= heartbeat:
+                    await self._report(stream)
+                    last_report = trio.current_time()
+
+    async def _report(self, stream: trio.SocketStream) -> None:
+        offset = self.store.max_phy_offset  # type: ignore[attr-defined]
+        await stream.send_all(encode_report(offset))
+        self.reported_offset = offset

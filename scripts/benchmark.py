@@ -41,6 +41,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of processes (Linux /proc), robust to a busy machine."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subprocess.Popen]]:
     """The embedded default, or a name server + master + slave when --ha is given."""
     py = sys.executable
@@ -276,8 +289,11 @@ async def main_async(args: argparse.Namespace) -> dict:
             if args.ha:
                 await wait_for_slave(namesrv)
         await create_topic(namesrv, args.topic, args.queues)
+        pids = [p.pid for p in procs]
+        cpu0 = cpu_seconds(pids)
         publish_rate, latencies, failures = await publish(args, namesrv)
         sent = len(latencies) * args.batch
+        server_cpu_us = (cpu_seconds(pids) - cpu0) * 1e6 / max(1, sent)
         consume_rate = await consume(args, namesrv, sent) if not args.no_consume else 0.0
         return {
             "system": "pymq" if not args.ha else f"pymq-{args.ha.lower()}",
@@ -288,6 +304,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             "publish_p50_ms": round(percentile(latencies, 0.5), 3),
             "publish_p99_ms": round(percentile(latencies, 0.99), 3),
             "failures": failures,
+            "server_cpu_us_per_msg": round(server_cpu_us, 1) if procs else None,
             "flush": args.flush,
             "window": args.window,
             "batch": args.batch,

@@ -39,6 +39,10 @@ _SHORT = struct.Struct(">h")
 
 _MISSING: Any = object()
 
+# One encoder, built once: json.dumps with non-default arguments builds a new one every call.
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_JSON_DECODER = json.JSONDecoder()
+
 _opaque_counter = itertools.count(1)
 
 
@@ -164,7 +168,7 @@ def _json_header(cmd: RemotingCommand) -> bytes:
     }
     if cmd.remark is not None:
         header["remark"] = cmd.remark
-    return json.dumps(header, separators=(",", ":")).encode()
+    return _JSON_ENCODER.encode(header).encode()
 
 
 def _language_number(language: str) -> int:
@@ -212,7 +216,7 @@ def encode(cmd: RemotingCommand) -> bytes:
 
 def _decode_json_header(data: bytes) -> RemotingCommand:
     try:
-        header = json.loads(data)
+        header = _JSON_DECODER.decode(data.decode())
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"bad JSON header: {exc}") from None
     if not isinstance(header, dict):
@@ -223,7 +227,10 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
     ext_raw = header.get("extFields") or {}
     if not isinstance(ext_raw, dict):
         raise ProtocolError("extFields is not an object")
-    ext = {str(k): s for k, v in ext_raw.items() if (s := java_string(v)) is not None}
+    if all(type(v) is str for v in ext_raw.values()):
+        ext = ext_raw  # what Java peers send: keys and values already strings
+    else:
+        ext = {str(k): s for k, v in ext_raw.items() if (s := java_string(v)) is not None}
     try:
         opaque = int(header.get("opaque") or 0)
         flag = int(header.get("flag") or 0)

@@ -132,7 +132,7 @@ class SendHeader:
     def parse(cls, req: RemotingCommand) -> SendHeader:
         if req.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             fields = {V2_NAMES.get(k, k): v for k, v in req.ext_fields.items()}
-            req = attrs.evolve(req, ext_fields=fields)
+            req = RemotingCommand(req.code, fields, version=req.version)
         max_reconsume = req.ext_int("maxReconsumeTimes", None)
         return cls(
             producer_group=req.ext_str("producerGroup"),

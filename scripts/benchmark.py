@@ -30,9 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import trio
 
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
+from pymq.client.topics import create_topic
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
-from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.codes import RequestCode
 
 
 def free_port() -> int:
@@ -139,30 +140,6 @@ def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subproc
             ]
         )
     return f"127.0.0.1:{ns_port}", procs
-
-
-async def create_topic(namesrv: str, topic: str, queues: int) -> None:
-    async with open_remoting_client() as client:
-        info = await client.invoke(
-            namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
-        )
-        table = json.loads(info.body)["brokerAddrTable"]
-        for data in table.values():
-            addrs = data["brokerAddrs"]
-            master = addrs.get("0") or addrs.get(0)
-            if master is None:
-                continue
-            create = RemotingCommand.request(
-                RequestCode.UPDATE_AND_CREATE_TOPIC,
-                {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6},
-            )
-            response = await client.invoke(master, create)
-            if response.code != ResponseCode.SUCCESS:
-                raise SystemExit(f"cannot create topic {topic}: {response.remark}")
-        route = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-        with trio.fail_after(10):
-            while (await client.invoke(namesrv, route)).code != ResponseCode.SUCCESS:
-                await trio.sleep(0.05)
 
 
 async def wait_for_slave(namesrv: str) -> None:
@@ -288,7 +265,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             namesrv, procs = await trio.to_thread.run_sync(start_servers, args, tmp)
             if args.ha:
                 await wait_for_slave(namesrv)
-        await create_topic(namesrv, args.topic, args.queues)
+        await create_topic(namesrv, args.topic, queues=args.queues)
         pids = [p.pid for p in procs]
         cpu0 = cpu_seconds(pids)
         publish_rate, latencies, failures = await publish(args, namesrv)

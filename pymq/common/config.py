@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from pymq.common.properties import parse_properties
 from pymq.common.serde import converter, java_name
 
 
@@ -78,3 +79,42 @@ def to_properties(configs: Iterable[object]) -> dict[str, str]:
         for key, field in _fields_by_key(obj).items():
             out[key] = _java_value(getattr(obj, field.name))
     return out
+
+
+class RestartOnlyKeyError(ConfigError):
+    """A key that a running server cannot change (paths, ports, names, roles)."""
+
+
+def update_at_runtime(
+    configs: Sequence[object], text: bytes, restart_only: frozenset[str], what: str
+) -> dict[str, str]:
+    """Apply a properties body (UPDATE_*_CONFIG) to running configs, all or nothing.
+
+    Raises :class:`RestartOnlyKeyError` for keys in ``restart_only`` and :class:`ConfigError`
+    for undecodable text, unknown keys or bad values; nothing is changed then.
+    """
+    try:
+        props = parse_properties(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError("config body is not UTF-8") from None
+    frozen = sorted(restart_only & props.keys())
+    if frozen:
+        raise RestartOnlyKeyError(
+            f"{', '.join(frozen)} cannot be changed on a running {what}; "
+            "edit its config file and restart"
+        )
+    known = to_properties(configs)
+    unknown = sorted(k for k in props if k not in known)
+    if unknown:
+        raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
+    # Convert every value first, so that one bad value leaves the config untouched.
+    for key, value in props.items():
+        for config in configs:
+            field = _fields_by_key(config).get(key)
+            if field is not None:
+                try:
+                    converter.structure(value.strip(), field.type)
+                except Exception as exc:
+                    raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from exc
+    apply_properties(configs, props)
+    return props

@@ -13,8 +13,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from pymq.common.config import ConfigError, apply_properties, to_properties
-from pymq.common.properties import format_properties, parse_properties
+from pymq.common.config import (
+    ConfigError,
+    RestartOnlyKeyError,
+    to_properties,
+    update_at_runtime,
+)
+from pymq.common.properties import format_properties
 from pymq.common.route import KVTable, RegisterBrokerBody, TopicList
 from pymq.common.serde import from_json, to_json
 from pymq.common.topic import DataVersion
@@ -27,6 +32,9 @@ if TYPE_CHECKING:
     from pymq.namesrv.controller import NamesrvController
 
 log = logging.getLogger(__name__)
+
+# Keys a running name server cannot change.
+RESTART_ONLY_KEYS = frozenset({"kvConfigPath", "configStorePath", "listenPort", "bindAddress"})
 
 # TopicSysFlag bits.
 FLAG_UNIT = 0x1
@@ -247,23 +255,11 @@ class NamesrvProcessor:
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         try:
-            props = parse_properties(req.body.decode("utf-8"))
-        except UnicodeDecodeError:
-            return req.response(ResponseCode.SYSTEM_ERROR, "config body is not UTF-8")
-        frozen = {"kvConfigPath", "configStorePath"} & props.keys()
-        if frozen:
-            return req.response(
-                ResponseCode.NO_PERMISSION,
-                f"{', '.join(sorted(frozen))} cannot be changed on a running name server",
+            props = update_at_runtime(
+                self.controller.configs(), req.body, RESTART_ONLY_KEYS, "name server"
             )
-        configs = self.controller.configs()
-        unknown = [k for k in props if k not in to_properties(configs)]
-        if unknown:
-            return req.response(
-                ResponseCode.SYSTEM_ERROR, f"unknown config keys: {', '.join(sorted(unknown))}"
-            )
-        try:
-            apply_properties(configs, props)
+        except RestartOnlyKeyError as exc:
+            return req.response(ResponseCode.NO_PERMISSION, str(exc))
         except ConfigError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
         log.info("namesrv config updated by %s: %s", channel.remote_address, props)

@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from pymq.embedded import Cluster, open_cluster
-from pymq.remoting.client import open_remoting_client
-from pymq.remoting.codec import RemotingCommand
-from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.client.topics import create_topic
+from pymq.embedded import open_cluster
 from pymq.testing import TEST_PROPERTIES
 
 SCRIPT = Path(__file__).with_name("cpp_client_roundtrip.py")
@@ -26,21 +24,6 @@ MODES = ["sync", "orderly", "oneway", "mixed", "batch", "pull", "retry"]
 # batch with another comes back once more per delay level (10 s, 30 s, 60 s): on a loaded
 # machine that can pass the default 90 s.
 TIMEOUTS = {"retry": 180}
-
-
-async def create_topic(cluster: Cluster, topic: str) -> None:
-    """Create the topic before the clients start (as the script's README asks), and wait until
-    the name server serves its route: a consumer then owns its queues from the first second."""
-    async with open_remoting_client() as client:
-        create = RemotingCommand.request(
-            RequestCode.UPDATE_AND_CREATE_TOPIC,
-            {"topic": topic, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
-        )
-        assert (await client.invoke(cluster.broker_addr, create)).code == ResponseCode.SUCCESS
-        route = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-        with trio.fail_after(10):
-            while (await client.invoke(cluster.namesrv_addr, route)).code != ResponseCode.SUCCESS:
-                await trio.sleep(0.05)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -53,7 +36,9 @@ async def test_cpp_client_roundtrip(mode: str, tmp_path: Path) -> None:
         properties=dict(TEST_PROPERTIES),
     ) as cluster:
         topic = f"Conformance_{mode}"
-        await create_topic(cluster, topic)
+        # Created first, as the script's README asks: a push consumer then owns its queues
+        # before the producer starts.
+        await create_topic(cluster.namesrv_addr, topic)
         env = dict(os.environ, HOME=str(tmp_path))  # the client logs under $HOME/logs
         with trio.fail_after(300):
             result = await trio.run_process(

@@ -13,7 +13,7 @@ import attrs
 import pytest
 import trio
 
-from pymq.client import Message, Producer, PullConsumer
+from pymq.client import Message, Producer, PullConsumer, topics
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -143,16 +143,7 @@ async def produce(namesrv: Proc, topic: str, bodies: list[str]) -> list[str]:
 
 
 async def create_topic(broker: Proc, namesrv: Proc, topic: str) -> None:
-    async with open_remoting_client() as client:
-        create = RemotingCommand.request(
-            RequestCode.UPDATE_AND_CREATE_TOPIC,
-            {"topic": topic, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
-        )
-        assert (await client.invoke(broker.addr, create)).code == ResponseCode.SUCCESS
-        route = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-        with trio.fail_after(10):
-            while (await client.invoke(namesrv.addr, route)).code != ResponseCode.SUCCESS:
-                await trio.sleep(0.05)
+    await topics.create_topic(namesrv.addr, topic, brokers=[broker.addr])
 
 
 async def wait_slave_knows_topic(slave: Proc, topic: str) -> None:

@@ -16,6 +16,7 @@ from pymq.client import (
     Producer,
     PullConsumer,
     PushConsumer,
+    topics,
 )
 from pymq.common.consumer import MessageQueue
 from pymq.embedded import Cluster, open_cluster
@@ -30,16 +31,7 @@ FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 async def create_topic(
     client: RemotingClient, cluster: Cluster, topic: str, **fields: object
 ) -> None:
-    request = RemotingCommand.request(
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
-        {"topic": topic, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, **fields},
-    )
-    response = await client.invoke(cluster.broker_addr, request)
-    assert response.code == ResponseCode.SUCCESS, response.remark
-    route = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-    with trio.fail_after(10):
-        while (await client.invoke(cluster.namesrv_addr, route)).code != ResponseCode.SUCCESS:
-            await trio.sleep(0.02)
+    await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr], **fields)
 
 
 class Collector:

@@ -16,8 +16,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
-from pymq.common.config import ConfigError, apply_properties, to_properties
-from pymq.common.properties import format_properties, parse_properties
+from pymq.common.config import (
+    ConfigError,
+    RestartOnlyKeyError,
+    to_properties,
+    update_at_runtime,
+)
+from pymq.common.properties import format_properties
 from pymq.common.route import KVTable
 from pymq.common.serde import from_json, to_json, to_plain
 from pymq.common.topic import TopicConfig, TopicFilterType, validate_topic
@@ -187,25 +192,9 @@ class AdminProcessor:
 
     async def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         try:
-            props = parse_properties(req.body.decode("utf-8"))
-        except UnicodeDecodeError:
-            return req.response(ResponseCode.SYSTEM_ERROR, "config body is not UTF-8")
-        frozen = sorted(RESTART_ONLY_KEYS & props.keys())
-        if frozen:
-            return req.response(
-                ResponseCode.NO_PERMISSION,
-                f"{', '.join(frozen)} cannot be changed on a running broker; "
-                "edit broker.conf and restart",
-            )
-        configs = self.broker.configs()
-        known = to_properties(configs)
-        unknown = sorted(k for k in props if k not in known)
-        if unknown:
-            return req.response(
-                ResponseCode.SYSTEM_ERROR, f"unknown config keys: {', '.join(unknown)}"
-            )
-        try:
-            apply_properties(configs, props)
+            props = update_at_runtime(self.broker.configs(), req.body, RESTART_ONLY_KEYS, "broker")
+        except RestartOnlyKeyError as exc:
+            return req.response(ResponseCode.NO_PERMISSION, str(exc))
         except ConfigError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
         self.broker.config_version.next_version()

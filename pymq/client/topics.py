@@ -1,0 +1,64 @@
+"""Creating a topic the way mqadmin's updateTopic does: on every master, then wait for its route."""
+
+from __future__ import annotations
+
+import json
+
+import trio
+
+from pymq.client.instance import MQClientError
+from pymq.remoting.client import open_remoting_client
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
+
+
+async def master_addresses(namesrv_addr: str) -> list[str]:
+    """Every master broker's address, from the name server's cluster info."""
+    async with open_remoting_client() as client:
+        info = await client.invoke(
+            namesrv_addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+        )
+    if info.code != ResponseCode.SUCCESS:
+        raise MQClientError(info.code, info.remark, "cluster info")
+    masters = []
+    for data in json.loads(info.body).get("brokerAddrTable", {}).values():
+        addr = data.get("brokerAddrs", {}).get("0")
+        if addr:
+            masters.append(addr)
+    return masters
+
+
+async def create_topic(
+    namesrv_addr: str,
+    topic: str,
+    *,
+    queues: int = 4,
+    perm: int = 6,
+    brokers: list[str] | None = None,
+    timeout: float = 10.0,
+    **fields: object,
+) -> None:
+    """UPDATE_AND_CREATE_TOPIC on ``brokers`` (default: every master), then wait until the name
+    server serves the topic's route, so clients started next see its queues at once."""
+    targets = brokers if brokers is not None else await master_addresses(namesrv_addr)
+    if not targets:
+        raise MQClientError(-1, "no master broker is registered with the name server")
+    async with open_remoting_client() as client:
+        for addr in targets:
+            create = RemotingCommand.request(
+                RequestCode.UPDATE_AND_CREATE_TOPIC,
+                {
+                    "topic": topic,
+                    "readQueueNums": queues,
+                    "writeQueueNums": queues,
+                    "perm": perm,
+                    **fields,
+                },
+            )
+            response = await client.invoke(addr, create)
+            if response.code != ResponseCode.SUCCESS:
+                raise MQClientError(response.code, response.remark, f"create topic {topic}")
+        route = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        with trio.fail_after(timeout):
+            while (await client.invoke(namesrv_addr, route)).code != ResponseCode.SUCCESS:
+                await trio.sleep(0.02)

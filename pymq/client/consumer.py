@@ -22,14 +22,11 @@ import logging
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
-from types import TracebackType
-from typing import Self
 
 import attrs
 import trio
 
-from pymq.client.instance import ClientInstance, MQClientError
+from pymq.client.instance import ClientService, MQClientError
 from pymq.common.consumer import (
     ConsumeFromWhere,
     ConsumerData,
@@ -107,45 +104,13 @@ def allocate_averagely(mqs: list[MessageQueue], cids: list[str], me: str) -> lis
     return [mqs[(start + i) % n_mq] for i in range(min(average, n_mq - start))]
 
 
-class _Base(AbstractAsyncContextManager):
-    """Nursery, client instance and name-server plumbing shared by both consumers."""
+class _Base(ClientService):
+    """Name-server and broker plumbing shared by both consumers."""
 
     def __init__(self, group: str, namesrv_addr: str) -> None:
-        self.group = group
-        self.namesrv_addr = namesrv_addr
-        self.client: ClientInstance | None = None
-        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
-        self._nursery: trio.Nursery | None = None
+        super().__init__(group, namesrv_addr)
         # Which broker of a group to pull each queue from next (the broker's suggestWhichBrokerId).
         self.pull_from: dict[MessageQueue, int] = {}
-
-    async def __aenter__(self) -> Self:
-        self._nursery_manager = trio.open_nursery()
-        self._nursery = await self._nursery_manager.__aenter__()
-        self.client = ClientInstance(self._nursery, self.namesrv_addr)
-        await self._started()
-        return self
-
-    async def _started(self) -> None:
-        pass
-
-    async def _stopping(self) -> None:
-        pass
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        assert self._nursery is not None and self._nursery_manager is not None and self.client
-        with trio.move_on_after(5) as scope:
-            scope.shield = True
-            await self._stopping()
-            await self.client.unregister(consumer_group=self.group)
-        self.client.close()
-        self._nursery.cancel_scope.cancel()
-        return await self._nursery_manager.__aexit__(exc_type, exc, tb)
 
     async def _broker(self, mq: MessageQueue, broker_id: int = 0) -> str:
         """The address to use for ``mq``: the wanted broker of its group, else the master, else

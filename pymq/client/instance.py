@@ -12,6 +12,9 @@ import logging
 import os
 import random
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import Self
 
 import trio
 
@@ -145,3 +148,52 @@ class ClientInstance:
 
     def close(self) -> None:
         self.remoting.close()
+
+
+class ClientService(AbstractAsyncContextManager):
+    """The lifecycle producers and consumers share: ``async with`` opens a nursery and a
+    :class:`ClientInstance` in it, calls :meth:`_started`; leaving calls :meth:`_stopping` and
+    unregisters from the brokers (shielded, bounded), then closes every connection."""
+
+    # Producers register their group as a producer group, consumers as a consumer group.
+    is_producer = False
+    # How long leaving may take for the shutdown work above.
+    STOP_DEADLINE = 5.0
+
+    def __init__(self, group: str, namesrv_addr: str) -> None:
+        self.group = group
+        self.namesrv_addr = namesrv_addr
+        self.client: ClientInstance | None = None
+        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
+
+    async def __aenter__(self) -> Self:
+        self._nursery_manager = trio.open_nursery()
+        self._nursery = await self._nursery_manager.__aenter__()
+        self.client = ClientInstance(self._nursery, self.namesrv_addr)
+        await self._started()
+        return self
+
+    async def _started(self) -> None:
+        pass
+
+    async def _stopping(self) -> None:
+        pass
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._nursery is not None and self._nursery_manager is not None and self.client
+        with trio.move_on_after(self.STOP_DEADLINE) as scope:
+            scope.shield = True
+            await self._stopping()
+            if self.is_producer:
+                await self.client.unregister(producer_group=self.group)
+            else:
+                await self.client.unregister(consumer_group=self.group)
+        self.client.close()
+        self._nursery.cancel_scope.cancel()
+        return await self._nursery_manager.__aexit__(exc_type, exc, tb)

@@ -17,13 +17,11 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager
-from types import TracebackType
 
 import attrs
 import trio
 
-from pymq.client.instance import ClientInstance, MQClientError
+from pymq.client.instance import ClientService, MQClientError
 from pymq.common.consumer import HeartbeatData, MessageQueue, ProducerData
 from pymq.common.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -90,39 +88,18 @@ class SendResult:
     queue_offset: int
 
 
-class Producer(AbstractAsyncContextManager["Producer"]):
+class Producer(ClientService):
+    is_producer = True
+
     def __init__(self, group: str, namesrv_addr: str, *, send_timeout: float = 3.0) -> None:
-        self.group = group
-        self.namesrv_addr = namesrv_addr
+        super().__init__(group, namesrv_addr)
         self.send_timeout = send_timeout
-        self.client: ClientInstance | None = None
         self._ids = UniqueIdGenerator()
         self._counter = itertools.count()
-        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
-        self._nursery: trio.Nursery | None = None
 
-    # -- lifecycle ------------------------------------------------------------------------
-
-    async def __aenter__(self) -> Producer:
-        self._nursery_manager = trio.open_nursery()
-        self._nursery = await self._nursery_manager.__aenter__()
-        self.client = ClientInstance(self._nursery, self.namesrv_addr)
+    async def _started(self) -> None:
+        assert self._nursery is not None
         self._nursery.start_soon(self._housekeeping)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        assert self._nursery is not None and self._nursery_manager is not None and self.client
-        with trio.move_on_after(3) as scope:
-            scope.shield = True
-            await self.client.unregister(producer_group=self.group)
-        self.client.close()
-        self._nursery.cancel_scope.cancel()
-        return await self._nursery_manager.__aexit__(exc_type, exc, tb)
 
     async def _housekeeping(self) -> None:
         assert self.client is not None

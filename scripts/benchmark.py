@@ -268,9 +268,12 @@ async def main_async(args: argparse.Namespace) -> dict:
         await create_topic(namesrv, args.topic, queues=args.queues)
         pids = [p.pid for p in procs]
         cpu0 = cpu_seconds(pids)
+        client_cpu0 = time.process_time()
         publish_rate, latencies, failures = await publish(args, namesrv)
+        client_cpu_us = (time.process_time() - client_cpu0) * 1e6
         sent = len(latencies) * args.batch
         server_cpu_us = (cpu_seconds(pids) - cpu0) * 1e6 / max(1, sent)
+        client_cpu_us /= max(1, sent)
         consume_rate = await consume(args, namesrv, sent) if not args.no_consume else 0.0
         return {
             "system": "pymq" if not args.ha else f"pymq-{args.ha.lower()}",
@@ -282,6 +285,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             "publish_p99_ms": round(percentile(latencies, 0.99), 3),
             "failures": failures,
             "server_cpu_us_per_msg": round(server_cpu_us, 1) if procs else None,
+            "client_cpu_us_per_msg": round(client_cpu_us, 1),
             "flush": args.flush,
             "window": args.window,
             "batch": args.batch,

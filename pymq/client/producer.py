@@ -96,6 +96,7 @@ class Producer(ClientService):
         self.send_timeout = send_timeout
         self._ids = UniqueIdGenerator()
         self._counter = itertools.count()
+        self._publish_cache: dict[str, tuple[object, list[MessageQueue], bool]] = {}
 
     async def _started(self) -> None:
         assert self._nursery is not None
@@ -122,6 +123,9 @@ class Producer(ClientService):
     async def publish_queues(self, topic: str) -> tuple[list[MessageQueue], bool]:
         """Writable queues of ``topic``; from TBW102 (auto-create) when the topic is unknown."""
         assert self.client is not None
+        cached = self._publish_cache.get(topic)
+        if cached is not None and cached[0] is self.client.routes.get(topic):
+            return cached[1], cached[2]
         known = set(self.client.broker_addrs)
         route = await self.client.route(topic)
         from_default = False
@@ -146,6 +150,9 @@ class Producer(ClientService):
                 queues.append(MessageQueue(topic, name, queue_id))
         if not queues:
             raise MQClientError(ResponseCode.TOPIC_NOT_EXIST, f"no writable queue for {topic}")
+        if not from_default:
+            # Valid while the client keeps this route object (a refresh replaces it).
+            self._publish_cache[topic] = (route, queues, from_default)
         return queues, from_default
 
     # -- sending --------------------------------------------------------------------------

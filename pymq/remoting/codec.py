@@ -87,7 +87,11 @@ class RemotingCommand:
         *,
         oneway: bool = False,
     ) -> RemotingCommand:
-        fields = {k: s for k, v in (ext_fields or {}).items() if (s := java_string(v)) is not None}
+        fields = {
+            k: v if type(v) is str else s
+            for k, v in (ext_fields or {}).items()
+            if type(v) is str or (s := java_string(v)) is not None
+        }
         return cls(
             code=int(code),
             ext_fields=fields,

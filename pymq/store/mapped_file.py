@@ -43,6 +43,19 @@ FILE_NAME_DIGITS = 20
 """Store files are named by their first offset, zero-padded to 20 digits."""
 
 
+CREATING_SUFFIX = ".creating"
+"""Suffix of a file being created (hidden, renamed into place when sized)."""
+
+
+def sync_directory(directory: str) -> None:
+    """Blocking: make renames and deletions in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def offset_to_file_name(offset: int) -> str:
     return f"{offset:0{FILE_NAME_DIGITS}d}"
 
@@ -89,8 +102,23 @@ class MappedFile:
 
     @classmethod
     def create(cls, path: str, file_size: int) -> MappedFile:
-        """Blocking: create ``path`` (and its directory) and map it."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        """Blocking: create ``path`` (and its directory) at its full size, atomically, and map it.
+
+        The file is sized under a hidden temporary name and renamed into place (then the
+        directory is synced), so a crash can never leave a store file of the wrong size behind:
+        such a file would stop the next start.
+        """
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        if not os.path.exists(path):
+            tmp = os.path.join(directory, f".{os.path.basename(path)}{CREATING_SUFFIX}")
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, file_size)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path)
+            sync_directory(directory)
         return cls(path, file_size)
 
     def __repr__(self) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.store.mapped_file import MappedFile, offset_to_file_name
+from pymq.store.mapped_file import CREATING_SUFFIX, MappedFile, offset_to_file_name
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,16 @@ class MappedFileQueue:
         """
         if not os.path.isdir(self.directory):
             return
-        names = sorted(n for n in os.listdir(self.directory) if not n.startswith("."))
+        names = sorted(os.listdir(self.directory))
+        for name in [n for n in names if n.startswith(".") and n.endswith(CREATING_SUFFIX)]:
+            log.warning("removing %s, left by a file creation that did not finish", name)
+            os.unlink(os.path.join(self.directory, name))
+        names = [n for n in names if not n.startswith(".")]
+        # An empty file at the end can only be a creation cut short (by a crash or by a store
+        # written elsewhere): it holds nothing, so it goes rather than blocking the start.
+        while names and os.path.getsize(os.path.join(self.directory, names[-1])) == 0:
+            log.warning("removing empty store file %s", os.path.join(self.directory, names[-1]))
+            os.unlink(os.path.join(self.directory, names.pop()))
         expected: int | None = None
         for name in names:
             path = os.path.join(self.directory, name)

@@ -201,3 +201,17 @@ async def test_wrong_file_size_refuses_to_load(tmp_path):
         await DefaultMessageStore(other).run()
     async with running_store(config) as store:  # the failed start released the lock
         assert store.get_max_offset_in_queue(TOPIC, 0) == 3
+
+
+async def test_interrupted_file_creation_does_not_block_the_start(tmp_path):
+    config = small_config(str(tmp_path / "s"))
+    records = await fill(config, 5)
+    # A crash between creating and sizing a file (older layout) or during our own creation.
+    open(os.path.join(config.store_path_commitlog, f"{65536 * 3:020d}"), "wb").close()
+    leftover = os.path.join(config.store_path_commitlog, f".{65536:020d}.creating")
+    open(leftover, "wb").close()
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert served(store) == records
+        assert not os.path.exists(leftover)
+        assert [os.path.basename(mf.path) for mf in store.commitlog.queue.files] == [f"{0:020d}"]

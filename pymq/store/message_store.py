@@ -556,6 +556,8 @@ class DefaultMessageStore:
             return result
         max_num = min(max_num, self.config.max_msgs_num_batch)
         offsets, last_ts, last_phy = self.index.query(topic, key, max_num, begin, end)
+        # Re-dispatch after a crash can index a record twice (as in Java): report it once.
+        offsets = list(dict.fromkeys(offsets))
         result.index_last_update_timestamp = last_ts
         result.index_last_update_phyoffset = last_phy
         for phy in offsets:

@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 
 CLEAN_INITIAL_DELAY_S = 60
 """Java starts cleaning a minute after start, so a restart never deletes before it settles."""
+DISK_CHECK_INITIAL_DELAY_S = 1
+DISK_CHECK_INTERVAL_S = 10
+"""Java checks for a full disk 1 s after start and every 10 s, apart from the cleaning rounds."""
 SHUTDOWN_DEADLINE_S = 30
 """The final dispatch + flush gets this long even when the caller is cancelled."""
 
@@ -241,6 +244,15 @@ class DefaultMessageStore:
                         self.clean_files_once,
                         initial_delay=CLEAN_INITIAL_DELAY_S,
                         name="clean files",
+                    )
+                )
+                nursery.start_soon(
+                    partial(
+                        every,
+                        DISK_CHECK_INTERVAL_S,
+                        self.clean_commitlog.check_space,
+                        initial_delay=DISK_CHECK_INITIAL_DELAY_S,
+                        name="disk space check",
                     )
                 )
                 self.start_time_ms = self.clock_ms()

@@ -169,10 +169,17 @@ _POW_LEN = 1024
 _POW31_DESC = [pow(31, k, 1 << 32) for k in range(_POW_LEN - 1, -1, -1)]
 
 
+# The powers for each length, sliced once: slicing per call cost more than the sum itself.
+_POW31_BY_LEN: dict[int, list[int]] = {}
+
+
 def _hash_units(units: bytes | array) -> int:
     n = len(units)
     if n <= _POW_LEN:
-        h = sum(map(operator.mul, units, _POW31_DESC[_POW_LEN - n :])) & _MASK32
+        powers = _POW31_BY_LEN.get(n)
+        if powers is None:
+            powers = _POW31_BY_LEN[n] = _POW31_DESC[_POW_LEN - n :]
+        h = sum(map(operator.mul, units, powers)) & _MASK32
     else:
         h = 0
         for u in units:

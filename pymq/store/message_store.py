@@ -298,6 +298,7 @@ class DefaultMessageStore:
     # --- puts ----------------------------------------------------------------------------------
 
     def _refusal(self) -> PutMessageResult | None:
+        """Why the store takes no writes now (stopped, slave, disk full), or None."""
         if not self.running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="store stopped")
         if self.config.broker_role is BrokerRole.SLAVE:
@@ -312,6 +313,7 @@ class DefaultMessageStore:
         return None
 
     def _check(self, msg: MessageExt) -> tuple[PutMessageResult | None, tuple[bytes, bytes]]:
+        """The detailed put checks: (refusal or None, (topic bytes, properties bytes))."""
         topic_b = msg.topic.encode()
         if len(topic_b) > MAX_TOPIC_LENGTH:
             return PutMessageResult(
@@ -367,7 +369,9 @@ class DefaultMessageStore:
         nothing.
         """
         if not self.running or self.read_only or self.clean_commitlog.disk_full:
-            return self._refusal()  # type: ignore[return-value]
+            refused = self._refusal()
+            assert refused is not None
+            return refused
         props = msg.properties
         if PROPERTY_DELAY_TIME_LEVEL in props:
             self._apply_delay(msg)

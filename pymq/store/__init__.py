@@ -31,7 +31,7 @@ The broker's API (all on the Trio loop, from any task)::
     store.look_message_by_offset(phy[, size]) -> MessageExt | None
     store.select_one_message_by_offset(phy[, size]) -> bytes | None
     store.query_message(topic, key, max_num, begin_ms, end_ms) -> QueryMessageResult
-    store.get_commitlog_data(offset[, max_size]) -> bytes | None            # HA master
+    store.get_commitlog_data(offset[, max_size=1 MiB]) -> bytes | None     # HA master
     store.append_to_commitlog(start_offset, data) -> bool                   # HA slave
     store.max_phy_offset / min_phy_offset / dispatch_behind_bytes
     await store.delete_topics(topics); await store.clean_files_once()

@@ -65,6 +65,8 @@ CLEAN_INITIAL_DELAY_S = 60
 DISK_CHECK_INITIAL_DELAY_S = 1
 DISK_CHECK_INTERVAL_S = 10
 """Java checks for a full disk 1 s after start and every 10 s, apart from the cleaning rounds."""
+COMMITLOG_DATA_MAX_BYTES = 1024 * 1024
+"""get_commitlog_data copies; Java hands out a view of the rest of a file (up to 1 GiB)."""
 SHUTDOWN_DEADLINE_S = 30
 """The final dispatch + flush gets this long even when the caller is cancelled."""
 
@@ -591,8 +593,11 @@ class DefaultMessageStore:
 
     # --- HA ------------------------------------------------------------------------------------
 
-    def get_commitlog_data(self, offset: int, max_size: int | None = None) -> bytes | None:
-        """Raw commit-log bytes from ``offset`` to the end of its file (or ``max_size``)."""
+    def get_commitlog_data(
+        self, offset: int, max_size: int = COMMITLOG_DATA_MAX_BYTES
+    ) -> bytes | None:
+        """Raw commit-log bytes from ``offset``, at most ``max_size`` and never past the end of
+        its file (HA sends what it gets and asks again from where it stopped)."""
         return self.commitlog.get_data(offset, max_size)
 
     def append_to_commitlog(self, start_offset: int, data: bytes | memoryview) -> bool:

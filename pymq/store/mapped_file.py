@@ -17,6 +17,7 @@ import contextlib
 import logging
 import mmap
 import os
+import threading
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +112,22 @@ class MappedFile:
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         if not os.path.exists(path):
-            tmp = os.path.join(directory, f".{os.path.basename(path)}{CREATING_SUFFIX}")
+            # A private temporary name, and link() rather than rename(): two creators racing
+            # for the same file (the allocator thread and the loop) both end up on one inode,
+            # and neither can replace a file the other already writes into.
+            unique = f"{os.getpid()}-{threading.get_ident()}"
+            tmp = os.path.join(directory, f".{os.path.basename(path)}.{unique}{CREATING_SUFFIX}")
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.ftruncate(fd, file_size)
             finally:
                 os.close(fd)
-            os.rename(tmp, path)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
             sync_directory(directory)
         return cls(path, file_size)
 

@@ -66,8 +66,10 @@ class MappedFileAllocator:
                         )
                         self._wanted.pop(path, None)
                         continue
-                    if self._wanted.pop(path, None) is None:  # nobody wants it any more
-                        await trio.to_thread.run_sync(mf.destroy)
+                    if self._wanted.pop(path, None) is None:
+                        # The queue made this file itself meanwhile and writes into it: unmap
+                        # our mapping, never delete the file.
+                        mf.close()
                     else:
                         self._ready[path] = mf
         finally:

@@ -71,7 +71,7 @@ SHUTDOWN_DEADLINE_S = 30
 """The final dispatch + flush gets this long even when the caller is cancelled."""
 
 _TRAN_MASK = 0xC
-_MIN_OVERHEAD = 91 + MAX_TOPIC_LENGTH
+_MIN_OVERHEAD = 91 + 24 + MAX_TOPIC_LENGTH  # IPv4 record + IPv6 host widening + topic
 """Puts whose body + properties + this stay within maxMessageSize skip the detailed check."""
 _TOPIC_CACHE_MAX = 100_000
 """Encoded topic names are cached; the cache is dropped if a client invents topics forever."""

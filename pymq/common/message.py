@@ -169,10 +169,17 @@ _POW_LEN = 1024
 _POW31_DESC = [pow(31, k, 1 << 32) for k in range(_POW_LEN - 1, -1, -1)]
 
 
+# The powers for each length, sliced once: slicing per call cost more than the sum itself.
+_POW31_BY_LEN: dict[int, list[int]] = {}
+
+
 def _hash_units(units: bytes | array) -> int:
     n = len(units)
     if n <= _POW_LEN:
-        h = sum(map(operator.mul, units, _POW31_DESC[_POW_LEN - n :])) & _MASK32
+        powers = _POW31_BY_LEN.get(n)
+        if powers is None:
+            powers = _POW31_BY_LEN[n] = _POW31_DESC[_POW_LEN - n :]
+        h = sum(map(operator.mul, units, powers)) & _MASK32
     else:
         h = 0
         for u in units:
@@ -527,6 +534,10 @@ def read_record_header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[i
     return _TWO_INTS.unpack_from(buf, pos)
 
 
+_V4_HEADER = _HEADERS[0]
+_V4_HEADER_SIZE = _V4_HEADER.size
+
+
 class RecordInfo(NamedTuple):
     """What dispatch and recovery need from a record, without building a message object."""
 
@@ -605,16 +616,78 @@ def _parse(
 
 
 def read_record_info(
-    buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True
+    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0, *, check_crc: bool = True
 ) -> RecordInfo:
     """Validate the record at ``pos`` as :func:`decode_record` does and return its dispatch info.
 
-    The body is CRC-checked in place (when ``check_crc``) but not copied.
+    The body is CRC-checked (when ``check_crc``) but not copied.  Plain IPv4 records take a fast
+    path; anything else (or anything wrong) goes through the careful parser, which also words
+    the error.
     """
-    fields, _body, topic, props = _parse(buf, pos, check_crc, False)
+    limit = len(buf)
+    if pos + _V4_HEADER_SIZE <= limit:
+        fields = _V4_HEADER.unpack_from(buf, pos)
+        total = fields[0]
+        end = pos + total
+        body_len = fields[16]
+        q = pos + _V4_HEADER_SIZE + body_len
+        if (
+            fields[1] == MESSAGE_MAGIC_CODE
+            and not fields[7] & _HOST_FLAGS
+            and total >= _V4_HEADER_SIZE + 3
+            and end <= limit
+            and body_len >= 0
+            and q + 3 <= end
+            and (
+                not check_crc
+                or not body_len
+                or zlib.crc32(buf[q - body_len : q]) & 0x7FFFFFFF == fields[2]
+            )
+        ):
+            t1 = q + 1 + buf[q]
+            if buf[q] <= MAX_TOPIC_LENGTH and t1 + 2 <= end:
+                props_len = _SHORT.unpack_from(buf, t1)[0]
+                if t1 + 2 + props_len == end:
+                    topic = bytes(buf[q + 1 : t1])
+                    props = bytes(buf[t1 + 2 : end])
+                    if b"\0" not in topic and b"\0" not in props:
+                        try:
+                            return RecordInfo(
+                                total,
+                                topic.decode(),
+                                fields[3],
+                                fields[5],
+                                fields[6],
+                                fields[7],
+                                fields[11],
+                                props.decode(),
+                                fields[15],
+                            )
+                        except UnicodeDecodeError:
+                            pass
+    fields, _body, topic_s, props_s = _parse(buf, pos, check_crc, False)
     return RecordInfo(
-        fields[0], topic, fields[3], fields[5], fields[6], fields[7], fields[11], props, fields[15]
-    )
+        fields[0], topic_s, fields[3], fields[5], fields[6], fields[7], fields[11], props_s,
+        fields[15],
+    )  # fmt: skip
+
+
+def property_value(properties: str, name: str) -> str | None:
+    """One property from a properties string without building the whole dict (dispatch path).
+
+    Same as ``decode_properties(properties).get(name)`` except when a name occurs twice: this
+    returns the first value, the dict keeps the last.
+    """
+    if properties.startswith(name + NAME_VALUE_SEPARATOR):
+        start = len(name) + 1
+    else:
+        at = properties.find(PROPERTY_SEPARATOR + name + NAME_VALUE_SEPARATOR)
+        if at < 0:
+            return None
+        start = at + len(name) + 2
+    stop = properties.find(PROPERTY_SEPARATOR, start)
+    value = properties[start:] if stop < 0 else properties[start:stop]
+    return value or None
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -623,10 +696,6 @@ def _is_utf8(data: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-_V4_HEADER = _HEADERS[0]
-_V4_HEADER_SIZE = _V4_HEADER.size
 
 
 def scan_records(
@@ -922,6 +991,7 @@ __all__ = [
     "encode_record_into",
     "iter_records",
     "java_string_hash",
+    "property_value",
     "read_record_info",
     "scan_records",
     "tags_code",

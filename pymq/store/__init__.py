@@ -31,11 +31,25 @@ The broker's API (all on the Trio loop, from any task)::
     store.look_message_by_offset(phy[, size]) -> MessageExt | None
     store.select_one_message_by_offset(phy[, size]) -> bytes | None
     store.query_message(topic, key, max_num, begin_ms, end_ms) -> QueryMessageResult
-    store.get_commitlog_data(offset[, max_size]) -> bytes | None            # HA master
+    store.get_commitlog_data(offset[, max_size=1 MiB]) -> bytes | None     # HA master
     store.append_to_commitlog(start_offset, data) -> bool                   # HA slave
     store.max_phy_offset / min_phy_offset / dispatch_behind_bytes
     await store.delete_topics(topics); await store.clean_files_once()
     store.execute_delete_files_manually(); store.runtime_info() -> dict[str, str]
+
+Deliberate differences from Java 4.x (same files, same records):
+
+* an empty ``storePathCommitLog`` means ``<storePathRootDir>/commitlog``;
+* records with NUL in topic or properties are refused at put and treated as torn at recovery
+  (only the body has a CRC; a tail torn after the body would otherwise pass);
+* store files are created atomically (sized under a hidden name, renamed), and empty files at
+  the end of a queue are dropped at load instead of refusing to start;
+* ``get_offset_in_queue_by_time`` returns the first offset stored at or after the time (5.x's
+  lower bound) rather than Java 4's nearest message;
+* ``get_message`` of a queue that does not exist answers NO_MATCHED_LOGIC_QUEUE (Java creates
+  the queue and answers NO_MESSAGE_IN_QUEUE; the pull processor treats both alike);
+* records are returned as ``bytes`` copies, so file deletion never races a reply;
+* OS_PAGECACHE_BUSY is never returned (a put cannot be blocked by another on one loop).
 """
 
 from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig

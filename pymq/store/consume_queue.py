@@ -63,6 +63,30 @@ def valid_entries(buf: bytes | mmap.mmap, capacity: int) -> int:
     return capacity if first_bad < 0 else first_bad
 
 
+_ZERO_ENTRY = bytes(CQ_STORE_UNIT_SIZE)
+
+
+def _entries_before_zero_tail(mf: MappedFile) -> int:
+    """Entries before the file's all-zero tail: where scanning can stop.
+
+    Files are written front to back, so the written entries are followed by zeros; a binary
+    search finds the boundary and a memcmp of the rest confirms it (a file with stale bytes
+    after its end, as Java may leave, is scanned whole instead).
+    """
+    capacity = mf.file_size // CQ_STORE_UNIT_SIZE
+    mm = mf.mm
+    lo, hi = 0, capacity
+    while lo < hi:
+        mid = (lo + hi) // 2
+        at = mid * CQ_STORE_UNIT_SIZE
+        if mm[at : at + CQ_STORE_UNIT_SIZE] == _ZERO_ENTRY:
+            hi = mid
+        else:
+            lo = mid + 1
+    rest = mm[lo * CQ_STORE_UNIT_SIZE : capacity * CQ_STORE_UNIT_SIZE]
+    return lo if rest == bytes(len(rest)) else capacity
+
+
 class ConsumeQueue:
     """One logical queue.  Offsets in the public API are logical (entry numbers)."""
 
@@ -89,7 +113,7 @@ class ConsumeQueue:
         start = max(0, len(files) - RECOVER_FROM_LAST_FILES)
         end_offset = files[start].file_from_offset
         for mf in files[start:]:
-            count = valid_entries(mf.mm, mf.file_size // CQ_STORE_UNIT_SIZE)
+            count = valid_entries(mf.mm, _entries_before_zero_tail(mf))
             valid_to = count * CQ_STORE_UNIT_SIZE
             if count:
                 self._reload_max_physic_offset_in(mf, valid_to)

@@ -16,9 +16,8 @@ from pymq.common.message import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    MessageSysFlag,
     RecordInfo,
-    decode_properties,
+    property_value,
     tags_code,
 )
 from pymq.store.consume_queue import ConsumeQueue
@@ -136,16 +135,11 @@ class ConsumeQueueTable:
         Prepared and rolled-back transactional records get no consume-queue entry (Java's
         CommitLogDispatcherBuildConsumeQueue); rolled-back ones are not indexed either.
         """
-        props: dict[str, str] | None = None
-        tran = info.sys_flag & 0xC
-        if (
-            tran == MessageSysFlag.TRANSACTION_NOT_TYPE
-            or tran == MessageSysFlag.TRANSACTION_COMMIT_TYPE
-        ):
+        props = info.properties
+        if not info.sys_flag & 0x4:  # not PREPARED (0x4) nor ROLLBACK (0xC)
             cq = self.find_or_create(info.topic, info.queue_id)
             if cq.needs(info.physical_offset, info.size):
-                props = decode_properties(info.properties)
-                code = self._tags_code(info, props)
+                code = self._tags_code(info)
                 cq.put(info.physical_offset, info.size, code, info.queue_offset)
                 self.logics_msg_timestamp = info.store_timestamp
                 if listener is not None:
@@ -154,20 +148,18 @@ class ConsumeQueueTable:
                     )
         index = self.index
         if index is not None and not index.already_indexed(info.physical_offset):
-            if props is None:
-                props = decode_properties(info.properties)
             index.build_index(
                 info.topic,
-                props.get(PROPERTY_KEYS),
-                props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+                property_value(props, PROPERTY_KEYS),
+                property_value(props, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
                 info.physical_offset,
                 info.store_timestamp,
                 info.sys_flag,
             )
 
-    def _tags_code(self, info: RecordInfo, props: dict[str, str]) -> int:
+    def _tags_code(self, info: RecordInfo) -> int:
         if info.topic == SCHEDULE_TOPIC:
-            level_text = props.get(PROPERTY_DELAY_TIME_LEVEL)
+            level_text = property_value(info.properties, PROPERTY_DELAY_TIME_LEVEL)
             if level_text:
                 try:
                     level = min(int(level_text), len(self.delay_levels_ms))
@@ -175,4 +167,4 @@ class ConsumeQueueTable:
                     level = 0
                 if level > 0:
                     return info.store_timestamp + self.delay_levels_ms[level - 1]
-        return tags_code(props.get(PROPERTY_TAGS))
+        return tags_code(property_value(info.properties, PROPERTY_TAGS))

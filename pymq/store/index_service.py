@@ -103,7 +103,9 @@ class IndexService:
             new = await trio.to_thread.run_sync(self._new_file_blocking)
             if self.needs_new_file():
                 self._roll(new)
-            else:  # another task rolled meanwhile
+            elif any(f.path == new.path for f in self.files):
+                new.close()  # rolled meanwhile onto this very file: keep it, drop our mapping
+            else:
                 await trio.to_thread.run_sync(new.destroy)
 
     def _writable_file(self) -> IndexFile:

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import mmap
 import os
+import threading
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,19 @@ def _all_zero(data: bytes) -> bool:
 
 FILE_NAME_DIGITS = 20
 """Store files are named by their first offset, zero-padded to 20 digits."""
+
+
+CREATING_SUFFIX = ".creating"
+"""Suffix of a file being created (hidden, renamed into place when sized)."""
+
+
+def sync_directory(directory: str) -> None:
+    """Blocking: make renames and deletions in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -89,8 +103,32 @@ class MappedFile:
 
     @classmethod
     def create(cls, path: str, file_size: int) -> MappedFile:
-        """Blocking: create ``path`` (and its directory) and map it."""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        """Blocking: create ``path`` (and its directory) at its full size, atomically, and map it.
+
+        The file is sized under a hidden temporary name and renamed into place (then the
+        directory is synced), so a crash can never leave a store file of the wrong size behind:
+        such a file would stop the next start.
+        """
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        if not os.path.exists(path):
+            # A private temporary name, and link() rather than rename(): two creators racing
+            # for the same file (the allocator thread and the loop) both end up on one inode,
+            # and neither can replace a file the other already writes into.
+            unique = f"{os.getpid()}-{threading.get_ident()}"
+            tmp = os.path.join(directory, f".{os.path.basename(path)}.{unique}{CREATING_SUFFIX}")
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.ftruncate(fd, file_size)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            finally:
+                os.unlink(tmp)
+            sync_directory(directory)
         return cls(path, file_size)
 
     def __repr__(self) -> str:

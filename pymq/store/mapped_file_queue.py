@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.store.mapped_file import MappedFile, offset_to_file_name
+from pymq.store.mapped_file import CREATING_SUFFIX, MappedFile, offset_to_file_name
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,6 @@ class MappedFileAllocator:
         self._wanted: dict[str, int] = {}
         self._ready: dict[str, MappedFile] = {}
         self._wake = trio.Event()
-        # The path a worker thread is creating right now, and whether the queue meanwhile
-        # created that same file itself: then it is in use and must not be deleted.
-        self._creating: str | None = None
-        self._claimed_while_creating = False
 
     def request(self, path: str, size: int) -> None:
         if path not in self._ready and path not in self._wanted:
@@ -52,8 +48,6 @@ class MappedFileAllocator:
 
     def take(self, path: str) -> MappedFile | None:
         self._wanted.pop(path, None)
-        if path == self._creating:
-            self._claimed_while_creating = True
         return self._ready.pop(path, None)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -64,7 +58,6 @@ class MappedFileAllocator:
                 self._wake = trio.Event()
                 while self._wanted:
                     path, size = next(iter(self._wanted.items()))
-                    self._creating, self._claimed_while_creating = path, False
                     try:
                         mf = await trio.to_thread.run_sync(MappedFile.create, path, size)
                     except OSError:
@@ -73,14 +66,10 @@ class MappedFileAllocator:
                         )
                         self._wanted.pop(path, None)
                         continue
-                    finally:
-                        self._creating = None
-                    if self._claimed_while_creating:
-                        # The queue needed the file before we were done and opened the same
-                        # path itself: drop our mapping, never the file it is writing to.
-                        await trio.to_thread.run_sync(mf.close)
-                    elif self._wanted.pop(path, None) is None:  # nobody wants it any more
-                        await trio.to_thread.run_sync(mf.destroy)
+                    if self._wanted.pop(path, None) is None:
+                        # The queue made this file itself meanwhile and writes into it: unmap
+                        # our mapping, never delete the file.
+                        mf.close()
                     else:
                         self._ready[path] = mf
         finally:
@@ -118,7 +107,16 @@ class MappedFileQueue:
         """
         if not os.path.isdir(self.directory):
             return
-        names = sorted(n for n in os.listdir(self.directory) if not n.startswith("."))
+        names = sorted(os.listdir(self.directory))
+        for name in [n for n in names if n.startswith(".") and n.endswith(CREATING_SUFFIX)]:
+            log.warning("removing %s, left by a file creation that did not finish", name)
+            os.unlink(os.path.join(self.directory, name))
+        names = [n for n in names if not n.startswith(".")]
+        # An empty file at the end can only be a creation cut short (by a crash or by a store
+        # written elsewhere): it holds nothing, so it goes rather than blocking the start.
+        while names and os.path.getsize(os.path.join(self.directory, names[-1])) == 0:
+            log.warning("removing empty store file %s", os.path.join(self.directory, names[-1]))
+            os.unlink(os.path.join(self.directory, names.pop()))
         expected: int | None = None
         for name in names:
             path = os.path.join(self.directory, name)

@@ -62,11 +62,16 @@ log = logging.getLogger(__name__)
 
 CLEAN_INITIAL_DELAY_S = 60
 """Java starts cleaning a minute after start, so a restart never deletes before it settles."""
+DISK_CHECK_INITIAL_DELAY_S = 1
+DISK_CHECK_INTERVAL_S = 10
+"""Java checks for a full disk 1 s after start and every 10 s, apart from the cleaning rounds."""
+COMMITLOG_DATA_MAX_BYTES = 1024 * 1024
+"""get_commitlog_data copies; Java hands out a view of the rest of a file (up to 1 GiB)."""
 SHUTDOWN_DEADLINE_S = 30
 """The final dispatch + flush gets this long even when the caller is cancelled."""
 
 _TRAN_MASK = 0xC
-_MIN_OVERHEAD = 91 + MAX_TOPIC_LENGTH
+_MIN_OVERHEAD = 91 + 24 + MAX_TOPIC_LENGTH  # IPv4 record + IPv6 host widening + topic
 """Puts whose body + properties + this stay within maxMessageSize skip the detailed check."""
 _TOPIC_CACHE_MAX = 100_000
 """Encoded topic names are cached; the cache is dropped if a client invents topics forever."""
@@ -243,6 +248,15 @@ class DefaultMessageStore:
                         name="clean files",
                     )
                 )
+                nursery.start_soon(
+                    partial(
+                        every,
+                        DISK_CHECK_INTERVAL_S,
+                        self.clean_commitlog.check_space,
+                        initial_delay=DISK_CHECK_INITIAL_DELAY_S,
+                        name="disk space check",
+                    )
+                )
                 self.start_time_ms = self.clock_ms()
                 self.running = True
                 task_status.started()
@@ -286,6 +300,7 @@ class DefaultMessageStore:
     # --- puts ----------------------------------------------------------------------------------
 
     def _refusal(self) -> PutMessageResult | None:
+        """Why the store takes no writes now (stopped, slave, disk full), or None."""
         if not self.running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="store stopped")
         if self.config.broker_role is BrokerRole.SLAVE:
@@ -300,6 +315,7 @@ class DefaultMessageStore:
         return None
 
     def _check(self, msg: MessageExt) -> tuple[PutMessageResult | None, tuple[bytes, bytes]]:
+        """The detailed put checks: (refusal or None, (topic bytes, properties bytes))."""
         topic_b = msg.topic.encode()
         if len(topic_b) > MAX_TOPIC_LENGTH:
             return PutMessageResult(
@@ -355,7 +371,9 @@ class DefaultMessageStore:
         nothing.
         """
         if not self.running or self.read_only or self.clean_commitlog.disk_full:
-            return self._refusal()  # type: ignore[return-value]
+            refused = self._refusal()
+            assert refused is not None
+            return refused
         props = msg.properties
         if PROPERTY_DELAY_TIME_LEVEL in props:
             self._apply_delay(msg)
@@ -556,6 +574,8 @@ class DefaultMessageStore:
             return result
         max_num = min(max_num, self.config.max_msgs_num_batch)
         offsets, last_ts, last_phy = self.index.query(topic, key, max_num, begin, end)
+        # Re-dispatch after a crash can index a record twice (as in Java): report it once.
+        offsets = list(dict.fromkeys(offsets))
         result.index_last_update_timestamp = last_ts
         result.index_last_update_phyoffset = last_phy
         for phy in offsets:
@@ -573,8 +593,11 @@ class DefaultMessageStore:
 
     # --- HA ------------------------------------------------------------------------------------
 
-    def get_commitlog_data(self, offset: int, max_size: int | None = None) -> bytes | None:
-        """Raw commit-log bytes from ``offset`` to the end of its file (or ``max_size``)."""
+    def get_commitlog_data(
+        self, offset: int, max_size: int = COMMITLOG_DATA_MAX_BYTES
+    ) -> bytes | None:
+        """Raw commit-log bytes from ``offset``, at most ``max_size`` and never past the end of
+        its file (HA sends what it gets and asks again from where it stopped)."""
         return self.commitlog.get_data(offset, max_size)
 
     def append_to_commitlog(self, start_offset: int, data: bytes | memoryview) -> bool:

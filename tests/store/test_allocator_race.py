@@ -16,12 +16,14 @@ from pymq.store.mapped_file_queue import MappedFileAllocator
 async def test_file_claimed_while_being_created_survives(tmp_path, monkeypatch) -> None:
     path = str(tmp_path / "commitlog" / f"{1 << 20:020d}")
     created = trio.Event()
+    finished = trio.Event()
     real_create = MappedFile.create
 
     def slow_create(p: str, size: int) -> MappedFile:
         mf = real_create(p, size)
         trio.from_thread.run_sync(created.set)
         time.sleep(0.3)  # the worker thread is still busy when the queue needs the file
+        trio.from_thread.run_sync(finished.set)
         return mf
 
     monkeypatch.setattr(mapped_file_queue.MappedFile, "create", staticmethod(slow_create))
@@ -34,8 +36,7 @@ async def test_file_claimed_while_being_created_survives(tmp_path, monkeypatch) 
         mine = real_create(path, 1 << 20)
         assert mine.append(b"acknowledged bytes")
         with trio.fail_after(10):
-            while allocator._creating is not None:
-                await trio.sleep(0.01)
+            await finished.wait()
         await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()
     assert os.path.exists(path)

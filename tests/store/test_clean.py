@@ -123,3 +123,19 @@ async def test_index_files_below_the_commitlog_are_deleted(root):
         after = os.listdir(config.index_dir)
         assert 1 <= len(after) < before
         assert all(f.end_phy_offset >= store.min_phy_offset for f in store.index.files[:-1])
+
+
+async def test_message_was_removing_between_the_two_clean_services(root):
+    clock = Clock(local_ms(10, 12))
+    config = small_config(root)
+    async with running_store(
+        config, clock_ms=clock, disk_ratio=lambda _p: 0.87, mtime=lambda _p: 0.0
+    ) as store:
+        await fill_files(store)
+        await store.clean_commitlog.run_once()  # commit log cleaned, queues not yet corrected
+        r = store.get_message("g", "TopicTest", 0, 0, 4)
+        assert r.status is GetMessageStatus.MESSAGE_WAS_REMOVING
+        assert r.next_begin_offset > 0
+        await store.clean_consume_queue.run_once()
+        r = store.get_message("g", "TopicTest", 0, 0, 4)
+        assert r.status is GetMessageStatus.OFFSET_TOO_SMALL

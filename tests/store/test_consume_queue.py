@@ -29,3 +29,23 @@ def test_valid_entries_matches_loop(items, spare):
         else:
             break
     assert valid_entries(buf, len(buf) // 20) == expected
+
+
+def test_recover_with_stale_entries_after_a_zero_gap(tmp_path):
+    from pymq.store.consume_queue import ConsumeQueue
+
+    cq = ConsumeQueue("T", 0, str(tmp_path), 20 * 50)
+    for i in range(10):
+        assert cq.put(1000 + i * 100, 100, 7, i)
+    mf = cq.queue.files[0]
+    # entries 10..14 zero, then a stale entry (as a Java-written file may hold)
+    struct.pack_into(">qiq", mf.mm, 15 * 20, 99999, 100, 7)
+    cq.queue.close()
+    again = ConsumeQueue("T", 0, str(tmp_path), 20 * 50)
+    again.load()
+    again.recover()
+    assert again.max_offset_in_queue == 10
+    assert again.max_physic_offset == 1000 + 9 * 100 + 100
+    assert again.get_entry(9) == (1900, 100, 7) and again.get_entry(10) is None
+    # the stale entry was zeroed with the dirty tail
+    assert bytes(again.queue.files[0].mm[15 * 20 : 16 * 20]) == bytes(20)

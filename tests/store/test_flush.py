@@ -44,10 +44,11 @@ async def test_sync_flush_group_commit_batches_concurrent_puts(root, monkeypatch
 
 
 async def test_sync_flush_timeout_reports_flush_disk_timeout(root):
-    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=50)
+    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
     async with running_store(config) as store:
         ok = await store.put_message(make_message())
         assert ok.status is PutMessageStatus.PUT_OK
+        config.sync_flush_timeout = 50  # only now: a loaded machine may take 50 ms to sync
         stuck = trio.Event()
 
         async def stuck_flush(least_pages):

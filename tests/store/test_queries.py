@@ -150,3 +150,20 @@ async def test_delete_topics(root):
         assert r.logic_offset == 0
     info_keys = {"commitLogMaxOffset", "dispatchBehindBytes"}
     assert info_keys <= set(store.runtime_info())
+
+
+async def test_failing_listener_does_not_stop_dispatch(root):
+    config = small_config(root)
+    async with running_store(config) as store:
+        calls = []
+
+        def listener(topic, queue_id, offset, tags_code, store_ts):
+            calls.append(offset)
+            raise RuntimeError("long polling bug")
+
+        store.set_arrival_listener(listener)
+        for _ in range(3):
+            await store.put_message(make_message())
+        await store.reput.do_reput()
+        assert calls == [1, 2, 3]
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 3

@@ -201,3 +201,50 @@ async def test_wrong_file_size_refuses_to_load(tmp_path):
         await DefaultMessageStore(other).run()
     async with running_store(config) as store:  # the failed start released the lock
         assert store.get_max_offset_in_queue(TOPIC, 0) == 3
+
+
+async def test_interrupted_file_creation_does_not_block_the_start(tmp_path):
+    config = small_config(str(tmp_path / "s"))
+    records = await fill(config, 5)
+    # A crash between creating and sizing a file (older layout) or during our own creation.
+    open(os.path.join(config.store_path_commitlog, f"{65536 * 3:020d}"), "wb").close()
+    leftover = os.path.join(config.store_path_commitlog, f".{65536:020d}.creating")
+    open(leftover, "wb").close()
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert served(store) == records
+        assert not os.path.exists(leftover)
+        assert [os.path.basename(mf.path) for mf in store.commitlog.queue.files] == [f"{0:020d}"]
+
+
+async def test_consume_queue_behind_commitlog_is_redispatched_on_normal_start(tmp_path):
+    config = small_config(str(tmp_path / "s"))
+    records = await fill(config, 12)
+    cq_file = os.path.join(config.consume_queue_dir, TOPIC, "0", f"{0:020d}")
+    with open(cq_file, "r+b") as f:  # lose the last five entries
+        f.seek(7 * 20)
+        f.write(bytes(5 * 20))
+    assert not os.path.exists(config.abort_path)
+    async with running_store(config) as store:
+        assert store.last_exit_ok
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 12
+        assert served(store) == records
+
+
+async def test_ipv6_hosts_through_the_store(tmp_path):
+    config = small_config(str(tmp_path / "s"))
+    async with running_store(config) as store:
+        store.store_host = ("fe80::1", 10911)
+        msg = make_message()
+        msg.born_host = ("2001:db8::7", 4242)
+        r = await store.put_message(msg)
+        await store.put_message(make_message())  # IPv4 born host, IPv6 store host
+        await store.reput.do_reput()
+        got = store.look_message_by_offset(r.wrote_offset)
+        assert got.born_host == ("2001:db8::7", 4242)
+        assert got.store_host == ("fe80::1", 10911)
+        assert len(r.msg_id) == 56
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 2
+        assert len(served(store)) == 2

@@ -365,3 +365,13 @@ def test_java_string_hash_after_prefix(prefix, s):
     from pymq.common.message import java_string_hash_after
 
     assert java_string_hash_after(java_string_hash(prefix), s) == java_string_hash(prefix + s)
+
+
+@given(st.dictionaries(prop_text, prop_text, max_size=6), prop_text, st.booleans())
+def test_property_value_matches_decode(props, name, trailing):
+    from pymq.common.message import property_value
+
+    text = encode_properties(props) + ("\x02" if trailing and props else "")
+    assert property_value(text, name) == decode_properties(text).get(name)
+    for key in props:
+        assert property_value(text, key) == props[key]

@@ -1,4 +1,4 @@
-"""The admin websocket channel over real sockets: auth, every request type, subscriptions, errors."""
+"""The admin websocket channel over real sockets: auth, requests, subscriptions, errors."""
 
 from __future__ import annotations
 
@@ -87,7 +87,8 @@ async def test_token_is_generated_once_into_the_config_dir(admin_cluster, tmp_pa
     channel = admin_cluster.broker.admin_channel
     config_dir = admin_cluster.broker.store_config.config_dir
     path = os.path.join(config_dir, TOKEN_FILE_NAME)
-    assert open(path).read().strip() == channel.token
+    with open(path) as f:
+        assert f.read().strip() == channel.token
     assert len(channel.token) >= 40
     assert os.stat(path).st_mode & 0o077 == 0
     assert load_or_create_token("", config_dir) == channel.token

@@ -389,7 +389,7 @@ class AdminService:
             offset = -1
         if offset >= 0:
             msg = self.broker.store.look_message_by_offset(offset)
-            if msg is not None and (topic is None or msg.topic == topic):
+            if msg is not None and msg.msg_id == msg_id.upper() and topic in (None, msg.topic):
                 return message_view(msg)
         if topic:
             for msg in self._query(topic, msg_id, DEFAULT_KEY_QUERY_MAX):

@@ -311,7 +311,16 @@ class AdminSession:
         topic = request.get_str("topic")
         self.service.require_topic(topic)
         await self.service.delete_topic(topic)
-        return {"deleted": topic}
+        # As mqadmin's deleteTopic does: the name servers forget the route too.
+        failed = []
+        api = self.broker.outer_api
+        for addr in api.namesrv_addrs if api else []:
+            request = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+            try:
+                await api.client.invoke(addr, request, REMOTE_TIMEOUT)  # type: ignore[union-attr]
+            except RemotingError:
+                failed.append(addr)
+        return {"deleted": topic, "namesrvFailed": failed}
 
     async def _group_list(self, request: Request) -> list[dict[str, Any]]:
         return self.service.group_list()

@@ -218,7 +218,10 @@ async def test_every_request_type(admin_cluster, admin):
     assert reply["ok"] is False
     assert admin_cluster.broker.broker_config.max_delay_time == 41
 
-    assert (await admin.call("topic.delete", topic="AdminT")) == {"deleted": "AdminT"}
+    deleted = await admin.call("topic.delete", topic="AdminT")
+    assert deleted == {"deleted": "AdminT", "namesrvFailed": []}
+    routes = admin_cluster.namesrv.routes
+    assert "AdminT" not in routes.get_all_topic_list().topic_list
     reply = await admin.request("topic.status", topic="AdminT")
     assert reply["error"]["code"] == "TOPIC_NOT_EXIST"
 

@@ -137,9 +137,9 @@ class AdminChannel:
                 await self._serve_websocket(_ReplayStream(stream, raw), target)
             else:
                 await self._serve_static(stream, method, path)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed):
-            pass
-        except Exception:
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionClosed):
+            pass  # the client went away: nothing to report
+        except* Exception:
             log.exception("admin connection failed")
         finally:
             await stream.aclose()

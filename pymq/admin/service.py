@@ -9,12 +9,14 @@ which each door turns into its own error shape.
 
 from __future__ import annotations
 
+import copy
 import time
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.config import ConfigError, apply_properties, to_properties
-from pymq.common.message import MessageExt, decode_offset_msg_id
+from pymq.common.message import MessageExt, decode_offset_msg_id, decode_record
 from pymq.common.serde import from_plain, to_plain
 from pymq.common.topic import (
     PERM_READ,
@@ -399,8 +401,6 @@ class AdminService:
         raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"no message with id {msg_id}")
 
     def _query(self, topic: str, key: str, max_num: int) -> list[MessageExt]:
-        from pymq.common.message import decode_record
-
         result = self.broker.store.query_message(topic, key, max_num, 0, 2**62)
         return [decode_record(raw, read_body=False, check_crc=False) for raw in result.messages]
 
@@ -457,18 +457,12 @@ class AdminService:
             )
         # Check every value on copies first, so that a bad value changes nothing.
         try:
-            apply_properties([_copy(c) for c in configs], props)
+            apply_properties([copy.deepcopy(c) for c in configs], props)
             apply_properties(configs, props)
         except ConfigError as exc:
             raise AdminError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         self.broker.config_version.next_version()
         return {k: to_properties(configs)[k] for k in props}
-
-
-def _copy(config: object) -> object:
-    import copy
-
-    return copy.deepcopy(config)
 
 
 def _topic_plain(config: TopicConfig) -> dict[str, Any]:
@@ -491,8 +485,6 @@ def _rebalance_state(info: object, stats: dict[str, Any]) -> str:
 
 
 def _pymq_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("pymq")
     except PackageNotFoundError:

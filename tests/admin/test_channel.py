@@ -312,3 +312,66 @@ async def test_subscriptions_push_changes_and_stop_on_unsubscribe(admin):
     await trio.sleep(0.6)
     await admin.call("ping")
     assert not [e for e in admin.events if e["subscription"] == sid and "PushT2" in str(e)]
+
+
+# -- HTTP edges and shutdown --------------------------------------------------------------------
+
+
+async def raw_http(cluster: Cluster, data: bytes) -> bytes:
+    channel = cluster.broker.admin_channel
+    stream = await trio.open_tcp_stream("127.0.0.1", channel.port)
+    async with stream:
+        await stream.send_all(data)
+        reply = b""
+        with trio.fail_after(5):
+            while chunk := await stream.receive_some():
+                reply += chunk
+    return reply
+
+
+async def test_http_edges(admin_cluster):
+    assert b" 405 " in await raw_http(admin_cluster, b"POST / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b" 400 " in await raw_http(admin_cluster, b"garbage\r\n\r\n")
+    upgrade = (
+        b"GET /elsewhere HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    assert b" 404 " in await raw_http(admin_cluster, upgrade)
+    reply = await raw_http(admin_cluster, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
+    assert b" 431 " in reply or reply == b""
+    head = await raw_http(admin_cluster, b"HEAD /app.css HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b"text/css" in head and head.endswith(b"\r\n\r\n")
+
+
+async def test_broker_shutdown_closes_websockets_cleanly(tmp_path):
+    from pymq.embedded import open_cluster
+    from pymq.testing import TEST_PROPERTIES
+
+    from .conftest import free_port
+
+    stop = trio.Event()
+
+    async def run_cluster(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with open_cluster(
+            str(tmp_path),
+            namesrv_port=0,
+            broker_port=0,
+            bind_address="127.0.0.1",
+            properties=dict(TEST_PROPERTIES),
+            admin_port=free_port(),
+        ) as cluster:
+            task_status.started(cluster)
+            await stop.wait()
+
+    async with trio.open_nursery() as nursery:
+        cluster = await nursery.start(run_cluster)
+        token = cluster.broker.admin_channel.token
+        async with open_websocket_url(ws_url(cluster, token)) as ws:
+            client = AdminClient(ws)
+            sub = await client.call("subscribe", stream="broker.status", interval=0.2)
+            await client.next_event(sub["subscription"])
+            stop.set()  # the broker stops while the subscription is live
+            with pytest.raises(ConnectionClosed) as info, trio.fail_after(10):
+                while True:
+                    await ws.get_message()
+            assert info.value.reason.code == 1000

@@ -302,7 +302,10 @@ class AdminSession:
                 "writeQueueNums", existing.write_queue_nums if existing else default
             ),
             perm=request.get_int("perm", existing.perm if existing else 6),
-            topic_filter_type=request.get_str("topicFilterType", "SINGLE_TAG"),
+            topic_filter_type=request.get_str(
+                "topicFilterType",
+                existing.topic_filter_type.value if existing else "SINGLE_TAG",
+            ),
             order=request.get_bool("order", existing.order if existing else False),
         )
         return await self.service.update_topic(config)

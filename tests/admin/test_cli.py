@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import trio
 
@@ -205,3 +206,11 @@ async def test_error_exits(pymq_cluster, tmp_path):
     assert code == 2 and "-b" in err
     code, _, _ = await admin("noSuchSubcommand")
     assert code == 2
+
+
+async def test_installed_console_script():
+    script = Path(sys.executable).with_name("pymq-admin")
+    result = await trio.run_process([str(script), "--help"], capture_stdout=True)
+    help_text = result.stdout.decode()
+    for name in ("clusterList", "queryMsgByOffset", "resetOffsetByTime", "updateBrokerConfig"):
+        assert name in help_text

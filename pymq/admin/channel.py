@@ -13,7 +13,8 @@ with code 1008.
 Ownership: the connection task owns its stream and its websocket; on return or cancellation it
 closes the websocket with a close handshake (shielded, bounded by ``CLOSE_TIMEOUT``) and then the
 stream.  Outgoing messages pass through a bounded memory channel of ``SEND_QUEUE_SIZE`` into one
-writer task, which is the backpressure: when a client stops reading, subscriptions block.
+writer task, which is the backpressure: when a client stops reading, subscriptions block.  Once
+authenticated, up to ``MAX_IN_FLIGHT`` requests of a connection run concurrently.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ SEND_QUEUE_SIZE = 64
 # Requests are small; a console never sends more than a config update.
 MAX_MESSAGE_SIZE = 1024 * 1024
 CLOSE_TIMEOUT = 2.0
+# Requests of one connection handled at once; beyond that the reader stops reading.
+MAX_IN_FLIGHT = 8
 POLICY_VIOLATION = 1008
 
 _SECURITY_HEADERS = (
@@ -199,13 +202,27 @@ class AdminChannel:
             session = AdminSession(
                 self.broker, self.token, outgoing.send, nursery, authenticated=authenticated
             )
+            in_flight = trio.Semaphore(MAX_IN_FLIGHT)
+
+            async def handle(message: str | bytes) -> None:
+                try:
+                    await session.handle_message(message)
+                finally:
+                    in_flight.release()
+
             try:
                 while True:
                     try:
                         message = await ws.get_message()
                     except ConnectionClosed:
                         break
-                    await session.handle_message(message)
+                    await in_flight.acquire()  # the reader waits while too many are running
+                    if session.authenticated:
+                        # Concurrent, so that a slow request (a remote broker that does not
+                        # answer) does not hold up the others; answers carry their ids.
+                        nursery.start_soon(handle, message)
+                        continue
+                    await handle(message)  # in order until authenticated
                     if session.too_many_auth_failures:
                         # The writer sends the last error, then closes (None is its cue).
                         await outgoing.send(None)

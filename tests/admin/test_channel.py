@@ -264,6 +264,25 @@ async def test_bad_messages_get_structured_errors_and_the_socket_stays_open(admi
     assert reply["ok"] is True
 
 
+async def test_a_slow_request_does_not_hold_up_the_others(admin_cluster, admin):
+    # A "name server" that accepts connections and never answers: cluster.status waits on it.
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    silent = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+    api = admin_cluster.broker.outer_api
+    api.namesrv_addrs = [silent, *api.namesrv_addrs]
+    try:
+        await admin.ws.send_message(json.dumps({"id": "slow", "type": "cluster.status"}))
+        await admin.ws.send_message(json.dumps({"id": "fast", "type": "ping"}))
+        first = await admin.next_response()
+        assert first["id"] == "fast" and first["ok"]
+        second = await admin.next_response()
+        assert second["id"] == "slow" and second["ok"]
+        assert second["result"]["namesrvReachable"] is True  # the next name server answered
+    finally:
+        api.namesrv_addrs.remove(silent)
+        await listeners[0].aclose()
+
+
 # -- subscriptions ------------------------------------------------------------------------------
 
 

@@ -17,8 +17,11 @@ import trio
 from pymq.broker.config import BROKER_DEFAULT_PORT
 from pymq.common.cli import parse_overrides, run_main, setup_logging
 from pymq.common.config import ConfigError
-from pymq.embedded import open_cluster
+from pymq.embedded import Cluster, open_cluster
 from pymq.namesrv.config import NAMESRV_DEFAULT_PORT
+
+# The embedded default's admin channel port (rocketmq-dashboard also defaults to 8080).
+ADMIN_DEFAULT_PORT = 8080
 
 WELCOME = """\
 pymq is running: name server {namesrv}, broker {broker}, data in {data}
@@ -27,7 +30,13 @@ Send and receive a first message (in another terminal, from this directory):
   .venv/bin/python -m pymq.client send --namesrv {namesrv} --topic TopicTest --body "hello pymq"
   .venv/bin/python -m pymq.client consume --namesrv {namesrv} --topic TopicTest --group demo
 Any RocketMQ 4.x client works too: point it at name server {namesrv}.
-Press Ctrl-C to stop.
+{admin}Press Ctrl-C to stop.
+"""
+
+ADMIN_WELCOME = """\
+Admin console: {console}
+Admin token:   {token}   (websocket ws://127.0.0.1:{port}/ws; see docs/admin-protocol.md)
+Admin CLI:     .venv/bin/python -m pymq.admin clusterList -n {namesrv}
 """
 
 
@@ -39,15 +48,31 @@ async def serve(args: argparse.Namespace, overrides: dict[str, str]) -> None:
             broker_port=args.broker_port,
             bind_address=args.bind,
             properties=overrides,
+            admin_port=args.admin_port,
         ) as cluster:
             print(
                 WELCOME.format(
-                    namesrv=cluster.namesrv_addr, broker=cluster.broker_addr, data=args.data
+                    namesrv=cluster.namesrv_addr,
+                    broker=cluster.broker_addr,
+                    data=args.data,
+                    admin=_admin_text(cluster),
                 ),
                 flush=True,
             )
             async for _ in signals:
                 break
+
+
+def _admin_text(cluster: Cluster) -> str:
+    channel = cluster.broker.admin_channel
+    if channel is None:
+        return ""
+    return ADMIN_WELCOME.format(
+        console=channel.console_url,
+        token=channel.token,
+        namesrv=cluster.namesrv_addr,
+        port=channel.port,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,6 +83,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--namesrv-port", type=int, default=NAMESRV_DEFAULT_PORT)
     parser.add_argument("--broker-port", type=int, default=BROKER_DEFAULT_PORT)
     parser.add_argument("--bind", default="0.0.0.0", help="address to listen on")
+    parser.add_argument(
+        "--admin-port",
+        type=int,
+        default=ADMIN_DEFAULT_PORT,
+        help="admin websocket + console port on 127.0.0.1 (0 disables it)",
+    )
     parser.add_argument("--log-level", default="WARNING")
     args, extra = parser.parse_known_args(argv)
     try:

@@ -45,8 +45,11 @@ def build_cluster(
     bind_address: str = "0.0.0.0",
     broker_ip: str = "127.0.0.1",
     properties: dict[str, str] | None = None,
+    admin_port: int = 0,
 ) -> tuple[NamesrvController, list[object]]:
     """The name server, and the four broker config objects, for ``data_dir``.
+
+    ``admin_port`` turns on the admin channel and console (0 leaves it off).
 
     ``properties`` are RocketMQ keys applied to the broker's configs last; unknown keys raise.
     """
@@ -58,7 +61,11 @@ def build_cluster(
         NettyServerConfig(listen_port=namesrv_port, bind_address=bind_address),
     )
     broker_config = BrokerConfig(
-        broker_ip1=broker_ip, broker_ip2=broker_ip, broker_name="broker-a", namesrv_addr=None
+        broker_ip1=broker_ip,
+        broker_ip2=broker_ip,
+        broker_name="broker-a",
+        namesrv_addr=None,
+        admin_listen_port=admin_port,
     )
     server_config = NettyServerConfig(listen_port=broker_port, bind_address=bind_address)
     store_config = MessageStoreConfig(store_path_root_dir=os.path.join(data_dir, "store"))
@@ -79,6 +86,7 @@ async def open_cluster(
     bind_address: str = "0.0.0.0",
     broker_ip: str = "127.0.0.1",
     properties: dict[str, str] | None = None,
+    admin_port: int = 0,
 ) -> AsyncIterator[Cluster]:
     namesrv, configs = build_cluster(
         data_dir,
@@ -87,6 +95,7 @@ async def open_cluster(
         bind_address=bind_address,
         broker_ip=broker_ip,
         properties=properties,
+        admin_port=admin_port,
     )
     async with trio.open_nursery() as nursery:
         port = await nursery.start(namesrv.run)

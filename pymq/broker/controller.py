@@ -10,7 +10,8 @@
        ├─ persist_consumer_offsets every 5 s
        ├─ client_housekeeping      every 10 s (120 s channel expiry)
        ├─ schedule delivery        one task per delay level
-       └─ stats sampler            every 1 s
+       ├─ stats sampler            every 1 s
+       └─ admin channel            websocket + console, when adminListenPort is set
 
 Start order: configs -> managers loaded -> store recovered -> servers listening -> registered
 with every name server -> ``task_status.started(port)``.  On cancellation the shutdown work
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -62,6 +64,9 @@ from pymq.store.config import BrokerRole, MessageStoreConfig
 from pymq.store.ha.master import HAService
 from pymq.store.ha.slave import HAClient
 from pymq.store.message_store import DefaultMessageStore
+
+if TYPE_CHECKING:
+    from pymq.admin.channel import AdminChannel
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +139,7 @@ class BrokerController:
         self._register_wanted = trio.Event()
         self.topic_config_manager.on_change = self._register_wanted.set
         self.registered = trio.Event()
+        self.admin_channel: AdminChannel | None = None
 
     # -- wiring -------------------------------------------------------------------------------
 
@@ -174,6 +180,9 @@ class BrokerController:
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
+            RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
+            RequestCode.GET_CONSUME_STATS: admin.get_consume_stats,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.invoke_broker_to_reset_offset,
         }
         for server in (self.server, self.fast_server):
             for code, handler in table.items():
@@ -283,6 +292,11 @@ class BrokerController:
                     )
                 else:
                     await nursery.start(self.schedule.run)
+                if self.broker_config.admin_listen_port:
+                    from pymq.admin.channel import AdminChannel
+
+                    self.admin_channel = AdminChannel(self)
+                    await nursery.start(self.admin_channel.run)
                 log.info(
                     "The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                     self.broker_config.broker_name,

@@ -85,18 +85,22 @@ class RestartOnlyKeyError(ConfigError):
     """A key that a running server cannot change (paths, ports, names, roles)."""
 
 
-def update_at_runtime(
-    configs: Sequence[object], text: bytes, restart_only: frozenset[str], what: str
-) -> dict[str, str]:
-    """Apply a properties body (UPDATE_*_CONFIG) to running configs, all or nothing.
-
-    Raises :class:`RestartOnlyKeyError` for keys in ``restart_only`` and :class:`ConfigError`
-    for undecodable text, unknown keys or bad values; nothing is changed then.
-    """
+def parse_properties_body(text: bytes) -> dict[str, str]:
+    """The properties body of an UPDATE_*_CONFIG request; ConfigError when not UTF-8."""
     try:
-        props = parse_properties(text.decode("utf-8"))
+        return parse_properties(text.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError("config body is not UTF-8") from None
+
+
+def update_at_runtime(
+    configs: Sequence[object], props: Mapping[str, str], restart_only: frozenset[str], what: str
+) -> dict[str, str]:
+    """Apply RocketMQ keys to running configs, all or nothing; returns the new values.
+
+    Raises :class:`RestartOnlyKeyError` for keys in ``restart_only`` and :class:`ConfigError`
+    for unknown keys or bad values; nothing is changed then.
+    """
     frozen = sorted(restart_only & props.keys())
     if frozen:
         raise RestartOnlyKeyError(
@@ -117,4 +121,5 @@ def update_at_runtime(
                 except Exception as exc:
                     raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from exc
     apply_properties(configs, props)
-    return props
+    current = to_properties(configs)
+    return {key: current[key] for key in props}

@@ -16,6 +16,7 @@ import trio
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
+    parse_properties_body,
     to_properties,
     update_at_runtime,
 )
@@ -256,7 +257,10 @@ class NamesrvProcessor:
     ) -> RemotingCommand:
         try:
             props = update_at_runtime(
-                self.controller.configs(), req.body, RESTART_ONLY_KEYS, "name server"
+                self.controller.configs(),
+                parse_properties_body(req.body),
+                RESTART_ONLY_KEYS,
+                "name server",
             )
         except RestartOnlyKeyError as exc:
             return req.response(ResponseCode.NO_PERMISSION, str(exc))

@@ -6,7 +6,12 @@ SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12),
 GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
 (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207),
-GET_CONSUMER_CONNECTION_LIST (203).
+GET_CONSUMER_CONNECTION_LIST (203), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208),
+INVOKE_BROKER_TO_RESET_OFFSET (222).
+
+The operations shared with the websocket admin channel live in
+:class:`pymq.admin.service.AdminService`; this module turns remoting requests into its calls and
+its :class:`~pymq.admin.service.AdminError` into response codes.
 """
 
 from __future__ import annotations
@@ -15,17 +20,12 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+from pymq.admin.service import RESTART_ONLY_KEYS, AdminError, AdminService
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
-from pymq.common.config import (
-    ConfigError,
-    RestartOnlyKeyError,
-    to_properties,
-    update_at_runtime,
-)
-from pymq.common.properties import format_properties
+from pymq.common.config import to_properties
+from pymq.common.properties import format_properties, parse_properties
 from pymq.common.route import KVTable
-from pymq.common.serde import from_json, to_json, to_plain
-from pymq.common.topic import TopicConfig, TopicFilterType, validate_topic
+from pymq.common.serde import from_json, to_json
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
@@ -35,69 +35,33 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Keys an operator may change on a running broker (UPDATE_BROKER_CONFIG).  Paths, ports, names
-# and roles need a restart, and are refused with a remark saying so.
-RESTART_ONLY_KEYS = frozenset(
-    {
-        "brokerName",
-        "brokerClusterName",
-        "brokerId",
-        "brokerIP1",
-        "brokerIP2",
-        "listenPort",
-        "bindAddress",
-        "storePathRootDir",
-        "storePathCommitLog",
-        "brokerRole",
-        "mappedFileSizeCommitLog",
-        "mappedFileSizeConsumeQueue",
-        "haListenPort",
-        "adminListenPort",
-        "adminToken",
-        "rocketmqHome",
-    }
-)
+__all__ = ["RESTART_ONLY_KEYS", "AdminProcessor"]
 
 
 class AdminProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        self.service = AdminService(broker)
 
     # -- topics -------------------------------------------------------------------------------
 
     async def update_and_create_topic(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        topic = req.ext_str("topic")
-        if topic == self.broker.broker_config.broker_cluster_name:
-            return req.response(
-                ResponseCode.SYSTEM_ERROR,
-                f"The topic[{topic}] is conflict with system reserved words (the cluster name).",
-            )
-        problem = validate_topic(topic)
-        if problem:
-            return req.response(ResponseCode.SYSTEM_ERROR, problem)
         try:
-            filter_type = TopicFilterType(req.ext_str("topicFilterType", "SINGLE_TAG"))
-        except ValueError:
-            return req.response(
-                ResponseCode.SYSTEM_ERROR, "topicFilterType must be SINGLE_TAG or MULTI_TAG"
+            config = self.service.build_topic_config(
+                req.ext_str("topic"),
+                read_queue_nums=req.ext_int("readQueueNums", 16),
+                write_queue_nums=req.ext_int("writeQueueNums", 16),
+                perm=req.ext_int("perm", 6),
+                topic_filter_type=req.ext_str("topicFilterType", "SINGLE_TAG"),
+                topic_sys_flag=req.ext_int("topicSysFlag", 0),
+                order=req.ext_bool("order"),
             )
-        read_nums = req.ext_int("readQueueNums", 16)
-        write_nums = req.ext_int("writeQueueNums", 16)
-        if read_nums <= 0 or write_nums <= 0:
-            return req.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be positive")
-        config = TopicConfig(
-            topic,
-            read_nums,
-            write_nums,
-            req.ext_int("perm", 6),
-            filter_type,
-            req.ext_int("topicSysFlag", 0),
-            req.ext_bool("order"),
-        )
+        except AdminError as exc:
+            return req.response(exc.code, exc.message)
         log.info("updateAndCreateTopic called by %s: %s", channel.remote_address, config)
-        await self.broker.topic_config_manager.update(config)
+        await self.service.update_topic(config)
         return req.response()
 
     async def delete_topic_in_broker(
@@ -105,9 +69,7 @@ class AdminProcessor:
     ) -> RemotingCommand:
         topic = req.ext_str("topic")
         log.info("deleteTopic called by %s: %s", channel.remote_address, topic)
-        await self.broker.topic_config_manager.delete(topic)
-        self.broker.consumer_offset_manager.remove_topic(topic)
-        await self.broker.store.delete_topics([topic])
+        await self.service.delete_topic(topic)
         return req.response()
 
     async def get_all_topic_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -192,12 +154,13 @@ class AdminProcessor:
 
     async def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         try:
-            props = update_at_runtime(self.broker.configs(), req.body, RESTART_ONLY_KEYS, "broker")
-        except RestartOnlyKeyError as exc:
-            return req.response(ResponseCode.NO_PERMISSION, str(exc))
-        except ConfigError as exc:
-            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        self.broker.config_version.next_version()
+            props = parse_properties(req.body.decode("utf-8"))
+        except UnicodeDecodeError:
+            return req.response(ResponseCode.SYSTEM_ERROR, "config body is not UTF-8")
+        try:
+            self.service.update_broker_config(props)
+        except AdminError as exc:
+            return req.response(exc.code, exc.message)
         log.info("broker config updated by %s: %s", channel.remote_address, props)
         return req.response()
 
@@ -232,25 +195,41 @@ class AdminProcessor:
     async def get_consumer_connection_list(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        group = req.ext_str("consumerGroup")
-        info = self.broker.consumer_manager.get(group)
-        if info is None:
-            return req.response(
-                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
-            )
-        body = {
-            "connectionSet": [
-                {
-                    "clientId": c.client_id,
-                    "clientAddr": c.remote_address,
-                    "language": c.language,
-                    "version": c.version,
-                }
-                for c in info.channels.values()
-            ],
-            "subscriptionTable": {t: to_plain(s) for t, s in info.subscriptions.items()},
-            "consumeType": info.consume_type.value,
-            "messageModel": info.message_model.value,
-            "consumeFromWhere": info.consume_from_where.value,
-        }
+        try:
+            body = self.service.consumer_connection(req.ext_str("consumerGroup"))
+        except AdminError as exc:
+            return req.response(exc.code, exc.message)
         return req.response(body=json.dumps(body, sort_keys=True).encode())
+
+    # -- pymq additions for the admin CLI (JSON bodies; see docs/admin-protocol.md) -----------
+
+    async def get_topic_stats_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        try:
+            status = self.service.topic_status(req.ext_str("topic"))
+        except AdminError as exc:
+            return req.response(exc.code, exc.message)
+        topic = status["topic"]
+        body = {"offsetTable": [{"topic": topic, **q} for q in status["queues"]]}
+        return req.response(body=json.dumps(body).encode())
+
+    async def get_consume_stats(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        try:
+            stats = self.service.consume_stats(
+                req.ext_str("consumerGroup"), req.ext_str("topic", None) or None
+            )
+        except AdminError as exc:
+            return req.response(exc.code, exc.message)
+        body = {"offsetTable": stats["queues"], "consumeTps": stats["consumeTps"]}
+        return req.response(body=json.dumps(body).encode())
+
+    async def invoke_broker_to_reset_offset(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        group, topic = req.ext_str("group"), req.ext_str("topic")
+        try:
+            result = self.service.reset_offset_by_time(group, topic, req.ext_int("timestamp"))
+        except AdminError as exc:
+            return req.response(exc.code, exc.message)
+        log.info("resetOffsetByTime called by %s: %s", channel.remote_address, result)
+        body = {"offsetTable": result["offsets"], "online": result["online"]}
+        return req.response(body=json.dumps(body).encode())

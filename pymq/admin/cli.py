@@ -1,0 +1,784 @@
+"""``python -m pymq.admin SUBCOMMAND`` (also ``pymq-admin``): mqadmin's everyday subcommands.
+
+Like mqadmin, it speaks the RocketMQ remoting protocol to the name server (``-n``, default
+``$NAMESRV_ADDR``) and to brokers (``-b`` address, or every master of ``-c`` cluster).  Output is
+a human table, or JSON with ``--json``.  Failure prints one line, ``error: <reason>``, on stderr
+and exits 1; a usage error exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+import trio
+
+from pymq.admin.service import message_view, perm_text
+from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
+from pymq.common.message import RecordError, decode_offset_msg_id, decode_record, iter_records
+from pymq.common.properties import parse_properties
+from pymq.common.serde import loads_lenient, to_json
+from pymq.remoting.client import RemotingClient, open_remoting_client
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.errors import RemotingError
+
+# mqadmin's request timeout.
+TIMEOUT = 5.0
+# PullSysFlag.FLAG_SUBSCRIPTION: the pull carries its own subscription expression.
+PULL_FLAG_SUBSCRIPTION = 0x4
+# MixAll.TOOLS_CONSUMER_GROUP: the group tools pull as.
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+MASTER_ID = 0
+
+
+class CliError(Exception):
+    """A failure reported as one line on stderr, exit status 1."""
+
+
+@attrs.define
+class Output:
+    """What a subcommand found: ``data`` for --json, and a table (or lines) for people."""
+
+    data: Any
+    headers: list[str] = attrs.Factory(list)
+    rows: list[list[object]] = attrs.Factory(list)
+    lines: list[str] = attrs.Factory(list)
+
+    def render(self) -> str:
+        out = list(self.lines)
+        if self.headers:
+            out.append(format_table(self.headers, self.rows))
+        return "\n".join(out)
+
+
+def format_table(headers: list[str], rows: list[list[object]]) -> str:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in cells:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def format_time(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+
+
+def parse_timestamp(text: str) -> int:
+    """mqadmin's forms: ``now``, milliseconds, or ``yyyy-MM-dd#HH:mm:ss:SSS`` (local time)."""
+    if text == "now":
+        return int(time.time() * 1000)
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f")
+    except ValueError:
+        raise CliError(
+            f"bad timestamp {text!r}: use now, milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"
+        ) from None
+    return int(moment.timestamp() * 1000)
+
+
+def parse_bool(text: str) -> bool:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    raise argparse.ArgumentTypeError(f"expected true or false, not {text!r}")
+
+
+class Admin:
+    """The remote calls the subcommands make, failing with CliError on any refusal."""
+
+    def __init__(self, client: RemotingClient, namesrv: str | None) -> None:
+        self.client = client
+        self._namesrv = namesrv
+
+    @property
+    def namesrv(self) -> str:
+        if not self._namesrv:
+            raise CliError("no name server address: give -n host:port or set NAMESRV_ADDR")
+        return self._namesrv.split(";")[0]
+
+    async def invoke(
+        self,
+        addr: str,
+        code: RequestCode,
+        fields: dict[str, object] | None = None,
+        body: bytes = b"",
+        *,
+        ok: Sequence[int] = (ResponseCode.SUCCESS,),
+    ) -> RemotingCommand:
+        try:
+            reply = await self.client.invoke(
+                addr, RemotingCommand.request(code, fields, body), TIMEOUT
+            )
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        except RemotingError as exc:
+            raise CliError(f"{code.name} to {addr} failed: {exc}") from None
+        if reply.code not in ok:
+            name = _code_name(reply.code)
+            raise CliError(f"{code.name} to {addr}: {name}: {reply.remark or 'no remark'}")
+        return reply
+
+    async def cluster_info(self) -> dict[str, Any]:
+        reply = await self.invoke(self.namesrv, RequestCode.GET_BROKER_CLUSTER_INFO)
+        return loads_lenient(reply.body)
+
+    async def route(self, topic: str) -> dict[str, Any]:
+        reply = await self.invoke(
+            self.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}
+        )
+        return loads_lenient(reply.body)
+
+    async def masters_of_cluster(self, cluster: str) -> dict[str, str]:
+        """brokerName -> master address for every broker of ``cluster``."""
+        info = await self.cluster_info()
+        names = info.get("clusterAddrTable", {}).get(cluster)
+        if names is None:
+            raise CliError(f"no cluster {cluster!r} on name server {self.namesrv}")
+        table = info.get("brokerAddrTable", {})
+        masters = {}
+        for name in sorted(names):
+            addrs = {int(k): v for k, v in table.get(name, {}).get("brokerAddrs", {}).items()}
+            if MASTER_ID in addrs:
+                masters[name] = addrs[MASTER_ID]
+        return masters
+
+    async def all_masters(self) -> dict[str, str]:
+        info = await self.cluster_info()
+        masters = {}
+        for name, data in sorted(info.get("brokerAddrTable", {}).items()):
+            addrs = {int(k): v for k, v in data.get("brokerAddrs", {}).items()}
+            if MASTER_ID in addrs:
+                masters[name] = addrs[MASTER_ID]
+        return masters
+
+    async def targets(self, args: argparse.Namespace) -> list[str]:
+        """The broker addresses a -b / -c subcommand acts on."""
+        if getattr(args, "brokerAddr", None):
+            return [args.brokerAddr]
+        if getattr(args, "clusterName", None):
+            masters = await self.masters_of_cluster(args.clusterName)
+            if not masters:
+                raise CliError(f"cluster {args.clusterName!r} has no master broker")
+            return list(masters.values())
+        raise CliError("give -b brokerAddr or -c clusterName")
+
+    async def topic_masters(self, topic: str) -> dict[str, str]:
+        route = await self.route(topic)
+        masters = {}
+        for data in route.get("brokerDatas", []):
+            addrs = {int(k): v for k, v in data.get("brokerAddrs", {}).items()}
+            addr = addrs.get(MASTER_ID) or next(iter(addrs.values()), None)
+            if addr:
+                masters[data["brokerName"]] = addr
+        return dict(sorted(masters.items()))
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return f"code {code}"
+
+
+# -- subcommands ------------------------------------------------------------------------------
+
+
+async def cluster_list(admin: Admin, args: argparse.Namespace) -> Output:
+    info = await admin.cluster_info()
+    rows, data = [], []
+    for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
+        if args.clusterName and cluster != args.clusterName:
+            continue
+        for name in sorted(names):
+            addrs = info.get("brokerAddrTable", {}).get(name, {}).get("brokerAddrs", {})
+            for broker_id, addr in sorted(addrs.items(), key=lambda kv: int(kv[0])):
+                try:
+                    reply = await admin.invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+                    table = loads_lenient(reply.body).get("table", {})
+                except CliError:
+                    table = {}
+                put = (table.get("putTps") or "0").split()[0]
+                get = (table.get("getTransferedTps") or "0").split()[0]
+                entry = {
+                    "clusterName": cluster,
+                    "brokerName": name,
+                    "brokerId": int(broker_id),
+                    "brokerAddr": addr,
+                    "version": table.get("brokerVersionDesc"),
+                    "inTps": float(put),
+                    "outTps": float(get),
+                    "msgPutTotalTodayNow": int(table.get("msgPutTotalTodayNow", 0)),
+                    "msgGetTotalTodayNow": int(table.get("msgGetTotalTodayNow", 0)),
+                    "brokerRole": table.get("brokerRole"),
+                    "online": bool(table),
+                }
+                data.append(entry)
+                rows.append(
+                    [
+                        cluster,
+                        name,
+                        broker_id,
+                        addr,
+                        entry["version"],
+                        f"{entry['inTps']:.2f}",
+                        f"{entry['outTps']:.2f}",
+                        entry["msgPutTotalTodayNow"],
+                        entry["msgGetTotalTodayNow"],
+                        entry["brokerRole"] or "unreachable",
+                    ]
+                )
+    if args.clusterName and not data:
+        raise CliError(f"no cluster {args.clusterName!r} on name server {admin.namesrv}")
+    headers = [
+        "#Cluster Name",
+        "#Broker Name",
+        "#BID",
+        "#Addr",
+        "#Version",
+        "#InTPS",
+        "#OutTPS",
+        "#InTotalToday",
+        "#OutTotalToday",
+        "#Role",
+    ]
+    return Output(data, headers, rows)
+
+
+async def broker_status(admin: Admin, args: argparse.Namespace) -> Output:
+    data, lines = {}, []
+    for addr in await admin.targets(args):
+        reply = await admin.invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        table = dict(sorted(loads_lenient(reply.body).get("table", {}).items()))
+        data[addr] = table
+        prefix = f"{addr:<24}" if len(data) > 1 or args.clusterName else ""
+        lines.extend(f"{prefix}{k:<32}: {v}" for k, v in table.items())
+    return Output(data, lines=lines)
+
+
+async def topic_list(admin: Admin, args: argparse.Namespace) -> Output:
+    if args.clusterName:
+        reply = await admin.invoke(
+            admin.namesrv, RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": args.clusterName}
+        )
+    else:
+        reply = await admin.invoke(admin.namesrv, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+    topics = sorted(loads_lenient(reply.body).get("topicList", []))
+    return Output(topics, lines=topics)
+
+
+async def topic_route(admin: Admin, args: argparse.Namespace) -> Output:
+    route = await admin.route(args.topic)
+    rows = []
+    for q in sorted(route.get("queueDatas", []), key=lambda q: q["brokerName"]):
+        addrs = next(
+            (b["brokerAddrs"] for b in route["brokerDatas"] if b["brokerName"] == q["brokerName"]),
+            {},
+        )
+        rows.append(
+            [
+                q["brokerName"],
+                ",".join(f"{k}={v}" for k, v in sorted(addrs.items())),
+                q["readQueueNums"],
+                q["writeQueueNums"],
+                perm_text(q["perm"]),
+            ]
+        )
+    headers = ["#Broker Name", "#Addrs", "#Read Queues", "#Write Queues", "#Perm"]
+    return Output(route, headers, rows)
+
+
+async def topic_status(admin: Admin, args: argparse.Namespace) -> Output:
+    data, rows = [], []
+    for name, addr in (await admin.topic_masters(args.topic)).items():
+        reply = await admin.invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": args.topic})
+        for q in loads_lenient(reply.body).get("offsetTable", []):
+            q["brokerName"] = name
+            data.append(q)
+            rows.append(
+                [
+                    name,
+                    q["queueId"],
+                    q["minOffset"],
+                    q["maxOffset"],
+                    format_time(q["lastUpdateTimestamp"]),
+                ]
+            )
+    headers = ["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"]
+    return Output(data, headers, rows)
+
+
+async def update_topic(admin: Admin, args: argparse.Namespace) -> Output:
+    fields = {
+        "topic": args.topic,
+        "readQueueNums": args.readQueueNums,
+        "writeQueueNums": args.writeQueueNums,
+        "perm": args.perm,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": args.order,
+    }
+    done = []
+    for addr in await admin.targets(args):
+        await admin.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+        done.append(addr)
+    config = {k: v for k, v in fields.items() if k != "topicSysFlag"}
+    lines = [f"create topic to {addr} success." for addr in done] + [f"TopicConfig {config}"]
+    return Output({"brokers": done, "topicConfig": config}, lines=lines)
+
+
+async def delete_topic(admin: Admin, args: argparse.Namespace) -> Output:
+    addrs = await admin.targets(args)
+    for addr in addrs:
+        await admin.invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": args.topic})
+    await admin.invoke(admin.namesrv, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": args.topic})
+    where = args.clusterName or args.brokerAddr
+    return Output(
+        {"topic": args.topic, "brokers": addrs},
+        lines=[f"delete topic [{args.topic}] from {where} success."],
+    )
+
+
+async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
+    masters = await admin.all_masters()
+    if not args.consumerGroup:
+        groups: set[str] = set()
+        for addr in masters.values():
+            reply = await admin.invoke(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+            groups |= set(loads_lenient(reply.body).get("subscriptionGroupTable", {}))
+        data, rows = [], []
+        for group in sorted(groups):
+            diff, online = 0, 0
+            for addr in masters.values():
+                reply = await admin.invoke(
+                    addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group}, ok=(0, 26)
+                )
+                if reply.code == ResponseCode.SUCCESS:
+                    diff += sum(q["lag"] for q in loads_lenient(reply.body)["offsetTable"])
+                conn = await admin.invoke(
+                    addr,
+                    RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                    {"consumerGroup": group},
+                    ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
+                )
+                if conn.code == ResponseCode.SUCCESS:
+                    online += len(json.loads(conn.body).get("connectionSet", []))
+            data.append({"group": group, "count": online, "diffTotal": diff})
+            rows.append([group, online, diff])
+        return Output(data, ["#Group", "#Count", "#Diff Total"], rows)
+    fields = {"consumerGroup": args.consumerGroup, "topic": args.topic}
+    data, rows = [], []
+    found = False
+    for name, addr in masters.items():
+        reply = await admin.invoke(
+            addr,
+            RequestCode.GET_CONSUME_STATS,
+            fields,
+            ok=(ResponseCode.SUCCESS, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST),
+        )
+        if reply.code != ResponseCode.SUCCESS:
+            continue
+        found = True
+        for q in loads_lenient(reply.body).get("offsetTable", []):
+            q["brokerName"] = name
+            data.append(q)
+            rows.append(
+                [
+                    q["topic"],
+                    name,
+                    q["queueId"],
+                    q["brokerOffset"],
+                    q["consumerOffset"],
+                    q["lag"],
+                    format_time(q["lastTimestamp"]),
+                ]
+            )
+    if not found:
+        raise CliError(f"consumer group {args.consumerGroup!r} not found on any broker")
+    diff = sum(q["lag"] for q in data)
+    headers = ["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff"]
+    table = format_table([*headers, "#LastTime"], rows)
+    return Output(
+        {"group": args.consumerGroup, "queues": data, "diffTotal": diff},
+        lines=[table, "", "Consume TPS: 0.00", f"Diff Total: {diff}"],
+    )
+
+
+async def consumer_connection(admin: Admin, args: argparse.Namespace) -> Output:
+    for addr in (await admin.all_masters()).values():
+        reply = await admin.invoke(
+            addr,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST,
+            {"consumerGroup": args.consumerGroup},
+            ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
+        )
+        if reply.code == ResponseCode.SUCCESS:
+            data = json.loads(reply.body)
+            rows = [
+                [i, c["clientId"], c["clientAddr"], c["language"], c["version"]]
+                for i, c in enumerate(data["connectionSet"], 1)
+            ]
+            table = format_table(["#", "#ClientId", "#ClientAddr", "#Language", "#Version"], rows)
+            subs = format_table(
+                ["#Topic", "#SubExpression"],
+                [[t, s.get("subString")] for t, s in sorted(data["subscriptionTable"].items())],
+            )
+            lines = [
+                table,
+                "",
+                "Below is subscription:",
+                subs,
+                "",
+                f"ConsumeType: {data['consumeType']}",
+                f"MessageModel: {data['messageModel']}",
+                f"ConsumeFromWhere: {data['consumeFromWhere']}",
+            ]
+            return Output(data, lines=lines)
+    raise CliError(f"the consumer group [{args.consumerGroup}] not online")
+
+
+_MESSAGE_FIELDS = (
+    "msgId",
+    "uniqKey",
+    "topic",
+    "tags",
+    "keys",
+    "queueId",
+    "queueOffset",
+    "commitLogOffset",
+    "reconsumeTimes",
+    "bornTimestamp",
+    "storeTimestamp",
+    "bornHost",
+    "storeHost",
+    "sysFlag",
+    "properties",
+    "bodyLength",
+    "bodyPreview",
+)
+
+
+def _message_output(views: list[dict[str, Any]]) -> Output:
+    lines = []
+    for view in views:
+        if lines:
+            lines.append("")
+        for key in _MESSAGE_FIELDS:
+            value = view.get(key)
+            if key.endswith("Timestamp"):
+                value = format_time(value or 0)
+            lines.append(f"{key[0].upper() + key[1:] + ':':<20}{_cell(value)}")
+    return Output(views if len(views) != 1 else views[0], lines=lines)
+
+
+async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> Output:
+    """By offset message id (it names the broker); with -t, also by unique key (client id)."""
+    try:
+        ip, port, offset = decode_offset_msg_id(args.msgId)
+    except ValueError:
+        ip, port, offset = "", 0, 0
+    problem = f"no message with offset id {args.msgId}"
+    if ip and 0 < port < 65536:
+        try:
+            reply = await admin.invoke(
+                f"{ip}:{port}",
+                RequestCode.VIEW_MESSAGE_BY_ID,
+                {"offset": offset},
+                ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+            )
+        except CliError as exc:
+            problem = str(exc)
+        else:
+            if reply.code == ResponseCode.SUCCESS:
+                return _message_output([message_view(decode_record(reply.body))])
+    if not args.topic:
+        raise CliError(f"{problem} (give -t TOPIC to look it up as a unique key)")
+    views = await _query(admin, args.topic, args.msgId, 32, 0, 2**62, unique=True)
+    views = [v for v in views if v["uniqKey"] == args.msgId]
+    if not views:
+        raise CliError(f"no message with id {args.msgId} in topic {args.topic}")
+    return _message_output(views[:1])
+
+
+async def _query(
+    admin: Admin, topic: str, key: str, max_num: int, begin: int, end: int, *, unique: bool
+) -> list[dict[str, Any]]:
+    views = []
+    for addr in (await admin.topic_masters(topic)).values():
+        fields: dict[str, object] = {
+            "topic": topic,
+            "key": key,
+            "maxNum": max_num,
+            "beginTimestamp": begin,
+            "endTimestamp": end,
+        }
+        if unique:
+            fields["_UNIQUE_KEY_QUERY"] = "true"
+        reply = await admin.invoke(
+            addr,
+            RequestCode.QUERY_MESSAGE,
+            fields,
+            ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+        )
+        if reply.code == ResponseCode.SUCCESS:
+            try:
+                views.extend(message_view(m) for m in iter_records(reply.body))
+            except RecordError as exc:
+                raise CliError(f"bad record from {addr}: {exc}") from None
+    return sorted(views, key=lambda v: v["storeTimestamp"])
+
+
+async def query_msg_by_key(admin: Admin, args: argparse.Namespace) -> Output:
+    views = await _query(
+        admin,
+        args.topic,
+        args.msgKey,
+        args.maxNum,
+        args.beginTimestamp,
+        args.endTimestamp,
+        unique=False,
+    )
+    if not views:
+        raise CliError(f"no message with key {args.msgKey!r} in topic {args.topic}")
+    rows = [[v["msgId"], v["queueId"], v["queueOffset"], v["bodyPreview"][:40]] for v in views]
+    return Output(views, ["#Message ID", "#QID", "#Offset", "#Body"], rows)
+
+
+async def query_msg_by_offset(admin: Admin, args: argparse.Namespace) -> Output:
+    masters = await admin.topic_masters(args.topic)
+    addr = masters.get(args.brokerName)
+    if addr is None:
+        raise CliError(f"topic {args.topic} has no broker named {args.brokerName!r}")
+    reply = await admin.invoke(
+        addr,
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": TOOLS_CONSUMER_GROUP,
+            "topic": args.topic,
+            "queueId": args.queueId,
+            "queueOffset": args.offset,
+            "maxMsgNums": 1,
+            "sysFlag": PULL_FLAG_SUBSCRIPTION,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": 0,
+            "subscription": "*",
+            "subVersion": 0,
+            "expressionType": "TAG",
+        },
+        ok=range(0, 64),
+    )
+    messages = list(iter_records(reply.body)) if reply.code == ResponseCode.SUCCESS else []
+    if not messages or messages[0].queue_offset != args.offset:
+        raise CliError(
+            f"no message at {args.topic} {args.brokerName} queue {args.queueId} "
+            f"offset {args.offset}: {reply.remark or _code_name(reply.code)}"
+        )
+    return _message_output([message_view(messages[0])])
+
+
+async def reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> Output:
+    timestamp = parse_timestamp(args.timestamp)
+    data, rows = [], []
+    for name, addr in (await admin.topic_masters(args.topic)).items():
+        reply = await admin.invoke(
+            addr,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+            {
+                "topic": args.topic,
+                "group": args.group,
+                "timestamp": timestamp,
+                "isForce": args.force,
+            },
+        )
+        for q in loads_lenient(reply.body).get("offsetTable", []):
+            data.append({"brokerName": name, **q})
+            rows.append([name, q["queueId"], q["offset"]])
+    if not data:
+        raise CliError(f"topic {args.topic} has no queues to reset")
+    return Output(data, ["#brokerName", "#queueId", "#offset"], rows)
+
+
+async def update_sub_group(admin: Admin, args: argparse.Namespace) -> Output:
+    config = SubscriptionGroupConfig(
+        group_name=args.groupName,
+        consume_enable=args.consumeEnable,
+        consume_from_min_enable=args.consumeFromMinEnable,
+        consume_broadcast_enable=args.consumeBroadcastEnable,
+        retry_queue_nums=args.retryQueueNums,
+        retry_max_times=args.retryMaxTimes,
+        broker_id=args.brokerId,
+        which_broker_when_consume_slowly=args.whichBrokerWhenConsumeSlowly,
+        notify_consumer_ids_changed_enable=args.notifyConsumerIdsChanged,
+    )
+    body = to_json(config)
+    done = []
+    for addr in await admin.targets(args):
+        await admin.invoke(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+        done.append(addr)
+    plain = json.loads(body)
+    lines = [f"create subscription group to {addr} success." for addr in done]
+    return Output({"brokers": done, "subscriptionGroupConfig": plain}, lines=[*lines, str(plain)])
+
+
+async def get_broker_config(admin: Admin, args: argparse.Namespace) -> Output:
+    data, lines = {}, []
+    for addr in await admin.targets(args):
+        reply = await admin.invoke(addr, RequestCode.GET_BROKER_CONFIG)
+        props = dict(sorted(parse_properties(reply.body.decode("utf-8")).items()))
+        data[addr] = props
+        lines.append(f"============{addr}============")
+        lines.extend(f"{k:<50}=  {v}" for k, v in props.items())
+    return Output(data, lines=lines)
+
+
+async def update_broker_config(admin: Admin, args: argparse.Namespace) -> Output:
+    body = f"{args.key}={args.value}\n".encode()
+    done = []
+    for addr in await admin.targets(args):
+        await admin.invoke(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+        done.append(addr)
+    lines = [f"update broker config success, {addr}" for addr in done]
+    return Output({"brokers": done, "key": args.key, "value": args.value}, lines=lines)
+
+
+# -- the parser -------------------------------------------------------------------------------
+
+Command = Callable[[Admin, argparse.Namespace], Awaitable[Output]]
+
+
+def _broker_or_cluster(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    group = p.add_mutually_exclusive_group(required=required)
+    group.add_argument("-b", "--brokerAddr", help="broker address host:port")
+    group.add_argument("-c", "--clusterName", help="every master broker of this cluster")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-n",
+        "--namesrvAddr",
+        default=os.environ.get("NAMESRV_ADDR"),
+        help="name server address host:port (default $NAMESRV_ADDR)",
+    )
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser = argparse.ArgumentParser(
+        prog="pymq-admin", description="mqadmin-style administration of pymq (and RocketMQ)"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+
+    def command(name: str, run: Command, text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=text, description=text)
+        p.set_defaults(run=run)
+        return p
+
+    p = command("clusterList", cluster_list, "List clusters and their brokers with TPS")
+    p.add_argument("-c", "--clusterName")
+    p = command("brokerStatus", broker_status, "Runtime figures of a broker")
+    _broker_or_cluster(p)
+    p = command("topicList", topic_list, "List every topic the name server knows")
+    p.add_argument("-c", "--clusterName", help="only topics of this cluster")
+    p = command("topicRoute", topic_route, "A topic's route: brokers and queue counts")
+    p.add_argument("-t", "--topic", required=True)
+    p = command("topicStatus", topic_status, "Min/max offset and last store time per queue")
+    p.add_argument("-t", "--topic", required=True)
+    p = command("updateTopic", update_topic, "Create or update a topic")
+    _broker_or_cluster(p)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-r", "--readQueueNums", type=int, default=8)
+    p.add_argument("-w", "--writeQueueNums", type=int, default=8)
+    p.add_argument("-p", "--perm", type=int, default=6, help="2 write, 4 read, 6 both")
+    p.add_argument("-o", "--order", type=parse_bool, default=False)
+    p = command("deleteTopic", delete_topic, "Delete a topic from brokers and name server")
+    _broker_or_cluster(p)
+    p.add_argument("-t", "--topic", required=True)
+    p = command("consumerProgress", consumer_progress, "Consumer offsets and lag")
+    p.add_argument("-g", "--consumerGroup")
+    p.add_argument("-t", "--topic", help="only this topic")
+    p = command("consumerConnection", consumer_connection, "Online members of a group")
+    p.add_argument("-g", "--consumerGroup", required=True)
+    p = command("queryMsgById", query_msg_by_id, "A message by offset id (or unique key, -t)")
+    p.add_argument("-i", "--msgId", required=True)
+    p.add_argument("-t", "--topic", help="topic to search when the id is a unique key")
+    p = command("queryMsgByKey", query_msg_by_key, "Messages by key")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-k", "--msgKey", required=True)
+    p.add_argument("-b", "--beginTimestamp", type=int, default=0)
+    p.add_argument("-e", "--endTimestamp", type=int, default=2**62)
+    p.add_argument("-c", "--maxNum", type=int, default=64)
+    p = command("queryMsgByOffset", query_msg_by_offset, "A message by queue and offset")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-b", "--brokerName", required=True)
+    p.add_argument("-i", "--queueId", type=int, required=True)
+    p.add_argument("-o", "--offset", type=int, required=True)
+    p = command("resetOffsetByTime", reset_offset_by_time, "Reset a group's offsets to a time")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-s", "--timestamp", required=True, help="now, ms, or yyyy-MM-dd#HH:mm:ss:SSS")
+    p.add_argument("-f", "--force", type=parse_bool, default=True)
+    p = command("updateSubGroup", update_sub_group, "Create or update a subscription group")
+    _broker_or_cluster(p)
+    p.add_argument("-g", "--groupName", required=True)
+    p.add_argument("-s", "--consumeEnable", type=parse_bool, default=True)
+    p.add_argument("-m", "--consumeFromMinEnable", type=parse_bool, default=False)
+    p.add_argument("-d", "--consumeBroadcastEnable", type=parse_bool, default=False)
+    p.add_argument("-q", "--retryQueueNums", type=int, default=1)
+    p.add_argument("-r", "--retryMaxTimes", type=int, default=16)
+    p.add_argument("-i", "--brokerId", type=int, default=0)
+    p.add_argument("-w", "--whichBrokerWhenConsumeSlowly", type=int, default=1)
+    p.add_argument("-a", "--notifyConsumerIdsChanged", type=parse_bool, default=True)
+    p = command("getBrokerConfig", get_broker_config, "A broker's effective config")
+    _broker_or_cluster(p)
+    p = command("updateBrokerConfig", update_broker_config, "Change a broker key at runtime")
+    _broker_or_cluster(p)
+    p.add_argument("-k", "--key", required=True)
+    p.add_argument("-v", "--value", required=True)
+    return parser
+
+
+async def run(args: argparse.Namespace) -> Output | CliError:
+    """The subcommand's output, or the error to report (caught here, inside the client's
+    nursery, so that it does not come out wrapped in an exception group)."""
+    async with open_remoting_client(connect_timeout=TIMEOUT) as client:
+        try:
+            return await args.run(Admin(client, args.namesrvAddr), args)
+        except CliError as exc:
+            return exc
+        except Exception as exc:  # a malformed answer: still one line, never a traceback
+            return CliError(f"{type(exc).__name__}: {exc}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        output = trio.run(run, args)
+    except KeyboardInterrupt:
+        return 130
+    if isinstance(output, CliError):
+        print(f"error: {output}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(output.data, indent=2, sort_keys=True, default=str))
+    else:
+        text = output.render()
+        if text:
+            print(text)
+    return 0

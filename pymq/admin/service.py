@@ -1,0 +1,485 @@
+"""AdminService: the admin operations on one running broker, as plain data in and out.
+
+Both doors into administration use it: the websocket channel (:mod:`pymq.admin.channel`) calls it
+directly, and the broker's remoting admin processor calls it for the requests mqadmin-style tools
+send (topics, consume stats, offset reset, config updates).  Results are JSON-ready dicts with
+RocketMQ's camelCase names; failures raise :class:`AdminError` carrying a RocketMQ response code,
+which each door turns into its own error shape.
+"""
+
+from __future__ import annotations
+
+import time
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
+from pymq.common.config import (
+    ConfigError,
+    RestartOnlyKeyError,
+    to_properties,
+    update_at_runtime,
+)
+from pymq.common.message import MessageExt, decode_offset_msg_id, decode_record
+from pymq.common.serde import from_plain, to_plain
+from pymq.common.topic import (
+    PERM_READ,
+    PERM_WRITE,
+    TopicConfig,
+    TopicFilterType,
+    validate_topic,
+)
+from pymq.remoting.codes import CURRENT_VERSION, ResponseCode
+
+if TYPE_CHECKING:
+    from pymq.broker.controller import BrokerController
+
+# Keys an operator may change on a running broker.  Paths, ports, names and roles need a
+# restart, and are refused with a message saying so.
+RESTART_ONLY_KEYS = frozenset(
+    {
+        "brokerName",
+        "brokerClusterName",
+        "brokerId",
+        "brokerIP1",
+        "brokerIP2",
+        "listenPort",
+        "bindAddress",
+        "storePathRootDir",
+        "storePathCommitLog",
+        "brokerRole",
+        "mappedFileSizeCommitLog",
+        "mappedFileSizeConsumeQueue",
+        "haListenPort",
+        "adminListenPort",
+        "adminBindAddress",
+        "adminToken",
+        "rocketmqHome",
+    }
+)
+# A body preview is this many bytes of the body, decoded as UTF-8 with replacement.
+BODY_PREVIEW_BYTES = 1024
+# Most messages a key search returns (RocketMQ's queryMsgByKey default is 64).
+DEFAULT_KEY_QUERY_MAX = 64
+# The broker's version text, as GET_BROKER_RUNTIME_INFO reports it.
+BROKER_VERSION_DESC = "V4_9_4"
+
+
+class AdminError(Exception):
+    """A refused or failed admin operation: a RocketMQ response code and a one-line reason."""
+
+    def __init__(self, code: ResponseCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def perm_text(perm: int) -> str:
+    return ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-")
+
+
+def message_view(msg: MessageExt, *, with_body: bool = True) -> dict[str, Any]:
+    """One message as the channel and the CLI show it, with a body preview."""
+    view: dict[str, Any] = {
+        "msgId": msg.msg_id,
+        "uniqKey": msg.unique_key,
+        "topic": msg.topic,
+        "queueId": msg.queue_id,
+        "queueOffset": msg.queue_offset,
+        "commitLogOffset": msg.commitlog_offset,
+        "tags": msg.tags,
+        "keys": msg.keys,
+        "bornTimestamp": msg.born_timestamp,
+        "bornHost": f"{msg.born_host[0]}:{msg.born_host[1]}",
+        "storeTimestamp": msg.store_timestamp,
+        "storeHost": f"{msg.store_host[0]}:{msg.store_host[1]}",
+        "reconsumeTimes": msg.reconsume_times,
+        "sysFlag": msg.sys_flag,
+        "storeSize": msg.store_size,
+        "properties": dict(msg.properties),
+    }
+    if with_body:
+        view["bodyLength"] = len(msg.body)
+        view["bodyPreview"] = bytes(msg.body[:BODY_PREVIEW_BYTES]).decode("utf-8", "replace")
+        view["bodyTruncated"] = len(msg.body) > BODY_PREVIEW_BYTES
+    return view
+
+
+class AdminService:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    # -- broker -------------------------------------------------------------------------------
+
+    def broker_status(self) -> dict[str, Any]:
+        """Role, versions, put/get TPS, totals, disk use and slave lag of this broker."""
+        ha = getattr(self.broker, "ha_service", None)
+        slaves = ha.status() if ha is not None else []
+        b = self.broker
+        stats = b.stats
+        store_info = b.store.runtime_info()
+        role = b.store_config.broker_role.value
+        return {
+            "brokerName": b.broker_config.broker_name,
+            "clusterName": b.broker_config.broker_cluster_name,
+            "brokerId": b.broker_config.broker_id,
+            "brokerAddr": b.broker_addr,
+            "brokerRole": role,
+            "brokerVersionDesc": BROKER_VERSION_DESC,
+            "brokerVersion": CURRENT_VERSION,
+            "pymqVersion": _pymq_version(),
+            "bootTimestamp": stats.boot_timestamp,
+            "timestamp": int(time.time() * 1000),
+            # Rates over the last second (live charts) and RocketMQ's 10 s / 1 min / 10 min text.
+            "putTps": round(stats.rate(1, 1), 2),
+            "getTps": round(stats.rate(1, 3), 2),
+            "putTpsText": stats.tps_text(1),
+            "getTransferedTpsText": stats.tps_text(3),
+            "msgPutTotal": stats.put_msgs,
+            "msgGetTotal": stats.get_msgs,
+            "commitLogDiskRatio": float(store_info.get("commitLogDiskRatio", "0") or 0),
+            "diskFull": store_info.get("diskFull") == "true",
+            "commitLogMinOffset": b.store.min_phy_offset,
+            "commitLogMaxOffset": b.store.max_phy_offset,
+            "dispatchBehindBytes": b.store.dispatch_behind_bytes,
+            # A master: the bytes its furthest-behind slave still lacks (None without slaves),
+            # and each slave's acknowledged offset; a slave: how far it is behind what it saw.
+            "slaveLag": max((s["lagBytes"] for s in slaves), default=None),
+            "slaves": slaves,
+            "masterAddr": b.master_addr if role == "SLAVE" else None,
+        }
+
+    def runtime_info(self) -> dict[str, str]:
+        return self.broker.runtime_info()
+
+    # -- topics -------------------------------------------------------------------------------
+
+    def topic_list(self) -> list[dict[str, Any]]:
+        tcm = self.broker.topic_config_manager
+        system = tcm.system_topics
+        return [
+            {
+                "topic": name,
+                "readQueueNums": c.read_queue_nums,
+                "writeQueueNums": c.write_queue_nums,
+                "perm": c.perm,
+                "permText": perm_text(c.perm),
+                "order": c.order,
+                "topicSysFlag": c.topic_sys_flag,
+                "system": name in system or name.startswith("RMQ_SYS_"),
+            }
+            for name, c in sorted(tcm.table.items())
+        ]
+
+    def require_topic(self, topic: str) -> TopicConfig:
+        config = self.broker.topic_config_manager.select(topic)
+        if config is None:
+            raise AdminError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        return config
+
+    def topic_status(self, topic: str) -> dict[str, Any]:
+        """Min/max offset and last store time of every queue of ``topic``."""
+        config = self.require_topic(topic)
+        store = self.broker.store
+        queues = []
+        for queue_id in range(max(config.read_queue_nums, config.write_queue_nums)):
+            max_offset = store.get_max_offset_in_queue(topic, queue_id)
+            min_offset = max(store.get_min_offset_in_queue(topic, queue_id), 0)
+            last = (
+                store.get_message_store_timestamp(topic, queue_id, max_offset - 1)
+                if max_offset > 0
+                else 0
+            )
+            queues.append(
+                {
+                    "brokerName": self.broker.broker_config.broker_name,
+                    "queueId": queue_id,
+                    "minOffset": min_offset,
+                    "maxOffset": max_offset,
+                    "lastUpdateTimestamp": max(last, 0),
+                }
+            )
+        return {"topic": topic, "queues": queues}
+
+    def build_topic_config(
+        self,
+        topic: str,
+        *,
+        read_queue_nums: int = 8,
+        write_queue_nums: int = 8,
+        perm: int = PERM_READ | PERM_WRITE,
+        topic_filter_type: str = "SINGLE_TAG",
+        topic_sys_flag: int = 0,
+        order: bool = False,
+    ) -> TopicConfig:
+        """A validated topic config, or AdminError saying what is wrong."""
+        if topic == self.broker.broker_config.broker_cluster_name:
+            raise AdminError(
+                ResponseCode.SYSTEM_ERROR,
+                f"The topic[{topic}] is conflict with system reserved words (the cluster name).",
+            )
+        problem = validate_topic(topic)
+        if problem:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, problem)
+        try:
+            filter_type = TopicFilterType(topic_filter_type)
+        except ValueError:
+            raise AdminError(
+                ResponseCode.SYSTEM_ERROR, "topicFilterType must be SINGLE_TAG or MULTI_TAG"
+            ) from None
+        if read_queue_nums <= 0 or write_queue_nums <= 0:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, "queue numbers must be positive")
+        if perm & ~(PERM_READ | PERM_WRITE | 1) or perm < 0:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, f"perm must be 2, 4 or 6, not {perm}")
+        return TopicConfig(
+            topic, read_queue_nums, write_queue_nums, perm, filter_type, topic_sys_flag, order
+        )
+
+    async def update_topic(self, config: TopicConfig) -> dict[str, Any]:
+        await self.broker.topic_config_manager.update(config)
+        return {"topic": config.topic_name, **_topic_plain(config)}
+
+    async def delete_topic(self, topic: str) -> None:
+        await self.broker.topic_config_manager.delete(topic)
+        self.broker.consumer_offset_manager.remove_topic(topic)
+        await self.broker.store.delete_topics([topic])
+
+    # -- consumer groups ----------------------------------------------------------------------
+
+    def _group_names(self) -> list[str]:
+        b = self.broker
+        names = set(b.subscription_group_manager.table) | set(b.consumer_manager.groups)
+        for key in b.consumer_offset_manager.offset_table:
+            names.add(key.rsplit("@", 1)[-1])
+        return sorted(names)
+
+    def _group_topics(self, group: str) -> list[str]:
+        topics = set(self.broker.consumer_offset_manager.topics_of_group(group))
+        info = self.broker.consumer_manager.get(group)
+        if info is not None:
+            topics |= set(info.subscriptions)
+        return sorted(t for t in topics if self.broker.topic_config_manager.select(t))
+
+    def consume_stats(self, group: str, topic: str | None = None) -> dict[str, Any]:
+        """Per queue: broker max offset, committed offset, lag and last stored message time."""
+        b = self.broker
+        topics = [topic] if topic else self._group_topics(group)
+        if topic:
+            self.require_topic(topic)
+        elif not topics and group not in self._group_names():
+            raise AdminError(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"consumer group[{group}] not exist"
+            )
+        queues = []
+        for name in topics:
+            config = self.require_topic(name)
+            committed = b.consumer_offset_manager.query_offsets(group, name)
+            for queue_id in range(config.read_queue_nums):
+                broker_offset = b.store.get_max_offset_in_queue(name, queue_id)
+                consumer_offset = committed.get(queue_id, -1)
+                lag = broker_offset - max(consumer_offset, 0) if consumer_offset >= 0 else 0
+                last = (
+                    b.store.get_message_store_timestamp(name, queue_id, consumer_offset - 1)
+                    if consumer_offset > 0
+                    else 0
+                )
+                queues.append(
+                    {
+                        "topic": name,
+                        "brokerName": b.broker_config.broker_name,
+                        "queueId": queue_id,
+                        "brokerOffset": broker_offset,
+                        "consumerOffset": consumer_offset,
+                        "lag": lag,
+                        "lastTimestamp": max(last, 0),
+                    }
+                )
+        return {
+            "group": group,
+            "queues": queues,
+            "diffTotal": sum(q["lag"] for q in queues),
+            "consumeTps": 0.0,
+        }
+
+    def consumer_connection(self, group: str) -> dict[str, Any]:
+        info = self.broker.consumer_manager.get(group)
+        if info is None:
+            raise AdminError(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        return {
+            "connectionSet": [
+                {
+                    "clientId": c.client_id,
+                    "clientAddr": c.remote_address,
+                    "language": c.language,
+                    "version": c.version,
+                }
+                for c in info.channels.values()
+            ],
+            "subscriptionTable": {t: to_plain(s) for t, s in info.subscriptions.items()},
+            "consumeType": info.consume_type.value,
+            "messageModel": info.message_model.value,
+            "consumeFromWhere": info.consume_from_where.value,
+        }
+
+    def group_list(self) -> list[dict[str, Any]]:
+        """Every known group with its members, rebalance state and total lag."""
+        rows = []
+        for group in self._group_names():
+            info = self.broker.consumer_manager.get(group)
+            stats = self.consume_stats(group)
+            subs = sorted(info.subscriptions) if info else []
+            rows.append(
+                {
+                    "group": group,
+                    "online": info is not None,
+                    "members": sorted(c.client_id for c in info.channels.values()) if info else [],
+                    "consumeType": info.consume_type.value if info else None,
+                    "messageModel": info.message_model.value if info else None,
+                    "subscriptions": subs,
+                    "rebalance": _rebalance_state(info, stats),
+                    "topics": sorted({q["topic"] for q in stats["queues"]}),
+                    "diffTotal": stats["diffTotal"],
+                }
+            )
+        return rows
+
+    async def update_subscription_group(self, fields: dict[str, Any]) -> dict[str, Any]:
+        if not fields.get("groupName"):
+            raise AdminError(ResponseCode.SYSTEM_ERROR, "groupName is required")
+        try:
+            config = from_plain(fields, SubscriptionGroupConfig)
+        except Exception as exc:  # cattrs raises several kinds of errors
+            raise AdminError(ResponseCode.SYSTEM_ERROR, f"bad subscription group: {exc}") from None
+        await self.broker.subscription_group_manager.update(config)
+        return to_plain(config)
+
+    def reset_offset_by_time(self, group: str, topic: str, timestamp: int) -> dict[str, Any]:
+        """Commit, for every queue of ``topic``, the first offset stored at or after ``timestamp``.
+
+        Online consumers keep their in-memory offsets; RocketMQ pushes the reset to them, pymq
+        does not yet, so stop the group (or let it rebalance) for the reset to take effect.
+        """
+        config = self.require_topic(topic)
+        store = self.broker.store
+        offsets: dict[int, int] = {}
+        for queue_id in range(config.read_queue_nums):
+            max_offset = store.get_max_offset_in_queue(topic, queue_id)
+            if timestamp < 0:
+                offset = max_offset
+            else:
+                offset = store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+                last = (
+                    store.get_message_store_timestamp(topic, queue_id, max_offset - 1)
+                    if max_offset > 0
+                    else -1
+                )
+                if last < timestamp:
+                    offset = max_offset
+            offsets[queue_id] = offset
+            self.broker.consumer_offset_manager.commit_offset(
+                "admin", group, topic, queue_id, offset
+            )
+        return {
+            "group": group,
+            "topic": topic,
+            "timestamp": timestamp,
+            "offsets": [{"queueId": q, "offset": o} for q, o in sorted(offsets.items())],
+            "online": self.broker.consumer_manager.get(group) is not None,
+        }
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def message_by_id(self, msg_id: str, topic: str | None = None) -> dict[str, Any]:
+        """By offset message id (store host + commit-log offset), else by unique key."""
+        try:
+            _ip, _port, offset = decode_offset_msg_id(msg_id)
+        except ValueError:
+            offset = -1
+        if offset >= 0:
+            msg = self.broker.store.look_message_by_offset(offset)
+            if msg is not None and msg.msg_id == msg_id.upper() and topic in (None, msg.topic):
+                return message_view(msg)
+        if topic:
+            for msg in self._query(topic, msg_id, DEFAULT_KEY_QUERY_MAX):
+                if msg.unique_key == msg_id:
+                    full = self.broker.store.look_message_by_offset(msg.commitlog_offset)
+                    return message_view(full or msg)
+        raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"no message with id {msg_id}")
+
+    def _query(self, topic: str, key: str, max_num: int) -> list[MessageExt]:
+        result = self.broker.store.query_message(topic, key, max_num, 0, 2**62)
+        return [decode_record(raw, read_body=False, check_crc=False) for raw in result.messages]
+
+    def messages_by_key(
+        self, topic: str, key: str, max_num: int = DEFAULT_KEY_QUERY_MAX
+    ) -> list[dict[str, Any]]:
+        self.require_topic(topic)
+        found = []
+        for head in self._query(topic, key, max_num):
+            msg = self.broker.store.look_message_by_offset(head.commitlog_offset)
+            found.append(message_view(msg or head, with_body=msg is not None))
+        return sorted(found, key=lambda m: m["storeTimestamp"])
+
+    def message_by_offset(self, topic: str, queue_id: int, offset: int) -> dict[str, Any]:
+        config = self.require_topic(topic)
+        if not 0 <= queue_id < max(config.read_queue_nums, config.write_queue_nums):
+            raise AdminError(ResponseCode.SYSTEM_ERROR, f"topic {topic} has no queue {queue_id}")
+        store = self.broker.store
+        cq = store.consume_queues.find(topic, queue_id)
+        entry = cq.get_entry(offset) if cq else None
+        msg = store.look_message_by_offset(entry[0], entry[1]) if entry else None
+        if msg is None:
+            raise AdminError(
+                ResponseCode.QUERY_NOT_FOUND,
+                f"no message at {topic} queue {queue_id} offset {offset}",
+            )
+        return message_view(msg)
+
+    # -- configs ------------------------------------------------------------------------------
+
+    def broker_config(self) -> dict[str, Any]:
+        props = to_properties(self.broker.configs())
+        return {
+            "config": dict(sorted(props.items())),
+            "restartOnly": sorted(RESTART_ONLY_KEYS & props.keys()),
+            "version": to_plain(self.broker.config_version),
+        }
+
+    def update_broker_config(self, props: dict[str, str]) -> dict[str, str]:
+        """Apply ``props`` (RocketMQ keys) to the live configs; all or nothing."""
+        try:
+            applied = update_at_runtime(self.broker.configs(), props, RESTART_ONLY_KEYS, "broker")
+        except RestartOnlyKeyError as exc:
+            raise AdminError(ResponseCode.NO_PERMISSION, str(exc)) from None
+        except ConfigError as exc:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        self.broker.config_version.next_version()
+        return applied
+
+
+def _topic_plain(config: TopicConfig) -> dict[str, Any]:
+    return {
+        "readQueueNums": config.read_queue_nums,
+        "writeQueueNums": config.write_queue_nums,
+        "perm": config.perm,
+        "order": config.order,
+    }
+
+
+def _rebalance_state(info: object, stats: dict[str, Any]) -> str:
+    """What the broker can tell of a group's rebalance: offline, idle, or members agreeing."""
+    if info is None:
+        return "OFFLINE"
+    channels = getattr(info, "channels", {})
+    if not channels:
+        return "NO_MEMBERS"
+    return "BALANCED" if stats["queues"] or getattr(info, "subscriptions", None) else "IDLE"
+
+
+def _pymq_version() -> str:
+    try:
+        return version("pymq")
+    except PackageNotFoundError:
+        return "unknown"

@@ -35,7 +35,14 @@ import attrs
 
 from pymq.common.files import write_file_atomic
 from pymq.export.options import CheckpointBound, ExportOptions, Mode, OptionError
-from pymq.export.scan import BadRange, StoreError, StorePlan, plan_store, read_reports
+from pymq.export.scan import (
+    BadRange,
+    SegmentReport,
+    StoreError,
+    StorePlan,
+    plan_store,
+    read_reports,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -82,7 +89,7 @@ class ExportSummary:
     started: str
     seconds: float
     write_seconds: float
-    """The Spark read-and-write alone, without planning and session start."""
+    """The Spark read-and-write action alone, without planning and session start."""
     from_offset: int
     last_offset: int
     files: int
@@ -210,9 +217,9 @@ def run_export(
         f"{plan.files} commit-log file(s) to scan, up to {_size(scan_bytes)}"
     )
     first = from_offset if from_offset is not None else plan.min_offset
-    write_started = time.monotonic()
-    reports = _run_spark(cfg, plan, from_offset, spark, say) if plan.segments else []
-    write_seconds = time.monotonic() - write_started
+    reports, write_seconds = [], 0.0
+    if plan.segments:
+        reports, write_seconds = _run_spark(cfg, plan, from_offset, spark, say)
     missing = len(plan.segments) - len(reports)
     if missing:
         notes.append(f"{missing} partition(s) sent no report; the summary leaves them out")
@@ -301,7 +308,8 @@ def _session(cfg: JobConfig, spark: SparkSession | None) -> Iterator[SparkSessio
 
 def _run_spark(
     cfg: JobConfig, plan: StorePlan, from_offset: int | None, spark: SparkSession | None, say: Echo
-) -> list:
+) -> tuple[list[SegmentReport], float]:
+    """Read and write with Spark: (the tasks' reports, seconds the write action took)."""
     from pyspark.sql import functions as F
 
     from pymq.export.datasource import FORMAT_NAME, register
@@ -319,9 +327,11 @@ def _run_spark(
             if cfg.partition_by:
                 writer = writer.partitionBy(*cfg.partition_by)
             mode = "append" if cfg.incremental else "overwrite" if cfg.overwrite else "error"
+            started = time.monotonic()
             with _progress(session, len(plan.segments), say):
                 writer.mode(mode).save(cfg.output)
-        return read_reports(report_dir)
+            seconds = time.monotonic() - started
+        return read_reports(report_dir), seconds
     finally:
         shutil.rmtree(report_dir, ignore_errors=True)
 
@@ -343,7 +353,7 @@ def _progress(spark: SparkSession, total: int, say: Echo) -> Iterator[None]:
                         finished = max(finished, info.numCompletedTasks)
             except Exception:  # the session is going away: stop reporting
                 return
-            if finished != shown:
+            if finished > shown:  # stages come and go: only ever count up
                 shown = finished
                 say(f"progress: {finished}/{total} commit-log file(s) done")
 

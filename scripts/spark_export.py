@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shutil
 import sys
 import warnings
@@ -101,6 +102,19 @@ def _java_missing() -> bool:
     )
 
 
+_OUR_ERROR = re.compile(r"^(?:[\w.]+\.)?(?:CorruptRecordError|StoreError|OptionError): .*")
+
+
+def spark_error_line(exc: BaseException) -> str:
+    """The most telling line of a Spark failure: our own error raised in a Python worker if the
+    text carries one, else the first line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    ours = [line for line in lines if _OUR_ERROR.match(line)]
+    if ours:
+        return ours[-1]
+    return lines[0] if lines else type(exc).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
@@ -117,9 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     except ExportError as exc:
         print(f"spark_export: error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # a Spark failure: its first line, not a wall of JVM frames
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"spark_export: Spark failed: {first}", file=sys.stderr)
+    except Exception as exc:  # a Spark failure: the line that says why, not a wall of JVM frames
+        print(f"spark_export: Spark failed: {spark_error_line(exc)}", file=sys.stderr)
         return 1
     return 0
 

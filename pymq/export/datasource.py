@@ -16,7 +16,8 @@ message; corrupt bytes are skipped and reported (logged by the task, and written
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import gc
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -32,7 +33,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pymq.common.message import MessageExt
+from pymq.common.message import MessageExt, create_offset_msg_id
 from pymq.export.options import ExportOptions
 from pymq.export.scan import Segment, SegmentScan, plan_store
 
@@ -75,7 +76,23 @@ def _host(host: tuple[str, int]) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
-def to_record_batch(msgs: list[MessageExt], arrow_schema: pa.Schema) -> pa.RecordBatch:
+class _MsgIds:
+    """Offset message ids by store host prefix: :func:`create_offset_msg_id` once per host."""
+
+    def __init__(self) -> None:
+        self._prefixes: dict[tuple[str, int], str] = {}
+
+    def __call__(self, m: MessageExt) -> str:
+        prefix = self._prefixes.get(m.store_host)
+        if prefix is None:
+            prefix = create_offset_msg_id(m.store_host[0], m.store_host[1], 0)[:-16]
+            self._prefixes[m.store_host] = prefix
+        return f"{prefix}{m.commitlog_offset:016X}"
+
+
+def to_record_batch(
+    msgs: list[MessageExt], arrow_schema: pa.Schema, msg_id: Callable[[MessageExt], str]
+) -> pa.RecordBatch:
     """Messages as one Arrow batch of :data:`SCHEMA` (``arrow_schema`` is its Arrow form)."""
     import pyarrow as pa
 
@@ -84,7 +101,7 @@ def to_record_batch(msgs: list[MessageExt], arrow_schema: pa.Schema) -> pa.Recor
         [m.queue_id for m in msgs],
         [m.queue_offset for m in msgs],
         [m.commitlog_offset for m in msgs],
-        [m.msg_id for m in msgs],
+        [msg_id(m) for m in msgs],
         [m.unique_key for m in msgs],
         [m.tags for m in msgs],
         [m.keys for m in msgs],
@@ -128,16 +145,27 @@ class PymqReader(DataSourceReader):
             return
         arrow_schema = to_arrow_schema(SCHEMA, timezone="UTC")
         scan = SegmentScan(partition.segment, self.options)
+        msg_id = _MsgIds()
         batch: list[MessageExt] = []
         body_bytes = 0
-        for msg in scan:
-            batch.append(msg)
-            body_bytes += len(msg.body)
-            if len(batch) >= BATCH_ROWS or body_bytes >= BATCH_BYTES:
-                yield to_record_batch(batch, arrow_schema)
-                batch, body_bytes = [], 0
-        if batch:
-            yield to_record_batch(batch, arrow_schema)
+        # A batch holds thousands of small acyclic objects that reference counting frees; the
+        # cyclic collector would walk them over and over (40% of the time, measured).  This
+        # worker runs nothing else while the partition is read, and the collector comes back on
+        # at the end.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for msg in scan:
+                batch.append(msg)
+                body_bytes += len(msg.body)
+                if len(batch) >= BATCH_ROWS or body_bytes >= BATCH_BYTES:
+                    yield to_record_batch(batch, arrow_schema, msg_id)
+                    batch, body_bytes = [], 0
+            if batch:
+                yield to_record_batch(batch, arrow_schema, msg_id)
+        finally:
+            if collecting:
+                gc.enable()
         if self.options.report_dir:
             scan.report.write(self.options.report_dir)
 

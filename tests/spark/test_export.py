@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import shutil
@@ -13,6 +14,8 @@ from pymq.export.job import STATE_FILE, ExportError, JobConfig, read_state, run_
 from tests.spark.conftest import FILE_SIZE, make_messages, produce, store_of
 
 # pyspark checks the pandas version when Arrow is used; the export does not use pandas.
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "spark_export.py")
+
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
 
 
@@ -144,3 +147,22 @@ def test_torn_tail_exports_the_valid_records_and_reports_the_range(spark, tmp_pa
 def test_not_a_store_fails_before_spark_runs(spark, tmp_path):
     with pytest.raises(ExportError, match="not a RocketMQ store"):
         run_export(JobConfig(store=str(tmp_path), output=str(tmp_path / "o")), spark=spark)
+
+
+def test_failfast_stops_at_a_corrupt_record_and_says_so(spark, tmp_path, written):
+    data_dir, sent = written
+    store = str(tmp_path / "store")
+    shutil.copytree(store_of(data_dir), store)
+    offset = decode_offset_msg_id(sent[3].result.offset_msg_id)[2]
+    path = os.path.join(store, "commitlog", f"{offset - offset % FILE_SIZE:020d}")
+    data = bytearray(pathlib.Path(path).read_bytes())
+    data[offset % FILE_SIZE + 8] ^= 0xFF  # BODYCRC
+    pathlib.Path(path).write_bytes(data)
+    cfg = JobConfig(store=store, output=str(tmp_path / "out"), failfast=True)
+    with pytest.raises(Exception) as failure:  # Spark wraps the task's error
+        run_export(cfg, spark=spark, echo=lambda _line: None)
+    spec = importlib.util.spec_from_file_location("spark_export", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    line = script.spark_error_line(failure.value)
+    assert "CorruptRecordError" in line and "body CRC mismatch" in line

@@ -10,9 +10,12 @@ import subprocess
 import sys
 
 import pytest
+import trio
 
+from pymq.client import Producer
 from pymq.common.message import decode_offset_msg_id, decode_record
 from pymq.common.topic import is_system_topic
+from pymq.embedded import open_cluster
 from pymq.export.options import CheckpointBound, ExportOptions, Mode, OptionError
 from pymq.export.scan import CorruptRecordError, SegmentScan, StoreError, plan_store
 from tests.spark.conftest import FILE_SIZE, make_messages, produce, store_of
@@ -183,3 +186,38 @@ def test_script_says_what_is_wrong_without_a_traceback(tmp_path):
     assert result.returncode == 2
     assert "is not a RocketMQ store" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def test_live_broker_store_is_read_up_to_the_checkpoint(tmp_path):
+    """While a broker runs (abort file present) only flushed, checkpointed records are read."""
+    properties = {
+        "mappedFileSizeCommitLog": str(FILE_SIZE),
+        "flushConsumeQueueThoroughInterval": "50",  # write the checkpoint often
+    }
+    async with (
+        open_cluster(
+            str(tmp_path),
+            namesrv_port=0,
+            broker_port=0,
+            bind_address="127.0.0.1",
+            properties=properties,
+        ) as cluster,
+        Producer("Live", cluster.namesrv_addr) as producer,
+    ):
+        store = store_of(str(tmp_path))
+        assert os.path.exists(os.path.join(store, "abort"))
+        sent = [await producer.send(m) for m in make_messages(40, seed=4)]
+        last = offset_of_result(sent[-1])
+        with trio.fail_after(10):
+            while True:
+                plan, msgs, _ = scan_all(ExportOptions(path=store))
+                if msgs and msgs[-1].commitlog_offset == last:
+                    break
+                await trio.sleep(0.05)
+        assert plan.checkpoint_timestamp is not None
+        assert [m.commitlog_offset for m in msgs] == [offset_of_result(r) for r in sent]
+        assert all(m.store_timestamp <= plan.checkpoint_timestamp for m in msgs)
+
+
+def offset_of_result(result) -> int:
+    return decode_offset_msg_id(result.offset_msg_id)[2]

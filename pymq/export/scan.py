@@ -212,6 +212,16 @@ def first_store_timestamp(path: str) -> int | None:
     return _LONG.unpack_from(head, store_timestamp_position(fields[7]))[0]
 
 
+def _starts_empty(path: str) -> bool:
+    """Whether a file's first bytes are zeros (or missing): no record was ever written there."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_ZERO_PROBE)
+    except OSError:
+        return False
+    return not head.strip(b"\0")
+
+
 def _checkpoint_bound(opts: ExportOptions, root: str, notes: list[str]) -> int | None:
     want = opts.until_checkpoint
     if want is CheckpointBound.NO:
@@ -266,7 +276,14 @@ def plan_store(opts: ExportOptions) -> StorePlan:
         stop_ts = opts.to_time - 1 if stop_ts is None else min(stop_ts, opts.to_time - 1)
     segments: list[Segment] = []
     firsts = [first_store_timestamp(path) for _, path, _ in files]
-    for i, (offset, path, size) in enumerate(files):
+    # The broker creates the next file ahead of need: trailing files that start with zeros hold
+    # nothing yet, and the one before them is the file being written.
+    used = len(files)
+    while used > 0 and _starts_empty(files[used - 1][1]):
+        used -= 1
+    if used < len(files):
+        notes.append(f"{len(files) - used} empty pre-allocated commit-log file(s) not read")
+    for i, (offset, path, size) in enumerate(files[:used]):
         start = max(offset, opts.from_offset or 0)
         end = offset + size if opts.to_offset is None else min(offset + size, opts.to_offset)
         if start >= end:
@@ -278,7 +295,7 @@ def plan_store(opts: ExportOptions) -> StorePlan:
         if opts.from_time is not None and next_first is not None and next_first < opts.from_time:
             continue  # every record here was stored before the next file's first one
         segments.append(
-            Segment(len(segments), path, offset, size, start, end, i == len(files) - 1, stop_ts)
+            Segment(len(segments), path, offset, size, start, end, i == used - 1, stop_ts)
         )
     return StorePlan(
         root=root,

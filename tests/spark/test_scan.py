@@ -117,7 +117,12 @@ def test_torn_tail_keeps_the_valid_records_and_reports_the_rest(store_copy):
     with open(path, "r+b") as f:  # the last record's second half never reached the disk
         f.seek(pos + record.store_size // 2)
         f.write(b"\0" * (FILE_SIZE - pos - record.store_size // 2))
-    _, msgs, reports = scan_all(ExportOptions(path=store, include_system_topics=True))
+    following = int(os.path.basename(path)) + FILE_SIZE
+    with open(os.path.join(store, "commitlog", f"{following:020d}"), "wb") as f:
+        f.truncate(FILE_SIZE)  # the broker pre-allocates the next file
+    plan, msgs, reports = scan_all(ExportOptions(path=store, include_system_topics=True))
+    assert plan.segments[-1].path == path
+    assert any("pre-allocated" in note for note in plan.notes)
     assert [m.commitlog_offset for m in msgs] == [offset_of(s) for s in sent[:-1]]
     bad = [b for r in reports for b in r.bad_ranges]
     assert len(bad) == 1

@@ -66,6 +66,37 @@ def validate_topic(topic: str) -> str | None:
     return None
 
 
+SYSTEM_TOPIC_NAMES = frozenset(
+    {
+        AUTO_CREATE_TOPIC_KEY_TOPIC,
+        SELF_TEST_TOPIC,
+        SCHEDULE_TOPIC,
+        OFFSET_MOVED_EVENT,
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+    }
+)
+"""Broker-internal topics by name; with the prefixes below they make :func:`is_system_topic`."""
+SYSTEM_TOPIC_PREFIXES = (
+    "RMQ_SYS_",
+    SYSTEM_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    DLQ_GROUP_TOPIC_PREFIX,
+)
+
+
+def is_system_topic(topic: str) -> bool:
+    """Whether ``topic`` holds broker plumbing rather than what producers sent to it.
+
+    SCHEDULE_TOPIC_XXXX (delayed messages before they are due), ``RMQ_SYS_*`` and ``rmq_sys_*``
+    (transaction half/op messages, traces), ``%RETRY%`` (re-sent copies of consumed messages),
+    ``%DLQ%`` (messages that exhausted their retries), TBW102, SELF_TEST_TOPIC,
+    OFFSET_MOVED_EVENT and TRANS_CHECK_MAX_TIME_TOPIC.  A delayed or transactional message is
+    stored again under its real topic when due or committed, so leaving these out exports each
+    message once.  BenchmarkTest, which Java also calls a system topic, is left to the user.
+    """
+    return topic in SYSTEM_TOPIC_NAMES or topic.startswith(SYSTEM_TOPIC_PREFIXES)
+
+
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
 

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Benchmark the Spark export against a plain Python loop over the same commit-log files.
+
+    .venv/bin/python scripts/bench_export.py [--size-mib 1024] [--body 1024] [--master local[2]]
+    .venv/bin/python scripts/bench_export.py --store ~/store      # an existing store, kept
+
+Without ``--store`` a store of ``--size-mib`` MiB of commit log is written into a temporary
+directory with pymq's own CommitLog (``--file-mib`` files, default 128 MiB, four topics,
+incompressible bodies) and deleted afterwards, as is the Parquet output.  Figures: commit-log
+MB/s scanned (10^6 bytes) and messages/s for (1) a plain loop running
+:class:`pymq.export.scan.SegmentScan` over every file in this one process (decode with CRC
+check, no Spark), and (2) ``run_export`` to Parquet on the given master, timed for the Spark
+write action alone, after a read-only counting pass that also starts the Python workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from typing import TYPE_CHECKING
+
+from pymq.common.message import MessageExt, encode_properties
+from pymq.export.job import JobConfig, run_export
+from pymq.export.options import ExportOptions
+from pymq.export.scan import SegmentScan, plan_store
+from pymq.store.commitlog import CommitLog
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+TOPICS = ("BenchOrders", "BenchPayments", "BenchAudit", "BenchClicks")
+BATCH = 64
+
+
+def generate(root: str, size_mib: int, body_size: int, file_mib: int) -> tuple[int, int]:
+    """Write about ``size_mib`` MiB of commit log under ``root``; (messages, bytes written)."""
+    log = CommitLog(os.path.join(root, "commitlog"), file_mib << 20)
+    log.load()
+    pool = os.urandom(16 << 20)  # incompressible, and too big for Parquet pages to dedupe
+    target = size_mib << 20
+    count = 0
+    born = int(time.time() * 1000)
+    try:
+        while log.max_offset < target:
+            msgs, encoded = [], []
+            for i in range(BATCH):
+                n = count + i
+                props = {"TAGS": f"tag{n % 8}", "KEYS": f"k{n}", "UNIQ_KEY": f"{n:032X}"}
+                start = (n * (body_size + 61)) % (len(pool) - body_size)
+                msgs.append(
+                    MessageExt(
+                        topic=TOPICS[n % len(TOPICS)],
+                        body=pool[start : start + body_size],
+                        properties=props,
+                        queue_id=n % 4,
+                        born_timestamp=born,
+                        born_host=("127.0.0.1", 50000),
+                    )
+                )
+                encoded.append((msgs[-1].topic.encode(), encode_properties(props).encode()))
+            result = log.append_messages(msgs, encoded)
+            if result.status.name != "PUT_OK":
+                raise RuntimeError(f"cannot write the benchmark store: {result}")
+            count += BATCH
+        for mf in log.queue.files:
+            mf.sync()
+        return count, log.max_offset
+    finally:
+        log.close()
+
+
+def plain_loop(store: str) -> tuple[int, int, float]:
+    """(messages, commit-log bytes, seconds) for decoding every file in this process."""
+    opts = ExportOptions(path=store)
+    started = time.perf_counter()
+    plan = plan_store(opts)
+    messages = scanned = 0
+    for segment in plan.segments:
+        scan = SegmentScan(segment, opts)
+        for _msg in scan:
+            messages += 1
+        scanned += scan.report.resume_offset - segment.start
+    return messages, scanned, time.perf_counter() - started
+
+
+def start_session(master: str) -> SparkSession:
+    from pyspark.sql import SparkSession
+
+    from pymq.export.datasource import register
+
+    session = (
+        SparkSession.builder.master(master)
+        .appName("pymq-bench-export")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    return session
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", help="an existing store to read (not deleted)")
+    parser.add_argument("--size-mib", type=int, default=1024, help="store size to generate")
+    parser.add_argument(
+        "--file-mib", type=int, default=128, help="commit-log file size (one partition each)"
+    )
+    parser.add_argument("--body", type=int, default=1024, help="body bytes per message")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--workdir", default=None, help="where to generate (default: /tmp)")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    workdir = tempfile.mkdtemp(prefix="pymq-bench-export-", dir=args.workdir)
+    try:
+        store = args.store
+        if store is None:
+            store = os.path.join(workdir, "store")
+            t = time.perf_counter()
+            count, size = generate(store, args.size_mib, args.body, args.file_mib)
+            print(
+                f"generated {count} messages, {size / 2**20:.0f} MiB of commit log "
+                f"in {time.perf_counter() - t:.1f} s",
+                flush=True,
+            )
+        messages, scanned, secs = plain_loop(store)
+        print(
+            f"plain Python loop (1 process): {messages} msgs, {scanned / 1e6:.0f} MB in "
+            f"{secs:.1f} s = {scanned / secs / 1e6:.1f} MB/s, {messages / secs:.0f} msgs/s",
+            flush=True,
+        )
+        out = os.path.join(workdir, "out")
+        t = time.perf_counter()
+        spark = start_session(args.master)
+        print(f"Spark session started in {time.perf_counter() - t:.1f} s", flush=True)
+        t = time.perf_counter()
+        rows = spark.read.format("pymq").option("path", store).load().count()
+        secs = time.perf_counter() - t
+        print(
+            f"Spark read-only pass (count, cold Python workers): {rows} msgs in {secs:.1f} s "
+            f"= {scanned / secs / 1e6:.1f} MB/s, {rows / secs:.0f} msgs/s",
+            flush=True,
+        )
+        cfg = JobConfig(store=store, output=out, master=args.master)
+        try:
+            summary = run_export(cfg, spark=spark, echo=lambda line: None)
+        finally:
+            spark.stop()
+        assert summary.messages == messages, (summary.messages, messages)
+        w = summary.write_seconds
+        print(
+            f"Spark export to Parquet ({args.master}): {summary.messages} msgs in {w:.1f} s "
+            f"= {scanned / w / 1e6:.1f} MB/s, {summary.messages / w:.0f} msgs/s "
+            f"(with planning and summary {summary.seconds:.1f} s)",
+            flush=True,
+        )
+        print(f"Parquet output: {_du(out) / 2**20:.0f} MiB", flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+def _du(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Spark in local mode over stores written by the broker: the data source and the export job."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import shutil
+
+import pytest
+
+from pymq.common.message import decode_offset_msg_id, decode_record
+from pymq.export.job import STATE_FILE, ExportError, JobConfig, read_state, run_export
+from tests.spark.conftest import FILE_SIZE, make_messages, produce, store_of
+
+# pyspark checks the pandas version when Arrow is used; the export does not use pandas.
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "spark_export.py")
+
+pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    data_dir = str(tmp_path_factory.mktemp("export-store"))
+    sent = produce(data_dir, make_messages(300, seed=2), delayed=1)
+    return data_dir, sent
+
+
+def read(spark, store: str, **options: str):
+    return spark.read.format("pymq").option("path", store).options(**options).load()
+
+
+def by_offset(rows) -> dict[int, object]:
+    return {r.commitlog_offset: r for r in rows}
+
+
+def test_export_matches_what_the_client_sent(spark, written):
+    data_dir, sent = written
+    df = read(spark, store_of(data_dir))
+    files = len(os.listdir(os.path.join(store_of(data_dir), "commitlog")))
+    assert files >= 3
+    assert df.rdd.getNumPartitions() == files  # one partition per commit-log file
+    rows = by_offset(df.collect())
+    assert len(rows) == len(sent)
+    for s in sent:
+        _ip, _port, offset = decode_offset_msg_id(s.result.offset_msg_id)
+        row = rows[offset]
+        msg = s.message
+        assert row.topic == msg.topic
+        assert row.body == msg.body
+        assert row.tags == msg.tags
+        assert row.keys == (list(msg.keys) if msg.keys else [])
+        assert row.unique_key == s.result.msg_id
+        assert row.msg_id == s.result.offset_msg_id
+        assert row.queue_id == s.result.queue.queue_id
+        assert row.queue_offset == s.result.queue_offset
+        for key, value in msg.properties.items():
+            assert row.properties[key] == value
+        assert row.born_timestamp <= row.store_timestamp
+        assert row.store_host.startswith("127.0.0.1:")
+
+
+def test_topic_and_time_filters(spark, written):
+    data_dir, sent = written
+    store = store_of(data_dir)
+    everything = read(spark, store).select("topic", "store_timestamp", "commitlog_offset")
+    rows = sorted(everything.collect(), key=lambda r: r.commitlog_offset)
+    audit = read(spark, store, topics="Audit").collect()
+    assert {r.topic for r in audit} == {"Audit"}
+    assert len(audit) == sum(1 for s in sent if s.message.topic == "Audit")
+    middle = rows[len(rows) // 2].store_timestamp
+    later = rows[len(rows) * 3 // 4].store_timestamp
+    since_ms = int(middle.timestamp() * 1000)
+    until_ms = int(later.timestamp() * 1000)
+    window = read(spark, store, fromTime=str(since_ms), toTime=later.isoformat() + "Z").collect()
+    expected = [r.commitlog_offset for r in rows if since_ms <= _ms(r) < until_ms]
+    assert sorted(r.commitlog_offset for r in window) == expected
+    assert 0 < len(expected) < len(rows)
+    system = read(spark, store, includeSystemTopics="true").count()
+    assert system == len(sent) + 1  # the delayed message still in SCHEDULE_TOPIC_XXXX
+
+
+def _ms(row) -> int:
+    return int(row.store_timestamp.timestamp() * 1000)
+
+
+def test_incremental_export_picks_up_only_new_messages(spark, tmp_path, written):
+    data_dir = str(tmp_path / "data")
+    shutil.copytree(written[0], data_dir)
+    first = written[1]
+    out = str(tmp_path / "out")
+    cfg = JobConfig(store=store_of(data_dir), output=out, partition_by=("topic", "date"))
+    summary = run_export(cfg, spark=spark, echo=lambda _line: None)
+    assert summary.messages == len(first)
+    assert summary.topics == {"Audit": 150, "Orders": 150}
+    with pytest.raises(ExportError, match="already holds an export"):
+        run_export(cfg, spark=spark, echo=lambda _line: None)
+
+    more = produce(data_dir, make_messages(60, seed=3))
+    lines: list[str] = []
+    incremental = JobConfig(
+        store=store_of(data_dir), output=out, partition_by=("topic", "date"), incremental=True
+    )
+    again = run_export(incremental, spark=spark, echo=lines.append)
+    # The restarted broker may also deliver the delayed message (into Orders) by now.
+    truth = read(spark, store_of(data_dir)).count()
+    assert truth - len(first) - len(more) in (0, 1)
+    assert again.messages == truth - len(first)
+    assert again.from_offset == summary.last_offset
+    assert any("per topic" in line for line in lines)
+    exported = spark.read.parquet(out)
+    assert exported.count() == truth
+    assert exported.select("commitlog_offset").distinct().count() == truth
+    assert {r.date.isoformat() for r in exported.select("date").distinct().collect()}
+    bodies = {bytes(r.body) for r in exported.where("topic = 'Orders'").collect()}
+    assert {s.message.body for s in first + more if s.message.topic == "Orders"} <= bodies
+
+    state = read_state(out)
+    assert os.path.exists(os.path.join(out, STATE_FILE))
+    assert [r["messages"] for r in state["runs"]] == [len(first), again.messages]
+    assert state["last_offset"] == again.last_offset > summary.last_offset
+    nothing = run_export(incremental, spark=spark, echo=lambda _line: None)
+    assert nothing.messages == 0
+
+
+def test_torn_tail_exports_the_valid_records_and_reports_the_range(spark, tmp_path, written):
+    data_dir, sent = written
+    store = str(tmp_path / "store")
+    shutil.copytree(store_of(data_dir), store)
+    last = decode_offset_msg_id(sent[-1].result.offset_msg_id)[2]
+    path = os.path.join(store, "commitlog", f"{last - last % FILE_SIZE:020d}")
+    pos = last % FILE_SIZE
+    size = decode_record(pathlib.Path(path).read_bytes(), pos).store_size
+    with open(path, "r+b") as f:
+        f.truncate(pos + size // 3)  # the file itself ends inside the record
+    out = str(tmp_path / "out")
+    lines: list[str] = []
+    summary = run_export(
+        JobConfig(store=store, output=out, format="json"), spark=spark, echo=lines.append
+    )
+    assert summary.messages == len(sent) - 1
+    assert [(b.start, b.end) for b in summary.bad_ranges] == [(last, last + size // 3)]
+    assert any("bad range" in line for line in lines)
+    assert spark.read.json(out).count() == len(sent) - 1
+
+
+def test_not_a_store_fails_before_spark_runs(spark, tmp_path):
+    with pytest.raises(ExportError, match="not a RocketMQ store"):
+        run_export(JobConfig(store=str(tmp_path), output=str(tmp_path / "o")), spark=spark)
+
+
+def test_failfast_stops_at_a_corrupt_record_and_says_so(spark, tmp_path, written):
+    data_dir, sent = written
+    store = str(tmp_path / "store")
+    shutil.copytree(store_of(data_dir), store)
+    offset = decode_offset_msg_id(sent[3].result.offset_msg_id)[2]
+    path = os.path.join(store, "commitlog", f"{offset - offset % FILE_SIZE:020d}")
+    data = bytearray(pathlib.Path(path).read_bytes())
+    data[offset % FILE_SIZE + 8] ^= 0xFF  # BODYCRC
+    pathlib.Path(path).write_bytes(data)
+    cfg = JobConfig(store=store, output=str(tmp_path / "out"), failfast=True)
+    with pytest.raises(Exception) as failure:  # Spark wraps the task's error
+        run_export(cfg, spark=spark, echo=lambda _line: None)
+    spec = importlib.util.spec_from_file_location("spark_export", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    line = script.spark_error_line(failure.value)
+    assert "CorruptRecordError" in line and "body CRC mismatch" in line

@@ -1,0 +1,73 @@
+"""HA framing and the SYNC_MASTER waits of HAService, without sockets."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from pymq.store.config import MessageStoreConfig
+from pymq.store.ha.framing import (
+    HAProtocolError,
+    ReportDecoder,
+    TransferDecoder,
+    encode_report,
+    encode_transfer,
+)
+from pymq.store.ha.master import HAService, SlaveConnection
+from pymq.store.results import PutMessageStatus
+
+
+def test_report_decoder_keeps_the_newest_whole_offset() -> None:
+    decoder = ReportDecoder()
+    stream = encode_report(10) + encode_report(20) + encode_report(30)[:5]
+    assert decoder.feed(stream) == 20
+    assert decoder.feed(encode_report(30)[5:]) == 30
+    assert decoder.feed(b"") is None
+    with pytest.raises(HAProtocolError):
+        decoder.feed(encode_report(-1))
+
+
+def test_transfer_decoder_reassembles_frames_cut_anywhere() -> None:
+    frames = [(0, b"abc"), (3, b""), (3, b"x" * 1000)]
+    stream = b"".join(encode_transfer(o, d) for o, d in frames)
+    for cut in range(len(stream) + 1):
+        decoder = TransferDecoder()
+        assert decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) == frames
+    with pytest.raises(HAProtocolError):
+        TransferDecoder().feed(encode_transfer(0)[:8] + b"\xff\xff\xff\xff")
+
+
+class FakeStore:
+    max_phy_offset = 1000
+
+
+def service(**config: int) -> HAService:
+    return HAService(FakeStore(), MessageStoreConfig(sync_flush_timeout=200, **config))
+
+
+async def test_no_slave_is_slave_not_available() -> None:
+    assert await service().wait_for_replica(100) is PutMessageStatus.SLAVE_NOT_AVAILABLE
+
+
+async def test_slave_too_far_behind_is_slave_not_available() -> None:
+    ha = service(ha_slave_fallbehind_max=500)
+    ha.connections.add(SlaveConnection("s:1", request_offset=0, ack_offset=0))
+    assert await ha.wait_for_replica(600) is PutMessageStatus.SLAVE_NOT_AVAILABLE
+
+
+async def test_ack_completes_the_wait_and_silence_times_out() -> None:
+    ha = service()
+    conn = SlaveConnection("s:1", request_offset=0)
+    ha.connections.add(conn)
+    results = []
+
+    async def wait(end: int) -> None:
+        results.append(await ha.wait_for_replica(end))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait, 100)
+        await trio.sleep(0.01)
+        ha._on_ack(conn, 100)
+    assert results == [PutMessageStatus.PUT_OK]
+    assert await ha.wait_for_replica(200) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+    assert ha.status() == [{"address": "s:1", "ackOffset": 100, "lagBytes": 900}]

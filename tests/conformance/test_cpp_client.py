@@ -26,10 +26,19 @@ MODES = ["sync", "orderly", "oneway", "mixed", "batch", "pull", "retry"]
 TIMEOUTS = {"retry": 180}
 
 
-@pytest.mark.parametrize("mode", MODES)
-async def test_cpp_client_roundtrip(mode: str, tmp_path: Path) -> None:
+def client_lock_race(home: Path) -> bool:
+    """Whether the C++ client logged its own transport-table lock timeout ("get timed_mutex
+    timeout" in TcpRemotingClient::CreateTransport): its producer then fails every try at once
+    without sending a byte to the broker, a race between threads inside the client."""
+    for log_file in (home / "logs" / "rocketmq-cpp").glob("*"):
+        if "get timed_mutex timeout" in log_file.read_text(errors="replace"):
+            return True
+    return False
+
+
+async def run_script(mode: str, home: Path) -> tuple[int, str]:
     async with open_cluster(
-        str(tmp_path / "pymq"),
+        str(home / "pymq"),
         namesrv_port=0,
         broker_port=0,
         bind_address="127.0.0.1",
@@ -39,7 +48,7 @@ async def test_cpp_client_roundtrip(mode: str, tmp_path: Path) -> None:
         # Created first, as the script's README asks: a push consumer then owns its queues
         # before the producer starts.
         await create_topic(cluster.namesrv_addr, topic)
-        env = dict(os.environ, HOME=str(tmp_path))  # the client logs under $HOME/logs
+        env = dict(os.environ, HOME=str(home))  # the client logs under $HOME/logs
         with trio.fail_after(300):
             result = await trio.run_process(
                 [
@@ -61,6 +70,18 @@ async def test_cpp_client_roundtrip(mode: str, tmp_path: Path) -> None:
                 capture_stderr=True,
                 check=False,
             )
-    output = (result.stdout + result.stderr).decode(errors="replace")
-    assert result.returncode == 0, output[-600:] + result.stdout.decode(errors="replace")[-600:]
+    stdout = result.stdout.decode(errors="replace")
+    return result.returncode, stdout + result.stderr.decode(errors="replace")[-600:]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_cpp_client_roundtrip(mode: str, tmp_path: Path) -> None:
+    first = tmp_path / "first"
+    code, output = await run_script(mode, first)
+    if code != 0 and client_lock_race(first):
+        # One fresh run, only for the client's internal lock race (see client_lock_race); any
+        # other failure, or the race twice, fails the test.
+        print(f"retrying mode {mode} once: the C++ client hit its transport lock race")
+        code, output = await run_script(mode, tmp_path / "second")
+    assert code == 0, output[-1500:]
     assert f"PASS: mode={mode} received 200/200" in output

@@ -76,9 +76,6 @@ class ProducerManager:
                     expired.append(channel)
         return expired
 
-    def find_channel(self, group: str) -> ClientChannelInfo | None:
-        return next(iter(self.groups.get(group, {}).values()), None)
-
 
 @attrs.define
 class ConsumerGroupInfo:

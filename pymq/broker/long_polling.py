@@ -32,7 +32,3 @@ class PullRequestHoldService:
         event = self._events.pop((topic, queue_id), None)
         if event is not None:
             event.set()
-
-    @property
-    def held_queues(self) -> int:
-        return len(self._events)

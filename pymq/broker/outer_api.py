@@ -12,10 +12,10 @@ import logging
 import attrs
 import trio
 
+from pymq.common.message import body_crc32
 from pymq.common.route import KVTable, RegisterBrokerBody
 from pymq.common.serde import from_json, to_json
 from pymq.common.topic import DataVersion, TopicConfigSerializeWrapper
-from pymq.namesrv.processor import body_crc32
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode

@@ -96,10 +96,6 @@ class TopicConfigManager(JsonConfigManager):
     def select(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
-    def is_order_topic(self, topic: str) -> bool:
-        config = self.table.get(topic)
-        return bool(config and config.order)
-
     async def _changed(self) -> None:
         self.data_version.next_version()
         await self.persist()

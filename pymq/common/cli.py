@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from pymq.common.config import ConfigError, apply_properties, to_properties
+from pymq.common.errors import StartupError
 from pymq.common.properties import format_properties, load_properties
 
 log = logging.getLogger(__name__)
@@ -94,10 +95,6 @@ async def run_until_signalled(service: Callable[..., Awaitable[object]], banner:
                 break
 
 
-class StartupError(Exception):
-    """A reason to refuse to start that the operator can act on (printed as one line)."""
-
-
 def leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
@@ -117,9 +114,7 @@ def run_main(async_fn: Callable[..., Awaitable[object]], *args: object, what: st
             if isinstance(leaf, (ConfigError, ValueError)):
                 print(f"error: {leaf}", file=sys.stderr)
                 return 2
-            if isinstance(leaf, (OSError, StartupError)) or type(leaf).__name__ == (
-                "StoreLockedError"
-            ):
+            if isinstance(leaf, (OSError, StartupError)):
                 print(f"error: cannot start {what}: {leaf}", file=sys.stderr)
                 return 1
             if isinstance(leaf, KeyboardInterrupt):

@@ -8,7 +8,6 @@ DefaultRequestProcessor.
 from __future__ import annotations
 
 import logging
-import zlib
 from typing import TYPE_CHECKING
 
 import trio
@@ -20,6 +19,7 @@ from pymq.common.config import (
     to_properties,
     update_at_runtime,
 )
+from pymq.common.message import body_crc32
 from pymq.common.properties import format_properties
 from pymq.common.route import KVTable, RegisterBrokerBody, TopicList
 from pymq.common.serde import from_json, to_json
@@ -40,11 +40,6 @@ RESTART_ONLY_KEYS = frozenset({"kvConfigPath", "configStorePath", "listenPort", 
 # TopicSysFlag bits.
 FLAG_UNIT = 0x1
 FLAG_UNIT_SUB = 0x2
-
-
-def body_crc32(body: bytes) -> int:
-    """``UtilAll.crc32``: zlib's CRC-32 masked to 31 bits (0 means "not checked")."""
-    return zlib.crc32(body) & 0x7FFFFFFF
 
 
 class NamesrvProcessor:

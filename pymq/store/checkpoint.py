@@ -18,6 +18,8 @@ import mmap
 import os
 import struct
 
+from pymq.common.errors import StartupError
+
 OS_PAGE_SIZE = 4096
 _THREE_LONGS = struct.Struct(">qqq")
 RECOVERY_TIME_MARGIN_MS = 3000
@@ -72,7 +74,7 @@ class StoreCheckpoint:
             self._fd = -1
 
 
-class StoreLockedError(RuntimeError):
+class StoreLockedError(StartupError):
     """Another store already runs on this directory."""
 
 

@@ -8,9 +8,9 @@ import struct
 import trio
 import trio.testing
 
+from pymq.common.message import body_crc32
 from pymq.common.route import RegisterBrokerBody
 from pymq.common.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
-from pymq.namesrv.processor import body_crc32
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand, encode
 from pymq.remoting.codes import RequestCode, ResponseCode

@@ -26,10 +26,21 @@ MODES = ["sync", "orderly", "oneway", "mixed", "batch", "pull", "retry"]
 TIMEOUTS = {"retry": 180}
 
 
+# Attempts per mode when, and only when, every failed attempt shows the client's own lock race.
+MAX_ATTEMPTS = 3
+
+
 def client_lock_race(home: Path) -> bool:
     """Whether the C++ client logged its own transport-table lock timeout ("get timed_mutex
-    timeout" in TcpRemotingClient::CreateTransport): its producer then fails every try at once
-    without sending a byte to the broker, a race between threads inside the client."""
+    timeout" in TcpRemotingClient::CreateTransport).
+
+    The bundled librocketmq's ``try_lock_for`` on that table fails at once (not after its 3 s)
+    whenever another client thread holds the lock, so the request is never sent: a producer then
+    fails every try within a millisecond, and a push consumer's send-back of a failed message is
+    lost, because this client version logs the error and moves its offset on anyway (seen in
+    retry mode: the message was never sent back, and the broker never heard of it).  A race
+    between threads inside the client, which no broker can prevent.
+    """
     for log_file in (home / "logs" / "rocketmq-cpp").glob("*"):
         if "get timed_mutex timeout" in log_file.read_text(errors="replace"):
             return True
@@ -76,12 +87,13 @@ async def run_script(mode: str, home: Path) -> tuple[int, str]:
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_cpp_client_roundtrip(mode: str, tmp_path: Path) -> None:
-    first = tmp_path / "first"
-    code, output = await run_script(mode, first)
-    if code != 0 and client_lock_race(first):
-        # One fresh run, only for the client's internal lock race (see client_lock_race); any
-        # other failure, or the race twice, fails the test.
-        print(f"retrying mode {mode} once: the C++ client hit its transport lock race")
-        code, output = await run_script(mode, tmp_path / "second")
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        home = tmp_path / f"attempt{attempt}"
+        code, output = await run_script(mode, home)
+        if code == 0 or not client_lock_race(home):
+            break
+        # A fresh run only for the client's internal lock race (see client_lock_race); any other
+        # failure fails the test at once.
+        print(f"mode {mode} attempt {attempt} failed on the C++ client's transport lock race")
     assert code == 0, output[-1500:]
     assert f"PASS: mode={mode} received 200/200" in output

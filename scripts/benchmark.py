@@ -5,7 +5,8 @@
     scripts/benchmark.py -n 127.0.0.1:9876    # against a running name server
     scripts/benchmark.py --flush SYNC_FLUSH --ha SYNC_MASTER -q 20000
 
-Publishes -q messages of -s bytes with at most -w unacknowledged (or -b per batch request),
+Publishes -q messages of -s bytes with at most -w unacknowledged (Producer.send_async with a
+window; --sync: -w tasks each awaiting send(); -b: batch requests),
 printing send TPS, average and max RT and failures every second; then consumes everything it
 sent with a push consumer.  Ends with one JSON line in the format of ../shared/bench
 (EXTRA_BENCH), so pymq can run beside Redis, NATS and RabbitMQ in one rotation.
@@ -14,6 +15,7 @@ sent with a push consumer.  Ends with one JSON line in the format of ../shared/b
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -207,14 +209,56 @@ async def publish(args: argparse.Namespace, namesrv: str) -> tuple[float, list[f
                 )
                 last = sent
 
+        async def windowed_async() -> None:
+            # Java's async send with a window: no task per message, the answer arrives in a
+            # callback, and the loop waits only when -w messages are unanswered.
+            nonlocal sent, failures
+            in_flight = 0
+            slot = trio.Event()
+            drained = trio.Event()
+            msg = Message(args.topic, body)
+
+            def done(t0: float, result: object, error: Exception | None) -> None:
+                nonlocal in_flight, sent, failures
+                in_flight -= 1
+                if error is not None:
+                    failures += 1
+                else:
+                    rt = (time.perf_counter() - t0) * 1000
+                    latencies.append(rt)
+                    window_stats.append(rt)
+                    sent += 1
+                slot.set()
+                if in_flight == 0 and finished_sending:
+                    drained.set()
+
+            finished_sending = False
+            for _ in range(args.count):
+                while in_flight >= args.window:
+                    slot = trio.Event()
+                    await slot.wait()
+                in_flight += 1
+                t0 = time.perf_counter()
+                try:
+                    await producer.send_async(msg, functools.partial(done, t0))
+                except Exception:
+                    in_flight -= 1
+                    failures += 1
+            finished_sending = True
+            if in_flight:
+                await drained.wait()
+
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reporter)
-            async with trio.open_nursery() as workers:
-                for _ in range(
-                    max(1, args.window // max(1, args.batch) if args.batch > 1 else args.window)
-                ):
-                    workers.start_soon(worker)
+            if args.batch == 1 and not args.sync:
+                await windowed_async()
+            else:
+                async with trio.open_nursery() as workers:
+                    for _ in range(
+                        max(1, args.window // max(1, args.batch) if args.batch > 1 else args.window)
+                    ):
+                        workers.start_soon(worker)
             elapsed = time.perf_counter() - start
             done.set()
     return sent / elapsed, latencies, failures
@@ -310,6 +354,11 @@ def main() -> int:
     parser.add_argument("--ha", choices=["ASYNC_MASTER", "SYNC_MASTER"], help="add a slave")
     parser.add_argument("--file-size", type=int, default=256 * 1024 * 1024)
     parser.add_argument("--no-consume", action="store_true")
+    parser.add_argument(
+        "--sync",
+        action="store_true",
+        help="one task per in-flight send with the awaited send() (default: send_async)",
+    )
     args = parser.parse_args()
     result = trio.run(main_async, args)
     print(json.dumps(result), flush=True)

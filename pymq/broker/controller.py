@@ -184,9 +184,13 @@ class BrokerController:
             RequestCode.GET_CONSUME_STATS: admin.get_consume_stats,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.invoke_broker_to_reset_offset,
         }
+        inline = {
+            RequestCode.SEND_MESSAGE: send.send_message_inline,
+            RequestCode.SEND_MESSAGE_V2: send.send_message_inline,
+        }
         for server in (self.server, self.fast_server):
             for code, handler in table.items():
-                server.register(code, handler)
+                server.register(code, handler, inline.get(code))
 
     def configs(self) -> list[object]:
         return [self.broker_config, self.server_config, self.client_config, self.store_config]

@@ -50,6 +50,8 @@ DEFAULT_TOPIC_QUEUE_NUMS = 4
 HEARTBEAT_PERIOD = 30.0
 ROUTE_REFRESH_PERIOD = 30.0
 
+_DEFAULT_TOPIC_QUEUE_NUMS_TEXT = str(DEFAULT_TOPIC_QUEUE_NUMS)
+
 STORED_CODES = {
     ResponseCode.SUCCESS: "SEND_OK",
     ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
@@ -171,22 +173,77 @@ class Producer(ClientService):
 
     def _header(
         self, mq: MessageQueue, sys_flag: int, flag: int, props: str, batch: bool
-    ) -> dict[str, object]:
-        # SendMessageRequestHeaderV2's one-letter names, as Java producers send them.
+    ) -> dict[str, str]:
+        # SendMessageRequestHeaderV2's one-letter names, as Java producers send them; values
+        # already the strings the wire carries.
         return {
             "a": self.group,
             "b": mq.topic,
             "c": AUTO_CREATE_TOPIC_KEY_TOPIC,
-            "d": DEFAULT_TOPIC_QUEUE_NUMS,
-            "e": mq.queue_id,
-            "f": sys_flag,
-            "g": int(time.time() * 1000),
-            "h": flag,
+            "d": _DEFAULT_TOPIC_QUEUE_NUMS_TEXT,
+            "e": str(mq.queue_id),
+            "f": str(sys_flag),
+            "g": str(int(time.time() * 1000)),
+            "h": str(flag),
             "i": props,
-            "j": 0,
-            "k": False,
-            "m": batch,
+            "j": "0",
+            "k": "false",
+            "m": "true" if batch else "false",
         }
+
+    async def send_async(
+        self,
+        msg: Message,
+        callback: Callable[[SendResult | None, Exception | None], None],
+        *,
+        queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Send without waiting for the answer: ``callback(result, None)`` once the broker
+        stored it, or ``callback(None, error)``.  Java's ``send(msg, SendCallback)``.
+
+        Returns as soon as the request is queued for writing (after a route lookup the first
+        time a topic is seen).  The callback runs in the connection's reader task and must not
+        block.  Unlike :meth:`send`, a failure is reported, not retried on another queue.
+        """
+        assert self.client is not None
+        body, sys_flag, props, uniq = self._encode(msg)
+        queues, _ = await self.publish_queues(msg.topic)  # also learns the broker addresses
+        mq = queue or queues[next(self._counter) % len(queues)]
+        addr = self.client.master_addr(mq.broker_name)
+        if addr is None:
+            raise MQClientError(-1, f"no master address for broker {mq.broker_name}")
+        channel = await self.client.remoting.channel(addr)
+        request = RemotingCommand(
+            RequestCode.SEND_MESSAGE_V2,
+            self._header(mq, sys_flag, msg.flag, props, False),
+            body,
+        )
+
+        def on_response(response: RemotingCommand | None, error: Exception | None) -> None:
+            if response is None:
+                callback(None, MQClientError(-1, str(error), f"send to {addr}"))
+                return
+            status = STORED_CODES.get(response.code)
+            if status is None:
+                callback(None, MQClientError(response.code, response.remark, f"send to {addr}"))
+                return
+            ext = response.ext_fields
+            queue_id = ext.get("queueId")
+            result = SendResult(
+                status,
+                uniq,
+                ext.get("msgId", ""),
+                mq
+                if queue_id is None or int(queue_id) == mq.queue_id
+                else MessageQueue(mq.topic, mq.broker_name, int(queue_id)),
+                int(ext.get("queueOffset", -1)),
+            )
+            callback(result, None)
+
+        channel.invoke_callback(
+            request, self.send_timeout if timeout is None else timeout, on_response
+        )
 
     async def send(
         self,

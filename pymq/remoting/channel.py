@@ -42,6 +42,17 @@ from pymq.remoting.errors import (
 log = logging.getLogger(__name__)
 
 RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingCommand | None]]
+# Answers a request at once, inside the reader, or returns None to have it served by a task,
+# or ANSWER_LATER when it has arranged to call Channel.answer itself (a group commit).
+InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | None]
+ANSWER_LATER = RemotingCommand(code=-1)
+
+# Answer to a callback-style call: (response, None) or (None, error).
+ResponseCallback = Callable[[RemotingCommand | None, Exception | None], None]
+
+# How often calls made with a callback are checked for an expired deadline (Java's
+# NettyRemotingAbstract.scanResponseTable runs once a second; callers here expect finer).
+CALLBACK_SWEEP_INTERVAL = 0.05
 
 # Bytes asked of the socket per receive: large enough to take many small frames in one call.
 RECEIVE_SIZE = 256 * 1024
@@ -51,9 +62,23 @@ MAX_FRAMES_PER_WRITE = 256
 
 @attrs.define(slots=True)
 class _Pending:
-    event: trio.Event = attrs.Factory(trio.Event)
+    event: trio.Event | None = None
     response: RemotingCommand | None = None
     error: Exception | None = None
+    callback: ResponseCallback | None = None
+    deadline: float = math.inf
+    code: int = 0
+
+    def finish(self, response: RemotingCommand | None, error: Exception | None) -> None:
+        if self.callback is not None:
+            try:
+                self.callback(response, error)
+            except Exception:
+                log.exception("a response callback raised")
+            return
+        self.response, self.error = response, error
+        assert self.event is not None
+        self.event.set()
 
 
 def _peer_address(stream: trio.SocketStream) -> str:
@@ -74,8 +99,10 @@ class Channel:
         *,
         max_frame_length: int = FRAME_MAX_LENGTH,
         idle_timeout: float | None = None,
+        inline_handler: InlineHandler | None = None,
     ) -> None:
         self.stream = stream
+        self.inline_handler = inline_handler
         self.idle_timeout = idle_timeout or None
         self._last_write = trio.current_time()
         self.handler = handler
@@ -84,6 +111,8 @@ class Channel:
         self.close_reason: str | None = None
         self._decoder = FrameDecoder(max_frame_length)
         self._pending: dict[int, _Pending] = {}
+        self._callbacks = 0  # pending calls that answer through a callback
+        self._sweep_wanted = trio.Event()
         self._out_send, self._out_recv = trio.open_memory_channel[bytes](math.inf)
         self._cancel_scope = trio.CancelScope()
         self._finished = trio.Event()
@@ -99,6 +128,7 @@ class Channel:
             with self._cancel_scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._writer)
+                    nursery.start_soon(self._sweeper)
                     await self._reader(nursery)
                     nursery.cancel_scope.cancel()
         finally:
@@ -123,10 +153,11 @@ class Channel:
         self.closed = True
         self._out_send.close()
         error = RemotingConnectError(f"connection to {self.remote_address} closed: {reason}")
-        for pending in self._pending.values():
-            pending.error = error
-            pending.event.set()
+        pendings = list(self._pending.values())
         self._pending.clear()
+        self._callbacks = 0
+        for pending in pendings:
+            pending.finish(None, error)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -155,10 +186,11 @@ class Channel:
                 self.close_reason = f"protocol error: {exc}"
                 log.warning("closing connection from %s: %s", self.remote_address, exc)
                 return
+            inline = self.inline_handler
             for cmd in commands:
                 if cmd.flag & RPC_TYPE_RESPONSE:
                     self._on_response(cmd)
-                else:
+                elif inline is None or not self._serve_inline(inline, cmd):
                     nursery.start_soon(self._serve, cmd)
 
     def _on_response(self, cmd: RemotingCommand) -> None:
@@ -166,8 +198,53 @@ class Channel:
         if pending is None:
             log.debug("response for unknown opaque %d from %s", cmd.opaque, self.remote_address)
             return
-        pending.response = cmd
-        pending.event.set()
+        if pending.callback is not None:
+            self._callbacks -= 1
+        pending.finish(cmd, None)
+
+    async def _sweeper(self) -> None:
+        """Fail callback-style calls whose deadline passed (awaited calls time out by
+        themselves)."""
+        while True:
+            if not self._callbacks:  # sleep for good while no such call is pending
+                await self._sweep_wanted.wait()
+                self._sweep_wanted = trio.Event()
+            await trio.sleep(CALLBACK_SWEEP_INTERVAL)
+            now = trio.current_time()
+            expired = [
+                (opaque, p)
+                for opaque, p in self._pending.items()
+                if p.callback is not None and p.deadline <= now
+            ]
+            for opaque, pending in expired:
+                del self._pending[opaque]
+                self._callbacks -= 1
+                pending.finish(
+                    None,
+                    RemotingTimeoutError(
+                        f"{request_name(pending.code)} to {self.remote_address}: no response "
+                        "in time"
+                    ),
+                )
+
+    def _serve_inline(self, inline: InlineHandler, request: RemotingCommand) -> bool:
+        """Serve ``request`` now if the inline handler can (no task, no wait); else False."""
+        try:
+            response = inline(self, request)
+        except RemotingCommandError as exc:
+            response = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:
+            name = request_name(request.code)
+            log.exception("error serving %s from %s", name, self.remote_address)
+            problem = f"{type(exc).__name__}: {exc}"
+            response = request.response(ResponseCode.SYSTEM_ERROR, problem)
+        else:
+            if response is None:
+                return False
+            if response is ANSWER_LATER:
+                return True
+        self._answer(request, response)
+        return True
 
     async def _serve(self, request: RemotingCommand) -> None:
         if self.handler is None:
@@ -187,6 +264,13 @@ class Channel:
                 response = request.response(
                     ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
                 )
+        self._answer(request, response)
+
+    def answer(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """Answer ``request`` (nothing for a oneway one); dropped if the channel has closed."""
+        self._answer(request, response)
+
+    def _answer(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None or request.flag & RPC_ONEWAY:
             return
         response.opaque = request.opaque
@@ -233,12 +317,12 @@ class Channel:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         request.opaque = next_opaque()
         request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
-        pending = _Pending()
+        pending = _Pending(trio.Event())
         self._pending[request.opaque] = pending
         try:
             self._write(encode(request))
             with trio.move_on_after(timeout):
-                await pending.event.wait()
+                await pending.event.wait()  # type: ignore[union-attr]
             if pending.error is not None:
                 raise pending.error
             if pending.response is None:
@@ -249,6 +333,27 @@ class Channel:
             return pending.response
         finally:
             self._pending.pop(request.opaque, None)
+
+    def invoke_callback(
+        self, request: RemotingCommand, timeout: float, callback: ResponseCallback
+    ) -> None:
+        """Send ``request`` now and return; ``callback`` gets the response, or the error (closed
+        connection, or no answer within ``timeout`` s, checked every
+        ``CALLBACK_SWEEP_INTERVAL``).  It runs in this channel's reader: it must not block.
+
+        No task waits per call, so many calls in flight cost little (an async send).
+        """
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_address} is closed")
+        request.opaque = opaque = next_opaque()
+        request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
+        self._write(encode(request))
+        self._pending[opaque] = _Pending(
+            callback=callback, deadline=trio.current_time() + timeout, code=request.code
+        )
+        self._callbacks += 1
+        if self._callbacks == 1:
+            self._sweep_wanted.set()
 
     async def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send ``request`` with the oneway flag; no answer is expected or awaited."""

@@ -42,6 +42,9 @@ _MISSING: Any = object()
 # One encoder, built once: json.dumps with non-default arguments builds a new one every call.
 _JSON_ENCODER = json.JSONEncoder(separators=(",", ":"))
 _JSON_DECODER = json.JSONDecoder()
+# The C string quoter json.dumps uses (ASCII-escaped, quotes included).
+_quote = json.encoder.encode_basestring_ascii
+quote_json = _quote
 
 _opaque_counter = itertools.count(1)
 
@@ -77,6 +80,10 @@ class RemotingCommand:
     language: str = "JAVA"
     version: int = CURRENT_VERSION
     serialize_type: SerializeType = SerializeType.JSON
+    # extFields already written as JSON members (the text between the braces), used by the
+    # JSON writer instead of ``ext_fields``; whoever sets it fills ``ext_fields`` identically.
+    # The send path's answer uses it: its five fields are known to need no escaping.
+    ext_json: str | None = None
 
     @classmethod
     def request(
@@ -160,19 +167,26 @@ class RemotingCommand:
 # -- encoding ---------------------------------------------------------------------------------
 
 
+def _json_value(value: object) -> str:
+    # extFields hold strings; anything else a caller slipped in is written as JSON would.
+    return _quote(value) if type(value) is str else _JSON_ENCODER.encode(value)
+
+
 def _json_header(cmd: RemotingCommand) -> bytes:
-    header: dict[str, object] = {
-        "code": cmd.code,
-        "language": cmd.language,
-        "version": cmd.version,
-        "opaque": cmd.opaque,
-        "flag": cmd.flag,
-        "extFields": cmd.ext_fields,  # always present: the C++ client dereferences it
-        "serializeTypeCurrentRPC": "JSON",
-    }
-    if cmd.remark is not None:
-        header["remark"] = cmd.remark
-    return _JSON_ENCODER.encode(header).encode()
+    """The JSON header, written directly: the fields are known, so no dict is built for it.
+
+    Strings are written ASCII-escaped, as ``json.dumps`` writes them by default.
+    """
+    ext = cmd.ext_json
+    if ext is None:
+        ext = ",".join([_quote(k) + ":" + _json_value(v) for k, v in cmd.ext_fields.items()])
+    # extFields is always present: the C++ client dereferences it.
+    remark = "" if cmd.remark is None else ',"remark":' + _quote(cmd.remark)
+    return (
+        f'{{"code":{int(cmd.code)},"language":{_quote(cmd.language)},'
+        f'"version":{int(cmd.version)},"opaque":{int(cmd.opaque)},"flag":{int(cmd.flag)}'
+        f'{remark},"extFields":{{{ext}}},"serializeTypeCurrentRPC":"JSON"}}'
+    ).encode()
 
 
 def _language_number(language: str) -> int:
@@ -220,37 +234,45 @@ def encode(cmd: RemotingCommand) -> bytes:
 
 def _decode_json_header(data: bytes) -> RemotingCommand:
     try:
-        header = _JSON_DECODER.decode(data.decode())
+        text = data.decode()
+        # raw_decode, not decode: the header is one object, and the trailing-whitespace regex
+        # decode() runs costs a measurable share of a small request.
+        header, end = _JSON_DECODER.raw_decode(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"bad JSON header: {exc}") from None
-    if not isinstance(header, dict):
+    if end != len(text) and not text[end:].isspace():
+        raise ProtocolError(f"bad JSON header: extra data at {end}")
+    if type(header) is not dict:
         raise ProtocolError("JSON header is not an object")
-    code = header.get("code")
+    get = header.get
+    code = get("code")
     if type(code) is not int:
         raise ProtocolError(f"JSON header has no integer code: {code!r}")
-    ext_raw = header.get("extFields") or {}
-    if not isinstance(ext_raw, dict):
+    ext = get("extFields") or {}
+    if type(ext) is not dict:
         raise ProtocolError("extFields is not an object")
-    if all(type(v) is str for v in ext_raw.values()):
-        ext = ext_raw  # what Java peers send: keys and values already strings
-    else:
-        ext = {str(k): s for k, v in ext_raw.items() if (s := java_string(v)) is not None}
-    try:
-        opaque = int(header.get("opaque") or 0)
-        flag = int(header.get("flag") or 0)
-        version = int(header.get("version") or 0)
-    except (TypeError, ValueError):
-        raise ProtocolError("opaque, flag and version must be integers") from None
-    remark = header.get("remark")
+    for value in ext.values():
+        if type(value) is not str:  # Java peers send strings; normalise anything else
+            ext = {str(k): s for k, v in ext.items() if (s := java_string(v)) is not None}
+            break
+    opaque, flag, version = get("opaque", 0), get("flag", 0), get("version", 0)
+    if type(opaque) is not int or type(flag) is not int or type(version) is not int:
+        try:
+            opaque, flag, version = int(opaque or 0), int(flag or 0), int(version or 0)
+        except (TypeError, ValueError):
+            raise ProtocolError("opaque, flag and version must be integers") from None
+    remark = get("remark")
+    language = get("language")
     return RemotingCommand(
-        code=code,
-        ext_fields=ext,
-        opaque=opaque,
-        flag=flag,
-        remark=None if remark is None else str(remark),
-        language=str(header.get("language") or "JAVA"),
-        version=version,
-        serialize_type=SerializeType.JSON,
+        code,
+        ext,
+        b"",
+        opaque,
+        flag,
+        None if remark is None else str(remark),
+        language if type(language) is str and language else "JAVA",
+        version,
+        SerializeType.JSON,
     )
 
 
@@ -301,62 +323,78 @@ def _decode_binary_header(data: bytes) -> RemotingCommand:
 
 def decode_frame(frame: bytes) -> RemotingCommand:
     """Decode one frame *without* its leading length field."""
-    if len(frame) < 4:
-        raise ProtocolError(f"frame of {len(frame)} bytes has no header length")
-    (field,) = _INT.unpack_from(frame, 0)
+    return _decode_at(frame, 0, len(frame))
+
+
+def _decode_at(buf: bytes, start: int, end: int) -> RemotingCommand:
+    """Decode the frame in ``buf[start:end]`` (its length field already stripped)."""
+    if end - start < 4:
+        raise ProtocolError(f"frame of {end - start} bytes has no header length")
+    (field,) = _INT.unpack_from(buf, start)
     serialize_type = (field >> 24) & 0xFF
-    header_len = field & 0xFFFFFF
-    if 4 + header_len > len(frame):
-        raise ProtocolError(f"header length {header_len} exceeds frame of {len(frame)} bytes")
-    header = frame[4 : 4 + header_len]
+    header_end = start + 4 + (field & 0xFFFFFF)
+    if header_end > end:
+        raise ProtocolError(
+            f"header length {field & 0xFFFFFF} exceeds frame of {end - start} bytes"
+        )
+    header = buf[start + 4 : header_end]
     if serialize_type == SerializeType.JSON:
         cmd = _decode_json_header(header)
     elif serialize_type == SerializeType.ROCKETMQ:
         cmd = _decode_binary_header(header)
     else:
         raise ProtocolError(f"unknown serialize type {serialize_type}")
-    cmd.body = frame[4 + header_len :]
+    cmd.body = buf[header_end:end]
     return cmd
 
 
 class FrameDecoder:
-    """Turns a byte stream into commands.  Feed it whatever ``receive_some`` returned."""
+    """Turns a byte stream into commands.  Feed it whatever ``receive_some`` returned.
+
+    Whole frames are decoded straight out of the received bytes; only the unfinished tail is
+    kept, in a bytearray that grows until its frame is complete (so a large frame arriving in
+    many pieces is copied once, not once per piece).
+    """
 
     def __init__(self, max_frame_length: int = FRAME_MAX_LENGTH) -> None:
-        self._buf = bytearray()
+        self._partial = bytearray()
+        self._need = 0  # bytes the partial tail must reach before it can be decoded
         self._max = max_frame_length
         self._broken: ProtocolError | None = None
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._partial)
 
-    def feed(self, data: bytes) -> list[RemotingCommand]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         if self._broken is not None:
             raise self._broken
-        buf = self._buf
-        buf += data
+        if self._partial:
+            self._partial += data
+            if len(self._partial) < self._need:
+                return []
+            buf = bytes(self._partial)
+            self._partial = bytearray()
+        else:
+            buf = data if type(data) is bytes else bytes(data)
         out: list[RemotingCommand] = []
         pos = 0
         n = len(buf)
+        unpack = _INT.unpack_from
         try:
             while n - pos >= 4:
-                (length,) = _INT.unpack_from(buf, pos)
+                (length,) = unpack(buf, pos)
                 if length < 4 or length > self._max:
                     raise ProtocolError(f"frame length {length} outside 4..{self._max} bytes")
                 end = pos + 4 + length
                 if end > n:
                     break
-                # Copy the frame out before decoding: no view of ``buf`` may outlive this loop,
-                # or the ``del`` below could not resize it.
-                with memoryview(buf) as view, view[pos + 4 : end] as frame:
-                    data = bytes(frame)
+                out.append(_decode_at(buf, pos + 4, end))
                 pos = end
-                out.append(decode_frame(data))
         except ProtocolError as exc:
             self._broken = exc
             raise
-        finally:
-            if pos:
-                del buf[:pos]
+        if pos < n:
+            self._partial = bytearray(memoryview(buf)[pos:])
+            self._need = 4 + unpack(buf, pos)[0] if n - pos >= 4 else 4
         return out

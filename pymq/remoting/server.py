@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.remoting.channel import Channel, RequestHandler
+from pymq.remoting.channel import Channel, InlineHandler, RequestHandler
 from pymq.remoting.codec import FRAME_MAX_LENGTH, RemotingCommand
 from pymq.remoting.codes import ResponseCode
 
@@ -37,13 +37,27 @@ class RemotingServer:
         self.port = port
         self.name = name
         self.processors: dict[int, RequestHandler] = {}
+        self.inline_processors: dict[int, InlineHandler] = {}
         self.default_processor: RequestHandler | None = None
         self.channels: set[Channel] = set()
         self.on_channel_closed = on_channel_closed
         self.max_frame_length = max_frame_length
 
-    def register(self, code: int, processor: RequestHandler) -> None:
+    def register(
+        self, code: int, processor: RequestHandler, inline: InlineHandler | None = None
+    ) -> None:
+        """Serve ``code`` with ``processor`` in a task of its own; if ``inline`` is given it is
+        tried first, in the connection's reader, and answers at once unless it returns None
+        (the common send needs no wait, and a task per request costs more than the send)."""
         self.processors[int(code)] = processor
+        if inline is not None:
+            self.inline_processors[int(code)] = inline
+        else:
+            self.inline_processors.pop(int(code), None)
+
+    def dispatch_inline(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
+        processor = self.inline_processors.get(request.code)
+        return None if processor is None else processor(channel, request)
 
     async def dispatch(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
         processor = self.processors.get(request.code, self.default_processor)
@@ -77,6 +91,7 @@ class RemotingServer:
             self.dispatch,
             max_frame_length=self.max_frame_length,
             idle_timeout=self.idle_timeout,
+            inline_handler=self.dispatch_inline if self.inline_processors else None,
         )
         self.channels.add(channel)
         log.debug("%s: connection from %s", self.name, channel.remote_address)

@@ -28,6 +28,9 @@ from pymq.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
 
+# How often group-commit waiters are checked for an expired syncFlushTimeout.
+EXPIRY_CHECK_INTERVAL = 0.05
+
 
 class CommitLogFlushService:
     def __init__(
@@ -41,8 +44,11 @@ class CommitLogFlushService:
         self.config = config
         self.checkpoint = checkpoint
         self.clock_ms = clock_ms
-        self._waiters: list[tuple[int, trio.Event]] = []
+        # (offset, deadline, callback): callback(True) once bytes before offset are durable,
+        # callback(False) when the deadline (trio time) passes first.
+        self._waiters: list[tuple[int, float, Callable[[bool], None]]] = []
         self._wake = trio.Event()
+        self._expiry_wanted = trio.Event()
         self._last_thorough = 0
 
     @property
@@ -53,13 +59,44 @@ class CommitLogFlushService:
         """Group commit: wait until bytes before ``offset`` are durable; False on timeout."""
         if self.commitlog.queue.flushed_where >= offset:
             return True
+        outcome: list[bool] = []
         done = trio.Event()
-        self._waiters.append((offset, done))
-        self._wake.set()
-        with trio.move_on_after(timeout_s):
+
+        def finished(ok: bool) -> None:
+            outcome.append(ok)
+            done.set()
+
+        self.on_flushed(offset, timeout_s, finished)
+        with trio.move_on_after(timeout_s):  # on time even while a sync hangs
             await done.wait()
-            return True
-        return False
+        return bool(outcome and outcome[0])
+
+    def on_flushed(self, offset: int, timeout_s: float, callback: Callable[[bool], None]) -> None:
+        """Group commit without a waiting task: ``callback(True)`` once bytes before ``offset``
+        are durable (at once if they are), ``callback(False)`` once ``timeout_s`` seconds have
+        passed first (within ``EXPIRY_CHECK_INTERVAL``, even while a sync hangs).  Callbacks run
+        in the flush service's tasks and must not block."""
+        if self.commitlog.queue.flushed_where >= offset:
+            callback(True)
+            return
+        self._waiters.append((offset, trio.current_time() + timeout_s, callback))
+        self._wake.set()
+        self._expiry_wanted.set()
+
+    def _settle(self) -> None:
+        """Answer the waiters that are durable or out of time; keep the rest."""
+        flushed = self.commitlog.queue.flushed_where
+        now = trio.current_time()
+        waiting, self._waiters = self._waiters, []
+        for waiter in waiting:
+            offset, deadline, callback = waiter
+            if flushed >= offset or deadline <= now:
+                try:
+                    callback(flushed >= offset)
+                except Exception:
+                    log.exception("a flush callback raised")
+            else:
+                self._waiters.append(waiter)
 
     async def _flush(self, least_pages: int) -> None:
         queue = self.commitlog.queue
@@ -70,24 +107,34 @@ class CommitLogFlushService:
     async def run_group_commit(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._expire_late_waiters)
+            task_status.started()
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while self._waiters:
+                    try:
+                        await self._flush(0)
+                    except OSError:
+                        # Not acknowledging is the honest answer: waiters time out
+                        # (FLUSH_DISK_TIMEOUT).
+                        log.exception("commit log sync failed")
+                        await trio.sleep(0.01)
+                    self._settle()
+
+    async def _expire_late_waiters(self) -> None:
+        """Answer False to waiters past their deadline while a sync is slow or hangs (Java's
+        put thread stops waiting on its own timeout, whatever the flush thread does)."""
         while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            while self._waiters:
-                batch, self._waiters = self._waiters, []
-                try:
-                    await self._flush(0)
-                except OSError:
-                    # Not acknowledging is the honest answer: waiters time out (FLUSH_DISK_TIMEOUT)
-                    log.exception("commit log sync failed")
-                    await trio.sleep(0.01)
-                flushed = self.commitlog.queue.flushed_where
-                for offset, done in batch:
-                    if flushed >= offset:
-                        done.set()
-                    else:
-                        self._waiters.append((offset, done))
+            if not self._waiters:
+                await self._expiry_wanted.wait()
+                self._expiry_wanted = trio.Event()
+                continue
+            await trio.sleep(EXPIRY_CHECK_INTERVAL)
+            now = trio.current_time()
+            if any(deadline <= now for _, deadline, _ in self._waiters):
+                self._settle()
 
     async def flush_timed(self) -> None:
         """One round of ASYNC_FLUSH."""
@@ -113,13 +160,7 @@ class CommitLogFlushService:
 
     def release_waiters(self) -> None:
         """Wake the puts whose bytes are durable (at shutdown, after the final flush)."""
-        flushed = self.commitlog.queue.flushed_where
-        waiting, self._waiters = self._waiters, []
-        for offset, done in waiting:
-            if flushed >= offset:
-                done.set()
-            else:
-                self._waiters.append((offset, done))
+        self._settle()
 
 
 class ConsumeQueueFlushService:

@@ -363,13 +363,21 @@ class DefaultMessageStore:
         msg.queue_id = level - 1
 
     async def put_message(self, msg: MessageExt) -> PutMessageResult:
-        """Append one message; with SYNC_FLUSH return once it is on disk.
+        """Append one message; with SYNC_FLUSH (or as SYNC_MASTER) return once it is durable.
 
         ``msg`` needs topic, queue_id, body, flag, properties, sys_flag, born_timestamp,
         born_host, reconsume_times and prepared_transaction_offset; the store fills in offsets,
         store timestamp and store host.  Refusals carry a status and a ``reason``, and write
         nothing.
         """
+        result = self.put_message_now(msg)
+        if self.must_wait and result.status is PutMessageStatus.PUT_OK:
+            return await self._wait_durable(result, msg.properties.get(PROPERTY_WAIT_STORE_MSG_OK))
+        return result
+
+    def put_message_now(self, msg: MessageExt) -> PutMessageResult:
+        """Append one message without waiting for the disk or a slave: all of
+        :meth:`put_message` when :attr:`must_wait` is false (ASYNC_FLUSH, not SYNC_MASTER)."""
         if not self.running or self.read_only or self.clean_commitlog.disk_full:
             refused = self._refusal()
             assert refused is not None
@@ -395,8 +403,6 @@ class DefaultMessageStore:
         self.put_message_times_total += 1
         self.put_message_size_total += result.wrote_bytes
         self.reput.wakeup()
-        if self.must_wait:
-            return await self._wait_durable(result, props.get(PROPERTY_WAIT_STORE_MSG_OK))
         return result
 
     def _remember_topic(self, topic: str, topic_b: bytes) -> None:
@@ -457,6 +463,33 @@ class DefaultMessageStore:
         if self.must_wait:
             return await self._wait_durable(result, wait)
         return result
+
+    def defer_durable(
+        self,
+        result: PutMessageResult,
+        wait: str | None,
+        callback: Callable[[PutMessageResult], None],
+    ) -> bool:
+        """SYNC_FLUSH without a waiting task: True if ``callback(result)`` will be called once
+        the appended bytes are on disk (status FLUSH_DISK_TIMEOUT after syncFlushTimeout);
+        False if there is nothing to wait for (answer now).  Not for SYNC_MASTER (the slave
+        wait needs a task: use :meth:`put_message`)."""
+        if result.status is not PutMessageStatus.PUT_OK or not self.must_wait:
+            return False
+        if wait is not None and wait.strip().lower() != "true":
+            return False
+        assert self.config.broker_role is not BrokerRole.SYNC_MASTER
+        assert self.flush_commitlog is not None
+        end = result.wrote_offset + result.wrote_bytes
+
+        def flushed(ok: bool) -> None:
+            if not ok:
+                log.warning("sync flush of offset %d timed out", end)
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+            callback(result)
+
+        self.flush_commitlog.on_flushed(end, self.config.sync_flush_timeout / 1000, flushed)
+        return True
 
     async def _wait_durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
         """SYNC_FLUSH and SYNC_MASTER: wait for the disk and the slave unless WAIT=false."""

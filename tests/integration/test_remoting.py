@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from pymq.remoting.channel import Channel
+from pymq.remoting.channel import ANSWER_LATER, Channel
 from pymq.remoting.client import RemotingClient, split_address
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode, SerializeType
@@ -167,3 +167,123 @@ def test_split_address() -> None:
     for bad in ("127.0.0.1", ":9876", "host:port"):
         with pytest.raises(ValueError):
             split_address(bad)
+
+
+# -- inline handlers and callback calls -------------------------------------------------------
+
+INLINE, INLINE_LATER, INLINE_BOOM = 2001, 2002, 2003
+
+
+@pytest.fixture
+async def inline_server(nursery: trio.Nursery) -> RemotingServer:
+    """Codes with an inline handler: answered in the reader, handed to a task (None), raising,
+    or answered later through Channel.answer."""
+    server = RemotingServer(host="127.0.0.1", port=0, name="inline")
+    later: list[tuple[Channel, RemotingCommand]] = []
+    server.later = later  # type: ignore[attr-defined]
+
+    async def by_task(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        await trio.lowlevel.checkpoint()
+        return req.response(ext_fields={"by": "task"})
+
+    def inline(channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
+        if req.ext_fields.get("hard") == "true":
+            return None
+        return req.response(ext_fields={"by": "inline"})
+
+    def inline_later(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        later.append((channel, req))
+        return ANSWER_LATER
+
+    def inline_boom(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        raise RuntimeError("inline handler failed")
+
+    server.register(INLINE, by_task, inline)
+    server.register(INLINE_LATER, by_task, inline_later)
+    server.register(INLINE_BOOM, by_task, inline_boom)
+    await nursery.start(server.run)
+    return server
+
+
+async def test_inline_handler_answers_or_hands_over_to_a_task(
+    inline_server: RemotingServer, client: RemotingClient
+) -> None:
+    easy = await client.invoke(addr(inline_server), RemotingCommand.request(INLINE))
+    assert easy.ext_fields["by"] == "inline"
+    hard = await client.invoke(addr(inline_server), RemotingCommand.request(INLINE, {"hard": True}))
+    assert hard.ext_fields["by"] == "task"
+    failed = await client.invoke(addr(inline_server), RemotingCommand.request(INLINE_BOOM))
+    assert failed.code == ResponseCode.SYSTEM_ERROR
+    assert "inline handler failed" in failed.remark
+    # The connection survived the failing handler.
+    again = await client.invoke(addr(inline_server), RemotingCommand.request(INLINE))
+    assert again.code == ResponseCode.SUCCESS
+
+
+async def test_inline_handler_can_answer_later(
+    inline_server: RemotingServer, client: RemotingClient
+) -> None:
+    later: list[tuple[Channel, RemotingCommand]] = inline_server.later  # type: ignore[attr-defined]
+    got: list[RemotingCommand] = []
+
+    async def call() -> None:
+        got.append(await client.invoke(addr(inline_server), RemotingCommand.request(INLINE_LATER)))
+
+    async with trio.open_nursery() as n:
+        n.start_soon(call)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(later) == 1 and not got  # held: no answer yet
+        channel, req = later.pop()
+        channel.answer(req, req.response(ext_fields={"by": "later"}))
+    assert got[0].ext_fields["by"] == "later"
+
+
+async def test_callback_calls_get_answers_timeouts_and_closes(
+    server: RemotingServer, client: RemotingClient
+) -> None:
+    channel = await client.channel(addr(server))
+    answers: dict[int, str] = {}
+    errors: list[Exception] = []
+    done = trio.Event()
+
+    def on_answer(i: int, response: RemotingCommand | None, error: Exception | None) -> None:
+        if error is not None:
+            errors.append(error)
+        else:
+            assert response is not None
+            answers[i] = response.ext_fields["echo"]
+        if len(answers) + len(errors) == 100:
+            done.set()
+
+    for i in range(100):
+        channel.invoke_callback(
+            RemotingCommand.request(FAST, {"x": i}),
+            10,
+            lambda r, e, i=i: on_answer(i, r, e),
+        )
+    with trio.fail_after(5):
+        await done.wait()
+    assert answers == {i: str(i) for i in range(100)} and not errors
+
+    # No answer within the timeout: the callback gets a timeout error, soon after it.
+    timed_out: list[Exception | None] = []
+    finished = trio.Event()
+
+    def on_silent(response: RemotingCommand | None, error: Exception | None) -> None:
+        timed_out.append(error)
+        finished.set()
+
+    start = trio.current_time()
+    channel.invoke_callback(RemotingCommand.request(SILENT), 0.2, on_silent)
+    with trio.fail_after(5):
+        await finished.wait()
+    assert isinstance(timed_out[0], RemotingTimeoutError)
+    assert 0.2 <= trio.current_time() - start < 2
+
+    # A closed connection fails the pending callbacks at once.
+    closed: list[Exception | None] = []
+    channel.invoke_callback(RemotingCommand.request(SILENT), 60, lambda r, e: closed.append(e))
+    channel.close("closed by the test")
+    assert isinstance(closed[0], RemotingConnectError)
+    with pytest.raises(RemotingConnectError):
+        channel.invoke_callback(RemotingCommand.request(FAST), 1, lambda r, e: None)

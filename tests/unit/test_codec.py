@@ -168,3 +168,27 @@ def test_missing_or_bad_ext_fields_raise_command_errors() -> None:
 def test_request_normalises_values_like_java() -> None:
     req = RemotingCommand.request(30, {"topic": "T", "queueId": 3, "compressed": False, "x": None})
     assert req.ext_fields == {"topic": "T", "queueId": "3", "compressed": "false"}
+
+
+def test_large_frame_in_pieces_is_kept_once_and_decoded_whole() -> None:
+    big = RemotingCommand.request(10, {"k": "v"}, b"\x01" * (1 << 20))
+    small = RemotingCommand.request(11, {"n": "2"}, b"tail")
+    stream = encode(big) + encode(small)
+    decoder = FrameDecoder()
+    got: list[RemotingCommand] = []
+    for start in range(0, len(stream), 1000):
+        got += decoder.feed(stream[start : start + 1000])
+        if not got:
+            assert decoder.buffered == start + len(stream[start : start + 1000])
+    assert [c.code for c in got] == [10, 11]
+    assert got[0].body == big.body and got[1].body == b"tail"
+    assert decoder.buffered == 0
+
+
+def test_ext_json_is_what_the_json_header_carries() -> None:
+    cmd = RemotingCommand.request(10, {"a": "1", "b": "x"})
+    plain = encode(cmd)
+    cmd.ext_json = '"a":"1","b":"x"'
+    assert encode(cmd) == plain
+    decoded = FrameDecoder().feed(plain)[0]
+    assert decoded.ext_fields == {"a": "1", "b": "x"}

@@ -35,14 +35,17 @@ from pymq.common.topic import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     SCHEDULE_TOPIC,
+    TopicConfig,
     dlq_topic,
     is_writeable,
     retry_topic,
     validate_topic,
 )
-from pymq.remoting.channel import Channel
-from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.channel import ANSWER_LATER, Channel
+from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, quote_json
 from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.errors import RemotingCommandError
+from pymq.store.config import BrokerRole
 from pymq.store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
@@ -130,26 +133,52 @@ class SendHeader:
 
     @classmethod
     def parse(cls, req: RemotingCommand) -> SendHeader:
-        if req.code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            fields = {V2_NAMES.get(k, k): v for k, v in req.ext_fields.items()}
-            req = RemotingCommand(req.code, fields, version=req.version)
-        max_reconsume = req.ext_int("maxReconsumeTimes", None)
+        """The header of SEND_MESSAGE (long names) or SEND_MESSAGE_V2 / SEND_BATCH (short)."""
+        short = req.code != RequestCode.SEND_MESSAGE
+        n = _SHORT_NAMES if short else _LONG_NAMES
+        get = req.ext_fields.get
+        group, topic = get(n[0]), get(n[1])
+        if group is None:
+            raise RemotingCommandError("the custom field <producerGroup> is null")
+        if topic is None:
+            raise RemotingCommandError("the custom field <topic> is null")
+        max_reconsume = _int_field(get(n[11]), "maxReconsumeTimes", None)
         return cls(
-            producer_group=req.ext_str("producerGroup"),
-            topic=req.ext_str("topic"),
-            default_topic=req.ext_str("defaultTopic", "TBW102"),
-            default_topic_queue_nums=req.ext_int("defaultTopicQueueNums", 4),
-            queue_id=req.ext_int("queueId", -1),
-            sys_flag=req.ext_int("sysFlag", 0),
-            born_timestamp=req.ext_int("bornTimestamp", 0),
-            flag=req.ext_int("flag", 0),
-            properties=req.ext_str("properties", ""),
-            reconsume_times=req.ext_int("reconsumeTimes", 0),
-            unit_mode=parse_java_bool(req.ext_fields.get("unitMode", "false")),
-            max_reconsume_times=max_reconsume,
-            batch=req.code == RequestCode.SEND_BATCH_MESSAGE
-            or parse_java_bool(req.ext_fields.get("batch", "false")),
+            group,
+            topic,
+            get(n[2]) or "TBW102",
+            _int_field(get(n[3]), "defaultTopicQueueNums", 4),
+            _int_field(get(n[4]), "queueId", -1),
+            _int_field(get(n[5]), "sysFlag", 0),
+            _int_field(get(n[6]), "bornTimestamp", 0),
+            _int_field(get(n[7]), "flag", 0),
+            get(n[8]) or "",
+            _int_field(get(n[9]), "reconsumeTimes", 0),
+            _bool_field(get(n[10])),
+            max_reconsume,
+            req.code == RequestCode.SEND_BATCH_MESSAGE or _bool_field(get(n[12])),
         )
+
+
+# Header keys in SendHeader's field order, short (V2) and long.
+_SHORT_NAMES = tuple("abcdefghijklm")
+_LONG_NAMES = tuple(V2_NAMES[k] for k in _SHORT_NAMES)
+
+
+def _bool_field(value: str | None) -> bool:
+    if value is None or value == "false":  # what producers send, checked first
+        return False
+    return value == "true" or parse_java_bool(value)
+
+
+def _int_field(value: str | None, name: str, default: int | None) -> int | None:
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        problem = f"the custom field <{name}> is not a number: {value!r}"
+        raise RemotingCommandError(problem) from None
 
 
 def host_of(address: str) -> tuple[str, int]:
@@ -169,61 +198,79 @@ def host_of(address: str) -> tuple[str, int]:
 class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        self._quoted_region = ("", '""')
 
     # -- checks -------------------------------------------------------------------------------
 
-    async def _check_topic(
+    def _check_known_topic(
         self, channel: Channel, req: RemotingCommand, header: SendHeader
-    ) -> tuple[RemotingCommand | None, object]:
-        broker = self.broker
-        bc = broker.broker_config
+    ) -> tuple[RemotingCommand | None, TopicConfig | None]:
+        """The checks that need no wait: a refusal, or the topic's config (None: the topic does
+        not exist yet and may be auto-created)."""
+        bc = self.broker.broker_config
         if not is_writeable(bc.broker_permission):
             return req.response(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{bc.broker_ip1}] sending message is forbidden",
             ), None
-        problem = validate_topic(header.topic)
-        if problem:
-            return req.response(ResponseCode.MESSAGE_ILLEGAL, problem), None
+        config = self.broker.topic_config_manager.select(header.topic)
+        if config is None:
+            problem = validate_topic(header.topic)
+            if problem:
+                return req.response(ResponseCode.MESSAGE_ILLEGAL, problem), None
         if header.topic in NOT_ALLOWED_SEND_TOPICS or header.topic == bc.broker_cluster_name:
             return req.response(
                 ResponseCode.NO_PERMISSION,
                 f"Sending message to topic[{header.topic}] is forbidden.",
             ), None
-        topics = broker.topic_config_manager
-        config = topics.select(header.topic)
         if config is None:
-            sys_flag = 1 if header.unit_mode else 0
-            config = await topics.create_in_send_message(
-                header.topic,
-                header.default_topic,
-                channel.remote_address,
-                header.default_topic_queue_nums,
-                sys_flag,
-            )
-            if config is None and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                config = await topics.create_in_send_back(
-                    header.topic, 1, PERM_READ | PERM_WRITE, sys_flag
-                )
-            if config is None:
-                return req.response(
-                    ResponseCode.TOPIC_NOT_EXIST,
-                    f"topic[{header.topic}] not exist, apply first please! "
-                    "(create it with updateTopic, or enable autoCreateTopicEnable)",
-                ), None
+            return None, None
+        return self._check_config(channel, req, header, config), config
+
+    @staticmethod
+    def _check_config(
+        channel: Channel, req: RemotingCommand, header: SendHeader, config: TopicConfig
+    ) -> RemotingCommand | None:
         if not is_writeable(config.perm):
             return req.response(
                 ResponseCode.NO_PERMISSION,
                 f"the topic[{header.topic}] sending message is forbidden (perm {config.perm})",
-            ), None
+            )
         valid = max(config.write_queue_nums, config.read_queue_nums)
         if header.queue_id >= valid:
             return req.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{header.queue_id}] is illegal, topic {header.topic} has "
                 f"{valid} queues, producer: {channel.remote_address}",
+            )
+        return None
+
+    async def _check_topic(
+        self, channel: Channel, req: RemotingCommand, header: SendHeader
+    ) -> tuple[RemotingCommand | None, TopicConfig | None]:
+        refused, config = self._check_known_topic(channel, req, header)
+        if refused is not None or config is not None:
+            return refused, config
+        topics = self.broker.topic_config_manager
+        sys_flag = 1 if header.unit_mode else 0
+        config = await topics.create_in_send_message(
+            header.topic,
+            header.default_topic,
+            channel.remote_address,
+            header.default_topic_queue_nums,
+            sys_flag,
+        )
+        if config is None and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            config = await topics.create_in_send_back(
+                header.topic, 1, PERM_READ | PERM_WRITE, sys_flag
+            )
+        if config is None:
+            return req.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{header.topic}] not exist, apply first please! "
+                "(create it with updateTopic, or enable autoCreateTopicEnable)",
             ), None
-        return None, config
+        return self._check_config(channel, req, header, config), config
 
     async def _retry_and_dlq(
         self, req: RemotingCommand, header: SendHeader, msg: MessageExt
@@ -292,32 +339,93 @@ class SendProcessor:
         if not result.appended:
             return req.response(code, result.reason or remark)
         self.broker.stats.on_put(result.msg_num, result.wrote_bytes)
-        return req.response(
-            code,
-            remark,
-            {
-                "msgId": result.msg_id,
-                "queueId": queue_id,
-                "queueOffset": result.logic_offset,
-                "MSG_REGION": self.broker.broker_config.region_id,
-                "TRACE_ON": "true" if self.broker.broker_config.trace_on else "false",
-            },
+        bc = self.broker.broker_config
+        ext = {
+            "msgId": result.msg_id,
+            "queueId": str(queue_id),
+            "queueOffset": str(result.logic_offset),
+            "MSG_REGION": bc.region_id,
+            "TRACE_ON": "true" if bc.trace_on else "false",
+        }
+        response = RemotingCommand(
+            code, ext, b"", req.opaque, RPC_TYPE_RESPONSE, remark, serialize_type=req.serialize_type
         )
+        if code == ResponseCode.SUCCESS:
+            # The hot path's answer, its JSON written here: a hex id and numbers need no
+            # escaping, and the region is quoted once per value.
+            region = self._quoted_region
+            if region[0] != bc.region_id:
+                region = self._quoted_region = (bc.region_id, quote_json(bc.region_id))
+            response.ext_json = (
+                f'"msgId":"{result.msg_id}","queueId":"{queue_id}",'
+                f'"queueOffset":"{result.logic_offset}","MSG_REGION":{region[1]},'
+                f'"TRACE_ON":"{ext["TRACE_ON"]}"'
+            )
+        return response
 
     # -- request handlers ---------------------------------------------------------------------
+
+    def send_message_inline(self, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
+        """The common send served in the connection's reader, with no task: a single message to
+        a topic that exists, not as SYNC_MASTER.  With SYNC_FLUSH the answer is sent by the
+        group commit once the bytes are on disk (``ANSWER_LATER``).  None hands the request to
+        :meth:`send_message` (auto-create, batches, retry topics, slave waits)."""
+        store = self.broker.store
+        if (
+            req.code == RequestCode.SEND_BATCH_MESSAGE
+            or store.config.broker_role is BrokerRole.SYNC_MASTER
+        ):
+            return None
+        header = SendHeader.parse(req)
+        if header.batch or header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return None
+        refused, config = self._check_known_topic(channel, req, header)
+        if refused is not None:
+            return refused
+        if config is None:
+            return None
+        msg_or_refusal = self._single_message(channel, req, header, config)
+        if isinstance(msg_or_refusal, RemotingCommand):
+            return msg_or_refusal
+        queue_id = msg_or_refusal.queue_id
+        result = store.put_message_now(msg_or_refusal)
+        wait = msg_or_refusal.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+        if store.must_wait and store.defer_durable(
+            result, wait, lambda durable: channel.answer(req, self._answer(req, durable, queue_id))
+        ):
+            return ANSWER_LATER
+        return self._answer(req, result, queue_id)
 
     async def send_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         header = SendHeader.parse(req)
         refused, config = await self._check_topic(channel, req, header)
         if refused is not None:
             return refused
-        queue_id = header.queue_id
-        if queue_id < 0:
-            queue_id = random.randrange(max(1, config.write_queue_nums))  # type: ignore[attr-defined]
+        assert config is not None
         if header.batch:
-            return await self._send_batch(channel, req, header, queue_id)
+            return await self._send_batch(channel, req, header, self._queue_id(header, config))
+        msg_or_refusal = self._single_message(channel, req, header, config)
+        if isinstance(msg_or_refusal, RemotingCommand):
+            return msg_or_refusal
+        refused = await self._retry_and_dlq(req, header, msg_or_refusal)
+        if refused is not None:
+            return refused
+        result = await self.broker.store.put_message(msg_or_refusal)
+        return self._answer(req, result, msg_or_refusal.queue_id)
+
+    @staticmethod
+    def _queue_id(header: SendHeader, config: TopicConfig) -> int:
+        if header.queue_id < 0:
+            return random.randrange(max(1, config.write_queue_nums))
+        return header.queue_id
+
+    def _single_message(
+        self, channel: Channel, req: RemotingCommand, header: SendHeader, config: TopicConfig
+    ) -> MessageExt | RemotingCommand:
+        """The message to store, or the refusal of a transactional (half) message."""
         props = self._properties(header.properties)
-        if parse_java_bool(props.get(PROPERTY_TRANSACTION_PREPARED, "false")) or (
+        prepared = props.get(PROPERTY_TRANSACTION_PREPARED)
+        if (prepared is not None and parse_java_bool(prepared)) or (
             MessageSysFlag.transaction_value(header.sys_flag)
             == MessageSysFlag.TRANSACTION_PREPARED_TYPE
         ):
@@ -326,12 +434,7 @@ class SendProcessor:
                 f"the broker[{self.broker.broker_config.broker_ip1}] does not accept "
                 "transactional (half) messages yet",
             )
-        msg = self._message(channel, header, queue_id, req.body, props)
-        refused = await self._retry_and_dlq(req, header, msg)
-        if refused is not None:
-            return refused
-        result = await self.broker.store.put_message(msg)
-        return self._answer(req, result, queue_id)
+        return self._message(channel, header, self._queue_id(header, config), req.body, props)
 
     async def _send_batch(
         self, channel: Channel, req: RemotingCommand, header: SendHeader, queue_id: int

@@ -1,0 +1,124 @@
+"""The broker's fast send paths: answered in the connection's reader (ASYNC_FLUSH), answered by
+the group commit once durable (SYNC_FLUSH), and the client's callback-style send_async."""
+
+from __future__ import annotations
+
+import collections
+
+import trio
+
+from pymq.client import MQClientError, Producer, PullConsumer, topics
+from pymq.client.producer import Message, SendResult
+from pymq.common.consumer import MessageQueue
+from pymq.common.message import decode_offset_msg_id
+from pymq.embedded import Cluster, open_cluster
+from pymq.remoting.codes import ResponseCode
+from pymq.testing import TEST_PROPERTIES
+
+
+class Results:
+    """Collects send_async callbacks; ``wait`` returns once ``n`` arrived."""
+
+    def __init__(self) -> None:
+        self.ok: list[SendResult] = []
+        self.errors: list[Exception] = []
+        self._arrived = trio.Event()
+
+    def __call__(self, result: SendResult | None, error: Exception | None) -> None:
+        if error is not None:
+            self.errors.append(error)
+        else:
+            assert result is not None
+            self.ok.append(result)
+        self._arrived.set()
+
+    async def wait(self, n: int, timeout: float = 30) -> None:
+        with trio.fail_after(timeout):
+            while len(self.ok) + len(self.errors) < n:
+                self._arrived = trio.Event()
+                await self._arrived.wait()
+
+
+async def test_send_async_stores_every_message_once(pymq_cluster: Cluster) -> None:
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "Async", brokers=[cluster.broker_addr])
+    results = Results()
+    async with Producer("P", pymq_cluster.namesrv_addr) as producer:
+        for i in range(300):  # all in flight at once: no task per message
+            await producer.send_async(Message("Async", b"m-%d" % i, keys=f"k{i}"), results)
+        await results.wait(300)
+    assert not results.errors
+    assert {r.status for r in results.ok} == {"SEND_OK"}
+    by_queue: dict[int, list[int]] = collections.defaultdict(list)
+    for r in results.ok:
+        by_queue[r.queue.queue_id].append(r.queue_offset)
+    # Each queue's offsets are 0..n-1: nothing lost, nothing stored twice.
+    assert all(sorted(offsets) == list(range(len(offsets))) for offsets in by_queue.values())
+    ids = {r.msg_id: r for r in results.ok}
+    async with PullConsumer("Puller", pymq_cluster.namesrv_addr) as puller:
+        pulled = []
+        for queue_id in by_queue:
+            mq = MessageQueue("Async", "broker-a", queue_id)
+            offset = 0
+            while offset < len(by_queue[queue_id]):  # a pull returns at most 32
+                found = await puller.pull(mq, "*", offset, 32)
+                pulled += found.messages
+                offset = found.next_begin_offset
+    assert sorted(m.body for m in pulled) == sorted(b"m-%d" % i for i in range(300))
+    for m in pulled:
+        sent = ids[m.unique_key]
+        assert m.msg_id == sent.offset_msg_id and m.queue_offset == sent.queue_offset
+
+
+async def test_send_async_reports_refusals(pymq_cluster: Cluster) -> None:
+    await topics.create_topic(pymq_cluster.namesrv_addr, "Few", brokers=[pymq_cluster.broker_addr])
+    results = Results()
+    async with Producer("P", pymq_cluster.namesrv_addr) as producer:
+        await producer.send_async(
+            Message("Few", b"x"), results, queue=MessageQueue("Few", "broker-a", 99)
+        )
+        await results.wait(1)
+    (error,) = results.errors
+    assert isinstance(error, MQClientError) and error.code == ResponseCode.SYSTEM_ERROR
+    assert "queueId[99] is illegal" in str(error)
+
+
+async def test_sync_flush_answers_only_once_durable(tmp_path) -> None:
+    properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
+        properties=properties,
+    ) as cluster:  # fmt: skip
+        await topics.create_topic(cluster.namesrv_addr, "Durable", brokers=[cluster.broker_addr])
+        store = cluster.broker.store
+        covered: list[bool] = []
+        results = Results()
+
+        def check(result: SendResult | None, error: Exception | None) -> None:
+            if result is not None:
+                # Acknowledged means on disk: the flushed position is past the record's start.
+                phy = decode_offset_msg_id(result.offset_msg_id)[2]
+                covered.append(store.commitlog.queue.flushed_where > phy)
+            results(result, error)
+
+        async with Producer("P", cluster.namesrv_addr) as producer:
+            for i in range(200):
+                await producer.send_async(Message("Durable", b"d-%d" % i), check)
+            await results.wait(200)
+            assert not results.errors and len(covered) == 200 and all(covered)
+            assert {r.status for r in results.ok} == {"SEND_OK"}
+
+            # A sync that hangs: the answer is FLUSH_DISK_TIMEOUT after syncFlushTimeout, and
+            # the message is stored all the same.
+            store.config.sync_flush_timeout = 200
+            stuck = trio.Event()
+
+            async def stuck_flush(least_pages: int) -> bool:
+                await stuck.wait()
+                return False
+
+            store.commitlog.queue.flush = stuck_flush  # type: ignore[method-assign]
+            slow = await producer.send(Message("Durable", b"slow disk"))
+            assert slow.status == "FLUSH_DISK_TIMEOUT"
+            stuck.set()
+            del store.commitlog.queue.flush

@@ -27,6 +27,9 @@ from pymq.store.index_file import IndexFile, positive_hash
 log = logging.getLogger(__name__)
 
 _PREFIX_CACHE_MAX = 100_000
+# UNIQ_KEY: 32 hex digits, of which the first 20 are fixed per producer (see UniqueIdGenerator).
+UNIQ_KEY_LENGTH = 32
+UNIQ_KEY_FIXED = 20
 """Hashes of "topic#" are cached per topic; dropped if a client invents topics forever."""
 MAX_TRY_IDX_CREATE = 3
 """A put that finds the newest file full retries on a fresh file this many times (as Java)."""
@@ -50,6 +53,7 @@ class IndexService:
         self._unsynced_full: list[IndexFile] = []
         self.flushed_index_timestamp = 0
         self._prefix_hashes: dict[str, int] = {}
+        self._uniq_prefix_hashes: dict[tuple[str, str], int] = {}
 
     # --- load (blocking) -----------------------------------------------------------------------
 
@@ -134,7 +138,19 @@ class IndexService:
                 self._prefix_hashes.clear()
             prefix = self._prefix_hashes[topic] = java_string_hash(topic + "#")
         if uniq_key:
-            f = self._put(f, prefix, uniq_key, phy_offset, store_timestamp)
+            if len(uniq_key) == UNIQ_KEY_LENGTH:
+                # A producer's ids share their first 20 hex digits (ip, pid, class-loader hash):
+                # hash topic#prefix once, and only the 12 digits that change per message.
+                head = uniq_key[:UNIQ_KEY_FIXED]
+                fixed = self._uniq_prefix_hashes.get((topic, head))
+                if fixed is None:
+                    if len(self._uniq_prefix_hashes) >= _PREFIX_CACHE_MAX:
+                        self._uniq_prefix_hashes.clear()
+                    fixed = java_string_hash_after(prefix, head)
+                    self._uniq_prefix_hashes[(topic, head)] = fixed
+                f = self._put(f, fixed, uniq_key[UNIQ_KEY_FIXED:], phy_offset, store_timestamp)
+            else:
+                f = self._put(f, prefix, uniq_key, phy_offset, store_timestamp)
         if keys:
             for key in keys.split(KEY_SEPARATOR):
                 if key:

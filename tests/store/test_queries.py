@@ -167,3 +167,24 @@ async def test_failing_listener_does_not_stop_dispatch(root):
         await store.reput.do_reput()
         assert calls == [1, 2, 3]
         assert store.get_max_offset_in_queue("TopicTest", 0) == 3
+
+
+async def test_query_by_producer_unique_ids(root):
+    """Real UNIQ_KEYs (32 hex digits, 20 of them fixed per producer) are indexed with the hash
+    of the whole ``topic#key``, for two producers and two topics."""
+    from pymq.common.message import UniqueIdGenerator
+
+    clock = Clock(2_000_000_000_000)
+    async with running_store(small_config(root), clock_ms=clock) as store:
+        sent = []
+        for gen in (UniqueIdGenerator("10.0.0.1", pid=11), UniqueIdGenerator("10.0.0.2", pid=22)):
+            for i in range(40):
+                clock.now += 10
+                uniq = gen.create(clock.now)
+                topic = "TopicTest" if i % 2 else "Other"
+                r = await store.put_message(make_message(topic=topic, UNIQ_KEY=uniq))
+                sent.append((topic, uniq, r.wrote_offset))
+        await store.reput.do_reput()
+        for topic, uniq, offset in sent:
+            found = store.query_message(topic, uniq, 8, 0, clock.now)
+            assert [decode_record(m).commitlog_offset for m in found.messages] == [offset]

@@ -199,6 +199,7 @@ class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
         self._quoted_region = ("", '""')
+        self._born_hosts: dict[str, tuple[str, int]] = {}
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -307,17 +308,28 @@ class SendProcessor:
         return props
 
     def _message(
-        self, channel: Channel, header: SendHeader, queue_id: int, body: bytes, props: dict
+        self,
+        channel: Channel,
+        header: SendHeader,
+        queue_id: int,
+        body: bytes,
+        props: dict,
+        flag: int | None = None,
     ) -> MessageExt:
+        born_host = self._born_hosts.get(channel.remote_address)
+        if born_host is None:  # parsed once per peer address
+            if len(self._born_hosts) >= 65536:
+                self._born_hosts.clear()
+            born_host = self._born_hosts[channel.remote_address] = host_of(channel.remote_address)
         return MessageExt(
             topic=header.topic,
             body=body,
-            flag=header.flag,
+            flag=header.flag if flag is None else flag,
             properties=props,
             queue_id=queue_id,
             sys_flag=header.sys_flag,
             born_timestamp=header.born_timestamp,
-            born_host=host_of(channel.remote_address),
+            born_host=born_host,
             store_host=self.broker.store_host,
             reconsume_times=header.reconsume_times,
         )
@@ -457,8 +469,7 @@ class SendProcessor:
                 return req.response(
                     ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batch"
                 )
-            item_header = attrs.evolve(header, flag=item.flag)
-            msgs.append(self._message(channel, item_header, queue_id, item.body, props))
+            msgs.append(self._message(channel, header, queue_id, item.body, props, item.flag))
         result = await self.broker.store.put_messages(msgs)
         return self._answer(req, result, queue_id)
 

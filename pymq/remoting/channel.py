@@ -56,8 +56,8 @@ CALLBACK_SWEEP_INTERVAL = 0.05
 
 # Bytes asked of the socket per receive: large enough to take many small frames in one call.
 RECEIVE_SIZE = 256 * 1024
-# Frames joined into one send_all at most; bounds the size of one write under heavy load.
-MAX_FRAMES_PER_WRITE = 256
+# Bytes joined into one write at most; bounds the size of one write under heavy load.
+MAX_WRITE_BYTES = 1 << 20
 
 
 @attrs.define(slots=True)
@@ -113,7 +113,15 @@ class Channel:
         self._pending: dict[int, _Pending] = {}
         self._callbacks = 0  # pending calls that answer through a callback
         self._sweep_wanted = trio.Event()
-        self._out_send, self._out_recv = trio.open_memory_channel[bytes](math.inf)
+        # Frames waiting to be written, in order.  They are written straight from the task that
+        # queued them when the socket takes them at once (a call, or the answers to one batch
+        # of received requests), and by the writer task otherwise.
+        self._out: list[bytes] = []
+        self._writer_wake = trio.Event()
+        self._writer_busy = False
+        self._batching = False  # the reader is serving a received batch: flush once at its end
+        # The non-blocking stdlib socket under trio's, for those direct writes (None: writer only).
+        self._raw = getattr(getattr(stream, "socket", None), "_sock", None)
         self._cancel_scope = trio.CancelScope()
         self._finished = trio.Event()
 
@@ -151,7 +159,8 @@ class Channel:
         if self.closed:
             return
         self.closed = True
-        self._out_send.close()
+        self._out.clear()
+        self._writer_wake.set()
         error = RemotingConnectError(f"connection to {self.remote_address} closed: {reason}")
         pendings = list(self._pending.values())
         self._pending.clear()
@@ -187,11 +196,17 @@ class Channel:
                 log.warning("closing connection from %s: %s", self.remote_address, exc)
                 return
             inline = self.inline_handler
-            for cmd in commands:
-                if cmd.flag & RPC_TYPE_RESPONSE:
-                    self._on_response(cmd)
-                elif inline is None or not self._serve_inline(inline, cmd):
-                    nursery.start_soon(self._serve, cmd)
+            self._batching = True
+            try:
+                for cmd in commands:
+                    if cmd.flag & RPC_TYPE_RESPONSE:
+                        self._on_response(cmd)
+                    elif inline is None or not self._serve_inline(inline, cmd):
+                        nursery.start_soon(self._serve, cmd)
+            finally:
+                self._batching = False
+            if self._out:
+                self._flush_direct()  # every inline answer of the batch in one write
 
     def _on_response(self, cmd: RemotingCommand) -> None:
         pending = self._pending.pop(cmd.opaque, None)
@@ -283,23 +298,59 @@ class Channel:
 
     # -- writing --------------------------------------------------------------------------
 
-    def _write(self, frame: bytes) -> None:
+    def _write(self, frame: bytes, *, now: bool = False) -> None:
+        """Queue ``frame``; ``now`` tries to write it from this task at once."""
+        if self.closed:
+            raise RemotingSendError(f"connection to {self.remote_address} is closed")
+        self._out.append(frame)
+        if self._batching:
+            return  # the reader writes the batch's answers together when it is done
+        if now:
+            self._flush_direct()
+        else:
+            self._writer_wake.set()
+
+    def _flush_direct(self) -> None:
+        """Write what is queued with one non-blocking send if the writer is idle; whatever the
+        socket does not take at once (or any error) is left to the writer task."""
+        raw = self._raw
+        if raw is None or self._writer_busy or self.closed:
+            self._writer_wake.set()
+            return
+        out = self._out
+        data = out[0] if len(out) == 1 else b"".join(out)
+        self._out = []
         try:
-            self._out_send.send_nowait(frame)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise RemotingSendError(f"connection to {self.remote_address} is closed") from None
+            sent = raw.send(data)
+        except OSError:  # would block, or broken: the writer retries and reports
+            sent = 0
+        if sent < len(data):
+            self._out.insert(0, data[sent:])
+            self._writer_wake.set()
+        else:
+            self._last_write = trio.current_time()
 
     async def _writer(self) -> None:
-        recv = self._out_recv
         try:
-            async for frame in recv:
-                frames = [frame]
-                while len(frames) < MAX_FRAMES_PER_WRITE:
-                    try:
-                        frames.append(recv.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                await self.stream.send_all(frames[0] if len(frames) == 1 else b"".join(frames))
+            while True:
+                if not self._out:
+                    await self._writer_wake.wait()
+                    self._writer_wake = trio.Event()
+                    if self.closed:
+                        return
+                    continue
+                out = self._out
+                count = size = 0
+                while count < len(out) and size < MAX_WRITE_BYTES:
+                    size += len(out[count])
+                    count += 1
+                take = out[:count]
+                self._out = out[count:]
+                self._writer_busy = True
+                try:
+                    await self.stream.send_all(take[0] if len(take) == 1 else b"".join(take))
+                finally:
+                    self._writer_busy = False
                 self._last_write = trio.current_time()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self.close_reason = self.close_reason or f"write failed: {exc}"
@@ -320,7 +371,7 @@ class Channel:
         pending = _Pending(trio.Event())
         self._pending[request.opaque] = pending
         try:
-            self._write(encode(request))
+            self._write(encode(request), now=True)
             with trio.move_on_after(timeout):
                 await pending.event.wait()  # type: ignore[union-attr]
             if pending.error is not None:
@@ -347,7 +398,7 @@ class Channel:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         request.opaque = opaque = next_opaque()
         request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
-        self._write(encode(request))
+        self._write(encode(request), now=True)
         self._pending[opaque] = _Pending(
             callback=callback, deadline=trio.current_time() + timeout, code=request.code
         )

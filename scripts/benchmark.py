@@ -320,7 +320,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         client_cpu_us /= max(1, sent)
         consume_rate = await consume(args, namesrv, sent) if not args.no_consume else 0.0
         return {
-            "system": "pymq" if not args.ha else f"pymq-{args.ha.lower()}",
+            "system": args.name if not args.ha else f"pymq-{args.ha.lower()}",
             "n": sent,
             "size": args.size,
             "publish_msgs_per_s": round(publish_rate, 1),
@@ -354,6 +354,9 @@ def main() -> int:
     parser.add_argument("--ha", choices=["ASYNC_MASTER", "SYNC_MASTER"], help="add a slave")
     parser.add_argument("--file-size", type=int, default=256 * 1024 * 1024)
     parser.add_argument("--no-consume", action="store_true")
+    parser.add_argument(
+        "--name", default="pymq", help='"system" in the JSON line (to tell variants apart)'
+    )
     parser.add_argument(
         "--sync",
         action="store_true",

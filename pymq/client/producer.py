@@ -36,7 +36,7 @@ from pymq.common.message import (
     encode_properties,
 )
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
-from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codec import RemotingCommand, quote_json
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
 
@@ -99,6 +99,7 @@ class Producer(ClientService):
         self._ids = UniqueIdGenerator()
         self._counter = itertools.count()
         self._publish_cache: dict[str, tuple[object, list[MessageQueue], bool]] = {}
+        self._header_json: dict[str, str] = {}
 
     async def _started(self) -> None:
         assert self._nursery is not None
@@ -214,10 +215,19 @@ class Producer(ClientService):
         if addr is None:
             raise MQClientError(-1, f"no master address for broker {mq.broker_name}")
         channel = await self.client.remoting.channel(addr)
-        request = RemotingCommand(
-            RequestCode.SEND_MESSAGE_V2,
-            self._header(mq, sys_flag, msg.flag, props, False),
-            body,
+        header = self._header(mq, sys_flag, msg.flag, props, False)
+        request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, header, body)
+        # The header's JSON written here: group and topic quoted once per topic, the numbers
+        # need no escaping; only the properties are quoted per message.
+        fixed = self._header_json.get(mq.topic)
+        if fixed is None:
+            fixed = self._header_json[mq.topic] = (
+                f'"a":{quote_json(self.group)},"b":{quote_json(mq.topic)},'
+                f'"c":{quote_json(AUTO_CREATE_TOPIC_KEY_TOPIC)},"d":"{DEFAULT_TOPIC_QUEUE_NUMS}",'
+            )
+        request.ext_json = (
+            f'{fixed}"e":"{header["e"]}","f":"{header["f"]}","g":"{header["g"]}",'
+            f'"h":"{header["h"]}","i":{quote_json(props)},"j":"0","k":"false","m":"false"'
         )
 
         def on_response(response: RemotingCommand | None, error: Exception | None) -> None:

@@ -320,7 +320,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         client_cpu_us /= max(1, sent)
         consume_rate = await consume(args, namesrv, sent) if not args.no_consume else 0.0
         return {
-            "system": args.name if not args.ha else f"pymq-{args.ha.lower()}",
+            "system": args.name if not args.ha else f"{args.name}-{args.ha.lower()}",
             "n": sent,
             "size": args.size,
             "publish_msgs_per_s": round(publish_rate, 1),

@@ -78,6 +78,10 @@ class MessageStoreConfig:
     max_msgs_num_batch: int = 64
     default_query_max_num: int = 32
     offset_check_in_slave: bool = False
+    # pymq only: every this many ms, pages of the mapped files that the broker no longer needs
+    # close at hand are dropped from its resident set (madvise DONTNEED; the page cache keeps
+    # them).  0 turns it off.
+    resident_trim_interval: int = 10_000
     disk_fall_recorded: bool = True
     os_page_cache_busy_time_out_mills: int = 1000
     warm_maped_file_enable: bool = False

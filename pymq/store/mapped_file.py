@@ -30,6 +30,9 @@ _ZERO_CHUNK = 8 * 1024 * 1024
 _ZERO_BLOCK = bytes(64 * 1024)
 
 
+_PAGE = mmap.PAGESIZE
+
+
 def _all_zero(data: bytes) -> bool:
     """memcmp against a zero block (``strip`` walks byte by byte: 20x slower)."""
     step = len(_ZERO_BLOCK)
@@ -186,6 +189,16 @@ class MappedFile:
         if pos < 0 or pos > self.wrote_position:
             return None
         return self.mm[pos : self.wrote_position]
+
+    def release_resident(self, upto: int) -> None:
+        """Drop this map's resident pages below ``upto`` (rounded down to a page) from the
+        process: MADV_DONTNEED on a shared file mapping unmaps them, the page cache keeps them
+        (dirty ones too), and a later access maps them in again."""
+        end = (min(upto, self.file_size) // _PAGE) * _PAGE
+        if end <= 0 or self._fd < 0:
+            return
+        with contextlib.suppress(ValueError, OSError):  # closed meanwhile
+            self.mm.madvise(mmap.MADV_DONTNEED, 0, end)
 
     # --- blocking calls (run in a worker thread) -----------------------------------------------
 

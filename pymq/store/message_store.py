@@ -68,6 +68,10 @@ DISK_CHECK_INTERVAL_S = 10
 COMMITLOG_DATA_MAX_BYTES = 1024 * 1024
 """get_commitlog_data copies; Java hands out a view of the rest of a file (up to 1 GiB)."""
 SHUTDOWN_DEADLINE_S = 30
+# trim_resident keeps this much of the commit log's written tail mapped (what consumers read
+# next), and this much of each consume queue's.
+COMMITLOG_RESIDENT_TAIL = 8 * 1024 * 1024
+CQ_RESIDENT_TAIL = 64 * 1024
 """The final dispatch + flush gets this long even when the caller is cancelled."""
 
 _TRAN_MASK = 0xC
@@ -257,6 +261,15 @@ class DefaultMessageStore:
                         name="disk space check",
                     )
                 )
+                if config.resident_trim_interval > 0:
+                    nursery.start_soon(
+                        partial(
+                            every,
+                            config.resident_trim_interval / 1000,
+                            self.trim_resident,
+                            name="trim resident pages",
+                        )
+                    )
                 self.start_time_ms = self.clock_ms()
                 self.running = True
                 task_status.started()
@@ -267,6 +280,30 @@ class DefaultMessageStore:
             self.running = False
             with trio.CancelScope(shield=True, deadline=trio.current_time() + SHUTDOWN_DEADLINE_S):
                 await self._shutdown(clean_exit)
+
+    async def trim_resident(self) -> None:
+        """Keep the broker's resident set small however large the store: unmap the pages of the
+        mapped files it is done with, keeping the tail being written and read most (the last
+        ``COMMITLOG_RESIDENT_TAIL`` bytes of the commit log, the last page or so of each consume
+        queue).  Reads of older data map their pages in again until the next round."""
+        files = self.commitlog.queue.files
+        for mf in files[:-1]:
+            mf.release_resident(mf.file_size)
+            await trio.lowlevel.checkpoint()
+        if files:
+            files[-1].release_resident(files[-1].wrote_position - COMMITLOG_RESIDENT_TAIL)
+        for n, cq in enumerate(list(self.consume_queues)):
+            cq_files = cq.queue.files
+            for mf in cq_files[:-1]:
+                mf.release_resident(mf.file_size)
+            if cq_files:
+                cq_files[-1].release_resident(cq_files[-1].wrote_position - CQ_RESIDENT_TAIL)
+            if n % 256 == 255:
+                await trio.lowlevel.checkpoint()
+        if self.index is not None:
+            for f in list(self.index.files):
+                f.mf.release_resident(f.mf.file_size)
+                await trio.lowlevel.checkpoint()
 
     async def _shutdown(self, clean_exit: bool) -> None:
         try:

@@ -41,7 +41,7 @@ from pymq.common.message import (
     PROPERTY_RETRY_TOPIC,
     MessageExt,
     MessageSysFlag,
-    iter_records,
+    decode_records,
 )
 from pymq.common.serde import from_json
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
@@ -187,7 +187,7 @@ class _Base(ClientService):
         messages: list[MessageExt] = []
         if status == "FOUND":
             subscription = SubscriptionData.build(mq.topic, expression)
-            for msg in iter_records(response.body):
+            for msg in decode_records(response.body):
                 if msg.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
                     msg.body = zlib.decompress(msg.body)
                 tags = msg.tags

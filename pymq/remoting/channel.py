@@ -56,6 +56,11 @@ CALLBACK_SWEEP_INTERVAL = 0.05
 
 # Bytes asked of the socket per receive: large enough to take many small frames in one call.
 RECEIVE_SIZE = 256 * 1024
+# A call is written at once from the calling task while fewer than this many calls are
+# pending (lowest latency); with more in flight it is left to the writer task, which joins
+# every frame queued meanwhile into one write (fewer syscalls when throughput matters).
+DIRECT_WRITE_MAX_PENDING = 4
+
 # Bytes joined into one write at most; bounds the size of one write under heavy load.
 MAX_WRITE_BYTES = 1 << 20
 
@@ -371,7 +376,7 @@ class Channel:
         pending = _Pending(trio.Event())
         self._pending[request.opaque] = pending
         try:
-            self._write(encode(request), now=True)
+            self._write(encode(request), now=len(self._pending) <= DIRECT_WRITE_MAX_PENDING)
             with trio.move_on_after(timeout):
                 await pending.event.wait()  # type: ignore[union-attr]
             if pending.error is not None:
@@ -398,7 +403,7 @@ class Channel:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         request.opaque = opaque = next_opaque()
         request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
-        self._write(encode(request), now=True)
+        self._write(encode(request), now=len(self._pending) < DIRECT_WRITE_MAX_PENDING)
         self._pending[opaque] = _Pending(
             callback=callback, deadline=trio.current_time() + timeout, code=request.code
         )

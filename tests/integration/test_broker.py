@@ -100,6 +100,9 @@ async def test_tag_filtering_and_batches(pymq_cluster: Cluster, client) -> None:
         batch = [Message("Mixed", f"b{i}".encode(), tags="A" if i % 2 else "B") for i in range(10)]
         result = await producer.send_batch(batch, queue=queue)
         assert (result.status, result.queue.queue_id, result.queue_offset) == ("SEND_OK", 2, 0)
+    # Dispatch to the consume queues follows the append asynchronously (as in RocketMQ): a pull
+    # that does not wait could come first.
+    await pymq_cluster.broker.store.reput.do_reput()
     async with PullConsumer("Puller", pymq_cluster.namesrv_addr) as puller:
         found = await puller.pull(queue, "A", 0, 32)
         assert [m.body for m in found.messages] == [f"b{i}".encode() for i in range(1, 10, 2)]

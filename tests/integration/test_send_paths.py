@@ -55,6 +55,7 @@ async def test_send_async_stores_every_message_once(pymq_cluster: Cluster) -> No
     # Each queue's offsets are 0..n-1: nothing lost, nothing stored twice.
     assert all(sorted(offsets) == list(range(len(offsets))) for offsets in by_queue.values())
     ids = {r.msg_id: r for r in results.ok}
+    await cluster.broker.store.reput.do_reput()  # dispatch follows the append asynchronously
     async with PullConsumer("Puller", pymq_cluster.namesrv_addr) as puller:
         pulled = []
         for queue_id in by_queue:

@@ -61,6 +61,9 @@ RECEIVE_SIZE = 256 * 1024
 # every frame queued meanwhile into one write (fewer syscalls when throughput matters).
 DIRECT_WRITE_MAX_PENDING = 4
 
+# Commands served from one receive before the reader lets other tasks run.
+SERVE_BATCH = 32
+
 # Bytes joined into one write at most; bounds the size of one write under heavy load.
 MAX_WRITE_BYTES = 1 << 20
 
@@ -201,17 +204,23 @@ class Channel:
                 log.warning("closing connection from %s: %s", self.remote_address, exc)
                 return
             inline = self.inline_handler
-            self._batching = True
-            try:
-                for cmd in commands:
-                    if cmd.flag & RPC_TYPE_RESPONSE:
-                        self._on_response(cmd)
-                    elif inline is None or not self._serve_inline(inline, cmd):
-                        nursery.start_soon(self._serve, cmd)
-            finally:
-                self._batching = False
-            if self._out:
-                self._flush_direct()  # every inline answer of the batch in one write
+            for start in range(0, len(commands), SERVE_BATCH):
+                if start:
+                    # A long run of inline work yields now and then, so that the rest of the
+                    # broker (the group commit waiting on its sync, dispatch, other
+                    # connections) is not held up behind one big receive.
+                    await trio.lowlevel.checkpoint()
+                self._batching = True
+                try:
+                    for cmd in commands[start : start + SERVE_BATCH]:
+                        if cmd.flag & RPC_TYPE_RESPONSE:
+                            self._on_response(cmd)
+                        elif inline is None or not self._serve_inline(inline, cmd):
+                            nursery.start_soon(self._serve, cmd)
+                finally:
+                    self._batching = False
+                if self._out:
+                    self._flush_direct()  # the inline answers of this run in one write
 
     def _on_response(self, cmd: RemotingCommand) -> None:
         pending = self._pending.pop(cmd.opaque, None)

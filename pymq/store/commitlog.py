@@ -13,6 +13,7 @@ come only from below that point or from appends made since, so nothing corrupt i
 
 from __future__ import annotations
 
+import collections
 import logging
 import struct
 import time
@@ -23,6 +24,9 @@ from pymq.common.message import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SYSFLAG_POSITION,
     MessageExt,
     MessageSysFlag,
@@ -34,7 +38,9 @@ from pymq.common.message import (
     record_length,
     scan_records,
     store_timestamp_position,
+    tags_code,
 )
+from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store.mapped_file import MappedFile
 from pymq.store.mapped_file_queue import MappedFileAllocator, MappedFileQueue
 from pymq.store.results import PutMessageResult, PutMessageStatus
@@ -66,6 +72,26 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+# Dispatch hints kept at most (reput normally takes them within milliseconds).
+DISPATCH_HINTS_MAX = 1 << 16
+
+
+def _hint_fields(msg: MessageExt) -> tuple[int, str | None, str | None] | None:
+    """(tags code, KEYS, UNIQ_KEY) of a message just written, as dispatch would parse them back
+    from the record; None where that is not certain (delayed delivery's tags code, a value
+    holding a property separator)."""
+    if msg.topic == SCHEDULE_TOPIC:
+        return None
+    props = msg.properties
+    tags = props.get(PROPERTY_TAGS)
+    keys = props.get(PROPERTY_KEYS)
+    uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    for value in (tags, keys, uniq):
+        if value and ("\x01" in value or "\x02" in value):
+            return None
+    return tags_code(tags), keys or None, uniq or None
+
+
 class CommitLog:
     def __init__(
         self,
@@ -79,6 +105,11 @@ class CommitLog:
         # Next logical offset per (topic, queueId): Java's "topic-queueId" table, keyed by tuple
         # because building the string key cost more than the rest of a put's bookkeeping.
         self.topic_queue_table: dict[tuple[str, int], int] = {}
+        # What dispatch needs of each record just appended, oldest first: (physical offset,
+        # size, topic, queue id, queue offset, tags code, store timestamp, sys flag, keys,
+        # unique key).  Reput uses a hint instead of parsing the record back when the hint's
+        # offset and size match the record it reaches; anything else it parses.
+        self.dispatch_hints: collections.deque[tuple] = collections.deque()
         self.clock_ms = clock_ms
         self.set_store_host("127.0.0.1", 0)
 
@@ -161,6 +192,14 @@ class CommitLog:
         msg.commitlog_offset = phy
         msg.store_timestamp = now
         msg.store_size = size
+        hints = self.dispatch_hints
+        if len(hints) < DISPATCH_HINTS_MAX:
+            fields = _hint_fields(msg)
+            if fields is not None:
+                hints.append(
+                    (phy, size, msg.topic, msg.queue_id, queue_offset, fields[0], now,
+                     sys_flag, fields[1], fields[2])
+                )  # fmt: skip
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             phy,
@@ -207,6 +246,7 @@ class CommitLog:
         first_logic = -1
         ids = []
         prefix = self._msg_id_prefix
+        hints = self.dispatch_hints
         for msg, (topic_b, props_b), (size, born_ip) in zip(msgs, encoded, sizes, strict=True):
             if msg.sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
                 queue_offset = 0
@@ -225,6 +265,13 @@ class CommitLog:
             msg.commitlog_offset = phy
             msg.store_timestamp = now
             msg.store_size = size
+            if len(hints) < DISPATCH_HINTS_MAX:
+                fields = _hint_fields(msg)
+                if fields is not None:
+                    hints.append(
+                        (phy, size, msg.topic, msg.queue_id, queue_offset, fields[0], now,
+                         msg.sys_flag, fields[1], fields[2])
+                    )  # fmt: skip
             ids.append(f"{prefix}{phy:016X}")
             pos += size
         mf.wrote_position = pos

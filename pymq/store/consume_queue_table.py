@@ -136,26 +136,46 @@ class ConsumeQueueTable:
         CommitLogDispatcherBuildConsumeQueue); rolled-back ones are not indexed either.
         """
         props = info.properties
-        if not info.sys_flag & 0x4:  # not PREPARED (0x4) nor ROLLBACK (0xC)
-            cq = self.find_or_create(info.topic, info.queue_id)
-            if cq.needs(info.physical_offset, info.size):
-                code = self._tags_code(info)
-                cq.put(info.physical_offset, info.size, code, info.queue_offset)
-                self.logics_msg_timestamp = info.store_timestamp
+        self.dispatch_fields(
+            info.topic,
+            info.queue_id,
+            info.physical_offset,
+            info.size,
+            self._tags_code(info),
+            info.queue_offset,
+            info.store_timestamp,
+            info.sys_flag,
+            property_value(props, PROPERTY_KEYS),
+            property_value(props, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+            listener,
+        )
+
+    def dispatch_fields(
+        self,
+        topic: str,
+        queue_id: int,
+        phy_offset: int,
+        size: int,
+        code: int,
+        queue_offset: int,
+        store_timestamp: int,
+        sys_flag: int,
+        keys: str | None,
+        uniq_key: str | None,
+        listener: ArrivalListener | None = None,
+    ) -> None:
+        """:meth:`dispatch` from the fields themselves (``code`` is the consume-queue tags code),
+        for the put path's dispatch hints, which spare parsing the record back."""
+        if not sys_flag & 0x4:  # not PREPARED (0x4) nor ROLLBACK (0xC)
+            cq = self.find_or_create(topic, queue_id)
+            if cq.needs(phy_offset, size):
+                cq.put(phy_offset, size, code, queue_offset)
+                self.logics_msg_timestamp = store_timestamp
                 if listener is not None:
-                    listener(
-                        info.topic, info.queue_id, info.queue_offset + 1, code, info.store_timestamp
-                    )
+                    listener(topic, queue_id, queue_offset + 1, code, store_timestamp)
         index = self.index
-        if index is not None and not index.already_indexed(info.physical_offset):
-            index.build_index(
-                info.topic,
-                property_value(props, PROPERTY_KEYS),
-                property_value(props, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-                info.physical_offset,
-                info.store_timestamp,
-                info.sys_flag,
-            )
+        if index is not None and not index.already_indexed(phy_offset):
+            index.build_index(topic, keys, uniq_key, phy_offset, store_timestamp, sys_flag)
 
     def _tags_code(self, info: RecordInfo) -> int:
         if info.topic == SCHEDULE_TOPIC:

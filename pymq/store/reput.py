@@ -10,11 +10,18 @@ record cut short at the end of the data (an HA chunk boundary) just waits for mo
 
 from __future__ import annotations
 
+import collections
 import logging
 
 import trio
 
-from pymq.common.message import BlankRecord, RecordError, read_record_header, read_record_info
+from pymq.common.message import (
+    MESSAGE_MAGIC_CODE,
+    BlankRecord,
+    RecordError,
+    read_record_header,
+    read_record_info,
+)
 from pymq.store.commitlog import CommitLog
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
 
@@ -82,6 +89,27 @@ class ReputMessageService:
             if not more:
                 return
 
+    @staticmethod
+    def _hint_for(
+        hints: collections.deque[tuple], offset: int, view: memoryview, pos: int, end: int
+    ) -> tuple | None:
+        """The put path's hint for the record at ``offset``, if it has one and the record there
+        is whole and has the hinted size and a message magic; stale hints are dropped."""
+        while hints and hints[0][0] < offset:
+            hints.popleft()
+        if not hints or hints[0][0] != offset:
+            return None
+        hint = hints.popleft()
+        size = hint[1]
+        if pos + size > end or pos + 8 > end:
+            hints.appendleft(hint)  # not all written yet: the next pass
+            return None
+        total, magic = read_record_header(view, pos)
+        if total != size or magic != MESSAGE_MAGIC_CODE:
+            hints.clear()  # the log is not what the hints describe: parse from here on
+            return None
+        return hint
+
     def _dispatch_some(self, limit: int) -> tuple[bool, bool]:
         """Dispatch at most ``limit`` records: (made progress, may be more to do)."""
         cl = self.commitlog
@@ -96,10 +124,25 @@ class ReputMessageService:
         end = mf.wrote_position
         view = memoryview(mf.mm)[:end]
         dispatch = self.table.dispatch
+        dispatch_fields = self.table.dispatch_fields
         listener = self._safe_listener if self.listener is not None else None
+        hints = cl.dispatch_hints
         done = 0
         try:
             while pos < end and done < limit:
+                if hints:
+                    hint = self._hint_for(hints, self.reput_from_offset, view, pos, end)
+                    if hint is not None:
+                        (phy, size, topic, queue_id, queue_offset, code, store_ts, sys_flag,
+                         keys, uniq) = hint  # fmt: skip
+                        dispatch_fields(
+                            topic, queue_id, phy, size, code, queue_offset, store_ts, sys_flag,
+                            keys, uniq, listener,
+                        )  # fmt: skip
+                        pos += hint[1]
+                        self.reput_from_offset += hint[1]
+                        done += 1
+                        continue
                 try:
                     info = read_record_info(view, pos, check_crc=False)
                 except BlankRecord:

@@ -38,7 +38,6 @@ from pymq.common.message import (
     record_length,
     scan_records,
     store_timestamp_position,
-    tags_code,
 )
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store.mapped_file import MappedFile
@@ -76,22 +75,6 @@ def now_ms() -> int:
 DISPATCH_HINTS_MAX = 1 << 16
 
 
-def _hint_fields(msg: MessageExt) -> tuple[int, str | None, str | None] | None:
-    """(tags code, KEYS, UNIQ_KEY) of a message just written, as dispatch would parse them back
-    from the record; None where that is not certain (delayed delivery's tags code, a value
-    holding a property separator)."""
-    if msg.topic == SCHEDULE_TOPIC:
-        return None
-    props = msg.properties
-    tags = props.get(PROPERTY_TAGS)
-    keys = props.get(PROPERTY_KEYS)
-    uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    for value in (tags, keys, uniq):
-        if value and ("\x01" in value or "\x02" in value):
-            return None
-    return tags_code(tags), keys or None, uniq or None
-
-
 class CommitLog:
     def __init__(
         self,
@@ -106,9 +89,10 @@ class CommitLog:
         # because building the string key cost more than the rest of a put's bookkeeping.
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         # What dispatch needs of each record just appended, oldest first: (physical offset,
-        # size, topic, queue id, queue offset, tags code, store timestamp, sys flag, keys,
-        # unique key).  Reput uses a hint instead of parsing the record back when the hint's
-        # offset and size match the record it reaches; anything else it parses.
+        # size, topic, queue id, queue offset, TAGS, store timestamp, sys flag, KEYS,
+        # UNIQ_KEY).  Reput uses a hint instead of parsing the record back when the hint's
+        # offset and size match the record it reaches; anything else it parses.  None for
+        # SCHEDULE_TOPIC_XXXX, whose tags code is a delivery time reput works out itself.
         self.dispatch_hints: collections.deque[tuple] = collections.deque()
         self.clock_ms = clock_ms
         self.set_store_host("127.0.0.1", 0)
@@ -193,13 +177,13 @@ class CommitLog:
         msg.store_timestamp = now
         msg.store_size = size
         hints = self.dispatch_hints
-        if len(hints) < DISPATCH_HINTS_MAX:
-            fields = _hint_fields(msg)
-            if fields is not None:
-                hints.append(
-                    (phy, size, msg.topic, msg.queue_id, queue_offset, fields[0], now,
-                     sys_flag, fields[1], fields[2])
-                )  # fmt: skip
+        if len(hints) < DISPATCH_HINTS_MAX and msg.topic != SCHEDULE_TOPIC:
+            props = msg.properties
+            hints.append(
+                (phy, size, msg.topic, msg.queue_id, queue_offset, props.get(PROPERTY_TAGS),
+                 now, sys_flag, props.get(PROPERTY_KEYS),
+                 props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
+            )  # fmt: skip
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             phy,
@@ -265,13 +249,13 @@ class CommitLog:
             msg.commitlog_offset = phy
             msg.store_timestamp = now
             msg.store_size = size
-            if len(hints) < DISPATCH_HINTS_MAX:
-                fields = _hint_fields(msg)
-                if fields is not None:
-                    hints.append(
-                        (phy, size, msg.topic, msg.queue_id, queue_offset, fields[0], now,
-                         msg.sys_flag, fields[1], fields[2])
-                    )  # fmt: skip
+            if len(hints) < DISPATCH_HINTS_MAX and msg.topic != SCHEDULE_TOPIC:
+                props = msg.properties
+                hints.append(
+                    (phy, size, msg.topic, msg.queue_id, queue_offset, props.get(PROPERTY_TAGS),
+                     now, msg.sys_flag, props.get(PROPERTY_KEYS),
+                     props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
+                )  # fmt: skip
             ids.append(f"{prefix}{phy:016X}")
             pos += size
         mf.wrote_position = pos

@@ -21,6 +21,7 @@ from pymq.common.message import (
     RecordError,
     read_record_header,
     read_record_info,
+    tags_code,
 )
 from pymq.store.commitlog import CommitLog
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
@@ -108,6 +109,9 @@ class ReputMessageService:
         if total != size or magic != MESSAGE_MAGIC_CODE:
             hints.clear()  # the log is not what the hints describe: parse from here on
             return None
+        for value in (hint[5], hint[8], hint[9]):  # TAGS, KEYS, UNIQ_KEY
+            if value and ("\x01" in value or "\x02" in value):
+                return None  # the record says something else than the dict did: parse it
         return hint
 
     def _dispatch_some(self, limit: int) -> tuple[bool, bool]:
@@ -133,11 +137,11 @@ class ReputMessageService:
                 if hints:
                     hint = self._hint_for(hints, self.reput_from_offset, view, pos, end)
                     if hint is not None:
-                        (phy, size, topic, queue_id, queue_offset, code, store_ts, sys_flag,
+                        (phy, size, topic, queue_id, queue_offset, tags, store_ts, sys_flag,
                          keys, uniq) = hint  # fmt: skip
                         dispatch_fields(
-                            topic, queue_id, phy, size, code, queue_offset, store_ts, sys_flag,
-                            keys, uniq, listener,
+                            topic, queue_id, phy, size, tags_code(tags), queue_offset, store_ts,
+                            sys_flag, keys or None, uniq or None, listener,
                         )  # fmt: skip
                         pos += hint[1]
                         self.reput_from_offset += hint[1]

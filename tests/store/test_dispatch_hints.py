@@ -89,3 +89,6 @@ def test_a_hint_that_does_not_match_the_log_is_not_used():
     partial = collections.deque([hint])
     assert ReputMessageService._hint_for(partial, 1000, view, 0, 40) is None
     assert list(partial) == [hint]  # kept for when the record is whole
+    # A property value holding a separator is written differently than the dict holds it.
+    odd = (1000, 48, "T", 0, 0, "Tag\x02X", 0, 0, None, None)
+    assert ReputMessageService._hint_for(collections.deque([odd]), 1000, view, 0, 64) is None

@@ -94,7 +94,9 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size - file_size % CQ_STORE_UNIT_SIZE
-        self.queue = MappedFileQueue(os.path.join(root_dir, topic, str(queue_id)), self.file_size)
+        self.queue = MappedFileQueue(
+            os.path.join(root_dir, topic, str(queue_id)), self.file_size, lazy_directory_sync=True
+        )
         # Commit-log offset just past the newest entry's record; -1 when empty.
         self.max_physic_offset = -1
         # Byte position of the first valid entry (moved up as the commit log is cleaned).

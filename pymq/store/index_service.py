@@ -112,6 +112,11 @@ class IndexService:
             else:
                 await trio.to_thread.run_sync(new.destroy)
 
+    def ensure_writable_file(self) -> None:
+        """Blocking: have a file to write into now (at start), so that the first message's
+        dispatch, which consumers wait for, does not wait for a 400 MB file to be created."""
+        self._writable_file()
+
     def _writable_file(self) -> IndexFile:
         if self.needs_new_file():
             self._roll(self._new_file_blocking())

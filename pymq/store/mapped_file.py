@@ -105,11 +105,12 @@ class MappedFile:
         self.last_store_timestamp = 0
 
     @classmethod
-    def create(cls, path: str, file_size: int) -> MappedFile:
+    def create(cls, path: str, file_size: int, *, sync_dir: bool = True) -> MappedFile:
         """Blocking: create ``path`` (and its directory) at its full size, atomically, and map it.
 
         The file is sized under a hidden temporary name and renamed into place (then the
-        directory is synced), so a crash can never leave a store file of the wrong size behind:
+        directory is synced, unless ``sync_dir`` is False and the caller syncs it before it
+        relies on the file), so a crash can never leave a store file of the wrong size behind:
         such a file would stop the next start.
         """
         directory = os.path.dirname(path)
@@ -131,7 +132,8 @@ class MappedFile:
                 pass
             finally:
                 os.unlink(tmp)
-            sync_directory(directory)
+            if sync_dir:
+                sync_directory(directory)
         return cls(path, file_size)
 
     def __repr__(self) -> str:

@@ -16,7 +16,12 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.store.mapped_file import CREATING_SUFFIX, MappedFile, offset_to_file_name
+from pymq.store.mapped_file import (
+    CREATING_SUFFIX,
+    MappedFile,
+    offset_to_file_name,
+    sync_directory,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +92,16 @@ class MappedFileQueue:
         directory: str,
         file_size: int,
         allocator: MappedFileAllocator | None = None,
+        *,
+        lazy_directory_sync: bool = False,
     ) -> None:
         self.directory = directory
+        # With lazy_directory_sync a file this queue creates on the event loop is not followed by
+        # a directory sync there (milliseconds on a busy disk, on the path of a consume queue's
+        # first entry); the next flush syncs the directory, in its worker thread, before the
+        # files' data, so nothing durable ever depends on an entry that is not.
+        self.lazy_directory_sync = lazy_directory_sync
+        self._directory_dirty = False
         self.file_size = file_size
         self.allocator = allocator
         self.files: list[MappedFile] = []
@@ -184,7 +197,9 @@ class MappedFileQueue:
         path = os.path.join(self.directory, offset_to_file_name(start))
         mf = self.allocator.take(path) if self.allocator else None
         if mf is None:
-            mf = MappedFile.create(path, self.file_size)
+            mf = MappedFile.create(path, self.file_size, sync_dir=not self.lazy_directory_sync)
+            if self.lazy_directory_sync:
+                self._directory_dirty = True
         if self.allocator:
             nxt = os.path.join(self.directory, offset_to_file_name(start + self.file_size))
             self.allocator.request(nxt, self.file_size)
@@ -231,6 +246,13 @@ class MappedFileQueue:
                     continue
                 todo.append((mf, mf.wrote_position, mf.last_store_timestamp))
             target = self.max_offset
+            if self._directory_dirty:
+                self._directory_dirty = False
+                try:
+                    await trio.to_thread.run_sync(sync_directory, self.directory)
+                except BaseException:
+                    self._directory_dirty = True
+                    raise
             if not todo:
                 return self.flushed_where >= target
             await trio.to_thread.run_sync(_sync_all, [mf for mf, _, _ in todo])

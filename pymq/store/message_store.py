@@ -181,6 +181,8 @@ class DefaultMessageStore:
             if self.index is not None:
                 self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)
             self._recover()
+            if self.index is not None:
+                self.index.ensure_writable_file()
             ckpt.create_abort_file(config.abort_path)
         except BaseException:
             self._close_files()

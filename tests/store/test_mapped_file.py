@@ -20,12 +20,12 @@ async def test_allocator_never_deletes_a_file_the_queue_made_itself(tmp_path, mo
     real_create = MappedFile.create.__func__
     main = threading.get_ident()
 
-    def gated_create(cls, path, size):
+    def gated_create(cls, path, size, **kwargs):
         if threading.get_ident() == main:
-            return real_create(cls, path, size)
+            return real_create(cls, path, size, **kwargs)
         release.wait(10)
         try:
-            return real_create(cls, path, size)
+            return real_create(cls, path, size, **kwargs)
         finally:
             finished.set()
 

@@ -121,7 +121,7 @@ async def test_cpp_client_roundtrip(mode: str, tmp_path: Path) -> None:
         if code == 0:
             break
         if client_lock_race(home):
-            fault = "its transport lock race"
+            fault = "transport lock race"
         elif mode == "retry" and raise_taken_as_success(home, stderr):
             fault = "a raising callback taken as a success"
         else:

@@ -134,6 +134,17 @@ class CommitLog:
             mf = self.queue.get_last_mapped_file(0)
         return mf
 
+    def _hint(self, msg: MessageExt, phy: int, size: int, queue_offset: int, now: int) -> None:
+        """Queue the dispatch hint of a record just written (see ``dispatch_hints``)."""
+        hints = self.dispatch_hints
+        if len(hints) < DISPATCH_HINTS_MAX and msg.topic != SCHEDULE_TOPIC:
+            props = msg.properties
+            hints.append(
+                (phy, size, msg.topic, msg.queue_id, queue_offset, props.get(PROPERTY_TAGS),
+                 now, msg.sys_flag, props.get(PROPERTY_KEYS),
+                 props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
+            )  # fmt: skip
+
     def append_message(self, msg: MessageExt, topic_b: bytes, props_b: bytes) -> PutMessageResult:
         """Append one record: the hot path of :meth:`append_messages` for a single message."""
         born_ip = pack_ip(msg.born_host[0])
@@ -176,14 +187,7 @@ class CommitLog:
         msg.commitlog_offset = phy
         msg.store_timestamp = now
         msg.store_size = size
-        hints = self.dispatch_hints
-        if len(hints) < DISPATCH_HINTS_MAX and msg.topic != SCHEDULE_TOPIC:
-            props = msg.properties
-            hints.append(
-                (phy, size, msg.topic, msg.queue_id, queue_offset, props.get(PROPERTY_TAGS),
-                 now, sys_flag, props.get(PROPERTY_KEYS),
-                 props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
-            )  # fmt: skip
+        self._hint(msg, phy, size, queue_offset, now)
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             phy,
@@ -230,7 +234,6 @@ class CommitLog:
         first_logic = -1
         ids = []
         prefix = self._msg_id_prefix
-        hints = self.dispatch_hints
         for msg, (topic_b, props_b), (size, born_ip) in zip(msgs, encoded, sizes, strict=True):
             if msg.sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
                 queue_offset = 0
@@ -249,13 +252,7 @@ class CommitLog:
             msg.commitlog_offset = phy
             msg.store_timestamp = now
             msg.store_size = size
-            if len(hints) < DISPATCH_HINTS_MAX and msg.topic != SCHEDULE_TOPIC:
-                props = msg.properties
-                hints.append(
-                    (phy, size, msg.topic, msg.queue_id, queue_offset, props.get(PROPERTY_TAGS),
-                     now, msg.sys_flag, props.get(PROPERTY_KEYS),
-                     props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
-                )  # fmt: skip
+            self._hint(msg, phy, size, queue_offset, now)
             ids.append(f"{prefix}{phy:016X}")
             pos += size
         mf.wrote_position = pos

@@ -233,7 +233,6 @@ def pack_ip(ip: str) -> bytes:
 
 
 @lru_cache(maxsize=4096)
-@lru_cache(maxsize=4096)
 def unpack_ip(raw: bytes) -> str:
     return str(ipaddress.ip_address(raw))
 

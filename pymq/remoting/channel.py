@@ -246,7 +246,8 @@ class Channel:
                 if p.callback is not None and p.deadline <= now
             ]
             for opaque, pending in expired:
-                del self._pending[opaque]
+                if self._pending.pop(opaque, None) is None:
+                    continue  # an earlier callback closed the channel: already answered
                 self._callbacks -= 1
                 pending.finish(
                     None,

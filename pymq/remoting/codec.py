@@ -235,6 +235,8 @@ def encode(cmd: RemotingCommand) -> bytes:
 def _decode_json_header(data: bytes) -> RemotingCommand:
     try:
         text = data.decode()
+        if text[:1].isspace():
+            text = text.lstrip()  # raw_decode, unlike decode, does not skip it
         # raw_decode, not decode: the header is one object, and the trailing-whitespace regex
         # decode() runs costs a measurable share of a small request.
         header, end = _JSON_DECODER.raw_decode(text)

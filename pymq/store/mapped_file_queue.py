@@ -250,6 +250,8 @@ class MappedFileQueue:
                 self._directory_dirty = False
                 try:
                     await trio.to_thread.run_sync(sync_directory, self.directory)
+                except FileNotFoundError:
+                    return True  # the queue was deleted meanwhile: nothing left to make durable
                 except BaseException:
                     self._directory_dirty = True
                     raise

@@ -287,3 +287,22 @@ async def test_callback_calls_get_answers_timeouts_and_closes(
     assert isinstance(closed[0], RemotingConnectError)
     with pytest.raises(RemotingConnectError):
         channel.invoke_callback(RemotingCommand.request(FAST), 1, lambda r, e: None)
+
+
+async def test_a_callback_that_closes_the_channel_does_not_break_the_sweep(
+    server: RemotingServer, client: RemotingClient
+) -> None:
+    channel = await client.channel(addr(server))
+    errors: list[Exception | None] = []
+
+    def close_on_error(response: RemotingCommand | None, error: Exception | None) -> None:
+        errors.append(error)
+        channel.close("closed by a callback")
+
+    for _ in range(3):  # expire in the same sweep; the first callback closes the channel
+        channel.invoke_callback(RemotingCommand.request(SILENT), 0.1, close_on_error)
+    with trio.fail_after(5):
+        await channel.wait_closed()
+    assert len(errors) == 3
+    assert isinstance(errors[0], RemotingTimeoutError)
+    assert all(isinstance(e, RemotingConnectError) for e in errors[1:])

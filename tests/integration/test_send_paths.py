@@ -123,3 +123,15 @@ async def test_sync_flush_answers_only_once_durable(tmp_path) -> None:
             assert slow.status == "FLUSH_DISK_TIMEOUT"
             stuck.set()
             del store.commitlog.queue.flush
+
+
+async def test_task_path_answers_with_the_queue_asked_for(pymq_cluster: Cluster) -> None:
+    """A delayed send to a retry topic goes through the task path and into
+    SCHEDULE_TOPIC_XXXX; the answer still names the queue the producer asked for, as Java's."""
+    async with Producer("P", pymq_cluster.namesrv_addr) as producer:
+        result = await producer.send(
+            Message("%RETRY%G", b"later", delay_level=3),
+            queue=MessageQueue("%RETRY%G", "broker-a", 0),
+        )
+    assert result.status == "SEND_OK"
+    assert result.queue.queue_id == 0  # not the schedule queue of level 3 (2)

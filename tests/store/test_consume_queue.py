@@ -49,3 +49,18 @@ def test_recover_with_stale_entries_after_a_zero_gap(tmp_path):
     assert again.get_entry(9) == (1900, 100, 7) and again.get_entry(10) is None
     # the stale entry was zeroed with the dirty tail
     assert bytes(again.queue.files[0].mm[15 * 20 : 16 * 20]) == bytes(20)
+
+
+async def test_flush_after_the_queue_directory_is_gone(tmp_path):
+    """A new queue's directory is synced by its next flush (not on the loop); a queue deleted
+    in between must not make that flush fail."""
+    import shutil
+
+    from pymq.store.consume_queue import ConsumeQueue
+
+    cq = ConsumeQueue("T", 0, str(tmp_path), 20 * 1024)
+    cq.put(0, 100, 0, 0)
+    assert cq.queue._directory_dirty
+    shutil.rmtree(tmp_path / "T")
+    assert await cq.queue.flush(0)
+    cq.queue.close()

@@ -192,3 +192,10 @@ def test_ext_json_is_what_the_json_header_carries() -> None:
     assert encode(cmd) == plain
     decoded = FrameDecoder().feed(plain)[0]
     assert decoded.ext_fields == {"a": "1", "b": "x"}
+
+
+def test_json_header_with_leading_whitespace_is_read() -> None:
+    header = b' \n{"code":11,"extFields":{"a":"1"},"flag":0,"opaque":7,"version":1} '
+    frame = struct.pack(">ii", 4 + len(header), len(header)) + header
+    (cmd,) = FrameDecoder().feed(frame)
+    assert (cmd.code, cmd.opaque, cmd.ext_fields) == (11, 7, {"a": "1"})

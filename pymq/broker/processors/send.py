@@ -200,6 +200,7 @@ class SendProcessor:
         self.broker = broker
         self._quoted_region = ("", '""')
         self._born_hosts: dict[str, tuple[str, int]] = {}
+        self._valid_topics: set[str] = set()  # names validate_topic passed (bounded)
 
     # -- checks -------------------------------------------------------------------------------
 
@@ -214,11 +215,14 @@ class SendProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{bc.broker_ip1}] sending message is forbidden",
             ), None
-        config = self.broker.topic_config_manager.select(header.topic)
-        if config is None:
+        if header.topic not in self._valid_topics:  # Java validates every send's topic
             problem = validate_topic(header.topic)
             if problem:
                 return req.response(ResponseCode.MESSAGE_ILLEGAL, problem), None
+            if len(self._valid_topics) >= 65536:
+                self._valid_topics.clear()
+            self._valid_topics.add(header.topic)
+        config = self.broker.topic_config_manager.select(header.topic)
         if header.topic in NOT_ALLOWED_SEND_TOPICS or header.topic == bc.broker_cluster_name:
             return req.response(
                 ResponseCode.NO_PERMISSION,
@@ -419,11 +423,14 @@ class SendProcessor:
         msg_or_refusal = self._single_message(channel, req, header, config)
         if isinstance(msg_or_refusal, RemotingCommand):
             return msg_or_refusal
+        # The answer names the queue the producer asked for, as Java's does, even when the
+        # message goes to the DLQ or, delayed, to SCHEDULE_TOPIC_XXXX.
+        queue_id = msg_or_refusal.queue_id
         refused = await self._retry_and_dlq(req, header, msg_or_refusal)
         if refused is not None:
             return refused
         result = await self.broker.store.put_message(msg_or_refusal)
-        return self._answer(req, result, msg_or_refusal.queue_id)
+        return self._answer(req, result, queue_id)
 
     @staticmethod
     def _queue_id(header: SendHeader, config: TopicConfig) -> int:

@@ -273,7 +273,7 @@ class Channel:
                 return False
             if response is ANSWER_LATER:
                 return True
-        self._answer(request, response)
+        self.answer(request, response)
         return True
 
     async def _serve(self, request: RemotingCommand) -> None:
@@ -294,13 +294,10 @@ class Channel:
                 response = request.response(
                     ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
                 )
-        self._answer(request, response)
+        self.answer(request, response)
 
     def answer(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         """Answer ``request`` (nothing for a oneway one); dropped if the channel has closed."""
-        self._answer(request, response)
-
-    def _answer(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         if response is None or request.flag & RPC_ONEWAY:
             return
         response.opaque = request.opaque

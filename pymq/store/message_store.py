@@ -410,9 +410,7 @@ class DefaultMessageStore:
         nothing.
         """
         result = self.put_message_now(msg)
-        if self.must_wait and result.status is PutMessageStatus.PUT_OK:
-            return await self._wait_durable(result, msg.properties.get(PROPERTY_WAIT_STORE_MSG_OK))
-        return result
+        return await self._durable(result, msg.properties.get(PROPERTY_WAIT_STORE_MSG_OK))
 
     def put_message_now(self, msg: MessageExt) -> PutMessageResult:
         """Append one message without waiting for the disk or a slave: all of
@@ -437,11 +435,7 @@ class DefaultMessageStore:
                 return refused
             self._remember_topic(msg.topic, topic_b)
         result = self.commitlog.append_message(msg, topic_b, props_b)
-        if result.status is not PutMessageStatus.PUT_OK:
-            return result
-        self.put_message_times_total += 1
-        self.put_message_size_total += result.wrote_bytes
-        self.reput.wakeup()
+        self._count_appended(result)
         return result
 
     def _remember_topic(self, topic: str, topic_b: bytes) -> None:
@@ -491,15 +485,19 @@ class DefaultMessageStore:
                 self._remember_topic(topic, topic_b)
             encoded.append((topic_b, props_b))
         result = self.commitlog.append_messages(batch, encoded)
-        return await self._after_append(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
+        self._count_appended(result)
+        return await self._durable(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
 
-    async def _after_append(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
-        if result.status is not PutMessageStatus.PUT_OK:
-            return result
-        self.put_message_times_total += result.msg_num
-        self.put_message_size_total += result.wrote_bytes
-        self.reput.wakeup()
-        if self.must_wait:
+    def _count_appended(self, result: PutMessageResult) -> None:
+        """Statistics, and dispatch woken, for what an append wrote (nothing if refused)."""
+        if result.status is PutMessageStatus.PUT_OK:
+            self.put_message_times_total += result.msg_num
+            self.put_message_size_total += result.wrote_bytes
+            self.reput.wakeup()
+
+    async def _durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
+        """``result`` once its bytes are durable, when this store must wait for that."""
+        if self.must_wait and result.status is PutMessageStatus.PUT_OK:
             return await self._wait_durable(result, wait)
         return result
 

@@ -1,6 +1,6 @@
 # Shared by scripts/run and scripts/test: make .venv (once) and install pymq into it with the
-# extras named in $1.  The install is skipped when pyproject.toml and the extras are unchanged
-# since the last successful install, so a second run starts at once.
+# extras named in $1.  The install is skipped when pyproject.toml, the C extension's source and the
+# extras are unchanged since the last successful install, so a second run starts at once.
 # shellcheck shell=bash
 
 pymq_find_python() {
@@ -25,7 +25,8 @@ pymq_ensure_venv() {
         "$python" -m venv .venv
     fi
     stamp=.venv/.pymq-installed
-    want="$(sha256sum pyproject.toml | cut -d' ' -f1) [$extras]"
+    # The C extension is built at install time, so its source is part of what is installed.
+    want="$(cat pyproject.toml setup.py pymq/common/_recordc.c | sha256sum | cut -d' ' -f1) [$extras]"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "installing pymq${extras:+[$extras]} into .venv" >&2
         .venv/bin/python -m pip install --quiet --upgrade pip

@@ -32,7 +32,7 @@ import zlib
 from array import array
 from collections.abc import Callable, Iterator, Mapping
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import attrs
 
@@ -143,6 +143,11 @@ class BlankRecord(Exception):
 def encode_properties(props: Mapping[str, str]) -> str:
     """``name\\x01value\\x02...`` without a trailing separator, as Java 4.9.4 writes it."""
     return PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, props.items()))
+
+
+def _properties_bytes_py(props: Mapping[str, str]) -> bytes:
+    """Pure-Python twin of ``_recordc.properties_bytes``; use :func:`properties_bytes`."""
+    return encode_properties(props).encode()
 
 
 def decode_properties(text: str) -> dict[str, str]:
@@ -426,59 +431,35 @@ def encode_record_into(
     return total
 
 
-def encode_message_into(
+def _encode_message_into_py(
     buf: bytearray | memoryview | mmap.mmap,
     pos: int,
-    msg: MessageExt,
+    body: bytes | memoryview,
     topic: bytes,
     properties: bytes,
-    born_ip: bytes,
-    store_ip: bytes,
-    store_port: int,
+    queue_id: int,
+    flag: int,
     queue_offset: int,
     physical_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_ip: bytes,
+    born_port: int,
     store_timestamp: int,
+    store_ip: bytes,
+    store_port: int,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
 ) -> int:
-    """Write ``msg``'s record at ``buf[pos:]`` and return its size (the store's put path).
+    """:func:`encode_record_into` with the body CRC computed here (the store's put path).
 
-    Same layout as :func:`encode_record_into`, reading the message's own fields to keep the call
-    cheap; ``msg.sys_flag`` must already carry the host flags for ``born_ip`` / ``store_ip``.
+    Pure-Python twin of ``_recordc.encode_into``; use :func:`encode_message_into`.
     """
-    body = msg.body
-    body_len = len(body)
-    topic_len = len(topic)
-    props_len = len(properties)
-    sys_flag = msg.sys_flag
-    header = _HEADERS[(sys_flag >> 4) & 3]
-    total = header.size + body_len + 3 + topic_len + props_len
-    header.pack_into(
-        buf,
-        pos,
-        total,
-        MESSAGE_MAGIC_CODE,
-        zlib.crc32(body) & 0x7FFFFFFF,
-        msg.queue_id,
-        msg.flag,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        msg.born_timestamp,
-        born_ip,
-        msg.born_host[1],
-        store_timestamp,
-        store_ip,
-        store_port,
-        msg.reconsume_times,
-        msg.prepared_transaction_offset,
-        body_len,
-    )
-    p = pos + header.size
-    buf[p : p + body_len] = body
-    tail = _TAILS.get((topic_len, props_len))
-    if tail is None:
-        tail = _tail_struct(topic_len, props_len)
-    tail.pack_into(buf, p + body_len, topic_len, topic, props_len, properties)
-    return total
+    return encode_record_into(
+        buf, pos, topic, properties, body, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag,
+        queue_offset, physical_offset, sys_flag, born_timestamp, born_ip, born_port,
+        store_timestamp, store_ip, store_port, reconsume_times, prepared_transaction_offset,
+    )  # fmt: skip
 
 
 def encode_record(msg: MessageExt) -> bytes:
@@ -487,7 +468,7 @@ def encode_record(msg: MessageExt) -> bytes:
     Raises :class:`RecordError` when the topic or properties are too long for the layout.
     """
     topic = msg.topic.encode()
-    props = encode_properties(msg.properties).encode()
+    props = properties_bytes(msg.properties)
     if len(topic) > MAX_TOPIC_LENGTH:
         raise RecordError(f"topic is {len(topic)} bytes, more than {MAX_TOPIC_LENGTH}")
     if len(props) > MAX_PROPERTIES_LENGTH:
@@ -524,7 +505,7 @@ def encode_record(msg: MessageExt) -> bytes:
 
 def has_nul(data: bytes) -> bool:
     """Topic and properties bytes may not contain NUL: decoding treats it as a torn record."""
-    return b"\0" in data
+    return 0 in data  # the byte value: much cheaper than a b"\0" subsequence search
 
 
 def read_record_header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
@@ -605,7 +586,7 @@ def _parse(
     # Only the body has a CRC.  A record torn inside its topic or properties (a sparse file's
     # zeros after a power cut) would still add up, but shows NUL bytes, which the store refuses
     # to write in the first place (see :func:`has_nul`).
-    if b"\0" in topic_raw or b"\0" in props_raw:
+    if 0 in topic_raw or 0 in props_raw:
         raise RecordError(f"record at {pos}: NUL byte in topic or properties (torn record?)")
     try:
         topic = topic_raw.decode()
@@ -690,12 +671,60 @@ def property_value(properties: str, name: str) -> str | None:
     return value or None
 
 
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode()
-    except UnicodeDecodeError:
-        return False
-    return True
+def _scan_plain(
+    buf: bytes | bytearray | mmap.mmap,
+    pos: int,
+    limit: int,
+    check_crc: bool,
+    physical_base: int | None,
+    select: Callable[[bytes, int, int, int], bool] | None,
+    selected: list[int],
+) -> int:
+    """Walk plain records (IPv4 hosts, ASCII topic and properties without NUL) from ``pos`` and
+    return where the walk stopped: ``limit``, or the first record that is not plain or not
+    valid, for the careful parser to judge.  Positions of records for which
+    ``select(topic_bytes, queue_id, physical_offset, size)`` is true go to ``selected``.
+
+    Pure-Python twin of ``_recordc.scan`` (used when the extension is missing).
+    """
+    header = _V4_HEADER
+    hsize = _V4_HEADER_SIZE
+    short = _SHORT
+    crc32 = zlib.crc32
+    while pos + hsize <= limit:
+        fields = header.unpack_from(buf, pos)
+        total = fields[0]
+        end = pos + total
+        body_len = fields[16]
+        p = pos + hsize
+        q = p + body_len
+        if not (
+            fields[1] == MESSAGE_MAGIC_CODE
+            and not fields[7] & _HOST_FLAGS
+            and total >= hsize + 3
+            and end <= limit
+            and (physical_base is None or fields[6] == physical_base + pos)
+            and body_len >= 0
+            and q + 3 <= end
+            and (not check_crc or not body_len or crc32(buf[p:q]) & 0x7FFFFFFF == fields[2])
+        ):
+            break
+        topic_len = buf[q]
+        t1 = q + 1 + topic_len
+        if not (
+            topic_len <= MAX_TOPIC_LENGTH
+            and t1 + 2 <= end
+            and t1 + 2 + short.unpack_from(buf, t1)[0] == end
+        ):
+            break
+        topic = buf[q + 1 : t1]
+        props = buf[t1 + 2 : end]
+        if 0 in topic or 0 in props or not topic.isascii() or not props.isascii():
+            break
+        if select is not None and select(topic, fields[3], fields[6], total):
+            selected.append(pos)
+        pos = end
+    return pos
 
 
 def scan_records(
@@ -707,60 +736,23 @@ def scan_records(
     physical_base: int | None = None,
     select: Callable[[bytes, int, int, int], bool] | None = None,
 ) -> tuple[int, str, list[int]]:
-    """Walk the valid records of ``buf[pos:limit]`` as fast as Python allows (recovery).
+    """Walk the valid records of ``buf[pos:limit]`` as fast as possible (recovery).
 
     Returns ``(end, why, selected)``: ``end`` is where valid data stops, ``why`` is ``"blank"``
     (a blank record starts at ``end``), ``"end"`` (``limit`` reached) or the reason the record at
     ``end`` is invalid; ``selected`` lists the positions of records for which
     ``select(topic_bytes, queue_id, physical_offset, size)`` returned True.  Validation is the
-    same as :func:`decode_record`'s (the two share :func:`_parse` for anything unusual).  With
-    ``physical_base`` each record's PHYSICALOFFSET must equal ``physical_base`` + its position.
-    ``buf`` may be bytes, a bytearray or an mmap (slicing must copy, not view).
+    same as :func:`decode_record`'s: plain records take the fast walker (C when built), anything
+    else the careful parser.  With ``physical_base`` each record's PHYSICALOFFSET must equal
+    ``physical_base`` + its position.  ``buf`` may be bytes, a bytearray or an mmap.
     """
     selected: list[int] = []
-    header = _V4_HEADER
-    hsize = _V4_HEADER_SIZE
-    short = _SHORT
-    crc32 = zlib.crc32
-    while pos < limit:
-        if pos + hsize <= limit:
-            fields = header.unpack_from(buf, pos)
-            total = fields[0]
-            end = pos + total
-            body_len = fields[16]
-            p = pos + hsize
-            q = p + body_len
-            if (
-                fields[1] == MESSAGE_MAGIC_CODE
-                and not fields[7] & _HOST_FLAGS
-                and total >= hsize + 3
-                and end <= limit
-                and (physical_base is None or fields[6] == physical_base + pos)
-                and body_len >= 0
-                and q + 3 <= end
-                and (not check_crc or not body_len or crc32(buf[p:q]) & 0x7FFFFFFF == fields[2])
-            ):
-                topic_len = buf[q]
-                t1 = q + 1 + topic_len
-                if (
-                    topic_len <= MAX_TOPIC_LENGTH
-                    and t1 + 2 <= end
-                    and t1 + 2 + short.unpack_from(buf, t1)[0] == end
-                ):
-                    topic = buf[q + 1 : t1]
-                    props = buf[t1 + 2 : end]
-                    if (
-                        b"\0" in topic
-                        or b"\0" in props
-                        or not (topic.isascii() or _is_utf8(topic))
-                        or not (props.isascii() or _is_utf8(props))
-                    ):
-                        return pos, f"record at {pos}: bad topic or properties text", selected
-                    if select is not None and select(topic, fields[3], fields[6], total):
-                        selected.append(pos)
-                    pos = end
-                    continue
-        # Anything unusual (IPv6 hosts, a blank, an error): the careful parser decides.
+    walk = _scan_fast
+    limit = min(limit, len(buf))
+    while True:
+        pos = walk(buf, pos, limit, check_crc, physical_base, select, selected)
+        if pos >= limit:
+            return pos, "end", selected
         try:
             info = read_record_info(buf, pos, check_crc=check_crc)
         except BlankRecord:
@@ -769,12 +761,13 @@ def scan_records(
             return pos, str(exc), selected
         if physical_base is not None and info.physical_offset != physical_base + pos:
             return pos, f"record at {pos} has physical offset {info.physical_offset}", selected
+        if pos + info.size > limit:
+            return pos, f"record at {pos} runs past {limit}", selected
         if select is not None and select(
             info.topic.encode(), info.queue_id, info.physical_offset, info.size
         ):
             selected.append(pos)
         pos += info.size
-    return pos, "end", selected
 
 
 def decode_record(
@@ -1007,7 +1000,7 @@ class BatchItem:
 def encode_batch_body(items: list[BatchItem]) -> bytes:
     parts: list[bytes] = []
     for item in items:
-        props = encode_properties(item.properties).encode()
+        props = properties_bytes(item.properties)
         total = _BATCH_HEAD.size + len(item.body) + 2 + len(props)
         parts.append(_BATCH_HEAD.pack(total, BATCH_ITEM_MAGIC, 0, item.flag, len(item.body)))
         parts.append(item.body)
@@ -1042,9 +1035,38 @@ def decode_batch_body(data: bytes | memoryview) -> list[BatchItem]:
     return items
 
 
+# --- the C accelerator ----------------------------------------------------------------------------
+
+
+def _load_native() -> object | None:
+    """``pymq.common._recordc`` when it was built and not turned off (PYMQ_PURE_PYTHON=1)."""
+    if os.environ.get("PYMQ_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from pymq.common import _recordc
+    except ImportError:
+        return None
+    return _recordc
+
+
+_native: Any = _load_native()
+NATIVE_CODEC = _native is not None
+"""True when the record codec's hot loops run in C (``pymq.common._recordc``)."""
+
+encode_message_into: Callable[..., int] = (
+    _native.encode_into if _native is not None else _encode_message_into_py
+)
+properties_bytes: Callable[[dict[str, str]], bytes] = (
+    _native.properties_bytes if _native is not None else _properties_bytes_py
+)
+"""The PROPERTIES field of a record: ``encode_properties(props).encode()``, faster."""
+_scan_fast: Callable[..., int] = _native.scan if _native is not None else _scan_plain
+
+
 __all__ = [
     "BLANK_MAGIC_CODE",
     "MESSAGE_MAGIC_CODE",
+    "NATIVE_CODEC",
     "BatchItem",
     "BlankRecord",
     "MessageExt",

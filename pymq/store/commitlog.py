@@ -178,8 +178,9 @@ class CommitLog:
         pos = mf.wrote_position
         phy = mf.file_from_offset + pos
         encode_message_into(
-            mf.mm, pos, msg, topic_b, props_b, born_ip, store_ip, self._store_port,
-            queue_offset, phy, now,
+            mf.mm, pos, msg.body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
+            sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, store_ip,
+            self._store_port, msg.reconsume_times, msg.prepared_transaction_offset,
         )  # fmt: skip
         mf.wrote_position = pos + size
         mf.last_store_timestamp = now
@@ -245,8 +246,9 @@ class CommitLog:
                 first_logic = queue_offset
             phy = mf.file_from_offset + pos
             encode_message_into(
-                mm, pos, msg, topic_b, props_b, born_ip, store_ip, store_port,
-                queue_offset, phy, now,
+                mm, pos, msg.body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
+                msg.sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, store_ip,
+                store_port, msg.reconsume_times, msg.prepared_transaction_offset,
             )  # fmt: skip
             msg.queue_offset = queue_offset
             msg.commitlog_offset = phy

@@ -32,8 +32,8 @@ from pymq.common.message import (
     MessageSysFlag,
     RecordError,
     decode_record,
-    encode_properties,
     has_nul,
+    properties_bytes,
     record_length,
 )
 from pymq.common.periodic import every
@@ -361,7 +361,7 @@ class DefaultMessageStore:
                 PutMessageStatus.MESSAGE_ILLEGAL,
                 reason=f"topic is {len(topic_b)} bytes, the limit is {MAX_TOPIC_LENGTH}",
             ), (b"", b"")
-        props_b = encode_properties(msg.properties).encode()
+        props_b = properties_bytes(msg.properties)
         if len(props_b) > MAX_PROPERTIES_LENGTH:
             return PutMessageResult(
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
@@ -410,6 +410,8 @@ class DefaultMessageStore:
         nothing.
         """
         result = self.put_message_now(msg)
+        if not self.must_wait:
+            return result
         return await self._durable(result, msg.properties.get(PROPERTY_WAIT_STORE_MSG_OK))
 
     def put_message_now(self, msg: MessageExt) -> PutMessageResult:
@@ -423,11 +425,11 @@ class DefaultMessageStore:
         if PROPERTY_DELAY_TIME_LEVEL in props:
             self._apply_delay(msg)
         topic_b = self._topic_bytes.get(msg.topic)  # only topics already known to be valid
-        props_b = encode_properties(props).encode()
+        props_b = properties_bytes(props)
         if (
             topic_b is None
             or len(props_b) > MAX_PROPERTIES_LENGTH
-            or b"\0" in props_b
+            or 0 in props_b  # NUL byte; an int test skips a subsequence search
             or len(msg.body) + len(props_b) + _MIN_OVERHEAD > self.config.max_message_size
         ):
             refused, (topic_b, props_b) = self._check(msg)
@@ -472,11 +474,11 @@ class DefaultMessageStore:
                 return PutMessageResult(
                     PutMessageStatus.MESSAGE_ILLEGAL, reason="a batch must target one queue"
                 )
-            props_b = encode_properties(msg.properties).encode()
+            props_b = properties_bytes(msg.properties)
             if (
                 topic_b is None
                 or len(props_b) > MAX_PROPERTIES_LENGTH
-                or b"\0" in props_b
+                or 0 in props_b  # NUL byte; an int test skips a subsequence search
                 or len(msg.body) + len(props_b) + _MIN_OVERHEAD > max_size
             ):
                 refused, (topic_b, props_b) = self._check(msg)

@@ -1,0 +1,507 @@
+/*
+ * pymq.common._recordc: the commit-log record codec's two hot loops in C.
+ *
+ * pymq/common/message.py holds the codec and stays the reference: this module is an optional
+ * accelerator with the same contracts, used when it was built (see setup.py) and not turned off
+ * with PYMQ_PURE_PYTHON=1.  tests/unit/test_recordc.py checks both against each other.
+ *
+ *   crc32(data, value=0)        zlib-compatible CRC-32 (reflected polynomial 0xEDB88320), by
+ *                               carry-less multiplication where the CPU has PCLMULQDQ, else by
+ *                               tables; set_clmul(flag) switches for tests.
+ *   encode_into(buf, pos, body, topic, properties, queue_id, flag, queue_offset,
+ *               physical_offset, sys_flag, born_timestamp, born_ip, born_port,
+ *               store_timestamp, store_ip, store_port, reconsume_times,
+ *               prepared_transaction_offset) -> size
+ *                               message.encode_record_into with the body CRC computed here:
+ *                               one record written at buf[pos:].
+ *   properties_bytes(props)     message.properties_bytes: the PROPERTIES field (UTF-8) of a
+ *                               dict of str, ``name\x01value\x02...`` without a trailing \x02.
+ *   scan(buf, pos, limit, check_crc, physical_base, select, selected) -> pos
+ *                               message._scan_plain: walk plain records (IPv4 hosts, ASCII
+ *                               topic and properties) until limit or the first record that
+ *                               needs the careful parser; positions of records for which
+ *                               select(topic, queue_id, physical_offset, size) is true are
+ *                               appended to the list ``selected``.
+ *
+ * Record layout (RocketMQ 4.x CommitLog, big-endian): TOTALSIZE i32, MAGICCODE u32, BODYCRC i32,
+ * QUEUEID i32, FLAG i32, QUEUEOFFSET i64, PHYSICALOFFSET i64, SYSFLAG i32, BORNTIMESTAMP i64,
+ * BORNHOST (4 or 16 bytes) + port i32, STORETIMESTAMP i64, STOREHOST (4 or 16) + port i32,
+ * RECONSUMETIMES i32, PREPAREDTRANSACTIONOFFSET i64, BODYLENGTH i32, BODY, TOPICLENGTH i8,
+ * TOPIC, PROPERTIESLENGTH i16, PROPERTIES.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MESSAGE_MAGIC 0xDAA320A7u
+#define BORNHOST_V6 0x10
+#define STOREHOST_V6 0x20
+#define V4_HEADER 88 /* header size with two IPv4 hosts, BODYLENGTH included */
+#define MAX_TOPIC 127
+#define MAX_PROPERTIES 32767
+
+/* --- CRC-32, slicing by eight --------------------------------------------------------------- */
+
+static uint32_t crc_tables[8][256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        crc_tables[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = crc_tables[0][i];
+        for (int t = 1; t < 8; t++) {
+            c = crc_tables[0][c & 0xFF] ^ (c >> 8);
+            crc_tables[t][i] = c;
+        }
+    }
+}
+
+/* The CRC register (not inverted) advanced over n bytes, a byte or eight at a time. */
+static uint32_t crc_tables_update(uint32_t state, const unsigned char *p, Py_ssize_t n) {
+    while (n && ((uintptr_t)p & 7)) {
+        state = crc_tables[0][(state ^ *p++) & 0xFF] ^ (state >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                      (uint32_t)p[3] << 24;
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 |
+                      (uint32_t)p[7] << 24;
+        lo ^= state;
+        state = crc_tables[7][lo & 0xFF] ^ crc_tables[6][(lo >> 8) & 0xFF] ^
+                crc_tables[5][(lo >> 16) & 0xFF] ^ crc_tables[4][lo >> 24] ^
+                crc_tables[3][hi & 0xFF] ^ crc_tables[2][(hi >> 8) & 0xFF] ^
+                crc_tables[1][(hi >> 16) & 0xFF] ^ crc_tables[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) state = crc_tables[0][(state ^ *p++) & 0xFF] ^ (state >> 8);
+    return state;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_CLMUL_PATH 1
+static int use_clmul;
+
+/*
+ * Carry-less multiplication folding (Gopal et al., "Fast CRC Computation for Generic
+ * Polynomials Using PCLMULQDQ Instruction", Intel 2009) for the reflected CRC-32 polynomial.
+ * n >= 64 and a multiple of 16.  Constants are x^k mod P (bit-reflected, shifted by one) for
+ * folding across 512 bits (K1, K2) and 128 bits (K3, K4), K5 for 64 -> 32 bits, then Barrett
+ * reduction with P and mu = floor(x^64 / P).
+ */
+__attribute__((target("pclmul,sse2"))) static uint32_t crc_clmul_update(uint32_t state,
+                                                                         const unsigned char *p,
+                                                                         Py_ssize_t n) {
+    const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
+    const __m128i poly_mu = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
+    const __m128i mask32 = _mm_set_epi32(0, 0, 0, -1);
+    __m128i x0 = _mm_loadu_si128((const __m128i *)p);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(p + 32));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 48));
+    x0 = _mm_xor_si128(x0, _mm_cvtsi32_si128((int)state));
+    p += 64;
+    n -= 64;
+#define FOLD(x, k, data)                                                                          \
+    _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), \
+                  data)
+    while (n >= 64) {
+        x0 = FOLD(x0, k1k2, _mm_loadu_si128((const __m128i *)p));
+        x1 = FOLD(x1, k1k2, _mm_loadu_si128((const __m128i *)(p + 16)));
+        x2 = FOLD(x2, k1k2, _mm_loadu_si128((const __m128i *)(p + 32)));
+        x3 = FOLD(x3, k1k2, _mm_loadu_si128((const __m128i *)(p + 48)));
+        p += 64;
+        n -= 64;
+    }
+    x0 = FOLD(x0, k3k4, x1);
+    x0 = FOLD(x0, k3k4, x2);
+    x0 = FOLD(x0, k3k4, x3);
+    while (n >= 16) {
+        x0 = FOLD(x0, k3k4, _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+#undef FOLD
+    /* 128 -> 64 bits */
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(x0, k3k4, 0x10), _mm_srli_si128(x0, 8));
+    /* 64 -> 32 bits */
+    x0 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x0, mask32), k5, 0x00),
+                       _mm_srli_si128(x0, 4));
+    /* Barrett reduction */
+    __m128i t = _mm_clmulepi64_si128(_mm_and_si128(x0, mask32), poly_mu, 0x10);
+    t = _mm_clmulepi64_si128(_mm_and_si128(t, mask32), poly_mu, 0x00);
+    x0 = _mm_xor_si128(x0, t);
+    return (uint32_t)_mm_cvtsi128_si32(_mm_srli_si128(x0, 4));
+}
+#endif
+
+/* zlib's crc32(crc, p, n). */
+static uint32_t crc_update(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
+    uint32_t state = ~crc;
+#ifdef HAVE_CLMUL_PATH
+    if (use_clmul && n >= 64) {
+        Py_ssize_t chunk = n & ~(Py_ssize_t)15;
+        state = crc_clmul_update(state, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+#endif
+    return ~crc_tables_update(state, p, n);
+}
+
+/* --- big-endian access ---------------------------------------------------------------------- */
+
+static inline void put32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void put64(unsigned char *p, uint64_t v) {
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+static inline uint32_t get32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+static inline int64_t get64(const unsigned char *p) {
+    return (int64_t)((uint64_t)get32(p) << 32 | get32(p + 4));
+}
+
+/* --- argument helpers ----------------------------------------------------------------------- */
+
+static int arg_int(PyObject *v, const char *what, long long lo, long long hi, long long *out) {
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (x < lo || x > hi) {
+        PyErr_Format(PyExc_OverflowError, "%s = %lld does not fit its record field", what, x);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+#define I32_MIN (-2147483647LL - 1)
+#define I32_MAX 2147483647LL
+
+/* --- crc32 ---------------------------------------------------------------------------------- */
+
+static PyObject *py_crc32(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    unsigned int value = 0;
+    if (!PyArg_ParseTuple(args, "y*|I:crc32", &data, &value)) return NULL;
+    uint32_t crc;
+    if (data.len >= 65536) {
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc_update(value, data.buf, data.len);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc_update(value, data.buf, data.len);
+    }
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+/* For tests: turn the carry-less-multiplication CRC path on or off; returns whether it was on.
+ * It can only be turned on where the CPU has it. */
+static PyObject *py_set_clmul(PyObject *self, PyObject *arg) {
+    int want = PyObject_IsTrue(arg);
+    if (want < 0) return NULL;
+#ifdef HAVE_CLMUL_PATH
+    int was = use_clmul;
+    use_clmul = want && __builtin_cpu_supports("pclmul");
+    return PyBool_FromLong(was);
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
+/* --- encode_into ---------------------------------------------------------------------------- */
+
+static PyObject *py_encode_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 18) {
+        PyErr_Format(PyExc_TypeError, "encode_into takes 18 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    /* Fields come as arguments: Python's specialised attribute loads are cheaper than
+     * PyObject_GetAttr from here. */
+    long long pos, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_port, store_ts,
+        store_port, reconsume, prepared;
+    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
+        arg_int(args[5], "queue_id", I32_MIN, I32_MAX, &queue_id) < 0 ||
+        arg_int(args[6], "flag", I32_MIN, I32_MAX, &flag) < 0 ||
+        arg_int(args[7], "queue_offset", LLONG_MIN, LLONG_MAX, &queue_offset) < 0 ||
+        arg_int(args[8], "physical_offset", LLONG_MIN, LLONG_MAX, &phy) < 0 ||
+        arg_int(args[9], "sys_flag", I32_MIN, I32_MAX, &sys_flag) < 0 ||
+        arg_int(args[10], "born_timestamp", LLONG_MIN, LLONG_MAX, &born_ts) < 0 ||
+        arg_int(args[12], "born_port", I32_MIN, I32_MAX, &born_port) < 0 ||
+        arg_int(args[13], "store_timestamp", LLONG_MIN, LLONG_MAX, &store_ts) < 0 ||
+        arg_int(args[15], "store_port", I32_MIN, I32_MAX, &store_port) < 0 ||
+        arg_int(args[16], "reconsume_times", I32_MIN, I32_MAX, &reconsume) < 0 ||
+        arg_int(args[17], "prepared_transaction_offset", LLONG_MIN, LLONG_MAX, &prepared) < 0)
+        return NULL;
+    PyObject *body_obj = args[2], *topic = args[3], *props = args[4], *born_ip = args[11],
+             *store_ip = args[14];
+    if (!PyBytes_Check(topic) || !PyBytes_Check(props) || !PyBytes_Check(born_ip) ||
+        !PyBytes_Check(store_ip)) {
+        PyErr_SetString(PyExc_TypeError, "topic, properties and host addresses must be bytes");
+        return NULL;
+    }
+    Py_ssize_t topic_len = PyBytes_GET_SIZE(topic), props_len = PyBytes_GET_SIZE(props);
+    Py_ssize_t born_len = (sys_flag & BORNHOST_V6) ? 16 : 4;
+    Py_ssize_t store_len = (sys_flag & STOREHOST_V6) ? 16 : 4;
+    if (topic_len > MAX_TOPIC || props_len > MAX_PROPERTIES) {
+        PyErr_SetString(PyExc_ValueError, "topic or properties too long for the record layout");
+        return NULL;
+    }
+    if (PyBytes_GET_SIZE(born_ip) != born_len || PyBytes_GET_SIZE(store_ip) != store_len) {
+        PyErr_SetString(PyExc_ValueError, "host address lengths disagree with the sys flag");
+        return NULL;
+    }
+
+    Py_buffer body, buf;
+    if (PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&body);
+        return NULL;
+    }
+    Py_ssize_t header = V4_HEADER - 8 + born_len + store_len;
+    long long total = (long long)header + body.len + 1 + topic_len + 2 + props_len;
+    if (total > I32_MAX || pos > buf.len || total > buf.len - pos) {
+        PyBuffer_Release(&body);
+        PyBuffer_Release(&buf);
+        PyErr_Format(PyExc_ValueError, "a record of %lld bytes does not fit at %lld", total, pos);
+        return NULL;
+    }
+    unsigned char *p = (unsigned char *)buf.buf + pos;
+    put32(p, (uint32_t)total);
+    put32(p + 4, MESSAGE_MAGIC);
+    put32(p + 8, crc_update(0, body.buf, body.len) & 0x7FFFFFFFu);
+    put32(p + 12, (uint32_t)queue_id);
+    put32(p + 16, (uint32_t)flag);
+    put64(p + 20, (uint64_t)queue_offset);
+    put64(p + 28, (uint64_t)phy);
+    put32(p + 36, (uint32_t)sys_flag);
+    put64(p + 40, (uint64_t)born_ts);
+    p += 48;
+    memcpy(p, PyBytes_AS_STRING(born_ip), born_len);
+    put32(p + born_len, (uint32_t)born_port);
+    p += born_len + 4;
+    put64(p, (uint64_t)store_ts);
+    memcpy(p + 8, PyBytes_AS_STRING(store_ip), store_len);
+    put32(p + 8 + store_len, (uint32_t)store_port);
+    p += 8 + store_len + 4;
+    put32(p, (uint32_t)reconsume);
+    put64(p + 4, (uint64_t)prepared);
+    put32(p + 12, (uint32_t)body.len);
+    p += 16;
+    memcpy(p, body.buf, body.len);
+    p += body.len;
+    *p++ = (unsigned char)topic_len;
+    memcpy(p, PyBytes_AS_STRING(topic), topic_len);
+    p += topic_len;
+    p[0] = (unsigned char)(props_len >> 8);
+    p[1] = (unsigned char)props_len;
+    memcpy(p + 2, PyBytes_AS_STRING(props), props_len);
+    PyBuffer_Release(&body);
+    PyBuffer_Release(&buf);
+    return PyLong_FromLongLong(total);
+}
+
+/* --- properties_bytes ---------------------------------------------------------------------- */
+
+static PyObject *py_properties_bytes(PyObject *self, PyObject *props) {
+    if (!PyDict_Check(props)) return PyErr_Format(PyExc_TypeError, "properties must be a dict");
+    Py_ssize_t n = PyDict_GET_SIZE(props), i = 0, size = 0;
+    if (n == 0) return PyBytes_FromStringAndSize(NULL, 0);
+    /* First pass: sizes (UTF-8 of a str is cached on it, so the second pass is a copy). */
+    PyObject *key, *value;
+    while (PyDict_Next(props, &i, &key, &value)) {
+        if (!PyUnicode_Check(key) || !PyUnicode_Check(value))
+            return PyErr_Format(PyExc_TypeError, "property names and values must be str");
+        Py_ssize_t kl, vl;
+        if (PyUnicode_AsUTF8AndSize(key, &kl) == NULL) return NULL;
+        if (PyUnicode_AsUTF8AndSize(value, &vl) == NULL) return NULL;
+        size += kl + 1 + vl + 1;
+    }
+    size -= 1; /* no trailing separator */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) return NULL;
+    char *w = PyBytes_AS_STRING(out), *stop = w + size;
+    i = 0;
+    while (PyDict_Next(props, &i, &key, &value)) {
+        Py_ssize_t kl, vl;
+        const char *k = PyUnicode_AsUTF8AndSize(key, &kl);
+        const char *v = PyUnicode_AsUTF8AndSize(value, &vl);
+        if (k == NULL || v == NULL || w + kl + 1 + vl > stop) {
+            Py_DECREF(out);
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "properties changed");
+            return NULL;
+        }
+        memcpy(w, k, kl);
+        w += kl;
+        *w++ = '\x01';
+        memcpy(w, v, vl);
+        w += vl;
+        if (w < stop) *w++ = '\x02';
+    }
+    if (w != stop) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_RuntimeError, "properties changed");
+        return NULL;
+    }
+    return out;
+}
+
+/* --- scan ----------------------------------------------------------------------------------- */
+
+/* True when n bytes are all printable-or-control ASCII other than NUL. */
+static inline int plain_text(const unsigned char *p, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] == 0 || p[i] >= 0x80) return 0;
+    return 1;
+}
+
+static PyObject *py_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "scan takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long long pos, limit, base = 0;
+    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
+        arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0)
+        return NULL;
+    int check_crc = PyObject_IsTrue(args[3]);
+    if (check_crc < 0) return NULL;
+    int has_base = args[4] != Py_None;
+    if (has_base && arg_int(args[4], "physical_base", LLONG_MIN, LLONG_MAX, &base) < 0)
+        return NULL;
+    PyObject *select = args[5] == Py_None ? NULL : args[5];
+    PyObject *selected = args[6];
+    if (!PyList_Check(selected)) {
+        PyErr_SetString(PyExc_TypeError, "selected must be a list");
+        return NULL;
+    }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (limit > buf.len) limit = buf.len;
+    const unsigned char *b = buf.buf;
+    PyObject *last_topic = NULL; /* reused while records keep the same topic */
+    int failed = 0;
+    while (pos < limit) {
+        if (limit - pos < V4_HEADER) break;
+        const unsigned char *r = b + pos;
+        int64_t total = (int32_t)get32(r);
+        if (get32(r + 4) != MESSAGE_MAGIC) break;
+        int32_t sys_flag = (int32_t)get32(r + 36);
+        if (sys_flag & (BORNHOST_V6 | STOREHOST_V6)) break;
+        if (total < V4_HEADER + 3 || total > limit - pos) break;
+        int64_t phy = get64(r + 28);
+        if (has_base && phy != base + pos) break;
+        int64_t body_len = (int32_t)get32(r + 84);
+        if (body_len < 0 || V4_HEADER + body_len + 3 > total) break;
+        if (check_crc && body_len) {
+            uint32_t crc = crc_update(0, r + V4_HEADER, body_len) & 0x7FFFFFFFu;
+            if (crc != get32(r + 8)) break;
+        }
+        int64_t q = V4_HEADER + body_len;
+        int64_t topic_len = r[q];
+        int64_t t1 = q + 1 + topic_len;
+        if (topic_len > MAX_TOPIC || t1 + 2 > total) break;
+        int64_t props_len = (int16_t)((uint16_t)r[t1] << 8 | r[t1 + 1]);
+        if (t1 + 2 + props_len != total) break;
+        if (!plain_text(r + q + 1, topic_len) || !plain_text(r + t1 + 2, props_len)) break;
+        if (select != NULL) {
+            const char *t = (const char *)r + q + 1;
+            if (last_topic == NULL || PyBytes_GET_SIZE(last_topic) != topic_len ||
+                memcmp(PyBytes_AS_STRING(last_topic), t, topic_len) != 0) {
+                Py_XDECREF(last_topic);
+                last_topic = PyBytes_FromStringAndSize(t, topic_len);
+                if (last_topic == NULL) {
+                    failed = 1;
+                    break;
+                }
+            }
+            PyObject *call[4];
+            call[0] = last_topic;
+            call[1] = PyLong_FromLong((int32_t)get32(r + 12));
+            call[2] = PyLong_FromLongLong(phy);
+            call[3] = PyLong_FromLongLong(total);
+            PyObject *hit = NULL;
+            if (call[1] && call[2] && call[3]) hit = PyObject_Vectorcall(select, call, 4, NULL);
+            Py_XDECREF(call[1]);
+            Py_XDECREF(call[2]);
+            Py_XDECREF(call[3]);
+            if (hit == NULL) {
+                failed = 1;
+                break;
+            }
+            int yes = PyObject_IsTrue(hit);
+            Py_DECREF(hit);
+            if (yes < 0) {
+                failed = 1;
+                break;
+            }
+            if (yes) {
+                PyObject *at = PyLong_FromLongLong(pos);
+                if (at == NULL || PyList_Append(selected, at) < 0) {
+                    Py_XDECREF(at);
+                    failed = 1;
+                    break;
+                }
+                Py_DECREF(at);
+            }
+        }
+        pos += total;
+    }
+    Py_XDECREF(last_topic);
+    PyBuffer_Release(&buf);
+    if (failed) return NULL;
+    return PyLong_FromLongLong(pos);
+}
+
+/* --- module --------------------------------------------------------------------------------- */
+
+static PyMethodDef methods[] = {
+    {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib-compatible CRC-32."},
+    {"set_clmul", py_set_clmul, METH_O,
+     "set_clmul(flag): use the PCLMULQDQ CRC path where the CPU has it; returns the old state."},
+    {"encode_into", (PyCFunction)(void (*)(void))py_encode_into, METH_FASTCALL,
+     "encode_into(buf, pos, body, topic, properties, queue_id, flag, queue_offset,"
+     " physical_offset, sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,"
+     " store_port, reconsume_times, prepared_transaction_offset): write one record, return its"
+     " size (the body CRC is computed here)."},
+    {"properties_bytes", py_properties_bytes, METH_O,
+     "properties_bytes(props): the UTF-8 PROPERTIES field of a dict of str."},
+    {"scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
+     "scan(buf, pos, limit, check_crc, physical_base, select, selected): walk plain records,"
+     " return where the walk stopped."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "pymq.common._recordc",
+    "The commit-log record codec's hot loops in C (see pymq.common.message).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__recordc(void) {
+    crc_init();
+#ifdef HAVE_CLMUL_PATH
+    __builtin_cpu_init();
+    use_clmul = __builtin_cpu_supports("pclmul") && !getenv("PYMQ_NO_CLMUL");
+#endif
+    return PyModule_Create(&module);
+}

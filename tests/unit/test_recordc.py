@@ -1,0 +1,294 @@
+"""The C accelerator ``pymq.common._recordc`` against its pure-Python twins in message.py.
+
+The README's test command builds the extension, so it must be there; every function is checked
+against the Python code it replaces (which stays the reference and the fallback).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pymq.common import message
+from pymq.common.message import (
+    MessageExt,
+    MessageSysFlag,
+    decode_record,
+    encode_record,
+    host_flags,
+    pack_ip,
+    scan_records,
+)
+
+
+def _native():
+    from pymq.common import _recordc
+
+    return _recordc
+
+
+def test_extension_is_built():
+    """The test command installs pymq with its C extension; a missing build is a failure."""
+    assert message.NATIVE_CODEC, "pymq.common._recordc was not built (is a C compiler missing?)"
+    assert message.encode_message_into is _native().encode_into
+    assert message.properties_bytes is _native().properties_bytes
+
+
+@pytest.fixture(params=[True, False], ids=["clmul", "tables"])
+def crc_path(request) -> Iterator[bool]:
+    """Both CRC paths: carry-less multiplication (where the CPU has it) and tables."""
+    native = _native()
+    was = native.set_clmul(request.param)
+    try:
+        yield request.param
+    finally:
+        native.set_clmul(was)
+
+
+@pytest.mark.parametrize("clmul", [True, False], ids=["clmul", "tables"])
+def test_crc32_matches_zlib(clmul):
+    native = _native()
+    was = native.set_clmul(clmul)
+
+    @settings(max_examples=300)
+    @given(data=st.binary(max_size=600), skip=st.integers(0, 15), seed=st.integers(0, 2**32 - 1))
+    def check(data, skip, seed):
+        view = memoryview(data)[skip:]  # every alignment of the start
+        assert native.crc32(view) == zlib.crc32(view)
+        assert native.crc32(view, seed) == zlib.crc32(view, seed)
+
+    try:
+        check()
+    finally:
+        native.set_clmul(was)
+
+
+def test_crc32_long_inputs(crc_path):
+    data = os.urandom(3 * 65536 + 77)
+    for n in (63, 64, 65, 127, 128, 129, 1024, 4096 + 15, 65536, len(data)):
+        assert _native().crc32(data[:n]) == zlib.crc32(data[:n]), n
+
+
+hosts = st.sampled_from(["10.0.0.1", "192.168.1.2", "::1", "fe80::2:3"])
+int32 = st.integers(-(2**31), 2**31 - 1)
+int64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=300)
+@given(
+    body=st.binary(max_size=300),
+    topic=st.text(min_size=1, max_size=40).map(lambda t: t.encode()[:127]),
+    props=st.binary(max_size=200),
+    born=hosts,
+    store=hosts,
+    ints32=st.tuples(int32, int32, int32, int32, int32, st.integers(0, 0xFFFF)),
+    ints64=st.tuples(int64, int64, int64, int64, int64),
+    pos=st.integers(0, 9),
+)
+def test_encode_into_matches_python(body, topic, props, born, store, ints32, ints64, pos):
+    queue_id, flag, born_port, reconsume, sys_bits, store_port = ints32
+    queue_offset, phy, born_ts, store_ts, prepared = ints64
+    born_ip, store_ip = pack_ip(born), pack_ip(store)
+    sys_flag = (sys_bits & ~0x30) | host_flags(born_ip, store_ip)
+    args = (
+        body, topic, props, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_ip,
+        born_port, store_ts, store_ip, store_port, reconsume, prepared,
+    )  # fmt: skip
+    a, b = bytearray(b"\xee" * 900), bytearray(b"\xee" * 900)
+    size_c = _native().encode_into(a, pos, *args)
+    size_py = message._encode_message_into_py(b, pos, *args)
+    assert size_c == size_py
+    assert a == b
+
+
+def test_encode_into_writes_a_decodable_record():
+    msg = MessageExt(
+        topic="T", body=b"hello", queue_id=3, properties={"TAGS": "a"}, born_host=("::1", 7)
+    )
+    raw = encode_record(msg)
+    back = decode_record(raw)
+    buf = bytearray(len(raw))
+    size = message.encode_message_into(
+        buf, 0, back.body, b"T", b"TAGS\x01a", back.queue_id, back.flag, back.queue_offset,
+        back.commitlog_offset, back.sys_flag, back.born_timestamp, pack_ip("::1"), 7,
+        back.store_timestamp, pack_ip(back.store_host[0]), back.store_host[1],
+        back.reconsume_times, back.prepared_transaction_offset,
+    )  # fmt: skip
+    assert size == len(raw) and bytes(buf) == raw
+
+
+def _args(**over: object) -> list[object]:
+    ip = pack_ip("10.0.0.1")
+    base = dict(
+        body=b"x", topic=b"T", props=b"", queue_id=0, flag=0, queue_offset=0, phy=0,
+        sys_flag=0, born_ts=0, born_ip=ip, born_port=0, store_ts=0, store_ip=ip, store_port=0,
+        reconsume=0, prepared=0,
+    )  # fmt: skip
+    base.update(over)
+    return list(base.values())
+
+
+@pytest.mark.parametrize(
+    ("over", "error"),
+    [
+        ({"queue_id": 2**31}, OverflowError),
+        ({"flag": -(2**31) - 1}, OverflowError),
+        ({"phy": 2**63}, OverflowError),
+        ({"queue_id": "1"}, TypeError),
+        ({"topic": "T"}, TypeError),
+        ({"topic": b"t" * 128}, ValueError),
+        ({"props": b"p" * 32768}, ValueError),
+        ({"born_ip": pack_ip("::1")}, ValueError),  # 16 bytes but no IPv6 flag
+        ({"sys_flag": MessageSysFlag.STOREHOSTADDRESS_V6_FLAG}, ValueError),
+        ({"body": 5}, TypeError),
+    ],
+)
+def test_encode_into_refuses_bad_fields_and_writes_nothing(over, error):
+    buf = bytearray(b"\xee" * 300)
+    with pytest.raises(error):
+        _native().encode_into(buf, 0, *_args(**over))
+    assert buf == b"\xee" * 300
+
+
+def test_encode_into_refuses_a_record_that_does_not_fit():
+    buf = bytearray(100)
+    with pytest.raises(ValueError, match="does not fit"):
+        _native().encode_into(buf, 20, *_args())  # 93 bytes at 20 of 100
+    with pytest.raises(ValueError, match="does not fit"):
+        _native().encode_into(buf, 101, *_args(body=b""))
+    assert buf == bytes(100)
+    with pytest.raises(BufferError):
+        _native().encode_into(b"read-only" * 20, 0, *_args())
+    assert _native().encode_into(buf, 7, *_args()) == 93
+
+
+prop_text = st.text(
+    alphabet=st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=20,
+)
+
+
+@given(st.dictionaries(prop_text, prop_text, max_size=8))
+def test_properties_bytes_matches_python(props):
+    assert _native().properties_bytes(props) == message._properties_bytes_py(props)
+
+
+def test_properties_bytes_refuses_what_python_refuses():
+    with pytest.raises(TypeError):
+        _native().properties_bytes({"a": 1})
+    with pytest.raises(TypeError):
+        _native().properties_bytes([("a", "b")])
+    with pytest.raises(UnicodeEncodeError):
+        _native().properties_bytes({"a": "\udc80"})
+    assert _native().properties_bytes({}) == b""
+
+
+def _stream(n: int) -> tuple[bytearray, list[int]]:
+    buf = bytearray()
+    starts = []
+    for i in range(n):
+        msg = MessageExt(
+            topic=(f"Topic{i % 3}") if i != 4 else "Tópico",  # one non-ASCII topic
+            body=bytes([i]) * (i * 37 % 150),
+            queue_id=i % 4,
+            properties={"TAGS": f"t{i}"} if i % 2 else {},
+            born_host=("::1", 5) if i == 6 else ("10.0.0.1", 5),  # one IPv6 record
+            commitlog_offset=len(buf),
+        )
+        starts.append(len(buf))
+        buf += encode_record(msg)
+    return buf, starts
+
+
+@settings(max_examples=400)
+@given(
+    where=st.integers(0, 100_000),
+    value=st.integers(0, 255),
+    truncate=st.booleans(),
+    check_crc=st.booleans(),
+    base=st.sampled_from([None, 0, 7]),
+)
+def test_scan_matches_python_walker(where, value, truncate, check_crc, base):
+    buf, _ = _stream(10)
+    where %= len(buf)
+    if truncate:
+        buf = buf[:where] + bytes(len(buf) - where)
+    else:
+        buf[where] = value
+    data = bytes(buf)
+    seen_c: list[tuple] = []
+    seen_py: list[tuple] = []
+    sel_c: list[int] = []
+    sel_py: list[int] = []
+
+    def pick(seen: list[tuple]):
+        return lambda *a: seen.append(a) or a[1] % 2 == 0
+
+    for pos in (0, where):
+        end_c = _native().scan(data, pos, len(data), check_crc, base, pick(seen_c), sel_c)
+        end_py = message._scan_plain(data, pos, len(data), check_crc, base, pick(seen_py), sel_py)
+        assert end_c == end_py
+        assert sel_c == sel_py
+        assert seen_c == seen_py
+
+
+def test_scan_records_is_the_same_with_either_walker(monkeypatch):
+    buf, starts = _stream(12)
+    buf += bytes(40)  # a zeroed tail, as a preallocated file has
+    want = scan_records(bytes(buf), 0, len(buf), physical_base=0, select=lambda *a: True)
+    assert want[0] == len(buf) - 40 and want[2] == starts
+    monkeypatch.setattr(message, "_scan_fast", message._scan_plain)
+    assert scan_records(bytes(buf), 0, len(buf), physical_base=0, select=lambda *a: True) == want
+
+
+def test_scan_propagates_an_exception_from_select():
+    buf, _ = _stream(3)
+
+    def boom(*a: object) -> bool:
+        raise KeyError("select failed")
+
+    with pytest.raises(KeyError):
+        _native().scan(bytes(buf), 0, len(buf), True, None, boom, [])
+
+
+def test_store_round_trip_in_pure_python(tmp_path):
+    """PYMQ_PURE_PYTHON=1 turns the extension off: the store works the same without it."""
+    code = f"""
+import trio
+from pymq.common import message
+from pymq.common.message import MessageExt, decode_record
+from pymq.store import DefaultMessageStore, MessageStoreConfig, PutMessageStatus
+assert not message.NATIVE_CODEC
+
+async def main():
+    store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir={str(tmp_path)!r},
+                                                   mapped_file_size_commit_log=4096))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.run)
+        for i in range(20):
+            msg = MessageExt(topic="T", body=b"b%d" % i, queue_id=0, properties={{"KEYS": "k"}})
+            assert (await store.put_message(msg)).status is PutMessageStatus.PUT_OK
+        await store.reput.do_reput()
+        got = store.get_message("g", "T", 0, 0, 32)
+        bodies = [decode_record(raw).body for raw in got.messages]
+        assert bodies == [b"b%d" % i for i in range(20)], got
+        assert store.query_message("T", "k", 32, 0, 2**62).messages
+        nursery.cancel_scope.cancel()
+
+trio.run(main)
+print("ok")
+"""
+    env = dict(os.environ, PYMQ_PURE_PYTHON="1")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

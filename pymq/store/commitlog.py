@@ -54,6 +54,8 @@ _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _HOST_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
+# Record header size by the two host flags ((sysFlag >> 4) & 3): record_length without a call.
+_HEADER_SIZES = tuple(record_length(i << 4, 0, 0, 0) - 3 for i in range(4))
 _ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 
 
@@ -147,13 +149,15 @@ class CommitLog:
 
     def append_message(self, msg: MessageExt, topic_b: bytes, props_b: bytes) -> PutMessageResult:
         """Append one record: the hot path of :meth:`append_messages` for a single message."""
-        born_ip = pack_ip(msg.born_host[0])
+        born_host = msg.born_host
+        born_ip = pack_ip(born_host[0])
         store_ip = self._store_ip
         sys_flag = msg.sys_flag
         if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
             sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
             msg.sys_flag = sys_flag
-        size = record_length(sys_flag, len(msg.body), len(topic_b), len(props_b))
+        body = msg.body
+        size = _HEADER_SIZES[(sys_flag >> 4) & 3] + len(body) + 3 + len(topic_b) + len(props_b)
         files = self.queue.files
         mf = files[-1] if files else None
         if mf is None or size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
@@ -178,8 +182,8 @@ class CommitLog:
         pos = mf.wrote_position
         phy = mf.file_from_offset + pos
         encode_message_into(
-            mf.mm, pos, msg.body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
-            sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, store_ip,
+            mf.mm, pos, body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
+            sys_flag, msg.born_timestamp, born_ip, born_host[1], now, store_ip,
             self._store_port, msg.reconsume_times, msg.prepared_transaction_offset,
         )  # fmt: skip
         mf.wrote_position = pos + size

@@ -495,7 +495,8 @@ class DefaultMessageStore:
         if result.status is PutMessageStatus.PUT_OK:
             self.put_message_times_total += result.msg_num
             self.put_message_size_total += result.wrote_bytes
-            self.reput.wakeup()
+            if not self.reput.woken:
+                self.reput.wakeup()
 
     async def _durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
         """``result`` once its bytes are durable, when this store must wait for that."""

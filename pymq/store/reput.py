@@ -40,6 +40,8 @@ class ReputMessageService:
         self.reput_from_offset = 0
         self.listener: ArrivalListener | None = None
         self._wake = trio.Event()
+        self.woken = False
+        """True from a wakeup until the task takes it: puts test this before calling wakeup."""
         self._reported_bad: int | None = None
         # do_reput yields (index file creation, fairness); callers other than the task (tests,
         # shutdown) must not interleave with it, or records could be dispatched twice at once.
@@ -55,6 +57,7 @@ class ReputMessageService:
             log.exception("message arrival listener failed for %s-%d", topic, queue_id)
 
     def wakeup(self) -> None:
+        self.woken = True
         self._wake.set()
 
     @property
@@ -66,6 +69,7 @@ class ReputMessageService:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
+            self.woken = False
             await self.do_reput()
 
     async def do_reput(self) -> None:

@@ -16,6 +16,9 @@
  *                               one record written at buf[pos:].
  *   properties_bytes(props)     message.properties_bytes: the PROPERTIES field (UTF-8) of a
  *                               dict of str, ``name\x01value\x02...`` without a trailing \x02.
+ *   java_hash(s), java_hash_after(prefix_hash, s)
+ *                               message.java_string_hash(_after): Java's String.hashCode over
+ *                               UTF-16 code units, as a signed 32-bit int.
  *   scan(buf, pos, limit, check_crc, physical_base, select, selected) -> pos
  *                               message._scan_plain: walk plain records (IPv4 hosts, ASCII
  *                               topic and properties) until limit or the first record that
@@ -365,6 +368,44 @@ static PyObject *py_properties_bytes(PyObject *self, PyObject *props) {
     return out;
 }
 
+/* --- Java String.hashCode ------------------------------------------------------------------ */
+
+static PyObject *java_hash_from(uint32_t h, PyObject *s) {
+    if (!PyUnicode_Check(s)) return PyErr_Format(PyExc_TypeError, "java_hash needs a str");
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *c = data;
+        for (Py_ssize_t i = 0; i < n; i++) h = 31 * h + c[i];
+    } else if (kind == PyUnicode_2BYTE_KIND) {
+        const Py_UCS2 *c = data;
+        for (Py_ssize_t i = 0; i < n; i++) h = 31 * h + c[i];
+    } else {
+        const Py_UCS4 *c = data;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 cp = c[i];
+            if (cp >= 0x10000) { /* a surrogate pair in UTF-16 */
+                cp -= 0x10000;
+                h = 31 * h + (0xD800 + (cp >> 10));
+                h = 31 * h + (0xDC00 + (cp & 0x3FF));
+            } else {
+                h = 31 * h + cp;
+            }
+        }
+    }
+    return PyLong_FromLong((int32_t)h);
+}
+
+static PyObject *py_java_hash(PyObject *self, PyObject *s) { return java_hash_from(0, s); }
+
+static PyObject *py_java_hash_after(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "java_hash_after takes 2 arguments");
+    long long prefix;
+    if (arg_int(args[0], "prefix_hash", I32_MIN, 0xFFFFFFFFLL, &prefix) < 0) return NULL;
+    return java_hash_from((uint32_t)prefix, args[1]);
+}
+
 /* --- scan ----------------------------------------------------------------------------------- */
 
 /* True when n bytes are all printable-or-control ASCII other than NUL. */
@@ -485,6 +526,9 @@ static PyMethodDef methods[] = {
      " size (the body CRC is computed here)."},
     {"properties_bytes", py_properties_bytes, METH_O,
      "properties_bytes(props): the UTF-8 PROPERTIES field of a dict of str."},
+    {"java_hash", py_java_hash, METH_O, "java_hash(s): Java's String.hashCode of s."},
+    {"java_hash_after", (PyCFunction)(void (*)(void))py_java_hash_after, METH_FASTCALL,
+     "java_hash_after(prefix_hash, s): java_hash(prefix + s) from java_hash(prefix)."},
     {"scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
      "scan(buf, pos, limit, check_crc, physical_base, select, selected): walk plain records,"
      " return where the walk stopped."},

@@ -192,8 +192,11 @@ def _hash_units(units: bytes | array) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def java_string_hash(s: str) -> int:
-    """Java ``String.hashCode``: over UTF-16 code units, as a signed 32-bit int."""
+def _java_string_hash_py(s: str) -> int:
+    """Java ``String.hashCode``: over UTF-16 code units, as a signed 32-bit int.
+
+    Pure-Python twin of ``_recordc.java_hash``; use :func:`java_string_hash`.
+    """
     if s.isascii():
         return _hash_units(s.encode("ascii"))
     units = array("H")
@@ -220,11 +223,14 @@ def tags_code(tags: str | None) -> int:
     return code
 
 
-def java_string_hash_after(prefix_hash: int, s: str) -> int:
-    """``java_string_hash(prefix + s)`` from the prefix's hash, hashing only ``s``."""
+def _java_string_hash_after_py(prefix_hash: int, s: str) -> int:
+    """``java_string_hash(prefix + s)`` from the prefix's hash, hashing only ``s``.
+
+    Pure-Python twin of ``_recordc.java_hash_after``; use :func:`java_string_hash_after`.
+    """
     n = len(s) if s.isascii() else len(s.encode("utf-16-be")) // 2
     power = _POW31_DESC[_POW_LEN - 1 - n] if n < _POW_LEN else pow(31, n, 1 << 32)
-    h = (prefix_hash * power + java_string_hash(s)) & _MASK32
+    h = (prefix_hash * power + _java_string_hash_py(s)) & _MASK32
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -1060,6 +1066,14 @@ properties_bytes: Callable[[dict[str, str]], bytes] = (
     _native.properties_bytes if _native is not None else _properties_bytes_py
 )
 """The PROPERTIES field of a record: ``encode_properties(props).encode()``, faster."""
+java_string_hash: Callable[[str], int] = (
+    _native.java_hash if _native is not None else _java_string_hash_py
+)
+"""Java ``String.hashCode``: over UTF-16 code units, as a signed 32-bit int."""
+java_string_hash_after: Callable[[int, str], int] = (
+    _native.java_hash_after if _native is not None else _java_string_hash_after_py
+)
+"""``java_string_hash(prefix + s)`` from the prefix's hash, hashing only ``s``."""
 _scan_fast: Callable[..., int] = _native.scan if _native is not None else _scan_plain
 
 

@@ -292,3 +292,26 @@ print("ok")
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+java_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
+
+
+@settings(max_examples=300)
+@given(s=java_text, prefix=java_text)
+def test_java_hash_matches_python(s, prefix):
+    """Java's String.hashCode over UTF-16 code units, astral characters as surrogate pairs."""
+    native = _native()
+    assert native.java_hash(s) == message._java_string_hash_py(s)
+    ph = native.java_hash(prefix)
+    assert native.java_hash_after(ph, s) == message._java_string_hash_after_py(ph, s)
+    assert native.java_hash_after(ph, s) == native.java_hash(prefix + s)
+
+
+def test_java_hash_known_values():
+    # By String.hashCode's definition, s[0]*31^(n-1) + ... + s[n-1] over UTF-16 units (mod 2^32).
+    assert _native().java_hash("TagA") == 2598919
+    assert _native().java_hash("") == 0
+    assert _native().java_hash("\U0001f600") == 31 * 0xD83D + 0xDE00
+    with pytest.raises(TypeError):
+        _native().java_hash(b"TagA")

@@ -348,6 +348,14 @@ def _records(n: int) -> tuple[bytearray, list[int]]:
     return buf, starts
 
 
+def damaged(buf: bytearray, where: int, value: int, truncate: bool) -> bytearray:
+    """``buf`` zeroed from ``where`` on (a torn tail), or with the byte at ``where`` set."""
+    if truncate:
+        return buf[:where] + bytes(len(buf) - where)
+    buf[where] = value
+    return buf
+
+
 def _slow_scan(buf: bytes) -> int:
     pos = 0
     while pos < len(buf):
@@ -367,11 +375,7 @@ def test_scan_records_agrees_with_decode_record(where, value, truncate):
     from pymq.common.message import scan_records
 
     buf, starts = _records(6)
-    where %= len(buf)
-    if truncate:
-        buf = buf[:where] + bytes(len(buf) - where)
-    else:
-        buf[where] = value
+    buf = damaged(buf, where % len(buf), value, truncate)
     end, why, selected = scan_records(
         bytes(buf), 0, len(buf), physical_base=0, select=lambda *a: True
     )

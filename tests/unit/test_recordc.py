@@ -26,6 +26,7 @@ from pymq.common.message import (
     pack_ip,
     scan_records,
 )
+from tests.unit.test_message import damaged
 
 
 def _native():
@@ -219,11 +220,7 @@ def _stream(n: int) -> tuple[bytearray, list[int]]:
 def test_scan_matches_python_walker(where, value, truncate, check_crc, base):
     buf, _ = _stream(10)
     where %= len(buf)
-    if truncate:
-        buf = buf[:where] + bytes(len(buf) - where)
-    else:
-        buf[where] = value
-    data = bytes(buf)
+    data = bytes(damaged(buf, where, value, truncate))
     seen_c: list[tuple] = []
     seen_py: list[tuple] = []
     sel_c: list[int] = []

@@ -17,7 +17,7 @@ from pymq.client import Message, Producer, PullConsumer, topics
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
-from tests.integration.test_namesrv_cli import free_port
+from tests.integration.test_namesrv_cli import free_broker_port, free_port
 
 FILE_SIZE = 1 << 20  # small commit-log files: several files with little data
 
@@ -74,7 +74,7 @@ async def start_namesrv(tmp: Path) -> Proc:
 async def start_broker(
     namesrv: Proc, store: Path, role: str, broker_id: int, port: int | None = None
 ) -> Proc:
-    port = port or free_port()
+    port = port or free_broker_port()
     popen = await _spawn(
         [
             "pymq.broker",

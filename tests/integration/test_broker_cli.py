@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 
-from tests.integration.test_namesrv_cli import free_port
+from tests.integration.test_namesrv_cli import free_broker_port, free_port
 
 
 def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -56,7 +56,9 @@ def test_slave_with_broker_id_zero_refuses_to_start() -> None:
 
 
 def test_second_broker_on_one_store_refuses(tmp_path) -> None:
-    ns_port, port_a, port_b = free_port(), free_port(), free_port()
+    ns_port, port_a, port_b = free_port(), free_broker_port(), free_broker_port()
+    while abs(port_a - port_b) <= 3 or ns_port in range(port_b - 2, port_b + 2):
+        port_b = free_broker_port()
     store = str(tmp_path / "store")
     common = [
         "--brokerIP1",
@@ -76,7 +78,11 @@ def test_second_broker_on_one_store_refuses(tmp_path) -> None:
     )
     try:
         assert first.stdout is not None
-        assert "boot success" in first.stdout.readline()
+        line = first.stdout.readline()
+        if "boot success" not in line:
+            first.kill()
+            _, err = first.communicate(timeout=30)
+            raise AssertionError(f"first broker did not boot: {line!r}\n{err}")
         second = run("pymq.broker", "--listenPort", str(port_b), *common)
         assert second.returncode == 1
         assert second.stderr.strip().splitlines()[-1].startswith("error: cannot start the broker")

@@ -20,6 +20,26 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def free_broker_port() -> int:
+    """A listenPort whose neighbours a broker also binds (VIP channel at -2, HA at +1) are free
+    too: a lone free port can sit next to one a client connection holds."""
+    for _ in range(100):
+        port = free_port()
+        socks = []
+        try:
+            for p in (port - 2, port, port + 1):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free port block for a broker")
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pymq.namesrv", *args],

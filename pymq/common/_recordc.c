@@ -310,7 +310,7 @@ static PyObject *py_encode_into(PyObject *self, PyObject *const *args, Py_ssize_
     put64(p + 4, (uint64_t)prepared);
     put32(p + 12, (uint32_t)body.len);
     p += 16;
-    memcpy(p, body.buf, body.len);
+    memmove(p, body.buf, body.len); /* the body may be a view of buf itself */
     p += body.len;
     *p++ = (unsigned char)topic_len;
     memcpy(p, PyBytes_AS_STRING(topic), topic_len);
@@ -372,6 +372,7 @@ static PyObject *py_properties_bytes(PyObject *self, PyObject *props) {
 
 static PyObject *java_hash_from(uint32_t h, PyObject *s) {
     if (!PyUnicode_Check(s)) return PyErr_Format(PyExc_TypeError, "java_hash needs a str");
+    if (PyUnicode_READY(s) < 0) return NULL;
     Py_ssize_t n = PyUnicode_GET_LENGTH(s);
     int kind = PyUnicode_KIND(s);
     const void *data = PyUnicode_DATA(s);
@@ -450,7 +451,8 @@ static PyObject *py_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (sys_flag & (BORNHOST_V6 | STOREHOST_V6)) break;
         if (total < V4_HEADER + 3 || total > limit - pos) break;
         int64_t phy = get64(r + 28);
-        if (has_base && phy != base + pos) break;
+        long long want;
+        if (has_base && (__builtin_add_overflow(base, pos, &want) || phy != want)) break;
         int64_t body_len = (int32_t)get32(r + 84);
         if (body_len < 0 || V4_HEADER + body_len + 3 > total) break;
         if (check_crc && body_len) {

@@ -200,7 +200,7 @@ def _java_string_hash_py(s: str) -> int:
     if s.isascii():
         return _hash_units(s.encode("ascii"))
     units = array("H")
-    units.frombytes(s.encode("utf-16-be"))
+    units.frombytes(s.encode("utf-16-be", "surrogatepass"))  # Java hashes lone surrogates too
     if array("H", b"\x00\x01")[0] != 1:  # little-endian host: UTF-16-BE bytes need a swap
         units.byteswap()
     return _hash_units(units)
@@ -228,7 +228,7 @@ def _java_string_hash_after_py(prefix_hash: int, s: str) -> int:
 
     Pure-Python twin of ``_recordc.java_hash_after``; use :func:`java_string_hash_after`.
     """
-    n = len(s) if s.isascii() else len(s.encode("utf-16-be")) // 2
+    n = len(s) if s.isascii() else len(s.encode("utf-16-be", "surrogatepass")) // 2
     power = _POW31_DESC[_POW_LEN - 1 - n] if n < _POW_LEN else pow(31, n, 1 << 32)
     h = (prefix_hash * power + _java_string_hash_py(s)) & _MASK32
     return h - (1 << 32) if h & 0x80000000 else h

@@ -312,3 +312,20 @@ def test_java_hash_known_values():
     assert _native().java_hash("\U0001f600") == 31 * 0xD83D + 0xDE00
     with pytest.raises(TypeError):
         _native().java_hash(b"TagA")
+    # A lone surrogate (JSON can carry one) is one UTF-16 unit, as in Java; both twins agree.
+    assert _native().java_hash("a\ud800") == 31 * 97 + 0xD800
+    assert message._java_string_hash_py("a\ud800") == 31 * 97 + 0xD800
+    assert message._java_string_hash_after_py(97, "\ud800") == 31 * 97 + 0xD800
+
+
+def test_scan_physical_base_near_the_top_does_not_wrap():
+    import struct
+
+    buf, starts = _stream(2)
+    base = 2**63 - 10
+    second = starts[1]  # base + second overflows 64 bits
+    struct.pack_into(">q", buf, 28, base)  # first record: PHYSICALOFFSET == base + 0
+    struct.pack_into(">q", buf, second + 28, base + second - 2**64)  # the wrapped sum
+    data = bytes(buf)
+    assert message._scan_plain(data, 0, len(data), False, base, None, []) == second
+    assert _native().scan(data, 0, len(data), False, base, None, []) == second

@@ -19,6 +19,11 @@
  *   java_hash(s), java_hash_after(prefix_hash, s)
  *                               message.java_string_hash(_after): Java's String.hashCode over
  *                               UTF-16 code units, as a signed 32-bit int.
+ *   index_put(buf, slot_num, index_num, entries_at, count, slot_count, begin_timestamp,
+ *             prefix_hash, keys, phy_offset, store_timestamp)
+ *                               store.index_file.IndexFile.put_keys: index each key (its hash
+ *                               java_hash_after(prefix_hash, key), made non-negative) into one
+ *                               index file; returns (count, slot_count, begin_timestamp, done).
  *   scan(buf, pos, limit, check_crc, physical_base, select, selected) -> pos
  *                               message._scan_plain: walk plain records (IPv4 hosts, ASCII
  *                               topic and properties) until limit or the first record that
@@ -407,6 +412,73 @@ static PyObject *py_java_hash_after(PyObject *self, PyObject *const *args, Py_ss
     return java_hash_from((uint32_t)prefix, args[1]);
 }
 
+/* --- index_put ---------------------------------------------------------------------------- */
+
+#define INDEX_HEADER 40
+#define INDEX_ENTRY 20
+
+static PyObject *py_index_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11) return PyErr_Format(PyExc_TypeError, "index_put takes 11 arguments");
+    long long slot_num, index_num, entries_at, count, slot_count, begin, prefix, phy, store_ts;
+    if (arg_int(args[1], "slot_num", 1, I32_MAX, &slot_num) < 0 ||
+        arg_int(args[2], "index_num", 0, I32_MAX, &index_num) < 0 ||
+        arg_int(args[3], "entries_at", 0, PY_SSIZE_T_MAX, &entries_at) < 0 ||
+        arg_int(args[4], "count", 0, I32_MAX, &count) < 0 ||
+        arg_int(args[5], "slot_count", I32_MIN, I32_MAX, &slot_count) < 0 ||
+        arg_int(args[6], "begin_timestamp", LLONG_MIN, LLONG_MAX, &begin) < 0 ||
+        arg_int(args[7], "prefix_hash", I32_MIN, 0xFFFFFFFFLL, &prefix) < 0 ||
+        arg_int(args[9], "phy_offset", LLONG_MIN, LLONG_MAX, &phy) < 0 ||
+        arg_int(args[10], "store_timestamp", LLONG_MIN, LLONG_MAX, &store_ts) < 0)
+        return NULL;
+    PyObject *keys = PySequence_Fast(args[8], "keys must be a sequence of str");
+    if (keys == NULL) return NULL;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(keys);
+        return NULL;
+    }
+    unsigned char *b = buf.buf;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys), done = 0;
+    if (INDEX_HEADER + slot_num * 4 > buf.len ||
+        entries_at + index_num * INDEX_ENTRY > (long long)buf.len) {
+        PyErr_SetString(PyExc_ValueError, "index layout does not fit the buffer");
+        goto fail;
+    }
+    for (; done < n && count < index_num; done++) {
+        PyObject *hash = java_hash_from((uint32_t)prefix, PySequence_Fast_GET_ITEM(keys, done));
+        if (hash == NULL) goto fail;
+        long h = PyLong_AsLong(hash);
+        Py_DECREF(hash);
+        h = h == I32_MIN ? 0 : (h < 0 ? -h : h); /* Java's indexKeyHashMethod */
+        unsigned char *slot = b + INDEX_HEADER + (h % slot_num) * 4;
+        int32_t slot_value = (int32_t)get32(slot);
+        if (slot_value <= 0 || slot_value > count) {
+            slot_value = 0;
+            slot_count++;
+        }
+        long long diff = 0;
+        if (begin > 0) {
+            diff = (store_ts - begin) / 1000;
+            diff = diff < 0 ? 0 : (diff > I32_MAX ? I32_MAX : diff);
+        }
+        unsigned char *e = b + entries_at + count * INDEX_ENTRY;
+        put32(e, (uint32_t)h);
+        put64(e + 4, (uint64_t)phy);
+        put32(e + 12, (uint32_t)diff);
+        put32(e + 16, (uint32_t)slot_value);
+        put32(slot, (uint32_t)count);
+        if (count <= 1) begin = store_ts;
+        count++;
+    }
+    PyBuffer_Release(&buf);
+    Py_DECREF(keys);
+    return Py_BuildValue("(LLLn)", count, slot_count, begin, done);
+fail:
+    PyBuffer_Release(&buf);
+    Py_DECREF(keys);
+    return NULL;
+}
+
 /* --- scan ----------------------------------------------------------------------------------- */
 
 /* True when n bytes are all printable-or-control ASCII other than NUL. */
@@ -531,6 +603,9 @@ static PyMethodDef methods[] = {
     {"java_hash", py_java_hash, METH_O, "java_hash(s): Java's String.hashCode of s."},
     {"java_hash_after", (PyCFunction)(void (*)(void))py_java_hash_after, METH_FASTCALL,
      "java_hash_after(prefix_hash, s): java_hash(prefix + s) from java_hash(prefix)."},
+    {"index_put", (PyCFunction)(void (*)(void))py_index_put, METH_FASTCALL,
+     "index_put(buf, slot_num, index_num, entries_at, count, slot_count, begin_timestamp,"
+     " prefix_hash, keys, phy_offset, store_timestamp): index keys into one index file."},
     {"scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
      "scan(buf, pos, limit, check_crc, physical_base, select, selected): walk plain records,"
      " return where the walk stopped."},

@@ -1058,6 +1058,8 @@ def _load_native() -> object | None:
 _native: Any = _load_native()
 NATIVE_CODEC = _native is not None
 """True when the record codec's hot loops run in C (``pymq.common._recordc``)."""
+native_extension: Any = _native
+"""The ``pymq.common._recordc`` module in use, or None (for the store's index puts)."""
 
 encode_message_into: Callable[..., int] = (
     _native.encode_into if _native is not None else _encode_message_into_py

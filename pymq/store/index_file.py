@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import struct
 
-from pymq.common.message import java_string_hash
+from pymq.common.message import java_string_hash, java_string_hash_after, native_extension
 from pymq.store.mapped_file import MappedFile
 
 HEADER = struct.Struct(">qqqqii")
@@ -27,6 +27,7 @@ ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = ENTRY.size  # 20
 INVALID_INDEX = 0
 _MAX_INT = 0x7FFFFFFF
+_native_index_put = native_extension.index_put if native_extension is not None else None
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -86,6 +87,34 @@ class IndexFile:
             self.write_header()
             return True
         return False
+
+    def put_keys(
+        self, prefix_hash: int, keys: list[str], phy_offset: int, store_timestamp: int
+    ) -> int:
+        """Index each of ``keys`` (hashed as prefix + key from the prefix's Java hash) for one
+        record, without rewriting the header; returns how many fitted (all unless the file
+        filled up).  One C call when the extension is built, else :meth:`put_hash` per key."""
+        if _native_index_put is None:
+            for i, key in enumerate(keys):
+                h = positive_hash(java_string_hash_after(prefix_hash, key))
+                if not self.put_hash(h, phy_offset, store_timestamp):
+                    return i
+            return len(keys)
+        first = self.index_count
+        count, slots, begin, done = _native_index_put(
+            self.mf.mm, self.hash_slot_num, self.index_num, self._entries_at, first,
+            self.hash_slot_count, self.begin_timestamp, prefix_hash, keys, phy_offset,
+            store_timestamp,
+        )  # fmt: skip
+        if done:
+            if first <= 1:
+                self.begin_phy_offset = phy_offset
+            self.begin_timestamp = begin
+            self.index_count = count
+            self.hash_slot_count = slots
+            self.end_phy_offset = phy_offset
+            self.end_timestamp = store_timestamp
+        return done
 
     def put_hash(self, h: int, phy_offset: int, store_timestamp: int) -> bool:
         """Index a key by its (positive) hash without rewriting the header: the caller calls

@@ -16,20 +16,12 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.common.message import (
-    KEY_SEPARATOR,
-    MessageSysFlag,
-    java_string_hash,
-    java_string_hash_after,
-)
-from pymq.store.index_file import IndexFile, positive_hash
+from pymq.common.message import KEY_SEPARATOR, MessageSysFlag, java_string_hash
+from pymq.store.index_file import IndexFile
 
 log = logging.getLogger(__name__)
 
 _PREFIX_CACHE_MAX = 100_000
-# UNIQ_KEY: 32 hex digits, of which the first 20 are fixed per producer (see UniqueIdGenerator).
-UNIQ_KEY_LENGTH = 32
-UNIQ_KEY_FIXED = 20
 """Hashes of "topic#" are cached per topic; dropped if a client invents topics forever."""
 MAX_TRY_IDX_CREATE = 3
 """A put that finds the newest file full retries on a fresh file this many times (as Java)."""
@@ -53,7 +45,6 @@ class IndexService:
         self._unsynced_full: list[IndexFile] = []
         self.flushed_index_timestamp = 0
         self._prefix_hashes: dict[str, int] = {}
-        self._uniq_prefix_hashes: dict[tuple[str, str], int] = {}
 
     # --- load (blocking) -----------------------------------------------------------------------
 
@@ -142,38 +133,25 @@ class IndexService:
             if len(self._prefix_hashes) >= _PREFIX_CACHE_MAX:
                 self._prefix_hashes.clear()
             prefix = self._prefix_hashes[topic] = java_string_hash(topic + "#")
-        if uniq_key:
-            if len(uniq_key) == UNIQ_KEY_LENGTH:
-                # A producer's ids share their first 20 hex digits (ip, pid, class-loader hash):
-                # hash topic#prefix once, and only the 12 digits that change per message.
-                head = uniq_key[:UNIQ_KEY_FIXED]
-                fixed = self._uniq_prefix_hashes.get((topic, head))
-                if fixed is None:
-                    if len(self._uniq_prefix_hashes) >= _PREFIX_CACHE_MAX:
-                        self._uniq_prefix_hashes.clear()
-                    fixed = java_string_hash_after(prefix, head)
-                    self._uniq_prefix_hashes[(topic, head)] = fixed
-                f = self._put(f, fixed, uniq_key[UNIQ_KEY_FIXED:], phy_offset, store_timestamp)
-            else:
-                f = self._put(f, prefix, uniq_key, phy_offset, store_timestamp)
+        todo = [uniq_key] if uniq_key else []
         if keys:
-            for key in keys.split(KEY_SEPARATOR):
-                if key:
-                    f = self._put(f, prefix, key, phy_offset, store_timestamp)
-        f.write_header()
-
-    def _put(
-        self, f: IndexFile, prefix: int, key: str, phy_offset: int, store_timestamp: int
-    ) -> IndexFile:
-        h = positive_hash(java_string_hash_after(prefix, key))
-        for _ in range(MAX_TRY_IDX_CREATE):
-            if f.put_hash(h, phy_offset, store_timestamp):
-                return f
+            todo += [key for key in keys.split(KEY_SEPARATOR) if key]
+        failures = 0  # of the first key of todo: after MAX_TRY_IDX_CREATE it is given up
+        while todo:
+            done = f.put_keys(prefix, todo, phy_offset, store_timestamp)
+            if done:
+                todo = todo[done:]
+                failures = 0
+                if not todo:
+                    break
+            failures += 1
             log.warning("index file %s is full, rolling to a new one", f.path)
             f.write_header()
             f = self._writable_file()
-        log.error("could not index key %s at offset %d", key, phy_offset)
-        return f
+            if failures >= MAX_TRY_IDX_CREATE:
+                log.error("could not index key %s at offset %d", todo.pop(0), phy_offset)
+                failures = 0
+        f.write_header()
 
     # --- flush and query -----------------------------------------------------------------------
 

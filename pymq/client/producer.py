@@ -52,6 +52,8 @@ ROUTE_REFRESH_PERIOD = 30.0
 
 _DEFAULT_TOPIC_QUEUE_NUMS_TEXT = str(DEFAULT_TOPIC_QUEUE_NUMS)
 
+_SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2  # per send: enum reads via the class are slow
+
 STORED_CODES = {
     ResponseCode.SUCCESS: "SEND_OK",
     ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
@@ -216,7 +218,7 @@ class Producer(ClientService):
             raise MQClientError(-1, f"no master address for broker {mq.broker_name}")
         channel = await self.client.remoting.channel(addr)
         header = self._header(mq, sys_flag, msg.flag, props, False)
-        request = RemotingCommand(RequestCode.SEND_MESSAGE_V2, header, body)
+        request = RemotingCommand(_SEND_MESSAGE_V2, header, body)
         # The header's JSON written here: group and topic quoted once per topic, the numbers
         # need no escaping; only the properties are quoted per message.
         fixed = self._header_json.get(mq.topic)

@@ -189,6 +189,10 @@ def _json_header(cmd: RemotingCommand) -> bytes:
     ).encode()
 
 
+# Read per frame: an enum member read through its class costs ~0.15 us in CPython 3.11.
+_SERIALIZE_JSON = SerializeType.JSON
+
+
 def _language_number(language: str) -> int:
     try:
         return LanguageCode[language].value
@@ -274,7 +278,7 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
         None if remark is None else str(remark),
         language if type(language) is str and language else "JAVA",
         version,
-        SerializeType.JSON,
+        _SERIALIZE_JSON,
     )
 
 

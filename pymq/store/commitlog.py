@@ -54,6 +54,9 @@ _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _HOST_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
+# An enum member read through its class costs ~0.15 us in CPython 3.11 (no specialisation for
+# EnumType): the put path reads it from a module constant.
+_PUT_OK = PutMessageStatus.PUT_OK
 # Record header size by the two host flags ((sysFlag >> 4) & 3): record_length without a call.
 _HEADER_SIZES = tuple(record_length(i << 4, 0, 0, 0) - 3 for i in range(4))
 _ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
@@ -194,7 +197,7 @@ class CommitLog:
         msg.store_size = size
         self._hint(msg, phy, size, queue_offset, now)
         return PutMessageResult(
-            PutMessageStatus.PUT_OK,
+            _PUT_OK,
             phy,
             size,
             f"{self._msg_id_prefix}{phy:016X}",
@@ -264,7 +267,7 @@ class CommitLog:
         mf.wrote_position = pos
         mf.last_store_timestamp = now
         return PutMessageResult(
-            PutMessageStatus.PUT_OK,
+            _PUT_OK,
             wrote_offset=first_phy,
             wrote_bytes=total,
             msg_id=ids[0] if len(ids) == 1 else ",".join(ids),

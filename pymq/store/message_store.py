@@ -79,6 +79,7 @@ _MIN_OVERHEAD = 91 + 24 + MAX_TOPIC_LENGTH  # IPv4 record + IPv6 host widening +
 """Puts whose body + properties + this stay within maxMessageSize skip the detailed check."""
 _TOPIC_CACHE_MAX = 100_000
 """Encoded topic names are cached; the cache is dropped if a client invents topics forever."""
+_PUT_OK = PutMessageStatus.PUT_OK  # a module constant: enum reads through the class are slow
 _HOST_V6 = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 
 ReplicaWaiter = Callable[[int], Awaitable[PutMessageStatus]]
@@ -492,7 +493,7 @@ class DefaultMessageStore:
 
     def _count_appended(self, result: PutMessageResult) -> None:
         """Statistics, and dispatch woken, for what an append wrote (nothing if refused)."""
-        if result.status is PutMessageStatus.PUT_OK:
+        if result.status is _PUT_OK:
             self.put_message_times_total += result.msg_num
             self.put_message_size_total += result.wrote_bytes
             if not self.reput.woken:
@@ -500,7 +501,7 @@ class DefaultMessageStore:
 
     async def _durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
         """``result`` once its bytes are durable, when this store must wait for that."""
-        if self.must_wait and result.status is PutMessageStatus.PUT_OK:
+        if self.must_wait and result.status is _PUT_OK:
             return await self._wait_durable(result, wait)
         return result
 
@@ -514,7 +515,7 @@ class DefaultMessageStore:
         the appended bytes are on disk (status FLUSH_DISK_TIMEOUT after syncFlushTimeout);
         False if there is nothing to wait for (answer now).  Not for SYNC_MASTER (the slave
         wait needs a task: use :meth:`put_message`)."""
-        if result.status is not PutMessageStatus.PUT_OK or not self.must_wait:
+        if result.status is not _PUT_OK or not self.must_wait:
             return False
         if wait is not None and wait.strip().lower() != "true":
             return False

@@ -134,7 +134,7 @@ class SendHeader:
     @classmethod
     def parse(cls, req: RemotingCommand) -> SendHeader:
         """The header of SEND_MESSAGE (long names) or SEND_MESSAGE_V2 / SEND_BATCH (short)."""
-        short = req.code != RequestCode.SEND_MESSAGE
+        short = req.code != _SEND_MESSAGE
         n = _SHORT_NAMES if short else _LONG_NAMES
         get = req.ext_fields.get
         group, topic = get(n[0]), get(n[1])
@@ -156,9 +156,16 @@ class SendHeader:
             _int_field(get(n[9]), "reconsumeTimes", 0),
             _bool_field(get(n[10])),
             max_reconsume,
-            req.code == RequestCode.SEND_BATCH_MESSAGE or _bool_field(get(n[12])),
+            req.code == _SEND_BATCH_MESSAGE or _bool_field(get(n[12])),
         )
 
+
+# Enum members read through their class cost ~0.15 us each in CPython 3.11: the send path
+# reads these module constants instead.
+_SEND_MESSAGE = RequestCode.SEND_MESSAGE
+_SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
+_SUCCESS = ResponseCode.SUCCESS
+_SYNC_MASTER = BrokerRole.SYNC_MASTER
 
 # Header keys in SendHeader's field order, short (V2) and long.
 _SHORT_NAMES = tuple("abcdefghijklm")
@@ -366,7 +373,7 @@ class SendProcessor:
         response = RemotingCommand(
             code, ext, b"", req.opaque, RPC_TYPE_RESPONSE, remark, serialize_type=req.serialize_type
         )
-        if code == ResponseCode.SUCCESS:
+        if code == _SUCCESS:
             # The hot path's answer, its JSON written here: a hex id and numbers need no
             # escaping, and the region is quoted once per value.
             region = self._quoted_region
@@ -387,10 +394,7 @@ class SendProcessor:
         group commit once the bytes are on disk (``ANSWER_LATER``).  None hands the request to
         :meth:`send_message` (auto-create, batches, retry topics, slave waits)."""
         store = self.broker.store
-        if (
-            req.code == RequestCode.SEND_BATCH_MESSAGE
-            or store.config.broker_role is BrokerRole.SYNC_MASTER
-        ):
+        if req.code == _SEND_BATCH_MESSAGE or store.config.broker_role is _SYNC_MASTER:
             return None
         header = SendHeader.parse(req)
         if header.batch or header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):

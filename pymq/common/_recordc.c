@@ -24,6 +24,7 @@
  *                               store.index_file.IndexFile.put_keys: index each key (its hash
  *                               java_hash_after(prefix_hash, key), made non-negative) into one
  *                               index file; returns (count, slot_count, begin_timestamp, done).
+ *   now_ms()                    time.time_ns() // 1_000_000 (CLOCK_REALTIME), without a frame.
  *   scan(buf, pos, limit, check_crc, physical_base, select, selected) -> pos
  *                               message._scan_plain: walk plain records (IPv4 hosts, ASCII
  *                               topic and properties) until limit or the first record that
@@ -42,6 +43,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MESSAGE_MAGIC 0xDAA320A7u
 #define BORNHOST_V6 0x10
@@ -479,6 +481,14 @@ fail:
     return NULL;
 }
 
+/* --- now_ms ------------------------------------------------------------------------------- */
+
+static PyObject *py_now_ms(PyObject *self, PyObject *unused) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
 /* --- scan ----------------------------------------------------------------------------------- */
 
 /* True when n bytes are all printable-or-control ASCII other than NUL. */
@@ -606,6 +616,7 @@ static PyMethodDef methods[] = {
     {"index_put", (PyCFunction)(void (*)(void))py_index_put, METH_FASTCALL,
      "index_put(buf, slot_num, index_num, entries_at, count, slot_count, begin_timestamp,"
      " prefix_hash, keys, phy_offset, store_timestamp): index keys into one index file."},
+    {"now_ms", py_now_ms, METH_NOARGS, "now_ms(): milliseconds since the epoch (wall clock)."},
     {"scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
      "scan(buf, pos, limit, check_crc, physical_base, select, selected): walk plain records,"
      " return where the walk stopped."},

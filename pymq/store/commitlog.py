@@ -33,6 +33,7 @@ from pymq.common.message import (
     RecordInfo,
     encode_message_into,
     host_flags,
+    native_extension,
     pack_ip,
     read_record_info,
     record_length,
@@ -72,8 +73,12 @@ class RecoveryDispatcher(Protocol):
     def dispatch(self, info: RecordInfo) -> None: ...
 
 
-def now_ms() -> int:
+def _now_ms_py() -> int:
     return time.time_ns() // 1_000_000
+
+
+now_ms: Callable[[], int] = native_extension.now_ms if native_extension is not None else _now_ms_py
+"""Wall-clock milliseconds: the store's default clock (in C when built: no Python frame)."""
 
 
 # Dispatch hints kept at most (reput normally takes them within milliseconds).
@@ -195,7 +200,14 @@ class CommitLog:
         msg.commitlog_offset = phy
         msg.store_timestamp = now
         msg.store_size = size
-        self._hint(msg, phy, size, queue_offset, now)
+        hints = self.dispatch_hints  # _hint, inline on this hottest path
+        if len(hints) < DISPATCH_HINTS_MAX and msg.topic != SCHEDULE_TOPIC:
+            props = msg.properties
+            hints.append(
+                (phy, size, msg.topic, msg.queue_id, queue_offset, props.get(PROPERTY_TAGS),
+                 now, sys_flag, props.get(PROPERTY_KEYS),
+                 props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
+            )  # fmt: skip
         return PutMessageResult(
             _PUT_OK,
             phy,

@@ -329,3 +329,15 @@ def test_scan_physical_base_near_the_top_does_not_wrap():
     data = bytes(buf)
     assert message._scan_plain(data, 0, len(data), False, base, None, []) == second
     assert _native().scan(data, 0, len(data), False, base, None, []) == second
+
+
+def test_now_ms_is_the_wall_clock_in_milliseconds():
+    import time
+
+    from pymq.store import commitlog
+
+    assert commitlog.now_ms is _native().now_ms
+    before = time.time_ns() // 1_000_000
+    now = _native().now_ms()
+    after = time.time_ns() // 1_000_000
+    assert before <= now <= after

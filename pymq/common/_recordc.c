@@ -24,6 +24,9 @@
  *                               store.index_file.IndexFile.put_keys: index each key (its hash
  *                               java_hash_after(prefix_hash, key), made non-negative) into one
  *                               index file; returns (count, slot_count, begin_timestamp, done).
+ *   offset_msg_id(prefix, offset)
+ *                               prefix + the offset as 16 uppercase hex digits (the broker's
+ *                               message id from its store-host prefix), as f"{p}{o:016X}".
  *   now_ms()                    time.time_ns() // 1_000_000 (CLOCK_REALTIME), without a frame.
  *   scan(buf, pos, limit, check_crc, physical_base, select, selected) -> pos
  *                               message._scan_plain: walk plain records (IPv4 hosts, ASCII
@@ -334,44 +337,44 @@ static PyObject *py_encode_into(PyObject *self, PyObject *const *args, Py_ssize_
 
 static PyObject *py_properties_bytes(PyObject *self, PyObject *props) {
     if (!PyDict_Check(props)) return PyErr_Format(PyExc_TypeError, "properties must be a dict");
-    Py_ssize_t n = PyDict_GET_SIZE(props), i = 0, size = 0;
+    Py_ssize_t n = PyDict_GET_SIZE(props), i = 0, k = 0, size = 0;
     if (n == 0) return PyBytes_FromStringAndSize(NULL, 0);
-    /* First pass: sizes (UTF-8 of a str is cached on it, so the second pass is a copy). */
-    PyObject *key, *value;
-    while (PyDict_Next(props, &i, &key, &value)) {
-        if (!PyUnicode_Check(key) || !PyUnicode_Check(value))
-            return PyErr_Format(PyExc_TypeError, "property names and values must be str");
-        Py_ssize_t kl, vl;
-        if (PyUnicode_AsUTF8AndSize(key, &kl) == NULL) return NULL;
-        if (PyUnicode_AsUTF8AndSize(value, &vl) == NULL) return NULL;
-        size += kl + 1 + vl + 1;
+    /* One pass over the dict collects each name's and value's UTF-8 (cached on the str), the
+     * copy runs from that list: the dict is not read twice. */
+    struct piece {
+        const char *p;
+        Py_ssize_t n;
+    } stack[32], *parts = stack;
+    if (2 * n > 32) {
+        parts = PyMem_Malloc(sizeof(struct piece) * 2 * n);
+        if (parts == NULL) return PyErr_NoMemory();
     }
-    size -= 1; /* no trailing separator */
-    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
-    if (out == NULL) return NULL;
-    char *w = PyBytes_AS_STRING(out), *stop = w + size;
-    i = 0;
+    PyObject *key, *value, *out = NULL;
     while (PyDict_Next(props, &i, &key, &value)) {
-        Py_ssize_t kl, vl;
-        const char *k = PyUnicode_AsUTF8AndSize(key, &kl);
-        const char *v = PyUnicode_AsUTF8AndSize(value, &vl);
-        if (k == NULL || v == NULL || w + kl + 1 + vl > stop) {
-            Py_DECREF(out);
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "properties changed");
-            return NULL;
+        if (!PyUnicode_Check(key) || !PyUnicode_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "property names and values must be str");
+            goto done;
         }
-        memcpy(w, k, kl);
-        w += kl;
+        parts[k].p = PyUnicode_AsUTF8AndSize(key, &parts[k].n);
+        if (parts[k].p == NULL) goto done;
+        parts[k + 1].p = PyUnicode_AsUTF8AndSize(value, &parts[k + 1].n);
+        if (parts[k + 1].p == NULL) goto done;
+        size += parts[k].n + 1 + parts[k + 1].n + 1;
+        k += 2;
+    }
+    out = PyBytes_FromStringAndSize(NULL, size - 1); /* no trailing separator */
+    if (out == NULL) goto done;
+    char *w = PyBytes_AS_STRING(out);
+    for (Py_ssize_t m = 0; m < k; m += 2) {
+        if (m) *w++ = '\x02';
+        memcpy(w, parts[m].p, parts[m].n);
+        w += parts[m].n;
         *w++ = '\x01';
-        memcpy(w, v, vl);
-        w += vl;
-        if (w < stop) *w++ = '\x02';
+        memcpy(w, parts[m + 1].p, parts[m + 1].n);
+        w += parts[m + 1].n;
     }
-    if (w != stop) {
-        Py_DECREF(out);
-        PyErr_SetString(PyExc_RuntimeError, "properties changed");
-        return NULL;
-    }
+done:
+    if (parts != stack) PyMem_Free(parts);
     return out;
 }
 
@@ -479,6 +482,26 @@ fail:
     PyBuffer_Release(&buf);
     Py_DECREF(keys);
     return NULL;
+}
+
+/* --- offset_msg_id ------------------------------------------------------------------------ */
+
+static PyObject *py_offset_msg_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "offset_msg_id takes 2 arguments");
+    PyObject *prefix = args[0];
+    if (!PyUnicode_Check(prefix) || !PyUnicode_IS_ASCII(prefix))
+        return PyErr_Format(PyExc_TypeError, "the prefix must be an ASCII str");
+    long long offset;
+    if (arg_int(args[1], "offset", 0, LLONG_MAX, &offset) < 0) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(prefix);
+    PyObject *out = PyUnicode_New(n + 16, 127);
+    if (out == NULL) return NULL;
+    Py_UCS1 *w = PyUnicode_1BYTE_DATA(out);
+    memcpy(w, PyUnicode_1BYTE_DATA(prefix), n);
+    static const char digits[] = "0123456789ABCDEF";
+    unsigned long long v = (unsigned long long)offset;
+    for (int i = 15; i >= 0; i--, v >>= 4) w[n + i] = digits[v & 15];
+    return out;
 }
 
 /* --- now_ms ------------------------------------------------------------------------------- */
@@ -616,6 +639,8 @@ static PyMethodDef methods[] = {
     {"index_put", (PyCFunction)(void (*)(void))py_index_put, METH_FASTCALL,
      "index_put(buf, slot_num, index_num, entries_at, count, slot_count, begin_timestamp,"
      " prefix_hash, keys, phy_offset, store_timestamp): index keys into one index file."},
+    {"offset_msg_id", (PyCFunction)(void (*)(void))py_offset_msg_id, METH_FASTCALL,
+     "offset_msg_id(prefix, offset): prefix + offset as 16 uppercase hex digits."},
     {"now_ms", py_now_ms, METH_NOARGS, "now_ms(): milliseconds since the epoch (wall clock)."},
     {"scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
      "scan(buf, pos, limit, check_crc, physical_base, select, selected): walk plain records,"

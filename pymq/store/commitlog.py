@@ -81,6 +81,16 @@ now_ms: Callable[[], int] = native_extension.now_ms if native_extension is not N
 """Wall-clock milliseconds: the store's default clock (in C when built: no Python frame)."""
 
 
+def _offset_msg_id_py(prefix: str, offset: int) -> str:
+    return f"{prefix}{offset:016X}"
+
+
+offset_msg_id: Callable[[str, int], str] = (
+    native_extension.offset_msg_id if native_extension is not None else _offset_msg_id_py
+)
+"""The message id of the record at ``offset``: the store host's hex prefix + 16 hex digits."""
+
+
 # Dispatch hints kept at most (reput normally takes them within milliseconds).
 DISPATCH_HINTS_MAX = 1 << 16
 
@@ -130,7 +140,7 @@ class CommitLog:
         return offset + self.file_size - offset % self.file_size
 
     def msg_id(self, phy_offset: int) -> str:
-        return f"{self._msg_id_prefix}{phy_offset:016X}"
+        return offset_msg_id(self._msg_id_prefix, phy_offset)
 
     # --- appends -------------------------------------------------------------------------------
 
@@ -212,7 +222,7 @@ class CommitLog:
             _PUT_OK,
             phy,
             size,
-            f"{self._msg_id_prefix}{phy:016X}",
+            offset_msg_id(self._msg_id_prefix, phy),
             now,
             queue_offset,
         )
@@ -274,7 +284,7 @@ class CommitLog:
             msg.store_timestamp = now
             msg.store_size = size
             self._hint(msg, phy, size, queue_offset, now)
-            ids.append(f"{prefix}{phy:016X}")
+            ids.append(offset_msg_id(prefix, phy))
             pos += size
         mf.wrote_position = pos
         mf.last_store_timestamp = now

@@ -341,3 +341,23 @@ def test_now_ms_is_the_wall_clock_in_milliseconds():
     now = _native().now_ms()
     after = time.time_ns() // 1_000_000
     assert before <= now <= after
+
+
+def test_properties_bytes_with_many_properties():
+    props = {f"name{i}": f"välue{i}" for i in range(40)}  # beyond the stack list
+    assert _native().properties_bytes(props) == message._properties_bytes_py(props)
+
+
+@given(offset=st.integers(0, 2**63 - 1))
+def test_offset_msg_id_matches_python(offset):
+    from pymq.store import commitlog
+
+    prefix = "7F00000100002A9F"
+    assert _native().offset_msg_id(prefix, offset) == commitlog._offset_msg_id_py(prefix, offset)
+
+
+def test_offset_msg_id_refuses_bad_input():
+    with pytest.raises(OverflowError):
+        _native().offset_msg_id("AB", -1)
+    with pytest.raises(TypeError):
+        _native().offset_msg_id("é", 1)

@@ -1046,7 +1046,7 @@ def decode_batch_body(data: bytes | memoryview) -> list[BatchItem]:
 
 def _load_native() -> object | None:
     """``pymq.common._recordc`` when it was built and not turned off (PYMQ_PURE_PYTHON=1)."""
-    if os.environ.get("PYMQ_PURE_PYTHON", "") not in ("", "0"):
+    if os.environ.get("PYMQ_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes", "on"):
         return None
     try:
         from pymq.common import _recordc

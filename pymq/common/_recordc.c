@@ -521,6 +521,35 @@ static inline int plain_text(const unsigned char *p, Py_ssize_t n) {
     return 1;
 }
 
+/* The size of the plain, valid record at b[pos:limit] (IPv4 hosts, ASCII topic and
+ * properties without NUL, lengths that add up, CRC when asked), or 0. */
+static int64_t plain_record(const unsigned char *b, long long pos, long long limit, int check_crc,
+                            int has_base, long long base) {
+    if (limit - pos < V4_HEADER) return 0;
+    const unsigned char *r = b + pos;
+    int64_t total = (int32_t)get32(r);
+    if (get32(r + 4) != MESSAGE_MAGIC) return 0;
+    int32_t sys_flag = (int32_t)get32(r + 36);
+    if (sys_flag & (BORNHOST_V6 | STOREHOST_V6)) return 0;
+    if (total < V4_HEADER + 3 || total > limit - pos) return 0;
+    long long want;
+    if (has_base && (__builtin_add_overflow(base, pos, &want) || get64(r + 28) != want)) return 0;
+    int64_t body_len = (int32_t)get32(r + 84);
+    if (body_len < 0 || V4_HEADER + body_len + 3 > total) return 0;
+    if (check_crc && body_len) {
+        uint32_t crc = crc_update(0, r + V4_HEADER, body_len) & 0x7FFFFFFFu;
+        if (crc != get32(r + 8)) return 0;
+    }
+    int64_t q = V4_HEADER + body_len;
+    int64_t topic_len = r[q];
+    int64_t t1 = q + 1 + topic_len;
+    if (topic_len > MAX_TOPIC || t1 + 2 > total) return 0;
+    int64_t props_len = (int16_t)((uint16_t)r[t1] << 8 | r[t1 + 1]);
+    if (t1 + 2 + props_len != total) return 0;
+    if (!plain_text(r + q + 1, topic_len) || !plain_text(r + t1 + 2, props_len)) return 0;
+    return total;
+}
+
 static PyObject *py_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) {
         PyErr_Format(PyExc_TypeError, "scan takes 7 arguments (%zd given)", nargs);
@@ -547,70 +576,60 @@ static PyObject *py_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     const unsigned char *b = buf.buf;
     PyObject *last_topic = NULL; /* reused while records keep the same topic */
     int failed = 0;
-    while (pos < limit) {
-        if (limit - pos < V4_HEADER) break;
+    if (select == NULL) {
+        /* Nothing to call back: walk without the GIL, so that a recovery scan of a large file
+         * (the buffer export keeps it mapped) does not hold up the event loop's thread. */
+        int64_t total;
+        Py_BEGIN_ALLOW_THREADS
+        while (pos < limit && (total = plain_record(b, pos, limit, check_crc, has_base, base)) > 0)
+            pos += total;
+        Py_END_ALLOW_THREADS
+    }
+    while (select != NULL && pos < limit) {
+        int64_t total = plain_record(b, pos, limit, check_crc, has_base, base);
+        if (total <= 0) break;
         const unsigned char *r = b + pos;
-        int64_t total = (int32_t)get32(r);
-        if (get32(r + 4) != MESSAGE_MAGIC) break;
-        int32_t sys_flag = (int32_t)get32(r + 36);
-        if (sys_flag & (BORNHOST_V6 | STOREHOST_V6)) break;
-        if (total < V4_HEADER + 3 || total > limit - pos) break;
         int64_t phy = get64(r + 28);
-        long long want;
-        if (has_base && (__builtin_add_overflow(base, pos, &want) || phy != want)) break;
-        int64_t body_len = (int32_t)get32(r + 84);
-        if (body_len < 0 || V4_HEADER + body_len + 3 > total) break;
-        if (check_crc && body_len) {
-            uint32_t crc = crc_update(0, r + V4_HEADER, body_len) & 0x7FFFFFFFu;
-            if (crc != get32(r + 8)) break;
-        }
-        int64_t q = V4_HEADER + body_len;
+        int64_t q = V4_HEADER + (int32_t)get32(r + 84);
         int64_t topic_len = r[q];
-        int64_t t1 = q + 1 + topic_len;
-        if (topic_len > MAX_TOPIC || t1 + 2 > total) break;
-        int64_t props_len = (int16_t)((uint16_t)r[t1] << 8 | r[t1 + 1]);
-        if (t1 + 2 + props_len != total) break;
-        if (!plain_text(r + q + 1, topic_len) || !plain_text(r + t1 + 2, props_len)) break;
-        if (select != NULL) {
-            const char *t = (const char *)r + q + 1;
-            if (last_topic == NULL || PyBytes_GET_SIZE(last_topic) != topic_len ||
-                memcmp(PyBytes_AS_STRING(last_topic), t, topic_len) != 0) {
-                Py_XDECREF(last_topic);
-                last_topic = PyBytes_FromStringAndSize(t, topic_len);
-                if (last_topic == NULL) {
-                    failed = 1;
-                    break;
-                }
-            }
-            PyObject *call[4];
-            call[0] = last_topic;
-            call[1] = PyLong_FromLong((int32_t)get32(r + 12));
-            call[2] = PyLong_FromLongLong(phy);
-            call[3] = PyLong_FromLongLong(total);
-            PyObject *hit = NULL;
-            if (call[1] && call[2] && call[3]) hit = PyObject_Vectorcall(select, call, 4, NULL);
-            Py_XDECREF(call[1]);
-            Py_XDECREF(call[2]);
-            Py_XDECREF(call[3]);
-            if (hit == NULL) {
+        const char *t = (const char *)r + q + 1;
+        if (last_topic == NULL || PyBytes_GET_SIZE(last_topic) != topic_len ||
+            memcmp(PyBytes_AS_STRING(last_topic), t, topic_len) != 0) {
+            Py_XDECREF(last_topic);
+            last_topic = PyBytes_FromStringAndSize(t, topic_len);
+            if (last_topic == NULL) {
                 failed = 1;
                 break;
             }
-            int yes = PyObject_IsTrue(hit);
-            Py_DECREF(hit);
-            if (yes < 0) {
+        }
+        PyObject *call[4];
+        call[0] = last_topic;
+        call[1] = PyLong_FromLong((int32_t)get32(r + 12));
+        call[2] = PyLong_FromLongLong(phy);
+        call[3] = PyLong_FromLongLong(total);
+        PyObject *hit = NULL;
+        if (call[1] && call[2] && call[3]) hit = PyObject_Vectorcall(select, call, 4, NULL);
+        Py_XDECREF(call[1]);
+        Py_XDECREF(call[2]);
+        Py_XDECREF(call[3]);
+        if (hit == NULL) {
+            failed = 1;
+            break;
+        }
+        int yes = PyObject_IsTrue(hit);
+        Py_DECREF(hit);
+        if (yes < 0) {
+            failed = 1;
+            break;
+        }
+        if (yes) {
+            PyObject *at = PyLong_FromLongLong(pos);
+            if (at == NULL || PyList_Append(selected, at) < 0) {
+                Py_XDECREF(at);
                 failed = 1;
                 break;
             }
-            if (yes) {
-                PyObject *at = PyLong_FromLongLong(pos);
-                if (at == NULL || PyList_Append(selected, at) < 0) {
-                    Py_XDECREF(at);
-                    failed = 1;
-                    break;
-                }
-                Py_DECREF(at);
-            }
+            Py_DECREF(at);
         }
         pos += total;
     }

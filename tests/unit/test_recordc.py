@@ -367,3 +367,38 @@ def test_offset_msg_id_refuses_bad_input():
         _native().offset_msg_id("AB", -1)
     with pytest.raises(TypeError):
         _native().offset_msg_id("é", 1)
+
+
+def test_scan_without_select_lets_other_threads_run():
+    """Recovery's plain walk runs without the GIL: a large file does not stall the loop.
+
+    With a long switch interval the main thread keeps the GIL through Python code, so the
+    other thread can only count while the scan has let go of it."""
+    import threading
+
+    one = encode_record(MessageExt(topic="T", body=b"x" * 100, queue_id=1))
+    data = one * 150_000  # ~30 MB of records; no physical base, so they may repeat
+    count = 0
+    stop = threading.Event()
+
+    def spin() -> None:
+        nonlocal count
+        while not stop.is_set():
+            count += 1
+
+    interval = sys.getswitchinterval()
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        while count == 0:
+            pass
+        sys.setswitchinterval(0.5)
+        before = count
+        end = _native().scan(data, 0, len(data), True, None, None, [])
+        during = count - before
+    finally:
+        sys.setswitchinterval(interval)
+        stop.set()
+        worker.join()
+    assert end == len(data)
+    assert during > 0

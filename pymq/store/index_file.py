@@ -81,13 +81,6 @@ class IndexFile:
             self.index_count,
         )
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        """Index ``key``; False (nothing written) when the file is full."""
-        if self.put_hash(key_hash(key), phy_offset, store_timestamp):
-            self.write_header()
-            return True
-        return False
-
     def put_keys(
         self, prefix_hash: int, keys: list[str], phy_offset: int, store_timestamp: int
     ) -> int:

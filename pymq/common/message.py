@@ -928,6 +928,11 @@ def iter_records(
 _PORT_OFFSET = struct.Struct(">iq")
 
 
+def _offset_msg_id_py(prefix: str, offset: int) -> str:
+    """Pure-Python twin of ``_recordc.offset_msg_id``; use :func:`offset_msg_id`."""
+    return f"{prefix}{offset:016X}"
+
+
 def create_offset_msg_id(ip: str, port: int, phy_offset: int) -> str:
     """The broker's message id: uppercase hex of store IP, port (int32) and commit-log offset."""
     return (pack_ip(ip) + _PORT_OFFSET.pack(port, phy_offset)).hex().upper()
@@ -1044,9 +1049,14 @@ def decode_batch_body(data: bytes | memoryview) -> list[BatchItem]:
 # --- the C accelerator ----------------------------------------------------------------------------
 
 
+def pure_python_requested() -> bool:
+    """True when PYMQ_PURE_PYTHON (1, true, yes or on) turns the C extension off."""
+    return os.environ.get("PYMQ_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def _load_native() -> object | None:
     """``pymq.common._recordc`` when it was built and not turned off (PYMQ_PURE_PYTHON=1)."""
-    if os.environ.get("PYMQ_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes", "on"):
+    if pure_python_requested():
         return None
     try:
         from pymq.common import _recordc
@@ -1076,6 +1086,11 @@ java_string_hash_after: Callable[[int, str], int] = (
     _native.java_hash_after if _native is not None else _java_string_hash_after_py
 )
 """``java_string_hash(prefix + s)`` from the prefix's hash, hashing only ``s``."""
+offset_msg_id: Callable[[str, int], str] = (
+    _native.offset_msg_id if _native is not None else _offset_msg_id_py
+)
+"""A record's message id from its store host's hex prefix (see :func:`create_offset_msg_id`):
+the prefix + the commit-log offset as 16 uppercase hex digits."""
 _scan_fast: Callable[..., int] = _native.scan if _native is not None else _scan_plain
 
 

@@ -52,6 +52,7 @@ from pymq.store.index_service import IndexService
 from pymq.store.mapped_file_queue import MappedFileAllocator
 from pymq.store.reput import ReputMessageService
 from pymq.store.results import (
+    PUT_OK,
     GetMessageResult,
     PutMessageResult,
     PutMessageStatus,
@@ -79,7 +80,6 @@ _MIN_OVERHEAD = 91 + 24 + MAX_TOPIC_LENGTH  # IPv4 record + IPv6 host widening +
 """Puts whose body + properties + this stay within maxMessageSize skip the detailed check."""
 _TOPIC_CACHE_MAX = 100_000
 """Encoded topic names are cached; the cache is dropped if a client invents topics forever."""
-_PUT_OK = PutMessageStatus.PUT_OK  # a module constant: enum reads through the class are slow
 _HOST_V6 = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 
 ReplicaWaiter = Callable[[int], Awaitable[PutMessageStatus]]
@@ -438,7 +438,7 @@ class DefaultMessageStore:
                 return refused
             self._remember_topic(msg.topic, topic_b)
         result = self.commitlog.append_message(msg, topic_b, props_b)
-        if result.status is _PUT_OK:  # _count_appended, inline on this hottest path
+        if result.status is PUT_OK:  # _count_appended, inline on this hottest path
             self.put_message_times_total += 1
             self.put_message_size_total += result.wrote_bytes
             if not self.reput.woken:
@@ -497,7 +497,7 @@ class DefaultMessageStore:
 
     def _count_appended(self, result: PutMessageResult) -> None:
         """Statistics, and dispatch woken, for what an append wrote (nothing if refused)."""
-        if result.status is _PUT_OK:
+        if result.status is PUT_OK:
             self.put_message_times_total += result.msg_num
             self.put_message_size_total += result.wrote_bytes
             if not self.reput.woken:
@@ -505,7 +505,7 @@ class DefaultMessageStore:
 
     async def _durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
         """``result`` once its bytes are durable, when this store must wait for that."""
-        if self.must_wait and result.status is _PUT_OK:
+        if self.must_wait and result.status is PUT_OK:
             return await self._wait_durable(result, wait)
         return result
 
@@ -519,7 +519,7 @@ class DefaultMessageStore:
         the appended bytes are on disk (status FLUSH_DISK_TIMEOUT after syncFlushTimeout);
         False if there is nothing to wait for (answer now).  Not for SYNC_MASTER (the slave
         wait needs a task: use :meth:`put_message`)."""
-        if result.status is not _PUT_OK or not self.must_wait:
+        if result.status is not PUT_OK or not self.must_wait:
             return False
         if wait is not None and wait.strip().lower() != "true":
             return False

@@ -20,6 +20,11 @@ class PutMessageStatus(enum.Enum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
+PUT_OK = PutMessageStatus.PUT_OK
+"""For hot paths: an enum member read through its class costs ~0.15 us in CPython 3.11 (no
+specialisation for EnumType), a module constant does not."""
+
+
 @attrs.define(slots=True)
 class PutMessageResult:
     """The outcome of a put.  On PUT_OK (and the flush/slave timeouts, where the message *is*

@@ -38,7 +38,7 @@ def _native():
 def test_extension_is_built():
     """The test command installs pymq with its C extension; a missing build is a failure.
     With PYMQ_PURE_PYTHON=1 the switch itself is checked: the Python twins are in use."""
-    if os.environ.get("PYMQ_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes", "on"):
+    if message.pure_python_requested():
         assert not message.NATIVE_CODEC
         assert message.encode_message_into is message._encode_message_into_py
         return
@@ -356,10 +356,8 @@ def test_properties_bytes_with_many_properties():
 
 @given(offset=st.integers(0, 2**63 - 1))
 def test_offset_msg_id_matches_python(offset):
-    from pymq.store import commitlog
-
     prefix = "7F00000100002A9F"
-    assert _native().offset_msg_id(prefix, offset) == commitlog._offset_msg_id_py(prefix, offset)
+    assert _native().offset_msg_id(prefix, offset) == message._offset_msg_id_py(prefix, offset)
 
 
 def test_offset_msg_id_refuses_bad_input():

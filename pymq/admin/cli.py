@@ -25,6 +25,7 @@ from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.message import RecordError, decode_offset_msg_id, decode_record, iter_records
 from pymq.common.properties import parse_properties
 from pymq.common.serde import loads_lenient, to_json
+from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting.client import RemotingClient, open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -330,6 +331,7 @@ async def topic_status(admin: Admin, args: argparse.Namespace) -> Output:
 async def update_topic(admin: Admin, args: argparse.Namespace) -> Output:
     fields = {
         "topic": args.topic,
+        "defaultTopic": AUTO_CREATE_TOPIC_KEY_TOPIC,
         "readQueueNums": args.readQueueNums,
         "writeQueueNums": args.writeQueueNums,
         "perm": args.perm,
@@ -341,7 +343,7 @@ async def update_topic(admin: Admin, args: argparse.Namespace) -> Output:
     for addr in await admin.targets(args):
         await admin.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
         done.append(addr)
-    config = {k: v for k, v in fields.items() if k != "topicSysFlag"}
+    config = {k: v for k, v in fields.items() if k not in ("topicSysFlag", "defaultTopic")}
     lines = [f"create topic to {addr} success." for addr in done] + [f"TopicConfig {config}"]
     return Output({"brokers": done, "topicConfig": config}, lines=lines)
 

@@ -109,19 +109,23 @@ class BrokerController:
         self.rebalance_lock_manager = RebalanceLockManager()
         self.pull_hold = PullRequestHoldService()
         self.stats = BrokerStats()
+        # The main and fast ports share one budget of buffered output and partial frames.
+        budget = server_config.shared_budget()
         self.server = RemotingServer(
             host=server_config.bind_address,
             port=server_config.listen_port,
             name="broker",
             on_channel_closed=self._on_channel_closed,
-            idle_timeout=server_config.server_channel_max_idle_time_seconds,
+            budget=budget,
+            **server_config.server_limits(),
         )
         self.fast_server = RemotingServer(
             host=server_config.bind_address,
             port=server_config.listen_port - 2 if server_config.listen_port > 2 else 0,
             name="broker-fast",
             on_channel_closed=self._on_channel_closed,
-            idle_timeout=server_config.server_channel_max_idle_time_seconds,
+            budget=budget,
+            **server_config.server_limits(),
         )
         self.send_processor = SendProcessor(self)
         self.pull_processor = PullProcessor(self)

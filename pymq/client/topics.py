@@ -7,6 +7,7 @@ import json
 import trio
 
 from pymq.client.instance import MQClientError
+from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -49,9 +50,13 @@ async def create_topic(
                 RequestCode.UPDATE_AND_CREATE_TOPIC,
                 {
                     "topic": topic,
+                    "defaultTopic": AUTO_CREATE_TOPIC_KEY_TOPIC,
                     "readQueueNums": queues,
                     "writeQueueNums": queues,
                     "perm": perm,
+                    "topicFilterType": "SINGLE_TAG",
+                    "topicSysFlag": 0,
+                    "order": False,
                     **fields,
                 },
             )

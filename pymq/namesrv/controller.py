@@ -48,7 +48,8 @@ class NamesrvController:
             port=server_config.listen_port,
             name="namesrv",
             on_channel_closed=self._on_channel_closed,
-            idle_timeout=server_config.server_channel_max_idle_time_seconds,
+            budget=server_config.shared_budget(),
+            **server_config.server_limits(),
         )
         self.processor = NamesrvProcessor(self)
         for code, handler in self.processor.handlers().items():

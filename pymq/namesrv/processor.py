@@ -25,6 +25,7 @@ from pymq.common.route import KVTable, RegisterBrokerBody, TopicList
 from pymq.common.serde import from_json, to_json
 from pymq.common.topic import DataVersion
 from pymq.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
+from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -75,11 +76,13 @@ class NamesrvProcessor:
     # -- KV config ----------------------------------------------------------------------------
 
     async def put_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        await self.kv.put(req.ext_str("namespace"), req.ext_str("key"), req.ext_str("value"))
+        head: H.PutKVConfigRequestHeader = H.decode_request(req)
+        await self.kv.put(head.namespace, head.key, head.value)
         return req.response()
 
     async def get_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        namespace, key = req.ext_str("namespace"), req.ext_str("key")
+        head: H.KVConfigRequestHeader = H.decode_request(req)
+        namespace, key = head.namespace, head.key
         value = self.kv.get(namespace, key)
         if value is None:
             return req.response(
@@ -88,13 +91,14 @@ class NamesrvProcessor:
         return req.response(ext_fields={"value": value})
 
     async def delete_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        await self.kv.delete(req.ext_str("namespace"), req.ext_str("key"))
+        head: H.KVConfigRequestHeader = H.decode_request(req)
+        await self.kv.delete(head.namespace, head.key)
         return req.response()
 
     async def get_kv_list_by_namespace(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        namespace = req.ext_str("namespace")
+        namespace = H.decode_request(req).namespace
         table = self.kv.get_namespace(namespace)
         if table is None:
             return req.response(
@@ -105,7 +109,7 @@ class NamesrvProcessor:
     # -- brokers ------------------------------------------------------------------------------
 
     async def query_data_version(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        broker_addr = req.ext_str("brokerAddr")
+        broker_addr = H.decode_request(req).broker_addr
         version = from_json(req.body, DataVersion) if req.body else DataVersion(0, 0)
         changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
         if not changed:
@@ -116,14 +120,15 @@ class NamesrvProcessor:
         )
 
     async def register_broker(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        expected_crc = req.ext_int("bodyCrc32", 0)
+        head: H.RegisterBrokerRequestHeader = H.decode_request(req)
+        expected_crc = head.body_crc32
         if expected_crc != 0 and body_crc32(req.body) != expected_crc:
             log.warning(
                 "receive registerBroker request, crc32 not match, from %s",
                 channel.remote_address,
             )
             return req.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
-        compressed = req.ext_bool("compressed")
+        compressed = head.compressed
         if req.body:
             try:
                 body = RegisterBrokerBody.decode(req.body, compressed)
@@ -135,11 +140,11 @@ class NamesrvProcessor:
             wrapper = None
             filter_servers = None
         result = self.routes.register_broker(
-            cluster_name=req.ext_str("clusterName"),
-            broker_addr=req.ext_str("brokerAddr"),
-            broker_name=req.ext_str("brokerName"),
-            broker_id=req.ext_int("brokerId"),
-            ha_server_addr=req.ext_str("haServerAddr", None),
+            cluster_name=head.cluster_name,
+            broker_addr=head.broker_addr,
+            broker_name=head.broker_name,
+            broker_id=head.broker_id,
+            ha_server_addr=head.ha_server_addr,
             topic_config_wrapper=wrapper,
             filter_server_list=filter_servers,
             channel=channel,
@@ -152,18 +157,16 @@ class NamesrvProcessor:
         )
 
     async def unregister_broker(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        head: H.BrokerIdentityHeader = H.decode_request(req)
         self.routes.unregister_broker(
-            req.ext_str("clusterName"),
-            req.ext_str("brokerAddr"),
-            req.ext_str("brokerName"),
-            req.ext_int("brokerId"),
+            head.cluster_name, head.broker_addr, head.broker_name, head.broker_id
         )
         return req.response()
 
     async def wipe_write_perm_of_broker(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        name = req.ext_str("brokerName")
+        name = H.decode_request(req).broker_name
         count = self.routes.wipe_write_perm_of_broker(name)
         log.info(
             "wipe write perm of broker[%s], client: %s, %d", name, channel.remote_address, count
@@ -173,7 +176,7 @@ class NamesrvProcessor:
     async def add_write_perm_of_broker(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        name = req.ext_str("brokerName")
+        name = H.decode_request(req).broker_name
         count = self.routes.add_write_perm_of_broker(name)
         log.info(
             "add write perm of broker[%s], client: %s, %d", name, channel.remote_address, count
@@ -185,7 +188,7 @@ class NamesrvProcessor:
     async def get_route_info_by_topic(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        topic = req.ext_str("topic")
+        topic = H.decode_request(req).topic
         route = self.routes.pickup_topic_route_data(topic)
         if route is None:
             return req.response(
@@ -208,13 +211,14 @@ class NamesrvProcessor:
     async def delete_topic_in_namesrv(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        self.routes.delete_topic(req.ext_str("topic"))
+        self.routes.delete_topic(H.decode_request(req).topic)
         return req.response()
 
     async def get_topics_by_cluster(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        return req.response(body=to_json(self.routes.get_topics_by_cluster(req.ext_str("cluster"))))
+        cluster = H.decode_request(req).cluster
+        return req.response(body=to_json(self.routes.get_topics_by_cluster(cluster)))
 
     async def get_system_topic_list(
         self, channel: Channel, req: RemotingCommand

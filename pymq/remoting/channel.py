@@ -22,7 +22,6 @@ import attrs
 import trio
 
 from pymq.remoting.codec import (
-    FRAME_MAX_LENGTH,
     RPC_ONEWAY,
     RPC_TYPE_RESPONSE,
     FrameDecoder,
@@ -37,6 +36,12 @@ from pymq.remoting.errors import (
     RemotingConnectError,
     RemotingSendError,
     RemotingTimeoutError,
+)
+from pymq.remoting.limits import (
+    ConnectionLimits,
+    OutputBuffer,
+    PartialFrameTracker,
+    SharedBudget,
 )
 
 log = logging.getLogger(__name__)
@@ -67,6 +72,15 @@ SERVE_BATCH = 32
 # Bytes joined into one write at most; bounds the size of one write under heavy load.
 MAX_WRITE_BYTES = 1 << 20
 
+# While reading is stopped for another connection's sake (the server's totals over their caps),
+# how often this one looks again.
+BUDGET_POLL_INTERVAL = 0.05
+
+# RocketMQ's answer when a request cannot be queued for its executor (NettyRemotingAbstract).
+OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+
+DEFAULT_LIMITS = ConnectionLimits()
+
 
 @attrs.define(slots=True)
 class _Pending:
@@ -89,6 +103,14 @@ class _Pending:
         self.event.set()
 
 
+def _describe_error(exc: BaseException) -> str:
+    """One line naming an exception (the first of a group), bounded in length."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
 def _peer_address(stream: trio.SocketStream) -> str:
     try:
         host, port = stream.socket.getpeername()[:2]
@@ -105,9 +127,11 @@ class Channel:
         stream: trio.SocketStream,
         handler: RequestHandler | None = None,
         *,
-        max_frame_length: int = FRAME_MAX_LENGTH,
+        max_frame_length: int | None = None,
         idle_timeout: float | None = None,
         inline_handler: InlineHandler | None = None,
+        limits: ConnectionLimits = DEFAULT_LIMITS,
+        budget: SharedBudget | None = None,
     ) -> None:
         self.stream = stream
         self.inline_handler = inline_handler
@@ -117,14 +141,18 @@ class Channel:
         self.remote_address = _peer_address(stream)
         self.closed = False
         self.close_reason: str | None = None
-        self._decoder = FrameDecoder(max_frame_length)
+        self.limits = limits
+        self._decoder = FrameDecoder(max_frame_length or limits.max_frame_length)
+        self._partial = PartialFrameTracker(budget)
+        self._tasks = 0  # requests being served by a task of their own
         self._pending: dict[int, _Pending] = {}
         self._callbacks = 0  # pending calls that answer through a callback
         self._sweep_wanted = trio.Event()
         # Frames waiting to be written, in order.  They are written straight from the task that
         # queued them when the socket takes them at once (a call, or the answers to one batch
         # of received requests), and by the writer task otherwise.
-        self._out: list[bytes] = []
+        self._out = OutputBuffer(limits, budget)
+        self._drained = trio.Event()  # set when the output falls to the low-water mark
         self._writer_wake = trio.Event()
         self._writer_busy = False
         self._batching = False  # the reader is serving a received batch: flush once at its end
@@ -139,7 +167,11 @@ class Channel:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Serve this connection until it ends; always closes the stream."""
+        """Serve this connection until it ends; always closes the stream.
+
+        This is the connection's boundary: whatever is raised while reading, decoding or serving
+        its input (a bug included) ends this connection, with one log line, and nothing else.
+        """
         try:
             with self._cancel_scope:
                 async with trio.open_nursery() as nursery:
@@ -147,6 +179,15 @@ class Channel:
                     nursery.start_soon(self._sweeper)
                     await self._reader(nursery)
                     nursery.cancel_scope.cancel()
+        except Exception as exc:
+            problem = _describe_error(exc)
+            self.close_reason = self.close_reason or f"internal error: {problem}"
+            log.error(
+                "closing connection from %s after an error: %s",
+                self.remote_address,
+                problem,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )
         finally:
             self._shutdown(self.close_reason or "closed")
             with trio.CancelScope(shield=True):
@@ -168,6 +209,8 @@ class Channel:
             return
         self.closed = True
         self._out.clear()
+        self._partial.release()
+        self._drained.set()
         self._writer_wake.set()
         error = RemotingConnectError(f"connection to {self.remote_address} closed: {reason}")
         pendings = list(self._pending.values())
@@ -178,18 +221,73 @@ class Channel:
 
     # -- reading --------------------------------------------------------------------------
 
+    def _receive_deadline(self) -> float:
+        """When the next receive gives up: the idle timeout, or the deadline of a frame in
+        progress, whichever is first."""
+        deadline = math.inf
+        if self.idle_timeout:
+            deadline = trio.current_time() + self.idle_timeout
+        if self._partial.started is not None:
+            deadline = min(deadline, self._partial.started + self.limits.frame_receive_timeout)
+        return deadline
+
+    async def _wait_until_readable(self) -> bool:
+        """Hold the reading of requests while this connection's output is above its high-water
+        mark (or the server's totals are over their caps); False when the connection must close
+        instead (its output stalled past the deadline, or a frame in progress timed out)."""
+        out = self._out
+        if out.should_pause():
+            out.paused_since = trio.current_time()
+            deadline = out.paused_since + self.limits.write_stall_timeout
+            while not out.may_resume():
+                if trio.current_time() >= deadline:
+                    self.close_reason = (
+                        f"peer not reading: {out.size} bytes of output queued for "
+                        f"{self.limits.write_stall_timeout:.0f} s"
+                    )
+                    log.warning(
+                        "closing connection from %s: %s", self.remote_address, self.close_reason
+                    )
+                    return False
+                self._drained = trio.Event()
+                with trio.move_on_at(min(deadline, trio.current_time() + BUDGET_POLL_INTERVAL)):
+                    await self._drained.wait()
+            out.paused_since = None
+        partial = self._partial
+        while partial.must_wait():
+            assert partial.started is not None
+            if trio.current_time() >= partial.started + self.limits.frame_receive_timeout:
+                return self._frame_timed_out()
+            await trio.sleep(BUDGET_POLL_INTERVAL)
+        return True
+
+    def _frame_timed_out(self) -> bool:
+        self.close_reason = (
+            f"frame not completed within {self.limits.frame_receive_timeout:.0f} s "
+            f"({self._decoder.buffered} bytes received)"
+        )
+        log.warning("closing connection from %s: %s", self.remote_address, self.close_reason)
+        return False
+
     async def _reader(self, nursery: trio.Nursery) -> None:
         idle = self.idle_timeout
         while True:
+            if not await self._wait_until_readable():
+                return
             data = None
             try:
-                with trio.move_on_after(idle if idle else math.inf):
+                with trio.move_on_at(self._receive_deadline()):
                     data = await self.stream.receive_some(RECEIVE_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self.close_reason = self.close_reason or f"connection lost: {exc}"
                 return
-            if data is None:  # nothing read for `idle` seconds
-                if idle is not None and trio.current_time() - self._last_write < idle:
+            if data is None:  # nothing read for `idle` seconds, or a frame took too long
+                started = self._partial.started
+                now = trio.current_time()
+                if started is not None and now >= started + self.limits.frame_receive_timeout:
+                    self._frame_timed_out()
+                    return
+                if idle is None or now - self._last_write < idle:
                     continue
                 self.close_reason = f"idle for {idle:.0f} s"
                 log.info("closing idle connection from %s", self.remote_address)
@@ -203,24 +301,45 @@ class Channel:
                 self.close_reason = f"protocol error: {exc}"
                 log.warning("closing connection from %s: %s", self.remote_address, exc)
                 return
-            inline = self.inline_handler
-            for start in range(0, len(commands), SERVE_BATCH):
-                if start:
-                    # A long run of inline work yields now and then, so that the rest of the
-                    # broker (the group commit waiting on its sync, dispatch, other
-                    # connections) is not held up behind one big receive.
-                    await trio.lowlevel.checkpoint()
-                self._batching = True
-                try:
-                    for cmd in commands[start : start + SERVE_BATCH]:
-                        if cmd.flag & RPC_TYPE_RESPONSE:
-                            self._on_response(cmd)
-                        elif inline is None or not self._serve_inline(inline, cmd):
+            self._partial.update(self._decoder.buffered, trio.current_time())
+            if not await self._dispatch(nursery, commands):
+                return
+
+    async def _dispatch(self, nursery: trio.Nursery, commands: list[RemotingCommand]) -> bool:
+        """Serve what one receive brought; False when the connection must close."""
+        inline = self.inline_handler
+        for start in range(0, len(commands), SERVE_BATCH):
+            if start:
+                # A long run of inline work yields now and then, so that the rest of the
+                # broker (the group commit waiting on its sync, dispatch, other
+                # connections) is not held up behind one big receive.
+                await trio.lowlevel.checkpoint()
+                if self._out.should_pause() and not await self._wait_until_readable():
+                    return False
+            self._batching = True
+            try:
+                for cmd in commands[start : start + SERVE_BATCH]:
+                    if cmd.flag & RPC_TYPE_RESPONSE:
+                        self._on_response(cmd)
+                    elif cmd.header_error is not None:
+                        self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
+                    elif inline is None or not self._serve_inline(inline, cmd):
+                        if self._tasks >= self.limits.max_pending_requests:
+                            self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+                        else:
+                            self._tasks += 1
                             nursery.start_soon(self._serve, cmd)
-                finally:
-                    self._batching = False
-                if self._out:
-                    self._flush_direct()  # the inline answers of this run in one write
+            finally:
+                self._batching = False
+            if self._out:
+                self._flush_direct()  # the inline answers of this run in one write
+        return True
+
+    def _refuse(self, request: RemotingCommand, code: int, remark: str) -> None:
+        log.debug(
+            "refusing %s from %s: %s", request_name(request.code), self.remote_address, remark
+        )
+        self.answer(request, request.response(code, remark))
 
     def _on_response(self, cmd: RemotingCommand) -> None:
         pending = self._pending.pop(cmd.opaque, None)
@@ -277,6 +396,12 @@ class Channel:
         return True
 
     async def _serve(self, request: RemotingCommand) -> None:
+        try:
+            await self._serve_task(request)
+        finally:
+            self._tasks -= 1
+
+    async def _serve_task(self, request: RemotingCommand) -> None:
         if self.handler is None:
             response: RemotingCommand | None = request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -304,7 +429,12 @@ class Channel:
         response.flag |= RPC_TYPE_RESPONSE
         response.serialize_type = request.serialize_type
         try:
-            self._write(encode(response))
+            frame = encode(response)
+        except Exception as exc:  # a processor built an answer that cannot be written
+            log.exception("cannot encode the answer to %s", request_name(request.code))
+            frame = encode(request.response(ResponseCode.SYSTEM_ERROR, _describe_error(exc)))
+        try:
+            self._write(frame)
         except RemotingSendError:
             log.debug("dropping the answer to %s: %s closed", request.opaque, self)
 
@@ -329,18 +459,17 @@ class Channel:
         if raw is None or self._writer_busy or self.closed:
             self._writer_wake.set()
             return
-        out = self._out
-        data = out[0] if len(out) == 1 else b"".join(out)
-        self._out = []
+        data = self._out.take()
         try:
             sent = raw.send(data)
         except OSError:  # would block, or broken: the writer retries and reports
             sent = 0
         if sent < len(data):
-            self._out.insert(0, data[sent:])
+            self._out.push_front(data[sent:])
             self._writer_wake.set()
         else:
             self._last_write = trio.current_time()
+            self._drained.set()
 
     async def _writer(self) -> None:
         try:
@@ -351,19 +480,15 @@ class Channel:
                     if self.closed:
                         return
                     continue
-                out = self._out
-                count = size = 0
-                while count < len(out) and size < MAX_WRITE_BYTES:
-                    size += len(out[count])
-                    count += 1
-                take = out[:count]
-                self._out = out[count:]
+                data = self._out.take(MAX_WRITE_BYTES)
                 self._writer_busy = True
                 try:
-                    await self.stream.send_all(take[0] if len(take) == 1 else b"".join(take))
+                    await self.stream.send_all(data)
                 finally:
                     self._writer_busy = False
                 self._last_write = trio.current_time()
+                if self._out.size <= self._out.low:
+                    self._drained.set()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             self.close_reason = self.close_reason or f"write failed: {exc}"
             self._cancel_scope.cancel()

@@ -84,6 +84,12 @@ class RemotingCommand:
     # JSON writer instead of ``ext_fields``; whoever sets it fills ``ext_fields`` identically.
     # The send path's answer uses it: its five fields are known to need no escaping.
     ext_json: str | None = None
+    # The typed request header (pymq.remoting.headers), decoded and validated once.
+    header: Any = None
+    # Set by the decoder when the frame was sound but a header field is not what Java's typed
+    # decode accepts (a number out of its Java type, a string where a number is due, ...): the
+    # connection answers such a request SYSTEM_ERROR with this text and never serves it.
+    header_error: str | None = None
 
     @classmethod
     def request(
@@ -236,7 +242,36 @@ def encode(cmd: RemotingCommand) -> bytes:
 # -- decoding ---------------------------------------------------------------------------------
 
 
+# A JSON header longer than this is refused (the frame's connection closes).  A sound header is a
+# few hundred bytes, a send's at most some 32 KiB of properties; the cap bounds what one frame can
+# make the JSON parser build (a megabyte of "[]," is some 40 MB of Python lists).  Nesting needs no
+# check of its own: the parser gives up past the interpreter's recursion limit (~1,000 levels)
+# with a RecursionError, refused like any other malformed header.
+MAX_JSON_HEADER_LENGTH = 1 << 20
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# extFields values a Java peer could mean as a string; containers are refused.
+_SCALARS = (str, int, float, bool)
+
+
+def _describe(value: object) -> str:
+    """A short, safe description of a decoded JSON value (no repr of deep containers)."""
+    if value is None or isinstance(value, (int, float, str)):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:40] + "..."
+    return f"a JSON {'array' if type(value) is list else 'object'}"
+
+
+def _int32(value: object) -> bool:
+    return type(value) is int and INT32_MIN <= value <= INT32_MAX
+
+
 def _decode_json_header(data: bytes) -> RemotingCommand:
+    """The command of a JSON header.  A header that is no JSON object, or whose opaque cannot be
+    echoed, is a ProtocolError (the connection closes, as Java's decoder closes it); a sound
+    header with a field Java's typed decode would refuse comes back with ``header_error`` set."""
+    if len(data) > MAX_JSON_HEADER_LENGTH:
+        raise ProtocolError(f"JSON header of {len(data)} bytes (at most {MAX_JSON_HEADER_LENGTH})")
     try:
         text = data.decode()
         if text[:1].isspace():
@@ -244,42 +279,57 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
         # raw_decode, not decode: the header is one object, and the trailing-whitespace regex
         # decode() runs costs a measurable share of a small request.
         header, end = _JSON_DECODER.raw_decode(text)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"bad JSON header: {exc}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ProtocolError(f"bad JSON header: {str(exc)[:200]}") from None
     if end != len(text) and not text[end:].isspace():
         raise ProtocolError(f"bad JSON header: extra data at {end}")
     if type(header) is not dict:
         raise ProtocolError("JSON header is not an object")
     get = header.get
-    code = get("code")
-    if type(code) is not int:
-        raise ProtocolError(f"JSON header has no integer code: {code!r}")
-    ext = get("extFields") or {}
-    if type(ext) is not dict:
-        raise ProtocolError("extFields is not an object")
-    for value in ext.values():
-        if type(value) is not str:  # Java peers send strings; normalise anything else
-            ext = {str(k): s for k, v in ext.items() if (s := java_string(v)) is not None}
-            break
-    opaque, flag, version = get("opaque", 0), get("flag", 0), get("version", 0)
-    if type(opaque) is not int or type(flag) is not int or type(version) is not int:
-        try:
-            opaque, flag, version = int(opaque or 0), int(flag or 0), int(version or 0)
-        except (TypeError, ValueError):
-            raise ProtocolError("opaque, flag and version must be integers") from None
+    opaque = get("opaque", 0)
+    if not _int32(opaque):
+        raise ProtocolError(f"JSON header: opaque is not a Java int: {_describe(opaque)}")
+    code, flag, version = get("code"), get("flag", 0), get("version", 0)
+    problem = None
+    if not _int32(code):
+        problem = f"code is not a Java int: {_describe(code)}"
+        code = 0
+    if not _int32(flag):
+        problem = problem or f"flag is not a Java int: {_describe(flag)}"
+        flag = 0
+    if version is None:
+        version = 0
+    elif not _int32(version):
+        problem = problem or f"version is not a Java int: {_describe(version)}"
+        version = 0
+    ext = get("extFields")
+    if ext is None:
+        ext = {}
+    elif type(ext) is not dict:
+        problem = problem or "extFields is not an object"
+        ext = {}
+    else:
+        for value in ext.values():
+            if type(value) is not str:  # Java peers send strings; normalise numbers and bools
+                if all(v is None or isinstance(v, _SCALARS) for v in ext.values()):
+                    ext = {k: s for k, v in ext.items() if (s := java_string(v)) is not None}
+                else:
+                    problem = problem or "extFields values must be strings"
+                    ext = {}
+                break
     remark = get("remark")
+    if remark is not None and type(remark) is not str:
+        problem = problem or "remark is not a string"
+        remark = None
     language = get("language")
-    return RemotingCommand(
-        code,
-        ext,
-        b"",
-        opaque,
-        flag,
-        None if remark is None else str(remark),
-        language if type(language) is str and language else "JAVA",
-        version,
-        _SERIALIZE_JSON,
-    )
+    if type(language) is not str or not language:
+        if language is not None:
+            problem = problem or "language is not a string"
+        language = "JAVA"
+    cmd = RemotingCommand(code, ext, b"", opaque, flag, remark, language, version, _SERIALIZE_JSON)
+    if problem is not None:
+        cmd.header_error = f"bad request header: {problem}"
+    return cmd
 
 
 def _decode_binary_header(data: bytes) -> RemotingCommand:

@@ -6,7 +6,12 @@ on one Trio loop and has no thread pools to size, so they are reported by ``-p``
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
+
+from pymq.remoting.codec import FRAME_MAX_LENGTH
+from pymq.remoting.limits import MIB, ConnectionLimits, SharedBudget
 
 
 @attrs.define
@@ -23,6 +28,45 @@ class NettyServerConfig:
     server_socket_rcv_buf_size: int = 0
     server_pooled_byte_buf_allocator_enable: bool = True
     use_epoll_native_selector: bool = False
+    # The bounds of what one peer, or all of them, can make the server hold (see
+    # pymq.remoting.limits and README's "Operations: limits").  Netty's water-mark keys keep
+    # RocketMQ's names; 0 there means the default, as RocketMQ's 0 means Netty's.
+    write_buffer_high_water_mark: int = 4 * MIB
+    write_buffer_low_water_mark: int = 1 * MIB
+    write_stall_timeout_millis: int = 30_000
+    server_total_write_buffer_max_bytes: int = 256 * MIB
+    frame_max_length: int = FRAME_MAX_LENGTH
+    frame_receive_timeout_millis: int = 60_000
+    server_partial_frame_total_max_bytes: int = 128 * MIB
+    server_max_pending_requests_per_connection: int = 4096
+    server_max_connections: int = 10_000
+
+    def connection_limits(self) -> ConnectionLimits:
+        default = ConnectionLimits()
+        high = self.write_buffer_high_water_mark or default.write_high_water_mark
+        low = self.write_buffer_low_water_mark or default.write_low_water_mark
+        return ConnectionLimits(
+            max_frame_length=self.frame_max_length or default.max_frame_length,
+            write_high_water_mark=high,
+            write_low_water_mark=min(low, high),
+            write_stall_timeout=self.write_stall_timeout_millis / 1000,
+            frame_receive_timeout=self.frame_receive_timeout_millis / 1000,
+            max_pending_requests=self.server_max_pending_requests_per_connection,
+        )
+
+    def shared_budget(self) -> SharedBudget:
+        return SharedBudget(
+            write_total_max=self.server_total_write_buffer_max_bytes,
+            partial_frame_total_max=self.server_partial_frame_total_max_bytes,
+        )
+
+    def server_limits(self) -> dict[str, Any]:
+        """The keyword arguments that bound a RemotingServer."""
+        return {
+            "idle_timeout": self.server_channel_max_idle_time_seconds,
+            "limits": self.connection_limits(),
+            "max_connections": self.server_max_connections,
+        }
 
 
 @attrs.define

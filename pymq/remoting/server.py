@@ -1,9 +1,15 @@
 """Trio server shell: accepts connections and dispatches requests by code to processors.
 
 A processor is ``async def (channel, request) -> RemotingCommand | None``.  An unknown code gets
-``REQUEST_CODE_NOT_SUPPORTED`` with a remark, as RocketMQ answers.  Each connection is a
-:class:`~pymq.remoting.channel.Channel` task in the server's nursery; when it ends,
-``on_channel_closed`` is called (the name server drops a broker whose connection closed).
+``REQUEST_CODE_NOT_SUPPORTED`` with a remark, as RocketMQ answers.  Before a processor runs, the
+request's header is decoded into its typed class and validated
+(:func:`pymq.remoting.headers.decode_request`); a header Java would refuse is answered
+``SYSTEM_ERROR`` and never reaches the processor.  Each connection is a
+:class:`~pymq.remoting.channel.Channel` task in the server's nursery, within the server's
+:class:`~pymq.remoting.limits.ConnectionLimits` and one :class:`~pymq.remoting.limits.SharedBudget`;
+past ``max_connections`` a new connection is closed at once.  When a connection ends,
+``on_channel_closed`` is called (the name server drops a broker whose connection closed); an
+error in there, or anywhere in one connection's handling, ends that connection only.
 """
 
 from __future__ import annotations
@@ -11,11 +17,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import attrs
 import trio
 
 from pymq.remoting.channel import Channel, InlineHandler, RequestHandler
-from pymq.remoting.codec import FRAME_MAX_LENGTH, RemotingCommand
+from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
+from pymq.remoting.headers import decode_request
+from pymq.remoting.limits import ConnectionLimits, SharedBudget
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +37,19 @@ class RemotingServer:
         port: int = 0,
         name: str = "remoting",
         on_channel_closed: Callable[[Channel], None] | None = None,
-        max_frame_length: int = FRAME_MAX_LENGTH,
+        max_frame_length: int | None = None,
         idle_timeout: float | None = None,
+        limits: ConnectionLimits | None = None,
+        budget: SharedBudget | None = None,
+        max_connections: int = 10000,
     ) -> None:
         self.idle_timeout = idle_timeout
+        self.limits = limits or ConnectionLimits()
+        if max_frame_length is not None:
+            self.limits = attrs.evolve(self.limits, max_frame_length=max_frame_length)
+        self.budget = budget or SharedBudget()
+        self.max_connections = max_connections
+        self.refused_connections = 0
         self._listeners: list[trio.SocketListener] | None = None
         self.host = host
         self.port = port
@@ -41,7 +59,6 @@ class RemotingServer:
         self.default_processor: RequestHandler | None = None
         self.channels: set[Channel] = set()
         self.on_channel_closed = on_channel_closed
-        self.max_frame_length = max_frame_length
 
     def register(
         self, code: int, processor: RequestHandler, inline: InlineHandler | None = None
@@ -57,7 +74,10 @@ class RemotingServer:
 
     def dispatch_inline(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
         processor = self.inline_processors.get(request.code)
-        return None if processor is None else processor(channel, request)
+        if processor is None:
+            return None
+        decode_request(request)
+        return processor(channel, request)
 
     async def dispatch(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
         processor = self.processors.get(request.code, self.default_processor)
@@ -66,6 +86,7 @@ class RemotingServer:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f"request type {request.code} not supported",
             )
+        decode_request(request)
         return await processor(channel, request)
 
     async def bind(self) -> int:
@@ -86,13 +107,30 @@ class RemotingServer:
             task_status.started(self.port)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        channel = Channel(
-            stream,
-            self.dispatch,
-            max_frame_length=self.max_frame_length,
-            idle_timeout=self.idle_timeout,
-            inline_handler=self.dispatch_inline if self.inline_processors else None,
-        )
+        if len(self.channels) >= self.max_connections:
+            self.refused_connections += 1
+            if self.refused_connections % 1000 == 1:  # one line per thousand, not a flood
+                log.warning(
+                    "%s: %d connections open (the most allowed); closing new ones (%d so far)",
+                    self.name,
+                    len(self.channels),
+                    self.refused_connections,
+                )
+            await trio.aclose_forcefully(stream)
+            return
+        try:
+            channel = Channel(
+                stream,
+                self.dispatch,
+                idle_timeout=self.idle_timeout,
+                inline_handler=self.dispatch_inline if self.inline_processors else None,
+                limits=self.limits,
+                budget=self.budget,
+            )
+        except Exception:  # e.g. the socket died before its peer address could be read
+            log.exception("%s: cannot serve a new connection", self.name)
+            await trio.aclose_forcefully(stream)
+            return
         self.channels.add(channel)
         log.debug("%s: connection from %s", self.name, channel.remote_address)
         try:
@@ -106,4 +144,7 @@ class RemotingServer:
                 channel.close_reason,
             )
             if self.on_channel_closed is not None:
-                self.on_channel_closed(channel)
+                try:
+                    self.on_channel_closed(channel)
+                except Exception:
+                    log.exception("%s: error cleaning up after %s", self.name, channel)

@@ -27,7 +27,7 @@ ext_fields = st.dictionaries(text, text, max_size=8)
 def commands(draw: st.DrawFn, serialize_type: SerializeType) -> RemotingCommand:
     binary = serialize_type == SerializeType.ROCKETMQ
     return RemotingCommand(
-        code=draw(st.integers(-(2**15), 2**15 - 1) if binary else st.integers(-(2**31), 2**31)),
+        code=draw(st.integers(-(2**15), 2**15 - 1) if binary else st.integers(-(2**31), 2**31 - 1)),
         ext_fields=draw(ext_fields),
         body=draw(st.binary(max_size=300)),
         opaque=draw(st.integers(-(2**31), 2**31 - 1)),
@@ -136,7 +136,6 @@ def test_response_keeps_the_request_serialize_type() -> None:
         (struct.pack(">ii", 8, 100) + b"abcd", "header length 100"),
         (struct.pack(">ii", 9, 5) + b"{bad}", "bad JSON header"),
         (struct.pack(">ii", 7, 3) + b"[1]", "not an object"),
-        (struct.pack(">ii", 6, 2) + b"{}", "no integer code"),
         (struct.pack(">ii", 6, (7 << 24) | 2) + b"{}", "unknown serialize type 7"),
         (struct.pack(">ii", 7, (1 << 24) | 3) + b"abc", "bad binary header"),
     ],
@@ -199,3 +198,64 @@ def test_json_header_with_leading_whitespace_is_read() -> None:
     frame = struct.pack(">ii", 4 + len(header), len(header)) + header
     (cmd,) = FrameDecoder().feed(frame)
     assert (cmd.code, cmd.opaque, cmd.ext_fields) == (11, 7, {"a": "1"})
+
+
+def json_frame(header: bytes, body: bytes = b"") -> bytes:
+    return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+
+
+@pytest.mark.parametrize(
+    ("header", "problem"),
+    [
+        (b'{"code":105,"opaque":1,"version":1e999}', "version is not a Java int"),
+        (b'{"code":105,"opaque":1,"version":-1e999}', "version is not a Java int"),
+        (b'{"code":105,"opaque":1,"flag":1e999}', "flag is not a Java int"),
+        (b'{"code":105,"opaque":1,"flag":2147483648}', "flag is not a Java int"),
+        (b'{"code":1e999,"opaque":1}', "code is not a Java int"),
+        (b'{"code":"105","opaque":1}', "code is not a Java int"),
+        (b'{"opaque":1}', "code is not a Java int"),
+        (b'{"code":true,"opaque":1}', "code is not a Java int"),
+        (b'{"code":105,"opaque":1,"version":NaN}', "version is not a Java int"),
+        (b'{"code":105,"opaque":1,"remark":[1]}', "remark is not a string"),
+        (b'{"code":105,"opaque":1,"language":7}', "language is not a string"),
+        (b'{"code":105,"opaque":1,"extFields":[]}', "extFields is not an object"),
+        (b'{"code":105,"opaque":1,"extFields":{"a":{"b":1}}}', "extFields values must be"),
+        (b'{"code":105,"opaque":1,"extFields":{"a":[[[[1]]]]}}', "extFields values must be"),
+    ],
+)
+def test_sound_frame_with_a_bad_field_decodes_with_a_header_error(
+    header: bytes, problem: str
+) -> None:
+    """Java's typed decode would refuse these; the frame is sound, so the request is answered
+    (SYSTEM_ERROR, with this text) rather than the connection closed."""
+    [cmd] = FrameDecoder().feed(json_frame(header))
+    assert cmd.opaque == 1
+    assert cmd.header_error is not None and problem in cmd.header_error
+    assert isinstance(cmd.code, int) and -(2**31) <= cmd.code < 2**31
+    assert all(type(v) is str for v in cmd.ext_fields.values())
+    encode(cmd.response(ResponseCode.SYSTEM_ERROR, cmd.header_error))  # answerable
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        (b'{"code":105,"opaque":1e999}', "opaque is not a Java int"),
+        (b'{"code":105,"opaque":-2147483649}', "opaque is not a Java int"),
+        (b'{"code":105,"opaque":"1"}', "opaque is not a Java int"),
+        (b'{"code":105,"opaque":1,"extFields":{"a":' + b"[" * 5000 + b"]" * 5000 + b"}}", "JSON"),
+        (b"[" * 100_000, "bad JSON header"),
+        (b"{" * 100_000, "bad JSON header"),
+        (b'{"code":105,"opaque":' + b"9" * 5000 + b"}", "bad JSON header"),
+        (b'{"code":105,"opaque":1,"x":"' + b"a" * (2 << 20) + b'"}', "JSON header of"),
+    ],
+)
+def test_unanswerable_or_hostile_headers_close_the_connection(header: bytes, reason: str) -> None:
+    with pytest.raises(ProtocolError, match=reason):
+        FrameDecoder().feed(json_frame(header))
+
+
+def test_scalar_ext_values_are_read_as_java_strings() -> None:
+    header = b'{"code":105,"opaque":1,"extFields":{"a":1,"b":true,"c":null,"d":"x"}}'
+    [cmd] = FrameDecoder().feed(json_frame(header))
+    assert cmd.header_error is None
+    assert cmd.ext_fields == {"a": "1", "b": "true", "d": "x"}

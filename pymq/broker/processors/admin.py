@@ -26,6 +26,7 @@ from pymq.common.config import to_properties
 from pymq.common.properties import format_properties, parse_properties
 from pymq.common.route import KVTable
 from pymq.common.serde import from_json, to_json
+from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
@@ -48,15 +49,16 @@ class AdminProcessor:
     async def update_and_create_topic(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
+        head: H.CreateTopicRequestHeader = H.decode_request(req)
         try:
             config = self.service.build_topic_config(
-                req.ext_str("topic"),
-                read_queue_nums=req.ext_int("readQueueNums", 16),
-                write_queue_nums=req.ext_int("writeQueueNums", 16),
-                perm=req.ext_int("perm", 6),
-                topic_filter_type=req.ext_str("topicFilterType", "SINGLE_TAG"),
-                topic_sys_flag=req.ext_int("topicSysFlag", 0),
-                order=req.ext_bool("order"),
+                head.topic,
+                read_queue_nums=head.read_queue_nums,
+                write_queue_nums=head.write_queue_nums,
+                perm=head.perm,
+                topic_filter_type=head.topic_filter_type,
+                topic_sys_flag=head.topic_sys_flag or 0,
+                order=head.order,
             )
         except AdminError as exc:
             return req.response(exc.code, exc.message)
@@ -67,7 +69,7 @@ class AdminProcessor:
     async def delete_topic_in_broker(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        topic = req.ext_str("topic")
+        topic = H.decode_request(req).topic
         log.info("deleteTopic called by %s: %s", channel.remote_address, topic)
         await self.service.delete_topic(topic)
         return req.response()
@@ -80,33 +82,31 @@ class AdminProcessor:
     async def search_offset_by_timestamp(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
+        head: H.SearchOffsetRequestHeader = H.decode_request(req)
         offset = self.broker.store.get_offset_in_queue_by_time(
-            req.ext_str("topic"), req.ext_int("queueId"), req.ext_int("timestamp")
+            head.topic, head.queue_id, head.timestamp
         )
         return req.response(ext_fields={"offset": offset})
 
     async def get_max_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        offset = self.broker.store.get_max_offset_in_queue(
-            req.ext_str("topic"), req.ext_int("queueId")
-        )
+        head: H.TopicQueueHeader = H.decode_request(req)
+        offset = self.broker.store.get_max_offset_in_queue(head.topic, head.queue_id)
         return req.response(ext_fields={"offset": offset})
 
     async def get_min_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        offset = self.broker.store.get_min_offset_in_queue(
-            req.ext_str("topic"), req.ext_int("queueId")
-        )
+        head: H.TopicQueueHeader = H.decode_request(req)
+        offset = self.broker.store.get_min_offset_in_queue(head.topic, head.queue_id)
         return req.response(ext_fields={"offset": offset})
 
     async def get_earliest_msg_storetime(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        timestamp = self.broker.store.get_earliest_message_time(
-            req.ext_str("topic"), req.ext_int("queueId")
-        )
+        head: H.TopicQueueHeader = H.decode_request(req)
+        timestamp = self.broker.store.get_earliest_message_time(head.topic, head.queue_id)
         return req.response(ext_fields={"timestamp": timestamp})
 
     async def view_message_by_id(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        offset = req.ext_int("offset")
+        offset = H.decode_request(req).offset
         raw = self.broker.store.select_one_message_by_offset(offset)
         if raw is None or self.broker.store.look_message_by_offset(offset) is None:
             return req.response(
@@ -115,15 +115,12 @@ class AdminProcessor:
         return req.response(body=bytes(raw))
 
     async def query_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        max_num = req.ext_int("maxNum", 32)
-        if req.ext_bool("_UNIQUE_KEY_QUERY"):
+        head: H.QueryMessageRequestHeader = H.decode_request(req)
+        max_num = head.max_num
+        if head.unique_key_query:
             max_num = self.broker.store.config.default_query_max_num
         result = self.broker.store.query_message(
-            req.ext_str("topic"),
-            req.ext_str("key"),
-            max_num,
-            req.ext_int("beginTimestamp", 0),
-            req.ext_int("endTimestamp", 2**62),
+            head.topic, head.key, max_num, head.begin_timestamp, head.end_timestamp
         )
         header = {
             "indexLastUpdateTimestamp": result.index_last_update_timestamp,
@@ -189,14 +186,14 @@ class AdminProcessor:
     async def delete_subscription_group(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        await self.broker.subscription_group_manager.delete(req.ext_str("groupName"))
+        await self.broker.subscription_group_manager.delete(H.decode_request(req).group_name)
         return req.response()
 
     async def get_consumer_connection_list(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         try:
-            body = self.service.consumer_connection(req.ext_str("consumerGroup"))
+            body = self.service.consumer_connection(H.decode_request(req).consumer_group)
         except AdminError as exc:
             return req.response(exc.code, exc.message)
         return req.response(body=json.dumps(body, sort_keys=True).encode())
@@ -205,7 +202,7 @@ class AdminProcessor:
 
     async def get_topic_stats_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         try:
-            status = self.service.topic_status(req.ext_str("topic"))
+            status = self.service.topic_status(H.decode_request(req).topic)
         except AdminError as exc:
             return req.response(exc.code, exc.message)
         topic = status["topic"]
@@ -213,10 +210,9 @@ class AdminProcessor:
         return req.response(body=json.dumps(body).encode())
 
     async def get_consume_stats(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        head: H.GetConsumeStatsRequestHeader = H.decode_request(req)
         try:
-            stats = self.service.consume_stats(
-                req.ext_str("consumerGroup"), req.ext_str("topic", None) or None
-            )
+            stats = self.service.consume_stats(head.consumer_group, head.topic or None)
         except AdminError as exc:
             return req.response(exc.code, exc.message)
         body = {"offsetTable": stats["queues"], "consumeTps": stats["consumeTps"]}
@@ -225,9 +221,9 @@ class AdminProcessor:
     async def invoke_broker_to_reset_offset(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        group, topic = req.ext_str("group"), req.ext_str("topic")
+        head: H.ResetOffsetRequestHeader = H.decode_request(req)
         try:
-            result = self.service.reset_offset_by_time(group, topic, req.ext_int("timestamp"))
+            result = self.service.reset_offset_by_time(head.group, head.topic, head.timestamp)
         except AdminError as exc:
             return req.response(exc.code, exc.message)
         log.info("resetOffsetByTime called by %s: %s", channel.remote_address, result)

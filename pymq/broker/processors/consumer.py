@@ -22,6 +22,13 @@ from pymq.common.topic import PERM_READ, PERM_WRITE, retry_topic
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
+from pymq.remoting.headers import (
+    ConsumerGroupHeader,
+    QueryConsumerOffsetRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+    decode_request,
+)
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
@@ -86,8 +93,8 @@ class ConsumerProcessor:
         return req.response()
 
     async def unregister_client(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        producer_group = req.ext_str("producerGroup", "")
-        consumer_group = req.ext_str("consumerGroup", "")
+        head: UnregisterClientRequestHeader = decode_request(req)
+        producer_group, consumer_group = head.producer_group, head.consumer_group
         if producer_group:
             self.broker.producer_manager.unregister(producer_group, channel)
         if consumer_group:
@@ -102,7 +109,8 @@ class ConsumerProcessor:
     async def get_consumer_list_by_group(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        group = req.ext_str("consumerGroup")
+        head: ConsumerGroupHeader = decode_request(req)
+        group = head.consumer_group
         info = self.broker.consumer_manager.get(group)
         if info is None or not info.channels:
             return req.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
@@ -111,9 +119,8 @@ class ConsumerProcessor:
     async def query_consumer_offset(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        group = req.ext_str("consumerGroup")
-        topic = req.ext_str("topic")
-        queue_id = req.ext_int("queueId")
+        head: QueryConsumerOffsetRequestHeader = decode_request(req)
+        group, topic, queue_id = head.consumer_group, head.topic, head.queue_id
         offset = self.broker.consumer_offset_manager.query_offset(group, topic, queue_id)
         if offset >= 0:
             return req.response(ext_fields={"offset": offset})
@@ -127,14 +134,11 @@ class ConsumerProcessor:
     async def update_consumer_offset(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        offset = req.ext_int("commitOffset")
+        head: UpdateConsumerOffsetRequestHeader = decode_request(req)
+        offset = head.commit_offset
         if offset >= 0:  # -1 means "unknown" on the client side: never overwrite a real offset
             self.broker.consumer_offset_manager.commit_offset(
-                channel.remote_address,
-                req.ext_str("consumerGroup"),
-                req.ext_str("topic"),
-                req.ext_int("queueId"),
-                offset,
+                channel.remote_address, head.consumer_group, head.topic, head.queue_id, offset
             )
         return req.response()
 

@@ -20,6 +20,7 @@ from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, is_readable
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
+from pymq.remoting.headers import PullMessageRequestHeader, decode_request
 from pymq.store.config import BrokerRole
 from pymq.store.results import GetMessageResult, GetMessageStatus
 
@@ -57,12 +58,9 @@ class PullProcessor:
     async def pull_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         broker = self.broker
         bc = broker.broker_config
-        group = req.ext_str("consumerGroup")
-        topic = req.ext_str("topic")
-        queue_id = req.ext_int("queueId")
-        offset = req.ext_int("queueOffset")
-        max_nums = req.ext_int("maxMsgNums")
-        sys_flag = req.ext_int("sysFlag", 0)
+        head: PullMessageRequestHeader = decode_request(req)
+        group, topic, queue_id = head.consumer_group, head.topic, head.queue_id
+        offset, max_nums, sys_flag = head.queue_offset, head.max_msg_nums, head.sys_flag
         if not is_readable(bc.broker_permission):
             return req.response(
                 ResponseCode.NO_PERMISSION,
@@ -97,12 +95,8 @@ class PullProcessor:
             )
 
         if sys_flag & FLAG_SUBSCRIPTION:
-            expression_type = (
-                req.ext_str("expressionType", EXPRESSION_TYPE_TAG) or EXPRESSION_TYPE_TAG
-            )
-            subscription = SubscriptionData.build(
-                topic, req.ext_str("subscription", "*"), req.ext_int("subVersion", 0)
-            )
+            expression_type = head.expression_type or EXPRESSION_TYPE_TAG
+            subscription = SubscriptionData.build(topic, head.subscription or "*", head.sub_version)
             subscription.expression_type = expression_type
         else:
             group_info = broker.consumer_manager.get(group)
@@ -123,7 +117,7 @@ class PullProcessor:
                 return req.response(
                     ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist"
                 )
-            if found.sub_version < req.ext_int("subVersion", 0):
+            if found.sub_version < head.sub_version:
                 return req.response(
                     ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"
                 )
@@ -140,7 +134,7 @@ class PullProcessor:
 
         is_slave = broker.store.config.broker_role is BrokerRole.SLAVE
         if sys_flag & FLAG_COMMIT_OFFSET and not is_slave:
-            commit = req.ext_int("commitOffset", -1)
+            commit = head.commit_offset
             if commit >= 0:
                 broker.consumer_offset_manager.commit_offset(
                     channel.remote_address, group, topic, queue_id, commit
@@ -149,7 +143,7 @@ class PullProcessor:
         suspend = bool(sys_flag & FLAG_SUSPEND)
         if suspend:
             timeout_ms = (
-                req.ext_int("suspendTimeoutMillis", 15000)
+                head.suspend_timeout_millis
                 if bc.long_polling_enable
                 else bc.short_polling_time_mills
             )

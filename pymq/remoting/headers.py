@@ -1,0 +1,518 @@
+"""Typed request headers: one class per header RocketMQ declares, validated once at decode time.
+
+RocketMQ's Java side decodes a request's ``extFields`` into a ``CommandCustomHeader`` class
+(``RemotingCommand.decodeCommandCustomHeader``): a field marked ``@CFNotNull`` that is absent
+fails the request with ``the custom field <name> is null``; an ``Integer``/``int`` or
+``Long``/``long`` field is parsed with ``Integer.parseInt`` / ``Long.parseLong`` (so ``""``,
+``"1.5"``, ``" 7"`` or a value outside the Java type fail); a ``boolean`` is
+``Boolean.parseBoolean`` (never fails).  The failure reaches the client as ``SYSTEM_ERROR`` with
+the exception's text as remark.
+
+Here each header is an attrs class whose fields carry their wire name, Java kind and whether they
+are required.  :func:`decode` turns a request's ``ext_fields`` into an instance or raises
+:class:`HeaderError` (a :class:`RemotingCommandError`, which the connection answers as
+``SYSTEM_ERROR``); nothing downstream of it sees a value Java would have refused.  The servers
+decode the header of every request whose code has a class in :data:`REQUEST_HEADERS` before its
+processor runs (:func:`decode_request`), so a processor reads ``request.header`` and never the
+raw strings.  The send header, on the hottest path, has a hand-written decoder of its own
+(:meth:`SendMessageRequestHeader.from_ext`) checked against the generic one in the tests.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Any, TypeVar
+
+import attrs
+
+from pymq.remoting.codes import RequestCode
+from pymq.remoting.errors import RemotingCommandError
+
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+# What Integer.parseInt / Long.parseLong accept: an optional sign and ASCII digits, nothing else.
+_JAVA_INTEGER = re.compile(r"[+-]?[0-9]+")
+# Long enough for any Java long with a sign and leading zeros of a sane sender; longer is refused
+# before int() sees it (int() of a very long string costs quadratic time).
+_MAX_NUMBER_CHARS = 40
+
+
+class HeaderError(RemotingCommandError):
+    """A request header that Java's typed decode would refuse; answered as SYSTEM_ERROR."""
+
+
+class Kind(enum.Enum):
+    STRING = "String"
+    INT = "int"
+    LONG = "long"
+    BOOL = "boolean"
+
+
+_RANGES = {Kind.INT: (INT_MIN, INT_MAX), Kind.LONG: (LONG_MIN, LONG_MAX)}
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 48 else value[:48] + "...")
+
+
+def java_number(name: str, value: str, kind: Kind) -> int:
+    """``value`` parsed as Java parses an int or long field, or HeaderError naming ``name``."""
+    if len(value) > _MAX_NUMBER_CHARS or not _JAVA_INTEGER.fullmatch(value):
+        raise HeaderError(f"the custom field <{name}> is not a Java {kind.value}: {_shown(value)}")
+    number = int(value)
+    low, high = _RANGES[kind]
+    if not low <= number <= high:
+        raise HeaderError(
+            f"the custom field <{name}> is out of range for a Java {kind.value}: {value}"
+        )
+    return number
+
+
+def java_int(name: str, value: str) -> int:
+    # The common case first: a plain non-negative number of at most 9 digits is always an int.
+    if len(value) < 10 and value.isascii() and value.isdigit():
+        return int(value)
+    return java_number(name, value, Kind.INT)
+
+
+def java_long(name: str, value: str) -> int:
+    if len(value) < 19 and value.isascii() and value.isdigit():
+        return int(value)
+    return java_number(name, value, Kind.LONG)
+
+
+def java_bool(value: str) -> bool:
+    """``Boolean.parseBoolean``, plus ``"1"`` (the C++ client writes some flags as 0/1)."""
+    return value == "true" or (value != "false" and value.lower() in ("true", "1"))
+
+
+def _field(
+    wire: str, kind: Kind, *, required: bool = False, default: Any = None
+) -> Any:  # an attrs field
+    return attrs.field(default=default, metadata={"wire": wire, "kind": kind, "required": required})
+
+
+@attrs.frozen(slots=True)
+class _Spec:
+    attr: str
+    wire: str
+    kind: Kind
+    required: bool
+    default: Any
+
+
+H = TypeVar("H")
+
+
+def _specs(cls: type) -> tuple[_Spec, ...]:
+    specs = cls.__dict__.get("_pymq_specs")
+    if specs is None:
+        specs = tuple(
+            _Spec(f.name, f.metadata["wire"], f.metadata["kind"], f.metadata["required"], f.default)
+            for f in attrs.fields(cls)
+            if "wire" in f.metadata
+        )
+        type.__setattr__(cls, "_pymq_specs", specs)
+    return specs
+
+
+def decode(cls: type[H], ext: dict[str, str]) -> H:
+    """An instance of header class ``cls`` from ``ext``, validated as Java's typed decode is."""
+    values: dict[str, Any] = {}
+    for spec in _specs(cls):
+        raw = ext.get(spec.wire)
+        if raw is None:
+            if spec.required:
+                raise HeaderError(f"the custom field <{spec.wire}> is null")
+            continue
+        kind = spec.kind
+        if kind is Kind.STRING:
+            values[spec.attr] = raw
+        elif kind is Kind.INT:
+            values[spec.attr] = java_int(spec.wire, raw)
+        elif kind is Kind.LONG:
+            values[spec.attr] = java_long(spec.wire, raw)
+        else:
+            values[spec.attr] = java_bool(raw)
+    return cls(**values)
+
+
+def encode(header: object) -> dict[str, str]:
+    """The ``extFields`` of ``header``: its set fields as the strings a Java peer sends."""
+    ext: dict[str, str] = {}
+    for spec in _specs(type(header)):
+        value = getattr(header, spec.attr)
+        if value is None:
+            continue
+        if spec.kind is Kind.BOOL:
+            ext[spec.wire] = "true" if value else "false"
+        else:
+            ext[spec.wire] = str(value)
+    return ext
+
+
+STR, INT, LONG, BOOL = Kind.STRING, Kind.INT, Kind.LONG, Kind.BOOL
+
+
+def _req(wire: str, kind: Kind) -> Any:
+    return _field(wire, kind, required=True)
+
+
+# -- the send path ---------------------------------------------------------------------------
+
+# SendMessageRequestHeaderV2's one-letter keys, in field order.
+V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+}
+_SHORT_NAMES = tuple(V2_NAMES)
+_LONG_NAMES = tuple(V2_NAMES.values())
+_SEND_MESSAGE = RequestCode.SEND_MESSAGE
+_SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
+
+
+@attrs.define(slots=True)
+class SendMessageRequestHeader:
+    """SEND_MESSAGE (10) with long names; SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320)
+    carry the same fields under V2's one-letter names (``a``..``m``)."""
+
+    producer_group: str = _req("producerGroup", STR)
+    topic: str = _req("topic", STR)
+    default_topic: str = _req("defaultTopic", STR)
+    default_topic_queue_nums: int = _req("defaultTopicQueueNums", INT)
+    queue_id: int = _req("queueId", INT)
+    sys_flag: int = _req("sysFlag", INT)
+    born_timestamp: int = _req("bornTimestamp", LONG)
+    flag: int = _req("flag", INT)
+    properties: str | None = _field("properties", STR)
+    reconsume_times: int | None = _field("reconsumeTimes", INT)
+    unit_mode: bool = _field("unitMode", BOOL, default=False)
+    max_reconsume_times: int | None = _field("maxReconsumeTimes", INT)
+    batch: bool = _field("batch", BOOL, default=False)
+
+    @classmethod
+    def from_ext(cls, code: int, ext: dict[str, str]) -> SendMessageRequestHeader:
+        """The send header of a request with ``code``: the hot path's decoder, equivalent to
+        :func:`decode` on the long names (the tests check it field by field)."""
+        names = _LONG_NAMES if code == _SEND_MESSAGE else _SHORT_NAMES
+        get = ext.get
+        values = [get(name) for name in names]
+        for index in range(8):  # the @CFNotNull fields come first
+            if values[index] is None:
+                raise HeaderError(f"the custom field <{names[index]}> is null")
+        reconsume = values[9]
+        max_reconsume = values[11]
+        unit_mode = values[10]
+        batch = values[12]
+        return cls(
+            values[0],
+            values[1],
+            values[2],
+            java_int(names[3], values[3]),
+            java_int(names[4], values[4]),
+            java_int(names[5], values[5]),
+            java_long(names[6], values[6]),
+            java_int(names[7], values[7]),
+            values[8],
+            None if reconsume is None else java_int(names[9], reconsume),
+            False if unit_mode is None else java_bool(unit_mode),
+            None if max_reconsume is None else java_int(names[11], max_reconsume),
+            code == _SEND_BATCH_MESSAGE or (batch is not None and java_bool(batch)),
+        )
+
+    def to_ext(self, *, v2: bool) -> dict[str, str]:
+        """The header as a producer writes it, with V2's short names when ``v2``."""
+        ext = encode(self)
+        if v2:
+            long_to_short = dict(zip(_LONG_NAMES, _SHORT_NAMES, strict=True))
+            return {long_to_short[k]: v for k, v in ext.items()}
+        return ext
+
+
+@attrs.define(slots=True)
+class SendMessageResponseHeader:
+    msg_id: str = _req("msgId", STR)
+    queue_id: int = _req("queueId", INT)
+    queue_offset: int = _req("queueOffset", LONG)
+    transaction_id: str | None = _field("transactionId", STR)
+
+
+@attrs.define(slots=True)
+class ConsumerSendMsgBackRequestHeader:
+    offset: int = _req("offset", LONG)
+    group: str = _req("group", STR)
+    delay_level: int = _req("delayLevel", INT)
+    origin_msg_id: str | None = _field("originMsgId", STR)
+    origin_topic: str | None = _field("originTopic", STR)
+    unit_mode: bool = _field("unitMode", BOOL, default=False)
+    max_reconsume_times: int | None = _field("maxReconsumeTimes", INT)
+
+
+# -- pull and consumers ----------------------------------------------------------------------
+
+
+@attrs.define(slots=True)
+class PullMessageRequestHeader:
+    consumer_group: str = _req("consumerGroup", STR)
+    topic: str = _req("topic", STR)
+    queue_id: int = _req("queueId", INT)
+    queue_offset: int = _req("queueOffset", LONG)
+    max_msg_nums: int = _req("maxMsgNums", INT)
+    sys_flag: int = _req("sysFlag", INT)
+    commit_offset: int = _req("commitOffset", LONG)
+    suspend_timeout_millis: int = _req("suspendTimeoutMillis", LONG)
+    subscription: str | None = _field("subscription", STR)
+    sub_version: int = _req("subVersion", LONG)
+    expression_type: str | None = _field("expressionType", STR)
+
+
+@attrs.define(slots=True)
+class PullMessageResponseHeader:
+    suggest_which_broker_id: int = _req("suggestWhichBrokerId", LONG)
+    next_begin_offset: int = _req("nextBeginOffset", LONG)
+    min_offset: int = _req("minOffset", LONG)
+    max_offset: int = _req("maxOffset", LONG)
+
+
+@attrs.define(slots=True)
+class UnregisterClientRequestHeader:
+    client_id: str = _req("clientID", STR)
+    producer_group: str | None = _field("producerGroup", STR)
+    consumer_group: str | None = _field("consumerGroup", STR)
+
+
+@attrs.define(slots=True)
+class ConsumerGroupHeader:
+    """GET_CONSUMER_LIST_BY_GROUP and GET_CONSUMER_CONNECTION_LIST."""
+
+    consumer_group: str = _req("consumerGroup", STR)
+
+
+@attrs.define(slots=True)
+class QueryConsumerOffsetRequestHeader:
+    consumer_group: str = _req("consumerGroup", STR)
+    topic: str = _req("topic", STR)
+    queue_id: int = _req("queueId", INT)
+
+
+@attrs.define(slots=True)
+class UpdateConsumerOffsetRequestHeader:
+    consumer_group: str = _req("consumerGroup", STR)
+    topic: str = _req("topic", STR)
+    queue_id: int = _req("queueId", INT)
+    commit_offset: int = _req("commitOffset", LONG)
+
+
+# -- broker admin ------------------------------------------------------------------------------
+
+
+@attrs.define(slots=True)
+class CreateTopicRequestHeader:
+    topic: str = _req("topic", STR)
+    default_topic: str = _req("defaultTopic", STR)
+    read_queue_nums: int = _req("readQueueNums", INT)
+    write_queue_nums: int = _req("writeQueueNums", INT)
+    perm: int = _req("perm", INT)
+    topic_filter_type: str = _req("topicFilterType", STR)
+    topic_sys_flag: int | None = _field("topicSysFlag", INT)
+    order: bool = _req("order", BOOL)
+
+
+@attrs.define(slots=True)
+class TopicHeader:
+    """DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO, GET_ROUTEINFO_BY_TOPIC,
+    DELETE_TOPIC_IN_NAMESRV: a topic and nothing else."""
+
+    topic: str = _req("topic", STR)
+
+
+@attrs.define(slots=True)
+class TopicQueueHeader:
+    """GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME."""
+
+    topic: str = _req("topic", STR)
+    queue_id: int = _req("queueId", INT)
+
+
+@attrs.define(slots=True)
+class SearchOffsetRequestHeader:
+    topic: str = _req("topic", STR)
+    queue_id: int = _req("queueId", INT)
+    timestamp: int = _req("timestamp", LONG)
+
+
+@attrs.define(slots=True)
+class ViewMessageRequestHeader:
+    offset: int = _req("offset", LONG)
+
+
+@attrs.define(slots=True)
+class QueryMessageRequestHeader:
+    topic: str = _req("topic", STR)
+    key: str = _req("key", STR)
+    max_num: int = _req("maxNum", INT)
+    begin_timestamp: int = _req("beginTimestamp", LONG)
+    end_timestamp: int = _req("endTimestamp", LONG)
+    # Not a field of Java's class: the client adds it to ask for a UNIQ_KEY lookup.
+    unique_key_query: bool = _field("_UNIQUE_KEY_QUERY", BOOL, default=False)
+
+
+@attrs.define(slots=True)
+class DeleteSubscriptionGroupRequestHeader:
+    group_name: str = _req("groupName", STR)
+
+
+@attrs.define(slots=True)
+class GetConsumeStatsRequestHeader:
+    consumer_group: str = _req("consumerGroup", STR)
+    topic: str | None = _field("topic", STR)
+
+
+@attrs.define(slots=True)
+class ResetOffsetRequestHeader:
+    topic: str = _req("topic", STR)
+    group: str = _req("group", STR)
+    timestamp: int = _req("timestamp", LONG)
+    is_force: bool = _req("isForce", BOOL)
+
+
+# -- name server -------------------------------------------------------------------------------
+
+
+@attrs.define(slots=True)
+class PutKVConfigRequestHeader:
+    namespace: str = _req("namespace", STR)
+    key: str = _req("key", STR)
+    value: str = _req("value", STR)
+
+
+@attrs.define(slots=True)
+class KVConfigRequestHeader:
+    """GET_KV_CONFIG and DELETE_KV_CONFIG."""
+
+    namespace: str = _req("namespace", STR)
+    key: str = _req("key", STR)
+
+
+@attrs.define(slots=True)
+class NamespaceHeader:
+    namespace: str = _req("namespace", STR)
+
+
+@attrs.define(slots=True)
+class RegisterBrokerRequestHeader:
+    broker_name: str = _req("brokerName", STR)
+    broker_addr: str = _req("brokerAddr", STR)
+    cluster_name: str = _req("clusterName", STR)
+    ha_server_addr: str = _req("haServerAddr", STR)
+    broker_id: int = _req("brokerId", LONG)
+    compressed: bool = _field("compressed", BOOL, default=False)
+    body_crc32: int = _field("bodyCrc32", INT, default=0)
+
+
+@attrs.define(slots=True)
+class BrokerIdentityHeader:
+    """UNREGISTER_BROKER and QUERY_DATA_VERSION."""
+
+    broker_name: str = _req("brokerName", STR)
+    broker_addr: str = _req("brokerAddr", STR)
+    cluster_name: str = _req("clusterName", STR)
+    broker_id: int = _req("brokerId", LONG)
+
+
+@attrs.define(slots=True)
+class BrokerNameHeader:
+    """WIPE_WRITE_PERM_OF_BROKER and ADD_WRITE_PERM_OF_BROKER."""
+
+    broker_name: str = _req("brokerName", STR)
+
+
+@attrs.define(slots=True)
+class ClusterHeader:
+    """GET_TOPICS_BY_CLUSTER."""
+
+    cluster: str = _req("cluster", STR)
+
+
+# -- broker to client ------------------------------------------------------------------------
+
+
+@attrs.define(slots=True)
+class NotifyConsumerIdsChangedRequestHeader:
+    consumer_group: str = _req("consumerGroup", STR)
+
+
+_RC = RequestCode
+
+# The header class of each request code served by the broker or the name server.  A code not
+# listed carries no header fields (or only a body).
+REQUEST_HEADERS: dict[int, type] = {
+    _RC.SEND_MESSAGE: SendMessageRequestHeader,
+    _RC.SEND_MESSAGE_V2: SendMessageRequestHeader,
+    _RC.SEND_BATCH_MESSAGE: SendMessageRequestHeader,
+    _RC.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader,
+    _RC.PULL_MESSAGE: PullMessageRequestHeader,
+    _RC.UNREGISTER_CLIENT: UnregisterClientRequestHeader,
+    _RC.GET_CONSUMER_LIST_BY_GROUP: ConsumerGroupHeader,
+    _RC.QUERY_CONSUMER_OFFSET: QueryConsumerOffsetRequestHeader,
+    _RC.UPDATE_CONSUMER_OFFSET: UpdateConsumerOffsetRequestHeader,
+    _RC.UPDATE_AND_CREATE_TOPIC: CreateTopicRequestHeader,
+    _RC.DELETE_TOPIC_IN_BROKER: TopicHeader,
+    _RC.SEARCH_OFFSET_BY_TIMESTAMP: SearchOffsetRequestHeader,
+    _RC.GET_MAX_OFFSET: TopicQueueHeader,
+    _RC.GET_MIN_OFFSET: TopicQueueHeader,
+    _RC.GET_EARLIEST_MSG_STORETIME: TopicQueueHeader,
+    _RC.VIEW_MESSAGE_BY_ID: ViewMessageRequestHeader,
+    _RC.QUERY_MESSAGE: QueryMessageRequestHeader,
+    _RC.DELETE_SUBSCRIPTIONGROUP: DeleteSubscriptionGroupRequestHeader,
+    _RC.GET_CONSUMER_CONNECTION_LIST: ConsumerGroupHeader,
+    _RC.GET_TOPIC_STATS_INFO: TopicHeader,
+    _RC.GET_CONSUME_STATS: GetConsumeStatsRequestHeader,
+    _RC.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetRequestHeader,
+    _RC.PUT_KV_CONFIG: PutKVConfigRequestHeader,
+    _RC.GET_KV_CONFIG: KVConfigRequestHeader,
+    _RC.DELETE_KV_CONFIG: KVConfigRequestHeader,
+    _RC.GET_KVLIST_BY_NAMESPACE: NamespaceHeader,
+    _RC.QUERY_DATA_VERSION: BrokerIdentityHeader,
+    _RC.REGISTER_BROKER: RegisterBrokerRequestHeader,
+    _RC.UNREGISTER_BROKER: BrokerIdentityHeader,
+    _RC.GET_ROUTEINFO_BY_TOPIC: TopicHeader,
+    _RC.WIPE_WRITE_PERM_OF_BROKER: BrokerNameHeader,
+    _RC.ADD_WRITE_PERM_OF_BROKER: BrokerNameHeader,
+    _RC.DELETE_TOPIC_IN_NAMESRV: TopicHeader,
+    _RC.GET_TOPICS_BY_CLUSTER: ClusterHeader,
+    _RC.NOTIFY_CONSUMER_IDS_CHANGED: NotifyConsumerIdsChangedRequestHeader,
+}
+
+_SEND_CODES = frozenset({_RC.SEND_MESSAGE, _RC.SEND_MESSAGE_V2, _RC.SEND_BATCH_MESSAGE})
+
+
+def decode_request(request: Any) -> Any:
+    """Decode and validate ``request``'s header once, keep it in ``request.header`` and return
+    it (None for a code without header fields); raises :class:`HeaderError`."""
+    header = request.header
+    if header is not None:
+        return header
+    code = request.code
+    cls = REQUEST_HEADERS.get(code)
+    if cls is None:
+        return None
+    if code in _SEND_CODES:
+        header = SendMessageRequestHeader.from_ext(code, request.ext_fields)
+    else:
+        header = decode(cls, request.ext_fields)
+    request.header = header
+    return header

@@ -61,6 +61,7 @@ CASE_TIMEOUT = 10.0  # a server that neither answers nor closes within this has 
 FRAMES_TOPIC = "FuzzFrames"
 SEND_TOPICS = ("FuzzSendA", "FuzzSendB")
 KNOWN_CODES = {c.value for c in ResponseCode}
+TRANSACTION_TYPE_BITS = 0x4 | 0x8  # MessageSysFlag.TRANSACTION_PREPARED_TYPE | ROLLBACK_TYPE
 # SendMessageRequestHeaderV2's fields, as a Java producer fills them.
 SEND_FIELDS = tuple("abcdefghijklm")
 PULL_FIELDS = (
@@ -496,7 +497,13 @@ async def test_mutated_sends_answer_known_codes_and_refusals_take_no_offset(
             response = await client.invoke(addr, request, CASE_TIMEOUT)
             codes[response.code] = codes.get(response.code, 0) + 1
             assert response.code in KNOWN_CODES, f"unknown response code: {response}"
-            if response.code == ResponseCode.SUCCESS:
+            try:
+                sys_flag = int(header.get("f") or 0)
+            except ValueError:
+                sys_flag = 0
+            # A transaction's prepared or rollback half takes no queue offset (acked at 0), as
+            # in RocketMQ: it is not counted.
+            if response.code == ResponseCode.SUCCESS and not sys_flag & TRANSACTION_TYPE_BITS:
                 ext = response.ext_fields
                 key = (header.get("b", ""), int(ext["queueId"]))
                 acked.setdefault(key, []).append(int(ext["queueOffset"]))

@@ -61,7 +61,10 @@ CASE_TIMEOUT = 10.0  # a server that neither answers nor closes within this has 
 FRAMES_TOPIC = "FuzzFrames"
 SEND_TOPICS = ("FuzzSendA", "FuzzSendB")
 KNOWN_CODES = {c.value for c in ResponseCode}
-TRANSACTION_TYPE_BITS = 0x4 | 0x8  # MessageSysFlag.TRANSACTION_PREPARED_TYPE | ROLLBACK_TYPE
+# MessageSysFlag's transaction type bits: PREPARED 0x4 and ROLLBACK 0xC take no queue offset;
+# COMMIT 0x8 does.
+TRANSACTION_TYPE_BITS = 0xC
+NO_OFFSET_TYPES = (0x4, 0xC)
 # SendMessageRequestHeaderV2's fields, as a Java producer fills them.
 SEND_FIELDS = tuple("abcdefghijklm")
 PULL_FIELDS = (
@@ -503,7 +506,10 @@ async def test_mutated_sends_answer_known_codes_and_refusals_take_no_offset(
                 sys_flag = 0
             # A transaction's prepared or rollback half takes no queue offset (acked at 0), as
             # in RocketMQ: it is not counted.
-            if response.code == ResponseCode.SUCCESS and not sys_flag & TRANSACTION_TYPE_BITS:
+            if (
+                response.code == ResponseCode.SUCCESS
+                and sys_flag & TRANSACTION_TYPE_BITS not in NO_OFFSET_TYPES
+            ):
                 ext = response.ext_fields
                 key = (header.get("b", ""), int(ext["queueId"]))
                 acked.setdefault(key, []).append(int(ext["queueOffset"]))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import attrs
 import trio
@@ -46,6 +47,33 @@ RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingComman
 # or ANSWER_LATER when it has arranged to call Channel.answer itself (a group commit).
 InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | None]
 ANSWER_LATER = RemotingCommand(code=-1)
+
+
+class Admission(Protocol):
+    """A check made before a request is served (the broker's fast failure).
+
+    The channel stamps each receive with ``clock()``; a request's wait is the time from then to
+    when it is started.  ``shed`` is called only for requests that waited longer than
+    ``min_wait`` s or were received at or before ``busy_mark``; it returns the answer to give
+    instead of serving the request, or None."""
+
+    clock: Callable[[], float]
+
+    @property
+    def min_wait(self) -> float: ...
+
+    @property
+    def busy_mark(self) -> float: ...
+
+    def shed(
+        self,
+        channel: Channel,
+        request: RemotingCommand,
+        received: float,
+        waited: float,
+        queued: int,
+    ) -> RemotingCommand | None: ...
+
 
 # Answer to a callback-style call: (response, None) or (None, error).
 ResponseCallback = Callable[[RemotingCommand | None, Exception | None], None]
@@ -108,8 +136,15 @@ class Channel:
         max_frame_length: int = FRAME_MAX_LENGTH,
         idle_timeout: float | None = None,
         inline_handler: InlineHandler | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.stream = stream
+        self.admission = admission
+        # Requests received and not yet started (for the water mark): the rest of the run being
+        # served and its receive stamp, and those waiting for their task (code, stamp).
+        self.backlog = 0
+        self.backlog_since = 0.0
+        self.waiting_tasks: dict[int, tuple[int, float]] = {}
         self.inline_handler = inline_handler
         self.idle_timeout = idle_timeout or None
         self._last_write = trio.current_time()
@@ -204,23 +239,38 @@ class Channel:
                 log.warning("closing connection from %s: %s", self.remote_address, exc)
                 return
             inline = self.inline_handler
+            admission = self.admission
+            received = admission.clock() if admission is not None else 0.0
             for start in range(0, len(commands), SERVE_BATCH):
                 if start:
                     # A long run of inline work yields now and then, so that the rest of the
                     # broker (the group commit waiting on its sync, dispatch, other
                     # connections) is not held up behind one big receive.
                     await trio.lowlevel.checkpoint()
+                shed = None
+                if admission is not None:  # fast failure: one check per run, not per request
+                    waited = admission.clock() - received if start else 0.0
+                    self.backlog, self.backlog_since = len(commands) - start, received
+                    if waited > admission.min_wait or received <= admission.busy_mark:
+                        shed = admission.shed
                 self._batching = True
                 try:
-                    for cmd in commands[start : start + SERVE_BATCH]:
+                    for i, cmd in enumerate(commands[start : start + SERVE_BATCH], start):
                         if cmd.flag & RPC_TYPE_RESPONSE:
                             self._on_response(cmd)
+                        elif shed is not None and (
+                            refusal := shed(self, cmd, received, waited, len(commands) - i)
+                        ):
+                            self.answer(cmd, refusal)
                         elif inline is None or not self._serve_inline(inline, cmd):
-                            nursery.start_soon(self._serve, cmd)
+                            if admission is not None:
+                                self.waiting_tasks[id(cmd)] = (cmd.code, received)
+                            nursery.start_soon(self._serve, cmd, received)
                 finally:
                     self._batching = False
                 if self._out:
                     self._flush_direct()  # the inline answers of this run in one write
+            self.backlog = 0
 
     def _on_response(self, cmd: RemotingCommand) -> None:
         pending = self._pending.pop(cmd.opaque, None)
@@ -276,7 +326,18 @@ class Channel:
         self.answer(request, response)
         return True
 
-    async def _serve(self, request: RemotingCommand) -> None:
+    async def _serve(self, request: RemotingCommand, received: float = 0.0) -> None:
+        admission = self.admission
+        if admission is not None:
+            self.waiting_tasks.pop(id(request), None)  # its turn came: the wait is over
+            waited = admission.clock() - received
+            if waited > admission.min_wait or received <= admission.busy_mark:
+                refusal = admission.shed(
+                    self, request, received, waited, len(self.waiting_tasks) + 1
+                )
+                if refusal is not None:
+                    self.answer(request, refusal)
+                    return
         if self.handler is None:
             response: RemotingCommand | None = request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.remoting.channel import Channel, InlineHandler, RequestHandler
+from pymq.remoting.channel import Admission, Channel, InlineHandler, RequestHandler
 from pymq.remoting.codec import FRAME_MAX_LENGTH, RemotingCommand
 from pymq.remoting.codes import ResponseCode
 
@@ -42,6 +42,8 @@ class RemotingServer:
         self.channels: set[Channel] = set()
         self.on_channel_closed = on_channel_closed
         self.max_frame_length = max_frame_length
+        # Checked before a request is served (the broker's fast failure); None: no check.
+        self.admission: Admission | None = None
 
     def register(
         self, code: int, processor: RequestHandler, inline: InlineHandler | None = None
@@ -92,6 +94,7 @@ class RemotingServer:
             max_frame_length=self.max_frame_length,
             idle_timeout=self.idle_timeout,
             inline_handler=self.dispatch_inline if self.inline_processors else None,
+            admission=self.admission,
         )
         self.channels.add(channel)
         log.debug("%s: connection from %s", self.name, channel.remote_address)

@@ -85,6 +85,8 @@ class BrokerConfig:
     broker_fast_failure_enable: bool = True
     wait_time_mills_in_send_queue: int = 200
     wait_time_mills_in_pull_queue: int = 5000
+    wait_time_mills_in_heartbeat_queue: int = 31000
+    wait_time_mills_in_transaction_queue: int = 3000
     filter_support_retry: bool = False
     enable_property_filter: bool = False
     compressed_register: bool = False

@@ -35,6 +35,14 @@ from pymq.broker.client_manager import (
 from pymq.broker.config import BrokerConfig
 from pymq.broker.consumer_filter_manager import ConsumerFilterManager
 from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
+from pymq.broker.fast_failure import (
+    PROTECT_BROKER_PERIOD,
+    WATER_MARK_INITIAL_DELAY,
+    WATER_MARK_PERIOD,
+    BrokerFastFailure,
+    ConsumerFallBehind,
+    protect_broker,
+)
 from pymq.broker.long_polling import PullRequestHoldService
 from pymq.broker.outer_api import BrokerIdentity, BrokerOuterAPI
 from pymq.broker.processors.admin import AdminProcessor
@@ -127,6 +135,11 @@ class BrokerController:
             budget=budget,
             **server_config.server_limits(),
         )
+        # BrokerFastFailure: requests that waited too long are answered SYSTEM_BUSY.
+        self.fast_failure = BrokerFastFailure(broker_config, self.store)
+        self.server.admission = self.fast_failure
+        self.fast_server.admission = self.fast_failure
+        self.fall_behind = ConsumerFallBehind()
         self.send_processor = SendProcessor(self)
         self.pull_processor = PullProcessor(self)
         self.consumer_processor = ConsumerProcessor(self)
@@ -291,6 +304,12 @@ class BrokerController:
                 self._every(nursery, CLIENT_HOUSEKEEPING_PERIOD, self._client_housekeeping)
                 self._every(nursery, SCHEDULE_PERSIST_PERIOD, self.schedule.persist)
                 self._every(nursery, 1.0, self.stats.sample, 0.0)
+                self._every(
+                    nursery, PROTECT_BROKER_PERIOD, self.protect_broker, PROTECT_BROKER_PERIOD
+                )
+                self._every(
+                    nursery, WATER_MARK_PERIOD, self.print_water_mark, WATER_MARK_INITIAL_DELAY
+                )
                 if self.is_slave:
                     self._every(
                         nursery,
@@ -358,6 +377,14 @@ class BrokerController:
                 client.close()
         await trio.to_thread.run_sync(self._persist_managers_blocking)
         log.info("broker %s shut down", self.broker_config.broker_name)
+
+    # -- protection -----------------------------------------------------------------------
+
+    async def protect_broker(self) -> None:
+        await protect_broker(self.broker_config, self.fall_behind, self.subscription_group_manager)
+
+    def print_water_mark(self) -> None:
+        self.fast_failure.print_water_mark([*self.server.channels, *self.fast_server.channels])
 
     # -- name-server registration -------------------------------------------------------------
 

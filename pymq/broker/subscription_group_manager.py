@@ -84,6 +84,17 @@ class SubscriptionGroupManager(JsonConfigManager):
         self.data_version.next_version()
         await self.persist()
 
+    async def disable_consume(self, group: str) -> bool:
+        """Java's disableConsume (protectBroker): the group may no longer pull; True if it
+        could until now."""
+        config = self.table.get(group)
+        if config is None or not config.consume_enable:
+            return False
+        config.consume_enable = False
+        self.data_version.next_version()
+        await self.persist()
+        return True
+
     async def delete(self, group: str) -> bool:
         if self.table.pop(group, None) is None:
             return False

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import attrs
 import trio
@@ -51,6 +52,33 @@ RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingComman
 # or ANSWER_LATER when it has arranged to call Channel.answer itself (a group commit).
 InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | None]
 ANSWER_LATER = RemotingCommand(code=-1)
+
+
+class Admission(Protocol):
+    """A check made before a request is served (the broker's fast failure).
+
+    The channel stamps each receive with ``clock()``; a request's wait is the time from then to
+    when it is started.  ``shed`` is called only for requests that waited longer than
+    ``min_wait`` s or were received at or before ``busy_mark``; it returns the answer to give
+    instead of serving the request, or None."""
+
+    clock: Callable[[], float]
+
+    @property
+    def min_wait(self) -> float: ...
+
+    @property
+    def busy_mark(self) -> float: ...
+
+    def shed(
+        self,
+        channel: Channel,
+        request: RemotingCommand,
+        received: float,
+        waited: float,
+        queued: int,
+    ) -> RemotingCommand | None: ...
+
 
 # Answer to a callback-style call: (response, None) or (None, error).
 ResponseCallback = Callable[[RemotingCommand | None, Exception | None], None]
@@ -132,8 +160,15 @@ class Channel:
         inline_handler: InlineHandler | None = None,
         limits: ConnectionLimits = DEFAULT_LIMITS,
         budget: SharedBudget | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.stream = stream
+        self.admission = admission
+        # Requests received and not yet started (for the water mark): the rest of the run being
+        # served and its receive stamp, and those waiting for their task (code, stamp).
+        self.backlog = 0
+        self.backlog_since = 0.0
+        self.waiting_tasks: dict[int, tuple[int, float]] = {}
         self.inline_handler = inline_handler
         self.idle_timeout = idle_timeout or None
         self._last_write = trio.current_time()
@@ -308,6 +343,9 @@ class Channel:
     async def _dispatch(self, nursery: trio.Nursery, commands: list[RemotingCommand]) -> bool:
         """Serve what one receive brought; False when the connection must close."""
         inline = self.inline_handler
+        admission = self.admission
+        received = admission.clock() if admission is not None else 0.0
+        waited = 0.0
         for start in range(0, len(commands), SERVE_BATCH):
             if start:
                 # A long run of inline work yields now and then, so that the rest of the
@@ -316,23 +354,36 @@ class Channel:
                 await trio.lowlevel.checkpoint()
                 if self._out.should_pause() and not await self._wait_until_readable():
                     return False
+            shed = None
+            if admission is not None:  # fast failure: one check per run, not per request
+                waited = admission.clock() - received if start else 0.0
+                self.backlog, self.backlog_since = len(commands) - start, received
+                if waited > admission.min_wait or received <= admission.busy_mark:
+                    shed = admission.shed
             self._batching = True
             try:
-                for cmd in commands[start : start + SERVE_BATCH]:
+                for i, cmd in enumerate(commands[start : start + SERVE_BATCH], start):
                     if cmd.flag & RPC_TYPE_RESPONSE:
                         self._on_response(cmd)
                     elif cmd.header_error is not None:
                         self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
+                    elif shed is not None and (
+                        refusal := shed(self, cmd, received, waited, len(commands) - i)
+                    ):
+                        self.answer(cmd, refusal)
                     elif inline is None or not self._serve_inline(inline, cmd):
                         if self._tasks >= self.limits.max_pending_requests:
                             self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
-                        else:
-                            self._tasks += 1
-                            nursery.start_soon(self._serve, cmd)
+                            continue
+                        self._tasks += 1
+                        if admission is not None:
+                            self.waiting_tasks[id(cmd)] = (cmd.code, received)
+                        nursery.start_soon(self._serve, cmd, received)
             finally:
                 self._batching = False
             if self._out:
                 self._flush_direct()  # the inline answers of this run in one write
+        self.backlog = 0
         return True
 
     def _refuse(self, request: RemotingCommand, code: int, remark: str) -> None:
@@ -395,13 +446,24 @@ class Channel:
         self.answer(request, response)
         return True
 
-    async def _serve(self, request: RemotingCommand) -> None:
+    async def _serve(self, request: RemotingCommand, received: float = 0.0) -> None:
         try:
-            await self._serve_task(request)
+            await self._serve_task(request, received)
         finally:
             self._tasks -= 1
 
-    async def _serve_task(self, request: RemotingCommand) -> None:
+    async def _serve_task(self, request: RemotingCommand, received: float) -> None:
+        admission = self.admission
+        if admission is not None:
+            self.waiting_tasks.pop(id(request), None)  # its turn came: the wait is over
+            waited = admission.clock() - received
+            if waited > admission.min_wait or received <= admission.busy_mark:
+                refusal = admission.shed(
+                    self, request, received, waited, len(self.waiting_tasks) + 1
+                )
+                if refusal is not None:
+                    self.answer(request, refusal)
+                    return
         if self.handler is None:
             response: RemotingCommand | None = request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,

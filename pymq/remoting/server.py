@@ -20,7 +20,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from pymq.remoting.channel import Channel, InlineHandler, RequestHandler
+from pymq.remoting.channel import Admission, Channel, InlineHandler, RequestHandler
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
 from pymq.remoting.headers import decode_request
@@ -59,6 +59,8 @@ class RemotingServer:
         self.default_processor: RequestHandler | None = None
         self.channels: set[Channel] = set()
         self.on_channel_closed = on_channel_closed
+        # Checked before a request is served (the broker's fast failure); None: no check.
+        self.admission: Admission | None = None
 
     def register(
         self, code: int, processor: RequestHandler, inline: InlineHandler | None = None
@@ -126,6 +128,7 @@ class RemotingServer:
                 inline_handler=self.dispatch_inline if self.inline_processors else None,
                 limits=self.limits,
                 budget=self.budget,
+                admission=self.admission,
             )
         except Exception:  # e.g. the socket died before its peer address could be read
             log.exception("%s: cannot serve a new connection", self.name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterable
@@ -149,6 +150,11 @@ class DefaultMessageStore:
         self.running = False
         self.start_time_ms = 0
         self.put_message_times_total = 0
+        # Java's isOSPageCacheBusy, on one loop: a put that held the commit log longer than
+        # osPageCacheBusyTimeOutMills marks when it ended (by lock_clock); requests received
+        # before the mark waited behind it (the broker's fast failure refuses them).
+        self.lock_clock: Callable[[], float] = time.monotonic
+        self.os_page_cache_busy_mark = -math.inf
         self.put_message_size_total = 0
         self.get_message_times_total = 0
 
@@ -437,13 +443,26 @@ class DefaultMessageStore:
             if refused is not None:
                 return refused
             self._remember_topic(msg.topic, topic_b)
+        clock = self.lock_clock
+        begin = clock()
         result = self.commitlog.append_message(msg, topic_b, props_b)
+        self._held_lock(begin, clock())
         if result.status is PUT_OK:  # _count_appended, inline on this hottest path
             self.put_message_times_total += 1
             self.put_message_size_total += result.wrote_bytes
             if not self.reput.woken:
                 self.reput.wakeup()
         return result
+
+    def _held_lock(self, begin: float, end: float) -> None:
+        """Mark a put that held the commit log past osPageCacheBusyTimeOutMills."""
+        if end - begin > self.config.os_page_cache_busy_time_out_mills / 1000:
+            self.os_page_cache_busy_mark = end
+            log.warning(
+                "a put held the commit log for %.0f ms (osPageCacheBusyTimeOutMills %d)",
+                (end - begin) * 1000,
+                self.config.os_page_cache_busy_time_out_mills,
+            )
 
     def _remember_topic(self, topic: str, topic_b: bytes) -> None:
         """Cache a checked topic's bytes (the cache is dropped if topics grow without end)."""
@@ -491,7 +510,10 @@ class DefaultMessageStore:
                     return refused
                 self._remember_topic(topic, topic_b)
             encoded.append((topic_b, props_b))
+        clock = self.lock_clock
+        begin = clock()
         result = self.commitlog.append_messages(batch, encoded)
+        self._held_lock(begin, clock())
         self._count_appended(result)
         return await self._durable(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
 

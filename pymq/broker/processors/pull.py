@@ -176,6 +176,11 @@ class PullProcessor:
         }
         if code == ResponseCode.SUCCESS:
             broker.stats.on_get(result.message_count, result.buffer_total_size)
+            if result.queue_offsets:  # protectBroker: the bytes this group left behind
+                last = store.get_commitlog_offset_in_queue(
+                    topic, queue_id, result.queue_offsets[-1]
+                )
+                broker.fall_behind.record(group, topic, queue_id, store.max_phy_offset - last)
             return req.response(code, None, header, result.body())
         remark = {
             NOT_FOUND: "no new message in this queue",

@@ -108,7 +108,8 @@ class DefaultMessageStore:
     ) -> None:
         self.config = config = config or MessageStoreConfig()
         self.clock_ms = clock_ms
-        self.allocator = MappedFileAllocator()
+        retry_s = config.mapped_file_create_retry_interval / 1000
+        self.allocator = MappedFileAllocator(retry_s)
         self.commitlog = CommitLog(
             config.store_path_commitlog,
             config.mapped_file_size_commit_log,
@@ -126,7 +127,7 @@ class DefaultMessageStore:
             self.index,
             config.delay_levels_ms(),
         )
-        self.reput = ReputMessageService(self.commitlog, self.consume_queues)
+        self.reput = ReputMessageService(self.commitlog, self.consume_queues, retry_s)
         self.lock = ckpt.StoreLock(config.lock_path)
         self.checkpoint: ckpt.StoreCheckpoint | None = None
         self.flush_commitlog: CommitLogFlushService | None = None
@@ -352,6 +353,11 @@ class DefaultMessageStore:
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
                 reason=f"disk full ({self.clean_commitlog.last_ratio:.0%} used): writes refused",
             )
+        if self.reput.blocked is not None:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                reason=f"message store is not writeable: {self.reput.blocked}",
+            )
         return None
 
     def _check(self, msg: MessageExt) -> tuple[PutMessageResult | None, tuple[bytes, bytes]]:
@@ -418,7 +424,12 @@ class DefaultMessageStore:
     def put_message_now(self, msg: MessageExt) -> PutMessageResult:
         """Append one message without waiting for the disk or a slave: all of
         :meth:`put_message` when :attr:`must_wait` is false (ASYNC_FLUSH, not SYNC_MASTER)."""
-        if not self.running or self.read_only or self.clean_commitlog.disk_full:
+        if (
+            not self.running
+            or self.read_only
+            or self.clean_commitlog.disk_full
+            or self.reput.blocked is not None
+        ):
             refused = self._refusal()
             assert refused is not None
             return refused
@@ -443,6 +454,8 @@ class DefaultMessageStore:
             self.put_message_size_total += result.wrote_bytes
             if not self.reput.woken:
                 self.reput.wakeup()
+        elif result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
+            self.clean_commitlog.check_space()  # the disk-full flag now, not in up to 10 s
         return result
 
     def _remember_topic(self, topic: str, topic_b: bytes) -> None:
@@ -493,6 +506,8 @@ class DefaultMessageStore:
             encoded.append((topic_b, props_b))
         result = self.commitlog.append_messages(batch, encoded)
         self._count_appended(result)
+        if result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
+            self.clean_commitlog.check_space()
         return await self._durable(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
 
     def _count_appended(self, result: PutMessageResult) -> None:

@@ -71,6 +71,39 @@ class RecoveryDispatcher(Protocol):
     def dispatch(self, info: RecordInfo) -> None: ...
 
 
+_ENCODE_ERRORS = (OverflowError, ValueError, TypeError, struct.error)
+"""What the encoders raise for a field they cannot write (the message is illegal)."""
+
+_INT_FIELDS = (
+    # (MessageExt attribute, RocketMQ's name, bits of its Java type)
+    ("queue_id", "queueId", 32),
+    ("flag", "flag", 32),
+    ("sys_flag", "sysFlag", 32),
+    ("born_timestamp", "bornTimestamp", 64),
+    ("reconsume_times", "reconsumeTimes", 32),
+    ("prepared_transaction_offset", "preparedTransactionOffset", 64),
+)
+
+
+def field_error(msg: MessageExt) -> str | None:
+    """Why ``msg`` cannot be written as a record (a field outside its Java type), or None.
+
+    The record holds each field in the width of its Java type (int32 or int64, signed); a value
+    outside it would make the encoder fail.  Checked before anything changes.
+    """
+    for attr, name, bits in _INT_FIELDS:
+        value = getattr(msg, attr)
+        if type(value) is not int:
+            return f"{name} must be an integer, not {type(value).__name__}"
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+            kind = "int" if bits == 32 else "long"
+            return f"{name} {value} is out of the range of a Java {kind}"
+    port = msg.born_host[1] if len(msg.born_host) > 1 else None
+    if type(port) is not int or not 0 <= port <= 0xFFFF:
+        return f"bornHost port {port!r} is not a port number"
+    return None
+
+
 def _now_ms_py() -> int:
     return time.time_ns() // 1_000_000
 
@@ -103,6 +136,8 @@ class CommitLog:
         # SCHEDULE_TOPIC_XXXX, whose tags code is a delivery time reput works out itself.
         self.dispatch_hints: collections.deque[tuple] = collections.deque()
         self.clock_ms = clock_ms
+        # True from a failed file creation until the next append that succeeds.
+        self.create_failing = False
         self.set_store_host("127.0.0.1", 0)
 
     def set_store_host(self, ip: str, port: int) -> None:
@@ -134,13 +169,26 @@ class CommitLog:
 
     def _writable_file(self, needed: int) -> MappedFile:
         """The file to append ``needed`` bytes to, closing the current one with a blank if the
-        bytes plus a blank header would not fit.  Raises ``OSError`` if a file cannot be made."""
-        mf = self.queue.get_last_mapped_file(0)
+        bytes plus a blank header would not fit.  Raises ``OSError`` if a file cannot be made;
+        then nothing has changed: the next file is made before the current one is closed."""
+        queue = self.queue
+        mf = queue.get_last_mapped_file(0)
         if needed + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+            nxt = queue.create_next_file()
             _BLANK.pack_into(mf.mm, mf.wrote_position, mf.remaining, BLANK_MAGIC_CODE)
             mf.wrote_position = mf.file_size
-            mf = self.queue.get_last_mapped_file(0)
+            queue.add_file(nxt)
+            mf = nxt
         return mf
+
+    def _create_failed(self, exc: OSError) -> PutMessageResult:
+        """CREATE_MAPEDFILE_FAILED for a put (logged once per run of failures)."""
+        if not self.create_failing:
+            self.create_failing = True
+            log.error("cannot create a commit-log file, puts are refused until it can be: %s", exc)
+        return PutMessageResult(
+            PutMessageStatus.CREATE_MAPEDFILE_FAILED, reason=f"create mapped file failed: {exc}"
+        )
 
     def _hint(self, msg: MessageExt, phy: int, size: int, queue_offset: int, now: int) -> None:
         """Queue the dispatch hint of a record just written (see ``dispatch_hints``)."""
@@ -153,17 +201,40 @@ class CommitLog:
                  props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
             )  # fmt: skip
 
+    def _encode_failed(self, msg: MessageExt, exc: Exception) -> PutMessageResult:
+        """The answer to a record that could not be encoded (nothing was changed)."""
+        why = field_error(msg)
+        if why is None and not isinstance(exc, _ENCODE_ERRORS):
+            log.exception("encoding a record of %s failed", msg.topic)
+            return PutMessageResult(
+                PutMessageStatus.UNKNOWN_ERROR,
+                reason=f"the record could not be encoded: {type(exc).__name__}: {exc}",
+            )
+        return PutMessageResult(
+            PutMessageStatus.MESSAGE_ILLEGAL, reason=why or f"{type(exc).__name__}: {exc}"
+        )
+
     def append_message(self, msg: MessageExt, topic_b: bytes, props_b: bytes) -> PutMessageResult:
-        """Append one record: the hot path of :meth:`append_messages` for a single message."""
+        """Append one record: the hot path of :meth:`append_messages` for a single message.
+
+        All or nothing: a refusal (status and reason, never an exception for a bad message)
+        leaves the offset table, the write position and the dispatch hints as they were.  The
+        queue offset is committed only after the record is encoded, so an encoder that refuses
+        a field changes nothing; fields are also checked up front before a file is closed and a
+        new one made (the only other change a put makes).
+        """
         born_host = msg.born_host
-        born_ip = pack_ip(born_host[0])
-        store_ip = self._store_ip
-        sys_flag = msg.sys_flag
-        if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
-            sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
-            msg.sys_flag = sys_flag
-        body = msg.body
-        size = _HEADER_SIZES[(sys_flag >> 4) & 3] + len(body) + 3 + len(topic_b) + len(props_b)
+        try:
+            born_ip = pack_ip(born_host[0])
+            store_ip = self._store_ip
+            sys_flag = msg.sys_flag
+            if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
+                sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
+            body = msg.body
+            size = _HEADER_SIZES[(sys_flag >> 4) & 3] + len(body) + 3 + len(topic_b) + len(props_b)
+        except Exception as exc:  # a born host that is no address, a body that is no bytes
+            return self._encode_failed(msg, exc)
+        msg.sys_flag = sys_flag
         files = self.queue.files
         mf = files[-1] if files else None
         if mf is None or size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
@@ -172,26 +243,35 @@ class CommitLog:
                     PutMessageStatus.MESSAGE_ILLEGAL,
                     reason=f"{size} bytes do not fit in a commit-log file of {self.file_size}",
                 )
+            why = field_error(msg)
+            if why is not None:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=why)
             try:
                 mf = self._writable_file(size)
             except OSError as exc:
-                log.exception("cannot create a commit-log file")
-                return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, reason=str(exc))
+                return self._create_failed(exc)
+            if self.create_failing:
+                self.create_failing = False
+                log.warning("a commit-log file was created: puts are accepted again")
         now = self.clock_ms()
+        key = None
         if sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
             queue_offset = 0
         else:
             key = (msg.topic, msg.queue_id)
-            table = self.topic_queue_table
-            queue_offset = table.get(key, 0)
-            table[key] = queue_offset + 1
+            queue_offset = self.topic_queue_table.get(key, 0)
         pos = mf.wrote_position
         phy = mf.file_from_offset + pos
-        encode_message_into(
-            mf.mm, pos, body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
-            sys_flag, msg.born_timestamp, born_ip, born_host[1], now, store_ip,
-            self._store_port, msg.reconsume_times, msg.prepared_transaction_offset,
-        )  # fmt: skip
+        try:
+            encode_message_into(
+                mf.mm, pos, body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
+                sys_flag, msg.born_timestamp, born_ip, born_host[1], now, store_ip,
+                self._store_port, msg.reconsume_times, msg.prepared_transaction_offset,
+            )  # fmt: skip
+        except Exception as exc:  # nothing is committed yet: the bytes past the end are junk
+            return self._encode_failed(msg, exc)
+        if key is not None:
+            self.topic_queue_table[key] = queue_offset + 1
         mf.wrote_position = pos + size
         mf.last_store_timestamp = now
         msg.queue_offset = queue_offset
@@ -222,17 +302,25 @@ class CommitLog:
 
         ``encoded`` holds each message's (topic bytes, properties bytes), already checked against
         the layout limits by the caller.  Store timestamp, physical offsets and queue offsets are
-        assigned here; the messages are updated in place with them.
+        assigned here; the messages are updated in place with them.  All or nothing: every
+        record is encoded before any offset, position or hint is committed, so one bad message
+        refuses the batch and changes nothing.
         """
         store_ip = self._store_ip
         store_port = self._store_port
         sizes = []
         total = 0
         for msg, (topic_b, props_b) in zip(msgs, encoded, strict=True):
-            born_ip = pack_ip(msg.born_host[0])
-            msg.sys_flag = (msg.sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
-            size = record_length(msg.sys_flag, len(msg.body), len(topic_b), len(props_b))
-            sizes.append((size, born_ip))
+            why = field_error(msg)
+            if why is not None:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=why)
+            try:
+                born_ip = pack_ip(msg.born_host[0])
+                sys_flag = (msg.sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
+                size = record_length(sys_flag, len(msg.body), len(topic_b), len(props_b))
+            except Exception as exc:
+                return self._encode_failed(msg, exc)
+            sizes.append((size, born_ip, sys_flag))
             total += size
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return PutMessageResult(
@@ -242,47 +330,60 @@ class CommitLog:
         try:
             mf = self._writable_file(total)
         except OSError as exc:
-            log.exception("cannot create a commit-log file")
-            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, reason=str(exc))
+            return self._create_failed(exc)
+        if self.create_failing:
+            self.create_failing = False
+            log.warning("a commit-log file was created: puts are accepted again")
         now = self.clock_ms()
         mm = mf.mm
         pos = mf.wrote_position
         first_phy = mf.file_from_offset + pos
         table = self.topic_queue_table
-        first_logic = -1
-        ids = []
-        prefix = self._msg_id_prefix
-        for msg, (topic_b, props_b), (size, born_ip) in zip(msgs, encoded, sizes, strict=True):
-            if msg.sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
+        pending: dict[tuple[str, int], int] = {}
+        placed = []
+        for msg, (topic_b, props_b), (size, born_ip, sys_flag) in zip(
+            msgs, encoded, sizes, strict=True
+        ):
+            if sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
                 queue_offset = 0
             else:
                 key = (msg.topic, msg.queue_id)
-                queue_offset = table.get(key, 0)
-                table[key] = queue_offset + 1
-            if first_logic < 0:
-                first_logic = queue_offset
+                queue_offset = pending.get(key, -1)
+                if queue_offset < 0:
+                    queue_offset = table.get(key, 0)
+                pending[key] = queue_offset + 1
             phy = mf.file_from_offset + pos
-            encode_message_into(
-                mm, pos, msg.body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
-                msg.sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, store_ip,
-                store_port, msg.reconsume_times, msg.prepared_transaction_offset,
-            )  # fmt: skip
+            try:
+                encode_message_into(
+                    mm, pos, msg.body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset,
+                    phy, sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, store_ip,
+                    store_port, msg.reconsume_times, msg.prepared_transaction_offset,
+                )  # fmt: skip
+            except Exception as exc:  # nothing is committed yet
+                return self._encode_failed(msg, exc)
+            placed.append((phy, size, queue_offset, sys_flag))
+            pos += size
+        # Everything is encoded: commit.
+        table.update(pending)
+        mf.wrote_position = pos
+        mf.last_store_timestamp = now
+        ids = []
+        prefix = self._msg_id_prefix
+        for msg, (phy, size, queue_offset, sys_flag) in zip(msgs, placed, strict=True):
+            msg.sys_flag = sys_flag
             msg.queue_offset = queue_offset
             msg.commitlog_offset = phy
             msg.store_timestamp = now
             msg.store_size = size
             self._hint(msg, phy, size, queue_offset, now)
             ids.append(offset_msg_id(prefix, phy))
-            pos += size
-        mf.wrote_position = pos
-        mf.last_store_timestamp = now
         return PutMessageResult(
             PUT_OK,
             wrote_offset=first_phy,
             wrote_bytes=total,
             msg_id=ids[0] if len(ids) == 1 else ",".join(ids),
             store_timestamp=now,
-            logic_offset=first_logic,
+            logic_offset=placed[0][2],
             msg_num=len(msgs),
         )
 

@@ -82,6 +82,10 @@ class MessageStoreConfig:
     # close at hand are dropped from its resident set (madvise DONTNEED; the page cache keeps
     # them).  0 turns it off.
     resident_trim_interval: int = 10_000
+    # pymq only: after a store file could not be created (a full disk), how long (ms) before
+    # it is tried again: the allocator retries a commit-log file in its thread, the reput
+    # service a consume-queue or index file.  Puts that need the file are refused meanwhile.
+    mapped_file_create_retry_interval: int = 1000
     disk_fall_recorded: bool = True
     os_page_cache_busy_time_out_mills: int = 1000
     warm_maped_file_enable: bool = False

@@ -202,17 +202,14 @@ class ConsumeQueue:
     def put(self, phy_offset: int, size: int, tags_code: int, cq_offset: int) -> bool:
         """Append the entry for logical offset ``cq_offset``; a duplicate is skipped.
 
-        Returns False only when the file cannot be created (logged); the caller keeps going, as
-        Java's reput does, so one broken queue does not stop the others.
+        Raises :class:`~pymq.store.mapped_file_queue.CreateFileError` (nothing changed) when the
+        file cannot be created: the reput service stops at this record and tries it again
+        later, so no entry is ever skipped.
         """
         if phy_offset + size <= self.max_physic_offset:
             return True
         expect = cq_offset * CQ_STORE_UNIT_SIZE
-        try:
-            mf = self.queue.get_last_mapped_file(expect)
-        except OSError:
-            log.exception("cannot create consume queue file for %s-%d", self.topic, self.queue_id)
-            return False
+        mf = self.queue.get_last_mapped_file(expect)
         if mf.wrote_position == 0 and self.queue.files[0] is mf and expect > mf.file_from_offset:
             # A queue whose first entry is not at offset 0 (e.g. after its files were deleted).
             while mf.file_from_offset + mf.wrote_position < expect:

@@ -63,6 +63,9 @@ class IndexService:
                 f.destroy()
                 continue
             self.files.append(f)
+        if self.files:
+            # The newest file is written to: allocate it if it is sparse (see MappedFile).
+            self.files[-1].mf.ensure_allocated()
 
     def close(self) -> None:
         for f in self.files:
@@ -93,7 +96,9 @@ class IndexService:
         return not self.files or self.files[-1].is_full
 
     async def prepare(self) -> None:
-        """Create the next file in a worker thread when the newest one is full (or none)."""
+        """Create the next file in a worker thread when the newest one is full (or none).
+
+        Raises ``OSError`` when it cannot be created (a full disk); nothing is changed then."""
         if self.needs_new_file():
             new = await trio.to_thread.run_sync(self._new_file_blocking)
             if self.needs_new_file():
@@ -122,7 +127,11 @@ class IndexService:
         store_timestamp: int,
         sys_flag: int,
     ) -> None:
-        """Index one dispatched record (skipped when already indexed or rolled back)."""
+        """Index one dispatched record (skipped when already indexed or rolled back).
+
+        Raises ``OSError`` when a new file is needed and cannot be created; the record is then
+        dispatched again later (keys it had already indexed may be indexed twice, which queries
+        report once, as after a crash)."""
         if MessageSysFlag.transaction_value(sys_flag) == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
             return
         f = self._writable_file()

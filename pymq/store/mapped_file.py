@@ -9,11 +9,20 @@ Durability: the mapping is ``MAP_SHARED``, so on Linux ``fdatasync`` on the desc
 pages dirtied through the mapping; we use it rather than ``mmap.flush`` because CPython's
 ``msync`` call holds the GIL, which would stall the loop from the worker thread.  File sizes never
 change after creation, so ``fdatasync`` (no metadata) is enough.
+
+Space: a file's blocks are allocated on disk when it is created (``posix_fallocate``), before
+anything is written through its mapping.  A sparse mapping would take its blocks at the first
+write of each page instead, and on a full disk the kernel answers such a write with SIGBUS, which
+kills the process; with the blocks allocated up front a full disk fails the creation with an
+``OSError`` (ENOSPC) that the caller answers, and writes into a mapping can no longer fail.
+Where the filesystem cannot ``fallocate`` (EOPNOTSUPP), the holes are filled by writing zeros,
+with a warning: slower, but just as safe.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import mmap
 import os
@@ -49,6 +58,70 @@ FILE_NAME_DIGITS = 20
 
 CREATING_SUFFIX = ".creating"
 """Suffix of a file being created (hidden, renamed into place when sized)."""
+
+
+_FALLOCATE_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
+_fallback_warned = False
+
+
+def allocate_blocks(fd: int, size: int) -> None:
+    """Blocking: make the disk blocks of the first ``size`` bytes of ``fd`` exist, keeping data.
+
+    ``posix_fallocate`` where the filesystem has it; otherwise zeros are written into the holes
+    only (found with SEEK_HOLE), so the data of an existing file is never touched.  Raises
+    ``OSError`` (ENOSPC on a full disk); blocks already allocated by a failed call stay with
+    the file, whose creator deletes it.
+    """
+    global _fallback_warned
+    try:
+        os.posix_fallocate(fd, 0, size)
+        return
+    except OSError as exc:
+        if exc.errno not in _FALLOCATE_UNSUPPORTED:
+            raise
+        if not _fallback_warned:
+            _fallback_warned = True
+            log.warning(
+                "the filesystem cannot fallocate (%s): store files are allocated by writing "
+                "zeros instead, which is slower",
+                os.strerror(exc.errno or 0),
+            )
+    _fill_holes(fd, size)
+
+
+def _fill_holes(fd: int, size: int) -> None:
+    """Write zeros into every hole below ``size`` (data regions are left as they are)."""
+    pos = 0
+    while pos < size:
+        try:
+            hole = os.lseek(fd, pos, os.SEEK_HOLE)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no hole at or after pos
+                raise
+            hole = size
+        hole = min(hole, size)
+        if hole >= size:
+            break
+        try:
+            data = os.lseek(fd, hole, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: nothing but a hole from here on
+                raise
+            data = size
+        end = min(data, size)
+        p = hole
+        while p < end:
+            n = min(len(_ZERO_BLOCK), end - p)
+            written = os.pwrite(fd, _ZERO_BLOCK[:n], p)
+            if written <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            p += written
+        pos = end
+
+
+def is_sparse(fd: int, size: int) -> bool:
+    """Whether fewer blocks than ``size`` bytes need are allocated to ``fd``."""
+    return os.fstat(fd).st_blocks * 512 < size
 
 
 def sync_directory(directory: str) -> None:
@@ -92,6 +165,11 @@ class MappedFile:
             size = os.fstat(fd).st_size
             if size == 0:
                 os.ftruncate(fd, file_size)
+                try:
+                    allocate_blocks(fd, file_size)
+                except BaseException:
+                    os.ftruncate(fd, 0)  # back to empty: loading removes an empty last file
+                    raise
             elif size != file_size:
                 raise ValueError(f"{path} is {size} bytes, expected {file_size}")
             self.mm = mmap.mmap(fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
@@ -124,8 +202,15 @@ class MappedFile:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.ftruncate(fd, file_size)
-            finally:
+                allocate_blocks(fd, file_size)
+            except BaseException:
+                # No half-made file stays behind (loading would remove it, but a full disk
+                # needs the space back now).
                 os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            os.close(fd)
             try:
                 os.link(tmp, path)
             except FileExistsError:
@@ -203,6 +288,13 @@ class MappedFile:
             self.mm.madvise(mmap.MADV_DONTNEED, 0, end)
 
     # --- blocking calls (run in a worker thread) -----------------------------------------------
+
+    def ensure_allocated(self) -> None:
+        """Blocking: allocate the blocks of a file that is sparse (written by an older version
+        or by Java), so that appends into it cannot hit a full disk.  Raises ``OSError``."""
+        if self._fd >= 0 and is_sparse(self._fd, self.file_size):
+            log.info("allocating the blocks of sparse store file %s", self.path)
+            allocate_blocks(self._fd, self.file_size)
 
     def sync(self) -> None:
         """Blocking: make everything written through the mapping durable."""

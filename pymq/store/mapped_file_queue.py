@@ -3,13 +3,15 @@
 Ownership: the queue owns its ``MappedFile`` objects and is the only one to create, destroy or
 flush them.  Files are named by their 20-digit start offset and are contiguous.  Creating the next
 file takes a pre-allocated one when the :class:`MappedFileAllocator` has it ready and otherwise
-creates it on the spot (open + ftruncate of a sparse file + mmap: cheap, but a syscall, hence the
-allocator).  Flushing and deletion take ``io_lock`` so that a worker thread never syncs a file that
-is being closed; the loop alone changes positions and the file list.
+creates it on the spot (open + ftruncate + fallocate + mmap: a few syscalls, hence the
+allocator; :mod:`pymq.store.mapped_file` says why blocks are allocated at creation).  Flushing
+and deletion take ``io_lock`` so that a worker thread never syncs a file that is being closed;
+the loop alone changes positions and the file list.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Callable
@@ -33,17 +35,33 @@ class StoreLoadError(RuntimeError):
     """The files on disk cannot be loaded as this queue (wrong size, bad name, gap)."""
 
 
+class CreateFileError(OSError):
+    """A store file could not be created (typically ENOSPC: the disk is full)."""
+
+
+DEFAULT_CREATE_RETRY_INTERVAL_S = 1.0
+"""Default of ``mappedFileCreateRetryInterval`` (ms in the config): how long a failed creation
+is not tried again on the put path while the allocator retries it in its thread."""
+
+
 class MappedFileAllocator:
     """Pre-creates the next file of a queue off the hot path (Java's AllocateMappedFileService).
 
     ``request(path, size)`` is called on the loop; :meth:`run` creates requested files in a worker
     thread; ``take(path)`` hands a ready file over, or None.  Files never taken are deleted at
     shutdown: an empty file left in the directory would otherwise load as part of the queue.
+
+    A creation that fails (a full disk) is logged and retried every ``retry_interval`` seconds
+    until it succeeds; meanwhile :meth:`failure` tells the put path not to try it again itself,
+    so a full disk costs a refused put nothing but a dictionary lookup.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, retry_interval: float = DEFAULT_CREATE_RETRY_INTERVAL_S) -> None:
+        self.retry_interval = retry_interval
         self._wanted: dict[str, int] = {}
         self._ready: dict[str, MappedFile] = {}
+        # path -> (trio time of the failed attempt, why): creations that failed lately.
+        self._failed: dict[str, tuple[float, str]] = {}
         self._wake = trio.Event()
 
     def request(self, path: str, size: int) -> None:
@@ -55,22 +73,56 @@ class MappedFileAllocator:
         self._wanted.pop(path, None)
         return self._ready.pop(path, None)
 
+    def failure(self, path: str) -> str | None:
+        """Why the creation of ``path`` failed, while the allocator has yet to retry it."""
+        failed = self._failed.get(path)
+        if failed is None:
+            return None
+        if trio.current_time() - failed[0] >= self.retry_interval:
+            return None  # due for another try: the caller may try too
+        return failed[1]
+
+    def note_failure(self, path: str, size: int, exc: OSError) -> None:
+        """A creation of ``path`` failed on the put path: retry it here, off the loop."""
+        self._failed[path] = (trio.current_time(), _describe(exc))
+        self._wanted[path] = size
+        self._wake.set()
+
+    def note_success(self, path: str) -> None:
+        if self._failed.pop(path, None) is not None:
+            log.warning("created store file %s: writes can resume", path)
+
+    @property
+    def failing(self) -> bool:
+        """True while some creation keeps failing (cleared by its first success)."""
+        return bool(self._failed)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         try:
             while True:
-                await self._wake.wait()
+                if self._failed and self._wanted:
+                    with trio.move_on_after(self.retry_interval):
+                        await trio.sleep_forever()
+                else:
+                    await self._wake.wait()
                 self._wake = trio.Event()
-                while self._wanted:
-                    path, size = next(iter(self._wanted.items()))
+                for path, size in list(self._wanted.items()):
+                    if path not in self._wanted:
+                        continue  # taken meanwhile
                     try:
                         mf = await trio.to_thread.run_sync(MappedFile.create, path, size)
-                    except OSError:
-                        log.exception(
-                            "pre-allocating %s failed; it will be created on demand", path
-                        )
-                        self._wanted.pop(path, None)
+                    except OSError as exc:
+                        if path not in self._failed:
+                            log.error(
+                                "cannot create store file %s (%s); retrying every %.1f s",
+                                path,
+                                _describe(exc),
+                                self.retry_interval,
+                            )
+                        self._failed[path] = (trio.current_time(), _describe(exc))
                         continue
+                    self.note_success(path)
                     if self._wanted.pop(path, None) is None:
                         # The queue made this file itself meanwhile and writes into it: unmap
                         # our mapping, never delete the file.
@@ -82,6 +134,12 @@ class MappedFileAllocator:
                 for mf in self._ready.values():
                     await trio.to_thread.run_sync(mf.destroy)
                 self._ready.clear()
+
+
+def _describe(exc: OSError) -> str:
+    if exc.errno == errno.ENOSPC:
+        return "no space left on device (disk full)"
+    return exc.strerror or str(exc)
 
 
 class MappedFileQueue:
@@ -150,6 +208,10 @@ class MappedFileQueue:
             mf.wrote_position = mf.flushed_position = self.file_size
             self.files.append(mf)
             expected = start + self.file_size
+        if self.files:
+            # Only the last file is written to; one that is sparse (older pymq, or Java) gets
+            # its blocks now, so appends can never meet a full disk (see MappedFile).
+            self.files[-1].ensure_allocated()
 
     def close(self) -> None:
         for mf in self.files:
@@ -195,9 +257,25 @@ class MappedFileQueue:
 
     def _new_file(self, start: int) -> MappedFile:
         path = os.path.join(self.directory, offset_to_file_name(start))
-        mf = self.allocator.take(path) if self.allocator else None
+        allocator = self.allocator
+        if allocator is not None:
+            # A file the allocator failed to make lately is not tried on the loop: refused at
+            # once, and left wanted for the allocator's next try.
+            why = allocator.failure(path)
+            if why is not None:
+                raise CreateFileError(errno.ENOSPC, f"cannot create {path}: {why}")
+        mf = allocator.take(path) if allocator else None
         if mf is None:
-            mf = MappedFile.create(path, self.file_size, sync_dir=not self.lazy_directory_sync)
+            try:
+                mf = MappedFile.create(path, self.file_size, sync_dir=not self.lazy_directory_sync)
+            except OSError as exc:
+                if allocator is not None:
+                    allocator.note_failure(path, self.file_size, exc)
+                raise CreateFileError(
+                    exc.errno or errno.EIO, f"cannot create {path}: {_describe(exc)}"
+                ) from exc
+            if allocator is not None:
+                allocator.note_success(path)
             if self.lazy_directory_sync:
                 self._directory_dirty = True
         if self.allocator:
@@ -205,11 +283,22 @@ class MappedFileQueue:
             self.allocator.request(nxt, self.file_size)
         return mf
 
+    def create_next_file(self) -> MappedFile:
+        """The file that follows the last one, created but not yet part of the queue (the
+        caller appends it with :meth:`add_file` once it has closed the last one).  Raises
+        :class:`CreateFileError`; nothing is changed then."""
+        last = self.files[-1]
+        return self._new_file(last.file_from_offset + self.file_size)
+
+    def add_file(self, mf: MappedFile) -> None:
+        self.files.append(mf)
+
     def get_last_mapped_file(self, start_offset: int = 0) -> MappedFile:
         """The file to write into: the last one, or a new one when it is full or none exists.
 
         A new first file starts at ``start_offset`` rounded down to the file size.  Raises
-        ``OSError`` when the file cannot be created (CREATE_MAPEDFILE_FAILED for a put).
+        :class:`CreateFileError` (an ``OSError``) when the file cannot be created
+        (CREATE_MAPEDFILE_FAILED for a put); nothing is changed then.
         """
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_full:

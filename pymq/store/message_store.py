@@ -109,7 +109,8 @@ class DefaultMessageStore:
     ) -> None:
         self.config = config = config or MessageStoreConfig()
         self.clock_ms = clock_ms
-        self.allocator = MappedFileAllocator()
+        retry_s = config.mapped_file_create_retry_interval / 1000
+        self.allocator = MappedFileAllocator(retry_s)
         self.commitlog = CommitLog(
             config.store_path_commitlog,
             config.mapped_file_size_commit_log,
@@ -127,7 +128,7 @@ class DefaultMessageStore:
             self.index,
             config.delay_levels_ms(),
         )
-        self.reput = ReputMessageService(self.commitlog, self.consume_queues)
+        self.reput = ReputMessageService(self.commitlog, self.consume_queues, retry_s)
         self.lock = ckpt.StoreLock(config.lock_path)
         self.checkpoint: ckpt.StoreCheckpoint | None = None
         self.flush_commitlog: CommitLogFlushService | None = None
@@ -140,6 +141,7 @@ class DefaultMessageStore:
         )
         self.replica_waiter: ReplicaWaiter | None = None
         self._topic_bytes: dict[str, bytes] = {}
+        self._disk_rechecked = float("-inf")
         # Role and flush type are fixed for a run; the put path reads these flags only.
         self.read_only = config.broker_role is BrokerRole.SLAVE
         self.must_wait = (
@@ -353,12 +355,27 @@ class DefaultMessageStore:
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes"
             )
-        if self.clean_commitlog.disk_full:
+        if self.clean_commitlog.disk_full and self._recheck_disk():
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
                 reason=f"disk full ({self.clean_commitlog.last_ratio:.0%} used): writes refused",
             )
+        if self.reput.blocked is not None:
+            return PutMessageResult(
+                PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                reason=f"message store is not writeable: {self.reput.blocked}",
+            )
         return None
+
+    def _recheck_disk(self) -> bool:
+        """Whether the disk is still full: refused puts look again (a statvfs) at most every
+        mappedFileCreateRetryInterval ms, so writes resume as soon as space is back rather than
+        at the next periodic check (every 10 s)."""
+        now = trio.current_time()
+        if now - self._disk_rechecked >= self.config.mapped_file_create_retry_interval / 1000:
+            self._disk_rechecked = now
+            self.clean_commitlog.check_space()
+        return self.clean_commitlog.disk_full
 
     def _check(self, msg: MessageExt) -> tuple[PutMessageResult | None, tuple[bytes, bytes]]:
         """The detailed put checks: (refusal or None, (topic bytes, properties bytes))."""
@@ -424,10 +441,15 @@ class DefaultMessageStore:
     def put_message_now(self, msg: MessageExt) -> PutMessageResult:
         """Append one message without waiting for the disk or a slave: all of
         :meth:`put_message` when :attr:`must_wait` is false (ASYNC_FLUSH, not SYNC_MASTER)."""
-        if not self.running or self.read_only or self.clean_commitlog.disk_full:
+        if (
+            not self.running
+            or self.read_only
+            or self.clean_commitlog.disk_full
+            or self.reput.blocked is not None
+        ):
             refused = self._refusal()
-            assert refused is not None
-            return refused
+            if refused is not None:
+                return refused
         props = msg.properties
         if PROPERTY_DELAY_TIME_LEVEL in props:
             self._apply_delay(msg)
@@ -452,6 +474,8 @@ class DefaultMessageStore:
             self.put_message_size_total += result.wrote_bytes
             if not self.reput.woken:
                 self.reput.wakeup()
+        elif result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
+            self.clean_commitlog.check_space()  # the disk-full flag now, not in up to 10 s
         return result
 
     def _held_lock(self, begin: float, end: float) -> None:
@@ -515,6 +539,8 @@ class DefaultMessageStore:
         result = self.commitlog.append_messages(batch, encoded)
         self._held_lock(begin, clock())
         self._count_appended(result)
+        if result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
+            self.clean_commitlog.check_space()
         return await self._durable(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
 
     def _count_appended(self, result: PutMessageResult) -> None:

@@ -6,6 +6,10 @@ arrival listener for each new consume-queue entry (long polling hangs on it), an
 loop every :data:`YIELD_EVERY` records so a backlog never stalls the broker.  Records are
 validated structurally (no CRC: they were written by this process or checked by recovery); a
 record cut short at the end of the data (an HA chunk boundary) just waits for more bytes.
+
+A record whose consume-queue or index file cannot be created (a full disk) is not skipped:
+dispatch stops at it, :attr:`ReputMessageService.blocked` says why (the store refuses puts
+meanwhile), and the task tries again every ``retry_interval`` seconds until it goes through.
 """
 
 from __future__ import annotations
@@ -34,8 +38,13 @@ each stall of the loop to a few milliseconds while a backlog drains."""
 
 
 class ReputMessageService:
-    def __init__(self, commitlog: CommitLog, table: ConsumeQueueTable) -> None:
+    def __init__(
+        self, commitlog: CommitLog, table: ConsumeQueueTable, retry_interval: float = 1.0
+    ) -> None:
         self.commitlog = commitlog
+        self.retry_interval = retry_interval
+        self.blocked: str | None = None
+        """Why dispatch is stuck at ``reput_from_offset`` (a file it cannot create), or None."""
         self.table = table
         self.reput_from_offset = 0
         self.listener: ArrivalListener | None = None
@@ -43,6 +52,7 @@ class ReputMessageService:
         self.woken = False
         """True from a wakeup until the task takes it: puts test this before calling wakeup."""
         self._reported_bad: int | None = None
+        self._reported_block: str | None = None
         # do_reput yields (index file creation, fairness); callers other than the task (tests,
         # shutdown) must not interleave with it, or records could be dispatched twice at once.
         self._lock = trio.Lock()
@@ -67,7 +77,10 @@ class ReputMessageService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            await self._wake.wait()
+            if self.blocked is not None:
+                await trio.sleep(self.retry_interval)  # puts are refused meanwhile
+            else:
+                await self._wake.wait()
             self._wake = trio.Event()
             self.woken = False
             await self.do_reput()
@@ -78,14 +91,34 @@ class ReputMessageService:
             await self._do_reput_locked()
 
     async def _do_reput_locked(self) -> None:
-        while True:
-            if self.table.index is not None and self.table.index.needs_new_file():
-                await self.table.index.prepare()
-            progressed, more = self._dispatch_some(YIELD_EVERY)
-            if not more:
-                return
-            if progressed:
-                await trio.lowlevel.checkpoint()
+        was_blocked = self.blocked
+        self.blocked = None
+        try:
+            while True:
+                if self.table.index is not None and self.table.index.needs_new_file():
+                    try:
+                        await self.table.index.prepare()
+                    except OSError as exc:
+                        self._block(exc)
+                        return
+                progressed, more = self._dispatch_some(YIELD_EVERY)
+                if not more:
+                    return
+                if progressed:
+                    await trio.lowlevel.checkpoint()
+        finally:
+            if was_blocked is not None and self.blocked is None:
+                self._reported_block = None
+                log.warning("dispatch resumed at offset %d", self.reput_from_offset)
+
+    def _block(self, exc: OSError) -> None:
+        """Dispatch cannot go past ``reput_from_offset`` now: say why (logged once a run)."""
+        why = f"dispatch stopped at commit-log offset {self.reput_from_offset}: {exc}"
+        if self._reported_block != why:
+            self._reported_block = why
+            log.error("%s; retrying every %.1f s, puts are refused meanwhile", why,
+                      self.retry_interval)  # fmt: skip
+        self.blocked = why
 
     def dispatch_all_now(self) -> None:
         """Synchronously dispatch everything (recovery thread and shutdown)."""
@@ -143,10 +176,14 @@ class ReputMessageService:
                     if hint is not None:
                         (phy, size, topic, queue_id, queue_offset, tags, store_ts, sys_flag,
                          keys, uniq) = hint  # fmt: skip
-                        dispatch_fields(
-                            topic, queue_id, phy, size, tags_code(tags), queue_offset, store_ts,
-                            sys_flag, keys or None, uniq or None, listener,
-                        )  # fmt: skip
+                        try:
+                            dispatch_fields(
+                                topic, queue_id, phy, size, tags_code(tags), queue_offset,
+                                store_ts, sys_flag, keys or None, uniq or None, listener,
+                            )  # fmt: skip
+                        except OSError as exc:  # a file that cannot be created: retry later
+                            self._block(exc)
+                            return done > 0, False
                         pos += hint[1]
                         self.reput_from_offset += hint[1]
                         done += 1
@@ -163,7 +200,11 @@ class ReputMessageService:
                         self._reported_bad = self.reput_from_offset
                         log.error("reput stopped at %d: %s", self.reput_from_offset, str(exc))
                     return done > 0, False
-                dispatch(info, listener)
+                try:
+                    dispatch(info, listener)
+                except OSError as exc:  # a file that cannot be created: retry later
+                    self._block(exc)
+                    return done > 0, False
                 pos += info.size
                 self.reput_from_offset += info.size
                 done += 1

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import errno
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import trio
@@ -69,3 +72,40 @@ async def running_store(
 @pytest.fixture
 def root(tmp_path) -> str:
     return str(tmp_path / "store")
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: str, size: int) -> Iterator[str]:
+    """A real filesystem of ``size`` bytes mounted at ``path`` (tmpfs: CI runs as root), so a
+    test can fill a disk for real; unmounted when the block ends."""
+    os.makedirs(path, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", path], check=True)
+
+
+def fill_disk(path: str) -> int:
+    """Write a ballast file at ``path`` until the filesystem is full; returns its size."""
+    chunk = bytes(range(256)) * 256
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while True:
+            try:
+                n = os.write(fd, chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                return written
+            written += n
+            if n < len(chunk):  # the last few bytes fitted: the next write fails
+                continue
+    finally:
+        os.close(fd)
+
+
+def write_ballast(path: str, size: int) -> None:
+    with open(path, "wb") as f:
+        f.write(b"\xa5" * size)

@@ -14,7 +14,9 @@ come only from below that point or from appends made since, so nothing corrupt i
 from __future__ import annotations
 
 import collections
+import errno
 import logging
+import os
 import struct
 import time
 from collections.abc import Callable
@@ -186,8 +188,13 @@ class CommitLog:
         if not self.create_failing:
             self.create_failing = True
             log.error("cannot create a commit-log file, puts are refused until it can be: %s", exc)
+        # The sender learns the cause, not the server's paths (the log has those).
+        cause = os.strerror(exc.errno) if exc.errno else type(exc).__name__
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            cause += " (disk full)"
         return PutMessageResult(
-            PutMessageStatus.CREATE_MAPEDFILE_FAILED, reason=f"create mapped file failed: {exc}"
+            PutMessageStatus.CREATE_MAPEDFILE_FAILED,
+            reason=f"create mapped file failed, server is busy or broken: {cause}",
         )
 
     def _hint(self, msg: MessageExt, phy: int, size: int, queue_offset: int, now: int) -> None:

@@ -363,7 +363,8 @@ class DefaultMessageStore:
         if self.reput.blocked is not None:
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                reason=f"message store is not writeable: {self.reput.blocked}",
+                reason="message store is not writeable: a consume-queue or index file cannot be "
+                "created (disk full?)",
             )
         return None
 

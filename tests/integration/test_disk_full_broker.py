@@ -63,6 +63,7 @@ async def test_broker_survives_a_full_disk_and_resumes(tmp_path: pathlib.Path) -
                         ResponseCode.SERVICE_NOT_AVAILABLE,
                     )
                     assert exc.remark
+                    assert str(tmp_path) not in exc.remark  # no server paths to the client
                 assert len(acked) > 1000
                 assert sorted(acked) == list(range(len(acked)))  # no hole, nothing twice
 

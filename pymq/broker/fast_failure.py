@@ -144,26 +144,39 @@ class BrokerFastFailure:
         if it waited past its queue's limit or behind a busy commit log, else None (serve it).
         ``queued``: requests of this connection received and not yet started, this one
         included."""
-        if not self.config.broker_fast_failure_enable:
+        remark = self.shed_remark(request.code, received, waited, queued)
+        if remark is None:
             return None
-        queue = _QUEUE_OF.get(request.code)
-        if queue is None:
+        self.note_shed(request.code, 1, remark)
+        return request.response(ResponseCode.SYSTEM_BUSY, remark)
+
+    def note_shed(self, code: int, count: int, remark: str) -> None:
+        """Count ``count`` requests of ``code`` refused with ``remark`` (from
+        :meth:`shed_remark`)."""
+        queue = _QUEUE_OF.get(code)
+        if queue is not None:
+            self.refused[queue] += count
+            if remark.startswith("[PCBUSY"):
+                self.pc_busy_refused += count
+
+    def shed_remark(self, code: int, received: float, waited: float, queued: int) -> str | None:
+        """The SYSTEM_BUSY remark for a request of ``code`` that waited ``waited`` s, or None
+        to serve it (see :meth:`shed`); the caller counts the refusals with
+        :meth:`note_shed`."""
+        queue = _QUEUE_OF.get(code)
+        config = self.config
+        if queue is None or not config.broker_fast_failure_enable:
             return None
         store = self.store
-        if queue == _SEND and store is not None and received <= store.os_page_cache_busy_mark:
-            self.refused[_SEND] += 1
-            self.pc_busy_refused += 1
-            return request.response(
-                ResponseCode.SYSTEM_BUSY,
-                PCBUSY_CLEAN_QUEUE.format(waited=int(waited * 1000), size=queued),
-            )
-        if waited < self.limits()[queue]:
+        if queue == _SEND:
+            if store is not None and received <= store.os_page_cache_busy_mark:
+                return PCBUSY_CLEAN_QUEUE.format(waited=int(waited * 1000), size=queued)
+            # Read here rather than through limits(): this runs for every request refused.
+            if waited * 1000 < config.wait_time_mills_in_send_queue:
+                return None
+        elif waited < self.limits()[queue]:
             return None
-        self.refused[queue] += 1
-        return request.response(
-            ResponseCode.SYSTEM_BUSY,
-            TIMEOUT_CLEAN_QUEUE.format(waited=int(waited * 1000), size=queued),
-        )
+        return TIMEOUT_CLEAN_QUEUE.format(waited=int(waited * 1000), size=queued)
 
     # -- printWaterMark -----------------------------------------------------------------------
 

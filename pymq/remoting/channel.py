@@ -14,10 +14,14 @@ exception's description, as RocketMQ's ``processRequestCommand`` does.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
+import socket
+import struct
+import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -27,8 +31,13 @@ from pymq.remoting.codec import (
     RPC_TYPE_RESPONSE,
     FrameDecoder,
     RemotingCommand,
+    busy_answer,
+    busy_json_answer,
+    busy_json_tail,
+    decode_frame_at,
     encode,
     next_opaque,
+    peek_request,
 )
 from pymq.remoting.codes import ResponseCode, request_name
 from pymq.remoting.errors import (
@@ -57,10 +66,13 @@ ANSWER_LATER = RemotingCommand(code=-1)
 class Admission(Protocol):
     """A check made before a request is served (the broker's fast failure).
 
-    The channel stamps each receive with ``clock()``; a request's wait is the time from then to
-    when it is started.  ``shed`` is called only for requests that waited longer than
-    ``min_wait`` s or were received at or before ``busy_mark``; it returns the answer to give
-    instead of serving the request, or None."""
+    The channel stamps each receive with ``clock()``, less the age of the received bytes as the
+    kernel reports it (SO_TIMESTAMPNS: the bytes may have waited in the socket's buffer); a
+    request's wait is the time from then to when it is started.  ``shed_remark`` (before the
+    request is decoded, by its code) and ``shed`` (a decoded request waiting for its task) are
+    called only for requests that waited longer than ``min_wait`` s or were received at or
+    before ``busy_mark``; they return the SYSTEM_BUSY remark, or answer, to give instead of
+    serving the request, or None."""
 
     clock: Callable[[], float]
 
@@ -79,6 +91,10 @@ class Admission(Protocol):
         queued: int,
     ) -> RemotingCommand | None: ...
 
+    def shed_remark(self, code: int, received: float, waited: float, queued: int) -> str | None: ...
+
+    def note_shed(self, code: int, count: int, remark: str) -> None: ...
+
 
 # Answer to a callback-style call: (response, None) or (None, error).
 ResponseCallback = Callable[[RemotingCommand | None, Exception | None], None]
@@ -96,6 +112,9 @@ DIRECT_WRITE_MAX_PENDING = 4
 
 # Commands served from one receive before the reader lets other tasks run.
 SERVE_BATCH = 32
+# Answers of a long run of received requests are written once this many bytes have gathered
+# (and at the end of the run).
+FLUSH_BYTES = 64 * 1024
 
 # Bytes joined into one write at most; bounds the size of one write under heavy load.
 MAX_WRITE_BYTES = 1 << 20
@@ -108,6 +127,11 @@ BUDGET_POLL_INTERVAL = 0.05
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 
 DEFAULT_LIMITS = ConnectionLimits()
+
+# Linux's receive timestamps (socket(7)): each read's newest segment's arrival, CLOCK_REALTIME.
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_TIMESPEC = struct.Struct("@qq")
+_TIMESTAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
 
 
 @attrs.define(slots=True)
@@ -139,6 +163,15 @@ def _describe_error(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
+def _enable_timestamps(stream: trio.SocketStream) -> bool:
+    """Ask the kernel to stamp what this socket receives (False where it cannot)."""
+    try:
+        stream.socket.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+    except (OSError, AttributeError):
+        return False
+    return True
+
+
 def _peer_address(stream: trio.SocketStream) -> str:
     try:
         host, port = stream.socket.getpeername()[:2]
@@ -147,6 +180,55 @@ def _peer_address(stream: trio.SocketStream) -> str:
     if ":" in host:
         return f"[{host}]:{port}"
     return f"{host}:{port}"
+
+
+_NOT_YET: Any = object()
+
+
+class _Shedding:
+    """Fast failure over one run of frames that waited too long: each request past its limit is
+    answered SYSTEM_BUSY without being decoded.  A refusal must cost a small fraction of a send,
+    or refusing would itself take the broker's time: the answer of each request code is worked
+    out once per run, and each frame costs a peek at its header and one formatted answer."""
+
+    __slots__ = ("admission", "count", "received", "refused", "remarks", "waited")
+
+    def __init__(self, admission: Admission, received: float, waited: float, count: int) -> None:
+        self.admission = admission
+        self.received = received
+        self.waited = waited
+        self.count = count
+        self.remarks: dict[int, tuple[str, bytes] | None] = {}
+        self.refused: dict[int, int] = {}  # by code
+
+    def refuse(self, buf: bytes, start: int, end: int, index: int, out: OutputBuffer) -> bool:
+        """Answer the request in ``buf[start:end]`` SYSTEM_BUSY if it waited past its limit;
+        False to serve it (or to decode it and let the checks decide)."""
+        peeked = peek_request(buf, start, end)
+        if peeked is None:
+            return False
+        code, opaque, flag, serialize_type = peeked
+        if flag & RPC_TYPE_RESPONSE:
+            return False
+        remark = self.remarks.get(code, _NOT_YET)
+        if remark is _NOT_YET:
+            text = self.admission.shed_remark(code, self.received, self.waited, self.count - index)
+            remark = self.remarks[code] = None if text is None else (text, busy_json_tail(text))
+        if remark is None:
+            return False
+        if not flag & RPC_ONEWAY:
+            if serialize_type == 0:
+                out.append(busy_json_answer(opaque, remark[1]))
+            else:
+                out.append(busy_answer(serialize_type, opaque, remark[0]))
+        self.refused[code] = self.refused.get(code, 0) + 1
+        return True
+
+    def report(self) -> None:
+        for code, count in self.refused.items():
+            remark = self.remarks[code]
+            assert remark is not None
+            self.admission.note_shed(code, count, remark[0])
 
 
 class Channel:
@@ -164,6 +246,11 @@ class Channel:
     ) -> None:
         self.stream = stream
         self.admission = admission
+        self._timestamps = admission is not None and _enable_timestamps(stream)
+        self._read_at = 0.0  # the admission clock when the last read returned
+        # Frames received and not yet served: [buffer, bounds, next index, received at].
+        self._inbox: collections.deque[list] = collections.deque()
+        self._inbox_bytes = 0
         # Requests received and not yet started (for the water mark): the rest of the run being
         # served and its receive stamp, and those waiting for their task (code, stamp).
         self.backlog = 0
@@ -244,6 +331,9 @@ class Channel:
             return
         self.closed = True
         self._out.clear()
+        self._partial.budget_add(-self._inbox_bytes)
+        self._inbox.clear()
+        self._inbox_bytes = 0
         self._partial.release()
         self._drained.set()
         self._writer_wake.set()
@@ -304,6 +394,36 @@ class Channel:
         log.warning("closing connection from %s: %s", self.remote_address, self.close_reason)
         return False
 
+    async def _receive(self) -> tuple[bytes, float]:
+        """Some bytes, and when they were received by the admission check's clock (0.0 without
+        one): the time of the read, less the age of its newest segment as the kernel reports
+        it, so that bytes that waited in the socket's buffer count their wait."""
+        admission = self.admission
+        if admission is None or not self._timestamps:
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            if admission is None:
+                return data, 0.0
+            self._read_at = admission.clock()
+            return data, self._read_at
+        try:
+            data, ancillary, _flags, _addr = await self.stream.socket.recvmsg(
+                RECEIVE_SIZE, _TIMESTAMP_SPACE
+            )
+        except OSError as exc:
+            raise trio.BrokenResourceError(str(exc)) from exc
+        return data, self._stamp(admission, ancillary)
+
+    def _stamp(self, admission: Admission, ancillary: list[tuple[int, int, bytes]]) -> float:
+        """When a read's bytes were received: now, less their age in the socket's buffer."""
+        received = self._read_at = admission.clock()
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(payload) >= 16:
+                seconds, nanoseconds = _TIMESPEC.unpack_from(payload)
+                age = time.time() - (seconds + nanoseconds * 1e-9)
+                if age > 0:
+                    received -= age
+        return received
+
     async def _reader(self, nursery: trio.Nursery) -> None:
         idle = self.idle_timeout
         while True:
@@ -312,7 +432,7 @@ class Channel:
             data = None
             try:
                 with trio.move_on_at(self._receive_deadline()):
-                    data = await self.stream.receive_some(RECEIVE_SIZE)
+                    data, received = await self._receive()
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 self.close_reason = self.close_reason or f"connection lost: {exc}"
                 return
@@ -331,46 +451,99 @@ class Channel:
                 self.close_reason = self.close_reason or "peer closed the connection"
                 return
             try:
-                commands = self._decoder.feed(data)
+                self._take(data, received)
+                if not await self._serve_inbox(nursery):
+                    return
             except ProtocolError as exc:
                 self.close_reason = f"protocol error: {exc}"
                 log.warning("closing connection from %s: %s", self.remote_address, exc)
                 return
-            self._partial.update(self._decoder.buffered, trio.current_time())
-            if not await self._dispatch(nursery, commands):
-                return
 
-    async def _dispatch(self, nursery: trio.Nursery, commands: list[RemotingCommand]) -> bool:
-        """Serve what one receive brought; False when the connection must close."""
+    def _take(self, data: bytes, received: float) -> None:
+        """Queue the frames ``data`` completes, received at ``received``."""
+        decoder = self._decoder
+        buf, bounds = decoder.feed_frames(data)
+        if bounds:
+            self._inbox.append([buf, bounds, 0, received])
+            self._inbox_bytes += len(buf)
+            self._partial.budget_add(len(buf))
+        self._partial.update(decoder.buffered, trio.current_time())
+
+    def _read_ahead(self) -> bool:
+        """While serving a long run, take what else has arrived, without waiting (broker
+        only): under overload the backlog then waits here, where its age is known and the
+        requests too old to serve are refused cheaply, instead of in socket buffers, where
+        the broker cannot see it.  False when the peer closed or the connection broke."""
+        budget = self._partial.budget
+        if (
+            self._inbox_bytes >= self.limits.max_frame_length
+            or (budget is not None and budget.partial_frames_over)
+            or self._raw is None
+        ):
+            return True
+        admission = self.admission
+        assert admission is not None
+        try:
+            data, ancillary, _flags, _addr = self._raw.recvmsg(RECEIVE_SIZE, _TIMESTAMP_SPACE)
+        except BlockingIOError:
+            return True
+        except OSError as exc:
+            self.close_reason = self.close_reason or f"connection lost: {exc}"
+            return False
+        if not data:
+            self.close_reason = self.close_reason or "peer closed the connection"
+            return False
+        self._take(data, self._stamp(admission, ancillary))
+        return True
+
+    async def _serve_inbox(self, nursery: trio.Nursery) -> bool:
+        """Serve the queued frames, oldest first, decoding each as its turn comes; False when
+        the connection must close.  Raises ProtocolError for a frame that does not decode
+        (those before it are served)."""
         inline = self.inline_handler
         admission = self.admission
-        received = admission.clock() if admission is not None else 0.0
-        waited = 0.0
-        for start in range(0, len(commands), SERVE_BATCH):
-            if start:
+        inbox = self._inbox
+        first = True
+        while inbox:
+            if not first:
                 # A long run of inline work yields now and then, so that the rest of the
                 # broker (the group commit waiting on its sync, dispatch, other
                 # connections) is not held up behind one big receive.
                 await trio.lowlevel.checkpoint()
                 if self._out.should_pause() and not await self._wait_until_readable():
                     return False
-            shed = None
+                if admission is not None and not self._read_ahead():
+                    return False
+            entry = inbox[0]
+            buf, bounds, index, received = entry
+            count = len(bounds) >> 1
+            batch_end = min(index + SERVE_BATCH, count)
+            stale = False
+            waited = 0.0
             if admission is not None:  # fast failure: one check per run, not per request
-                waited = admission.clock() - received if start else 0.0
-                self.backlog, self.backlog_since = len(commands) - start, received
-                if waited > admission.min_wait or received <= admission.busy_mark:
-                    shed = admission.shed
+                # The first run starts as the read ends; later ones read the clock again.
+                waited = (self._read_at if first else admission.clock()) - received
+                self.backlog, self.backlog_since = count - index, received
+                stale = waited > admission.min_wait or received <= admission.busy_mark
+            first = False
+            if batch_end == count:
+                inbox.popleft()
+                self._inbox_bytes -= len(buf)
+                self._partial.budget_add(-len(buf))
+            else:
+                entry[2] = batch_end
             self._batching = True
+            shed = _Shedding(admission, received, waited, count) if stale else None
             try:
-                for i, cmd in enumerate(commands[start : start + SERVE_BATCH], start):
+                for i in range(index, batch_end):
+                    start, end = bounds[2 * i], bounds[2 * i + 1]
+                    if shed is not None and shed.refuse(buf, start, end, i, self._out):
+                        continue
+                    cmd = decode_frame_at(buf, start, end)
                     if cmd.flag & RPC_TYPE_RESPONSE:
                         self._on_response(cmd)
                     elif cmd.header_error is not None:
                         self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
-                    elif shed is not None and (
-                        refusal := shed(self, cmd, received, waited, len(commands) - i)
-                    ):
-                        self.answer(cmd, refusal)
                     elif inline is None or not self._serve_inline(inline, cmd):
                         if self._tasks >= self.limits.max_pending_requests:
                             self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
@@ -381,9 +554,16 @@ class Channel:
                         nursery.start_soon(self._serve, cmd, received)
             finally:
                 self._batching = False
-            if self._out:
-                self._flush_direct()  # the inline answers of this run in one write
+                if shed is not None:
+                    shed.report()
+            if self._out and (not inbox or self._out.size >= FLUSH_BYTES):
+                # The answers of the runs served so far in one write: at the end of what was
+                # received, or once they are many (a send is a costly call; a write per run of
+                # 32 requests made it a tenth of a loaded broker's time).
+                self._flush_direct()
         self.backlog = 0
+        if self._decoder.broken is not None:
+            raise self._decoder.broken
         return True
 
     def _refuse(self, request: RemotingCommand, code: int, remark: str) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import struct
 from typing import Any
 
@@ -197,6 +198,7 @@ def _json_header(cmd: RemotingCommand) -> bytes:
 
 # Read per frame: an enum member read through its class costs ~0.15 us in CPython 3.11.
 _SERIALIZE_JSON = SerializeType.JSON
+_SERIALIZE_ROCKETMQ = SerializeType.ROCKETMQ
 
 
 def _language_number(language: str) -> int:
@@ -422,35 +424,133 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._partial)
 
+    @property
+    def broken(self) -> ProtocolError | None:
+        """Why the stream stopped making sense (the connection must close), or None."""
+        return self._broken
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        """The commands whose frames ``data`` completes; ProtocolError when the stream is bad."""
+        buf, bounds = self.feed_frames(data)
+        try:
+            out = [_decode_at(buf, bounds[i], bounds[i + 1]) for i in range(0, len(bounds), 2)]
+        except ProtocolError as exc:
+            self._broken = exc
+            raise
+        if self._broken is not None:
+            raise self._broken
+        return out
+
+    def feed_frames(self, data: bytes | bytearray | memoryview) -> tuple[bytes, list[int]]:
+        """The frames ``data`` completes, not decoded: the buffer they are in and their
+        bounds, ``[start, end, start, end, ...]`` (each without its length field), for
+        :func:`decode_frame_at` or :func:`peek_request`.  A bad frame length ends the stream:
+        the frames before it are returned, :attr:`broken` is set and the next call raises."""
         if self._broken is not None:
             raise self._broken
         if self._partial:
             self._partial += data
             if len(self._partial) < self._need:
-                return []
+                return b"", []
             buf = bytes(self._partial)
             self._partial = bytearray()
         else:
             buf = data if type(data) is bytes else bytes(data)
-        out: list[RemotingCommand] = []
+        bounds: list[int] = []
         pos = 0
         n = len(buf)
         unpack = _INT.unpack_from
-        try:
-            while n - pos >= 4:
-                (length,) = unpack(buf, pos)
-                if length < 4 or length > self._max:
-                    raise ProtocolError(f"frame length {length} outside 4..{self._max} bytes")
-                end = pos + 4 + length
-                if end > n:
-                    break
-                out.append(_decode_at(buf, pos + 4, end))
-                pos = end
-        except ProtocolError as exc:
-            self._broken = exc
-            raise
+        limit = self._max
+        while n - pos >= 4:
+            (length,) = unpack(buf, pos)
+            if length < 4 or length > limit:
+                self._broken = ProtocolError(f"frame length {length} outside 4..{limit} bytes")
+                if not bounds:
+                    raise self._broken
+                return buf, bounds
+            end = pos + 4 + length
+            if end > n:
+                break
+            bounds.append(pos + 4)
+            bounds.append(end)
+            pos = end
         if pos < n:
             self._partial = bytearray(memoryview(buf)[pos:])
             self._need = 4 + unpack(buf, pos)[0] if n - pos >= 4 else 4
-        return out
+        return buf, bounds
+
+
+decode_frame_at = _decode_at
+
+# The start of a JSON header as pymq's and RocketMQ's Go/C++-style writers order it, and any
+# top-level number field, for peek_request.
+_JSON_PREFIX = re.compile(
+    rb'\s*\{"code":(-?\d{1,10}),"language":"[A-Z_]{1,16}","version":-?\d{1,10},'
+    rb'"opaque":(-?\d{1,10}),"flag":(\d{1,10})'
+)
+_JSON_NUMBER_FIELD = re.compile(rb'"(code|opaque|flag)":(-?\d{1,10})[,}]')
+
+
+def peek_request(buf: bytes, start: int, end: int) -> tuple[int, int, int, int] | None:
+    """(code, opaque, flag, serialize type) of the frame in ``buf[start:end]``, read without
+    decoding its header (a fraction of the cost), or None when they cannot be read that way
+    (the frame is then decoded in full).  For shedding load: the values are only as good as
+    the frame, which is decoded and validated if it is served at all."""
+    if end - start < 4:
+        return None
+    (field,) = _INT.unpack_from(buf, start)
+    header_end = start + 4 + (field & 0xFFFFFF)
+    if header_end > end:
+        return None
+    serialize_type = (field >> 24) & 0xFF
+    if serialize_type == 1:  # ROCKETMQ: fixed fields first
+        if header_end - start - 4 < _BIN_FIXED.size:
+            return None
+        code, _lang, _version, opaque, flag = _BIN_FIXED.unpack_from(buf, start + 4)
+        return code, opaque, flag, 1
+    if serialize_type != 0:
+        return None
+    match = _JSON_PREFIX.match(buf, start + 4, header_end)
+    if match is not None:
+        code, opaque, flag = match.groups()
+        return int(code), int(opaque), int(flag), 0
+    # Another writer's key order (Java writes them alphabetically): find the three anywhere.
+    found = dict(_JSON_NUMBER_FIELD.findall(buf, start + 4, header_end))
+    if len(found) < 2 or b"code" not in found or b"opaque" not in found:
+        return None
+    return int(found[b"code"]), int(found[b"opaque"]), int(found.get(b"flag", b"0")), 0
+
+
+def busy_answer(serialize_type: int, opaque: int, remark: str) -> bytes:
+    """The whole SYSTEM_BUSY answer frame to the request ``opaque``, built without a command."""
+    if serialize_type == 1:
+        return encode(
+            RemotingCommand(
+                ResponseCode.SYSTEM_BUSY,
+                opaque=opaque,
+                flag=RPC_TYPE_RESPONSE,
+                remark=remark,
+                serialize_type=_SERIALIZE_ROCKETMQ,
+            )
+        )
+    return busy_json_answer(opaque, busy_json_tail(remark))
+
+
+def busy_json_tail(remark: str) -> bytes:
+    """The part of a JSON SYSTEM_BUSY answer after its opaque: many answers share one."""
+    return b',"flag":1,"remark":' + _quote(remark).encode() + _BUSY_TAIL
+
+
+def busy_json_answer(opaque: int, tail: bytes) -> bytes:
+    """A JSON SYSTEM_BUSY answer frame from :func:`busy_json_tail` (refusing a request must
+    cost a small fraction of serving it, so no command is built)."""
+    header = (_BUSY_HEAD % opaque) + tail
+    return _FRAME_PREFIX.pack(4 + len(header), len(header)) + header
+
+
+# busy_json_answer's header, laid out as _json_header writes every answer.
+_BUSY_HEAD = (
+    f'{{"code":{int(ResponseCode.SYSTEM_BUSY)},"language":"JAVA","version":{CURRENT_VERSION},'
+    '"opaque":%d'
+).encode()
+_BUSY_TAIL = b',"extFields":{},"serializeTypeCurrentRPC":"JSON"}'

@@ -149,6 +149,12 @@ class PartialFrameTracker:
     def release(self) -> None:
         self.update(0, 0.0)
 
+    def budget_add(self, size: int) -> None:
+        """Count ``size`` more (or fewer) bytes received and not yet served: whole frames
+        waiting their turn count against the same total as partial ones."""
+        if self.budget is not None:
+            self.budget.partial_frame_total += size
+
     def must_wait(self) -> bool:
         """Read no more of an unfinished frame while the server's total is over its cap."""
         return self.accounted > 0 and self.budget is not None and self.budget.partial_frames_over

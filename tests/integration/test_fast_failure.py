@@ -239,3 +239,32 @@ def test_defaults_are_rocketmqs() -> None:
     off = BrokerFastFailure(BrokerConfig(broker_fast_failure_enable=False))
     assert off.min_wait == float("inf")
     assert BrokerFastFailure(BrokerConfig()).min_wait == pytest.approx(0.2)
+
+
+async def test_requests_refused_in_a_long_run_are_not_decoded(
+    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refusal must cost a fraction of a send: requests past their wait are answered from a
+    peek at their header, never decoded (here each is one the decoder would refuse outright)."""
+    import pymq.remoting.channel as channel_module
+
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "Known", brokers=[cluster.broker_addr])
+    decoded = 0
+    real = channel_module.decode_frame_at
+
+    def counting(buf: bytes, start: int, end: int) -> RemotingCommand:
+        nonlocal decoded
+        decoded += 1
+        return real(buf, start, end)
+
+    monkeypatch.setattr(channel_module, "decode_frame_at", counting)
+    use_clock(cluster, SteppingClock(0.5))  # every run after the read's first is stale
+    frames = [send_request("Known", i) for i in range(1, 97)]
+    answers = await exchange(cluster, frames)
+    refused = [a for a in answers.values() if a.code == ResponseCode.SYSTEM_BUSY]
+    served = [a for a in answers.values() if a.code == ResponseCode.SUCCESS]
+    assert len(refused) + len(served) == 96
+    assert len(refused) >= 32 and all(TIMEOUT_RE.match(a.remark or "") for a in refused)
+    assert decoded == len(served)  # the refused were never decoded
+    assert cluster.broker.fast_failure.refused[0] == len(refused)

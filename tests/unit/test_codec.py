@@ -259,3 +259,49 @@ def test_scalar_ext_values_are_read_as_java_strings() -> None:
     [cmd] = FrameDecoder().feed(json_frame(header))
     assert cmd.header_error is None
     assert cmd.ext_fields == {"a": "1", "b": "true", "d": "x"}
+
+
+@given(commands(SerializeType.JSON) | commands(SerializeType.ROCKETMQ))
+def test_peek_reads_what_the_decoder_reads(cmd: RemotingCommand) -> None:
+    """peek_request, fast failure's look at a frame it may refuse undecoded, agrees with the
+    decoder on code, opaque, flag and serialize type."""
+    from pymq.remoting.codec import peek_request
+
+    data = encode(cmd)
+    decoder = FrameDecoder()
+    buf, bounds = decoder.feed_frames(data)
+    assert peek_request(buf, bounds[0], bounds[1]) == (
+        cmd.code,
+        cmd.opaque,
+        cmd.flag,
+        int(cmd.serialize_type),
+    )
+
+
+def test_peek_reads_java_key_order_too() -> None:
+    """Java writes header keys alphabetically: extFields (with the properties) come first."""
+    from pymq.remoting.codec import peek_request
+
+    header = (
+        b'{"code":310,"extFields":{"a":"g","i":"x\\"opaque\\":9"},"flag":2,'
+        b'"language":"JAVA","opaque":41,"serializeTypeCurrentRPC":"JSON","version":401}'
+    )
+    data = json_frame(header)
+    assert peek_request(data, 4, len(data)) == (310, 41, 2, 0)
+    odd = json_frame(b'{"language":"JAVA"}')
+    assert peek_request(odd, 4, len(odd)) is None  # not readable cheaply: decode it
+
+
+@pytest.mark.parametrize("serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_busy_answer_is_the_encoded_response(serialize_type: SerializeType) -> None:
+    from pymq.remoting.codec import busy_answer
+
+    remark = '[TIMEOUT_CLEAN_QUEUE]broker busy, "quoted" \u00e9'
+    expected = RemotingCommand(
+        ResponseCode.SYSTEM_BUSY,
+        opaque=-7,
+        flag=RPC_TYPE_RESPONSE,
+        remark=remark,
+        serialize_type=serialize_type,
+    )
+    assert busy_answer(int(serialize_type), -7, remark) == encode(expected)

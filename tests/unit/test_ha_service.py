@@ -71,3 +71,25 @@ async def test_ack_completes_the_wait_and_silence_times_out() -> None:
     assert results == [PutMessageStatus.PUT_OK]
     assert await ha.wait_for_replica(200) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
     assert ha.status() == [{"address": "s:1", "ackOffset": 100, "lagBytes": 900}]
+
+
+class BrokenStore:
+    """A store whose reads fail: stands for any bug met while serving one slave."""
+
+    max_phy_offset = 1000
+    min_phy_offset = 0
+
+    def get_commitlog_data(self, offset: int, size: int) -> bytes:
+        raise ValueError("a bug while reading the commit log")
+
+
+async def test_an_error_serving_one_slave_closes_that_connection_only(nursery) -> None:
+    ha = HAService(BrokenStore(), MessageStoreConfig(ha_listen_port=0), host="127.0.0.1")
+    port = await nursery.start(ha.run)
+    for _ in range(2):  # the service accepts again after the first connection failed
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(encode_report(0))
+        with trio.fail_after(5):
+            assert await stream.receive_some(100) == b""  # closed by the master
+        await stream.aclose()
+    assert ha.connections == set()

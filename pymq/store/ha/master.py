@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 # WriteSocketService: with nothing to send, look again after this long at most.
 IDLE_WAIT = 0.1
 
+# Connections on the HA port beyond this many are closed at once (a master has a slave or two;
+# the port takes no credentials, so what a stranger can open there is bounded).
+MAX_SLAVE_CONNECTIONS = 64
+
 
 @attrs.define(eq=False)
 class SlaveConnection:
@@ -98,17 +102,29 @@ class HAService:
             task_status.started(self.port)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
+        """One slave's connection, until it ends.  The connection's boundary: anything raised
+        in serving it closes it, with one log line, and nothing else."""
         try:
             host, port = stream.socket.getpeername()[:2]
         except OSError:
             host, port = "unknown", 0
         conn = SlaveConnection(f"{host}:{port}", last_read=trio.current_time())
+        if len(self.connections) >= MAX_SLAVE_CONNECTIONS:
+            log.warning(
+                "HAService: %d slave connections open, refusing %s",
+                len(self.connections),
+                conn.address,
+            )
+            await trio.aclose_forcefully(stream)
+            return
         log.info("HAService receive new connection, %s", conn.address)
         self.connections.add(conn)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read, stream, conn, nursery.cancel_scope)
                 nursery.start_soon(self._write, stream, conn, nursery.cancel_scope)
+        except Exception as exc:
+            log.error("HA connection to %s closed after an error: %r", conn.address, exc)
         finally:
             self.connections.discard(conn)
             with trio.CancelScope(shield=True):

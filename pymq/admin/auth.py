@@ -48,13 +48,14 @@ def token_matches(expected: str, presented: object) -> bool:
 class AuthThrottle:
     """Wrong tokens per client address, and the lockout they earn.
 
-    The first ``failures_before_delay`` wrong tokens from an address cost nothing (a typo); each
-    one after that locks the address out for ``base_delay * 2**k`` seconds (k = 0, 1, ...),
-    at most ``max_delay``.  While an address is locked out every attempt is refused unchecked,
-    the right token included, and without lengthening the lockout (so that a guesser on a
-    shared address cannot lock the operator out for longer than ``max_delay``).  A right token
-    outside a lockout forgets the address.  At most ``max_addresses`` addresses are remembered;
-    beyond that the least recently failed one is forgotten.
+    Fewer than ``failures_before_delay`` (at least 1) wrong tokens from an address cost nothing
+    (a typo); that many lock the address out for ``base_delay`` seconds, each further one for
+    twice as long as the one before, at most ``max_delay``.  While an address is locked out
+    every attempt is refused unchecked, the right token included, and without lengthening the
+    lockout (so that a guesser on a shared address cannot lock the operator out for longer
+    than ``max_delay``).  A right token outside a lockout forgets the address.  At most
+    ``max_addresses`` addresses are remembered; beyond that the least recently failed one is
+    forgotten.
 
     ``clock`` returns seconds (``trio.current_time`` in the channel, so tests can mock it).
     """

@@ -21,9 +21,9 @@ Hardening (every limit is an ``admin*`` key of BrokerConfig, read at start into 
   403 and logged once per distinct value.
 - A connection that has not authenticated ``adminAuthTimeoutMillis`` after it was accepted is
   closed, whatever it is stuck in: the request head, the handshake, a websocket frame.
-- Wrong tokens are counted per client address (:class:`~pymq.admin.auth.AuthThrottle`): after
-  ``adminAuthFailuresBeforeDelay`` of them the address is locked out for a delay that doubles
-  with each further wrong token, and a locked-out address is refused even the right token.
+- Wrong tokens are counted per client address (:class:`~pymq.admin.auth.AuthThrottle`): the
+  ``adminAuthFailuresBeforeDelay``-th locks the address out for a delay that doubles with each
+  further wrong token, and a locked-out address is refused even the right token.
 - At most ``adminMaxConnections`` connections, of which ``adminMaxUnauthenticatedConnections``
   unauthenticated; one more is answered 503 and closed.  Request heads are bounded by
   ``adminMaxRequestHeadBytes``, websocket messages by ``adminMaxMessageBytes``.
@@ -153,12 +153,12 @@ class AdminLimits:
                     f"adminAllowedOrigins: {entry!r} is not an origin (http[s]://host[:port])"
                 )
             origins.add(origin)
-        if config.admin_auth_failures_before_delay < 0:
-            raise ConfigError("adminAuthFailuresBeforeDelay must be >= 0")
         return cls(
             auth_timeout=positive("adminAuthTimeoutMillis", config.admin_auth_timeout_millis)
             / 1000,
-            failures_before_delay=config.admin_auth_failures_before_delay,
+            failures_before_delay=positive(
+                "adminAuthFailuresBeforeDelay", config.admin_auth_failures_before_delay
+            ),
             auth_delay=positive("adminAuthDelayMillis", config.admin_auth_delay_millis) / 1000,
             auth_max_delay=positive("adminAuthMaxDelayMillis", config.admin_auth_max_delay_millis)
             / 1000,

@@ -107,8 +107,8 @@ class BrokerConfig:
     admin_allowed_origins: str = ""
     # A connection must authenticate within this (HTTP head, handshake and token included).
     admin_auth_timeout_millis: int = 5000
-    # Wrong tokens from one client address before its lockouts start; the first lockout, and
-    # the longest (each further wrong token doubles it); addresses remembered.
+    # The wrong tokens from one client address that start its lockouts; the first lockout,
+    # and the longest (each further wrong token doubles it); addresses remembered.
     admin_auth_failures_before_delay: int = 5
     admin_auth_delay_millis: int = 1000
     admin_auth_max_delay_millis: int = 60000

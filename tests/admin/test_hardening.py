@@ -384,7 +384,7 @@ async def test_a_failure_while_serving_closes_that_connection_only(
     [
         ("adminAuthTimeoutMillis", "0", "must be > 0"),
         ("adminMaxConnections", "-1", "must be > 0"),
-        ("adminAuthFailuresBeforeDelay", "-1", "must be >= 0"),
+        ("adminAuthFailuresBeforeDelay", "0", "must be > 0"),
         ("adminAllowedOrigins", "evil.example", "is not an origin"),
         ("adminAllowedOrigins", "http://a.example/path", "is not an origin"),
         ("adminAllowedHosts", "a.example:http", "is not a host"),

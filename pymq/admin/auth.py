@@ -9,6 +9,8 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+from collections import OrderedDict
+from collections.abc import Callable
 
 from pymq.common.files import write_file_atomic
 
@@ -41,3 +43,63 @@ def token_matches(expected: str, presented: object) -> bool:
     if not isinstance(presented, str) or not presented or not expected:
         return False
     return hmac.compare_digest(expected.encode(), presented.encode())
+
+
+class AuthThrottle:
+    """Wrong tokens per client address, and the lockout they earn.
+
+    Fewer than ``failures_before_delay`` (at least 1) wrong tokens from an address cost nothing
+    (a typo); that many lock the address out for ``base_delay`` seconds, each further one for
+    twice as long as the one before, at most ``max_delay``.  While an address is locked out
+    every attempt is refused unchecked, the right token included, and without lengthening the
+    lockout (so that a guesser on a shared address cannot lock the operator out for longer
+    than ``max_delay``).  A right token outside a lockout forgets the address.  At most
+    ``max_addresses`` addresses are remembered; beyond that the least recently failed one is
+    forgotten.
+
+    ``clock`` returns seconds (``trio.current_time`` in the channel, so tests can mock it).
+    """
+
+    def __init__(
+        self,
+        *,
+        failures_before_delay: int,
+        base_delay: float,
+        max_delay: float,
+        max_addresses: int,
+        clock: Callable[[], float],
+    ) -> None:
+        self.failures_before_delay = failures_before_delay
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self.max_addresses = max_addresses
+        self._clock = clock
+        # address -> (wrong tokens so far, locked out until); oldest failure first.
+        self._entries: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def retry_after(self, address: str) -> float:
+        """Seconds until ``address`` may try a token again (0: now)."""
+        entry = self._entries.get(address)
+        if entry is None:
+            return 0.0
+        return max(0.0, entry[1] - self._clock())
+
+    def failed(self, address: str) -> float:
+        """Count one wrong token from ``address``; return the lockout it starts (0: none)."""
+        failures, _ = self._entries.pop(address, (0, 0.0))
+        failures += 1
+        over = failures - self.failures_before_delay
+        delay = 0.0
+        if over >= 0:
+            # min() before the power would overflow: 2**over grows without bound.
+            delay = self.max_delay if over >= 64 else min(self.max_delay, self.base_delay * 2**over)
+        self._entries[address] = (failures, self._clock() + delay)
+        while len(self._entries) > self.max_addresses:
+            self._entries.popitem(last=False)
+        return delay
+
+    def succeeded(self, address: str) -> None:
+        self._entries.pop(address, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -54,6 +54,17 @@ RESTART_ONLY_KEYS = frozenset(
         "adminListenPort",
         "adminBindAddress",
         "adminToken",
+        "adminAllowedHosts",
+        "adminAllowedOrigins",
+        "adminAuthTimeoutMillis",
+        "adminAuthFailuresBeforeDelay",
+        "adminAuthDelayMillis",
+        "adminAuthMaxDelayMillis",
+        "adminAuthThrottleMaxAddresses",
+        "adminMaxConnections",
+        "adminMaxUnauthenticatedConnections",
+        "adminMaxMessageBytes",
+        "adminMaxRequestHeadBytes",
         "rocketmqHome",
     }
 )

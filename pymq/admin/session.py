@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from pymq.admin import protocol
-from pymq.admin.auth import token_matches
+from pymq.admin.auth import AuthThrottle, token_matches
 from pymq.admin.protocol import ProtocolError, Request
 from pymq.admin.service import AdminError, AdminService
 from pymq.common.serde import loads_lenient
@@ -56,11 +56,16 @@ class AdminSession:
         nursery: trio.Nursery,
         *,
         authenticated: bool = False,
+        throttle: AuthThrottle | None = None,
+        peer: str = "",
     ) -> None:
         self.broker = broker
         self.service = AdminService(broker)
         self.token = token
         self.authenticated = authenticated
+        # Wrong tokens are counted per client address there, and locked-out addresses refused.
+        self.throttle = throttle
+        self.peer = peer
         self.auth_failures = 0
         self._send = send
         self._nursery = nursery
@@ -139,9 +144,23 @@ class AdminSession:
     # -- auth and subscriptions ---------------------------------------------------------------
 
     def _auth(self, request: Request) -> dict[str, Any]:
+        throttle = self.throttle
+        wait = throttle.retry_after(self.peer) if throttle is not None else 0.0
+        if wait > 0:
+            # Locked out: not even checked, so a guess cannot succeed now whatever it is.
+            self.auth_failures += 1
+            raise ProtocolError(
+                protocol.UNAUTHORIZED,
+                f"too many wrong admin tokens from this address; retry in {math.ceil(wait)} s",
+                request.id,
+            )
         if token_matches(self.token, request.params.get("token")):
+            if throttle is not None:
+                throttle.succeeded(self.peer)
             self.authenticated = True
             return {"authenticated": True, "broker": self.broker.broker_config.broker_name}
+        if throttle is not None:
+            throttle.failed(self.peer)
         self.auth_failures += 1
         raise ProtocolError(protocol.UNAUTHORIZED, "wrong admin token", request.id)
 

@@ -102,6 +102,23 @@ class BrokerConfig:
     admin_listen_port: int = 0
     admin_bind_address: str = "127.0.0.1"
     admin_token: str = ""
+    # pymq: the admin channel's limits (read at start; see AdminLimits in pymq/admin/channel.py).
+    # Extra Host names (name, or name:port) and page origins (scheme://host[:port]) accepted
+    # besides the console's own, comma-separated.
+    admin_allowed_hosts: str = ""
+    admin_allowed_origins: str = ""
+    # A connection must authenticate within this (HTTP head, handshake and token included).
+    admin_auth_timeout_millis: int = 5000
+    # The wrong tokens from one client address that start its lockouts; the first lockout,
+    # and the longest (each further wrong token doubles it); addresses remembered.
+    admin_auth_failures_before_delay: int = 5
+    admin_auth_delay_millis: int = 1000
+    admin_auth_max_delay_millis: int = 60000
+    admin_auth_throttle_max_addresses: int = 4096
+    admin_max_connections: int = 64
+    admin_max_unauthenticated_connections: int = 16
+    admin_max_message_bytes: int = 1024 * 1024
+    admin_max_request_head_bytes: int = 16 * 1024
 
     def namesrv_list(self) -> list[str]:
         return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]

@@ -22,7 +22,9 @@ async def http_get(cluster: Cluster, path: str) -> tuple[int, bytes]:
     assert channel is not None
     stream = await trio.open_tcp_stream("127.0.0.1", channel.port)
     async with stream:
-        await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await stream.send_all(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{channel.port}\r\n\r\n".encode()
+        )
         data = b""
         with trio.fail_after(5):
             while chunk := await stream.receive_some():
@@ -349,16 +351,21 @@ async def raw_http(cluster: Cluster, data: bytes) -> bytes:
 
 
 async def test_http_edges(admin_cluster):
-    assert b" 405 " in await raw_http(admin_cluster, b"POST / HTTP/1.1\r\nHost: x\r\n\r\n")
+    host = f"127.0.0.1:{admin_cluster.broker.admin_channel.port}".encode()
+    assert b" 405 " in await raw_http(
+        admin_cluster, b"POST / HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
+    )
     assert b" 400 " in await raw_http(admin_cluster, b"garbage\r\n\r\n")
     upgrade = (
-        b"GET /elsewhere HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"GET /elsewhere HTTP/1.1\r\nHost: "
+        + host
+        + b"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     )
     assert b" 404 " in await raw_http(admin_cluster, upgrade)
     reply = await raw_http(admin_cluster, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n")
     assert b" 431 " in reply or reply == b""
-    head = await raw_http(admin_cluster, b"HEAD /app.css HTTP/1.1\r\nHost: x\r\n\r\n")
+    head = await raw_http(admin_cluster, b"HEAD /app.css HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
     assert b"text/css" in head and head.endswith(b"\r\n\r\n")
 
 

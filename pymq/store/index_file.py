@@ -86,7 +86,7 @@ class IndexFile:
     def ensure_allocated(self) -> None:
         """Blocking (load): the blocks of the header, the slot table and the entries so far
         (plus the next chunk), for a file found on disk (sparse if Java or an older pymq wrote
-        it).  Raises ``OSError``."""
+        it).  On a full disk a warning; puts allocate then (see MappedFile.ensure_allocated)."""
         self.mf.ensure_allocated(self.data_end)
 
     def _allocate_for(self, count: int) -> None:

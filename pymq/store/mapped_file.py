@@ -3,7 +3,8 @@
 Ownership: a ``MappedFile`` owns its file descriptor and its ``mmap``; :meth:`destroy` releases both
 and unlinks the file.  Appends and reads are plain memory copies and run on the event loop; the
 blocking calls (:meth:`create`, :meth:`sync`, :meth:`destroy`, :meth:`truncate_from`) are meant
-for ``trio.to_thread.run_sync`` and never touch the positions, which the loop alone updates.
+for ``trio.to_thread.run_sync`` and never touch the positions, which the loop alone updates
+(:meth:`ensure_allocated` runs during load and recovery, before the loop writes).
 
 Durability: the mapping is ``MAP_SHARED``, so on Linux ``fdatasync`` on the descriptor writes the
 pages dirtied through the mapping; we use it rather than ``mmap.flush`` because CPython's
@@ -352,18 +353,33 @@ class MappedFile:
 
     # --- blocking calls (run in a worker thread) -----------------------------------------------
 
-    def ensure_allocated(self, end: int) -> None:
+    def ensure_allocated(self, end: int, *, strict: bool = False) -> None:
         """Blocking (load and recovery): make every block below ``end`` (rounded up to a
         chunk, at most the file) exist, wherever :attr:`allocated` stands.  A file written by an
         older version or by Java is sparse: its holes below the data end are filled and the
-        next chunk is allocated, never the whole file.  Raises ``OSError``."""
+        next chunk is allocated, never the whole file (blocks that exist cost nothing).
+
+        On a full disk this logs a warning and leaves :attr:`allocated` as it was (the store
+        starts; its writes allocate, and are refused until space is back), or raises the
+        ``OSError`` when ``strict``."""
         if self._fd < 0:
             return
         chunk = self.chunk
         target = min(self.file_size, -(-max(end, 0) // chunk) * chunk)
         if target <= self.allocated:
             return
-        allocate_blocks(self._fd, target)  # from 0: blocks that exist cost nothing
+        try:
+            allocate_blocks(self._fd, target)  # from 0: blocks that exist cost nothing
+        except OSError as exc:
+            if strict:
+                raise
+            log.warning(
+                "cannot allocate the blocks of %s now (%s); writes will, and are refused "
+                "while they cannot",
+                self.path,
+                exc,
+            )
+            return
         log.debug("store file %s is allocated up to %d", self.path, target)
         self.allocated = target
 

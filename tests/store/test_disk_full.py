@@ -515,3 +515,36 @@ async def test_a_fresh_default_store_takes_little_disk(tmp_path: pathlib.Path) -
             total += sum(_on_disk(os.path.join(directory, name)) for name in files)
         assert total < 64 * MIB, total
         _check_store_allocation(store)
+
+
+def test_a_sparse_file_found_on_a_full_disk_still_loads(
+    fs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery cannot allocate a sparse last file on a full disk: the store still starts (a
+    warning), and writes into the file allocate first, refused until space is back."""
+    monkeypatch.setattr(mapped_file_module, "ALLOCATE_CHUNK", 64 * 1024)
+    directory = os.path.join(fs, "commitlog")
+    os.makedirs(directory)
+    path = os.path.join(directory, "00000000000000000000")
+    with open(path, "wb") as f:
+        f.truncate(2 * MIB)
+        f.write(b"r" * 100_000)
+    ballast = os.path.join(fs, "ballast")
+    fill_disk(ballast)
+    queue = MappedFileQueue(directory, 2 * MIB)
+    queue.load()
+    try:
+        queue.truncate_dirty_files(100_000)
+        mf = queue.files[0]
+        assert mf.wrote_position == 100_000
+        assert mf.allocated == 0
+        with pytest.raises(OSError) as caught:
+            mf.append(b"n" * 100_000)
+        assert caught.value.errno == errno.ENOSPC
+        assert mf.wrote_position == 100_000
+        os.unlink(ballast)
+        assert mf.append(b"n" * 100_000)
+        assert mf.allocated == 256 * 1024
+        assert mf.mm[:200_000] == b"r" * 100_000 + b"n" * 100_000
+    finally:
+        queue.close()

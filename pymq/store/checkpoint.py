@@ -19,6 +19,7 @@ import os
 import struct
 
 from pymq.common.errors import StartupError
+from pymq.store.mapped_file import allocate_blocks
 
 OS_PAGE_SIZE = 4096
 _THREE_LONGS = struct.Struct(">qqq")
@@ -36,6 +37,9 @@ class StoreCheckpoint:
         try:
             if os.fstat(fd).st_size < OS_PAGE_SIZE:
                 os.ftruncate(fd, OS_PAGE_SIZE)
+            # Its one page gets its block now (a no-op once it has one): a write into a sparse
+            # mapping on a full disk would be a SIGBUS (see pymq.store.mapped_file).
+            allocate_blocks(fd, OS_PAGE_SIZE)
             self._mm = mmap.mmap(fd, OS_PAGE_SIZE)
         except BaseException:
             os.close(fd)

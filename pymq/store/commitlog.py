@@ -45,7 +45,11 @@ from pymq.common.message import (
 )
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store.mapped_file import MappedFile
-from pymq.store.mapped_file_queue import MappedFileAllocator, MappedFileQueue
+from pymq.store.mapped_file_queue import (
+    DEFAULT_CREATE_RETRY_INTERVAL_S,
+    MappedFileAllocator,
+    MappedFileQueue,
+)
 from pymq.store.results import PUT_OK, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -138,8 +142,16 @@ class CommitLog:
         # SCHEDULE_TOPIC_XXXX, whose tags code is a delivery time reput works out itself.
         self.dispatch_hints: collections.deque[tuple] = collections.deque()
         self.clock_ms = clock_ms
-        # True from a failed file creation until the next append that succeeds.
+        # True from a failed file creation (or block allocation) until the next append that
+        # succeeds.
         self.create_failing = False
+        # A failed block allocation (a full disk): the error, and when (time.monotonic) the
+        # put path may try again; until then puts needing blocks are refused without a syscall.
+        self._allocate_error: OSError | None = None
+        self._allocate_retry_at = 0.0
+        self.allocate_retry_interval = (
+            allocator.retry_interval if allocator is not None else DEFAULT_CREATE_RETRY_INTERVAL_S
+        )
         self.set_store_host("127.0.0.1", 0)
 
     def set_store_host(self, ip: str, port: int) -> None:
@@ -176,18 +188,47 @@ class CommitLog:
         queue = self.queue
         mf = queue.get_last_mapped_file(0)
         if needed + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+            if mf.wrote_position + END_FILE_MIN_BLANK_LENGTH > mf.allocated:
+                self._allocate(mf, mf.wrote_position + END_FILE_MIN_BLANK_LENGTH)
             nxt = queue.create_next_file()
+            if needed > nxt.allocated:  # a record larger than the first chunk
+                try:
+                    self._allocate(nxt, needed)
+                except OSError:
+                    nxt.close()  # the file stays; the next try maps it again
+                    raise
             _BLANK.pack_into(mf.mm, mf.wrote_position, mf.remaining, BLANK_MAGIC_CODE)
             mf.wrote_position = mf.file_size
             queue.add_file(nxt)
             mf = nxt
         return mf
 
+    def _allocate(self, mf: MappedFile, end: int) -> None:
+        """Allocate ``mf``'s blocks up to ``end`` before a write there (see MappedFile).
+
+        Raises ``OSError`` (nothing changed) on a full disk; after a failure the put path does
+        not try again for ``allocate_retry_interval`` seconds: puts needing blocks are refused
+        at once meanwhile (CREATE_MAPEDFILE_FAILED, as when a file cannot be created)."""
+        failed = self._allocate_error
+        if failed is not None and time.monotonic() < self._allocate_retry_at:
+            raise OSError(failed.errno, failed.strerror)
+        try:
+            mf.allocate_to(end)
+        except OSError as exc:
+            self._allocate_error = exc
+            self._allocate_retry_at = time.monotonic() + self.allocate_retry_interval
+            raise
+        self._allocate_error = None
+
     def _create_failed(self, exc: OSError) -> PutMessageResult:
-        """CREATE_MAPEDFILE_FAILED for a put (logged once per run of failures)."""
+        """CREATE_MAPEDFILE_FAILED for a put (logged once per run of failures).  Also the
+        answer when the blocks of a commit-log file cannot be allocated."""
         if not self.create_failing:
             self.create_failing = True
-            log.error("cannot create a commit-log file, puts are refused until it can be: %s", exc)
+            log.error(
+                "cannot create or allocate a commit-log file, puts are refused until it can be: %s",
+                exc,
+            )
         # The sender learns the cause, not the server's paths (the log has those).
         cause = os.strerror(exc.errno) if exc.errno else type(exc).__name__
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -260,6 +301,15 @@ class CommitLog:
             if self.create_failing:
                 self.create_failing = False
                 log.warning("a commit-log file was created: puts are accepted again")
+        pos = mf.wrote_position
+        if pos + size > mf.allocated:  # the next chunk's blocks, before the encoder writes
+            try:
+                self._allocate(mf, pos + size)
+            except OSError as exc:
+                return self._create_failed(exc)
+            if self.create_failing:
+                self.create_failing = False
+                log.warning("commit-log blocks were allocated: puts are accepted again")
         now = self.clock_ms()
         key = None
         if sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
@@ -267,7 +317,6 @@ class CommitLog:
         else:
             key = (msg.topic, msg.queue_id)
             queue_offset = self.topic_queue_table.get(key, 0)
-        pos = mf.wrote_position
         phy = mf.file_from_offset + pos
         try:
             encode_message_into(
@@ -336,11 +385,13 @@ class CommitLog:
             )
         try:
             mf = self._writable_file(total)
+            if mf.wrote_position + total > mf.allocated:
+                self._allocate(mf, mf.wrote_position + total)
         except OSError as exc:
             return self._create_failed(exc)
         if self.create_failing:
             self.create_failing = False
-            log.warning("a commit-log file was created: puts are accepted again")
+            log.warning("commit-log space is back: puts are accepted again")
         now = self.clock_ms()
         mm = mf.mm
         pos = mf.wrote_position
@@ -412,7 +463,11 @@ class CommitLog:
                 log.exception("cannot create a commit-log file for replicated data")
                 return False
             chunk = view[: mf.remaining]
-            mf.append(chunk)
+            try:
+                mf.append(chunk)  # allocates its blocks first
+            except OSError as exc:
+                log.error("cannot allocate commit-log blocks for replicated data: %s", exc)
+                return False
             offset += len(chunk)
             view = view[len(chunk) :]
         return True

@@ -15,6 +15,7 @@ import os
 import struct
 from collections.abc import Callable
 
+from pymq.store import mapped_file
 from pymq.store.mapped_file import MappedFile
 from pymq.store.mapped_file_queue import MappedFileQueue
 
@@ -95,7 +96,10 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size - file_size % CQ_STORE_UNIT_SIZE
         self.queue = MappedFileQueue(
-            os.path.join(root_dir, topic, str(queue_id)), self.file_size, lazy_directory_sync=True
+            os.path.join(root_dir, topic, str(queue_id)),
+            self.file_size,
+            lazy_directory_sync=True,
+            chunk=mapped_file.CQ_ALLOCATE_CHUNK,
         )
         # Commit-log offset just past the newest entry's record; -1 when empty.
         self.max_physic_offset = -1
@@ -203,7 +207,8 @@ class ConsumeQueue:
         """Append the entry for logical offset ``cq_offset``; a duplicate is skipped.
 
         Raises :class:`~pymq.store.mapped_file_queue.CreateFileError` (nothing changed) when the
-        file cannot be created: the reput service stops at this record and tries it again
+        file cannot be created, or ``OSError`` when its next chunk of blocks cannot be
+        allocated (see MappedFile): the reput service stops at this record and tries it again
         later, so no entry is ever skipped.
         """
         if phy_offset + size <= self.max_physic_offset:
@@ -212,6 +217,8 @@ class ConsumeQueue:
         mf = self.queue.get_last_mapped_file(expect)
         if mf.wrote_position == 0 and self.queue.files[0] is mf and expect > mf.file_from_offset:
             # A queue whose first entry is not at offset 0 (e.g. after its files were deleted).
+            # Blocks for the fillers and the entry first: a failure then leaves no filler.
+            mf.allocate_to(expect - mf.file_from_offset + CQ_STORE_UNIT_SIZE)
             while mf.file_from_offset + mf.wrote_position < expect:
                 mf.append(_BLANK_ENTRY)
             self.min_logic_offset = expect

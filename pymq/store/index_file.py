@@ -9,7 +9,10 @@ Layout (big-endian), as RocketMQ 4.x writes ``index/{yyyyMMddHHmmssSSS}``:
   beginTimestamp) | prevIndex i4 (the previous entry of the same slot: a chain).
 
 The file owns its ``MappedFile``.  Puts and queries are memory operations on the loop; creation,
-sync and deletion are blocking.
+sync and deletion are blocking.  Disk blocks (see :mod:`pymq.store.mapped_file`): the header and
+the slot table, written anywhere, get theirs when the file is created (20 MB at the default
+5,000,000 slots); the entries, written front to back, get theirs a chunk at a time before a put
+writes into them, so a put on a full disk raises ``OSError`` with nothing written.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import struct
 
 from pymq.common.message import java_string_hash, java_string_hash_after, native_extension
+from pymq.store import mapped_file
 from pymq.store.mapped_file import MappedFile
 
 HEADER = struct.Struct(">qqqqii")
@@ -50,7 +54,12 @@ class IndexFile:
         """Blocking: open or create ``path`` and read its header."""
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
-        self.mf = MappedFile.create(path, index_file_size(hash_slot_num, index_num))
+        entries_at = HEADER_SIZE + hash_slot_num * SLOT_SIZE
+        self.mf = MappedFile.create(
+            path,
+            index_file_size(hash_slot_num, index_num),
+            allocate=entries_at + mapped_file.ALLOCATE_CHUNK,
+        )
         self.path = path
         (
             self.begin_timestamp,
@@ -63,13 +72,34 @@ class IndexFile:
         if self.index_count <= 0:
             self.index_count = 1
         self.mf.wrote_position = self.mf.file_size
-        self._entries_at = HEADER_SIZE + hash_slot_num * SLOT_SIZE
+        self._entries_at = entries_at
 
     @property
     def is_full(self) -> bool:
         return self.index_count >= self.index_num
 
+    @property
+    def data_end(self) -> int:
+        """File position just past the last entry: everything written lies below it."""
+        return self._entries_at + self.index_count * ENTRY_SIZE
+
+    def ensure_allocated(self) -> None:
+        """Blocking (load): the blocks of the header, the slot table and the entries so far
+        (plus the next chunk), for a file found on disk (sparse if Java or an older pymq wrote
+        it).  On a full disk a warning; puts allocate then (see MappedFile.ensure_allocated)."""
+        self.mf.ensure_allocated(self.data_end)
+
+    def _allocate_for(self, count: int) -> None:
+        """Blocks for ``count`` more entries (and the slot table) before a put writes them;
+        raises ``OSError`` with nothing written."""
+        mf = self.mf
+        need = min(mf.file_size, self._entries_at + (self.index_count + count) * ENTRY_SIZE)
+        if need > mf.allocated:
+            mf.allocate_to(need)
+
     def write_header(self) -> None:
+        if self.mf.allocated < HEADER_SIZE:  # a file found on disk and never put into
+            self.mf.allocate_to(HEADER_SIZE)
         HEADER.pack_into(
             self.mf.mm,
             0,
@@ -86,7 +116,9 @@ class IndexFile:
     ) -> int:
         """Index each of ``keys`` (hashed as prefix + key from the prefix's Java hash) for one
         record, without rewriting the header; returns how many fitted (all unless the file
-        filled up).  One C call when the extension is built, else :meth:`put_hash` per key."""
+        filled up).  One C call when the extension is built, else :meth:`put_hash` per key.
+        Raises ``OSError`` (nothing written) when the entries' blocks cannot be allocated."""
+        self._allocate_for(len(keys))
         if _native_index_put is None:
             for i, key in enumerate(keys):
                 h = positive_hash(java_string_hash_after(prefix_hash, key))
@@ -115,6 +147,7 @@ class IndexFile:
         count = self.index_count
         if count >= self.index_num:
             return False
+        self._allocate_for(1)
         mm = self.mf.mm
         abs_slot = HEADER_SIZE + (h % self.hash_slot_num) * SLOT_SIZE
         slot_value = SLOT.unpack_from(mm, abs_slot)[0]

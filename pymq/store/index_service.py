@@ -64,8 +64,9 @@ class IndexService:
                 continue
             self.files.append(f)
         if self.files:
-            # The newest file is written to: allocate it if it is sparse (see MappedFile).
-            self.files[-1].mf.ensure_allocated()
+            # The newest file is written to: its blocks up to its data end and the next chunk
+            # (it is sparse if Java or an older pymq wrote it; see MappedFile).
+            self.files[-1].ensure_allocated()
 
     def close(self) -> None:
         for f in self.files:

@@ -3,20 +3,27 @@
 Ownership: a ``MappedFile`` owns its file descriptor and its ``mmap``; :meth:`destroy` releases both
 and unlinks the file.  Appends and reads are plain memory copies and run on the event loop; the
 blocking calls (:meth:`create`, :meth:`sync`, :meth:`destroy`, :meth:`truncate_from`) are meant
-for ``trio.to_thread.run_sync`` and never touch the positions, which the loop alone updates.
+for ``trio.to_thread.run_sync`` and never touch the positions, which the loop alone updates
+(:meth:`ensure_allocated` runs during load and recovery, before the loop writes).
 
 Durability: the mapping is ``MAP_SHARED``, so on Linux ``fdatasync`` on the descriptor writes the
 pages dirtied through the mapping; we use it rather than ``mmap.flush`` because CPython's
 ``msync`` call holds the GIL, which would stall the loop from the worker thread.  File sizes never
 change after creation, so ``fdatasync`` (no metadata) is enough.
 
-Space: a file's blocks are allocated on disk when it is created (``posix_fallocate``), before
-anything is written through its mapping.  A sparse mapping would take its blocks at the first
-write of each page instead, and on a full disk the kernel answers such a write with SIGBUS, which
-kills the process; with the blocks allocated up front a full disk fails the creation with an
-``OSError`` (ENOSPC) that the caller answers, and writes into a mapping can no longer fail.
-Where the filesystem cannot ``fallocate`` (EOPNOTSUPP), the holes are filled by writing zeros,
-with a warning: slower, but just as safe.
+Space: a page is never written through a mapping before its disk blocks exist.  A sparse mapping
+would take its blocks at the first write of each page, and on a full disk the kernel answers such
+a write with SIGBUS, which kills the process.  So every file knows how far its blocks are
+allocated (:attr:`MappedFile.allocated`: every block below it exists), and a writer that is about
+to write past that point first calls :meth:`MappedFile.allocate_to`, which allocates the next
+:attr:`MappedFile.chunk` bytes (``posix_fallocate``; microseconds on ext4) on the loop.  On a full
+disk that call raises ``OSError`` (ENOSPC) and the caller refuses the write with nothing changed,
+exactly as when a file cannot be created.  Disk use thus grows with the data, as Java's sparse
+files do, instead of taking each file's full size at creation.  A new file gets its first chunk
+when it is created (so a creation on a full disk fails as before); a file found on load has
+``allocated`` 0 (nothing known), and recovery allocates the last one up to its data end plus a
+chunk (:meth:`MappedFile.ensure_allocated`).  Where the filesystem cannot ``fallocate``
+(EOPNOTSUPP), the holes are filled by writing zeros, with a warning: slower, but just as safe.
 """
 
 from __future__ import annotations
@@ -60,21 +67,34 @@ CREATING_SUFFIX = ".creating"
 """Suffix of a file being created (hidden, renamed into place when sized)."""
 
 
+ALLOCATE_CHUNK = 4 * 1024 * 1024
+"""Blocks are allocated ahead of the write position in chunks of this many bytes (never past the
+end of the file): one ``posix_fallocate`` per 4 MiB written, and a file takes at most one chunk
+more than its data on disk.  The default chunk of commit-log and index files."""
+
+CQ_ALLOCATE_CHUNK = 64 * 1024
+"""The chunk of consume-queue files: a broker has one per queue (thousands), each written 20
+bytes a message, so 64 KiB (3,276 entries) keeps an idle queue small and costs one
+``posix_fallocate`` per 3,276 messages of the queue."""
+
+
 _FALLOCATE_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
 _fallback_warned = False
 
 
-def allocate_blocks(fd: int, size: int) -> None:
-    """Blocking: make the disk blocks of the first ``size`` bytes of ``fd`` exist, keeping data.
+def allocate_blocks(fd: int, size: int, start: int = 0) -> None:
+    """Blocking: make the disk blocks of bytes ``start`` to ``size`` of ``fd`` exist, keeping data.
 
     ``posix_fallocate`` where the filesystem has it; otherwise zeros are written into the holes
     only (found with SEEK_HOLE), so the data of an existing file is never touched.  Raises
     ``OSError`` (ENOSPC on a full disk); blocks already allocated by a failed call stay with
-    the file, whose creator deletes it.
+    the file (they are allocated again, at no cost, by the next try).
     """
     global _fallback_warned
+    if size <= start:
+        return
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.posix_fallocate(fd, start, size - start)
         return
     except OSError as exc:
         if exc.errno not in _FALLOCATE_UNSUPPORTED:
@@ -86,12 +106,12 @@ def allocate_blocks(fd: int, size: int) -> None:
                 "zeros instead, which is slower",
                 os.strerror(exc.errno or 0),
             )
-    _fill_holes(fd, size)
+    _fill_holes(fd, size, start)
 
 
-def _fill_holes(fd: int, size: int) -> None:
-    """Write zeros into every hole below ``size`` (data regions are left as they are)."""
-    pos = 0
+def _fill_holes(fd: int, size: int, start: int = 0) -> None:
+    """Write zeros into every hole between ``start`` and ``size`` (data is left as it is)."""
+    pos = start
     while pos < size:
         try:
             hole = os.lseek(fd, pos, os.SEEK_HOLE)
@@ -119,11 +139,6 @@ def _fill_holes(fd: int, size: int) -> None:
         pos = end
 
 
-def is_sparse(fd: int, size: int) -> bool:
-    """Whether fewer blocks than ``size`` bytes need are allocated to ``fd``."""
-    return os.fstat(fd).st_blocks * 512 < size
-
-
 def sync_directory(directory: str) -> None:
     """Blocking: make renames and deletions in ``directory`` durable."""
     fd = os.open(directory, os.O_RDONLY)
@@ -142,6 +157,8 @@ class MappedFile:
 
     __slots__ = (
         "_fd",
+        "allocated",
+        "chunk",
         "file_from_offset",
         "file_size",
         "flushed_position",
@@ -151,22 +168,29 @@ class MappedFile:
         "wrote_position",
     )
 
-    def __init__(self, path: str, file_size: int) -> None:
+    def __init__(
+        self, path: str, file_size: int, allocated: int = 0, chunk: int | None = None
+    ) -> None:
         """Open (creating and sizing if needed) and map ``path``; blocking.
 
+        Blocks are allocated ``chunk`` bytes at a time (default :data:`ALLOCATE_CHUNK`).  A
+        file created here gets its first chunk; for an existing one the caller says how far
+        its blocks are known to be allocated (``allocated``, 0: nothing known).
         Raises ``OSError`` when the file cannot be created or mapped, and ``ValueError`` when an
         existing file has another size (a store written with another file size).
         """
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(os.path.basename(path))
+        self.chunk = max(OS_PAGE_SIZE, chunk or ALLOCATE_CHUNK)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
             if size == 0:
                 os.ftruncate(fd, file_size)
+                allocated = min(file_size, self.chunk)
                 try:
-                    allocate_blocks(fd, file_size)
+                    allocate_blocks(fd, allocated)
                 except BaseException:
                     os.ftruncate(fd, 0)  # back to empty: loading removes an empty last file
                     raise
@@ -177,14 +201,29 @@ class MappedFile:
             os.close(fd)
             raise
         self._fd = fd
+        self.allocated = min(allocated, file_size)
+        """Every disk block below this file position exists: writes below it cannot fault."""
         self.wrote_position = 0
         self.flushed_position = 0
         # Store timestamp of the newest record appended (for the checkpoint after a flush).
         self.last_store_timestamp = 0
 
     @classmethod
-    def create(cls, path: str, file_size: int, *, sync_dir: bool = True) -> MappedFile:
+    def create(
+        cls,
+        path: str,
+        file_size: int,
+        *,
+        sync_dir: bool = True,
+        chunk: int | None = None,
+        allocate: int | None = None,
+    ) -> MappedFile:
         """Blocking: create ``path`` (and its directory) at its full size, atomically, and map it.
+
+        The first ``allocate`` bytes (default: one ``chunk``, default :data:`ALLOCATE_CHUNK`;
+        at most the file) get their blocks at once, so a full
+        disk fails the creation (``OSError``, nothing left behind); the rest is allocated in
+        chunks as it is written (:meth:`allocate_to`).  An existing file is only mapped.
 
         The file is sized under a hidden temporary name and renamed into place (then the
         directory is synced, unless ``sync_dir`` is False and the caller syncs it before it
@@ -193,6 +232,9 @@ class MappedFile:
         """
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
+        chunk = chunk or ALLOCATE_CHUNK
+        allocate = min(file_size, allocate or chunk)
+        allocated = 0
         if not os.path.exists(path):
             # A private temporary name, and link() rather than rename(): two creators racing
             # for the same file (the allocator thread and the loop) both end up on one inode,
@@ -202,7 +244,7 @@ class MappedFile:
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 os.ftruncate(fd, file_size)
-                allocate_blocks(fd, file_size)
+                allocate_blocks(fd, allocate)
             except BaseException:
                 # No half-made file stays behind (loading would remove it, but a full disk
                 # needs the space back now).
@@ -213,13 +255,14 @@ class MappedFile:
             os.close(fd)
             try:
                 os.link(tmp, path)
+                allocated = allocate
             except FileExistsError:
-                pass
+                pass  # another creator's file: how far it is allocated is not known here
             finally:
                 os.unlink(tmp)
             if sync_dir:
                 sync_directory(directory)
-        return cls(path, file_size)
+        return cls(path, file_size, allocated, chunk)
 
     def __repr__(self) -> str:
         return (
@@ -255,12 +298,33 @@ class MappedFile:
 
     # --- data ----------------------------------------------------------------------------------
 
+    def allocate_to(self, end: int) -> None:
+        """Make the blocks below file position ``end`` exist before anything is written there:
+        the chunks from :attr:`allocated` up to ``end`` rounded up to :attr:`chunk`
+        (at most the file) are allocated, synchronously (microseconds for a chunk on ext4).
+
+        Raises ``OSError`` (ENOSPC on a full disk) with :attr:`allocated` unchanged: the writer
+        refuses its write and changes nothing.  Writers call it only when ``end`` is above
+        :attr:`allocated`, which is one integer comparison on their path.
+        """
+        start = self.allocated
+        if end <= start:
+            return
+        chunk = self.chunk
+        target = min(self.file_size, -(-end // chunk) * chunk)
+        allocate_blocks(self._fd, target, start)
+        self.allocated = target
+
     def append(self, data: bytes | memoryview) -> bool:
-        """Copy ``data`` at the write position; False (nothing written) if it does not fit."""
+        """Copy ``data`` at the write position; False (nothing written) if it does not fit.
+
+        Raises ``OSError`` (nothing written) when the blocks for it cannot be allocated."""
         pos = self.wrote_position
         end = pos + len(data)
         if end > self.file_size:
             return False
+        if end > self.allocated:
+            self.allocate_to(end)
         self.mm[pos:end] = data
         self.wrote_position = end
         return True
@@ -289,12 +353,35 @@ class MappedFile:
 
     # --- blocking calls (run in a worker thread) -----------------------------------------------
 
-    def ensure_allocated(self) -> None:
-        """Blocking: allocate the blocks of a file that is sparse (written by an older version
-        or by Java), so that appends into it cannot hit a full disk.  Raises ``OSError``."""
-        if self._fd >= 0 and is_sparse(self._fd, self.file_size):
-            log.info("allocating the blocks of sparse store file %s", self.path)
-            allocate_blocks(self._fd, self.file_size)
+    def ensure_allocated(self, end: int, *, strict: bool = False) -> None:
+        """Blocking (load and recovery): make every block below ``end`` (rounded up to a
+        chunk, at most the file) exist, wherever :attr:`allocated` stands.  A file written by an
+        older version or by Java is sparse: its holes below the data end are filled and the
+        next chunk is allocated, never the whole file (blocks that exist cost nothing).
+
+        On a full disk this logs a warning and leaves :attr:`allocated` as it was (the store
+        starts; its writes allocate, and are refused until space is back), or raises the
+        ``OSError`` when ``strict``."""
+        if self._fd < 0:
+            return
+        chunk = self.chunk
+        target = min(self.file_size, -(-max(end, 0) // chunk) * chunk)
+        if target <= self.allocated:
+            return
+        try:
+            allocate_blocks(self._fd, target)  # from 0: blocks that exist cost nothing
+        except OSError as exc:
+            if strict:
+                raise
+            log.warning(
+                "cannot allocate the blocks of %s now (%s); writes will, and are refused "
+                "while they cannot",
+                self.path,
+                exc,
+            )
+            return
+        log.debug("store file %s is allocated up to %d", self.path, target)
+        self.allocated = target
 
     def sync(self) -> None:
         """Blocking: make everything written through the mapping durable."""
@@ -312,6 +399,7 @@ class MappedFile:
             # pread, not a slice of the map: reading holes through the map faults in every page
             if _all_zero(os.pread(self._fd, end - p, p)):
                 break
+            allocate_blocks(self._fd, end, p)  # holes among the dirty bytes: no SIGBUS
             self.mm[p:end] = bytes(end - p)
             p = end
         if p > pos:

@@ -3,8 +3,8 @@
 Ownership: the queue owns its ``MappedFile`` objects and is the only one to create, destroy or
 flush them.  Files are named by their 20-digit start offset and are contiguous.  Creating the next
 file takes a pre-allocated one when the :class:`MappedFileAllocator` has it ready and otherwise
-creates it on the spot (open + ftruncate + fallocate + mmap: a few syscalls, hence the
-allocator; :mod:`pymq.store.mapped_file` says why blocks are allocated at creation).  Flushing
+creates it on the spot (open + ftruncate + fallocate of the first chunk + mmap: a few syscalls,
+hence the allocator; :mod:`pymq.store.mapped_file` says how blocks are allocated).  Flushing
 and deletion take ``io_lock`` so that a worker thread never syncs a file that is being closed;
 the loop alone changes positions and the file list.
 """
@@ -152,8 +152,12 @@ class MappedFileQueue:
         allocator: MappedFileAllocator | None = None,
         *,
         lazy_directory_sync: bool = False,
+        chunk: int | None = None,
     ) -> None:
         self.directory = directory
+        # Blocks of this queue's files are allocated this many bytes at a time (None: the
+        # default, mapped_file.ALLOCATE_CHUNK; see MappedFile).
+        self.chunk = chunk
         # With lazy_directory_sync a file this queue creates on the event loop is not followed by
         # a directory sync there (milliseconds on a busy disk, on the path of a consume queue's
         # first entry); the next flush syncs the directory, in its worker thread, before the
@@ -204,14 +208,13 @@ class MappedFileQueue:
                 raise StoreLoadError(f"{path}: start offset is not a multiple of the file size")
             if expected is not None and start != expected:
                 log.warning("gap before %s (expected start %d)", path, expected)
-            mf = MappedFile(path, self.file_size)
+            mf = MappedFile(path, self.file_size, chunk=self.chunk)
             mf.wrote_position = mf.flushed_position = self.file_size
             self.files.append(mf)
             expected = start + self.file_size
-        if self.files:
-            # Only the last file is written to; one that is sparse (older pymq, or Java) gets
-            # its blocks now, so appends can never meet a full disk (see MappedFile).
-            self.files[-1].ensure_allocated()
+        # How far the blocks of these files exist is not known (``allocated`` 0): recovery
+        # allocates the last one up to its data end plus a chunk (truncate_dirty_files), and a
+        # write into any other would allocate from 0 first (see MappedFile).
 
     def close(self) -> None:
         for mf in self.files:
@@ -267,7 +270,12 @@ class MappedFileQueue:
         mf = allocator.take(path) if allocator else None
         if mf is None:
             try:
-                mf = MappedFile.create(path, self.file_size, sync_dir=not self.lazy_directory_sync)
+                mf = MappedFile.create(
+                    path,
+                    self.file_size,
+                    sync_dir=not self.lazy_directory_sync,
+                    chunk=self.chunk,
+                )
             except OSError as exc:
                 if allocator is not None:
                     allocator.note_failure(path, self.file_size, exc)
@@ -360,6 +368,8 @@ class MappedFileQueue:
         """Blocking (recovery only): drop every byte at or after global ``offset``.
 
         The file holding ``offset`` keeps its head and has its tail zeroed; later files go.
+        It is now the last file, the one written to: its blocks up to ``offset`` and the next
+        chunk are allocated (it is sparse if Java or an older pymq wrote it; see MappedFile).
         """
         keep: list[MappedFile] = []
         for mf in self.files:
@@ -369,6 +379,7 @@ class MappedFileQueue:
             elif mf.file_from_offset <= offset:
                 pos = offset - mf.file_from_offset
                 mf.truncate_from(pos)
+                mf.ensure_allocated(pos)
                 mf.wrote_position = mf.flushed_position = pos
                 keep.append(mf)
             else:

@@ -1,6 +1,8 @@
-"""A full disk never kills the store: files are allocated when they are made, so a full disk
-fails a file's creation (answered, logged, retried) instead of a write into a sparse mapping
-(SIGBUS).  Each test mounts a small tmpfs and fills it for real."""
+"""A full disk never kills the store: a file's blocks are allocated before anything is written
+into its mapping (its first chunk when it is made, the next ones ahead of the write position),
+so a full disk fails a file's creation or a chunk's allocation (answered, logged, retried)
+instead of a write into a sparse mapping (SIGBUS).  Disk use grows with the data.  Most tests
+mount a small tmpfs and fill it for real."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ import pytest
 import trio
 
 from pymq.common.message import decode_record
+from pymq.store import DefaultMessageStore, MessageStoreConfig
 from pymq.store import mapped_file as mapped_file_module
+from pymq.store.index_file import IndexFile
 from pymq.store.mapped_file import CREATING_SUFFIX, MappedFile
+from pymq.store.mapped_file_queue import MappedFileQueue
 from pymq.store.results import GetMessageStatus, PutMessageStatus
 from tests.store.conftest import (
     fill_disk,
@@ -36,22 +41,56 @@ def fs(tmp_path: pathlib.Path) -> Iterator[str]:
 
 
 def _leftovers(directory: str, size: int) -> list[str]:
-    """Files a failed creation could have left: hidden temporaries, wrong or sparse sizes."""
+    """Files a failed creation could have left: hidden temporaries, wrong sizes."""
     bad = []
     for name in os.listdir(directory):
         st = os.stat(os.path.join(directory, name))
-        if name.endswith(CREATING_SUFFIX) or st.st_size != size or st.st_blocks * 512 < size:
+        if name.endswith(CREATING_SUFFIX) or st.st_size != size:
             bad.append(name)
     return bad
+
+
+def _on_disk(path: str) -> int:
+    return os.stat(path).st_blocks * 512
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _check_allocation(mf: MappedFile, data_end: int, first: int | None = None) -> None:
+    """The rule: a file's blocks exist up to its data end (never lag the writes) and at most
+    one chunk beyond (or its first allocation, ``first``, which is one chunk unless given)."""
+    assert mf.allocated >= data_end, (mf, data_end)
+    on_disk = _on_disk(mf.path)
+    assert on_disk >= mf.allocated // 4096 * 4096, (mf, on_disk)
+    upper = max(first if first is not None else mf.chunk, _round_up(data_end, mf.chunk))
+    assert on_disk <= _round_up(min(upper, mf.file_size), 4096), (mf, data_end, on_disk)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mapped_file_module, "ALLOCATE_CHUNK", 8192)
+    monkeypatch.setattr(mapped_file_module, "CQ_ALLOCATE_CHUNK", 4096)
 
 
 # --- MappedFile ------------------------------------------------------------------------------
 
 
-def test_create_allocates_every_block(fs: str) -> None:
+def test_create_allocates_the_first_chunk_and_appends_the_next(
+    fs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mapped_file_module, "ALLOCATE_CHUNK", 64 * 1024)
     mf = MappedFile.create(os.path.join(fs, "d", "00000000000000000000"), MIB)
     try:
-        assert os.fstat(mf._fd).st_blocks * 512 >= MIB  # not sparse
+        assert mf.allocated == 64 * 1024
+        assert 64 * 1024 <= _on_disk(mf.path) < MIB
+        for _ in range(10):
+            assert mf.append(b"z" * 30_000)
+            _check_allocation(mf, mf.wrote_position)
+        assert mf.allocated == 320 * 1024  # 300,000 bytes rounded up to the 64 KiB chunk
+        mf.allocate_to(MIB + 1)  # never past the end of the file
+        assert mf.allocated == MIB
     finally:
         mf.close()
 
@@ -97,11 +136,13 @@ def test_fallback_fills_only_the_holes_of_a_sparse_file(
         f.truncate(MIB)
         f.seek(300_000)
         f.write(b"data")
-    mf = MappedFile(path, MIB)
+    mf = MappedFile(path, MIB, chunk=64 * 1024)
     try:
-        assert os.fstat(mf._fd).st_blocks * 512 < MIB
-        mf.ensure_allocated()
-        assert os.fstat(mf._fd).st_blocks * 512 >= MIB
+        assert mf.allocated == 0  # found on disk: nothing known
+        assert _on_disk(path) < 300_000
+        mf.ensure_allocated(300_004)  # its data end: up to there and the next chunk
+        assert mf.allocated == 320 * 1024
+        assert 300_004 <= _on_disk(path) <= 320 * 1024  # not the whole file
         assert mf.mm[300_000:300_004] == b"data"
         assert mf.mm[:300_000] == bytes(300_000)
     finally:
@@ -246,3 +287,264 @@ async def test_index_file_on_a_full_disk_blocks_dispatch_then_catches_up(fs: str
         found = store.query_message("TopicTest", "late", 10, 0, 1 << 62)
         assert [decode_record(raw).body for raw in found.messages] == [b"hello"]
         assert store.get_max_offset_in_queue("TopicTest", 0) == 4
+
+
+# --- allocation ahead of the writes ------------------------------------------------------------
+
+
+def _check_index_allocation(f: IndexFile) -> None:
+    """Header and slot table (and a chunk of entries) at creation, entries a chunk at a time."""
+    _check_allocation(f.mf, f.data_end, first=f._entries_at + f.mf.chunk)
+
+
+def _check_store_allocation(store: DefaultMessageStore) -> None:
+    for mf in store.commitlog.queue.files:
+        _check_allocation(mf, mf.wrote_position)
+    for cq in store.consume_queues:
+        for mf in cq.queue.files:
+            _check_allocation(mf, mf.wrote_position)
+    assert store.index is not None
+    for f in store.index.files:
+        _check_index_allocation(f)
+
+
+async def test_blocks_grow_with_the_data_and_never_lag_it(fs: str, small_chunks: None) -> None:
+    """Commit log (8 KiB chunks here), consume queue (4 KiB) and index (8 KiB for its
+    entries; header and slot table at creation): after every put and dispatch each file's
+    blocks cover its data and go at most one chunk beyond."""
+    root = os.path.join(fs, "store")
+    config = small_config(
+        root,
+        mapped_file_size_commit_log=MIB,
+        mapped_file_size_consume_queue=20 * 2000,
+        max_hash_slot_num=64,
+        max_index_num=3000,
+    )
+    async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
+        commitlog = store.commitlog.queue
+        _check_store_allocation(store)
+        for i in range(600):
+            result = await store.put_message(make_message(body=b"b" * 1000, keys=f"k{i}"))
+            assert result.is_ok
+            if i % 7 == 0:
+                await store.reput.do_reput()
+            _check_store_allocation(store)
+        await store.reput.do_reput()
+        _check_store_allocation(store)
+        # They grew, a chunk at a time, far from their full sizes.
+        assert 600 * 1000 < _on_disk(commitlog.files[0].path) < MIB
+        cq = store.consume_queues.find_or_create("TopicTest", 0)
+        assert 600 * 20 <= _on_disk(cq.queue.files[0].path) <= 600 * 20 + 4096
+        index = store.index.files[0]
+        assert index._entries_at + 8192 < _on_disk(index.path) < index.mf.file_size
+
+
+async def test_commitlog_chunk_on_a_full_disk_is_refused_and_resumes(
+    fs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit-log file made, but the disk full when its next 64 KiB chunk is needed: the put
+    is refused (CREATE_MAPEDFILE_FAILED, a reason), nothing changes, the store keeps running,
+    puts resume once space is back, and everything acked is read back after a restart."""
+    monkeypatch.setattr(mapped_file_module, "ALLOCATE_CHUNK", 64 * 1024)
+    root = os.path.join(fs, "store")
+    config = small_config(
+        root, mapped_file_size_commit_log=2 * MIB, mapped_file_create_retry_interval=20
+    )
+    acked: dict[int, bytes] = {}
+    async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
+        first = await store.put_message(make_message(body=b"first"))
+        acked[first.logic_offset] = b"first"
+        await store.reput.do_reput()
+        await _wait_until(lambda: len(os.listdir(config.store_path_commitlog)) == 2, "prealloc")
+        ballast = os.path.join(fs, "ballast")
+        fill_disk(ballast)
+        refused = []
+        for i in range(200):
+            body = b"%06d" % i + BODY
+            before = store.commitlog.max_offset
+            result = await store.put_message(make_message(body=body))
+            if result.status is PutMessageStatus.PUT_OK:
+                acked[result.logic_offset] = body
+                continue
+            refused.append(result)
+            assert store.commitlog.max_offset == before  # nothing written
+            if len(refused) == 3:
+                break
+        assert len(refused) == 3, "the disk never filled"
+        for result in refused:
+            assert result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED
+            assert "disk full" in result.reason
+        mf = store.commitlog.queue.files[0]
+        assert len(store.commitlog.queue.files) == 1
+        assert 0 < mf.wrote_position < 256 * 1024  # refused in the middle of the file
+        _check_allocation(mf, mf.wrote_position)
+        assert store.running
+        await store.reput.do_reput()
+        assert store.reput.blocked is None
+        assert store.get_max_offset_in_queue("TopicTest", 0) == len(acked)
+
+        os.unlink(ballast)
+        await trio.sleep(0.03)  # the retry interval: the next put allocates again
+        for i in range(100):
+            body = b"again-%d" % i + BODY
+            result = await store.put_message(make_message(body=body))
+            assert result.status is PutMessageStatus.PUT_OK, result
+            assert result.logic_offset == len(acked)
+            acked[result.logic_offset] = body
+        await store.reput.do_reput()
+        _check_allocation(mf, mf.wrote_position)
+
+    async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
+        read: dict[int, bytes] = {}
+        offset = 0
+        while offset < len(acked):
+            got = store.get_message("G", "TopicTest", 0, offset, 32)
+            assert got.status is GetMessageStatus.FOUND
+            for raw in got.messages:
+                msg = decode_record(raw)
+                read[msg.queue_offset] = msg.body
+            offset = got.next_begin_offset
+        assert read == acked
+
+
+@pytest.mark.parametrize("which", ["consume queue", "index"])
+async def test_dispatch_chunk_on_a_full_disk_blocks_then_catches_up(
+    fs: str, which: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills while the commit log still has blocks: dispatch stops at the record whose
+    consume-queue (or index) entry needs the next chunk, puts are refused meanwhile
+    (SERVICE_NOT_AVAILABLE), and everything is dispatched once space is back."""
+    monkeypatch.setattr(mapped_file_module, "ALLOCATE_CHUNK", 16 * 1024)
+    monkeypatch.setattr(mapped_file_module, "CQ_ALLOCATE_CHUNK", 16 * 1024)
+    root = os.path.join(fs, "store")
+    config = small_config(
+        root,
+        mapped_file_size_commit_log=MIB,
+        mapped_file_size_consume_queue=20 * 4000,
+        max_hash_slot_num=64,
+        max_index_num=4000,
+        mapped_file_create_retry_interval=20,
+    )
+    async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
+        assert (await store.put_message(make_message(keys="k"))).is_ok
+        await store.reput.do_reput()
+        await _wait_until(lambda: len(os.listdir(config.store_path_commitlog)) == 2, "prealloc")
+        # Everything but the file under test gets all its blocks now.
+        store.commitlog.queue.files[0].allocate_to(MIB)
+        cq = store.consume_queues.find_or_create("TopicTest", 0)
+        assert store.index is not None
+        index = store.index.files[0]
+        if which == "index":
+            cq.queue.files[0].allocate_to(cq.file_size)
+        else:
+            index.mf.allocate_to(index.mf.file_size)
+        ballast = os.path.join(fs, "ballast")
+        fill_disk(ballast)
+        acked = 1
+        for i in range(3000):
+            result = await store.put_message(make_message(keys=f"key{i}"))
+            if not result.is_ok:
+                assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+                assert "not writeable" in result.reason
+                break
+            acked += 1
+            await store.reput.do_reput()
+        else:
+            pytest.fail("dispatch never blocked")
+        assert store.reput.blocked is not None
+        assert "no space left" in store.reput.blocked.lower()
+        assert store.running
+        target = index.mf if which == "index" else cq.queue.files[0]
+        assert 0 < target.allocated < target.file_size  # in the middle of the file
+        assert store.get_max_offset_in_queue("TopicTest", 0) <= acked
+
+        os.unlink(ballast)
+        await _wait_until(lambda: store.reput.blocked is None, "dispatch retry")
+        assert store.get_max_offset_in_queue("TopicTest", 0) == acked
+        for key in ("k", f"key{acked - 2}"):
+            found = store.query_message("TopicTest", key, 10, 0, 1 << 62)
+            assert len(found.messages) == 1, key
+        assert (await store.put_message(make_message())).is_ok
+        await store.reput.do_reput()
+        if which == "index":
+            _check_index_allocation(index)
+        else:
+            _check_allocation(target, target.wrote_position)
+
+
+def test_a_sparse_file_found_on_load_is_allocated_to_its_data_end(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit-log file left sparse by Java or an older pymq: recovery allocates it up to the
+    end of its data and the next chunk, not its whole size."""
+    monkeypatch.setattr(mapped_file_module, "ALLOCATE_CHUNK", 64 * 1024)
+    directory = tmp_path / "commitlog"
+    directory.mkdir()
+    path = str(directory / "00000000000000000000")
+    with open(path, "wb") as f:
+        f.truncate(4 * MIB)
+        f.write(b"r" * 200_000)  # "records", followed by a hole
+    queue = MappedFileQueue(str(directory), 4 * MIB)
+    queue.load()
+    try:
+        mf = queue.files[0]
+        assert mf.allocated == 0
+        queue.truncate_dirty_files(200_000)  # what recovery ends with
+        assert mf.wrote_position == 200_000
+        assert mf.allocated == 256 * 1024
+        assert 200_000 <= _on_disk(path) <= 256 * 1024
+        assert mf.mm[:200_000] == b"r" * 200_000
+    finally:
+        queue.close()
+
+
+async def test_a_fresh_default_store_takes_little_disk(tmp_path: pathlib.Path) -> None:
+    """Default sizes (1 GiB commit-log files, the next one made ahead, 6 MB consume-queue files,
+    ~420 MB index files): after a few puts the store takes tens of MiB, not gigabytes."""
+    root = str(tmp_path / "store")
+    async with running_store(MessageStoreConfig(store_path_root_dir=root)) as store:
+        for i in range(40):
+            msg = make_message(topic=f"T{i % 4}", queue_id=i % 4, keys=f"k{i}")
+            assert (await store.put_message(msg)).is_ok
+        await store.reput.do_reput()
+        commitlog = store.config.store_path_commitlog
+        await _wait_until(lambda: len(os.listdir(commitlog)) == 2, "prealloc")
+        assert os.path.getsize(os.path.join(commitlog, os.listdir(commitlog)[0])) == 1 << 30
+        total = 0
+        for directory, _dirs, files in os.walk(root):
+            total += sum(_on_disk(os.path.join(directory, name)) for name in files)
+        assert total < 64 * MIB, total
+        _check_store_allocation(store)
+
+
+def test_a_sparse_file_found_on_a_full_disk_still_loads(
+    fs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Recovery cannot allocate a sparse last file on a full disk: the store still starts (a
+    warning), and writes into the file allocate first, refused until space is back."""
+    monkeypatch.setattr(mapped_file_module, "ALLOCATE_CHUNK", 64 * 1024)
+    directory = os.path.join(fs, "commitlog")
+    os.makedirs(directory)
+    path = os.path.join(directory, "00000000000000000000")
+    with open(path, "wb") as f:
+        f.truncate(2 * MIB)
+        f.write(b"r" * 100_000)
+    ballast = os.path.join(fs, "ballast")
+    fill_disk(ballast)
+    queue = MappedFileQueue(directory, 2 * MIB)
+    queue.load()
+    try:
+        queue.truncate_dirty_files(100_000)
+        mf = queue.files[0]
+        assert mf.wrote_position == 100_000
+        assert mf.allocated == 0
+        with pytest.raises(OSError) as caught:
+            mf.append(b"n" * 100_000)
+        assert caught.value.errno == errno.ENOSPC
+        assert mf.wrote_position == 100_000
+        os.unlink(ballast)
+        assert mf.append(b"n" * 100_000)
+        assert mf.allocated == 256 * 1024
+        assert mf.mm[:200_000] == b"r" * 100_000 + b"n" * 100_000
+    finally:
+        queue.close()

@@ -20,13 +20,11 @@ from pymq.common.message import (
     property_value,
     tags_code,
 )
+from pymq.common.topic import SCHEDULE_TOPIC  # delayed messages: tags code is the due time
 from pymq.store.consume_queue import ConsumeQueue
 from pymq.store.index_service import IndexService
 
 log = logging.getLogger(__name__)
-
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-"""Delayed messages wait in this topic, one queue per level; their tags code is the due time."""
 
 ArrivalListener = Callable[[str, int, int, int, int], None]
 

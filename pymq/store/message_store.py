@@ -38,6 +38,7 @@ from pymq.common.message import (
     record_length,
 )
 from pymq.common.periodic import every
+from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store import checkpoint as ckpt
 from pymq.store.clean_service import (
     CleanCommitLogService,
@@ -46,7 +47,7 @@ from pymq.store.clean_service import (
 )
 from pymq.store.commitlog import CommitLog, now_ms
 from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
-from pymq.store.consume_queue_table import SCHEDULE_TOPIC, ArrivalListener, ConsumeQueueTable
+from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
 from pymq.store.flush_service import CommitLogFlushService, ConsumeQueueFlushService
 from pymq.store.get_message import get_message
 from pymq.store.index_service import IndexService

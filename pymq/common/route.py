@@ -61,6 +61,11 @@ class KVTable:
     table: dict[str, str] = attrs.Factory(dict)
 
 
+# A compressed REGISTER_BROKER body inflating past this is refused (a deflate stream of 16 MB,
+# the most a frame holds, could otherwise inflate to gigabytes).  100,000 topics take ~5 MB.
+MAX_REGISTER_BODY_BYTES = 64 * 1024 * 1024
+
+
 @attrs.define
 class RegisterBrokerBody:
     """The body of REGISTER_BROKER: the broker's topics, with their data version."""
@@ -88,7 +93,12 @@ class RegisterBrokerBody:
         if not compressed:
             return from_json(data, cls)
         try:
-            raw = zlib.decompress(data)
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(data, MAX_REGISTER_BODY_BYTES)
+            if inflater.unconsumed_tail:
+                raise ValueError(
+                    f"compressed register body inflates past {MAX_REGISTER_BODY_BYTES} bytes"
+                )
             pos = 0
 
             def take() -> bytes:

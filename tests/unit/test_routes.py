@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pymq.common.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from pymq.namesrv.routes import RouteInfoManager
 
@@ -108,3 +110,14 @@ def test_unregister_and_queries() -> None:
     routes.unregister_broker("DefaultCluster", "127.0.0.1:10911", "broker-a", 0)
     assert routes.get_all_topic_list().topic_list == ["V"]
     assert "DefaultCluster" not in routes.cluster_addr_table
+
+
+def test_a_compressed_register_body_that_inflates_too_far_is_refused() -> None:
+    import zlib
+
+    import pymq.common.route as route
+
+    bomb = zlib.compress(b"\0" * (route.MAX_REGISTER_BODY_BYTES + 1), 9)
+    assert len(bomb) < 200_000  # a small frame
+    with pytest.raises(ValueError, match="inflates past"):
+        route.RegisterBrokerBody.decode(bomb, compressed=True)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.remoting.client import split_address
+from pymq.common.address import split_address
 from pymq.store.config import MessageStoreConfig
 from pymq.store.ha.framing import HAProtocolError, TransferDecoder, encode_report
 

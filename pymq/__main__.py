@@ -64,7 +64,7 @@ async def serve(args: argparse.Namespace, overrides: dict[str, str]) -> None:
 
 
 def _admin_text(cluster: Cluster) -> str:
-    channel = cluster.broker.admin_channel
+    channel = cluster.admin_channel
     if channel is None:
         return ""
     return ADMIN_WELCOME.format(

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
+from pymq.admin.channel import AdminChannel, attach_admin_channel
 from pymq.broker.config import BROKER_DEFAULT_PORT, BrokerConfig
 from pymq.broker.controller import BrokerController
 from pymq.common.config import apply_properties
@@ -27,6 +28,8 @@ from pymq.store.config import MessageStoreConfig
 class Cluster:
     namesrv: NamesrvController
     broker: BrokerController
+    # The admin websocket + console, when admin_port (adminListenPort) is set.
+    admin_channel: AdminChannel | None = None
 
     @property
     def namesrv_addr(self) -> str:
@@ -103,12 +106,13 @@ async def open_cluster(
         assert isinstance(broker_config, BrokerConfig)
         broker_config.namesrv_addr = f"127.0.0.1:{port}"
         broker = BrokerController(*configs)  # type: ignore[arg-type]
+        admin_channel = attach_admin_channel(broker)
         try:
             # The broker stops first, so that it can still unregister from the name server.
             async with trio.open_nursery() as broker_nursery:
                 await broker_nursery.start(broker.run)
                 try:
-                    yield Cluster(namesrv, broker)
+                    yield Cluster(namesrv, broker, admin_channel)
                 finally:
                     broker_nursery.cancel_scope.cancel()
         finally:

@@ -1,9 +1,10 @@
 """AdminChannel: the broker's admin websocket (``/ws``) and the console's static files (``/``).
 
 One TCP listener on ``adminBindAddress:adminListenPort`` (127.0.0.1 by default), run as a task in
-the broker's nursery.  Each connection gets a task that reads the HTTP request head; a websocket
-upgrade is handed to trio-websocket (the head is replayed to it), anything else is answered from
-``static/`` and closed.
+the broker's nursery: :func:`attach_admin_channel` hands it to the broker as a front-end (the
+broker itself never imports this package).  Each connection gets a task that reads the HTTP
+request head; a websocket upgrade is handed to trio-websocket (the head is replayed to it),
+anything else is answered from ``static/`` and closed.
 
 Authentication: the token comes as ``/ws?token=...`` (a wrong one is rejected with 403 before the
 upgrade) or as the first message ``{"type": "auth", "params": {"token": ...}}``; until then every
@@ -546,6 +547,18 @@ class AdminChannel:
             finally:
                 session.close()
                 nursery.cancel_scope.cancel()
+
+
+def attach_admin_channel(broker: BrokerController) -> AdminChannel | None:
+    """The admin channel of ``broker``, added to its front-ends, when adminListenPort is set.
+
+    Call before ``broker.run()``; the broker starts it once its own servers are up.
+    """
+    if not broker.broker_config.admin_listen_port:
+        return None
+    channel = AdminChannel(broker)
+    broker.front_ends.append(channel)
+    return channel
 
 
 def _load_static() -> dict[str, tuple[bytes, str]]:

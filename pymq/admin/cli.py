@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import trio
 
-from pymq.admin.service import message_view, perm_text
+from pymq.broker.admin_service import message_view, perm_text
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.message import RecordError, decode_offset_msg_id, decode_record, iter_records
 from pymq.common.properties import parse_properties

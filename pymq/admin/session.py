@@ -1,7 +1,7 @@
 """AdminSession: one authenticated conversation on the admin channel.
 
-The session turns parsed requests into :class:`~pymq.admin.service.AdminService` calls and runs
-subscriptions: each subscription is a task in the session's nursery that computes its stream
+The session turns parsed requests into :class:`~pymq.broker.admin_service.AdminService` calls and
+runs subscriptions: each subscription is a task in the session's nursery that computes its stream
 every ``interval`` seconds and pushes an event when the data changed.  Everything the session
 says goes through ``send``, which the channel backs with a bounded queue: a client that stops
 reading makes its subscriptions wait, it does not make the broker buffer without limit.
@@ -23,7 +23,7 @@ import trio
 from pymq.admin import protocol
 from pymq.admin.auth import AuthThrottle, token_matches
 from pymq.admin.protocol import ProtocolError, Request
-from pymq.admin.service import AdminError, AdminService
+from pymq.broker.admin_service import AdminError, AdminService
 from pymq.common.serde import loads_lenient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode

@@ -1,10 +1,15 @@
-"""``python -m pymq.broker -c broker.conf [-n namesrvAddr]``: run a RocketMQ-compatible broker."""
+"""``python -m pymq.broker -c broker.conf [-n namesrvAddr]``: run a RocketMQ-compatible broker.
+
+An entry point, not part of the broker's layer: it wires the broker with what builds on it (the
+admin channel, when adminListenPort is set).
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
+from pymq.admin.channel import attach_admin_channel
 from pymq.broker.config import BROKER_DEFAULT_PORT, BrokerConfig
 from pymq.broker.controller import BrokerController
 from pymq.common.cli import (
@@ -57,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     setup_logging(args.log_level)
     controller = BrokerController(*configs)
+    attach_admin_channel(controller)
     return run_main(
         run_until_signalled,
         controller.run,

@@ -11,10 +11,16 @@
        ├─ client_housekeeping      every 10 s (120 s channel expiry)
        ├─ schedule delivery        one task per delay level
        ├─ stats sampler            every 1 s
-       └─ admin channel            websocket + console, when adminListenPort is set
+       └─ front-ends               handed in by the caller: the admin channel (websocket +
+                                   console) when adminListenPort is set
 
 Start order: configs -> managers loaded -> store recovered -> servers listening -> registered
-with every name server -> ``task_status.started(port)``.  On cancellation the shutdown work
+with every name server -> front-ends listening -> ``task_status.started(port)``.
+
+Front-ends are servers that build on the broker without being part of it: the caller
+(``python -m pymq.broker``, :mod:`pymq.embedded`) creates them over the controller and appends
+them to :attr:`BrokerController.front_ends` before :meth:`~BrokerController.run`, so that the
+broker package imports nothing of :mod:`pymq.admin`.  On cancellation the shutdown work
 (unregister, persist the managers) runs shielded with a deadline; the store does its own final
 flush, checkpoint and abort-file removal.  The logic lives in the services; this module wires.
 """
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import trio
 
@@ -73,9 +79,6 @@ from pymq.store.ha.master import HAService
 from pymq.store.ha.slave import HAClient
 from pymq.store.message_store import DefaultMessageStore
 
-if TYPE_CHECKING:
-    from pymq.admin.channel import AdminChannel
-
 log = logging.getLogger(__name__)
 
 # BrokerController.start(): the register timer's first run and the bounds of its period.
@@ -86,6 +89,18 @@ CLIENT_HOUSEKEEPING_PERIOD = 10.0
 SCHEDULE_PERSIST_PERIOD = 10.0
 # Shutdown work gets this long even when the broker is being torn down.
 SHUTDOWN_DEADLINE = 10.0
+
+
+class FrontEnd(Protocol):
+    """A server added by the broker's caller (the admin channel), run in the broker's nursery.
+
+    Started once the broker's own servers listen and it has registered, before the broker
+    reports started; a failure to start fails the broker's start.  Cancelled with the broker.
+    """
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
+    ) -> None: ...
 
 
 class BrokerController:
@@ -156,7 +171,8 @@ class BrokerController:
         self._register_wanted = trio.Event()
         self.topic_config_manager.on_change = self._register_wanted.set
         self.registered = trio.Event()
-        self.admin_channel: AdminChannel | None = None
+        # Servers the caller adds before run(); see FrontEnd.
+        self.front_ends: list[FrontEnd] = []
 
     # -- wiring -------------------------------------------------------------------------------
 
@@ -319,11 +335,8 @@ class BrokerController:
                     )
                 else:
                     await nursery.start(self.schedule.run)
-                if self.broker_config.admin_listen_port:
-                    from pymq.admin.channel import AdminChannel
-
-                    self.admin_channel = AdminChannel(self)
-                    await nursery.start(self.admin_channel.run)
+                for front_end in self.front_ends:
+                    await nursery.start(front_end.run)
                 log.info(
                     "The broker[%s, %s] boot success. serializeType=JSON and name server is %s",
                     self.broker_config.broker_name,

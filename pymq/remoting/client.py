@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from pymq.common.address import split_address
 from pymq.remoting.channel import Channel, RequestHandler
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.errors import RemotingConnectError
@@ -22,14 +23,6 @@ log = logging.getLogger(__name__)
 
 # RocketMQ NettyClientConfig.connectTimeoutMillis.
 CONNECT_TIMEOUT = 3.0
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """``"host:port"`` (or ``"[v6]:port"``) into its parts; ValueError when it is not one."""
-    host, sep, port = address.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"not a host:port address: {address!r}")
-    return host.strip("[]"), int(port)
 
 
 class RemotingClient:

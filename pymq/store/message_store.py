@@ -728,6 +728,13 @@ class DefaultMessageStore:
         its file (HA sends what it gets and asks again from where it stopped)."""
         return self.commitlog.get_data(offset, max_size)
 
+    def start_replica_at(self, offset: int) -> None:
+        """HA slave: an empty commit log starts where the master's data does (the file holding
+        ``offset``), so that the first frame from a master whose oldest files are gone lands at
+        this store's max offset.  Nothing changes once the log has data."""
+        if self.commitlog.max_offset == 0 and offset > 0:
+            self.commitlog.queue.get_last_mapped_file(offset)
+
     def append_to_commitlog(self, start_offset: int, data: bytes | memoryview) -> bool:
         """HA slave: append replicated bytes at exactly the current max offset."""
         if not data:

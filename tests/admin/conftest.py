@@ -80,7 +80,7 @@ class AdminClient:
 
 
 def ws_url(cluster: Cluster, token: str | None = None) -> str:
-    channel = cluster.broker.admin_channel
+    channel = cluster.admin_channel
     assert channel is not None
     url = f"ws://127.0.0.1:{channel.port}/ws"
     return url if token is None else f"{url}?token={token}"
@@ -88,7 +88,7 @@ def ws_url(cluster: Cluster, token: str | None = None) -> str:
 
 @pytest.fixture
 async def admin(admin_cluster: Cluster) -> AsyncIterator[AdminClient]:
-    channel = admin_cluster.broker.admin_channel
+    channel = admin_cluster.admin_channel
     assert channel is not None
     async with open_websocket_url(ws_url(admin_cluster)) as ws:
         client = AdminClient(ws)

@@ -18,7 +18,7 @@ from .conftest import AdminClient, ws_url
 
 
 async def http_get(cluster: Cluster, path: str) -> tuple[int, bytes]:
-    channel = cluster.broker.admin_channel
+    channel = cluster.admin_channel
     assert channel is not None
     stream = await trio.open_tcp_stream("127.0.0.1", channel.port)
     async with stream:
@@ -68,7 +68,7 @@ async def test_a_wrong_token_in_the_url_is_rejected_at_the_handshake(admin_clust
 
 
 async def test_the_token_in_the_url_authenticates(admin_cluster):
-    token = admin_cluster.broker.admin_channel.token
+    token = admin_cluster.admin_channel.token
     async with open_websocket_url(ws_url(admin_cluster, token)) as ws:
         status = await AdminClient(ws).call("broker.status")
         assert status["brokerName"] == "broker-a"
@@ -86,7 +86,7 @@ async def test_three_wrong_tokens_close_the_connection(admin_cluster):
 
 
 async def test_token_is_generated_once_into_the_config_dir(admin_cluster, tmp_path):
-    channel = admin_cluster.broker.admin_channel
+    channel = admin_cluster.admin_channel
     config_dir = admin_cluster.broker.store_config.config_dir
     path = os.path.join(config_dir, TOKEN_FILE_NAME)
     with open(path) as f:
@@ -339,7 +339,7 @@ async def test_subscriptions_push_changes_and_stop_on_unsubscribe(admin):
 
 
 async def raw_http(cluster: Cluster, data: bytes) -> bytes:
-    channel = cluster.broker.admin_channel
+    channel = cluster.admin_channel
     stream = await trio.open_tcp_stream("127.0.0.1", channel.port)
     async with stream:
         await stream.send_all(data)
@@ -351,7 +351,7 @@ async def raw_http(cluster: Cluster, data: bytes) -> bytes:
 
 
 async def test_http_edges(admin_cluster):
-    host = f"127.0.0.1:{admin_cluster.broker.admin_channel.port}".encode()
+    host = f"127.0.0.1:{admin_cluster.admin_channel.port}".encode()
     assert b" 405 " in await raw_http(
         admin_cluster, b"POST / HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
     )
@@ -391,7 +391,7 @@ async def test_broker_shutdown_closes_websockets_cleanly(tmp_path):
 
     async with trio.open_nursery() as nursery:
         cluster = await nursery.start(run_cluster)
-        token = cluster.broker.admin_channel.token
+        token = cluster.admin_channel.token
         async with open_websocket_url(ws_url(cluster, token)) as ws:
             client = AdminClient(ws)
             sub = await client.call("subscribe", stream="broker.status", interval=0.2)

@@ -411,7 +411,7 @@ async def test_the_limits_are_broker_config_keys(tmp_path):
         properties=properties,
         admin_port=free_port(),
     ) as cluster:
-        ch = cluster.broker.admin_channel
+        ch = cluster.admin_channel
         assert ch is not None
         assert await status_of(ch, upgrade_request(ch, host="console.example.net")) == 101
         assert await status_of(ch, upgrade_request(ch, host="proxy.example.net:8443")) == 101

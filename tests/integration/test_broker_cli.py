@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 
@@ -131,3 +132,67 @@ def test_embedded_default_starts_prints_help_and_stops(tmp_path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_standalone_broker_serves_the_admin_console(tmp_path) -> None:
+    """``python -m pymq.broker --adminListenPort`` hands the admin channel to the broker."""
+    port, admin_port, ns_port = free_broker_port(), free_port(), free_port()
+    token = "a-standalone-token-0123456789"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pymq.broker",
+            "--listenPort",
+            str(port),
+            "--brokerIP1",
+            "127.0.0.1",
+            "--bindAddress",
+            "127.0.0.1",
+            "--storePathRootDir",
+            str(tmp_path / "store"),
+            "--mappedFileSizeCommitLog",
+            str(1 << 20),
+            "--adminListenPort",
+            str(admin_port),
+            "--adminToken",
+            token,
+            "-n",
+            f"127.0.0.1:{ns_port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "boot success" in line, line  # the channel listens before the broker says so
+        host = f"127.0.0.1:{admin_port}"
+        page = _http(admin_port, f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n", until_close=True)
+        assert page.startswith(b"HTTP/1.1 200") and b"<html" in page.lower()
+        upgrade = (
+            f"GET /ws?token={token} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n"
+        )
+        assert _http(admin_port, upgrade, until_close=False).startswith(b"HTTP/1.1 101")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _http(port: int, request: str, *, until_close: bool) -> bytes:
+    """What is answered to ``request``: all of it, or the response head only."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request.encode())
+        data = b""
+        while until_close or b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data

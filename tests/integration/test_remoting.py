@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from pymq.remoting.channel import ANSWER_LATER, Channel
-from pymq.remoting.client import RemotingClient, split_address
+from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode, SerializeType
 from pymq.remoting.errors import RemotingConnectError, RemotingTimeoutError
@@ -159,14 +159,6 @@ async def test_idle_connections_are_closed(nursery: trio.Nursery, mock_clock) ->
     mock_clock.jump(61)
     with trio.fail_after(5):
         await channel.wait_closed()
-
-
-def test_split_address() -> None:
-    assert split_address("127.0.0.1:9876") == ("127.0.0.1", 9876)
-    assert split_address("[::1]:9876") == ("::1", 9876)
-    for bad in ("127.0.0.1", ":9876", "host:port"):
-        with pytest.raises(ValueError):
-            split_address(bad)
 
 
 # -- inline handlers and callback calls -------------------------------------------------------

@@ -10,8 +10,8 @@ GET_CONSUMER_CONNECTION_LIST (203), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STAT
 INVOKE_BROKER_TO_RESET_OFFSET (222).
 
 The operations shared with the websocket admin channel live in
-:class:`pymq.admin.service.AdminService`; this module turns remoting requests into its calls and
-its :class:`~pymq.admin.service.AdminError` into response codes.
+:class:`pymq.broker.admin_service.AdminService`; this module turns remoting requests into its calls
+and its :class:`~pymq.broker.admin_service.AdminError` into response codes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-from pymq.admin.service import RESTART_ONLY_KEYS, AdminError, AdminService
+from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError, AdminService
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.config import to_properties
 from pymq.common.properties import format_properties, parse_properties

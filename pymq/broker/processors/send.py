@@ -12,6 +12,7 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
+from pymq.common.address import host_of
 from pymq.common.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -105,20 +106,6 @@ STATUS_RESPONSES: dict[PutMessageStatus, tuple[int, str | None]] = {
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 _SUCCESS = ResponseCode.SUCCESS
 _SYNC_MASTER = BrokerRole.SYNC_MASTER
-
-
-def host_of(address: str) -> tuple[str, int]:
-    """A peer address as the IPv4 (ip, port) a 4.x record can carry."""
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
-    if host.startswith("::ffff:"):
-        host = host[7:]
-    if ":" in host or not host:
-        host = "127.0.0.1"  # the C++ client decodes IPv4 hosts only
-    try:
-        return host, int(port)
-    except ValueError:
-        return host, 0
 
 
 class SendProcessor:

@@ -21,6 +21,7 @@ import trio
 
 from pymq.store.config import MessageStoreConfig
 from pymq.store.ha.framing import HAProtocolError, ReportDecoder, encode_transfer
+from pymq.store.ha.ports import MasterStore
 from pymq.store.results import PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,9 @@ class SlaveConnection:
 
 
 class HAService:
-    def __init__(self, store: object, config: MessageStoreConfig, host: str = "0.0.0.0") -> None:
+    def __init__(
+        self, store: MasterStore, config: MessageStoreConfig, host: str = "0.0.0.0"
+    ) -> None:
         self.store = store
         self.config = config
         self.host = host
@@ -85,7 +88,7 @@ class HAService:
 
     def status(self) -> list[dict[str, object]]:
         """Each slave's address, acknowledged offset and lag in bytes (for the admin view)."""
-        max_offset = self.store.max_phy_offset  # type: ignore[attr-defined]
+        max_offset = self.store.max_phy_offset
         return [
             {"address": c.address, "ackOffset": c.ack_offset, "lagBytes": max_offset - c.ack_offset}
             for c in sorted(self.connections, key=lambda c: c.address)
@@ -169,12 +172,12 @@ class HAService:
                 await trio.sleep(0.01)
             next_offset = conn.request_offset
             if next_offset == 0:
-                next_offset = store.min_phy_offset  # type: ignore[attr-defined]
+                next_offset = store.min_phy_offset
             last_write = trio.current_time()
             while True:
                 data = None
-                if next_offset < store.max_phy_offset:  # type: ignore[attr-defined]
-                    data = store.get_commitlog_data(next_offset, batch)  # type: ignore[attr-defined]
+                if next_offset < store.max_phy_offset:
+                    data = store.get_commitlog_data(next_offset, batch)
                 if data:
                     await stream.send_all(encode_transfer(next_offset, data))
                     next_offset += len(data)

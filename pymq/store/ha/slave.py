@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.remoting.client import split_address
+from pymq.common.address import split_address
 from pymq.store.config import MessageStoreConfig
 from pymq.store.ha.framing import HAProtocolError, TransferDecoder, encode_report
+from pymq.store.ha.ports import SlaveStore
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ RECONNECT_DELAY = 1.0
 class HAClient:
     def __init__(
         self,
-        store: object,
+        store: SlaveStore,
         config: MessageStoreConfig,
         master_address: Callable[[], str | None],
     ) -> None:
@@ -50,12 +51,6 @@ class HAClient:
                     self.connected_to = None
             await trio.sleep(RECONNECT_DELAY)
 
-    def _prepare_empty_store(self, offset: int) -> None:
-        """An empty slave store starts where the master's oldest file starts."""
-        commitlog = self.store.commitlog  # type: ignore[attr-defined]
-        if commitlog.max_offset == 0 and offset > 0:
-            commitlog.queue.get_last_mapped_file(offset)
-
     async def _session(self, address: str) -> None:
         host, port = split_address(address)
         with trio.fail_after(3):
@@ -75,8 +70,8 @@ class HAClient:
                         return
                     for offset, body in decoder.feed(data):
                         if body:
-                            self._prepare_empty_store(offset)
-                            mine = self.store.max_phy_offset  # type: ignore[attr-defined]
+                            self.store.start_replica_at(offset)
+                            mine = self.store.max_phy_offset
                             if offset != mine:
                                 log.error(
                                     "master pushed offset not equal the max phy offset in slave, "
@@ -85,10 +80,10 @@ class HAClient:
                                     offset,
                                 )
                                 return
-                            if not self.store.append_to_commitlog(offset, body):  # type: ignore[attr-defined]
+                            if not self.store.append_to_commitlog(offset, body):
                                 log.error("appending replicated data at %d failed", offset)
                                 return
-                    if self.store.max_phy_offset != self.reported_offset:  # type: ignore[attr-defined]
+                    if self.store.max_phy_offset != self.reported_offset:
                         await self._report(stream)
                         last_report = trio.current_time()
                 if trio.current_time() - last_report >= heartbeat:
@@ -96,6 +91,6 @@ class HAClient:
                     last_report = trio.current_time()
 
     async def _report(self, stream: trio.SocketStream) -> None:
-        offset = self.store.max_phy_offset  # type: ignore[attr-defined]
+        offset = self.store.max_phy_offset
         await stream.send_all(encode_report(offset))
         self.reported_offset = offset

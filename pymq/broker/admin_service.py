@@ -1,8 +1,10 @@
 """AdminService: the admin operations on one running broker, as plain data in and out.
 
-Both doors into administration use it: the websocket channel (:mod:`pymq.admin.channel`) calls it
-directly, and the broker's remoting admin processor calls it for the requests mqadmin-style tools
-send (topics, consume stats, offset reset, config updates).  Results are JSON-ready dicts with
+Both doors into administration use it: the broker's remoting admin processor
+(:mod:`pymq.broker.processors.admin`) calls it for the requests mqadmin-style tools send (topics,
+consume stats, offset reset, config updates), and the websocket admin channel's sessions
+(:mod:`pymq.admin.session`) call it directly.  It is broker code: the broker never imports
+:mod:`pymq.admin`, the admin package builds on the broker.  Results are JSON-ready dicts with
 RocketMQ's camelCase names; failures raise :class:`AdminError` carrying a RocketMQ response code,
 which each door turns into its own error shape.
 """

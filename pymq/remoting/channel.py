@@ -14,7 +14,6 @@ exception's description, as RocketMQ's ``processRequestCommand`` does.
 
 from __future__ import annotations
 
-import collections
 import logging
 import math
 import socket
@@ -29,7 +28,6 @@ import trio
 from pymq.remoting.codec import (
     RPC_ONEWAY,
     RPC_TYPE_RESPONSE,
-    FrameDecoder,
     RemotingCommand,
     busy_answer,
     busy_json_answer,
@@ -40,6 +38,13 @@ from pymq.remoting.codec import (
     peek_request,
 )
 from pymq.remoting.codes import ResponseCode, request_name
+from pymq.remoting.connection import (
+    Call,
+    Connection,
+    Kind,
+    ResponseCallback,
+    kind_of,
+)
 from pymq.remoting.errors import (
     ProtocolError,
     RemotingCommandError,
@@ -47,12 +52,7 @@ from pymq.remoting.errors import (
     RemotingSendError,
     RemotingTimeoutError,
 )
-from pymq.remoting.limits import (
-    ConnectionLimits,
-    OutputBuffer,
-    PartialFrameTracker,
-    SharedBudget,
-)
+from pymq.remoting.limits import ConnectionLimits, OutputBuffer, SharedBudget
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +96,6 @@ class Admission(Protocol):
     def note_shed(self, code: int, count: int, remark: str) -> None: ...
 
 
-# Answer to a callback-style call: (response, None) or (None, error).
-ResponseCallback = Callable[[RemotingCommand | None, Exception | None], None]
-
 # How often calls made with a callback are checked for an expired deadline (Java's
 # NettyRemotingAbstract.scanResponseTable runs once a second; callers here expect finer).
 CALLBACK_SWEEP_INTERVAL = 0.05
@@ -127,32 +124,12 @@ BUDGET_POLL_INTERVAL = 0.05
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 
 DEFAULT_LIMITS = ConnectionLimits()
+_RESPONSE, _BAD_HEADER = Kind.RESPONSE, Kind.BAD_HEADER
 
 # Linux's receive timestamps (socket(7)): each read's newest segment's arrival, CLOCK_REALTIME.
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 _TIMESPEC = struct.Struct("@qq")
 _TIMESTAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size)
-
-
-@attrs.define(slots=True)
-class _Pending:
-    event: trio.Event | None = None
-    response: RemotingCommand | None = None
-    error: Exception | None = None
-    callback: ResponseCallback | None = None
-    deadline: float = math.inf
-    code: int = 0
-
-    def finish(self, response: RemotingCommand | None, error: Exception | None) -> None:
-        if self.callback is not None:
-            try:
-                self.callback(response, error)
-            except Exception:
-                log.exception("a response callback raised")
-            return
-        self.response, self.error = response, error
-        assert self.event is not None
-        self.event.set()
 
 
 def _describe_error(exc: BaseException) -> str:
@@ -161,6 +138,17 @@ def _describe_error(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+def raw_socket(stream: trio.SocketStream) -> socket.socket | None:
+    """The stdlib socket under a Trio stream, for writes and reads that must not wait (a
+    non-blocking ``send`` of answers, a read-ahead): None when the stream has none.
+
+    It reads Trio's private ``_sock``: the one place pymq does, checked by
+    ``tests/unit/test_channel_raw_socket.py`` so that a Trio release that changes it fails
+    loudly instead of silently losing the direct path."""
+    raw = getattr(getattr(stream, "socket", None), "_sock", None)
+    return raw if isinstance(raw, socket.socket) else None
 
 
 def _enable_timestamps(stream: trio.SocketStream) -> bool:
@@ -248,9 +236,6 @@ class Channel:
         self.admission = admission
         self._timestamps = admission is not None and _enable_timestamps(stream)
         self._read_at = 0.0  # the admission clock when the last read returned
-        # Frames received and not yet served: [buffer, bounds, next index, received at].
-        self._inbox: collections.deque[list] = collections.deque()
-        self._inbox_bytes = 0
         # Requests received and not yet started (for the water mark): the rest of the run being
         # served and its receive stamp, and those waiting for their task (code, stamp).
         self.backlog = 0
@@ -263,23 +248,24 @@ class Channel:
         self.remote_address = _peer_address(stream)
         self.closed = False
         self.close_reason: str | None = None
+        if max_frame_length:
+            limits = attrs.evolve(limits, max_frame_length=max_frame_length)
         self.limits = limits
-        self._decoder = FrameDecoder(max_frame_length or limits.max_frame_length)
-        self._partial = PartialFrameTracker(budget)
-        self._tasks = 0  # requests being served by a task of their own
-        self._pending: dict[int, _Pending] = {}
-        self._callbacks = 0  # pending calls that answer through a callback
+        # The socket-free state: frames in, calls in flight, tasks, output and its marks.
+        self.state = Connection(limits, budget)
+        self._decoder = self.state.decoder
+        self._partial = self.state.partial
         self._sweep_wanted = trio.Event()
         # Frames waiting to be written, in order.  They are written straight from the task that
         # queued them when the socket takes them at once (a call, or the answers to one batch
         # of received requests), and by the writer task otherwise.
-        self._out = OutputBuffer(limits, budget)
+        self._out = self.state.out
         self._drained = trio.Event()  # set when the output falls to the low-water mark
         self._writer_wake = trio.Event()
         self._writer_busy = False
         self._batching = False  # the reader is serving a received batch: flush once at its end
         # The non-blocking stdlib socket under trio's, for those direct writes (None: writer only).
-        self._raw = getattr(getattr(stream, "socket", None), "_sock", None)
+        self._raw = raw_socket(stream)
         self._cancel_scope = trio.CancelScope()
         self._finished = trio.Event()
 
@@ -330,19 +316,11 @@ class Channel:
         if self.closed:
             return
         self.closed = True
-        self._out.clear()
-        self._partial.budget_add(-self._inbox_bytes)
-        self._inbox.clear()
-        self._inbox_bytes = 0
-        self._partial.release()
         self._drained.set()
         self._writer_wake.set()
-        error = RemotingConnectError(f"connection to {self.remote_address} closed: {reason}")
-        pendings = list(self._pending.values())
-        self._pending.clear()
-        self._callbacks = 0
-        for pending in pendings:
-            pending.finish(None, error)
+        self.state.close(
+            RemotingConnectError(f"connection to {self.remote_address} closed: {reason}")
+        )
 
     # -- reading --------------------------------------------------------------------------
 
@@ -451,7 +429,7 @@ class Channel:
                 self.close_reason = self.close_reason or "peer closed the connection"
                 return
             try:
-                self._take(data, received)
+                self.state.receive(data, received, trio.current_time())
                 if not await self._serve_inbox(nursery):
                     return
             except ProtocolError as exc:
@@ -459,27 +437,12 @@ class Channel:
                 log.warning("closing connection from %s: %s", self.remote_address, exc)
                 return
 
-    def _take(self, data: bytes, received: float) -> None:
-        """Queue the frames ``data`` completes, received at ``received``."""
-        decoder = self._decoder
-        buf, bounds = decoder.feed_frames(data)
-        if bounds:
-            self._inbox.append([buf, bounds, 0, received])
-            self._inbox_bytes += len(buf)
-            self._partial.budget_add(len(buf))
-        self._partial.update(decoder.buffered, trio.current_time())
-
     def _read_ahead(self) -> bool:
         """While serving a long run, take what else has arrived, without waiting (broker
         only): under overload the backlog then waits here, where its age is known and the
         requests too old to serve are refused cheaply, instead of in socket buffers, where
         the broker cannot see it.  False when the peer closed or the connection broke."""
-        budget = self._partial.budget
-        if (
-            self._inbox_bytes >= self.limits.max_frame_length
-            or (budget is not None and budget.partial_frames_over)
-            or self._raw is None
-        ):
+        if self._raw is None or not self.state.may_read_ahead():
             return True
         admission = self.admission
         assert admission is not None
@@ -493,7 +456,7 @@ class Channel:
         if not data:
             self.close_reason = self.close_reason or "peer closed the connection"
             return False
-        self._take(data, self._stamp(admission, ancillary))
+        self.state.receive(data, self._stamp(admission, ancillary), trio.current_time())
         return True
 
     async def _serve_inbox(self, nursery: trio.Nursery) -> bool:
@@ -502,9 +465,9 @@ class Channel:
         (those before it are served)."""
         inline = self.inline_handler
         admission = self.admission
-        inbox = self._inbox
+        state = self.state
         first = True
-        while inbox:
+        while state.has_input:
             if not first:
                 # A long run of inline work yields now and then, so that the rest of the
                 # broker (the group commit waiting on its sync, dispatch, other
@@ -514,41 +477,33 @@ class Channel:
                     return False
                 if admission is not None and not self._read_ahead():
                     return False
-            entry = inbox[0]
-            buf, bounds, index, received = entry
-            count = len(bounds) >> 1
-            batch_end = min(index + SERVE_BATCH, count)
-            stale = False
-            waited = 0.0
+            run = state.next_run(SERVE_BATCH)
+            assert run is not None
+            buf, bounds, received = run.buf, run.bounds, run.received
+            shed = None
             if admission is not None:  # fast failure: one check per run, not per request
                 # The first run starts as the read ends; later ones read the clock again.
                 waited = (self._read_at if first else admission.clock()) - received
-                self.backlog, self.backlog_since = count - index, received
-                stale = waited > admission.min_wait or received <= admission.busy_mark
+                self.backlog, self.backlog_since = run.count - run.first, received
+                if waited > admission.min_wait or received <= admission.busy_mark:
+                    shed = _Shedding(admission, received, waited, run.count)
             first = False
-            if batch_end == count:
-                inbox.popleft()
-                self._inbox_bytes -= len(buf)
-                self._partial.budget_add(-len(buf))
-            else:
-                entry[2] = batch_end
             self._batching = True
-            shed = _Shedding(admission, received, waited, count) if stale else None
             try:
-                for i in range(index, batch_end):
+                for i in range(run.first, run.stop):
                     start, end = bounds[2 * i], bounds[2 * i + 1]
                     if shed is not None and shed.refuse(buf, start, end, i, self._out):
                         continue
                     cmd = decode_frame_at(buf, start, end)
-                    if cmd.flag & RPC_TYPE_RESPONSE:
+                    kind = kind_of(cmd)
+                    if kind is _RESPONSE:
                         self._on_response(cmd)
-                    elif cmd.header_error is not None:
-                        self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
+                    elif kind is _BAD_HEADER:
+                        self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error or "")
                     elif inline is None or not self._serve_inline(inline, cmd):
-                        if self._tasks >= self.limits.max_pending_requests:
+                        if not state.start_task():
                             self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
                             continue
-                        self._tasks += 1
                         if admission is not None:
                             self.waiting_tasks[id(cmd)] = (cmd.code, received)
                         nursery.start_soon(self._serve, cmd, received)
@@ -556,7 +511,7 @@ class Channel:
                 self._batching = False
                 if shed is not None:
                     shed.report()
-            if self._out and (not inbox or self._out.size >= FLUSH_BYTES):
+            if self._out and (not state.has_input or self._out.size >= FLUSH_BYTES):
                 # The answers of the runs served so far in one write: at the end of what was
                 # received, or once they are many (a send is a costly call; a write per run of
                 # 32 requests made it a tenth of a loaded broker's time).
@@ -573,39 +528,24 @@ class Channel:
         self.answer(request, request.response(code, remark))
 
     def _on_response(self, cmd: RemotingCommand) -> None:
-        pending = self._pending.pop(cmd.opaque, None)
-        if pending is None:
+        if not self.state.calls.answer(cmd):
             log.debug("response for unknown opaque %d from %s", cmd.opaque, self.remote_address)
-            return
-        if pending.callback is not None:
-            self._callbacks -= 1
-        pending.finish(cmd, None)
 
     async def _sweeper(self) -> None:
         """Fail callback-style calls whose deadline passed (awaited calls time out by
         themselves)."""
+        calls = self.state.calls
         while True:
-            if not self._callbacks:  # sleep for good while no such call is pending
+            if not calls.callbacks:  # sleep for good while no such call is pending
                 await self._sweep_wanted.wait()
                 self._sweep_wanted = trio.Event()
             await trio.sleep(CALLBACK_SWEEP_INTERVAL)
-            now = trio.current_time()
-            expired = [
-                (opaque, p)
-                for opaque, p in self._pending.items()
-                if p.callback is not None and p.deadline <= now
-            ]
-            for opaque, pending in expired:
-                if self._pending.pop(opaque, None) is None:
-                    continue  # an earlier callback closed the channel: already answered
-                self._callbacks -= 1
-                pending.finish(
-                    None,
-                    RemotingTimeoutError(
-                        f"{request_name(pending.code)} to {self.remote_address}: no response "
-                        "in time"
-                    ),
-                )
+            calls.expire(trio.current_time(), self._no_answer)
+
+    def _no_answer(self, call: Call) -> Exception:
+        return RemotingTimeoutError(
+            f"{request_name(call.code)} to {self.remote_address}: no response in time"
+        )
 
     def _serve_inline(self, inline: InlineHandler, request: RemotingCommand) -> bool:
         """Serve ``request`` now if the inline handler can (no task, no wait); else False."""
@@ -630,7 +570,7 @@ class Channel:
         try:
             await self._serve_task(request, received)
         finally:
-            self._tasks -= 1
+            self.state.task_done()
 
     async def _serve_task(self, request: RemotingCommand, received: float) -> None:
         admission = self.admission
@@ -747,22 +687,24 @@ class Channel:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         request.opaque = next_opaque()
         request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
-        pending = _Pending(trio.Event())
-        self._pending[request.opaque] = pending
+        done = trio.Event()
+        call = Call(wake=done.set)
+        calls = self.state.calls
+        calls.add(request.opaque, call)
         try:
-            self._write(encode(request), now=len(self._pending) <= DIRECT_WRITE_MAX_PENDING)
+            self._write(encode(request), now=len(calls) <= DIRECT_WRITE_MAX_PENDING)
             with trio.move_on_after(timeout):
-                await pending.event.wait()  # type: ignore[union-attr]
-            if pending.error is not None:
-                raise pending.error
-            if pending.response is None:
+                await done.wait()
+            if call.error is not None:
+                raise call.error
+            if call.response is None:
                 raise RemotingTimeoutError(
                     f"{request_name(request.code)} to {self.remote_address}: "
                     f"no response within {timeout * 1000:.0f} ms"
                 )
-            return pending.response
+            return call.response
         finally:
-            self._pending.pop(request.opaque, None)
+            calls.drop(request.opaque)
 
     def invoke_callback(
         self, request: RemotingCommand, timeout: float, callback: ResponseCallback
@@ -777,12 +719,13 @@ class Channel:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         request.opaque = opaque = next_opaque()
         request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
-        self._write(encode(request), now=len(self._pending) < DIRECT_WRITE_MAX_PENDING)
-        self._pending[opaque] = _Pending(
-            callback=callback, deadline=trio.current_time() + timeout, code=request.code
+        calls = self.state.calls
+        self._write(encode(request), now=len(calls) < DIRECT_WRITE_MAX_PENDING)
+        calls.add(
+            opaque,
+            Call(callback=callback, deadline=trio.current_time() + timeout, code=request.code),
         )
-        self._callbacks += 1
-        if self._callbacks == 1:
+        if calls.callbacks == 1:
             self._sweep_wanted.set()
 
     async def invoke_oneway(self, request: RemotingCommand) -> None:

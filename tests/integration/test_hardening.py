@@ -237,7 +237,9 @@ async def test_a_consumer_that_never_reads_is_bounded_and_then_closed(tmp_path) 
                 while True:
                     peak = max(peak, server.budget.write_total)
                     await trio.sleep(0.01)
-            [slow] = [c for c in server.channels if c._out.size]
+            port = sock.getsockname()[1]
+            [slow] = [c for c in server.channels if c.remote_address.endswith(f":{port}")]
+            assert slow.state.out.size > 0
             # Each pull answers ~32 KiB: without the mark 5,000 of them would queue 160 MB.
             answer_size = 32 * 1100 + 512
             assert 0 < peak <= high + 2 * answer_size * 32, peak

@@ -1,0 +1,225 @@
+"""One remoting connection's state, without a socket or a clock of its own (h11's shape).
+
+:class:`Connection` is fed the bytes a socket read, and answers what the Trio shell
+(:class:`~pymq.remoting.channel.Channel`) should do next: which frames to serve, in runs, oldest
+first (:meth:`Connection.next_run`); what each decoded command is (:func:`kind_of`); whether a
+request may have a task of its own (:meth:`Connection.start_task`); which calls made to the peer
+its responses complete, and which have run out of time (:class:`CallTable`); and, through its
+:class:`~pymq.remoting.limits.OutputBuffer` and
+:class:`~pymq.remoting.limits.PartialFrameTracker`, when to stop reading.  Every edge case is a
+unit test (``tests/unit/test_connection.py``); the shell only moves bytes and time.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import logging
+import math
+from collections.abc import Callable
+
+import attrs
+
+from pymq.remoting.codec import RPC_TYPE_RESPONSE, FrameDecoder, RemotingCommand
+from pymq.remoting.limits import ConnectionLimits, OutputBuffer, PartialFrameTracker, SharedBudget
+
+log = logging.getLogger(__name__)
+
+# Answer to a callback-style call: (response, None) or (None, error).
+ResponseCallback = Callable[[RemotingCommand | None, Exception | None], None]
+
+
+@attrs.define(slots=True)
+class Call:
+    """A request sent to the peer, waiting for the response with its opaque.  Either a task
+    waits for it (``wake`` is called when it is done) or ``callback`` gets the outcome."""
+
+    wake: Callable[[], None] | None = None
+    response: RemotingCommand | None = None
+    error: Exception | None = None
+    callback: ResponseCallback | None = None
+    deadline: float = math.inf
+    code: int = 0
+
+    def finish(self, response: RemotingCommand | None, error: Exception | None) -> None:
+        if self.callback is not None:
+            try:
+                self.callback(response, error)
+            except Exception:
+                log.exception("a response callback raised")
+            return
+        self.response, self.error = response, error
+        if self.wake is not None:
+            self.wake()
+
+
+class CallTable:
+    """Calls in flight by opaque, and the deadlines of those answered through a callback
+    (awaited calls keep their own deadline in the waiting task)."""
+
+    __slots__ = ("callbacks", "calls")
+
+    def __init__(self) -> None:
+        self.calls: dict[int, Call] = {}
+        self.callbacks = 0  # calls answered through a callback: the sweep runs while any
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def add(self, opaque: int, call: Call) -> None:
+        self.calls[opaque] = call
+        if call.callback is not None:
+            self.callbacks += 1
+
+    def drop(self, opaque: int) -> None:
+        """Forget an awaited call (it finished, or its task gave up)."""
+        call = self.calls.pop(opaque, None)
+        if call is not None and call.callback is not None:
+            self.callbacks -= 1
+
+    def answer(self, response: RemotingCommand) -> bool:
+        """Complete the call ``response`` answers; False when none waits for it."""
+        call = self.calls.pop(response.opaque, None)
+        if call is None:
+            return False
+        if call.callback is not None:
+            self.callbacks -= 1
+        call.finish(response, None)
+        return True
+
+    def expire(self, now: float, error: Callable[[Call], Exception]) -> int:
+        """Fail the callback calls whose deadline has passed with ``error(call)``; how many."""
+        expired = [
+            (opaque, call)
+            for opaque, call in self.calls.items()
+            if call.callback is not None and call.deadline <= now
+        ]
+        failed = 0
+        for opaque, call in expired:
+            if self.calls.pop(opaque, None) is None:
+                continue  # an earlier callback closed the connection: already failed
+            self.callbacks -= 1
+            call.finish(None, error(call))
+            failed += 1
+        return failed
+
+    def fail_all(self, error: Exception) -> None:
+        calls = list(self.calls.values())
+        self.calls.clear()
+        self.callbacks = 0
+        for call in calls:
+            call.finish(None, error)
+
+
+class Kind(enum.Enum):
+    RESPONSE = "response"  # completes a call of ours
+    BAD_HEADER = "bad header"  # a sound frame Java's typed decode would refuse: SYSTEM_ERROR
+    REQUEST = "request"
+
+
+_RESPONSE, _BAD_HEADER, _REQUEST = Kind.RESPONSE, Kind.BAD_HEADER, Kind.REQUEST
+
+
+def kind_of(cmd: RemotingCommand) -> Kind:
+    if cmd.flag & RPC_TYPE_RESPONSE:
+        return _RESPONSE
+    if cmd.header_error is not None:
+        return _BAD_HEADER
+    return _REQUEST
+
+
+@attrs.frozen(slots=True)
+class Run:
+    """Up to a run's worth of frames to serve: ``bounds[2*first:2*stop]`` into ``buf``;
+    ``count`` frames came with that read in all, received at ``received``."""
+
+    buf: bytes
+    bounds: list[int]
+    first: int
+    stop: int
+    count: int
+    received: float
+
+
+class Connection:
+    """The state of one connection (see the module's docstring)."""
+
+    def __init__(self, limits: ConnectionLimits, budget: SharedBudget | None = None) -> None:
+        self.limits = limits
+        self.decoder = FrameDecoder(limits.max_frame_length)
+        self.partial = PartialFrameTracker(budget)
+        self.out = OutputBuffer(limits, budget)
+        self.calls = CallTable()
+        self.tasks = 0  # requests being served by a task of their own
+        # Frames received and not yet served: [buffer, bounds, next index, received at].
+        self._inbox: collections.deque[list] = collections.deque()
+        self.inbox_bytes = 0
+
+    # -- input ------------------------------------------------------------------------------
+
+    def receive(self, data: bytes, received: float, now: float) -> None:
+        """Take what a read returned (received at ``received``); raises ProtocolError when the
+        stream stops making sense before any whole frame."""
+        buf, bounds = self.decoder.feed_frames(data)
+        if bounds:
+            self._inbox.append([buf, bounds, 0, received])
+            self.inbox_bytes += len(buf)
+            self.partial.budget_add(len(buf))
+        self.partial.update(self.decoder.buffered, now)
+
+    @property
+    def has_input(self) -> bool:
+        return bool(self._inbox)
+
+    @property
+    def queued_reads(self) -> int:
+        """Reads whose frames are not all served yet."""
+        return len(self._inbox)
+
+    def next_run(self, size: int) -> Run | None:
+        """The next up to ``size`` frames to serve, oldest first (None: none waits)."""
+        if not self._inbox:
+            return None
+        entry = self._inbox[0]
+        buf, bounds, first, received = entry
+        count = len(bounds) >> 1
+        stop = min(first + size, count)
+        if stop == count:
+            self._inbox.popleft()
+            self.inbox_bytes -= len(buf)
+            self.partial.budget_add(-len(buf))
+        else:
+            entry[2] = stop
+        return Run(buf, bounds, first, stop, count, received)
+
+    def may_read_ahead(self) -> bool:
+        """Whether to take more input before what is queued is served: not past a frame's
+        worth per connection, nor while the server's total is over its cap."""
+        budget = self.partial.budget
+        if self.inbox_bytes >= self.limits.max_frame_length:
+            return False
+        return budget is None or not budget.partial_frames_over
+
+    # -- requests served by a task ----------------------------------------------------------
+
+    def start_task(self) -> bool:
+        """Admit one more request to be served by a task; False past the connection's cap (the
+        request is then answered SYSTEM_BUSY)."""
+        if self.tasks >= self.limits.max_pending_requests:
+            return False
+        self.tasks += 1
+        return True
+
+    def task_done(self) -> None:
+        self.tasks -= 1
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def close(self, error: Exception) -> None:
+        """Release everything held and fail every call in flight with ``error``."""
+        self.out.clear()
+        self.partial.budget_add(-self.inbox_bytes)
+        self._inbox.clear()
+        self.inbox_bytes = 0
+        self.partial.release()
+        self.calls.fail_all(error)

@@ -1,0 +1,144 @@
+"""A connection's state without a socket: runs of frames, calls in flight, tasks, budgets."""
+
+from __future__ import annotations
+
+import pytest
+
+from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame_at, encode
+from pymq.remoting.connection import Call, CallTable, Connection, Kind, kind_of
+from pymq.remoting.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
+from pymq.remoting.limits import ConnectionLimits, SharedBudget
+
+
+def frames(n: int, start: int = 1) -> bytes:
+    out = []
+    for opaque in range(start, start + n):
+        cmd = RemotingCommand.request(105, {"topic": "T"})
+        cmd.opaque = opaque
+        out.append(encode(cmd))
+    return b"".join(out)
+
+
+def opaques(run) -> list[int]:
+    return [
+        decode_frame_at(run.buf, run.bounds[2 * i], run.bounds[2 * i + 1]).opaque
+        for i in range(run.first, run.stop)
+    ]
+
+
+def test_frames_are_served_in_runs_oldest_read_first() -> None:
+    budget = SharedBudget()
+    conn = Connection(ConnectionLimits(), budget)
+    conn.receive(frames(5), received=1.0, now=1.0)
+    conn.receive(frames(2, start=6), received=2.0, now=2.0)
+    assert conn.queued_reads == 2 and budget.partial_frame_total == conn.inbox_bytes > 0
+    runs = []
+    while (run := conn.next_run(3)) is not None:
+        runs.append((opaques(run), run.received, run.count))
+    assert runs == [([1, 2, 3], 1.0, 5), ([4, 5], 1.0, 5), ([6, 7], 2.0, 2)]
+    assert not conn.has_input and conn.inbox_bytes == 0 and budget.partial_frame_total == 0
+
+
+def test_a_frame_split_across_reads_is_served_once_whole() -> None:
+    budget = SharedBudget()
+    conn = Connection(ConnectionLimits(), budget)
+    data = frames(1)
+    conn.receive(data[:10], received=1.0, now=1.0)
+    assert not conn.has_input
+    assert conn.partial.started == 1.0 and budget.partial_frame_total == 10
+    conn.receive(data[10:], received=3.0, now=3.0)
+    run = conn.next_run(32)
+    assert run is not None and opaques(run) == [1] and run.received == 3.0
+    assert conn.partial.started is None and budget.partial_frame_total == 0
+
+
+def test_a_bad_stream_is_refused_after_the_sound_frames_before_it() -> None:
+    conn = Connection(ConnectionLimits())
+    conn.receive(frames(2) + b"\xff\xff\xff\xff", received=0.0, now=0.0)
+    run = conn.next_run(32)
+    assert run is not None and opaques(run) == [1, 2]
+    assert conn.decoder.broken is not None
+    with pytest.raises(ProtocolError):
+        conn.receive(frames(1), received=0.0, now=0.0)
+    with pytest.raises(ProtocolError):  # a bad stream with nothing sound before it
+        Connection(ConnectionLimits()).receive(b"\x00\x00\x00\x00", received=0.0, now=0.0)
+
+
+def test_read_ahead_stops_at_a_frames_worth_or_when_the_server_is_over_budget() -> None:
+    budget = SharedBudget(partial_frame_total_max=1 << 30)
+    conn = Connection(ConnectionLimits(max_frame_length=4096), budget)
+    assert conn.may_read_ahead()
+    while conn.inbox_bytes < 4096:
+        conn.receive(frames(10), received=0.0, now=0.0)
+    assert not conn.may_read_ahead()
+    other = Connection(ConnectionLimits(), SharedBudget(partial_frame_total_max=100))
+    other.receive(frames(10), received=0.0, now=0.0)
+    assert not other.may_read_ahead()
+
+
+def test_tasks_are_capped_per_connection() -> None:
+    conn = Connection(ConnectionLimits(max_pending_requests=2))
+    assert conn.start_task() and conn.start_task()
+    assert not conn.start_task()
+    conn.task_done()
+    assert conn.start_task() and conn.tasks == 2
+
+
+def response(opaque: int) -> RemotingCommand:
+    return RemotingCommand(0, opaque=opaque, flag=RPC_TYPE_RESPONSE)
+
+
+def test_responses_complete_the_calls_they_answer() -> None:
+    table = CallTable()
+    woken: list[int] = []
+    awaited = Call(wake=lambda: woken.append(1))
+    outcomes: list[tuple] = []
+    table.add(1, awaited)
+    table.add(2, Call(callback=lambda r, e: outcomes.append((r.opaque, e)), deadline=10.0))
+    assert len(table) == 2 and table.callbacks == 1
+    assert not table.answer(response(99))  # nobody waits for it
+    assert table.answer(response(1)) and woken == [1] and awaited.response.opaque == 1
+    assert table.answer(response(2)) and outcomes == [(2, None)] and table.callbacks == 0
+    assert len(table) == 0
+
+
+def test_callback_calls_expire_at_their_deadline_and_a_raising_callback_is_contained() -> None:
+    table = CallTable()
+    errors: list[Exception | None] = []
+
+    def boom(r: RemotingCommand | None, e: Exception | None) -> None:
+        raise RuntimeError("a callback bug")
+
+    table.add(1, Call(callback=lambda r, e: errors.append(e), deadline=5.0, code=105))
+    table.add(2, Call(callback=boom, deadline=5.0))
+    table.add(3, Call(callback=lambda r, e: errors.append(e), deadline=50.0))
+    table.add(4, Call(wake=lambda: None))  # awaited: its task keeps its own deadline
+    assert table.expire(4.9, lambda call: RemotingTimeoutError("late")) == 0
+    assert table.expire(5.0, lambda call: RemotingTimeoutError(f"late {call.code}")) == 2
+    assert [str(e) for e in errors] == ["late 105"]
+    assert set(table.calls) == {3, 4} and table.callbacks == 1
+    table.drop(4)
+    table.fail_all(RemotingConnectError("closed"))
+    assert isinstance(errors[-1], RemotingConnectError) and len(table) == 0
+    assert table.callbacks == 0
+
+
+def test_closing_releases_budgets_and_fails_calls() -> None:
+    budget = SharedBudget()
+    conn = Connection(ConnectionLimits(), budget)
+    conn.receive(frames(3) + frames(1)[:7], received=0.0, now=0.0)
+    conn.out.append(b"x" * 100)
+    failed: list[Exception | None] = []
+    conn.calls.add(7, Call(callback=lambda r, e: failed.append(e)))
+    assert budget.partial_frame_total > 0 and budget.write_total == 100
+    conn.close(RemotingConnectError("gone"))
+    assert budget.partial_frame_total == 0 and budget.write_total == 0
+    assert not conn.has_input and isinstance(failed[0], RemotingConnectError)
+
+
+def test_kinds_of_commands() -> None:
+    assert kind_of(response(1)) is Kind.RESPONSE
+    bad = RemotingCommand.request(105)
+    bad.header_error = "bad request header: version is not a Java int"
+    assert kind_of(bad) is Kind.BAD_HEADER
+    assert kind_of(RemotingCommand.request(105)) is Kind.REQUEST

@@ -496,7 +496,7 @@ class Channel:
         self._take(data, self._stamp(admission, ancillary))
         return True
 
-    async def _serve_inbox(self, nursery: trio.Nursery) -> bool:
+    async def _serve_inbox(self, nursery: trio.Nursery) -> bool:  # noqa: C901
         """Serve the queued frames, oldest first, decoding each as its turn comes; False when
         the connection must close.  Raises ProtocolError for a frame that does not decode
         (those before it are served)."""

@@ -269,7 +269,7 @@ def _int32(value: object) -> TypeGuard[int]:
     return type(value) is int and INT32_MIN <= value <= INT32_MAX
 
 
-def _decode_json_header(data: bytes) -> RemotingCommand:
+def _decode_json_header(data: bytes) -> RemotingCommand:  # noqa: C901
     """The command of a JSON header.  A header that is no JSON object, or whose opaque cannot be
     echoed, is a ProtocolError (the connection closes, as Java's decoder closes it); a sound
     header with a field Java's typed decode would refuse comes back with ``header_error`` set."""

@@ -266,6 +266,7 @@ async def test_bad_messages_get_structured_errors_and_the_socket_stays_open(admi
     assert reply["ok"] is True
 
 
+@pytest.mark.slow
 async def test_a_slow_request_does_not_hold_up_the_others(admin_cluster, admin):
     # A "name server" that accepts connections and never answers: cluster.status waits on it.
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -369,6 +370,7 @@ async def test_http_edges(admin_cluster):
     assert b"text/css" in head and head.endswith(b"\r\n\r\n")
 
 
+@pytest.mark.slow
 async def test_broker_shutdown_closes_websockets_cleanly(tmp_path):
     from pymq.embedded import open_cluster
     from pymq.testing import TEST_PROPERTIES

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
@@ -81,6 +82,7 @@ async def test_cluster_broker_and_config_subcommands(pymq_cluster):
     assert "noSuchKey" in err
 
 
+@pytest.mark.slow
 async def test_topic_subcommands(pymq_cluster):
     ns, addr = pymq_cluster.namesrv_addr, pymq_cluster.broker_addr
     out = await ok(
@@ -143,6 +145,7 @@ async def test_topic_subcommands(pymq_cluster):
     await fails("topicRoute", "-n", ns, "-t", "CliT")
 
 
+@pytest.mark.slow
 async def test_consumer_subcommands(pymq_cluster):
     ns, addr = pymq_cluster.namesrv_addr, pymq_cluster.broker_addr
     await ok("updateTopic", "-b", addr, "-t", "CliC", "-r", "2", "-w", "2")

@@ -21,6 +21,8 @@ import pytest
 
 from tests.helpers import free_broker_port, free_port
 
+pytestmark = pytest.mark.slow  # a browser and a pymq process: seconds per test
+
 CHROMIUM = os.environ.get("PYMQ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",

@@ -372,6 +372,7 @@ def fuzz_report():
         print(f"last case: {state['case']}")
 
 
+@pytest.mark.slow
 async def test_servers_survive_malformed_frames(tmp_path, fuzz_report) -> None:
     rng = random.Random(SEED)
     bases = base_requests()

@@ -20,6 +20,8 @@ from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from tests.helpers import free_broker_port, free_port, wait_until
 
+pytestmark = pytest.mark.slow  # separate processes: seconds per test
+
 FILE_SIZE = 1 << 20  # small commit-log files: several files with little data
 
 

@@ -194,6 +194,7 @@ async def test_broker_restart_loses_nothing(tmp_path, nursery) -> None:
     assert len(after.messages) == 20
 
 
+@pytest.mark.slow
 async def test_retry_delay_redelivery_then_dlq(tmp_path) -> None:
     props = dict(TEST_PROPERTIES, messageDelayLevel=" ".join(["1s"] * 18))
     async with open_cluster(

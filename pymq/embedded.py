@@ -105,6 +105,7 @@ async def open_cluster(
         broker_config = configs[0]
         assert isinstance(broker_config, BrokerConfig)
         broker_config.namesrv_addr = f"127.0.0.1:{port}"
+        # build_cluster returns the four configs in BrokerController's order, as list[object].
         broker = BrokerController(*configs)  # type: ignore[arg-type]
         admin_channel = attach_admin_channel(broker)
         try:

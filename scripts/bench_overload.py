@@ -96,7 +96,7 @@ def start_servers(tmp: str, fast_failure: bool) -> tuple[str, str, list[subproce
 # -- the load generator (its own process) ----------------------------------------------------
 
 
-async def generate(args: argparse.Namespace) -> dict:
+async def generate(args: argparse.Namespace) -> dict:  # noqa: C901
     from pymq.remoting.codec import FrameDecoder, RemotingCommand, encode, peek_request
     from pymq.remoting.codes import RequestCode
 

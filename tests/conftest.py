@@ -6,26 +6,14 @@ import pytest
 import trio
 from hypothesis import settings
 
-from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
 from pymq.remoting.client import RemotingClient, open_remoting_client
-from pymq.remoting.config import NettyServerConfig
 from pymq.testing import pymq_cluster  # noqa: F401  (the fixture users get)
+from tests.helpers import make_namesrv
 
 # Timing is not what these properties test: a loaded 2-core CI machine must not fail them.
 settings.register_profile("pymq", deadline=None)
 settings.load_profile("pymq")
-
-
-def make_namesrv(tmp_path, **server_overrides: object) -> NamesrvController:
-    namesrv_config = NamesrvConfig(
-        kv_config_path=str(tmp_path / "namesrv" / "kvConfig.json"),
-        config_store_path=str(tmp_path / "namesrv" / "namesrv.properties"),
-    )
-    server_config = NettyServerConfig(listen_port=0, bind_address="127.0.0.1")
-    for key, value in server_overrides.items():
-        setattr(server_config, key, value)
-    return NamesrvController(namesrv_config, server_config)
 
 
 @pytest.fixture

@@ -266,7 +266,8 @@ async def cluster_list(admin: Admin, args: argparse.Namespace) -> Output:
 
 
 async def broker_status(admin: Admin, args: argparse.Namespace) -> Output:
-    data, lines = {}, []
+    data: dict[str, Any] = {}
+    lines: list[str] = []
     for addr in await admin.targets(args):
         reply = await admin.invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
         table = dict(sorted(loads_lenient(reply.body).get("table", {}).items()))
@@ -291,7 +292,7 @@ async def topic_route(admin: Admin, args: argparse.Namespace) -> Output:
     route = await admin.route(args.topic)
     rows = []
     for q in sorted(route.get("queueDatas", []), key=lambda q: q["brokerName"]):
-        addrs = next(
+        addrs: dict[str, str] = next(
             (b["brokerAddrs"] for b in route["brokerDatas"] if b["brokerName"] == q["brokerName"]),
             {},
         )
@@ -367,7 +368,8 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
         for addr in masters.values():
             reply = await admin.invoke(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
             groups |= set(loads_lenient(reply.body).get("subscriptionGroupTable", {}))
-        data, rows = [], []
+        data: list[dict[str, Any]] = []
+        rows: list[list[object]] = []
         for group in sorted(groups):
             diff, online = 0, 0
             for addr in masters.values():
@@ -480,7 +482,7 @@ _MESSAGE_FIELDS = (
 
 
 def _message_output(views: list[dict[str, Any]]) -> Output:
-    lines = []
+    lines: list[str] = []
     for view in views:
         if lines:
             lines.append("")
@@ -524,7 +526,7 @@ async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> Output:
 async def _query(
     admin: Admin, topic: str, key: str, max_num: int, begin: int, end: int, *, unique: bool
 ) -> list[dict[str, Any]]:
-    views = []
+    views: list[dict[str, Any]] = []
     for addr in (await admin.topic_masters(topic)).values():
         fields: dict[str, object] = {
             "topic": topic,

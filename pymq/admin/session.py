@@ -197,7 +197,7 @@ class AdminSession:
 
     def _unsubscribe(self, request: Request) -> dict[str, Any]:
         subscription = request.params.get("subscription")
-        scope = self._subscriptions.pop(subscription, None)  # type: ignore[arg-type]
+        scope = self._subscriptions.pop(subscription, None)
         if scope is None:
             raise ProtocolError(
                 protocol.BAD_REQUEST, f"no subscription {subscription!r}", request.id
@@ -336,12 +336,15 @@ class AdminSession:
         # As mqadmin's deleteTopic does: the name servers forget the route too.
         failed = []
         api = self.broker.outer_api
-        for addr in api.namesrv_addrs if api else []:
-            request = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
-            try:
-                await api.client.invoke(addr, request, REMOTE_TIMEOUT)  # type: ignore[union-attr]
-            except RemotingError:
-                failed.append(addr)
+        if api is not None:
+            for addr in api.namesrv_addrs:
+                forget = RemotingCommand.request(
+                    RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}
+                )
+                try:
+                    await api.client.invoke(addr, forget, REMOTE_TIMEOUT)
+                except RemotingError:
+                    failed.append(addr)
         return {"deleted": topic, "namesrvFailed": failed}
 
     async def _group_list(self, request: Request) -> list[dict[str, Any]]:

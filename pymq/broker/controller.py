@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import trio
@@ -375,10 +376,13 @@ class BrokerController:
 
     @staticmethod
     def _every(
-        nursery: trio.Nursery, period: float, work: object, delay: float | None = None
+        nursery: trio.Nursery,
+        period: float,
+        work: Callable[[], Awaitable[object] | object],
+        delay: float | None = None,
     ) -> None:
         nursery.start_soon(
-            lambda: every(period, work, initial_delay=delay, name=getattr(work, "__name__", None))  # type: ignore[arg-type]
+            lambda: every(period, work, initial_delay=delay, name=getattr(work, "__name__", None))
         )
 
     async def _shutdown(self) -> None:

@@ -79,7 +79,7 @@ class PullResult:
     suggest_broker_id: int = 0
 
 
-_PULL_STATUS = {
+_PULL_STATUS: dict[int, str] = {
     ResponseCode.SUCCESS: "FOUND",
     ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
     ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -29,9 +29,14 @@ def user_home() -> str:
 
 
 def _fields_by_key(obj: object) -> dict[str, attrs.Attribute]:
-    cls = type(obj)
+    cls: Any = type(obj)  # an attrs class: every config object is one
     attrs.resolve_types(cls)
     return {java_name(f): f for f in attrs.fields(cls)}
+
+
+def _field_type(field: attrs.Attribute) -> type:
+    # attrs.resolve_types in _fields_by_key gave every field its type.
+    return cast(type, field.type)
 
 
 def config_keys(obj: object) -> list[str]:
@@ -44,7 +49,7 @@ def set_key(obj: object, key: str, value: str) -> None:
     if field is None:
         raise ConfigError(f"unknown config key {key!r}")
     try:
-        typed = converter.structure(value.strip(), field.type)
+        typed: Any = converter.structure(value.strip(), _field_type(field))
     except Exception as exc:
         raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from exc
     setattr(obj, field.name, typed)
@@ -117,7 +122,7 @@ def update_at_runtime(
             field = _fields_by_key(config).get(key)
             if field is not None:
                 try:
-                    converter.structure(value.strip(), field.type)
+                    converter.structure(value.strip(), _field_type(field))
                 except Exception as exc:
                     raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from exc
     apply_properties(configs, props)

@@ -376,7 +376,7 @@ def _tail_struct(topic_len: int, props_len: int) -> struct.Struct:
 
 
 def encode_record_into(
-    buf: bytearray | memoryview,
+    buf: bytearray | memoryview | mmap.mmap,
     pos: int,
     topic: bytes,
     properties: bytes,
@@ -514,7 +514,9 @@ def has_nul(data: bytes) -> bool:
     return 0 in data  # the byte value: much cheaper than a b"\0" subsequence search
 
 
-def read_record_header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+def read_record_header(
+    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int
+) -> tuple[int, int]:
     """(TOTALSIZE, MAGICCODE) at ``pos``; :class:`RecordError` if fewer than 8 bytes remain."""
     if pos + 8 > len(buf):
         raise RecordError(f"only {len(buf) - pos} bytes left at {pos}, no record header")
@@ -540,7 +542,7 @@ class RecordInfo(NamedTuple):
 
 
 def _parse(
-    buf: bytes | bytearray | memoryview, pos: int, check_crc: bool, read_body: bool
+    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int, check_crc: bool, read_body: bool
 ) -> tuple[tuple, bytes, str, str]:
     """Validate the record at ``pos``: (header fields, body, topic, properties text)."""
     limit = len(buf)
@@ -727,7 +729,8 @@ def _scan_plain(
         props = buf[t1 + 2 : end]
         if 0 in topic or 0 in props or not topic.isascii() or not props.isascii():
             break
-        if select is not None and select(topic, fields[3], fields[6], total):
+        # The store and the export pass bytes or an mmap, whose slices are bytes.
+        if select is not None and select(topic, fields[3], fields[6], total):  # type: ignore[arg-type]
             selected.append(pos)
         pos = end
     return pos
@@ -777,7 +780,7 @@ def scan_records(
 
 
 def decode_record(
-    buf: bytes | bytearray | memoryview,
+    buf: bytes | bytearray | memoryview | mmap.mmap,
     pos: int = 0,
     *,
     check_crc: bool = True,
@@ -1059,7 +1062,8 @@ def _load_native() -> object | None:
     if pure_python_requested():
         return None
     try:
-        from pymq.common import _recordc
+        # The C extension ships no stub, so mypy cannot see the module.
+        from pymq.common import _recordc  # type: ignore[attr-defined]
     except ImportError:
         return None
     return _recordc

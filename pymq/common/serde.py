@@ -72,12 +72,12 @@ def _make_converter() -> cattrs.Converter:
 
     def structure_factory(cls: type) -> Callable[[Any, type], Any]:
         attrs.resolve_types(cls)
-        renames = {f.name: override(rename=java_name(f)) for f in attrs.fields(cls)}
+        renames: dict[str, Any] = {f.name: override(rename=java_name(f)) for f in attrs.fields(cls)}
         return make_dict_structure_fn(cls, conv, **renames)
 
     def unstructure_factory(cls: type) -> Callable[[Any], Any]:
         attrs.resolve_types(cls)
-        renames = {f.name: override(rename=java_name(f)) for f in attrs.fields(cls)}
+        renames: dict[str, Any] = {f.name: override(rename=java_name(f)) for f in attrs.fields(cls)}
         return make_dict_unstructure_fn(cls, conv, **renames)
 
     conv.register_structure_hook_factory(attrs.has, structure_factory)

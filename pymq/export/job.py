@@ -217,7 +217,8 @@ def run_export(
         f"{plan.files} commit-log file(s) to scan, up to {_size(scan_bytes)}"
     )
     first = from_offset if from_offset is not None else plan.min_offset
-    reports, write_seconds = [], 0.0
+    reports: list[SegmentReport] = []
+    write_seconds = 0.0
     if plan.segments:
         reports, write_seconds = _run_spark(cfg, plan, from_offset, spark, say)
     missing = len(plan.segments) - len(reports)

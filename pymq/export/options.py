@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import datetime
 import enum
+from typing import TypeVar
 
 import attrs
+
+_E = TypeVar("_E", bound=enum.Enum)
 
 
 class OptionError(ValueError):
@@ -81,7 +84,7 @@ def _parse_bool(name: str, value: str) -> bool:
     raise OptionError(f"{name}: {value!r} is not true or false")
 
 
-def _parse_enum(name: str, value: str, kind: type[enum.Enum]) -> enum.Enum:
+def _parse_enum(name: str, value: str, kind: type[_E]) -> _E:
     text = value.strip().lower()
     if text == "yes":
         text = "true"
@@ -131,10 +134,10 @@ class ExportOptions:
             if "fromoffset" in opts
             else None,
             to_offset=_parse_int("toOffset", opts["tooffset"]) if "tooffset" in opts else None,
-            until_checkpoint=_parse_enum(  # type: ignore[arg-type]
+            until_checkpoint=_parse_enum(
                 "untilCheckpoint", opts.get("untilcheckpoint", "auto"), CheckpointBound
             ),
-            mode=_parse_enum("mode", opts.get("mode", "permissive"), Mode),  # type: ignore[arg-type]
+            mode=_parse_enum("mode", opts.get("mode", "permissive"), Mode),
             report_dir=opts.get("reportdir") or None,
         )
         result.check()

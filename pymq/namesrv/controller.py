@@ -53,7 +53,7 @@ class NamesrvController:
         )
         self.processor = NamesrvProcessor(self)
         for code, handler in self.processor.handlers().items():
-            self.server.register(code, handler)  # type: ignore[arg-type]
+            self.server.register(code, handler)
 
     def configs(self) -> list[object]:
         return [self.namesrv_config, self.server_config]

@@ -26,7 +26,7 @@ from pymq.common.serde import from_json, to_json
 from pymq.common.topic import DataVersion
 from pymq.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
 from pymq.remoting import headers as H
-from pymq.remoting.channel import Channel
+from pymq.remoting.channel import Channel, RequestHandler
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 
@@ -49,7 +49,7 @@ class NamesrvProcessor:
         self.routes = controller.routes
         self.kv = controller.kv
 
-    def handlers(self) -> dict[int, object]:
+    def handlers(self) -> dict[int, RequestHandler]:
         return {
             RequestCode.PUT_KV_CONFIG: self.put_kv_config,
             RequestCode.GET_KV_CONFIG: self.get_kv_config,

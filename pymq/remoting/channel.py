@@ -459,7 +459,7 @@ class Channel:
         self.state.receive(data, self._stamp(admission, ancillary), trio.current_time())
         return True
 
-    async def _serve_inbox(self, nursery: trio.Nursery) -> bool:
+    async def _serve_inbox(self, nursery: trio.Nursery) -> bool:  # noqa: C901
         """Serve the queued frames, oldest first, decoding each as its turn comes; False when
         the connection must close.  Raises ProtocolError for a frame that does not decode
         (those before it are served)."""

@@ -19,7 +19,8 @@ import itertools
 import json
 import re
 import struct
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypeGuard
 
 import attrs
 
@@ -96,7 +97,7 @@ class RemotingCommand:
     def request(
         cls,
         code: int,
-        ext_fields: dict[str, object] | None = None,
+        ext_fields: Mapping[str, object] | None = None,
         body: bytes = b"",
         *,
         oneway: bool = False,
@@ -108,7 +109,7 @@ class RemotingCommand:
         }
         return cls(
             code=int(code),
-            ext_fields=fields,
+            ext_fields=fields,  # type: ignore[arg-type]  # s is a str whenever v is not
             body=body,
             opaque=next_opaque(),
             flag=RPC_ONEWAY if oneway else 0,
@@ -126,7 +127,7 @@ class RemotingCommand:
         self,
         code: int = ResponseCode.SUCCESS,
         remark: str | None = None,
-        ext_fields: dict[str, object] | None = None,
+        ext_fields: Mapping[str, object] | None = None,
         body: bytes = b"",
     ) -> RemotingCommand:
         """The answer to this request: same opaque and serialize type, response flag set."""
@@ -264,11 +265,11 @@ def _describe(value: object) -> str:
     return f"a JSON {'array' if type(value) is list else 'object'}"
 
 
-def _int32(value: object) -> bool:
+def _int32(value: object) -> TypeGuard[int]:
     return type(value) is int and INT32_MIN <= value <= INT32_MAX
 
 
-def _decode_json_header(data: bytes) -> RemotingCommand:
+def _decode_json_header(data: bytes) -> RemotingCommand:  # noqa: C901
     """The command of a JSON header.  A header that is no JSON object, or whose opaque cannot be
     echoed, is a ProtocolError (the connection closes, as Java's decoder closes it); a sound
     header with a field Java's typed decode would refuse comes back with ``header_error`` set."""

@@ -209,7 +209,7 @@ class SendMessageRequestHeader:
         :func:`decode` on the long names (the tests check it field by field)."""
         names = _LONG_NAMES if code == _SEND_MESSAGE else _SHORT_NAMES
         get = ext.get
-        values = [get(name) for name in names]
+        values: list[Any] = [get(name) for name in names]  # the first 8 checked non-None below
         for index in range(8):  # the @CFNotNull fields come first
             if values[index] is None:
                 raise HeaderError(f"the custom field <{names[index]}> is null")

@@ -13,8 +13,8 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 from pymq.admin.auth import TOKEN_FILE_NAME, load_or_create_token
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
 from pymq.embedded import Cluster
-
-from .conftest import AdminClient, ws_url
+from tests.admin.helpers import AdminClient, ws_url
+from tests.helpers import wait_until
 
 
 async def http_get(cluster: Cluster, path: str) -> tuple[int, bytes]:
@@ -141,12 +141,12 @@ async def test_every_request_type(admin_cluster, admin):
 
     before = int(time.time() * 1000)
     ids = await produce(admin_cluster, "AdminT", 6, key="")
-    with trio.fail_after(5):
-        while True:  # the store dispatches to consume queues just after the reply
-            queues = (await admin.call("topic.status", topic="AdminT"))["queues"]
-            if sum(q["maxOffset"] for q in queues) == 6:
-                break
-            await trio.sleep(0.02)
+
+    async def dispatched() -> list | None:  # the store dispatches just after the reply
+        queues = (await admin.call("topic.status", topic="AdminT"))["queues"]
+        return queues if sum(q["maxOffset"] for q in queues) == 6 else None
+
+    queues = await wait_until(dispatched, timeout=5, interval=0.02)
     assert all(q["lastUpdateTimestamp"] >= before for q in queues if q["maxOffset"])
 
     by_id = await admin.call("message.byId", msgId=ids[0])
@@ -193,12 +193,12 @@ async def test_every_request_type(admin_cluster, admin):
         "admin-live", admin_cluster.namesrv_addr, handler, consume_from=first
     ) as consumer:
         await consumer.subscribe("AdminT")
-        with trio.fail_after(10):
-            while True:
-                reply = await admin.request("group.connections", group="admin-live")
-                if reply["ok"]:
-                    break
-                await trio.sleep(0.1)
+
+        async def connections() -> dict | None:
+            reply = await admin.request("group.connections", group="admin-live")
+            return reply if reply["ok"] else None
+
+        reply = await wait_until(connections, timeout=10, interval=0.1)
         assert reply["result"]["connectionSet"][0]["clientId"]
         assert "AdminT" in reply["result"]["subscriptionTable"]
         live = {g["group"]: g for g in await admin.call("group.list")}["admin-live"]
@@ -266,6 +266,7 @@ async def test_bad_messages_get_structured_errors_and_the_socket_stays_open(admi
     assert reply["ok"] is True
 
 
+@pytest.mark.slow
 async def test_a_slow_request_does_not_hold_up_the_others(admin_cluster, admin):
     # A "name server" that accepts connections and never answers: cluster.status waits on it.
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
@@ -369,11 +370,11 @@ async def test_http_edges(admin_cluster):
     assert b"text/css" in head and head.endswith(b"\r\n\r\n")
 
 
+@pytest.mark.slow
 async def test_broker_shutdown_closes_websockets_cleanly(tmp_path):
     from pymq.embedded import open_cluster
     from pymq.testing import TEST_PROPERTIES
-
-    from .conftest import free_port
+    from tests.helpers import free_port
 
     stop = trio.Event()
 

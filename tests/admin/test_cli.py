@@ -6,10 +6,12 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
 from pymq.embedded import Cluster
+from tests.helpers import wait_until
 
 
 async def admin(*args: str) -> tuple[int, str, str]:
@@ -40,18 +42,19 @@ async def fails(*args: str) -> str:
 
 
 async def wait_route(cluster: Cluster, topic: str) -> None:
-    with trio.fail_after(10):
-        while (await admin("topicRoute", "-n", cluster.namesrv_addr, "-t", topic))[0] != 0:
-            await trio.sleep(0.05)
+    async def routed() -> bool:
+        return (await admin("topicRoute", "-n", cluster.namesrv_addr, "-t", topic))[0] == 0
+
+    await wait_until(routed, timeout=10, interval=0.05)
 
 
 async def wait_dispatched(cluster: Cluster, topic: str, total: int) -> None:
-    with trio.fail_after(10):
-        while True:
-            store = cluster.broker.store
-            if sum(store.get_max_offset_in_queue(topic, q) for q in range(4)) >= total:
-                return
-            await trio.sleep(0.02)
+    store = cluster.broker.store
+    await wait_until(
+        lambda: sum(store.get_max_offset_in_queue(topic, q) for q in range(4)) >= total,
+        timeout=10,
+        interval=0.02,
+    )
 
 
 async def test_cluster_broker_and_config_subcommands(pymq_cluster):
@@ -79,6 +82,7 @@ async def test_cluster_broker_and_config_subcommands(pymq_cluster):
     assert "noSuchKey" in err
 
 
+@pytest.mark.slow
 async def test_topic_subcommands(pymq_cluster):
     ns, addr = pymq_cluster.namesrv_addr, pymq_cluster.broker_addr
     out = await ok(
@@ -141,6 +145,7 @@ async def test_topic_subcommands(pymq_cluster):
     await fails("topicRoute", "-n", ns, "-t", "CliT")
 
 
+@pytest.mark.slow
 async def test_consumer_subcommands(pymq_cluster):
     ns, addr = pymq_cluster.namesrv_addr, pymq_cluster.broker_addr
     await ok("updateTopic", "-b", addr, "-t", "CliC", "-r", "2", "-w", "2")
@@ -186,9 +191,11 @@ async def test_consumer_subcommands(pymq_cluster):
     first = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
     async with PushConsumer("cli-live", ns, handler, consume_from=first) as consumer:
         await consumer.subscribe("CliC")
-        with trio.fail_after(15):
-            while (await admin("consumerConnection", "-n", ns, "-g", "cli-live"))[0] != 0:
-                await trio.sleep(0.1)
+
+        async def connected() -> bool:
+            return (await admin("consumerConnection", "-n", ns, "-g", "cli-live"))[0] == 0
+
+        await wait_until(connected, timeout=15, interval=0.1)
         out = await ok("consumerConnection", "-n", ns, "-g", "cli-live")
         assert "CliC" in out and "CLUSTERING" in out
         data = await ok_json("consumerConnection", "-n", ns, "-g", "cli-live")

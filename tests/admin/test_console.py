@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import free_port
+from tests.helpers import free_broker_port, free_port
+
+pytestmark = pytest.mark.slow  # a browser and a pymq process: seconds per test
 
 CHROMIUM = os.environ.get("PYMQ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -56,7 +58,7 @@ def run_cli(*args: str) -> str:
 class Server:
     def __init__(self, data: Path) -> None:
         self.namesrv = f"127.0.0.1:{free_port()}"
-        broker_port = free_port()
+        broker_port = free_broker_port()
         self.broker = f"127.0.0.1:{broker_port}"
         self.process = subprocess.Popen(
             [

@@ -26,8 +26,7 @@ from pymq.broker.config import BrokerConfig
 from pymq.common.config import ConfigError, set_key
 from pymq.embedded import open_cluster
 from pymq.testing import TEST_PROPERTIES
-
-from .conftest import free_port
+from tests.helpers import free_port
 
 TOKEN = "the-right-token-0123456789"
 # The default adminAuthTimeoutMillis, in seconds: these tests assume the documented defaults.

@@ -17,6 +17,8 @@ from pymq.client.topics import create_topic
 from pymq.embedded import open_cluster
 from pymq.testing import TEST_PROPERTIES
 
+pytestmark = pytest.mark.slow  # separate processes: seconds per test
+
 SCRIPT = Path(__file__).with_name("cpp_client_roundtrip.py")
 MODES = ["sync", "orderly", "oneway", "mixed", "batch", "pull", "retry"]
 # The script's own --timeout (seconds to wait for every message).  In retry mode the C++ client

@@ -171,7 +171,7 @@ def _flip_bits(rng: random.Random, data: bytes, start: int = 0) -> bytes:
     return bytes(buf)
 
 
-def mutate(rng: random.Random, cmd: RemotingCommand) -> tuple[str, bytes]:
+def mutate(rng: random.Random, cmd: RemotingCommand) -> tuple[str, bytes]:  # noqa: C901
     """One malformed frame made from ``cmd``, and the name of the mutation."""
     sound = encode(cmd)
     kind = rng.randrange(14)
@@ -372,6 +372,7 @@ def fuzz_report():
         print(f"last case: {state['case']}")
 
 
+@pytest.mark.slow
 async def test_servers_survive_malformed_frames(tmp_path, fuzz_report) -> None:
     rng = random.Random(SEED)
     bases = base_requests()

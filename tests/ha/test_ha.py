@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,7 +18,9 @@ from pymq.client import Message, Producer, PullConsumer, topics
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
-from tests.integration.test_namesrv_cli import free_broker_port, free_port
+from tests.helpers import free_broker_port, free_port, wait_until
+
+pytestmark = pytest.mark.slow  # separate processes: seconds per test
 
 FILE_SIZE = 1 << 20  # small commit-log files: several files with little data
 
@@ -43,7 +46,7 @@ class Proc:
         return self.popen.wait(timeout=30)
 
 
-async def _spawn(args: list[str]) -> subprocess.Popen:
+async def _spawn(args: list[str]) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
@@ -52,30 +55,32 @@ async def _spawn(args: list[str]) -> subprocess.Popen:
     if "success" not in line:
         proc.kill()
         raise AssertionError(f"{args[0]} did not start: {line!r}")
-    return proc
+    return proc, line
 
 
 async def start_namesrv(tmp: Path) -> Proc:
-    port = free_port()
-    popen = await _spawn(
+    popen, banner = await _spawn(
         [
             "pymq.namesrv",
             "--listenPort",
-            str(port),
+            "0",
             "--bindAddress",
             "127.0.0.1",
             "--kvConfigPath",
             str(tmp / "kv.json"),
         ]
     )
-    return Proc(popen, port)
+    # The name server binds a port the OS picks and prints it: no race for a free port.
+    match = re.search(r"listening on port (\d+)", banner)
+    assert match, banner
+    return Proc(popen, int(match.group(1)))
 
 
 async def start_broker(
     namesrv: Proc, store: Path, role: str, broker_id: int, port: int | None = None
 ) -> Proc:
     port = port or free_broker_port()
-    popen = await _spawn(
+    popen, _ = await _spawn(
         [
             "pymq.broker",
             "-n",
@@ -120,9 +125,10 @@ async def max_offset(addr: str) -> int:
 
 
 async def wait_caught_up(slave: Proc, target: int, timeout: float = 30) -> None:
-    with trio.fail_after(timeout):
-        while await max_offset(slave.addr) < target:
-            await trio.sleep(0.1)
+    async def caught_up() -> bool:
+        return await max_offset(slave.addr) >= target
+
+    await wait_until(caught_up, timeout=timeout, interval=0.1)
 
 
 def commitlog_bytes(store: Path, upto: int) -> bytes:
@@ -149,14 +155,14 @@ async def create_topic(broker: Proc, namesrv: Proc, topic: str) -> None:
 async def wait_slave_knows_topic(slave: Proc, topic: str) -> None:
     """A slave learns topics by its metadata sync (after 3 s, then every 10 s)."""
     async with open_remoting_client() as client:
-        with trio.fail_after(30):
-            while True:
-                response = await client.invoke(
-                    slave.addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG)
-                )
-                if f'"{topic}"'.encode() in response.body:
-                    return
-                await trio.sleep(0.2)
+
+        async def knows() -> bool:
+            response = await client.invoke(
+                slave.addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG)
+            )
+            return f'"{topic}"'.encode() in response.body
+
+        await wait_until(knows, timeout=30, interval=0.2)
 
 
 async def pull_everything(namesrv: Proc, topic: str) -> set[str]:
@@ -244,12 +250,13 @@ async def test_sync_master_killed_loses_no_acknowledged_message(tmp_path: Path, 
     slave = await start_broker(namesrv, tmp_path / "slave", "SLAVE", 1)
     procs += [namesrv, master, slave]
     await create_topic(master, namesrv, "SyncTopic")
-    with trio.fail_after(20):  # sends are SLAVE_NOT_AVAILABLE until the slave has connected
-        while (
-            "haConnections" not in (info := await runtime_info(master.addr))
-            or info["haConnections"] != "1"
-        ):
-            await trio.sleep(0.1)
+
+    async def slave_connected() -> bool:
+        info = await runtime_info(master.addr)
+        return info.get("haConnections") == "1"
+
+    # Sends are SLAVE_NOT_AVAILABLE until the slave has connected.
+    await wait_until(slave_connected, timeout=20, interval=0.1)
 
     await wait_slave_knows_topic(slave, "SyncTopic")
     acked: list[str] = []
@@ -266,9 +273,7 @@ async def test_sync_master_killed_loses_no_acknowledged_message(tmp_path: Path, 
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(keep_sending)
-        with trio.fail_after(60):
-            while len(acked) < 300:
-                await trio.sleep(0.01)
+        await wait_until(lambda: len(acked) >= 300, timeout=60, interval=0.01)
         master.kill()  # kill -9 in the middle of the stream
     assert len(acked) >= 300
 

@@ -24,6 +24,7 @@ from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.testing import TEST_PROPERTIES
+from tests.helpers import wait_until
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 
@@ -119,13 +120,13 @@ async def test_two_consumers_split_the_queues_and_take_over(pymq_cluster: Cluste
         await a.subscribe("Shared")
         async with PushConsumer("G", ns, second, consume_from=FIRST) as b:
             await b.subscribe("Shared")
-            with trio.fail_after(30):
-                while True:
-                    mine = {m for m in a.assigned if m.topic == "Shared"}
-                    theirs = {m for m in b.assigned if m.topic == "Shared"}
-                    if len(mine) == 2 and len(theirs) == 2 and not mine & theirs:
-                        break
-                    await trio.sleep(0.05)
+
+            def balanced() -> bool:
+                mine = {m for m in a.assigned if m.topic == "Shared"}
+                theirs = {m for m in b.assigned if m.topic == "Shared"}
+                return len(mine) == 2 and len(theirs) == 2 and not mine & theirs
+
+            await wait_until(balanced, timeout=30, interval=0.05)
             async with Producer("P", ns) as producer:
                 for i in range(40):
                     await producer.send(Message("Shared", f"m{i}".encode()))
@@ -133,9 +134,11 @@ async def test_two_consumers_split_the_queues_and_take_over(pymq_cluster: Cluste
             await second.wait_for(20)
             assert first.bodies().isdisjoint(second.bodies())
         # b left: a is told at once (NOTIFY_CONSUMER_IDS_CHANGED) and takes every queue over.
-        with trio.fail_after(30):
-            while len({m for m in a.assigned if m.topic == "Shared"}) < 4:
-                await trio.sleep(0.05)
+        await wait_until(
+            lambda: len({m for m in a.assigned if m.topic == "Shared"}) >= 4,
+            timeout=30,
+            interval=0.05,
+        )
         async with Producer("P", ns) as producer:
             for i in range(40, 60):
                 await producer.send(Message("Shared", f"m{i}".encode()))
@@ -191,6 +194,7 @@ async def test_broker_restart_loses_nothing(tmp_path, nursery) -> None:
     assert len(after.messages) == 20
 
 
+@pytest.mark.slow
 async def test_retry_delay_redelivery_then_dlq(tmp_path) -> None:
     props = dict(TEST_PROPERTIES, messageDelayLevel=" ".join(["1s"] * 18))
     async with open_cluster(
@@ -205,9 +209,9 @@ async def test_retry_delay_redelivery_then_dlq(tmp_path) -> None:
             await consumer.subscribe("Flaky")
             await failing.wait_for(3, timeout=60)
             store = cluster.broker.store
-            with trio.fail_after(30):
-                while store.get_max_offset_in_queue("%DLQ%G", 0) < 1:
-                    await trio.sleep(0.05)
+            await wait_until(
+                lambda: store.get_max_offset_in_queue("%DLQ%G", 0) >= 1, timeout=30, interval=0.05
+            )
         assert [m.reconsume_times for m in failing.messages] == [0, 1, 2]
         assert all(m.topic == "Flaky" and m.body == b"poison" for m in failing.messages)
         raw = store.get_message("G", "%DLQ%G", 0, 0, 1).messages[0]

@@ -16,6 +16,7 @@ from pymq.embedded import Cluster
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
+from tests.helpers import wait_until
 
 
 async def broker_controller_register(cluster: Cluster) -> None:
@@ -39,9 +40,9 @@ async def test_lookups_by_offset_key_and_time(
         await producer.send(Message("Lookup", b"two", keys="order-2 shared"))
         await producer.send(Message("Lookup", b"three", keys="shared"))
     store = pymq_cluster.broker.store
-    with trio.fail_after(10):
-        while store.get_max_offset_in_queue("Lookup", 0) < 3:
-            await trio.sleep(0.01)
+    await wait_until(
+        lambda: store.get_max_offset_in_queue("Lookup", 0) >= 3, timeout=10, interval=0.01
+    )
 
     earliest = await client.invoke(
         broker, req(RequestCode.GET_EARLIEST_MSG_STORETIME, topic="Lookup", queueId=0)
@@ -170,9 +171,11 @@ async def test_silent_clients_expire_and_groups_are_told(
         await trio.testing.wait_all_tasks_blocked()
         assert "SilentProducer" in broker.producer_manager.groups
         mock_clock.jump(30)  # 130 s of silence from the producer's connection
-        with trio.fail_after(5):
-            while "SilentProducer" in broker.producer_manager.groups:
-                await trio.sleep(0.01)
+        await wait_until(
+            lambda: "SilentProducer" not in broker.producer_manager.groups,
+            timeout=5,
+            interval=0.01,
+        )
         await silent.wait_closed()
         # A second member joining makes the broker notify the first at once.
         async with PushConsumer("Watchers", pymq_cluster.namesrv_addr, handle) as second:

@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 
-from tests.integration.test_namesrv_cli import free_broker_port, free_port
+from tests.helpers import free_broker_port, free_port
 
 
 def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,16 +8,15 @@ from __future__ import annotations
 import os
 import pathlib
 
-import trio
-
-from pymq.client import MQClientError, Producer, topics
+from pymq.client import MQClientError, Producer, SendResult, topics
 from pymq.client.producer import Message
 from pymq.common.consumer import MessageQueue
 from pymq.common.message import decode_record
 from pymq.embedded import open_cluster
 from pymq.remoting.codes import ResponseCode
 from pymq.store.results import GetMessageStatus
-from tests.store.conftest import small_tmpfs, write_ballast
+from tests.helpers import wait_until
+from tests.store.helpers import small_tmpfs, write_ballast
 
 MIB = 1024 * 1024
 PROPERTIES = {
@@ -68,13 +67,14 @@ async def test_broker_survives_a_full_disk_and_resumes(tmp_path: pathlib.Path) -
                 assert sorted(acked) == list(range(len(acked)))  # no hole, nothing twice
 
                 os.unlink(ballast)  # space comes back: sends go through again, no restart
-                with trio.fail_after(20):
-                    while True:
-                        try:
-                            result = await producer.send(Message(TOPIC, b"back"), queue=queue)
-                            break
-                        except MQClientError:
-                            await trio.sleep(0.02)
+
+                async def send_back() -> SendResult | None:
+                    try:
+                        return await producer.send(Message(TOPIC, b"back"), queue=queue)
+                    except MQClientError:
+                        return None
+
+                result = await wait_until(send_back, timeout=20, interval=0.02)
                 assert result.status == "SEND_OK"
                 assert result.queue_offset == len(acked)
                 acked[result.queue_offset] = b"back"

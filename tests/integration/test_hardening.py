@@ -74,6 +74,7 @@ async def route_answered(port: int) -> bool:
     return response.opaque == request.opaque
 
 
+@pytest.mark.slow
 async def test_hostile_headers_end_one_connection_never_a_server(cluster) -> None:
     ports = [cluster.namesrv.port, cluster.broker.port, cluster.broker.fast_server.port]
     for port in ports:

@@ -14,7 +14,7 @@ from pymq.common.topic import DataVersion, TopicConfig, TopicConfigSerializeWrap
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand, encode
 from pymq.remoting.codes import RequestCode, ResponseCode
-from tests.conftest import make_namesrv
+from tests.helpers import make_namesrv, wait_until
 
 MASTER = "127.0.0.1:10911"
 SLAVE = "127.0.0.1:10921"
@@ -153,9 +153,7 @@ async def test_closed_broker_connection_removes_it(namesrv, nursery) -> None:
     reader = RemotingClient(nursery)
     assert (await reader.invoke(ns, route_request("TopicTest"))).code == ResponseCode.SUCCESS
     broker.close()
-    with trio.fail_after(5):
-        while namesrv.routes.broker_addr_table:
-            await trio.sleep(0.01)
+    await wait_until(lambda: not namesrv.routes.broker_addr_table, timeout=5, interval=0.01)
     assert (await reader.invoke(ns, route_request("TopicTest"))).code == (
         ResponseCode.TOPIC_NOT_EXIST
     )

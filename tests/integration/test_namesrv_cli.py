@@ -12,32 +12,7 @@ import pytest
 
 from pymq.remoting.codec import FrameDecoder, RemotingCommand, encode
 from pymq.remoting.codes import RequestCode, ResponseCode
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def free_broker_port() -> int:
-    """A listenPort whose neighbours a broker also binds (VIP channel at -2, HA at +1) are free
-    too: a lone free port can sit next to one a client connection holds."""
-    for _ in range(100):
-        port = free_port()
-        socks = []
-        try:
-            for p in (port - 2, port, port + 1):
-                sock = socket.socket()
-                socks.append(sock)
-                sock.bind(("127.0.0.1", p))
-            return port
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no free port block for a broker")
+from tests.helpers import free_port
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,12 +11,15 @@ import pytest
 
 from pymq.common.message import decode_offset_msg_id, decode_record
 from pymq.export.job import STATE_FILE, ExportError, JobConfig, read_state, run_export
-from tests.spark.conftest import FILE_SIZE, make_messages, produce, store_of
+from tests.spark.helpers import FILE_SIZE, make_messages, produce, store_of
 
 # pyspark checks the pandas version when Arrow is used; the export does not use pandas.
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "spark_export.py")
 
-pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
+]
 
 
 @pytest.fixture(scope="module")

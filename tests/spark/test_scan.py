@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-import trio
 
 from pymq.client import Producer
 from pymq.common.message import decode_offset_msg_id, decode_record
@@ -18,7 +17,8 @@ from pymq.common.topic import is_system_topic
 from pymq.embedded import open_cluster
 from pymq.export.options import CheckpointBound, ExportOptions, Mode, OptionError
 from pymq.export.scan import CorruptRecordError, SegmentScan, StoreError, plan_store
-from tests.spark.conftest import FILE_SIZE, make_messages, produce, store_of
+from tests.helpers import wait_until
+from tests.spark.helpers import FILE_SIZE, make_messages, produce, store_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -213,12 +213,12 @@ async def test_live_broker_store_is_read_up_to_the_checkpoint(tmp_path):
         assert os.path.exists(os.path.join(store, "abort"))
         sent = [await producer.send(m) for m in make_messages(40, seed=4)]
         last = offset_of_result(sent[-1])
-        with trio.fail_after(10):
-            while True:
-                plan, msgs, _ = scan_all(ExportOptions(path=store))
-                if msgs and msgs[-1].commitlog_offset == last:
-                    break
-                await trio.sleep(0.05)
+
+        def scanned_up_to_last() -> tuple | None:
+            plan, msgs, _ = scan_all(ExportOptions(path=store))
+            return (plan, msgs) if msgs and msgs[-1].commitlog_offset == last else None
+
+        plan, msgs = await wait_until(scanned_up_to_last, timeout=10, interval=0.05)
         assert plan.checkpoint_timestamp is not None
         assert [m.commitlog_offset for m in msgs] == [offset_of_result(r) for r in sent]
         assert all(m.store_timestamp <= plan.checkpoint_timestamp for m in msgs)

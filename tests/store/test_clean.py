@@ -6,8 +6,7 @@ import datetime
 import os
 
 from pymq.store import GetMessageStatus, PutMessageStatus
-
-from .conftest import make_message, running_store, small_config
+from tests.store.helpers import make_message, running_store, small_config
 
 HOUR_MS = 3600 * 1000
 

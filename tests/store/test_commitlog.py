@@ -13,8 +13,8 @@ from pymq.common.message import (
     iter_records,
 )
 from pymq.store import PutMessageStatus
-
-from .conftest import SMALL_COMMITLOG, make_message, running_store, small_config
+from tests.helpers import wait_until
+from tests.store.helpers import SMALL_COMMITLOG, make_message, running_store, small_config
 
 
 async def test_records_never_span_files(root):
@@ -171,15 +171,13 @@ async def test_ha_copy_between_stores(root, tmp_path):
 
 
 async def test_next_file_is_preallocated_off_the_loop(root):
-    import trio
 
     config = small_config(root)
     async with running_store(config) as store:
         await store.put_message(make_message())
         nxt = os.path.join(config.store_path_commitlog, f"{SMALL_COMMITLOG:020d}")
-        with trio.fail_after(10):  # liveness only: the allocator task creates it by itself
-            while not os.path.exists(nxt):
-                await trio.sleep(0.01)
+        # Liveness only: the allocator task creates it by itself.
+        await wait_until(lambda: os.path.exists(nxt), timeout=10, interval=0.01)
         ready = store.allocator._ready[nxt]
         while len(store.commitlog.queue.files) < 2:
             await store.put_message(make_message(body=b"f" * 1000))

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 import trio
 
 from pymq.common.message import decode_record
@@ -90,6 +91,7 @@ async def verify(root: str, acked: list[tuple[int, ...]]) -> int:
     return served
 
 
+@pytest.mark.slow
 async def test_sigkill_during_sync_flush_writes_loses_nothing_acknowledged(tmp_path):
     root = str(tmp_path / "crash")
     rnd = random.Random(1234)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import trio
@@ -21,7 +21,8 @@ from pymq.store.index_file import IndexFile
 from pymq.store.mapped_file import CREATING_SUFFIX, MappedFile
 from pymq.store.mapped_file_queue import MappedFileQueue
 from pymq.store.results import GetMessageStatus, PutMessageStatus
-from tests.store.conftest import (
+from tests.helpers import wait_until
+from tests.store.helpers import (
     fill_disk,
     make_message,
     running_store,
@@ -152,13 +153,6 @@ def test_fallback_fills_only_the_holes_of_a_sparse_file(
 # --- the store -------------------------------------------------------------------------------
 
 
-async def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = 20) -> None:
-    """Poll ``predicate`` (a retry on a real timer); fail naming ``what`` if it never holds."""
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
-
-
 async def test_commitlog_full_refuses_puts_keeps_acked_and_resumes(fs: str) -> None:
     """1 MiB commit-log files on a 4 MiB disk: puts go until the next file cannot be made, are
     then refused with a reason while the store keeps running, resume once space is freed, and
@@ -194,7 +188,9 @@ async def test_commitlog_full_refuses_puts_keeps_acked_and_resumes(fs: str) -> N
         assert store.get_max_offset_in_queue("TopicTest", 0) == len(acked)
 
         os.unlink(ballast)  # space comes back: the allocator's retry makes the file
-        await _wait_until(lambda: not store.allocator.failing, "allocator retry")
+        await wait_until(
+            lambda: not store.allocator.failing, timeout=20, interval=0.01, what="allocator retry"
+        )
         for i in range(20):
             body = b"again-%d" % i
             result = await store.put_message(make_message(body=body))
@@ -233,7 +229,12 @@ async def test_consume_queue_file_on_a_full_disk_blocks_dispatch_then_catches_up
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
         assert (await store.put_message(make_message(topic="A"))).is_ok
         await store.reput.do_reput()
-        await _wait_until(lambda: len(os.listdir(config.store_path_commitlog)) == 2, "prealloc")
+        await wait_until(
+            lambda: len(os.listdir(config.store_path_commitlog)) == 2,
+            timeout=20,
+            interval=0.01,
+            what="prealloc",
+        )
         ballast = os.path.join(fs, "ballast")
         fill_disk(ballast)
         # The commit log has room (its blocks exist): the put is acked.
@@ -249,7 +250,9 @@ async def test_consume_queue_file_on_a_full_disk_blocks_dispatch_then_catches_up
         assert store.running
 
         os.unlink(ballast)
-        await _wait_until(lambda: store.reput.blocked is None, "dispatch retry")
+        await wait_until(
+            lambda: store.reput.blocked is None, timeout=20, interval=0.01, what="dispatch retry"
+        )
         got = store.get_message("G", "B", 0, 0, 1)
         assert got.status is GetMessageStatus.FOUND
         assert decode_record(got.messages[0]).body == b"on a full disk"
@@ -271,7 +274,12 @@ async def test_index_file_on_a_full_disk_blocks_dispatch_then_catches_up(fs: str
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
         assert (await store.put_message(make_message(keys="k0"))).is_ok
         await store.reput.do_reput()
-        await _wait_until(lambda: len(os.listdir(config.store_path_commitlog)) == 2, "prealloc")
+        await wait_until(
+            lambda: len(os.listdir(config.store_path_commitlog)) == 2,
+            timeout=20,
+            interval=0.01,
+            what="prealloc",
+        )
         ballast = os.path.join(fs, "ballast")
         fill_disk(ballast)
         for key in ("k1", "k2", "late"):
@@ -283,7 +291,9 @@ async def test_index_file_on_a_full_disk_blocks_dispatch_then_catches_up(fs: str
         assert _leftovers(config.index_dir, os.path.getsize(store.index.files[0].path)) == []
 
         os.unlink(ballast)
-        await _wait_until(lambda: store.reput.blocked is None, "dispatch retry")
+        await wait_until(
+            lambda: store.reput.blocked is None, timeout=20, interval=0.01, what="dispatch retry"
+        )
         found = store.query_message("TopicTest", "late", 10, 0, 1 << 62)
         assert [decode_record(raw).body for raw in found.messages] == [b"hello"]
         assert store.get_max_offset_in_queue("TopicTest", 0) == 4
@@ -355,7 +365,12 @@ async def test_commitlog_chunk_on_a_full_disk_is_refused_and_resumes(
         first = await store.put_message(make_message(body=b"first"))
         acked[first.logic_offset] = b"first"
         await store.reput.do_reput()
-        await _wait_until(lambda: len(os.listdir(config.store_path_commitlog)) == 2, "prealloc")
+        await wait_until(
+            lambda: len(os.listdir(config.store_path_commitlog)) == 2,
+            timeout=20,
+            interval=0.01,
+            what="prealloc",
+        )
         ballast = os.path.join(fs, "ballast")
         fill_disk(ballast)
         refused = []
@@ -428,7 +443,12 @@ async def test_dispatch_chunk_on_a_full_disk_blocks_then_catches_up(
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
         assert (await store.put_message(make_message(keys="k"))).is_ok
         await store.reput.do_reput()
-        await _wait_until(lambda: len(os.listdir(config.store_path_commitlog)) == 2, "prealloc")
+        await wait_until(
+            lambda: len(os.listdir(config.store_path_commitlog)) == 2,
+            timeout=20,
+            interval=0.01,
+            what="prealloc",
+        )
         # Everything but the file under test gets all its blocks now.
         store.commitlog.queue.files[0].allocate_to(MIB)
         cq = store.consume_queues.find_or_create("TopicTest", 0)
@@ -459,7 +479,9 @@ async def test_dispatch_chunk_on_a_full_disk_blocks_then_catches_up(
         assert store.get_max_offset_in_queue("TopicTest", 0) <= acked
 
         os.unlink(ballast)
-        await _wait_until(lambda: store.reput.blocked is None, "dispatch retry")
+        await wait_until(
+            lambda: store.reput.blocked is None, timeout=20, interval=0.01, what="dispatch retry"
+        )
         assert store.get_max_offset_in_queue("TopicTest", 0) == acked
         for key in ("k", f"key{acked - 2}"):
             found = store.query_message("TopicTest", key, 10, 0, 1 << 62)
@@ -508,7 +530,9 @@ async def test_a_fresh_default_store_takes_little_disk(tmp_path: pathlib.Path) -
             assert (await store.put_message(msg)).is_ok
         await store.reput.do_reput()
         commitlog = store.config.store_path_commitlog
-        await _wait_until(lambda: len(os.listdir(commitlog)) == 2, "prealloc")
+        await wait_until(
+            lambda: len(os.listdir(commitlog)) == 2, timeout=20, interval=0.01, what="prealloc"
+        )
         assert os.path.getsize(os.path.join(commitlog, os.listdir(commitlog)[0])) == 1 << 30
         total = 0
         for directory, _dirs, files in os.walk(root):

@@ -10,8 +10,7 @@ import os
 from pymq.common.message import MessageSysFlag
 from pymq.store import commitlog as commitlog_module
 from pymq.store.reput import ReputMessageService
-
-from .conftest import make_message, running_store, small_config
+from tests.store.helpers import make_message, running_store, small_config
 
 
 class Clock:

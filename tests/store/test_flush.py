@@ -8,8 +8,8 @@ import trio
 
 from pymq.store import FlushDiskType, PutMessageStatus
 from pymq.store.mapped_file import MappedFile
-
-from .conftest import make_message, running_store, small_config
+from tests.helpers import wait_until
+from tests.store.helpers import make_message, running_store, small_config
 
 
 async def test_sync_flush_group_commit_batches_concurrent_puts(root, monkeypatch):
@@ -83,7 +83,8 @@ async def test_async_flush_runs_on_its_own(root):
     async with running_store(config) as store:
         r = await store.put_message(make_message())
         end = r.wrote_offset + r.wrote_bytes
-        with trio.fail_after(10):  # liveness only: the periodic flush catches up by itself
-            while store.commitlog.queue.flushed_where < end:
-                await trio.sleep(0.01)
+        # Liveness only: the periodic flush catches up by itself.
+        await wait_until(
+            lambda: store.commitlog.queue.flushed_where >= end, timeout=10, interval=0.01
+        )
         assert store.checkpoint.physic_msg_timestamp == r.store_timestamp

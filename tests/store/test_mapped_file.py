@@ -9,6 +9,7 @@ import trio
 
 from pymq.store.mapped_file import MappedFile
 from pymq.store.mapped_file_queue import MappedFileAllocator, MappedFileQueue
+from tests.helpers import wait_until
 
 SIZE = 4096 * 4
 
@@ -41,10 +42,8 @@ async def test_allocator_never_deletes_a_file_the_queue_made_itself(tmp_path, mo
         assert second.file_from_offset == SIZE
         second.append(b"precious")
         release.set()
-        with trio.fail_after(10):  # liveness only
-            while not finished.is_set():
-                await trio.sleep(0.01)
-            await trio.sleep(0.05)  # the allocator handles the late file
+        await wait_until(finished.is_set, timeout=10, interval=0.01)  # liveness only
+        await trio.sleep(0.05)  # the allocator handles the late file
         assert os.path.exists(second.path)
         with open(second.path, "rb") as f:
             assert f.read(8) == b"precious"

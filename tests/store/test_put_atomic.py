@@ -16,7 +16,7 @@ from pymq.common.message import MessageExt, decode_record
 from pymq.store import DefaultMessageStore
 from pymq.store import commitlog as commitlog_module
 from pymq.store.results import GetMessageStatus, PutMessageStatus
-from tests.store.conftest import make_message, running_store, small_config
+from tests.store.helpers import make_message, running_store, small_config
 
 I32 = 1 << 31
 I64 = 1 << 63

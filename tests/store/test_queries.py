@@ -9,8 +9,7 @@ import trio
 from pymq.common.message import decode_record, java_string_hash
 from pymq.store import GetMessageStatus as S
 from pymq.store.consume_queue import CQ_STORE_UNIT_SIZE
-
-from .conftest import SMALL_CQ, make_message, running_store, small_config
+from tests.store.helpers import SMALL_CQ, make_message, running_store, small_config
 
 
 class Clock:

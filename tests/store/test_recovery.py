@@ -11,8 +11,7 @@ import pytest
 from pymq.common.message import decode_record
 from pymq.store import DefaultMessageStore, GetMessageStatus
 from pymq.store.checkpoint import StoreLockedError
-
-from .conftest import make_message, running_store, small_config
+from tests.store.helpers import make_message, running_store, small_config
 
 TOPIC = "TopicTest"
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 
 from pymq.store import PutMessageStatus
-
-from .conftest import make_message, running_store, small_config
+from tests.store.helpers import make_message, running_store, small_config
 
 
 def rss_file_kb() -> int:

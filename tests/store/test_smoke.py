@@ -2,8 +2,7 @@ from __future__ import annotations
 
 from pymq.common.message import decode_record
 from pymq.store import GetMessageStatus, PutMessageStatus
-
-from .conftest import make_message, running_store, small_config
+from tests.store.helpers import make_message, running_store, small_config
 
 
 async def test_put_get_restart(root):

@@ -33,6 +33,7 @@ from pymq.common.message import (
     tags_code,
     unique_id_ip,
 )
+from tests.helpers import damaged
 
 
 def golden_record_v4() -> bytes:
@@ -346,14 +347,6 @@ def _records(n: int) -> tuple[bytearray, list[int]]:
         starts.append(len(buf))
         buf += encode_record(msg)
     return buf, starts
-
-
-def damaged(buf: bytearray, where: int, value: int, truncate: bool) -> bytearray:
-    """``buf`` zeroed from ``where`` on (a torn tail), or with the byte at ``where`` set."""
-    if truncate:
-        return buf[:where] + bytes(len(buf) - where)
-    buf[where] = value
-    return buf
 
 
 def _slow_scan(buf: bytes) -> int:

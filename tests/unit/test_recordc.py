@@ -26,7 +26,7 @@ from pymq.common.message import (
     pack_ip,
     scan_records,
 )
-from tests.unit.test_message import damaged
+from tests.helpers import damaged
 
 
 def _native():

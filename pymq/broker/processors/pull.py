@@ -55,7 +55,7 @@ class PullProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
-    async def pull_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    async def pull_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:  # noqa: C901
         broker = self.broker
         bc = broker.broker_config
         head: PullMessageRequestHeader = decode_request(req)

@@ -1,0 +1,100 @@
+"""Helpers shared by the test modules: polling for a condition, and ports for child processes.
+
+Test modules import from here (or use conftest fixtures), never from one another.
+"""
+
+from __future__ import annotations
+
+import inspect
+import socket
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, cast
+
+import trio
+
+from pymq.namesrv.config import NamesrvConfig
+from pymq.namesrv.controller import NamesrvController
+from pymq.remoting.config import NettyServerConfig
+
+T = TypeVar("T")
+
+
+async def wait_until(
+    predicate: Callable[[], T | Awaitable[T]],
+    *,
+    timeout: float = 10,
+    interval: float = 0.05,
+    what: str = "",
+) -> T:
+    """Call ``predicate`` (plain or async) every ``interval`` seconds until it returns a truthy
+    value, and return that value; raise ``trio.TooSlowError`` naming ``what`` (or the predicate)
+    after ``timeout`` seconds.
+
+    The first call is immediate. A predicate that raises ends the wait with its exception.
+    """
+    try:
+        with trio.fail_after(timeout):
+            while True:
+                result = predicate()
+                if inspect.isawaitable(result):
+                    result = await result
+                if result:
+                    return cast(T, result)
+                await trio.sleep(interval)
+    except trio.TooSlowError:
+        name = what or getattr(predicate, "__qualname__", repr(predicate))
+        raise trio.TooSlowError(f"{name} did not hold within {timeout} s") from None
+
+
+# In-process servers bind port 0 and report the port the OS chose: use that wherever possible.
+# A separate process (a CLI under test, a broker whose neighbour ports must be known up front)
+# needs its port before it starts, so the helpers below bind port 0, read the port, and release
+# it. Another process can take the port between the release and the child's bind: the window is
+# a few milliseconds and the OS hands out ephemeral ports round-robin, so it is rare, but it is
+# a race, and these helpers are only for the cases port 0 cannot serve.
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (see the race above)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def free_broker_port() -> int:
+    """A listenPort whose neighbours a broker also binds (VIP channel at -2, HA at +1) are free
+    too: a lone free port can sit next to one a client connection holds. Same race as above."""
+    for _ in range(100):
+        port = free_port()
+        socks = []
+        try:
+            for p in (port - 2, port, port + 1):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no free port block for a broker")
+
+
+def make_namesrv(tmp_path, **server_overrides: object) -> NamesrvController:
+    namesrv_config = NamesrvConfig(
+        kv_config_path=str(tmp_path / "namesrv" / "kvConfig.json"),
+        config_store_path=str(tmp_path / "namesrv" / "namesrv.properties"),
+    )
+    server_config = NettyServerConfig(listen_port=0, bind_address="127.0.0.1")
+    for key, value in server_overrides.items():
+        setattr(server_config, key, value)
+    return NamesrvController(namesrv_config, server_config)
+
+
+def damaged(buf: bytearray, where: int, value: int, truncate: bool) -> bytearray:
+    """``buf`` zeroed from ``where`` on (a torn tail), or with the byte at ``where`` set."""
+    if truncate:
+        return buf[:where] + bytes(len(buf) - where)
+    buf[where] = value
+    return buf

@@ -1,0 +1,105 @@
+"""Helpers for store tests: small files in a temp dir, a running store, a small real disk."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+
+import trio
+
+from pymq.common.message import MessageExt
+from pymq.store import DefaultMessageStore, MessageStoreConfig
+
+SMALL_COMMITLOG = 64 * 1024
+SMALL_CQ = 20 * 100
+
+
+def small_config(root: str, **overrides: object) -> MessageStoreConfig:
+    config = MessageStoreConfig(
+        store_path_root_dir=root,
+        mapped_file_size_commit_log=SMALL_COMMITLOG,
+        mapped_file_size_consume_queue=SMALL_CQ,
+        max_hash_slot_num=64,
+        max_index_num=256,
+    )
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+def make_message(
+    topic: str = "TopicTest",
+    queue_id: int = 0,
+    body: bytes = b"hello",
+    tags: str | None = "TagA",
+    keys: str | None = None,
+    **props: str,
+) -> MessageExt:
+    properties = dict(props)
+    if tags:
+        properties["TAGS"] = tags
+    if keys:
+        properties["KEYS"] = keys
+    return MessageExt(
+        topic=topic,
+        body=body,
+        queue_id=queue_id,
+        properties=properties,
+        born_timestamp=1_700_000_000_000,
+        born_host=("10.0.0.9", 40000),
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_store(
+    config: MessageStoreConfig, **kwargs: object
+) -> AsyncIterator[DefaultMessageStore]:
+    """A started store; leaving the block cancels it and waits for its clean shutdown."""
+    store = DefaultMessageStore(config, **kwargs)
+    store.store_host = ("192.168.0.1", 10911)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(store.run)
+        try:
+            yield store
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: str, size: int) -> Iterator[str]:
+    """A real filesystem of ``size`` bytes mounted at ``path`` (tmpfs: CI runs as root), so a
+    test can fill a disk for real; unmounted when the block ends."""
+    os.makedirs(path, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", path], check=True)
+
+
+def fill_disk(path: str) -> int:
+    """Write a ballast file at ``path`` until the filesystem is full; returns its size."""
+    chunk = bytes(range(256)) * 256
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        while True:
+            try:
+                n = os.write(fd, chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                return written
+            written += n
+            if n < len(chunk):  # the last few bytes fitted: the next write fails
+                continue
+    finally:
+        os.close(fd)
+
+
+def write_ballast(path: str, size: int) -> None:
+    with open(path, "wb") as f:
+        f.write(b"\xa5" * size)

@@ -25,7 +25,7 @@ from pymq.store.config import BrokerRole
 from pymq.store.results import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
-    from pymq.broker.controller import BrokerController
+    from pymq.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +52,12 @@ def _code_for(result: GetMessageResult, offset: int) -> int:
 
 
 class PullProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
 
     async def pull_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        broker = self.broker
-        bc = broker.broker_config
+        ctx = self.ctx
+        bc = ctx.broker_config
         head: PullMessageRequestHeader = decode_request(req)
         group, topic, queue_id = head.consumer_group, head.topic, head.queue_id
         offset, max_nums, sys_flag = head.queue_offset, head.max_msg_nums, head.sys_flag
@@ -66,7 +66,7 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{bc.broker_ip1}] pulling message is forbidden",
             )
-        group_config = await broker.subscription_group_manager.find_or_create(group)
+        group_config = await ctx.subscription_group_manager.find_or_create(group)
         if group_config is None:
             return req.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -77,7 +77,7 @@ class PullProcessor:
             return req.response(
                 ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
             )
-        config = broker.topic_config_manager.select(topic)
+        config = ctx.topic_config_manager.select(topic)
         if config is None:
             return req.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
@@ -99,7 +99,7 @@ class PullProcessor:
             subscription = SubscriptionData.build(topic, head.subscription or "*", head.sub_version)
             subscription.expression_type = expression_type
         else:
-            group_info = broker.consumer_manager.get(group)
+            group_info = ctx.consumer_manager.get(group)
             if group_info is None:
                 return req.response(
                     ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's group info not exist"
@@ -132,11 +132,11 @@ class PullProcessor:
             None if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else subscription.tag_filter()
         )
 
-        is_slave = broker.store.config.broker_role is BrokerRole.SLAVE
+        is_slave = ctx.store.config.broker_role is BrokerRole.SLAVE
         if sys_flag & FLAG_COMMIT_OFFSET and not is_slave:
             commit = head.commit_offset
             if commit >= 0:
-                broker.consumer_offset_manager.commit_offset(
+                ctx.consumer_offset_manager.commit_offset(
                     channel.remote_address, group, topic, queue_id, commit
                 )
 
@@ -148,13 +148,13 @@ class PullProcessor:
                 else bc.short_polling_time_mills
             )
             deadline = trio.current_time() + max(0, timeout_ms) / 1000
-        store = broker.store
+        store = ctx.store
         while True:
             result = store.get_message(group, topic, queue_id, offset, max_nums, tag_filter)
             code = _code_for(result, offset)
             if code != NOT_FOUND or not suspend:
                 break
-            event = broker.pull_hold.waiter(topic, queue_id)
+            event = ctx.pull_hold.waiter(topic, queue_id)
             with trio.move_on_at(deadline) as scope:
                 await event.wait()
             if scope.cancelled_caught:
@@ -175,12 +175,12 @@ class PullProcessor:
             "suggestWhichBrokerId": suggest,
         }
         if code == ResponseCode.SUCCESS:
-            broker.stats.on_get(result.message_count, result.buffer_total_size)
+            ctx.stats.on_get(result.message_count, result.buffer_total_size)
             if result.queue_offsets:  # protectBroker: the bytes this group left behind
                 last = store.get_commitlog_offset_in_queue(
                     topic, queue_id, result.queue_offsets[-1]
                 )
-                broker.fall_behind.record(group, topic, queue_id, store.max_phy_offset - last)
+                ctx.fall_behind.record(group, topic, queue_id, store.max_phy_offset - last)
             return req.response(code, None, header, result.body())
         remark = {
             NOT_FOUND: "no new message in this queue",

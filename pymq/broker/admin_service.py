@@ -35,6 +35,7 @@ from pymq.remoting.codes import CURRENT_VERSION, ResponseCode
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
+    from pymq.common.topic import DataVersion
 
 # Keys an operator may change on a running broker.  Paths, ports, names and roles need a
 # restart, and are refused with a message saying so.
@@ -451,6 +452,10 @@ class AdminService:
         return message_view(msg)
 
     # -- configs ------------------------------------------------------------------------------
+
+    def config_properties(self) -> tuple[dict[str, str], DataVersion]:
+        """The live configs as RocketMQ properties, in their declared order, and their version."""
+        return to_properties(self.broker.configs()), self.broker.config_version
 
     def broker_config(self) -> dict[str, Any]:
         props = to_properties(self.broker.configs())

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import trio
 
+from pymq.broker.admin_service import AdminService
 from pymq.broker.client_manager import (
     ConsumerManager,
     ProducerManager,
@@ -42,6 +43,7 @@ from pymq.broker.client_manager import (
 from pymq.broker.config import BrokerConfig
 from pymq.broker.consumer_filter_manager import ConsumerFilterManager
 from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
+from pymq.broker.context import BrokerContext
 from pymq.broker.fast_failure import (
     PROTECT_BROKER_PERIOD,
     WATER_MARK_INITIAL_DELAY,
@@ -156,10 +158,27 @@ class BrokerController:
         self.server.admission = self.fast_failure
         self.fast_server.admission = self.fast_failure
         self.fall_behind = ConsumerFallBehind()
-        self.send_processor = SendProcessor(self)
-        self.pull_processor = PullProcessor(self)
-        self.consumer_processor = ConsumerProcessor(self)
-        self.admin_processor = AdminProcessor(self)
+        # What the processors may use; they never see the controller.
+        self.context = BrokerContext(
+            broker_config=broker_config,
+            store=self.store,
+            topic_config_manager=self.topic_config_manager,
+            subscription_group_manager=self.subscription_group_manager,
+            consumer_offset_manager=self.consumer_offset_manager,
+            consumer_manager=self.consumer_manager,
+            producer_manager=self.producer_manager,
+            rebalance_lock_manager=self.rebalance_lock_manager,
+            pull_hold=self.pull_hold,
+            stats=self.stats,
+            fall_behind=self.fall_behind,
+            schedule=self.schedule,
+            admin=AdminService(self),
+            store_host=self.store_host,
+        )
+        self.send_processor = SendProcessor(self.context)
+        self.pull_processor = PullProcessor(self.context)
+        self.consumer_processor = ConsumerProcessor(self.context)
+        self.admin_processor = AdminProcessor(self.context)
         self._register_processors()
         self.outer_api: BrokerOuterAPI | None = None
         self.client: RemotingClient | None = None
@@ -294,7 +313,7 @@ class BrokerController:
                 # before recovery), recover the store, and only then serve requests.
                 await self.server.bind()
                 await self.fast_server.bind()
-                self.store.store_host = self.store_host
+                self.store.store_host = self.context.store_host = self.store_host
                 await nursery.start(self.store.run)
                 port = await nursery.start(self.server.run)
                 await nursery.start(self.fast_server.run)

@@ -20,9 +20,8 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError, AdminService
+from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
-from pymq.common.config import to_properties
 from pymq.common.properties import format_properties, parse_properties
 from pymq.common.route import KVTable
 from pymq.common.serde import from_json, to_json
@@ -32,7 +31,7 @@ from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:
-    from pymq.broker.controller import BrokerController
+    from pymq.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +39,9 @@ __all__ = ["RESTART_ONLY_KEYS", "AdminProcessor"]
 
 
 class AdminProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self.service = AdminService(broker)
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        self.service = ctx.admin
 
     # -- topics -------------------------------------------------------------------------------
 
@@ -75,7 +74,7 @@ class AdminProcessor:
         return req.response()
 
     async def get_all_topic_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        return req.response(body=self.broker.topic_config_manager.encode_bytes())
+        return req.response(body=self.ctx.topic_config_manager.encode_bytes())
 
     # -- offsets and messages -----------------------------------------------------------------
 
@@ -83,32 +82,32 @@ class AdminProcessor:
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         head: H.SearchOffsetRequestHeader = H.decode_request(req)
-        offset = self.broker.store.get_offset_in_queue_by_time(
+        offset = self.ctx.store.get_offset_in_queue_by_time(
             head.topic, head.queue_id, head.timestamp
         )
         return req.response(ext_fields={"offset": offset})
 
     async def get_max_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         head: H.TopicQueueHeader = H.decode_request(req)
-        offset = self.broker.store.get_max_offset_in_queue(head.topic, head.queue_id)
+        offset = self.ctx.store.get_max_offset_in_queue(head.topic, head.queue_id)
         return req.response(ext_fields={"offset": offset})
 
     async def get_min_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         head: H.TopicQueueHeader = H.decode_request(req)
-        offset = self.broker.store.get_min_offset_in_queue(head.topic, head.queue_id)
+        offset = self.ctx.store.get_min_offset_in_queue(head.topic, head.queue_id)
         return req.response(ext_fields={"offset": offset})
 
     async def get_earliest_msg_storetime(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         head: H.TopicQueueHeader = H.decode_request(req)
-        timestamp = self.broker.store.get_earliest_message_time(head.topic, head.queue_id)
+        timestamp = self.ctx.store.get_earliest_message_time(head.topic, head.queue_id)
         return req.response(ext_fields={"timestamp": timestamp})
 
     async def view_message_by_id(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         offset = H.decode_request(req).offset
-        raw = self.broker.store.select_one_message_by_offset(offset)
-        if raw is None or self.broker.store.look_message_by_offset(offset) is None:
+        raw = self.ctx.store.select_one_message_by_offset(offset)
+        if raw is None or self.ctx.store.look_message_by_offset(offset) is None:
             return req.response(
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
             )
@@ -118,8 +117,8 @@ class AdminProcessor:
         head: H.QueryMessageRequestHeader = H.decode_request(req)
         max_num = head.max_num
         if head.unique_key_query:
-            max_num = self.broker.store.config.default_query_max_num
-        result = self.broker.store.query_message(
+            max_num = self.ctx.store.config.default_query_max_num
+        result = self.ctx.store.query_message(
             head.topic, head.key, max_num, head.begin_timestamp, head.end_timestamp
         )
         header = {
@@ -137,16 +136,17 @@ class AdminProcessor:
     async def get_all_consumer_offset(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        return req.response(body=self.broker.consumer_offset_manager.encode_bytes())
+        return req.response(body=self.ctx.consumer_offset_manager.encode_bytes())
 
     async def get_all_delay_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        return req.response(body=self.broker.schedule.encode_bytes())
+        return req.response(body=self.ctx.schedule.encode_bytes())
 
     # -- configs ------------------------------------------------------------------------------
 
     async def get_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        text = format_properties(to_properties(self.broker.configs()))
-        version = to_json(self.broker.config_version).decode()
+        props, data_version = self.service.config_properties()
+        text = format_properties(props)
+        version = to_json(data_version).decode()
         return req.response(ext_fields={"version": version}, body=text.encode())
 
     async def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -164,7 +164,7 @@ class AdminProcessor:
     async def get_broker_runtime_info(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        return req.response(body=to_json(KVTable(self.broker.runtime_info())))
+        return req.response(body=to_json(KVTable(self.service.runtime_info())))
 
     # -- subscription groups ------------------------------------------------------------------
 
@@ -175,18 +175,18 @@ class AdminProcessor:
             config = from_json(req.body, SubscriptionGroupConfig)
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group: {exc}")
-        await self.broker.subscription_group_manager.update(config)
+        await self.ctx.subscription_group_manager.update(config)
         return req.response()
 
     async def get_all_subscription_group_config(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        return req.response(body=self.broker.subscription_group_manager.encode_bytes())
+        return req.response(body=self.ctx.subscription_group_manager.encode_bytes())
 
     async def delete_subscription_group(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        await self.broker.subscription_group_manager.delete(H.decode_request(req).group_name)
+        await self.ctx.subscription_group_manager.delete(H.decode_request(req).group_name)
         return req.response()
 
     async def get_consumer_connection_list(

@@ -31,14 +31,14 @@ from pymq.remoting.headers import (
 )
 
 if TYPE_CHECKING:
-    from pymq.broker.controller import BrokerController
+    from pymq.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
 
 class ConsumerProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
 
     def _channel_info(
         self, channel: Channel, req: RemotingCommand, client_id: str
@@ -58,29 +58,27 @@ class ConsumerProcessor:
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
         info = self._channel_info(channel, req, data.client_id)
-        broker = self.broker
+        ctx = self.ctx
         for consumer in data.consumer_data_set:
-            group_config = await broker.subscription_group_manager.find_or_create(
-                consumer.group_name
-            )
+            group_config = await ctx.subscription_group_manager.find_or_create(consumer.group_name)
             notify = True
             if group_config is not None:
                 notify = group_config.notify_consumer_ids_changed_enable
                 sys_flag = 1 if consumer.unit_mode else 0
-                await broker.topic_config_manager.create_in_send_back(
+                await ctx.topic_config_manager.create_in_send_back(
                     retry_topic(consumer.group_name),
                     group_config.retry_queue_nums,
                     PERM_READ | PERM_WRITE,
                     sys_flag,
                 )
-            changed = broker.consumer_manager.register(
+            changed = ctx.consumer_manager.register(
                 consumer.group_name,
                 info,
                 consumer.consume_type,
                 consumer.message_model,
                 consumer.consume_from_where,
                 [s.normalised() for s in consumer.subscription_data_set],
-                notify and broker.broker_config.notify_consumer_ids_changed_enable,
+                notify and ctx.broker_config.notify_consumer_ids_changed_enable,
             )
             if changed:
                 log.info(
@@ -89,18 +87,18 @@ class ConsumerProcessor:
                     data.client_id,
                 )
         for producer in data.producer_data_set:
-            broker.producer_manager.register(producer.group_name, info)
+            ctx.producer_manager.register(producer.group_name, info)
         return req.response()
 
     async def unregister_client(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         head: UnregisterClientRequestHeader = decode_request(req)
         producer_group, consumer_group = head.producer_group, head.consumer_group
         if producer_group:
-            self.broker.producer_manager.unregister(producer_group, channel)
+            self.ctx.producer_manager.unregister(producer_group, channel)
         if consumer_group:
-            group_config = self.broker.subscription_group_manager.table.get(consumer_group)
+            group_config = self.ctx.subscription_group_manager.table.get(consumer_group)
             notify = group_config.notify_consumer_ids_changed_enable if group_config else True
-            self.broker.consumer_manager.unregister(consumer_group, channel, notify)
+            self.ctx.consumer_manager.unregister(consumer_group, channel, notify)
         return req.response()
 
     async def check_client_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -111,7 +109,7 @@ class ConsumerProcessor:
     ) -> RemotingCommand:
         head: ConsumerGroupHeader = decode_request(req)
         group = head.consumer_group
-        info = self.broker.consumer_manager.get(group)
+        info = self.ctx.consumer_manager.get(group)
         if info is None or not info.channels:
             return req.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
         return req.response(body=to_json(ConsumerList(info.client_ids())))
@@ -121,10 +119,10 @@ class ConsumerProcessor:
     ) -> RemotingCommand:
         head: QueryConsumerOffsetRequestHeader = decode_request(req)
         group, topic, queue_id = head.consumer_group, head.topic, head.queue_id
-        offset = self.broker.consumer_offset_manager.query_offset(group, topic, queue_id)
+        offset = self.ctx.consumer_offset_manager.query_offset(group, topic, queue_id)
         if offset >= 0:
             return req.response(ext_fields={"offset": offset})
-        if self.broker.store.get_min_offset_in_queue(topic, queue_id) <= 0:
+        if self.ctx.store.get_min_offset_in_queue(topic, queue_id) <= 0:
             return req.response(ext_fields={"offset": 0})
         return req.response(
             ResponseCode.QUERY_NOT_FOUND,
@@ -137,7 +135,7 @@ class ConsumerProcessor:
         head: UpdateConsumerOffsetRequestHeader = decode_request(req)
         offset = head.commit_offset
         if offset >= 0:  # -1 means "unknown" on the client side: never overwrite a real offset
-            self.broker.consumer_offset_manager.commit_offset(
+            self.ctx.consumer_offset_manager.commit_offset(
                 channel.remote_address, head.consumer_group, head.topic, head.queue_id, offset
             )
         return req.response()
@@ -147,7 +145,7 @@ class ConsumerProcessor:
             body = from_json(req.body, LockBatchRequestBody)
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad lock body: {exc}")
-        locked = self.broker.rebalance_lock_manager.try_lock_batch(
+        locked = self.ctx.rebalance_lock_manager.try_lock_batch(
             body.consumer_group, body.mq_set, body.client_id, trio.current_time()
         )
         return req.response(body=to_json(LockBatchResponseBody(locked)))
@@ -157,7 +155,7 @@ class ConsumerProcessor:
             body = from_json(req.body, UnlockBatchRequestBody)
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad unlock body: {exc}")
-        self.broker.rebalance_lock_manager.unlock_batch(
+        self.ctx.rebalance_lock_manager.unlock_batch(
             body.consumer_group, body.mq_set, body.client_id
         )
         return req.response()

@@ -25,7 +25,8 @@ from pymq.store.config import BrokerRole
 from pymq.store.results import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
-    from pymq.broker.controller import BrokerController
+    from pymq.broker.context import BrokerContext
+    from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 
 log = logging.getLogger(__name__)
 
@@ -52,21 +53,47 @@ def _code_for(result: GetMessageResult, offset: int) -> int:
 
 
 class PullProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    """PULL_MESSAGE in its steps: access checks, the subscription, the offset commit, the get
+    (held while the queue has nothing new), the response."""
 
-    async def pull_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:  # noqa: C901
-        broker = self.broker
-        bc = broker.broker_config
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    async def pull_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         head: PullMessageRequestHeader = decode_request(req)
+        checked = await self._check_access(channel, req, head)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        group_config = checked
+        subscription = self._subscription(req, head, group_config)
+        if isinstance(subscription, RemotingCommand):
+            return subscription
+        topic = head.topic
+        tag_filter = (
+            None if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else subscription.tag_filter()
+        )
+        is_slave = self.ctx.store.config.broker_role is BrokerRole.SLAVE
+        if head.sys_flag & FLAG_COMMIT_OFFSET and not is_slave:
+            self._commit_offset(channel, head)
+        result, code = await self._get_message(head, tag_filter)
+        return self._response(req, head, group_config, result, code, is_slave)
+
+    # -- the steps ----------------------------------------------------------------------------
+
+    async def _check_access(
+        self, channel: Channel, req: RemotingCommand, head: PullMessageRequestHeader
+    ) -> SubscriptionGroupConfig | RemotingCommand:
+        """The group's config, or the refusal: broker or topic not readable, group missing or
+        disabled, topic missing, queue id out of range."""
+        ctx = self.ctx
+        bc = ctx.broker_config
         group, topic, queue_id = head.consumer_group, head.topic, head.queue_id
-        offset, max_nums, sys_flag = head.queue_offset, head.max_msg_nums, head.sys_flag
         if not is_readable(bc.broker_permission):
             return req.response(
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{bc.broker_ip1}] pulling message is forbidden",
             )
-        group_config = await broker.subscription_group_manager.find_or_create(group)
+        group_config = await ctx.subscription_group_manager.find_or_create(group)
         if group_config is None:
             return req.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -77,7 +104,7 @@ class PullProcessor:
             return req.response(
                 ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
             )
-        config = broker.topic_config_manager.select(topic)
+        config = ctx.topic_config_manager.select(topic)
         if config is None:
             return req.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
@@ -93,80 +120,121 @@ class PullProcessor:
                 f"topicConfig.readQueueNums:[{config.read_queue_nums}] "
                 f"consumer:[{channel.remote_address}]",
             )
+        return group_config
 
-        if sys_flag & FLAG_SUBSCRIPTION:
-            expression_type = head.expression_type or EXPRESSION_TYPE_TAG
-            subscription = SubscriptionData.build(topic, head.subscription or "*", head.sub_version)
-            subscription.expression_type = expression_type
+    def _subscription(
+        self,
+        req: RemotingCommand,
+        head: PullMessageRequestHeader,
+        group_config: SubscriptionGroupConfig,
+    ) -> SubscriptionData | RemotingCommand:
+        """The subscription the pull filters by: the request's own (sysFlag bit 4) or the one the
+        group's heartbeat registered; a refusal when it is missing, stale or not by tag."""
+        if head.sys_flag & FLAG_SUBSCRIPTION:
+            subscription = SubscriptionData.build(
+                head.topic, head.subscription or "*", head.sub_version
+            )
+            subscription.expression_type = head.expression_type or EXPRESSION_TYPE_TAG
         else:
-            group_info = broker.consumer_manager.get(group)
-            if group_info is None:
-                return req.response(
-                    ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's group info not exist"
-                )
-            if (
-                not group_config.consume_broadcast_enable
-                and group_info.message_model is MessageModel.BROADCASTING
-            ):
-                return req.response(
-                    ResponseCode.NO_PERMISSION,
-                    f"the consumer group[{group}] can not consume by broadcast way",
-                )
-            found = group_info.find_subscription(topic)
-            if found is None:
-                return req.response(
-                    ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist"
-                )
-            if found.sub_version < head.sub_version:
-                return req.response(
-                    ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"
-                )
-            subscription = found
+            registered = self._registered_subscription(req, head, group_config)
+            if isinstance(registered, RemotingCommand):
+                return registered
+            subscription = registered
         if subscription.expression_type.upper() != EXPRESSION_TYPE_TAG:
             return req.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by "
                 f"{subscription.expression_type}",
             )
-        tag_filter = (
-            None if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else subscription.tag_filter()
-        )
+        return subscription
 
-        is_slave = broker.store.config.broker_role is BrokerRole.SLAVE
-        if sys_flag & FLAG_COMMIT_OFFSET and not is_slave:
-            commit = head.commit_offset
-            if commit >= 0:
-                broker.consumer_offset_manager.commit_offset(
-                    channel.remote_address, group, topic, queue_id, commit
-                )
-
-        suspend = bool(sys_flag & FLAG_SUSPEND)
-        if suspend:
-            timeout_ms = (
-                head.suspend_timeout_millis
-                if bc.long_polling_enable
-                else bc.short_polling_time_mills
+    def _registered_subscription(
+        self,
+        req: RemotingCommand,
+        head: PullMessageRequestHeader,
+        group_config: SubscriptionGroupConfig,
+    ) -> SubscriptionData | RemotingCommand:
+        group = head.consumer_group
+        group_info = self.ctx.consumer_manager.get(group)
+        if group_info is None:
+            return req.response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's group info not exist"
             )
-            deadline = trio.current_time() + max(0, timeout_ms) / 1000
-        store = broker.store
-        while True:
-            result = store.get_message(group, topic, queue_id, offset, max_nums, tag_filter)
-            code = _code_for(result, offset)
-            if code != NOT_FOUND or not suspend:
-                break
-            event = broker.pull_hold.waiter(topic, queue_id)
+        if (
+            not group_config.consume_broadcast_enable
+            and group_info.message_model is MessageModel.BROADCASTING
+        ):
+            return req.response(
+                ResponseCode.NO_PERMISSION,
+                f"the consumer group[{group}] can not consume by broadcast way",
+            )
+        found = group_info.find_subscription(head.topic)
+        if found is None:
+            return req.response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist"
+            )
+        if found.sub_version < head.sub_version:
+            return req.response(
+                ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"
+            )
+        return found
+
+    def _commit_offset(self, channel: Channel, head: PullMessageRequestHeader) -> None:
+        """The offset the client piggybacks on its pull (sysFlag bit 1; masters only)."""
+        if head.commit_offset >= 0:
+            self.ctx.consumer_offset_manager.commit_offset(
+                channel.remote_address,
+                head.consumer_group,
+                head.topic,
+                head.queue_id,
+                head.commit_offset,
+            )
+
+    async def _get_message(
+        self, head: PullMessageRequestHeader, tag_filter: frozenset[int] | None
+    ) -> tuple[GetMessageResult, int]:
+        """The store's answer and its response code.  With sysFlag bit 2 a pull that finds
+        nothing new is held until a message arrives in the queue or the suspend time runs out."""
+        ctx = self.ctx
+        group, topic, queue_id = head.consumer_group, head.topic, head.queue_id
+        offset, max_nums = head.queue_offset, head.max_msg_nums
+        store = ctx.store
+        result = store.get_message(group, topic, queue_id, offset, max_nums, tag_filter)
+        code = _code_for(result, offset)
+        if code != NOT_FOUND or not head.sys_flag & FLAG_SUSPEND:
+            return result, code
+        bc = ctx.broker_config
+        timeout_ms = (
+            head.suspend_timeout_millis if bc.long_polling_enable else bc.short_polling_time_mills
+        )
+        deadline = trio.current_time() + max(0, timeout_ms) / 1000
+        while code == NOT_FOUND:
+            event = ctx.pull_hold.waiter(topic, queue_id)
             with trio.move_on_at(deadline) as scope:
                 await event.wait()
+            # Woken by an arrival, or one last look at the timeout as Java's wake-up does.
+            result = store.get_message(group, topic, queue_id, offset, max_nums, tag_filter)
+            code = _code_for(result, offset)
             if scope.cancelled_caught:
-                # One last look, as Java's wake-up at the timeout does, then answer.
-                result = store.get_message(group, topic, queue_id, offset, max_nums, tag_filter)
-                code = _code_for(result, offset)
                 break
+        return result, code
 
+    def _response(
+        self,
+        req: RemotingCommand,
+        head: PullMessageRequestHeader,
+        group_config: SubscriptionGroupConfig,
+        result: GetMessageResult,
+        code: int,
+        is_slave: bool,
+    ) -> RemotingCommand:
+        """The answer: messages on SUCCESS (counted, and the group's fall-behind recorded),
+        otherwise a remark; every code carries the offsets and the broker to pull from next."""
+        ctx = self.ctx
         suggest = MASTER_ID
         if result.suggest_pulling_from_slave:
             suggest = group_config.which_broker_when_consume_slowly
-        if is_slave and not bc.slave_read_enable:
+        if is_slave and not ctx.broker_config.slave_read_enable:
             suggest = MASTER_ID
         header = {
             "nextBeginOffset": result.next_begin_offset,
@@ -175,17 +243,20 @@ class PullProcessor:
             "suggestWhichBrokerId": suggest,
         }
         if code == ResponseCode.SUCCESS:
-            broker.stats.on_get(result.message_count, result.buffer_total_size)
+            ctx.stats.on_get(result.message_count, result.buffer_total_size)
             if result.queue_offsets:  # protectBroker: the bytes this group left behind
+                store = ctx.store
                 last = store.get_commitlog_offset_in_queue(
-                    topic, queue_id, result.queue_offsets[-1]
+                    head.topic, head.queue_id, result.queue_offsets[-1]
                 )
-                broker.fall_behind.record(group, topic, queue_id, store.max_phy_offset - last)
+                ctx.fall_behind.record(
+                    head.consumer_group, head.topic, head.queue_id, store.max_phy_offset - last
+                )
             return req.response(code, None, header, result.body())
-        remark = {
+        remarks: dict[int, str] = {
             NOT_FOUND: "no new message in this queue",
             ResponseCode.PULL_RETRY_IMMEDIATELY: "no message matched the filter, pull again",
-            ResponseCode.PULL_OFFSET_MOVED: f"the offset {offset} is out of range "
+            ResponseCode.PULL_OFFSET_MOVED: f"the offset {head.queue_offset} is out of range "
             f"[{result.min_offset}, {result.max_offset}]",
-        }.get(code)
-        return req.response(code, remark, header)
+        }
+        return req.response(code, remarks.get(code), header)

@@ -52,7 +52,7 @@ from pymq.store.config import BrokerRole
 from pymq.store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
-    from pymq.broker.controller import BrokerController
+    from pymq.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,8 @@ _SYNC_MASTER = BrokerRole.SYNC_MASTER
 
 
 class SendProcessor:
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
         self._quoted_region = ("", '""')
         self._born_hosts: dict[str, tuple[str, int]] = {}
         self._valid_topics: set[str] = set()  # names validate_topic passed (bounded)
@@ -122,7 +122,7 @@ class SendProcessor:
     ) -> tuple[RemotingCommand | None, TopicConfig | None]:
         """The checks that need no wait: a refusal, or the topic's config (None: the topic does
         not exist yet and may be auto-created)."""
-        bc = self.broker.broker_config
+        bc = self.ctx.broker_config
         if not is_writeable(bc.broker_permission):
             return req.response(
                 ResponseCode.NO_PERMISSION,
@@ -135,7 +135,7 @@ class SendProcessor:
             if len(self._valid_topics) >= 65536:
                 self._valid_topics.clear()
             self._valid_topics.add(header.topic)
-        config = self.broker.topic_config_manager.select(header.topic)
+        config = self.ctx.topic_config_manager.select(header.topic)
         if header.topic in NOT_ALLOWED_SEND_TOPICS or header.topic == bc.broker_cluster_name:
             return req.response(
                 ResponseCode.NO_PERMISSION,
@@ -172,7 +172,7 @@ class SendProcessor:
         refused, config = self._check_known_topic(channel, req, header)
         if refused is not None or config is not None:
             return refused, config
-        topics = self.broker.topic_config_manager
+        topics = self.ctx.topic_config_manager
         sys_flag = 1 if header.unit_mode else 0
         config = await topics.create_in_send_message(
             header.topic,
@@ -200,7 +200,7 @@ class SendProcessor:
         if not header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
         group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        group_config = await self.broker.subscription_group_manager.find_or_create(group)
+        group_config = await self.ctx.subscription_group_manager.find_or_create(group)
         if group_config is None:
             return req.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -211,7 +211,7 @@ class SendProcessor:
             max_times = header.max_reconsume_times
         if (header.reconsume_times or 0) >= max_times:
             dlq = dlq_topic(group)
-            await self.broker.topic_config_manager.create_in_send_back(
+            await self.ctx.topic_config_manager.create_in_send_back(
                 dlq, DLQ_NUMS_PER_GROUP, PERM_WRITE, 0
             )
             msg.topic = dlq
@@ -224,7 +224,7 @@ class SendProcessor:
         props = decode_properties(raw) if isinstance(raw, str) else dict(raw)
         if props.get(PROPERTY_WAIT_STORE_MSG_OK, "").lower() == "true":
             del props[PROPERTY_WAIT_STORE_MSG_OK]  # Java does not store WAIT=true
-        props[PROPERTY_CLUSTER] = self.broker.broker_config.broker_cluster_name
+        props[PROPERTY_CLUSTER] = self.ctx.broker_config.broker_cluster_name
         return props
 
     def _message(
@@ -250,7 +250,7 @@ class SendProcessor:
             sys_flag=header.sys_flag,
             born_timestamp=header.born_timestamp,
             born_host=born_host,
-            store_host=self.broker.store_host,
+            store_host=self.ctx.store_host,
             reconsume_times=header.reconsume_times or 0,
         )
 
@@ -262,7 +262,7 @@ class SendProcessor:
             PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
         ):
             remark = result.reason or ILLEGAL_REMARK.format(
-                body=self.broker.store.config.max_message_size
+                body=self.ctx.store.config.max_message_size
             )
             return req.response(ResponseCode.MESSAGE_ILLEGAL, remark)
         code, remark = STATUS_RESPONSES.get(
@@ -270,8 +270,8 @@ class SendProcessor:
         )
         if not result.appended:
             return req.response(code, result.reason or remark)
-        self.broker.stats.on_put(result.msg_num, result.wrote_bytes)
-        bc = self.broker.broker_config
+        self.ctx.stats.on_put(result.msg_num, result.wrote_bytes)
+        bc = self.ctx.broker_config
         ext = {
             "msgId": result.msg_id,
             "queueId": str(queue_id),
@@ -302,7 +302,7 @@ class SendProcessor:
         a topic that exists, not as SYNC_MASTER.  With SYNC_FLUSH the answer is sent by the
         group commit once the bytes are on disk (``ANSWER_LATER``).  None hands the request to
         :meth:`send_message` (auto-create, batches, retry topics, slave waits)."""
-        store = self.broker.store
+        store = self.ctx.store
         if req.code == _SEND_BATCH_MESSAGE or store.config.broker_role is _SYNC_MASTER:
             return None
         header = decode_request(req)
@@ -342,7 +342,7 @@ class SendProcessor:
         refused = await self._retry_and_dlq(req, header, msg_or_refusal)
         if refused is not None:
             return refused
-        result = await self.broker.store.put_message(msg_or_refusal)
+        result = await self.ctx.store.put_message(msg_or_refusal)
         return self._answer(req, result, queue_id)
 
     @staticmethod
@@ -367,7 +367,7 @@ class SendProcessor:
         ):
             return req.response(
                 ResponseCode.NO_PERMISSION,
-                f"the broker[{self.broker.broker_config.broker_ip1}] does not accept "
+                f"the broker[{self.ctx.broker_config.broker_ip1}] does not accept "
                 "transactional (half) messages yet",
             )
         return self._message(channel, header, self._queue_id(header, config), req.body, props)
@@ -398,39 +398,39 @@ class SendProcessor:
                     ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batch"
                 )
             msgs.append(self._message(channel, header, queue_id, item.body, props, item.flag))
-        result = await self.broker.store.put_messages(msgs)
+        result = await self.ctx.store.put_messages(msgs)
         return self._answer(req, result, queue_id)
 
     async def consumer_send_msg_back(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        broker = self.broker
+        ctx = self.ctx
         head: ConsumerSendMsgBackRequestHeader = decode_request(req)
         group, offset, delay_level = head.group, head.offset, head.delay_level
-        group_config = await broker.subscription_group_manager.find_or_create(group)
+        group_config = await ctx.subscription_group_manager.find_or_create(group)
         if group_config is None:
             return req.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"subscription group not exist, {group}",
             )
-        if not is_writeable(broker.broker_config.broker_permission):
+        if not is_writeable(ctx.broker_config.broker_permission):
             return req.response(
                 ResponseCode.NO_PERMISSION,
-                f"the broker[{broker.broker_config.broker_ip1}] sending message is forbidden",
+                f"the broker[{ctx.broker_config.broker_ip1}] sending message is forbidden",
             )
         if group_config.retry_queue_nums <= 0:
             return req.response()
         new_topic = retry_topic(group)
         queue_id = random.randrange(group_config.retry_queue_nums)
         sys_flag = 1 if head.unit_mode else 0
-        config = await broker.topic_config_manager.create_in_send_back(
+        config = await ctx.topic_config_manager.create_in_send_back(
             new_topic, group_config.retry_queue_nums, PERM_READ | PERM_WRITE, sys_flag
         )
         if not is_writeable(config.perm):
             return req.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
             )
-        original = broker.store.look_message_by_offset(offset)
+        original = ctx.store.look_message_by_offset(offset)
         if original is None:
             return req.response(
                 ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"
@@ -446,7 +446,7 @@ class SendProcessor:
         if original.reconsume_times >= max_times or delay_level < 0:
             new_topic = dlq_topic(group)
             queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
-            await broker.topic_config_manager.create_in_send_back(
+            await ctx.topic_config_manager.create_in_send_back(
                 new_topic, DLQ_NUMS_PER_GROUP, PERM_WRITE, 0
             )
         else:
@@ -463,10 +463,10 @@ class SendProcessor:
             sys_flag=original.sys_flag,
             born_timestamp=original.born_timestamp,
             born_host=original.born_host,
-            store_host=broker.store_host,
+            store_host=ctx.store_host,
             reconsume_times=original.reconsume_times + 1,
         )
-        result = await broker.store.put_message(msg)
+        result = await ctx.store.put_message(msg)
         if result.is_ok:
             return req.response()
         return req.response(ResponseCode.SYSTEM_ERROR, result.reason or result.status.value)

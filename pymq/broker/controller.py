@@ -1,16 +1,22 @@
-"""BrokerController: wires the broker's services into one nursery (DESIGN.md section 3).
+"""BrokerController: wires the broker's services into one nursery (docs/design.md, section 3).
 
 ::
 
     BrokerController.run()
     └─ nursery
-       ├─ store.run()              (recovered before anything listens)
+       ├─ store.run()              (recovered before anything listens; its own nursery:
+       │                            allocator, reput, flush, clean, trim_resident)
        ├─ remoting servers         listenPort and the fast port listenPort - 2
+       ├─ HA                       master: accept + per-slave read/write | slave: HA client
        ├─ register_timer           at start, on topic changes, then every 30 s
-       ├─ persist_consumer_offsets every 5 s
+       ├─ persist_consumer_offsets every flushConsumerOffsetInterval (5 s)
        ├─ client_housekeeping      every 10 s (120 s channel expiry)
-       ├─ schedule delivery        one task per delay level
+       ├─ schedule persist         every 10 s
        ├─ stats sampler            every 1 s
+       ├─ protect_broker           every 3 min (disableConsumeIfConsumerReadSlowly)
+       ├─ print_water_mark         every 1 s after 10 s
+       ├─ schedule delivery        masters: one task per delay level
+       ├─ slave_sync               slaves: every 10 s
        └─ front-ends               handed in by the caller: the admin channel (websocket +
                                    console) when adminListenPort is set
 

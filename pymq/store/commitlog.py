@@ -22,22 +22,23 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from pymq.common.message import (
-    BLANK_MAGIC_CODE,
-    END_FILE_MIN_BLANK_LENGTH,
-    MESSAGE_MAGIC_CODE,
+from pymq.common.clock import now_ms
+from pymq.common.message_ext import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    SYSFLAG_POSITION,
     MessageExt,
     MessageSysFlag,
+)
+from pymq.common.message_id import offset_msg_id, pack_ip
+from pymq.common.record import (
+    BLANK_MAGIC_CODE,
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    SYSFLAG_POSITION,
     RecordInfo,
-    encode_message_into,
+    encode_record_into,
     host_flags,
-    native_extension,
-    offset_msg_id,
-    pack_ip,
     read_record_info,
     record_length,
     scan_records,
@@ -108,14 +109,6 @@ def field_error(msg: MessageExt) -> str | None:
     if type(port) is not int or not 0 <= port <= 0xFFFF:
         return f"bornHost port {port!r} is not a port number"
     return None
-
-
-def _now_ms_py() -> int:
-    return time.time_ns() // 1_000_000
-
-
-now_ms: Callable[[], int] = native_extension.now_ms if native_extension is not None else _now_ms_py
-"""Wall-clock milliseconds: the store's default clock (in C when built: no Python frame)."""
 
 
 # Dispatch hints kept at most (reput normally takes them within milliseconds).
@@ -319,7 +312,7 @@ class CommitLog:
             queue_offset = self.topic_queue_table.get(key, 0)
         phy = mf.file_from_offset + pos
         try:
-            encode_message_into(
+            encode_record_into(
                 mf.mm, pos, body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
                 sys_flag, msg.born_timestamp, born_ip, born_host[1], now, store_ip,
                 self._store_port, msg.reconsume_times, msg.prepared_transaction_offset,
@@ -412,7 +405,7 @@ class CommitLog:
                 pending[key] = queue_offset + 1
             phy = mf.file_from_offset + pos
             try:
-                encode_message_into(
+                encode_record_into(
                     mm, pos, msg.body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset,
                     phy, sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, store_ip,
                     store_port, msg.reconsume_times, msg.prepared_transaction_offset,

@@ -1,1114 +1,198 @@
-"""The one commit-log record codec (RocketMQ 4.x): store, pull path, HA and export share it.
+"""The message and its codecs, as one import (a facade: nothing is defined here).
 
-Pure functions and data classes, no I/O.  A record is laid out as Java's
-``CommitLog.MessageExtEncoder`` writes it (all integers big-endian)::
+The concepts live in their own modules; import from them in new code:
 
-    TOTALSIZE i4 | MAGICCODE i4 | BODYCRC i4 | QUEUEID i4 | FLAG i4 | QUEUEOFFSET i8 |
-    PHYSICALOFFSET i8 | SYSFLAG i4 | BORNTIMESTAMP i8 | BORNHOST (4|16 + i4) | STORETIMESTAMP i8 |
-    STOREHOSTADDRESS (4|16 + i4) | RECONSUMETIMES i4 | PREPAREDTRANSACTIONOFFSET i8 |
-    BODYLENGTH i4 + BODY | TOPICLENGTH i1 + TOPIC | PROPERTIESLENGTH i2 + PROPERTIES
-
-Decoding never trusts a length field: a record whose lengths disagree with TOTALSIZE, whose magic
-is unknown or whose body fails its CRC raises :class:`RecordError`; the end-of-file filler raises
-:class:`BlankRecord` (carrying its size) so that scanners can move to the next file.
-
-Also here: the properties string codec, Java ``String.hashCode``, tags codes, offset message ids,
-a UNIQ_KEY generator in the layout of Java's ``MessageClientIDSetter`` and the batch body codec of
-SEND_BATCH_MESSAGE.
+* :mod:`pymq.common.message_ext` -- ``MessageExt``, ``MessageSysFlag``, the property keys
+  (Java's ``MessageConst``), the properties string codec, Java ``String.hashCode`` and tags codes;
+* :mod:`pymq.common.record` -- the commit-log record codec (encode, decode, scan, dispatch info);
+* :mod:`pymq.common.message_id` -- offset message ids, UNIQ_KEY ids, packed host addresses;
+* :mod:`pymq.common.batch` -- the SEND_BATCH_MESSAGE body codec;
+* :mod:`pymq.common.native` -- the C accelerator (``_recordc``) and PYMQ_PURE_PYTHON.
 """
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
-import itertools
-import mmap
-import operator
-import os
-import random
-import struct
-import time
-import zlib
-from array import array
-from collections.abc import Callable, Iterator, Mapping
-from functools import lru_cache
-from typing import Any, NamedTuple
-
-import attrs
-
-# --- magic codes and flags ------------------------------------------------------------------------
-
-MESSAGE_MAGIC_CODE = 0xDAA320A7
-"""Magic of a message record (Java's ``-626843481``)."""
-BLANK_MAGIC_CODE = 0xCBD43194
-"""Magic of the filler that closes a commit-log file (Java's ``-875286124``)."""
-END_FILE_MIN_BLANK_LENGTH = 8
-"""A file always keeps room for a blank header: TOTALSIZE + MAGICCODE."""
-
-MAX_TOPIC_LENGTH = 127
-"""TOPICLENGTH is one signed byte in the 4.x record (the C++ client reads it signed)."""
-MAX_PROPERTIES_LENGTH = 32767
-"""PROPERTIESLENGTH is a signed short."""
-
-
-class MessageSysFlag:
-    """Bits of the record's SYSFLAG (Java ``MessageSysFlag``)."""
-
-    COMPRESSED_FLAG = 0x1
-    MULTI_TAGS_FLAG = 0x2
-    TRANSACTION_NOT_TYPE = 0x0
-    TRANSACTION_PREPARED_TYPE = 0x4
-    TRANSACTION_COMMIT_TYPE = 0x8
-    TRANSACTION_ROLLBACK_TYPE = 0xC
-    BORNHOST_V6_FLAG = 0x10
-    STOREHOSTADDRESS_V6_FLAG = 0x20
-
-    @staticmethod
-    def transaction_value(flag: int) -> int:
-        return flag & 0xC
-
-    @staticmethod
-    def reset_transaction_value(flag: int, tran_type: int) -> int:
-        return (flag & ~0xC) | tran_type
-
-
-# --- property keys (Java MessageConst) ------------------------------------------------------------
-
-PROPERTY_KEYS = "KEYS"
-PROPERTY_TAGS = "TAGS"
-PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
-PROPERTY_DELAY_TIME_LEVEL = "DELAY"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
-PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_MIN_OFFSET = "MIN_OFFSET"
-PROPERTY_MAX_OFFSET = "MAX_OFFSET"
-PROPERTY_BUYER_ID = "BUYER_ID"
-PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-PROPERTY_TRANSFER_FLAG = "TRANSFER_FLAG"
-PROPERTY_CORRECTION_FLAG = "CORRECTION_FLAG"
-PROPERTY_MQ2_FLAG = "MQ2_FLAG"
-PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
-PROPERTY_MSG_REGION = "MSG_REGION"
-PROPERTY_TRACE_SWITCH = "TRACE_ON"
-PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
-PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
-PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
-PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-PROPERTY_INSTANCE_ID = "INSTANCE_ID"
-PROPERTY_CLUSTER = "CLUSTER"
-PROPERTY_MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
-PROPERTY_MESSAGE_TTL = "TTL"
-PROPERTY_MESSAGE_TYPE = "MSG_TYPE"
-
-# Short aliases used across the code base.
-TAGS = PROPERTY_TAGS
-KEYS = PROPERTY_KEYS
-UNIQ_KEY = PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
-WAIT = PROPERTY_WAIT_STORE_MSG_OK
-DELAY = PROPERTY_DELAY_TIME_LEVEL
-RETRY_TOPIC = PROPERTY_RETRY_TOPIC
-REAL_TOPIC = PROPERTY_REAL_TOPIC
-REAL_QID = PROPERTY_REAL_QUEUE_ID
-ORIGIN_MESSAGE_ID = PROPERTY_ORIGIN_MESSAGE_ID
-MAX_RECONSUME_TIMES = PROPERTY_MAX_RECONSUME_TIMES
-CLUSTER = PROPERTY_CLUSTER
-TRAN_MSG = PROPERTY_TRANSACTION_PREPARED
-PGROUP = PROPERTY_PRODUCER_GROUP
-
-KEY_SEPARATOR = " "
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
-
-
-class RecordError(ValueError):
-    """Bytes that are not a whole, valid commit-log record; the message says what is wrong."""
-
-
-class BlankRecord(Exception):
-    """The end-of-file filler: the rest of this file (``size`` bytes) holds no message."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__(f"blank end-of-file record of {size} bytes")
-        self.size = size
-
-
-# --- properties -----------------------------------------------------------------------------------
-
-
-def encode_properties(props: Mapping[str, str]) -> str:
-    """``name\\x01value\\x02...`` without a trailing separator, as Java 4.9.4 writes it."""
-    return PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, props.items()))
-
-
-def _properties_bytes_py(props: Mapping[str, str]) -> bytes:
-    """Pure-Python twin of ``_recordc.properties_bytes``; use :func:`properties_bytes`."""
-    return encode_properties(props).encode()
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    """Parse a properties string, with or without a trailing ``\\x02``.
-
-    Like Java's ``string2messageProperties``, an item is kept only when both its name and its value
-    are non-empty; anything else is skipped rather than failing the whole message.
-    """
-    out: dict[str, str] = {}
-    if not text:
-        return out
-    for item in text.split(PROPERTY_SEPARATOR):
-        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
-        if name and sep and value:
-            out[name] = value
-    return out
-
-
-# --- Java String.hashCode and tags ----------------------------------------------------------------
-
-_MASK32 = 0xFFFFFFFF
-# Powers of 31 modulo 2**32, highest first, so that a string of length n uses the last n of them.
-_POW_LEN = 1024
-_POW31_DESC = [pow(31, k, 1 << 32) for k in range(_POW_LEN - 1, -1, -1)]
-
-
-# The powers for each length, sliced once: slicing per call cost more than the sum itself.
-_POW31_BY_LEN: dict[int, list[int]] = {}
-
-
-def _hash_units(units: bytes | array) -> int:
-    n = len(units)
-    if n <= _POW_LEN:
-        powers = _POW31_BY_LEN.get(n)
-        if powers is None:
-            powers = _POW31_BY_LEN[n] = _POW31_DESC[_POW_LEN - n :]
-        h = sum(map(operator.mul, units, powers)) & _MASK32
-    else:
-        h = 0
-        for u in units:
-            h = (31 * h + u) & _MASK32
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def _java_string_hash_py(s: str) -> int:
-    """Java ``String.hashCode``: over UTF-16 code units, as a signed 32-bit int.
-
-    Pure-Python twin of ``_recordc.java_hash``; use :func:`java_string_hash`.
-    """
-    if s.isascii():
-        return _hash_units(s.encode("ascii"))
-    units = array("H")
-    units.frombytes(s.encode("utf-16-be", "surrogatepass"))  # Java hashes lone surrogates too
-    if array("H", b"\x00\x01")[0] != 1:  # little-endian host: UTF-16-BE bytes need a swap
-        units.byteswap()
-    return _hash_units(units)
-
-
-_TAGS_CODES: dict[str, int] = {}
-_TAGS_CODES_MAX = 65536
-"""Tags repeat across messages, so their hashes are memoised (bounded: cleared when full)."""
-
-
-def tags_code(tags: str | None) -> int:
-    """The consume-queue tags code of a TAGS value: its Java hash, or 0 when there are no tags."""
-    if not tags:
-        return 0
-    code = _TAGS_CODES.get(tags)
-    if code is None:
-        if len(_TAGS_CODES) >= _TAGS_CODES_MAX:
-            _TAGS_CODES.clear()
-        code = _TAGS_CODES[tags] = java_string_hash(tags)
-    return code
-
-
-def _java_string_hash_after_py(prefix_hash: int, s: str) -> int:
-    """``java_string_hash(prefix + s)`` from the prefix's hash, hashing only ``s``.
-
-    Pure-Python twin of ``_recordc.java_hash_after``; use :func:`java_string_hash_after`.
-    """
-    n = len(s) if s.isascii() else len(s.encode("utf-16-be", "surrogatepass")) // 2
-    power = _POW31_DESC[_POW_LEN - 1 - n] if n < _POW_LEN else pow(31, n, 1 << 32)
-    h = (prefix_hash * power + _java_string_hash_py(s)) & _MASK32
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-# --- hosts ----------------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=4096)
-def pack_ip(ip: str) -> bytes:
-    """4 bytes for an IPv4 address, 16 for IPv6."""
-    return ipaddress.ip_address(ip).packed
-
-
-@lru_cache(maxsize=4096)
-def unpack_ip(raw: bytes) -> str:
-    return str(ipaddress.ip_address(raw))
-
-
-Host = tuple[str, int]
-"""An (ip, port) pair."""
-
-# --- the message ----------------------------------------------------------------------------------
-
-
-@attrs.define(slots=True, eq=True)
-class MessageExt:
-    """A message as stored: what the producer sent plus where and when the broker stored it."""
-
-    topic: str = ""
-    body: bytes = b""
-    flag: int = 0
-    properties: dict[str, str] = attrs.field(factory=dict)
-    queue_id: int = 0
-    queue_offset: int = 0
-    commitlog_offset: int = 0
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: Host = ("127.0.0.1", 0)
-    store_timestamp: int = 0
-    store_host: Host = ("127.0.0.1", 0)
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    body_crc: int = 0
-    store_size: int = 0
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get(PROPERTY_TAGS)
-
-    @property
-    def keys(self) -> list[str]:
-        value = self.properties.get(PROPERTY_KEYS)
-        return [k for k in value.split(KEY_SEPARATOR) if k] if value else []
-
-    @property
-    def unique_key(self) -> str | None:
-        return self.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-
-    @property
-    def msg_id(self) -> str:
-        """The offset message id: store host + commit-log offset."""
-        return create_offset_msg_id(self.store_host[0], self.store_host[1], self.commitlog_offset)
-
-    @property
-    def tags_code(self) -> int:
-        return tags_code(self.tags)
-
-    @property
-    def delay_level(self) -> int:
-        value = self.properties.get(PROPERTY_DELAY_TIME_LEVEL)
-        try:
-            return int(value) if value else 0
-        except ValueError:
-            return 0
-
-
-# --- record layout --------------------------------------------------------------------------------
-
-
-def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
-    born = "16si" if born_v6 else "4si"
-    store = "16si" if store_v6 else "4si"
-    # total, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, bornTs, bornHost,
-    # storeTs, storeHost, reconsumeTimes, preparedTxOffset, bodyLength
-    return struct.Struct(f">iIiiiqqiq{born}q{store}iqi")
-
-
-# Indexed by (sysFlag >> 4) & 3, i.e. by the two host flags.
-_HEADERS = tuple(_header_struct(bool(i & 1), bool(i & 2)) for i in range(4))
-_HOST_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-_INT = struct.Struct(">i")
-_TWO_INTS = struct.Struct(">iI")
-_SHORT = struct.Struct(">h")
-_BYTE = struct.Struct(">b")
-_LONG = struct.Struct(">q")
-
-# Offsets of fields that scanners read without decoding a record (Java MessageDecoder).
-MAGIC_POSITION = 4
-QUEUE_ID_POSITION = 12
-FLAG_POSITION = 16
-QUEUE_OFFSET_POSITION = 20
-PHYSICAL_OFFSET_POSITION = 28
-SYSFLAG_POSITION = 36
-BORN_TIMESTAMP_POSITION = 40
-BORN_HOST_POSITION = 48
-
-
-def store_timestamp_position(sys_flag: int) -> int:
-    """Offset of STORETIMESTAMP: 56 with an IPv4 born host, 68 with IPv6."""
-    return 68 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 56
-
-
-def record_length(sys_flag: int, body_len: int, topic_len: int, props_len: int) -> int:
-    """TOTALSIZE of a record (Java ``calMsgLength``)."""
-    return _HEADERS[(sys_flag >> 4) & 3].size + body_len + 1 + topic_len + 2 + props_len
-
-
-def body_crc32(body: bytes | memoryview) -> int:
-    """BODYCRC: CRC-32 of the stored body, masked to a non-negative int as Java does."""
-    return zlib.crc32(body) & 0x7FFFFFFF
-
-
-def host_flags(born_ip: bytes, store_ip: bytes) -> int:
-    """The IPv6 sysFlag bits implied by the packed host addresses."""
-    flags = 0
-    if len(born_ip) == 16:
-        flags |= MessageSysFlag.BORNHOST_V6_FLAG
-    if len(store_ip) == 16:
-        flags |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
-    return flags
-
-
-_TAILS: dict[tuple[int, int], struct.Struct] = {}
-_TAILS_MAX = 4096
-"""Compiled structs for the record tail (topic and properties), by their lengths: one C call
-instead of four slice copies on the hot path; bounded so odd sizes cannot grow it forever."""
-
-
-def _tail_struct(topic_len: int, props_len: int) -> struct.Struct:
-    if len(_TAILS) >= _TAILS_MAX:
-        _TAILS.clear()
-    st = _TAILS[(topic_len, props_len)] = struct.Struct(f">b{topic_len}sh{props_len}s")
-    return st
-
-
-def encode_record_into(
-    buf: bytearray | memoryview | mmap.mmap,
-    pos: int,
-    topic: bytes,
-    properties: bytes,
-    body: bytes | memoryview,
-    body_crc: int,
-    queue_id: int,
-    flag: int,
-    queue_offset: int,
-    physical_offset: int,
-    sys_flag: int,
-    born_timestamp: int,
-    born_ip: bytes,
-    born_port: int,
-    store_timestamp: int,
-    store_ip: bytes,
-    store_port: int,
-    reconsume_times: int,
-    prepared_transaction_offset: int,
-) -> int:
-    """Write one record at ``buf[pos:]`` and return its size.
-
-    The hot path of the store: one header pack, one body copy, two small tails.  ``sys_flag`` must
-    already carry the host flags matching ``born_ip`` / ``store_ip`` (see :func:`host_flags`);
-    lengths are the caller's to check (topic <= 127 bytes, properties <= 32767 bytes).
-    """
-    header = _HEADERS[(sys_flag >> 4) & 3]
-    body_len = len(body)
-    topic_len = len(topic)
-    props_len = len(properties)
-    total = header.size + body_len + 1 + topic_len + 2 + props_len
-    header.pack_into(
-        buf,
-        pos,
-        total,
-        MESSAGE_MAGIC_CODE,
-        body_crc,
-        queue_id,
-        flag,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_timestamp,
-        born_ip,
-        born_port,
-        store_timestamp,
-        store_ip,
-        store_port,
-        reconsume_times,
-        prepared_transaction_offset,
-        body_len,
-    )
-    p = pos + header.size
-    buf[p : p + body_len] = body
-    tail = _TAILS.get((topic_len, props_len))
-    if tail is None:
-        tail = _tail_struct(topic_len, props_len)
-    tail.pack_into(buf, p + body_len, topic_len, topic, props_len, properties)
-    return total
-
-
-def _encode_message_into_py(
-    buf: bytearray | memoryview | mmap.mmap,
-    pos: int,
-    body: bytes | memoryview,
-    topic: bytes,
-    properties: bytes,
-    queue_id: int,
-    flag: int,
-    queue_offset: int,
-    physical_offset: int,
-    sys_flag: int,
-    born_timestamp: int,
-    born_ip: bytes,
-    born_port: int,
-    store_timestamp: int,
-    store_ip: bytes,
-    store_port: int,
-    reconsume_times: int,
-    prepared_transaction_offset: int,
-) -> int:
-    """:func:`encode_record_into` with the body CRC computed here (the store's put path).
-
-    Pure-Python twin of ``_recordc.encode_into``; use :func:`encode_message_into`.
-    """
-    return encode_record_into(
-        buf, pos, topic, properties, body, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag,
-        queue_offset, physical_offset, sys_flag, born_timestamp, born_ip, born_port,
-        store_timestamp, store_ip, store_port, reconsume_times, prepared_transaction_offset,
-    )  # fmt: skip
-
-
-def encode_record(msg: MessageExt) -> bytes:
-    """The whole record of ``msg`` as bytes; body CRC and host flags are computed here.
-
-    Raises :class:`RecordError` when the topic or properties are too long for the layout.
-    """
-    topic = msg.topic.encode()
-    props = properties_bytes(msg.properties)
-    if len(topic) > MAX_TOPIC_LENGTH:
-        raise RecordError(f"topic is {len(topic)} bytes, more than {MAX_TOPIC_LENGTH}")
-    if len(props) > MAX_PROPERTIES_LENGTH:
-        raise RecordError(f"properties are {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}")
-    if has_nul(topic) or has_nul(props):
-        raise RecordError("topic and properties may not contain NUL characters")
-    born_ip = pack_ip(msg.born_host[0])
-    store_ip = pack_ip(msg.store_host[0])
-    sys_flag = (msg.sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
-    buf = bytearray(record_length(sys_flag, len(msg.body), len(topic), len(props)))
-    encode_record_into(
-        buf,
-        0,
-        topic,
-        props,
-        msg.body,
-        body_crc32(msg.body),
-        msg.queue_id,
-        msg.flag,
-        msg.queue_offset,
-        msg.commitlog_offset,
-        sys_flag,
-        msg.born_timestamp,
-        born_ip,
-        msg.born_host[1],
-        msg.store_timestamp,
-        store_ip,
-        msg.store_host[1],
-        msg.reconsume_times,
-        msg.prepared_transaction_offset,
-    )
-    return bytes(buf)
-
-
-def has_nul(data: bytes) -> bool:
-    """Topic and properties bytes may not contain NUL: decoding treats it as a torn record."""
-    return 0 in data  # the byte value: much cheaper than a b"\0" subsequence search
-
-
-def read_record_header(
-    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int
-) -> tuple[int, int]:
-    """(TOTALSIZE, MAGICCODE) at ``pos``; :class:`RecordError` if fewer than 8 bytes remain."""
-    if pos + 8 > len(buf):
-        raise RecordError(f"only {len(buf) - pos} bytes left at {pos}, no record header")
-    return _TWO_INTS.unpack_from(buf, pos)
-
-
-_V4_HEADER = _HEADERS[0]
-_V4_HEADER_SIZE = _V4_HEADER.size
-
-
-class RecordInfo(NamedTuple):
-    """What dispatch and recovery need from a record, without building a message object."""
-
-    size: int
-    topic: str
-    queue_id: int
-    queue_offset: int
-    physical_offset: int
-    sys_flag: int
-    store_timestamp: int
-    properties: str
-    prepared_transaction_offset: int
-
-
-def _parse(
-    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int, check_crc: bool, read_body: bool
-) -> tuple[tuple, bytes, str, str]:
-    """Validate the record at ``pos``: (header fields, body, topic, properties text)."""
-    limit = len(buf)
-    total, magic = read_record_header(buf, pos)
-    if magic == BLANK_MAGIC_CODE:
-        if total < END_FILE_MIN_BLANK_LENGTH:
-            raise RecordError(f"blank record of impossible size {total} at {pos}")
-        raise BlankRecord(total)
-    if magic != MESSAGE_MAGIC_CODE:
-        raise RecordError(f"bad magic code 0x{magic:08X} at {pos}")
-    if total < _HEADERS[0].size + 3 or pos + total > limit:
-        raise RecordError(f"record at {pos} claims {total} bytes, {limit - pos} available")
-    end = pos + total
-    sys_flag = _INT.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
-    header = _HEADERS[(sys_flag >> 4) & 3]
-    if header.size + 3 > total:
-        raise RecordError(f"record at {pos} of {total} bytes is shorter than its header")
-    fields = header.unpack_from(buf, pos)
-    body_len = fields[-1]
-    p = pos + header.size
-    if body_len < 0 or p + body_len + 3 > end:
-        raise RecordError(f"record at {pos}: body length {body_len} overruns the record")
-    body = b""
-    if body_len > 0:
-        if read_body:
-            body = bytes(buf[p : p + body_len])
-            if check_crc and (zlib.crc32(body) & 0x7FFFFFFF) != fields[2]:
-                raise RecordError(f"record at {pos}: body CRC mismatch")
-        # No local name for the slice: a traceback kept by a logger must not pin the buffer
-        # (a memory map cannot be closed while a view of it is alive).
-        elif (
-            check_crc and (zlib.crc32(memoryview(buf)[p : p + body_len]) & 0x7FFFFFFF) != fields[2]
-        ):
-            raise RecordError(f"record at {pos}: body CRC mismatch")
-    p += body_len
-    topic_len = buf[p]
-    if topic_len > MAX_TOPIC_LENGTH or p + 1 + topic_len + 2 > end:
-        raise RecordError(f"record at {pos}: topic length {topic_len} overruns the record")
-    topic_raw = bytes(buf[p + 1 : p + 1 + topic_len])
-    p += 1 + topic_len
-    props_len = _SHORT.unpack_from(buf, p)[0]
-    p += 2
-    if props_len < 0 or p + props_len != end:
-        raise RecordError(
-            f"record at {pos}: TOTALSIZE {total} disagrees with its fields "
-            f"(body {body_len}, topic {topic_len}, properties {props_len})"
-        )
-    props_raw = bytes(buf[p:end]) if props_len else b""
-    # Only the body has a CRC.  A record torn inside its topic or properties (a sparse file's
-    # zeros after a power cut) would still add up, but shows NUL bytes, which the store refuses
-    # to write in the first place (see :func:`has_nul`).
-    if 0 in topic_raw or 0 in props_raw:
-        raise RecordError(f"record at {pos}: NUL byte in topic or properties (torn record?)")
-    try:
-        topic = topic_raw.decode()
-        props = props_raw.decode() if props_len else ""
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"record at {pos}: undecodable text ({exc})") from exc
-    return fields, body, topic, props
-
-
-def read_record_info(
-    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0, *, check_crc: bool = True
-) -> RecordInfo:
-    """Validate the record at ``pos`` as :func:`decode_record` does and return its dispatch info.
-
-    The body is CRC-checked (when ``check_crc``) but not copied.  Plain IPv4 records take a fast
-    path; anything else (or anything wrong) goes through the careful parser, which also words
-    the error.
-    """
-    limit = len(buf)
-    if pos + _V4_HEADER_SIZE <= limit:
-        fields = _V4_HEADER.unpack_from(buf, pos)
-        total = fields[0]
-        end = pos + total
-        body_len = fields[16]
-        q = pos + _V4_HEADER_SIZE + body_len
-        if (
-            fields[1] == MESSAGE_MAGIC_CODE
-            and not fields[7] & _HOST_FLAGS
-            and total >= _V4_HEADER_SIZE + 3
-            and end <= limit
-            and body_len >= 0
-            and q + 3 <= end
-            and (
-                not check_crc
-                or not body_len
-                or zlib.crc32(buf[q - body_len : q]) & 0x7FFFFFFF == fields[2]
-            )
-        ):
-            t1 = q + 1 + buf[q]
-            if buf[q] <= MAX_TOPIC_LENGTH and t1 + 2 <= end:
-                props_len = _SHORT.unpack_from(buf, t1)[0]
-                if t1 + 2 + props_len == end:
-                    topic = bytes(buf[q + 1 : t1])
-                    props = bytes(buf[t1 + 2 : end])
-                    if b"\0" not in topic and b"\0" not in props:
-                        try:
-                            return RecordInfo(
-                                total,
-                                topic.decode(),
-                                fields[3],
-                                fields[5],
-                                fields[6],
-                                fields[7],
-                                fields[11],
-                                props.decode(),
-                                fields[15],
-                            )
-                        except UnicodeDecodeError:
-                            pass
-    fields, _body, topic_s, props_s = _parse(buf, pos, check_crc, False)
-    return RecordInfo(
-        fields[0], topic_s, fields[3], fields[5], fields[6], fields[7], fields[11], props_s,
-        fields[15],
-    )  # fmt: skip
-
-
-def property_value(properties: str, name: str) -> str | None:
-    """One property from a properties string without building the whole dict (dispatch path).
-
-    Same as ``decode_properties(properties).get(name)`` except when a name occurs twice: this
-    returns the first value, the dict keeps the last.
-    """
-    if properties.startswith(name + NAME_VALUE_SEPARATOR):
-        start = len(name) + 1
-    else:
-        at = properties.find(PROPERTY_SEPARATOR + name + NAME_VALUE_SEPARATOR)
-        if at < 0:
-            return None
-        start = at + len(name) + 2
-    stop = properties.find(PROPERTY_SEPARATOR, start)
-    value = properties[start:] if stop < 0 else properties[start:stop]
-    return value or None
-
-
-def _scan_plain(
-    buf: bytes | bytearray | mmap.mmap,
-    pos: int,
-    limit: int,
-    check_crc: bool,
-    physical_base: int | None,
-    select: Callable[[bytes, int, int, int], bool] | None,
-    selected: list[int],
-) -> int:
-    """Walk plain records (IPv4 hosts, ASCII topic and properties without NUL) from ``pos`` and
-    return where the walk stopped: ``limit``, or the first record that is not plain or not
-    valid, for the careful parser to judge.  Positions of records for which
-    ``select(topic_bytes, queue_id, physical_offset, size)`` is true go to ``selected``.
-
-    Pure-Python twin of ``_recordc.scan`` (used when the extension is missing).
-    """
-    header = _V4_HEADER
-    hsize = _V4_HEADER_SIZE
-    short = _SHORT
-    crc32 = zlib.crc32
-    while pos + hsize <= limit:
-        fields = header.unpack_from(buf, pos)
-        total = fields[0]
-        end = pos + total
-        body_len = fields[16]
-        p = pos + hsize
-        q = p + body_len
-        if not (
-            fields[1] == MESSAGE_MAGIC_CODE
-            and not fields[7] & _HOST_FLAGS
-            and total >= hsize + 3
-            and end <= limit
-            and (physical_base is None or fields[6] == physical_base + pos)
-            and body_len >= 0
-            and q + 3 <= end
-            and (not check_crc or not body_len or crc32(buf[p:q]) & 0x7FFFFFFF == fields[2])
-        ):
-            break
-        topic_len = buf[q]
-        t1 = q + 1 + topic_len
-        if not (
-            topic_len <= MAX_TOPIC_LENGTH
-            and t1 + 2 <= end
-            and t1 + 2 + short.unpack_from(buf, t1)[0] == end
-        ):
-            break
-        topic = buf[q + 1 : t1]
-        props = buf[t1 + 2 : end]
-        if 0 in topic or 0 in props or not topic.isascii() or not props.isascii():
-            break
-        # The store and the export pass bytes or an mmap, whose slices are bytes.
-        if select is not None and select(topic, fields[3], fields[6], total):  # type: ignore[arg-type]
-            selected.append(pos)
-        pos = end
-    return pos
-
-
-def scan_records(
-    buf: bytes | bytearray | mmap.mmap,
-    pos: int,
-    limit: int,
-    *,
-    check_crc: bool = True,
-    physical_base: int | None = None,
-    select: Callable[[bytes, int, int, int], bool] | None = None,
-) -> tuple[int, str, list[int]]:
-    """Walk the valid records of ``buf[pos:limit]`` as fast as possible (recovery).
-
-    Returns ``(end, why, selected)``: ``end`` is where valid data stops, ``why`` is ``"blank"``
-    (a blank record starts at ``end``), ``"end"`` (``limit`` reached) or the reason the record at
-    ``end`` is invalid; ``selected`` lists the positions of records for which
-    ``select(topic_bytes, queue_id, physical_offset, size)`` returned True.  Validation is the
-    same as :func:`decode_record`'s: plain records take the fast walker (C when built), anything
-    else the careful parser.  With ``physical_base`` each record's PHYSICALOFFSET must equal
-    ``physical_base`` + its position.  ``buf`` may be bytes, a bytearray or an mmap.
-    """
-    selected: list[int] = []
-    walk = _scan_fast
-    limit = min(limit, len(buf))
-    while True:
-        pos = walk(buf, pos, limit, check_crc, physical_base, select, selected)
-        if pos >= limit:
-            return pos, "end", selected
-        try:
-            info = read_record_info(buf, pos, check_crc=check_crc)
-        except BlankRecord:
-            return pos, "blank", selected
-        except RecordError as exc:
-            return pos, str(exc), selected
-        if physical_base is not None and info.physical_offset != physical_base + pos:
-            return pos, f"record at {pos} has physical offset {info.physical_offset}", selected
-        if pos + info.size > limit:
-            return pos, f"record at {pos} runs past {limit}", selected
-        if select is not None and select(
-            info.topic.encode(), info.queue_id, info.physical_offset, info.size
-        ):
-            selected.append(pos)
-        pos += info.size
-
-
-def decode_record(
-    buf: bytes | bytearray | memoryview | mmap.mmap,
-    pos: int = 0,
-    *,
-    check_crc: bool = True,
-    read_body: bool = True,
-) -> MessageExt:
-    """Decode the record at ``buf[pos:]``.
-
-    Raises :class:`BlankRecord` for the end-of-file filler and :class:`RecordError` for anything
-    that is not a whole, valid record: truncated bytes, a bad magic, lengths that disagree with
-    TOTALSIZE, a body failing its CRC (when ``check_crc``), or undecodable topic/properties text.
-    With ``read_body=False`` the body is left empty (its CRC is still checked if asked).
-    """
-    fields, body, topic, props = _parse(buf, pos, check_crc, read_body)
-    (
-        total,
-        _magic,
-        crc,
-        queue_id,
-        flag,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_ts,
-        born_ip,
-        born_port,
-        store_ts,
-        store_ip,
-        store_port,
-        reconsume,
-        prepared,
-        _body_len,
-    ) = fields
-    return MessageExt(
-        topic,
-        body,
-        flag,
-        decode_properties(props),
-        queue_id,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_ts,
-        (unpack_ip(born_ip), born_port),
-        store_ts,
-        (unpack_ip(store_ip), store_port),
-        reconsume,
-        prepared,
-        crc,
-        total,
-    )
-
-
-def decode_records(buf: bytes, *, check_crc: bool = False) -> list[MessageExt]:
-    """Every record of ``buf`` (a PULL_MESSAGE body), as :func:`iter_records` would give them,
-    stopping at a blank record; raises :class:`RecordError` on the first bad one.
-
-    The consumer's hot path: the common record (IPv4 hosts, sane lengths) is decoded inline,
-    anything else by :func:`decode_record`.  The body CRC is not checked unless asked (Java's
-    client does not check it on pull either: the broker checked what it recovered).
-    """
-    out: list[MessageExt] = []
-    append = out.append
-    header = _V4_HEADER
-    hsize = _V4_HEADER_SIZE
-    short = _SHORT
-    n = len(buf)
-    pos = 0
-    while pos < n:
-        if pos + hsize <= n:
-            f = header.unpack_from(buf, pos)
-            total = f[0]
-            end = pos + total
-            p = pos + hsize
-            q = p + f[16]
-            if (
-                f[1] == MESSAGE_MAGIC_CODE
-                and not f[7] & _HOST_FLAGS
-                and end <= n
-                and f[16] >= 0
-                and q + 3 <= end
-                and (not check_crc or zlib.crc32(buf[p:q]) & 0x7FFFFFFF == f[2])
-            ):
-                t1 = q + 1 + buf[q]
-                if t1 + 2 <= end and t1 + 2 + short.unpack_from(buf, t1)[0] == end:
-                    topic_raw = buf[q + 1 : t1]
-                    props_raw = buf[t1 + 2 : end]
-                    if b"\0" not in topic_raw and b"\0" not in props_raw:
-                        try:
-                            topic = topic_raw.decode()
-                            props = decode_properties(props_raw.decode())
-                        except UnicodeDecodeError:
-                            pass  # the careful path below reports it
-                        else:
-                            append(
-                                MessageExt(
-                                    topic,
-                                    buf[p:q],
-                                    f[4],
-                                    props,
-                                    f[3],
-                                    f[5],
-                                    f[6],
-                                    f[7],
-                                    f[8],
-                                    (unpack_ip(f[9]), f[10]),
-                                    f[11],
-                                    (unpack_ip(f[12]), f[13]),
-                                    f[14],
-                                    f[15],
-                                    f[2],
-                                    total,
-                                )
-                            )
-                            pos = end
-                            continue
-        try:
-            msg = decode_record(buf, pos, check_crc=check_crc)
-        except BlankRecord:
-            break
-        append(msg)
-        pos += msg.store_size
-    return out
-
-
-def iter_records(
-    buf: bytes | bytearray | memoryview,
-    pos: int = 0,
-    end: int | None = None,
-    *,
-    check_crc: bool = True,
-) -> Iterator[MessageExt]:
-    """Records laid end to end in ``buf[pos:end]`` (a pull body, or one commit-log file).
-
-    Stops at a blank record or at the end; raises :class:`RecordError` on the first bad record.
-    """
-    view = memoryview(buf)[: len(buf) if end is None else end]
-    while pos < len(view):
-        try:
-            msg = decode_record(view, pos, check_crc=check_crc)
-        except BlankRecord:
-            return
-        yield msg
-        pos += msg.store_size
-
-
-# --- message ids ----------------------------------------------------------------------------------
-
-_PORT_OFFSET = struct.Struct(">iq")
-
-
-def _offset_msg_id_py(prefix: str, offset: int) -> str:
-    """Pure-Python twin of ``_recordc.offset_msg_id``; use :func:`offset_msg_id`."""
-    return f"{prefix}{offset:016X}"
-
-
-def create_offset_msg_id(ip: str, port: int, phy_offset: int) -> str:
-    """The broker's message id: uppercase hex of store IP, port (int32) and commit-log offset."""
-    return (pack_ip(ip) + _PORT_OFFSET.pack(port, phy_offset)).hex().upper()
-
-
-def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
-    """(ip, port, commit-log offset) of an offset message id; raises ValueError if malformed."""
-    raw = bytes.fromhex(msg_id)
-    if len(raw) == 16:
-        ip_raw = raw[:4]
-    elif len(raw) == 28:
-        ip_raw = raw[:16]
-    else:
-        raise ValueError(f"not an offset message id: {msg_id!r}")
-    port, offset = _PORT_OFFSET.unpack_from(raw, len(ip_raw))
-    return unpack_ip(ip_raw), port, offset
-
-
-class UniqueIdGenerator:
-    """UNIQ_KEY ids in the layout of Java's ``MessageClientIDSetter``.
-
-    16 bytes as 32 uppercase hex digits (IPv4): ip(4) | pid(2) | random "class loader" int(4) |
-    milliseconds since the start of the current month, int32 | counter, int16.
-    """
-
-    def __init__(self, ip: str = "127.0.0.1", pid: int | None = None) -> None:
-        prefix = pack_ip(ip) + struct.pack(
-            ">hi", (os.getpid() if pid is None else pid) & 0x7FFF, random.getrandbits(31)
-        )
-        self._prefix = prefix.hex().upper()
-        self._counter = itertools.count(random.getrandbits(15))
-        self._month_start = 0
-        self._next_month = 0
-
-    def _roll_month(self, now_ms: int) -> None:
-        now = datetime.datetime.fromtimestamp(now_ms / 1000)
-        start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        nxt = (start + datetime.timedelta(days=32)).replace(day=1)
-        self._month_start = int(start.timestamp() * 1000)
-        self._next_month = int(nxt.timestamp() * 1000)
-
-    def create(self, now_ms: int | None = None) -> str:
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        if now >= self._next_month or now < self._month_start:
-            self._roll_month(now)
-        tail = struct.pack(">iH", now - self._month_start, next(self._counter) & 0xFFFF)
-        return self._prefix + tail.hex().upper()
-
-    @property
-    def begin_of_month_ms(self) -> int:
-        return self._month_start
-
-
-def unique_id_ip(uniq_id: str) -> str:
-    """The IP encoded at the start of a UNIQ_KEY (IPv4 layout)."""
-    return unpack_ip(bytes.fromhex(uniq_id[:8]))
-
-
-# --- batch body (SEND_BATCH_MESSAGE) --------------------------------------------------------------
-
-_BATCH_HEAD = struct.Struct(">iIiii")  # totalSize, magic, bodyCRC, flag, bodyLen
-# Java's MessageDecoder.encodeMessage writes magic 0 and bodyCRC 0 for batch items; readers ignore
-# both, so we write the same and accept anything.
-BATCH_ITEM_MAGIC = 0
-
-
-@attrs.define(slots=True)
-class BatchItem:
-    """One message of a SEND_BATCH_MESSAGE body."""
-
-    body: bytes
-    flag: int = 0
-    properties: dict[str, str] = attrs.field(factory=dict)
-
-
-def encode_batch_body(items: list[BatchItem]) -> bytes:
-    parts: list[bytes] = []
-    for item in items:
-        props = properties_bytes(item.properties)
-        total = _BATCH_HEAD.size + len(item.body) + 2 + len(props)
-        parts.append(_BATCH_HEAD.pack(total, BATCH_ITEM_MAGIC, 0, item.flag, len(item.body)))
-        parts.append(item.body)
-        parts.append(_SHORT.pack(len(props)))
-        parts.append(props)
-    return b"".join(parts)
-
-
-def decode_batch_body(data: bytes | memoryview) -> list[BatchItem]:
-    """Items of a batch body; raises :class:`RecordError` on truncated or inconsistent bytes."""
-    items: list[BatchItem] = []
-    pos, end = 0, len(data)
-    while pos < end:
-        if pos + _BATCH_HEAD.size > end:
-            raise RecordError(f"batch item at {pos} truncated")
-        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(data, pos)
-        p = pos + _BATCH_HEAD.size
-        if body_len < 0 or p + body_len + 2 > end:
-            raise RecordError(f"batch item at {pos}: body length {body_len} overruns")
-        body = bytes(data[p : p + body_len])
-        p += body_len
-        props_len = _SHORT.unpack_from(data, p)[0]
-        p += 2
-        if props_len < 0 or p + props_len > end:
-            raise RecordError(f"batch item at {pos}: properties length {props_len} overruns")
-        props = decode_properties(bytes(data[p : p + props_len]).decode()) if props_len else {}
-        p += props_len
-        if total != p - pos:
-            raise RecordError(f"batch item at {pos}: totalSize {total} != {p - pos}")
-        items.append(BatchItem(body, flag, props))
-        pos = p
-    return items
-
-
-# --- the C accelerator ----------------------------------------------------------------------------
-
-
-def pure_python_requested() -> bool:
-    """True when PYMQ_PURE_PYTHON (1, true, yes or on) turns the C extension off."""
-    return os.environ.get("PYMQ_PURE_PYTHON", "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def _load_native() -> object | None:
-    """``pymq.common._recordc`` when it was built and not turned off (PYMQ_PURE_PYTHON=1)."""
-    if pure_python_requested():
-        return None
-    try:
-        # The C extension ships no stub, so mypy cannot see the module.
-        from pymq.common import _recordc  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _recordc
-
-
-_native: Any = _load_native()
-NATIVE_CODEC = _native is not None
-"""True when the record codec's hot loops run in C (``pymq.common._recordc``)."""
-native_extension: Any = _native
-"""The ``pymq.common._recordc`` module in use, or None (for the store's index puts)."""
-
-encode_message_into: Callable[..., int] = (
-    _native.encode_into if _native is not None else _encode_message_into_py
+from pymq.common.batch import (
+    BATCH_ITEM_MAGIC,
+    BatchItem,
+    decode_batch_body,
+    encode_batch_body,
 )
-properties_bytes: Callable[[dict[str, str]], bytes] = (
-    _native.properties_bytes if _native is not None else _properties_bytes_py
+from pymq.common.message_ext import (
+    CLUSTER,
+    DELAY,
+    KEY_SEPARATOR,
+    KEYS,
+    MAX_RECONSUME_TIMES,
+    NAME_VALUE_SEPARATOR,
+    ORIGIN_MESSAGE_ID,
+    PGROUP,
+    PROPERTY_BUYER_ID,
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PROPERTY_CLUSTER,
+    PROPERTY_CONSUME_START_TIMESTAMP,
+    PROPERTY_CORRECTION_FLAG,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_INSTANCE_ID,
+    PROPERTY_KEYS,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_MESSAGE_REPLY_TO_CLIENT,
+    PROPERTY_MESSAGE_TTL,
+    PROPERTY_MESSAGE_TYPE,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_MQ2_FLAG,
+    PROPERTY_MSG_REGION,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RECONSUME_TIME,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_TRACE_SWITCH,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+    PROPERTY_TRANSFER_FLAG,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    REAL_QID,
+    REAL_TOPIC,
+    RETRY_TOPIC,
+    TAGS,
+    TRAN_MSG,
+    UNIQ_KEY,
+    WAIT,
+    MessageExt,
+    MessageSysFlag,
+    decode_properties,
+    encode_properties,
+    java_string_hash,
+    java_string_hash_after,
+    properties_bytes,
+    tags_code,
 )
-"""The PROPERTIES field of a record: ``encode_properties(props).encode()``, faster."""
-java_string_hash: Callable[[str], int] = (
-    _native.java_hash if _native is not None else _java_string_hash_py
+from pymq.common.message_id import (
+    Host,
+    UniqueIdGenerator,
+    create_offset_msg_id,
+    decode_offset_msg_id,
+    offset_msg_id,
+    pack_ip,
+    unique_id_ip,
+    unpack_ip,
 )
-"""Java ``String.hashCode``: over UTF-16 code units, as a signed 32-bit int."""
-java_string_hash_after: Callable[[int, str], int] = (
-    _native.java_hash_after if _native is not None else _java_string_hash_after_py
+from pymq.common.native import (
+    NATIVE_CODEC,
+    native_extension,
+    pure_python_requested,
 )
-"""``java_string_hash(prefix + s)`` from the prefix's hash, hashing only ``s``."""
-offset_msg_id: Callable[[str, int], str] = (
-    _native.offset_msg_id if _native is not None else _offset_msg_id_py
+from pymq.common.record import (
+    BLANK_MAGIC_CODE,
+    BORN_HOST_POSITION,
+    BORN_TIMESTAMP_POSITION,
+    END_FILE_MIN_BLANK_LENGTH,
+    FLAG_POSITION,
+    MAGIC_POSITION,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    PHYSICAL_OFFSET_POSITION,
+    QUEUE_ID_POSITION,
+    QUEUE_OFFSET_POSITION,
+    SYSFLAG_POSITION,
+    BlankRecord,
+    RecordError,
+    RecordInfo,
+    body_crc32,
+    decode_record,
+    decode_records,
+    encode_record,
+    encode_record_into,
+    has_nul,
+    host_flags,
+    iter_records,
+    property_value,
+    read_record_header,
+    read_record_info,
+    record_length,
+    scan_records,
+    store_timestamp_position,
 )
-"""A record's message id from its store host's hex prefix (see :func:`create_offset_msg_id`):
-the prefix + the commit-log offset as 16 uppercase hex digits."""
-_scan_fast: Callable[..., int] = _native.scan if _native is not None else _scan_plain
-
 
 __all__ = [
+    "BATCH_ITEM_MAGIC",
     "BLANK_MAGIC_CODE",
+    "BORN_HOST_POSITION",
+    "BORN_TIMESTAMP_POSITION",
+    "CLUSTER",
+    "DELAY",
+    "END_FILE_MIN_BLANK_LENGTH",
+    "FLAG_POSITION",
+    "KEYS",
+    "KEY_SEPARATOR",
+    "MAGIC_POSITION",
+    "MAX_PROPERTIES_LENGTH",
+    "MAX_RECONSUME_TIMES",
+    "MAX_TOPIC_LENGTH",
     "MESSAGE_MAGIC_CODE",
+    "NAME_VALUE_SEPARATOR",
     "NATIVE_CODEC",
+    "ORIGIN_MESSAGE_ID",
+    "PGROUP",
+    "PHYSICAL_OFFSET_POSITION",
+    "PROPERTY_BUYER_ID",
+    "PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "PROPERTY_CLUSTER",
+    "PROPERTY_CONSUME_START_TIMESTAMP",
+    "PROPERTY_CORRECTION_FLAG",
+    "PROPERTY_DELAY_TIME_LEVEL",
+    "PROPERTY_INSTANCE_ID",
+    "PROPERTY_KEYS",
+    "PROPERTY_MAX_OFFSET",
+    "PROPERTY_MAX_RECONSUME_TIMES",
+    "PROPERTY_MESSAGE_REPLY_TO_CLIENT",
+    "PROPERTY_MESSAGE_TTL",
+    "PROPERTY_MESSAGE_TYPE",
+    "PROPERTY_MIN_OFFSET",
+    "PROPERTY_MQ2_FLAG",
+    "PROPERTY_MSG_REGION",
+    "PROPERTY_ORIGIN_MESSAGE_ID",
+    "PROPERTY_PRODUCER_GROUP",
+    "PROPERTY_REAL_QUEUE_ID",
+    "PROPERTY_REAL_TOPIC",
+    "PROPERTY_RECONSUME_TIME",
+    "PROPERTY_RETRY_TOPIC",
+    "PROPERTY_SEPARATOR",
+    "PROPERTY_TAGS",
+    "PROPERTY_TRACE_SWITCH",
+    "PROPERTY_TRANSACTION_CHECK_TIMES",
+    "PROPERTY_TRANSACTION_PREPARED",
+    "PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET",
+    "PROPERTY_TRANSFER_FLAG",
+    "PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX",
+    "PROPERTY_WAIT_STORE_MSG_OK",
+    "QUEUE_ID_POSITION",
+    "QUEUE_OFFSET_POSITION",
+    "REAL_QID",
+    "REAL_TOPIC",
+    "RETRY_TOPIC",
+    "SYSFLAG_POSITION",
+    "TAGS",
+    "TRAN_MSG",
+    "UNIQ_KEY",
+    "WAIT",
     "BatchItem",
     "BlankRecord",
+    "Host",
     "MessageExt",
     "MessageSysFlag",
     "RecordError",
     "RecordInfo",
     "UniqueIdGenerator",
+    "body_crc32",
     "create_offset_msg_id",
     "decode_batch_body",
     "decode_offset_msg_id",
@@ -1119,10 +203,23 @@ __all__ = [
     "encode_properties",
     "encode_record",
     "encode_record_into",
+    "has_nul",
+    "host_flags",
     "iter_records",
     "java_string_hash",
+    "java_string_hash_after",
+    "native_extension",
+    "offset_msg_id",
+    "pack_ip",
+    "properties_bytes",
     "property_value",
+    "pure_python_requested",
+    "read_record_header",
     "read_record_info",
+    "record_length",
     "scan_records",
+    "store_timestamp_position",
     "tags_code",
+    "unique_id_ip",
+    "unpack_ip",
 ]

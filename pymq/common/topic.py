@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 import re
-import time
 
 import attrs
+
+from pymq.common.clock import now_ms
 
 # PermName bits.
 PERM_PRIORITY = 8
@@ -119,10 +120,6 @@ class TopicConfig:
     topic_filter_type: TopicFilterType = TopicFilterType.SINGLE_TAG
     topic_sys_flag: int = 0
     order: bool = False
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @attrs.define

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 
 import attrs
 
+from pymq.common.checkpoint_layout import CHECKPOINT_FILE, CHECKPOINT_LAYOUT, unpack_checkpoint
 from pymq.common.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -48,14 +49,12 @@ from pymq.export.options import CheckpointBound, ExportOptions, Mode
 log = logging.getLogger(__name__)
 
 COMMITLOG_DIR = "commitlog"
-CHECKPOINT_FILE = "checkpoint"
 ABORT_FILE = "abort"
 _NAME_DIGITS = 20
 _MESSAGE_MAGIC = struct.pack(">I", MESSAGE_MAGIC_CODE)
 _BLANK_MAGIC = struct.pack(">I", BLANK_MAGIC_CODE)
 _HEAD = struct.Struct(">iIiiiqqi")  # up to SYSFLAG: enough to find STORETIMESTAMP
 _LONG = struct.Struct(">q")
-_THREE_LONGS = struct.Struct(">qqq")
 _ZERO_PROBE = 8
 """Bytes that must all be zero at a position for it to count as the end of written data."""
 _CHUNK = 1 << 20
@@ -189,12 +188,12 @@ def read_checkpoint_timestamp(root: str) -> int | None:
     """physicMsgTimestamp of ``root/checkpoint`` (what the broker has flushed), or None."""
     try:
         with open(os.path.join(root, CHECKPOINT_FILE), "rb") as f:
-            raw = f.read(_THREE_LONGS.size)
+            raw = f.read(CHECKPOINT_LAYOUT.size)
     except FileNotFoundError:
         return None
-    if len(raw) < _THREE_LONGS.size:
+    if len(raw) < CHECKPOINT_LAYOUT.size:
         return None
-    return _THREE_LONGS.unpack(raw)[0]
+    return unpack_checkpoint(raw).physic_msg_timestamp
 
 
 def first_store_timestamp(path: str) -> int | None:

@@ -1,8 +1,8 @@
 """``StoreCheckpoint`` plus the ``abort`` and ``lock`` files of a store root.
 
-The checkpoint is the file ``checkpoint``: one OS page, mapped, holding three big-endian int64
-store timestamps at offsets 0, 8 and 16 (physicMsgTimestamp, logicsMsgTimestamp,
-indexMsgTimestamp).  Setters change memory only; :meth:`StoreCheckpoint.flush` (blocking, run it
+The checkpoint is the file ``checkpoint``: one OS page, mapped, laid out as
+:mod:`pymq.common.checkpoint_layout` says (three int64 store timestamps).  Setters change memory
+only; :meth:`StoreCheckpoint.flush` (blocking, run it
 in a worker thread) writes and syncs them.
 
 ``abort`` exists while a store runs; finding it at start means the last exit was not clean.
@@ -16,13 +16,17 @@ import contextlib
 import fcntl
 import mmap
 import os
-import struct
 
+from pymq.common.checkpoint_layout import (
+    CHECKPOINT_PAGE_SIZE,
+    CheckpointTimestamps,
+    pack_checkpoint_into,
+    unpack_checkpoint,
+)
 from pymq.common.errors import StartupError
 from pymq.store.mapped_file import allocate_blocks
 
-OS_PAGE_SIZE = 4096
-_THREE_LONGS = struct.Struct(">qqq")
+OS_PAGE_SIZE = CHECKPOINT_PAGE_SIZE
 RECOVERY_TIME_MARGIN_MS = 3000
 """Java starts abnormal recovery 3 s before the checkpoint's oldest timestamp, to be safe."""
 
@@ -46,7 +50,7 @@ class StoreCheckpoint:
             raise
         self._fd = fd
         self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = (
-            _THREE_LONGS.unpack_from(self._mm, 0)
+            unpack_checkpoint(self._mm)
         )
 
     @property
@@ -62,12 +66,11 @@ class StoreCheckpoint:
 
     def flush(self) -> None:
         """Blocking: write the timestamps and sync them."""
-        _THREE_LONGS.pack_into(
+        pack_checkpoint_into(
             self._mm,
-            0,
-            self.physic_msg_timestamp,
-            self.logics_msg_timestamp,
-            self.index_msg_timestamp,
+            CheckpointTimestamps(
+                self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp
+            ),
         )
         os.fdatasync(self._fd)
 

@@ -14,6 +14,7 @@ import os
 
 import attrs
 
+from pymq.common.checkpoint_layout import CHECKPOINT_FILE
 from pymq.common.config import user_home
 
 
@@ -105,7 +106,7 @@ class MessageStoreConfig:
 
     @property
     def checkpoint_path(self) -> str:
-        return os.path.join(self.store_path_root_dir, "checkpoint")
+        return os.path.join(self.store_path_root_dir, CHECKPOINT_FILE)
 
     @property
     def abort_path(self) -> str:

@@ -22,6 +22,7 @@ from functools import partial
 
 import trio
 
+from pymq.common.clock import now_ms
 from pymq.common.message import (
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
@@ -45,7 +46,7 @@ from pymq.store.clean_service import (
     CleanConsumeQueueService,
     disk_used_ratio,
 )
-from pymq.store.commitlog import CommitLog, now_ms
+from pymq.store.commitlog import CommitLog
 from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
 from pymq.store.flush_service import CommitLogFlushService, ConsumeQueueFlushService

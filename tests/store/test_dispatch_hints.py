@@ -9,6 +9,7 @@ import os
 
 from pymq.common.message import MessageSysFlag
 from pymq.store import commitlog as commitlog_module
+from pymq.store.commitlog import DispatchHint
 from pymq.store.reput import ReputMessageService
 from tests.store.helpers import make_message, running_store, small_config
 
@@ -77,19 +78,19 @@ def test_a_hint_that_does_not_match_the_log_is_not_used():
     record[0:4] = (48).to_bytes(4, "big")
     record[4:8] = (0xDAA320A7).to_bytes(4, "big", signed=False)  # MESSAGE_MAGIC_CODE
     view = memoryview(bytes(record))
-    hint = (1000, 48, "T", 0, 0, 0, 0, 0, None, None)
-    stale = (900, 48, "T", 0, 0, 0, 0, 0, None, None)
+    hint = DispatchHint(1000, 48, "T", 0, 0, None, 0, 0, None, None)
+    stale = hint._replace(physical_offset=900)
     hints = collections.deque([stale, hint])
     assert ReputMessageService._hint_for(hints, 1000, view, 0, 64) == hint
     assert not hints  # the stale one was dropped, the used one taken
-    wrong_size = collections.deque([(1000, 52, "T", 0, 0, 0, 0, 0, None, None), hint])
+    wrong_size = collections.deque([hint._replace(size=52), hint])
     assert ReputMessageService._hint_for(wrong_size, 1000, view, 0, 64) is None
     assert not wrong_size  # the log is not what they describe: all dropped
     partial = collections.deque([hint])
     assert ReputMessageService._hint_for(partial, 1000, view, 0, 40) is None
     assert list(partial) == [hint]  # kept for when the record is whole
     # A property value holding a separator is written differently than the dict holds it.
-    odd = (1000, 48, "T", 0, 0, "Tag\x02X", 0, 0, None, None)
+    odd = hint._replace(tags="Tag\x02X")
     assert ReputMessageService._hint_for(collections.deque([odd]), 1000, view, 0, 64) is None
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pymq.common import message as message_module
+from pymq.common import record as record_module
 from pymq.common.message import MessageExt, decode_record
 from pymq.store import DefaultMessageStore
 from pymq.store import commitlog as commitlog_module
@@ -40,10 +40,10 @@ def encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     if request.param == "c":
         # Imported directly: PYMQ_PURE_PYTHON=1 turns the extension off for the store, not here.
         recordc = importlib.import_module("pymq.common._recordc")
-        monkeypatch.setattr(commitlog_module, "encode_message_into", recordc.encode_into)
+        monkeypatch.setattr(commitlog_module, "encode_record_into", recordc.encode_into)
     else:
         monkeypatch.setattr(
-            commitlog_module, "encode_message_into", message_module._encode_message_into_py
+            commitlog_module, "encode_record_into", record_module._encode_record_into_py
         )
     yield request.param
 
@@ -135,12 +135,12 @@ async def test_an_encoder_that_fails_for_any_reason_changes_nothing(
     config = small_config(root)
     async with running_store(config) as store:
         assert (await store.put_message(make_message(body=b"m0"))).is_ok
-        real = commitlog_module.encode_message_into
+        real = commitlog_module.encode_record_into
 
         def broken(*args: object) -> int:
             raise RuntimeError("encoder bug")
 
-        monkeypatch.setattr(commitlog_module, "encode_message_into", broken)
+        monkeypatch.setattr(commitlog_module, "encode_record_into", broken)
         before = _state(store)
         result = await store.put_message(make_message(body=b"x"))
         assert result.status is PutMessageStatus.UNKNOWN_ERROR
@@ -148,6 +148,6 @@ async def test_an_encoder_that_fails_for_any_reason_changes_nothing(
         batch = await store.put_messages([make_message(body=b"y")])
         assert batch.status is PutMessageStatus.UNKNOWN_ERROR
         assert _state(store) == before
-        monkeypatch.setattr(commitlog_module, "encode_message_into", real)
+        monkeypatch.setattr(commitlog_module, "encode_record_into", real)
         assert (await store.put_message(make_message(body=b"m1"))).logic_offset == 1
         assert await _bodies(store, 2) == [(0, b"m0"), (1, b"m1")]

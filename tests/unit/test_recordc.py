@@ -1,4 +1,4 @@
-"""The C accelerator ``pymq.common._recordc`` against its pure-Python twins in message.py.
+"""The C accelerator ``pymq.common._recordc`` against its pure-Python twins.
 
 The README's test command builds the extension, so it must be there; every function is checked
 against the Python code it replaces (which stays the reference and the fallback).
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pymq.common import message
+from pymq.common import clock, message_ext, message_id, native, record
 from pymq.common.message import (
     MessageExt,
     MessageSysFlag,
@@ -38,13 +38,13 @@ def _native():
 def test_extension_is_built():
     """The test command installs pymq with its C extension; a missing build is a failure.
     With PYMQ_PURE_PYTHON=1 the switch itself is checked: the Python twins are in use."""
-    if message.pure_python_requested():
-        assert not message.NATIVE_CODEC
-        assert message.encode_message_into is message._encode_message_into_py
+    if native.pure_python_requested():
+        assert not native.NATIVE_CODEC
+        assert record.encode_record_into is record._encode_record_into_py
         return
-    assert message.NATIVE_CODEC, "pymq.common._recordc was not built (is a C compiler missing?)"
-    assert message.encode_message_into is _native().encode_into
-    assert message.properties_bytes is _native().properties_bytes
+    assert native.NATIVE_CODEC, "pymq.common._recordc was not built (is a C compiler missing?)"
+    assert record.encode_record_into is _native().encode_into
+    assert message_ext.properties_bytes is _native().properties_bytes
 
 
 @pytest.fixture(params=[True, False], ids=["clmul", "tables"])
@@ -109,7 +109,7 @@ def test_encode_into_matches_python(body, topic, props, born, store, ints32, int
     )  # fmt: skip
     a, b = bytearray(b"\xee" * 900), bytearray(b"\xee" * 900)
     size_c = _native().encode_into(a, pos, *args)
-    size_py = message._encode_message_into_py(b, pos, *args)
+    size_py = record._encode_record_into_py(b, pos, *args)
     assert size_c == size_py
     assert a == b
 
@@ -121,7 +121,7 @@ def test_encode_into_writes_a_decodable_record():
     raw = encode_record(msg)
     back = decode_record(raw)
     buf = bytearray(len(raw))
-    size = message.encode_message_into(
+    size = record.encode_record_into(
         buf, 0, back.body, b"T", b"TAGS\x01a", back.queue_id, back.flag, back.queue_offset,
         back.commitlog_offset, back.sys_flag, back.born_timestamp, pack_ip("::1"), 7,
         back.store_timestamp, pack_ip(back.store_host[0]), back.store_host[1],
@@ -184,7 +184,7 @@ prop_text = st.text(
 
 @given(st.dictionaries(prop_text, prop_text, max_size=8))
 def test_properties_bytes_matches_python(props):
-    assert _native().properties_bytes(props) == message._properties_bytes_py(props)
+    assert _native().properties_bytes(props) == message_ext._properties_bytes_py(props)
 
 
 def test_properties_bytes_refuses_what_python_refuses():
@@ -236,7 +236,7 @@ def test_scan_matches_python_walker(where, value, truncate, check_crc, base):
 
     for pos in (0, where):
         end_c = _native().scan(data, pos, len(data), check_crc, base, pick(seen_c), sel_c)
-        end_py = message._scan_plain(data, pos, len(data), check_crc, base, pick(seen_py), sel_py)
+        end_py = record._scan_plain(data, pos, len(data), check_crc, base, pick(seen_py), sel_py)
         assert end_c == end_py
         assert sel_c == sel_py
         assert seen_c == seen_py
@@ -247,7 +247,7 @@ def test_scan_records_is_the_same_with_either_walker(monkeypatch):
     buf += bytes(40)  # a zeroed tail, as a preallocated file has
     want = scan_records(bytes(buf), 0, len(buf), physical_base=0, select=lambda *a: True)
     assert want[0] == len(buf) - 40 and want[2] == starts
-    monkeypatch.setattr(message, "_scan_fast", message._scan_plain)
+    monkeypatch.setattr(record, "_scan_fast", record._scan_plain)
     assert scan_records(bytes(buf), 0, len(buf), physical_base=0, select=lambda *a: True) == want
 
 
@@ -265,10 +265,10 @@ def test_store_round_trip_in_pure_python(tmp_path):
     """PYMQ_PURE_PYTHON=1 turns the extension off: the store works the same without it."""
     code = f"""
 import trio
-from pymq.common import message
+from pymq.common import clock, message_ext, message_id, native, record
 from pymq.common.message import MessageExt, decode_record
 from pymq.store import DefaultMessageStore, MessageStoreConfig, PutMessageStatus
-assert not message.NATIVE_CODEC
+assert not native.NATIVE_CODEC
 
 async def main():
     store = DefaultMessageStore(MessageStoreConfig(store_path_root_dir={str(tmp_path)!r},
@@ -304,9 +304,9 @@ java_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_si
 def test_java_hash_matches_python(s, prefix):
     """Java's String.hashCode over UTF-16 code units, astral characters as surrogate pairs."""
     native = _native()
-    assert native.java_hash(s) == message._java_string_hash_py(s)
+    assert native.java_hash(s) == message_ext._java_string_hash_py(s)
     ph = native.java_hash(prefix)
-    assert native.java_hash_after(ph, s) == message._java_string_hash_after_py(ph, s)
+    assert native.java_hash_after(ph, s) == message_ext._java_string_hash_after_py(ph, s)
     assert native.java_hash_after(ph, s) == native.java_hash(prefix + s)
 
 
@@ -319,8 +319,8 @@ def test_java_hash_known_values():
         _native().java_hash(b"TagA")
     # A lone surrogate (JSON can carry one) is one UTF-16 unit, as in Java; both twins agree.
     assert _native().java_hash("a\ud800") == 31 * 97 + 0xD800
-    assert message._java_string_hash_py("a\ud800") == 31 * 97 + 0xD800
-    assert message._java_string_hash_after_py(97, "\ud800") == 31 * 97 + 0xD800
+    assert message_ext._java_string_hash_py("a\ud800") == 31 * 97 + 0xD800
+    assert message_ext._java_string_hash_after_py(97, "\ud800") == 31 * 97 + 0xD800
 
 
 def test_scan_physical_base_near_the_top_does_not_wrap():
@@ -332,32 +332,34 @@ def test_scan_physical_base_near_the_top_does_not_wrap():
     struct.pack_into(">q", buf, 28, base)  # first record: PHYSICALOFFSET == base + 0
     struct.pack_into(">q", buf, second + 28, base + second - 2**64)  # the wrapped sum
     data = bytes(buf)
-    assert message._scan_plain(data, 0, len(data), False, base, None, []) == second
+    assert record._scan_plain(data, 0, len(data), False, base, None, []) == second
     assert _native().scan(data, 0, len(data), False, base, None, []) == second
 
 
 def test_now_ms_is_the_wall_clock_in_milliseconds():
-    import time
-
+    """The store's one clock (pymq.common.clock): the C twin agrees with the Python one."""
+    from pymq.common import topic
     from pymq.store import commitlog
 
-    expected = _native().now_ms if message.NATIVE_CODEC else commitlog._now_ms_py
-    assert commitlog.now_ms is expected
-    before = time.time_ns() // 1_000_000
-    now = _native().now_ms()
-    after = time.time_ns() // 1_000_000
-    assert before <= now <= after
+    expected = _native().now_ms if native.NATIVE_CODEC else clock._now_ms_py
+    assert clock.now_ms is expected
+    assert commitlog.now_ms is clock.now_ms and topic.now_ms is clock.now_ms
+    for _ in range(100):
+        before = clock._now_ms_py()
+        now = _native().now_ms()
+        after = clock._now_ms_py()
+        assert before <= now <= after
 
 
 def test_properties_bytes_with_many_properties():
     props = {f"name{i}": f"välue{i}" for i in range(40)}  # beyond the stack list
-    assert _native().properties_bytes(props) == message._properties_bytes_py(props)
+    assert _native().properties_bytes(props) == message_ext._properties_bytes_py(props)
 
 
 @given(offset=st.integers(0, 2**63 - 1))
 def test_offset_msg_id_matches_python(offset):
     prefix = "7F00000100002A9F"
-    assert _native().offset_msg_id(prefix, offset) == message._offset_msg_id_py(prefix, offset)
+    assert _native().offset_msg_id(prefix, offset) == message_id._offset_msg_id_py(prefix, offset)
 
 
 def test_offset_msg_id_refuses_bad_input():

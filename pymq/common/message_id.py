@@ -1,0 +1,107 @@
+"""Message ids: offset message ids (store host + commit-log offset) and UNIQ_KEY ids.
+
+Also the packed host addresses both kinds are made of.  Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import itertools
+import os
+import random
+import struct
+import time
+from collections.abc import Callable
+from functools import lru_cache
+
+from pymq.common.native import native_extension
+
+
+@lru_cache(maxsize=4096)
+def pack_ip(ip: str) -> bytes:
+    """4 bytes for an IPv4 address, 16 for IPv6."""
+    return ipaddress.ip_address(ip).packed
+
+
+@lru_cache(maxsize=4096)
+def unpack_ip(raw: bytes) -> str:
+    return str(ipaddress.ip_address(raw))
+
+
+Host = tuple[str, int]
+"""An (ip, port) pair."""
+
+# --- message ids ----------------------------------------------------------------------------------
+
+_PORT_OFFSET = struct.Struct(">iq")
+
+
+def _offset_msg_id_py(prefix: str, offset: int) -> str:
+    """Pure-Python twin of ``_recordc.offset_msg_id``; use :func:`offset_msg_id`."""
+    return f"{prefix}{offset:016X}"
+
+
+def create_offset_msg_id(ip: str, port: int, phy_offset: int) -> str:
+    """The broker's message id: uppercase hex of store IP, port (int32) and commit-log offset."""
+    return (pack_ip(ip) + _PORT_OFFSET.pack(port, phy_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
+    """(ip, port, commit-log offset) of an offset message id; raises ValueError if malformed."""
+    raw = bytes.fromhex(msg_id)
+    if len(raw) == 16:
+        ip_raw = raw[:4]
+    elif len(raw) == 28:
+        ip_raw = raw[:16]
+    else:
+        raise ValueError(f"not an offset message id: {msg_id!r}")
+    port, offset = _PORT_OFFSET.unpack_from(raw, len(ip_raw))
+    return unpack_ip(ip_raw), port, offset
+
+
+class UniqueIdGenerator:
+    """UNIQ_KEY ids in the layout of Java's ``MessageClientIDSetter``.
+
+    16 bytes as 32 uppercase hex digits (IPv4): ip(4) | pid(2) | random "class loader" int(4) |
+    milliseconds since the start of the current month, int32 | counter, int16.
+    """
+
+    def __init__(self, ip: str = "127.0.0.1", pid: int | None = None) -> None:
+        prefix = pack_ip(ip) + struct.pack(
+            ">hi", (os.getpid() if pid is None else pid) & 0x7FFF, random.getrandbits(31)
+        )
+        self._prefix = prefix.hex().upper()
+        self._counter = itertools.count(random.getrandbits(15))
+        self._month_start = 0
+        self._next_month = 0
+
+    def _roll_month(self, now_ms: int) -> None:
+        now = datetime.datetime.fromtimestamp(now_ms / 1000)
+        start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        nxt = (start + datetime.timedelta(days=32)).replace(day=1)
+        self._month_start = int(start.timestamp() * 1000)
+        self._next_month = int(nxt.timestamp() * 1000)
+
+    def create(self, now_ms: int | None = None) -> str:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if now >= self._next_month or now < self._month_start:
+            self._roll_month(now)
+        tail = struct.pack(">iH", now - self._month_start, next(self._counter) & 0xFFFF)
+        return self._prefix + tail.hex().upper()
+
+    @property
+    def begin_of_month_ms(self) -> int:
+        return self._month_start
+
+
+def unique_id_ip(uniq_id: str) -> str:
+    """The IP encoded at the start of a UNIQ_KEY (IPv4 layout)."""
+    return unpack_ip(bytes.fromhex(uniq_id[:8]))
+
+
+offset_msg_id: Callable[[str, int], str] = (
+    native_extension.offset_msg_id if native_extension is not None else _offset_msg_id_py
+)
+"""A record's message id from its store host's hex prefix (see :func:`create_offset_msg_id`):
+the prefix + the commit-log offset as 16 uppercase hex digits."""

@@ -1,0 +1,118 @@
+"""The single and batch appends share their record steps (``CommitLog._layout`` and
+``CommitLog._encode``): whichever path a message takes, the commit log holds the same bytes, the
+messages the same stored fields and reput the same dispatch hints, and those bytes are what the
+record codec's :func:`~pymq.common.record.encode_record` makes of the stored message."""
+
+from __future__ import annotations
+
+import attrs
+
+from pymq.common.message_ext import MessageExt, MessageSysFlag, properties_bytes
+from pymq.common.record import encode_record
+from pymq.common.topic import SCHEDULE_TOPIC
+from pymq.store.commitlog import CommitLog, DispatchHint
+
+NOW = 1_700_000_000_123
+
+
+def _messages() -> list[MessageExt]:
+    return [
+        MessageExt(topic="T", body=b"a" * 10, properties={"TAGS": "x", "KEYS": "k1 k2"}),
+        MessageExt(topic="T", body=b"", queue_id=1, flag=7, born_host=("10.1.2.3", 99)),
+        MessageExt(
+            topic="U",
+            body=b"b" * 300,
+            born_host=("::1", 5),
+            born_timestamp=42,
+            properties={"UNIQ_KEY": "ABC", "TAGS": "y"},
+        ),
+        MessageExt(
+            topic="T",
+            body=b"c",
+            sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE,
+            reconsume_times=3,
+            prepared_transaction_offset=77,
+        ),
+        MessageExt(topic=SCHEDULE_TOPIC, body=b"d", properties={"DELAY": "3"}),
+        MessageExt(topic="T", body=b"e", properties={"TAGS": "x"}),
+    ]
+
+
+def _log(tmp_path, name: str, store_ip: str = "192.168.0.7") -> CommitLog:
+    cl = CommitLog(str(tmp_path / name), 64 * 1024, clock_ms=lambda: NOW)
+    cl.set_store_host(store_ip, 10911)
+    return cl
+
+
+def _encoded(msg: MessageExt) -> tuple[bytes, bytes]:
+    return msg.topic.encode(), properties_bytes(msg.properties)
+
+
+def _stored(msg: MessageExt) -> tuple:
+    return (
+        msg.sys_flag,
+        msg.queue_offset,
+        msg.commitlog_offset,
+        msg.store_timestamp,
+        msg.store_size,
+    )
+
+
+def test_single_and_batch_appends_write_identical_records(tmp_path):
+    for store_ip in ("192.168.0.7", "fe80::1"):
+        single, one_by_one, batch = (_log(tmp_path, f"{n}-{store_ip}", store_ip) for n in "abc")
+        a, b, c = _messages(), _messages(), _messages()
+        for msg in a:
+            assert single.append_message(msg, *_encoded(msg)).status.name == "PUT_OK"
+        for msg in b:
+            assert one_by_one.append_messages([msg], [_encoded(msg)]).status.name == "PUT_OK"
+        assert batch.append_messages(c, [_encoded(m) for m in c]).status.name == "PUT_OK"
+        data = single.get_data(0)
+        assert data and data == one_by_one.get_data(0) == batch.get_data(0)
+        assert [_stored(m) for m in a] == [_stored(m) for m in b] == [_stored(m) for m in c]
+        hints = list(single.dispatch_hints)
+        assert hints == list(one_by_one.dispatch_hints) == list(batch.dispatch_hints)
+        assert all(type(h) is DispatchHint for h in hints)
+        # Every record is the codec's encoding of the stored message (STOREHOST: the log's) ...
+        assert data == b"".join(
+            encode_record(attrs.evolve(m, store_host=single.store_host)) for m in a
+        )
+        # ... and every hint (none for SCHEDULE_TOPIC) says what the message says.
+        want = [
+            DispatchHint(
+                m.commitlog_offset,
+                m.store_size,
+                m.topic,
+                m.queue_id,
+                m.queue_offset,
+                m.properties.get("TAGS"),
+                NOW,
+                m.sys_flag,
+                m.properties.get("KEYS"),
+                m.properties.get("UNIQ_KEY"),
+            )
+            for m in a
+            if m.topic != SCHEDULE_TOPIC
+        ]
+        assert hints == want
+        for cl in (single, one_by_one, batch):
+            cl.close()
+
+
+def test_dispatch_hint_field_order_is_what_reput_unpacks() -> None:
+    """reput unpacks a hint positionally on its hot loop: a reordered or added field must be
+    caught here, not by misfiled consume-queue entries."""
+    from pymq.store.commitlog import DispatchHint
+
+    assert DispatchHint._fields == (
+        "physical_offset",
+        "size",
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "tags",
+        "store_timestamp",
+        "sys_flag",
+        "keys",
+        "uniq_key",
+    )

@@ -641,6 +641,150 @@ static PyObject *py_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 /* --- module --------------------------------------------------------------------------------- */
 
+/* ---- fast failure: SYSTEM_BUSY answers to a run of JSON requests, without decoding them ----
+ *
+ * busy_answers(buf, bounds, first, stop, head, tails, refused) -> (answers, next)
+ *
+ * For frames first, first+1, ... of buf (bounds: [start, end, ...], each start at the frame's
+ * header-length field), while each is a JSON request whose header begins as pymq's and the C++
+ * client's writers order it (the regex pymq.remoting.codec.JSON_REQUEST_PREFIX), whose code has
+ * a tail bytes in the dict tails, and whose flag has no response bit: append the answer frame
+ * (int32 4 + n, int32 n, head, the opaque in decimal, tails[code]; nothing for a oneway) and
+ * count the code in the dict refused.  Stops at the first frame it cannot answer so; returns
+ * the answers joined and that frame's index.  The Python twin is
+ * pymq.remoting.codec.busy_answers_py; tests/unit/test_recordc.py checks they agree.
+ */
+static int skip_lit(const unsigned char *b, Py_ssize_t *p, Py_ssize_t end, const char *lit) {
+    Py_ssize_t n = (Py_ssize_t)strlen(lit);
+    if (end - *p < n || memcmp(b + *p, lit, (size_t)n) != 0) return 0;
+    *p += n;
+    return 1;
+}
+
+static int read_num(const unsigned char *b, Py_ssize_t *p, Py_ssize_t end, int neg_ok,
+                    long long *out) {
+    Py_ssize_t q = *p;
+    int neg = 0;
+    if (neg_ok && q < end && b[q] == '-') { neg = 1; q++; }
+    Py_ssize_t first = q;
+    long long v = 0;
+    while (q < end && b[q] >= '0' && b[q] <= '9') {
+        if (q - first == 10) return 0; /* eleven digits: not the shape (the regex's \d{1,10}) */
+        v = v * 10 + (b[q] - '0');
+        q++;
+    }
+    if (q == first) return 0;
+    *out = neg ? -v : v;
+    *p = q;
+    return 1;
+}
+
+/* code, opaque, flag of a JSON header in the usual order; 0 when it is not that shape. */
+static int json_prefix(const unsigned char *b, Py_ssize_t p, Py_ssize_t end, long long *code,
+                       long long *opaque, long long *flag) {
+    long long version;
+    while (p < end && (b[p] == ' ' || (b[p] >= '\t' && b[p] <= '\r'))) p++;
+    if (!skip_lit(b, &p, end, "{\"code\":") || !read_num(b, &p, end, 1, code)) return 0;
+    if (!skip_lit(b, &p, end, ",\"language\":\"")) return 0;
+    Py_ssize_t name = p;
+    while (p < end && ((b[p] >= 'A' && b[p] <= 'Z') || b[p] == '_') && p - name < 16) p++;
+    if (p == name) return 0;
+    if (!skip_lit(b, &p, end, "\",\"version\":") || !read_num(b, &p, end, 1, &version)) return 0;
+    if (!skip_lit(b, &p, end, ",\"opaque\":") || !read_num(b, &p, end, 1, opaque)) return 0;
+    if (!skip_lit(b, &p, end, ",\"flag\":") || !read_num(b, &p, end, 0, flag)) return 0;
+    return 1;
+}
+
+static PyObject *py_busy_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "busy_answers takes 7 arguments");
+        return NULL;
+    }
+    PyObject *bounds = args[1], *head = args[4], *tails = args[5], *refused = args[6];
+    if (!PyList_Check(bounds) || !PyBytes_Check(head) || !PyDict_Check(tails) ||
+        !PyDict_Check(refused)) {
+        PyErr_SetString(PyExc_TypeError, "busy_answers: bad argument types");
+        return NULL;
+    }
+    Py_ssize_t first = PyLong_AsSsize_t(args[2]), stop = PyLong_AsSsize_t(args[3]);
+    if ((first == -1 || stop == -1) && PyErr_Occurred()) return NULL;
+    if (first < 0 || stop < first || 2 * stop > PyList_GET_SIZE(bounds)) {
+        PyErr_SetString(PyExc_ValueError, "busy_answers: frames out of the bounds list");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    const char *hd = PyBytes_AS_STRING(head);
+    Py_ssize_t hlen = PyBytes_GET_SIZE(head);
+    char *out = NULL;
+    Py_ssize_t used = 0, cap = 0, i = first;
+    PyObject *result = NULL;
+    for (; i < stop; i++) {
+        Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(bounds, 2 * i));
+        Py_ssize_t end = PyLong_AsSsize_t(PyList_GET_ITEM(bounds, 2 * i + 1));
+        if ((start == -1 || end == -1) && PyErr_Occurred()) goto done;
+        if (start < 0 || end > view.len || end - start < 4) break;
+        uint32_t field = ((uint32_t)b[start] << 24) | ((uint32_t)b[start + 1] << 16) |
+                         ((uint32_t)b[start + 2] << 8) | (uint32_t)b[start + 3];
+        if (field >> 24) break; /* not JSON */
+        Py_ssize_t header_end = start + 4 + (Py_ssize_t)field;
+        if (header_end > end) header_end = end;
+        long long code, opaque, flag;
+        if (!json_prefix(b, start + 4, header_end, &code, &opaque, &flag)) break;
+        if (flag & 1) break; /* a response */
+        PyObject *key = PyLong_FromLongLong(code);
+        if (key == NULL) goto done;
+        PyObject *tail = PyDict_GetItemWithError(tails, key); /* borrowed */
+        if (tail == NULL || tail == Py_None || !PyBytes_Check(tail)) {
+            Py_DECREF(key);
+            if (PyErr_Occurred()) goto done;
+            break;
+        }
+        PyObject *count = PyDict_GetItemWithError(refused, key);
+        long long n = 0;
+        if (count == NULL && PyErr_Occurred()) { Py_DECREF(key); goto done; }
+        if (count != NULL) {
+            n = PyLong_AsLongLong(count);
+            if (n == -1 && PyErr_Occurred()) { Py_DECREF(key); goto done; }
+        }
+        PyObject *next = PyLong_FromLongLong(n + 1);
+        if (next == NULL || PyDict_SetItem(refused, key, next) < 0) {
+            Py_XDECREF(next);
+            Py_DECREF(key);
+            goto done;
+        }
+        Py_DECREF(next);
+        Py_DECREF(key);
+        if (flag & 2) continue; /* oneway: counted, not answered */
+        char digits[24];
+        int dlen = snprintf(digits, sizeof digits, "%lld", opaque);
+        Py_ssize_t tlen = PyBytes_GET_SIZE(tail);
+        Py_ssize_t header = hlen + dlen + tlen, need = 8 + header;
+        if (used + need > cap) {
+            Py_ssize_t grow = cap ? cap * 2 : 4096;
+            while (grow < used + need) grow *= 2;
+            char *bigger = PyMem_Realloc(out, (size_t)grow);
+            if (bigger == NULL) { PyErr_NoMemory(); goto done; }
+            out = bigger;
+            cap = grow;
+        }
+        uint32_t total = (uint32_t)(4 + header), hl = (uint32_t)header;
+        unsigned char *o = (unsigned char *)out + used;
+        o[0] = total >> 24; o[1] = total >> 16; o[2] = total >> 8; o[3] = total;
+        o[4] = hl >> 24; o[5] = hl >> 16; o[6] = hl >> 8; o[7] = hl;
+        memcpy(o + 8, hd, (size_t)hlen);
+        memcpy(o + 8 + hlen, digits, (size_t)dlen);
+        memcpy(o + 8 + hlen + dlen, PyBytes_AS_STRING(tail), (size_t)tlen);
+        used += need;
+    }
+    result = Py_BuildValue("(y#n)", out ? out : "", used, i);
+done:
+    PyMem_Free(out);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib-compatible CRC-32."},
     {"set_clmul", py_set_clmul, METH_O,
@@ -664,6 +808,9 @@ static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
      "scan(buf, pos, limit, check_crc, physical_base, select, selected): walk plain records,"
      " return where the walk stopped."},
+    {"busy_answers", (PyCFunction)(void (*)(void))py_busy_answers, METH_FASTCALL,
+     "busy_answers(buf, bounds, first, stop, head, tails, refused): SYSTEM_BUSY answers to a"
+     " run of JSON requests, without decoding them; returns (answers, next index)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,6 +24,7 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from pymq.common.native import _native
 from pymq.common.serde import parse_java_bool
 from pymq.remoting.codes import CURRENT_VERSION, LanguageCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError, RemotingCommandError
@@ -486,8 +487,8 @@ decode_frame_at = _decode_at
 # The start of a JSON header as pymq's and RocketMQ's Go/C++-style writers order it, and any
 # top-level number field, for peek_request.
 _JSON_PREFIX = re.compile(
-    rb'\s*\{"code":(-?\d{1,10}),"language":"[A-Z_]{1,16}","version":-?\d{1,10},'
-    rb'"opaque":(-?\d{1,10}),"flag":(\d{1,10})'
+    rb'[ \t\n\r\f\v]*\{"code":(-?\d{1,10})(?!\d),"language":"[A-Z_]{1,16}",'
+    rb'"version":-?\d{1,10}(?!\d),"opaque":(-?\d{1,10})(?!\d),"flag":(\d{1,10})(?!\d)'
 )
 _JSON_NUMBER_FIELD = re.compile(rb'"(code|opaque|flag)":(-?\d{1,10})[,}]')
 
@@ -555,3 +556,52 @@ _BUSY_HEAD = (
     '"opaque":%d'
 ).encode()
 _BUSY_TAIL = b',"extFields":{},"serializeTypeCurrentRPC":"JSON"}'
+
+JSON_REQUEST_PREFIX = _JSON_PREFIX
+"""The start of a JSON request header in pymq's and the C++ client's key order."""
+
+
+def busy_answers_py(
+    buf: bytes,
+    bounds: list[int],
+    first: int,
+    stop: int,
+    head: bytes,
+    tails: dict[int, bytes | None],
+    refused: dict[int, int],
+) -> tuple[bytes, int]:
+    """SYSTEM_BUSY answers to frames ``first``, ``first+1``, ... while each is a JSON request
+    in the usual key order (:data:`JSON_REQUEST_PREFIX`) whose code has a tail in ``tails``
+    (:func:`busy_json_tail`) and no response flag: each answer is ``head``, the opaque, the
+    tail (none for a oneway), each refusal counted in ``refused``.  Returns the answers joined
+    and the index of the first frame not answered so.  The C extension's ``busy_answers`` is
+    this function's twin (fast failure's hot loop); the tests check they agree."""
+    answers = []
+    i = first
+    while i < stop:
+        start, end = bounds[2 * i], bounds[2 * i + 1]
+        if end - start < 4:
+            break
+        (field,) = _INT.unpack_from(buf, start)
+        if field >> 24:
+            break
+        found = _JSON_PREFIX.match(buf, start + 4, min(start + 4 + field, end))
+        if found is None:
+            break
+        code, opaque, flag = (int(g) for g in found.groups())
+        tail = tails.get(code)
+        if flag & RPC_TYPE_RESPONSE or tail is None:
+            break
+        refused[code] = refused.get(code, 0) + 1
+        i += 1
+        if flag & RPC_ONEWAY:
+            continue
+        header = head + b"%d" % opaque + tail
+        answers.append(_FRAME_PREFIX.pack(4 + len(header), len(header)) + header)
+    return b"".join(answers), i
+
+
+busy_answers = getattr(_native, "busy_answers", None) or busy_answers_py
+"""The C ``busy_answers`` when the extension is built, else :func:`busy_answers_py`."""
+BUSY_JSON_HEAD_PREFIX = _BUSY_HEAD[: -len(b"%d")]
+"""The JSON SYSTEM_BUSY answer's header up to its opaque (for :func:`busy_answers`)."""

@@ -409,3 +409,98 @@ def test_scan_without_select_lets_other_threads_run():
         worker.join()
     assert end == len(data)
     assert during > 0
+
+
+# -- fast failure's busy answers --------------------------------------------------------------
+
+
+def _request_frame(draw, i: int) -> bytes:
+    from pymq.remoting.codec import RemotingCommand, SerializeType, encode
+
+    kind = draw(st.sampled_from(["ours", "ours", "ours", "java", "binary", "garbage", "response"]))
+    code = draw(st.sampled_from([310, 10, 11, 34, 105, 2**31 - 1, -5]))
+    opaque = draw(st.integers(-(2**31), 2**31 - 1))
+    flag = draw(st.sampled_from([0, 0, 2, 1, 3]))
+    if kind == "garbage":
+        header = draw(st.binary(max_size=60))
+        return draw(st.binary(min_size=4, max_size=4)) + header
+    cmd = RemotingCommand(
+        code, {"a": "x"}, b"body", opaque, flag | (1 if kind == "response" else 0)
+    )
+    if kind == "binary":
+        cmd.serialize_type = SerializeType.ROCKETMQ
+        cmd.code = code & 0x3FFF  # a short in the binary header
+    frame = encode(cmd)[4:]
+    if kind == "java":  # keys alphabetical: extFields first, as Java writes them
+        header = (
+            b'{"code":%d,"extFields":{},"flag":%d,"language":"JAVA","opaque":%d,"version":401}'
+            % (code, flag, opaque)
+        )
+        frame = len(header).to_bytes(4, "big") + header
+    return frame
+
+
+@st.composite
+def busy_runs(draw):
+    frames = [_request_frame(draw, i) for i in range(draw(st.integers(0, 12)))]
+    buf = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+    bounds, pos = [], 0
+    for f in frames:
+        bounds += [pos + 4, pos + 4 + len(f)]
+        pos += 4 + len(f)
+    tails = draw(
+        st.dictionaries(
+            st.sampled_from([310, 10, 11, 34, 105]),
+            st.none() | st.binary(min_size=1, max_size=30),
+            max_size=5,
+        )
+    )
+    first = draw(st.integers(0, len(frames)))
+    return buf, bounds, first, len(frames), tails
+
+
+@given(busy_runs())
+def test_busy_answers_twins_agree(run):
+    """The C busy_answers (fast failure's refusal loop) and its Python twin give the same
+    answers, stop at the same frame and count the same refusals."""
+    from pymq.remoting.codec import BUSY_JSON_HEAD_PREFIX, busy_answers_py
+
+    buf, bounds, first, stop, tails = run
+    py_refused: dict[int, int] = {}
+    c_refused: dict[int, int] = {}
+    expected = busy_answers_py(buf, bounds, first, stop, BUSY_JSON_HEAD_PREFIX, tails, py_refused)
+    got = _native().busy_answers(buf, bounds, first, stop, BUSY_JSON_HEAD_PREFIX, tails, c_refused)
+    assert got == expected
+    assert c_refused == py_refused
+
+
+def test_busy_answers_are_the_encoded_system_busy_responses():
+    from pymq.remoting.codec import (
+        BUSY_JSON_HEAD_PREFIX,
+        RemotingCommand,
+        busy_json_answer,
+        busy_json_tail,
+        encode,
+    )
+
+    frames = []
+    for opaque, flag in ((7, 0), (8, 2), (-9, 0)):
+        cmd = RemotingCommand.request(310, {"b": "T"}, b"x")
+        cmd.opaque, cmd.flag = opaque, flag
+        frames.append(encode(cmd))
+    buf = b"".join(frames)
+    bounds, pos = [], 0
+    for f in frames:
+        bounds += [pos + 4, pos + len(f)]
+        pos += len(f)
+    tail = busy_json_tail("[TIMEOUT_CLEAN_QUEUE]broker busy")
+    refused: dict[int, int] = {}
+    answers, stop = _native().busy_answers(
+        buf, bounds, 0, 3, BUSY_JSON_HEAD_PREFIX, {310: tail}, refused
+    )
+    assert stop == 3 and refused == {310: 3}  # the oneway is counted, not answered
+    assert answers == busy_json_answer(7, tail) + busy_json_answer(-9, tail)
+    expected = RemotingCommand(2, opaque=7, flag=1, remark="[TIMEOUT_CLEAN_QUEUE]broker busy")
+    assert busy_json_answer(7, tail) == encode(expected)
+    with pytest.raises(ValueError):
+        _native().busy_answers(buf, bounds, 0, 4, BUSY_JSON_HEAD_PREFIX, {}, {})

@@ -122,7 +122,17 @@ class BrokerFastFailure:
 
     @property
     def min_wait(self) -> float:
-        return min(self.limits())
+        # min(self.limits()) without building the tuple: read once per run of requests.
+        c = self.config
+        if not c.broker_fast_failure_enable:
+            return math.inf
+        least = min(
+            c.wait_time_mills_in_send_queue,
+            c.wait_time_mills_in_pull_queue,
+            c.wait_time_mills_in_heartbeat_queue,
+            c.wait_time_mills_in_transaction_queue,
+        )
+        return max(0, least) / 1000
 
     @property
     def busy_mark(self) -> float:

@@ -45,7 +45,6 @@ from pymq.remoting.connection import (
     Connection,
     Kind,
     ResponseCallback,
-    kind_of,
 )
 from pymq.remoting.errors import (
     ProtocolError,
@@ -114,6 +113,9 @@ SERVE_BATCH = 32
 # Answers of a long run of received requests are written once this many bytes have gathered
 # (and at the end of the run).
 FLUSH_BYTES = 64 * 1024
+
+# Fast failure reads ahead once a run has waited this fraction of the smallest limit.
+READ_AHEAD_FROM = 0.25
 
 # Bytes joined into one write at most; bounds the size of one write under heavy load.
 MAX_WRITE_BYTES = 1 << 20
@@ -506,6 +508,7 @@ class Channel:
         state = self.state
         first = True
         served = False  # the last run served (decoded) something
+        behind = False  # the last run waited long enough to read ahead
         while state.has_input:
             if served:
                 # A long run of inline work yields now and then, so that the rest of the
@@ -516,7 +519,7 @@ class Channel:
                 await trio.lowlevel.checkpoint()
                 if self._out.should_pause() and not await self._wait_until_readable():
                     return False
-                if admission is not None and not self._read_ahead():
+                if behind and not self._read_ahead():
                     return False
             run = state.next_run(SERVE_BATCH)
             assert run is not None
@@ -525,9 +528,14 @@ class Channel:
             if admission is not None:  # fast failure: one check per run, not per request
                 # The first run starts as the read ends; later ones read the clock again.
                 waited = (self._read_at if first else admission.clock()) - received
-                self.backlog, self.backlog_since = run.count - run.first, received
-                if waited > admission.min_wait or received <= admission.busy_mark:
-                    shed = _Shedding(admission, received, waited, run.count)
+                self.backlog, self.backlog_since = run.total - run.first, received
+                limit = admission.min_wait
+                if waited > limit or received <= admission.busy_mark:
+                    shed = _Shedding(admission, received, waited, run.total)
+                # Falling behind: read ahead between runs, so that the backlog waits in the
+                # inbox, where its age is known, rather than in the peer's socket buffer,
+                # where it is not.  Not before: a read per run costs a fifth of a send's time.
+                behind = waited > limit * READ_AHEAD_FROM
             first = False
             self._batching = True
             try:
@@ -540,11 +548,11 @@ class Channel:
                     if shed is not None and shed.refuse(buf, start, end, i, self._out):
                         continue
                     cmd = decode_frame_at(buf, start, end)
-                    kind = kind_of(cmd)
-                    if kind is _RESPONSE:
+                    # kind_of(cmd), inlined on this loop:
+                    if cmd.flag & RPC_TYPE_RESPONSE:
                         self._on_response(cmd)
-                    elif kind is _BAD_HEADER:
-                        self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error or "")
+                    elif cmd.header_error is not None:
+                        self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
                     elif inline is None or not self._serve_inline(inline, cmd):
                         if not state.start_task():
                             self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
@@ -556,10 +564,11 @@ class Channel:
                 self._batching = False
                 if shed is not None:
                     shed.report()
-            if self._out and (not state.has_input or self._out.size >= FLUSH_BYTES):
-                # The answers of the runs served so far in one write: at the end of what was
-                # received, or once they are many (a send is a costly call; a write per run of
-                # 32 requests made it a tenth of a loaded broker's time).
+            if self._out and (served or not state.has_input or self._out.size >= FLUSH_BYTES):
+                # The answers of a run served in one write, so that a pipelining client keeps
+                # its window moving; the refusals of runs refused whole gather until there are
+                # many or the input ends (a write per 32 refusals made the writes a tenth of an
+                # overloaded broker's time).
                 self._flush_direct()
         self.backlog = 0
         if self._decoder.broken is not None:

@@ -17,6 +17,7 @@ import enum
 import logging
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import attrs
 
@@ -128,17 +129,19 @@ def kind_of(cmd: RemotingCommand) -> Kind:
     return _REQUEST
 
 
-@attrs.frozen(slots=True)
-class Run:
+class Run(NamedTuple):
     """Up to a run's worth of frames to serve: ``bounds[2*first:2*stop]`` into ``buf``;
-    ``count`` frames came with that read in all, received at ``received``."""
+    ``total`` frames came with that read in all, received at ``received``."""
 
     buf: bytes
     bounds: list[int]
     first: int
     stop: int
-    count: int
+    total: int
     received: float
+
+
+_new_run = tuple.__new__  # a Run without NamedTuple's own __new__ frame (once per run)
 
 
 class Connection:
@@ -190,7 +193,7 @@ class Connection:
             self.partial.budget_add(-len(buf))
         else:
             entry[2] = stop
-        return Run(buf, bounds, first, stop, count, received)
+        return _new_run(Run, (buf, bounds, first, stop, count, received))
 
     def may_read_ahead(self) -> bool:
         """Whether to take more input before what is queued is served: not past a frame's

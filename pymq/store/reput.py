@@ -138,7 +138,8 @@ class ReputMessageService:
         if not hints or hints[0].physical_offset != offset:
             return None
         hint = hints.popleft()
-        size = hint.size
+        # One unpacking in DispatchHint's field order (see _dispatch_some).
+        _, size, _, _, _, tags, _, _, keys, uniq_key = hint
         if pos + size > end or pos + 8 > end:
             hints.appendleft(hint)  # not all written yet: the next pass
             return None
@@ -146,7 +147,7 @@ class ReputMessageService:
         if total != size or magic != MESSAGE_MAGIC_CODE:
             hints.clear()  # the log is not what the hints describe: parse from here on
             return None
-        for value in (hint.tags, hint.keys, hint.uniq_key):
+        for value in (tags, keys, uniq_key):
             if value and ("\x01" in value or "\x02" in value):
                 return None  # the record says something else than the dict did: parse it
         return hint

@@ -34,7 +34,7 @@ def test_frames_are_served_in_runs_oldest_read_first() -> None:
     assert conn.queued_reads == 2 and budget.partial_frame_total == conn.inbox_bytes > 0
     runs = []
     while (run := conn.next_run(3)) is not None:
-        runs.append((opaques(run), run.received, run.count))
+        runs.append((opaques(run), run.received, run.total))
     assert runs == [([1, 2, 3], 1.0, 5), ([4, 5], 1.0, 5), ([6, 7], 2.0, 2)]
     assert not conn.has_input and conn.inbox_bytes == 0 and budget.partial_frame_total == 0
 

@@ -57,15 +57,9 @@ async def exchange(port: int, data: bytes, *, timeout: float = 5) -> list[Remoti
 
 
 @pytest.fixture
-async def cluster(tmp_path):
-    async with open_cluster(
-        str(tmp_path),
-        namesrv_port=0,
-        broker_port=0,
-        bind_address="127.0.0.1",
-        properties=dict(TEST_PROPERTIES),
-    ) as cluster:
-        yield cluster
+def cluster(pymq_cluster):
+    """The shared in-process name server and broker (pymq.testing)."""
+    return pymq_cluster
 
 
 async def route_answered(port: int) -> bool:

@@ -43,7 +43,6 @@ from pymq.remoting.codes import ResponseCode, request_name
 from pymq.remoting.connection import (
     Call,
     Connection,
-    Kind,
     ResponseCallback,
 )
 from pymq.remoting.errors import (
@@ -128,7 +127,6 @@ BUDGET_POLL_INTERVAL = 0.05
 OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 
 DEFAULT_LIMITS = ConnectionLimits()
-_RESPONSE, _BAD_HEADER = Kind.RESPONSE, Kind.BAD_HEADER
 
 # Linux's receive timestamps (socket(7)): each read's newest segment's arrival, CLOCK_REALTIME.
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)

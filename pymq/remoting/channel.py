@@ -541,11 +541,20 @@ class Channel:
                 if shed is not None:
                     first_served = shed.refuse_run(buf, bounds, run.first, run.stop, self._out)
                 served = first_served < run.stop
-                for i in range(first_served, run.stop):
-                    start, end = bounds[2 * i], bounds[2 * i + 1]
-                    if shed is not None and shed.refuse(buf, start, end, i, self._out):
-                        continue
-                    cmd = decode_frame_at(buf, start, end)
+                # The run's frames are decoded together, while the read's bytes are still in
+                # the CPU's caches (serving each in between evicted them: decoding frame by
+                # frame cost a tenth of a send).  A frame that does not decode ends the
+                # connection after the ones before it are served.
+                cmds = []
+                broken = None
+                try:
+                    for i in range(first_served, run.stop):
+                        start, end = bounds[2 * i], bounds[2 * i + 1]
+                        if shed is None or not shed.refuse(buf, start, end, i, self._out):
+                            cmds.append(decode_frame_at(buf, start, end))
+                except ProtocolError as exc:
+                    broken = exc
+                for cmd in cmds:
                     # kind_of(cmd), inlined on this loop:
                     if cmd.flag & RPC_TYPE_RESPONSE:
                         self._on_response(cmd)
@@ -562,12 +571,16 @@ class Channel:
                 self._batching = False
                 if shed is not None:
                     shed.report()
-            if self._out and (served or not state.has_input or self._out.size >= FLUSH_BYTES):
+            if self._out and (
+                served or broken or not state.has_input or self._out.size >= FLUSH_BYTES
+            ):
                 # The answers of a run served in one write, so that a pipelining client keeps
                 # its window moving; the refusals of runs refused whole gather until there are
                 # many or the input ends (a write per 32 refusals made the writes a tenth of an
                 # overloaded broker's time).
                 self._flush_direct()
+            if broken is not None:
+                raise broken
         self.backlog = 0
         if self._decoder.broken is not None:
             raise self._decoder.broken

@@ -45,6 +45,7 @@ from pymq.common.message import (
 )
 from pymq.common.serde import from_json
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
+from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
@@ -163,26 +164,31 @@ class _Base(ClientService):
             sys_flag |= FLAG_COMMIT_OFFSET
         request = RemotingCommand.request(
             RequestCode.PULL_MESSAGE,
-            {
-                "consumerGroup": self.group,
-                "topic": mq.topic,
-                "queueId": mq.queue_id,
-                "queueOffset": offset,
-                "maxMsgNums": max_nums,
-                "sysFlag": sys_flag,
-                "commitOffset": max(commit_offset, 0),
-                "suspendTimeoutMillis": suspend_ms,
-                "subscription": expression or "*",
-                "subVersion": 0,
-                "expressionType": "TAG",
-            },
+            H.encode(
+                H.PullMessageRequestHeader(
+                    consumer_group=self.group,
+                    topic=mq.topic,
+                    queue_id=mq.queue_id,
+                    queue_offset=offset,
+                    max_msg_nums=max_nums,
+                    sys_flag=sys_flag,
+                    commit_offset=max(commit_offset, 0),
+                    suspend_timeout_millis=suspend_ms,
+                    subscription=expression or "*",
+                    sub_version=0,
+                    expression_type="TAG",
+                )
+            ),
         )
         response = await self._call(mq, request, timeout, self.pull_from.get(mq, 0))
         status = _PULL_STATUS.get(response.code)
         if status is None:
             raise MQClientError(response.code, response.remark, f"pull {mq}")
-        ext = response.ext_fields
-        suggest = int(ext.get("suggestWhichBrokerId", 0) or 0)
+        try:
+            head = H.decode(H.PullMessageResponseHeader, response.ext_fields)
+        except H.HeaderError as exc:
+            raise MQClientError(response.code, str(exc), f"pull {mq}") from None
+        suggest = head.suggest_which_broker_id
         self.pull_from[mq] = suggest
         messages: list[MessageExt] = []
         if status == "FOUND":
@@ -194,19 +200,14 @@ class _Base(ClientService):
                 if subscription.matches_all or (tags is not None and tags in subscription.tags_set):
                     messages.append(msg)
         return PullResult(
-            status,
-            int(ext.get("nextBeginOffset", offset)),
-            int(ext.get("minOffset", 0)),
-            int(ext.get("maxOffset", 0)),
-            messages,
-            suggest,
+            status, head.next_begin_offset, head.min_offset, head.max_offset, messages, suggest
         )
 
     async def query_offset(self, mq: MessageQueue) -> int:
         """The group's committed offset for ``mq``, or -1 when it has none."""
         request = RemotingCommand.request(
             RequestCode.QUERY_CONSUMER_OFFSET,
-            {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queue_id},
+            H.encode(H.QueryConsumerOffsetRequestHeader(self.group, mq.topic, mq.queue_id)),
         )
         response = await self._call(mq, request)
         if response.code == ResponseCode.QUERY_NOT_FOUND:
@@ -218,12 +219,9 @@ class _Base(ClientService):
     async def update_offset(self, mq: MessageQueue, offset: int) -> None:
         request = RemotingCommand.request(
             RequestCode.UPDATE_CONSUMER_OFFSET,
-            {
-                "consumerGroup": self.group,
-                "topic": mq.topic,
-                "queueId": mq.queue_id,
-                "commitOffset": offset,
-            },
+            H.encode(
+                H.UpdateConsumerOffsetRequestHeader(self.group, mq.topic, mq.queue_id, offset)
+            ),
         )
         response = await self._call(mq, request)
         if response.code != ResponseCode.SUCCESS:
@@ -231,7 +229,7 @@ class _Base(ClientService):
 
     async def max_offset(self, mq: MessageQueue) -> int:
         request = RemotingCommand.request(
-            RequestCode.GET_MAX_OFFSET, {"topic": mq.topic, "queueId": mq.queue_id}
+            RequestCode.GET_MAX_OFFSET, H.encode(H.TopicQueueHeader(mq.topic, mq.queue_id))
         )
         response = await self._call(mq, request)
         if response.code != ResponseCode.SUCCESS:
@@ -241,7 +239,7 @@ class _Base(ClientService):
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         request = RemotingCommand.request(
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
-            {"topic": mq.topic, "queueId": mq.queue_id, "timestamp": timestamp_ms},
+            H.encode(H.SearchOffsetRequestHeader(mq.topic, mq.queue_id, timestamp_ms)),
         )
         response = await self._call(mq, request)
         if response.code != ResponseCode.SUCCESS:
@@ -502,15 +500,17 @@ class PushConsumer(_Base):
             addr = f"{msg.store_host[0]}:{msg.store_host[1]}"
             request = RemotingCommand.request(
                 RequestCode.CONSUMER_SEND_MSG_BACK,
-                {
-                    "offset": msg.commitlog_offset,
-                    "group": self.group,
-                    "delayLevel": 0,
-                    "originMsgId": msg.msg_id,
-                    "originTopic": msg.topic,
-                    "unitMode": False,
-                    "maxReconsumeTimes": self.max_reconsume_times,
-                },
+                H.encode(
+                    H.ConsumerSendMsgBackRequestHeader(
+                        offset=msg.commitlog_offset,
+                        group=self.group,
+                        delay_level=0,
+                        origin_msg_id=msg.msg_id,
+                        origin_topic=msg.topic,
+                        unit_mode=False,
+                        max_reconsume_times=self.max_reconsume_times,
+                    )
+                ),
             )
             try:
                 response = await self.client.invoke(addr, request, 5.0)

@@ -166,3 +166,38 @@ def test_decode_request_keeps_the_header() -> None:
     assert first.topic == "T"
     assert decode_request(request) is first
     assert decode_request(RemotingCommand.request(RequestCode.HEART_BEAT)) is None
+
+
+@given(
+    st.text(alphabet="0123456789ABCDEF", min_size=32, max_size=32),
+    st.integers(0, INT_MAX),
+    st.integers(0, LONG_MAX),
+    st.text(max_size=12),
+    st.booleans(),
+)
+def test_send_answer_json_is_what_the_codec_writes(
+    msg_id: str, queue_id: int, offset: int, region: str, trace: bool
+) -> None:
+    """The send answer's hand-written extFields JSON decodes to exactly the fields the codec
+    would have written for the same answer."""
+    import json
+
+    from pymq.remoting.codec import FrameDecoder, encode, quote_json
+    from pymq.remoting.headers import SendMessageResponseHeader
+
+    ext = {
+        "msgId": msg_id,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "MSG_REGION": region,
+        "TRACE_ON": "true" if trace else "false",
+    }
+    fast = RemotingCommand(0, dict(ext), opaque=3, flag=1)
+    fast.ext_json = SendMessageResponseHeader.ext_json(
+        msg_id, queue_id, offset, quote_json(region), trace
+    )
+    [decoded] = FrameDecoder().feed(encode(fast))
+    assert decoded.ext_fields == ext
+    assert json.loads("{" + fast.ext_json + "}") == ext
+    header = decode(SendMessageResponseHeader, decoded.ext_fields)
+    assert (header.msg_id, header.queue_id, header.queue_offset) == (msg_id, queue_id, offset)

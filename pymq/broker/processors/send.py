@@ -46,6 +46,7 @@ from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
+    SendMessageResponseHeader,
     decode_request,
 )
 from pymq.store.config import BrokerRole
@@ -105,6 +106,7 @@ STATUS_RESPONSES: dict[PutMessageStatus, tuple[int, str | None]] = {
 # reads these module constants instead.
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 _SUCCESS = ResponseCode.SUCCESS
+_send_response_json = SendMessageResponseHeader.ext_json
 _SYNC_MASTER = BrokerRole.SYNC_MASTER
 
 
@@ -283,15 +285,13 @@ class SendProcessor:
             code, ext, b"", req.opaque, RPC_TYPE_RESPONSE, remark, serialize_type=req.serialize_type
         )
         if code == _SUCCESS:
-            # The hot path's answer, its JSON written here: a hex id and numbers need no
-            # escaping, and the region is quoted once per value.
+            # The hot path's answer, its JSON written by the header's encoder (the region is
+            # quoted once per value).
             region = self._quoted_region
             if region[0] != bc.region_id:
                 region = self._quoted_region = (bc.region_id, quote_json(bc.region_id))
-            response.ext_json = (
-                f'"msgId":"{result.msg_id}","queueId":"{queue_id}",'
-                f'"queueOffset":"{result.logic_offset}","MSG_REGION":{region[1]},'
-                f'"TRACE_ON":"{ext["TRACE_ON"]}"'
+            response.ext_json = _send_response_json(
+                result.msg_id, queue_id, result.logic_offset, region[1], bc.trace_on
             )
         return response
 

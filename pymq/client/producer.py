@@ -36,9 +36,10 @@ from pymq.common.message import (
     encode_properties,
 )
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
-from pymq.remoting.codec import RemotingCommand, quote_json
+from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
+from pymq.remoting.headers import HeaderError, SendMessageRequestHeader, SendMessageResponseHeader
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,11 @@ DEFAULT_TOPIC_QUEUE_NUMS = 4
 HEARTBEAT_PERIOD = 30.0
 ROUTE_REFRESH_PERIOD = 30.0
 
-_DEFAULT_TOPIC_QUEUE_NUMS_TEXT = str(DEFAULT_TOPIC_QUEUE_NUMS)
 
+_v2_ext = SendMessageRequestHeader.v2_ext
+_v2_json = SendMessageRequestHeader.v2_json
+_v2_json_prefix = SendMessageRequestHeader.v2_json_prefix
+_SendResponse = SendMessageResponseHeader
 _SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2  # per send: enum reads via the class are slow
 
 STORED_CODES: dict[int, str] = {
@@ -177,22 +181,9 @@ class Producer(ClientService):
     def _header(
         self, mq: MessageQueue, sys_flag: int, flag: int, props: str, batch: bool
     ) -> dict[str, str]:
-        # SendMessageRequestHeaderV2's one-letter names, as Java producers send them; values
-        # already the strings the wire carries.
-        return {
-            "a": self.group,
-            "b": mq.topic,
-            "c": AUTO_CREATE_TOPIC_KEY_TOPIC,
-            "d": _DEFAULT_TOPIC_QUEUE_NUMS_TEXT,
-            "e": str(mq.queue_id),
-            "f": str(sys_flag),
-            "g": str(int(time.time() * 1000)),
-            "h": str(flag),
-            "i": props,
-            "j": "0",
-            "k": "false",
-            "m": "true" if batch else "false",
-        }
+        return _v2_ext(
+            self.group, mq.topic, mq.queue_id, sys_flag, int(time.time() * 1000), flag, props, batch
+        )
 
     async def send_async(
         self,
@@ -219,18 +210,11 @@ class Producer(ClientService):
         channel = await self.client.remoting.channel(addr)
         header = self._header(mq, sys_flag, msg.flag, props, False)
         request = RemotingCommand(_SEND_MESSAGE_V2, header, body)
-        # The header's JSON written here: group and topic quoted once per topic, the numbers
-        # need no escaping; only the properties are quoted per message.
+        # The header's JSON, its group and topic quoted once per topic.
         fixed = self._header_json.get(mq.topic)
         if fixed is None:
-            fixed = self._header_json[mq.topic] = (
-                f'"a":{quote_json(self.group)},"b":{quote_json(mq.topic)},'
-                f'"c":{quote_json(AUTO_CREATE_TOPIC_KEY_TOPIC)},"d":"{DEFAULT_TOPIC_QUEUE_NUMS}",'
-            )
-        request.ext_json = (
-            f'{fixed}"e":"{header["e"]}","f":"{header["f"]}","g":"{header["g"]}",'
-            f'"h":"{header["h"]}","i":{quote_json(props)},"j":"0","k":"false","m":"false"'
-        )
+            fixed = self._header_json[mq.topic] = _v2_json_prefix(self.group, mq.topic)
+        request.ext_json = _v2_json(fixed, header)
 
         def on_response(response: RemotingCommand | None, error: Exception | None) -> None:
             if response is None:
@@ -240,16 +224,19 @@ class Producer(ClientService):
             if status is None:
                 callback(None, MQClientError(response.code, response.remark, f"send to {addr}"))
                 return
-            ext = response.ext_fields
-            queue_id = ext.get("queueId")
+            try:
+                head = _SendResponse.from_ext(response.ext_fields)
+            except HeaderError as exc:
+                callback(None, MQClientError(response.code, str(exc), f"send to {addr}"))
+                return
             result = SendResult(
                 status,
                 uniq,
-                ext.get("msgId", ""),
+                head.msg_id,
                 mq
-                if queue_id is None or int(queue_id) == mq.queue_id
-                else MessageQueue(mq.topic, mq.broker_name, int(queue_id)),
-                int(ext.get("queueOffset", -1)),
+                if head.queue_id == mq.queue_id
+                else MessageQueue(mq.topic, mq.broker_name, head.queue_id),
+                head.queue_offset,
             )
             callback(result, None)
 
@@ -383,13 +370,16 @@ class Producer(ClientService):
                 if response.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.NO_PERMISSION):
                     break  # another queue would refuse it as well
                 continue
-            ext = response.ext_fields
+            try:
+                head = _SendResponse.from_ext(response.ext_fields)
+            except HeaderError as exc:
+                raise MQClientError(response.code, str(exc), f"send to {addr}") from None
             return SendResult(
                 status=status,
                 msg_id=uniq,
-                offset_msg_id=ext.get("msgId", ""),
-                queue=MessageQueue(topic, mq.broker_name, int(ext.get("queueId", mq.queue_id))),
-                queue_offset=int(ext.get("queueOffset", -1)),
+                offset_msg_id=head.msg_id,
+                queue=MessageQueue(topic, mq.broker_name, head.queue_id),
+                queue_offset=head.queue_offset,
             )
         assert last_error is not None
         if isinstance(last_error, MQClientError):

@@ -201,3 +201,42 @@ def test_send_answer_json_is_what_the_codec_writes(
     assert json.loads("{" + fast.ext_json + "}") == ext
     header = decode(SendMessageResponseHeader, decoded.ext_fields)
     assert (header.msg_id, header.queue_id, header.queue_offset) == (msg_id, queue_id, offset)
+
+
+@given(
+    st.text(max_size=10),
+    st.text(min_size=1, max_size=10),
+    st.integers(0, INT_MAX),
+    st.integers(0, INT_MAX),
+    st.integers(0, LONG_MAX),
+    st.integers(INT_MIN, INT_MAX),
+    st.text(max_size=30),
+    st.booleans(),
+)
+def test_the_producers_v2_header_is_the_header_class_encoded(
+    group, topic, queue_id, sys_flag, born, flag, props, batch
+) -> None:
+    """The producer's hand-written V2 fields and their JSON say what the header class does."""
+    import json
+
+    header = SendMessageRequestHeader(
+        group, topic, "TBW102", 4, queue_id, sys_flag, born, flag, props, 0, False, None, batch
+    )
+    ext = SendMessageRequestHeader.v2_ext(
+        group, topic, queue_id, sys_flag, born, flag, props, batch
+    )
+    assert ext == header.to_ext(v2=True)
+    prefix = SendMessageRequestHeader.v2_json_prefix(group, topic)
+    assert json.loads("{" + SendMessageRequestHeader.v2_json(prefix, ext) + "}") == ext
+    assert SendMessageRequestHeader.from_ext(RequestCode.SEND_MESSAGE_V2, ext) == header
+
+
+def test_the_send_answer_decodes_as_java_would() -> None:
+    from pymq.remoting.headers import SendMessageResponseHeader
+
+    ok = SendMessageResponseHeader.from_ext({"msgId": "AB", "queueId": "3", "queueOffset": "9"})
+    assert (ok.msg_id, ok.queue_id, ok.queue_offset) == ("AB", 3, 9)
+    with pytest.raises(HeaderError, match="<queueOffset> is null"):
+        SendMessageResponseHeader.from_ext({"msgId": "AB", "queueId": "3"})
+    with pytest.raises(HeaderError, match="<queueId>"):
+        SendMessageResponseHeader.from_ext({"msgId": "AB", "queueId": "x", "queueOffset": "9"})

@@ -387,7 +387,7 @@ class PushConsumer(_Base):
             if addr is None:
                 continue
             request = RemotingCommand.request(
-                RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group}
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP, H.encode(H.ConsumerGroupHeader(self.group))
             )
             response = await self.client.invoke(addr, request, 5.0)
             if response.code == ResponseCode.SUCCESS and response.body:

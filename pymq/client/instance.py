@@ -22,6 +22,7 @@ from pymq.common.consumer import HeartbeatData
 from pymq.common.route import MASTER_ID, TopicRouteData
 from pymq.common.serde import from_json, to_json
 from pymq.common.topic import is_readable, is_writeable
+from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
@@ -67,7 +68,9 @@ class ClientInstance:
         """The topic's route from the first name server that answers; None if it has none."""
         last_error: Exception | None = None
         for addr in random.sample(self.namesrv_addrs, len(self.namesrv_addrs)):
-            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            request = RemotingCommand.request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, H.encode(H.TopicHeader(topic))
+            )
             try:
                 response = await self.remoting.invoke(addr, request, timeout)
             except RemotingError as exc:
@@ -135,11 +138,11 @@ class ClientInstance:
             for addr in addrs.values():
                 request = RemotingCommand.request(
                     RequestCode.UNREGISTER_CLIENT,
-                    {
-                        "clientID": self.client_id,
-                        "producerGroup": producer_group,
-                        "consumerGroup": consumer_group,
-                    },
+                    H.encode(
+                        H.UnregisterClientRequestHeader(
+                            self.client_id, producer_group, consumer_group
+                        )
+                    ),
                 )
                 try:
                     await self.remoting.invoke(addr, request, 3.0)

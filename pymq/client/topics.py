@@ -8,6 +8,7 @@ import trio
 
 from pymq.client.instance import MQClientError
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
+from pymq.remoting import headers as H
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -37,7 +38,7 @@ async def create_topic(
     perm: int = 6,
     brokers: list[str] | None = None,
     timeout: float = 10.0,
-    **fields: object,
+    order: bool = False,
 ) -> None:
     """UPDATE_AND_CREATE_TOPIC on ``brokers`` (default: every master), then wait until the name
     server serves the topic's route, so clients started next see its queues at once."""
@@ -48,22 +49,25 @@ async def create_topic(
         for addr in targets:
             create = RemotingCommand.request(
                 RequestCode.UPDATE_AND_CREATE_TOPIC,
-                {
-                    "topic": topic,
-                    "defaultTopic": AUTO_CREATE_TOPIC_KEY_TOPIC,
-                    "readQueueNums": queues,
-                    "writeQueueNums": queues,
-                    "perm": perm,
-                    "topicFilterType": "SINGLE_TAG",
-                    "topicSysFlag": 0,
-                    "order": False,
-                    **fields,
-                },
+                H.encode(
+                    H.CreateTopicRequestHeader(
+                        topic=topic,
+                        default_topic=AUTO_CREATE_TOPIC_KEY_TOPIC,
+                        read_queue_nums=queues,
+                        write_queue_nums=queues,
+                        perm=perm,
+                        topic_filter_type="SINGLE_TAG",
+                        topic_sys_flag=0,
+                        order=order,
+                    )
+                ),
             )
             response = await client.invoke(addr, create)
             if response.code != ResponseCode.SUCCESS:
                 raise MQClientError(response.code, response.remark, f"create topic {topic}")
-        route = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        route = RemotingCommand.request(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, H.encode(H.TopicHeader(topic))
+        )
         with trio.fail_after(timeout):
             while (await client.invoke(namesrv_addr, route)).code != ResponseCode.SUCCESS:
                 await trio.sleep(0.02)

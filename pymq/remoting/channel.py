@@ -22,7 +22,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-import attrs
 import trio
 
 from pymq.remoting.codec import (
@@ -263,7 +262,6 @@ class Channel:
         stream: trio.SocketStream,
         handler: RequestHandler | None = None,
         *,
-        max_frame_length: int | None = None,
         idle_timeout: float | None = None,
         inline_handler: InlineHandler | None = None,
         limits: ConnectionLimits = DEFAULT_LIMITS,
@@ -286,8 +284,6 @@ class Channel:
         self.remote_address = _peer_address(stream)
         self.closed = False
         self.close_reason: str | None = None
-        if max_frame_length:
-            limits = attrs.evolve(limits, max_frame_length=max_frame_length)
         self.limits = limits
         # The socket-free state: frames in, calls in flight, tasks, output and its marks.
         self.state = Connection(limits, budget)
@@ -555,7 +551,6 @@ class Channel:
                 except ProtocolError as exc:
                     broken = exc
                 for cmd in cmds:
-                    # kind_of(cmd), inlined on this loop:
                     if cmd.flag & RPC_TYPE_RESPONSE:
                         self._on_response(cmd)
                     elif cmd.header_error is not None:

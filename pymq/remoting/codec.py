@@ -486,7 +486,7 @@ decode_frame_at = _decode_at
 
 # The start of a JSON header as pymq's and RocketMQ's Go/C++-style writers order it, and any
 # top-level number field, for peek_request.
-_JSON_PREFIX = re.compile(
+JSON_REQUEST_PREFIX = re.compile(
     rb'[ \t\n\r\f\v]*\{"code":(-?\d{1,10})(?!\d),"language":"[A-Z_]{1,16}",'
     rb'"version":-?\d{1,10}(?!\d),"opaque":(-?\d{1,10})(?!\d),"flag":(\d{1,10})(?!\d)'
 )
@@ -512,7 +512,7 @@ def peek_request(buf: bytes, start: int, end: int) -> tuple[int, int, int, int] 
         return code, opaque, flag, 1
     if serialize_type != 0:
         return None
-    match = _JSON_PREFIX.match(buf, start + 4, header_end)
+    match = JSON_REQUEST_PREFIX.match(buf, start + 4, header_end)
     if match is not None:
         code, opaque, flag = match.groups()
         return int(code), int(opaque), int(flag), 0
@@ -557,9 +557,6 @@ _BUSY_HEAD = (
 ).encode()
 _BUSY_TAIL = b',"extFields":{},"serializeTypeCurrentRPC":"JSON"}'
 
-JSON_REQUEST_PREFIX = _JSON_PREFIX
-"""The start of a JSON request header in pymq's and the C++ client's key order."""
-
 
 def busy_answers_py(
     buf: bytes,
@@ -585,7 +582,7 @@ def busy_answers_py(
         (field,) = _INT.unpack_from(buf, start)
         if field >> 24:
             break
-        found = _JSON_PREFIX.match(buf, start + 4, min(start + 4 + field, end))
+        found = JSON_REQUEST_PREFIX.match(buf, start + 4, min(start + 4 + field, end))
         if found is None:
             break
         code, opaque, flag = (int(g) for g in found.groups())

@@ -2,9 +2,9 @@
 
 :class:`Connection` is fed the bytes a socket read, and answers what the Trio shell
 (:class:`~pymq.remoting.channel.Channel`) should do next: which frames to serve, in runs, oldest
-first (:meth:`Connection.next_run`); what each decoded command is (:func:`kind_of`); whether a
-request may have a task of its own (:meth:`Connection.start_task`); which calls made to the peer
-its responses complete, and which have run out of time (:class:`CallTable`); and, through its
+first (:meth:`Connection.next_run`); whether a request may have a task of its own
+(:meth:`Connection.start_task`); which calls made to the peer its responses complete, and which
+have run out of time (:class:`CallTable`); and, through its
 :class:`~pymq.remoting.limits.OutputBuffer` and
 :class:`~pymq.remoting.limits.PartialFrameTracker`, when to stop reading.  Every edge case is a
 unit test (``tests/unit/test_connection.py``); the shell only moves bytes and time.
@@ -13,7 +13,6 @@ unit test (``tests/unit/test_connection.py``); the shell only moves bytes and ti
 from __future__ import annotations
 
 import collections
-import enum
 import logging
 import math
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from typing import NamedTuple
 
 import attrs
 
-from pymq.remoting.codec import RPC_TYPE_RESPONSE, FrameDecoder, RemotingCommand
+from pymq.remoting.codec import FrameDecoder, RemotingCommand
 from pymq.remoting.limits import ConnectionLimits, OutputBuffer, PartialFrameTracker, SharedBudget
 
 log = logging.getLogger(__name__)
@@ -110,23 +109,6 @@ class CallTable:
         self.callbacks = 0
         for call in calls:
             call.finish(None, error)
-
-
-class Kind(enum.Enum):
-    RESPONSE = "response"  # completes a call of ours
-    BAD_HEADER = "bad header"  # a sound frame Java's typed decode would refuse: SYSTEM_ERROR
-    REQUEST = "request"
-
-
-_RESPONSE, _BAD_HEADER, _REQUEST = Kind.RESPONSE, Kind.BAD_HEADER, Kind.REQUEST
-
-
-def kind_of(cmd: RemotingCommand) -> Kind:
-    if cmd.flag & RPC_TYPE_RESPONSE:
-        return _RESPONSE
-    if cmd.header_error is not None:
-        return _BAD_HEADER
-    return _REQUEST
 
 
 class Run(NamedTuple):

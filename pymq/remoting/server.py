@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import attrs
 import trio
 
 from pymq.remoting.channel import Admission, Channel, InlineHandler, RequestHandler
@@ -37,7 +36,6 @@ class RemotingServer:
         port: int = 0,
         name: str = "remoting",
         on_channel_closed: Callable[[Channel], None] | None = None,
-        max_frame_length: int | None = None,
         idle_timeout: float | None = None,
         limits: ConnectionLimits | None = None,
         budget: SharedBudget | None = None,
@@ -45,8 +43,6 @@ class RemotingServer:
     ) -> None:
         self.idle_timeout = idle_timeout
         self.limits = limits or ConnectionLimits()
-        if max_frame_length is not None:
-            self.limits = attrs.evolve(self.limits, max_frame_length=max_frame_length)
         self.budget = budget or SharedBudget()
         self.max_connections = max_connections
         self.refused_connections = 0

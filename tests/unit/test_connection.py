@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame_at, encode
-from pymq.remoting.connection import Call, CallTable, Connection, Kind, kind_of
+from pymq.remoting.connection import Call, CallTable, Connection
 from pymq.remoting.errors import ProtocolError, RemotingConnectError, RemotingTimeoutError
 from pymq.remoting.limits import ConnectionLimits, SharedBudget
 
@@ -134,11 +134,3 @@ def test_closing_releases_budgets_and_fails_calls() -> None:
     conn.close(RemotingConnectError("gone"))
     assert budget.partial_frame_total == 0 and budget.write_total == 0
     assert not conn.has_input and isinstance(failed[0], RemotingConnectError)
-
-
-def test_kinds_of_commands() -> None:
-    assert kind_of(response(1)) is Kind.RESPONSE
-    bad = RemotingCommand.request(105)
-    bad.header_error = "bad request header: version is not a Java int"
-    assert kind_of(bad) is Kind.BAD_HEADER
-    assert kind_of(RemotingCommand.request(105)) is Kind.REQUEST

@@ -217,7 +217,8 @@ class _Shedding:
         self, buf: bytes, bounds: list[int], first: int, stop: int, out: OutputBuffer
     ) -> int:
         """Refuse frames from ``first`` on while each can be (the common case under overload:
-        a run of sends that all waited too long); the index of the first one not refused.  The
+        a run of sends that all waited too long); the index of the first one not refused, which
+        has been judged and is to be served.  The
         usual JSON headers (pymq's and the C++ client's key order) are answered by
         ``busy_answers`` (C when built) with no Python work per frame; others by
         :meth:`refuse`."""
@@ -546,7 +547,12 @@ class Channel:
                 try:
                     for i in range(first_served, run.stop):
                         start, end = bounds[2 * i], bounds[2 * i + 1]
-                        if shed is None or not shed.refuse(buf, start, end, i, self._out):
+                        # refuse_run has judged the frame it stopped at: serve it.
+                        if (
+                            shed is None
+                            or i == first_served
+                            or not shed.refuse(buf, start, end, i, self._out)
+                        ):
                             cmds.append(decode_frame_at(buf, start, end))
                 except ProtocolError as exc:
                     broken = exc

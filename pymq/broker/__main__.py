@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pymq.admin.channel import attach_admin_channel
 from pymq.broker.config import BROKER_DEFAULT_PORT, BrokerConfig
-from pymq.broker.controller import BrokerController
+from pymq.broker.controller import BrokerController, refuse_unsupported
 from pymq.common.cli import (
     base_parser,
     load_configs,
@@ -40,6 +40,7 @@ def build_configs(
             raise ConfigError("Slave's brokerId must be > 0 (set brokerId in broker.conf)")
     else:
         broker.broker_id = 0  # a master is always brokerId 0
+    refuse_unsupported(broker)
     if "haListenPort" not in overrides:
         store.ha_listen_port = server.listen_port + 1
     return broker, server, client, store

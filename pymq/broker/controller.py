@@ -70,6 +70,7 @@ from pymq.broker.slave_sync import SLAVE_SYNC_INITIAL_DELAY, SLAVE_SYNC_PERIOD, 
 from pymq.broker.stats import BrokerStats
 from pymq.broker.subscription_group_manager import SubscriptionGroupManager
 from pymq.broker.topic_config_manager import TopicConfigManager
+from pymq.common.config import ConfigError
 from pymq.common.periodic import every
 from pymq.common.topic import (
     DataVersion,
@@ -115,6 +116,19 @@ class FrontEnd(Protocol):
     ) -> None: ...
 
 
+ACL_NOT_SUPPORTED = (
+    "aclEnable=true is not supported yet: this broker cannot check access keys or "
+    "signatures, so it refuses to start rather than accept every request; set "
+    "aclEnable=false or put the broker behind a network that only trusted clients reach"
+)
+
+
+def refuse_unsupported(broker_config: BrokerConfig) -> None:
+    """Refuse settings that would make an operator believe in a protection pymq lacks."""
+    if broker_config.acl_enable:
+        raise ConfigError(ACL_NOT_SUPPORTED)
+
+
 class BrokerController:
     def __init__(
         self,
@@ -125,6 +139,7 @@ class BrokerController:
         *,
         store: DefaultMessageStore | None = None,
     ) -> None:
+        refuse_unsupported(broker_config)
         self.broker_config = broker_config
         self.server_config = server_config
         self.client_config = client_config

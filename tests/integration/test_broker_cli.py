@@ -56,6 +56,19 @@ def test_slave_with_broker_id_zero_refuses_to_start() -> None:
     assert bad_enum.returncode == 2 and "flushDiskType" in bad_enum.stderr
 
 
+def test_acl_enable_refuses_to_start_until_acl_is_checked(tmp_path) -> None:
+    # An operator who asks for ACL must not get a broker that accepts every request.
+    for module in ("pymq.broker", "pymq"):
+        args = ["--aclEnable", "true"]
+        if module == "pymq":
+            args += ["--data", str(tmp_path), "--admin-port", "0", "--namesrv-port", "0"]
+            args += ["--broker-port", str(free_broker_port())]
+        result = run(module, *args)
+        assert result.returncode == 2, (module, result.stdout, result.stderr)
+        assert "aclEnable=true is not supported yet" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
 def test_second_broker_on_one_store_refuses(tmp_path) -> None:
     ns_port, port_a, port_b = free_port(), free_broker_port(), free_broker_port()
     while abs(port_a - port_b) <= 3 or ns_port in range(port_b - 2, port_b + 2):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -305,3 +306,83 @@ def test_busy_answer_is_the_encoded_response(serialize_type: SerializeType) -> N
         serialize_type=serialize_type,
     )
     assert busy_answer(int(serialize_type), -7, remark) == encode(expected)
+
+
+# -- the orjson fast path agrees with json's reading ------------------------------------------
+
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)  # past 64 bits orjson gives floats, json ints
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)  # surrogates included: orjson refuses them, json keeps them
+)
+_json_values = st.recursive(
+    _json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_header_dicts = st.fixed_dictionaries(
+    {},
+    optional={
+        "code": st.integers(-(2**32), 2**32) | _json_values,
+        "opaque": st.integers(-(2**32), 2**32) | _json_values,
+        "flag": st.integers(0, 3) | _json_values,
+        "version": st.integers(0, 500) | _json_values,
+        "remark": st.text(max_size=8) | _json_values,
+        "language": st.sampled_from(["JAVA", "CPP", "PYTHON", ""]) | _json_values,
+        "extFields": st.dictionaries(st.text(max_size=4), st.text(max_size=8) | _json_scalars)
+        | _json_values,
+    },
+)
+
+
+def _reference(data: bytes) -> object:
+    """What json's reading alone gives: the command's fields, or the ProtocolError's text."""
+    from pymq.remoting.codec import _checked_command, _json_loads
+
+    try:
+        cmd = _checked_command(_json_loads(data))
+    except ProtocolError as exc:
+        return ("error", str(exc))
+    return (attrs.asdict(cmd), cmd.header_error)
+
+
+@given(_header_dicts | _json_values)
+def test_fast_json_path_answers_as_json_alone(header: object) -> None:
+    from pymq.remoting.codec import _decode_json_header
+
+    data = json.dumps(header).encode()
+    try:
+        cmd = _decode_json_header(data)
+    except ProtocolError as exc:
+        got: object = ("error", str(exc))
+    else:
+        got = (attrs.asdict(cmd), cmd.header_error)
+    assert got == _reference(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"code":10,"opaque":1,"language":"JAVA","extFields":{"a":"\\ud800"}}',
+        b'{"code":10,"opaque":1,"language":"JAVA","extFields":{"a":18446744073709551616}}',
+        b'{"code":18446744073709551616,"opaque":1,"language":"JAVA","extFields":{}}',
+        b'{"code":10,"opaque":1,"language":"JAVA","extFields":{"a":"1"}} ',
+        b'{"code":10,"opaque":1,"extFields":{"a":"1"}}',
+        b'{"code":10,"opaque":1,"language":"JAVA","extFields":{"a":NaN}}',
+        b'{"code":10,"opaque":1,"language":"JAVA"} x',
+    ],
+)
+def test_fast_json_path_edge_cases(data: bytes) -> None:
+    from pymq.remoting.codec import _decode_json_header
+
+    try:
+        cmd = _decode_json_header(data)
+    except ProtocolError as exc:
+        got: object = ("error", str(exc))
+    else:
+        got = (attrs.asdict(cmd), cmd.header_error)
+    assert got == _reference(data)

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""The broker's CPU instructions per message, counted by valgrind (callgrind): a figure that a
+busy machine does not move, for comparing two versions of the broker where throughput is noise.
+
+    scripts/bench_instructions.py                       # this checkout's broker
+    scripts/bench_instructions.py --pymq-root /tmp/old  # another checkout's broker, same client
+    scripts/bench_instructions.py --scenarios publish,batch -q 4000
+
+The embedded broker (``python -m pymq``) runs under ``valgrind --tool=callgrind`` with
+instrumentation off; the client (this checkout's, run natively) creates the topic and warms the
+path up, then instrumentation is switched on (``callgrind_control -i on``) for exactly the
+measured load and off again.  Each scenario gets a fresh broker.  Printed: instructions (Ir) of
+the broker process per message, and one JSON line.  Counts include what the broker's own
+background tasks (flush, reput, timers) ran during the window, as they would under load.
+
+Scenarios: ``publish`` (send_async, window -w), ``sync`` (one send at a time), ``batch``
+(-b messages per request), ``consume`` (a push consumer reads what was published before the
+window opened).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import benchmark  # noqa: E402  (the publish and consume loops of scripts/benchmark.py)
+import trio  # noqa: E402
+
+from pymq.client.topics import create_topic  # noqa: E402
+
+SCENARIOS = ("publish", "sync", "batch", "consume")
+
+
+def start_broker(pymq_root: str, tmp: str, out_file: str) -> tuple[subprocess.Popen, str]:
+    python = sys.executable  # the venv's own path: Python finds its site-packages from it
+    ns_port, broker_port = benchmark.free_port(), benchmark.free_port()
+    env = dict(os.environ, PYTHONPATH=pymq_root)
+    cmd = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={out_file}",
+        python,
+        "-m",
+        "pymq",
+        "--data",
+        tmp,
+        "--bind",
+        "127.0.0.1",
+        "--namesrv-port",
+        str(ns_port),
+        "--broker-port",
+        str(broker_port),
+        "--admin-port",
+        "0",
+        "--log-level",
+        "ERROR",
+        # Under valgrind every request waits far past the send-queue limit: no fast failure.
+        "--brokerFastFailureEnable",
+        "false",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=pymq_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if "running" in line or "success" in line:
+            return proc, f"127.0.0.1:{ns_port}"
+    proc.kill()
+    raise SystemExit("the broker did not start under valgrind")
+
+
+def instrument(proc: subprocess.Popen, on: bool) -> None:
+    subprocess.run(
+        ["callgrind_control", "-i", "on" if on else "off", str(proc.pid)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def total_ir(out_file: str) -> int:
+    """The Ir total of every callgrind output file of the run (one per dump or thread)."""
+    total = 0
+    directory, base = os.path.split(out_file)
+    for name in os.listdir(directory):
+        if name.startswith(base):
+            with open(os.path.join(directory, name)) as f:
+                for line in f:  # "totals:" closes the file ("summary:" is 0 with -i toggling)
+                    match = re.match(r"totals:\s+(\d+)", line)
+                    if match:
+                        total += int(match.group(1))
+    return total
+
+
+def load_args(
+    args: argparse.Namespace, topic: str, count: int, **changes: object
+) -> argparse.Namespace:
+    ns = argparse.Namespace(
+        topic=topic, size=args.size, window=args.window, batch=1, count=count, sync=False
+    )
+    for key, value in changes.items():
+        setattr(ns, key, value)
+    return ns
+
+
+async def run_scenario(
+    scenario: str, args: argparse.Namespace, proc: subprocess.Popen, namesrv: str
+) -> int:
+    """Load the broker for ``scenario`` with instrumentation on only for the measured part;
+    returns how many messages that part moved."""
+    topic = f"InstrBench_{uuid.uuid4().hex[:6]}"
+    await create_topic(namesrv, topic, queues=8)
+    warm = load_args(args, topic, args.warmup)
+    await benchmark.publish(warm, namesrv)
+    if scenario == "consume":
+        await benchmark.publish(load_args(args, topic, args.count), namesrv)
+        instrument(proc, True)
+        # The warm-up messages are consumed too: they are counted.
+        rate = await benchmark.consume(warm, namesrv, args.count + args.warmup)
+        instrument(proc, False)
+        return args.count + args.warmup if rate > 0 else 0
+    if scenario == "publish":
+        load = load_args(args, topic, args.count)
+    elif scenario == "sync":
+        load = load_args(args, topic, args.count // 4, window=1, sync=True)
+    else:
+        load = load_args(args, topic, args.count * 4, batch=args.batch, window=args.window)
+    instrument(proc, True)
+    _, _, failures = await benchmark.publish(load, namesrv)
+    instrument(proc, False)
+    if failures:
+        raise SystemExit(f"{failures} sends failed in scenario {scenario}")
+    return load.count
+
+
+def measure(scenario: str, args: argparse.Namespace) -> float:
+    tmp = tempfile.mkdtemp(prefix="pymq-instr-")
+    out_file = os.path.join(tmp, "callgrind.out")
+    proc, namesrv = start_broker(
+        os.path.abspath(args.pymq_root), os.path.join(tmp, "data"), out_file
+    )
+    try:
+        messages = trio.run(run_scenario, scenario, args, proc, namesrv)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    try:
+        ir = total_ir(out_file)
+        if args.save_dir:  # for callgrind_annotate
+            os.makedirs(args.save_dir, exist_ok=True)
+            shutil.copy(out_file, os.path.join(args.save_dir, f"callgrind.{scenario}.out"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ir / max(1, messages)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pymq-root", default=ROOT, help="checkout whose broker is measured")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("-q", dest="count", type=int, default=3000, help="messages measured")
+    parser.add_argument("--warmup", type=int, default=1000)
+    parser.add_argument("-s", dest="size", type=int, default=1024)
+    parser.add_argument("-w", dest="window", type=int, default=256)
+    parser.add_argument("-b", dest="batch", type=int, default=32)
+    parser.add_argument("--save-dir", help="keep each scenario's callgrind output here")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("needs valgrind (Debian: apt-get install valgrind)")
+    results: dict[str, float] = {}
+    for scenario in args.scenarios.split(","):
+        if scenario not in SCENARIOS:
+            raise SystemExit(f"unknown scenario {scenario!r} (one of {', '.join(SCENARIOS)})")
+        results[scenario] = measure(scenario, args)
+        print(f"{scenario:8s} {results[scenario]:12,.0f} broker instructions per message")
+    print(
+        json.dumps(
+            {"pymq_root": args.pymq_root, "ir_per_msg": {k: round(v) for k, v in results.items()}}
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

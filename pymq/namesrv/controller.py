@@ -52,8 +52,9 @@ class NamesrvController:
             **server_config.server_limits(),
         )
         self.processor = NamesrvProcessor(self)
+        inline = self.processor.inline_handlers()
         for code, handler in self.processor.handlers().items():
-            self.server.register(code, handler)
+            self.server.register(code, handler, inline.get(code))
 
     def configs(self) -> list[object]:
         return [self.namesrv_config, self.server_config]

@@ -26,7 +26,7 @@ from pymq.common.serde import from_json, to_json
 from pymq.common.topic import DataVersion
 from pymq.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
 from pymq.remoting import headers as H
-from pymq.remoting.channel import Channel, RequestHandler
+from pymq.remoting.channel import Channel, InlineHandler, RequestHandler
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 
@@ -48,6 +48,10 @@ class NamesrvProcessor:
         self.controller = controller
         self.routes = controller.routes
         self.kv = controller.kv
+
+    def inline_handlers(self) -> dict[int, InlineHandler]:
+        """The codes answered in the connection's reader, without a task of their own."""
+        return {RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_inline}
 
     def handlers(self) -> dict[int, RequestHandler]:
         return {
@@ -185,20 +189,30 @@ class NamesrvProcessor:
 
     # -- routes and topics --------------------------------------------------------------------
 
-    async def get_route_info_by_topic(
-        self, channel: Channel, req: RemotingCommand
-    ) -> RemotingCommand:
+    def get_route_info_inline(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """GET_ROUTEINFO_BY_TOPIC answered in the connection's reader (no task per lookup),
+        from the route the tables keep encoded until it changes."""
         topic = H.decode_request(req).topic
-        route = self.routes.pickup_topic_route_data(topic)
-        if route is None:
+        if self.controller.namesrv_config.order_message_enable:
+            route = self.routes.pickup_topic_route_data(topic)
+            if route is not None:
+                route.order_topic_conf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+                return req.response(body=to_json(route))
+            body = None
+        else:
+            body = self.routes.route_body(topic)
+        if body is None:
             return req.response(
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}; "
                 "create the topic on a broker (or enable autoCreateTopicEnable) first",
             )
-        if self.controller.namesrv_config.order_message_enable:
-            route.order_topic_conf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
-        return req.response(body=to_json(route))
+        return req.response(body=body)
+
+    async def get_route_info_by_topic(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        return self.get_route_info_inline(channel, req)
 
     async def get_broker_cluster_info(
         self, channel: Channel, req: RemotingCommand

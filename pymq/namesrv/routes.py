@@ -3,6 +3,12 @@
 No I/O and no clock of its own: callers pass ``now`` (seconds on trio's clock) and an opaque
 ``channel`` object for the broker's connection, so every rule is unit-testable and the Trio layer
 decides what closing a channel means.  Behaviour follows RocketMQ 4.9.4's RouteInfoManager.
+
+Unlike Java's, which rebuilds a topic's route on every lookup, the encoded route of a topic is
+kept (:meth:`RouteInfoManager.route_body`) until something it is made of changes: the topic's
+queue data (one entry dropped), or a broker's addresses, filter servers or write permission, a
+broker's removal (all dropped: these are rare; a broker's periodic re-registration changes
+nothing and drops nothing).  At most :data:`ROUTE_CACHE_MAX_ENTRIES` routes are kept.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pymq.common.route import (
     TopicList,
     TopicRouteData,
 )
+from pymq.common.serde import to_json
 from pymq.common.topic import (
     PERM_WRITE,
     DataVersion,
@@ -31,6 +38,9 @@ log = logging.getLogger(__name__)
 
 # RouteInfoManager.BROKER_CHANNEL_EXPIRED_TIME: a broker silent this long is removed.
 BROKER_CHANNEL_EXPIRED_SECONDS = 120.0
+# Encoded routes kept (some 300 bytes each for a topic on one broker group); past this the cache
+# starts again empty, so its memory stays bounded whatever the number of topics looked up.
+ROUTE_CACHE_MAX_ENTRIES = 200_000
 
 
 @attrs.define
@@ -56,6 +66,15 @@ class RouteInfoManager:
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
         self.filter_server_table: dict[str, list[str]] = {}
+        # topic -> its encoded TopicRouteData (see the module docstring)
+        self._route_bodies: dict[str, bytes] = {}
+
+    def _routes_changed(self, topic: str | None = None) -> None:
+        """Forget the cached route of ``topic``, or of every topic."""
+        if topic is None:
+            self._route_bodies.clear()
+        else:
+            self._route_bodies.pop(topic, None)
 
     # -- registration -----------------------------------------------------------------------
 
@@ -83,11 +102,14 @@ class RouteInfoManager:
             self.broker_addr_table[broker_name] = broker_data
         addrs = broker_data.broker_addrs
         # One ip:port has one record: a slave switched to master drops its old id first.
-        for bid in [b for b, a in addrs.items() if a == broker_addr and b != broker_id]:
+        stale = [b for b, a in addrs.items() if a == broker_addr and b != broker_id]
+        for bid in stale:
             del addrs[bid]
         old_addr = addrs.get(broker_id)
         addrs[broker_id] = broker_addr
         register_first = register_first or old_addr is None
+        if stale or old_addr != broker_addr:
+            self._routes_changed()  # every route of this broker lists its addresses
 
         wrapper = topic_config_wrapper or TopicConfigSerializeWrapper(
             data_version=DataVersion(timestamp=0, counter=0)
@@ -110,10 +132,13 @@ class RouteInfoManager:
             log.info("new broker registered, %s HAServer: %s", broker_addr, ha_server_addr)
 
         if filter_server_list is not None:
+            before = self.filter_server_table.get(broker_addr)
             if filter_server_list:
                 self.filter_server_table[broker_addr] = list(filter_server_list)
             else:
                 self.filter_server_table.pop(broker_addr, None)
+            if before != self.filter_server_table.get(broker_addr):
+                self._routes_changed()
 
         if broker_id != MASTER_ID:
             master_addr = addrs.get(MASTER_ID)
@@ -139,6 +164,8 @@ class RouteInfoManager:
         elif old != queue_data:
             log.info("topic changed, %s OLD: %s NEW: %s", config.topic_name, old, queue_data)
         by_broker[broker_name] = queue_data
+        if old != queue_data:
+            self._routes_changed(config.topic_name)
 
     def is_broker_topic_config_changed(self, broker_addr: str, version: DataVersion) -> bool:
         live = self.broker_live_table.get(broker_addr)
@@ -163,6 +190,7 @@ class RouteInfoManager:
             "OK" if live else "Failed",
             broker_addr,
         )
+        self._routes_changed()
         self.filter_server_table.pop(broker_addr, None)
         remove_broker_name = False
         broker_data = self.broker_addr_table.get(broker_name)
@@ -214,6 +242,7 @@ class RouteInfoManager:
         if not known:
             return  # a client's connection, or a broker already forgotten
         log.info("the broker's channel destroyed, %s, cleaning its routes at once", broker_addr)
+        self._routes_changed()
         self.broker_live_table.pop(broker_addr, None)
         self.filter_server_table.pop(broker_addr, None)
 
@@ -259,6 +288,20 @@ class RouteInfoManager:
             queue_datas=queue_datas, broker_datas=broker_datas, filter_server_table=filter_table
         )
 
+    def route_body(self, topic: str) -> bytes | None:
+        """``topic``'s TopicRouteData as JSON (no order config), or None when it has no route:
+        built by :meth:`pickup_topic_route_data` once, then kept until a change drops it."""
+        body = self._route_bodies.get(topic)
+        if body is None:
+            route = self.pickup_topic_route_data(topic)
+            if route is None:
+                return None
+            body = to_json(route)
+            if len(self._route_bodies) >= ROUTE_CACHE_MAX_ENTRIES:
+                self._route_bodies.clear()
+            self._route_bodies[topic] = body
+        return body
+
     def get_all_cluster_info(self) -> ClusterInfo:
         return ClusterInfo(
             broker_addr_table={
@@ -295,6 +338,7 @@ class RouteInfoManager:
 
     def delete_topic(self, topic: str) -> None:
         self.topic_queue_table.pop(topic, None)
+        self._routes_changed(topic)
 
     def _set_write_perm(self, broker_name: str, writeable: bool) -> int:
         count = 0
@@ -307,6 +351,8 @@ class RouteInfoManager:
             else:
                 queue_data.perm &= ~PERM_WRITE
             count += 1
+        if count:
+            self._routes_changed()
         return count
 
     def wipe_write_perm_of_broker(self, broker_name: str) -> int:

@@ -121,3 +121,112 @@ def test_a_compressed_register_body_that_inflates_too_far_is_refused() -> None:
     assert len(bomb) < 200_000  # a small frame
     with pytest.raises(ValueError, match="inflates past"):
         route.RegisterBrokerBody.decode(bomb, compressed=True)
+
+
+# -- the kept routes (route_body) never differ from a route built afresh ----------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from pymq.common.serde import to_json  # noqa: E402
+from pymq.namesrv import routes as routes_module  # noqa: E402
+
+_TOPICS = ["T1", "T2", "T3"]
+_BROKERS = ["broker-a", "broker-b"]
+_ADDRS = ["10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"]
+_CHANNELS = [object(), object(), object()]
+
+_configs = st.lists(
+    st.builds(
+        TopicConfig,
+        st.sampled_from(_TOPICS),
+        st.integers(1, 3),
+        st.integers(1, 3),
+        st.sampled_from([2, 4, 6]),
+    ),
+    max_size=3,
+)
+_operations = st.one_of(
+    st.tuples(
+        st.just("register"),
+        st.sampled_from(_BROKERS),
+        st.integers(0, 2),  # address and channel
+        st.integers(0, 1),  # broker id
+        _configs,
+        st.integers(0, 3),  # data version counter
+        st.lists(st.sampled_from(["f1:1", "f2:1"]), max_size=2, unique=True),
+    ),
+    st.tuples(
+        st.just("unregister"), st.sampled_from(_BROKERS), st.integers(0, 2), st.integers(0, 1)
+    ),
+    st.tuples(st.just("channel_destroyed"), st.integers(0, 2)),
+    st.tuples(st.just("expire"), st.floats(0, 300)),
+    st.tuples(st.just("delete_topic"), st.sampled_from(_TOPICS)),
+    st.tuples(st.just("wipe"), st.sampled_from(_BROKERS)),
+    st.tuples(st.just("add"), st.sampled_from(_BROKERS)),
+    st.tuples(st.just("lookup"), st.sampled_from(_TOPICS)),
+)
+
+
+def _apply(routes: RouteInfoManager, op: tuple, now: float) -> None:
+    kind = op[0]
+    if kind == "register":
+        _, name, i, broker_id, configs, counter, filters = op
+        routes.register_broker(
+            cluster_name="C",
+            broker_addr=_ADDRS[i],
+            broker_name=name,
+            broker_id=broker_id,
+            ha_server_addr=None,
+            topic_config_wrapper=wrapper(*configs, counter=counter),
+            filter_server_list=filters,
+            channel=_CHANNELS[i],
+            now=now,
+        )
+    elif kind == "unregister":
+        routes.unregister_broker("C", _ADDRS[op[2]], op[1], op[3])
+    elif kind == "channel_destroyed":
+        routes.on_channel_destroy(_ADDRS[op[1]], _CHANNELS[op[1]])
+    elif kind == "expire":
+        routes.scan_not_active_broker(now + op[1])
+    elif kind == "delete_topic":
+        routes.delete_topic(op[1])
+    elif kind == "wipe":
+        routes.wipe_write_perm_of_broker(op[1])
+    elif kind == "add":
+        routes.add_write_perm_of_broker(op[1])
+    else:
+        routes.route_body(op[1])
+
+
+@settings(max_examples=300)
+@given(st.lists(_operations, max_size=25))
+def test_kept_routes_equal_fresh_ones_after_any_changes(operations: list[tuple]) -> None:
+    routes = RouteInfoManager()
+    for step, op in enumerate(operations):
+        _apply(routes, op, float(step))
+        for topic in _TOPICS:
+            fresh = routes.pickup_topic_route_data(topic)
+            assert routes.route_body(topic) == (None if fresh is None else to_json(fresh)), (
+                step,
+                op,
+            )
+
+
+def test_periodic_reregistration_keeps_the_routes() -> None:
+    routes = RouteInfoManager()
+    register(routes, topics=wrapper(TopicConfig("T", 4, 4), counter=1))
+    body = routes.route_body("T")
+    assert body is not None and routes._route_bodies
+    for now in (30.0, 60.0, 90.0):  # the broker's register timer, nothing changed
+        register(routes, topics=wrapper(TopicConfig("T", 4, 4), counter=1), now=now)
+        assert routes._route_bodies.get("T") is body
+
+
+def test_route_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(routes_module, "ROUTE_CACHE_MAX_ENTRIES", 3)
+    routes = RouteInfoManager()
+    register(routes, topics=wrapper(*(TopicConfig(f"T{i}", 4, 4) for i in range(10))))
+    for i in range(10):
+        assert routes.route_body(f"T{i}") is not None
+        assert len(routes._route_bodies) <= 3

@@ -18,6 +18,7 @@ from pymq.broker.config import BROKER_DEFAULT_PORT
 from pymq.common.cli import parse_overrides, run_main, setup_logging
 from pymq.common.config import ConfigError
 from pymq.embedded import Cluster, open_cluster
+from pymq.groups import open_groups
 from pymq.namesrv.config import NAMESRV_DEFAULT_PORT
 
 # The embedded default's admin channel port (rocketmq-dashboard also defaults to 8080).
@@ -63,6 +64,47 @@ async def serve(args: argparse.Namespace, overrides: dict[str, str]) -> None:
                 break
 
 
+GROUPS_WELCOME = """\
+pymq is running: name server {namesrv}, {count} broker groups in cluster DefaultCluster:
+{brokers}
+Data in {data}.  Each broker is a process of its own; create topics on all of them with
+  .venv/bin/python -m pymq.admin updateTopic -n {namesrv} -c DefaultCluster -t TopicTest
+{admin}Press Ctrl-C to stop.
+"""
+
+
+async def serve_groups(args: argparse.Namespace, overrides: dict[str, str]) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with open_groups(
+            args.data,
+            args.groups,
+            namesrv_port=args.namesrv_port,
+            broker_port=args.broker_port,
+            bind_address=args.bind,
+            properties=overrides,
+            admin_port=args.admin_port,
+            log_level=args.log_level,
+        ) as groups:
+            admin = (
+                f"Admin console: http://127.0.0.1:{args.admin_port}/ (served by broker-a; "
+                "its token is in broker-a's output above)\n"
+                if args.admin_port
+                else ""
+            )
+            print(
+                GROUPS_WELCOME.format(
+                    namesrv=groups.namesrv_addr,
+                    count=len(groups.brokers),
+                    brokers="\n".join(f"  {g.name} {g.addr}" for g in groups.brokers),
+                    data=args.data,
+                    admin=admin,
+                ),
+                flush=True,
+            )
+            async for _ in signals:
+                break
+
+
 def _admin_text(cluster: Cluster) -> str:
     channel = cluster.admin_channel
     if channel is None:
@@ -89,6 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=ADMIN_DEFAULT_PORT,
         help="admin websocket + console port on 127.0.0.1 (0 disables it)",
     )
+    parser.add_argument(
+        "--groups",
+        type=int,
+        help="run N broker groups, one process each (default: one broker in this process)",
+    )
     parser.add_argument("--log-level", default="WARNING")
     args, extra = parser.parse_known_args(argv)
     try:
@@ -97,7 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     setup_logging(args.log_level)
-    status = run_main(serve, args, overrides, what="pymq")
+    if args.groups is not None:
+        status = run_main(serve_groups, args, overrides, what="pymq")
+    else:
+        status = run_main(serve, args, overrides, what="pymq")
     if status == 0:
         print("pymq stopped.")
     return status

@@ -1,0 +1,236 @@
+"""``python -m pymq --groups N``: a name server and N broker groups, one process per broker.
+
+A pymq broker is one Python process and uses one core; RocketMQ scales by broker groups, and so
+does pymq.  This module is the development form of that: the name server runs in this process,
+and each group's master runs as ``python -m pymq.broker`` in a child process of its own
+(``broker-a``, ``broker-b``, … in cluster ``DefaultCluster``), with its store under
+``DATA/broker-X/``.  Group *i* listens on ``broker_port + 10 * i`` (and, as every pymq broker,
+on that port - 2 for VIP channels and + 1 for HA).  The first group serves the admin console
+when an admin port is given.
+
+Children are stopped with SIGTERM (a clean shutdown: unregister, flush, checkpoint) when the
+context ends, killed if they have not stopped after :data:`STOP_TIMEOUT` seconds, and are sent
+SIGTERM by the kernel if this process dies first (Linux's parent-death signal), so none is left
+running.  A child that exits on its own ends the whole group set with its exit status.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import attrs
+import trio
+
+from pymq.common.config import ConfigError
+from pymq.common.errors import StartupError
+from pymq.namesrv.config import NamesrvConfig
+from pymq.namesrv.controller import NamesrvController
+from pymq.remoting.config import NettyServerConfig
+
+# Ports between two groups: each broker uses its port - 2, the port and + 1.
+PORT_STEP = 10
+# A broker starting (recovering its store) gets this long to say it booted.
+START_TIMEOUT = 120.0
+# A broker gets this long to stop cleanly after SIGTERM before it is killed.
+STOP_TIMEOUT = 30.0
+MAX_GROUPS = 26  # broker-a .. broker-z
+
+_BOOTED = re.compile(r"The broker\[([^,]+), ([^\]]+)\] boot success")
+_PR_SET_PDEATHSIG = 1
+
+
+class GroupError(StartupError):
+    """A broker group could not start (its exit status and last words in the message)."""
+
+
+@attrs.define
+class BrokerGroup:
+    name: str
+    addr: str
+    process: trio.Process
+
+
+@attrs.define
+class Groups:
+    namesrv: NamesrvController
+    brokers: list[BrokerGroup]
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv.port}"
+
+
+def group_name(index: int) -> str:
+    return f"broker-{chr(ord('a') + index)}"
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: SIGTERM this child when its parent dies, so no broker outlives ``--groups``."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def broker_command(
+    index: int,
+    data_dir: str,
+    namesrv_addr: str,
+    port: int,
+    bind_address: str,
+    properties: dict[str, str],
+    admin_port: int,
+    log_level: str = "WARNING",
+) -> list[str]:
+    name = group_name(index)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pymq.broker",
+        "-n",
+        namesrv_addr,
+        "--brokerName",
+        name,
+        "--brokerClusterName",
+        "DefaultCluster",
+        "--listenPort",
+        str(port),
+        "--bindAddress",
+        bind_address,
+        "--brokerIP1",
+        "127.0.0.1",
+        "--brokerIP2",
+        "127.0.0.1",
+        "--storePathRootDir",
+        os.path.join(data_dir, name, "store"),
+        "--log-level",
+        log_level,
+    ]
+    if index == 0 and admin_port:
+        cmd += ["--adminListenPort", str(admin_port)]
+    for key, value in properties.items():
+        cmd += [f"--{key}", value]
+    return cmd
+
+
+async def _start_broker(
+    nursery: trio.Nursery, cmd: list[str], name: str, started: list[BrokerGroup]
+) -> BrokerGroup:
+    process = await trio.lowlevel.open_process(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+    )
+    group = BrokerGroup(name, "", process)
+    started.append(group)  # stopped by the caller whatever happens next
+    assert process.stdout is not None
+    buffered = b""
+    with trio.move_on_after(START_TIMEOUT):
+        while b"\n" not in buffered or not _BOOTED.search(buffered.decode(errors="replace")):
+            chunk = await process.stdout.receive_some(4096)
+            if not chunk:
+                break
+            buffered += chunk
+    match = _BOOTED.search(buffered.decode(errors="replace"))
+    if match is None:
+        status = process.poll()
+        said = buffered.decode(errors="replace").strip()[-300:]
+        raise GroupError(
+            f"broker group {name} did not start"
+            + (f" (exit status {status})" if status is not None else " in time")
+            + (f": {said}" if said else " (its errors are above)")
+        )
+    group.addr = match.group(2)
+    nursery.start_soon(_drain, process)
+    return group
+
+
+async def _drain(process: trio.Process) -> None:
+    """Read what the child prints, so that a full pipe never blocks it."""
+    assert process.stdout is not None
+    while await process.stdout.receive_some(4096):
+        pass
+
+
+async def _stop(group: BrokerGroup) -> None:
+    process = group.process
+    if process.returncode is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    with trio.move_on_after(STOP_TIMEOUT) as scope:
+        await process.wait()
+    if scope.cancelled_caught:
+        process.kill()
+        await process.wait()
+
+
+async def _watch(group: BrokerGroup) -> None:
+    status = await group.process.wait()
+    raise GroupError(f"broker group {group.name} exited with status {status}")
+
+
+@asynccontextmanager
+async def open_groups(
+    data_dir: str,
+    groups: int,
+    *,
+    namesrv_port: int,
+    broker_port: int,
+    bind_address: str = "0.0.0.0",
+    properties: dict[str, str] | None = None,
+    admin_port: int = 0,
+    log_level: str = "WARNING",
+) -> AsyncIterator[Groups]:
+    """The name server here and ``groups`` brokers in child processes, all started."""
+    if not 1 <= groups <= MAX_GROUPS:
+        raise ConfigError(f"--groups must be 1..{MAX_GROUPS}, not {groups}")
+    if broker_port <= 2:
+        raise ConfigError("--groups needs a broker port (group i listens on port + 10*i)")
+    namesrv = NamesrvController(
+        NamesrvConfig(
+            kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
+            config_store_path=os.path.join(data_dir, "namesrv", "namesrv.properties"),
+        ),
+        NettyServerConfig(listen_port=namesrv_port, bind_address=bind_address),
+    )
+    started: list[BrokerGroup] = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(namesrv.run)
+        namesrv_addr = f"127.0.0.1:{port}"
+        try:
+            async with trio.open_nursery() as starting:
+                for i in range(groups):
+                    cmd = broker_command(
+                        i,
+                        data_dir,
+                        namesrv_addr,
+                        broker_port + PORT_STEP * i,
+                        bind_address,
+                        properties or {},
+                        admin_port,
+                        log_level,
+                    )
+                    starting.start_soon(_start_broker, nursery, cmd, group_name(i), started)
+            brokers = sorted(started, key=lambda g: g.name)
+            async with trio.open_nursery() as watching:
+                for group in brokers:
+                    watching.start_soon(_watch, group)
+                try:
+                    yield Groups(namesrv, brokers)
+                finally:
+                    watching.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                async with trio.open_nursery() as stopping:
+                    for group in started:
+                        stopping.start_soon(_stop, group)
+            nursery.cancel_scope.cancel()

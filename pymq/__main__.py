@@ -86,8 +86,9 @@ async def serve_groups(args: argparse.Namespace, overrides: dict[str, str]) -> N
             log_level=args.log_level,
         ) as groups:
             admin = (
-                f"Admin console: http://127.0.0.1:{args.admin_port}/ (served by broker-a; "
-                "its token is in broker-a's output above)\n"
+                f"Admin console: http://127.0.0.1:{args.admin_port}/ (served by broker-a)\n"
+                f"Admin token:   in {os.path.join(args.data, 'broker-a', 'store', 'config')}"
+                "/adminToken\n"
                 if args.admin_port
                 else ""
             )

@@ -439,8 +439,12 @@ class Channel:
 
     async def _reader(self, nursery: trio.Nursery) -> None:
         idle = self.idle_timeout
+        out, partial = self._out, self._partial
         while True:
-            if not await self._wait_until_readable():
+            # The checks first, without a coroutine: reading is held only under pressure.
+            if (out.should_pause() or partial.must_wait()) and not (
+                await self._wait_until_readable()
+            ):
                 return
             data = None
             try:

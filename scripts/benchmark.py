@@ -10,6 +10,10 @@ window; --sync: -w tasks each awaiting send(); -b: batch requests),
 printing send TPS, average and max RT and failures every second; then consumes everything it
 sent with a push consumer.  Ends with one JSON line in the format of ../shared/bench
 (EXTRA_BENCH), so pymq can run beside Redis, NATS and RabbitMQ in one rotation.
+
+``--real-client cpp`` publishes with rocketmq-client-cpp (PyPI ``rocketmq==0.4.4``) instead:
+``--threads`` threads (4) each sending synchronously, one request at a time, as a real
+application's sync producers do; the broker's CPU per message is the figure to watch.
 """
 
 from __future__ import annotations
@@ -88,6 +92,8 @@ def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subproc
                 str(ns_port),
                 "--broker-port",
                 str(free_port()),
+                "--admin-port",  # no console: two benchmarks must not share port 8080
+                "0",
                 "--log-level",
                 "ERROR",
                 *common,
@@ -264,6 +270,70 @@ async def publish(args: argparse.Namespace, namesrv: str) -> tuple[float, list[f
     return sent / elapsed, latencies, failures
 
 
+def publish_cpp(args: argparse.Namespace, namesrv: str) -> tuple[float, list[float], int]:
+    """Sync sends from --threads threads through the C++ client (its calls release the GIL,
+    so the threads send concurrently, one request per thread at a time, as Java's sync
+    producers do)."""
+    import threading
+
+    from rocketmq.client import Message as CppMessage
+    from rocketmq.client import Producer as CppProducer
+    from rocketmq.client import SendStatus
+
+    body = os.urandom(args.size // 2).hex()[: args.size]
+    producer = CppProducer(f"BenchmarkCpp_{uuid.uuid4().hex[:6]}")
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    latencies: list[float] = []
+    failures = 0
+    lock = threading.Lock()
+    per_thread = args.count // args.threads
+
+    ready = threading.Barrier(args.threads + 1)
+
+    def worker() -> None:
+        nonlocal failures
+        mine: list[float] = []
+        failed = 0
+        msg = CppMessage(args.topic)
+        msg.set_body(body)
+        for _ in range(50):  # the route and connections first: not part of the timing
+            try:
+                if producer.send_sync(msg).status == SendStatus.OK:
+                    break
+            except Exception:
+                time.sleep(0.1)
+        ready.wait()
+        for _ in range(per_thread):
+            t0 = time.perf_counter()
+            try:
+                ok = producer.send_sync(msg).status == SendStatus.OK
+            except Exception as exc:
+                ok = False
+                if not failed:
+                    print(f"a C++ client send failed: {exc}", file=sys.stderr)
+            if ok:
+                mine.append((time.perf_counter() - t0) * 1000)
+            else:
+                failed += 1
+        with lock:
+            latencies.extend(mine)
+            failures += failed
+
+    try:
+        threads = [threading.Thread(target=worker) for _ in range(args.threads)]
+        for thread in threads:
+            thread.start()
+        ready.wait()
+        start = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - start
+    finally:
+        producer.shutdown()
+    return len(latencies) / elapsed, latencies, failures
+
+
 async def consume(args: argparse.Namespace, namesrv: str, expected: int) -> float:
     received = 0
     finished = trio.Event()
@@ -313,7 +383,12 @@ async def main_async(args: argparse.Namespace) -> dict:
         pids = [p.pid for p in procs]
         cpu0 = cpu_seconds(pids)
         client_cpu0 = time.process_time()
-        publish_rate, latencies, failures = await publish(args, namesrv)
+        if args.real_client == "cpp":
+            publish_rate, latencies, failures = await trio.to_thread.run_sync(
+                publish_cpp, args, namesrv
+            )
+        else:
+            publish_rate, latencies, failures = await publish(args, namesrv)
         client_cpu_us = (time.process_time() - client_cpu0) * 1e6
         sent = len(latencies) * args.batch
         server_cpu_us = (cpu_seconds(pids) - cpu0) * 1e6 / max(1, sent)
@@ -362,6 +437,13 @@ def main() -> int:
         action="store_true",
         help="one task per in-flight send with the awaited send() (default: send_async)",
     )
+    parser.add_argument(
+        "--real-client",
+        choices=["cpp"],
+        help="publish with a real RocketMQ client instead (cpp: rocketmq-client-cpp through "
+        "PyPI rocketmq==0.4.4, --threads threads each sending synchronously)",
+    )
+    parser.add_argument("--threads", type=int, default=4, help="--real-client sending threads")
     args = parser.parse_args()
     result = trio.run(main_async, args)
     print(json.dumps(result), flush=True)

@@ -314,6 +314,23 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
                 return RemotingCommand(
                     code, ext, b"", opaque, flag, remark, language, version, _SERIALIZE_JSON
                 )
+            # The C++ client writes numbers and booleans in extFields: normalised here when
+            # both parsers read them alike (booleans, nulls, integers).
+            plain = {}
+            for key, value in ext.items():
+                kind = type(value)
+                if kind is str:
+                    plain[key] = value
+                elif kind is bool:
+                    plain[key] = "true" if value else "false"
+                elif kind is int:  # exact: orjson makes floats of what does not fit 64 bits
+                    plain[key] = str(value)
+                elif value is not None:
+                    break
+            else:
+                return RemotingCommand(
+                    code, plain, b"", opaque, flag, remark, language, version, _SERIALIZE_JSON
+                )
     return _checked_command(_json_loads(data))
 
 

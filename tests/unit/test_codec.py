@@ -339,6 +339,25 @@ _header_dicts = st.fixed_dictionaries(
 )
 
 
+# Headers whose top level takes the fast path, with extFields values of every JSON kind (the
+# C++ client writes numbers and booleans there).
+_plain_headers = st.fixed_dictionaries(
+    {
+        "code": st.integers(-(2**31), 2**31 - 1),
+        "opaque": st.integers(-(2**31), 2**31 - 1),
+        "language": st.sampled_from(["JAVA", "CPP"]),
+        "extFields": st.dictionaries(
+            st.text(max_size=4),
+            st.text(max_size=8)
+            | _json_scalars
+            | st.sampled_from([2**63 - 1, -(2**63) + 1, 2**63, -(2**63), 2**64, 0.5, True]),
+            max_size=4,
+        ),
+    },
+    optional={"flag": st.integers(0, 3), "version": st.integers(0, 500), "remark": st.text()},
+)
+
+
 def _reference(data: bytes) -> object:
     """What json's reading alone gives: the command's fields, or the ProtocolError's text."""
     from pymq.remoting.codec import _checked_command, _json_loads
@@ -350,7 +369,7 @@ def _reference(data: bytes) -> object:
     return (attrs.asdict(cmd), cmd.header_error)
 
 
-@given(_header_dicts | _json_values)
+@given(_plain_headers | _header_dicts | _json_values)
 def test_fast_json_path_answers_as_json_alone(header: object) -> None:
     from pymq.remoting.codec import _decode_json_header
 
@@ -374,6 +393,8 @@ def test_fast_json_path_answers_as_json_alone(header: object) -> None:
         b'{"code":10,"opaque":1,"extFields":{"a":"1"}}',
         b'{"code":10,"opaque":1,"language":"JAVA","extFields":{"a":NaN}}',
         b'{"code":10,"opaque":1,"language":"JAVA"} x',
+        b'{"code":11,"opaque":2,"language":"CPP","extFields":{"queueId":0,"unitMode":true,'
+        b'"x":null,"big":9223372036854775807,"bigger":9223372036854775808}}',
     ],
 )
 def test_fast_json_path_edge_cases(data: bytes) -> None:

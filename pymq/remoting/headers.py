@@ -349,6 +349,49 @@ class ConsumerSendMsgBackRequestHeader:
     max_reconsume_times: int | None = _field("maxReconsumeTimes", INT)
 
 
+# -- transactions ----------------------------------------------------------------------------
+
+# MessageSysFlag's transaction types, as END_TRANSACTION's commitOrRollback carries them.
+TRANSACTION_NOT_TYPE = 0
+TRANSACTION_COMMIT_TYPE = 8
+TRANSACTION_ROLLBACK_TYPE = 12
+
+
+@attrs.define(slots=True)
+class EndTransactionRequestHeader:
+    """END_TRANSACTION (37), a producer's oneway COMMIT (8), ROLLBACK (12) or UNKNOW (0) of the
+    half message at ``commitLogOffset`` / ``tranStateTableOffset`` (its half-queue offset)."""
+
+    producer_group: str = _req("producerGroup", STR)
+    tran_state_table_offset: int = _req("tranStateTableOffset", LONG)
+    commit_log_offset: int = _req("commitLogOffset", LONG)
+    commit_or_rollback: int = _req("commitOrRollback", INT)
+    msg_id: str = _req("msgId", STR)
+    from_transaction_check: bool = _field("fromTransactionCheck", BOOL, default=False)
+    transaction_id: str | None = _field("transactionId", STR)
+
+    def __attrs_post_init__(self) -> None:
+        # EndTransactionRequestHeader.checkFields
+        if self.commit_or_rollback not in (
+            TRANSACTION_NOT_TYPE,
+            TRANSACTION_COMMIT_TYPE,
+            TRANSACTION_ROLLBACK_TYPE,
+        ):
+            raise HeaderError("commitOrRollback field wrong")
+
+
+@attrs.define(slots=True)
+class CheckTransactionStateRequestHeader:
+    """CHECK_TRANSACTION_STATE (39), broker to producer (oneway): the half message's offsets;
+    the body is the message in the commit-log record layout."""
+
+    tran_state_table_offset: int = _req("tranStateTableOffset", LONG)
+    commit_log_offset: int = _req("commitLogOffset", LONG)
+    msg_id: str | None = _field("msgId", STR)
+    transaction_id: str | None = _field("transactionId", STR)
+    offset_msg_id: str | None = _field("offsetMsgId", STR)
+
+
 # -- pull and consumers ----------------------------------------------------------------------
 
 
@@ -552,6 +595,8 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.SEND_MESSAGE_V2: SendMessageRequestHeader,
     _RC.SEND_BATCH_MESSAGE: SendMessageRequestHeader,
     _RC.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader,
+    _RC.END_TRANSACTION: EndTransactionRequestHeader,
+    _RC.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader,
     _RC.PULL_MESSAGE: PullMessageRequestHeader,
     _RC.UNREGISTER_CLIENT: UnregisterClientRequestHeader,
     _RC.GET_CONSUMER_LIST_BY_GROUP: ConsumerGroupHeader,

@@ -683,6 +683,15 @@ class DefaultMessageStore:
                 return None
         return self.commitlog.get_message(phy_offset, size)
 
+    def message_at(self, topic: str, queue_id: int, cq_offset: int) -> MessageExt | None:
+        """The decoded message at consume-queue offset ``cq_offset`` of ``topic``/``queue_id``;
+        None when the queue has no such entry or its record is gone or invalid."""
+        cq = self.consume_queues.find(topic, queue_id)
+        entry = cq.get_entry(cq_offset) if cq else None
+        if entry is None:
+            return None
+        return self.look_message_by_offset(entry[0], entry[1])
+
     def look_message_by_offset(self, phy_offset: int, size: int | None = None) -> MessageExt | None:
         """The decoded message at ``phy_offset``; None when absent or failing its checks."""
         raw = self.select_one_message_by_offset(phy_offset, size)

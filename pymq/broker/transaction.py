@@ -47,7 +47,6 @@ import trio
 from pymq.common.clock import now_ms
 from pymq.common.message import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
-    PROPERTY_CLUSTER,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -71,7 +70,8 @@ from pymq.common.topic import (
     TRANS_CHECK_MAX_TIME_TOPIC,
 )
 from pymq.remoting import headers as H
-from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.channel import ANSWER_LATER
+from pymq.remoting.codec import RPC_ONEWAY, RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.headers import EndTransactionRequestHeader, decode_request
 from pymq.store.config import BrokerRole
@@ -139,29 +139,24 @@ _FINAL_PUT_FAILURES: dict[PutMessageStatus, tuple[int, str]] = {
 }
 
 
-def half_properties(
-    sent: dict[str, str], cluster: str, real_topic: str, real_queue_id: int
-) -> dict[str, str]:
-    """The properties of the half record of a message sent with properties ``sent``.
+def half_properties(props: dict[str, str], real_topic: str, real_queue_id: int) -> dict[str, str]:
+    """The properties of the half record of a message whose properties, as Java's send path
+    leaves them, are ``props``: the producer's, then ``CLUSTER`` and ``WAIT`` (the send path
+    takes WAIT out and puts it back after CLUSTER).
 
-    As Java's send path and ``parseHalfMessageInner`` build them: the producer's properties,
-    ``CLUSTER``, ``WAIT`` moved last (the send path takes it out and puts it back), then
-    ``REAL_TOPIC`` and ``REAL_QID``, all in the iteration order of Java's ``HashMap``.
+    As ``parseHalfMessageInner`` builds them: ``REAL_TOPIC`` and ``REAL_QID`` added, all in
+    the iteration order of Java's ``HashMap``.
     """
-    props = dict(sent)
-    wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, None)
-    props[PROPERTY_CLUSTER] = cluster
-    if wait is not None:
-        props[PROPERTY_WAIT_STORE_MSG_OK] = wait
     props[PROPERTY_REAL_TOPIC] = real_topic
     props[PROPERTY_REAL_QUEUE_ID] = str(real_queue_id)
     return java_hashmap_order(props)
 
 
-def to_half_message(msg: MessageExt, sent: dict[str, str], cluster: str) -> None:
-    """Turn ``msg``, a transactional message as the send path built it, into its half record
-    (in place): half topic, queue 0, transaction bits of SYSFLAG cleared."""
-    msg.properties = half_properties(sent, cluster, msg.topic, msg.queue_id)
+def to_half_message(msg: MessageExt, props: dict[str, str]) -> None:
+    """Turn ``msg``, a transactional message as the send path built it with properties
+    ``props`` (see :func:`half_properties`; taken over), into its half record in place: half
+    topic, queue 0, transaction bits of SYSFLAG cleared."""
+    msg.properties = half_properties(props, msg.topic, msg.queue_id)
     msg.sys_flag = MessageSysFlag.reset_transaction_value(
         msg.sys_flag, MessageSysFlag.TRANSACTION_NOT_TYPE
     )
@@ -232,15 +227,42 @@ class TransactionService:
 
     # -- END_TRANSACTION ------------------------------------------------------------------------
 
+    def end_transaction_inline(self, channel: Any, req: RemotingCommand) -> RemotingCommand | None:
+        """END_TRANSACTION served in the connection's reader: always when the store need not
+        wait for the disk or a slave, and for oneway requests (nobody waits for their answer,
+        and the op record, appended after the commit, is never durable before it).  None hands
+        an answered request on a SYNC_FLUSH / SYNC_MASTER store to :meth:`end_transaction`."""
+        if self.ctx.store.must_wait and not req.flag & RPC_ONEWAY:
+            return None
+        response, _ = self._end(channel, req)
+        return ANSWER_LATER if response is None or req.flag & RPC_ONEWAY else response
+
     async def end_transaction(self, channel: Any, req: RemotingCommand) -> RemotingCommand | None:
         """END_TRANSACTION (37): commit, roll back or leave pending the half message named by
-        the header.  Producers send it oneway, so the answer only reaches a peer that asked."""
+        the header.  Producers send it oneway, so the answer only reaches a peer that asked;
+        one that asked is answered once what was written is durable (SYNC_FLUSH, SYNC_MASTER)."""
+        response, last = self._end(channel, req)
+        if response is not None and last is not None and response.code == ResponseCode.SUCCESS:
+            durable = await self.ctx.store.wait_durable(last)
+            if durable.status is not PutMessageStatus.PUT_OK:
+                code, remark = _FINAL_PUT_FAILURES.get(
+                    durable.status, (ResponseCode.SYSTEM_ERROR, durable.status.value)
+                )
+                if durable.status in _STORED:  # flush or slave timeouts: stored, say so
+                    code, remark = ResponseCode.SUCCESS, None
+                return req.response(code, remark)
+        return response
+
+    def _end(
+        self, channel: Any, req: RemotingCommand
+    ) -> tuple[RemotingCommand | None, PutMessageResult | None]:
+        """Commit, roll back or leave pending: (the answer, the last record written)."""
         head: EndTransactionRequestHeader = decode_request(req)
         ctx = self.ctx
         peer = getattr(channel, "remote_address", "?")
         if ctx.store.config.broker_role is BrokerRole.SLAVE:
             log.warning("Message store is slave mode, so end transaction is forbidden.")
-            return req.response(ResponseCode.SLAVE_NOT_AVAILABLE)
+            return req.response(ResponseCode.SLAVE_NOT_AVAILABLE), None
         kind = head.commit_or_rollback
         if head.from_transaction_check:
             what = {
@@ -268,13 +290,13 @@ class TransactionService:
         if kind == _NOT:
             self.stats.unknown += 1
             self.on_change()
-            return None
+            return None, None
         half = ctx.store.look_message_by_offset(head.commit_log_offset)
         refused = self._check_prepare_message(req, half, head)
         if refused is not None:
             self.stats.end_failures += 1
             self.on_change()
-            return refused
+            return refused, None
         assert half is not None
         key = self._ended_key(half)
         if key in self._ended:
@@ -287,23 +309,23 @@ class TransactionService:
                 "commit" if kind == _COMMIT else "rollback",
             )
             self.stats.duplicate_ends += 1
-            await self._put_op(half)
+            last = self._put_op(half)
             self.on_change()
-            return req.response()
+            return req.response(), last
         if kind == _COMMIT:
-            answer = await self._commit(req, half, head)
+            answer = self._commit(req, half, head)
             if answer.code != ResponseCode.SUCCESS:
                 self.stats.end_failures += 1
                 self.on_change()
-                return answer
+                return answer, None
             self.stats.committed += 1
         else:
             answer = req.response()
             self.stats.rolled_back += 1
         self._remember_ended(key)
-        await self._put_op(half)
+        last = self._put_op(half)
         self.on_change()
-        return answer
+        return answer, last
 
     @staticmethod
     def _check_prepare_message(
@@ -324,7 +346,7 @@ class TransactionService:
             return req.response(ResponseCode.SYSTEM_ERROR, "The commit log offset wrong")
         return None
 
-    async def _commit(
+    def _commit(
         self, req: RemotingCommand, half: MessageExt, head: EndTransactionRequestHeader
     ) -> RemotingCommand:
         """Store the committed message under its real topic and queue (endMessageTransaction)."""
@@ -349,7 +371,7 @@ class TransactionService:
             reconsume_times=half.reconsume_times,
             prepared_transaction_offset=head.commit_log_offset,
         )
-        result = await self.ctx.store.put_message(msg)
+        result = self.ctx.store.put_message_now(msg)
         if result.status in _STORED:
             return req.response()
         code, remark = _FINAL_PUT_FAILURES.get(
@@ -363,7 +385,7 @@ class TransactionService:
         )
         return req.response(code, remark)
 
-    async def _put_op(self, half: MessageExt) -> PutMessageResult:
+    def _put_op(self, half: MessageExt) -> PutMessageResult:
         """The op record that marks ``half`` done (tag ``d``, body its half-queue offset)."""
         store_host = self.ctx.store_host
         op = MessageExt(
@@ -377,7 +399,7 @@ class TransactionService:
             born_host=store_host,
             store_host=store_host,
         )
-        result = await self.ctx.store.put_message(op)
+        result = self.ctx.store.put_message_now(op)
         if result.status not in _STORED:
             log.error(
                 "writing the op of half offset %d failed: %s %s (it will be checked again)",
@@ -496,8 +518,11 @@ class TransactionService:
         window = _OpWindow(op_off)
         self._read_ops(window)
         i = max(half_off, store.get_min_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID))
+        # Records appended during the round (its own re-puts among them) wait for the next one,
+        # whatever their store time says.
+        end = store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID)
         walked = checked = 0
-        while i < store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID):
+        while i < end:
             if walked and walked % YIELD_EVERY == 0:
                 await trio.sleep(0)
                 self._read_ops(window)

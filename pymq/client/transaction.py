@@ -126,16 +126,11 @@ class TransactionProducer(Producer):
         """Send ``msg`` as a half message, run ``execute(msg, arg)`` and end the transaction
         with its outcome.  Raises MQClientError when the half message could not be sent."""
         assert self.client is not None
-        if msg.delay_level:
-            msg = attrs.evolve(msg, delay_level=0)  # Java clears the delay of a transaction
-        msg = attrs.evolve(
-            msg,
-            properties={
-                **msg.properties,
-                PROPERTY_TRANSACTION_PREPARED: "true",
-                PROPERTY_PRODUCER_GROUP: self.group,
-            },
-        )
+        # Java clears a transaction's delay and marks it: TRAN_MSG and the producer group.
+        properties = dict(msg.properties)
+        properties[PROPERTY_TRANSACTION_PREPARED] = "true"
+        properties[PROPERTY_PRODUCER_GROUP] = self.group
+        msg = Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag)
         body, sys_flag, props, uniq = self._encode(msg)
         sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
         sent = await self._send_request(

@@ -370,6 +370,31 @@ class EndTransactionRequestHeader:
     from_transaction_check: bool = _field("fromTransactionCheck", BOOL, default=False)
     transaction_id: str | None = _field("transactionId", STR)
 
+    @classmethod
+    def from_ext(cls, ext: dict[str, str]) -> EndTransactionRequestHeader:
+        """The header of an END_TRANSACTION, validated as :func:`decode` does (the hot path's
+        decoder: one per transaction; the tests compare it with :func:`decode`)."""
+        get = ext.get
+        group = get("producerGroup")
+        table_offset = get("tranStateTableOffset")
+        log_offset = get("commitLogOffset")
+        kind = get("commitOrRollback")
+        msg_id = get("msgId")
+        if group is None or table_offset is None or log_offset is None or kind is None:
+            return decode(cls, ext)  # names the missing field
+        if msg_id is None:
+            return decode(cls, ext)
+        from_check = get("fromTransactionCheck")
+        return cls(
+            group,
+            java_long("tranStateTableOffset", table_offset),
+            java_long("commitLogOffset", log_offset),
+            java_int("commitOrRollback", kind),
+            msg_id,
+            False if from_check is None else java_bool(from_check),
+            get("transactionId"),
+        )
+
     def __attrs_post_init__(self) -> None:
         # EndTransactionRequestHeader.checkFields
         if self.commit_or_rollback not in (
@@ -631,6 +656,7 @@ REQUEST_HEADERS: dict[int, type] = {
 }
 
 _SEND_CODES = frozenset({_RC.SEND_MESSAGE, _RC.SEND_MESSAGE_V2, _RC.SEND_BATCH_MESSAGE})
+_END_TRANSACTION = _RC.END_TRANSACTION
 
 
 def decode_request(request: Any) -> Any:
@@ -645,6 +671,8 @@ def decode_request(request: Any) -> Any:
         return None
     if code in _SEND_CODES:
         header = SendMessageRequestHeader.from_ext(code, request.ext_fields)
+    elif code == _END_TRANSACTION:
+        header = EndTransactionRequestHeader.from_ext(request.ext_fields)
     else:
         header = decode(cls, request.ext_fields)
     request.header = header

@@ -554,6 +554,12 @@ class DefaultMessageStore:
             if not self.reput.woken:
                 self.reput.wakeup()
 
+    async def wait_durable(self, result: PutMessageResult) -> PutMessageResult:
+        """``result`` of :meth:`put_message_now` once its bytes are durable, when this store
+        must wait for that (SYNC_FLUSH: on disk; SYNC_MASTER: on the slave too); the status
+        becomes FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE if not."""
+        return await self._durable(result, None)
+
     async def _durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
         """``result`` once its bytes are durable, when this store must wait for that."""
         if self.must_wait and result.status is PUT_OK:

@@ -49,6 +49,7 @@ from pymq.common.topic import (
     TopicConfig,
 )
 from pymq.remoting import headers as H
+from pymq.remoting.channel import ANSWER_LATER
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.store import DefaultMessageStore, MessageStoreConfig
@@ -188,7 +189,8 @@ def test_java_hashmap_order_matches_the_captured_records() -> None:
     sent = decode_properties(
         sample_header("TX-SEND_MESSAGE_V2-310-half-COMMIT.request-header.json")["i"]
     )
-    half = half_properties(sent, "CapCluster", "TopicTx", 1)
+    wait = sent.pop("WAIT")
+    half = half_properties({**sent, "CLUSTER": "CapCluster", "WAIT": wait}, "TopicTx", 1)
     assert list(half) == [
         "REAL_TOPIC", "KEYS", "TRAN_MSG", "UNIQ_KEY", "CLUSTER", "PGROUP", "WAIT", "TAGS",
         "REAL_QID",
@@ -486,3 +488,35 @@ async def test_progress_survives_a_new_service(ctx: BrokerContext) -> None:
     kinds = [b.properties["UNIQ_KEY"] for _, b in checks(producer)]
     assert kinds == ["D", "D"]
     assert ctx.store.get_max_offset_in_queue(TOPIC, 1) == 1
+
+
+def test_end_transaction_fast_decoder_equals_the_generic_one() -> None:
+    for name in ("COMMIT", "ROLLBACK", "UNKNOW", "from-check-COMMIT", "from-check-UNKNOW"):
+        ext = sample_header(f"TX-END_TRANSACTION-37-{name}.request-header.json")
+        assert H.EndTransactionRequestHeader.from_ext(ext) == H.decode(
+            H.EndTransactionRequestHeader, ext
+        )
+    ext = sample_header("TX-END_TRANSACTION-37-COMMIT.request-header.json")
+    for field in ("producerGroup", "commitLogOffset", "msgId"):
+        partial = {k: v for k, v in ext.items() if k != field}
+        with pytest.raises(H.HeaderError, match=f"<{field}> is null"):
+            H.EndTransactionRequestHeader.from_ext(partial)
+    with pytest.raises(H.HeaderError, match="commitLogOffset"):
+        H.EndTransactionRequestHeader.from_ext({**ext, "commitLogOffset": "1.5"})
+    with pytest.raises(H.HeaderError, match="commitOrRollback field wrong"):
+        H.EndTransactionRequestHeader.from_ext({**ext, "commitOrRollback": "3"})
+
+
+async def test_inline_end_transaction_serves_oneway_requests_without_a_task(
+    ctx: BrokerContext,
+) -> None:
+    service = TransactionService(ctx)
+    answer = await send_half(ctx)
+    served = service.end_transaction_inline(FakeProducer(), end_request(answer, 8))
+    assert served is ANSWER_LATER  # oneway: nothing to answer, nothing deferred
+    await dispatched(ctx.store, TOPIC, 1, queue_id=1)
+    # An answered END on a store that must wait for the disk goes to a task.
+    ctx.store.must_wait = True
+    answered = end_request(answer, 12)
+    answered.flag = 0
+    assert service.end_transaction_inline(FakeProducer(), answered) is None

@@ -108,6 +108,8 @@ _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 _SUCCESS = ResponseCode.SUCCESS
 _send_response_json = SendMessageResponseHeader.ext_json
 _SYNC_MASTER = BrokerRole.SYNC_MASTER
+_WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
+_SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
 
 
 class SendProcessor:
@@ -371,8 +373,13 @@ class SendProcessor:
                     ResponseCode.NO_PERMISSION,
                     f"the broker[{bc.broker_ip1}] sending transaction message is forbidden",
                 )
-            sent = decode_properties(header.properties or "")
-            to_half_message(msg, sent, bc.broker_cluster_name)
+            # Java takes WAIT out of the properties and puts it back after CLUSTER.
+            raw = header.properties or ""
+            if PROPERTY_WAIT_STORE_MSG_OK not in props and (
+                raw.startswith(_WAIT_KEY) or _SEPARATED_WAIT_KEY in raw
+            ):
+                props[PROPERTY_WAIT_STORE_MSG_OK] = "true"
+            to_half_message(msg, props)
         return msg
 
     async def _send_batch(

@@ -54,11 +54,14 @@ from pymq.common.message import (
 )
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
-from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codec import RPC_ONEWAY, RemotingCommand
 from pymq.remoting.codes import RequestCode
 from pymq.remoting.errors import RemotingError
 
 log = logging.getLogger(__name__)
+
+_end_ext = H.EndTransactionRequestHeader.producer_ext
+_END_TRANSACTION = RequestCode.END_TRANSACTION
 
 # TransactionMQProducer's check executor: at most this many checks run at once; more wait.
 CHECK_CONCURRENCY = 1
@@ -178,18 +181,8 @@ class TransactionProducer(Producer):
         except ValueError as exc:
             log.warning("end transaction of %s: %s", sent.msg_id, exc)
             return
-        header = H.EndTransactionRequestHeader(
-            producer_group=self.group,
-            tran_state_table_offset=sent.queue_offset,
-            commit_log_offset=commit_log_offset,
-            commit_or_rollback=state.value,
-            msg_id=sent.msg_id,
-            from_transaction_check=False,
-        )
-        request = RemotingCommand.request(
-            RequestCode.END_TRANSACTION, H.encode(header), oneway=True
-        )
-        request.remark = remark
+        ext = _end_ext(self.group, sent.queue_offset, commit_log_offset, state.value, sent.msg_id)
+        request = RemotingCommand(_END_TRANSACTION, ext, b"", flag=RPC_ONEWAY, remark=remark)
         addr = self.client.master_addr(sent.queue.broker_name)
         if addr is None:
             log.warning("end transaction of %s: no master of %s", sent.msg_id, sent.queue)

@@ -520,3 +520,16 @@ async def test_inline_end_transaction_serves_oneway_requests_without_a_task(
     answered = end_request(answer, 12)
     answered.flag = 0
     assert service.end_transaction_inline(FakeProducer(), answered) is None
+
+
+def test_producer_end_ext_equals_the_header_encoder() -> None:
+    header = H.EndTransactionRequestHeader("PG_TX", 4, 7205, 8, "FD00", False)
+    assert H.EndTransactionRequestHeader.producer_ext("PG_TX", 4, 7205, 8, "FD00") == H.encode(
+        header
+    )
+    # The captured Java END carries the same fields.
+    ext = sample_header("TX-END_TRANSACTION-37-COMMIT.request-header.json")
+    ours = H.EndTransactionRequestHeader.producer_ext(
+        "PG_TX", 0, 5404, 8, "FD0000000000000000000000000000021A395FFD2B27743D676E0000"
+    )
+    assert ours == ext

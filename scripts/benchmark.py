@@ -338,15 +338,29 @@ async def timed_sends(
     return rate, latencies, failures
 
 
-async def publish_transactions(args: argparse.Namespace, namesrv: str) -> dict:
-    """Plain sync sends, then transactional sends (half + COMMIT), on the same broker."""
+async def publish_transactions(args: argparse.Namespace, namesrv: str, pids: list[int]) -> dict:
+    """Plain sync sends, then transactional sends (half + COMMIT), on the same broker, with
+    the CPU time per message of the servers (``pids``) and of this client."""
     body = os.urandom(args.size // 2).hex().encode()[: args.size]
     msg = Message(args.topic, body)
+
+    def cpu() -> tuple[float, float]:
+        return cpu_seconds(pids), time.process_time()
+
+    def per_msg(before: tuple[float, float], count: int) -> tuple[float, float]:
+        after = cpu()
+        return (
+            (after[0] - before[0]) * 1e6 / max(1, count),
+            (after[1] - before[1]) * 1e6 / max(1, count),
+        )
+
     async with Producer("BenchmarkProducer", namesrv, send_timeout=10) as producer:
         await producer.publish_queues(args.topic)
+        before = cpu()
         plain, _, plain_failures = await timed_sends(
             args.count, args.window, lambda: producer.send(msg), "plain sync send"
         )
+        plain_cpu = per_msg(before, args.count)
     async with TransactionProducer(
         "BenchmarkTxProducer",
         namesrv,
@@ -355,19 +369,30 @@ async def publish_transactions(args: argparse.Namespace, namesrv: str) -> dict:
         send_timeout=10,
     ) as tx_producer:
         await tx_producer.publish_queues(args.topic)
+        before = cpu()
         tx, latencies, tx_failures = await timed_sends(
             args.count,
             args.window,
             lambda: tx_producer.send_in_transaction(msg),
             "transactional send (half + commit)",
         )
-    print(f"transactional / plain: {tx / plain:.2f}", file=sys.stderr)
+        tx_cpu = per_msg(before, args.count)
+    print(
+        f"transactional / plain: {tx / plain:.2f}; CPU us per message, server/client: "
+        f"plain {plain_cpu[0]:.0f}/{plain_cpu[1]:.0f}, transactional {tx_cpu[0]:.0f}/"
+        f"{tx_cpu[1]:.0f}",
+        file=sys.stderr,
+    )
     return {
         "plain_sync_msgs_per_s": round(plain, 1),
         "transaction_msgs_per_s": round(tx, 1),
         "transaction_ratio": round(tx / plain, 3),
         "transaction_p50_ms": round(percentile(latencies, 0.5), 3),
         "transaction_p99_ms": round(percentile(latencies, 0.99), 3),
+        "plain_server_cpu_us_per_msg": round(plain_cpu[0], 1) if pids else None,
+        "plain_client_cpu_us_per_msg": round(plain_cpu[1], 1),
+        "transaction_server_cpu_us_per_msg": round(tx_cpu[0], 1) if pids else None,
+        "transaction_client_cpu_us_per_msg": round(tx_cpu[1], 1),
         "failures": plain_failures + tx_failures,
     }
 
@@ -516,7 +541,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         await create_topic(namesrv, args.topic, queues=args.queues)
         if args.transaction:
             result = {"system": args.name, "n": args.count, "size": args.size}
-            result.update(await publish_transactions(args, namesrv))
+            result.update(await publish_transactions(args, namesrv, [p.pid for p in procs]))
             if args.pending:
                 result.update(await check_service_cost(args.pending))
             return result

@@ -222,8 +222,6 @@ class TransactionService:
         self.clock_ms = clock_ms
         self.stats = TransactionStats()
         self._ended: OrderedDict[tuple[str, int], None] = OrderedDict()
-        # Called after every change of the figures (the admin channel pushes them).
-        self.on_change: Callable[[], None] = lambda: None
 
     # -- END_TRANSACTION ------------------------------------------------------------------------
 
@@ -289,13 +287,11 @@ class TransactionService:
             )
         if kind == _NOT:
             self.stats.unknown += 1
-            self.on_change()
             return None, None
         half = ctx.store.look_message_by_offset(head.commit_log_offset)
         refused = self._check_prepare_message(req, half, head)
         if refused is not None:
             self.stats.end_failures += 1
-            self.on_change()
             return refused, None
         assert half is not None
         key = self._ended_key(half)
@@ -310,13 +306,11 @@ class TransactionService:
             )
             self.stats.duplicate_ends += 1
             last = self._put_op(half)
-            self.on_change()
             return req.response(), last
         if kind == _COMMIT:
             answer = self._commit(req, half, head)
             if answer.code != ResponseCode.SUCCESS:
                 self.stats.end_failures += 1
-                self.on_change()
                 return answer, None
             self.stats.committed += 1
         else:
@@ -324,7 +318,6 @@ class TransactionService:
             self.stats.rolled_back += 1
         self._remember_ended(key)
         last = self._put_op(half)
-        self.on_change()
         return answer, last
 
     @staticmethod
@@ -543,7 +536,6 @@ class TransactionService:
         stats.last_round_duration_ms = (trio.current_time() - wall) * 1000
         stats.last_round_walked = walked
         stats.last_round_checked = checked
-        self.on_change()
 
     async def _check_one(self, i: int, window: _OpWindow, started: int) -> _Step:
         """What a round does with the half record at offset ``i``."""

@@ -1,7 +1,7 @@
 """Transactional messages end to end: pymq's TransactionProducer against a pymq broker (issue #13).
 
 The broker's check interval and timeout are shortened (``transactionCheckInterval`` 200 ms,
-``transactionTimeOut`` 600 ms, ``transactionCheckMax`` 3) so that the check-back service's
+``transactionTimeOut`` 1000 ms, ``transactionCheckMax`` 3) so that the check-back service's
 rounds happen within a test; what the broker stored is read from its store.
 """
 
@@ -41,7 +41,7 @@ ROLLBACK = LocalTransactionState.ROLLBACK_MESSAGE
 UNKNOW = LocalTransactionState.UNKNOW
 FAST_CHECKS = {
     "transactionCheckInterval": "200",
-    "transactionTimeOut": "600",
+    "transactionTimeOut": "1000",
     "transactionCheckMax": "3",
 }
 
@@ -110,7 +110,9 @@ async def test_commit_rollback_and_unknown_then_check(tmp_path) -> None:
                 lambda: bodies(broker, TRANS_CHECK_MAX_TIME_TOPIC) == [b"never"],
                 what="the discard",
             )
-            assert checked.count(b"later") == 1 and checked.count(b"never") == 3
+            # Once, unless the answer to the first check was not served before the next round
+            # (a loaded machine): then asked again, and still delivered once.
+            assert checked.count(b"later") >= 1 and checked.count(b"never") == 3
             assert b"commit" not in checked and b"rollback" not in checked
             await trio.sleep(0.5)  # more rounds change nothing
             assert bodies(broker) == [b"commit", b"later"] and checked.count(b"never") == 3
@@ -189,12 +191,12 @@ async def test_restart_between_half_and_commit(tmp_path) -> None:
         await wait_until(
             lambda: broker.store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) == 2
         )
-        await trio.sleep(0.7)  # older than transactionTimeOut
+        await trio.sleep(1.1)  # older than transactionTimeOut
         await broker.transactions.check()
         assert broker.transactions.stats.checks == 0
     async with cluster_at(str(tmp_path), slow) as cluster:
         broker = cluster.broker
-        await trio.sleep(0.7)
+        await trio.sleep(1.1)
         await broker.transactions.check()
         assert bodies(broker) == [b"survivor"] and broker.transactions.stats.checks == 0
 
@@ -224,7 +226,7 @@ async def test_a_thousand_concurrent_transactions(tmp_path) -> None:
         await wait_until(
             lambda: broker.store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) == count
         )
-        await trio.sleep(0.7)
+        await trio.sleep(1.1)
         await broker.transactions.check()
         assert broker.transactions.stats.checks == 0
         assert (

@@ -533,3 +533,13 @@ def test_producer_end_ext_equals_the_header_encoder() -> None:
         "PG_TX", 0, 5404, 8, "FD0000000000000000000000000000021A395FFD2B27743D676E0000"
     )
     assert ours == ext
+
+
+async def test_end_transaction_at_an_offset_inside_a_record_is_refused(ctx: BrokerContext) -> None:
+    answer = await send_half(ctx)
+    request = end_request(answer, 8)
+    request.ext_fields["commitLogOffset"] = str(int(request.ext_fields["commitLogOffset"]) + 3)
+    end = ctx.store.max_phy_offset
+    response = await TransactionService(ctx).end_transaction(FakeProducer(), request)
+    assert response is not None and response.remark == "Find prepared transaction message failed"
+    assert ctx.store.max_phy_offset == end

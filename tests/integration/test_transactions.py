@@ -7,6 +7,8 @@ rounds happen within a test; what the broker stored is read from its store.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -19,7 +21,9 @@ from pymq.client import (
     MessageExt,
     TransactionProducer,
 )
-from pymq.common.message import decode_offset_msg_id
+from pymq.common.consumer import HeartbeatData, ProducerData
+from pymq.common.message import create_offset_msg_id, decode_offset_msg_id, decode_record
+from pymq.common.serde import to_json
 from pymq.common.topic import (
     CID_RMQ_SYS_TRANS,
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -28,6 +32,7 @@ from pymq.common.topic import (
 )
 from pymq.embedded import Cluster, build_cluster, open_cluster
 from pymq.remoting import headers as H
+from pymq.remoting.channel import Channel
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -297,3 +302,81 @@ async def test_slave_refuses_and_replicates_transactions(tmp_path) -> None:
                 assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE
             assert bodies(slave) == [b"replicated"]
             nursery.cancel_scope.cancel()
+
+
+SAMPLES = "/work/shared/reference/java-wire-samples"
+
+
+def sample(name: str) -> dict:
+    with open(f"{SAMPLES}/{name}") as f:
+        return json.load(f)
+
+
+async def test_a_java_producer_s_frames_unknown_then_commit_at_the_check(tmp_path) -> None:
+    """The captured Java frames replayed on a raw connection: the half send's answer, the
+    oneway END UNKNOW, the broker's CHECK_TRANSACTION_STATE on that connection (header fields,
+    oneway flag, body), and the END COMMIT from the check, as the real 4.9.4 pair exchanged."""
+    checks: list[RemotingCommand] = []
+
+    async def on_request(channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
+        checks.append(req)
+        head = H.decode(H.CheckTransactionStateRequestHeader, req.ext_fields)
+        end = dict(
+            sample("TX-END_TRANSACTION-37-from-check-COMMIT.request-header.json")["extFields"]
+        )
+        end.update(
+            commitLogOffset=str(head.commit_log_offset),
+            tranStateTableOffset=str(head.tran_state_table_offset),
+            msgId=head.msg_id or "",
+            transactionId=head.transaction_id or "",
+        )
+        await channel.invoke_oneway(RemotingCommand(RequestCode.END_TRANSACTION, end))
+        return None
+
+    async with (
+        cluster_at(str(tmp_path)) as cluster,
+        open_remoting_client(handler=on_request) as client,
+    ):
+        addr = cluster.broker_addr
+        beat = HeartbeatData("192.0.2.2@java", [ProducerData(GROUP)], [])
+        answer = await client.invoke(
+            addr, RemotingCommand(RequestCode.HEART_BEAT, {}, to_json(beat))
+        )
+        assert answer.code == ResponseCode.SUCCESS
+        half = sample("TX-SEND_MESSAGE_V2-310-half-COMMIT.request-header.json")
+        ext = {**half["extFields"], "g": str(int(time.time() * 1000))}
+        answer = await client.invoke(
+            addr, RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext, b"tx UNKNOW")
+        )
+        want = sample("TX-SEND_MESSAGE_V2-310-half-COMMIT.response-header.json")
+        assert answer.code == 0 and set(answer.ext_fields) == set(want["extFields"])
+        assert answer.ext_fields["queueId"] == "1" and answer.ext_fields["queueOffset"] == "0"
+        unknown = dict(sample("TX-END_TRANSACTION-37-UNKNOW.request-header.json")["extFields"])
+        unknown.update(
+            commitLogOffset=str(decode_offset_msg_id(answer.ext_fields["msgId"])[2]),
+            tranStateTableOffset=answer.ext_fields["queueOffset"],
+            msgId=ext["i"].split("UNIQ_KEY\x01")[1].split("\x02")[0],
+        )
+        await client.invoke_oneway(addr, RemotingCommand(RequestCode.END_TRANSACTION, unknown))
+        broker = cluster.broker
+        await wait_until(lambda: bodies(broker) == [b"tx UNKNOW"], what="the commit at the check")
+        [check] = checks
+        captured = sample("TX-CHECK_TRANSACTION_STATE-39-check1.request-header.json")
+        assert check.flag == captured["flag"] == 2 and check.code == 39
+        assert set(check.ext_fields) == set(captured["extFields"])
+        assert (check.language, check.version) == ("JAVA", 401)
+        body = decode_record(check.body)
+        with open(f"{SAMPLES}/TX-CHECK_TRANSACTION_STATE-39-check1.request-body.hex.txt") as f:
+            java_body = decode_record(bytes.fromhex(f.read().strip()))
+        assert (body.topic, body.queue_id, body.sys_flag) == ("TopicTx", 1, 0)
+        assert list(body.properties) == [k for k in java_body.properties if k != "REAL_QID"] + [
+            "REAL_QID"
+        ]
+        assert body.properties["WAIT"] == "false" and body.properties["REAL_QID"] == "1"
+        assert body.properties["TRANSACTION_CHECK_TIMES"] == "1"
+        assert check.ext_fields["offsetMsgId"] == create_offset_msg_id(
+            "127.0.0.1", broker.port, body.commitlog_offset
+        )
+        [real] = delivered(broker)
+        assert real.queue_id == 1 and real.sys_flag == 8
+        assert real.prepared_transaction_offset == body.commitlog_offset

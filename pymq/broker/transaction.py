@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -204,14 +205,35 @@ class _Step(enum.Enum):
     STOP = "stop"
 
 
-@attrs.define
 class _OpWindow:
-    """The op records from the op progress offset on: half offset -> op offset, and the op
-    queue's (op offset, half offset) pairs in order (for the op progress)."""
+    """The op records read from the op progress offset on, kept compactly: which half offsets
+    in ``[base, end)`` have an op (one byte each), and every op's half offset in op-queue order
+    (8 bytes each; -1 for an op that names none or is gone), from which the op progress
+    follows.  A round holds about a byte per half message it may walk and 8 bytes per op."""
 
-    next_offset: int
-    removed: dict[int, int] = attrs.Factory(dict)
-    ops: list[tuple[int, int]] = attrs.Factory(list)
+    def __init__(self, op_offset: int, base: int, end: int) -> None:
+        self.first = op_offset  # the op offset of halves[0]
+        self.next_offset = op_offset
+        self.base = base
+        self.marks = bytearray(max(0, end - base))
+        self.halves = array("q")
+
+    def add(self, half_offset: int) -> None:
+        self.halves.append(half_offset)
+        k = half_offset - self.base
+        if 0 <= k < len(self.marks):
+            self.marks[k] = 1
+
+    def has_op(self, half_offset: int) -> bool:
+        k = half_offset - self.base
+        return 0 <= k < len(self.marks) and self.marks[k] == 1
+
+    def op_progress(self, walked_to: int) -> int:
+        """The first op whose half message the walk has not passed (all read ones: the next)."""
+        for n, half_offset in enumerate(self.halves):
+            if half_offset >= walked_to:
+                return self.first + n
+        return self.first + len(self.halves)
 
 
 class TransactionService:
@@ -426,28 +448,41 @@ class TransactionService:
             )
         return offset
 
-    def _read_ops(self, window: _OpWindow) -> None:
-        """Add the op records written since the window last read."""
+    def _read_ops(self, window: _OpWindow, limit: int | None = None) -> bool:
+        """Add the op records written since the window last read (at most ``limit`` of them);
+        True when it has read up to the end of the op queue."""
         store = self.ctx.store
         end = store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID)
         start = max(
             window.next_offset,
             store.get_min_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID),
         )
-        for op_offset in range(start, end):
+        if start > window.next_offset:  # removed files: their ops are done with
+            if not window.halves:
+                window.first = start
+            else:
+                window.halves.extend([-1] * (start - window.next_offset))
+        stop = end if limit is None else min(end, start + limit)
+        for op_offset in range(start, stop):
             op = store.message_at(RMQ_SYS_TRANS_OP_HALF_TOPIC, HALF_QUEUE_ID, op_offset)
+            half_offset = -1
             if op is None:
-                continue
-            if op.tags != REMOVE_TAG:
+                log.warning("no op message at offset %d: skipped", op_offset)
+            elif op.tags != REMOVE_TAG:
                 log.error("Found a illegal tag in op message %d: %s", op_offset, op.tags)
-                continue
-            half_offset = _java_long(op.body.decode("ascii", "replace"))
-            if half_offset < 0:
-                log.error("op message %d names no half offset: %r", op_offset, op.body[:40])
-                continue
-            window.removed[half_offset] = op_offset
-            window.ops.append((op_offset, half_offset))
-        window.next_offset = max(window.next_offset, end)
+            else:
+                half_offset = _java_long(op.body.decode("ascii", "replace"))
+                if half_offset < 0:
+                    log.error("op message %d names no half offset: %r", op_offset, op.body[:40])
+                    half_offset = -1
+            window.add(half_offset)
+        window.next_offset = max(window.next_offset, stop)
+        return stop >= end
+
+    async def _read_ops_async(self, window: _OpWindow) -> None:
+        """:meth:`_read_ops` to the end of the op queue, letting requests in between chunks."""
+        while not self._read_ops(window, YIELD_EVERY):
+            await trio.sleep(0)
 
     def progress(self) -> dict[str, int]:
         """Where the check service stands: half and op queues' ends and progress offsets."""
@@ -469,23 +504,24 @@ class TransactionService:
 
     def pending_by_topic(self, limit: int = PENDING_SCAN_MAX) -> tuple[dict[str, int], bool]:
         """Half messages after the check progress that have no op yet, counted by real topic,
-        and whether the scan stopped at ``limit`` records."""
+        and whether the scan stopped short (more than ``limit`` half or op records to read:
+        then some counted ones may have ended since)."""
         store = self.ctx.store
         start = self._progress(RMQ_SYS_TRANS_HALF_TOPIC)
         end = store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID)
-        window = _OpWindow(self._progress(RMQ_SYS_TRANS_OP_HALF_TOPIC))
-        self._read_ops(window)
-        counts: dict[str, int] = {}
         stop = min(end, start + limit)
+        window = _OpWindow(self._progress(RMQ_SYS_TRANS_OP_HALF_TOPIC), start, stop)
+        all_ops = self._read_ops(window, limit)
+        counts: dict[str, int] = {}
         for offset in range(start, stop):
-            if offset in window.removed:
+            if window.has_op(offset):
                 continue
             half = store.message_at(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID, offset)
             if half is None or self._ended_key(half) in self._ended:
                 continue
             topic = half.properties.get(PROPERTY_REAL_TOPIC, "?")
             counts[topic] = counts.get(topic, 0) + 1
-        return counts, stop < end
+        return counts, stop < end or not all_ops
 
     # -- the check-back service ---------------------------------------------------------------
 
@@ -508,12 +544,12 @@ class TransactionService:
         wall = trio.current_time()
         half_off = self._progress(RMQ_SYS_TRANS_HALF_TOPIC)
         op_off = self._progress(RMQ_SYS_TRANS_OP_HALF_TOPIC)
-        window = _OpWindow(op_off)
-        self._read_ops(window)
         i = max(half_off, store.get_min_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID))
         # Records appended during the round (its own re-puts among them) wait for the next one,
         # whatever their store time says.
         end = store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID)
+        window = _OpWindow(op_off, i, end)
+        await self._read_ops_async(window)
         walked = checked = 0
         while i < end:
             if walked and walked % YIELD_EVERY == 0:
@@ -539,7 +575,7 @@ class TransactionService:
 
     async def _check_one(self, i: int, window: _OpWindow, started: int) -> _Step:
         """What a round does with the half record at offset ``i``."""
-        if i in window.removed:
+        if window.has_op(i):
             return _Step.NEXT
         store = self.ctx.store
         half = store.message_at(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID, i)
@@ -572,7 +608,7 @@ class TransactionService:
         # No await between this last look at the ops and the re-put: an END served while the
         # round ran is seen here.
         self._read_ops(window)
-        if i in window.removed:
+        if window.has_op(i):
             return _Step.NEXT
         result, renewed = self._put_back_for_check(half, (times or 0) + 1)
         if result is None:
@@ -584,11 +620,7 @@ class TransactionService:
         self, half_off: int, new_half_off: int, op_off: int, window: _OpWindow
     ) -> None:
         offsets = self.ctx.consumer_offset_manager
-        new_op_off = op_off
-        for op_offset, half_offset in sorted(window.ops):
-            if op_offset != new_op_off or half_offset >= new_half_off:
-                break
-            new_op_off = op_offset + 1
+        new_op_off = window.op_progress(new_half_off)
         changed = False
         if new_half_off != half_off:
             offsets.commit_offset(
@@ -655,7 +687,7 @@ class TransactionService:
             first_offset = _java_long(first)
             if first_offset == -1:
                 return False
-            if first_offset in window.removed:
+            if window.has_op(first_offset):
                 return True
         props = dict(half.properties)
         if first is None:

@@ -543,3 +543,26 @@ async def test_end_transaction_at_an_offset_inside_a_record_is_refused(ctx: Brok
     response = await TransactionService(ctx).end_transaction(FakeProducer(), request)
     assert response is not None and response.remark == "Find prepared transaction message failed"
     assert ctx.store.max_phy_offset == end
+
+
+async def test_an_op_with_a_foreign_tag_does_not_hold_the_op_progress(ctx: BrokerContext) -> None:
+    clock = Clock()
+    service = TransactionService(ctx, clock_ms=clock)
+    stray = MessageExt(
+        topic=OP,
+        body=b"0",
+        properties={"WAIT": "true", "TAGS": "x"},
+        born_timestamp=now_ms(),
+        store_host=ctx.store_host,
+        born_host=ctx.store_host,
+    )
+    assert ctx.store.put_message_now(stray).is_ok
+    answer = await send_half(ctx)
+    await service.end_transaction(FakeProducer(), end_request(answer, 12))
+    await dispatched(ctx.store, OP, 2)
+    clock.now = max(clock.now, ctx.store.clock_ms()) + 10_000
+    await service.check()
+    offsets = ctx.consumer_offset_manager
+    assert offsets.query_offset(CID_RMQ_SYS_TRANS, HALF, 0) == 1
+    assert offsets.query_offset(CID_RMQ_SYS_TRANS, OP, 0) == 2
+    assert service.stats.checks == 0

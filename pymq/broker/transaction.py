@@ -217,16 +217,24 @@ class _OpWindow:
         self.base = base
         self.marks = bytearray(max(0, end - base))
         self.halves = array("q")
+        # Ops of half messages before ``base`` (ended after the check service passed them): a
+        # message put back during its CHECK_IMMUNITY_TIME_IN_SECONDS is done when its first
+        # offset has one.  Few: an END that came after its message was put back.
+        self.early: set[int] = set()
 
     def add(self, half_offset: int) -> None:
         self.halves.append(half_offset)
         k = half_offset - self.base
         if 0 <= k < len(self.marks):
             self.marks[k] = 1
+        elif 0 <= half_offset < self.base:
+            self.early.add(half_offset)
 
     def has_op(self, half_offset: int) -> bool:
         k = half_offset - self.base
-        return 0 <= k < len(self.marks) and self.marks[k] == 1
+        if 0 <= k < len(self.marks):
+            return self.marks[k] == 1
+        return half_offset in self.early
 
     def op_progress(self, walked_to: int) -> int:
         """The first op whose half message the walk has not passed (all read ones: the next)."""

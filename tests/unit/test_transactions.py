@@ -131,12 +131,17 @@ def sample_header(name: str) -> dict[str, str]:
 
 
 def half_request(
-    queue_id: int = 1, key: str = "TXKEY-COMMIT", uniq: str = "U1", born: int | None = None
+    queue_id: int = 1,
+    key: str = "TXKEY-COMMIT",
+    uniq: str = "U1",
+    born: int | None = None,
+    extra: dict[str, str] | None = None,
 ) -> RemotingCommand:
     """A Java producer's half send, as captured (V2 header, sysFlag 4), born now."""
     ext = sample_header("TX-SEND_MESSAGE_V2-310-half-COMMIT.request-header.json")
     props = decode_properties(ext["i"])
     props["KEYS"], props["UNIQ_KEY"] = key, uniq
+    props.update(extra or {})
     born = now_ms() if born is None else born
     ext = {**ext, "e": str(queue_id), "g": str(born), "i": encode_properties(props)}
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, b"tx COMMIT")
@@ -566,3 +571,32 @@ async def test_an_op_with_a_foreign_tag_does_not_hold_the_op_progress(ctx: Broke
     assert offsets.query_offset(CID_RMQ_SYS_TRANS, HALF, 0) == 1
     assert offsets.query_offset(CID_RMQ_SYS_TRANS, OP, 0) == 2
     assert service.stats.checks == 0
+
+
+async def test_check_immunity_defers_the_check_and_an_op_of_the_first_offset_ends_it(
+    ctx: BrokerContext,
+) -> None:
+    clock = Clock()
+    service = TransactionService(ctx, clock_ms=clock)
+    producer = FakeProducer()
+    register(ctx, producer)
+    answer = await send_half(ctx, uniq="I", extra={"CHECK_IMMUNITY_TIME_IN_SECONDS": "60"})
+    half = stored(ctx, HALF, 0)
+    clock.now = max(half.born_timestamp + 10_000, half.store_timestamp + 1)  # timeout passed
+    await service.check()
+    assert producer.sent == []  # immune for 60 s: put back, remembering its first offset
+    await dispatched(ctx.store, HALF, 2)
+    assert stored(ctx, HALF, 1).properties["TRAN_PREPARED_QUEUE_OFFSET"] == "0"
+    # The producer commits the first half record; the copy is then done with, not checked.
+    await service.end_transaction(producer, end_request(answer, 8, uniq="I"))
+    await dispatched(ctx.store, OP, 1)
+    service._ended.clear()  # as after a restart: only the op tells
+    clock.now += 10_000
+    await service.check()
+    assert producer.sent == [] and ctx.store.get_max_offset_in_queue(HALF, 0) == 2
+    assert ctx.consumer_offset_manager.query_offset(CID_RMQ_SYS_TRANS, HALF, 0) == 2
+    # Past its immunity, a pending one is checked.
+    await send_half(ctx, uniq="J", extra={"CHECK_IMMUNITY_TIME_IN_SECONDS": "60"})
+    clock.now = max(clock.now, ctx.store.clock_ms()) + 61_000
+    await service.check()
+    assert [b.properties["UNIQ_KEY"] for _, b in checks(producer)] == ["J"]

@@ -101,6 +101,9 @@ PENDING_SCAN_MAX = 200_000
 # Who moves the progress offsets, in the offset manager's logs.
 CHECK_CLIENT = "TransactionalMessageCheckService"
 
+# An op record's properties: Message(topic, "d", body) sets TAGS, then WAIT=true; the
+# HashMap gives WAIT first.
+_OP_PROPERTIES = java_hashmap_order({PROPERTY_TAGS: REMOVE_TAG, PROPERTY_WAIT_STORE_MSG_OK: "true"})
 _COMMIT = H.TRANSACTION_COMMIT_TYPE
 _ROLLBACK = H.TRANSACTION_ROLLBACK_TYPE
 _NOT = H.TRANSACTION_NOT_TYPE
@@ -414,9 +417,7 @@ class TransactionService:
         op = MessageExt(
             topic=RMQ_SYS_TRANS_OP_HALF_TOPIC,
             body=str(half.queue_offset).encode(),
-            properties=java_hashmap_order(
-                {PROPERTY_TAGS: REMOVE_TAG, PROPERTY_WAIT_STORE_MSG_OK: "true"}
-            ),
+            properties=dict(_OP_PROPERTIES),
             queue_id=half.queue_id,
             born_timestamp=self.clock_ms(),
             born_host=store_host,

@@ -43,6 +43,7 @@ from pymq.client.instance import MQClientError
 from pymq.client.producer import Message, Producer, SendResult
 from pymq.common.consumer import MessageQueue
 from pymq.common.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
@@ -131,6 +132,7 @@ class TransactionProducer(Producer):
         assert self.client is not None
         # Java clears a transaction's delay and marks it: TRAN_MSG and the producer group.
         properties = dict(msg.properties)
+        properties.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         properties[PROPERTY_TRANSACTION_PREPARED] = "true"
         properties[PROPERTY_PRODUCER_GROUP] = self.group
         msg = Message(msg.topic, msg.body, msg.tags, msg.keys, properties, msg.flag)

@@ -378,3 +378,18 @@ async def test_a_java_producer_s_frames_unknown_then_commit_at_the_check(tmp_pat
         [real] = delivered(broker)
         assert real.queue_id == 1 and real.sys_flag == 8
         assert real.prepared_transaction_offset == body.commitlog_offset
+
+
+async def test_a_transaction_clears_the_message_delay(tmp_path) -> None:
+    async with (
+        cluster_at(str(tmp_path)) as cluster,
+        TransactionProducer(
+            GROUP, cluster.namesrv_addr, execute=lambda m, a: COMMIT, check=lambda m: UNKNOW
+        ) as producer,
+    ):
+        msg = Message(TOPIC, b"now", delay_level=3, properties={"DELAY": "2"})
+        await producer.send_in_transaction(msg)
+        await wait_until(lambda: bodies(cluster.broker) == [b"now"], what="the commit")
+        [real] = delivered(cluster.broker)
+        assert "DELAY" not in real.properties
+        assert msg.delay_level == 3 and msg.properties == {"DELAY": "2"}  # the caller's

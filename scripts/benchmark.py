@@ -14,6 +14,14 @@ sent with a push consumer.  Ends with one JSON line in the format of ../shared/b
 ``--real-client cpp`` publishes with rocketmq-client-cpp (PyPI ``rocketmq==0.4.4``) instead:
 ``--threads`` threads (4) each sending synchronously, one request at a time, as a real
 application's sync producers do; the broker's CPU per message is the figure to watch.
+
+    scripts/benchmark.py --transaction -q 20000
+
+compares transactional sends (TransactionProducer: half message + oneway COMMIT, -w tasks in
+flight) with plain sync sends (the same -w tasks awaiting send()) on the same broker and prints
+the ratio, then measures the transaction check service in process: one check round over
+--pending (100,000) due half messages, one over as many committed ones, one over as many young
+ones.
 """
 
 from __future__ import annotations
@@ -35,7 +43,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import trio
 
-from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
+from pymq.client import (
+    ConsumeFromWhere,
+    LocalTransactionState,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+    TransactionProducer,
+)
 from pymq.client.topics import create_topic
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
@@ -363,6 +379,219 @@ async def consume(args: argparse.Namespace, namesrv: str, expected: int) -> floa
     return received / elapsed
 
 
+async def timed_sends(
+    count: int, window: int, send: object, label: str
+) -> tuple[float, list[float], int]:
+    """``count`` awaited sends by ``window`` tasks: (rate, latencies in ms, failures)."""
+    latencies: list[float] = []
+    failures = 0
+    next_request = 0
+
+    async def worker() -> None:
+        nonlocal next_request, failures
+        while next_request < count:
+            next_request += 1
+            t0 = time.perf_counter()
+            try:
+                await send()  # type: ignore[operator]
+            except Exception:
+                failures += 1
+                continue
+            latencies.append((time.perf_counter() - t0) * 1000)
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(window):
+            nursery.start_soon(worker)
+    rate = len(latencies) / (time.perf_counter() - start)
+    print(f"{label}: {rate:9.1f} msg/s  p50 {percentile(latencies, 0.5):.3f} ms", file=sys.stderr)
+    return rate, latencies, failures
+
+
+async def publish_transactions(args: argparse.Namespace, namesrv: str, pids: list[int]) -> dict:
+    """Plain sync sends, then transactional sends (half + COMMIT), on the same broker, with
+    the CPU time per message of the servers (``pids``) and of this client."""
+    body = os.urandom(args.size // 2).hex().encode()[: args.size]
+    msg = Message(args.topic, body)
+
+    def cpu() -> tuple[float, float]:
+        return cpu_seconds(pids), time.process_time()
+
+    def per_msg(before: tuple[float, float], count: int) -> tuple[float, float]:
+        after = cpu()
+        return (
+            (after[0] - before[0]) * 1e6 / max(1, count),
+            (after[1] - before[1]) * 1e6 / max(1, count),
+        )
+
+    async with Producer("BenchmarkProducer", namesrv, send_timeout=10) as producer:
+        await producer.publish_queues(args.topic)
+        before = cpu()
+        plain, _, plain_failures = await timed_sends(
+            args.count, args.window, lambda: producer.send(msg), "plain sync send"
+        )
+        plain_cpu = per_msg(before, args.count)
+    async with TransactionProducer(
+        "BenchmarkTxProducer",
+        namesrv,
+        execute=lambda m, a: LocalTransactionState.COMMIT_MESSAGE,
+        check=lambda m: LocalTransactionState.COMMIT_MESSAGE,
+        send_timeout=10,
+    ) as tx_producer:
+        await tx_producer.publish_queues(args.topic)
+        before = cpu()
+        tx, latencies, tx_failures = await timed_sends(
+            args.count,
+            args.window,
+            lambda: tx_producer.send_in_transaction(msg),
+            "transactional send (half + commit)",
+        )
+        tx_cpu = per_msg(before, args.count)
+    print(
+        f"transactional / plain: {tx / plain:.2f}; CPU us per message, server/client: "
+        f"plain {plain_cpu[0]:.0f}/{plain_cpu[1]:.0f}, transactional {tx_cpu[0]:.0f}/"
+        f"{tx_cpu[1]:.0f}",
+        file=sys.stderr,
+    )
+    return {
+        "plain_sync_msgs_per_s": round(plain, 1),
+        "transaction_msgs_per_s": round(tx, 1),
+        "transaction_ratio": round(tx / plain, 3),
+        "transaction_p50_ms": round(percentile(latencies, 0.5), 3),
+        "transaction_p99_ms": round(percentile(latencies, 0.99), 3),
+        "plain_server_cpu_us_per_msg": round(plain_cpu[0], 1) if pids else None,
+        "plain_client_cpu_us_per_msg": round(plain_cpu[1], 1),
+        "transaction_server_cpu_us_per_msg": round(tx_cpu[0], 1) if pids else None,
+        "transaction_client_cpu_us_per_msg": round(tx_cpu[1], 1),
+        "failures": plain_failures + tx_failures,
+    }
+
+
+async def check_service_cost(pending: int) -> dict:
+    """One transaction check round over ``pending`` half messages, in process."""
+    from pymq.broker.client_manager import (
+        ClientChannelInfo,
+        ConsumerManager,
+        ProducerManager,
+        RebalanceLockManager,
+    )
+    from pymq.broker.config import BrokerConfig
+    from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from pymq.broker.context import BrokerContext
+    from pymq.broker.fast_failure import ConsumerFallBehind
+    from pymq.broker.long_polling import PullRequestHoldService
+    from pymq.broker.schedule import ScheduleMessageService
+    from pymq.broker.stats import BrokerStats
+    from pymq.broker.subscription_group_manager import SubscriptionGroupManager
+    from pymq.broker.topic_config_manager import TopicConfigManager
+    from pymq.broker.transaction import TransactionService, to_half_message
+    from pymq.common.message import MessageExt as StoredMessage
+    from pymq.common.topic import RMQ_SYS_TRANS_HALF_TOPIC
+    from pymq.store import DefaultMessageStore, MessageStoreConfig
+
+    class Sink:
+        closed = False
+        sent = 0
+
+        async def invoke_oneway(self, request: RemotingCommand) -> None:
+            self.sent += 1
+
+    tmp = tempfile.mkdtemp(prefix="pymq-txcheck-")
+    clock_now = [int(time.time() * 1000)]
+    try:
+        async with trio.open_nursery() as nursery:
+            store_config = MessageStoreConfig(store_path_root_dir=tmp)
+            broker_config = BrokerConfig(broker_ip1="127.0.0.1")
+            store = DefaultMessageStore(store_config)
+            store.store_host = ("127.0.0.1", 10911)
+            config_dir = store_config.config_dir
+            ctx = BrokerContext(
+                broker_config=broker_config,
+                store=store,
+                topic_config_manager=TopicConfigManager(config_dir, broker_config),
+                subscription_group_manager=SubscriptionGroupManager(config_dir),
+                consumer_offset_manager=ConsumerOffsetManager(config_dir),
+                consumer_manager=ConsumerManager(),
+                producer_manager=ProducerManager(),
+                rebalance_lock_manager=RebalanceLockManager(),
+                pull_hold=PullRequestHoldService(),
+                stats=BrokerStats(),
+                fall_behind=ConsumerFallBehind(),
+                schedule=ScheduleMessageService(config_dir, store),
+                admin=None,  # type: ignore[arg-type]
+                store_host=store.store_host,
+            )
+            await nursery.start(store.run)
+            sink = Sink()
+            ctx.producer_manager.register(
+                "PG", ClientChannelInfo(sink, "bench", "PYTHON", 401, 0.0)
+            )
+            service = TransactionService(ctx, clock_ms=lambda: clock_now[0])
+
+            def put_halves(n: int) -> None:
+                for k in range(n):
+                    msg = StoredMessage(
+                        topic="TopicTx",
+                        body=b"x" * 256,
+                        queue_id=k % 4,
+                        born_timestamp=int(time.time() * 1000),
+                        born_host=("127.0.0.1", 40000),
+                        store_host=store.store_host,
+                    )
+                    sent = {
+                        "TRAN_MSG": "true",
+                        "PGROUP": "PG",
+                        "UNIQ_KEY": f"K{k:08d}",
+                        "CLUSTER": "DefaultCluster",
+                    }
+                    to_half_message(msg, sent)
+                    assert store.put_message_now(msg).is_ok
+
+            async def dispatched(n: int) -> None:
+                while store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0) < n:
+                    await trio.sleep(0.01)
+
+            async def timed_round() -> float:
+                t0 = time.perf_counter()
+                await service.check()
+                return time.perf_counter() - t0
+
+            # Young: the round stops at the first record.
+            put_halves(pending)
+            await dispatched(pending)
+            young = await timed_round()
+            # Due: every one re-put with TRANSACTION_CHECK_TIMES=1 and sent a check.
+            clock_now[0] = int(time.time() * 1000) + 3_600_000
+            due = await timed_round()
+            checked = sink.sent
+            # Done: ops for every re-put one (as if the producers answered ROLLBACK).
+            base = store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0)
+            await dispatched(base)
+            for offset in range(pending, base):
+                half = store.message_at(RMQ_SYS_TRANS_HALF_TOPIC, 0, offset)
+                assert half is not None
+                service._put_op(half)
+            while store.dispatch_behind_bytes:
+                await trio.sleep(0.01)
+            done = await timed_round()
+            nursery.cancel_scope.cancel()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(
+        f"check round, {pending} pending half messages: all young {young * 1000:.1f} ms, "
+        f"all due {due:.2f} s ({due / pending * 1e6:.1f} us each, {checked} checks sent), "
+        f"all ended {done:.2f} s ({done / pending * 1e6:.1f} us each)",
+        file=sys.stderr,
+    )
+    return {
+        "check_pending": pending,
+        "check_round_young_ms": round(young * 1000, 1),
+        "check_round_due_s": round(due, 3),
+        "check_round_ended_s": round(done, 3),
+        "checks_sent": checked,
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -380,6 +609,12 @@ async def main_async(args: argparse.Namespace) -> dict:
             if args.ha:
                 await wait_for_slave(namesrv)
         await create_topic(namesrv, args.topic, queues=args.queues)
+        if args.transaction:
+            result = {"system": args.name, "n": args.count, "size": args.size}
+            result.update(await publish_transactions(args, namesrv, [p.pid for p in procs]))
+            if args.pending:
+                result.update(await check_service_cost(args.pending))
+            return result
         pids = [p.pid for p in procs]
         cpu0 = cpu_seconds(pids)
         client_cpu0 = time.process_time()
@@ -444,6 +679,17 @@ def main() -> int:
         "PyPI rocketmq==0.4.4, --threads threads each sending synchronously)",
     )
     parser.add_argument("--threads", type=int, default=4, help="--real-client sending threads")
+    parser.add_argument(
+        "--transaction",
+        action="store_true",
+        help="transactional sends against plain sync sends, and the check service's cost",
+    )
+    parser.add_argument(
+        "--pending",
+        type=int,
+        default=100_000,
+        help="with --transaction: half messages for the check-service round (0: skip)",
+    )
     args = parser.parse_args()
     result = trio.run(main_async, args)
     print(json.dumps(result), flush=True)

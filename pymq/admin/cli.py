@@ -25,7 +25,13 @@ from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.message import RecordError, decode_offset_msg_id, decode_record, iter_records
 from pymq.common.properties import parse_properties
 from pymq.common.serde import loads_lenient, to_json
-from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
+from pymq.common.topic import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    CID_RMQ_SYS_TRANS,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+)
 from pymq.remoting.client import RemotingClient, open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -664,6 +670,105 @@ async def update_broker_config(admin: Admin, args: argparse.Namespace) -> Output
     return Output({"brokers": done, "key": args.key, "value": args.value}, lines=lines)
 
 
+# -- transactions -----------------------------------------------------------------------------
+
+# transactionStatus reads at most this many half messages per broker by default.
+TRANSACTION_SCAN_DEFAULT = 2000
+_PULL_BATCH = 32
+
+
+async def _max_offset(admin: Admin, addr: str, topic: str) -> int:
+    reply = await admin.invoke(addr, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": 0})
+    return int(reply.ext_fields.get("offset", "0"))
+
+
+async def _pull_queue0(admin: Admin, addr: str, topic: str, start: int, end: int) -> list[Any]:
+    """The messages of ``topic`` queue 0 in [start, end), pulled as TOOLS_CONSUMER (nothing is
+    committed)."""
+    out: list[Any] = []
+    offset = start
+    while offset < end:
+        reply = await admin.invoke(
+            addr,
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": TOOLS_CONSUMER_GROUP,
+                "topic": topic,
+                "queueId": 0,
+                "queueOffset": offset,
+                "maxMsgNums": min(_PULL_BATCH, end - offset),
+                "sysFlag": PULL_FLAG_SUBSCRIPTION,
+                "commitOffset": 0,
+                "suspendTimeoutMillis": 0,
+                "subscription": "*",
+                "subVersion": 0,
+                "expressionType": "TAG",
+            },
+            ok=range(0, 64),
+        )
+        batch = list(iter_records(reply.body)) if reply.code == ResponseCode.SUCCESS else []
+        if not batch:
+            next_offset = int(reply.ext_fields.get("nextBeginOffset", offset) or offset)
+            if next_offset <= offset:
+                break
+            offset = next_offset
+            continue
+        out.extend(m for m in batch if m.queue_offset < end)
+        offset = batch[-1].queue_offset + 1
+    return out
+
+
+async def transaction_status(admin: Admin, args: argparse.Namespace) -> Output:
+    """Half and op progress of each broker's transaction check service (its consumer offsets
+    of CID_RMQ_SYS_TRANS), what TRANS_CHECK_MAX_TIME_TOPIC holds, and the half messages the
+    service has not passed yet, by real topic."""
+    data: dict[str, Any] = {}
+    rows: list[list[object]] = []
+    topic_rows: list[list[object]] = []
+    for addr in await admin.targets(args):
+        reply = await admin.invoke(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        table = loads_lenient(reply.body).get("offsetTable", {}) if reply.body else {}
+
+        def progress(topic: str, table: dict[str, Any] = table) -> int:
+            queues = table.get(f"{topic}@{CID_RMQ_SYS_TRANS}", {})
+            return int(queues.get("0", queues.get(0, -1)))
+
+        half_end = await _max_offset(admin, addr, RMQ_SYS_TRANS_HALF_TOPIC)
+        op_end = await _max_offset(admin, addr, RMQ_SYS_TRANS_OP_HALF_TOPIC)
+        discarded = await _max_offset(admin, addr, TRANS_CHECK_MAX_TIME_TOPIC)
+        half_at = max(0, progress(RMQ_SYS_TRANS_HALF_TOPIC))
+        op_at = max(0, progress(RMQ_SYS_TRANS_OP_HALF_TOPIC))
+        # Half messages the check service has not passed yet, by real topic: those still
+        # waiting for an outcome and those ended since its last round (ended ones are marked
+        # in the op topic, which brokers do not serve to pulls).
+        scan_end = min(half_end, half_at + args.scan)
+        halves = await _pull_queue0(admin, addr, RMQ_SYS_TRANS_HALF_TOPIC, half_at, scan_end)
+        unchecked: dict[str, int] = {}
+        for half in halves:
+            topic = half.properties.get("REAL_TOPIC", "?")
+            if args.topic and topic != args.topic:
+                continue
+            unchecked[topic] = unchecked.get(topic, 0) + 1
+        truncated = scan_end < half_end
+        data[addr] = {
+            "halfMaxOffset": half_end,
+            "halfCheckOffset": half_at,
+            "opMaxOffset": op_end,
+            "opCheckOffset": op_at,
+            "discarded": discarded,
+            "uncheckedByTopic": unchecked,
+            "uncheckedTruncated": truncated,
+        }
+        rows.append([addr, half_end, half_at, op_end, op_at, discarded])
+        more = "+" if truncated else ""
+        topic_rows += [[addr, t, f"{n}{more}"] for t, n in sorted(unchecked.items())]
+    headers = ["#Broker", "#Half End", "#Half Checked", "#Op End", "#Op Checked", "#Discarded"]
+    lines = [format_table(headers, rows)]
+    if topic_rows:
+        lines += ["", format_table(["#Broker", "#Topic", "#Unchecked Half"], topic_rows)]
+    return Output(data, lines=lines)
+
+
 # -- the parser -------------------------------------------------------------------------------
 
 Command = Callable[[Admin, argparse.Namespace], Awaitable[Output]]
@@ -749,6 +854,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--brokerId", type=int, default=0)
     p.add_argument("-w", "--whichBrokerWhenConsumeSlowly", type=int, default=1)
     p.add_argument("-a", "--notifyConsumerIdsChanged", type=parse_bool, default=True)
+    p = command(
+        "transactionStatus",
+        transaction_status,
+        "Transaction check progress (half/op queues) and unchecked half messages by topic",
+    )
+    _broker_or_cluster(p)
+    p.add_argument("-t", "--topic", help="only half messages of this topic")
+    p.add_argument(
+        "--scan",
+        type=int,
+        default=TRANSACTION_SCAN_DEFAULT,
+        help=f"half messages read at most (default {TRANSACTION_SCAN_DEFAULT})",
+    )
     p = command("getBrokerConfig", get_broker_config, "A broker's effective config")
     _broker_or_cluster(p)
     p = command("updateBrokerConfig", update_broker_config, "Change a broker key at runtime")

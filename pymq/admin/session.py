@@ -89,6 +89,7 @@ class AdminSession:
             "message.byOffset": self._message_by_offset,
             "config.get": self._config_get,
             "config.update": self._config_update,
+            "transactions.status": self._transactions_status,
         }
         # The request types a client may subscribe to: the same handlers, pushed.
         self.streams = (
@@ -98,6 +99,7 @@ class AdminSession:
             "topic.status",
             "group.list",
             "group.progress",
+            "transactions.status",
         )
 
     @property
@@ -379,6 +381,9 @@ class AdminSession:
         return self.service.message_by_offset(
             request.get_str("topic"), request.get_int("queueId"), request.get_int("offset")
         )
+
+    async def _transactions_status(self, request: Request) -> dict[str, Any]:
+        return self.service.transaction_status()
 
     async def _config_get(self, request: Request) -> dict[str, Any]:
         return self.service.broker_config()

@@ -15,6 +15,8 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.config import (
     ConfigError,
@@ -77,6 +79,8 @@ BODY_PREVIEW_BYTES = 1024
 DEFAULT_KEY_QUERY_MAX = 64
 # The broker's version text, as GET_BROKER_RUNTIME_INFO reports it.
 BROKER_VERSION_DESC = "V4_9_4"
+# The transactions view reads at most this many waiting half messages per refresh.
+TRANSACTION_SCAN_LIMIT = 5000
 
 
 class AdminError(Exception):
@@ -165,6 +169,29 @@ class AdminService:
 
     def runtime_info(self) -> dict[str, str]:
         return self.broker.runtime_info()
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    def transaction_status(self, scan_limit: int = TRANSACTION_SCAN_LIMIT) -> dict[str, Any]:
+        """Half and op progress of the check service, its counters, and the half messages
+        still waiting for an outcome by real topic (the first ``scan_limit`` after the
+        progress offset: ``pendingTruncated`` says whether there were more)."""
+        b = self.broker
+        service = b.transactions
+        bc = b.broker_config
+        pending, truncated = service.pending_by_topic(scan_limit)
+        return {
+            **service.progress(),
+            **{_camel(k): v for k, v in attrs.asdict(service.stats).items()},
+            "pendingByTopic": dict(sorted(pending.items())),
+            "pendingTotal": sum(pending.values()),
+            "pendingTruncated": truncated,
+            "checkService": b.store_config.broker_role.value != "SLAVE",
+            "transactionCheckInterval": bc.transaction_check_interval,
+            "transactionTimeOut": bc.transaction_time_out,
+            "transactionCheckMax": bc.transaction_check_max,
+            "rejectTransactionMessage": bc.reject_transaction_message,
+        }
 
     # -- topics -------------------------------------------------------------------------------
 
@@ -475,6 +502,11 @@ class AdminService:
             raise AdminError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         self.broker.config_version.next_version()
         return applied
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 def _topic_plain(config: TopicConfig) -> dict[str, Any]:

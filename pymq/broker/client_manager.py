@@ -43,6 +43,21 @@ class ClientChannelInfo:
 class ProducerManager:
     def __init__(self) -> None:
         self.groups: dict[str, dict[object, ClientChannelInfo]] = {}
+        self._next_channel = 0
+
+    def available_channel(self, group: str) -> object | None:
+        """A live connection of a producer of ``group`` (ProducerManager.getAvailableChannel):
+        taken in turn among the group's producers, skipping closed ones; None when none is
+        left.  The broker asks it the state of a transaction."""
+        channels = list(self.groups.get(group, {}))
+        if not channels:
+            return None
+        self._next_channel = (self._next_channel + 1) % (1 << 30)
+        for i in range(len(channels)):
+            channel = channels[(self._next_channel + i) % len(channels)]
+            if not getattr(channel, "closed", False):
+                return channel
+        return None
 
     def register(self, group: str, info: ClientChannelInfo) -> None:
         channels = self.groups.setdefault(group, {})

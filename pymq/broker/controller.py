@@ -16,6 +16,7 @@
        ├─ protect_broker           every 3 min (disableConsumeIfConsumerReadSlowly)
        ├─ print_water_mark         every 1 s after 10 s
        ├─ schedule delivery        masters: one task per delay level
+       ├─ transaction check        masters: every transactionCheckInterval (60 s)
        ├─ slave_sync               slaves: every 10 s
        └─ front-ends               handed in by the caller: the admin channel (websocket +
                                    console) when adminListenPort is set
@@ -70,6 +71,7 @@ from pymq.broker.slave_sync import SLAVE_SYNC_INITIAL_DELAY, SLAVE_SYNC_PERIOD, 
 from pymq.broker.stats import BrokerStats
 from pymq.broker.subscription_group_manager import SubscriptionGroupManager
 from pymq.broker.topic_config_manager import TopicConfigManager
+from pymq.broker.transaction import TransactionService
 from pymq.common.config import ConfigError
 from pymq.common.periodic import every
 from pymq.common.topic import (
@@ -203,6 +205,8 @@ class BrokerController:
         self.pull_processor = PullProcessor(self.context)
         self.consumer_processor = ConsumerProcessor(self.context)
         self.admin_processor = AdminProcessor(self.context)
+        # END_TRANSACTION and the transaction check-back service (masters).
+        self.transactions = TransactionService(self.context)
         self._register_processors()
         self.outer_api: BrokerOuterAPI | None = None
         self.client: RemotingClient | None = None
@@ -228,6 +232,7 @@ class BrokerController:
             RequestCode.SEND_MESSAGE_V2: send.send_message,
             RequestCode.SEND_BATCH_MESSAGE: send.send_message,
             RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            RequestCode.END_TRANSACTION: self.transactions.end_transaction,
             RequestCode.PULL_MESSAGE: pull.pull_message,
             RequestCode.HEART_BEAT: consumer.heart_beat,
             RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
@@ -264,6 +269,7 @@ class BrokerController:
         inline = {
             RequestCode.SEND_MESSAGE: send.send_message_inline,
             RequestCode.SEND_MESSAGE_V2: send.send_message_inline,
+            RequestCode.END_TRANSACTION: self.transactions.end_transaction_inline,
         }
         for server in (self.server, self.fast_server):
             for code, handler in table.items():
@@ -379,6 +385,7 @@ class BrokerController:
                     )
                 else:
                     await nursery.start(self.schedule.run)
+                    await nursery.start(self.transactions.run)
                 for front_end in self.front_ends:
                     await nursery.start(front_end.run)
                 log.info(

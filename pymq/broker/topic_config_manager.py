@@ -21,6 +21,7 @@ from pymq.common.topic import (
     PERM_READ,
     PERM_WRITE,
     RMQ_SYS_TRACE_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
     DataVersion,
@@ -73,6 +74,9 @@ class TopicConfigManager(JsonConfigManager):
         if bc.trace_topic_enable:
             self._system(TopicConfig(bc.msg_trace_topic_name or RMQ_SYS_TRACE_TOPIC, 1, 1))
         self._system(TopicConfig(f"{bc.broker_cluster_name}_REPLY_TOPIC", 1, 1))
+        # Transactional half messages (Java 4.9.4 has it from start-up; the op topic and
+        # TRANS_CHECK_MAX_TIME_TOPIC are created when first written).
+        self._system(TopicConfig(RMQ_SYS_TRANS_HALF_TOPIC, 1, 1))
 
     # -- persistence --------------------------------------------------------------------------
 

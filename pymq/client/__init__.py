@@ -3,11 +3,17 @@
 from pymq.client.consumer import PullConsumer, PullResult, PushConsumer, allocate_averagely
 from pymq.client.instance import MQClientError
 from pymq.client.producer import Message, Producer, SendResult
+from pymq.client.transaction import (
+    LocalTransactionState,
+    TransactionProducer,
+    TransactionSendResult,
+)
 from pymq.common.consumer import ConsumeFromWhere, MessageModel, MessageQueue
 from pymq.common.message import MessageExt
 
 __all__ = [
     "ConsumeFromWhere",
+    "LocalTransactionState",
     "MQClientError",
     "Message",
     "MessageExt",
@@ -18,5 +24,7 @@ __all__ = [
     "PullResult",
     "PushConsumer",
     "SendResult",
+    "TransactionProducer",
+    "TransactionSendResult",
     "allocate_averagely",
 ]

@@ -2,7 +2,8 @@
 
 It owns the remoting connections (in the nursery it is given), the topic-route cache fetched
 from the name servers, and the heartbeats to brokers.  Brokers' requests to the client
-(NOTIFY_CONSUMER_IDS_CHANGED) are handed to ``on_ids_changed``.
+(NOTIFY_CONSUMER_IDS_CHANGED) are handed to ``on_ids_changed``, a broker's question about a
+transaction (CHECK_TRANSACTION_STATE) to ``on_check_transaction``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import itertools
 import logging
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self
@@ -53,10 +54,17 @@ class ClientInstance:
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.on_ids_changed: Callable[[str], None] = lambda group: None
+        # A transactional producer's answer to CHECK_TRANSACTION_STATE (oneway: no response).
+        self.on_check_transaction: Callable[[Channel, RemotingCommand], Awaitable[None]] | None = (
+            None
+        )
 
     async def _serve(self, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
         if req.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self.on_ids_changed(req.ext_fields.get("consumerGroup", ""))
+            return None
+        if req.code == RequestCode.CHECK_TRANSACTION_STATE and self.on_check_transaction:
+            await self.on_check_transaction(channel, req)
             return None
         return req.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {req.code} not supported"

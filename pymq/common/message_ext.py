@@ -255,3 +255,47 @@ java_string_hash_after: Callable[[int, str], int] = (
     _native.java_hash_after if _native is not None else _java_string_hash_after_py
 )
 """``java_string_hash(prefix + s)`` from the prefix's hash, hashing only ``s``."""
+
+
+# Java HashMap: default capacity and load factor.
+_HASHMAP_INITIAL_CAPACITY = 16
+_HASHMAP_LOAD_FACTOR = 0.75
+
+
+def java_hashmap_order(props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` in the order a Java ``HashMap`` filled in ``props``' order iterates them.
+
+    The broker serializes a message's properties from a ``HashMap`` wherever it rebuilds a
+    property string (a transactional message's half, commit, check and op records), so the stored
+    order is the map's bucket order: ``(h ^ (h >>> 16)) & (capacity - 1)`` of ``String.hashCode``,
+    keys of one bucket in insertion order, the capacity doubled from 16 whenever the size passes
+    three quarters of it.  Buckets large enough for Java to make trees (8 keys in one bucket of a
+    table of 64 or more) do not occur in property maps.  The order of a sequence of keys is
+    computed once (producers send the same keys again and again) and kept in a bounded cache.
+    """
+    keys = tuple(props)
+    order = _HASHMAP_ORDERS.get(keys)
+    if order is None:
+        order = _hashmap_order(keys)
+        if len(_HASHMAP_ORDERS) >= _HASHMAP_ORDERS_MAX:
+            _HASHMAP_ORDERS.clear()
+        _HASHMAP_ORDERS[keys] = order
+    return {key: props[key] for key in order}
+
+
+_HASHMAP_ORDERS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_HASHMAP_ORDERS_MAX = 4096
+
+
+def _hashmap_order(keys: tuple[str, ...]) -> tuple[str, ...]:
+    capacity = _HASHMAP_INITIAL_CAPACITY
+    while len(keys) > capacity * _HASHMAP_LOAD_FACTOR:
+        capacity *= 2
+    mask = capacity - 1
+
+    def bucket(key: str) -> int:
+        h = java_string_hash(key) & 0xFFFFFFFF
+        return (h ^ (h >> 16)) & mask
+
+    # sorted() is stable: keys of one bucket keep their insertion order.
+    return tuple(sorted(keys, key=bucket))

@@ -24,6 +24,10 @@ OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+# The internal group whose consumer offsets of the half and op topics are the transaction
+# check service's progress.
+CID_RMQ_SYS_TRANS = "CID_RMQ_SYS_TRANS"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
@@ -73,7 +77,7 @@ SYSTEM_TOPIC_NAMES = frozenset(
         SELF_TEST_TOPIC,
         SCHEDULE_TOPIC,
         OFFSET_MOVED_EVENT,
-        "TRANS_CHECK_MAX_TIME_TOPIC",
+        TRANS_CHECK_MAX_TIME_TOPIC,
     }
 )
 """Broker-internal topics by name; with the prefixes below they make :func:`is_system_topic`."""

@@ -349,6 +349,94 @@ class ConsumerSendMsgBackRequestHeader:
     max_reconsume_times: int | None = _field("maxReconsumeTimes", INT)
 
 
+# -- transactions ----------------------------------------------------------------------------
+
+# MessageSysFlag's transaction types, as END_TRANSACTION's commitOrRollback carries them.
+TRANSACTION_NOT_TYPE = 0
+TRANSACTION_COMMIT_TYPE = 8
+TRANSACTION_ROLLBACK_TYPE = 12
+
+
+@attrs.define(slots=True)
+class EndTransactionRequestHeader:
+    """END_TRANSACTION (37), a producer's oneway COMMIT (8), ROLLBACK (12) or UNKNOW (0) of the
+    half message at ``commitLogOffset`` / ``tranStateTableOffset`` (its half-queue offset)."""
+
+    producer_group: str = _req("producerGroup", STR)
+    tran_state_table_offset: int = _req("tranStateTableOffset", LONG)
+    commit_log_offset: int = _req("commitLogOffset", LONG)
+    commit_or_rollback: int = _req("commitOrRollback", INT)
+    msg_id: str = _req("msgId", STR)
+    from_transaction_check: bool = _field("fromTransactionCheck", BOOL, default=False)
+    transaction_id: str | None = _field("transactionId", STR)
+
+    @classmethod
+    def from_ext(cls, ext: dict[str, str]) -> EndTransactionRequestHeader:
+        """The header of an END_TRANSACTION, validated as :func:`decode` does (the hot path's
+        decoder: one per transaction; the tests compare it with :func:`decode`)."""
+        get = ext.get
+        group = get("producerGroup")
+        table_offset = get("tranStateTableOffset")
+        log_offset = get("commitLogOffset")
+        kind = get("commitOrRollback")
+        msg_id = get("msgId")
+        if group is None or table_offset is None or log_offset is None or kind is None:
+            return decode(cls, ext)  # names the missing field
+        if msg_id is None:
+            return decode(cls, ext)
+        from_check = get("fromTransactionCheck")
+        return cls(
+            group,
+            java_long("tranStateTableOffset", table_offset),
+            java_long("commitLogOffset", log_offset),
+            java_int("commitOrRollback", kind),
+            msg_id,
+            False if from_check is None else java_bool(from_check),
+            get("transactionId"),
+        )
+
+    @staticmethod
+    def producer_ext(
+        producer_group: str,
+        tran_state_table_offset: int,
+        commit_log_offset: int,
+        commit_or_rollback: int,
+        msg_id: str,
+    ) -> dict[str, str]:
+        """The extFields of a producer's own END_TRANSACTION (not from a check), as the Java
+        client writes them: the hot path's encoder, equal to :func:`encode` of the same header
+        (the tests compare them)."""
+        return {
+            "producerGroup": producer_group,
+            "tranStateTableOffset": str(tran_state_table_offset),
+            "commitLogOffset": str(commit_log_offset),
+            "commitOrRollback": str(commit_or_rollback),
+            "msgId": msg_id,
+            "fromTransactionCheck": "false",
+        }
+
+    def __attrs_post_init__(self) -> None:
+        # EndTransactionRequestHeader.checkFields
+        if self.commit_or_rollback not in (
+            TRANSACTION_NOT_TYPE,
+            TRANSACTION_COMMIT_TYPE,
+            TRANSACTION_ROLLBACK_TYPE,
+        ):
+            raise HeaderError("commitOrRollback field wrong")
+
+
+@attrs.define(slots=True)
+class CheckTransactionStateRequestHeader:
+    """CHECK_TRANSACTION_STATE (39), broker to producer (oneway): the half message's offsets;
+    the body is the message in the commit-log record layout."""
+
+    tran_state_table_offset: int = _req("tranStateTableOffset", LONG)
+    commit_log_offset: int = _req("commitLogOffset", LONG)
+    msg_id: str | None = _field("msgId", STR)
+    transaction_id: str | None = _field("transactionId", STR)
+    offset_msg_id: str | None = _field("offsetMsgId", STR)
+
+
 # -- pull and consumers ----------------------------------------------------------------------
 
 
@@ -552,6 +640,8 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.SEND_MESSAGE_V2: SendMessageRequestHeader,
     _RC.SEND_BATCH_MESSAGE: SendMessageRequestHeader,
     _RC.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader,
+    _RC.END_TRANSACTION: EndTransactionRequestHeader,
+    _RC.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader,
     _RC.PULL_MESSAGE: PullMessageRequestHeader,
     _RC.UNREGISTER_CLIENT: UnregisterClientRequestHeader,
     _RC.GET_CONSUMER_LIST_BY_GROUP: ConsumerGroupHeader,
@@ -586,6 +676,7 @@ REQUEST_HEADERS: dict[int, type] = {
 }
 
 _SEND_CODES = frozenset({_RC.SEND_MESSAGE, _RC.SEND_MESSAGE_V2, _RC.SEND_BATCH_MESSAGE})
+_END_TRANSACTION = _RC.END_TRANSACTION
 
 
 def decode_request(request: Any) -> Any:
@@ -600,6 +691,8 @@ def decode_request(request: Any) -> Any:
         return None
     if code in _SEND_CODES:
         header = SendMessageRequestHeader.from_ext(code, request.ext_fields)
+    elif code == _END_TRANSACTION:
+        header = EndTransactionRequestHeader.from_ext(request.ext_fields)
     else:
         header = decode(cls, request.ext_fields)
     request.header = header

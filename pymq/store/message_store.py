@@ -554,6 +554,12 @@ class DefaultMessageStore:
             if not self.reput.woken:
                 self.reput.wakeup()
 
+    async def wait_durable(self, result: PutMessageResult) -> PutMessageResult:
+        """``result`` of :meth:`put_message_now` once its bytes are durable, when this store
+        must wait for that (SYNC_FLUSH: on disk; SYNC_MASTER: on the slave too); the status
+        becomes FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE if not."""
+        return await self._durable(result, None)
+
     async def _durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
         """``result`` once its bytes are durable, when this store must wait for that."""
         if self.must_wait and result.status is PUT_OK:
@@ -682,6 +688,15 @@ class DefaultMessageStore:
             if size <= 0:
                 return None
         return self.commitlog.get_message(phy_offset, size)
+
+    def message_at(self, topic: str, queue_id: int, cq_offset: int) -> MessageExt | None:
+        """The decoded message at consume-queue offset ``cq_offset`` of ``topic``/``queue_id``;
+        None when the queue has no such entry or its record is gone or invalid."""
+        cq = self.consume_queues.find(topic, queue_id)
+        entry = cq.get_entry(cq_offset) if cq else None
+        if entry is None:
+            return None
+        return self.look_message_by_offset(entry[0], entry[1])
 
     def look_message_by_offset(self, phy_offset: int, size: int | None = None) -> MessageExt | None:
         """The decoded message at ``phy_offset``; None when absent or failing its checks."""

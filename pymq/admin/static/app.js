@@ -574,6 +574,48 @@ const views = {
     },
   },
 
+  // Transactions: half messages waiting for an outcome, checks and discards, pushed live.
+  transactions: {
+    enter(app) {
+      app.watch("transactions.status", {}, (t) => {
+        if (t.error) {
+          $("#tx-summary tbody").replaceChildren(el("tr", {}, el("td", { colspan: 8 }, t.error.message)));
+          return;
+        }
+        const waiting = fmtNum(t.pendingTotal) + (t.pendingTruncated ? "+" : "");
+        const round = t.rounds
+          ? `${new Date(t.lastRoundMs).toLocaleTimeString()}: ${t.lastRoundChecked} checked of ${t.lastRoundWalked} read in ${t.lastRoundDurationMs.toFixed(1)} ms`
+          : "none yet";
+        $("#tx-settings").textContent =
+          `check every ${t.transactionCheckInterval} ms, after ${t.transactionTimeOut} ms, at most ${t.transactionCheckMax} times` +
+          (t.checkService ? "" : " (a slave: no check service)") +
+          (t.rejectTransactionMessage ? "; transactional messages are refused" : "");
+        $("#tx-summary tbody").replaceChildren(
+          el(
+            "tr",
+            {},
+            el("td", { class: "num", "data-testid": "tx-waiting" }, waiting),
+            el("td", { class: "num", "data-testid": "tx-committed" }, fmtNum(t.committed)),
+            td(fmtNum(t.rolledBack), true),
+            td(fmtNum(t.unknown), true),
+            el("td", { class: "num", "data-testid": "tx-checks" }, fmtNum(t.checks)),
+            td(fmtNum(t.checksWithoutProducer), true),
+            el("td", { class: "num", "data-testid": "tx-discarded" }, fmtNum(t.discardedTotal)),
+            td(round),
+          ),
+        );
+        const behind = (end, at) => (at < 0 ? end : Math.max(0, end - at));
+        $("#tx-progress tbody").replaceChildren(
+          el("tr", {}, td("RMQ_SYS_TRANS_HALF_TOPIC"), td(fmtNum(t.halfMaxOffset), true), td(fmtNum(t.halfCheckOffset), true), td(fmtNum(behind(t.halfMaxOffset, t.halfCheckOffset)), true)),
+          el("tr", {}, td("RMQ_SYS_TRANS_OP_HALF_TOPIC"), td(fmtNum(t.opMaxOffset), true), td(fmtNum(t.opCheckOffset), true), td(fmtNum(behind(t.opMaxOffset, t.opCheckOffset)), true)),
+        );
+        $("#tx-topics tbody").replaceChildren(
+          ...Object.entries(t.pendingByTopic).map(([topic, n]) => el("tr", {}, td(topic), td(fmtNum(n), true))),
+        );
+      });
+    },
+  },
+
   // Broker config: every key; live keys are editable, restart-only keys are not.
   config: {
     wired: false,

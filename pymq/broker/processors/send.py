@@ -12,6 +12,7 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
+from pymq.broker.transaction import to_half_message
 from pymq.common.address import host_of
 from pymq.common.message import (
     PROPERTY_CLUSTER,
@@ -21,7 +22,6 @@ from pymq.common.message import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
     MessageExt,
-    MessageSysFlag,
     RecordError,
     decode_batch_body,
     decode_properties,
@@ -108,6 +108,8 @@ _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 _SUCCESS = ResponseCode.SUCCESS
 _send_response_json = SendMessageResponseHeader.ext_json
 _SYNC_MASTER = BrokerRole.SYNC_MASTER
+_WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
+_SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
 
 
 class SendProcessor:
@@ -313,10 +315,10 @@ class SendProcessor:
             return refused
         if config is None:
             return None
-        msg_or_refusal = self._single_message(channel, req, header, config)
+        queue_id = self._queue_id(header, config)
+        msg_or_refusal = self._single_message(channel, req, header, queue_id)
         if isinstance(msg_or_refusal, RemotingCommand):
             return msg_or_refusal
-        queue_id = msg_or_refusal.queue_id
         result = store.put_message_now(msg_or_refusal)
         wait = msg_or_refusal.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
         if store.must_wait and store.defer_durable(
@@ -333,12 +335,13 @@ class SendProcessor:
         assert config is not None
         if header.batch:
             return await self._send_batch(channel, req, header, self._queue_id(header, config))
-        msg_or_refusal = self._single_message(channel, req, header, config)
+        # The answer names the queue the producer asked for, as Java's does, even when the
+        # message goes to the DLQ, delayed to SCHEDULE_TOPIC_XXXX, or as a transaction's half
+        # to RMQ_SYS_TRANS_HALF_TOPIC.
+        queue_id = self._queue_id(header, config)
+        msg_or_refusal = self._single_message(channel, req, header, queue_id)
         if isinstance(msg_or_refusal, RemotingCommand):
             return msg_or_refusal
-        # The answer names the queue the producer asked for, as Java's does, even when the
-        # message goes to the DLQ or, delayed, to SCHEDULE_TOPIC_XXXX.
-        queue_id = msg_or_refusal.queue_id
         refused = await self._retry_and_dlq(req, header, msg_or_refusal)
         if refused is not None:
             return refused
@@ -356,21 +359,28 @@ class SendProcessor:
         channel: Channel,
         req: RemotingCommand,
         header: SendMessageRequestHeader,
-        config: TopicConfig,
+        queue_id: int,
     ) -> MessageExt | RemotingCommand:
-        """The message to store, or the refusal of a transactional (half) message."""
+        """The message to store (a transaction's half record for ``TRAN_MSG=true``), or the
+        refusal of a transactional message when ``rejectTransactionMessage`` is set."""
         props = self._properties(header.properties or "")
+        msg = self._message(channel, header, queue_id, req.body, props)
         prepared = props.get(PROPERTY_TRANSACTION_PREPARED)
-        if (prepared is not None and parse_java_bool(prepared)) or (
-            MessageSysFlag.transaction_value(header.sys_flag)
-            == MessageSysFlag.TRANSACTION_PREPARED_TYPE
-        ):
-            return req.response(
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{self.ctx.broker_config.broker_ip1}] does not accept "
-                "transactional (half) messages yet",
-            )
-        return self._message(channel, header, self._queue_id(header, config), req.body, props)
+        if prepared is not None and parse_java_bool(prepared):
+            bc = self.ctx.broker_config
+            if bc.reject_transaction_message:
+                return req.response(
+                    ResponseCode.NO_PERMISSION,
+                    f"the broker[{bc.broker_ip1}] sending transaction message is forbidden",
+                )
+            # Java takes WAIT out of the properties and puts it back after CLUSTER.
+            raw = header.properties or ""
+            if PROPERTY_WAIT_STORE_MSG_OK not in props and (
+                raw.startswith(_WAIT_KEY) or _SEPARATED_WAIT_KEY in raw
+            ):
+                props[PROPERTY_WAIT_STORE_MSG_OK] = "true"
+            to_half_message(msg, props)
+        return msg
 
     async def _send_batch(
         self,

@@ -14,6 +14,7 @@ so ``bloomFilterData`` is written as null and ignored when read.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -31,13 +32,23 @@ MS_24_HOURS = 24 * 3600 * 1000
 LOADED_DEAD_AGO_MS = 30 * 1000
 
 
+COMPILE_CACHE_SIZE = 100
+"""Compiled expressions kept by text (as Java's SelectorParser cache), so that pulls carrying
+their expression (sysFlag bit 4) do not compile it each time."""
+
+
+@functools.lru_cache(maxsize=COMPILE_CACHE_SIZE)
+def _compile_cached(expression: str) -> Sql92Filter:
+    return compile_sql92(expression)
+
+
 def compile_expression(expression_type: str, expression: str) -> Sql92Filter:
     """FilterFactory.get(type).compile(expression): only SQL92 is known."""
     if expression_type != EXPRESSION_TYPE_SQL92:
         raise Sql92Error(
             f"java.lang.IllegalArgumentException: no filter for expression type {expression_type}"
         )
-    return compile_sql92(expression)
+    return _compile_cached(expression)
 
 
 @attrs.define(eq=False)

@@ -4,7 +4,9 @@ each pull), against a broker with and without enablePropertyFilter, and filtered
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
 
 import pytest
 import trio
@@ -138,3 +140,34 @@ async def test_retried_messages_are_filtered_too(sql_cluster: Cluster) -> None:
     numbers = [int(m.properties["n"]) for m in collector.messages]
     assert set(numbers) == {1, 3, 5}
     assert all(n % 2 for n in numbers)
+
+
+async def test_filters_survive_a_broker_restart(tmp_path) -> None:
+    """consumerFilter.json is written at shutdown (and every 10 s) and compiled again at start;
+    the reloaded filter is dead until the group's heartbeat comes back, and still filters."""
+    properties = dict(TEST_PROPERTIES, enablePropertyFilter="true")
+    data = str(tmp_path)
+
+    def cluster() -> AsyncContextManager[Cluster]:
+        return open_cluster(
+            data, namesrv_port=0, broker_port=0, bind_address="127.0.0.1", properties=properties
+        )
+
+    async with cluster() as first:
+        await produce(first, "Metrics", 8)
+        collector = Collector()
+        async with PushConsumer("CG_KEEP", first.namesrv_addr, collector, consume_from=FIRST) as c:
+            await c.subscribe("Metrics", MessageSelector.by_sql("n < 2"))
+            await collector.wait_for(2)
+    path = tmp_path / "store" / "config" / "consumerFilter.json"
+    saved = json.loads(path.read_text())
+    entry = saved["filterDataByTopic"]["Metrics"]["groupFilterData"]["CG_KEEP"]
+    assert entry["expression"] == "n < 2" and entry["expressionType"] == "SQL92"
+    assert entry["deadTime"] >= entry["bornTime"]  # the group left at shutdown
+
+    async with cluster() as second:
+        data_after = second.broker.consumer_filter_manager.get("Metrics", "CG_KEEP")
+        assert data_after is not None and data_after.is_dead
+        assert data_after.compiled is not None
+        assert data_after.compiled.matches({"n": "1"}.get)
+        assert data_after.client_version == entry["clientVersion"]

@@ -22,6 +22,8 @@ from pymq.client import (
     PushConsumer,
     topics,
 )
+from pymq.common.consumer import MessageQueue
+from pymq.common.topic import retry_topic
 from pymq.embedded import Cluster, open_cluster
 from pymq.remoting.codes import ResponseCode
 from pymq.testing import TEST_PROPERTIES
@@ -55,16 +57,20 @@ async def produce(cluster: Cluster, topic: str, count: int) -> None:
 
 
 class Collector:
-    def __init__(self, fail_first: int = 0) -> None:
+    """Records what it gets; fails the first delivery of the messages numbered ``fail``."""
+
+    def __init__(self, fail: frozenset[int] = frozenset()) -> None:
         self.messages: list[MessageExt] = []
-        self.fail_first = fail_first
+        self.fail = set(fail)
         self.changed = trio.Event()
 
     async def __call__(self, msgs: list[MessageExt]) -> bool:
         self.messages.extend(msgs)
         self.changed.set()
         self.changed = trio.Event()
-        return len(self.messages) > self.fail_first
+        failing = {int(m.properties["n"]) for m in msgs} & self.fail
+        self.fail -= failing
+        return not failing
 
     async def wait_for(self, count: int, timeout: float = 30) -> None:
         with trio.fail_after(timeout):
@@ -124,22 +130,29 @@ async def test_a_broker_without_property_filter_refuses_sql(pymq_cluster: Cluste
         assert "Metrics" not in consumer.subscriptions
 
 
-async def test_retried_messages_are_filtered_too(sql_cluster: Cluster) -> None:
-    """A failed message comes back through %RETRY%group; with filterSupportRetry its original
-    topic's filter still applies (all of them match here, so all come back)."""
+async def test_retried_messages_are_filtered_by_the_current_filter(sql_cluster: Cluster) -> None:
+    """With filterSupportRetry, messages coming back through %RETRY%group are filtered by the
+    group's current filter of their original topic: after the consumer narrows its expression,
+    only the retried message that still matches is delivered again."""
     await produce(sql_cluster, "Metrics", 6)
-    collector = Collector(fail_first=2)
-    selector = MessageSelector.by_sql("kind = 'odd'")
-    async with PushConsumer(
-        "CG_RETRY", sql_cluster.namesrv_addr, collector, consume_from=FIRST
-    ) as consumer:
-        await consumer.subscribe("Metrics", selector)
+    collector = Collector(fail=frozenset({1, 3}))  # sent back, to come through the retry topic
+    group = "CG_RETRY"
+    async with PushConsumer(group, sql_cluster.namesrv_addr, collector, consume_from=FIRST) as c:
+        await c.subscribe("Metrics", MessageSelector.by_sql("kind = 'odd'"))
         await collector.wait_for(3)
-        # The first deliveries failed: they come back from the retry topic (delay level 1, 1 s).
-        await collector.wait_for(5, timeout=60)
+        assert sorted(int(m.properties["n"]) for m in collector.messages) == [1, 3, 5]
+        # The sent-back messages wait 10 s (delay level 3) before entering the retry topic.
+        await c.subscribe("Metrics", MessageSelector.by_sql("n = 1"))
+        await collector.wait_for(4, timeout=60)
+        retry_mq = MessageQueue(retry_topic(group), "broker-a", 0)
+        with trio.fail_after(30):
+            while c.offsets.get(retry_mq, 0) < 2:  # both retried messages were scanned
+                await trio.sleep(0.05)
+        await trio.sleep(0.2)
     numbers = [int(m.properties["n"]) for m in collector.messages]
-    assert set(numbers) == {1, 3, 5}
-    assert all(n % 2 for n in numbers)
+    assert numbers[3:] == [1]  # n=3 no longer matches: skipped in the retry topic
+    assert collector.messages[3].topic == "Metrics"
+    assert sql_cluster.broker.store.get_max_offset_in_queue(retry_topic(group), 0) == 2
 
 
 async def test_filters_survive_a_broker_restart(tmp_path) -> None:

@@ -32,6 +32,7 @@ from pymq.common.topic import (
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
 )
+from pymq.common.trace import TRACE_TOPIC, TraceView, format_trace, trace_views
 from pymq.remoting.client import RemotingClient, open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -573,6 +574,39 @@ async def query_msg_by_key(admin: Admin, args: argparse.Namespace) -> Output:
     return Output(views, ["#Message ID", "#QID", "#Offset", "#Body"], rows)
 
 
+async def query_msg_trace_by_id(admin: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin queryMsgTraceById: the trace messages whose keys name the message id (QUERY_MESSAGE
+    on the trace topic), and the message's steps in them: publish, consume-before and
+    consume-after, with hosts, times and costs."""
+    views: list[tuple[int, TraceView]] = []
+    now = int(time.time() * 1000)
+    for addr in (await admin.topic_masters(args.traceTopic)).values():
+        reply = await admin.invoke(
+            addr,
+            RequestCode.QUERY_MESSAGE,
+            {
+                "topic": args.traceTopic,
+                "key": args.msgId,
+                "maxNum": 64,
+                "beginTimestamp": 0,
+                "endTimestamp": now,
+            },
+            ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+        )
+        if reply.code != ResponseCode.SUCCESS:
+            continue
+        try:
+            for msg in iter_records(reply.body):
+                for view in trace_views(args.msgId, msg.body, msg.born_host[0]):
+                    views.append((msg.store_timestamp, view))
+        except RecordError as exc:
+            raise CliError(f"bad record from {addr}: {exc}") from None
+    if not views:
+        raise CliError(f"no trace of message {args.msgId} in topic {args.traceTopic}")
+    ordered = [view for _, view in sorted(views, key=lambda pair: pair[0])]
+    return Output([v.to_json() for v in ordered], lines=format_trace(ordered))
+
+
 async def query_msg_by_offset(admin: Admin, args: argparse.Namespace) -> Output:
     masters = await admin.topic_masters(args.topic)
     addr = masters.get(args.brokerName)
@@ -833,6 +867,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-b", "--beginTimestamp", type=int, default=0)
     p.add_argument("-e", "--endTimestamp", type=int, default=2**62)
     p.add_argument("-c", "--maxNum", type=int, default=64)
+    p = command("queryMsgTraceById", query_msg_trace_by_id, "A message's trace (message trace)")
+    p.add_argument("-i", "--msgId", required=True, help="the message id (its unique key)")
+    p.add_argument("-t", "--traceTopic", default=TRACE_TOPIC, help="the trace topic")
     p = command("queryMsgByOffset", query_msg_by_offset, "A message by queue and offset")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-b", "--brokerName", required=True)

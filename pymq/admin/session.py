@@ -87,6 +87,7 @@ class AdminSession:
             "message.byId": self._message_by_id,
             "message.byKey": self._message_by_key,
             "message.byOffset": self._message_by_offset,
+            "message.trace": self._message_trace,
             "config.get": self._config_get,
             "config.update": self._config_update,
             "transactions.status": self._transactions_status,
@@ -375,6 +376,11 @@ class AdminSession:
     async def _message_by_key(self, request: Request) -> list[dict[str, Any]]:
         return self.service.messages_by_key(
             request.get_str("topic"), request.get_str("key"), request.get_int("maxNum", 64)
+        )
+
+    async def _message_trace(self, request: Request) -> list[dict[str, Any]]:
+        return self.service.message_trace(
+            request.get_str("msgId"), request.get_str("traceTopic", None)
         )
 
     async def _message_by_offset(self, request: Request) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from pymq.common.config import (
     to_properties,
     update_at_runtime,
 )
-from pymq.common.message import MessageExt, decode_offset_msg_id, decode_record
+from pymq.common.message import MessageExt, RecordError, decode_offset_msg_id, decode_record
 from pymq.common.serde import from_plain, to_plain
 from pymq.common.topic import (
     PERM_READ,
@@ -33,6 +33,7 @@ from pymq.common.topic import (
     TopicFilterType,
     validate_topic,
 )
+from pymq.common.trace import TRACE_TOPIC, trace_views
 from pymq.remoting.codes import CURRENT_VERSION, ResponseCode
 
 if TYPE_CHECKING:
@@ -462,6 +463,27 @@ class AdminService:
             msg = self.broker.store.look_message_by_offset(head.commitlog_offset)
             found.append(message_view(msg or head, with_body=msg is not None))
         return sorted(found, key=lambda m: m["storeTimestamp"])
+
+    def message_trace(self, msg_id: str, trace_topic: str | None = None) -> list[dict[str, Any]]:
+        """A message's trace from this broker's trace topic (``msgTraceTopicName`` unless
+        given): the steps recorded by trace messages whose keys name ``msg_id``, oldest first
+        (as ``pymq-admin queryMsgTraceById``)."""
+        topic = trace_topic or self.broker.broker_config.msg_trace_topic_name or TRACE_TOPIC
+        self.require_topic(topic)
+        result = self.broker.store.query_message(topic, msg_id, DEFAULT_KEY_QUERY_MAX, 0, 2**62)
+        steps: list[tuple[int, dict[str, Any]]] = []
+        for raw in result.messages:
+            try:
+                msg = decode_record(raw, check_crc=False)
+            except RecordError:
+                continue
+            for view in trace_views(msg_id, msg.body, msg.born_host[0]):
+                steps.append((msg.store_timestamp, view.to_json()))
+        if not steps:
+            raise AdminError(
+                ResponseCode.QUERY_NOT_FOUND, f"no trace of message {msg_id} in topic {topic}"
+            )
+        return [step for _, step in sorted(steps, key=lambda pair: pair[0])]
 
     def message_by_offset(self, topic: str, queue_id: int, offset: int) -> dict[str, Any]:
         config = self.require_topic(topic)

@@ -110,9 +110,15 @@ class ConsumerGroupInfo:
 
 
 class ConsumerManager:
-    def __init__(self, on_ids_changed: Callable[[str, list[object]], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_ids_changed: Callable[[str, list[object]], None] | None = None,
+        on_group_removed: Callable[[str], None] | None = None,
+    ) -> None:
         self.groups: dict[str, ConsumerGroupInfo] = {}
         self.on_ids_changed = on_ids_changed or (lambda group, channels: None)
+        # Java's UNREGISTER event: the group's last consumer left (its filters die).
+        self.on_group_removed = on_group_removed or (lambda group: None)
 
     def get(self, group: str) -> ConsumerGroupInfo | None:
         return self.groups.get(group)
@@ -164,6 +170,7 @@ class ConsumerManager:
         log.info("unregister consumer ok, group %s", group)
         if not group_info.channels:
             del self.groups[group]
+            self.on_group_removed(group)
         elif notify:
             self.on_ids_changed(group, list(group_info.channels))
 

@@ -89,6 +89,12 @@ class BrokerConfig:
     wait_time_mills_in_transaction_queue: int = 3000
     filter_support_retry: bool = False
     enable_property_filter: bool = False
+    # Accepted for compatibility: pymq does not compute the bloom-filter bit map.
+    enable_calc_filter_bit_map: bool = False
+    max_error_rate_of_bloom_filter: int = 20
+    expect_consumer_num_use_filter: int = 32
+    # Dead SQL92 filters (their group gone, or no longer subscribing) are dropped this long after.
+    filter_data_clean_time_span: int = 24 * 3600 * 1000
     compressed_register: bool = False
     force_register: bool = True
     register_name_server_period: int = 30000

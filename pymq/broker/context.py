@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pymq.broker.admin_service import AdminService
     from pymq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
     from pymq.broker.config import BrokerConfig
+    from pymq.broker.consumer_filter_manager import ConsumerFilterManager
     from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
     from pymq.broker.fast_failure import ConsumerFallBehind
     from pymq.broker.long_polling import PullRequestHoldService
@@ -41,6 +42,8 @@ class BrokerContext:
     topic_config_manager: TopicConfigManager
     subscription_group_manager: SubscriptionGroupManager
     consumer_offset_manager: ConsumerOffsetManager
+    # The groups' compiled SQL92 filters (registered by heartbeats, used by pulls).
+    consumer_filter_manager: ConsumerFilterManager
     consumer_manager: ConsumerManager
     producer_manager: ProducerManager
     rebalance_lock_manager: RebalanceLockManager

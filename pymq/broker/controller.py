@@ -102,6 +102,8 @@ CLIENT_HOUSEKEEPING_PERIOD = 10.0
 # Allocations between young-generation collections once the broker runs (CPython: 700).
 GC_THRESHOLD = 10_000
 SCHEDULE_PERSIST_PERIOD = 10.0
+# ConsumerFilterManager.persist: every 10 s, after 10 s (as Java).
+FILTER_PERSIST_PERIOD = 10.0
 # Shutdown work gets this long even when the broker is being torn down.
 SHUTDOWN_DEADLINE = 10.0
 
@@ -154,10 +156,15 @@ class BrokerController:
         self.subscription_group_manager = SubscriptionGroupManager(
             config_dir, broker_config.auto_create_subscription_group
         )
-        self.consumer_filter_manager = ConsumerFilterManager(config_dir)
+        self.consumer_filter_manager = ConsumerFilterManager(
+            config_dir, broker_config.filter_data_clean_time_span
+        )
         self.schedule = ScheduleMessageService(config_dir, self.store)
         self.producer_manager = ProducerManager()
-        self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
+        self.consumer_manager = ConsumerManager(
+            self._notify_consumer_ids_changed,
+            on_group_removed=self.consumer_filter_manager.unregister_group,
+        )
         self.rebalance_lock_manager = RebalanceLockManager()
         self.pull_hold = PullRequestHoldService()
         self.stats = BrokerStats()
@@ -191,6 +198,7 @@ class BrokerController:
             topic_config_manager=self.topic_config_manager,
             subscription_group_manager=self.subscription_group_manager,
             consumer_offset_manager=self.consumer_offset_manager,
+            consumer_filter_manager=self.consumer_filter_manager,
             consumer_manager=self.consumer_manager,
             producer_manager=self.producer_manager,
             rebalance_lock_manager=self.rebalance_lock_manager,
@@ -369,6 +377,12 @@ class BrokerController:
                 )
                 self._every(nursery, CLIENT_HOUSEKEEPING_PERIOD, self._client_housekeeping)
                 self._every(nursery, SCHEDULE_PERSIST_PERIOD, self.schedule.persist)
+                self._every(
+                    nursery,
+                    FILTER_PERSIST_PERIOD,
+                    self.consumer_filter_manager.persist,
+                    FILTER_PERSIST_PERIOD,
+                )
                 self._every(nursery, 1.0, self.stats.sample, 0.0)
                 self._every(
                     nursery, PROTECT_BROKER_PERIOD, self.protect_broker, PROTECT_BROKER_PERIOD

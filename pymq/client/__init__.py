@@ -1,6 +1,12 @@
 """pymq's Trio client: a Producer and Push/Pull consumers speaking RocketMQ 4.x's protocol."""
 
-from pymq.client.consumer import PullConsumer, PullResult, PushConsumer, allocate_averagely
+from pymq.client.consumer import (
+    MessageSelector,
+    PullConsumer,
+    PullResult,
+    PushConsumer,
+    allocate_averagely,
+)
 from pymq.client.instance import MQClientError
 from pymq.client.producer import Message, Producer, SendResult
 from pymq.client.transaction import (
@@ -19,6 +25,7 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PullResult",

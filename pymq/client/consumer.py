@@ -7,12 +7,18 @@
 
     async with PushConsumer("my-group", "127.0.0.1:9876", handle) as consumer:
         await consumer.subscribe("TopicTest", "TagA || TagB")
+        await consumer.subscribe("Orders", MessageSelector.by_sql("amount > 100"))
         await trio.sleep_forever()
 
 A push consumer allocates queues among the group's members averagely (rebalancing every 20 s and
 at once when the broker says the group changed), long-polls each queue it owns, hands messages
 to the handler in order, commits offsets every 5 s and when it gives a queue up, and sends a
 failed message back to the broker (retry topic, delay levels, DLQ after the maximum).
+
+A :class:`MessageSelector` chooses messages by tag or by an SQL92 expression over their
+properties, which the broker evaluates (it needs ``enablePropertyFilter=true``; a consumer
+subscribing by SQL92 asks each broker of the topic first, CHECK_CLIENT_CONFIG, and fails with
+the broker's answer, as Java's ``consumer.start()`` does).
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ import trio
 
 from pymq.client.instance import ClientService, MQClientError
 from pymq.common.consumer import (
+    EXPRESSION_TYPE_SQL92,
+    EXPRESSION_TYPE_TAG,
+    CheckClientRequestBody,
     ConsumeFromWhere,
     ConsumerData,
     ConsumerList,
@@ -43,7 +52,7 @@ from pymq.common.message import (
     MessageSysFlag,
     decode_records,
 )
-from pymq.common.serde import from_json
+from pymq.common.serde import from_json, to_json
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
@@ -68,6 +77,42 @@ LOCAL_RETRY_DELAY = 5.0  # a failed message that could not be sent back is consu
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
+
+
+@attrs.frozen
+class MessageSelector:
+    """How a consumer selects messages: by tag (``"TagA || TagB"``, ``"*"``) or by an SQL92
+    expression over message properties (``"a > 5 AND region = 'eu'"``), as Java's
+    ``MessageSelector.byTag`` / ``bySql``."""
+
+    expression_type: str
+    expression: str
+
+    @classmethod
+    def by_sql(cls, sql: str) -> MessageSelector:
+        return cls(EXPRESSION_TYPE_SQL92, sql)
+
+    @classmethod
+    def by_tag(cls, tag: str = "*") -> MessageSelector:
+        return cls(EXPRESSION_TYPE_TAG, tag or "*")
+
+    @property
+    def is_tag(self) -> bool:
+        return self.expression_type == EXPRESSION_TYPE_TAG
+
+    def subscription(self, topic: str, version: int = 0) -> SubscriptionData:
+        if self.is_tag:
+            return SubscriptionData.build(topic, self.expression, version)
+        return SubscriptionData.build(topic, self.expression, version, self.expression_type)
+
+
+Selector = str | MessageSelector | None
+
+
+def as_selector(expression: Selector) -> MessageSelector:
+    if isinstance(expression, MessageSelector):
+        return expression
+    return MessageSelector.by_tag(expression or "*")
 
 
 @attrs.define
@@ -148,16 +193,23 @@ class _Base(ClientService):
     async def pull(
         self,
         mq: MessageQueue,
-        expression: str | None,
+        expression: Selector,
         offset: int,
         max_nums: int = PULL_BATCH_SIZE,
         *,
         suspend_ms: int = 0,
         commit_offset: int = -1,
         timeout: float = 10.0,
+        registered_version: int | None = None,
     ) -> PullResult:
-        """One PULL_MESSAGE; with ``suspend_ms`` the broker holds it until a message arrives."""
-        sys_flag = FLAG_SUBSCRIPTION
+        """One PULL_MESSAGE; with ``suspend_ms`` the broker holds it until a message arrives.
+
+        ``expression`` is a tag expression or a :class:`MessageSelector`; it travels in the
+        request, unless ``registered_version`` is given: then the broker filters by the
+        subscription of that version the group's heartbeat registered (as Java's push
+        consumer pulls)."""
+        selector = as_selector(expression)
+        sys_flag = 0 if registered_version is not None else FLAG_SUBSCRIPTION
         if suspend_ms:
             sys_flag |= FLAG_SUSPEND
         if commit_offset > 0:
@@ -174,9 +226,9 @@ class _Base(ClientService):
                     sys_flag=sys_flag,
                     commit_offset=max(commit_offset, 0),
                     suspend_timeout_millis=suspend_ms,
-                    subscription=expression or "*",
-                    sub_version=0,
-                    expression_type="TAG",
+                    subscription=None if registered_version is not None else selector.expression,
+                    sub_version=registered_version or 0,
+                    expression_type=selector.expression_type,
                 )
             ),
         )
@@ -192,16 +244,45 @@ class _Base(ClientService):
         self.pull_from[mq] = suggest
         messages: list[MessageExt] = []
         if status == "FOUND":
-            subscription = SubscriptionData.build(mq.topic, expression)
+            # Tags are checked again here (the broker matched hash codes); an SQL92 selection
+            # is the broker's alone.
+            subscription = selector.subscription(mq.topic)
             for msg in decode_records(response.body):
                 if msg.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
                     msg.body = zlib.decompress(msg.body)
                 tags = msg.tags
-                if subscription.matches_all or (tags is not None and tags in subscription.tags_set):
+                if (
+                    not subscription.is_tag_type
+                    or subscription.matches_all
+                    or (tags is not None and tags in subscription.tags_set)
+                ):
                     messages.append(msg)
         return PullResult(
             status, head.next_begin_offset, head.min_offset, head.max_offset, messages, suggest
         )
+
+    async def check_client_config(self, subscription: SubscriptionData) -> None:
+        """CHECK_CLIENT_CONFIG to the master of each broker that hosts the topic: can it filter
+        by this subscription?  Raises MQClientError with the broker's refusal."""
+        assert self.client is not None
+        route = await self.client.fetch_route(subscription.topic)
+        if route is None:
+            return  # Java checks only brokers the route names
+        body = to_json(CheckClientRequestBody(self.client.client_id, self.group, subscription))
+        for data in route.broker_datas:
+            addr = self.client.master_addr(data.broker_name)
+            if addr is None:
+                continue
+            request = RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, body=body)
+            response = await self.client.invoke(addr, request, 3.0)
+            if response.code != ResponseCode.SUCCESS:
+                raise MQClientError(
+                    response.code,
+                    f"Check client in broker error, maybe because you use "
+                    f"{subscription.expression_type} to filter message, but server has not "
+                    f"been upgraded to support!{response.remark}",
+                    f"check client config on {data.broker_name}",
+                )
 
     async def query_offset(self, mq: MessageQueue) -> int:
         """The group's committed offset for ``mq``, or -1 when it has none."""
@@ -248,7 +329,42 @@ class _Base(ClientService):
 
 
 class PullConsumer(_Base):
-    """Pull messages from queues you choose; offsets are yours to keep (or commit)."""
+    """Pull messages from queues you choose; offsets are yours to keep (or commit).
+
+    ``pull(mq, selector, offset)`` selects by the selector it is given; ``subscribe(topic,
+    selector)`` sets the one used when ``pull`` is given None for that topic."""
+
+    def __init__(self, group: str, namesrv_addr: str) -> None:
+        super().__init__(group, namesrv_addr)
+        self.selectors: dict[str, MessageSelector] = {}
+
+    async def subscribe(self, topic: str, expression: Selector = "*") -> None:
+        self.selectors[topic] = as_selector(expression)
+
+    async def pull(
+        self,
+        mq: MessageQueue,
+        expression: Selector,
+        offset: int,
+        max_nums: int = PULL_BATCH_SIZE,
+        *,
+        suspend_ms: int = 0,
+        commit_offset: int = -1,
+        timeout: float = 10.0,
+        registered_version: int | None = None,
+    ) -> PullResult:
+        if expression is None:
+            expression = self.selectors.get(mq.topic)
+        return await super().pull(
+            mq,
+            expression,
+            offset,
+            max_nums,
+            suspend_ms=suspend_ms,
+            commit_offset=commit_offset,
+            timeout=timeout,
+            registered_version=registered_version,
+        )
 
     async def _started(self) -> None:
         assert self.client is not None
@@ -295,10 +411,14 @@ class PushConsumer(_Base):
     def clustering(self) -> bool:
         return self.message_model is MessageModel.CLUSTERING
 
-    async def subscribe(self, topic: str, expression: str = "*") -> None:
-        self.subscriptions[topic] = SubscriptionData.build(
-            topic, expression, int(time.time() * 1000)
-        )
+    async def subscribe(self, topic: str, expression: Selector = "*") -> None:
+        """Consume ``topic``, by tag (``"TagA || TagB"``) or by a :class:`MessageSelector`.
+        An SQL92 subscription is checked with the topic's brokers when the consumer is running
+        (else at start): MQClientError if one refuses it."""
+        subscription = as_selector(expression).subscription(topic, int(time.time() * 1000))
+        if self.client is not None and not subscription.is_tag_type:
+            await self.check_client_config(subscription)
+        self.subscriptions[topic] = subscription
         if self.clustering:
             retry = retry_topic(self.group)
             self.subscriptions.setdefault(retry, SubscriptionData.build(retry, "*"))
@@ -309,6 +429,9 @@ class PushConsumer(_Base):
 
     async def _started(self) -> None:
         assert self._nursery is not None and self.client is not None
+        for subscription in list(self.subscriptions.values()):
+            if not subscription.is_tag_type:
+                await self.check_client_config(subscription)
         self.client.on_ids_changed = lambda group: self._rebalance_now.set()
         self._nursery.start_soon(self._rebalance_loop)
         self._nursery.start_soon(self._persist_loop)
@@ -450,19 +573,27 @@ class PushConsumer(_Base):
 
     async def _pull_loop(self, mq: MessageQueue, scope: trio.CancelScope) -> None:
         with scope:
-            sub = self.subscriptions.get(mq.topic)
-            expression = sub.sub_string if sub else "*"
             while True:
+                sub = self.subscriptions.get(mq.topic)
+                selector: Selector = "*"
+                registered = None
+                if sub is not None:
+                    selector = MessageSelector(sub.expression_type, sub.sub_string)
+                    if not sub.is_tag_type:
+                        # As Java's push consumer: the broker filters by the subscription this
+                        # consumer's heartbeat registered, named by its version.
+                        registered = sub.sub_version
                 offset = self.offsets[mq]
                 try:
                     result = await self.pull(
                         mq,
-                        expression,
+                        selector,
                         offset,
                         self.pull_batch_size,
                         suspend_ms=BROKER_SUSPEND_MAX_MS,
                         commit_offset=self._committed.get(mq, -1) if self.clustering else -1,
                         timeout=PULL_TIMEOUT,
+                        registered_version=registered,
                     )
                 except (MQClientError, RemotingError) as exc:
                     log.warning("pull %s failed: %s", mq, exc)

@@ -182,7 +182,15 @@ class ClientService(AbstractAsyncContextManager):
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
         self.client = ClientInstance(self._nursery, self.namesrv_addr)
-        await self._started()
+        try:
+            await self._started()
+        except BaseException:
+            # Starting failed (a broker refused the consumer's subscription, say): close what
+            # was opened, then raise the failure itself.
+            self.client.close()
+            self._nursery.cancel_scope.cancel()
+            await self._nursery_manager.__aexit__(None, None, None)
+            raise
         return self
 
     async def _started(self) -> None:

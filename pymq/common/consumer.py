@@ -14,6 +14,12 @@ from pymq.common.message import java_string_hash
 
 SUB_ALL = "*"
 EXPRESSION_TYPE_TAG = "TAG"
+EXPRESSION_TYPE_SQL92 = "SQL92"
+
+
+def is_tag_type(expression_type: str | None) -> bool:
+    """ExpressionType.isTagType: no type, an empty one or exactly ``TAG``."""
+    return not expression_type or expression_type == EXPRESSION_TYPE_TAG
 
 
 class ConsumeType(enum.Enum):
@@ -55,8 +61,25 @@ class SubscriptionData:
     class_filter_mode: bool = False
 
     @classmethod
-    def build(cls, topic: str, expression: str | None, sub_version: int = 0) -> SubscriptionData:
-        """FilterAPI.buildSubscriptionData: ``"*"`` or ``"TagA || TagB"``."""
+    def build(
+        cls,
+        topic: str,
+        expression: str | None,
+        sub_version: int = 0,
+        expression_type: str | None = None,
+    ) -> SubscriptionData:
+        """FilterAPI.build: by tag, ``"*"`` or ``"TagA || TagB"``; any other type keeps the
+        expression as it is (ValueError when it is empty, as Java refuses it)."""
+        if not is_tag_type(expression_type):
+            assert expression_type is not None
+            if not expression:
+                raise ValueError(f"Expression can't be null! {expression_type}")
+            return cls(
+                topic=topic,
+                sub_string=expression,
+                sub_version=sub_version,
+                expression_type=expression_type,
+            )
         data = cls(topic=topic, sub_version=sub_version)
         if not expression or expression.strip() in ("", SUB_ALL):
             data.sub_string = SUB_ALL
@@ -71,10 +94,16 @@ class SubscriptionData:
 
     def normalised(self) -> SubscriptionData:
         """The same subscription with the tag hashes recomputed from the tags (the C++ client
-        sends garbage in codeSet)."""
+        sends garbage in codeSet); a subscription by SQL92 is kept as it is."""
+        if not self.is_tag_type:
+            return self
         if self.sub_string.strip() == SUB_ALL or not self.tags_set:
             return SubscriptionData.build(self.topic, self.sub_string, self.sub_version)
         return attrs.evolve(self, code_set=[java_string_hash(t) for t in self.tags_set])
+
+    @property
+    def is_tag_type(self) -> bool:
+        return is_tag_type(self.expression_type)
 
     @property
     def matches_all(self) -> bool:
@@ -105,6 +134,15 @@ class HeartbeatData:
     client_id: str = attrs.field(default="", metadata={"key": "clientID"})
     producer_data_set: list[ProducerData] = attrs.Factory(list)
     consumer_data_set: list[ConsumerData] = attrs.Factory(list)
+
+
+@attrs.define
+class CheckClientRequestBody:
+    """CHECK_CLIENT_CONFIG's body: a consumer's subscription for the broker to validate."""
+
+    client_id: str = ""
+    group: str = ""
+    subscription_data: SubscriptionData | None = None
 
 
 @attrs.define

@@ -4,13 +4,14 @@ Given a consume queue and an offset it decides the status and the next begin off
 whole commit-log records (copies, so a concurrent file deletion can never pull memory from under
 a reply).  Batches are capped as Java caps them: ``maxTransfer{Bytes,Count}OnMessageInMemory``
 for records within ``accessMessageInMemoryMaxRatio`` % of RAM from the commit log's end, and the
-``...InDisk`` limits beyond.  A filter is a set of tags codes, or None for every message.
+``...InDisk`` limits beyond.  A filter is a set of tags codes, or None for every message; a
+record filter (the broker's SQL92 evaluation) is then asked about each whole record read.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from pymq.store.commitlog import CommitLog
 from pymq.store.config import BrokerRole, MessageStoreConfig
@@ -63,6 +64,7 @@ def get_message(
     offset: int,
     max_nums: int,
     message_filter: Collection[int] | None,
+    record_filter: Callable[[bytes], bool] | None = None,
 ) -> GetMessageResult:
     result = GetMessageResult()
     if cq is None:
@@ -92,7 +94,9 @@ def get_message(
                 config, offset, cq.roll_next_file(offset)
             )
         else:
-            _collect(config, commitlog, entries, offset, max_nums, message_filter, result)
+            _collect(
+                config, commitlog, entries, offset, max_nums, message_filter, record_filter, result
+            )
     return result
 
 
@@ -103,6 +107,7 @@ def _collect(
     offset: int,
     max_nums: int,
     message_filter: Collection[int] | None,
+    record_filter: Callable[[bytes], bool] | None,
     result: GetMessageResult,
 ) -> None:
     status = GetMessageStatus.NO_MATCHED_MESSAGE
@@ -134,6 +139,11 @@ def _collect(
             if total == 0:
                 status = GetMessageStatus.MESSAGE_WAS_REMOVING
             next_phy_file_start = commitlog.roll_next_file(phy)
+            i += CQ_STORE_UNIT_SIZE
+            continue
+        if record_filter is not None and not record_filter(record):
+            if total == 0:
+                status = GetMessageStatus.NO_MATCHED_MESSAGE
             i += CQ_STORE_UNIT_SIZE
             continue
         messages.append(record)

@@ -624,11 +624,16 @@ class DefaultMessageStore:
         offset: int,
         max_nums: int,
         message_filter: Collection[int] | None = None,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetMessageResult:
-        """Java's getMessage: whole records from ``offset`` on, statuses and next offsets."""
+        """Java's getMessage: whole records from ``offset`` on, statuses and next offsets.
+        ``message_filter`` is a set of tags codes (matched in the consume queue),
+        ``record_filter`` a test of each whole record read (the SQL92 filter)."""
         self.get_message_times_total += 1
         cq = self.consume_queues.find(topic, queue_id)
-        return get_message(self.config, self.commitlog, cq, offset, max_nums, message_filter)
+        return get_message(
+            self.config, self.commitlog, cq, offset, max_nums, message_filter, record_filter
+        )
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.consume_queues.find(topic, queue_id)

@@ -56,7 +56,7 @@ def run_cli(*args: str) -> str:
 
 
 class Server:
-    def __init__(self, data: Path) -> None:
+    def __init__(self, data: Path, *extra: str) -> None:
         self.namesrv = f"127.0.0.1:{free_port()}"
         broker_port = free_broker_port()
         self.broker = f"127.0.0.1:{broker_port}"
@@ -77,6 +77,7 @@ class Server:
                 str(free_port()),
                 "--mappedFileSizeCommitLog",
                 str(16 * 1024 * 1024),
+                *extra,
             ],
             stdout=subprocess.PIPE,
             text=True,

@@ -16,6 +16,7 @@ import trio
 
 from pymq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pymq.broker.config import BrokerConfig
+from pymq.broker.consumer_filter_manager import ConsumerFilterManager
 from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from pymq.broker.context import BrokerContext
 from pymq.broker.fast_failure import ConsumerFallBehind
@@ -85,6 +86,7 @@ async def ctx(nursery: trio.Nursery, tmp_path) -> AsyncIterator[BrokerContext]:
         topic_config_manager=TopicConfigManager(config_dir, broker_config),
         subscription_group_manager=SubscriptionGroupManager(config_dir),
         consumer_offset_manager=ConsumerOffsetManager(config_dir),
+        consumer_filter_manager=ConsumerFilterManager(config_dir),
         consumer_manager=ConsumerManager(),
         producer_manager=ProducerManager(),
         rebalance_lock_manager=RebalanceLockManager(),

@@ -513,6 +513,7 @@ const views = {
       const byOffset = () => {
         for (const input of document.querySelectorAll(".by-offset")) input.hidden = form.by.value !== "offset";
         form.key.hidden = form.by.value === "offset";
+        form.topic.placeholder = form.by.value === "trace" ? "Trace topic (default)" : "Topic";
       };
       form.by.addEventListener("change", byOffset);
       byOffset();
@@ -521,8 +522,16 @@ const views = {
         $("#msg-error").textContent = "";
         $("#msg-detail").hidden = true;
         const topic = form.topic.value.trim();
+        $("#trace-table").hidden = form.by.value !== "trace";
+        $("#msg-table").hidden = form.by.value === "trace";
         try {
           let found;
+          if (form.by.value === "trace") {
+            const params = { msgId: form.key.value.trim() };
+            if (topic) params.traceTopic = topic;
+            this.trace(await channel.request("message.trace", params));
+            return;
+          }
           if (form.by.value === "key") {
             found = await channel.request("message.byKey", { topic, key: form.key.value.trim() });
           } else if (form.by.value === "id") {
@@ -535,9 +544,34 @@ const views = {
           this.results(found);
         } catch (err) {
           $("#msg-table tbody").replaceChildren();
+          $("#trace-table tbody").replaceChildren();
           $("#msg-error").textContent = `${err.code || "error"}: ${err.message}`;
         }
       });
+    },
+
+    // A message's trace: publish, then each consume-before / consume-after, with hosts,
+    // times and costs.
+    trace(steps) {
+      const names = { Pub: "Publish", SubBefore: "Consume (before)", SubAfter: "Consume (after)", EndTransaction: "End transaction" };
+      $("#trace-table tbody").replaceChildren(
+        ...steps.map((s) => {
+          const details = s.type === "Pub"
+            ? `topic ${s.topic}, tags ${s.tags || "-"}, keys ${s.keys || "-"}, stored on ${s.storeHost || "-"}`
+            : s.type === "SubBefore" ? `retry ${s.retryTimes}, request ${s.requestId}` : `request ${s.requestId}`;
+          return el(
+            "tr",
+            {},
+            td(names[s.type] || s.type),
+            td(s.group),
+            td(s.clientHost),
+            td(s.timestamp ? fmtTime(s.timestamp) : "-"),
+            td(s.type === "SubBefore" ? "-" : `${s.costTime} ms`),
+            td(s.type === "SubBefore" ? "-" : s.status),
+            td(details),
+          );
+        }),
+      );
     },
 
     results(messages) {

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 import trio
 
 from pymq.broker.client_manager import ClientChannelInfo
+from pymq.broker.consumer_filter_manager import compile_expression
 from pymq.common.consumer import (
+    CheckClientRequestBody,
     ConsumerList,
     HeartbeatData,
     LockBatchRequestBody,
@@ -18,6 +20,7 @@ from pymq.common.consumer import (
     UnlockBatchRequestBody,
 )
 from pymq.common.serde import from_json, to_json
+from pymq.common.sql92 import Sql92Error
 from pymq.common.topic import PERM_READ, PERM_WRITE, retry_topic
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
@@ -71,15 +74,18 @@ class ConsumerProcessor:
                     PERM_READ | PERM_WRITE,
                     sys_flag,
                 )
+            subscriptions = [s.normalised() for s in consumer.subscription_data_set]
             changed = ctx.consumer_manager.register(
                 consumer.group_name,
                 info,
                 consumer.consume_type,
                 consumer.message_model,
                 consumer.consume_from_where,
-                [s.normalised() for s in consumer.subscription_data_set],
+                subscriptions,
                 notify and ctx.broker_config.notify_consumer_ids_changed_enable,
             )
+            # Java's REGISTER event: (re)compile the group's SQL92 subscriptions.
+            ctx.consumer_filter_manager.register_group(consumer.group_name, subscriptions)
             if changed:
                 log.info(
                     "registerConsumer info changed, group %s client %s",
@@ -102,6 +108,34 @@ class ConsumerProcessor:
         return req.response()
 
     async def check_client_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """A consumer asks, before it starts, whether this broker can filter its subscription:
+        TAG always; SQL92 only with enablePropertyFilter and an expression that compiles (the
+        refusal's remark is Java's parser message)."""
+        if not req.body:
+            return req.response()
+        try:
+            body = from_json(req.body, CheckClientRequestBody)
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"bad check client body: {exc}")
+        sub = body.subscription_data
+        if sub is None or sub.is_tag_type:
+            return req.response()
+        if not self.ctx.broker_config.enable_property_filter:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {sub.expression_type}",
+            )
+        try:
+            compile_expression(sub.expression_type, sub.sub_string)
+        except Sql92Error as exc:
+            log.warning(
+                "Client %s@%s filter message, but failed to compile expression! sub=%s, error=%s",
+                body.client_id,
+                body.group,
+                sub.sub_string,
+                exc.remark,
+            )
+            return req.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, exc.remark)
         return req.response()
 
     async def get_consumer_list_by_group(

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from pymq.common.consumer import EXPRESSION_TYPE_TAG, MessageModel, SubscriptionData
+from pymq.broker.consumer_filter_manager import ConsumerFilterData, build_filter_data
+from pymq.broker.message_filter import RecordFilter, record_filter
+from pymq.common.consumer import MessageModel, SubscriptionData
 from pymq.common.route import MASTER_ID
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, is_readable
 from pymq.remoting.channel import Channel
@@ -65,17 +67,26 @@ class PullProcessor:
         if isinstance(checked, RemotingCommand):
             return checked
         group_config = checked
-        subscription = self._subscription(req, head, group_config)
-        if isinstance(subscription, RemotingCommand):
-            return subscription
+        selected = self._subscription(req, head, group_config)
+        if isinstance(selected, RemotingCommand):
+            return selected
+        subscription, filter_data = selected
         topic = head.topic
-        tag_filter = (
-            None if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else subscription.tag_filter()
+        tag_filter = None
+        if subscription.is_tag_type and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            tag_filter = subscription.tag_filter()
+        bc = self.ctx.broker_config
+        records = record_filter(
+            topic,
+            head.consumer_group,
+            filter_data,
+            self.ctx.consumer_filter_manager,
+            bc.filter_support_retry,
         )
         is_slave = self.ctx.store.config.broker_role is BrokerRole.SLAVE
         if head.sys_flag & FLAG_COMMIT_OFFSET and not is_slave:
             self._commit_offset(channel, head)
-        result, code = await self._get_message(head, tag_filter)
+        result, code = await self._get_message(head, tag_filter, records)
         return self._response(req, head, group_config, result, code, is_slave)
 
     # -- the steps ----------------------------------------------------------------------------
@@ -127,26 +138,61 @@ class PullProcessor:
         req: RemotingCommand,
         head: PullMessageRequestHeader,
         group_config: SubscriptionGroupConfig,
-    ) -> SubscriptionData | RemotingCommand:
-        """The subscription the pull filters by: the request's own (sysFlag bit 4) or the one the
-        group's heartbeat registered; a refusal when it is missing, stale or not by tag."""
+    ) -> tuple[SubscriptionData, ConsumerFilterData | None] | RemotingCommand:
+        """The subscription the pull filters by, the request's own (sysFlag bit 4) or the one
+        the group's heartbeat registered, with its SQL92 filter; or the refusal: missing, stale,
+        not parsable, or by SQL92 on a broker without enablePropertyFilter."""
+        filter_data: ConsumerFilterData | None = None
         if head.sys_flag & FLAG_SUBSCRIPTION:
-            subscription = SubscriptionData.build(
-                head.topic, head.subscription or "*", head.sub_version
-            )
-            subscription.expression_type = head.expression_type or EXPRESSION_TYPE_TAG
+            try:
+                subscription = SubscriptionData.build(
+                    head.topic, head.subscription, head.sub_version, head.expression_type
+                )
+            except ValueError:
+                return req.response(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                    "parse the consumer's subscription failed",
+                )
+            if not subscription.is_tag_type:
+                # Java 4.9.4 answers a bad expression here unfiltered; pymq refuses it.
+                filter_data = build_filter_data(
+                    head.topic,
+                    head.consumer_group,
+                    subscription.sub_string,
+                    subscription.expression_type,
+                    head.sub_version,
+                    0,
+                )
+                if filter_data is None:
+                    return req.response(
+                        ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                        "parse the consumer's subscription failed",
+                    )
         else:
             registered = self._registered_subscription(req, head, group_config)
             if isinstance(registered, RemotingCommand):
                 return registered
             subscription = registered
-        if subscription.expression_type.upper() != EXPRESSION_TYPE_TAG:
+            if not subscription.is_tag_type:
+                filter_data = self.ctx.consumer_filter_manager.get(head.topic, head.consumer_group)
+                if filter_data is None:
+                    return req.response(
+                        ResponseCode.FILTER_DATA_NOT_EXIST,
+                        "The broker's consumer filter data is not exist!"
+                        "Your expression may be wrong!",
+                    )
+                if filter_data.client_version < head.sub_version:
+                    return req.response(
+                        ResponseCode.FILTER_DATA_NOT_LATEST,
+                        "the consumer's consumer filter data not latest",
+                    )
+        if not subscription.is_tag_type and not self.ctx.broker_config.enable_property_filter:
             return req.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by "
                 f"{subscription.expression_type}",
             )
-        return subscription
+        return subscription, filter_data
 
     def _registered_subscription(
         self,
@@ -191,7 +237,10 @@ class PullProcessor:
             )
 
     async def _get_message(
-        self, head: PullMessageRequestHeader, tag_filter: frozenset[int] | None
+        self,
+        head: PullMessageRequestHeader,
+        tag_filter: frozenset[int] | None,
+        records: RecordFilter | None,
     ) -> tuple[GetMessageResult, int]:
         """The store's answer and its response code.  With sysFlag bit 2 a pull that finds
         nothing new is held until a message arrives in the queue or the suspend time runs out."""
@@ -199,7 +248,7 @@ class PullProcessor:
         group, topic, queue_id = head.consumer_group, head.topic, head.queue_id
         offset, max_nums = head.queue_offset, head.max_msg_nums
         store = ctx.store
-        result = store.get_message(group, topic, queue_id, offset, max_nums, tag_filter)
+        result = store.get_message(group, topic, queue_id, offset, max_nums, tag_filter, records)
         code = _code_for(result, offset)
         if code != NOT_FOUND or not head.sys_flag & FLAG_SUSPEND:
             return result, code
@@ -213,7 +262,9 @@ class PullProcessor:
             with trio.move_on_at(deadline) as scope:
                 await event.wait()
             # Woken by an arrival, or one last look at the timeout as Java's wake-up does.
-            result = store.get_message(group, topic, queue_id, offset, max_nums, tag_filter)
+            result = store.get_message(
+                group, topic, queue_id, offset, max_nums, tag_filter, records
+            )
             code = _code_for(result, offset)
             if scope.cancelled_caught:
                 break
@@ -255,7 +306,7 @@ class PullProcessor:
             return req.response(code, None, header, result.body())
         remarks: dict[int, str] = {
             NOT_FOUND: "no new message in this queue",
-            ResponseCode.PULL_RETRY_IMMEDIATELY: "no message matched the filter, pull again",
+            ResponseCode.PULL_RETRY_IMMEDIATELY: result.status.name,
             ResponseCode.PULL_OFFSET_MOVED: f"the offset {head.queue_offset} is out of range "
             f"[{result.min_offset}, {result.max_offset}]",
         }

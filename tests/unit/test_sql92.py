@@ -1,0 +1,592 @@
+"""The SQL92 selector against RocketMQ 4.9.4's semantics.
+
+Random expressions (hypothesis) are rendered to text, compiled by pymq and evaluated on random
+messages; the answer must equal a small tree-walking reference evaluator written here from the
+Java expression classes (ComparisonExpression, LogicExpression, UnaryExpression, ...).  Fixed
+cases pin each operator with missing and typed properties, and Java's error remarks.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pymq.common.sql92 import Sql92Error, compile_sql92, java_double_str
+
+SAMPLES = "/work/shared/reference/java-wire-samples"
+
+# -- a reference evaluator ----------------------------------------------------------------------
+# Values are (java type, python value): ("S", str), ("I", int), ("L", int), ("D", float),
+# ("B", bool); None is Java's null.  Errors raise Abort (Java's evaluate throws).
+
+
+class Abort(Exception):
+    pass
+
+
+@dataclass
+class Lit:
+    jtype: str
+    value: Any
+    text: str
+
+
+@dataclass
+class Prop:
+    name: str
+
+
+@dataclass
+class Neg:
+    operand: Any
+
+
+@dataclass
+class Cmp:
+    op: str  # > >= < <= = <>
+    left: Any
+    right: Any
+
+
+@dataclass
+class Between:
+    value: Any
+    low: Any
+    high: Any
+    negate: bool
+
+
+@dataclass
+class InList:
+    prop: Prop
+    items: list[str]
+    negate: bool
+
+
+@dataclass
+class IsNull:
+    operand: Any
+    negate: bool
+
+
+@dataclass
+class Logic:
+    op: str  # AND / OR
+    left: Any
+    right: Any
+
+
+@dataclass
+class Not:
+    operand: Any
+
+
+@dataclass
+class Paren:
+    inner: Any
+
+
+def to_int(text: str, bits: int) -> int:
+    s = text
+    if (
+        not s
+        or not (s.lstrip("+-").isdigit() and s.lstrip("+-").isascii())
+        or s[:2] in ("+-", "-+")
+    ):
+        raise Abort
+    if s.count("+") + s.count("-") > 1:
+        raise Abort
+    n = int(s)
+    if not -(2 ** (bits - 1)) <= n < 2 ** (bits - 1):
+        raise Abort
+    return n
+
+
+def to_double(text: str) -> float:
+    s = text.strip("".join(chr(c) for c in range(33)))
+    body = s.lstrip("+-") if s[:1] in "+-" else s
+    if len(s) - len(body) > 1 or not body:
+        raise Abort
+    if body == "NaN":
+        return math.nan
+    if body == "Infinity":
+        return -math.inf if s.startswith("-") else math.inf
+    if body[-1] in "fFdD":
+        body = body[:-1]
+    mantissa, _, exponent = body.replace("E", "e").partition("e")
+    if exponent:
+        exp = exponent[1:] if exponent[0] in "+-" else exponent
+        if not exp.isdigit() or not exp.isascii():
+            raise Abort
+    whole, _, frac = mantissa.partition(".")
+    if not (whole + frac) or not (whole + frac).isdigit() or not (whole + frac).isascii():
+        raise Abort
+    return float(s.rstrip("fFdD") if s[-1] in "fFdD" else s)
+
+
+def dcmp(a: float, b: float) -> int:
+    if a < b:
+        return -1
+    if a > b:
+        return 1
+
+    def bits(x: float) -> int:
+        return 0x7FF8000000000000 if x != x else struct.unpack(">q", struct.pack(">d", x))[0]
+
+    return (bits(a) > bits(b)) - (bits(a) < bits(b))
+
+
+def java_compare(lv: tuple[str, Any], rv: tuple[str, Any]) -> int:  # noqa: C901
+    """ComparisonExpression.__compare with convertStringExpressions on."""
+    (lt, x), (rt, y) = lv, rv
+    if lt != rt:
+        if lt == "B":
+            if rt == "S":
+                raise Abort  # ClassCastException in Java
+            return -1
+        if lt in ("I", "L"):
+            if rt in ("I", "L"):
+                pass
+            elif rt == "D":
+                x, lt = float(x), "D"
+            elif rt == "S":
+                y, rt = to_int(y, 32 if lt == "I" else 64), lt
+            else:
+                return -1
+        elif lt == "D":
+            if rt in ("I", "L"):
+                y, rt = float(y), "D"
+            elif rt == "S":
+                y, rt = to_double(y), "D"
+            else:
+                return -1
+        elif lt == "S":
+            if rt == "B":
+                x, lt = x.lower() == "true", "B"
+            elif rt in ("I", "L"):
+                x, lt = to_int(x, 32 if rt == "I" else 64), rt
+            elif rt == "D":
+                x, lt = to_double(x), "D"
+            else:
+                return -1
+    if lt == "D" or rt == "D":
+        return dcmp(x, y)
+    if lt == "S":
+        a, b = x.encode("utf-16-be"), y.encode("utf-16-be")
+        return (a > b) - (a < b)
+    return (x > y) - (x < y)
+
+
+def ev(node: Any, props: dict[str, str]) -> Any:  # noqa: C901
+    """Java's evaluate: a typed value, a Python bool/None for boolean expressions."""
+    if isinstance(node, Lit):
+        return None if node.value is None else (node.jtype, node.value)
+    if isinstance(node, Prop):
+        v = props.get(node.name)
+        return None if v is None else ("S", v)
+    if isinstance(node, Paren):
+        return ev(node.inner, props)
+    if isinstance(node, Neg):
+        v = ev(node.operand, props)
+        if v is None or v[0] not in ("I", "L", "D"):
+            return None
+        return (v[0], -v[1])
+    if isinstance(node, Cmp):
+        lv = ev(node.left, props)
+        if node.op in ("=", "<>"):
+            rv = ev(node.right, props)
+            lv, rv = boxed(lv), boxed(rv)
+            if (lv is None) != (rv is None):
+                eq = None if lv is None else False
+            elif lv is None:
+                eq = True
+            else:
+                eq = java_compare(lv, rv) == 0
+            if node.op == "=":
+                return eq
+            return None if eq is None else not eq
+        if lv is None:
+            return None
+        rv = ev(node.right, props)
+        if rv is None:
+            return None
+        lv, rv = boxed(lv), boxed(rv)
+        if lv[0] == "S" and rv[0] == "S":
+            c = dcmp(to_double(lv[1]), to_double(rv[1]))
+        else:
+            c = java_compare(lv, rv)
+        return {">": c > 0, ">=": c >= 0, "<": c < 0, "<=": c <= 0}[node.op]
+    if isinstance(node, Between):
+        if node.negate:
+            return ev(
+                Logic("OR", Cmp("<", node.value, node.low), Cmp(">", node.value, node.high)),
+                props,
+            )
+        return ev(
+            Logic("AND", Cmp(">=", node.value, node.low), Cmp("<=", node.value, node.high)), props
+        )
+    if isinstance(node, InList):
+        v = props.get(node.prop.name)
+        if v is None:
+            return None
+        return (v in node.items) != node.negate
+    if isinstance(node, IsNull):
+        v = ev(node.operand, props)
+        return (v is not None) if node.negate else (v is None)
+    if isinstance(node, Logic):
+        lv = as_bool(ev(node.left, props), node.left)
+        if node.op == "AND":
+            if lv is False:
+                return False
+            rv = as_bool(ev(node.right, props), node.right)
+            if rv is False:
+                return False
+            return None if lv is None or rv is None else True
+        if lv is True:
+            return True
+        rv = as_bool(ev(node.right, props), node.right)
+        if rv is True:
+            return True
+        return None if lv is None or rv is None else False
+    if isinstance(node, Not):
+        v = as_bool(ev(node.operand, props), node.operand)
+        return None if v is None else not v
+    raise AssertionError(node)
+
+
+def boxed(v: Any) -> Any:
+    if isinstance(v, bool):
+        return ("B", v)
+    return v
+
+
+def as_bool(v: Any, node: Any) -> Any:
+    """asBooleanExpression: a property is cast (its string is never TRUE)."""
+    while isinstance(node, Paren):
+        node = node.inner
+    if isinstance(node, Prop):
+        return None if v is None else False
+    if isinstance(v, tuple):
+        return v[1] if v[0] == "B" else None
+    return v
+
+
+def reference(node: Any, props: dict[str, str]) -> bool:
+    try:
+        v = as_bool(ev(node, props), node)
+    except Abort:
+        return False
+    return v is True
+
+
+def render(node: Any) -> str:
+    if isinstance(node, Lit):
+        return node.text
+    if isinstance(node, Prop):
+        return node.name
+    if isinstance(node, Paren):
+        return f"({render(node.inner)})"
+    if isinstance(node, Neg):
+        return f"-{render(node.operand)}"
+    if isinstance(node, Cmp):
+        return f"{render(node.left)} {node.op} {render(node.right)}"
+    if isinstance(node, Between):
+        n = "NOT " if node.negate else ""
+        return f"{render(node.value)} {n}between {render(node.low)} AND {render(node.high)}"
+    if isinstance(node, InList):
+        items = ", ".join("'" + i.replace("'", "''") + "'" for i in node.items)
+        return f"{node.prop.name} {'not ' if node.negate else ''}IN ({items})"
+    if isinstance(node, IsNull):
+        return f"{render(node.operand)} IS {'NOT ' if node.negate else ''}NULL"
+    if isinstance(node, Logic):
+        return f"({render(node.left)}) {node.op.lower()} ({render(node.right)})"
+    if isinstance(node, Not):
+        return f"NOT ({render(node.operand)})"
+    raise AssertionError(node)
+
+
+# -- strategies ---------------------------------------------------------------------------------
+
+NAMES = ["a", "b", "c", "TAGS"]
+VALUES = [
+    "1", "5", "-3", "+7", "007", "2.5", "5.0", "1e3", "NaN", "-Infinity", "9999999999", "abc",
+    "", "x", "X", "true", "TRUE", "false", " 5", "3f", "0.0", "-0.0", "it's", "2147483648",
+]  # fmt: skip
+
+props_st = st.dictionaries(st.sampled_from(NAMES), st.sampled_from(VALUES), max_size=4)
+prop_st = st.sampled_from(NAMES).map(Prop)
+
+
+@st.composite
+def number_st(draw: Any) -> Any:
+    kind = draw(st.sampled_from(["int", "long", "double", "neg"]))
+    if kind == "int":
+        n = draw(st.integers(0, 2**31 - 1))
+        return Lit("I", n, str(n))
+    if kind == "long":
+        n = draw(st.integers(2**31, 2**63 - 1))
+        return Lit("L", n, str(n) + draw(st.sampled_from(["", "L", "l"])))
+    if kind == "double":
+        text = draw(st.sampled_from(["2.5", "5.", ".5", "1e3", "1.5E-2", "5.0", "3E1"]))
+        return Lit("D", float(text), text)
+    inner = draw(number_st())
+    return Neg(inner)
+
+
+value_st = st.one_of(
+    prop_st,
+    number_st(),
+    st.sampled_from(["x", "abc", "5", "", "it's"]).map(
+        lambda s: Lit("S", s, "'" + s.replace("'", "''") + "'")
+    ),
+    st.sampled_from([True, False]).map(lambda b: Lit("B", b, "TRUE" if b else "FALSE")),
+)
+
+
+@st.composite
+def comparison_st(draw: Any) -> Any:
+    form = draw(st.sampled_from(["order", "eq", "between", "in", "isnull"]))
+    if form == "order":
+        left = draw(st.one_of(prop_st, number_st()))
+        right = (
+            draw(prop_st) if not isinstance(left, Prop) else draw(st.one_of(prop_st, number_st()))
+        )
+        return Cmp(draw(st.sampled_from([">", ">=", "<", "<="])), left, right)
+    if form == "eq":
+        left, right = draw(value_st), draw(value_st)
+        if (
+            isinstance(left, Lit)
+            and left.jtype == "B"
+            and isinstance(right, Lit)
+            and right.jtype != "B"
+        ):
+            left, right = right, left
+        return Cmp(draw(st.sampled_from(["=", "<>"])), left, right)
+    if form == "between":
+        low, high = draw(number_st()), draw(number_st())
+        if (
+            isinstance(low, Lit)
+            and isinstance(high, Lit)
+            and java_compare((high.jtype, high.value), (low.jtype, low.value)) < 0
+        ):
+            low, high = high, low
+        return Between(draw(prop_st), low, high, draw(st.booleans()))
+    if form == "in":
+        items = draw(st.lists(st.sampled_from(VALUES), min_size=1, max_size=6))
+        return InList(draw(prop_st), items, draw(st.booleans()))
+    return IsNull(draw(st.one_of(prop_st, number_st())), draw(st.booleans()))
+
+
+boolean_st = st.recursive(
+    st.one_of(comparison_st(), prop_st),
+    lambda children: st.one_of(
+        st.builds(Logic, st.sampled_from(["AND", "OR"]), children, children),
+        st.builds(Not, children),
+        st.builds(Paren, children),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(boolean_st, st.lists(props_st, min_size=1, max_size=6))
+def test_random_expressions_match_the_reference(tree: Any, messages: list[dict[str, str]]) -> None:
+    text = render(tree)
+    compiled = compile_sql92(text)
+    for props in messages:
+        assert compiled.matches(props.get) is reference(tree, props), (text, props)
+
+
+# -- fixed cases --------------------------------------------------------------------------------
+
+
+def m(expression: str, **props: str) -> bool:
+    return compile_sql92(expression).matches(props.get)
+
+
+@pytest.mark.parametrize(
+    "expression, props, expected",
+    [
+        # Numbers: a property converts to the literal's type.
+        ("a > 5", {"a": "6"}, True),
+        ("a > 5", {"a": "5"}, False),
+        ("a > 5", {}, False),
+        ("a > 5", {"a": "6.5"}, False),  # Integer.valueOf("6.5") throws
+        ("a > 5.0", {"a": "6.5"}, True),
+        ("a > 5", {"a": "abc"}, False),
+        ("a > 5", {"a": "9999999999"}, False),  # not an int
+        ("a > 5L", {"a": "9999999999"}, False),  # 5L is still an int literal
+        ("a > 2147483648", {"a": "9999999999"}, True),  # a long literal
+        ("a >= 5", {"a": "5"}, True),
+        ("a < -1", {"a": "-2"}, True),
+        ("a <= 1e1", {"a": "10"}, True),
+        ("a = 5", {"a": "005"}, True),
+        ("a = 5", {"a": "+5"}, True),
+        ("a <> 5", {"a": "6"}, True),
+        ("a <> 5", {}, False),  # unknown, not true
+        ("a > b", {"a": "10", "b": "9.5"}, True),  # two properties: as doubles
+        ("a > b", {"a": "10", "b": "x"}, False),
+        # Strings: only = and <>.
+        ("a = 'x'", {"a": "x"}, True),
+        ("a = 'x'", {"a": "X"}, False),
+        ("a <> 'x'", {"a": "y"}, True),
+        ("a = b", {"a": "x", "b": "x"}, True),
+        ("a = b", {"a": "x"}, False),
+        ("a <> b", {"a": "x"}, True),  # a null on the right only: false, so <> is true
+        ("a <> b", {"b": "x"}, False),
+        ("'x' = a", {"a": "x"}, True),
+        # Booleans.
+        ("a = TRUE", {"a": "true"}, True),
+        ("a = TRUE", {"a": "TRUE"}, True),
+        ("a = FALSE", {"a": "yes"}, True),  # Boolean.valueOf("yes") is false
+        ("TRUE = a", {"a": "true"}, False),  # ClassCastException in Java
+        ("TRUE", {}, True),
+        ("FALSE", {}, False),
+        ("NULL", {}, False),
+        ("a", {"a": "true"}, False),  # a property is never TRUE
+        ("NOT a", {"a": "x"}, True),
+        ("NOT a", {}, False),
+        # BETWEEN, IN, IS NULL.
+        ("a between 1 and 3", {"a": "3"}, True),
+        ("a between 1 and 3", {"a": "4"}, False),
+        ("a not between 1 and 3", {"a": "4"}, True),
+        ("a not between 1 and 3", {}, False),
+        ("a between -5 and 5", {"a": "-5"}, True),
+        ("a in ('x', 'y')", {"a": "y"}, True),
+        ("a in ('x', 'y')", {}, False),
+        ("a not in ('x', 'y')", {"a": "z"}, True),
+        ("a not in ('x', 'y')", {}, False),
+        ("a in ('it''s')", {"a": "it's"}, True),
+        ("a is null", {}, True),
+        ("a is null", {"a": ""}, False),
+        ("a is not null", {"a": ""}, True),
+        ("a = ''", {"a": ""}, True),
+        # Three-valued logic; an aborted comparison aborts the whole expression.
+        ("a > 1 or b = 'x'", {"b": "x"}, True),
+        ("a > 1 and b = 'x'", {"b": "x"}, False),
+        ("not (a > 1)", {}, False),
+        ("a = 5 or b = 'x'", {"a": "abc", "b": "x"}, False),
+        ("b = 'x' or a = 5", {"a": "abc", "b": "x"}, True),  # short-circuit before the abort
+        # TAGS is a property like any other.
+        ("TAGS = 'TagA'", {"TAGS": "TagA"}, True),
+        # Doubles as Java compares them.
+        ("a > 1.5", {"a": "NaN"}, True),  # Double.compare puts NaN above everything
+        ("a = 0.5", {"a": "5e-1"}, True),
+        ("a > 1.5", {"a": "2d"}, True),
+        ("a > 1.5", {"a": "0x1p1"}, True),
+        # Case, comments, whitespace.
+        ("A > 1 AnD a < 3", {"A": "2", "a": "2"}, True),
+        ("a > 1 -- a comment\n", {"a": "2"}, True),
+        ("a /* note */ > 1", {"a": "2"}, True),
+        ("\ta\r\n>\f1", {"a": "2"}, True),
+        # What follows a complete expression is ignored, as Java's parser ignores it.
+        ("a > 1 b c", {"a": "2"}, True),
+        ("a = 012", {"a": "0"}, True),
+    ],
+)
+def test_operator_semantics(expression: str, props: dict[str, str], expected: bool) -> None:
+    assert compile_sql92(expression).matches(props.get) is expected
+
+
+def test_evaluate_is_three_valued() -> None:
+    f = compile_sql92("a > 1")
+    assert f.evaluate({"a": "2"}.get) is True
+    assert f.evaluate({"a": "0"}.get) is False
+    assert f.evaluate({}.get) is None
+    assert f.evaluate({"a": "x"}.get) is None  # Java threw
+    assert compile_sql92("a > 1 and (b = 'x' or c is null)").properties == {"a", "b", "c"}
+
+
+def test_the_java_broker_remark_for_a_bad_expression() -> None:
+    with open(f"{SAMPLES}/SQL92-CHECK_CLIENT_CONFIG-46-bad-expression.request-body.json") as f:
+        expression = json.load(f)["subscriptionData"]["subString"]
+    with open(f"{SAMPLES}/SQL92-CHECK_CLIENT_CONFIG-46-bad-expression.response-header.json") as f:
+        remark = json.load(f)["remark"]
+    with pytest.raises(Sql92Error) as info:
+        compile_sql92(expression)
+    assert info.value.remark == remark
+
+
+P = "org.apache.rocketmq.filter.parser.ParseException: "
+T = "org.apache.rocketmq.filter.parser.TokenMgrError: "
+R = "java.lang.RuntimeException: "
+PRIMARY = (
+    '    "NOT" ...\n    "TRUE" ...\n    "FALSE" ...\n    "NULL" ...\n    <DECIMAL_LITERAL> ...\n'
+    "    <FLOATING_POINT_LITERAL> ...\n    <STRING_LITERAL> ...\n    <ID> ...\n"
+    '    "(" ...\n    "-" ...\n    '
+)
+
+
+@pytest.mark.parametrize(
+    "expression, remark",
+    [
+        ("a > ", P + 'Encountered "<EOF>" at line 1, column 4.\nWas expecting one of:\n' + PRIMARY),
+        ("", P + 'Encountered "<EOF>" at line 0, column 0.\nWas expecting one of:\n' + PRIMARY),
+        (
+            "a IN (1)",
+            P + 'Encountered " <DECIMAL_LITERAL> "1 "" at line 1, column 7.\n'
+            "Was expecting:\n    <STRING_LITERAL> ...\n    ",
+        ),
+        (
+            "a IS b",
+            P
+            + 'Encountered " <ID> "b "" at line 1, column 6.\nWas expecting:\n    "NOT" ...\n    ',
+        ),
+        (
+            "a\nand )",
+            P + 'Encountered " ")" ") "" at line 2, column 5.\nWas expecting one of:\n' + PRIMARY,
+        ),
+        ("5", P + "Expression will not result in a boolean value: 5"),
+        ("a = 1 and 5", P + "Expression will not result in a boolean value: 5"),
+        ("-a", P + "Expression will not result in a boolean value: (- a)"),
+        ("a # 1", T + 'Lexical error at line 1, column 3.  Encountered: "#" (35), after : ""'),
+        ("a = #", T + 'Lexical error at line 1, column 6.  Encountered: <EOF> after : ""'),
+        ("a = 'x", T + 'Lexical error at line 1, column 7.  Encountered: <EOF> after : "\\\'x"'),
+        ("a.b = 1", T + 'Lexical error at line 1, column 3.  Encountered: "b" (98), after : "."'),
+        ("a > 0.0", R + "0.0 is less than 4.9E-324"),
+        ("a > 1 > 2", R + "Value '(a > 1)' cannot be compared."),
+        ("a > 'x'", R + "Value ''x'' cannot be compared."),
+        ("a > TRUE", R + "Value 'TRUE' cannot be compared."),
+        ("a = NULL", R + "'NULL' cannot be compared."),
+        ("TRUE = 1", R + "'TRUE' cannot be compared with '1'"),
+        ("5 IN ('x')", R + "Expected a property for In expression, got: 5"),
+        (
+            "a between 3 and 1",
+            R + "Illegal values of between, left value(3) must less than or "
+            "equal to right value(1)",
+        ),
+        ("a between NULL and 1", R + "Illegal values of between, values can not be null!"),
+        (
+            "a between 'x' and 1",
+            R + 'java.lang.NumberFormatException: For input string: "x"',
+        ),
+        (
+            "a > 99999999999999999999",
+            'java.lang.NumberFormatException: For input string: "99999999999999999999"',
+        ),
+    ],
+)
+def test_refusals_carry_javas_remark(expression: str, remark: str) -> None:
+    with pytest.raises(Sql92Error) as info:
+        compile_sql92(expression)
+    assert info.value.remark == remark
+
+
+def test_limits() -> None:
+    with pytest.raises(Sql92Error):
+        compile_sql92("(" * 500 + "a" + ")" * 500)
+    with pytest.raises(Sql92Error):
+        compile_sql92("a = 1 or " * 10000 + "a = 1")
+
+
+def test_java_double_to_string() -> None:
+    assert [java_double_str(v) for v in (1.0, 1e7, 1.5e-4, 123.25, -0.0, 1e300)] == [
+        "1.0", "1.0E7", "1.5E-4", "123.25", "-0.0", "1.0E300",
+    ]  # fmt: skip

@@ -14,13 +14,8 @@ import attrs
 import pytest
 import trio
 
-from pymq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
 from pymq.broker.config import BrokerConfig
-from pymq.broker.consumer_filter_manager import ConsumerFilterManager
-from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from pymq.broker.context import BrokerContext
-from pymq.broker.fast_failure import ConsumerFallBehind
-from pymq.broker.long_polling import PullRequestHoldService
 from pymq.broker.processors.consumer import ConsumerProcessor
 from pymq.broker.processors.pull import (
     FLAG_COMMIT_OFFSET,
@@ -29,10 +24,6 @@ from pymq.broker.processors.pull import (
     PullProcessor,
 )
 from pymq.broker.processors.send import SendProcessor
-from pymq.broker.schedule import ScheduleMessageService
-from pymq.broker.stats import BrokerStats
-from pymq.broker.subscription_group_manager import SubscriptionGroupManager
-from pymq.broker.topic_config_manager import TopicConfigManager
 from pymq.common.consumer import (
     ConsumerData,
     ConsumerList,
@@ -48,6 +39,7 @@ from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.store import DefaultMessageStore, MessageStoreConfig
+from tests.unit.contexts import make_broker_context
 
 TOPIC = "TopicTest"
 GROUP = "cg"
@@ -75,28 +67,9 @@ async def ctx(nursery: trio.Nursery, tmp_path) -> AsyncIterator[BrokerContext]:
         max_index_num=256,
     )
     broker_config = BrokerConfig(broker_name="broker-a", broker_ip1="127.0.0.1")
-    config_dir = store_config.config_dir
     store = DefaultMessageStore(store_config)
     store.store_host = ("127.0.0.1", 10911)
-    pull_hold = PullRequestHoldService()
-    store.set_arrival_listener(pull_hold.notify_message_arriving)
-    context = BrokerContext(
-        broker_config=broker_config,
-        store=store,
-        topic_config_manager=TopicConfigManager(config_dir, broker_config),
-        subscription_group_manager=SubscriptionGroupManager(config_dir),
-        consumer_offset_manager=ConsumerOffsetManager(config_dir),
-        consumer_filter_manager=ConsumerFilterManager(config_dir),
-        consumer_manager=ConsumerManager(),
-        producer_manager=ProducerManager(),
-        rebalance_lock_manager=RebalanceLockManager(),
-        pull_hold=pull_hold,
-        stats=BrokerStats(),
-        fall_behind=ConsumerFallBehind(),
-        schedule=ScheduleMessageService(config_dir, store),
-        admin=None,  # type: ignore[arg-type]  # no admin request is sent here
-        store_host=store.store_host,
-    )
+    context = make_broker_context(store, broker_config)
     await nursery.start(store.run)
     await context.topic_config_manager.update(TopicConfig(TOPIC, 4, 4))
     yield context

@@ -18,20 +18,11 @@ import trio
 
 from pymq.broker.client_manager import (
     ClientChannelInfo,
-    ConsumerManager,
-    ProducerManager,
-    RebalanceLockManager,
 )
 from pymq.broker.config import BrokerConfig
 from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from pymq.broker.context import BrokerContext
-from pymq.broker.fast_failure import ConsumerFallBehind
-from pymq.broker.long_polling import PullRequestHoldService
 from pymq.broker.processors.send import SendProcessor
-from pymq.broker.schedule import ScheduleMessageService
-from pymq.broker.stats import BrokerStats
-from pymq.broker.subscription_group_manager import SubscriptionGroupManager
-from pymq.broker.topic_config_manager import TopicConfigManager
 from pymq.broker.transaction import TransactionService, half_properties
 from pymq.common.clock import now_ms
 from pymq.common.message import (
@@ -54,6 +45,7 @@ from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.store import DefaultMessageStore, MessageStoreConfig
 from pymq.store.config import BrokerRole
+from tests.unit.contexts import make_broker_context
 
 SAMPLES = "/work/shared/reference/java-wire-samples"
 TOPIC = "TopicTx"
@@ -100,25 +92,9 @@ async def ctx(nursery: trio.Nursery, tmp_path) -> AsyncIterator[BrokerContext]:
         transaction_time_out=3000,
         transaction_check_max=3,
     )
-    config_dir = store_config.config_dir
     store = DefaultMessageStore(store_config)
     store.store_host = ("127.0.0.1", 49911)
-    context = BrokerContext(
-        broker_config=broker_config,
-        store=store,
-        topic_config_manager=TopicConfigManager(config_dir, broker_config),
-        subscription_group_manager=SubscriptionGroupManager(config_dir),
-        consumer_offset_manager=ConsumerOffsetManager(config_dir),
-        consumer_manager=ConsumerManager(),
-        producer_manager=ProducerManager(),
-        rebalance_lock_manager=RebalanceLockManager(),
-        pull_hold=PullRequestHoldService(),
-        stats=BrokerStats(),
-        fall_behind=ConsumerFallBehind(),
-        schedule=ScheduleMessageService(config_dir, store),
-        admin=None,  # type: ignore[arg-type]  # no admin request is sent here
-        store_host=store.store_host,
-    )
+    context = make_broker_context(store, broker_config)
     await nursery.start(store.run)
     await context.topic_config_manager.update(TopicConfig(TOPIC, 4, 4))
     yield context

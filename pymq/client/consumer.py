@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
-from pymq.client.instance import ClientService, MQClientError
+from pymq.client.instance import ClientService, Credentials, MQClientError
 from pymq.common.consumer import (
     ConsumeFromWhere,
     ConsumerData,
@@ -108,8 +108,10 @@ def allocate_averagely(mqs: list[MessageQueue], cids: list[str], me: str) -> lis
 class _Base(ClientService):
     """Name-server and broker plumbing shared by both consumers."""
 
-    def __init__(self, group: str, namesrv_addr: str) -> None:
-        super().__init__(group, namesrv_addr)
+    def __init__(
+        self, group: str, namesrv_addr: str, *, credentials: Credentials | None = None
+    ) -> None:
+        super().__init__(group, namesrv_addr, credentials=credentials)
         # Which broker of a group to pull each queue from next (the broker's suggestWhichBrokerId).
         self.pull_from: dict[MessageQueue, int] = {}
 
@@ -275,8 +277,9 @@ class PushConsumer(_Base):
         batch_size: int = 1,
         pull_batch_size: int = PULL_BATCH_SIZE,
         max_reconsume_times: int = 16,
+        credentials: Credentials | None = None,
     ) -> None:
-        super().__init__(group, namesrv_addr)
+        super().__init__(group, namesrv_addr, credentials=credentials)
         self.handler = handler
         self.message_model = message_model
         self.consume_from = consume_from

@@ -24,7 +24,7 @@ from pymq.common.serde import from_json, to_json
 from pymq.common.topic import is_readable, is_writeable
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
-from pymq.remoting.client import RemotingClient
+from pymq.remoting.client import AclSigner, RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
@@ -43,13 +43,20 @@ class MQClientError(Exception):
         super().__init__(f"{what}: CODE {code} DESC {remark}" if what else f"CODE {code} {remark}")
 
 
+Credentials = tuple[str, str]
+
+
 class ClientInstance:
-    def __init__(self, nursery: trio.Nursery, namesrv_addr: str) -> None:
+    def __init__(
+        self, nursery: trio.Nursery, namesrv_addr: str, credentials: Credentials | None = None
+    ) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise ValueError("no name server address given (host:port[;host:port])")
         self.client_id = f"127.0.0.1@{os.getpid()}#{next(_instance_ids)}"
-        self.remoting = RemotingClient(nursery, handler=self._serve)
+        # credentials=(accessKey, secretKey): every request signed for a broker with ACL.
+        signer = AclSigner(*credentials) if credentials is not None else None
+        self.remoting = RemotingClient(nursery, handler=self._serve, signer=signer)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.on_ids_changed: Callable[[str], None] = lambda group: None
@@ -163,9 +170,15 @@ class ClientService(AbstractAsyncContextManager):
     # How long leaving may take for the shutdown work above.
     STOP_DEADLINE = 5.0
 
-    def __init__(self, group: str, namesrv_addr: str) -> None:
+    def __init__(
+        self, group: str, namesrv_addr: str, *, credentials: Credentials | None = None
+    ) -> None:
         self.group = group
         self.namesrv_addr = namesrv_addr
+        # (accessKey, secretKey) of an ACL account; checked here, never logged.
+        if credentials is not None:
+            AclSigner(*credentials)
+        self.credentials = credentials
         self.client: ClientInstance | None = None
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
@@ -173,7 +186,7 @@ class ClientService(AbstractAsyncContextManager):
     async def __aenter__(self) -> Self:
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
-        self.client = ClientInstance(self._nursery, self.namesrv_addr)
+        self.client = ClientInstance(self._nursery, self.namesrv_addr, self.credentials)
         await self._started()
         return self
 

@@ -6,10 +6,10 @@ import json
 
 import trio
 
-from pymq.client.instance import MQClientError
+from pymq.client.instance import Credentials, MQClientError
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting import headers as H
-from pymq.remoting.client import open_remoting_client
+from pymq.remoting.client import AclSigner, open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 
@@ -39,13 +39,16 @@ async def create_topic(
     brokers: list[str] | None = None,
     timeout: float = 10.0,
     order: bool = False,
+    credentials: Credentials | None = None,
 ) -> None:
     """UPDATE_AND_CREATE_TOPIC on ``brokers`` (default: every master), then wait until the name
-    server serves the topic's route, so clients started next see its queues at once."""
+    server serves the topic's route, so clients started next see its queues at once.
+    ``credentials``: an admin ACL account's (accessKey, secretKey) for a broker with ACL."""
     targets = brokers if brokers is not None else await master_addresses(namesrv_addr)
     if not targets:
         raise MQClientError(-1, "no master broker is registered with the name server")
-    async with open_remoting_client() as client:
+    signer = AclSigner(*credentials) if credentials is not None else None
+    async with open_remoting_client(signer=signer) as client:
         for addr in targets:
             create = RemotingCommand.request(
                 RequestCode.UPDATE_AND_CREATE_TOPIC,

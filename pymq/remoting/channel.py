@@ -282,6 +282,9 @@ class Channel:
         self.idle_timeout = idle_timeout or None
         self._last_write = trio.current_time()
         self.handler = handler
+        # Called on each request this side sends, just before it is encoded (the client's ACL
+        # signature, pymq.remoting.client.AclSigner); None: requests go as they are.
+        self.signer: Callable[[RemotingCommand], None] | None = None
         self.remote_address = _peer_address(stream)
         self.closed = False
         self.close_reason: str | None = None
@@ -753,6 +756,8 @@ class Channel:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         request.opaque = next_opaque()
         request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
+        if self.signer is not None:
+            self.signer(request)
         done = trio.Event()
         call = Call(wake=done.set)
         calls = self.state.calls
@@ -785,6 +790,8 @@ class Channel:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         request.opaque = opaque = next_opaque()
         request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
+        if self.signer is not None:
+            self.signer(request)
         calls = self.state.calls
         self._write(encode(request), now=len(calls) < DIRECT_WRITE_MAX_PENDING)
         calls.add(
@@ -798,4 +805,6 @@ class Channel:
         """Send ``request`` with the oneway flag; no answer is expected or awaited."""
         request.opaque = next_opaque()
         request.flag = (request.flag & ~RPC_TYPE_RESPONSE) | RPC_ONEWAY
+        if self.signer is not None:
+            self.signer(request)
         self._write(encode(request))

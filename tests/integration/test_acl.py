@@ -1,0 +1,207 @@
+"""A broker with aclEnable=true, driven by the Python client with and without credentials."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from pymq.client import (
+    ConsumeFromWhere,
+    Message,
+    MessageExt,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+    topics,
+)
+from pymq.common.acl import sign_request
+from pymq.embedded import Cluster, open_cluster
+from pymq.remoting.client import open_remoting_client
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.testing import TEST_PROPERTIES
+from tests.helpers import wait_until
+
+ADMIN = ("RocketMQAdmin", "12345678admin")
+PRODUCER = ("producerUser", "producerSecret")
+CONSUMER = ("consumerUser", "consumerSecret")
+ACL = """\
+globalWhiteRemoteAddresses: []
+accounts:
+  - accessKey: RocketMQAdmin
+    secretKey: 12345678admin
+    admin: true
+  - accessKey: producerUser
+    secretKey: producerSecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [Allowed=PUB]
+  - accessKey: consumerUser
+    secretKey: consumerSecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [Allowed=SUB]
+    groupPerms: [Readers=SUB]
+"""
+
+
+@pytest.fixture
+async def acl_cluster(tmp_path: pathlib.Path) -> AsyncIterator[Cluster]:
+    home = tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text(ACL)
+    properties = dict(TEST_PROPERTIES, aclEnable="true", rocketmqHome=str(home))
+    async with open_cluster(
+        str(tmp_path / "data"),
+        namesrv_port=0,
+        broker_port=0,
+        bind_address="127.0.0.1",
+        properties=properties,
+    ) as cluster:
+        for topic in ("Allowed", "Denied"):
+            await topics.create_topic(
+                cluster.namesrv_addr, topic, brokers=[cluster.broker_addr], credentials=ADMIN
+            )
+        yield cluster
+
+
+def acl_file(cluster: Cluster) -> pathlib.Path:
+    assert cluster.broker.acl is not None
+    return cluster.broker.acl.default_file
+
+
+async def test_acl_is_enforced_for_the_python_producer(acl_cluster: Cluster) -> None:
+    namesrv = acl_cluster.namesrv_addr
+    async with Producer("P", namesrv, credentials=PRODUCER) as producer:
+        result = await producer.send(Message("Allowed", b"hello"))
+        assert result.status == "SEND_OK"
+        with pytest.raises(MQClientError) as denied:
+            await producer.send(Message("Denied", b"no"))
+        assert denied.value.code == ResponseCode.SYSTEM_ERROR
+        assert "AclException: No default permission for topic:Denied" in denied.value.remark
+    async with Producer("P2", namesrv, credentials=(PRODUCER[0], "wrongSecret")) as producer:
+        with pytest.raises(MQClientError) as wrong:
+            await producer.send(Message("Allowed", b"no"))
+        assert "Check signature failed for accessKey=producerUser" in wrong.value.remark
+    async with Producer("P3", namesrv) as producer:
+        with pytest.raises(MQClientError) as anonymous:
+            await producer.send(Message("Allowed", b"no"))
+        assert "No accessKey is configured" in anonymous.value.remark
+    # A refused request changed nothing: only the first message is stored.
+    assert acl_cluster.broker.stats.put_msgs == 1
+
+
+async def test_pull_and_push_consumers_with_credentials(acl_cluster: Cluster) -> None:
+    namesrv = acl_cluster.namesrv_addr
+    async with Producer("P", namesrv, credentials=PRODUCER) as producer:
+        for i in range(3):
+            await producer.send(Message("Allowed", b"m%d" % i))
+    async with PullConsumer("Readers", namesrv, credentials=CONSUMER) as puller:
+        pulled = []
+        for mq in await puller.fetch_subscribe_message_queues("Allowed"):
+            pulled += (await puller.pull(mq, "*", 0, 32)).messages
+        assert sorted(m.body for m in pulled) == [b"m0", b"m1", b"m2"]
+    async with PullConsumer("Readers", namesrv) as anonymous:
+        mq = (await anonymous.fetch_subscribe_message_queues("Allowed"))[0]
+        with pytest.raises(MQClientError, match="No accessKey is configured"):
+            await anonymous.pull(mq, "*", 0, 32)
+    async with PullConsumer("Others", namesrv, credentials=CONSUMER) as other_group:
+        mq = (await other_group.fetch_subscribe_message_queues("Allowed"))[0]
+        with pytest.raises(MQClientError, match="No default permission for group:Others"):
+            await other_group.pull(mq, "*", 0, 32)
+
+    got: list[MessageExt] = []
+    arrived = trio.Event()
+
+    async def handle(msgs: list[MessageExt]) -> bool:
+        got.extend(msgs)
+        if len(got) >= 3:
+            arrived.set()
+        return True
+
+    first = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    async with PushConsumer(
+        "Readers", namesrv, handle, consume_from=first, credentials=CONSUMER
+    ) as consumer:
+        await consumer.subscribe("Allowed")
+        with trio.fail_after(30):
+            await arrived.wait()
+    assert sorted(m.body for m in got) == [b"m0", b"m1", b"m2"]
+
+
+async def test_reload_on_file_change(acl_cluster: Cluster) -> None:
+    namesrv = acl_cluster.namesrv_addr
+    async with Producer("P", namesrv, credentials=PRODUCER) as producer:
+        with pytest.raises(MQClientError, match="No default permission for topic:Denied"):
+            await producer.send(Message("Denied", b"no"))
+        path = acl_file(acl_cluster)
+        path.write_text(path.read_text().replace("[Allowed=PUB]", "[Allowed=PUB, Denied=PUB]"))
+
+        async def allowed_now() -> bool:
+            try:
+                await producer.send(Message("Denied", b"yes"))
+            except MQClientError:
+                return False
+            return True
+
+        await wait_until(allowed_now, timeout=10)
+        # A broken file keeps the configuration in force.
+        path.write_text("accounts: [\n")
+        await trio.sleep(1.5)
+        assert (await producer.send(Message("Denied", b"still"))).status == "SEND_OK"
+
+
+async def test_acl_admin_codes_over_remoting(acl_cluster: Cluster) -> None:
+    broker = acl_cluster.broker_addr
+
+    def signed(code: int, ext: dict[str, str], who: tuple[str, str] = ADMIN) -> RemotingCommand:
+        fields = dict(ext)
+        sign_request(fields, None, *who)
+        return RemotingCommand.request(code, fields)
+
+    async with open_remoting_client() as client:
+        create = {
+            "accessKey": "lateUser1",
+            "secretKey": "lateSecret1",
+            "defaultTopicPerm": "PUB",
+            "topicPerms": "Denied=DENY",
+            "admin": "false",
+        }
+        refused = await client.invoke(
+            broker, signed(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, create, PRODUCER)
+        )
+        assert refused.code == ResponseCode.SYSTEM_ERROR
+        assert "Need admin permission for request code=50" in (refused.remark or "")
+        ok = await client.invoke(broker, signed(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, create))
+        assert ok.code == ResponseCode.SUCCESS, ok.remark
+        assert "lateUser1" in acl_file(acl_cluster).read_text()
+        config = await client.invoke(broker, signed(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, {}))
+        assert config.code == ResponseCode.SUCCESS
+        assert b'"accessKey":"lateUser1"' in config.body
+        info = await client.invoke(broker, signed(RequestCode.GET_BROKER_CLUSTER_ACL_INFO, {}))
+        assert info.code == ResponseCode.SUCCESS
+        assert (
+            info.ext_fields["brokerAddr"] == broker and '"counter":1' in info.ext_fields["version"]
+        )
+        white = await client.invoke(
+            broker,
+            signed(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, {"globalWhiteAddrs": "10.9.*.*"}),
+        )
+        assert white.code == ResponseCode.SUCCESS, white.remark
+        bad = await client.invoke(
+            broker,
+            signed(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {"accessKey": "x", "secretKey": "y"}),
+        )
+        assert bad.code == ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+        deleted = await client.invoke(
+            broker, signed(RequestCode.DELETE_ACL_CONFIG, {"accessKey": "lateUser1"})
+        )
+        assert deleted.code == ResponseCode.SUCCESS
+        again = await client.invoke(
+            broker, signed(RequestCode.DELETE_ACL_CONFIG, {"accessKey": "lateUser1"})
+        )
+        assert again.code == ResponseCode.DELETE_ACL_CONFIG_FAILED

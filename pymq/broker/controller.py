@@ -82,7 +82,7 @@ from pymq.common.topic import (
     is_writeable,
 )
 from pymq.remoting.channel import Channel
-from pymq.remoting.client import RemotingClient
+from pymq.remoting.client import AclSigner, RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import CURRENT_VERSION, RequestCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
@@ -174,6 +174,8 @@ class BrokerController:
         # aclEnable: every request checked before its processor (pymq/broker/acl.py); a broken
         # ACL file stops the start, as RocketMQ's does.  Off: nothing on the request path.
         self.acl: AclManager | None = None
+        if bool(broker_config.access_key) != bool(broker_config.secret_key):
+            raise ConfigError("accessKey and secretKey go together: set both, or neither")
         if broker_config.acl_enable:
             try:
                 self.acl = AclManager(broker_config.rocketmq_home)
@@ -276,6 +278,13 @@ class BrokerController:
             for code, handler in table.items():
                 server.register(code, handler, inline.get(code))
 
+    def _signer(self) -> AclSigner | None:
+        """The broker's own requests are signed when it has an account (accessKey/secretKey)."""
+        bc = self.broker_config
+        if bc.access_key and bc.secret_key:
+            return AclSigner(bc.access_key, bc.secret_key)
+        return None
+
     def _acl_identity(self) -> tuple[str, str, str]:
         bc = self.broker_config
         return bc.broker_name, self.broker_addr, bc.broker_cluster_name
@@ -357,7 +366,9 @@ class BrokerController:
                 port = await nursery.start(self.server.run)
                 await nursery.start(self.fast_server.run)
                 client = RemotingClient(
-                    nursery, connect_timeout=self.client_config.connect_timeout_millis / 1000
+                    nursery,
+                    connect_timeout=self.client_config.connect_timeout_millis / 1000,
+                    signer=self._signer(),
                 )
                 self.client = client
                 self.outer_api = BrokerOuterAPI(client, self.broker_config.namesrv_list())
@@ -454,7 +465,7 @@ class BrokerController:
     async def _shutdown(self) -> None:
         if self.outer_api is not None and self.registered.is_set():
             async with trio.open_nursery() as nursery:
-                client = RemotingClient(nursery, connect_timeout=2.0)
+                client = RemotingClient(nursery, connect_timeout=2.0, signer=self._signer())
                 api = BrokerOuterAPI(client, self.outer_api.namesrv_addrs)
                 await api.unregister_broker_all(self.identity(), timeout=3.0)
                 client.close()

@@ -8,6 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
+from pymq.broker.acl import AclManager
+from pymq.broker.config import BrokerConfig
+from pymq.broker.controller import BrokerController
 from pymq.client import (
     ConsumeFromWhere,
     Message,
@@ -23,8 +26,10 @@ from pymq.embedded import Cluster, open_cluster
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.config import NettyClientConfig, NettyServerConfig
+from pymq.store.config import MessageStoreConfig
 from pymq.testing import TEST_PROPERTIES
-from tests.helpers import wait_until
+from tests.helpers import make_namesrv, wait_until
 
 ADMIN = ("RocketMQAdmin", "12345678admin")
 PRODUCER = ("producerUser", "producerSecret")
@@ -205,3 +210,41 @@ async def test_acl_admin_codes_over_remoting(acl_cluster: Cluster) -> None:
             broker, signed(RequestCode.DELETE_ACL_CONFIG, {"accessKey": "lateUser1"})
         )
         assert again.code == ResponseCode.DELETE_ACL_CONFIG_FAILED
+
+
+async def test_broker_signs_its_requests_when_it_has_an_account(tmp_path: pathlib.Path) -> None:
+    # RocketMQ's name server does not check ACL; a checking one stands in for any peer that does
+    # (a master the slave syncs from), to see the broker's own requests signed.
+    home = tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text(ACL)
+    namesrv = make_namesrv(tmp_path)
+    namesrv.server.access_check = AclManager(str(home)).check
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(namesrv.run)
+        for account, registered in ((ADMIN, True), (("", ""), False)):
+            store = MessageStoreConfig(
+                store_path_root_dir=str(tmp_path / f"store{registered}"),
+                mapped_file_size_commit_log=1 << 20,
+            )
+            config = BrokerConfig(
+                broker_name=f"b{registered}",
+                broker_ip1="127.0.0.1",
+                namesrv_addr=f"127.0.0.1:{port}",
+                access_key=account[0],
+                secret_key=account[1],
+            )
+            broker = BrokerController(
+                config,
+                NettyServerConfig(listen_port=0, bind_address="127.0.0.1"),
+                NettyClientConfig(),
+                store,
+            )
+            async with trio.open_nursery() as broker_nursery:
+                await broker_nursery.start(broker.run)
+                names = set(namesrv.routes.broker_addr_table)
+                assert (f"b{registered}" in names) is registered
+                props, _ = broker.context.admin.config_properties()
+                assert props["secretKey"] == ("******" if registered else "")
+                broker_nursery.cancel_scope.cancel()
+        nursery.cancel_scope.cancel()

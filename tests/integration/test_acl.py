@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
 import trio
+import yaml
 
 from pymq.broker.acl import AclManager
 from pymq.broker.config import BrokerConfig
@@ -248,3 +252,82 @@ async def test_broker_signs_its_requests_when_it_has_an_account(tmp_path: pathli
                 assert props["secretKey"] == ("******" if registered else "")
                 broker_nursery.cancel_scope.cancel()
         nursery.cancel_scope.cancel()
+
+
+async def pymq_admin(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = await trio.run_process(
+        [sys.executable, "-m", "pymq.admin", *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=env,
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def test_pymq_admin_acl_subcommands(acl_cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    namesrv, broker = acl_cluster.namesrv_addr, acl_cluster.broker_addr
+    sign = ["--aclAccessKey", ADMIN[0], "--aclSecretKey", ADMIN[1]]
+    target = ["-n", namesrv, "-b", broker]
+    code, out, err = await pymq_admin(
+        "updateAclConfig",
+        *target,
+        *sign,
+        "-a",
+        "cliAccount",
+        "-s",
+        "cliSecret1",
+        "-i",
+        "PUB",
+        "-t",
+        "Denied=DENY,Allowed=PUB|SUB",
+        "-g",
+        "Readers=SUB",
+    )
+    assert code == 0, err
+    assert f"create or update plain access config to {broker} success." in out
+    assert "cliSecret1" not in out
+    written = yaml.safe_load(acl_file(acl_cluster).read_text())
+    account = next(a for a in written["accounts"] if a["accessKey"] == "cliAccount")
+    assert account["topicPerms"] == ["Denied=DENY", "Allowed=PUB|SUB"]
+    async with Producer("P", namesrv, credentials=("cliAccount", "cliSecret1")) as producer:
+        assert (await producer.send(Message("Allowed", b"cli"))).status == "SEND_OK"
+
+    # Signed by tools.yml, as mqadmin is.
+    home = tmp_path / "tools-home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "tools.yml").write_text(f"accessKey: {ADMIN[0]}\nsecretKey: {ADMIN[1]}\n")
+    env = dict(os.environ, ROCKETMQ_HOME=str(home))
+    code, out, err = await pymq_admin("clusterAclConfigVersion", *target, "--json", env=env)
+    assert code == 0, err
+    versions = json.loads(out)
+    default = next(v for v in versions if v["aclFilePath"].endswith("plain_acl.yml"))
+    assert default["aclConfigVersionNum"] == 1 and default["brokerAddr"] == broker
+    code, out, err = await pymq_admin(
+        "updateGlobalWhiteAddr", *target, "-g", "10.1.*.*,10.2.0.1", env=env
+    )
+    assert code == 0, err
+    assert yaml.safe_load(acl_file(acl_cluster).read_text())["globalWhiteRemoteAddresses"] == [
+        "10.1.*.*",
+        "10.2.0.1",
+    ]
+    code, out, err = await pymq_admin("deleteAccessConfig", *target, "-a", "cliAccount", env=env)
+    assert code == 0, err
+    assert "cliAccount" not in acl_file(acl_cluster).read_text()
+
+    # Unsigned, or by a non-admin: one error line, nothing changed.
+    before = acl_file(acl_cluster).read_text()
+    code, out, err = await pymq_admin("deleteAccessConfig", *target, "-a", PRODUCER[0])
+    assert code == 1 and "No accessKey is configured" in err and err.count("\n") == 1
+    code, out, err = await pymq_admin(
+        "deleteAccessConfig",
+        *target,
+        "--aclAccessKey",
+        PRODUCER[0],
+        "--aclSecretKey",
+        PRODUCER[1],
+        "-a",
+        PRODUCER[0],
+    )
+    assert code == 1 and "Need admin permission for request code=51" in err
+    assert acl_file(acl_cluster).read_text() == before

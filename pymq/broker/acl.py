@@ -148,9 +148,10 @@ def _topic_sub(ext: dict[str, str], body: bytes) -> Resources:
 
 
 def _unregister(ext: dict[str, str], body: bytes) -> Resources:
-    """SUB on the consumer group, when the client names one (a producer's unregister does not)."""
+    """SUB on the consumer group, when the client names one (a producer's unregister does not;
+    the C++ client sends it empty)."""
     group = ext.get("consumerGroup")
-    return [] if group is None else [(retry_topic(group), SUB)]
+    return [(retry_topic(group), SUB)] if group else []
 
 
 def _heartbeat(ext: dict[str, str], body: bytes) -> Resources:

@@ -27,6 +27,7 @@ configuration in force and is logged.  The ACL admin codes (50-54) write the fil
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -49,14 +50,13 @@ from pymq.common.acl import (
     AclDocument,
     AddressPattern,
     PlainAccessConfig,
-    calc_signature,
     check_permission,
     compile_address_pattern,
     describe_resource,
     is_retry_topic,
+    request_signature,
     retry_topic,
     signature_matches,
-    signed_content,
 )
 from pymq.common.clock import now_ms
 from pymq.common.consumer import HeartbeatData
@@ -375,16 +375,17 @@ class AclManager:
         account = state.accounts.get(access_key)
         if account is None:
             raise AclRefused(f"No acl config for {access_key}", AT_NO_ACL_CONFIG, "unknown-key")
-        if account.white.matches(host):
+        if account.white.kind != "none" and account.white.matches(host):
             return
-        expected = calc_signature(signed_content(ext, body), account.secret)
+        expected = request_signature(account.key, ext, body)
         if not signature_matches(expected, ext.get(SIGNATURE)):
             raise AclRefused(
                 f"Check signature failed for accessKey={access_key}", AT_SIGNATURE, "signature"
             )
-        # Traces are sent to RMQ_SYS_TRACE_TOPIC whatever the account's topic permissions.
-        if any(resource == TRACE_TOPIC and perm == PUB for resource, perm in needed):
-            return
+        for resource, perm in needed:
+            # Traces go to RMQ_SYS_TRACE_TOPIC whatever the account's topic permissions.
+            if perm == PUB and resource == TRACE_TOPIC:
+                return
         if (rule is _admin or rule is None) and not account.admin:
             raise AclRefused(
                 f"Need admin permission for request code={code}, but accessKey={access_key} is not",
@@ -530,6 +531,7 @@ class AclManager:
         return default, every
 
 
+@functools.lru_cache(maxsize=REFUSAL_LOG_MAX)
 def _host(remote_address: str) -> str:
     host, _, _ = remote_address.rpartition(":")
     return host.strip("[]") if host else remote_address

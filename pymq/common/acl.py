@@ -23,6 +23,7 @@ addresses, ``192.168.1.{1,2,3}`` (a set in the last part), and ranges: ``192.168
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import ipaddress
@@ -331,6 +332,7 @@ class Account:
 
     access_key: str
     secret: bytes
+    key: SigningKey
     white: AddressPattern
     admin: bool
     default_topic_perm: int
@@ -347,6 +349,7 @@ class Account:
         return cls(
             access_key=config.access_key,
             secret=config.secret_key.encode(),
+            key=SigningKey(config.secret_key.encode()),
             white=compile_address_pattern(config.white_remote_address),
             admin=config.admin,
             default_topic_perm=parse_perm(config.default_topic_perm),
@@ -407,16 +410,40 @@ class AclDocument:
 # -- signatures --------------------------------------------------------------------------------
 
 
-def _java_order(key: str) -> Any:
-    # Java compares Strings by UTF-16 code units; for keys in the BMP that is code point order.
-    return key if key.isascii() else key.encode("utf-16-be")
+def _java_order(key: str) -> bytes:
+    # Java compares Strings by UTF-16 code units (which differs from code point order only past
+    # the BMP); extField keys are ASCII in practice, and those are sorted as they are.
+    return key.encode("utf-16-be")
+
+
+# The signed keys in order, per key sequence seen (a client sends the same keys in the same
+# order request after request); at most this many sequences remembered.
+KEY_ORDERS_MAX = 1024
+_key_orders: dict[tuple[str, ...], list[str]] = {}
+
+
+def _signed_keys(ext_fields: Mapping[str, str]) -> list[str]:
+    shape = tuple(ext_fields)
+    keys = _key_orders.get(shape)
+    if keys is None:
+        keys = [k for k in shape if k not in _UNSIGNED]
+        if "".join(keys).isascii():
+            keys.sort()
+        else:
+            keys.sort(key=_java_order)
+        if len(_key_orders) < KEY_ORDERS_MAX:
+            _key_orders[shape] = keys
+    return keys
+
+
+def _signed_values(ext_fields: Mapping[str, str]) -> bytes:
+    return "".join([ext_fields[k] for k in _signed_keys(ext_fields)]).encode()
 
 
 def signed_content(ext_fields: Mapping[str, str], body: bytes | None) -> bytes:
     """What the signature covers: the values of ``ext_fields`` (but Signature and
     _UNIQUE_KEY_QUERY) in Java key order, then ``body``."""
-    keys = sorted((k for k in ext_fields if k not in _UNSIGNED), key=_java_order)
-    content = "".join([ext_fields[k] for k in keys]).encode()
+    content = _signed_values(ext_fields)
     return content + body if body else content
 
 
@@ -425,26 +452,66 @@ def calc_signature(content: bytes, secret: bytes) -> str:
     return base64.b64encode(hmac.digest(secret, content, hashlib.sha1)).decode("ascii")
 
 
+class SigningKey:
+    """A secret ready to sign: HMAC-SHA1's inner and outer hash states computed once (RFC 2104),
+    so that each signature costs two hash copies instead of the key schedule (half the time
+    of :func:`calc_signature` on a 1 KiB request); same result."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) > _SHA1_BLOCK:
+            secret = hashlib.sha1(secret).digest()
+        padded = secret.ljust(_SHA1_BLOCK, b"\0")
+        self._inner = hashlib.sha1(bytes(b ^ 0x36 for b in padded))
+        self._outer = hashlib.sha1(bytes(b ^ 0x5C for b in padded))
+
+    def __repr__(self) -> str:
+        return "SigningKey(***)"
+
+    def signature(self, content: bytes, body: bytes | None = None) -> str:
+        """The signature of ``content`` followed by ``body``."""
+        inner = self._inner.copy()
+        inner.update(content)
+        if body:
+            inner.update(body)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return binascii.b2a_base64(outer.digest(), newline=False).decode("ascii")
+
+
+_SHA1_BLOCK = 64
+
+
+def request_signature(key: SigningKey, ext_fields: Mapping[str, str], body: bytes | None) -> str:
+    """The signature ``key`` gives a request (what the broker recomputes)."""
+    return key.signature(_signed_values(ext_fields), body)
+
+
 def signature_matches(expected: str, given: str | None) -> bool:
     """Constant-time comparison of two signatures."""
     if given is None:
         return False
-    return hmac.compare_digest(expected.encode("ascii"), given.encode("utf-8", "replace"))
+    try:
+        return hmac.compare_digest(expected, given)
+    except TypeError:  # a given signature with non-ASCII characters: no Base64, no match
+        return False
 
 
 def sign_request(
     ext_fields: dict[str, str],
     body: bytes | None,
     access_key: str,
-    secret_key: str,
+    secret_key: str | SigningKey,
     security_token: str | None = None,
 ) -> str:
     """Add ``AccessKey`` (and ``SecurityToken``) to ``ext_fields`` and then its ``Signature``,
     as ``AclClientRPCHook`` does; returns the signature."""
+    key = SigningKey(secret_key.encode()) if isinstance(secret_key, str) else secret_key
     ext_fields.pop(SIGNATURE, None)
     ext_fields[ACCESS_KEY] = access_key
     if security_token:
         ext_fields[SECURITY_TOKEN] = security_token
-    signature = calc_signature(signed_content(ext_fields, body), secret_key.encode())
+    signature = key.signature(_signed_values(ext_fields), body)
     ext_fields[SIGNATURE] = signature
     return signature

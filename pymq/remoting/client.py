@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from json.encoder import encode_basestring_ascii as _quote
 
 import trio
 
-from pymq.common.acl import sign_request
+from pymq.common.acl import ACCESS_KEY, SigningKey, sign_request
 from pymq.common.address import split_address
 from pymq.remoting.channel import Channel, RequestHandler
 from pymq.remoting.codec import RemotingCommand
@@ -34,22 +35,27 @@ class AclSigner:
         if not access_key or not secret_key:
             raise ValueError("credentials need both an access key and a secret key")
         self.access_key = access_key
-        self._secret_key = secret_key
+        self._key = SigningKey(secret_key.encode())
         self.security_token = security_token
+        # The JSON members appended to a request whose extFields are pre-written.
+        self._access_key_json = ',"AccessKey":' + _quote(access_key)
 
     def __repr__(self) -> str:  # never the secret
         return f"AclSigner(access_key={self.access_key!r})"
 
     def __call__(self, request: RemotingCommand) -> None:
-        # The extFields change: a pre-written JSON copy of them no longer matches.
-        request.ext_json = None
-        sign_request(
-            request.ext_fields,
-            request.body,
-            self.access_key,
-            self._secret_key,
-            self.security_token,
+        ext_json = request.ext_json
+        resigned = ACCESS_KEY in request.ext_fields
+        signature = sign_request(
+            request.ext_fields, request.body, self.access_key, self._key, self.security_token
         )
+        if ext_json is not None:
+            # The send path's pre-written extFields JSON: the two fields appended (a request
+            # signed before, or with a token, falls back to writing the fields).
+            if resigned or self.security_token or not ext_json:
+                request.ext_json = None
+            else:
+                request.ext_json = f'{ext_json}{self._access_key_json},"Signature":"{signature}"'
 
 
 class RemotingClient:

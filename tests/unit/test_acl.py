@@ -19,6 +19,7 @@ from pymq.common.acl import (
     SUB,
     AclConfigError,
     PlainAccessConfig,
+    SigningKey,
     calc_signature,
     check_permission,
     compile_address_pattern,
@@ -114,15 +115,27 @@ def test_signature_leaves_out_the_unique_key_query_flag_and_sorts_as_java() -> N
     assert signed_content(ext, b"body") == b"K12body"
 
 
-def test_signer_signs_and_drops_the_prewritten_json() -> None:
+def test_signer_signs_and_extends_the_prewritten_json() -> None:
+    signer = AclSigner('some"User', "someSecret")
     request = command(RequestCode.SEND_MESSAGE_V2, {"b": "T", "a": "G"}, b"x")
     request.ext_json = '"a":"G","b":"T"'
-    AclSigner("someUser", "someSecret")(request)
-    assert request.ext_json is None
-    assert request.ext_fields["AccessKey"] == "someUser"
-    expected = calc_signature(b"someUserGTx", b"someSecret")
+    signer(request)
+    assert request.ext_fields["AccessKey"] == 'some"User'
+    expected = calc_signature(b'some"UserGTx', b"someSecret")
     assert request.ext_fields["Signature"] == expected
-    assert "someSecret" not in repr(AclSigner("someUser", "someSecret"))
+    # The pre-written JSON says what the fields say.
+    assert request.ext_json is not None
+    assert json.loads("{" + request.ext_json + "}") == request.ext_fields
+    # Signed again (a retry of the same request): the JSON is written from the fields.
+    signer(request)
+    assert request.ext_json is None and request.ext_fields["Signature"] == expected
+    assert "someSecret" not in repr(signer)
+
+
+def test_signing_key_is_hmac_sha1() -> None:
+    for secret in (b"short", b"k" * 64, b"long" * 40):
+        for content in (b"", b"abc", b"x" * 5000):
+            assert SigningKey(secret).signature(content) == calc_signature(content, secret)
 
 
 # -- the 4.9.4 broker's answers -------------------------------------------------------------------

@@ -32,6 +32,7 @@ from pymq.common.topic import (
     validate_topic,
 )
 from pymq.remoting.codes import CURRENT_VERSION, ResponseCode
+from pymq.remoting.tls import TLS_KEYS
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
@@ -72,10 +73,11 @@ RESTART_ONLY_KEYS = frozenset(
         "aclEnable",
         "accessKey",
         "secretKey",
+        *TLS_KEYS,
     }
 )
 # Config values never shown (the broker's own ACL secret).
-SECRET_KEYS = frozenset({"secretKey"})
+SECRET_KEYS = frozenset({"secretKey", "tls.server.keyPassword", "tls.client.keyPassword"})
 
 
 def _masked(props: dict[str, str]) -> dict[str, str]:

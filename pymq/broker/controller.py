@@ -174,6 +174,8 @@ class BrokerController:
         # aclEnable: every request checked before its processor (pymq/broker/acl.py); a broken
         # ACL file stops the start, as RocketMQ's does.  Off: nothing on the request path.
         self.acl: AclManager | None = None
+        # tls.enable: the broker's own connections (name servers, a slave's master) use TLS.
+        self.client_ssl = client_config.ssl_context()
         if bool(broker_config.access_key) != bool(broker_config.secret_key):
             raise ConfigError("accessKey and secretKey go together: set both, or neither")
         if broker_config.acl_enable:
@@ -369,6 +371,7 @@ class BrokerController:
                     nursery,
                     connect_timeout=self.client_config.connect_timeout_millis / 1000,
                     signer=self._signer(),
+                    ssl_context=self.client_ssl,
                 )
                 self.client = client
                 self.outer_api = BrokerOuterAPI(client, self.broker_config.namesrv_list())
@@ -465,7 +468,9 @@ class BrokerController:
     async def _shutdown(self) -> None:
         if self.outer_api is not None and self.registered.is_set():
             async with trio.open_nursery() as nursery:
-                client = RemotingClient(nursery, connect_timeout=2.0, signer=self._signer())
+                client = RemotingClient(
+                    nursery, connect_timeout=2.0, signer=self._signer(), ssl_context=self.client_ssl
+                )
                 api = BrokerOuterAPI(client, self.outer_api.namesrv_addrs)
                 await api.unregister_broker_all(self.identity(), timeout=3.0)
                 client.close()

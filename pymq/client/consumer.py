@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -109,9 +110,14 @@ class _Base(ClientService):
     """Name-server and broker plumbing shared by both consumers."""
 
     def __init__(
-        self, group: str, namesrv_addr: str, *, credentials: Credentials | None = None
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
     ) -> None:
-        super().__init__(group, namesrv_addr, credentials=credentials)
+        super().__init__(group, namesrv_addr, credentials=credentials, tls=tls)
         # Which broker of a group to pull each queue from next (the broker's suggestWhichBrokerId).
         self.pull_from: dict[MessageQueue, int] = {}
 
@@ -278,8 +284,9 @@ class PushConsumer(_Base):
         pull_batch_size: int = PULL_BATCH_SIZE,
         max_reconsume_times: int = 16,
         credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
     ) -> None:
-        super().__init__(group, namesrv_addr, credentials=credentials)
+        super().__init__(group, namesrv_addr, credentials=credentials, tls=tls)
         self.handler = handler
         self.message_model = message_model
         self.consume_from = consume_from

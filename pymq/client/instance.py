@@ -11,6 +11,7 @@ import itertools
 import logging
 import os
 import random
+import ssl
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -46,9 +47,20 @@ class MQClientError(Exception):
 Credentials = tuple[str, str]
 
 
+def tls_context(tls: bool | ssl.SSLContext) -> ssl.SSLContext | None:
+    """A client's ``tls=`` option as the context to connect with (None: plain TCP)."""
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    return ssl.create_default_context() if tls else None
+
+
 class ClientInstance:
     def __init__(
-        self, nursery: trio.Nursery, namesrv_addr: str, credentials: Credentials | None = None
+        self,
+        nursery: trio.Nursery,
+        namesrv_addr: str,
+        credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not self.namesrv_addrs:
@@ -56,7 +68,7 @@ class ClientInstance:
         self.client_id = f"127.0.0.1@{os.getpid()}#{next(_instance_ids)}"
         # credentials=(accessKey, secretKey): every request signed for a broker with ACL.
         signer = AclSigner(*credentials) if credentials is not None else None
-        self.remoting = RemotingClient(nursery, handler=self._serve, signer=signer)
+        self.remoting = RemotingClient(nursery, handler=self._serve, signer=signer, ssl_context=tls)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.on_ids_changed: Callable[[str], None] = lambda group: None
@@ -171,10 +183,18 @@ class ClientService(AbstractAsyncContextManager):
     STOP_DEADLINE = 5.0
 
     def __init__(
-        self, group: str, namesrv_addr: str, *, credentials: Credentials | None = None
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
     ) -> None:
         self.group = group
         self.namesrv_addr = namesrv_addr
+        # tls=True: TLS to name servers and brokers, their certificates verified against the
+        # system's CAs; or the ssl.SSLContext to use (a private CA, a client certificate).
+        self.tls = tls_context(tls)
         # (accessKey, secretKey) of an ACL account; checked here, never logged.
         if credentials is not None:
             AclSigner(*credentials)
@@ -186,7 +206,7 @@ class ClientService(AbstractAsyncContextManager):
     async def __aenter__(self) -> Self:
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
-        self.client = ClientInstance(self._nursery, self.namesrv_addr, self.credentials)
+        self.client = ClientInstance(self._nursery, self.namesrv_addr, self.credentials, self.tls)
         await self._started()
         return self
 

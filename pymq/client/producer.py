@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -106,8 +107,9 @@ class Producer(ClientService):
         *,
         send_timeout: float = 3.0,
         credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
     ) -> None:
-        super().__init__(group, namesrv_addr, credentials=credentials)
+        super().__init__(group, namesrv_addr, credentials=credentials, tls=tls)
         self.send_timeout = send_timeout
         self._ids = UniqueIdGenerator()
         self._counter = itertools.count()

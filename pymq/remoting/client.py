@@ -9,6 +9,7 @@ dies fails the calls waiting on it at once (``RemotingConnectError``), not at th
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from json.encoder import encode_basestring_ascii as _quote
@@ -20,6 +21,7 @@ from pymq.common.address import split_address
 from pymq.remoting.channel import Channel, RequestHandler
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.errors import RemotingConnectError
+from pymq.remoting.tls import client_handshake
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,11 @@ class RemotingClient:
         handler: RequestHandler | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
         signer: AclSigner | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._nursery = nursery
+        # Connect with TLS (handshake within connect_timeout); None: plain TCP.
+        self.ssl_context = ssl_context
         self.handler = handler
         self.connect_timeout = connect_timeout
         # Signs every request sent on this client's connections (ACL); None: unsigned.
@@ -86,9 +91,12 @@ class RemotingClient:
             if channel is not None and not channel.closed:
                 return channel
             host, port = split_address(address)
+            stream: trio.abc.Stream
             try:
                 with trio.fail_after(self.connect_timeout):
                     stream = await trio.open_tcp_stream(host, port)
+                    if self.ssl_context is not None:
+                        stream = await self._handshake(stream, host, address)
             except (OSError, trio.TooSlowError) as exc:
                 raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
             channel = Channel(stream, self.handler)
@@ -96,6 +104,20 @@ class RemotingClient:
             self._channels[address] = channel
             self._nursery.start_soon(channel.run)
             return channel
+
+    async def _handshake(
+        self, stream: trio.SocketStream, host: str, address: str
+    ) -> trio.abc.Stream:
+        assert self.ssl_context is not None
+        try:
+            return await client_handshake(stream, self.ssl_context, host)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            await trio.aclose_forcefully(stream)
+            cause = exc.__cause__ or exc
+            raise RemotingConnectError(f"TLS handshake with {address} failed: {cause}") from None
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
 
     async def invoke(
         self, address: str, request: RemotingCommand, timeout: float = 3.0
@@ -123,10 +145,15 @@ async def open_remoting_client(
     handler: RequestHandler | None = None,
     connect_timeout: float = CONNECT_TIMEOUT,
     signer: AclSigner | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[RemotingClient]:
     async with trio.open_nursery() as nursery:
         client = RemotingClient(
-            nursery, handler=handler, connect_timeout=connect_timeout, signer=signer
+            nursery,
+            handler=handler,
+            connect_timeout=connect_timeout,
+            signer=signer,
+            ssl_context=ssl_context,
         )
         try:
             yield client

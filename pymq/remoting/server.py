@@ -24,6 +24,7 @@ from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
 from pymq.remoting.headers import decode_request
 from pymq.remoting.limits import ConnectionLimits, SharedBudget
+from pymq.remoting.tls import TlsServer
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +44,14 @@ class RemotingServer:
         limits: ConnectionLimits | None = None,
         budget: SharedBudget | None = None,
         max_connections: int = 10000,
+        tls: TlsServer | None = None,
     ) -> None:
         self.idle_timeout = idle_timeout
         self.limits = limits or ConnectionLimits()
         self.budget = budget or SharedBudget()
         self.max_connections = max_connections
+        # TLS (tls.server.mode permissive or enforcing); None: plain TCP, nothing on the path.
+        self.tls = tls
         self.refused_connections = 0
         self._listeners: list[trio.SocketListener] | None = None
         self.host = host
@@ -150,10 +154,17 @@ class RemotingServer:
                 )
             await trio.aclose_forcefully(stream)
             return
+        served: trio.abc.Stream = stream
+        if self.tls is not None:
+            wrapped = await self.tls.wrap(stream)
+            if wrapped is None:  # closed, timed out, or not TLS where TLS is enforced
+                await trio.aclose_forcefully(stream)
+                return
+            served = wrapped
         try:
             checked = self.access_check is not None
             channel = Channel(
-                stream,
+                served,
                 self._dispatch_checked if checked else self.dispatch,
                 idle_timeout=self.idle_timeout,
                 inline_handler=(
@@ -169,7 +180,7 @@ class RemotingServer:
             )
         except Exception:  # e.g. the socket died before its peer address could be read
             log.exception("%s: cannot serve a new connection", self.name)
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(served)
             return
         self.channels.add(channel)
         log.debug("%s: connection from %s", self.name, channel.remote_address)

@@ -511,6 +511,25 @@ class AclManager:
             )
         return {"globalWhiteAddrs": white, "plainAccessConfigs": configs}
 
+    def console_view(self) -> dict[str, Any]:
+        """Accounts and white addresses for people: secrets masked, each account's file."""
+        state = self.state
+        accounts = []
+        for key, account in sorted(state.accounts.items()):
+            view = account.config.to_json_dict(mask_secret=True)
+            view["file"] = str(state.account_file[key])
+            accounts.append(view)
+        white = [w for path in state.files for w in state.documents[path].global_white_addrs]
+        default = state.documents.get(self.default_file)
+        return {
+            "globalWhiteAddrs": white,
+            # The ones the console edits (and UPDATE_GLOBAL_WHITE_ADDRS_CONFIG by default).
+            "defaultFileWhiteAddrs": list(default.global_white_addrs) if default else [],
+            "defaultFile": str(self.default_file),
+            "accounts": accounts,
+            "files": [str(path) for path in state.files],
+        }
+
     def versions(self) -> tuple[str, str]:
         """The default file's DataVersion JSON and every file's, as GET_BROKER_CLUSTER_ACL_INFO
         answers them."""

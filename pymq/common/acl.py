@@ -306,8 +306,8 @@ class PlainAccessConfig:
 
 
 def mask(secret: str) -> str:
-    """A secret as shown to people: its first two characters, then stars."""
-    return secret[:2] + "*" * max(len(secret) - 2, 4) if secret else ""
+    """A secret as shown to people: its first two characters, then stars (not its length)."""
+    return secret[:2] + "******" if secret else ""
 
 
 def _opt_str(value: object) -> str | None:

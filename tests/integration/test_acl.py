@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 import yaml
+from trio_websocket import open_websocket_url
 
 from pymq.broker.acl import AclManager
 from pymq.broker.config import BrokerConfig
@@ -33,7 +34,8 @@ from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.store.config import MessageStoreConfig
 from pymq.testing import TEST_PROPERTIES
-from tests.helpers import make_namesrv, wait_until
+from tests.admin.helpers import AdminClient, ws_url
+from tests.helpers import free_port, make_namesrv, wait_until
 
 ADMIN = ("RocketMQAdmin", "12345678admin")
 PRODUCER = ("producerUser", "producerSecret")
@@ -331,3 +333,78 @@ async def test_pymq_admin_acl_subcommands(acl_cluster: Cluster, tmp_path: pathli
     )
     assert code == 1 and "Need admin permission for request code=51" in err
     assert acl_file(acl_cluster).read_text() == before
+
+
+async def test_admin_channel_shows_accounts_masked_and_edits_them(
+    tmp_path: pathlib.Path,
+) -> None:
+    home = tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text(ACL)
+    properties = dict(TEST_PROPERTIES, aclEnable="true", rocketmqHome=str(home))
+    async with open_cluster(
+        str(tmp_path / "data"),
+        namesrv_port=0,
+        broker_port=0,
+        bind_address="127.0.0.1",
+        properties=properties,
+        admin_port=free_port(),
+    ) as cluster:
+        channel = cluster.admin_channel
+        assert channel is not None
+        async with open_websocket_url(ws_url(cluster)) as ws:
+            admin = AdminClient(ws)
+            await admin.call("auth", token=channel.token)
+            view = await admin.call("acl.list")
+            assert view["enabled"] is True
+            accounts = {a["accessKey"]: a for a in view["accounts"]}
+            assert set(accounts) == {"RocketMQAdmin", "producerUser", "consumerUser"}
+            text = json.dumps(view)
+            for secret in ("12345678admin", "producerSecret", "consumerSecret"):
+                assert secret not in text
+            assert accounts["producerUser"]["secretKey"].startswith("pr")
+            assert accounts["producerUser"]["topicPerms"] == ["Allowed=PUB"]
+            # An edit without the secret keeps it; the change is in force at once.
+            await admin.call(
+                "acl.update",
+                accessKey="producerUser",
+                defaultTopicPerm="DENY",
+                topicPerms="Allowed=PUB,Denied=PUB",
+            )
+            assert "producerSecret" in acl_file(cluster).read_text()
+            async with Producer("P", cluster.namesrv_addr, credentials=PRODUCER) as producer:
+                await topics.create_topic(
+                    cluster.namesrv_addr,
+                    "Denied",
+                    brokers=[cluster.broker_addr],
+                    credentials=ADMIN,
+                )
+                assert (await producer.send(Message("Denied", b"ok"))).status == "SEND_OK"
+            refused = await admin.request("acl.update", accessKey="brandNewUser")
+            assert refused["error"]["code"] == "BAD_REQUEST"
+            bad = await admin.request("acl.update", accessKey="tiny", secretKey="tiny")
+            assert bad["error"]["code"] == "UPDATE_AND_CREATE_ACL_CONFIG_FAILED"
+            await admin.call("acl.updateGlobalWhiteAddrs", globalWhiteAddrs=["10.8.*.*"])
+            assert (await admin.call("acl.list"))["defaultFileWhiteAddrs"] == ["10.8.*.*"]
+            await admin.call("acl.delete", accessKey="consumerUser")
+            names = {a["accessKey"] for a in (await admin.call("acl.list"))["accounts"]}
+            assert "consumerUser" not in names
+
+
+async def test_admin_channel_without_acl(tmp_path: pathlib.Path) -> None:
+    async with open_cluster(
+        str(tmp_path),
+        namesrv_port=0,
+        broker_port=0,
+        bind_address="127.0.0.1",
+        properties=dict(TEST_PROPERTIES),
+        admin_port=free_port(),
+    ) as cluster:
+        channel = cluster.admin_channel
+        assert channel is not None
+        async with open_websocket_url(ws_url(cluster)) as ws:
+            admin = AdminClient(ws)
+            await admin.call("auth", token=channel.token)
+            assert (await admin.call("acl.list"))["enabled"] is False
+            refused = await admin.request("acl.delete", accessKey="someone")
+            assert "ACL is off" in refused["error"]["message"]

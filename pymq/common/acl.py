@@ -27,7 +27,8 @@ import binascii
 import hashlib
 import hmac
 import ipaddress
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -416,28 +417,34 @@ def _java_order(key: str) -> bytes:
     return key.encode("utf-16-be")
 
 
-# The signed keys in order, per key sequence seen (a client sends the same keys in the same
-# order request after request); at most this many sequences remembered.
+# What picks the signed values in order, per key sequence seen (a client sends the same keys in
+# the same order request after request); at most this many sequences remembered.
 KEY_ORDERS_MAX = 1024
-_key_orders: dict[tuple[str, ...], list[str]] = {}
+_key_orders: dict[tuple[str, ...], Callable[[Mapping[str, str]], Any]] = {}
 
 
-def _signed_keys(ext_fields: Mapping[str, str]) -> list[str]:
-    shape = tuple(ext_fields)
-    keys = _key_orders.get(shape)
-    if keys is None:
-        keys = [k for k in shape if k not in _UNSIGNED]
-        if "".join(keys).isascii():
-            keys.sort()
-        else:
-            keys.sort(key=_java_order)
-        if len(_key_orders) < KEY_ORDERS_MAX:
-            _key_orders[shape] = keys
-    return keys
+def _values_getter(shape: tuple[str, ...]) -> Callable[[Mapping[str, str]], Any]:
+    keys = [k for k in shape if k not in _UNSIGNED]
+    if "".join(keys).isascii():
+        keys.sort()
+    else:
+        keys.sort(key=_java_order)
+    if len(keys) == 1:
+        only = keys[0]
+        return lambda ext: (ext[only],)
+    if not keys:
+        return lambda ext: ()
+    return operator.itemgetter(*keys)
 
 
 def _signed_values(ext_fields: Mapping[str, str]) -> bytes:
-    return "".join([ext_fields[k] for k in _signed_keys(ext_fields)]).encode()
+    shape = tuple(ext_fields)
+    getter = _key_orders.get(shape)
+    if getter is None:
+        getter = _values_getter(shape)
+        if len(_key_orders) < KEY_ORDERS_MAX:
+            _key_orders[shape] = getter
+    return "".join(getter(ext_fields)).encode()
 
 
 def signed_content(ext_fields: Mapping[str, str], body: bytes | None) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -794,6 +795,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="ACL account to sign requests with (default: $ROCKETMQ_HOME/conf/tools.yml)",
     )
     common.add_argument("--aclSecretKey", help="the signing ACL account's secret key")
+    common.add_argument("--tls", action="store_true", help="connect with TLS (system CAs)")
+    common.add_argument("--tlsCaFile", help="connect with TLS, trusting this CA file (PEM)")
     parser = argparse.ArgumentParser(
         prog="pymq-admin", description="mqadmin-style administration of pymq (and RocketMQ)"
     )
@@ -899,7 +902,19 @@ async def run(args: argparse.Namespace) -> Output | CliError:
     except CliError as exc:
         return exc
     signer = AclSigner(*account) if account is not None else None
-    async with open_remoting_client(connect_timeout=TIMEOUT, signer=signer) as client:
+    try:
+        ctx = (
+            ssl.create_default_context(cafile=args.tlsCaFile)
+            if args.tlsCaFile
+            else ssl.create_default_context()
+            if args.tls
+            else None
+        )
+    except (OSError, ssl.SSLError) as exc:
+        return CliError(f"cannot use {args.tlsCaFile}: {exc}")
+    async with open_remoting_client(
+        connect_timeout=TIMEOUT, signer=signer, ssl_context=ctx
+    ) as client:
         try:
             return await args.run(Admin(client, args.namesrvAddr), args)
         except CliError as exc:

@@ -104,6 +104,21 @@ async def test_acl_is_enforced_for_the_python_producer(acl_cluster: Cluster) -> 
         assert "No accessKey is configured" in anonymous.value.remark
     # A refused request changed nothing: only the first message is stored.
     assert acl_cluster.broker.stats.put_msgs == 1
+    # The command-line client, its secret from the environment.
+    env = dict(os.environ, PYMQ_SECRET_KEY=PRODUCER[1])
+    args = ["-m", "pymq.client", "send", "-n", namesrv, "-t", "Allowed", "-b", "cli"]
+    sent = await trio.run_process(
+        [sys.executable, *args, "--access-key", PRODUCER[0]],
+        env=env,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    assert sent.returncode == 0 and sent.stdout.startswith(b"SEND_OK"), sent.stderr
+    refused = await trio.run_process(
+        [sys.executable, *args], capture_stdout=True, capture_stderr=True, check=False
+    )
+    assert refused.returncode == 1 and b"No accessKey is configured" in refused.stderr
 
 
 async def test_pull_and_push_consumers_with_credentials(acl_cluster: Cluster) -> None:

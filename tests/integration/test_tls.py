@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pathlib
 import ssl
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -218,4 +219,30 @@ async def test_broker_and_python_client_over_tls(tmp_path: pathlib.Path, certs: 
                 assert [m.body for m in pulled] == [b"over tls"]
             with pytest.raises(RemotingError):
                 await ask(broker.broker_addr, None)  # plain TCP is refused
+            # The command-line tools, told the CA.
+            sent = await cli(
+                "pymq.client",
+                "send",
+                "-n",
+                namesrv_addr,
+                "-t",
+                "Secure",
+                "-b",
+                "cli",
+                "--tls-ca",
+                certs.ca_path,
+            )
+            assert sent.startswith("SEND_OK"), sent
+            listed = await cli(
+                "pymq.admin", "topicList", "-n", namesrv_addr, "--tlsCaFile", certs.ca_path
+            )
+            assert "Secure" in listed.split()
             nursery.cancel_scope.cancel()
+
+
+async def cli(*args: str) -> str:
+    result = await trio.run_process(
+        [sys.executable, "-m", *args], capture_stdout=True, capture_stderr=True, check=False
+    )
+    assert result.returncode == 0, (args, result.stderr.decode(errors="replace"))
+    return result.stdout.decode()

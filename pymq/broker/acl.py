@@ -20,14 +20,15 @@ served, and it is logged once per peer and reason (:data:`REFUSAL_LOG_MAX` remem
 
 Accounts come from ``<rocketmqHome>/conf/plain_acl.yml`` and every ``.yml``/``.yaml`` file under
 ``<rocketmqHome>/conf/acl/`` (4.9.x): an access key defined in two files is taken from the first.
-The files are checked every :data:`WATCH_PERIOD` seconds (size and modification time, and the
-set of files) and reloaded on change; a file that does not parse leaves the last good
+The files are checked every :data:`WATCH_PERIOD` seconds (a digest of each, and the set of
+files) and reloaded on change; a file that does not parse leaves the last good
 configuration in force and is logged.  The ACL admin codes (50-54) write the file back.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -105,6 +106,11 @@ Rule = Callable[[dict[str, str], bytes], Resources]
 _RC = RequestCode
 
 
+def _java(value: str | None) -> str:
+    """A missing field as Java prints it."""
+    return "null" if value is None else value
+
+
 def _signed_only(ext: dict[str, str], body: bytes) -> Resources:
     """Signature checked, no resource named (RocketMQ's default for reads and client upkeep)."""
     return []
@@ -120,7 +126,7 @@ def _send(topic_key: str, group_key: str) -> Rule:
         topic = ext.get(topic_key)
         if is_retry_topic(topic):  # a consumer re-sending to its retry topic: its group's SUB
             return [(retry_topic(ext.get(group_key)), SUB)]
-        return [(str(topic), PUB)]
+        return [(_java(topic), PUB)]
 
     rule.__doc__ = f"PUB on the topic ({topic_key}); retry topics: SUB on the group"
     return rule
@@ -136,7 +142,7 @@ def _group_sub(key: str) -> Rule:
 
 def _topic_and_group_sub(topic_key: str, group_key: str) -> Rule:
     def rule(ext: dict[str, str], body: bytes) -> Resources:
-        return [(str(ext.get(topic_key)), SUB), (retry_topic(ext.get(group_key)), SUB)]
+        return [(_java(ext.get(topic_key)), SUB), (retry_topic(ext.get(group_key)), SUB)]
 
     rule.__doc__ = f"SUB on the topic ({topic_key}) and the group ({group_key})"
     return rule
@@ -144,7 +150,7 @@ def _topic_and_group_sub(topic_key: str, group_key: str) -> Rule:
 
 def _topic_sub(ext: dict[str, str], body: bytes) -> Resources:
     """SUB on the topic."""
-    return [(str(ext.get("topic")), SUB)]
+    return [(_java(ext.get("topic")), SUB)]
 
 
 def _unregister(ext: dict[str, str], body: bytes) -> Resources:
@@ -270,7 +276,7 @@ class AclManager:
         self._lock = threading.Lock()
         self._logged: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self.refused = 0
-        self._stamp: dict[Path, tuple[int, int]] = {}
+        self._stamp: dict[Path, bytes] = {}
         self.state = self._load()
 
     # -- files ----------------------------------------------------------------------------
@@ -286,14 +292,15 @@ class AclManager:
             files.append(self.default_file)
         return files
 
-    def _stamps(self, files: list[Path]) -> dict[Path, tuple[int, int]]:
+    def _stamps(self, files: list[Path]) -> dict[Path, bytes]:
+        """A digest of each file's content (RocketMQ's watcher compares MD5s): an edit is seen
+        whatever the file system's time resolution."""
         stamps = {}
         for path in files:
             try:
-                st = path.stat()
+                stamps[path] = hashlib.sha256(path.read_bytes()).digest()
             except OSError:
                 continue
-            stamps[path] = (st.st_mtime_ns, st.st_size)
         return stamps
 
     def _load(self) -> AclState:
@@ -335,7 +342,7 @@ class AclManager:
         return AclState(accounts, account_file, tuple(white), documents, tuple(files))
 
     def changed(self) -> bool:
-        """Whether the ACL files (their set, a size or a time) differ from those loaded."""
+        """Whether the ACL files (their set, or a content) differ from those loaded."""
         files = self.acl_files()
         return self._stamps(files) != self._stamp
 

@@ -76,8 +76,11 @@ RESTART_ONLY_KEYS = frozenset(
         *TLS_KEYS,
     }
 )
-# Config values never shown (the broker's own ACL secret).
-SECRET_KEYS = frozenset({"secretKey", "tls.server.keyPassword", "tls.client.keyPassword"})
+# Config values never shown: the broker's own ACL secret, TLS key passwords, and the admin
+# token (with ACL, any signed account may read GET_BROKER_CONFIG, as in RocketMQ).
+SECRET_KEYS = frozenset(
+    {"secretKey", "tls.server.keyPassword", "tls.client.keyPassword", "adminToken"}
+)
 
 
 def _masked(props: dict[str, str]) -> dict[str, str]:

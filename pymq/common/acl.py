@@ -77,7 +77,8 @@ def check_permission(needed: int, owned: int) -> bool:
 
 
 def retry_topic(group: str | None) -> str:
-    return RETRY_GROUP_TOPIC_PREFIX + str(group)
+    """``%RETRY%<group>`` (a missing group reads ``null``, as Java's string concatenation)."""
+    return RETRY_GROUP_TOPIC_PREFIX + ("null" if group is None else group)
 
 
 def is_retry_topic(resource: str | None) -> bool:
@@ -88,7 +89,7 @@ def describe_resource(resource: str | None) -> str:
     """``PlainAccessResource.printStr``: ``group:G`` for a retry topic, else ``topic:T``."""
     if resource is not None and is_retry_topic(resource):
         return "group:" + resource[len(RETRY_GROUP_TOPIC_PREFIX) :]
-    return f"topic:{resource}"
+    return f"topic:{'null' if resource is None else resource}"
 
 
 # -- address patterns ----------------------------------------------------------------------------

@@ -412,9 +412,12 @@ async def test_admin_channel_without_acl(tmp_path: pathlib.Path) -> None:
         namesrv_port=0,
         broker_port=0,
         bind_address="127.0.0.1",
-        properties=dict(TEST_PROPERTIES),
+        properties=dict(TEST_PROPERTIES, adminToken="theAdminToken1"),
         admin_port=free_port(),
     ) as cluster:
+        # The token is never shown by the config answers (any signed account may read them).
+        props, _ = cluster.broker.context.admin.config_properties()
+        assert props["adminToken"] == "******"
         channel = cluster.admin_channel
         assert channel is not None
         async with open_websocket_url(ws_url(cluster)) as ws:

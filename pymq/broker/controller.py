@@ -13,6 +13,7 @@
        ├─ client_housekeeping      every 10 s (120 s channel expiry)
        ├─ schedule persist         every 10 s
        ├─ stats sampler            every 1 s
+       ├─ ACL files watch          aclEnable: every 500 ms (reloaded on change)
        ├─ protect_broker           every 3 min (disableConsumeIfConsumerReadSlowly)
        ├─ print_water_mark         every 1 s after 10 s
        ├─ schedule delivery        masters: one task per delay level

@@ -12,15 +12,15 @@ import logging
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from json.encoder import encode_basestring_ascii as _quote
 
 import trio
 
-from pymq.common.acl import ACCESS_KEY, SigningKey, sign_request
+from pymq.common.acl import ACCESS_KEY, SIGNATURE, SigningKey, sign_request
 from pymq.common.address import split_address
 from pymq.remoting.channel import Channel, RequestHandler
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.errors import RemotingConnectError
+from pymq.remoting.headers import extend_ext_json
 from pymq.remoting.tls import client_handshake
 
 log = logging.getLogger(__name__)
@@ -39,8 +39,6 @@ class AclSigner:
         self.access_key = access_key
         self._key = SigningKey(secret_key.encode())
         self.security_token = security_token
-        # The JSON members appended to a request whose extFields are pre-written.
-        self._access_key_json = ',"AccessKey":' + _quote(access_key)
 
     def __repr__(self) -> str:  # never the secret
         return f"AclSigner(access_key={self.access_key!r})"
@@ -57,7 +55,9 @@ class AclSigner:
             if resigned or self.security_token or not ext_json:
                 request.ext_json = None
             else:
-                request.ext_json = f'{ext_json}{self._access_key_json},"Signature":"{signature}"'
+                request.ext_json = extend_ext_json(
+                    ext_json, {ACCESS_KEY: self.access_key, SIGNATURE: signature}
+                )
 
 
 class RemotingClient:

@@ -585,6 +585,15 @@ class GetBrokerAclConfigResponseHeader:
     cluster_name: str = _req("clusterName", STR)
 
 
+def extend_ext_json(ext_json: str, fields: dict[str, str]) -> str:
+    """Pre-written extFields JSON (the text between the braces) with ``fields`` appended: the
+    client's ACL signature added to the send path's header without writing it again."""
+    extra = ",".join(f"{_quote(key)}:{_quote(value)}" for key, value in fields.items())
+    if not ext_json:
+        return extra
+    return f"{ext_json},{extra}" if extra else ext_json
+
+
 _RC = RequestCode
 
 # The header class of each request code served by the broker or the name server.  A code not

@@ -240,7 +240,10 @@ class AclState:
 
 
 def _read_document(path: Path) -> AclDocument:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise AclConfigError(f"{path}: not UTF-8: {exc}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -353,8 +353,10 @@ def test_reload_on_change_and_a_broken_file_keeps_the_last_good(
         path.write_text("accounts: [\n")
         assert not acl.reload_if_changed()
         assert not acl.reload_if_changed()  # logged once, not every period
+        path.write_bytes(b"accounts: \xff\xfe\n")
+        assert not acl.reload_if_changed()
     assert acl.state.accounts["normalUser"].secret == b"changedSecret1"
-    assert len([r for r in caplog.records if "not reloaded" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "not reloaded" in r.getMessage()]) == 2
 
 
 def test_admin_updates_write_the_file_back(tmp_path: pathlib.Path) -> None:

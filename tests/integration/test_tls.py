@@ -246,3 +246,16 @@ async def cli(*args: str) -> str:
     )
     assert result.returncode == 0, (args, result.stderr.decode(errors="replace"))
     return result.stdout.decode()
+
+
+async def test_servers_with_unusable_tls_settings_refuse_to_start(tmp_path: pathlib.Path) -> None:
+    for module in ("pymq.namesrv", "pymq.broker"):
+        result = await trio.run_process(
+            [sys.executable, "-m", module, "--tls.server.mode", "enforcing", "--listenPort", "0"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+        err = result.stderr.decode()
+        assert result.returncode == 2, (module, err)
+        assert "needs tls.server.certPath" in err and "Traceback" not in err

@@ -22,6 +22,12 @@ flight) with plain sync sends (the same -w tasks awaiting send()) on the same br
 the ratio, then measures the transaction check service in process: one check round over
 --pending (100,000) due half messages, one over as many committed ones, one over as many young
 ones.
+
+    scripts/benchmark.py --acl                # what access control costs
+
+With --acl: the broker's check of one signed send and the client's signing are timed alone
+(microseconds per request), then the publish runs twice against a fresh pymq, with aclEnable
+false and true (a signing producer), and the cost of ACL on the publish rate is printed.
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subproc
         return proc
 
     common = ["--flushDiskType", args.flush, "--mappedFileSizeCommitLog", str(args.file_size)]
+    common += getattr(args, "extra_server_args", [])
     if not args.ha:
         ns_port = free_port()
         spawn(
@@ -112,6 +119,7 @@ def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subproc
                 "0",
                 "--log-level",
                 "ERROR",
+                *getattr(args, "embedded_args", []),
                 *common,
             ]
         )
@@ -184,7 +192,9 @@ async def wait_for_slave(namesrv: str) -> None:
                 await trio.sleep(0.2)
 
 
-async def publish(args: argparse.Namespace, namesrv: str) -> tuple[float, list[float], int]:  # noqa: C901
+async def publish(  # noqa: C901
+    args: argparse.Namespace, namesrv: str, credentials: tuple[str, str] | None = None
+) -> tuple[float, list[float], int]:
     body = os.urandom(args.size // 2).hex().encode()[: args.size]
     latencies: list[float] = []
     failures = 0
@@ -192,7 +202,9 @@ async def publish(args: argparse.Namespace, namesrv: str) -> tuple[float, list[f
     window_stats: list[float] = []
     done = trio.Event()
 
-    async with Producer("BenchmarkProducer", namesrv, send_timeout=10) as producer:
+    async with Producer(
+        "BenchmarkProducer", namesrv, send_timeout=10, credentials=credentials
+    ) as producer:
         await producer.publish_queues(args.topic)  # route first: not part of the timing
         total_requests = (args.count + args.batch - 1) // args.batch
         next_request = 0
@@ -245,6 +257,8 @@ async def publish(args: argparse.Namespace, namesrv: str) -> tuple[float, list[f
                 in_flight -= 1
                 if error is not None:
                     failures += 1
+                    if failures == 1:
+                        print(f"first failed send: {error}", file=sys.stderr)
                 else:
                     rt = (time.perf_counter() - t0) * 1000
                     latencies.append(rt)
@@ -651,6 +665,155 @@ async def main_async(args: argparse.Namespace) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+ACL_ADMIN = ("BenchmarkAdmin", "BenchmarkAdminSecret")
+ACL_PRODUCER = ("BenchmarkUser", "BenchmarkUserSecret")
+
+
+def acl_file(topic: str) -> str:
+    return (
+        "accounts:\n"
+        f"  - accessKey: {ACL_ADMIN[0]}\n    secretKey: {ACL_ADMIN[1]}\n    admin: true\n"
+        f"  - accessKey: {ACL_PRODUCER[0]}\n    secretKey: {ACL_PRODUCER[1]}\n"
+        f"    defaultTopicPerm: DENY\n    defaultGroupPerm: DENY\n    topicPerms: [{topic}=PUB]\n"
+    )
+
+
+def acl_micro(args: argparse.Namespace, tmp: str, rounds: int = 20000) -> dict[str, float]:
+    """Microseconds per request: the broker's check of a signed send, and the client's signing."""
+    from pymq.broker.acl import AclManager
+    from pymq.common.acl import SigningKey, sign_request
+
+    home = os.path.join(tmp, "acl-micro")
+    os.makedirs(os.path.join(home, "conf"))
+    with open(os.path.join(home, "conf", "plain_acl.yml"), "w") as f:
+        f.write(acl_file(args.topic))
+    acl = AclManager(home)
+    body = b"x" * args.size
+    header = {
+        "a": "BenchmarkProducer",
+        "b": args.topic,
+        "c": "TBW102",
+        "d": "4",
+        "e": "0",
+        "f": "0",
+        "g": str(int(time.time() * 1000)),
+        "h": "0",
+        "i": "UNIQ_KEY\u00017F00000100002A9F0000000000000000\u0002WAIT\u0001true",
+        "j": "0",
+        "k": "false",
+        "m": "false",
+    }
+    fields = dict(header)
+    sign_request(fields, body, *ACL_PRODUCER)
+    # CPU time, not wall time: other processes on the machine do not count.
+    start = time.process_time()
+    for _ in range(rounds):
+        acl.validate("127.0.0.1", RequestCode.SEND_MESSAGE_V2, fields, body)
+    check_us = (time.process_time() - start) / rounds * 1e6
+    key = SigningKey(ACL_PRODUCER[1].encode())  # as the client's AclSigner keeps it
+    start = time.process_time()
+    for _ in range(rounds):
+        sign_request(dict(header), body, ACL_PRODUCER[0], key)
+    sign_us = (time.process_time() - start) / rounds * 1e6
+    return {"check_us_per_request": round(check_us, 2), "sign_us_per_request": round(sign_us, 2)}
+
+
+async def acl_run(args: argparse.Namespace, enabled: bool) -> tuple[float, float, float]:
+    """The publish rate against a fresh embedded pymq with aclEnable ``enabled``, and the CPU
+    microseconds per message of the server and of this client."""
+    tmp = tempfile.mkdtemp(prefix="pymq-bench-acl-")
+    procs: list[subprocess.Popen] = []
+    try:
+        credentials = None
+        admin = None
+        args.extra_server_args = []
+        args.embedded_args = ["--admin-port", "0"]  # runs back to back: no fixed port to wait for
+        if enabled:
+            home = os.path.join(tmp, "home")
+            os.makedirs(os.path.join(home, "conf"))
+            with open(os.path.join(home, "conf", "plain_acl.yml"), "w") as f:
+                f.write(acl_file(args.topic))
+            args.extra_server_args = ["--aclEnable", "true", "--rocketmqHome", home]
+            credentials, admin = ACL_PRODUCER, ACL_ADMIN
+        namesrv, procs = await trio.to_thread.run_sync(start_servers, args, tmp)
+        await create_topic(namesrv, args.topic, queues=args.queues, credentials=admin)
+        pids = [p.pid for p in procs]
+        cpu0, client0 = cpu_seconds(pids), time.process_time()
+        rate, latencies, failures = await publish(args, namesrv, credentials)
+        sent = max(1, len(latencies))
+        server_us = (cpu_seconds(pids) - cpu0) * 1e6 / sent
+        client_us = (time.process_time() - client0) * 1e6 / sent
+        if failures:
+            print(f"ACL {'on' if enabled else 'off'}: {failures} sends failed", file=sys.stderr)
+        print(
+            f"ACL {'on ' if enabled else 'off'}: {rate:8.0f} msg/s, CPU per message: server "
+            f"{server_us:.1f} us, client {client_us:.1f} us",
+            file=sys.stderr,
+        )
+        return rate, server_us, client_us
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def acl_main(args: argparse.Namespace) -> dict:
+    tmp = tempfile.mkdtemp(prefix="pymq-bench-")
+    try:
+        micro = acl_micro(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(
+        f"ACL check: {micro['check_us_per_request']:.2f} us per request on the broker; "
+        f"signing: {micro['sign_us_per_request']:.2f} us per request on the client",
+        file=sys.stderr,
+    )
+    # Alternate the two runs (off, on, off, on, ...) and keep each side's best rate and least
+    # CPU: the machine's load changes between runs more than ACL costs.  The CPU per message
+    # is the steadier figure on a shared machine: the publish rate is bounded by the busier of
+    # the two processes, so the cost on the rate is estimated from the CPU of that one.
+    off: list[tuple[float, float, float]] = []
+    on: list[tuple[float, float, float]] = []
+    for _ in range(args.acl_rounds):
+        off.append(await acl_run(args, False))
+        on.append(await acl_run(args, True))
+    best_off, best_on = max(r[0] for r in off), max(r[0] for r in on)
+    server_off, server_on = min(r[1] for r in off), min(r[1] for r in on)
+    client_off, client_on = min(r[2] for r in off), min(r[2] for r in on)
+    rate_cost = (1 - best_on / best_off) * 100 if best_off else 0.0
+    bound_off = max(server_off, client_off)
+    bound_on = max(server_on, client_on)
+    cpu_cost = (1 - bound_off / bound_on) * 100 if bound_on else 0.0
+    # The check itself against what a message costs the broker without ACL.
+    check_share = micro["check_us_per_request"] / server_off * 100 if server_off else 0.0
+    print(
+        f"publish rate: ACL off {best_off:.0f} msg/s, ACL on {best_on:.0f} msg/s "
+        f"({rate_cost:.1f} % less); CPU per message: server {server_off:.1f} -> "
+        f"{server_on:.1f} us, client {client_off:.1f} -> {client_on:.1f} us: ACL costs "
+        f"{cpu_cost:.1f} % of the publish rate by CPU (target <= 15 %); the check alone is "
+        f"{check_share:.1f} % of the broker's CPU per message",
+        file=sys.stderr,
+    )
+    return {
+        "system": f"{args.name}-acl",
+        "size": args.size,
+        "n": args.count,
+        "publish_msgs_per_s_acl_off": round(best_off, 1),
+        "publish_msgs_per_s_acl_on": round(best_on, 1),
+        "acl_cost_percent_rate": round(rate_cost, 1),
+        "acl_cost_percent_cpu": round(cpu_cost, 1),
+        "acl_check_percent_of_broker_cpu": round(check_share, 1),
+        "server_cpu_us_per_msg_off": round(server_off, 1),
+        "server_cpu_us_per_msg_on": round(server_on, 1),
+        "client_cpu_us_per_msg_off": round(client_off, 1),
+        "client_cpu_us_per_msg_on": round(client_on, 1),
+        **micro,
+        "flush": args.flush,
+        "window": args.window,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", dest="namesrv", help="name server address (none: start pymq)")
@@ -690,7 +853,17 @@ def main() -> int:
         default=100_000,
         help="with --transaction: half messages for the check-service round (0: skip)",
     )
+    parser.add_argument(
+        "--acl", action="store_true", help="measure the cost of ACL (aclEnable) on publishing"
+    )
+    parser.add_argument("--acl-rounds", type=int, default=2, help="off/on pairs with --acl")
     args = parser.parse_args()
+    if args.acl:
+        if args.namesrv or args.ha:
+            parser.error("--acl starts its own pymq: not with -n or --ha")
+        result = trio.run(acl_main, args)
+        print(json.dumps(result), flush=True)
+        return 0
     result = trio.run(main_async, args)
     print(json.dumps(result), flush=True)
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 
 import attrs
 import trio
+import yaml
 
 from pymq.broker.admin_service import message_view, perm_text
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
@@ -33,7 +35,7 @@ from pymq.common.topic import (
     TRANS_CHECK_MAX_TIME_TOPIC,
 )
 from pymq.common.trace import TRACE_TOPIC, TraceView, format_trace, trace_views
-from pymq.remoting.client import RemotingClient, open_remoting_client
+from pymq.remoting.client import AclSigner, RemotingClient, open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
@@ -803,6 +805,110 @@ async def transaction_status(admin: Admin, args: argparse.Namespace) -> Output:
     return Output(data, lines=lines)
 
 
+# -- ACL (the broker's codes 50-54) --------------------------------------------------------------
+
+
+async def update_acl_config(admin: Admin, args: argparse.Namespace) -> Output:
+    fields: dict[str, object] = {"accessKey": args.accessKey, "secretKey": args.secretKey}
+    optional = {
+        "whiteRemoteAddress": args.whiteRemoteAddress,
+        "defaultTopicPerm": args.defaultTopicPerm,
+        "defaultGroupPerm": args.defaultGroupPerm,
+        "topicPerms": args.topicPerms,
+        "groupPerms": args.groupPerms,
+    }
+    fields.update({k: v for k, v in optional.items() if v is not None})
+    fields["admin"] = args.admin
+    done = []
+    for addr in await admin.targets(args):
+        await admin.invoke(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, fields)
+        done.append(addr)
+    shown = {k: ("******" if k == "secretKey" else v) for k, v in fields.items()}
+    lines = [f"create or update plain access config to {addr} success." for addr in done]
+    return Output({"brokers": done, "plainAccessConfig": shown}, lines=[*lines, str(shown)])
+
+
+async def delete_access_config(admin: Admin, args: argparse.Namespace) -> Output:
+    done = []
+    for addr in await admin.targets(args):
+        await admin.invoke(addr, RequestCode.DELETE_ACL_CONFIG, {"accessKey": args.accessKey})
+        done.append(addr)
+    lines = [f"delete plain access config account from {addr} success." for addr in done]
+    return Output({"brokers": done, "accessKey": args.accessKey}, lines=lines)
+
+
+async def cluster_acl_config_version(admin: Admin, args: argparse.Namespace) -> Output:
+    data, rows = [], []
+    for addr in await admin.targets(args):
+        reply = await admin.invoke(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+        ext = reply.ext_fields
+        files = loads_lenient(ext.get("allAclFileVersion") or "{}") or {}
+        if not files:
+            files = {"": loads_lenient(ext.get("version") or "{}") or {}}
+        for path, version in sorted(files.items()):
+            entry = {
+                "clusterName": ext.get("clusterName"),
+                "brokerName": ext.get("brokerName"),
+                "brokerAddr": ext.get("brokerAddr", addr),
+                "aclFilePath": path,
+                "aclConfigVersionNum": int(version.get("counter", 0)),
+                "aclLastUpdateTime": int(version.get("timestamp", 0)),
+            }
+            data.append(entry)
+            rows.append(
+                [
+                    entry["clusterName"],
+                    entry["brokerName"],
+                    entry["brokerAddr"],
+                    path or "-",
+                    entry["aclConfigVersionNum"],
+                    format_time(entry["aclLastUpdateTime"]),
+                ]
+            )
+    headers = [
+        "#Cluster Name",
+        "#Broker Name",
+        "#Broker Addr",
+        "#AclFilePath",
+        "#AclConfigVersionNum",
+        "#AclLastUpdateTime",
+    ]
+    return Output(data, headers, rows)
+
+
+async def update_global_white_addr(admin: Admin, args: argparse.Namespace) -> Output:
+    fields: dict[str, object] = {"globalWhiteAddrs": args.globalWhiteRemoteAddresses}
+    if args.aclFileFullPath:
+        fields["aclFileFullPath"] = args.aclFileFullPath
+    done = []
+    for addr in await admin.targets(args):
+        await admin.invoke(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, fields)
+        done.append(addr)
+    lines = [f"update global white remote addresses to {addr} success." for addr in done]
+    return Output({"brokers": done, **fields}, lines=lines)
+
+
+def credentials(args: argparse.Namespace) -> tuple[str, str] | None:
+    """The ACL account to sign with: ``--aclAccessKey``/``--aclSecretKey``, else mqadmin's
+    ``$ROCKETMQ_HOME/conf/tools.yml`` (``accessKey``, ``secretKey``), else none."""
+    if args.aclAccessKey or args.aclSecretKey:
+        if not (args.aclAccessKey and args.aclSecretKey):
+            raise CliError("--aclAccessKey and --aclSecretKey go together")
+        return args.aclAccessKey, args.aclSecretKey
+    home = os.environ.get("ROCKETMQ_HOME")
+    tools = os.path.join(home, "conf", "tools.yml") if home else None
+    if tools is None or not os.path.isfile(tools):
+        return None
+    try:
+        with open(tools, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as exc:
+        raise CliError(f"cannot read {tools}: {exc}") from None
+    if not isinstance(data, dict) or not data.get("accessKey") or not data.get("secretKey"):
+        return None
+    return str(data["accessKey"]), str(data["secretKey"])
+
+
 # -- the parser -------------------------------------------------------------------------------
 
 Command = Callable[[Admin, argparse.Namespace], Awaitable[Output]]
@@ -823,6 +929,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="name server address host:port (default $NAMESRV_ADDR)",
     )
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    common.add_argument(
+        "--aclAccessKey",
+        help="ACL account to sign requests with (default: $ROCKETMQ_HOME/conf/tools.yml)",
+    )
+    common.add_argument("--aclSecretKey", help="the signing ACL account's secret key")
+    common.add_argument("--tls", action="store_true", help="connect with TLS (system CAs)")
+    common.add_argument("--tlsCaFile", help="connect with TLS, trusting this CA file (PEM)")
     parser = argparse.ArgumentParser(
         prog="pymq-admin", description="mqadmin-style administration of pymq (and RocketMQ)"
     )
@@ -910,13 +1023,53 @@ def build_parser() -> argparse.ArgumentParser:
     _broker_or_cluster(p)
     p.add_argument("-k", "--key", required=True)
     p.add_argument("-v", "--value", required=True)
+    p = command("updateAclConfig", update_acl_config, "Create or update an ACL account")
+    _broker_or_cluster(p)
+    p.add_argument("-a", "--accessKey", required=True)
+    p.add_argument("-s", "--secretKey", required=True)
+    p.add_argument("-w", "--whiteRemoteAddress")
+    p.add_argument("-i", "--defaultTopicPerm", help="DENY, PUB, SUB or PUB|SUB")
+    p.add_argument("-u", "--defaultGroupPerm", help="DENY, PUB, SUB or PUB|SUB")
+    p.add_argument("-t", "--topicPerms", help="topicA=DENY,topicB=PUB|SUB")
+    p.add_argument("-g", "--groupPerms", help="groupA=DENY,groupB=SUB")
+    p.add_argument("-m", "--admin", type=parse_bool, default=False)
+    p = command("deleteAccessConfig", delete_access_config, "Delete an ACL account")
+    _broker_or_cluster(p)
+    p.add_argument("-a", "--accessKey", required=True)
+    p = command(
+        "clusterAclConfigVersion", cluster_acl_config_version, "ACL config versions of brokers"
+    )
+    _broker_or_cluster(p)
+    p = command(
+        "updateGlobalWhiteAddr", update_global_white_addr, "Replace the global white addresses"
+    )
+    _broker_or_cluster(p)
+    p.add_argument("-g", "--globalWhiteRemoteAddresses", required=True, help="comma list")
+    p.add_argument("-f", "--aclFileFullPath", help="the ACL file (default plain_acl.yml)")
     return parser
 
 
 async def run(args: argparse.Namespace) -> Output | CliError:
     """The subcommand's output, or the error to report (caught here, inside the client's
     nursery, so that it does not come out wrapped in an exception group)."""
-    async with open_remoting_client(connect_timeout=TIMEOUT) as client:
+    try:
+        account = credentials(args)
+    except CliError as exc:
+        return exc
+    signer = AclSigner(*account) if account is not None else None
+    try:
+        ctx = (
+            ssl.create_default_context(cafile=args.tlsCaFile)
+            if args.tlsCaFile
+            else ssl.create_default_context()
+            if args.tls
+            else None
+        )
+    except (OSError, ssl.SSLError) as exc:
+        return CliError(f"cannot use {args.tlsCaFile}: {exc}")
+    async with open_remoting_client(
+        connect_timeout=TIMEOUT, signer=signer, ssl_context=ctx
+    ) as client:
         try:
             return await args.run(Admin(client, args.namesrvAddr), args)
         except CliError as exc:

@@ -23,7 +23,9 @@ import trio
 from pymq.admin import protocol
 from pymq.admin.auth import AuthThrottle, token_matches
 from pymq.admin.protocol import ProtocolError, Request
+from pymq.broker.acl import AclManager
 from pymq.broker.admin_service import AdminError, AdminService
+from pymq.common.acl import AclConfigError, PlainAccessConfig
 from pymq.common.serde import loads_lenient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -91,6 +93,10 @@ class AdminSession:
             "config.get": self._config_get,
             "config.update": self._config_update,
             "transactions.status": self._transactions_status,
+            "acl.list": self._acl_list,
+            "acl.update": self._acl_update,
+            "acl.delete": self._acl_delete,
+            "acl.updateGlobalWhiteAddrs": self._acl_white,
         }
         # The request types a client may subscribe to: the same handlers, pushed.
         self.streams = (
@@ -394,9 +400,101 @@ class AdminSession:
     async def _config_get(self, request: Request) -> dict[str, Any]:
         return self.service.broker_config()
 
+    # -- ACL (secrets never leave the broker: shown masked, kept when an edit leaves them out) --
+
+    def _acl(self) -> AclManager:
+        acl = self.broker.acl
+        if acl is None:
+            raise AdminError(
+                ResponseCode.SYSTEM_ERROR,
+                "ACL is off on this broker (aclEnable=false; set it and rocketmqHome, then "
+                "restart)",
+            )
+        return acl
+
+    async def _acl_list(self, request: Request) -> dict[str, Any]:
+        acl = self.broker.acl
+        if acl is None:
+            return {"enabled": False, "globalWhiteAddrs": [], "accounts": [], "files": []}
+        return {"enabled": True, **acl.console_view()}
+
+    async def _acl_update(self, request: Request) -> dict[str, Any]:
+        acl = self._acl()
+        access_key = request.get_str("accessKey")
+        secret = request.get_str("secretKey", "")
+        if not secret:  # an edit that leaves the secret out keeps it
+            existing = acl.state.accounts.get(access_key)
+            if existing is None:
+                raise ProtocolError(
+                    protocol.BAD_REQUEST,
+                    "params.secretKey is required for a new account",
+                    request.id,
+                )
+            secret = existing.config.secret_key
+        config = PlainAccessConfig(
+            access_key=access_key,
+            secret_key=secret,
+            white_remote_address=request.get_str("whiteRemoteAddress", None) or None,
+            admin=request.get_bool("admin", False),
+            default_topic_perm=request.get_str("defaultTopicPerm", None) or None,
+            default_group_perm=request.get_str("defaultGroupPerm", None) or None,
+            topic_perms=_perm_list(request, "topicPerms"),
+            group_perms=_perm_list(request, "groupPerms"),
+        )
+        try:
+            await trio.to_thread.run_sync(acl.update_account, config)
+        except (AclConfigError, OSError) as exc:
+            raise AdminError(ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED, str(exc)) from None
+        log.info("ACL account %s updated from the admin channel (%s)", access_key, self.peer)
+        return {"updated": access_key}
+
+    async def _acl_delete(self, request: Request) -> dict[str, Any]:
+        acl = self._acl()
+        access_key = request.get_str("accessKey")
+        try:
+            deleted = await trio.to_thread.run_sync(acl.delete_account, access_key)
+        except (AclConfigError, OSError) as exc:
+            raise AdminError(ResponseCode.DELETE_ACL_CONFIG_FAILED, str(exc)) from None
+        if not deleted:
+            raise AdminError(ResponseCode.DELETE_ACL_CONFIG_FAILED, f"no account {access_key!r}")
+        log.info("ACL account %s deleted from the admin channel (%s)", access_key, self.peer)
+        return {"deleted": access_key}
+
+    async def _acl_white(self, request: Request) -> dict[str, Any]:
+        acl = self._acl()
+        addresses = request.params.get("globalWhiteAddrs")
+        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+            raise ProtocolError(
+                protocol.BAD_REQUEST,
+                "params.globalWhiteAddrs must be a list of strings",
+                request.id,
+            )
+        cleaned = [a.strip() for a in addresses if a.strip()]
+        try:
+            await trio.to_thread.run_sync(acl.update_global_white, cleaned, None)
+        except (AclConfigError, OSError) as exc:
+            raise AdminError(
+                ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, str(exc)
+            ) from None
+        return {"globalWhiteAddrs": cleaned}
+
     async def _config_update(self, request: Request) -> dict[str, Any]:
         props = request.get_dict("config")
         if not all(isinstance(v, str | int | float | bool) for v in props.values()):
             raise ProtocolError(protocol.BAD_REQUEST, "config values must be scalars", request.id)
         text = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in props.items()}
         return {"updated": self.service.update_broker_config(text)}
+
+
+def _perm_list(request: Request, name: str) -> list[str]:
+    """``topicA=PUB,topicB=SUB`` or a list of such items."""
+    value = request.params.get(name)
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [v.strip() for v in value if v.strip()]
+    raise ProtocolError(
+        protocol.BAD_REQUEST, f"params.{name} must be a list of name=PERM strings", request.id
+    )

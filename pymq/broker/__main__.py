@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pymq.admin.channel import attach_admin_channel
 from pymq.broker.config import BROKER_DEFAULT_PORT, BrokerConfig
-from pymq.broker.controller import BrokerController, refuse_unsupported
+from pymq.broker.controller import BrokerController
 from pymq.common.cli import (
     base_parser,
     load_configs,
@@ -40,7 +40,6 @@ def build_configs(
             raise ConfigError("Slave's brokerId must be > 0 (set brokerId in broker.conf)")
     else:
         broker.broker_id = 0  # a master is always brokerId 0
-    refuse_unsupported(broker)
     if "haListenPort" not in overrides:
         store.ha_listen_port = server.listen_port + 1
     return broker, server, client, store
@@ -62,7 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_config(configs)
         return 0
     setup_logging(args.log_level)
-    controller = BrokerController(*configs)
+    try:
+        controller = BrokerController(*configs)  # reads the ACL files when aclEnable=true
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     attach_admin_channel(controller)
     return run_main(
         run_until_signalled,

@@ -35,6 +35,7 @@ from pymq.common.topic import (
 )
 from pymq.common.trace import TRACE_TOPIC, trace_views
 from pymq.remoting.codes import CURRENT_VERSION, ResponseCode
+from pymq.remoting.tls import TLS_KEYS
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
@@ -72,8 +73,26 @@ RESTART_ONLY_KEYS = frozenset(
         "adminMaxMessageBytes",
         "adminMaxRequestHeadBytes",
         "rocketmqHome",
+        "aclEnable",
+        "accessKey",
+        "secretKey",
+        *TLS_KEYS,
     }
 )
+# Config values never shown: the broker's own ACL secret, TLS key passwords, and the admin
+# token (with ACL, any signed account may read GET_BROKER_CONFIG, as in RocketMQ).
+SECRET_KEYS = frozenset(
+    {"secretKey", "tls.server.keyPassword", "tls.client.keyPassword", "adminToken"}
+)
+
+
+def _masked(props: dict[str, str]) -> dict[str, str]:
+    for key in SECRET_KEYS:
+        if props.get(key):
+            props[key] = "******"
+    return props
+
+
 # A body preview is this many bytes of the body, decoded as UTF-8 with replacement.
 BODY_PREVIEW_BYTES = 1024
 # Most messages a key search returns (RocketMQ's queryMsgByKey default is 64).
@@ -504,10 +523,10 @@ class AdminService:
 
     def config_properties(self) -> tuple[dict[str, str], DataVersion]:
         """The live configs as RocketMQ properties, in their declared order, and their version."""
-        return to_properties(self.broker.configs()), self.broker.config_version
+        return _masked(to_properties(self.broker.configs())), self.broker.config_version
 
     def broker_config(self) -> dict[str, Any]:
-        props = to_properties(self.broker.configs())
+        props = _masked(to_properties(self.broker.configs()))
         return {
             "config": dict(sorted(props.items())),
             "restartOnly": sorted(RESTART_ONLY_KEYS & props.keys()),

@@ -102,6 +102,10 @@ class BrokerConfig:
     transaction_check_max: int = 15
     transaction_check_interval: int = 60000
     acl_enable: bool = False
+    # pymq: the ACL account (accessKey/secretKey) this broker signs its own requests with (to the
+    # name servers, and a slave's to its master); both empty: unsigned.
+    access_key: str = ""
+    secret_key: str = ""
     store_reply_message_enable: bool = True
     trace_on: bool = True
     # pymq: the admin websocket channel (0 = off); see the admin docs.

@@ -13,6 +13,7 @@
        ├─ client_housekeeping      every 10 s (120 s channel expiry)
        ├─ schedule persist         every 10 s
        ├─ stats sampler            every 1 s
+       ├─ ACL files watch          aclEnable: every 500 ms (reloaded on change)
        ├─ protect_broker           every 3 min (disableConsumeIfConsumerReadSlowly)
        ├─ print_water_mark         every 1 s after 10 s
        ├─ schedule delivery        masters: one task per delay level
@@ -42,6 +43,7 @@ from typing import Any, Protocol
 
 import trio
 
+from pymq.broker.acl import WATCH_PERIOD, AclManager
 from pymq.broker.admin_service import AdminService
 from pymq.broker.client_manager import (
     ConsumerManager,
@@ -62,6 +64,7 @@ from pymq.broker.fast_failure import (
 )
 from pymq.broker.long_polling import PullRequestHoldService
 from pymq.broker.outer_api import BrokerIdentity, BrokerOuterAPI
+from pymq.broker.processors.acl import AclProcessor
 from pymq.broker.processors.admin import AdminProcessor
 from pymq.broker.processors.consumer import ConsumerProcessor
 from pymq.broker.processors.pull import PullProcessor
@@ -72,6 +75,7 @@ from pymq.broker.stats import BrokerStats
 from pymq.broker.subscription_group_manager import SubscriptionGroupManager
 from pymq.broker.topic_config_manager import TopicConfigManager
 from pymq.broker.transaction import TransactionService
+from pymq.common.acl import AclConfigError
 from pymq.common.config import ConfigError
 from pymq.common.periodic import every
 from pymq.common.topic import (
@@ -81,7 +85,7 @@ from pymq.common.topic import (
     is_writeable,
 )
 from pymq.remoting.channel import Channel
-from pymq.remoting.client import RemotingClient
+from pymq.remoting.client import AclSigner, RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import CURRENT_VERSION, RequestCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
@@ -120,19 +124,6 @@ class FrontEnd(Protocol):
     ) -> None: ...
 
 
-ACL_NOT_SUPPORTED = (
-    "aclEnable=true is not supported yet: this broker cannot check access keys or "
-    "signatures, so it refuses to start rather than accept every request; set "
-    "aclEnable=false or put the broker behind a network that only trusted clients reach"
-)
-
-
-def refuse_unsupported(broker_config: BrokerConfig) -> None:
-    """Refuse settings that would make an operator believe in a protection pymq lacks."""
-    if broker_config.acl_enable:
-        raise ConfigError(ACL_NOT_SUPPORTED)
-
-
 class BrokerController:
     def __init__(
         self,
@@ -143,7 +134,6 @@ class BrokerController:
         *,
         store: DefaultMessageStore | None = None,
     ) -> None:
-        refuse_unsupported(broker_config)
         self.broker_config = broker_config
         self.server_config = server_config
         self.client_config = client_config
@@ -191,6 +181,22 @@ class BrokerController:
         self.server.admission = self.fast_failure
         self.fast_server.admission = self.fast_failure
         self.fall_behind = ConsumerFallBehind()
+        # aclEnable: every request checked before its processor (pymq/broker/acl.py); a broken
+        # ACL file stops the start, as RocketMQ's does.  Off: nothing on the request path.
+        self.acl: AclManager | None = None
+        # tls.enable: the broker's own connections (name servers, a slave's master) use TLS.
+        self.client_ssl = client_config.ssl_context()
+        if bool(broker_config.access_key) != bool(broker_config.secret_key):
+            raise ConfigError("accessKey and secretKey go together: set both, or neither")
+        if broker_config.acl_enable:
+            try:
+                self.acl = AclManager(broker_config.rocketmq_home)
+            except AclConfigError as exc:
+                raise ConfigError(
+                    f"aclEnable=true but the ACL configuration is not usable: {exc}"
+                ) from None
+            self.server.access_check = self.acl.check
+            self.fast_server.access_check = self.acl.check
         # What the processors may use; they never see the controller.
         self.context = BrokerContext(
             broker_config=broker_config,
@@ -215,6 +221,7 @@ class BrokerController:
         self.admin_processor = AdminProcessor(self.context)
         # END_TRANSACTION and the transaction check-back service (masters).
         self.transactions = TransactionService(self.context)
+        self.acl_processor = AclProcessor(self.acl, self._acl_identity)
         self._register_processors()
         self.outer_api: BrokerOuterAPI | None = None
         self.client: RemotingClient | None = None
@@ -234,7 +241,7 @@ class BrokerController:
 
     def _register_processors(self) -> None:
         send, pull = self.send_processor, self.pull_processor
-        consumer, admin = self.consumer_processor, self.admin_processor
+        consumer, admin, acl = self.consumer_processor, self.admin_processor, self.acl_processor
         table = {
             RequestCode.SEND_MESSAGE: send.send_message,
             RequestCode.SEND_MESSAGE_V2: send.send_message,
@@ -273,6 +280,11 @@ class BrokerController:
             RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             RequestCode.GET_CONSUME_STATS: admin.get_consume_stats,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.invoke_broker_to_reset_offset,
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: acl.update_and_create_acl_config,
+            RequestCode.DELETE_ACL_CONFIG: acl.delete_acl_config,
+            RequestCode.GET_BROKER_CLUSTER_ACL_INFO: acl.get_broker_cluster_acl_info,
+            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: acl.update_global_white_addrs_config,
+            RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: acl.get_broker_cluster_acl_config,
         }
         inline = {
             RequestCode.SEND_MESSAGE: send.send_message_inline,
@@ -282,6 +294,21 @@ class BrokerController:
         for server in (self.server, self.fast_server):
             for code, handler in table.items():
                 server.register(code, handler, inline.get(code))
+
+    def _signer(self) -> AclSigner | None:
+        """The broker's own requests are signed when it has an account (accessKey/secretKey)."""
+        bc = self.broker_config
+        if bc.access_key and bc.secret_key:
+            return AclSigner(bc.access_key, bc.secret_key)
+        return None
+
+    def _acl_identity(self) -> tuple[str, str, str]:
+        bc = self.broker_config
+        return bc.broker_name, self.broker_addr, bc.broker_cluster_name
+
+    async def _watch_acl(self) -> None:
+        assert self.acl is not None
+        await trio.to_thread.run_sync(self.acl.reload_if_changed)
 
     def configs(self) -> list[object]:
         return [self.broker_config, self.server_config, self.client_config, self.store_config]
@@ -356,7 +383,10 @@ class BrokerController:
                 port = await nursery.start(self.server.run)
                 await nursery.start(self.fast_server.run)
                 client = RemotingClient(
-                    nursery, connect_timeout=self.client_config.connect_timeout_millis / 1000
+                    nursery,
+                    connect_timeout=self.client_config.connect_timeout_millis / 1000,
+                    signer=self._signer(),
+                    ssl_context=self.client_ssl,
                 )
                 self.client = client
                 self.outer_api = BrokerOuterAPI(client, self.broker_config.namesrv_list())
@@ -384,6 +414,8 @@ class BrokerController:
                     FILTER_PERSIST_PERIOD,
                 )
                 self._every(nursery, 1.0, self.stats.sample, 0.0)
+                if self.acl is not None:
+                    self._every(nursery, WATCH_PERIOD, self._watch_acl, WATCH_PERIOD)
                 self._every(
                     nursery, PROTECT_BROKER_PERIOD, self.protect_broker, PROTECT_BROKER_PERIOD
                 )
@@ -458,7 +490,9 @@ class BrokerController:
     async def _shutdown(self) -> None:
         if self.outer_api is not None and self.registered.is_set():
             async with trio.open_nursery() as nursery:
-                client = RemotingClient(nursery, connect_timeout=2.0)
+                client = RemotingClient(
+                    nursery, connect_timeout=2.0, signer=self._signer(), ssl_context=self.client_ssl
+                )
                 api = BrokerOuterAPI(client, self.outer_api.namesrv_addrs)
                 await api.unregister_broker_all(self.identity(), timeout=3.0)
                 client.close()

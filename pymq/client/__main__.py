@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+import ssl
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import trio
 
@@ -13,8 +16,27 @@ from pymq.common.cli import leaves
 from pymq.remoting.errors import RemotingError
 
 
+def connection_options(args: argparse.Namespace) -> dict[str, Any]:
+    """credentials= and tls= from the flags (the secret also from $PYMQ_SECRET_KEY, which a
+    process list does not show)."""
+    options: dict[str, Any] = {}
+    access_key = args.access_key or os.environ.get("PYMQ_ACCESS_KEY")
+    secret_key = args.secret_key or os.environ.get("PYMQ_SECRET_KEY")
+    if access_key or secret_key:
+        if not (access_key and secret_key):
+            raise ValueError("an ACL account needs both --access-key and --secret-key")
+        options["credentials"] = (access_key, secret_key)
+    if args.tls_ca:
+        options["tls"] = ssl.create_default_context(cafile=args.tls_ca)
+    elif args.tls:
+        options["tls"] = True
+    return options
+
+
 async def send(args: argparse.Namespace) -> int:
-    async with Producer(args.group or "CLI_PRODUCER", args.namesrv) as producer:
+    async with Producer(
+        args.group or "CLI_PRODUCER", args.namesrv, **connection_options(args)
+    ) as producer:
         for i in range(args.count):
             body = args.body if args.count == 1 else f"{args.body} #{i}"
             result = await producer.send(
@@ -49,6 +71,7 @@ async def consume(args: argparse.Namespace) -> int:
         args.namesrv,
         handle,
         consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+        **connection_options(args),
     ) as consumer:
         await consumer.subscribe(args.topic, args.tags or "*")
         print(f"consuming {args.topic} as group {args.group} (Ctrl-C to stop)", flush=True)
@@ -66,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--topic", "-t", required=True)
         p.add_argument("--tags")
         p.add_argument("--group", "-g", required=name == "consume")
+        p.add_argument("--access-key", help="ACL account (default $PYMQ_ACCESS_KEY)")
+        p.add_argument("--secret-key", help="its secret (default $PYMQ_SECRET_KEY)")
+        p.add_argument("--tls", action="store_true", help="connect with TLS (system CAs)")
+        p.add_argument("--tls-ca", help="connect with TLS, trusting this CA file (PEM)")
     send_p, consume_p = sub.choices["send"], sub.choices["consume"]
     send_p.add_argument("--body", "-b", required=True)
     send_p.add_argument("--keys", "-k")
@@ -79,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for leaf in leaves(exc):
             if isinstance(leaf, KeyboardInterrupt):
                 return 130
-            if isinstance(leaf, (MQClientError, RemotingError, ValueError)):
+            if isinstance(leaf, (MQClientError, RemotingError, ValueError, OSError)):
                 print(f"error: {leaf}", file=sys.stderr)
                 return 1
         raise

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -32,7 +33,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
-from pymq.client.instance import ClientService, MQClientError
+from pymq.client.instance import ClientService, Credentials, MQClientError
 from pymq.common.consumer import (
     EXPRESSION_TYPE_SQL92,
     EXPRESSION_TYPE_TAG,
@@ -153,8 +154,15 @@ def allocate_averagely(mqs: list[MessageQueue], cids: list[str], me: str) -> lis
 class _Base(ClientService):
     """Name-server and broker plumbing shared by both consumers."""
 
-    def __init__(self, group: str, namesrv_addr: str) -> None:
-        super().__init__(group, namesrv_addr)
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
+    ) -> None:
+        super().__init__(group, namesrv_addr, credentials=credentials, tls=tls)
         # Which broker of a group to pull each queue from next (the broker's suggestWhichBrokerId).
         self.pull_from: dict[MessageQueue, int] = {}
 
@@ -391,8 +399,10 @@ class PushConsumer(_Base):
         batch_size: int = 1,
         pull_batch_size: int = PULL_BATCH_SIZE,
         max_reconsume_times: int = 16,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
     ) -> None:
-        super().__init__(group, namesrv_addr)
+        super().__init__(group, namesrv_addr, credentials=credentials, tls=tls)
         self.handler = handler
         self.message_model = message_model
         self.consume_from = consume_from

@@ -12,6 +12,7 @@ import itertools
 import logging
 import os
 import random
+import ssl
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -25,7 +26,7 @@ from pymq.common.serde import from_json, to_json
 from pymq.common.topic import is_readable, is_writeable
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
-from pymq.remoting.client import RemotingClient
+from pymq.remoting.client import AclSigner, RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
@@ -44,13 +45,31 @@ class MQClientError(Exception):
         super().__init__(f"{what}: CODE {code} DESC {remark}" if what else f"CODE {code} {remark}")
 
 
+Credentials = tuple[str, str]
+
+
+def tls_context(tls: bool | ssl.SSLContext) -> ssl.SSLContext | None:
+    """A client's ``tls=`` option as the context to connect with (None: plain TCP)."""
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    return ssl.create_default_context() if tls else None
+
+
 class ClientInstance:
-    def __init__(self, nursery: trio.Nursery, namesrv_addr: str) -> None:
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        namesrv_addr: str,
+        credentials: Credentials | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise ValueError("no name server address given (host:port[;host:port])")
         self.client_id = f"127.0.0.1@{os.getpid()}#{next(_instance_ids)}"
-        self.remoting = RemotingClient(nursery, handler=self._serve)
+        # credentials=(accessKey, secretKey): every request signed for a broker with ACL.
+        signer = AclSigner(*credentials) if credentials is not None else None
+        self.remoting = RemotingClient(nursery, handler=self._serve, signer=signer, ssl_context=tls)
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.on_ids_changed: Callable[[str], None] = lambda group: None
@@ -171,9 +190,23 @@ class ClientService(AbstractAsyncContextManager):
     # How long leaving may take for the shutdown work above.
     STOP_DEADLINE = 5.0
 
-    def __init__(self, group: str, namesrv_addr: str) -> None:
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
+    ) -> None:
         self.group = group
         self.namesrv_addr = namesrv_addr
+        # tls=True: TLS to name servers and brokers, their certificates verified against the
+        # system's CAs; or the ssl.SSLContext to use (a private CA, a client certificate).
+        self.tls = tls_context(tls)
+        # (accessKey, secretKey) of an ACL account; checked here, never logged.
+        if credentials is not None:
+            AclSigner(*credentials)
+        self.credentials = credentials
         self.client: ClientInstance | None = None
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
@@ -181,7 +214,7 @@ class ClientService(AbstractAsyncContextManager):
     async def __aenter__(self) -> Self:
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
-        self.client = ClientInstance(self._nursery, self.namesrv_addr)
+        self.client = ClientInstance(self._nursery, self.namesrv_addr, self.credentials, self.tls)
         try:
             await self._started()
         except BaseException:

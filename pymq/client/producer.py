@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 import attrs
 import trio
 
-from pymq.client.instance import ClientService, MQClientError
+from pymq.client.instance import ClientService, Credentials, MQClientError
 from pymq.common.consumer import HeartbeatData, MessageQueue, ProducerData
 from pymq.common.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -99,8 +100,16 @@ class SendResult:
 class Producer(ClientService):
     is_producer = True
 
-    def __init__(self, group: str, namesrv_addr: str, *, send_timeout: float = 3.0) -> None:
-        super().__init__(group, namesrv_addr)
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        send_timeout: float = 3.0,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
+    ) -> None:
+        super().__init__(group, namesrv_addr, credentials=credentials, tls=tls)
         self.send_timeout = send_timeout
         self._ids = UniqueIdGenerator()
         self._counter = itertools.count()

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import json
+import ssl
 
 import trio
 
-from pymq.client.instance import MQClientError
+from pymq.client.instance import Credentials, MQClientError, tls_context
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting import headers as H
-from pymq.remoting.client import open_remoting_client
+from pymq.remoting.client import AclSigner, open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 
 
-async def master_addresses(namesrv_addr: str) -> list[str]:
+async def master_addresses(namesrv_addr: str, tls: bool | ssl.SSLContext = False) -> list[str]:
     """Every master broker's address, from the name server's cluster info."""
-    async with open_remoting_client() as client:
+    async with open_remoting_client(ssl_context=tls_context(tls)) as client:
         info = await client.invoke(
             namesrv_addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
         )
@@ -39,13 +40,18 @@ async def create_topic(
     brokers: list[str] | None = None,
     timeout: float = 10.0,
     order: bool = False,
+    credentials: Credentials | None = None,
+    tls: bool | ssl.SSLContext = False,
 ) -> None:
     """UPDATE_AND_CREATE_TOPIC on ``brokers`` (default: every master), then wait until the name
-    server serves the topic's route, so clients started next see its queues at once."""
-    targets = brokers if brokers is not None else await master_addresses(namesrv_addr)
+    server serves the topic's route, so clients started next see its queues at once.
+    ``credentials``: an admin ACL account's (accessKey, secretKey) for a broker with ACL;
+    ``tls``: as the clients' option."""
+    targets = brokers if brokers is not None else await master_addresses(namesrv_addr, tls)
     if not targets:
         raise MQClientError(-1, "no master broker is registered with the name server")
-    async with open_remoting_client() as client:
+    signer = AclSigner(*credentials) if credentials is not None else None
+    async with open_remoting_client(signer=signer, ssl_context=tls_context(tls)) as client:
         for addr in targets:
             create = RemotingCommand.request(
                 RequestCode.UPDATE_AND_CREATE_TOPIC,

@@ -34,7 +34,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_config([namesrv_config, server_config])
         return 0
     setup_logging(args.log_level)
-    controller = NamesrvController(namesrv_config, server_config)
+    try:
+        controller = NamesrvController(namesrv_config, server_config)  # TLS settings read here
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return run_main(
         run_until_signalled,
         controller.run,

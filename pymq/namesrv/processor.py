@@ -29,6 +29,7 @@ from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel, InlineHandler, RequestHandler
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.tls import TLS_KEYS
 
 if TYPE_CHECKING:
     from pymq.namesrv.controller import NamesrvController
@@ -36,7 +37,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Keys a running name server cannot change.
-RESTART_ONLY_KEYS = frozenset({"kvConfigPath", "configStorePath", "listenPort", "bindAddress"})
+RESTART_ONLY_KEYS = frozenset(
+    {"kvConfigPath", "configStorePath", "listenPort", "bindAddress", *TLS_KEYS}
+)
+# Config values never shown.
+SECRET_KEYS = frozenset({"tls.server.keyPassword"})
 
 # TopicSysFlag bits.
 FLAG_UNIT = 0x1
@@ -283,5 +288,9 @@ class NamesrvProcessor:
         return req.response()
 
     async def get_namesrv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        text = format_properties(to_properties(self.controller.configs()))
+        props = to_properties(self.controller.configs())
+        for key in SECRET_KEYS:
+            if props.get(key):
+                props[key] = "******"
+        text = format_properties(props)
         return req.response(body=text.encode("utf-8"))

@@ -20,7 +20,7 @@ import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import trio
 
@@ -141,7 +141,7 @@ def _describe_error(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def raw_socket(stream: trio.SocketStream) -> socket.socket | None:
+def raw_socket(stream: trio.abc.Stream) -> socket.socket | None:
     """The stdlib socket under a Trio stream, for writes and reads that must not wait (a
     non-blocking ``send`` of answers, a read-ahead): None when the stream has none.
 
@@ -152,8 +152,11 @@ def raw_socket(stream: trio.SocketStream) -> socket.socket | None:
     return raw if isinstance(raw, socket.socket) else None
 
 
-def _enable_timestamps(stream: trio.SocketStream) -> bool:
-    """Ask the kernel to stamp what this socket receives (False where it cannot)."""
+def _enable_timestamps(stream: trio.abc.Stream) -> bool:
+    """Ask the kernel to stamp what this socket receives (False where it cannot: a TLS stream
+    has no socket of its own)."""
+    if not isinstance(stream, trio.SocketStream):
+        return False
     try:
         stream.socket.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
     except (OSError, AttributeError):
@@ -161,10 +164,11 @@ def _enable_timestamps(stream: trio.SocketStream) -> bool:
     return True
 
 
-def _peer_address(stream: trio.SocketStream) -> str:
+def _peer_address(stream: trio.abc.Stream) -> str:
+    transport: Any = getattr(stream, "transport_stream", stream)  # a TLS stream's socket one
     try:
-        host, port = stream.socket.getpeername()[:2]
-    except OSError:
+        host, port = transport.socket.getpeername()[:2]
+    except (OSError, AttributeError):
         return "unknown:0"
     if ":" in host:
         return f"[{host}]:{port}"
@@ -260,7 +264,7 @@ class _Shedding:
 class Channel:
     def __init__(
         self,
-        stream: trio.SocketStream,
+        stream: trio.abc.Stream,
         handler: RequestHandler | None = None,
         *,
         idle_timeout: float | None = None,
@@ -282,6 +286,9 @@ class Channel:
         self.idle_timeout = idle_timeout or None
         self._last_write = trio.current_time()
         self.handler = handler
+        # Called on each request this side sends, just before it is encoded (the client's ACL
+        # signature, pymq.remoting.client.AclSigner); None: requests go as they are.
+        self.signer: Callable[[RemotingCommand], None] | None = None
         self.remote_address = _peer_address(stream)
         self.closed = False
         self.close_reason: str | None = None
@@ -413,15 +420,15 @@ class Channel:
         it, so that bytes that waited in the socket's buffer count their wait."""
         admission = self.admission
         if admission is None or not self._timestamps:
-            data = await self.stream.receive_some(RECEIVE_SIZE)
+            data = cast(bytes, await self.stream.receive_some(RECEIVE_SIZE))
             if admission is None:
                 return data, 0.0
             self._read_at = admission.clock()
             return data, self._read_at
+        # Timestamps are only enabled on a plain socket stream (see _enable_timestamps).
+        sock = cast(trio.SocketStream, self.stream).socket
         try:
-            data, ancillary, _flags, _addr = await self.stream.socket.recvmsg(
-                RECEIVE_SIZE, _TIMESTAMP_SPACE
-            )
+            data, ancillary, _flags, _addr = await sock.recvmsg(RECEIVE_SIZE, _TIMESTAMP_SPACE)
         except OSError as exc:
             raise trio.BrokenResourceError(str(exc)) from exc
         return data, self._stamp(admission, ancillary)
@@ -757,6 +764,8 @@ class Channel:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         request.opaque = next_opaque()
         request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
+        if self.signer is not None:
+            self.signer(request)
         done = trio.Event()
         call = Call(wake=done.set)
         calls = self.state.calls
@@ -789,6 +798,8 @@ class Channel:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         request.opaque = opaque = next_opaque()
         request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
+        if self.signer is not None:
+            self.signer(request)
         calls = self.state.calls
         self._write(encode(request), now=len(calls) < DIRECT_WRITE_MAX_PENDING)
         calls.add(
@@ -802,4 +813,6 @@ class Channel:
         """Send ``request`` with the oneway flag; no answer is expected or awaited."""
         request.opaque = next_opaque()
         request.flag = (request.flag & ~RPC_TYPE_RESPONSE) | RPC_ONEWAY
+        if self.signer is not None:
+            self.signer(request)
         self._write(encode(request))

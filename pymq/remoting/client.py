@@ -9,20 +9,55 @@ dies fails the calls waiting on it at once (``RemotingConnectError``), not at th
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
 
+from pymq.common.acl import ACCESS_KEY, SIGNATURE, SigningKey, sign_request
 from pymq.common.address import split_address
 from pymq.remoting.channel import Channel, RequestHandler
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.errors import RemotingConnectError
+from pymq.remoting.headers import extend_ext_json
+from pymq.remoting.tls import client_handshake
 
 log = logging.getLogger(__name__)
 
 # RocketMQ NettyClientConfig.connectTimeoutMillis.
 CONNECT_TIMEOUT = 3.0
+
+
+class AclSigner:
+    """Signs each request as RocketMQ's ``AclClientRPCHook`` does: ``AccessKey`` (and
+    ``SecurityToken``) added to the extFields, then ``Signature`` over them and the body."""
+
+    def __init__(self, access_key: str, secret_key: str, security_token: str | None = None) -> None:
+        if not access_key or not secret_key:
+            raise ValueError("credentials need both an access key and a secret key")
+        self.access_key = access_key
+        self._key = SigningKey(secret_key.encode())
+        self.security_token = security_token
+
+    def __repr__(self) -> str:  # never the secret
+        return f"AclSigner(access_key={self.access_key!r})"
+
+    def __call__(self, request: RemotingCommand) -> None:
+        ext_json = request.ext_json
+        resigned = ACCESS_KEY in request.ext_fields
+        signature = sign_request(
+            request.ext_fields, request.body, self.access_key, self._key, self.security_token
+        )
+        if ext_json is not None:
+            # The send path's pre-written extFields JSON: the two fields appended (a request
+            # signed before, or with a token, falls back to writing the fields).
+            if resigned or self.security_token or not ext_json:
+                request.ext_json = None
+            else:
+                request.ext_json = extend_ext_json(
+                    ext_json, {ACCESS_KEY: self.access_key, SIGNATURE: signature}
+                )
 
 
 class RemotingClient:
@@ -32,10 +67,16 @@ class RemotingClient:
         *,
         handler: RequestHandler | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
+        signer: AclSigner | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._nursery = nursery
+        # Connect with TLS (handshake within connect_timeout); None: plain TCP.
+        self.ssl_context = ssl_context
         self.handler = handler
         self.connect_timeout = connect_timeout
+        # Signs every request sent on this client's connections (ACL); None: unsigned.
+        self.signer = signer
         self._channels: dict[str, Channel] = {}
         self._locks: dict[str, trio.Lock] = {}
 
@@ -50,15 +91,33 @@ class RemotingClient:
             if channel is not None and not channel.closed:
                 return channel
             host, port = split_address(address)
+            stream: trio.abc.Stream
             try:
                 with trio.fail_after(self.connect_timeout):
                     stream = await trio.open_tcp_stream(host, port)
+                    if self.ssl_context is not None:
+                        stream = await self._handshake(stream, host, address)
             except (OSError, trio.TooSlowError) as exc:
                 raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
             channel = Channel(stream, self.handler)
+            channel.signer = self.signer
             self._channels[address] = channel
             self._nursery.start_soon(channel.run)
             return channel
+
+    async def _handshake(
+        self, stream: trio.SocketStream, host: str, address: str
+    ) -> trio.abc.Stream:
+        assert self.ssl_context is not None
+        try:
+            return await client_handshake(stream, self.ssl_context, host)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            await trio.aclose_forcefully(stream)
+            cause = exc.__cause__ or exc
+            raise RemotingConnectError(f"TLS handshake with {address} failed: {cause}") from None
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
 
     async def invoke(
         self, address: str, request: RemotingCommand, timeout: float = 3.0
@@ -82,10 +141,20 @@ class RemotingClient:
 
 @asynccontextmanager
 async def open_remoting_client(
-    *, handler: RequestHandler | None = None, connect_timeout: float = CONNECT_TIMEOUT
+    *,
+    handler: RequestHandler | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
+    signer: AclSigner | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[RemotingClient]:
     async with trio.open_nursery() as nursery:
-        client = RemotingClient(nursery, handler=handler, connect_timeout=connect_timeout)
+        client = RemotingClient(
+            nursery,
+            handler=handler,
+            connect_timeout=connect_timeout,
+            signer=signer,
+            ssl_context=ssl_context,
+        )
         try:
             yield client
         finally:

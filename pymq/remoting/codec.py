@@ -95,6 +95,9 @@ class RemotingCommand:
     # decode accepts (a number out of its Java type, a string where a number is due, ...): the
     # connection answers such a request SYSTEM_ERROR with this text and never serves it.
     header_error: str | None = None
+    # Set by a server's access check (ACL) once it let the request through, so that a request
+    # the inline path handed on to a task is not checked twice.
+    access_checked: bool = False
 
     @classmethod
     def request(

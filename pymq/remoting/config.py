@@ -6,12 +6,31 @@ on one Trio loop and has no thread pools to size, so they are reported by ``-p``
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import attrs
 
 from pymq.remoting.codec import FRAME_MAX_LENGTH
 from pymq.remoting.limits import MIB, ConnectionLimits, SharedBudget
+from pymq.remoting.tls import (
+    DEFAULT_TLS_CONFIG_FILE,
+    TlsServer,
+    TlsSettings,
+    client_context,
+    resolved,
+    server_context,
+    server_mode,
+)
+
+
+def _key(key: str, default: Any) -> Any:
+    return attrs.field(default=default, metadata={"key": key})
+
+
+def _tls_settings(config: object) -> TlsSettings:
+    names = {f.name for f in attrs.fields(TlsSettings)}
+    return TlsSettings(**{n: getattr(config, n) for n in names if hasattr(config, n)})
 
 
 @attrs.define
@@ -40,6 +59,18 @@ class NettyServerConfig:
     server_partial_frame_total_max_bytes: int = 128 * MIB
     server_max_pending_requests_per_connection: int = 4096
     server_max_connections: int = 10_000
+    # TLS on this server's port (RocketMQ's TlsSystemConfig keys; see pymq.remoting.tls).
+    server_mode: str = _key("tls.server.mode", "disabled")
+    server_need_client_auth: str = _key("tls.server.need.client.auth", "none")
+    server_key_path: str = _key("tls.server.keyPath", "")
+    server_key_password: str = _key("tls.server.keyPassword", "")
+    server_cert_path: str = _key("tls.server.certPath", "")
+    server_trust_cert_path: str = _key("tls.server.trustCertPath", "")
+    test_mode_enable: bool = _key("tls.test.mode.enable", False)
+    config_file: str = _key("tls.config.file", DEFAULT_TLS_CONFIG_FILE)
+
+    def tls_settings(self) -> TlsSettings:
+        return _tls_settings(self)
 
     def connection_limits(self) -> ConnectionLimits:
         default = ConnectionLimits()
@@ -61,12 +92,20 @@ class NettyServerConfig:
         )
 
     def server_limits(self) -> dict[str, Any]:
-        """The keyword arguments that bound a RemotingServer."""
+        """The keyword arguments that bound a RemotingServer (and secure it: its TLS, built
+        from the ``tls.*`` keys; ConfigError when they cannot make a server context)."""
         return {
             "idle_timeout": self.server_channel_max_idle_time_seconds,
             "limits": self.connection_limits(),
             "max_connections": self.server_max_connections,
+            "tls": self.tls_server(),
         }
+
+    def tls_server(self) -> TlsServer | None:
+        """The TLS wrapper of this server's connections; None when tls.server.mode=disabled."""
+        settings = resolved(self.tls_settings())
+        ctx = server_context(settings)
+        return None if ctx is None else TlsServer(ctx, server_mode(settings))
 
 
 @attrs.define
@@ -78,3 +117,18 @@ class NettyClientConfig:
     channel_not_active_interval: int = 60000
     client_channel_max_idle_time_seconds: int = 120
     client_close_socket_if_timeout: bool = True
+    # TLS to the peers (RocketMQ's TlsSystemConfig keys; see pymq.remoting.tls).
+    client_enable: bool = _key("tls.enable", False)
+    client_key_path: str = _key("tls.client.keyPath", "")
+    client_key_password: str = _key("tls.client.keyPassword", "")
+    client_cert_path: str = _key("tls.client.certPath", "")
+    client_trust_cert_path: str = _key("tls.client.trustCertPath", "")
+    client_auth_server: bool = _key("tls.client.authServer", False)
+    config_file: str = _key("tls.config.file", DEFAULT_TLS_CONFIG_FILE)
+
+    def tls_settings(self) -> TlsSettings:
+        return _tls_settings(self)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context to connect with when tls.enable is true, else None."""
+        return client_context(self.tls_settings())

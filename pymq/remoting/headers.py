@@ -631,6 +631,57 @@ class NotifyConsumerIdsChangedRequestHeader:
     consumer_group: str = _req("consumerGroup", STR)
 
 
+# -- ACL (the broker's admin codes 50-54) -------------------------------------------------------
+
+
+@attrs.define(slots=True)
+class CreateAccessConfigRequestHeader:
+    """UPDATE_AND_CREATE_ACL_CONFIG (50); topicPerms / groupPerms are comma lists."""
+
+    access_key: str = _req("accessKey", STR)
+    secret_key: str | None = _field("secretKey", STR)
+    white_remote_address: str | None = _field("whiteRemoteAddress", STR)
+    admin: bool = _field("admin", BOOL, default=False)
+    default_topic_perm: str | None = _field("defaultTopicPerm", STR)
+    default_group_perm: str | None = _field("defaultGroupPerm", STR)
+    topic_perms: str | None = _field("topicPerms", STR)
+    group_perms: str | None = _field("groupPerms", STR)
+
+
+@attrs.define(slots=True)
+class DeleteAccessConfigRequestHeader:
+    access_key: str = _req("accessKey", STR)
+
+
+@attrs.define(slots=True)
+class UpdateGlobalWhiteAddrsConfigRequestHeader:
+    """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG (53): a comma list, and the file (default
+    plain_acl.yml)."""
+
+    global_white_addrs: str = _req("globalWhiteAddrs", STR)
+    acl_file_full_path: str | None = _field("aclFileFullPath", STR)
+
+
+@attrs.define(slots=True)
+class GetBrokerAclConfigResponseHeader:
+    """GET_BROKER_CLUSTER_ACL_INFO's (52) answer."""
+
+    version: str = _req("version", STR)
+    all_acl_file_version: str | None = _field("allAclFileVersion", STR)
+    broker_name: str = _req("brokerName", STR)
+    broker_addr: str = _req("brokerAddr", STR)
+    cluster_name: str = _req("clusterName", STR)
+
+
+def extend_ext_json(ext_json: str, fields: dict[str, str]) -> str:
+    """Pre-written extFields JSON (the text between the braces) with ``fields`` appended: the
+    client's ACL signature added to the send path's header without writing it again."""
+    extra = ",".join(f"{_quote(key)}:{_quote(value)}" for key, value in fields.items())
+    if not ext_json:
+        return extra
+    return f"{ext_json},{extra}" if extra else ext_json
+
+
 _RC = RequestCode
 
 # The header class of each request code served by the broker or the name server.  A code not
@@ -673,6 +724,9 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.DELETE_TOPIC_IN_NAMESRV: TopicHeader,
     _RC.GET_TOPICS_BY_CLUSTER: ClusterHeader,
     _RC.NOTIFY_CONSUMER_IDS_CHANGED: NotifyConsumerIdsChangedRequestHeader,
+    _RC.UPDATE_AND_CREATE_ACL_CONFIG: CreateAccessConfigRequestHeader,
+    _RC.DELETE_ACL_CONFIG: DeleteAccessConfigRequestHeader,
+    _RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: UpdateGlobalWhiteAddrsConfigRequestHeader,
 }
 
 _SEND_CODES = frozenset({_RC.SEND_MESSAGE, _RC.SEND_MESSAGE_V2, _RC.SEND_BATCH_MESSAGE})

@@ -24,8 +24,12 @@ from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
 from pymq.remoting.headers import decode_request
 from pymq.remoting.limits import ConnectionLimits, SharedBudget
+from pymq.remoting.tls import TlsServer
 
 log = logging.getLogger(__name__)
+
+# The access check: (channel, request) -> None to serve it, or the answer refusing it.
+AccessCheck = Callable[[Channel, RemotingCommand], RemotingCommand | None]
 
 
 class RemotingServer:
@@ -40,11 +44,14 @@ class RemotingServer:
         limits: ConnectionLimits | None = None,
         budget: SharedBudget | None = None,
         max_connections: int = 10000,
+        tls: TlsServer | None = None,
     ) -> None:
         self.idle_timeout = idle_timeout
         self.limits = limits or ConnectionLimits()
         self.budget = budget or SharedBudget()
         self.max_connections = max_connections
+        # TLS (tls.server.mode permissive or enforcing); None: plain TCP, nothing on the path.
+        self.tls = tls
         self.refused_connections = 0
         self._listeners: list[trio.SocketListener] | None = None
         self.host = host
@@ -57,6 +64,10 @@ class RemotingServer:
         self.on_channel_closed = on_channel_closed
         # Checked before a request is served (the broker's fast failure); None: no check.
         self.admission: Admission | None = None
+        # Called before the processor of every served code (the broker's ACL); it returns None
+        # to serve the request, or the answer that refuses it.  None (the default): no check,
+        # and connections dispatch without looking for one.
+        self.access_check: AccessCheck | None = None
 
     def register(
         self, code: int, processor: RequestHandler, inline: InlineHandler | None = None
@@ -87,6 +98,33 @@ class RemotingServer:
         decode_request(request)
         return await processor(channel, request)
 
+    def _dispatch_inline_checked(
+        self, channel: Channel, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        processor = self.inline_processors.get(request.code)
+        if processor is None:
+            return None
+        assert self.access_check is not None
+        refusal = self.access_check(channel, request)
+        if refusal is not None:
+            return refusal
+        decode_request(request)
+        response = processor(channel, request)
+        if response is None:
+            request.access_checked = True  # served by a task next: checked once is enough
+        return response
+
+    async def _dispatch_checked(
+        self, channel: Channel, request: RemotingCommand
+    ) -> RemotingCommand | None:
+        if request.code in self.processors or self.default_processor is not None:
+            assert self.access_check is not None
+            if not request.access_checked:
+                refusal = self.access_check(channel, request)
+                if refusal is not None:
+                    return refusal
+        return await self.dispatch(channel, request)
+
     async def bind(self) -> int:
         """Bind and listen now (connections wait in the backlog until :meth:`run` serves them),
         so that the port is known, and a port in use fails, before anything else starts."""
@@ -116,19 +154,33 @@ class RemotingServer:
                 )
             await trio.aclose_forcefully(stream)
             return
+        served: trio.abc.Stream = stream
+        if self.tls is not None:
+            wrapped = await self.tls.wrap(stream)
+            if wrapped is None:  # closed, timed out, or not TLS where TLS is enforced
+                await trio.aclose_forcefully(stream)
+                return
+            served = wrapped
         try:
+            checked = self.access_check is not None
             channel = Channel(
-                stream,
-                self.dispatch,
+                served,
+                self._dispatch_checked if checked else self.dispatch,
                 idle_timeout=self.idle_timeout,
-                inline_handler=self.dispatch_inline if self.inline_processors else None,
+                inline_handler=(
+                    None
+                    if not self.inline_processors
+                    else self._dispatch_inline_checked
+                    if checked
+                    else self.dispatch_inline
+                ),
                 limits=self.limits,
                 budget=self.budget,
                 admission=self.admission,
             )
         except Exception:  # e.g. the socket died before its peer address could be read
             log.exception("%s: cannot serve a new connection", self.name)
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(served)
             return
         self.channels.add(channel)
         log.debug("%s: connection from %s", self.name, channel.remote_address)

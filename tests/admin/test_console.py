@@ -281,3 +281,68 @@ def test_console_topics_table_stays_responsive_with_10000_topics(server):
             page.screenshot(path=str(ARTIFACTS / "6-10000-topics.png"))
         finally:
             browser.close()
+
+
+ACL = """\
+accounts:
+  - accessKey: RocketMQAdmin
+    secretKey: 12345678admin
+    admin: true
+  - accessKey: producerUser
+    secretKey: producerSecret
+    defaultTopicPerm: DENY
+    topicPerms: [Orders=PUB]
+"""
+
+
+def test_console_acl_accounts_masked_and_edited(tmp_path):
+    home = tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    acl_file = home / "conf" / "plain_acl.yml"
+    acl_file.write_text(ACL)
+    server = Server(tmp_path / "data", "--aclEnable", "true", "--rocketmqHome", str(home))
+    try:
+        chromium = chromium_path()
+        from playwright.sync_api import expect, sync_playwright
+
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                page.goto(server.console)
+                expect(page.get_by_test_id("connection")).to_have_text("connected", timeout=10_000)
+                page.get_by_role("button", name="ACL").click()
+                table = page.get_by_test_id("acl-table")
+                expect(table).to_contain_text("producerUser", timeout=5_000)
+                expect(table).to_contain_text("Orders=PUB")
+                expect(table).to_contain_text("pr******")
+                assert "producerSecret" not in page.content()
+                assert "12345678admin" not in page.content()
+
+                form = page.get_by_test_id("acl-form")
+                form.locator("input[name=accessKey]").fill("consoleUser1")
+                form.locator("input[name=secretKey]").fill("consoleSecret1")
+                form.locator("select[name=defaultTopicPerm]").select_option("PUB")
+                form.locator("input[name=topicPerms]").fill("Audit=SUB")
+                form.get_by_role("button", name="Save account").click()
+                expect(page.get_by_test_id("confirm-dialog")).to_contain_text("consoleUser1")
+                page.get_by_test_id("confirm-ok").click()
+                expect(table).to_contain_text("consoleUser1", timeout=5_000)
+                expect(table).to_contain_text("Audit=SUB")
+                assert "consoleSecret1" in acl_file.read_text()
+                assert "consoleSecret1" not in page.content()
+                page.screenshot(path=str(ARTIFACTS / "6-acl.png"), full_page=True)
+
+                row = page.locator("#acl-table tr", has_text="consoleUser1")
+                row.get_by_role("button", name="Delete").click()
+                page.get_by_test_id("confirm-ok").click()
+                expect(table).not_to_contain_text("consoleUser1", timeout=5_000)
+                assert "consoleUser1" not in acl_file.read_text()
+                assert not errors, errors
+            finally:
+                browser.close()
+    finally:
+        server.stop()

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
 
+import trio
+
+from pymq.remoting.client import AclSigner, open_remoting_client
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
 from tests.helpers import free_broker_port, free_port
 
 
-def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run(
+    module: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=60, env=env
     )
 
 
@@ -56,17 +64,81 @@ def test_slave_with_broker_id_zero_refuses_to_start() -> None:
     assert bad_enum.returncode == 2 and "flushDiskType" in bad_enum.stderr
 
 
-def test_acl_enable_refuses_to_start_until_acl_is_checked(tmp_path) -> None:
+def test_acl_enable_without_a_usable_acl_file_refuses_to_start(tmp_path) -> None:
     # An operator who asks for ACL must not get a broker that accepts every request.
+    env = {k: v for k, v in os.environ.items() if k != "ROCKETMQ_HOME"}
+    broken = tmp_path / "home"
+    (broken / "conf").mkdir(parents=True)
+    (broken / "conf" / "plain_acl.yml").write_text("accounts:\n  - accessKey: ab\n")
     for module in ("pymq.broker", "pymq"):
-        args = ["--aclEnable", "true"]
-        if module == "pymq":
-            args += ["--data", str(tmp_path), "--admin-port", "0", "--namesrv-port", "0"]
-            args += ["--broker-port", str(free_broker_port())]
-        result = run(module, *args)
-        assert result.returncode == 2, (module, result.stdout, result.stderr)
-        assert "aclEnable=true is not supported yet" in result.stderr
-        assert "Traceback" not in result.stderr
+        for home, expected in (("", "needs rocketmqHome"), (str(broken), "plain_acl.yml")):
+            args = ["--aclEnable", "true", "--rocketmqHome", home]
+            if module == "pymq":
+                args += ["--data", str(tmp_path), "--admin-port", "0", "--namesrv-port", "0"]
+                args += ["--broker-port", str(free_broker_port())]
+            result = run(module, *args, env=env)
+            assert result.returncode == 2, (module, result.stdout, result.stderr)
+            assert "aclEnable=true but the ACL configuration is not usable" in result.stderr
+            assert expected in result.stderr
+            assert "Traceback" not in result.stderr
+
+
+def test_acl_enable_checks_every_request(tmp_path) -> None:
+    home = tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text(
+        "accounts:\n  - accessKey: RocketMQAdmin\n    secretKey: 12345678admin\n    admin: true\n"
+    )
+    port = free_broker_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pymq.broker",
+            "--aclEnable",
+            "true",
+            "--rocketmqHome",
+            str(home),
+            "--listenPort",
+            str(port),
+            "--bindAddress",
+            "127.0.0.1",
+            "--brokerIP1",
+            "127.0.0.1",
+            "--storePathRootDir",
+            str(tmp_path / "store"),
+            "-n",
+            f"127.0.0.1:{free_port()}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "boot success" in line, (line, proc.stderr and proc.stderr.read())
+
+        async def ask() -> tuple[RemotingCommand, RemotingCommand]:
+            async with open_remoting_client() as client:
+                request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
+                unsigned = await client.invoke(f"127.0.0.1:{port}", request)
+            signer = AclSigner("RocketMQAdmin", "12345678admin")
+            async with open_remoting_client(signer=signer) as client:
+                request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
+                signed = await client.invoke(f"127.0.0.1:{port}", request)
+            return unsigned, signed
+
+        unsigned, signed = trio.run(ask)
+        assert unsigned.code == ResponseCode.SYSTEM_ERROR
+        assert "AclException: No accessKey is configured" in (unsigned.remark or "")
+        assert signed.code == ResponseCode.SUCCESS
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_second_broker_on_one_store_refuses(tmp_path) -> None:
@@ -107,8 +179,6 @@ def test_second_broker_on_one_store_refuses(tmp_path) -> None:
         if first.poll() is None:
             first.kill()
             first.wait()
-    import os
-
     assert not os.path.exists(os.path.join(store, "abort"))  # clean shutdown
 
 

@@ -703,6 +703,107 @@ const views = {
   },
 };
 
+// ACL accounts: secrets are shown masked by the broker and never sent back unless typed anew.
+views.acl = {
+  wired: false,
+
+  async enter() {
+    if (!this.wired) {
+      this.wired = true;
+      $("#acl-white-save").addEventListener("click", () => this.saveWhite());
+      $("#acl-form").addEventListener("submit", (event) => {
+        event.preventDefault();
+        this.saveAccount();
+      });
+      $("#acl-form-reset").addEventListener("click", () => {
+        $("#acl-form-title").textContent = "Add an account";
+        $("#acl-form").accessKey.readOnly = false;
+      });
+    }
+    await this.load();
+  },
+
+  async load() {
+    const data = await channel.request("acl.list");
+    $("#acl-body").hidden = !data.enabled;
+    $("#acl-status").textContent = data.enabled
+      ? `${data.accounts.length} accounts from ${data.files.join(", ")}`
+      : "ACL is off on this broker (aclEnable=false).";
+    if (!data.enabled) return;
+    $("#acl-default-file").textContent = data.defaultFile;
+    $("#acl-white").value = data.defaultFileWhiteAddrs.join(",");
+    $("#acl-table tbody").replaceChildren(
+      ...data.accounts.map((a) =>
+        el(
+          "tr",
+          { dataset: { key: a.accessKey } },
+          td(a.accessKey),
+          td(a.secretKey),
+          td(a.whiteRemoteAddress ?? ""),
+          td(a.admin ? "yes" : "no"),
+          td(a.defaultTopicPerm ?? "DENY"),
+          td(a.defaultGroupPerm ?? "DENY"),
+          td((a.topicPerms || []).join(", ")),
+          td((a.groupPerms || []).join(", ")),
+          td(a.file),
+          el(
+            "td",
+            {},
+            el("button", { onclick: () => this.edit(a) }, "Edit"),
+            " ",
+            el("button", { class: "danger", onclick: () => this.remove(a.accessKey) }, "Delete"),
+          ),
+        ),
+      ),
+    );
+  },
+
+  edit(a) {
+    const form = $("#acl-form");
+    $("#acl-form-title").textContent = `Edit ${a.accessKey}`;
+    form.accessKey.value = a.accessKey;
+    form.accessKey.readOnly = true;
+    form.secretKey.value = "";
+    form.whiteRemoteAddress.value = a.whiteRemoteAddress ?? "";
+    form.admin.checked = !!a.admin;
+    form.defaultTopicPerm.value = a.defaultTopicPerm ?? "DENY";
+    form.defaultGroupPerm.value = a.defaultGroupPerm ?? "DENY";
+    form.topicPerms.value = (a.topicPerms || []).join(",");
+    form.groupPerms.value = (a.groupPerms || []).join(",");
+  },
+
+  async saveAccount() {
+    const form = $("#acl-form");
+    const params = {
+      accessKey: form.accessKey.value.trim(),
+      secretKey: form.secretKey.value,
+      whiteRemoteAddress: form.whiteRemoteAddress.value.trim(),
+      admin: form.admin.checked,
+      defaultTopicPerm: form.defaultTopicPerm.value,
+      defaultGroupPerm: form.defaultGroupPerm.value,
+      topicPerms: form.topicPerms.value,
+      groupPerms: form.groupPerms.value,
+    };
+    const done = await act(`Save ACL account ${params.accessKey}?`, () => channel.request("acl.update", params), "Account saved");
+    if (done) {
+      form.reset();
+      form.accessKey.readOnly = false;
+      await this.load();
+    }
+  },
+
+  async remove(accessKey) {
+    const done = await act(`Delete ACL account ${accessKey}?`, () => channel.request("acl.delete", { accessKey }), "Account deleted");
+    if (done) await this.load();
+  },
+
+  async saveWhite() {
+    const list = $("#acl-white").value.split(",").map((s) => s.trim()).filter(Boolean);
+    const done = await act(`Set the global white addresses to ${list.join(", ") || "(none)"}?`, () => channel.request("acl.updateGlobalWhiteAddrs", { globalWhiteAddrs: list }), "White addresses saved");
+    if (done) await this.load();
+  },
+};
+
 // -- start ------------------------------------------------------------------------------------
 
 window.addEventListener("resize", () => drawChart());

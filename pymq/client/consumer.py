@@ -342,8 +342,15 @@ class PullConsumer(_Base):
     ``pull(mq, selector, offset)`` selects by the selector it is given; ``subscribe(topic,
     selector)`` sets the one used when ``pull`` is given None for that topic."""
 
-    def __init__(self, group: str, namesrv_addr: str) -> None:
-        super().__init__(group, namesrv_addr)
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
+    ) -> None:
+        super().__init__(group, namesrv_addr, credentials=credentials, tls=tls)
         self.selectors: dict[str, MessageSelector] = {}
 
     async def subscribe(self, topic: str, expression: Selector = "*") -> None:

@@ -22,6 +22,7 @@ import trio
 
 from pymq.broker.admin_service import message_view, perm_text
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
+from pymq.common import fastjson
 from pymq.common.message import RecordError, decode_offset_msg_id, decode_record, iter_records
 from pymq.common.properties import parse_properties
 from pymq.common.serde import loads_lenient, to_json
@@ -201,6 +202,17 @@ def _code_name(code: int) -> str:
         return f"code {code}"
 
 
+def queue_rows(table: dict[Any, Any]) -> list[dict[str, Any]]:
+    """A map keyed by MessageQueue (fastjson's form) as rows: the queue's fields, then the
+    value's, ordered by topic and queue id."""
+    rows = []
+    for mq, value in table.items():
+        row = dict(mq)
+        row.update(value if isinstance(value, dict) else {"offset": value})
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r.get("topic", ""), r.get("queueId", 0)))
+
+
 # -- subcommands ------------------------------------------------------------------------------
 
 
@@ -313,7 +325,7 @@ async def topic_status(admin: Admin, args: argparse.Namespace) -> Output:
     data, rows = [], []
     for name, addr in (await admin.topic_masters(args.topic)).items():
         reply = await admin.invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": args.topic})
-        for q in loads_lenient(reply.body).get("offsetTable", []):
+        for q in queue_rows(fastjson.loads(reply.body).get("offsetTable", {})):
             q["brokerName"] = name
             data.append(q)
             rows.append(
@@ -374,10 +386,12 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
             diff, online = 0, 0
             for addr in masters.values():
                 reply = await admin.invoke(
-                    addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group}, ok=(0, 26)
+                    addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group}
                 )
-                if reply.code == ResponseCode.SUCCESS:
-                    diff += sum(q["lag"] for q in loads_lenient(reply.body)["offsetTable"])
+                diff += sum(
+                    q["brokerOffset"] - q["consumerOffset"]
+                    for q in queue_rows(fastjson.loads(reply.body).get("offsetTable", {}))
+                )
                 conn = await admin.invoke(
                     addr,
                     RequestCode.GET_CONSUMER_CONNECTION_LIST,
@@ -385,25 +399,22 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
                     ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
                 )
                 if conn.code == ResponseCode.SUCCESS:
-                    online += len(json.loads(conn.body).get("connectionSet", []))
+                    online += len(fastjson.loads(conn.body).get("connectionSet", []))
             data.append({"group": group, "count": online, "diffTotal": diff})
             rows.append([group, online, diff])
         return Output(data, ["#Group", "#Count", "#Diff Total"], rows)
     fields = {"consumerGroup": args.consumerGroup, "topic": args.topic}
     data, rows = [], []
     found = False
+    tps = 0.0
     for name, addr in masters.items():
-        reply = await admin.invoke(
-            addr,
-            RequestCode.GET_CONSUME_STATS,
-            fields,
-            ok=(ResponseCode.SUCCESS, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST),
-        )
-        if reply.code != ResponseCode.SUCCESS:
-            continue
-        found = True
-        for q in loads_lenient(reply.body).get("offsetTable", []):
+        reply = await admin.invoke(addr, RequestCode.GET_CONSUME_STATS, fields)
+        stats = fastjson.loads(reply.body)
+        tps += float(stats.get("consumeTps", 0.0))
+        for q in queue_rows(stats.get("offsetTable", {})):
+            found = True
             q["brokerName"] = name
+            q["lag"] = q["brokerOffset"] - q["consumerOffset"]
             data.append(q)
             rows.append(
                 [
@@ -423,7 +434,7 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
     table = format_table([*headers, "#LastTime"], rows)
     return Output(
         {"group": args.consumerGroup, "queues": data, "diffTotal": diff},
-        lines=[table, "", "Consume TPS: 0.00", f"Diff Total: {diff}"],
+        lines=[table, "", f"Consume TPS: {tps:.2f}", f"Diff Total: {diff}"],
     )
 
 
@@ -436,7 +447,7 @@ async def consumer_connection(admin: Admin, args: argparse.Namespace) -> Output:
             ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
         )
         if reply.code == ResponseCode.SUCCESS:
-            data = json.loads(reply.body)
+            data = fastjson.loads(reply.body)
             rows = [
                 [i, c["clientId"], c["clientAddr"], c["language"], c["version"]]
                 for i, c in enumerate(data["connectionSet"], 1)
@@ -613,8 +624,8 @@ async def reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> Output
                 "isForce": args.force,
             },
         )
-        for q in loads_lenient(reply.body).get("offsetTable", []):
-            data.append({"brokerName": name, **q})
+        for q in queue_rows(fastjson.loads(reply.body).get("offsetTable", {})):
+            data.append({"brokerName": name, "queueId": q["queueId"], "offset": q["offset"]})
             rows.append([name, q["queueId"], q["offset"]])
     if not data:
         raise CliError(f"topic {args.topic} has no queues to reset")

@@ -15,13 +15,30 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from pymq.broker.stats import GROUP_GET_NUMS
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
+from pymq.common import fastjson
+from pymq.common.admin_body import (
+    Connection,
+    ConsumerConnection,
+    ConsumeStats,
+    ConsumeStatsList,
+    GroupList,
+    OffsetWrapper,
+    ProducerConnection,
+    QueryConsumeTimeSpanBody,
+    QueueTimeSpan,
+    ResetOffsetBody,
+    TopicOffset,
+    TopicStatsTable,
+)
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
     to_properties,
     update_at_runtime,
 )
+from pymq.common.consumer import MessageQueue
 from pymq.common.message import MessageExt, decode_offset_msg_id, decode_record
 from pymq.common.serde import from_plain, to_plain
 from pymq.common.topic import (
@@ -31,7 +48,9 @@ from pymq.common.topic import (
     TopicFilterType,
     validate_topic,
 )
-from pymq.remoting.codes import CURRENT_VERSION, ResponseCode
+from pymq.remoting import headers as H
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
@@ -369,15 +388,24 @@ class AdminService:
         await self.broker.subscription_group_manager.update(config)
         return to_plain(config)
 
-    def reset_offset_by_time(self, group: str, topic: str, timestamp: int) -> dict[str, Any]:
-        """Commit, for every queue of ``topic``, the first offset stored at or after ``timestamp``.
+    def reset_offset_by_time(
+        self, group: str, topic: str, timestamp: int, force: bool = True
+    ) -> dict[str, Any]:
+        """Move the group's offsets on every queue of ``topic`` to the first message stored at
+        or after ``timestamp`` (-1: the end of each queue), and tell its online consumers.
 
-        Online consumers keep their in-memory offsets; RocketMQ pushes the reset to them, pymq
-        does not yet, so stop the group (or let it rebalance) for the reset to take effect.
+        As Java's broker, each online client of the group is sent RESET_CONSUMER_CLIENT_OFFSET
+        (220, oneway, ``isForce`` false) with the new offsets, which a client applies and pulls
+        from.  Unlike Java's (which answers CONSUMER_NOT_ONLINE for an offline group and leaves
+        the offsets to the clients), pymq also commits the new offsets itself, so a reset works
+        for a group with no consumer running.  Without ``force`` a queue only moves back: an
+        offset already before the target is kept, as in Java.
         """
         config = self.require_topic(topic)
         store = self.broker.store
+        broker_name = self.broker.broker_config.broker_name
         offsets: dict[int, int] = {}
+        table: dict[MessageQueue, int] = {}
         for queue_id in range(config.read_queue_nums):
             max_offset = store.get_max_offset_in_queue(topic, queue_id)
             if timestamp < 0:
@@ -391,17 +419,191 @@ class AdminService:
                 )
                 if last < timestamp:
                     offset = max_offset
+            offset = max(offset, 0)
+            committed = self.broker.consumer_offset_manager.query_offset(group, topic, queue_id)
+            if not force and 0 <= committed <= offset:
+                offset = committed
             offsets[queue_id] = offset
+            table[MessageQueue(topic, broker_name, queue_id)] = offset
+        for queue_id, offset in offsets.items():
             self.broker.consumer_offset_manager.commit_offset(
                 "admin", group, topic, queue_id, offset
             )
+        body = fastjson.dumps(ResetOffsetBody(table))
+        notified = self._notify_reset(group, topic, timestamp, body)
         return {
             "group": group,
             "topic": topic,
             "timestamp": timestamp,
             "offsets": [{"queueId": q, "offset": o} for q, o in sorted(offsets.items())],
-            "online": self.broker.consumer_manager.get(group) is not None,
+            "online": notified > 0,
+            "notified": notified,
+            "body": body,
         }
+
+    def _notify_reset(self, group: str, topic: str, timestamp: int, body: bytes) -> int:
+        """RESET_CONSUMER_CLIENT_OFFSET to each online client of ``group``; how many."""
+        info = self.broker.consumer_manager.get(group)
+        if info is None:
+            return 0
+        header = H.encode(H.ResetOffsetRequestHeader(topic, group, timestamp, False))
+        count = 0
+        for channel in list(info.channels):
+            request = RemotingCommand.request(
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, body, oneway=True
+            )
+            if self.broker.post_oneway(channel, request):
+                count += 1
+        return count
+
+    # -- Java's admin bodies (pymq.common.admin_body) -------------------------------------------
+
+    def topic_stats_table(self, topic: str) -> TopicStatsTable:
+        """GET_TOPIC_STATS_INFO: every queue's min/max offset and last store time."""
+        status = self.topic_status(topic)
+        return TopicStatsTable(
+            {
+                MessageQueue(topic, q["brokerName"], q["queueId"]): TopicOffset(
+                    q["minOffset"], q["maxOffset"], q["lastUpdateTimestamp"]
+                )
+                for q in status["queues"]
+            }
+        )
+
+    def _offset_wrappers(
+        self, group: str, topic: str, queue_nums: int
+    ) -> dict[MessageQueue, OffsetWrapper]:
+        b = self.broker
+        store = b.store
+        broker_name = b.broker_config.broker_name
+        table: dict[MessageQueue, OffsetWrapper] = {}
+        for queue_id in range(queue_nums):
+            broker_offset = max(store.get_max_offset_in_queue(topic, queue_id), 0)
+            consumer_offset = max(b.consumer_offset_manager.query_offset(group, topic, queue_id), 0)
+            last = 0
+            if consumer_offset > 0:
+                last = store.get_message_store_timestamp(topic, queue_id, consumer_offset - 1)
+            table[MessageQueue(topic, broker_name, queue_id)] = OffsetWrapper(
+                broker_offset, consumer_offset, last
+            )
+        return table
+
+    def _stats_topics(self, group: str) -> list[str]:
+        """The topics a group's consume stats cover, as Java's: those it has offsets for, less
+        those its online members no longer subscribe to."""
+        b = self.broker
+        info = b.consumer_manager.get(group)
+        topics = []
+        for topic in sorted(b.consumer_offset_manager.topics_of_group(group)):
+            if info is not None and info.subscriptions and topic not in info.subscriptions:
+                continue
+            topics.append(topic)
+        return topics
+
+    def java_consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """GET_CONSUME_STATS as Java's broker answers it: one entry per readable queue of each
+        topic (offsets below zero shown as 0), and the group's minute TPS."""
+        b = self.broker
+        stats = ConsumeStats()
+        for name in [topic] if topic else self._stats_topics(group):
+            config = b.topic_config_manager.select(name)
+            if config is None:
+                continue
+            stats.offset_table.update(self._offset_wrappers(group, name, config.read_queue_nums))
+            stats.consume_tps += b.stats.minute_tps(GROUP_GET_NUMS, f"{name}@{group}")
+        return stats
+
+    def broker_consume_stats(self, is_order: bool) -> ConsumeStatsList:
+        """GET_BROKER_CONSUME_STATS: every subscription group's ConsumeStats per topic."""
+        b = self.broker
+        result = ConsumeStatsList(broker_addr=b.broker_addr)
+        for group in list(b.subscription_group_manager.table):
+            per_topic: list[ConsumeStats] = []
+            for topic in self._stats_topics(group):
+                config = b.topic_config_manager.select(topic)
+                if config is None or (is_order and not config.order):
+                    continue
+                stats = ConsumeStats(
+                    self._offset_wrappers(group, topic, config.write_queue_nums),
+                    b.stats.minute_tps(GROUP_GET_NUMS, f"{topic}@{group}"),
+                )
+                result.total_diff += stats.total_diff()
+                per_topic.append(stats)
+            result.consume_stats_list.append({group: per_topic})
+        return result
+
+    def java_consumer_connection(self, group: str) -> ConsumerConnection:
+        info = self.broker.consumer_manager.get(group)
+        if info is None or not info.channels:
+            raise AdminError(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        return ConsumerConnection(
+            connection_set=[
+                Connection(c.client_id, c.remote_address, c.language, c.version)
+                for c in info.channels.values()
+            ],
+            subscription_table=dict(info.subscriptions),
+            consume_type=info.consume_type,
+            message_model=info.message_model,
+            consume_from_where=info.consume_from_where,
+        )
+
+    def producer_connection(self, group: str) -> ProducerConnection:
+        channels = self.broker.producer_manager.groups.get(group)
+        if not channels:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        return ProducerConnection(
+            [
+                Connection(c.client_id, c.remote_address, c.language, c.version)
+                for c in channels.values()
+            ]
+        )
+
+    def topic_consumed_by(self, topic: str) -> GroupList:
+        """QUERY_TOPIC_CONSUME_BY_WHO: online groups subscribing to it and groups with offsets."""
+        b = self.broker
+        groups = set(b.consumer_manager.groups_of_topic(topic))
+        groups |= set(b.consumer_offset_manager.groups_of_topic(topic))
+        return GroupList(sorted(groups))
+
+    def consume_time_span(self, topic: str, group: str) -> QueryConsumeTimeSpanBody:
+        """QUERY_CONSUME_TIME_SPAN: per queue the first/last store time, the time of the last
+        consumed message and how long the next one has waited (0 when all are consumed)."""
+        config = self.require_topic(topic)
+        store = self.broker.store
+        broker_name = self.broker.broker_config.broker_name
+        spans = []
+        now = int(time.time() * 1000)
+        for queue_id in range(config.write_queue_nums):
+            min_time = store.get_earliest_message_time(topic, queue_id)
+            max_offset = store.get_max_offset_in_queue(topic, queue_id)
+            max_time = store.get_message_store_timestamp(topic, queue_id, max_offset - 1)
+            consumer_offset = self.broker.consumer_offset_manager.query_offset(
+                group, topic, queue_id
+            )
+            if consumer_offset > 0:
+                consume_time = store.get_message_store_timestamp(
+                    topic, queue_id, consumer_offset - 1
+                )
+            else:
+                consume_time = min_time
+            delay = 0
+            if consumer_offset < max_offset:
+                next_time = store.get_message_store_timestamp(
+                    topic, queue_id, max(consumer_offset, 0)
+                )
+                delay = now - next_time if next_time > 0 else 0
+            spans.append(
+                QueueTimeSpan(
+                    MessageQueue(topic, broker_name, queue_id),
+                    min_time,
+                    max_time,
+                    consume_time,
+                    delay,
+                ).with_texts()
+            )
+        return QueryConsumeTimeSpanBody(spans)
 
     # -- messages -----------------------------------------------------------------------------
 

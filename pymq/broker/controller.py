@@ -158,7 +158,7 @@ class BrokerController:
         self.consumer_manager = ConsumerManager(self._notify_consumer_ids_changed)
         self.rebalance_lock_manager = RebalanceLockManager()
         self.pull_hold = PullRequestHoldService()
-        self.stats = BrokerStats()
+        self.stats = BrokerStats(broker_config.broker_cluster_name)
         # The main and fast ports share one budget of buffered output and partial frames.
         budget = server_config.shared_budget()
         self.server = RemotingServer(
@@ -260,6 +260,13 @@ class BrokerController:
             RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
             RequestCode.GET_CONSUME_STATS: admin.get_consume_stats,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.invoke_broker_to_reset_offset,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
+            RequestCode.QUERY_CONSUME_TIME_SPAN: admin.query_consume_time_span,
+            RequestCode.VIEW_BROKER_STATS_DATA: admin.view_broker_stats_data,
+            RequestCode.GET_BROKER_CONSUME_STATS: admin.get_broker_consume_stats,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: admin.consume_message_directly,
         }
         inline = {
             RequestCode.SEND_MESSAGE: send.send_message_inline,
@@ -505,6 +512,14 @@ class BrokerController:
         ):
             if isinstance(channel, Channel):
                 channel.close("client channel expired")
+
+    def post_oneway(self, channel: object, request: RemotingCommand) -> bool:
+        """Send a oneway request to a client's connection from a task of the broker's nursery;
+        False when the broker is not running or the connection has closed."""
+        if self._nursery is None or not isinstance(channel, Channel) or channel.closed:
+            return False
+        self._nursery.start_soon(_send_oneway, channel, request)
+        return True
 
     def _notify_consumer_ids_changed(self, group: str, channels: list[object]) -> None:
         if self._nursery is None:

@@ -13,6 +13,12 @@ A push consumer allocates queues among the group's members averagely (rebalancin
 at once when the broker says the group changed), long-polls each queue it owns, hands messages
 to the handler in order, commits offsets every 5 s and when it gives a queue up, and sends a
 failed message back to the broker (retry topic, delay levels, DLQ after the maximum).
+
+It answers the broker's calls as Java's client does: RESET_CONSUMER_CLIENT_OFFSET (an operator
+reset the group's offsets: the queues named are pulled again from the new offsets),
+GET_CONSUMER_RUNNING_INFO (its settings, subscriptions and queues, for ``mqadmin
+consumerStatus``) and CONSUME_MESSAGE_DIRECTLY (one message handed to the handler, for
+``mqadmin consumeMessage`` and the console's resend).
 """
 
 from __future__ import annotations
@@ -27,6 +33,12 @@ import attrs
 import trio
 
 from pymq.client.instance import ClientService, MQClientError
+from pymq.common import fastjson
+from pymq.common.admin_body import (
+    ConsumeMessageDirectlyResult,
+    ConsumerRunningInfo,
+    ProcessQueueInfo,
+)
 from pymq.common.consumer import (
     ConsumeFromWhere,
     ConsumerData,
@@ -41,6 +53,8 @@ from pymq.common.message import (
     PROPERTY_RETRY_TOPIC,
     MessageExt,
     MessageSysFlag,
+    RecordError,
+    decode_record,
     decode_records,
 )
 from pymq.common.serde import from_json
@@ -63,6 +77,10 @@ BROKER_SUSPEND_MAX_MS = 15000
 PULL_TIMEOUT = 30.0
 PULL_RETRY_DELAY = 3.0  # after an error, as PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
 LOCAL_RETRY_DELAY = 5.0  # a failed message that could not be sent back is consumed again
+
+# The remark Java's client leaves on its answers to the broker's calls.
+NOT_SET_REMARK = "not set any response code"
+CLIENT_VERSION_DESC = "V4_9_4"
 
 # PullSysFlag bits.
 FLAG_COMMIT_OFFSET = 0x1
@@ -290,6 +308,7 @@ class PushConsumer(_Base):
         self._committed: dict[MessageQueue, int] = {}
         self._rebalance_now = trio.Event()
         self.rebalanced = trio.Event()
+        self.start_timestamp = 0
 
     @property
     def clustering(self) -> bool:
@@ -309,7 +328,12 @@ class PushConsumer(_Base):
 
     async def _started(self) -> None:
         assert self._nursery is not None and self.client is not None
+        self.start_timestamp = int(time.time() * 1000)
         self.client.on_ids_changed = lambda group: self._rebalance_now.set()
+        handlers = self.client.request_handlers
+        handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._reset_offset_request
+        handlers[RequestCode.GET_CONSUMER_RUNNING_INFO] = self._running_info_request
+        handlers[RequestCode.CONSUME_MESSAGE_DIRECTLY] = self._consume_directly_request
         self._nursery.start_soon(self._rebalance_loop)
         self._nursery.start_soon(self._persist_loop)
         self._nursery.start_soon(self._heartbeat_loop)
@@ -364,6 +388,95 @@ class PushConsumer(_Base):
                 self._committed[mq] = offset
             except (MQClientError, RemotingError) as exc:
                 log.warning("persisting offset of %s failed: %s", mq, exc)
+
+    # -- the broker's calls ---------------------------------------------------------------
+
+    async def _reset_offset_request(self, req: RemotingCommand) -> RemotingCommand | None:
+        """RESET_CONSUMER_CLIENT_OFFSET (oneway): move the named queues' offsets."""
+        if req.ext_fields.get("group") != self.group:
+            return None
+        try:
+            table = fastjson.loads(req.body).get("offsetTable", {})
+            offsets = {
+                MessageQueue(k["topic"], k["brokerName"], int(k["queueId"])): int(v)
+                for k, v in table.items()
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("bad reset-offset request from the broker: %s", exc)
+            return None
+        await self.reset_offsets(offsets)
+        return None
+
+    async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        """Pull each queue of ``offsets`` this consumer owns again from its new offset (the
+        queue's pull is restarted, messages in flight are dropped), and commit it."""
+        assert self._nursery is not None
+        for mq, offset in offsets.items():
+            scope = self.assigned.get(mq)
+            if scope is None:
+                continue
+            scope.cancel()
+            self.offsets[mq] = offset
+            if self.clustering:
+                try:
+                    await self.update_offset(mq, offset)
+                    self._committed[mq] = offset
+                except (MQClientError, RemotingError) as exc:
+                    log.warning("committing reset offset of %s failed: %s", mq, exc)
+            if self.assigned.get(mq) is not scope:
+                continue  # given up meanwhile
+            new_scope = trio.CancelScope()
+            self.assigned[mq] = new_scope
+            self._nursery.start_soon(self._pull_loop, mq, new_scope)
+            log.info("%s reset %s to offset %d", self.group, mq, offset)
+
+    async def _running_info_request(self, req: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO: settings, subscriptions and owned queues."""
+        assert self.client is not None
+        now = int(time.time() * 1000)
+        info = ConsumerRunningInfo(
+            properties={
+                "consumerGroup": self.group,
+                "messageModel": self.message_model.value,
+                "consumeFromWhere": self.consume_from.value,
+                "consumeMessageBatchMaxSize": str(self.batch_size),
+                "pullBatchSize": str(self.pull_batch_size),
+                "maxReconsumeTimes": str(self.max_reconsume_times),
+                "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
+                "PROP_CONSUMEORDERLY": "false",
+                "PROP_CLIENT_VERSION": CLIENT_VERSION_DESC,
+                "PROP_CONSUMER_START_TIMESTAMP": str(self.start_timestamp),
+                "PROP_NAMESERVER_ADDR": self.namesrv_addr,
+                "PROP_THREADPOOL_CORE_SIZE": "1",
+            },
+            subscription_set=list(self.subscriptions.values()),
+            mq_table={
+                mq: ProcessQueueInfo(
+                    commit_offset=self._committed.get(mq, self.offsets.get(mq, 0)),
+                    last_pull_timestamp=now,
+                    last_consume_timestamp=now,
+                )
+                for mq in sorted(self.assigned)
+            },
+        )
+        return req.response(remark=NOT_SET_REMARK, body=fastjson.dumps(info))
+
+    async def _consume_directly_request(self, req: RemotingCommand) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY: hand the message in the body to the handler once."""
+        try:
+            msg = decode_record(req.body)
+        except (RecordError, ValueError, IndexError) as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"bad message: {exc}")
+        begin = time.monotonic()
+        result = ConsumeMessageDirectlyResult()
+        try:
+            ok = await self.handler([msg])
+            result.consume_result = "CR_LATER" if ok is False else "CR_SUCCESS"
+        except Exception as exc:  # the handler's failure is the answer
+            result.consume_result = "CR_THROW_EXCEPTION"
+            result.remark = f"{type(exc).__name__}: {exc}"
+        result.spent_time_mills = int((time.monotonic() - begin) * 1000)
+        return req.response(remark=NOT_SET_REMARK, body=fastjson.dumps(result))
 
     # -- rebalance ------------------------------------------------------------------------
 

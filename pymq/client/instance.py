@@ -11,7 +11,7 @@ import itertools
 import logging
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Self
@@ -53,11 +53,17 @@ class ClientInstance:
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.on_ids_changed: Callable[[str], None] = lambda group: None
+        self.request_handlers: dict[
+            int, Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+        ] = {}
 
     async def _serve(self, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
         if req.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self.on_ids_changed(req.ext_fields.get("consumerGroup", ""))
             return None
+        handler = self.request_handlers.get(req.code)
+        if handler is not None:
+            return await handler(req)
         return req.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {req.code} not supported"
         )

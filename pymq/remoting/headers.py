@@ -477,6 +477,50 @@ class ResetOffsetRequestHeader:
     is_force: bool = _req("isForce", BOOL)
 
 
+@attrs.define(slots=True)
+class ProducerGroupHeader:
+    """GET_PRODUCER_CONNECTION_LIST."""
+
+    producer_group: str = _req("producerGroup", STR)
+
+
+@attrs.define(slots=True)
+class QueryConsumeTimeSpanRequestHeader:
+    topic: str = _req("topic", STR)
+    group: str = _req("group", STR)
+
+
+@attrs.define(slots=True)
+class ViewBrokerStatsDataRequestHeader:
+    stats_name: str = _req("statsName", STR)
+    stats_key: str = _req("statsKey", STR)
+
+
+@attrs.define(slots=True)
+class GetConsumeStatsInBrokerHeader:
+    is_order: bool = _req("isOrder", BOOL)
+
+
+@attrs.define(slots=True)
+class GetConsumerRunningInfoRequestHeader:
+    """GET_CONSUMER_RUNNING_INFO, to the broker and relayed by it to the client."""
+
+    consumer_group: str = _req("consumerGroup", STR)
+    client_id: str = _req("clientId", STR)
+    jstack_enable: bool = _field("jstackEnable", BOOL, default=False)
+
+
+@attrs.define(slots=True)
+class ConsumeMessageDirectlyResultRequestHeader:
+    """CONSUME_MESSAGE_DIRECTLY, to the broker and relayed by it (with ``brokerName`` set and
+    the message as body) to the client."""
+
+    consumer_group: str = _req("consumerGroup", STR)
+    client_id: str | None = _field("clientId", STR)
+    msg_id: str | None = _field("msgId", STR)
+    broker_name: str | None = _field("brokerName", STR)
+
+
 # -- name server -------------------------------------------------------------------------------
 
 
@@ -570,6 +614,14 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.GET_TOPIC_STATS_INFO: TopicHeader,
     _RC.GET_CONSUME_STATS: GetConsumeStatsRequestHeader,
     _RC.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetRequestHeader,
+    _RC.GET_PRODUCER_CONNECTION_LIST: ProducerGroupHeader,
+    _RC.QUERY_TOPIC_CONSUME_BY_WHO: TopicHeader,
+    _RC.QUERY_CONSUME_TIME_SPAN: QueryConsumeTimeSpanRequestHeader,
+    _RC.VIEW_BROKER_STATS_DATA: ViewBrokerStatsDataRequestHeader,
+    _RC.GET_BROKER_CONSUME_STATS: GetConsumeStatsInBrokerHeader,
+    _RC.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader,
+    _RC.CONSUME_MESSAGE_DIRECTLY: ConsumeMessageDirectlyResultRequestHeader,
+    _RC.RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetRequestHeader,
     _RC.PUT_KV_CONFIG: PutKVConfigRequestHeader,
     _RC.GET_KV_CONFIG: KVConfigRequestHeader,
     _RC.DELETE_KV_CONFIG: KVConfigRequestHeader,

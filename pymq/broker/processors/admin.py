@@ -6,8 +6,14 @@ SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12),
 GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
 (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207),
-GET_CONSUMER_CONNECTION_LIST (203), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208),
-INVOKE_BROKER_TO_RESET_OFFSET (222).
+GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_TOPIC_STATS_INFO
+(202), GET_CONSUME_STATS (208), INVOKE_BROKER_TO_RESET_OFFSET (222), QUERY_TOPIC_CONSUME_BY_WHO
+(300), QUERY_CONSUME_TIME_SPAN (303), VIEW_BROKER_STATS_DATA (315), GET_BROKER_CONSUME_STATS
+(317), and the calls relayed to a consumer: GET_CONSUMER_RUNNING_INFO (307),
+CONSUME_MESSAGE_DIRECTLY (309).
+
+Bodies are written in fastjson's form (:mod:`pymq.common.fastjson`) from the Java classes of
+:mod:`pymq.common.admin_body`, so that mqadmin and the dashboard parse them.
 
 The operations shared with the websocket admin channel live in
 :class:`pymq.broker.admin_service.AdminService`; this module turns remoting requests into its calls
@@ -16,12 +22,13 @@ and its :class:`~pymq.broker.admin_service.AdminError` into response codes.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING
 
 from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
+from pymq.common import fastjson
+from pymq.common.message import decode_offset_msg_id
 from pymq.common.properties import format_properties, parse_properties
 from pymq.common.route import KVTable
 from pymq.common.serde import from_json, to_json
@@ -29,6 +36,7 @@ from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
+from pymq.remoting.errors import RemotingError, RemotingTimeoutError
 
 if TYPE_CHECKING:
     from pymq.broker.context import BrokerContext
@@ -36,6 +44,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["RESTART_ONLY_KEYS", "AdminProcessor"]
+
+# Broker2Client.callClient: how long a relayed call waits for the client (seconds).
+CALL_CLIENT_TIMEOUT = 10.0
+# The remark Java's broker leaves on some successful answers (java-wire-samples.md, section 1).
+NOT_SET_REMARK = "not set any response code"
 
 
 class AdminProcessor:
@@ -193,39 +206,142 @@ class AdminProcessor:
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         try:
-            body = self.service.consumer_connection(H.decode_request(req).consumer_group)
+            body = self.service.java_consumer_connection(H.decode_request(req).consumer_group)
         except AdminError as exc:
             return req.response(exc.code, exc.message)
-        return req.response(body=json.dumps(body, sort_keys=True).encode())
+        return req.response(body=fastjson.dumps(body))
 
-    # -- pymq additions for the admin CLI (JSON bodies; see docs/admin-protocol.md) -----------
+    async def get_producer_connection_list(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        try:
+            body = self.service.producer_connection(H.decode_request(req).producer_group)
+        except AdminError as exc:
+            return req.response(exc.code, exc.message)
+        return req.response(body=fastjson.dumps(body))
+
+    # -- stats and progress (bodies in fastjson's form, as Java's tools parse them) ------------
 
     async def get_topic_stats_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         try:
-            status = self.service.topic_status(H.decode_request(req).topic)
+            table = self.service.topic_stats_table(H.decode_request(req).topic)
         except AdminError as exc:
             return req.response(exc.code, exc.message)
-        topic = status["topic"]
-        body = {"offsetTable": [{"topic": topic, **q} for q in status["queues"]]}
-        return req.response(body=json.dumps(body).encode())
+        return req.response(body=fastjson.dumps(table))
 
     async def get_consume_stats(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         head: H.GetConsumeStatsRequestHeader = H.decode_request(req)
+        stats = self.service.java_consume_stats(head.consumer_group, head.topic or None)
+        return req.response(body=fastjson.dumps(stats))
+
+    async def get_broker_consume_stats(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        head: H.GetConsumeStatsInBrokerHeader = H.decode_request(req)
+        return req.response(body=fastjson.dumps(self.service.broker_consume_stats(head.is_order)))
+
+    async def query_topic_consume_by_who(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        groups = self.service.topic_consumed_by(H.decode_request(req).topic)
+        return req.response(body=fastjson.dumps(groups))
+
+    async def query_consume_time_span(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        head: H.QueryConsumeTimeSpanRequestHeader = H.decode_request(req)
         try:
-            stats = self.service.consume_stats(head.consumer_group, head.topic or None)
+            body = self.service.consume_time_span(head.topic, head.group)
         except AdminError as exc:
             return req.response(exc.code, exc.message)
-        body = {"offsetTable": stats["queues"], "consumeTps": stats["consumeTps"]}
-        return req.response(body=json.dumps(body).encode())
+        return req.response(body=fastjson.dumps(body))
+
+    async def view_broker_stats_data(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        head: H.ViewBrokerStatsDataRequestHeader = H.decode_request(req)
+        data = self.ctx.stats.stats_data(head.stats_name, head.stats_key)
+        if data is None:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The stats <{head.stats_name}> <{head.stats_key}> not exist",
+            )
+        return req.response(body=fastjson.dumps(data))
 
     async def invoke_broker_to_reset_offset(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         head: H.ResetOffsetRequestHeader = H.decode_request(req)
         try:
-            result = self.service.reset_offset_by_time(head.group, head.topic, head.timestamp)
+            result = self.service.reset_offset_by_time(
+                head.group, head.topic, head.timestamp, head.is_force
+            )
         except AdminError as exc:
+            if exc.code == ResponseCode.TOPIC_NOT_EXIST:  # Java's answer and remark
+                return req.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    "[reset-offset] reset offset failed, no topic in this broker. "
+                    f"topic={head.topic}",
+                )
             return req.response(exc.code, exc.message)
-        log.info("resetOffsetByTime called by %s: %s", channel.remote_address, result)
-        body = {"offsetTable": result["offsets"], "online": result["online"]}
-        return req.response(body=json.dumps(body).encode())
+        log.info(
+            "resetOffsetByTime called by %s: %s %s -> %s (%d clients told)",
+            channel.remote_address,
+            head.group,
+            head.topic,
+            result["offsets"],
+            result["notified"],
+        )
+        response = req.response(remark=NOT_SET_REMARK, body=result["body"])
+        return response
+
+    # -- calls relayed to a consumer ----------------------------------------------------------
+
+    async def _call_consumer(
+        self, req: RemotingCommand, group: str, client_id: str | None, body: bytes
+    ) -> RemotingCommand:
+        """Broker2Client.callClient: the same request (ext fields, body) on the client's
+        connection; its answer goes back unchanged."""
+        info = self.ctx.consumer_manager.get(group)
+        target = None
+        if info is not None:
+            target = next((c for c in info.channels.values() if c.client_id == client_id), None)
+        if target is None or not isinstance(target.channel, Channel):
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
+            )
+        relayed = RemotingCommand.request(req.code, dict(req.ext_fields), body)
+        try:
+            return await target.channel.invoke(relayed, CALL_CLIENT_TIMEOUT)
+        except RemotingTimeoutError as exc:
+            return req.response(
+                ResponseCode.CONSUME_MSG_TIMEOUT,
+                f"consumer <{group}> <{client_id}> Timeout: {exc}",
+            )
+        except RemotingError as exc:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"invoke consumer <{group}> <{client_id}> Exception: {exc}",
+            )
+
+    async def get_consumer_running_info(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        head: H.GetConsumerRunningInfoRequestHeader = H.decode_request(req)
+        return await self._call_consumer(req, head.consumer_group, head.client_id, req.body)
+
+    async def consume_message_directly(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        head: H.ConsumeMessageDirectlyResultRequestHeader = H.decode_request(req)
+        req.ext_fields["brokerName"] = self.ctx.broker_config.broker_name
+        body = b""
+        try:
+            _ip, _port, offset = decode_offset_msg_id(head.msg_id or "")
+        except ValueError:
+            offset = -1
+        if offset >= 0:
+            raw = self.ctx.store.select_one_message_by_offset(offset)
+            if raw is not None:
+                body = bytes(raw)
+        return await self._call_consumer(req, head.consumer_group, head.client_id, body)

@@ -243,7 +243,9 @@ class PullProcessor:
             "suggestWhichBrokerId": suggest,
         }
         if code == ResponseCode.SUCCESS:
-            ctx.stats.on_get(result.message_count, result.buffer_total_size)
+            ctx.stats.on_get(
+                result.message_count, result.buffer_total_size, head.topic, head.consumer_group
+            )
             if result.queue_offsets:  # protectBroker: the bytes this group left behind
                 store = ctx.store
                 last = store.get_commitlog_offset_in_queue(

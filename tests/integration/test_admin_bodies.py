@@ -1,0 +1,245 @@
+"""The admin bodies mqadmin and the dashboard parse, over real sockets, against the bodies the
+Java 4.9.4 broker wrote (java-wire-samples/), read by the tests' own fastjson reader; and the
+offset reset reaching a live consumer (RESET_CONSUMER_CLIENT_OFFSET)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from pymq.client import Message, Producer, PushConsumer, topics
+from pymq.common.consumer import ConsumeFromWhere
+from pymq.common.message import MessageExt
+from pymq.embedded import Cluster
+from pymq.remoting.client import RemotingClient
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
+from tests.fastjson_reader import Obj, compatible, read, shape
+from tests.helpers import wait_until
+
+SAMPLES = Path("/work/shared/reference/java-wire-samples")
+pytestmark = pytest.mark.skipif(not SAMPLES.is_dir(), reason="captured samples not present")
+TOPIC, GROUP, PRODUCER = "TopicA", "CG_CAP", "PG_STAY"
+
+
+def req(code: int, **fields: object) -> RemotingCommand:
+    return RemotingCommand.request(code, fields)
+
+
+def java_shape(name: str) -> object:
+    return shape(read((SAMPLES / name).read_bytes()))
+
+
+def assert_like_java(body: bytes, sample_name: str) -> Obj:
+    parsed = read(body)
+    assert compatible(shape(parsed), java_shape(sample_name)), (body, sample_name)
+    return parsed
+
+
+def queue_keys(table: Obj) -> list[tuple[str, int]]:
+    return sorted((k.get("topic"), k.get("queueId")) for k, _ in table.entries)
+
+
+@pytest.mark.slow
+async def test_admin_bodies_and_reset_reach_a_live_consumer(
+    pymq_cluster: Cluster, client: RemotingClient
+) -> None:
+    ns, broker = pymq_cluster.namesrv_addr, pymq_cluster.broker_addr
+    await topics.create_topic(ns, TOPIC, queues=4)
+    received: list[MessageExt] = []
+
+    async def handler(msgs: list[MessageExt]) -> bool:
+        received.extend(msgs)
+        return True
+
+    first = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    async with (
+        Producer(PRODUCER, ns) as producer,
+        PushConsumer(GROUP, ns, handler, consume_from=first) as consumer,
+    ):
+        await consumer.subscribe(TOPIC)
+        sent = [await producer.send(Message(TOPIC, f"m{i}".encode())) for i in range(12)]
+        await wait_until(lambda: len(received) >= 12, timeout=30, interval=0.05)
+        await consumer.persist_offsets()
+        stats = pymq_cluster.broker.stats
+        # Two minute snapshots, as StatsItem takes every 10 s (not waited for here).
+        stats.snapshot("minute", int(time.time() * 1000) - 10_000)
+        sent.append(await producer.send(Message(TOPIC, b"late")))
+        await wait_until(lambda: len(received) >= 13, timeout=30, interval=0.05)
+        stats.snapshot("minute", int(time.time() * 1000))
+
+        topic_stats = await client.invoke(
+            broker, req(RequestCode.GET_TOPIC_STATS_INFO, topic=TOPIC)
+        )
+        table = assert_like_java(topic_stats.body, "GET_TOPIC_STATS_INFO-202.body.json")
+        offsets = table.get("offsetTable")
+        assert queue_keys(offsets) == [(TOPIC, q) for q in range(4)]
+        assert sum(v.get("maxOffset") for v in (v for _, v in offsets.entries)) == 13
+
+        async def consumed_all() -> bool:
+            await consumer.persist_offsets()
+            body = (
+                await client.invoke(
+                    broker, req(RequestCode.GET_CONSUME_STATS, consumerGroup=GROUP, topic=TOPIC)
+                )
+            ).body
+            entries = read(body).get("offsetTable").entries
+            return sum(v.get("consumerOffset") for _, v in entries) == 13
+
+        await wait_until(consumed_all, timeout=15, interval=0.1)
+        for fields, name in (
+            ({"consumerGroup": GROUP}, "GET_CONSUME_STATS-208-no-topic.body.json"),
+            (
+                {"consumerGroup": GROUP, "topic": TOPIC},
+                "GET_CONSUME_STATS-208-with-topic.body.json",
+            ),
+        ):
+            reply = await client.invoke(broker, req(RequestCode.GET_CONSUME_STATS, **fields))
+            parsed = assert_like_java(reply.body, name)
+            assert isinstance(parsed.get("consumeTps"), float)
+        unknown = await client.invoke(
+            broker, req(RequestCode.GET_CONSUME_STATS, consumerGroup="never-seen")
+        )
+        assert (
+            unknown.code == ResponseCode.SUCCESS
+            and read(unknown.body).get("offsetTable").entries == []
+        )
+
+        conn = await client.invoke(
+            broker, req(RequestCode.GET_CONSUMER_CONNECTION_LIST, consumerGroup=GROUP)
+        )
+        parsed = assert_like_java(conn.body, "GET_CONSUMER_CONNECTION_LIST-203.body.json")
+        client_id = parsed.get("connectionSet")[0].get("clientId")
+        assert client_id == consumer.client.client_id  # type: ignore[union-attr]
+
+        prod = await client.invoke(
+            broker, req(RequestCode.GET_PRODUCER_CONNECTION_LIST, producerGroup=PRODUCER)
+        )
+        assert prod.code == ResponseCode.SUCCESS
+        assert_like_java(prod.body, "GET_PRODUCER_CONNECTION_LIST-204.body.json")
+        none = await client.invoke(
+            broker, req(RequestCode.GET_PRODUCER_CONNECTION_LIST, producerGroup="nobody")
+        )
+        assert (none.code, none.remark) == (1, "the producer group[nobody] not exist")
+
+        who = await client.invoke(broker, req(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, topic=TOPIC))
+        who_body = assert_like_java(who.body, "QUERY_TOPIC_CONSUME_BY_WHO-300.body.json")
+        assert who_body.get("groupList") == [GROUP]
+
+        span = await client.invoke(
+            broker, req(RequestCode.QUERY_CONSUME_TIME_SPAN, topic=TOPIC, group=GROUP)
+        )
+        spans = assert_like_java(span.body, "QUERY_CONSUME_TIME_SPAN-303.body.json")
+        for item in spans.get("consumeTimeSpanSet"):
+            assert item.get("delayTime") == 0
+            assert "#" in item.get("maxTimeStampStr")
+
+        for name, key, sample in (
+            ("TOPIC_PUT_NUMS", TOPIC, "VIEW_BROKER_STATS_DATA-315-TOPIC_PUT_NUMS-TopicA.body.json"),
+            (
+                "GROUP_GET_NUMS",
+                f"{TOPIC}@{GROUP}",
+                "VIEW_BROKER_STATS_DATA-315-GROUP_GET_NUMS-TopicA@CG_CAP.body.json",
+            ),
+            (
+                "BROKER_PUT_NUMS",
+                "DefaultCluster",
+                "VIEW_BROKER_STATS_DATA-315-BROKER_PUT_NUMS-CapCluster.body.json",
+            ),
+        ):
+            reply = await client.invoke(
+                broker, req(RequestCode.VIEW_BROKER_STATS_DATA, statsName=name, statsKey=key)
+            )
+            assert reply.code == ResponseCode.SUCCESS, reply.remark
+            minute = assert_like_java(reply.body, sample).get("statsMinute")
+            assert minute.get("sum") == 1 and minute.get("tps") > 0
+        missing = await client.invoke(
+            broker,
+            req(RequestCode.VIEW_BROKER_STATS_DATA, statsName="TOPIC_PUT_NUMS", statsKey="Nope"),
+        )
+        assert (missing.code, missing.remark) == (1, "The stats <TOPIC_PUT_NUMS> <Nope> not exist")
+        assert missing.body == b""
+
+        all_stats = await client.invoke(
+            broker, req(RequestCode.GET_BROKER_CONSUME_STATS, isOrder="false")
+        )
+        parsed = assert_like_java(all_stats.body, "GET_BROKER_CONSUME_STATS-317.body.json")
+        groups = [m.keys()[0] for m in parsed.get("consumeStatsList")]
+        assert GROUP in groups and "SELF_TEST_C_GROUP" in groups
+        assert parsed.get("totalDiff") == 0
+
+        # GET_CONSUMER_RUNNING_INFO, relayed to the Python consumer and back.
+        info = await client.invoke(
+            broker,
+            req(
+                RequestCode.GET_CONSUMER_RUNNING_INFO,
+                consumerGroup=GROUP,
+                clientId=client_id,
+                jstackEnable="false",
+            ),
+        )
+        assert (info.code, info.remark) == (0, "not set any response code")
+        running = assert_like_java(info.body, "GET_CONSUMER_RUNNING_INFO-307.body.json")
+        assert queue_keys(running.get("mqTable")) == sorted(
+            [(TOPIC, q) for q in range(4)] + [(f"%RETRY%{GROUP}", 0)]
+        )
+        gone = await client.invoke(
+            broker,
+            req(RequestCode.GET_CONSUMER_RUNNING_INFO, consumerGroup=GROUP, clientId="nobody"),
+        )
+        assert (gone.code, gone.remark) == (1, f"The Consumer <{GROUP}> <nobody> not online")
+
+        # CONSUME_MESSAGE_DIRECTLY: the broker adds the message, the consumer's handler runs.
+        before = len(received)
+        direct = await client.invoke(
+            broker,
+            req(
+                RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                consumerGroup=GROUP,
+                clientId=client_id,
+                msgId=sent[0].offset_msg_id,
+            ),
+        )
+        assert direct.code == ResponseCode.SUCCESS
+        result = read(direct.body)
+        assert result.get("consumeResult") == "CR_SUCCESS"
+        assert len(received) == before + 1 and received[-1].body == b"m0"
+
+        # The reset: Java's answer, and the live consumer pulls everything again.
+        reset = await client.invoke(
+            broker,
+            req(
+                RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                topic=TOPIC,
+                group=GROUP,
+                timestamp=0,
+                isForce="true",
+            ),
+        )
+        assert (reset.code, reset.remark) == (0, "not set any response code")
+        table = assert_like_java(reset.body, "INVOKE_BROKER_TO_RESET_OFFSET-222.body.json")
+        assert [v for _, v in table.get("offsetTable").entries] == [0, 0, 0, 0]
+        before = len(received)
+        await wait_until(lambda: len(received) >= before + 13, timeout=30, interval=0.05)
+        assert sorted(m.body for m in received[before:]) == sorted(
+            [f"m{i}".encode() for i in range(12)] + [b"late"]
+        )
+
+    no_topic = await client.invoke(
+        broker,
+        req(
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+            topic="NoSuchTopic",
+            group=GROUP,
+            timestamp=0,
+            isForce="true",
+        ),
+    )
+    assert (no_topic.code, no_topic.remark) == (
+        1,
+        "[reset-offset] reset offset failed, no topic in this broker. topic=NoSuchTopic",
+    )
+    await trio.sleep(0)

@@ -230,8 +230,9 @@ async def cluster_list(admin: Admin, args: argparse.Namespace) -> Output:
                     table = loads_lenient(reply.body).get("table", {})
                 except CliError:
                     table = {}
-                put = (table.get("putTps") or "0").split()[0]
-                get = (table.get("getTransferedTps") or "0").split()[0]
+                # The 10 s rate; RocketMQ leaves a window empty until it has been sampled.
+                put = ((table.get("putTps") or "").split() or ["0"])[0]
+                get = ((table.get("getTransferedTps") or "").split() or ["0"])[0]
                 entry = {
                     "clusterName": cluster,
                     "brokerName": name,

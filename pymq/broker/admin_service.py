@@ -656,8 +656,14 @@ class AdminService:
     # -- configs ------------------------------------------------------------------------------
 
     def config_properties(self) -> tuple[dict[str, str], DataVersion]:
-        """The live configs as RocketMQ properties, in their declared order, and their version."""
-        return to_properties(self.broker.configs()), self.broker.config_version
+        """The live configs as RocketMQ properties, in their declared order, and their version.
+
+        As Java's GET_BROKER_CONFIG: a key whose value is null is left out (``haMasterAddress``
+        unless set), and ``storePathCommitLog`` shows the path in use.
+        """
+        props = to_properties(self.broker.configs(), skip_none=True)
+        props["storePathCommitLog"] = self.broker.store_config.store_path_commitlog
+        return props, self.broker.config_version
 
     def broker_config(self) -> dict[str, Any]:
         props = to_properties(self.broker.configs())

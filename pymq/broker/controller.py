@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -65,6 +64,7 @@ from pymq.broker.processors.admin import AdminProcessor
 from pymq.broker.processors.consumer import ConsumerProcessor
 from pymq.broker.processors.pull import PullProcessor
 from pymq.broker.processors.send import SendProcessor
+from pymq.broker.runtime_info import runtime_info
 from pymq.broker.schedule import ScheduleMessageService
 from pymq.broker.slave_sync import SLAVE_SYNC_INITIAL_DELAY, SLAVE_SYNC_PERIOD, SlaveSynchronize
 from pymq.broker.stats import BrokerStats
@@ -81,7 +81,7 @@ from pymq.common.topic import (
 from pymq.remoting.channel import Channel
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
-from pymq.remoting.codes import CURRENT_VERSION, RequestCode
+from pymq.remoting.codes import RequestCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.remoting.errors import RemotingError
 from pymq.remoting.server import RemotingServer
@@ -100,6 +100,8 @@ CLIENT_HOUSEKEEPING_PERIOD = 10.0
 # Allocations between young-generation collections once the broker runs (CPython: 700).
 GC_THRESHOLD = 10_000
 SCHEDULE_PERSIST_PERIOD = 10.0
+# StoreStatsService: the put-latency percentiles cover the previous minute.
+PUT_STATS_ROLL_PERIOD = 60.0
 # Shutdown work gets this long even when the broker is being torn down.
 SHUTDOWN_DEADLINE = 10.0
 
@@ -371,6 +373,7 @@ class BrokerController:
                 self._every(nursery, CLIENT_HOUSEKEEPING_PERIOD, self._client_housekeeping)
                 self._every(nursery, SCHEDULE_PERSIST_PERIOD, self.schedule.persist)
                 self._every(nursery, 1.0, self.stats.sample, 0.0)
+                self._every(nursery, PUT_STATS_ROLL_PERIOD, self.store.put_stats.roll)
                 self._every(
                     nursery, PROTECT_BROKER_PERIOD, self.protect_broker, PROTECT_BROKER_PERIOD
                 )
@@ -534,19 +537,7 @@ class BrokerController:
     # -- runtime info -------------------------------------------------------------------------
 
     def runtime_info(self) -> dict[str, str]:
-        stats = self.stats
-        info = {
-            "brokerVersionDesc": "V4_9_4",
-            "brokerVersion": str(CURRENT_VERSION),
-            "bootTimestamp": str(stats.boot_timestamp),
-            "runtime": f"{(time.time() * 1000 - stats.boot_timestamp) / 1000:.0f} s",
-            "msgPutTotalTodayNow": str(stats.put_msgs),
-            "msgGetTotalTodayNow": str(stats.get_msgs),
-            "putTps": stats.tps_text(1),
-            "getTransferedTps": stats.tps_text(3),
-            "brokerRole": self.store_config.broker_role.value,
-        }
-        info.update(self.store.runtime_info())
+        info = runtime_info(self)
         if self.ha_service is not None:
             slaves = self.ha_service.status()
             info["haConnections"] = str(len(slaves))

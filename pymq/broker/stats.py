@@ -107,8 +107,11 @@ class BrokerStats:
         self.get_msgs = 0
         self.get_bytes = 0
         self.boot_timestamp = int(time.time() * 1000)
-        self._samples: collections.deque[tuple[float, int, int, int, int]] = collections.deque(
-            maxlen=HISTORY_SECONDS + 1
+        # Pulls that found messages, and pulls that found none (getFoundTps, getMissTps).
+        self.get_found = 0
+        self.get_miss = 0
+        self._samples: collections.deque[tuple[float, int, int, int, int, int, int]] = (
+            collections.deque(maxlen=HISTORY_SECONDS + 1)
         )
         self.items: dict[str, dict[str, StatsItem]] = {name: {} for name in STATS_NAMES}
         self._full_logged: set[str] = set()
@@ -177,7 +180,17 @@ class BrokerStats:
 
     def sample(self) -> None:
         now = trio.current_time()
-        self._samples.append((now, self.put_msgs, self.put_bytes, self.get_msgs, self.get_bytes))
+        self._samples.append(
+            (
+                now,
+                self.put_msgs,
+                self.put_bytes,
+                self.get_msgs,
+                self.get_bytes,
+                self.get_found,
+                self.get_miss,
+            )
+        )
         wall = int(time.time() * 1000)
         for window, period in (
             ("minute", MINUTE_PERIOD),
@@ -190,10 +203,7 @@ class BrokerStats:
         day = time.localtime().tm_yday
         if day != self._day:
             self._day = day
-            self.put_yesterday_morning = self.put_today_morning
-            self.get_yesterday_morning = self.get_today_morning
-            self.put_today_morning = self.put_msgs
-            self.get_today_morning = self.get_msgs
+            self.roll_day()
 
     def snapshot(self, window: str, wall_ms: int) -> None:
         """Add a snapshot of every item to ``window`` ("minute", "hour" or "day")."""
@@ -201,8 +211,15 @@ class BrokerStats:
             for item in table.values():
                 getattr(item, window).append((wall_ms, item.times, item.value))
 
+    def on_pull(self, found: bool) -> None:
+        if found:
+            self.get_found += 1
+        else:
+            self.get_miss += 1
+
     def rate(self, window: float, field: int = 1) -> float:
-        """Per-second rate of a counter (1 put msgs, 2 put bytes, 3 get msgs, 4 get bytes)."""
+        """Per-second rate of a counter (1 put msgs, 2 put bytes, 3 get msgs, 4 get bytes,
+        5 pulls that found messages, 6 pulls that found none)."""
         if len(self._samples) < 2:
             return 0.0
         newest = self._samples[-1]
@@ -217,6 +234,29 @@ class BrokerStats:
     def tps_text(self, field: int) -> str:
         return " ".join(f"{self.rate(w, field):.2f}" for w in (10, 60, 600))
 
+    def java_rate(self, window: int, field: int) -> str:
+        """StoreStatsService's rate text: ``""`` until ``window`` seconds have been sampled."""
+        if len(self._samples) <= window:
+            return ""
+        newest, oldest = self._samples[-1], self._samples[-1 - window]
+        elapsed = newest[0] - oldest[0]
+        return repr((newest[field] - oldest[field]) / elapsed if elapsed > 0 else 0.0)
+
     def tps_java(self, field: int) -> str:
-        """RocketMQ's runtime-info form: three windows' rates, each followed by a space."""
-        return "".join(f"{self.rate(w, field)!r} " for w in (10, 60, 600))
+        """RocketMQ's runtime-info form: the 10 s, 1 min and 10 min rates, space-separated
+        (an empty place for a window not sampled yet: ``"0.0 0.28 "`` after a minute)."""
+        return " ".join(self.java_rate(w, field) for w in (10, 60, 600))
+
+    def total_tps_java(self) -> str:
+        """getTotalTps: found plus missed pulls per second, 0.0 for a window not sampled yet."""
+        return " ".join(
+            repr(float(self.java_rate(w, 5) or 0.0) + float(self.java_rate(w, 6) or 0.0))
+            for w in (10, 60, 600)
+        )
+
+    def roll_day(self) -> None:
+        """Local midnight passed: today's totals become yesterday's (the *Morning keys)."""
+        self.put_yesterday_morning = self.put_today_morning
+        self.get_yesterday_morning = self.get_today_morning
+        self.put_today_morning = self.put_msgs
+        self.get_today_morning = self.get_msgs

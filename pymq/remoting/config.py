@@ -6,6 +6,7 @@ on one Trio loop and has no thread pools to size, so they are reported by ``-p``
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import attrs
@@ -27,6 +28,7 @@ class NettyServerConfig:
     server_socket_snd_buf_size: int = 0
     server_socket_rcv_buf_size: int = 0
     server_pooled_byte_buf_allocator_enable: bool = True
+    server_socket_backlog: int = 1024
     use_epoll_native_selector: bool = False
     # The bounds of what one peer, or all of them, can make the server hold (see
     # pymq.remoting.limits and README's "Operations: limits").  Netty's water-mark keys keep
@@ -78,3 +80,9 @@ class NettyClientConfig:
     channel_not_active_interval: int = 60000
     client_channel_max_idle_time_seconds: int = 120
     client_close_socket_if_timeout: bool = True
+    # Accepted, not used (pymq's client side is one Trio loop, without TLS yet).
+    client_callback_executor_threads: int = attrs.Factory(lambda: os.cpu_count() or 1)
+    client_socket_snd_buf_size: int = 0
+    client_socket_rcv_buf_size: int = 0
+    client_pooled_byte_buf_allocator_enable: bool = False
+    use_tls: bool = attrs.field(default=False, metadata={"key": "useTLS"})

@@ -242,6 +242,7 @@ class PullProcessor:
             "maxOffset": result.max_offset,
             "suggestWhichBrokerId": suggest,
         }
+        ctx.stats.on_pull(code == ResponseCode.SUCCESS)
         if code == ResponseCode.SUCCESS:
             ctx.stats.on_get(
                 result.message_count, result.buffer_total_size, head.topic, head.consumer_group

@@ -271,6 +271,7 @@ class SendProcessor:
             result.status, (ResponseCode.SYSTEM_ERROR, result.status.value)
         )
         if not result.appended:
+            self.ctx.store.put_stats.failed_times += 1
             return req.response(code, result.reason or remark)
         self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, req.header.topic)
         bc = self.ctx.broker_config

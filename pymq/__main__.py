@@ -22,6 +22,8 @@ from pymq.namesrv.config import NAMESRV_DEFAULT_PORT
 
 # The embedded default's admin channel port (rocketmq-dashboard also defaults to 8080).
 ADMIN_DEFAULT_PORT = 8080
+# RocketMQ 5.x's metricsPromExporterPort default.
+METRICS_DEFAULT_PORT = 5557
 
 WELCOME = """\
 pymq is running: name server {namesrv}, broker {broker}, data in {data}
@@ -30,7 +32,11 @@ Send and receive a first message (in another terminal, from this directory):
   .venv/bin/python -m pymq.client send --namesrv {namesrv} --topic TopicTest --body "hello pymq"
   .venv/bin/python -m pymq.client consume --namesrv {namesrv} --topic TopicTest --group demo
 Any RocketMQ 4.x client works too: point it at name server {namesrv}.
-{admin}Press Ctrl-C to stop.
+{admin}{metrics}Press Ctrl-C to stop.
+"""
+
+METRICS_WELCOME = """\
+Prometheus:    {url}   (rocketmq-exporter's metric names; its Grafana dashboard works)
 """
 
 ADMIN_WELCOME = """\
@@ -56,11 +62,17 @@ async def serve(args: argparse.Namespace, overrides: dict[str, str]) -> None:
                     broker=cluster.broker_addr,
                     data=args.data,
                     admin=_admin_text(cluster),
+                    metrics=_metrics_text(cluster),
                 ),
                 flush=True,
             )
             async for _ in signals:
                 break
+
+
+def _metrics_text(cluster: Cluster) -> str:
+    metrics = cluster.broker.metrics
+    return METRICS_WELCOME.format(url=metrics.url) if metrics is not None else ""
 
 
 def _admin_text(cluster: Cluster) -> str:
@@ -89,6 +101,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=ADMIN_DEFAULT_PORT,
         help="admin websocket + console port on 127.0.0.1 (0 disables it)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=METRICS_DEFAULT_PORT,
+        help="Prometheus /metrics port on the broker's address (0 disables it)",
+    )
     parser.add_argument("--log-level", default="WARNING")
     args, extra = parser.parse_known_args(argv)
     try:
@@ -96,6 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # The embedded default serves Prometheus metrics (--metrics-port 0 turns them off; the
+    # RocketMQ keys, when given, win).
+    if args.metrics_port:
+        overrides.setdefault("metricsExporterType", "PROM")
+        overrides.setdefault("metricsPromExporterPort", str(args.metrics_port))
+    else:
+        overrides.setdefault("metricsExporterType", "DISABLE")
     setup_logging(args.log_level)
     status = run_main(serve, args, overrides, what="pymq")
     if status == 0:

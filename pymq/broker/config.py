@@ -120,6 +120,11 @@ class BrokerConfig:
     enable_calc_filter_bit_map: bool = False
     expect_consumer_num_use_filter: int = 32
     max_error_rate_of_bloom_filter: int = 20
+    # RocketMQ 5.x's metrics keys: PROM serves Prometheus /metrics with rocketmq-exporter's
+    # names (pymq.broker.metrics) on metricsPromExporterHost (blank: brokerIP1) and port.
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = 5557
     # pymq: the admin websocket channel (0 = off); see the admin docs.
     admin_listen_port: int = 0
     admin_bind_address: str = "127.0.0.1"

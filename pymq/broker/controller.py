@@ -17,6 +17,7 @@
        ├─ print_water_mark         every 1 s after 10 s
        ├─ schedule delivery        masters: one task per delay level
        ├─ slave_sync               slaves: every 10 s
+       ├─ metrics                  Prometheus /metrics when metricsExporterType=PROM
        └─ front-ends               handed in by the caller: the admin channel (websocket +
                                    console) when adminListenPort is set
 
@@ -59,6 +60,7 @@ from pymq.broker.fast_failure import (
     protect_broker,
 )
 from pymq.broker.long_polling import PullRequestHoldService
+from pymq.broker.metrics import EXPORTER_PROM, MetricsServer, exporter_type
 from pymq.broker.outer_api import BrokerIdentity, BrokerOuterAPI
 from pymq.broker.processors.admin import AdminProcessor
 from pymq.broker.processors.consumer import ConsumerProcessor
@@ -129,6 +131,19 @@ def refuse_unsupported(broker_config: BrokerConfig) -> None:
     """Refuse settings that would make an operator believe in a protection pymq lacks."""
     if broker_config.acl_enable:
         raise ConfigError(ACL_NOT_SUPPORTED)
+
+
+def metrics_server(broker: BrokerController) -> MetricsServer | None:
+    """The Prometheus endpoint metricsExporterType asks for (None when DISABLE)."""
+    bc = broker.broker_config
+    try:
+        wanted = exporter_type(bc.metrics_exporter_type)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if wanted != EXPORTER_PROM:
+        return None
+    host = bc.metrics_prom_exporter_host.strip() or bc.broker_ip1
+    return MetricsServer(broker, host, bc.metrics_prom_exporter_port)
 
 
 class BrokerController:
@@ -219,6 +234,8 @@ class BrokerController:
         self.registered = trio.Event()
         # Servers the caller adds before run(); see FrontEnd.
         self.front_ends: list[FrontEnd] = []
+        # Prometheus /metrics (metricsExporterType=PROM), started with the other servers.
+        self.metrics: MetricsServer | None = metrics_server(self)
 
     # -- wiring -------------------------------------------------------------------------------
 
@@ -389,6 +406,8 @@ class BrokerController:
                     )
                 else:
                     await nursery.start(self.schedule.run)
+                if self.metrics is not None:
+                    await nursery.start(self.metrics.run)
                 for front_end in self.front_ends:
                     await nursery.start(front_end.run)
                 log.info(

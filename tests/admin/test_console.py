@@ -75,6 +75,8 @@ class Server:
                 str(broker_port),
                 "--admin-port",
                 str(free_port()),
+                "--metrics-port",
+                "0",
                 "--mappedFileSizeCommitLog",
                 str(16 * 1024 * 1024),
             ],

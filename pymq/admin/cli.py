@@ -137,7 +137,9 @@ class Admin:
             raise CliError(f"{code.name} to {addr} failed: {exc}") from None
         if reply.code not in ok:
             name = _code_name(reply.code)
-            raise CliError(f"{code.name} to {addr}: {name}: {reply.remark or 'no remark'}")
+            # One line: RocketMQ's remarks may carry a second one (the FAQ link).
+            remark = (reply.remark or "no remark").splitlines()[0]
+            raise CliError(f"{code.name} to {addr}: {name}: {remark}")
         return reply
 
     async def cluster_info(self) -> dict[str, Any]:

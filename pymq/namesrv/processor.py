@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from pymq.common import fastjson
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
@@ -37,6 +38,11 @@ log = logging.getLogger(__name__)
 
 # Keys a running name server cannot change.
 RESTART_ONLY_KEYS = frozenset({"kvConfigPath", "configStorePath", "listenPort", "bindAddress"})
+
+# GET_ROUTEINFO_BY_TOPIC: request versions from V4_9_4 on get standard JSON.
+STANDARD_JSON_ROUTE_VERSION = 401
+# The tail Java's name server adds to a remark that has a FAQ entry.
+FAQ_TAIL = "See http://rocketmq.apache.org/docs/faq/ for further details."
 
 # TopicSysFlag bits.
 FLAG_UNIT = 0x1
@@ -188,22 +194,27 @@ class NamesrvProcessor:
     async def get_route_info_by_topic(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        topic = H.decode_request(req).topic
+        head: H.GetRouteInfoRequestHeader = H.decode_request(req)
+        topic = head.topic
         route = self.routes.pickup_topic_route_data(topic)
         if route is None:
             return req.response(
                 ResponseCode.TOPIC_NOT_EXIST,
-                f"No topic route info in name server for the topic: {topic}; "
-                "create the topic on a broker (or enable autoCreateTopicEnable) first",
+                f"No topic route info in name server for the topic: {topic}\n{FAQ_TAIL}",
             )
         if self.controller.namesrv_config.order_message_enable:
             route.order_topic_conf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
-        return req.response(body=to_json(route))
+        # As Java's: standard JSON for clients of 4.9.4 on (or asking for it), fastjson's bare
+        # integer keys ({0:"host:port"}) for older ones, which expect that form.
+        if req.version >= STANDARD_JSON_ROUTE_VERSION or head.accept_standard_json_only:
+            return req.response(body=to_json(route))
+        return req.response(body=fastjson.dumps(route))
 
     async def get_broker_cluster_info(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        return req.response(body=to_json(self.routes.get_all_cluster_info()))
+        # Java writes this one in fastjson's form whatever the client's version.
+        return req.response(body=fastjson.dumps(self.routes.get_all_cluster_info()))
 
     async def get_all_topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         return req.response(body=to_json(self.routes.get_all_topic_list()))

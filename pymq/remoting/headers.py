@@ -545,6 +545,14 @@ class NamespaceHeader:
 
 
 @attrs.define(slots=True)
+class GetRouteInfoRequestHeader:
+    """GET_ROUTEINFO_BY_TOPIC as the name server reads it (clients send a TopicHeader)."""
+
+    topic: str = _req("topic", STR)
+    accept_standard_json_only: bool = _field("acceptStandardJsonOnly", BOOL, default=False)
+
+
+@attrs.define(slots=True)
 class RegisterBrokerRequestHeader:
     broker_name: str = _req("brokerName", STR)
     broker_addr: str = _req("brokerAddr", STR)
@@ -629,7 +637,7 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.QUERY_DATA_VERSION: BrokerIdentityHeader,
     _RC.REGISTER_BROKER: RegisterBrokerRequestHeader,
     _RC.UNREGISTER_BROKER: BrokerIdentityHeader,
-    _RC.GET_ROUTEINFO_BY_TOPIC: TopicHeader,
+    _RC.GET_ROUTEINFO_BY_TOPIC: GetRouteInfoRequestHeader,
     _RC.WIPE_WRITE_PERM_OF_BROKER: BrokerNameHeader,
     _RC.ADD_WRITE_PERM_OF_BROKER: BrokerNameHeader,
     _RC.DELETE_TOPIC_IN_NAMESRV: TopicHeader,

@@ -31,6 +31,7 @@ from pymq.common.consumer import (
     MessageQueue,
     SubscriptionData,
 )
+from pymq.common.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
 from tests.fastjson_reader import Obj, compatible, read, shape
 
 SAMPLES = Path("/work/shared/reference/java-wire-samples")
@@ -72,8 +73,25 @@ def time_span(d: dict[str, Any]) -> QueueTimeSpan:
     return QueueTimeSpan(mq(d["messageQueue"]), **fields)
 
 
+def broker_data(d: dict[str, Any]) -> BrokerData:
+    return BrokerData(d["cluster"], d["brokerName"], dict(d["brokerAddrs"]))
+
+
+def route(d: dict[str, Any]) -> TopicRouteData:
+    return TopicRouteData(
+        queue_datas=[QueueData(**_snake(q)) for q in d["queueDatas"]],
+        broker_datas=[broker_data(b) for b in d["brokerDatas"]],
+        filter_server_table=d["filterServerTable"],
+    )
+
+
 # Each captured body, rebuilt as pymq's classes from what pymq's reader read.
 REBUILD = {
+    "NS-GET_BROKER_CLUSTER_INFO-106.body.json": lambda d: ClusterInfo(
+        {n: broker_data(b) for n, b in d["brokerAddrTable"].items()},
+        dict(d["clusterAddrTable"]),
+    ),
+    "NS-GET_ROUTEINFO_BY_TOPIC-105-req-version-399.body.json": route,
     "GET_TOPIC_STATS_INFO-202.body.json": lambda d: TopicStatsTable(
         {mq(k): TopicOffset(**_snake(v)) for k, v in d["offsetTable"].items()}
     ),

@@ -87,6 +87,11 @@ class AdminSession:
             "message.byId": self._message_by_id,
             "message.byKey": self._message_by_key,
             "message.byOffset": self._message_by_offset,
+            "message.track": self._message_track,
+            "producer.list": self._producer_list,
+            "group.producers": self._group_producers,
+            "dlq.messages": self._dlq_messages,
+            "dlq.resend": self._dlq_resend,
             "config.get": self._config_get,
             "config.update": self._config_update,
         }
@@ -379,6 +384,23 @@ class AdminSession:
         return self.service.message_by_offset(
             request.get_str("topic"), request.get_int("queueId"), request.get_int("offset")
         )
+
+    async def _message_track(self, request: Request) -> dict[str, Any]:
+        return self.service.message_track(request.get_str("msgId"), request.get_str("topic", None))
+
+    async def _producer_list(self, request: Request) -> list[dict[str, Any]]:
+        return self.service.producer_groups()
+
+    async def _group_producers(self, request: Request) -> dict[str, Any]:
+        return self.service.producer_connections(request.get_str("group"))
+
+    async def _dlq_messages(self, request: Request) -> dict[str, Any]:
+        return self.service.dlq_messages(
+            request.get_str("group"), request.get_int("offset", 0), request.get_int("maxNum", 32)
+        )
+
+    async def _dlq_resend(self, request: Request) -> dict[str, Any]:
+        return await self.service.dlq_resend(request.get_str("group"), request.get_int("offset"))
 
     async def _config_get(self, request: Request) -> dict[str, Any]:
         return self.service.broker_config()

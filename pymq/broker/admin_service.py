@@ -39,13 +39,22 @@ from pymq.common.config import (
     update_at_runtime,
 )
 from pymq.common.consumer import MessageQueue
-from pymq.common.message import MessageExt, decode_offset_msg_id, decode_record
+from pymq.common.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    MessageExt,
+    decode_offset_msg_id,
+    decode_record,
+)
 from pymq.common.serde import from_plain, to_plain
 from pymq.common.topic import (
     PERM_READ,
     PERM_WRITE,
     TopicConfig,
     TopicFilterType,
+    dlq_topic,
+    retry_topic,
     validate_topic,
 )
 from pymq.remoting import headers as H
@@ -94,6 +103,8 @@ RESTART_ONLY_KEYS = frozenset(
 BODY_PREVIEW_BYTES = 1024
 # Most messages a key search returns (RocketMQ's queryMsgByKey default is 64).
 DEFAULT_KEY_QUERY_MAX = 64
+# Most dead letters one page of the console's DLQ view holds.
+DLQ_PAGE_MAX = 256
 # The broker's version text, as GET_BROKER_RUNTIME_INFO reports it.
 BROKER_VERSION_DESC = "V4_9_4"
 
@@ -391,6 +402,12 @@ class AdminService:
     def reset_offset_by_time(
         self, group: str, topic: str, timestamp: int, force: bool = True
     ) -> dict[str, Any]:
+        """:meth:`reset_offset`'s result as plain data (the channel's and the CLI's view)."""
+        return self.reset_offset(group, topic, timestamp, force)[0]
+
+    def reset_offset(
+        self, group: str, topic: str, timestamp: int, force: bool = True
+    ) -> tuple[dict[str, Any], bytes]:
         """Move the group's offsets on every queue of ``topic`` to the first message stored at
         or after ``timestamp`` (-1: the end of each queue), and tell its online consumers.
 
@@ -399,7 +416,8 @@ class AdminService:
         from.  Unlike Java's (which answers CONSUMER_NOT_ONLINE for an offline group and leaves
         the offsets to the clients), pymq also commits the new offsets itself, so a reset works
         for a group with no consumer running.  Without ``force`` a queue only moves back: an
-        offset already before the target is kept, as in Java.
+        offset already before the target is kept, as in Java.  Returns the result as plain data
+        and the ResetOffsetBody (fastjson) that the clients were sent.
         """
         config = self.require_topic(topic)
         store = self.broker.store
@@ -431,15 +449,15 @@ class AdminService:
             )
         body = fastjson.dumps(ResetOffsetBody(table))
         notified = self._notify_reset(group, topic, timestamp, body)
-        return {
+        result = {
             "group": group,
             "topic": topic,
             "timestamp": timestamp,
             "offsets": [{"queueId": q, "offset": o} for q, o in sorted(offsets.items())],
             "online": notified > 0,
             "notified": notified,
-            "body": body,
         }
+        return result, body
 
     def _notify_reset(self, group: str, topic: str, timestamp: int, body: bytes) -> int:
         """RESET_CONSUMER_CLIENT_OFFSET to each online client of ``group``; how many."""
@@ -652,6 +670,108 @@ class AdminService:
                 f"no message at {topic} queue {queue_id} offset {offset}",
             )
         return message_view(msg)
+
+    # -- the dashboard's other views: producers, dead letters, message tracks ------------------
+
+    def producer_groups(self) -> list[dict[str, Any]]:
+        """Every producer group with a live connection, and its connections."""
+        return [
+            {
+                "group": group,
+                "connectionSet": to_plain(self.producer_connection(group))["connectionSet"],
+            }
+            for group in sorted(self.broker.producer_manager.groups)
+        ]
+
+    def producer_connections(self, group: str) -> dict[str, Any]:
+        plain: dict[str, Any] = to_plain(self.producer_connection(group))
+        return {"group": group, **plain}
+
+    def dlq_messages(self, group: str, offset: int = 0, max_num: int = 32) -> dict[str, Any]:
+        """A page of the group's dead-letter queue (``%DLQ%group``), from ``offset`` on."""
+        topic = dlq_topic(group)
+        store = self.broker.store
+        if self.broker.topic_config_manager.select(topic) is None:
+            return {"topic": topic, "minOffset": 0, "maxOffset": 0, "messages": []}
+        max_num = max(1, min(max_num, DLQ_PAGE_MAX))
+        min_offset = max(store.get_min_offset_in_queue(topic, 0), 0)
+        max_offset = store.get_max_offset_in_queue(topic, 0)
+        messages = []
+        for queue_offset in range(max(offset, min_offset), min(max_offset, offset + max_num)):
+            try:
+                messages.append(self.message_by_offset(topic, 0, queue_offset))
+            except AdminError:
+                continue
+        return {
+            "topic": topic,
+            "minOffset": min_offset,
+            "maxOffset": max_offset,
+            "messages": messages,
+        }
+
+    async def dlq_resend(self, group: str, offset: int) -> dict[str, Any]:
+        """Send the dead letter at ``offset`` to the group's retry topic, to be consumed again
+        (by every online member: unlike CONSUME_MESSAGE_DIRECTLY it needs no chosen client).
+        Its original topic is kept in RETRY_TOPIC, so consumers see it under that topic."""
+        view = self.message_by_offset(dlq_topic(group), 0, offset)
+        original = self.broker.store.look_message_by_offset(view["commitLogOffset"])
+        if original is None:
+            raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"dead letter {offset} is gone")
+        group_config = await self.broker.subscription_group_manager.find_or_create(group)
+        queue_nums = group_config.retry_queue_nums if group_config is not None else 1
+        retry = retry_topic(group)
+        await self.broker.topic_config_manager.create_in_send_back(
+            retry, max(queue_nums, 1), PERM_READ | PERM_WRITE, 0
+        )
+        props = dict(original.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, original.msg_id)
+        msg = MessageExt(
+            topic=retry,
+            body=original.body,
+            flag=original.flag,
+            properties=props,
+            queue_id=0,
+            sys_flag=original.sys_flag,
+            born_timestamp=original.born_timestamp,
+            born_host=original.born_host,
+            store_host=self.broker.store_host,
+            reconsume_times=0,
+        )
+        result = await self.broker.store.put_message(msg)
+        if not result.is_ok:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, result.reason or result.status.value)
+        return {"group": group, "topic": retry, "msgId": result.msg_id, "from": view["msgId"]}
+
+    def message_track(self, msg_id: str, topic: str | None = None) -> dict[str, Any]:
+        """Whether each group consuming the message's topic has consumed it (the dashboard's
+        message track): CONSUMED, CONSUMED_BUT_FILTERED (its subscription's tags exclude
+        it), NOT_CONSUME_YET, NOT_ONLINE (not consumed, no member online), or
+        CONSUME_BROADCASTING (broadcast offsets are kept by the clients, not the broker)."""
+        view = self.message_by_id(msg_id, topic)
+        b = self.broker
+        topic_name, queue_id, queue_offset = view["topic"], view["queueId"], view["queueOffset"]
+        tracks = []
+        for group in self.topic_consumed_by(topic_name).group_list:
+            info = b.consumer_manager.get(group)
+            committed = b.consumer_offset_manager.query_offset(group, topic_name, queue_id)
+            online = info is not None and bool(info.channels)
+            if info is not None and info.message_model.value == "BROADCASTING":
+                track = "CONSUME_BROADCASTING"
+            elif committed > queue_offset:
+                track = "CONSUMED"
+                sub = info.subscriptions.get(topic_name) if info is not None else None
+                if sub is not None and not sub.matches_all and view["tags"] not in sub.tags_set:
+                    track = "CONSUMED_BUT_FILTERED"
+            elif online:
+                track = "NOT_CONSUME_YET"
+            else:
+                track = "NOT_ONLINE"
+            tracks.append(
+                {"group": group, "trackType": track, "consumerOffset": committed, "online": online}
+            )
+        return {"message": view, "tracks": tracks}
 
     # -- configs ------------------------------------------------------------------------------
 

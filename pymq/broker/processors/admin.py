@@ -273,7 +273,7 @@ class AdminProcessor:
     ) -> RemotingCommand:
         head: H.ResetOffsetRequestHeader = H.decode_request(req)
         try:
-            result = self.service.reset_offset_by_time(
+            result, body = self.service.reset_offset(
                 head.group, head.topic, head.timestamp, head.is_force
             )
         except AdminError as exc:
@@ -292,8 +292,7 @@ class AdminProcessor:
             result["offsets"],
             result["notified"],
         )
-        response = req.response(remark=NOT_SET_REMARK, body=result["body"])
-        return response
+        return req.response(remark=NOT_SET_REMARK, body=body)
 
     # -- calls relayed to a consumer ----------------------------------------------------------
 

@@ -671,6 +671,28 @@ class AdminService:
             )
         return message_view(msg)
 
+    def clone_group_offset(
+        self, src_group: str, dest_group: str, topic: str | None, offline: bool
+    ) -> list[str]:
+        """CLONE_GROUP_OFFSET: copy ``src_group``'s committed offsets (of ``topic``, or of every
+        topic it has offsets for) to ``dest_group``; unless ``offline``, a topic its online
+        members no longer subscribe to is skipped, as in Java.  Returns the topics cloned."""
+        b = self.broker
+        topics = [topic] if topic else sorted(b.consumer_offset_manager.topics_of_group(src_group))
+        info = b.consumer_manager.get(src_group)
+        cloned = []
+        offsets = b.consumer_offset_manager
+        for name in topics:
+            if b.topic_config_manager.select(name) is None:
+                continue
+            dropped = info is not None and info.subscriptions and name not in info.subscriptions
+            if dropped and not offline:
+                continue
+            for queue_id, offset in offsets.query_offsets(src_group, name).items():
+                offsets.commit_offset("clone", dest_group, name, queue_id, offset)
+            cloned.append(name)
+        return cloned
+
     # -- the dashboard's other views: producers, dead letters, message tracks ------------------
 
     def producer_groups(self) -> list[dict[str, Any]]:

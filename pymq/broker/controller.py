@@ -286,6 +286,11 @@ class BrokerController:
             RequestCode.GET_BROKER_CONSUME_STATS: admin.get_broker_consume_stats,
             RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: admin.consume_message_directly,
+            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: (
+                admin.invoke_broker_to_get_consumer_status
+            ),
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: admin.get_system_topic_list_from_broker,
+            RequestCode.CLONE_GROUP_OFFSET: admin.clone_group_offset,
         }
         inline = {
             RequestCode.SEND_MESSAGE: send.send_message_inline,

@@ -37,6 +37,7 @@ from pymq.common import fastjson
 from pymq.common.admin_body import (
     ConsumeMessageDirectlyResult,
     ConsumerRunningInfo,
+    GetConsumerStatusBody,
     ProcessQueueInfo,
 )
 from pymq.common.consumer import (
@@ -334,6 +335,7 @@ class PushConsumer(_Base):
         handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._reset_offset_request
         handlers[RequestCode.GET_CONSUMER_RUNNING_INFO] = self._running_info_request
         handlers[RequestCode.CONSUME_MESSAGE_DIRECTLY] = self._consume_directly_request
+        handlers[RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT] = self._status_request
         self._nursery.start_soon(self._rebalance_loop)
         self._nursery.start_soon(self._persist_loop)
         self._nursery.start_soon(self._heartbeat_loop)
@@ -429,6 +431,14 @@ class PushConsumer(_Base):
             self.assigned[mq] = new_scope
             self._nursery.start_soon(self._pull_loop, mq, new_scope)
             log.info("%s reset %s to offset %d", self.group, mq, offset)
+
+    async def _status_request(self, req: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_STATUS_FROM_CLIENT: this consumer's offsets of the topic."""
+        topic = req.ext_fields.get("topic", "")
+        body = GetConsumerStatusBody(
+            {mq: offset for mq, offset in sorted(self.offsets.items()) if mq.topic == topic}
+        )
+        return req.response(remark=NOT_SET_REMARK, body=fastjson.dumps(body))
 
     async def _running_info_request(self, req: RemotingCommand) -> RemotingCommand:
         """GET_CONSUMER_RUNNING_INFO: settings, subscriptions and owned queues."""

@@ -75,6 +75,23 @@ class ResetOffsetBody:
 
 
 @attrs.define
+class GetConsumerStatusBody:
+    """GET_CONSUMER_STATUS_FROM_CLIENT (221, a client's offsets) and
+    INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223, every client's, by client id)."""
+
+    message_queue_table: dict[MessageQueue, int] = attrs.Factory(dict)
+    consumer_table: dict[str, dict[MessageQueue, int]] = attrs.Factory(dict)
+
+
+@attrs.define
+class TopicListBody:
+    """GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305)."""
+
+    topic_list: list[str] = attrs.Factory(list)
+    broker_addr: str | None = None
+
+
+@attrs.define
 class Connection:
     client_id: str = ""
     client_addr: str = ""

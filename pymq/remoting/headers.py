@@ -521,6 +521,24 @@ class ConsumeMessageDirectlyResultRequestHeader:
     broker_name: str | None = _field("brokerName", STR)
 
 
+@attrs.define(slots=True)
+class GetConsumerStatusRequestHeader:
+    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS, and GET_CONSUMER_STATUS_FROM_CLIENT (the broker's
+    call to each client, without ``clientAddr``: a client id, or blank for all)."""
+
+    topic: str = _req("topic", STR)
+    group: str = _req("group", STR)
+    client_addr: str | None = _field("clientAddr", STR)
+
+
+@attrs.define(slots=True)
+class CloneGroupOffsetRequestHeader:
+    src_group: str = _req("srcGroup", STR)
+    dest_group: str = _req("destGroup", STR)
+    topic: str | None = _field("topic", STR)
+    offline: bool = _field("offline", BOOL, default=False)
+
+
 # -- name server -------------------------------------------------------------------------------
 
 
@@ -630,6 +648,9 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader,
     _RC.CONSUME_MESSAGE_DIRECTLY: ConsumeMessageDirectlyResultRequestHeader,
     _RC.RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetRequestHeader,
+    _RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: GetConsumerStatusRequestHeader,
+    _RC.GET_CONSUMER_STATUS_FROM_CLIENT: GetConsumerStatusRequestHeader,
+    _RC.CLONE_GROUP_OFFSET: CloneGroupOffsetRequestHeader,
     _RC.PUT_KV_CONFIG: PutKVConfigRequestHeader,
     _RC.GET_KV_CONFIG: KVConfigRequestHeader,
     _RC.DELETE_KV_CONFIG: KVConfigRequestHeader,

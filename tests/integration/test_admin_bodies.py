@@ -208,6 +208,49 @@ async def test_admin_bodies_and_reset_reach_a_live_consumer(
         assert result.get("consumeResult") == "CR_SUCCESS"
         assert len(received) == before + 1 and received[-1].body == b"m0"
 
+        # INVOKE_BROKER_TO_GET_CONSUMER_STATUS: the broker asks each client (221).
+        status = await client.invoke(
+            broker,
+            req(
+                RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+                topic=TOPIC,
+                group=GROUP,
+                clientAddr="",
+            ),
+        )
+        assert (status.code, status.remark) == (0, "not set any response code")
+        parsed = assert_like_java(status.body, "INVOKE_BROKER_TO_GET_CONSUMER_STATUS-223.body.json")
+        ((cid, table),) = parsed.get("consumerTable").entries
+        assert cid == client_id and queue_keys(table) == [(TOPIC, q) for q in range(4)]
+        assert sum(v for _, v in table.entries) == 13
+        nobody = await client.invoke(
+            broker,
+            req(RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, topic=TOPIC, group="nobody"),
+        )
+        assert (nobody.code, nobody.remark) == (
+            1,
+            "No Any Consumer online in the consumer group: [nobody]",
+        )
+
+        system = await client.invoke(broker, req(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER))
+        assert "SELF_TEST_TOPIC" in read(system.body).get("topicList")
+
+        clone = await client.invoke(
+            broker,
+            req(
+                RequestCode.CLONE_GROUP_OFFSET,
+                srcGroup=GROUP,
+                destGroup="CG_CLONE",
+                offline="false",
+            ),
+        )
+        assert clone.code == ResponseCode.SUCCESS
+        cloned = await client.invoke(
+            broker, req(RequestCode.GET_CONSUME_STATS, consumerGroup="CG_CLONE", topic=TOPIC)
+        )
+        entries = read(cloned.body).get("offsetTable").entries
+        assert sum(v.get("consumerOffset") for _, v in entries) == 13
+
         # The reset: Java's answer, and the live consumer pulls everything again.
         reset = await client.invoke(
             broker,

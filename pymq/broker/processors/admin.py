@@ -9,8 +9,9 @@ GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), UPDATE_AND_CREATE_SUBSC
 GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_TOPIC_STATS_INFO
 (202), GET_CONSUME_STATS (208), INVOKE_BROKER_TO_RESET_OFFSET (222), QUERY_TOPIC_CONSUME_BY_WHO
 (300), QUERY_CONSUME_TIME_SPAN (303), VIEW_BROKER_STATS_DATA (315), GET_BROKER_CONSUME_STATS
-(317), and the calls relayed to a consumer: GET_CONSUMER_RUNNING_INFO (307),
-CONSUME_MESSAGE_DIRECTLY (309).
+(317), GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305), CLONE_GROUP_OFFSET (314), and the calls
+relayed to consumers: GET_CONSUMER_RUNNING_INFO (307), CONSUME_MESSAGE_DIRECTLY (309),
+INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223, as GET_CONSUMER_STATUS_FROM_CLIENT to each client).
 
 Bodies are written in fastjson's form (:mod:`pymq.common.fastjson`) from the Java classes of
 :mod:`pymq.common.admin_body`, so that mqadmin and the dashboard parse them.
@@ -28,6 +29,8 @@ from typing import TYPE_CHECKING
 from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common import fastjson
+from pymq.common.admin_body import GetConsumerStatusBody, TopicListBody
+from pymq.common.consumer import MessageQueue
 from pymq.common.message import decode_offset_msg_id
 from pymq.common.properties import format_properties, parse_properties
 from pymq.common.route import KVTable
@@ -35,7 +38,7 @@ from pymq.common.serde import from_json, to_json
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
-from pymq.remoting.codes import ResponseCode
+from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError, RemotingTimeoutError
 
 if TYPE_CHECKING:
@@ -47,6 +50,8 @@ __all__ = ["RESTART_ONLY_KEYS", "AdminProcessor"]
 
 # Broker2Client.callClient: how long a relayed call waits for the client (seconds).
 CALL_CLIENT_TIMEOUT = 10.0
+# Broker2Client.getConsumeStatus: how long each client has to answer 221 (seconds).
+CONSUMER_STATUS_TIMEOUT = 5.0
 # The remark Java's broker leaves on some successful answers (java-wire-samples.md, section 1).
 NOT_SET_REMARK = "not set any response code"
 
@@ -322,6 +327,66 @@ class AdminProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"invoke consumer <{group}> <{client_id}> Exception: {exc}",
             )
+
+    async def invoke_broker_to_get_consumer_status(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        """Broker2Client.getConsumeStatus: ask each online client of the group (or the one
+        named) for its offsets of the topic (221), and answer them by client id."""
+        head: H.GetConsumerStatusRequestHeader = H.decode_request(req)
+        info = self.ctx.consumer_manager.get(head.group)
+        if info is None or not info.channels:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"No Any Consumer online in the consumer group: [{head.group}]",
+            )
+        wanted = (head.client_addr or "").strip()
+        body = GetConsumerStatusBody()
+        for client in list(info.channels.values()):
+            if wanted and client.client_id != wanted:
+                continue
+            if not isinstance(client.channel, Channel):
+                continue
+            ask = RemotingCommand.request(
+                RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
+                H.encode(H.GetConsumerStatusRequestHeader(head.topic, head.group)),
+            )
+            try:
+                answer = await client.channel.invoke(ask, CONSUMER_STATUS_TIMEOUT)
+            except RemotingError as exc:
+                log.warning("consumer status of %s failed: %s", client.client_id, exc)
+                continue
+            if answer.code != ResponseCode.SUCCESS or not answer.body:
+                continue
+            try:
+                table = fastjson.loads(answer.body).get("messageQueueTable", {})
+                body.consumer_table[client.client_id] = {
+                    MessageQueue(k["topic"], k["brokerName"], int(k["queueId"])): int(v)
+                    for k, v in table.items()
+                }
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                log.warning("bad consumer status from %s: %s", client.client_id, exc)
+        return req.response(remark=NOT_SET_REMARK, body=fastjson.dumps(body))
+
+    async def get_system_topic_list_from_broker(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        topics = sorted(self.ctx.topic_config_manager.system_topics)
+        return req.response(body=fastjson.dumps(TopicListBody(topics)))
+
+    async def clone_group_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        head: H.CloneGroupOffsetRequestHeader = H.decode_request(req)
+        cloned = self.service.clone_group_offset(
+            head.src_group, head.dest_group, head.topic or None, head.offline
+        )
+        log.info(
+            "cloneGroupOffset called by %s: %s -> %s %s",
+            channel.remote_address,
+            head.src_group,
+            head.dest_group,
+            cloned,
+        )
+        return req.response()
 
     async def get_consumer_running_info(
         self, channel: Channel, req: RemotingCommand

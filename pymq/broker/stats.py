@@ -52,7 +52,7 @@ STATS_NAMES = (
     GROUP_GET_LATENCY,
 )
 # Most keys (topics, topic@group pairs) one stats name keeps.
-MAX_STATS_KEYS = 100_000
+MAX_STATS_KEYS = 20_000
 # StatsItem: snapshot periods (seconds) and how many snapshots each window keeps.
 MINUTE_PERIOD, MINUTE_KEEP = 10.0, 7
 HOUR_PERIOD, HOUR_KEEP = 600.0, 7

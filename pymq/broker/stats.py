@@ -115,6 +115,9 @@ class BrokerStats:
         )
         self.items: dict[str, dict[str, StatsItem]] = {name: {} for name in STATS_NAMES}
         self._full_logged: set[str] = set()
+        # The hot path's shortcuts to items (see on_put).
+        self._put_items: dict[str, tuple[StatsItem, StatsItem]] = {}
+        self._broker_put: StatsItem | None = None
         self._next_snapshot = {"minute": 0.0, "hour": 0.0, "day": 0.0}
         # Totals at the last local midnight and the one before (the *Morning keys).
         self._day = time.localtime().tm_yday
@@ -143,12 +146,34 @@ class BrokerStats:
             item.add(value, times)
 
     def on_put(self, msgs: int, size: int, topic: str | None = None) -> None:
+        """A stored send: on the hot path, so the topic's two items are looked up once."""
         self.put_msgs += msgs
         self.put_bytes += size
         if topic is not None:
-            self._inc(TOPIC_PUT_NUMS, topic, msgs, 1)
-            self._inc(TOPIC_PUT_SIZE, topic, size, 1)
-        self._inc(BROKER_PUT_NUMS, self.cluster_name, msgs, 1)
+            pair = self._put_items.get(topic)
+            if pair is None:
+                pair = self._put_pair(topic)
+            if pair is not None:
+                nums, sizes = pair
+                nums.value += msgs
+                nums.times += 1
+                sizes.value += size
+                sizes.times += 1
+        broker = self._broker_put or self._item(BROKER_PUT_NUMS, self.cluster_name)
+        if broker is not None:
+            self._broker_put = broker
+            broker.value += msgs
+            broker.times += 1
+
+    def _put_pair(self, topic: str) -> tuple[StatsItem, StatsItem] | None:
+        nums = self._item(TOPIC_PUT_NUMS, topic)
+        sizes = self._item(TOPIC_PUT_SIZE, topic)
+        if nums is None or sizes is None:
+            return None
+        if len(self._put_items) >= MAX_STATS_KEYS:
+            self._put_items.clear()
+        self._put_items[topic] = (nums, sizes)
+        return nums, sizes
 
     def on_get(
         self, msgs: int, size: int, topic: str | None = None, group: str | None = None

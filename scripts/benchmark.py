@@ -90,6 +90,8 @@ def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subproc
                 str(free_port()),
                 "--log-level",
                 "ERROR",
+                "--admin-port",
+                "0",
                 "--metrics-port",
                 "0",
                 *common,

@@ -55,10 +55,11 @@ class PutStats:
         self.get_entire_time_max = 0
 
     def record(self, millis: int) -> None:
-        if millis <= 0:
+        if millis <= 0:  # nearly every put: under a millisecond
             self.distribution[0] += 1
-        else:
-            self.distribution[bisect.bisect_right(DISTRIBUTION_BOUNDS, millis)] += 1
+            self._fine[0] += 1
+            return
+        self.distribution[bisect.bisect_right(DISTRIBUTION_BOUNDS, millis)] += 1
         self._fine[bisect.bisect_left(FINE_BOUNDS, millis)] += 1
         if millis > self.entire_time_max:
             self.entire_time_max = millis

@@ -291,6 +291,9 @@ class BrokerController:
             ),
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: admin.get_system_topic_list_from_broker,
             RequestCode.CLONE_GROUP_OFFSET: admin.clone_group_offset,
+            RequestCode.QUERY_CONSUME_QUEUE: admin.query_consume_queue,
+            RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: admin.clean_expired_consume_queue,
+            RequestCode.CLEAN_UNUSED_TOPIC: admin.clean_unused_topic,
         }
         inline = {
             RequestCode.SEND_MESSAGE: send.send_message_inline,

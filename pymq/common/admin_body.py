@@ -92,6 +92,28 @@ class TopicListBody:
 
 
 @attrs.define
+class ConsumeQueueData:
+    physic_offset: int = 0
+    physic_size: int = 0
+    tags_code: int = 0
+    extend_data_json: str | None = None
+    bit_map: str | None = None
+    eval: bool = False
+    msg: str | None = None
+
+
+@attrs.define
+class QueryConsumeQueueResponseBody:
+    """QUERY_CONSUME_QUEUE (321): entries of one consume queue from an index on."""
+
+    subscription_data: SubscriptionData | None = None
+    filter_data: str | None = None
+    queue_data: list[ConsumeQueueData] | None = None
+    max_queue_index: int = 0
+    min_queue_index: int = 0
+
+
+@attrs.define
 class Connection:
     client_id: str = ""
     client_addr: str = ""

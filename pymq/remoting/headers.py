@@ -539,6 +539,15 @@ class CloneGroupOffsetRequestHeader:
     offline: bool = _field("offline", BOOL, default=False)
 
 
+@attrs.define(slots=True)
+class QueryConsumeQueueRequestHeader:
+    topic: str = _req("topic", STR)
+    queue_id: int = _req("queueId", INT)
+    index: int = _req("index", LONG)
+    count: int = _req("count", INT)
+    consumer_group: str | None = _field("consumerGroup", STR)
+
+
 # -- name server -------------------------------------------------------------------------------
 
 
@@ -651,6 +660,7 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: GetConsumerStatusRequestHeader,
     _RC.GET_CONSUMER_STATUS_FROM_CLIENT: GetConsumerStatusRequestHeader,
     _RC.CLONE_GROUP_OFFSET: CloneGroupOffsetRequestHeader,
+    _RC.QUERY_CONSUME_QUEUE: QueryConsumeQueueRequestHeader,
     _RC.PUT_KV_CONFIG: PutKVConfigRequestHeader,
     _RC.GET_KV_CONFIG: KVConfigRequestHeader,
     _RC.DELETE_KV_CONFIG: KVConfigRequestHeader,

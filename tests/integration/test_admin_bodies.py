@@ -251,6 +251,42 @@ async def test_admin_bodies_and_reset_reach_a_live_consumer(
         entries = read(cloned.body).get("offsetTable").entries
         assert sum(v.get("consumerOffset") for _, v in entries) == 13
 
+        # QUERY_CONSUME_QUEUE (queryCq): the raw entries of a queue.
+        cq = await client.invoke(
+            broker,
+            req(
+                RequestCode.QUERY_CONSUME_QUEUE,
+                topic=TOPIC,
+                queueId=0,
+                index=0,
+                count=2,
+                consumerGroup=GROUP,
+            ),
+        )
+        assert cq.code == ResponseCode.SUCCESS
+        cq_body = read(cq.body)
+        assert cq_body.get("minQueueIndex") == 0 and cq_body.get("maxQueueIndex") >= 2
+        assert [e.get("physicSize") > 0 for e in cq_body.get("queueData")] == [True, True]
+        assert cq_body.get("subscriptionData").get("topic") == TOPIC
+        no_cq = await client.invoke(
+            broker,
+            req(RequestCode.QUERY_CONSUME_QUEUE, topic="Nope", queueId=0, index=0, count=1),
+        )
+        assert (no_cq.code, no_cq.remark) == (1, "0@Nope is not exist!")
+
+        # CLEAN_UNUSED_TOPIC drops the queues of a topic no config names; 306 answers SUCCESS.
+        await topics.create_topic(ns, "Unused", queues=1)
+        await producer.send(Message("Unused", b"x"))
+        store = pymq_cluster.broker.store
+        await wait_until(lambda: store.consume_queues.find("Unused", 0) is not None, timeout=10)
+        await pymq_cluster.broker.topic_config_manager.delete("Unused")
+        cleaned = await client.invoke(broker, req(RequestCode.CLEAN_UNUSED_TOPIC))
+        assert cleaned.code == ResponseCode.SUCCESS
+        assert store.consume_queues.find("Unused", 0) is None
+        assert store.consume_queues.find(TOPIC, 0) is not None
+        expired = await client.invoke(broker, req(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE))
+        assert expired.code == ResponseCode.SUCCESS
+
         # The reset: Java's answer, and the live consumer pulls everything again.
         reset = await client.invoke(
             broker,

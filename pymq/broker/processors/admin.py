@@ -9,7 +9,8 @@ GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), UPDATE_AND_CREATE_SUBSC
 GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_TOPIC_STATS_INFO
 (202), GET_CONSUME_STATS (208), INVOKE_BROKER_TO_RESET_OFFSET (222), QUERY_TOPIC_CONSUME_BY_WHO
 (300), QUERY_CONSUME_TIME_SPAN (303), VIEW_BROKER_STATS_DATA (315), GET_BROKER_CONSUME_STATS
-(317), GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305), CLONE_GROUP_OFFSET (314), and the calls
+(317), GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305), CLONE_GROUP_OFFSET (314), QUERY_CONSUME_QUEUE
+(321), CLEAN_EXPIRED_CONSUMEQUEUE (306), CLEAN_UNUSED_TOPIC (316), and the calls
 relayed to consumers: GET_CONSUMER_RUNNING_INFO (307), CONSUME_MESSAGE_DIRECTLY (309),
 INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223, as GET_CONSUMER_STATUS_FROM_CLIENT to each client).
 
@@ -29,7 +30,12 @@ from typing import TYPE_CHECKING
 from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common import fastjson
-from pymq.common.admin_body import GetConsumerStatusBody, TopicListBody
+from pymq.common.admin_body import (
+    ConsumeQueueData,
+    GetConsumerStatusBody,
+    QueryConsumeQueueResponseBody,
+    TopicListBody,
+)
 from pymq.common.consumer import MessageQueue
 from pymq.common.message import decode_offset_msg_id
 from pymq.common.properties import format_properties, parse_properties
@@ -52,6 +58,10 @@ __all__ = ["RESTART_ONLY_KEYS", "AdminProcessor"]
 CALL_CLIENT_TIMEOUT = 10.0
 # Broker2Client.getConsumeStatus: how long each client has to answer 221 (seconds).
 CONSUMER_STATUS_TIMEOUT = 5.0
+# QUERY_CONSUME_QUEUE: most entries one answer carries (Java stops at the mapped file's end).
+QUERY_CQ_MAX = 10_000
+# CLEAN_UNUSED_TOPIC keeps these queues even though no topic config names them (as Java).
+UNUSED_TOPIC_KEEP = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_OP_HALF_TOPIC"})
 # The remark Java's broker leaves on some successful answers (java-wire-samples.md, section 1).
 NOT_SET_REMARK = "not set any response code"
 
@@ -390,6 +400,54 @@ class AdminProcessor:
             head.dest_group,
             cloned,
         )
+        return req.response()
+
+    async def query_consume_queue(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """QUERY_CONSUME_QUEUE (mqadmin queryCq): raw entries of a consume queue."""
+        head: H.QueryConsumeQueueRequestHeader = H.decode_request(req)
+        cq = self.ctx.store.consume_queues.find(head.topic, head.queue_id)
+        if cq is None:
+            return req.response(
+                ResponseCode.SYSTEM_ERROR, f"{head.queue_id}@{head.topic} is not exist!"
+            )
+        body = QueryConsumeQueueResponseBody(
+            max_queue_index=cq.max_offset_in_queue, min_queue_index=cq.min_offset_in_queue
+        )
+        if head.consumer_group is not None:
+            info = self.ctx.consumer_manager.get(head.consumer_group)
+            sub = info.subscriptions.get(head.topic) if info is not None else None
+            body.subscription_data = sub
+            body.filter_data = (
+                "null" if sub is not None else f"{head.consumer_group}@{head.topic} is not online!"
+            )
+        first = cq.get_entry(head.index)
+        if first is None:
+            return req.response(
+                remark=f"Index {head.index} of {head.queue_id}@{head.topic} is not exist!",
+                body=fastjson.dumps(body),
+            )
+        entries = [first]
+        for index in range(head.index + 1, head.index + min(head.count, QUERY_CQ_MAX)):
+            entry = cq.get_entry(index)
+            if entry is None:
+                break
+            entries.append(entry)
+        body.queue_data = [ConsumeQueueData(phy, size, tags) for phy, size, tags in entries]
+        return req.response(body=fastjson.dumps(body))
+
+    async def clean_expired_consume_queue(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        log.warning("invoke cleanExpiredConsumeQueue function from %s", channel.remote_address)
+        await self.ctx.store.clean_consume_queue.run_once()
+        return req.response()
+
+    async def clean_unused_topic(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        log.warning("invoke cleanUnusedTopic function from %s", channel.remote_address)
+        keep = set(self.ctx.topic_config_manager.table) | UNUSED_TOPIC_KEEP
+        unused = [t for t in list(self.ctx.store.consume_queues.queues) if t not in keep]
+        deleted = await self.ctx.store.delete_topics(unused)
+        log.info("cleanUnusedTopic: %d consume queues of %s deleted", deleted, unused)
         return req.response()
 
     async def get_consumer_running_info(

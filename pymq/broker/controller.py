@@ -294,6 +294,8 @@ class BrokerController:
             RequestCode.QUERY_CONSUME_QUEUE: admin.query_consume_queue,
             RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: admin.clean_expired_consume_queue,
             RequestCode.CLEAN_UNUSED_TOPIC: admin.clean_unused_topic,
+            RequestCode.GET_ALL_PRODUCER_INFO: admin.get_all_producer_info,
+            RequestCode.DELETE_EXPIRED_COMMITLOG: admin.delete_expired_commit_log,
         }
         inline = {
             RequestCode.SEND_MESSAGE: send.send_message_inline,

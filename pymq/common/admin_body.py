@@ -114,6 +114,22 @@ class QueryConsumeQueueResponseBody:
 
 
 @attrs.define
+class ProducerInfo:
+    client_id: str = ""
+    remote_ip: str = attrs.field(default="", metadata={"key": "remoteIP"})
+    language: str = "JAVA"
+    version: int = 0
+    last_update_timestamp: int = 0
+
+
+@attrs.define
+class ProducerTableInfo:
+    """GET_ALL_PRODUCER_INFO (328): every producer group's clients."""
+
+    data: dict[str, list[ProducerInfo]] = attrs.Factory(dict)
+
+
+@attrs.define
 class Connection:
     client_id: str = ""
     client_addr: str = ""

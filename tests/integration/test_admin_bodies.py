@@ -125,6 +125,11 @@ async def test_admin_bodies_and_reset_reach_a_live_consumer(
         )
         assert (none.code, none.remark) == (1, "the producer group[nobody] not exist")
 
+        every = await client.invoke(broker, req(RequestCode.GET_ALL_PRODUCER_INFO))
+        producers = read(every.body).get("data").get(PRODUCER)
+        assert [p.get("clientId") for p in producers] == [producer.client.client_id]  # type: ignore[union-attr]
+        assert producers[0].get("lastUpdateTimestamp") > 0
+
         who = await client.invoke(broker, req(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, topic=TOPIC))
         who_body = assert_like_java(who.body, "QUERY_TOPIC_CONSUME_BY_WHO-300.body.json")
         assert who_body.get("groupList") == [GROUP]
@@ -286,6 +291,8 @@ async def test_admin_bodies_and_reset_reach_a_live_consumer(
         assert store.consume_queues.find(TOPIC, 0) is not None
         expired = await client.invoke(broker, req(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE))
         assert expired.code == ResponseCode.SUCCESS
+        commitlog = await client.invoke(broker, req(RequestCode.DELETE_EXPIRED_COMMITLOG))
+        assert commitlog.code == ResponseCode.SUCCESS
 
         # The reset: Java's answer, and the live consumer pulls everything again.
         reset = await client.invoke(

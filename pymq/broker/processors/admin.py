@@ -10,7 +10,8 @@ GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_TOPI
 (202), GET_CONSUME_STATS (208), INVOKE_BROKER_TO_RESET_OFFSET (222), QUERY_TOPIC_CONSUME_BY_WHO
 (300), QUERY_CONSUME_TIME_SPAN (303), VIEW_BROKER_STATS_DATA (315), GET_BROKER_CONSUME_STATS
 (317), GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305), CLONE_GROUP_OFFSET (314), QUERY_CONSUME_QUEUE
-(321), CLEAN_EXPIRED_CONSUMEQUEUE (306), CLEAN_UNUSED_TOPIC (316), and the calls
+(321), CLEAN_EXPIRED_CONSUMEQUEUE (306), CLEAN_UNUSED_TOPIC (316), GET_ALL_PRODUCER_INFO (328),
+DELETE_EXPIRED_COMMITLOG (329), and the calls
 relayed to consumers: GET_CONSUMER_RUNNING_INFO (307), CONSUME_MESSAGE_DIRECTLY (309),
 INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223, as GET_CONSUMER_STATUS_FROM_CLIENT to each client).
 
@@ -25,7 +26,10 @@ and its :class:`~pymq.broker.admin_service.AdminError` into response codes.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
+
+import trio
 
 from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
@@ -33,6 +37,8 @@ from pymq.common import fastjson
 from pymq.common.admin_body import (
     ConsumeQueueData,
     GetConsumerStatusBody,
+    ProducerInfo,
+    ProducerTableInfo,
     QueryConsumeQueueResponseBody,
     TopicListBody,
 )
@@ -448,6 +454,35 @@ class AdminProcessor:
         unused = [t for t in list(self.ctx.store.consume_queues.queues) if t not in keep]
         deleted = await self.ctx.store.delete_topics(unused)
         log.info("cleanUnusedTopic: %d consume queues of %s deleted", deleted, unused)
+        return req.response()
+
+    async def get_all_producer_info(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        """GET_ALL_PRODUCER_INFO (mqadmin producer): every producer group's clients."""
+        now, wall = trio.current_time(), int(time.time() * 1000)
+        table = ProducerTableInfo(
+            {
+                group: [
+                    ProducerInfo(
+                        c.client_id,
+                        c.remote_address,
+                        c.language,
+                        c.version,
+                        wall - int((now - c.last_update) * 1000),
+                    )
+                    for c in list(clients.values())
+                ]
+                for group, clients in list(self.ctx.producer_manager.groups.items())
+            }
+        )
+        return req.response(body=fastjson.dumps(table))
+
+    async def delete_expired_commit_log(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        log.warning("invoke deleteExpiredCommitLog from %s", channel.remote_address)
+        self.ctx.store.execute_delete_files_manually()
         return req.response()
 
     async def get_consumer_running_info(

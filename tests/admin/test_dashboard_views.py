@@ -3,8 +3,6 @@ resend, and a message's consumption state per group (message track)."""
 
 from __future__ import annotations
 
-import pytest
-
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer, topics
 from pymq.embedded import Cluster
 from tests.admin.helpers import AdminClient
@@ -13,7 +11,6 @@ from tests.helpers import wait_until
 TOPIC = "DashT"
 
 
-@pytest.mark.slow
 async def test_producers_dead_letters_and_message_track(
     admin_cluster: Cluster, admin: AdminClient
 ) -> None:

@@ -7,16 +7,13 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
 from pymq.client import Message, Producer, topics
 from pymq.embedded import Cluster
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode
 
-SAMPLES = Path("/work/shared/reference/java-wire-samples")
-pytestmark = pytest.mark.skipif(not SAMPLES.is_dir(), reason="captured samples not present")
+SAMPLES = Path(__file__).parent.parent / "data" / "java_wire_samples"
 
 FORMS = {
     "runtime": r"\[ \d+ days, \d+ hours, \d+ minutes, \d+ seconds \]",

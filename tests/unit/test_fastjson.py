@@ -34,8 +34,7 @@ from pymq.common.consumer import (
 from pymq.common.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
 from tests.fastjson_reader import Obj, compatible, read, shape
 
-SAMPLES = Path("/work/shared/reference/java-wire-samples")
-pytestmark = pytest.mark.skipif(not SAMPLES.is_dir(), reason="captured samples not present")
+SAMPLES = Path(__file__).parent.parent / "data" / "java_wire_samples"
 
 
 def sample(name: str) -> bytes:

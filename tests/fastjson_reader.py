@@ -94,7 +94,20 @@ def _value(tokens: list[tuple[str, str]], i: int) -> tuple[Any, int]:
 
 # Fields whose value is a map with string keys chosen by the data (topics, groups, names).
 STRING_KEYED_MAPS = frozenset(
-    {"subscriptionTable", "table", "properties", "statusTable", "consumerTable"}
+    {
+        "subscriptionTable",
+        "table",
+        "properties",
+        "statusTable",
+        "consumerTable",
+        "topicConfigTable",
+        "subscriptionGroupTable",
+        "offsetTable",
+        "brokerAddrTable",
+        "clusterAddrTable",
+        "filterServerTable",
+        "data",
+    }
 )
 
 

@@ -122,6 +122,19 @@ async def test_admin_bodies_and_reset_reach_a_live_consumer(
         )
         assert (none.code, none.remark) == (1, "the producer group[nobody] not exist")
 
+        for code, sample in (
+            (RequestCode.GET_ALL_TOPIC_CONFIG, "GET_ALL_TOPIC_CONFIG-21.body.json"),
+            (RequestCode.GET_ALL_CONSUMER_OFFSET, "GET_ALL_CONSUMER_OFFSET-43.body.json"),
+            (RequestCode.GET_ALL_DELAY_OFFSET, "GET_ALL_DELAY_OFFSET-45.body.json"),
+            (
+                RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+                "GET_ALL_SUBSCRIPTIONGROUP_CONFIG-201.body.json",
+            ),
+        ):
+            parsed = assert_like_java((await client.invoke(broker, req(code))).body, sample)
+        offsets = read((await client.invoke(broker, req(RequestCode.GET_ALL_CONSUMER_OFFSET))).body)
+        assert sorted(offsets.get("offsetTable").get(f"{TOPIC}@{GROUP}").keys()) == [0, 1, 2, 3]
+
         every = await client.invoke(broker, req(RequestCode.GET_ALL_PRODUCER_INFO))
         producers = read(every.body).get("data").get(PRODUCER)
         assert [p.get("clientId") for p in producers] == [producer.client.client_id]  # type: ignore[union-attr]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common import fastjson
 from pymq.common.admin_body import (
     BrokerStatsData,
@@ -32,6 +33,7 @@ from pymq.common.consumer import (
     SubscriptionData,
 )
 from pymq.common.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
+from pymq.common.topic import DataVersion, TopicConfig
 from tests.fastjson_reader import Obj, compatible, read, shape
 
 SAMPLES = Path(__file__).parent.parent / "data" / "java_wire_samples"
@@ -84,8 +86,28 @@ def route(d: dict[str, Any]) -> TopicRouteData:
     )
 
 
+def topic_configs(d: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "dataVersion": DataVersion(**d["dataVersion"]),
+        "topicConfigTable": {n: TopicConfig(**_snake(c)) for n, c in d["topicConfigTable"].items()},
+    }
+
+
+def group_configs(d: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "dataVersion": DataVersion(**d["dataVersion"]),
+        "subscriptionGroupTable": {
+            n: SubscriptionGroupConfig(**_snake(c)) for n, c in d["subscriptionGroupTable"].items()
+        },
+    }
+
+
 # Each captured body, rebuilt as pymq's classes from what pymq's reader read.
 REBUILD = {
+    "GET_ALL_TOPIC_CONFIG-21.body.json": topic_configs,
+    "GET_ALL_SUBSCRIPTIONGROUP_CONFIG-201.body.json": group_configs,
+    "GET_ALL_CONSUMER_OFFSET-43.body.json": lambda d: d,
+    "GET_ALL_DELAY_OFFSET-45.body.json": lambda d: d,
     "NS-GET_BROKER_CLUSTER_INFO-106.body.json": lambda d: ClusterInfo(
         {n: broker_data(b) for n, b in d["brokerAddrTable"].items()},
         dict(d["clusterAddrTable"]),

@@ -108,7 +108,9 @@ class AdminProcessor:
         return req.response()
 
     async def get_all_topic_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        return req.response(body=self.ctx.topic_config_manager.encode_bytes())
+        tcm = self.ctx.topic_config_manager
+        body = {"dataVersion": tcm.data_version, "topicConfigTable": dict(tcm.table)}
+        return req.response(body=fastjson.dumps(body))
 
     # -- offsets and messages -----------------------------------------------------------------
 
@@ -170,10 +172,15 @@ class AdminProcessor:
     async def get_all_consumer_offset(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        return req.response(body=self.ctx.consumer_offset_manager.encode_bytes())
+        # {"offsetTable":{"topic@group":{0:3,...}}}: queue ids as bare integer keys, as Java's.
+        table = self.ctx.consumer_offset_manager.offset_table
+        body = {"offsetTable": {key: dict(queues) for key, queues in list(table.items())}}
+        return req.response(body=fastjson.dumps(body))
 
     async def get_all_delay_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        return req.response(body=self.ctx.schedule.encode_bytes())
+        return req.response(
+            body=fastjson.dumps({"offsetTable": dict(self.ctx.schedule.offset_table)})
+        )
 
     # -- configs ------------------------------------------------------------------------------
 
@@ -215,7 +222,9 @@ class AdminProcessor:
     async def get_all_subscription_group_config(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        return req.response(body=self.ctx.subscription_group_manager.encode_bytes())
+        sgm = self.ctx.subscription_group_manager
+        body = {"dataVersion": sgm.data_version, "subscriptionGroupTable": dict(sgm.table)}
+        return req.response(body=fastjson.dumps(body))
 
     async def delete_subscription_group(
         self, channel: Channel, req: RemotingCommand

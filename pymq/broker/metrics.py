@@ -224,11 +224,12 @@ class BrokerCollector(Collector):
             "GroupGetLatencyByStoreTime",
             labels=GROUP_LABELS,
         )
-        diff = GaugeMetricFamily(
-            "rocketmq_group_diff",
-            "GroupDiff",
-            labels=["group", "topic", "countOfOnlineConsumers", "msgModel"],
+        diff_labels = ["group", "topic", "countOfOnlineConsumers", "msgModel"]
+        diff = GaugeMetricFamily("rocketmq_group_diff", "GroupDiff", labels=diff_labels)
+        retry_diff = GaugeMetricFamily(
+            "rocketmq_group_retrydiff", "GroupRetryDiff", labels=diff_labels
         )
+        dlq_diff = GaugeMetricFamily("rocketmq_group_dlqdiff", "GroupDLQDiff", labels=diff_labels)
         now = int(time.time() * 1000)
         for key, queues in list(b.consumer_offset_manager.offset_table.items()):
             topic, _, group = key.rpartition("@")
@@ -252,8 +253,12 @@ class BrokerCollector(Collector):
             info = b.consumer_manager.get(group)
             online = len(info.channels) if info is not None else 0
             model = info.message_model.value if info is not None else "CLUSTERING"
-            if not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
-                diff.add_metric([group, topic, str(online), model], broker_total - consumed)
+            family = diff
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                family = retry_diff
+            elif topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+                family = dlq_diff
+            family.add_metric([group, topic, str(online), model], broker_total - consumed)
         yield from (
             consumer_tps,
             consumer_size,
@@ -262,6 +267,8 @@ class BrokerCollector(Collector):
             accumulation,
             latency,
             diff,
+            retry_diff,
+            dlq_diff,
         )
 
     def _broker_nums(self) -> Iterator[Metric]:

@@ -97,6 +97,9 @@ async def test_metrics_after_sends_and_consumes(tmp_path) -> None:
                 value(samples, "rocketmq_group_get_latency_by_storetime", group=GROUP, **where) == 0
             )
             assert value(samples, "rocketmq_broker_tps", cluster="DefaultCluster") > 0
+            assert value(samples, "rocketmq_group_diff", group=GROUP, topic=TOPIC) == 0
+            retry = f"%RETRY%{GROUP}"
+            assert value(samples, "rocketmq_group_retrydiff", group=GROUP, topic=retry) == 0
             runtime = value(samples, "rocketmq_brokeruntime_putmessage_times_total")
             assert runtime == 6
             ((labels, _),) = samples["rocketmq_brokeruntime_put_tps10"]

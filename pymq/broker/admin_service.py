@@ -348,11 +348,12 @@ class AdminService:
                         "lastTimestamp": max(last, 0),
                     }
                 )
+        stats = self.broker.stats
         return {
             "group": group,
             "queues": queues,
             "diffTotal": sum(q["lag"] for q in queues),
-            "consumeTps": 0.0,
+            "consumeTps": sum(stats.minute_tps(GROUP_GET_NUMS, f"{t}@{group}") for t in topics),
         }
 
     def consumer_connection(self, group: str) -> dict[str, Any]:

@@ -57,6 +57,9 @@ METRICS_PATH = "/metrics"
 MAX_CONNECTIONS = 16
 MAX_HEAD_BYTES = 8192
 HEAD_TIMEOUT = 10.0
+# After refusing an oversized head: how long and how much more is read before closing.
+DRAIN_TIMEOUT = 1.0
+DRAIN_MAX_BYTES = 1024 * 1024
 
 # rocketmq_brokeruntime_* gauges read from GET_BROKER_RUNTIME_INFO's table: name -> key.
 RUNTIME_GAUGES = {
@@ -366,6 +369,7 @@ class MetricsServer:
                 head += chunk
                 if len(head) > MAX_HEAD_BYTES:
                     await self._answer(stream, 431, "Request Header Fields Too Large", b"")
+                    await self._drain(stream)
                     return
         if b"\n" not in head:
             return  # timed out before a request line
@@ -383,6 +387,19 @@ class MetricsServer:
             return
         body = self.render()
         await self._answer(stream, 200, "OK", body, CONTENT_TYPE_LATEST, send_body=method == "GET")
+
+    @staticmethod
+    async def _drain(stream: trio.SocketStream) -> None:
+        """Read what the client still sends (bounded, briefly) so that closing with unread
+        data does not reset the connection before it has read the answer."""
+        await stream.send_eof()
+        received = 0
+        with trio.move_on_after(DRAIN_TIMEOUT):
+            while received < DRAIN_MAX_BYTES:
+                chunk = await stream.receive_some(MAX_HEAD_BYTES)
+                if not chunk:
+                    break
+                received += len(chunk)
 
     @staticmethod
     async def _answer(

@@ -10,6 +10,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from pymq.broker.controller import BrokerController
+from pymq.broker.metrics import MAX_HEAD_BYTES
 from pymq.client import Message, Producer, PushConsumer, topics
 from pymq.common.config import ConfigError
 from pymq.common.consumer import ConsumeFromWhere
@@ -127,6 +128,10 @@ async def test_metrics_after_sends_and_consumes(tmp_path) -> None:
         assert (await http(port, b"GET /other HTTP/1.1\r\n\r\n"))[0] == 404
         assert (await http(port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405
         assert (await http(port, b"nonsense\r\n\r\n"))[0] == 400
+        huge = b"GET /metrics HTTP/1.1\r\nX: " + b"a" * (MAX_HEAD_BYTES + 10) + b"\r\n\r\n"
+        assert (await http(port, huge))[0] == 431
+        head_only = await http(port, b"HEAD /metrics HTTP/1.1\r\n\r\n")
+        assert head_only == (200, b"")
     # Stopped with the broker: nothing listens any more.
     try:
         stream = await trio.open_tcp_stream("127.0.0.1", port)

@@ -441,6 +441,129 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
     )
 
 
+async def producer_connection(admin: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin producerConnection: the connected producers of a group, on the topic's brokers."""
+    data: list[dict[str, Any]] = []
+    rows: list[list[object]] = []
+    for name, addr in (await admin.topic_masters(args.topic)).items():
+        reply = await admin.invoke(
+            addr,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST,
+            {"producerGroup": args.producerGroup},
+            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+        )
+        if reply.code != ResponseCode.SUCCESS:
+            continue
+        for c in fastjson.loads(reply.body).get("connectionSet", []):
+            data.append({"brokerName": name, **c})
+            rows.append(
+                [len(rows) + 1, c["clientId"], c["clientAddr"], c["language"], c["version"]]
+            )
+    if not data:
+        raise CliError(f"the producer group[{args.producerGroup}] not exist")
+    headers = ["#", "#ClientId", "#ClientAddr", "#Language", "#Version"]
+    return Output(data, headers, rows)
+
+
+async def consumer_status(admin: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin consumerStatus: each online member's running info (relayed by the broker)."""
+    for addr in (await admin.all_masters()).values():
+        reply = await admin.invoke(
+            addr,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST,
+            {"consumerGroup": args.consumerGroup},
+            ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
+        )
+        if reply.code != ResponseCode.SUCCESS:
+            continue
+        data, rows = [], []
+        for c in fastjson.loads(reply.body).get("connectionSet", []):
+            info = await admin.invoke(
+                addr,
+                RequestCode.GET_CONSUMER_RUNNING_INFO,
+                {
+                    "consumerGroup": args.consumerGroup,
+                    "clientId": c["clientId"],
+                    "jstackEnable": False,
+                },
+            )
+            running = fastjson.loads(info.body)
+            props = running.get("properties", {})
+            queues = queue_rows(running.get("mqTable", {}))
+            data.append({"clientId": c["clientId"], "properties": props, "queues": queues})
+            rows.append(
+                [
+                    c["clientId"],
+                    c["language"],
+                    props.get("PROP_CLIENT_VERSION", "-"),
+                    props.get("messageModel", "-"),
+                    len(queues),
+                ]
+            )
+        headers = ["#ClientId", "#Language", "#Version", "#MessageModel", "#Queues"]
+        return Output(data, headers, rows)
+    raise CliError(f"the consumer group [{args.consumerGroup}] not online")
+
+
+async def stats_all(admin: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin statsAll: per topic and consuming group, the last minute's TPS (315)."""
+    if args.topic:
+        topic_names = [args.topic]
+    else:
+        reply = await admin.invoke(admin.namesrv, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        topic_names = sorted(loads_lenient(reply.body).get("topicList", []))
+    data, rows = [], []
+
+    async def minute(addr: str, name: str, key: str) -> dict[str, Any] | None:
+        reply = await admin.invoke(
+            addr,
+            RequestCode.VIEW_BROKER_STATS_DATA,
+            {"statsName": name, "statsKey": key},
+            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+        )
+        if reply.code != ResponseCode.SUCCESS:
+            return None  # no item yet: nothing sent or pulled since the broker started
+        minute_stats: dict[str, Any] = fastjson.loads(reply.body)["statsMinute"]
+        return minute_stats
+
+    for topic in topic_names:
+        if topic.startswith(("%RETRY%", "%DLQ%")):
+            continue
+        try:
+            masters = await admin.topic_masters(topic)
+        except CliError:
+            continue
+        for addr in masters.values():
+            put = await minute(addr, "TOPIC_PUT_NUMS", topic)
+            if put is None:
+                continue
+            who = await admin.invoke(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+            groups = fastjson.loads(who.body).get("groupList", []) or [""]
+            for group in groups:
+                got = await minute(addr, "GROUP_GET_NUMS", f"{topic}@{group}") if group else None
+                entry = {
+                    "topic": topic,
+                    "group": group,
+                    "inTps": put["tps"],
+                    "outTps": got["tps"] if got else 0.0,
+                    "inMsgLastMinute": put["sum"],
+                    "outMsgLastMinute": got["sum"] if got else 0,
+                }
+                data.append(entry)
+                rows.append(
+                    [
+                        topic,
+                        group or "-",
+                        f"{entry['inTps']:.2f}",
+                        f"{entry['outTps']:.2f}",
+                        entry["inMsgLastMinute"],
+                        entry["outMsgLastMinute"],
+                    ]
+                )
+    headers = ["#Topic", "#Consumer Group", "#InTPS", "#OutTPS", "#InMsg1Min", "#OutMsg1Min"]
+    return Output(data, headers, rows)
+
+
 async def consumer_connection(admin: Admin, args: argparse.Namespace) -> Output:
     for addr in (await admin.all_masters()).values():
         reply = await admin.invoke(
@@ -733,6 +856,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--topic", help="only this topic")
     p = command("consumerConnection", consumer_connection, "Online members of a group")
     p.add_argument("-g", "--consumerGroup", required=True)
+    p = command("consumerStatus", consumer_status, "Running info of a group's online members")
+    p.add_argument("-g", "--consumerGroup", required=True)
+    p = command("producerConnection", producer_connection, "Connected producers of a group")
+    p.add_argument("-g", "--producerGroup", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p = command("statsAll", stats_all, "Last minute's in/out TPS per topic and group")
+    p.add_argument("-t", "--topic", help="only this topic")
     p = command("queryMsgById", query_msg_by_id, "A message by offset id (or unique key, -t)")
     p.add_argument("-i", "--msgId", required=True)
     p.add_argument("-t", "--topic", help="topic to search when the id is a unique key")

@@ -17,7 +17,7 @@ from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from tests.fastjson_reader import Obj, compatible, read, shape
-from tests.helpers import wait_until
+from tests.helpers import start_minute_window, wait_until
 
 SAMPLES = Path(__file__).parent.parent / "data" / "java_wire_samples"
 TOPIC, GROUP, PRODUCER = "TopicA", "CG_CAP", "PG_STAY"
@@ -63,7 +63,7 @@ async def test_admin_bodies_and_reset_reach_a_live_consumer(
         await consumer.persist_offsets()
         stats = pymq_cluster.broker.stats
         # Two minute snapshots, as StatsItem takes every 10 s (not waited for here).
-        stats.snapshot("minute", int(time.time() * 1000) - 10_000)
+        start_minute_window(stats, int(time.time() * 1000) - 10_000)
         sent.append(await producer.send(Message(TOPIC, b"late")))
         await wait_until(lambda: len(received) >= 13, timeout=30, interval=0.05)
         stats.snapshot("minute", int(time.time() * 1000))

@@ -17,7 +17,7 @@ from pymq.common.consumer import ConsumeFromWhere
 from pymq.common.message import MessageExt
 from pymq.embedded import build_cluster, open_cluster
 from pymq.testing import TEST_PROPERTIES
-from tests.helpers import wait_until
+from tests.helpers import start_minute_window, wait_until
 
 TOPIC, GROUP = "MetricsTopic", "metrics-group"
 
@@ -80,7 +80,7 @@ async def test_metrics_after_sends_and_consumes(tmp_path) -> None:
                 await producer.send(Message(TOPIC, b"m0"))
                 await wait_until(lambda: len(received) >= 1, timeout=30, interval=0.05)
                 # A minute snapshot once the stats items exist (StatsItem takes one every 10 s).
-                stats.snapshot("minute", int(time.time() * 1000) - 10_000)
+                start_minute_window(stats, int(time.time() * 1000) - 10_000)
                 for i in range(1, 6):
                     await producer.send(Message(TOPIC, f"m{i}".encode()))
                 await wait_until(lambda: len(received) >= 6, timeout=30, interval=0.05)

@@ -297,16 +297,6 @@ class AdminService:
             names.add(key.rsplit("@", 1)[-1])
         return sorted(names)
 
-    def group_known(self, group: str) -> bool:
-        """Whether the broker knows ``group`` at all: a subscription group config, committed
-        offsets, or an online member."""
-        b = self.broker
-        return (
-            group in b.subscription_group_manager.table
-            or b.consumer_manager.get(group) is not None
-            or bool(b.consumer_offset_manager.topics_of_group(group))
-        )
-
     def _group_topics(self, group: str) -> list[str]:
         topics = set(self.broker.consumer_offset_manager.topics_of_group(group))
         info = self.broker.consumer_manager.get(group)

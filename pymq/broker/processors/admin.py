@@ -302,10 +302,6 @@ class AdminProcessor:
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         head: H.ResetOffsetRequestHeader = H.decode_request(req)
-        if not self.service.group_known(head.group):  # Java's answer, nothing changed
-            return req.response(
-                ResponseCode.SYSTEM_ERROR, f"THe consumer group <{head.group}> not exist"
-            )
         try:
             result, body = self.service.reset_offset(
                 head.group, head.topic, head.timestamp, head.is_force

@@ -9,8 +9,11 @@ computed the way the exporter computes them from the admin answers (VIEW_BROKER_
 minute TPS, topic and consume stats, runtime info), at scrape time, from the broker's own state.
 ``rocketmq_message_accumulation`` (the dashboard computes it from two others) is served too.
 
-Not served: the exporter's ``rocketmq_client_*`` metrics (they come from asking every consumer
-for its running info) and ``rocketmq_broker_commitlog_diff`` (needs the slaves' offsets).
+The ``rocketmq_client_*`` gauges come, as the exporter gets them, from asking each online
+consumer for its running info (GET_CONSUMER_RUNNING_INFO's ``statusTable``): the server does so
+every :data:`CLIENT_METRICS_PERIOD` seconds (at most :data:`MAX_CLIENTS_PER_ROUND` clients,
+:data:`CLIENT_CALL_TIMEOUT` seconds each) and serves the last answers.  Not served:
+``rocketmq_broker_commitlog_diff`` (needs the slaves' offsets).
 
 The text is written by ``prometheus_client`` (a registry per broker, one collector).  The HTTP
 side is a small Trio server in the broker's nursery: ``GET /metrics`` only, one request per
@@ -42,7 +45,13 @@ from pymq.broker.stats import (
     TOPIC_PUT_SIZE,
     StatsItem,
 )
+from pymq.common import fastjson
 from pymq.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from pymq.remoting import headers as H
+from pymq.remoting.channel import Channel
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.errors import RemotingError
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
@@ -120,6 +129,21 @@ PMDT_SUFFIXES = (
     "5to10s",
     "10stomore",
 )
+# The rocketmq_client_* gauges: metric name -> ConsumeStatus field.
+CLIENT_GAUGES = {
+    "rocketmq_client_consume_fail_msg_count": "consumeFailedMsgs",
+    "rocketmq_client_consume_fail_msg_tps": "consumeFailedTPS",
+    "rocketmq_client_consume_ok_msg_tps": "consumeOKTPS",
+    "rocketmq_client_consume_rt": "consumeRT",
+    "rocketmq_client_consumer_pull_rt": "pullRT",
+    "rocketmq_client_consumer_pull_tps": "pullTPS",
+}
+CLIENT_LABELS = ["clientAddr", "clientId", "group", "topic"]
+# How often the online consumers are asked for their status, how many per round at most, and
+# how long each may take to answer.
+CLIENT_METRICS_PERIOD = 30.0
+MAX_CLIENTS_PER_ROUND = 1000
+CLIENT_CALL_TIMEOUT = 5.0
 RUNTIME_LABELS = ["cluster", "brokerIP", "brokerHost", "des", "boottime", "broker_version"]
 TOPIC_LABELS = ["cluster", "broker", "topic"]
 GROUP_LABELS = ["cluster", "broker", "topic", "group"]
@@ -144,12 +168,57 @@ class BrokerCollector(Collector):
 
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        # (clientAddr, clientId, group, topic) -> that topic's ConsumeStatus, as last answered.
+        self.client_status: dict[tuple[str, str, str, str], dict[str, object]] = {}
 
     def collect(self) -> Iterable[Metric]:
         yield from self._topics()
         yield from self._groups()
         yield from self._broker_nums()
         yield from self._runtime()
+        yield from self._clients()
+
+    def _clients(self) -> Iterator[Metric]:
+        for name, field in CLIENT_GAUGES.items():
+            family = GaugeMetricFamily(name, field, labels=CLIENT_LABELS)
+            for labels, status in list(self.client_status.items()):
+                value = status.get(field)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    family.add_metric(list(labels), float(value))
+            yield family
+
+    async def refresh_client_status(self) -> int:
+        """Ask each online consumer for its running info; keep the statusTable answers.
+        Returns how many clients answered."""
+        fresh: dict[tuple[str, str, str, str], dict[str, object]] = {}
+        asked = answered = 0
+        for group, info in list(self.broker.consumer_manager.groups.items()):
+            for client in list(info.channels.values()):
+                channel = client.channel
+                if asked >= MAX_CLIENTS_PER_ROUND:
+                    break
+                if not isinstance(channel, Channel) or channel.closed:
+                    continue
+                asked += 1
+                header = H.GetConsumerRunningInfoRequestHeader(group, client.client_id, False)
+                request = RemotingCommand.request(
+                    RequestCode.GET_CONSUMER_RUNNING_INFO, H.encode(header)
+                )
+                try:
+                    answer = await channel.invoke(request, CLIENT_CALL_TIMEOUT)
+                    table = fastjson.loads(answer.body).get("statusTable", {})
+                except (RemotingError, ValueError, AttributeError) as exc:
+                    log.debug("running info of %s: %s", client.client_id, exc)
+                    continue
+                if answer.code != ResponseCode.SUCCESS or not isinstance(table, dict):
+                    continue
+                answered += 1
+                for topic, status in table.items():
+                    if isinstance(topic, str) and isinstance(status, dict):
+                        key = (client.remote_address, client.client_id, group, topic)
+                        fresh[key] = status
+        self.client_status = fresh
+        return answered
 
     def _names(self) -> tuple[str, str, str]:
         bc = self.broker.broker_config
@@ -330,7 +399,8 @@ class MetricsServer:
         self.host = host
         self.port = port
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(BrokerCollector(broker))
+        self.collector = BrokerCollector(broker)
+        self.registry.register(self.collector)
         self._slots = trio.Semaphore(MAX_CONNECTIONS)
 
     @property
@@ -345,8 +415,14 @@ class MetricsServer:
         self.port = listeners[0].socket.getsockname()[1]
         log.info("Prometheus metrics on %s", self.url)
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._poll_clients)
             task_status.started(self.port)
             await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
+
+    async def _poll_clients(self) -> None:
+        while True:
+            await trio.sleep(CLIENT_METRICS_PERIOD)
+            await self.collector.refresh_client_status()
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         async with stream:

@@ -37,6 +37,7 @@ from pymq.common import fastjson
 from pymq.common.admin_body import (
     ConsumeMessageDirectlyResult,
     ConsumerRunningInfo,
+    ConsumeStatus,
     GetConsumerStatusBody,
     ProcessQueueInfo,
 )
@@ -281,6 +282,23 @@ class PullConsumer(_Base):
         )
 
 
+@attrs.define
+class _TopicCounters:
+    """What ConsumerStatsManager counts for one topic: found pulls and their round trips,
+    messages pulled, consumed and failed, handler calls and their time."""
+
+    pulls: int = 0
+    pull_rt_ms: float = 0.0
+    pulled: int = 0
+    ok: int = 0
+    failed: int = 0
+    calls: int = 0
+    consume_rt_ms: float = 0.0
+
+    def copy(self) -> _TopicCounters:
+        return attrs.evolve(self)
+
+
 class PushConsumer(_Base):
     def __init__(
         self,
@@ -310,6 +328,10 @@ class PushConsumer(_Base):
         self._rebalance_now = trio.Event()
         self.rebalanced = trio.Event()
         self.start_timestamp = 0
+        # Per topic counters for GET_CONSUMER_RUNNING_INFO's statusTable, and what they were
+        # (with when) at the previous such request: the rates cover the time between.
+        self._counters: dict[str, _TopicCounters] = {}
+        self._counted_at: tuple[float, dict[str, _TopicCounters]] = (time.monotonic(), {})
 
     @property
     def clustering(self) -> bool:
@@ -440,6 +462,34 @@ class PushConsumer(_Base):
         )
         return req.response(remark=NOT_SET_REMARK, body=fastjson.dumps(body))
 
+    def _topic_counters(self, topic: str) -> _TopicCounters:
+        counters = self._counters.get(topic)
+        if counters is None:
+            counters = self._counters[topic] = _TopicCounters()
+        return counters
+
+    def consume_status(self) -> dict[str, ConsumeStatus]:
+        """Each topic's ConsumeStatus since the previous call (at least a second): messages
+        pulled and consumed per second, the average pull and handler times (ms), and the
+        messages that failed since the consumer started."""
+        now = time.monotonic()
+        then, before = self._counted_at
+        elapsed = max(now - then, 1.0)
+        status = {}
+        for topic, c in self._counters.items():
+            p = before.get(topic, _TopicCounters())
+            pulls, calls = c.pulls - p.pulls, c.calls - p.calls
+            status[topic] = ConsumeStatus(
+                pull_rt=(c.pull_rt_ms - p.pull_rt_ms) / pulls if pulls else 0.0,
+                pull_tps=(c.pulled - p.pulled) / elapsed,
+                consume_rt=(c.consume_rt_ms - p.consume_rt_ms) / calls if calls else 0.0,
+                consume_ok_tps=(c.ok - p.ok) / elapsed,
+                consume_failed_tps=(c.failed - p.failed) / elapsed,
+                consume_failed_msgs=c.failed,
+            )
+        self._counted_at = (now, {t: c.copy() for t, c in self._counters.items()})
+        return status
+
     async def _running_info_request(self, req: RemotingCommand) -> RemotingCommand:
         """GET_CONSUMER_RUNNING_INFO: settings, subscriptions and owned queues."""
         assert self.client is not None
@@ -468,6 +518,7 @@ class PushConsumer(_Base):
                 )
                 for mq in sorted(self.assigned)
             },
+            status_table=self.consume_status(),
         )
         return req.response(remark=NOT_SET_REMARK, body=fastjson.dumps(info))
 
@@ -577,6 +628,7 @@ class PushConsumer(_Base):
             expression = sub.sub_string if sub else "*"
             while True:
                 offset = self.offsets[mq]
+                begin = time.monotonic()
                 try:
                     result = await self.pull(
                         mq,
@@ -592,6 +644,10 @@ class PushConsumer(_Base):
                     await trio.sleep(PULL_RETRY_DELAY)
                     continue
                 if result.messages:
+                    counters = self._topic_counters(mq.topic)
+                    counters.pulls += 1
+                    counters.pull_rt_ms += (time.monotonic() - begin) * 1000
+                    counters.pulled += len(result.messages)
                     await self._consume(mq, result.messages)
                 self.offsets[mq] = result.next_begin_offset
 
@@ -602,14 +658,20 @@ class PushConsumer(_Base):
                 msg.topic = retry_of
         for start in range(0, len(messages), self.batch_size):
             batch = messages[start : start + self.batch_size]
+            counters = self._topic_counters(mq.topic)
             while True:
+                begin = time.monotonic()
                 try:
                     ok = await self.handler(batch)
                 except Exception:
                     log.exception("consumer handler of %s failed", self.group)
                     ok = False
+                counters.calls += 1
+                counters.consume_rt_ms += (time.monotonic() - begin) * 1000
                 if ok is not False:
+                    counters.ok += len(batch)
                     break
+                counters.failed += len(batch)
                 if not self.clustering:
                     log.warning("broadcast consume failed, dropping %d messages", len(batch))
                     break

@@ -86,6 +86,16 @@ async def test_metrics_after_sends_and_consumes(tmp_path) -> None:
                 await wait_until(lambda: len(received) >= 6, timeout=30, interval=0.05)
                 await consumer.persist_offsets()
                 stats.snapshot("minute", int(time.time() * 1000))
+                # The rocketmq_client_* gauges: the consumers' own figures, asked for (every
+                # 30 s by the server; here at once).
+                assert await metrics.collector.refresh_client_status() == 1
+                client_samples = await scrape(port)
+                cid = consumer.client.client_id  # type: ignore[union-attr]
+                mine = {"clientId": cid, "group": GROUP, "topic": TOPIC}
+                assert value(client_samples, "rocketmq_client_consume_ok_msg_tps", **mine) > 0
+                assert value(client_samples, "rocketmq_client_consumer_pull_tps", **mine) > 0
+                assert value(client_samples, "rocketmq_client_consume_fail_msg_count", **mine) == 0
+                assert value(client_samples, "rocketmq_client_consume_rt", **mine) >= 0
             samples = await scrape(port)
             where = {"cluster": "DefaultCluster", "broker": "broker-a", "topic": TOPIC}
             assert value(samples, "rocketmq_producer_offset", **where) == 6

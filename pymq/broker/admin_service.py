@@ -97,6 +97,9 @@ RESTART_ONLY_KEYS = frozenset(
         "adminMaxMessageBytes",
         "adminMaxRequestHeadBytes",
         "rocketmqHome",
+        "metricsExporterType",
+        "metricsPromExporterHost",
+        "metricsPromExporterPort",
     }
 )
 # A body preview is this many bytes of the body, decoded as UTF-8 with replacement.

@@ -9,6 +9,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from pymq.broker.admin_service import AdminError
 from pymq.broker.controller import BrokerController
 from pymq.broker.metrics import MAX_HEAD_BYTES
 from pymq.client import Message, Producer, PushConsumer, topics
@@ -135,6 +136,9 @@ async def test_metrics_after_sends_and_consumes(tmp_path) -> None:
         lag = value(samples, "rocketmq_group_get_latency_by_storetime", group=GROUP, **where)
         assert lag >= 0
 
+        # Where the endpoint listens is fixed at start.
+        with pytest.raises(AdminError, match="metricsPromExporterPort"):
+            cluster.broker.context.admin.update_broker_config({"metricsPromExporterPort": "1"})
         assert (await http(port, b"GET /other HTTP/1.1\r\n\r\n"))[0] == 404
         assert (await http(port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405
         assert (await http(port, b"nonsense\r\n\r\n"))[0] == 400

@@ -411,7 +411,14 @@ class MetricsServer:
         return generate_latest(self.registry)
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        try:
+            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"the Prometheus endpoint cannot listen on {self.host}:{self.port} "
+                f"(metricsPromExporterHost/metricsPromExporterPort): {exc.strerror or exc}",
+            ) from exc
         self.port = listeners[0].socket.getsockname()[1]
         log.info("Prometheus metrics on %s", self.url)
         async with trio.open_nursery() as nursery:

@@ -165,3 +165,37 @@ def test_unsupported_exporter_type_refused(tmp_path) -> None:
         _, configs = build_cluster(str(tmp_path), properties=props)
         with pytest.raises(ConfigError, match=message):
             BrokerController(*configs)  # type: ignore[arg-type]
+
+
+def _messages(exc: BaseException) -> list[str]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [m for sub in exc.exceptions for m in _messages(sub)]
+    return [str(exc)]
+
+
+async def test_port_in_use_fails_the_start_with_a_clear_error(tmp_path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        props = dict(
+            TEST_PROPERTIES,
+            metricsExporterType="PROM",
+            metricsPromExporterHost="127.0.0.1",
+            metricsPromExporterPort=str(port),
+        )
+        with pytest.raises(BaseException) as caught:
+            async with open_cluster(
+                str(tmp_path),
+                namesrv_port=0,
+                broker_port=0,
+                bind_address="127.0.0.1",
+                properties=props,
+            ):
+                pass
+    assert any(
+        f"Prometheus endpoint cannot listen on 127.0.0.1:{port}" in m
+        for m in _messages(caught.value)
+    )

@@ -23,6 +23,8 @@ from pymq.namesrv.config import NAMESRV_DEFAULT_PORT
 
 # The embedded default's admin channel port (rocketmq-dashboard also defaults to 8080).
 ADMIN_DEFAULT_PORT = 8080
+# RocketMQ 5.x's metricsPromExporterPort default.
+METRICS_DEFAULT_PORT = 5557
 
 WELCOME = """\
 pymq is running: name server {namesrv}, broker {broker}, data in {data}
@@ -31,7 +33,11 @@ Send and receive a first message (in another terminal, from this directory):
   .venv/bin/python -m pymq.client send --namesrv {namesrv} --topic TopicTest --body "hello pymq"
   .venv/bin/python -m pymq.client consume --namesrv {namesrv} --topic TopicTest --group demo
 Any RocketMQ 4.x client works too: point it at name server {namesrv}.
-{admin}Press Ctrl-C to stop.
+{admin}{metrics}Press Ctrl-C to stop.
+"""
+
+METRICS_WELCOME = """\
+Prometheus:    {url}   (rocketmq-exporter's metric names; its Grafana dashboard works)
 """
 
 ADMIN_WELCOME = """\
@@ -57,6 +63,7 @@ async def serve(args: argparse.Namespace, overrides: dict[str, str]) -> None:
                     broker=cluster.broker_addr,
                     data=args.data,
                     admin=_admin_text(cluster),
+                    metrics=_metrics_text(cluster),
                 ),
                 flush=True,
             )
@@ -85,7 +92,16 @@ async def serve_groups(args: argparse.Namespace, overrides: dict[str, str]) -> N
             admin_port=args.admin_port,
             log_level=args.log_level,
         ) as groups:
-            admin = (
+            metrics_port = overrides.get("metricsPromExporterPort", "")
+            if overrides.get("metricsExporterType", "").upper() == "PROM" and metrics_port:
+                urls = ", ".join(
+                    f"http://127.0.0.1:{int(metrics_port) + i}/metrics"
+                    for i in range(len(groups.brokers))
+                )
+                metrics = f"Prometheus:    {urls}\n"
+            else:
+                metrics = ""
+            admin = metrics + (
                 f"Admin console: http://127.0.0.1:{args.admin_port}/ (served by broker-a)\n"
                 f"Admin token:   in {os.path.join(args.data, 'broker-a', 'store', 'config')}"
                 "/adminToken\n"
@@ -104,6 +120,11 @@ async def serve_groups(args: argparse.Namespace, overrides: dict[str, str]) -> N
             )
             async for _ in signals:
                 break
+
+
+def _metrics_text(cluster: Cluster) -> str:
+    metrics = cluster.broker.metrics
+    return METRICS_WELCOME.format(url=metrics.url) if metrics is not None else ""
 
 
 def _admin_text(cluster: Cluster) -> str:
@@ -137,6 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         help="run N broker groups, one process each (default: one broker in this process)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=METRICS_DEFAULT_PORT,
+        help="Prometheus /metrics port on the broker's address (0 disables it; with --groups, "
+        "group i serves it on this port + i)",
+    )
     parser.add_argument("--log-level", default="WARNING")
     args, extra = parser.parse_known_args(argv)
     try:
@@ -144,6 +172,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # The embedded default serves Prometheus metrics (--metrics-port 0 turns them off; the
+    # RocketMQ keys, when given, win).
+    if args.metrics_port:
+        overrides.setdefault("metricsExporterType", "PROM")
+        overrides.setdefault("metricsPromExporterPort", str(args.metrics_port))
+    else:
+        overrides.setdefault("metricsExporterType", "DISABLE")
     setup_logging(args.log_level)
     if args.groups is not None:
         status = run_main(serve_groups, args, overrides, what="pymq")

@@ -6,7 +6,8 @@ and each group's master runs as ``python -m pymq.broker`` in a child process of 
 (``broker-a``, ``broker-b``, … in cluster ``DefaultCluster``), with its store under
 ``DATA/broker-X/``.  Group *i* listens on ``broker_port + 10 * i`` (and, as every pymq broker,
 on that port - 2 for VIP channels and + 1 for HA).  The first group serves the admin console
-when an admin port is given.
+when an admin port is given; with a ``metricsPromExporterPort``, group *i* serves Prometheus
+metrics on that port + *i*.
 
 Children are stopped with SIGTERM (a clean shutdown: unregister, flush, checkpoint) when the
 context ends, killed if they have not stopped after :data:`STOP_TIMEOUT` seconds, and are sent
@@ -117,6 +118,8 @@ def broker_command(
     if index == 0 and admin_port:
         cmd += ["--adminListenPort", str(admin_port)]
     for key, value in properties.items():
+        if key == "metricsPromExporterPort" and value.strip().isdigit() and int(value):
+            value = str(int(value) + index)  # one /metrics port per group
         cmd += [f"--{key}", value]
     return cmd
 

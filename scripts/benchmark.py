@@ -117,9 +117,10 @@ def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subproc
                 str(free_port()),
                 "--admin-port",  # no console: two benchmarks must not share port 8080
                 "0",
+                "--metrics-port",  # nor a fixed metrics port
+                "0",
                 "--log-level",
                 "ERROR",
-                *getattr(args, "embedded_args", []),
                 *common,
             ]
         )
@@ -727,7 +728,6 @@ async def acl_run(args: argparse.Namespace, enabled: bool) -> tuple[float, float
         credentials = None
         admin = None
         args.extra_server_args = []
-        args.embedded_args = ["--admin-port", "0"]  # runs back to back: no fixed port to wait for
         if enabled:
             home = os.path.join(tmp, "home")
             os.makedirs(os.path.join(home, "conf"))

@@ -98,3 +98,12 @@ def damaged(buf: bytearray, where: int, value: int, truncate: bool) -> bytearray
         return buf[:where] + bytes(len(buf) - where)
     buf[where] = value
     return buf
+
+
+def start_minute_window(stats: object, wall_ms: int) -> None:
+    """Begin the broker stats' minute windows afresh with a snapshot at ``wall_ms`` (the
+    broker's own 10 s snapshots may already have started them at any moment)."""
+    for table in stats.items.values():  # type: ignore[attr-defined]
+        for item in table.values():
+            item.minute.clear()
+    stats.snapshot("minute", wall_ms)  # type: ignore[attr-defined]

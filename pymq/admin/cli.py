@@ -24,6 +24,7 @@ import yaml
 
 from pymq.broker.admin_service import message_view, perm_text
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
+from pymq.common import fastjson
 from pymq.common.message import RecordError, decode_offset_msg_id, decode_record, iter_records
 from pymq.common.properties import parse_properties
 from pymq.common.serde import loads_lenient, to_json
@@ -145,7 +146,9 @@ class Admin:
             raise CliError(f"{code.name} to {addr} failed: {exc}") from None
         if reply.code not in ok:
             name = _code_name(reply.code)
-            raise CliError(f"{code.name} to {addr}: {name}: {reply.remark or 'no remark'}")
+            # One line: RocketMQ's remarks may carry a second one (the FAQ link).
+            remark = (reply.remark or "no remark").splitlines()[0]
+            raise CliError(f"{code.name} to {addr}: {name}: {remark}")
         return reply
 
     async def cluster_info(self) -> dict[str, Any]:
@@ -210,6 +213,17 @@ def _code_name(code: int) -> str:
         return f"code {code}"
 
 
+def queue_rows(table: dict[Any, Any]) -> list[dict[str, Any]]:
+    """A map keyed by MessageQueue (fastjson's form) as rows: the queue's fields, then the
+    value's, ordered by topic and queue id."""
+    rows = []
+    for mq, value in table.items():
+        row = dict(mq)
+        row.update(value if isinstance(value, dict) else {"offset": value})
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r.get("topic", ""), r.get("queueId", 0)))
+
+
 # -- subcommands ------------------------------------------------------------------------------
 
 
@@ -227,8 +241,9 @@ async def cluster_list(admin: Admin, args: argparse.Namespace) -> Output:
                     table = loads_lenient(reply.body).get("table", {})
                 except CliError:
                     table = {}
-                put = (table.get("putTps") or "0").split()[0]
-                get = (table.get("getTransferedTps") or "0").split()[0]
+                # The 10 s rate; RocketMQ leaves a window empty until it has been sampled.
+                put = ((table.get("putTps") or "").split() or ["0"])[0]
+                get = ((table.get("getTransferedTps") or "").split() or ["0"])[0]
                 entry = {
                     "clusterName": cluster,
                     "brokerName": name,
@@ -322,7 +337,7 @@ async def topic_status(admin: Admin, args: argparse.Namespace) -> Output:
     data, rows = [], []
     for name, addr in (await admin.topic_masters(args.topic)).items():
         reply = await admin.invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": args.topic})
-        for q in loads_lenient(reply.body).get("offsetTable", []):
+        for q in queue_rows(fastjson.loads(reply.body).get("offsetTable", {})):
             q["brokerName"] = name
             data.append(q)
             rows.append(
@@ -383,10 +398,12 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
             diff, online = 0, 0
             for addr in masters.values():
                 reply = await admin.invoke(
-                    addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group}, ok=(0, 26)
+                    addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group}
                 )
-                if reply.code == ResponseCode.SUCCESS:
-                    diff += sum(q["lag"] for q in loads_lenient(reply.body)["offsetTable"])
+                diff += sum(
+                    q["brokerOffset"] - q["consumerOffset"]
+                    for q in queue_rows(fastjson.loads(reply.body).get("offsetTable", {}))
+                )
                 conn = await admin.invoke(
                     addr,
                     RequestCode.GET_CONSUMER_CONNECTION_LIST,
@@ -394,25 +411,22 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
                     ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
                 )
                 if conn.code == ResponseCode.SUCCESS:
-                    online += len(json.loads(conn.body).get("connectionSet", []))
+                    online += len(fastjson.loads(conn.body).get("connectionSet", []))
             data.append({"group": group, "count": online, "diffTotal": diff})
             rows.append([group, online, diff])
         return Output(data, ["#Group", "#Count", "#Diff Total"], rows)
     fields = {"consumerGroup": args.consumerGroup, "topic": args.topic}
     data, rows = [], []
     found = False
+    tps = 0.0
     for name, addr in masters.items():
-        reply = await admin.invoke(
-            addr,
-            RequestCode.GET_CONSUME_STATS,
-            fields,
-            ok=(ResponseCode.SUCCESS, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST),
-        )
-        if reply.code != ResponseCode.SUCCESS:
-            continue
-        found = True
-        for q in loads_lenient(reply.body).get("offsetTable", []):
+        reply = await admin.invoke(addr, RequestCode.GET_CONSUME_STATS, fields)
+        stats = fastjson.loads(reply.body)
+        tps += float(stats.get("consumeTps", 0.0))
+        for q in queue_rows(stats.get("offsetTable", {})):
+            found = True
             q["brokerName"] = name
+            q["lag"] = q["brokerOffset"] - q["consumerOffset"]
             data.append(q)
             rows.append(
                 [
@@ -432,8 +446,131 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
     table = format_table([*headers, "#LastTime"], rows)
     return Output(
         {"group": args.consumerGroup, "queues": data, "diffTotal": diff},
-        lines=[table, "", "Consume TPS: 0.00", f"Diff Total: {diff}"],
+        lines=[table, "", f"Consume TPS: {tps:.2f}", f"Diff Total: {diff}"],
     )
+
+
+async def producer_connection(admin: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin producerConnection: the connected producers of a group, on the topic's brokers."""
+    data: list[dict[str, Any]] = []
+    rows: list[list[object]] = []
+    for name, addr in (await admin.topic_masters(args.topic)).items():
+        reply = await admin.invoke(
+            addr,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST,
+            {"producerGroup": args.producerGroup},
+            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+        )
+        if reply.code != ResponseCode.SUCCESS:
+            continue
+        for c in fastjson.loads(reply.body).get("connectionSet", []):
+            data.append({"brokerName": name, **c})
+            rows.append(
+                [len(rows) + 1, c["clientId"], c["clientAddr"], c["language"], c["version"]]
+            )
+    if not data:
+        raise CliError(f"the producer group[{args.producerGroup}] not exist")
+    headers = ["#", "#ClientId", "#ClientAddr", "#Language", "#Version"]
+    return Output(data, headers, rows)
+
+
+async def consumer_status(admin: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin consumerStatus: each online member's running info (relayed by the broker)."""
+    for addr in (await admin.all_masters()).values():
+        reply = await admin.invoke(
+            addr,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST,
+            {"consumerGroup": args.consumerGroup},
+            ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
+        )
+        if reply.code != ResponseCode.SUCCESS:
+            continue
+        data, rows = [], []
+        for c in fastjson.loads(reply.body).get("connectionSet", []):
+            info = await admin.invoke(
+                addr,
+                RequestCode.GET_CONSUMER_RUNNING_INFO,
+                {
+                    "consumerGroup": args.consumerGroup,
+                    "clientId": c["clientId"],
+                    "jstackEnable": False,
+                },
+            )
+            running = fastjson.loads(info.body)
+            props = running.get("properties", {})
+            queues = queue_rows(running.get("mqTable", {}))
+            data.append({"clientId": c["clientId"], "properties": props, "queues": queues})
+            rows.append(
+                [
+                    c["clientId"],
+                    c["language"],
+                    props.get("PROP_CLIENT_VERSION", "-"),
+                    props.get("messageModel", "-"),
+                    len(queues),
+                ]
+            )
+        headers = ["#ClientId", "#Language", "#Version", "#MessageModel", "#Queues"]
+        return Output(data, headers, rows)
+    raise CliError(f"the consumer group [{args.consumerGroup}] not online")
+
+
+async def stats_all(admin: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin statsAll: per topic and consuming group, the last minute's TPS (315)."""
+    if args.topic:
+        topic_names = [args.topic]
+    else:
+        reply = await admin.invoke(admin.namesrv, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        topic_names = sorted(loads_lenient(reply.body).get("topicList", []))
+    data, rows = [], []
+
+    async def minute(addr: str, name: str, key: str) -> dict[str, Any] | None:
+        reply = await admin.invoke(
+            addr,
+            RequestCode.VIEW_BROKER_STATS_DATA,
+            {"statsName": name, "statsKey": key},
+            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+        )
+        if reply.code != ResponseCode.SUCCESS:
+            return None  # no item yet: nothing sent or pulled since the broker started
+        minute_stats: dict[str, Any] = fastjson.loads(reply.body)["statsMinute"]
+        return minute_stats
+
+    for topic in topic_names:
+        if topic.startswith(("%RETRY%", "%DLQ%")):
+            continue
+        try:
+            masters = await admin.topic_masters(topic)
+        except CliError:
+            continue
+        for addr in masters.values():
+            put = await minute(addr, "TOPIC_PUT_NUMS", topic)
+            if put is None:
+                continue
+            who = await admin.invoke(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+            groups = fastjson.loads(who.body).get("groupList", []) or [""]
+            for group in groups:
+                got = await minute(addr, "GROUP_GET_NUMS", f"{topic}@{group}") if group else None
+                entry = {
+                    "topic": topic,
+                    "group": group,
+                    "inTps": put["tps"],
+                    "outTps": got["tps"] if got else 0.0,
+                    "inMsgLastMinute": put["sum"],
+                    "outMsgLastMinute": got["sum"] if got else 0,
+                }
+                data.append(entry)
+                rows.append(
+                    [
+                        topic,
+                        group or "-",
+                        f"{entry['inTps']:.2f}",
+                        f"{entry['outTps']:.2f}",
+                        entry["inMsgLastMinute"],
+                        entry["outMsgLastMinute"],
+                    ]
+                )
+    headers = ["#Topic", "#Consumer Group", "#InTPS", "#OutTPS", "#InMsg1Min", "#OutMsg1Min"]
+    return Output(data, headers, rows)
 
 
 async def consumer_connection(admin: Admin, args: argparse.Namespace) -> Output:
@@ -445,7 +582,7 @@ async def consumer_connection(admin: Admin, args: argparse.Namespace) -> Output:
             ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
         )
         if reply.code == ResponseCode.SUCCESS:
-            data = json.loads(reply.body)
+            data = fastjson.loads(reply.body)
             rows = [
                 [i, c["clientId"], c["clientAddr"], c["language"], c["version"]]
                 for i, c in enumerate(data["connectionSet"], 1)
@@ -655,8 +792,8 @@ async def reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> Output
                 "isForce": args.force,
             },
         )
-        for q in loads_lenient(reply.body).get("offsetTable", []):
-            data.append({"brokerName": name, **q})
+        for q in queue_rows(fastjson.loads(reply.body).get("offsetTable", {})):
+            data.append({"brokerName": name, "queueId": q["queueId"], "offset": q["offset"]})
             rows.append([name, q["queueId"], q["offset"]])
     if not data:
         raise CliError(f"topic {args.topic} has no queues to reset")
@@ -971,6 +1108,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--topic", help="only this topic")
     p = command("consumerConnection", consumer_connection, "Online members of a group")
     p.add_argument("-g", "--consumerGroup", required=True)
+    p = command("consumerStatus", consumer_status, "Running info of a group's online members")
+    p.add_argument("-g", "--consumerGroup", required=True)
+    p = command("producerConnection", producer_connection, "Connected producers of a group")
+    p.add_argument("-g", "--producerGroup", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p = command("statsAll", stats_all, "Last minute's in/out TPS per topic and group")
+    p.add_argument("-t", "--topic", help="only this topic")
     p = command("queryMsgById", query_msg_by_id, "A message by offset id (or unique key, -t)")
     p.add_argument("-i", "--msgId", required=True)
     p.add_argument("-t", "--topic", help="topic to search when the id is a unique key")

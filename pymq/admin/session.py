@@ -90,6 +90,11 @@ class AdminSession:
             "message.byKey": self._message_by_key,
             "message.byOffset": self._message_by_offset,
             "message.trace": self._message_trace,
+            "message.track": self._message_track,
+            "producer.list": self._producer_list,
+            "group.producers": self._group_producers,
+            "dlq.messages": self._dlq_messages,
+            "dlq.resend": self._dlq_resend,
             "config.get": self._config_get,
             "config.update": self._config_update,
             "transactions.status": self._transactions_status,
@@ -396,6 +401,23 @@ class AdminSession:
 
     async def _transactions_status(self, request: Request) -> dict[str, Any]:
         return self.service.transaction_status()
+
+    async def _message_track(self, request: Request) -> dict[str, Any]:
+        return self.service.message_track(request.get_str("msgId"), request.get_str("topic", None))
+
+    async def _producer_list(self, request: Request) -> list[dict[str, Any]]:
+        return self.service.producer_groups()
+
+    async def _group_producers(self, request: Request) -> dict[str, Any]:
+        return self.service.producer_connections(request.get_str("group"))
+
+    async def _dlq_messages(self, request: Request) -> dict[str, Any]:
+        return self.service.dlq_messages(
+            request.get_str("group"), request.get_int("offset", 0), request.get_int("maxNum", 32)
+        )
+
+    async def _dlq_resend(self, request: Request) -> dict[str, Any]:
+        return await self.service.dlq_resend(request.get_str("group"), request.get_int("offset"))
 
     async def _config_get(self, request: Request) -> dict[str, Any]:
         return self.service.broker_config()

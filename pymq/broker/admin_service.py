@@ -17,24 +17,53 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from pymq.broker.stats import GROUP_GET_NUMS
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
+from pymq.common import fastjson
+from pymq.common.admin_body import (
+    Connection,
+    ConsumerConnection,
+    ConsumeStats,
+    ConsumeStatsList,
+    GroupList,
+    OffsetWrapper,
+    ProducerConnection,
+    QueryConsumeTimeSpanBody,
+    QueueTimeSpan,
+    ResetOffsetBody,
+    TopicOffset,
+    TopicStatsTable,
+)
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
     to_properties,
     update_at_runtime,
 )
-from pymq.common.message import MessageExt, RecordError, decode_offset_msg_id, decode_record
+from pymq.common.consumer import MessageQueue
+from pymq.common.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    MessageExt,
+    RecordError,
+    decode_offset_msg_id,
+    decode_record,
+)
 from pymq.common.serde import from_plain, to_plain
 from pymq.common.topic import (
     PERM_READ,
     PERM_WRITE,
     TopicConfig,
     TopicFilterType,
+    dlq_topic,
+    retry_topic,
     validate_topic,
 )
 from pymq.common.trace import TRACE_TOPIC, trace_views
-from pymq.remoting.codes import CURRENT_VERSION, ResponseCode
+from pymq.remoting import headers as H
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from pymq.remoting.tls import TLS_KEYS
 
 if TYPE_CHECKING:
@@ -77,6 +106,9 @@ RESTART_ONLY_KEYS = frozenset(
         "accessKey",
         "secretKey",
         *TLS_KEYS,
+        "metricsExporterType",
+        "metricsPromExporterHost",
+        "metricsPromExporterPort",
     }
 )
 # Config values never shown: the broker's own ACL secret, TLS key passwords, and the admin
@@ -97,6 +129,8 @@ def _masked(props: dict[str, str]) -> dict[str, str]:
 BODY_PREVIEW_BYTES = 1024
 # Most messages a key search returns (RocketMQ's queryMsgByKey default is 64).
 DEFAULT_KEY_QUERY_MAX = 64
+# Most dead letters one page of the console's DLQ view holds.
+DLQ_PAGE_MAX = 256
 # The broker's version text, as GET_BROKER_RUNTIME_INFO reports it.
 BROKER_VERSION_DESC = "V4_9_4"
 # The transactions view reads at most this many waiting half messages per refresh.
@@ -355,11 +389,12 @@ class AdminService:
                         "lastTimestamp": max(last, 0),
                     }
                 )
+        stats = self.broker.stats
         return {
             "group": group,
             "queues": queues,
             "diffTotal": sum(q["lag"] for q in queues),
-            "consumeTps": 0.0,
+            "consumeTps": sum(stats.minute_tps(GROUP_GET_NUMS, f"{t}@{group}") for t in topics),
         }
 
     def consumer_connection(self, group: str) -> dict[str, Any]:
@@ -416,15 +451,31 @@ class AdminService:
         await self.broker.subscription_group_manager.update(config)
         return to_plain(config)
 
-    def reset_offset_by_time(self, group: str, topic: str, timestamp: int) -> dict[str, Any]:
-        """Commit, for every queue of ``topic``, the first offset stored at or after ``timestamp``.
+    def reset_offset_by_time(
+        self, group: str, topic: str, timestamp: int, force: bool = True
+    ) -> dict[str, Any]:
+        """:meth:`reset_offset`'s result as plain data (the channel's and the CLI's view)."""
+        return self.reset_offset(group, topic, timestamp, force)[0]
 
-        Online consumers keep their in-memory offsets; RocketMQ pushes the reset to them, pymq
-        does not yet, so stop the group (or let it rebalance) for the reset to take effect.
+    def reset_offset(
+        self, group: str, topic: str, timestamp: int, force: bool = True
+    ) -> tuple[dict[str, Any], bytes]:
+        """Move the group's offsets on every queue of ``topic`` to the first message stored at
+        or after ``timestamp`` (-1: the end of each queue), and tell its online consumers.
+
+        As Java's broker, each online client of the group is sent RESET_CONSUMER_CLIENT_OFFSET
+        (220, oneway, ``isForce`` false) with the new offsets, which a client applies and pulls
+        from.  Unlike Java's (which answers CONSUMER_NOT_ONLINE for an offline group and leaves
+        the offsets to the clients), pymq also commits the new offsets itself, so a reset works
+        for a group with no consumer running.  Without ``force`` a queue only moves back: an
+        offset already before the target is kept, as in Java.  Returns the result as plain data
+        and the ResetOffsetBody (fastjson) that the clients were sent.
         """
         config = self.require_topic(topic)
         store = self.broker.store
+        broker_name = self.broker.broker_config.broker_name
         offsets: dict[int, int] = {}
+        table: dict[MessageQueue, int] = {}
         for queue_id in range(config.read_queue_nums):
             max_offset = store.get_max_offset_in_queue(topic, queue_id)
             if timestamp < 0:
@@ -438,17 +489,191 @@ class AdminService:
                 )
                 if last < timestamp:
                     offset = max_offset
+            offset = max(offset, 0)
+            committed = self.broker.consumer_offset_manager.query_offset(group, topic, queue_id)
+            if not force and 0 <= committed <= offset:
+                offset = committed
             offsets[queue_id] = offset
+            table[MessageQueue(topic, broker_name, queue_id)] = offset
+        for queue_id, offset in offsets.items():
             self.broker.consumer_offset_manager.commit_offset(
                 "admin", group, topic, queue_id, offset
             )
-        return {
+        body = fastjson.dumps(ResetOffsetBody(table))
+        notified = self._notify_reset(group, topic, timestamp, body)
+        result = {
             "group": group,
             "topic": topic,
             "timestamp": timestamp,
             "offsets": [{"queueId": q, "offset": o} for q, o in sorted(offsets.items())],
-            "online": self.broker.consumer_manager.get(group) is not None,
+            "online": notified > 0,
+            "notified": notified,
         }
+        return result, body
+
+    def _notify_reset(self, group: str, topic: str, timestamp: int, body: bytes) -> int:
+        """RESET_CONSUMER_CLIENT_OFFSET to each online client of ``group``; how many."""
+        info = self.broker.consumer_manager.get(group)
+        if info is None:
+            return 0
+        header = H.encode(H.ResetOffsetRequestHeader(topic, group, timestamp, False))
+        count = 0
+        for channel in list(info.channels):
+            request = RemotingCommand.request(
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, body, oneway=True
+            )
+            if self.broker.post_oneway(channel, request):
+                count += 1
+        return count
+
+    # -- Java's admin bodies (pymq.common.admin_body) -------------------------------------------
+
+    def topic_stats_table(self, topic: str) -> TopicStatsTable:
+        """GET_TOPIC_STATS_INFO: every queue's min/max offset and last store time."""
+        status = self.topic_status(topic)
+        return TopicStatsTable(
+            {
+                MessageQueue(topic, q["brokerName"], q["queueId"]): TopicOffset(
+                    q["minOffset"], q["maxOffset"], q["lastUpdateTimestamp"]
+                )
+                for q in status["queues"]
+            }
+        )
+
+    def _offset_wrappers(
+        self, group: str, topic: str, queue_nums: int
+    ) -> dict[MessageQueue, OffsetWrapper]:
+        b = self.broker
+        store = b.store
+        broker_name = b.broker_config.broker_name
+        table: dict[MessageQueue, OffsetWrapper] = {}
+        for queue_id in range(queue_nums):
+            broker_offset = max(store.get_max_offset_in_queue(topic, queue_id), 0)
+            consumer_offset = max(b.consumer_offset_manager.query_offset(group, topic, queue_id), 0)
+            last = 0
+            if consumer_offset > 0:
+                last = store.get_message_store_timestamp(topic, queue_id, consumer_offset - 1)
+            table[MessageQueue(topic, broker_name, queue_id)] = OffsetWrapper(
+                broker_offset, consumer_offset, last
+            )
+        return table
+
+    def _stats_topics(self, group: str) -> list[str]:
+        """The topics a group's consume stats cover, as Java's: those it has offsets for, less
+        those its online members no longer subscribe to."""
+        b = self.broker
+        info = b.consumer_manager.get(group)
+        topics = []
+        for topic in sorted(b.consumer_offset_manager.topics_of_group(group)):
+            if info is not None and info.subscriptions and topic not in info.subscriptions:
+                continue
+            topics.append(topic)
+        return topics
+
+    def java_consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """GET_CONSUME_STATS as Java's broker answers it: one entry per readable queue of each
+        topic (offsets below zero shown as 0), and the group's minute TPS."""
+        b = self.broker
+        stats = ConsumeStats()
+        for name in [topic] if topic else self._stats_topics(group):
+            config = b.topic_config_manager.select(name)
+            if config is None:
+                continue
+            stats.offset_table.update(self._offset_wrappers(group, name, config.read_queue_nums))
+            stats.consume_tps += b.stats.minute_tps(GROUP_GET_NUMS, f"{name}@{group}")
+        return stats
+
+    def broker_consume_stats(self, is_order: bool) -> ConsumeStatsList:
+        """GET_BROKER_CONSUME_STATS: every subscription group's ConsumeStats per topic."""
+        b = self.broker
+        result = ConsumeStatsList(broker_addr=b.broker_addr)
+        for group in list(b.subscription_group_manager.table):
+            per_topic: list[ConsumeStats] = []
+            for topic in self._stats_topics(group):
+                config = b.topic_config_manager.select(topic)
+                if config is None or (is_order and not config.order):
+                    continue
+                stats = ConsumeStats(
+                    self._offset_wrappers(group, topic, config.write_queue_nums),
+                    b.stats.minute_tps(GROUP_GET_NUMS, f"{topic}@{group}"),
+                )
+                result.total_diff += stats.total_diff()
+                per_topic.append(stats)
+            result.consume_stats_list.append({group: per_topic})
+        return result
+
+    def java_consumer_connection(self, group: str) -> ConsumerConnection:
+        info = self.broker.consumer_manager.get(group)
+        if info is None or not info.channels:
+            raise AdminError(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online"
+            )
+        return ConsumerConnection(
+            connection_set=[
+                Connection(c.client_id, c.remote_address, c.language, c.version)
+                for c in info.channels.values()
+            ],
+            subscription_table=dict(info.subscriptions),
+            consume_type=info.consume_type,
+            message_model=info.message_model,
+            consume_from_where=info.consume_from_where,
+        )
+
+    def producer_connection(self, group: str) -> ProducerConnection:
+        channels = self.broker.producer_manager.groups.get(group)
+        if not channels:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        return ProducerConnection(
+            [
+                Connection(c.client_id, c.remote_address, c.language, c.version)
+                for c in channels.values()
+            ]
+        )
+
+    def topic_consumed_by(self, topic: str) -> GroupList:
+        """QUERY_TOPIC_CONSUME_BY_WHO: online groups subscribing to it and groups with offsets."""
+        b = self.broker
+        groups = set(b.consumer_manager.groups_of_topic(topic))
+        groups |= set(b.consumer_offset_manager.groups_of_topic(topic))
+        return GroupList(sorted(groups))
+
+    def consume_time_span(self, topic: str, group: str) -> QueryConsumeTimeSpanBody:
+        """QUERY_CONSUME_TIME_SPAN: per queue the first/last store time, the time of the last
+        consumed message and how long the next one has waited (0 when all are consumed)."""
+        config = self.require_topic(topic)
+        store = self.broker.store
+        broker_name = self.broker.broker_config.broker_name
+        spans = []
+        now = int(time.time() * 1000)
+        for queue_id in range(config.write_queue_nums):
+            min_time = store.get_earliest_message_time(topic, queue_id)
+            max_offset = store.get_max_offset_in_queue(topic, queue_id)
+            max_time = store.get_message_store_timestamp(topic, queue_id, max_offset - 1)
+            consumer_offset = self.broker.consumer_offset_manager.query_offset(
+                group, topic, queue_id
+            )
+            if consumer_offset > 0:
+                consume_time = store.get_message_store_timestamp(
+                    topic, queue_id, consumer_offset - 1
+                )
+            else:
+                consume_time = min_time
+            delay = 0
+            if consumer_offset < max_offset:
+                next_time = store.get_message_store_timestamp(
+                    topic, queue_id, max(consumer_offset, 0)
+                )
+                delay = now - next_time if next_time > 0 else 0
+            spans.append(
+                QueueTimeSpan(
+                    MessageQueue(topic, broker_name, queue_id),
+                    min_time,
+                    max_time,
+                    consume_time,
+                    delay,
+                ).with_texts()
+            )
+        return QueryConsumeTimeSpanBody(spans)
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -519,11 +744,142 @@ class AdminService:
             )
         return message_view(msg)
 
+    def clone_group_offset(
+        self, src_group: str, dest_group: str, topic: str | None, offline: bool
+    ) -> list[str]:
+        """CLONE_GROUP_OFFSET: copy ``src_group``'s committed offsets (of ``topic``, or of every
+        topic it has offsets for) to ``dest_group``; unless ``offline``, a topic its online
+        members no longer subscribe to is skipped, as in Java.  Returns the topics cloned."""
+        b = self.broker
+        topics = [topic] if topic else sorted(b.consumer_offset_manager.topics_of_group(src_group))
+        info = b.consumer_manager.get(src_group)
+        cloned = []
+        offsets = b.consumer_offset_manager
+        for name in topics:
+            if b.topic_config_manager.select(name) is None:
+                continue
+            dropped = info is not None and info.subscriptions and name not in info.subscriptions
+            if dropped and not offline:
+                continue
+            for queue_id, offset in offsets.query_offsets(src_group, name).items():
+                offsets.commit_offset("clone", dest_group, name, queue_id, offset)
+            cloned.append(name)
+        return cloned
+
+    # -- the dashboard's other views: producers, dead letters, message tracks ------------------
+
+    def producer_groups(self) -> list[dict[str, Any]]:
+        """Every producer group with a live connection, and its connections."""
+        return [
+            {
+                "group": group,
+                "connectionSet": to_plain(self.producer_connection(group))["connectionSet"],
+            }
+            for group in sorted(self.broker.producer_manager.groups)
+        ]
+
+    def producer_connections(self, group: str) -> dict[str, Any]:
+        plain: dict[str, Any] = to_plain(self.producer_connection(group))
+        return {"group": group, **plain}
+
+    def dlq_messages(self, group: str, offset: int = 0, max_num: int = 32) -> dict[str, Any]:
+        """A page of the group's dead-letter queue (``%DLQ%group``), from ``offset`` on."""
+        topic = dlq_topic(group)
+        store = self.broker.store
+        if self.broker.topic_config_manager.select(topic) is None:
+            return {"topic": topic, "minOffset": 0, "maxOffset": 0, "messages": []}
+        max_num = max(1, min(max_num, DLQ_PAGE_MAX))
+        min_offset = max(store.get_min_offset_in_queue(topic, 0), 0)
+        max_offset = store.get_max_offset_in_queue(topic, 0)
+        messages = []
+        for queue_offset in range(max(offset, min_offset), min(max_offset, offset + max_num)):
+            try:
+                messages.append(self.message_by_offset(topic, 0, queue_offset))
+            except AdminError:
+                continue
+        return {
+            "topic": topic,
+            "minOffset": min_offset,
+            "maxOffset": max_offset,
+            "messages": messages,
+        }
+
+    async def dlq_resend(self, group: str, offset: int) -> dict[str, Any]:
+        """Send the dead letter at ``offset`` to the group's retry topic, to be consumed again
+        (by every online member: unlike CONSUME_MESSAGE_DIRECTLY it needs no chosen client).
+        Its original topic is kept in RETRY_TOPIC, so consumers see it under that topic."""
+        view = self.message_by_offset(dlq_topic(group), 0, offset)
+        original = self.broker.store.look_message_by_offset(view["commitLogOffset"])
+        if original is None:
+            raise AdminError(ResponseCode.QUERY_NOT_FOUND, f"dead letter {offset} is gone")
+        group_config = await self.broker.subscription_group_manager.find_or_create(group)
+        queue_nums = group_config.retry_queue_nums if group_config is not None else 1
+        retry = retry_topic(group)
+        await self.broker.topic_config_manager.create_in_send_back(
+            retry, max(queue_nums, 1), PERM_READ | PERM_WRITE, 0
+        )
+        props = dict(original.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, original.topic)
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, original.msg_id)
+        msg = MessageExt(
+            topic=retry,
+            body=original.body,
+            flag=original.flag,
+            properties=props,
+            queue_id=0,
+            sys_flag=original.sys_flag,
+            born_timestamp=original.born_timestamp,
+            born_host=original.born_host,
+            store_host=self.broker.store_host,
+            reconsume_times=0,
+        )
+        result = await self.broker.store.put_message(msg)
+        if not result.is_ok:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, result.reason or result.status.value)
+        return {"group": group, "topic": retry, "msgId": result.msg_id, "from": view["msgId"]}
+
+    def message_track(self, msg_id: str, topic: str | None = None) -> dict[str, Any]:
+        """Whether each group consuming the message's topic has consumed it (the dashboard's
+        message track): CONSUMED, CONSUMED_BUT_FILTERED (its subscription's tags exclude
+        it), NOT_CONSUME_YET, NOT_ONLINE (not consumed, no member online), or
+        CONSUME_BROADCASTING (broadcast offsets are kept by the clients, not the broker)."""
+        view = self.message_by_id(msg_id, topic)
+        b = self.broker
+        topic_name, queue_id, queue_offset = view["topic"], view["queueId"], view["queueOffset"]
+        tracks = []
+        for group in self.topic_consumed_by(topic_name).group_list:
+            info = b.consumer_manager.get(group)
+            committed = b.consumer_offset_manager.query_offset(group, topic_name, queue_id)
+            online = info is not None and bool(info.channels)
+            if info is not None and info.message_model.value == "BROADCASTING":
+                track = "CONSUME_BROADCASTING"
+            elif committed > queue_offset:
+                track = "CONSUMED"
+                sub = info.subscriptions.get(topic_name) if info is not None else None
+                if sub is not None and not sub.matches_all and view["tags"] not in sub.tags_set:
+                    track = "CONSUMED_BUT_FILTERED"
+            elif online:
+                track = "NOT_CONSUME_YET"
+            else:
+                track = "NOT_ONLINE"
+            tracks.append(
+                {"group": group, "trackType": track, "consumerOffset": committed, "online": online}
+            )
+        return {"message": view, "tracks": tracks}
+
     # -- configs ------------------------------------------------------------------------------
 
     def config_properties(self) -> tuple[dict[str, str], DataVersion]:
-        """The live configs as RocketMQ properties, in their declared order, and their version."""
-        return _masked(to_properties(self.broker.configs())), self.broker.config_version
+        """The live configs as RocketMQ properties, in their declared order, and their version,
+        secrets masked.
+
+        As Java's GET_BROKER_CONFIG: a key whose value is null is left out (``haMasterAddress``
+        unless set), and ``storePathCommitLog`` shows the path in use.
+        """
+        props = to_properties(self.broker.configs(), skip_none=True)
+        props["storePathCommitLog"] = self.broker.store_config.store_path_commitlog
+        return _masked(props), self.broker.config_version
 
     def broker_config(self) -> dict[str, Any]:
         props = _masked(to_properties(self.broker.configs()))

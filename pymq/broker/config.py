@@ -108,6 +108,29 @@ class BrokerConfig:
     secret_key: str = ""
     store_reply_message_enable: bool = True
     trace_on: bool = True
+    # Java's keys pymq accepts with Java's defaults but does not use (commercial statistics,
+    # the filter server's bit map, more thread pools and their queues).
+    put_message_future_thread_pool_nums: int = 2
+    process_reply_message_thread_pool_nums: int = 20
+    put_thread_pool_queue_capacity: int = 10000
+    reply_thread_pool_queue_capacity: int = 10000
+    end_transaction_pool_queue_capacity: int = 100000
+    start_accept_send_request_time_stamp: int = 0
+    slave_timeout: int = 3000
+    commercial_enable: bool = True
+    commercial_timer_count: int = 1
+    commercial_trans_count: int = 1
+    commercial_big_count: int = 1
+    commercial_base_count: int = 1
+    auto_delete_unused_stats: bool = False
+    enable_detail_stat: bool = True
+    isolate_log_enable: bool = False
+    is_enable_batch_push: bool = False
+    # RocketMQ 5.x's metrics keys: PROM serves Prometheus /metrics with rocketmq-exporter's
+    # names (pymq.broker.metrics) on metricsPromExporterHost (blank: brokerIP1) and port.
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str = ""
+    metrics_prom_exporter_port: int = 5557
     # pymq: the admin websocket channel (0 = off); see the admin docs.
     admin_listen_port: int = 0
     admin_bind_address: str = "127.0.0.1"

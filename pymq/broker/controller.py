@@ -19,6 +19,7 @@
        ├─ schedule delivery        masters: one task per delay level
        ├─ transaction check        masters: every transactionCheckInterval (60 s)
        ├─ slave_sync               slaves: every 10 s
+       ├─ metrics                  Prometheus /metrics when metricsExporterType=PROM
        └─ front-ends               handed in by the caller: the admin channel (websocket +
                                    console) when adminListenPort is set
 
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -63,12 +63,14 @@ from pymq.broker.fast_failure import (
     protect_broker,
 )
 from pymq.broker.long_polling import PullRequestHoldService
+from pymq.broker.metrics import EXPORTER_PROM, MetricsServer, exporter_type
 from pymq.broker.outer_api import BrokerIdentity, BrokerOuterAPI
 from pymq.broker.processors.acl import AclProcessor
 from pymq.broker.processors.admin import AdminProcessor
 from pymq.broker.processors.consumer import ConsumerProcessor
 from pymq.broker.processors.pull import PullProcessor
 from pymq.broker.processors.send import SendProcessor
+from pymq.broker.runtime_info import runtime_info
 from pymq.broker.schedule import ScheduleMessageService
 from pymq.broker.slave_sync import SLAVE_SYNC_INITIAL_DELAY, SLAVE_SYNC_PERIOD, SlaveSynchronize
 from pymq.broker.stats import BrokerStats
@@ -87,7 +89,7 @@ from pymq.common.topic import (
 from pymq.remoting.channel import Channel
 from pymq.remoting.client import AclSigner, RemotingClient
 from pymq.remoting.codec import RemotingCommand
-from pymq.remoting.codes import CURRENT_VERSION, RequestCode
+from pymq.remoting.codes import RequestCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.remoting.errors import RemotingError
 from pymq.remoting.server import RemotingServer
@@ -108,6 +110,8 @@ GC_THRESHOLD = 10_000
 SCHEDULE_PERSIST_PERIOD = 10.0
 # ConsumerFilterManager.persist: every 10 s, after 10 s (as Java).
 FILTER_PERSIST_PERIOD = 10.0
+# StoreStatsService: the put-latency percentiles cover the previous minute.
+PUT_STATS_ROLL_PERIOD = 60.0
 # Shutdown work gets this long even when the broker is being torn down.
 SHUTDOWN_DEADLINE = 10.0
 
@@ -122,6 +126,19 @@ class FrontEnd(Protocol):
     async def run(
         self, *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED
     ) -> None: ...
+
+
+def metrics_server(broker: BrokerController) -> MetricsServer | None:
+    """The Prometheus endpoint metricsExporterType asks for (None when DISABLE)."""
+    bc = broker.broker_config
+    try:
+        wanted = exporter_type(bc.metrics_exporter_type)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if wanted != EXPORTER_PROM:
+        return None
+    host = bc.metrics_prom_exporter_host.strip() or bc.broker_ip1
+    return MetricsServer(broker, host, bc.metrics_prom_exporter_port)
 
 
 class BrokerController:
@@ -157,7 +174,7 @@ class BrokerController:
         )
         self.rebalance_lock_manager = RebalanceLockManager()
         self.pull_hold = PullRequestHoldService()
-        self.stats = BrokerStats()
+        self.stats = BrokerStats(broker_config.broker_cluster_name)
         # The main and fast ports share one budget of buffered output and partial frames.
         budget = server_config.shared_budget()
         self.server = RemotingServer(
@@ -236,6 +253,8 @@ class BrokerController:
         self.registered = trio.Event()
         # Servers the caller adds before run(); see FrontEnd.
         self.front_ends: list[FrontEnd] = []
+        # Prometheus /metrics (metricsExporterType=PROM), started with the other servers.
+        self.metrics: MetricsServer | None = metrics_server(self)
 
     # -- wiring -------------------------------------------------------------------------------
 
@@ -285,6 +304,23 @@ class BrokerController:
             RequestCode.GET_BROKER_CLUSTER_ACL_INFO: acl.get_broker_cluster_acl_info,
             RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: acl.update_global_white_addrs_config,
             RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: acl.get_broker_cluster_acl_config,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
+            RequestCode.QUERY_CONSUME_TIME_SPAN: admin.query_consume_time_span,
+            RequestCode.VIEW_BROKER_STATS_DATA: admin.view_broker_stats_data,
+            RequestCode.GET_BROKER_CONSUME_STATS: admin.get_broker_consume_stats,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: admin.consume_message_directly,
+            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: (
+                admin.invoke_broker_to_get_consumer_status
+            ),
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: admin.get_system_topic_list_from_broker,
+            RequestCode.CLONE_GROUP_OFFSET: admin.clone_group_offset,
+            RequestCode.QUERY_CONSUME_QUEUE: admin.query_consume_queue,
+            RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: admin.clean_expired_consume_queue,
+            RequestCode.CLEAN_UNUSED_TOPIC: admin.clean_unused_topic,
+            RequestCode.GET_ALL_PRODUCER_INFO: admin.get_all_producer_info,
+            RequestCode.DELETE_EXPIRED_COMMITLOG: admin.delete_expired_commit_log,
         }
         inline = {
             RequestCode.SEND_MESSAGE: send.send_message_inline,
@@ -416,6 +452,7 @@ class BrokerController:
                 self._every(nursery, 1.0, self.stats.sample, 0.0)
                 if self.acl is not None:
                     self._every(nursery, WATCH_PERIOD, self._watch_acl, WATCH_PERIOD)
+                self._every(nursery, PUT_STATS_ROLL_PERIOD, self.store.put_stats.roll)
                 self._every(
                     nursery, PROTECT_BROKER_PERIOD, self.protect_broker, PROTECT_BROKER_PERIOD
                 )
@@ -432,6 +469,8 @@ class BrokerController:
                 else:
                     await nursery.start(self.schedule.run)
                     await nursery.start(self.transactions.run)
+                if self.metrics is not None:
+                    await nursery.start(self.metrics.run)
                 for front_end in self.front_ends:
                     await nursery.start(front_end.run)
                 log.info(
@@ -561,6 +600,14 @@ class BrokerController:
             if isinstance(channel, Channel):
                 channel.close("client channel expired")
 
+    def post_oneway(self, channel: object, request: RemotingCommand) -> bool:
+        """Send a oneway request to a client's connection from a task of the broker's nursery;
+        False when the broker is not running or the connection has closed."""
+        if self._nursery is None or not isinstance(channel, Channel) or channel.closed:
+            return False
+        self._nursery.start_soon(_send_oneway, channel, request)
+        return True
+
     def _notify_consumer_ids_changed(self, group: str, channels: list[object]) -> None:
         if self._nursery is None:
             return
@@ -574,19 +621,7 @@ class BrokerController:
     # -- runtime info -------------------------------------------------------------------------
 
     def runtime_info(self) -> dict[str, str]:
-        stats = self.stats
-        info = {
-            "brokerVersionDesc": "V4_9_4",
-            "brokerVersion": str(CURRENT_VERSION),
-            "bootTimestamp": str(stats.boot_timestamp),
-            "runtime": f"{(time.time() * 1000 - stats.boot_timestamp) / 1000:.0f} s",
-            "msgPutTotalTodayNow": str(stats.put_msgs),
-            "msgGetTotalTodayNow": str(stats.get_msgs),
-            "putTps": stats.tps_text(1),
-            "getTransferedTps": stats.tps_text(3),
-            "brokerRole": self.store_config.broker_role.value,
-        }
-        info.update(self.store.runtime_info())
+        info = runtime_info(self)
         if self.ha_service is not None:
             slaves = self.ha_service.status()
             info["haConnections"] = str(len(slaves))

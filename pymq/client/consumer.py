@@ -19,6 +19,12 @@ A :class:`MessageSelector` chooses messages by tag or by an SQL92 expression ove
 properties, which the broker evaluates (it needs ``enablePropertyFilter=true``; a consumer
 subscribing by SQL92 asks each broker of the topic first, CHECK_CLIENT_CONFIG, and fails with
 the broker's answer, as Java's ``consumer.start()`` does).
+
+It answers the broker's calls as Java's client does: RESET_CONSUMER_CLIENT_OFFSET (an operator
+reset the group's offsets: the queues named are pulled again from the new offsets),
+GET_CONSUMER_RUNNING_INFO (its settings, subscriptions and queues, for ``mqadmin
+consumerStatus``) and CONSUME_MESSAGE_DIRECTLY (one message handed to the handler, for
+``mqadmin consumeMessage`` and the console's resend).
 """
 
 from __future__ import annotations
@@ -34,6 +40,14 @@ import attrs
 import trio
 
 from pymq.client.instance import ClientService, Credentials, MQClientError
+from pymq.common import fastjson
+from pymq.common.admin_body import (
+    ConsumeMessageDirectlyResult,
+    ConsumerRunningInfo,
+    ConsumeStatus,
+    GetConsumerStatusBody,
+    ProcessQueueInfo,
+)
 from pymq.common.consumer import (
     EXPRESSION_TYPE_SQL92,
     EXPRESSION_TYPE_TAG,
@@ -51,6 +65,8 @@ from pymq.common.message import (
     PROPERTY_RETRY_TOPIC,
     MessageExt,
     MessageSysFlag,
+    RecordError,
+    decode_record,
     decode_records,
 )
 from pymq.common.serde import from_json, to_json
@@ -73,6 +89,10 @@ BROKER_SUSPEND_MAX_MS = 15000
 PULL_TIMEOUT = 30.0
 PULL_RETRY_DELAY = 3.0  # after an error, as PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
 LOCAL_RETRY_DELAY = 5.0  # a failed message that could not be sent back is consumed again
+
+# The remark Java's client leaves on its answers to the broker's calls.
+NOT_SET_REMARK = "not set any response code"
+CLIENT_VERSION_DESC = "V4_9_4"
 
 # PullSysFlag bits.
 FLAG_COMMIT_OFFSET = 0x1
@@ -393,6 +413,23 @@ class PullConsumer(_Base):
         )
 
 
+@attrs.define
+class _TopicCounters:
+    """What ConsumerStatsManager counts for one topic: found pulls and their round trips,
+    messages pulled, consumed and failed, handler calls and their time."""
+
+    pulls: int = 0
+    pull_rt_ms: float = 0.0
+    pulled: int = 0
+    ok: int = 0
+    failed: int = 0
+    calls: int = 0
+    consume_rt_ms: float = 0.0
+
+    def copy(self) -> _TopicCounters:
+        return attrs.evolve(self)
+
+
 class PushConsumer(_Base):
     def __init__(
         self,
@@ -423,6 +460,11 @@ class PushConsumer(_Base):
         self._committed: dict[MessageQueue, int] = {}
         self._rebalance_now = trio.Event()
         self.rebalanced = trio.Event()
+        self.start_timestamp = 0
+        # Per topic counters for GET_CONSUMER_RUNNING_INFO's statusTable, and what they were
+        # (with when) at the previous such request: the rates cover the time between.
+        self._counters: dict[str, _TopicCounters] = {}
+        self._counted_at: tuple[float, dict[str, _TopicCounters]] = (time.monotonic(), {})
 
     @property
     def clustering(self) -> bool:
@@ -449,7 +491,13 @@ class PushConsumer(_Base):
         for subscription in list(self.subscriptions.values()):
             if not subscription.is_tag_type:
                 await self.check_client_config(subscription)
+        self.start_timestamp = int(time.time() * 1000)
         self.client.on_ids_changed = lambda group: self._rebalance_now.set()
+        handlers = self.client.request_handlers
+        handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._reset_offset_request
+        handlers[RequestCode.GET_CONSUMER_RUNNING_INFO] = self._running_info_request
+        handlers[RequestCode.CONSUME_MESSAGE_DIRECTLY] = self._consume_directly_request
+        handlers[RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT] = self._status_request
         self._nursery.start_soon(self._rebalance_loop)
         self._nursery.start_soon(self._persist_loop)
         self._nursery.start_soon(self._heartbeat_loop)
@@ -504,6 +552,132 @@ class PushConsumer(_Base):
                 self._committed[mq] = offset
             except (MQClientError, RemotingError) as exc:
                 log.warning("persisting offset of %s failed: %s", mq, exc)
+
+    # -- the broker's calls ---------------------------------------------------------------
+
+    async def _reset_offset_request(self, req: RemotingCommand) -> RemotingCommand | None:
+        """RESET_CONSUMER_CLIENT_OFFSET (oneway): move the named queues' offsets."""
+        if req.ext_fields.get("group") != self.group:
+            return None
+        try:
+            table = fastjson.loads(req.body).get("offsetTable", {})
+            offsets = {
+                MessageQueue(k["topic"], k["brokerName"], int(k["queueId"])): int(v)
+                for k, v in table.items()
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("bad reset-offset request from the broker: %s", exc)
+            return None
+        await self.reset_offsets(offsets)
+        return None
+
+    async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        """Pull each queue of ``offsets`` this consumer owns again from its new offset (the
+        queue's pull is restarted, messages in flight are dropped), and commit it."""
+        assert self._nursery is not None
+        for mq, offset in offsets.items():
+            scope = self.assigned.get(mq)
+            if scope is None:
+                continue
+            scope.cancel()
+            self.offsets[mq] = offset
+            if self.clustering:
+                try:
+                    await self.update_offset(mq, offset)
+                    self._committed[mq] = offset
+                except (MQClientError, RemotingError) as exc:
+                    log.warning("committing reset offset of %s failed: %s", mq, exc)
+            if self.assigned.get(mq) is not scope:
+                continue  # given up meanwhile
+            new_scope = trio.CancelScope()
+            self.assigned[mq] = new_scope
+            self._nursery.start_soon(self._pull_loop, mq, new_scope)
+            log.info("%s reset %s to offset %d", self.group, mq, offset)
+
+    async def _status_request(self, req: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_STATUS_FROM_CLIENT: this consumer's offsets of the topic."""
+        topic = req.ext_fields.get("topic", "")
+        body = GetConsumerStatusBody(
+            {mq: offset for mq, offset in sorted(self.offsets.items()) if mq.topic == topic}
+        )
+        return req.response(remark=NOT_SET_REMARK, body=fastjson.dumps(body))
+
+    def _topic_counters(self, topic: str) -> _TopicCounters:
+        counters = self._counters.get(topic)
+        if counters is None:
+            counters = self._counters[topic] = _TopicCounters()
+        return counters
+
+    def consume_status(self) -> dict[str, ConsumeStatus]:
+        """Each topic's ConsumeStatus since the previous call (at least a second): messages
+        pulled and consumed per second, the average pull and handler times (ms), and the
+        messages that failed since the consumer started."""
+        now = time.monotonic()
+        then, before = self._counted_at
+        elapsed = max(now - then, 1.0)
+        status = {}
+        for topic, c in self._counters.items():
+            p = before.get(topic, _TopicCounters())
+            pulls, calls = c.pulls - p.pulls, c.calls - p.calls
+            status[topic] = ConsumeStatus(
+                pull_rt=(c.pull_rt_ms - p.pull_rt_ms) / pulls if pulls else 0.0,
+                pull_tps=(c.pulled - p.pulled) / elapsed,
+                consume_rt=(c.consume_rt_ms - p.consume_rt_ms) / calls if calls else 0.0,
+                consume_ok_tps=(c.ok - p.ok) / elapsed,
+                consume_failed_tps=(c.failed - p.failed) / elapsed,
+                consume_failed_msgs=c.failed,
+            )
+        self._counted_at = (now, {t: c.copy() for t, c in self._counters.items()})
+        return status
+
+    async def _running_info_request(self, req: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO: settings, subscriptions and owned queues."""
+        assert self.client is not None
+        now = int(time.time() * 1000)
+        info = ConsumerRunningInfo(
+            properties={
+                "consumerGroup": self.group,
+                "messageModel": self.message_model.value,
+                "consumeFromWhere": self.consume_from.value,
+                "consumeMessageBatchMaxSize": str(self.batch_size),
+                "pullBatchSize": str(self.pull_batch_size),
+                "maxReconsumeTimes": str(self.max_reconsume_times),
+                "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
+                "PROP_CONSUMEORDERLY": "false",
+                "PROP_CLIENT_VERSION": CLIENT_VERSION_DESC,
+                "PROP_CONSUMER_START_TIMESTAMP": str(self.start_timestamp),
+                "PROP_NAMESERVER_ADDR": self.namesrv_addr,
+                "PROP_THREADPOOL_CORE_SIZE": "1",
+            },
+            subscription_set=list(self.subscriptions.values()),
+            mq_table={
+                mq: ProcessQueueInfo(
+                    commit_offset=self._committed.get(mq, self.offsets.get(mq, 0)),
+                    last_pull_timestamp=now,
+                    last_consume_timestamp=now,
+                )
+                for mq in sorted(self.assigned)
+            },
+            status_table=self.consume_status(),
+        )
+        return req.response(remark=NOT_SET_REMARK, body=fastjson.dumps(info))
+
+    async def _consume_directly_request(self, req: RemotingCommand) -> RemotingCommand:
+        """CONSUME_MESSAGE_DIRECTLY: hand the message in the body to the handler once."""
+        try:
+            msg = decode_record(req.body)
+        except (RecordError, ValueError, IndexError) as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, f"bad message: {exc}")
+        begin = time.monotonic()
+        result = ConsumeMessageDirectlyResult()
+        try:
+            ok = await self.handler([msg])
+            result.consume_result = "CR_LATER" if ok is False else "CR_SUCCESS"
+        except Exception as exc:  # the handler's failure is the answer
+            result.consume_result = "CR_THROW_EXCEPTION"
+            result.remark = f"{type(exc).__name__}: {exc}"
+        result.spent_time_mills = int((time.monotonic() - begin) * 1000)
+        return req.response(remark=NOT_SET_REMARK, body=fastjson.dumps(result))
 
     # -- rebalance ------------------------------------------------------------------------
 
@@ -601,6 +775,7 @@ class PushConsumer(_Base):
                         # consumer's heartbeat registered, named by its version.
                         registered = sub.sub_version
                 offset = self.offsets[mq]
+                begin = time.monotonic()
                 try:
                     result = await self.pull(
                         mq,
@@ -617,6 +792,10 @@ class PushConsumer(_Base):
                     await trio.sleep(PULL_RETRY_DELAY)
                     continue
                 if result.messages:
+                    counters = self._topic_counters(mq.topic)
+                    counters.pulls += 1
+                    counters.pull_rt_ms += (time.monotonic() - begin) * 1000
+                    counters.pulled += len(result.messages)
                     await self._consume(mq, result.messages)
                 self.offsets[mq] = result.next_begin_offset
 
@@ -627,14 +806,20 @@ class PushConsumer(_Base):
                 msg.topic = retry_of
         for start in range(0, len(messages), self.batch_size):
             batch = messages[start : start + self.batch_size]
+            counters = self._topic_counters(mq.topic)
             while True:
+                begin = time.monotonic()
                 try:
                     ok = await self.handler(batch)
                 except Exception:
                     log.exception("consumer handler of %s failed", self.group)
                     ok = False
+                counters.calls += 1
+                counters.consume_rt_ms += (time.monotonic() - begin) * 1000
                 if ok is not False:
+                    counters.ok += len(batch)
                     break
+                counters.failed += len(batch)
                 if not self.clustering:
                     log.warning("broadcast consume failed, dropping %d messages", len(batch))
                     break

@@ -73,10 +73,15 @@ class ClientInstance:
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.on_ids_changed: Callable[[str], None] = lambda group: None
-        # A transactional producer's answer to CHECK_TRANSACTION_STATE (oneway: no response).
+        # A transactional producer's answer to CHECK_TRANSACTION_STATE (oneway: no response),
+        # which needs the connection the check came on.
         self.on_check_transaction: Callable[[Channel, RemotingCommand], Awaitable[None]] | None = (
             None
         )
+        # The broker's other calls a consumer answers (offset resets, running info, ...).
+        self.request_handlers: dict[
+            int, Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+        ] = {}
 
     async def _serve(self, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
         if req.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
@@ -85,6 +90,9 @@ class ClientInstance:
         if req.code == RequestCode.CHECK_TRANSACTION_STATE and self.on_check_transaction:
             await self.on_check_transaction(channel, req)
             return None
+        handler = self.request_handlers.get(req.code)
+        if handler is not None:
+            return await handler(req)
         return req.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {req.code} not supported"
         )

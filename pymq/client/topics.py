@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import ssl
 
 import trio
 
 from pymq.client.instance import Credentials, MQClientError, tls_context
+from pymq.common.serde import loads_lenient
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting import headers as H
 from pymq.remoting.client import AclSigner, open_remoting_client
@@ -24,7 +24,7 @@ async def master_addresses(namesrv_addr: str, tls: bool | ssl.SSLContext = False
     if info.code != ResponseCode.SUCCESS:
         raise MQClientError(info.code, info.remark, "cluster info")
     masters = []
-    for data in json.loads(info.body).get("brokerAddrTable", {}).values():
+    for data in loads_lenient(info.body).get("brokerAddrTable", {}).values():
         addr = data.get("brokerAddrs", {}).get("0")
         if addr:
             masters.append(addr)

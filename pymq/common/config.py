@@ -77,12 +77,16 @@ def _java_value(value: Any) -> str:
     return str(value)
 
 
-def to_properties(configs: Iterable[object]) -> dict[str, str]:
-    """The effective config as Java keys and string values, in declaration order."""
+def to_properties(configs: Iterable[object], *, skip_none: bool = False) -> dict[str, str]:
+    """The effective config as Java keys and string values, in declaration order (without the
+    keys whose value is None when ``skip_none``, as Java's properties writer leaves nulls out)."""
     out: dict[str, str] = {}
     for obj in configs:
         for key, field in _fields_by_key(obj).items():
-            out[key] = _java_value(getattr(obj, field.name))
+            value = getattr(obj, field.name)
+            if value is None and skip_none:
+                continue
+            out[key] = _java_value(value)
     return out
 
 

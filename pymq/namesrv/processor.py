@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from pymq.common import fastjson
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
@@ -42,6 +43,11 @@ RESTART_ONLY_KEYS = frozenset(
 )
 # Config values never shown.
 SECRET_KEYS = frozenset({"tls.server.keyPassword"})
+
+# GET_ROUTEINFO_BY_TOPIC: request versions from V4_9_4 on get standard JSON.
+STANDARD_JSON_ROUTE_VERSION = 401
+# The tail Java's name server adds to a remark that has a FAQ entry.
+FAQ_TAIL = "See http://rocketmq.apache.org/docs/faq/ for further details."
 
 # TopicSysFlag bits.
 FLAG_UNIT = 0x1
@@ -195,22 +201,30 @@ class NamesrvProcessor:
     # -- routes and topics --------------------------------------------------------------------
 
     def get_route_info_inline(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        """GET_ROUTEINFO_BY_TOPIC answered in the connection's reader (no task per lookup),
-        from the route the tables keep encoded until it changes."""
-        topic = H.decode_request(req).topic
-        if self.controller.namesrv_config.order_message_enable:
-            route = self.routes.pickup_topic_route_data(topic)
-            if route is not None:
-                route.order_topic_conf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
-                return req.response(body=to_json(route))
-            body = None
-        else:
+        """GET_ROUTEINFO_BY_TOPIC answered in the connection's reader (no task per lookup).
+
+        As Java's: standard JSON for clients of 4.9.4 on (or asking for it), fastjson's bare
+        integer keys ({0:"host:port"}) for older ones, which expect that form.  The standard
+        form without an order config comes from the route the tables keep encoded until it
+        changes; the others are built per lookup."""
+        head: H.GetRouteInfoRequestHeader = H.decode_request(req)
+        topic = head.topic
+        standard = req.version >= STANDARD_JSON_ROUTE_VERSION or head.accept_standard_json_only
+        order = self.controller.namesrv_config.order_message_enable
+        body: bytes | None
+        if standard and not order:
             body = self.routes.route_body(topic)
+        else:
+            route = self.routes.pickup_topic_route_data(topic)
+            body = None
+            if route is not None:
+                if order:
+                    route.order_topic_conf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+                body = to_json(route) if standard else fastjson.dumps(route)
         if body is None:
             return req.response(
                 ResponseCode.TOPIC_NOT_EXIST,
-                f"No topic route info in name server for the topic: {topic}; "
-                "create the topic on a broker (or enable autoCreateTopicEnable) first",
+                f"No topic route info in name server for the topic: {topic}\n{FAQ_TAIL}",
             )
         return req.response(body=body)
 
@@ -222,7 +236,8 @@ class NamesrvProcessor:
     async def get_broker_cluster_info(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        return req.response(body=to_json(self.routes.get_all_cluster_info()))
+        # Java writes this one in fastjson's form whatever the client's version.
+        return req.response(body=fastjson.dumps(self.routes.get_all_cluster_info()))
 
     async def get_all_topic_list(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         return req.response(body=to_json(self.routes.get_all_topic_list()))

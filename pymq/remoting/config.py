@@ -6,6 +6,7 @@ on one Trio loop and has no thread pools to size, so they are reported by ``-p``
 
 from __future__ import annotations
 
+import os
 import ssl
 from typing import Any
 
@@ -46,6 +47,7 @@ class NettyServerConfig:
     server_socket_snd_buf_size: int = 0
     server_socket_rcv_buf_size: int = 0
     server_pooled_byte_buf_allocator_enable: bool = True
+    server_socket_backlog: int = 1024
     use_epoll_native_selector: bool = False
     # The bounds of what one peer, or all of them, can make the server hold (see
     # pymq.remoting.limits and README's "Operations: limits").  Netty's water-mark keys keep
@@ -132,3 +134,12 @@ class NettyClientConfig:
     def ssl_context(self) -> ssl.SSLContext | None:
         """The context to connect with when tls.enable is true, else None."""
         return client_context(self.tls_settings())
+
+    # Accepted, not used: pymq's client side is one Trio loop (no executor threads or socket
+    # buffer sizes of its own), and its TLS is switched on by tls.enable above (Java derives
+    # useTLS from it too).
+    client_callback_executor_threads: int = attrs.Factory(lambda: os.cpu_count() or 1)
+    client_socket_snd_buf_size: int = 0
+    client_socket_rcv_buf_size: int = 0
+    client_pooled_byte_buf_allocator_enable: bool = False
+    use_tls: bool = attrs.field(default=False, metadata={"key": "useTLS"})

@@ -565,6 +565,77 @@ class ResetOffsetRequestHeader:
     is_force: bool = _req("isForce", BOOL)
 
 
+@attrs.define(slots=True)
+class ProducerGroupHeader:
+    """GET_PRODUCER_CONNECTION_LIST."""
+
+    producer_group: str = _req("producerGroup", STR)
+
+
+@attrs.define(slots=True)
+class QueryConsumeTimeSpanRequestHeader:
+    topic: str = _req("topic", STR)
+    group: str = _req("group", STR)
+
+
+@attrs.define(slots=True)
+class ViewBrokerStatsDataRequestHeader:
+    stats_name: str = _req("statsName", STR)
+    stats_key: str = _req("statsKey", STR)
+
+
+@attrs.define(slots=True)
+class GetConsumeStatsInBrokerHeader:
+    is_order: bool = _req("isOrder", BOOL)
+
+
+@attrs.define(slots=True)
+class GetConsumerRunningInfoRequestHeader:
+    """GET_CONSUMER_RUNNING_INFO, to the broker and relayed by it to the client."""
+
+    consumer_group: str = _req("consumerGroup", STR)
+    client_id: str = _req("clientId", STR)
+    jstack_enable: bool = _field("jstackEnable", BOOL, default=False)
+
+
+@attrs.define(slots=True)
+class ConsumeMessageDirectlyResultRequestHeader:
+    """CONSUME_MESSAGE_DIRECTLY, to the broker and relayed by it (with ``brokerName`` set and
+    the message as body) to the client."""
+
+    consumer_group: str = _req("consumerGroup", STR)
+    client_id: str | None = _field("clientId", STR)
+    msg_id: str | None = _field("msgId", STR)
+    broker_name: str | None = _field("brokerName", STR)
+
+
+@attrs.define(slots=True)
+class GetConsumerStatusRequestHeader:
+    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS, and GET_CONSUMER_STATUS_FROM_CLIENT (the broker's
+    call to each client, without ``clientAddr``: a client id, or blank for all)."""
+
+    topic: str = _req("topic", STR)
+    group: str = _req("group", STR)
+    client_addr: str | None = _field("clientAddr", STR)
+
+
+@attrs.define(slots=True)
+class CloneGroupOffsetRequestHeader:
+    src_group: str = _req("srcGroup", STR)
+    dest_group: str = _req("destGroup", STR)
+    topic: str | None = _field("topic", STR)
+    offline: bool = _field("offline", BOOL, default=False)
+
+
+@attrs.define(slots=True)
+class QueryConsumeQueueRequestHeader:
+    topic: str = _req("topic", STR)
+    queue_id: int = _req("queueId", INT)
+    index: int = _req("index", LONG)
+    count: int = _req("count", INT)
+    consumer_group: str | None = _field("consumerGroup", STR)
+
+
 # -- name server -------------------------------------------------------------------------------
 
 
@@ -586,6 +657,14 @@ class KVConfigRequestHeader:
 @attrs.define(slots=True)
 class NamespaceHeader:
     namespace: str = _req("namespace", STR)
+
+
+@attrs.define(slots=True)
+class GetRouteInfoRequestHeader:
+    """GET_ROUTEINFO_BY_TOPIC as the name server reads it (clients send a TopicHeader)."""
+
+    topic: str = _req("topic", STR)
+    accept_standard_json_only: bool = _field("acceptStandardJsonOnly", BOOL, default=False)
 
 
 @attrs.define(slots=True)
@@ -711,6 +790,18 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.GET_TOPIC_STATS_INFO: TopicHeader,
     _RC.GET_CONSUME_STATS: GetConsumeStatsRequestHeader,
     _RC.INVOKE_BROKER_TO_RESET_OFFSET: ResetOffsetRequestHeader,
+    _RC.GET_PRODUCER_CONNECTION_LIST: ProducerGroupHeader,
+    _RC.QUERY_TOPIC_CONSUME_BY_WHO: TopicHeader,
+    _RC.QUERY_CONSUME_TIME_SPAN: QueryConsumeTimeSpanRequestHeader,
+    _RC.VIEW_BROKER_STATS_DATA: ViewBrokerStatsDataRequestHeader,
+    _RC.GET_BROKER_CONSUME_STATS: GetConsumeStatsInBrokerHeader,
+    _RC.GET_CONSUMER_RUNNING_INFO: GetConsumerRunningInfoRequestHeader,
+    _RC.CONSUME_MESSAGE_DIRECTLY: ConsumeMessageDirectlyResultRequestHeader,
+    _RC.RESET_CONSUMER_CLIENT_OFFSET: ResetOffsetRequestHeader,
+    _RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: GetConsumerStatusRequestHeader,
+    _RC.GET_CONSUMER_STATUS_FROM_CLIENT: GetConsumerStatusRequestHeader,
+    _RC.CLONE_GROUP_OFFSET: CloneGroupOffsetRequestHeader,
+    _RC.QUERY_CONSUME_QUEUE: QueryConsumeQueueRequestHeader,
     _RC.PUT_KV_CONFIG: PutKVConfigRequestHeader,
     _RC.GET_KV_CONFIG: KVConfigRequestHeader,
     _RC.DELETE_KV_CONFIG: KVConfigRequestHeader,
@@ -718,7 +809,7 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.QUERY_DATA_VERSION: BrokerIdentityHeader,
     _RC.REGISTER_BROKER: RegisterBrokerRequestHeader,
     _RC.UNREGISTER_BROKER: BrokerIdentityHeader,
-    _RC.GET_ROUTEINFO_BY_TOPIC: TopicHeader,
+    _RC.GET_ROUTEINFO_BY_TOPIC: GetRouteInfoRequestHeader,
     _RC.WIPE_WRITE_PERM_OF_BROKER: BrokerNameHeader,
     _RC.ADD_WRITE_PERM_OF_BROKER: BrokerNameHeader,
     _RC.DELETE_TOPIC_IN_NAMESRV: TopicHeader,

@@ -91,6 +91,36 @@ class MessageStoreConfig:
     os_page_cache_busy_time_out_mills: int = 1000
     warm_maped_file_enable: bool = False
     duplication_enable: bool = False
+    # Java's keys for features pymq does not have (the transient store pool, the consume-queue
+    # extension and its bit map, DLedger, LMQ and multi-dispatch, asynchronous schedule
+    # delivery, the commit service of the transient pool): accepted with Java's defaults so
+    # that config files load and GET_BROKER_CONFIG lists every key Java's does; no effect.
+    flush_commit_log_timed: bool = True
+    flush_least_pages_when_warm_maped_file: int = 4096
+    commit_interval_commit_log: int = 200
+    commit_commit_log_least_pages: int = 4
+    commit_commit_log_thorough_interval: int = 200
+    use_reentrant_lock_when_put_message: bool = True
+    put_msg_index_hight_water: int = 600_000
+    transient_store_pool_enable: bool = False
+    transient_store_pool_size: int = 5
+    fast_fail_if_no_buffer_in_store_pool: bool = False
+    enable_consume_queue_ext: bool = False
+    mapped_file_size_consume_queue_ext: int = 48 * 1024 * 1024
+    bit_map_length_consume_queue_ext: int = 112
+    enable_d_leger_commit_log: bool = attrs.field(
+        default=False, metadata={"key": "enableDLegerCommitLog"}
+    )
+    debug_lock_enable: bool = False
+    enable_schedule_async_deliver: bool = False
+    schedule_async_deliver_max_pending_limit: int = 2000
+    schedule_async_deliver_max_resend_num2_blocked: int = attrs.field(
+        default=3, metadata={"key": "scheduleAsyncDeliverMaxResendNum2Blocked"}
+    )
+    enable_schedule_message_stats: bool = True
+    enable_lmq: bool = False
+    enable_multi_dispatch: bool = False
+    max_lmq_consume_queue_num: int = 20_000
 
     @property
     def store_path_commitlog(self) -> str:

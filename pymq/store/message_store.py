@@ -53,6 +53,7 @@ from pymq.store.flush_service import CommitLogFlushService, ConsumeQueueFlushSer
 from pymq.store.get_message import get_message
 from pymq.store.index_service import IndexService
 from pymq.store.mapped_file_queue import MappedFileAllocator
+from pymq.store.put_stats import PutStats
 from pymq.store.reput import ReputMessageService
 from pymq.store.results import (
     PUT_OK,
@@ -161,6 +162,7 @@ class DefaultMessageStore:
         self.os_page_cache_busy_mark = -math.inf
         self.put_message_size_total = 0
         self.get_message_times_total = 0
+        self.put_stats = PutStats()
 
     # --- configuration by the broker -----------------------------------------------------------
 
@@ -482,7 +484,9 @@ class DefaultMessageStore:
         return result
 
     def _held_lock(self, begin: float, end: float) -> None:
-        """Mark a put that held the commit log past osPageCacheBusyTimeOutMills."""
+        """Time a put (StoreStatsService), and mark one that held the commit log past
+        osPageCacheBusyTimeOutMills."""
+        self.put_stats.record(int((end - begin) * 1000))
         if end - begin > self.config.os_page_cache_busy_time_out_mills / 1000:
             self.os_page_cache_busy_mark = end
             log.warning(
@@ -631,9 +635,12 @@ class DefaultMessageStore:
         ``record_filter`` a test of each whole record read (the SQL92 filter)."""
         self.get_message_times_total += 1
         cq = self.consume_queues.find(topic, queue_id)
-        return get_message(
+        begin = time.monotonic()
+        result = get_message(
             self.config, self.commitlog, cq, offset, max_nums, message_filter, record_filter
         )
+        self.put_stats.record_get(int((time.monotonic() - begin) * 1000))
+        return result
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.consume_queues.find(topic, queue_id)

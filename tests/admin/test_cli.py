@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import trio
 
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
 from pymq.embedded import Cluster
-from tests.helpers import wait_until
+from tests.helpers import start_minute_window, wait_until
 
 
 async def admin(*args: str) -> tuple[int, str, str]:
@@ -221,3 +222,48 @@ async def test_installed_console_script():
     help_text = result.stdout.decode()
     for name in ("clusterList", "queryMsgByOffset", "resetOffsetByTime", "updateBrokerConfig"):
         assert name in help_text
+
+
+async def test_operator_subcommands_read_javas_bodies(pymq_cluster):
+    """producerConnection, consumerStatus and statsAll read the bodies Java's tools read."""
+    ns = pymq_cluster.namesrv_addr
+    await ok("updateTopic", "-b", pymq_cluster.broker_addr, "-t", "CliOps", "-r", "2", "-w", "2")
+    await wait_route(pymq_cluster, "CliOps")
+    received: list[MessageExt] = []
+
+    async def handler(msgs: list[MessageExt]) -> bool:
+        received.extend(msgs)
+        return True
+
+    first = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    async with (
+        Producer("cli-ops-producer", ns) as producer,
+        PushConsumer("cli-ops", ns, handler, consume_from=first) as consumer,
+    ):
+        await consumer.subscribe("CliOps")
+        await producer.send(Message("CliOps", b"one"))
+        await wait_until(lambda: received, timeout=30)
+        stats = pymq_cluster.broker.stats
+        start_minute_window(stats, int(time.time() * 1000) - 60_000)
+        for i in range(3):
+            await producer.send(Message("CliOps", f"m{i}".encode()))
+        await wait_until(lambda: len(received) >= 4, timeout=30)
+        stats.snapshot("minute", int(time.time() * 1000))
+
+        producers = await ok_json(
+            "producerConnection", "-n", ns, "-g", "cli-ops-producer", "-t", "CliOps"
+        )
+        assert [p["clientId"] for p in producers] == [producer.client.client_id]
+        await fails("producerConnection", "-n", ns, "-g", "nobody", "-t", "CliOps")
+
+        status = await ok_json("consumerStatus", "-n", ns, "-g", "cli-ops")
+        assert status[0]["clientId"] == consumer.client.client_id
+        assert {q["topic"] for q in status[0]["queues"]} == {"CliOps", "%RETRY%cli-ops"}
+        assert status[0]["properties"]["consumerGroup"] == "cli-ops"
+
+        rows = await ok_json("statsAll", "-n", ns, "-t", "CliOps")
+        assert [(r["topic"], r["group"]) for r in rows] == [("CliOps", "cli-ops")]
+        assert (rows[0]["inMsgLastMinute"], rows[0]["outMsgLastMinute"]) == (3, 3)
+        assert rows[0]["inTps"] == pytest.approx(0.05, rel=0.05)
+        assert rows[0]["outTps"] == pytest.approx(0.05, rel=0.05)
+        assert "CliOps" in await ok("statsAll", "-n", ns)

@@ -75,6 +75,8 @@ class Server:
                 str(broker_port),
                 "--admin-port",
                 str(free_port()),
+                "--metrics-port",
+                "0",
                 "--mappedFileSizeCommitLog",
                 str(16 * 1024 * 1024),
                 *extra,
@@ -228,7 +230,19 @@ def test_console_end_to_end(server):
             page.get_by_role("button", name="Search").click()
             expect(page.get_by_test_id("message-results")).to_contain_text("the needle")
             expect(page.get_by_test_id("message-detail")).to_contain_text("needle")
+            # Its consumption state per group (the dashboard's message track).
+            track = page.get_by_test_id("message-track")
+            expect(track).to_contain_text("console-group")
+            expect(track).to_contain_text("CONSUMED")
             page.screenshot(path=str(ARTIFACTS / "5-message.png"), full_page=True)
+
+            # The dashboard's other views: the group's dead letters, and producers.
+            page.get_by_role("button", name="Consumer groups").click()
+            page.locator("#group-table tr", has_text="console-group").click()
+            page.get_by_test_id("dlq-load").click()
+            expect(page.locator("#dlq-range")).to_contain_text("%DLQ%console-group")
+            page.get_by_role("button", name="Producers").click()
+            expect(page.get_by_test_id("producer-table")).to_be_visible()
 
             # An action with confirmation: delete the topic from its detail panel.
             page.get_by_role("button", name="Topics").click()

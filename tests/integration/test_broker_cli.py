@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 
 import trio
 
@@ -183,6 +184,7 @@ def test_second_broker_on_one_store_refuses(tmp_path) -> None:
 
 
 def test_embedded_default_starts_prints_help_and_stops(tmp_path) -> None:
+    metrics_port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -198,6 +200,10 @@ def test_embedded_default_starts_prints_help_and_stops(tmp_path) -> None:
             "0",
             "--mappedFileSizeCommitLog",
             str(1 << 20),
+            "--admin-port",
+            "0",
+            "--metrics-port",
+            str(metrics_port),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -207,8 +213,16 @@ def test_embedded_default_starts_prints_help_and_stops(tmp_path) -> None:
         assert proc.stdout is not None
         banner = proc.stdout.readline()
         assert banner.startswith("pymq is running: name server 127.0.0.1:")
-        rest = "".join(proc.stdout.readline() for _ in range(5))
+        rest = ""
+        while "Press Ctrl-C" not in rest:
+            line = proc.stdout.readline()
+            assert line, rest
+            rest += line
         assert "python -m pymq.client send" in rest and "python -m pymq.client consume" in rest
+        url = f"http://127.0.0.1:{metrics_port}/metrics"
+        assert f"Prometheus:    {url}" in rest
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            assert b"rocketmq_brokeruntime_put_tps10" in answer.read()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 0
     finally:

@@ -455,8 +455,47 @@ const views = {
       if (this.selected) this.select(this.selected);
     },
 
+    async loadDeadLetters() {
+      const group = this.selected;
+      const page = await channel.request("dlq.messages", { group, offset: 0, maxNum: 64 });
+      $("#dlq-range").textContent = `${page.topic}: offsets ${page.minOffset}–${page.maxOffset}`;
+      $("#dlq-table tbody").replaceChildren(
+        ...page.messages.map((m) =>
+          el(
+            "tr",
+            {},
+            td(m.queueOffset, true),
+            td(m.msgId),
+            td(m.properties.RETRY_TOPIC ?? "-"),
+            td(fmtTime(m.storeTimestamp)),
+            td((m.bodyPreview ?? "").slice(0, 60)),
+            el(
+              "td",
+              {},
+              el(
+                "button",
+                {
+                  "data-testid": `dlq-resend-${m.queueOffset}`,
+                  onclick: () =>
+                    act(
+                      `Send dead letter ${m.msgId} back to ${group} to be consumed again?`,
+                      () => channel.request("dlq.resend", { group, offset: m.queueOffset }),
+                      `Resent to %RETRY%${group}`,
+                    ),
+                },
+                "Resend",
+              ),
+            ),
+          ),
+        ),
+      );
+    },
+
     wire() {
       this.wired = true;
+      $("#dlq-load").addEventListener("click", () =>
+        this.loadDeadLetters().catch((err) => toast(err.message, true)),
+      );
       $("#reset-offset").addEventListener("click", () => {
         const group = this.selected;
         const topic = $("#reset-topic").value;
@@ -495,6 +534,8 @@ const views = {
           ),
         );
       });
+      $("#dlq-table tbody").replaceChildren();
+      $("#dlq-range").textContent = "";
       channel
         .request("group.connections", { group })
         .then((c) => $("#group-members").replaceChildren(...c.connectionSet.map((m) => el("li", {}, `${m.clientId} (${m.clientAddr}, ${m.language})`))))
@@ -605,6 +646,31 @@ const views = {
       ];
       $("#msg-fields").replaceChildren(...fields.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "-")]));
       $("#msg-body").textContent = (m.bodyPreview ?? "(not loaded)") + (m.bodyTruncated ? "\n…" : "");
+      $("#msg-track tbody").replaceChildren();
+      channel
+        .request("message.track", { msgId: m.msgId, topic: m.topic })
+        .then((t) =>
+          $("#msg-track tbody").replaceChildren(
+            ...t.tracks.map((x) =>
+              el("tr", {}, td(x.group), td(x.trackType), td(fmtNum(x.consumerOffset), true), td(x.online ? "yes" : "no")),
+            ),
+          ),
+        )
+        .catch((err) => $("#msg-track tbody").replaceChildren(el("tr", {}, td(err.message))));
+    },
+  },
+
+  // Producers: the producer groups connected to this broker and their clients.
+  producers: {
+    async enter() {
+      const groups = await channel.request("producer.list");
+      $("#producer-table tbody").replaceChildren(
+        ...groups.flatMap((g) =>
+          g.connectionSet.map((c) =>
+            el("tr", {}, td(g.group), td(c.clientId), td(c.clientAddr), td(c.language), td(c.version)),
+          ),
+        ),
+      );
     },
   },
 

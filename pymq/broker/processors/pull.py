@@ -293,8 +293,11 @@ class PullProcessor:
             "maxOffset": result.max_offset,
             "suggestWhichBrokerId": suggest,
         }
+        ctx.stats.on_pull(code == ResponseCode.SUCCESS)
         if code == ResponseCode.SUCCESS:
-            ctx.stats.on_get(result.message_count, result.buffer_total_size)
+            ctx.stats.on_get(
+                result.message_count, result.buffer_total_size, head.topic, head.consumer_group
+            )
             if result.queue_offsets:  # protectBroker: the bytes this group left behind
                 store = ctx.store
                 last = store.get_commitlog_offset_in_queue(

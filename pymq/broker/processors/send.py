@@ -273,8 +273,9 @@ class SendProcessor:
             result.status, (ResponseCode.SYSTEM_ERROR, result.status.value)
         )
         if not result.appended:
+            self.ctx.store.put_stats.failed_times += 1
             return req.response(code, result.reason or remark)
-        self.ctx.stats.on_put(result.msg_num, result.wrote_bytes)
+        self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, req.header.topic)
         bc = self.ctx.broker_config
         ext = {
             "msgId": result.msg_id,
@@ -478,5 +479,6 @@ class SendProcessor:
         )
         result = await ctx.store.put_message(msg)
         if result.is_ok:
+            ctx.stats.on_send_back(group, props[PROPERTY_RETRY_TOPIC])
             return req.response()
         return req.response(ResponseCode.SYSTEM_ERROR, result.reason or result.status.value)

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 import trio
@@ -62,6 +63,8 @@ def start_groups(tmp_path, groups: int, *extra: str) -> tuple[subprocess.Popen, 
             str(base),
             "--admin-port",
             "0",
+            "--metrics-port",
+            "0",
             "--mappedFileSizeCommitLog",
             str(1 << 20),
             *extra,
@@ -105,8 +108,22 @@ def alive(pid: int) -> bool:
         return False
 
 
+def free_port_pair() -> int:
+    for _ in range(100):
+        port = free_port()
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no two free ports in a row")
+
+
 def test_groups_serve_one_topic_across_processes_and_stop_cleanly(tmp_path) -> None:
-    proc, namesrv, brokers = start_groups(tmp_path, 2)
+    metrics = free_port_pair()
+    proc, namesrv, brokers = start_groups(tmp_path, 2, "--metrics-port", str(metrics))
     try:
         assert len(brokers) == 2 and brokers[0] != brokers[1]
         pids = children(proc.pid)
@@ -122,6 +139,11 @@ def test_groups_serve_one_topic_across_processes_and_stop_cleanly(tmp_path) -> N
             return names
 
         assert trio.run(send_across) == {"broker-a", "broker-b"}
+        # each group serves its own /metrics, on the given port + its index
+        for i, name in enumerate(("broker-a", "broker-b")):
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics + i}/metrics", timeout=10) as r:
+                text = r.read().decode()
+            assert f'broker="{name}"' in text
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
@@ -177,6 +199,8 @@ def test_a_group_that_cannot_start_stops_the_others(tmp_path) -> None:
                 "--broker-port",
                 str(base),
                 "--admin-port",
+                "0",
+                "--metrics-port",
                 "0",
             ],
             capture_output=True,

@@ -186,6 +186,10 @@ ADMIN_CODES = frozenset(
         _RC.GET_BROKER_CLUSTER_ACL_INFO,
         _RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
         _RC.GET_BROKER_CLUSTER_ACL_CONFIG,
+        # pymq: the codes that delete data or state (4.9.4 asks only for a signature).
+        _RC.DELETE_EXPIRED_COMMITLOG,
+        _RC.CLEAN_EXPIRED_CONSUMEQUEUE,
+        _RC.CLEAN_UNUSED_TOPIC,
     }
 )
 
@@ -224,6 +228,20 @@ RULES: dict[int, Rule] = {
     _RC.GET_TOPIC_STATS_INFO: _signed_only,
     _RC.GET_CONSUME_STATS: _signed_only,
     _RC.INVOKE_BROKER_TO_RESET_OFFSET: _signed_only,
+    # The operator tools' queries and calls (mqadmin, the dashboard): a valid signature, as
+    # 4.9.4 asks.
+    _RC.GET_PRODUCER_CONNECTION_LIST: _signed_only,
+    _RC.QUERY_TOPIC_CONSUME_BY_WHO: _signed_only,
+    _RC.QUERY_CONSUME_TIME_SPAN: _signed_only,
+    _RC.VIEW_BROKER_STATS_DATA: _signed_only,
+    _RC.GET_BROKER_CONSUME_STATS: _signed_only,
+    _RC.GET_CONSUMER_RUNNING_INFO: _signed_only,
+    _RC.CONSUME_MESSAGE_DIRECTLY: _signed_only,
+    _RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: _signed_only,
+    _RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: _signed_only,
+    _RC.CLONE_GROUP_OFFSET: _signed_only,
+    _RC.QUERY_CONSUME_QUEUE: _signed_only,
+    _RC.GET_ALL_PRODUCER_INFO: _signed_only,
     **{code: _admin for code in ADMIN_CODES},
 }
 

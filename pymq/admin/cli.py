@@ -36,6 +36,7 @@ from pymq.common.topic import (
     TRANS_CHECK_MAX_TIME_TOPIC,
 )
 from pymq.common.trace import TRACE_TOPIC, TraceView, format_trace, trace_views
+from pymq.remoting import headers as H
 from pymq.remoting.client import AclSigner, RemotingClient, open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -131,11 +132,14 @@ class Admin:
         self,
         addr: str,
         code: RequestCode,
-        fields: dict[str, object] | None = None,
+        header: object | None = None,
         body: bytes = b"",
         *,
         ok: Sequence[int] = (ResponseCode.SUCCESS,),
     ) -> RemotingCommand:
+        """``code`` with ``header`` (an instance of its class in :mod:`pymq.remoting.headers`,
+        written by the one encoder) and ``body`` to ``addr``; CliError unless answered ``ok``."""
+        fields = H.encode(header) if header is not None else None
         try:
             reply = await self.client.invoke(
                 addr, RemotingCommand.request(code, fields, body), TIMEOUT
@@ -157,7 +161,7 @@ class Admin:
 
     async def route(self, topic: str) -> dict[str, Any]:
         reply = await self.invoke(
-            self.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}
+            self.namesrv, RequestCode.GET_ROUTEINFO_BY_TOPIC, H.GetRouteInfoRequestHeader(topic)
         )
         return loads_lenient(reply.body)
 
@@ -304,7 +308,7 @@ async def broker_status(admin: Admin, args: argparse.Namespace) -> Output:
 async def topic_list(admin: Admin, args: argparse.Namespace) -> Output:
     if args.clusterName:
         reply = await admin.invoke(
-            admin.namesrv, RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": args.clusterName}
+            admin.namesrv, RequestCode.GET_TOPICS_BY_CLUSTER, H.ClusterHeader(args.clusterName)
         )
     else:
         reply = await admin.invoke(admin.namesrv, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
@@ -336,7 +340,9 @@ async def topic_route(admin: Admin, args: argparse.Namespace) -> Output:
 async def topic_status(admin: Admin, args: argparse.Namespace) -> Output:
     data, rows = [], []
     for name, addr in (await admin.topic_masters(args.topic)).items():
-        reply = await admin.invoke(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": args.topic})
+        reply = await admin.invoke(
+            addr, RequestCode.GET_TOPIC_STATS_INFO, H.TopicHeader(args.topic)
+        )
         for q in queue_rows(fastjson.loads(reply.body).get("offsetTable", {})):
             q["brokerName"] = name
             data.append(q)
@@ -354,21 +360,28 @@ async def topic_status(admin: Admin, args: argparse.Namespace) -> Output:
 
 
 async def update_topic(admin: Admin, args: argparse.Namespace) -> Output:
-    fields = {
+    header = H.CreateTopicRequestHeader(
+        topic=args.topic,
+        default_topic=AUTO_CREATE_TOPIC_KEY_TOPIC,
+        read_queue_nums=args.readQueueNums,
+        write_queue_nums=args.writeQueueNums,
+        perm=args.perm,
+        topic_filter_type="SINGLE_TAG",
+        topic_sys_flag=0,
+        order=args.order,
+    )
+    done = []
+    for addr in await admin.targets(args):
+        await admin.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+        done.append(addr)
+    config = {
         "topic": args.topic,
-        "defaultTopic": AUTO_CREATE_TOPIC_KEY_TOPIC,
         "readQueueNums": args.readQueueNums,
         "writeQueueNums": args.writeQueueNums,
         "perm": args.perm,
         "topicFilterType": "SINGLE_TAG",
-        "topicSysFlag": 0,
         "order": args.order,
     }
-    done = []
-    for addr in await admin.targets(args):
-        await admin.invoke(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
-        done.append(addr)
-    config = {k: v for k, v in fields.items() if k not in ("topicSysFlag", "defaultTopic")}
     lines = [f"create topic to {addr} success." for addr in done] + [f"TopicConfig {config}"]
     return Output({"brokers": done, "topicConfig": config}, lines=lines)
 
@@ -376,8 +389,10 @@ async def update_topic(admin: Admin, args: argparse.Namespace) -> Output:
 async def delete_topic(admin: Admin, args: argparse.Namespace) -> Output:
     addrs = await admin.targets(args)
     for addr in addrs:
-        await admin.invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": args.topic})
-    await admin.invoke(admin.namesrv, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": args.topic})
+        await admin.invoke(addr, RequestCode.DELETE_TOPIC_IN_BROKER, H.TopicHeader(args.topic))
+    await admin.invoke(
+        admin.namesrv, RequestCode.DELETE_TOPIC_IN_NAMESRV, H.TopicHeader(args.topic)
+    )
     where = args.clusterName or args.brokerAddr
     return Output(
         {"topic": args.topic, "brokers": addrs},
@@ -398,7 +413,7 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
             diff, online = 0, 0
             for addr in masters.values():
                 reply = await admin.invoke(
-                    addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group}
+                    addr, RequestCode.GET_CONSUME_STATS, H.GetConsumeStatsRequestHeader(group)
                 )
                 diff += sum(
                     q["brokerOffset"] - q["consumerOffset"]
@@ -407,7 +422,7 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
                 conn = await admin.invoke(
                     addr,
                     RequestCode.GET_CONSUMER_CONNECTION_LIST,
-                    {"consumerGroup": group},
+                    H.ConsumerGroupHeader(group),
                     ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
                 )
                 if conn.code == ResponseCode.SUCCESS:
@@ -415,12 +430,12 @@ async def consumer_progress(admin: Admin, args: argparse.Namespace) -> Output:
             data.append({"group": group, "count": online, "diffTotal": diff})
             rows.append([group, online, diff])
         return Output(data, ["#Group", "#Count", "#Diff Total"], rows)
-    fields = {"consumerGroup": args.consumerGroup, "topic": args.topic}
+    stats_header = H.GetConsumeStatsRequestHeader(args.consumerGroup, args.topic)
     data, rows = [], []
     found = False
     tps = 0.0
     for name, addr in masters.items():
-        reply = await admin.invoke(addr, RequestCode.GET_CONSUME_STATS, fields)
+        reply = await admin.invoke(addr, RequestCode.GET_CONSUME_STATS, stats_header)
         stats = fastjson.loads(reply.body)
         tps += float(stats.get("consumeTps", 0.0))
         for q in queue_rows(stats.get("offsetTable", {})):
@@ -458,7 +473,7 @@ async def producer_connection(admin: Admin, args: argparse.Namespace) -> Output:
         reply = await admin.invoke(
             addr,
             RequestCode.GET_PRODUCER_CONNECTION_LIST,
-            {"producerGroup": args.producerGroup},
+            H.ProducerGroupHeader(args.producerGroup),
             ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
         )
         if reply.code != ResponseCode.SUCCESS:
@@ -480,7 +495,7 @@ async def consumer_status(admin: Admin, args: argparse.Namespace) -> Output:
         reply = await admin.invoke(
             addr,
             RequestCode.GET_CONSUMER_CONNECTION_LIST,
-            {"consumerGroup": args.consumerGroup},
+            H.ConsumerGroupHeader(args.consumerGroup),
             ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
         )
         if reply.code != ResponseCode.SUCCESS:
@@ -490,11 +505,7 @@ async def consumer_status(admin: Admin, args: argparse.Namespace) -> Output:
             info = await admin.invoke(
                 addr,
                 RequestCode.GET_CONSUMER_RUNNING_INFO,
-                {
-                    "consumerGroup": args.consumerGroup,
-                    "clientId": c["clientId"],
-                    "jstackEnable": False,
-                },
+                H.GetConsumerRunningInfoRequestHeader(args.consumerGroup, c["clientId"], False),
             )
             running = fastjson.loads(info.body)
             props = running.get("properties", {})
@@ -527,7 +538,7 @@ async def stats_all(admin: Admin, args: argparse.Namespace) -> Output:
         reply = await admin.invoke(
             addr,
             RequestCode.VIEW_BROKER_STATS_DATA,
-            {"statsName": name, "statsKey": key},
+            H.ViewBrokerStatsDataRequestHeader(name, key),
             ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
         )
         if reply.code != ResponseCode.SUCCESS:
@@ -546,7 +557,9 @@ async def stats_all(admin: Admin, args: argparse.Namespace) -> Output:
             put = await minute(addr, "TOPIC_PUT_NUMS", topic)
             if put is None:
                 continue
-            who = await admin.invoke(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+            who = await admin.invoke(
+                addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, H.TopicHeader(topic)
+            )
             groups = fastjson.loads(who.body).get("groupList", []) or [""]
             for group in groups:
                 got = await minute(addr, "GROUP_GET_NUMS", f"{topic}@{group}") if group else None
@@ -578,7 +591,7 @@ async def consumer_connection(admin: Admin, args: argparse.Namespace) -> Output:
         reply = await admin.invoke(
             addr,
             RequestCode.GET_CONSUMER_CONNECTION_LIST,
-            {"consumerGroup": args.consumerGroup},
+            H.ConsumerGroupHeader(args.consumerGroup),
             ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
         )
         if reply.code == ResponseCode.SUCCESS:
@@ -652,7 +665,7 @@ async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> Output:
             reply = await admin.invoke(
                 f"{ip}:{port}",
                 RequestCode.VIEW_MESSAGE_BY_ID,
-                {"offset": offset},
+                H.ViewMessageRequestHeader(offset),
                 ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
             )
         except CliError as exc:
@@ -674,19 +687,10 @@ async def _query(
 ) -> list[dict[str, Any]]:
     views: list[dict[str, Any]] = []
     for addr in (await admin.topic_masters(topic)).values():
-        fields: dict[str, object] = {
-            "topic": topic,
-            "key": key,
-            "maxNum": max_num,
-            "beginTimestamp": begin,
-            "endTimestamp": end,
-        }
-        if unique:
-            fields["_UNIQUE_KEY_QUERY"] = "true"
         reply = await admin.invoke(
             addr,
             RequestCode.QUERY_MESSAGE,
-            fields,
+            H.QueryMessageRequestHeader(topic, key, max_num, begin, end, unique),
             ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
         if reply.code == ResponseCode.SUCCESS:
@@ -723,13 +727,7 @@ async def query_msg_trace_by_id(admin: Admin, args: argparse.Namespace) -> Outpu
         reply = await admin.invoke(
             addr,
             RequestCode.QUERY_MESSAGE,
-            {
-                "topic": args.traceTopic,
-                "key": args.msgId,
-                "maxNum": 64,
-                "beginTimestamp": 0,
-                "endTimestamp": now,
-            },
+            H.QueryMessageRequestHeader(args.traceTopic, args.msgId, 64, 0, now),
             ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
         if reply.code != ResponseCode.SUCCESS:
@@ -746,6 +744,23 @@ async def query_msg_trace_by_id(admin: Admin, args: argparse.Namespace) -> Outpu
     return Output([v.to_json() for v in ordered], lines=format_trace(ordered))
 
 
+def _tools_pull(topic: str, queue_id: int, offset: int, count: int) -> H.PullMessageRequestHeader:
+    """A pull of ``count`` messages as TOOLS_CONSUMER, every tag, nothing committed or held."""
+    return H.PullMessageRequestHeader(
+        consumer_group=TOOLS_CONSUMER_GROUP,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=count,
+        sys_flag=PULL_FLAG_SUBSCRIPTION,
+        commit_offset=0,
+        suspend_timeout_millis=0,
+        subscription="*",
+        sub_version=0,
+        expression_type="TAG",
+    )
+
+
 async def query_msg_by_offset(admin: Admin, args: argparse.Namespace) -> Output:
     masters = await admin.topic_masters(args.topic)
     addr = masters.get(args.brokerName)
@@ -754,19 +769,7 @@ async def query_msg_by_offset(admin: Admin, args: argparse.Namespace) -> Output:
     reply = await admin.invoke(
         addr,
         RequestCode.PULL_MESSAGE,
-        {
-            "consumerGroup": TOOLS_CONSUMER_GROUP,
-            "topic": args.topic,
-            "queueId": args.queueId,
-            "queueOffset": args.offset,
-            "maxMsgNums": 1,
-            "sysFlag": PULL_FLAG_SUBSCRIPTION,
-            "commitOffset": 0,
-            "suspendTimeoutMillis": 0,
-            "subscription": "*",
-            "subVersion": 0,
-            "expressionType": "TAG",
-        },
+        _tools_pull(args.topic, args.queueId, args.offset, 1),
         ok=range(0, 64),
     )
     messages = list(iter_records(reply.body)) if reply.code == ResponseCode.SUCCESS else []
@@ -785,12 +788,7 @@ async def reset_offset_by_time(admin: Admin, args: argparse.Namespace) -> Output
         reply = await admin.invoke(
             addr,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-            {
-                "topic": args.topic,
-                "group": args.group,
-                "timestamp": timestamp,
-                "isForce": args.force,
-            },
+            H.ResetOffsetRequestHeader(args.topic, args.group, timestamp, args.force),
         )
         for q in queue_rows(fastjson.loads(reply.body).get("offsetTable", {})):
             data.append({"brokerName": name, "queueId": q["queueId"], "offset": q["offset"]})
@@ -851,7 +849,7 @@ _PULL_BATCH = 32
 
 
 async def _max_offset(admin: Admin, addr: str, topic: str) -> int:
-    reply = await admin.invoke(addr, RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": 0})
+    reply = await admin.invoke(addr, RequestCode.GET_MAX_OFFSET, H.TopicQueueHeader(topic, 0))
     return int(reply.ext_fields.get("offset", "0"))
 
 
@@ -864,19 +862,7 @@ async def _pull_queue0(admin: Admin, addr: str, topic: str, start: int, end: int
         reply = await admin.invoke(
             addr,
             RequestCode.PULL_MESSAGE,
-            {
-                "consumerGroup": TOOLS_CONSUMER_GROUP,
-                "topic": topic,
-                "queueId": 0,
-                "queueOffset": offset,
-                "maxMsgNums": min(_PULL_BATCH, end - offset),
-                "sysFlag": PULL_FLAG_SUBSCRIPTION,
-                "commitOffset": 0,
-                "suspendTimeoutMillis": 0,
-                "subscription": "*",
-                "subVersion": 0,
-                "expressionType": "TAG",
-            },
+            _tools_pull(topic, 0, offset, min(_PULL_BATCH, end - offset)),
             ok=range(0, 64),
         )
         batch = list(iter_records(reply.body)) if reply.code == ResponseCode.SUCCESS else []
@@ -946,21 +932,21 @@ async def transaction_status(admin: Admin, args: argparse.Namespace) -> Output:
 
 
 async def update_acl_config(admin: Admin, args: argparse.Namespace) -> Output:
-    fields: dict[str, object] = {"accessKey": args.accessKey, "secretKey": args.secretKey}
-    optional = {
-        "whiteRemoteAddress": args.whiteRemoteAddress,
-        "defaultTopicPerm": args.defaultTopicPerm,
-        "defaultGroupPerm": args.defaultGroupPerm,
-        "topicPerms": args.topicPerms,
-        "groupPerms": args.groupPerms,
-    }
-    fields.update({k: v for k, v in optional.items() if v is not None})
-    fields["admin"] = args.admin
+    header = H.CreateAccessConfigRequestHeader(
+        access_key=args.accessKey,
+        secret_key=args.secretKey,
+        white_remote_address=args.whiteRemoteAddress,
+        admin=args.admin,
+        default_topic_perm=args.defaultTopicPerm,
+        default_group_perm=args.defaultGroupPerm,
+        topic_perms=args.topicPerms,
+        group_perms=args.groupPerms,
+    )
     done = []
     for addr in await admin.targets(args):
-        await admin.invoke(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, fields)
+        await admin.invoke(addr, RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, header)
         done.append(addr)
-    shown = {k: ("******" if k == "secretKey" else v) for k, v in fields.items()}
+    shown = {k: ("******" if k == "secretKey" else v) for k, v in H.encode(header).items()}
     lines = [f"create or update plain access config to {addr} success." for addr in done]
     return Output({"brokers": done, "plainAccessConfig": shown}, lines=[*lines, str(shown)])
 
@@ -968,7 +954,9 @@ async def update_acl_config(admin: Admin, args: argparse.Namespace) -> Output:
 async def delete_access_config(admin: Admin, args: argparse.Namespace) -> Output:
     done = []
     for addr in await admin.targets(args):
-        await admin.invoke(addr, RequestCode.DELETE_ACL_CONFIG, {"accessKey": args.accessKey})
+        await admin.invoke(
+            addr, RequestCode.DELETE_ACL_CONFIG, H.DeleteAccessConfigRequestHeader(args.accessKey)
+        )
         done.append(addr)
     lines = [f"delete plain access config account from {addr} success." for addr in done]
     return Output({"brokers": done, "accessKey": args.accessKey}, lines=lines)
@@ -1014,15 +1002,15 @@ async def cluster_acl_config_version(admin: Admin, args: argparse.Namespace) -> 
 
 
 async def update_global_white_addr(admin: Admin, args: argparse.Namespace) -> Output:
-    fields: dict[str, object] = {"globalWhiteAddrs": args.globalWhiteRemoteAddresses}
-    if args.aclFileFullPath:
-        fields["aclFileFullPath"] = args.aclFileFullPath
+    header = H.UpdateGlobalWhiteAddrsConfigRequestHeader(
+        args.globalWhiteRemoteAddresses, args.aclFileFullPath or None
+    )
     done = []
     for addr in await admin.targets(args):
-        await admin.invoke(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, fields)
+        await admin.invoke(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, header)
         done.append(addr)
     lines = [f"update global white remote addresses to {addr} success." for addr in done]
-    return Output({"brokers": done, **fields}, lines=lines)
+    return Output({"brokers": done, **H.encode(header)}, lines=lines)
 
 
 def credentials(args: argparse.Namespace) -> tuple[str, str] | None:

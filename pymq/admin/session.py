@@ -27,6 +27,7 @@ from pymq.broker.acl import AclManager
 from pymq.broker.admin_service import AdminError, AdminService
 from pymq.common.acl import AclConfigError, PlainAccessConfig
 from pymq.common.serde import loads_lenient
+from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
@@ -353,7 +354,7 @@ class AdminSession:
         if api is not None:
             for addr in api.namesrv_addrs:
                 forget = RemotingCommand.request(
-                    RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}
+                    RequestCode.DELETE_TOPIC_IN_NAMESRV, H.encode(H.TopicHeader(topic))
                 )
                 try:
                     await api.client.invoke(addr, forget, REMOTE_TIMEOUT)

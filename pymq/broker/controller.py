@@ -86,6 +86,7 @@ from pymq.common.topic import (
     is_readable,
     is_writeable,
 )
+from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.client import AclSigner, RemotingClient
 from pymq.remoting.codec import RemotingCommand
@@ -614,7 +615,8 @@ class BrokerController:
         for channel in channels:
             if isinstance(channel, Channel) and not channel.closed:
                 request = RemotingCommand.request(
-                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}
+                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                    H.encode(H.NotifyConsumerIdsChangedRequestHeader(group)),
                 )
                 self._nursery.start_soon(_send_oneway, channel, request)
 

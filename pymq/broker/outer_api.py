@@ -16,6 +16,7 @@ from pymq.common.message import body_crc32
 from pymq.common.route import KVTable, RegisterBrokerBody
 from pymq.common.serde import from_json, to_json
 from pymq.common.topic import DataVersion, TopicConfigSerializeWrapper
+from pymq.remoting import headers as H
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -54,15 +55,17 @@ class BrokerOuterAPI:
         compressed: bool = False,
     ) -> list[RegisterBrokerResult]:
         body = RegisterBrokerBody(topics, []).encode(compressed)
-        header = {
-            "brokerAddr": identity.broker_addr,
-            "brokerId": identity.broker_id,
-            "brokerName": identity.broker_name,
-            "clusterName": identity.cluster_name,
-            "haServerAddr": identity.ha_server_addr,
-            "compressed": compressed,
-            "bodyCrc32": body_crc32(body),
-        }
+        header = H.encode(
+            H.RegisterBrokerRequestHeader(
+                broker_name=identity.broker_name,
+                broker_addr=identity.broker_addr,
+                cluster_name=identity.cluster_name,
+                ha_server_addr=identity.ha_server_addr,
+                broker_id=identity.broker_id,
+                compressed=compressed,
+                body_crc32=body_crc32(body),
+            )
+        )
         results: list[RegisterBrokerResult] = []
 
         async def one(addr: str) -> None:
@@ -97,12 +100,14 @@ class BrokerOuterAPI:
         return results
 
     async def unregister_broker_all(self, identity: BrokerIdentity, timeout: float = 3.0) -> None:
-        header = {
-            "brokerAddr": identity.broker_addr,
-            "brokerId": identity.broker_id,
-            "brokerName": identity.broker_name,
-            "clusterName": identity.cluster_name,
-        }
+        header = H.encode(
+            H.BrokerIdentityHeader(
+                identity.broker_name,
+                identity.broker_addr,
+                identity.cluster_name,
+                identity.broker_id,
+            )
+        )
         for addr in self.namesrv_addrs:
             request = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header)
             try:
@@ -116,12 +121,14 @@ class BrokerOuterAPI:
     ) -> bool:
         """QUERY_DATA_VERSION to every name server; True when any of them has another version."""
         changed = False
-        header = {
-            "brokerAddr": identity.broker_addr,
-            "brokerId": identity.broker_id,
-            "brokerName": identity.broker_name,
-            "clusterName": identity.cluster_name,
-        }
+        header = H.encode(
+            H.BrokerIdentityHeader(
+                identity.broker_name,
+                identity.broker_addr,
+                identity.cluster_name,
+                identity.broker_id,
+            )
+        )
 
         async def one(addr: str) -> None:
             nonlocal changed

@@ -103,7 +103,7 @@ class NamesrvProcessor:
             return req.response(
                 ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}"
             )
-        return req.response(ext_fields={"value": value})
+        return req.response(ext_fields=H.encode(H.GetKVConfigResponseHeader(value)))
 
     async def delete_kv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         head: H.KVConfigRequestHeader = H.decode_request(req)
@@ -131,7 +131,8 @@ class NamesrvProcessor:
             self.routes.update_broker_info_update_timestamp(broker_addr, trio.current_time())
         ours = self.routes.query_broker_topic_config(broker_addr)
         return req.response(
-            ext_fields={"changed": changed}, body=to_json(ours) if ours is not None else b""
+            ext_fields=H.encode(H.QueryDataVersionResponseHeader(changed)),
+            body=to_json(ours) if ours is not None else b"",
         )
 
     async def register_broker(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -167,7 +168,9 @@ class NamesrvProcessor:
         )
         table = self.kv.get_namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
         return req.response(
-            ext_fields={"haServerAddr": result.ha_server_addr, "masterAddr": result.master_addr},
+            ext_fields=H.encode(
+                H.RegisterBrokerResponseHeader(result.ha_server_addr, result.master_addr)
+            ),
             body=to_json(KVTable(table)) if table is not None else b"",
         )
 
@@ -186,7 +189,7 @@ class NamesrvProcessor:
         log.info(
             "wipe write perm of broker[%s], client: %s, %d", name, channel.remote_address, count
         )
-        return req.response(ext_fields={"wipeTopicCount": count})
+        return req.response(ext_fields=H.encode(H.WipeWritePermOfBrokerResponseHeader(count)))
 
     async def add_write_perm_of_broker(
         self, channel: Channel, req: RemotingCommand
@@ -196,7 +199,7 @@ class NamesrvProcessor:
         log.info(
             "add write perm of broker[%s], client: %s, %d", name, channel.remote_address, count
         )
-        return req.response(ext_fields={"addTopicCount": count})
+        return req.response(ext_fields=H.encode(H.AddWritePermOfBrokerResponseHeader(count)))
 
     # -- routes and topics --------------------------------------------------------------------
 

@@ -761,6 +761,54 @@ def extend_ext_json(ext_json: str, fields: dict[str, str]) -> str:
     return f"{ext_json},{extra}" if extra else ext_json
 
 
+# -- response headers answered with fields (beside the send answer's, above) ---------------
+
+
+@attrs.define(slots=True)
+class OffsetResponseHeader:
+    """The answer of SEARCH_OFFSET_BY_TIMESTAMP, GET_MAX_OFFSET, GET_MIN_OFFSET and
+    QUERY_CONSUMER_OFFSET (Java's SearchOffset-, GetMaxOffset-, GetMinOffset- and
+    QueryConsumerOffsetResponseHeader: one ``offset``)."""
+
+    offset: int = _req("offset", LONG)
+
+
+@attrs.define(slots=True)
+class GetEarliestMsgStoretimeResponseHeader:
+    timestamp: int = _req("timestamp", LONG)
+
+
+@attrs.define(slots=True)
+class GetBrokerConfigResponseHeader:
+    version: str = _req("version", STR)
+
+
+@attrs.define(slots=True)
+class GetKVConfigResponseHeader:
+    value: str | None = _field("value", STR)
+
+
+@attrs.define(slots=True)
+class QueryDataVersionResponseHeader:
+    changed: bool | None = _field("changed", BOOL)
+
+
+@attrs.define(slots=True)
+class RegisterBrokerResponseHeader:
+    ha_server_addr: str | None = _field("haServerAddr", STR)
+    master_addr: str | None = _field("masterAddr", STR)
+
+
+@attrs.define(slots=True)
+class WipeWritePermOfBrokerResponseHeader:
+    wipe_topic_count: int = _req("wipeTopicCount", INT)
+
+
+@attrs.define(slots=True)
+class AddWritePermOfBrokerResponseHeader:
+    add_topic_count: int = _req("addTopicCount", INT)
+
+
 _RC = RequestCode
 
 # The header class of each request code served by the broker or the name server.  A code not

@@ -240,3 +240,21 @@ def test_the_send_answer_decodes_as_java_would() -> None:
         SendMessageResponseHeader.from_ext({"msgId": "AB", "queueId": "3"})
     with pytest.raises(HeaderError, match="<queueId>"):
         SendMessageResponseHeader.from_ext({"msgId": "AB", "queueId": "x", "queueOffset": "9"})
+
+
+def test_response_headers_round_trip_as_java_strings() -> None:
+    from pymq.remoting import headers as H
+
+    cases = [
+        (H.OffsetResponseHeader(LONG_MAX), {"offset": str(LONG_MAX)}),
+        (H.GetEarliestMsgStoretimeResponseHeader(1732380000000), {"timestamp": "1732380000000"}),
+        (H.GetBrokerConfigResponseHeader('{"counter":1}'), {"version": '{"counter":1}'}),
+        (H.GetKVConfigResponseHeader("v"), {"value": "v"}),
+        (H.QueryDataVersionResponseHeader(True), {"changed": "true"}),
+        (H.RegisterBrokerResponseHeader(None, "10.0.0.1:10911"), {"masterAddr": "10.0.0.1:10911"}),
+        (H.WipeWritePermOfBrokerResponseHeader(3), {"wipeTopicCount": "3"}),
+        (H.AddWritePermOfBrokerResponseHeader(4), {"addTopicCount": "4"}),
+    ]
+    for header, ext in cases:
+        assert encode(header) == ext  # extFields hold strings, as a Java peer's HashMap
+        assert decode(type(header), ext) == header

@@ -121,24 +121,24 @@ class AdminProcessor:
         offset = self.ctx.store.get_offset_in_queue_by_time(
             head.topic, head.queue_id, head.timestamp
         )
-        return req.response(ext_fields={"offset": offset})
+        return req.response(ext_fields=H.encode(H.OffsetResponseHeader(offset)))
 
     async def get_max_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         head: H.TopicQueueHeader = H.decode_request(req)
         offset = self.ctx.store.get_max_offset_in_queue(head.topic, head.queue_id)
-        return req.response(ext_fields={"offset": offset})
+        return req.response(ext_fields=H.encode(H.OffsetResponseHeader(offset)))
 
     async def get_min_offset(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         head: H.TopicQueueHeader = H.decode_request(req)
         offset = self.ctx.store.get_min_offset_in_queue(head.topic, head.queue_id)
-        return req.response(ext_fields={"offset": offset})
+        return req.response(ext_fields=H.encode(H.OffsetResponseHeader(offset)))
 
     async def get_earliest_msg_storetime(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         head: H.TopicQueueHeader = H.decode_request(req)
         timestamp = self.ctx.store.get_earliest_message_time(head.topic, head.queue_id)
-        return req.response(ext_fields={"timestamp": timestamp})
+        return req.response(ext_fields=H.encode(H.GetEarliestMsgStoretimeResponseHeader(timestamp)))
 
     async def view_message_by_id(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         offset = H.decode_request(req).offset
@@ -188,7 +188,9 @@ class AdminProcessor:
         props, data_version = self.service.config_properties()
         text = format_properties(props)
         version = to_json(data_version).decode()
-        return req.response(ext_fields={"version": version}, body=text.encode())
+        return req.response(
+            ext_fields=H.encode(H.GetBrokerConfigResponseHeader(version)), body=text.encode()
+        )
 
     async def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         try:

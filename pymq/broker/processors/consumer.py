@@ -27,10 +27,12 @@ from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
 from pymq.remoting.headers import (
     ConsumerGroupHeader,
+    OffsetResponseHeader,
     QueryConsumerOffsetRequestHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     decode_request,
+    encode,
 )
 
 if TYPE_CHECKING:
@@ -155,9 +157,9 @@ class ConsumerProcessor:
         group, topic, queue_id = head.consumer_group, head.topic, head.queue_id
         offset = self.ctx.consumer_offset_manager.query_offset(group, topic, queue_id)
         if offset >= 0:
-            return req.response(ext_fields={"offset": offset})
+            return req.response(ext_fields=encode(OffsetResponseHeader(offset)))
         if self.ctx.store.get_min_offset_in_queue(topic, queue_id) <= 0:
-            return req.response(ext_fields={"offset": 0})
+            return req.response(ext_fields=encode(OffsetResponseHeader(0)))
         return req.response(
             ResponseCode.QUERY_NOT_FOUND,
             "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",

@@ -34,12 +34,13 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
 
-from pymq.client.instance import MQClientError
+from pymq.client.instance import Credentials, MQClientError
 from pymq.client.producer import Message, Producer, SendResult
 from pymq.common.consumer import MessageQueue
 from pymq.common.message import (
@@ -112,8 +113,12 @@ class TransactionProducer(Producer):
         execute: ExecuteCallback,
         check: CheckCallback,
         send_timeout: float = 3.0,
+        credentials: Credentials | None = None,
+        tls: bool | ssl.SSLContext = False,
     ) -> None:
-        super().__init__(group, namesrv_addr, send_timeout=send_timeout)
+        super().__init__(
+            group, namesrv_addr, send_timeout=send_timeout, credentials=credentials, tls=tls
+        )
         self.execute = execute
         self.check = check
         self._check_slots = trio.Semaphore(CHECK_CONCURRENCY)

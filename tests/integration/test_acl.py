@@ -121,6 +121,29 @@ async def test_acl_is_enforced_for_the_python_producer(acl_cluster: Cluster) -> 
     assert refused.returncode == 1 and b"No accessKey is configured" in refused.stderr
 
 
+async def test_a_transaction_with_credentials_commits(acl_cluster: Cluster) -> None:
+    """The half message needs PUB on its topic; the oneway END_TRANSACTION a valid signature
+    (a refused END would be silent, so the committed message proves it passed)."""
+    from pymq.client import LocalTransactionState, TransactionProducer
+
+    namesrv = acl_cluster.namesrv_addr
+    broker = acl_cluster.broker
+    before = broker.transactions.stats.committed
+    async with TransactionProducer(
+        "TxP",
+        namesrv,
+        execute=lambda msg, arg: LocalTransactionState.COMMIT_MESSAGE,
+        check=lambda msg: LocalTransactionState.COMMIT_MESSAGE,
+        credentials=PRODUCER,
+    ) as producer:
+        sent = await producer.send_in_transaction(Message("Allowed", b"tx"))
+        assert sent.status == "SEND_OK"
+        await wait_until(lambda: broker.transactions.stats.committed == before + 1)
+        with pytest.raises(MQClientError) as denied:
+            await producer.send_in_transaction(Message("Denied", b"no"))
+        assert "No default permission for topic:Denied" in denied.value.remark
+
+
 async def test_pull_and_push_consumers_with_credentials(acl_cluster: Cluster) -> None:
     namesrv = acl_cluster.namesrv_addr
     async with Producer("P", namesrv, credentials=PRODUCER) as producer:

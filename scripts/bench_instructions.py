@@ -44,7 +44,9 @@ from pymq.client.topics import create_topic  # noqa: E402
 SCENARIOS = ("publish", "sync", "batch", "consume")
 
 
-def start_broker(pymq_root: str, tmp: str, out_file: str) -> tuple[subprocess.Popen, str]:
+def start_broker(
+    pymq_root: str, tmp: str, out_file: str, extra: list[str]
+) -> tuple[subprocess.Popen, str]:
     python = sys.executable  # the venv's own path: Python finds its site-packages from it
     ns_port, broker_port = benchmark.free_port(), benchmark.free_port()
     env = dict(os.environ, PYTHONPATH=pymq_root)
@@ -71,6 +73,7 @@ def start_broker(pymq_root: str, tmp: str, out_file: str) -> tuple[subprocess.Po
         # Under valgrind every request waits far past the send-queue limit: no fast failure.
         "--brokerFastFailureEnable",
         "false",
+        *extra,
     ]
     proc = subprocess.Popen(
         cmd, cwd=pymq_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
@@ -125,12 +128,14 @@ async def run_scenario(
 ) -> int:
     """Load the broker for ``scenario`` with instrumentation on only for the measured part;
     returns how many messages that part moved."""
-    topic = f"InstrBench_{uuid.uuid4().hex[:6]}"
-    await create_topic(namesrv, topic, queues=8)
+    topic = args.topic
+    creds = benchmark.ACL_PRODUCER if args.acl else None
+    admin = benchmark.ACL_ADMIN if args.acl else None
+    await create_topic(namesrv, topic, queues=8, credentials=admin)
     warm = load_args(args, topic, args.warmup)
-    await benchmark.publish(warm, namesrv)
+    await benchmark.publish(warm, namesrv, creds)
     if scenario == "consume":
-        await benchmark.publish(load_args(args, topic, args.count), namesrv)
+        await benchmark.publish(load_args(args, topic, args.count), namesrv, creds)
         instrument(proc, True)
         # The warm-up messages are consumed too: they are counted.
         rate = await benchmark.consume(warm, namesrv, args.count + args.warmup)
@@ -143,7 +148,7 @@ async def run_scenario(
     else:
         load = load_args(args, topic, args.count * 4, batch=args.batch, window=args.window)
     instrument(proc, True)
-    _, _, failures = await benchmark.publish(load, namesrv)
+    _, _, failures = await benchmark.publish(load, namesrv, creds)
     instrument(proc, False)
     if failures:
         raise SystemExit(f"{failures} sends failed in scenario {scenario}")
@@ -153,8 +158,15 @@ async def run_scenario(
 def measure(scenario: str, args: argparse.Namespace) -> float:
     tmp = tempfile.mkdtemp(prefix="pymq-instr-")
     out_file = os.path.join(tmp, "callgrind.out")
+    extra: list[str] = []
+    if args.acl:  # a producer account with PUB on the topic, as benchmark.py --acl has it
+        home = os.path.join(tmp, "home")
+        os.makedirs(os.path.join(home, "conf"))
+        with open(os.path.join(home, "conf", "plain_acl.yml"), "w") as f:
+            f.write(benchmark.acl_file(args.topic))
+        extra = ["--aclEnable", "true", "--rocketmqHome", home]
     proc, namesrv = start_broker(
-        os.path.abspath(args.pymq_root), os.path.join(tmp, "data"), out_file
+        os.path.abspath(args.pymq_root), os.path.join(tmp, "data"), out_file, extra
     )
     try:
         messages = trio.run(run_scenario, scenario, args, proc, namesrv)
@@ -185,7 +197,11 @@ def main() -> None:
     parser.add_argument("-w", dest="window", type=int, default=256)
     parser.add_argument("-b", dest="batch", type=int, default=32)
     parser.add_argument("--save-dir", help="keep each scenario's callgrind output here")
+    parser.add_argument(
+        "--acl", action="store_true", help="aclEnable=true, the client signing (not consume)"
+    )
     args = parser.parse_args()
+    args.topic = f"InstrBench_{uuid.uuid4().hex[:6]}"
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("needs valgrind (Debian: apt-get install valgrind)")
     results: dict[str, float] = {}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 )
 
 from pymq.common.message import MessageExt, create_offset_msg_id
+from pymq.common.native import native_extension
 from pymq.export.options import ExportOptions
 from pymq.export.scan import Segment, SegmentScan, plan_store
 
@@ -121,6 +122,13 @@ def to_record_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
+def column_decoder() -> Any:
+    """The C extension when it has the export's column decoder, else None (pure Python)."""
+    if native_extension is not None and hasattr(native_extension, "export_columns"):
+        return native_extension
+    return None
+
+
 class SegmentPartition(InputPartition):
     """The input partition of one commit-log file: carries its :class:`Segment`."""
 
@@ -146,8 +154,6 @@ class PymqReader(DataSourceReader):
         arrow_schema = to_arrow_schema(SCHEMA, timezone="UTC")
         scan = SegmentScan(partition.segment, self.options)
         msg_id = _MsgIds()
-        batch: list[MessageExt] = []
-        body_bytes = 0
         # A batch holds thousands of small acyclic objects that reference counting frees; the
         # cyclic collector would walk them over and over (40% of the time, measured).  This
         # worker runs nothing else while the partition is read, and the collector comes back on
@@ -155,14 +161,13 @@ class PymqReader(DataSourceReader):
         collecting = gc.isenabled()
         gc.disable()
         try:
-            for msg in scan:
-                batch.append(msg)
-                body_bytes += len(msg.body)
-                if len(batch) >= BATCH_ROWS or body_bytes >= BATCH_BYTES:
-                    yield to_record_batch(batch, arrow_schema, msg_id)
-                    batch, body_bytes = [], 0
-            if batch:
-                yield to_record_batch(batch, arrow_schema, msg_id)
+            yield from scan.arrow_batches(
+                arrow_schema,
+                lambda msgs: to_record_batch(msgs, arrow_schema, msg_id),
+                BATCH_ROWS,
+                BATCH_BYTES,
+                column_decoder(),
+            )
         finally:
             if collecting:
                 gc.enable()

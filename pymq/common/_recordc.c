@@ -825,11 +825,41 @@ static int put_nullable(gbuf *valid, gbuf *off, gbuf *data, const prop_item *ite
     return gbuf_end(off, data);
 }
 
-static int put_host(gbuf *off, gbuf *data, const unsigned char *h) {
+/* Decimal digits of v at w; returns how many. */
+static int put_decimal(char *w, long long v) {
+    char tmp[24];
+    int n = 0, len = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) w[len++] = '-';
+    while (n) w[len++] = tmp[--n];
+    return len;
+}
+
+/* A host column's last value: hosts repeat (one per producer connection, one per broker), so
+ * the text is made once per change, as str(IPv4Address) + ":" + str(port). */
+typedef struct {
+    int valid, len;
+    unsigned char key[8];
     char text[32];
-    int n = snprintf(text, sizeof text, "%u.%u.%u.%u:%d", h[0], h[1], h[2], h[3],
-                     (int32_t)get32(h + 4));
-    if (gbuf_put(data, text, n) < 0) return -1;
+} host_text;
+
+static int put_host(gbuf *off, gbuf *data, const unsigned char *h, host_text *last) {
+    if (!last->valid || memcmp(last->key, h, 8) != 0) {
+        char *w = last->text;
+        for (int i = 0; i < 4; i++) {
+            w += put_decimal(w, h[i]);
+            *w++ = i < 3 ? '.' : ':';
+        }
+        w += put_decimal(w, (int32_t)get32(h + 4));
+        last->len = (int)(w - last->text);
+        memcpy(last->key, h, 8);
+        last->valid = 1;
+    }
+    if (gbuf_put(data, last->text, last->len) < 0) return -1;
     return gbuf_end(off, data);
 }
 
@@ -883,6 +913,7 @@ static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssi
     Py_ssize_t body_len_total = 0, body_cap = 0;
     long long rows = 0, record_bytes = 0;
     prop_item items[EXPORT_MAX_ITEMS];
+    host_text born_host = {0}, store_host = {0};
 
     /* Offsets columns start with 0. */
     if (gbuf_i32(&g[B_TOPIC_OFF], 0) < 0 || gbuf_i32(&g[B_MSGID_OFF], 0) < 0 ||
@@ -954,9 +985,9 @@ static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssi
         if (gbuf_i32(&g[B_KEYS_LIST_OFF], (int32_t)(g[B_KEYS_OFF].len / 4 - 1)) < 0 ||
             gbuf_i32(&g[B_FLAG], (int32_t)get32(r + 16)) < 0 ||
             gbuf_i64(&g[B_BORN_TS], born_ts * 1000) < 0 ||
-            put_host(&g[B_BORN_HOST_OFF], &g[B_BORN_HOST], r + 48) < 0 ||
+            put_host(&g[B_BORN_HOST_OFF], &g[B_BORN_HOST], r + 48, &born_host) < 0 ||
             gbuf_i64(&g[B_STORE_TS], store_ts * 1000) < 0 ||
-            put_host(&g[B_STORE_HOST_OFF], &g[B_STORE_HOST], r + 64) < 0 ||
+            put_host(&g[B_STORE_HOST_OFF], &g[B_STORE_HOST], r + 64, &store_host) < 0 ||
             gbuf_i32(&g[B_RECONSUME], (int32_t)get32(r + 72)) < 0 ||
             gbuf_i32(&g[B_SYS_FLAG], sys_flag) < 0)
             goto done;

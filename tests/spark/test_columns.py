@@ -51,6 +51,9 @@ def odd_messages(count: int) -> list[MessageExt]:
         if i % 17 == 5:
             body = zlib.compress(b"compressed " * 50)
             sys_flag |= MessageSysFlag.COMPRESSED_FLAG
+        born = ("::1", 5000) if i % 23 == 11 else ("10.0.0.7", 40000 + i)
+        if i % 29 == 3:  # ports are int32 in the record: any value decodes
+            born = ("0.0.0.0", -(2**31) if i % 2 else 2**31 - 1)
         out.append(
             MessageExt(
                 topic=("Orders", "Audit", "Tópico", "%RETRY%g")[i % 4],
@@ -61,7 +64,7 @@ def odd_messages(count: int) -> list[MessageExt]:
                 queue_offset=i // 4,
                 sys_flag=sys_flag,
                 born_timestamp=STORED_AT - 5 + i,
-                born_host=("::1", 5000) if i % 23 == 11 else ("10.0.0.7", 40000 + i),
+                born_host=born,
                 store_timestamp=STORED_AT + i,
                 store_host=("192.168.1.20", 10911),
                 reconsume_times=i % 2,

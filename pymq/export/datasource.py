@@ -7,7 +7,9 @@
 One input partition per commit-log file (a record never spans two files).  Planning
 (:meth:`PymqReader.partitions`) runs :func:`pymq.export.scan.plan_store` in Spark's planning
 worker; each task runs a :class:`pymq.export.scan.SegmentScan` and hands Spark Arrow record
-batches, so no row goes through Spark's per-row Python conversion.  Options are listed in
+batches, so no row goes through Spark's per-row Python conversion.  Runs of ordinary records are
+decoded by the C extension straight into Arrow buffers (:mod:`pymq.export.columns`); other
+records, and all of them without the extension, as :class:`MessageExt` rows.  Options are listed in
 :mod:`pymq.export.options`.  Errors: a path that is not a store or a bad option fails the query at
 planning with the :class:`~pymq.export.scan.StoreError` / :class:`~pymq.export.options.OptionError`
 message; corrupt bytes are skipped and reported (logged by the task, and written to

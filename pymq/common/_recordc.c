@@ -34,8 +34,8 @@
  *                               needs the careful parser; positions of records for which
  *                               select(topic, queue_id, physical_offset, size) is true are
  *                               appended to the list ``selected``.
- *   export_columns(buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes)
- *                               the Spark export's decoder: a run of valid records as Arrow
+ *   export_columns(buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes,
+ *                  inflate)     the Spark export's decoder: a run of valid records as Arrow
  *                               column buffers (pymq.export.columns builds the arrays).
  *
  * Record layout (RocketMQ 4.x CommitLog, big-endian): TOTALSIZE i32, MAGICCODE u32, BODYCRC i32,
@@ -645,18 +645,20 @@ static PyObject *py_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 /* --- export_columns ------------------------------------------------------------------------ */
 
 /*
- * export_columns(buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes)
- *     -> (pos, rows, record_bytes, body_bytes, buffers)
+ * export_columns(buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes,
+ *                inflate) -> (pos, rows, record_bytes, body_bytes, buffers)
  *
  * The Spark export's decoder: the run of records starting at buf[pos:] turned into Arrow column
  * buffers (little-endian int32 offsets, LSB-first validity bitmaps) for pymq.export.columns,
  * with no Python object per row.  Each record must be valid as message.decode_record judges it
  * (CRC checked, PHYSICALOFFSET = physical_base + its position, IPv4 hosts, UTF-8 topic and
- * properties without NUL) and start before ``stop``.  The run ends, without consuming the
- * record, at the first one that is not so, is compressed, was stored after stop_timestamp (None:
- * no bound), has a timestamp the microsecond columns cannot hold, has more than
- * EXPORT_MAX_ITEMS properties, or would take the rows past max_rows or (after the first row)
- * the bodies past max_body_bytes: the caller's careful per-record path judges that one.
+ * properties without NUL) and start before ``stop``.  A compressed body is replaced by what
+ * inflate(stored_body, physical_offset) returns (bytes).  The run ends, without consuming the
+ * record, at the first one that is not so, is compressed while inflate is None, was stored after
+ * stop_timestamp (None: no bound), has a timestamp the microsecond columns cannot hold, has
+ * more than EXPORT_MAX_ITEMS properties, or would take the rows past max_rows or (after the
+ * first row) the bodies past max_body_bytes: the caller's careful per-record path judges that
+ * one.
  * ``buffers`` is a tuple in the order of EXPORT_BUFFER_NAMES in pymq/export/columns.py.
  */
 
@@ -889,10 +891,11 @@ static PyObject *pack_bitmap(const gbuf *g) {
 #define TS_LIMIT (LLONG_MAX / 1000)
 
 static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7) {
-        PyErr_Format(PyExc_TypeError, "export_columns takes 7 arguments (%zd given)", nargs);
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "export_columns takes 8 arguments (%zd given)", nargs);
         return NULL;
     }
+    PyObject *inflate = args[7] == Py_None ? NULL : args[7], *inflated = NULL;
     long long pos, stop, base, stop_ts = 0, max_rows, max_body;
     if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
         arg_int(args[2], "stop", 0, PY_SSIZE_T_MAX, &stop) < 0 ||
@@ -933,14 +936,28 @@ static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssi
         const unsigned char *r = b + pos;
         int32_t sys_flag = (int32_t)get32(r + 36);
         int64_t born_ts = get64(r + 40), store_ts = get64(r + 56);
-        if (sys_flag & COMPRESSED_FLAG) break;
+        if ((sys_flag & COMPRESSED_FLAG) && inflate == NULL) break;
         if (has_stop_ts && store_ts > stop_ts) break;
         if (born_ts > TS_LIMIT || born_ts < -TS_LIMIT || store_ts > TS_LIMIT ||
             store_ts < -TS_LIMIT)
             break;
-        int64_t body_len = (int32_t)get32(r + 84);
+        int64_t stored_len = (int32_t)get32(r + 84), body_len = stored_len;
+        const unsigned char *body_src = r + V4_HEADER;
+        Py_CLEAR(inflated);
+        if (sys_flag & COMPRESSED_FLAG) {
+            inflated = PyObject_CallFunction(inflate, "y#L", (const char *)body_src,
+                                             (Py_ssize_t)stored_len, (long long)get64(r + 28));
+            if (inflated == NULL) goto done;
+            if (!PyBytes_Check(inflated)) {
+                PyErr_SetString(PyExc_TypeError, "export_columns: inflate must return bytes");
+                goto done;
+            }
+            body_src = (const unsigned char *)PyBytes_AS_STRING(inflated);
+            body_len = PyBytes_GET_SIZE(inflated);
+        }
         if (rows > 0 && body_len_total + body_len > max_body) break;
-        int64_t q = V4_HEADER + body_len;
+        if (body_len_total + body_len > I32_MAX) break; /* int32 offsets: left to the caller */
+        int64_t q = V4_HEADER + stored_len;
         int64_t topic_len = r[q];
         int64_t t1 = q + 1 + topic_len;
         int64_t props_len = total - t1 - 2;
@@ -955,7 +972,7 @@ static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssi
             body_cap = cap;
         }
         if (body_len)
-            memcpy(PyByteArray_AS_STRING(body) + body_len_total, r + V4_HEADER, (size_t)body_len);
+            memcpy(PyByteArray_AS_STRING(body) + body_len_total, body_src, (size_t)body_len);
         body_len_total += body_len;
         if (gbuf_i32(&g[B_BODY_OFF], (int32_t)body_len_total) < 0) goto done;
 
@@ -1023,6 +1040,7 @@ static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssi
     result = Py_BuildValue("(LLLnN)", pos, rows, record_bytes, body_len_total, buffers);
 done:
     for (int i = 0; i < B_COUNT; i++) PyMem_Free(g[i].p);
+    Py_XDECREF(inflated);
     Py_XDECREF(body);
     PyBuffer_Release(&buf);
     return result;
@@ -1198,7 +1216,8 @@ static PyMethodDef methods[] = {
      "scan(buf, pos, limit, check_crc, physical_base, select, selected): walk plain records,"
      " return where the walk stopped."},
     {"export_columns", (PyCFunction)(void (*)(void))py_export_columns, METH_FASTCALL,
-     "export_columns(buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes):"
+     "export_columns(buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes,"
+     " inflate):"
      " a run of valid records as Arrow column buffers; returns (pos, rows, record_bytes,"
      " body_bytes, buffers)."},
     {"busy_answers", (PyCFunction)(void (*)(void))py_busy_answers, METH_FASTCALL,

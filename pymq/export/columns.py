@@ -6,13 +6,14 @@ int32 offsets and data for strings, binary and lists, LSB-first validity bitmaps
 nullable strings, little-endian values for the fixed-width columns.  :func:`column_batch` wraps
 them with ``pyarrow.Array.from_buffers``, zero-copy.
 
-Only records the C walker accepts get here; anything else (IPv6 hosts, compressed bodies,
-corrupt bytes...) goes through :func:`pymq.common.message.decode_record` one at a time, in
-:mod:`pymq.export.scan`.  Both paths give the same rows (tests/spark/test_columns.py).
+Only records the C walker accepts get here; anything else (IPv6 hosts, corrupt bytes...) goes
+through :func:`pymq.common.message.decode_record` one at a time, in :mod:`pymq.export.scan`.
+Both paths give the same rows (tests/spark/test_columns.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
@@ -77,10 +78,13 @@ def decode_run(
     stop_timestamp: int | None,
     max_rows: int,
     max_body_bytes: int,
+    inflate: Callable[[bytes, int], bytes] | None,
 ) -> ColumnRun:
-    """One call of the C decoder from ``pos`` (records starting before ``stop``)."""
+    """One call of the C decoder from ``pos`` (records starting before ``stop``); compressed
+    bodies become ``inflate(stored_body, commitlog_offset)`` (None: such a record ends the run).
+    """
     end, rows, record_bytes, body_bytes, buffers = native.export_columns(
-        buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes
+        buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes, inflate
     )
     return ColumnRun(
         end, rows, record_bytes, body_bytes, dict(zip(EXPORT_BUFFER_NAMES, buffers, strict=True))

@@ -20,6 +20,7 @@ order), as RocketMQ's own lookups by time assume; planning skips whole files on 
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import json
 import logging
@@ -355,19 +356,19 @@ def _end_of_data(buf: mmap.mmap, pos: int, end: int) -> int:
     return pos
 
 
-def _inflate(msg: MessageExt, path: str) -> bytes:
+def _inflate(body: bytes, offset: int, path: str) -> bytes:
     """The body a producer sent (clients zlib-compress large bodies); the stored bytes if they
     do not inflate, with a warning: the record itself is valid, so it is still exported."""
     try:
-        return zlib.decompress(msg.body)
+        return zlib.decompress(body)
     except zlib.error as exc:
         log.warning(
             "%s: record at %d is flagged compressed but does not inflate (%s); exported as stored",
             os.path.basename(path),
-            msg.commitlog_offset,
+            offset,
             exc,
         )
-        return msg.body
+        return body
 
 
 class SegmentScan:
@@ -539,6 +540,7 @@ class SegmentScan:
         from_time = self.opts.from_time
         keep_topic = self.keep_topic
         topics = self._topics
+        inflate = functools.partial(_inflate, path=seg.path)
         pos = 0
         try:
             while pos < end_rel:
@@ -552,7 +554,7 @@ class SegmentScan:
                         continue
                 elif native is not None:
                     run = decode_run(
-                        native, buf, pos, end_rel, base, stop_ts, max_rows, max_body_bytes
+                        native, buf, pos, end_rel, base, stop_ts, max_rows, max_body_bytes, inflate
                     )
                     if run.rows:
                         yield run
@@ -586,7 +588,7 @@ class SegmentScan:
                     and (from_time is None or msg.store_timestamp >= from_time)
                 ):
                     if msg.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
-                        msg.body = _inflate(msg, seg.path)
+                        msg.body = _inflate(msg.body, msg.commitlog_offset, seg.path)
                     report.messages += 1
                     report.record_bytes += msg.store_size
                     report.body_bytes += len(msg.body)

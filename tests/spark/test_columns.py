@@ -246,6 +246,49 @@ def test_a_timestamp_spark_cannot_hold_is_a_bad_record(tmp_path):
     assert "timestamp out of range" in bad["reason"]
 
 
+def test_compressed_bodies_stay_in_the_c_run(tmp_path):
+    """Clients compress bodies over 4 KiB: such records must not split the C decoder's runs
+    into one-row batches.  One flagged compressed does not inflate: exported as stored."""
+    msgs = []
+    for i, m in enumerate(odd_messages(40)):
+        m = attrs.evolve(m, topic="Orders", born_host=("10.0.0.1", 1))
+        if i % 2:
+            m = attrs.evolve(
+                m,
+                body=b"not zlib at all" if i == 7 else zlib.compress(b"big body %d " % i * 400),
+                sys_flag=m.sys_flag | MessageSysFlag.COMPRESSED_FLAG,
+            )
+        msgs.append(m)
+    table, reports, spy = both_paths(ExportOptions(path=write_store(str(tmp_path), msgs)))
+    assert spy.rows == table.num_rows == 40
+    bodies = table.column("body").to_pylist()
+    assert bodies[3] == b"big body 3 " * 400 and bodies[7] == b"not zlib at all"
+    assert sum(r["body_bytes"] for r in reports) == sum(len(b) for b in bodies)
+
+
+def test_export_columns_hands_compressed_bodies_to_inflate():
+    data = bytearray()
+    for i in range(3):
+        flag = MessageSysFlag.COMPRESSED_FLAG if i == 1 else 0
+        m = MessageExt(topic="T", body=b"stored%d" % i, sys_flag=flag, commitlog_offset=len(data))
+        data += encode_record(m)
+    assert next(_runs(bytes(data)))[1] == 1  # no inflate: the compressed record ends the run
+    calls = []
+
+    def inflate(body: bytes, offset: int) -> bytes:
+        calls.append((body, offset))
+        return b"inflated!"
+
+    end, rows, _, body_bytes, buffers = next(_runs(bytes(data), inflate=inflate))
+    assert (end, rows, body_bytes) == (len(data), 3, 7 + 9 + 7)
+    assert calls == [(b"stored1", len(encode_record(MessageExt(topic="T", body=b"stored0"))))]
+    assert bytes(buffers[-1]) == b"stored0inflated!stored2"
+    with pytest.raises(TypeError):
+        next(_runs(bytes(data), inflate=lambda body, offset: "not bytes"))
+    with pytest.raises(KeyError):
+        next(_runs(bytes(data), inflate=lambda body, offset: {}[offset]))
+
+
 def test_failfast_raises_on_the_c_path_too(odd_store, tmp_path):
     root = str(tmp_path)
     os.makedirs(os.path.join(root, "commitlog"))
@@ -269,6 +312,7 @@ def _runs(data: bytes, **kw: Any) -> Iterator[tuple]:
         kw.get("stop_ts"),
         kw.get("rows", 1000),
         kw.get("body", 1 << 20),
+        kw.get("inflate"),
     )
 
 

@@ -35,7 +35,8 @@
  *                               select(topic, queue_id, physical_offset, size) is true are
  *                               appended to the list ``selected``.
  *   export_columns(buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes,
- *                  inflate)     the Spark export's decoder: a run of valid records as Arrow
+ *                  inflate, host6)
+ *                               the Spark export's decoder: a run of valid records as Arrow
  *                               column buffers (pymq.export.columns builds the arrays).
  *
  * Record layout (RocketMQ 4.x CommitLog, big-endian): TOTALSIZE i32, MAGICCODE u32, BODYCRC i32,
@@ -646,20 +647,20 @@ static PyObject *py_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 /*
  * export_columns(buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes,
- *                inflate) -> (pos, rows, record_bytes, body_bytes, buffers)
+ *                inflate, host6) -> (pos, rows, record_bytes, body_bytes, buffers)
  *
  * The Spark export's decoder: the run of records starting at buf[pos:] turned into Arrow column
  * buffers (little-endian int32 offsets, LSB-first validity bitmaps) for pymq.export.columns,
  * with no Python object per row.  Each record must be valid as message.decode_record judges it
- * (CRC checked, PHYSICALOFFSET = physical_base + its position, IPv4 hosts, UTF-8 topic and
- * properties without NUL) and start before ``stop``.  A compressed body is replaced by what
- * inflate(stored_body, physical_offset) returns (bytes).  The run ends, without consuming the
- * record, at the first one that is not so, is compressed while inflate is None, was stored after
- * stop_timestamp (None: no bound), has a timestamp the microsecond columns cannot hold, has
- * more than EXPORT_MAX_ITEMS properties, or would take the rows past max_rows or (after the
- * first row) the bodies past max_body_bytes: the caller's careful per-record path judges that
- * one.
- * ``buffers`` is a tuple in the order of EXPORT_BUFFER_NAMES in pymq/export/columns.py.
+ * (CRC checked, PHYSICALOFFSET = physical_base + its position, UTF-8 topic and properties
+ * without NUL) and start before ``stop``.  A compressed body is replaced by what
+ * inflate(stored_body, physical_offset) returns (bytes), an IPv6 host's text is what
+ * host6(ip_bytes, port) returns (bytes).  The run ends, without consuming the record, at the
+ * first one that is not so, is compressed while inflate is None, has an IPv6 host while host6
+ * is None, was stored after stop_timestamp (None: no bound), has a timestamp the microsecond
+ * columns cannot hold, has more than EXPORT_MAX_ITEMS properties, or would take the rows past
+ * max_rows or (after the first row) the bodies past max_body_bytes: the caller's careful
+ * per-record path judges that one.  ``buffers`` is a tuple in the order of EXPORT_BUFFER_NAMES in pymq/export/columns.py.
  */
 
 #define COMPRESSED_FLAG 0x1
@@ -750,28 +751,46 @@ static int utf8_text(const unsigned char *p, Py_ssize_t n) {
     return 1;
 }
 
-/* The size of the valid IPv4 record at b[pos:limit] (decode_record's checks, CRC included), or
- * 0 when the careful parser must judge it. */
+/* Where a record's fields sit after the born host: IPv4 or IPv6 hosts, per the sys flag. */
+typedef struct {
+    int born_len, store_len;
+    int64_t store_ts, store_host, reconsume, body_len, header;
+} record_layout;
+
+static void layout_of(int32_t sys_flag, record_layout *l) {
+    l->born_len = (sys_flag & BORNHOST_V6) ? 16 : 4;
+    l->store_len = (sys_flag & STOREHOST_V6) ? 16 : 4;
+    l->store_ts = 48 + l->born_len + 4;
+    l->store_host = l->store_ts + 8;
+    l->reconsume = l->store_host + l->store_len + 4;
+    l->body_len = l->reconsume + 4 + 8; /* after PREPAREDTRANSACTIONOFFSET */
+    l->header = l->body_len + 4;
+}
+
+/* The size of the valid record at b[pos:limit] (decode_record's checks, CRC included), or 0
+ * when the careful parser must judge it (also for IPv6 hosts unless allow_v6). */
 static int64_t export_record(const unsigned char *b, long long pos, long long limit,
-                             long long base) {
+                             long long base, int allow_v6, record_layout *l) {
     if (limit - pos < V4_HEADER) return 0;
     const unsigned char *r = b + pos;
     int64_t total = (int32_t)get32(r);
     if (get32(r + 4) != MESSAGE_MAGIC) return 0;
-    if ((int32_t)get32(r + 36) & (BORNHOST_V6 | STOREHOST_V6)) return 0;
-    if (total < V4_HEADER + 3 || total > limit - pos) return 0;
+    int32_t sys_flag = (int32_t)get32(r + 36);
+    if (!allow_v6 && (sys_flag & (BORNHOST_V6 | STOREHOST_V6))) return 0;
+    layout_of(sys_flag, l);
+    if (total < V4_HEADER + 3 || total > limit - pos || l->header + 3 > total) return 0;
     long long want;
     if (__builtin_add_overflow(base, pos, &want) || get64(r + 28) != want) return 0;
-    int64_t body_len = (int32_t)get32(r + 84);
-    if (body_len < 0 || V4_HEADER + body_len + 3 > total) return 0;
-    int64_t q = V4_HEADER + body_len;
+    int64_t body_len = (int32_t)get32(r + l->body_len);
+    if (body_len < 0 || l->header + body_len + 3 > total) return 0;
+    int64_t q = l->header + body_len;
     int64_t topic_len = r[q];
     int64_t t1 = q + 1 + topic_len;
     if (topic_len > MAX_TOPIC || t1 + 2 > total) return 0;
     int64_t props_len = (int16_t)((uint16_t)r[t1] << 8 | r[t1 + 1]);
     if (props_len < 0 || t1 + 2 + props_len != total) return 0;
     if (!utf8_text(r + q + 1, topic_len) || !utf8_text(r + t1 + 2, props_len)) return 0;
-    if (body_len && (crc_update(0, r + V4_HEADER, body_len) & 0x7FFFFFFFu) != get32(r + 8))
+    if (body_len && (crc_update(0, r + l->header, body_len) & 0x7FFFFFFFu) != get32(r + 8))
         return 0;
     return total;
 }
@@ -842,34 +861,53 @@ static int put_decimal(char *w, long long v) {
 }
 
 /* A host column's last value: hosts repeat (one per producer connection, one per broker), so
- * the text is made once per change, as str(IPv4Address) + ":" + str(port). */
+ * the text is made once per change: str(IPv4Address) + ":" + str(port) here, an IPv6 host's by
+ * host6(ip_bytes, port) -> bytes (Python's ipaddress has the final word on IPv6 text). */
 typedef struct {
-    int valid, len;
-    unsigned char key[8];
-    char text[32];
+    int valid, len, key_len;
+    unsigned char key[20];
+    char text[64];
 } host_text;
 
-static int put_host(gbuf *off, gbuf *data, const unsigned char *h, host_text *last) {
-    if (!last->valid || memcmp(last->key, h, 8) != 0) {
-        char *w = last->text;
-        for (int i = 0; i < 4; i++) {
-            w += put_decimal(w, h[i]);
-            *w++ = i < 3 ? '.' : ':';
+static int put_host(gbuf *off, gbuf *data, const unsigned char *h, int ip_len, host_text *last,
+                    PyObject *host6) {
+    int key_len = ip_len + 4;
+    if (!last->valid || last->key_len != key_len || memcmp(last->key, h, key_len) != 0) {
+        last->valid = 0;
+        if (ip_len == 4) {
+            char *w = last->text;
+            for (int i = 0; i < 4; i++) {
+                w += put_decimal(w, h[i]);
+                *w++ = i < 3 ? '.' : ':';
+            }
+            w += put_decimal(w, (int32_t)get32(h + 4));
+            last->len = (int)(w - last->text);
+        } else {
+            PyObject *text = PyObject_CallFunction(host6, "y#l", (const char *)h,
+                                                   (Py_ssize_t)ip_len, (long)(int32_t)get32(h + ip_len));
+            if (text == NULL) return -1;
+            if (!PyBytes_Check(text) || PyBytes_GET_SIZE(text) >= (Py_ssize_t)sizeof last->text) {
+                Py_DECREF(text);
+                PyErr_SetString(PyExc_ValueError, "export_columns: host6 must return short bytes");
+                return -1;
+            }
+            last->len = (int)PyBytes_GET_SIZE(text);
+            memcpy(last->text, PyBytes_AS_STRING(text), (size_t)last->len);
+            Py_DECREF(text);
         }
-        w += put_decimal(w, (int32_t)get32(h + 4));
-        last->len = (int)(w - last->text);
-        memcpy(last->key, h, 8);
+        memcpy(last->key, h, key_len);
+        last->key_len = key_len;
         last->valid = 1;
     }
     if (gbuf_put(data, last->text, last->len) < 0) return -1;
     return gbuf_end(off, data);
 }
 
-static int put_hex(gbuf *data, const unsigned char *p, int n) {
+static int put_hex(gbuf *data, const unsigned char *p, int64_t n) {
     static const char digits[] = "0123456789ABCDEF";
     if (gbuf_reserve(data, 2 * n) < 0) return -1;
     char *w = data->p + data->len;
-    for (int i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++) {
         w[2 * i] = digits[p[i] >> 4];
         w[2 * i + 1] = digits[p[i] & 15];
     }
@@ -891,11 +929,12 @@ static PyObject *pack_bitmap(const gbuf *g) {
 #define TS_LIMIT (LLONG_MAX / 1000)
 
 static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "export_columns takes 8 arguments (%zd given)", nargs);
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "export_columns takes 9 arguments (%zd given)", nargs);
         return NULL;
     }
     PyObject *inflate = args[7] == Py_None ? NULL : args[7], *inflated = NULL;
+    PyObject *host6 = args[8] == Py_None ? NULL : args[8];
     long long pos, stop, base, stop_ts = 0, max_rows, max_body;
     if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
         arg_int(args[2], "stop", 0, PY_SSIZE_T_MAX, &stop) < 0 ||
@@ -931,18 +970,19 @@ static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssi
     if (body == NULL) goto done;
     if (stop > limit) stop = limit;
     while (pos < stop && rows < max_rows) {
-        int64_t total = export_record(b, pos, limit, base);
+        record_layout l;
+        int64_t total = export_record(b, pos, limit, base, host6 != NULL, &l);
         if (total <= 0) break;
         const unsigned char *r = b + pos;
         int32_t sys_flag = (int32_t)get32(r + 36);
-        int64_t born_ts = get64(r + 40), store_ts = get64(r + 56);
+        int64_t born_ts = get64(r + 40), store_ts = get64(r + l.store_ts);
         if ((sys_flag & COMPRESSED_FLAG) && inflate == NULL) break;
         if (has_stop_ts && store_ts > stop_ts) break;
         if (born_ts > TS_LIMIT || born_ts < -TS_LIMIT || store_ts > TS_LIMIT ||
             store_ts < -TS_LIMIT)
             break;
-        int64_t stored_len = (int32_t)get32(r + 84), body_len = stored_len;
-        const unsigned char *body_src = r + V4_HEADER;
+        int64_t stored_len = (int32_t)get32(r + l.body_len), body_len = stored_len;
+        const unsigned char *body_src = r + l.header;
         Py_CLEAR(inflated);
         if (sys_flag & COMPRESSED_FLAG) {
             inflated = PyObject_CallFunction(inflate, "y#L", (const char *)body_src,
@@ -957,7 +997,7 @@ static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssi
         }
         if (rows > 0 && body_len_total + body_len > max_body) break;
         if (body_len_total + body_len > I32_MAX) break; /* int32 offsets: left to the caller */
-        int64_t q = V4_HEADER + stored_len;
+        int64_t q = l.header + stored_len;
         int64_t topic_len = r[q];
         int64_t t1 = q + 1 + topic_len;
         int64_t props_len = total - t1 - 2;
@@ -980,7 +1020,7 @@ static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssi
             gbuf_end(&g[B_TOPIC_OFF], &g[B_TOPIC]) < 0 ||
             gbuf_i32(&g[B_QUEUE_ID], (int32_t)get32(r + 12)) < 0 ||
             gbuf_i64(&g[B_QUEUE_OFFSET], get64(r + 20)) < 0 ||
-            gbuf_i64(&g[B_PHY], get64(r + 28)) < 0 || put_hex(&g[B_MSGID], r + 64, 8) < 0 ||
+            gbuf_i64(&g[B_PHY], get64(r + 28)) < 0 || put_hex(&g[B_MSGID], r + l.store_host, l.store_len + 4) < 0 ||
             put_hex(&g[B_MSGID], r + 28, 8) < 0 || gbuf_end(&g[B_MSGID_OFF], &g[B_MSGID]) < 0 ||
             put_nullable(&g[B_UNIQ_VALID], &g[B_UNIQ_OFF], &g[B_UNIQ],
                          find_item(items, count, "UNIQ_KEY")) < 0 ||
@@ -1002,10 +1042,12 @@ static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssi
         if (gbuf_i32(&g[B_KEYS_LIST_OFF], (int32_t)(g[B_KEYS_OFF].len / 4 - 1)) < 0 ||
             gbuf_i32(&g[B_FLAG], (int32_t)get32(r + 16)) < 0 ||
             gbuf_i64(&g[B_BORN_TS], born_ts * 1000) < 0 ||
-            put_host(&g[B_BORN_HOST_OFF], &g[B_BORN_HOST], r + 48, &born_host) < 0 ||
+            put_host(&g[B_BORN_HOST_OFF], &g[B_BORN_HOST], r + 48, l.born_len, &born_host,
+                     host6) < 0 ||
             gbuf_i64(&g[B_STORE_TS], store_ts * 1000) < 0 ||
-            put_host(&g[B_STORE_HOST_OFF], &g[B_STORE_HOST], r + 64, &store_host) < 0 ||
-            gbuf_i32(&g[B_RECONSUME], (int32_t)get32(r + 72)) < 0 ||
+            put_host(&g[B_STORE_HOST_OFF], &g[B_STORE_HOST], r + l.store_host, l.store_len,
+                     &store_host, host6) < 0 ||
+            gbuf_i32(&g[B_RECONSUME], (int32_t)get32(r + l.reconsume)) < 0 ||
             gbuf_i32(&g[B_SYS_FLAG], sys_flag) < 0)
             goto done;
         for (int j = 0; j < count; j++) {
@@ -1217,7 +1259,7 @@ static PyMethodDef methods[] = {
      " return where the walk stopped."},
     {"export_columns", (PyCFunction)(void (*)(void))py_export_columns, METH_FASTCALL,
      "export_columns(buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes,"
-     " inflate):"
+     " inflate, host6):"
      " a run of valid records as Arrow column buffers; returns (pos, rows, record_bytes,"
      " body_bytes, buffers)."},
     {"busy_answers", (PyCFunction)(void (*)(void))py_busy_answers, METH_FASTCALL,

@@ -6,15 +6,17 @@ int32 offsets and data for strings, binary and lists, LSB-first validity bitmaps
 nullable strings, little-endian values for the fixed-width columns.  :func:`column_batch` wraps
 them with ``pyarrow.Array.from_buffers``, zero-copy.
 
-Only records the C walker accepts get here; anything else (IPv6 hosts, corrupt bytes...) goes
-through :func:`pymq.common.message.decode_record` one at a time, in :mod:`pymq.export.scan`.
-Both paths give the same rows (tests/spark/test_columns.py).
+Only records the C walker accepts get here; anything else (corrupt bytes, a record past the
+checkpoint bound...) goes through :func:`pymq.common.message.decode_record` one at a time, in
+:mod:`pymq.export.scan`.  Both paths give the same rows (tests/spark/test_columns.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pymq.common.message_id import Host, unpack_ip
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,11 +86,22 @@ def decode_run(
     bodies become ``inflate(stored_body, commitlog_offset)`` (None: such a record ends the run).
     """
     end, rows, record_bytes, body_bytes, buffers = native.export_columns(
-        buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes, inflate
+        buf, pos, stop, physical_base, stop_timestamp, max_rows, max_body_bytes, inflate, _host6
     )
     return ColumnRun(
         end, rows, record_bytes, body_bytes, dict(zip(EXPORT_BUFFER_NAMES, buffers, strict=True))
     )
+
+
+def format_host(host: Host) -> str:
+    """A host column's text: ``ip:port``, ``[ip]:port`` for IPv6 (both decoding paths)."""
+    ip, port = host
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def _host6(ip: bytes, port: int) -> bytes:
+    """The C decoder's IPv6 host text: ipaddress's, as the per-record path has it."""
+    return format_host((unpack_ip(ip), port)).encode()
 
 
 def _validity(raw: bytes, rows: int) -> tuple[pa.Buffer | None, int]:

@@ -37,6 +37,7 @@ from pyspark.sql.types import (
 
 from pymq.common.message import MessageExt, create_offset_msg_id
 from pymq.common.native import native_extension
+from pymq.export.columns import format_host
 from pymq.export.options import ExportOptions
 from pymq.export.scan import Segment, SegmentScan, plan_store
 
@@ -74,11 +75,6 @@ SCHEMA = StructType(
 """One row per message; hosts are ``ip:port``, timestamps the broker's milliseconds."""
 
 
-def _host(host: tuple[str, int]) -> str:
-    ip, port = host
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
 class _MsgIds:
     """Offset message ids by store host prefix: :func:`create_offset_msg_id` once per host."""
 
@@ -110,9 +106,9 @@ def to_record_batch(
         [m.keys for m in msgs],
         [m.flag for m in msgs],
         [m.born_timestamp * 1000 for m in msgs],
-        [_host(m.born_host) for m in msgs],
+        [format_host(m.born_host) for m in msgs],
         [m.store_timestamp * 1000 for m in msgs],
-        [_host(m.store_host) for m in msgs],
+        [format_host(m.store_host) for m in msgs],
         [m.reconsume_times for m in msgs],
         [m.sys_flag for m in msgs],
         [list(m.properties.items()) for m in msgs],

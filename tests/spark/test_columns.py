@@ -266,6 +266,20 @@ def test_compressed_bodies_stay_in_the_c_run(tmp_path):
     assert sum(r["body_bytes"] for r in reports) == sum(len(b) for b in bodies)
 
 
+def test_ipv6_hosts_stay_in_the_c_run(tmp_path):
+    """Born and store hosts of either family, mixed: all decoded in C, texts and message ids
+    as the per-record path makes them (ipaddress's IPv6 text, a 56-digit offset id)."""
+    hosts = [("10.0.0.1", 1), ("::1", 2), ("2001:db8::1:0:0:1", -3), ("::ffff:1.2.3.4", 4)]
+    msgs = [
+        attrs.evolve(m, topic="Orders", born_host=hosts[i % 4], store_host=hosts[i // 3 % 4])
+        for i, m in enumerate(odd_messages(24))
+    ]
+    table, _, spy = both_paths(ExportOptions(path=write_store(str(tmp_path), msgs)))
+    assert spy.rows == table.num_rows == 24
+    assert {len(m) for m in table.column("msg_id").to_pylist()} == {32, 56}
+    assert "[2001:db8::1:0:0:1]:-3" in table.column("born_host").to_pylist()
+
+
 def test_export_columns_hands_compressed_bodies_to_inflate():
     data = bytearray()
     for i in range(3):
@@ -313,6 +327,7 @@ def _runs(data: bytes, **kw: Any) -> Iterator[tuple]:
         kw.get("rows", 1000),
         kw.get("body", 1 << 20),
         kw.get("inflate"),
+        kw.get("host6"),
     )
 
 

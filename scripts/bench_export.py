@@ -10,7 +10,10 @@ incompressible bodies) and deleted afterwards, as is the Parquet output.  Figure
 MB/s scanned (10^6 bytes) and messages/s for (1) a plain loop running
 :class:`pymq.export.scan.SegmentScan` over every file in this one process (decode with CRC
 check, no Spark), and (2) ``run_export`` to Parquet on the given master, timed for the Spark
-write action alone, after a read-only counting pass that also starts the Python workers.
+write action alone, after a read-only counting pass that also starts the Python workers.  On
+Linux the Spark figures also give the CPU time of the JVM and its Python workers (this
+process's descendants), which a machine busy with other work moves much less than wall time:
+MB per CPU-second times the master's cores bounds what the export can do with them to itself.
 """
 
 from __future__ import annotations
@@ -88,6 +91,40 @@ def plain_loop(store: str) -> tuple[int, int, float]:
     return messages, scanned, time.perf_counter() - started
 
 
+def descendants_cpu() -> float | None:
+    """CPU seconds (user + system, reaped children included) of every process below this one,
+    from /proc; None where there is no /proc."""
+    if not os.path.isdir("/proc/self"):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[tuple[int, float]]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "
+        cpu = sum(int(x) for x in fields[11:15]) / tick  # utime, stime, cutime, cstime
+        children.setdefault(int(fields[1]), []).append((int(name), cpu))
+    total, stack = 0.0, [os.getpid()]
+    while stack:
+        for pid, cpu in children.get(stack.pop(), []):
+            total += cpu
+            stack.append(pid)
+    return total
+
+
+def _cpu_note(before: float | None, scanned: int) -> str:
+    after = descendants_cpu()
+    if before is None or after is None or after <= before:
+        return ""
+    used = after - before
+    return f"; CPU (JVM + Python workers) {used:.1f} s = {scanned / used / 1e6:.1f} MB per CPU-s"
+
+
 def start_session(master: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
@@ -142,16 +179,20 @@ def main(argv: list[str] | None = None) -> int:
         spark = start_session(args.master)
         print(f"Spark session started in {time.perf_counter() - t:.1f} s", flush=True)
         t = time.perf_counter()
+        cpu = descendants_cpu()
         rows = spark.read.format("pymq").option("path", store).load().count()
         secs = time.perf_counter() - t
         print(
             f"Spark read-only pass (count, cold Python workers): {rows} msgs in {secs:.1f} s "
-            f"= {scanned / secs / 1e6:.1f} MB/s, {rows / secs:.0f} msgs/s",
+            f"= {scanned / secs / 1e6:.1f} MB/s, {rows / secs:.0f} msgs/s"
+            f"{_cpu_note(cpu, scanned)}",
             flush=True,
         )
         cfg = JobConfig(store=store, output=out, master=args.master)
+        cpu = descendants_cpu()
         try:
             summary = run_export(cfg, spark=spark, echo=lambda line: None)
+            cpu_note = _cpu_note(cpu, scanned)
         finally:
             spark.stop()
         assert summary.messages == messages, (summary.messages, messages)
@@ -159,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"Spark export to Parquet ({args.master}): {summary.messages} msgs in {w:.1f} s "
             f"= {scanned / w / 1e6:.1f} MB/s, {summary.messages / w:.0f} msgs/s "
-            f"(with planning and summary {summary.seconds:.1f} s)",
+            f"(with planning and summary {summary.seconds:.1f} s){cpu_note}",
             flush=True,
         )
         print(f"Parquet output: {_du(out) / 2**20:.0f} MiB", flush=True)

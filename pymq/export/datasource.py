@@ -7,7 +7,9 @@
 One input partition per commit-log file (a record never spans two files).  Planning
 (:meth:`PymqReader.partitions`) runs :func:`pymq.export.scan.plan_store` in Spark's planning
 worker; each task runs a :class:`pymq.export.scan.SegmentScan` and hands Spark Arrow record
-batches, so no row goes through Spark's per-row Python conversion.  Options are listed in
+batches, so no row goes through Spark's per-row Python conversion.  Runs of ordinary records are
+decoded by the C extension straight into Arrow buffers (:mod:`pymq.export.columns`); other
+records, and all of them without the extension, as :class:`MessageExt` rows.  Options are listed in
 :mod:`pymq.export.options`.  Errors: a path that is not a store or a bad option fails the query at
 planning with the :class:`~pymq.export.scan.StoreError` / :class:`~pymq.export.options.OptionError`
 message; corrupt bytes are skipped and reported (logged by the task, and written to
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
@@ -34,6 +36,8 @@ from pyspark.sql.types import (
 )
 
 from pymq.common.message import MessageExt, create_offset_msg_id
+from pymq.common.native import native_extension
+from pymq.export.columns import format_host
 from pymq.export.options import ExportOptions
 from pymq.export.scan import Segment, SegmentScan, plan_store
 
@@ -71,11 +75,6 @@ SCHEMA = StructType(
 """One row per message; hosts are ``ip:port``, timestamps the broker's milliseconds."""
 
 
-def _host(host: tuple[str, int]) -> str:
-    ip, port = host
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
 class _MsgIds:
     """Offset message ids by store host prefix: :func:`create_offset_msg_id` once per host."""
 
@@ -107,9 +106,9 @@ def to_record_batch(
         [m.keys for m in msgs],
         [m.flag for m in msgs],
         [m.born_timestamp * 1000 for m in msgs],
-        [_host(m.born_host) for m in msgs],
+        [format_host(m.born_host) for m in msgs],
         [m.store_timestamp * 1000 for m in msgs],
-        [_host(m.store_host) for m in msgs],
+        [format_host(m.store_host) for m in msgs],
         [m.reconsume_times for m in msgs],
         [m.sys_flag for m in msgs],
         [list(m.properties.items()) for m in msgs],
@@ -119,6 +118,13 @@ def to_record_batch(
         pa.array(col, type=field.type) for col, field in zip(columns, arrow_schema, strict=True)
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+
+def column_decoder() -> Any:
+    """The C extension when it has the export's column decoder, else None (pure Python)."""
+    if native_extension is not None and hasattr(native_extension, "export_columns"):
+        return native_extension
+    return None
 
 
 class SegmentPartition(InputPartition):
@@ -146,8 +152,6 @@ class PymqReader(DataSourceReader):
         arrow_schema = to_arrow_schema(SCHEMA, timezone="UTC")
         scan = SegmentScan(partition.segment, self.options)
         msg_id = _MsgIds()
-        batch: list[MessageExt] = []
-        body_bytes = 0
         # A batch holds thousands of small acyclic objects that reference counting frees; the
         # cyclic collector would walk them over and over (40% of the time, measured).  This
         # worker runs nothing else while the partition is read, and the collector comes back on
@@ -155,14 +159,13 @@ class PymqReader(DataSourceReader):
         collecting = gc.isenabled()
         gc.disable()
         try:
-            for msg in scan:
-                batch.append(msg)
-                body_bytes += len(msg.body)
-                if len(batch) >= BATCH_ROWS or body_bytes >= BATCH_BYTES:
-                    yield to_record_batch(batch, arrow_schema, msg_id)
-                    batch, body_bytes = [], 0
-            if batch:
-                yield to_record_batch(batch, arrow_schema, msg_id)
+            yield from scan.arrow_batches(
+                arrow_schema,
+                lambda msgs: to_record_batch(msgs, arrow_schema, msg_id),
+                BATCH_ROWS,
+                BATCH_BYTES,
+                column_decoder(),
+            )
         finally:
             if collecting:
                 gc.enable()

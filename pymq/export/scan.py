@@ -20,6 +20,7 @@ order), as RocketMQ's own lookups by time assume; planning skips whole files on 
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import json
 import logging
@@ -27,7 +28,8 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -44,7 +46,11 @@ from pymq.common.message import (
     store_timestamp_position,
 )
 from pymq.common.topic import is_system_topic
+from pymq.export.columns import ColumnRun, column_batch, decode_run
 from pymq.export.options import CheckpointBound, ExportOptions, Mode
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +64,9 @@ _LONG = struct.Struct(">q")
 _ZERO_PROBE = 8
 """Bytes that must all be zero at a position for it to count as the end of written data."""
 _CHUNK = 1 << 20
+_TS_LIMIT = ((1 << 63) - 1) // 1000
+"""The largest timestamp (ms, either sign) Spark's microsecond timestamps hold: a record
+beyond it is corrupt (its header, which no CRC covers); fromTime is clamped to it."""
 
 
 class StoreError(Exception):
@@ -347,19 +356,19 @@ def _end_of_data(buf: mmap.mmap, pos: int, end: int) -> int:
     return pos
 
 
-def _inflate(msg: MessageExt, path: str) -> bytes:
+def _inflate(body: bytes, offset: int, path: str) -> bytes:
     """The body a producer sent (clients zlib-compress large bodies); the stored bytes if they
     do not inflate, with a warning: the record itself is valid, so it is still exported."""
     try:
-        return zlib.decompress(msg.body)
+        return zlib.decompress(body)
     except zlib.error as exc:
         log.warning(
             "%s: record at %d is flagged compressed but does not inflate (%s); exported as stored",
             os.path.basename(path),
-            msg.commitlog_offset,
+            offset,
             exc,
         )
-        return msg.body
+        return body
 
 
 class SegmentScan:
@@ -375,8 +384,84 @@ class SegmentScan:
         self.opts = opts
         self.keep_topic = TopicFilter(opts)
         self.report = SegmentReport(segment.index, segment.path, segment.start, segment.start)
+        self._topics: collections.Counter[str] = collections.Counter()
 
     def __iter__(self) -> Iterator[MessageExt]:
+        # Without a decoder no ColumnRun is made: the walk yields messages only.
+        return cast(Iterator[MessageExt], self._walk(None, 0, 0))
+
+    def arrow_batches(
+        self,
+        schema: pa.Schema,
+        to_batch: Callable[[list[MessageExt]], pa.RecordBatch],
+        max_rows: int,
+        max_body_bytes: int,
+        native: Any,
+    ) -> Iterator[pa.RecordBatch]:
+        """The wanted records as Arrow batches of ``schema``, in commit-log order.
+
+        With ``native`` (the C extension, or None for the pure-Python path) runs of ordinary
+        records become batches straight from the C decoder's buffers; every other record (and
+        all of them without it) is decoded as a :class:`MessageExt` and goes through
+        ``to_batch``.  Batches hold up to ``max_rows`` rows, and stop growing once their bodies
+        reach ``max_body_bytes``.  The report is kept as :meth:`__iter__` keeps it.
+        """
+        pending: list[MessageExt] = []
+        pending_bytes = 0
+        for item in self._walk(native, max_rows, max_body_bytes):
+            if isinstance(item, MessageExt):
+                pending.append(item)
+                pending_bytes += len(item.body)
+                if len(pending) >= max_rows or pending_bytes >= max_body_bytes:
+                    yield to_batch(pending)
+                    pending, pending_bytes = [], 0
+                continue
+            if pending:
+                yield to_batch(pending)
+                pending, pending_bytes = [], 0
+            batch = self._take_run(item, column_batch(item, schema))
+            if batch.num_rows:
+                yield batch
+        if pending:
+            yield to_batch(pending)
+
+    def _take_run(self, run: ColumnRun, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The rows of a decoded run the options want (topics, fromTime), counted in the
+        report as the per-message path counts them."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        topics = batch.column("topic")
+        names = pc.unique(topics).to_pylist()
+        mask = None
+        if not all(self.keep_topic(t) for t in names):
+            kept = pa.array([t for t in names if self.keep_topic(t)], pa.string())
+            mask = pc.is_in(topics, value_set=kept)
+        from_time = self.opts.from_time
+        if from_time is not None:
+            bound = max(-_TS_LIMIT, min(from_time, _TS_LIMIT)) * 1000
+            recent = pc.greater_equal(batch.column("store_timestamp").cast(pa.int64()), bound)
+            mask = recent if mask is None else pc.and_(mask, recent)
+        report = self.report
+        if mask is None:
+            report.record_bytes += run.record_bytes
+            report.body_bytes += run.body_bytes
+        else:
+            sizes = pa.Array.from_buffers(
+                pa.int32(), run.rows, [None, pa.py_buffer(run.buffers["record_sizes"])]
+            )
+            batch = batch.filter(mask)
+            report.record_bytes += pc.sum(sizes.filter(mask), min_count=0).as_py()
+            report.body_bytes += pc.sum(pc.binary_length(batch.column("body")), min_count=0).as_py()
+        report.messages += batch.num_rows
+        if batch.num_rows:
+            for entry in pc.value_counts(batch.column("topic")).to_pylist():
+                self._topics[entry["values"]] += entry["counts"]
+        return batch
+
+    def _walk(
+        self, native: Any, max_rows: int, max_body_bytes: int
+    ) -> Iterator[MessageExt | ColumnRun]:
         seg = self.segment
         try:
             f = open(seg.path, "rb")  # noqa: SIM115 (closed in finally below)
@@ -390,7 +475,7 @@ class SegmentScan:
                 self.report.resume_offset = seg.file_offset
                 return
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                yield from self._scan(buf, size)
+                yield from self._scan(buf, size, native, max_rows, max_body_bytes)
         finally:
             f.close()
 
@@ -424,7 +509,29 @@ class SegmentScan:
                 pass
             search = cand + 1
 
-    def _scan(self, buf: mmap.mmap, size: int) -> Iterator[MessageExt]:
+    def _skip_bad(self, buf: mmap.mmap, pos: int, size: int, exc: RecordError) -> tuple[int, bool]:
+        """After a bad record at ``pos``: (where the walk goes on, whether the file ends)."""
+        seg = self.segment
+        base = seg.file_offset
+        if _all_zero(buf, pos, size):
+            if seg.newest:
+                return pos, True
+            self._bad(base + pos, base + size, "file ends early, without a blank")
+            return size, True
+        nxt = self._resync(buf, pos, size)
+        if nxt is None:
+            self._bad(base + pos, base + _end_of_data(buf, pos, size), str(exc))
+            # The newest file's tail may still be being written: a later run reads it again.
+            # A closed file's torn tail never heals.
+            return (pos if seg.newest else size), True
+        self._bad(base + pos, base + nxt, str(exc))
+        return nxt, False
+
+    def _scan(
+        self, buf: mmap.mmap, size: int, native: Any, max_rows: int, max_body_bytes: int
+    ) -> Iterator[MessageExt | ColumnRun]:
+        """The walk over one mapped file: messages, and with ``native`` runs decoded in C
+        (yielded before the consumer filters and counts them: see :meth:`_take_run`)."""
         seg, report = self.segment, self.report
         base = seg.file_offset
         start_rel = seg.start - base
@@ -432,7 +539,8 @@ class SegmentScan:
         stop_ts = seg.stop_timestamp
         from_time = self.opts.from_time
         keep_topic = self.keep_topic
-        topics: collections.Counter[str] = collections.Counter()
+        topics = self._topics
+        inflate = functools.partial(_inflate, path=seg.path)
         pos = 0
         try:
             while pos < end_rel:
@@ -444,29 +552,33 @@ class SegmentScan:
                     if magic == MESSAGE_MAGIC_CODE and total > 0 and pos + total <= start_rel:
                         pos += total
                         continue
+                elif native is not None:
+                    run = decode_run(
+                        native, buf, pos, end_rel, base, stop_ts, max_rows, max_body_bytes, inflate
+                    )
+                    if run.rows:
+                        yield run
+                        pos = run.end
+                        continue
+                    # Not a record the C decoder takes: judged below, one record.
                 try:
                     msg = decode_record(buf, pos)
                     if msg.commitlog_offset != base + pos:
                         raise RecordError(
                             f"record at {pos} says it is at offset {msg.commitlog_offset}"
                         )
+                    if not (
+                        -_TS_LIMIT <= msg.store_timestamp <= _TS_LIMIT
+                        and -_TS_LIMIT <= msg.born_timestamp <= _TS_LIMIT
+                    ):
+                        raise RecordError(f"record at {pos}: timestamp out of range")
                 except BlankRecord:
                     pos = size
                     break
                 except RecordError as exc:
-                    if _all_zero(buf, pos, size):
-                        if not seg.newest:
-                            self._bad(base + pos, base + size, "file ends early, without a blank")
-                            pos = size
+                    pos, ended = self._skip_bad(buf, pos, size, exc)
+                    if ended:
                         break
-                    nxt = self._resync(buf, pos, size)
-                    if nxt is None:
-                        self._bad(base + pos, base + _end_of_data(buf, pos, size), str(exc))
-                        if not seg.newest:
-                            pos = size  # a closed file's torn tail never heals
-                        break  # the newest file's tail may still be being written: retry later
-                    self._bad(base + pos, base + nxt, str(exc))
-                    pos = nxt
                     continue
                 if stop_ts is not None and msg.store_timestamp > stop_ts:
                     break
@@ -476,7 +588,7 @@ class SegmentScan:
                     and (from_time is None or msg.store_timestamp >= from_time)
                 ):
                     if msg.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
-                        msg.body = _inflate(msg, seg.path)
+                        msg.body = _inflate(msg.body, msg.commitlog_offset, seg.path)
                     report.messages += 1
                     report.record_bytes += msg.store_size
                     report.body_bytes += len(msg.body)

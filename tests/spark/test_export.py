@@ -147,6 +147,25 @@ def test_torn_tail_exports_the_valid_records_and_reports_the_range(spark, tmp_pa
     assert spark.read.json(out).count() == len(sent) - 1
 
 
+def test_parquet_columns_of_distinct_values_are_written_without_a_dictionary(
+    spark, tmp_path, written
+):
+    import pyarrow.parquet as pq
+
+    out = str(tmp_path / "out")
+    run_export(JobConfig(store=store_of(written[0]), output=out), spark=spark, echo=print)
+    files = [f for f in pathlib.Path(out).glob("*.parquet") if pq.ParquetFile(f).metadata.num_rows]
+    assert files
+    group = pq.ParquetFile(files[0]).metadata.row_group(0)
+    encodings = {
+        group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)
+    }
+    for column in ("body", "msg_id", "commitlog_offset", "keys.list.element"):
+        assert not any("DICTIONARY" in e for e in encodings[column]), (column, encodings[column])
+    for column in ("topic", "tags", "store_host", "properties.key_value.key"):
+        assert any("DICTIONARY" in e for e in encodings[column]), (column, encodings[column])
+
+
 def test_not_a_store_fails_before_spark_runs(spark, tmp_path):
     with pytest.raises(ExportError, match="not a RocketMQ store"):
         run_export(JobConfig(store=str(tmp_path), output=str(tmp_path / "o")), spark=spark)

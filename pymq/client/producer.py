@@ -37,7 +37,7 @@ from pymq.common.message import (
     encode_properties,
 )
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
-from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codec import RPC_ONEWAY, RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
 from pymq.remoting.headers import HeaderError, SendMessageRequestHeader, SendMessageResponseHeader
@@ -58,6 +58,7 @@ _v2_json = SendMessageRequestHeader.v2_json
 _v2_json_prefix = SendMessageRequestHeader.v2_json_prefix
 _SendResponse = SendMessageResponseHeader
 _SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2  # per send: enum reads via the class are slow
+_SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 
 STORED_CODES: dict[int, str] = {
     ResponseCode.SUCCESS: "SEND_OK",
@@ -194,6 +195,19 @@ class Producer(ClientService):
             self.group, mq.topic, mq.queue_id, sys_flag, int(time.time() * 1000), flag, props, batch
         )
 
+    def _v2_request(
+        self, code: int, mq: MessageQueue, sys_flag: int, flag: int, props: str, body: bytes
+    ) -> RemotingCommand:
+        """A SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE to ``mq``, its header's JSON written once
+        (the group and topic quoted once per topic)."""
+        header = self._header(mq, sys_flag, flag, props, code == _SEND_BATCH_MESSAGE)
+        request = RemotingCommand(code, header, body)
+        fixed = self._header_json.get(mq.topic)
+        if fixed is None:
+            fixed = self._header_json[mq.topic] = _v2_json_prefix(self.group, mq.topic)
+        request.ext_json = _v2_json(fixed, header)
+        return request
+
     async def send_async(
         self,
         msg: Message,
@@ -217,13 +231,7 @@ class Producer(ClientService):
         if addr is None:
             raise MQClientError(-1, f"no master address for broker {mq.broker_name}")
         channel = await self.client.remoting.channel(addr)
-        header = self._header(mq, sys_flag, msg.flag, props, False)
-        request = RemotingCommand(_SEND_MESSAGE_V2, header, body)
-        # The header's JSON, its group and topic quoted once per topic.
-        fixed = self._header_json.get(mq.topic)
-        if fixed is None:
-            fixed = self._header_json[mq.topic] = _v2_json_prefix(self.group, mq.topic)
-        request.ext_json = _v2_json(fixed, header)
+        request = self._v2_request(_SEND_MESSAGE_V2, mq, sys_flag, msg.flag, props, body)
 
         def on_response(response: RemotingCommand | None, error: Exception | None) -> None:
             if response is None:
@@ -317,12 +325,8 @@ class Producer(ClientService):
         addr = self.client.master_addr(mq.broker_name)
         if addr is None:
             raise MQClientError(-1, f"no master for {mq.broker_name}")
-        request = RemotingCommand.request(
-            RequestCode.SEND_MESSAGE_V2,
-            self._header(mq, sys_flag, msg.flag, props, False),
-            body,
-            oneway=True,
-        )
+        request = self._v2_request(_SEND_MESSAGE_V2, mq, sys_flag, msg.flag, props, body)
+        request.flag = RPC_ONEWAY
         await self.client.remoting.invoke_oneway(addr, request)
 
     async def _send_request(
@@ -362,11 +366,7 @@ class Producer(ClientService):
                 addr = self.client.master_addr(mq.broker_name)
                 if addr is None:
                     raise MQClientError(-1, f"no master address for broker {mq.broker_name}")
-            request = RemotingCommand.request(
-                code,
-                self._header(mq, sys_flag, flag, props, code == RequestCode.SEND_BATCH_MESSAGE),
-                body,
-            )
+            request = self._v2_request(code, mq, sys_flag, flag, props, body)
             try:
                 response = await self.client.invoke(addr, request, timeout)
             except RemotingError as exc:

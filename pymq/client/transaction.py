@@ -63,6 +63,7 @@ from pymq.remoting.errors import RemotingError
 log = logging.getLogger(__name__)
 
 _end_ext = H.EndTransactionRequestHeader.producer_ext
+_end_json = H.EndTransactionRequestHeader.producer_json
 _END_TRANSACTION = RequestCode.END_TRANSACTION
 
 # TransactionMQProducer's check executor: at most this many checks run at once; more wait.
@@ -190,6 +191,7 @@ class TransactionProducer(Producer):
             return
         ext = _end_ext(self.group, sent.queue_offset, commit_log_offset, state.value, sent.msg_id)
         request = RemotingCommand(_END_TRANSACTION, ext, b"", flag=RPC_ONEWAY, remark=remark)
+        request.ext_json = _end_json(ext)
         addr = self.client.master_addr(sent.queue.broker_name)
         if addr is None:
             log.warning("end transaction of %s: no master of %s", sent.msg_id, sent.queue)

@@ -41,7 +41,7 @@ from pymq.common.topic import (
 )
 from pymq.remoting import headers as H
 from pymq.remoting.channel import ANSWER_LATER
-from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codec import RemotingCommand, encode
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.store import DefaultMessageStore, MessageStoreConfig
 from pymq.store.config import BrokerRole
@@ -514,6 +514,13 @@ def test_producer_end_ext_equals_the_header_encoder() -> None:
         "PG_TX", 0, 5404, 8, "FD0000000000000000000000000000021A395FFD2B27743D676E0000"
     )
     assert ours == ext
+    # Its JSON, written by the producer's fast writer, says what the codec would write.
+    fast = RemotingCommand(RequestCode.END_TRANSACTION, dict(ours))
+    fast.ext_json = H.EndTransactionRequestHeader.producer_json(ours)
+    slow = RemotingCommand(RequestCode.END_TRANSACTION, dict(ours))
+    assert encode(fast) == encode(slow)
+    quoted = H.EndTransactionRequestHeader.producer_ext('P"G\u00e9', 1, 2, 12, 'i"d')
+    assert json.loads("{" + H.EndTransactionRequestHeader.producer_json(quoted) + "}") == quoted
 
 
 async def test_end_transaction_at_an_offset_inside_a_record_is_refused(ctx: BrokerContext) -> None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The broker's CPU instructions per message, counted by valgrind (callgrind): a figure that a
-busy machine does not move, for comparing two versions of the broker where throughput is noise.
+"""The broker's CPU instructions per message, counted by valgrind (callgrind): a figure a busy
+machine moves far less than throughput (its timers add a few percent), for comparing two
+versions of the broker where throughput is noise.
 
     scripts/bench_instructions.py                       # this checkout's broker
     scripts/bench_instructions.py --pymq-root /tmp/old  # another checkout's broker, same client

@@ -21,6 +21,7 @@ import ctypes
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -66,6 +67,32 @@ class Groups:
     @property
     def namesrv_addr(self) -> str:
         return f"127.0.0.1:{self.namesrv.port}"
+
+
+def free_base_port(groups: int, host: str = "127.0.0.1") -> int:
+    """A ``broker_port`` whose groups' ports (each ``port + 10 i``, with its - 2 and + 1) are
+    all free now, for tests and benchmarks (another process may still take one before the
+    brokers bind it)."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            base = probe.getsockname()[1]
+        if base < 3 or base + PORT_STEP * groups + 2 > 65535:
+            continue
+        socks: list[socket.socket] = []
+        try:
+            for i in range(groups):
+                for delta in (-2, 0, 1):
+                    sock = socket.socket()
+                    socks.append(sock)
+                    sock.bind((host, base + PORT_STEP * i + delta))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise OSError("no free block of ports for the broker groups")
 
 
 def group_name(index: int) -> str:

@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,29 +33,9 @@ import time
 import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
-
-def free_base(groups: int) -> int:
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + 10 * groups + 2 > 65535:
-            continue
-        socks = []
-        try:
-            for i in range(groups):
-                for d in (-2, 0, 1):
-                    sock = socket.socket()
-                    socks.append(sock)
-                    sock.bind(("127.0.0.1", base + 10 * i + d))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise SystemExit("no free ports")
+from pymq.groups import free_base_port  # noqa: E402
 
 
 def cpu_seconds(pid: int) -> float:
@@ -83,7 +62,7 @@ def broker_pids(parent: int) -> list[int]:
 
 def run_config(groups: int, args: argparse.Namespace) -> dict:
     tmp = tempfile.mkdtemp(prefix="pymq-groups-")
-    base = free_base(groups)
+    base = free_base_port(groups)
     cmd = [sys.executable, "-m", "pymq", "--groups", str(groups), "--data", tmp]
     cmd += ["--bind", "127.0.0.1", "--namesrv-port", "0", "--broker-port", str(base)]
     cmd += ["--admin-port", "0", "--log-level", "ERROR"]

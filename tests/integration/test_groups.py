@@ -17,35 +17,14 @@ import trio
 
 from pymq.client import Message, Producer
 from pymq.client.topics import create_topic
+from pymq.groups import free_base_port
 from tests.helpers import free_port
 
 pytestmark = pytest.mark.slow
 
 
-def free_group_ports(groups: int) -> int:
-    """A base port where every group's ports (base + 10 i, its - 2 and + 1) are free."""
-    for _ in range(200):
-        base = free_port()
-        if base + 10 * groups + 2 > 65535:
-            continue
-        socks = []
-        try:
-            for i in range(groups):
-                for d in (-2, 0, 1):
-                    sock = socket.socket()
-                    socks.append(sock)
-                    sock.bind(("127.0.0.1", base + 10 * i + d))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in socks:
-                sock.close()
-    raise RuntimeError("no free ports for the groups")
-
-
 def start_groups(tmp_path, groups: int, *extra: str) -> tuple[subprocess.Popen, str, list[str]]:
-    base = free_group_ports(groups)
+    base = free_base_port(groups)
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -178,7 +157,7 @@ def wait_until_sync(predicate, timeout: float) -> bool:
 
 
 def test_a_group_that_cannot_start_stops_the_others(tmp_path) -> None:
-    base = free_group_ports(2)
+    base = free_base_port(2)
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", base + 10))  # broker-b's port is taken
     blocker.listen()

@@ -36,15 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from pymq.groups import free_base_port  # noqa: E402
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from scripts.benchmark import cpu_seconds  # noqa: E402
 
 
 def broker_pids(parent: int) -> list[int]:
@@ -65,7 +57,7 @@ def run_config(groups: int, args: argparse.Namespace) -> dict:
     base = free_base_port(groups)
     cmd = [sys.executable, "-m", "pymq", "--groups", str(groups), "--data", tmp]
     cmd += ["--bind", "127.0.0.1", "--namesrv-port", "0", "--broker-port", str(base)]
-    cmd += ["--admin-port", "0", "--log-level", "ERROR"]
+    cmd += ["--admin-port", "0", "--metrics-port", "0", "--log-level", "ERROR"]
     server = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
@@ -83,7 +75,7 @@ def run_config(groups: int, args: argparse.Namespace) -> dict:
         # Create the topic on every group first (one tiny run), then measure.
         subprocess.run([*bench, "-q", "64"], check=True, capture_output=True, timeout=120)
         pids = broker_pids(server.pid)
-        cpu0 = sum(cpu_seconds(p) for p in pids)
+        cpu0 = cpu_seconds(pids)
         per = args.count // args.producers
         started = time.perf_counter()
         producers = [
@@ -97,7 +89,7 @@ def run_config(groups: int, args: argparse.Namespace) -> dict:
             out, _ = proc.communicate(timeout=600)
             results.append(json.loads(out.decode().strip().splitlines()[-1]))
         elapsed = time.perf_counter() - started
-        broker_cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+        broker_cpu = cpu_seconds(pids) - cpu0
         sent = sum(r["n"] for r in results)
         return {
             "groups": groups,

@@ -41,29 +41,10 @@ from pymq.common.topic import DataVersion, TopicConfig, TopicConfigSerializeWrap
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand, encode
 from pymq.remoting.codes import RequestCode, ResponseCode
+from scripts.bench_hardening import rss_mb
+from scripts.benchmark import free_port
 
 _LENGTH = struct.Struct(">i")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def rss_mb(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def topic_name(group: int, index: int) -> str:
@@ -172,9 +153,9 @@ async def run(
     args: argparse.Namespace, addr: str, pid: int | None
 ) -> tuple[float, int, list[float], int, float | None]:
     async with trio.open_nursery() as nursery:
-        rss_start = rss_mb(pid)
+        rss_start = rss_mb(pid) if pid else None
         register_s, clients = await register_all(addr, args.groups, args.topics, nursery)
-        rss_registered = rss_mb(pid)
+        rss_registered = rss_mb(pid) if pid else None
         print(
             f"registered {args.groups} groups x {args.topics} topics in {register_s:.2f} s"
             f" (RSS {rss_start and round(rss_start, 1)} -> "
@@ -184,7 +165,7 @@ async def run(
         rate, latencies, errors = await lookups(
             addr, topics, args.connections, args.in_flight, args.seconds
         )
-        rss_end = rss_mb(pid)
+        rss_end = rss_mb(pid) if pid else None
         for client in clients:
             client.close()
         nursery.cancel_scope.cancel()

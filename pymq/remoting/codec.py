@@ -29,6 +29,7 @@ from pymq.common.native import _native
 from pymq.common.serde import parse_java_bool
 from pymq.remoting.codes import CURRENT_VERSION, LanguageCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError, RemotingCommandError
+from pymq.remoting.headers import INT_MAX, INT_MIN
 
 # NettyDecoder's FRAME_MAX_LENGTH default: a frame claiming more is refused, not buffered.
 FRAME_MAX_LENGTH = 16 * 1024 * 1024
@@ -258,7 +259,7 @@ def encode(cmd: RemotingCommand) -> bytes:
 # with a RecursionError, refused like any other malformed header.
 MAX_JSON_HEADER_LENGTH = 1 << 20
 
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT32_MIN, INT32_MAX = INT_MIN, INT_MAX  # Java's int, as the header module reads it
 # extFields values a Java peer could mean as a string; containers are refused.
 _SCALARS = (str, int, float, bool)
 
@@ -295,6 +296,8 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
         get = header.get
         opaque, code, flag = get("opaque", 0), get("code"), get("flag", 0)
         version, ext = get("version", 0), get("extFields")
+        if ext is None:  # fastjson leaves out a null map: requests without a custom header
+            ext = {}
         remark, language = get("remark"), get("language")
         if (
             type(opaque) is int

@@ -61,6 +61,7 @@ from pymq.broker.fast_failure import (
     BrokerFastFailure,
     ConsumerFallBehind,
     protect_broker,
+    water_mark_log,
 )
 from pymq.broker.long_polling import PullRequestHoldService
 from pymq.broker.metrics import EXPORTER_PROM, MetricsServer, exporter_type
@@ -545,6 +546,8 @@ class BrokerController:
         await protect_broker(self.broker_config, self.fall_behind, self.subscription_group_manager)
 
     def print_water_mark(self) -> None:
+        if not water_mark_log.isEnabledFor(logging.INFO):
+            return  # the lines would be dropped: no walk of every connection each second
         self.fast_failure.print_water_mark([*self.server.channels, *self.fast_server.channels])
 
     # -- name-server registration -------------------------------------------------------------
@@ -610,15 +613,12 @@ class BrokerController:
         return True
 
     def _notify_consumer_ids_changed(self, group: str, channels: list[object]) -> None:
-        if self._nursery is None:
-            return
+        ext = H.encode(H.NotifyConsumerIdsChangedRequestHeader(group))
         for channel in channels:
-            if isinstance(channel, Channel) and not channel.closed:
-                request = RemotingCommand.request(
-                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
-                    H.encode(H.NotifyConsumerIdsChangedRequestHeader(group)),
-                )
-                self._nursery.start_soon(_send_oneway, channel, request)
+            # A request each: its opaque is set as it is sent.
+            self.post_oneway(
+                channel, RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, ext)
+            )
 
     # -- runtime info -------------------------------------------------------------------------
 

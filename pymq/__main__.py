@@ -14,11 +14,12 @@ from collections.abc import Sequence
 
 import trio
 
+from pymq.admin.auth import TOKEN_FILE_NAME
 from pymq.broker.config import BROKER_DEFAULT_PORT
 from pymq.common.cli import parse_overrides, run_main, setup_logging
 from pymq.common.config import ConfigError
 from pymq.embedded import Cluster, open_cluster
-from pymq.groups import open_groups
+from pymq.groups import group_metrics_port, group_store_dir, open_groups
 from pymq.namesrv.config import NAMESRV_DEFAULT_PORT
 
 # The embedded default's admin channel port (rocketmq-dashboard also defaults to 8080).
@@ -92,19 +93,22 @@ async def serve_groups(args: argparse.Namespace, overrides: dict[str, str]) -> N
             admin_port=args.admin_port,
             log_level=args.log_level,
         ) as groups:
-            metrics_port = overrides.get("metricsPromExporterPort", "")
-            if overrides.get("metricsExporterType", "").upper() == "PROM" and metrics_port:
-                urls = ", ".join(
-                    f"http://127.0.0.1:{int(metrics_port) + i}/metrics"
-                    for i in range(len(groups.brokers))
-                )
+            ports = [
+                group_metrics_port(overrides.get("metricsPromExporterPort", ""), i)
+                for i in range(len(groups.brokers))
+            ]
+            metrics = ""
+            if overrides.get("metricsExporterType", "").upper() == "PROM" and None not in ports:
+                urls = ", ".join(f"http://127.0.0.1:{port}/metrics" for port in ports)
                 metrics = f"Prometheus:    {urls}\n"
-            else:
-                metrics = ""
+            token = (
+                "the adminToken given"
+                if overrides.get("adminToken")
+                else f"in {os.path.join(group_store_dir(args.data, 0), 'config', TOKEN_FILE_NAME)}"
+            )
             admin = metrics + (
                 f"Admin console: http://127.0.0.1:{args.admin_port}/ (served by broker-a)\n"
-                f"Admin token:   in {os.path.join(args.data, 'broker-a', 'store', 'config')}"
-                "/adminToken\n"
+                f"Admin token:   {token}\n"
                 if args.admin_port
                 else ""
             )

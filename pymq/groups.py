@@ -99,6 +99,20 @@ def group_name(index: int) -> str:
     return f"broker-{chr(ord('a') + index)}"
 
 
+def group_store_dir(data_dir: str, index: int) -> str:
+    """Group ``index``'s ``storePathRootDir``."""
+    return os.path.join(data_dir, group_name(index), "store")
+
+
+def group_metrics_port(port: str, index: int) -> int | None:
+    """Group ``index``'s /metrics port for a ``metricsPromExporterPort`` of ``port``: the port
+    + ``index``; None when ``port`` is not a positive number (the broker judges it then)."""
+    text = port.strip()
+    if not text.isdigit() or int(text) == 0:
+        return None
+    return int(text) + index
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     """Linux: SIGTERM this child when its parent dies, so no broker outlives ``--groups``."""
     try:
@@ -138,15 +152,16 @@ def broker_command(
         "--brokerIP2",
         "127.0.0.1",
         "--storePathRootDir",
-        os.path.join(data_dir, name, "store"),
+        group_store_dir(data_dir, index),
         "--log-level",
         log_level,
     ]
     if index == 0 and admin_port:
         cmd += ["--adminListenPort", str(admin_port)]
     for key, value in properties.items():
-        if key == "metricsPromExporterPort" and value.strip().isdigit() and int(value):
-            value = str(int(value) + index)  # one /metrics port per group
+        if key == "metricsPromExporterPort":
+            metrics_port = group_metrics_port(value, index)  # one /metrics port per group
+            value = value if metrics_port is None else str(metrics_port)
         cmd += [f"--{key}", value]
     return cmd
 
@@ -172,6 +187,8 @@ async def _start_broker(
             buffered += chunk
     match = _BOOTED.search(buffered.decode(errors="replace"))
     if match is None:
+        with trio.move_on_after(5):  # it closed its output: let it finish exiting
+            await process.wait()
         status = process.poll()
         said = buffered.decode(errors="replace").strip()[-300:]
         raise GroupError(

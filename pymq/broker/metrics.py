@@ -23,7 +23,6 @@ connection, at most :data:`MAX_CONNECTIONS` at once, a request head of at most
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
 import time
@@ -432,15 +431,21 @@ class MetricsServer:
             await self.collector.refresh_client_status()
 
     async def _serve(self, stream: trio.SocketStream) -> None:
-        async with stream:
-            if self._slots.value == 0:
-                await self._answer(stream, 503, "Service Unavailable", b"too many connections\n")
-                return
-            async with self._slots:
-                with contextlib.suppress(
-                    trio.BrokenResourceError, trio.ClosedResourceError, OSError
-                ):
+        """One scrape connection; whatever happens in it ends it, never the broker (the
+        listener's nursery is the broker's)."""
+        try:
+            async with stream:
+                if self._slots.value == 0:
+                    await self._answer(
+                        stream, 503, "Service Unavailable", b"too many connections\n"
+                    )
+                    return
+                async with self._slots:
                     await self._serve_one(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the scraper went away (or reset the connection)
+        except Exception:
+            log.exception("a metrics connection failed; it is closed")
 
     async def _serve_one(self, stream: trio.SocketStream) -> None:
         head = b""
@@ -468,7 +473,12 @@ class MetricsServer:
         if method not in ("GET", "HEAD"):
             await self._answer(stream, 405, "Method Not Allowed", b"GET /metrics\n")
             return
-        body = self.render()
+        try:
+            body = self.render()
+        except Exception:
+            log.exception("collecting the metrics failed")
+            await self._answer(stream, 500, "Internal Server Error", b"collecting failed\n")
+            return
         await self._answer(stream, 200, "OK", body, CONTENT_TYPE_LATEST, send_body=method == "GET")
 
     @staticmethod

@@ -199,3 +199,37 @@ async def test_port_in_use_fails_the_start_with_a_clear_error(tmp_path) -> None:
         f"Prometheus endpoint cannot listen on 127.0.0.1:{port}" in m
         for m in _messages(caught.value)
     )
+
+
+async def test_reset_scrapers_and_a_failing_collector_close_one_connection_only() -> None:
+    """Peers that reset their connection while every slot is taken (the 503 path), and a
+    collector that raises (answered 500), end their connection, never the server."""
+    import socket
+    import struct
+
+    from pymq.broker.metrics import MAX_CONNECTIONS, MetricsServer
+
+    server = MetricsServer(None, "127.0.0.1", 0)  # type: ignore[arg-type]  # no collect here
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.run)
+        holders = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(MAX_CONNECTIONS)]
+        await trio.sleep(0.2)  # every slot taken
+        for _ in range(20):
+            sock = socket.socket()
+            sock.connect(("127.0.0.1", port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # a reset before the 503 is written
+        await trio.sleep(0.5)
+        for holder in holders:
+            await holder.aclose()
+        await trio.sleep(0.2)
+
+        def broken() -> bytes:
+            raise RuntimeError("a collector bug")
+
+        server.render = broken  # type: ignore[method-assign]
+        status, _ = await http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 500
+        status, _ = await http(port, b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 404  # still serving
+        nursery.cancel_scope.cancel()

@@ -38,8 +38,20 @@ their expression (sysFlag bit 4) do not compile it each time."""
 
 
 @functools.lru_cache(maxsize=COMPILE_CACHE_SIZE)
+def _compiled_or_error(expression: str) -> Sql92Filter | Sql92Error:
+    try:
+        return compile_sql92(expression)
+    except Sql92Error as exc:
+        return Sql92Error(exc.remark)  # without the compile's frames
+
+
 def _compile_cached(expression: str) -> Sql92Filter:
-    return compile_sql92(expression)
+    """Failures are kept too: a client repeating a long bad expression in every pull or
+    heartbeat costs its compile once."""
+    result = _compiled_or_error(expression)
+    if isinstance(result, Sql92Error):
+        raise Sql92Error(result.remark)  # a new one: a kept exception would grow its traceback
+    return result
 
 
 def compile_expression(expression_type: str, expression: str) -> Sql92Filter:

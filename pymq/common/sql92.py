@@ -567,10 +567,17 @@ def _order(left: _Node, right: _Node, symbol: str) -> _Node:
 
 
 def _chain(op: str, left: _Node, right: _Node) -> _Node:
-    """AND / OR, a chain of them flattened into one closure (same order, same short-circuit
-    and three-valued result as Java's left-deep LogicExpressions)."""
+    return _chain_all(op, [left, right])
+
+
+def _chain_all(op: str, operands: list[_Node]) -> _Node:
+    """``operands[0] op operands[1] op ...``, a chain of them flattened into one closure (same
+    order, same short-circuit and three-valued result as Java's left-deep LogicExpressions).
+    Built once for a whole run of AND or OR: a node per operator made compiling a long chain
+    take time in the square of its length."""
     symbol = "&&" if op == "AND" else "||"
-    terms = (left.terms[1] if left.terms and left.terms[0] == op else [left]) + [right]
+    first = operands[0]
+    terms = (first.terms[1] if first.terms and first.terms[0] == op else [first]) + operands[1:]
 
     def text() -> str:
         out = terms[0].text
@@ -880,24 +887,30 @@ class _Parser:
         return self.as_boolean(self.or_expression())
 
     def or_expression(self) -> _Node:
-        left = self.and_expression()
+        # The operands are checked as the left-deep grammar checks them (the left one at the
+        # first OR, then each right one once it is parsed); the chain is built once at the end.
+        operands = [self.and_expression()]
         while True:
             if self.ntk() != OR:
                 self.la1[0] = self.gen
-                return left
+                return operands[0] if len(operands) == 1 else _chain_all("OR", operands)
             self.consume(OR)
             right = self.and_expression()
-            left = _or(self.as_boolean(left), self.as_boolean(right))
+            if len(operands) == 1:
+                operands[0] = self.as_boolean(operands[0])
+            operands.append(self.as_boolean(right))
 
     def and_expression(self) -> _Node:
-        left = self.equality_expression()
+        operands = [self.equality_expression()]
         while True:
             if self.ntk() != AND:
                 self.la1[1] = self.gen
-                return left
+                return operands[0] if len(operands) == 1 else _chain_all("AND", operands)
             self.consume(AND)
             right = self.equality_expression()
-            left = _and(self.as_boolean(left), self.as_boolean(right))
+            if len(operands) == 1:
+                operands[0] = self.as_boolean(operands[0])
+            operands.append(self.as_boolean(right))
 
     def equality_expression(self) -> _Node:
         left = self.comparison_expression()

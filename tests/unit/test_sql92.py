@@ -590,3 +590,24 @@ def test_java_double_to_string() -> None:
     assert [java_double_str(v) for v in (1.0, 1e7, 1.5e-4, 123.25, -0.0, 1e300)] == [
         "1.0", "1.0E7", "1.5E-4", "123.25", "-0.0", "1.0E300",
     ]  # fmt: skip
+
+
+def test_a_long_chain_compiles_in_time_linear_in_its_length() -> None:
+    """A node per AND/OR once made a chain of n terms cost n^2 (seconds at the length cap, on
+    the event loop): the chain is built once.  Counted in operations, not timed."""
+    from pymq.common import sql92
+
+    built: list[int] = []
+    real = sql92._chain_all
+
+    def counting(op: str, operands: list) -> object:
+        built.append(len(operands))
+        return real(op, operands)
+
+    sql92._chain_all = counting  # type: ignore[assignment]
+    try:
+        compiled = sql92.compile_sql92(" OR ".join(["a = 1"] * 3000))
+    finally:
+        sql92._chain_all = real  # type: ignore[assignment]
+    assert built == [3000]  # one chain of all the terms, not 2999 growing ones
+    assert compiled.matches({"a": "1"}.get) and not compiled.matches({"a": "2"}.get)

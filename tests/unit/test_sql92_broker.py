@@ -365,3 +365,31 @@ async def test_record_properties_reads_the_stored_record(sql_ctx: BrokerContext)
     assert raw is not None
     text = record_properties(raw)
     assert property_of(text, "name") == "é" and property_of(text, "TAGS") == "TagA"
+
+
+def test_a_bad_expression_is_compiled_once() -> None:
+    """Failures are kept like successes: a client repeating a long bad expression in every
+    pull or heartbeat does not make the broker compile it each time."""
+    from pymq.broker import consumer_filter_manager as cfm
+    from pymq.common import sql92
+
+    calls = []
+    real = sql92.compile_sql92
+
+    def counting(expression: str) -> object:
+        calls.append(expression)
+        return real(expression)
+
+    cfm._compiled_or_error.cache_clear()
+    cfm.compile_sql92 = counting  # type: ignore[assignment]
+    try:
+        for _ in range(3):
+            with pytest.raises(sql92.Sql92Error) as refused:
+                cfm.compile_expression("SQL92", "a between AND ((")
+            assert refused.value.remark.startswith(
+                "org.apache.rocketmq.filter.parser.ParseException"
+            )
+    finally:
+        cfm.compile_sql92 = real  # type: ignore[assignment]
+        cfm._compiled_or_error.cache_clear()
+    assert calls == ["a between AND (("]

@@ -154,6 +154,8 @@ class PullProcessor:
                     "parse the consumer's subscription failed",
                 )
             if not subscription.is_tag_type:
+                if not self.ctx.broker_config.enable_property_filter:
+                    return self._no_property_filter(req, subscription)  # nothing compiled
                 # Java 4.9.4 answers a bad expression here unfiltered; pymq refuses it.
                 filter_data = build_filter_data(
                     head.topic,
@@ -187,12 +189,18 @@ class PullProcessor:
                         "the consumer's consumer filter data not latest",
                     )
         if not subscription.is_tag_type and not self.ctx.broker_config.enable_property_filter:
-            return req.response(
-                ResponseCode.SYSTEM_ERROR,
-                f"The broker does not support consumer to filter message by "
-                f"{subscription.expression_type}",
-            )
+            return self._no_property_filter(req, subscription)
         return subscription, filter_data
+
+    @staticmethod
+    def _no_property_filter(
+        req: RemotingCommand, subscription: SubscriptionData
+    ) -> RemotingCommand:
+        return req.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"The broker does not support consumer to filter message by "
+            f"{subscription.expression_type}",
+        )
 
     def _registered_subscription(
         self,

@@ -61,6 +61,7 @@ class RemotingServer:
         self.inline_processors: dict[int, InlineHandler] = {}
         self.default_processor: RequestHandler | None = None
         self.channels: set[Channel] = set()
+        self._handshaking = 0  # connections in their TLS handshake, not yet channels
         self.on_channel_closed = on_channel_closed
         # Checked before a request is served (the broker's fast failure); None: no check.
         self.admission: Admission | None = None
@@ -143,7 +144,8 @@ class RemotingServer:
             task_status.started(self.port)
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        if len(self.channels) >= self.max_connections:
+        # Connections still in their TLS handshake count too (up to its timeout each).
+        if len(self.channels) + self._handshaking >= self.max_connections:
             self.refused_connections += 1
             if self.refused_connections % 1000 == 1:  # one line per thousand, not a flood
                 log.warning(
@@ -156,7 +158,11 @@ class RemotingServer:
             return
         served: trio.abc.Stream = stream
         if self.tls is not None:
-            wrapped = await self.tls.wrap(stream)
+            self._handshaking += 1
+            try:
+                wrapped = await self.tls.wrap(stream)
+            finally:
+                self._handshaking -= 1
             if wrapped is None:  # closed, timed out, or not TLS where TLS is enforced
                 await trio.aclose_forcefully(stream)
                 return

@@ -26,7 +26,7 @@ from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.remoting.errors import RemotingError
 from pymq.store.config import MessageStoreConfig
-from tests.helpers import make_namesrv
+from tests.helpers import make_namesrv, wait_until
 
 
 @attrs.frozen
@@ -259,3 +259,22 @@ async def test_servers_with_unusable_tls_settings_refuse_to_start(tmp_path: path
         err = result.stderr.decode()
         assert result.returncode == 2, (module, err)
         assert "needs tls.server.certPath" in err and "Traceback" not in err
+
+
+async def test_connections_in_their_handshake_count_against_the_cap(
+    tmp_path: pathlib.Path, certs: Certs
+) -> None:
+    """Sockets that never start their TLS handshake hold a slot each until its timeout: past
+    serverMaxConnections a new connection is closed at once, not left to handshake."""
+    tls = server_tls(certs, "enforcing")
+    async with running_namesrv(tmp_path, server_max_connections=2, **tls) as namesrv:
+        silent = [await trio.open_tcp_stream("127.0.0.1", namesrv.port) for _ in range(2)]
+        await wait_until(lambda: namesrv.server._handshaking == 2)
+        with pytest.raises(RemotingError):
+            await ask(f"127.0.0.1:{namesrv.port}", certs.client_context())
+        assert namesrv.server.refused_connections >= 1
+        for stream in silent:
+            await stream.aclose()
+        await wait_until(lambda: namesrv.server._handshaking == 0)
+        answer = await ask(f"127.0.0.1:{namesrv.port}", certs.client_context())
+        assert answer.code == ResponseCode.SUCCESS

@@ -254,7 +254,7 @@ class TransactionService:
         self.ctx = ctx
         self.clock_ms = clock_ms
         self.stats = TransactionStats()
-        self._ended: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._ended: OrderedDict[tuple[str, str, int], None] = OrderedDict()
 
     # -- END_TRANSACTION ------------------------------------------------------------------------
 
@@ -434,11 +434,19 @@ class TransactionService:
         return result
 
     @staticmethod
-    def _ended_key(half: MessageExt) -> tuple[str, int]:
-        uniq = half.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
-        return (uniq, half.born_timestamp)
+    def _ended_key(half: MessageExt) -> tuple[str, str, int] | None:
+        """What names a transaction across its half record's re-puts: its producer group,
+        UNIQ_KEY and born time; None without a UNIQ_KEY (two such transactions born in the same
+        millisecond would look alike, and the second commit would write no message)."""
+        props = half.properties
+        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if not uniq:
+            return None
+        return (props.get(PROPERTY_PRODUCER_GROUP, ""), uniq, half.born_timestamp)
 
-    def _remember_ended(self, key: tuple[str, int]) -> None:
+    def _remember_ended(self, key: tuple[str, str, int] | None) -> None:
+        if key is None:
+            return
         self._ended[key] = None
         if len(self._ended) > ENDED_MEMORY:
             self._ended.popitem(last=False)

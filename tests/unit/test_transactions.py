@@ -583,3 +583,22 @@ async def test_check_immunity_defers_the_check_and_an_op_of_the_first_offset_end
     clock.now = max(clock.now, ctx.store.clock_ms()) + 61_000
     await service.check()
     assert [b.properties["UNIQ_KEY"] for _, b in checks(producer)] == ["J"]
+
+
+async def test_transactions_alike_but_for_their_group_both_commit(ctx: BrokerContext) -> None:
+    """The memory of ended transactions names one by group, UNIQ_KEY and born time: a second
+    group's transaction with the same UNIQ_KEY and born time is not taken for the first."""
+    service = TransactionService(ctx)
+    first = await send_half(ctx)
+    request = end_request(first, 8)
+    assert (await service.end_transaction(FakeProducer(), request)).code == ResponseCode.SUCCESS
+    key = next(iter(service._ended))
+    assert key[0] and key[1]  # the group and the UNIQ_KEY
+    half = ctx.store.look_message_by_offset(int(request.ext_fields["commitLogOffset"]))
+    assert half is not None
+    other = attrs.evolve(half, properties={**half.properties, "PGROUP": "AnotherGroup"})
+    assert service._ended_key(other) != key
+    no_uniq = attrs.evolve(
+        half, properties={k: v for k, v in half.properties.items() if k != "UNIQ_KEY"}
+    )
+    assert service._ended_key(no_uniq) is None  # not remembered, never taken for another

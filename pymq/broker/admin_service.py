@@ -337,6 +337,7 @@ class AdminService:
     async def delete_topic(self, topic: str) -> None:
         await self.broker.topic_config_manager.delete(topic)
         self.broker.consumer_offset_manager.remove_topic(topic)
+        self.broker.stats.on_topic_deleted(topic)
         await self.broker.store.delete_topics([topic])
 
     # -- consumer groups ----------------------------------------------------------------------

@@ -189,6 +189,23 @@ class BrokerStats:
     def on_send_back(self, group: str, topic: str) -> None:
         self._inc(SNDBCK_PUT_NUMS, f"{topic}@{group}", 1, 1)
 
+    def on_topic_deleted(self, topic: str) -> None:
+        """BrokerStatsManager.onTopicDeleted: the topic's items go, and those of its groups
+        (keys ``topic@group``, ``queueId@topic@group``), so that a deleted topic is no longer
+        reported and its keys no longer count against :data:`MAX_STATS_KEYS`."""
+        self._put_items.pop(topic, None)
+        self.items[TOPIC_PUT_NUMS].pop(topic, None)
+        self.items[TOPIC_PUT_SIZE].pop(topic, None)
+        prefix = topic + "@"
+        for name in (GROUP_GET_NUMS, GROUP_GET_SIZE, SNDBCK_PUT_NUMS):
+            table = self.items[name]
+            for key in [k for k in table if k.startswith(prefix)]:
+                del table[key]
+        latency, infix = self.items[GROUP_GET_LATENCY], "@" + prefix
+        for key in [k for k in latency if infix in k]:
+            del latency[key]
+        self._full_logged = {n for n in self._full_logged if len(self.items[n]) >= MAX_STATS_KEYS}
+
     def on_get_latency(self, group: str, topic: str, queue_id: int, latency_ms: int) -> None:
         self._inc(GROUP_GET_LATENCY, f"{queue_id}@{topic}@{group}", max(latency_ms, 0), 1)
 

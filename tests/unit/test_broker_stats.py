@@ -62,3 +62,19 @@ def test_human_forms() -> None:
     assert human_bytes(1536) == "1.5 KiB"
     assert human_bytes(252 * 1024**3) == "252.0 GiB"
     assert runtime_text(99_000) == "[ 0 days, 0 hours, 1 minutes, 39 seconds ]"
+
+
+def test_a_deleted_topics_stats_go() -> None:
+    stats = BrokerStats()
+    stats.on_put(1, 10, "Gone")
+    stats.on_put(1, 10, "Kept")
+    stats.on_get(1, 10, "Gone", "G")
+    stats.on_get(1, 10, "Kept", "G")
+    stats.on_send_back("G", "Gone")
+    stats.on_get_latency("G", "Gone", 3, 5)
+    stats.on_topic_deleted("Gone")
+    for name, table in stats.items.items():
+        assert not [k for k in table if "Gone" in k], name
+    assert "Kept" in stats.items[TOPIC_PUT_NUMS] and "Kept@G" in stats.items[GROUP_GET_NUMS]
+    stats.on_put(2, 20, "Gone")  # counted afresh, not into a forgotten item
+    assert stats.items[TOPIC_PUT_NUMS]["Gone"].value == 2

@@ -33,8 +33,9 @@ from typing import Any
 
 import attrs
 
+from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX
+
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 # extFields the request carries for ACL.
 ACCESS_KEY, SIGNATURE, SECURITY_TOKEN = "AccessKey", "Signature", "SecurityToken"
 # Left out of the signed content by the 4.9.x broker (older clients did not sign it).
@@ -59,12 +60,6 @@ def parse_perm(text: object) -> int:
     if text is None:
         return DENY
     return _PERM_NAMES.get(str(text).strip(), DENY)
-
-
-def perm_name(perm: int) -> str:
-    if perm & DENY:
-        return "DENY"
-    return {PUB: "PUB", SUB: "SUB", PUB | SUB: "PUB|SUB"}.get(perm & (PUB | SUB), "DENY")
 
 
 def check_permission(needed: int, owned: int) -> bool:

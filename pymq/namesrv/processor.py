@@ -207,16 +207,16 @@ class NamesrvProcessor:
         """GET_ROUTEINFO_BY_TOPIC answered in the connection's reader (no task per lookup).
 
         As Java's: standard JSON for clients of 4.9.4 on (or asking for it), fastjson's bare
-        integer keys ({0:"host:port"}) for older ones, which expect that form.  The standard
-        form without an order config comes from the route the tables keep encoded until it
-        changes; the others are built per lookup."""
+        integer keys ({0:"host:port"}) for older ones, which expect that form.  Without an
+        order config, either form comes from the routes the tables keep encoded until they
+        change; with one, the route is built per lookup."""
         head: H.GetRouteInfoRequestHeader = H.decode_request(req)
         topic = head.topic
         standard = req.version >= STANDARD_JSON_ROUTE_VERSION or head.accept_standard_json_only
         order = self.controller.namesrv_config.order_message_enable
         body: bytes | None
-        if standard and not order:
-            body = self.routes.route_body(topic)
+        if not order:
+            body = self.routes.route_body(topic, standard)
         else:
             route = self.routes.pickup_topic_route_data(topic)
             body = None

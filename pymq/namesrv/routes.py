@@ -18,6 +18,7 @@ import time
 
 import attrs
 
+from pymq.common import fastjson
 from pymq.common.route import (
     MASTER_ID,
     BrokerData,
@@ -68,13 +69,17 @@ class RouteInfoManager:
         self.filter_server_table: dict[str, list[str]] = {}
         # topic -> its encoded TopicRouteData (see the module docstring)
         self._route_bodies: dict[str, bytes] = {}
+        # the same in fastjson's form, for clients older than 4.9.4
+        self._old_route_bodies: dict[str, bytes] = {}
 
     def _routes_changed(self, topic: str | None = None) -> None:
         """Forget the cached route of ``topic``, or of every topic."""
         if topic is None:
             self._route_bodies.clear()
+            self._old_route_bodies.clear()
         else:
             self._route_bodies.pop(topic, None)
+            self._old_route_bodies.pop(topic, None)
 
     # -- registration -----------------------------------------------------------------------
 
@@ -288,18 +293,20 @@ class RouteInfoManager:
             queue_datas=queue_datas, broker_datas=broker_datas, filter_server_table=filter_table
         )
 
-    def route_body(self, topic: str) -> bytes | None:
-        """``topic``'s TopicRouteData as JSON (no order config), or None when it has no route:
-        built by :meth:`pickup_topic_route_data` once, then kept until a change drops it."""
-        body = self._route_bodies.get(topic)
+    def route_body(self, topic: str, standard: bool = True) -> bytes | None:
+        """``topic``'s TopicRouteData (no order config) as standard JSON, or in fastjson's form
+        when not ``standard``; None when it has no route.  Built by
+        :meth:`pickup_topic_route_data` once, then kept until a change drops it."""
+        kept = self._route_bodies if standard else self._old_route_bodies
+        body = kept.get(topic)
         if body is None:
             route = self.pickup_topic_route_data(topic)
             if route is None:
                 return None
-            body = to_json(route)
-            if len(self._route_bodies) >= ROUTE_CACHE_MAX_ENTRIES:
-                self._route_bodies.clear()
-            self._route_bodies[topic] = body
+            body = to_json(route) if standard else fastjson.dumps(route)
+            if len(kept) >= ROUTE_CACHE_MAX_ENTRIES:
+                kept.clear()
+            kept[topic] = body
         return body
 
     def get_all_cluster_info(self) -> ClusterInfo:

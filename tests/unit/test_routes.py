@@ -128,6 +128,7 @@ def test_a_compressed_register_body_that_inflates_too_far_is_refused() -> None:
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from pymq.common import fastjson  # noqa: E402
 from pymq.common.serde import to_json  # noqa: E402
 from pymq.namesrv import routes as routes_module  # noqa: E402
 
@@ -211,6 +212,9 @@ def test_kept_routes_equal_fresh_ones_after_any_changes(operations: list[tuple])
                 step,
                 op,
             )
+            assert routes.route_body(topic, standard=False) == (
+                None if fresh is None else fastjson.dumps(fresh)
+            ), (step, op)
 
 
 def test_periodic_reregistration_keeps_the_routes() -> None:

@@ -155,4 +155,5 @@ def _collect(
     result.status = status
     result.buffer_total_size = total
     result.next_begin_offset = offset + i // CQ_STORE_UNIT_SIZE
-    result.suggest_pulling_from_slave = max_phy - max_phy_pulling > memory
+    result.fall_behind = max_phy - max_phy_pulling
+    result.suggest_pulling_from_slave = result.fall_behind > memory

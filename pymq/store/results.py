@@ -79,6 +79,8 @@ class GetMessageResult:
     queue_offsets: list[int] = attrs.field(factory=list)
     buffer_total_size: int = 0
     suggest_pulling_from_slave: bool = False
+    # Commit-log bytes past the last entry the pull scanned (Java's disk fall-behind).
+    fall_behind: int = 0
 
     @property
     def message_count(self) -> int:

@@ -307,12 +307,8 @@ class PullProcessor:
                 result.message_count, result.buffer_total_size, head.topic, head.consumer_group
             )
             if result.queue_offsets:  # protectBroker: the bytes this group left behind
-                store = ctx.store
-                last = store.get_commitlog_offset_in_queue(
-                    head.topic, head.queue_id, result.queue_offsets[-1]
-                )
                 ctx.fall_behind.record(
-                    head.consumer_group, head.topic, head.queue_id, store.max_phy_offset - last
+                    head.consumer_group, head.topic, head.queue_id, result.fall_behind
                 )
             return req.response(code, None, header, result.body())
         remarks: dict[int, str] = {

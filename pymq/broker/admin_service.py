@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from pymq.broker.runtime_info import BROKER_VERSION_DESC
 from pymq.broker.stats import GROUP_GET_NUMS
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common import fastjson
@@ -37,6 +38,7 @@ from pymq.common.admin_body import (
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
+    masked,
     to_properties,
     update_at_runtime,
 )
@@ -118,13 +120,6 @@ SECRET_KEYS = frozenset(
 )
 
 
-def _masked(props: dict[str, str]) -> dict[str, str]:
-    for key in SECRET_KEYS:
-        if props.get(key):
-            props[key] = "******"
-    return props
-
-
 # A body preview is this many bytes of the body, decoded as UTF-8 with replacement.
 BODY_PREVIEW_BYTES = 1024
 # Most messages a key search returns (RocketMQ's queryMsgByKey default is 64).
@@ -132,7 +127,6 @@ DEFAULT_KEY_QUERY_MAX = 64
 # Most dead letters one page of the console's DLQ view holds.
 DLQ_PAGE_MAX = 256
 # The broker's version text, as GET_BROKER_RUNTIME_INFO reports it.
-BROKER_VERSION_DESC = "V4_9_4"
 # The transactions view reads at most this many waiting half messages per refresh.
 TRANSACTION_SCAN_LIMIT = 5000
 
@@ -880,10 +874,10 @@ class AdminService:
         """
         props = to_properties(self.broker.configs(), skip_none=True)
         props["storePathCommitLog"] = self.broker.store_config.store_path_commitlog
-        return _masked(props), self.broker.config_version
+        return masked(props, SECRET_KEYS), self.broker.config_version
 
     def broker_config(self) -> dict[str, Any]:
-        props = _masked(to_properties(self.broker.configs()))
+        props = masked(to_properties(self.broker.configs()), SECRET_KEYS)
         return {
             "config": dict(sorted(props.items())),
             "restartOnly": sorted(RESTART_ONLY_KEYS & props.keys()),

@@ -77,6 +77,15 @@ def _java_value(value: Any) -> str:
     return str(value)
 
 
+def masked(props: dict[str, str], secrets: Iterable[str]) -> dict[str, str]:
+    """``props`` with each of ``secrets`` that is set shown as ``******`` (config answers
+    anyone allowed to read the config may see)."""
+    for key in secrets:
+        if props.get(key):
+            props[key] = "******"
+    return props
+
+
 def to_properties(configs: Iterable[object], *, skip_none: bool = False) -> dict[str, str]:
     """The effective config as Java keys and string values, in declaration order (without the
     keys whose value is None when ``skip_none``, as Java's properties writer leaves nulls out)."""

@@ -16,6 +16,7 @@ from pymq.common import fastjson
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
+    masked,
     parse_properties_body,
     to_properties,
     update_at_runtime,
@@ -306,9 +307,6 @@ class NamesrvProcessor:
         return req.response()
 
     async def get_namesrv_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        props = to_properties(self.controller.configs())
-        for key in SECRET_KEYS:
-            if props.get(key):
-                props[key] = "******"
+        props = masked(to_properties(self.controller.configs()), SECRET_KEYS)
         text = format_properties(props)
         return req.response(body=text.encode("utf-8"))

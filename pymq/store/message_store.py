@@ -651,9 +651,13 @@ class DefaultMessageStore:
         cq = self.consume_queues.find(topic, queue_id)
         return cq.min_offset_in_queue if cq else 0
 
-    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+    def _cq_entry(self, topic: str, queue_id: int, cq_offset: int) -> tuple[int, int, int] | None:
+        """The consume-queue entry (commit-log offset, size, tags code) at ``cq_offset``."""
         cq = self.consume_queues.find(topic, queue_id)
-        entry = cq.get_entry(cq_offset) if cq else None
+        return cq.get_entry(cq_offset) if cq else None
+
+    def get_commitlog_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        entry = self._cq_entry(topic, queue_id, cq_offset)
         return entry[0] if entry else 0
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
@@ -665,8 +669,7 @@ class DefaultMessageStore:
         )
 
     def get_message_store_timestamp(self, topic: str, queue_id: int, cq_offset: int) -> int:
-        cq = self.consume_queues.find(topic, queue_id)
-        entry = cq.get_entry(cq_offset) if cq else None
+        entry = self._cq_entry(topic, queue_id, cq_offset)
         if entry is None:
             return -1
         return self.commitlog.pickup_store_timestamp(entry[0], entry[1])
@@ -704,8 +707,7 @@ class DefaultMessageStore:
     def message_at(self, topic: str, queue_id: int, cq_offset: int) -> MessageExt | None:
         """The decoded message at consume-queue offset ``cq_offset`` of ``topic``/``queue_id``;
         None when the queue has no such entry or its record is gone or invalid."""
-        cq = self.consume_queues.find(topic, queue_id)
-        entry = cq.get_entry(cq_offset) if cq else None
+        entry = self._cq_entry(topic, queue_id, cq_offset)
         if entry is None:
             return None
         return self.look_message_by_offset(entry[0], entry[1])

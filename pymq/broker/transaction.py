@@ -654,13 +654,21 @@ class TransactionService:
             # this round re-put and asked about.
             await offsets.persist()
 
-    def _renewed(self, half: MessageExt, props: dict[str, str]) -> MessageExt:
+    def _renewed(
+        self,
+        half: MessageExt,
+        props: dict[str, str],
+        topic: str = RMQ_SYS_TRANS_HALF_TOPIC,
+        queue_id: int | None = None,
+    ) -> MessageExt:
+        """``half`` to be stored again (in the half topic, or ``topic``/``queue_id``), with
+        ``props``, stored by this broker."""
         return MessageExt(
-            topic=RMQ_SYS_TRANS_HALF_TOPIC,
+            topic=topic,
             body=half.body,
             flag=half.flag,
             properties=props,
-            queue_id=half.queue_id,
+            queue_id=half.queue_id if queue_id is None else queue_id,
             sys_flag=half.sys_flag,
             born_timestamp=half.born_timestamp,
             born_host=half.born_host,
@@ -772,18 +780,7 @@ class TransactionService:
         await ctx.topic_config_manager.create_in_send_back(
             TRANS_CHECK_MAX_TIME_TOPIC, TCMT_QUEUE_NUMS, PERM_READ | PERM_WRITE, 0
         )
-        msg = MessageExt(
-            topic=TRANS_CHECK_MAX_TIME_TOPIC,
-            body=half.body,
-            flag=half.flag,
-            properties=dict(half.properties),
-            queue_id=0,
-            sys_flag=half.sys_flag,
-            born_timestamp=half.born_timestamp,
-            born_host=half.born_host,
-            store_host=ctx.store_host,
-            reconsume_times=half.reconsume_times,
-        )
+        msg = self._renewed(half, dict(half.properties), TRANS_CHECK_MAX_TIME_TOPIC, 0)
         result = ctx.store.put_message_now(msg)
         if result.status is not PutMessageStatus.PUT_OK:
             log.error(

@@ -96,6 +96,20 @@ def _scalar(value: Any) -> str | None:
     return None
 
 
+_FIELD_ORDERS: dict[type, list[tuple[str, str]]] = {}
+
+
+def _field_order(cls: type) -> list[tuple[str, str]]:
+    """An attrs class's (Java name, attribute) pairs in fastjson's order (by Java name), worked
+    out once per class."""
+    order = _FIELD_ORDERS.get(cls)
+    if order is None:
+        fields = attrs.fields(cls)
+        order = sorted(((java_name(f), f.name) for f in fields), key=lambda pair: pair[0])
+        _FIELD_ORDERS[cls] = order
+    return order
+
+
 def _write(value: Any, out: list[str], depth: int) -> bool:
     """Append ``value``; False (nothing appended) when fastjson would write null."""
     if depth > MAX_DEPTH:
@@ -109,11 +123,8 @@ def _write(value: Any, out: list[str], depth: int) -> bool:
     if isinstance(value, (float, int, str, enum.Enum)):
         return False  # a NaN or infinite double
     if attrs.has(type(value)):
-        fields = sorted(
-            ((java_name(f), getattr(value, f.name)) for f in attrs.fields(type(value))),
-            key=lambda item: item[0],
-        )
-        _write_entries(((name, v) for name, v in fields), out, depth)
+        entries = ((name, getattr(value, attr)) for name, attr in _field_order(type(value)))
+        _write_entries(entries, out, depth)
         return True
     if isinstance(value, dict):
         _write_entries(value.items(), out, depth)

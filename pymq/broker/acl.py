@@ -71,6 +71,11 @@ log = logging.getLogger(__name__)
 WATCH_PERIOD = 0.5
 # Refusals logged once per (peer host, access key, reason); this many remembered, then forgotten.
 REFUSAL_LOG_MAX = 4096
+# Decisions kept per account ((code, resources) -> refusal or None); forgotten all at once when
+# full.  Requests naming more resources than DECISION_RESOURCES_MAX (big heartbeats) are
+# decided each time.
+DECISIONS_MAX = 4096
+DECISION_RESOURCES_MAX = 8
 
 _EXC = "org.apache.rocketmq.acl.common.AclException: "
 _MANAGER = "org.apache.rocketmq.acl.plain.PlainPermissionManager"
@@ -101,7 +106,7 @@ class AclRefused(Exception):
 
 # -- what each request code needs ----------------------------------------------------------------
 
-Resources = list[tuple[str, int]]
+Resources = tuple[tuple[str, int], ...]
 Rule = Callable[[dict[str, str], bytes], Resources]
 _RC = RequestCode
 
@@ -113,20 +118,20 @@ def _java(value: str | None) -> str:
 
 def _signed_only(ext: dict[str, str], body: bytes) -> Resources:
     """Signature checked, no resource named (RocketMQ's default for reads and client upkeep)."""
-    return []
+    return ()
 
 
 def _admin(ext: dict[str, str], body: bytes) -> Resources:
     """Admin accounts only (see :data:`ADMIN_CODES`)."""
-    return []
+    return ()
 
 
 def _send(topic_key: str, group_key: str) -> Rule:
     def rule(ext: dict[str, str], body: bytes) -> Resources:
         topic = ext.get(topic_key)
         if is_retry_topic(topic):  # a consumer re-sending to its retry topic: its group's SUB
-            return [(retry_topic(ext.get(group_key)), SUB)]
-        return [(_java(topic), PUB)]
+            return ((retry_topic(ext.get(group_key)), SUB),)
+        return ((_java(topic), PUB),)
 
     rule.__doc__ = f"PUB on the topic ({topic_key}); retry topics: SUB on the group"
     return rule
@@ -134,7 +139,7 @@ def _send(topic_key: str, group_key: str) -> Rule:
 
 def _group_sub(key: str) -> Rule:
     def rule(ext: dict[str, str], body: bytes) -> Resources:
-        return [(retry_topic(ext.get(key)), SUB)]
+        return ((retry_topic(ext.get(key)), SUB),)
 
     rule.__doc__ = f"SUB on the group ({key})"
     return rule
@@ -142,7 +147,7 @@ def _group_sub(key: str) -> Rule:
 
 def _topic_and_group_sub(topic_key: str, group_key: str) -> Rule:
     def rule(ext: dict[str, str], body: bytes) -> Resources:
-        return [(_java(ext.get(topic_key)), SUB), (retry_topic(ext.get(group_key)), SUB)]
+        return ((_java(ext.get(topic_key)), SUB), (retry_topic(ext.get(group_key)), SUB))
 
     rule.__doc__ = f"SUB on the topic ({topic_key}) and the group ({group_key})"
     return rule
@@ -150,14 +155,14 @@ def _topic_and_group_sub(topic_key: str, group_key: str) -> Rule:
 
 def _topic_sub(ext: dict[str, str], body: bytes) -> Resources:
     """SUB on the topic."""
-    return [(_java(ext.get("topic")), SUB)]
+    return ((_java(ext.get("topic")), SUB),)
 
 
 def _unregister(ext: dict[str, str], body: bytes) -> Resources:
     """SUB on the consumer group, when the client names one (a producer's unregister does not;
     the C++ client sends it empty)."""
     group = ext.get("consumerGroup")
-    return [(retry_topic(group), SUB)] if group else []
+    return ((retry_topic(group), SUB),) if group else ()
 
 
 def _heartbeat(ext: dict[str, str], body: bytes) -> Resources:
@@ -165,12 +170,12 @@ def _heartbeat(ext: dict[str, str], body: bytes) -> Resources:
     if not body:
         raise ValueError(NULL_BODY)
     data = from_json(body, HeartbeatData)
-    needed: Resources = []
+    needed: list[tuple[str, int]] = []
     for consumer in data.consumer_data_set:
         needed.append((retry_topic(consumer.group_name), SUB))
         for subscription in consumer.subscription_data_set:
             needed.append((subscription.topic, SUB))
-    return needed
+    return tuple(needed)
 
 
 # RocketMQ 4.9.4's admin-only codes (Permission.ADMIN_CODE), and the ACL codes themselves.
@@ -244,6 +249,44 @@ RULES: dict[int, Rule] = {
     _RC.GET_ALL_PRODUCER_INFO: _signed_only,
     **{code: _admin for code in ADMIN_CODES},
 }
+# The rules that read only the header (never raise): those the check's fast path may run.
+HEADER_RULES: dict[int, Rule] = {
+    code: rule for code, rule in RULES.items() if rule is not _heartbeat
+}
+
+
+def _authorize(
+    account: Account, code: int, rule: Rule | None, needed: Resources
+) -> tuple[str, str, str] | None:
+    """What refuses ``account`` a request of ``code`` naming ``needed`` (AclRefused's
+    arguments), or None: its signature already checked."""
+    for resource, perm in needed:
+        # Traces go to RMQ_SYS_TRACE_TOPIC whatever the account's topic permissions.
+        if perm == PUB and resource == TRACE_TOPIC:
+            return None
+    if (rule is _admin or rule is None) and not account.admin:
+        return (
+            f"Need admin permission for request code={code}, but accessKey="
+            f"{account.access_key} is not",
+            AT_NEED_ADMIN,
+            "admin",
+        )
+    owned = account.resource_perms
+    if not needed or (owned is None and account.admin):
+        return None
+    for resource, perm in needed:
+        have = owned.get(resource) if owned is not None else None
+        if have is not None and check_permission(perm, have):
+            continue
+        group = is_retry_topic(resource)
+        default = account.default_group_perm if group else account.default_topic_perm
+        if not check_permission(perm, default):
+            return (
+                f"No default permission for {describe_resource(resource)}",
+                AT_NO_PERMISSION,
+                "permission",
+            )
+    return None
 
 
 # -- the configuration in force ----------------------------------------------------------------
@@ -258,6 +301,17 @@ class AclState:
     global_white: tuple[AddressPattern, ...]
     documents: dict[Path, AclDocument]
     files: tuple[Path, ...]
+    # The accounts whose every request is judged by signature and permissions alone (no white
+    # address of their own, and no global white list in force): the check's fast path.
+    signed_accounts: dict[str, Account] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        signed = (
+            {}
+            if self.global_white
+            else {k: a for k, a in self.accounts.items() if a.white.kind == "none"}
+        )
+        object.__setattr__(self, "signed_accounts", signed)
 
 
 def _read_document(path: Path) -> AclDocument:
@@ -397,7 +451,7 @@ class AclManager:
                 return
         rule = RULES.get(code)
         try:
-            needed = rule(ext, body) if rule is not None else []
+            needed = rule(ext, body) if rule is not None else ()
         except Exception as exc:  # an unreadable body or header: what Java's parse throws
             raise AclRefused(str(exc) or type(exc).__name__, AT_PARSE, "unreadable") from None
         access_key = ext.get(ACCESS_KEY)
@@ -413,34 +467,39 @@ class AclManager:
             raise AclRefused(
                 f"Check signature failed for accessKey={access_key}", AT_SIGNATURE, "signature"
             )
-        for resource, perm in needed:
-            # Traces go to RMQ_SYS_TRACE_TOPIC whatever the account's topic permissions.
-            if perm == PUB and resource == TRACE_TOPIC:
-                return
-        if (rule is _admin or rule is None) and not account.admin:
-            raise AclRefused(
-                f"Need admin permission for request code={code}, but accessKey={access_key} is not",
-                AT_NEED_ADMIN,
-                "admin",
-            )
-        owned = account.resource_perms
-        if not needed or (owned is None and account.admin):
-            return
-        for resource, perm in needed:
-            have = owned.get(resource) if owned is not None else None
-            if have is not None and check_permission(perm, have):
-                continue
-            group = is_retry_topic(resource)
-            default = account.default_group_perm if group else account.default_topic_perm
-            if not check_permission(perm, default):
-                raise AclRefused(
-                    f"No default permission for {describe_resource(resource)}",
-                    AT_NO_PERMISSION,
-                    "permission",
-                )
+        # What the account may do depends only on the code and the resources it names: worked
+        # out once per (code, resources) and kept with the account (a reload builds new ones).
+        decisions = account.decisions
+        key = (code, needed)
+        try:
+            refusal = decisions[key]
+        except KeyError:
+            refusal = _authorize(account, code, rule, needed)
+            if len(needed) <= DECISION_RESOURCES_MAX:
+                if len(decisions) >= DECISIONS_MAX:
+                    decisions.clear()
+                decisions[key] = refusal
+        if refusal is not None:
+            raise AclRefused(*refusal)
 
     def check(self, channel: Any, request: RemotingCommand) -> RemotingCommand | None:
-        """The remoting servers' access check: None to serve the request, else the refusal."""
+        """The remoting servers' access check: None to serve the request, else the refusal.
+
+        The common request (an account without white addresses, a code whose rule reads only
+        the header, a decision already made for its code and resources, a good signature) is
+        passed here in one call; anything else, refusals included, goes the whole way through
+        :meth:`validate`, which gives the same answer for these."""
+        ext = request.ext_fields
+        account = self.state.signed_accounts.get(ext.get(ACCESS_KEY))  # type: ignore[arg-type]
+        if account is not None:
+            code = request.code
+            rule = HEADER_RULES.get(code)
+            if (
+                rule is not None
+                and account.decisions.get((code, rule(ext, request.body)), False) is None
+                and account.key.verify(ext, request.body, ext.get(SIGNATURE))
+            ):
+                return None
         host = _host(channel.remote_address)
         try:
             self.validate(host, request.code, request.ext_fields, request.body)

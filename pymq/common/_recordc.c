@@ -1234,6 +1234,188 @@ done:
     return result;
 }
 
+/* ---- ACL signatures (pymq.common.acl) -------------------------------------------------------
+ * RocketMQ's AclClientRPCHook signs a request with HMAC-SHA1 (RFC 2104) over its extField values
+ * in key order followed by its body, sent as Base64; the broker recomputes it per request.  The
+ * SHA-1 is OpenSSL's: pymq.common.acl finds SHA1_Init/Update/Final in the libcrypto Python's
+ * hashlib is linked with and hands their addresses to acl_bind_sha1, which checks them on a
+ * known digest.  This part only keeps the two keyed states of a secret (acl_hmac_key), feeds
+ * the values and the body without building a joined copy, and writes the Base64 (acl_sign).
+ * Until bound, both raise RuntimeError and Python signs with hashlib instead. */
+
+#define SHA_STATE_BYTES 256 /* OpenSSL's SHA_CTX is 96 bytes; the room is kept for safety */
+
+typedef int (*sha1_init_fn)(void *ctx);
+typedef int (*sha1_update_fn)(void *ctx, const void *data, size_t len);
+typedef int (*sha1_final_fn)(unsigned char *md, void *ctx);
+static sha1_init_fn sha1_init_p;
+static sha1_update_fn sha1_update_p;
+static sha1_final_fn sha1_final_p;
+
+typedef union {
+    unsigned char bytes[SHA_STATE_BYTES];
+    uint64_t align_u64;
+    long double align_ld;
+    void *align_ptr;
+} sha_state;
+
+static void sha1_digest(const void *data, size_t len, unsigned char out[20]) {
+    sha_state ctx;
+    sha1_init_p(&ctx);
+    sha1_update_p(&ctx, data, len);
+    sha1_final_p(out, &ctx);
+}
+
+static PyObject *py_acl_bind_sha1(PyObject *self, PyObject *args) {
+    unsigned long long init, update, final;
+    static const unsigned char abc[20] = {0xa9, 0x99, 0x3e, 0x36, 0x47, 0x06, 0x81, 0x6a, 0xba, 0x3e,
+                                          0x25, 0x71, 0x78, 0x50, 0xc2, 0x6c, 0x9c, 0xd0, 0xd8, 0x9d};
+    unsigned char out[20];
+    if (!PyArg_ParseTuple(args, "KKK", &init, &update, &final)) return NULL;
+    if (!init || !update || !final) {
+        PyErr_SetString(PyExc_ValueError, "acl_bind_sha1: a null function address");
+        return NULL;
+    }
+    sha1_init_p = (sha1_init_fn)(uintptr_t)init;
+    sha1_update_p = (sha1_update_fn)(uintptr_t)update;
+    sha1_final_p = (sha1_final_fn)(uintptr_t)final;
+    sha1_digest("abc", 3, out); /* FIPS 180's first example */
+    if (memcmp(out, abc, 20) != 0) {
+        sha1_init_p = NULL;
+        sha1_update_p = NULL;
+        sha1_final_p = NULL;
+        PyErr_SetString(PyExc_RuntimeError, "acl_bind_sha1: the functions give a wrong SHA-1");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static int sha1_bound(void) {
+    if (sha1_init_p == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "SHA-1 not bound (acl_bind_sha1)");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *py_acl_hmac_key(PyObject *self, PyObject *secret) {
+    unsigned char block[64], pad[64];
+    char *data;
+    Py_ssize_t len;
+    PyObject *out;
+    if (!sha1_bound()) return NULL;
+    if (PyBytes_AsStringAndSize(secret, &data, &len) < 0) return NULL;
+    memset(block, 0, sizeof block);
+    if (len > 64)
+        sha1_digest(data, (size_t)len, block);
+    else
+        memcpy(block, data, (size_t)len);
+    out = PyBytes_FromStringAndSize(NULL, 2 * SHA_STATE_BYTES);
+    if (out == NULL) return NULL;
+    {
+        sha_state inner, outer;
+        memset(&inner, 0, sizeof inner);
+        memset(&outer, 0, sizeof outer);
+        for (int i = 0; i < 64; i++) pad[i] = block[i] ^ 0x36;
+        sha1_init_p(&inner);
+        sha1_update_p(&inner, pad, 64);
+        for (int i = 0; i < 64; i++) pad[i] = block[i] ^ 0x5c;
+        sha1_init_p(&outer);
+        sha1_update_p(&outer, pad, 64);
+        memcpy(PyBytes_AS_STRING(out), inner.bytes, SHA_STATE_BYTES);
+        memcpy(PyBytes_AS_STRING(out) + SHA_STATE_BYTES, outer.bytes, SHA_STATE_BYTES);
+    }
+    return out;
+}
+
+static const char base64_digits[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* acl_sign(states, ext, keys, body): Base64 of HMAC-SHA1(values of ext at keys, in order, UTF-8,
+ * then body).  A missing key raises KeyError, a value that is no str TypeError, a str that
+ * has no UTF-8 (a lone surrogate) UnicodeEncodeError: what Python's join and encode raise. */
+static PyObject *py_acl_sign(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *states, *ext, *keys, *body;
+    sha_state ctx;
+    unsigned char digest[20];
+    char text[28];
+    Py_ssize_t count;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "acl_sign(states, ext, keys, body)");
+        return NULL;
+    }
+    states = args[0];
+    ext = args[1];
+    keys = args[2];
+    body = args[3];
+    if (!sha1_bound()) return NULL;
+    if (!PyBytes_Check(states) || PyBytes_GET_SIZE(states) != 2 * SHA_STATE_BYTES) {
+        PyErr_SetString(PyExc_ValueError, "acl_sign: states are not acl_hmac_key's");
+        return NULL;
+    }
+    if (!PyTuple_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "acl_sign: keys must be a tuple");
+        return NULL;
+    }
+    memcpy(ctx.bytes, PyBytes_AS_STRING(states), SHA_STATE_BYTES);
+    count = PyTuple_GET_SIZE(keys);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *key = PyTuple_GET_ITEM(keys, i), *value;
+        const char *utf8;
+        Py_ssize_t n;
+        if (PyDict_CheckExact(ext)) {
+            value = PyDict_GetItemWithError(ext, key); /* borrowed */
+            if (value == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+                return NULL;
+            }
+            Py_INCREF(value);
+        } else {
+            value = PyObject_GetItem(ext, key);
+            if (value == NULL) return NULL;
+        }
+        if (!PyUnicode_Check(value)) {
+            PyErr_Format(PyExc_TypeError, "sequence item %zd: expected str instance, %.80s found",
+                         i, Py_TYPE(value)->tp_name);
+            Py_DECREF(value);
+            return NULL;
+        }
+        utf8 = PyUnicode_AsUTF8AndSize(value, &n);
+        if (utf8 == NULL) {
+            Py_DECREF(value);
+            return NULL;
+        }
+        sha1_update_p(&ctx, utf8, (size_t)n);
+        Py_DECREF(value);
+    }
+    if (body != Py_None) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) return NULL;
+        sha1_update_p(&ctx, view.buf, (size_t)view.len);
+        PyBuffer_Release(&view);
+    }
+    sha1_final_p(digest, &ctx);
+    memcpy(ctx.bytes, PyBytes_AS_STRING(states) + SHA_STATE_BYTES, SHA_STATE_BYTES);
+    sha1_update_p(&ctx, digest, 20);
+    sha1_final_p(digest, &ctx);
+    /* 20 bytes: six whole groups of three, then two bytes and one '='. */
+    for (int i = 0, o = 0; i < 18; i += 3, o += 4) {
+        uint32_t v = ((uint32_t)digest[i] << 16) | ((uint32_t)digest[i + 1] << 8) | digest[i + 2];
+        text[o] = base64_digits[(v >> 18) & 63];
+        text[o + 1] = base64_digits[(v >> 12) & 63];
+        text[o + 2] = base64_digits[(v >> 6) & 63];
+        text[o + 3] = base64_digits[v & 63];
+    }
+    {
+        uint32_t v = ((uint32_t)digest[18] << 16) | ((uint32_t)digest[19] << 8);
+        text[24] = base64_digits[(v >> 18) & 63];
+        text[25] = base64_digits[(v >> 12) & 63];
+        text[26] = base64_digits[(v >> 6) & 63];
+        text[27] = '=';
+    }
+    return PyUnicode_DecodeASCII(text, 28, NULL);
+}
+
 static PyMethodDef methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib-compatible CRC-32."},
     {"set_clmul", py_set_clmul, METH_O,
@@ -1265,6 +1447,14 @@ static PyMethodDef methods[] = {
     {"busy_answers", (PyCFunction)(void (*)(void))py_busy_answers, METH_FASTCALL,
      "busy_answers(buf, bounds, first, stop, head, tails, refused): SYSTEM_BUSY answers to a"
      " run of JSON requests, without decoding them; returns (answers, next index)."},
+    {"acl_bind_sha1", py_acl_bind_sha1, METH_VARARGS,
+     "acl_bind_sha1(init, update, final): the addresses of OpenSSL's SHA1_Init, SHA1_Update and"
+     " SHA1_Final, checked on a known digest."},
+    {"acl_hmac_key", py_acl_hmac_key, METH_O,
+     "acl_hmac_key(secret): the HMAC-SHA1 keyed states of a secret, for acl_sign."},
+    {"acl_sign", (PyCFunction)(void (*)(void))py_acl_sign, METH_FASTCALL,
+     "acl_sign(states, ext, keys, body): Base64 HMAC-SHA1 of the values of ext at keys, then"
+     " body (None: none)."},
     {NULL, NULL, 0, NULL},
 };
 

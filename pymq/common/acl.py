@@ -24,16 +24,22 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ctypes
+import ctypes.util
 import hashlib
 import hmac
 import ipaddress
+import logging
 import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from pymq.common.native import native_extension
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX
+
+log = logging.getLogger(__name__)
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
 # extFields the request carries for ACL.
@@ -337,6 +343,9 @@ class Account:
     # Topic -> perm, and %RETRY%group -> perm; None when the account names no resource.
     resource_perms: dict[str, int] | None
     config: PlainAccessConfig
+    # The broker's decisions for this account, (code, resources) -> refusal or None
+    # (pymq.broker.acl); a reload builds new accounts, and so forgets them.
+    decisions: dict[Any, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     @classmethod
     def build(cls, config: PlainAccessConfig) -> Account:
@@ -413,34 +422,83 @@ def _java_order(key: str) -> bytes:
     return key.encode("utf-16-be")
 
 
-# What picks the signed values in order, per key sequence seen (a client sends the same keys in
-# the same order request after request); at most this many sequences remembered.
+# The signed keys in order, and what picks their values, per key sequence seen (a client sends
+# the same keys in the same order request after request); at most this many sequences kept.
 KEY_ORDERS_MAX = 1024
-_key_orders: dict[tuple[str, ...], Callable[[Mapping[str, str]], Any]] = {}
+_KeyOrder = tuple[tuple[str, ...], Callable[[Mapping[str, str]], Any]]
+_key_orders: dict[tuple[str, ...], _KeyOrder] = {}
 
 
-def _values_getter(shape: tuple[str, ...]) -> Callable[[Mapping[str, str]], Any]:
+def _key_order(shape: tuple[str, ...]) -> _KeyOrder:
     keys = [k for k in shape if k not in _UNSIGNED]
     if "".join(keys).isascii():
         keys.sort()
     else:
         keys.sort(key=_java_order)
+    getter: Callable[[Mapping[str, str]], Any]
     if len(keys) == 1:
         only = keys[0]
-        return lambda ext: (ext[only],)
-    if not keys:
-        return lambda ext: ()
-    return operator.itemgetter(*keys)
+        getter = lambda ext: (ext[only],)  # noqa: E731
+    elif not keys:
+        getter = lambda ext: ()  # noqa: E731
+    else:
+        getter = operator.itemgetter(*keys)
+    return tuple(keys), getter
+
+
+def _signed_keys(ext_fields: Mapping[str, str]) -> _KeyOrder:
+    shape = tuple(ext_fields)
+    order = _key_orders.get(shape)
+    if order is None:
+        order = _key_order(shape)
+        if len(_key_orders) < KEY_ORDERS_MAX:
+            _key_orders[shape] = order
+    return order
 
 
 def _signed_values(ext_fields: Mapping[str, str]) -> bytes:
-    shape = tuple(ext_fields)
-    getter = _key_orders.get(shape)
-    if getter is None:
-        getter = _values_getter(shape)
-        if len(_key_orders) < KEY_ORDERS_MAX:
-            _key_orders[shape] = getter
-    return "".join(getter(ext_fields)).encode()
+    return "".join(_signed_keys(ext_fields)[1](ext_fields)).encode()
+
+
+def _loaded_libcrypto() -> str | None:
+    """The libcrypto this process has loaded (hashlib's), from /proc/self/maps (Linux)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rpartition(" ")[2].strip()
+                if "/libcrypto.so" in path:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def _bind_native_signer() -> Any:
+    """The C signer (``pymq.common._recordc.acl_sign``) bound to OpenSSL's SHA-1, the one
+    hashlib uses; None (signing by hashlib, same results) without the extension, without a
+    libcrypto to find, or when the functions found fail the extension's known-digest check."""
+    extension = native_extension
+    if extension is None or not hasattr(extension, "acl_bind_sha1"):
+        return None
+    try:
+        path = _loaded_libcrypto() or ctypes.util.find_library("crypto")
+        if not path:
+            return None
+        lib = ctypes.CDLL(path)
+        addresses = [
+            ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+            for name in ("SHA1_Init", "SHA1_Update", "SHA1_Final")
+        ]
+        extension.acl_bind_sha1(*addresses)
+    except (OSError, AttributeError, RuntimeError, ValueError, TypeError) as exc:
+        log.debug("ACL signatures in Python: OpenSSL's SHA-1 not bound (%s)", exc)
+        return None
+    return extension
+
+
+_native_signer: Any = _bind_native_signer()
+NATIVE_SIGNER = _native_signer is not None
+"""True when signatures are computed in C (OpenSSL's SHA-1 driven by ``_recordc.acl_sign``)."""
 
 
 def signed_content(ext_fields: Mapping[str, str], body: bytes | None) -> bytes:
@@ -460,7 +518,7 @@ class SigningKey:
     so that each signature costs two hash copies instead of the key schedule (half the time
     of :func:`calc_signature` on a 1 KiB request); same result."""
 
-    __slots__ = ("_inner", "_outer")
+    __slots__ = ("_inner", "_outer", "_states")
 
     def __init__(self, secret: bytes) -> None:
         if len(secret) > _SHA1_BLOCK:
@@ -468,6 +526,10 @@ class SigningKey:
         padded = secret.ljust(_SHA1_BLOCK, b"\0")
         self._inner = hashlib.sha1(bytes(b ^ 0x36 for b in padded))
         self._outer = hashlib.sha1(bytes(b ^ 0x5C for b in padded))
+        # The same two states for the C signer (None: signing here, by hashlib).
+        self._states: bytes | None = (
+            _native_signer.acl_hmac_key(secret) if _native_signer is not None else None
+        )
 
     def __repr__(self) -> str:
         return "SigningKey(***)"
@@ -482,13 +544,33 @@ class SigningKey:
         outer.update(inner.digest())
         return binascii.b2a_base64(outer.digest(), newline=False).decode("ascii")
 
+    def sign_fields(self, ext_fields: Mapping[str, str], body: bytes | None) -> str:
+        """The signature of a request of ``ext_fields`` and ``body``: in C when it is bound
+        (the values fed to SHA-1 one by one, no joined copy), else by :meth:`signature`."""
+        keys, getter = _signed_keys(ext_fields)
+        states = self._states
+        if states is not None:
+            return _native_signer.acl_sign(states, ext_fields, keys, body)
+        return self.signature("".join(getter(ext_fields)).encode(), body)
+
+    def verify(self, ext_fields: Mapping[str, str], body: bytes | None, given: str | None) -> bool:
+        """Whether ``given`` is the signature of a request of ``ext_fields`` and ``body``,
+        compared in constant time (:func:`request_signature` and :func:`signature_matches` in
+        one call, for the broker's check)."""
+        if given is None:
+            return False
+        try:
+            return hmac.compare_digest(self.sign_fields(ext_fields, body), given)
+        except TypeError:  # a given signature with non-ASCII characters: no Base64, no match
+            return False
+
 
 _SHA1_BLOCK = 64
 
 
 def request_signature(key: SigningKey, ext_fields: Mapping[str, str], body: bytes | None) -> str:
     """The signature ``key`` gives a request (what the broker recomputes)."""
-    return key.signature(_signed_values(ext_fields), body)
+    return key.sign_fields(ext_fields, body)
 
 
 def signature_matches(expected: str, given: str | None) -> bool:
@@ -515,6 +597,6 @@ def sign_request(
     ext_fields[ACCESS_KEY] = access_key
     if security_token:
         ext_fields[SECURITY_TOKEN] = security_token
-    signature = key.signature(_signed_values(ext_fields), body)
+    signature = key.sign_fields(ext_fields, body)
     ext_fields[SIGNATURE] = signature
     return signature

@@ -208,6 +208,47 @@ def test_retry_topic_send_needs_the_groups_sub(tmp_path: pathlib.Path) -> None:
         assert (answer is None) is ok
 
 
+def test_decisions_kept_per_account_never_pass_what_the_full_check_refuses(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The check's fast path (a decision kept per code and resources) answers as the whole
+    check does, request after request: a refused topic stays refused, a bad signature is
+    refused on a topic already passed, and a reload (new permissions) forgets the decisions."""
+    home = write_home(tmp_path)
+    acl = AclManager(str(home))
+
+    def send(topic: str, secret: str = "normalSecret1", body: bytes = b"x") -> str | None:
+        ext = {"a": "G", "b": topic, "c": "TBW102", "d": "4", "e": "0"}
+        sign_request(ext, body, "normalUser", secret)
+        answer = acl.check(FakeChannel(), command(RequestCode.SEND_MESSAGE_V2, ext, body))
+        return None if answer is None else answer.remark
+
+    for _ in range(3):
+        assert send("TopicA") is None
+        assert "No default permission for topic:TopicB" in (send("TopicB") or "")
+        assert "Check signature failed" in (send("TopicA", secret="wrong") or "")
+        assert send("TopicA", body=b"another body") is None
+    decisions = acl.state.accounts["normalUser"].decisions
+    assert len(decisions) == 2  # (send, TopicA) passed and (send, TopicB) refused
+    # Permissions change in the file: the next check follows the file, not the kept decisions.
+    (home / "conf" / "plain_acl.yml").write_text(CAPTURE_ACL.replace("TopicA=PUB", "TopicB=PUB"))
+    assert acl.reload_if_changed()
+    assert "No default permission for topic:TopicA" in (send("TopicA") or "")
+    assert send("TopicB") is None
+
+
+def test_decisions_kept_are_bounded(tmp_path: pathlib.Path) -> None:
+    from pymq.broker.acl import DECISIONS_MAX
+
+    acl = AclManager(str(write_home(tmp_path)))
+    decisions = acl.state.accounts["normalUser"].decisions
+    for i in range(DECISIONS_MAX + 10):
+        ext = {"a": "G", "b": f"T{i}"}
+        sign_request(ext, b"x", "normalUser", "normalSecret1")
+        assert acl.check(FakeChannel(), command(RequestCode.SEND_MESSAGE_V2, ext, b"x"))
+        assert len(decisions) <= DECISIONS_MAX
+
+
 def test_refusals_are_logged_once_per_client(
     tmp_path: pathlib.Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -504,3 +504,95 @@ def test_busy_answers_are_the_encoded_system_busy_responses():
     assert busy_json_answer(7, tail) == encode(expected)
     with pytest.raises(ValueError):
         _native().busy_answers(buf, bounds, 0, 4, BUSY_JSON_HEAD_PREFIX, {}, {})
+
+
+# -- ACL signatures: the C signer (acl_sign) against hashlib's HMAC ------------------------------
+
+
+def _signer():
+    from pymq.common import acl
+
+    if not acl.NATIVE_SIGNER:
+        pytest.skip("the C signer is not bound (PYMQ_PURE_PYTHON, or no libcrypto)")
+    return acl
+
+
+def test_c_signer_is_bound():
+    """With the extension built, signatures are made in C on OpenSSL's SHA-1 (hashlib's
+    libcrypto, or the system's): a failed binding would only show as a slower broker."""
+    from pymq.common import acl
+
+    if native.pure_python_requested():
+        assert not acl.NATIVE_SIGNER
+        return
+    assert acl.NATIVE_SIGNER
+
+
+_ext_keys = st.text(min_size=1, max_size=12)
+_ext_values = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secret=st.binary(max_size=100),
+    ext=st.dictionaries(_ext_keys, _ext_values, max_size=16),
+    body=st.one_of(st.none(), st.binary(max_size=3000)),
+)
+def test_c_signature_matches_hashlib(secret, ext, body):
+    """sign_fields (in C where bound) gives hashlib's HMAC-SHA1 of the joined values."""
+    from pymq.common import acl
+
+    key = acl.SigningKey(secret)
+    expected = key.signature(acl._signed_values(ext), body)
+    assert expected == acl.calc_signature(acl._signed_values(ext) + (body or b""), secret)
+    assert key.sign_fields(ext, body) == expected
+    assert key.verify(ext, body, expected)
+    assert not key.verify(ext, body, expected[:-2] + ("A=" if expected[-2] != "A" else "B="))
+
+
+def test_c_signer_refuses_what_python_refuses():
+    acl = _signer()
+    sign = acl._native_signer.acl_sign
+    states = acl.SigningKey(b"secret")._states
+    with pytest.raises(KeyError):
+        sign(states, {"a": "1"}, ("a", "b"), None)
+    with pytest.raises(TypeError):
+        sign(states, {"a": 1}, ("a",), None)
+    with pytest.raises(UnicodeEncodeError):
+        sign(states, {"a": "\ud800"}, ("a",), None)
+    with pytest.raises(ValueError):
+        sign(b"short", {"a": "1"}, ("a",), None)
+    with pytest.raises(TypeError):
+        sign(states, {"a": "1"}, ["a"], None)
+    with pytest.raises(TypeError):
+        sign(states, {"a": "1"}, ("a",), "not bytes")
+    # Any mapping will do, not only a dict.
+    from types import MappingProxyType
+
+    assert sign(states, MappingProxyType({"a": "1"}), ("a",), b"x") == sign(
+        states, {"a": "1"}, ("a",), b"x"
+    )
+
+
+def test_c_signer_checks_the_functions_it_is_given():
+    """Functions that are no SHA-1 (OpenSSL's MD5 here) fail the known digest and leave the
+    signer unbound; binding the right ones again restores it."""
+    import ctypes
+
+    acl = _signer()
+    lib = ctypes.CDLL(acl._loaded_libcrypto())
+    md5 = [
+        ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
+        for n in ("MD5_Init", "MD5_Update", "MD5_Final")
+    ]
+    extension = acl._native_signer
+    try:
+        with pytest.raises(RuntimeError, match="wrong SHA-1"):
+            extension.acl_bind_sha1(*md5)
+        with pytest.raises(RuntimeError, match="not bound"):
+            extension.acl_hmac_key(b"secret")
+        with pytest.raises(ValueError):
+            extension.acl_bind_sha1(0, 0, 0)
+    finally:
+        assert acl._bind_native_signer() is extension
+    assert acl.SigningKey(b"k").sign_fields({"a": "b"}, None) == acl.calc_signature(b"b", b"k")

@@ -8,8 +8,10 @@
 Publishes -q messages of -s bytes with at most -w unacknowledged (Producer.send_async with a
 window; --sync: -w tasks each awaiting send(); -b: batch requests),
 printing send TPS, average and max RT and failures every second; then consumes everything it
-sent with a push consumer.  Ends with one JSON line in the format of ../shared/bench
-(EXTRA_BENCH), so pymq can run beside Redis, NATS and RabbitMQ in one rotation.
+sent with a push consumer.  When it started the servers it also prints their resident memory
+idle (after the topic is created) and at its most through the publish.  Ends with one JSON
+line in the format of ../shared/bench (EXTRA_BENCH), so pymq can run beside Redis, NATS and
+RabbitMQ in one rotation.
 
 ``--real-client cpp`` publishes with rocketmq-client-cpp (PyPI ``rocketmq==0.4.4``) instead:
 ``--threads`` threads (4) each sending synchronously, one request at a time, as a real
@@ -68,6 +70,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def memory_mb(pids: list[int], field: str = "VmRSS") -> float | None:
+    """Resident memory of processes in MB (Linux /proc): ``VmRSS`` now, or ``VmHWM`` (the
+    most the process has had resident since it started)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith(field + ":"):
+                        total += int(line.split()[1])  # kB
+        except OSError:
+            return None
+    return round(total / 1024, 1)
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -631,6 +648,7 @@ async def main_async(args: argparse.Namespace) -> dict:
                 result.update(await check_service_cost(args.pending))
             return result
         pids = [p.pid for p in procs]
+        idle_rss = memory_mb(pids) if pids else None
         cpu0 = cpu_seconds(pids)
         client_cpu0 = time.process_time()
         if args.real_client == "cpp":
@@ -643,6 +661,13 @@ async def main_async(args: argparse.Namespace) -> dict:
         sent = len(latencies) * args.batch
         server_cpu_us = (cpu_seconds(pids) - cpu0) * 1e6 / max(1, sent)
         client_cpu_us /= max(1, sent)
+        publish_rss = memory_mb(pids, "VmHWM") if pids else None
+        if pids:
+            print(
+                f"server resident memory: {idle_rss} MB idle (topic created), at most "
+                f"{publish_rss} MB through the publish (VmHWM)",
+                file=sys.stderr,
+            )
         consume_rate = await consume(args, namesrv, sent) if not args.no_consume else 0.0
         return {
             "system": args.name if not args.ha else f"{args.name}-{args.ha.lower()}",
@@ -655,6 +680,8 @@ async def main_async(args: argparse.Namespace) -> dict:
             "failures": failures,
             "server_cpu_us_per_msg": round(server_cpu_us, 1) if procs else None,
             "client_cpu_us_per_msg": round(client_cpu_us, 1),
+            "server_rss_mb_idle": idle_rss,
+            "server_rss_mb_publish_peak": publish_rss,
             "flush": args.flush,
             "window": args.window,
             "batch": args.batch,

@@ -73,11 +73,15 @@ DISK_CHECK_INTERVAL_S = 10
 COMMITLOG_DATA_MAX_BYTES = 1024 * 1024
 """get_commitlog_data copies; Java hands out a view of the rest of a file (up to 1 GiB)."""
 SHUTDOWN_DEADLINE_S = 30
+"""The final dispatch + flush gets this long even when the caller is cancelled."""
 # trim_resident keeps this much of the commit log's written tail mapped (what consumers read
 # next), and this much of each consume queue's.
 COMMITLOG_RESIDENT_TAIL = 8 * 1024 * 1024
 CQ_RESIDENT_TAIL = 64 * 1024
-"""The final dispatch + flush gets this long even when the caller is cancelled."""
+# ... and trims as soon as the commit log has grown by this much, whatever the interval; the
+# growth is looked at this often (seconds).
+RESIDENT_TRIM_BYTES = 32 * 1024 * 1024
+RESIDENT_TRIM_POLL_S = 0.25
 
 _TRAN_MASK = 0xC
 _MIN_OVERHEAD = 91 + 24 + MAX_TOPIC_LENGTH  # IPv4 record + IPv6 host widening + topic
@@ -277,14 +281,7 @@ class DefaultMessageStore:
                     )
                 )
                 if config.resident_trim_interval > 0:
-                    nursery.start_soon(
-                        partial(
-                            every,
-                            config.resident_trim_interval / 1000,
-                            self.trim_resident,
-                            name="trim resident pages",
-                        )
-                    )
+                    nursery.start_soon(self._trim_resident_loop)
                 self.start_time_ms = self.clock_ms()
                 self.running = True
                 task_status.started()
@@ -295,6 +292,25 @@ class DefaultMessageStore:
             self.running = False
             with trio.CancelScope(shield=True, deadline=trio.current_time() + SHUTDOWN_DEADLINE_S):
                 await self._shutdown(clean_exit)
+
+    async def _trim_resident_loop(self) -> None:
+        """Trim the resident set every ``resident_trim_interval`` ms, and sooner whenever the
+        commit log has grown by ``RESIDENT_TRIM_BYTES`` since the last trim: a fast publish
+        would otherwise map in a second's worth of pages per second between rounds."""
+        interval = self.config.resident_trim_interval / 1000
+        last_time, last_offset = trio.current_time(), self.commitlog.max_offset
+        while True:
+            await trio.sleep(min(interval, RESIDENT_TRIM_POLL_S))
+            offset = self.commitlog.max_offset
+            if (
+                trio.current_time() - last_time >= interval
+                or offset - last_offset >= RESIDENT_TRIM_BYTES
+            ):
+                try:
+                    await self.trim_resident()
+                except Exception:  # never the end of the broker: logged, tried next round
+                    log.exception("trimming the resident pages failed")
+                last_time, last_offset = trio.current_time(), offset
 
     async def trim_resident(self) -> None:
         """Keep the broker's resident set small however large the store: unmap the pages of the

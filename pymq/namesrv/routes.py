@@ -13,6 +13,7 @@ nothing and drops nothing).  At most :data:`ROUTE_CACHE_MAX_ENTRIES` routes are 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 
@@ -27,7 +28,6 @@ from pymq.common.route import (
     TopicList,
     TopicRouteData,
 )
-from pymq.common.serde import to_json
 from pymq.common.topic import (
     PERM_WRITE,
     DataVersion,
@@ -293,6 +293,51 @@ class RouteInfoManager:
             queue_datas=queue_datas, broker_datas=broker_datas, filter_server_table=filter_table
         )
 
+    def standard_route_body(self, topic: str) -> bytes | None:
+        """``to_json(pickup_topic_route_data(topic))`` written straight from the tables, without
+        the attrs copies and their unstructuring (a lookup's route is built this way the first
+        time; the tests compare the two)."""
+        by_broker = self.topic_queue_table.get(topic)
+        if not by_broker:
+            return None
+        names = sorted(by_broker)
+        broker_datas = []
+        filter_table: dict[str, list[str]] = {}
+        filter_servers = self.filter_server_table
+        for name in names:
+            data = self.broker_addr_table.get(name)
+            if data is None:
+                continue
+            addrs = data.broker_addrs
+            broker_datas.append(
+                {"brokerAddrs": addrs, "brokerName": data.broker_name, "cluster": data.cluster}
+            )
+            if filter_servers:
+                for addr in addrs.values():
+                    servers = filter_servers.get(addr)
+                    if servers is not None:
+                        filter_table[addr] = list(servers)
+        if not broker_datas:
+            return None
+        queue_datas = []
+        for name in names:
+            q = by_broker[name]
+            queue_datas.append(
+                {
+                    "brokerName": q.broker_name,
+                    "perm": q.perm,
+                    "readQueueNums": q.read_queue_nums,
+                    "topicSysFlag": q.topic_sys_flag,
+                    "writeQueueNums": q.write_queue_nums,
+                }
+            )
+        route = {
+            "brokerDatas": broker_datas,
+            "filterServerTable": filter_table,
+            "queueDatas": queue_datas,
+        }
+        return json.dumps(route, sort_keys=True, separators=(",", ":")).encode()
+
     def route_body(self, topic: str, standard: bool = True) -> bytes | None:
         """``topic``'s TopicRouteData (no order config) as standard JSON, or in fastjson's form
         when not ``standard``; None when it has no route.  Built by
@@ -300,10 +345,15 @@ class RouteInfoManager:
         kept = self._route_bodies if standard else self._old_route_bodies
         body = kept.get(topic)
         if body is None:
-            route = self.pickup_topic_route_data(topic)
-            if route is None:
-                return None
-            body = to_json(route) if standard else fastjson.dumps(route)
+            if standard:
+                body = self.standard_route_body(topic)
+                if body is None:
+                    return None
+            else:
+                route = self.pickup_topic_route_data(topic)
+                if route is None:
+                    return None
+                body = fastjson.dumps(route)
             if len(kept) >= ROUTE_CACHE_MAX_ENTRIES:
                 kept.clear()
             kept[topic] = body

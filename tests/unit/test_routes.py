@@ -234,3 +234,25 @@ def test_route_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(10):
         assert routes.route_body(f"T{i}") is not None
         assert len(routes._route_bodies) <= 3
+
+
+def test_standard_route_body_is_to_json_of_the_route_data() -> None:
+    """The route written straight from the tables is byte for byte the attrs route's JSON:
+    broker ids past 9 (numeric order), non-ASCII names (escaped), filter servers."""
+    routes = RouteInfoManager()
+    for broker_id in (0, 2, 10):
+        routes.register_broker(
+            cluster_name="Clüster",
+            broker_addr=f"10.0.0.{broker_id + 1}:10911",
+            broker_name="bröker-a",
+            broker_id=broker_id,
+            ha_server_addr=None,
+            topic_config_wrapper=wrapper(TopicConfig("T", 8, 4, 6), counter=broker_id),
+            filter_server_list=["f1:1"] if broker_id == 2 else [],
+            channel=object(),
+            now=0.0,
+        )
+    fresh = routes.pickup_topic_route_data("T")
+    assert fresh is not None
+    assert routes.standard_route_body("T") == to_json(fresh)
+    assert routes.standard_route_body("missing") is None

@@ -55,6 +55,7 @@ class NamesrvController:
         inline = self.processor.inline_handlers()
         for code, handler in self.processor.handlers().items():
             self.server.register(code, handler, inline.get(code))
+        self.server.raw_handler = self.processor.route_answer_raw
 
     def configs(self) -> list[object]:
         return [self.namesrv_config, self.server_config]

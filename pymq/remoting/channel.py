@@ -59,6 +59,8 @@ RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingComman
 # Answers a request at once, inside the reader, or returns None to have it served by a task,
 # or ANSWER_LATER when it has arranged to call Channel.answer itself (a group commit).
 InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | None]
+# (buffer, frame start, frame end) -> the answer frame, or None: see Channel.raw_handler.
+RawHandler = Callable[[bytes, int, int], bytes | None]
 ANSWER_LATER = RemotingCommand(code=-1)
 
 
@@ -272,8 +274,12 @@ class Channel:
         limits: ConnectionLimits = DEFAULT_LIMITS,
         budget: SharedBudget | None = None,
         admission: Admission | None = None,
+        raw_handler: RawHandler | None = None,
     ) -> None:
         self.stream = stream
+        # Tried on each request frame before it is decoded: the whole answer frame to write,
+        # or None to decode and serve the request as usual (the name server's route lookups).
+        self.raw_handler = raw_handler
         self.admission = admission
         self._timestamps = admission is not None and _enable_timestamps(stream)
         self._read_at = 0.0  # the admission clock when the last read returned
@@ -555,6 +561,7 @@ class Channel:
                 # connection after the ones before it are served.
                 cmds = []
                 broken = None
+                raw = self.raw_handler
                 try:
                     for i in range(first_served, run.stop):
                         start, end = bounds[2 * i], bounds[2 * i + 1]
@@ -564,6 +571,15 @@ class Channel:
                             or i == first_served
                             or not shed.refuse(buf, start, end, i, self._out)
                         ):
+                            if raw is not None:
+                                try:
+                                    answer = raw(buf, start, end)
+                                except Exception:  # a bug there: the usual path serves it
+                                    log.exception("raw handler failed; frame decoded instead")
+                                    answer = None
+                                if answer is not None:
+                                    self._out.append(answer)
+                                    continue
                             cmds.append(decode_frame_at(buf, start, end))
                 except ProtocolError as exc:
                     broken = exc

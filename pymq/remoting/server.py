@@ -19,7 +19,13 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.remoting.channel import Admission, Channel, InlineHandler, RequestHandler
+from pymq.remoting.channel import (
+    Admission,
+    Channel,
+    InlineHandler,
+    RawHandler,
+    RequestHandler,
+)
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
 from pymq.remoting.headers import decode_request
@@ -69,6 +75,8 @@ class RemotingServer:
         # to serve the request, or the answer that refuses it.  None (the default): no check,
         # and connections dispatch without looking for one.
         self.access_check: AccessCheck | None = None
+        # Tried on every request frame before it is decoded (Channel.raw_handler); None: none.
+        self.raw_handler: RawHandler | None = None
 
     def register(
         self, code: int, processor: RequestHandler, inline: InlineHandler | None = None
@@ -183,6 +191,7 @@ class RemotingServer:
                 limits=self.limits,
                 budget=self.budget,
                 admission=self.admission,
+                raw_handler=self.raw_handler,
             )
         except Exception:  # e.g. the socket died before its peer address could be read
             log.exception("%s: cannot serve a new connection", self.name)

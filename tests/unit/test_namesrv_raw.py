@@ -1,0 +1,201 @@
+"""The name server's route lookups answered from the raw frame (NamesrvProcessor.route_answer_raw)
+give the very bytes the usual path (decode, typed header, inline handler, encode) gives, and
+leave everything else to it."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import struct
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pymq.common.topic import TopicConfig
+from pymq.namesrv.controller import NamesrvController
+from pymq.remoting.client import RemotingClient
+from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame, encode
+from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.errors import ProtocolError
+from tests.helpers import make_namesrv
+from tests.unit.test_routes import register, wrapper
+
+_ABSENT = object()
+
+
+@pytest.fixture(scope="module")
+def namesrv(tmp_path_factory: pytest.TempPathFactory) -> NamesrvController:
+    controller = make_namesrv(tmp_path_factory.mktemp("raw"))
+    register(
+        controller.routes,
+        topics=wrapper(TopicConfig("Known", 8, 4, 6), TopicConfig("Ünïcode", 2, 2, 6), counter=1),
+    )
+    register(controller.routes, name="broker-b", addr="127.0.0.1:10921", cluster="Other")
+    return controller
+
+
+def usual_answer(controller: NamesrvController, frame: bytes) -> bytes | None:
+    """What a connection writes for ``frame`` by the usual path (None: nothing, or it closes)."""
+    try:
+        request = decode_frame(frame)
+    except ProtocolError:
+        return None
+    if request.header_error is not None:
+        response = request.response(ResponseCode.SYSTEM_ERROR, request.header_error)
+    else:
+        response = controller.server.dispatch_inline(None, request)  # type: ignore[arg-type]
+    if response is None or request.flag & 2:  # oneway: no answer
+        return None
+    response.opaque = request.opaque
+    response.flag |= RPC_TYPE_RESPONSE
+    response.serialize_type = request.serialize_type
+    return encode(response)
+
+
+def frame_of(header: dict[str, object], body: bytes = b"", order: list[int] | None = None) -> bytes:
+    items = list(header.items())
+    if order is not None:
+        items = [items[i % len(items)] for i in order] if items else items
+        items = list(dict(items).items())
+    text = json.dumps(dict(items), ensure_ascii=False).encode()
+    return struct.pack(">i", len(text)) + text + body
+
+
+def value(*choices: object) -> st.SearchStrategy[object]:
+    return st.sampled_from(choices)
+
+
+_FIELD_VALUES: dict[str, st.SearchStrategy[object]] = {
+    "code": value(105, 105.0, "105", True, 104, None),
+    "opaque": st.one_of(st.integers(-(2**33), 2**33), value(1.5, "7", None)),
+    "flag": value(0, 1, 2, 3, 0.0, "0", None, False),
+    "version": value(0, 399, 400, 401, 500, 2**31, -1, "401", None),
+    "language": value("JAVA", "CPP", "", 5, None),
+    "remark": value(None, "x", 5),
+    "serializeTypeCurrentRPC": value("JSON", "ROCKETMQ"),
+    "other": value(1, "x", [1]),
+    "extFields": st.one_of(
+        value(None, [], "topic"),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "topic": value("Known", "Ünïcode", "Missing", "", 5, None, True),
+                "acceptStandardJsonOnly": value("true", "false", True),
+                "extra": value("x", 1),
+            },
+        ),
+    ),
+}
+
+
+@st.composite
+def _headers(draw: st.DrawFn) -> dict[str, object]:
+    """A plain lookup's header with a few of its fields changed, added or left out."""
+    header: dict[str, object] = {
+        "code": 105,
+        "opaque": draw(st.integers(-(2**31), 2**31 - 1)),
+        "flag": 0,
+        "language": "JAVA",
+        "version": draw(value(0, 317, 401, 433)),
+        "extFields": {"topic": draw(value("Known", "Ünïcode"))},
+        "serializeTypeCurrentRPC": "JSON",
+    }
+    for name in draw(st.lists(st.sampled_from(sorted(_FIELD_VALUES)), max_size=3)):
+        if draw(st.booleans()):
+            header[name] = draw(_FIELD_VALUES[name])
+        else:
+            header.pop(name, None)
+    return header
+
+
+@settings(
+    max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    header=_headers(),
+    body=value(b"", b"x"),
+    order=st.one_of(st.none(), st.lists(st.integers(0, 20), max_size=10)),
+)
+def test_raw_answers_are_the_usual_answers(
+    namesrv: NamesrvController, header: dict[str, object], body: bytes, order: list[int] | None
+) -> None:
+    frame = frame_of(header, body, order)
+    raw = namesrv.processor.route_answer_raw(frame, 0, len(frame))
+    if raw is not None:
+        assert raw == usual_answer(namesrv, frame)
+
+
+def test_the_plain_lookups_are_answered_raw(namesrv: NamesrvController) -> None:
+    """The lookups the clients send (Java's and pymq's own) do take the raw path, both route
+    forms, and answer what the usual path does; an unknown topic takes the usual path."""
+    for version in (0, 317, 401, 433):
+        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Known"})
+        request.version, request.opaque = version, 123456
+        frame = encode(request)[4:]
+        raw = namesrv.processor.route_answer_raw(frame, 0, len(frame))
+        assert raw is not None and raw == usual_answer(namesrv, frame)
+        # Inside a bigger buffer, as a connection's reads hold them.
+        padded = b"junk" + frame + b"more"
+        assert namesrv.processor.route_answer_raw(padded, 4, 4 + len(frame)) == raw
+    java = (
+        b'{"code":105,"extFields":{"topic":"Known"},"flag":0,"language":"JAVA",'
+        b'"opaque":-5,"serializeTypeCurrentRPC":"JSON","version":401}'
+    )
+    frame = struct.pack(">i", len(java)) + java
+    raw = namesrv.processor.route_answer_raw(frame, 0, len(frame))
+    assert raw is not None and raw == usual_answer(namesrv, frame)
+    missing = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Missing"})
+    frame = encode(missing)[4:]
+    assert namesrv.processor.route_answer_raw(frame, 0, len(frame)) is None
+    assert b"No topic route info" in (usual_answer(namesrv, frame) or b"")
+    # An order config asks for the usual path (the answer carries it).
+    namesrv.namesrv_config.order_message_enable = True
+    try:
+        frame = encode(
+            RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Known"})
+        )[4:]
+        assert namesrv.processor.route_answer_raw(frame, 0, len(frame)) is None
+    finally:
+        namesrv.namesrv_config.order_message_enable = False
+
+
+async def test_a_running_name_server_answers_lookups_raw_and_usual(tmp_path: pathlib.Path) -> None:
+    """Over a connection: raw answers and usual ones (unknown topic, another code) interleave
+    on one pipelined connection, each reaching its caller."""
+    controller = make_namesrv(tmp_path)
+    register(controller.routes, topics=wrapper(TopicConfig("Known", 8, 4, 6), counter=1))
+    calls = 0
+    raw_handler = controller.processor.route_answer_raw
+
+    def counting(buf: bytes, start: int, end: int) -> bytes | None:
+        nonlocal calls
+        answer = raw_handler(buf, start, end)
+        calls += answer is not None
+        return answer
+
+    controller.server.raw_handler = counting
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(controller.run)
+        addr = f"127.0.0.1:{port}"
+        client = RemotingClient(nursery)
+        results: dict[int, RemotingCommand] = {}
+
+        async def call(i: int) -> None:
+            topic = "Known" if i % 3 else "Missing"
+            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            results[i] = await client.invoke(addr, request, 5)
+
+        async with trio.open_nursery() as calls_nursery:
+            for i in range(60):
+                calls_nursery.start_soon(call, i)
+        for i, reply in results.items():
+            if i % 3:
+                assert reply.code == ResponseCode.SUCCESS and b'"Known"' not in reply.body
+                assert json.loads(reply.body)["queueDatas"][0]["readQueueNums"] == 8
+            else:
+                assert reply.code == ResponseCode.TOPIC_NOT_EXIST
+        assert calls == 40
+        client.close()
+        nursery.cancel_scope.cancel()

@@ -571,7 +571,9 @@ class Channel:
                             or i == first_served
                             or not shed.refuse(buf, start, end, i, self._out)
                         ):
-                            if raw is not None:
+                            # Raw answers only while no earlier frame of the run waits to
+                            # be served: the answers keep the requests' order.
+                            if raw is not None and not cmds:
                                 try:
                                     answer = raw(buf, start, end)
                                 except Exception:  # a bug there: the usual path serves it

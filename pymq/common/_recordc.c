@@ -1334,20 +1334,11 @@ static const char base64_digits[] =
 /* acl_sign(states, ext, keys, body): Base64 of HMAC-SHA1(values of ext at keys, in order, UTF-8,
  * then body).  A missing key raises KeyError, a value that is no str TypeError, a str that
  * has no UTF-8 (a lone surrogate) UnicodeEncodeError: what Python's join and encode raise. */
-static PyObject *py_acl_sign(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *states, *ext, *keys, *body;
+static PyObject *acl_sign_keys(PyObject *states, PyObject *ext, PyObject *keys, PyObject *body) {
     sha_state ctx;
     unsigned char digest[20];
     char text[28];
     Py_ssize_t count;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "acl_sign(states, ext, keys, body)");
-        return NULL;
-    }
-    states = args[0];
-    ext = args[1];
-    keys = args[2];
-    body = args[3];
     if (!sha1_bound()) return NULL;
     if (!PyBytes_Check(states) || PyBytes_GET_SIZE(states) != 2 * SHA_STATE_BYTES) {
         PyErr_SetString(PyExc_ValueError, "acl_sign: states are not acl_hmac_key's");
@@ -1416,6 +1407,55 @@ static PyObject *py_acl_sign(PyObject *self, PyObject *const *args, Py_ssize_t n
     return PyUnicode_DecodeASCII(text, 28, NULL);
 }
 
+static PyObject *py_acl_sign(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "acl_sign(states, ext, keys, body)");
+        return NULL;
+    }
+    return acl_sign_keys(args[0], args[1], args[2], args[3]);
+}
+
+/* acl_sign_fields(states, ext, orders, body): acl_sign with the keys of orders[tuple(ext)][0]
+ * (ext a dict: its keys in their order are the lookup key); None when orders has no entry for
+ * them yet (Python works the order out, keeps it in orders and signs with acl_sign). */
+static PyObject *py_acl_sign_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *ext, *orders, *shape, *order, *keys, *key, *value;
+    Py_ssize_t pos = 0, i = 0;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "acl_sign_fields(states, ext, orders, body)");
+        return NULL;
+    }
+    ext = args[1];
+    orders = args[2];
+    if (!PyDict_Check(ext) || !PyDict_Check(orders)) {
+        PyErr_SetString(PyExc_TypeError, "acl_sign_fields: ext and orders must be dicts");
+        return NULL;
+    }
+    shape = PyTuple_New(PyDict_GET_SIZE(ext));
+    if (shape == NULL) return NULL;
+    while (PyDict_Next(ext, &pos, &key, &value)) {
+        if (i >= PyTuple_GET_SIZE(shape)) break; /* cannot change size meanwhile: no Python runs */
+        Py_INCREF(key);
+        PyTuple_SET_ITEM(shape, i, key);
+        i++;
+    }
+    order = PyDict_GetItemWithError(orders, shape); /* borrowed */
+    Py_DECREF(shape);
+    if (order == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!PyTuple_Check(order) || PyTuple_GET_SIZE(order) < 1) {
+        PyErr_SetString(PyExc_TypeError, "acl_sign_fields: orders' values are (keys, ...)");
+        return NULL;
+    }
+    keys = PyTuple_GET_ITEM(order, 0);
+    Py_INCREF(keys); /* held across the hashing, which calls no Python code, but cheaply safe */
+    value = acl_sign_keys(args[0], ext, keys, args[3]);
+    Py_DECREF(keys);
+    return value;
+}
+
 static PyMethodDef methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib-compatible CRC-32."},
     {"set_clmul", py_set_clmul, METH_O,
@@ -1452,6 +1492,9 @@ static PyMethodDef methods[] = {
      " SHA1_Final, checked on a known digest."},
     {"acl_hmac_key", py_acl_hmac_key, METH_O,
      "acl_hmac_key(secret): the HMAC-SHA1 keyed states of a secret, for acl_sign."},
+    {"acl_sign_fields", (PyCFunction)(void (*)(void))py_acl_sign_fields, METH_FASTCALL,
+     "acl_sign_fields(states, ext, orders, body): acl_sign with the keys kept in"
+     " orders[tuple(ext)][0]; None when orders has none for ext's keys."},
     {"acl_sign", (PyCFunction)(void (*)(void))py_acl_sign, METH_FASTCALL,
      "acl_sign(states, ext, keys, body): Base64 HMAC-SHA1 of the values of ext at keys, then"
      " body (None: none)."},

@@ -547,8 +547,14 @@ class SigningKey:
     def sign_fields(self, ext_fields: Mapping[str, str], body: bytes | None) -> str:
         """The signature of a request of ``ext_fields`` and ``body``: in C when it is bound
         (the values fed to SHA-1 one by one, no joined copy), else by :meth:`signature`."""
-        keys, getter = _signed_keys(ext_fields)
         states = self._states
+        if states is not None and type(ext_fields) is dict:
+            # The key order kept for these keys is looked up in C too; the first request of a
+            # new shape works it out here.
+            signature = _native_signer.acl_sign_fields(states, ext_fields, _key_orders, body)
+            if signature is not None:
+                return signature
+        keys, getter = _signed_keys(ext_fields)
         if states is not None:
             return _native_signer.acl_sign(states, ext_fields, keys, body)
         return self.signature("".join(getter(ext_fields)).encode(), body)
@@ -559,8 +565,14 @@ class SigningKey:
         one call, for the broker's check)."""
         if given is None:
             return False
+        states = self._states
+        expected = None
+        if states is not None and type(ext_fields) is dict:  # sign_fields' first step, inline
+            expected = _native_signer.acl_sign_fields(states, ext_fields, _key_orders, body)
+        if expected is None:
+            expected = self.sign_fields(ext_fields, body)
         try:
-            return hmac.compare_digest(self.sign_fields(ext_fields, body), given)
+            return hmac.compare_digest(expected, given)
         except TypeError:  # a given signature with non-ASCII characters: no Base64, no match
             return False
 

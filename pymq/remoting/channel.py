@@ -559,7 +559,7 @@ class Channel:
                 # the CPU's caches (serving each in between evicted them: decoding frame by
                 # frame cost a tenth of a send).  A frame that does not decode ends the
                 # connection after the ones before it are served.
-                cmds = []
+                cmds: list[RemotingCommand] = []
                 broken = None
                 raw = self.raw_handler
                 try:

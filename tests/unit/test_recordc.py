@@ -596,3 +596,24 @@ def test_c_signer_checks_the_functions_it_is_given():
     finally:
         assert acl._bind_native_signer() is extension
     assert acl.SigningKey(b"k").sign_fields({"a": "b"}, None) == acl.calc_signature(b"b", b"k")
+
+
+def test_c_signer_looks_the_key_order_up():
+    """acl_sign_fields signs with the order kept for the dict's keys (in their order), and
+    answers None for keys it has no order for, so that Python works it out first."""
+    acl = _signer()
+    extension = acl._native_signer
+    states = acl.SigningKey(b"secret")._states
+    orders: dict = {}
+    ext = {"b": "2", "a": "1", "Signature": "x"}
+    assert extension.acl_sign_fields(states, ext, orders, b"body") is None
+    orders[("b", "a", "Signature")] = (("a", "b"), None)
+    expected = extension.acl_sign(states, ext, ("a", "b"), b"body")
+    assert extension.acl_sign_fields(states, ext, orders, b"body") == expected
+    assert expected == acl.calc_signature(b"12body", b"secret")
+    # Same keys in another order: another shape, not looked up.
+    assert extension.acl_sign_fields(states, {"a": "1", "b": "2"}, orders, b"body") is None
+    with pytest.raises(TypeError):
+        extension.acl_sign_fields(states, [("a", "1")], orders, None)
+    with pytest.raises(TypeError):
+        extension.acl_sign_fields(states, ext, {("b", "a", "Signature"): "ab"}, None)

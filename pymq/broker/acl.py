@@ -72,10 +72,12 @@ WATCH_PERIOD = 0.5
 # Refusals logged once per (peer host, access key, reason); this many remembered, then forgotten.
 REFUSAL_LOG_MAX = 4096
 # Decisions kept per account ((code, resources) -> refusal or None); forgotten all at once when
-# full.  Requests naming more resources than DECISION_RESOURCES_MAX (big heartbeats) are
-# decided each time.
-DECISIONS_MAX = 4096
-DECISION_RESOURCES_MAX = 8
+# full.  Requests naming more resources than DECISION_RESOURCES_MAX (big heartbeats), or one
+# longer than DECISION_RESOURCE_CHARS (RocketMQ's topics are at most 127 characters, groups
+# 255, and a retry topic adds 7), are decided each time: at most some 1.5 MB per account.
+DECISIONS_MAX = 1024
+DECISION_RESOURCES_MAX = 4
+DECISION_RESOURCE_CHARS = 300
 
 _EXC = "org.apache.rocketmq.acl.common.AclException: "
 _MANAGER = "org.apache.rocketmq.acl.plain.PlainPermissionManager"
@@ -289,6 +291,29 @@ def _authorize(
     return None
 
 
+def _decision(
+    account: Account, code: int, rule: Rule | None, needed: Resources
+) -> tuple[str, str, str] | None:
+    """:func:`_authorize`, kept with the account per (code, resources): what the account may do
+    depends on nothing else (a reload builds new accounts, and so forgets it).  Only requests
+    naming a few resources of sound length are kept (names come from the request: a kept
+    decision must not pin what a client sends), at most DECISIONS_MAX per account."""
+    decisions = account.decisions
+    key = (code, needed)
+    try:
+        return decisions[key]
+    except KeyError:
+        pass
+    refusal = _authorize(account, code, rule, needed)
+    if len(needed) <= DECISION_RESOURCES_MAX and all(
+        len(resource) <= DECISION_RESOURCE_CHARS for resource, _ in needed
+    ):
+        if len(decisions) >= DECISIONS_MAX:
+            decisions.clear()
+        decisions[key] = refusal
+    return refusal
+
+
 # -- the configuration in force ----------------------------------------------------------------
 
 
@@ -467,39 +492,40 @@ class AclManager:
             raise AclRefused(
                 f"Check signature failed for accessKey={access_key}", AT_SIGNATURE, "signature"
             )
-        # What the account may do depends only on the code and the resources it names: worked
-        # out once per (code, resources) and kept with the account (a reload builds new ones).
-        decisions = account.decisions
-        key = (code, needed)
-        try:
-            refusal = decisions[key]
-        except KeyError:
-            refusal = _authorize(account, code, rule, needed)
-            if len(needed) <= DECISION_RESOURCES_MAX:
-                if len(decisions) >= DECISIONS_MAX:
-                    decisions.clear()
-                decisions[key] = refusal
+        refusal = _decision(account, code, rule, needed)
         if refusal is not None:
             raise AclRefused(*refusal)
 
     def check(self, channel: Any, request: RemotingCommand) -> RemotingCommand | None:
         """The remoting servers' access check: None to serve the request, else the refusal.
 
-        The common request (an account without white addresses, a code whose rule reads only
-        the header, a decision already made for its code and resources, a good signature) is
-        passed here in one call; anything else, refusals included, goes the whole way through
-        :meth:`validate`, which gives the same answer for these."""
+        The common request (an account without white addresses, no global white list, a
+        code whose rule reads only the header) is judged here with validate's steps in one
+        call, its signature computed once; anything else goes the whole way through
+        :meth:`validate`.  Both give the same answers (tests/unit/test_acl.py compares them)."""
         ext = request.ext_fields
         account = self.state.signed_accounts.get(ext.get(ACCESS_KEY))  # type: ignore[arg-type]
         if account is not None:
             code = request.code
             rule = HEADER_RULES.get(code)
-            if (
-                rule is not None
-                and account.decisions.get((code, rule(ext, request.body)), False) is None
-                and account.key.verify(ext, request.body, ext.get(SIGNATURE))
-            ):
-                return None
+            if rule is not None:
+                # validate's steps for such an account and code, the signature computed once
+                # whatever is kept (so a bad signature costs the same, kept decision or not).
+                body = request.body
+                if not account.key.verify(ext, body, ext.get(SIGNATURE)):
+                    refused = AclRefused(
+                        f"Check signature failed for accessKey={account.access_key}",
+                        AT_SIGNATURE,
+                        "signature",
+                    )
+                else:
+                    refusal = _decision(account, code, rule, rule(ext, body))
+                    if refusal is None:
+                        return None
+                    refused = AclRefused(*refusal)
+                host = _host(channel.remote_address)
+                self._log_refusal(host, request, refused)
+                return request.response(ResponseCode.SYSTEM_ERROR, refused.remark)
         host = _host(channel.remote_address)
         try:
             self.validate(host, request.code, request.ext_fields, request.body)

@@ -425,6 +425,7 @@ def _java_order(key: str) -> bytes:
 # The signed keys in order, and what picks their values, per key sequence seen (a client sends
 # the same keys in the same order request after request); at most this many sequences kept.
 KEY_ORDERS_MAX = 1024
+KEY_ORDER_CHARS_MAX = 1024
 _KeyOrder = tuple[tuple[str, ...], Callable[[Mapping[str, str]], Any]]
 _key_orders: dict[tuple[str, ...], _KeyOrder] = {}
 
@@ -451,7 +452,8 @@ def _signed_keys(ext_fields: Mapping[str, str]) -> _KeyOrder:
     order = _key_orders.get(shape)
     if order is None:
         order = _key_order(shape)
-        if len(_key_orders) < KEY_ORDERS_MAX:
+        # Key names come from the request: only sound ones are kept.
+        if len(_key_orders) < KEY_ORDERS_MAX and sum(map(len, shape)) <= KEY_ORDER_CHARS_MAX:
             _key_orders[shape] = order
     return order
 

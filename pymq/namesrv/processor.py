@@ -59,6 +59,10 @@ STANDARD_JSON_ROUTE_VERSION = 401
 _HEADER_FIELD = struct.Struct(">i")
 _FRAME_PREFIX = struct.Struct(">ii")
 _ROUTE_CODE = int(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+_ROUTE_CODE_FIELD = b'"code":%d' % _ROUTE_CODE
+# The longest header route_answer_raw reads (a lookup's is some 150 bytes and the topic, at most
+# 127 characters, up to 6 bytes each escaped); longer ones take the usual path, with its bounds.
+RAW_LOOKUP_HEADER_MAX = 2048
 _fast_loads = orjson.loads
 # The tail Java's name server adds to a remark that has a FAQ entry.
 FAQ_TAIL = "See http://rocketmq.apache.org/docs/faq/ for further details."
@@ -262,10 +266,16 @@ class NamesrvProcessor:
         if end - start < 4 or self.controller.namesrv_config.order_message_enable:
             return None
         (field,) = _HEADER_FIELD.unpack_from(buf, start)
-        if field >> 24 or start + 4 + (field & 0xFFFFFF) != end:  # not JSON, or a body
+        length = field & 0xFFFFFF
+        # Not JSON, a body, or longer than a lookup's header (which the usual path bounds, and
+        # may refuse): the usual path.  Nor anything that does not name the code, unparsed.
+        if field >> 24 or start + 4 + length != end or length > RAW_LOOKUP_HEADER_MAX:
+            return None
+        data = buf[start + 4 : end]
+        if _ROUTE_CODE_FIELD not in data:
             return None
         try:
-            header = _fast_loads(buf[start + 4 : end])
+            header = _fast_loads(data)
         except ValueError:
             return None
         if type(header) is not dict:

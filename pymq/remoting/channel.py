@@ -580,7 +580,8 @@ class Channel:
                                     log.exception("raw handler failed; frame decoded instead")
                                     answer = None
                                 if answer is not None:
-                                    self._out.append(answer)
+                                    if not self.closed:  # as answer() drops it when closed
+                                        self._out.append(answer)
                                     continue
                             cmds.append(decode_frame_at(buf, start, end))
                 except ProtocolError as exc:

@@ -191,7 +191,8 @@ class RemotingServer:
                 limits=self.limits,
                 budget=self.budget,
                 admission=self.admission,
-                raw_handler=self.raw_handler,
+                # Raw answers skip the access check: never where there is one.
+                raw_handler=self.raw_handler if not checked else None,
             )
         except Exception:  # e.g. the socket died before its peer address could be read
             log.exception("%s: cannot serve a new connection", self.name)

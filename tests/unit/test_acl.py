@@ -238,15 +238,128 @@ def test_decisions_kept_per_account_never_pass_what_the_full_check_refuses(
 
 
 def test_decisions_kept_are_bounded(tmp_path: pathlib.Path) -> None:
+    """At most DECISIONS_MAX per account, allowed or refused, and none for a resource longer
+    than any RocketMQ name (a kept decision must not pin what a client sends)."""
     from pymq.broker.acl import DECISIONS_MAX
 
-    acl = AclManager(str(write_home(tmp_path)))
+    text = CAPTURE_ACL.replace("defaultTopicPerm: DENY", "defaultTopicPerm: PUB")
+    acl = AclManager(str(write_home(tmp_path, text)))
     decisions = acl.state.accounts["normalUser"].decisions
     for i in range(DECISIONS_MAX + 10):
         ext = {"a": "G", "b": f"T{i}"}
         sign_request(ext, b"x", "normalUser", "normalSecret1")
-        assert acl.check(FakeChannel(), command(RequestCode.SEND_MESSAGE_V2, ext, b"x"))
+        assert acl.check(FakeChannel(), command(RequestCode.SEND_MESSAGE_V2, ext, b"x")) is None
         assert len(decisions) <= DECISIONS_MAX
+    decisions.clear()
+    for topic in ("T" * 1000, "%RETRY%" + "G" * 1000):
+        ext = {"a": "G" * 1000, "b": topic}
+        sign_request(ext, b"x", "normalUser", "normalSecret1")
+        acl.check(FakeChannel(), command(RequestCode.SEND_MESSAGE_V2, ext, b"x"))
+    assert not decisions
+
+
+def test_a_bad_signature_costs_one_signature_whatever_is_kept(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong signature is refused after one HMAC, whether or not a decision is kept for the
+    topic: its time says nothing of what the account uses (the secret is needed to learn it)."""
+    from pymq.broker import acl as broker_acl
+    from pymq.common.acl import SigningKey
+
+    acl = AclManager(str(write_home(tmp_path)))
+    good = {"a": "G", "b": "TopicA"}
+    sign_request(good, b"x", "normalUser", "normalSecret1")
+    assert acl.check(FakeChannel(), command(RequestCode.SEND_MESSAGE_V2, good, b"x")) is None
+    signatures = 0
+    real_sign = SigningKey.sign_fields
+
+    def counted(self: SigningKey, ext: object, body: object) -> str:
+        nonlocal signatures
+        signatures += 1
+        return real_sign(self, ext, body)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SigningKey, "sign_fields", counted)
+    monkeypatch.setattr(broker_acl, "request_signature", lambda k, e, b: counted(k, e, b))
+    monkeypatch.setattr(
+        SigningKey,
+        "verify",
+        lambda self, ext, body, given: counted(self, ext, body) == given,
+    )
+    for topic in ("TopicA", "TopicZ"):  # a decision kept for TopicA, none for TopicZ
+        signatures = 0
+        bad = {"a": "G", "b": topic, "AccessKey": "normalUser", "Signature": "AAAA"}
+        answer = acl.check(FakeChannel(), command(RequestCode.SEND_MESSAGE_V2, bad, b"x"))
+        assert answer is not None and "Check signature failed" in (answer.remark or "")
+        assert signatures == 1, topic
+
+
+_ACCOUNTS_TEXT = (
+    CAPTURE_ACL
+    + """\
+  - accessKey: whiteUser
+    secretKey: whiteSecret1
+    whiteRemoteAddress: 10.0.0.*
+    defaultTopicPerm: SUB
+"""
+)
+
+
+@pytest.mark.parametrize("global_white", [False, True])
+def test_check_answers_as_validate_does(tmp_path: pathlib.Path, global_white: bool) -> None:
+    """The check's fast path and kept decisions against validate with nothing kept, over every
+    mix of account, code, topic, group, signature and peer, asked twice (kept the second
+    time)."""
+    import itertools
+
+    text = _ACCOUNTS_TEXT
+    if global_white:
+        text = text.replace(
+            "globalWhiteRemoteAddresses: []", "globalWhiteRemoteAddresses: [10.9.9.9]"
+        )
+    acl = AclManager(str(write_home(tmp_path, text)))
+    fresh = AclManager(str(write_home(tmp_path / "fresh", text)))
+    secrets = {
+        "RocketMQAdmin": "12345678admin",
+        "normalUser": "normalSecret1",
+        "whiteUser": "whiteSecret1",
+    }
+    codes = [
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.PULL_MESSAGE,
+        RequestCode.GET_BROKER_CONFIG,
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        RequestCode.UNREGISTER_CLIENT,
+        9999,
+    ]
+    cases = list(
+        itertools.product(
+            ["RocketMQAdmin", "normalUser", "whiteUser", "nobody", None],
+            codes,
+            ["TopicA", "TopicB", "%RETRY%G", "RMQ_SYS_TRACE_TOPIC"],
+            ["G", "H"],
+            ["good", "bad", "none"],
+            ["127.0.0.1:1", "10.0.0.5:1", "10.9.9.9:1"],
+        )
+    )
+    for _ in range(2):  # the second round with the decisions kept by the first
+        for key, code, topic, group, signature, peer in cases:
+            ext = {"a": group, "b": topic, "topic": topic, "consumerGroup": group}
+            if key is not None:
+                sign_request(ext, b"x", key, secrets.get(key, "whatever"))
+                if signature == "bad":
+                    ext["Signature"] = "AAAA" + ext["Signature"][4:]
+                elif signature == "none":
+                    del ext["Signature"]
+            got = acl.check(FakeChannel(peer), command(code, ext, b"x"))
+            try:
+                fresh.validate(peer.rpartition(":")[0], code, dict(ext), b"x")
+                expected = None
+            except AclRefused as refused:
+                expected = refused.remark
+            for account in fresh.state.accounts.values():
+                account.decisions.clear()
+            answer = None if got is None else got.remark
+            assert answer == expected, (key, code, topic, group, signature, peer)
 
 
 def test_refusals_are_logged_once_per_client(

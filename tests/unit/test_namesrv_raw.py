@@ -65,7 +65,7 @@ def frame_of(header: dict[str, object], body: bytes = b"", order: list[int] | No
     if order is not None:
         items = [items[i % len(items)] for i in order] if items else items
         items = list(dict(items).items())
-    text = json.dumps(dict(items), ensure_ascii=False).encode()
+    text = json.dumps(dict(items), ensure_ascii=False, separators=(",", ":")).encode()
     return struct.pack(">i", len(text)) + text + body
 
 
@@ -223,3 +223,25 @@ async def test_a_running_name_server_answers_lookups_raw_and_usual(tmp_path: pat
         assert [a.opaque for a in answers] == [r.opaque for r in requests]
         assert [a.code for a in answers] == [0, ResponseCode.TOPIC_NOT_EXIST, 0, 0]
         nursery.cancel_scope.cancel()
+
+
+def test_long_or_unnamed_headers_are_left_to_the_usual_path(namesrv: NamesrvController) -> None:
+    """The raw path reads no header longer than a lookup's (the usual path bounds headers at
+    1 MiB and refuses longer ones): not a lookup with a 2 MB remark, which the usual path
+    refuses, nor 15 MB of JSON, which it must not parse; nor a header without the code."""
+    from pymq.namesrv.processor import RAW_LOOKUP_HEADER_MAX
+
+    base = {"code": 105, "opaque": 7, "flag": 0, "language": "JAVA", "version": 401}
+    lookup = {**base, "extFields": {"topic": "Known"}}
+    fits = frame_of({**lookup, "remark": "x" * (RAW_LOOKUP_HEADER_MAX - 200)})
+    assert namesrv.processor.route_answer_raw(fits, 0, len(fits)) is not None
+    long_remark = frame_of({**lookup, "remark": "x" * 2_000_000})
+    assert namesrv.processor.route_answer_raw(long_remark, 0, len(long_remark)) is None
+    assert usual_answer(namesrv, long_remark) is None  # refused: the connection closes
+    hostile = b'{"x":[' + b"[]," * 5_000_000 + b'[]],"code":105}'
+    frame = struct.pack(">i", len(hostile)) + hostile
+    assert namesrv.processor.route_answer_raw(frame, 0, len(frame)) is None
+    spaced = json.dumps(lookup).encode()  # '"code": 105': not named as the raw path looks
+    frame = struct.pack(">i", len(spaced)) + spaced
+    assert namesrv.processor.route_answer_raw(frame, 0, len(frame)) is None
+    assert usual_answer(namesrv, frame) is not None

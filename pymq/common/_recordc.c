@@ -16,6 +16,9 @@
  *                               one record written at buf[pos:].
  *   properties_bytes(props)     message.properties_bytes: the PROPERTIES field (UTF-8) of a
  *                               dict of str, ``name\x01value\x02...`` without a trailing \x02.
+ *   decode_properties(text)     message.decode_properties: the dict of a properties string
+ *                               (items without a name or a value skipped, the last of a name
+ *                               kept at the place of its first).
  *   java_hash(s), java_hash_after(prefix_hash, s)
  *                               message.java_string_hash(_after): Java's String.hashCode over
  *                               UTF-16 code units, as a signed 32-bit int.
@@ -380,6 +383,50 @@ static PyObject *py_properties_bytes(PyObject *self, PyObject *props) {
 done:
     if (parts != stack) PyMem_Free(parts);
     return out;
+}
+
+/* --- decode_properties --------------------------------------------------------------------- */
+
+/* message_ext.decode_properties: ``name\x01value`` items separated by \x02; an item is kept only
+ * when its name and value are both non-empty (the value runs to the next \x02 and may hold
+ * \x01).  Works on the str's own storage (any of PEP 393's kinds): the separators are ASCII. */
+static PyObject *py_decode_properties(PyObject *self, PyObject *text) {
+    if (!PyUnicode_Check(text)) return PyErr_Format(PyExc_TypeError, "properties must be a str");
+    if (PyUnicode_READY(text) < 0) return NULL;
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t start = 0;
+    while (start <= n && n > 0) {
+        Py_ssize_t end = start, sep = -1;
+        while (end < n) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, end);
+            if (c == 2) break;
+            if (c == 1 && sep < 0) sep = end;
+            end++;
+        }
+        /* name: [start, sep), value: (sep, end) */
+        if (sep > start && end > sep + 1) {
+            PyObject *name = PyUnicode_Substring(text, start, sep);
+            if (name == NULL) goto fail;
+            PyObject *value = PyUnicode_Substring(text, sep + 1, end);
+            if (value == NULL) {
+                Py_DECREF(name);
+                goto fail;
+            }
+            int rc = PyDict_SetItem(out, name, value);
+            Py_DECREF(name);
+            Py_DECREF(value);
+            if (rc < 0) goto fail;
+        }
+        start = end + 1;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* --- Java String.hashCode ------------------------------------------------------------------ */
@@ -1245,6 +1292,8 @@ static PyMethodDef methods[] = {
      " size (the body CRC is computed here)."},
     {"properties_bytes", py_properties_bytes, METH_O,
      "properties_bytes(props): the UTF-8 PROPERTIES field of a dict of str."},
+    {"decode_properties", py_decode_properties, METH_O,
+     "decode_properties(text): the dict of a properties string (message.decode_properties)."},
     {"java_hash", py_java_hash, METH_O, "java_hash(s): Java's String.hashCode of s."},
     {"java_hash_after", (PyCFunction)(void (*)(void))py_java_hash_after, METH_FASTCALL,
      "java_hash_after(prefix_hash, s): java_hash(prefix + s) from java_hash(prefix)."},

@@ -518,6 +518,53 @@ def decode_record(
     TOTALSIZE, a body failing its CRC (when ``check_crc``), or undecodable topic/properties text.
     With ``read_body=False`` the body is left empty (its CRC is still checked if asked).
     """
+    limit = len(buf)
+    if read_body and pos + _V4_HEADER_SIZE <= limit:
+        # The common record (IPv4 hosts, sane lengths, UTF-8 text without NUL) read inline, as
+        # decode_records does; anything else, or anything wrong, by the careful parser, which
+        # also words the error.
+        f = _V4_HEADER.unpack_from(buf, pos)
+        total = f[0]
+        end = pos + total
+        p = pos + _V4_HEADER_SIZE
+        q = p + f[16]
+        if (
+            f[1] == MESSAGE_MAGIC_CODE
+            and not f[7] & _HOST_FLAGS
+            and total >= _V4_HEADER_SIZE + 3
+            and end <= limit
+            and f[16] >= 0
+            and q + 3 <= end
+        ):
+            body = bytes(buf[p:q])
+            t1 = q + 1 + buf[q]
+            if (
+                (not check_crc or _crc32(body) & 0x7FFFFFFF == f[2])
+                and buf[q] <= MAX_TOPIC_LENGTH
+                and t1 + 2 <= end
+                and t1 + 2 + _SHORT.unpack_from(buf, t1)[0] == end
+            ):
+                topic_raw = bytes(buf[q + 1 : t1])
+                props_raw = bytes(buf[t1 + 2 : end])
+                if 0 not in topic_raw and 0 not in props_raw:
+                    try:
+                        topic = topic_raw.decode()
+                        props_text = props_raw.decode()
+                    except UnicodeDecodeError:
+                        pass  # the careful parser reports it
+                    else:
+                        return MessageExt(
+                            topic, body, f[4], decode_properties(props_text), f[3], f[5], f[6],
+                            f[7], f[8], (unpack_ip(f[9]), f[10]), f[11],
+                            (unpack_ip(f[12]), f[13]), f[14], f[15], f[2], total,
+                        )  # fmt: skip
+    return _decode_record_careful(buf, pos, check_crc, read_body)
+
+
+def _decode_record_careful(
+    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int, check_crc: bool, read_body: bool
+) -> MessageExt:
+    """:func:`decode_record` by the careful parser alone (the tests compare the two)."""
     fields, body, topic, props = _parse(buf, pos, check_crc, read_body)
     (
         total,
@@ -652,6 +699,7 @@ def iter_records(
 
 
 _native = native_extension
+_crc32: Callable[[bytes], int] = _native.crc32 if _native is not None else zlib.crc32
 encode_record_into: Callable[..., int] = (
     _native.encode_into if _native is not None else _encode_record_into_py
 )

@@ -45,6 +45,7 @@ def test_extension_is_built():
     assert native.NATIVE_CODEC, "pymq.common._recordc was not built (is a C compiler missing?)"
     assert record.encode_record_into is _native().encode_into
     assert message_ext.properties_bytes is _native().properties_bytes
+    assert message_ext.decode_properties is _native().decode_properties
 
 
 @pytest.fixture(params=[True, False], ids=["clmul", "tables"])
@@ -195,6 +196,30 @@ def test_properties_bytes_refuses_what_python_refuses():
     with pytest.raises(UnicodeEncodeError):
         _native().properties_bytes({"a": "\udc80"})
     assert _native().properties_bytes({}) == b""
+
+
+# Property strings as they come: separators anywhere, empty names and values, repeated names,
+# a trailing separator, text beyond Latin-1 (all of PEP 393's string kinds).
+raw_prop_text = st.text(
+    alphabet=st.sampled_from(["\x01", "\x02", "a", "b", "K", "é", "€", "😀", "\udc80"]),
+    max_size=40,
+)
+
+
+@given(raw_prop_text)
+def test_decode_properties_matches_python(text):
+    decoded = _native().decode_properties(text)
+    expected = message_ext._decode_properties_py(text)
+    assert decoded == expected and list(decoded) == list(expected)
+
+
+def test_decode_properties_edges():
+    decode = _native().decode_properties
+    assert decode("") == {} and decode("\x02") == {} and decode("a") == {}
+    assert decode("a\x01b\x01c\x02d\x01e\x02") == {"a": "b\x01c", "d": "e"}
+    assert list(decode("a\x011\x02b\x012\x02a\x013").items()) == [("a", "3"), ("b", "2")]
+    with pytest.raises(TypeError):
+        decode(b"a\x01b")
 
 
 def _stream(n: int) -> tuple[bytearray, list[int]]:

@@ -696,12 +696,7 @@ class DefaultMessageStore:
     ) -> bytes | None:
         """The raw record at ``phy_offset`` (its size read from the record when not given)."""
         if size is None:
-            head = self.commitlog.get_message(phy_offset, 4)
-            if head is None:
-                return None
-            size = int.from_bytes(head, "big", signed=True)
-            if size <= 0:
-                return None
+            return self.commitlog.get_record(phy_offset)
         return self.commitlog.get_message(phy_offset, size)
 
     def message_at(self, topic: str, queue_id: int, cq_offset: int) -> MessageExt | None:

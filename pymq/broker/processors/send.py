@@ -367,7 +367,7 @@ class SendProcessor:
         props = self._properties(header.properties or "")
         msg = self._message(channel, header, queue_id, req.body, props)
         prepared = props.get(PROPERTY_TRANSACTION_PREPARED)
-        if prepared is not None and parse_java_bool(prepared):
+        if prepared is not None and (prepared == "true" or parse_java_bool(prepared)):
             bc = self.ctx.broker_config
             if bc.reject_transaction_message:
                 return req.response(

@@ -19,6 +19,10 @@
  *   decode_properties(text)     message.decode_properties: the dict of a properties string
  *                               (items without a name or a value skipped, the last of a name
  *                               kept at the place of its first).
+ *   decode_plain(buf, pos, check_crc, cls)
+ *                               record._decode_plain_py: the common record (IPv4 hosts, sane
+ *                               lengths, UTF-8 text without NUL) as a MessageExt built by
+ *                               calling cls, or None for the careful parser.
  *   java_hash(s), java_hash_after(prefix_hash, s)
  *                               message.java_string_hash(_after): Java's String.hashCode over
  *                               UTF-16 code units, as a signed 32-bit int.
@@ -427,6 +431,117 @@ static PyObject *py_decode_properties(PyObject *self, PyObject *text) {
 fail:
     Py_DECREF(out);
     return NULL;
+}
+
+/* --- decode_plain ---------------------------------------------------------------------------- */
+
+/* The dotted text of an IPv4 address, the last one of each kind kept (one born host and one
+ * store host make most records of a broker). */
+typedef struct {
+    uint32_t ip;
+    PyObject *text;
+} ip_text;
+
+static PyObject *ipv4_text(ip_text *cache, const unsigned char *p) {
+    uint32_t ip = get32(p);
+    if (cache->text == NULL || cache->ip != ip) {
+        char tmp[16];
+        int n = snprintf(tmp, sizeof tmp, "%u.%u.%u.%u", p[0], p[1], p[2], p[3]);
+        PyObject *text = PyUnicode_FromStringAndSize(tmp, n);
+        if (text == NULL) return NULL;
+        Py_XSETREF(cache->text, text);
+        cache->ip = ip;
+    }
+    Py_INCREF(cache->text);
+    return cache->text;
+}
+
+static ip_text born_text, store_text;
+
+static PyObject *host_tuple(ip_text *cache, const unsigned char *p) {
+    PyObject *ip = ipv4_text(cache, p);
+    if (ip == NULL) return NULL;
+    PyObject *port = PyLong_FromLong((long)(int32_t)get32(p + 4));
+    if (port == NULL) {
+        Py_DECREF(ip);
+        return NULL;
+    }
+    PyObject *t = PyTuple_Pack(2, ip, port);
+    Py_DECREF(ip);
+    Py_DECREF(port);
+    return t;
+}
+
+/* record._decode_plain_py: the common record at buf[pos:] (IPv4 hosts, lengths that add up, a
+ * body matching its CRC when asked, UTF-8 topic and properties without NUL) as
+ * cls(topic, body, flag, properties, queue_id, queue_offset, physical_offset, sys_flag,
+ * born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+ * prepared_transaction_offset, body_crc, store_size); None for anything else, which the careful
+ * parser judges (and words). */
+static PyObject *py_decode_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "decode_plain takes 4 arguments");
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    int check_crc = PyObject_IsTrue(args[2]);
+    if (check_crc < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL, *items[16] = {NULL};
+    const unsigned char *b = view.buf;
+    Py_ssize_t limit = view.len;
+    if (pos < 0 || pos > limit - V4_HEADER) goto plain_none;
+    const unsigned char *r = b + pos;
+    int64_t total = (int32_t)get32(r);
+    int32_t body_len = (int32_t)get32(r + 84);
+    uint32_t sys_flag = get32(r + 36);
+    if (get32(r + 4) != MESSAGE_MAGIC || (sys_flag & (BORNHOST_V6 | STOREHOST_V6)) ||
+        total < V4_HEADER + 3 || total > limit - pos || body_len < 0 ||
+        V4_HEADER + (int64_t)body_len + 3 > total)
+        goto plain_none;
+    const unsigned char *body = r + V4_HEADER, *q = body + body_len, *end = r + total;
+    if (check_crc && body_len &&
+        (crc_update(0, body, body_len) & 0x7FFFFFFFu) != get32(r + 8))
+        goto plain_none;
+    Py_ssize_t topic_len = q[0];
+    const unsigned char *t1 = q + 1 + topic_len;
+    if (topic_len > MAX_TOPIC || t1 + 2 > end) goto plain_none;
+    int16_t props_len = (int16_t)((t1[0] << 8) | t1[1]);
+    if (t1 + 2 + props_len != end) goto plain_none;
+    if (memchr(q + 1, 0, topic_len) || memchr(t1 + 2, 0, props_len)) goto plain_none;
+    PyObject *topic = PyUnicode_DecodeUTF8((const char *)q + 1, topic_len, NULL);
+    if (topic == NULL) goto plain_decode_error;
+    items[0] = topic;
+    PyObject *props_text = PyUnicode_DecodeUTF8((const char *)t1 + 2, props_len, NULL);
+    if (props_text == NULL) goto plain_decode_error;
+    items[3] = py_decode_properties(NULL, props_text);
+    Py_DECREF(props_text);
+    if (items[3] == NULL) goto done;
+    if ((items[1] = PyBytes_FromStringAndSize((const char *)body, body_len)) == NULL ||
+        (items[2] = PyLong_FromLong((long)(int32_t)get32(r + 16))) == NULL ||
+        (items[4] = PyLong_FromLong((long)(int32_t)get32(r + 12))) == NULL ||
+        (items[5] = PyLong_FromLongLong(get64(r + 20))) == NULL ||
+        (items[6] = PyLong_FromLongLong(get64(r + 28))) == NULL ||
+        (items[7] = PyLong_FromLong((long)(int32_t)sys_flag)) == NULL ||
+        (items[8] = PyLong_FromLongLong(get64(r + 40))) == NULL ||
+        (items[9] = host_tuple(&born_text, r + 48)) == NULL ||
+        (items[10] = PyLong_FromLongLong(get64(r + 56))) == NULL ||
+        (items[11] = host_tuple(&store_text, r + 64)) == NULL ||
+        (items[12] = PyLong_FromLong((long)(int32_t)get32(r + 72))) == NULL ||
+        (items[13] = PyLong_FromLongLong(get64(r + 76))) == NULL ||
+        (items[14] = PyLong_FromLong((long)(int32_t)get32(r + 8))) == NULL ||
+        (items[15] = PyLong_FromLongLong(total)) == NULL)
+        goto done;
+    result = PyObject_Vectorcall(args[3], items, 16, NULL);
+    goto done;
+plain_decode_error:
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
+    PyErr_Clear();
+plain_none:
+    result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < 16; i++) Py_XDECREF(items[i]);
+    PyBuffer_Release(&view);
+    return result;
 }
 
 /* --- Java String.hashCode ------------------------------------------------------------------ */
@@ -1294,6 +1409,9 @@ static PyMethodDef methods[] = {
      "properties_bytes(props): the UTF-8 PROPERTIES field of a dict of str."},
     {"decode_properties", py_decode_properties, METH_O,
      "decode_properties(text): the dict of a properties string (message.decode_properties)."},
+    {"decode_plain", (PyCFunction)(void (*)(void))py_decode_plain, METH_FASTCALL,
+     "decode_plain(buf, pos, check_crc, cls): the common record at buf[pos:] as cls(...), or"
+     " None for the careful parser (record._decode_plain_py)."},
     {"java_hash", py_java_hash, METH_O, "java_hash(s): Java's String.hashCode of s."},
     {"java_hash_after", (PyCFunction)(void (*)(void))py_java_hash_after, METH_FASTCALL,
      "java_hash_after(prefix_hash, s): java_hash(prefix + s) from java_hash(prefix)."},

@@ -299,15 +299,16 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
         if ext is None:  # fastjson leaves out a null map: requests without a custom header
             ext = {}
         remark, language = get("remark"), get("language")
+        # Java's int range as literals (constants, not global loads: every frame passes here).
         if (
             type(opaque) is int
-            and INT32_MIN <= opaque <= INT32_MAX
+            and -0x80000000 <= opaque <= 0x7FFFFFFF
             and type(code) is int
-            and INT32_MIN <= code <= INT32_MAX
+            and -0x80000000 <= code <= 0x7FFFFFFF
             and type(flag) is int
-            and INT32_MIN <= flag <= INT32_MAX
+            and -0x80000000 <= flag <= 0x7FFFFFFF
             and type(version) is int
-            and INT32_MIN <= version <= INT32_MAX
+            and -0x80000000 <= version <= 0x7FFFFFFF
             and type(ext) is dict
             and (remark is None or type(remark) is str)
             and type(language) is str

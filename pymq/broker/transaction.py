@@ -109,6 +109,8 @@ _COMMIT = H.TRANSACTION_COMMIT_TYPE
 _TRANSACTION_BITS = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 # Compared by identity first: a frozenset lookup hashes the enum member in Python.
 _PUT_OK = PutMessageStatus.PUT_OK
+# Read per END_TRANSACTION: an enum member read through its class costs ~0.15 us.
+_SLAVE = BrokerRole.SLAVE
 _ROLLBACK = H.TRANSACTION_ROLLBACK_TYPE
 _NOT = H.TRANSACTION_NOT_TYPE
 _STORED = frozenset(
@@ -298,8 +300,7 @@ class TransactionService:
         ``reply`` (a oneway request) a success is not answered (None)."""
         head: EndTransactionRequestHeader = decode_request(req)
         ctx = self.ctx
-        peer = getattr(channel, "remote_address", "?")
-        if ctx.store.config.broker_role is BrokerRole.SLAVE:
+        if ctx.store.config.broker_role is _SLAVE:
             log.warning("Message store is slave mode, so end transaction is forbidden.")
             return req.response(ResponseCode.SLAVE_NOT_AVAILABLE), None
         kind = head.commit_or_rollback
@@ -311,7 +312,7 @@ class TransactionService:
             }[kind]
             log.warning(
                 "Check producer[%s] transaction state, %s. RequestHeader: %s Remark: %s",
-                peer,
+                getattr(channel, "remote_address", "?"),
                 what,
                 head,
                 req.remark,
@@ -321,7 +322,7 @@ class TransactionService:
             log.warning(
                 "The producer[%s] end transaction in sending message, %s. "
                 "RequestHeader: %s Remark: %s",
-                peer,
+                getattr(channel, "remote_address", "?"),
                 what,
                 head,
                 req.remark,

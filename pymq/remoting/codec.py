@@ -235,7 +235,7 @@ def _binary_header(cmd: RemotingCommand) -> bytes:
 
 def encode(cmd: RemotingCommand) -> bytes:
     """The whole frame for ``cmd``, length prefix included."""
-    if cmd.serialize_type == SerializeType.ROCKETMQ:
+    if cmd.serialize_type == _SERIALIZE_ROCKETMQ:
         header = _binary_header(cmd)
     else:
         header = _json_header(cmd)
@@ -470,9 +470,9 @@ def _decode_at(buf: bytes, start: int, end: int) -> RemotingCommand:
             f"header length {field & 0xFFFFFF} exceeds frame of {end - start} bytes"
         )
     header = buf[start + 4 : header_end]
-    if serialize_type == SerializeType.JSON:
+    if serialize_type == _SERIALIZE_JSON:
         cmd = _decode_json_header(header)
-    elif serialize_type == SerializeType.ROCKETMQ:
+    elif serialize_type == _SERIALIZE_ROCKETMQ:
         cmd = _decode_binary_header(header)
     else:
         raise ProtocolError(f"unknown serialize type {serialize_type}")

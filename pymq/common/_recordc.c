@@ -19,6 +19,10 @@
  *   decode_properties(text)     message.decode_properties: the dict of a properties string
  *                               (items without a name or a value skipped, the last of a name
  *                               kept at the place of its first).
+ *   json_command(header, cls, serialize_type)
+ *                               remoting.codec._decode_json_header's plain case: a request's
+ *                               JSON header dict (as orjson parsed it) as a RemotingCommand
+ *                               built by calling cls, or None for the Python code to judge.
  *   decode_plain(buf, pos, check_crc, cls)
  *                               record._decode_plain_py: the common record (IPv4 hosts, sane
  *                               lengths, UTF-8 text without NUL) as a MessageExt built by
@@ -541,6 +545,98 @@ plain_none:
 done:
     for (int i = 0; i < 16; i++) Py_XDECREF(items[i]);
     PyBuffer_Release(&view);
+    return result;
+}
+
+/* --- json_command ------------------------------------------------------------------------------ */
+
+/* A Java int read from the header dict: present or ``dflt``; 0 when the value is not an exact
+ * int within Java's int range. */
+static int java_int_item(PyObject *dict, PyObject *key, long dflt, PyObject **out) {
+    PyObject *v = PyDict_GetItemWithError(dict, key);
+    if (v == NULL) {
+        if (PyErr_Occurred()) return -1;
+        *out = PyLong_FromLong(dflt);
+        return *out == NULL ? -1 : 1;
+    }
+    if (!PyLong_CheckExact(v)) return 0;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow || x < I32_MIN || x > I32_MAX) return 0;
+    *out = Py_NewRef(v);
+    return 1;
+}
+
+static PyObject *k_opaque, *k_code, *k_flag, *k_version, *k_ext, *k_remark, *k_language;
+
+/* codec._decode_json_header's plain case after orjson: a header dict whose code, opaque, flag
+ * and version are Java ints (opaque, flag, version default 0), extFields a dict of str (or
+ * absent: empty), remark absent or a str, language a non-empty str, as
+ * cls(code, ext, b"", opaque, flag, remark, language, version, serialize_type); None for
+ * anything else, which the Python code judges. */
+static PyObject *py_json_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "json_command takes 3 arguments");
+    PyObject *h = args[0];
+    if (!PyDict_CheckExact(h)) Py_RETURN_NONE;
+    if (k_opaque == NULL) {
+        if ((k_opaque = PyUnicode_InternFromString("opaque")) == NULL ||
+            (k_code = PyUnicode_InternFromString("code")) == NULL ||
+            (k_flag = PyUnicode_InternFromString("flag")) == NULL ||
+            (k_version = PyUnicode_InternFromString("version")) == NULL ||
+            (k_ext = PyUnicode_InternFromString("extFields")) == NULL ||
+            (k_remark = PyUnicode_InternFromString("remark")) == NULL ||
+            (k_language = PyUnicode_InternFromString("language")) == NULL)
+            return NULL;
+    }
+    PyObject *items[9] = {NULL};
+    PyObject *result = NULL;
+    int ok;
+    /* items: code, ext, body, opaque, flag, remark, language, version, serialize_type */
+    PyObject *code = PyDict_GetItemWithError(h, k_code); /* required: no default */
+    if (code == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    if ((ok = java_int_item(h, k_code, 0, &items[0])) <= 0) goto out;
+    if ((ok = java_int_item(h, k_opaque, 0, &items[3])) <= 0) goto out;
+    if ((ok = java_int_item(h, k_flag, 0, &items[4])) <= 0) goto out;
+    if ((ok = java_int_item(h, k_version, 0, &items[7])) <= 0) goto out;
+    PyObject *ext = PyDict_GetItemWithError(h, k_ext);
+    if (ext == NULL && PyErr_Occurred()) goto fail;
+    if (ext == NULL || ext == Py_None) {
+        if ((items[1] = PyDict_New()) == NULL) goto fail;
+    } else {
+        ok = 0;
+        if (!PyDict_CheckExact(ext)) goto out;
+        Py_ssize_t i = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(ext, &i, &key, &value))
+            if (!PyUnicode_CheckExact(value)) goto out;
+        items[1] = Py_NewRef(ext);
+    }
+    ok = 0;
+    PyObject *remark = PyDict_GetItemWithError(h, k_remark);
+    if (remark == NULL && PyErr_Occurred()) goto fail;
+    if (remark != NULL && remark != Py_None && !PyUnicode_CheckExact(remark)) goto out;
+    PyObject *language = PyDict_GetItemWithError(h, k_language);
+    if (language == NULL && PyErr_Occurred()) goto fail;
+    if (language == NULL || !PyUnicode_CheckExact(language) || PyUnicode_GET_LENGTH(language) == 0)
+        goto out;
+    items[5] = Py_NewRef(remark != NULL ? remark : Py_None);
+    items[6] = Py_NewRef(language);
+    if ((items[2] = PyBytes_FromStringAndSize(NULL, 0)) == NULL) goto fail;
+    items[8] = Py_NewRef(args[2]);
+    result = PyObject_Vectorcall(args[1], items, 9, NULL);
+    goto done;
+out:
+    if (ok < 0) goto fail;
+    result = Py_NewRef(Py_None);
+    goto done;
+fail:
+    result = NULL;
+done:
+    for (int i = 0; i < 9; i++) Py_XDECREF(items[i]);
     return result;
 }
 
@@ -1412,6 +1508,9 @@ static PyMethodDef methods[] = {
     {"decode_plain", (PyCFunction)(void (*)(void))py_decode_plain, METH_FASTCALL,
      "decode_plain(buf, pos, check_crc, cls): the common record at buf[pos:] as cls(...), or"
      " None for the careful parser (record._decode_plain_py)."},
+    {"json_command", (PyCFunction)(void (*)(void))py_json_command, METH_FASTCALL,
+     "json_command(header, cls, serialize_type): the plain JSON header dict as cls(...), or None"
+     " (remoting.codec._decode_json_header's first case)."},
     {"java_hash", py_java_hash, METH_O, "java_hash(s): Java's String.hashCode of s."},
     {"java_hash_after", (PyCFunction)(void (*)(void))py_java_hash_after, METH_FASTCALL,
      "java_hash_after(prefix_hash, s): java_hash(prefix + s) from java_hash(prefix)."},

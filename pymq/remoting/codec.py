@@ -19,7 +19,7 @@ import itertools
 import json
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
 import attrs
@@ -204,6 +204,9 @@ def _json_header(cmd: RemotingCommand) -> bytes:
     ).encode()
 
 
+# The C twin of _decode_json_header's plain case (None without the extension).
+_json_command: Callable[..., RemotingCommand | None] | None = getattr(_native, "json_command", None)
+
 # Read per frame: an enum member read through its class costs ~0.15 us in CPython 3.11.
 _SERIALIZE_JSON = SerializeType.JSON
 _SERIALIZE_ROCKETMQ = SerializeType.ROCKETMQ
@@ -235,10 +238,8 @@ def _binary_header(cmd: RemotingCommand) -> bytes:
 
 def encode(cmd: RemotingCommand) -> bytes:
     """The whole frame for ``cmd``, length prefix included."""
-    if cmd.serialize_type == _SERIALIZE_ROCKETMQ:
-        header = _binary_header(cmd)
-    else:
-        header = _json_header(cmd)
+    rocketmq = cmd.serialize_type == _SERIALIZE_ROCKETMQ
+    header = _binary_header(cmd) if rocketmq else _json_header(cmd)
     body = cmd.body or b""
     return (
         _FRAME_PREFIX.pack(
@@ -292,6 +293,10 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
         header = _fast_loads(data)
     except ValueError:  # orjson.JSONDecodeError; RecursionError cannot happen (depth 1024)
         return _checked_command(_json_loads(data))
+    if _json_command is not None:  # the plain case below, in one C call
+        cmd = _json_command(header, RemotingCommand, _SERIALIZE_JSON)
+        if cmd is not None:
+            return cmd
     if type(header) is dict:
         get = header.get
         opaque, code, flag = get("opaque", 0), get("code"), get("flag", 0)

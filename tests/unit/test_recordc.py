@@ -46,6 +46,10 @@ def test_extension_is_built():
     assert record.encode_record_into is _native().encode_into
     assert message_ext.properties_bytes is _native().properties_bytes
     assert message_ext.decode_properties is _native().decode_properties
+    assert record._decode_plain is _native().decode_plain
+    from pymq.remoting import codec
+
+    assert codec._json_command is _native().json_command
 
 
 @pytest.fixture(params=[True, False], ids=["clmul", "tables"])

@@ -23,6 +23,10 @@
  *                               remoting.codec._decode_json_header's plain case: a request's
  *                               JSON header dict (as orjson parsed it) as a RemotingCommand
  *                               built by calling cls, or None for the Python code to judge.
+ *   send_header(ext, names, cls, batch_code)
+ *                               remoting.headers.SendMessageRequestHeader.from_ext's common
+ *                               case (required fields present, plain decimals, "true" or
+ *                               "false"): the header built by calling cls, or None.
  *   decode_plain(buf, pos, check_crc, cls)
  *                               record._decode_plain_py: the common record (IPv4 hosts, sane
  *                               lengths, UTF-8 text without NUL) as a MessageExt built by
@@ -637,6 +641,73 @@ fail:
     result = NULL;
 done:
     for (int i = 0; i < 9; i++) Py_XDECREF(items[i]);
+    return result;
+}
+
+/* --- send_header -------------------------------------------------------------------------------- */
+
+/* A plain non-negative decimal of at most ``max_digits`` ASCII digits as a Python int, NULL with
+ * no error set for anything else (headers.java_int's and java_long's fast case). */
+static PyObject *plain_number(PyObject *v, Py_ssize_t max_digits) {
+    if (!PyUnicode_CheckExact(v) || !PyUnicode_IS_ASCII(v)) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    if (n == 0 || n > max_digits) return NULL;
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(v);
+    long long x = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return NULL;
+        x = x * 10 + (p[i] - '0');
+    }
+    return PyLong_FromLongLong(x);
+}
+
+/* "true" or "false" exactly as a bool, NULL with no error set for anything else. */
+static PyObject *plain_bool(PyObject *v) {
+    if (!PyUnicode_CheckExact(v)) return NULL;
+    if (PyUnicode_CompareWithASCIIString(v, "true") == 0) Py_RETURN_TRUE;
+    if (PyUnicode_CompareWithASCIIString(v, "false") == 0) Py_RETURN_FALSE;
+    return NULL;
+}
+
+/* headers.SendMessageRequestHeader.from_ext's common case: every required field present, the
+ * numbers plain decimals, the booleans "true" or "false", as cls(...); None for anything else,
+ * which the Python decoder judges and words.  names: the 13 wire names in the header's field
+ * order; batch_code: the request is a SEND_BATCH_MESSAGE. */
+static PyObject *py_send_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "send_header takes 4 arguments");
+    PyObject *ext = args[0], *names = args[1];
+    if (!PyDict_CheckExact(ext) || !PyTuple_CheckExact(names) || PyTuple_GET_SIZE(names) != 13)
+        Py_RETURN_NONE;
+    int batch_code = PyObject_IsTrue(args[3]);
+    if (batch_code < 0) return NULL;
+    PyObject *raw[13], *items[13] = {NULL}, *result = NULL;
+    for (int i = 0; i < 13; i++) {
+        raw[i] = PyDict_GetItemWithError(ext, PyTuple_GET_ITEM(names, i));
+        if (raw[i] == NULL && PyErr_Occurred()) return NULL;
+    }
+    for (int i = 0; i < 8; i++)
+        if (raw[i] == NULL) Py_RETURN_NONE; /* a required field missing: the Python error */
+    for (int i = 0; i < 3; i++) items[i] = Py_NewRef(raw[i]);
+    static const int ints[] = {3, 4, 5, 7};
+    for (int k = 0; k < 4; k++)
+        if ((items[ints[k]] = plain_number(raw[ints[k]], 9)) == NULL) goto plain_none;
+    if ((items[6] = plain_number(raw[6], 18)) == NULL) goto plain_none;
+    items[8] = Py_NewRef(raw[8] != NULL ? raw[8] : Py_None);
+    if (raw[9] == NULL) items[9] = Py_NewRef(Py_None);
+    else if ((items[9] = plain_number(raw[9], 9)) == NULL) goto plain_none;
+    if (raw[10] == NULL) items[10] = Py_NewRef(Py_False);
+    else if ((items[10] = plain_bool(raw[10])) == NULL) goto plain_none;
+    if (raw[11] == NULL) items[11] = Py_NewRef(Py_None);
+    else if ((items[11] = plain_number(raw[11], 9)) == NULL) goto plain_none;
+    if (batch_code) items[12] = Py_NewRef(Py_True);
+    else if (raw[12] == NULL) items[12] = Py_NewRef(Py_False);
+    else if ((items[12] = plain_bool(raw[12])) == NULL) goto plain_none;
+    result = PyObject_Vectorcall(args[2], items, 13, NULL);
+    goto done;
+plain_none:
+    if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < 13; i++) Py_XDECREF(items[i]);
     return result;
 }
 
@@ -1511,6 +1582,9 @@ static PyMethodDef methods[] = {
     {"json_command", (PyCFunction)(void (*)(void))py_json_command, METH_FASTCALL,
      "json_command(header, cls, serialize_type): the plain JSON header dict as cls(...), or None"
      " (remoting.codec._decode_json_header's first case)."},
+    {"send_header", (PyCFunction)(void (*)(void))py_send_header, METH_FASTCALL,
+     "send_header(ext, names, cls, batch_code): SendMessageRequestHeader.from_ext's common"
+     " case as cls(...), or None."},
     {"java_hash", py_java_hash, METH_O, "java_hash(s): Java's String.hashCode of s."},
     {"java_hash_after", (PyCFunction)(void (*)(void))py_java_hash_after, METH_FASTCALL,
      "java_hash_after(prefix_hash, s): java_hash(prefix + s) from java_hash(prefix)."},

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, TypeVar
 
 import attrs
 
+from pymq.common.native import _native
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting.codes import RequestCode
 from pymq.remoting.errors import RemotingCommandError
@@ -184,6 +186,8 @@ _SHORT_NAMES = tuple(V2_NAMES)
 _LONG_NAMES = tuple(V2_NAMES.values())
 _SEND_MESSAGE = RequestCode.SEND_MESSAGE
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
+# from_ext's common case in C (None without the extension; the Python below is the reference).
+_send_header: Callable[..., Any] | None = getattr(_native, "send_header", None)
 
 
 @attrs.define(slots=True)
@@ -210,6 +214,12 @@ class SendMessageRequestHeader:
         """The send header of a request with ``code``: the hot path's decoder, equivalent to
         :func:`decode` on the long names (the tests check it field by field)."""
         names = _LONG_NAMES if code == _SEND_MESSAGE else _SHORT_NAMES
+        if _send_header is not None:  # the common case in one C call
+            header: SendMessageRequestHeader | None = _send_header(
+                ext, names, cls, code == _SEND_BATCH_MESSAGE
+            )
+            if header is not None:
+                return header
         get = ext.get
         values: list[Any] = [get(name) for name in names]  # the first 8 checked non-None below
         for index in range(8):  # the @CFNotNull fields come first

@@ -50,6 +50,9 @@ def test_extension_is_built():
     from pymq.remoting import codec
 
     assert codec._json_command is _native().json_command
+    from pymq.remoting import headers
+
+    assert headers._send_header is _native().send_header
 
 
 @pytest.fixture(params=[True, False], ids=["clmul", "tables"])

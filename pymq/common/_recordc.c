@@ -27,6 +27,10 @@
  *                               remoting.headers.SendMessageRequestHeader.from_ext's common
  *                               case (required fields present, plain decimals, "true" or
  *                               "false"): the header built by calling cls, or None.
+ *   plain_header(ext, spec, cls)
+ *                               the same for a header given as ((wire name, kind), ...): kinds
+ *                               s / S (required / optional str), i / l (plain decimal Java int /
+ *                               long), b (true / false, False when absent).
  *   decode_plain(buf, pos, check_crc, cls)
  *                               record._decode_plain_py: the common record (IPv4 hosts, sane
  *                               lengths, UTF-8 text without NUL) as a MessageExt built by
@@ -708,6 +712,58 @@ plain_none:
     if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
 done:
     for (int i = 0; i < 13; i++) Py_XDECREF(items[i]);
+    return result;
+}
+
+/* --- plain_header -------------------------------------------------------------------------------- */
+
+/* A typed request header's common case from its extFields: spec is a tuple of (wire name, kind)
+ * pairs in the class's field order, kind one of "s" (a required str), "S" (an optional str,
+ * None when absent), "i" / "l" (a required Java int / long written as a plain decimal), "b" (a
+ * boolean, "true" or "false", False when absent); the header is cls(*values), or None when any
+ * field is absent where required or not plain, for the Python decoder to judge and word. */
+static PyObject *py_plain_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "plain_header takes 3 arguments");
+    PyObject *ext = args[0], *spec = args[1];
+    if (!PyDict_CheckExact(ext) || !PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) > 16)
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    PyObject *items[16] = {NULL}, *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(spec, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) goto plain_none;
+        const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 1));
+        if (kind == NULL) goto done;
+        PyObject *v = PyDict_GetItemWithError(ext, PyTuple_GET_ITEM(pair, 0));
+        if (v == NULL && PyErr_Occurred()) goto done;
+        switch (kind[0]) {
+        case 's':
+            if (v == NULL || !PyUnicode_CheckExact(v)) goto plain_none;
+            items[i] = Py_NewRef(v);
+            break;
+        case 'S':
+            if (v != NULL && !PyUnicode_CheckExact(v)) goto plain_none;
+            items[i] = Py_NewRef(v != NULL ? v : Py_None);
+            break;
+        case 'i':
+        case 'l':
+            if (v == NULL || (items[i] = plain_number(v, kind[0] == 'i' ? 9 : 18)) == NULL)
+                goto plain_none;
+            break;
+        case 'b':
+            if (v == NULL) items[i] = Py_NewRef(Py_False);
+            else if ((items[i] = plain_bool(v)) == NULL) goto plain_none;
+            break;
+        default:
+            goto plain_none;
+        }
+    }
+    result = PyObject_Vectorcall(args[2], items, n, NULL);
+    goto done;
+plain_none:
+    if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < 16; i++) Py_XDECREF(items[i]);
     return result;
 }
 
@@ -1585,6 +1641,9 @@ static PyMethodDef methods[] = {
     {"send_header", (PyCFunction)(void (*)(void))py_send_header, METH_FASTCALL,
      "send_header(ext, names, cls, batch_code): SendMessageRequestHeader.from_ext's common"
      " case as cls(...), or None."},
+    {"plain_header", (PyCFunction)(void (*)(void))py_plain_header, METH_FASTCALL,
+     "plain_header(ext, spec, cls): a typed header's common case from its extFields as"
+     " cls(*values), or None."},
     {"java_hash", py_java_hash, METH_O, "java_hash(s): Java's String.hashCode of s."},
     {"java_hash_after", (PyCFunction)(void (*)(void))py_java_hash_after, METH_FASTCALL,
      "java_hash_after(prefix_hash, s): java_hash(prefix + s) from java_hash(prefix)."},

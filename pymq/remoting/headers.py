@@ -188,6 +188,17 @@ _SEND_MESSAGE = RequestCode.SEND_MESSAGE
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 # from_ext's common case in C (None without the extension; the Python below is the reference).
 _send_header: Callable[..., Any] | None = getattr(_native, "send_header", None)
+_plain_header: Callable[..., Any] | None = getattr(_native, "plain_header", None)
+# EndTransactionRequestHeader's fields for _plain_header: (wire name, kind) in field order.
+_END_SPEC = (
+    ("producerGroup", "s"),
+    ("tranStateTableOffset", "l"),
+    ("commitLogOffset", "l"),
+    ("commitOrRollback", "i"),
+    ("msgId", "s"),
+    ("fromTransactionCheck", "b"),
+    ("transactionId", "S"),
+)
 
 
 @attrs.define(slots=True)
@@ -384,6 +395,10 @@ class EndTransactionRequestHeader:
     def from_ext(cls, ext: dict[str, str]) -> EndTransactionRequestHeader:
         """The header of an END_TRANSACTION, validated as :func:`decode` does (the hot path's
         decoder: one per transaction; the tests compare it with :func:`decode`)."""
+        if _plain_header is not None:  # the common case in one C call
+            header: EndTransactionRequestHeader | None = _plain_header(ext, _END_SPEC, cls)
+            if header is not None:
+                return header
         get = ext.get
         group = get("producerGroup")
         table_offset = get("tranStateTableOffset")

@@ -15,6 +15,7 @@ from pymq.remoting.headers import (
     LONG_MIN,
     REQUEST_HEADERS,
     V2_NAMES,
+    EndTransactionRequestHeader,
     HeaderError,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
@@ -150,6 +151,54 @@ def test_the_send_header_in_c_agrees_with_the_python_decoder(
         assert read() == with_c
     finally:
         headers._send_header = saved
+
+
+_END_NAMES = [
+    "producerGroup",
+    "tranStateTableOffset",
+    "commitLogOffset",
+    "commitOrRollback",
+    "msgId",
+    "fromTransactionCheck",
+    "transactionId",
+]
+
+
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            name: st.one_of(_plain_or_odd, st.sampled_from(["0", "8", "12", "G", "2", "-8", "08"]))
+            for name in _END_NAMES
+        },
+    )
+)
+def test_the_end_transaction_header_in_c_agrees_with_the_python_decoder(
+    ext: dict[str, str],
+) -> None:
+    """plain_header (C) reads END_TRANSACTION's header as the Python from_ext and decode() do:
+    same header, or the same refusal."""
+    from pymq.remoting import headers
+
+    def read() -> object:
+        try:
+            return EndTransactionRequestHeader.from_ext(ext)
+        except HeaderError as exc:
+            return str(exc)
+
+    with_c = read()
+    saved, headers._plain_header = headers._plain_header, None
+    try:
+        assert read() == with_c
+    finally:
+        headers._plain_header = saved
+    try:
+        generic: object = decode(EndTransactionRequestHeader, ext)
+    except HeaderError as exc:
+        generic = str(exc)
+    assert type(generic) is type(with_c)
+    if not isinstance(with_c, str):
+        assert with_c == generic
 
 
 @given(st.integers(INT_MIN, INT_MAX))

@@ -53,6 +53,7 @@ def test_extension_is_built():
     from pymq.remoting import headers
 
     assert headers._send_header is _native().send_header
+    assert headers._plain_header is _native().plain_header
 
 
 @pytest.fixture(params=[True, False], ids=["clmul", "tables"])

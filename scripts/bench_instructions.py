@@ -16,7 +16,9 @@ background tasks (flush, reput, timers) ran during the window, as they would und
 
 Scenarios: ``publish`` (send_async, window -w), ``sync`` (one send at a time), ``batch``
 (-b messages per request), ``consume`` (a push consumer reads what was published before the
-window opened).
+window opened), ``transaction`` (TransactionProducer.send_in_transaction by -w tasks: a half
+message and a oneway COMMIT per message, as ``benchmark.py --transaction`` sends them; not in
+the default list).
 """
 
 from __future__ import annotations
@@ -40,9 +42,15 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import benchmark  # noqa: E402  (the publish and consume loops of scripts/benchmark.py)
 import trio  # noqa: E402
 
-from pymq.client.topics import create_topic  # noqa: E402
+from pymq.client.topics import create_topic, master_addresses  # noqa: E402
+from pymq.common.topic import RMQ_SYS_TRANS_OP_HALF_TOPIC  # noqa: E402
+from pymq.remoting import headers as H  # noqa: E402
+from pymq.remoting.client import open_remoting_client  # noqa: E402
+from pymq.remoting.codec import RemotingCommand  # noqa: E402
+from pymq.remoting.codes import RequestCode  # noqa: E402
 
 SCENARIOS = ("publish", "sync", "batch", "consume")
+EXTRA_SCENARIOS = ("transaction",)
 
 
 def start_broker(
@@ -134,6 +142,8 @@ async def run_scenario(
     admin = benchmark.ACL_ADMIN if args.acl else None
     await create_topic(namesrv, topic, queues=8, credentials=admin)
     warm = load_args(args, topic, args.warmup)
+    if scenario == "transaction":
+        return await run_transactions(args, proc, namesrv)
     await benchmark.publish(warm, namesrv, creds)
     if scenario == "consume":
         await benchmark.publish(load_args(args, topic, args.count), namesrv, creds)
@@ -154,6 +164,49 @@ async def run_scenario(
     if failures:
         raise SystemExit(f"{failures} sends failed in scenario {scenario}")
     return load.count
+
+
+async def run_transactions(args: argparse.Namespace, proc: subprocess.Popen, namesrv: str) -> int:
+    """Transactional sends (half message + oneway COMMIT), warmed up then measured; the
+    window stays open until the broker has served every COMMIT (the op queue is full)."""
+    body = os.urandom(args.size // 2).hex().encode()[: args.size]
+    msg = benchmark.Message(args.topic, body)
+    async with benchmark.TransactionProducer(
+        "InstrBenchTxProducer",
+        namesrv,
+        execute=lambda m, a: benchmark.LocalTransactionState.COMMIT_MESSAGE,
+        check=lambda m: benchmark.LocalTransactionState.COMMIT_MESSAGE,
+        send_timeout=60,
+    ) as producer:
+        await producer.publish_queues(args.topic)
+
+        async def send() -> None:
+            await producer.send_in_transaction(msg)
+
+        _, _, failures = await benchmark.timed_sends(args.warmup, args.window, send, "warm-up")
+        await ops_reached(namesrv, args.warmup)
+        instrument(proc, True)
+        _, _, failures2 = await benchmark.timed_sends(args.count, args.window, send, "measured")
+        await ops_reached(namesrv, args.warmup + args.count)
+        instrument(proc, False)
+    if failures or failures2:
+        raise SystemExit(f"{failures + failures2} transactional sends failed")
+    return args.count
+
+
+async def ops_reached(namesrv: str, count: int) -> None:
+    """Wait until the op queue holds ``count`` records: every oneway COMMIT was served."""
+    (master,) = await master_addresses(namesrv)
+    header = H.encode(H.TopicQueueHeader(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0))
+    async with open_remoting_client() as client:
+        with trio.fail_after(600):
+            while True:
+                reply = await client.invoke(
+                    master, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, header)
+                )
+                if int(reply.ext_fields.get("offset", 0)) >= count:
+                    return
+                await trio.sleep(0.2)
 
 
 def measure(scenario: str, args: argparse.Namespace) -> float:
@@ -202,13 +255,16 @@ def main() -> None:
         "--acl", action="store_true", help="aclEnable=true, the client signing (not consume)"
     )
     args = parser.parse_args()
+    if args.acl and "transaction" in args.scenarios.split(","):
+        raise SystemExit("--acl does not apply to the transaction scenario")
     args.topic = f"InstrBench_{uuid.uuid4().hex[:6]}"
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("needs valgrind (Debian: apt-get install valgrind)")
     results: dict[str, float] = {}
     for scenario in args.scenarios.split(","):
-        if scenario not in SCENARIOS:
-            raise SystemExit(f"unknown scenario {scenario!r} (one of {', '.join(SCENARIOS)})")
+        if scenario not in SCENARIOS + EXTRA_SCENARIOS:
+            known = ", ".join(SCENARIOS + EXTRA_SCENARIOS)
+            raise SystemExit(f"unknown scenario {scenario!r} (one of {known})")
         results[scenario] = measure(scenario, args)
         print(f"{scenario:8s} {results[scenario]:12,.0f} broker instructions per message")
     print(

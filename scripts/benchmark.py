@@ -509,6 +509,7 @@ async def check_service_cost(pending: int) -> dict:
     )
     from pymq.broker.config import BrokerConfig
     from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
+    from pymq.broker.consumer_filter_manager import ConsumerFilterManager
     from pymq.broker.context import BrokerContext
     from pymq.broker.fast_failure import ConsumerFallBehind
     from pymq.broker.long_polling import PullRequestHoldService
@@ -543,6 +544,7 @@ async def check_service_cost(pending: int) -> dict:
                 topic_config_manager=TopicConfigManager(config_dir, broker_config),
                 subscription_group_manager=SubscriptionGroupManager(config_dir),
                 consumer_offset_manager=ConsumerOffsetManager(config_dir),
+                consumer_filter_manager=ConsumerFilterManager(config_dir),
                 consumer_manager=ConsumerManager(),
                 producer_manager=ProducerManager(),
                 rebalance_lock_manager=RebalanceLockManager(),

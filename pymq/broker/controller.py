@@ -82,6 +82,7 @@ from pymq.common.acl import AclConfigError
 from pymq.common.config import ConfigError
 from pymq.common.periodic import every
 from pymq.common.topic import (
+    SCHEDULE_TOPIC,
     DataVersion,
     TopicConfigSerializeWrapper,
     is_readable,
@@ -399,10 +400,13 @@ class BrokerController:
     def _on_arrival(
         self, topic: str, queue_id: int, logic_offset: int, tags_code: int, store_ts: int
     ) -> None:
+        # Called for every dispatched record: the calls that would return at once are skipped.
         self.pull_hold.notify_message_arriving(topic, queue_id, logic_offset, tags_code, store_ts)
-        self.schedule.notify_arrival(topic, queue_id)
-        if self.ha_service is not None:
-            self.ha_service.notify_new_data()
+        if topic == SCHEDULE_TOPIC:  # the schedule service waits on its own topic only
+            self.schedule.notify_arrival(topic, queue_id)
+        ha = self.ha_service
+        if ha is not None and ha.connections:  # without a slave nobody waits for new data
+            ha.notify_new_data()
 
     # -- the service --------------------------------------------------------------------------
 

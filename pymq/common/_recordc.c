@@ -16,6 +16,25 @@
  *                               one record written at buf[pos:].
  *   properties_bytes(props)     message.properties_bytes: the PROPERTIES field (UTF-8) of a
  *                               dict of str, ``name\x01value\x02...`` without a trailing \x02.
+ *   decode_properties(text)     message.decode_properties: the dict of a properties string
+ *                               (items without a name or a value skipped, the last of a name
+ *                               kept at the place of its first).
+ *   json_command(header, cls, serialize_type)
+ *                               remoting.codec._decode_json_header's plain case: a request's
+ *                               JSON header dict (as orjson parsed it) as a RemotingCommand
+ *                               built by calling cls, or None for the Python code to judge.
+ *   send_header(ext, names, cls, batch_code)
+ *                               remoting.headers.SendMessageRequestHeader.from_ext's common
+ *                               case (required fields present, plain decimals, "true" or
+ *                               "false"): the header built by calling cls, or None.
+ *   plain_header(ext, spec, cls)
+ *                               the same for a header given as ((wire name, kind), ...): kinds
+ *                               s / S (required / optional str), i / l (plain decimal Java int /
+ *                               long), b (true / false, False when absent).
+ *   decode_plain(buf, pos, check_crc, cls)
+ *                               record._decode_plain_py: the common record (IPv4 hosts, sane
+ *                               lengths, UTF-8 text without NUL) as a MessageExt built by
+ *                               calling cls, or None for the careful parser.
  *   java_hash(s), java_hash_after(prefix_hash, s)
  *                               message.java_string_hash(_after): Java's String.hashCode over
  *                               UTF-16 code units, as a signed 32-bit int.
@@ -380,6 +399,372 @@ static PyObject *py_properties_bytes(PyObject *self, PyObject *props) {
 done:
     if (parts != stack) PyMem_Free(parts);
     return out;
+}
+
+/* --- decode_properties --------------------------------------------------------------------- */
+
+/* message_ext.decode_properties: ``name\x01value`` items separated by \x02; an item is kept only
+ * when its name and value are both non-empty (the value runs to the next \x02 and may hold
+ * \x01).  Works on the str's own storage (any of PEP 393's kinds): the separators are ASCII. */
+static PyObject *py_decode_properties(PyObject *self, PyObject *text) {
+    if (!PyUnicode_Check(text)) return PyErr_Format(PyExc_TypeError, "properties must be a str");
+    if (PyUnicode_READY(text) < 0) return NULL;
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t start = 0;
+    while (start <= n && n > 0) {
+        Py_ssize_t end = start, sep = -1;
+        while (end < n) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, end);
+            if (c == 2) break;
+            if (c == 1 && sep < 0) sep = end;
+            end++;
+        }
+        /* name: [start, sep), value: (sep, end) */
+        if (sep > start && end > sep + 1) {
+            PyObject *name = PyUnicode_Substring(text, start, sep);
+            if (name == NULL) goto fail;
+            PyObject *value = PyUnicode_Substring(text, sep + 1, end);
+            if (value == NULL) {
+                Py_DECREF(name);
+                goto fail;
+            }
+            int rc = PyDict_SetItem(out, name, value);
+            Py_DECREF(name);
+            Py_DECREF(value);
+            if (rc < 0) goto fail;
+        }
+        start = end + 1;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* --- decode_plain ---------------------------------------------------------------------------- */
+
+/* The dotted text of an IPv4 address, the last one of each kind kept (one born host and one
+ * store host make most records of a broker). */
+typedef struct {
+    uint32_t ip;
+    PyObject *text;
+} ip_text;
+
+static PyObject *ipv4_text(ip_text *cache, const unsigned char *p) {
+    uint32_t ip = get32(p);
+    if (cache->text == NULL || cache->ip != ip) {
+        char tmp[16];
+        int n = snprintf(tmp, sizeof tmp, "%u.%u.%u.%u", p[0], p[1], p[2], p[3]);
+        PyObject *text = PyUnicode_FromStringAndSize(tmp, n);
+        if (text == NULL) return NULL;
+        Py_XSETREF(cache->text, text);
+        cache->ip = ip;
+    }
+    Py_INCREF(cache->text);
+    return cache->text;
+}
+
+static ip_text born_text, store_text;
+
+static PyObject *host_tuple(ip_text *cache, const unsigned char *p) {
+    PyObject *ip = ipv4_text(cache, p);
+    if (ip == NULL) return NULL;
+    PyObject *port = PyLong_FromLong((long)(int32_t)get32(p + 4));
+    if (port == NULL) {
+        Py_DECREF(ip);
+        return NULL;
+    }
+    PyObject *t = PyTuple_Pack(2, ip, port);
+    Py_DECREF(ip);
+    Py_DECREF(port);
+    return t;
+}
+
+/* record._decode_plain_py: the common record at buf[pos:] (IPv4 hosts, lengths that add up, a
+ * body matching its CRC when asked, UTF-8 topic and properties without NUL) as
+ * cls(topic, body, flag, properties, queue_id, queue_offset, physical_offset, sys_flag,
+ * born_timestamp, born_host, store_timestamp, store_host, reconsume_times,
+ * prepared_transaction_offset, body_crc, store_size); None for anything else, which the careful
+ * parser judges (and words). */
+static PyObject *py_decode_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "decode_plain takes 4 arguments");
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    int check_crc = PyObject_IsTrue(args[2]);
+    if (check_crc < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL, *items[16] = {NULL};
+    const unsigned char *b = view.buf;
+    Py_ssize_t limit = view.len;
+    if (pos < 0 || pos > limit - V4_HEADER) goto plain_none;
+    const unsigned char *r = b + pos;
+    int64_t total = (int32_t)get32(r);
+    int32_t body_len = (int32_t)get32(r + 84);
+    uint32_t sys_flag = get32(r + 36);
+    if (get32(r + 4) != MESSAGE_MAGIC || (sys_flag & (BORNHOST_V6 | STOREHOST_V6)) ||
+        total < V4_HEADER + 3 || total > limit - pos || body_len < 0 ||
+        V4_HEADER + (int64_t)body_len + 3 > total)
+        goto plain_none;
+    const unsigned char *body = r + V4_HEADER, *q = body + body_len, *end = r + total;
+    if (check_crc && body_len &&
+        (crc_update(0, body, body_len) & 0x7FFFFFFFu) != get32(r + 8))
+        goto plain_none;
+    Py_ssize_t topic_len = q[0];
+    const unsigned char *t1 = q + 1 + topic_len;
+    if (topic_len > MAX_TOPIC || t1 + 2 > end) goto plain_none;
+    int16_t props_len = (int16_t)((t1[0] << 8) | t1[1]);
+    if (t1 + 2 + props_len != end) goto plain_none;
+    if (memchr(q + 1, 0, topic_len) || memchr(t1 + 2, 0, props_len)) goto plain_none;
+    PyObject *topic = PyUnicode_DecodeUTF8((const char *)q + 1, topic_len, NULL);
+    if (topic == NULL) goto plain_decode_error;
+    items[0] = topic;
+    PyObject *props_text = PyUnicode_DecodeUTF8((const char *)t1 + 2, props_len, NULL);
+    if (props_text == NULL) goto plain_decode_error;
+    items[3] = py_decode_properties(NULL, props_text);
+    Py_DECREF(props_text);
+    if (items[3] == NULL) goto done;
+    if ((items[1] = PyBytes_FromStringAndSize((const char *)body, body_len)) == NULL ||
+        (items[2] = PyLong_FromLong((long)(int32_t)get32(r + 16))) == NULL ||
+        (items[4] = PyLong_FromLong((long)(int32_t)get32(r + 12))) == NULL ||
+        (items[5] = PyLong_FromLongLong(get64(r + 20))) == NULL ||
+        (items[6] = PyLong_FromLongLong(get64(r + 28))) == NULL ||
+        (items[7] = PyLong_FromLong((long)(int32_t)sys_flag)) == NULL ||
+        (items[8] = PyLong_FromLongLong(get64(r + 40))) == NULL ||
+        (items[9] = host_tuple(&born_text, r + 48)) == NULL ||
+        (items[10] = PyLong_FromLongLong(get64(r + 56))) == NULL ||
+        (items[11] = host_tuple(&store_text, r + 64)) == NULL ||
+        (items[12] = PyLong_FromLong((long)(int32_t)get32(r + 72))) == NULL ||
+        (items[13] = PyLong_FromLongLong(get64(r + 76))) == NULL ||
+        (items[14] = PyLong_FromLong((long)(int32_t)get32(r + 8))) == NULL ||
+        (items[15] = PyLong_FromLongLong(total)) == NULL)
+        goto done;
+    result = PyObject_Vectorcall(args[3], items, 16, NULL);
+    goto done;
+plain_decode_error:
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) goto done;
+    PyErr_Clear();
+plain_none:
+    result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < 16; i++) Py_XDECREF(items[i]);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* --- json_command ------------------------------------------------------------------------------ */
+
+/* A Java int read from the header dict: present or ``dflt``; 0 when the value is not an exact
+ * int within Java's int range. */
+static int java_int_item(PyObject *dict, PyObject *key, long dflt, PyObject **out) {
+    PyObject *v = PyDict_GetItemWithError(dict, key);
+    if (v == NULL) {
+        if (PyErr_Occurred()) return -1;
+        *out = PyLong_FromLong(dflt);
+        return *out == NULL ? -1 : 1;
+    }
+    if (!PyLong_CheckExact(v)) return 0;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (overflow || x < I32_MIN || x > I32_MAX) return 0;
+    *out = Py_NewRef(v);
+    return 1;
+}
+
+static PyObject *k_opaque, *k_code, *k_flag, *k_version, *k_ext, *k_remark, *k_language;
+
+/* codec._decode_json_header's plain case after orjson: a header dict whose code, opaque, flag
+ * and version are Java ints (opaque, flag, version default 0), extFields a dict of str (or
+ * absent: empty), remark absent or a str, language a non-empty str, as
+ * cls(code, ext, b"", opaque, flag, remark, language, version, serialize_type); None for
+ * anything else, which the Python code judges. */
+static PyObject *py_json_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "json_command takes 3 arguments");
+    PyObject *h = args[0];
+    if (!PyDict_CheckExact(h)) Py_RETURN_NONE;
+    if (k_opaque == NULL) {
+        if ((k_opaque = PyUnicode_InternFromString("opaque")) == NULL ||
+            (k_code = PyUnicode_InternFromString("code")) == NULL ||
+            (k_flag = PyUnicode_InternFromString("flag")) == NULL ||
+            (k_version = PyUnicode_InternFromString("version")) == NULL ||
+            (k_ext = PyUnicode_InternFromString("extFields")) == NULL ||
+            (k_remark = PyUnicode_InternFromString("remark")) == NULL ||
+            (k_language = PyUnicode_InternFromString("language")) == NULL)
+            return NULL;
+    }
+    PyObject *items[9] = {NULL};
+    PyObject *result = NULL;
+    int ok;
+    /* items: code, ext, body, opaque, flag, remark, language, version, serialize_type */
+    PyObject *code = PyDict_GetItemWithError(h, k_code); /* required: no default */
+    if (code == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    if ((ok = java_int_item(h, k_code, 0, &items[0])) <= 0) goto out;
+    if ((ok = java_int_item(h, k_opaque, 0, &items[3])) <= 0) goto out;
+    if ((ok = java_int_item(h, k_flag, 0, &items[4])) <= 0) goto out;
+    if ((ok = java_int_item(h, k_version, 0, &items[7])) <= 0) goto out;
+    PyObject *ext = PyDict_GetItemWithError(h, k_ext);
+    if (ext == NULL && PyErr_Occurred()) goto fail;
+    if (ext == NULL || ext == Py_None) {
+        if ((items[1] = PyDict_New()) == NULL) goto fail;
+    } else {
+        ok = 0;
+        if (!PyDict_CheckExact(ext)) goto out;
+        Py_ssize_t i = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(ext, &i, &key, &value))
+            if (!PyUnicode_CheckExact(value)) goto out;
+        items[1] = Py_NewRef(ext);
+    }
+    ok = 0;
+    PyObject *remark = PyDict_GetItemWithError(h, k_remark);
+    if (remark == NULL && PyErr_Occurred()) goto fail;
+    if (remark != NULL && remark != Py_None && !PyUnicode_CheckExact(remark)) goto out;
+    PyObject *language = PyDict_GetItemWithError(h, k_language);
+    if (language == NULL && PyErr_Occurred()) goto fail;
+    if (language == NULL || !PyUnicode_CheckExact(language) || PyUnicode_GET_LENGTH(language) == 0)
+        goto out;
+    items[5] = Py_NewRef(remark != NULL ? remark : Py_None);
+    items[6] = Py_NewRef(language);
+    if ((items[2] = PyBytes_FromStringAndSize(NULL, 0)) == NULL) goto fail;
+    items[8] = Py_NewRef(args[2]);
+    result = PyObject_Vectorcall(args[1], items, 9, NULL);
+    goto done;
+out:
+    if (ok < 0) goto fail;
+    result = Py_NewRef(Py_None);
+    goto done;
+fail:
+    result = NULL;
+done:
+    for (int i = 0; i < 9; i++) Py_XDECREF(items[i]);
+    return result;
+}
+
+/* --- send_header -------------------------------------------------------------------------------- */
+
+/* A plain non-negative decimal of at most ``max_digits`` ASCII digits as a Python int, NULL with
+ * no error set for anything else (headers.java_int's and java_long's fast case). */
+static PyObject *plain_number(PyObject *v, Py_ssize_t max_digits) {
+    if (!PyUnicode_CheckExact(v) || !PyUnicode_IS_ASCII(v)) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    if (n == 0 || n > max_digits) return NULL;
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(v);
+    long long x = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return NULL;
+        x = x * 10 + (p[i] - '0');
+    }
+    return PyLong_FromLongLong(x);
+}
+
+/* "true" or "false" exactly as a bool, NULL with no error set for anything else. */
+static PyObject *plain_bool(PyObject *v) {
+    if (!PyUnicode_CheckExact(v)) return NULL;
+    if (PyUnicode_CompareWithASCIIString(v, "true") == 0) Py_RETURN_TRUE;
+    if (PyUnicode_CompareWithASCIIString(v, "false") == 0) Py_RETURN_FALSE;
+    return NULL;
+}
+
+/* headers.SendMessageRequestHeader.from_ext's common case: every required field present, the
+ * numbers plain decimals, the booleans "true" or "false", as cls(...); None for anything else,
+ * which the Python decoder judges and words.  names: the 13 wire names in the header's field
+ * order; batch_code: the request is a SEND_BATCH_MESSAGE. */
+static PyObject *py_send_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "send_header takes 4 arguments");
+    PyObject *ext = args[0], *names = args[1];
+    if (!PyDict_CheckExact(ext) || !PyTuple_CheckExact(names) || PyTuple_GET_SIZE(names) != 13)
+        Py_RETURN_NONE;
+    int batch_code = PyObject_IsTrue(args[3]);
+    if (batch_code < 0) return NULL;
+    PyObject *raw[13], *items[13] = {NULL}, *result = NULL;
+    for (int i = 0; i < 13; i++) {
+        raw[i] = PyDict_GetItemWithError(ext, PyTuple_GET_ITEM(names, i));
+        if (raw[i] == NULL && PyErr_Occurred()) return NULL;
+    }
+    for (int i = 0; i < 8; i++)
+        if (raw[i] == NULL) Py_RETURN_NONE; /* a required field missing: the Python error */
+    for (int i = 0; i < 3; i++) items[i] = Py_NewRef(raw[i]);
+    static const int ints[] = {3, 4, 5, 7};
+    for (int k = 0; k < 4; k++)
+        if ((items[ints[k]] = plain_number(raw[ints[k]], 9)) == NULL) goto plain_none;
+    if ((items[6] = plain_number(raw[6], 18)) == NULL) goto plain_none;
+    items[8] = Py_NewRef(raw[8] != NULL ? raw[8] : Py_None);
+    if (raw[9] == NULL) items[9] = Py_NewRef(Py_None);
+    else if ((items[9] = plain_number(raw[9], 9)) == NULL) goto plain_none;
+    if (raw[10] == NULL) items[10] = Py_NewRef(Py_False);
+    else if ((items[10] = plain_bool(raw[10])) == NULL) goto plain_none;
+    if (raw[11] == NULL) items[11] = Py_NewRef(Py_None);
+    else if ((items[11] = plain_number(raw[11], 9)) == NULL) goto plain_none;
+    if (batch_code) items[12] = Py_NewRef(Py_True);
+    else if (raw[12] == NULL) items[12] = Py_NewRef(Py_False);
+    else if ((items[12] = plain_bool(raw[12])) == NULL) goto plain_none;
+    result = PyObject_Vectorcall(args[2], items, 13, NULL);
+    goto done;
+plain_none:
+    if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < 13; i++) Py_XDECREF(items[i]);
+    return result;
+}
+
+/* --- plain_header -------------------------------------------------------------------------------- */
+
+/* A typed request header's common case from its extFields: spec is a tuple of (wire name, kind)
+ * pairs in the class's field order, kind one of "s" (a required str), "S" (an optional str,
+ * None when absent), "i" / "l" (a required Java int / long written as a plain decimal), "b" (a
+ * boolean, "true" or "false", False when absent); the header is cls(*values), or None when any
+ * field is absent where required or not plain, for the Python decoder to judge and word. */
+static PyObject *py_plain_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "plain_header takes 3 arguments");
+    PyObject *ext = args[0], *spec = args[1];
+    if (!PyDict_CheckExact(ext) || !PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) > 16)
+        Py_RETURN_NONE;
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    PyObject *items[16] = {NULL}, *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(spec, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) goto plain_none;
+        const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 1));
+        if (kind == NULL) goto done;
+        PyObject *v = PyDict_GetItemWithError(ext, PyTuple_GET_ITEM(pair, 0));
+        if (v == NULL && PyErr_Occurred()) goto done;
+        switch (kind[0]) {
+        case 's':
+            if (v == NULL || !PyUnicode_CheckExact(v)) goto plain_none;
+            items[i] = Py_NewRef(v);
+            break;
+        case 'S':
+            if (v != NULL && !PyUnicode_CheckExact(v)) goto plain_none;
+            items[i] = Py_NewRef(v != NULL ? v : Py_None);
+            break;
+        case 'i':
+        case 'l':
+            if (v == NULL || (items[i] = plain_number(v, kind[0] == 'i' ? 9 : 18)) == NULL)
+                goto plain_none;
+            break;
+        case 'b':
+            if (v == NULL) items[i] = Py_NewRef(Py_False);
+            else if ((items[i] = plain_bool(v)) == NULL) goto plain_none;
+            break;
+        default:
+            goto plain_none;
+        }
+    }
+    result = PyObject_Vectorcall(args[2], items, n, NULL);
+    goto done;
+plain_none:
+    if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
+done:
+    for (int i = 0; i < 16; i++) Py_XDECREF(items[i]);
+    return result;
 }
 
 /* --- Java String.hashCode ------------------------------------------------------------------ */
@@ -1467,6 +1852,20 @@ static PyMethodDef methods[] = {
      " size (the body CRC is computed here)."},
     {"properties_bytes", py_properties_bytes, METH_O,
      "properties_bytes(props): the UTF-8 PROPERTIES field of a dict of str."},
+    {"decode_properties", py_decode_properties, METH_O,
+     "decode_properties(text): the dict of a properties string (message.decode_properties)."},
+    {"decode_plain", (PyCFunction)(void (*)(void))py_decode_plain, METH_FASTCALL,
+     "decode_plain(buf, pos, check_crc, cls): the common record at buf[pos:] as cls(...), or"
+     " None for the careful parser (record._decode_plain_py)."},
+    {"json_command", (PyCFunction)(void (*)(void))py_json_command, METH_FASTCALL,
+     "json_command(header, cls, serialize_type): the plain JSON header dict as cls(...), or None"
+     " (remoting.codec._decode_json_header's first case)."},
+    {"send_header", (PyCFunction)(void (*)(void))py_send_header, METH_FASTCALL,
+     "send_header(ext, names, cls, batch_code): SendMessageRequestHeader.from_ext's common"
+     " case as cls(...), or None."},
+    {"plain_header", (PyCFunction)(void (*)(void))py_plain_header, METH_FASTCALL,
+     "plain_header(ext, spec, cls): a typed header's common case from its extFields as"
+     " cls(*values), or None."},
     {"java_hash", py_java_hash, METH_O, "java_hash(s): Java's String.hashCode of s."},
     {"java_hash_after", (PyCFunction)(void (*)(void))py_java_hash_after, METH_FASTCALL,
      "java_hash_after(prefix_hash, s): java_hash(prefix + s) from java_hash(prefix)."},

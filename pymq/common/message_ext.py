@@ -103,8 +103,10 @@ def _properties_bytes_py(props: Mapping[str, str]) -> bytes:
     return encode_properties(props).encode()
 
 
-def decode_properties(text: str) -> dict[str, str]:
+def _decode_properties_py(text: str) -> dict[str, str]:
     """Parse a properties string, with or without a trailing ``\\x02``.
+
+    Pure-Python twin of ``_recordc.decode_properties``; use :func:`decode_properties`.
 
     Like Java's ``string2messageProperties``, an item is kept only when both its name and its value
     are non-empty; anything else is skipped rather than failing the whole message.
@@ -247,6 +249,11 @@ properties_bytes: Callable[[dict[str, str]], bytes] = (
     _native.properties_bytes if _native is not None else _properties_bytes_py
 )
 """The PROPERTIES field of a record: ``encode_properties(props).encode()``, faster."""
+decode_properties: Callable[[str], dict[str, str]] = (
+    _native.decode_properties if _native is not None else _decode_properties_py
+)
+"""Parse a properties string, with or without a trailing ``\\x02`` (Java's
+``string2messageProperties``: an item without a name or a value is skipped)."""
 java_string_hash: Callable[[str], int] = (
     _native.java_hash if _native is not None else _java_string_hash_py
 )

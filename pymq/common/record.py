@@ -504,6 +504,57 @@ def scan_records(
         pos += info.size
 
 
+def _decode_plain_py(
+    buf: bytes | bytearray | memoryview | mmap.mmap,
+    pos: int,
+    check_crc: bool,
+    cls: Callable[..., MessageExt],
+) -> MessageExt | None:
+    """The common record at ``buf[pos:]`` (IPv4 hosts, lengths that add up, a body matching
+    its CRC when asked, UTF-8 topic and properties without NUL) as ``cls(...)``, read inline as
+    decode_records does; None for anything else, which the careful parser judges and words.
+
+    Pure-Python twin of ``_recordc.decode_plain``; :func:`decode_record` uses whichever is in
+    use.
+    """
+    limit = len(buf)
+    if pos < 0 or pos + _V4_HEADER_SIZE > limit:
+        return None
+    f = _V4_HEADER.unpack_from(buf, pos)
+    total = f[0]
+    end = pos + total
+    p = pos + _V4_HEADER_SIZE
+    q = p + f[16]
+    if not (
+        f[1] == MESSAGE_MAGIC_CODE
+        and not f[7] & _HOST_FLAGS
+        and total >= _V4_HEADER_SIZE + 3
+        and end <= limit
+        and f[16] >= 0
+        and q + 3 <= end
+    ):
+        return None
+    body = bytes(buf[p:q])
+    if check_crc and body and zlib.crc32(body) & 0x7FFFFFFF != f[2]:
+        return None
+    t1 = q + 1 + buf[q]
+    if buf[q] > MAX_TOPIC_LENGTH or t1 + 2 > end or t1 + 2 + _SHORT.unpack_from(buf, t1)[0] != end:
+        return None
+    topic_raw = bytes(buf[q + 1 : t1])
+    props_raw = bytes(buf[t1 + 2 : end])
+    if 0 in topic_raw or 0 in props_raw:
+        return None
+    try:
+        topic = topic_raw.decode()
+        props_text = props_raw.decode()
+    except UnicodeDecodeError:
+        return None
+    return cls(
+        topic, body, f[4], decode_properties(props_text), f[3], f[5], f[6], f[7], f[8],
+        (unpack_ip(f[9]), f[10]), f[11], (unpack_ip(f[12]), f[13]), f[14], f[15], f[2], total,
+    )  # fmt: skip
+
+
 def decode_record(
     buf: bytes | bytearray | memoryview | mmap.mmap,
     pos: int = 0,
@@ -518,6 +569,17 @@ def decode_record(
     TOTALSIZE, a body failing its CRC (when ``check_crc``), or undecodable topic/properties text.
     With ``read_body=False`` the body is left empty (its CRC is still checked if asked).
     """
+    if read_body:
+        msg = _decode_plain(buf, pos, check_crc, MessageExt)
+        if msg is not None:
+            return msg
+    return _decode_record_careful(buf, pos, check_crc, read_body)
+
+
+def _decode_record_careful(
+    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int, check_crc: bool, read_body: bool
+) -> MessageExt:
+    """:func:`decode_record` by the careful parser alone (the tests compare the two)."""
     fields, body, topic, props = _parse(buf, pos, check_crc, read_body)
     (
         total,
@@ -562,69 +624,21 @@ def decode_records(buf: bytes, *, check_crc: bool = False) -> list[MessageExt]:
     """Every record of ``buf`` (a PULL_MESSAGE body), as :func:`iter_records` would give them,
     stopping at a blank record; raises :class:`RecordError` on the first bad one.
 
-    The consumer's hot path: the common record (IPv4 hosts, sane lengths) is decoded inline,
-    anything else by :func:`decode_record`.  The body CRC is not checked unless asked (Java's
+    The consumer's hot path (each record by :func:`decode_record`, whose common case is one C
+    call when the extension is built).  The body CRC is not checked unless asked (Java's
     client does not check it on pull either: the broker checked what it recovered).
     """
     out: list[MessageExt] = []
     append = out.append
-    header = _V4_HEADER
-    hsize = _V4_HEADER_SIZE
-    short = _SHORT
     n = len(buf)
     pos = 0
     while pos < n:
-        if pos + hsize <= n:
-            f = header.unpack_from(buf, pos)
-            total = f[0]
-            end = pos + total
-            p = pos + hsize
-            q = p + f[16]
-            if (
-                f[1] == MESSAGE_MAGIC_CODE
-                and not f[7] & _HOST_FLAGS
-                and end <= n
-                and f[16] >= 0
-                and q + 3 <= end
-                and (not check_crc or zlib.crc32(buf[p:q]) & 0x7FFFFFFF == f[2])
-            ):
-                t1 = q + 1 + buf[q]
-                if t1 + 2 <= end and t1 + 2 + short.unpack_from(buf, t1)[0] == end:
-                    topic_raw = buf[q + 1 : t1]
-                    props_raw = buf[t1 + 2 : end]
-                    if b"\0" not in topic_raw and b"\0" not in props_raw:
-                        try:
-                            topic = topic_raw.decode()
-                            props = decode_properties(props_raw.decode())
-                        except UnicodeDecodeError:
-                            pass  # the careful path below reports it
-                        else:
-                            append(
-                                MessageExt(
-                                    topic,
-                                    buf[p:q],
-                                    f[4],
-                                    props,
-                                    f[3],
-                                    f[5],
-                                    f[6],
-                                    f[7],
-                                    f[8],
-                                    (unpack_ip(f[9]), f[10]),
-                                    f[11],
-                                    (unpack_ip(f[12]), f[13]),
-                                    f[14],
-                                    f[15],
-                                    f[2],
-                                    total,
-                                )
-                            )
-                            pos = end
-                            continue
-        try:
-            msg = decode_record(buf, pos, check_crc=check_crc)
-        except BlankRecord:
-            break
+        msg = _decode_plain(buf, pos, check_crc, MessageExt)
+        if msg is None:  # anything but the common record: the careful parser
+            try:
+                msg = _decode_record_careful(buf, pos, check_crc, True)
+            except BlankRecord:
+                break
         append(msg)
         pos += msg.store_size
     return out
@@ -652,6 +666,9 @@ def iter_records(
 
 
 _native = native_extension
+_decode_plain: Callable[..., MessageExt | None] = (
+    _native.decode_plain if _native is not None else _decode_plain_py
+)
 encode_record_into: Callable[..., int] = (
     _native.encode_into if _native is not None else _encode_record_into_py
 )

@@ -19,7 +19,7 @@ import itertools
 import json
 import re
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
 import attrs
@@ -204,6 +204,9 @@ def _json_header(cmd: RemotingCommand) -> bytes:
     ).encode()
 
 
+# The C twin of _decode_json_header's plain case (None without the extension).
+_json_command: Callable[..., RemotingCommand | None] | None = getattr(_native, "json_command", None)
+
 # Read per frame: an enum member read through its class costs ~0.15 us in CPython 3.11.
 _SERIALIZE_JSON = SerializeType.JSON
 _SERIALIZE_ROCKETMQ = SerializeType.ROCKETMQ
@@ -235,10 +238,8 @@ def _binary_header(cmd: RemotingCommand) -> bytes:
 
 def encode(cmd: RemotingCommand) -> bytes:
     """The whole frame for ``cmd``, length prefix included."""
-    if cmd.serialize_type == SerializeType.ROCKETMQ:
-        header = _binary_header(cmd)
-    else:
-        header = _json_header(cmd)
+    rocketmq = cmd.serialize_type == _SERIALIZE_ROCKETMQ
+    header = _binary_header(cmd) if rocketmq else _json_header(cmd)
     body = cmd.body or b""
     return (
         _FRAME_PREFIX.pack(
@@ -292,6 +293,10 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
         header = _fast_loads(data)
     except ValueError:  # orjson.JSONDecodeError; RecursionError cannot happen (depth 1024)
         return _checked_command(_json_loads(data))
+    if _json_command is not None:  # the plain case below, in one C call
+        cmd = _json_command(header, RemotingCommand, _SERIALIZE_JSON)
+        if cmd is not None:
+            return cmd
     if type(header) is dict:
         get = header.get
         opaque, code, flag = get("opaque", 0), get("code"), get("flag", 0)
@@ -299,15 +304,16 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
         if ext is None:  # fastjson leaves out a null map: requests without a custom header
             ext = {}
         remark, language = get("remark"), get("language")
+        # Java's int range as literals (constants, not global loads: every frame passes here).
         if (
             type(opaque) is int
-            and INT32_MIN <= opaque <= INT32_MAX
+            and -0x80000000 <= opaque <= 0x7FFFFFFF
             and type(code) is int
-            and INT32_MIN <= code <= INT32_MAX
+            and -0x80000000 <= code <= 0x7FFFFFFF
             and type(flag) is int
-            and INT32_MIN <= flag <= INT32_MAX
+            and -0x80000000 <= flag <= 0x7FFFFFFF
             and type(version) is int
-            and INT32_MIN <= version <= INT32_MAX
+            and -0x80000000 <= version <= 0x7FFFFFFF
             and type(ext) is dict
             and (remark is None or type(remark) is str)
             and type(language) is str
@@ -469,9 +475,9 @@ def _decode_at(buf: bytes, start: int, end: int) -> RemotingCommand:
             f"header length {field & 0xFFFFFF} exceeds frame of {end - start} bytes"
         )
     header = buf[start + 4 : header_end]
-    if serialize_type == SerializeType.JSON:
+    if serialize_type == _SERIALIZE_JSON:
         cmd = _decode_json_header(header)
-    elif serialize_type == SerializeType.ROCKETMQ:
+    elif serialize_type == _SERIALIZE_ROCKETMQ:
         cmd = _decode_binary_header(header)
     else:
         raise ProtocolError(f"unknown serialize type {serialize_type}")

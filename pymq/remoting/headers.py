@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Callable
 from json.encoder import encode_basestring_ascii as _quote
 from typing import Any, TypeVar
 
 import attrs
 
+from pymq.common.native import _native
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting.codes import RequestCode
 from pymq.remoting.errors import RemotingCommandError
@@ -184,6 +186,19 @@ _SHORT_NAMES = tuple(V2_NAMES)
 _LONG_NAMES = tuple(V2_NAMES.values())
 _SEND_MESSAGE = RequestCode.SEND_MESSAGE
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
+# from_ext's common case in C (None without the extension; the Python below is the reference).
+_send_header: Callable[..., Any] | None = getattr(_native, "send_header", None)
+_plain_header: Callable[..., Any] | None = getattr(_native, "plain_header", None)
+# EndTransactionRequestHeader's fields for _plain_header: (wire name, kind) in field order.
+_END_SPEC = (
+    ("producerGroup", "s"),
+    ("tranStateTableOffset", "l"),
+    ("commitLogOffset", "l"),
+    ("commitOrRollback", "i"),
+    ("msgId", "s"),
+    ("fromTransactionCheck", "b"),
+    ("transactionId", "S"),
+)
 
 
 @attrs.define(slots=True)
@@ -210,6 +225,12 @@ class SendMessageRequestHeader:
         """The send header of a request with ``code``: the hot path's decoder, equivalent to
         :func:`decode` on the long names (the tests check it field by field)."""
         names = _LONG_NAMES if code == _SEND_MESSAGE else _SHORT_NAMES
+        if _send_header is not None:  # the common case in one C call
+            header: SendMessageRequestHeader | None = _send_header(
+                ext, names, cls, code == _SEND_BATCH_MESSAGE
+            )
+            if header is not None:
+                return header
         get = ext.get
         values: list[Any] = [get(name) for name in names]  # the first 8 checked non-None below
         for index in range(8):  # the @CFNotNull fields come first
@@ -374,6 +395,10 @@ class EndTransactionRequestHeader:
     def from_ext(cls, ext: dict[str, str]) -> EndTransactionRequestHeader:
         """The header of an END_TRANSACTION, validated as :func:`decode` does (the hot path's
         decoder: one per transaction; the tests compare it with :func:`decode`)."""
+        if _plain_header is not None:  # the common case in one C call
+            header: EndTransactionRequestHeader | None = _plain_header(ext, _END_SPEC, cls)
+            if header is not None:
+                return header
         get = ext.get
         group = get("producerGroup")
         table_offset = get("tranStateTableOffset")

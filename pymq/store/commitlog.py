@@ -533,6 +533,21 @@ class CommitLog:
             return None
         return mf.read(offset - mf.file_from_offset, size)
 
+    def get_record(self, offset: int) -> bytes | None:
+        """A copy of the record at ``offset``, its size read from its TOTALSIZE; None when no
+        record of a positive size is wholly stored there (one lookup and one copy: what
+        ``get_message(offset, 4)`` and then ``get_message(offset, size)`` would give)."""
+        mf = self.queue.find_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos < 0 or pos + 4 > mf.wrote_position:
+            return None
+        size = _INT.unpack_from(mf.mm, pos)[0]
+        if size <= 0:
+            return None
+        return mf.read(pos, size)
+
     def get_data(self, offset: int, max_size: int | None = None) -> bytes | None:
         """Bytes from ``offset`` to the end of what its file holds (for HA and reput)."""
         mf = self.queue.find_by_offset(offset, offset == 0)

@@ -214,6 +214,18 @@ class ConsumeQueue:
         if phy_offset + size <= self.max_physic_offset:
             return True
         expect = cq_offset * CQ_STORE_UNIT_SIZE
+        files = self.queue.files
+        if files:
+            # The common case first: the next entry of the last file, its blocks allocated.
+            mf = files[-1]
+            pos = mf.wrote_position
+            if mf.file_from_offset + pos == expect and pos + CQ_STORE_UNIT_SIZE <= min(
+                mf.allocated, mf.file_size
+            ):
+                ENTRY.pack_into(mf.mm, pos, phy_offset, size, tags_code)
+                mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
+                self.max_physic_offset = phy_offset + size
+                return True
         mf = self.queue.get_last_mapped_file(expect)
         if mf.wrote_position == 0 and self.queue.files[0] is mf and expect > mf.file_from_offset:
             # A queue whose first entry is not at offset 0 (e.g. after its files were deleted).

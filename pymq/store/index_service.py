@@ -135,6 +135,11 @@ class IndexService:
         report once, as after a crash)."""
         if MessageSysFlag.transaction_value(sys_flag) == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
             return
+        if not uniq_key and not keys and not self.needs_new_file():
+            # Nothing to index (a transaction's op record, a message without UNIQ_KEY): the
+            # header would be written back unchanged.  A full file is still rolled below, as
+            # Java's buildIndex gets its file before it looks at the keys.
+            return
         f = self._writable_file()
         if phy_offset < f.end_phy_offset:
             return  # re-dispatch after recovery: already indexed

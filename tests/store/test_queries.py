@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 
 import trio
 
@@ -107,6 +108,36 @@ async def test_query_by_key_and_unique_key(root):
         limited = store.query_message("TopicTest", "shared", 5, 0, clock.now)
         assert len(limited.messages) == 5
         assert limited.index_last_update_phyoffset == offsets[299]
+
+
+async def test_records_without_keys_leave_the_index_as_it_was(root):
+    """A record with neither KEYS nor UNIQ_KEY (a transaction's op record) writes nothing to
+    the index, its header included; a full index file still rolls, as Java's buildIndex gets
+    its file first."""
+    config = small_config(root)  # 256 entries per index file
+    async with running_store(config) as store:
+        await store.put_message(make_message(keys="k-1"))
+        await store.reput.do_reput()
+        index = store.index
+        assert index is not None
+        path = index.files[-1].path
+        index.files[-1].mf.mm.flush()
+        before = pathlib.Path(path).read_bytes()
+        for _ in range(5):
+            await store.put_message(make_message(tags=None))
+        await store.reput.do_reput()
+        index.files[-1].mf.mm.flush()
+        assert pathlib.Path(path).read_bytes() == before
+        for i in range(300):  # fill the file: the next record, keyless, rolls to a new one
+            await store.put_message(make_message(keys=f"k-{i}"))
+        await store.reput.do_reput()
+        while not index.files[-1].is_full:
+            await store.put_message(make_message(keys="more"))
+            await store.reput.do_reput()
+        files = len(index.files)
+        await store.put_message(make_message(tags=None))
+        await store.reput.do_reput()
+        assert len(index.files) == files + 1
 
 
 async def test_index_survives_restart(root):

@@ -407,3 +407,54 @@ def test_fast_json_path_edge_cases(data: bytes) -> None:
     else:
         got = (attrs.asdict(cmd), cmd.header_error)
     assert got == _reference(data)
+
+
+# What a JSON header's fields may hold: right and wrong types, Java int edges, absent keys.
+_json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**31) - 1, 2**31),
+    st.sampled_from([2**63, -(2**64), 1.5]),
+    st.text(max_size=5),
+)
+_MISSING_FIELD = object()
+
+
+@given(
+    fields=st.fixed_dictionaries(
+        {},
+        optional={
+            "code": _json_scalars,
+            "opaque": _json_scalars,
+            "flag": _json_scalars,
+            "version": _json_scalars,
+            "remark": _json_scalars,
+            "language": st.one_of(_json_scalars, st.just("JAVA")),
+            "extFields": st.one_of(
+                st.none(),
+                st.dictionaries(st.text(max_size=3), _json_scalars, max_size=4),
+                st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=4),
+                st.lists(st.integers(), max_size=2),
+            ),
+        },
+    )
+)
+def test_json_command_in_c_equals_the_python_reading(fields: dict) -> None:
+    """The C extension's json_command reads a header as the Python code does (or leaves it to
+    it): same command, or same refusal."""
+    from pymq.remoting import codec
+
+    data = json.dumps(fields).encode()
+
+    def read() -> object:
+        try:
+            return codec._decode_json_header(data)
+        except ProtocolError as exc:
+            return ("refused", str(exc))
+
+    with_c = read()
+    saved, codec._json_command = codec._json_command, None
+    try:
+        assert read() == with_c
+    finally:
+        codec._json_command = saved

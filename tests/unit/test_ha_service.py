@@ -73,6 +73,16 @@ async def test_ack_completes_the_wait_and_silence_times_out() -> None:
     assert ha.status() == [{"address": "s:1", "ackOffset": 100, "lagBytes": 900}]
 
 
+async def test_new_data_wakes_writers_only_when_a_slave_is_connected() -> None:
+    ha = service()
+    event = ha._new_data
+    ha.notify_new_data()  # nobody can be waiting: the event is kept, not set
+    assert ha._new_data is event and not event.is_set()
+    ha.connections.add(SlaveConnection("s:1", request_offset=0))
+    ha.notify_new_data()
+    assert event.is_set() and ha._new_data is not event
+
+
 class BrokenStore:
     """A store whose reads fail: stands for any bug met while serving one slave."""
 

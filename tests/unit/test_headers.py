@@ -15,6 +15,7 @@ from pymq.remoting.headers import (
     LONG_MIN,
     REQUEST_HEADERS,
     V2_NAMES,
+    EndTransactionRequestHeader,
     HeaderError,
     PullMessageRequestHeader,
     SendMessageRequestHeader,
@@ -113,6 +114,91 @@ def test_the_send_fast_path_agrees_with_the_generic_decoder(ext: dict[str, str])
     except HeaderError:
         got = HeaderError
     assert got == expected
+
+
+_plain_or_odd = st.one_of(
+    st.integers(0, 10**12).map(str), numberish, st.sampled_from(["true", "false", "True", "1"])
+)
+
+
+@given(
+    st.fixed_dictionaries(
+        {name: _plain_or_odd for name in list(V2_NAMES)[:8]},
+        optional={name: _plain_or_odd for name in list(V2_NAMES)[8:]},
+    ),
+    st.sampled_from(
+        [RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_MESSAGE]
+    ),
+)
+def test_the_send_header_in_c_agrees_with_the_python_decoder(
+    short: dict[str, str], code: int
+) -> None:
+    """The C extension's common case of from_ext gives what the Python from_ext gives (every
+    required field present, so that the numbers and booleans are what is tried)."""
+    from pymq.remoting import headers
+
+    ext = short if code != RequestCode.SEND_MESSAGE else {V2_NAMES[k]: v for k, v in short.items()}
+
+    def read() -> object:
+        try:
+            return SendMessageRequestHeader.from_ext(code, ext)
+        except HeaderError as exc:
+            return str(exc)
+
+    with_c = read()
+    saved, headers._send_header = headers._send_header, None
+    try:
+        assert read() == with_c
+    finally:
+        headers._send_header = saved
+
+
+_END_NAMES = [
+    "producerGroup",
+    "tranStateTableOffset",
+    "commitLogOffset",
+    "commitOrRollback",
+    "msgId",
+    "fromTransactionCheck",
+    "transactionId",
+]
+
+
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            name: st.one_of(_plain_or_odd, st.sampled_from(["0", "8", "12", "G", "2", "-8", "08"]))
+            for name in _END_NAMES
+        },
+    )
+)
+def test_the_end_transaction_header_in_c_agrees_with_the_python_decoder(
+    ext: dict[str, str],
+) -> None:
+    """plain_header (C) reads END_TRANSACTION's header as the Python from_ext and decode() do:
+    same header, or the same refusal."""
+    from pymq.remoting import headers
+
+    def read() -> object:
+        try:
+            return EndTransactionRequestHeader.from_ext(ext)
+        except HeaderError as exc:
+            return str(exc)
+
+    with_c = read()
+    saved, headers._plain_header = headers._plain_header, None
+    try:
+        assert read() == with_c
+    finally:
+        headers._plain_header = saved
+    try:
+        generic: object = decode(EndTransactionRequestHeader, ext)
+    except HeaderError as exc:
+        generic = str(exc)
+    assert type(generic) is type(with_c)
+    if not isinstance(with_c, str):
+        assert with_c == generic
 
 
 @given(st.integers(INT_MIN, INT_MAX))

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pymq.common import record
 from pymq.common.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -220,6 +221,43 @@ def test_round_trip(topic, body, props, ints, sys_flag, born, store):
     # The consumer's fast decoder agrees with the careful one, for IPv4 and IPv6 alike.
     twice = raw + raw
     assert decode_records(twice) == list(iter_records(twice)) == [back, back]
+
+
+def _careful_or_error(raw: bytes, **kwargs: bool) -> object:
+    try:
+        return record._decode_record_careful(raw, 0, kwargs.get("check_crc", True), True)
+    except RecordError as exc:
+        return type(exc)
+
+
+def _fast_or_error(raw: bytes, **kwargs: bool) -> object:
+    try:
+        return decode_record(raw, **kwargs)
+    except RecordError as exc:
+        return type(exc)
+
+
+@given(
+    body=st.binary(max_size=300),
+    props=st.dictionaries(prop_text, prop_text, max_size=4),
+    v6=st.booleans(),
+    damage=st.one_of(st.none(), st.tuples(st.integers(0, 400), st.integers(1, 255))),
+    check_crc=st.booleans(),
+)
+def test_decode_record_fast_path_equals_the_careful_parser(body, props, v6, damage, check_crc):
+    """decode_record reads the common record inline; whatever it gives or refuses, the careful
+    parser gives or refuses alike, damaged bytes included."""
+    msg = golden_message()
+    msg.body, msg.properties = body, props
+    if v6:
+        msg.born_host = ("::1", 7)
+    raw = bytearray(encode_record(msg))
+    if damage is not None:
+        at, xor = damage
+        raw[at % len(raw)] ^= xor
+    assert _fast_or_error(bytes(raw), check_crc=check_crc) == _careful_or_error(
+        bytes(raw), check_crc=check_crc
+    )
 
 
 def test_decode_records_refuses_what_decode_record_refuses():

@@ -45,6 +45,15 @@ def test_extension_is_built():
     assert native.NATIVE_CODEC, "pymq.common._recordc was not built (is a C compiler missing?)"
     assert record.encode_record_into is _native().encode_into
     assert message_ext.properties_bytes is _native().properties_bytes
+    assert message_ext.decode_properties is _native().decode_properties
+    assert record._decode_plain is _native().decode_plain
+    from pymq.remoting import codec
+
+    assert codec._json_command is _native().json_command
+    from pymq.remoting import headers
+
+    assert headers._send_header is _native().send_header
+    assert headers._plain_header is _native().plain_header
 
 
 @pytest.fixture(params=[True, False], ids=["clmul", "tables"])
@@ -195,6 +204,78 @@ def test_properties_bytes_refuses_what_python_refuses():
     with pytest.raises(UnicodeEncodeError):
         _native().properties_bytes({"a": "\udc80"})
     assert _native().properties_bytes({}) == b""
+
+
+# Property strings as they come: separators anywhere, empty names and values, repeated names,
+# a trailing separator, text beyond Latin-1 (all of PEP 393's string kinds).
+raw_prop_text = st.text(
+    alphabet=st.sampled_from(["\x01", "\x02", "a", "b", "K", "é", "€", "😀", "\udc80"]),
+    max_size=40,
+)
+
+
+@given(raw_prop_text)
+def test_decode_properties_matches_python(text):
+    decoded = _native().decode_properties(text)
+    expected = message_ext._decode_properties_py(text)
+    assert decoded == expected and list(decoded) == list(expected)
+
+
+def test_decode_properties_edges():
+    decode = _native().decode_properties
+    assert decode("") == {} and decode("\x02") == {} and decode("a") == {}
+    assert decode("a\x01b\x01c\x02d\x01e\x02") == {"a": "b\x01c", "d": "e"}
+    assert list(decode("a\x011\x02b\x012\x02a\x013").items()) == [("a", "3"), ("b", "2")]
+    with pytest.raises(TypeError):
+        decode(b"a\x01b")
+
+
+@given(
+    body=st.binary(max_size=300),
+    props=st.dictionaries(prop_text, prop_text, max_size=4),
+    topic=st.text(min_size=1, max_size=30).filter(lambda t: "\x00" not in t),
+    hosts=st.sampled_from(
+        [(("10.0.0.9", 40000), ("127.0.0.1", 10911)), (("::1", 7), ("127.0.0.1", 10911))]
+    ),
+    damage=st.one_of(st.none(), st.tuples(st.integers(0, 500), st.integers(1, 255))),
+    check_crc=st.booleans(),
+    pad=st.integers(0, 5),
+    kind=st.sampled_from([bytes, bytearray, memoryview]),
+)
+def test_decode_plain_matches_python(body, props, topic, hosts, damage, check_crc, pad, kind):
+    msg = MessageExt(
+        topic=topic, body=body, flag=-3, properties=props, queue_id=5, queue_offset=2**40,
+        commitlog_offset=77, sys_flag=0x8, born_timestamp=-1, born_host=hosts[0],
+        store_timestamp=2**41, store_host=hosts[1], reconsume_times=2,
+        prepared_transaction_offset=-5,
+    )  # fmt: skip
+    try:
+        raw = bytearray(b"\xee" * pad + encode_record(msg))
+    except record.RecordError:
+        return  # a topic too long for the layout
+    if damage is not None:
+        at, xor = damage
+        raw[at % len(raw)] ^= xor
+    buf = kind(bytes(raw))
+    native = _native().decode_plain(buf, pad, check_crc, MessageExt)
+    assert native == record._decode_plain_py(buf, pad, check_crc, MessageExt)
+    if damage is None and hosts[0][0] == "10.0.0.9":
+        assert native == decode_record(bytes(raw), pad)
+        assert native is not None and native.properties == props and native.body == body
+
+
+def test_decode_plain_bounds():
+    raw = encode_record(
+        MessageExt(topic="T", body=b"b", born_host=("1.2.3.4", 5), store_host=("6.7.8.9", 10))
+    )
+    decode_plain = _native().decode_plain
+    assert decode_plain(raw, 0, True, MessageExt).born_host == ("1.2.3.4", 5)
+    assert decode_plain(raw, 0, True, MessageExt).store_host == ("6.7.8.9", 10)
+    for pos in (-1, 1, len(raw), 2**40):
+        assert decode_plain(raw, pos, True, MessageExt) is None
+    assert decode_plain(raw[:-1], 0, True, MessageExt) is None
+    with pytest.raises(TypeError):
+        decode_plain("text", 0, True, MessageExt)
 
 
 def _stream(n: int) -> tuple[bytearray, list[int]]:

@@ -106,6 +106,7 @@ STATUS_RESPONSES: dict[PutMessageStatus, tuple[int, str | None]] = {
 # reads these module constants instead.
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 _SUCCESS = ResponseCode.SUCCESS
+_PUT_OK = PutMessageStatus.PUT_OK
 _send_response_json = SendMessageResponseHeader.ext_json
 _SYNC_MASTER = BrokerRole.SYNC_MASTER
 _WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
@@ -261,20 +262,23 @@ class SendProcessor:
     def _answer(
         self, req: RemotingCommand, result: PutMessageResult, queue_id: int
     ) -> RemotingCommand:
-        if result.status in (
-            PutMessageStatus.MESSAGE_ILLEGAL,
-            PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
-        ):
-            remark = result.reason or ILLEGAL_REMARK.format(
-                body=self.ctx.store.config.max_message_size
+        if result.status is _PUT_OK:  # the common case without the enum's Python hash
+            code, remark = _SUCCESS, None
+        else:
+            if result.status in (
+                PutMessageStatus.MESSAGE_ILLEGAL,
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
+            ):
+                remark = result.reason or ILLEGAL_REMARK.format(
+                    body=self.ctx.store.config.max_message_size
+                )
+                return req.response(ResponseCode.MESSAGE_ILLEGAL, remark)
+            code, remark = STATUS_RESPONSES.get(
+                result.status, (ResponseCode.SYSTEM_ERROR, result.status.value)
             )
-            return req.response(ResponseCode.MESSAGE_ILLEGAL, remark)
-        code, remark = STATUS_RESPONSES.get(
-            result.status, (ResponseCode.SYSTEM_ERROR, result.status.value)
-        )
-        if not result.appended:
-            self.ctx.store.put_stats.failed_times += 1
-            return req.response(code, result.reason or remark)
+            if not result.appended:
+                self.ctx.store.put_stats.failed_times += 1
+                return req.response(code, result.reason or remark)
         self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, req.header.topic)
         bc = self.ctx.broker_config
         ext = {
@@ -367,7 +371,7 @@ class SendProcessor:
         props = self._properties(header.properties or "")
         msg = self._message(channel, header, queue_id, req.body, props)
         prepared = props.get(PROPERTY_TRANSACTION_PREPARED)
-        if prepared is not None and parse_java_bool(prepared):
+        if prepared is not None and (prepared == "true" or parse_java_bool(prepared)):
             bc = self.ctx.broker_config
             if bc.reject_transaction_message:
                 return req.response(

@@ -58,6 +58,11 @@ class HAService:
     # -- notifications ------------------------------------------------------------------------
 
     def notify_new_data(self) -> None:
+        """Wake the slaves' writers (called for every dispatched record).  Without a slave
+        nobody waits: a writer joins :attr:`connections` before it first looks for data, and
+        looks before it waits, so no new event is made per record then."""
+        if not self.connections:
+            return
         self._new_data.set()
         self._new_data = trio.Event()
 

@@ -508,8 +508,8 @@ async def check_service_cost(pending: int) -> dict:
         RebalanceLockManager,
     )
     from pymq.broker.config import BrokerConfig
-    from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
     from pymq.broker.consumer_filter_manager import ConsumerFilterManager
+    from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
     from pymq.broker.context import BrokerContext
     from pymq.broker.fast_failure import ConsumerFallBehind
     from pymq.broker.long_polling import PullRequestHoldService

@@ -62,6 +62,7 @@ from pymq.common.acl import (
 from pymq.common.clock import now_ms
 from pymq.common.consumer import HeartbeatData
 from pymq.common.serde import from_json
+from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 
@@ -131,9 +132,11 @@ def _admin(ext: dict[str, str], body: bytes) -> Resources:
 def _send(topic_key: str, group_key: str) -> Rule:
     def rule(ext: dict[str, str], body: bytes) -> Resources:
         topic = ext.get(topic_key)
-        if is_retry_topic(topic):  # a consumer re-sending to its retry topic: its group's SUB
-            return ((retry_topic(ext.get(group_key)), SUB),)
-        return ((_java(topic), PUB),)
+        if topic is None:
+            return (("null", PUB),)  # as Java prints a missing topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a consumer re-sending to its retry
+            return ((retry_topic(ext.get(group_key)), SUB),)  # topic: its group's SUB
+        return ((topic, PUB),)
 
     rule.__doc__ = f"PUB on the topic ({topic_key}); retry topics: SUB on the group"
     return rule
@@ -519,7 +522,11 @@ class AclManager:
                         "signature",
                     )
                 else:
-                    refusal = _decision(account, code, rule, rule(ext, body))
+                    needed = rule(ext, body)
+                    try:  # _decision's first step, inline: the common case is a kept one
+                        refusal = account.decisions[(code, needed)]
+                    except KeyError:
+                        refusal = _decision(account, code, rule, needed)
                     if refusal is None:
                         return None
                     refused = AclRefused(*refusal)

@@ -200,6 +200,12 @@ class BrokerController:
         self.fast_failure = BrokerFastFailure(broker_config, self.store)
         self.server.admission = self.fast_failure
         self.fast_server.admission = self.fast_failure
+        # Dispatch of what a run of sends appended happens at the run's end, in the reader,
+        # instead of a reput task switch per run (a sync sender's run is one message).
+        self.server.run_hooks = self.fast_server.run_hooks = (
+            self.store.begin_run,
+            self.store.end_run,
+        )
         self.fall_behind = ConsumerFallBehind()
         # aclEnable: every request checked before its processor (pymq/broker/acl.py); a broken
         # ACL file stops the start, as RocketMQ's does.  Off: nothing on the request path.

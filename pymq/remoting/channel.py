@@ -61,6 +61,8 @@ RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingComman
 InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | None]
 # (buffer, frame start, frame end) -> the answer frame, or None: see Channel.raw_handler.
 RawHandler = Callable[[bytes, int, int], bytes | None]
+# Called before and after each run of frames a connection serves together: Channel.run_hooks.
+RunHooks = tuple[Callable[[], None], Callable[[], None]]
 ANSWER_LATER = RemotingCommand(code=-1)
 
 
@@ -275,8 +277,12 @@ class Channel:
         budget: SharedBudget | None = None,
         admission: Admission | None = None,
         raw_handler: RawHandler | None = None,
+        run_hooks: RunHooks | None = None,
     ) -> None:
         self.stream = stream
+        # (begin, end) called around each run of frames served together (the broker defers
+        # dispatch to the end of a run: see MessageStore.begin_run); None: no hooks.
+        self.run_hooks = run_hooks
         # Tried on each request frame before it is decoded: the whole answer frame to write,
         # or None to decode and serve the request as usual (the name server's route lookups).
         self.raw_handler = raw_handler
@@ -533,85 +539,92 @@ class Channel:
                     return False
                 if behind and not self._read_ahead():
                     return False
-            run = state.next_run(SERVE_BATCH)
-            assert run is not None
-            buf, bounds, received = run.buf, run.bounds, run.received
-            shed = None
-            if admission is not None:  # fast failure: one check per run, not per request
-                # The first run starts as the read ends; later ones read the clock again.
-                waited = (self._read_at if first else admission.clock()) - received
-                self.backlog, self.backlog_since = run.total - run.first, received
-                limit = admission.min_wait
-                if waited > limit or received <= admission.busy_mark:
-                    shed = _Shedding(admission, received, waited, run.total)
-                # Falling behind: read ahead between runs, so that the backlog waits in the
-                # inbox, where its age is known, rather than in the peer's socket buffer,
-                # where it is not.  Not before: a read per run costs a fifth of a send's time.
-                behind = waited > limit * READ_AHEAD_FROM
-            first = False
-            self._batching = True
+            hooks = self.run_hooks
+            if hooks is not None:
+                hooks[0]()
             try:
-                first_served = run.first
-                if shed is not None:
-                    first_served = shed.refuse_run(buf, bounds, run.first, run.stop, self._out)
-                served = first_served < run.stop
-                # The run's frames are decoded together, while the read's bytes are still in
-                # the CPU's caches (serving each in between evicted them: decoding frame by
-                # frame cost a tenth of a send).  A frame that does not decode ends the
-                # connection after the ones before it are served.
-                cmds: list[RemotingCommand] = []
-                broken = None
-                raw = self.raw_handler
+                run = state.next_run(SERVE_BATCH)
+                assert run is not None
+                buf, bounds, received = run.buf, run.bounds, run.received
+                shed = None
+                if admission is not None:  # fast failure: one check per run, not per request
+                    # The first run starts as the read ends; later ones read the clock again.
+                    waited = (self._read_at if first else admission.clock()) - received
+                    self.backlog, self.backlog_since = run.total - run.first, received
+                    limit = admission.min_wait
+                    if waited > limit or received <= admission.busy_mark:
+                        shed = _Shedding(admission, received, waited, run.total)
+                    # Falling behind: read ahead between runs, so that the backlog waits in the
+                    # inbox, where its age is known, rather than in the peer's socket buffer,
+                    # where it is not.  Not before: a read per run costs a fifth of a send's time.
+                    behind = waited > limit * READ_AHEAD_FROM
+                first = False
+                self._batching = True
                 try:
-                    for i in range(first_served, run.stop):
-                        start, end = bounds[2 * i], bounds[2 * i + 1]
-                        # refuse_run has judged the frame it stopped at: serve it.
-                        if (
-                            shed is None
-                            or i == first_served
-                            or not shed.refuse(buf, start, end, i, self._out)
-                        ):
-                            # Raw answers only while no earlier frame of the run waits to
-                            # be served: the answers keep the requests' order.
-                            if raw is not None and not cmds:
-                                try:
-                                    answer = raw(buf, start, end)
-                                except Exception:  # a bug there: the usual path serves it
-                                    log.exception("raw handler failed; frame decoded instead")
-                                    answer = None
-                                if answer is not None:
-                                    if not self.closed:  # as answer() drops it when closed
-                                        self._out.append(answer)
-                                    continue
-                            cmds.append(decode_frame_at(buf, start, end))
-                except ProtocolError as exc:
-                    broken = exc
-                for cmd in cmds:
-                    if cmd.flag & RPC_TYPE_RESPONSE:
-                        self._on_response(cmd)
-                    elif cmd.header_error is not None:
-                        self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
-                    elif inline is None or not self._serve_inline(inline, cmd):
-                        if not state.start_task():
-                            self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
-                            continue
-                        if admission is not None:
-                            self.waiting_tasks[id(cmd)] = (cmd.code, received)
-                        nursery.start_soon(self._serve, cmd, received)
+                    first_served = run.first
+                    if shed is not None:
+                        first_served = shed.refuse_run(buf, bounds, run.first, run.stop, self._out)
+                    served = first_served < run.stop
+                    # The run's frames are decoded together, while the read's bytes are still in
+                    # the CPU's caches (serving each in between evicted them: decoding frame by
+                    # frame cost a tenth of a send).  A frame that does not decode ends the
+                    # connection after the ones before it are served.
+                    cmds: list[RemotingCommand] = []
+                    broken = None
+                    raw = self.raw_handler
+                    try:
+                        for i in range(first_served, run.stop):
+                            start, end = bounds[2 * i], bounds[2 * i + 1]
+                            # refuse_run has judged the frame it stopped at: serve it.
+                            if (
+                                shed is None
+                                or i == first_served
+                                or not shed.refuse(buf, start, end, i, self._out)
+                            ):
+                                # Raw answers only while no earlier frame of the run waits to
+                                # be served: the answers keep the requests' order.
+                                if raw is not None and not cmds:
+                                    try:
+                                        answer = raw(buf, start, end)
+                                    except Exception:  # a bug there: the usual path serves it
+                                        log.exception("raw handler failed; frame decoded instead")
+                                        answer = None
+                                    if answer is not None:
+                                        if not self.closed:  # as answer() drops it when closed
+                                            self._out.append(answer)
+                                        continue
+                                cmds.append(decode_frame_at(buf, start, end))
+                    except ProtocolError as exc:
+                        broken = exc
+                    for cmd in cmds:
+                        if cmd.flag & RPC_TYPE_RESPONSE:
+                            self._on_response(cmd)
+                        elif cmd.header_error is not None:
+                            self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
+                        elif inline is None or not self._serve_inline(inline, cmd):
+                            if not state.start_task():
+                                self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+                                continue
+                            if admission is not None:
+                                self.waiting_tasks[id(cmd)] = (cmd.code, received)
+                            nursery.start_soon(self._serve, cmd, received)
+                finally:
+                    self._batching = False
+                    if shed is not None:
+                        shed.report()
+                if self._out and (
+                    served or broken or not state.has_input or self._out.size >= FLUSH_BYTES
+                ):
+                    # The answers of a run served in one write, so that a pipelining client keeps
+                    # its window moving; the refusals of runs refused whole gather until there are
+                    # many or the input ends (a write per 32 refusals made the writes a tenth of an
+                    # overloaded broker's time).
+                    self._flush_direct()
+                if broken is not None:
+                    raise broken
             finally:
-                self._batching = False
-                if shed is not None:
-                    shed.report()
-            if self._out and (
-                served or broken or not state.has_input or self._out.size >= FLUSH_BYTES
-            ):
-                # The answers of a run served in one write, so that a pipelining client keeps
-                # its window moving; the refusals of runs refused whole gather until there are
-                # many or the input ends (a write per 32 refusals made the writes a tenth of an
-                # overloaded broker's time).
-                self._flush_direct()
-            if broken is not None:
-                raise broken
+                if hooks is not None:
+                    hooks[1]()
         self.backlog = 0
         if self._decoder.broken is not None:
             raise self._decoder.broken

@@ -25,6 +25,7 @@ from pymq.remoting.channel import (
     InlineHandler,
     RawHandler,
     RequestHandler,
+    RunHooks,
 )
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
@@ -77,6 +78,8 @@ class RemotingServer:
         self.access_check: AccessCheck | None = None
         # Tried on every request frame before it is decoded (Channel.raw_handler); None: none.
         self.raw_handler: RawHandler | None = None
+        # Called around each run of frames a connection serves (Channel.run_hooks); None: none.
+        self.run_hooks: RunHooks | None = None
 
     def register(
         self, code: int, processor: RequestHandler, inline: InlineHandler | None = None
@@ -193,6 +196,7 @@ class RemotingServer:
                 admission=self.admission,
                 # Raw answers skip the access check: never where there is one.
                 raw_handler=self.raw_handler if not checked else None,
+                run_hooks=self.run_hooks,
             )
         except Exception:  # e.g. the socket died before its peer address could be read
             log.exception("%s: cannot serve a new connection", self.name)

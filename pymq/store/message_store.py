@@ -136,6 +136,9 @@ class DefaultMessageStore:
             config.delay_levels_ms(),
         )
         self.reput = ReputMessageService(self.commitlog, self.consume_queues, retry_s)
+        # Between begin_run and end_run, puts leave their dispatch to end_run.
+        self._in_run = False
+        self._dispatch_at_run_end = False
         self.lock = ckpt.StoreLock(config.lock_path)
         self.checkpoint: ckpt.StoreCheckpoint | None = None
         self.flush_commitlog: CommitLogFlushService | None = None
@@ -499,10 +502,28 @@ class DefaultMessageStore:
             self.put_message_times_total += 1
             self.put_message_size_total += result.wrote_bytes
             if not self.reput.woken:
-                self.reput.wakeup()
+                if self._in_run:
+                    self._dispatch_at_run_end = True
+                else:
+                    self.reput.wakeup()
         elif result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
             self.clean_commitlog.check_space()  # the disk-full flag now, not in up to 10 s
         return result
+
+    def begin_run(self) -> None:
+        """A connection starts serving a run of requests (RemotingServer.run_hooks): puts made
+        until :meth:`end_run` leave their dispatch to it instead of waking the reput task.
+        Nothing awaits between the two calls, so only that run's puts are deferred."""
+        self._in_run = True
+
+    def end_run(self) -> None:
+        """The run is served (its answers written): dispatch what its puts appended, here,
+        unless the reput service is busy or blocked (then it is woken as usual).  A sync send
+        at a time saved a task switch per message this way."""
+        self._in_run = False
+        if self._dispatch_at_run_end:
+            self._dispatch_at_run_end = False
+            self.reput.dispatch_now_or_wake()
 
     def _held_lock(self, begin: float, end: float) -> None:
         """Time a put (StoreStatsService), and mark one that held the commit log past

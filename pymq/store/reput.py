@@ -123,6 +123,28 @@ class ReputMessageService:
                       self.retry_interval)  # fmt: skip
         self.blocked = why
 
+    def dispatch_now_or_wake(self) -> None:
+        """Dispatch what is appended now, in the calling task, when nothing else is: not while
+        the reput task is in a dispatch (it holds the lock across its yields), not while
+        blocked, not when the index needs its next file (created off the loop); then, or
+        when more than YIELD_EVERY records wait, the reput task is woken to do it."""
+        if (
+            self.woken
+            or self._lock.locked()
+            or self.blocked is not None
+            or (self.table.index is not None and self.table.index.needs_new_file())
+        ):
+            if not self.woken:
+                self.wakeup()
+            return
+        try:
+            _progressed, more = self._dispatch_some(YIELD_EVERY)
+        except Exception:  # never the caller's failure: the reput task tries again
+            log.exception("dispatch at the end of a run failed; the reput service retries")
+            more = True
+        if more or self.blocked is not None:
+            self.wakeup()
+
     def dispatch_all_now(self) -> None:
         """Synchronously dispatch everything (recovery thread and shutdown)."""
         while True:

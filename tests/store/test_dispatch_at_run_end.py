@@ -1,0 +1,119 @@
+"""Dispatch at the end of a connection's run (MessageStore.begin_run / end_run): the run's puts
+are dispatched by end_run in the calling task, without waking the reput task, unless that task
+is busy or dispatch is blocked; puts outside a run wake it as before."""
+
+from __future__ import annotations
+
+import trio
+
+from pymq.store import PutMessageStatus
+from tests.store.helpers import make_message, running_store, small_config
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await trio.lowlevel.checkpoint()
+
+
+def put(store, i: int = 0):  # type: ignore[no-untyped-def]
+    result = store.put_message_now(make_message(queue_id=0, body=b"m%d" % i))
+    assert result.status is PutMessageStatus.PUT_OK
+    return result
+
+
+async def test_a_runs_puts_are_dispatched_at_its_end_without_the_reput_task(root) -> None:
+    async with running_store(small_config(root, resident_trim_interval=0)) as store:
+        await settle()
+        wakes = 0
+        real_wakeup = store.reput.wakeup
+
+        def counted() -> None:
+            nonlocal wakes
+            wakes += 1
+            real_wakeup()
+
+        store.reput.wakeup = counted  # type: ignore[method-assign]
+        store.begin_run()
+        for i in range(3):
+            put(store, i)
+        # Deferred: nothing dispatched yet, nobody woken.
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 0
+        store.end_run()
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 3
+        assert wakes == 0
+        got = store.get_message("G", "TopicTest", 0, 0, 32)
+        assert got.message_count == 3
+        # Outside a run a put wakes the reput task, which dispatches it.
+        put(store, 3)
+        assert wakes == 1
+        await settle()
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 4
+
+
+async def test_a_busy_or_blocked_reput_is_woken_instead(root) -> None:
+    async with running_store(small_config(root, resident_trim_interval=0)) as store:
+        await settle()
+        # The reput task in a dispatch (it holds the lock across its yields): left to it.
+        async with store.reput._lock:
+            store.begin_run()
+            put(store, 0)
+            store.end_run()
+            assert store.reput.woken
+            assert store.get_max_offset_in_queue("TopicTest", 0) == 0
+        await settle()
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 1
+        # More than a dispatch's worth at once: the rest is the reput task's.
+        store.begin_run()
+        for i in range(300):
+            put(store, i)
+        store.end_run()
+        assert store.reput.woken
+        assert 1 < store.get_max_offset_in_queue("TopicTest", 0) < 301
+        await settle()
+        with trio.fail_after(5):
+            while store.get_max_offset_in_queue("TopicTest", 0) < 301:
+                await trio.sleep(0.01)
+
+
+async def test_a_run_cut_short_by_a_bad_frame_still_dispatches(pymq_cluster) -> None:
+    """The broker's connections call end_run in a finally: a send followed, in the same read,
+    by a frame that does not decode (which closes the connection) is still dispatched."""
+    import struct
+
+    from pymq.remoting.codec import RemotingCommand, encode
+    from pymq.remoting.codes import RequestCode
+    from pymq.remoting.headers import SendMessageRequestHeader
+
+    store = pymq_cluster.broker.store
+    topic = "RunEndTopic"
+    ext = SendMessageRequestHeader.v2_ext("G", topic, 0, 0, 1_700_000_000_000, 0, "", False)
+    send = encode(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, b"hello"))
+    garbage = struct.pack(">ii", 8, 4) + b"\xff\xff\xff\xff"  # JSON header of no JSON
+
+    async def exchange(data: bytes) -> bytes:
+        stream = await trio.open_tcp_stream("127.0.0.1", pymq_cluster.broker.port)
+        answer = b""
+        async with stream:
+            await stream.send_all(data)
+            with trio.move_on_after(1):  # the answer; a bad frame then closes the connection
+                while chunk := await stream.receive_some(65536):
+                    answer += chunk
+        return answer
+
+    assert await exchange(send)  # the topic is created (by a task), later sends are inline
+    with trio.fail_after(5):
+        while store.get_max_offset_in_queue(topic, 0) < 1:
+            await trio.sleep(0.01)
+    before = store.get_max_offset_in_queue(topic, 0)
+    stream = await trio.open_tcp_stream("127.0.0.1", pymq_cluster.broker.port)
+    async with stream:
+        await stream.send_all(send + garbage)
+        answer = b""
+        with trio.move_on_after(1):  # the answer; the connection is closed after it
+            while chunk := await stream.receive_some(65536):
+                answer += chunk
+        assert answer  # the send was served before the bad frame ended the connection
+    with trio.fail_after(5):
+        while store.get_max_offset_in_queue(topic, 0) <= before:
+            await trio.sleep(0.01)
+    assert not store._in_run

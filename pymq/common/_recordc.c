@@ -1841,6 +1841,105 @@ static PyObject *py_acl_sign_fields(PyObject *self, PyObject *const *args, Py_ss
     return value;
 }
 
+/* The key order of the last shape looked up by acl_verify: the keys of a client's requests are
+ * the same str objects request after request (orjson keeps short keys), so comparing them by
+ * identity with the last shape's spares building and hashing a tuple per request. */
+static PyObject *last_shape;  /* tuple of the keys, in the dict's order */
+static PyObject *last_keys;   /* the signed keys for it */
+static PyObject *last_orders; /* the orders dict they came from */
+
+static PyObject *signed_keys_for(PyObject *ext, PyObject *orders) {
+    Py_ssize_t n = PyDict_GET_SIZE(ext), pos = 0, i = 0;
+    PyObject *key, *value, *shape, *order;
+    if (last_shape != NULL && last_orders == orders && PyTuple_GET_SIZE(last_shape) == n) {
+        int same = 1;
+        while (PyDict_Next(ext, &pos, &key, &value)) {
+            if (PyTuple_GET_ITEM(last_shape, i) != key) {
+                same = 0;
+                break;
+            }
+            i++;
+        }
+        if (same) return last_keys; /* borrowed */
+        pos = 0;
+        i = 0;
+    }
+    shape = PyTuple_New(n);
+    if (shape == NULL) return NULL;
+    while (PyDict_Next(ext, &pos, &key, &value)) {
+        if (i >= n) break;
+        Py_INCREF(key);
+        PyTuple_SET_ITEM(shape, i, key);
+        i++;
+    }
+    order = PyDict_GetItemWithError(orders, shape); /* borrowed */
+    if (order == NULL) {
+        Py_DECREF(shape);
+        if (!PyErr_Occurred()) PyErr_SetNone(PyExc_LookupError);
+        return NULL;
+    }
+    if (!PyTuple_Check(order) || PyTuple_GET_SIZE(order) < 1 ||
+        !PyTuple_Check(PyTuple_GET_ITEM(order, 0))) {
+        Py_DECREF(shape);
+        PyErr_SetString(PyExc_TypeError, "acl_verify: orders' values are (keys, ...)");
+        return NULL;
+    }
+    Py_XSETREF(last_shape, shape);
+    Py_INCREF(PyTuple_GET_ITEM(order, 0));
+    Py_XSETREF(last_keys, PyTuple_GET_ITEM(order, 0));
+    Py_INCREF(orders);
+    Py_XSETREF(last_orders, orders);
+    return last_keys;
+}
+
+/* acl_verify(states, ext, orders, body, given): whether given is the request's signature
+ * (compared in constant time); None when orders has no key order for ext's keys yet. */
+static PyObject *py_acl_verify(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *ext, *orders, *given, *keys, *expected;
+    const char *a, *b;
+    Py_ssize_t la, lb;
+    unsigned char diff = 0;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "acl_verify(states, ext, orders, body, given)");
+        return NULL;
+    }
+    ext = args[1];
+    orders = args[2];
+    given = args[4];
+    if (!PyDict_Check(ext) || !PyDict_Check(orders)) {
+        PyErr_SetString(PyExc_TypeError, "acl_verify: ext and orders must be dicts");
+        return NULL;
+    }
+    keys = signed_keys_for(ext, orders);
+    if (keys == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_LookupError)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    Py_INCREF(keys);
+    expected = acl_sign_keys(args[0], ext, keys, args[3]);
+    Py_DECREF(keys);
+    if (expected == NULL) return NULL;
+    if (!PyUnicode_Check(given) || PyUnicode_READY(given) < 0 || !PyUnicode_IS_ASCII(given)) {
+        PyErr_Clear();
+        Py_DECREF(expected);
+        Py_RETURN_FALSE;
+    }
+    a = PyUnicode_AsUTF8AndSize(expected, &la);
+    b = PyUnicode_AsUTF8AndSize(given, &lb);
+    if (a == NULL || b == NULL) {
+        Py_DECREF(expected);
+        return NULL;
+    }
+    if (la != lb) diff = 1; /* the length is no secret: every signature is 28 characters */
+    for (Py_ssize_t i = 0; i < la && i < lb; i++) diff |= (unsigned char)(a[i] ^ b[i]);
+    Py_DECREF(expected);
+    if (diff) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib-compatible CRC-32."},
     {"set_clmul", py_set_clmul, METH_O,
@@ -1891,6 +1990,9 @@ static PyMethodDef methods[] = {
      " SHA1_Final, checked on a known digest."},
     {"acl_hmac_key", py_acl_hmac_key, METH_O,
      "acl_hmac_key(secret): the HMAC-SHA1 keyed states of a secret, for acl_sign."},
+    {"acl_verify", (PyCFunction)(void (*)(void))py_acl_verify, METH_FASTCALL,
+     "acl_verify(states, ext, orders, body, given): whether given is the signature (constant"
+     " time); None when orders has no key order for ext's keys yet."},
     {"acl_sign_fields", (PyCFunction)(void (*)(void))py_acl_sign_fields, METH_FASTCALL,
      "acl_sign_fields(states, ext, orders, body): acl_sign with the keys kept in"
      " orders[tuple(ext)][0]; None when orders has none for ext's keys."},

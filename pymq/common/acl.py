@@ -568,11 +568,11 @@ class SigningKey:
         if given is None:
             return False
         states = self._states
-        expected = None
-        if states is not None and type(ext_fields) is dict:  # sign_fields' first step, inline
-            expected = _native_signer.acl_sign_fields(states, ext_fields, _key_orders, body)
-        if expected is None:
-            expected = self.sign_fields(ext_fields, body)
+        if states is not None and type(ext_fields) is dict:  # signed and compared in C
+            verdict = _native_signer.acl_verify(states, ext_fields, _key_orders, body, given)
+            if verdict is not None:
+                return verdict
+        expected = self.sign_fields(ext_fields, body)
         try:
             return hmac.compare_digest(expected, given)
         except TypeError:  # a given signature with non-ASCII characters: no Base64, no match

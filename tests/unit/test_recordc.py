@@ -698,3 +698,31 @@ def test_c_signer_looks_the_key_order_up():
         extension.acl_sign_fields(states, [("a", "1")], orders, None)
     with pytest.raises(TypeError):
         extension.acl_sign_fields(states, ext, {("b", "a", "Signature"): "ab"}, None)
+
+
+def test_c_verifier_compares_and_remembers_the_last_shape():
+    """acl_verify: the signature acl_sign gives passes, anything else fails (another value,
+    length, non-ASCII, not a str); the last shape's order is reused only for the very same
+    keys and orders, and an unknown shape answers None."""
+    acl = _signer()
+    extension = acl._native_signer
+    states = acl.SigningKey(b"secret")._states
+    verify = extension.acl_verify
+    orders: dict = {("b", "a"): (("a", "b"), None), ("a", "b"): (("a", "b"), None)}
+    ext = {"b": "2", "a": "1"}
+    good = extension.acl_sign(states, ext, ("a", "b"), b"x")
+    assert verify(states, ext, orders, b"x", good) is True
+    assert verify(states, ext, orders, b"x", good) is True  # the remembered shape
+    assert verify(states, ext, orders, b"y", good) is False
+    assert verify(states, {"b": "2", "a": "9"}, orders, b"x", good) is False
+    for wrong in (good[:-1], good + "A", "\u00e9" * 28, 28, None, b"x" * 28):
+        assert verify(states, ext, orders, b"x", wrong) is False
+    # Same key strings, other dict order: another shape, looked up again.
+    assert verify(states, {"a": "1", "b": "2"}, orders, b"x", good) is True
+    # Another orders dict: the remembered shape is not reused across them.
+    other = {("b", "a"): (("b", "a"), None)}
+    assert verify(states, ext, other, b"x", good) is False
+    assert verify(states, ext, other, b"x", extension.acl_sign(states, ext, ("b", "a"), b"x"))
+    assert verify(states, {"c": "3"}, orders, b"x", good) is None
+    with pytest.raises(TypeError):
+        verify(states, [("a", "1")], orders, b"x", good)

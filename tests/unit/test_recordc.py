@@ -726,3 +726,15 @@ def test_c_verifier_compares_and_remembers_the_last_shape():
     assert verify(states, {"c": "3"}, orders, b"x", good) is None
     with pytest.raises(TypeError):
         verify(states, [("a", "1")], orders, b"x", good)
+
+
+def test_c_signer_hashes_long_values_in_order():
+    """Values are gathered into a buffer before hashing: long ones (past the buffer) and runs
+    that overflow it keep their order."""
+    acl = _signer()
+    key = acl.SigningKey(b"k")
+    for sizes in ([600], [300, 300], [100, 500, 20], [511, 1, 512, 513], [5] * 200):
+        ext = {f"k{i:03d}": chr(97 + i % 26) * n for i, n in enumerate(sizes)}
+        expected = key.signature(acl._signed_values(ext), b"body")
+        assert key.sign_fields(ext, b"body") == expected
+        assert key.verify(ext, b"body", expected)

@@ -741,10 +741,17 @@ def acl_micro(args: argparse.Namespace, tmp: str, rounds: int = 20000) -> dict[s
     }
     fields = dict(header)
     sign_request(fields, body, *ACL_PRODUCER)
+
+    class Peer:  # what the check reads of a connection
+        remote_address = "127.0.0.1:50000"
+
+    peer = Peer()
+    request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body)
+    assert acl.check(peer, request) is None, "the benchmark's account may not send"
     # CPU time, not wall time: other processes on the machine do not count.
     start = time.process_time()
     for _ in range(rounds):
-        acl.validate("127.0.0.1", RequestCode.SEND_MESSAGE_V2, fields, body)
+        acl.check(peer, request)  # the broker's own entry point, fast path included
     check_us = (time.process_time() - start) / rounds * 1e6
     key = SigningKey(ACL_PRODUCER[1].encode())  # as the client's AclSigner keeps it
     start = time.process_time()

@@ -1719,19 +1719,19 @@ static const char base64_digits[] =
 /* acl_sign(states, ext, keys, body): Base64 of HMAC-SHA1(values of ext at keys, in order, UTF-8,
  * then body).  A missing key raises KeyError, a value that is no str TypeError, a str that
  * has no UTF-8 (a lone surrogate) UnicodeEncodeError: what Python's join and encode raise. */
-static PyObject *acl_sign_keys(PyObject *states, PyObject *ext, PyObject *keys, PyObject *body) {
+static int acl_signature_text(PyObject *states, PyObject *ext, PyObject *keys, PyObject *body,
+                              char text[28]) {
     sha_state ctx;
     unsigned char digest[20];
-    char text[28];
     Py_ssize_t count;
-    if (!sha1_bound()) return NULL;
+    if (!sha1_bound()) return -1;
     if (!PyBytes_Check(states) || PyBytes_GET_SIZE(states) != 2 * SHA_STATE_BYTES) {
         PyErr_SetString(PyExc_ValueError, "acl_sign: states are not acl_hmac_key's");
-        return NULL;
+        return -1;
     }
     if (!PyTuple_Check(keys)) {
         PyErr_SetString(PyExc_TypeError, "acl_sign: keys must be a tuple");
-        return NULL;
+        return -1;
     }
     memcpy(ctx.bytes, PyBytes_AS_STRING(states), SHA_STATE_BYTES);
     count = PyTuple_GET_SIZE(keys);
@@ -1747,23 +1747,23 @@ static PyObject *acl_sign_keys(PyObject *states, PyObject *ext, PyObject *keys, 
             value = PyDict_GetItemWithError(ext, key); /* borrowed */
             if (value == NULL) {
                 if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
-                return NULL;
+                return -1;
             }
             Py_INCREF(value);
         } else {
             value = PyObject_GetItem(ext, key);
-            if (value == NULL) return NULL;
+            if (value == NULL) return -1;
         }
         if (!PyUnicode_Check(value)) {
             PyErr_Format(PyExc_TypeError, "sequence item %zd: expected str instance, %.80s found",
                          i, Py_TYPE(value)->tp_name);
             Py_DECREF(value);
-            return NULL;
+            return -1;
         }
         utf8 = PyUnicode_AsUTF8AndSize(value, &n);
         if (utf8 == NULL) {
             Py_DECREF(value);
-            return NULL;
+            return -1;
         }
         if (gathered + (size_t)n > sizeof gather) {
             sha1_update_p(&ctx, gather, gathered);
@@ -1778,9 +1778,11 @@ static PyObject *acl_sign_keys(PyObject *states, PyObject *ext, PyObject *keys, 
         Py_DECREF(value);
     }
     if (gathered) sha1_update_p(&ctx, gather, gathered);
-    if (body != Py_None) {
+    if (PyBytes_CheckExact(body)) {
+        sha1_update_p(&ctx, PyBytes_AS_STRING(body), (size_t)PyBytes_GET_SIZE(body));
+    } else if (body != Py_None) {
         Py_buffer view;
-        if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) return NULL;
+        if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) return -1;
         sha1_update_p(&ctx, view.buf, (size_t)view.len);
         PyBuffer_Release(&view);
     }
@@ -1803,6 +1805,12 @@ static PyObject *acl_sign_keys(PyObject *states, PyObject *ext, PyObject *keys, 
         text[26] = base64_digits[(v >> 6) & 63];
         text[27] = '=';
     }
+    return 0;
+}
+
+static PyObject *acl_sign_keys(PyObject *states, PyObject *ext, PyObject *keys, PyObject *body) {
+    char text[28];
+    if (acl_signature_text(states, ext, keys, body, text) < 0) return NULL;
     return PyUnicode_DecodeASCII(text, 28, NULL);
 }
 
@@ -1909,9 +1917,11 @@ static PyObject *signed_keys_for(PyObject *ext, PyObject *orders) {
 /* acl_verify(states, ext, orders, body, given): whether given is the request's signature
  * (compared in constant time); None when orders has no key order for ext's keys yet. */
 static PyObject *py_acl_verify(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *ext, *orders, *given, *keys, *expected;
-    const char *a, *b;
-    Py_ssize_t la, lb;
+    PyObject *ext, *orders, *given, *keys;
+    const char *b;
+    Py_ssize_t lb;
+    char text[28];
+    int rc;
     unsigned char diff = 0;
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "acl_verify(states, ext, orders, body, given)");
@@ -1933,23 +1943,17 @@ static PyObject *py_acl_verify(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     Py_INCREF(keys);
-    expected = acl_sign_keys(args[0], ext, keys, args[3]);
+    rc = acl_signature_text(args[0], ext, keys, args[3], text);
     Py_DECREF(keys);
-    if (expected == NULL) return NULL;
+    if (rc < 0) return NULL;
     if (!PyUnicode_Check(given) || PyUnicode_READY(given) < 0 || !PyUnicode_IS_ASCII(given)) {
         PyErr_Clear();
-        Py_DECREF(expected);
         Py_RETURN_FALSE;
     }
-    a = PyUnicode_AsUTF8AndSize(expected, &la);
-    b = PyUnicode_AsUTF8AndSize(given, &lb);
-    if (a == NULL || b == NULL) {
-        Py_DECREF(expected);
-        return NULL;
-    }
-    if (la != lb) diff = 1; /* the length is no secret: every signature is 28 characters */
-    for (Py_ssize_t i = 0; i < la && i < lb; i++) diff |= (unsigned char)(a[i] ^ b[i]);
-    Py_DECREF(expected);
+    b = (const char *)PyUnicode_DATA(given); /* ASCII: one byte a character */
+    lb = PyUnicode_GET_LENGTH(given);
+    if (lb != 28) diff = 1; /* the length is no secret: every signature is 28 characters */
+    for (Py_ssize_t i = 0; i < 28 && i < lb; i++) diff |= (unsigned char)(text[i] ^ b[i]);
     if (diff) Py_RETURN_FALSE;
     Py_RETURN_TRUE;
 }

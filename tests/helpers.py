@@ -107,3 +107,16 @@ def start_minute_window(stats: object, wall_ms: int) -> None:
         for item in table.values():
             item.minute.clear()
     stats.snapshot("minute", wall_ms)  # type: ignore[attr-defined]
+
+
+def same_without_native(module: object, name: str, read: Callable[[], object]) -> object:
+    """``read()`` with ``module.name`` (a C function) in use and with it turned off (None, so
+    the Python twin runs): asserts both give the same, and returns it."""
+    with_c = read()
+    saved = getattr(module, name)
+    setattr(module, name, None)
+    try:
+        assert read() == with_c
+    finally:
+        setattr(module, name, saved)
+    return with_c

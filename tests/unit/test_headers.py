@@ -25,6 +25,7 @@ from pymq.remoting.headers import (
     java_int,
     java_long,
 )
+from tests.helpers import same_without_native
 
 SEND_V2 = {
     "a": "pg",
@@ -145,12 +146,7 @@ def test_the_send_header_in_c_agrees_with_the_python_decoder(
         except HeaderError as exc:
             return str(exc)
 
-    with_c = read()
-    saved, headers._send_header = headers._send_header, None
-    try:
-        assert read() == with_c
-    finally:
-        headers._send_header = saved
+    same_without_native(headers, "_send_header", read)
 
 
 _END_NAMES = [
@@ -186,12 +182,7 @@ def test_the_end_transaction_header_in_c_agrees_with_the_python_decoder(
         except HeaderError as exc:
             return str(exc)
 
-    with_c = read()
-    saved, headers._plain_header = headers._plain_header, None
-    try:
-        assert read() == with_c
-    finally:
-        headers._plain_header = saved
+    with_c = same_without_native(headers, "_plain_header", read)
     try:
         generic: object = decode(EndTransactionRequestHeader, ext)
     except HeaderError as exc:

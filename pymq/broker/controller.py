@@ -334,6 +334,7 @@ class BrokerController:
         inline = {
             RequestCode.SEND_MESSAGE: send.send_message_inline,
             RequestCode.SEND_MESSAGE_V2: send.send_message_inline,
+            RequestCode.SEND_BATCH_MESSAGE: send.send_message_inline,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction_inline,
         }
         for server in (self.server, self.fast_server):

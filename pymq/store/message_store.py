@@ -544,10 +544,20 @@ class DefaultMessageStore:
         self._topic_bytes[topic] = topic_b
 
     async def put_messages(self, msgs: Iterable[MessageExt]) -> PutMessageResult:
-        """Append a batch (one topic and queue, as SEND_BATCH_MESSAGE) in one go, all or nothing.
+        """Append a batch (one topic and queue, as SEND_BATCH_MESSAGE) in one go, all or nothing,
+        and wait for the disk or a slave as the configuration asks.
 
         Delayed and transactional messages are refused in a batch, as in Java.
         """
+        batch = list(msgs)
+        result = self.put_messages_now(batch)
+        if result.status is not PUT_OK:
+            return result
+        return await self._durable(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
+
+    def put_messages_now(self, msgs: Iterable[MessageExt]) -> PutMessageResult:
+        """:meth:`put_messages` without waiting for the disk or a slave (all of it when
+        :attr:`must_wait` is false; else the caller waits, as :meth:`defer_durable` does)."""
         batch = list(msgs)
         refused = self._refusal()
         if refused is not None:
@@ -590,7 +600,7 @@ class DefaultMessageStore:
         self._count_appended(result)
         if result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
             self.clean_commitlog.check_space()
-        return await self._durable(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
+        return result
 
     def _count_appended(self, result: PutMessageResult) -> None:
         """Statistics, and dispatch woken, for what an append wrote (nothing if refused)."""
@@ -598,7 +608,10 @@ class DefaultMessageStore:
             self.put_message_times_total += result.msg_num
             self.put_message_size_total += result.wrote_bytes
             if not self.reput.woken:
-                self.reput.wakeup()
+                if self._in_run:
+                    self._dispatch_at_run_end = True
+                else:
+                    self.reput.wakeup()
 
     async def wait_durable(self, result: PutMessageResult) -> PutMessageResult:
         """``result`` of :meth:`put_message_now` once its bytes are durable, when this store

@@ -163,6 +163,34 @@ async def test_send_inline_and_in_task_answer_offsets(ctx: BrokerContext) -> Non
     assert stored.properties["CLUSTER"] == "DefaultCluster" and "WAIT" not in stored.properties
 
 
+async def test_a_batch_to_a_known_topic_is_served_inline_as_the_task_serves_it(
+    ctx: BrokerContext,
+) -> None:
+    """SEND_BATCH_MESSAGE (and a SEND_MESSAGE with batch set) of a topic that exists is answered
+    in the reader like a single send, with the offsets the task path gives; a bad batch is
+    refused there the same way; an unknown topic still goes to the task (auto-create)."""
+    from pymq.common.batch import BatchItem, encode_batch_body
+
+    send = SendProcessor(ctx)
+    body = encode_batch_body([BatchItem(b"b%d" % i, properties={"TAGS": "T"}) for i in range(3)])
+
+    def batch(topic: str = TOPIC, payload: bytes = body) -> RemotingCommand:
+        ext = H.SendMessageRequestHeader.v2_ext("pg", topic, 0, 0, 1_700_000_000_000, 0, "", True)
+        return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, payload)
+
+    inline = send.send_message_inline(FakeChannel(), batch())
+    assert inline is not None and inline.code == ResponseCode.SUCCESS
+    assert inline.ext_fields["queueOffset"] == "0"
+    in_task = await send.send_message(FakeChannel(), batch())
+    assert in_task.code == ResponseCode.SUCCESS and in_task.ext_fields["queueOffset"] == "3"
+    assert inline.ext_fields.keys() == in_task.ext_fields.keys()
+    await dispatched(ctx.store, TOPIC, 0, 6)
+    refused = send.send_message_inline(FakeChannel(), batch(payload=b"\x00\x01"))
+    assert refused is not None and refused.code == ResponseCode.MESSAGE_ILLEGAL
+    assert "bad batch body" in (refused.remark or "")
+    assert send.send_message_inline(FakeChannel(), batch(topic="NoSuchTopic")) is None
+
+
 async def test_send_to_unknown_topic_without_default_is_topic_not_exist(
     ctx: BrokerContext,
 ) -> None:

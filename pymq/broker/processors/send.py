@@ -305,15 +305,15 @@ class SendProcessor:
     # -- request handlers ---------------------------------------------------------------------
 
     def send_message_inline(self, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
-        """The common send served in the connection's reader, with no task: a single message to
-        a topic that exists, not as SYNC_MASTER.  With SYNC_FLUSH the answer is sent by the
+        """The common send served in the connection's reader, with no task: a message or a batch
+        to a topic that exists, not as SYNC_MASTER.  With SYNC_FLUSH the answer is sent by the
         group commit once the bytes are on disk (``ANSWER_LATER``).  None hands the request to
-        :meth:`send_message` (auto-create, batches, retry topics, slave waits)."""
+        :meth:`send_message` (auto-create, retry topics, slave waits)."""
         store = self.ctx.store
-        if req.code == _SEND_BATCH_MESSAGE or store.config.broker_role is _SYNC_MASTER:
+        if store.config.broker_role is _SYNC_MASTER:
             return None
         header = decode_request(req)
-        if header.batch or header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
         refused, config = self._check_known_topic(channel, req, header)
         if refused is not None:
@@ -321,11 +321,18 @@ class SendProcessor:
         if config is None:
             return None
         queue_id = self._queue_id(header, config)
-        msg_or_refusal = self._single_message(channel, req, header, queue_id)
-        if isinstance(msg_or_refusal, RemotingCommand):
-            return msg_or_refusal
-        result = store.put_message_now(msg_or_refusal)
-        wait = msg_or_refusal.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+        if header.batch:  # a batch of a topic that exists: inline too
+            msgs_or_refusal = self._batch_messages(channel, req, header, queue_id)
+            if isinstance(msgs_or_refusal, RemotingCommand):
+                return msgs_or_refusal
+            result = store.put_messages_now(msgs_or_refusal)
+            wait = msgs_or_refusal[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+        else:
+            msg_or_refusal = self._single_message(channel, req, header, queue_id)
+            if isinstance(msg_or_refusal, RemotingCommand):
+                return msg_or_refusal
+            result = store.put_message_now(msg_or_refusal)
+            wait = msg_or_refusal.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
         if store.must_wait and store.defer_durable(
             result, wait, lambda durable: channel.answer(req, self._answer(req, durable, queue_id))
         ):
@@ -394,6 +401,20 @@ class SendProcessor:
         header: SendMessageRequestHeader,
         queue_id: int,
     ) -> RemotingCommand:
+        msgs_or_refusal = self._batch_messages(channel, req, header, queue_id)
+        if isinstance(msgs_or_refusal, RemotingCommand):
+            return msgs_or_refusal
+        result = await self.ctx.store.put_messages(msgs_or_refusal)
+        return self._answer(req, result, queue_id)
+
+    def _batch_messages(
+        self,
+        channel: Channel,
+        req: RemotingCommand,
+        header: SendMessageRequestHeader,
+        queue_id: int,
+    ) -> list[MessageExt] | RemotingCommand:
+        """The messages of a batch request, or its refusal."""
         if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return req.response(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -413,8 +434,7 @@ class SendProcessor:
                     ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batch"
                 )
             msgs.append(self._message(channel, header, queue_id, item.body, props, item.flag))
-        result = await self.ctx.store.put_messages(msgs)
-        return self._answer(req, result, queue_id)
+        return msgs
 
     async def consumer_send_msg_back(
         self, channel: Channel, req: RemotingCommand

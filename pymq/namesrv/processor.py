@@ -11,7 +11,6 @@ import logging
 import struct
 from typing import TYPE_CHECKING
 
-import orjson
 import trio
 
 from pymq.common import fastjson
@@ -31,14 +30,9 @@ from pymq.common.topic import DataVersion
 from pymq.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel, InlineHandler, RequestHandler
-from pymq.remoting.codec import (
-    INT32_MAX,
-    INT32_MIN,
-    RPC_TYPE_RESPONSE,
-    RemotingCommand,
-    encode,
-)
+from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame_at, encode
 from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.errors import ProtocolError
 from pymq.remoting.tls import TLS_KEYS
 
 if TYPE_CHECKING:
@@ -63,7 +57,6 @@ _ROUTE_CODE_FIELD = b'"code":%d' % _ROUTE_CODE
 # The longest header route_answer_raw reads (a lookup's is some 150 bytes and the topic, at most
 # 127 characters, up to 6 bytes each escaped); longer ones take the usual path, with its bounds.
 RAW_LOOKUP_HEADER_MAX = 2048
-_fast_loads = orjson.loads
 # The tail Java's name server adds to a remark that has a FAQ entry.
 FAQ_TAIL = "See http://rocketmq.apache.org/docs/faq/ for further details."
 
@@ -257,61 +250,42 @@ class NamesrvProcessor:
 
     def route_answer_raw(self, buf: bytes, start: int, end: int) -> bytes | None:
         """A route lookup answered from its frame (``buf[start:end]``, the length field
-        stripped) before any command is built: the whole answer frame, or None for everything
-        but the plain lookup of a known topic (JSON header, no body, a request expecting an
-        answer, ``topic`` its one extField, every header field of the type the decoder
-        accepts), which the usual path then serves.  The answer is the bytes the usual path
-        writes (tests/unit/test_namesrv_raw.py compares them); a lookup costs a third.  Order
-        configs (``orderMessageEnable``) take the usual path."""
+        stripped) without the typed header, the handler and a response command: the whole
+        answer frame, or None for everything but the plain lookup of a known topic (a JSON
+        header the codec decodes without fault, no body, a request expecting an answer,
+        ``topic`` its one extField), which the usual path then serves.  The answer is the bytes
+        the usual path writes (tests/unit/test_namesrv_raw.py compares them).  Order configs
+        (``orderMessageEnable``) take the usual path."""
         if end - start < 4 or self.controller.namesrv_config.order_message_enable:
             return None
         (field,) = _HEADER_FIELD.unpack_from(buf, start)
         length = field & 0xFFFFFF
-        # Not JSON, a body, or longer than a lookup's header (which the usual path bounds, and
-        # may refuse): the usual path.  Nor anything that does not name the code, unparsed.
+        # Not JSON, a body, or longer than a lookup's header: the usual path (with its own
+        # bounds).  Nor anything that does not name the code: not decoded twice.
         if field >> 24 or start + 4 + length != end or length > RAW_LOOKUP_HEADER_MAX:
             return None
-        data = buf[start + 4 : end]
-        if _ROUTE_CODE_FIELD not in data:
+        if _ROUTE_CODE_FIELD not in buf[start + 4 : end]:
             return None
         try:
-            header = _fast_loads(data)
-        except ValueError:
+            request = decode_frame_at(buf, start, end)  # the usual decoder and its checks
+        except ProtocolError:
             return None
-        if type(header) is not dict:
-            return None
-        get = header.get
-        code, opaque, flag, version = (
-            get("code"),
-            get("opaque", 0),
-            get("flag", 0),
-            get("version", 0),
-        )
-        ext, language, remark = get("extFields"), get("language"), get("remark")
-        if not (
-            type(code) is int
-            and code == _ROUTE_CODE
-            and type(flag) is int
-            and flag == 0
-            and type(opaque) is int
-            and INT32_MIN <= opaque <= INT32_MAX
-            and type(version) is int
-            and INT32_MIN <= version <= INT32_MAX
-            and type(language) is str
-            and language
-            and (remark is None or type(remark) is str)
-            and type(ext) is dict
-            and len(ext) == 1
+        ext = request.ext_fields
+        if (
+            request.code != _ROUTE_CODE
+            or request.flag != 0
+            or request.header_error is not None
+            or len(ext) != 1
         ):
             return None
         topic = ext.get("topic")
-        if type(topic) is not str:
+        if topic is None:
             return None
-        body = self.routes.route_body(topic, version >= STANDARD_JSON_ROUTE_VERSION)
+        body = self.routes.route_body(topic, request.version >= STANDARD_JSON_ROUTE_VERSION)
         if body is None:
             return None
         before, after = self._answer_head
-        head = before + str(opaque).encode() + after
+        head = before + str(request.opaque).encode() + after
         return _FRAME_PREFIX.pack(4 + len(head) + len(body), len(head)) + head + body
 
     async def get_route_info_by_topic(

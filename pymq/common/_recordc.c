@@ -1822,48 +1822,7 @@ static PyObject *py_acl_sign(PyObject *self, PyObject *const *args, Py_ssize_t n
     return acl_sign_keys(args[0], args[1], args[2], args[3]);
 }
 
-/* acl_sign_fields(states, ext, orders, body): acl_sign with the keys of orders[tuple(ext)][0]
- * (ext a dict: its keys in their order are the lookup key); None when orders has no entry for
- * them yet (Python works the order out, keeps it in orders and signs with acl_sign). */
-static PyObject *py_acl_sign_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *ext, *orders, *shape, *order, *keys, *key, *value;
-    Py_ssize_t pos = 0, i = 0;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "acl_sign_fields(states, ext, orders, body)");
-        return NULL;
-    }
-    ext = args[1];
-    orders = args[2];
-    if (!PyDict_Check(ext) || !PyDict_Check(orders)) {
-        PyErr_SetString(PyExc_TypeError, "acl_sign_fields: ext and orders must be dicts");
-        return NULL;
-    }
-    shape = PyTuple_New(PyDict_GET_SIZE(ext));
-    if (shape == NULL) return NULL;
-    while (PyDict_Next(ext, &pos, &key, &value)) {
-        if (i >= PyTuple_GET_SIZE(shape)) break; /* cannot change size meanwhile: no Python runs */
-        Py_INCREF(key);
-        PyTuple_SET_ITEM(shape, i, key);
-        i++;
-    }
-    order = PyDict_GetItemWithError(orders, shape); /* borrowed */
-    Py_DECREF(shape);
-    if (order == NULL) {
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
-    }
-    if (!PyTuple_Check(order) || PyTuple_GET_SIZE(order) < 1) {
-        PyErr_SetString(PyExc_TypeError, "acl_sign_fields: orders' values are (keys, ...)");
-        return NULL;
-    }
-    keys = PyTuple_GET_ITEM(order, 0);
-    Py_INCREF(keys); /* held across the hashing, which calls no Python code, but cheaply safe */
-    value = acl_sign_keys(args[0], ext, keys, args[3]);
-    Py_DECREF(keys);
-    return value;
-}
-
-/* The key order of the last shape looked up by acl_verify: the keys of a client's requests are
+/* The key order of the last shape looked up (acl_sign_fields, acl_verify): the keys of a client's requests are
  * the same str objects request after request (orjson keeps short keys), so comparing them by
  * identity with the last shape's spares building and hashing a tuple per request. */
 static PyObject *last_shape;  /* tuple of the keys, in the dict's order */
@@ -1903,7 +1862,7 @@ static PyObject *signed_keys_for(PyObject *ext, PyObject *orders) {
     if (!PyTuple_Check(order) || PyTuple_GET_SIZE(order) < 1 ||
         !PyTuple_Check(PyTuple_GET_ITEM(order, 0))) {
         Py_DECREF(shape);
-        PyErr_SetString(PyExc_TypeError, "acl_verify: orders' values are (keys, ...)");
+        PyErr_SetString(PyExc_TypeError, "orders' values are (keys, ...)");
         return NULL;
     }
     Py_XSETREF(last_shape, shape);
@@ -1912,6 +1871,33 @@ static PyObject *signed_keys_for(PyObject *ext, PyObject *orders) {
     Py_INCREF(orders);
     Py_XSETREF(last_orders, orders);
     return last_keys;
+}
+
+/* acl_sign_fields(states, ext, orders, body): acl_sign with the keys of orders[tuple(ext)][0]
+ * (ext a dict: its keys in their order are the lookup key); None when orders has no entry for
+ * them yet (Python works the order out, keeps it in orders and signs with acl_sign). */
+static PyObject *py_acl_sign_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *keys, *signature;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "acl_sign_fields(states, ext, orders, body)");
+        return NULL;
+    }
+    if (!PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "acl_sign_fields: ext and orders must be dicts");
+        return NULL;
+    }
+    keys = signed_keys_for(args[1], args[2]);
+    if (keys == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_LookupError)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        return NULL;
+    }
+    Py_INCREF(keys); /* held across the hashing, which calls no Python code, but cheaply safe */
+    signature = acl_sign_keys(args[0], args[1], keys, args[3]);
+    Py_DECREF(keys);
+    return signature;
 }
 
 /* acl_verify(states, ext, orders, body, given): whether given is the request's signature

@@ -294,6 +294,12 @@ def _authorize(
     return None
 
 
+def _signature_refused(access_key: str) -> AclRefused:
+    return AclRefused(
+        f"Check signature failed for accessKey={access_key}", AT_SIGNATURE, "signature"
+    )
+
+
 def _decision(
     account: Account, code: int, rule: Rule | None, needed: Resources
 ) -> tuple[str, str, str] | None:
@@ -492,9 +498,7 @@ class AclManager:
             return
         expected = request_signature(account.key, ext, body)
         if not signature_matches(expected, ext.get(SIGNATURE)):
-            raise AclRefused(
-                f"Check signature failed for accessKey={access_key}", AT_SIGNATURE, "signature"
-            )
+            raise _signature_refused(access_key)
         refusal = _decision(account, code, rule, needed)
         if refusal is not None:
             raise AclRefused(*refusal)
@@ -516,17 +520,9 @@ class AclManager:
                 # whatever is kept (so a bad signature costs the same, kept decision or not).
                 body = request.body
                 if not account.key.verify(ext, body, ext.get(SIGNATURE)):
-                    refused = AclRefused(
-                        f"Check signature failed for accessKey={account.access_key}",
-                        AT_SIGNATURE,
-                        "signature",
-                    )
+                    refused = _signature_refused(account.access_key)
                 else:
-                    needed = rule(ext, body)
-                    try:  # _decision's first step, inline: the common case is a kept one
-                        refusal = account.decisions[(code, needed)]
-                    except KeyError:
-                        refusal = _decision(account, code, rule, needed)
+                    refusal = _decision(account, code, rule, rule(ext, body))
                     if refusal is None:
                         return None
                     refused = AclRefused(*refusal)

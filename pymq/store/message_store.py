@@ -502,13 +502,18 @@ class DefaultMessageStore:
             self.put_message_times_total += 1
             self.put_message_size_total += result.wrote_bytes
             if not self.reput.woken:
-                if self._in_run:
-                    self._dispatch_at_run_end = True
-                else:
-                    self.reput.wakeup()
+                self._dispatch_appended()
         elif result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
             self.clean_commitlog.check_space()  # the disk-full flag now, not in up to 10 s
         return result
+
+    def _dispatch_appended(self) -> None:
+        """What was just appended is to be dispatched: at the end of the run in progress
+        (:meth:`end_run`), or by the reput task, woken now."""
+        if self._in_run:
+            self._dispatch_at_run_end = True
+        else:
+            self.reput.wakeup()
 
     def begin_run(self) -> None:
         """A connection starts serving a run of requests (RemotingServer.run_hooks): puts made
@@ -608,10 +613,7 @@ class DefaultMessageStore:
             self.put_message_times_total += result.msg_num
             self.put_message_size_total += result.wrote_bytes
             if not self.reput.woken:
-                if self._in_run:
-                    self._dispatch_at_run_end = True
-                else:
-                    self.reput.wakeup()
+                self._dispatch_appended()
 
     async def wait_durable(self, result: PutMessageResult) -> PutMessageResult:
         """``result`` of :meth:`put_message_now` once its bytes are durable, when this store

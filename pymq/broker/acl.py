@@ -55,9 +55,7 @@ from pymq.common.acl import (
     compile_address_pattern,
     describe_resource,
     is_retry_topic,
-    request_signature,
     retry_topic,
-    signature_matches,
 )
 from pymq.common.clock import now_ms
 from pymq.common.consumer import HeartbeatData
@@ -496,8 +494,7 @@ class AclManager:
             raise AclRefused(f"No acl config for {access_key}", AT_NO_ACL_CONFIG, "unknown-key")
         if account.white.kind != "none" and account.white.matches(host):
             return
-        expected = request_signature(account.key, ext, body)
-        if not signature_matches(expected, ext.get(SIGNATURE)):
+        if not account.key.verify(ext, body, ext.get(SIGNATURE)):
             raise _signature_refused(access_key)
         refusal = _decision(account, code, rule, needed)
         if refusal is not None:

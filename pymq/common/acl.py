@@ -563,8 +563,7 @@ class SigningKey:
 
     def verify(self, ext_fields: Mapping[str, str], body: bytes | None, given: str | None) -> bool:
         """Whether ``given`` is the signature of a request of ``ext_fields`` and ``body``,
-        compared in constant time (:func:`request_signature` and :func:`signature_matches` in
-        one call, for the broker's check)."""
+        compared in constant time (what the broker checks)."""
         if given is None:
             return False
         states = self._states
@@ -580,21 +579,6 @@ class SigningKey:
 
 
 _SHA1_BLOCK = 64
-
-
-def request_signature(key: SigningKey, ext_fields: Mapping[str, str], body: bytes | None) -> str:
-    """The signature ``key`` gives a request (what the broker recomputes)."""
-    return key.sign_fields(ext_fields, body)
-
-
-def signature_matches(expected: str, given: str | None) -> bool:
-    """Constant-time comparison of two signatures."""
-    if given is None:
-        return False
-    try:
-        return hmac.compare_digest(expected, given)
-    except TypeError:  # a given signature with non-ASCII characters: no Base64, no match
-        return False
 
 
 def sign_request(

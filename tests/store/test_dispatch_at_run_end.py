@@ -117,3 +117,29 @@ async def test_a_run_cut_short_by_a_bad_frame_still_dispatches(pymq_cluster) -> 
         while store.get_max_offset_in_queue(topic, 0) <= before:
             await trio.sleep(0.01)
     assert not store._in_run
+
+
+async def test_a_blocked_or_failing_dispatch_is_left_to_the_reput_task(root, monkeypatch) -> None:
+    """Dispatch stopped (a file that could not be made) or a dispatch that raises: end_run
+    wakes the reput task, which retries, and the reader that called it is not failed."""
+    async with running_store(small_config(root, resident_trim_interval=0)) as store:
+        await settle()
+        store.reput.blocked = "no space left (simulated)"
+        store.begin_run()
+        store._dispatch_at_run_end = True  # as a put in the run would leave it
+        store.end_run()
+        assert store.reput.woken
+        store.reput.blocked = None
+        await settle()
+        store.reput.woken = False
+
+        def broken(limit: int) -> tuple[bool, bool]:
+            raise RuntimeError("a dispatch bug (simulated)")
+
+        monkeypatch.setattr(store.reput, "_dispatch_some", broken)
+        store.begin_run()
+        store._dispatch_at_run_end = True
+        store.end_run()  # does not raise into the connection's reader
+        assert store.reput.woken
+        monkeypatch.undo()  # before the woken reput task runs: it dispatches for real
+        await settle()

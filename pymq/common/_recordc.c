@@ -25,8 +25,8 @@
  *                               built by calling cls, or None for the Python code to judge.
  *   send_header(ext, names, cls, batch_code)
  *                               remoting.headers.SendMessageRequestHeader.from_ext's common
- *                               case (required fields present, plain decimals, "true" or
- *                               "false"): the header built by calling cls, or None.
+ *                               case (required fields present, plain decimals, "true",
+ *                               "false", "1" or "0"): the header built by calling cls, or None.
  *   plain_header(ext, spec, cls)
  *                               the same for a header given as ((wire name, kind), ...): kinds
  *                               s / S (required / optional str), i / l (plain decimal Java int /
@@ -576,11 +576,42 @@ static int java_int_item(PyObject *dict, PyObject *key, long dflt, PyObject **ou
     return 1;
 }
 
+/* The C++ client writes numbers and booleans in extFields: a copy of ``ext`` with booleans as
+ * "true" / "false", exact ints in decimal, nulls left out and strings kept (as
+ * codec._decode_json_header normalises them); NULL with no error set when a value is anything
+ * else (a float, a list, an object), for the Python code to judge. */
+static PyObject *plain_ext(PyObject *ext) {
+    PyObject *plain = PyDict_New();
+    if (plain == NULL) return NULL;
+    Py_ssize_t i = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(ext, &i, &key, &value)) {
+        PyObject *text;
+        if (PyUnicode_CheckExact(value)) text = Py_NewRef(value);
+        else if (value == Py_True) text = PyUnicode_FromString("true");
+        else if (value == Py_False) text = PyUnicode_FromString("false");
+        else if (PyLong_CheckExact(value)) text = PyObject_Str(value);
+        else if (value == Py_None) continue;
+        else {
+            Py_DECREF(plain);
+            return NULL;
+        }
+        if (text == NULL || PyDict_SetItem(plain, key, text) < 0) {
+            Py_XDECREF(text);
+            Py_DECREF(plain);
+            return NULL;
+        }
+        Py_DECREF(text);
+    }
+    return plain;
+}
+
 static PyObject *k_opaque, *k_code, *k_flag, *k_version, *k_ext, *k_remark, *k_language;
 
 /* codec._decode_json_header's plain case after orjson: a header dict whose code, opaque, flag
  * and version are Java ints (opaque, flag, version default 0), extFields a dict of str (or
- * absent: empty), remark absent or a str, language a non-empty str, as
+ * absent: empty; or of the C++ client's booleans, ints and nulls too, see plain_ext), remark
+ * absent or a str, language a non-empty str, as
  * cls(code, ext, b"", opaque, flag, remark, language, version, serialize_type); None for
  * anything else, which the Python code judges. */
 static PyObject *py_json_command(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -619,9 +650,18 @@ static PyObject *py_json_command(PyObject *self, PyObject *const *args, Py_ssize
         if (!PyDict_CheckExact(ext)) goto out;
         Py_ssize_t i = 0;
         PyObject *key, *value;
+        int plain = 1;
         while (PyDict_Next(ext, &i, &key, &value))
-            if (!PyUnicode_CheckExact(value)) goto out;
-        items[1] = Py_NewRef(ext);
+            if (!PyUnicode_CheckExact(value)) {
+                plain = 0;
+                break;
+            }
+        if (plain) {
+            items[1] = Py_NewRef(ext);
+        } else if ((items[1] = plain_ext(ext)) == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            goto out;
+        }
     }
     ok = 0;
     PyObject *remark = PyDict_GetItemWithError(h, k_remark);
@@ -665,11 +705,14 @@ static PyObject *plain_number(PyObject *v, Py_ssize_t max_digits) {
     return PyLong_FromLongLong(x);
 }
 
-/* "true" or "false" exactly as a bool, NULL with no error set for anything else. */
+/* "true" or "false" exactly as a bool, and the C++ client's "1" and "0" (headers.java_bool
+ * reads those alike); NULL with no error set for anything else. */
 static PyObject *plain_bool(PyObject *v) {
     if (!PyUnicode_CheckExact(v)) return NULL;
     if (PyUnicode_CompareWithASCIIString(v, "true") == 0) Py_RETURN_TRUE;
     if (PyUnicode_CompareWithASCIIString(v, "false") == 0) Py_RETURN_FALSE;
+    if (PyUnicode_CompareWithASCIIString(v, "1") == 0) Py_RETURN_TRUE;
+    if (PyUnicode_CompareWithASCIIString(v, "0") == 0) Py_RETURN_FALSE;
     return NULL;
 }
 

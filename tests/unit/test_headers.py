@@ -118,7 +118,7 @@ def test_the_send_fast_path_agrees_with_the_generic_decoder(ext: dict[str, str])
 
 
 _plain_or_odd = st.one_of(
-    st.integers(0, 10**12).map(str), numberish, st.sampled_from(["true", "false", "True", "1"])
+    st.integers(0, 10**12).map(str), numberish, st.sampled_from(["true", "false", "True", "1", "0"])
 )
 
 

@@ -738,3 +738,47 @@ def test_c_signer_hashes_long_values_in_order():
         expected = key.signature(acl._signed_values(ext), b"body")
         assert key.sign_fields(ext, b"body") == expected
         assert key.verify(ext, b"body", expected)
+
+
+# A SEND_MESSAGE header as rocketmq-client-cpp 2.x writes it (captured from the wire): numbers
+# and booleans in extFields, its flags as "0" / "1", a newline after the JSON.
+CPP_SEND_HEADER = (
+    b'{"code":10,"extFields":{"AccessKey":"","OnsChannel":"ALIYUN","Signature":"G4s5izFbTSalPTXV'
+    b'vgxi6CcyyXA=","batch":"0","bornTimestamp":"1795470141032","defaultTopic":"TBW102","default'
+    b'TopicQueueNums":4,"flag":0,"producerGroup":"BenchmarkCpp_25fdc4","properties":"UNIQ_KEY'
+    b'\\u00010100007F000024100000E888517B0100\\u0002WAIT\\u0001true\\u0002","queueId":0,"reconsum'
+    b'eTimes":"0","sysFlag":0,"topic":"T1","unitMode":"0"},"flag":0,"language":"CPP","opaque":1,'
+    b'"remark":"","version":63}\n'
+)
+
+
+def test_the_cpp_clients_send_header_is_read_in_c():
+    """The C++ client's send header takes the C path end to end (json_command, then
+    send_header), reading what the Python twins read: a fall-back to Python would only show as
+    a slower broker under the C++ client."""
+    import orjson
+
+    from pymq.remoting import codec
+    from pymq.remoting.headers import SendMessageRequestHeader, _LONG_NAMES
+
+    header = orjson.loads(CPP_SEND_HEADER)
+    cmd = _native().json_command(header, codec.RemotingCommand, 0)
+    assert cmd is not None
+    assert cmd.ext_fields["queueId"] == "0" and cmd.ext_fields["defaultTopicQueueNums"] == "4"
+    send = _native().send_header(cmd.ext_fields, _LONG_NAMES, SendMessageRequestHeader, False)
+    assert send is not None
+    assert (send.topic, send.queue_id, send.unit_mode, send.batch) == ("T1", 0, False, False)
+
+    def read() -> object:
+        got = codec._decode_json_header(CPP_SEND_HEADER)
+        return got, SendMessageRequestHeader.from_ext(got.code, got.ext_fields)
+
+    from pymq.remoting import headers
+
+    saved = codec._json_command, headers._send_header
+    native_read = read()
+    codec._json_command = headers._send_header = None
+    try:
+        assert read() == native_read
+    finally:
+        codec._json_command, headers._send_header = saved

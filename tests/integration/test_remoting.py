@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 import trio
 import trio.testing
@@ -11,6 +13,7 @@ from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode, SerializeType
 from pymq.remoting.errors import RemotingConnectError, RemotingTimeoutError
+from pymq.remoting.limits import ConnectionLimits
 from pymq.remoting.server import RemotingServer
 
 SLOW, FAST, DROP, BOOM, SILENT = 1001, 1002, 1003, 1004, 1005
@@ -159,6 +162,54 @@ async def test_idle_connections_are_closed(nursery: trio.Nursery, mock_clock) ->
     mock_clock.jump(61)
     with trio.fail_after(5):
         await channel.wait_closed()
+
+
+async def test_activity_keeps_a_connection_open_and_idleness_closes_it(
+    nursery: trio.Nursery, mock_clock
+) -> None:
+    """The idle deadline counts from the last read or write, not from when the connection
+    opened: the plain-socket reader has no timeout of its own, its deadline watch moves on."""
+    server = RemotingServer(host="127.0.0.1", port=0, idle_timeout=120)
+    await nursery.start(server.run)
+    client = RemotingClient(nursery)
+    channel = await client.channel(addr(server))
+    for _ in range(4):  # 400 s in all, never 120 s without a request
+        await client.invoke(addr(server), RemotingCommand.request(FAST))
+        mock_clock.jump(100)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not channel.closed
+    mock_clock.jump(21)
+    with trio.fail_after(5):
+        await channel.wait_closed()
+    await trio.testing.wait_all_tasks_blocked()
+    assert all(c.closed for c in server.channels)
+
+
+async def test_an_unfinished_frame_closes_its_connection_at_the_deadline(
+    nursery: trio.Nursery, mock_clock
+) -> None:
+    """A frame started and never finished closes the connection once frame_receive_timeout
+    has passed (noticed within an eighth of it), with no idle timeout set."""
+    closed: list[Channel] = []
+    server = RemotingServer(
+        host="127.0.0.1",
+        port=0,
+        limits=ConnectionLimits(frame_receive_timeout=10.0),
+        on_channel_closed=closed.append,
+    )
+    await nursery.start(server.run)
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    await stream.send_all(struct.pack(">i", 100) + b"x" * 10)
+    await trio.testing.wait_all_tasks_blocked()
+    mock_clock.jump(9)
+    await trio.testing.wait_all_tasks_blocked()
+    assert not closed
+    mock_clock.jump(1 + 10 / 8)
+    with trio.fail_after(5):
+        assert await stream.receive_some(10) == b""  # closed by the server
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(closed) == 1 and "frame not completed" in (closed[0].close_reason or "")
+    await stream.aclose()
 
 
 # -- inline handlers and callback calls -------------------------------------------------------

@@ -87,12 +87,14 @@ def memory_mb(pids: list[int], field: str = "VmRSS") -> float | None:
     return round(total / 1024, 1)
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of processes (Linux /proc), robust to a busy machine."""
+def cpu_seconds(pids: list[int], *, loop_only: bool = False) -> float:
+    """User + system CPU time of processes (Linux /proc), robust to a busy machine; with
+    ``loop_only``, of their main threads alone (the event loop, which bounds throughput: the
+    rest is worker threads, such as the commit log's flush and prefault)."""
     total = 0
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/stat") as f:
+            with open(f"/proc/{pid}/task/{pid}/stat" if loop_only else f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
@@ -657,7 +659,7 @@ async def main_async(args: argparse.Namespace) -> dict:
                     f.write("5")
             except OSError:
                 pass
-        cpu0 = cpu_seconds(pids)
+        cpu0, loop0 = cpu_seconds(pids), cpu_seconds(pids, loop_only=True)
         client_cpu0 = time.process_time()
         if args.real_client == "cpp":
             publish_rate, latencies, failures = await trio.to_thread.run_sync(
@@ -668,6 +670,7 @@ async def main_async(args: argparse.Namespace) -> dict:
         client_cpu_us = (time.process_time() - client_cpu0) * 1e6
         sent = len(latencies) * args.batch
         server_cpu_us = (cpu_seconds(pids) - cpu0) * 1e6 / max(1, sent)
+        loop_cpu_us = (cpu_seconds(pids, loop_only=True) - loop0) * 1e6 / max(1, sent)
         client_cpu_us /= max(1, sent)
         publish_rss = memory_mb(pids, "VmHWM") if pids else None
         if pids:
@@ -687,6 +690,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             "publish_p99_ms": round(percentile(latencies, 0.99), 3),
             "failures": failures,
             "server_cpu_us_per_msg": round(server_cpu_us, 1) if procs else None,
+            "server_loop_cpu_us_per_msg": round(loop_cpu_us, 1) if procs else None,
             "client_cpu_us_per_msg": round(client_cpu_us, 1),
             "server_rss_mb_idle": idle_rss,
             "server_rss_mb_publish_peak": publish_rss,

@@ -504,10 +504,10 @@ class Channel:
                 return
             try:
                 self.state.receive(data, received, trio.current_time())
+                if not await self._serve_inbox(nursery):
+                    return
             except ProtocolError as exc:
                 self._protocol_error(exc)
-                return
-            if not await self._serve_inbox(nursery):
                 return
 
     async def _reader_raw(self, nursery: trio.Nursery, raw: socket.socket) -> None:
@@ -556,10 +556,10 @@ class Channel:
                 now = self._last_read = trio.current_time()
                 try:
                     state.receive(data, received, now)
+                    if not await self._serve_inbox(nursery):
+                        return
                 except ProtocolError as exc:
                     self._protocol_error(exc)
-                    return
-                if not await self._serve_inbox(nursery):
                     return
 
     def _recv_raw(self, raw: socket.socket) -> tuple[bytes, float] | None:
@@ -613,10 +613,9 @@ class Channel:
         if self._read_waiting:
             self._read_scope.cancel()
 
-    def _protocol_error(self, exc: ProtocolError) -> bool:
+    def _protocol_error(self, exc: ProtocolError) -> None:
         self.close_reason = f"protocol error: {exc}"
         log.warning("closing connection from %s: %s", self.remote_address, exc)
-        return False
 
     def _read_ahead(self) -> bool:
         """While serving a long run, take what else has arrived, without waiting (broker
@@ -640,16 +639,10 @@ class Channel:
         self.state.receive(data, self._stamp(admission, ancillary), trio.current_time())
         return True
 
-    async def _serve_inbox(self, nursery: trio.Nursery) -> bool:
+    async def _serve_inbox(self, nursery: trio.Nursery) -> bool:  # noqa: C901
         """Serve the queued frames, oldest first, decoding each as its turn comes; False when
-        the connection must close (a frame that does not decode closes it once those before
-        it are served)."""
-        try:
-            return await self._serve_queued(nursery)
-        except ProtocolError as exc:
-            return self._protocol_error(exc)
-
-    async def _serve_queued(self, nursery: trio.Nursery) -> bool:  # noqa: C901
+        the connection must close.  Raises ProtocolError for a frame that does not decode
+        (those before it are served)."""
         inline = self.inline_handler
         admission = self.admission
         state = self.state

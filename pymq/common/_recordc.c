@@ -16,6 +16,8 @@
  *                               one record written at buf[pos:].
  *   properties_bytes(props)     message.properties_bytes: the PROPERTIES field (UTF-8) of a
  *                               dict of str, ``name\x01value\x02...`` without a trailing \x02.
+ *   decode_batch(data, cls, error_cls)
+ *                               batch.decode_batch_body: the items of a SEND_BATCH_MESSAGE body.
  *   decode_properties(text)     message.decode_properties: the dict of a properties string
  *                               (items without a name or a value skipped, the last of a name
  *                               kept at the place of its first).
@@ -66,6 +68,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -442,6 +445,93 @@ static PyObject *py_decode_properties(PyObject *self, PyObject *text) {
     return out;
 fail:
     Py_DECREF(out);
+    return NULL;
+}
+
+/* --- decode_batch ------------------------------------------------------------------------------ */
+
+static PyObject *batch_error(PyObject *error_cls, const char *format, ...) {
+    va_list va;
+    va_start(va, format);
+    PyObject *text = PyUnicode_FromFormatV(format, va);
+    va_end(va);
+    if (text != NULL) {
+        PyErr_SetObject(error_cls, text);
+        Py_DECREF(text);
+    }
+    return NULL;
+}
+
+/* batch.decode_batch_body: the items of a SEND_BATCH_MESSAGE body (totalSize, magic, bodyCRC,
+ * flag, bodyLen, body, propertiesLength, properties; magic and CRC ignored) as
+ * cls(body, flag, properties dict), raising error_cls with the Python twin's words for
+ * truncated or inconsistent bytes, and UnicodeDecodeError (as bytes.decode) for properties that
+ * are no UTF-8. */
+static PyObject *py_decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "decode_batch takes 3 arguments");
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *cls = args[1], *error_cls = args[2];
+    const unsigned char *p = view.buf;
+    Py_ssize_t pos = 0, end = view.len;
+    PyObject *items = PyList_New(0);
+    if (items == NULL) goto fail;
+    while (pos < end) {
+        if (pos + 20 > end) {
+            batch_error(error_cls, "batch item at %zd truncated", pos);
+            goto fail;
+        }
+        int32_t total = (int32_t)get32(p + pos);
+        int32_t flag = (int32_t)get32(p + pos + 12);
+        int32_t body_len = (int32_t)get32(p + pos + 16);
+        Py_ssize_t q = pos + 20;
+        if (body_len < 0 || q + body_len + 2 > end) {
+            batch_error(error_cls, "batch item at %zd: body length %d overruns", pos, (int)body_len);
+            goto fail;
+        }
+        Py_ssize_t body_at = q;
+        q += body_len;
+        int16_t props_len = (int16_t)((uint16_t)p[q] << 8 | p[q + 1]);
+        q += 2;
+        if (props_len < 0 || q + props_len > end) {
+            batch_error(error_cls, "batch item at %zd: properties length %d overruns", pos,
+                        (int)props_len);
+            goto fail;
+        }
+        PyObject *props;
+        if (props_len == 0) {
+            props = PyDict_New();
+        } else {
+            PyObject *text = PyUnicode_DecodeUTF8((const char *)p + q, props_len, NULL);
+            if (text == NULL) goto fail;
+            props = py_decode_properties(NULL, text);
+            Py_DECREF(text);
+        }
+        if (props == NULL) goto fail;
+        q += props_len;
+        if ((Py_ssize_t)total != q - pos) {
+            Py_DECREF(props);
+            batch_error(error_cls, "batch item at %zd: totalSize %d != %zd", pos, (int)total,
+                        q - pos);
+            goto fail;
+        }
+        PyObject *item_args[3] = {PyBytes_FromStringAndSize((const char *)p + body_at, body_len),
+                                  PyLong_FromLong(flag), props};
+        PyObject *item = NULL;
+        if (item_args[0] != NULL && item_args[1] != NULL)
+            item = PyObject_Vectorcall(cls, item_args, 3, NULL);
+        for (int i = 0; i < 3; i++) Py_XDECREF(item_args[i]);
+        if (item == NULL) goto fail;
+        int rc = PyList_Append(items, item);
+        Py_DECREF(item);
+        if (rc < 0) goto fail;
+        pos = q;
+    }
+    PyBuffer_Release(&view);
+    return items;
+fail:
+    Py_XDECREF(items);
+    PyBuffer_Release(&view);
     return NULL;
 }
 
@@ -1998,6 +2088,9 @@ static PyMethodDef methods[] = {
      " size (the body CRC is computed here)."},
     {"properties_bytes", py_properties_bytes, METH_O,
      "properties_bytes(props): the UTF-8 PROPERTIES field of a dict of str."},
+    {"decode_batch", (PyCFunction)(void (*)(void))py_decode_batch, METH_FASTCALL,
+     "decode_batch(data, cls, error_cls): the items of a batch body as cls(body, flag, props)"
+     " (batch.decode_batch_body)."},
     {"decode_properties", py_decode_properties, METH_O,
      "decode_properties(text): the dict of a properties string (message.decode_properties)."},
     {"decode_plain", (PyCFunction)(void (*)(void))py_decode_plain, METH_FASTCALL,

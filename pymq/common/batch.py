@@ -10,6 +10,7 @@ import struct
 import attrs
 
 from pymq.common.message_ext import decode_properties, properties_bytes
+from pymq.common.native import native_extension
 from pymq.common.record import RecordError
 
 _SHORT = struct.Struct(">h")
@@ -42,7 +43,21 @@ def encode_batch_body(items: list[BatchItem]) -> bytes:
 
 
 def decode_batch_body(data: bytes | memoryview) -> list[BatchItem]:
-    """Items of a batch body; raises :class:`RecordError` on truncated or inconsistent bytes."""
+    """Items of a batch body; raises :class:`RecordError` on truncated or inconsistent bytes
+    (and UnicodeDecodeError for properties that are no UTF-8).  In C when the extension is
+    built (``_recordc.decode_batch``, a tenth of the cost: a broker's batch path spent a tenth
+    of its time here); :func:`_decode_batch_body_py` is the reference."""
+    if _decode_batch is not None:
+        items: list[BatchItem] = _decode_batch(data, BatchItem, RecordError)
+        return items
+    return _decode_batch_body_py(data)
+
+
+_decode_batch = getattr(native_extension, "decode_batch", None)
+
+
+def _decode_batch_body_py(data: bytes | memoryview) -> list[BatchItem]:
+    """Pure-Python twin of ``_recordc.decode_batch``; use :func:`decode_batch_body`."""
     items: list[BatchItem] = []
     pos, end = 0, len(data)
     while pos < end:

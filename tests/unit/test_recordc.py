@@ -759,7 +759,7 @@ def test_the_cpp_clients_send_header_is_read_in_c():
     import orjson
 
     from pymq.remoting import codec
-    from pymq.remoting.headers import SendMessageRequestHeader, _LONG_NAMES
+    from pymq.remoting.headers import _LONG_NAMES, SendMessageRequestHeader
 
     header = orjson.loads(CPP_SEND_HEADER)
     cmd = _native().json_command(header, codec.RemotingCommand, 0)
@@ -782,3 +782,53 @@ def test_the_cpp_clients_send_header_is_read_in_c():
         assert read() == native_read
     finally:
         codec._json_command, headers._send_header = saved
+
+
+_batch_items = st.lists(
+    st.builds(
+        lambda body, flag, props: (body, flag, props),
+        st.binary(max_size=40),
+        st.integers(-(2**31), 2**31 - 1),
+        st.dictionaries(
+            st.text(alphabet="ab\x01\x02é", min_size=0, max_size=4),
+            st.text(alphabet="xy\x01\x02\u2603", max_size=4),
+            max_size=3,
+        ),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=400)
+@given(
+    items=_batch_items,
+    cut=st.integers(0, 400),
+    flips=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=3),
+    junk=st.binary(max_size=30),
+)
+def test_decode_batch_in_c_equals_the_python_twin(items, cut, flips, junk):
+    """_recordc.decode_batch reads a batch body as batch._decode_batch_body_py does: the same
+    items, or the same error (RecordError's words, UnicodeDecodeError's), for sound bodies and
+    for cut, flipped and extended ones."""
+    from pymq.common import batch
+    from pymq.common.batch import BatchItem, encode_batch_body
+    from pymq.common.record import RecordError
+
+    raw = bytearray(encode_batch_body([BatchItem(b, f, p) for b, f, p in items]))
+    variants = [bytes(raw), bytes(raw[: min(cut, len(raw))]), bytes(raw) + junk]
+    for at, value in flips:
+        if raw:
+            raw[at % len(raw)] = value
+    variants.append(bytes(raw))
+
+    def read(data: bytes, fn) -> object:
+        try:
+            return fn(data)
+        except (RecordError, UnicodeDecodeError) as exc:
+            return (type(exc), str(exc))
+
+    for data in variants:
+        expected = read(data, batch._decode_batch_body_py)
+        got = read(data, lambda d: _native().decode_batch(d, BatchItem, RecordError))
+        assert got == expected
+        assert read(memoryview(data), batch.decode_batch_body) == expected

@@ -226,7 +226,12 @@ class SendProcessor:
     # -- building messages --------------------------------------------------------------------
 
     def _properties(self, raw: str | dict[str, str]) -> dict[str, str]:
-        props = decode_properties(raw) if isinstance(raw, str) else dict(raw)
+        return self._stored_properties(
+            decode_properties(raw) if isinstance(raw, str) else dict(raw)
+        )
+
+    def _stored_properties(self, props: dict[str, str]) -> dict[str, str]:
+        """``props`` (changed in place) as the broker stores them: WAIT=true out, CLUSTER in."""
         if props.get(PROPERTY_WAIT_STORE_MSG_OK, "").lower() == "true":
             del props[PROPERTY_WAIT_STORE_MSG_OK]  # Java does not store WAIT=true
         props[PROPERTY_CLUSTER] = self.ctx.broker_config.broker_cluster_name
@@ -428,7 +433,7 @@ class SendProcessor:
             return req.response(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
         msgs = []
         for item in items:
-            props = self._properties(item.properties)
+            props = self._stored_properties(item.properties)  # the item's own dict
             if props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
                 return req.response(
                     ResponseCode.MESSAGE_ILLEGAL, "TimeDelayLevel is not supported for batch"

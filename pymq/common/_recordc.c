@@ -18,6 +18,9 @@
  *                               dict of str, ``name\x01value\x02...`` without a trailing \x02.
  *   decode_batch(data, cls, error_cls)
  *                               batch.decode_batch_body: the items of a SEND_BATCH_MESSAGE body.
+ *   populate_write(buf, start, length)
+ *                               MADV_POPULATE_WRITE over buf[start:start+length] with the GIL
+ *                               released (mapped_file.MappedFile.populate); 0 or the errno.
  *   decode_properties(text)     message.decode_properties: the dict of a properties string
  *                               (items without a name or a value skipped, the last of a name
  *                               kept at the place of its first).
@@ -73,6 +76,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define MESSAGE_MAGIC 0xDAA320A7u
 #define BORNHOST_V6 0x10
@@ -2077,8 +2083,47 @@ static PyObject *py_acl_verify(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_RETURN_TRUE;
 }
 
+/* --- populate_write ------------------------------------------------------------------------- */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* populate_write(buf, start, length): fault in the pages of buf[start:start+length] (a writable
+ * shared map) as writes would, without changing a byte, with the GIL released, so that the
+ * event loop's writes there find them mapped.  Returns 0, or madvise's errno (EINVAL: a kernel
+ * without MADV_POPULATE_WRITE). */
+static PyObject *py_populate_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "populate_write takes 3 arguments");
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t length = PyLong_AsSsize_t(args[2]);
+    if (length == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
+    if (start < 0 || length < 0 || start > view.len || length > view.len - start) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "populate_write: range outside the buffer");
+    }
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t from = (uintptr_t)view.buf + (uintptr_t)start;
+    uintptr_t to = from + (uintptr_t)length;
+    from -= from % page; /* a map starts on a page: rounding down stays inside it */
+    int rc = 0;
+    if (length > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        if (madvise((void *)from, to - from, MADV_POPULATE_WRITE) != 0) rc = errno;
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(rc);
+}
+
 static PyMethodDef methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib-compatible CRC-32."},
+    {"populate_write", (PyCFunction)(void (*)(void))py_populate_write, METH_FASTCALL,
+     "populate_write(buf, start, length): fault in a writable map's pages as writes would,"
+     " with the GIL released; 0 or madvise's errno."},
     {"set_clmul", py_set_clmul, METH_O,
      "set_clmul(flag): use the PCLMULQDQ CRC path where the CPU has it; returns the old state."},
     {"encode_into", (PyCFunction)(void (*)(void))py_encode_into, METH_FASTCALL,

@@ -164,6 +164,7 @@ class CommitLog:
         # put path may try again; until then puts needing blocks are refused without a syscall.
         self._allocate_error: OSError | None = None
         self._allocate_retry_at = 0.0
+        self._ahead_retry_at = 0.0  # when the next chunk may be allocated ahead again
         self.allocate_retry_interval = (
             allocator.retry_interval if allocator is not None else DEFAULT_CREATE_RETRY_INTERVAL_S
         )
@@ -234,6 +235,16 @@ class CommitLog:
             self._allocate_retry_at = time.monotonic() + self.allocate_retry_interval
             raise
         self._allocate_error = None
+
+    def _allocate_ahead(self, mf: MappedFile) -> None:
+        """The writer has entered ``mf``'s last allocated chunk: allocate the next one now and
+        have its pages faulted in off the event loop (MappedFile.allocate_ahead).  A failure
+        (a full disk) changes nothing: the write that needs those blocks allocates them, and is
+        refused, as before; the next try waits ``allocate_retry_interval``."""
+        if time.monotonic() < self._ahead_retry_at:
+            return
+        if not mf.allocate_ahead():
+            self._ahead_retry_at = time.monotonic() + self.allocate_retry_interval
 
     def _create_failed(self, exc: OSError) -> PutMessageResult:
         """CREATE_MAPEDFILE_FAILED for a put (logged once per run of failures).  Also the
@@ -369,6 +380,8 @@ class CommitLog:
             self.topic_queue_table[key] = queue_offset + 1
         mf.wrote_position = pos + size
         mf.last_store_timestamp = now
+        if mf.allocated - mf.wrote_position <= mf.chunk and mf.allocated < mf.file_size:
+            self._allocate_ahead(mf)
         msg.sys_flag = sys_flag
         msg.queue_offset = queue_offset
         msg.commitlog_offset = phy
@@ -475,6 +488,8 @@ class CommitLog:
         table.update(pending)
         mf.wrote_position = pos
         mf.last_store_timestamp = now
+        if mf.allocated - pos <= mf.chunk and mf.allocated < mf.file_size:
+            self._allocate_ahead(mf)
         hints = self.dispatch_hints
         ids = []
         prefix = self._msg_id_prefix
@@ -522,6 +537,8 @@ class CommitLog:
                 return False
             offset += len(chunk)
             view = view[len(chunk) :]
+            if mf.allocated - mf.wrote_position <= mf.chunk and mf.allocated < mf.file_size:
+                self._allocate_ahead(mf)
         return True
 
     # --- reads ---------------------------------------------------------------------------------

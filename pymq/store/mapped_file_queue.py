@@ -111,7 +111,7 @@ class MappedFileAllocator:
                     if path not in self._wanted:
                         continue  # taken meanwhile
                     try:
-                        mf = await trio.to_thread.run_sync(MappedFile.create, path, size)
+                        mf = await trio.to_thread.run_sync(_create_populated, path, size)
                     except OSError as exc:
                         if path not in self._failed:
                             log.error(
@@ -134,6 +134,14 @@ class MappedFileAllocator:
                 for mf in self._ready.values():
                     await trio.to_thread.run_sync(mf.destroy)
                 self._ready.clear()
+
+
+def _create_populated(path: str, size: int) -> MappedFile:
+    """Blocking (the allocator's worker thread): the next commit-log file, its first chunk's
+    pages already faulted in (MappedFile.populate), so that its first writes do not fault."""
+    mf = MappedFile.create(path, size)
+    mf.populate(0, mf.allocated)
+    return mf
 
 
 def _describe(exc: OSError) -> str:

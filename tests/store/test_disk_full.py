@@ -59,14 +59,23 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-def _check_allocation(mf: MappedFile, data_end: int, first: int | None = None) -> None:
+def _check_allocation(
+    mf: MappedFile, data_end: int, first: int | None = None, *, ahead: int = 0
+) -> None:
     """The rule: a file's blocks exist up to its data end (never lag the writes) and at most
-    one chunk beyond (or its first allocation, ``first``, which is one chunk unless given)."""
+    one chunk beyond (or its first allocation, ``first``, which is one chunk unless given),
+    plus ``ahead`` chunks allocated before the writer needs them (the commit log's one)."""
     assert mf.allocated >= data_end, (mf, data_end)
     on_disk = _on_disk(mf.path)
     assert on_disk >= mf.allocated // 4096 * 4096, (mf, on_disk)
     upper = max(first if first is not None else mf.chunk, _round_up(data_end, mf.chunk))
+    upper += ahead * mf.chunk
     assert on_disk <= _round_up(min(upper, mf.file_size), 4096), (mf, data_end, on_disk)
+
+
+def _check_commitlog_allocation(mf: MappedFile) -> None:
+    """The commit log allocates one chunk ahead once its writer is in its last chunk."""
+    _check_allocation(mf, mf.wrote_position, ahead=1)
 
 
 @pytest.fixture
@@ -309,7 +318,7 @@ def _check_index_allocation(f: IndexFile) -> None:
 
 def _check_store_allocation(store: DefaultMessageStore) -> None:
     for mf in store.commitlog.queue.files:
-        _check_allocation(mf, mf.wrote_position)
+        _check_commitlog_allocation(mf)
     for cq in store.consume_queues:
         for mf in cq.queue.files:
             _check_allocation(mf, mf.wrote_position)
@@ -392,7 +401,7 @@ async def test_commitlog_chunk_on_a_full_disk_is_refused_and_resumes(
         mf = store.commitlog.queue.files[0]
         assert len(store.commitlog.queue.files) == 1
         assert 0 < mf.wrote_position < 256 * 1024  # refused in the middle of the file
-        _check_allocation(mf, mf.wrote_position)
+        _check_commitlog_allocation(mf)
         assert store.running
         await store.reput.do_reput()
         assert store.reput.blocked is None
@@ -407,7 +416,7 @@ async def test_commitlog_chunk_on_a_full_disk_is_refused_and_resumes(
             assert result.logic_offset == len(acked)
             acked[result.logic_offset] = body
         await store.reput.do_reput()
-        _check_allocation(mf, mf.wrote_position)
+        _check_commitlog_allocation(mf)
 
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
         read: dict[int, bytes] = {}
@@ -572,3 +581,104 @@ def test_a_sparse_file_found_on_a_full_disk_still_loads(
         assert mf.mm[:200_000] == b"r" * 100_000 + b"n" * 100_000
     finally:
         queue.close()
+
+
+# --- the commit log's chunk ahead and its prefault ---------------------------------------------
+
+
+async def test_the_commitlog_allocates_and_prefaults_a_chunk_ahead(
+    fs: str, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the writer is in its last allocated chunk, the next one is allocated and its pages
+    are faulted in by a worker thread (each chunk once), so the event loop's writes
+    find them mapped; the records read back unchanged."""
+    populated: list[tuple[int, int]] = []  # of the first file
+    real_populate = MappedFile.populate
+
+    def recording(self: MappedFile, start: int, end: int) -> None:
+        if self.file_from_offset == 0:  # not the next file, made (and populated) in advance
+            populated.append((start, end))
+        real_populate(self, start, end)
+
+    monkeypatch.setattr(MappedFile, "populate", recording)
+    config = small_config(os.path.join(fs, "store"), mapped_file_size_commit_log=MIB)
+    bodies = [b"%04d" % i + b"b" * 996 for i in range(60)]
+    async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
+        for body in bodies:
+            assert (await store.put_message(make_message(body=body))).is_ok
+            mf = store.commitlog.queue.files[0]
+            assert mf.allocated - mf.wrote_position > mf.chunk  # always a whole chunk ahead
+        chunk = 8192
+        ahead = [(chunk * i, chunk * (i + 1)) for i in range(1, mf.allocated // chunk)]
+        assert len(ahead) >= 7
+        # Worker threads: they may finish in any order.
+        await wait_until(lambda: set(ahead) <= set(populated), timeout=5, what="populate")
+        assert sorted(populated) == ahead  # each chunk ahead once, the first one never
+        offset = 0
+        for body in bodies:
+            raw = store.commitlog.get_record(offset)
+            assert raw is not None and decode_record(raw).body == body
+            offset += len(raw)
+
+
+def test_populate_changes_no_byte_and_stops_at_close(fs: str) -> None:
+    """populate faults pages in without writing them: data already there stays; a closed
+    file is left alone; a kernel that refuses MADV_POPULATE_WRITE turns it off for good."""
+    mf = MappedFile.create(os.path.join(fs, "d", "00000000000000000000"), MIB)
+    try:
+        mf.allocate_to(MIB)
+        data = os.urandom(100_000)
+        mf.mm[5000 : 5000 + len(data)] = data
+        mf.populate(0, MIB)
+        assert mf.mm[5000 : 5000 + len(data)] == data
+        assert mf.mm[:5000] == bytes(5000)
+    finally:
+        mf.close()
+    mf.populate(0, MIB)  # closed: nothing happens, nothing raised
+
+
+def test_populate_is_switched_off_where_the_kernel_has_no_madv_populate_write(
+    fs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+
+    def refusing(buf: object, start: int, length: int) -> int:
+        calls.append(start)
+        return errno.EINVAL
+
+    monkeypatch.setattr(mapped_file_module, "_populate_write", refusing)
+    mf = MappedFile.create(os.path.join(fs, "d", "00000000000000000000"), MIB)
+    try:
+        mf.allocate_to(MIB)
+        mf.populate(0, MIB)
+        assert calls == [0]  # refused once: the rest of the range is not tried
+        assert mapped_file_module._populate_write is None
+        mf.populate(0, MIB)
+        assert calls == [0]
+    finally:
+        mf.close()
+
+
+async def test_a_chunk_ahead_that_does_not_fit_refuses_nothing_early(
+    fs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a full disk the chunk ahead is not allocated, and that alone refuses no put: puts
+    that fit the blocks already allocated are stored; the first that needs more is refused
+    (CREATE_MAPEDFILE_FAILED), as without the chunk ahead."""
+    monkeypatch.setattr(mapped_file_module, "ALLOCATE_CHUNK", 64 * 1024)
+    config = small_config(os.path.join(fs, "store"), mapped_file_size_commit_log=MIB)
+    async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
+        assert (await store.put_message(make_message(body=BODY))).is_ok
+        mf = store.commitlog.queue.files[0]
+        fill_disk(os.path.join(fs, "ballast"))
+        allocated = mf.allocated
+        stored = 0
+        while True:
+            result = await store.put_message(make_message(body=BODY))
+            if not result.is_ok:
+                break
+            stored += 1
+        assert result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED
+        assert mf.allocated == allocated  # nothing more could be had
+        assert allocated - mf.wrote_position < len(BODY) + 200  # refused only once full
+        assert stored > 0

@@ -150,21 +150,7 @@ async def test_connect_failure_is_a_clear_error(client: RemotingClient) -> None:
             await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(FAST))
 
 
-async def test_idle_connections_are_closed(nursery: trio.Nursery, mock_clock) -> None:
-    server = RemotingServer(host="127.0.0.1", port=0, idle_timeout=120)
-    await nursery.start(server.run)
-    client = RemotingClient(nursery)
-    channel = await client.channel(addr(server))
-    await client.invoke(addr(server), RemotingCommand.request(FAST))
-    mock_clock.jump(60)
-    await trio.testing.wait_all_tasks_blocked()
-    assert not channel.closed
-    mock_clock.jump(61)
-    with trio.fail_after(5):
-        await channel.wait_closed()
-
-
-async def test_activity_keeps_a_connection_open_and_idleness_closes_it(
+async def test_idle_connections_are_closed_and_activity_keeps_them_open(
     nursery: trio.Nursery, mock_clock
 ) -> None:
     """The idle deadline counts from the last read or write, not from when the connection

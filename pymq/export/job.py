@@ -96,6 +96,8 @@ class JobConfig:
     incremental: bool = False
     overwrite: bool = False
     failfast: bool = False
+    spark_writer: bool = False
+    """Write Parquet with Spark's own writer (through the data source) instead of pyarrow."""
 
 
 @attrs.frozen
@@ -326,30 +328,63 @@ def _session(cfg: JobConfig, spark: SparkSession | None) -> Iterator[SparkSessio
 def _run_spark(
     cfg: JobConfig, plan: StorePlan, from_offset: int | None, spark: SparkSession | None, say: Echo
 ) -> tuple[list[SegmentReport], float]:
-    """Read and write with Spark: (the tasks' reports, seconds the write action took)."""
+    """Read and write with Spark: (the tasks' reports, seconds the write action took).
+
+    Parquet is written by the tasks themselves with pyarrow (:mod:`pymq.export.arrow_writer`);
+    JSON through the ``pymq`` data source and Spark's writer."""
+    from pymq.export.datasource import register
+
+    mode = "append" if cfg.incremental else "overwrite" if cfg.overwrite else "error"
+    with _session(cfg, spark) as session:
+        register(session)
+        if cfg.format == "parquet" and not cfg.spark_writer:
+            from pymq.export.arrow_writer import write_parquet
+
+            opts = _options(cfg, from_offset, None)
+            started = time.monotonic()
+            with _progress(session, len(plan.segments), say):
+                reports = write_parquet(
+                    session.sparkContext,
+                    plan.segments,
+                    opts,
+                    cfg.output,
+                    mode,
+                    cfg.partition_by,
+                    DISTINCT_COLUMNS,
+                )
+            return reports, time.monotonic() - started
+        return _spark_write(cfg, plan, from_offset, session, mode, say)
+
+
+def _spark_write(
+    cfg: JobConfig,
+    plan: StorePlan,
+    from_offset: int | None,
+    session: SparkSession,
+    mode: str,
+    say: Echo,
+) -> tuple[list[SegmentReport], float]:
+    """The data source's DataFrame written by Spark's own writer (JSON)."""
     from pyspark.sql import functions as F
 
-    from pymq.export.datasource import FORMAT_NAME, register
+    from pymq.export.datasource import FORMAT_NAME
 
     report_dir = tempfile.mkdtemp(prefix="pymq-export-")
     try:
         opts = _options(cfg, from_offset, report_dir)
-        with _session(cfg, spark) as session:
-            register(session)
-            df = session.read.format(FORMAT_NAME).options(**opts.to_spark_options()).load()
-            if "date" in cfg.partition_by:  # the UTC date, whatever the session's time zone
-                days = F.floor(F.unix_millis("store_timestamp") / 86_400_000).cast("int")
-                df = df.withColumn("date", F.date_from_unix_date(days))
-            writer = df.write.format(cfg.format)
-            if cfg.format == "parquet":
-                writer = writer.options(**PARQUET_OPTIONS)
-            if cfg.partition_by:
-                writer = writer.partitionBy(*cfg.partition_by)
-            mode = "append" if cfg.incremental else "overwrite" if cfg.overwrite else "error"
-            started = time.monotonic()
-            with _progress(session, len(plan.segments), say):
-                writer.mode(mode).save(cfg.output)
-            seconds = time.monotonic() - started
+        df = session.read.format(FORMAT_NAME).options(**opts.to_spark_options()).load()
+        if "date" in cfg.partition_by:  # the UTC date, whatever the session's time zone
+            days = F.floor(F.unix_millis("store_timestamp") / 86_400_000).cast("int")
+            df = df.withColumn("date", F.date_from_unix_date(days))
+        writer = df.write.format(cfg.format)
+        if cfg.format == "parquet":
+            writer = writer.options(**PARQUET_OPTIONS)
+        if cfg.partition_by:
+            writer = writer.partitionBy(*cfg.partition_by)
+        started = time.monotonic()
+        with _progress(session, len(plan.segments), say):
+            writer.mode(mode).save(cfg.output)
+        seconds = time.monotonic() - started
         return read_reports(report_dir), seconds
     finally:
         shutil.rmtree(report_dir, ignore_errors=True)

@@ -9,8 +9,9 @@ directory with pymq's own CommitLog (``--file-mib`` files, default 128 MiB, four
 incompressible bodies) and deleted afterwards, as is the Parquet output.  Figures: commit-log
 MB/s scanned (10^6 bytes) and messages/s for (1) a plain loop running
 :class:`pymq.export.scan.SegmentScan` over every file in this one process (decode with CRC
-check, no Spark), and (2) ``run_export`` to Parquet on the given master, timed for the Spark
-write action alone, after a read-only counting pass that also starts the Python workers.  On
+check, no Spark), and (2) ``run_export`` to Parquet on the given master (the tasks writing
+with pyarrow; ``--spark-writer``: Spark's own writer), timed for the Spark write action alone,
+after a read-only counting pass through the data source.  On
 Linux the Spark figures also give the CPU time of the JVM and its Python workers (this
 process's descendants), which a machine busy with other work moves much less than wall time:
 MB per CPU-second times the master's cores bounds what the export can do with them to itself.
@@ -152,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--body", type=int, default=1024, help="body bytes per message")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--spark-writer", action="store_true", help="export with Spark's own Parquet writer"
+    )
     parser.add_argument("--workdir", default=None, help="where to generate (default: /tmp)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
@@ -188,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{_cpu_note(cpu, scanned)}",
             flush=True,
         )
-        cfg = JobConfig(store=store, output=out, master=args.master)
+        cfg = JobConfig(store=store, output=out, master=args.master, spark_writer=args.spark_writer)
         cpu = descendants_cpu()
         try:
             summary = run_export(cfg, spark=spark, echo=lambda line: None)
@@ -197,9 +201,10 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
         assert summary.messages == messages, (summary.messages, messages)
         w = summary.write_seconds
+        writer = "Spark's writer" if args.spark_writer else "pyarrow in the tasks"
         print(
-            f"Spark export to Parquet ({args.master}): {summary.messages} msgs in {w:.1f} s "
-            f"= {scanned / w / 1e6:.1f} MB/s, {summary.messages / w:.0f} msgs/s "
+            f"Spark export to Parquet ({args.master}, {writer}): {summary.messages} msgs in "
+            f"{w:.1f} s = {scanned / w / 1e6:.1f} MB/s, {summary.messages / w:.0f} msgs/s "
             f"(with planning and summary {summary.seconds:.1f} s){cpu_note}",
             flush=True,
         )

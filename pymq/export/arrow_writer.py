@@ -103,13 +103,15 @@ class _PartFile:
         self.pending_bytes = 0
         self.writer: Any = None
 
-    def add(self, batch: pa.RecordBatch) -> None:
+    def add(self, batch: pa.RecordBatch) -> int:
+        """Gather ``batch``; returns its size in bytes."""
+        size: int = batch.nbytes
         self.pending.append(batch)
-        self.pending_bytes += batch.nbytes
-        if self.pending_bytes >= self.task.row_group_bytes:
-            self._flush()
+        self.pending_bytes += size
+        return size
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Write what was gathered as one row group."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -128,7 +130,7 @@ class _PartFile:
         self.pending, self.pending_bytes = [], 0
 
     def close(self) -> None:
-        self._flush()
+        self.flush()
         self.writer.close()
         os.replace(self.tmp, self.path)
 
@@ -199,42 +201,67 @@ def run_task(task: WriteTask, segments: Iterable[Segment]) -> Iterator[dict[str,
 
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
-    full = arrow_schema()
-    data_schema = full
-    if task.partition_by:
-        data_schema = pa_schema_without(full, task.partition_by)
+    schema = arrow_schema()
     for segment in segments:
         scan = SegmentScan(segment, task.options)
-        files: dict[tuple[object, ...], _PartFile] = {}
-        name = task.part_name(segment)
+        files = _TaskFiles(task, segment, schema, attempt)
         try:
-            for batch in scan_batches(scan, full):
-                if not task.partition_by:
-                    parts: Iterable[tuple[tuple[object, ...], pa.RecordBatch]] = [((), batch)]
-                else:
-                    parts = split_by_partition(batch, task.partition_by)
-                for values, rows in parts:
-                    part = files.get(values)
-                    if part is None:
-                        directory = task.staging
-                        if values:
-                            directory = os.path.join(
-                                directory, partition_dir(task.partition_by, values)
-                            )
-                        part = _PartFile(os.path.join(directory, name), data_schema, task, attempt)
-                        files[values] = part
-                    part.add(rows)
-            for part in files.values():
-                part.close()
+            for batch in scan_batches(scan, schema):
+                files.add(batch)
+            files.close()
         except BaseException:
-            for part in files.values():
-                part.abort()
+            files.abort()
             raise
         yield scan.report.to_json()
 
 
+class _TaskFiles:
+    """The files one segment's rows go to (one, or one per partition), and the memory they
+    hold: once the gathered batches of all of them reach ``row_group_bytes`` each writes its
+    own as a row group, so that a task holds about that much whatever the partitions."""
+
+    def __init__(self, task: WriteTask, segment: Segment, schema: pa.Schema, attempt: int):
+        self.task = task
+        self.name = task.part_name(segment)
+        self.attempt = attempt
+        self.schema = pa_schema_without(schema, task.partition_by)
+        self.files: dict[tuple[object, ...], _PartFile] = {}
+        self.pending_bytes = 0
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        task = self.task
+        if task.partition_by:
+            parts: Iterable[tuple[tuple[object, ...], pa.RecordBatch]]
+            parts = split_by_partition(batch, task.partition_by)
+        else:
+            parts = [((), batch)]
+        for values, rows in parts:
+            part = self.files.get(values)
+            if part is None:
+                directory = task.staging
+                if values:
+                    directory = os.path.join(directory, partition_dir(task.partition_by, values))
+                path = os.path.join(directory, self.name)
+                part = self.files[values] = _PartFile(path, self.schema, task, self.attempt)
+            self.pending_bytes += part.add(rows)
+        if self.pending_bytes >= task.row_group_bytes:
+            for part in self.files.values():
+                if part.pending:
+                    part.flush()
+            self.pending_bytes = 0
+
+    def close(self) -> None:
+        for part in self.files.values():
+            part.close()
+
+    def abort(self) -> None:
+        for part in self.files.values():
+            part.abort()
+
+
 def pa_schema_without(schema: pa.Schema, columns: tuple[str, ...]) -> pa.Schema:
     """``schema`` without the named fields (the partition columns; ``date`` is not in it)."""
+
     for column in columns:
         index = schema.get_field_index(column)
         if index >= 0:

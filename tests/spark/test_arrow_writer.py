@@ -77,12 +77,16 @@ def test_part_files_hold_the_rows_and_reports_the_data_source_gives(
 
 
 def test_partitioned_files_sit_in_spark_directories_without_the_partition_columns(
-    odd_store, tmp_path
+    odd_store, tmp_path, monkeypatch
 ):
+    monkeypatch.setattr(datasource, "BATCH_ROWS", 50)
     opts = ExportOptions(path=odd_store, include_system_topics=True)
     staging = str(tmp_path / "staging")
     columns = ("topic", "date", "queue_id")
-    write(opts, staging, partition_by=columns)
+    # A small budget: every partition's file writes a row group whenever the task's gathered
+    # batches reach it, and gets several.
+    write(opts, staging, partition_by=columns, row_group_bytes=20_000)
+    assert max(pq.ParquetFile(f).metadata.num_row_groups for f in parts(staging)) > 1
     rows = []
     for f in parts(staging):
         topic_dir, date_dir, queue_dir = f.parent.relative_to(staging).parts

@@ -1,10 +1,13 @@
 """The export job: a store's messages into Parquet or JSON, with a summary and incremental state.
 
 :func:`run_export` plans the store on the driver first (so a path that is not a store, or bad
-options, fail in a second with a clear :class:`ExportError` before any JVM starts), then reads
-it through the ``pymq`` data source and writes the dataset.  Each Spark task writes a small JSON
-report of what it read into a private temporary directory; the job adds them up for the summary
-(messages, bytes, per-topic counts, bad ranges) and for the state file.
+options, fail in a second with a clear :class:`ExportError` before any JVM starts), then writes
+the dataset.  Parquet is written by the Spark tasks themselves with pyarrow, one per commit-log
+file, and committed once all have succeeded (:mod:`pymq.export.arrow_writer`); each task returns
+a report of what it read.  JSON (and Parquet with ``spark_writer``) is read through the ``pymq``
+data source and written by Spark, each task writing its report into a private temporary
+directory.  The job adds the reports up for the summary (messages, bytes, per-topic counts, bad
+ranges) and for the state file.
 
 State: ``OUTPUT/_pymq_export.json`` (ignored by Parquet and JSON readers, as its name starts with
 ``_``) records every run and ``last_offset``, the commit-log offset the next ``incremental`` run

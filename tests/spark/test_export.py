@@ -347,3 +347,18 @@ def test_json_is_still_written_by_spark(spark, tmp_path, written):
     back = spark.read.json(out)
     assert back.count() == summary.messages
     assert {r.topic for r in back.select("topic").distinct().collect()} == {"Audit", "Orders"}
+
+
+def test_an_export_by_sparks_writer_goes_on_incrementally_with_pyarrow(spark, tmp_path, written):
+    """An output of earlier versions (Spark's writer: its own timestamp encoding, file names and
+    checksum files) takes pyarrow's files next to its own and reads back whole."""
+    store = store_of(written[0])
+    out = str(tmp_path / "out")
+    offsets = sorted(r.commitlog_offset for r in read(spark, store).collect())
+    middle = offsets[len(offsets) // 3]
+    old = JobConfig(store=store, output=out, to_offset=middle, spark_writer=True)
+    first = run_export(old, spark=spark, echo=lambda _: None)
+    new = JobConfig(store=store, output=out, incremental=True)
+    second = run_export(new, spark=spark, echo=lambda _: None)
+    assert first.messages + second.messages == len(offsets) and first.messages > 0
+    assert sorted_rows(spark.read.parquet(out)) == sorted_rows(read(spark, store))

@@ -100,14 +100,12 @@ class _PartFile:
         self.schema = schema
         self.task = task
         self.pending: list[pa.RecordBatch] = []
-        self.pending_bytes = 0
         self.writer: Any = None
 
     def add(self, batch: pa.RecordBatch) -> int:
         """Gather ``batch``; returns its size in bytes."""
-        size: int = batch.nbytes
         self.pending.append(batch)
-        self.pending_bytes += size
+        size: int = batch.nbytes
         return size
 
     def flush(self) -> None:
@@ -127,7 +125,7 @@ class _PartFile:
         if self.pending:
             table = pa.Table.from_batches(self.pending, self.schema)
             self.writer.write_table(table, row_group_size=max(1, table.num_rows))
-        self.pending, self.pending_bytes = [], 0
+        self.pending = []
 
     def close(self) -> None:
         self.flush()

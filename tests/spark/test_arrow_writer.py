@@ -18,11 +18,14 @@ from pymq.common.native import native_extension
 from pymq.export import datasource
 from pymq.export.arrow_writer import (
     PART_SUFFIX,
+    STAGING_PREFIX,
     WriteTask,
     escape_path_name,
     partition_dir,
     run_task,
+    write_parquet,
 )
+from pymq.export.arrow_writer import Mode as WriteMode
 from pymq.export.datasource import arrow_schema
 from pymq.export.job import DISTINCT_COLUMNS
 from pymq.export.options import ExportOptions, Mode
@@ -137,3 +140,62 @@ def test_a_failing_task_leaves_no_file(odd_store, tmp_path, monkeypatch):
         list(run_task(job, [segment]))
     assert os.path.isdir(staging)  # the task did write, then removed its file
     assert not [p for p in pathlib.Path(staging).rglob("*") if p.is_file()]
+
+
+class LocalContext:
+    """Enough of a SparkContext for write_parquet: every partition run here, in order."""
+
+    def parallelize(self, items: list, slices: int) -> LocalRdd:
+        assert slices == len(items)
+        return LocalRdd([[item] for item in items])
+
+
+class LocalRdd:
+    def __init__(self, partitions: list[list]) -> None:
+        self.partitions = partitions
+
+    def mapPartitions(self, f) -> LocalRdd:
+        return LocalRdd([list(f(iter(p))) for p in self.partitions])
+
+    def collect(self) -> list:
+        return [item for p in self.partitions for item in p]
+
+
+def dataset(out: str) -> list[str]:
+    return sorted(str(p.relative_to(out)) for p in pathlib.Path(out).rglob("*") if p.is_file())
+
+
+def test_commit_modes_and_a_failed_run(odd_store, tmp_path, monkeypatch):
+    """write_parquet's commit without Spark: error/append add files under a new run id each,
+    overwrite replaces everything once written; a run whose second task fails (after the first
+    has written its file) leaves the output byte for byte as it was."""
+    monkeypatch.setattr(datasource, "BATCH_ROWS", 10)
+    opts = ExportOptions(path=odd_store)
+    segments = plan_store(opts).segments
+    out = str(tmp_path / "out")
+    write_parquet(LocalContext(), segments, opts, out, WriteMode.ERROR)
+    first = dataset(out)
+    run_id = first[-1][len("part-00000-") :][:32]
+    names = [f"part-{i:05d}-{run_id}{PART_SUFFIX}" for i in range(len(segments))]
+    assert first == ["_SUCCESS", *names]
+    write_parquet(LocalContext(), segments[1:], opts, out, WriteMode.APPEND)
+    second = dataset(out)
+    assert set(first) < set(second) and len(second) == 2 * len(segments)
+    pathlib.Path(out, "stray.txt").write_text("left by someone")
+    write_parquet(LocalContext(), segments[:1], opts, out, WriteMode.OVERWRITE)
+    third = dataset(out)
+    assert len(third) == 2 and not set(third) & (set(second) - {"_SUCCESS"})
+
+    store = tmp_path / "store"
+    shutil.copytree(odd_store, store)
+    bad = plan_store(ExportOptions(path=str(store))).segments[1]
+    data = bytearray(pathlib.Path(bad.path).read_bytes())
+    data[len(data) // 3 : len(data) // 3 + 64] = bytes(64)
+    pathlib.Path(bad.path).write_bytes(data)
+    failing = ExportOptions(path=str(store), mode=Mode.FAILFAST)
+    contents = {name: pathlib.Path(out, name).read_bytes() for name in third}
+    for mode in (WriteMode.OVERWRITE, WriteMode.APPEND):
+        with pytest.raises(CorruptRecordError):
+            write_parquet(LocalContext(), plan_store(failing).segments, failing, out, mode)
+        assert {name: pathlib.Path(out, name).read_bytes() for name in dataset(out)} == contents
+    assert not [n for n in os.listdir(out) if n.startswith(STAGING_PREFIX)]

@@ -367,7 +367,7 @@ def _spark_write(
     mode: str,
     say: Echo,
 ) -> tuple[list[SegmentReport], float]:
-    """The data source's DataFrame written by Spark's own writer (JSON)."""
+    """The data source's DataFrame written by Spark's writer (JSON; Parquet with spark_writer)."""
     from pyspark.sql import functions as F
 
     from pymq.export.datasource import FORMAT_NAME

@@ -9,8 +9,10 @@ directory with pymq's own CommitLog (``--file-mib`` files, default 128 MiB, four
 incompressible bodies) and deleted afterwards, as is the Parquet output.  Figures: commit-log
 MB/s scanned (10^6 bytes) and messages/s for (1) a plain loop running
 :class:`pymq.export.scan.SegmentScan` over every file in this one process (decode with CRC
-check, no Spark), and (2) ``run_export`` to Parquet on the given master, timed for the Spark
-write action alone, after a read-only counting pass that also starts the Python workers.  On
+check, no Spark), and (2) ``run_export`` to Parquet on the given master (the tasks writing
+with pyarrow; ``--spark-writer``: Spark's own writer), timed for the Spark write action alone,
+after a read-only counting pass through the data source; ``--runs N`` exports N times in the
+one session (the first run starts the export's Python workers, later ones find them warm).  On
 Linux the Spark figures also give the CPU time of the JVM and its Python workers (this
 process's descendants), which a machine busy with other work moves much less than wall time:
 MB per CPU-second times the master's cores bounds what the export can do with them to itself.
@@ -152,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--body", type=int, default=1024, help="body bytes per message")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--spark-writer", action="store_true", help="export with Spark's own Parquet writer"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=1, help="exports in the one session (the first is cold)"
+    )
     parser.add_argument("--workdir", default=None, help="where to generate (default: /tmp)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
@@ -168,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"in {time.perf_counter() - t:.1f} s",
                 flush=True,
             )
-        messages, scanned, secs = plain_loop(store)
+        messages, scanned, plain_secs = plain_loop(store)
         print(
             f"plain Python loop (1 process): {messages} msgs, {scanned / 1e6:.0f} MB in "
-            f"{secs:.1f} s = {scanned / secs / 1e6:.1f} MB/s, {messages / secs:.0f} msgs/s",
+            f"{plain_secs:.1f} s = {scanned / plain_secs / 1e6:.1f} MB/s, "
+            f"{messages / plain_secs:.0f} msgs/s",
             flush=True,
         )
         out = os.path.join(workdir, "out")
@@ -188,21 +197,26 @@ def main(argv: list[str] | None = None) -> int:
             f"{_cpu_note(cpu, scanned)}",
             flush=True,
         )
-        cfg = JobConfig(store=store, output=out, master=args.master)
-        cpu = descendants_cpu()
+        cfg = JobConfig(store=store, output=out, master=args.master, spark_writer=args.spark_writer)
+        writer = "Spark's writer" if args.spark_writer else "pyarrow in the tasks"
         try:
-            summary = run_export(cfg, spark=spark, echo=lambda line: None)
-            cpu_note = _cpu_note(cpu, scanned)
+            for run in range(1, args.runs + 1):
+                shutil.rmtree(out, ignore_errors=True)
+                cpu = descendants_cpu()
+                summary = run_export(cfg, spark=spark, echo=lambda line: None)
+                cpu_note = _cpu_note(cpu, scanned)
+                assert summary.messages == messages, (summary.messages, messages)
+                w = summary.write_seconds
+                print(
+                    f"Spark export to Parquet ({args.master}, {writer}, run {run}): "
+                    f"{summary.messages} msgs in {w:.1f} s = {scanned / w / 1e6:.1f} MB/s "
+                    f"= {scanned / w / (scanned / plain_secs):.2f}x the plain loop, "
+                    f"{summary.messages / w:.0f} msgs/s "
+                    f"(with planning and summary {summary.seconds:.1f} s){cpu_note}",
+                    flush=True,
+                )
         finally:
             spark.stop()
-        assert summary.messages == messages, (summary.messages, messages)
-        w = summary.write_seconds
-        print(
-            f"Spark export to Parquet ({args.master}): {summary.messages} msgs in {w:.1f} s "
-            f"= {scanned / w / 1e6:.1f} MB/s, {summary.messages / w:.0f} msgs/s "
-            f"(with planning and summary {summary.seconds:.1f} s){cpu_note}",
-            flush=True,
-        )
         print(f"Parquet output: {_du(out) / 2**20:.0f} MiB", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -68,6 +68,11 @@ def parse_args(argv: list[str] | None = None) -> JobConfig:
     parser.add_argument(
         "--failfast", action="store_true", help="fail at the first corrupt record instead"
     )
+    parser.add_argument(
+        "--spark-writer",
+        action="store_true",
+        help="write Parquet with Spark's own writer instead of pyarrow in the tasks (slower)",
+    )
     args = parser.parse_args(argv)
     if args.incremental and args.overwrite:
         parser.error("--incremental and --overwrite do not go together")
@@ -92,6 +97,7 @@ def parse_args(argv: list[str] | None = None) -> JobConfig:
         incremental=args.incremental,
         overwrite=args.overwrite,
         failfast=args.failfast,
+        spark_writer=args.spark_writer,
     )
 
 

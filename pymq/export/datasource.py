@@ -145,32 +145,43 @@ class PymqReader(DataSourceReader):
         return [SegmentPartition(s) for s in plan_store(self.options).segments]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         if not isinstance(partition, SegmentPartition):  # planning found no file at all
             return
-        arrow_schema = to_arrow_schema(SCHEMA, timezone="UTC")
         scan = SegmentScan(partition.segment, self.options)
-        msg_id = _MsgIds()
-        # A batch holds thousands of small acyclic objects that reference counting frees; the
-        # cyclic collector would walk them over and over (40% of the time, measured).  This
-        # worker runs nothing else while the partition is read, and the collector comes back on
-        # at the end.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            yield from scan.arrow_batches(
-                arrow_schema,
-                lambda msgs: to_record_batch(msgs, arrow_schema, msg_id),
-                BATCH_ROWS,
-                BATCH_BYTES,
-                column_decoder(),
-            )
-        finally:
-            if collecting:
-                gc.enable()
+        yield from scan_batches(scan, arrow_schema())
         if self.options.report_dir:
             scan.report.write(self.options.report_dir)
+
+
+def arrow_schema() -> pa.Schema:
+    """:data:`SCHEMA` as Arrow has it (timestamps in microseconds, UTC)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+def scan_batches(scan: SegmentScan, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The scan's rows as Arrow batches of ``schema`` (:func:`arrow_schema`); ``scan.report`` is
+    final once they are all taken.  Used by the data source's tasks and by the job's own
+    Parquet writer (:mod:`pymq.export.parquet`)."""
+    msg_id = _MsgIds()
+    # A batch holds thousands of small acyclic objects that reference counting frees; the
+    # cyclic collector would walk them over and over (40% of the time, measured).  This
+    # worker runs nothing else while the partition is read, and the collector comes back on
+    # at the end.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield from scan.arrow_batches(
+            schema,
+            lambda msgs: to_record_batch(msgs, schema, msg_id),
+            BATCH_ROWS,
+            BATCH_BYTES,
+            column_decoder(),
+        )
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class PymqDataSource(DataSource):

@@ -1,10 +1,13 @@
 """The export job: a store's messages into Parquet or JSON, with a summary and incremental state.
 
 :func:`run_export` plans the store on the driver first (so a path that is not a store, or bad
-options, fail in a second with a clear :class:`ExportError` before any JVM starts), then reads
-it through the ``pymq`` data source and writes the dataset.  Each Spark task writes a small JSON
-report of what it read into a private temporary directory; the job adds them up for the summary
-(messages, bytes, per-topic counts, bad ranges) and for the state file.
+options, fail in a second with a clear :class:`ExportError` before any JVM starts), then writes
+the dataset.  Parquet is written by the Spark tasks themselves with pyarrow, one per commit-log
+file, and committed once all have succeeded (:mod:`pymq.export.arrow_writer`); each task returns
+a report of what it read.  JSON (and Parquet with ``spark_writer``) is read through the ``pymq``
+data source and written by Spark, each task writing its report into a private temporary
+directory.  The job adds the reports up for the summary (messages, bytes, per-topic counts, bad
+ranges) and for the state file.
 
 State: ``OUTPUT/_pymq_export.json`` (ignored by Parquet and JSON readers, as its name starts with
 ``_``) records every run and ``last_offset``, the commit-log offset the next ``incremental`` run
@@ -96,6 +99,8 @@ class JobConfig:
     incremental: bool = False
     overwrite: bool = False
     failfast: bool = False
+    spark_writer: bool = False
+    """Write Parquet with Spark's own writer (through the data source) instead of pyarrow."""
 
 
 @attrs.frozen
@@ -326,30 +331,63 @@ def _session(cfg: JobConfig, spark: SparkSession | None) -> Iterator[SparkSessio
 def _run_spark(
     cfg: JobConfig, plan: StorePlan, from_offset: int | None, spark: SparkSession | None, say: Echo
 ) -> tuple[list[SegmentReport], float]:
-    """Read and write with Spark: (the tasks' reports, seconds the write action took)."""
+    """Read and write with Spark: (the tasks' reports, seconds the write action took).
+
+    Parquet is written by the tasks themselves with pyarrow (:mod:`pymq.export.arrow_writer`);
+    JSON through the ``pymq`` data source and Spark's writer."""
+    from pymq.export.datasource import register
+
+    mode = "append" if cfg.incremental else "overwrite" if cfg.overwrite else "error"
+    with _session(cfg, spark) as session:
+        register(session)
+        if cfg.format == "parquet" and not cfg.spark_writer:
+            from pymq.export.arrow_writer import write_parquet
+
+            opts = _options(cfg, from_offset, None)
+            started = time.monotonic()
+            with _progress(session, len(plan.segments), say):
+                reports = write_parquet(
+                    session.sparkContext,
+                    plan.segments,
+                    opts,
+                    cfg.output,
+                    mode,
+                    cfg.partition_by,
+                    DISTINCT_COLUMNS,
+                )
+            return reports, time.monotonic() - started
+        return _spark_write(cfg, plan, from_offset, session, mode, say)
+
+
+def _spark_write(
+    cfg: JobConfig,
+    plan: StorePlan,
+    from_offset: int | None,
+    session: SparkSession,
+    mode: str,
+    say: Echo,
+) -> tuple[list[SegmentReport], float]:
+    """The data source's DataFrame written by Spark's writer (JSON; Parquet with spark_writer)."""
     from pyspark.sql import functions as F
 
-    from pymq.export.datasource import FORMAT_NAME, register
+    from pymq.export.datasource import FORMAT_NAME
 
     report_dir = tempfile.mkdtemp(prefix="pymq-export-")
     try:
         opts = _options(cfg, from_offset, report_dir)
-        with _session(cfg, spark) as session:
-            register(session)
-            df = session.read.format(FORMAT_NAME).options(**opts.to_spark_options()).load()
-            if "date" in cfg.partition_by:  # the UTC date, whatever the session's time zone
-                days = F.floor(F.unix_millis("store_timestamp") / 86_400_000).cast("int")
-                df = df.withColumn("date", F.date_from_unix_date(days))
-            writer = df.write.format(cfg.format)
-            if cfg.format == "parquet":
-                writer = writer.options(**PARQUET_OPTIONS)
-            if cfg.partition_by:
-                writer = writer.partitionBy(*cfg.partition_by)
-            mode = "append" if cfg.incremental else "overwrite" if cfg.overwrite else "error"
-            started = time.monotonic()
-            with _progress(session, len(plan.segments), say):
-                writer.mode(mode).save(cfg.output)
-            seconds = time.monotonic() - started
+        df = session.read.format(FORMAT_NAME).options(**opts.to_spark_options()).load()
+        if "date" in cfg.partition_by:  # the UTC date, whatever the session's time zone
+            days = F.floor(F.unix_millis("store_timestamp") / 86_400_000).cast("int")
+            df = df.withColumn("date", F.date_from_unix_date(days))
+        writer = df.write.format(cfg.format)
+        if cfg.format == "parquet":
+            writer = writer.options(**PARQUET_OPTIONS)
+        if cfg.partition_by:
+            writer = writer.partitionBy(*cfg.partition_by)
+        started = time.monotonic()
+        with _progress(session, len(plan.segments), say):
+            writer.mode(mode).save(cfg.output)
+        seconds = time.monotonic() - started
         return read_reports(report_dir), seconds
     finally:
         shutil.rmtree(report_dir, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
+import re
 import shutil
 
 import pytest
@@ -188,3 +189,176 @@ def test_failfast_stops_at_a_corrupt_record_and_says_so(spark, tmp_path, written
     spec.loader.exec_module(script)
     line = script.spark_error_line(failure.value)
     assert "CorruptRecordError" in line and "body CRC mismatch" in line
+
+
+# --- the job's own Parquet writer (pyarrow in the tasks) against Spark's -----------------------
+
+PART_NAME = re.compile(r"part-\d{5}-[0-9a-f]{32}-c000\.snappy\.parquet")
+
+
+def listing(out: str) -> dict[str, bytes]:
+    """Every file under ``out`` (relative path to content)."""
+    return {
+        str(p.relative_to(out)): p.read_bytes() for p in pathlib.Path(out).rglob("*") if p.is_file()
+    }
+
+
+def part_files(out: str) -> list[pathlib.Path]:
+    return sorted(p for p in pathlib.Path(out).rglob("*.parquet"))
+
+
+def nullable(schema):
+    """``schema`` with every field, array element and map value nullable (Spark's asNullable)."""
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    def loosen(t):
+        if isinstance(t, StructType):
+            return StructType([StructField(f.name, loosen(f.dataType), True) for f in t])
+        if isinstance(t, ArrayType):
+            return ArrayType(loosen(t.elementType), True)
+        if isinstance(t, MapType):
+            return MapType(loosen(t.keyType), loosen(t.valueType), True)
+        return t
+
+    return loosen(schema)
+
+
+def sorted_rows(df) -> list:
+    return sorted(df.collect(), key=lambda r: r.commitlog_offset)
+
+
+def test_parquet_reads_back_as_the_data_source_and_as_sparks_own_writer(spark, tmp_path, written):
+    store = store_of(written[0])
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    summary = run_export(JobConfig(store=store, output=ours), spark=spark, echo=lambda _: None)
+    run_export(
+        JobConfig(store=store, output=theirs, spark_writer=True), spark=spark, echo=lambda _: None
+    )
+    source = read(spark, store)
+    back = spark.read.parquet(ours)
+    assert back.schema == spark.read.parquet(theirs).schema
+    assert back.schema == nullable(source.schema)  # as Spark reads any Parquet file back
+    assert sorted_rows(back) == sorted_rows(source)  # every column, maps and arrays included
+    assert summary.messages == len(written[1])
+    names = {p.name for p in part_files(ours)}
+    assert len(names) == summary.files and all(PART_NAME.fullmatch(n) for n in names)
+    assert os.path.exists(os.path.join(ours, "_SUCCESS"))
+    assert not [n for n in os.listdir(ours) if n.startswith("_pymq_temporary")]
+
+
+def test_partitioned_parquet_has_sparks_directories_and_rows(spark, tmp_path, written):
+    store = store_of(written[0])
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    columns = ("topic", "date", "queue_id")
+    for out, spark_writer in ((ours, False), (theirs, True)):
+        cfg = JobConfig(
+            store=store,
+            output=out,
+            partition_by=columns,
+            include_system_topics=True,
+            spark_writer=spark_writer,
+        )
+        run_export(cfg, spark=spark, echo=lambda _: None)
+    dirs = {str(p.parent.relative_to(ours)) for p in part_files(ours)}
+    assert dirs == {str(p.parent.relative_to(theirs)) for p in part_files(theirs)}
+    assert any(d.startswith("topic=SCHEDULE_TOPIC_XXXX/") for d in dirs)
+    back, spark_back = spark.read.parquet(ours), spark.read.parquet(theirs)
+    assert back.schema == spark_back.schema
+    assert sorted_rows(back) == sorted_rows(spark_back)
+
+
+def test_incremental_parquet_runs_add_files_of_their_own(spark, tmp_path, written):
+    store = store_of(written[0])
+    out = str(tmp_path / "out")
+    offsets = sorted(r.commitlog_offset for r in read(spark, store).collect())
+    middle = offsets[len(offsets) // 2]
+    first = run_export(
+        JobConfig(store=store, output=out, to_offset=middle), spark=spark, echo=lambda _: None
+    )
+    names_before = {p.name for p in part_files(out)}
+    second = run_export(
+        JobConfig(store=store, output=out, incremental=True), spark=spark, echo=lambda _: None
+    )
+    third = run_export(
+        JobConfig(store=store, output=out, incremental=True), spark=spark, echo=lambda _: None
+    )
+    assert first.messages == len(offsets) // 2
+    assert first.messages + second.messages == len(offsets)
+    assert third.messages == 0
+    names = {p.name for p in part_files(out)}
+    assert names_before < names  # the first run's files stay, the second run's are new
+    assert len({n.split("-", 2)[2] for n in names}) == 2  # two run ids
+    back = spark.read.parquet(out)
+    assert sorted(r.commitlog_offset for r in back.select("commitlog_offset").collect()) == offsets
+    assert sorted_rows(back) == sorted_rows(read(spark, store))
+
+
+def test_a_failing_task_leaves_the_output_as_it_was(spark, tmp_path, written):
+    data_dir, sent = written
+    store = str(tmp_path / "store")
+    shutil.copytree(store_of(data_dir), store)
+    out = str(tmp_path / "out")
+    offset = decode_offset_msg_id(sent[-5].result.offset_msg_id)[2]  # in the last file
+    cfg = JobConfig(store=store, output=out, to_offset=offset)
+    assert run_export(cfg, spark=spark, echo=lambda _: None).files >= 3
+    before = listing(out)
+    path = os.path.join(store, "commitlog", f"{offset - offset % FILE_SIZE:020d}")
+    data = bytearray(pathlib.Path(path).read_bytes())
+    data[offset % FILE_SIZE + 8] ^= 0xFF  # BODYCRC
+    pathlib.Path(path).write_bytes(data)
+    for cfg in (
+        JobConfig(store=store, output=out, failfast=True, overwrite=True),
+        JobConfig(store=store, output=out, failfast=True, incremental=True),
+    ):
+        with pytest.raises(Exception, match="CorruptRecordError"):
+            run_export(cfg, spark=spark, echo=lambda _: None)
+        assert listing(out) == before  # the other tasks' files went with the temporary dir
+    fresh = str(tmp_path / "fresh")
+    with pytest.raises(Exception, match="CorruptRecordError"):
+        run_export(
+            JobConfig(store=store, output=fresh, failfast=True), spark=spark, echo=lambda _: None
+        )
+    assert not part_files(fresh) and not os.path.exists(os.path.join(fresh, "_SUCCESS"))
+
+
+def test_overwrite_replaces_the_dataset_and_an_empty_export_reads_back(spark, tmp_path, written):
+    store = store_of(written[0])
+    out = str(tmp_path / "out")
+    run_export(JobConfig(store=store, output=out), spark=spark, echo=lambda _: None)
+    old = {p.name for p in part_files(out)}
+    cfg = JobConfig(store=store, output=out, topics=frozenset({"Nobody"}), overwrite=True)
+    summary = run_export(cfg, spark=spark, echo=lambda _: None)
+    assert summary.messages == 0
+    assert not old & {p.name for p in part_files(out)}
+    back = spark.read.parquet(out)
+    assert back.count() == 0
+    assert back.schema == nullable(read(spark, store).schema)  # from one file with no rows
+    assert [r["messages"] for r in read_state(out)["runs"]] == [0]
+
+
+def test_json_is_still_written_by_spark(spark, tmp_path, written):
+    store = store_of(written[0])
+    out = str(tmp_path / "out")
+    summary = run_export(
+        JobConfig(store=store, output=out, format="json"), spark=spark, echo=lambda _: None
+    )
+    assert summary.messages == len(written[1])
+    assert list(pathlib.Path(out).glob("part-*.json"))
+    back = spark.read.json(out)
+    assert back.count() == summary.messages
+    assert {r.topic for r in back.select("topic").distinct().collect()} == {"Audit", "Orders"}
+
+
+def test_an_export_by_sparks_writer_goes_on_incrementally_with_pyarrow(spark, tmp_path, written):
+    """An output of earlier versions (Spark's writer: its own timestamp encoding, file names and
+    checksum files) takes pyarrow's files next to its own and reads back whole."""
+    store = store_of(written[0])
+    out = str(tmp_path / "out")
+    offsets = sorted(r.commitlog_offset for r in read(spark, store).collect())
+    middle = offsets[len(offsets) // 3]
+    old = JobConfig(store=store, output=out, to_offset=middle, spark_writer=True)
+    first = run_export(old, spark=spark, echo=lambda _: None)
+    new = JobConfig(store=store, output=out, incremental=True)
+    second = run_export(new, spark=spark, echo=lambda _: None)
+    assert first.messages + second.messages == len(offsets) and first.messages > 0
+    assert sorted_rows(spark.read.parquet(out)) == sorted_rows(read(spark, store))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import socket
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import trio
 
@@ -120,3 +120,14 @@ def same_without_native(module: object, name: str, read: Callable[[], object]) -
     finally:
         setattr(module, name, saved)
     return with_c
+
+
+def answer_command(answer: object) -> Any:
+    """An inline handler's answer as a command: a whole answer frame (what the send path
+    returns for a successful put, codec.json_response_frame) is decoded; a command or None
+    is returned as it is."""
+    from pymq.remoting.codec import decode_frame
+
+    if isinstance(answer, bytes):
+        return decode_frame(answer[4:])
+    return answer

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingCommand | None]]
 # Answers a request at once, inside the reader, or returns None to have it served by a task,
 # or ANSWER_LATER when it has arranged to call Channel.answer itself (a group commit).
-InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | None]
+InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | bytes | None]
 # (buffer, frame start, frame end) -> the answer frame, or None: see Channel.raw_handler.
 RawHandler = Callable[[bytes, int, int], bytes | None]
 # Called before and after each run of frames a connection serves together: Channel.run_hooks.
@@ -834,10 +834,19 @@ class Channel:
                 )
         self.answer(request, response)
 
-    def answer(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
-        """Answer ``request`` (nothing for a oneway one); dropped if the channel has closed."""
+    def answer(self, request: RemotingCommand, response: RemotingCommand | bytes | None) -> None:
+        """Answer ``request`` (nothing for a oneway one); dropped if the channel has closed.
+        ``response`` is a command, or the whole answer frame already encoded for this request
+        (its opaque and serialize type; see codec.json_response_frame)."""
         if response is None or request.flag & RPC_ONEWAY:
             return
+        if type(response) is bytes:
+            try:
+                self._write(response)
+            except RemotingSendError:
+                log.debug("dropping the answer to %s: %s closed", request.opaque, self)
+            return
+        assert isinstance(response, RemotingCommand)
         response.opaque = request.opaque
         response.flag |= RPC_TYPE_RESPONSE
         response.serialize_type = request.serialize_type

@@ -93,7 +93,9 @@ class RemotingServer:
         else:
             self.inline_processors.pop(int(code), None)
 
-    def dispatch_inline(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
+    def dispatch_inline(
+        self, channel: Channel, request: RemotingCommand
+    ) -> RemotingCommand | bytes | None:
         processor = self.inline_processors.get(request.code)
         if processor is None:
             return None
@@ -112,7 +114,7 @@ class RemotingServer:
 
     def _dispatch_inline_checked(
         self, channel: Channel, request: RemotingCommand
-    ) -> RemotingCommand | None:
+    ) -> RemotingCommand | bytes | None:
         processor = self.inline_processors.get(request.code)
         if processor is None:
             return None

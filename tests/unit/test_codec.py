@@ -454,3 +454,29 @@ def test_json_command_in_c_equals_the_python_reading(fields: dict) -> None:
             return ("refused", str(exc))
 
     same_without_native(codec, "_json_command", read)
+
+
+@given(
+    code=st.integers(-(2**31), 2**31 - 1),
+    opaque=st.integers(-(2**31), 2**31 - 1),
+    ext=st.dictionaries(st.text(max_size=6), st.text(max_size=8), max_size=5),
+)
+def test_json_response_frame_is_what_encode_writes(code: int, opaque: int, ext: dict) -> None:
+    """The send path's pre-encoded answer frame equals encode() of the response command with
+    the same extFields members, and reads back as that command."""
+    from pymq.remoting.codec import (
+        RPC_TYPE_RESPONSE,
+        RemotingCommand,
+        _json_header,
+        decode_frame,
+        encode,
+        json_response_frame,
+    )
+
+    members = _json_header(RemotingCommand(0, ext)).decode()
+    members = members[members.index('"extFields":{') + 13 : members.rindex("},")]
+    cmd = RemotingCommand(code, ext, b"", opaque, RPC_TYPE_RESPONSE, None)
+    frame = json_response_frame(code, opaque, members)
+    assert frame == encode(cmd)
+    back = decode_frame(frame[4:])
+    assert (back.code, back.opaque, back.flag, back.ext_fields) == (code, opaque, 1, ext)

@@ -39,6 +39,7 @@ from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.store import DefaultMessageStore, MessageStoreConfig
+from tests.helpers import answer_command
 from tests.unit.contexts import make_broker_context
 
 TOPIC = "TopicTest"
@@ -149,7 +150,7 @@ async def put(ctx: BrokerContext, *bodies: bytes, tags: str = "TagA") -> None:
 async def test_send_inline_and_in_task_answer_offsets(ctx: BrokerContext) -> None:
     send = SendProcessor(ctx)
     channel = FakeChannel()
-    first = send.send_message_inline(channel, send_request(body=b"one"))
+    first = answer_command(send.send_message_inline(channel, send_request(body=b"one")))
     assert first is not None and first.code == ResponseCode.SUCCESS
     assert first.ext_fields["queueId"] == "0" and first.ext_fields["queueOffset"] == "0"
     second = await send.send_message(channel, send_request(queue_id=0, body=b"two"))
@@ -178,7 +179,7 @@ async def test_a_batch_to_a_known_topic_is_served_inline_as_the_task_serves_it(
         ext = H.SendMessageRequestHeader.v2_ext("pg", topic, 0, 0, 1_700_000_000_000, 0, "", True)
         return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, payload)
 
-    inline = send.send_message_inline(FakeChannel(), batch())
+    inline = answer_command(send.send_message_inline(FakeChannel(), batch()))
     assert inline is not None and inline.code == ResponseCode.SUCCESS
     assert inline.ext_fields["queueOffset"] == "0"
     in_task = await send.send_message(FakeChannel(), batch())

@@ -47,6 +47,7 @@ from pymq.remoting.codec import RemotingCommand, encode
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.store import DefaultMessageStore, MessageStoreConfig
 from pymq.store.config import BrokerRole
+from tests.helpers import answer_command
 from tests.unit.contexts import make_broker_context
 
 SAMPLES = "/work/shared/reference/java-wire-samples"
@@ -207,7 +208,8 @@ async def test_half_message_is_stored_hidden_in_the_half_topic(ctx: BrokerContex
 
 
 async def test_inline_send_path_stores_half_messages_too(ctx: BrokerContext) -> None:
-    answer = SendProcessor(ctx).send_message_inline(FakeProducer(), half_request(queue_id=2))  # type: ignore[arg-type]
+    send = SendProcessor(ctx)
+    answer = answer_command(send.send_message_inline(FakeProducer(), half_request(queue_id=2)))  # type: ignore[arg-type]
     assert answer is not None and answer.code == ResponseCode.SUCCESS
     assert answer.ext_fields["queueId"] == "2"
     await dispatched(ctx.store, HALF, 1)

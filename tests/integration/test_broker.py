@@ -361,3 +361,32 @@ async def test_client_reports_refusals(pymq_cluster: Cluster) -> None:
         with pytest.raises(MQClientError) as info:
             await producer.send(Message("bad topic!", b"x"))
         assert info.value.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.TOPIC_NOT_EXIST)
+
+
+async def test_a_oneway_send_is_stored_and_never_answered(pymq_cluster: Cluster, client) -> None:
+    """A oneway SEND_MESSAGE_V2 (served inline, whose success answer is a ready frame) gets no
+    answer: the first frame back on the connection answers the request after it."""
+    from pymq.remoting import headers as H
+    from pymq.remoting.codec import RPC_ONEWAY, FrameDecoder, encode
+
+    await create_topic(client, pymq_cluster, "OneWay")
+    host, port = pymq_cluster.broker_addr.rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    try:
+        frames = b""
+        for i, flag in enumerate((RPC_ONEWAY, 0)):
+            ext = H.SendMessageRequestHeader.v2_ext("pg", "OneWay", 0, 0, 1, 0, "", False)
+            req = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, b"body-%d" % i)
+            req.opaque, req.flag = 100 + i, flag
+            frames += encode(req)
+        await stream.send_all(frames)
+        decoder = FrameDecoder()
+        answers: list[RemotingCommand] = []
+        with trio.fail_after(10):
+            while not answers:
+                answers += decoder.feed(await stream.receive_some(65536))
+        assert [a.opaque for a in answers] == [101]
+        assert answers[0].code == ResponseCode.SUCCESS
+        assert answers[0].ext_fields["queueOffset"] == "1"  # the oneway one was stored first
+    finally:
+        await stream.aclose()

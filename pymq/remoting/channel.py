@@ -636,7 +636,10 @@ class Channel:
         if not data:
             self.close_reason = self.close_reason or "peer closed the connection"
             return False
-        self.state.receive(data, self._stamp(admission, ancillary), trio.current_time())
+        # A read like the reader's: it moves the idle deadline on (_watch_deadlines), or a
+        # connection read ahead of for longer than the idle timeout would close as idle.
+        now = self._last_read = trio.current_time()
+        self.state.receive(data, self._stamp(admission, ancillary), now)
         return True
 
     async def _serve_inbox(self, nursery: trio.Nursery) -> bool:  # noqa: C901

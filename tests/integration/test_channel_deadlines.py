@@ -1,0 +1,123 @@
+"""The plain-socket reader's deadlines (Channel._reader_raw and Channel._watch_deadlines): the
+idle and frame deadlines end a waiting reader, never a busy one mid-run, and never a connection
+that is reading."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import socket
+
+import trio
+import trio.testing
+
+from pymq.remoting.channel import Channel
+from pymq.remoting.codec import RPC_ONEWAY, FrameDecoder, RemotingCommand, encode
+from pymq.remoting.server import RemotingServer
+
+ONEWAY, ECHO = 3001, 3002
+
+
+def frame(code: int, opaque: int, *, oneway: bool = False, **ext: str) -> bytes:
+    cmd = RemotingCommand.request(code, ext)
+    cmd.opaque = opaque
+    if oneway:
+        cmd.flag |= RPC_ONEWAY
+    return encode(cmd)
+
+
+class NeverShed:
+    """An admission check that reads ahead after every run (its wait limit is 0) and refuses
+    nothing: only the broker's read-ahead path is wanted."""
+
+    def __init__(self) -> None:
+        ticks = itertools.count()
+        self.clock = lambda: next(ticks) * 0.001  # moves at every read, so each run "waited"
+
+    @property
+    def min_wait(self) -> float:
+        return 0.0
+
+    @property
+    def busy_mark(self) -> float:
+        return -math.inf
+
+    def shed(self, channel, request, received, waited, queued):
+        return None
+
+    def shed_remark(self, code: int, received: float, waited: float, queued: int) -> None:
+        return None
+
+    def note_shed(self, code: int, count: int, remark: str) -> None:
+        raise AssertionError("nothing is shed")
+
+
+def read_answers(sock: socket.socket, count: int) -> list[RemotingCommand]:
+    decoder = FrameDecoder()
+    got: list[RemotingCommand] = []
+    while len(got) < count:
+        data = sock.recv(65536)
+        if not data:
+            break
+        got.extend(decoder.feed(data))
+    return got
+
+
+async def test_reading_ahead_counts_as_reading_for_the_idle_deadline(
+    nursery: trio.Nursery, mock_clock: trio.testing.MockClock
+) -> None:
+    """A broker falling behind reads ahead between runs and may not come back to its wait for a
+    long time; those reads are reads: a connection streaming oneway requests (no answers, so
+    no writes either) for longer than the idle timeout is not closed as idle."""
+    bursts, per_burst = 8, 80  # 80 frames: three runs, so that each burst is read ahead
+    client: socket.socket | None = None  # connected below
+    served = 0
+
+    def burst(k: int) -> bytes:
+        return b"".join(
+            frame(ONEWAY, k * per_burst + i, oneway=True, first=str(i == 0))
+            for i in range(per_burst)
+        )
+
+    def oneway(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        nonlocal served
+        served += 1
+        if req.ext_fields["first"] == "True":
+            k = req.opaque // per_burst
+            if k + 1 < bursts:
+                assert client is not None
+                client.sendall(burst(k + 1))  # read ahead by the end of this run
+            mock_clock.jump(30)  # 8 bursts: 240 s of steady reading, idle timeout 120 s
+        return req.response()
+
+    def echo(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response()
+
+    closed: list[Channel] = []
+    server = RemotingServer(
+        host="127.0.0.1", port=0, idle_timeout=120, on_channel_closed=closed.append
+    )
+    server.admission = NeverShed()
+    server.register(ONEWAY, _no_task, oneway)
+    server.register(ECHO, _no_task, echo)
+    await nursery.start(server.run)
+    client = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        client.sendall(burst(0))
+        with trio.fail_after(1000):  # mock time: the handler moves it 240 s in all
+            while served < bursts * per_burst:
+                await trio.sleep(0)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not closed, closed[0].close_reason
+        client.sendall(frame(ECHO, 10**6))
+        await trio.testing.wait_all_tasks_blocked()
+        client.settimeout(5)
+        answers = await trio.to_thread.run_sync(read_answers, client, 1)
+        assert [a.opaque for a in answers] == [10**6]
+        assert not closed
+    finally:
+        client.close()
+
+
+async def _no_task(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+    raise AssertionError("served inline")

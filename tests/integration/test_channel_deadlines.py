@@ -13,6 +13,7 @@ import trio.testing
 
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RPC_ONEWAY, FrameDecoder, RemotingCommand, encode
+from pymq.remoting.limits import ConnectionLimits
 from pymq.remoting.server import RemotingServer
 
 ONEWAY, ECHO = 3001, 3002
@@ -121,3 +122,47 @@ async def test_reading_ahead_counts_as_reading_for_the_idle_deadline(
 
 async def _no_task(channel: Channel, req: RemotingCommand) -> RemotingCommand:
     raise AssertionError("served inline")
+
+
+async def test_the_frame_deadline_is_each_frames_own(
+    nursery: trio.Nursery, mock_clock: trio.testing.MockClock
+) -> None:
+    """frame_receive_timeout bounds one frame: a peer streaming frames whose reads each end
+    in the middle of the next one (pipelined sends, large messages) completes every frame well
+    within the deadline and is not closed, however long it streams.  A frame that then stalls
+    is closed at its own deadline."""
+    closed: list[Channel] = []
+    served: list[int] = []
+
+    def echo(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        served.append(req.opaque)
+        return req.response()
+
+    server = RemotingServer(
+        host="127.0.0.1",
+        port=0,
+        limits=ConnectionLimits(frame_receive_timeout=10.0),
+        on_channel_closed=closed.append,
+    )
+    server.register(ECHO, _no_task, echo)
+    await nursery.start(server.run)
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    frames = [frame(ECHO, n, oneway=True, pad="x" * 100) for n in range(12)]
+    await stream.send_all(frames[0][:50])
+    for n in range(1, 12):  # each send ends frame n - 1 and begins frame n: 6 s apart
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(6)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not closed, closed[0].close_reason
+        await stream.send_all(frames[n - 1][50:] + frames[n][:50])
+    await trio.testing.wait_all_tasks_blocked()
+    assert served == list(range(11))
+    mock_clock.jump(9)  # frame 11 stalls: closed 10 s after it began (noticed within 10 / 8)
+    await trio.testing.wait_all_tasks_blocked()
+    assert not closed, closed[0].close_reason
+    mock_clock.jump(1 + 10 / 8)
+    with trio.fail_after(5):
+        assert await stream.receive_some(10) == b""
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(closed) == 1 and "frame not completed" in (closed[0].close_reason or "")
+    await stream.aclose()

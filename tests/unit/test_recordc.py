@@ -759,7 +759,7 @@ def test_the_cpp_clients_send_header_is_read_in_c():
     import orjson
 
     from pymq.remoting import codec
-    from pymq.remoting.headers import SendMessageRequestHeader, _LONG_NAMES
+    from pymq.remoting.headers import _LONG_NAMES, SendMessageRequestHeader
 
     header = orjson.loads(CPP_SEND_HEADER)
     cmd = _native().json_command(header, codec.RemotingCommand, 0)

@@ -5,15 +5,18 @@ that is reading."""
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import socket
+import struct
 
 import trio
 import trio.testing
 
 from pymq.remoting.channel import Channel
+from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RPC_ONEWAY, FrameDecoder, RemotingCommand, encode
-from pymq.remoting.limits import ConnectionLimits
+from pymq.remoting.limits import ConnectionLimits, SharedBudget
 from pymq.remoting.server import RemotingServer
 
 ONEWAY, ECHO = 3001, 3002
@@ -166,3 +169,122 @@ async def test_the_frame_deadline_is_each_frames_own(
     await trio.testing.wait_all_tasks_blocked()
     assert len(closed) == 1 and "frame not completed" in (closed[0].close_reason or "")
     await stream.aclose()
+
+
+async def test_a_deadline_passing_mid_run_ends_the_connection_after_the_run(
+    nursery: trio.Nursery, mock_clock: trio.testing.MockClock
+) -> None:
+    """The deadline watch never cancels a busy reader: a frame deadline that passes while the
+    reader serves a read's frames (two runs here) lets it finish them, every answer written and
+    every run's hooks closed, and only then closes the connection."""
+    events: list[str] = []
+    closed: list[Channel] = []
+
+    def echo(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        if req.opaque == 0:
+            mock_clock.jump(11)  # past the unfinished frame's deadline, mid-run
+        return req.response()
+
+    server = RemotingServer(
+        host="127.0.0.1",
+        port=0,
+        limits=ConnectionLimits(frame_receive_timeout=10.0),
+        on_channel_closed=closed.append,
+    )
+    server.run_hooks = (lambda: events.append("begin"), lambda: events.append("end"))
+    server.register(ECHO, _no_task, echo)
+    await nursery.start(server.run)
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    try:
+        unfinished = frame(ECHO, 99)[:20]
+        sock.sendall(b"".join(frame(ECHO, n) for n in range(40)) + unfinished)
+        with trio.fail_after(1000):  # mock time: the handler moves it 11 s
+            while not closed:
+                await trio.sleep(0)
+        sock.settimeout(5)
+        answers = await trio.to_thread.run_sync(read_answers, sock, 41)
+    finally:
+        sock.close()
+    assert [a.opaque for a in answers] == list(range(40))
+    assert events == ["begin", "end"] * 2
+    assert "frame not completed" in (closed[0].close_reason or "")
+
+
+async def test_a_frame_held_by_the_budget_is_closed_with_one_log_line(
+    nursery: trio.Nursery, mock_clock: trio.testing.MockClock, caplog
+) -> None:
+    """A frame whose reading is held because the server's partial-frame budget is spent times
+    out like any other: the connection closes at its deadline, logged once."""
+    closed: list[Channel] = []
+    server = RemotingServer(
+        host="127.0.0.1",
+        port=0,
+        limits=ConnectionLimits(frame_receive_timeout=10.0),
+        budget=SharedBudget(partial_frame_total_max=64),
+        on_channel_closed=closed.append,
+    )
+    await nursery.start(server.run)
+    stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+    await stream.send_all(struct.pack(">i", 1000) + b"x" * 200)  # over the budget: held
+    await trio.testing.wait_all_tasks_blocked()
+    # The reader polls the budget every BUDGET_POLL_INTERVAL (0.05 s); the watch wakes at the
+    # frame's deadline, 10 s: first the watch alone (10.01 s), then the reader's poll (10.04 s).
+    for step in (9.99, 0.02, 0.1):
+        mock_clock.jump(step)
+        await trio.testing.wait_all_tasks_blocked()
+    with trio.fail_after(5):
+        assert await stream.receive_some(10) == b""
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(closed) == 1 and "frame not completed" in (closed[0].close_reason or "")
+    lines = [r for r in caplog.records if "frame not completed" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+    await stream.aclose()
+
+
+async def test_a_peer_that_closes_or_resets_ends_its_connection_quietly(
+    nursery: trio.Nursery, caplog
+) -> None:
+    """EOF and RST while the reader waits: the connection closes with the reason, no error
+    is logged, and the server goes on serving."""
+    closed: list[Channel] = []
+    server = RemotingServer(host="127.0.0.1", port=0, on_channel_closed=closed.append)
+    server.register(ECHO, _no_task, lambda channel, req: req.response())
+    await nursery.start(server.run)
+
+    async def round_trip() -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(frame(ECHO, 1))
+        sock.settimeout(5)
+        assert [a.opaque for a in await trio.to_thread.run_sync(read_answers, sock, 1)] == [1]
+        await trio.testing.wait_all_tasks_blocked()  # the reader waits again
+        return sock
+
+    (await round_trip()).close()  # FIN
+    reset = await round_trip()
+    reset.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    reset.close()  # RST
+    with trio.fail_after(5):
+        while len(closed) < 2:
+            await trio.sleep(0.01)
+    assert closed[0].close_reason == "peer closed the connection"
+    assert (closed[1].close_reason or "").startswith("connection lost")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    (await round_trip()).close()
+
+
+async def test_a_connection_without_an_idle_timeout_stays_open(
+    nursery: trio.Nursery, mock_clock: trio.testing.MockClock
+) -> None:
+    """With no idle timeout (a client's connections) the deadline watch closes nothing,
+    however long nothing happens."""
+    server = RemotingServer(host="127.0.0.1", port=0)
+    server.register(ECHO, _no_task, lambda channel, req: req.response())
+    await nursery.start(server.run)
+    client = RemotingClient(nursery)
+    channel = await client.channel(f"127.0.0.1:{server.port}")
+    for _ in range(3):
+        mock_clock.jump(10_000)
+        await trio.testing.wait_all_tasks_blocked()
+    assert not channel.closed and all(not c.closed for c in server.channels)
+    response = await channel.invoke(RemotingCommand.request(ECHO), timeout=5)
+    assert response.code == 0

@@ -22,6 +22,7 @@ from pymq.remoting.headers import (
     decode,
     decode_request,
     encode,
+    java_bool,
     java_int,
     java_long,
 )
@@ -190,6 +191,40 @@ def test_the_end_transaction_header_in_c_agrees_with_the_python_decoder(
     assert type(generic) is type(with_c)
     if not isinstance(with_c, str):
         assert with_c == generic
+
+
+_flagish = st.sampled_from(["true", "false", "True", "TRUE", "FALSE", "", " 1", "01", "2"])
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "producerGroup": st.text(max_size=3),
+            "tranStateTableOffset": st.integers(0, 10**18 - 1).map(str),
+            "commitLogOffset": st.integers(0, 10**18 - 1).map(str),
+            "commitOrRollback": st.sampled_from(["0", "8", "12"]),
+            "msgId": st.text(max_size=3),
+        },
+        optional={
+            "fromTransactionCheck": st.one_of(st.sampled_from(["1", "0"]), _flagish),
+            "transactionId": st.text(max_size=3),
+        },
+    )
+)
+def test_the_end_transaction_header_in_c_reads_its_flag_as_python_does(
+    ext: dict[str, str],
+) -> None:
+    """The C path's own case, which the property above seldom reaches (it draws every field as
+    optional): a sound END_TRANSACTION header, its fromTransactionCheck as Java or the C++
+    client writes it ("1" / "0") or odder, read as java_bool reads it."""
+    from pymq.remoting import headers
+
+    with_c = same_without_native(
+        headers, "_plain_header", lambda: EndTransactionRequestHeader.from_ext(ext)
+    )
+    assert with_c == decode(EndTransactionRequestHeader, ext)
+    flag = ext.get("fromTransactionCheck")
+    assert with_c.from_transaction_check is (flag is not None and java_bool(flag))
 
 
 @given(st.integers(INT_MIN, INT_MAX))

@@ -288,3 +288,45 @@ async def test_a_connection_without_an_idle_timeout_stays_open(
     assert not channel.closed and all(not c.closed for c in server.channels)
     response = await channel.invoke(RemotingCommand.request(ECHO), timeout=5)
     assert response.code == 0
+
+
+async def test_a_reader_paused_for_a_peer_that_does_not_read_ends_at_the_idle_deadline(
+    nursery: trio.Nursery, mock_clock: trio.testing.MockClock, caplog
+) -> None:
+    """A peer that sends requests and reads none of their answers: the reader pauses above the
+    high-water mark, nothing is read or written, and the idle deadline (before the write-stall
+    one here) closes the connection, logged once, instead of the held reader waiting on."""
+    caplog.set_level(logging.INFO, logger="pymq.remoting.channel")
+    closed: list[Channel] = []
+    body = b"x" * (1 << 20)
+
+    def big(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(body=body)
+
+    server = RemotingServer(
+        host="127.0.0.1",
+        port=0,
+        idle_timeout=10,
+        limits=ConnectionLimits(
+            write_high_water_mark=1 << 20, write_low_water_mark=1 << 19, write_stall_timeout=60
+        ),
+        on_channel_closed=closed.append,
+    )
+    server.register(ECHO, _no_task, big)
+    await nursery.start(server.run)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server.port))
+    try:
+        sock.sendall(b"".join(frame(ECHO, n) for n in range(40)))  # 40 MiB of answers
+        await trio.testing.wait_all_tasks_blocked()
+        (channel,) = server.channels
+        assert channel._out.paused_since is not None  # the reader is held
+        for step in (9, 2, 0.1, 0.1):
+            mock_clock.jump(step)
+            await trio.testing.wait_all_tasks_blocked()
+        assert closed and closed[0].close_reason == "idle for 10 s"
+        lines = [r for r in caplog.records if r.levelno >= logging.INFO and "closing" in r.msg]
+        assert len(lines) == 1, [r.getMessage() for r in lines]
+    finally:
+        sock.close()

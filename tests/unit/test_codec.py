@@ -396,6 +396,12 @@ def test_fast_json_path_answers_as_json_alone(header: object) -> None:
         b'{"code":10,"opaque":1,"language":"JAVA"} x',
         b'{"code":11,"opaque":2,"language":"CPP","extFields":{"queueId":0,"unitMode":true,'
         b'"x":null,"big":9223372036854775807,"bigger":9223372036854775808}}',
+        # Duplicate keys (the last wins, as in json), -0, nulls beside other kinds.
+        b'{"code":10,"language":"CPP","extFields":{"a":1,"a":"x","b":true,"b":null}}',
+        b'{"code":10,"language":"CPP","extFields":{"a":"x","a":-0,"b":null,"c":false}}',
+        b'{"code":10,"language":"CPP","extFields":{"a":-0.0,"b":1}}',
+        b'{"code":10,"language":"CPP","extFields":{"a":1},"extFields":{"b":[1]}}',
+        b'{"code":10,"language":"CPP","extFields":{"a":-9223372036854775809,"b":1}}',
     ],
 )
 def test_fast_json_path_edge_cases(data: bytes) -> None:

@@ -35,7 +35,7 @@
  *   plain_header(ext, spec, cls)
  *                               the same for a header given as ((wire name, kind), ...): kinds
  *                               s / S (required / optional str), i / l (plain decimal Java int /
- *                               long), b (true / false, False when absent).
+ *                               long), b (true / false / 1 / 0, False when absent).
  *   decode_plain(buf, pos, check_crc, cls)
  *                               record._decode_plain_py: the common record (IPv4 hosts, sane
  *                               lengths, UTF-8 text without NUL) as a MessageExt built by
@@ -813,9 +813,9 @@ static PyObject *plain_bool(PyObject *v) {
 }
 
 /* headers.SendMessageRequestHeader.from_ext's common case: every required field present, the
- * numbers plain decimals, the booleans "true" or "false", as cls(...); None for anything else,
- * which the Python decoder judges and words.  names: the 13 wire names in the header's field
- * order; batch_code: the request is a SEND_BATCH_MESSAGE. */
+ * numbers plain decimals, the booleans "true", "false", "1" or "0", as cls(...); None for
+ * anything else, which the Python decoder judges and words.  names: the 13 wire names in the
+ * header's field order; batch_code: the request is a SEND_BATCH_MESSAGE. */
 static PyObject *py_send_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) return PyErr_Format(PyExc_TypeError, "send_header takes 4 arguments");
     PyObject *ext = args[0], *names = args[1];
@@ -859,8 +859,9 @@ done:
 /* A typed request header's common case from its extFields: spec is a tuple of (wire name, kind)
  * pairs in the class's field order, kind one of "s" (a required str), "S" (an optional str,
  * None when absent), "i" / "l" (a required Java int / long written as a plain decimal), "b" (a
- * boolean, "true" or "false", False when absent); the header is cls(*values), or None when any
- * field is absent where required or not plain, for the Python decoder to judge and word. */
+ * boolean, "true", "false", "1" or "0", False when absent); the header is cls(*values), or
+ * None when any field is absent where required or not plain, for the Python decoder to judge
+ * and word. */
 static PyObject *py_plain_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "plain_header takes 3 arguments");
     PyObject *ext = args[0], *spec = args[1];

@@ -403,12 +403,15 @@ class Channel:
     async def _wait_until_readable(self) -> bool:
         """Hold the reading of requests while this connection's output is above its high-water
         mark (or the server's totals are over their caps); False when the connection must close
-        instead (its output stalled past the deadline, or a frame in progress timed out)."""
+        instead (its output stalled past the deadline, or a frame in progress timed out, or
+        _watch_deadlines has ended it meanwhile: it has said why)."""
         out = self._out
         if out.should_pause():
             out.paused_since = trio.current_time()
             deadline = out.paused_since + self.limits.write_stall_timeout
             while not out.may_resume():
+                if self._expired:
+                    return False
                 if trio.current_time() >= deadline:
                     self.close_reason = (
                         f"peer not reading: {out.size} bytes of output queued for "
@@ -425,6 +428,8 @@ class Channel:
         partial = self._partial
         while partial.must_wait():
             assert partial.started is not None
+            if self._expired:
+                return False
             if trio.current_time() >= partial.started + self.limits.frame_receive_timeout:
                 return self._frame_timed_out()
             await trio.sleep(BUDGET_POLL_INTERVAL)
@@ -636,7 +641,10 @@ class Channel:
         if not data:
             self.close_reason = self.close_reason or "peer closed the connection"
             return False
-        self.state.receive(data, self._stamp(admission, ancillary), trio.current_time())
+        # A read like the reader's: it moves the idle deadline on (_watch_deadlines), or a
+        # connection read ahead of for longer than the idle timeout would close as idle.
+        now = self._last_read = trio.current_time()
+        self.state.receive(data, self._stamp(admission, ancillary), now)
         return True
 
     async def _serve_inbox(self, nursery: trio.Nursery) -> bool:  # noqa: C901

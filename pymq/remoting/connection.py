@@ -150,7 +150,10 @@ class Connection:
             self._inbox.append([buf, bounds, 0, received])
             self.inbox_bytes += len(buf)
             self.partial.budget_add(len(buf))
-        self.partial.update(self.decoder.buffered, now)
+        # A read that completes a frame ends the one in progress: what it leaves buffered is
+        # the next frame's, whose deadline starts now (a peer streaming frames back to back,
+        # each read ending inside the next frame, never leaves the decoder empty).
+        self.partial.update(self.decoder.buffered, now, bool(bounds))
 
     @property
     def has_input(self) -> bool:

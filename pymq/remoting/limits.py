@@ -141,9 +141,10 @@ class PartialFrameTracker:
         self.accounted = 0
         self.started: float | None = None
 
-    def update(self, buffered: int, now: float) -> None:
-        """The decoder now holds ``buffered`` bytes of an unfinished frame."""
-        if buffered and self.started is None:
+    def update(self, buffered: int, now: float, frame_ended: bool = False) -> None:
+        """The decoder now holds ``buffered`` bytes of an unfinished frame; ``frame_ended``:
+        the read completed a frame, so those bytes (if any) are a new frame's, begun now."""
+        if buffered and (self.started is None or frame_ended):
             self.started = now
         elif not buffered:
             self.started = None

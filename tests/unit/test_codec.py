@@ -396,6 +396,12 @@ def test_fast_json_path_answers_as_json_alone(header: object) -> None:
         b'{"code":10,"opaque":1,"language":"JAVA"} x',
         b'{"code":11,"opaque":2,"language":"CPP","extFields":{"queueId":0,"unitMode":true,'
         b'"x":null,"big":9223372036854775807,"bigger":9223372036854775808}}',
+        # Duplicate keys (the last wins, as in json), -0, nulls beside other kinds.
+        b'{"code":10,"language":"CPP","extFields":{"a":1,"a":"x","b":true,"b":null}}',
+        b'{"code":10,"language":"CPP","extFields":{"a":"x","a":-0,"b":null,"c":false}}',
+        b'{"code":10,"language":"CPP","extFields":{"a":-0.0,"b":1}}',
+        b'{"code":10,"language":"CPP","extFields":{"a":1},"extFields":{"b":[1]}}',
+        b'{"code":10,"language":"CPP","extFields":{"a":-9223372036854775809,"b":1}}',
     ],
 )
 def test_fast_json_path_edge_cases(data: bytes) -> None:
@@ -419,6 +425,13 @@ _json_scalars = st.one_of(
     st.text(max_size=5),
 )
 _MISSING_FIELD = object()
+_ext_values = st.one_of(
+    _json_scalars,
+    st.integers(),
+    st.sampled_from([-0.0, 0.0, 1e300, True, False, None, "", "0", "1"]),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
 
 
 @given(
@@ -434,6 +447,8 @@ _MISSING_FIELD = object()
             "extFields": st.one_of(
                 st.none(),
                 st.dictionaries(st.text(max_size=3), _json_scalars, max_size=4),
+                # The C++ client's shapes and worse: any int, -0.0, nested values among them.
+                st.dictionaries(st.text(max_size=3), _ext_values, max_size=5),
                 st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=4),
                 st.lists(st.integers(), max_size=2),
             ),
@@ -480,3 +495,46 @@ def test_json_response_frame_is_what_encode_writes(code: int, opaque: int, ext: 
     assert frame == encode(cmd)
     back = decode_frame(frame[4:])
     assert (back.code, back.opaque, back.flag, back.ext_fields) == (code, opaque, 1, ext)
+
+
+_java_ints = st.integers(-(2**31), 2**31 - 1)
+# What the C++ client writes in extFields (and orjson reads as such: ints within 64 bits).
+_cpp_values = st.one_of(
+    st.booleans(),
+    st.none(),
+    st.integers(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from([0, -1, 2**63 - 1, -(2**63), 2**64 - 1]),
+    st.text(max_size=3),
+)
+
+
+@given(
+    fields=st.fixed_dictionaries(
+        {
+            "code": _java_ints,
+            "language": st.sampled_from(["JAVA", "CPP", "GO"]),
+            "extFields": st.one_of(
+                st.dictionaries(st.text(max_size=3), _cpp_values, min_size=1, max_size=6),
+                st.dictionaries(st.text(max_size=3), _ext_values, max_size=6),
+            ),
+        },
+        optional={
+            "opaque": _java_ints,
+            "flag": _java_ints,
+            "version": _java_ints,
+            "remark": st.one_of(st.none(), st.text(max_size=3)),
+        },
+    )
+)
+def test_json_command_in_c_reads_the_cpp_clients_ext_fields_as_python_does(
+    fields: dict,
+) -> None:
+    """The C path's own case, which the test above seldom reaches (its headers are mostly
+    refused whole): a sound header whose extFields hold the C++ client's ints, booleans and
+    nulls (read in C, normalised as the Python code does) or anything else (left to Python)."""
+    from pymq.remoting import codec
+
+    data = json.dumps(fields).encode()
+    cmd = same_without_native(codec, "_json_command", lambda: codec._decode_json_header(data))
+    assert all(type(v) is str for v in cmd.ext_fields.values())

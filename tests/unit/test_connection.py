@@ -52,6 +52,23 @@ def test_a_frame_split_across_reads_is_served_once_whole() -> None:
     assert conn.partial.started is None and budget.partial_frame_total == 0
 
 
+def test_a_frames_deadline_starts_with_that_frame() -> None:
+    """Frames streamed so that every read ends inside the next one: each read that completes
+    a frame starts the clock of the one it leaves in progress (the connection's
+    frame_receive_timeout is per frame, not per unbroken stream)."""
+    conn = Connection(ConnectionLimits())
+    data = frames(3)
+    size = len(data) // 3
+    conn.receive(data[: size // 2], received=1.0, now=1.0)
+    assert conn.partial.started == 1.0
+    conn.receive(data[size // 2 : size + 5], received=2.0, now=2.0)  # ends 1, begins 2
+    assert conn.partial.started == 2.0
+    conn.receive(data[size + 5 : size + 9], received=3.0, now=3.0)  # more of frame 2
+    assert conn.partial.started == 2.0
+    conn.receive(data[size + 9 :], received=4.0, now=4.0)  # ends 2 and 3: nothing in progress
+    assert conn.partial.started is None
+
+
 def test_a_bad_stream_is_refused_after_the_sound_frames_before_it() -> None:
     conn = Connection(ConnectionLimits())
     conn.receive(frames(2) + b"\xff\xff\xff\xff", received=0.0, now=0.0)

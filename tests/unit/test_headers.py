@@ -22,6 +22,7 @@ from pymq.remoting.headers import (
     decode,
     decode_request,
     encode,
+    java_bool,
     java_int,
     java_long,
 )
@@ -149,6 +150,51 @@ def test_the_send_header_in_c_agrees_with_the_python_decoder(
     same_without_native(headers, "_send_header", read)
 
 
+_digits9 = st.integers(0, 10**9 - 1).map(str)
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "a": st.text(max_size=3),
+            "b": st.text(max_size=3),
+            "c": st.text(max_size=3),
+            "d": _digits9,
+            "e": _digits9,
+            "f": _digits9,
+            "g": st.integers(0, 10**18 - 1).map(str),
+            "h": _digits9,
+        },
+        optional={
+            "i": st.text(max_size=3),
+            "j": _digits9,
+            "k": st.one_of(st.sampled_from(["1", "0"]), _plain_or_odd),
+            "l": _digits9,
+            "m": st.one_of(st.sampled_from(["1", "0"]), _plain_or_odd),
+        },
+    ),
+    st.sampled_from(
+        [RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_MESSAGE]
+    ),
+)
+def test_the_send_headers_flags_in_c_read_as_python_reads_them(
+    short: dict[str, str], code: int
+) -> None:
+    """The C path's own case, which the property above seldom reaches (its numbers are mostly
+    odd): a sound send header whose unitMode and batch are written as Java or the C++ client
+    ("1" / "0") writes them, or oddly (left to Python)."""
+    from pymq.remoting import headers
+
+    ext = short if code != RequestCode.SEND_MESSAGE else {V2_NAMES[k]: v for k, v in short.items()}
+    with_c = same_without_native(
+        headers, "_send_header", lambda: SendMessageRequestHeader.from_ext(code, ext)
+    )
+    unit_mode, batch = short.get("k"), short.get("m")
+    assert with_c.unit_mode is (unit_mode is not None and java_bool(unit_mode))
+    batch_code = code == RequestCode.SEND_BATCH_MESSAGE
+    assert with_c.batch is (batch_code or (batch is not None and java_bool(batch)))
+
+
 _END_NAMES = [
     "producerGroup",
     "tranStateTableOffset",
@@ -190,6 +236,40 @@ def test_the_end_transaction_header_in_c_agrees_with_the_python_decoder(
     assert type(generic) is type(with_c)
     if not isinstance(with_c, str):
         assert with_c == generic
+
+
+_flagish = st.sampled_from(["true", "false", "True", "TRUE", "FALSE", "", " 1", "01", "2"])
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "producerGroup": st.text(max_size=3),
+            "tranStateTableOffset": st.integers(0, 10**18 - 1).map(str),
+            "commitLogOffset": st.integers(0, 10**18 - 1).map(str),
+            "commitOrRollback": st.sampled_from(["0", "8", "12"]),
+            "msgId": st.text(max_size=3),
+        },
+        optional={
+            "fromTransactionCheck": st.one_of(st.sampled_from(["1", "0"]), _flagish),
+            "transactionId": st.text(max_size=3),
+        },
+    )
+)
+def test_the_end_transaction_header_in_c_reads_its_flag_as_python_does(
+    ext: dict[str, str],
+) -> None:
+    """The C path's own case, which the property above seldom reaches (it draws every field as
+    optional): a sound END_TRANSACTION header, its fromTransactionCheck as Java or the C++
+    client writes it ("1" / "0") or odder, read as java_bool reads it."""
+    from pymq.remoting import headers
+
+    with_c = same_without_native(
+        headers, "_plain_header", lambda: EndTransactionRequestHeader.from_ext(ext)
+    )
+    assert with_c == decode(EndTransactionRequestHeader, ext)
+    flag = ext.get("fromTransactionCheck")
+    assert with_c.from_transaction_check is (flag is not None and java_bool(flag))
 
 
 @given(st.integers(INT_MIN, INT_MAX))

@@ -6,6 +6,7 @@ against the Python code it replaces (which stays the reference and the fallback)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -832,3 +833,37 @@ def test_decode_batch_in_c_equals_the_python_twin(items, cut, flips, junk):
         got = read(data, lambda d: _native().decode_batch(d, BatchItem, RecordError))
         assert got == expected
         assert read(memoryview(data), batch.decode_batch_body) == expected
+
+
+def test_json_command_holds_no_reference_on_any_path():
+    """json_command's C++ client case copies extFields: no reference to a key, a value or the
+    dicts is left behind, whether the command is built, left to Python (a bad language after
+    the copy, a float among the values) or the constructor raises."""
+    from pymq.remoting import codec
+
+    value = int("1234567890123456789")  # objects of this test's own, counted exactly
+    key = "".join(["queue", "Id"])
+    flag = "".join(["tr", "ue"])
+
+    def boom(*args: object) -> object:
+        raise RuntimeError("boom")
+
+    def calls() -> None:
+        for language, extra, cls in [
+            ("CPP", None, codec.RemotingCommand),
+            (7, None, codec.RemotingCommand),  # refused after the copy was made
+            ("CPP", 1.5, codec.RemotingCommand),  # refused while copying
+            ("CPP", None, boom),
+        ]:
+            ext = {key: value, "b": True, "n": None, "s": flag}
+            if extra is not None:
+                ext["f"] = extra
+            header = {"code": 10, "language": language, "extFields": ext}
+            with contextlib.suppress(RuntimeError):
+                _native().json_command(header, cls, 0)
+
+    calls()
+    before = [sys.getrefcount(x) for x in (value, key, flag)]
+    for _ in range(100):
+        calls()
+    assert [sys.getrefcount(x) for x in (value, key, flag)] == before

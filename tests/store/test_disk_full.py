@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import pathlib
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,7 @@ import trio
 from pymq.common.message import decode_record
 from pymq.store import DefaultMessageStore, MessageStoreConfig
 from pymq.store import mapped_file as mapped_file_module
+from pymq.store.commitlog import CommitLog
 from pymq.store.index_file import IndexFile
 from pymq.store.mapped_file import CREATING_SUFFIX, MappedFile
 from pymq.store.mapped_file_queue import MappedFileQueue
@@ -682,3 +684,88 @@ async def test_a_chunk_ahead_that_does_not_fit_refuses_nothing_early(
         assert mf.allocated == allocated  # nothing more could be had
         assert allocated - mf.wrote_position < len(BODY) + 200  # refused only once full
         assert stored > 0
+
+
+def test_a_slaves_replicated_data_gets_a_chunk_ahead_and_keeps_the_rule(
+    fs: str, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HA: CommitLog.append_data (a slave writing its master's bytes, in pieces of any size and
+    across file ends) allocates and prefaults the chunk ahead as puts do: each file's blocks
+    exist up to its data and at most two chunks beyond, full files are allocated to their end,
+    each chunk ahead is populated once, and the bytes read back as written."""
+    populated: list[tuple[int, int, int]] = []
+    real_populate = MappedFile.populate
+
+    def recording(self: MappedFile, start: int, end: int) -> None:
+        populated.append((self.file_from_offset, start, end))
+        real_populate(self, start, end)
+
+    monkeypatch.setattr(MappedFile, "populate", recording)
+    # No thread: the populate runs at once, so what it was asked for is known when checked.
+    monkeypatch.setattr(
+        mapped_file_module.trio.lowlevel, "start_thread_soon", lambda fn, deliver: fn()
+    )
+    monkeypatch.setattr(mapped_file_module, "_populate_write", lambda buf, start, n: 0)
+    cl = CommitLog(os.path.join(fs, "commitlog"), 64 * 1024)
+    try:
+        written = bytearray()
+        for i, size in enumerate([3000, 5000, 11_000, 700, 30_000, 16_384, 40_000, 9000] * 2):
+            data = bytes([i % 251 + 1]) * size
+            assert cl.append_data(len(written), data)
+            written += data
+            for mf in cl.queue.files:
+                _check_commitlog_allocation(mf)
+                if mf.is_full:
+                    assert mf.allocated == mf.file_size
+        assert len(cl.queue.files) == -(-len(written) // (64 * 1024))
+        assert len(populated) == len(set(populated))  # each chunk once
+        for mf in cl.queue.files:
+            ahead = sorted((s, e) for f, s, e in populated if f == mf.file_from_offset)
+            # Whole chunks after the first (which came with the file), none past the blocks;
+            # chunks a big piece needed at once were allocated by its write, not ahead.
+            chunks = [(s, s + mf.chunk) for s in range(mf.chunk, mf.allocated, mf.chunk)]
+            assert ahead and set(ahead) <= set(chunks), (mf, ahead)
+        offset = 0
+        for mf in cl.queue.files:
+            got = mf.read(0, mf.wrote_position)
+            assert got == bytes(written[offset : offset + mf.wrote_position])
+            offset += mf.wrote_position
+        assert offset == len(written)
+    finally:
+        cl.close()
+
+
+def test_a_close_waits_for_the_populate_step_under_way_and_ends_the_populate(
+    fs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """destroy() (the clean service deleting an old file, shutdown closing it) while a worker
+    populates the file: the close waits for the step under way (the map is never unmapped
+    under madvise), the populate stops at its next step, and the file goes."""
+    entered, release = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def slow(buf: object, start: int, length: int) -> int:
+        calls.append(start)
+        entered.set()
+        assert release.wait(30)
+        return 0
+
+    monkeypatch.setattr(mapped_file_module, "_populate_write", slow)
+    mf = MappedFile.create(os.path.join(fs, "d", "00000000000000000000"), MIB)
+    mf.allocate_to(MIB)
+    worker = threading.Thread(target=mf.populate, args=(0, MIB))
+    worker.start()
+    try:
+        assert entered.wait(30)
+        closer = threading.Thread(target=mf.destroy)
+        closer.start()
+        closer.join(0.2)
+        assert closer.is_alive()  # waiting for the step (it cannot end before the release)
+        assert os.path.exists(mf.path)
+    finally:
+        release.set()
+        worker.join(30)
+    closer.join(30)
+    assert not worker.is_alive() and not closer.is_alive()
+    assert calls == [0]  # the next step saw the file closed
+    assert not os.path.exists(mf.path)

@@ -422,3 +422,56 @@ async def test_consumer_offsets_query_and_update(ctx: BrokerContext) -> None:
     # -1 is the client's "unknown": it never overwrites a committed offset.
     await consumer.update_consumer_offset(FakeChannel(), update(-1))
     assert ctx.consumer_offset_manager.query_offset(GROUP, TOPIC, 1) == 5
+
+
+@pytest.mark.parametrize("trace_on", [False, True])
+async def test_the_pre_encoded_send_answer_is_the_frame_the_command_made(
+    ctx: BrokerContext, monkeypatch: pytest.MonkeyPatch, trace_on: bool
+) -> None:
+    """A successful inline send of a JSON request is answered with a ready frame: byte for byte
+    what Channel.answer wrote from _answer's command (a single send and a batch's msgId list, a
+    region that is no ASCII, TRACE_ON either way), counted once in the stats; a request of the
+    ROCKETMQ (binary) serialize type still gets a command, so a binary answer."""
+    from pymq.common.batch import BatchItem, encode_batch_body
+    from pymq.remoting.codec import RPC_TYPE_RESPONSE, encode
+    from pymq.remoting.codes import SerializeType
+
+    ctx.broker_config.region_id = "Région-\u2603"
+    ctx.broker_config.trace_on = trace_on
+    send = SendProcessor(ctx)
+    results: list[Any] = []
+    store = ctx.store
+    for name in ("put_message_now", "put_messages_now"):
+        real = getattr(store, name)
+
+        def recording(msgs: Any, real: Any = real) -> Any:
+            results.append(real(msgs))
+            return results[-1]
+
+        monkeypatch.setattr(store, name, recording)
+
+    def expected(req: RemotingCommand, queue_id: int) -> bytes:
+        cmd = send._answer(req, results[-1], queue_id)  # as Channel.answer finished it
+        cmd.opaque, cmd.flag = req.opaque, cmd.flag | RPC_TYPE_RESPONSE
+        cmd.serialize_type = req.serialize_type
+        return encode(cmd)
+
+    body = encode_batch_body([BatchItem(b"b%d" % i) for i in range(3)])
+    ext = H.SendMessageRequestHeader.v2_ext("pg", TOPIC, 1, 0, 1_700_000_000_000, 0, "", True)
+    requests = [
+        (send_request(queue_id=0), 0, 1),
+        (RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, body), 1, 3),
+    ]
+    for req, queue_id, count in requests:
+        before = ctx.stats.put_msgs
+        frame = send.send_message_inline(FakeChannel(), req)
+        assert type(frame) is bytes
+        assert ctx.stats.put_msgs == before + count  # once
+        assert frame == expected(req, queue_id)
+    assert "," in results[-1].msg_id  # the batch's list of ids
+
+    binary = send_request(queue_id=2)
+    binary.serialize_type = SerializeType.ROCKETMQ
+    answer = send.send_message_inline(FakeChannel(), binary)
+    assert isinstance(answer, RemotingCommand) and answer.code == ResponseCode.SUCCESS
+    assert answer.ext_fields["MSG_REGION"] == "Région-\u2603"

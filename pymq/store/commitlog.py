@@ -145,9 +145,16 @@ class CommitLog:
         file_size: int,
         allocator: MappedFileAllocator | None = None,
         clock_ms: Callable[[], int] = now_ms,
+        *,
+        warm: bool = False,
     ) -> None:
         self.queue = MappedFileQueue(directory, file_size, allocator)
         self.file_size = file_size
+        # warmMapedFileEnable: one chunk allocated ahead of the writer and its pages faulted in
+        # by a worker thread, so that puts take no page faults; the cost is that those pages
+        # are dirty, so a flush writes them to disk as zeros before their data (as Java's
+        # warm-up writes zeros over each new file).
+        self.warm = warm
         # Next logical offset per (topic, queueId): Java's "topic-queueId" table, keyed by tuple
         # because building the string key cost more than the rest of a put's bookkeeping.
         self.topic_queue_table: dict[tuple[str, int], int] = {}
@@ -237,11 +244,12 @@ class CommitLog:
         self._allocate_error = None
 
     def _allocate_ahead(self, mf: MappedFile) -> None:
-        """The writer has entered ``mf``'s last allocated chunk: allocate the next one now and
-        have its pages faulted in off the event loop (MappedFile.allocate_ahead).  A failure
-        (a full disk) changes nothing: the write that needs those blocks allocates them, and is
-        refused, as before; the next try waits ``allocate_retry_interval``."""
-        if time.monotonic() < self._ahead_retry_at:
+        """warmMapedFileEnable: the writer has entered ``mf``'s last allocated chunk, so the
+        next one is allocated now and its pages faulted in off the event loop
+        (MappedFile.allocate_ahead).  A failure (a full disk) changes nothing: the write that
+        needs those blocks allocates them, and is refused, as before; the next try waits
+        ``allocate_retry_interval``."""
+        if mf.allocated >= mf.file_size or time.monotonic() < self._ahead_retry_at:
             return
         if not mf.allocate_ahead():
             self._ahead_retry_at = time.monotonic() + self.allocate_retry_interval
@@ -380,7 +388,7 @@ class CommitLog:
             self.topic_queue_table[key] = queue_offset + 1
         mf.wrote_position = pos + size
         mf.last_store_timestamp = now
-        if mf.allocated - mf.wrote_position <= mf.chunk and mf.allocated < mf.file_size:
+        if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
             self._allocate_ahead(mf)
         msg.sys_flag = sys_flag
         msg.queue_offset = queue_offset
@@ -488,7 +496,7 @@ class CommitLog:
         table.update(pending)
         mf.wrote_position = pos
         mf.last_store_timestamp = now
-        if mf.allocated - pos <= mf.chunk and mf.allocated < mf.file_size:
+        if self.warm and mf.allocated - pos <= mf.chunk:
             self._allocate_ahead(mf)
         hints = self.dispatch_hints
         ids = []
@@ -537,7 +545,7 @@ class CommitLog:
                 return False
             offset += len(chunk)
             view = view[len(chunk) :]
-            if mf.allocated - mf.wrote_position <= mf.chunk and mf.allocated < mf.file_size:
+            if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
                 self._allocate_ahead(mf)
         return True
 

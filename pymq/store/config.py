@@ -89,6 +89,11 @@ class MessageStoreConfig:
     mapped_file_create_retry_interval: int = 1000
     disk_fall_recorded: bool = True
     os_page_cache_busy_time_out_mills: int = 1000
+    # pymq's reading of Java's warm-up: the commit log allocates the chunk after the one being
+    # written and a worker thread faults its pages in (MADV_POPULATE_WRITE), so puts take no
+    # page faults (-8 % of the event loop's CPU on batches, -4 % on single sends); those pages
+    # are dirty, so each chunk goes to disk twice, first as zeros (Java's warm-up too writes
+    # zeros over each new file).  Off by default, as in Java.
     warm_maped_file_enable: bool = False
     duplication_enable: bool = False
     # Java's keys for features pymq does not have (the transient store pool, the consume-queue

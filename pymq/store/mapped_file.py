@@ -22,9 +22,10 @@ exactly as when a file cannot be created.  Disk use thus grows with the data, as
 files do, instead of taking each file's full size at creation.  A new file gets its first chunk
 when it is created (so a creation on a full disk fails as before); a file found on load has
 ``allocated`` 0 (nothing known), and recovery allocates the last one up to its data end plus a
-chunk (:meth:`MappedFile.ensure_allocated`).  The commit log also allocates one chunk ahead of
-its writer (:meth:`MappedFile.allocate_ahead`), whose pages a worker thread faults in
-(:meth:`MappedFile.populate`), so its files go at most two chunks past their data.  Where the
+chunk (:meth:`MappedFile.ensure_allocated`).  With warmMapedFileEnable the commit log also
+allocates one chunk ahead of its writer (:meth:`MappedFile.allocate_ahead`), whose pages a
+worker thread faults in (:meth:`MappedFile.populate`), so its files go at most two chunks past
+their data.  Where the
 filesystem cannot ``fallocate`` (EOPNOTSUPP), the holes are filled by writing zeros, with a
 warning: slower, but just as safe.
 """

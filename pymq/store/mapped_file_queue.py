@@ -56,8 +56,12 @@ class MappedFileAllocator:
     so a full disk costs a refused put nothing but a dictionary lookup.
     """
 
-    def __init__(self, retry_interval: float = DEFAULT_CREATE_RETRY_INTERVAL_S) -> None:
+    def __init__(
+        self, retry_interval: float = DEFAULT_CREATE_RETRY_INTERVAL_S, *, warm: bool = False
+    ) -> None:
         self.retry_interval = retry_interval
+        # warmMapedFileEnable: a file's first chunk is faulted in as it is made (see CommitLog).
+        self.warm = warm
         self._wanted: dict[str, int] = {}
         self._ready: dict[str, MappedFile] = {}
         # path -> (trio time of the failed attempt, why): creations that failed lately.
@@ -111,7 +115,9 @@ class MappedFileAllocator:
                     if path not in self._wanted:
                         continue  # taken meanwhile
                     try:
-                        mf = await trio.to_thread.run_sync(_create_populated, path, size)
+                        mf = await trio.to_thread.run_sync(
+                            _create_populated if self.warm else MappedFile.create, path, size
+                        )
                     except OSError as exc:
                         if path not in self._failed:
                             log.error(
@@ -137,8 +143,9 @@ class MappedFileAllocator:
 
 
 def _create_populated(path: str, size: int) -> MappedFile:
-    """Blocking (the allocator's worker thread): the next commit-log file, its first chunk's
-    pages already faulted in (MappedFile.populate), so that its first writes do not fault."""
+    """Blocking (the allocator's worker thread, warmMapedFileEnable): the next commit-log file,
+    its first chunk's pages already faulted in (MappedFile.populate), so that its first writes
+    do not fault."""
     mf = MappedFile.create(path, size)
     mf.populate(0, mf.allocated)
     return mf

@@ -117,12 +117,14 @@ class DefaultMessageStore:
         self.config = config = config or MessageStoreConfig()
         self.clock_ms = clock_ms
         retry_s = config.mapped_file_create_retry_interval / 1000
-        self.allocator = MappedFileAllocator(retry_s)
+        warm = config.warm_maped_file_enable
+        self.allocator = MappedFileAllocator(retry_s, warm=warm)
         self.commitlog = CommitLog(
             config.store_path_commitlog,
             config.mapped_file_size_commit_log,
             self.allocator,
             clock_ms,
+            warm=warm,
         )
         self.index: IndexService | None = (
             IndexService(config.index_dir, config.max_hash_slot_num, config.max_index_num, clock_ms)

@@ -471,8 +471,8 @@ static PyObject *batch_error(PyObject *error_cls, const char *format, ...) {
 /* batch.decode_batch_body: the items of a SEND_BATCH_MESSAGE body (totalSize, magic, bodyCRC,
  * flag, bodyLen, body, propertiesLength, properties; magic and CRC ignored) as
  * cls(body, flag, properties dict), raising error_cls with the Python twin's words for
- * truncated or inconsistent bytes, and UnicodeDecodeError (as bytes.decode) for properties that
- * are no UTF-8. */
+ * truncated or inconsistent bytes; properties that are no UTF-8 are read with U+FFFD for the bad
+ * bytes, as Java's new String(bytes, UTF_8) reads them. */
 static PyObject *py_decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "decode_batch takes 3 arguments");
     Py_buffer view;
@@ -508,7 +508,7 @@ static PyObject *py_decode_batch(PyObject *self, PyObject *const *args, Py_ssize
         if (props_len == 0) {
             props = PyDict_New();
         } else {
-            PyObject *text = PyUnicode_DecodeUTF8((const char *)p + q, props_len, NULL);
+            PyObject *text = PyUnicode_DecodeUTF8((const char *)p + q, props_len, "replace");
             if (text == NULL) goto fail;
             props = py_decode_properties(NULL, text);
             Py_DECREF(text);

@@ -44,7 +44,8 @@ def encode_batch_body(items: list[BatchItem]) -> bytes:
 
 def decode_batch_body(data: bytes | memoryview) -> list[BatchItem]:
     """Items of a batch body; raises :class:`RecordError` on truncated or inconsistent bytes
-    (and UnicodeDecodeError for properties that are no UTF-8).  In C when the extension is
+    (properties that are no UTF-8 are read with U+FFFD for the bad bytes, as Java's
+    ``new String(bytes, UTF_8)`` reads them).  In C when the extension is
     built (``_recordc.decode_batch``, a tenth of the cost: a broker's batch path spent a tenth
     of its time here); :func:`_decode_batch_body_py` is the reference."""
     if _decode_batch is not None:
@@ -73,7 +74,8 @@ def _decode_batch_body_py(data: bytes | memoryview) -> list[BatchItem]:
         p += 2
         if props_len < 0 or p + props_len > end:
             raise RecordError(f"batch item at {pos}: properties length {props_len} overruns")
-        props = decode_properties(bytes(data[p : p + props_len]).decode()) if props_len else {}
+        raw = bytes(data[p : p + props_len])
+        props = decode_properties(raw.decode(errors="replace")) if props_len else {}
         p += props_len
         if total != p - pos:
             raise RecordError(f"batch item at {pos}: totalSize {total} != {p - pos}")

@@ -475,3 +475,24 @@ async def test_the_pre_encoded_send_answer_is_the_frame_the_command_made(
     answer = send.send_message_inline(FakeChannel(), binary)
     assert isinstance(answer, RemotingCommand) and answer.code == ResponseCode.SUCCESS
     assert answer.ext_fields["MSG_REGION"] == "Région-\u2603"
+
+
+async def test_a_batch_item_whose_properties_are_no_utf8_is_stored_as_java_stores_it(
+    ctx: BrokerContext,
+) -> None:
+    """Java's broker reads a batch item's properties with new String(bytes, UTF_8): bad bytes
+    become U+FFFD and the batch is stored.  (It was a SYSTEM_ERROR with a traceback logged for
+    every such frame.)"""
+    import struct
+
+    send = SendProcessor(ctx)
+    props = b"TAGS\x01T\xff"
+    body = struct.pack(">iiiii", 20 + 2 + 2 + len(props), 0, 0, 0, 2) + b"hi"
+    body += struct.pack(">h", len(props)) + props
+    ext = H.SendMessageRequestHeader.v2_ext("pg", TOPIC, 0, 0, 1_700_000_000_000, 0, "", True)
+    req = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, body)
+    answer = answer_command(send.send_message_inline(FakeChannel(), req))
+    assert answer is not None and answer.code == ResponseCode.SUCCESS, answer.remark
+    await dispatched(ctx.store, TOPIC, 0, 1)
+    stored = ctx.store.look_message_by_offset(0)
+    assert stored is not None and stored.body == b"hi" and stored.tags == "T\ufffd"

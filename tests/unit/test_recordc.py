@@ -809,8 +809,8 @@ _batch_items = st.lists(
 )
 def test_decode_batch_in_c_equals_the_python_twin(items, cut, flips, junk):
     """_recordc.decode_batch reads a batch body as batch._decode_batch_body_py does: the same
-    items, or the same error (RecordError's words, UnicodeDecodeError's), for sound bodies and
-    for cut, flipped and extended ones."""
+    items (bad UTF-8 in properties read as U+FFFD), or the same RecordError words, for sound
+    bodies and for cut, flipped and extended ones."""
     from pymq.common import batch
     from pymq.common.batch import BatchItem, encode_batch_body
     from pymq.common.record import RecordError
@@ -825,7 +825,7 @@ def test_decode_batch_in_c_equals_the_python_twin(items, cut, flips, junk):
     def read(data: bytes, fn) -> object:
         try:
             return fn(data)
-        except (RecordError, UnicodeDecodeError) as exc:
+        except RecordError as exc:
             return (type(exc), str(exc))
 
     for data in variants:
@@ -867,3 +867,20 @@ def test_json_command_holds_no_reference_on_any_path():
     for _ in range(100):
         calls()
     assert [sys.getrefcount(x) for x in (value, key, flag)] == before
+
+
+def test_batch_properties_that_are_no_utf8_read_as_java_reads_them():
+    """Bad UTF-8 in a batch item's properties is read with U+FFFD for the bad bytes (Java's
+    new String(bytes, UTF_8)), in C and in Python alike, instead of failing the batch."""
+    import struct
+
+    from pymq.common import batch
+    from pymq.common.batch import BatchItem
+    from pymq.common.record import RecordError
+
+    props = b"TAGS\x01a\xffb\x02KEYS\x01k\xe2\x82"
+    item = struct.pack(">iiiii", 20 + 3 + 2 + len(props), 0, 0, 0, 3) + b"abc"
+    item += struct.pack(">h", len(props)) + props
+    expected = [BatchItem(b"abc", 0, {"TAGS": "a\ufffdb", "KEYS": "k\ufffd"})]
+    assert batch._decode_batch_body_py(item) == expected
+    assert _native().decode_batch(item, BatchItem, RecordError) == expected

@@ -127,6 +127,16 @@ async def _no_task(channel: Channel, req: RemotingCommand) -> RemotingCommand:
     raise AssertionError("served inline")
 
 
+def _ten_second_frames(closed: list[Channel]) -> RemotingServer:
+    """A server whose frames must complete within 10 s, its closed channels kept in ``closed``."""
+    return RemotingServer(
+        host="127.0.0.1",
+        port=0,
+        limits=ConnectionLimits(frame_receive_timeout=10.0),
+        on_channel_closed=closed.append,
+    )
+
+
 async def test_the_frame_deadline_is_each_frames_own(
     nursery: trio.Nursery, mock_clock: trio.testing.MockClock
 ) -> None:
@@ -141,12 +151,7 @@ async def test_the_frame_deadline_is_each_frames_own(
         served.append(req.opaque)
         return req.response()
 
-    server = RemotingServer(
-        host="127.0.0.1",
-        port=0,
-        limits=ConnectionLimits(frame_receive_timeout=10.0),
-        on_channel_closed=closed.append,
-    )
+    server = _ten_second_frames(closed)
     server.register(ECHO, _no_task, echo)
     await nursery.start(server.run)
     stream = await trio.open_tcp_stream("127.0.0.1", server.port)
@@ -185,12 +190,7 @@ async def test_a_deadline_passing_mid_run_ends_the_connection_after_the_run(
             mock_clock.jump(11)  # past the unfinished frame's deadline, mid-run
         return req.response()
 
-    server = RemotingServer(
-        host="127.0.0.1",
-        port=0,
-        limits=ConnectionLimits(frame_receive_timeout=10.0),
-        on_channel_closed=closed.append,
-    )
+    server = _ten_second_frames(closed)
     server.run_hooks = (lambda: events.append("begin"), lambda: events.append("end"))
     server.register(ECHO, _no_task, echo)
     await nursery.start(server.run)

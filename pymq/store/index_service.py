@@ -22,8 +22,8 @@ from pymq.store.index_file import IndexFile
 log = logging.getLogger(__name__)
 
 _PREFIX_CACHE_MAX = 100_000
-_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE  # the transaction bits of a rolled-back record
 """Hashes of "topic#" are cached per topic; dropped if a client invents topics forever."""
+_ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE  # the transaction bits of a rolled-back record
 MAX_TRY_IDX_CREATE = 3
 """A put that finds the newest file full retries on a fresh file this many times (as Java)."""
 
@@ -134,8 +134,10 @@ class IndexService:
         Raises ``OSError`` when a new file is needed and cannot be created; the record is then
         dispatched again later (keys it had already indexed may be indexed twice, which queries
         report once, as after a crash)."""
+        if sys_flag & _ROLLBACK == _ROLLBACK:
+            return
         files = self.files
-        if files and uniq_key and not keys and sys_flag & _ROLLBACK != _ROLLBACK:
+        if files and uniq_key and not keys:
             # The common record (a UNIQ_KEY, no KEYS) into a file with room: one put and the
             # header, without the general path's list and calls (a few % of a send's time).
             f = files[-1]
@@ -148,8 +150,6 @@ class IndexService:
             ):
                 f.write_header()
                 return
-        if MessageSysFlag.transaction_value(sys_flag) == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
-            return
         if not uniq_key and not keys and not self.needs_new_file():
             # Nothing to index (a transaction's op record, a message without UNIQ_KEY): the
             # header would be written back unchanged.  A full file is still rolled below, as

@@ -25,9 +25,8 @@ when it is created (so a creation on a full disk fails as before); a file found 
 chunk (:meth:`MappedFile.ensure_allocated`).  With warmMapedFileEnable the commit log also
 allocates one chunk ahead of its writer (:meth:`MappedFile.allocate_ahead`), whose pages a
 worker thread faults in (:meth:`MappedFile.populate`), so its files go at most two chunks past
-their data.  Where the
-filesystem cannot ``fallocate`` (EOPNOTSUPP), the holes are filled by writing zeros, with a
-warning: slower, but just as safe.
+their data.  Where the filesystem cannot ``fallocate`` (EOPNOTSUPP), the holes are filled by
+writing zeros, with a warning: slower, but just as safe.
 """
 
 from __future__ import annotations
@@ -346,7 +345,9 @@ class MappedFile:
         pages in from a worker thread (:meth:`populate`): the commit log calls this once its
         writer has entered its last allocated chunk, so the writes on the event loop find their
         pages mapped (a fault there zeroes the page: a third of a 1 KiB put's time).  The
-        file's blocks then go at most two chunks past its data.  Never raises: False when the
+        populated pages are dirty, so a flush writes them to disk as zeros before their data
+        (warmMapedFileEnable's price).  The file's blocks then go at most two chunks past its
+        data.  Never raises: False when the
         blocks cannot be had (a full disk), and the write that needs them allocates them itself
         and is refused as before."""
         start = self.allocated

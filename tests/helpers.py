@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import socket
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -15,6 +16,7 @@ import trio
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
 from pymq.remoting.config import NettyServerConfig
+from pymq.store.mapped_file import MappedFile
 
 T = TypeVar("T")
 
@@ -131,3 +133,24 @@ def answer_command(answer: object) -> Any:
     if isinstance(answer, bytes):
         return decode_frame(answer[4:])
     return answer
+
+
+class StuckDisk:
+    """MappedFile.sync that blocks its thread while ``stuck`` is set, or raises ``error``."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.release = threading.Event()
+        self.stuck = False
+        self.error: OSError | None = None
+        self.entered = 0
+        real_sync = MappedFile.sync
+
+        def sync(mf: MappedFile) -> None:
+            self.entered += 1
+            if self.error is not None:
+                raise self.error
+            if self.stuck:
+                assert self.release.wait(30), "the test never released the disk"
+            real_sync(mf)
+
+        monkeypatch.setattr(MappedFile, "sync", sync)

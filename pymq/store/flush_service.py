@@ -25,6 +25,7 @@ from pymq.store.commitlog import CommitLog
 from pymq.store.config import MessageStoreConfig
 from pymq.store.consume_queue_table import ConsumeQueueTable
 from pymq.store.index_service import IndexService
+from pymq.store.mapped_file_queue import FlushJob, SyncThread
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ class CommitLogFlushService:
         self._wake = trio.Event()
         self._expiry_wanted = trio.Event()
         self._last_thorough = 0
+        # The group commit's sync in flight (begun by on_flushed or the task), and whether the
+        # group-commit task runs (jobs are begun only then).
+        self._job: FlushJob | None = None
+        self._sync_thread: SyncThread | None = None
 
     @property
     def flushed_where(self) -> int:
@@ -80,6 +85,10 @@ class CommitLogFlushService:
             callback(True)
             return
         self._waiters.append((offset, trio.current_time() + timeout_s, callback))
+        if self._job is None and self._sync_thread is not None:
+            # Started here, in the put's own step, not when the task is next scheduled: a busy
+            # loop's scheduling round costs about as much as the fdatasync.
+            self._job = self.commitlog.queue.begin_flush(self._sync_thread.run)
         self._wake.set()
         self._expiry_wanted.set()
 
@@ -109,19 +118,42 @@ class CommitLogFlushService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._expire_late_waiters)
+            self._sync_thread = thread = SyncThread("pymq-group-commit")
             task_status.started()
-            while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                while self._waiters:
-                    try:
-                        await self._flush(0)
-                    except OSError:
-                        # Not acknowledging is the honest answer: waiters time out
-                        # (FLUSH_DISK_TIMEOUT).
-                        log.exception("commit log sync failed")
-                        await trio.sleep(0.01)
-                    self._settle()
+            try:
+                while True:
+                    await self._wake.wait()
+                    self._wake = trio.Event()
+                    while self._waiters:
+                        try:
+                            await self._sync_for_waiters()
+                        except OSError:
+                            # Not acknowledging is the honest answer: waiters time out
+                            # (FLUSH_DISK_TIMEOUT).
+                            log.exception("commit log sync failed")
+                            await trio.sleep(0.01)
+                        self._settle()
+            finally:
+                self._sync_thread = None
+                thread.stop()  # after the sync in flight, which then releases the lock
+                self._job = None
+
+    async def _sync_for_waiters(self) -> None:
+        """One group-commit sync: the one in flight, or one begun now without a checkpoint
+        (:meth:`MappedFileQueue.begin_flush`); when the queue's lock is busy, an awaited flush."""
+        if self._job is None and self._sync_thread is not None:
+            self._job = self.commitlog.queue.begin_flush(self._sync_thread.run)
+        job = self._job
+        if job is None:
+            await self._flush(0)
+            return
+        try:
+            await job.wait()
+        finally:
+            self._job = None
+        queue = self.commitlog.queue
+        if queue.store_timestamp:
+            self.checkpoint.physic_msg_timestamp = queue.store_timestamp
 
     async def _expire_late_waiters(self) -> None:
         """Answer False to waiters past their deadline while a sync is slow or hangs (Java's

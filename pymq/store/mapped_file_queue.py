@@ -6,14 +6,19 @@ file takes a pre-allocated one when the :class:`MappedFileAllocator` has it read
 creates it on the spot (open + ftruncate + fallocate of the first chunk + mmap: a few syscalls,
 hence the allocator; :mod:`pymq.store.mapped_file` says how blocks are allocated).  Flushing
 and deletion take ``io_lock`` so that a worker thread never syncs a file that is being closed;
-the loop alone changes positions and the file list.
+the loop alone changes positions and the file list.  ``io_lock`` is a semaphore, not a
+``trio.Lock``, so that a sync started without a checkpoint (:meth:`MappedFileQueue.begin_flush`)
+can release it from the callback that reports the worker thread's end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
+import queue
+import threading
 from collections.abc import Callable
 
 import trio
@@ -185,7 +190,7 @@ class MappedFileQueue:
         self.flushed_where = 0
         # Store timestamp of the newest record covered by the last flush (for the checkpoint).
         self.store_timestamp = 0
-        self.io_lock = trio.Lock()
+        self.io_lock = trio.Semaphore(1, max_value=1)
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -370,12 +375,47 @@ class MappedFileQueue:
             if not todo:
                 return self.flushed_where >= target
             await trio.to_thread.run_sync(_sync_all, [mf for mf, _, _ in todo])
-            for mf, wrote, ts in todo:
-                mf.flushed_position = max(mf.flushed_position, wrote)
-                self.flushed_where = max(self.flushed_where, mf.file_from_offset + wrote)
-                if ts:
-                    self.store_timestamp = max(self.store_timestamp, ts)
+            self._flushed(todo)
             return self.flushed_where >= target
+
+    def _unflushed(self) -> list[tuple[MappedFile, int, int]]:
+        """Every file with written bytes that are not durable yet: (file, write position, store
+        timestamp of its newest record), as :meth:`flush` with ``least_pages`` 0 takes them."""
+        return [
+            (mf, mf.wrote_position, mf.last_store_timestamp)
+            for mf in self.files
+            if mf.max_offset > self.flushed_where and mf.flushed_position < mf.wrote_position
+        ]
+
+    def _flushed(self, todo: list[tuple[MappedFile, int, int]]) -> None:
+        for mf, wrote, ts in todo:
+            mf.flushed_position = max(mf.flushed_position, wrote)
+            self.flushed_where = max(self.flushed_where, mf.file_from_offset + wrote)
+            if ts:
+                self.store_timestamp = max(self.store_timestamp, ts)
+
+    def begin_flush(self, run: Callable[[Callable[[], None]], None]) -> FlushJob | None:
+        """:meth:`flush` (``least_pages`` 0) started at once, without a checkpoint: the group
+        commit's sync.  Awaiting ``flush`` yields twice before its worker thread starts (the lock,
+        then ``to_thread``'s limiter), and each yield waits for every runnable connection to
+        serve its run: 1.3 ms at the median under a SYNC_FLUSH benchmark, longer than the
+        ``fdatasync`` itself.  Here the sync is handed to a thread before this returns:
+        ``run(work)`` must call ``work()`` in another thread (:class:`SyncThread`).
+
+        Returns None when it cannot start now (the lock is held by another flush or a deletion,
+        or a new file's directory entry must be synced first): the caller awaits :meth:`flush`.
+        The lock is held until the thread ends, and released by the callback that reports it."""
+        if self._directory_dirty:
+            return None
+        try:
+            self.io_lock.acquire_nowait()
+        except trio.WouldBlock:
+            return None
+        try:
+            return FlushJob(self, self._unflushed(), run)
+        except BaseException:
+            self.io_lock.release()
+            raise
 
     # --- truncation and deletion ---------------------------------------------------------------
 
@@ -448,3 +488,82 @@ class MappedFileQueue:
 def _sync_all(files: list[MappedFile]) -> None:
     for mf in files:
         mf.sync()
+
+
+class FlushJob:
+    """One sync started by :meth:`MappedFileQueue.begin_flush`, with the queue's ``io_lock``
+    held.  Its thread reports back through the Trio token; the report, on the loop, advances the
+    queue's flushed positions (only on success), releases the lock and wakes :meth:`wait`.  A job
+    outlives a cancelled waiter: the lock is released when the thread ends, whoever waits."""
+
+    def __init__(
+        self,
+        queue: MappedFileQueue,
+        todo: list[tuple[MappedFile, int, int]],
+        run: Callable[[Callable[[], None]], None],
+    ) -> None:
+        self._queue = queue
+        self._todo = todo
+        self._done = trio.Event()
+        self._error: BaseException | None = None
+        self.target = queue.max_offset
+        if not todo:
+            self._complete(None)
+            return
+        token = trio.lowlevel.current_trio_token()
+        files = [mf for mf, _, _ in todo]
+
+        def work() -> None:  # in the thread
+            error: BaseException | None = None
+            try:
+                _sync_all(files)
+            except BaseException as exc:  # reported to the waiter, never raised in the thread
+                error = exc
+            # A run that is over has nobody left waiting for the lock.
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(self._complete, error)
+
+        run(work)
+
+    def _complete(self, error: BaseException | None) -> None:
+        if error is None:
+            self._queue._flushed(self._todo)
+        self._error = error
+        self._queue.io_lock.release()
+        self._done.set()
+
+    async def wait(self) -> bool:
+        """Wait for the sync; True when everything written before it began is durable.  Raises
+        what the sync raised (``OSError``: nothing was advanced)."""
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._queue.flushed_where >= self.target
+
+
+class SyncThread:
+    """A thread of its own for one service's syncs, fed through a ``SimpleQueue``.
+
+    Trio's thread cache would serve, but a worker joins the idle list only once it gets the GIL
+    back after its job, and a busy loop usually asks for the next one before that: a new thread
+    was started for most group commits (about 100 us each)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, work: Callable[[], None]) -> None:
+        """Call ``work()`` in the thread, after the work handed over before it."""
+        self._jobs.put(work)
+
+    def stop(self) -> None:
+        """The thread ends after the work handed over so far (not waited for)."""
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while (work := self._jobs.get()) is not None:
+            try:
+                work()
+            except Exception:  # work reports its own errors; this is a defect in it
+                log.exception("a sync thread's work raised")

@@ -14,6 +14,7 @@ from pymq.common.message import decode_offset_msg_id
 from pymq.embedded import Cluster, open_cluster
 from pymq.remoting.codes import ResponseCode
 from pymq.testing import TEST_PROPERTIES
+from tests.helpers import StuckDisk
 
 
 class Results:
@@ -84,7 +85,8 @@ async def test_send_async_reports_refusals(pymq_cluster: Cluster) -> None:
     assert "queueId[99] is illegal" in str(error)
 
 
-async def test_sync_flush_answers_only_once_durable(tmp_path) -> None:
+async def test_sync_flush_answers_only_once_durable(tmp_path, monkeypatch) -> None:
+    disk = StuckDisk(monkeypatch)
     properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
     async with open_cluster(
         str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
@@ -112,17 +114,11 @@ async def test_sync_flush_answers_only_once_durable(tmp_path) -> None:
             # A sync that hangs: the answer is FLUSH_DISK_TIMEOUT after syncFlushTimeout, and
             # the message is stored all the same.
             store.config.sync_flush_timeout = 200
-            stuck = trio.Event()
-
-            async def stuck_flush(least_pages: int) -> bool:
-                await stuck.wait()
-                return False
-
-            store.commitlog.queue.flush = stuck_flush  # type: ignore[method-assign]
+            disk.stuck = True
             slow = await producer.send(Message("Durable", b"slow disk"))
             assert slow.status == "FLUSH_DISK_TIMEOUT"
-            stuck.set()
-            del store.commitlog.queue.flush
+            disk.stuck = False
+            disk.release.set()
 
 
 async def test_task_path_answers_with_the_queue_asked_for(pymq_cluster: Cluster) -> None:

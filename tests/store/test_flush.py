@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import struct
+import threading
 
 import trio
 
 from pymq.store import FlushDiskType, PutMessageStatus
 from pymq.store.mapped_file import MappedFile
-from tests.helpers import wait_until
+from pymq.store.mapped_file_queue import SyncThread
+from tests.helpers import StuckDisk, wait_until
 from tests.store.helpers import make_message, running_store, small_config
 
 
@@ -43,25 +46,97 @@ async def test_sync_flush_group_commit_batches_concurrent_puts(root, monkeypatch
         assert r.status is PutMessageStatus.PUT_OK
 
 
-async def test_sync_flush_timeout_reports_flush_disk_timeout(root):
+async def test_sync_flush_timeout_reports_flush_disk_timeout(root, monkeypatch):
+    disk = StuckDisk(monkeypatch)
     config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
     async with running_store(config) as store:
         ok = await store.put_message(make_message())
         assert ok.status is PutMessageStatus.PUT_OK
         config.sync_flush_timeout = 50  # only now: a loaded machine may take 50 ms to sync
-        stuck = trio.Event()
-
-        async def stuck_flush(least_pages):
-            await stuck.wait()
-            return False
-
-        store.commitlog.queue.flush = stuck_flush
+        disk.stuck = True
         r = await store.put_message(make_message(body=b"slow disk"))
         assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
         assert r.wrote_bytes > 0  # the message is stored, only its durability is unconfirmed
         assert store.look_message_by_offset(r.wrote_offset).body == b"slow disk"
-        stuck.set()
-        del store.commitlog.queue.flush
+        assert store.commitlog.queue.flushed_where < r.wrote_offset + r.wrote_bytes
+        # The disk comes back: the stuck sync ends, releases the queue's lock, and the next
+        # put is acknowledged as durable.
+        disk.stuck = False
+        disk.release.set()
+        config.sync_flush_timeout = 5000
+        r = await store.put_message(make_message(body=b"healthy again"))
+        assert r.status is PutMessageStatus.PUT_OK
+        assert store.commitlog.queue.flushed_where >= r.wrote_offset + r.wrote_bytes
+
+
+async def test_a_failing_sync_acknowledges_nothing_and_advances_nothing(root, monkeypatch):
+    disk = StuckDisk(monkeypatch)
+    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    async with running_store(config) as store:
+        assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+        flushed = store.commitlog.queue.flushed_where
+        config.sync_flush_timeout = 100
+        disk.error = OSError(errno.EIO, "injected I/O error")
+        r = await store.put_message(make_message(body=b"lost?"))
+        assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+        assert disk.entered >= 2  # the group commit tried, and tried again
+        assert store.commitlog.queue.flushed_where == flushed
+        disk.error = None
+        config.sync_flush_timeout = 5000
+        r = await store.put_message(make_message(body=b"after"))
+        assert r.status is PutMessageStatus.PUT_OK
+        assert store.commitlog.queue.flushed_where >= r.wrote_offset + r.wrote_bytes
+
+
+async def test_group_commit_waits_its_turn_when_the_queue_lock_is_held(root):
+    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    async with running_store(config) as store:
+        queue = store.commitlog.queue
+        results = []
+        # The lock is held (as by a deletion or a timed flush) while the put waits.
+        async with trio.open_nursery() as nursery, queue.io_lock:
+            nursery.start_soon(lambda: _put_into(store, results))
+            await wait_until(lambda: store.flush_commitlog._waiters)
+            await trio.sleep(0.05)
+            assert results == []  # not acknowledged while nothing could sync
+        assert results[0].status is PutMessageStatus.PUT_OK
+        assert queue.flushed_where >= results[0].wrote_offset + results[0].wrote_bytes
+
+
+async def _put_into(store, results) -> None:
+    results.append(await store.put_message(make_message()))
+
+
+async def test_a_sync_in_flight_releases_the_lock_after_its_waiter_is_cancelled(root, monkeypatch):
+    disk = StuckDisk(monkeypatch)
+    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    async with running_store(config) as store:
+        queue = store.commitlog.queue
+        disk.stuck = True
+        with trio.move_on_after(0.1):
+            await store.put_message(make_message())
+        assert disk.entered == 1
+        assert queue.io_lock.value == 0  # the job still holds it while its thread is stuck
+        disk.release.set()
+        with trio.fail_after(10):
+            async with queue.io_lock:  # released by the thread's report, not by a waiter
+                pass
+        assert queue.flushed_where == queue.max_offset
+
+
+def test_sync_thread_runs_work_in_order_in_its_own_thread():
+    thread = SyncThread("test-sync")
+    seen: list[tuple[int, str]] = []
+    done = threading.Event()
+    for i in range(5):
+        thread.run(lambda i=i: seen.append((i, threading.current_thread().name)))
+    thread.run(lambda: 1 / 0)  # a defect in work is logged; the thread goes on
+    thread.run(done.set)
+    assert done.wait(10)
+    thread.stop()
+    thread._thread.join(10)
+    assert not thread._thread.is_alive()
+    assert seen == [(i, "test-sync") for i in range(5)]
 
 
 async def test_checkpoint_written_on_shutdown(root):

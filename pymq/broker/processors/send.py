@@ -321,9 +321,10 @@ class SendProcessor:
     def _answer_now(
         self, req: RemotingCommand, result: PutMessageResult, queue_id: int
     ) -> RemotingCommand | bytes:
-        """:meth:`_answer` for the reader's inline path: a successful put to a JSON request is
-        answered with its whole frame written at once (codec.json_response_frame), which costs
-        a quarter of building and encoding the command; anything else as :meth:`_answer`."""
+        """:meth:`_answer` for the reader's inline path and the group commit's deferred answers
+        (SYNC_FLUSH): a successful put to a JSON request is answered with its whole frame
+        written at once (codec.json_response_frame), which costs a quarter of building and
+        encoding the command; anything else as :meth:`_answer`."""
         if result.status is not _PUT_OK or req.serialize_type is not _SERIALIZE_JSON:
             return self._answer(req, result, queue_id)
         self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, req.header.topic)
@@ -363,7 +364,9 @@ class SendProcessor:
             result = store.put_message_now(msg_or_refusal)
             wait = msg_or_refusal.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
         if store.must_wait and store.defer_durable(
-            result, wait, lambda durable: channel.answer(req, self._answer(req, durable, queue_id))
+            result,
+            wait,
+            lambda durable: channel.answer(req, self._answer_now(req, durable, queue_id)),
         ):
             return ANSWER_LATER
         return self._answer_now(req, result, queue_id)

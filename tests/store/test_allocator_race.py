@@ -43,3 +43,31 @@ async def test_file_claimed_while_being_created_survives(tmp_path, monkeypatch) 
     with open(path, "rb") as f:
         assert f.read(18) == b"acknowledged bytes"
     mine.close()
+
+
+async def test_a_file_being_created_at_shutdown_is_deleted_not_leaked(
+    tmp_path, monkeypatch
+) -> None:
+    """Cancelled while its thread creates a file, the allocator waits for the thread and deletes
+    the file it made: an empty file left behind would load as part of the queue."""
+    path = str(tmp_path / "commitlog" / f"{1 << 20:020d}")
+    created = trio.Event()
+    real_create = MappedFile.create
+    made: list[MappedFile] = []
+
+    def slow_create(p: str, size: int) -> MappedFile:
+        mf = real_create(p, size)
+        made.append(mf)
+        trio.from_thread.run_sync(created.set)
+        time.sleep(0.3)  # still in the thread when the allocator is cancelled
+        return mf
+
+    monkeypatch.setattr(mapped_file_queue.MappedFile, "create", staticmethod(slow_create))
+    allocator = MappedFileAllocator()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(allocator.run)
+        allocator.request(path, 1 << 20)
+        await created.wait()
+        nursery.cancel_scope.cancel()
+    assert not os.path.exists(path)
+    assert len(made) == 1 and made[0]._fd < 0  # unmapped and closed too

@@ -18,6 +18,10 @@
  *                               dict of str, ``name\x01value\x02...`` without a trailing \x02.
  *   decode_batch(data, cls, error_cls)
  *                               batch.decode_batch_body: the items of a SEND_BATCH_MESSAGE body.
+ *   encode_batch(buf, pos, limit, data, topic_b, cluster_b, topic, queue_id, ...)
+ *                               store.commitlog.CommitLog.append_batch_body: a batch request's
+ *                               items written as records with the broker's stored properties,
+ *                               or None for the Python path (see the function).
  *   populate_write(buf, start, length)
  *                               MADV_POPULATE_WRITE over buf[start:start+length] with the GIL
  *                               released (mapped_file.MappedFile.populate); 0 or the errno.
@@ -539,6 +543,251 @@ fail:
     Py_XDECREF(items);
     PyBuffer_Release(&view);
     return NULL;
+}
+
+/* --- encode_batch ------------------------------------------------------------------------------ */
+
+/* The items of one batch item's properties, as message_ext.decode_properties reads them. */
+typedef struct {
+    const unsigned char *name, *value;
+    Py_ssize_t name_len, value_len;
+} batch_prop;
+
+#define BATCH_PROPS_MAX 32
+
+static int bytes_is(const unsigned char *p, Py_ssize_t n, const char *s) {
+    size_t m = strlen(s);
+    return (size_t)n == m && memcmp(p, s, m) == 0;
+}
+
+/* The properties [p, p + n) split as decode_properties splits them (items without a name or a
+ * value skipped); -1 when the fast path must leave them to the Python code: a byte that is
+ * not printable ASCII's kind (NUL, or >= 0x80, which UTF-8 decoding might change), more than
+ * BATCH_PROPS_MAX items, or a name given twice. */
+static int split_plain_properties(const unsigned char *p, Py_ssize_t n, batch_prop *items) {
+    int k = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] == 0 || p[i] >= 0x80) return -1;
+    Py_ssize_t start = 0;
+    while (n > 0 && start <= n) {
+        Py_ssize_t end = start, sep = -1;
+        while (end < n && p[end] != 2) {
+            if (p[end] == 1 && sep < 0) sep = end;
+            end++;
+        }
+        if (sep > start && end > sep + 1) {
+            if (k == BATCH_PROPS_MAX) return -1;
+            batch_prop it = {p + start, p + sep + 1, sep - start, end - sep - 1};
+            for (int j = 0; j < k; j++)
+                if (items[j].name_len == it.name_len && !memcmp(items[j].name, it.name, it.name_len))
+                    return -1;
+            items[k++] = it;
+        }
+        start = end + 1;
+    }
+    return k;
+}
+
+static PyObject *item_value(const batch_prop *it) {
+    if (it == NULL) Py_RETURN_NONE;
+    return PyUnicode_FromStringAndSize((const char *)it->value, it->value_len);
+}
+
+/* encode_batch(buf, pos, limit, data, topic_b, cluster_b, topic, queue_id, first_queue_offset,
+ *              file_from_offset, sys_flag, born_timestamp, born_ip, born_port, store_timestamp,
+ *              store_ip, store_port, reconsume_times, max_body_properties)
+ * The send path's batch in one call: each item of the SEND_BATCH_MESSAGE body ``data`` becomes
+ * the record the Python path (SendProcessor._batch_messages, then CommitLog.append_messages)
+ * writes for it, at buf[pos:], with the broker's stored properties (WAIT=true left out,
+ * CLUSTER=cluster_b added last) and consecutive queue offsets from first_queue_offset.
+ * Returns (end, rows, wait): the write position after the last record, one tuple per record
+ * in DispatchHint's field order, and the first item's stored WAIT value (None when absent).
+ * Returns None, having committed nothing (bytes past pos are junk), for anything the Python
+ * path must judge or word: a body that does not parse, an empty batch, properties that are not
+ * plain ASCII or name a field twice, a CLUSTER of the item's own, a DELAY other than "0", a
+ * body and properties over max_body_properties, or records that do not fit below limit. */
+static PyObject *py_encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 19) return PyErr_Format(PyExc_TypeError, "encode_batch takes 19 arguments");
+    long long pos, limit, queue_id, queue_offset, file_from, sys_flag, born_ts, born_port, store_ts,
+        store_port, reconsume, max_bp;
+    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
+        arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
+        arg_int(args[7], "queue_id", I32_MIN, I32_MAX, &queue_id) < 0 ||
+        arg_int(args[8], "first_queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0 ||
+        arg_int(args[9], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0 ||
+        arg_int(args[10], "sys_flag", I32_MIN, I32_MAX, &sys_flag) < 0 ||
+        arg_int(args[11], "born_timestamp", LLONG_MIN, LLONG_MAX, &born_ts) < 0 ||
+        arg_int(args[13], "born_port", I32_MIN, I32_MAX, &born_port) < 0 ||
+        arg_int(args[14], "store_timestamp", LLONG_MIN, LLONG_MAX, &store_ts) < 0 ||
+        arg_int(args[16], "store_port", I32_MIN, I32_MAX, &store_port) < 0 ||
+        arg_int(args[17], "reconsume_times", I32_MIN, I32_MAX, &reconsume) < 0 ||
+        arg_int(args[18], "max_body_properties", 0, I32_MAX, &max_bp) < 0)
+        return NULL;
+    PyObject *topic_b = args[4], *cluster_b = args[5], *topic = args[6], *born_ip = args[12],
+             *store_ip = args[15];
+    if (!PyBytes_Check(topic_b) || !PyBytes_Check(cluster_b) || !PyUnicode_Check(topic) ||
+        !PyBytes_Check(born_ip) || !PyBytes_Check(store_ip))
+        return PyErr_Format(PyExc_TypeError, "encode_batch: bytes or str expected");
+    if ((sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || PyBytes_GET_SIZE(born_ip) != 4 ||
+        PyBytes_GET_SIZE(store_ip) != 4)
+        Py_RETURN_NONE; /* IPv6 hosts: the Python path */
+    Py_ssize_t topic_len = PyBytes_GET_SIZE(topic_b), cluster_len = PyBytes_GET_SIZE(cluster_b);
+    const unsigned char *cluster = (const unsigned char *)PyBytes_AS_STRING(cluster_b);
+    if (topic_len > MAX_TOPIC || cluster_len == 0 || memchr(cluster, 0, cluster_len) ||
+        memchr(PyBytes_AS_STRING(topic_b), 0, topic_len))
+        Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < cluster_len; i++)
+        if (cluster[i] < 3 || cluster[i] >= 0x80) Py_RETURN_NONE;
+
+    Py_buffer data, buf;
+    if (PyObject_GetBuffer(args[3], &data, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (limit > buf.len) limit = buf.len;
+    PyObject *rows = PyList_New(0), *wait = NULL, *result = NULL;
+    if (rows == NULL) goto done;
+    const unsigned char *d = data.buf;
+    Py_ssize_t at = 0, n = data.len;
+    long long w = pos;
+    batch_prop items[BATCH_PROPS_MAX];
+    while (at < n) {
+        /* The item, as decode_batch reads it. */
+        if (at + 20 > n) goto fallback;
+        int32_t total = (int32_t)get32(d + at);
+        int32_t flag = (int32_t)get32(d + at + 12);
+        int32_t body_len = (int32_t)get32(d + at + 16);
+        Py_ssize_t q = at + 20;
+        if (body_len < 0 || q + body_len + 2 > n) goto fallback;
+        const unsigned char *body = d + q;
+        q += body_len;
+        int16_t props_len = (int16_t)((uint16_t)d[q] << 8 | d[q + 1]);
+        q += 2;
+        if (props_len < 0 || q + props_len > n) goto fallback;
+        const unsigned char *props = d + q;
+        q += props_len;
+        if ((Py_ssize_t)total != q - at) goto fallback;
+        at = q;
+        /* The stored properties. */
+        int k = split_plain_properties(props, props_len, items);
+        if (k < 0) goto fallback;
+        const batch_prop *tags = NULL, *keys = NULL, *uniq = NULL, *wait_item = NULL;
+        int skip = -1;
+        long long out_len = 0;
+        for (int j = 0; j < k; j++) {
+            const batch_prop *it = &items[j];
+            if (bytes_is(it->name, it->name_len, "CLUSTER")) goto fallback;
+            if (bytes_is(it->name, it->name_len, "DELAY") && !bytes_is(it->value, it->value_len, "0"))
+                goto fallback;
+            if (bytes_is(it->name, it->name_len, "WAIT")) {
+                if (it->value_len == 4 && (it->value[0] | 0x20) == 't' &&
+                    (it->value[1] | 0x20) == 'r' && (it->value[2] | 0x20) == 'u' &&
+                    (it->value[3] | 0x20) == 'e') {
+                    skip = j;
+                    continue;
+                }
+                wait_item = it;
+            } else if (bytes_is(it->name, it->name_len, "TAGS")) {
+                tags = it;
+            } else if (bytes_is(it->name, it->name_len, "KEYS")) {
+                keys = it;
+            } else if (bytes_is(it->name, it->name_len, "UNIQ_KEY")) {
+                uniq = it;
+            }
+            out_len += it->name_len + 1 + it->value_len + 1;
+        }
+        out_len += 8 + cluster_len; /* CLUSTER\x01name */
+        if (out_len > MAX_PROPERTIES || (long long)body_len + out_len > max_bp) goto fallback;
+        long long size = V4_HEADER + (long long)body_len + 1 + topic_len + 2 + out_len;
+        if (size > limit - w) goto fallback;
+        if (wait == NULL) {
+            /* the first item's stored WAIT (message properties' get) */
+            if ((wait = item_value(wait_item)) == NULL) goto done;
+        }
+        /* The record, as encode_into writes it. */
+        unsigned char *p = (unsigned char *)buf.buf + w;
+        long long phy = file_from + w;
+        put32(p, (uint32_t)size);
+        put32(p + 4, MESSAGE_MAGIC);
+        put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
+        put32(p + 12, (uint32_t)queue_id);
+        put32(p + 16, (uint32_t)flag);
+        put64(p + 20, (uint64_t)queue_offset);
+        put64(p + 28, (uint64_t)phy);
+        put32(p + 36, (uint32_t)sys_flag);
+        put64(p + 40, (uint64_t)born_ts);
+        memcpy(p + 48, PyBytes_AS_STRING(born_ip), 4);
+        put32(p + 52, (uint32_t)born_port);
+        put64(p + 56, (uint64_t)store_ts);
+        memcpy(p + 64, PyBytes_AS_STRING(store_ip), 4);
+        put32(p + 68, (uint32_t)store_port);
+        put32(p + 72, (uint32_t)reconsume);
+        put64(p + 76, 0); /* prepared transaction offset */
+        put32(p + 84, (uint32_t)body_len);
+        p += V4_HEADER;
+        memcpy(p, body, body_len);
+        p += body_len;
+        *p++ = (unsigned char)topic_len;
+        memcpy(p, PyBytes_AS_STRING(topic_b), topic_len);
+        p += topic_len;
+        p[0] = (unsigned char)(out_len >> 8);
+        p[1] = (unsigned char)out_len;
+        p += 2;
+        for (int j = 0; j < k; j++) {
+            if (j == skip) continue;
+            memcpy(p, items[j].name, items[j].name_len);
+            p += items[j].name_len;
+            *p++ = 1;
+            memcpy(p, items[j].value, items[j].value_len);
+            p += items[j].value_len;
+            *p++ = 2;
+        }
+        memcpy(p, "CLUSTER\x01", 8);
+        memcpy(p + 8, cluster, cluster_len);
+        /* Its dispatch hint. */
+        PyObject *row = PyTuple_New(10);
+        if (row == NULL) goto done;
+        PyObject *v;
+        if ((v = PyLong_FromLongLong(phy)) == NULL) goto row_fail;
+        PyTuple_SET_ITEM(row, 0, v);
+        if ((v = PyLong_FromLongLong(size)) == NULL) goto row_fail;
+        PyTuple_SET_ITEM(row, 1, v);
+        PyTuple_SET_ITEM(row, 2, Py_NewRef(topic));
+        if ((v = PyLong_FromLongLong(queue_id)) == NULL) goto row_fail;
+        PyTuple_SET_ITEM(row, 3, v);
+        if ((v = PyLong_FromLongLong(queue_offset)) == NULL) goto row_fail;
+        PyTuple_SET_ITEM(row, 4, v);
+        if ((v = item_value(tags)) == NULL) goto row_fail;
+        PyTuple_SET_ITEM(row, 5, v);
+        if ((v = PyLong_FromLongLong(store_ts)) == NULL) goto row_fail;
+        PyTuple_SET_ITEM(row, 6, v);
+        if ((v = PyLong_FromLongLong(sys_flag)) == NULL) goto row_fail;
+        PyTuple_SET_ITEM(row, 7, v);
+        if ((v = item_value(keys)) == NULL) goto row_fail;
+        PyTuple_SET_ITEM(row, 8, v);
+        if ((v = item_value(uniq)) == NULL) goto row_fail;
+        PyTuple_SET_ITEM(row, 9, v);
+        if (PyList_Append(rows, row) < 0) goto row_fail;
+        Py_DECREF(row);
+        w += size;
+        queue_offset++;
+        continue;
+    row_fail:
+        Py_DECREF(row);
+        goto done;
+    }
+    if (PyList_GET_SIZE(rows) == 0) goto fallback; /* an empty batch: refused in Python */
+    result = Py_BuildValue("(LOO)", w, rows, wait);
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(rows);
+    Py_XDECREF(wait);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&buf);
+    return result;
 }
 
 /* --- decode_plain ---------------------------------------------------------------------------- */
@@ -2134,6 +2383,12 @@ static PyMethodDef methods[] = {
      " size (the body CRC is computed here)."},
     {"properties_bytes", py_properties_bytes, METH_O,
      "properties_bytes(props): the UTF-8 PROPERTIES field of a dict of str."},
+    {"encode_batch", (PyCFunction)(void (*)(void))py_encode_batch, METH_FASTCALL,
+     "encode_batch(buf, pos, limit, data, topic_b, cluster_b, topic, queue_id,"
+     " first_queue_offset, file_from_offset, sys_flag, born_timestamp, born_ip, born_port,"
+     " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties): a"
+     " SEND_BATCH_MESSAGE body's records written as the Python path writes them; (end, rows,"
+     " wait) or None."},
     {"decode_batch", (PyCFunction)(void (*)(void))py_decode_batch, METH_FASTCALL,
      "decode_batch(data, cls, error_cls): the items of a batch body as cls(body, flag, props)"
      " (batch.decode_batch_body)."},

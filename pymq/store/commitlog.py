@@ -32,6 +32,7 @@ from pymq.common.message_ext import (
     MessageSysFlag,
 )
 from pymq.common.message_id import offset_msg_id, pack_ip
+from pymq.common.native import native_extension
 from pymq.common.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -136,6 +137,14 @@ class DispatchHint(NamedTuple):
 _new_hint = tuple.__new__
 """``_new_hint(DispatchHint, (...))``: a hint without the Python frame of NamedTuple's
 ``__new__`` (half the cost on the put path); the fields in declaration order."""
+
+
+def _as_hint(row: tuple) -> DispatchHint:
+    """A row of ``_recordc.encode_batch`` (DispatchHint's fields in order) as a hint."""
+    return _new_hint(DispatchHint, row)
+
+
+_encode_batch = getattr(native_extension, "encode_batch", None)
 
 
 class CommitLog:
@@ -519,6 +528,74 @@ class CommitLog:
             logic_offset=placed[0].queue_offset,
             msg_num=len(msgs),
         )
+
+    def append_batch_body(
+        self,
+        topic: str,
+        topic_b: bytes,
+        queue_id: int,
+        body: bytes,
+        cluster_b: bytes,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        reconsume_times: int,
+        max_body_properties: int,
+    ) -> tuple[PutMessageResult, str | None] | None:
+        """A SEND_BATCH_MESSAGE body appended in one C call (``_recordc.encode_batch``): the
+        same records, offsets, hints and answer as decoding the items into messages and
+        :meth:`append_messages` (tests/store/test_batch_fast_path.py compares them byte for
+        byte), without a Python object per item.  Returns the result and the first item's
+        stored WAIT property; None, having changed nothing, for every case the general path
+        must judge: no extension, no file yet, IPv6 hosts, a batch that does not fit in the
+        current file's allocated blocks, or items the C code leaves to Python (see there)."""
+        files = self.queue.files
+        if _encode_batch is None or not files or topic == SCHEDULE_TOPIC:
+            return None
+        mf = files[-1]
+        try:
+            born_ip = pack_ip(born_host[0])
+        except (ValueError, OSError, TypeError, IndexError):
+            return None
+        pos = mf.wrote_position
+        key = (topic, queue_id)
+        first_queue_offset = self.topic_queue_table.get(key, 0)
+        now = self.clock_ms()
+        out = _encode_batch(
+            mf.mm, pos, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH), body,
+            topic_b, cluster_b, topic, queue_id, first_queue_offset, mf.file_from_offset,
+            sys_flag, born_timestamp, born_ip, born_host[1], now, self._store_ip,
+            self._store_port, reconsume_times, max_body_properties,
+        )  # fmt: skip
+        if out is None:
+            return None
+        end, rows, wait = out
+        # Encoded: commit.
+        self.topic_queue_table[key] = first_queue_offset + len(rows)
+        mf.wrote_position = end
+        mf.last_store_timestamp = now
+        if self.warm and mf.allocated - end <= mf.chunk:
+            self._allocate_ahead(mf)
+        hints = self.dispatch_hints
+        room = DISPATCH_HINTS_MAX - len(hints)
+        if room > 0:
+            hints.extend(map(_as_hint, rows[:room]))
+        prefix = self._msg_id_prefix
+        first_phy = mf.file_from_offset + pos
+        if len(rows) == 1:
+            msg_id = offset_msg_id(prefix, first_phy)
+        else:
+            msg_id = ",".join([offset_msg_id(prefix, row[0]) for row in rows])
+        result = PutMessageResult(
+            PUT_OK,
+            wrote_offset=first_phy,
+            wrote_bytes=end - pos,
+            msg_id=msg_id,
+            store_timestamp=now,
+            logic_offset=first_queue_offset,
+            msg_num=len(rows),
+        )
+        return result, wait
 
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
         """Append raw commit-log bytes replicated from a master (HA slave).

@@ -153,6 +153,7 @@ class DefaultMessageStore:
         )
         self.replica_waiter: ReplicaWaiter | None = None
         self._topic_bytes: dict[str, bytes] = {}
+        self._cluster_bytes: tuple[str | None, bytes] = (None, b"")  # put_batch_body_now's
         self._disk_rechecked = float("-inf")
         # Role and flush type are fixed for a run; the put path reads these flags only.
         self.read_only = config.broker_role is BrokerRole.SLAVE
@@ -608,6 +609,53 @@ class DefaultMessageStore:
         if result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:
             self.clean_commitlog.check_space()
         return result
+
+    def put_batch_body_now(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        cluster: str,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        reconsume_times: int,
+    ) -> tuple[PutMessageResult, str | None] | None:
+        """A batch request's body put as :meth:`put_messages_now` puts its decoded items (the
+        broker's stored properties: WAIT=true left out, CLUSTER added), in one C call
+        (CommitLog.append_batch_body); the result and the first item's stored WAIT.  None,
+        with nothing changed, whenever the general path must decide: a store that refuses
+        puts, a topic not yet checked, a transactional flag, or what the C code leaves to
+        Python (the caller then decodes the items)."""
+        if (
+            not self.running
+            or self.read_only
+            or self.clean_commitlog.disk_full
+            or self.reput.blocked is not None
+            or sys_flag & _TRAN_MASK
+        ):
+            return None
+        topic_b = self._topic_bytes.get(topic)  # only topics already known to be valid
+        if topic_b is None:
+            return None
+        cluster_b = self._cluster_bytes
+        if cluster_b[0] != cluster:
+            # Not ASCII: b"", which the C code leaves to the general path.
+            cluster_b = self._cluster_bytes = (
+                cluster,
+                cluster.encode() if cluster.isascii() else b"",
+            )
+        clock = self.lock_clock
+        begin = clock()
+        out = self.commitlog.append_batch_body(
+            topic, topic_b, queue_id, body, cluster_b[1], sys_flag, born_timestamp, born_host,
+            reconsume_times, max(0, self.config.max_message_size - _MIN_OVERHEAD),
+        )  # fmt: skip
+        if out is None:
+            return None
+        self._held_lock(begin, clock())
+        self._count_appended(out[0])
+        return out
 
     def _count_appended(self, result: PutMessageResult) -> None:
         """Statistics, and dispatch woken, for what an append wrote (nothing if refused)."""

@@ -11,6 +11,7 @@ from pymq.client import MQClientError, Producer, PullConsumer, topics
 from pymq.client.producer import Message, SendResult
 from pymq.common.consumer import MessageQueue
 from pymq.common.message import decode_offset_msg_id
+from pymq.common.record import decode_records
 from pymq.embedded import Cluster, open_cluster
 from pymq.remoting.codes import ResponseCode
 from pymq.testing import TEST_PROPERTIES
@@ -131,3 +132,48 @@ async def test_task_path_answers_with_the_queue_asked_for(pymq_cluster: Cluster)
         )
     assert result.status == "SEND_OK"
     assert result.queue.queue_id == 0  # not the schedule queue of level 3 (2)
+
+
+async def test_batches_are_stored_by_the_fast_path_and_read_back(
+    pymq_cluster: Cluster, monkeypatch
+) -> None:
+    """A plain batch is written by the C batch path (the item-by-item decoder is not called);
+    one with a non-ASCII tag goes item by item; both read back whole, keys and tags indexed."""
+    from pymq.broker.processors.send import SendProcessor
+
+    await topics.create_topic(
+        pymq_cluster.namesrv_addr, "FastBatch", brokers=[pymq_cluster.broker_addr]
+    )
+    decoded: list[int] = []
+    general = SendProcessor._batch_messages
+
+    def counting(self, channel, req, header, queue_id):  # type: ignore[no-untyped-def]
+        decoded.append(queue_id)
+        return general(self, channel, req, header, queue_id)
+
+    monkeypatch.setattr(SendProcessor, "_batch_messages", counting)
+    queue = MessageQueue("FastBatch", "broker-a", 1)
+    async with Producer("P", pymq_cluster.namesrv_addr) as producer:
+        # The topic's first put goes the general way (its name is checked there).
+        await producer.send_batch([Message("FastBatch", b"first")], queue=queue)
+        decoded.clear()
+        plain = [Message("FastBatch", b"p%d" % i, tags="T", keys=f"k{i}") for i in range(8)]
+        result = await producer.send_batch(plain, queue=queue)
+        assert (result.status, result.queue_offset) == ("SEND_OK", 1)
+        assert decoded == []  # served in one C call
+        wide = [Message("FastBatch", b"w%d" % i, tags="\u6807\u7b7e") for i in range(3)]
+        result = await producer.send_batch(wide, queue=queue)
+        assert (result.status, result.queue_offset) == ("SEND_OK", 9)
+        assert decoded == [1]
+    store = pymq_cluster.broker.store
+    await store.reput.do_reput()
+    async with PullConsumer("Reader", pymq_cluster.namesrv_addr) as puller:
+        found = await puller.pull(queue, "*", 0, 32)
+    assert [m.body for m in found.messages] == (
+        [b"first"] + [b"p%d" % i for i in range(8)] + [b"w%d" % i for i in range(3)]
+    )
+    assert [m.queue_offset for m in found.messages] == list(range(12))
+    assert all(m.properties.get("CLUSTER") for m in found.messages)
+    assert found.messages[3].tags == "T" and found.messages[10].tags == "\u6807\u7b7e"
+    hits = store.query_message("FastBatch", "k5", 32, 0, 2**62).messages
+    assert [decode_records(raw)[0].body for raw in hits] == [b"p5"]

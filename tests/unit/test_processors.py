@@ -449,6 +449,15 @@ async def test_the_pre_encoded_send_answer_is_the_frame_the_command_made(
             return results[-1]
 
         monkeypatch.setattr(store, name, recording)
+    real_fast = store.put_batch_body_now
+
+    def recording_fast(*args: Any) -> Any:  # the batch's fast path: (result, wait) or None
+        out = real_fast(*args)
+        if out is not None:
+            results.append(out[0])
+        return out
+
+    monkeypatch.setattr(store, "put_batch_body_now", recording_fast)
 
     def expected(req: RemotingCommand, queue_id: int) -> bytes:
         cmd = send._answer(req, results[-1], queue_id)  # as Channel.answer finished it

@@ -252,11 +252,6 @@ class SendProcessor:
         props: dict,
         flag: int | None = None,
     ) -> MessageExt:
-        born_host = self._born_hosts.get(channel.remote_address)
-        if born_host is None:  # parsed once per peer address
-            if len(self._born_hosts) >= 65536:
-                self._born_hosts.clear()
-            born_host = self._born_hosts[channel.remote_address] = host_of(channel.remote_address)
         return MessageExt(
             topic=header.topic,
             body=body,
@@ -265,10 +260,18 @@ class SendProcessor:
             queue_id=queue_id,
             sys_flag=header.sys_flag,
             born_timestamp=header.born_timestamp,
-            born_host=born_host,
+            born_host=self._born_host(channel),
             store_host=self.ctx.store_host,
             reconsume_times=header.reconsume_times or 0,
         )
+
+    def _born_host(self, channel: Channel) -> tuple[str, int]:
+        born_host = self._born_hosts.get(channel.remote_address)
+        if born_host is None:  # parsed once per peer address
+            if len(self._born_hosts) >= 65536:
+                self._born_hosts.clear()
+            born_host = self._born_hosts[channel.remote_address] = host_of(channel.remote_address)
+        return born_host
 
     def _answer(
         self, req: RemotingCommand, result: PutMessageResult, queue_id: int
@@ -352,11 +355,21 @@ class SendProcessor:
             return None
         queue_id = self._queue_id(header, config)
         if header.batch:  # a batch of a topic that exists: inline too
-            msgs_or_refusal = self._batch_messages(channel, req, header, queue_id)
-            if isinstance(msgs_or_refusal, RemotingCommand):
-                return msgs_or_refusal
-            result = store.put_messages_now(msgs_or_refusal)
-            wait = msgs_or_refusal[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+            # The common batch in one C call, with no object per item; anything unusual (and
+            # every refusal) is decoded item by item below.
+            fast = store.put_batch_body_now(
+                header.topic, queue_id, req.body, self.ctx.broker_config.broker_cluster_name,
+                header.sys_flag, header.born_timestamp, self._born_host(channel),
+                header.reconsume_times or 0,
+            )  # fmt: skip
+            if fast is not None:
+                result, wait = fast
+            else:
+                msgs_or_refusal = self._batch_messages(channel, req, header, queue_id)
+                if isinstance(msgs_or_refusal, RemotingCommand):
+                    return msgs_or_refusal
+                result = store.put_messages_now(msgs_or_refusal)
+                wait = msgs_or_refusal[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK)
         else:
             msg_or_refusal = self._single_message(channel, req, header, queue_id)
             if isinstance(msg_or_refusal, RemotingCommand):

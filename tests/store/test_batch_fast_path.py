@@ -1,0 +1,321 @@
+"""The batch fast path (``DefaultMessageStore.put_batch_body_now``, ``_recordc.encode_batch``)
+writes what the general path writes for the same request: ``SendProcessor._batch_messages``
+decoding the items into messages with the broker's stored properties, then
+``put_messages_now``.  Same commit-log bytes, answer, queue offsets, dispatch hints and WAIT;
+and every case it leaves to the general path changes nothing."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pymq.broker.processors.send import SendProcessor
+from pymq.common.batch import _BATCH_HEAD, _SHORT, BATCH_ITEM_MAGIC, BatchItem, encode_batch_body
+from pymq.common.message_ext import MessageSysFlag
+from pymq.common.native import native_extension
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode
+from pymq.remoting.headers import SendMessageRequestHeader
+from pymq.store import DefaultMessageStore, PutMessageStatus
+from tests.store.helpers import running_store, small_config
+
+pytestmark = pytest.mark.skipif(
+    getattr(native_extension, "encode_batch", None) is None, reason="needs the C extension"
+)
+
+NOW = 1_800_000_000_123
+TOPIC = "BatchTopic"
+CLUSTER = "DefaultCluster"
+BORN = ("10.0.0.9", 40123)
+
+
+def _processor() -> SendProcessor:
+    ctx = types.SimpleNamespace(
+        broker_config=types.SimpleNamespace(broker_cluster_name=CLUSTER),
+        store_host=("192.168.0.1", 10911),
+    )
+    return SendProcessor(ctx)  # type: ignore[arg-type]
+
+
+def _header(sys_flag: int = 0, reconsume: int | None = None) -> SendMessageRequestHeader:
+    return SendMessageRequestHeader(
+        producer_group="P", topic=TOPIC, default_topic="TBW102", default_topic_queue_nums=4,
+        queue_id=2, sys_flag=sys_flag, born_timestamp=NOW - 5, flag=0, properties=None,
+        reconsume_times=reconsume, batch=True,
+    )  # fmt: skip
+
+
+def _general(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
+    channel = types.SimpleNamespace(remote_address=f"{BORN[0]}:{BORN[1]}")
+    req = RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), body=body)
+    msgs = _processor()._batch_messages(channel, req, header, 2)  # type: ignore[arg-type]
+    assert not isinstance(msgs, RemotingCommand), msgs.remark
+    wait = msgs[0].properties.get("WAIT")
+    return store.put_messages_now(msgs), wait
+
+
+def _fast(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
+    return store.put_batch_body_now(
+        TOPIC, 2, body, CLUSTER, header.sys_flag, header.born_timestamp, BORN,
+        header.reconsume_times or 0,
+    )  # fmt: skip
+
+
+def _state(store: DefaultMessageStore) -> tuple:
+    cl = store.commitlog
+    return (
+        cl.get_data(0),
+        dict(cl.topic_queue_table),
+        list(cl.dispatch_hints),
+        cl.queue.files[-1].wrote_position if cl.queue.files else 0,
+    )
+
+
+def _result(result) -> tuple:
+    return (
+        result.status,
+        result.wrote_offset,
+        result.wrote_bytes,
+        result.msg_id,
+        result.store_timestamp,
+        result.logic_offset,
+        result.msg_num,
+    )
+
+
+def _prime(store: DefaultMessageStore) -> None:
+    """The topic known (its first put checks its name) and a first file made: the general
+    path's work, which the fast path leaves to it."""
+    store.reput.woken = True  # keep the hints where the test can read them
+    result, _ = _general(store, encode_batch_body([BatchItem(b"first", 0, {})]), _header())
+    assert result.status is PutMessageStatus.PUT_OK
+
+
+async def _stores(tmp_path, name: str):
+    """Two fresh stores with the topic known (its first put checks its name)."""
+    out = []
+    for side in ("fast", "general"):
+        config = small_config(str(tmp_path / f"{name}-{side}"))
+        out.append(running_store(config, clock_ms=lambda: NOW))
+    return out
+
+
+async def _compare(tmp_path, name: str, batches: list[tuple[bytes, SendMessageRequestHeader]]):
+    fast_cm, general_cm = await _stores(tmp_path, name)
+    async with fast_cm as fast, general_cm as general:
+        for store in (fast, general):
+            _prime(store)
+        for body, header in batches:
+            out = _fast(fast, body, header)
+            assert out is not None, "the fast path left a plain batch to Python"
+            result, wait = out
+            expected, expected_wait = _general(general, body, header)
+            assert result.status is PutMessageStatus.PUT_OK
+            assert _result(result) == _result(expected)
+            assert wait == expected_wait
+            assert _state(fast) == _state(general)
+
+
+_NAME = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "a", "userKey", "x1"])
+_VALUE = st.text(alphabet=st.characters(min_codepoint=3, max_codepoint=126), max_size=12)
+_PROPS = st.dictionaries(_NAME, _VALUE, max_size=6)
+_ITEM = st.builds(
+    BatchItem,
+    body=st.binary(max_size=300),
+    flag=st.integers(-(2**31), 2**31 - 1),
+    properties=_PROPS,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(items=st.lists(_ITEM, min_size=1, max_size=8), reconsume=st.none() | st.integers(0, 16))
+def test_fast_and_general_batch_paths_store_the_same(tmp_path_factory, items, reconsume):
+    tmp_path = tmp_path_factory.mktemp("batch")
+    body = encode_batch_body(items)
+    trio.run(_compare, tmp_path, "h", [(body, _header(reconsume=reconsume))])
+
+
+def _raw_item(body: bytes, props: bytes, flag: int = 0) -> bytes:
+    """One batch item with its properties bytes as given (encode_batch_body normalises them)."""
+    total = _BATCH_HEAD.size + len(body) + 2 + len(props)
+    head = _BATCH_HEAD.pack(total, BATCH_ITEM_MAGIC, 0, flag, len(body))
+    return head + body + _SHORT.pack(len(props)) + props
+
+
+def test_plain_cases_byte_for_byte(tmp_path):
+    items = [
+        BatchItem(b"x" * 1024, 0, {"UNIQ_KEY": "AC1", "TAGS": "TagA", "WAIT": "true"}),
+        BatchItem(b"", 7, {"KEYS": "k1 k2", "WAIT": "TRUE"}),
+        BatchItem(b"y", -1, {"WAIT": "false", "DELAY": "0", "a": "b\x01c"}),
+        BatchItem(b"z", 0, {}),
+    ]
+    # Items without a name or a value are skipped (as Java's string2messageProperties skips
+    # them), and a trailing separator is no item.
+    skips = _raw_item(b"q", b"\x01v\x02n\x01\x02TAGS\x01tt\x02\x02") + _raw_item(b"r", b"\x02")
+    trio.run(
+        _compare,
+        tmp_path,
+        "plain",
+        [
+            (encode_batch_body(items), _header()),
+            (encode_batch_body(items[:1]), _header(reconsume=3)),
+            (encode_batch_body(items[1:]), _header()),
+            (skips, _header()),
+        ],
+    )
+
+
+_PLAIN = encode_batch_body([BatchItem(b"body", 0, {"TAGS": "t"})])
+_MANY = b"\x02".join(b"p%d\x01v" % i for i in range(40))
+
+
+@pytest.mark.parametrize(
+    ("why", "body", "sys_flag", "born"),
+    [
+        ("not ASCII", _raw_item(b"b", "TAGS\x01\u6807\u7b7e".encode()), 0, BORN),
+        ("not UTF-8", _raw_item(b"b", b"TAGS\x01\xff"), 0, BORN),
+        ("a NUL", _raw_item(b"b", b"TAGS\x01a\x00b"), 0, BORN),
+        ("a name twice", _raw_item(b"b", b"TAGS\x01a\x02TAGS\x01b"), 0, BORN),
+        ("its own CLUSTER", _raw_item(b"b", b"CLUSTER\x01other"), 0, BORN),
+        ("a delay", _raw_item(b"b", b"DELAY\x013"), 0, BORN),
+        ("a delay of 00", _raw_item(b"b", b"DELAY\x0100"), 0, BORN),
+        (
+            "too many properties",
+            _raw_item(b"b", b"\x02".join(b"p%d\x01v" % i for i in range(40))),
+            0,
+            BORN,
+        ),
+        ("an empty batch", b"", 0, BORN),
+        ("a cut item", _PLAIN[:-1], 0, BORN),
+        ("a wrong total", b"\x00\x00\x00\x63" + _PLAIN[4:], 0, BORN),
+        ("a transaction", _PLAIN, int(MessageSysFlag.TRANSACTION_PREPARED_TYPE), BORN),
+        ("an IPv6 born host", _PLAIN, 0, ("::1", 5)),
+        ("a born host that is no address", _PLAIN, 0, ("not an address", 5)),
+    ],
+)
+def test_what_the_fast_path_leaves_to_python_changes_nothing(tmp_path, why, body, sys_flag, born):
+    async def main() -> None:
+        async with running_store(small_config(str(tmp_path)), clock_ms=lambda: NOW) as store:
+            _prime(store)
+            assert _fast(store, _PLAIN, _header()) is not None  # a plain batch goes fast
+            before = _state(store)
+            out = store.put_batch_body_now(TOPIC, 2, body, CLUSTER, sys_flag, NOW, born, 0)
+            assert out is None, why
+            assert _state(store) == before
+
+    trio.run(main)
+
+
+def test_a_batch_past_the_allocated_blocks_or_the_file_end_goes_the_general_way(tmp_path):
+    async def main() -> None:
+        config = small_config(str(tmp_path))
+        async with running_store(config, clock_ms=lambda: NOW) as store:
+            _prime(store)
+            big = encode_batch_body([BatchItem(b"x" * 3000, 0, {"TAGS": "t"})] * 4)
+            files_before = len(store.commitlog.queue.files)
+            went_general = 0
+            for _ in range(2 * config.mapped_file_size_commit_log // len(big) + 2):
+                out = _fast(store, big, _header())
+                if out is None:  # the general path allocates, or rolls to a new file
+                    went_general += 1
+                    result, _ = _general(store, big, _header())
+                else:
+                    result, _ = out
+                assert result.status is PutMessageStatus.PUT_OK
+            assert went_general >= 2
+            assert len(store.commitlog.queue.files) > files_before
+            # Everything written reads back in order, each record whole.
+            offsets = [h.queue_offset for h in store.commitlog.dispatch_hints]
+            assert offsets == list(range(len(offsets)))
+
+    trio.run(main)
+
+
+def test_unknown_topic_or_a_refusing_store_goes_the_general_way(tmp_path):
+    async def main() -> None:
+        async with running_store(small_config(str(tmp_path)), clock_ms=lambda: NOW) as store:
+            assert _fast(store, _PLAIN, _header()) is None  # no file, the topic not yet checked
+            _prime(store)
+            store.read_only = True
+            assert _fast(store, _PLAIN, _header()) is None  # the general path words the refusal
+            store.read_only = False
+            assert _fast(store, _PLAIN, _header()) is not None
+
+    trio.run(main)
+
+
+async def _fast_or_unchanged(tmp_path, body: bytes) -> None:
+    fast_cm, general_cm = await _stores(tmp_path, "fuzz")
+    async with fast_cm as fast, general_cm as general:
+        for store in (fast, general):
+            _prime(store)
+        before = _state(fast)
+        out = _fast(fast, body, _header())
+        if out is None:
+            assert _state(fast) == before
+            return
+        channel = types.SimpleNamespace(remote_address=f"{BORN[0]}:{BORN[1]}")
+        req = RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), body=body)
+        msgs = _processor()._batch_messages(channel, req, _header(), 2)  # type: ignore[arg-type]
+        assert not isinstance(msgs, RemotingCommand), f"fast took what Python refuses: {msgs}"
+        expected = general.put_messages_now(msgs)
+        assert _result(out[0]) == _result(expected)
+        assert _state(fast) == _state(general)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    items=st.lists(_ITEM, min_size=1, max_size=4),
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+    cut=st.integers(0, 8),
+)
+def test_damaged_bodies_go_fast_only_when_python_stores_them_alike(
+    tmp_path_factory, items, flips, cut
+):
+    body = bytearray(encode_batch_body(items))
+    for at, value in flips:
+        body[at % len(body)] = value
+    if cut:
+        del body[-cut:]
+    trio.run(_fast_or_unchanged, tmp_path_factory.mktemp("fuzz"), bytes(body))
+
+
+def test_no_reference_leaks_over_many_calls(tmp_path):
+    import gc
+    import mmap
+    import sys
+
+    encode = native_extension.encode_batch
+    buf = mmap.mmap(-1, 1 << 20)
+    body = encode_batch_body(
+        [BatchItem(b"x" * 100, 0, {"TAGS": "t", "KEYS": "a b", "UNIQ_KEY": "U", "WAIT": "no"})] * 4
+    )
+    topic = "LeakTopic"
+
+    def once(data: bytes, limit: int = 1 << 20) -> object:
+        return encode(
+            buf, 0, limit, data, b"LeakTopic", b"C", topic, 0, 0, 0, 0, 1, b"\x7f\x00\x00\x01",
+            9, 2, b"\x7f\x00\x00\x01", 10911, 0, 1 << 20,
+        )  # fmt: skip
+
+    for data, limit in ((body, 1 << 20), (body[:-1], 1 << 20), (body, 300)):
+        once(data, limit)
+        gc.collect()
+        refs = sys.getrefcount(topic), sys.getrefcount(data), sys.getrefcount(None)
+        blocks = sys.getallocatedblocks()
+        for _ in range(2000):
+            once(data, limit)
+        gc.collect()
+        # A leak per call would be thousands of blocks (rows, strings, tuples).
+        assert sys.getallocatedblocks() - blocks < 200
+        assert (sys.getrefcount(topic), sys.getrefcount(data)) == refs[:2]
+        assert abs(sys.getrefcount(None) - refs[2]) < 200
+    buf.close()

@@ -18,10 +18,12 @@
  *                               dict of str, ``name\x01value\x02...`` without a trailing \x02.
  *   decode_batch(data, cls, error_cls)
  *                               batch.decode_batch_body: the items of a SEND_BATCH_MESSAGE body.
- *   encode_batch(buf, pos, limit, data, topic_b, cluster_b, topic, queue_id, ...)
+ *   encode_batch(buf, pos, limit, data, first_queue_offset, file_from_offset, topic_b, ...)
  *                               store.commitlog.CommitLog.append_batch_body: a batch request's
  *                               items written as records with the broker's stored properties,
  *                               or None for the Python path (see the function).
+ *   encode_single(buf, pos, limit, body, properties, flag, queue_offset, ...)
+ *                               CommitLog.append_single_fast: the same for one send.
  *   populate_write(buf, start, length)
  *                               MADV_POPULATE_WRITE over buf[start:start+length] with the GIL
  *                               released (mapped_file.MappedFile.populate); 0 or the errno.
@@ -545,9 +547,9 @@ fail:
     return NULL;
 }
 
-/* --- encode_batch ------------------------------------------------------------------------------ */
+/* --- encode_batch, encode_single ------------------------------------------------------------- */
 
-/* The items of one batch item's properties, as message_ext.decode_properties reads them. */
+/* The items of one message's properties, as message_ext.decode_properties reads them. */
 typedef struct {
     const unsigned char *name, *value;
     Py_ssize_t name_len, value_len;
@@ -562,8 +564,8 @@ static int bytes_is(const unsigned char *p, Py_ssize_t n, const char *s) {
 
 /* The properties [p, p + n) split as decode_properties splits them (items without a name or a
  * value skipped); -1 when the fast path must leave them to the Python code: a byte that is
- * not printable ASCII's kind (NUL, or >= 0x80, which UTF-8 decoding might change), more than
- * BATCH_PROPS_MAX items, or a name given twice. */
+ * NUL or not ASCII (which UTF-8 decoding might change), more than BATCH_PROPS_MAX items, or a
+ * name given twice. */
 static int split_plain_properties(const unsigned char *p, Py_ssize_t n, batch_prop *items) {
     int k = 0;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -593,52 +595,189 @@ static PyObject *item_value(const batch_prop *it) {
     return PyUnicode_FromStringAndSize((const char *)it->value, it->value_len);
 }
 
-/* encode_batch(buf, pos, limit, data, topic_b, cluster_b, topic, queue_id, first_queue_offset,
- *              file_from_offset, sys_flag, born_timestamp, born_ip, born_port, store_timestamp,
- *              store_ip, store_port, reconsume_times, max_body_properties)
+/* What every record of one fast put shares. */
+typedef struct {
+    const unsigned char *topic, *cluster, *born_ip, *store_ip;
+    Py_ssize_t topic_len, cluster_len;
+    long long queue_id, sys_flag, born_ts, born_port, store_ts, store_port, reconsume, max_bp;
+    int single; /* a single send: any DELAY or TRAN_MSG goes to Python (delays, half messages) */
+} fast_put;
+
+/* The properties a stored record names (NULL when absent). */
+typedef struct {
+    const batch_prop *tags, *keys, *uniq, *wait;
+} stored_names;
+
+/* Write at p (room bytes left) the record the Python path stores for a message with this body,
+ * flag and properties: its properties as the broker stores them (WAIT=true left out, CLUSTER
+ * added last), the rest from fp.  Returns the record's size, or -1 (nothing to undo: bytes past
+ * the write position are junk) when the Python path must judge the message: see
+ * split_plain_properties, an own CLUSTER, a DELAY other than "0" (any DELAY or a TRAN_MSG for a
+ * single send), a body and properties over max_bp, or no room.  items holds the split
+ * properties afterwards, which names points into. */
+static long long write_stored_record(unsigned char *p, long long room, const fast_put *fp,
+                                     const unsigned char *body, Py_ssize_t body_len, int32_t flag,
+                                     const unsigned char *props, Py_ssize_t props_len,
+                                     long long queue_offset, long long phy, batch_prop *items,
+                                     stored_names *names) {
+    int k = split_plain_properties(props, props_len, items);
+    if (k < 0) return -1;
+    stored_names found = {NULL, NULL, NULL, NULL};
+    int skip = -1;
+    long long out_len = 0;
+    for (int j = 0; j < k; j++) {
+        const batch_prop *it = &items[j];
+        if (bytes_is(it->name, it->name_len, "CLUSTER")) return -1;
+        if (bytes_is(it->name, it->name_len, "DELAY") &&
+            (fp->single || !bytes_is(it->value, it->value_len, "0")))
+            return -1;
+        if (fp->single && bytes_is(it->name, it->name_len, "TRAN_MSG")) return -1;
+        if (bytes_is(it->name, it->name_len, "WAIT")) {
+            if (it->value_len == 4 && (it->value[0] | 0x20) == 't' &&
+                (it->value[1] | 0x20) == 'r' && (it->value[2] | 0x20) == 'u' &&
+                (it->value[3] | 0x20) == 'e') {
+                skip = j;
+                continue;
+            }
+            found.wait = it;
+        } else if (bytes_is(it->name, it->name_len, "TAGS")) {
+            found.tags = it;
+        } else if (bytes_is(it->name, it->name_len, "KEYS")) {
+            found.keys = it;
+        } else if (bytes_is(it->name, it->name_len, "UNIQ_KEY")) {
+            found.uniq = it;
+        }
+        out_len += it->name_len + 1 + it->value_len + 1;
+    }
+    out_len += 8 + fp->cluster_len; /* CLUSTER\x01name */
+    if (out_len > MAX_PROPERTIES || (long long)body_len + out_len > fp->max_bp) return -1;
+    long long size = V4_HEADER + (long long)body_len + 1 + fp->topic_len + 2 + out_len;
+    if (size > room) return -1;
+    put32(p, (uint32_t)size);
+    put32(p + 4, MESSAGE_MAGIC);
+    put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
+    put32(p + 12, (uint32_t)fp->queue_id);
+    put32(p + 16, (uint32_t)flag);
+    put64(p + 20, (uint64_t)queue_offset);
+    put64(p + 28, (uint64_t)phy);
+    put32(p + 36, (uint32_t)fp->sys_flag);
+    put64(p + 40, (uint64_t)fp->born_ts);
+    memcpy(p + 48, fp->born_ip, 4);
+    put32(p + 52, (uint32_t)fp->born_port);
+    put64(p + 56, (uint64_t)fp->store_ts);
+    memcpy(p + 64, fp->store_ip, 4);
+    put32(p + 68, (uint32_t)fp->store_port);
+    put32(p + 72, (uint32_t)fp->reconsume);
+    put64(p + 76, 0); /* prepared transaction offset */
+    put32(p + 84, (uint32_t)body_len);
+    p += V4_HEADER;
+    memmove(p, body, body_len);
+    p += body_len;
+    *p++ = (unsigned char)fp->topic_len;
+    memcpy(p, fp->topic, fp->topic_len);
+    p += fp->topic_len;
+    p[0] = (unsigned char)(out_len >> 8);
+    p[1] = (unsigned char)out_len;
+    p += 2;
+    for (int j = 0; j < k; j++) {
+        if (j == skip) continue;
+        memcpy(p, items[j].name, items[j].name_len);
+        p += items[j].name_len;
+        *p++ = 1;
+        memcpy(p, items[j].value, items[j].value_len);
+        p += items[j].value_len;
+        *p++ = 2;
+    }
+    memcpy(p, "CLUSTER\x01", 8);
+    memcpy(p + 8, fp->cluster, fp->cluster_len);
+    *names = found;
+    return size;
+}
+
+/* The arguments both functions share (args[first:first + 13]): topic_b, cluster_b, topic,
+ * queue_id, sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,
+ * store_port, reconsume_times, max_body_properties.  1 when fp is filled, 0 when the fast path
+ * does not apply (IPv6 hosts, a cluster name that is not plain ASCII), -1 on an error. */
+static int fast_put_args(PyObject *const *args, fast_put *fp, PyObject **topic) {
+    if (arg_int(args[3], "queue_id", I32_MIN, I32_MAX, &fp->queue_id) < 0 ||
+        arg_int(args[4], "sys_flag", I32_MIN, I32_MAX, &fp->sys_flag) < 0 ||
+        arg_int(args[5], "born_timestamp", LLONG_MIN, LLONG_MAX, &fp->born_ts) < 0 ||
+        arg_int(args[7], "born_port", I32_MIN, I32_MAX, &fp->born_port) < 0 ||
+        arg_int(args[8], "store_timestamp", LLONG_MIN, LLONG_MAX, &fp->store_ts) < 0 ||
+        arg_int(args[10], "store_port", I32_MIN, I32_MAX, &fp->store_port) < 0 ||
+        arg_int(args[11], "reconsume_times", I32_MIN, I32_MAX, &fp->reconsume) < 0 ||
+        arg_int(args[12], "max_body_properties", 0, I32_MAX, &fp->max_bp) < 0)
+        return -1;
+    PyObject *topic_b = args[0], *cluster_b = args[1], *born_ip = args[6], *store_ip = args[9];
+    *topic = args[2];
+    if (!PyBytes_Check(topic_b) || !PyBytes_Check(cluster_b) || !PyUnicode_Check(*topic) ||
+        !PyBytes_Check(born_ip) || !PyBytes_Check(store_ip)) {
+        PyErr_SetString(PyExc_TypeError, "fast put: bytes or str expected");
+        return -1;
+    }
+    if ((fp->sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || PyBytes_GET_SIZE(born_ip) != 4 ||
+        PyBytes_GET_SIZE(store_ip) != 4)
+        return 0; /* IPv6 hosts: the Python path */
+    fp->topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
+    fp->topic_len = PyBytes_GET_SIZE(topic_b);
+    fp->cluster = (const unsigned char *)PyBytes_AS_STRING(cluster_b);
+    fp->cluster_len = PyBytes_GET_SIZE(cluster_b);
+    fp->born_ip = (const unsigned char *)PyBytes_AS_STRING(born_ip);
+    fp->store_ip = (const unsigned char *)PyBytes_AS_STRING(store_ip);
+    if (fp->topic_len > MAX_TOPIC || fp->cluster_len == 0 ||
+        memchr(fp->topic, 0, fp->topic_len))
+        return 0;
+    for (Py_ssize_t i = 0; i < fp->cluster_len; i++)
+        if (fp->cluster[i] < 3 || fp->cluster[i] >= 0x80) return 0;
+    return 1;
+}
+
+/* A dispatch hint's fields in DispatchHint's order. */
+static PyObject *hint_row(long long phy, long long size, PyObject *topic, const fast_put *fp,
+                          long long queue_offset, const stored_names *names) {
+    PyObject *row = PyTuple_New(10);
+    if (row == NULL) return NULL;
+    PyObject *v[10] = {PyLong_FromLongLong(phy),          PyLong_FromLongLong(size),
+                       Py_NewRef(topic),                  PyLong_FromLongLong(fp->queue_id),
+                       PyLong_FromLongLong(queue_offset), item_value(names->tags),
+                       PyLong_FromLongLong(fp->store_ts), PyLong_FromLongLong(fp->sys_flag),
+                       item_value(names->keys),           item_value(names->uniq)};
+    int ok = 1;
+    for (int i = 0; i < 10; i++) {
+        if (v[i] == NULL) ok = 0;
+        PyTuple_SET_ITEM(row, i, v[i]); /* NULL slots are skipped by the tuple's dealloc */
+    }
+    if (!ok) {
+        Py_DECREF(row);
+        return NULL;
+    }
+    return row;
+}
+
+/* encode_batch(buf, pos, limit, data, first_queue_offset, file_from_offset, <the 13 shared
+ *              arguments, see fast_put_args>)
  * The send path's batch in one call: each item of the SEND_BATCH_MESSAGE body ``data`` becomes
  * the record the Python path (SendProcessor._batch_messages, then CommitLog.append_messages)
  * writes for it, at buf[pos:], with the broker's stored properties (WAIT=true left out,
- * CLUSTER=cluster_b added last) and consecutive queue offsets from first_queue_offset.
- * Returns (end, rows, wait): the write position after the last record, one tuple per record
- * in DispatchHint's field order, and the first item's stored WAIT value (None when absent).
+ * CLUSTER added last) and consecutive queue offsets from first_queue_offset.  Returns (end,
+ * rows, wait): the write position after the last record, one tuple per record in
+ * DispatchHint's field order, and the first item's stored WAIT value (None when absent).
  * Returns None, having committed nothing (bytes past pos are junk), for anything the Python
- * path must judge or word: a body that does not parse, an empty batch, properties that are not
- * plain ASCII or name a field twice, a CLUSTER of the item's own, a DELAY other than "0", a
- * body and properties over max_body_properties, or records that do not fit below limit. */
+ * path must judge or word: a body that does not parse, an empty batch, an item that
+ * write_stored_record leaves to Python, or records that do not fit below limit. */
 static PyObject *py_encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 19) return PyErr_Format(PyExc_TypeError, "encode_batch takes 19 arguments");
-    long long pos, limit, queue_id, queue_offset, file_from, sys_flag, born_ts, born_port, store_ts,
-        store_port, reconsume, max_bp;
+    long long pos, limit, queue_offset, file_from;
     if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
         arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
-        arg_int(args[7], "queue_id", I32_MIN, I32_MAX, &queue_id) < 0 ||
-        arg_int(args[8], "first_queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0 ||
-        arg_int(args[9], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0 ||
-        arg_int(args[10], "sys_flag", I32_MIN, I32_MAX, &sys_flag) < 0 ||
-        arg_int(args[11], "born_timestamp", LLONG_MIN, LLONG_MAX, &born_ts) < 0 ||
-        arg_int(args[13], "born_port", I32_MIN, I32_MAX, &born_port) < 0 ||
-        arg_int(args[14], "store_timestamp", LLONG_MIN, LLONG_MAX, &store_ts) < 0 ||
-        arg_int(args[16], "store_port", I32_MIN, I32_MAX, &store_port) < 0 ||
-        arg_int(args[17], "reconsume_times", I32_MIN, I32_MAX, &reconsume) < 0 ||
-        arg_int(args[18], "max_body_properties", 0, I32_MAX, &max_bp) < 0)
+        arg_int(args[4], "first_queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0 ||
+        arg_int(args[5], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0)
         return NULL;
-    PyObject *topic_b = args[4], *cluster_b = args[5], *topic = args[6], *born_ip = args[12],
-             *store_ip = args[15];
-    if (!PyBytes_Check(topic_b) || !PyBytes_Check(cluster_b) || !PyUnicode_Check(topic) ||
-        !PyBytes_Check(born_ip) || !PyBytes_Check(store_ip))
-        return PyErr_Format(PyExc_TypeError, "encode_batch: bytes or str expected");
-    if ((sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || PyBytes_GET_SIZE(born_ip) != 4 ||
-        PyBytes_GET_SIZE(store_ip) != 4)
-        Py_RETURN_NONE; /* IPv6 hosts: the Python path */
-    Py_ssize_t topic_len = PyBytes_GET_SIZE(topic_b), cluster_len = PyBytes_GET_SIZE(cluster_b);
-    const unsigned char *cluster = (const unsigned char *)PyBytes_AS_STRING(cluster_b);
-    if (topic_len > MAX_TOPIC || cluster_len == 0 || memchr(cluster, 0, cluster_len) ||
-        memchr(PyBytes_AS_STRING(topic_b), 0, topic_len))
-        Py_RETURN_NONE;
-    for (Py_ssize_t i = 0; i < cluster_len; i++)
-        if (cluster[i] < 3 || cluster[i] >= 0x80) Py_RETURN_NONE;
-
+    fast_put fp = {.single = 0};
+    PyObject *topic;
+    int usable = fast_put_args(args + 6, &fp, &topic);
+    if (usable < 0) return NULL;
+    if (usable == 0) Py_RETURN_NONE;
     Py_buffer data, buf;
     if (PyObject_GetBuffer(args[3], &data, PyBUF_SIMPLE) < 0) return NULL;
     if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) {
@@ -669,113 +808,20 @@ static PyObject *py_encode_batch(PyObject *self, PyObject *const *args, Py_ssize
         q += props_len;
         if ((Py_ssize_t)total != q - at) goto fallback;
         at = q;
-        /* The stored properties. */
-        int k = split_plain_properties(props, props_len, items);
-        if (k < 0) goto fallback;
-        const batch_prop *tags = NULL, *keys = NULL, *uniq = NULL, *wait_item = NULL;
-        int skip = -1;
-        long long out_len = 0;
-        for (int j = 0; j < k; j++) {
-            const batch_prop *it = &items[j];
-            if (bytes_is(it->name, it->name_len, "CLUSTER")) goto fallback;
-            if (bytes_is(it->name, it->name_len, "DELAY") && !bytes_is(it->value, it->value_len, "0"))
-                goto fallback;
-            if (bytes_is(it->name, it->name_len, "WAIT")) {
-                if (it->value_len == 4 && (it->value[0] | 0x20) == 't' &&
-                    (it->value[1] | 0x20) == 'r' && (it->value[2] | 0x20) == 'u' &&
-                    (it->value[3] | 0x20) == 'e') {
-                    skip = j;
-                    continue;
-                }
-                wait_item = it;
-            } else if (bytes_is(it->name, it->name_len, "TAGS")) {
-                tags = it;
-            } else if (bytes_is(it->name, it->name_len, "KEYS")) {
-                keys = it;
-            } else if (bytes_is(it->name, it->name_len, "UNIQ_KEY")) {
-                uniq = it;
-            }
-            out_len += it->name_len + 1 + it->value_len + 1;
-        }
-        out_len += 8 + cluster_len; /* CLUSTER\x01name */
-        if (out_len > MAX_PROPERTIES || (long long)body_len + out_len > max_bp) goto fallback;
-        long long size = V4_HEADER + (long long)body_len + 1 + topic_len + 2 + out_len;
-        if (size > limit - w) goto fallback;
-        if (wait == NULL) {
-            /* the first item's stored WAIT (message properties' get) */
-            if ((wait = item_value(wait_item)) == NULL) goto done;
-        }
-        /* The record, as encode_into writes it. */
-        unsigned char *p = (unsigned char *)buf.buf + w;
-        long long phy = file_from + w;
-        put32(p, (uint32_t)size);
-        put32(p + 4, MESSAGE_MAGIC);
-        put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
-        put32(p + 12, (uint32_t)queue_id);
-        put32(p + 16, (uint32_t)flag);
-        put64(p + 20, (uint64_t)queue_offset);
-        put64(p + 28, (uint64_t)phy);
-        put32(p + 36, (uint32_t)sys_flag);
-        put64(p + 40, (uint64_t)born_ts);
-        memcpy(p + 48, PyBytes_AS_STRING(born_ip), 4);
-        put32(p + 52, (uint32_t)born_port);
-        put64(p + 56, (uint64_t)store_ts);
-        memcpy(p + 64, PyBytes_AS_STRING(store_ip), 4);
-        put32(p + 68, (uint32_t)store_port);
-        put32(p + 72, (uint32_t)reconsume);
-        put64(p + 76, 0); /* prepared transaction offset */
-        put32(p + 84, (uint32_t)body_len);
-        p += V4_HEADER;
-        memcpy(p, body, body_len);
-        p += body_len;
-        *p++ = (unsigned char)topic_len;
-        memcpy(p, PyBytes_AS_STRING(topic_b), topic_len);
-        p += topic_len;
-        p[0] = (unsigned char)(out_len >> 8);
-        p[1] = (unsigned char)out_len;
-        p += 2;
-        for (int j = 0; j < k; j++) {
-            if (j == skip) continue;
-            memcpy(p, items[j].name, items[j].name_len);
-            p += items[j].name_len;
-            *p++ = 1;
-            memcpy(p, items[j].value, items[j].value_len);
-            p += items[j].value_len;
-            *p++ = 2;
-        }
-        memcpy(p, "CLUSTER\x01", 8);
-        memcpy(p + 8, cluster, cluster_len);
-        /* Its dispatch hint. */
-        PyObject *row = PyTuple_New(10);
+        if (w > limit) goto fallback;
+        stored_names names;
+        long long size =
+            write_stored_record((unsigned char *)buf.buf + w, limit - w, &fp, body, body_len, flag,
+                                props, props_len, queue_offset, file_from + w, items, &names);
+        if (size < 0) goto fallback;
+        if (wait == NULL && (wait = item_value(names.wait)) == NULL) goto done;
+        PyObject *row = hint_row(file_from + w, size, topic, &fp, queue_offset, &names);
         if (row == NULL) goto done;
-        PyObject *v;
-        if ((v = PyLong_FromLongLong(phy)) == NULL) goto row_fail;
-        PyTuple_SET_ITEM(row, 0, v);
-        if ((v = PyLong_FromLongLong(size)) == NULL) goto row_fail;
-        PyTuple_SET_ITEM(row, 1, v);
-        PyTuple_SET_ITEM(row, 2, Py_NewRef(topic));
-        if ((v = PyLong_FromLongLong(queue_id)) == NULL) goto row_fail;
-        PyTuple_SET_ITEM(row, 3, v);
-        if ((v = PyLong_FromLongLong(queue_offset)) == NULL) goto row_fail;
-        PyTuple_SET_ITEM(row, 4, v);
-        if ((v = item_value(tags)) == NULL) goto row_fail;
-        PyTuple_SET_ITEM(row, 5, v);
-        if ((v = PyLong_FromLongLong(store_ts)) == NULL) goto row_fail;
-        PyTuple_SET_ITEM(row, 6, v);
-        if ((v = PyLong_FromLongLong(sys_flag)) == NULL) goto row_fail;
-        PyTuple_SET_ITEM(row, 7, v);
-        if ((v = item_value(keys)) == NULL) goto row_fail;
-        PyTuple_SET_ITEM(row, 8, v);
-        if ((v = item_value(uniq)) == NULL) goto row_fail;
-        PyTuple_SET_ITEM(row, 9, v);
-        if (PyList_Append(rows, row) < 0) goto row_fail;
+        int rc = PyList_Append(rows, row);
         Py_DECREF(row);
+        if (rc < 0) goto done;
         w += size;
         queue_offset++;
-        continue;
-    row_fail:
-        Py_DECREF(row);
-        goto done;
     }
     if (PyList_GET_SIZE(rows) == 0) goto fallback; /* an empty batch: refused in Python */
     result = Py_BuildValue("(LOO)", w, rows, wait);
@@ -786,6 +832,61 @@ done:
     Py_XDECREF(rows);
     Py_XDECREF(wait);
     PyBuffer_Release(&data);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* encode_single(buf, pos, limit, body, properties, flag, queue_offset, file_from_offset,
+ *               <the 13 shared arguments, see fast_put_args>)
+ * A single send's record as the Python path (SendProcessor._single_message, then
+ * CommitLog.append_message) writes it, at buf[pos:], from the request's properties str.
+ * Returns (size, row, wait) as encode_batch does for one item, or None (nothing committed)
+ * when the Python path must judge it: properties that are not ASCII, or that write_stored_record
+ * leaves to Python (any DELAY or TRAN_MSG included), or a record past limit. */
+static PyObject *py_encode_single(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 21) return PyErr_Format(PyExc_TypeError, "encode_single takes 21 arguments");
+    long long pos, limit, flag, queue_offset, file_from;
+    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
+        arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
+        arg_int(args[5], "flag", I32_MIN, I32_MAX, &flag) < 0 ||
+        arg_int(args[6], "queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0 ||
+        arg_int(args[7], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0)
+        return NULL;
+    PyObject *props = args[4];
+    if (!PyUnicode_Check(props))
+        return PyErr_Format(PyExc_TypeError, "encode_single: properties must be a str");
+    if (!PyUnicode_IS_ASCII(props) || PyUnicode_GET_LENGTH(props) > 65535) Py_RETURN_NONE;
+    fast_put fp = {.single = 1};
+    PyObject *topic;
+    int usable = fast_put_args(args + 8, &fp, &topic);
+    if (usable < 0) return NULL;
+    if (usable == 0) Py_RETURN_NONE;
+    Py_buffer body, buf;
+    if (PyObject_GetBuffer(args[3], &body, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&body);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (limit > buf.len) limit = buf.len;
+    batch_prop items[BATCH_PROPS_MAX];
+    stored_names names;
+    long long size = -1;
+    if (pos <= limit && body.len <= I32_MAX)
+        size = write_stored_record((unsigned char *)buf.buf + pos, limit - pos, &fp, body.buf,
+                                   body.len, (int32_t)flag, PyUnicode_1BYTE_DATA(props),
+                                   PyUnicode_GET_LENGTH(props), queue_offset, file_from + pos,
+                                   items, &names);
+    if (size < 0) {
+        result = Py_NewRef(Py_None);
+    } else {
+        PyObject *row = hint_row(file_from + pos, size, topic, &fp, queue_offset, &names);
+        PyObject *wait = row == NULL ? NULL : item_value(names.wait);
+        if (wait != NULL) result = Py_BuildValue("(LOO)", size, row, wait);
+        Py_XDECREF(row);
+        Py_XDECREF(wait);
+    }
+    PyBuffer_Release(&body);
     PyBuffer_Release(&buf);
     return result;
 }
@@ -2384,11 +2485,16 @@ static PyMethodDef methods[] = {
     {"properties_bytes", py_properties_bytes, METH_O,
      "properties_bytes(props): the UTF-8 PROPERTIES field of a dict of str."},
     {"encode_batch", (PyCFunction)(void (*)(void))py_encode_batch, METH_FASTCALL,
-     "encode_batch(buf, pos, limit, data, topic_b, cluster_b, topic, queue_id,"
-     " first_queue_offset, file_from_offset, sys_flag, born_timestamp, born_ip, born_port,"
+     "encode_batch(buf, pos, limit, data, first_queue_offset, file_from_offset, topic_b,"
+     " cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_port,"
      " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties): a"
      " SEND_BATCH_MESSAGE body's records written as the Python path writes them; (end, rows,"
      " wait) or None."},
+    {"encode_single", (PyCFunction)(void (*)(void))py_encode_single, METH_FASTCALL,
+     "encode_single(buf, pos, limit, body, properties, flag, queue_offset, file_from_offset,"
+     " topic_b, cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_port,"
+     " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties): a single"
+     " send's record as the Python path writes it; (size, row, wait) or None."},
     {"decode_batch", (PyCFunction)(void (*)(void))py_decode_batch, METH_FASTCALL,
      "decode_batch(data, cls, error_cls): the items of a batch body as cls(body, flag, props)"
      " (batch.decode_batch_body)."},

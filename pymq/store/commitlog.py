@@ -145,6 +145,7 @@ def _as_hint(row: tuple) -> DispatchHint:
 
 
 _encode_batch = getattr(native_extension, "encode_batch", None)
+_encode_single = getattr(native_extension, "encode_single", None)
 
 
 class CommitLog:
@@ -529,6 +530,63 @@ class CommitLog:
             msg_num=len(msgs),
         )
 
+    def append_single_fast(
+        self,
+        topic: str,
+        topic_b: bytes,
+        queue_id: int,
+        body: bytes,
+        properties: str,
+        flag: int,
+        cluster_b: bytes,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        reconsume_times: int,
+        max_body_properties: int,
+    ) -> tuple[PutMessageResult, str | None] | None:
+        """A single send appended in one C call (``_recordc.encode_single``) from the request's
+        properties string: the record, offsets, hint and answer :meth:`append_message` makes of
+        the message the send path builds (tests/store/test_batch_fast_path.py compares them),
+        without the message object or its properties dict.  Returns the result and the stored
+        WAIT property; None, having changed nothing, when the general path must decide (as
+        :meth:`append_batch_body`, and any DELAY or TRAN_MSG property)."""
+        files = self.queue.files
+        if _encode_single is None or not files or topic == SCHEDULE_TOPIC:
+            return None
+        mf = files[-1]
+        try:
+            born_ip = pack_ip(born_host[0])
+        except (ValueError, OSError, TypeError, IndexError):
+            return None
+        pos = mf.wrote_position
+        key = (topic, queue_id)
+        queue_offset = self.topic_queue_table.get(key, 0)
+        now = self.clock_ms()
+        out = _encode_single(
+            mf.mm, pos, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH), body,
+            properties, flag, queue_offset, mf.file_from_offset, topic_b, cluster_b, topic,
+            queue_id, sys_flag, born_timestamp, born_ip, born_host[1], now, self._store_ip,
+            self._store_port, reconsume_times, max_body_properties,
+        )  # fmt: skip
+        if out is None:
+            return None
+        size, row, wait = out
+        # Encoded: commit.
+        self.topic_queue_table[key] = queue_offset + 1
+        mf.wrote_position = pos + size
+        mf.last_store_timestamp = now
+        if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
+            self._allocate_ahead(mf)
+        hints = self.dispatch_hints
+        if len(hints) < DISPATCH_HINTS_MAX:
+            hints.append(_new_hint(DispatchHint, row))
+        phy = row[0]
+        result = PutMessageResult(
+            PUT_OK, phy, size, offset_msg_id(self._msg_id_prefix, phy), now, queue_offset
+        )
+        return result, wait
+
     def append_batch_body(
         self,
         topic: str,
@@ -563,7 +621,7 @@ class CommitLog:
         now = self.clock_ms()
         out = _encode_batch(
             mf.mm, pos, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH), body,
-            topic_b, cluster_b, topic, queue_id, first_queue_offset, mf.file_from_offset,
+            first_queue_offset, mf.file_from_offset, topic_b, cluster_b, topic, queue_id,
             sys_flag, born_timestamp, born_ip, born_host[1], now, self._store_ip,
             self._store_port, reconsume_times, max_body_properties,
         )  # fmt: skip

@@ -610,6 +610,61 @@ class DefaultMessageStore:
             self.clean_commitlog.check_space()
         return result
 
+    def put_single_now(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        properties: str,
+        flag: int,
+        cluster: str,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        reconsume_times: int,
+    ) -> tuple[PutMessageResult, str | None] | None:
+        """A single send put as :meth:`put_message_now` puts the message the send path builds
+        from it, in one C call (CommitLog.append_single_fast); the result and the stored WAIT.
+        None, with nothing changed, whenever the general path must decide (see
+        :meth:`put_batch_body_now`)."""
+        if (
+            not self.running
+            or self.read_only
+            or self.clean_commitlog.disk_full
+            or self.reput.blocked is not None
+            or sys_flag & _TRAN_MASK
+        ):
+            return None
+        topic_b = self._topic_bytes.get(topic)  # only topics already known to be valid
+        if topic_b is None:
+            return None
+        cluster_b = self._cluster_bytes
+        if cluster_b[0] != cluster:
+            cluster_b = self._cluster_bytes = (
+                cluster,
+                cluster.encode() if cluster.isascii() else b"",
+            )
+        clock = self.lock_clock
+        begin = clock()
+        out = self.commitlog.append_single_fast(
+            topic, topic_b, queue_id, body, properties, flag, cluster_b[1], sys_flag,
+            born_timestamp, born_host, reconsume_times,
+            max(0, self.config.max_message_size - _MIN_OVERHEAD),
+        )  # fmt: skip
+        if out is None:
+            return None
+        end = clock()
+        if end - begin < 0.001 and self.config.os_page_cache_busy_time_out_mills >= 1:
+            self.put_stats.record_quick()  # _held_lock's common case, as put_message_now
+        else:
+            self._held_lock(begin, end)
+        result = out[0]
+        self.put_message_times_total += 1
+        self.put_message_size_total += result.wrote_bytes
+        if not self.reput.woken:
+            self._dispatch_appended()
+        return out
+
     def put_batch_body_now(
         self,
         topic: str,

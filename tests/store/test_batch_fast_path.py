@@ -302,7 +302,7 @@ def test_no_reference_leaks_over_many_calls(tmp_path):
 
     def once(data: bytes, limit: int = 1 << 20) -> object:
         return encode(
-            buf, 0, limit, data, b"LeakTopic", b"C", topic, 0, 0, 0, 0, 1, b"\x7f\x00\x00\x01",
+            buf, 0, limit, data, 0, 0, b"LeakTopic", b"C", topic, 0, 0, 1, b"\x7f\x00\x00\x01",
             9, 2, b"\x7f\x00\x00\x01", 10911, 0, 1 << 20,
         )  # fmt: skip
 
@@ -319,3 +319,145 @@ def test_no_reference_leaks_over_many_calls(tmp_path):
         assert (sys.getrefcount(topic), sys.getrefcount(data)) == refs[:2]
         assert abs(sys.getrefcount(None) - refs[2]) < 200
     buf.close()
+
+
+# --- single sends (put_single_now, _recordc.encode_single) ------------------------------------
+
+
+def _single_header(props: str, flag: int = 0, sys_flag: int = 0, reconsume: int | None = None):
+    return SendMessageRequestHeader(
+        producer_group="P", topic=TOPIC, default_topic="TBW102", default_topic_queue_nums=4,
+        queue_id=2, sys_flag=sys_flag, born_timestamp=NOW - 5, flag=flag, properties=props,
+        reconsume_times=reconsume,
+    )  # fmt: skip
+
+
+def _general_single(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
+    channel = types.SimpleNamespace(remote_address=f"{BORN[0]}:{BORN[1]}")
+    req = RemotingCommand(int(RequestCode.SEND_MESSAGE_V2), body=body)
+    msg = _processor()._single_message(channel, req, header, 2)  # type: ignore[arg-type]
+    assert not isinstance(msg, RemotingCommand), msg.remark
+    return store.put_message_now(msg), msg.properties.get("WAIT")
+
+
+def _fast_single(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
+    return store.put_single_now(
+        TOPIC, 2, body, header.properties or "", header.flag, CLUSTER, header.sys_flag,
+        header.born_timestamp, BORN, header.reconsume_times or 0,
+    )  # fmt: skip
+
+
+async def _compare_singles(
+    tmp_path, name: str, sends: list[tuple[bytes, SendMessageRequestHeader]]
+):
+    fast_cm, general_cm = await _stores(tmp_path, name)
+    async with fast_cm as fast, general_cm as general:
+        for store in (fast, general):
+            _prime(store)
+        for body, header in sends:
+            out = _fast_single(fast, body, header)
+            assert out is not None, f"the fast path left a plain send to Python: {header}"
+            expected, expected_wait = _general_single(general, body, header)
+            assert out[0].status is PutMessageStatus.PUT_OK
+            assert _result(out[0]) == _result(expected)
+            assert out[1] == expected_wait
+            assert _state(fast) == _state(general)
+            assert (fast.put_message_times_total, fast.put_message_size_total) == (
+                general.put_message_times_total,
+                general.put_message_size_total,
+            )
+
+
+def _props_text(props: dict[str, str]) -> str:
+    return "\x02".join(f"{k}\x01{v}" for k, v in props.items())
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sends=st.lists(
+        st.tuples(st.binary(max_size=300), _PROPS, st.integers(-(2**31), 2**31 - 1)),
+        min_size=1,
+        max_size=5,
+    ),
+    reconsume=st.none() | st.integers(0, 16),
+)
+def test_fast_and_general_single_sends_store_the_same(tmp_path_factory, sends, reconsume):
+    tmp_path = tmp_path_factory.mktemp("single")
+    trio.run(
+        _compare_singles,
+        tmp_path,
+        "h",
+        [
+            (body, _single_header(_props_text(props), flag, reconsume=reconsume))
+            for body, props, flag in sends
+        ],
+    )
+
+
+def test_single_plain_cases_byte_for_byte(tmp_path):
+    trio.run(
+        _compare_singles,
+        tmp_path,
+        "plain",
+        [
+            (b"x" * 1024, _single_header("UNIQ_KEY\x01AC1\x02TAGS\x01TagA\x02WAIT\x01true")),
+            (b"", _single_header("KEYS\x01k1 k2\x02WAIT\x01TRUE", flag=7, reconsume=2)),
+            (b"y", _single_header("WAIT\x01false\x02a\x01b\x01c")),
+            (b"z", _single_header("")),
+            (b"q", _single_header("\x01v\x02n\x01\x02TAGS\x01tt\x02\x02")),
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("why", "props", "sys_flag", "born"),
+    [
+        ("not ASCII", "TAGS\x01\u6807\u7b7e", 0, BORN),
+        ("a NUL", "TAGS\x01a\x00b", 0, BORN),
+        ("a name twice", "TAGS\x01a\x02TAGS\x01b", 0, BORN),
+        ("its own CLUSTER", "CLUSTER\x01other", 0, BORN),
+        ("a delay", "DELAY\x013", 0, BORN),
+        ("a delay of 0", "DELAY\x010", 0, BORN),
+        ("a transaction's half", "TRAN_MSG\x01true", 0, BORN),
+        ("a transaction's flag", "TAGS\x01t", int(MessageSysFlag.TRANSACTION_PREPARED_TYPE), BORN),
+        ("an IPv6 born host", "TAGS\x01t", 0, ("::1", 5)),
+        ("too many properties", _MANY.decode(), 0, BORN),
+    ],
+)
+def test_what_the_single_fast_path_leaves_to_python_changes_nothing(
+    tmp_path, why, props, sys_flag, born
+):
+    async def main() -> None:
+        async with running_store(small_config(str(tmp_path)), clock_ms=lambda: NOW) as store:
+            _prime(store)
+            assert _fast_single(store, b"b", _single_header("TAGS\x01t")) is not None
+            before = _state(store), store.put_message_times_total
+            out = store.put_single_now(TOPIC, 2, b"b", props, 0, CLUSTER, sys_flag, NOW, born, 0)
+            assert out is None, why
+            assert (_state(store), store.put_message_times_total) == before
+
+    trio.run(main)
+
+
+def test_single_sends_up_to_the_file_end_then_the_general_way(tmp_path):
+    async def main() -> None:
+        config = small_config(str(tmp_path))
+        async with running_store(config, clock_ms=lambda: NOW) as store:
+            _prime(store)
+            header = _single_header("TAGS\x01t")
+            went_general = 0
+            for _ in range(2 * config.mapped_file_size_commit_log // 3000 + 2):
+                out = _fast_single(store, b"x" * 3000, header)
+                if out is None:
+                    went_general += 1
+                    result, _ = _general_single(store, b"x" * 3000, header)
+                else:
+                    result, _ = out
+                assert result.status is PutMessageStatus.PUT_OK
+            assert went_general >= 2
+            offsets = [h.queue_offset for h in store.commitlog.dispatch_hints]
+            assert offsets == list(range(len(offsets)))
+
+    trio.run(main)

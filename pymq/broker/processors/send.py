@@ -371,11 +371,19 @@ class SendProcessor:
                 result = store.put_messages_now(msgs_or_refusal)
                 wait = msgs_or_refusal[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK)
         else:
-            msg_or_refusal = self._single_message(channel, req, header, queue_id)
-            if isinstance(msg_or_refusal, RemotingCommand):
-                return msg_or_refusal
-            result = store.put_message_now(msg_or_refusal)
-            wait = msg_or_refusal.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+            fast = store.put_single_now(
+                header.topic, queue_id, req.body, header.properties or "", header.flag,
+                self.ctx.broker_config.broker_cluster_name, header.sys_flag,
+                header.born_timestamp, self._born_host(channel), header.reconsume_times or 0,
+            )  # fmt: skip
+            if fast is not None:
+                result, wait = fast
+            else:
+                msg_or_refusal = self._single_message(channel, req, header, queue_id)
+                if isinstance(msg_or_refusal, RemotingCommand):
+                    return msg_or_refusal
+                result = store.put_message_now(msg_or_refusal)
+                wait = msg_or_refusal.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
         if store.must_wait and store.defer_durable(
             result,
             wait,

@@ -24,6 +24,8 @@
  *                               or None for the Python path (see the function).
  *   encode_single(buf, pos, limit, body, properties, flag, queue_offset, ...)
  *                               CommitLog.append_single_fast: the same for one send.
+ *   send_answer_frame(opaque, msg_id, queue_id, queue_offset, quoted_region, trace_on, version)
+ *                               broker.processors.send.SendProcessor._answer_now's frame.
  *   populate_write(buf, start, length)
  *                               MADV_POPULATE_WRITE over buf[start:start+length] with the GIL
  *                               released (mapped_file.MappedFile.populate); 0 or the errno.
@@ -889,6 +891,60 @@ static PyObject *py_encode_single(PyObject *self, PyObject *const *args, Py_ssiz
     PyBuffer_Release(&body);
     PyBuffer_Release(&buf);
     return result;
+}
+
+/* --- send_answer_frame --------------------------------------------------------------------- */
+
+/* send_answer_frame(opaque, msg_id, queue_id, queue_offset, quoted_region, trace_on, version):
+ * the whole frame of a successful send's JSON answer, byte for byte what
+ * codec.json_response_frame writes for SendProcessor._success_json's members (msgId, queueId,
+ * queueOffset, MSG_REGION already JSON-quoted as UTF-8 bytes, TRACE_ON).  The message id must
+ * be ASCII (hex ids, comma-separated for a batch): anything else raises ValueError. */
+static PyObject *py_send_answer_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) return PyErr_Format(PyExc_TypeError, "send_answer_frame takes 7 arguments");
+    long long opaque, queue_id, queue_offset, version;
+    if (arg_int(args[0], "opaque", I32_MIN, I32_MAX, &opaque) < 0 ||
+        arg_int(args[2], "queue_id", I32_MIN, I32_MAX, &queue_id) < 0 ||
+        arg_int(args[3], "queue_offset", LLONG_MIN, LLONG_MAX, &queue_offset) < 0 ||
+        arg_int(args[6], "version", I32_MIN, I32_MAX, &version) < 0)
+        return NULL;
+    PyObject *msg_id = args[1], *region = args[4];
+    if (!PyUnicode_Check(msg_id) || !PyBytes_Check(region))
+        return PyErr_Format(PyExc_TypeError, "send_answer_frame: msg_id str, region bytes");
+    if (!PyUnicode_IS_ASCII(msg_id))
+        return PyErr_Format(PyExc_ValueError, "send_answer_frame: the message id is not ASCII");
+    int trace = PyObject_IsTrue(args[5]);
+    if (trace < 0) return NULL;
+    Py_ssize_t id_len = PyUnicode_GET_LENGTH(msg_id), region_len = PyBytes_GET_SIZE(region);
+    char head[160], mid[120];
+    int head_len = snprintf(head, sizeof head,
+                            "{\"code\":0,\"language\":\"JAVA\",\"version\":%lld,\"opaque\":%lld,"
+                            "\"flag\":1,\"extFields\":{\"msgId\":\"",
+                            version, opaque);
+    int mid_len = snprintf(mid, sizeof mid, "\",\"queueId\":\"%lld\",\"queueOffset\":\"%lld\","
+                                            "\"MSG_REGION\":",
+                           queue_id, queue_offset);
+    const char *tail = trace ? ",\"TRACE_ON\":\"true\"},\"serializeTypeCurrentRPC\":\"JSON\"}"
+                             : ",\"TRACE_ON\":\"false\"},\"serializeTypeCurrentRPC\":\"JSON\"}";
+    Py_ssize_t tail_len = (Py_ssize_t)strlen(tail);
+    Py_ssize_t header = head_len + id_len + mid_len + region_len + tail_len;
+    if (header > 0xFFFFFF) return PyErr_Format(PyExc_ValueError, "send_answer_frame: too long");
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 8 + header);
+    if (out == NULL) return NULL;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    put32(p, (uint32_t)(4 + header));
+    put32(p + 4, (uint32_t)header); /* serialize type JSON (0) in the top byte */
+    p += 8;
+    memcpy(p, head, head_len);
+    p += head_len;
+    memcpy(p, PyUnicode_1BYTE_DATA(msg_id), id_len);
+    p += id_len;
+    memcpy(p, mid, mid_len);
+    p += mid_len;
+    memcpy(p, PyBytes_AS_STRING(region), region_len);
+    p += region_len;
+    memcpy(p, tail, tail_len);
+    return out;
 }
 
 /* --- decode_plain ---------------------------------------------------------------------------- */
@@ -2495,6 +2551,9 @@ static PyMethodDef methods[] = {
      " topic_b, cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_port,"
      " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties): a single"
      " send's record as the Python path writes it; (size, row, wait) or None."},
+    {"send_answer_frame", (PyCFunction)(void (*)(void))py_send_answer_frame, METH_FASTCALL,
+     "send_answer_frame(opaque, msg_id, queue_id, queue_offset, quoted_region, trace_on,"
+     " version): a successful send's JSON answer frame, as codec.json_response_frame writes it."},
     {"decode_batch", (PyCFunction)(void (*)(void))py_decode_batch, METH_FASTCALL,
      "decode_batch(data, cls, error_cls): the items of a batch body as cls(body, flag, props)"
      " (batch.decode_batch_body)."},

@@ -884,3 +884,42 @@ def test_batch_properties_that_are_no_utf8_read_as_java_reads_them():
     expected = [BatchItem(b"abc", 0, {"TAGS": "a\ufffdb", "KEYS": "k\ufffd"})]
     assert batch._decode_batch_body_py(item) == expected
     assert _native().decode_batch(item, BatchItem, RecordError) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    opaque=st.integers(-(2**31), 2**31 - 1),
+    ids=st.lists(st.text("0123456789ABCDEF", min_size=32, max_size=32), min_size=1, max_size=4),
+    queue_id=st.integers(-(2**31), 2**31 - 1),
+    queue_offset=st.integers(-(2**63), 2**63 - 1),
+    region=st.text(max_size=20),
+    trace_on=st.booleans(),
+)
+def test_send_answer_frame_is_json_response_frame(
+    opaque, ids, queue_id, queue_offset, region, trace_on
+):
+    """The send answer's C writer against the Python one it replaces (SendProcessor's
+    _answer_now), for any region (quoted as JSON, UTF-8) and a batch's comma-joined ids."""
+    from pymq.remoting.codec import json_response_frame, quote_json
+    from pymq.remoting.codes import CURRENT_VERSION, ResponseCode
+    from pymq.remoting.headers import SendMessageResponseHeader
+
+    msg_id = ",".join(ids)
+    quoted = quote_json(region)
+    expected = json_response_frame(
+        ResponseCode.SUCCESS,
+        opaque,
+        SendMessageResponseHeader.ext_json(msg_id, queue_id, queue_offset, quoted, trace_on),
+    )
+    got = _native().send_answer_frame(
+        opaque, msg_id, queue_id, queue_offset, quoted.encode("utf-8", "surrogatepass"),
+        trace_on, CURRENT_VERSION,
+    )  # fmt: skip
+    assert got == expected
+
+
+def test_send_answer_frame_refuses_what_it_cannot_write():
+    with pytest.raises(ValueError):
+        _native().send_answer_frame(1, "caf\u00e9", 0, 0, b'""', False, 401)
+    with pytest.raises(OverflowError):
+        _native().send_answer_frame(2**31, "AB", 0, 0, b'""', False, 401)

@@ -60,11 +60,18 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return unpack_ip(ip_raw), port, offset
 
 
+_SPAN_COUNTER = struct.Struct(">IH")
+
+
 class UniqueIdGenerator:
     """UNIQ_KEY ids in the layout of Java's ``MessageClientIDSetter``.
 
     16 bytes as 32 uppercase hex digits (IPv4): ip(4) | pid(2) | random "class loader" int(4) |
-    milliseconds since the start of the current month, int32 | counter, int16.
+    milliseconds since the start of the current month, 32 bits | counter, int16.
+
+    The milliseconds outgrow a signed int32 on the 25th day of a month: Java casts them to int
+    (``(int) (now - startTime)``) and reads them back unsigned (``getNearlyTimeFromID``), so they
+    are written modulo 2**32 here too.
     """
 
     def __init__(self, ip: str = "127.0.0.1", pid: int | None = None) -> None:
@@ -87,7 +94,9 @@ class UniqueIdGenerator:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         if now >= self._next_month or now < self._month_start:
             self._roll_month(now)
-        tail = struct.pack(">iH", now - self._month_start, next(self._counter) & 0xFFFF)
+        tail = _SPAN_COUNTER.pack(
+            (now - self._month_start) & 0xFFFFFFFF, next(self._counter) & 0xFFFF
+        )
         return self._prefix + tail.hex().upper()
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 import zlib
@@ -340,8 +341,22 @@ def test_unique_id_layout():
     assert len(a) == 32 and a == a.upper() and a != b
     assert unique_id_ip(a) == "10.1.2.3"
     assert a[8:12] == "004D"  # pid 77
-    millis = struct.unpack(">i", bytes.fromhex(a[20:28]))[0]
+    millis = struct.unpack(">I", bytes.fromhex(a[20:28]))[0]
     assert gen.begin_of_month_ms + millis == 1_700_000_000_000
+
+
+@pytest.mark.parametrize("day", [1, 24, 25, 27, 31])
+def test_unique_id_late_in_a_month(day: int) -> None:
+    """From the 25th day on, the milliseconds since the month began pass 2**31: Java writes
+    them as an int that wraps and reads them back unsigned; creating an id must not fail."""
+    moment = datetime.datetime(2026, 10, day, 23, 59, 59, 999)
+    now_ms = int(moment.timestamp() * 1000)
+    gen = UniqueIdGenerator("10.1.2.3", pid=77)
+    uniq = gen.create(now_ms)
+    span = struct.unpack(">I", bytes.fromhex(uniq[20:28]))[0]
+    assert gen.begin_of_month_ms + span == now_ms
+    month_start = datetime.datetime(2026, 10, 1).timestamp() * 1000
+    assert gen.begin_of_month_ms == month_start
 
 
 def test_batch_body_golden_and_round_trip():

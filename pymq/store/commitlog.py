@@ -157,8 +157,12 @@ class CommitLog:
         clock_ms: Callable[[], int] = now_ms,
         *,
         warm: bool = False,
+        advise_writes: bool = False,
     ) -> None:
         self.queue = MappedFileQueue(directory, file_size, allocator)
+        # SYNC_FLUSH: its tail faulted in a page at a time (MappedFile.advise_writes), or each
+        # group commit's sync writes a whole large folio again.
+        self.queue.advise_writes = advise_writes
         self.file_size = file_size
         # warmMapedFileEnable: one chunk allocated ahead of the writer and its pages faulted in
         # by a worker thread, so that puts take no page faults; the cost is that those pages

@@ -184,6 +184,9 @@ class MappedFileQueue:
         # files' data, so nothing durable ever depends on an entry that is not.
         self.lazy_directory_sync = lazy_directory_sync
         self._directory_dirty = False
+        # Files synced often (the commit log under SYNC_FLUSH): the part being written is
+        # faulted in a page at a time (MappedFile.advise_writes); set before load.
+        self.advise_writes = False
         self.file_size = file_size
         self.allocator = allocator
         self.files: list[MappedFile] = []
@@ -306,6 +309,8 @@ class MappedFileQueue:
                 allocator.note_success(path)
             if self.lazy_directory_sync:
                 self._directory_dirty = True
+        if self.advise_writes:
+            mf.advise_writes()
         if self.allocator:
             nxt = os.path.join(self.directory, offset_to_file_name(start + self.file_size))
             self.allocator.request(nxt, self.file_size)
@@ -434,8 +439,10 @@ class MappedFileQueue:
             elif mf.file_from_offset <= offset:
                 pos = offset - mf.file_from_offset
                 mf.truncate_from(pos)
-                mf.ensure_allocated(pos)
                 mf.wrote_position = mf.flushed_position = pos
+                if self.advise_writes:
+                    mf.advise_writes()
+                mf.ensure_allocated(pos)
                 keep.append(mf)
             else:
                 mf.destroy()

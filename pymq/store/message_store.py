@@ -125,6 +125,7 @@ class DefaultMessageStore:
             self.allocator,
             clock_ms,
             warm=warm,
+            advise_writes=config.flush_disk_type is FlushDiskType.SYNC_FLUSH,
         )
         self.index: IndexService | None = (
             IndexService(config.index_dir, config.max_hash_slot_num, config.max_index_num, clock_ms)

@@ -62,6 +62,11 @@ POPULATE_STEP = 1024 * 1024
 
 _MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
 _MADV_NORMAL: int | None = getattr(mmap, "MADV_NORMAL", None)
+_FADV_DONTNEED: int | None = getattr(os, "POSIX_FADV_DONTNEED", None)
+
+_LARGEST_FOLIO = 2 * 1024 * 1024
+"""The largest page-cache folio Linux makes on x86-64 (a PMD): :meth:`MappedFile.drop_cached_tail`
+starts at a multiple of it, so that no large folio straddles its start and stays cached."""
 
 _populate_write: Any = getattr(native_extension, "populate_write", None)
 """``_recordc.populate_write`` (MADV_POPULATE_WRITE with the GIL released); None without the
@@ -344,7 +349,9 @@ class MappedFile:
         target = min(self.file_size, -(-end // chunk) * chunk)
         allocate_blocks(self._fd, target, start)
         self.allocated = target
-        self._advise_written(start, target)
+        # From the write position at the lowest: after a recovery that could not allocate (a
+        # full disk) ``allocated`` is 0 and the data below the write position is only read.
+        self._advise_written(max(start, self.wrote_position), target)
 
     def allocate_ahead(self) -> bool:
         """Allocate the chunk after :attr:`allocated` before any write needs it, and fault its
@@ -422,6 +429,39 @@ class MappedFile:
         where the kernel lacks it."""
         self.advise = True
         self._advise_written(self.wrote_position, self.allocated)
+
+    def end_write_advice(self) -> None:
+        """The file is full (the queue writes the next one): all of it is read ahead again
+        (MADV_NORMAL), for readers of its data, whether or not :meth:`release_resident` ever
+        runs (``resident_trim_interval`` 0)."""
+        if not self.advise:
+            return
+        self.advise = False
+        if _MADV_NORMAL is None or self._fd < 0:
+            return
+        with contextlib.suppress(ValueError, OSError):  # closed meanwhile
+            self.mm.madvise(_MADV_NORMAL, 0, self.file_size)
+
+    def drop_cached_tail(self, pos: int) -> None:
+        """Blocking (recovery, for a file about to be written under :meth:`advise_writes`):
+        evict the clean page cache of the file from ``pos`` on (from the :data:`_LARGEST_FOLIO`
+        boundary below it).  Recovery's scan reads the data through the map with readahead,
+        and the readahead (and :meth:`truncate_from`'s ``pread``) bring the pages past the
+        data end into the page cache as large folios (up to 18 MiB of them with an 8 MiB
+        ``read_ahead_kb``); MADV_RANDOM does not split cached folios, so the first writes
+        after a cold start would dirty them whole again at every sync.  Dirty pages are never
+        dropped (``POSIX_FADV_DONTNEED`` leaves them); a page dropped is read again when
+        needed.  Advice only: nothing changes where the kernel or filesystem (tmpfs) keeps
+        the pages."""
+        if self._fd < 0 or _FADV_DONTNEED is None:
+            return
+        start = (max(0, pos) // _LARGEST_FOLIO) * _LARGEST_FOLIO
+        if start >= self.file_size:
+            return
+        with contextlib.suppress(ValueError, OSError):
+            # Our own mapping's pages first: a mapped page is not evicted.
+            self.mm.madvise(mmap.MADV_DONTNEED, start, self.file_size - start)
+            os.posix_fadvise(self._fd, start, self.file_size - start, _FADV_DONTNEED)
 
     def _advise_written(self, start: int, end: int) -> None:
         """MADV_RANDOM over the pages of ``[start, end)``, about to be written, if

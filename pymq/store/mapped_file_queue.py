@@ -62,11 +62,18 @@ class MappedFileAllocator:
     """
 
     def __init__(
-        self, retry_interval: float = DEFAULT_CREATE_RETRY_INTERVAL_S, *, warm: bool = False
+        self,
+        retry_interval: float = DEFAULT_CREATE_RETRY_INTERVAL_S,
+        *,
+        warm: bool = False,
+        advise_writes: bool = False,
     ) -> None:
         self.retry_interval = retry_interval
         # warmMapedFileEnable: a file's first chunk is faulted in as it is made (see CommitLog).
         self.warm = warm
+        # The queue advises its files' writes (MappedFile.advise_writes): a warm file is
+        # advised before its first chunk is faulted in, or the faults could make large folios.
+        self.advise_writes = advise_writes
         self._wanted: dict[str, int] = {}
         self._ready: dict[str, MappedFile] = {}
         # path -> (trio time of the failed attempt, why): creations that failed lately.
@@ -120,9 +127,12 @@ class MappedFileAllocator:
                     if path not in self._wanted:
                         continue  # taken meanwhile
                     try:
-                        mf = await trio.to_thread.run_sync(
-                            _create_populated if self.warm else MappedFile.create, path, size
-                        )
+                        if self.warm:
+                            mf = await trio.to_thread.run_sync(
+                                _create_populated, path, size, self.advise_writes
+                            )
+                        else:
+                            mf = await trio.to_thread.run_sync(MappedFile.create, path, size)
                     except OSError as exc:
                         if path not in self._failed:
                             log.error(
@@ -147,11 +157,13 @@ class MappedFileAllocator:
                 self._ready.clear()
 
 
-def _create_populated(path: str, size: int) -> MappedFile:
+def _create_populated(path: str, size: int, advise_writes: bool = False) -> MappedFile:
     """Blocking (the allocator's worker thread, warmMapedFileEnable): the next commit-log file,
     its first chunk's pages already faulted in (MappedFile.populate), so that its first writes
-    do not fault."""
+    do not fault; advised first when the queue advises its writes."""
     mf = MappedFile.create(path, size)
+    if advise_writes:
+        mf.advise_writes()
     mf.populate(0, mf.allocated)
     return mf
 
@@ -324,6 +336,8 @@ class MappedFileQueue:
         return self._new_file(last.file_from_offset + self.file_size)
 
     def add_file(self, mf: MappedFile) -> None:
+        if self.files:
+            self.files[-1].end_write_advice()  # full now: read ahead again
         self.files.append(mf)
 
     def get_last_mapped_file(self, start_offset: int = 0) -> MappedFile:
@@ -341,7 +355,7 @@ class MappedFileQueue:
         else:
             start = last.file_from_offset + self.file_size
         mf = self._new_file(start)
-        self.files.append(mf)
+        self.add_file(mf)
         return mf
 
     # --- flushing ------------------------------------------------------------------------------
@@ -441,6 +455,9 @@ class MappedFileQueue:
                 mf.truncate_from(pos)
                 mf.wrote_position = mf.flushed_position = pos
                 if self.advise_writes:
+                    # Recovery read the data with readahead: the large folios it cached past
+                    # the data end would be written whole at every sync (see MappedFile).
+                    mf.drop_cached_tail(pos)
                     mf.advise_writes()
                 mf.ensure_allocated(pos)
                 keep.append(mf)

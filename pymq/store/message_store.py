@@ -118,14 +118,15 @@ class DefaultMessageStore:
         self.clock_ms = clock_ms
         retry_s = config.mapped_file_create_retry_interval / 1000
         warm = config.warm_maped_file_enable
-        self.allocator = MappedFileAllocator(retry_s, warm=warm)
+        advise_writes = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self.allocator = MappedFileAllocator(retry_s, warm=warm, advise_writes=advise_writes)
         self.commitlog = CommitLog(
             config.store_path_commitlog,
             config.mapped_file_size_commit_log,
             self.allocator,
             clock_ms,
             warm=warm,
-            advise_writes=config.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+            advise_writes=advise_writes,
         )
         self.index: IndexService | None = (
             IndexService(config.index_dir, config.max_hash_slot_num, config.max_index_num, clock_ms)

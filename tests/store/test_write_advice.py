@@ -6,6 +6,8 @@ to the disk (/proc/self/io)."""
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 
 import pytest
@@ -13,6 +15,7 @@ import trio
 
 from pymq.store import FlushDiskType, PutMessageStatus
 from pymq.store.mapped_file import OS_PAGE_SIZE, MappedFile
+from pymq.store.mapped_file_queue import MappedFileQueue
 from tests.store.helpers import make_message, running_store, small_config
 
 MIB = 1024 * 1024
@@ -25,7 +28,8 @@ def random_read_ranges(path: str) -> list[tuple[int, int]]:
     current: tuple[int, int] | None = None
     with open("/proc/self/smaps") as f:
         for line in f:
-            fields = line.split()
+            # The path is the sixth field and may hold spaces (split at most five times).
+            fields = line.rstrip("\n").split(None, 5)
             if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
                 current = None
                 if len(fields) >= 6 and fields[5] == real:
@@ -33,7 +37,7 @@ def random_read_ranges(path: str) -> list[tuple[int, int]]:
                     offset = int(fields[2], 16)
                     current = (offset, offset + high - low)
             elif line.startswith("VmFlags:") and current is not None:
-                if "rr" in fields[1:]:
+                if "rr" in line.split()[1:]:
                     ranges.append(current)
                 current = None
     return sorted(ranges)
@@ -94,6 +98,8 @@ async def test_only_the_sync_flush_commit_log_is_advised(root, flush):
 
 
 def disk_write_bytes() -> int:
+    if not os.path.exists("/proc/self/io"):
+        pytest.skip("no /proc/self/io (a kernel without task I/O accounting)")
     with open("/proc/self/io") as f:
         for line in f:
             if line.startswith("write_bytes:"):
@@ -131,3 +137,93 @@ async def test_group_commit_writes_the_records_not_large_folios_again(root):
     # Records, their consume-queue entries and index entries, and the tail page each sync
     # writes again: a few times the records at most.
     assert written < 4 * stored, f"{written} bytes written for {stored} bytes of records"
+
+
+def test_a_full_file_is_read_ahead_again_once_the_next_is_written(tmp_path):
+    """Readers of a full file's data (consumers catching up) get readahead back as soon as the
+    queue moves on, even when trim_resident never runs (resident_trim_interval 0)."""
+    queue = MappedFileQueue(str(tmp_path), 8 * MIB)
+    queue.advise_writes = True
+    try:
+        first = queue.get_last_mapped_file(0)
+        assert covered(random_read_ranges(first.path), 0, OS_PAGE_SIZE)
+        first.append(b"x" * (8 * MIB))
+        second = queue.get_last_mapped_file(0)
+        assert second is not first
+        assert random_read_ranges(first.path) == []
+        assert covered(random_read_ranges(second.path), 0, OS_PAGE_SIZE)
+    finally:
+        queue.close()
+
+
+def resident_pages(mf: MappedFile, start: int, end: int) -> int:
+    """Pages of ``[start, end)`` of ``mf`` in the page cache (mincore)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = (ctypes.c_char * len(mf.mm)).from_buffer(mf.mm)
+    try:
+        base = ctypes.addressof(buf) + start
+        count = -(-(end - start) // mmap.PAGESIZE)
+        vec = (ctypes.c_ubyte * count)()
+        if libc.mincore(ctypes.c_void_p(base), ctypes.c_size_t(end - start), vec) != 0:
+            raise OSError(ctypes.get_errno(), "mincore")
+        return sum(v & 1 for v in vec)
+    finally:
+        del buf
+
+
+def test_recovery_drops_the_cached_pages_past_the_data_end(tmp_path):
+    """Recovery reads the last file with readahead, which caches the pages past its data end
+    as large folios; madvise cannot split those, so the file about to be written drops them."""
+    directory = tmp_path / "commitlog"
+    mf = MappedFile.create(str(directory / "00000000000000000000"), 16 * MIB, chunk=MIB)
+    mf.allocate_to(6 * MIB)
+    mf.mm[: 3 * MIB + 100] = b"y" * (3 * MIB + 100)
+    mf.sync()
+    mf.close()
+    queue = MappedFileQueue(str(directory), 16 * MIB, chunk=MIB)
+    queue.advise_writes = True
+    queue.load()
+    try:
+        last = queue.files[-1]
+        os.pread(last._fd, MIB, 10 * MIB)  # can this filesystem's cached pages be dropped?
+        os.posix_fadvise(last._fd, 10 * MIB, MIB, os.POSIX_FADV_DONTNEED)
+        if resident_pages(last, 10 * MIB, 11 * MIB):
+            pytest.skip("this filesystem keeps its cached pages (tmpfs?)")
+        os.pread(last._fd, 3 * MIB, 3 * MIB)  # as a scan's readahead past the data would
+        if resident_pages(last, 4 * MIB, 6 * MIB) == 0:
+            pytest.skip("the pages read were not cached")
+        queue.truncate_dirty_files(3 * MIB + 100)
+        assert resident_pages(last, 4 * MIB, 6 * MIB) == 0
+        assert last.read(0, 4) == b"yyyy"  # the data is read again
+        assert covered(random_read_ranges(last.path), 3 * MIB, 4 * MIB)
+    finally:
+        queue.close()
+
+
+def test_a_file_recovered_without_blocks_is_advised_from_its_write_position(tmp_path):
+    """Recovery could not allocate (a full disk: ``allocated`` stays 0); the first write then
+    allocates from 0, but only the part from the write position on is advised."""
+    path = str(tmp_path / "00000000000000000000")
+    MappedFile.create(path, 16 * MIB, chunk=MIB).close()
+    mf = MappedFile(path, 16 * MIB, chunk=MIB)
+    try:
+        mf.wrote_position = 5 * MIB + 100
+        mf.advise_writes()
+        mf.append(b"z" * 100)
+        ranges = random_read_ranges(path)
+        assert covered(ranges, 5 * MIB, 6 * MIB)
+        assert not covered(ranges, 5 * MIB - OS_PAGE_SIZE, 5 * MIB)
+    finally:
+        mf.close()
+
+
+def test_a_warm_file_is_advised_before_its_pages_are_faulted_in(tmp_path):
+    from pymq.store.mapped_file_queue import _create_populated
+
+    path = str(tmp_path / "00000000000000000000")
+    mf = _create_populated(path, 16 * MIB, True)
+    try:
+        assert mf.advise
+        assert covered(random_read_ranges(path), 0, mf.allocated)
+    finally:
+        mf.close()

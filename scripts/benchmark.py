@@ -357,7 +357,10 @@ def publish_cpp(args: argparse.Namespace, namesrv: str) -> tuple[float, list[flo
         for _ in range(per_thread):
             t0 = time.perf_counter()
             try:
-                ok = producer.send_sync(msg).status == SendStatus.OK
+                status = producer.send_sync(msg).status
+                ok = status == SendStatus.OK
+                if not ok and not failed:
+                    print(f"a C++ client send was answered {status}", file=sys.stderr)
             except Exception as exc:
                 ok = False
                 if not failed:

@@ -1,4 +1,5 @@
-"""Crash-safe config files, as RocketMQ's ``MixAll.string2File`` writes them.
+"""Crash-safe config files, as RocketMQ's ``MixAll.string2File`` writes them, and page-cache
+housekeeping for store files (:func:`drop_cached_from`).
 
 A file is written to ``<path>.tmp``, synced, the previous version is kept as ``<path>.bak``, and the
 temporary file is renamed over ``<path>``.  Reading falls back to ``.bak`` when the main file is
@@ -8,6 +9,7 @@ thread (``trio.to_thread.run_sync``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -16,6 +18,29 @@ from typing import TypeVar
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+LARGEST_FOLIO = 2 * 1024 * 1024
+"""The largest page-cache folio Linux makes on x86-64 (a PMD): :func:`drop_cached_from` starts
+at a multiple of it, so that no large folio straddles its start and stays cached."""
+
+_FADV_DONTNEED: int | None = getattr(os, "POSIX_FADV_DONTNEED", None)
+
+
+def drop_cached_from(fd: int, pos: int, size: int) -> None:
+    """Blocking: evict the clean, unmapped page cache of ``fd`` from ``pos`` (from the
+    :data:`LARGEST_FOLIO` boundary below it) to ``size`` (POSIX_FADV_DONTNEED).  For the tail
+    of a commit-log file past its data, which readers' readahead fills with large folios of
+    zeros: a SYNC_FLUSH broker that later writes there would dirty, and sync, whole folios
+    (see MappedFile.advise_writes).  Dirty or mapped pages stay; a page dropped is read again
+    when needed.  Advice only: errors are ignored, and nothing changes where the kernel or the
+    filesystem (tmpfs) keeps the pages."""
+    if _FADV_DONTNEED is None:
+        return
+    start = (max(0, pos) // LARGEST_FOLIO) * LARGEST_FOLIO
+    if start >= size:
+        return
+    with contextlib.suppress(OSError):
+        os.posix_fadvise(fd, start, size - start, _FADV_DONTNEED)
 
 
 def write_file_atomic(path: str, data: bytes) -> None:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 from pymq.common.checkpoint_layout import CHECKPOINT_FILE, CHECKPOINT_LAYOUT, unpack_checkpoint
+from pymq.common.files import drop_cached_from
 from pymq.common.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
@@ -469,6 +470,7 @@ class SegmentScan:
             self._bad(seg.start, seg.end, "file was deleted before it could be read")
             self.report.resume_offset = seg.file_offset + seg.file_size
             return
+        size = 0
         try:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
@@ -477,6 +479,11 @@ class SegmentScan:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 yield from self._scan(buf, size, native, max_rows, max_body_bytes)
         finally:
+            if seg.newest:
+                # The scan's readahead past the data (and any search for a record there) cached
+                # the zeros a live broker writes next as large folios: dropped, or a SYNC_FLUSH
+                # broker would sync whole folios again there (MappedFile.advise_writes).
+                drop_cached_from(f.fileno(), self.report.resume_offset - seg.file_offset, size)
             f.close()
 
     def _bad(self, start: int, end: int, reason: str) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 
 import trio
 
+from pymq.common.files import LARGEST_FOLIO, drop_cached_from
 from pymq.common.native import native_extension
 
 log = logging.getLogger(__name__)
@@ -62,11 +63,6 @@ POPULATE_STEP = 1024 * 1024
 
 _MADV_RANDOM: int | None = getattr(mmap, "MADV_RANDOM", None)
 _MADV_NORMAL: int | None = getattr(mmap, "MADV_NORMAL", None)
-_FADV_DONTNEED: int | None = getattr(os, "POSIX_FADV_DONTNEED", None)
-
-_LARGEST_FOLIO = 2 * 1024 * 1024
-"""The largest page-cache folio Linux makes on x86-64 (a PMD): :meth:`MappedFile.drop_cached_tail`
-starts at a multiple of it, so that no large folio straddles its start and stays cached."""
 
 _populate_write: Any = getattr(native_extension, "populate_write", None)
 """``_recordc.populate_write`` (MADV_POPULATE_WRITE with the GIL released); None without the
@@ -444,24 +440,24 @@ class MappedFile:
 
     def drop_cached_tail(self, pos: int) -> None:
         """Blocking (recovery, for a file about to be written under :meth:`advise_writes`):
-        evict the clean page cache of the file from ``pos`` on (from the :data:`_LARGEST_FOLIO`
-        boundary below it).  Recovery's scan reads the data through the map with readahead,
-        and the readahead (and :meth:`truncate_from`'s ``pread``) bring the pages past the
-        data end into the page cache as large folios (up to 18 MiB of them with an 8 MiB
-        ``read_ahead_kb``); MADV_RANDOM does not split cached folios, so the first writes
-        after a cold start would dirty them whole again at every sync.  Dirty pages are never
-        dropped (``POSIX_FADV_DONTNEED`` leaves them); a page dropped is read again when
-        needed.  Advice only: nothing changes where the kernel or filesystem (tmpfs) keeps
-        the pages."""
-        if self._fd < 0 or _FADV_DONTNEED is None:
+        evict the clean page cache of the file from ``pos`` on (from the largest folio's
+        boundary below it: :func:`~pymq.common.files.drop_cached_from`).  Recovery's scan reads
+        the data through the map with readahead, and the readahead (and :meth:`truncate_from`'s
+        ``pread``) bring the pages past the data end into the page cache as large folios (up to
+        18 MiB of them with an 8 MiB ``read_ahead_kb``); MADV_RANDOM does not split cached
+        folios, so the first writes after a cold start would dirty them whole again at every
+        sync.  Dirty pages are never dropped (``POSIX_FADV_DONTNEED`` leaves them); a page
+        dropped is read again when needed.  Advice only: nothing changes where the kernel or
+        filesystem (tmpfs) keeps the pages."""
+        if self._fd < 0:
             return
-        start = (max(0, pos) // _LARGEST_FOLIO) * _LARGEST_FOLIO
+        start = (max(0, pos) // LARGEST_FOLIO) * LARGEST_FOLIO
         if start >= self.file_size:
             return
         with contextlib.suppress(ValueError, OSError):
             # Our own mapping's pages first: a mapped page is not evicted.
             self.mm.madvise(mmap.MADV_DONTNEED, start, self.file_size - start)
-            os.posix_fadvise(self._fd, start, self.file_size - start, _FADV_DONTNEED)
+        drop_cached_from(self._fd, start, self.file_size)
 
     def _advise_written(self, start: int, end: int) -> None:
         """MADV_RANDOM over the pages of ``[start, end)``, about to be written, if

@@ -227,3 +227,62 @@ def test_a_warm_file_is_advised_before_its_pages_are_faulted_in(tmp_path):
         assert covered(random_read_ranges(path), 0, mf.allocated)
     finally:
         mf.close()
+
+
+def cached_pages(path: str, start: int, end: int) -> int:
+    """Pages of ``[start, end)`` of the file at ``path`` in the page cache (mincore through a
+    mapping of our own: residency is the page cache's, whoever maps the file; mapping faults
+    nothing in)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        mm = mmap.mmap(fd, 0)
+    finally:
+        os.close(fd)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        buf = (ctypes.c_char * len(mm)).from_buffer(mm)
+        try:
+            count = -(-(end - start) // mmap.PAGESIZE)
+            vec = (ctypes.c_ubyte * count)()
+            address = ctypes.addressof(buf) + start
+            if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(end - start), vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore")
+            return sum(v & 1 for v in vec)
+        finally:
+            del buf
+    finally:
+        mm.close()
+
+
+async def test_an_export_scan_drops_the_zeros_it_cached_past_the_newest_files_data(root):
+    """The export's scan reads the newest commit-log file to its zeros, and readahead caches
+    more of them as large folios; a SYNC_FLUSH broker writing there next would sync whole
+    folios again, so the scan drops them when it is done with the file."""
+    from pymq.export.options import ExportOptions
+    from pymq.export.scan import SegmentScan, plan_store
+
+    config = small_config(root, mapped_file_size_commit_log=16 * MIB)
+    async with running_store(config) as store:
+        for i in range(50):
+            result = await store.put_message(make_message(body=b"%04d" % i + b"x" * 1000))
+            assert result.status is PutMessageStatus.PUT_OK
+        path = store.commitlog.queue.files[-1].path
+        data_end = store.commitlog.queue.files[-1].wrote_position
+    assert data_end < 2 * MIB
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.pread(fd, MIB, 10 * MIB)  # can this filesystem's cached pages be dropped?
+        os.posix_fadvise(fd, 10 * MIB, MIB, os.POSIX_FADV_DONTNEED)
+        if cached_pages(path, 10 * MIB, 11 * MIB):
+            pytest.skip("this filesystem keeps its cached pages (tmpfs?)")
+        os.pread(fd, 3 * MIB, 2 * MIB)  # zeros cached past the data, as readahead leaves them
+    finally:
+        os.close(fd)
+    if cached_pages(path, 2 * MIB, 5 * MIB) == 0:
+        pytest.skip("the pages read were not cached")
+    opts = ExportOptions(path=root)
+    plan = plan_store(opts)
+    assert plan.segments[-1].newest
+    scanned = [msg for segment in plan.segments for msg in SegmentScan(segment, opts)]
+    assert len(scanned) == 50
+    assert cached_pages(path, 2 * MIB, 5 * MIB) == 0

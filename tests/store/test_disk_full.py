@@ -172,8 +172,15 @@ async def test_commitlog_full_refuses_puts_keeps_acked_and_resumes(fs: str) -> N
     root = os.path.join(fs, "store")
     ballast = os.path.join(fs, "ballast")
     write_ballast(ballast, MIB)
+    # One consume-queue file and one index file for the whole test, made (with all their
+    # blocks) by the first put: a new one needed while the commit log fills the disk could not
+    # be made, and dispatch would stop (a race the test lost about one run in three).
     config = small_config(
-        root, mapped_file_size_commit_log=MIB, mapped_file_create_retry_interval=20
+        root,
+        mapped_file_size_commit_log=MIB,
+        mapped_file_create_retry_interval=20,
+        mapped_file_size_consume_queue=60_000,
+        max_index_num=6000,
     )
     acked: dict[int, bytes] = {}
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:

@@ -16,6 +16,7 @@ import trio
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
 from pymq.remoting.config import NettyServerConfig
+from pymq.store import mapped_file_queue
 from pymq.store.mapped_file import MappedFile
 
 T = TypeVar("T")
@@ -154,3 +155,5 @@ class StuckDisk:
             real_sync(mf)
 
         monkeypatch.setattr(MappedFile, "sync", sync)
+        # The group commit's C thread calls fdatasync itself: the Python thread calls sync.
+        monkeypatch.setattr(mapped_file_queue, "NATIVE_SYNC", False)

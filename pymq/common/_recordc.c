@@ -29,6 +29,9 @@
  *   populate_write(buf, start, length)
  *                               MADV_POPULATE_WRITE over buf[start:start+length] with the GIL
  *                               released (mapped_file.MappedFile.populate); 0 or the errno.
+ *   sync_worker_new/_fileno/_submit/_collect/_stop
+ *                               a thread that calls fdatasync and never takes the GIL, its end
+ *                               reported through an eventfd (mapped_file_queue.NativeSyncThread).
  *   decode_properties(text)     message.decode_properties: the dict of a properties string
  *                               (items without a name or a value skipped, the last of a name
  *                               kept at the place of its first).
@@ -85,6 +88,8 @@
 #include <string.h>
 #include <time.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -2526,8 +2531,213 @@ static PyObject *py_populate_write(PyObject *self, PyObject *const *args, Py_ssi
     return PyLong_FromLong(rc);
 }
 
+/* --- sync worker ------------------------------------------------------------------------------ */
+
+/* A thread of its own for the group commit's fdatasync that never takes the GIL: the event loop
+ * hands it file descriptors (sync_worker_submit) and learns that the job ended from an eventfd
+ * (sync_worker_fileno, readable; sync_worker_collect).  A Python thread needed the GIL twice per
+ * sync (to start the call and to report it), and a busy loop held it for up to a millisecond
+ * each time.  One job at a time; the state is shared by the capsule and the thread and freed by
+ * whichever lets go last. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int *fds;       /* the job handed over and not yet taken; NULL: none */
+    Py_ssize_t nfds;
+    int busy;       /* a job handed over and not yet finished */
+    int done;       /* a finished job not yet collected */
+    int result;     /* errno of the finished job (0: every fdatasync succeeded) */
+    int stop;
+    int efd;
+    int refs;       /* the capsule and the thread */
+} sync_state;
+
+static void sync_state_release(sync_state *st) {
+    pthread_mutex_lock(&st->mu);
+    int left = --st->refs;
+    pthread_mutex_unlock(&st->mu);
+    if (left == 0) {
+        close(st->efd);
+        free(st->fds);
+        pthread_mutex_destroy(&st->mu);
+        pthread_cond_destroy(&st->cv);
+        free(st);
+    }
+}
+
+static void sync_state_signal(sync_state *st) {
+    uint64_t one = 1;
+    ssize_t w;
+    do {
+        w = write(st->efd, &one, sizeof one);
+    } while (w < 0 && errno == EINTR);
+}
+
+static void *sync_worker_main(void *arg) {
+    sync_state *st = (sync_state *)arg;
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        while (st->fds == NULL && !st->stop) pthread_cond_wait(&st->cv, &st->mu);
+        if (st->fds == NULL) break; /* stopped with nothing to do */
+        int *fds = st->fds;
+        Py_ssize_t n = st->nfds;
+        st->fds = NULL;
+        pthread_mutex_unlock(&st->mu);
+        int rc = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (fdatasync(fds[i]) != 0 && rc == 0) rc = errno;
+        }
+        free(fds);
+        pthread_mutex_lock(&st->mu);
+        st->result = rc;
+        st->done = 1;
+        st->busy = 0;
+        sync_state_signal(st);
+    }
+    pthread_mutex_unlock(&st->mu);
+    sync_state_release(st);
+    return NULL;
+}
+
+static const char SYNC_CAPSULE[] = "pymq.sync_worker";
+
+static void sync_capsule_free(PyObject *capsule) {
+    sync_state *st = (sync_state *)PyCapsule_GetPointer(capsule, SYNC_CAPSULE);
+    if (st == NULL) return;
+    pthread_mutex_lock(&st->mu);
+    st->stop = 1;
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    sync_state_release(st);
+}
+
+static sync_state *sync_state_of(PyObject *capsule) {
+    return (sync_state *)PyCapsule_GetPointer(capsule, SYNC_CAPSULE);
+}
+
+/* sync_worker_new() -> capsule: the state and its thread, started. */
+static PyObject *py_sync_worker_new(PyObject *self, PyObject *unused) {
+    sync_state *st = calloc(1, sizeof *st);
+    if (st == NULL) return PyErr_NoMemory();
+    st->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (st->efd < 0) {
+        free(st);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    st->refs = 2;
+    PyObject *capsule = PyCapsule_New(st, SYNC_CAPSULE, NULL);
+    if (capsule == NULL) {
+        close(st->efd);
+        free(st);
+        return NULL;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    int rc = pthread_create(&thread, &attr, sync_worker_main, st);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        Py_DECREF(capsule); /* no destructor yet: the state is ours alone */
+        close(st->efd);
+        pthread_mutex_destroy(&st->mu);
+        pthread_cond_destroy(&st->cv);
+        free(st);
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (PyCapsule_SetDestructor(capsule, sync_capsule_free) != 0) return NULL;
+    return capsule;
+}
+
+/* sync_worker_fileno(worker) -> int: the eventfd, readable once a job has ended. */
+static PyObject *py_sync_worker_fileno(PyObject *self, PyObject *capsule) {
+    sync_state *st = sync_state_of(capsule);
+    if (st == NULL) return NULL;
+    return PyLong_FromLong(st->efd);
+}
+
+/* sync_worker_submit(worker, fds): hand over one job, fdatasync of each file descriptor in
+ * order.  RuntimeError while a job is in hand or uncollected, or once stopped. */
+static PyObject *py_sync_worker_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "sync_worker_submit takes 2 arguments");
+    sync_state *st = sync_state_of(args[0]);
+    if (st == NULL) return NULL;
+    PyObject *seq = PySequence_Fast(args[1], "sync_worker_submit: fds must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int *fds = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (fds == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (fd == -1 && PyErr_Occurred()) {
+            free(fds);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        fds[i] = (int)fd;
+    }
+    Py_DECREF(seq);
+    pthread_mutex_lock(&st->mu);
+    if (st->busy || st->done || st->stop) {
+        pthread_mutex_unlock(&st->mu);
+        free(fds);
+        return PyErr_Format(PyExc_RuntimeError, "sync worker: a job is in hand, or it stopped");
+    }
+    st->fds = fds;
+    st->nfds = n;
+    st->busy = 1;
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    Py_RETURN_NONE;
+}
+
+/* sync_worker_collect(worker) -> int | None: the errno of the job that ended (0: synced), its
+ * report taken; None while none has ended since the last collect. */
+static PyObject *py_sync_worker_collect(PyObject *self, PyObject *capsule) {
+    sync_state *st = sync_state_of(capsule);
+    if (st == NULL) return NULL;
+    uint64_t count;
+    while (read(st->efd, &count, sizeof count) < 0 && errno == EINTR) {
+    }
+    pthread_mutex_lock(&st->mu);
+    int done = st->done, result = st->result;
+    st->done = 0;
+    pthread_mutex_unlock(&st->mu);
+    if (!done) Py_RETURN_NONE;
+    return PyLong_FromLong(result);
+}
+
+/* sync_worker_stop(worker): the thread ends once the job in hand (if any) has ended; the
+ * eventfd is made readable, so that a task waiting on it looks again. */
+static PyObject *py_sync_worker_stop(PyObject *self, PyObject *capsule) {
+    sync_state *st = sync_state_of(capsule);
+    if (st == NULL) return NULL;
+    pthread_mutex_lock(&st->mu);
+    st->stop = 1;
+    pthread_cond_signal(&st->cv);
+    sync_state_signal(st);
+    pthread_mutex_unlock(&st->mu);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib-compatible CRC-32."},
+    {"sync_worker_new", py_sync_worker_new, METH_NOARGS,
+     "sync_worker_new(): a thread for fdatasync that never takes the GIL (a capsule)."},
+    {"sync_worker_fileno", py_sync_worker_fileno, METH_O,
+     "sync_worker_fileno(worker): its eventfd, readable once a job has ended."},
+    {"sync_worker_submit", (PyCFunction)(void (*)(void))py_sync_worker_submit, METH_FASTCALL,
+     "sync_worker_submit(worker, fds): fdatasync each of fds in order, in the thread."},
+    {"sync_worker_collect", py_sync_worker_collect, METH_O,
+     "sync_worker_collect(worker): the errno of the job that ended (0: ok), or None."},
+    {"sync_worker_stop", py_sync_worker_stop, METH_O,
+     "sync_worker_stop(worker): end the thread after the job in hand."},
     {"populate_write", (PyCFunction)(void (*)(void))py_populate_write, METH_FASTCALL,
      "populate_write(buf, start, length): fault in a writable map's pages as writes would,"
      " with the GIL released; 0 or madvise's errno."},

@@ -25,7 +25,7 @@ from pymq.store.commitlog import CommitLog
 from pymq.store.config import MessageStoreConfig
 from pymq.store.consume_queue_table import ConsumeQueueTable
 from pymq.store.index_service import IndexService
-from pymq.store.mapped_file_queue import FlushJob, SyncThread
+from pymq.store.mapped_file_queue import FlushJob, NativeSyncThread, SyncThread, sync_thread
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class CommitLogFlushService:
         # The group commit's sync in flight (begun by on_flushed or the task), and whether the
         # group-commit task runs (jobs are begun only then).
         self._job: FlushJob | None = None
-        self._sync_thread: SyncThread | None = None
+        self._sync_thread: SyncThread | NativeSyncThread | None = None
 
     @property
     def flushed_where(self) -> int:
@@ -88,7 +88,7 @@ class CommitLogFlushService:
         if self._job is None and self._sync_thread is not None:
             # Started here, in the put's own step, not when the task is next scheduled: a busy
             # loop's scheduling round costs about as much as the fdatasync.
-            self._job = self.commitlog.queue.begin_flush(self._sync_thread.run)
+            self._job = self.commitlog.queue.begin_flush(self._sync_thread)
         self._wake.set()
         self._expiry_wanted.set()
 
@@ -118,7 +118,7 @@ class CommitLogFlushService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._expire_late_waiters)
-            self._sync_thread = thread = SyncThread("pymq-group-commit")
+            self._sync_thread = thread = sync_thread("pymq-group-commit")
             task_status.started()
             try:
                 while True:
@@ -142,7 +142,7 @@ class CommitLogFlushService:
         """One group-commit sync: the one in flight, or one begun now without a checkpoint
         (:meth:`MappedFileQueue.begin_flush`); when the queue's lock is busy, an awaited flush."""
         if self._job is None and self._sync_thread is not None:
-            self._job = self.commitlog.queue.begin_flush(self._sync_thread.run)
+            self._job = self.commitlog.queue.begin_flush(self._sync_thread)
         job = self._job
         if job is None:
             await self._flush(0)

@@ -526,6 +526,11 @@ class MappedFile:
         """Blocking: make everything written through the mapping durable."""
         os.fdatasync(self._fd)
 
+    def fileno(self) -> int:
+        """The file's descriptor (-1 once closed), for a sync made elsewhere
+        (:class:`~pymq.store.mapped_file_queue.NativeSyncThread`)."""
+        return self._fd
+
     def truncate_from(self, pos: int) -> None:
         """Blocking: zero the dirty tail from ``pos``, so no stale record can come back later.
 

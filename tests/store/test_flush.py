@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import errno
+import os
 import struct
 import threading
 
+import pytest
 import trio
 
-from pymq.store import FlushDiskType, PutMessageStatus
+from pymq.store import FlushDiskType, PutMessageStatus, mapped_file_queue
 from pymq.store.mapped_file import MappedFile
-from pymq.store.mapped_file_queue import SyncThread
+from pymq.store.mapped_file_queue import NativeSyncThread, SyncThread
 from tests.helpers import StuckDisk, wait_until
 from tests.store.helpers import make_message, running_store, small_config
 
@@ -24,6 +26,7 @@ async def test_sync_flush_group_commit_batches_concurrent_puts(root, monkeypatch
         real_sync(self)
 
     monkeypatch.setattr(MappedFile, "sync", counting_sync)
+    monkeypatch.setattr(mapped_file_queue, "NATIVE_SYNC", False)  # syncs counted in Python
     config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
     async with running_store(config) as store:
         results = []
@@ -163,3 +166,82 @@ async def test_async_flush_runs_on_its_own(root):
             lambda: store.commitlog.queue.flushed_where >= end, timeout=10, interval=0.01
         )
         assert store.checkpoint.physic_msg_timestamp == r.store_timestamp
+
+
+needs_native_sync = pytest.mark.skipif(
+    not mapped_file_queue.NATIVE_SYNC, reason="the C extension's sync worker is not built"
+)
+
+
+@needs_native_sync
+async def test_the_group_commit_syncs_through_the_c_thread(root, monkeypatch):
+    """With the C extension the group commit's syncs never call MappedFile.sync: the C thread
+    calls fdatasync on the files' descriptors, and the puts are acknowledged once it is done."""
+    called = []
+    monkeypatch.setattr(MappedFile, "sync", lambda mf: called.append(mf))
+    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    async with running_store(config) as store:
+        assert isinstance(store.flush_commitlog._sync_thread, NativeSyncThread)
+        r = await store.put_message(make_message(body=b"durable"))
+        assert r.status is PutMessageStatus.PUT_OK
+        assert store.commitlog.queue.flushed_where >= r.wrote_offset + r.wrote_bytes
+        # (Consume queues and the final flush at shutdown still sync in Python.)
+        assert not [mf for mf in called if mf in store.commitlog.queue.files]
+
+
+@needs_native_sync
+async def test_a_failing_c_sync_acknowledges_nothing_and_advances_nothing(root, monkeypatch):
+    """fdatasync failing in the C thread (here: a pipe's descriptor, EINVAL) is reported as the
+    Python thread's OSError is: nothing acknowledged, nothing advanced, and the next good sync
+    acknowledges again."""
+    read_end, write_end = os.pipe()
+    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    try:
+        async with running_store(config) as store:
+            assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+            flushed = store.commitlog.queue.flushed_where
+            config.sync_flush_timeout = 100
+            monkeypatch.setattr(MappedFile, "fileno", lambda mf: read_end)
+            r = await store.put_message(make_message(body=b"lost?"))
+            assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+            assert store.commitlog.queue.flushed_where == flushed
+            monkeypatch.undo()
+            config.sync_flush_timeout = 5000
+            r = await store.put_message(make_message(body=b"after"))
+            assert r.status is PutMessageStatus.PUT_OK
+            assert store.commitlog.queue.flushed_where >= r.wrote_offset + r.wrote_bytes
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+@needs_native_sync
+async def test_the_c_thread_reports_in_order_and_after_stop(tmp_path):
+    mf = MappedFile.create(str(tmp_path / "00000000000000000000"), 1024 * 1024)
+    read_end, write_end = os.pipe()
+
+    class PipeFile:
+        def fileno(self) -> int:
+            return read_end
+
+    reports: list[BaseException | None] = []
+    thread = NativeSyncThread("test-native-sync")
+    try:
+        for files in ([mf], [mf, PipeFile()], [mf]):
+            before = len(reports)
+            thread.sync_files(files, reports.append)  # type: ignore[list-item]
+            with pytest.raises(RuntimeError):  # one job at a time
+                thread.sync_files([mf], reports.append)
+            await wait_until(lambda: len(reports) > before)  # noqa: B023
+        assert reports[0] is None and reports[2] is None
+        assert isinstance(reports[1], OSError) and reports[1].errno == errno.EINVAL
+        # A sync handed over just before stop() is still reported, and the reaper then ends.
+        thread.sync_files([mf], reports.append)
+        thread.stop()
+        await wait_until(lambda: len(reports) == 4)
+        assert reports[3] is None
+        await wait_until(lambda: thread._worker is None)
+    finally:
+        mf.close()
+        os.close(read_end)
+        os.close(write_end)

@@ -13,6 +13,8 @@ setup(
             ["pymq/common/_recordc.c"],
             optional=True,
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+            # The group commit's sync worker is a pthread (in libc itself from glibc 2.34).
+            libraries=["pthread"],
         )
     ]
 )

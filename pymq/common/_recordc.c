@@ -88,6 +88,7 @@
 #include <string.h>
 #include <time.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -2542,8 +2543,10 @@ static PyObject *py_populate_write(PyObject *self, PyObject *const *args, Py_ssi
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int *fds;       /* the job handed over and not yet taken; NULL: none */
+    int *fds;       /* the job handed over and not yet taken (the worker's own duplicates of
+                     * the descriptors, -1 where none could be made); NULL: none */
     Py_ssize_t nfds;
+    int fds_error;  /* errno of the first descriptor that could not be duplicated (0: none) */
     int busy;       /* a job handed over and not yet finished */
     int done;       /* a finished job not yet collected */
     int result;     /* errno of the finished job (0: every fdatasync succeeded) */
@@ -2552,13 +2555,20 @@ typedef struct {
     int refs;       /* the capsule and the thread */
 } sync_state;
 
+static void sync_close_fds(int *fds, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (fds[i] >= 0) close(fds[i]);
+    }
+    free(fds);
+}
+
 static void sync_state_release(sync_state *st) {
     pthread_mutex_lock(&st->mu);
     int left = --st->refs;
     pthread_mutex_unlock(&st->mu);
     if (left == 0) {
         close(st->efd);
-        free(st->fds);
+        if (st->fds != NULL) sync_close_fds(st->fds, st->nfds);
         pthread_mutex_destroy(&st->mu);
         pthread_cond_destroy(&st->cv);
         free(st);
@@ -2581,13 +2591,13 @@ static void *sync_worker_main(void *arg) {
         if (st->fds == NULL) break; /* stopped with nothing to do */
         int *fds = st->fds;
         Py_ssize_t n = st->nfds;
+        int rc = st->fds_error;
         st->fds = NULL;
         pthread_mutex_unlock(&st->mu);
-        int rc = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
-            if (fdatasync(fds[i]) != 0 && rc == 0) rc = errno;
+            if (fds[i] >= 0 && fdatasync(fds[i]) != 0 && rc == 0) rc = errno;
         }
-        free(fds);
+        sync_close_fds(fds, n);
         pthread_mutex_lock(&st->mu);
         st->result = rc;
         st->done = 1;
@@ -2660,7 +2670,11 @@ static PyObject *py_sync_worker_fileno(PyObject *self, PyObject *capsule) {
 }
 
 /* sync_worker_submit(worker, fds): hand over one job, fdatasync of each file descriptor in
- * order.  RuntimeError while a job is in hand or uncollected, or once stopped. */
+ * order.  RuntimeError while a job is in hand or uncollected, or once stopped.  The worker
+ * syncs duplicates made here (F_DUPFD_CLOEXEC, closed by the worker after the job): a file
+ * closed after its job is handed over, and its number reused, is still the file synced, never
+ * the one that took the number.  A descriptor that cannot be duplicated (-1 for a closed file:
+ * EBADF) fails the job with that errno, reported as a failed fdatasync is. */
 static PyObject *py_sync_worker_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "sync_worker_submit takes 2 arguments");
     sync_state *st = sync_state_of(args[0]);
@@ -2674,13 +2688,14 @@ static PyObject *py_sync_worker_submit(PyObject *self, PyObject *const *args, Py
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        int overflow = 0;
+        long fd = PyLong_AsLongAndOverflow(PySequence_Fast_GET_ITEM(seq, i), &overflow);
         if (fd == -1 && PyErr_Occurred()) {
             free(fds);
             Py_DECREF(seq);
             return NULL;
         }
-        fds[i] = (int)fd;
+        fds[i] = (overflow || fd < INT_MIN || fd > INT_MAX) ? -1 : (int)fd;
     }
     Py_DECREF(seq);
     pthread_mutex_lock(&st->mu);
@@ -2689,8 +2704,15 @@ static PyObject *py_sync_worker_submit(PyObject *self, PyObject *const *args, Py
         free(fds);
         return PyErr_Format(PyExc_RuntimeError, "sync worker: a job is in hand, or it stopped");
     }
+    int fds_error = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int dup = fds[i] < 0 ? -1 : fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+        if (dup < 0 && fds_error == 0) fds_error = fds[i] < 0 ? EBADF : errno;
+        fds[i] = dup;
+    }
     st->fds = fds;
     st->nfds = n;
+    st->fds_error = fds_error;
     st->busy = 1;
     pthread_cond_signal(&st->cv);
     pthread_mutex_unlock(&st->mu);

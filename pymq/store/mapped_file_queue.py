@@ -550,11 +550,19 @@ class FlushJob:
         syncer.sync_files([mf for mf, _, _ in todo], self._complete)
 
     def _complete(self, error: BaseException | None) -> None:
-        if error is None:
-            self._queue._flushed(self._todo)
-        self._error = error
-        self._queue.io_lock.release()
-        self._done.set()
+        # The lock is released and the waiter woken whatever happens here (a defect raising
+        # is also the waiter's error): NativeSyncThread logs a report that raises and goes on,
+        # and a lock left held would stall the group commit and the final flush for good.
+        try:
+            if error is None:
+                self._queue._flushed(self._todo)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._error = error
+            self._queue.io_lock.release()
+            self._done.set()
 
     async def wait(self) -> bool:
         """Wait for the sync; True when everything written before it began is durable.  Raises
@@ -635,7 +643,10 @@ class NativeSyncThread:
     def sync_files(
         self, files: list[MappedFile], done: Callable[[BaseException | None], None]
     ) -> None:
-        """:meth:`Syncer.sync_files`.  A closed file's descriptor (-1) fails the job (EBADF)."""
+        """:meth:`Syncer.sync_files`.  The thread syncs duplicates of the descriptors made
+        here, so a file closed meanwhile (at a shutdown past its deadline) is still the one
+        synced, never a file that took its number; a closed file's descriptor (-1) fails the
+        job (EBADF)."""
         assert _native is not None
         _native.sync_worker_submit(self._worker, [mf.fileno() for mf in files])
         self._waiting.append(done)
@@ -645,7 +656,8 @@ class NativeSyncThread:
         delivered."""
         assert _native is not None
         self._stopped = True
-        _native.sync_worker_stop(self._worker)
+        if self._worker is not None:  # None once the reaper has ended (the run is over)
+            _native.sync_worker_stop(self._worker)
 
     async def _reap(self) -> None:
         assert _native is not None

@@ -245,3 +245,39 @@ async def test_the_c_thread_reports_in_order_and_after_stop(tmp_path):
         mf.close()
         os.close(read_end)
         os.close(write_end)
+
+
+@needs_native_sync
+async def test_the_c_thread_syncs_the_files_handed_over_though_closed_meanwhile(tmp_path):
+    """The worker syncs its own duplicates of the descriptors taken at submit: a file closed
+    once its job is handed over, and its number reused (here by a pipe) before the thread gets
+    to it, is still the file synced, and the job does not fail or sync something else."""
+
+    class Fd:
+        def __init__(self, fd: int) -> None:
+            self.fd = fd
+
+        def fileno(self) -> int:
+            return self.fd
+
+    slow = os.open(str(tmp_path / "slow"), os.O_RDWR | os.O_CREAT)
+    later = os.open(str(tmp_path / "later"), os.O_RDWR | os.O_CREAT)
+    read_end, write_end = os.pipe()
+    thread = NativeSyncThread("test-native-sync-dup")
+    reports: list[BaseException | None] = []
+    try:
+        os.write(slow, b"x" * (8 * 1024 * 1024))  # dirty: its fdatasync takes a while
+        os.write(later, b"y" * 4096)
+        thread.sync_files([Fd(slow), Fd(later)], reports.append)  # type: ignore[list-item]
+        os.close(later)
+        os.dup2(read_end, later)  # the number now names a pipe (fdatasync: EINVAL)
+        await wait_until(lambda: reports, timeout=30)
+        assert reports == [None]
+        # A closed file's descriptor (-1) fails its job (EBADF), as os.fdatasync(-1) would.
+        thread.sync_files([Fd(slow), Fd(-1)], reports.append)  # type: ignore[list-item]
+        await wait_until(lambda: len(reports) == 2)
+        assert isinstance(reports[1], OSError) and reports[1].errno == errno.EBADF
+    finally:
+        thread.stop()
+        for fd in (slow, later, read_end, write_end):
+            os.close(fd)

@@ -386,6 +386,9 @@ class SegmentScan:
         self.keep_topic = TopicFilter(opts)
         self.report = SegmentReport(segment.index, segment.path, segment.start, segment.start)
         self._topics: collections.Counter[str] = collections.Counter()
+        # Where the walk found the newest file's data to end (zeros, or a torn tail), relative
+        # to the file; None while it has not (it stopped before, or raised).
+        self._data_end: int | None = None
 
     def __iter__(self) -> Iterator[MessageExt]:
         # Without a decoder no ColumnRun is made: the walk yields messages only.
@@ -479,11 +482,15 @@ class SegmentScan:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 yield from self._scan(buf, size, native, max_rows, max_body_bytes)
         finally:
-            if seg.newest:
+            if seg.newest and self._data_end is not None:
                 # The scan's readahead past the data (and any search for a record there) cached
                 # the zeros a live broker writes next as large folios: dropped, or a SYNC_FLUSH
-                # broker would sync whole folios again there (MappedFile.advise_writes).
-                drop_cached_from(f.fileno(), self.report.resume_offset - seg.file_offset, size)
+                # broker would sync whole folios again there (MappedFile.advise_writes).  Only
+                # from the data end the walk reached: a walk that stopped before it (toOffset,
+                # the checkpoint's bound on a running broker, a consumer that stopped reading)
+                # would otherwise evict the clean cached records after its stop, the newest
+                # and most read ones.
+                drop_cached_from(f.fileno(), self._data_end, size)
             f.close()
 
     def _bad(self, start: int, end: int, reason: str) -> None:
@@ -522,11 +529,14 @@ class SegmentScan:
         base = seg.file_offset
         if _all_zero(buf, pos, size):
             if seg.newest:
+                self._data_end = pos
                 return pos, True
             self._bad(base + pos, base + size, "file ends early, without a blank")
             return size, True
         nxt = self._resync(buf, pos, size)
         if nxt is None:
+            if seg.newest:
+                self._data_end = pos  # (the search read the rest of the file)
             self._bad(base + pos, base + _end_of_data(buf, pos, size), str(exc))
             # The newest file's tail may still be being written: a later run reads it again.
             # A closed file's torn tail never heals.

@@ -286,3 +286,37 @@ async def test_an_export_scan_drops_the_zeros_it_cached_past_the_newest_files_da
     scanned = [msg for segment in plan.segments for msg in SegmentScan(segment, opts)]
     assert len(scanned) == 50
     assert cached_pages(path, 2 * MIB, 5 * MIB) == 0
+
+
+async def test_an_export_scan_that_stops_early_leaves_the_records_after_its_stop_cached(root):
+    """A scan of the newest file that stops before its data end (here toOffset; on a running
+    broker the checkpoint's bound) drops nothing: the cached records after its stop are the
+    newest, most read ones, and it never read up to the zeros."""
+    from pymq.export.options import ExportOptions
+    from pymq.export.scan import SegmentScan, plan_store
+
+    config = small_config(root, mapped_file_size_commit_log=16 * MIB)
+    async with running_store(config) as store:
+        for i in range(4500):
+            result = await store.put_message(make_message(body=b"%05d" % i + b"x" * 1000))
+            assert result.status is PutMessageStatus.PUT_OK
+        path = store.commitlog.queue.files[-1].path
+        data_end = store.commitlog.queue.files[-1].wrote_position
+    assert data_end > 4 * MIB
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        if cached_pages(path, 2 * MIB, 4 * MIB):
+            pytest.skip("this filesystem keeps its cached pages (tmpfs?)")
+        os.pread(fd, data_end, 0)  # the records cached, as consumers' reads leave them
+    finally:
+        os.close(fd)
+    cached = cached_pages(path, 2 * MIB, 4 * MIB)
+    if cached == 0:
+        pytest.skip("the pages read were not cached")
+    opts = ExportOptions(path=root, to_offset=MIB)
+    plan = plan_store(opts)
+    assert plan.segments[-1].newest
+    scanned = [msg for segment in plan.segments for msg in SegmentScan(segment, opts)]
+    assert 0 < len(scanned) < 4500
+    assert cached_pages(path, 2 * MIB, 4 * MIB) == cached

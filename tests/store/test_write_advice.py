@@ -107,6 +107,7 @@ def disk_write_bytes() -> int:
     raise AssertionError("no write_bytes in /proc/self/io")
 
 
+@pytest.mark.slow
 async def test_group_commit_writes_the_records_not_large_folios_again(root):
     """Concurrent puts of 1 KiB, each waiting for the group commit: the bytes the process
     sends to the disk stay within a small multiple of the records' (without the advice, on

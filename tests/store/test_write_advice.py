@@ -9,10 +9,12 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+from typing import Any
 
 import pytest
 import trio
 
+from pymq.common.message import MessageExt
 from pymq.store import FlushDiskType, PutMessageStatus
 from pymq.store.mapped_file import OS_PAGE_SIZE, MappedFile
 from pymq.store.mapped_file_queue import MappedFileQueue
@@ -157,10 +159,11 @@ def test_a_full_file_is_read_ahead_again_once_the_next_is_written(tmp_path):
         queue.close()
 
 
-def resident_pages(mf: MappedFile, start: int, end: int) -> int:
-    """Pages of ``[start, end)`` of ``mf`` in the page cache (mincore)."""
+def mapped_pages_cached(mm: mmap.mmap, start: int, end: int) -> int:
+    """Pages of ``[start, end)`` of the file mapped by ``mm`` that are in the page cache
+    (mincore: residency is the page cache's, whoever maps the file)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    buf = (ctypes.c_char * len(mf.mm)).from_buffer(mf.mm)
+    buf = (ctypes.c_char * len(mm)).from_buffer(mm)
     try:
         base = ctypes.addressof(buf) + start
         count = -(-(end - start) // mmap.PAGESIZE)
@@ -170,6 +173,11 @@ def resident_pages(mf: MappedFile, start: int, end: int) -> int:
         return sum(v & 1 for v in vec)
     finally:
         del buf
+
+
+def resident_pages(mf: MappedFile, start: int, end: int) -> int:
+    """Pages of ``[start, end)`` of ``mf`` in the page cache."""
+    return mapped_pages_cached(mf.mm, start, end)
 
 
 def test_recovery_drops_the_cached_pages_past_the_data_end(tmp_path):
@@ -231,44 +239,48 @@ def test_a_warm_file_is_advised_before_its_pages_are_faulted_in(tmp_path):
 
 
 def cached_pages(path: str, start: int, end: int) -> int:
-    """Pages of ``[start, end)`` of the file at ``path`` in the page cache (mincore through a
-    mapping of our own: residency is the page cache's, whoever maps the file; mapping faults
-    nothing in)."""
+    """Pages of ``[start, end)`` of the file at ``path`` in the page cache, through a mapping of
+    our own (mapping faults nothing in)."""
     fd = os.open(path, os.O_RDWR)
     try:
         mm = mmap.mmap(fd, 0)
     finally:
         os.close(fd)
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        buf = (ctypes.c_char * len(mm)).from_buffer(mm)
-        try:
-            count = -(-(end - start) // mmap.PAGESIZE)
-            vec = (ctypes.c_ubyte * count)()
-            address = ctypes.addressof(buf) + start
-            if libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(end - start), vec) != 0:
-                raise OSError(ctypes.get_errno(), "mincore")
-            return sum(v & 1 for v in vec)
-        finally:
-            del buf
+        return mapped_pages_cached(mm, start, end)
     finally:
         mm.close()
+
+
+async def write_newest_file(root: str, count: int) -> tuple[str, int]:
+    """A store of ``count`` 1 KiB messages in a 16 MiB commit-log file, shut down: the file's
+    path and its data end."""
+    config = small_config(root, mapped_file_size_commit_log=16 * MIB)
+    async with running_store(config) as store:
+        for i in range(count):
+            result = await store.put_message(make_message(body=b"%05d" % i + b"x" * 1000))
+            assert result.status is PutMessageStatus.PUT_OK
+        newest = store.commitlog.queue.files[-1]
+        return newest.path, newest.wrote_position
+
+
+def export_scan(root: str, **options: Any) -> list[MessageExt]:
+    """Every message the export's scan reads from the store at ``root``, whose newest file is
+    a segment of the plan."""
+    from pymq.export.options import ExportOptions
+    from pymq.export.scan import SegmentScan, plan_store
+
+    opts = ExportOptions(path=root, **options)
+    plan = plan_store(opts)
+    assert plan.segments[-1].newest
+    return [msg for segment in plan.segments for msg in SegmentScan(segment, opts)]
 
 
 async def test_an_export_scan_drops_the_zeros_it_cached_past_the_newest_files_data(root):
     """The export's scan reads the newest commit-log file to its zeros, and readahead caches
     more of them as large folios; a SYNC_FLUSH broker writing there next would sync whole
     folios again, so the scan drops them when it is done with the file."""
-    from pymq.export.options import ExportOptions
-    from pymq.export.scan import SegmentScan, plan_store
-
-    config = small_config(root, mapped_file_size_commit_log=16 * MIB)
-    async with running_store(config) as store:
-        for i in range(50):
-            result = await store.put_message(make_message(body=b"%04d" % i + b"x" * 1000))
-            assert result.status is PutMessageStatus.PUT_OK
-        path = store.commitlog.queue.files[-1].path
-        data_end = store.commitlog.queue.files[-1].wrote_position
+    path, data_end = await write_newest_file(root, 50)
     assert data_end < 2 * MIB
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -281,11 +293,7 @@ async def test_an_export_scan_drops_the_zeros_it_cached_past_the_newest_files_da
         os.close(fd)
     if cached_pages(path, 2 * MIB, 5 * MIB) == 0:
         pytest.skip("the pages read were not cached")
-    opts = ExportOptions(path=root)
-    plan = plan_store(opts)
-    assert plan.segments[-1].newest
-    scanned = [msg for segment in plan.segments for msg in SegmentScan(segment, opts)]
-    assert len(scanned) == 50
+    assert len(export_scan(root)) == 50
     assert cached_pages(path, 2 * MIB, 5 * MIB) == 0
 
 
@@ -293,16 +301,7 @@ async def test_an_export_scan_that_stops_early_leaves_the_records_after_its_stop
     """A scan of the newest file that stops before its data end (here toOffset; on a running
     broker the checkpoint's bound) drops nothing: the cached records after its stop are the
     newest, most read ones, and it never read up to the zeros."""
-    from pymq.export.options import ExportOptions
-    from pymq.export.scan import SegmentScan, plan_store
-
-    config = small_config(root, mapped_file_size_commit_log=16 * MIB)
-    async with running_store(config) as store:
-        for i in range(4500):
-            result = await store.put_message(make_message(body=b"%05d" % i + b"x" * 1000))
-            assert result.status is PutMessageStatus.PUT_OK
-        path = store.commitlog.queue.files[-1].path
-        data_end = store.commitlog.queue.files[-1].wrote_position
+    path, data_end = await write_newest_file(root, 4500)
     assert data_end > 4 * MIB
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -315,9 +314,5 @@ async def test_an_export_scan_that_stops_early_leaves_the_records_after_its_stop
     cached = cached_pages(path, 2 * MIB, 4 * MIB)
     if cached == 0:
         pytest.skip("the pages read were not cached")
-    opts = ExportOptions(path=root, to_offset=MIB)
-    plan = plan_store(opts)
-    assert plan.segments[-1].newest
-    scanned = [msg for segment in plan.segments for msg in SegmentScan(segment, opts)]
-    assert 0 < len(scanned) < 4500
+    assert 0 < len(export_scan(root, to_offset=MIB)) < 4500
     assert cached_pages(path, 2 * MIB, 4 * MIB) == cached

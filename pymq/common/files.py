@@ -26,6 +26,11 @@ at a multiple of it, so that no large folio straddles its start and stays cached
 _FADV_DONTNEED: int | None = getattr(os, "POSIX_FADV_DONTNEED", None)
 
 
+def folio_floor(pos: int) -> int:
+    """The :data:`LARGEST_FOLIO` boundary at or below ``pos`` (0 for a negative one)."""
+    return (max(0, pos) // LARGEST_FOLIO) * LARGEST_FOLIO
+
+
 def drop_cached_from(fd: int, pos: int, size: int) -> None:
     """Blocking: evict the clean, unmapped page cache of ``fd`` from ``pos`` (from the
     :data:`LARGEST_FOLIO` boundary below it) to ``size`` (POSIX_FADV_DONTNEED).  For the tail
@@ -36,7 +41,7 @@ def drop_cached_from(fd: int, pos: int, size: int) -> None:
     filesystem (tmpfs) keeps the pages."""
     if _FADV_DONTNEED is None:
         return
-    start = (max(0, pos) // LARGEST_FOLIO) * LARGEST_FOLIO
+    start = folio_floor(pos)
     if start >= size:
         return
     with contextlib.suppress(OSError):

@@ -41,7 +41,7 @@ from typing import Any
 
 import trio
 
-from pymq.common.files import LARGEST_FOLIO, drop_cached_from
+from pymq.common.files import drop_cached_from, folio_floor
 from pymq.common.native import native_extension
 
 log = logging.getLogger(__name__)
@@ -451,7 +451,7 @@ class MappedFile:
         filesystem (tmpfs) keeps the pages."""
         if self._fd < 0:
             return
-        start = (max(0, pos) // LARGEST_FOLIO) * LARGEST_FOLIO
+        start = folio_floor(pos)  # where drop_cached_from starts
         if start >= self.file_size:
             return
         with contextlib.suppress(ValueError, OSError):

@@ -157,7 +157,8 @@ def _encode_record_into_py(
     encoder (same signature either way).  The hot path of the store: one header pack, one body
     copy, one tail pack.  ``sys_flag`` must already carry the host flags matching ``born_ip`` /
     ``store_ip`` (see :func:`host_flags`); lengths are the caller's to check (topic <= 127 bytes,
-    properties <= 32767 bytes, no NUL: see :func:`has_nul`).
+    properties <= 32767 bytes, no NUL in the topic, none in the properties where a torn write
+    leaves zeros: see :func:`has_nul` and :func:`nul_where_torn`).
     """
     header = _HEADERS[(sys_flag >> 4) & 3]
     body_len = len(body)
@@ -205,8 +206,8 @@ def encode_record(msg: MessageExt) -> bytes:
         raise RecordError(f"topic is {len(topic)} bytes, more than {MAX_TOPIC_LENGTH}")
     if len(props) > MAX_PROPERTIES_LENGTH:
         raise RecordError(f"properties are {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}")
-    if has_nul(topic) or has_nul(props):
-        raise RecordError("topic and properties may not contain NUL characters")
+    if has_nul(topic):
+        raise RecordError("a topic may not contain NUL characters")
     born_ip = pack_ip(msg.born_host[0])
     store_ip = pack_ip(msg.store_host[0])
     sys_flag = (msg.sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
@@ -235,8 +236,42 @@ def encode_record(msg: MessageExt) -> bytes:
 
 
 def has_nul(data: bytes) -> bool:
-    """Topic and properties bytes may not contain NUL: decoding treats it as a torn record."""
+    """Whether ``data`` holds a NUL byte.  A topic may not (recovery takes one for a torn
+    record); properties may, except where :func:`nul_where_torn` says."""
     return 0 in data  # the byte value: much cheaper than a b"\0" subsequence search
+
+
+TEAR_ALIGN = 512
+"""The granularity of a torn write: a sector.  A write lost in a power cut (a sparse or
+preallocated file's zeros where the data should be) starts at a multiple of this in the file."""
+
+
+def nul_where_torn(
+    buf: bytes | bytearray | memoryview | mmap.mmap, start: int, length: int, origin: int = 0
+) -> int:
+    """The offset in ``buf`` of a NUL among the properties ``buf[start:start + length]`` that
+    recovery must take for a torn write, or -1.
+
+    Only the body has a CRC, so a record whose tail was lost (zeros from a sector boundary on)
+    would still add up.  A lost stretch that reaches the properties zeroes their first byte (it
+    began before them) or the byte at a sector boundary inside them (it began there), and one
+    reaching the end zeroes their last byte.  A NUL anywhere else is data: Java's broker stores
+    it, and the C++ client sometimes sends one in a message id.  ``origin`` is the file offset
+    of ``buf[0]`` (the sector boundaries are the file's).
+    """
+    if length <= 0:
+        return -1
+    end = start + length
+    if buf[start] == 0:
+        return start
+    if buf[end - 1] == 0:
+        return end - 1
+    at = start + (-(origin + start) % TEAR_ALIGN)
+    while at < end:
+        if buf[at] == 0:
+            return at
+        at += TEAR_ALIGN
+    return -1
 
 
 def read_record_header(
@@ -267,9 +302,15 @@ class RecordInfo(NamedTuple):
 
 
 def _parse(
-    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int, check_crc: bool, read_body: bool
+    buf: bytes | bytearray | memoryview | mmap.mmap,
+    pos: int,
+    check_crc: bool,
+    read_body: bool,
+    tears: bool = False,
 ) -> tuple[tuple, bytes, str, str]:
-    """Validate the record at ``pos``: (header fields, body, topic, properties text)."""
+    """Validate the record at ``pos``: (header fields, body, topic, properties text).  With
+    ``tears`` (``buf`` is a commit-log file from its first byte: recovery, the export), a NUL
+    in the properties where a torn write leaves zeros is an error too."""
     limit = len(buf)
     total, magic = read_record_header(buf, pos)
     if magic == BLANK_MAGIC_CODE:
@@ -316,27 +357,49 @@ def _parse(
             f"(body {body_len}, topic {topic_len}, properties {props_len})"
         )
     props_raw = bytes(buf[p:end]) if props_len else b""
-    # Only the body has a CRC.  A record torn inside its topic or properties (a sparse file's
-    # zeros after a power cut) would still add up, but shows NUL bytes, which the store refuses
-    # to write in the first place (see :func:`has_nul`).
-    if 0 in topic_raw or 0 in props_raw:
-        raise RecordError(f"record at {pos}: NUL byte in topic or properties (torn record?)")
-    try:
-        topic = topic_raw.decode()
-        props = props_raw.decode() if props_len else ""
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"record at {pos}: undecodable text ({exc})") from exc
+    topic, props = _texts(buf, pos, topic_raw, p, props_raw, tears)
     return fields, body, topic, props
 
 
+def _texts(
+    buf: bytes | bytearray | memoryview | mmap.mmap,
+    pos: int,
+    topic_raw: bytes,
+    props_at: int,
+    props_raw: bytes,
+    tears: bool,
+) -> tuple[str, str]:
+    """The topic and properties text of the record at ``pos`` (properties read from
+    ``buf[props_at:]``), checked as :func:`_parse` says."""
+    # Only the body has a CRC.  A record torn inside its topic or properties (a sparse file's
+    # zeros after a power cut) would still add up, but shows NUL bytes where the store never
+    # writes them (see :func:`has_nul` and :func:`nul_where_torn`).
+    if 0 in topic_raw:
+        raise RecordError(f"record at {pos}: NUL byte in the topic (torn record?)")
+    if tears and 0 in props_raw:
+        where = nul_where_torn(buf, props_at, len(props_raw))
+        if where >= 0:
+            raise RecordError(
+                f"record at {pos}: NUL byte in the properties at {where} (torn record?)"
+            )
+    try:
+        return topic_raw.decode(), props_raw.decode()
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"record at {pos}: undecodable text ({exc})") from exc
+
+
 def read_record_info(
-    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0, *, check_crc: bool = True
+    buf: bytes | bytearray | memoryview | mmap.mmap,
+    pos: int = 0,
+    *,
+    check_crc: bool = True,
+    tears: bool = False,
 ) -> RecordInfo:
     """Validate the record at ``pos`` as :func:`decode_record` does and return its dispatch info.
 
     The body is CRC-checked (when ``check_crc``) but not copied.  Plain IPv4 records take a fast
     path; anything else (or anything wrong) goes through the careful parser, which also words
-    the error.
+    the error.  ``tears`` as for :func:`decode_record`.
     """
     limit = len(buf)
     if pos + _V4_HEADER_SIZE <= limit:
@@ -379,7 +442,7 @@ def read_record_info(
                             )
                         except UnicodeDecodeError:
                             pass
-    fields, _body, topic_s, props_s = _parse(buf, pos, check_crc, False)
+    fields, _body, topic_s, props_s = _parse(buf, pos, check_crc, False, tears)
     return RecordInfo(
         fields[0], topic_s, fields[3], fields[5], fields[6], fields[7], fields[11], props_s,
         fields[15],
@@ -478,7 +541,9 @@ def scan_records(
     ``select(topic_bytes, queue_id, physical_offset, size)`` returned True.  Validation is the
     same as :func:`decode_record`'s: plain records take the fast walker (C when built), anything
     else the careful parser.  With ``physical_base`` each record's PHYSICALOFFSET must equal
-    ``physical_base`` + its position.  ``buf`` may be bytes, a bytearray or an mmap.
+    ``physical_base`` + its position.  ``buf`` may be bytes, a bytearray or an mmap, holding a
+    commit-log file from its first byte (torn writes are judged by the file's sector
+    boundaries: see :func:`nul_where_torn`).
     """
     selected: list[int] = []
     walk = _scan_fast
@@ -488,7 +553,7 @@ def scan_records(
         if pos >= limit:
             return pos, "end", selected
         try:
-            info = read_record_info(buf, pos, check_crc=check_crc)
+            info = read_record_info(buf, pos, check_crc=check_crc, tears=True)
         except BlankRecord:
             return pos, "blank", selected
         except RecordError as exc:
@@ -561,26 +626,33 @@ def decode_record(
     *,
     check_crc: bool = True,
     read_body: bool = True,
+    tears: bool = False,
 ) -> MessageExt:
     """Decode the record at ``buf[pos:]``.
 
     Raises :class:`BlankRecord` for the end-of-file filler and :class:`RecordError` for anything
     that is not a whole, valid record: truncated bytes, a bad magic, lengths that disagree with
-    TOTALSIZE, a body failing its CRC (when ``check_crc``), or undecodable topic/properties text.
-    With ``read_body=False`` the body is left empty (its CRC is still checked if asked).
+    TOTALSIZE, a body failing its CRC (when ``check_crc``), a NUL in the topic, or undecodable
+    topic/properties text.  With ``read_body=False`` the body is left empty (its CRC is still
+    checked if asked).  With ``tears`` (``buf`` is a commit-log file from its first byte), a NUL
+    in the properties where a torn write leaves zeros is refused too (:func:`nul_where_torn`).
     """
     if read_body:
         msg = _decode_plain(buf, pos, check_crc, MessageExt)
         if msg is not None:
             return msg
-    return _decode_record_careful(buf, pos, check_crc, read_body)
+    return _decode_record_careful(buf, pos, check_crc, read_body, tears)
 
 
 def _decode_record_careful(
-    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int, check_crc: bool, read_body: bool
+    buf: bytes | bytearray | memoryview | mmap.mmap,
+    pos: int,
+    check_crc: bool,
+    read_body: bool,
+    tears: bool = False,
 ) -> MessageExt:
     """:func:`decode_record` by the careful parser alone (the tests compare the two)."""
-    fields, body, topic, props = _parse(buf, pos, check_crc, read_body)
+    fields, body, topic, props = _parse(buf, pos, check_crc, read_body, tears)
     (
         total,
         _magic,

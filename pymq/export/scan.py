@@ -513,7 +513,7 @@ class SegmentScan:
                 return None
             cand = min(candidates)
             try:
-                msg = decode_record(buf, cand, read_body=False)
+                msg = decode_record(buf, cand, read_body=False, tears=True)
                 if msg.commitlog_offset == base + cand:
                     return cand
             except BlankRecord as blank_record:
@@ -579,7 +579,7 @@ class SegmentScan:
                         continue
                     # Not a record the C decoder takes: judged below, one record.
                 try:
-                    msg = decode_record(buf, pos)
+                    msg = decode_record(buf, pos, tears=True)
                     if msg.commitlog_offset != base + pos:
                         raise RecordError(
                             f"record at {pos} says it is at offset {msg.commitlog_offset}"

@@ -38,9 +38,11 @@ from pymq.common.record import (
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
     SYSFLAG_POSITION,
+    TEAR_ALIGN,
     RecordInfo,
     encode_record_into,
     host_flags,
+    nul_where_torn,
     read_record_info,
     record_length,
     scan_records,
@@ -92,6 +94,23 @@ _INT_FIELDS = (
     ("reconsume_times", "reconsumeTimes", 32),
     ("prepared_transaction_offset", "preparedTransactionOffset", 64),
 )
+
+
+def _torn_nul_refusal(props_b: bytes, at: int) -> PutMessageResult | None:
+    """The refusal of properties (written from file offset ``at``) with a NUL where recovery
+    would take the record for a torn write (:func:`nul_where_torn`), or None.  Nothing is
+    written: the caller has committed nothing yet."""
+    if 0 not in props_b:
+        return None
+    where = nul_where_torn(props_b, 0, len(props_b), at)
+    if where < 0:
+        return None
+    return PutMessageResult(
+        PutMessageStatus.MESSAGE_ILLEGAL,
+        reason=f"a NUL character in the properties would land at commit-log file offset "
+        f"{at + where}, a {TEAR_ALIGN}-byte sector boundary, where recovery would take it for a "
+        "torn write",
+    )
 
 
 def field_error(msg: MessageExt) -> str | None:
@@ -389,6 +408,10 @@ class CommitLog:
             key = (msg.topic, msg.queue_id)
             queue_offset = self.topic_queue_table.get(key, 0)
         phy = mf.file_from_offset + pos
+        if 0 in props_b:  # rare: data, unless where a torn write leaves zeros
+            refused = _torn_nul_refusal(props_b, pos + size - len(props_b))
+            if refused is not None:
+                return refused
         try:
             encode_record_into(
                 mf.mm, pos, body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
@@ -498,6 +521,9 @@ class CommitLog:
                     queue_offset = table.get(key, 0)
                 pending[key] = queue_offset + 1
             phy = mf.file_from_offset + pos
+            refused = _torn_nul_refusal(props_b, pos + size - len(props_b))
+            if refused is not None:
+                return refused
             try:
                 hint = self._encode(
                     mm, pos, msg, topic_b, props_b, born_ip, sys_flag, queue_offset, phy, now

@@ -420,10 +420,16 @@ class DefaultMessageStore:
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
                 reason=f"properties are {len(props_b)} bytes, the limit is {MAX_PROPERTIES_LENGTH}",
             ), (b"", b"")
-        if has_nul(topic_b) or has_nul(props_b):
+        if has_nul(topic_b):
+            return PutMessageResult(
+                PutMessageStatus.MESSAGE_ILLEGAL, reason="a topic may not contain NUL characters"
+            ), (b"", b"")
+        if props_b and (props_b[0] == 0 or props_b[-1] == 0):
+            # Where recovery would take it for a torn write, wherever the record lands (the
+            # commit log refuses the rare NUL at a sector boundary: see nul_where_torn).
             return PutMessageResult(
                 PutMessageStatus.MESSAGE_ILLEGAL,
-                reason="topic and properties may not contain NUL characters",
+                reason="properties may not begin or end with a NUL character",
             ), (b"", b"")
         size = record_length(msg.sys_flag & ~_HOST_V6, len(msg.body), len(topic_b), len(props_b))
         if size > self.config.max_message_size:

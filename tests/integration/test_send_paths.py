@@ -177,3 +177,27 @@ async def test_batches_are_stored_by_the_fast_path_and_read_back(
     assert found.messages[3].tags == "T" and found.messages[10].tags == "\u6807\u7b7e"
     hits = store.query_message("FastBatch", "k5", 32, 0, 2**62).messages
     assert [decode_records(raw)[0].body for raw in hits] == [b"p5"]
+
+
+async def test_a_nul_inside_a_property_is_stored_as_sent(pymq_cluster: Cluster) -> None:
+    """The C++ client sometimes sends a UNIQ_KEY with a NUL inside; Java's broker stores it and
+    so does pymq (single and batch sends, read back by a pull).  Only a NUL where a torn write
+    leaves zeros is refused (tests/store/test_nul_properties.py)."""
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "Nul", brokers=[cluster.broker_addr])
+    odd = "0100007F0000F8D700005B8EA6 \0" + "4C00"
+    async with Producer("P", cluster.namesrv_addr) as producer:
+        mq = MessageQueue("Nul", "broker-a", 0)
+        one = await producer.send(Message("Nul", b"single", properties={"X": odd}), queue=mq)
+        many = await producer.send_batch(
+            [Message("Nul", b"b%d" % i, properties={"X": odd + str(i)}) for i in range(3)],
+            queue=mq,
+        )
+    assert one.status == many.status == "SEND_OK"
+    await cluster.broker.store.reput.do_reput()
+    async with PullConsumer("Puller", cluster.namesrv_addr) as puller:
+        found = await puller.pull(mq, "*", 0, 32)
+    assert [(m.body, m.properties["X"]) for m in found.messages] == [
+        (b"single", odd),
+        *[(b"b%d" % i, odd + str(i)) for i in range(3)],
+    ]

@@ -373,3 +373,13 @@ def test_export_columns_stays_inside_any_bytes(cut, tail, pos, stop):
     assert end - (pos if rows else end) == record_bytes <= len(data)
     assert rows == 0 or end <= len(data)
     assert len(buffers[-1]) == body_bytes
+
+
+def test_a_nul_inside_the_properties_is_exported_as_data(tmp_path):
+    """A NUL where no torn write leaves one (not the first or last byte, nor at a 512-byte
+    boundary of the file) is data: exported, as recovery keeps it."""
+    root = write_store(str(tmp_path), odd_messages(20), (with_properties("UNIQ_KEY\x01ab\0cd"),))
+    table, reports, _spy = both_paths(ExportOptions(path=root))
+    rows = [r for r in table.to_pylist() if r["topic"] == "Props"]
+    assert [r["unique_key"] for r in rows] == ["ab\0cd"]
+    assert not [b for r in reports for b in r["bad_ranges"]]

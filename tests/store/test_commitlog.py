@@ -83,7 +83,7 @@ async def test_limits_refuse_and_write_nothing(root):
         assert r.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
         r = await store.put_message(make_message(body=b"b" * 2000))
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "maxMessageSize" in r.reason
-        r = await store.put_message(make_message(odd="a\0b"))
+        r = await store.put_message(make_message(topic="a\0b"))
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "NUL" in r.reason
         assert store.max_phy_offset == before
         r = await store.put_message(make_message(topic="T" * 127, body=b"b" * 1000))

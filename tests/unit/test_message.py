@@ -267,8 +267,12 @@ def test_decode_records_refuses_what_decode_record_refuses():
     with pytest.raises(RecordError):
         decode_records(one + one[:-1])  # torn
     nul = bytearray(one)
-    nul[-2] = 0  # a NUL inside the properties
-    with pytest.raises(RecordError):
+    nul[-2] = 0  # a NUL inside the properties: data in a pull body (the broker judged tears)
+    assert decode_records(bytes(nul)) == [decode_record(bytes(nul))]
+    assert "\0" in encode_properties(decode_records(bytes(nul))[0].properties)
+    nul[-2] = 1
+    nul[one.index(golden_message().topic.encode())] = 0  # a NUL in the topic never is
+    with pytest.raises(RecordError, match="topic"):
         decode_records(bytes(nul))
     flipped = bytearray(one)
     flipped[one.index(golden_message().body)] ^= 1
@@ -381,11 +385,46 @@ def test_nul_in_topic_or_properties_reads_as_torn():
     raw = bytearray(golden_record_v4())
     raw[-1] = 0  # last properties byte zeroed, as a torn write leaves it
     with pytest.raises(RecordError, match="NUL"):
-        decode_record(raw)
+        decode_record(raw, tears=True)
+    assert decode_record(raw).properties  # not a file: data
     msg = golden_message()
-    msg.properties = {"A": "x\0"}
+    msg.topic = "a\0b"
     with pytest.raises(RecordError, match="NUL"):
         encode_record(msg)
+
+
+@pytest.mark.parametrize("kind", ["first", "last", "sector", "between"])
+def test_a_nul_in_the_properties_is_torn_only_where_a_lost_sector_puts_one(kind):
+    """A lost write is zeros from a sector boundary on: it zeroes the properties' first byte,
+    a byte at a 512-byte boundary of the file, or their last byte.  A NUL elsewhere is data
+    (the C++ client sometimes sends one in UNIQ_KEY; Java's broker stores it)."""
+    from pymq.common.message import nul_where_torn, scan_records
+
+    msg = golden_message()
+    msg.properties = {"UNIQ_KEY": "x" * 1200, "Z": "end"}
+    clean = encode_record(msg)
+    end = len(clean)
+    props_len = len(encode_properties(msg.properties).encode())
+    props_at = end - props_len
+    sector = props_at + (-props_at % 512)
+    at = {"first": props_at, "last": end - 1, "sector": sector, "between": sector + 7}[kind]
+    buf = bytearray(clean)
+    buf[at] = 0
+    torn = kind != "between"
+    assert nul_where_torn(buf, props_at, props_len) == (at if torn else -1)
+    assert scan_records(bytes(buf), 0, end)[0] == (0 if torn else end)
+    if torn:
+        with pytest.raises(RecordError, match="NUL byte in the properties"):
+            decode_record(buf, tears=True)
+    else:
+        value = decode_record(buf, tears=True).properties["UNIQ_KEY"]
+        assert value[at - props_at - 9] == "\0" and len(value) == 1200
+    assert decode_record(buf).store_size == end  # not a file (a pull body): data either way
+    # The sector boundaries are the file's: the same bytes elsewhere in a file judge otherwise.
+    if kind == "sector":
+        assert nul_where_torn(buf, props_at, props_len, origin=7) == -1
+    if kind == "between":
+        assert nul_where_torn(buf, props_at, props_len, origin=(-at) % 512) == at
 
 
 def _records(n: int) -> tuple[bytearray, list[int]]:
@@ -406,7 +445,7 @@ def _slow_scan(buf: bytes) -> int:
     pos = 0
     while pos < len(buf):
         try:
-            msg = decode_record(buf, pos)
+            msg = decode_record(buf, pos, tears=True)
         except (RecordError, BlankRecord):
             return pos
         if msg.commitlog_offset != pos:

@@ -1,0 +1,128 @@
+"""NUL characters in a message's properties: data, stored and served as Java's broker does,
+except where recovery would take them for a torn write (see ``record.nul_where_torn``).
+
+The C++ client (rocketmq 0.4.4) sometimes sends a UNIQ_KEY with a NUL in it; Java's broker
+stores such a send.  pymq refuses only a NUL at the properties' first or last byte, or at a
+512-byte sector boundary of the commit-log file, which a lost write would leave too.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pymq.common.message import decode_record, encode_properties, record_length
+from pymq.common.record import TEAR_ALIGN
+from pymq.store import GetMessageStatus, PutMessageStatus
+from tests.store.helpers import make_message, running_store, small_config
+from tests.store.test_recovery import commitlog_file, set_abort
+
+TOPIC = "TopicTest"
+KEY = "0100007F0000F8D700005B8EA6 \0" + "4C00"  # as the C++ client sent one
+
+
+def _props_start(store, msg) -> int:
+    """The file offset the properties of ``msg`` would start at if it were put now."""
+    files = store.commitlog.queue.files
+    pos = files[-1].wrote_position if files else 0
+    props = encode_properties(msg.properties).encode()
+    return pos + record_length(0, len(msg.body), len(msg.topic.encode()), len(props)) - len(props)
+
+
+def _nul_at_sector(store, body_len: int = 10) -> tuple:
+    """A message whose properties' only NUL lands on a sector boundary if put now."""
+    probe = make_message(body=b"b" * body_len, UNIQ_KEY="x" * 700)
+    start = _props_start(store, probe)
+    boundary = start + (-start % TEAR_ALIGN)
+    if boundary == start:  # the first byte: another rule; move the boundary inside
+        boundary += TEAR_ALIGN
+    value_at = start + encode_properties(probe.properties).encode().index(b"UNIQ_KEY\x01") + 9
+    value = list("x" * 700)
+    value[boundary - value_at] = "\0"
+    msg = make_message(body=b"b" * body_len, UNIQ_KEY="".join(value))
+    assert start + encode_properties(msg.properties).encode().index(0) == boundary
+    return msg, boundary
+
+
+@pytest.mark.parametrize("abnormal", [False, True])
+async def test_a_nul_inside_a_message_id_is_stored_served_and_recovered(tmp_path, abnormal):
+    config = small_config(str(tmp_path))
+    async with running_store(config) as store:
+        r = await store.put_message(make_message(UNIQ_KEY=KEY))
+        assert r.status is PutMessageStatus.PUT_OK, r.reason
+        r2 = await store.put_message(make_message(body=b"after"))
+        assert r2.status is PutMessageStatus.PUT_OK
+        await store.reput.do_reput()
+        got = store.get_message("g", TOPIC, 0, 0, 8)
+        assert got.status is GetMessageStatus.FOUND and len(got.messages) == 2
+        assert decode_record(got.messages[0]).properties["UNIQ_KEY"] == KEY
+        end = store.max_phy_offset
+    set_abort(config, abnormal)
+    async with running_store(config) as store:
+        assert store.max_phy_offset == end  # recovery kept both: the NUL is data
+        msg = store.look_message_by_offset(r.wrote_offset)
+        assert msg is not None and msg.properties["UNIQ_KEY"] == KEY
+        got = store.get_message("g", TOPIC, 0, 0, 8)
+        assert [decode_record(m).body for m in got.messages] == [b"hello", b"after"]
+
+
+async def test_a_nul_on_a_sector_boundary_is_refused_and_writes_nothing(tmp_path):
+    config = small_config(str(tmp_path))
+    async with running_store(config) as store:
+        await store.put_message(make_message())  # queue offset 0
+        msg, boundary = _nul_at_sector(store)
+        before = store.max_phy_offset
+        r = await store.put_message(msg)
+        assert r.status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert f"file offset {boundary}" in r.reason and "torn write" in r.reason
+        assert store.max_phy_offset == before
+        # The same in a batch: all of it refused.
+        batch, _ = _nul_at_sector(store)
+        r = await store.put_messages([batch, make_message(body=b"b" * 10)])
+        assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "torn write" in r.reason
+        assert store.max_phy_offset == before
+        # One byte further along, the same NUL is data.
+        moved = make_message(body=b"b" * 11, UNIQ_KEY=msg.properties["UNIQ_KEY"])
+        r = await store.put_message(moved)
+        assert r.status is PutMessageStatus.PUT_OK and r.logic_offset == 1, r.reason
+        end = store.max_phy_offset
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert store.max_phy_offset == end
+
+
+@pytest.mark.parametrize("value", ["\0K", "abc\0"])
+async def test_properties_beginning_or_ending_with_nul_are_refused(tmp_path, value):
+    config = small_config(str(tmp_path))
+    async with running_store(config) as store:
+        msg = make_message(tags=None)
+        msg.properties = {"K": value} if value[0] != "\0" else {value: "v"}
+        r = await store.put_message(msg)
+        assert r.status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert "begin or end with a NUL" in r.reason
+        assert store.max_phy_offset == 0
+
+
+async def test_a_torn_tail_inside_properties_holding_a_nul_is_still_truncated(tmp_path):
+    """A record with a data NUL, then a lost sector in the next record's properties: recovery
+    keeps the first and truncates at the second."""
+    config = small_config(str(tmp_path))
+    async with running_store(config) as store:
+        first = await store.put_message(make_message(UNIQ_KEY=KEY))
+        second = await store.put_message(make_message(UNIQ_KEY="y" * 1500))
+        assert first.status is second.status is PutMessageStatus.PUT_OK
+    start = second.wrote_offset
+    stop = start + second.wrote_bytes
+    lost = stop - 700  # inside the long value
+    lost += -lost % TEAR_ALIGN
+    assert start < lost < stop
+    with open(commitlog_file(config, lost), "r+b") as f:
+        f.seek(lost)
+        f.write(bytes(stop - lost))
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert store.max_phy_offset == start
+        msg = store.look_message_by_offset(first.wrote_offset)
+        assert msg is not None and msg.properties["UNIQ_KEY"] == KEY
+    assert os.path.getsize(commitlog_file(config, 0)) == config.mapped_file_size_commit_log

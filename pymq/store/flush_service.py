@@ -120,6 +120,7 @@ class CommitLogFlushService:
             nursery.start_soon(self._expire_late_waiters)
             self._sync_thread = thread = sync_thread("pymq-group-commit")
             task_status.started()
+            failures = 0
             try:
                 while True:
                     await self._wake.wait()
@@ -127,11 +128,16 @@ class CommitLogFlushService:
                     while self._waiters:
                         try:
                             await self._sync_for_waiters()
+                            failures = 0
                         except OSError:
                             # Not acknowledging is the honest answer: waiters time out
-                            # (FLUSH_DISK_TIMEOUT).
-                            log.exception("commit log sync failed")
-                            await trio.sleep(0.01)
+                            # (FLUSH_DISK_TIMEOUT).  The pages are written again by the next
+                            # try (MappedFileQueue._sync_failed), 10 ms later, then backing
+                            # off to a try a second while the disk keeps failing.
+                            failures += 1
+                            if failures == 1 or failures % 60 == 0:
+                                log.exception("commit log sync failed (%d in a row)", failures)
+                            await trio.sleep(min(1.0, 0.01 * 2 ** min(failures - 1, 7)))
                         self._settle()
             finally:
                 self._sync_thread = None

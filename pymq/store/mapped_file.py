@@ -526,6 +526,24 @@ class MappedFile:
         """Blocking: make everything written through the mapping durable."""
         os.fdatasync(self._fd)
 
+    def redirty(self, start: int, end: int) -> int:
+        """Mark the pages of ``[start, end)`` dirty again, changing no byte; returns how many.
+
+        After a failed sync: Linux reports a writeback error once and leaves the pages it could
+        not write clean, so the next sync would succeed without writing them, and what waited
+        on it would be acknowledged as durable.  Writing each page's first byte back through
+        the mapping dirties the page again (a write fault), so the next sync writes it or
+        fails in turn.  On the event loop, which is the only writer: nothing changes under it.
+        """
+        if self._fd < 0:
+            return 0
+        mm = self.mm
+        count = 0
+        for pos in range(start - start % _PAGE, min(end, self.file_size), _PAGE):
+            mm[pos] = mm[pos]
+            count += 1
+        return count
+
     def fileno(self) -> int:
         """The file's descriptor (-1 once closed), for a sync made elsewhere
         (:class:`~pymq.store.mapped_file_queue.NativeSyncThread`)."""

@@ -396,7 +396,11 @@ class MappedFileQueue:
                     raise
             if not todo:
                 return self.flushed_where >= target
-            await trio.to_thread.run_sync(_sync_all, [mf for mf, _, _ in todo])
+            try:
+                await trio.to_thread.run_sync(_sync_all, [mf for mf, _, _ in todo])
+            except OSError:
+                self._sync_failed(todo)
+                raise
             self._flushed(todo)
             return self.flushed_where >= target
 
@@ -415,6 +419,21 @@ class MappedFileQueue:
             self.flushed_where = max(self.flushed_where, mf.file_from_offset + wrote)
             if ts:
                 self.store_timestamp = max(self.store_timestamp, ts)
+
+    def _sync_failed(self, todo: list[tuple[MappedFile, int, int]]) -> None:
+        """A sync of ``todo`` failed: its unflushed pages are dirtied again, so that the next
+        sync writes them rather than succeeding over pages the kernel gave up on (see
+        :meth:`MappedFile.redirty`)."""
+        pages = 0
+        for mf, wrote, _ in todo:
+            pages += mf.redirty(mf.flushed_position, wrote)
+        log.warning(
+            "sync of %s failed: %d unflushed pages marked for writing again; nothing written "
+            "since offset %d is acknowledged until a sync succeeds",
+            self.directory,
+            pages,
+            self.flushed_where,
+        )
 
     def begin_flush(self, syncer: Syncer) -> FlushJob | None:
         """:meth:`flush` (``least_pages`` 0) started at once, without a checkpoint: the group
@@ -556,6 +575,8 @@ class FlushJob:
         try:
             if error is None:
                 self._queue._flushed(self._todo)
+            elif isinstance(error, OSError):
+                self._queue._sync_failed(self._todo)
         except BaseException as exc:
             error = exc
             raise

@@ -281,3 +281,100 @@ async def test_the_c_thread_syncs_the_files_handed_over_though_closed_meanwhile(
         thread.stop()
         for fd in (slow, later, read_end, write_end):
             os.close(fd)
+
+
+def dirty_kb(path: str) -> int:
+    """Dirty kB of ``path``'s mappings in this process (/proc/self/smaps)."""
+    real = os.path.realpath(path)
+    total = 0
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.rstrip("\n").split(None, 5)
+            if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
+                inside = len(fields) >= 6 and fields[5] == real
+            elif inside and line.startswith(("Private_Dirty:", "Shared_Dirty:")):
+                total += int(fields[1])
+    return total
+
+
+def test_redirty_marks_synced_pages_for_writing_again(tmp_path):
+    path = str(tmp_path / "00000000000000000000")
+    mf = MappedFile.create(path, 1024 * 1024)
+    try:
+        mf.allocate_to(64 * 1024)
+        mf.mm[100:30000] = b"r" * 29900
+        mf.sync()
+        assert dirty_kb(path) == 0  # written back: clean
+        assert mf.redirty(100, 30000) == 8  # the pages holding bytes 0..30000
+        assert dirty_kb(path) == 32
+        assert mf.mm[100:30000] == b"r" * 29900 and mf.mm[:100] == bytes(100)
+        mf.sync()
+        assert dirty_kb(path) == 0
+    finally:
+        mf.close()
+
+
+async def test_after_a_failed_sync_the_next_one_writes_the_pages_again(root, monkeypatch):
+    """A writeback error is reported once: the kernel leaves the pages it could not write clean,
+    and the next fdatasync succeeds without writing them.  Here the failing sync really writes
+    (cleaning the pages) and then reports EIO; the group commit must dirty those pages again
+    before it retries, or it would acknowledge records that never reached the disk."""
+    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    monkeypatch.setattr(mapped_file_queue, "NATIVE_SYNC", False)
+    real_sync = MappedFile.sync
+    failures: list[int] = []
+    dirty_after_failure: list[int] = []
+
+    def sync(mf: MappedFile) -> None:
+        real_sync(mf)  # the pages are clean now, as after a failed writeback
+        if failures:
+            failures.pop()
+            raise OSError(errno.EIO, "injected writeback error")
+
+    async with running_store(config) as store:
+        queue = store.commitlog.queue
+        assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+        path = queue.files[-1].path
+        assert dirty_kb(path) == 0
+        real_failed = queue._sync_failed
+
+        def failed(todo):  # type: ignore[no-untyped-def]
+            real_failed(todo)
+            dirty_after_failure.append(dirty_kb(path))
+
+        monkeypatch.setattr(queue, "_sync_failed", failed)
+        monkeypatch.setattr(MappedFile, "sync", sync)
+        failures.append(1)
+        r = await store.put_message(make_message(body=b"x" * 5000))
+        assert r.status is PutMessageStatus.PUT_OK  # acknowledged by the retry, which wrote
+        assert dirty_after_failure and dirty_after_failure[0] >= 4
+        assert dirty_kb(path) == 0
+        assert queue.flushed_where >= r.wrote_offset + r.wrote_bytes
+
+
+@needs_native_sync
+async def test_a_failing_c_sync_marks_the_pages_for_writing_again(root, monkeypatch):
+    read_end, write_end = os.pipe()
+    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    redirtied: list[tuple[int, int]] = []
+    real_redirty = MappedFile.redirty
+
+    def redirty(mf: MappedFile, start: int, end: int) -> int:
+        redirtied.append((mf.file_from_offset + start, mf.file_from_offset + end))
+        return real_redirty(mf, start, end)
+
+    try:
+        async with running_store(config) as store:
+            assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+            flushed = store.commitlog.queue.flushed_where
+            config.sync_flush_timeout = 100
+            monkeypatch.setattr(MappedFile, "redirty", redirty)
+            monkeypatch.setattr(MappedFile, "fileno", lambda mf: read_end)
+            r = await store.put_message(make_message(body=b"lost?"))
+            assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
+            monkeypatch.undo()
+            assert redirtied and redirtied[0] == (flushed, r.wrote_offset + r.wrote_bytes)
+    finally:
+        os.close(read_end)
+        os.close(write_end)

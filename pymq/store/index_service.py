@@ -189,7 +189,13 @@ class IndexService:
         """Sync full files not yet synced; return the newest end timestamp that is durable."""
         while self._unsynced_full:
             f = self._unsynced_full[0]
-            await trio.to_thread.run_sync(f.sync)
+            try:
+                await trio.to_thread.run_sync(f.sync)
+            except OSError:
+                # The retry must write what this sync could not (see MappedFile.redirty); the
+                # file is full, so nothing else writes to it meanwhile.
+                await trio.to_thread.run_sync(f.mf.redirty, 0, f.mf.file_size)
+                raise
             self._unsynced_full.pop(0)
             self.flushed_index_timestamp = max(self.flushed_index_timestamp, f.end_timestamp)
         return self.flushed_index_timestamp

@@ -378,3 +378,31 @@ async def test_a_failing_c_sync_marks_the_pages_for_writing_again(root, monkeypa
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+async def test_a_full_index_file_whose_sync_failed_is_written_again(tmp_path, monkeypatch):
+    from pymq.store.index_service import IndexService
+
+    index = IndexService(str(tmp_path), 16, 8, lambda: 1_700_000_000_000)
+    index.load(True, 0)
+    for i in range(12):  # 8 entries fill the first file; the next roll queues it for a sync
+        index.build_index("T", f"k{i}", None, 100 * (i + 1), 1_700_000_000_000 + i, 0)
+    full = index._unsynced_full[0]
+    real_sync = MappedFile.sync
+    fail = [True]
+
+    def sync(mf: MappedFile) -> None:
+        real_sync(mf)  # written and cleaned, then reported failed: a lost writeback
+        if fail and fail.pop():
+            raise OSError(errno.EIO, "injected writeback error")
+
+    monkeypatch.setattr(MappedFile, "sync", sync)
+    with pytest.raises(OSError):
+        await index.flush()
+    assert index._unsynced_full == [full] and index.flushed_index_timestamp == 0
+    assert dirty_kb(full.mf.path) >= 4  # marked for writing again
+    await index.flush()
+    assert dirty_kb(full.mf.path) == 0 and not index._unsynced_full
+    assert index.flushed_index_timestamp == full.end_timestamp > 0
+    for f in index.files:
+        f.close()

@@ -64,6 +64,11 @@ class IndexService:
                 f.destroy()
                 continue
             self.files.append(f)
+        # Oldest first by what the files hold, not by name: names are local times, which go
+        # back an hour when daylight saving time ends, so a file made in the repeated hour
+        # sorts before the ones made in its first pass.  Entries only come in log order, so
+        # the start of a file's records orders the files; an empty one is the newest.
+        self.files.sort(key=lambda f: (f.index_count <= 1, f.begin_phy_offset))
         if self.files:
             # The newest file is written to: its blocks up to its data end and the next chunk
             # (it is sparse if Java or an older pymq wrote it; see MappedFile).

@@ -218,3 +218,30 @@ async def test_query_by_producer_unique_ids(root):
         for topic, uniq, offset in sent:
             found = store.query_message(topic, uniq, 8, 0, clock.now)
             assert [decode_record(m).commitlog_offset for m in found.messages] == [offset]
+
+
+def test_index_files_load_in_log_order_though_their_names_went_back_an_hour(tmp_path, monkeypatch):
+    """Index files are named by local time, which repeats an hour when daylight saving time
+    ends: a file made in the repeated hour has a smaller name than the one before it.  Loading
+    orders them by what they hold, so the newest (the one written to) comes last."""
+    from pymq.store import index_service
+    from pymq.store.index_service import IndexService
+
+    names = iter(range(20261101015900000, 0, -3_600_000))  # each an hour before the last
+    monkeypatch.setattr(index_service, "index_file_name", lambda ms: str(next(names)))
+    ts = 1_700_000_000_000
+    index = IndexService(str(tmp_path), 16, 8, lambda: ts)
+    index.load(True, 0)
+    for i in range(20):  # 7 entries a file: three files
+        index.build_index("T", f"k{i}", None, 100 * (i + 1), ts + i, 0)
+    written = [f.mf.path for f in index.files]
+    assert len(written) == 3 and sorted(written) == written[::-1]  # names run backwards
+    index.close()
+    again = IndexService(str(tmp_path), 16, 8, lambda: ts)
+    again.load(True, 0)
+    assert [f.mf.path for f in again.files] == written
+    again.build_index("T", "k20", None, 2100, ts + 20, 0)  # written to the newest file
+    assert again.files[-1].end_phy_offset == 2100
+    for i in range(21):
+        assert again.query("T", f"k{i}", 4, 0, 2**62)[0] == [100 * (i + 1)], i
+    again.close()

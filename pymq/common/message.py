@@ -122,6 +122,7 @@ from pymq.common.record import (
     record_length,
     scan_records,
     store_timestamp_position,
+    tear_safe_properties,
 )
 
 __all__ = [
@@ -224,6 +225,7 @@ __all__ = [
     "scan_records",
     "store_timestamp_position",
     "tags_code",
+    "tear_safe_properties",
     "unique_id_ip",
     "unpack_ip",
 ]

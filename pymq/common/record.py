@@ -21,7 +21,7 @@ from __future__ import annotations
 import mmap
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple
 
 from pymq.common.message_ext import (
@@ -272,6 +272,41 @@ def nul_where_torn(
             return at
         at += TEAR_ALIGN
     return -1
+
+
+_TEAR_SAFE_PICKS = 4
+"""How many first items, last items and rotations of the rest :func:`tear_safe_properties`
+tries (at most 64 orders, so a hostile message costs a bounded amount of work)."""
+
+
+def tear_safe_properties(props: Mapping[str, str], origin: int | None = None) -> bytes | None:
+    """``props`` as properties bytes in an order with no NUL where :func:`nul_where_torn` takes
+    one for a torn write, or None when none of the orders tried has one.
+
+    Without ``origin``, only the first and last bytes count (a NUL at the start of a name, at
+    the end of a value); with it (the file offset the properties start at), the sector
+    boundaries too.  Properties are a map (Java's broker keeps them in a HashMap, consumers
+    read them by name), so the store may write them in any order; it picks one rather than
+    refuse a message whose NUL is data, and rather than refuse a message it re-puts itself
+    (a delayed message's delivery, a half message put back for a check), which would be tried
+    again for ever.  The bytes have the length of ``properties_bytes(props)``.
+    """
+    items = [(k.encode(), v.encode()) for k, v in props.items()]
+    n = len(items)
+    heads = [i for i, (k, _) in enumerate(items) if k[:1] != b"\0"][:_TEAR_SAFE_PICKS]
+    tails = [i for i, (_, v) in enumerate(items) if v[-1:] != b"\0"][:_TEAR_SAFE_PICKS]
+    sep, kv = PROPERTY_SEPARATOR.encode(), NAME_VALUE_SEPARATOR.encode()
+    for h in heads:
+        for t in tails:
+            if h == t and n > 1:
+                continue
+            rest = [items[i] for i in range(n) if i != h and i != t]
+            for r in range(min(max(len(rest), 1), _TEAR_SAFE_PICKS)):
+                order = [items[h], *rest[r:], *rest[:r], items[t]] if n > 1 else items
+                data = sep.join([k + kv + v for k, v in order])
+                if origin is None or nul_where_torn(data, 0, len(data), origin) < 0:
+                    return data
+    return None
 
 
 def read_record_header(

@@ -41,9 +41,10 @@ Deliberate differences from Java 4.x (same files, same records):
 
 * an empty ``storePathCommitLog`` means ``<storePathRootDir>/commitlog``;
 * records with a NUL in the topic, or in the properties where a lost write leaves zeros (their
-  first or last byte, a 512-byte boundary of the file: ``record.nul_where_torn``), are refused
-  at put and treated as torn at recovery (only the body has a CRC; a tail torn after the body
-  would otherwise pass); Java stores them;
+  first or last byte, a 512-byte boundary of the file: ``record.nul_where_torn``), are never
+  written (the properties go in another order, ``record.tear_safe_properties``, or the put is
+  refused when none avoids it) and are treated as torn at recovery (only the body has a CRC;
+  a tail torn after the body would otherwise pass); Java stores them;
 * store files are created atomically (sized under a hidden name, renamed), and empty files at
   the end of a queue are dropped at load instead of refusing to start;
 * ``get_offset_in_queue_by_time`` returns the first offset stored at or after the time (5.x's

@@ -47,6 +47,7 @@ from pymq.common.record import (
     record_length,
     scan_records,
     store_timestamp_position,
+    tear_safe_properties,
 )
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store.mapped_file import MappedFile
@@ -96,15 +97,20 @@ _INT_FIELDS = (
 )
 
 
-def _torn_nul_refusal(props_b: bytes, at: int) -> PutMessageResult | None:
-    """The refusal of properties (written from file offset ``at``) with a NUL where recovery
-    would take the record for a torn write (:func:`nul_where_torn`), or None.  Nothing is
-    written: the caller has committed nothing yet."""
-    if 0 not in props_b:
-        return None
+def _tear_safe(msg: MessageExt, props_b: bytes, at: int) -> bytes | PutMessageResult:
+    """``props_b``, to be written from file offset ``at``, or the same properties in another
+    order if a NUL of theirs would land where recovery takes it for a torn write
+    (:func:`nul_where_torn`; see :func:`tear_safe_properties`); the refusal when no order tried
+    avoids it.  Nothing is written: the caller has committed nothing yet.  The bytes returned
+    have the length of ``props_b``, so the record's size and layout stay as computed."""
+    if 0 not in props_b:  # the common case
+        return props_b
     where = nul_where_torn(props_b, 0, len(props_b), at)
     if where < 0:
-        return None
+        return props_b
+    safe = tear_safe_properties(msg.properties, at)
+    if safe is not None and len(safe) == len(props_b):
+        return safe
     return PutMessageResult(
         PutMessageStatus.MESSAGE_ILLEGAL,
         reason=f"a NUL character in the properties would land at commit-log file offset "
@@ -409,9 +415,10 @@ class CommitLog:
             queue_offset = self.topic_queue_table.get(key, 0)
         phy = mf.file_from_offset + pos
         if 0 in props_b:  # rare: data, unless where a torn write leaves zeros
-            refused = _torn_nul_refusal(props_b, pos + size - len(props_b))
-            if refused is not None:
-                return refused
+            safe = _tear_safe(msg, props_b, pos + size - len(props_b))
+            if isinstance(safe, PutMessageResult):
+                return safe
+            props_b = safe
         try:
             encode_record_into(
                 mf.mm, pos, body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
@@ -521,12 +528,12 @@ class CommitLog:
                     queue_offset = table.get(key, 0)
                 pending[key] = queue_offset + 1
             phy = mf.file_from_offset + pos
-            refused = _torn_nul_refusal(props_b, pos + size - len(props_b))
-            if refused is not None:
-                return refused
+            safe = _tear_safe(msg, props_b, pos + size - len(props_b))
+            if isinstance(safe, PutMessageResult):
+                return safe
             try:
                 hint = self._encode(
-                    mm, pos, msg, topic_b, props_b, born_ip, sys_flag, queue_offset, phy, now
+                    mm, pos, msg, topic_b, safe, born_ip, sys_flag, queue_offset, phy, now
                 )
             except Exception as exc:  # nothing is committed yet
                 return self._encode_failed(msg, exc)

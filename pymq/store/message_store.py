@@ -37,6 +37,7 @@ from pymq.common.message import (
     has_nul,
     properties_bytes,
     record_length,
+    tear_safe_properties,
 )
 from pymq.common.periodic import every
 from pymq.common.topic import SCHEDULE_TOPIC
@@ -425,12 +426,16 @@ class DefaultMessageStore:
                 PutMessageStatus.MESSAGE_ILLEGAL, reason="a topic may not contain NUL characters"
             ), (b"", b"")
         if props_b and (props_b[0] == 0 or props_b[-1] == 0):
-            # Where recovery would take it for a torn write, wherever the record lands (the
-            # commit log refuses the rare NUL at a sector boundary: see nul_where_torn).
-            return PutMessageResult(
-                PutMessageStatus.MESSAGE_ILLEGAL,
-                reason="properties may not begin or end with a NUL character",
-            ), (b"", b"")
+            # Where recovery would take it for a torn write, wherever the record lands: the
+            # properties in another order, if one avoids it (the commit log does the same for
+            # the rare NUL at a sector boundary: see nul_where_torn).
+            safe = tear_safe_properties(msg.properties)
+            if safe is None:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    reason="properties may not begin or end with a NUL character",
+                ), (b"", b"")
+            props_b = safe
         size = record_length(msg.sys_flag & ~_HOST_V6, len(msg.body), len(topic_b), len(props_b))
         if size > self.config.max_message_size:
             return PutMessageResult(

@@ -2,8 +2,9 @@
 except where recovery would take them for a torn write (see ``record.nul_where_torn``).
 
 The C++ client (rocketmq 0.4.4) sometimes sends a UNIQ_KEY with a NUL in it; Java's broker
-stores such a send.  pymq refuses only a NUL at the properties' first or last byte, or at a
-512-byte sector boundary of the commit-log file, which a lost write would leave too.
+stores such a send.  pymq never writes a NUL at the properties' first or last byte, or at a
+512-byte sector boundary of the commit-log file, which a lost write would leave too: it writes
+the properties in another order, and refuses the message only when no order avoids it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 
 import pytest
 
+from pymq.broker.schedule import ScheduleMessageService
 from pymq.common.message import decode_record, encode_properties, record_length
 from pymq.common.record import TEAR_ALIGN
 from pymq.store import GetMessageStatus, PutMessageStatus
@@ -30,9 +32,9 @@ def _props_start(store, msg) -> int:
     return pos + record_length(0, len(msg.body), len(msg.topic.encode()), len(props)) - len(props)
 
 
-def _nul_at_sector(store, body_len: int = 10) -> tuple:
+def _nul_at_sector(store, body_len: int = 10, tags: str | None = "TagA") -> tuple:
     """A message whose properties' only NUL lands on a sector boundary if put now."""
-    probe = make_message(body=b"b" * body_len, UNIQ_KEY="x" * 700)
+    probe = make_message(body=b"b" * body_len, tags=tags, UNIQ_KEY="x" * 700)
     start = _props_start(store, probe)
     boundary = start + (-start % TEAR_ALIGN)
     if boundary == start:  # the first byte: another rule; move the boundary inside
@@ -40,7 +42,7 @@ def _nul_at_sector(store, body_len: int = 10) -> tuple:
     value_at = start + encode_properties(probe.properties).encode().index(b"UNIQ_KEY\x01") + 9
     value = list("x" * 700)
     value[boundary - value_at] = "\0"
-    msg = make_message(body=b"b" * body_len, UNIQ_KEY="".join(value))
+    msg = make_message(body=b"b" * body_len, tags=tags, UNIQ_KEY="".join(value))
     assert start + encode_properties(msg.properties).encode().index(0) == boundary
     return msg, boundary
 
@@ -67,24 +69,46 @@ async def test_a_nul_inside_a_message_id_is_stored_served_and_recovered(tmp_path
         assert [decode_record(m).body for m in got.messages] == [b"hello", b"after"]
 
 
-async def test_a_nul_on_a_sector_boundary_is_refused_and_writes_nothing(tmp_path):
+async def test_a_nul_on_a_sector_boundary_is_stored_in_another_order(tmp_path):
+    """Properties are a map: when a NUL would land on a sector boundary, the store writes them
+    in another order rather than refuse the message (whose NUL is data)."""
     config = small_config(str(tmp_path))
     async with running_store(config) as store:
         await store.put_message(make_message())  # queue offset 0
-        msg, boundary = _nul_at_sector(store)
+        msg, _boundary = _nul_at_sector(store)
+        r = await store.put_message(msg)
+        assert r.status is PutMessageStatus.PUT_OK and r.logic_offset == 1, r.reason
+        stored = store.look_message_by_offset(r.wrote_offset)
+        assert stored is not None and stored.properties == msg.properties
+        # The same in a batch: each record's properties in an order safe where it lands.
+        batch, _ = _nul_at_sector(store)
+        r = await store.put_messages([batch, make_message(body=b"b" * 10)])
+        assert r.status is PutMessageStatus.PUT_OK and r.msg_num == 2, r.reason
+        stored = store.look_message_by_offset(r.wrote_offset)
+        assert stored is not None and stored.properties == batch.properties
+        end = store.max_phy_offset
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert store.max_phy_offset == end
+        assert store.get_max_offset_in_queue(TOPIC, 0) == 4
+
+
+async def test_a_nul_on_a_sector_boundary_no_order_avoids_is_refused(tmp_path):
+    config = small_config(str(tmp_path))
+    async with running_store(config) as store:
+        await store.put_message(make_message())
+        msg, boundary = _nul_at_sector(store, tags=None)  # one property: no other order
         before = store.max_phy_offset
         r = await store.put_message(msg)
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL
         assert f"file offset {boundary}" in r.reason and "torn write" in r.reason
         assert store.max_phy_offset == before
-        # The same in a batch: all of it refused.
-        batch, _ = _nul_at_sector(store)
-        r = await store.put_messages([batch, make_message(body=b"b" * 10)])
+        r = await store.put_messages([msg, make_message(body=b"b" * 10)])
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "torn write" in r.reason
         assert store.max_phy_offset == before
         # One byte further along, the same NUL is data.
-        moved = make_message(body=b"b" * 11, UNIQ_KEY=msg.properties["UNIQ_KEY"])
-        r = await store.put_message(moved)
+        msg.body += b"b"
+        r = await store.put_message(msg)
         assert r.status is PutMessageStatus.PUT_OK and r.logic_offset == 1, r.reason
         end = store.max_phy_offset
     set_abort(config, True)
@@ -93,7 +117,26 @@ async def test_a_nul_on_a_sector_boundary_is_refused_and_writes_nothing(tmp_path
 
 
 @pytest.mark.parametrize("value", ["\0K", "abc\0"])
-async def test_properties_beginning_or_ending_with_nul_are_refused(tmp_path, value):
+async def test_properties_beginning_or_ending_with_nul_are_stored_in_another_order(tmp_path, value):
+    config = small_config(str(tmp_path))
+    async with running_store(config) as store:
+        msg = make_message()  # TAGS, which can go first or last
+        if value[0] == "\0":  # a name beginning with NUL, first
+            msg.properties = {value: "v", **msg.properties}
+        else:  # a value ending with NUL, last
+            msg.properties = {**msg.properties, "K": value}
+        r = await store.put_message(msg)
+        assert r.status is PutMessageStatus.PUT_OK, r.reason
+        end = store.max_phy_offset
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert store.max_phy_offset == end
+        stored = store.look_message_by_offset(r.wrote_offset)
+        assert stored is not None and stored.properties == msg.properties
+
+
+@pytest.mark.parametrize("value", ["\0K", "abc\0"])
+async def test_properties_that_must_begin_or_end_with_nul_are_refused(tmp_path, value):
     config = small_config(str(tmp_path))
     async with running_store(config) as store:
         msg = make_message(tags=None)
@@ -102,6 +145,30 @@ async def test_properties_beginning_or_ending_with_nul_are_refused(tmp_path, val
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL
         assert "begin or end with a NUL" in r.reason
         assert store.max_phy_offset == 0
+
+
+async def test_a_delayed_message_is_delivered_whatever_its_properties_order(tmp_path):
+    """The schedule service re-puts a delayed message without its DELAY property: when DELAY
+    was first and the next name begins with a NUL, that put must not be refused (the level's
+    delivery would retry it for ever, holding back every later message of the level)."""
+    config = small_config(str(tmp_path))
+    async with running_store(config) as store:
+        msg = make_message(tags=None)
+        msg.properties = {"DELAY": "1", "\0n": "v", "K": "w"}
+        r = await store.put_message(msg)
+        assert r.status is PutMessageStatus.PUT_OK, r.reason
+        delayed = store.look_message_by_offset(r.wrote_offset)
+        assert delayed is not None
+        real = ScheduleMessageService._real_message(delayed)
+        r = await store.put_message(real)
+        assert r.status is PutMessageStatus.PUT_OK, r.reason
+        end = store.max_phy_offset
+    set_abort(config, True)
+    async with running_store(config) as store:
+        assert store.max_phy_offset == end
+        stored = store.look_message_by_offset(r.wrote_offset)
+        assert stored is not None and stored.properties["\0n"] == "v"
+        assert stored.topic == TOPIC
 
 
 async def test_a_torn_tail_inside_properties_holding_a_nul_is_still_truncated(tmp_path):

@@ -484,3 +484,24 @@ def test_property_value_matches_decode(props, name, trailing):
     assert property_value(text, name) == decode_properties(text).get(name)
     for key in props:
         assert property_value(text, key) == props[key]
+
+
+def test_tear_safe_properties_reorders_a_map_and_gives_up_in_bounded_work():
+    from pymq.common.message import nul_where_torn, properties_bytes, tear_safe_properties
+
+    props = {"\0a": "v", "K": "x\0y", "Z": "end\0"}
+    data = tear_safe_properties(props)
+    assert data is not None and data[0] != 0 and data[-1] != 0
+    assert decode_properties(data.decode()) == props
+    assert len(data) == len(properties_bytes(props))
+    # A NUL on a sector boundary (the properties start 3 bytes before one): moved.
+    at = 512 - 3
+    raw = properties_bytes({"K": "x\0y", "A": "bb"})
+    assert nul_where_torn(raw, 0, len(raw), at) == 3
+    moved = tear_safe_properties({"K": "x\0y", "A": "bb"}, at)
+    assert moved is not None and nul_where_torn(moved, 0, len(moved), at) < 0
+    # No order avoids it: None (after at most 64 orders, however many items).
+    assert tear_safe_properties({"\0a": "v"}) is None
+    assert tear_safe_properties({"a": "v\0"}) is None
+    dense = {f"k{i}": "\0" * 500 + "x" for i in range(60)}
+    assert tear_safe_properties(dense, 0) is None

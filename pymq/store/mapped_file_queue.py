@@ -423,10 +423,13 @@ class MappedFileQueue:
     def _sync_failed(self, todo: list[tuple[MappedFile, int, int]]) -> None:
         """A sync of ``todo`` failed: its unflushed pages are dirtied again, so that the next
         sync writes them rather than succeeding over pages the kernel gave up on (see
-        :meth:`MappedFile.redirty`)."""
+        :meth:`MappedFile.redirty`).  Up to each file's write position now, not the one the
+        sync began at: ``fdatasync`` writes back every dirty page of the file, so the pages
+        the loop wrote while it ran were cleaned by its failure too, and the next sync covers
+        them."""
         pages = 0
         for mf, wrote, _ in todo:
-            pages += mf.redirty(mf.flushed_position, wrote)
+            pages += mf.redirty(mf.flushed_position, max(wrote, mf.wrote_position))
         log.warning(
             "sync of %s failed: %d unflushed pages marked for writing again; nothing written "
             "since offset %d is acknowledged until a sync succeeds",

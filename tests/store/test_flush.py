@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import struct
 import threading
@@ -406,3 +407,53 @@ async def test_a_full_index_file_whose_sync_failed_is_written_again(tmp_path, mo
     assert index.flushed_index_timestamp == full.end_timestamp > 0
     for f in index.files:
         f.close()
+
+
+@pytest.mark.parametrize("path", ["group commit", "timed flush"])
+async def test_a_failed_sync_dirties_again_the_pages_written_while_it_ran(
+    tmp_path, monkeypatch, path
+):
+    """The loop keeps appending while a sync runs, and ``fdatasync`` writes back every dirty page
+    of the file, those too: when it fails, the pages written after the sync began are as clean
+    and as unwritten as the others, and the next sync, which covers them, would not write them."""
+    from pymq.store.mapped_file_queue import MappedFileQueue
+
+    queue = MappedFileQueue(str(tmp_path / "log"), 1024 * 1024)
+    mf = queue.get_last_mapped_file()
+    mf.append(b"a" * 5000)
+    started, go = threading.Event(), threading.Event()
+    real_sync = MappedFile.sync
+
+    def sync(self: MappedFile) -> None:
+        started.set()
+        go.wait(5)
+        real_sync(self)  # written and cleaned, then reported failed: a lost writeback
+        raise OSError(errno.EIO, "injected writeback error")
+
+    monkeypatch.setattr(MappedFile, "sync", sync)
+    thread = SyncThread("test-sync")
+    try:
+        async with trio.open_nursery() as nursery:
+            if path == "group commit":
+                job = queue.begin_flush(thread)
+                assert job is not None
+                wait = job.wait
+            else:
+                wait = functools.partial(queue.flush, 0)
+            failed = trio.Event()
+
+            async def flush() -> None:
+                with pytest.raises(OSError):
+                    await wait()
+                failed.set()
+
+            nursery.start_soon(flush)
+            await trio.to_thread.run_sync(started.wait, 5)
+            mf.append(b"b" * 20000)  # while the sync runs: bytes 5000..25000
+            go.set()
+            await failed.wait()
+        assert queue.flushed_where == 0
+        assert dirty_kb(mf.path) >= 28  # the 7 pages of bytes 0..25000, all to be written
+    finally:
+        thread.stop()
+        queue.close()

@@ -531,17 +531,50 @@ class MappedFile:
 
         After a failed sync: Linux reports a writeback error once and leaves the pages it could
         not write clean, so the next sync would succeed without writing them, and what waited
-        on it would be acknowledged as durable.  Writing each page's first byte back through
-        the mapping dirties the page again (a write fault), so the next sync writes it or
-        fails in turn.  On the event loop, which is the only writer: nothing changes under it.
+        on it would be acknowledged as durable.  A write fault on each page dirties it again,
+        so the next sync writes it or fails in turn.
+
+        Only below :attr:`allocated`: everything written through the mapping lies there, and a
+        write fault on a hole would allocate its block (SIGBUS on a full disk).  The faults are
+        made by MADV_POPULATE_WRITE (:func:`populate`'s call, GIL released), which changes no
+        byte, so a writer on the loop is safe meanwhile, and answers an error where a page
+        cannot be read back instead of raising SIGBUS; without it (no C extension, Linux before
+        5.14), by writing each page's first byte back, which only the writer itself may do (on
+        the loop).  A :data:`POPULATE_STEP` at a time under the lock :meth:`close` takes, so a
+        worker thread may call it on a file the loop closes meanwhile.
         """
-        if self._fd < 0:
-            return 0
-        mm = self.mm
+        global _populate_write
+        end = min(end, self.allocated, self.file_size)
+        first = start - start % _PAGE
         count = 0
-        for pos in range(start - start % _PAGE, min(end, self.file_size), _PAGE):
-            mm[pos] = mm[pos]
-            count += 1
+        failed = 0
+        for step in range(first, end, POPULATE_STEP):
+            step_end = min(end, step + POPULATE_STEP)
+            with self._populate_lock:
+                if self._fd < 0:
+                    return count
+                mm = self.mm
+                populate = _populate_write
+                rc = populate(mm, step, step_end - step) if populate is not None else -1
+                if rc in (errno.EINVAL, errno.ENOSYS):
+                    _populate_write = None
+                    log.info("this kernel cannot prefault store files: %s", os.strerror(rc))
+                    rc = -1
+                if rc == -1:
+                    for pos in range(step, step_end, _PAGE):
+                        mm[pos] = mm[pos]
+                elif rc:
+                    failed = rc
+            count += -(-(step_end - step) // _PAGE)
+        if failed:
+            log.error(
+                "%s: could not mark every page of %d..%d for writing again (%s); data written "
+                "there may not reach the disk",
+                self.path,
+                start,
+                end,
+                os.strerror(failed),
+            )
         return count
 
     def fileno(self) -> int:

@@ -11,7 +11,7 @@ import threading
 import pytest
 import trio
 
-from pymq.store import FlushDiskType, PutMessageStatus, mapped_file_queue
+from pymq.store import FlushDiskType, PutMessageStatus, mapped_file, mapped_file_queue
 from pymq.store.mapped_file import MappedFile
 from pymq.store.mapped_file_queue import NativeSyncThread, SyncThread
 from tests.helpers import StuckDisk, wait_until
@@ -299,7 +299,12 @@ def dirty_kb(path: str) -> int:
     return total
 
 
-def test_redirty_marks_synced_pages_for_writing_again(tmp_path):
+@pytest.mark.parametrize("native", [True, False], ids=["populate_write", "byte_writes"])
+def test_redirty_marks_synced_pages_for_writing_again(tmp_path, monkeypatch, native):
+    if not native:
+        monkeypatch.setattr(mapped_file, "_populate_write", None)
+    elif mapped_file._populate_write is None:
+        pytest.skip("no MADV_POPULATE_WRITE (C extension or kernel)")
     path = str(tmp_path / "00000000000000000000")
     mf = MappedFile.create(path, 1024 * 1024)
     try:
@@ -457,3 +462,27 @@ async def test_a_failed_sync_dirties_again_the_pages_written_while_it_ran(
     finally:
         thread.stop()
         queue.close()
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["populate_write", "byte_writes"])
+def test_redirty_leaves_the_holes_of_a_sparse_file_alone(tmp_path, monkeypatch, native):
+    """Nothing is written above ``allocated``: a write fault on a hole would allocate its block
+    (and raise SIGBUS on a full disk).  A full index file found sparse on disk (written by Java)
+    is redirtied whole after a failed sync."""
+    if not native:
+        monkeypatch.setattr(mapped_file, "_populate_write", None)
+    path = str(tmp_path / "00000000000000000000")
+    mf = MappedFile.create(path, 1024 * 1024, chunk=64 * 1024)
+    try:
+        assert mf.allocated == 64 * 1024
+        mf.mm[:100] = b"x" * 100
+        mf.sync()
+        blocks = os.stat(path).st_blocks
+        assert mf.redirty(0, mf.file_size) == 16  # the allocated 64 KiB only
+        assert dirty_kb(path) == 64
+        mf.sync()
+        assert os.stat(path).st_blocks == blocks  # no hole was filled
+        mf.close()
+        assert mf.redirty(0, mf.file_size) == 0  # closed (by shutdown, or deleted): nothing
+    finally:
+        mf.close()

@@ -201,7 +201,10 @@ class IndexService:
                 # file is full, so nothing else writes to it meanwhile.
                 await trio.to_thread.run_sync(f.mf.redirty, 0, f.mf.file_size)
                 raise
-            self._unsynced_full.pop(0)
+            # Not pop(0): the clean service may have deleted f meanwhile (taking it off this
+            # list), and the file now first is one this sync never covered.
+            if f in self._unsynced_full:
+                self._unsynced_full.remove(f)
             self.flushed_index_timestamp = max(self.flushed_index_timestamp, f.end_timestamp)
         return self.flushed_index_timestamp
 

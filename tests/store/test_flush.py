@@ -486,3 +486,40 @@ def test_redirty_leaves_the_holes_of_a_sparse_file_alone(tmp_path, monkeypatch, 
         assert mf.redirty(0, mf.file_size) == 0  # closed (by shutdown, or deleted): nothing
     finally:
         mf.close()
+
+
+async def test_an_index_file_deleted_while_its_sync_runs_leaves_the_next_one_queued(
+    tmp_path, monkeypatch
+):
+    """The clean service may delete the full file a flush is syncing (it takes it off the list
+    of files to sync): the flush then must not take the next file off in its place, unsynced,
+    or the checkpoint's index timestamp would pass entries that never reached the disk."""
+    from pymq.store.index_service import IndexService
+
+    index = IndexService(str(tmp_path), 16, 8, lambda: 1_700_000_000_000)
+    index.load(True, 0)
+    for i in range(20):  # 7 entries a file: two full files queued for a sync, a third written
+        index.build_index("T", f"k{i}", None, 100 * (i + 1), 1_700_000_000_000 + i, 0)
+    first, second = index._unsynced_full
+    real_sync = MappedFile.sync
+    synced, go = threading.Event(), threading.Event()
+    done: list[MappedFile] = []
+
+    def sync(mf: MappedFile) -> None:
+        real_sync(mf)
+        done.append(mf)
+        if mf is first.mf:
+            synced.set()
+            go.wait(5)
+
+    monkeypatch.setattr(MappedFile, "sync", sync)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(index.flush)
+        await trio.to_thread.run_sync(synced.wait, 5)
+        index._unsynced_full.remove(first)  # as IndexService.delete_files does first
+        go.set()
+    assert done == [first.mf, second.mf] and not index._unsynced_full
+    assert index.flushed_index_timestamp == second.end_timestamp
+    for f in index.files:
+        f.close()
+    first.close()

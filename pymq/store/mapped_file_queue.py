@@ -206,6 +206,7 @@ class MappedFileQueue:
         self.allocator = allocator
         self.files: list[MappedFile] = []
         self.flushed_where = 0
+        self.sync_failures = 0  # failed syncs in a row (see _sync_failed)
         # Store timestamp of the newest record covered by the last flush (for the checkpoint).
         self.store_timestamp = 0
         self.io_lock = trio.Semaphore(1, max_value=1)
@@ -414,6 +415,7 @@ class MappedFileQueue:
         ]
 
     def _flushed(self, todo: list[tuple[MappedFile, int, int]]) -> None:
+        self.sync_failures = 0
         for mf, wrote, ts in todo:
             mf.flushed_position = max(mf.flushed_position, wrote)
             self.flushed_where = max(self.flushed_where, mf.file_from_offset + wrote)
@@ -430,13 +432,16 @@ class MappedFileQueue:
         pages = 0
         for mf, wrote, _ in todo:
             pages += mf.redirty(mf.flushed_position, max(wrote, mf.wrote_position))
-        log.warning(
-            "sync of %s failed: %d unflushed pages marked for writing again; nothing written "
-            "since offset %d is acknowledged until a sync succeeds",
-            self.directory,
-            pages,
-            self.flushed_where,
-        )
+        self.sync_failures += 1
+        if self.sync_failures == 1 or self.sync_failures % 60 == 0:  # a failing disk: not a flood
+            log.warning(
+                "sync of %s failed (%d in a row): %d unflushed pages marked for writing again; "
+                "nothing written since offset %d is acknowledged until a sync succeeds",
+                self.directory,
+                self.sync_failures,
+                pages,
+                self.flushed_where,
+            )
 
     def begin_flush(self, syncer: Syncer) -> FlushJob | None:
         """:meth:`flush` (``least_pages`` 0) started at once, without a checkpoint: the group

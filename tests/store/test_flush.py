@@ -523,3 +523,33 @@ async def test_an_index_file_deleted_while_its_sync_runs_leaves_the_next_one_que
     for f in index.files:
         f.close()
     first.close()
+
+
+async def test_a_failing_disk_is_retried_on_a_backoff(root, monkeypatch):
+    """While syncs keep failing, the group commit retries 10 ms, 20 ms, ... apart (each try
+    redirties the unflushed pages), not every 10 ms, and puts arriving meanwhile do not add
+    tries of their own; the first good sync acknowledges again and resets the count."""
+    disk = StuckDisk(monkeypatch)
+    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    async with running_store(config) as store:
+        assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+        config.sync_flush_timeout = 300
+        disk.error = OSError(errno.EIO, "injected I/O error")
+        before = disk.entered
+        results = []
+
+        async def put(i: int) -> None:
+            await trio.sleep(i * 0.005)  # puts arriving all through the backoff
+            results.append(await store.put_message(make_message(body=b"m%d" % i)))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(put, i)
+        assert {r.status for r in results} == {PutMessageStatus.FLUSH_DISK_TIMEOUT}
+        tries = disk.entered - before
+        assert 2 <= tries <= 10, tries  # 0, 10, 30, 70, 150, 310 ms...: not one per put
+        disk.error = None
+        config.sync_flush_timeout = 5000
+        r = await store.put_message(make_message(body=b"after"))
+        assert r.status is PutMessageStatus.PUT_OK  # the next try, within a second
+        assert store.commitlog.queue.sync_failures == 0

@@ -10,13 +10,20 @@ record filter (the broker's SQL92 evaluation) is then asked about each whole rec
 
 from __future__ import annotations
 
+import logging
 import os
+import struct
 from collections.abc import Callable, Collection
 
+from pymq.common.record import MESSAGE_MAGIC_CODE
 from pymq.store.commitlog import CommitLog
 from pymq.store.config import BrokerRole, MessageStoreConfig
 from pymq.store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, ConsumeQueue
 from pymq.store.results import GetMessageResult, GetMessageStatus
+
+log = logging.getLogger(__name__)
+
+_TOTAL_AND_MAGIC = struct.Struct(">iI")
 
 MIN_FILTER_SCAN_BYTES = 16000
 """Java scans at least this many bytes of consume queue per pull when a filter skips entries."""
@@ -100,6 +107,27 @@ def get_message(
     return result
 
 
+_bad_entries_reported = 0
+
+
+def _report_bad_entry(queue_offset: int, phy: int, size: int, head8: bytes) -> None:
+    """Log a consume-queue entry that does not point at a record of its size (the first
+    ten, then one in a thousand: a damaged queue is read again by every pull)."""
+    global _bad_entries_reported
+    _bad_entries_reported += 1
+    if _bad_entries_reported <= 10 or _bad_entries_reported % 1000 == 0:
+        head = head8.hex() or "none"
+        log.error(
+            "consume-queue entry at queue offset %d points to commit-log offset %d, size %d, "
+            "where no such record starts (first bytes %s): skipped (%d such so far)",
+            queue_offset,
+            phy,
+            size,
+            head,
+            _bad_entries_reported,
+        )
+
+
 def _collect(
     config: MessageStoreConfig,
     commitlog: CommitLog,
@@ -135,10 +163,25 @@ def _collect(
             i += CQ_STORE_UNIT_SIZE
             continue
         record = commitlog.get_message(phy, size)
+        if record is None and commitlog.queue.find_by_offset(phy) is not None:
+            record = b""  # its file is there but not the range: a damaged entry (below)
         if record is None:
             if total == 0:
                 status = GetMessageStatus.MESSAGE_WAS_REMOVING
             next_phy_file_start = commitlog.roll_next_file(phy)
+            i += CQ_STORE_UNIT_SIZE
+            continue
+        if (
+            len(record) != size
+            or size < 8
+            or _TOTAL_AND_MAGIC.unpack_from(record) != (size, MESSAGE_MAGIC_CODE)
+        ):
+            # A damaged entry (a flipped bit, a file changed behind the broker): serving the
+            # bytes it points to would hand consumers garbage they cannot decode and stall them
+            # at this offset; it is skipped, as a filtered message is.
+            _report_bad_entry(offset + i // CQ_STORE_UNIT_SIZE, phy, size, record[:8])
+            if total == 0:
+                status = GetMessageStatus.NO_MATCHED_MESSAGE
             i += CQ_STORE_UNIT_SIZE
             continue
         if record_filter is not None and not record_filter(record):

@@ -1453,6 +1453,23 @@ static PyObject *py_now_ms(PyObject *self, PyObject *unused) {
     return PyLong_FromLongLong((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
+/* --- record_is ------------------------------------------------------------------------------ */
+
+/* record_is(data, size): whether bytes ``data`` are ``size`` long and begin as a message record of
+ * that size (TOTALSIZE, then the message magic code): the pull's check of what a consume-queue
+ * entry points to, per served message. */
+static PyObject *py_record_is(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_Check(args[0]))
+        return PyErr_Format(PyExc_TypeError, "record_is(data: bytes, size: int)");
+    long long size = PyLong_AsLongLong(args[1]);
+    if (size == -1 && PyErr_Occurred()) return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    if (PyBytes_GET_SIZE(args[0]) != size || size < 8 || (long long)get32(p) != size ||
+        get32(p + 4) != MESSAGE_MAGIC)
+        Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+}
+
 /* --- scan ----------------------------------------------------------------------------------- */
 
 /* True when n bytes are all printable-or-control ASCII other than NUL. */
@@ -2811,6 +2828,9 @@ static PyMethodDef methods[] = {
      " prefix_hash, keys, phy_offset, store_timestamp): index keys into one index file."},
     {"offset_msg_id", (PyCFunction)(void (*)(void))py_offset_msg_id, METH_FASTCALL,
      "offset_msg_id(prefix, offset): prefix + offset as 16 uppercase hex digits."},
+    {"record_is", (PyCFunction)(void (*)(void))py_record_is, METH_FASTCALL,
+     "record_is(data, size): whether data is size bytes beginning as a message record of that"
+     " size (TOTALSIZE, magic code)."},
     {"now_ms", py_now_ms, METH_NOARGS, "now_ms(): milliseconds since the epoch (wall clock)."},
     {"scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
      "scan(buf, pos, limit, check_crc, physical_base, select, selected): walk plain records,"

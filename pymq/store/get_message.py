@@ -15,6 +15,7 @@ import os
 import struct
 from collections.abc import Callable, Collection
 
+from pymq.common.native import native_extension
 from pymq.common.record import MESSAGE_MAGIC_CODE
 from pymq.store.commitlog import CommitLog
 from pymq.store.config import BrokerRole, MessageStoreConfig
@@ -24,6 +25,19 @@ from pymq.store.results import GetMessageResult, GetMessageStatus
 log = logging.getLogger(__name__)
 
 _TOTAL_AND_MAGIC = struct.Struct(">iI")
+
+
+def _record_is_py(data: bytes, size: int) -> bool:
+    """Whether ``data`` is ``size`` bytes beginning as a message record of that size (TOTALSIZE,
+    then the magic code).  Pure-Python twin of ``_recordc.record_is``."""
+    return (
+        len(data) == size
+        and size >= 8
+        and _TOTAL_AND_MAGIC.unpack_from(data) == (size, MESSAGE_MAGIC_CODE)
+    )
+
+
+record_is: Callable[[bytes, int], bool] = getattr(native_extension, "record_is", _record_is_py)
 
 MIN_FILTER_SCAN_BYTES = 16000
 """Java scans at least this many bytes of consume queue per pull when a filter skips entries."""
@@ -146,6 +160,7 @@ def _collect(
     scan_limit = min(len(entries), max(MIN_FILTER_SCAN_BYTES, max_nums * CQ_STORE_UNIT_SIZE))
     messages = result.messages
     queue_offsets = result.queue_offsets
+    is_record = record_is
     total = 0
     i = 0
     while i < scan_limit:
@@ -171,11 +186,7 @@ def _collect(
             next_phy_file_start = commitlog.roll_next_file(phy)
             i += CQ_STORE_UNIT_SIZE
             continue
-        if (
-            len(record) != size
-            or size < 8
-            or _TOTAL_AND_MAGIC.unpack_from(record) != (size, MESSAGE_MAGIC_CODE)
-        ):
+        if not is_record(record, size):
             # A damaged entry (a flipped bit, a file changed behind the broker): serving the
             # bytes it points to would hand consumers garbage they cannot decode and stall them
             # at this offset; it is skipped, as a filtered message is.

@@ -281,3 +281,22 @@ async def test_a_damaged_consume_queue_entry_is_skipped_not_served(tmp_path, dam
             offset = got.next_begin_offset
         assert bodies == [body for i, (_, _, body) in enumerate(sent) if i != 2]
         assert offsets == [0, 1, 3, 4, 5]
+
+
+def test_record_is_agrees_with_its_python_twin():
+    import struct
+
+    from pymq.common.native import native_extension
+    from pymq.store.get_message import _record_is_py, record_is
+
+    good = struct.pack(">iI", 12, 0xDAA320A7) + b"abcd"
+    cases = [
+        (good, 12), (good, 13), (good[:8], 8), (b"", 0), (good[:7], 7),
+        (struct.pack(">iI", -1, 0xDAA320A7), 8), (struct.pack(">iI", 8, 0xCBD43194), 8),
+        (struct.pack(">iI", 8, 0xDAA320A7), 8), (good, -5),
+    ]  # fmt: skip
+    expected = [True, False, False, False, False, False, False, True, False]
+    assert [_record_is_py(d, n) for d, n in cases] == expected
+    if native_extension is not None:
+        assert record_is is native_extension.record_is
+        assert [record_is(d, n) for d, n in cases] == expected

@@ -291,11 +291,11 @@ def tear_safe_properties(props: Mapping[str, str], origin: int | None = None) ->
     (a delayed message's delivery, a half message put back for a check), which would be tried
     again for ever.  The bytes have the length of ``properties_bytes(props)``.
     """
-    items = [(k.encode(), v.encode()) for k, v in props.items()]
+    items = list(props.items())
     n = len(items)
-    heads = [i for i, (k, _) in enumerate(items) if k[:1] != b"\0"][:_TEAR_SAFE_PICKS]
-    tails = [i for i, (_, v) in enumerate(items) if v[-1:] != b"\0"][:_TEAR_SAFE_PICKS]
-    sep, kv = PROPERTY_SEPARATOR.encode(), NAME_VALUE_SEPARATOR.encode()
+    # A NUL character is the byte 0 in UTF-8, and no other character's first or last byte is.
+    heads = [i for i, (k, _) in enumerate(items) if k[:1] != "\0"][:_TEAR_SAFE_PICKS]
+    tails = [i for i, (_, v) in enumerate(items) if v[-1:] != "\0"][:_TEAR_SAFE_PICKS]
     for h in heads:
         for t in tails:
             if h == t and n > 1:
@@ -303,7 +303,7 @@ def tear_safe_properties(props: Mapping[str, str], origin: int | None = None) ->
             rest = [items[i] for i in range(n) if i != h and i != t]
             for r in range(min(max(len(rest), 1), _TEAR_SAFE_PICKS)):
                 order = [items[h], *rest[r:], *rest[:r], items[t]] if n > 1 else items
-                data = sep.join([k + kv + v for k, v in order])
+                data = properties_bytes(dict(order))
                 if origin is None or nul_where_torn(data, 0, len(data), origin) < 0:
                     return data
     return None

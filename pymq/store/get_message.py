@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from collections.abc import Callable, Collection
 
 from pymq.common.native import native_extension
-from pymq.common.record import MESSAGE_MAGIC_CODE
+from pymq.common.record import MESSAGE_MAGIC_CODE, read_record_header
 from pymq.store.commitlog import CommitLog
 from pymq.store.config import BrokerRole, MessageStoreConfig
 from pymq.store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, ConsumeQueue
 from pymq.store.results import GetMessageResult, GetMessageStatus
 
 log = logging.getLogger(__name__)
-
-_TOTAL_AND_MAGIC = struct.Struct(">iI")
 
 
 def _record_is_py(data: bytes, size: int) -> bool:
@@ -33,7 +30,7 @@ def _record_is_py(data: bytes, size: int) -> bool:
     return (
         len(data) == size
         and size >= 8
-        and _TOTAL_AND_MAGIC.unpack_from(data) == (size, MESSAGE_MAGIC_CODE)
+        and read_record_header(data, 0) == (size, MESSAGE_MAGIC_CODE)
     )
 
 

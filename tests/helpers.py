@@ -6,6 +6,7 @@ Test modules import from here (or use conftest fixtures), never from one another
 from __future__ import annotations
 
 import inspect
+import os
 import socket
 import threading
 from collections.abc import Awaitable, Callable
@@ -157,3 +158,26 @@ class StuckDisk:
         monkeypatch.setattr(MappedFile, "sync", sync)
         # The group commit's C thread calls fdatasync itself: the Python thread calls sync.
         monkeypatch.setattr(mapped_file_queue, "NATIVE_SYNC", False)
+
+
+def smaps_entries(path: str) -> list[tuple[int, int, dict[str, str]]]:
+    """This process's mappings of ``path`` (/proc/self/smaps): for each, the file range it
+    maps and its fields (``Private_Dirty``, ``VmFlags``, ...) as the text after the colon."""
+    real = os.path.realpath(path)
+    entries: list[tuple[int, int, dict[str, str]]] = []
+    current: dict[str, str] | None = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            # A mapping's header: its path is the sixth field and may hold spaces.
+            fields = line.rstrip("\n").split(None, 5)
+            if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
+                current = None
+                if len(fields) >= 6 and fields[5] == real:
+                    low, high = (int(x, 16) for x in fields[0].split("-"))
+                    offset = int(fields[2], 16)
+                    current = {}
+                    entries.append((offset, offset + high - low, current))
+            elif current is not None and ":" in line:
+                name, _, value = line.partition(":")
+                current[name] = value.strip()
+    return entries

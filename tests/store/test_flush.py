@@ -14,7 +14,7 @@ import trio
 from pymq.store import FlushDiskType, PutMessageStatus, mapped_file, mapped_file_queue
 from pymq.store.mapped_file import MappedFile
 from pymq.store.mapped_file_queue import NativeSyncThread, SyncThread
-from tests.helpers import StuckDisk, wait_until
+from tests.helpers import StuckDisk, smaps_entries, wait_until
 from tests.store.helpers import make_message, running_store, small_config
 
 
@@ -286,17 +286,11 @@ async def test_the_c_thread_syncs_the_files_handed_over_though_closed_meanwhile(
 
 def dirty_kb(path: str) -> int:
     """Dirty kB of ``path``'s mappings in this process (/proc/self/smaps)."""
-    real = os.path.realpath(path)
-    total = 0
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            fields = line.rstrip("\n").split(None, 5)
-            if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
-                inside = len(fields) >= 6 and fields[5] == real
-            elif inside and line.startswith(("Private_Dirty:", "Shared_Dirty:")):
-                total += int(fields[1])
-    return total
+    return sum(
+        int(fields[name].split()[0])
+        for _, _, fields in smaps_entries(path)
+        for name in ("Private_Dirty", "Shared_Dirty")
+    )
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["populate_write", "byte_writes"])

@@ -18,6 +18,7 @@ from pymq.common.message import MessageExt
 from pymq.store import FlushDiskType, PutMessageStatus
 from pymq.store.mapped_file import OS_PAGE_SIZE, MappedFile
 from pymq.store.mapped_file_queue import MappedFileQueue
+from tests.helpers import smaps_entries
 from tests.store.helpers import make_message, running_store, small_config
 
 MIB = 1024 * 1024
@@ -25,24 +26,11 @@ MIB = 1024 * 1024
 
 def random_read_ranges(path: str) -> list[tuple[int, int]]:
     """File ranges of ``path``'s mappings in this process that carry MADV_RANDOM."""
-    ranges: list[tuple[int, int]] = []
-    real = os.path.realpath(path)
-    current: tuple[int, int] | None = None
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            # The path is the sixth field and may hold spaces (split at most five times).
-            fields = line.rstrip("\n").split(None, 5)
-            if fields and "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
-                current = None
-                if len(fields) >= 6 and fields[5] == real:
-                    low, high = (int(x, 16) for x in fields[0].split("-"))
-                    offset = int(fields[2], 16)
-                    current = (offset, offset + high - low)
-            elif line.startswith("VmFlags:") and current is not None:
-                if "rr" in line.split()[1:]:
-                    ranges.append(current)
-                current = None
-    return sorted(ranges)
+    return sorted(
+        (low, high)
+        for low, high, fields in smaps_entries(path)
+        if "rr" in fields.get("VmFlags", "").split()
+    )
 
 
 def covered(ranges: list[tuple[int, int]], start: int, end: int) -> bool:

@@ -9,19 +9,38 @@ the properties in another order, and refuses the message only when no order avoi
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 
 import pytest
 
 from pymq.broker.schedule import ScheduleMessageService
 from pymq.common.message import decode_record, encode_properties, record_length
 from pymq.common.record import TEAR_ALIGN
-from pymq.store import GetMessageStatus, PutMessageStatus
+from pymq.store import (
+    DefaultMessageStore,
+    GetMessageStatus,
+    MessageStoreConfig,
+    PutMessageStatus,
+)
 from tests.store.helpers import make_message, running_store, small_config
 from tests.store.test_recovery import commitlog_file, set_abort
 
 TOPIC = "TopicTest"
 KEY = "0100007F0000F8D700005B8EA6 \0" + "4C00"  # as the C++ client sent one
+
+
+@contextlib.asynccontextmanager
+async def reopened(
+    config: MessageStoreConfig, end: int, *, abnormal: bool = True
+) -> AsyncIterator[DefaultMessageStore]:
+    """The store started again (after a crash unless told otherwise) over what a store that
+    stopped at ``end`` wrote: its recovery must keep every byte of it."""
+    set_abort(config, abnormal)
+    async with running_store(config) as store:
+        assert store.max_phy_offset == end
+        yield store
 
 
 def _props_start(store, msg) -> int:
@@ -60,9 +79,7 @@ async def test_a_nul_inside_a_message_id_is_stored_served_and_recovered(tmp_path
         assert got.status is GetMessageStatus.FOUND and len(got.messages) == 2
         assert decode_record(got.messages[0]).properties["UNIQ_KEY"] == KEY
         end = store.max_phy_offset
-    set_abort(config, abnormal)
-    async with running_store(config) as store:
-        assert store.max_phy_offset == end  # recovery kept both: the NUL is data
+    async with reopened(config, end, abnormal=abnormal) as store:  # the NUL is data: kept
         msg = store.look_message_by_offset(r.wrote_offset)
         assert msg is not None and msg.properties["UNIQ_KEY"] == KEY
         got = store.get_message("g", TOPIC, 0, 0, 8)
@@ -87,9 +104,7 @@ async def test_a_nul_on_a_sector_boundary_is_stored_in_another_order(tmp_path):
         stored = store.look_message_by_offset(r.wrote_offset)
         assert stored is not None and stored.properties == batch.properties
         end = store.max_phy_offset
-    set_abort(config, True)
-    async with running_store(config) as store:
-        assert store.max_phy_offset == end
+    async with reopened(config, end) as store:
         assert store.get_max_offset_in_queue(TOPIC, 0) == 4
 
 
@@ -111,9 +126,8 @@ async def test_a_nul_on_a_sector_boundary_no_order_avoids_is_refused(tmp_path):
         r = await store.put_message(msg)
         assert r.status is PutMessageStatus.PUT_OK and r.logic_offset == 1, r.reason
         end = store.max_phy_offset
-    set_abort(config, True)
-    async with running_store(config) as store:
-        assert store.max_phy_offset == end
+    async with reopened(config, end) as store:
+        assert store.look_message_by_offset(r.wrote_offset) is not None
 
 
 @pytest.mark.parametrize("value", ["\0K", "abc\0"])
@@ -128,9 +142,7 @@ async def test_properties_beginning_or_ending_with_nul_are_stored_in_another_ord
         r = await store.put_message(msg)
         assert r.status is PutMessageStatus.PUT_OK, r.reason
         end = store.max_phy_offset
-    set_abort(config, True)
-    async with running_store(config) as store:
-        assert store.max_phy_offset == end
+    async with reopened(config, end) as store:
         stored = store.look_message_by_offset(r.wrote_offset)
         assert stored is not None and stored.properties == msg.properties
 
@@ -163,9 +175,7 @@ async def test_a_delayed_message_is_delivered_whatever_its_properties_order(tmp_
         r = await store.put_message(real)
         assert r.status is PutMessageStatus.PUT_OK, r.reason
         end = store.max_phy_offset
-    set_abort(config, True)
-    async with running_store(config) as store:
-        assert store.max_phy_offset == end
+    async with reopened(config, end) as store:
         stored = store.look_message_by_offset(r.wrote_offset)
         assert stored is not None and stored.properties["\0n"] == "v"
         assert stored.topic == TOPIC

@@ -509,18 +509,28 @@ class MappedFile:
         allocated, as writes would, changing no byte (MADV_POPULATE_WRITE, GIL released), a
         :data:`POPULATE_STEP` at a time under the lock :meth:`close` takes.  Does nothing
         without the C extension or on a kernel without MADV_POPULATE_WRITE."""
-        global _populate_write
         for pos in range(start, end, POPULATE_STEP):
             with self._populate_lock:
-                populate = _populate_write
-                if self._fd < 0 or populate is None:
+                if self._fd < 0:
                     return
-                rc = populate(self.mm, pos, min(POPULATE_STEP, end - pos))
+                rc = self._populate_locked(pos, min(POPULATE_STEP, end - pos))
             if rc:
-                if rc in (errno.EINVAL, errno.ENOSYS):  # no MADV_POPULATE_WRITE in this kernel
-                    _populate_write = None
-                    log.info("this kernel cannot prefault store files: %s", os.strerror(rc))
-                return  # ENOMEM, EFAULT, ...: the writes fault the pages in themselves
+                return  # -1: not here; ENOMEM, EFAULT, ...: the writes fault the pages in
+
+    def _populate_locked(self, pos: int, length: int) -> int:
+        """MADV_POPULATE_WRITE over ``[pos, pos + length)`` of the open map, the caller holding
+        the lock :meth:`close` takes: 0, madvise's errno, or -1 where it is not available (no
+        C extension; a kernel without it, which turns it off for every file)."""
+        global _populate_write
+        populate = _populate_write
+        if populate is None:
+            return -1
+        rc: int = populate(self.mm, pos, length)
+        if rc in (errno.EINVAL, errno.ENOSYS):  # no MADV_POPULATE_WRITE in this kernel
+            _populate_write = None
+            log.info("this kernel cannot prefault store files: %s", os.strerror(rc))
+            return -1
+        return rc
 
     def sync(self) -> None:
         """Blocking: make everything written through the mapping durable."""
@@ -536,14 +546,13 @@ class MappedFile:
 
         Only below :attr:`allocated`: everything written through the mapping lies there, and a
         write fault on a hole would allocate its block (SIGBUS on a full disk).  The faults are
-        made by MADV_POPULATE_WRITE (:func:`populate`'s call, GIL released), which changes no
+        made by MADV_POPULATE_WRITE (:meth:`_populate_locked`, GIL released), which changes no
         byte, so a writer on the loop is safe meanwhile, and answers an error where a page
         cannot be read back instead of raising SIGBUS; without it (no C extension, Linux before
         5.14), by writing each page's first byte back, which only the writer itself may do (on
         the loop).  A :data:`POPULATE_STEP` at a time under the lock :meth:`close` takes, so a
         worker thread may call it on a file the loop closes meanwhile.
         """
-        global _populate_write
         end = min(end, self.allocated, self.file_size)
         first = start - start % _PAGE
         count = 0
@@ -553,14 +562,9 @@ class MappedFile:
             with self._populate_lock:
                 if self._fd < 0:
                     return count
-                mm = self.mm
-                populate = _populate_write
-                rc = populate(mm, step, step_end - step) if populate is not None else -1
-                if rc in (errno.EINVAL, errno.ENOSYS):
-                    _populate_write = None
-                    log.info("this kernel cannot prefault store files: %s", os.strerror(rc))
-                    rc = -1
+                rc = self._populate_locked(step, step_end - step)
                 if rc == -1:
+                    mm = self.mm
                     for pos in range(step, step_end, _PAGE):
                         mm[pos] = mm[pos]
                 elif rc:

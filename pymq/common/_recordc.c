@@ -59,6 +59,10 @@
  *                               store.index_file.IndexFile.put_keys: index each key (its hash
  *                               java_hash_after(prefix_hash, key), made non-negative) into one
  *                               index file; returns (count, slot_count, begin_timestamp, done).
+ *   dispatch_hinted(hints, log, pos, end, offset, limit, queues, listener, index)
+ *                               store.reput's loop over the put path's dispatch hints: a run
+ *                               of common records given their consume-queue entries and
+ *                               UNIQ_KEY index entries; (done, pos, offset, last timestamp).
  *   offset_msg_id(prefix, offset)
  *                               prefix + the offset as 16 uppercase hex digits (the broker's
  *                               message id from its store-host prefix), as f"{p}{o:016X}".
@@ -1423,6 +1427,394 @@ fail:
     PyBuffer_Release(&buf);
     Py_DECREF(keys);
     return NULL;
+}
+
+/* --- dispatch_hinted ------------------------------------------------------------------------ */
+
+/* Attribute names read and written by dispatch_hinted, interned once. */
+static PyObject *a_queue, *a_files, *a_wrote_position, *a_file_from_offset, *a_allocated,
+    *a_file_size, *a_mm, *a_max_physic_offset, *a_index_count, *a_index_num, *a_end_phy_offset,
+    *a_mf, *a_entries_at, *a_hash_slot_num, *a_hash_slot_count, *a_begin_timestamp,
+    *a_begin_phy_offset, *a_end_timestamp, *a_prefix_hashes, *a_popleft;
+
+static int intern_dispatch_names(void) {
+    struct { PyObject **slot; const char *name; } names[] = {
+        {&a_queue, "queue"}, {&a_files, "files"}, {&a_wrote_position, "wrote_position"},
+        {&a_file_from_offset, "file_from_offset"}, {&a_allocated, "allocated"},
+        {&a_file_size, "file_size"}, {&a_mm, "mm"}, {&a_max_physic_offset, "max_physic_offset"},
+        {&a_index_count, "index_count"}, {&a_index_num, "index_num"},
+        {&a_end_phy_offset, "end_phy_offset"}, {&a_mf, "mf"}, {&a_entries_at, "_entries_at"},
+        {&a_hash_slot_num, "hash_slot_num"}, {&a_hash_slot_count, "hash_slot_count"},
+        {&a_begin_timestamp, "begin_timestamp"}, {&a_begin_phy_offset, "begin_phy_offset"},
+        {&a_end_timestamp, "end_timestamp"}, {&a_prefix_hashes, "_prefix_hashes"},
+        {&a_popleft, "popleft"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].name)) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* obj.name as a C long long: 0, or -1 with an exception set. */
+static int attr_ll(PyObject *obj, PyObject *name, long long *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v == NULL) return -1;
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static int set_attr_ll(PyObject *obj, PyObject *name, long long value) {
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL) return -1;
+    int rc = PyObject_SetAttr(obj, name, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* The last item of list attribute obj.name (a new reference), NULL without an exception when
+ * the list is empty, or NULL with one. */
+static PyObject *last_of(PyObject *obj, PyObject *name) {
+    PyObject *list = PyObject_GetAttr(obj, name);
+    if (list == NULL) return NULL;
+    PyObject *item = NULL;
+    if (!PyList_Check(list)) PyErr_SetString(PyExc_TypeError, "expected a list");
+    else if (PyList_GET_SIZE(list) > 0) item = Py_NewRef(PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1));
+    Py_DECREF(list);
+    return item;
+}
+
+/* Whether a hint's str field (None or str) holds a property separator, \x01 or \x02; -1 for a
+ * field of another type. */
+static int has_separator(PyObject *s) {
+    if (s == Py_None) return 0;
+    if (!PyUnicode_Check(s)) return -1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    if (n == 0) return 0;
+    if (PyUnicode_FindChar(s, 1, 0, n, 1) != -1 || PyUnicode_FindChar(s, 2, 0, n, 1) != -1) return 1;
+    return 0;
+}
+
+static int str_nonempty(PyObject *s) { return s != Py_None && PyUnicode_GET_LENGTH(s) > 0; }
+
+/* Java's hash of a str as a signed 32-bit value (java_hash_from without the int object). */
+static int java_hash32(uint32_t h, PyObject *s, int32_t *out) {
+    PyObject *v = java_hash_from(h, s);
+    if (v == NULL) return -1;
+    *out = (int32_t)PyLong_AsLong(v);
+    Py_DECREF(v);
+    return 0;
+}
+
+/* Java's hash continued from h over code points [a, b) of a ready str (UTF-16 units). */
+static uint32_t java_hash_range(uint32_t h, PyObject *s, Py_ssize_t a, Py_ssize_t b) {
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    for (Py_ssize_t i = a; i < b; i++) {
+        Py_UCS4 cp = PyUnicode_READ(kind, data, i);
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            h = 31 * h + (0xD800 + (cp >> 10));
+            h = 31 * h + (0xDC00 + (cp & 0x3FF));
+        } else {
+            h = 31 * h + cp;
+        }
+    }
+    return h;
+}
+
+/* The keys of a record as IndexService.build_index lists them: UNIQ_KEY (when not empty), then
+ * each non-empty piece of KEYS split at spaces; written as (start, end) ranges, the UNIQ_KEY's
+ * marked by start -1.  Returns how many, at most max (more: max + 1). */
+static int index_keys(PyObject *uniq, PyObject *keys, Py_ssize_t (*ranges)[2], int max) {
+    int n = 0;
+    if (str_nonempty(uniq)) {
+        ranges[n][0] = -1;
+        ranges[n][1] = PyUnicode_GET_LENGTH(uniq);
+        n++;
+    }
+    if (str_nonempty(keys)) {
+        int kind = PyUnicode_KIND(keys);
+        const void *data = PyUnicode_DATA(keys);
+        Py_ssize_t len = PyUnicode_GET_LENGTH(keys), i = 0;
+        while (i < len) {
+            while (i < len && PyUnicode_READ(kind, data, i) == ' ') i++;
+            Py_ssize_t start = i;
+            while (i < len && PyUnicode_READ(kind, data, i) != ' ') i++;
+            if (i > start) {
+                if (n == max) return max + 1;
+                ranges[n][0] = start;
+                ranges[n][1] = i;
+                n++;
+            }
+        }
+    }
+    return n;
+}
+
+#define DISPATCH_MAX_KEYS 32
+
+/*
+ * dispatch_hinted(hints, log, pos, end, offset, limit, queues, listener, index)
+ *     -> (done, pos, offset, last_store_timestamp)
+ *
+ * reput.ReputMessageService._dispatch_some's loop over the put path's dispatch hints, for the
+ * common record: what ``_hint_for`` then ``ConsumeQueueTable.dispatch_fields`` do for it, in one
+ * call for a run of records.  ``hints`` is the commit log's deque of DispatchHint tuples, ``log``
+ * the commit-log file's bytes (``pos``/``end`` positions in it, ``offset`` the commit-log offset
+ * at ``pos``), ``queues`` ConsumeQueueTable.queues (topic -> {queue id -> ConsumeQueue}),
+ * ``listener`` the arrival listener or None, ``index`` the IndexService or None.
+ *
+ * Each record is judged whole before anything is written: the hint is the head of the deque for
+ * ``offset`` (stale ones are dropped as _hint_for drops them), the record is all below ``end``
+ * and begins with the hinted size and the message magic, no tags/keys/UNIQ_KEY value holds a
+ * separator, its consume queue exists and takes the entry as ConsumeQueue.put's first case (the
+ * next entry of the last file, its blocks allocated), and the index either needs nothing or
+ * takes the UNIQ_KEY as IndexService.build_index's first case (blocks allocated for it).  The
+ * first record that is not so stops the run with nothing of it done: the Python loop then serves
+ * it.  A consume-queue entry is written as ConsumeQueue.put writes it (the tags code is Java's
+ * hash of TAGS, 0 without), the index entry and header as IndexFile.put_keys and write_header
+ * do, and the listener is called after both (dispatch_fields calls it before the index: nothing
+ * it does reads the index).  ``last_store_timestamp`` is the store timestamp of the last record
+ * given a queue entry, -1 when none was.  An exception from the listener propagates with the
+ * records before it dispatched (re-dispatch skips their queue entries; their index entries may
+ * repeat, as after a crash, which queries report once).
+ */
+static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) return PyErr_Format(PyExc_TypeError, "dispatch_hinted takes 9 arguments");
+    PyObject *hints = args[0], *queues = args[6], *listener = args[7], *index = args[8];
+    long long pos, end, offset, limit;
+    if (arg_int(args[2], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
+        arg_int(args[3], "end", 0, PY_SSIZE_T_MAX, &end) < 0 ||
+        arg_int(args[4], "offset", 0, LLONG_MAX, &offset) < 0 ||
+        arg_int(args[5], "limit", 0, LLONG_MAX, &limit) < 0)
+        return NULL;
+    if (!PyDict_Check(queues)) return PyErr_Format(PyExc_TypeError, "queues must be a dict");
+    if (listener == Py_None) listener = NULL;
+    if (index == Py_None) index = NULL;
+    if (intern_dispatch_names() < 0) return NULL;
+    Py_buffer log;
+    if (PyObject_GetBuffer(args[1], &log, PyBUF_SIMPLE) < 0) return NULL;
+    if (end > log.len) end = log.len;
+    const unsigned char *b = log.buf;
+    long long done = 0, last_ts = -1;
+    PyObject *hint = NULL, *cq = NULL, *cq_mf = NULL, *ifile = NULL, *imf = NULL;
+    PyObject *prefix_hashes = NULL;
+    int failed = 0;
+
+    while (done < limit && pos < end) {
+        Py_CLEAR(hint); Py_CLEAR(cq); Py_CLEAR(cq_mf); Py_CLEAR(ifile); Py_CLEAR(imf);
+        Py_ssize_t n = PyObject_Size(hints);
+        if (n < 0) { failed = 1; break; }
+        if (n == 0) break;
+        if ((hint = PySequence_GetItem(hints, 0)) == NULL) { failed = 1; break; }
+        if (!PyTuple_Check(hint) || PyTuple_GET_SIZE(hint) != 10) break;
+        PyObject **f = &PyTuple_GET_ITEM(hint, 0);
+        long long phy = PyLong_AsLongLong(f[0]);
+        if (phy == -1 && PyErr_Occurred()) { failed = 1; break; }
+        if (phy < offset) { /* stale: dropped, as _hint_for drops it */
+            PyObject *r = PyObject_CallMethodNoArgs(hints, a_popleft);
+            if (r == NULL) { failed = 1; break; }
+            Py_DECREF(r);
+            continue;
+        }
+        if (phy != offset) break;
+        long long size = PyLong_AsLongLong(f[1]);
+        long long queue_id = PyLong_AsLongLong(f[3]);
+        long long queue_offset = PyLong_AsLongLong(f[4]);
+        long long store_ts = PyLong_AsLongLong(f[6]);
+        long long sys_flag = PyLong_AsLongLong(f[7]);
+        if (PyErr_Occurred()) { failed = 1; break; }
+        PyObject *topic = f[2], *tags = f[5], *keys = f[8], *uniq = f[9];
+        if (size < 8 || pos + size > end) break; /* not all written yet, or odd: Python */
+        if ((long long)get32(b + pos) != size || get32(b + pos + 4) != MESSAGE_MAGIC) break;
+        if (!PyUnicode_Check(topic) || has_separator(tags) != 0 || has_separator(keys) != 0 ||
+            has_separator(uniq) != 0 || queue_id < 0 || queue_id > I32_MAX || queue_offset < 0)
+            break;
+
+        /* The consume queue's part, judged. */
+        int cq_put = !(sys_flag & 0x4); /* not PREPARED (0x4) nor ROLLBACK (0xC) */
+        long long cq_pos = 0;
+        if (cq_put) {
+            PyObject *by_id = PyDict_GetItemWithError(queues, topic);
+            if (by_id == NULL) { if (PyErr_Occurred()) failed = 1; break; }
+            if (!PyDict_Check(by_id)) break;
+            PyObject *qid = f[3];
+            cq = PyDict_GetItemWithError(by_id, qid);
+            if (cq == NULL) { if (PyErr_Occurred()) failed = 1; break; }
+            Py_INCREF(cq);
+            long long max_phy;
+            if (attr_ll(cq, a_max_physic_offset, &max_phy) < 0) { failed = 1; break; }
+            if (phy + size <= max_phy) {
+                cq_put = 0; /* already there (re-dispatch): no entry, no listener */
+            } else {
+                PyObject *q = PyObject_GetAttr(cq, a_queue);
+                if (q == NULL) { failed = 1; break; }
+                cq_mf = last_of(q, a_files);
+                Py_DECREF(q);
+                if (cq_mf == NULL) { if (PyErr_Occurred()) failed = 1; break; }
+                long long from, allocated, file_size;
+                if (attr_ll(cq_mf, a_wrote_position, &cq_pos) < 0 ||
+                    attr_ll(cq_mf, a_file_from_offset, &from) < 0 ||
+                    attr_ll(cq_mf, a_allocated, &allocated) < 0 ||
+                    attr_ll(cq_mf, a_file_size, &file_size) < 0) { failed = 1; break; }
+                if (from + cq_pos != queue_offset * 20 ||
+                    cq_pos + 20 > (allocated < file_size ? allocated : file_size))
+                    break;
+            }
+        }
+
+        /* The index's part, judged: index_put is how many keys go into the newest file. */
+        int index_put = 0;
+        long long i_count = 0, i_num = 0, i_slots = 0, i_begin = 0, i_begin_phy = 0;
+        long long i_slot_num = 0, i_entries_at = 0, i_end_phy = 0;
+        int32_t prefix = 0;
+        Py_ssize_t ranges[DISPATCH_MAX_KEYS][2];
+        if (index != NULL) {
+            ifile = last_of(index, a_files);
+            if (ifile == NULL && PyErr_Occurred()) { failed = 1; break; }
+            if (ifile != NULL && (attr_ll(ifile, a_end_phy_offset, &i_end_phy) < 0 ||
+                                  attr_ll(ifile, a_index_count, &i_count) < 0 ||
+                                  attr_ll(ifile, a_index_num, &i_num) < 0)) { failed = 1; break; }
+            int nkeys = index_keys(uniq, keys, ranges, DISPATCH_MAX_KEYS);
+            if (ifile != NULL && phy < i_end_phy) {
+                /* already indexed (re-dispatch after recovery) */
+            } else if ((sys_flag & 0xC) == 0xC) {
+                /* rolled back: not indexed */
+            } else if (ifile == NULL || i_count >= i_num || nkeys > DISPATCH_MAX_KEYS) {
+                break; /* no file yet, a full one (Python rolls), or very many keys */
+            } else if (nkeys > 0) {
+                if (prefix_hashes == NULL &&
+                    (prefix_hashes = PyObject_GetAttr(index, a_prefix_hashes)) == NULL) { failed = 1; break; }
+                if (!PyDict_Check(prefix_hashes)) break;
+                PyObject *p = PyDict_GetItemWithError(prefix_hashes, topic);
+                if (p == NULL) { if (PyErr_Occurred()) failed = 1; break; }
+                long pv = PyLong_AsLong(p);
+                if (pv == -1 && PyErr_Occurred()) { failed = 1; break; }
+                prefix = (int32_t)pv;
+                if (i_count + nkeys > i_num) break; /* rolls in the middle: Python */
+                if ((imf = PyObject_GetAttr(ifile, a_mf)) == NULL) { failed = 1; break; }
+                long long allocated, file_size;
+                if (attr_ll(imf, a_allocated, &allocated) < 0 ||
+                    attr_ll(imf, a_file_size, &file_size) < 0 ||
+                    attr_ll(ifile, a_entries_at, &i_entries_at) < 0 ||
+                    attr_ll(ifile, a_hash_slot_num, &i_slot_num) < 0 ||
+                    attr_ll(ifile, a_hash_slot_count, &i_slots) < 0 ||
+                    attr_ll(ifile, a_begin_timestamp, &i_begin) < 0 ||
+                    attr_ll(ifile, a_begin_phy_offset, &i_begin_phy) < 0) { failed = 1; break; }
+                long long need = i_entries_at + (i_count + nkeys) * INDEX_ENTRY;
+                if (need > file_size) need = file_size;
+                if (need > allocated || i_slot_num < 1) break; /* blocks first: Python */
+                index_put = nkeys;
+            }
+            /* else: no key to index, the header stays as it is */
+        }
+
+        /* Judged: write. */
+        int32_t code = 0;
+        if (str_nonempty(tags) && java_hash32(0, tags, &code) < 0) { failed = 1; break; }
+        if (cq_put) {
+            PyObject *mm = PyObject_GetAttr(cq_mf, a_mm);
+            if (mm == NULL) { failed = 1; break; }
+            Py_buffer qb;
+            int rc = PyObject_GetBuffer(mm, &qb, PyBUF_WRITABLE);
+            Py_DECREF(mm);
+            if (rc < 0) { failed = 1; break; }
+            if (cq_pos + 20 > qb.len) {
+                PyBuffer_Release(&qb);
+                break;
+            }
+            unsigned char *e = (unsigned char *)qb.buf + cq_pos;
+            put64(e, (uint64_t)phy);
+            put32(e + 8, (uint32_t)size);
+            put64(e + 12, (uint64_t)(int64_t)code);
+            PyBuffer_Release(&qb);
+            if (set_attr_ll(cq_mf, a_wrote_position, cq_pos + 20) < 0 ||
+                set_attr_ll(cq, a_max_physic_offset, phy + size) < 0) { failed = 1; break; }
+            last_ts = store_ts;
+        }
+        if (index_put) {
+            PyObject *mm = PyObject_GetAttr(imf, a_mm);
+            if (mm == NULL) { failed = 1; break; }
+            Py_buffer ib;
+            int rc = PyObject_GetBuffer(mm, &ib, PyBUF_WRITABLE);
+            Py_DECREF(mm);
+            if (rc < 0) { failed = 1; break; }
+            if (INDEX_HEADER + i_slot_num * 4 > ib.len ||
+                i_entries_at + (i_count + index_put) * INDEX_ENTRY > (long long)ib.len) {
+                PyBuffer_Release(&ib);
+                PyErr_SetString(PyExc_ValueError, "index layout does not fit the buffer");
+                failed = 1;
+                break;
+            }
+            long long first = i_count;
+            unsigned char *ib_b = ib.buf;
+            for (int k = 0; k < index_put; k++) {
+                uint32_t hu = ranges[k][0] < 0
+                    ? java_hash_range((uint32_t)prefix, uniq, 0, ranges[k][1])
+                    : java_hash_range((uint32_t)prefix, keys, ranges[k][0], ranges[k][1]);
+                int32_t hv = (int32_t)hu;
+                long h = hv == I32_MIN ? 0 : (hv < 0 ? -(long)hv : hv); /* indexKeyHashMethod */
+                unsigned char *slot = ib_b + INDEX_HEADER + (h % i_slot_num) * 4;
+                int32_t slot_value = (int32_t)get32(slot);
+                if (slot_value <= 0 || slot_value > i_count) {
+                    slot_value = 0;
+                    i_slots++;
+                }
+                long long diff = 0;
+                if (i_begin > 0) {
+                    diff = (store_ts - i_begin) / 1000;
+                    diff = diff < 0 ? 0 : (diff > I32_MAX ? I32_MAX : diff);
+                }
+                unsigned char *e = ib_b + i_entries_at + i_count * INDEX_ENTRY;
+                put32(e, (uint32_t)h);
+                put64(e + 4, (uint64_t)phy);
+                put32(e + 12, (uint32_t)diff);
+                put32(e + 16, (uint32_t)slot_value);
+                put32(slot, (uint32_t)i_count);
+                if (i_count <= 1) i_begin = store_ts;
+                i_count++;
+            }
+            if (first <= 1) i_begin_phy = phy;
+            /* IndexFile.write_header: begin/end timestamp, begin/end offset, slots, count. */
+            put64(ib_b, (uint64_t)i_begin);
+            put64(ib_b + 8, (uint64_t)store_ts);
+            put64(ib_b + 16, (uint64_t)i_begin_phy);
+            put64(ib_b + 24, (uint64_t)phy);
+            put32(ib_b + 32, (uint32_t)i_slots);
+            put32(ib_b + 36, (uint32_t)i_count);
+            PyBuffer_Release(&ib);
+            if (set_attr_ll(ifile, a_begin_timestamp, i_begin) < 0 ||
+                set_attr_ll(ifile, a_index_count, i_count) < 0 ||
+                set_attr_ll(ifile, a_hash_slot_count, i_slots) < 0 ||
+                set_attr_ll(ifile, a_end_phy_offset, phy) < 0 ||
+                set_attr_ll(ifile, a_end_timestamp, store_ts) < 0 ||
+                (first <= 1 && set_attr_ll(ifile, a_begin_phy_offset, phy) < 0)) { failed = 1; break; }
+        }
+        PyObject *r = PyObject_CallMethodNoArgs(hints, a_popleft);
+        if (r == NULL) { failed = 1; break; }
+        Py_DECREF(r);
+        pos += size;
+        offset += size;
+        done++;
+        if (cq_put && listener != NULL) {
+            PyObject *largs[5] = {topic, f[3], NULL, NULL, f[6]};
+            largs[2] = PyLong_FromLongLong(queue_offset + 1);
+            largs[3] = PyLong_FromLong(code);
+            PyObject *lr = NULL;
+            if (largs[2] != NULL && largs[3] != NULL) lr = PyObject_Vectorcall(listener, largs, 5, NULL);
+            Py_XDECREF(largs[2]);
+            Py_XDECREF(largs[3]);
+            if (lr == NULL) { failed = 1; break; }
+            Py_DECREF(lr);
+        }
+    }
+    Py_XDECREF(hint); Py_XDECREF(cq); Py_XDECREF(cq_mf); Py_XDECREF(ifile); Py_XDECREF(imf);
+    Py_XDECREF(prefix_hashes);
+    PyBuffer_Release(&log);
+    if (failed) return NULL;
+    return Py_BuildValue("(LLLL)", done, pos, offset, last_ts);
 }
 
 /* --- offset_msg_id ------------------------------------------------------------------------ */
@@ -2826,6 +3218,10 @@ static PyMethodDef methods[] = {
     {"index_put", (PyCFunction)(void (*)(void))py_index_put, METH_FASTCALL,
      "index_put(buf, slot_num, index_num, entries_at, count, slot_count, begin_timestamp,"
      " prefix_hash, keys, phy_offset, store_timestamp): index keys into one index file."},
+    {"dispatch_hinted", (PyCFunction)(void (*)(void))py_dispatch_hinted, METH_FASTCALL,
+     "dispatch_hinted(hints, log, pos, end, offset, limit, queues, listener, index): a run of"
+     " hinted records dispatched to their consume queues and the index; (done, pos, offset,"
+     " last_store_timestamp)."},
     {"offset_msg_id", (PyCFunction)(void (*)(void))py_offset_msg_id, METH_FASTCALL,
      "offset_msg_id(prefix, offset): prefix + offset as 16 uppercase hex digits."},
     {"record_is", (PyCFunction)(void (*)(void))py_record_is, METH_FASTCALL,

@@ -39,6 +39,10 @@
  *                               remoting.codec._decode_json_header's plain case: a request's
  *                               JSON header dict (as orjson parsed it) as a RemotingCommand
  *                               built by calling cls, or None for the Python code to judge.
+ *   json_header(buf, start, end, cls, serialize_type)
+ *                               json_command's case read straight from the header's bytes
+ *                               (plain ASCII JSON, nothing nested but extFields' strings),
+ *                               without orjson's dict; None for the general decoder.
  *   send_header(ext, names, cls, batch_code)
  *                               remoting.headers.SendMessageRequestHeader.from_ext's common
  *                               case (required fields present, plain decimals, "true",
@@ -1197,6 +1201,364 @@ fail:
     result = NULL;
 done:
     for (int i = 0; i < 9; i++) Py_XDECREF(items[i]);
+    return result;
+}
+
+/* --- json_header ------------------------------------------------------------------------------- */
+
+/* A minimal reader of the plain JSON request header, for json_header below.  Every function
+ * returns 1 when it read its part, 0 when the text is outside the plain subset (the caller
+ * then returns None and the general decoder judges the whole header), -1 on an error. */
+typedef struct {
+    const unsigned char *p, *end;
+} jreader;
+
+static void j_ws(jreader *r) {
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
+        r->p++;
+}
+
+static int j_hex4(const unsigned char *p, Py_UCS4 *out) {
+    Py_UCS4 v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9') v |= c - '0';
+        else if (c >= 'a' && c <= 'f') v |= c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') v |= c - 'A' + 10;
+        else return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* Short ASCII strings the headers repeat (extFields' names, "0", "false", "JAVA", ...): one
+ * str object each, kept in a direct-mapped table, so that a header's names are neither
+ * allocated nor hashed again (a str caches its hash). */
+#define SHORT_STR_MAX 16
+#define SHORT_STR_SLOTS 256
+static PyObject *short_strs[SHORT_STR_SLOTS];
+
+static PyObject *ascii_str(const unsigned char *s, Py_ssize_t n) {
+    if (n > SHORT_STR_MAX) {
+        PyObject *out = PyUnicode_New(n, 127);
+        if (out != NULL) memcpy(PyUnicode_1BYTE_DATA(out), s, n);
+        return out;
+    }
+    uint32_t h = 2166136261u;
+    for (Py_ssize_t i = 0; i < n; i++) h = (h ^ s[i]) * 16777619u;
+    h = (h ^ (uint32_t)n) * 16777619u;
+    PyObject **slot = &short_strs[h % SHORT_STR_SLOTS];
+    PyObject *hit = *slot;
+    if (hit != NULL && PyUnicode_GET_LENGTH(hit) == n && memcmp(PyUnicode_1BYTE_DATA(hit), s, n) == 0)
+        return Py_NewRef(hit);
+    PyObject *out = PyUnicode_New(n, 127);
+    if (out == NULL) return NULL;
+    memcpy(PyUnicode_1BYTE_DATA(out), s, n);
+    Py_XSETREF(*slot, Py_NewRef(out));
+    return out;
+}
+
+/* A JSON string at r->p (its opening quote) as a str: ASCII text and escapes (\uXXXX outside
+ * the surrogates); raw bytes past ASCII, control characters and surrogate escapes are left to
+ * the general decoder (it validates UTF-8 and pairs surrogates as json does). */
+static int j_string(jreader *r, PyObject **out) {
+    if (r->p >= r->end || *r->p != '"') return 0;
+    const unsigned char *s = ++r->p;
+    const unsigned char *q = s;
+    while (q < r->end && *q != '"' && *q != '\\') {
+        if (*q < 0x20 || *q >= 0x80) return 0;
+        q++;
+    }
+    if (q >= r->end) return 0;
+    if (*q == '"') { /* the common case: no escape */
+        *out = ascii_str(s, q - s);
+        if (*out == NULL) return -1;
+        r->p = q + 1;
+        return 1;
+    }
+    /* With escapes: code points gathered, then one str of the narrowest kind. */
+    Py_ssize_t cap = r->end - s, n = 0;
+    Py_UCS4 *buf = PyMem_Malloc(cap * sizeof(Py_UCS4) + 1);
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int rc = 0;
+    for (q = s; q < r->end;) {
+        unsigned char c = *q;
+        if (c == '"') {
+            Py_UCS4 max = 0;
+            for (Py_ssize_t i = 0; i < n; i++) max |= buf[i];
+            if (max < 0x80) { /* ASCII (a properties string's \u0001 and \u0002) */
+                *out = PyUnicode_New(n, 127);
+                if (*out != NULL)
+                    for (Py_ssize_t i = 0; i < n; i++) PyUnicode_1BYTE_DATA(*out)[i] = (Py_UCS1)buf[i];
+            } else {
+                *out = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, buf, n);
+            }
+            rc = *out == NULL ? -1 : 1;
+            r->p = q + 1;
+            break;
+        }
+        if (c < 0x20 || c >= 0x80) break;
+        if (c != '\\') {
+            buf[n++] = c;
+            q++;
+            continue;
+        }
+        if (q + 1 >= r->end) break;
+        unsigned char e = q[1];
+        Py_UCS4 v;
+        if (e == '"' || e == '\\' || e == '/') v = e;
+        else if (e == 'b') v = '\b';
+        else if (e == 'f') v = '\f';
+        else if (e == 'n') v = '\n';
+        else if (e == 'r') v = '\r';
+        else if (e == 't') v = '\t';
+        else if (e == 'u') {
+            if (q + 6 > r->end || !j_hex4(q + 2, &v) || (v >= 0xD800 && v <= 0xDFFF)) break;
+            buf[n++] = v;
+            q += 6;
+            continue;
+        } else break;
+        buf[n++] = v;
+        q += 2;
+    }
+    PyMem_Free(buf);
+    return rc;
+}
+
+/* A JSON integer at r->p as a long long: -?(0|[1-9][0-9]*), at most 18 digits, no fraction or
+ * exponent. */
+static int j_int(jreader *r, long long *out) {
+    const unsigned char *p = r->p;
+    int neg = 0;
+    if (p < r->end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    const unsigned char *digits = p;
+    long long v = 0;
+    while (p < r->end && *p >= '0' && *p <= '9') {
+        if (p - digits >= 18) return 0;
+        v = v * 10 + (*p - '0');
+        p++;
+    }
+    if (p == digits || (*digits == '0' && p - digits > 1)) return 0;
+    if (p < r->end && (*p == '.' || *p == 'e' || *p == 'E')) return 0;
+    *out = neg ? -v : v;
+    r->p = p;
+    return 1;
+}
+
+static int j_literal(jreader *r, const char *lit) {
+    size_t n = strlen(lit);
+    if ((size_t)(r->end - r->p) < n || memcmp(r->p, lit, n) != 0) return 0;
+    r->p += n;
+    return 1;
+}
+
+/* A value of a member pymq does not read: a string, an integer, true, false or null. */
+static int j_skip(jreader *r) {
+    if (r->p >= r->end) return 0;
+    unsigned char c = *r->p;
+    if (c == '"') {
+        PyObject *s = NULL;
+        int rc = j_string(r, &s);
+        Py_XDECREF(s);
+        return rc;
+    }
+    if (c == 't') return j_literal(r, "true");
+    if (c == 'f') return j_literal(r, "false");
+    if (c == 'n') return j_literal(r, "null");
+    long long ignored;
+    return j_int(r, &ignored);
+}
+
+/* extFields: an object of strings (or null: an empty dict). */
+static int j_ext(jreader *r, PyObject **out) {
+    if (j_literal(r, "null")) {
+        *out = PyDict_New();
+        return *out == NULL ? -1 : 1;
+    }
+    if (r->p >= r->end || *r->p != '{') return 0;
+    r->p++;
+    PyObject *d = PyDict_New();
+    if (d == NULL) return -1;
+    j_ws(r);
+    if (r->p < r->end && *r->p == '}') {
+        r->p++;
+        *out = d;
+        return 1;
+    }
+    for (;;) {
+        PyObject *k = NULL, *v = NULL;
+        int rc = j_string(r, &k);
+        if (rc <= 0) goto member_out;
+        j_ws(r);
+        rc = 0;
+        if (r->p >= r->end || *r->p != ':') goto member_out;
+        r->p++;
+        j_ws(r);
+        if ((rc = j_string(r, &v)) <= 0) goto member_out;
+        if (PyDict_SetItem(d, k, v) < 0) {
+            rc = -1;
+            goto member_out;
+        }
+        Py_DECREF(k);
+        Py_DECREF(v);
+        j_ws(r);
+        if (r->p >= r->end) break;
+        if (*r->p == ',') {
+            r->p++;
+            j_ws(r);
+            continue;
+        }
+        if (*r->p == '}') {
+            r->p++;
+            *out = d;
+            return 1;
+        }
+        break;
+    member_out:
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        Py_DECREF(d);
+        return rc;
+    }
+    Py_DECREF(d);
+    return 0;
+}
+
+/*
+ * json_header(buf, start, end, cls, serialize_type)
+ *
+ * codec._decode_json_header's plain case read straight from the header's bytes buf[start:end],
+ * without orjson's dict: a JSON object whose members are plain (escape-free ASCII) names with
+ * code, opaque, flag and version Java ints (opaque, flag, version 0 when absent; code
+ * required), extFields an object of strings or null, remark a string or null, language a
+ * non-empty string, and any other member a string, integer, true, false or null.  Returns
+ * cls(code, ext, b"", opaque, flag, remark, language, version, serialize_type) as json_command
+ * does for the same header after orjson, or None for everything else (non-ASCII text, numbers
+ * with a fraction, nested values, duplicate members, ...), which the general decoder judges.
+ */
+static PyObject *py_json_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) return PyErr_Format(PyExc_TypeError, "json_header takes 5 arguments");
+    long long start, end;
+    if (arg_int(args[1], "start", 0, PY_SSIZE_T_MAX, &start) < 0 ||
+        arg_int(args[2], "end", 0, PY_SSIZE_T_MAX, &end) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL, *ext = NULL, *remark = NULL, *language = NULL;
+    long long code = 0, opaque = 0, flag = 0, version = 0;
+    int seen = 0; /* bits: code 1, opaque 2, flag 4, version 8, ext 16, remark 32, language 64 */
+    int rc = 0;
+    if (end > view.len || start > end) goto plain_none;
+    jreader r = {(const unsigned char *)view.buf + start, (const unsigned char *)view.buf + end};
+    j_ws(&r);
+    if (r.p >= r.end || *r.p != '{') goto plain_none;
+    r.p++;
+    j_ws(&r);
+    if (r.p < r.end && *r.p == '}') {
+        r.p++;
+        goto closed;
+    }
+    for (;;) {
+        /* A member name: plain ASCII, no escapes. */
+        if (r.p >= r.end || *r.p != '"') goto plain_none;
+        const unsigned char *k = ++r.p;
+        while (r.p < r.end && *r.p != '"' && *r.p != '\\' && *r.p >= 0x20 && *r.p < 0x80) r.p++;
+        if (r.p >= r.end || *r.p != '"') goto plain_none;
+        Py_ssize_t kn = r.p - k;
+        r.p++;
+        j_ws(&r);
+        if (r.p >= r.end || *r.p != ':') goto plain_none;
+        r.p++;
+        j_ws(&r);
+        int bit = 0;
+        long long *num = NULL;
+        switch (kn) {
+        case 4:
+            if (memcmp(k, "code", 4) == 0) bit = 1, num = &code;
+            else if (memcmp(k, "flag", 4) == 0) bit = 4, num = &flag;
+            break;
+        case 6:
+            if (memcmp(k, "opaque", 6) == 0) bit = 2, num = &opaque;
+            else if (memcmp(k, "remark", 6) == 0) bit = 32;
+            break;
+        case 7:
+            if (memcmp(k, "version", 7) == 0) bit = 8, num = &version;
+            break;
+        case 8:
+            if (memcmp(k, "language", 8) == 0) bit = 64;
+            break;
+        case 9:
+            if (memcmp(k, "extFields", 9) == 0) bit = 16;
+            break;
+        }
+        if (seen & bit) goto plain_none; /* a duplicate: the general decoder */
+        seen |= bit;
+        if (num != NULL) {
+            if ((rc = j_int(&r, num)) <= 0) goto none_or_error;
+            if (*num < I32_MIN || *num > I32_MAX) goto plain_none;
+        } else if (bit == 16) {
+            if ((rc = j_ext(&r, &ext)) <= 0) goto none_or_error;
+        } else if (bit == 32) {
+            if (!j_literal(&r, "null") && (rc = j_string(&r, &remark)) <= 0) goto none_or_error;
+        } else if (bit == 64) {
+            if ((rc = j_string(&r, &language)) <= 0) goto none_or_error;
+        } else if ((rc = j_skip(&r)) <= 0) {
+            goto none_or_error;
+        }
+        j_ws(&r);
+        if (r.p >= r.end) goto plain_none;
+        if (*r.p == ',') {
+            r.p++;
+            j_ws(&r);
+            continue;
+        }
+        if (*r.p != '}') goto plain_none;
+        r.p++;
+        break;
+    }
+closed:
+    j_ws(&r);
+    if (r.p != r.end || !(seen & 1) || language == NULL || PyUnicode_GET_LENGTH(language) == 0)
+        goto plain_none;
+    if (ext == NULL && (ext = PyDict_New()) == NULL) goto fail;
+    PyObject *items[9] = {NULL};
+    items[0] = PyLong_FromLongLong(code);
+    items[1] = ext;
+    items[2] = PyBytes_FromStringAndSize(NULL, 0);
+    items[3] = PyLong_FromLongLong(opaque);
+    items[4] = PyLong_FromLongLong(flag);
+    items[5] = remark != NULL ? remark : Py_None;
+    items[6] = language;
+    items[7] = PyLong_FromLongLong(version);
+    items[8] = args[4];
+    if (items[0] != NULL && items[2] != NULL && items[3] != NULL && items[4] != NULL &&
+        items[7] != NULL)
+        result = PyObject_Vectorcall(args[3], items, 9, NULL);
+    Py_XDECREF(items[0]);
+    Py_XDECREF(items[2]);
+    Py_XDECREF(items[3]);
+    Py_XDECREF(items[4]);
+    Py_XDECREF(items[7]);
+    goto done;
+none_or_error:
+    if (rc < 0) goto fail;
+plain_none:
+    result = Py_NewRef(Py_None);
+    goto done;
+fail:
+    result = NULL;
+done:
+    Py_XDECREF(ext);
+    Py_XDECREF(remark);
+    Py_XDECREF(language);
+    PyBuffer_Release(&view);
     return result;
 }
 
@@ -3206,6 +3568,9 @@ static PyMethodDef methods[] = {
     {"json_command", (PyCFunction)(void (*)(void))py_json_command, METH_FASTCALL,
      "json_command(header, cls, serialize_type): the plain JSON header dict as cls(...), or None"
      " (remoting.codec._decode_json_header's first case)."},
+    {"json_header", (PyCFunction)(void (*)(void))py_json_header, METH_FASTCALL,
+     "json_header(buf, start, end, cls, serialize_type): the plain JSON header at"
+     " buf[start:end] as cls(...), read without a dict, or None (json_command's case)."},
     {"send_header", (PyCFunction)(void (*)(void))py_send_header, METH_FASTCALL,
      "send_header(ext, names, cls, batch_code): SendMessageRequestHeader.from_ext's common"
      " case as cls(...), or None."},

@@ -7,7 +7,7 @@ import struct
 
 import attrs
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymq.remoting.codec import (
@@ -538,3 +538,170 @@ def test_json_command_in_c_reads_the_cpp_clients_ext_fields_as_python_does(
     data = json.dumps(fields).encode()
     cmd = same_without_native(codec, "_json_command", lambda: codec._decode_json_header(data))
     assert all(type(v) is str for v in cmd.ext_fields.values())
+
+
+def _frame_of(header: bytes, body: bytes = b"xy") -> bytes:
+    """A frame (without its total length) holding ``header`` as a JSON header."""
+    return len(header).to_bytes(4, "big") + header + body
+
+
+def _decoded_either_way(header: bytes) -> object:
+    """decode_frame of the header with the C reader of the plain header (json_header) and
+    without it (orjson, then json_command or the Python code): asserts both give the same
+    command or the same refusal, and returns it."""
+    from pymq.remoting import codec
+
+    frame = _frame_of(header)
+
+    def read() -> object:
+        try:
+            cmd = codec.decode_frame(frame)
+        except ProtocolError as exc:
+            return ("refused", str(exc))
+        # UTF-8 of every text too: a str built with the wrong kind compares equal but is not.
+        texts = [cmd.language, cmd.remark or "", *cmd.ext_fields, *cmd.ext_fields.values()]
+        utf8 = [t.encode("utf-8", "surrogatepass") for t in texts]
+        return (
+            attrs.asdict(cmd),
+            type(cmd.remark),
+            {type(v) for v in cmd.ext_fields.values()},
+            utf8,
+        )
+
+    return same_without_native(codec, "_json_header_at", read)
+
+
+_header_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6) | (
+    st.text(st.sampled_from('"\\/\b\f\n\r\t\x00\x01\x02\x1f é€\U0001f600\ud800'), max_size=4)
+)
+
+
+@given(
+    fields=st.fixed_dictionaries(
+        {},
+        optional={
+            "code": _json_scalars,
+            "opaque": _json_scalars,
+            "flag": _json_scalars,
+            "version": _json_scalars,
+            "remark": st.one_of(_json_scalars, _header_text),
+            "language": st.one_of(_json_scalars, st.sampled_from(["JAVA", "CPP", ""])),
+            "serializeTypeCurrentRPC": st.one_of(_json_scalars, st.just("JSON")),
+            "extFields": st.one_of(
+                st.none(),
+                st.dictionaries(_header_text, _header_text, max_size=5),
+                st.dictionaries(st.text(max_size=3), _ext_values, max_size=4),
+            ),
+        },
+    ),
+    ensure_ascii=st.booleans(),
+    spaced=st.booleans(),
+    dup=st.sampled_from([None, "code", "extFields", "language", "remark", "other"]),
+)
+@settings(max_examples=300)
+def test_json_header_in_c_reads_frames_as_the_general_decoder(
+    fields: dict, ensure_ascii: bool, spaced: bool, dup: str | None
+) -> None:
+    """The C reader of the plain JSON header (codec._json_header_at) gives the command, or
+    leaves the header to the general decoder, so that every frame decodes as without it:
+    escapes, non-ASCII and control characters, surrogates, every type in every field, spacing,
+    and members given twice."""
+    separators = (", ", ": ") if spaced else (",", ":")
+    text = json.dumps(fields, ensure_ascii=ensure_ascii, separators=separators)
+    if dup is not None and len(text) > 2:
+        value = json.dumps(fields.get(dup, 7), ensure_ascii=ensure_ascii)
+        text = text[:-1] + ("," if fields else "") + f'"{dup}":{value}' + "}"
+    _decoded_either_way(text.encode("utf-8", "surrogatepass"))
+
+
+@given(data=st.data())
+@settings(max_examples=300)
+def test_json_header_in_c_on_damaged_headers(data: st.DataObject) -> None:
+    """Sound send headers with bytes changed, cut or added read the same with and without the
+    C reader: the same command, or the same refusal."""
+    header = bytearray(
+        b'{"code":310,"extFields":{"a":"G","b":"T\\u00e9","e":"-1","i":"UNIQ_KEY\\u0001A\\u0002'
+        b'WAIT\\u0001true\\u0002","n":"1"},"flag":0,"language":"JAVA","opaque":-12,'
+        b'"remark":null,"serializeTypeCurrentRPC":"JSON","version":399}'
+    )
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(header) - 1))
+        action = data.draw(st.sampled_from(["set", "cut", "insert"]))
+        byte = data.draw(st.sampled_from(list(b'"\\{}[],:-.0e19 \x00\x7f\x80\xc3\xa9tnu')))
+        if action == "set":
+            header[at] = byte
+        elif action == "cut":
+            del header[at]
+        else:
+            header.insert(at, byte)
+    _decoded_either_way(bytes(header))
+
+
+def test_json_header_in_c_reads_the_plain_send_header() -> None:
+    """The case the C reader exists for does take it (not only the fallback)."""
+    from pymq.remoting import codec
+
+    header = (
+        b'{"code":310,"extFields":{"a":"G","i":"UNIQ_KEY\\u0001A\\u0002"},"flag":0,'
+        b'"language":"JAVA","opaque":7,"serializeTypeCurrentRPC":"JSON","version":399}'
+    )
+    if codec._json_header_at is None:
+        pytest.skip("needs the C extension")
+    cmd = codec._json_header_at(header, 0, len(header), codec.RemotingCommand, 0)
+    assert cmd is not None
+    assert (cmd.code, cmd.opaque, cmd.version, cmd.language) == (310, 7, 399, "JAVA")
+    assert cmd.ext_fields == {"a": "G", "i": "UNIQ_KEY\x01A\x02"}
+    assert _decoded_either_way(header)[0]["ext_fields"] == cmd.ext_fields
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'{"code":2147483648,"language":"JAVA"}',
+        b'{"code":-2147483649,"language":"JAVA"}',
+        b'{"code":-2147483648,"opaque":2147483647,"language":"JAVA"}',
+        b'{"code":10,"opaque":012,"language":"JAVA"}',
+        b'{"code":10,"opaque":-0,"language":"JAVA"}',
+        b'{"code":10,"opaque":1.0,"language":"JAVA"}',
+        b'{"code":10,"opaque":1e2,"language":"JAVA"}',
+        b'{"code":10,"opaque":1234567890123456789012,"language":"JAVA"}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"\\ud800"}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"\\ud83d\\ude00"}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"\\u00e9\\u20ac\\u0001"}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"\\b\\f\\n\\r\\t\\/\\\\\\""}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"\\x"}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"\\u00G0"}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"tab\there"}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"\xc3\xa9"}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"\xff"}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"x","a":"y"}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"x"},"extFields":null}',
+        b'{"code":"10","code":10,"language":"JAVA"}',
+        b'{"code":10,"language":"JAVA","remark":null}',
+        b'{"code":10,"language":"JAVA","remark":"\\u00e9"}',
+        b'{"code":10,"language":"JAVA","remark":5}',
+        b'{"code":10,"language":""}',
+        b'{"code":10}',
+        b'{"language":"JAVA"}',
+        b'{"code":10,"language":"JAVA","x":[1]}',
+        b'{"code":10,"language":"JAVA","x":{"y":1}}',
+        b'{"code":10,"language":"JAVA","x":true,"y":false,"z":null,"w":-5,"v":"s"}',
+        b'{"code":10,"language":"JAVA","x":tru}',
+        b' \n{ "code" : 10 ,\t"language" : "JAVA" } \r\n',
+        b'{"code":10,"language":"JAVA"} x',
+        b'{"code":10,"language":"JAVA",}',
+        b'{"code":10,,"language":"JAVA"}',
+        b'{"code":10,"language":"JAVA"',
+        b'{"code":10,"language":"JAVA","extFields":{}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":1}}',
+        b'{"code":10,"language":"JAVA","extFields":{"a":"1",}}',
+        b'{"c\\u006fde":10,"language":"JAVA"}',
+        b'{"code":10,"language":"JAVA","extFields":{"\\u0061":"1"}}',
+        b"{}",
+        b"[]",
+        b"",
+    ],
+)
+def test_json_header_in_c_edge_cases(header: bytes) -> None:
+    """Headers at the edges of the C reader's plain subset read as without it."""
+    _decoded_either_way(header)

@@ -66,7 +66,8 @@
  *   dispatch_hinted(hints, log, pos, end, offset, limit, queues, listener, index)
  *                               store.reput's loop over the put path's dispatch hints: a run
  *                               of common records given their consume-queue entries and
- *                               UNIQ_KEY index entries; (done, pos, offset, last timestamp).
+ *                               UNIQ_KEY index entries; (done, pos, offset, last timestamp,
+ *                               the exception that stopped it or None).
  *   offset_msg_id(prefix, offset)
  *                               prefix + the offset as 16 uppercase hex digits (the broker's
  *                               message id from its store-host prefix), as f"{p}{o:016X}".
@@ -1917,9 +1918,18 @@ static int index_keys(PyObject *uniq, PyObject *keys, Py_ssize_t (*ranges)[2], i
 
 #define DISPATCH_MAX_KEYS 32
 
+/* A writable buffer over obj.mm: 0, or -1 with an exception set. */
+static int writable_mm(PyObject *obj, Py_buffer *view) {
+    PyObject *mm = PyObject_GetAttr(obj, a_mm);
+    if (mm == NULL) return -1;
+    int rc = PyObject_GetBuffer(mm, view, PyBUF_WRITABLE);
+    Py_DECREF(mm);
+    return rc;
+}
+
 /*
  * dispatch_hinted(hints, log, pos, end, offset, limit, queues, listener, index)
- *     -> (done, pos, offset, last_store_timestamp)
+ *     -> (done, pos, offset, last_store_timestamp, exception or None)
  *
  * reput.ReputMessageService._dispatch_some's loop over the put path's dispatch hints, for the
  * common record: what ``_hint_for`` then ``ConsumeQueueTable.dispatch_fields`` do for it, in one
@@ -1939,9 +1949,10 @@ static int index_keys(PyObject *uniq, PyObject *keys, Py_ssize_t (*ranges)[2], i
  * hash of TAGS, 0 without), the index entry and header as IndexFile.put_keys and write_header
  * do, and the listener is called after both (dispatch_fields calls it before the index: nothing
  * it does reads the index).  ``last_store_timestamp`` is the store timestamp of the last record
- * given a queue entry, -1 when none was.  An exception from the listener propagates with the
- * records before it dispatched (re-dispatch skips their queue entries; their index entries may
- * repeat, as after a crash, which queries report once).
+ * given a queue entry, -1 when none was.  An exception (from the listener, say) does not
+ * propagate: it is returned with the records done before it (the listener's record among them,
+ * its hint taken), for the caller to count them before it raises it, as the Python loop counts
+ * each record as it is done.
  */
 static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 9) return PyErr_Format(PyExc_TypeError, "dispatch_hinted takes 9 arguments");
@@ -1989,10 +2000,11 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
         long long sys_flag = PyLong_AsLongLong(f[7]);
         if (PyErr_Occurred()) { failed = 1; break; }
         PyObject *topic = f[2], *tags = f[5], *keys = f[8], *uniq = f[9];
-        if (size < 8 || pos + size > end) break; /* not all written yet, or odd: Python */
+        if (size < 8 || size > I32_MAX || pos + size > end) break; /* not all written yet, or odd: Python */
         if ((long long)get32(b + pos) != size || get32(b + pos + 4) != MESSAGE_MAGIC) break;
         if (!PyUnicode_Check(topic) || has_separator(tags) != 0 || has_separator(keys) != 0 ||
-            has_separator(uniq) != 0 || queue_id < 0 || queue_id > I32_MAX || queue_offset < 0)
+            has_separator(uniq) != 0 || queue_id < 0 || queue_id > I32_MAX || queue_offset < 0 ||
+            queue_offset > LLONG_MAX / 20 - 1 || phy > LLONG_MAX - size)
             break;
 
         /* The consume queue's part, judged. */
@@ -2046,6 +2058,9 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
                 /* rolled back: not indexed */
             } else if (ifile == NULL || i_count >= i_num || nkeys > DISPATCH_MAX_KEYS) {
                 break; /* no file yet, a full one (Python rolls), or very many keys */
+            } else if (nkeys == 0 && str_nonempty(keys)) {
+                break; /* KEYS of spaces only: build_index writes the header and caches the
+                          topic's prefix hash (a fresh file's index_count 1 goes to disk) */
             } else if (nkeys > 0) {
                 if (prefix_hashes == NULL &&
                     (prefix_hashes = PyObject_GetAttr(index, a_prefix_hashes)) == NULL) { failed = 1; break; }
@@ -2073,43 +2088,47 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
             /* else: no key to index, the header stays as it is */
         }
 
-        /* Judged: write. */
+        /* Judged: both buffers taken and checked before anything is written (a layout that
+         * does not fit is left to the Python loop, which raises as it would). */
         int32_t code = 0;
         if (str_nonempty(tags) && java_hash32(0, tags, &code) < 0) { failed = 1; break; }
+        Py_buffer qb, ib;
+        int have_qb = 0, have_ib = 0, fits = 1;
         if (cq_put) {
-            PyObject *mm = PyObject_GetAttr(cq_mf, a_mm);
-            if (mm == NULL) { failed = 1; break; }
-            Py_buffer qb;
-            int rc = PyObject_GetBuffer(mm, &qb, PyBUF_WRITABLE);
-            Py_DECREF(mm);
-            if (rc < 0) { failed = 1; break; }
-            if (cq_pos + 20 > qb.len) {
-                PyBuffer_Release(&qb);
+            if (writable_mm(cq_mf, &qb) < 0) { failed = 1; break; }
+            have_qb = 1;
+            fits = cq_pos + 20 <= qb.len;
+        }
+        if (fits && index_put) {
+            if (writable_mm(imf, &ib) < 0) {
+                if (have_qb) PyBuffer_Release(&qb);
+                failed = 1;
                 break;
             }
+            have_ib = 1;
+            fits = INDEX_HEADER + i_slot_num * 4 <= ib.len &&
+                   i_entries_at + i_num * INDEX_ENTRY <= (long long)ib.len;
+        }
+        if (!fits) {
+            if (have_qb) PyBuffer_Release(&qb);
+            if (have_ib) PyBuffer_Release(&ib);
+            break;
+        }
+        if (cq_put) {
             unsigned char *e = (unsigned char *)qb.buf + cq_pos;
             put64(e, (uint64_t)phy);
             put32(e + 8, (uint32_t)size);
             put64(e + 12, (uint64_t)(int64_t)code);
             PyBuffer_Release(&qb);
             if (set_attr_ll(cq_mf, a_wrote_position, cq_pos + 20) < 0 ||
-                set_attr_ll(cq, a_max_physic_offset, phy + size) < 0) { failed = 1; break; }
-            last_ts = store_ts;
-        }
-        if (index_put) {
-            PyObject *mm = PyObject_GetAttr(imf, a_mm);
-            if (mm == NULL) { failed = 1; break; }
-            Py_buffer ib;
-            int rc = PyObject_GetBuffer(mm, &ib, PyBUF_WRITABLE);
-            Py_DECREF(mm);
-            if (rc < 0) { failed = 1; break; }
-            if (INDEX_HEADER + i_slot_num * 4 > ib.len ||
-                i_entries_at + (i_count + index_put) * INDEX_ENTRY > (long long)ib.len) {
-                PyBuffer_Release(&ib);
-                PyErr_SetString(PyExc_ValueError, "index layout does not fit the buffer");
+                set_attr_ll(cq, a_max_physic_offset, phy + size) < 0) {
+                if (have_ib) PyBuffer_Release(&ib);
                 failed = 1;
                 break;
             }
+            last_ts = store_ts;
+        }
+        if (index_put) {
             long long first = i_count;
             unsigned char *ib_b = ib.buf;
             for (int k = 0; k < index_put; k++) {
@@ -2175,8 +2194,23 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
     Py_XDECREF(hint); Py_XDECREF(cq); Py_XDECREF(cq_mf); Py_XDECREF(ifile); Py_XDECREF(imf);
     Py_XDECREF(prefix_hashes);
     PyBuffer_Release(&log);
-    if (failed) return NULL;
-    return Py_BuildValue("(LLLL)", done, pos, offset, last_ts);
+    PyObject *exc = Py_NewRef(Py_None);
+    if (failed) {
+        /* The records before (and, for the listener, this one) are done: their hints are
+         * taken, so the caller must count them before it raises. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (value == NULL) {
+            Py_DECREF(exc);
+            return NULL;
+        }
+        if (tb != NULL) PyException_SetTraceback(value, tb);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        Py_SETREF(exc, value);
+    }
+    return Py_BuildValue("(LLLLN)", done, pos, offset, last_ts, exc);
 }
 
 /* --- offset_msg_id ------------------------------------------------------------------------ */
@@ -3586,7 +3620,7 @@ static PyMethodDef methods[] = {
     {"dispatch_hinted", (PyCFunction)(void (*)(void))py_dispatch_hinted, METH_FASTCALL,
      "dispatch_hinted(hints, log, pos, end, offset, limit, queues, listener, index): a run of"
      " hinted records dispatched to their consume queues and the index; (done, pos, offset,"
-     " last_store_timestamp)."},
+     " last_store_timestamp, exception or None)."},
     {"offset_msg_id", (PyCFunction)(void (*)(void))py_offset_msg_id, METH_FASTCALL,
      "offset_msg_id(prefix, offset): prefix + offset as 16 uppercase hex digits."},
     {"record_is", (PyCFunction)(void (*)(void))py_record_is, METH_FASTCALL,

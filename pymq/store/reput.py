@@ -200,15 +200,21 @@ class ReputMessageService:
         """The common records of a run of hints dispatched in one C call, exactly as the loop of
         :meth:`_dispatch_some` dispatches them (tests/store/test_dispatch_hints.py compares the
         files); it stops, with nothing of that record done, at the first one the loop must
-        judge.  Returns (records dispatched, position after them)."""
+        judge.  Returns (records dispatched, position after them).  An exception that stopped the
+        run is raised after the records done before it are counted, as the loop counts them."""
         assert _dispatch_hinted is not None
         table = self.table
-        n, pos, self.reput_from_offset, last_ts = _dispatch_hinted(
+        n, pos, self.reput_from_offset, last_ts, exc = _dispatch_hinted(
             hints, view, pos, end, self.reput_from_offset, limit, table.queues, listener,
             table.index,
         )  # fmt: skip
         if last_ts >= 0:
             table.logics_msg_timestamp = last_ts
+        if exc is not None:
+            try:
+                raise exc
+            finally:
+                del exc
         return n, pos
 
     def _dispatch_some(self, limit: int) -> tuple[bool, bool]:  # noqa: C901

@@ -1,0 +1,371 @@
+"""Differential tests of ``_recordc.dispatch_hinted`` against the Python loop of
+``ReputMessageService._dispatch_some``: the same hints over the same log, dispatched once with
+the C run and once without, must leave the same consume queues, index files (bytes and
+attributes), arrivals, hints, offsets and ``logics_msg_timestamp`` -- after every call, not
+only at the end."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pymq.common.message import MESSAGE_MAGIC_CODE
+from pymq.store import reput as reput_module
+from pymq.store.commitlog import DispatchHint
+from pymq.store.consume_queue_table import ConsumeQueueTable
+from pymq.store.index_service import IndexService
+from pymq.store.reput import ReputMessageService
+
+logging.getLogger("pymq.store").setLevel(logging.CRITICAL)  # odd queue offsets, index rolls
+
+pytestmark = pytest.mark.skipif(
+    reput_module._dispatch_hinted is None, reason="needs the C extension"
+)
+
+HEADER = struct.Struct(">iI")
+
+
+@dataclass
+class FakeFile:
+    mm: bytearray
+    file_from_offset: int
+    wrote_position: int
+    file_size: int
+
+
+class FakeQueue:
+    def __init__(self, mf: FakeFile) -> None:
+        self.mf = mf
+
+    def find_by_offset(self, offset: int) -> FakeFile | None:
+        mf = self.mf
+        return mf if mf.file_from_offset <= offset < mf.file_from_offset + mf.file_size else None
+
+
+class FakeCommitLog:
+    """Just what ``_dispatch_some`` reads of a commit log, over one file of hinted records."""
+
+    def __init__(self, log: bytearray, file_size: int) -> None:
+        self.queue = FakeQueue(FakeFile(log, 0, len(log), file_size))
+        self.dispatch_hints: collections.deque[DispatchHint] = collections.deque()
+        self.min_offset = 0
+        self.file_size = file_size
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.mf.wrote_position
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+
+class Side:
+    def __init__(
+        self,
+        root: str,
+        log: bytearray,
+        native: bool,
+        slots: int,
+        index_num: int,
+        cq_size: int,
+        precreate: list[tuple[str, int]],
+    ) -> None:
+        clock = iter(range(1_800_000_000_000, 1 << 62, 1000))
+        self.index = IndexService(
+            os.path.join(root, "index"), slots, index_num, lambda: next(clock)
+        )
+        self.index.ensure_writable_file()
+        self.table = ConsumeQueueTable(os.path.join(root, "cq"), cq_size, self.index, [1000])
+        for topic, qid in precreate:
+            self.table.find_or_create(topic, qid)
+        self.cl = FakeCommitLog(log, len(log) + 4096)
+        self.reput = ReputMessageService(self.cl, self.table)  # type: ignore[arg-type]
+        self.reput.native_dispatch = native
+        self.arrivals: list[tuple] = []
+        self.reput.listener = lambda *a: self.arrivals.append(a)
+
+    def state(self) -> tuple:
+        cqs = []
+        for topic, by_id in sorted(self.table.queues.items()):
+            for qid, cq in sorted(by_id.items()):
+                files = [
+                    (mf.file_from_offset, mf.wrote_position, bytes(mf.mm[: mf.file_size]))
+                    for mf in cq.queue.files
+                ]
+                cqs.append((topic, qid, cq.max_physic_offset, files))
+        index = []
+        for f in self.index.files:
+            index.append(
+                (
+                    f.begin_timestamp,
+                    f.end_timestamp,
+                    f.begin_phy_offset,
+                    f.end_phy_offset,
+                    f.hash_slot_count,
+                    f.index_count,
+                    bytes(f.mf.mm),
+                )
+            )
+        return (
+            cqs,
+            index,
+            list(self.arrivals),
+            list(self.cl.dispatch_hints),
+            self.reput.reput_from_offset,
+            self.table.logics_msg_timestamp,
+            dict(self.index._prefix_hashes),
+        )
+
+    def close(self) -> None:
+        self.table.close()
+        self.index.close()
+
+
+def build_log(records: list[dict]) -> tuple[bytearray, list[DispatchHint]]:
+    log = bytearray()
+    hints = []
+    for r in records:
+        size = r["size"]
+        phy = len(log)
+        rec = bytearray(size)
+        HEADER.pack_into(rec, 0, size, MESSAGE_MAGIC_CODE)
+        log += rec
+        hints.append(
+            DispatchHint(
+                phy,
+                size,
+                r["topic"],
+                r["qid"],
+                r["qoff"],
+                r["tags"],
+                r["ts"],
+                r["sys_flag"],
+                r["keys"],
+                r["uniq"],
+            )
+        )
+    return log, hints
+
+
+def unallocate(side: Side, rounds: int) -> None:
+    """Forget the blocks past the data of the newest files (as for a file found on disk), so
+    that the next puts must allocate first: the C run leaves those to the Python loop."""
+    for cq in side.table:
+        if cq.queue.files and rounds % 2:
+            mf = cq.queue.files[-1]
+            mf.allocated = min(mf.allocated, mf.wrote_position)
+    if side.index.files and rounds % 3 == 0:
+        f = side.index.files[-1]
+        f.mf.allocated = min(f.mf.allocated, f.data_end)
+
+
+def run_both(
+    records: list[dict],
+    limits: list[int],
+    redispatch_from: int | None,
+    slots: int = 8,
+    index_num: int = 12,
+    cq_size: int = 20 * 6,
+    precreate: list[tuple[str, int]] = (),
+    unallocated: bool = False,
+) -> None:
+    log, hints = build_log(records)
+    with tempfile.TemporaryDirectory() as tmp:
+        sides = [
+            Side(os.path.join(tmp, name), log, native, slots, index_num, cq_size, list(precreate))
+            for name, native in (("c", True), ("py", False))
+        ]
+        try:
+            for side in sides:
+                side.cl.dispatch_hints.extend(hints)
+            rounds = 0
+            while True:
+                limit = limits[rounds % len(limits)] if limits else 1 << 30
+                outs = [side.reput._dispatch_some(limit) for side in sides]
+                assert outs[0] == outs[1]
+                states = [side.state() for side in sides]
+                assert states[0] == states[1], f"after round {rounds}"
+                rounds += 1
+                if not outs[0][1]:
+                    break
+                if unallocated:
+                    for side in sides:
+                        unallocate(side, rounds)
+                if sides[0].index.needs_new_file():  # as _do_reput_locked's prepare
+                    for side in sides:
+                        side.index._roll(side.index._new_file_blocking())
+            if redispatch_from is not None and hints:
+                start = hints[redispatch_from % len(hints)]
+                for side in sides:
+                    side.cl.dispatch_hints.extend(
+                        h for h in hints if h.physical_offset >= start.physical_offset
+                    )
+                    side.reput.reput_from_offset = start.physical_offset
+                while True:
+                    outs = [side.reput._dispatch_some(1 << 30) for side in sides]
+                    assert outs[0] == outs[1]
+                    if not outs[0][1]:
+                        break
+                states = [side.state() for side in sides]
+                assert states[0] == states[1], "after the re-dispatch"
+        finally:
+            for side in sides:
+                side.close()
+
+
+# No \x01 / \x02: a hint holding one is parsed back, and these fake records cannot be.
+CHARS = st.sampled_from(
+    [*"ab  Z#", "\u00e9", "\u4e2d", "\U0001f600", "\U00010437", "\ud800", "\uffff", "\x00"]
+)
+TEXT = st.text(CHARS, max_size=12)
+OPT_TEXT = st.one_of(st.none(), st.just(""), TEXT)
+TOPICS = st.sampled_from(["T", "Other", "\U0001f600top", "\u00e9t"])
+
+
+@st.composite
+def record_lists(draw):
+    n = draw(st.integers(1, 40))
+    counters: dict[tuple[str, int], int] = {}
+    out = []
+    ts = 1_800_000_000_000
+    for _ in range(n):
+        topic = draw(TOPICS)
+        qid = draw(st.integers(0, 2))
+        qoff = counters.get((topic, qid), 0)
+        if draw(st.integers(0, 30)) == 0:
+            qoff += draw(st.integers(-1, 2))  # an odd queue offset now and then
+            qoff = max(qoff, 0)
+        counters[(topic, qid)] = qoff + 1
+        ts += draw(st.integers(0, 3000))
+        out.append(
+            dict(
+                size=draw(st.integers(8, 40)),
+                topic=topic,
+                qid=qid,
+                qoff=qoff,
+                tags=draw(OPT_TEXT),
+                ts=ts,
+                sys_flag=draw(st.sampled_from([0, 0, 0, 0x4, 0x8, 0xC, 0x1, 0x2, 0x5])),
+                keys=draw(OPT_TEXT),
+                uniq=draw(OPT_TEXT),
+            )
+        )
+    return out
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    records=record_lists(),
+    limits=st.lists(st.integers(1, 50), max_size=3),
+    redispatch_from=st.one_of(st.none(), st.integers(0, 100)),
+    precreate=st.lists(st.tuples(TOPICS, st.integers(0, 2)), max_size=4),
+    unallocated=st.booleans(),
+)
+def test_dispatch_hinted_matches_python_loop(
+    records, limits, redispatch_from, precreate, unallocated
+):
+    run_both(records, limits, redispatch_from, precreate=precreate, unallocated=unallocated)
+
+
+def rec(i: int, **kw: object) -> dict:
+    base = dict(
+        size=16,
+        topic="T",
+        qid=0,
+        qoff=i,
+        tags="TagA",
+        ts=1_800_000_000_000 + i * 1000,
+        sys_flag=0,
+        keys=None,
+        uniq=None,
+    )
+    base.update(kw)
+    return base
+
+
+def test_blank_keys_first_in_a_fresh_index_file():
+    """KEYS of spaces only, no UNIQ_KEY: build_index writes the header (a fresh file's
+    index_count 1 goes to disk) and caches the topic's prefix hash; the C run must too."""
+    records = [rec(0, keys="k0"), rec(1, keys="k1")]  # topic's prefix cached, queue made
+    records += [rec(2 + i, keys="   ") for i in range(3)]
+    # index_num 3: entries 1 and 2 fill the first file; the rest go to a fresh one.
+    run_both(records, [2, 1, 1, 1], None, index_num=3)
+
+
+def test_blank_keys_in_a_new_topic():
+    """The prefix-hash cache of a topic first met with blank KEYS."""
+    records = [rec(0, keys="k0"), rec(0, topic="New"), rec(1, topic="New", keys="   ")]
+    run_both(records, [1, 1, 1], None)
+
+
+class Interrupt(BaseException):
+    """Not an Exception: _safe_listener lets it through (as KeyboardInterrupt)."""
+
+
+async def interrupted_fill(root: str, native: bool) -> tuple:
+    from tests.store.helpers import make_message, running_store, small_config
+
+    config = small_config(root, resident_trim_interval=0)
+    clock = iter(range(1_800_000_000_000, 1 << 62, 7))
+    arrivals: list[tuple] = []
+    fail_at = [3]
+
+    def listener(*args: object) -> None:
+        arrivals.append(args)
+        if len(arrivals) == fail_at[0]:
+            raise Interrupt
+
+    async with running_store(config, clock_ms=lambda: next(clock)) as store:
+        reput = store.reput
+        reput.native_dispatch = native
+        store.set_arrival_listener(listener)
+        reput.woken = True  # the puts leave the records to the calls below
+        for i in range(6):
+            await store.put_message(make_message(topic="T", keys=f"k{i}", UNIQ_KEY=f"U{i:030d}"))
+        with pytest.raises(Interrupt):
+            reput._dispatch_some(1 << 30)
+        fail_at[0] = -1
+        while reput._dispatch_some(1 << 30)[1]:
+            pass
+        reput.woken = False
+        index = store.consume_queues.index.files[-1]
+        return (
+            reput.reput_from_offset,
+            store.consume_queues.logics_msg_timestamp,
+            index.index_count,
+            bytes(index.mf.mm),
+            arrivals,
+        )
+
+
+async def test_a_listener_interruption_leaves_what_the_python_loop_leaves(tmp_path):
+    """The Python loop counts each record as it is done: after an exception from the listener
+    the re-dispatch starts at that record (its queue entry kept, its keys indexed then).  The
+    C run must not leave the records it already did uncounted (indexed twice on re-dispatch,
+    logics_msg_timestamp behind)."""
+    native = await interrupted_fill(str(tmp_path / "c"), True)
+    python = await interrupted_fill(str(tmp_path / "py"), False)
+    assert native[:3] == python[:3]
+    assert native[3] == python[3]
+    assert native[4] == python[4]
+
+
+@pytest.mark.parametrize("pieces", [31, 32, 33, 40])
+def test_many_keys_around_the_c_limit(pieces):
+    """Up to DISPATCH_MAX_KEYS keys (UNIQ_KEY included) in C, more left to the loop; index
+    files that roll in the middle of a record's keys."""
+    keys = "  ".join(f"k{j}\U0001f600" for j in range(pieces - 1))
+    records = [rec(0, keys="first")] + [rec(i, keys=keys, uniq=f"U{i}") for i in range(1, 6)]
+    run_both(records, [1, 2, 3], 2, index_num=70)

@@ -980,6 +980,23 @@ class Channel:
         if calls.callbacks == 1:
             self._sweep_wanted.set()
 
+    def invoke_callback_frame(
+        self, opaque: int, frame: bytes, code: int, timeout: float, callback: ResponseCallback
+    ) -> None:
+        """:meth:`invoke_callback` for a request already written as its whole ``frame``, with
+        ``opaque`` (from ``codec.next_opaque``) in it: a producer's common send, without the
+        request command.  Only for a channel that signs nothing (``signer`` None)."""
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_address} is closed")
+        assert self.signer is None, "a signed request needs its command: use invoke_callback"
+        calls = self.state.calls
+        self._write(frame, now=len(calls) < DIRECT_WRITE_MAX_PENDING)
+        calls.add(
+            opaque, Call(callback=callback, deadline=trio.current_time() + timeout, code=code)
+        )
+        if calls.callbacks == 1:
+            self._sweep_wanted.set()
+
     async def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send ``request`` with the oneway flag; no answer is expected or awaited."""
         request.opaque = next_opaque()

@@ -340,6 +340,8 @@ class BrokerController:
         for server in (self.server, self.fast_server):
             for code, handler in table.items():
                 server.register(code, handler, inline.get(code))
+            # The plain single send answered from its frame (never where ACL checks requests).
+            server.raw_handler = send.send_raw
 
     def _signer(self) -> AclSigner | None:
         """The broker's own requests are signed when it has an account (accessKey/secretKey)."""

@@ -43,6 +43,10 @@
  *                               json_command's case read straight from the header's bytes
  *                               (plain ASCII JSON, nothing nested but extFields' strings),
  *                               without orjson's dict; None for the general decoder.
+ *   send_fields(buf, start, end)
+ *                               a plain SEND_MESSAGE_V2 frame's fields (opaque, topic, queue
+ *                               id, sys flag, born timestamp, flag, properties, reconsume
+ *                               times, body start) for the broker's raw send path, or None.
  *   send_header(ext, names, cls, batch_code)
  *                               remoting.headers.SendMessageRequestHeader.from_ext's common
  *                               case (required fields present, plain decimals, "true",
@@ -1683,6 +1687,150 @@ plain_none:
     if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
 done:
     for (int i = 0; i < 16; i++) Py_XDECREF(items[i]);
+    return result;
+}
+
+/*
+ * send_fields(buf, start, end)
+ *
+ * A plain SEND_MESSAGE_V2 frame read for the broker's raw send path: the frame buf[start:end]
+ * (its length field stripped) with a JSON header that json_header reads (plain ASCII names,
+ * nothing nested), code 310, flag 0 (a request expecting its answer), no remark, and extFields
+ * of V2's one-letter names only (each once, each a string) that SendMessageRequestHeader.from_ext's
+ * common case takes (send_header: a..h present, plain decimals, booleans true/false/1/0, batch
+ * false).  Returns (opaque, topic, queue_id, sys_flag, born_timestamp, flag, properties or None,
+ * reconsume_times or None, body_start); None for every other frame, which the usual path
+ * decodes, checks and answers.
+ */
+static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "send_fields takes 3 arguments");
+    long long start, end;
+    if (arg_int(args[1], "start", 0, PY_SSIZE_T_MAX, &start) < 0 ||
+        arg_int(args[2], "end", 0, PY_SSIZE_T_MAX, &end) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL, *language = NULL, *ext[13] = {NULL}, *typed[13] = {NULL};
+    long long code = 0, opaque = 0, flag = 0, version = 0;
+    int seen = 0, rc = 0;
+    if (end > view.len || start > end || end - start < 4) goto plain_none;
+    const unsigned char *f = (const unsigned char *)view.buf + start;
+    uint32_t field = get32(f);
+    long long header_end = start + 4 + (field & 0xFFFFFF);
+    if ((field >> 24) != 0 || header_end > end) goto plain_none;
+    jreader r = {f + 4, (const unsigned char *)view.buf + header_end};
+    j_ws(&r);
+    if (r.p >= r.end || *r.p != '{') goto plain_none;
+    r.p++;
+    j_ws(&r);
+    for (;;) {
+        if (r.p >= r.end || *r.p != '"') goto plain_none;
+        const unsigned char *k = ++r.p;
+        while (r.p < r.end && *r.p != '"' && *r.p != '\\' && *r.p >= 0x20 && *r.p < 0x80) r.p++;
+        if (r.p >= r.end || *r.p != '"') goto plain_none;
+        Py_ssize_t kn = r.p - k;
+        r.p++;
+        j_ws(&r);
+        if (r.p >= r.end || *r.p != ':') goto plain_none;
+        r.p++;
+        j_ws(&r);
+        int bit = 0;
+        long long *num = NULL;
+        if (kn == 4 && memcmp(k, "code", 4) == 0) bit = 1, num = &code;
+        else if (kn == 6 && memcmp(k, "opaque", 6) == 0) bit = 2, num = &opaque;
+        else if (kn == 4 && memcmp(k, "flag", 4) == 0) bit = 4, num = &flag;
+        else if (kn == 7 && memcmp(k, "version", 7) == 0) bit = 8, num = &version;
+        else if (kn == 9 && memcmp(k, "extFields", 9) == 0) bit = 16;
+        else if (kn == 6 && memcmp(k, "remark", 6) == 0) bit = 32;
+        else if (kn == 8 && memcmp(k, "language", 8) == 0) bit = 64;
+        if (seen & bit) goto plain_none;
+        seen |= bit;
+        if (num != NULL) {
+            if ((rc = j_int(&r, num)) <= 0) goto none_or_error;
+            if (*num < I32_MIN || *num > I32_MAX) goto plain_none;
+        } else if (bit == 16) {
+            /* extFields: {"a":"...",...}, V2's names once each, string values */
+            if (r.p >= r.end || *r.p != '{') goto plain_none;
+            r.p++;
+            j_ws(&r);
+            if (r.p < r.end && *r.p == '}') goto plain_none; /* no field: the usual path */
+            for (;;) {
+                if (r.end - r.p < 4 || r.p[0] != '"' || r.p[2] != '"' || r.p[1] < 'a' ||
+                    r.p[1] > 'm')
+                    goto plain_none;
+                int slot = r.p[1] - 'a';
+                r.p += 3;
+                j_ws(&r);
+                if (r.p >= r.end || *r.p != ':') goto plain_none;
+                r.p++;
+                j_ws(&r);
+                if (ext[slot] != NULL) goto plain_none;
+                if ((rc = j_string(&r, &ext[slot])) <= 0) goto none_or_error;
+                j_ws(&r);
+                if (r.p >= r.end) goto plain_none;
+                if (*r.p == ',') {
+                    r.p++;
+                    j_ws(&r);
+                    continue;
+                }
+                if (*r.p != '}') goto plain_none;
+                r.p++;
+                break;
+            }
+        } else if (bit == 32) {
+            if (!j_literal(&r, "null")) goto plain_none;
+        } else if (bit == 64) {
+            if ((rc = j_string(&r, &language)) <= 0) goto none_or_error;
+        } else if ((rc = j_skip(&r)) <= 0) {
+            goto none_or_error;
+        }
+        j_ws(&r);
+        if (r.p >= r.end) goto plain_none;
+        if (*r.p == ',') {
+            r.p++;
+            j_ws(&r);
+            continue;
+        }
+        if (*r.p != '}') goto plain_none;
+        r.p++;
+        break;
+    }
+    j_ws(&r);
+    if (r.p != r.end || !(seen & 16) || code != 310 || flag != 0 || language == NULL ||
+        PyUnicode_GET_LENGTH(language) == 0)
+        goto plain_none;
+    /* send_header's common case over the slots (a..m in the header's field order). */
+    for (int i = 0; i < 8; i++)
+        if (ext[i] == NULL) goto plain_none;
+    static const int ints[] = {3, 4, 5, 7};
+    for (int i = 0; i < 4; i++)
+        if ((typed[ints[i]] = plain_number(ext[ints[i]], 9)) == NULL) goto none_or_error;
+    if ((typed[6] = plain_number(ext[6], 18)) == NULL) goto none_or_error;
+    if (ext[9] != NULL && (typed[9] = plain_number(ext[9], 9)) == NULL) goto none_or_error;
+    if (ext[10] != NULL && (typed[10] = plain_bool(ext[10])) == NULL) goto none_or_error;
+    if (ext[11] != NULL && (typed[11] = plain_number(ext[11], 9)) == NULL) goto none_or_error;
+    if (ext[12] != NULL) {
+        if ((typed[12] = plain_bool(ext[12])) == NULL) goto none_or_error;
+        if (typed[12] == Py_True) goto plain_none; /* a batch: the usual path */
+    }
+    result = Py_BuildValue("(LOOOOOOOL)", opaque, ext[1], typed[4], typed[5], typed[6], typed[7],
+                           ext[8] != NULL ? ext[8] : Py_None,
+                           typed[9] != NULL ? typed[9] : Py_None, header_end);
+    goto done;
+none_or_error:
+    if (rc < 0 || PyErr_Occurred()) goto fail;
+plain_none:
+    result = Py_NewRef(Py_None);
+    goto done;
+fail:
+    result = NULL;
+done:
+    for (int i = 0; i < 13; i++) {
+        Py_XDECREF(ext[i]);
+        Py_XDECREF(typed[i]);
+    }
+    Py_XDECREF(language);
+    PyBuffer_Release(&view);
     return result;
 }
 
@@ -3605,6 +3753,9 @@ static PyMethodDef methods[] = {
     {"json_header", (PyCFunction)(void (*)(void))py_json_header, METH_FASTCALL,
      "json_header(buf, start, end, cls, serialize_type): the plain JSON header at"
      " buf[start:end] as cls(...), read without a dict, or None (json_command's case)."},
+    {"send_fields", (PyCFunction)(void (*)(void))py_send_fields, METH_FASTCALL,
+     "send_fields(buf, start, end): a plain SEND_MESSAGE_V2 frame's fields for the broker's"
+     " raw send path, or None."},
     {"send_header", (PyCFunction)(void (*)(void))py_send_header, METH_FASTCALL,
      "send_header(ext, names, cls, batch_code): SendMessageRequestHeader.from_ext's common"
      " case as cls(...), or None."},

@@ -248,7 +248,9 @@ class NamesrvProcessor:
             )
         return req.response(body=body)
 
-    def route_answer_raw(self, buf: bytes, start: int, end: int) -> bytes | None:
+    def route_answer_raw(
+        self, channel: Channel | None, buf: bytes, start: int, end: int
+    ) -> bytes | None:
         """A route lookup answered from its frame (``buf[start:end]``, the length field
         stripped) without the typed header, the handler and a response command: the whole
         answer frame, or None for everything but the plain lookup of a known topic (a JSON

@@ -59,8 +59,9 @@ RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingComman
 # Answers a request at once, inside the reader, or returns None to have it served by a task,
 # or ANSWER_LATER when it has arranged to call Channel.answer itself (a group commit).
 InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | bytes | None]
-# (buffer, frame start, frame end) -> the answer frame, or None: see Channel.raw_handler.
-RawHandler = Callable[[bytes, int, int], bytes | None]
+# (channel, buffer, frame start, frame end) -> the answer frame, or None: see
+# Channel.raw_handler.
+RawHandler = Callable[["Channel", bytes, int, int], bytes | None]
 # Called before and after each run of frames a connection serves together: Channel.run_hooks.
 RunHooks = tuple[Callable[[], None], Callable[[], None]]
 ANSWER_LATER = RemotingCommand(code=-1)
@@ -291,7 +292,8 @@ class Channel:
         # dispatch to the end of a run: see MessageStore.begin_run); None: no hooks.
         self.run_hooks = run_hooks
         # Tried on each request frame before it is decoded: the whole answer frame to write,
-        # or None to decode and serve the request as usual (the name server's route lookups).
+        # or None to decode and serve the request as usual (the name server's route lookups,
+        # the broker's plain sends).
         self.raw_handler = raw_handler
         self.admission = admission
         self._timestamps = admission is not None and _enable_timestamps(stream)
@@ -715,7 +717,7 @@ class Channel:
                                 # be served: the answers keep the requests' order.
                                 if raw is not None and not cmds:
                                     try:
-                                        answer = raw(buf, start, end)
+                                        answer = raw(self, buf, start, end)
                                     except Exception:  # a bug there: the usual path serves it
                                         log.exception("raw handler failed; frame decoded instead")
                                         answer = None

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pymq.common.topic import TopicConfig
 from pymq.namesrv.controller import NamesrvController
+from pymq.remoting.channel import Channel
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import (
     RPC_TYPE_RESPONSE,
@@ -128,7 +129,7 @@ def test_raw_answers_are_the_usual_answers(
     namesrv: NamesrvController, header: dict[str, object], body: bytes, order: list[int] | None
 ) -> None:
     frame = frame_of(header, body, order)
-    raw = namesrv.processor.route_answer_raw(frame, 0, len(frame))
+    raw = namesrv.processor.route_answer_raw(None, frame, 0, len(frame))
     if raw is not None:
         assert raw == usual_answer(namesrv, frame)
 
@@ -140,21 +141,21 @@ def test_the_plain_lookups_are_answered_raw(namesrv: NamesrvController) -> None:
         request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Known"})
         request.version, request.opaque = version, 123456
         frame = encode(request)[4:]
-        raw = namesrv.processor.route_answer_raw(frame, 0, len(frame))
+        raw = namesrv.processor.route_answer_raw(None, frame, 0, len(frame))
         assert raw is not None and raw == usual_answer(namesrv, frame)
         # Inside a bigger buffer, as a connection's reads hold them.
         padded = b"junk" + frame + b"more"
-        assert namesrv.processor.route_answer_raw(padded, 4, 4 + len(frame)) == raw
+        assert namesrv.processor.route_answer_raw(None, padded, 4, 4 + len(frame)) == raw
     java = (
         b'{"code":105,"extFields":{"topic":"Known"},"flag":0,"language":"JAVA",'
         b'"opaque":-5,"serializeTypeCurrentRPC":"JSON","version":401}'
     )
     frame = struct.pack(">i", len(java)) + java
-    raw = namesrv.processor.route_answer_raw(frame, 0, len(frame))
+    raw = namesrv.processor.route_answer_raw(None, frame, 0, len(frame))
     assert raw is not None and raw == usual_answer(namesrv, frame)
     missing = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Missing"})
     frame = encode(missing)[4:]
-    assert namesrv.processor.route_answer_raw(frame, 0, len(frame)) is None
+    assert namesrv.processor.route_answer_raw(None, frame, 0, len(frame)) is None
     assert b"No topic route info" in (usual_answer(namesrv, frame) or b"")
     # An order config asks for the usual path (the answer carries it).
     namesrv.namesrv_config.order_message_enable = True
@@ -162,7 +163,7 @@ def test_the_plain_lookups_are_answered_raw(namesrv: NamesrvController) -> None:
         frame = encode(
             RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Known"})
         )[4:]
-        assert namesrv.processor.route_answer_raw(frame, 0, len(frame)) is None
+        assert namesrv.processor.route_answer_raw(None, frame, 0, len(frame)) is None
     finally:
         namesrv.namesrv_config.order_message_enable = False
 
@@ -176,9 +177,9 @@ async def test_a_running_name_server_answers_lookups_raw_and_usual(tmp_path: pat
     calls = 0
     raw_handler = controller.processor.route_answer_raw
 
-    def counting(buf: bytes, start: int, end: int) -> bytes | None:
+    def counting(channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
         nonlocal calls
-        answer = raw_handler(buf, start, end)
+        answer = raw_handler(channel, buf, start, end)
         calls += answer is not None
         return answer
 
@@ -234,14 +235,14 @@ def test_long_or_unnamed_headers_are_left_to_the_usual_path(namesrv: NamesrvCont
     base = {"code": 105, "opaque": 7, "flag": 0, "language": "JAVA", "version": 401}
     lookup = {**base, "extFields": {"topic": "Known"}}
     fits = frame_of({**lookup, "remark": "x" * (RAW_LOOKUP_HEADER_MAX - 200)})
-    assert namesrv.processor.route_answer_raw(fits, 0, len(fits)) is not None
+    assert namesrv.processor.route_answer_raw(None, fits, 0, len(fits)) is not None
     long_remark = frame_of({**lookup, "remark": "x" * 2_000_000})
-    assert namesrv.processor.route_answer_raw(long_remark, 0, len(long_remark)) is None
+    assert namesrv.processor.route_answer_raw(None, long_remark, 0, len(long_remark)) is None
     assert usual_answer(namesrv, long_remark) is None  # refused: the connection closes
     hostile = b'{"x":[' + b"[]," * 5_000_000 + b'[]],"code":105}'
     frame = struct.pack(">i", len(hostile)) + hostile
-    assert namesrv.processor.route_answer_raw(frame, 0, len(frame)) is None
+    assert namesrv.processor.route_answer_raw(None, frame, 0, len(frame)) is None
     spaced = json.dumps(lookup).encode()  # '"code": 105': not named as the raw path looks
     frame = struct.pack(">i", len(spaced)) + spaced
-    assert namesrv.processor.route_answer_raw(frame, 0, len(frame)) is None
+    assert namesrv.processor.route_answer_raw(None, frame, 0, len(frame)) is None
     assert usual_answer(namesrv, frame) is not None

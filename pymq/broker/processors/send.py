@@ -119,6 +119,7 @@ _SERIALIZE_JSON = SerializeType.JSON
 _WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
 _SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
 _send_answer_frame = getattr(native_extension, "send_answer_frame", None)
+_send_fields = getattr(native_extension, "send_fields", None)
 
 
 class SendProcessor:
@@ -407,6 +408,60 @@ class SendProcessor:
         ):
             return ANSWER_LATER
         return self._answer_now(req, result, queue_id)
+
+    def send_raw(self, channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
+        """The common single send answered from its frame (``buf[start:end]``, the length field
+        stripped; ``Channel.raw_handler``), without the request command, its typed header or
+        the inline dispatch: the plain SEND_MESSAGE_V2 that ``_recordc.send_fields`` reads, to
+        a topic already checked and writable, put by the store's one-call path on a broker
+        that answers at once (not SYNC_FLUSH, not SYNC_MASTER).  Returns the answer frame
+        :meth:`send_message_inline` writes for it (tests/integration/test_send_raw.py compares
+        the answers and the stores); None, having changed nothing, for every other frame, which
+        the usual path then decodes, checks and answers (refusals included)."""
+        fields = _send_fields(buf, start, end) if _send_fields is not None else None
+        if fields is None:
+            return None
+        opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at = fields
+        store = self.ctx.store
+        bc = self.ctx.broker_config
+        if (
+            store.must_wait
+            or store.config.broker_role is _SYNC_MASTER
+            or topic not in self._valid_topics  # validated (and refused) by the usual path
+            or not is_writeable(bc.broker_permission)
+            or topic in NOT_ALLOWED_SEND_TOPICS
+            or topic == bc.broker_cluster_name
+            or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        ):
+            return None
+        config = self.ctx.topic_config_manager.select(topic)
+        if (
+            config is None
+            or not is_writeable(config.perm)
+            or queue_id >= max(config.write_queue_nums, config.read_queue_nums)
+        ):
+            return None
+        if queue_id < 0:
+            queue_id = random.randrange(max(1, config.write_queue_nums))
+        fast = store.put_single_now(
+            topic, queue_id, buf[body_at:end], props or "", flag, bc.broker_cluster_name,
+            sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
+        )  # fmt: skip
+        if fast is None or _send_answer_frame is None:
+            return None
+        result = fast[0]
+        self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
+        region = self._region_utf8
+        if region[0] != bc.region_id:
+            region = self._region_utf8 = (bc.region_id, quote_json(bc.region_id).encode())
+        try:
+            frame: bytes = _send_answer_frame(
+                opaque, result.msg_id, queue_id, result.logic_offset, region[1], bc.trace_on,
+                CURRENT_VERSION,
+            )  # fmt: skip
+        except ValueError:  # not a plain message id: the Python writer says the same
+            frame = json_response_frame(_SUCCESS, opaque, self._success_json(result, queue_id))
+        return frame
 
     async def send_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         header = decode_request(req)

@@ -1,0 +1,168 @@
+"""The broker's raw send path (SendProcessor.send_raw, Channel.raw_handler): a plain
+SEND_MESSAGE_V2 answered from its frame gets the answer, and leaves the record, that the usual
+path gives the same frame; every other frame is left to the usual path with nothing changed."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from pymq.client import topics
+from pymq.common.native import native_extension
+from pymq.common.record import decode_records
+from pymq.embedded import Cluster
+from pymq.remoting.channel import ANSWER_LATER
+from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame, encode
+from pymq.remoting.codes import ResponseCode
+from pymq.remoting.errors import RemotingCommandError
+from pymq.remoting.headers import SendMessageRequestHeader
+
+pytestmark = pytest.mark.skipif(
+    getattr(native_extension, "send_fields", None) is None, reason="needs the C extension"
+)
+
+PEER = types.SimpleNamespace(remote_address="10.0.0.9:40123")
+UNIQ = "UNIQ_KEY\x010A0000090000000000000000000000{:02d}"
+
+
+def ext_for(topic: str, queue_id: int = 1, props: str | None = "", **extra: str) -> dict:
+    ext = SendMessageRequestHeader.v2_ext(
+        "G", topic, queue_id, 0, 1_800_000_000_000, 0, props or "", False
+    )
+    if props is None:
+        del ext["i"]
+    ext.update(extra)
+    return {k: v for k, v in ext.items() if v != "<drop>"}
+
+
+def frame(ext: dict, code: int = 310, flag: int = 0, remark: str | None = None) -> bytes:
+    return encode(RemotingCommand(code, ext, b"body-%d" % len(ext), 77, flag, remark))
+
+
+def answer_of(out: RemotingCommand | bytes) -> tuple:
+    cmd = decode_frame(out[4:]) if isinstance(out, bytes) else out
+    ext = dict(cmd.ext_fields)
+    ext.pop("msgId", None)  # the commit-log offset: the two topics' records are apart
+    return cmd.code, cmd.remark, ext
+
+
+async def usual(cluster: Cluster, data: bytes) -> tuple:
+    """What the broker's usual path answers to the frame (inline, or in a task)."""
+    cmd = decode_frame(data[4:])
+    if cmd.header_error is not None:
+        return ("header_error", cmd.header_error)
+    server = cluster.broker.server
+    try:  # as Channel._serve_inline and _serve_task answer what a handler raises
+        out = server.dispatch_inline(PEER, cmd)  # type: ignore[arg-type]
+        assert out is not ANSWER_LATER
+        if out is None:
+            out = await server.dispatch(PEER, cmd)  # type: ignore[arg-type]
+    except RemotingCommandError as exc:
+        out = cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+    assert out is not None
+    if isinstance(out, RemotingCommand):
+        out.opaque, out.flag = cmd.opaque, out.flag | RPC_TYPE_RESPONSE
+    return answer_of(out)
+
+
+def stored(cluster: Cluster, topic: str) -> list[tuple]:
+    store = cluster.broker.store
+    data = store.commitlog.get_data(store.commitlog.min_offset) or b""
+    return [
+        (m.queue_id, m.queue_offset, m.body, m.properties, m.flag, m.sys_flag, m.born_timestamp,
+         m.born_host, m.reconsume_times)
+        for m in decode_records(data)
+        if m.topic == topic
+    ]  # fmt: skip
+
+
+async def test_raw_sends_answer_and_store_as_the_usual_path(pymq_cluster: Cluster) -> None:
+    cluster = pymq_cluster
+    for topic in ("RawT", "UsualT"):
+        await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr])
+    send = cluster.broker.send_processor
+    store = cluster.broker.store
+    # Each case twice: to RawT through send_raw (the usual path where it declines) and to
+    # UsualT through the usual path only; then the answers and the records must agree.
+    cases: list[tuple[str, object]] = [
+        ("first", lambda t: frame(ext_for(t, props=UNIQ.format(0)))),  # topic not yet checked
+        ("plain", lambda t: frame(ext_for(t, props=UNIQ.format(1)))),
+        ("tags+keys+wait", lambda t: frame(
+            ext_for(t, props="TAGS\x01a\x02KEYS\x01k1 k2\x02WAIT\x01true\x02" + UNIQ.format(2))
+        )),
+        ("no props", lambda t: frame(ext_for(t, props=None))),
+        ("queue 3, flag, sys flag", lambda t: frame(ext_for(t, 3, UNIQ.format(3), h="5", f="0"))),
+        ("reconsume", lambda t: frame(ext_for(t, props=UNIQ.format(4), j="3", l="16"))),
+        ("C++ booleans", lambda t: frame(ext_for(t, props=UNIQ.format(5), k="0", m="0"))),
+        ("quoted props", lambda t: frame(ext_for(t, props='A\x01"q\\\x02' + UNIQ.format(6)))),
+        ("non-ASCII props", lambda t: frame(ext_for(t, props="A\x01\u00e9\x02" + UNIQ.format(20)))),
+        ("delay", lambda t: frame(ext_for(t, props="DELAY\x012\x02" + UNIQ.format(7)))),
+        ("transaction", lambda t: frame(ext_for(t, props="TRAN_MSG\x01true\x02" + UNIQ.format(8)))),
+        ("queue out of range", lambda t: frame(ext_for(t, 99, UNIQ.format(9)))),
+        ("bad number", lambda t: frame(ext_for(t, props=UNIQ.format(10), e="+1"))),
+        ("missing h", lambda t: frame(ext_for(t, props=UNIQ.format(11), h="<drop>"))),
+        ("unknown field", lambda t: frame(ext_for(t, props=UNIQ.format(12), n="x"))),
+        ("batch flag", lambda t: frame(ext_for(t, props=UNIQ.format(13), m="true"))),
+        ("remark", lambda t: frame(ext_for(t, props=UNIQ.format(14)), remark="r")),
+        ("code 10", lambda t: frame(
+            SendMessageRequestHeader(
+                "G", t, "TBW102", 4, 1, 0, 1_800_000_000_000, 0, UNIQ.format(15)
+            ).to_ext(v2=False),
+            code=10,
+        )),
+        ("unknown topic", lambda t: frame(ext_for(t + "Nope", props=UNIQ.format(16)))),
+        ("retry topic", lambda t: frame(ext_for("%RETRY%" + t, props=UNIQ.format(17)))),
+        ("system topic", lambda t: frame(ext_for("SCHEDULE_TOPIC_XXXX", props=UNIQ.format(18)))),
+        ("plain again", lambda t: frame(ext_for(t, props=UNIQ.format(19)))),
+    ]  # fmt: skip
+    raw_served = []
+    for name, make in cases:
+        raw_frame, usual_frame = make("RawT"), make("UsualT")  # type: ignore[operator]
+        before = store.commitlog.max_offset
+        out = send.send_raw(PEER, raw_frame, 4, len(raw_frame))  # type: ignore[arg-type]
+        if out is None:
+            assert store.commitlog.max_offset == before, name  # declined: nothing changed
+            got = await usual(cluster, raw_frame)
+        else:
+            raw_served.append(name)
+            got = answer_of(out)
+        want = await usual(cluster, usual_frame)
+        if name in ("delay", "transaction"):  # both in one system queue: offsets apart
+            got[2].pop("queueOffset"), want[2].pop("queueOffset")
+        # Refusals name the topic: the same words otherwise.
+        got = (got[0], got[1] and got[1].replace("RawT", "T"), *got[2:])
+        want = (want[0], want[1] and want[1].replace("UsualT", "T"), *want[2:])
+        assert got == want, (name, got, want)
+    # The plain sends went raw (after the topic's first, checked send); the rest did not.
+    assert raw_served == [
+        "plain", "tags+keys+wait", "no props", "queue 3, flag, sys flag", "reconsume",
+        "C++ booleans", "quoted props", "plain again",
+    ]  # fmt: skip
+    raw_records, usual_records = stored(cluster, "RawT"), stored(cluster, "UsualT")
+    assert len(raw_records) >= 10
+    assert raw_records == usual_records
+
+
+async def test_a_broker_serves_sends_raw_over_its_connections(pymq_cluster: Cluster) -> None:
+    """Through the socket: a pymq producer's sends are answered by the raw path."""
+    from pymq.client import Producer
+    from pymq.client.producer import Message
+
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "RawSock", brokers=[cluster.broker_addr])
+    send = cluster.broker.send_processor
+    served = []
+    real = send.send_raw
+
+    def counting(channel: object, buf: bytes, start: int, end: int) -> bytes | None:
+        out = real(channel, buf, start, end)  # type: ignore[arg-type]
+        served.append(out is not None)
+        return out
+
+    for server in (cluster.broker.server, cluster.broker.fast_server):
+        server.raw_handler = counting
+    async with Producer("P", cluster.namesrv_addr) as producer:
+        results = [await producer.send(Message("RawSock", b"m%d" % i)) for i in range(20)]
+    assert {r.status for r in results} == {"SEND_OK"}
+    assert served.count(True) >= 19  # all but the topic's first send

@@ -44,7 +44,8 @@
  *                               (plain ASCII JSON, nothing nested but extFields' strings),
  *                               without orjson's dict; None for the general decoder.
  *   send_fields(buf, start, end)
- *                               a plain SEND_MESSAGE_V2 frame's fields (opaque, topic, queue
+ *                               a plain single send's fields (SEND_MESSAGE_V2, or the C++
+ *                               client's SEND_MESSAGE) (opaque, topic, queue
  *                               id, sys flag, born timestamp, flag, properties, reconsume
  *                               times, body start) for the broker's raw send path, or None.
  *   send_header(ext, names, cls, batch_code)
@@ -1693,15 +1694,24 @@ done:
 /*
  * send_fields(buf, start, end)
  *
- * A plain SEND_MESSAGE_V2 frame read for the broker's raw send path: the frame buf[start:end]
- * (its length field stripped) with a JSON header that json_header reads (plain ASCII names,
- * nothing nested), code 310, flag 0 (a request expecting its answer), no remark, and extFields
- * of V2's one-letter names only (each once, each a string) that SendMessageRequestHeader.from_ext's
- * common case takes (send_header: a..h present, plain decimals, booleans true/false/1/0, batch
- * false).  Returns (opaque, topic, queue_id, sys_flag, born_timestamp, flag, properties or None,
- * reconsume_times or None, body_start); None for every other frame, which the usual path
- * decodes, checks and answers.
+ * A plain single send read for the broker's raw send path: the frame buf[start:end] (its length
+ * field stripped) with a JSON header of plain ASCII names and nothing nested but extFields,
+ * flag 0 (a request expecting its answer), and either code 310 (SEND_MESSAGE_V2) with V2's
+ * one-letter names only, or code 10 (SEND_MESSAGE) with the long names (other names ignored,
+ * as the C++ client's AccessKey, OnsChannel and Signature), each name once, its value a string
+ * or the C++ client's number, boolean or null (read as codec's plain_ext reads them), which
+ * SendMessageRequestHeader.from_ext's common case takes (send_header: the first eight present,
+ * plain decimals, booleans true/false/1/0, batch false).  Returns (opaque, topic, queue_id,
+ * sys_flag, born_timestamp, flag, properties or None, reconsume_times or None, body_start);
+ * None for every other frame, which the usual path decodes, checks and answers.
  */
+/* SendMessageRequestHeader's wire names in field order (headers.V2_NAMES' values). */
+static const char *const send_long_names[13] = {
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+    "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes",
+    "batch",
+};
+
 static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "send_fields takes 3 arguments");
     long long start, end;
@@ -1712,7 +1722,7 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL, *language = NULL, *ext[13] = {NULL}, *typed[13] = {NULL};
     long long code = 0, opaque = 0, flag = 0, version = 0;
-    int seen = 0, rc = 0;
+    int seen = 0, rc = 0, names = 0, others = 0, slot_seen = 0;
     if (end > view.len || start > end || end - start < 4) goto plain_none;
     const unsigned char *f = (const unsigned char *)view.buf + start;
     uint32_t field = get32(f);
@@ -1749,23 +1759,61 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
             if ((rc = j_int(&r, num)) <= 0) goto none_or_error;
             if (*num < I32_MIN || *num > I32_MAX) goto plain_none;
         } else if (bit == 16) {
-            /* extFields: {"a":"...",...}, V2's names once each, string values */
+            /* extFields: V2's one-letter names or SEND_MESSAGE's long ones, once each; the
+             * C++ client's numbers, booleans and nulls read as codec's plain_ext reads them
+             * (decimal text, "true"/"false", absent); other names' values skipped. */
             if (r.p >= r.end || *r.p != '{') goto plain_none;
             r.p++;
             j_ws(&r);
             if (r.p < r.end && *r.p == '}') goto plain_none; /* no field: the usual path */
             for (;;) {
-                if (r.end - r.p < 4 || r.p[0] != '"' || r.p[2] != '"' || r.p[1] < 'a' ||
-                    r.p[1] > 'm')
-                    goto plain_none;
-                int slot = r.p[1] - 'a';
-                r.p += 3;
+                if (r.p >= r.end || *r.p != '"') goto plain_none;
+                const unsigned char *ek = ++r.p;
+                while (r.p < r.end && *r.p != '"' && *r.p != '\\' && *r.p >= 0x20 && *r.p < 0x80)
+                    r.p++;
+                if (r.p >= r.end || *r.p != '"') goto plain_none;
+                Py_ssize_t ekn = r.p - ek;
+                r.p++;
                 j_ws(&r);
                 if (r.p >= r.end || *r.p != ':') goto plain_none;
                 r.p++;
                 j_ws(&r);
-                if (ext[slot] != NULL) goto plain_none;
-                if ((rc = j_string(&r, &ext[slot])) <= 0) goto none_or_error;
+                int slot = -1;
+                if (ekn == 1 && ek[0] >= 'a' && ek[0] <= 'm') {
+                    slot = ek[0] - 'a';
+                    names |= 1;
+                } else {
+                    for (int i = 0; i < 13; i++)
+                        if ((size_t)ekn == strlen(send_long_names[i]) &&
+                            memcmp(ek, send_long_names[i], ekn) == 0) {
+                            slot = i;
+                            names |= 2;
+                            break;
+                        }
+                }
+                if (slot < 0) {
+                    others = 1;
+                    if ((rc = j_skip(&r)) <= 0) goto none_or_error;
+                } else {
+                    if (slot_seen & (1 << slot)) goto plain_none; /* twice: the usual path */
+                    slot_seen |= 1 << slot;
+                    unsigned char c = r.p < r.end ? *r.p : 0;
+                    if (c == '"') {
+                        if ((rc = j_string(&r, &ext[slot])) <= 0) goto none_or_error;
+                    } else if (c == 't' || c == 'f') {
+                        int t = j_literal(&r, "true");
+                        if (!t && !j_literal(&r, "false")) goto plain_none;
+                        if ((ext[slot] = PyUnicode_FromString(t ? "true" : "false")) == NULL) goto fail;
+                    } else if (c == 'n') {
+                        if (!j_literal(&r, "null")) goto plain_none; /* absent */
+                    } else {
+                        const unsigned char *digits = r.p;
+                        long long ignored;
+                        if ((rc = j_int(&r, &ignored)) <= 0) goto none_or_error;
+                        if (*digits == '-') goto plain_none; /* not a plain decimal */
+                        if ((ext[slot] = ascii_str(digits, r.p - digits)) == NULL) goto fail;
+                    }
+                }
                 j_ws(&r);
                 if (r.p >= r.end) goto plain_none;
                 if (*r.p == ',') {
@@ -1778,7 +1826,11 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
                 break;
             }
         } else if (bit == 32) {
-            if (!j_literal(&r, "null")) goto plain_none;
+            if (!j_literal(&r, "null")) {
+                PyObject *remark = NULL;
+                if ((rc = j_string(&r, &remark)) <= 0) goto none_or_error;
+                Py_DECREF(remark); /* a send's answer does not echo it */
+            }
         } else if (bit == 64) {
             if ((rc = j_string(&r, &language)) <= 0) goto none_or_error;
         } else if ((rc = j_skip(&r)) <= 0) {
@@ -1796,9 +1848,12 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
         break;
     }
     j_ws(&r);
-    if (r.p != r.end || !(seen & 16) || code != 310 || flag != 0 || language == NULL ||
+    if (r.p != r.end || !(seen & 16) || flag != 0 || language == NULL ||
         PyUnicode_GET_LENGTH(language) == 0)
         goto plain_none;
+    /* V2 (310): its one-letter names only; SEND_MESSAGE (10): the long names, others ignored
+     * (the C++ client's AccessKey, OnsChannel and Signature). */
+    if (!((code == 310 && names == 1 && !others) || (code == 10 && names == 2))) goto plain_none;
     /* send_header's common case over the slots (a..m in the header's field order). */
     for (int i = 0; i < 8; i++)
         if (ext[i] == NULL) goto plain_none;
@@ -3754,8 +3809,8 @@ static PyMethodDef methods[] = {
      "json_header(buf, start, end, cls, serialize_type): the plain JSON header at"
      " buf[start:end] as cls(...), read without a dict, or None (json_command's case)."},
     {"send_fields", (PyCFunction)(void (*)(void))py_send_fields, METH_FASTCALL,
-     "send_fields(buf, start, end): a plain SEND_MESSAGE_V2 frame's fields for the broker's"
-     " raw send path, or None."},
+     "send_fields(buf, start, end): a plain single send frame's fields for the broker's raw"
+     " send path, or None."},
     {"send_header", (PyCFunction)(void (*)(void))py_send_header, METH_FASTCALL,
      "send_header(ext, names, cls, batch_code): SendMessageRequestHeader.from_ext's common"
      " case as cls(...), or None."},

@@ -4,6 +4,8 @@ path gives the same frame; every other frame is left to the usual path with noth
 
 from __future__ import annotations
 
+import json
+import struct
 import types
 
 import pytest
@@ -38,6 +40,28 @@ def ext_for(topic: str, queue_id: int = 1, props: str | None = "", **extra: str)
 
 def frame(ext: dict, code: int = 310, flag: int = 0, remark: str | None = None) -> bytes:
     return encode(RemotingCommand(code, ext, b"body-%d" % len(ext), 77, flag, remark))
+
+
+def cpp_frame(topic: str, props: str, **fields: object) -> bytes:
+    """A SEND_MESSAGE as the C++ client writes it: long names, numbers and strings mixed, the
+    ACL fields it always adds, keys sorted, remark "" and a trailing newline."""
+    ext: dict[str, object] = {
+        "AccessKey": "", "OnsChannel": "ALIYUN", "Signature": "qM86", "batch": "0",
+        "bornTimestamp": "1800000000000", "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+        "flag": 0, "producerGroup": "PID_CPP", "properties": props, "queueId": 1,
+        "reconsumeTimes": "0", "sysFlag": 0, "topic": topic, "unitMode": "0",
+    }  # fmt: skip
+    ext.update(fields)
+    header = (
+        json.dumps(
+            {"code": 10, "extFields": dict(sorted(ext.items())), "flag": 0, "language": "CPP",
+             "opaque": 14, "remark": "", "version": 63},
+            separators=(",", ":"),
+        )
+        + "\n"
+    ).encode()  # fmt: skip
+    body = b"cpp-body"
+    return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
 
 
 def answer_of(out: RemotingCommand | bytes) -> tuple:
@@ -111,6 +135,14 @@ async def test_raw_sends_answer_and_store_as_the_usual_path(pymq_cluster: Cluste
             ).to_ext(v2=False),
             code=10,
         )),
+        ("C++ client", lambda t: cpp_frame(t, UNIQ.format(21))),
+        ("C++ client, queue 2, reconsume", lambda t: cpp_frame(
+            t, UNIQ.format(22), queueId=2, reconsumeTimes=1, batch=False
+        )),
+        ("C++ client, negative sys flag", lambda t: cpp_frame(t, UNIQ.format(23), sysFlag=-1)),
+        ("C++ client, batch", lambda t: cpp_frame(t, UNIQ.format(24), batch="1")),
+        ("C++ client, null flag", lambda t: cpp_frame(t, UNIQ.format(25), flag=None)),
+        ("C++ client, V2 name too", lambda t: cpp_frame(t, UNIQ.format(26), e="1")),
         ("unknown topic", lambda t: frame(ext_for(t + "Nope", props=UNIQ.format(16)))),
         ("retry topic", lambda t: frame(ext_for("%RETRY%" + t, props=UNIQ.format(17)))),
         ("system topic", lambda t: frame(ext_for("SCHEDULE_TOPIC_XXXX", props=UNIQ.format(18)))),
@@ -137,7 +169,9 @@ async def test_raw_sends_answer_and_store_as_the_usual_path(pymq_cluster: Cluste
     # The plain sends went raw (after the topic's first, checked send); the rest did not.
     assert raw_served == [
         "plain", "tags+keys+wait", "no props", "queue 3, flag, sys flag", "reconsume",
-        "C++ booleans", "quoted props", "plain again",
+        "C++ booleans", "quoted props", "remark", "code 10", "C++ client",
+        "C++ client, queue 2, reconsume",
+        "plain again",
     ]  # fmt: skip
     raw_records, usual_records = stored(cluster, "RawT"), stored(cluster, "UsualT")
     assert len(raw_records) >= 10

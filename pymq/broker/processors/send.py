@@ -412,7 +412,8 @@ class SendProcessor:
     def send_raw(self, channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
         """The common single send answered from its frame (``buf[start:end]``, the length field
         stripped; ``Channel.raw_handler``), without the request command, its typed header or
-        the inline dispatch: the plain SEND_MESSAGE_V2 that ``_recordc.send_fields`` reads, to
+        the inline dispatch: the plain single send (SEND_MESSAGE_V2, or the C++ client's
+        SEND_MESSAGE) that ``_recordc.send_fields`` reads, to
         a topic already checked and writable, put by the store's one-call path on a broker
         that answers at once (not SYNC_FLUSH, not SYNC_MASTER).  Returns the answer frame
         :meth:`send_message_inline` writes for it (tests/integration/test_send_raw.py compares

@@ -1705,6 +1705,9 @@ done:
  * sys_flag, born_timestamp, flag, properties or None, reconsume_times or None, body_start);
  * None for every other frame, which the usual path decodes, checks and answers.
  */
+/* codec.MAX_JSON_HEADER_LENGTH: the longest JSON header the usual path decodes. */
+#define SEND_MAX_JSON_HEADER (1 << 20)
+
 /* SendMessageRequestHeader's wire names in field order (headers.V2_NAMES' values). */
 static const char *const send_long_names[13] = {
     "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
@@ -1727,7 +1730,10 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
     const unsigned char *f = (const unsigned char *)view.buf + start;
     uint32_t field = get32(f);
     long long header_end = start + 4 + (field & 0xFFFFFF);
-    if ((field >> 24) != 0 || header_end > end) goto plain_none;
+    /* A JSON header past codec.MAX_JSON_HEADER_LENGTH is a ProtocolError there (the
+     * connection closes): never answered here. */
+    if ((field >> 24) != 0 || header_end > end || (field & 0xFFFFFF) > SEND_MAX_JSON_HEADER)
+        goto plain_none;
     jreader r = {f + 4, (const unsigned char *)view.buf + header_end};
     j_ws(&r);
     if (r.p >= r.end || *r.p != '{') goto plain_none;

@@ -45,6 +45,7 @@ from pymq.remoting.channel import ANSWER_LATER, Channel
 from pymq.remoting.codec import (
     RPC_TYPE_RESPONSE,
     RemotingCommand,
+    encode,
     json_response_frame,
     quote_json,
 )
@@ -419,7 +420,9 @@ class SendProcessor:
         :meth:`send_message_inline` writes for it (tests/integration/test_send_raw.py compares
         the answers and the stores); None, having changed nothing, for every other frame, which
         the usual path then decodes, checks and answers (refusals included)."""
-        fields = _send_fields(buf, start, end) if _send_fields is not None else None
+        if _send_fields is None or _send_answer_frame is None:
+            return None
+        fields = _send_fields(buf, start, end)
         if fields is None:
             return None
         opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at = fields
@@ -448,20 +451,31 @@ class SendProcessor:
             topic, queue_id, buf[body_at:end], props or "", flag, bc.broker_cluster_name,
             sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
         )  # fmt: skip
-        if fast is None or _send_answer_frame is None:
+        if fast is None:
             return None
-        result = fast[0]
-        self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
-        region = self._region_utf8
-        if region[0] != bc.region_id:
-            region = self._region_utf8 = (bc.region_id, quote_json(bc.region_id).encode())
+        # Stored: from here on the frame must be answered here, never handed to the usual
+        # path (Channel serves a frame whose raw handler raised as usual: a second put).
         try:
-            frame: bytes = _send_answer_frame(
-                opaque, result.msg_id, queue_id, result.logic_offset, region[1], bc.trace_on,
-                CURRENT_VERSION,
+            result = fast[0]
+            self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
+            region = self._region_utf8
+            if region[0] != bc.region_id:
+                region = self._region_utf8 = (bc.region_id, quote_json(bc.region_id).encode())
+            try:
+                frame: bytes = _send_answer_frame(
+                    opaque, result.msg_id, queue_id, result.logic_offset, region[1],
+                    bc.trace_on, CURRENT_VERSION,
+                )  # fmt: skip
+            except ValueError:  # not a plain message id: the Python writer says the same
+                frame = json_response_frame(_SUCCESS, opaque, self._success_json(result, queue_id))
+        except Exception as exc:  # as Channel._serve_inline answers what the inline path raises
+            log.exception("error serving a raw send from %s", channel.remote_address)
+            return encode(
+                RemotingCommand(
+                    ResponseCode.SYSTEM_ERROR, {}, b"", opaque, RPC_TYPE_RESPONSE,
+                    f"{type(exc).__name__}: {exc}", serialize_type=_SERIALIZE_JSON,
+                )
             )  # fmt: skip
-        except ValueError:  # not a plain message id: the Python writer says the same
-            frame = json_response_frame(_SUCCESS, opaque, self._success_json(result, queue_id))
         return frame
 
     async def send_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:

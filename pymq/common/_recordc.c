@@ -1437,6 +1437,68 @@ static int j_ext(jreader *r, PyObject **out) {
     return 0;
 }
 
+/* A member's name at r->p (plain ASCII, no escapes) and the ':' after it: 1, or 0 when not so. */
+static int j_member_name(jreader *r, const unsigned char **k, Py_ssize_t *kn) {
+    if (r->p >= r->end || *r->p != '"') return 0;
+    const unsigned char *s = ++r->p;
+    while (r->p < r->end && *r->p != '"' && *r->p != '\\' && *r->p >= 0x20 && *r->p < 0x80)
+        r->p++;
+    if (r->p >= r->end || *r->p != '"') return 0;
+    *k = s;
+    *kn = r->p - s;
+    r->p++;
+    j_ws(r);
+    if (r->p >= r->end || *r->p != ':') return 0;
+    r->p++;
+    j_ws(r);
+    return 1;
+}
+
+/* After a member's value: 1 past a ',' (more members follow), 0 past the closing '}', -1 for
+ * anything else. */
+static int j_after_member(jreader *r) {
+    j_ws(r);
+    if (r->p >= r->end) return -1;
+    if (*r->p == ',') {
+        r->p++;
+        j_ws(r);
+        return 1;
+    }
+    if (*r->p != '}') return -1;
+    r->p++;
+    return 0;
+}
+
+/* A request header's numbers, and which of its members were read. */
+typedef struct {
+    long long code, opaque, flag, version;
+    int seen; /* bits: code 1, opaque 2, flag 4, version 8, ext 16, remark 32, language 64 */
+} jheader;
+
+/* The bit of a header member's name (0: a member pymq does not read) and, for a number, where
+ * it goes. */
+static int header_member(jheader *h, const unsigned char *k, Py_ssize_t kn, long long **num) {
+    *num = NULL;
+    switch (kn) {
+    case 4:
+        if (memcmp(k, "code", 4) == 0) return *num = &h->code, 1;
+        if (memcmp(k, "flag", 4) == 0) return *num = &h->flag, 4;
+        return 0;
+    case 6:
+        if (memcmp(k, "opaque", 6) == 0) return *num = &h->opaque, 2;
+        if (memcmp(k, "remark", 6) == 0) return 32;
+        return 0;
+    case 7:
+        if (memcmp(k, "version", 7) == 0) return *num = &h->version, 8;
+        return 0;
+    case 8:
+        return memcmp(k, "language", 8) == 0 ? 64 : 0;
+    case 9:
+        return memcmp(k, "extFields", 9) == 0 ? 16 : 0;
+    }
+    return 0;
+}
+
 /*
  * json_header(buf, start, end, cls, serialize_type)
  *
@@ -1458,8 +1520,7 @@ static PyObject *py_json_header(PyObject *self, PyObject *const *args, Py_ssize_
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL, *ext = NULL, *remark = NULL, *language = NULL;
-    long long code = 0, opaque = 0, flag = 0, version = 0;
-    int seen = 0; /* bits: code 1, opaque 2, flag 4, version 8, ext 16, remark 32, language 64 */
+    jheader h = {0};
     int rc = 0;
     if (end > view.len || start > end) goto plain_none;
     jreader r = {(const unsigned char *)view.buf + start, (const unsigned char *)view.buf + end};
@@ -1471,41 +1532,14 @@ static PyObject *py_json_header(PyObject *self, PyObject *const *args, Py_ssize_
         r.p++;
         goto closed;
     }
-    for (;;) {
-        /* A member name: plain ASCII, no escapes. */
-        if (r.p >= r.end || *r.p != '"') goto plain_none;
-        const unsigned char *k = ++r.p;
-        while (r.p < r.end && *r.p != '"' && *r.p != '\\' && *r.p >= 0x20 && *r.p < 0x80) r.p++;
-        if (r.p >= r.end || *r.p != '"') goto plain_none;
-        Py_ssize_t kn = r.p - k;
-        r.p++;
-        j_ws(&r);
-        if (r.p >= r.end || *r.p != ':') goto plain_none;
-        r.p++;
-        j_ws(&r);
-        int bit = 0;
-        long long *num = NULL;
-        switch (kn) {
-        case 4:
-            if (memcmp(k, "code", 4) == 0) bit = 1, num = &code;
-            else if (memcmp(k, "flag", 4) == 0) bit = 4, num = &flag;
-            break;
-        case 6:
-            if (memcmp(k, "opaque", 6) == 0) bit = 2, num = &opaque;
-            else if (memcmp(k, "remark", 6) == 0) bit = 32;
-            break;
-        case 7:
-            if (memcmp(k, "version", 7) == 0) bit = 8, num = &version;
-            break;
-        case 8:
-            if (memcmp(k, "language", 8) == 0) bit = 64;
-            break;
-        case 9:
-            if (memcmp(k, "extFields", 9) == 0) bit = 16;
-            break;
-        }
-        if (seen & bit) goto plain_none; /* a duplicate: the general decoder */
-        seen |= bit;
+    for (int more = 1; more;) {
+        const unsigned char *k;
+        Py_ssize_t kn;
+        long long *num;
+        if (!j_member_name(&r, &k, &kn)) goto plain_none;
+        int bit = header_member(&h, k, kn, &num);
+        if (h.seen & bit) goto plain_none; /* a duplicate: the general decoder */
+        h.seen |= bit;
         if (num != NULL) {
             if ((rc = j_int(&r, num)) <= 0) goto none_or_error;
             if (*num < I32_MIN || *num > I32_MAX) goto plain_none;
@@ -1518,31 +1552,22 @@ static PyObject *py_json_header(PyObject *self, PyObject *const *args, Py_ssize_
         } else if ((rc = j_skip(&r)) <= 0) {
             goto none_or_error;
         }
-        j_ws(&r);
-        if (r.p >= r.end) goto plain_none;
-        if (*r.p == ',') {
-            r.p++;
-            j_ws(&r);
-            continue;
-        }
-        if (*r.p != '}') goto plain_none;
-        r.p++;
-        break;
+        if ((more = j_after_member(&r)) < 0) goto plain_none;
     }
 closed:
     j_ws(&r);
-    if (r.p != r.end || !(seen & 1) || language == NULL || PyUnicode_GET_LENGTH(language) == 0)
+    if (r.p != r.end || !(h.seen & 1) || language == NULL || PyUnicode_GET_LENGTH(language) == 0)
         goto plain_none;
     if (ext == NULL && (ext = PyDict_New()) == NULL) goto fail;
     PyObject *items[9] = {NULL};
-    items[0] = PyLong_FromLongLong(code);
+    items[0] = PyLong_FromLongLong(h.code);
     items[1] = ext;
     items[2] = PyBytes_FromStringAndSize(NULL, 0);
-    items[3] = PyLong_FromLongLong(opaque);
-    items[4] = PyLong_FromLongLong(flag);
+    items[3] = PyLong_FromLongLong(h.opaque);
+    items[4] = PyLong_FromLongLong(h.flag);
     items[5] = remark != NULL ? remark : Py_None;
     items[6] = language;
-    items[7] = PyLong_FromLongLong(version);
+    items[7] = PyLong_FromLongLong(h.version);
     items[8] = args[4];
     if (items[0] != NULL && items[2] != NULL && items[3] != NULL && items[4] != NULL &&
         items[7] != NULL)
@@ -1724,8 +1749,8 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL, *language = NULL, *ext[13] = {NULL}, *typed[13] = {NULL};
-    long long code = 0, opaque = 0, flag = 0, version = 0;
-    int seen = 0, rc = 0, names = 0, others = 0, slot_seen = 0;
+    jheader h = {0};
+    int rc = 0, names = 0, others = 0, slot_seen = 0;
     if (end > view.len || start > end || end - start < 4) goto plain_none;
     const unsigned char *f = (const unsigned char *)view.buf + start;
     uint32_t field = get32(f);
@@ -1739,28 +1764,14 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
     if (r.p >= r.end || *r.p != '{') goto plain_none;
     r.p++;
     j_ws(&r);
-    for (;;) {
-        if (r.p >= r.end || *r.p != '"') goto plain_none;
-        const unsigned char *k = ++r.p;
-        while (r.p < r.end && *r.p != '"' && *r.p != '\\' && *r.p >= 0x20 && *r.p < 0x80) r.p++;
-        if (r.p >= r.end || *r.p != '"') goto plain_none;
-        Py_ssize_t kn = r.p - k;
-        r.p++;
-        j_ws(&r);
-        if (r.p >= r.end || *r.p != ':') goto plain_none;
-        r.p++;
-        j_ws(&r);
-        int bit = 0;
-        long long *num = NULL;
-        if (kn == 4 && memcmp(k, "code", 4) == 0) bit = 1, num = &code;
-        else if (kn == 6 && memcmp(k, "opaque", 6) == 0) bit = 2, num = &opaque;
-        else if (kn == 4 && memcmp(k, "flag", 4) == 0) bit = 4, num = &flag;
-        else if (kn == 7 && memcmp(k, "version", 7) == 0) bit = 8, num = &version;
-        else if (kn == 9 && memcmp(k, "extFields", 9) == 0) bit = 16;
-        else if (kn == 6 && memcmp(k, "remark", 6) == 0) bit = 32;
-        else if (kn == 8 && memcmp(k, "language", 8) == 0) bit = 64;
-        if (seen & bit) goto plain_none;
-        seen |= bit;
+    for (int more = 1; more;) {
+        const unsigned char *k;
+        Py_ssize_t kn;
+        long long *num;
+        if (!j_member_name(&r, &k, &kn)) goto plain_none;
+        int bit = header_member(&h, k, kn, &num);
+        if (h.seen & bit) goto plain_none;
+        h.seen |= bit;
         if (num != NULL) {
             if ((rc = j_int(&r, num)) <= 0) goto none_or_error;
             if (*num < I32_MIN || *num > I32_MAX) goto plain_none;
@@ -1772,18 +1783,10 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
             r.p++;
             j_ws(&r);
             if (r.p < r.end && *r.p == '}') goto plain_none; /* no field: the usual path */
-            for (;;) {
-                if (r.p >= r.end || *r.p != '"') goto plain_none;
-                const unsigned char *ek = ++r.p;
-                while (r.p < r.end && *r.p != '"' && *r.p != '\\' && *r.p >= 0x20 && *r.p < 0x80)
-                    r.p++;
-                if (r.p >= r.end || *r.p != '"') goto plain_none;
-                Py_ssize_t ekn = r.p - ek;
-                r.p++;
-                j_ws(&r);
-                if (r.p >= r.end || *r.p != ':') goto plain_none;
-                r.p++;
-                j_ws(&r);
+            for (int ext_more = 1; ext_more;) {
+                const unsigned char *ek;
+                Py_ssize_t ekn;
+                if (!j_member_name(&r, &ek, &ekn)) goto plain_none;
                 int slot = -1;
                 if (ekn == 1 && ek[0] >= 'a' && ek[0] <= 'm') {
                     slot = ek[0] - 'a';
@@ -1820,16 +1823,7 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
                         if ((ext[slot] = ascii_str(digits, r.p - digits)) == NULL) goto fail;
                     }
                 }
-                j_ws(&r);
-                if (r.p >= r.end) goto plain_none;
-                if (*r.p == ',') {
-                    r.p++;
-                    j_ws(&r);
-                    continue;
-                }
-                if (*r.p != '}') goto plain_none;
-                r.p++;
-                break;
+                if ((ext_more = j_after_member(&r)) < 0) goto plain_none;
             }
         } else if (bit == 32) {
             if (!j_literal(&r, "null")) {
@@ -1842,24 +1836,16 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
         } else if ((rc = j_skip(&r)) <= 0) {
             goto none_or_error;
         }
-        j_ws(&r);
-        if (r.p >= r.end) goto plain_none;
-        if (*r.p == ',') {
-            r.p++;
-            j_ws(&r);
-            continue;
-        }
-        if (*r.p != '}') goto plain_none;
-        r.p++;
-        break;
+        if ((more = j_after_member(&r)) < 0) goto plain_none;
     }
     j_ws(&r);
-    if (r.p != r.end || !(seen & 16) || flag != 0 || language == NULL ||
+    if (r.p != r.end || !(h.seen & 16) || h.flag != 0 || language == NULL ||
         PyUnicode_GET_LENGTH(language) == 0)
         goto plain_none;
     /* V2 (310): its one-letter names only; SEND_MESSAGE (10): the long names, others ignored
      * (the C++ client's AccessKey, OnsChannel and Signature). */
-    if (!((code == 310 && names == 1 && !others) || (code == 10 && names == 2))) goto plain_none;
+    if (!((h.code == 310 && names == 1 && !others) || (h.code == 10 && names == 2)))
+        goto plain_none;
     /* send_header's common case over the slots (a..m in the header's field order). */
     for (int i = 0; i < 8; i++)
         if (ext[i] == NULL) goto plain_none;
@@ -1874,7 +1860,7 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
         if ((typed[12] = plain_bool(ext[12])) == NULL) goto none_or_error;
         if (typed[12] == Py_True) goto plain_none; /* a batch: the usual path */
     }
-    result = Py_BuildValue("(LOOOOOOOL)", opaque, ext[1], typed[4], typed[5], typed[6], typed[7],
+    result = Py_BuildValue("(LOOOOOOOL)", h.opaque, ext[1], typed[4], typed[5], typed[6], typed[7],
                            ext[8] != NULL ? ext[8] : Py_None,
                            typed[9] != NULL ? typed[9] : Py_None, header_end);
     goto done;
@@ -1939,6 +1925,33 @@ static PyObject *py_java_hash_after(PyObject *self, PyObject *const *args, Py_ss
 #define INDEX_HEADER 40
 #define INDEX_ENTRY 20
 
+/* One key's entry written as IndexFile.put_hash writes it: h (Java's hash, made non-negative)
+ * chained into its slot, the entry at *count, *slot_count and *begin updated as the file's
+ * header fields (the caller checked that the entry fits). */
+static void index_write_entry(unsigned char *b, long long slot_num, long long entries_at,
+                              long h, long long phy, long long store_ts, long long *count,
+                              long long *slot_count, long long *begin) {
+    unsigned char *slot = b + INDEX_HEADER + (h % slot_num) * 4;
+    int32_t slot_value = (int32_t)get32(slot);
+    if (slot_value <= 0 || slot_value > *count) {
+        slot_value = 0;
+        (*slot_count)++;
+    }
+    long long diff = 0;
+    if (*begin > 0) {
+        diff = (store_ts - *begin) / 1000;
+        diff = diff < 0 ? 0 : (diff > I32_MAX ? I32_MAX : diff);
+    }
+    unsigned char *e = b + entries_at + *count * INDEX_ENTRY;
+    put32(e, (uint32_t)h);
+    put64(e + 4, (uint64_t)phy);
+    put32(e + 12, (uint32_t)diff);
+    put32(e + 16, (uint32_t)slot_value);
+    put32(slot, (uint32_t)*count);
+    if (*count <= 1) *begin = store_ts;
+    (*count)++;
+}
+
 static PyObject *py_index_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 11) return PyErr_Format(PyExc_TypeError, "index_put takes 11 arguments");
     long long slot_num, index_num, entries_at, count, slot_count, begin, prefix, phy, store_ts;
@@ -1972,25 +1985,7 @@ static PyObject *py_index_put(PyObject *self, PyObject *const *args, Py_ssize_t 
         long h = PyLong_AsLong(hash);
         Py_DECREF(hash);
         h = h == I32_MIN ? 0 : (h < 0 ? -h : h); /* Java's indexKeyHashMethod */
-        unsigned char *slot = b + INDEX_HEADER + (h % slot_num) * 4;
-        int32_t slot_value = (int32_t)get32(slot);
-        if (slot_value <= 0 || slot_value > count) {
-            slot_value = 0;
-            slot_count++;
-        }
-        long long diff = 0;
-        if (begin > 0) {
-            diff = (store_ts - begin) / 1000;
-            diff = diff < 0 ? 0 : (diff > I32_MAX ? I32_MAX : diff);
-        }
-        unsigned char *e = b + entries_at + count * INDEX_ENTRY;
-        put32(e, (uint32_t)h);
-        put64(e + 4, (uint64_t)phy);
-        put32(e + 12, (uint32_t)diff);
-        put32(e + 16, (uint32_t)slot_value);
-        put32(slot, (uint32_t)count);
-        if (count <= 1) begin = store_ts;
-        count++;
+        index_write_entry(b, slot_num, entries_at, h, phy, store_ts, &count, &slot_count, &begin);
     }
     PyBuffer_Release(&buf);
     Py_DECREF(keys);
@@ -2346,25 +2341,8 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
                     : java_hash_range((uint32_t)prefix, keys, ranges[k][0], ranges[k][1]);
                 int32_t hv = (int32_t)hu;
                 long h = hv == I32_MIN ? 0 : (hv < 0 ? -(long)hv : hv); /* indexKeyHashMethod */
-                unsigned char *slot = ib_b + INDEX_HEADER + (h % i_slot_num) * 4;
-                int32_t slot_value = (int32_t)get32(slot);
-                if (slot_value <= 0 || slot_value > i_count) {
-                    slot_value = 0;
-                    i_slots++;
-                }
-                long long diff = 0;
-                if (i_begin > 0) {
-                    diff = (store_ts - i_begin) / 1000;
-                    diff = diff < 0 ? 0 : (diff > I32_MAX ? I32_MAX : diff);
-                }
-                unsigned char *e = ib_b + i_entries_at + i_count * INDEX_ENTRY;
-                put32(e, (uint32_t)h);
-                put64(e + 4, (uint64_t)phy);
-                put32(e + 12, (uint32_t)diff);
-                put32(e + 16, (uint32_t)slot_value);
-                put32(slot, (uint32_t)i_count);
-                if (i_count <= 1) i_begin = store_ts;
-                i_count++;
+                index_write_entry(ib_b, i_slot_num, i_entries_at, h, phy, store_ts, &i_count,
+                                  &i_slots, &i_begin);
             }
             if (first <= 1) i_begin_phy = phy;
             /* IndexFile.write_header: begin/end timestamp, begin/end offset, slots, count. */

@@ -973,14 +973,7 @@ class Channel:
         request.flag &= ~(RPC_TYPE_RESPONSE | RPC_ONEWAY)
         if self.signer is not None:
             self.signer(request)
-        calls = self.state.calls
-        self._write(encode(request), now=len(calls) < DIRECT_WRITE_MAX_PENDING)
-        calls.add(
-            opaque,
-            Call(callback=callback, deadline=trio.current_time() + timeout, code=request.code),
-        )
-        if calls.callbacks == 1:
-            self._sweep_wanted.set()
+        self._call_with_frame(opaque, encode(request), request.code, timeout, callback)
 
     def invoke_callback_frame(
         self, opaque: int, frame: bytes, code: int, timeout: float, callback: ResponseCallback
@@ -991,6 +984,12 @@ class Channel:
         if self.closed:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         assert self.signer is None, "a signed request needs its command: use invoke_callback"
+        self._call_with_frame(opaque, frame, code, timeout, callback)
+
+    def _call_with_frame(
+        self, opaque: int, frame: bytes, code: int, timeout: float, callback: ResponseCallback
+    ) -> None:
+        """Write a request's frame and wait for its answer through ``callback``."""
         calls = self.state.calls
         self._write(frame, now=len(calls) < DIRECT_WRITE_MAX_PENDING)
         calls.add(

@@ -138,28 +138,32 @@ class SendProcessor:
     ) -> tuple[RemotingCommand | None, TopicConfig | None]:
         """The checks that need no wait: a refusal, or the topic's config (None: the topic does
         not exist yet and may be auto-created)."""
+        refusal, config = self._known_topic(header.topic, header.queue_id, channel.remote_address)
+        return (None if refusal is None else req.response(*refusal)), config
+
+    def _known_topic(
+        self, topic: str, queue_id: int, peer: str
+    ) -> tuple[tuple[int, str] | None, TopicConfig | None]:
+        """:meth:`_check_known_topic` for the send path and the raw send path alike: a refusal
+        as (code, remark), or the topic's config (None: not there yet)."""
         bc = self.ctx.broker_config
         if not is_writeable(bc.broker_permission):
-            return req.response(
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{bc.broker_ip1}] sending message is forbidden",
-            ), None
-        if header.topic not in self._valid_topics:  # Java validates every send's topic
-            problem = validate_topic(header.topic)
+            refusal = f"the broker[{bc.broker_ip1}] sending message is forbidden"
+            return (ResponseCode.NO_PERMISSION, refusal), None
+        if topic not in self._valid_topics:  # Java validates every send's topic
+            problem = validate_topic(topic)
             if problem:
-                return req.response(ResponseCode.MESSAGE_ILLEGAL, problem), None
+                return (ResponseCode.MESSAGE_ILLEGAL, problem), None
             if len(self._valid_topics) >= 65536:
                 self._valid_topics.clear()
-            self._valid_topics.add(header.topic)
-        config = self.ctx.topic_config_manager.select(header.topic)
-        if header.topic in NOT_ALLOWED_SEND_TOPICS or header.topic == bc.broker_cluster_name:
-            return req.response(
-                ResponseCode.NO_PERMISSION,
-                f"Sending message to topic[{header.topic}] is forbidden.",
-            ), None
+            self._valid_topics.add(topic)
+        config = self.ctx.topic_config_manager.select(topic)
+        if topic in NOT_ALLOWED_SEND_TOPICS or topic == bc.broker_cluster_name:
+            refusal = f"Sending message to topic[{topic}] is forbidden."
+            return (ResponseCode.NO_PERMISSION, refusal), None
         if config is None:
             return None, None
-        return self._check_config(channel, req, header, config), config
+        return self._config_refusal(topic, queue_id, config, peer), config
 
     @staticmethod
     def _check_config(
@@ -168,17 +172,26 @@ class SendProcessor:
         header: SendMessageRequestHeader,
         config: TopicConfig,
     ) -> RemotingCommand | None:
+        refusal = SendProcessor._config_refusal(
+            header.topic, header.queue_id, config, channel.remote_address
+        )
+        return None if refusal is None else req.response(*refusal)
+
+    @staticmethod
+    def _config_refusal(
+        topic: str, queue_id: int, config: TopicConfig, peer: str
+    ) -> tuple[int, str] | None:
         if not is_writeable(config.perm):
-            return req.response(
+            return (
                 ResponseCode.NO_PERMISSION,
-                f"the topic[{header.topic}] sending message is forbidden (perm {config.perm})",
+                f"the topic[{topic}] sending message is forbidden (perm {config.perm})",
             )
         valid = max(config.write_queue_nums, config.read_queue_nums)
-        if header.queue_id >= valid:
-            return req.response(
+        if queue_id >= valid:
+            return (
                 ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{header.queue_id}] is illegal, topic {header.topic} has "
-                f"{valid} queues, producer: {channel.remote_address}",
+                f"request queueId[{queue_id}] is illegal, topic {topic} has "
+                f"{valid} queues, producer: {peer}",
             )
         return None
 
@@ -336,6 +349,11 @@ class SendProcessor:
         if result.status is not _PUT_OK or req.serialize_type is not _SERIALIZE_JSON:
             return self._answer(req, result, queue_id)
         self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, req.header.topic)
+        return self._success_frame(req.opaque, result, queue_id)
+
+    def _success_frame(self, opaque: int, result: PutMessageResult, queue_id: int) -> bytes:
+        """The whole answer frame of a successful put to a JSON request with ``opaque``, as
+        codec.json_response_frame writes it (in one C call when the extension is built)."""
         if _send_answer_frame is not None:  # the same bytes in one C call
             bc = self.ctx.broker_config
             region = self._region_utf8
@@ -343,13 +361,13 @@ class SendProcessor:
                 region = self._region_utf8 = (bc.region_id, quote_json(bc.region_id).encode())
             try:
                 frame: bytes = _send_answer_frame(
-                    req.opaque, result.msg_id, queue_id, result.logic_offset, region[1],
+                    opaque, result.msg_id, queue_id, result.logic_offset, region[1],
                     bc.trace_on, CURRENT_VERSION,
                 )  # fmt: skip
                 return frame
             except ValueError:  # not a plain message id: the Python writer says the same
                 pass
-        return json_response_frame(_SUCCESS, req.opaque, self._success_json(result, queue_id))
+        return json_response_frame(_SUCCESS, opaque, self._success_json(result, queue_id))
 
     # -- request handlers ---------------------------------------------------------------------
 
@@ -420,35 +438,29 @@ class SendProcessor:
         :meth:`send_message_inline` writes for it (tests/integration/test_send_raw.py compares
         the answers and the stores); None, having changed nothing, for every other frame, which
         the usual path then decodes, checks and answers (refusals included)."""
-        if _send_fields is None or _send_answer_frame is None:
+        if _send_fields is None:
             return None
         fields = _send_fields(buf, start, end)
         if fields is None:
             return None
         opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at = fields
         store = self.ctx.store
-        bc = self.ctx.broker_config
         if (
             store.must_wait
             or store.config.broker_role is _SYNC_MASTER
             or topic not in self._valid_topics  # validated (and refused) by the usual path
-            or not is_writeable(bc.broker_permission)
-            or topic in NOT_ALLOWED_SEND_TOPICS
-            or topic == bc.broker_cluster_name
             or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         ):
             return None
-        config = self.ctx.topic_config_manager.select(topic)
-        if (
-            config is None
-            or not is_writeable(config.perm)
-            or queue_id >= max(config.write_queue_nums, config.read_queue_nums)
-        ):
+        # The inline path's checks; any refusal is the usual path's to word.
+        refusal, config = self._known_topic(topic, queue_id, channel.remote_address)
+        if refusal is not None or config is None:
             return None
         if queue_id < 0:
             queue_id = random.randrange(max(1, config.write_queue_nums))
         fast = store.put_single_now(
-            topic, queue_id, buf[body_at:end], props or "", flag, bc.broker_cluster_name,
+            topic, queue_id, buf[body_at:end], props or "", flag,
+            self.ctx.broker_config.broker_cluster_name,
             sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
         )  # fmt: skip
         if fast is None:
@@ -458,16 +470,7 @@ class SendProcessor:
         try:
             result = fast[0]
             self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
-            region = self._region_utf8
-            if region[0] != bc.region_id:
-                region = self._region_utf8 = (bc.region_id, quote_json(bc.region_id).encode())
-            try:
-                frame: bytes = _send_answer_frame(
-                    opaque, result.msg_id, queue_id, result.logic_offset, region[1],
-                    bc.trace_on, CURRENT_VERSION,
-                )  # fmt: skip
-            except ValueError:  # not a plain message id: the Python writer says the same
-                frame = json_response_frame(_SUCCESS, opaque, self._success_json(result, queue_id))
+            return self._success_frame(opaque, result, queue_id)
         except Exception as exc:  # as Channel._serve_inline answers what the inline path raises
             log.exception("error serving a raw send from %s", channel.remote_address)
             return encode(
@@ -476,7 +479,6 @@ class SendProcessor:
                     f"{type(exc).__name__}: {exc}", serialize_type=_SERIALIZE_JSON,
                 )
             )  # fmt: skip
-        return frame
 
     async def send_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         header = decode_request(req)

@@ -1499,6 +1499,57 @@ static int header_member(jheader *h, const unsigned char *k, Py_ssize_t kn, long
     return 0;
 }
 
+/* Reads the extFields member's value at r->p for its caller (ctx): as the j_* readers return. */
+typedef int (*ext_reader)(jreader *r, void *ctx);
+
+/* The request header's JSON object over all of r, for json_header and send_fields: the numbers
+ * into h (Java ints), language (required, not empty) and remark (a string or null; dropped when
+ * remark is NULL) kept, extFields read by read_ext, any other member's plain value skipped, each
+ * known member once.  1 when read; 0 when outside that subset; -1 on an error. */
+static int j_header(jreader *r, jheader *h, PyObject **language, PyObject **remark,
+                    ext_reader read_ext, void *ctx) {
+    j_ws(r);
+    if (r->p >= r->end || *r->p != '{') return 0;
+    r->p++;
+    j_ws(r);
+    int more = 1, rc;
+    if (r->p < r->end && *r->p == '}') {
+        r->p++;
+        more = 0;
+    }
+    while (more) {
+        const unsigned char *k;
+        Py_ssize_t kn;
+        long long *num;
+        if (!j_member_name(r, &k, &kn)) return 0;
+        int bit = header_member(h, k, kn, &num);
+        if (h->seen & bit) return 0; /* a duplicate: the general decoder */
+        h->seen |= bit;
+        if (num != NULL) {
+            if ((rc = j_int(r, num)) <= 0) return rc;
+            if (*num < I32_MIN || *num > I32_MAX) return 0;
+        } else if (bit == 16) {
+            if ((rc = read_ext(r, ctx)) <= 0) return rc;
+        } else if (bit == 32) {
+            if (!j_literal(r, "null")) {
+                PyObject *text = NULL;
+                if ((rc = j_string(r, &text)) <= 0) return rc;
+                if (remark != NULL) *remark = text;
+                else Py_DECREF(text); /* a send's answer does not echo it */
+            }
+        } else if (bit == 64) {
+            if ((rc = j_string(r, language)) <= 0) return rc;
+        } else if ((rc = j_skip(r)) <= 0) {
+            return rc;
+        }
+        if ((more = j_after_member(r)) < 0) return 0;
+    }
+    j_ws(r);
+    return r->p == r->end && *language != NULL && PyUnicode_GET_LENGTH(*language) > 0;
+}
+
+static int ext_dict(jreader *r, void *ctx) { return j_ext(r, (PyObject **)ctx); }
+
 /*
  * json_header(buf, start, end, cls, serialize_type)
  *
@@ -1521,43 +1572,11 @@ static PyObject *py_json_header(PyObject *self, PyObject *const *args, Py_ssize_
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL, *ext = NULL, *remark = NULL, *language = NULL;
     jheader h = {0};
-    int rc = 0;
     if (end > view.len || start > end) goto plain_none;
     jreader r = {(const unsigned char *)view.buf + start, (const unsigned char *)view.buf + end};
-    j_ws(&r);
-    if (r.p >= r.end || *r.p != '{') goto plain_none;
-    r.p++;
-    j_ws(&r);
-    if (r.p < r.end && *r.p == '}') {
-        r.p++;
-        goto closed;
-    }
-    for (int more = 1; more;) {
-        const unsigned char *k;
-        Py_ssize_t kn;
-        long long *num;
-        if (!j_member_name(&r, &k, &kn)) goto plain_none;
-        int bit = header_member(&h, k, kn, &num);
-        if (h.seen & bit) goto plain_none; /* a duplicate: the general decoder */
-        h.seen |= bit;
-        if (num != NULL) {
-            if ((rc = j_int(&r, num)) <= 0) goto none_or_error;
-            if (*num < I32_MIN || *num > I32_MAX) goto plain_none;
-        } else if (bit == 16) {
-            if ((rc = j_ext(&r, &ext)) <= 0) goto none_or_error;
-        } else if (bit == 32) {
-            if (!j_literal(&r, "null") && (rc = j_string(&r, &remark)) <= 0) goto none_or_error;
-        } else if (bit == 64) {
-            if ((rc = j_string(&r, &language)) <= 0) goto none_or_error;
-        } else if ((rc = j_skip(&r)) <= 0) {
-            goto none_or_error;
-        }
-        if ((more = j_after_member(&r)) < 0) goto plain_none;
-    }
-closed:
-    j_ws(&r);
-    if (r.p != r.end || !(h.seen & 1) || language == NULL || PyUnicode_GET_LENGTH(language) == 0)
-        goto plain_none;
+    int rc = j_header(&r, &h, &language, &remark, ext_dict, &ext);
+    if (rc < 0) goto fail;
+    if (rc == 0 || !(h.seen & 1)) goto plain_none;
     if (ext == NULL && (ext = PyDict_New()) == NULL) goto fail;
     PyObject *items[9] = {NULL};
     items[0] = PyLong_FromLongLong(h.code);
@@ -1578,8 +1597,6 @@ closed:
     Py_XDECREF(items[4]);
     Py_XDECREF(items[7]);
     goto done;
-none_or_error:
-    if (rc < 0) goto fail;
 plain_none:
     result = Py_NewRef(Py_None);
     goto done;
@@ -1740,6 +1757,69 @@ static const char *const send_long_names[13] = {
     "batch",
 };
 
+/* send_fields' extFields: the values of SendMessageRequestHeader's fields by slot (a..m order). */
+typedef struct {
+    PyObject *ext[13];
+    int names;     /* bits: 1 a one-letter name seen, 2 a long name */
+    int others;    /* a name of neither kind seen (its value skipped) */
+    int slot_seen; /* bits: the slots given */
+} send_ext;
+
+/* extFields for send_fields: V2's one-letter names or SEND_MESSAGE's long ones, once each; the
+ * C++ client's numbers, booleans and nulls read as codec's plain_ext reads them (decimal text,
+ * "true"/"false", absent); other names' values skipped.  As the j_* readers return. */
+static int ext_slots(jreader *r, void *ctx) {
+    send_ext *e = ctx;
+    if (r->p >= r->end || *r->p != '{') return 0;
+    r->p++;
+    j_ws(r);
+    if (r->p < r->end && *r->p == '}') return 0; /* no field: the usual path */
+    for (int more = 1; more;) {
+        const unsigned char *k;
+        Py_ssize_t kn;
+        int rc;
+        if (!j_member_name(r, &k, &kn)) return 0;
+        int slot = -1;
+        if (kn == 1 && k[0] >= 'a' && k[0] <= 'm') {
+            slot = k[0] - 'a';
+            e->names |= 1;
+        } else {
+            for (int i = 0; i < 13; i++)
+                if ((size_t)kn == strlen(send_long_names[i]) &&
+                    memcmp(k, send_long_names[i], kn) == 0) {
+                    slot = i;
+                    e->names |= 2;
+                    break;
+                }
+        }
+        if (slot < 0) {
+            e->others = 1;
+            if ((rc = j_skip(r)) <= 0) return rc;
+        } else {
+            if (e->slot_seen & (1 << slot)) return 0; /* twice: the usual path */
+            e->slot_seen |= 1 << slot;
+            unsigned char c = r->p < r->end ? *r->p : 0;
+            if (c == '"') {
+                if ((rc = j_string(r, &e->ext[slot])) <= 0) return rc;
+            } else if (c == 't' || c == 'f') {
+                int t = j_literal(r, "true");
+                if (!t && !j_literal(r, "false")) return 0;
+                if ((e->ext[slot] = PyUnicode_FromString(t ? "true" : "false")) == NULL) return -1;
+            } else if (c == 'n') {
+                if (!j_literal(r, "null")) return 0; /* absent */
+            } else {
+                const unsigned char *digits = r->p;
+                long long ignored;
+                if ((rc = j_int(r, &ignored)) <= 0) return rc;
+                if (*digits == '-') return 0; /* not a plain decimal */
+                if ((e->ext[slot] = ascii_str(digits, r->p - digits)) == NULL) return -1;
+            }
+        }
+        if ((more = j_after_member(r)) < 0) return 0;
+    }
+    return 1;
+}
+
 static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "send_fields takes 3 arguments");
     long long start, end;
@@ -1748,9 +1828,10 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    PyObject *result = NULL, *language = NULL, *ext[13] = {NULL}, *typed[13] = {NULL};
+    PyObject *result = NULL, *language = NULL, *typed[13] = {NULL};
+    send_ext e = {{NULL}, 0, 0, 0};
+    PyObject **ext = e.ext;
     jheader h = {0};
-    int rc = 0, names = 0, others = 0, slot_seen = 0;
     if (end > view.len || start > end || end - start < 4) goto plain_none;
     const unsigned char *f = (const unsigned char *)view.buf + start;
     uint32_t field = get32(f);
@@ -1760,91 +1841,12 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
     if ((field >> 24) != 0 || header_end > end || (field & 0xFFFFFF) > SEND_MAX_JSON_HEADER)
         goto plain_none;
     jreader r = {f + 4, (const unsigned char *)view.buf + header_end};
-    j_ws(&r);
-    if (r.p >= r.end || *r.p != '{') goto plain_none;
-    r.p++;
-    j_ws(&r);
-    for (int more = 1; more;) {
-        const unsigned char *k;
-        Py_ssize_t kn;
-        long long *num;
-        if (!j_member_name(&r, &k, &kn)) goto plain_none;
-        int bit = header_member(&h, k, kn, &num);
-        if (h.seen & bit) goto plain_none;
-        h.seen |= bit;
-        if (num != NULL) {
-            if ((rc = j_int(&r, num)) <= 0) goto none_or_error;
-            if (*num < I32_MIN || *num > I32_MAX) goto plain_none;
-        } else if (bit == 16) {
-            /* extFields: V2's one-letter names or SEND_MESSAGE's long ones, once each; the
-             * C++ client's numbers, booleans and nulls read as codec's plain_ext reads them
-             * (decimal text, "true"/"false", absent); other names' values skipped. */
-            if (r.p >= r.end || *r.p != '{') goto plain_none;
-            r.p++;
-            j_ws(&r);
-            if (r.p < r.end && *r.p == '}') goto plain_none; /* no field: the usual path */
-            for (int ext_more = 1; ext_more;) {
-                const unsigned char *ek;
-                Py_ssize_t ekn;
-                if (!j_member_name(&r, &ek, &ekn)) goto plain_none;
-                int slot = -1;
-                if (ekn == 1 && ek[0] >= 'a' && ek[0] <= 'm') {
-                    slot = ek[0] - 'a';
-                    names |= 1;
-                } else {
-                    for (int i = 0; i < 13; i++)
-                        if ((size_t)ekn == strlen(send_long_names[i]) &&
-                            memcmp(ek, send_long_names[i], ekn) == 0) {
-                            slot = i;
-                            names |= 2;
-                            break;
-                        }
-                }
-                if (slot < 0) {
-                    others = 1;
-                    if ((rc = j_skip(&r)) <= 0) goto none_or_error;
-                } else {
-                    if (slot_seen & (1 << slot)) goto plain_none; /* twice: the usual path */
-                    slot_seen |= 1 << slot;
-                    unsigned char c = r.p < r.end ? *r.p : 0;
-                    if (c == '"') {
-                        if ((rc = j_string(&r, &ext[slot])) <= 0) goto none_or_error;
-                    } else if (c == 't' || c == 'f') {
-                        int t = j_literal(&r, "true");
-                        if (!t && !j_literal(&r, "false")) goto plain_none;
-                        if ((ext[slot] = PyUnicode_FromString(t ? "true" : "false")) == NULL) goto fail;
-                    } else if (c == 'n') {
-                        if (!j_literal(&r, "null")) goto plain_none; /* absent */
-                    } else {
-                        const unsigned char *digits = r.p;
-                        long long ignored;
-                        if ((rc = j_int(&r, &ignored)) <= 0) goto none_or_error;
-                        if (*digits == '-') goto plain_none; /* not a plain decimal */
-                        if ((ext[slot] = ascii_str(digits, r.p - digits)) == NULL) goto fail;
-                    }
-                }
-                if ((ext_more = j_after_member(&r)) < 0) goto plain_none;
-            }
-        } else if (bit == 32) {
-            if (!j_literal(&r, "null")) {
-                PyObject *remark = NULL;
-                if ((rc = j_string(&r, &remark)) <= 0) goto none_or_error;
-                Py_DECREF(remark); /* a send's answer does not echo it */
-            }
-        } else if (bit == 64) {
-            if ((rc = j_string(&r, &language)) <= 0) goto none_or_error;
-        } else if ((rc = j_skip(&r)) <= 0) {
-            goto none_or_error;
-        }
-        if ((more = j_after_member(&r)) < 0) goto plain_none;
-    }
-    j_ws(&r);
-    if (r.p != r.end || !(h.seen & 16) || h.flag != 0 || language == NULL ||
-        PyUnicode_GET_LENGTH(language) == 0)
-        goto plain_none;
+    int rc = j_header(&r, &h, &language, NULL, ext_slots, &e);
+    if (rc < 0) goto fail;
+    if (rc == 0 || !(h.seen & 16) || h.flag != 0) goto plain_none;
     /* V2 (310): its one-letter names only; SEND_MESSAGE (10): the long names, others ignored
      * (the C++ client's AccessKey, OnsChannel and Signature). */
-    if (!((h.code == 310 && names == 1 && !others) || (h.code == 10 && names == 2)))
+    if (!((h.code == 310 && e.names == 1 && !e.others) || (h.code == 10 && e.names == 2)))
         goto plain_none;
     /* send_header's common case over the slots (a..m in the header's field order). */
     for (int i = 0; i < 8; i++)
@@ -1865,7 +1867,7 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
                            typed[9] != NULL ? typed[9] : Py_None, header_end);
     goto done;
 none_or_error:
-    if (rc < 0 || PyErr_Occurred()) goto fail;
+    if (PyErr_Occurred()) goto fail;
 plain_none:
     result = Py_NewRef(Py_None);
     goto done;

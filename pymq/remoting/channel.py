@@ -59,12 +59,14 @@ RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingComman
 # Answers a request at once, inside the reader, or returns None to have it served by a task,
 # or ANSWER_LATER when it has arranged to call Channel.answer itself (a group commit).
 InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | bytes | None]
-# (channel, buffer, frame start, frame end) -> the answer frame, or None: see
-# Channel.raw_handler.
+# (channel, buffer, frame start, frame end) -> the answer frame, RAW_ANSWER_LATER, or None:
+# see Channel.raw_handler.
 RawHandler = Callable[["Channel", bytes, int, int], bytes | None]
 # Called before and after each run of frames a connection serves together: Channel.run_hooks.
 RunHooks = tuple[Callable[[], None], Callable[[], None]]
 ANSWER_LATER = RemotingCommand(code=-1)
+# A raw handler's "served, and answered later through Channel.answer_frame" (a group commit).
+RAW_ANSWER_LATER = b""
 
 
 class Admission(Protocol):
@@ -292,8 +294,9 @@ class Channel:
         # dispatch to the end of a run: see MessageStore.begin_run); None: no hooks.
         self.run_hooks = run_hooks
         # Tried on each request frame before it is decoded: the whole answer frame to write,
-        # or None to decode and serve the request as usual (the name server's route lookups,
-        # the broker's plain sends).
+        # RAW_ANSWER_LATER when the handler has arranged to write it with answer_frame (the
+        # broker's SYNC_FLUSH sends), or None to decode and serve the request as usual (the
+        # name server's route lookups, the broker's plain sends).
         self.raw_handler = raw_handler
         self.admission = admission
         self._timestamps = admission is not None and _enable_timestamps(stream)
@@ -722,7 +725,8 @@ class Channel:
                                         log.exception("raw handler failed; frame decoded instead")
                                         answer = None
                                     if answer is not None:
-                                        if not self.closed:  # as answer() drops it when closed
+                                        # as answer() drops it when closed; b"": later
+                                        if answer and not self.closed:
                                             self._out.append(answer)
                                         continue
                                 cmds.append(decode_frame_at(buf, start, end))
@@ -869,6 +873,14 @@ class Channel:
             self._write(frame)
         except RemotingSendError:
             log.debug("dropping the answer to %s: %s closed", request.opaque, self)
+
+    def answer_frame(self, frame: bytes) -> None:
+        """Write the whole answer frame to a request a raw handler took (RAW_ANSWER_LATER);
+        dropped if the channel has closed."""
+        try:
+            self._write(frame)
+        except RemotingSendError:
+            log.debug("dropping an answer: %s closed", self)
 
     # -- writing --------------------------------------------------------------------------
 

@@ -200,3 +200,90 @@ async def test_a_broker_serves_sends_raw_over_its_connections(pymq_cluster: Clus
         results = [await producer.send(Message("RawSock", b"m%d" % i)) for i in range(20)]
     assert {r.status for r in results} == {"SEND_OK"}
     assert served.count(True) >= 19  # all but the topic's first send
+
+
+class Answers:
+    """A stand-in for the sending channel: collects the answers written later (the usual
+    path's Channel.answer, the raw path's Channel.answer_frame)."""
+
+    remote_address = PEER.remote_address
+
+    def __init__(self) -> None:
+        self.frames: list[tuple] = []
+
+    def answer(self, request: RemotingCommand, response: RemotingCommand | bytes) -> None:
+        if isinstance(response, RemotingCommand):
+            response.opaque, response.flag = request.opaque, response.flag | RPC_TYPE_RESPONSE
+        self.frames.append(answer_of(response))
+
+    def answer_frame(self, frame: bytes) -> None:
+        self.frames.append(answer_of(frame))
+
+
+async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, monkeypatch) -> None:
+    """With SYNC_FLUSH a plain send is taken by the raw path and answered once the group
+    commit has its bytes on disk, with the answer the usual path writes then: SEND_OK, and
+    FLUSH_DISK_TIMEOUT when the sync hangs past syncFlushTimeout."""
+    import trio
+
+    from pymq.embedded import open_cluster
+    from pymq.testing import TEST_PROPERTIES
+    from tests.helpers import StuckDisk
+
+    disk = StuckDisk(monkeypatch)
+    properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
+        properties=properties,
+    ) as cluster:  # fmt: skip
+        for topic in ("RawT", "UsualT"):
+            await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr])
+        send = cluster.broker.send_processor
+        server = cluster.broker.server
+        store = cluster.broker.store
+
+        async def both(n: int, props: str) -> tuple[tuple, tuple]:
+            """The frame sent to RawT by send_raw and to UsualT by the usual inline path;
+            each one's answer once written."""
+            raw_ch, usual_ch = Answers(), Answers()
+            raw_frame = frame(ext_for("RawT", props=props))
+            assert send.send_raw(raw_ch, raw_frame, 4, len(raw_frame)) == b""  # type: ignore[arg-type]
+            usual_frame = frame(ext_for("UsualT", props=props))
+            cmd = decode_frame(usual_frame[4:])
+            assert server.dispatch_inline(usual_ch, cmd) is ANSWER_LATER  # type: ignore[arg-type]
+            with trio.fail_after(10):
+                while len(raw_ch.frames) < 1 or len(usual_ch.frames) < 1:
+                    await trio.sleep(0.01)
+            assert len(raw_ch.frames) == len(usual_ch.frames) == 1
+            return raw_ch.frames[0], usual_ch.frames[0]
+
+        # The topics' first sends are the usual path's (their names are checked there).
+        for topic in ("RawT", "UsualT"):
+            first = frame(ext_for(topic, props=UNIQ.format(0)))
+            assert send.send_raw(Answers(), first, 4, len(first)) is None  # type: ignore[arg-type]
+            assert server.dispatch_inline(Answers(), decode_frame(first[4:])) is ANSWER_LATER  # type: ignore[arg-type]
+        for n, props in enumerate(
+            [UNIQ.format(1), "TAGS\x01a\x02KEYS\x01k1 k2\x02" + UNIQ.format(2)], start=1
+        ):
+            got, want = await both(n, props)
+            assert got == want and got[0] == ResponseCode.SUCCESS, (got, want)
+        # WAIT=false: answered at once, as the usual path answers it.
+        no_wait = frame(ext_for("RawT", props="WAIT\x01false\x02" + UNIQ.format(3)))
+        out = send.send_raw(Answers(), no_wait, 4, len(no_wait))  # type: ignore[arg-type]
+        assert out
+        usual_no_wait = frame(ext_for("UsualT", props="WAIT\x01false\x02" + UNIQ.format(3)))
+        assert answer_of(out) == await usual(cluster, usual_no_wait)
+        assert answer_of(out)[0] == ResponseCode.SUCCESS
+        # A sync that hangs: FLUSH_DISK_TIMEOUT, the message stored all the same.
+        store.config.sync_flush_timeout = 200
+        disk.stuck = True
+        try:
+            got, want = await both(4, UNIQ.format(4))
+        finally:
+            disk.stuck = False
+            disk.release.set()
+        assert got == want and got[0] == ResponseCode.FLUSH_DISK_TIMEOUT, (got, want)
+        await store.reput.do_reput()
+        raw_records, usual_records = stored(cluster, "RawT"), stored(cluster, "UsualT")
+        assert len(raw_records) == 5
+        assert raw_records == usual_records

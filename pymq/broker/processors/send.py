@@ -41,7 +41,7 @@ from pymq.common.topic import (
     retry_topic,
     validate_topic,
 )
-from pymq.remoting.channel import ANSWER_LATER, Channel
+from pymq.remoting.channel import ANSWER_LATER, RAW_ANSWER_LATER, Channel
 from pymq.remoting.codec import (
     RPC_TYPE_RESPONSE,
     RemotingCommand,
@@ -121,6 +121,26 @@ _WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
 _SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
 _send_answer_frame = getattr(native_extension, "send_answer_frame", None)
 _send_fields = getattr(native_extension, "send_fields", None)
+
+
+def _response(
+    opaque: int, serialize_type: SerializeType, code: int, remark: str | None
+) -> RemotingCommand:
+    """``RemotingCommand.response(code, remark)`` of a request with ``opaque`` and
+    ``serialize_type``: the answers the raw path writes without a request command."""
+    return RemotingCommand(
+        int(code), {}, b"", opaque, RPC_TYPE_RESPONSE, remark, serialize_type=serialize_type
+    )
+
+
+def _error_frame(opaque: int, exc: Exception) -> bytes:
+    """The SYSTEM_ERROR answer frame to a JSON request with ``opaque`` that ``exc`` stopped,
+    worded as Channel._serve_inline words what a handler raises."""
+    return encode(
+        _response(
+            opaque, _SERIALIZE_JSON, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+        )
+    )
 
 
 class SendProcessor:
@@ -294,6 +314,19 @@ class SendProcessor:
     def _answer(
         self, req: RemotingCommand, result: PutMessageResult, queue_id: int
     ) -> RemotingCommand:
+        return self._answer_to(req.opaque, req.serialize_type, req.header.topic, result, queue_id)
+
+    def _answer_to(
+        self,
+        opaque: int,
+        serialize_type: SerializeType,
+        topic: str,
+        result: PutMessageResult,
+        queue_id: int,
+    ) -> RemotingCommand:
+        """The answer to a send with ``opaque`` to ``topic`` whose put gave ``result``: what
+        :meth:`_answer` answers, from the request's fields alone (the raw path has no request
+        command)."""
         if result.status is _PUT_OK:  # the common case without the enum's Python hash
             code, remark = _SUCCESS, None
         else:
@@ -304,14 +337,14 @@ class SendProcessor:
                 remark = result.reason or ILLEGAL_REMARK.format(
                     body=self.ctx.store.config.max_message_size
                 )
-                return req.response(ResponseCode.MESSAGE_ILLEGAL, remark)
+                return _response(opaque, serialize_type, ResponseCode.MESSAGE_ILLEGAL, remark)
             code, remark = STATUS_RESPONSES.get(
                 result.status, (ResponseCode.SYSTEM_ERROR, result.status.value)
             )
             if not result.appended:
                 self.ctx.store.put_stats.failed_times += 1
-                return req.response(code, result.reason or remark)
-        self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, req.header.topic)
+                return _response(opaque, serialize_type, code, result.reason or remark)
+        self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
         bc = self.ctx.broker_config
         ext = {
             "msgId": result.msg_id,
@@ -321,7 +354,7 @@ class SendProcessor:
             "TRACE_ON": "true" if bc.trace_on else "false",
         }
         response = RemotingCommand(
-            code, ext, b"", req.opaque, RPC_TYPE_RESPONSE, remark, serialize_type=req.serialize_type
+            code, ext, b"", opaque, RPC_TYPE_RESPONSE, remark, serialize_type=serialize_type
         )
         if code == _SUCCESS:
             # The hot path's answer, its JSON written by the header's encoder.
@@ -446,8 +479,7 @@ class SendProcessor:
         opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at = fields
         store = self.ctx.store
         if (
-            store.must_wait
-            or store.config.broker_role is _SYNC_MASTER
+            store.config.broker_role is _SYNC_MASTER
             or topic not in self._valid_topics  # validated (and refused) by the usual path
             or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         ):
@@ -468,17 +500,33 @@ class SendProcessor:
         # Stored: from here on the frame must be answered here, never handed to the usual
         # path (Channel serves a frame whose raw handler raised as usual: a second put).
         try:
-            result = fast[0]
-            self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
-            return self._success_frame(opaque, result, queue_id)
+            result, wait = fast
+            if store.must_wait and store.defer_durable(
+                result,
+                wait,
+                lambda durable: channel.answer_frame(
+                    self._raw_answer(opaque, topic, durable, queue_id)
+                ),
+            ):
+                return RAW_ANSWER_LATER  # the group commit answers once the bytes are on disk
+            return self._raw_answer(opaque, topic, result, queue_id)
         except Exception as exc:  # as Channel._serve_inline answers what the inline path raises
             log.exception("error serving a raw send from %s", channel.remote_address)
-            return encode(
-                RemotingCommand(
-                    ResponseCode.SYSTEM_ERROR, {}, b"", opaque, RPC_TYPE_RESPONSE,
-                    f"{type(exc).__name__}: {exc}", serialize_type=_SERIALIZE_JSON,
-                )
-            )  # fmt: skip
+            return _error_frame(opaque, exc)
+
+    def _raw_answer(
+        self, opaque: int, topic: str, result: PutMessageResult, queue_id: int
+    ) -> bytes:
+        """The answer frame of a raw send (a JSON request) whose put gave ``result``: what
+        :meth:`_answer_now` writes for the usual path's request."""
+        try:
+            if result.status is _PUT_OK:
+                self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
+                return self._success_frame(opaque, result, queue_id)
+            return encode(self._answer_to(opaque, _SERIALIZE_JSON, topic, result, queue_id))
+        except Exception as exc:  # the group commit's callback must still answer
+            log.exception("error answering a raw send")
+            return _error_frame(opaque, exc)
 
     async def send_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         header = decode_request(req)

@@ -176,7 +176,8 @@ class BrokerController:
             on_group_removed=self.consumer_filter_manager.unregister_group,
         )
         self.rebalance_lock_manager = RebalanceLockManager()
-        self.pull_hold = PullRequestHoldService()
+        # The schedule service waits on its own topic's arrivals: always reported.
+        self.pull_hold = PullRequestHoldService(pinned=(SCHEDULE_TOPIC,))
         self.stats = BrokerStats(broker_config.broker_cluster_name)
         # The main and fast ports share one budget of buffered output and partial frames.
         budget = server_config.shared_budget()
@@ -417,11 +418,19 @@ class BrokerController:
         if ha is not None and ha.connections:  # without a slave nobody waits for new data
             ha.notify_new_data()
 
+    def _arrival_topics(self) -> dict[str, int] | None:
+        """The topics whose arrivals :meth:`_on_arrival` acts on (held pulls' and the schedule
+        topic), or None (every topic) while a slave is connected, which waits for all data."""
+        ha = self.ha_service
+        if ha is not None and ha.connections:
+            return None
+        return self.pull_hold.topics
+
     # -- the service --------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         await trio.to_thread.run_sync(self._load_managers)
-        self.store.set_arrival_listener(self._on_arrival)
+        self.store.set_arrival_listener(self._on_arrival, self._arrival_topics)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery

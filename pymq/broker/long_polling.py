@@ -7,18 +7,26 @@ pull waiting on the queue re-runs within milliseconds of the arrival.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import trio
 
 
 class PullRequestHoldService:
-    def __init__(self) -> None:
+    def __init__(self, pinned: Iterable[str] = ()) -> None:
         self._events: dict[tuple[str, int], trio.Event] = {}
+        # The topics with a queue that has an event (counted by queue), and the ``pinned`` ones
+        # (counted once more, so never dropped): the arrivals anyone may wait for.  The broker
+        # gives it to the store as its listener's topics, so reput calls the listener only for
+        # them (DefaultMessageStore.set_arrival_listener).
+        self.topics: dict[str, int] = dict.fromkeys(pinned, 1)
 
     def waiter(self, topic: str, queue_id: int) -> trio.Event:
         key = (topic, queue_id)
         event = self._events.get(key)
         if event is None:
             event = self._events[key] = trio.Event()
+            self.topics[topic] = self.topics.get(topic, 0) + 1
         return event
 
     def notify_message_arriving(
@@ -31,4 +39,9 @@ class PullRequestHoldService:
     ) -> None:
         event = self._events.pop((topic, queue_id), None)
         if event is not None:
+            left = self.topics[topic] - 1
+            if left:
+                self.topics[topic] = left
+            else:
+                del self.topics[topic]
             event.set()

@@ -2134,7 +2134,7 @@ static int writable_mm(PyObject *obj, Py_buffer *view) {
 }
 
 /*
- * dispatch_hinted(hints, log, pos, end, offset, limit, queues, listener, index)
+ * dispatch_hinted(hints, log, pos, end, offset, limit, queues, listener, index[, wanted])
  *     -> (done, pos, offset, last_store_timestamp, exception or None)
  *
  * reput.ReputMessageService._dispatch_some's loop over the put path's dispatch hints, for the
@@ -2142,7 +2142,8 @@ static int writable_mm(PyObject *obj, Py_buffer *view) {
  * call for a run of records.  ``hints`` is the commit log's deque of DispatchHint tuples, ``log``
  * the commit-log file's bytes (``pos``/``end`` positions in it, ``offset`` the commit-log offset
  * at ``pos``), ``queues`` ConsumeQueueTable.queues (topic -> {queue id -> ConsumeQueue}),
- * ``listener`` the arrival listener or None, ``index`` the IndexService or None.
+ * ``listener`` the arrival listener or None, ``index`` the IndexService or None, ``wanted``
+ * None or the container of the topics whose records the listener is called for.
  *
  * Each record is judged whole before anything is written: the hint is the head of the deque for
  * ``offset`` (stale ones are dropped as _hint_for drops them), the record is all below ``end``
@@ -2161,8 +2162,10 @@ static int writable_mm(PyObject *obj, Py_buffer *view) {
  * each record as it is done.
  */
 static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9) return PyErr_Format(PyExc_TypeError, "dispatch_hinted takes 9 arguments");
+    if (nargs != 9 && nargs != 10)
+        return PyErr_Format(PyExc_TypeError, "dispatch_hinted takes 9 or 10 arguments");
     PyObject *hints = args[0], *queues = args[6], *listener = args[7], *index = args[8];
+    PyObject *wanted = nargs == 10 && args[9] != Py_None ? args[9] : NULL;
     long long pos, end, offset, limit;
     if (arg_int(args[2], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
         arg_int(args[3], "end", 0, PY_SSIZE_T_MAX, &end) < 0 ||
@@ -2368,7 +2371,12 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
         pos += size;
         offset += size;
         done++;
-        if (cq_put && listener != NULL) {
+        int notify = cq_put && listener != NULL;
+        if (notify && wanted != NULL) {
+            notify = PySequence_Contains(wanted, topic);
+            if (notify < 0) { failed = 1; break; } /* the record is done: counted, as below */
+        }
+        if (notify) {
             PyObject *largs[5] = {topic, f[3], NULL, NULL, f[6]};
             largs[2] = PyLong_FromLongLong(queue_offset + 1);
             largs[3] = PyLong_FromLong(code);

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import logging
 import struct
+from collections.abc import Callable, Container
 
 import trio
 
@@ -55,6 +56,9 @@ class ReputMessageService:
         self.table = table
         self.reput_from_offset = 0
         self.listener: ArrivalListener | None = None
+        self.listener_topics: Callable[[], Container[str] | None] | None = None
+        """Asked once a run of records: the topics whose arrivals the listener acts on (None:
+        all); see DefaultMessageStore.set_arrival_listener."""
         self._wake = trio.Event()
         self.woken = False
         """True from a wakeup until the task takes it: puts test this before calling wakeup."""
@@ -75,6 +79,17 @@ class ReputMessageService:
             self.listener(topic, queue_id, offset, tags_code, store_ts)  # type: ignore[misc]
         except Exception:
             log.exception("message arrival listener failed for %s-%d", topic, queue_id)
+
+    def _filtered_listener(self, wanted: Container[str]) -> ArrivalListener:
+        """:meth:`_safe_listener` for the records of the ``wanted`` topics only (the Python
+        loop's; the C dispatch tests the topic itself, given ``wanted``)."""
+        safe = self._safe_listener
+
+        def listener(topic: str, queue_id: int, offset: int, tags_code: int, ts: int) -> None:
+            if topic in wanted:
+                safe(topic, queue_id, offset, tags_code, ts)
+
+        return listener
 
     def wakeup(self) -> None:
         self.woken = True
@@ -196,6 +211,7 @@ class ReputMessageService:
         end: int,
         limit: int,
         listener: ArrivalListener | None,
+        wanted: Container[str] | None,
     ) -> tuple[int, int]:
         """The common records of a run of hints dispatched in one C call, exactly as the loop of
         :meth:`_dispatch_some` dispatches them (tests/store/test_dispatch_hints.py compares the
@@ -206,7 +222,7 @@ class ReputMessageService:
         table = self.table
         n, pos, self.reput_from_offset, last_ts, exc = _dispatch_hinted(
             hints, view, pos, end, self.reput_from_offset, limit, table.queues, listener,
-            table.index,
+            table.index, wanted,
         )  # fmt: skip
         if last_ts >= 0:
             table.logics_msg_timestamp = last_ts
@@ -233,6 +249,11 @@ class ReputMessageService:
         dispatch = self.table.dispatch
         dispatch_fields = self.table.dispatch_fields
         listener = self._safe_listener if self.listener is not None else None
+        wanted = None
+        if listener is not None and self.listener_topics is not None:
+            wanted = self.listener_topics()
+        # The Python loop's listener tests the topic; the C dispatch does, given ``wanted``.
+        loop_listener = listener if wanted is None else self._filtered_listener(wanted)
         hints = cl.dispatch_hints
         fast = _dispatch_hinted is not None and self.native_dispatch
         done = 0
@@ -241,7 +262,7 @@ class ReputMessageService:
                 if hints:
                     if fast:
                         n, pos = self._dispatch_native(
-                            hints, view, pos, end, limit - done, listener
+                            hints, view, pos, end, limit - done, listener, wanted
                         )
                         done += n
                         if n and (pos >= end or done >= limit or not hints):
@@ -258,7 +279,7 @@ class ReputMessageService:
                             dispatch_fields(
                                 topic, queue_id, physical_offset, size, tags_code(tags),
                                 queue_offset, store_timestamp, sys_flag, keys or None,
-                                uniq_key or None, listener,
+                                uniq_key or None, loop_listener,
                             )  # fmt: skip
                         except OSError as exc:  # a file that cannot be created: retry later
                             self._block(exc)
@@ -280,7 +301,7 @@ class ReputMessageService:
                         log.error("reput stopped at %d: %s", self.reput_from_offset, str(exc))
                     return done > 0, False
                 try:
-                    dispatch(info, listener)
+                    dispatch(info, loop_listener)
                 except OSError as exc:  # a file that cannot be created: retry later
                     self._block(exc)
                     return done > 0, False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 
 import pytest
 import trio
@@ -250,6 +251,17 @@ async def test_held_pull_wakes_on_arrival_not_timeout(
         assert results[0].status == "FOUND"
         assert [m.body for m in results[0].messages] == [b"now"]
         assert held_for[0] < 1.0  # woken by the arrival, not by the suspend timeout
+    # The store reports arrivals of the topics someone waits on, and of the schedule topic;
+    # of every topic while a slave is connected.
+    broker = pymq_cluster.broker
+    assert "Wake" not in broker._arrival_topics()  # nobody waits now
+    assert "SCHEDULE_TOPIC_XXXX" in broker._arrival_topics()
+    real = broker.ha_service
+    broker.ha_service = types.SimpleNamespace(connections=[object()])  # type: ignore[assignment]
+    try:
+        assert broker._arrival_topics() is None
+    finally:
+        broker.ha_service = real
 
 
 def send_request(topic: str, body: bytes = b"x", queue_id: int = 0) -> RemotingCommand:

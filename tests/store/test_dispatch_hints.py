@@ -140,19 +140,31 @@ class LoopClock(Clock):
         return super().__call__()
 
 
-async def fill_varied(root: str, native: bool) -> tuple[dict[str, bytes], list[bytes], tuple]:
+async def fill_varied(
+    root: str, native: bool, wanted: dict[str, int] | None = None
+) -> tuple[dict[str, bytes], list[bytes], tuple]:
     """Puts of every shape the hinted dispatch meets: UNIQ_KEYs (as every send has), KEYS with
     runs of spaces, no keys, tags or none, prepared and rolled-back records, a delayed topic,
     many queues (their files roll at 100 entries), 256-entry index files that roll (some in
     the middle of a record's keys, some by the reput task's prepare between records), and
     records dispatched in runs and one at a time.  The index headers are compared while the
-    store runs too: closing rewrites the last one."""
+    store runs too: closing rewrites the last one.  With ``wanted`` (a live dict of topics, as
+    the broker's long polling keeps it) the listener is given those topics only, and "Other"
+    is wanted from the 300th put to the 600th."""
     config = small_config(root, resident_trim_interval=0)
     arrivals: list[tuple] = []
     async with running_store(config, clock_ms=LoopClock()) as store:
         store.reput.native_dispatch = native
-        store.set_arrival_listener(lambda *args: arrivals.append(args))
+        if wanted is None:
+            store.set_arrival_listener(lambda *args: arrivals.append(args))
+        else:
+            store.set_arrival_listener(lambda *args: arrivals.append(args), lambda: wanted)
         for i in range(900):
+            if wanted is not None and i in (300, 600):
+                if i == 300:
+                    wanted["Other"] = 1
+                else:
+                    del wanted["Other"]
             extra = {}
             if i % 3:
                 extra["UNIQ_KEY"] = f"0A000001{i:024X}"
@@ -228,3 +240,32 @@ async def test_dispatch_in_c_writes_what_the_python_loop_writes(tmp_path, monkey
     assert native_index == python_index
     assert native_state == python_state
     assert native_state[-1] > 0
+
+
+async def test_arrivals_are_reported_for_the_wanted_topics_only(tmp_path, monkeypatch):
+    """The listener's topics (DefaultMessageStore.set_arrival_listener): both dispatch loops
+    call it for those topics' records only, as the topics are when each record is
+    dispatched, and write the same files as without them."""
+    from pymq.store import reput
+
+    loops = [False] if reput._dispatch_hinted is None else [True, False]
+    results = []
+    for native in loops:
+        results.append(
+            await fill_varied(str(tmp_path / f"w{native}"), native, {"Hinted": 1, "Third": 2})
+        )
+    everything = await fill_varied(str(tmp_path / "all"), False)
+    for cq, index, state in results:
+        assert cq == everything[0] and index == everything[1]
+        arrivals = state[4]
+        assert state[:4] == everything[2][:4]
+        # Every arrival of Hinted and Third, none of the schedule topic's (not wanted), and
+        # Other's only while it was wanted.
+        assert {a[0] for a in everything[2][4]} > {"Hinted", "Third", "Other"}
+        assert {a[0] for a in arrivals} == {"Hinted", "Third", "Other"}
+        want = [a for a in everything[2][4] if a[0] in ("Hinted", "Third")]
+        assert [a for a in arrivals if a[0] != "Other"] == want
+        others = [a for a in arrivals if a[0] == "Other"]
+        all_others = [a for a in everything[2][4] if a[0] == "Other"]
+        assert 0 < len(others) < len(all_others)
+    assert results[0][2] == results[-1][2]  # the C loop reports what the Python loop does

@@ -1,0 +1,31 @@
+"""PullRequestHoldService: held pulls' events, and the topics the broker's arrival listener
+is asked for (the store calls the listener only for those: DefaultMessageStore.
+set_arrival_listener)."""
+
+from __future__ import annotations
+
+from pymq.broker.long_polling import PullRequestHoldService
+
+
+def test_topics_are_those_with_a_waiting_queue_and_the_pinned_ones() -> None:
+    hold = PullRequestHoldService(pinned=("SCHEDULE_TOPIC_XXXX",))
+    assert hold.topics == {"SCHEDULE_TOPIC_XXXX": 1}
+    a0 = hold.waiter("A", 0)
+    assert hold.waiter("A", 0) is a0  # one event per queue, counted once
+    a1 = hold.waiter("A", 1)
+    b0 = hold.waiter("B", 0)
+    hold.waiter("SCHEDULE_TOPIC_XXXX", 3)
+    assert hold.topics == {"SCHEDULE_TOPIC_XXXX": 2, "A": 2, "B": 1}
+    hold.notify_message_arriving("A", 0)
+    assert a0.is_set() and not a1.is_set() and not b0.is_set()
+    assert hold.topics == {"SCHEDULE_TOPIC_XXXX": 2, "A": 1, "B": 1}
+    hold.notify_message_arriving("A", 0)  # nobody waits there now: nothing changes
+    hold.notify_message_arriving("C", 0)
+    assert hold.topics == {"SCHEDULE_TOPIC_XXXX": 2, "A": 1, "B": 1}
+    hold.notify_message_arriving("A", 1)
+    hold.notify_message_arriving("B", 0)
+    hold.notify_message_arriving("SCHEDULE_TOPIC_XXXX", 3)
+    assert a1.is_set() and b0.is_set()
+    assert hold.topics == {"SCHEDULE_TOPIC_XXXX": 1}  # pinned: never dropped
+    again = hold.waiter("A", 0)  # a new event after an arrival
+    assert again is not a0 and hold.topics["A"] == 1

@@ -240,6 +240,27 @@ static inline void put32(unsigned char *p, uint32_t v) {
     p[3] = (unsigned char)v;
 }
 
+/* v in decimal at p (room for 20 characters): the length written, as "%lld" writes it. */
+static int fmt_ll(char *p, long long v) {
+    char tmp[20];
+    int n = 0, len = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) p[len++] = '-';
+    while (n) p[len++] = tmp[--n];
+    return len;
+}
+
+/* The C string lit at p: the length written. */
+static int put_lit(char *p, const char *lit) {
+    size_t n = strlen(lit);
+    memcpy(p, lit, n);
+    return (int)n;
+}
+
 static inline void put64(unsigned char *p, uint64_t v) {
     put32(p, (uint32_t)(v >> 32));
     put32(p + 4, (uint32_t)v);
@@ -937,13 +958,16 @@ static PyObject *py_send_answer_frame(PyObject *self, PyObject *const *args, Py_
     if (trace < 0) return NULL;
     Py_ssize_t id_len = PyUnicode_GET_LENGTH(msg_id), region_len = PyBytes_GET_SIZE(region);
     char head[160], mid[120];
-    int head_len = snprintf(head, sizeof head,
-                            "{\"code\":0,\"language\":\"JAVA\",\"version\":%lld,\"opaque\":%lld,"
-                            "\"flag\":1,\"extFields\":{\"msgId\":\"",
-                            version, opaque);
-    int mid_len = snprintf(mid, sizeof mid, "\",\"queueId\":\"%lld\",\"queueOffset\":\"%lld\","
-                                            "\"MSG_REGION\":",
-                           queue_id, queue_offset);
+    int head_len = put_lit(head, "{\"code\":0,\"language\":\"JAVA\",\"version\":");
+    head_len += fmt_ll(head + head_len, version);
+    head_len += put_lit(head + head_len, ",\"opaque\":");
+    head_len += fmt_ll(head + head_len, opaque);
+    head_len += put_lit(head + head_len, ",\"flag\":1,\"extFields\":{\"msgId\":\"");
+    int mid_len = put_lit(mid, "\",\"queueId\":\"");
+    mid_len += fmt_ll(mid + mid_len, queue_id);
+    mid_len += put_lit(mid + mid_len, "\",\"queueOffset\":\"");
+    mid_len += fmt_ll(mid + mid_len, queue_offset);
+    mid_len += put_lit(mid + mid_len, "\",\"MSG_REGION\":");
     const char *tail = trace ? ",\"TRACE_ON\":\"true\"},\"serializeTypeCurrentRPC\":\"JSON\"}"
                              : ",\"TRACE_ON\":\"false\"},\"serializeTypeCurrentRPC\":\"JSON\"}";
     Py_ssize_t tail_len = (Py_ssize_t)strlen(tail);
@@ -3146,7 +3170,7 @@ static PyObject *py_busy_answers(PyObject *self, PyObject *const *args, Py_ssize
         Py_DECREF(key);
         if (flag & 2) continue; /* oneway: counted, not answered */
         char digits[24];
-        int dlen = snprintf(digits, sizeof digits, "%lld", opaque);
+        int dlen = fmt_ll(digits, opaque);
         Py_ssize_t tlen = PyBytes_GET_SIZE(tail);
         Py_ssize_t header = hlen + dlen + tlen, need = 8 + header;
         if (used + need > cap) {

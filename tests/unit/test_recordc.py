@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import subprocess
 import sys
 import zlib
@@ -916,6 +917,26 @@ def test_send_answer_frame_is_json_response_frame(
         trace_on, CURRENT_VERSION,
     )  # fmt: skip
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    "opaque, queue_id, queue_offset, version",
+    [
+        (0, 0, 0, 0), (-1, -1, -1, -1), (9, 10, 99, 401),
+        (-(2**31), -(2**31), -(2**63), -(2**31)), (2**31 - 1, 2**31 - 1, 2**63 - 1, 2**31 - 1),
+    ],
+)  # fmt: skip
+def test_send_answer_frame_writes_numbers_at_their_limits(opaque, queue_id, queue_offset, version):
+    from pymq.remoting.codec import json_response_frame, quote_json
+    from pymq.remoting.codes import ResponseCode
+    from pymq.remoting.headers import SendMessageResponseHeader
+
+    ext = SendMessageResponseHeader.ext_json("AB", queue_id, queue_offset, quote_json("R"), True)
+    frame = _native().send_answer_frame(opaque, "AB", queue_id, queue_offset, b'"R"', True, version)
+    expected = json_response_frame(ResponseCode.SUCCESS, opaque, ext)
+    expected_header = expected[8:].replace(b'"version":401', b'"version":%d' % version)
+    assert frame[8:] == expected_header
+    assert frame[:8] == struct.pack(">II", 4 + len(expected_header), len(expected_header))
 
 
 def test_send_answer_frame_refuses_what_it_cannot_write():

@@ -71,8 +71,9 @@ _V2_FRAME_HEAD = (
 )
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 
+_SEND_OK = "SEND_OK"
 STORED_CODES: dict[int, str] = {
-    ResponseCode.SUCCESS: "SEND_OK",
+    ResponseCode.SUCCESS: _SEND_OK,
     ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
     ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
     ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
@@ -294,13 +295,24 @@ class Producer(ClientService):
             )
             callback(result, None)
 
+        def on_fields(fields: tuple) -> None:
+            # The plain SUCCESS answer, read from its frame (remoting.channel.raw_send_answer):
+            # the SendResult on_response makes of it.
+            _, msg_id, queue_id, queue_offset, _ = fields
+            queue = (
+                mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id)
+            )
+            callback(SendResult(_SEND_OK, uniq, msg_id, queue, queue_offset), None)
+
         timeout = self.send_timeout if timeout is None else timeout
         if channel.signer is None:  # the common send: its frame written in one go
             opaque = next_opaque()
             frame = self._v2_frame(
                 mq, sys_flag, msg.flag, props, body, opaque, int(time.time() * 1000)
             )
-            channel.invoke_callback_frame(opaque, frame, _SEND_MESSAGE_V2, timeout, on_response)
+            channel.invoke_callback_frame(
+                opaque, frame, _SEND_MESSAGE_V2, timeout, on_response, on_fields
+            )
             return
         request = self._v2_request(_SEND_MESSAGE_V2, mq, sys_flag, msg.flag, props, body)
         channel.invoke_callback(request, timeout, on_response)

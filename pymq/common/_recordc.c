@@ -1907,6 +1907,104 @@ done:
     return result;
 }
 
+/* --- send_answer_fields --------------------------------------------------------------------- */
+
+/* The extFields of a send's answer: msgId, queueId, queueOffset and transactionId (strings,
+ * each once), any other member skipped. */
+typedef struct {
+    PyObject *v[4];
+    int seen;
+} answer_ext;
+
+static const char *const answer_names[4] = {"msgId", "queueId", "queueOffset", "transactionId"};
+
+static int ext_answer(jreader *r, void *ctx) {
+    answer_ext *e = ctx;
+    if (r->p >= r->end || *r->p != '{') return 0;
+    r->p++;
+    j_ws(r);
+    if (r->p < r->end && *r->p == '}') return 0; /* no field: the usual path */
+    for (int more = 1; more;) {
+        const unsigned char *k;
+        Py_ssize_t kn;
+        int rc, slot = -1;
+        if (!j_member_name(r, &k, &kn)) return 0;
+        for (int i = 0; i < 4; i++)
+            if ((size_t)kn == strlen(answer_names[i]) && memcmp(k, answer_names[i], kn) == 0) {
+                slot = i;
+                break;
+            }
+        if (slot < 0) {
+            if ((rc = j_skip(r)) <= 0) return rc;
+        } else {
+            if (e->seen & (1 << slot)) return 0; /* twice: the usual path */
+            e->seen |= 1 << slot;
+            if (r->p >= r->end || *r->p != '"') return 0; /* not a string: the usual path */
+            if ((rc = j_string(r, &e->v[slot])) <= 0) return rc;
+        }
+        if ((more = j_after_member(r)) < 0) return 0;
+    }
+    return 1;
+}
+
+/*
+ * send_answer_fields(buf, start, end) -> (opaque, msg_id, queue_id, queue_offset,
+ *                                          transaction_id or None) or None
+ *
+ * A send's plain successful answer read for the client's raw answer path: the frame
+ * buf[start:end] (its length field stripped) with a JSON header (as send_fields reads one),
+ * code 0 (SUCCESS), flag 1 (a response), no remark, no body, and extFields with msgId and the
+ * plain decimals queueId (at most 9 digits) and queueOffset (at most 18) as strings, which
+ * SendMessageResponseHeader.from_ext reads the same; its strings ASCII (escapes included) and
+ * every member it skips a plain value, as send_fields reads them.  None for every other frame, which the
+ * usual path decodes and answers (errors, FLUSH_DISK_TIMEOUT and the like among them).
+ */
+static PyObject *py_send_answer_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "send_answer_fields takes 3 arguments");
+    long long start, end;
+    if (arg_int(args[1], "start", 0, PY_SSIZE_T_MAX, &start) < 0 ||
+        arg_int(args[2], "end", 0, PY_SSIZE_T_MAX, &end) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = NULL, *language = NULL, *remark = NULL, *queue_id = NULL, *offset = NULL;
+    answer_ext e = {{NULL}, 0};
+    jheader h = {0};
+    if (end > view.len || start > end || end - start < 4) goto plain_none;
+    const unsigned char *f = (const unsigned char *)view.buf + start;
+    uint32_t field = get32(f);
+    long long header_end = start + 4 + (field & 0xFFFFFF);
+    /* JSON, and the header is the whole frame: an answer with a body is the usual path's. */
+    if ((field >> 24) != 0 || header_end != end || (field & 0xFFFFFF) > SEND_MAX_JSON_HEADER)
+        goto plain_none;
+    jreader r = {f + 4, (const unsigned char *)view.buf + header_end};
+    int rc = j_header(&r, &h, &language, &remark, ext_answer, &e);
+    if (rc < 0) goto fail;
+    if (rc == 0 || (h.seen & 23) != 23 || h.code != 0 || h.flag != 1 || remark != NULL)
+        goto plain_none;
+    if (e.v[0] == NULL || e.v[1] == NULL || e.v[2] == NULL) goto plain_none;
+    if ((queue_id = plain_number(e.v[1], 9)) == NULL || (offset = plain_number(e.v[2], 18)) == NULL)
+        goto none_or_error;
+    result = Py_BuildValue("(LOOOO)", h.opaque, e.v[0], queue_id, offset,
+                           e.v[3] != NULL ? e.v[3] : Py_None);
+    goto done;
+none_or_error:
+    if (PyErr_Occurred()) goto fail;
+plain_none:
+    result = Py_NewRef(Py_None);
+    goto done;
+fail:
+    result = NULL;
+done:
+    for (int i = 0; i < 4; i++) Py_XDECREF(e.v[i]);
+    Py_XDECREF(queue_id);
+    Py_XDECREF(offset);
+    Py_XDECREF(language);
+    Py_XDECREF(remark);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* --- Java String.hashCode ------------------------------------------------------------------ */
 
 static PyObject *java_hash_from(uint32_t h, PyObject *s) {
@@ -3829,6 +3927,9 @@ static PyMethodDef methods[] = {
     {"send_fields", (PyCFunction)(void (*)(void))py_send_fields, METH_FASTCALL,
      "send_fields(buf, start, end): a plain single send frame's fields for the broker's raw"
      " send path, or None."},
+    {"send_answer_fields", (PyCFunction)(void (*)(void))py_send_answer_fields, METH_FASTCALL,
+     "send_answer_fields(buf, start, end): a send's plain successful answer's fields for the"
+     " client's raw answer path, or None."},
     {"send_header", (PyCFunction)(void (*)(void))py_send_header, METH_FASTCALL,
      "send_header(ext, names, cls, batch_code): SendMessageRequestHeader.from_ext's common"
      " case as cls(...), or None."},

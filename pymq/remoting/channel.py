@@ -24,6 +24,7 @@ from typing import Any, Protocol, cast
 
 import trio
 
+from pymq.common.native import native_extension
 from pymq.remoting.codec import (
     BUSY_JSON_HEAD_PREFIX,
     RPC_ONEWAY,
@@ -153,6 +154,30 @@ def _describe_error(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+_send_answer_fields = getattr(native_extension, "send_answer_fields", None)
+
+
+def raw_send_answer(channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
+    """A client connection's raw handler (``Channel.raw_handler``): a send's plain successful
+    answer (``_recordc.send_answer_fields``) to a call that takes its fields (``on_fields``,
+    a producer's send_async) is given to it without the response command; RAW_ANSWER_LATER
+    then (nothing to write), None for every other frame, which the usual path decodes."""
+    if _send_answer_fields is None:
+        return None
+    fields = _send_answer_fields(buf, start, end)
+    if fields is None:
+        return None
+    call = channel.state.calls.take_for_fields(fields[0])
+    if call is None:
+        return None
+    assert call.on_fields is not None
+    try:
+        call.on_fields(fields)
+    except Exception:  # as Call.finish: the reader goes on
+        log.exception("a response callback raised")
+    return RAW_ANSWER_LATER
 
 
 def raw_socket(stream: trio.abc.Stream) -> socket.socket | None:
@@ -988,24 +1013,45 @@ class Channel:
         self._call_with_frame(opaque, encode(request), request.code, timeout, callback)
 
     def invoke_callback_frame(
-        self, opaque: int, frame: bytes, code: int, timeout: float, callback: ResponseCallback
+        self,
+        opaque: int,
+        frame: bytes,
+        code: int,
+        timeout: float,
+        callback: ResponseCallback,
+        on_fields: Callable[[tuple], None] | None = None,
     ) -> None:
         """:meth:`invoke_callback` for a request already written as its whole ``frame``, with
         ``opaque`` (from ``codec.next_opaque``) in it: a producer's common send, without the
-        request command.  Only for a channel that signs nothing (``signer`` None)."""
+        request command.  Only for a channel that signs nothing (``signer`` None).  With
+        ``on_fields``, a plain successful send answer is given to it as
+        ``_recordc.send_answer_fields`` reads it (when the channel's raw handler is
+        :func:`raw_send_answer`), anything else to ``callback``."""
         if self.closed:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         assert self.signer is None, "a signed request needs its command: use invoke_callback"
-        self._call_with_frame(opaque, frame, code, timeout, callback)
+        self._call_with_frame(opaque, frame, code, timeout, callback, on_fields)
 
     def _call_with_frame(
-        self, opaque: int, frame: bytes, code: int, timeout: float, callback: ResponseCallback
+        self,
+        opaque: int,
+        frame: bytes,
+        code: int,
+        timeout: float,
+        callback: ResponseCallback,
+        on_fields: Callable[[tuple], None] | None = None,
     ) -> None:
         """Write a request's frame and wait for its answer through ``callback``."""
         calls = self.state.calls
         self._write(frame, now=len(calls) < DIRECT_WRITE_MAX_PENDING)
         calls.add(
-            opaque, Call(callback=callback, deadline=trio.current_time() + timeout, code=code)
+            opaque,
+            Call(
+                callback=callback,
+                deadline=trio.current_time() + timeout,
+                code=code,
+                on_fields=on_fields,
+            ),
         )
         if calls.callbacks == 1:
             self._sweep_wanted.set()

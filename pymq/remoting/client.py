@@ -17,7 +17,7 @@ import trio
 
 from pymq.common.acl import ACCESS_KEY, SIGNATURE, SigningKey, sign_request
 from pymq.common.address import split_address
-from pymq.remoting.channel import Channel, RequestHandler
+from pymq.remoting.channel import Channel, RequestHandler, raw_send_answer
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.errors import RemotingConnectError
 from pymq.remoting.headers import extend_ext_json
@@ -100,7 +100,8 @@ class RemotingClient:
                         stream = await self._handshake(stream, host, address)
             except (OSError, trio.TooSlowError) as exc:
                 raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
-            channel = Channel(stream, self.handler)
+            # Plain send answers are given to send_async's callers from the frame.
+            channel = Channel(stream, self.handler, raw_handler=raw_send_answer)
             channel.signer = self.signer
             self._channels[address] = channel
             self._nursery.start_soon(channel.run)

@@ -40,6 +40,9 @@ class Call:
     callback: ResponseCallback | None = None
     deadline: float = math.inf
     code: int = 0
+    # Given the fields of a plain successful answer read from its frame (the client's raw
+    # answer path: channel.raw_send_answer), instead of ``callback`` with the response.
+    on_fields: Callable[[tuple], None] | None = None
 
     def finish(self, response: RemotingCommand | None, error: Exception | None) -> None:
         if self.callback is not None:
@@ -86,6 +89,17 @@ class CallTable:
             self.callbacks -= 1
         call.finish(response, None)
         return True
+
+    def take_for_fields(self, opaque: int) -> Call | None:
+        """Take the call with ``opaque`` if it accepts its answer's fields (``on_fields``);
+        None, taking nothing, otherwise."""
+        call = self.calls.get(opaque)
+        if call is None or call.on_fields is None:
+            return None
+        del self.calls[opaque]
+        if call.callback is not None:
+            self.callbacks -= 1
+        return call
 
     def expire(self, now: float, error: Callable[[Call], Exception]) -> int:
         """Fail the callback calls whose deadline has passed with ``error(call)``; how many."""

@@ -42,15 +42,31 @@ class Results:
                 await self._arrived.wait()
 
 
-async def test_send_async_stores_every_message_once(pymq_cluster: Cluster) -> None:
+async def test_send_async_stores_every_message_once(pymq_cluster: Cluster, monkeypatch) -> None:
+    from pymq.remoting import channel as channel_module
+
     cluster = pymq_cluster
     await topics.create_topic(cluster.namesrv_addr, "Async", brokers=[cluster.broker_addr])
     results = Results()
+    # The answers are read from their frames (the client's raw answer path) when it is built.
+    read = channel_module._send_answer_fields
+    taken: list[int] = []
+    if read is not None:
+
+        def counting(buf: bytes, start: int, end: int) -> tuple | None:
+            fields = read(buf, start, end)
+            if fields is not None:
+                taken.append(fields[0])
+            return fields
+
+        monkeypatch.setattr(channel_module, "_send_answer_fields", counting)
     async with Producer("P", pymq_cluster.namesrv_addr) as producer:
         for i in range(300):  # all in flight at once: no task per message
             await producer.send_async(Message("Async", b"m-%d" % i, keys=f"k{i}"), results)
         await results.wait(300)
     assert not results.errors
+    if read is not None:
+        assert len(taken) == len(set(taken)) == 300
     assert {r.status for r in results.ok} == {"SEND_OK"}
     by_queue: dict[int, list[int]] = collections.defaultdict(list)
     for r in results.ok:

@@ -287,3 +287,55 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
         raw_records, usual_records = stored(cluster, "RawT"), stored(cluster, "UsualT")
         assert len(raw_records) == 5
         assert raw_records == usual_records
+
+
+async def test_raw_sends_follow_topic_and_broker_changes(pymq_cluster: Cluster) -> None:
+    """send_raw keeps its verdict on a topic's checks only while the topic's config, the
+    broker's permission and cluster name stay as they were: after each change the usual path
+    answers (and refuses) again."""
+    import attrs
+
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "Changing", brokers=[cluster.broker_addr])
+    send = cluster.broker.send_processor
+    tcm = cluster.broker.topic_config_manager
+    bc = cluster.broker.broker_config
+
+    def raw(queue_id: int, n: int) -> bytes | None:
+        data = frame(ext_for("Changing", queue_id, UNIQ.format(n)))
+        return send.send_raw(PEER, data, 4, len(data))  # type: ignore[arg-type]
+
+    first = frame(ext_for("Changing", 0, UNIQ.format(0)))
+    assert raw(0, 0) is None  # not yet checked: the usual path's
+    await usual(cluster, first)
+    assert raw(1, 1) is not None
+    config = tcm.select("Changing")
+    assert config is not None
+    # Fewer queues: queue 3 is out of range now.
+    assert raw(3, 2) is not None
+    await tcm.update(attrs.evolve(config, write_queue_nums=2, read_queue_nums=2))
+    assert raw(3, 3) is None
+    assert (await usual(cluster, frame(ext_for("Changing", 3, UNIQ.format(3)))))[0] != 0
+    assert raw(1, 4) is not None
+    # The topic made read-only: refused by the usual path.
+    await tcm.update(attrs.evolve(config, perm=4))
+    assert raw(1, 5) is None
+    await tcm.update(config)
+    assert raw(1, 6) is not None
+    # The broker made read-only (updateBrokerConfig brokerPermission=4).
+    bc.broker_permission = 4
+    try:
+        assert raw(1, 7) is None
+        code, remark, _ = await usual(cluster, frame(ext_for("Changing", 1, UNIQ.format(7))))
+        assert code == ResponseCode.NO_PERMISSION, remark
+    finally:
+        bc.broker_permission = 6
+    assert raw(1, 8) is not None
+    # A cluster named as the topic: sending to it is forbidden.
+    name = bc.broker_cluster_name
+    bc.broker_cluster_name = "Changing"
+    try:
+        assert raw(1, 9) is None
+    finally:
+        bc.broker_cluster_name = name
+    assert raw(1, 10) is not None

@@ -149,6 +149,12 @@ class SendProcessor:
         self._quoted_region = ("", '""')
         self._region_utf8 = ("", b'""')  # _answer_now's: the region quoted, as UTF-8
         self._born_hosts: dict[str, tuple[str, int]] = {}
+        # send_raw's verdict on a topic by the inline path's checks (_known_topic): (the
+        # topic's config, the broker's permission and cluster name it was made with, the
+        # topic's queue count).  Valid while those three are the same objects and values
+        # (a TopicConfig is replaced, never changed, on an update); the queue id is checked
+        # per send.  A check that depends on more than these must be added to the key.
+        self._raw_verdicts: dict[str, tuple[TopicConfig, int, str, int]] = {}
         self._valid_topics: set[str] = set()  # names validate_topic passed (bounded)
 
     # -- checks -------------------------------------------------------------------------------
@@ -484,16 +490,28 @@ class SendProcessor:
             or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         ):
             return None
-        # The inline path's checks; any refusal is the usual path's to word.
-        refusal, config = self._known_topic(topic, queue_id, channel.remote_address)
-        if refusal is not None or config is None:
+        # The inline path's checks, by their verdict on the topic; any refusal is the usual
+        # path's to word.
+        bc = self.ctx.broker_config
+        config = self.ctx.topic_config_manager.table.get(topic)
+        verdict = self._raw_verdicts.get(topic)
+        if (
+            verdict is None
+            or verdict[0] is not config
+            or verdict[1] != bc.broker_permission
+            or verdict[2] != bc.broker_cluster_name
+        ):
+            verdict = self._raw_verdict(topic, channel.remote_address)
+            if verdict is None:
+                return None
+        if queue_id >= verdict[3]:
             return None
         if queue_id < 0:
-            queue_id = random.randrange(max(1, config.write_queue_nums))
+            queue_id = random.randrange(max(1, verdict[0].write_queue_nums))
+        born_host = self._born_hosts.get(channel.remote_address) or self._born_host(channel)
         fast = store.put_single_now(
-            topic, queue_id, buf[body_at:end], props or "", flag,
-            self.ctx.broker_config.broker_cluster_name,
-            sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
+            topic, queue_id, buf[body_at:end], props or "", flag, bc.broker_cluster_name,
+            sys_flag, born_timestamp, born_host, reconsume or 0,
         )  # fmt: skip
         if fast is None:
             return None
@@ -509,10 +527,30 @@ class SendProcessor:
                 ),
             ):
                 return RAW_ANSWER_LATER  # the group commit answers once the bytes are on disk
+            if result.status is _PUT_OK:  # _raw_answer's common case
+                self.ctx.stats.on_put(1, result.wrote_bytes, topic)
+                return self._success_frame(opaque, result, queue_id)
             return self._raw_answer(opaque, topic, result, queue_id)
         except Exception as exc:  # as Channel._serve_inline answers what the inline path raises
             log.exception("error serving a raw send from %s", channel.remote_address)
             return _error_frame(opaque, exc)
+
+    def _raw_verdict(self, topic: str, peer: str) -> tuple[TopicConfig, int, str, int] | None:
+        """The inline path's checks (:meth:`_known_topic`) of ``topic`` for send_raw, kept:
+        None when they refuse or the topic does not exist (the usual path words it)."""
+        refusal, config = self._known_topic(topic, 0, peer)
+        if refusal is not None or config is None:
+            return None
+        bc = self.ctx.broker_config
+        if len(self._raw_verdicts) >= 65536:
+            self._raw_verdicts.clear()
+        verdict = self._raw_verdicts[topic] = (
+            config,
+            bc.broker_permission,
+            bc.broker_cluster_name,
+            max(config.write_queue_nums, config.read_queue_nums),
+        )
+        return verdict
 
     def _raw_answer(
         self, opaque: int, topic: str, result: PutMessageResult, queue_id: int

@@ -410,7 +410,8 @@ class BrokerController:
     def _on_arrival(
         self, topic: str, queue_id: int, logic_offset: int, tags_code: int, store_ts: int
     ) -> None:
-        # Called for every dispatched record: the calls that would return at once are skipped.
+        # Called for the dispatched records of the topics _arrival_topics names (every record
+        # while a slave is connected): the calls that would return at once are skipped.
         self.pull_hold.notify_message_arriving(topic, queue_id, logic_offset, tags_code, store_ts)
         if topic == SCHEDULE_TOPIC:  # the schedule service waits on its own topic only
             self.schedule.notify_arrival(topic, queue_id)

@@ -85,12 +85,17 @@ class CommitLogFlushService:
             callback(True)
             return
         self._waiters.append((offset, trio.current_time() + timeout_s, callback))
-        if self._job is None and self._sync_thread is not None:
-            # Started here, in the put's own step, not when the task is next scheduled: a busy
-            # loop's scheduling round costs about as much as the fdatasync.
-            self._job = self.commitlog.queue.begin_flush(self._sync_thread)
         self._wake.set()
         self._expiry_wanted.set()
+        if self._job is None and self._sync_thread is not None:
+            # Started here, in the put's own step, not when the task is next scheduled: a busy
+            # loop's scheduling round costs about as much as the fdatasync.  The waiter is
+            # queued now, so whatever this raises is the task's to meet again, never the
+            # put's: its caller would answer the request at once, and the callback again.
+            try:
+                self._job = self.commitlog.queue.begin_flush(self._sync_thread)
+            except Exception:
+                log.exception("the group commit's sync could not start with the put")
 
     def _settle(self) -> None:
         """Answer the waiters that are durable or out of time; keep the rest."""

@@ -68,7 +68,7 @@ def answer_of(out: RemotingCommand | bytes) -> tuple:
     cmd = decode_frame(out[4:]) if isinstance(out, bytes) else out
     ext = dict(cmd.ext_fields)
     ext.pop("msgId", None)  # the commit-log offset: the two topics' records are apart
-    return cmd.code, cmd.remark, ext
+    return cmd.code, cmd.remark, ext, cmd.opaque, cmd.flag
 
 
 async def usual(cluster: Cluster, data: bytes) -> tuple:
@@ -245,6 +245,8 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
         async def both(n: int, props: str) -> tuple[tuple, tuple]:
             """The frame sent to RawT by send_raw and to UsualT by the usual inline path;
             each one's answer once written."""
+            await trio.sleep(0.05)  # what was sent before is answered (and counted)
+            puts = cluster.broker.context.stats.put_msgs
             raw_ch, usual_ch = Answers(), Answers()
             raw_frame = frame(ext_for("RawT", props=props))
             assert send.send_raw(raw_ch, raw_frame, 4, len(raw_frame)) == b""  # type: ignore[arg-type]
@@ -254,7 +256,10 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
             with trio.fail_after(10):
                 while len(raw_ch.frames) < 1 or len(usual_ch.frames) < 1:
                     await trio.sleep(0.01)
+            await trio.sleep(0.05)  # no second answer comes later
             assert len(raw_ch.frames) == len(usual_ch.frames) == 1
+            # Each counted once in the broker's stats, when answered.
+            assert cluster.broker.context.stats.put_msgs == puts + 2
             return raw_ch.frames[0], usual_ch.frames[0]
 
         # The topics' first sends are the usual path's (their names are checked there).
@@ -326,7 +331,7 @@ async def test_raw_sends_follow_topic_and_broker_changes(pymq_cluster: Cluster) 
     bc.broker_permission = 4
     try:
         assert raw(1, 7) is None
-        code, remark, _ = await usual(cluster, frame(ext_for("Changing", 1, UNIQ.format(7))))
+        code, remark, *_ = await usual(cluster, frame(ext_for("Changing", 1, UNIQ.format(7))))
         assert code == ResponseCode.NO_PERMISSION, remark
     finally:
         bc.broker_permission = 6
@@ -339,3 +344,42 @@ async def test_raw_sends_follow_topic_and_broker_changes(pymq_cluster: Cluster) 
     finally:
         bc.broker_cluster_name = name
     assert raw(1, 10) is not None
+
+
+async def test_a_sync_that_cannot_start_with_the_put_answers_once(tmp_path, monkeypatch) -> None:
+    """The group commit's sync begun in the put's step failing (review of 2026-11-27): the
+    send is answered once, by the group commit, not also at once with the error."""
+    import trio
+
+    from pymq.embedded import open_cluster
+    from pymq.store import mapped_file_queue
+    from pymq.testing import TEST_PROPERTIES
+
+    properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
+        properties=properties,
+    ) as cluster:  # fmt: skip
+        await topics.create_topic(cluster.namesrv_addr, "Once", brokers=[cluster.broker_addr])
+        send, server = cluster.broker.send_processor, cluster.broker.server
+        first = frame(ext_for("Once", props=UNIQ.format(0)))
+        server.dispatch_inline(Answers(), decode_frame(first[4:]))  # type: ignore[arg-type]
+        await trio.sleep(0.2)
+        real, failed = mapped_file_queue.MappedFileQueue.begin_flush, []
+
+        def failing(self, syncer):  # type: ignore[no-untyped-def]
+            if not failed:
+                failed.append(1)
+                raise RuntimeError("the sync worker has a job in hand")
+            return real(self, syncer)
+
+        monkeypatch.setattr(mapped_file_queue.MappedFileQueue, "begin_flush", failing)
+        channel = Answers()
+        data = frame(ext_for("Once", props=UNIQ.format(1)))
+        assert send.send_raw(channel, data, 4, len(data)) == b""  # type: ignore[arg-type]
+        with trio.fail_after(10):
+            while not channel.frames:
+                await trio.sleep(0.01)
+        await trio.sleep(0.3)  # no second answer comes later
+        assert failed and len(channel.frames) == 1
+        assert channel.frames[0][0] == ResponseCode.SUCCESS

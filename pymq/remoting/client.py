@@ -83,13 +83,13 @@ class RemotingClient:
 
     async def channel(self, address: str) -> Channel:
         """The live connection to ``address``, connecting if there is none."""
-        channel = self._channels.get(address)
-        if channel is not None and not channel.closed:
+        channel = self.open_channel(address)
+        if channel is not None:
             return channel
         lock = self._locks.setdefault(address, trio.Lock())
         async with lock:
-            channel = self._channels.get(address)
-            if channel is not None and not channel.closed:
+            channel = self.open_channel(address)
+            if channel is not None:
                 return channel
             host, port = split_address(address)
             stream: trio.abc.Stream
@@ -106,6 +106,13 @@ class RemotingClient:
             self._channels[address] = channel
             self._nursery.start_soon(channel.run)
             return channel
+
+    def open_channel(self, address: str) -> Channel | None:
+        """The live connection to ``address`` if there is one (:meth:`channel` connects)."""
+        channel = self._channels.get(address)
+        if channel is not None and not channel.closed:
+            return channel
+        return None
 
     async def _handshake(
         self, stream: trio.SocketStream, host: str, address: str

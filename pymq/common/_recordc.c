@@ -1792,6 +1792,23 @@ typedef struct {
 /* extFields for send_fields: V2's one-letter names or SEND_MESSAGE's long ones, once each; the
  * C++ client's numbers, booleans and nulls read as codec's plain_ext reads them (decimal text,
  * "true"/"false", absent); other names' values skipped.  As the j_* readers return. */
+/* The JSON header of the frame buf[start:end] (its length field stripped) as a reader over it,
+ * and where it ends: 0 when the frame is shorter than its header, the header is not JSON, or
+ * it is past codec.MAX_JSON_HEADER_LENGTH (a ProtocolError there, the connection closed: never
+ * answered here). */
+static int json_frame_header(const Py_buffer *view, long long start, long long end, jreader *r,
+                             long long *header_end) {
+    if (end > view->len || start > end || end - start < 4) return 0;
+    const unsigned char *f = (const unsigned char *)view->buf + start;
+    uint32_t field = get32(f);
+    *header_end = start + 4 + (field & 0xFFFFFF);
+    if ((field >> 24) != 0 || *header_end > end || (field & 0xFFFFFF) > SEND_MAX_JSON_HEADER)
+        return 0;
+    r->p = f + 4;
+    r->end = (const unsigned char *)view->buf + *header_end;
+    return 1;
+}
+
 static int ext_slots(jreader *r, void *ctx) {
     send_ext *e = ctx;
     if (r->p >= r->end || *r->p != '{') return 0;
@@ -1856,15 +1873,9 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
     send_ext e = {{NULL}, 0, 0, 0};
     PyObject **ext = e.ext;
     jheader h = {0};
-    if (end > view.len || start > end || end - start < 4) goto plain_none;
-    const unsigned char *f = (const unsigned char *)view.buf + start;
-    uint32_t field = get32(f);
-    long long header_end = start + 4 + (field & 0xFFFFFF);
-    /* A JSON header past codec.MAX_JSON_HEADER_LENGTH is a ProtocolError there (the
-     * connection closes): never answered here. */
-    if ((field >> 24) != 0 || header_end > end || (field & 0xFFFFFF) > SEND_MAX_JSON_HEADER)
-        goto plain_none;
-    jreader r = {f + 4, (const unsigned char *)view.buf + header_end};
+    jreader r;
+    long long header_end;
+    if (!json_frame_header(&view, start, end, &r, &header_end)) goto plain_none;
     int rc = j_header(&r, &h, &language, NULL, ext_slots, &e);
     if (rc < 0) goto fail;
     if (rc == 0 || !(h.seen & 16) || h.flag != 0) goto plain_none;
@@ -1970,14 +1981,11 @@ static PyObject *py_send_answer_fields(PyObject *self, PyObject *const *args, Py
     PyObject *result = NULL, *language = NULL, *remark = NULL, *queue_id = NULL, *offset = NULL;
     answer_ext e = {{NULL}, 0};
     jheader h = {0};
-    if (end > view.len || start > end || end - start < 4) goto plain_none;
-    const unsigned char *f = (const unsigned char *)view.buf + start;
-    uint32_t field = get32(f);
-    long long header_end = start + 4 + (field & 0xFFFFFF);
-    /* JSON, and the header is the whole frame: an answer with a body is the usual path's. */
-    if ((field >> 24) != 0 || header_end != end || (field & 0xFFFFFF) > SEND_MAX_JSON_HEADER)
+    jreader r;
+    long long header_end;
+    /* The header is the whole frame: an answer with a body is the usual path's. */
+    if (!json_frame_header(&view, start, end, &r, &header_end) || header_end != end)
         goto plain_none;
-    jreader r = {f + 4, (const unsigned char *)view.buf + header_end};
     int rc = j_header(&r, &h, &language, &remark, ext_answer, &e);
     if (rc < 0) goto fail;
     if (rc == 0 || (h.seen & 23) != 23 || h.code != 0 || h.flag != 1 || remark != NULL)

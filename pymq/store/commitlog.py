@@ -283,6 +283,18 @@ class CommitLog:
             raise
         self._allocate_error = None
 
+    def pack_born_ip(self, host: str) -> bytes | None:
+        """``host`` packed (kept in :attr:`born_ips`, read there first by the one-call puts),
+        or None when it is no address."""
+        try:
+            born_ip = pack_ip(host)
+        except (ValueError, OSError, TypeError, IndexError):
+            return None
+        if len(self.born_ips) >= 65536:
+            self.born_ips.clear()
+        self.born_ips[host] = born_ip
+        return born_ip
+
     def allocate_ahead(self, mf: MappedFile) -> None:
         """warmMapedFileEnable: the writer has entered ``mf``'s last allocated chunk, so the
         next one is allocated now and its pages faulted in off the event loop
@@ -592,15 +604,9 @@ class CommitLog:
         if _encode_batch is None or not files or topic == SCHEDULE_TOPIC:
             return None
         mf = files[-1]
-        born_ip = self.born_ips.get(born_host[0])
-        if born_ip is None:  # packed once per peer address
-            try:
-                born_ip = pack_ip(born_host[0])
-            except (ValueError, OSError, TypeError, IndexError):
-                return None
-            if len(self.born_ips) >= 65536:
-                self.born_ips.clear()
-            self.born_ips[born_host[0]] = born_ip
+        born_ip = self.born_ips.get(born_host[0]) or self.pack_born_ip(born_host[0])
+        if born_ip is None:
+            return None
         pos = mf.wrote_position
         key = (topic, queue_id)
         first_queue_offset = self.topic_queue_table.get(key, 0)

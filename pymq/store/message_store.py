@@ -39,7 +39,7 @@ from pymq.common.message import (
     record_length,
     tear_safe_properties,
 )
-from pymq.common.message_id import offset_msg_id, pack_ip
+from pymq.common.message_id import offset_msg_id
 from pymq.common.periodic import every
 from pymq.common.record import END_FILE_MIN_BLANK_LENGTH
 from pymq.common.topic import SCHEDULE_TOPIC
@@ -687,15 +687,9 @@ class DefaultMessageStore:
                 cluster,
                 cluster.encode() if cluster.isascii() else b"",
             )
-        born_ip = cl.born_ips.get(born_host[0])
-        if born_ip is None:  # packed once per peer address
-            try:
-                born_ip = pack_ip(born_host[0])
-            except (ValueError, OSError, TypeError, IndexError):
-                return None
-            if len(cl.born_ips) >= 65536:
-                cl.born_ips.clear()
-            cl.born_ips[born_host[0]] = born_ip
+        born_ip = cl.born_ips.get(born_host[0]) or cl.pack_born_ip(born_host[0])
+        if born_ip is None:
+            return None
         clock = self.lock_clock
         begin = clock()
         mf = files[-1]

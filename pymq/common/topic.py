@@ -115,7 +115,7 @@ class TopicFilterType(enum.Enum):
     MULTI_TAG = "MULTI_TAG"
 
 
-@attrs.define
+@attrs.define(frozen=True)
 class TopicConfig:
     topic_name: str
     read_queue_nums: int = 16

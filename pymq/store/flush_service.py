@@ -54,6 +54,7 @@ class CommitLogFlushService:
         # The group commit's sync in flight (begun by on_flushed or the task), and whether the
         # group-commit task runs (jobs are begun only then).
         self._job: FlushJob | None = None
+        self._begin_failures = 0  # on_flushed could not begin the sync (see there)
         self._sync_thread: SyncThread | NativeSyncThread | None = None
 
     @property
@@ -95,7 +96,12 @@ class CommitLogFlushService:
             try:
                 self._job = self.commitlog.queue.begin_flush(self._sync_thread)
             except Exception:
-                log.exception("the group commit's sync could not start with the put")
+                self._begin_failures += 1  # logged once, then every 1,000th: one per put
+                if self._begin_failures % 1000 == 1:
+                    log.exception(
+                        "the group commit's sync could not start with the put (%d times)",
+                        self._begin_failures,
+                    )
 
     def _settle(self) -> None:
         """Answer the waiters that are durable or out of time; keep the rest."""

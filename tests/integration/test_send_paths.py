@@ -48,25 +48,28 @@ async def test_send_async_stores_every_message_once(pymq_cluster: Cluster, monke
     cluster = pymq_cluster
     await topics.create_topic(cluster.namesrv_addr, "Async", brokers=[cluster.broker_addr])
     results = Results()
-    # The answers are read from their frames (the client's raw answer path) when it is built.
+    # The answers are read from their frames and given to send_async's on_fields (the
+    # client's raw answer path) when the C extension is built.
+    from pymq.remoting import client as client_module
+
     read = channel_module._send_answer_fields
-    taken: list[int] = []
-    if read is not None:
+    taken: list[bool] = []
+    real = client_module.raw_send_answer
 
-        def counting(buf: bytes, start: int, end: int) -> tuple | None:
-            fields = read(buf, start, end)
-            if fields is not None:
-                taken.append(fields[0])
-            return fields
+    def counting(channel, buf: bytes, start: int, end: int) -> bytes | None:  # type: ignore[no-untyped-def]
+        out = real(channel, buf, start, end)
+        if out is not None:
+            taken.append(out == b"")
+        return out
 
-        monkeypatch.setattr(channel_module, "_send_answer_fields", counting)
+    monkeypatch.setattr(client_module, "raw_send_answer", counting)
     async with Producer("P", pymq_cluster.namesrv_addr) as producer:
         for i in range(300):  # all in flight at once: no task per message
             await producer.send_async(Message("Async", b"m-%d" % i, keys=f"k{i}"), results)
         await results.wait(300)
     assert not results.errors
     if read is not None:
-        assert len(taken) == len(set(taken)) == 300
+        assert taken == [True] * 300
     assert {r.status for r in results.ok} == {"SEND_OK"}
     by_queue: dict[int, list[int]] = collections.defaultdict(list)
     for r in results.ok:
@@ -239,3 +242,30 @@ async def test_a_nul_inside_a_property_is_stored_as_sent(pymq_cluster: Cluster) 
         (b"single", odd),
         *[(b"b%d" % i, odd + str(i)) for i in range(3)],
     ]
+
+
+async def test_send_async_follows_a_refreshed_route(pymq_cluster: Cluster) -> None:
+    """send_async reads its cached queues only while the topic's route is the client's: once a
+    refresh replaces the route (the topic cut to 2 queues), the new queues are used."""
+    cluster = pymq_cluster
+    await topics.create_topic(
+        cluster.namesrv_addr, "Shrinks", queues=8, brokers=[cluster.broker_addr]
+    )
+    async with Producer("P", cluster.namesrv_addr) as producer:
+        first = Results()
+        for i in range(16):
+            await producer.send_async(Message("Shrinks", b"a%d" % i), first)
+        await first.wait(16)
+        assert not first.errors
+        assert {r.queue.queue_id for r in first.ok} == set(range(8))
+        await topics.create_topic(
+            cluster.namesrv_addr, "Shrinks", queues=2, brokers=[cluster.broker_addr]
+        )
+        assert producer.client is not None
+        await producer.client.fetch_route("Shrinks")  # as the periodic refresh does
+        second = Results()
+        for i in range(16):
+            await producer.send_async(Message("Shrinks", b"b%d" % i), second)
+        await second.wait(16)
+        assert not second.errors
+        assert {r.queue.queue_id for r in second.ok} == {0, 1}

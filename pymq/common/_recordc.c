@@ -1790,9 +1790,6 @@ typedef struct {
     int slot_seen; /* bits: the slots given */
 } send_ext;
 
-/* extFields for send_fields: V2's one-letter names or SEND_MESSAGE's long ones, once each; the
- * C++ client's numbers, booleans and nulls read as codec's plain_ext reads them (decimal text,
- * "true"/"false", absent); other names' values skipped.  As the j_* readers return. */
 /* The JSON header of the frame buf[start:end] (its length field stripped) as a reader over it,
  * and where it ends: 0 when the frame is shorter than its header, the header is not JSON, or
  * it is past codec.MAX_JSON_HEADER_LENGTH (a ProtocolError there, the connection closed: never
@@ -1810,6 +1807,9 @@ static int json_frame_header(const Py_buffer *view, long long start, long long e
     return 1;
 }
 
+/* extFields for send_fields: V2's one-letter names or SEND_MESSAGE's long ones, once each; the
+ * C++ client's numbers, booleans and nulls read as codec's plain_ext reads them (decimal text,
+ * "true"/"false", absent); other names' values skipped.  As the j_* readers return. */
 static int ext_slots(jreader *r, void *ctx) {
     send_ext *e = ctx;
     if (r->p >= r->end || *r->p != '{') return 0;

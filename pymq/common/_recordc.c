@@ -1968,8 +1968,8 @@ static int ext_answer(jreader *r, void *ctx) {
  * code 0 (SUCCESS), flag 1 (a response), no remark, no body, and extFields with msgId and the
  * plain decimals queueId (at most 9 digits) and queueOffset (at most 18) as strings, which
  * SendMessageResponseHeader.from_ext reads the same; its strings ASCII (escapes included) and
- * every member it skips a plain value, as send_fields reads them.  None for every other frame, which the
- * usual path decodes and answers (errors, FLUSH_DISK_TIMEOUT and the like among them).
+ * every member it skips a plain value, as send_fields reads them.  None for every other frame,
+ * which the usual path decodes and answers (errors, FLUSH_DISK_TIMEOUT and the like among them).
  */
 static PyObject *py_send_answer_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "send_answer_fields takes 3 arguments");

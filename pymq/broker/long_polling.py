@@ -29,6 +29,23 @@ class PullRequestHoldService:
             self.topics[topic] = self.topics.get(topic, 0) + 1
         return event
 
+    def release(self, topic: str, queue_id: int, event: trio.Event) -> None:
+        """A held pull stopped waiting on ``event`` without an arrival (its suspension ran out,
+        or its connection closed): the queue's event is dropped if nobody else waits on it, so
+        its topic is no longer reported as awaited."""
+        key = (topic, queue_id)
+        if self._events.get(key) is not event or event.statistics().tasks_waiting:
+            return
+        del self._events[key]
+        self._drop_topic(topic)
+
+    def _drop_topic(self, topic: str) -> None:
+        left = self.topics[topic] - 1
+        if left:
+            self.topics[topic] = left
+        else:
+            del self.topics[topic]
+
     def notify_message_arriving(
         self,
         topic: str,
@@ -39,9 +56,5 @@ class PullRequestHoldService:
     ) -> None:
         event = self._events.pop((topic, queue_id), None)
         if event is not None:
-            left = self.topics[topic] - 1
-            if left:
-                self.topics[topic] = left
-            else:
-                del self.topics[topic]
+            self._drop_topic(topic)
             event.set()

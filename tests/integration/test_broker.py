@@ -255,6 +255,12 @@ async def test_held_pull_wakes_on_arrival_not_timeout(
     # of every topic while a slave is connected.
     broker = pymq_cluster.broker
     assert "Wake" not in broker._arrival_topics()  # nobody waits now
+    # A pull whose suspension runs out no longer has its topic reported.
+    async with PullConsumer("G2", pymq_cluster.namesrv_addr) as puller:
+        empty = MessageQueue("Wake", "broker-a", 1)
+        timed_out = await puller.pull(empty, "*", 0, 32, suspend_ms=2000, timeout=60)
+    assert timed_out.status != "FOUND"
+    assert "Wake" not in broker._arrival_topics()
     assert "SCHEDULE_TOPIC_XXXX" in broker._arrival_topics()
     real = broker.ha_service
     broker.ha_service = types.SimpleNamespace(connections=[object()])  # type: ignore[assignment]

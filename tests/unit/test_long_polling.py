@@ -29,3 +29,31 @@ def test_topics_are_those_with_a_waiting_queue_and_the_pinned_ones() -> None:
     assert hold.topics == {"SCHEDULE_TOPIC_XXXX": 1}  # pinned: never dropped
     again = hold.waiter("A", 0)  # a new event after an arrival
     assert again is not a0 and hold.topics["A"] == 1
+
+
+async def test_a_pull_that_stops_waiting_releases_its_queue() -> None:
+    import trio
+    import trio.testing
+
+    hold = PullRequestHoldService(pinned=("SCHEDULE_TOPIC_XXXX",))
+    event = hold.waiter("A", 0)
+    hold.release("A", 0, event)  # nobody waits on it: dropped
+    assert hold.topics == {"SCHEDULE_TOPIC_XXXX": 1}
+    hold.release("A", 0, event)  # twice: nothing more
+    assert hold.topics == {"SCHEDULE_TOPIC_XXXX": 1}
+
+    shared = hold.waiter("B", 1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(shared.wait)  # another pull still waits on the queue
+        await trio.testing.wait_all_tasks_blocked()
+        hold.release("B", 1, shared)
+        assert hold.topics["B"] == 1  # kept for the other pull
+        hold.release("B", 2, hold.waiter("B", 2))  # an event nobody waits on: dropped
+        assert hold.topics["B"] == 1
+        hold.notify_message_arriving("B", 1)
+    assert hold.topics == {"SCHEDULE_TOPIC_XXXX": 1}
+    stale = hold.waiter("C", 0)
+    hold.notify_message_arriving("C", 0)
+    fresh = hold.waiter("C", 0)
+    hold.release("C", 0, stale)  # an older event than the queue's: the queue's stays
+    assert hold.topics["C"] == 1 and not fresh.is_set()

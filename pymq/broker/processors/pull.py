@@ -267,8 +267,11 @@ class PullProcessor:
         deadline = trio.current_time() + max(0, timeout_ms) / 1000
         while code == NOT_FOUND:
             event = ctx.pull_hold.waiter(topic, queue_id)
-            with trio.move_on_at(deadline) as scope:
-                await event.wait()
+            try:
+                with trio.move_on_at(deadline) as scope:
+                    await event.wait()
+            finally:  # not woken by an arrival: the queue is no longer awaited by this pull
+                ctx.pull_hold.release(topic, queue_id, event)
             # Woken by an arrival, or one last look at the timeout as Java's wake-up does.
             result = store.get_message(
                 group, topic, queue_id, offset, max_nums, tag_filter, records

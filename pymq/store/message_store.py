@@ -111,6 +111,17 @@ def _only_cancelled(exc: BaseException) -> bool:
     return False
 
 
+def _durable(
+    result: PutMessageResult, callback: Callable[[PutMessageResult], None], ok: bool
+) -> None:
+    """defer_durable's waiter: ``callback(result)``, its status FLUSH_DISK_TIMEOUT when the
+    bytes did not reach the disk in time."""
+    if not ok:
+        log.warning("sync flush of offset %d timed out", result.wrote_offset + result.wrote_bytes)
+        result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+    callback(result)
+
+
 class DefaultMessageStore:
     """The message store service.  Create it, ``await nursery.start(store.run)``, then call the
     API from any task of the same Trio run."""
@@ -815,14 +826,9 @@ class DefaultMessageStore:
         assert self.config.broker_role is not BrokerRole.SYNC_MASTER
         assert self.flush_commitlog is not None
         end = result.wrote_offset + result.wrote_bytes
-
-        def flushed(ok: bool) -> None:
-            if not ok:
-                log.warning("sync flush of offset %d timed out", end)
-                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-            callback(result)
-
-        self.flush_commitlog.on_flushed(end, self.config.sync_flush_timeout / 1000, flushed)
+        self.flush_commitlog.on_flushed(
+            end, self.config.sync_flush_timeout / 1000, partial(_durable, result, callback)
+        )
         return True
 
     async def _wait_durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:

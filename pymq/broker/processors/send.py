@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+from functools import partial
 from typing import TYPE_CHECKING
 
 from pymq.broker.transaction import to_half_message
@@ -522,11 +523,7 @@ class SendProcessor:
         try:
             result, wait = fast
             if store.must_wait and store.defer_durable(
-                result,
-                wait,
-                lambda durable: channel.answer_frame(
-                    self._raw_answer(opaque, topic, durable, queue_id)
-                ),
+                result, wait, partial(self._raw_durable, channel, opaque, topic, queue_id)
             ):
                 return RAW_ANSWER_LATER  # the group commit answers once the bytes are on disk
             if result.status is _PUT_OK:  # _raw_answer's common case
@@ -546,6 +543,12 @@ class SendProcessor:
         except Exception as exc:  # as Channel._serve_inline answers what the inline path raises
             log.exception("error serving a raw send from %s", channel.remote_address)
             return _error_frame(opaque, exc)
+
+    def _raw_durable(
+        self, channel: Channel, opaque: int, topic: str, queue_id: int, result: PutMessageResult
+    ) -> None:
+        """The group commit's answer to a raw send (see send_raw)."""
+        channel.answer_frame(self._raw_answer(opaque, topic, result, queue_id))
 
     def _raw_verdict(self, topic: str, peer: str) -> tuple[TopicConfig, int, str, int] | None:
         """The inline path's checks (:meth:`_known_topic`) of ``topic`` for send_raw, kept:

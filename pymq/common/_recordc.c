@@ -23,8 +23,7 @@
  *                               items written as records with the broker's stored properties,
  *                               or None for the Python path (see the function).
  *   encode_single(buf, pos, limit, body, properties, flag, queue_offset, ...)
- *                               store.message_store.DefaultMessageStore.put_single_now: the same
- *                               for one send.
+ *                               CommitLog.append_single_fast: the same for one send.
  *   send_answer_frame(opaque, msg_id, queue_id, queue_offset, quoted_region, trace_on, version)
  *                               broker.processors.send.SendProcessor._answer_now's frame.
  *   populate_write(buf, start, length)

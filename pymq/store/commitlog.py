@@ -202,7 +202,7 @@ class CommitLog:
         # it reaches; anything else it parses.  None for SCHEDULE_TOPIC_XXXX, whose tags code
         # is a delivery time reput works out itself.
         self.dispatch_hints: collections.deque[DispatchHint] = collections.deque()
-        self.born_ips: dict[str, bytes] = {}  # born hosts packed by the one-call puts
+        self._born_ips: dict[str, bytes] = {}  # peers' addresses packed by the one-call appends
         self.clock_ms = clock_ms
         # True from a failed file creation (or block allocation) until the next append that
         # succeeds.
@@ -220,9 +220,9 @@ class CommitLog:
     def set_store_host(self, ip: str, port: int) -> None:
         """The broker's advertised address: STOREHOST of new records and their message ids."""
         self.store_host = (ip, port)
-        self.store_ip = pack_ip(ip)
-        self.store_port = port
-        self.msg_id_prefix = (self.store_ip + _INT.pack(port)).hex().upper()
+        self._store_ip = pack_ip(ip)
+        self._store_port = port
+        self._msg_id_prefix = (self._store_ip + _INT.pack(port)).hex().upper()
 
     # --- offsets -------------------------------------------------------------------------------
 
@@ -240,7 +240,7 @@ class CommitLog:
         return offset + self.file_size - offset % self.file_size
 
     def msg_id(self, phy_offset: int) -> str:
-        return offset_msg_id(self.msg_id_prefix, phy_offset)
+        return offset_msg_id(self._msg_id_prefix, phy_offset)
 
     # --- appends -------------------------------------------------------------------------------
 
@@ -283,19 +283,20 @@ class CommitLog:
             raise
         self._allocate_error = None
 
-    def pack_born_ip(self, host: str) -> bytes | None:
-        """``host`` packed (kept in :attr:`born_ips`, read there first by the one-call puts),
-        or None when it is no address."""
-        try:
-            born_ip = pack_ip(host)
-        except (ValueError, OSError, TypeError, IndexError):
-            return None
-        if len(self.born_ips) >= 65536:
-            self.born_ips.clear()
-        self.born_ips[host] = born_ip
+    def _born_ip(self, host: str) -> bytes | None:
+        """``host`` packed (once per peer address), or None when it is no address."""
+        born_ip = self._born_ips.get(host)
+        if born_ip is None:
+            try:
+                born_ip = pack_ip(host)
+            except (ValueError, OSError, TypeError, IndexError):
+                return None
+            if len(self._born_ips) >= 65536:
+                self._born_ips.clear()
+            self._born_ips[host] = born_ip
         return born_ip
 
-    def allocate_ahead(self, mf: MappedFile) -> None:
+    def _allocate_ahead(self, mf: MappedFile) -> None:
         """warmMapedFileEnable: the writer has entered ``mf``'s last allocated chunk, so the
         next one is allocated now and its pages faulted in off the event loop
         (MappedFile.allocate_ahead).  A failure (a full disk) changes nothing: the write that
@@ -329,7 +330,7 @@ class CommitLog:
         flags) of ``msg``.  Raises for a born host that is no address or a body that is no
         bytes (see :meth:`_encode_failed`); changes nothing."""
         born_ip = pack_ip(msg.born_host[0])
-        store_ip = self.store_ip
+        store_ip = self._store_ip
         sys_flag = msg.sys_flag
         if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
             sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
@@ -356,8 +357,8 @@ class CommitLog:
         junk until a record is committed over them."""
         size = encode_record_into(
             mm, pos, msg.body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
-            sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, self.store_ip,
-            self.store_port, msg.reconsume_times, msg.prepared_transaction_offset,
+            sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, self._store_ip,
+            self._store_port, msg.reconsume_times, msg.prepared_transaction_offset,
         )  # fmt: skip
         props = msg.properties
         return _new_hint(
@@ -393,7 +394,7 @@ class CommitLog:
         born_host = msg.born_host
         try:
             born_ip = pack_ip(born_host[0])
-            store_ip = self.store_ip
+            store_ip = self._store_ip
             sys_flag = msg.sys_flag
             if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
                 sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
@@ -436,7 +437,7 @@ class CommitLog:
             encode_record_into(
                 mf.mm, pos, body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
                 sys_flag, msg.born_timestamp, born_ip, born_host[1], now, store_ip,
-                self.store_port, msg.reconsume_times, msg.prepared_transaction_offset,
+                self._store_port, msg.reconsume_times, msg.prepared_transaction_offset,
             )  # fmt: skip
         except Exception as exc:  # nothing is committed yet: the bytes past the end are junk
             return self._encode_failed(msg, exc)
@@ -446,7 +447,7 @@ class CommitLog:
         mf.wrote_position = pos + size
         mf.last_store_timestamp = now
         if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
-            self.allocate_ahead(mf)
+            self._allocate_ahead(mf)
         msg.sys_flag = sys_flag
         msg.queue_offset = queue_offset
         msg.commitlog_offset = phy
@@ -464,7 +465,7 @@ class CommitLog:
                 )
             )  # fmt: skip
         return PutMessageResult(
-            PUT_OK, phy, size, offset_msg_id(self.msg_id_prefix, phy), now, queue_offset
+            PUT_OK, phy, size, offset_msg_id(self._msg_id_prefix, phy), now, queue_offset
         )
 
     def _roll_refusal(
@@ -557,10 +558,10 @@ class CommitLog:
         mf.wrote_position = pos
         mf.last_store_timestamp = now
         if self.warm and mf.allocated - pos <= mf.chunk:
-            self.allocate_ahead(mf)
+            self._allocate_ahead(mf)
         hints = self.dispatch_hints
         ids = []
-        prefix = self.msg_id_prefix
+        prefix = self._msg_id_prefix
         for msg, hint in zip(msgs, placed, strict=True):
             msg.sys_flag = hint.sys_flag
             msg.queue_offset = hint.queue_offset
@@ -579,6 +580,62 @@ class CommitLog:
             logic_offset=placed[0].queue_offset,
             msg_num=len(msgs),
         )
+
+    def append_single_fast(
+        self,
+        topic: str,
+        topic_b: bytes,
+        queue_id: int,
+        body: bytes,
+        properties: str,
+        flag: int,
+        cluster_b: bytes,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        reconsume_times: int,
+        max_body_properties: int,
+    ) -> tuple[PutMessageResult, str | None] | None:
+        """A single send appended in one C call (``_recordc.encode_single``) from the request's
+        properties string: the record, offsets, hint and answer :meth:`append_message` makes of
+        the message the send path builds (tests/store/test_batch_fast_path.py compares them),
+        without the message object or its properties dict.  Returns the result and the stored
+        WAIT property; None, having changed nothing, when the general path must decide (as
+        :meth:`append_batch_body`, and any DELAY or TRAN_MSG property)."""
+        files = self.queue.files
+        if _encode_single is None or not files or topic == SCHEDULE_TOPIC:
+            return None
+        mf = files[-1]
+        born_ip = self._born_ip(born_host[0])
+        if born_ip is None:
+            return None
+        pos = mf.wrote_position
+        key = (topic, queue_id)
+        queue_offset = self.topic_queue_table.get(key, 0)
+        now = self.clock_ms()
+        out = _encode_single(
+            mf.mm, pos, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH), body,
+            properties, flag, queue_offset, mf.file_from_offset, topic_b, cluster_b, topic,
+            queue_id, sys_flag, born_timestamp, born_ip, born_host[1], now, self._store_ip,
+            self._store_port, reconsume_times, max_body_properties,
+        )  # fmt: skip
+        if out is None:
+            return None
+        size, row, wait = out
+        # Encoded: commit.
+        self.topic_queue_table[key] = queue_offset + 1
+        mf.wrote_position = pos + size
+        mf.last_store_timestamp = now
+        if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
+            self._allocate_ahead(mf)
+        hints = self.dispatch_hints
+        if len(hints) < DISPATCH_HINTS_MAX:
+            hints.append(_new_hint(DispatchHint, row))
+        phy = row[0]
+        result = PutMessageResult(
+            PUT_OK, phy, size, offset_msg_id(self._msg_id_prefix, phy), now, queue_offset
+        )
+        return result, wait
 
     def append_batch_body(
         self,
@@ -604,7 +661,7 @@ class CommitLog:
         if _encode_batch is None or not files or topic == SCHEDULE_TOPIC:
             return None
         mf = files[-1]
-        born_ip = self.born_ips.get(born_host[0]) or self.pack_born_ip(born_host[0])
+        born_ip = self._born_ip(born_host[0])
         if born_ip is None:
             return None
         pos = mf.wrote_position
@@ -614,8 +671,8 @@ class CommitLog:
         out = _encode_batch(
             mf.mm, pos, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH), body,
             first_queue_offset, mf.file_from_offset, topic_b, cluster_b, topic, queue_id,
-            sys_flag, born_timestamp, born_ip, born_host[1], now, self.store_ip,
-            self.store_port, reconsume_times, max_body_properties,
+            sys_flag, born_timestamp, born_ip, born_host[1], now, self._store_ip,
+            self._store_port, reconsume_times, max_body_properties,
         )  # fmt: skip
         if out is None:
             return None
@@ -625,12 +682,12 @@ class CommitLog:
         mf.wrote_position = end
         mf.last_store_timestamp = now
         if self.warm and mf.allocated - end <= mf.chunk:
-            self.allocate_ahead(mf)
+            self._allocate_ahead(mf)
         hints = self.dispatch_hints
         room = DISPATCH_HINTS_MAX - len(hints)
         if room > 0:
             hints.extend(map(_as_hint, rows[:room]))
-        prefix = self.msg_id_prefix
+        prefix = self._msg_id_prefix
         first_phy = mf.file_from_offset + pos
         if len(rows) == 1:
             msg_id = offset_msg_id(prefix, first_phy)
@@ -673,7 +730,7 @@ class CommitLog:
             offset += len(chunk)
             view = view[len(chunk) :]
             if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
-                self.allocate_ahead(mf)
+                self._allocate_ahead(mf)
         return True
 
     # --- reads ---------------------------------------------------------------------------------

@@ -39,9 +39,7 @@ from pymq.common.message import (
     record_length,
     tear_safe_properties,
 )
-from pymq.common.message_id import offset_msg_id
 from pymq.common.periodic import every
-from pymq.common.record import END_FILE_MIN_BLANK_LENGTH
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store import checkpoint as ckpt
 from pymq.store.clean_service import (
@@ -49,13 +47,7 @@ from pymq.store.clean_service import (
     CleanConsumeQueueService,
     disk_used_ratio,
 )
-from pymq.store.commitlog import (
-    DISPATCH_HINTS_MAX,
-    CommitLog,
-    DispatchHint,
-    _encode_single,
-    _new_hint,
-)
+from pymq.store.commitlog import CommitLog
 from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
 from pymq.store.flush_service import CommitLogFlushService, ConsumeQueueFlushService
@@ -666,27 +658,15 @@ class DefaultMessageStore:
         reconsume_times: int,
     ) -> tuple[PutMessageResult, str | None] | None:
         """A single send put as :meth:`put_message_now` puts the message the send path builds
-        from it, appended in one C call (``_recordc.encode_single``) from the request's
-        properties string: the record, offsets, hint and answer CommitLog.append_message makes
-        of that message (tests/store/test_batch_fast_path.py compares them), without the
-        message object or its properties dict.  Returns the result and the stored WAIT.  None,
-        with nothing changed, whenever the general path must decide (see
-        :meth:`put_batch_body_now`; and any DELAY or TRAN_MSG property).
-
-        The commit log's part is written out here, not called: the two calls and their
-        arguments were a tenth of a raw send's instructions (keep it in step with
-        CommitLog.append_message)."""
-        cl = self.commitlog
-        files = cl.queue.files
+        from it, in one C call (CommitLog.append_single_fast); the result and the stored WAIT.
+        None, with nothing changed, whenever the general path must decide (see
+        :meth:`put_batch_body_now`)."""
         if (
-            _encode_single is None
-            or not self.running
+            not self.running
             or self.read_only
             or self.clean_commitlog.disk_full
             or self.reput.blocked is not None
             or sys_flag & _TRAN_MASK
-            or not files
-            or topic == SCHEDULE_TOPIC
         ):
             return None
         topic_b = self._topic_bytes.get(topic)  # only topics already known to be valid
@@ -698,49 +678,26 @@ class DefaultMessageStore:
                 cluster,
                 cluster.encode() if cluster.isascii() else b"",
             )
-        born_ip = cl.born_ips.get(born_host[0]) or cl.pack_born_ip(born_host[0])
-        if born_ip is None:
-            return None
         clock = self.lock_clock
         begin = clock()
-        mf = files[-1]
-        pos = mf.wrote_position
-        key = (topic, queue_id)
-        queue_table = cl.topic_queue_table
-        queue_offset = queue_table.get(key, 0)
-        now = cl.clock_ms()
-        out = _encode_single(
-            mf.mm, pos, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH), body,
-            properties, flag, queue_offset, mf.file_from_offset, topic_b, cluster_b[1], topic,
-            queue_id, sys_flag, born_timestamp, born_ip, born_host[1], now, cl.store_ip,
-            cl.store_port, reconsume_times, max(0, self.config.max_message_size - _MIN_OVERHEAD),
+        out = self.commitlog.append_single_fast(
+            topic, topic_b, queue_id, body, properties, flag, cluster_b[1], sys_flag,
+            born_timestamp, born_host, reconsume_times,
+            max(0, self.config.max_message_size - _MIN_OVERHEAD),
         )  # fmt: skip
         if out is None:
             return None
-        size, row, wait = out
-        # Encoded: commit.
-        queue_table[key] = queue_offset + 1
-        mf.wrote_position = pos + size
-        mf.last_store_timestamp = now
-        if cl.warm and mf.allocated - mf.wrote_position <= mf.chunk:
-            cl.allocate_ahead(mf)
-        hints = cl.dispatch_hints
-        if len(hints) < DISPATCH_HINTS_MAX:
-            hints.append(_new_hint(DispatchHint, row))
-        phy = row[0]
-        result = PutMessageResult(
-            PUT_OK, phy, size, offset_msg_id(cl.msg_id_prefix, phy), now, queue_offset
-        )
         end = clock()
         if end - begin < 0.001 and self.config.os_page_cache_busy_time_out_mills >= 1:
             self.put_stats.record_quick()  # _held_lock's common case, as put_message_now
         else:
             self._held_lock(begin, end)
+        result = out[0]
         self.put_message_times_total += 1
-        self.put_message_size_total += size
+        self.put_message_size_total += result.wrote_bytes
         if not self.reput.woken:
             self._dispatch_appended()
-        return result, wait
+        return out
 
     def put_batch_body_now(
         self,

@@ -1,4 +1,4 @@
-"""put_single_now (the commit log's part written in it since f5bb271): it keeps
+"""put_single_now (CommitLog.append_single_fast underneath): it keeps
 warmMapedFileEnable's chunk ahead of the writer as CommitLog.append_message does, and stores
 each sender's own born host (packed once per peer)."""
 
@@ -64,6 +64,6 @@ def test_fast_single_puts_store_each_senders_born_host(tmp_path) -> None:
             data = store.commitlog.get_data(store.commitlog.min_offset) or b""
             born = [m.born_host for m in decode_records(data)][1:]  # after _prime's
             assert born == hosts + hosts
-            assert set(store.commitlog.born_ips) == {"10.0.0.1", "10.0.0.2", "10.0.0.3"}
+            assert set(store.commitlog._born_ips) == {"10.0.0.1", "10.0.0.2", "10.0.0.3"}
 
     trio.run(main)

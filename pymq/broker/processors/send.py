@@ -134,6 +134,11 @@ def _response(
     )
 
 
+def _queue_count(config: TopicConfig) -> int:
+    """The queue ids a send to the topic may name: the larger of its write and read counts."""
+    return max(config.write_queue_nums, config.read_queue_nums)
+
+
 def _error_frame(opaque: int, exc: Exception) -> bytes:
     """The SYSTEM_ERROR answer frame to a JSON request with ``opaque`` that ``exc`` stopped,
     worded as Channel._serve_inline words what a handler raises."""
@@ -213,7 +218,7 @@ class SendProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the topic[{topic}] sending message is forbidden (perm {config.perm})",
             )
-        valid = max(config.write_queue_nums, config.read_queue_nums)
+        valid = _queue_count(config)
         if queue_id >= valid:
             return (
                 ResponseCode.SYSTEM_ERROR,
@@ -496,7 +501,7 @@ class SendProcessor:
         # The inline path's checks, by their verdict on the topic; any refusal is the usual
         # path's to word.
         bc = self.ctx.broker_config
-        config = self.ctx.topic_config_manager.table.get(topic)
+        config = self.ctx.topic_config_manager.select(topic)
         verdict = self._raw_verdicts.get(topic)
         if (
             verdict is None
@@ -511,10 +516,9 @@ class SendProcessor:
             return None
         if queue_id < 0:
             queue_id = random.randrange(max(1, verdict[0].write_queue_nums))
-        born_host = self._born_hosts.get(channel.remote_address) or self._born_host(channel)
         fast = store.put_single_now(
             topic, queue_id, buf[body_at:end], props or "", flag, bc.broker_cluster_name,
-            sys_flag, born_timestamp, born_host, reconsume or 0,
+            sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
         )  # fmt: skip
         if fast is None:
             return None
@@ -526,19 +530,6 @@ class SendProcessor:
                 result, wait, partial(self._raw_durable, channel, opaque, topic, queue_id)
             ):
                 return RAW_ANSWER_LATER  # the group commit answers once the bytes are on disk
-            if result.status is _PUT_OK:  # _raw_answer's common case
-                self.ctx.stats.on_put(1, result.wrote_bytes, topic)
-                region = self._region_utf8
-                if _send_answer_frame is not None and region[0] == bc.region_id:
-                    try:  # _success_frame's common case
-                        frame: bytes = _send_answer_frame(
-                            opaque, result.msg_id, queue_id, result.logic_offset, region[1],
-                            bc.trace_on, CURRENT_VERSION,
-                        )  # fmt: skip
-                        return frame
-                    except ValueError:  # not a plain message id: _success_frame says it
-                        pass
-                return self._success_frame(opaque, result, queue_id)
             return self._raw_answer(opaque, topic, result, queue_id)
         except Exception as exc:  # as Channel._serve_inline answers what the inline path raises
             log.exception("error serving a raw send from %s", channel.remote_address)
@@ -563,7 +554,7 @@ class SendProcessor:
             config,
             bc.broker_permission,
             bc.broker_cluster_name,
-            max(config.write_queue_nums, config.read_queue_nums),
+            _queue_count(config),
         )
         return verdict
 

@@ -59,6 +59,7 @@ class ReputMessageService:
         self.listener_topics: Callable[[], Container[str] | None] | None = None
         """Asked once a run of records: the topics whose arrivals the listener acts on (None:
         all); see DefaultMessageStore.set_arrival_listener."""
+        self._wanted: Container[str] | None = None  # listener_topics' answer for this run
         self._wake = trio.Event()
         self.woken = False
         """True from a wakeup until the task takes it: puts test this before calling wakeup."""
@@ -74,22 +75,16 @@ class ReputMessageService:
     def _safe_listener(
         self, topic: str, queue_id: int, offset: int, tags_code: int, store_ts: int
     ) -> None:
+        # Only the run's wanted topics (the C dispatch has tested them already, the Python
+        # loop has not).
+        wanted = self._wanted
+        if wanted is not None and topic not in wanted:
+            return
         # A failing listener (long polling) must not stop dispatch for every other consumer.
         try:
             self.listener(topic, queue_id, offset, tags_code, store_ts)  # type: ignore[misc]
         except Exception:
             log.exception("message arrival listener failed for %s-%d", topic, queue_id)
-
-    def _filtered_listener(self, wanted: Container[str]) -> ArrivalListener:
-        """:meth:`_safe_listener` for the records of the ``wanted`` topics only (the Python
-        loop's; the C dispatch tests the topic itself, given ``wanted``)."""
-        safe = self._safe_listener
-
-        def listener(topic: str, queue_id: int, offset: int, tags_code: int, ts: int) -> None:
-            if topic in wanted:
-                safe(topic, queue_id, offset, tags_code, ts)
-
-        return listener
 
     def wakeup(self) -> None:
         self.woken = True
@@ -249,11 +244,11 @@ class ReputMessageService:
         dispatch = self.table.dispatch
         dispatch_fields = self.table.dispatch_fields
         listener = self._safe_listener if self.listener is not None else None
-        wanted = None
-        if listener is not None and self.listener_topics is not None:
-            wanted = self.listener_topics()
-        # The Python loop's listener tests the topic; the C dispatch does, given ``wanted``.
-        loop_listener = listener if wanted is None else self._filtered_listener(wanted)
+        wanted = self._wanted = (
+            self.listener_topics()
+            if listener is not None and self.listener_topics is not None
+            else None
+        )
         hints = cl.dispatch_hints
         fast = _dispatch_hinted is not None and self.native_dispatch
         done = 0
@@ -279,7 +274,7 @@ class ReputMessageService:
                             dispatch_fields(
                                 topic, queue_id, physical_offset, size, tags_code(tags),
                                 queue_offset, store_timestamp, sys_flag, keys or None,
-                                uniq_key or None, loop_listener,
+                                uniq_key or None, listener,
                             )  # fmt: skip
                         except OSError as exc:  # a file that cannot be created: retry later
                             self._block(exc)
@@ -301,7 +296,7 @@ class ReputMessageService:
                         log.error("reput stopped at %d: %s", self.reput_from_offset, str(exc))
                     return done > 0, False
                 try:
-                    dispatch(info, loop_listener)
+                    dispatch(info, listener)
                 except OSError as exc:  # a file that cannot be created: retry later
                     self._block(exc)
                     return done > 0, False

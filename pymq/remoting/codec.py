@@ -536,11 +536,12 @@ class FrameDecoder:
         the frames before it are returned, :attr:`broken` is set and the next call raises."""
         if self._broken is not None:
             raise self._broken
-        if self._partial:
-            self._partial += data
-            if len(self._partial) < self._need:
+        partial = self._partial
+        if partial:
+            if len(partial) + len(data) < self._need:
+                partial += data
                 return b"", []
-            buf = bytes(self._partial)
+            buf = b"".join((partial, data))  # one copy of each
             self._partial = bytearray()
         else:
             buf = data if type(data) is bytes else bytes(data)

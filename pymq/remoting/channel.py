@@ -907,6 +907,18 @@ class Channel:
         except RemotingSendError:
             log.debug("dropping an answer: %s closed", self)
 
+    def answer_frames(self, frames: list[bytes]) -> None:
+        """:meth:`answer_frame` for several frames (the group commit's answers to this
+        connection), with one wake of the writer."""
+        if self.closed:
+            log.debug("dropping %d answers: %s closed", len(frames), self)
+            return
+        out = self._out
+        for frame in frames:
+            out.append(frame)
+        if not self._batching:
+            self._writer_wake.set()
+
     # -- writing --------------------------------------------------------------------------
 
     def _write(self, frame: bytes, *, now: bool = False) -> None:

@@ -14,8 +14,10 @@ files are synced so that they never claim more than is durable.
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
@@ -33,6 +35,18 @@ log = logging.getLogger(__name__)
 EXPIRY_CHECK_INTERVAL = 0.05
 
 
+class AnswerSink(Protocol):
+    """Where :meth:`CommitLogFlushService.hold_answer` writes the answers it held (a
+    connection): all those a sync released to it, in one call."""
+
+    def answer_frames(self, frames: list[bytes]) -> None: ...
+
+
+# A held answer: (offset, deadline, frame, late): ``frame`` once the bytes before ``offset``
+# are durable, ``late()``'s frame once ``deadline`` (trio time) passes first.
+_Held = tuple[int, float, bytes, Callable[[], bytes]]
+
+
 class CommitLogFlushService:
     def __init__(
         self,
@@ -48,6 +62,8 @@ class CommitLogFlushService:
         # (offset, deadline, callback): callback(True) once bytes before offset are durable,
         # callback(False) when the deadline (trio time) passes first.
         self._waiters: list[tuple[int, float, Callable[[bool], None]]] = []
+        # Answer frames held until their bytes are durable, per connection, oldest first.
+        self._held: dict[AnswerSink, collections.deque[_Held]] = {}
         self._wake = trio.Event()
         self._expiry_wanted = trio.Event()
         self._last_thorough = 0
@@ -86,6 +102,36 @@ class CommitLogFlushService:
             callback(True)
             return
         self._waiters.append((offset, trio.current_time() + timeout_s, callback))
+        self._wanted()
+
+    def hold_answer(
+        self,
+        offset: int,
+        timeout_s: float,
+        sink: AnswerSink,
+        frame: bytes,
+        late: Callable[[], bytes],
+    ) -> bool:
+        """Group commit for a request whose answer is written whole: ``frame`` goes to
+        ``sink`` once bytes before ``offset`` are durable, ``late()``'s frame once
+        ``timeout_s`` seconds have passed first (as :meth:`on_flushed`).  A sync answers
+        each sink's requests in one call, oldest first.  False, holding nothing, when the
+        bytes are durable already: the caller answers ``frame`` itself.
+
+        A sink's answers are released in order, so one whose timeout is shorter than an older
+        one's (``syncFlushTimeout`` lowered meanwhile) waits for the older one's deadline."""
+        if self.commitlog.queue.flushed_where >= offset:
+            return False
+        held = self._held.get(sink)
+        if held is None:
+            held = self._held[sink] = collections.deque()
+        held.append((offset, trio.current_time() + timeout_s, frame, late))
+        self._wanted()
+        return True
+
+    def _wanted(self) -> None:
+        """A waiter or a held answer was added: wake the task, and begin the sync if none is
+        in flight."""
         self._wake.set()
         self._expiry_wanted.set()
         if self._job is None and self._sync_thread is not None:
@@ -117,6 +163,33 @@ class CommitLogFlushService:
                     log.exception("a flush callback raised")
             else:
                 self._waiters.append(waiter)
+        if self._held:
+            self._release_held(flushed, now)
+
+    def _release_held(self, flushed: int, now: float) -> None:
+        """Write each sink's held answers that are durable or out of time, in one call per
+        sink."""
+        for sink, held in list(self._held.items()):
+            frames: list[bytes] = []
+            while held:
+                offset, deadline, frame, late = held[0]
+                if flushed >= offset:
+                    frames.append(frame)
+                elif deadline <= now:
+                    try:
+                        frames.append(late())
+                    except Exception:  # that request goes unanswered; the others do not
+                        log.exception("a held answer's timeout frame raised")
+                else:
+                    break
+                held.popleft()
+            if not held:
+                del self._held[sink]
+            if frames:
+                try:
+                    sink.answer_frames(frames)
+                except Exception:
+                    log.exception("writing held answers raised")
 
     async def _flush(self, least_pages: int) -> None:
         queue = self.commitlog.queue
@@ -136,7 +209,7 @@ class CommitLogFlushService:
                 while True:
                     await self._wake.wait()
                     self._wake = trio.Event()
-                    while self._waiters:
+                    while self._waiters or self._held:
                         try:
                             await self._sync_for_waiters()
                             failures = 0
@@ -176,13 +249,15 @@ class CommitLogFlushService:
         """Answer False to waiters past their deadline while a sync is slow or hangs (Java's
         put thread stops waiting on its own timeout, whatever the flush thread does)."""
         while True:
-            if not self._waiters:
+            if not self._waiters and not self._held:
                 await self._expiry_wanted.wait()
                 self._expiry_wanted = trio.Event()
                 continue
             await trio.sleep(EXPIRY_CHECK_INTERVAL)
             now = trio.current_time()
-            if any(deadline <= now for _, deadline, _ in self._waiters):
+            if any(deadline <= now for _, deadline, _ in self._waiters) or any(
+                held[0][1] <= now for held in self._held.values()
+            ):
                 self._settle()
 
     async def flush_timed(self) -> None:

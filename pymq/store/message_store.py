@@ -50,7 +50,11 @@ from pymq.store.clean_service import (
 from pymq.store.commitlog import CommitLog
 from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
-from pymq.store.flush_service import CommitLogFlushService, ConsumeQueueFlushService
+from pymq.store.flush_service import (
+    AnswerSink,
+    CommitLogFlushService,
+    ConsumeQueueFlushService,
+)
 from pymq.store.get_message import get_message
 from pymq.store.index_service import IndexService
 from pymq.store.mapped_file_queue import MappedFileAllocator
@@ -112,6 +116,13 @@ def _durable(
         log.warning("sync flush of offset %d timed out", result.wrote_offset + result.wrote_bytes)
         result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
     callback(result)
+
+
+def _late_answer(result: PutMessageResult, late: Callable[[PutMessageResult], bytes]) -> bytes:
+    """hold_answer's timeout: ``late(result)``, its status FLUSH_DISK_TIMEOUT."""
+    log.warning("sync flush of offset %d timed out", result.wrote_offset + result.wrote_bytes)
+    result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+    return late(result)
 
 
 class DefaultMessageStore:
@@ -787,6 +798,33 @@ class DefaultMessageStore:
             end, self.config.sync_flush_timeout / 1000, partial(_durable, result, callback)
         )
         return True
+
+    def hold_answer(
+        self,
+        result: PutMessageResult,
+        wait: str | None,
+        sink: AnswerSink,
+        frame: bytes,
+        late: Callable[[PutMessageResult], bytes],
+    ) -> bool:
+        """SYNC_FLUSH for a request answered by a whole frame (:meth:`defer_durable` without a
+        callback per put): True if the group commit will write ``frame`` to ``sink`` once the
+        appended bytes are on disk, or ``late(result)`` (its status FLUSH_DISK_TIMEOUT) after
+        syncFlushTimeout; False if there is nothing to wait for (answer ``frame`` now).  Not
+        for SYNC_MASTER."""
+        if result.status is not PUT_OK or not self.must_wait:
+            return False
+        if wait is not None and wait.strip().lower() != "true":
+            return False
+        assert self.config.broker_role is not BrokerRole.SYNC_MASTER
+        assert self.flush_commitlog is not None
+        return self.flush_commitlog.hold_answer(
+            result.wrote_offset + result.wrote_bytes,
+            self.config.sync_flush_timeout / 1000,
+            sink,
+            frame,
+            partial(_late_answer, result, late),
+        )
 
     async def _wait_durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
         """SYNC_FLUSH and SYNC_MASTER: wait for the disk and the slave unless WAIT=false."""

@@ -14,7 +14,7 @@ from pymq.client import topics
 from pymq.common.native import native_extension
 from pymq.common.record import decode_records
 from pymq.embedded import Cluster
-from pymq.remoting.channel import ANSWER_LATER
+from pymq.remoting.channel import ANSWER_LATER, RAW_ANSWER_LATER
 from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame, encode
 from pymq.remoting.codes import ResponseCode
 from pymq.remoting.errors import RemotingCommandError
@@ -204,12 +204,14 @@ async def test_a_broker_serves_sends_raw_over_its_connections(pymq_cluster: Clus
 
 class Answers:
     """A stand-in for the sending channel: collects the answers written later (the usual
-    path's Channel.answer, the raw path's Channel.answer_frame)."""
+    path's Channel.answer, the raw path's Channel.answer_frames) and the calls that wrote
+    them."""
 
     remote_address = PEER.remote_address
 
     def __init__(self) -> None:
         self.frames: list[tuple] = []
+        self.calls: list[int] = []  # answer_frames: how many frames each call wrote
 
     def answer(self, request: RemotingCommand, response: RemotingCommand | bytes) -> None:
         if isinstance(response, RemotingCommand):
@@ -218,6 +220,10 @@ class Answers:
 
     def answer_frame(self, frame: bytes) -> None:
         self.frames.append(answer_of(frame))
+
+    def answer_frames(self, frames: list[bytes]) -> None:
+        self.calls.append(len(frames))
+        self.frames.extend(answer_of(f) for f in frames)
 
 
 async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, monkeypatch) -> None:
@@ -257,7 +263,7 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
                     await trio.sleep(0.01)
             await trio.sleep(0.05)  # no second answer comes later
             assert len(raw_ch.frames) == len(usual_ch.frames) == 1
-            # Each counted once in the broker's stats, when answered.
+            # Each counted once in the broker's stats.
             assert cluster.broker.context.stats.put_msgs == puts + 2
             return raw_ch.frames[0], usual_ch.frames[0]
 
@@ -296,6 +302,88 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
         raw_records, usual_records = stored(cluster, "RawT"), stored(cluster, "UsualT")
         assert len(raw_records) == 5
         assert raw_records == usual_records
+
+
+async def test_sync_flush_answers_each_channel_in_one_call_in_order(
+    tmp_path, monkeypatch
+) -> None:
+    """The group commit writes the raw sends' answers a sync released to a connection in one
+    call, in the order they were sent; those that missed syncFlushTimeout likewise, as
+    FLUSH_DISK_TIMEOUT, and never again once the disk comes back."""
+    import trio
+
+    from pymq.embedded import open_cluster
+    from pymq.testing import TEST_PROPERTIES
+    from tests.helpers import StuckDisk
+
+    disk = StuckDisk(monkeypatch)
+    properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
+        properties=properties,
+    ) as cluster:  # fmt: skip
+        await topics.create_topic(cluster.namesrv_addr, "HeldT", brokers=[cluster.broker_addr])
+        send = cluster.broker.send_processor
+        store = cluster.broker.store
+        stats = cluster.broker.context.stats
+        count = iter(range(100, 1000))
+
+        def raw(channel: Answers) -> int:
+            opaque = next(count)
+            ext = ext_for("HeldT", props=UNIQ.format(opaque % 100))
+            data = encode(RemotingCommand(310, ext, b"held", opaque, 0))
+            assert send.send_raw(channel, data, 4, len(data)) == RAW_ANSWER_LATER  # type: ignore[arg-type]
+            return opaque
+
+        first = frame(ext_for("HeldT", props=UNIQ.format(0)))
+        assert send.send_raw(Answers(), first, 4, len(first)) is None  # type: ignore[arg-type]
+        first_ch = Answers()  # the topic's first send is the usual path's
+        server = cluster.broker.server
+        assert server.dispatch_inline(first_ch, decode_frame(first[4:])) is ANSWER_LATER  # type: ignore[arg-type]
+        with trio.fail_after(10):
+            while not first_ch.frames:
+                await trio.sleep(0.01)
+
+        async def answered(*channels: Answers, count: int) -> None:
+            with trio.fail_after(10):
+                while sum(len(ch.frames) for ch in channels) < count:
+                    await trio.sleep(0.01)
+            await trio.sleep(0.1)  # nothing more comes
+
+        for stuck_past_timeout in (False, True):
+            if stuck_past_timeout:
+                store.config.sync_flush_timeout = 200
+            starter, a, b = Answers(), Answers(), Answers()
+            disk.stuck = True
+            disk.release.clear()
+            entered = disk.entered
+            raw(starter)  # begins a sync, which hangs
+            with trio.fail_after(10):
+                while disk.entered == entered:
+                    await trio.sleep(0.01)
+            puts = stats.put_msgs
+            sent_a = [raw(a) for _ in range(5)]
+            sent_b = [raw(b) for _ in range(3)]
+            assert stats.put_msgs == puts + 8  # counted once, at the put
+            assert a.frames == b.frames == []
+            if stuck_past_timeout:
+                await answered(a, b, count=8)  # by the deadline, the disk still stuck
+                disk.stuck = False
+                disk.release.set()
+                await answered(starter, count=1)
+                code = ResponseCode.FLUSH_DISK_TIMEOUT
+            else:
+                disk.stuck = False
+                disk.release.set()
+                await answered(starter, a, b, count=9)
+                code = ResponseCode.SUCCESS
+            assert a.calls == [5] and b.calls == [3]
+            assert [f[3] for f in a.frames] == sent_a and [f[3] for f in b.frames] == sent_b
+            assert {f[0] for f in a.frames + b.frames} == {code}
+            assert all(f[4] & RPC_TYPE_RESPONSE for f in a.frames + b.frames)
+            assert len(starter.frames) == 1 and stats.put_msgs == puts + 8
+        await store.reput.do_reput()
+        assert len(stored(cluster, "HeldT")) == 1 + 2 * 9
 
 
 async def test_raw_sends_follow_topic_and_broker_changes(pymq_cluster: Cluster) -> None:

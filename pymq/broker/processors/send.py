@@ -335,10 +335,12 @@ class SendProcessor:
         topic: str,
         result: PutMessageResult,
         queue_id: int,
+        *,
+        counted: bool = False,
     ) -> RemotingCommand:
         """The answer to a send with ``opaque`` to ``topic`` whose put gave ``result``: what
         :meth:`_answer` answers, from the request's fields alone (the raw path has no request
-        command)."""
+        command).  The put is counted in the broker's statistics unless ``counted``."""
         if result.status is _PUT_OK:  # the common case without the enum's Python hash
             code, remark = _SUCCESS, None
         else:
@@ -356,7 +358,8 @@ class SendProcessor:
             if not result.appended:
                 self.ctx.store.put_stats.failed_times += 1
                 return _response(opaque, serialize_type, code, result.reason or remark)
-        self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
+        if not counted:
+            self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
         bc = self.ctx.broker_config
         ext = {
             "msgId": result.msg_id,
@@ -526,20 +529,26 @@ class SendProcessor:
         # path (Channel serves a frame whose raw handler raised as usual: a second put).
         try:
             result, wait = fast
-            if store.must_wait and store.defer_durable(
-                result, wait, partial(self._raw_durable, channel, opaque, topic, queue_id)
+            frame = self._raw_answer(opaque, topic, result, queue_id)
+            if store.must_wait and store.hold_answer(
+                result, wait, channel, frame, partial(self._raw_late, opaque, topic, queue_id)
             ):
                 return RAW_ANSWER_LATER  # the group commit answers once the bytes are on disk
-            return self._raw_answer(opaque, topic, result, queue_id)
+            return frame
         except Exception as exc:  # as Channel._serve_inline answers what the inline path raises
             log.exception("error serving a raw send from %s", channel.remote_address)
             return _error_frame(opaque, exc)
 
-    def _raw_durable(
-        self, channel: Channel, opaque: int, topic: str, queue_id: int, result: PutMessageResult
-    ) -> None:
-        """The group commit's answer to a raw send (see send_raw)."""
-        channel.answer_frame(self._raw_answer(opaque, topic, result, queue_id))
+    def _raw_late(self, opaque: int, topic: str, queue_id: int, result: PutMessageResult) -> bytes:
+        """The answer to a raw send whose bytes missed syncFlushTimeout (``result``'s status
+        FLUSH_DISK_TIMEOUT): its put was counted with the SEND_OK frame made at put time."""
+        try:
+            return encode(
+                self._answer_to(opaque, _SERIALIZE_JSON, topic, result, queue_id, counted=True)
+            )
+        except Exception as exc:  # the group commit must still answer
+            log.exception("error answering a raw send")
+            return _error_frame(opaque, exc)
 
     def _raw_verdict(self, topic: str, peer: str) -> tuple[TopicConfig, int, str, int] | None:
         """The inline path's checks (:meth:`_known_topic`) of ``topic`` for send_raw, kept:

@@ -304,9 +304,7 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
         assert raw_records == usual_records
 
 
-async def test_sync_flush_answers_each_channel_in_one_call_in_order(
-    tmp_path, monkeypatch
-) -> None:
+async def test_sync_flush_answers_each_channel_in_one_call_in_order(tmp_path, monkeypatch) -> None:
     """The group commit writes the raw sends' answers a sync released to a connection in one
     call, in the order they were sent; those that missed syncFlushTimeout likewise, as
     FLUSH_DISK_TIMEOUT, and never again once the disk comes back."""

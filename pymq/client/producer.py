@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 import ssl
+import struct
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -30,12 +31,11 @@ from pymq.common.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
-    BatchItem,
     MessageSysFlag,
     UniqueIdGenerator,
-    encode_batch_body,
     encode_properties,
 )
+from pymq.common.message_ext import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting.codec import (
     _FRAME_PREFIX,
@@ -99,6 +99,43 @@ class Message:
         if self.delay_level > 0:
             props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
         return props
+
+
+_UNIQ_AND_WAIT = (
+    f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}{{}}{PROPERTY_SEPARATOR}"
+    f"{PROPERTY_WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}true"
+)
+_BATCH_ITEM_HEAD = struct.Struct(">iIiii")  # totalSize, magic, bodyCRC, flag, bodyLen
+_BATCH_PROPS_LEN = struct.Struct(">h")
+
+
+def _batch_body(msgs: Sequence[Message], ids: list[str]) -> bytes:
+    """The SEND_BATCH_MESSAGE body of ``msgs``, each with its unique id (``ids``) and
+    WAIT=true: what ``encode_batch_body`` writes for their items (the message's properties,
+    then the id's and WAIT's, replacing any the message has), without an item or a
+    properties dict per message where the message sets neither key itself."""
+    parts: list[bytes] = []
+    head = _BATCH_ITEM_HEAD.pack
+    props_len = _BATCH_PROPS_LEN.pack
+    for msg, uniq in zip(msgs, ids, strict=True):
+        user = msg.all_properties()
+        if not user:
+            text = _UNIQ_AND_WAIT.format(uniq)
+        elif PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in user or PROPERTY_WAIT_STORE_MSG_OK in user:
+            user[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            user[PROPERTY_WAIT_STORE_MSG_OK] = "true"
+            text = encode_properties(user)
+        else:
+            text = f"{encode_properties(user)}{PROPERTY_SEPARATOR}{_UNIQ_AND_WAIT.format(uniq)}"
+        props = text.encode()
+        body = msg.body
+        parts.append(
+            head(_BATCH_ITEM_HEAD.size + len(body) + 2 + len(props), 0, 0, msg.flag, len(body))
+        )
+        parts.append(body)
+        parts.append(props_len(len(props)))
+        parts.append(props)
+    return b"".join(parts)
 
 
 @attrs.define
@@ -365,18 +402,11 @@ class Producer(ClientService):
             raise ValueError("every message of a batch must have the same topic")
         if any(m.delay_level for m in msgs):
             raise ValueError("delayed messages cannot be batched")
-        items, ids = [], []
-        for msg in msgs:
-            props = msg.all_properties()
-            uniq = self._ids.create()
-            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
-            props[PROPERTY_WAIT_STORE_MSG_OK] = "true"
-            items.append(BatchItem(msg.body, msg.flag, props))
-            ids.append(uniq)
+        ids = self._ids.create_many(len(msgs))
         return await self._send_request(
             topic,
             RequestCode.SEND_BATCH_MESSAGE,
-            encode_batch_body(items),
+            _batch_body(msgs, ids),
             0,
             0,
             "",

@@ -99,6 +99,16 @@ class UniqueIdGenerator:
         )
         return self._prefix + tail.hex().upper()
 
+    def create_many(self, count: int, now_ms: int | None = None) -> list[str]:
+        """``count`` ids, as ``count`` calls of :meth:`create` at one moment make them (a
+        batch's): the time read and written once."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if now >= self._next_month or now < self._month_start:
+            self._roll_month(now)
+        head = f"{self._prefix}{(now - self._month_start) & 0xFFFFFFFF:08X}"
+        counter = self._counter
+        return [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(count)]
+
     @property
     def begin_of_month_ms(self) -> int:
         return self._month_start

@@ -1,0 +1,112 @@
+"""The producer's batch body (``producer._batch_body``) against the reference writer
+(``encode_batch_body`` over the items the producer made before), and
+``UniqueIdGenerator.create_many`` against ``create``."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pymq.client.producer import Message, _batch_body
+from pymq.common.message import (
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    BatchItem,
+    UniqueIdGenerator,
+    decode_batch_body,
+    encode_batch_body,
+)
+
+
+def reference(msgs: list[Message], ids: list[str]) -> bytes:
+    """What send_batch wrote before _batch_body: an item per message, its properties dict
+    with the unique id and WAIT=true set last."""
+    items = []
+    for msg, uniq in zip(msgs, ids, strict=True):
+        props = msg.all_properties()
+        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+        props[PROPERTY_WAIT_STORE_MSG_OK] = "true"
+        items.append(BatchItem(msg.body, msg.flag, props))
+    return encode_batch_body(items)
+
+
+_text = st.text(
+    st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)),
+    min_size=1,
+    max_size=12,
+)
+_props = st.dictionaries(
+    st.one_of(
+        _text,
+        st.sampled_from(
+            [PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, PROPERTY_WAIT_STORE_MSG_OK, "TAGS", "KEYS"]
+        ),
+    ),
+    _text,
+    max_size=4,
+)
+_messages = st.builds(
+    Message,
+    topic=st.just("T"),
+    body=st.binary(max_size=40),
+    tags=st.none() | _text,
+    keys=st.none() | _text | st.lists(_text, max_size=3),
+    properties=_props,
+    flag=st.integers(-(2**31), 2**31 - 1),
+)
+
+
+@given(st.lists(_messages, min_size=1, max_size=6))
+def test_batch_body_is_the_reference_writers(msgs: list[Message]) -> None:
+    ids = UniqueIdGenerator("10.1.2.3", pid=7).create_many(len(msgs))
+    before = [dict(m.properties) for m in msgs]
+    body = _batch_body(msgs, ids)
+    assert body == reference(msgs, ids)
+    assert [m.properties for m in msgs] == before  # the messages are left as they were
+    for item, uniq in zip(decode_batch_body(body), ids, strict=True):
+        assert item.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] == uniq
+        assert item.properties[PROPERTY_WAIT_STORE_MSG_OK] == "true"
+
+
+def test_batch_body_golden() -> None:
+    msgs = [Message("T", b"abc", tags="x", flag=1), Message("T", b"")]
+    body = _batch_body(msgs, ["A" * 32, "B" * 32])
+    first_props = b"TAGS\x01x\x02UNIQ_KEY\x01" + b"A" * 32 + b"\x02WAIT\x01true"
+    second_props = b"UNIQ_KEY\x01" + b"B" * 32 + b"\x02WAIT\x01true"
+    want = struct.pack(">iiiii", 20 + 3 + 2 + len(first_props), 0, 0, 1, 3) + b"abc"
+    want += struct.pack(">h", len(first_props)) + first_props
+    want += struct.pack(">iiiii", 20 + 2 + len(second_props), 0, 0, 0, 0)
+    want += struct.pack(">h", len(second_props)) + second_props
+    assert body == want
+
+
+def counter_of(uniq: str) -> int:
+    return int(uniq[28:], 16)
+
+
+def test_create_many_is_create_at_one_moment() -> None:
+    gen = UniqueIdGenerator("10.1.2.3", pid=77)
+    now = 1_700_000_000_000
+    before = gen.create(now)
+    many = gen.create_many(3, now)
+    after = gen.create(now)
+    assert [u[:28] for u in many] == [before[:28]] * 3  # ip, pid, "class loader", time
+    assert [counter_of(u) for u in [*many, after]] == [
+        (counter_of(before) + i) & 0xFFFF for i in range(1, 5)
+    ]
+    assert all(len(u) == 32 and u == u.upper() for u in many)
+    assert gen.create_many(0, now) == []
+
+
+def test_create_many_late_in_a_month() -> None:
+    """The milliseconds since the month began, past 2**31 from the 25th on, wrap as
+    :meth:`create` wraps them."""
+    now_ms = int(datetime.datetime(2026, 10, 27, 23, 59, 59, 999).timestamp() * 1000)
+    gen = UniqueIdGenerator("10.1.2.3", pid=77)
+    (uniq,) = gen.create_many(1, now_ms)
+    span = struct.unpack(">I", bytes.fromhex(uniq[20:28]))[0]
+    assert gen.begin_of_month_ms + span == now_ms
+    assert uniq[:28] == gen.create(now_ms)[:28]

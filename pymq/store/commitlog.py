@@ -170,6 +170,14 @@ def _as_hint(row: tuple) -> DispatchHint:
 
 
 _encode_batch = getattr(native_extension, "encode_batch", None)
+
+# Batch bodies from this size on are written with pwrite, not through the map.  With 38 KB
+# batches (32 messages of 1 KiB) on this project's VM, pwrite of each batch took 20-23 us of
+# system time where writing it through the map took 60-80 us (page faults, and readahead
+# zeroing large folios of new memory); single records of 1.25 KB cost the same either way.
+PWRITE_BATCH_MIN = 16 * 1024
+# The encoding buffer kept for the next batch; a larger batch's is dropped after its write.
+SCRATCH_KEPT_MAX = 1 << 20
 _encode_single = getattr(native_extension, "encode_single", None)
 
 
@@ -203,6 +211,8 @@ class CommitLog:
         # is a delivery time reput works out itself.
         self.dispatch_hints: collections.deque[DispatchHint] = collections.deque()
         self._born_ips: dict[str, bytes] = {}  # peers' addresses packed by the one-call appends
+        # Where a large batch's records are encoded before one pwrite (see append_batch_body).
+        self._scratch = bytearray()
         self.clock_ms = clock_ms
         # True from a failed file creation (or block allocation) until the next append that
         # succeeds.
@@ -668,15 +678,48 @@ class CommitLog:
         key = (topic, queue_id)
         first_queue_offset = self.topic_queue_table.get(key, 0)
         now = self.clock_ms()
-        out = _encode_batch(
-            mf.mm, pos, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH), body,
-            first_queue_offset, mf.file_from_offset, topic_b, cluster_b, topic, queue_id,
-            sys_flag, born_timestamp, born_ip, born_host[1], now, self._store_ip,
-            self._store_port, reconsume_times, max_body_properties,
-        )  # fmt: skip
-        if out is None:
-            return None
-        end, rows, wait = out
+        limit = min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH)
+        if len(body) < PWRITE_BATCH_MIN:
+            out = _encode_batch(
+                mf.mm, pos, limit, body, first_queue_offset, mf.file_from_offset, topic_b,
+                cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_host[1],
+                now, self._store_ip, self._store_port, reconsume_times, max_body_properties,
+            )  # fmt: skip
+            if out is None:
+                return None
+            end, rows, wait = out
+        else:
+            # Encoded aside, then written with one pwrite: a write through the map faults in
+            # each new page of the file (and, read ahead, zeroes a large folio around it),
+            # which cost a fifth of the broker's time on batches of 32 (see PWRITE_BATCH_MIN).
+            # The records land in the page cache the map reads, so readers see them as usual.
+            scratch = self._scratch
+            room = len(body) * 2 + 65536  # an item's record is its item plus ~100 bytes
+            if len(scratch) < room:
+                scratch = bytearray(room)
+                if room <= SCRATCH_KEPT_MAX:
+                    self._scratch = scratch
+            in_file = mf.file_size - END_FILE_MIN_BLANK_LENGTH - pos
+            out = _encode_batch(
+                scratch, 0, max(0, min(in_file, room)), body, first_queue_offset,
+                mf.file_from_offset + pos, topic_b, cluster_b, topic, queue_id, sys_flag,
+                born_timestamp, born_ip, born_host[1], now, self._store_ip, self._store_port,
+                reconsume_times, max_body_properties,
+            )  # fmt: skip
+            if out is None:
+                return None
+            size, rows, wait = out
+            end = pos + size
+            if end > mf.allocated:
+                # The next chunk's blocks, here rather than by the general path, whose write
+                # through the map would read ahead (zero) a large folio of the chunk.
+                try:
+                    self._allocate(mf, end)
+                except OSError:
+                    return None  # refused by the general path, as ever
+                self._space_back()
+            if not mf.write_at(pos, memoryview(scratch)[:size]):
+                return None
         # Encoded: commit.
         self.topic_queue_table[key] = first_queue_offset + len(rows)
         mf.wrote_position = end

@@ -581,6 +581,24 @@ class MappedFile:
             )
         return count
 
+    def write_at(self, pos: int, data: memoryview) -> bool:
+        """Write ``data`` at ``pos`` with ``pwrite``, not through the map (whose pages show
+        it at once: the page cache is the same), within the allocated blocks, for the writer on
+        the loop; it does not move :attr:`wrote_position`.  False, logged, when the write
+        failed or fell short (an I/O error): the caller commits nothing, and what was written
+        lies past the write position, to be written over."""
+        if pos + len(data) > self.allocated or self._fd < 0:
+            return False
+        try:
+            written = os.pwrite(self._fd, data, pos)
+        except OSError as exc:
+            log.error("writing %d bytes at %d of %s failed: %s", len(data), pos, self.path, exc)
+            return False
+        if written != len(data):
+            log.error("writing %d bytes at %d of %s wrote %d", len(data), pos, self.path, written)
+            return False
+        return True
+
     def fileno(self) -> int:
         """The file's descriptor (-1 once closed), for a sync made elsewhere
         (:class:`~pymq.store.mapped_file_queue.NativeSyncThread`)."""

@@ -6,6 +6,7 @@ and every case it leaves to the general path changes nothing."""
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -17,10 +18,11 @@ from pymq.broker.processors.send import SendProcessor
 from pymq.common.batch import _BATCH_HEAD, _SHORT, BATCH_ITEM_MAGIC, BatchItem, encode_batch_body
 from pymq.common.message_ext import MessageSysFlag
 from pymq.common.native import native_extension
+from pymq.common.record import decode_records
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode
 from pymq.remoting.headers import SendMessageRequestHeader
-from pymq.store import DefaultMessageStore, PutMessageStatus
+from pymq.store import DefaultMessageStore, PutMessageStatus, commitlog
 from tests.store.helpers import running_store, small_config
 
 pytestmark = pytest.mark.skipif(
@@ -28,6 +30,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 NOW = 1_800_000_000_123
+
+
+@pytest.fixture(autouse=True, scope="module", params=["pwrite", "map"])
+def batch_write(request):
+    """Every test with batches written by pwrite (CommitLog.append_batch_body's way for large
+    ones) and through the map (small ones)."""
+    saved = commitlog.PWRITE_BATCH_MIN
+    commitlog.PWRITE_BATCH_MIN = 0 if request.param == "pwrite" else 1 << 62
+    yield request.param
+    commitlog.PWRITE_BATCH_MIN = saved
+
+
 TOPIC = "BatchTopic"
 CLUSTER = "DefaultCluster"
 BORN = ("10.0.0.9", 40123)
@@ -459,5 +473,67 @@ def test_single_sends_up_to_the_file_end_then_the_general_way(tmp_path):
             assert went_general >= 2
             offsets = [h.queue_offset for h in store.commitlog.dispatch_hints]
             assert offsets == list(range(len(offsets)))
+
+    trio.run(main)
+
+
+def test_a_failed_pwrite_changes_nothing(tmp_path, monkeypatch):
+    """A batch whose pwrite fails (an I/O error) or falls short is left to the general path,
+    having committed nothing."""
+    monkeypatch.setattr(commitlog, "PWRITE_BATCH_MIN", 0)
+
+    async def main() -> None:
+        async with running_store(small_config(str(tmp_path)), clock_ms=lambda: NOW) as store:
+            _prime(store)
+            for failure in ("error", "short"):
+                before = _state(store)
+
+                def pwrite(fd: int, data, pos: int, failure=failure) -> int:
+                    if failure == "error":
+                        raise OSError(5, "Input/output error")
+                    return len(data) - 1
+
+                with monkeypatch.context() as patch:
+                    patch.setattr(os, "pwrite", pwrite)
+                    assert _fast(store, _PLAIN, _header()) is None
+                assert _state(store) == before
+            out = _fast(store, _PLAIN, _header())  # written, once pwrite works again
+            assert out is not None and out[0].status is PutMessageStatus.PUT_OK
+
+    trio.run(main)
+
+
+def test_large_batches_are_written_with_pwrite(tmp_path, monkeypatch):
+    """A batch of 32 messages of 1 KiB takes the pwrite path by default (PWRITE_BATCH_MIN),
+    and its records read back through the map."""
+    from pymq.store.mapped_file import MappedFile
+
+    monkeypatch.setattr(commitlog, "PWRITE_BATCH_MIN", 16 * 1024)
+    writes: list[int] = []
+    real = MappedFile.write_at
+
+    def write_at(self, pos, data):
+        writes.append(len(data))
+        return real(self, pos, data)
+
+    monkeypatch.setattr(MappedFile, "write_at", write_at)
+
+    async def main() -> None:
+        config = small_config(str(tmp_path), mapped_file_size_commit_log=1 << 20)
+        async with running_store(config, clock_ms=lambda: NOW) as store:
+            _prime(store)
+            body = encode_batch_body([BatchItem(b"m" * 1024, 0, {"TAGS": "t"})] * 32)
+            out = _fast(store, body, _header())
+            assert out is not None
+            result = out[0]
+            assert writes == [result.wrote_bytes] and result.msg_num == 32
+            data = store.commitlog.get_message(result.wrote_offset, result.wrote_bytes)
+            assert data is not None
+            records = decode_records(data)
+            assert [r.body for r in records] == [b"m" * 1024] * 32
+            assert [r.queue_offset for r in records] == list(range(1, 33))
+            small = encode_batch_body([BatchItem(b"s", 0, {})])
+            assert _fast(store, small, _header()) is not None
+            assert len(writes) == 1  # a small batch is written through the map
 
     trio.run(main)

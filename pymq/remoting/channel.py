@@ -66,7 +66,7 @@ RawHandler = Callable[["Channel", bytes, int, int], bytes | None]
 # Called before and after each run of frames a connection serves together: Channel.run_hooks.
 RunHooks = tuple[Callable[[], None], Callable[[], None]]
 ANSWER_LATER = RemotingCommand(code=-1)
-# A raw handler's "served, and answered later through Channel.answer_frame" (a group commit).
+# A raw handler's "served, and answered later through Channel.answer_frames" (a group commit).
 RAW_ANSWER_LATER = b""
 
 
@@ -319,7 +319,7 @@ class Channel:
         # dispatch to the end of a run: see MessageStore.begin_run); None: no hooks.
         self.run_hooks = run_hooks
         # Tried on each request frame before it is decoded: the whole answer frame to write,
-        # RAW_ANSWER_LATER when the handler has arranged to write it with answer_frame (the
+        # RAW_ANSWER_LATER when the handler has arranged to write it with answer_frames (the
         # broker's SYNC_FLUSH sends), or None to decode and serve the request as usual (the
         # name server's route lookups, the broker's plain sends).
         self.raw_handler = raw_handler
@@ -899,17 +899,11 @@ class Channel:
         except RemotingSendError:
             log.debug("dropping the answer to %s: %s closed", request.opaque, self)
 
-    def answer_frame(self, frame: bytes) -> None:
-        """Write the whole answer frame to a request a raw handler took (RAW_ANSWER_LATER);
-        dropped if the channel has closed."""
-        try:
-            self._write(frame)
-        except RemotingSendError:
-            log.debug("dropping an answer: %s closed", self)
-
     def answer_frames(self, frames: list[bytes]) -> None:
-        """:meth:`answer_frame` for several frames (the group commit's answers to this
-        connection), with one wake of the writer."""
+        """Write whole answer frames to requests a raw handler took (RAW_ANSWER_LATER; the
+        group commit's answers to this connection), with one wake of the writer; dropped if
+        the channel has closed (its output is gone, and counting them would hold the server's
+        write budget for good)."""
         if self.closed:
             log.debug("dropping %d answers: %s closed", len(frames), self)
             return

@@ -47,6 +47,15 @@ class AnswerSink(Protocol):
 _Held = tuple[int, float, bytes, Callable[[], bytes]]
 
 
+def _late_frame(late: Callable[[], bytes], frames: list[bytes]) -> None:
+    """Add ``late()``'s frame to ``frames``; if it raises, that request goes unanswered and
+    the others do not."""
+    try:
+        frames.append(late())
+    except Exception:
+        log.exception("a held answer's timeout frame raised")
+
+
 class CommitLogFlushService:
     def __init__(
         self,
@@ -62,8 +71,10 @@ class CommitLogFlushService:
         # (offset, deadline, callback): callback(True) once bytes before offset are durable,
         # callback(False) when the deadline (trio time) passes first.
         self._waiters: list[tuple[int, float, Callable[[bool], None]]] = []
-        # Answer frames held until their bytes are durable, per connection, oldest first.
+        # Answer frames held until their bytes are durable, per connection, oldest first; the
+        # connections whose deadlines are out of order (syncFlushTimeout lowered meanwhile).
         self._held: dict[AnswerSink, collections.deque[_Held]] = {}
+        self._unordered: set[AnswerSink] = set()
         self._wake = trio.Event()
         self._expiry_wanted = trio.Event()
         self._last_thorough = 0
@@ -118,14 +129,19 @@ class CommitLogFlushService:
         each sink's requests in one call, oldest first.  False, holding nothing, when the
         bytes are durable already: the caller answers ``frame`` itself.
 
-        A sink's answers are released in order, so one whose timeout is shorter than an older
-        one's (``syncFlushTimeout`` lowered meanwhile) waits for the older one's deadline."""
+        A sink's durable answers are released in order; one whose timeout is shorter than an
+        older one's (``syncFlushTimeout`` lowered meanwhile) times out on its own deadline,
+        ahead of the older one.  Answers of the other ways to wait (:meth:`on_flushed`) may
+        be written before or after them."""
         if self.commitlog.queue.flushed_where >= offset:
             return False
+        deadline = trio.current_time() + timeout_s
         held = self._held.get(sink)
         if held is None:
             held = self._held[sink] = collections.deque()
-        held.append((offset, trio.current_time() + timeout_s, frame, late))
+        elif deadline < held[-1][1]:
+            self._unordered.add(sink)
+        held.append((offset, deadline, frame, late))
         self._wanted()
         return True
 
@@ -176,15 +192,22 @@ class CommitLogFlushService:
                 if flushed >= offset:
                     frames.append(frame)
                 elif deadline <= now:
-                    try:
-                        frames.append(late())
-                    except Exception:  # that request goes unanswered; the others do not
-                        log.exception("a held answer's timeout frame raised")
+                    _late_frame(late, frames)
                 else:
                     break
                 held.popleft()
+            if held and sink in self._unordered:
+                # A later answer may be due before the oldest: its own deadline.
+                keep: collections.deque[_Held] = collections.deque()
+                for entry in held:
+                    if entry[1] <= now:
+                        _late_frame(entry[3], frames)
+                    else:
+                        keep.append(entry)
+                held = self._held[sink] = keep
             if not held:
                 del self._held[sink]
+                self._unordered.discard(sink)
             if frames:
                 try:
                     sink.answer_frames(frames)
@@ -255,8 +278,10 @@ class CommitLogFlushService:
                 continue
             await trio.sleep(EXPIRY_CHECK_INTERVAL)
             now = trio.current_time()
-            if any(deadline <= now for _, deadline, _ in self._waiters) or any(
-                held[0][1] <= now for held in self._held.values()
+            if (
+                any(deadline <= now for _, deadline, _ in self._waiters)
+                or any(held[0][1] <= now for held in self._held.values())
+                or any(e[1] <= now for sink in self._unordered for e in self._held[sink])
             ):
                 self._settle()
 

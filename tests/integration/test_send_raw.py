@@ -218,9 +218,6 @@ class Answers:
             response.opaque, response.flag = request.opaque, response.flag | RPC_TYPE_RESPONSE
         self.frames.append(answer_of(response))
 
-    def answer_frame(self, frame: bytes) -> None:
-        self.frames.append(answer_of(frame))
-
     def answer_frames(self, frames: list[bytes]) -> None:
         self.calls.append(len(frames))
         self.frames.extend(answer_of(f) for f in frames)

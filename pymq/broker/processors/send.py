@@ -484,7 +484,7 @@ class SendProcessor:
         writable, put by the store's one-call path on a broker that is not SYNC_MASTER.
         Returns the answer frame :meth:`send_message_inline` writes for it, or, with
         SYNC_FLUSH, RAW_ANSWER_LATER: the group commit writes that frame (or
-        FLUSH_DISK_TIMEOUT's) through ``Channel.answer_frame`` once the bytes are on disk
+        FLUSH_DISK_TIMEOUT's) through ``Channel.answer_frames`` once the bytes are on disk
         (tests/integration/test_send_raw.py compares the answers and the stores).  None,
         having changed nothing, for every other frame, which the usual path then decodes,
         checks and answers (refusals included)."""

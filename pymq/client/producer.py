@@ -235,16 +235,23 @@ class Producer(ClientService):
     # -- sending --------------------------------------------------------------------------
 
     def _encode(self, msg: Message) -> tuple[bytes, int, str, str]:
-        props = msg.all_properties()
-        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self._ids.create()
-        props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
-        props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
+        if msg.properties or msg.keys or msg.delay_level > 0:
+            props = msg.all_properties()
+            uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self._ids.create()
+            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+            props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
+            text = encode_properties(props)
+        else:  # the common message: its properties' text written at once, as above
+            uniq = self._ids.create()
+            text = _UNIQ_AND_WAIT.format(uniq)
+            if msg.tags:
+                text = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{msg.tags}{PROPERTY_SEPARATOR}{text}"
         body = msg.body
         sys_flag = 0
         if len(body) >= COMPRESS_OVER:
             body = zlib.compress(body, COMPRESS_LEVEL)
             sys_flag |= MessageSysFlag.COMPRESSED_FLAG
-        return body, sys_flag, encode_properties(props), uniq
+        return body, sys_flag, text, uniq
 
     def _header(
         self, mq: MessageQueue, sys_flag: int, flag: int, props: str, batch: bool

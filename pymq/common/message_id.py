@@ -60,9 +60,6 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return unpack_ip(ip_raw), port, offset
 
 
-_SPAN_COUNTER = struct.Struct(">IH")
-
-
 class UniqueIdGenerator:
     """UNIQ_KEY ids in the layout of Java's ``MessageClientIDSetter``.
 
@@ -82,6 +79,8 @@ class UniqueIdGenerator:
         self._counter = itertools.count(random.getrandbits(15))
         self._month_start = 0
         self._next_month = 0
+        self._last_ms = -1  # the millisecond whose ids start with _head
+        self._head = ""
 
     def _roll_month(self, now_ms: int) -> None:
         now = datetime.datetime.fromtimestamp(now_ms / 1000)
@@ -92,12 +91,12 @@ class UniqueIdGenerator:
 
     def create(self, now_ms: int | None = None) -> str:
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        if now >= self._next_month or now < self._month_start:
-            self._roll_month(now)
-        tail = _SPAN_COUNTER.pack(
-            (now - self._month_start) & 0xFFFFFFFF, next(self._counter) & 0xFFFF
-        )
-        return self._prefix + tail.hex().upper()
+        if now != self._last_ms:  # the ids' head (all but the counter) once per millisecond
+            if now >= self._next_month or now < self._month_start:
+                self._roll_month(now)
+            self._head = f"{self._prefix}{(now - self._month_start) & 0xFFFFFFFF:08X}"
+            self._last_ms = now
+        return f"{self._head}{next(self._counter) & 0xFFFF:04X}"
 
     def create_many(self, count: int, now_ms: int | None = None) -> list[str]:
         """``count`` ids, as ``count`` calls of :meth:`create` at one moment make them (a

@@ -1,23 +1,26 @@
-"""The producer's batch body (``producer._batch_body``) against the reference writer
-(``encode_batch_body`` over the items the producer made before), and
-``UniqueIdGenerator.create_many`` against ``create``."""
+"""The producer's batch body (``producer._batch_body``) and a message's properties text
+(``Producer._encode``) against the reference writers (what the producer did before), and
+``UniqueIdGenerator.create`` and ``create_many`` against the id layout."""
 
 from __future__ import annotations
 
 import datetime
 import struct
+import zlib
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pymq.client.producer import Message, _batch_body
+from pymq.client.producer import COMPRESS_LEVEL, COMPRESS_OVER, Message, Producer, _batch_body
 from pymq.common.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
     BatchItem,
+    MessageSysFlag,
     UniqueIdGenerator,
     decode_batch_body,
     encode_batch_body,
+    encode_properties,
 )
 
 
@@ -110,3 +113,55 @@ def test_create_many_late_in_a_month() -> None:
     span = struct.unpack(">I", bytes.fromhex(uniq[20:28]))[0]
     assert gen.begin_of_month_ms + span == now_ms
     assert uniq[:28] == gen.create(now_ms)[:28]
+
+
+def test_create_heads_follow_the_clock_across_milliseconds_and_months() -> None:
+    """create keeps an id's head for its millisecond: ids made at other moments, the next
+    month's included, carry their own time, and the counter runs on."""
+    gen = UniqueIdGenerator("10.1.2.3", pid=77)
+    month = int(datetime.datetime(2026, 11, 1).timestamp() * 1000)
+    moments = [month - 2, month - 2, month - 1, month, month, month + 5, month - 1]
+    ids = [gen.create(now) for now in moments]
+    for uniq, now in zip(ids, moments, strict=True):
+        start = int(
+            datetime.datetime.fromtimestamp(now / 1000)
+            .replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+            .timestamp()
+            * 1000
+        )
+        assert struct.unpack(">I", bytes.fromhex(uniq[20:28]))[0] == (now - start) & 0xFFFFFFFF
+        assert uniq[:20] == ids[0][:20]
+    first = counter_of(ids[0])
+    assert [counter_of(u) for u in ids] == [(first + i) & 0xFFFF for i in range(len(ids))]
+
+
+def _encode_reference(msg: Message, uniq: str) -> str:
+    """The properties text Producer._encode wrote before its common-message shortcut."""
+    props = msg.all_properties()
+    props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = (
+        props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or uniq
+    )
+    props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
+    return encode_properties(props)
+
+
+@given(
+    _messages,
+    st.integers(0, 3),
+    st.sampled_from([b"", b"x" * 10, b"y" * (COMPRESS_OVER + 1)]),
+)
+def test_encode_writes_the_reference_properties(msg: Message, delay: int, body: bytes) -> None:
+    msg.delay_level = delay
+    msg.body = body
+    producer = Producer("g", "127.0.0.1:9876")
+    before = dict(msg.properties)
+    out_body, sys_flag, text, uniq = producer._encode(msg)
+    assert text == _encode_reference(msg, uniq)
+    assert msg.properties == before
+    compressed = len(body) >= COMPRESS_OVER
+    assert bool(sys_flag & MessageSysFlag.COMPRESSED_FLAG) == compressed
+    assert out_body == (zlib.compress(body, COMPRESS_LEVEL) if compressed else body)
+    if msg.properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
+        assert uniq == msg.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+    else:
+        assert len(uniq) == 32

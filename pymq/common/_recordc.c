@@ -23,7 +23,10 @@
  *                               items written as records with the broker's stored properties,
  *                               or None for the Python path (see the function).
  *   encode_single(buf, pos, limit, body, properties, flag, queue_offset, ...)
- *                               CommitLog.append_single_fast: the same for one send.
+ *                               CommitLog.append_single_fast: the same for one send.  Both make
+ *                               their rows as the hint type given last (DispatchHint).
+ *   offset_msg_ids(prefix, rows)
+ *                               message_id.offset_msg_ids: a batch's comma-joined msgId.
  *   send_answer_frame(opaque, msg_id, queue_id, queue_offset, quoted_region, trace_on, version)
  *                               broker.processors.send.SendProcessor._answer_now's frame.
  *   populate_write(buf, start, length)
@@ -777,8 +780,11 @@ static int fast_put_args(PyObject *const *args, fast_put *fp, PyObject **topic) 
 
 /* A dispatch hint's fields in DispatchHint's order. */
 static PyObject *hint_row(long long phy, long long size, PyObject *topic, const fast_put *fp,
-                          long long queue_offset, const stored_names *names) {
-    PyObject *row = PyTuple_New(10);
+                          long long queue_offset, const stored_names *names,
+                          PyTypeObject *hint_type) {
+    /* An instance of hint_type (a tuple subclass of 10 fields: DispatchHint) when given, as
+     * tuple.__new__(hint_type, row) makes it, or else a plain tuple. */
+    PyObject *row = hint_type != NULL ? hint_type->tp_alloc(hint_type, 10) : PyTuple_New(10);
     if (row == NULL) return NULL;
     PyObject *v[10] = {PyLong_FromLongLong(phy),          PyLong_FromLongLong(size),
                        Py_NewRef(topic),                  PyLong_FromLongLong(fp->queue_id),
@@ -797,6 +803,20 @@ static PyObject *hint_row(long long phy, long long size, PyObject *topic, const 
     return row;
 }
 
+/* The optional last argument of encode_batch and encode_single: the tuple subclass their rows
+ * are made as (DispatchHint), or None for plain tuples.  0, or -1 with an error set. */
+static int hint_type_arg(PyObject *arg, PyTypeObject **out) {
+    *out = NULL;
+    if (arg == Py_None) return 0;
+    if (!PyType_Check(arg) || !PyType_IsSubtype((PyTypeObject *)arg, &PyTuple_Type) ||
+        (PyTypeObject *)arg == &PyTuple_Type) {
+        PyErr_SetString(PyExc_TypeError, "hint_type must be a subclass of tuple, or None");
+        return -1;
+    }
+    *out = (PyTypeObject *)arg;
+    return 0;
+}
+
 /* encode_batch(buf, pos, limit, data, first_queue_offset, file_from_offset, <the 13 shared
  *              arguments, see fast_put_args>)
  * The send path's batch in one call: each item of the SEND_BATCH_MESSAGE body ``data`` becomes
@@ -809,7 +829,10 @@ static PyObject *hint_row(long long phy, long long size, PyObject *topic, const 
  * path must judge or word: a body that does not parse, an empty batch, an item that
  * write_stored_record leaves to Python, or records that do not fit below limit. */
 static PyObject *py_encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 19) return PyErr_Format(PyExc_TypeError, "encode_batch takes 19 arguments");
+    if (nargs != 19 && nargs != 20)
+        return PyErr_Format(PyExc_TypeError, "encode_batch takes 19 or 20 arguments");
+    PyTypeObject *hint_type = NULL;
+    if (nargs == 20 && hint_type_arg(args[19], &hint_type) < 0) return NULL;
     long long pos, limit, queue_offset, file_from;
     if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
         arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
@@ -858,7 +881,8 @@ static PyObject *py_encode_batch(PyObject *self, PyObject *const *args, Py_ssize
                                 props, props_len, queue_offset, file_from + w, items, &names);
         if (size < 0) goto fallback;
         if (wait == NULL && (wait = item_value(names.wait)) == NULL) goto done;
-        PyObject *row = hint_row(file_from + w, size, topic, &fp, queue_offset, &names);
+        PyObject *row =
+            hint_row(file_from + w, size, topic, &fp, queue_offset, &names, hint_type);
         if (row == NULL) goto done;
         int rc = PyList_Append(rows, row);
         Py_DECREF(row);
@@ -887,7 +911,10 @@ done:
  * when the Python path must judge it: properties that are not ASCII, or that write_stored_record
  * leaves to Python (any DELAY or TRAN_MSG included), or a record past limit. */
 static PyObject *py_encode_single(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 21) return PyErr_Format(PyExc_TypeError, "encode_single takes 21 arguments");
+    if (nargs != 21 && nargs != 22)
+        return PyErr_Format(PyExc_TypeError, "encode_single takes 21 or 22 arguments");
+    PyTypeObject *hint_type = NULL;
+    if (nargs == 22 && hint_type_arg(args[21], &hint_type) < 0) return NULL;
     long long pos, limit, flag, queue_offset, file_from;
     if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
         arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
@@ -923,7 +950,8 @@ static PyObject *py_encode_single(PyObject *self, PyObject *const *args, Py_ssiz
     if (size < 0) {
         result = Py_NewRef(Py_None);
     } else {
-        PyObject *row = hint_row(file_from + pos, size, topic, &fp, queue_offset, &names);
+        PyObject *row =
+            hint_row(file_from + pos, size, topic, &fp, queue_offset, &names, hint_type);
         PyObject *wait = row == NULL ? NULL : item_value(names.wait);
         if (wait != NULL) result = Py_BuildValue("(LOO)", size, row, wait);
         Py_XDECREF(row);
@@ -2560,6 +2588,43 @@ static PyObject *py_offset_msg_id(PyObject *self, PyObject *const *args, Py_ssiz
     return out;
 }
 
+/* offset_msg_ids(prefix, rows): the message ids of rows' records (each row's first item, its
+ * physical offset), joined with commas: a batch's msgId. */
+static PyObject *py_offset_msg_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "offset_msg_ids takes 2 arguments");
+    PyObject *prefix = args[0], *rows = args[1];
+    if (!PyUnicode_Check(prefix) || !PyUnicode_IS_ASCII(prefix))
+        return PyErr_Format(PyExc_TypeError, "the prefix must be an ASCII str");
+    if (!PyList_Check(rows)) return PyErr_Format(PyExc_TypeError, "rows must be a list");
+    Py_ssize_t count = PyList_GET_SIZE(rows), n = PyUnicode_GET_LENGTH(prefix);
+    if (count == 0) return PyUnicode_New(0, 127);
+    if (count > (PY_SSIZE_T_MAX - 1) / (n + 17))
+        return PyErr_Format(PyExc_OverflowError, "too many rows");
+    PyObject *out = PyUnicode_New(count * (n + 17) - 1, 127);
+    if (out == NULL) return NULL;
+    Py_UCS1 *w = PyUnicode_1BYTE_DATA(out);
+    static const char digits[] = "0123456789ABCDEF";
+    for (Py_ssize_t r = 0; r < count; r++) {
+        PyObject *row = PyList_GET_ITEM(rows, r);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < 1) {
+            Py_DECREF(out);
+            return PyErr_Format(PyExc_TypeError, "each row must be a non-empty tuple");
+        }
+        long long offset;
+        if (arg_int(PyTuple_GET_ITEM(row, 0), "offset", 0, LLONG_MAX, &offset) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (r > 0) *w++ = ',';
+        memcpy(w, PyUnicode_1BYTE_DATA(prefix), n);
+        w += n;
+        unsigned long long v = (unsigned long long)offset;
+        for (int i = 15; i >= 0; i--, v >>= 4) w[i] = digits[v & 15];
+        w += 16;
+    }
+    return out;
+}
+
 /* --- now_ms ------------------------------------------------------------------------------- */
 
 static PyObject *py_now_ms(PyObject *self, PyObject *unused) {
@@ -3907,13 +3972,15 @@ static PyMethodDef methods[] = {
     {"encode_batch", (PyCFunction)(void (*)(void))py_encode_batch, METH_FASTCALL,
      "encode_batch(buf, pos, limit, data, first_queue_offset, file_from_offset, topic_b,"
      " cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_port,"
-     " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties): a"
+     " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties[,"
+     " hint_type]): a"
      " SEND_BATCH_MESSAGE body's records written as the Python path writes them; (end, rows,"
      " wait) or None."},
     {"encode_single", (PyCFunction)(void (*)(void))py_encode_single, METH_FASTCALL,
      "encode_single(buf, pos, limit, body, properties, flag, queue_offset, file_from_offset,"
      " topic_b, cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_port,"
-     " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties): a single"
+     " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties[,"
+     " hint_type]): a single"
      " send's record as the Python path writes it; (size, row, wait) or None."},
     {"send_answer_frame", (PyCFunction)(void (*)(void))py_send_answer_frame, METH_FASTCALL,
      "send_answer_frame(opaque, msg_id, queue_id, queue_offset, quoted_region, trace_on,"
@@ -3956,6 +4023,8 @@ static PyMethodDef methods[] = {
      " last_store_timestamp, exception or None)."},
     {"offset_msg_id", (PyCFunction)(void (*)(void))py_offset_msg_id, METH_FASTCALL,
      "offset_msg_id(prefix, offset): prefix + offset as 16 uppercase hex digits."},
+    {"offset_msg_ids", (PyCFunction)(void (*)(void))py_offset_msg_ids, METH_FASTCALL,
+     "offset_msg_ids(prefix, rows): offset_msg_id of each row's first item, comma-joined."},
     {"record_is", (PyCFunction)(void (*)(void))py_record_is, METH_FASTCALL,
      "record_is(data, size): whether data is size bytes beginning as a message record of that"
      " size (TOTALSIZE, magic code)."},

@@ -42,6 +42,11 @@ def _offset_msg_id_py(prefix: str, offset: int) -> str:
     return f"{prefix}{offset:016X}"
 
 
+def _offset_msg_ids_py(prefix: str, rows: list[tuple]) -> str:
+    """Pure-Python twin of ``_recordc.offset_msg_ids``; use :func:`offset_msg_ids`."""
+    return ",".join([_offset_msg_id_py(prefix, row[0]) for row in rows])
+
+
 def create_offset_msg_id(ip: str, port: int, phy_offset: int) -> str:
     """The broker's message id: uppercase hex of store IP, port (int32) and commit-log offset."""
     return (pack_ip(ip) + _PORT_OFFSET.pack(port, phy_offset)).hex().upper()
@@ -123,3 +128,9 @@ offset_msg_id: Callable[[str, int], str] = (
 )
 """A record's message id from its store host's hex prefix (see :func:`create_offset_msg_id`):
 the prefix + the commit-log offset as 16 uppercase hex digits."""
+
+offset_msg_ids: Callable[[str, list[tuple]], str] = getattr(
+    native_extension, "offset_msg_ids", _offset_msg_ids_py
+)
+"""The comma-joined message ids of records given as rows whose first item is the physical
+offset (a batch's msgId): :func:`offset_msg_id` of each."""

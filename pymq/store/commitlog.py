@@ -31,7 +31,7 @@ from pymq.common.message_ext import (
     MessageExt,
     MessageSysFlag,
 )
-from pymq.common.message_id import offset_msg_id, pack_ip
+from pymq.common.message_id import offset_msg_id, offset_msg_ids, pack_ip
 from pymq.common.native import native_extension
 from pymq.common.record import (
     BLANK_MAGIC_CODE,
@@ -162,11 +162,6 @@ class DispatchHint(NamedTuple):
 _new_hint = tuple.__new__
 """``_new_hint(DispatchHint, (...))``: a hint without the Python frame of NamedTuple's
 ``__new__`` (half the cost on the put path); the fields in declaration order."""
-
-
-def _as_hint(row: tuple) -> DispatchHint:
-    """A row of ``_recordc.encode_batch`` (DispatchHint's fields in order) as a hint."""
-    return _new_hint(DispatchHint, row)
 
 
 _encode_batch = getattr(native_extension, "encode_batch", None)
@@ -627,7 +622,7 @@ class CommitLog:
             mf.mm, pos, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH), body,
             properties, flag, queue_offset, mf.file_from_offset, topic_b, cluster_b, topic,
             queue_id, sys_flag, born_timestamp, born_ip, born_host[1], now, self._store_ip,
-            self._store_port, reconsume_times, max_body_properties,
+            self._store_port, reconsume_times, max_body_properties, DispatchHint,
         )  # fmt: skip
         if out is None:
             return None
@@ -640,7 +635,7 @@ class CommitLog:
             self._allocate_ahead(mf)
         hints = self.dispatch_hints
         if len(hints) < DISPATCH_HINTS_MAX:
-            hints.append(_new_hint(DispatchHint, row))
+            hints.append(row)  # made as a DispatchHint
         phy = row[0]
         result = PutMessageResult(
             PUT_OK, phy, size, offset_msg_id(self._msg_id_prefix, phy), now, queue_offset
@@ -684,6 +679,7 @@ class CommitLog:
                 mf.mm, pos, limit, body, first_queue_offset, mf.file_from_offset, topic_b,
                 cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_host[1],
                 now, self._store_ip, self._store_port, reconsume_times, max_body_properties,
+                DispatchHint,
             )  # fmt: skip
             if out is None:
                 return None
@@ -704,7 +700,7 @@ class CommitLog:
                 scratch, 0, max(0, min(in_file, room)), body, first_queue_offset,
                 mf.file_from_offset + pos, topic_b, cluster_b, topic, queue_id, sys_flag,
                 born_timestamp, born_ip, born_host[1], now, self._store_ip, self._store_port,
-                reconsume_times, max_body_properties,
+                reconsume_times, max_body_properties, DispatchHint,
             )  # fmt: skip
             if out is None:
                 return None
@@ -729,13 +725,13 @@ class CommitLog:
         hints = self.dispatch_hints
         room = DISPATCH_HINTS_MAX - len(hints)
         if room > 0:
-            hints.extend(map(_as_hint, rows[:room]))
+            hints.extend(rows if room >= len(rows) else rows[:room])  # made as DispatchHints
         prefix = self._msg_id_prefix
         first_phy = mf.file_from_offset + pos
         if len(rows) == 1:
             msg_id = offset_msg_id(prefix, first_phy)
         else:
-            msg_id = ",".join([offset_msg_id(prefix, row[0]) for row in rows])
+            msg_id = offset_msg_ids(prefix, rows)
         result = PutMessageResult(
             PUT_OK,
             wrote_offset=first_phy,

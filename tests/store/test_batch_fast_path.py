@@ -23,6 +23,7 @@ from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode
 from pymq.remoting.headers import SendMessageRequestHeader
 from pymq.store import DefaultMessageStore, PutMessageStatus, commitlog
+from pymq.store.commitlog import DispatchHint
 from tests.store.helpers import running_store, small_config
 
 pytestmark = pytest.mark.skipif(
@@ -81,10 +82,12 @@ def _fast(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHea
 
 def _state(store: DefaultMessageStore) -> tuple:
     cl = store.commitlog
+    hints = list(cl.dispatch_hints)
+    assert all(type(h) is DispatchHint for h in hints)  # read by name (reput)
     return (
         cl.get_data(0),
         dict(cl.topic_queue_table),
-        list(cl.dispatch_hints),
+        hints,
         cl.queue.files[-1].wrote_position if cl.queue.files else 0,
     )
 

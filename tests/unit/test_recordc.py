@@ -452,6 +452,64 @@ def test_offset_msg_id_refuses_bad_input():
         _native().offset_msg_id("é", 1)
 
 
+@given(
+    offsets=st.lists(st.integers(0, 2**63 - 1), max_size=40),
+    prefix=st.text(st.characters(min_codepoint=48, max_codepoint=70), max_size=32),
+)
+def test_offset_msg_ids_match_python(offsets, prefix):
+    rows = [(offset, "other fields") for offset in offsets]
+    want = message_id._offset_msg_ids_py(prefix, rows)
+    assert _native().offset_msg_ids(prefix, rows) == want
+    assert want == ",".join(message_id._offset_msg_id_py(prefix, o) for o in offsets)
+
+
+def test_offset_msg_ids_refuse_bad_input():
+    with pytest.raises(OverflowError):
+        _native().offset_msg_ids("AB", [(1,), (-1,)])
+    with pytest.raises(TypeError):
+        _native().offset_msg_ids("é", [(1,)])
+    with pytest.raises(TypeError):
+        _native().offset_msg_ids("AB", [(1,), 2])
+    with pytest.raises(TypeError):
+        _native().offset_msg_ids("AB", [()])
+    with pytest.raises(TypeError):
+        _native().offset_msg_ids("AB", ((1,),))
+
+
+def test_encode_rows_are_made_as_the_hint_type():
+    """encode_batch and encode_single make their rows as the tuple subclass given last
+    (DispatchHint), the same fields as the plain tuples they make without it."""
+    from pymq.common.batch import BatchItem, encode_batch_body
+    from pymq.store.commitlog import DispatchHint
+
+    body = encode_batch_body([BatchItem(b"a", 0, {"TAGS": "t"}), BatchItem(b"bb", 1, {})])
+    local, store = b"\x7f\x00\x00\x01", b"\x7f\x00\x00\x02"
+    shared = (b"T", b"C", "T", 1, 0, 5, local, 9, 6, store, 10911, 0, 4096)
+    outs = {}
+    for hint in (None, DispatchHint, "absent"):
+        buf = bytearray(4096)
+        batch_args = (buf, 0, 4096, body, 0, 1000, *shared)
+        single_args = (buf, 0, 4096, b"x", "TAGS\x01t", 0, 3, 1000, *shared)
+        if hint == "absent":
+            native = _native()
+            outs[hint] = (native.encode_batch(*batch_args), native.encode_single(*single_args))
+        else:
+            outs[hint] = (
+                _native().encode_batch(*batch_args, hint),
+                _native().encode_single(*single_args, hint),
+            )
+    (b_plain, s_plain), (b_hint, s_hint) = outs[None], outs[DispatchHint]
+    assert outs["absent"] == outs[None]
+    assert [type(r) for r in b_plain[1]] == [tuple, tuple] and type(s_plain[1]) is tuple
+    assert [type(r) for r in b_hint[1]] == [DispatchHint, DispatchHint]
+    assert type(s_hint[1]) is DispatchHint
+    assert b_hint == b_plain and s_hint == s_plain  # the same fields
+    assert b_hint[1][1].queue_offset == 1 and s_hint[1].tags == "t"
+    for bad in (int, tuple, 5, str):
+        with pytest.raises(TypeError):
+            _native().encode_batch(bytearray(4096), 0, 4096, body, 0, 1000, *shared, bad)
+
+
 def test_scan_without_select_lets_other_threads_run():
     """Recovery's plain walk runs without the GIL: a large file does not stall the loop.
 

@@ -47,10 +47,11 @@
  *                               (plain ASCII JSON, nothing nested but extFields' strings),
  *                               without orjson's dict; None for the general decoder.
  *   send_fields(buf, start, end)
- *                               a plain single send's fields (SEND_MESSAGE_V2, or the C++
- *                               client's SEND_MESSAGE) (opaque, topic, queue
- *                               id, sys flag, born timestamp, flag, properties, reconsume
- *                               times, body start) for the broker's raw send path, or None.
+ *                               a plain single send's or batch's fields (SEND_MESSAGE_V2 or
+ *                               SEND_BATCH_MESSAGE, or the C++ client's SEND_MESSAGE) (opaque,
+ *                               topic, queue id, sys flag, born timestamp, flag, properties,
+ *                               reconsume times, body start, batch) for the broker's raw send
+ *                               path, or None.
  *   send_header(ext, names, cls, batch_code)
  *                               remoting.headers.SendMessageRequestHeader.from_ext's common
  *                               case (required fields present, plain decimals, "true",
@@ -1790,13 +1791,14 @@ done:
  *
  * A plain single send read for the broker's raw send path: the frame buf[start:end] (its length
  * field stripped) with a JSON header of plain ASCII names and nothing nested but extFields,
- * flag 0 (a request expecting its answer), and either code 310 (SEND_MESSAGE_V2) with V2's
- * one-letter names only, or code 10 (SEND_MESSAGE) with the long names (other names ignored,
- * as the C++ client's AccessKey, OnsChannel and Signature), each name once, its value a string
- * or the C++ client's number, boolean or null (read as codec's plain_ext reads them), which
- * SendMessageRequestHeader.from_ext's common case takes (send_header: the first eight present,
- * plain decimals, booleans true/false/1/0, batch false).  Returns (opaque, topic, queue_id,
- * sys_flag, born_timestamp, flag, properties or None, reconsume_times or None, body_start);
+ * flag 0 (a request expecting its answer), and either code 310 (SEND_MESSAGE_V2) or 320
+ * (SEND_BATCH_MESSAGE) with V2's one-letter names only, or code 10 (SEND_MESSAGE) with the long
+ * names (other names ignored, as the C++ client's AccessKey, OnsChannel and Signature), each
+ * name once, its value a string or the C++ client's number, boolean or null (read as codec's
+ * plain_ext reads them), which SendMessageRequestHeader.from_ext's common case takes
+ * (send_header: the first eight present, plain decimals, booleans true/false/1/0), batch true
+ * for code 320 and false or absent otherwise.  Returns (opaque, topic, queue_id, sys_flag,
+ * born_timestamp, flag, properties or None, reconsume_times or None, body_start, batch);
  * None for every other frame, which the usual path decodes, checks and answers.
  */
 /* codec.MAX_JSON_HEADER_LENGTH: the longest JSON header the usual path decodes. */
@@ -1907,9 +1909,10 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
     int rc = j_header(&r, &h, &language, NULL, ext_slots, &e);
     if (rc < 0) goto fail;
     if (rc == 0 || !(h.seen & 16) || h.flag != 0) goto plain_none;
-    /* V2 (310): its one-letter names only; SEND_MESSAGE (10): the long names, others ignored
-     * (the C++ client's AccessKey, OnsChannel and Signature). */
-    if (!((h.code == 310 && e.names == 1 && !e.others) || (h.code == 10 && e.names == 2)))
+    /* V2 (310) and SEND_BATCH_MESSAGE (320): the one-letter names only; SEND_MESSAGE (10): the
+     * long names, others ignored (the C++ client's AccessKey, OnsChannel and Signature). */
+    if (!(((h.code == 310 || h.code == 320) && e.names == 1 && !e.others) ||
+          (h.code == 10 && e.names == 2)))
         goto plain_none;
     /* send_header's common case over the slots (a..m in the header's field order). */
     for (int i = 0; i < 8; i++)
@@ -1921,13 +1924,14 @@ static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_
     if (ext[9] != NULL && (typed[9] = plain_number(ext[9], 9)) == NULL) goto none_or_error;
     if (ext[10] != NULL && (typed[10] = plain_bool(ext[10])) == NULL) goto none_or_error;
     if (ext[11] != NULL && (typed[11] = plain_number(ext[11], 9)) == NULL) goto none_or_error;
-    if (ext[12] != NULL) {
-        if ((typed[12] = plain_bool(ext[12])) == NULL) goto none_or_error;
-        if (typed[12] == Py_True) goto plain_none; /* a batch: the usual path */
-    }
-    result = Py_BuildValue("(LOOOOOOOL)", h.opaque, ext[1], typed[4], typed[5], typed[6], typed[7],
-                           ext[8] != NULL ? ext[8] : Py_None,
-                           typed[9] != NULL ? typed[9] : Py_None, header_end);
+    if (ext[12] != NULL && (typed[12] = plain_bool(ext[12])) == NULL) goto none_or_error;
+    /* A batch is SEND_BATCH_MESSAGE with batch "true"; the other mixes are the usual path's. */
+    int batch = typed[12] == Py_True;
+    if (batch != (h.code == 320)) goto plain_none;
+    result = Py_BuildValue("(LOOOOOOOLO)", h.opaque, ext[1], typed[4], typed[5], typed[6],
+                           typed[7], ext[8] != NULL ? ext[8] : Py_None,
+                           typed[9] != NULL ? typed[9] : Py_None, header_end,
+                           batch ? Py_True : Py_False);
     goto done;
 none_or_error:
     if (PyErr_Occurred()) goto fail;
@@ -4000,8 +4004,8 @@ static PyMethodDef methods[] = {
      "json_header(buf, start, end, cls, serialize_type): the plain JSON header at"
      " buf[start:end] as cls(...), read without a dict, or None (json_command's case)."},
     {"send_fields", (PyCFunction)(void (*)(void))py_send_fields, METH_FASTCALL,
-     "send_fields(buf, start, end): a plain single send frame's fields for the broker's raw"
-     " send path, or None."},
+     "send_fields(buf, start, end): a plain single send's or batch's frame's fields for the"
+     " broker's raw send path, or None."},
     {"send_answer_fields", (PyCFunction)(void (*)(void))py_send_answer_fields, METH_FASTCALL,
      "send_answer_fields(buf, start, end): a send's plain successful answer's fields for the"
      " client's raw answer path, or None."},

@@ -647,7 +647,7 @@ class CommitLog:
         topic: str,
         topic_b: bytes,
         queue_id: int,
-        body: bytes,
+        body: bytes | memoryview,
         cluster_b: bytes,
         sys_flag: int,
         born_timestamp: int,

@@ -714,7 +714,7 @@ class DefaultMessageStore:
         self,
         topic: str,
         queue_id: int,
-        body: bytes,
+        body: bytes | memoryview,
         cluster: str,
         sys_flag: int,
         born_timestamp: int,

@@ -42,6 +42,21 @@ def frame(ext: dict, code: int = 310, flag: int = 0, remark: str | None = None) 
     return encode(RemotingCommand(code, ext, b"body-%d" % len(ext), 77, flag, remark))
 
 
+def batch_frame(topic: str, items: list, code: int = 320, body: bytes | None = None, **extra: str):
+    """A SEND_BATCH_MESSAGE as pymq's and Java's producers write it (V2 names, batch true)."""
+    from pymq.common.batch import BatchItem, encode_batch_body
+
+    ext = ext_for(topic, props="", **{"m": "true", **extra})
+    if body is None:
+        body = encode_batch_body([BatchItem(b, 0, p) for b, p in items])
+    return encode(RemotingCommand(code, ext, body, 78, 0))
+
+
+def _items(n: int, **props: str) -> list:
+    return [(b"item-%d" % i, {"UNIQ_KEY": f"0A00000900000000000000000000{i:04d}", **props})
+            for i in range(n)]  # fmt: skip
+
+
 def cpp_frame(topic: str, props: str, **fields: object) -> bytes:
     """A SEND_MESSAGE as the C++ client writes it: long names, numbers and strings mixed, the
     ACL fields it always adds, keys sorted, remark "" and a trailing newline."""
@@ -147,6 +162,17 @@ async def test_raw_sends_answer_and_store_as_the_usual_path(pymq_cluster: Cluste
         ("retry topic", lambda t: frame(ext_for("%RETRY%" + t, props=UNIQ.format(17)))),
         ("system topic", lambda t: frame(ext_for("SCHEDULE_TOPIC_XXXX", props=UNIQ.format(18)))),
         ("plain again", lambda t: frame(ext_for(t, props=UNIQ.format(19)))),
+        ("batch", lambda t: batch_frame(t, _items(3))),
+        ("batch, tags, keys, WAIT", lambda t: batch_frame(
+            t, _items(2, TAGS="a", KEYS="k1 k2", WAIT="true"), e="2"
+        )),
+        ("batch of one, reconsume", lambda t: batch_frame(t, _items(1), j="2")),
+        ("batch, a delayed item", lambda t: batch_frame(t, _items(2, DELAY="2"))),
+        ("batch, cut body", lambda t: batch_frame(t, [], body=batch_frame(t, _items(2))[-30:])),
+        ("batch, empty body", lambda t: batch_frame(t, [], body=b"")),
+        ("batch, code 320 without batch", lambda t: batch_frame(t, _items(2), m="false")),
+        ("batch, queue out of range", lambda t: batch_frame(t, _items(2), e="99")),
+        ("batch, transaction flag", lambda t: batch_frame(t, _items(2), f="4")),
     ]  # fmt: skip
     raw_served = []
     for name, make in cases:
@@ -171,7 +197,7 @@ async def test_raw_sends_answer_and_store_as_the_usual_path(pymq_cluster: Cluste
         "plain", "tags+keys+wait", "no props", "queue 3, flag, sys flag", "reconsume",
         "C++ booleans", "quoted props", "remark", "code 10", "C++ client",
         "C++ client, queue 2, reconsume",
-        "plain again",
+        "plain again", "batch", "batch, tags, keys, WAIT", "batch of one, reconsume",
     ]  # fmt: skip
     raw_records, usual_records = stored(cluster, "RawT"), stored(cluster, "UsualT")
     assert len(raw_records) >= 10
@@ -299,6 +325,47 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
         raw_records, usual_records = stored(cluster, "RawT"), stored(cluster, "UsualT")
         assert len(raw_records) == 5
         assert raw_records == usual_records
+
+
+async def test_sync_flush_raw_batches_are_answered_as_the_usual_path(tmp_path) -> None:
+    """With SYNC_FLUSH a batch is taken by the raw path too, and answered once its bytes are on
+    disk with the usual path's answer (its msgId list, queue offset), the same records."""
+    import trio
+
+    from pymq.embedded import open_cluster
+    from pymq.testing import TEST_PROPERTIES
+
+    properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
+        properties=properties,
+    ) as cluster:  # fmt: skip
+        server, send = cluster.broker.server, cluster.broker.send_processor
+        answers = {}
+        for round_ in range(2):  # the first round checks the topics (the usual path)
+            for topic in ("RawT", "UsualT"):
+                if round_ == 0:
+                    await topics.create_topic(
+                        cluster.namesrv_addr, topic, brokers=[cluster.broker_addr]
+                    )
+                data = batch_frame(topic, _items(3, TAGS="b"))
+                channel = Answers()
+                out = send.send_raw(channel, data, 4, len(data)) if topic == "RawT" else None  # type: ignore[arg-type]
+                if out is None:
+                    assert round_ == 0 or topic == "UsualT"
+                    cmd = decode_frame(data[4:])
+                    assert server.dispatch_inline(channel, cmd) is ANSWER_LATER  # type: ignore[arg-type]
+                else:
+                    assert out == RAW_ANSWER_LATER
+                with trio.fail_after(10):
+                    while not channel.frames:
+                        await trio.sleep(0.01)
+                answers[round_, topic] = channel.frames
+        assert answers[1, "RawT"] == answers[1, "UsualT"]
+        assert answers[1, "RawT"][0][0] == ResponseCode.SUCCESS
+        await cluster.broker.store.reput.do_reput()
+        assert stored(cluster, "RawT") == stored(cluster, "UsualT")
+        assert len(stored(cluster, "RawT")) == 6
 
 
 async def test_sync_flush_answers_each_channel_in_one_call_in_order(tmp_path, monkeypatch) -> None:

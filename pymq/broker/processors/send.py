@@ -477,11 +477,12 @@ class SendProcessor:
         return self._answer_now(req, result, queue_id)
 
     def send_raw(self, channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
-        """The common single send answered from its frame (``buf[start:end]``, the length field
+        """The common send answered from its frame (``buf[start:end]``, the length field
         stripped; ``Channel.raw_handler``), without the request command, its typed header or
         the inline dispatch: the plain single send (SEND_MESSAGE_V2, or the C++ client's
-        SEND_MESSAGE) that ``_recordc.send_fields`` reads, to a topic already checked and
-        writable, put by the store's one-call path on a broker that is not SYNC_MASTER.
+        SEND_MESSAGE) or batch (SEND_BATCH_MESSAGE) that ``_recordc.send_fields`` reads, to a
+        topic already checked and writable, put by the store's one-call paths on a broker that
+        is not SYNC_MASTER.
         Returns the answer frame :meth:`send_message_inline` writes for it, or, with
         SYNC_FLUSH, RAW_ANSWER_LATER: the group commit writes that frame (or
         FLUSH_DISK_TIMEOUT's) through ``Channel.answer_frames`` once the bytes are on disk
@@ -493,7 +494,8 @@ class SendProcessor:
         fields = _send_fields(buf, start, end)
         if fields is None:
             return None
-        opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at = fields
+        (opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,
+         batch) = fields  # fmt: skip
         store = self.ctx.store
         if (
             store.config.broker_role is _SYNC_MASTER
@@ -519,10 +521,16 @@ class SendProcessor:
             return None
         if queue_id < 0:
             queue_id = random.randrange(max(1, verdict[0].write_queue_nums))
-        fast = store.put_single_now(
-            topic, queue_id, buf[body_at:end], props or "", flag, bc.broker_cluster_name,
-            sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
-        )  # fmt: skip
+        if batch:  # the common batch in one C call, as the inline path puts it
+            fast = store.put_batch_body_now(
+                topic, queue_id, memoryview(buf)[body_at:end], bc.broker_cluster_name,
+                sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
+            )  # fmt: skip
+        else:
+            fast = store.put_single_now(
+                topic, queue_id, buf[body_at:end], props or "", flag, bc.broker_cluster_name,
+                sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
+            )  # fmt: skip
         if fast is None:
             return None
         # Stored: from here on the frame must be answered here, never handed to the usual

@@ -105,6 +105,8 @@ _UNIQ_AND_WAIT = (
     f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}{{}}{PROPERTY_SEPARATOR}"
     f"{PROPERTY_WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}true"
 )
+_UNIQ_HEAD, _WAIT_TAIL = _UNIQ_AND_WAIT.split("{}")
+_TAGS_HEAD = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}"
 _BATCH_ITEM_HEAD = struct.Struct(">iIiii")  # totalSize, magic, bodyCRC, flag, bodyLen
 _BATCH_PROPS_LEN = struct.Struct(">h")
 
@@ -117,24 +119,28 @@ def _batch_body(msgs: Sequence[Message], ids: list[str]) -> bytes:
     parts: list[bytes] = []
     head = _BATCH_ITEM_HEAD.pack
     props_len = _BATCH_PROPS_LEN.pack
+    fixed = _BATCH_ITEM_HEAD.size + 2
     for msg, uniq in zip(msgs, ids, strict=True):
-        user = msg.all_properties()
-        if not user:
-            text = _UNIQ_AND_WAIT.format(uniq)
-        elif PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in user or PROPERTY_WAIT_STORE_MSG_OK in user:
-            user[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
-            user[PROPERTY_WAIT_STORE_MSG_OK] = "true"
-            text = encode_properties(user)
+        if not (msg.properties or msg.keys or msg.delay_level > 0):  # the common message
+            tags = msg.tags
+            if tags:
+                text = f"{_TAGS_HEAD}{tags}{PROPERTY_SEPARATOR}{_UNIQ_HEAD}{uniq}{_WAIT_TAIL}"
+            else:
+                text = f"{_UNIQ_HEAD}{uniq}{_WAIT_TAIL}"
         else:
-            text = f"{encode_properties(user)}{PROPERTY_SEPARATOR}{_UNIQ_AND_WAIT.format(uniq)}"
+            user = msg.all_properties()
+            if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in user or PROPERTY_WAIT_STORE_MSG_OK in user:
+                user[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
+                user[PROPERTY_WAIT_STORE_MSG_OK] = "true"
+                text = encode_properties(user)
+            else:
+                text = encode_properties(user)
+                text = f"{text}{PROPERTY_SEPARATOR}{_UNIQ_HEAD}{uniq}{_WAIT_TAIL}"
         props = text.encode()
         body = msg.body
-        parts.append(
-            head(_BATCH_ITEM_HEAD.size + len(body) + 2 + len(props), 0, 0, msg.flag, len(body))
-        )
-        parts.append(body)
-        parts.append(props_len(len(props)))
-        parts.append(props)
+        size = len(body)
+        item = head(fixed + size + len(props), 0, 0, msg.flag, size)
+        parts += (item, body, props_len(len(props)), props)
     return b"".join(parts)
 
 

@@ -65,6 +65,9 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return unpack_ip(ip_raw), port, offset
 
 
+_HEX_BYTE = [f"{i:02X}" for i in range(256)]
+
+
 class UniqueIdGenerator:
     """UNIQ_KEY ids in the layout of Java's ``MessageClientIDSetter``.
 
@@ -110,8 +113,20 @@ class UniqueIdGenerator:
         if now >= self._next_month or now < self._month_start:
             self._roll_month(now)
         head = f"{self._prefix}{(now - self._month_start) & 0xFFFFFFFF:08X}"
-        counter = self._counter
-        return [f"{head}{next(counter) & 0xFFFF:04X}" for _ in range(count)]
+        if count <= 0:
+            return []
+        # The counter's next ``count`` values in one step (consecutive: no other thread's
+        # call comes between), written a byte of hex at a time, a run per high byte.
+        value = next(itertools.islice(self._counter, count - 1, None)) - (count - 1)
+        ids: list[str] = []
+        while count:
+            high, low = (value >> 8) & 0xFF, value & 0xFF
+            run = min(count, 256 - low)
+            start = head + _HEX_BYTE[high]
+            ids += [start + tail for tail in _HEX_BYTE[low : low + run]]
+            count -= run
+            value += run
+        return ids
 
     @property
     def begin_of_month_ms(self) -> int:

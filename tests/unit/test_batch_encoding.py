@@ -165,3 +165,20 @@ def test_encode_writes_the_reference_properties(msg: Message, delay: int, body: 
         assert uniq == msg.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
     else:
         assert len(uniq) == 32
+
+
+def test_create_many_runs_across_byte_and_counter_wraps() -> None:
+    """create_many writes the counter a byte at a time in runs: runs that cross a high byte's
+    end, and the counter's wrap at 0xFFFF, give what create gives for each value."""
+    import itertools
+
+    now = 1_700_000_000_000
+    for start, count in [(0xFFF0, 40), (0x12F5, 300), (0x00FF, 2), (7, 1), (0xFFFF, 600)]:
+        gen = UniqueIdGenerator("10.1.2.3", pid=77)
+        gen._counter = itertools.count(start)
+        many = gen.create_many(count, now)
+        twin = UniqueIdGenerator("10.1.2.3", pid=77)
+        twin._prefix = gen._prefix  # the same "class loader" bytes
+        twin._counter = itertools.count(start)
+        assert many == [twin.create(now) for _ in range(count)], (start, count)
+        assert counter_of(gen.create(now)) == (start + count) & 0xFFFF  # the counter ran on

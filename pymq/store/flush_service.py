@@ -83,6 +83,9 @@ class CommitLogFlushService:
         self._job: FlushJob | None = None
         self._begin_failures = 0  # on_flushed could not begin the sync (see there)
         self._sync_thread: SyncThread | NativeSyncThread | None = None
+        # The run's clock read directly (trio.current_time's lookups cost a put ~0.3 us);
+        # trio.current_time until the group commit runs.
+        self._now: Callable[[], float] = trio.current_time
 
     @property
     def flushed_where(self) -> int:
@@ -135,7 +138,7 @@ class CommitLogFlushService:
         be written before or after them."""
         if self.commitlog.queue.flushed_where >= offset:
             return False
-        deadline = trio.current_time() + timeout_s
+        deadline = self._now() + timeout_s
         held = self._held.get(sink)
         if held is None:
             held = self._held[sink] = collections.deque()
@@ -225,6 +228,7 @@ class CommitLogFlushService:
     ) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._expire_late_waiters)
+            self._now = trio.lowlevel.current_clock().current_time
             self._sync_thread = thread = sync_thread("pymq-group-commit")
             task_status.started()
             failures = 0

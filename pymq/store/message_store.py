@@ -814,7 +814,7 @@ class DefaultMessageStore:
         for SYNC_MASTER."""
         if result.status is not PUT_OK or not self.must_wait:
             return False
-        if wait is not None and wait.strip().lower() != "true":
+        if wait is not None and wait != "true" and wait.strip().lower() != "true":
             return False
         assert self.config.broker_role is not BrokerRole.SYNC_MASTER
         assert self.flush_commitlog is not None

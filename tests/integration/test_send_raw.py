@@ -4,9 +4,11 @@ path gives the same frame; every other frame is left to the usual path with noth
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 import types
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -228,6 +230,22 @@ async def test_a_broker_serves_sends_raw_over_its_connections(pymq_cluster: Clus
     assert served.count(True) >= 19  # all but the topic's first send
 
 
+@contextlib.asynccontextmanager
+async def sync_flush_cluster(tmp_path, *names: str) -> AsyncIterator[Cluster]:
+    """A cluster whose broker flushes SYNC_FLUSH, with topics ``names`` created."""
+    from pymq.embedded import open_cluster
+    from pymq.testing import TEST_PROPERTIES
+
+    properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
+        properties=properties,
+    ) as cluster:  # fmt: skip
+        for name in names:
+            await topics.create_topic(cluster.namesrv_addr, name, brokers=[cluster.broker_addr])
+        yield cluster
+
+
 class Answers:
     """A stand-in for the sending channel: collects the answers written later (the usual
     path's Channel.answer, the raw path's Channel.answer_frames) and the calls that wrote
@@ -255,18 +273,10 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
     FLUSH_DISK_TIMEOUT when the sync hangs past syncFlushTimeout."""
     import trio
 
-    from pymq.embedded import open_cluster
-    from pymq.testing import TEST_PROPERTIES
     from tests.helpers import StuckDisk
 
     disk = StuckDisk(monkeypatch)
-    properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
-    async with open_cluster(
-        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
-        properties=properties,
-    ) as cluster:  # fmt: skip
-        for topic in ("RawT", "UsualT"):
-            await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr])
+    async with sync_flush_cluster(tmp_path, "RawT", "UsualT") as cluster:
         send = cluster.broker.send_processor
         server = cluster.broker.server
         store = cluster.broker.store
@@ -332,22 +342,11 @@ async def test_sync_flush_raw_batches_are_answered_as_the_usual_path(tmp_path) -
     disk with the usual path's answer (its msgId list, queue offset), the same records."""
     import trio
 
-    from pymq.embedded import open_cluster
-    from pymq.testing import TEST_PROPERTIES
-
-    properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
-    async with open_cluster(
-        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
-        properties=properties,
-    ) as cluster:  # fmt: skip
+    async with sync_flush_cluster(tmp_path, "RawT", "UsualT") as cluster:
         server, send = cluster.broker.server, cluster.broker.send_processor
         answers = {}
         for round_ in range(2):  # the first round checks the topics (the usual path)
             for topic in ("RawT", "UsualT"):
-                if round_ == 0:
-                    await topics.create_topic(
-                        cluster.namesrv_addr, topic, brokers=[cluster.broker_addr]
-                    )
                 data = batch_frame(topic, _items(3, TAGS="b"))
                 channel = Answers()
                 out = send.send_raw(channel, data, 4, len(data)) if topic == "RawT" else None  # type: ignore[arg-type]
@@ -374,17 +373,10 @@ async def test_sync_flush_answers_each_channel_in_one_call_in_order(tmp_path, mo
     FLUSH_DISK_TIMEOUT, and never again once the disk comes back."""
     import trio
 
-    from pymq.embedded import open_cluster
-    from pymq.testing import TEST_PROPERTIES
     from tests.helpers import StuckDisk
 
     disk = StuckDisk(monkeypatch)
-    properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
-    async with open_cluster(
-        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
-        properties=properties,
-    ) as cluster:  # fmt: skip
-        await topics.create_topic(cluster.namesrv_addr, "HeldT", brokers=[cluster.broker_addr])
+    async with sync_flush_cluster(tmp_path, "HeldT") as cluster:
         send = cluster.broker.send_processor
         store = cluster.broker.store
         stats = cluster.broker.context.stats
@@ -505,16 +497,9 @@ async def test_a_sync_that_cannot_start_with_the_put_answers_once(tmp_path, monk
     send is answered once, by the group commit, not also at once with the error."""
     import trio
 
-    from pymq.embedded import open_cluster
     from pymq.store import mapped_file_queue
-    from pymq.testing import TEST_PROPERTIES
 
-    properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")
-    async with open_cluster(
-        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
-        properties=properties,
-    ) as cluster:  # fmt: skip
-        await topics.create_topic(cluster.namesrv_addr, "Once", brokers=[cluster.broker_addr])
+    async with sync_flush_cluster(tmp_path, "Once") as cluster:
         send, server = cluster.broker.send_processor, cluster.broker.server
         first = frame(ext_for("Once", props=UNIQ.format(0)))
         server.dispatch_inline(Answers(), decode_frame(first[4:]))  # type: ignore[arg-type]

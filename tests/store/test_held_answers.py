@@ -4,6 +4,9 @@ sink or a timeout frame that raises costs only its own answers."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import trio
 
 from pymq.store import FlushDiskType
@@ -52,6 +55,16 @@ async def _hold(store, sink, name: str, timeout_s: float = 30) -> None:
     assert held
 
 
+@contextlib.asynccontextmanager
+async def _stuck(root, monkeypatch) -> AsyncIterator[tuple]:
+    """A SYNC_FLUSH store whose group commit hangs in a sync: (store, disk)."""
+    disk = StuckDisk(monkeypatch)
+    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    async with running_store(config) as store:
+        await _stuck_sync(store, disk)
+        yield store, disk
+
+
 async def _settled(service, *sinks: Sink, calls: int) -> None:
     with trio.fail_after(10):
         while sum(len(s.calls) for s in sinks) < calls or service._held:
@@ -62,12 +75,9 @@ async def _settled(service, *sinks: Sink, calls: int) -> None:
 async def test_durable_answers_go_per_sink_in_order_and_a_broken_sink_costs_only_its_own(
     root, monkeypatch
 ) -> None:
-    disk = StuckDisk(monkeypatch)
-    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
-    async with running_store(config) as store:
+    async with _stuck(root, monkeypatch) as (store, disk):
         service = store.flush_commitlog
         a, b, broken = Sink(), Sink(), Sink(broken=True)
-        await _stuck_sync(store, disk)
         for sink, name in [(a, "1"), (b, "2"), (broken, "x"), (a, "3"), (b, "4")]:
             await _hold(store, sink, name)
         disk.stuck = False
@@ -87,12 +97,9 @@ async def test_durable_answers_go_per_sink_in_order_and_a_broken_sink_costs_only
 async def test_timeouts_answer_late_frames_and_a_raising_one_costs_only_itself(
     root, monkeypatch
 ) -> None:
-    disk = StuckDisk(monkeypatch)
-    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
-    async with running_store(config) as store:
+    async with _stuck(root, monkeypatch) as (store, disk):
         service = store.flush_commitlog
         a, b = Sink(), Sink()
-        await _stuck_sync(store, disk)
         for sink, name in [(a, "1"), (b, "raises"), (a, "3"), (b, "4")]:
             await _hold(store, sink, name, timeout_s=0.1)
         await _settled(service, a, b, calls=2)  # the disk still stuck
@@ -106,12 +113,9 @@ async def test_timeouts_answer_late_frames_and_a_raising_one_costs_only_itself(
 async def test_a_shorter_timeout_is_not_kept_behind_a_longer_one(root, monkeypatch) -> None:
     """syncFlushTimeout lowered while a sync hangs: a newer answer times out on its own
     deadline, not the older one's."""
-    disk = StuckDisk(monkeypatch)
-    config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
-    async with running_store(config) as store:
+    async with _stuck(root, monkeypatch) as (store, disk):
         service = store.flush_commitlog
         a = Sink()
-        await _stuck_sync(store, disk)
         await _hold(store, a, "old", timeout_s=30)
         await _hold(store, a, "new", timeout_s=0.1)
         with trio.fail_after(5):

@@ -852,11 +852,11 @@ static PyObject *py_encode_batch(PyObject *self, PyObject *const *args, Py_ssize
         return NULL;
     }
     if (limit > buf.len) limit = buf.len;
+    long long w = pos;
     PyObject *rows = PyList_New(0), *wait = NULL, *result = NULL;
     if (rows == NULL) goto done;
     const unsigned char *d = data.buf;
     Py_ssize_t at = 0, n = data.len;
-    long long w = pos;
     batch_prop items[BATCH_PROPS_MAX];
     while (at < n) {
         /* The item, as decode_batch reads it. */
@@ -897,6 +897,11 @@ static PyObject *py_encode_batch(PyObject *self, PyObject *const *args, Py_ssize
 fallback:
     result = Py_NewRef(Py_None);
 done:
+    /* Left to Python or failed: the items written before are whole records past the write
+     * position.  Zero them (write_stored_record writes nothing when it refuses), or a recovery
+     * after a restart could take them as stored if Python refuses the batch (CommitLog._scrub). */
+    if ((result == NULL || result == Py_None) && w > pos)
+        memset((unsigned char *)buf.buf + pos, 0, (size_t)(w - pos));
     Py_XDECREF(rows);
     Py_XDECREF(wait);
     PyBuffer_Release(&data);
@@ -2615,7 +2620,12 @@ static PyObject *py_offset_msg_ids(PyObject *self, PyObject *const *args, Py_ssi
             return PyErr_Format(PyExc_TypeError, "each row must be a non-empty tuple");
         }
         long long offset;
-        if (arg_int(PyTuple_GET_ITEM(row, 0), "offset", 0, LLONG_MAX, &offset) < 0) {
+        PyObject *first = PyTuple_GET_ITEM(row, 0);
+        if (!PyLong_CheckExact(first)) { /* no __index__: no Python code while rows is read */
+            Py_DECREF(out);
+            return PyErr_Format(PyExc_TypeError, "each row's offset must be an int");
+        }
+        if (arg_int(first, "offset", 0, LLONG_MAX, &offset) < 0) {
             Py_DECREF(out);
             return NULL;
         }

@@ -14,6 +14,7 @@ come only from below that point or from appends made since, so nothing corrupt i
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import logging
 import mmap
@@ -174,6 +175,18 @@ PWRITE_BATCH_MIN = 16 * 1024
 # The encoding buffer kept for the next batch; a larger batch's is dropped after its write.
 SCRATCH_KEPT_MAX = 1 << 20
 _encode_single = getattr(native_extension, "encode_single", None)
+
+
+def _scrub(mf: MappedFile, start: int, end: int) -> None:
+    """Zero ``[start, end)`` of ``mf``, past its write position, where a put that was refused
+    or failed wrote records before giving up.  They are junk to the store until a record is
+    committed over them, but whole records there are valid ones to a recovery after a restart
+    (which scans to the first record that is not), and a later record that ends where one of
+    them begins would make it the next: a refused message would come back as stored."""
+    end = min(end, mf.allocated, mf.file_size)
+    if end > start:
+        with contextlib.suppress(ValueError, OSError):  # closed meanwhile
+            mf.mm[start:end] = bytes(end - start)
 
 
 class CommitLog:
@@ -445,6 +458,7 @@ class CommitLog:
                 self._store_port, msg.reconsume_times, msg.prepared_transaction_offset,
             )  # fmt: skip
         except Exception as exc:  # nothing is committed yet: the bytes past the end are junk
+            _scrub(mf, pos, pos + size)
             return self._encode_failed(msg, exc)
         # Encoded: commit.
         if key is not None:
@@ -549,12 +563,14 @@ class CommitLog:
             phy = mf.file_from_offset + pos
             safe = _tear_safe(msg, props_b, pos + size - len(props_b))
             if isinstance(safe, PutMessageResult):
+                _scrub(mf, mf.wrote_position, pos)
                 return safe
             try:
                 hint = self._encode(
                     mm, pos, msg, topic_b, safe, born_ip, sys_flag, queue_offset, phy, now
                 )
             except Exception as exc:  # nothing is committed yet
+                _scrub(mf, mf.wrote_position, pos + size)
                 return self._encode_failed(msg, exc)
             placed.append(hint)
             pos += size
@@ -715,6 +731,7 @@ class CommitLog:
                     return None  # refused by the general path, as ever
                 self._space_back()
             if not mf.write_at(pos, memoryview(scratch)[:size]):
+                _scrub(mf, pos, end)  # whatever of the records it wrote
                 return None
         # Encoded: commit.
         self.topic_queue_table[key] = first_queue_offset + len(rows)

@@ -15,6 +15,7 @@ files are synced so that they never claim more than is durable.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -208,6 +209,8 @@ class CommitLogFlushService:
                     else:
                         keep.append(entry)
                 held = self._held[sink] = keep
+                if all(a[1] <= b[1] for a, b in itertools.pairwise(keep)):
+                    self._unordered.discard(sink)  # in order again: the head decides
             if not held:
                 del self._held[sink]
                 self._unordered.discard(sink)
@@ -252,6 +255,7 @@ class CommitLogFlushService:
                         self._settle()
             finally:
                 self._sync_thread = None
+                self._now = trio.current_time  # this run's clock is gone with it
                 thread.stop()  # after the sync in flight, which then releases the lock
                 self._job = None
 

@@ -540,3 +540,63 @@ def test_large_batches_are_written_with_pwrite(tmp_path, monkeypatch):
             assert len(writes) == 1  # a small batch is written through the map
 
     trio.run(main)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        encode_batch_body([BatchItem(b"B", 0, {"DELAY": "3"})]),  # refused: a delayed item
+        _PLAIN[:-1],  # refused: a cut item
+    ],
+)
+def test_a_refused_batch_leaves_no_record_a_restart_recovers(tmp_path, bad):
+    """A batch whose first items the C code encodes before it meets one the general path
+    refuses: the refused items must not come back as messages after a restart (found by
+    helper-34: recovery scans whole records past the write position)."""
+    config = small_config(str(tmp_path))
+    body = encode_batch_body([BatchItem(b"A" * 100, 0, {"TAGS": "t"})] * 2) + bad
+
+    async def main() -> None:
+        async with running_store(config, clock_ms=lambda: NOW) as store:
+            _prime(store)
+            assert _fast(store, body, _header()) is None
+            channel = types.SimpleNamespace(remote_address=f"{BORN[0]}:{BORN[1]}")
+            req = RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), body=body)
+            refused = _processor()._batch_messages(channel, req, _header(), 2)  # type: ignore[arg-type]
+            assert isinstance(refused, RemotingCommand)  # the general path refuses it
+            end = store.commitlog.max_offset
+        async with running_store(config, clock_ms=lambda: NOW) as store:
+            assert store.commitlog.max_offset == end
+            assert store.get_max_offset_in_queue(TOPIC, 2) == 1  # the first put's item only
+
+    trio.run(main)
+
+
+def test_a_refused_general_put_leaves_no_record_a_restart_recovers(tmp_path):
+    """The general path refusing a batch at its third message (a field the encoder cannot
+    write) after encoding two: a restart recovers none of them, even once a later record ends
+    where a refused one began."""
+    from tests.store.helpers import make_message
+
+    config = small_config(str(tmp_path))
+
+    async def main() -> None:
+        async with running_store(config, clock_ms=lambda: NOW) as store:
+            first = store.put_message_now(make_message("T", 0, body=b"kept"))
+            assert first.status is PutMessageStatus.PUT_OK
+            msgs = [make_message("T", 0, body=b"x" * 50) for _ in range(2)]
+            bad = make_message("T", 0, body=b"y")
+            bad.reconsume_times = 2**40  # the encoder refuses it, after the first two
+            msgs.append(bad)
+            refused = store.put_messages_now(msgs)
+            assert refused.status is not PutMessageStatus.PUT_OK
+            # A record as long as the first refused one lands where it began: the second
+            # refused record would follow it, whole, if nothing had zeroed it.
+            again = store.put_message_now(make_message("T", 0, body=b"x" * 50))
+            assert again.status is PutMessageStatus.PUT_OK
+            end = store.commitlog.max_offset
+        async with running_store(config, clock_ms=lambda: NOW) as store:
+            assert store.commitlog.max_offset == end
+            assert store.get_max_offset_in_queue("T", 0) == 2
+
+    trio.run(main)

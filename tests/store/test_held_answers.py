@@ -127,3 +127,23 @@ async def test_a_shorter_timeout_is_not_kept_behind_a_longer_one(root, monkeypat
         await _settled(service, a, calls=2)
         assert a.calls == [[b"late-new"], [b"ok-old"]]
         assert service._held == {} and not service._unordered
+
+
+async def test_a_sink_in_order_again_is_no_longer_scanned(root, monkeypatch) -> None:
+    """Once the out-of-order answer has timed out, the rest are in order: the connection
+    leaves the scan, though answers stay held."""
+    async with _stuck(root, monkeypatch) as (store, disk):
+        service = store.flush_commitlog
+        a = Sink()
+        await _hold(store, a, "old", timeout_s=30)
+        await _hold(store, a, "new", timeout_s=0.1)
+        await _hold(store, a, "later", timeout_s=30)
+        with trio.fail_after(5):
+            while not a.calls:
+                await trio.sleep(0.01)
+        assert a.calls == [[b"late-new"]]
+        assert a in service._held and a not in service._unordered
+        disk.stuck = False
+        disk.release.set()
+        await _settled(service, a, calls=2)
+        assert a.calls == [[b"late-new"], [b"ok-old", b"ok-later"]]

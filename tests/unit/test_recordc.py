@@ -474,6 +474,8 @@ def test_offset_msg_ids_refuse_bad_input():
         _native().offset_msg_ids("AB", [()])
     with pytest.raises(TypeError):
         _native().offset_msg_ids("AB", ((1,),))
+    with pytest.raises(TypeError):  # an int-like offset: no Python code runs while rows is read
+        _native().offset_msg_ids("AB", [(True,)])
 
 
 def test_encode_rows_are_made_as_the_hint_type():

@@ -52,7 +52,8 @@ def build_cluster(
 ) -> tuple[NamesrvController, list[object]]:
     """The name server, and the four broker config objects, for ``data_dir``.
 
-    ``admin_port`` turns on the admin channel and console (0 leaves it off).
+    ``admin_port`` turns on the admin channel and console (0 leaves it off; ``ADMIN_ANY_PORT``
+    is kept out of the config: :func:`open_cluster` binds any free port for it).
 
     ``properties`` are RocketMQ keys applied to the broker's configs last; unknown keys raise.
     """
@@ -68,7 +69,7 @@ def build_cluster(
         broker_ip2=broker_ip,
         broker_name="broker-a",
         namesrv_addr=None,
-        admin_listen_port=admin_port,
+        admin_listen_port=max(admin_port, 0),
     )
     server_config = NettyServerConfig(listen_port=broker_port, bind_address=bind_address)
     store_config = MessageStoreConfig(store_path_root_dir=os.path.join(data_dir, "store"))
@@ -78,6 +79,12 @@ def build_cluster(
     if unknown:
         raise ValueError(f"unknown config keys: {', '.join(unknown)}")
     return namesrv, configs
+
+
+ADMIN_ANY_PORT = -1
+"""``open_cluster(admin_port=ADMIN_ANY_PORT)``: the admin channel on any free port, bound by the
+channel itself (``cluster.admin_channel.port`` says which), with no window in which another
+process can take a port picked beforehand."""
 
 
 @asynccontextmanager
@@ -107,7 +114,9 @@ async def open_cluster(
         broker_config.namesrv_addr = f"127.0.0.1:{port}"
         # build_cluster returns the four configs in BrokerController's order, as list[object].
         broker = BrokerController(*configs)  # type: ignore[arg-type]
-        admin_channel = attach_admin_channel(broker)
+        admin_channel = attach_admin_channel(
+            broker, port=0 if admin_port == ADMIN_ANY_PORT else None
+        )
         try:
             # The broker stops first, so that it can still unregister from the name server.
             async with trio.open_nursery() as broker_nursery:

@@ -549,14 +549,17 @@ class AdminChannel:
                 nursery.cancel_scope.cancel()
 
 
-def attach_admin_channel(broker: BrokerController) -> AdminChannel | None:
-    """The admin channel of ``broker``, added to its front-ends, when adminListenPort is set.
+def attach_admin_channel(
+    broker: BrokerController, *, port: int | None = None
+) -> AdminChannel | None:
+    """The admin channel of ``broker``, added to its front-ends, when adminListenPort is set,
+    or on ``port`` when given (0: any free port).
 
     Call before ``broker.run()``; the broker starts it once its own servers are up.
     """
-    if not broker.broker_config.admin_listen_port:
+    if port is None and not broker.broker_config.admin_listen_port:
         return None
-    channel = AdminChannel(broker)
+    channel = AdminChannel(broker, port=port)
     broker.front_ends.append(channel)
     return channel
 

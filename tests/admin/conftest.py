@@ -9,10 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 from trio_websocket import open_websocket_url
 
-from pymq.embedded import Cluster, open_cluster
+from pymq.embedded import ADMIN_ANY_PORT, Cluster, open_cluster
 from pymq.testing import TEST_PROPERTIES
 from tests.admin.helpers import AdminClient, ws_url
-from tests.helpers import free_port
 
 
 @pytest.fixture
@@ -23,7 +22,7 @@ async def admin_cluster(tmp_path) -> AsyncIterator[Cluster]:
         broker_port=0,
         bind_address="127.0.0.1",
         properties=dict(TEST_PROPERTIES),
-        admin_port=free_port(),
+        admin_port=ADMIN_ANY_PORT,
     ) as cluster:
         yield cluster
 

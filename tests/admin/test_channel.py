@@ -12,7 +12,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 
 from pymq.admin.auth import TOKEN_FILE_NAME, load_or_create_token
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
-from pymq.embedded import Cluster
+from pymq.embedded import ADMIN_ANY_PORT, Cluster
 from tests.admin.helpers import AdminClient, ws_url
 from tests.helpers import wait_until
 
@@ -374,7 +374,6 @@ async def test_http_edges(admin_cluster):
 async def test_broker_shutdown_closes_websockets_cleanly(tmp_path):
     from pymq.embedded import open_cluster
     from pymq.testing import TEST_PROPERTIES
-    from tests.helpers import free_port
 
     stop = trio.Event()
 
@@ -385,7 +384,7 @@ async def test_broker_shutdown_closes_websockets_cleanly(tmp_path):
             broker_port=0,
             bind_address="127.0.0.1",
             properties=dict(TEST_PROPERTIES),
-            admin_port=free_port(),
+            admin_port=ADMIN_ANY_PORT,
         ) as cluster:
             task_status.started(cluster)
             await stop.wait()

@@ -24,9 +24,8 @@ from pymq.admin.auth import AuthThrottle
 from pymq.admin.channel import AdminChannel
 from pymq.broker.config import BrokerConfig
 from pymq.common.config import ConfigError, set_key
-from pymq.embedded import open_cluster
+from pymq.embedded import ADMIN_ANY_PORT, open_cluster
 from pymq.testing import TEST_PROPERTIES
-from tests.helpers import free_port
 
 TOKEN = "the-right-token-0123456789"
 # The default adminAuthTimeoutMillis, in seconds: these tests assume the documented defaults.
@@ -408,7 +407,7 @@ async def test_the_limits_are_broker_config_keys(tmp_path):
         broker_port=0,
         bind_address="127.0.0.1",
         properties=properties,
-        admin_port=free_port(),
+        admin_port=ADMIN_ANY_PORT,
     ) as cluster:
         ch = cluster.admin_channel
         assert ch is not None

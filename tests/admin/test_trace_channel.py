@@ -7,12 +7,11 @@ from collections.abc import AsyncIterator
 import pytest
 from trio_websocket import open_websocket_url
 
-from pymq.embedded import Cluster, open_cluster
+from pymq.embedded import ADMIN_ANY_PORT, Cluster, open_cluster
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codes import ResponseCode
 from pymq.testing import TEST_PROPERTIES
 from tests.admin.helpers import AdminClient, ws_url
-from tests.helpers import free_port
 from tests.integration.test_trace_topic import CONSUMED, PUB, PUBLISHED, SUB, send_captured
 
 
@@ -24,7 +23,7 @@ async def trace_admin(tmp_path) -> AsyncIterator[tuple[Cluster, AdminClient]]:
         broker_port=0,
         bind_address="127.0.0.1",
         properties=dict(TEST_PROPERTIES, traceTopicEnable="true"),
-        admin_port=free_port(),
+        admin_port=ADMIN_ANY_PORT,
     ) as cluster:
         channel = cluster.admin_channel
         assert channel is not None

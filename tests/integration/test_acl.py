@@ -27,7 +27,7 @@ from pymq.client import (
     topics,
 )
 from pymq.common.acl import sign_request
-from pymq.embedded import Cluster, open_cluster
+from pymq.embedded import ADMIN_ANY_PORT, Cluster, open_cluster
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -35,7 +35,7 @@ from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.store.config import MessageStoreConfig
 from pymq.testing import TEST_PROPERTIES
 from tests.admin.helpers import AdminClient, ws_url
-from tests.helpers import free_port, make_namesrv, wait_until
+from tests.helpers import make_namesrv, wait_until
 
 ADMIN = ("RocketMQAdmin", "12345678admin")
 PRODUCER = ("producerUser", "producerSecret")
@@ -386,7 +386,7 @@ async def test_admin_channel_shows_accounts_masked_and_edits_them(
         broker_port=0,
         bind_address="127.0.0.1",
         properties=properties,
-        admin_port=free_port(),
+        admin_port=ADMIN_ANY_PORT,
     ) as cluster:
         channel = cluster.admin_channel
         assert channel is not None
@@ -436,7 +436,7 @@ async def test_admin_channel_without_acl(tmp_path: pathlib.Path) -> None:
         broker_port=0,
         bind_address="127.0.0.1",
         properties=dict(TEST_PROPERTIES, adminToken="theAdminToken1"),
-        admin_port=free_port(),
+        admin_port=ADMIN_ANY_PORT,
     ) as cluster:
         # The token is never shown by the config answers (any signed account may read them).
         props, _ = cluster.broker.context.admin.config_properties()

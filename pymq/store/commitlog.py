@@ -658,6 +658,17 @@ class CommitLog:
         )
         return result, wait
 
+    def _scratch_for(self, body_size: int) -> bytearray:
+        """A buffer for the records of a batch body of ``body_size`` bytes (an item's record is
+        its item plus ~100 bytes), kept for the next batch up to SCRATCH_KEPT_MAX."""
+        room = body_size * 2 + 65536
+        scratch = self._scratch
+        if len(scratch) < room:
+            scratch = bytearray(room)
+            if room <= SCRATCH_KEPT_MAX:
+                self._scratch = scratch
+        return scratch
+
     def append_batch_body(
         self,
         topic: str,
@@ -677,7 +688,8 @@ class CommitLog:
         byte), without a Python object per item.  Returns the result and the first item's
         stored WAIT property; None, having changed nothing, for every case the general path
         must judge: no extension, no file yet, IPv6 hosts, a batch that does not fit in the
-        current file's allocated blocks, or items the C code leaves to Python (see there)."""
+        current file (or, written through the map, its allocated blocks), or items the C code
+        leaves to Python (see there)."""
         files = self.queue.files
         if _encode_batch is None or not files or topic == SCHEDULE_TOPIC:
             return None
@@ -689,39 +701,27 @@ class CommitLog:
         key = (topic, queue_id)
         first_queue_offset = self.topic_queue_table.get(key, 0)
         now = self.clock_ms()
-        limit = min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH)
-        if len(body) < PWRITE_BATCH_MIN:
-            out = _encode_batch(
-                mf.mm, pos, limit, body, first_queue_offset, mf.file_from_offset, topic_b,
-                cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_host[1],
-                now, self._store_ip, self._store_port, reconsume_times, max_body_properties,
-                DispatchHint,
-            )  # fmt: skip
-            if out is None:
-                return None
-            end, rows, wait = out
-        else:
+        in_file = mf.file_size - END_FILE_MIN_BLANK_LENGTH  # where the records must end
+        aside = len(body) >= PWRITE_BATCH_MIN
+        if aside:
             # Encoded aside, then written with one pwrite: a write through the map faults in
             # each new page of the file (and, read ahead, zeroes a large folio around it),
             # which cost a fifth of the broker's time on batches of 32 (see PWRITE_BATCH_MIN).
             # The records land in the page cache the map reads, so readers see them as usual.
-            scratch = self._scratch
-            room = len(body) * 2 + 65536  # an item's record is its item plus ~100 bytes
-            if len(scratch) < room:
-                scratch = bytearray(room)
-                if room <= SCRATCH_KEPT_MAX:
-                    self._scratch = scratch
-            in_file = mf.file_size - END_FILE_MIN_BLANK_LENGTH - pos
-            out = _encode_batch(
-                scratch, 0, max(0, min(in_file, room)), body, first_queue_offset,
-                mf.file_from_offset + pos, topic_b, cluster_b, topic, queue_id, sys_flag,
-                born_timestamp, born_ip, born_host[1], now, self._store_ip, self._store_port,
-                reconsume_times, max_body_properties, DispatchHint,
-            )  # fmt: skip
-            if out is None:
-                return None
-            size, rows, wait = out
-            end = pos + size
+            buf: mmap.mmap | bytearray = self._scratch_for(len(body))
+            at, limit, base = 0, max(0, min(in_file - pos, len(buf))), mf.file_from_offset + pos
+        else:  # through the map, within the allocated blocks
+            buf, at, limit, base = mf.mm, pos, min(mf.allocated, in_file), mf.file_from_offset
+        out = _encode_batch(
+            buf, at, limit, body, first_queue_offset, base, topic_b, cluster_b, topic, queue_id,
+            sys_flag, born_timestamp, born_ip, born_host[1], now, self._store_ip,
+            self._store_port, reconsume_times, max_body_properties, DispatchHint,
+        )  # fmt: skip
+        if out is None:
+            return None
+        stop, rows, wait = out
+        end = pos + stop - at
+        if aside:
             if end > mf.allocated:
                 # The next chunk's blocks, here rather than by the general path, whose write
                 # through the map would read ahead (zero) a large folio of the chunk.
@@ -730,7 +730,7 @@ class CommitLog:
                 except OSError:
                     return None  # refused by the general path, as ever
                 self._space_back()
-            if not mf.write_at(pos, memoryview(scratch)[:size]):
+            if not mf.write_at(pos, memoryview(buf)[: end - pos]):
                 _scrub(mf, pos, end)  # whatever of the records it wrote
                 return None
         # Encoded: commit.

@@ -107,21 +107,31 @@ def _only_cancelled(exc: BaseException) -> bool:
     return False
 
 
+def _waits(wait: str | None) -> bool:
+    """Whether a put with this WAIT property waits for its bytes to be durable (absent, or
+    "true" in any case and spacing, as Java's Boolean.parseBoolean after trim)."""
+    return wait is None or wait == "true" or wait.strip().lower() == "true"
+
+
+def _flush_timed_out(result: PutMessageResult) -> None:
+    """The put's bytes did not reach the disk within syncFlushTimeout: FLUSH_DISK_TIMEOUT."""
+    log.warning("sync flush of offset %d timed out", result.wrote_offset + result.wrote_bytes)
+    result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+
 def _durable(
     result: PutMessageResult, callback: Callable[[PutMessageResult], None], ok: bool
 ) -> None:
     """defer_durable's waiter: ``callback(result)``, its status FLUSH_DISK_TIMEOUT when the
     bytes did not reach the disk in time."""
     if not ok:
-        log.warning("sync flush of offset %d timed out", result.wrote_offset + result.wrote_bytes)
-        result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        _flush_timed_out(result)
     callback(result)
 
 
 def _late_answer(result: PutMessageResult, late: Callable[[PutMessageResult], bytes]) -> bytes:
     """hold_answer's timeout: ``late(result)``, its status FLUSH_DISK_TIMEOUT."""
-    log.warning("sync flush of offset %d timed out", result.wrote_offset + result.wrote_bytes)
-    result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+    _flush_timed_out(result)
     return late(result)
 
 
@@ -787,13 +797,10 @@ class DefaultMessageStore:
         the appended bytes are on disk (status FLUSH_DISK_TIMEOUT after syncFlushTimeout);
         False if there is nothing to wait for (answer now).  Not for SYNC_MASTER (the slave
         wait needs a task: use :meth:`put_message`)."""
-        if result.status is not PUT_OK or not self.must_wait:
+        end = self._sync_flush_end(result, wait)
+        if end is None:
             return False
-        if wait is not None and wait.strip().lower() != "true":
-            return False
-        assert self.config.broker_role is not BrokerRole.SYNC_MASTER
         assert self.flush_commitlog is not None
-        end = result.wrote_offset + result.wrote_bytes
         self.flush_commitlog.on_flushed(
             end, self.config.sync_flush_timeout / 1000, partial(_durable, result, callback)
         )
@@ -812,23 +819,31 @@ class DefaultMessageStore:
         appended bytes are on disk, or ``late(result)`` (its status FLUSH_DISK_TIMEOUT) after
         syncFlushTimeout; False if there is nothing to wait for (answer ``frame`` now).  Not
         for SYNC_MASTER."""
-        if result.status is not PUT_OK or not self.must_wait:
+        end = self._sync_flush_end(result, wait)
+        if end is None:
             return False
-        if wait is not None and wait != "true" and wait.strip().lower() != "true":
-            return False
-        assert self.config.broker_role is not BrokerRole.SYNC_MASTER
         assert self.flush_commitlog is not None
         return self.flush_commitlog.hold_answer(
-            result.wrote_offset + result.wrote_bytes,
+            end,
             self.config.sync_flush_timeout / 1000,
             sink,
             frame,
             partial(_late_answer, result, late),
         )
 
+    def _sync_flush_end(self, result: PutMessageResult, wait: str | None) -> int | None:
+        """Where ``result``'s bytes end when the put must wait for the group commit without a
+        task (stored, SYNC_FLUSH, WAIT not false); None when it answers now."""
+        if result.status is not PUT_OK or not self.must_wait:
+            return None
+        if wait is not None and wait != "true" and not _waits(wait):  # "true" without a call
+            return None
+        assert self.config.broker_role is not BrokerRole.SYNC_MASTER
+        return result.wrote_offset + result.wrote_bytes
+
     async def _wait_durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
         """SYNC_FLUSH and SYNC_MASTER: wait for the disk and the slave unless WAIT=false."""
-        if wait is not None and wait.strip().lower() != "true":
+        if not _waits(wait):
             return result
         end = result.wrote_offset + result.wrote_bytes
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -836,8 +851,7 @@ class DefaultMessageStore:
             if not await self.flush_commitlog.wait_flushed(
                 end, self.config.sync_flush_timeout / 1000
             ):
-                log.warning("sync flush of offset %d timed out", end)
-                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                _flush_timed_out(result)
         if self.config.broker_role is BrokerRole.SYNC_MASTER:
             if self.replica_waiter is None:
                 result.status = PutMessageStatus.SLAVE_NOT_AVAILABLE

@@ -15,7 +15,6 @@ from __future__ import annotations
 import itertools
 import logging
 import ssl
-import struct
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -24,6 +23,7 @@ import attrs
 import trio
 
 from pymq.client.instance import ClientService, Credentials, MQClientError
+from pymq.common.batch import BATCH_ITEM_HEAD, BATCH_ITEM_MAGIC, BATCH_PROPS_LEN
 from pymq.common.consumer import HeartbeatData, MessageQueue, ProducerData
 from pymq.common.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -101,14 +101,24 @@ class Message:
         return props
 
 
-_UNIQ_AND_WAIT = (
-    f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}{{}}{PROPERTY_SEPARATOR}"
-    f"{PROPERTY_WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}true"
-)
-_UNIQ_HEAD, _WAIT_TAIL = _UNIQ_AND_WAIT.split("{}")
+_UNIQ_HEAD = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}"
+_WAIT_TAIL = f"{PROPERTY_SEPARATOR}{PROPERTY_WAIT_STORE_MSG_OK}{NAME_VALUE_SEPARATOR}true"
 _TAGS_HEAD = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}"
-_BATCH_ITEM_HEAD = struct.Struct(">iIiii")  # totalSize, magic, bodyCRC, flag, bodyLen
-_BATCH_PROPS_LEN = struct.Struct(">h")
+
+
+def _is_plain(msg: Message) -> bool:
+    """Whether ``msg`` sets no property of its own but its tags (no properties, keys or
+    delay): its properties text is then :func:`_plain_properties`'s."""
+    return not (msg.properties or msg.keys or msg.delay_level > 0)
+
+
+def _plain_properties(tags: str | None, uniq: str) -> str:
+    """The properties text of a plain message (:func:`_is_plain`) with unique id ``uniq`` and
+    WAIT=true: what ``encode_properties`` writes of its ``all_properties()`` with those two
+    added, written at once."""
+    if tags:
+        return f"{_TAGS_HEAD}{tags}{PROPERTY_SEPARATOR}{_UNIQ_HEAD}{uniq}{_WAIT_TAIL}"
+    return f"{_UNIQ_HEAD}{uniq}{_WAIT_TAIL}"
 
 
 def _batch_body(msgs: Sequence[Message], ids: list[str]) -> bytes:
@@ -117,16 +127,12 @@ def _batch_body(msgs: Sequence[Message], ids: list[str]) -> bytes:
     then the id's and WAIT's, replacing any the message has), without an item or a
     properties dict per message where the message sets neither key itself."""
     parts: list[bytes] = []
-    head = _BATCH_ITEM_HEAD.pack
-    props_len = _BATCH_PROPS_LEN.pack
-    fixed = _BATCH_ITEM_HEAD.size + 2
+    head = BATCH_ITEM_HEAD.pack
+    props_len = BATCH_PROPS_LEN.pack
+    fixed = BATCH_ITEM_HEAD.size + 2
     for msg, uniq in zip(msgs, ids, strict=True):
-        if not (msg.properties or msg.keys or msg.delay_level > 0):  # the common message
-            tags = msg.tags
-            if tags:
-                text = f"{_TAGS_HEAD}{tags}{PROPERTY_SEPARATOR}{_UNIQ_HEAD}{uniq}{_WAIT_TAIL}"
-            else:
-                text = f"{_UNIQ_HEAD}{uniq}{_WAIT_TAIL}"
+        if _is_plain(msg):  # the common message
+            text = _plain_properties(msg.tags, uniq)
         else:
             user = msg.all_properties()
             if PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in user or PROPERTY_WAIT_STORE_MSG_OK in user:
@@ -139,7 +145,7 @@ def _batch_body(msgs: Sequence[Message], ids: list[str]) -> bytes:
         props = text.encode()
         body = msg.body
         size = len(body)
-        item = head(fixed + size + len(props), 0, 0, msg.flag, size)
+        item = head(fixed + size + len(props), BATCH_ITEM_MAGIC, 0, msg.flag, size)
         parts += (item, body, props_len(len(props)), props)
     return b"".join(parts)
 
@@ -241,17 +247,15 @@ class Producer(ClientService):
     # -- sending --------------------------------------------------------------------------
 
     def _encode(self, msg: Message) -> tuple[bytes, int, str, str]:
-        if msg.properties or msg.keys or msg.delay_level > 0:
+        if _is_plain(msg):  # the common message: its properties' text written at once
+            uniq = self._ids.create()
+            text = _plain_properties(msg.tags, uniq)
+        else:
             props = msg.all_properties()
             uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self._ids.create()
             props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
             props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
             text = encode_properties(props)
-        else:  # the common message: its properties' text written at once, as above
-            uniq = self._ids.create()
-            text = _UNIQ_AND_WAIT.format(uniq)
-            if msg.tags:
-                text = f"{PROPERTY_TAGS}{NAME_VALUE_SEPARATOR}{msg.tags}{PROPERTY_SEPARATOR}{text}"
         body = msg.body
         sys_flag = 0
         if len(body) >= COMPRESS_OVER:

@@ -13,9 +13,9 @@ from pymq.common.message_ext import decode_properties, properties_bytes
 from pymq.common.native import native_extension
 from pymq.common.record import RecordError
 
-_SHORT = struct.Struct(">h")
+BATCH_PROPS_LEN = struct.Struct(">h")  # an item's properties length
 
-_BATCH_HEAD = struct.Struct(">iIiii")  # totalSize, magic, bodyCRC, flag, bodyLen
+BATCH_ITEM_HEAD = struct.Struct(">iIiii")  # totalSize, magic, bodyCRC, flag, bodyLen
 # Java's MessageDecoder.encodeMessage writes magic 0 and bodyCRC 0 for batch items; readers ignore
 # both, so we write the same and accept anything.
 BATCH_ITEM_MAGIC = 0
@@ -34,10 +34,10 @@ def encode_batch_body(items: list[BatchItem]) -> bytes:
     parts: list[bytes] = []
     for item in items:
         props = properties_bytes(item.properties)
-        total = _BATCH_HEAD.size + len(item.body) + 2 + len(props)
-        parts.append(_BATCH_HEAD.pack(total, BATCH_ITEM_MAGIC, 0, item.flag, len(item.body)))
+        total = BATCH_ITEM_HEAD.size + len(item.body) + 2 + len(props)
+        parts.append(BATCH_ITEM_HEAD.pack(total, BATCH_ITEM_MAGIC, 0, item.flag, len(item.body)))
         parts.append(item.body)
-        parts.append(_SHORT.pack(len(props)))
+        parts.append(BATCH_PROPS_LEN.pack(len(props)))
         parts.append(props)
     return b"".join(parts)
 
@@ -62,15 +62,15 @@ def _decode_batch_body_py(data: bytes | memoryview) -> list[BatchItem]:
     items: list[BatchItem] = []
     pos, end = 0, len(data)
     while pos < end:
-        if pos + _BATCH_HEAD.size > end:
+        if pos + BATCH_ITEM_HEAD.size > end:
             raise RecordError(f"batch item at {pos} truncated")
-        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(data, pos)
-        p = pos + _BATCH_HEAD.size
+        total, _magic, _crc, flag, body_len = BATCH_ITEM_HEAD.unpack_from(data, pos)
+        p = pos + BATCH_ITEM_HEAD.size
         if body_len < 0 or p + body_len + 2 > end:
             raise RecordError(f"batch item at {pos}: body length {body_len} overruns")
         body = bytes(data[p : p + body_len])
         p += body_len
-        props_len = _SHORT.unpack_from(data, p)[0]
+        props_len = BATCH_PROPS_LEN.unpack_from(data, p)[0]
         p += 2
         if props_len < 0 or p + props_len > end:
             raise RecordError(f"batch item at {pos}: properties length {props_len} overruns")

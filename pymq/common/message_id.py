@@ -97,22 +97,24 @@ class UniqueIdGenerator:
         self._month_start = int(start.timestamp() * 1000)
         self._next_month = int(nxt.timestamp() * 1000)
 
-    def create(self, now_ms: int | None = None) -> str:
+    def _head_at(self, now_ms: int | None) -> str:
+        """The ids' head (all but the counter) at ``now_ms`` (now when None), made once per
+        millisecond."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        if now != self._last_ms:  # the ids' head (all but the counter) once per millisecond
+        if now != self._last_ms:
             if now >= self._next_month or now < self._month_start:
                 self._roll_month(now)
             self._head = f"{self._prefix}{(now - self._month_start) & 0xFFFFFFFF:08X}"
             self._last_ms = now
-        return f"{self._head}{next(self._counter) & 0xFFFF:04X}"
+        return self._head
+
+    def create(self, now_ms: int | None = None) -> str:
+        return f"{self._head_at(now_ms)}{next(self._counter) & 0xFFFF:04X}"
 
     def create_many(self, count: int, now_ms: int | None = None) -> list[str]:
         """``count`` ids, as ``count`` calls of :meth:`create` at one moment make them (a
         batch's): the time read and written once."""
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        if now >= self._next_month or now < self._month_start:
-            self._roll_month(now)
-        head = f"{self._prefix}{(now - self._month_start) & 0xFFFFFFFF:08X}"
+        head = self._head_at(now_ms)
         if count <= 0:
             return []
         # The counter's next ``count`` values in one step (consecutive: no other thread's

@@ -15,7 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pymq.broker.processors.send import SendProcessor
-from pymq.common.batch import _BATCH_HEAD, _SHORT, BATCH_ITEM_MAGIC, BatchItem, encode_batch_body
+from pymq.common.batch import (
+    BATCH_ITEM_HEAD,
+    BATCH_ITEM_MAGIC,
+    BATCH_PROPS_LEN,
+    BatchItem,
+    encode_batch_body,
+)
 from pymq.common.message_ext import MessageSysFlag
 from pymq.common.native import native_extension
 from pymq.common.record import decode_records
@@ -160,9 +166,9 @@ def test_fast_and_general_batch_paths_store_the_same(tmp_path_factory, items, re
 
 def _raw_item(body: bytes, props: bytes, flag: int = 0) -> bytes:
     """One batch item with its properties bytes as given (encode_batch_body normalises them)."""
-    total = _BATCH_HEAD.size + len(body) + 2 + len(props)
-    head = _BATCH_HEAD.pack(total, BATCH_ITEM_MAGIC, 0, flag, len(body))
-    return head + body + _SHORT.pack(len(props)) + props
+    total = BATCH_ITEM_HEAD.size + len(body) + 2 + len(props)
+    head = BATCH_ITEM_HEAD.pack(total, BATCH_ITEM_MAGIC, 0, flag, len(body))
+    return head + body + BATCH_PROPS_LEN.pack(len(props)) + props
 
 
 def test_plain_cases_byte_for_byte(tmp_path):

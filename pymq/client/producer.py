@@ -65,11 +65,17 @@ _v2_json = SendMessageRequestHeader.v2_json
 _v2_json_prefix = SendMessageRequestHeader.v2_json_prefix
 _SendResponse = SendMessageResponseHeader
 _SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2  # per send: enum reads via the class are slow
-# The start of a SEND_MESSAGE_V2 header, as codec._json_header writes it, up to the opaque.
-_V2_FRAME_HEAD = (
-    f'{{"code":{int(_SEND_MESSAGE_V2)},"language":"JAVA","version":{CURRENT_VERSION},"opaque":'
-)
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
+# The start of a SEND_MESSAGE_V2's or SEND_BATCH_MESSAGE's header, as codec._json_header
+# writes it, up to the opaque; and the end of its extFields (reconsumeTimes, unitMode, batch).
+_V2_FRAME_HEAD: dict[int, str] = {
+    code: f'{{"code":{int(code)},"language":"JAVA","version":{CURRENT_VERSION},"opaque":'
+    for code in (_SEND_MESSAGE_V2, _SEND_BATCH_MESSAGE)
+}
+_V2_FRAME_TAIL: dict[int, str] = {
+    _SEND_MESSAGE_V2: '"j":"0","k":"false","m":"false"},"serializeTypeCurrentRPC":"JSON"}',
+    _SEND_BATCH_MESSAGE: '"j":"0","k":"false","m":"true"},"serializeTypeCurrentRPC":"JSON"}',
+}
 
 _SEND_OK = "SEND_OK"
 STORED_CODES: dict[int, str] = {
@@ -285,6 +291,7 @@ class Producer(ClientService):
 
     def _v2_frame(
         self,
+        code: int,
         mq: MessageQueue,
         sys_flag: int,
         flag: int,
@@ -293,19 +300,18 @@ class Producer(ClientService):
         opaque: int,
         born_timestamp: int,
     ) -> bytes:
-        """The whole frame of the SEND_MESSAGE_V2 :meth:`_v2_request` makes (with ``opaque``
-        and ``born_timestamp``), written in one go: what ``codec.encode`` writes for that
-        request (tests/unit/test_client_frames.py compares them), without the extFields dict,
-        the command or the header writer's steps."""
+        """The whole frame of the SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE (``code``)
+        :meth:`_v2_request` makes (with ``opaque`` and ``born_timestamp``), written in one go:
+        what ``codec.encode`` writes for that request (tests/unit/test_client_frames.py
+        compares them), without the extFields dict, the command or the header writer's steps."""
         fixed = self._frame_json.get(mq.topic)
         if fixed is None:
             fixed = self._frame_json[mq.topic] = ',"flag":0,"extFields":{' + _v2_json_prefix(
                 self.group, mq.topic
             )
         header = (
-            f'{_V2_FRAME_HEAD}{opaque}{fixed}"e":"{mq.queue_id}","f":"{sys_flag}",'
-            f'"g":"{born_timestamp}","h":"{flag}","i":{_quote(props)},"j":"0","k":"false",'
-            '"m":"false"},"serializeTypeCurrentRPC":"JSON"}'
+            f'{_V2_FRAME_HEAD[code]}{opaque}{fixed}"e":"{mq.queue_id}","f":"{sys_flag}",'
+            f'"g":"{born_timestamp}","h":"{flag}","i":{_quote(props)},{_V2_FRAME_TAIL[code]}'
         ).encode()
         return _FRAME_PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
 
@@ -375,8 +381,9 @@ class Producer(ClientService):
         timeout = self.send_timeout if timeout is None else timeout
         if channel.signer is None:  # the common send: its frame written in one go
             opaque = next_opaque()
+            born = int(time.time() * 1000)
             frame = self._v2_frame(
-                mq, sys_flag, msg.flag, props, body, opaque, int(time.time() * 1000)
+                _SEND_MESSAGE_V2, mq, sys_flag, msg.flag, props, body, opaque, born
             )
             channel.invoke_callback_frame(
                 opaque, frame, _SEND_MESSAGE_V2, timeout, on_response, on_fields
@@ -460,7 +467,8 @@ class Producer(ClientService):
         selector: Callable[[list[MessageQueue]], MessageQueue] | None,
         timeout: float | None,
     ) -> SendResult:
-        assert self.client is not None
+        client = self.client
+        assert client is not None
         timeout = self.send_timeout if timeout is None else timeout
         attempts = (
             1 if queue is not None or selector is not None else 1 + RETRY_TIMES_WHEN_SEND_FAILED
@@ -468,7 +476,9 @@ class Producer(ClientService):
         last_broker: str | None = None
         last_error: Exception | None = None
         for _ in range(attempts):
-            queues, _ = await self.publish_queues(topic)
+            # publish_queues' and channel()'s common cases read here, without their coroutines.
+            cached = self._cached_queues(topic)
+            queues = cached[1] if cached is not None else (await self.publish_queues(topic))[0]
             if queue is not None:
                 mq = queue
             elif selector is not None:
@@ -477,18 +487,33 @@ class Producer(ClientService):
                 start = next(self._counter)
                 candidates = [q for q in queues if q.broker_name != last_broker] or queues
                 mq = candidates[start % len(candidates)]
-            addr = self.client.master_addr(mq.broker_name)
+            addr = client.master_addr(mq.broker_name)
             if addr is None:
-                await self.client.fetch_route(topic)
-                addr = self.client.master_addr(mq.broker_name)
+                await client.fetch_route(topic)
+                addr = client.master_addr(mq.broker_name)
                 if addr is None:
                     raise MQClientError(-1, f"no master address for broker {mq.broker_name}")
-            request = self._v2_request(code, mq, sys_flag, flag, props, body)
             try:
-                response = await self.client.invoke(addr, request, timeout)
+                channel = client.remoting.open_channel(addr) or await client.remoting.channel(addr)
+                if channel.signer is None:  # the common send: its frame written in one go
+                    opaque = next_opaque()
+                    frame = self._v2_frame(
+                        code, mq, sys_flag, flag, props, body, opaque, int(time.time() * 1000)
+                    )
+                    answer = await channel.call_frame(opaque, frame, code, timeout)
+                else:
+                    request = self._v2_request(code, mq, sys_flag, flag, props, body)
+                    answer = await channel.invoke(request, timeout)
             except RemotingError as exc:
                 last_error, last_broker = exc, mq.broker_name
                 continue
+            if type(answer) is tuple:  # the plain SUCCESS, read from its frame
+                _, msg_id, queue_id, queue_offset, _ = answer
+                if queue_id != mq.queue_id:
+                    mq = MessageQueue(topic, mq.broker_name, queue_id)
+                return SendResult(_SEND_OK, uniq, msg_id, mq, queue_offset)
+            response = answer
+            assert isinstance(response, RemotingCommand)
             status = STORED_CODES.get(response.code)
             if status is None:
                 last_error = MQClientError(response.code, response.remark, f"send to {addr}")

@@ -806,7 +806,7 @@ class Channel:
         themselves)."""
         calls = self.state.calls
         while True:
-            if not calls.callbacks:  # sleep for good while no such call is pending
+            if not calls.timed:  # sleep for good while no such call is pending
                 await self._sweep_wanted.wait()
                 self._sweep_wanted = trio.Event()
             await trio.sleep(CALLBACK_SWEEP_INTERVAL)
@@ -1038,6 +1038,38 @@ class Channel:
         assert self.signer is None, "a signed request needs its command: use invoke_callback"
         self._call_with_frame(opaque, frame, code, timeout, callback, on_fields)
 
+    async def call_frame(
+        self, opaque: int, frame: bytes, code: int, timeout: float
+    ) -> RemotingCommand | tuple:
+        """Write a request already made as its whole ``frame`` (with ``opaque`` from
+        ``codec.next_opaque`` in it) and wait for the answer: a plain successful send answer's
+        fields as ``_recordc.send_answer_fields`` reads them (when the channel's raw handler is
+        :func:`raw_send_answer`), or the response command.  A producer's awaited send, without
+        the request command, the response command or a cancel scope per call: the channel's
+        sweep fails it once ``timeout`` has passed (within ``CALLBACK_SWEEP_INTERVAL``), with
+        RemotingTimeoutError.  Only for a channel that signs nothing (``signer`` None)."""
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_address} is closed")
+        assert self.signer is None, "a signed request needs its command: use invoke"
+        done = trio.Event()
+        call = Call(wake=done.set, deadline=trio.current_time() + timeout, code=code)
+        call.on_fields = call.keep_fields
+        calls = self.state.calls
+        calls.add(opaque, call)
+        if calls.timed == 1:
+            self._sweep_wanted.set()
+        try:
+            self._write(frame, now=len(calls) <= DIRECT_WRITE_MAX_PENDING)
+            await done.wait()
+        finally:
+            calls.drop(opaque)  # answered, failed or cancelled: no longer waited for
+        if call.fields is not None:
+            return call.fields
+        if call.error is not None:
+            raise call.error
+        assert call.response is not None
+        return call.response
+
     def _call_with_frame(
         self,
         opaque: int,
@@ -1059,7 +1091,7 @@ class Channel:
                 on_fields=on_fields,
             ),
         )
-        if calls.callbacks == 1:
+        if calls.timed == 1:
             self._sweep_wanted.set()
 
     async def invoke_oneway(self, request: RemotingCommand) -> None:

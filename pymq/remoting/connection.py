@@ -32,7 +32,11 @@ ResponseCallback = Callable[[RemotingCommand | None, Exception | None], None]
 @attrs.define(slots=True)
 class Call:
     """A request sent to the peer, waiting for the response with its opaque.  Either a task
-    waits for it (``wake`` is called when it is done) or ``callback`` gets the outcome."""
+    waits for it (``wake`` is called when it is done) or ``callback`` gets the outcome.
+
+    A call with a finite ``deadline`` is failed by the channel's sweep once it passes (a
+    callback call, or an awaited one that has no cancel scope of its own); an awaited call
+    with none times out in its task."""
 
     wake: Callable[[], None] | None = None
     response: RemotingCommand | None = None
@@ -43,6 +47,8 @@ class Call:
     # Given the fields of a plain successful answer read from its frame (the client's raw
     # answer path: channel.raw_send_answer), instead of ``callback`` with the response.
     on_fields: Callable[[tuple], None] | None = None
+    # Those fields, for an awaited call that takes them (keep_fields).
+    fields: tuple | None = None
 
     def finish(self, response: RemotingCommand | None, error: Exception | None) -> None:
         if self.callback is not None:
@@ -55,38 +61,44 @@ class Call:
         if self.wake is not None:
             self.wake()
 
+    def keep_fields(self, fields: tuple) -> None:
+        """``on_fields`` of an awaited call: keep the answer's fields and wake the task."""
+        self.fields = fields
+        if self.wake is not None:
+            self.wake()
+
 
 class CallTable:
-    """Calls in flight by opaque, and the deadlines of those answered through a callback
-    (awaited calls keep their own deadline in the waiting task)."""
+    """Calls in flight by opaque, and how many have a deadline the channel's sweep keeps
+    (``Call.deadline``; the other awaited calls keep theirs in the waiting task)."""
 
-    __slots__ = ("callbacks", "calls")
+    __slots__ = ("calls", "timed")
 
     def __init__(self) -> None:
         self.calls: dict[int, Call] = {}
-        self.callbacks = 0  # calls answered through a callback: the sweep runs while any
+        self.timed = 0  # calls with a finite deadline: the sweep runs while any
 
     def __len__(self) -> int:
         return len(self.calls)
 
     def add(self, opaque: int, call: Call) -> None:
         self.calls[opaque] = call
-        if call.callback is not None:
-            self.callbacks += 1
+        if call.deadline != math.inf:
+            self.timed += 1
 
     def drop(self, opaque: int) -> None:
         """Forget an awaited call (it finished, or its task gave up)."""
         call = self.calls.pop(opaque, None)
-        if call is not None and call.callback is not None:
-            self.callbacks -= 1
+        if call is not None and call.deadline != math.inf:
+            self.timed -= 1
 
     def answer(self, response: RemotingCommand) -> bool:
         """Complete the call ``response`` answers; False when none waits for it."""
         call = self.calls.pop(response.opaque, None)
         if call is None:
             return False
-        if call.callback is not None:
-            self.callbacks -= 1
+        if call.deadline != math.inf:
+            self.timed -= 1
         call.finish(response, None)
         return True
 
@@ -97,22 +109,18 @@ class CallTable:
         if call is None or call.on_fields is None:
             return None
         del self.calls[opaque]
-        if call.callback is not None:
-            self.callbacks -= 1
+        if call.deadline != math.inf:
+            self.timed -= 1
         return call
 
     def expire(self, now: float, error: Callable[[Call], Exception]) -> int:
-        """Fail the callback calls whose deadline has passed with ``error(call)``; how many."""
-        expired = [
-            (opaque, call)
-            for opaque, call in self.calls.items()
-            if call.callback is not None and call.deadline <= now
-        ]
+        """Fail the calls whose deadline has passed with ``error(call)``; how many."""
+        expired = [(opaque, call) for opaque, call in self.calls.items() if call.deadline <= now]
         failed = 0
         for opaque, call in expired:
             if self.calls.pop(opaque, None) is None:
                 continue  # an earlier callback closed the connection: already failed
-            self.callbacks -= 1
+            self.timed -= 1
             call.finish(None, error(call))
             failed += 1
         return failed
@@ -120,7 +128,7 @@ class CallTable:
     def fail_all(self, error: Exception) -> None:
         calls = list(self.calls.values())
         self.calls.clear()
-        self.callbacks = 0
+        self.timed = 0
         for call in calls:
             call.finish(None, error)
 

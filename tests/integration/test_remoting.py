@@ -10,7 +10,7 @@ import trio.testing
 
 from pymq.remoting.channel import ANSWER_LATER, Channel
 from pymq.remoting.client import RemotingClient
-from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codec import RemotingCommand, encode, next_opaque
 from pymq.remoting.codes import ResponseCode, SerializeType
 from pymq.remoting.errors import RemotingConnectError, RemotingTimeoutError
 from pymq.remoting.limits import ConnectionLimits
@@ -340,3 +340,53 @@ async def test_a_callback_that_closes_the_channel_does_not_break_the_sweep(
     assert len(errors) == 3
     assert isinstance(errors[0], RemotingTimeoutError)
     assert all(isinstance(e, RemotingConnectError) for e in errors[1:])
+
+
+async def test_awaited_frame_calls_get_answers_timeouts_cancels_and_closes(
+    server: RemotingServer, client: RemotingClient
+) -> None:
+    """Channel.call_frame: a request written as its frame, awaited without a cancel scope of
+    its own; the channel's sweep times it out, and a call given up leaves nothing behind."""
+    channel = await client.channel(addr(server))
+    calls = channel.state.calls
+
+    def frame(code: int, **ext: str) -> tuple[int, bytes]:
+        request = RemotingCommand.request(code, ext)
+        request.opaque = next_opaque()
+        return request.opaque, encode(request)
+
+    # Answered: not a send answer, so the response command (not the raw path's fields).
+    answers = []
+    for i in range(3):
+        opaque, data = frame(FAST, x=str(i))
+        answers.append(await channel.call_frame(opaque, data, FAST, 10))
+    assert [a.ext_fields["echo"] for a in answers] == ["0", "1", "2"]  # type: ignore[union-attr]
+    assert len(calls) == 0 and calls.timed == 0
+
+    # No answer: a timeout error soon after the deadline, from the sweep.
+    start = trio.current_time()
+    opaque, data = frame(SILENT)
+    with pytest.raises(RemotingTimeoutError, match="no response in time"):
+        await channel.call_frame(opaque, data, SILENT, 0.2)
+    assert 0.2 <= trio.current_time() - start < 2
+    assert len(calls) == 0 and calls.timed == 0
+
+    # Given up by its caller: the call is forgotten; a late answer finds nobody.
+    opaque, data = frame(SILENT)
+    with trio.move_on_after(0.05):
+        await channel.call_frame(opaque, data, SILENT, 60)
+    assert len(calls) == 0 and calls.timed == 0
+
+    # Closed while waiting: the error at once; a closed channel refuses new calls.
+    async def close_soon() -> None:
+        await trio.sleep(0.05)
+        channel.close("closed by the test")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(close_soon)
+        opaque, data = frame(SILENT)
+        with trio.fail_after(5), pytest.raises(RemotingConnectError):
+            await channel.call_frame(opaque, data, SILENT, 60)
+    opaque, data = frame(FAST)
+    with pytest.raises(RemotingConnectError):
+        await channel.call_frame(opaque, data, FAST, 1)

@@ -4,7 +4,9 @@ the group commit once durable (SYNC_FLUSH), and the client's callback-style send
 from __future__ import annotations
 
 import collections
+import os
 
+import pytest
 import trio
 
 from pymq.client import MQClientError, Producer, PullConsumer, topics
@@ -269,3 +271,53 @@ async def test_send_async_follows_a_refreshed_route(pymq_cluster: Cluster) -> No
         await second.wait(16)
         assert not second.errors
         assert {r.queue.queue_id for r in second.ok} == {0, 1}
+
+
+async def test_awaited_sends_and_batches_are_answered_from_their_frames(
+    pymq_cluster: Cluster, monkeypatch
+) -> None:
+    """send and send_batch write their request as one frame and, with the C extension built,
+    take a plain SEND_OK from the answer's frame (no response command); their results say
+    what the broker stored, as the usual decoding would."""
+    from pymq.remoting import client as client_module
+
+    await topics.create_topic(
+        pymq_cluster.namesrv_addr, "Awaited", brokers=[pymq_cluster.broker_addr]
+    )
+    taken: list[bool] = []
+    real = client_module.raw_send_answer
+
+    def counting(channel, buf: bytes, start: int, end: int) -> bytes | None:  # type: ignore[no-untyped-def]
+        out = real(channel, buf, start, end)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(client_module, "raw_send_answer", counting)
+    results: list[SendResult] = []
+    async with Producer("P", pymq_cluster.namesrv_addr) as producer:
+        for i in range(6):
+            results.append(await producer.send(Message("Awaited", b"s%d" % i, tags="T")))
+        batch = [Message("Awaited", b"b%d" % i, keys=f"k{i}") for i in range(5)]
+        results.append(
+            await producer.send_batch(batch, queue=MessageQueue("Awaited", "broker-a", 2))
+        )
+        sent = taken.count(True)
+        # A refusal still comes back as MQClientError (its answer is not a plain SEND_OK).
+        with pytest.raises(MQClientError) as refused:
+            await producer.send(Message("Awaited", os.urandom(4 * 1024 * 1024 + 1)))
+    assert refused.value.code == ResponseCode.MESSAGE_ILLEGAL
+    if native_extension is not None:
+        assert sent == 7  # every answer but the refusal's read from its frame
+    assert {r.status for r in results} == {"SEND_OK"}
+    assert results[-1].queue == MessageQueue("Awaited", "broker-a", 2)
+    assert results[-1].msg_id.count(",") == 4  # a batch's ids, as the producer made them
+    store = pymq_cluster.broker.store
+    await store.reput.do_reput()
+    async with PullConsumer("Reader", pymq_cluster.namesrv_addr) as puller:
+        for r in results[:6]:
+            found = await puller.pull(r.queue, "*", r.queue_offset, 1)
+            (m,) = found.messages
+            assert (m.unique_key, m.msg_id, m.tags) == (r.msg_id, r.offset_msg_id, "T")
+            assert decode_offset_msg_id(r.offset_msg_id)[2] == m.commitlog_offset
+        found = await puller.pull(results[-1].queue, "*", results[-1].queue_offset, 32)
+    assert [m.body for m in found.messages] == [b"b%d" % i for i in range(5)]

@@ -1,5 +1,6 @@
-"""The producer's common send written as one frame (Producer._v2_frame) is byte for byte the
-frame the codec writes for the request Producer._v2_request builds, and reads back as it."""
+"""The producer's common send and batch written as one frame (Producer._v2_frame) is byte for
+byte the frame the codec writes for the request Producer._v2_request builds, and reads back as
+it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ _int32 = st.integers(-(2**31), 2**31 - 1)
 
 
 @given(
+    code=st.sampled_from([RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE]),
     group=_text,
     topic=_text,
     queue_id=st.integers(0, 2**31 - 1),
@@ -31,18 +33,18 @@ _int32 = st.integers(-(2**31), 2**31 - 1)
     born=st.integers(0, 2**62),
 )
 def test_the_send_frame_is_what_the_codec_writes(
-    group: str, topic: str, queue_id: int, sys_flag: int, flag: int, props: str,
+    code: int, group: str, topic: str, queue_id: int, sys_flag: int, flag: int, props: str,
     body: bytes, opaque: int, born: int,
 ) -> None:  # fmt: skip
     producer = Producer(group, "127.0.0.1:9876")
     mq = MessageQueue(topic, "broker-a", queue_id)
-    frame = producer._v2_frame(mq, sys_flag, flag, props, body, opaque, born)
+    frame = producer._v2_frame(code, mq, sys_flag, flag, props, body, opaque, born)
     # The request as _v2_request builds it (with the same born timestamp), through the codec:
     # once with its extFields JSON written by the header's encoder, once from the dict alone.
     ext = SendMessageRequestHeader.v2_ext(
-        group, topic, queue_id, sys_flag, born, flag, props, False
+        group, topic, queue_id, sys_flag, born, flag, props, code == RequestCode.SEND_BATCH_MESSAGE
     )
-    request = RemotingCommand(int(RequestCode.SEND_MESSAGE_V2), ext, body, opaque)
+    request = RemotingCommand(int(code), ext, body, opaque)
     assert frame == encode(request)
     request.ext_json = SendMessageRequestHeader.v2_json(
         SendMessageRequestHeader.v2_json_prefix(group, topic), ext
@@ -50,7 +52,7 @@ def test_the_send_frame_is_what_the_codec_writes(
     assert frame == encode(request)
     back = decode_frame(frame[4:])
     assert (back.code, back.opaque, back.flag, back.ext_fields, back.body) == (
-        310, opaque, 0, ext, body,
+        code, opaque, 0, ext, body,
     )  # fmt: skip
     # A second send to the topic uses the kept text.
-    assert producer._v2_frame(mq, sys_flag, flag, props, body, opaque, born) == frame
+    assert producer._v2_frame(code, mq, sys_flag, flag, props, body, opaque, born) == frame

@@ -112,10 +112,10 @@ def test_responses_complete_the_calls_they_answer() -> None:
     outcomes: list[tuple] = []
     table.add(1, awaited)
     table.add(2, Call(callback=lambda r, e: outcomes.append((r.opaque, e)), deadline=10.0))
-    assert len(table) == 2 and table.callbacks == 1
+    assert len(table) == 2 and table.timed == 1
     assert not table.answer(response(99))  # nobody waits for it
     assert table.answer(response(1)) and woken == [1] and awaited.response.opaque == 1
-    assert table.answer(response(2)) and outcomes == [(2, None)] and table.callbacks == 0
+    assert table.answer(response(2)) and outcomes == [(2, None)] and table.timed == 0
     assert len(table) == 0
 
 
@@ -130,14 +130,19 @@ def test_callback_calls_expire_at_their_deadline_and_a_raising_callback_is_conta
     table.add(2, Call(callback=boom, deadline=5.0))
     table.add(3, Call(callback=lambda r, e: errors.append(e), deadline=50.0))
     table.add(4, Call(wake=lambda: None))  # awaited: its task keeps its own deadline
+    woken: list[int] = []
+    swept = Call(wake=lambda: woken.append(5), deadline=5.0, code=320)  # awaited, swept
+    table.add(5, swept)
+    assert table.timed == 4
     assert table.expire(4.9, lambda call: RemotingTimeoutError("late")) == 0
-    assert table.expire(5.0, lambda call: RemotingTimeoutError(f"late {call.code}")) == 2
+    assert table.expire(5.0, lambda call: RemotingTimeoutError(f"late {call.code}")) == 3
     assert [str(e) for e in errors] == ["late 105"]
-    assert set(table.calls) == {3, 4} and table.callbacks == 1
+    assert woken == [5] and str(swept.error) == "late 320" and swept.response is None
+    assert set(table.calls) == {3, 4} and table.timed == 1
     table.drop(4)
     table.fail_all(RemotingConnectError("closed"))
     assert isinstance(errors[-1], RemotingConnectError) and len(table) == 0
-    assert table.callbacks == 0
+    assert table.timed == 0
 
 
 def test_closing_releases_budgets_and_fails_calls() -> None:

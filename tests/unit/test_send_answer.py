@@ -234,14 +234,14 @@ def test_raw_send_answer_gives_the_fields_to_calls_that_take_them(caplog) -> Non
     calls = CallTable()
     channel = types.SimpleNamespace(state=types.SimpleNamespace(calls=calls))
     got: list[tuple] = []
-    calls.add(1, Call(callback=lambda r, e: None, on_fields=got.append))
-    calls.add(2, Call(callback=lambda r, e: None))  # takes the response command only
+    calls.add(1, Call(callback=lambda r, e: None, deadline=10.0, on_fields=got.append))
+    calls.add(2, Call(callback=lambda r, e: None, deadline=10.0))  # takes the response command only
 
     def raising(fields: tuple) -> None:
         raise RuntimeError("the callback's own bug")
 
-    calls.add(3, Call(callback=lambda r, e: None, on_fields=raising))
-    assert calls.callbacks == 3
+    calls.add(3, Call(callback=lambda r, e: None, deadline=10.0, on_fields=raising))
+    assert calls.timed == 3
 
     def answer(opaque: int) -> bytes:
         return native_extension.send_answer_frame(opaque, "AB", 0, 5, b'"R"', True, 401)
@@ -257,4 +257,4 @@ def test_raw_send_answer_gives_the_fields_to_calls_that_take_them(caplog) -> Non
     three = answer(3)
     assert raw_send_answer(channel, three, 4, len(three)) is RAW_ANSWER_LATER  # type: ignore[arg-type]
     assert "a response callback raised" in caplog.text
-    assert list(calls.calls) == [2] and calls.callbacks == 1
+    assert list(calls.calls) == [2] and calls.timed == 1

@@ -36,6 +36,7 @@ from pymq.common.message import (
     encode_properties,
 )
 from pymq.common.message_ext import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+from pymq.common.native import native_extension
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting.codec import (
     _FRAME_PREFIX,
@@ -127,7 +128,21 @@ def _plain_properties(tags: str | None, uniq: str) -> str:
     return f"{_UNIQ_HEAD}{uniq}{_WAIT_TAIL}"
 
 
+_native_batch_body = getattr(native_extension, "batch_body", None)
+
+
 def _batch_body(msgs: Sequence[Message], ids: list[str]) -> bytes:
+    """The SEND_BATCH_MESSAGE body of ``msgs``, each with its unique id (``ids``) and
+    WAIT=true: in one C call (``_recordc.batch_body``) when every message is plain
+    (:func:`_is_plain`), else :func:`_batch_body_py`'s."""
+    if _native_batch_body is not None:
+        body = _native_batch_body(Message, msgs, ids)
+        if body is not None:
+            return body
+    return _batch_body_py(msgs, ids)
+
+
+def _batch_body_py(msgs: Sequence[Message], ids: list[str]) -> bytes:
     """The SEND_BATCH_MESSAGE body of ``msgs``, each with its unique id (``ids``) and
     WAIT=true: what ``encode_batch_body`` writes for their items (the message's properties,
     then the id's and WAIT's, replacing any the message has), without an item or a

@@ -2639,6 +2639,184 @@ static PyObject *py_offset_msg_ids(PyObject *self, PyObject *const *args, Py_ssi
     return out;
 }
 
+/* --- batch_body (the client's SEND_BATCH_MESSAGE body) ------------------------------------- */
+
+/* One message of a batch, as batch_body reads it: references held until the body is written. */
+typedef struct {
+    PyObject *body, *tags; /* bytes; str or NULL (no tags) */
+    const char *tags_utf8;
+    Py_ssize_t tags_len, props_len;
+    int32_t flag;
+} batch_item;
+
+static PyObject *batch_names[6]; /* body, tags, keys, properties, flag, delay_level */
+
+static int intern_batch_names(void) {
+    static const char *const names[6] = {"body", "tags", "keys", "properties", "flag",
+                                         "delay_level"};
+    for (int i = 0; i < 6; i++) {
+        if (batch_names[i] != NULL) continue;
+        batch_names[i] = PyUnicode_InternFromString(names[i]);
+        if (batch_names[i] == NULL) return -1;
+    }
+    return 0;
+}
+
+/* Read msg (exactly of type cls) into item if it is a plain message: bytes body, no properties
+ * (an empty dict), no keys (None or ""), delay_level 0, tags None or a str, an int32 flag.
+ * 1: read (item holds references); 0: not plain (nothing held); -1: an error. Only exact
+ * built-in types are accepted, so no Python code runs while the batch is read. */
+static int batch_read_item(PyObject *cls, PyObject *msg, batch_item *item) {
+    if ((PyObject *)Py_TYPE(msg) != cls) return 0;
+    PyObject *v[6];
+    for (int i = 0; i < 6; i++) {
+        v[i] = PyObject_GetAttr(msg, batch_names[i]);
+        if (v[i] == NULL) {
+            for (int j = 0; j < i; j++) Py_DECREF(v[j]);
+            return -1;
+        }
+    }
+    PyObject *body = v[0], *tags = v[1], *keys = v[2], *props = v[3], *flag = v[4], *delay = v[5];
+    int plain = PyBytes_CheckExact(body) && (tags == Py_None || PyUnicode_CheckExact(tags)) &&
+                (keys == Py_None || (PyUnicode_CheckExact(keys) && PyUnicode_GET_LENGTH(keys) == 0)) &&
+                PyDict_CheckExact(props) && PyDict_GET_SIZE(props) == 0 && PyLong_CheckExact(flag) &&
+                PyLong_CheckExact(delay);
+    long long f = 0, d = 0;
+    if (plain) {
+        f = PyLong_AsLongLong(flag);
+        d = PyLong_AsLongLong(delay);
+        if (PyErr_Occurred()) { /* past a long long: left to the Python writer */
+            PyErr_Clear();
+            plain = 0;
+        }
+        plain = plain && f >= I32_MIN && f <= I32_MAX && d <= 0 &&
+                PyBytes_GET_SIZE(body) <= I32_MAX;
+    }
+    item->tags_utf8 = NULL;
+    item->tags_len = 0;
+    if (plain && tags != Py_None && PyUnicode_GET_LENGTH(tags) > 0) {
+        item->tags_utf8 = PyUnicode_AsUTF8AndSize(tags, &item->tags_len);
+        if (item->tags_utf8 == NULL) { /* a lone surrogate: the Python writer raises */
+            PyErr_Clear();
+            plain = 0;
+        }
+    }
+    Py_DECREF(keys);
+    Py_DECREF(props);
+    Py_DECREF(flag);
+    Py_DECREF(delay);
+    if (!plain) {
+        Py_DECREF(body);
+        Py_DECREF(tags);
+        return 0;
+    }
+    item->body = body;
+    item->tags = tags;
+    item->flag = (int32_t)f;
+    return 1;
+}
+
+/* batch_body(cls, msgs, ids): the SEND_BATCH_MESSAGE body of msgs (a list or tuple of cls, the
+ * client's Message), each with its unique id from ids (ASCII strs) and WAIT=true, as the
+ * producer's Python writer makes it: per message TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG,
+ * BODYLEN, the body, PROPERTIESLENGTH (int16) and the properties text
+ * [TAGS\1tags\2]UNIQ_KEY\1id\2WAIT\1true.  None when a message is not plain (properties, keys,
+ * a delay, or anything not of the expected built-in types) or its text would not fit: the
+ * Python writer then does the whole batch. */
+static PyObject *py_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "batch_body takes 3 arguments");
+    PyObject *cls = args[0], *msgs = args[1], *ids = args[2];
+    if (!PyType_Check(cls)) return PyErr_Format(PyExc_TypeError, "cls must be a type");
+    if (!PyList_CheckExact(msgs) && !PyTuple_CheckExact(msgs)) Py_RETURN_NONE;
+    if (!PyList_CheckExact(ids)) return PyErr_Format(PyExc_TypeError, "ids must be a list");
+    if (intern_batch_names() < 0) return NULL;
+    /* A reference to each sequence: nothing below runs Python code, but keep them whole. */
+    Py_INCREF(msgs);
+    Py_INCREF(ids);
+    PyObject *result = NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(msgs), read = 0;
+    batch_item *items = NULL;
+    if (PyList_GET_SIZE(ids) != count) {
+        PyErr_Format(PyExc_ValueError, "%zd messages but %zd ids", count,
+                     PyList_GET_SIZE(ids));
+        goto done;
+    }
+    items = PyMem_Malloc(sizeof(batch_item) * (count ? count : 1));
+    if (items == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    static const char tags_head[] = "TAGS\x01", uniq_head[] = "UNIQ_KEY\x01",
+                      wait_tail[] = "\x02WAIT\x01true";
+    const Py_ssize_t tags_fixed = sizeof(tags_head) - 1 + 1, /* TAGS\1 ... \2 */
+        uniq_fixed = sizeof(uniq_head) - 1 + sizeof(wait_tail) - 1;
+    Py_ssize_t total = 0;
+    for (; read < count; read++) {
+        PyObject *id = PyList_GET_ITEM(ids, read);
+        if (!PyUnicode_CheckExact(id) || !PyUnicode_IS_ASCII(id)) break;
+        int got = batch_read_item(cls, PySequence_Fast_GET_ITEM(msgs, read), &items[read]);
+        if (got < 0) goto done;
+        if (got == 0) break;
+        batch_item *it = &items[read];
+        Py_ssize_t props = uniq_fixed + PyUnicode_GET_LENGTH(id) +
+                           (it->tags_len ? tags_fixed + it->tags_len : 0);
+        Py_ssize_t size = 20 + PyBytes_GET_SIZE(it->body) + 2 + props;
+        it->props_len = props;
+        if (props > 32767 || size > I32_MAX) { /* the Python writer's struct raises */
+            read++;
+            goto none;
+        }
+        total += size;
+    }
+    if (read < count) goto none;
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) goto done;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        batch_item *it = &items[i];
+        PyObject *id = PyList_GET_ITEM(ids, i);
+        Py_ssize_t blen = PyBytes_GET_SIZE(it->body), idlen = PyUnicode_GET_LENGTH(id);
+        put32(w, (uint32_t)(20 + blen + 2 + it->props_len));
+        put32(w + 4, 0); /* MAGICCODE (BATCH_ITEM_MAGIC) */
+        put32(w + 8, 0); /* BODYCRC */
+        put32(w + 12, (uint32_t)it->flag);
+        put32(w + 16, (uint32_t)blen);
+        w += 20;
+        memcpy(w, PyBytes_AS_STRING(it->body), blen);
+        w += blen;
+        w[0] = (unsigned char)(it->props_len >> 8);
+        w[1] = (unsigned char)it->props_len;
+        w += 2;
+        if (it->tags_len) {
+            memcpy(w, tags_head, sizeof(tags_head) - 1);
+            w += sizeof(tags_head) - 1;
+            memcpy(w, it->tags_utf8, it->tags_len);
+            w += it->tags_len;
+            *w++ = '\x02';
+        }
+        memcpy(w, uniq_head, sizeof(uniq_head) - 1);
+        w += sizeof(uniq_head) - 1;
+        memcpy(w, PyUnicode_1BYTE_DATA(id), idlen);
+        w += idlen;
+        memcpy(w, wait_tail, sizeof(wait_tail) - 1);
+        w += sizeof(wait_tail) - 1;
+    }
+    goto done;
+none:
+    result = Py_NewRef(Py_None);
+done:
+    if (items != NULL) {
+        for (Py_ssize_t i = 0; i < read && i < count; i++) {
+            Py_DECREF(items[i].body);
+            Py_XDECREF(items[i].tags);
+        }
+        PyMem_Free(items);
+    }
+    Py_DECREF(msgs);
+    Py_DECREF(ids);
+    return result;
+}
+
 /* --- now_ms ------------------------------------------------------------------------------- */
 
 static PyObject *py_now_ms(PyObject *self, PyObject *unused) {
@@ -4039,6 +4217,9 @@ static PyMethodDef methods[] = {
      "offset_msg_id(prefix, offset): prefix + offset as 16 uppercase hex digits."},
     {"offset_msg_ids", (PyCFunction)(void (*)(void))py_offset_msg_ids, METH_FASTCALL,
      "offset_msg_ids(prefix, rows): offset_msg_id of each row's first item, comma-joined."},
+    {"batch_body", (PyCFunction)(void (*)(void))py_batch_body, METH_FASTCALL,
+     "batch_body(cls, msgs, ids): the client's SEND_BATCH_MESSAGE body of plain messages of"
+     " type cls with their ids; None when one is not plain."},
     {"record_is", (PyCFunction)(void (*)(void))py_record_is, METH_FASTCALL,
      "record_is(data, size): whether data is size bytes beginning as a message record of that"
      " size (TOTALSIZE, magic code)."},

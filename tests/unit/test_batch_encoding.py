@@ -8,10 +8,19 @@ import datetime
 import struct
 import zlib
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pymq.client.producer import COMPRESS_LEVEL, COMPRESS_OVER, Message, Producer, _batch_body
+from pymq.client import producer as producer_module
+from pymq.client.producer import (
+    COMPRESS_LEVEL,
+    COMPRESS_OVER,
+    Message,
+    Producer,
+    _batch_body,
+    _batch_body_py,
+)
 from pymq.common.message import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -72,6 +81,71 @@ def test_batch_body_is_the_reference_writers(msgs: list[Message]) -> None:
     for item, uniq in zip(decode_batch_body(body), ids, strict=True):
         assert item.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] == uniq
         assert item.properties[PROPERTY_WAIT_STORE_MSG_OK] == "true"
+
+
+_plain = st.builds(
+    Message,
+    topic=st.just("T"),
+    body=st.binary(max_size=40),
+    tags=st.none() | st.just("") | _text,
+    keys=st.none() | st.just(""),
+    flag=st.integers(-(2**31), 2**31 - 1),
+    delay_level=st.integers(-3, 0),
+)
+native_batch_body = producer_module._native_batch_body
+needs_c = pytest.mark.skipif(native_batch_body is None, reason="C extension not built")
+
+
+@needs_c
+@given(st.lists(_plain, max_size=8), st.booleans())
+def test_the_c_batch_body_is_the_python_writers(msgs: list[Message], as_tuple: bool) -> None:
+    """Plain messages (only tags, flag and body of their own) are written in C, byte for byte
+    as the Python writer and the reference write them."""
+    ids = UniqueIdGenerator("10.1.2.3", pid=7).create_many(len(msgs))
+    assert native_batch_body is not None
+    body = native_batch_body(Message, tuple(msgs) if as_tuple else msgs, ids)
+    assert body is not None
+    assert body == _batch_body_py(msgs, ids) == reference(msgs, ids)
+
+
+@needs_c
+def test_the_c_batch_body_leaves_what_is_not_plain_to_python() -> None:
+    assert native_batch_body is not None
+    ids = ["A" * 32, "B" * 32]
+    ok = Message("T", b"x", tags="t")
+
+    class Sub(Message):
+        pass
+
+    others = [
+        Message("T", b"x", keys="k"),
+        Message("T", b"x", keys=["k"]),
+        Message("T", b"x", properties={"a": "b"}),
+        Message("T", b"x", delay_level=2),
+        Message("T", bytearray(b"x")),  # type: ignore[arg-type]
+        Message("T", b"x", tags=b"t"),  # type: ignore[arg-type]
+        Message("T", b"x", flag=2**31),
+        Message("T", b"x", flag=True),
+        Message("T", b"x", tags="\ud800"),  # a lone surrogate: the Python writer raises
+        Message("T", b"x", tags="t" * 40000),  # properties past int16: the Python writer raises
+        Sub("T", b"x"),
+    ]
+    for other in others:
+        assert native_batch_body(Message, [ok, other], ids) is None, other
+    assert native_batch_body(Message, [ok, ok], ["A" * 32, "\u00e9" * 32]) is None
+    assert native_batch_body(Message, iter([ok, ok]), ids) is None
+    # What the C writer declines, _batch_body still writes (or refuses) as Python does.
+    assert _batch_body([ok, Message("T", b"y", keys="k")], ids) == reference(
+        [ok, Message("T", b"y", keys="k")], ids
+    )
+    with pytest.raises(UnicodeEncodeError):
+        _batch_body([ok, Message("T", b"x", tags="\ud800")], ids)
+    with pytest.raises(struct.error):
+        _batch_body([ok, Message("T", b"x", flag=2**31)], ids)
+    with pytest.raises(ValueError, match="2 messages but 1 ids"):
+        native_batch_body(Message, [ok, ok], ids[:1])
+    with pytest.raises(ValueError):
+        _batch_body([ok, ok], ids[:1])
 
 
 def test_batch_body_golden() -> None:

@@ -2300,6 +2300,112 @@ static int writable_mm(PyObject *obj, Py_buffer *view) {
     return rc;
 }
 
+/* A consume queue dispatch_hinted has written to (or read) during one call: its attributes are
+ * read once and written back once (dq_flush), and the file's buffer is held meanwhile.  Nothing
+ * between two records runs Python code (the listener is called only after a flush of all), so
+ * nothing else reads or changes them in between. */
+typedef struct {
+    PyObject *cq, *mf;  /* strong references; mf NULL until an entry is to be written */
+    long long max_phy;  /* cq.max_physic_offset */
+    long long pos, from, limit; /* mf.wrote_position, file_from_offset, min(allocated, size) */
+    Py_buffer buf;
+    int have_buf, dirty;
+} dq_entry;
+
+#define DQ_ENTRIES 32
+
+/* The newest index file, likewise: read once, written back once. */
+typedef struct {
+    PyObject *file, *mf; /* strong references; file NULL: not read yet (or no file: none) */
+    int loaded, full;    /* loaded: file (maybe NULL) and the first three fields read; full: all */
+    long long end_phy, count, num, entries_at, slot_num, slots, begin, begin_phy, end_ts;
+    long long allocated, file_size;
+    Py_buffer buf;
+    int have_buf, dirty;
+} dq_index;
+
+/* Write an entry's fields back and let it go: 0, or -1 with an exception set (it is let go
+ * either way). */
+static int dq_flush_entry(dq_entry *e) {
+    int rc = 0;
+    if (e->have_buf) PyBuffer_Release(&e->buf);
+    e->have_buf = 0;
+    if (e->dirty &&
+        (set_attr_ll(e->mf, a_wrote_position, e->pos) < 0 ||
+         set_attr_ll(e->cq, a_max_physic_offset, e->max_phy) < 0))
+        rc = -1;
+    e->dirty = 0;
+    Py_CLEAR(e->mf);
+    Py_CLEAR(e->cq);
+    return rc;
+}
+
+static int dq_flush_index(dq_index *x) {
+    int rc = 0;
+    if (x->have_buf) PyBuffer_Release(&x->buf);
+    x->have_buf = 0;
+    if (x->dirty &&
+        (set_attr_ll(x->file, a_begin_timestamp, x->begin) < 0 ||
+         set_attr_ll(x->file, a_index_count, x->count) < 0 ||
+         set_attr_ll(x->file, a_hash_slot_count, x->slots) < 0 ||
+         set_attr_ll(x->file, a_end_phy_offset, x->end_phy) < 0 ||
+         set_attr_ll(x->file, a_end_timestamp, x->end_ts) < 0 ||
+         set_attr_ll(x->file, a_begin_phy_offset, x->begin_phy) < 0))
+        rc = -1;
+    x->dirty = 0;
+    x->loaded = x->full = 0;
+    Py_CLEAR(x->mf);
+    Py_CLEAR(x->file);
+    return rc;
+}
+
+/* Flush every cached queue and the index: 0, or -1 with the first failure's exception set (all
+ * are let go, and the rest written back, either way). */
+static int dq_flush_all(dq_entry *entries, int *n, dq_index *x) {
+    PyObject *t = NULL, *v = NULL, *tb = NULL;
+    int failed = 0;
+    for (int i = 0; i <= *n; i++) {
+        int rc = i < *n ? dq_flush_entry(&entries[i]) : dq_flush_index(x);
+        if (rc < 0) {
+            if (!failed) PyErr_Fetch(&t, &v, &tb);
+            else PyErr_Clear();
+            failed = 1;
+        }
+    }
+    *n = 0;
+    if (failed) PyErr_Restore(t, v, tb);
+    return failed ? -1 : 0;
+}
+
+/* The cached entry of cq, read (max_physic_offset) and added when new: NULL with an exception
+ * set on failure.  A full cache is flushed first. */
+static dq_entry *dq_entry_for(dq_entry *entries, int *n, PyObject *cq) {
+    for (int i = 0; i < *n; i++)
+        if (entries[i].cq == cq) return &entries[i];
+    if (*n == DQ_ENTRIES) { /* many queues in one run: write them all back, start again */
+        PyObject *t = NULL, *v = NULL, *tb = NULL;
+        int failed = 0;
+        for (int i = 0; i < *n; i++) {
+            if (dq_flush_entry(&entries[i]) < 0) {
+                if (!failed) PyErr_Fetch(&t, &v, &tb);
+                else PyErr_Clear();
+                failed = 1;
+            }
+        }
+        *n = 0;
+        if (failed) {
+            PyErr_Restore(t, v, tb);
+            return NULL;
+        }
+    }
+    dq_entry *e = &entries[*n];
+    memset(e, 0, sizeof *e);
+    if (attr_ll(cq, a_max_physic_offset, &e->max_phy) < 0) return NULL;
+    e->cq = Py_NewRef(cq);
+    (*n)++;
+    return e;
+}
+
 /*
  * dispatch_hinted(hints, log, pos, end, offset, limit, queues, listener, index[, wanted])
  *     -> (done, pos, offset, last_store_timestamp, exception or None)
@@ -2327,6 +2433,11 @@ static int writable_mm(PyObject *obj, Py_buffer *view) {
  * propagate: it is returned with the records done before it (the listener's record among them,
  * its hint taken), for the caller to count them before it raises it, as the Python loop counts
  * each record as it is done.
+ *
+ * The queues' and the index file's attributes are read once per call (up to DQ_ENTRIES queues
+ * at a time) and written back at its end, before each call of the listener, and whenever a
+ * queue past DQ_ENTRIES comes: nothing else runs in between (the GIL is held and no Python
+ * code is called), so what Python reads afterwards is what a write per record would leave.
  */
 static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 9 && nargs != 10)
@@ -2348,12 +2459,16 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
     if (end > log.len) end = log.len;
     const unsigned char *b = log.buf;
     long long done = 0, last_ts = -1;
-    PyObject *hint = NULL, *cq = NULL, *cq_mf = NULL, *ifile = NULL, *imf = NULL;
+    PyObject *hint = NULL;
     PyObject *prefix_hashes = NULL;
     int failed = 0;
+    dq_entry entries[DQ_ENTRIES];
+    int n_entries = 0;
+    dq_index ix;
+    memset(&ix, 0, sizeof ix);
 
     while (done < limit && pos < end) {
-        Py_CLEAR(hint); Py_CLEAR(cq); Py_CLEAR(cq_mf); Py_CLEAR(ifile); Py_CLEAR(imf);
+        Py_CLEAR(hint);
         Py_ssize_t n = PyObject_Size(hints);
         if (n < 0) { failed = 1; break; }
         if (n == 0) break;
@@ -2385,54 +2500,62 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
 
         /* The consume queue's part, judged. */
         int cq_put = !(sys_flag & 0x4); /* not PREPARED (0x4) nor ROLLBACK (0xC) */
-        long long cq_pos = 0;
+        dq_entry *e = NULL;
         if (cq_put) {
             PyObject *by_id = PyDict_GetItemWithError(queues, topic);
             if (by_id == NULL) { if (PyErr_Occurred()) failed = 1; break; }
             if (!PyDict_Check(by_id)) break;
-            PyObject *qid = f[3];
-            cq = PyDict_GetItemWithError(by_id, qid);
+            PyObject *cq = PyDict_GetItemWithError(by_id, f[3]);
             if (cq == NULL) { if (PyErr_Occurred()) failed = 1; break; }
-            Py_INCREF(cq);
-            long long max_phy;
-            if (attr_ll(cq, a_max_physic_offset, &max_phy) < 0) { failed = 1; break; }
-            if (phy + size <= max_phy) {
+            if ((e = dq_entry_for(entries, &n_entries, cq)) == NULL) { failed = 1; break; }
+            if (phy + size <= e->max_phy) {
                 cq_put = 0; /* already there (re-dispatch): no entry, no listener */
             } else {
-                PyObject *q = PyObject_GetAttr(cq, a_queue);
-                if (q == NULL) { failed = 1; break; }
-                cq_mf = last_of(q, a_files);
-                Py_DECREF(q);
-                if (cq_mf == NULL) { if (PyErr_Occurred()) failed = 1; break; }
-                long long from, allocated, file_size;
-                if (attr_ll(cq_mf, a_wrote_position, &cq_pos) < 0 ||
-                    attr_ll(cq_mf, a_file_from_offset, &from) < 0 ||
-                    attr_ll(cq_mf, a_allocated, &allocated) < 0 ||
-                    attr_ll(cq_mf, a_file_size, &file_size) < 0) { failed = 1; break; }
-                if (from + cq_pos != queue_offset * 20 ||
-                    cq_pos + 20 > (allocated < file_size ? allocated : file_size))
-                    break;
+                if (e->mf == NULL) {
+                    PyObject *q = PyObject_GetAttr(cq, a_queue);
+                    if (q == NULL) { failed = 1; break; }
+                    PyObject *mf = last_of(q, a_files);
+                    Py_DECREF(q);
+                    if (mf == NULL) { if (PyErr_Occurred()) failed = 1; break; }
+                    long long allocated, file_size;
+                    if (attr_ll(mf, a_wrote_position, &e->pos) < 0 ||
+                        attr_ll(mf, a_file_from_offset, &e->from) < 0 ||
+                        attr_ll(mf, a_allocated, &allocated) < 0 ||
+                        attr_ll(mf, a_file_size, &file_size) < 0) {
+                        Py_DECREF(mf);
+                        failed = 1;
+                        break;
+                    }
+                    e->mf = mf;
+                    e->limit = allocated < file_size ? allocated : file_size;
+                }
+                if (e->from + e->pos != queue_offset * 20 || e->pos + 20 > e->limit) break;
             }
         }
 
         /* The index's part, judged: index_put is how many keys go into the newest file. */
         int index_put = 0;
-        long long i_count = 0, i_num = 0, i_slots = 0, i_begin = 0, i_begin_phy = 0;
-        long long i_slot_num = 0, i_entries_at = 0, i_end_phy = 0;
         int32_t prefix = 0;
         Py_ssize_t ranges[DISPATCH_MAX_KEYS][2];
         if (index != NULL) {
-            ifile = last_of(index, a_files);
-            if (ifile == NULL && PyErr_Occurred()) { failed = 1; break; }
-            if (ifile != NULL && (attr_ll(ifile, a_end_phy_offset, &i_end_phy) < 0 ||
-                                  attr_ll(ifile, a_index_count, &i_count) < 0 ||
-                                  attr_ll(ifile, a_index_num, &i_num) < 0)) { failed = 1; break; }
+            if (!ix.loaded) {
+                ix.file = last_of(index, a_files);
+                if (ix.file == NULL && PyErr_Occurred()) { failed = 1; break; }
+                if (ix.file != NULL && (attr_ll(ix.file, a_end_phy_offset, &ix.end_phy) < 0 ||
+                                        attr_ll(ix.file, a_index_count, &ix.count) < 0 ||
+                                        attr_ll(ix.file, a_index_num, &ix.num) < 0)) {
+                    Py_CLEAR(ix.file);
+                    failed = 1;
+                    break;
+                }
+                ix.loaded = 1;
+            }
             int nkeys = index_keys(uniq, keys, ranges, DISPATCH_MAX_KEYS);
-            if (ifile != NULL && phy < i_end_phy) {
+            if (ix.file != NULL && phy < ix.end_phy) {
                 /* already indexed (re-dispatch after recovery) */
             } else if ((sys_flag & 0xC) == 0xC) {
                 /* rolled back: not indexed */
-            } else if (ifile == NULL || i_count >= i_num || nkeys > DISPATCH_MAX_KEYS) {
+            } else if (ix.file == NULL || ix.count >= ix.num || nkeys > DISPATCH_MAX_KEYS) {
                 break; /* no file yet, a full one (Python rolls), or very many keys */
             } else if (nkeys == 0 && str_nonempty(keys)) {
                 break; /* KEYS of spaces only: build_index writes the header and caches the
@@ -2446,19 +2569,26 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
                 long pv = PyLong_AsLong(p);
                 if (pv == -1 && PyErr_Occurred()) { failed = 1; break; }
                 prefix = (int32_t)pv;
-                if (i_count + nkeys > i_num) break; /* rolls in the middle: Python */
-                if ((imf = PyObject_GetAttr(ifile, a_mf)) == NULL) { failed = 1; break; }
-                long long allocated, file_size;
-                if (attr_ll(imf, a_allocated, &allocated) < 0 ||
-                    attr_ll(imf, a_file_size, &file_size) < 0 ||
-                    attr_ll(ifile, a_entries_at, &i_entries_at) < 0 ||
-                    attr_ll(ifile, a_hash_slot_num, &i_slot_num) < 0 ||
-                    attr_ll(ifile, a_hash_slot_count, &i_slots) < 0 ||
-                    attr_ll(ifile, a_begin_timestamp, &i_begin) < 0 ||
-                    attr_ll(ifile, a_begin_phy_offset, &i_begin_phy) < 0) { failed = 1; break; }
-                long long need = i_entries_at + (i_count + nkeys) * INDEX_ENTRY;
-                if (need > file_size) need = file_size;
-                if (need > allocated || i_slot_num < 1) break; /* blocks first: Python */
+                if (ix.count + nkeys > ix.num) break; /* rolls in the middle: Python */
+                if (!ix.full) {
+                    if ((ix.mf = PyObject_GetAttr(ix.file, a_mf)) == NULL) { failed = 1; break; }
+                    if (attr_ll(ix.mf, a_allocated, &ix.allocated) < 0 ||
+                        attr_ll(ix.mf, a_file_size, &ix.file_size) < 0 ||
+                        attr_ll(ix.file, a_entries_at, &ix.entries_at) < 0 ||
+                        attr_ll(ix.file, a_hash_slot_num, &ix.slot_num) < 0 ||
+                        attr_ll(ix.file, a_hash_slot_count, &ix.slots) < 0 ||
+                        attr_ll(ix.file, a_begin_timestamp, &ix.begin) < 0 ||
+                        attr_ll(ix.file, a_begin_phy_offset, &ix.begin_phy) < 0 ||
+                        attr_ll(ix.file, a_end_timestamp, &ix.end_ts) < 0) {
+                        Py_CLEAR(ix.mf);
+                        failed = 1;
+                        break;
+                    }
+                    ix.full = 1;
+                }
+                long long need = ix.entries_at + (ix.count + nkeys) * INDEX_ENTRY;
+                if (need > ix.file_size) need = ix.file_size;
+                if (need > ix.allocated || ix.slot_num < 1) break; /* blocks first: Python */
                 index_put = nkeys;
             }
             /* else: no key to index, the header stays as it is */
@@ -2468,69 +2598,51 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
          * does not fit is left to the Python loop, which raises as it would). */
         int32_t code = 0;
         if (str_nonempty(tags) && java_hash32(0, tags, &code) < 0) { failed = 1; break; }
-        Py_buffer qb, ib;
-        int have_qb = 0, have_ib = 0, fits = 1;
-        if (cq_put) {
-            if (writable_mm(cq_mf, &qb) < 0) { failed = 1; break; }
-            have_qb = 1;
-            fits = cq_pos + 20 <= qb.len;
+        if (cq_put && !e->have_buf) {
+            if (writable_mm(e->mf, &e->buf) < 0) { failed = 1; break; }
+            e->have_buf = 1;
         }
-        if (fits && index_put) {
-            if (writable_mm(imf, &ib) < 0) {
-                if (have_qb) PyBuffer_Release(&qb);
-                failed = 1;
-                break;
-            }
-            have_ib = 1;
-            fits = INDEX_HEADER + i_slot_num * 4 <= ib.len &&
-                   i_entries_at + i_num * INDEX_ENTRY <= (long long)ib.len;
+        if (index_put && !ix.have_buf) {
+            if (writable_mm(ix.mf, &ix.buf) < 0) { failed = 1; break; }
+            ix.have_buf = 1;
         }
-        if (!fits) {
-            if (have_qb) PyBuffer_Release(&qb);
-            if (have_ib) PyBuffer_Release(&ib);
+        if (cq_put && e->pos + 20 > e->buf.len) break;
+        if (index_put && !(INDEX_HEADER + ix.slot_num * 4 <= ix.buf.len &&
+                           ix.entries_at + ix.num * INDEX_ENTRY <= (long long)ix.buf.len))
             break;
-        }
         if (cq_put) {
-            unsigned char *e = (unsigned char *)qb.buf + cq_pos;
-            put64(e, (uint64_t)phy);
-            put32(e + 8, (uint32_t)size);
-            put64(e + 12, (uint64_t)(int64_t)code);
-            PyBuffer_Release(&qb);
-            if (set_attr_ll(cq_mf, a_wrote_position, cq_pos + 20) < 0 ||
-                set_attr_ll(cq, a_max_physic_offset, phy + size) < 0) {
-                if (have_ib) PyBuffer_Release(&ib);
-                failed = 1;
-                break;
-            }
+            unsigned char *q = (unsigned char *)e->buf.buf + e->pos;
+            put64(q, (uint64_t)phy);
+            put32(q + 8, (uint32_t)size);
+            put64(q + 12, (uint64_t)(int64_t)code);
+            e->pos += 20;
+            e->max_phy = phy + size;
+            e->dirty = 1;
             last_ts = store_ts;
         }
         if (index_put) {
-            long long first = i_count;
-            unsigned char *ib_b = ib.buf;
+            long long first = ix.count;
+            unsigned char *ib_b = ix.buf.buf;
             for (int k = 0; k < index_put; k++) {
                 uint32_t hu = ranges[k][0] < 0
                     ? java_hash_range((uint32_t)prefix, uniq, 0, ranges[k][1])
                     : java_hash_range((uint32_t)prefix, keys, ranges[k][0], ranges[k][1]);
                 int32_t hv = (int32_t)hu;
                 long h = hv == I32_MIN ? 0 : (hv < 0 ? -(long)hv : hv); /* indexKeyHashMethod */
-                index_write_entry(ib_b, i_slot_num, i_entries_at, h, phy, store_ts, &i_count,
-                                  &i_slots, &i_begin);
+                index_write_entry(ib_b, ix.slot_num, ix.entries_at, h, phy, store_ts, &ix.count,
+                                  &ix.slots, &ix.begin);
             }
-            if (first <= 1) i_begin_phy = phy;
+            if (first <= 1) ix.begin_phy = phy;
             /* IndexFile.write_header: begin/end timestamp, begin/end offset, slots, count. */
-            put64(ib_b, (uint64_t)i_begin);
+            put64(ib_b, (uint64_t)ix.begin);
             put64(ib_b + 8, (uint64_t)store_ts);
-            put64(ib_b + 16, (uint64_t)i_begin_phy);
+            put64(ib_b + 16, (uint64_t)ix.begin_phy);
             put64(ib_b + 24, (uint64_t)phy);
-            put32(ib_b + 32, (uint32_t)i_slots);
-            put32(ib_b + 36, (uint32_t)i_count);
-            PyBuffer_Release(&ib);
-            if (set_attr_ll(ifile, a_begin_timestamp, i_begin) < 0 ||
-                set_attr_ll(ifile, a_index_count, i_count) < 0 ||
-                set_attr_ll(ifile, a_hash_slot_count, i_slots) < 0 ||
-                set_attr_ll(ifile, a_end_phy_offset, phy) < 0 ||
-                set_attr_ll(ifile, a_end_timestamp, store_ts) < 0 ||
-                (first <= 1 && set_attr_ll(ifile, a_begin_phy_offset, phy) < 0)) { failed = 1; break; }
+            put32(ib_b + 32, (uint32_t)ix.slots);
+            put32(ib_b + 36, (uint32_t)ix.count);
+            ix.end_phy = phy;
+            ix.end_ts = store_ts;
+            ix.dirty = 1;
         }
         PyObject *r = PyObject_CallMethodNoArgs(hints, a_popleft);
         if (r == NULL) { failed = 1; break; }
@@ -2544,6 +2656,8 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
             if (notify < 0) { failed = 1; break; } /* the record is done: counted, as below */
         }
         if (notify) {
+            /* The listener is Python code: what it may read is written back first. */
+            if (dq_flush_all(entries, &n_entries, &ix) < 0) { failed = 1; break; }
             PyObject *largs[5] = {topic, f[3], NULL, NULL, f[6]};
             largs[2] = PyLong_FromLongLong(queue_offset + 1);
             largs[3] = PyLong_FromLong(code);
@@ -2555,8 +2669,17 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
             Py_DECREF(lr);
         }
     }
-    Py_XDECREF(hint); Py_XDECREF(cq); Py_XDECREF(cq_mf); Py_XDECREF(ifile); Py_XDECREF(imf);
+    Py_XDECREF(hint);
     Py_XDECREF(prefix_hashes);
+    /* What the run wrote goes back into the queues' and the index's attributes. */
+    if (failed) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        if (dq_flush_all(entries, &n_entries, &ix) < 0) PyErr_Clear();
+        PyErr_Restore(t, v, tb);
+    } else if (dq_flush_all(entries, &n_entries, &ix) < 0) {
+        failed = 1;
+    }
     PyBuffer_Release(&log);
     PyObject *exc = Py_NewRef(Py_None);
     if (failed) {

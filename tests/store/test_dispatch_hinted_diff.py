@@ -90,7 +90,15 @@ class Side:
         self.reput = ReputMessageService(self.cl, self.table)  # type: ignore[arg-type]
         self.reput.native_dispatch = native
         self.arrivals: list[tuple] = []
-        self.reput.listener = lambda *a: self.arrivals.append(a)
+        self.reput.listener = lambda *a: self.arrivals.append((a, self.seen(a[0], a[1])))
+
+    def seen(self, topic: str, qid: int) -> tuple:
+        """What a listener reads when it is called: its queue's attributes (the C run writes
+        them back before it calls the listener).  Not the index: the Python loop calls the
+        listener before the record is indexed, the C run after (nothing a listener does reads
+        the index)."""
+        cq = self.table.queues[topic][qid]
+        return cq.max_physic_offset, [mf.wrote_position for mf in cq.queue.files]
 
     def state(self) -> tuple:
         cqs = []
@@ -304,6 +312,21 @@ def rec(i: int, **kw: object) -> dict:
     )
     base.update(kw)
     return base
+
+
+@pytest.mark.parametrize("queues", [31, 32, 33, 70])
+def test_a_run_over_more_queues_than_the_c_run_keeps(queues: int) -> None:
+    """dispatch_hinted keeps up to 32 queues' state per call and writes them all back when a
+    33rd comes: any number of queues in one run ends as the Python loop leaves them."""
+    records = [
+        rec(i, topic=f"T{i % queues}", qid=i // queues % 2, qoff=i // (2 * queues), uniq=f"u{i}")
+        for i in range(3 * queues)
+    ]
+    # No topic awaited (the listener is never called, so nothing is written back in between),
+    # then every topic (written back before each call).
+    for wanted in ([frozenset()], [None]):
+        run_both(records, [], None, index_num=1000, cq_size=20 * 8, wanted=wanted)
+        run_both(records, [7, 40], 5, index_num=1000, cq_size=20 * 8, wanted=wanted)
 
 
 def test_blank_keys_first_in_a_fresh_index_file():

@@ -128,18 +128,9 @@ def _plain_properties(tags: str | None, uniq: str) -> str:
     return f"{_UNIQ_HEAD}{uniq}{_WAIT_TAIL}"
 
 
+# batch_body(cls, msgs, ids, topic): _batch_body_py's bytes for plain messages of one topic (none
+# delayed), in one C call; None when one is not such.
 _native_batch_body = getattr(native_extension, "batch_body", None)
-
-
-def _batch_body(msgs: Sequence[Message], ids: list[str]) -> bytes:
-    """The SEND_BATCH_MESSAGE body of ``msgs``, each with its unique id (``ids``) and
-    WAIT=true: in one C call (``_recordc.batch_body``) when every message is plain
-    (:func:`_is_plain`), else :func:`_batch_body_py`'s."""
-    if _native_batch_body is not None:
-        body = _native_batch_body(Message, msgs, ids)
-        if body is not None:
-            return body
-    return _batch_body_py(msgs, ids)
 
 
 def _batch_body_py(msgs: Sequence[Message], ids: list[str]) -> bytes:
@@ -437,15 +428,19 @@ class Producer(ClientService):
         if not msgs:
             raise ValueError("an empty batch")
         topic = msgs[0].topic
-        if any(m.topic != topic for m in msgs):
-            raise ValueError("every message of a batch must have the same topic")
-        if any(m.delay_level for m in msgs):
-            raise ValueError("delayed messages cannot be batched")
         ids = self._ids.create_many(len(msgs))
+        # Plain messages of one topic, none delayed: the body in one C call, checks and all.
+        body = _native_batch_body(Message, msgs, ids, topic) if _native_batch_body else None
+        if body is None:
+            if any(m.topic != topic for m in msgs):
+                raise ValueError("every message of a batch must have the same topic")
+            if any(m.delay_level for m in msgs):
+                raise ValueError("delayed messages cannot be batched")
+            body = _batch_body_py(msgs, ids)
         return await self._send_request(
             topic,
             RequestCode.SEND_BATCH_MESSAGE,
-            _batch_body(msgs, ids),
+            body,
             0,
             0,
             "",

@@ -2772,12 +2772,12 @@ typedef struct {
     int32_t flag;
 } batch_item;
 
-static PyObject *batch_names[6]; /* body, tags, keys, properties, flag, delay_level */
+static PyObject *batch_names[7]; /* body, tags, keys, properties, flag, delay_level, topic */
 
 static int intern_batch_names(void) {
-    static const char *const names[6] = {"body", "tags", "keys", "properties", "flag",
-                                         "delay_level"};
-    for (int i = 0; i < 6; i++) {
+    static const char *const names[7] = {"body", "tags", "keys", "properties", "flag",
+                                         "delay_level", "topic"};
+    for (int i = 0; i < 7; i++) {
         if (batch_names[i] != NULL) continue;
         batch_names[i] = PyUnicode_InternFromString(names[i]);
         if (batch_names[i] == NULL) return -1;
@@ -2786,11 +2786,19 @@ static int intern_batch_names(void) {
 }
 
 /* Read msg (exactly of type cls) into item if it is a plain message: bytes body, no properties
- * (an empty dict), no keys (None or ""), delay_level 0, tags None or a str, an int32 flag.
+ * (an empty dict), no keys (None or ""), delay_level 0, tags None or a str, an int32 flag, and
+ * topic (unless NULL) as its topic.
  * 1: read (item holds references); 0: not plain (nothing held); -1: an error. Only exact
  * built-in types are accepted, so no Python code runs while the batch is read. */
-static int batch_read_item(PyObject *cls, PyObject *msg, batch_item *item) {
+static int batch_read_item(PyObject *cls, PyObject *msg, PyObject *topic, batch_item *item) {
     if ((PyObject *)Py_TYPE(msg) != cls) return 0;
+    if (topic != NULL) { /* the batch's topic, which every message must name */
+        PyObject *t = PyObject_GetAttr(msg, batch_names[6]);
+        if (t == NULL) return -1;
+        int same = t == topic || (PyUnicode_CheckExact(t) && PyUnicode_Compare(t, topic) == 0);
+        Py_DECREF(t);
+        if (!same) return 0;
+    }
     PyObject *v[6];
     for (int i = 0; i < 6; i++) {
         v[i] = PyObject_GetAttr(msg, batch_names[i]);
@@ -2812,7 +2820,7 @@ static int batch_read_item(PyObject *cls, PyObject *msg, batch_item *item) {
             PyErr_Clear();
             plain = 0;
         }
-        plain = plain && f >= I32_MIN && f <= I32_MAX && d <= 0 &&
+        plain = plain && f >= I32_MIN && f <= I32_MAX && d == 0 &&
                 PyBytes_GET_SIZE(body) <= I32_MAX;
     }
     item->tags_utf8 = NULL;
@@ -2839,17 +2847,22 @@ static int batch_read_item(PyObject *cls, PyObject *msg, batch_item *item) {
     return 1;
 }
 
-/* batch_body(cls, msgs, ids): the SEND_BATCH_MESSAGE body of msgs (a list or tuple of cls, the
- * client's Message), each with its unique id from ids (ASCII strs) and WAIT=true, as the
+/* batch_body(cls, msgs, ids[, topic]): the SEND_BATCH_MESSAGE body of msgs (a list or tuple of
+ * cls, the client's Message, each of topic when given), each with its unique id from ids (ASCII
+ * strs) and WAIT=true, as the
  * producer's Python writer makes it: per message TOTALSIZE, MAGICCODE 0, BODYCRC 0, FLAG,
  * BODYLEN, the body, PROPERTIESLENGTH (int16) and the properties text
  * [TAGS\1tags\2]UNIQ_KEY\1id\2WAIT\1true.  None when a message is not plain (properties, keys,
  * a delay, or anything not of the expected built-in types) or its text would not fit: the
  * Python writer then does the whole batch. */
 static PyObject *py_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "batch_body takes 3 arguments");
+    if (nargs != 3 && nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "batch_body takes 3 or 4 arguments");
     PyObject *cls = args[0], *msgs = args[1], *ids = args[2];
+    PyObject *topic = nargs == 4 ? args[3] : NULL;
     if (!PyType_Check(cls)) return PyErr_Format(PyExc_TypeError, "cls must be a type");
+    if (topic != NULL && !PyUnicode_CheckExact(topic))
+        return PyErr_Format(PyExc_TypeError, "topic must be a str");
     if (!PyList_CheckExact(msgs) && !PyTuple_CheckExact(msgs)) Py_RETURN_NONE;
     if (!PyList_CheckExact(ids)) return PyErr_Format(PyExc_TypeError, "ids must be a list");
     if (intern_batch_names() < 0) return NULL;
@@ -2877,7 +2890,7 @@ static PyObject *py_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t
     for (; read < count; read++) {
         PyObject *id = PyList_GET_ITEM(ids, read);
         if (!PyUnicode_CheckExact(id) || !PyUnicode_IS_ASCII(id)) break;
-        int got = batch_read_item(cls, PySequence_Fast_GET_ITEM(msgs, read), &items[read]);
+        int got = batch_read_item(cls, PySequence_Fast_GET_ITEM(msgs, read), topic, &items[read]);
         if (got < 0) goto done;
         if (got == 0) break;
         batch_item *it = &items[read];
@@ -4341,8 +4354,8 @@ static PyMethodDef methods[] = {
     {"offset_msg_ids", (PyCFunction)(void (*)(void))py_offset_msg_ids, METH_FASTCALL,
      "offset_msg_ids(prefix, rows): offset_msg_id of each row's first item, comma-joined."},
     {"batch_body", (PyCFunction)(void (*)(void))py_batch_body, METH_FASTCALL,
-     "batch_body(cls, msgs, ids): the client's SEND_BATCH_MESSAGE body of plain messages of"
-     " type cls with their ids; None when one is not plain."},
+     "batch_body(cls, msgs, ids[, topic]): the client's SEND_BATCH_MESSAGE body of plain"
+     " messages of type cls (and topic) with their ids; None when one is not plain."},
     {"record_is", (PyCFunction)(void (*)(void))py_record_is, METH_FASTCALL,
      "record_is(data, size): whether data is size bytes beginning as a message record of that"
      " size (TOTALSIZE, magic code)."},

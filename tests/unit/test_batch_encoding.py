@@ -1,5 +1,6 @@
-"""The producer's batch body (``producer._batch_body``) and a message's properties text
-(``Producer._encode``) against the reference writers (what the producer did before), and
+"""The producer's batch body (``producer._batch_body_py``, and the C writer send_batch tries
+first) and a message's properties text (``Producer._encode``) against the reference writers
+(what the producer did before), and
 ``UniqueIdGenerator.create`` and ``create_many`` against the id layout."""
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pymq.client.producer import (
     COMPRESS_OVER,
     Message,
     Producer,
-    _batch_body,
     _batch_body_py,
 )
 from pymq.common.message import (
@@ -34,7 +34,7 @@ from pymq.common.message import (
 
 
 def reference(msgs: list[Message], ids: list[str]) -> bytes:
-    """What send_batch wrote before _batch_body: an item per message, its properties dict
+    """What send_batch wrote before _batch_body_py: an item per message, its properties dict
     with the unique id and WAIT=true set last."""
     items = []
     for msg, uniq in zip(msgs, ids, strict=True):
@@ -75,7 +75,7 @@ _messages = st.builds(
 def test_batch_body_is_the_reference_writers(msgs: list[Message]) -> None:
     ids = UniqueIdGenerator("10.1.2.3", pid=7).create_many(len(msgs))
     before = [dict(m.properties) for m in msgs]
-    body = _batch_body(msgs, ids)
+    body = _batch_body_py(msgs, ids)
     assert body == reference(msgs, ids)
     assert [m.properties for m in msgs] == before  # the messages are left as they were
     for item, uniq in zip(decode_batch_body(body), ids, strict=True):
@@ -90,7 +90,7 @@ _plain = st.builds(
     tags=st.none() | st.just("") | _text,
     keys=st.none() | st.just(""),
     flag=st.integers(-(2**31), 2**31 - 1),
-    delay_level=st.integers(-3, 0),
+    delay_level=st.just(0),
 )
 native_batch_body = producer_module._native_batch_body
 needs_c = pytest.mark.skipif(native_batch_body is None, reason="C extension not built")
@@ -106,6 +106,7 @@ def test_the_c_batch_body_is_the_python_writers(msgs: list[Message], as_tuple: b
     body = native_batch_body(Message, tuple(msgs) if as_tuple else msgs, ids)
     assert body is not None
     assert body == _batch_body_py(msgs, ids) == reference(msgs, ids)
+    assert native_batch_body(Message, msgs, ids, "T") == body  # all of the batch's topic
 
 
 @needs_c
@@ -122,6 +123,7 @@ def test_the_c_batch_body_leaves_what_is_not_plain_to_python() -> None:
         Message("T", b"x", keys=["k"]),
         Message("T", b"x", properties={"a": "b"}),
         Message("T", b"x", delay_level=2),
+        Message("T", b"x", delay_level=-1),  # send_batch refuses it
         Message("T", bytearray(b"x")),  # type: ignore[arg-type]
         Message("T", b"x", tags=b"t"),  # type: ignore[arg-type]
         Message("T", b"x", flag=2**31),
@@ -132,25 +134,51 @@ def test_the_c_batch_body_leaves_what_is_not_plain_to_python() -> None:
     ]
     for other in others:
         assert native_batch_body(Message, [ok, other], ids) is None, other
+        assert native_batch_body(Message, [ok, other], ids, "T") is None, other
+    # Of another topic than the batch's: left to send_batch's checks, which refuse it.
+    assert native_batch_body(Message, [ok, Message("U", b"x")], ids, "T") is None
+    assert native_batch_body(Message, [ok, Message("U", b"x")], ids) is not None
+    with pytest.raises(TypeError, match="topic must be a str"):
+        native_batch_body(Message, [ok, ok], ids, b"T")
     assert native_batch_body(Message, [ok, ok], ["A" * 32, "\u00e9" * 32]) is None
     assert native_batch_body(Message, iter([ok, ok]), ids) is None
-    # What the C writer declines, _batch_body still writes (or refuses) as Python does.
-    assert _batch_body([ok, Message("T", b"y", keys="k")], ids) == reference(
+    # What the C writer declines, the Python writer still writes (or refuses).
+    assert _batch_body_py([ok, Message("T", b"y", keys="k")], ids) == reference(
         [ok, Message("T", b"y", keys="k")], ids
     )
     with pytest.raises(UnicodeEncodeError):
-        _batch_body([ok, Message("T", b"x", tags="\ud800")], ids)
+        _batch_body_py([ok, Message("T", b"x", tags="\ud800")], ids)
     with pytest.raises(struct.error):
-        _batch_body([ok, Message("T", b"x", flag=2**31)], ids)
+        _batch_body_py([ok, Message("T", b"x", flag=2**31)], ids)
     with pytest.raises(ValueError, match="2 messages but 1 ids"):
         native_batch_body(Message, [ok, ok], ids[:1])
     with pytest.raises(ValueError):
-        _batch_body([ok, ok], ids[:1])
+        _batch_body_py([ok, ok], ids[:1])
+
+
+@pytest.mark.parametrize("native", [True, False])
+async def test_send_batch_refuses_mixed_topics_and_delays_before_sending(
+    native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before anything is sent (the producer is not even started), with or without
+    the C writer."""
+    if native and native_batch_body is None:
+        pytest.skip("C extension not built")
+    if not native:
+        monkeypatch.setattr(producer_module, "_native_batch_body", None)
+    producer = Producer("P", "127.0.0.1:1")
+    with pytest.raises(ValueError, match="an empty batch"):
+        await producer.send_batch([])
+    with pytest.raises(ValueError, match="same topic"):
+        await producer.send_batch([Message("T", b"a"), Message("U", b"b")])
+    for delay in (2, -1):
+        with pytest.raises(ValueError, match="delayed messages cannot be batched"):
+            await producer.send_batch([Message("T", b"a"), Message("T", b"b", delay_level=delay)])
 
 
 def test_batch_body_golden() -> None:
     msgs = [Message("T", b"abc", tags="x", flag=1), Message("T", b"")]
-    body = _batch_body(msgs, ["A" * 32, "B" * 32])
+    body = _batch_body_py(msgs, ["A" * 32, "B" * 32])
     first_props = b"TAGS\x01x\x02UNIQ_KEY\x01" + b"A" * 32 + b"\x02WAIT\x01true"
     second_props = b"UNIQ_KEY\x01" + b"B" * 32 + b"\x02WAIT\x01true"
     want = struct.pack(">iiiii", 20 + 3 + 2 + len(first_props), 0, 0, 1, 3) + b"abc"

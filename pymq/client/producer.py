@@ -77,6 +77,11 @@ _V2_FRAME_TAIL: dict[int, str] = {
     _SEND_MESSAGE_V2: '"j":"0","k":"false","m":"false"},"serializeTypeCurrentRPC":"JSON"}',
     _SEND_BATCH_MESSAGE: '"j":"0","k":"false","m":"true"},"serializeTypeCurrentRPC":"JSON"}',
 }
+_V2_FRAME_HEAD_BYTES = {code: text.encode() for code, text in _V2_FRAME_HEAD.items()}
+_V2_FRAME_TAIL_BYTES = {code: text.encode() for code, text in _V2_FRAME_TAIL.items()}
+# send_frame(head, opaque, fixed, queue_id, sys_flag, born, flag, props, tail, body): the frame
+# _v2_frame writes, in one C call; None for properties that are not ASCII.
+_native_send_frame = getattr(native_extension, "send_frame", None)
 
 _SEND_OK = "SEND_OK"
 STORED_CODES: dict[int, str] = {
@@ -189,7 +194,8 @@ class Producer(ClientService):
         self._counter = itertools.count()
         self._publish_cache: dict[str, tuple[object, list[MessageQueue], bool]] = {}
         self._header_json: dict[str, str] = {}
-        self._frame_json: dict[str, str] = {}  # _v2_frame's header text after the opaque
+        # _v2_frame's header text after the opaque, as str and as bytes, per topic.
+        self._frame_json: dict[str, tuple[str, bytes]] = {}
 
     async def _started(self) -> None:
         assert self._nursery is not None
@@ -310,11 +316,18 @@ class Producer(ClientService):
         :meth:`_v2_request` makes (with ``opaque`` and ``born_timestamp``), written in one go:
         what ``codec.encode`` writes for that request (tests/unit/test_client_frames.py
         compares them), without the extFields dict, the command or the header writer's steps."""
-        fixed = self._frame_json.get(mq.topic)
-        if fixed is None:
-            fixed = self._frame_json[mq.topic] = ',"flag":0,"extFields":{' + _v2_json_prefix(
-                self.group, mq.topic
-            )
+        kept = self._frame_json.get(mq.topic)
+        if kept is None:
+            text = ',"flag":0,"extFields":{' + _v2_json_prefix(self.group, mq.topic)
+            kept = self._frame_json[mq.topic] = (text, text.encode())
+        if _native_send_frame is not None:  # the same bytes in one C call (ASCII properties)
+            frame = _native_send_frame(
+                _V2_FRAME_HEAD_BYTES[code], opaque, kept[1], mq.queue_id, sys_flag,
+                born_timestamp, flag, props, _V2_FRAME_TAIL_BYTES[code], body,
+            )  # fmt: skip
+            if frame is not None:
+                return frame
+        fixed = kept[0]
         header = (
             f'{_V2_FRAME_HEAD[code]}{opaque}{fixed}"e":"{mq.queue_id}","f":"{sys_flag}",'
             f'"g":"{born_timestamp}","h":"{flag}","i":{_quote(props)},{_V2_FRAME_TAIL[code]}'

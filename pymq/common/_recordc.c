@@ -2953,6 +2953,107 @@ done:
     return result;
 }
 
+/* --- send_frame (the client's SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE frame) ------------------- */
+
+/* ASCII text s as a JSON string, as json.encoder.encode_basestring_ascii writes it (", \, the
+ * short escapes, other controls and DEL as \u00xx in lower case): the length written at w (room for
+ * 6 * n + 2). */
+static Py_ssize_t json_quote_ascii(unsigned char *w, const Py_UCS1 *s, Py_ssize_t n) {
+    static const char hex[] = "0123456789abcdef";
+    unsigned char *start = w;
+    *w++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+            *w++ = c;
+            continue;
+        }
+        *w++ = '\\';
+        switch (c) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '\n': *w++ = 'n'; break;
+        case '\r': *w++ = 'r'; break;
+        case '\t': *w++ = 't'; break;
+        case '\b': *w++ = 'b'; break;
+        case '\f': *w++ = 'f'; break;
+        default:
+            *w++ = 'u';
+            *w++ = '0';
+            *w++ = '0';
+            *w++ = (unsigned char)hex[c >> 4];
+            *w++ = (unsigned char)hex[c & 15];
+        }
+    }
+    *w++ = '"';
+    return w - start;
+}
+
+/* send_frame(head, opaque, fixed, queue_id, sys_flag, born, flag, props, tail, body): the whole
+ * frame of a producer's send as Producer._v2_frame writes it: TOTAL and HEADER lengths, then the
+ * JSON header head + opaque + fixed + "e":"queue_id","f":"sys_flag","g":"born","h":"flag",
+ * "i":<props quoted> , tail, then body.  head, fixed, tail and body are bytes; the five numbers
+ * ints (as Python's str() writes them).  None when props is not ASCII or a number does not fit
+ * a long long: _v2_frame then writes it in Python. */
+static PyObject *py_send_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) return PyErr_Format(PyExc_TypeError, "send_frame takes 10 arguments");
+    PyObject *head = args[0], *fixed = args[2], *props = args[7], *tail = args[8],
+             *body = args[9];
+    if (!PyBytes_CheckExact(head) || !PyBytes_CheckExact(fixed) || !PyBytes_CheckExact(tail) ||
+        !PyBytes_CheckExact(body))
+        return PyErr_Format(PyExc_TypeError, "head, fixed, tail and body must be bytes");
+    if (!PyUnicode_CheckExact(props)) return PyErr_Format(PyExc_TypeError, "props must be a str");
+    if (!PyUnicode_IS_ASCII(props)) Py_RETURN_NONE;
+    long long nums[5]; /* opaque, queue_id, sys_flag, born, flag */
+    const int at[5] = {1, 3, 4, 5, 6};
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = args[at[i]];
+        if (!PyLong_CheckExact(v)) Py_RETURN_NONE;
+        int overflow = 0;
+        nums[i] = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow) Py_RETURN_NONE;
+        if (nums[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    static const char *const keys[4] = {"\"e\":\"", "\",\"f\":\"", "\",\"g\":\"", "\",\"h\":\""};
+    Py_ssize_t plen = PyUnicode_GET_LENGTH(props);
+    if (plen > (PY_SSIZE_T_MAX - 4096) / 6 - PyBytes_GET_SIZE(head) - PyBytes_GET_SIZE(fixed) -
+                   PyBytes_GET_SIZE(tail))
+        return PyErr_NoMemory();
+    Py_ssize_t cap = PyBytes_GET_SIZE(head) + PyBytes_GET_SIZE(fixed) + PyBytes_GET_SIZE(tail) +
+                     5 * 21 + 40 + 6 * plen + 2;
+    unsigned char stack[2048];
+    unsigned char *hdr = cap <= (Py_ssize_t)sizeof stack ? stack : PyMem_Malloc(cap);
+    if (hdr == NULL) return PyErr_NoMemory();
+    unsigned char *w = hdr;
+    memcpy(w, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head));
+    w += PyBytes_GET_SIZE(head);
+    w += fmt_ll((char *)w, nums[0]);
+    memcpy(w, PyBytes_AS_STRING(fixed), PyBytes_GET_SIZE(fixed));
+    w += PyBytes_GET_SIZE(fixed);
+    for (int i = 0; i < 4; i++) {
+        w += put_lit((char *)w, keys[i]);
+        w += fmt_ll((char *)w, nums[i + 1]);
+    }
+    w += put_lit((char *)w, "\",\"i\":");
+    w += json_quote_ascii(w, PyUnicode_1BYTE_DATA(props), plen);
+    *w++ = ',';
+    memcpy(w, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail));
+    w += PyBytes_GET_SIZE(tail);
+    Py_ssize_t hlen = w - hdr, blen = PyBytes_GET_SIZE(body);
+    PyObject *out = NULL;
+    if (hlen > I32_MAX - 4 || blen > I32_MAX - 4 - hlen) {
+        PyErr_SetString(PyExc_OverflowError, "the frame is too long");
+    } else if ((out = PyBytes_FromStringAndSize(NULL, 8 + hlen + blen)) != NULL) {
+        unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+        put32(o, (uint32_t)(4 + hlen + blen));
+        put32(o + 4, (uint32_t)hlen);
+        memcpy(o + 8, hdr, hlen);
+        memcpy(o + 8 + hlen, PyBytes_AS_STRING(body), blen);
+    }
+    if (hdr != stack) PyMem_Free(hdr);
+    return out;
+}
+
 /* --- now_ms ------------------------------------------------------------------------------- */
 
 static PyObject *py_now_ms(PyObject *self, PyObject *unused) {
@@ -4353,6 +4454,9 @@ static PyMethodDef methods[] = {
      "offset_msg_id(prefix, offset): prefix + offset as 16 uppercase hex digits."},
     {"offset_msg_ids", (PyCFunction)(void (*)(void))py_offset_msg_ids, METH_FASTCALL,
      "offset_msg_ids(prefix, rows): offset_msg_id of each row's first item, comma-joined."},
+    {"send_frame", (PyCFunction)(void (*)(void))py_send_frame, METH_FASTCALL,
+     "send_frame(head, opaque, fixed, queue_id, sys_flag, born, flag, props, tail, body): a"
+     " producer's send frame as Producer._v2_frame writes it; None when props is not ASCII."},
     {"batch_body", (PyCFunction)(void (*)(void))py_batch_body, METH_FASTCALL,
      "batch_body(cls, msgs, ids[, topic]): the client's SEND_BATCH_MESSAGE body of plain"
      " messages of type cls (and topic) with their ids; None when one is not plain."},

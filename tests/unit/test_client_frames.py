@@ -4,9 +4,11 @@ it."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pymq.client import producer as producer_module
 from pymq.client.producer import Producer
 from pymq.common.consumer import MessageQueue
 from pymq.remoting.codec import RemotingCommand, decode_frame, encode
@@ -27,7 +29,7 @@ _int32 = st.integers(-(2**31), 2**31 - 1)
     queue_id=st.integers(0, 2**31 - 1),
     sys_flag=_int32,
     flag=_int32,
-    props=_text,
+    props=_text | st.text(st.characters(max_codepoint=127), max_size=30),
     body=st.binary(max_size=40),
     opaque=st.integers(0, 2**31 - 1),
     born=st.integers(0, 2**62),
@@ -56,3 +58,33 @@ def test_the_send_frame_is_what_the_codec_writes(
     )  # fmt: skip
     # A second send to the topic uses the kept text.
     assert producer._v2_frame(code, mq, sys_flag, flag, props, body, opaque, born) == frame
+    # The C writer (ASCII properties) and the Python one write the same bytes.
+    native = producer_module._native_send_frame
+    producer_module._native_send_frame = None
+    try:
+        assert producer._v2_frame(code, mq, sys_flag, flag, props, body, opaque, born) == frame
+    finally:
+        producer_module._native_send_frame = native
+    if native is not None and props.isascii():
+        assert native(
+            producer_module._V2_FRAME_HEAD_BYTES[code], opaque,
+            producer._frame_json[topic][1], queue_id, sys_flag, born, flag, props,
+            producer_module._V2_FRAME_TAIL_BYTES[code], body,
+        ) == frame  # fmt: skip
+
+
+@pytest.mark.skipif(producer_module._native_send_frame is None, reason="C extension not built")
+def test_the_c_frame_writer_declines_what_python_writes() -> None:
+    """Properties that are not ASCII, or numbers past a long long, are left to Python."""
+    native = producer_module._native_send_frame
+    assert native is not None
+    head, tail = b'{"opaque":', b"}"
+    assert native(head, 1, b",", 0, 0, 0, 0, "\u00e9", tail, b"") is None
+    assert native(head, 2**63, b",", 0, 0, 0, 0, "a", tail, b"") is None
+    assert native(head, True, b",", 0, 0, 0, 0, "a", tail, b"") is None
+    frame = native(head, -(2**63), b",", 1, -2, 3, -4, '"\\\x01\x1f\x7f\n', tail, b"B")
+    assert frame is not None
+    assert frame[8:] == (
+        b'{"opaque":-9223372036854775808,"e":"1","f":"-2","g":"3","h":"-4",'
+        b'"i":"\\"\\\\\\u0001\\u001f\\u007f\\n",}B'
+    )

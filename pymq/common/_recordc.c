@@ -2359,13 +2359,13 @@ static int dq_flush_index(dq_index *x) {
     return rc;
 }
 
-/* Flush every cached queue and the index: 0, or -1 with the first failure's exception set (all
- * are let go, and the rest written back, either way). */
+/* Flush every cached queue and, unless x is NULL, the index: 0, or -1 with the first failure's
+ * exception set (all are let go, and the rest written back, either way). */
 static int dq_flush_all(dq_entry *entries, int *n, dq_index *x) {
     PyObject *t = NULL, *v = NULL, *tb = NULL;
     int failed = 0;
     for (int i = 0; i <= *n; i++) {
-        int rc = i < *n ? dq_flush_entry(&entries[i]) : dq_flush_index(x);
+        int rc = i < *n ? dq_flush_entry(&entries[i]) : x != NULL ? dq_flush_index(x) : 0;
         if (rc < 0) {
             if (!failed) PyErr_Fetch(&t, &v, &tb);
             else PyErr_Clear();
@@ -2382,22 +2382,8 @@ static int dq_flush_all(dq_entry *entries, int *n, dq_index *x) {
 static dq_entry *dq_entry_for(dq_entry *entries, int *n, PyObject *cq) {
     for (int i = 0; i < *n; i++)
         if (entries[i].cq == cq) return &entries[i];
-    if (*n == DQ_ENTRIES) { /* many queues in one run: write them all back, start again */
-        PyObject *t = NULL, *v = NULL, *tb = NULL;
-        int failed = 0;
-        for (int i = 0; i < *n; i++) {
-            if (dq_flush_entry(&entries[i]) < 0) {
-                if (!failed) PyErr_Fetch(&t, &v, &tb);
-                else PyErr_Clear();
-                failed = 1;
-            }
-        }
-        *n = 0;
-        if (failed) {
-            PyErr_Restore(t, v, tb);
-            return NULL;
-        }
-    }
+    /* Many queues in one run: write them all back, and start again. */
+    if (*n == DQ_ENTRIES && dq_flush_all(entries, n, NULL) < 0) return NULL;
     dq_entry *e = &entries[*n];
     memset(e, 0, sizeof *e);
     if (attr_ll(cq, a_max_physic_offset, &e->max_phy) < 0) return NULL;

@@ -2324,16 +2324,35 @@ typedef struct {
     int have_buf, dirty;
 } dq_index;
 
+/* Set each objs[i].names[i] = values[i], all of them even when one fails: 0, or -1 with the
+ * first failure's exception set. */
+static int set_attrs_ll(PyObject *const *objs, PyObject *const *names, const long long *values,
+                        int n) {
+    PyObject *t = NULL, *v = NULL, *tb = NULL;
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        if (set_attr_ll(objs[i], names[i], values[i]) < 0) {
+            if (!failed) PyErr_Fetch(&t, &v, &tb);
+            else PyErr_Clear();
+            failed = 1;
+        }
+    }
+    if (failed) PyErr_Restore(t, v, tb);
+    return failed ? -1 : 0;
+}
+
 /* Write an entry's fields back and let it go: 0, or -1 with an exception set (it is let go
  * either way). */
 static int dq_flush_entry(dq_entry *e) {
     int rc = 0;
     if (e->have_buf) PyBuffer_Release(&e->buf);
     e->have_buf = 0;
-    if (e->dirty &&
-        (set_attr_ll(e->mf, a_wrote_position, e->pos) < 0 ||
-         set_attr_ll(e->cq, a_max_physic_offset, e->max_phy) < 0))
-        rc = -1;
+    if (e->dirty) {
+        PyObject *objs[2] = {e->mf, e->cq};
+        PyObject *names[2] = {a_wrote_position, a_max_physic_offset};
+        long long values[2] = {e->pos, e->max_phy};
+        rc = set_attrs_ll(objs, names, values, 2);
+    }
     e->dirty = 0;
     Py_CLEAR(e->mf);
     Py_CLEAR(e->cq);
@@ -2344,14 +2363,14 @@ static int dq_flush_index(dq_index *x) {
     int rc = 0;
     if (x->have_buf) PyBuffer_Release(&x->buf);
     x->have_buf = 0;
-    if (x->dirty &&
-        (set_attr_ll(x->file, a_begin_timestamp, x->begin) < 0 ||
-         set_attr_ll(x->file, a_index_count, x->count) < 0 ||
-         set_attr_ll(x->file, a_hash_slot_count, x->slots) < 0 ||
-         set_attr_ll(x->file, a_end_phy_offset, x->end_phy) < 0 ||
-         set_attr_ll(x->file, a_end_timestamp, x->end_ts) < 0 ||
-         set_attr_ll(x->file, a_begin_phy_offset, x->begin_phy) < 0))
-        rc = -1;
+    if (x->dirty) {
+        PyObject *objs[6] = {x->file, x->file, x->file, x->file, x->file, x->file};
+        PyObject *names[6] = {a_begin_timestamp, a_index_count, a_hash_slot_count,
+                              a_end_phy_offset, a_end_timestamp, a_begin_phy_offset};
+        long long values[6] = {x->begin, x->count, x->slots, x->end_phy, x->end_ts,
+                               x->begin_phy};
+        rc = set_attrs_ll(objs, names, values, 6);
+    }
     x->dirty = 0;
     x->loaded = x->full = 0;
     Py_CLEAR(x->mf);
@@ -2978,18 +2997,18 @@ static Py_ssize_t json_quote_ascii(unsigned char *w, const Py_UCS1 *s, Py_ssize_
 /* send_frame(head, opaque, fixed, queue_id, sys_flag, born, flag, props, tail, body): the whole
  * frame of a producer's send as Producer._v2_frame writes it: TOTAL and HEADER lengths, then the
  * JSON header head + opaque + fixed + "e":"queue_id","f":"sys_flag","g":"born","h":"flag",
- * "i":<props quoted> , tail, then body.  head, fixed, tail and body are bytes; the five numbers
- * ints (as Python's str() writes them).  None when props is not ASCII or a number does not fit
- * a long long: _v2_frame then writes it in Python. */
+ * "i":<props quoted> , tail, then body.  head, fixed and tail are bytes; the five numbers ints
+ * (as Python's str() writes them).  None when body is not exactly bytes, props not an ASCII str
+ * or a number does not fit a long long: _v2_frame then writes it in Python. */
 static PyObject *py_send_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 10) return PyErr_Format(PyExc_TypeError, "send_frame takes 10 arguments");
     PyObject *head = args[0], *fixed = args[2], *props = args[7], *tail = args[8],
              *body = args[9];
-    if (!PyBytes_CheckExact(head) || !PyBytes_CheckExact(fixed) || !PyBytes_CheckExact(tail) ||
-        !PyBytes_CheckExact(body))
-        return PyErr_Format(PyExc_TypeError, "head, fixed, tail and body must be bytes");
-    if (!PyUnicode_CheckExact(props)) return PyErr_Format(PyExc_TypeError, "props must be a str");
-    if (!PyUnicode_IS_ASCII(props)) Py_RETURN_NONE;
+    if (!PyBytes_CheckExact(head) || !PyBytes_CheckExact(fixed) || !PyBytes_CheckExact(tail))
+        return PyErr_Format(PyExc_TypeError, "head, fixed and tail must be bytes");
+    /* Another bytes-like body (a bytearray, a memoryview), or a str subclass: Python's. */
+    if (!PyBytes_CheckExact(body) || !PyUnicode_CheckExact(props) || !PyUnicode_IS_ASCII(props))
+        Py_RETURN_NONE;
     long long nums[5]; /* opaque, queue_id, sys_flag, born, flag */
     const int at[5] = {1, 3, 4, 5, 6};
     for (int i = 0; i < 5; i++) {

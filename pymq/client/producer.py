@@ -442,8 +442,13 @@ class Producer(ClientService):
             raise ValueError("an empty batch")
         topic = msgs[0].topic
         ids = self._ids.create_many(len(msgs))
-        # Plain messages of one topic, none delayed: the body in one C call, checks and all.
-        body = _native_batch_body(Message, msgs, ids, topic) if _native_batch_body else None
+        # Plain messages of one topic, none delayed: the body in one C call, checks and all
+        # (a topic of a str subclass, an enum member say, goes the Python way).
+        body = (
+            _native_batch_body(Message, msgs, ids, topic)
+            if _native_batch_body is not None and type(topic) is str
+            else None
+        )
         if body is None:
             if any(m.topic != topic for m in msgs):
                 raise ValueError("every message of a batch must have the same topic")
@@ -532,7 +537,7 @@ class Producer(ClientService):
                 continue
             if type(answer) is tuple:  # the plain SUCCESS, read from its frame
                 _, msg_id, queue_id, queue_offset, _ = answer
-                if queue_id != mq.queue_id:
+                if queue_id != mq.queue_id or mq.topic != topic:  # as the response's below
                     mq = MessageQueue(topic, mq.broker_name, queue_id)
                 return SendResult(_SEND_OK, uniq, msg_id, mq, queue_offset)
             response = answer

@@ -284,3 +284,32 @@ def test_create_many_runs_across_byte_and_counter_wraps() -> None:
         twin._counter = itertools.count(start)
         assert many == [twin.create(now) for _ in range(count)], (start, count)
         assert counter_of(gen.create(now)) == (start + count) & 0xFFFF  # the counter ran on
+
+
+@pytest.mark.parametrize("native", [True, False])
+async def test_send_batch_takes_a_topic_that_is_a_str_subclass(
+    native: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A topic given as a str subclass (an enum.StrEnum member, say) is a str: send_batch
+    sends it as send() does, with or without the C writer (which may decline, not raise)."""
+    import enum
+
+    if native and native_batch_body is None:
+        pytest.skip("C extension not built")
+    if not native:
+        monkeypatch.setattr(producer_module, "_native_batch_body", None)
+
+    class Topics(enum.StrEnum):
+        ORDERS = "Orders"
+
+    sent: list[bytes] = []
+
+    async def fake_send_request(topic, code, body, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(body)
+        return None
+
+    producer = Producer("P", "127.0.0.1:1")
+    monkeypatch.setattr(producer, "_send_request", fake_send_request)
+    msgs = [Message(Topics.ORDERS, b"a"), Message(Topics.ORDERS, b"b", tags="t")]
+    await producer.send_batch(msgs)
+    assert [item.body for item in decode_batch_body(sent[0])] == [b"a", b"b"]

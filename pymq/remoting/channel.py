@@ -162,8 +162,9 @@ _send_answer_fields = getattr(native_extension, "send_answer_fields", None)
 def raw_send_answer(channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
     """A client connection's raw handler (``Channel.raw_handler``): a send's plain successful
     answer (``_recordc.send_answer_fields``) to a call that takes its fields (``on_fields``,
-    a producer's send_async) is given to it without the response command; RAW_ANSWER_LATER
-    then (nothing to write), None for every other frame, which the usual path decodes."""
+    a producer's send_async; or ``awaits_fields``, Channel.call_frame) is given to it without
+    the response command; RAW_ANSWER_LATER then (nothing to write), None for every other
+    frame, which the usual path decodes."""
     if _send_answer_fields is None:
         return None
     fields = _send_answer_fields(buf, start, end)
@@ -172,7 +173,9 @@ def raw_send_answer(channel: Channel, buf: bytes, start: int, end: int) -> bytes
     call = channel.state.calls.take_for_fields(fields[0])
     if call is None:
         return None
-    assert call.on_fields is not None
+    if call.on_fields is None:  # a task awaits it (Channel.call_frame)
+        call.keep_fields(fields)
+        return RAW_ANSWER_LATER
     try:
         call.on_fields(fields)
     except Exception:  # as Call.finish: the reader goes on
@@ -1052,8 +1055,9 @@ class Channel:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         assert self.signer is None, "a signed request needs its command: use invoke"
         done = trio.Event()
-        call = Call(wake=done.set, deadline=trio.current_time() + timeout, code=code)
-        call.on_fields = call.keep_fields
+        call = Call(
+            wake=done.set, deadline=trio.current_time() + timeout, code=code, awaits_fields=True
+        )
         calls = self.state.calls
         calls.add(opaque, call)
         if calls.timed == 1:

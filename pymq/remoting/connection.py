@@ -47,7 +47,9 @@ class Call:
     # Given the fields of a plain successful answer read from its frame (the client's raw
     # answer path: channel.raw_send_answer), instead of ``callback`` with the response.
     on_fields: Callable[[tuple], None] | None = None
-    # Those fields, for an awaited call that takes them (keep_fields).
+    # An awaited call that takes those fields (kept in ``fields`` by keep_fields; a flag, not
+    # on_fields = keep_fields, which would make every such call a reference cycle).
+    awaits_fields: bool = False
     fields: tuple | None = None
 
     def finish(self, response: RemotingCommand | None, error: Exception | None) -> None:
@@ -62,7 +64,7 @@ class Call:
             self.wake()
 
     def keep_fields(self, fields: tuple) -> None:
-        """``on_fields`` of an awaited call: keep the answer's fields and wake the task."""
+        """An awaited call's answer fields (``awaits_fields``): keep them, wake the task."""
         self.fields = fields
         if self.wake is not None:
             self.wake()
@@ -103,10 +105,10 @@ class CallTable:
         return True
 
     def take_for_fields(self, opaque: int) -> Call | None:
-        """Take the call with ``opaque`` if it accepts its answer's fields (``on_fields``);
-        None, taking nothing, otherwise."""
+        """Take the call with ``opaque`` if it accepts its answer's fields (``on_fields`` or
+        ``awaits_fields``); None, taking nothing, otherwise."""
         call = self.calls.get(opaque)
-        if call is None or call.on_fields is None:
+        if call is None or (call.on_fields is None and not call.awaits_fields):
             return None
         del self.calls[opaque]
         if call.deadline != math.inf:

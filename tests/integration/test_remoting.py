@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import struct
 
 import pytest
@@ -12,6 +13,7 @@ from pymq.remoting.channel import ANSWER_LATER, Channel
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand, encode, next_opaque
 from pymq.remoting.codes import ResponseCode, SerializeType
+from pymq.remoting.connection import Call
 from pymq.remoting.errors import RemotingConnectError, RemotingTimeoutError
 from pymq.remoting.limits import ConnectionLimits
 from pymq.remoting.server import RemotingServer
@@ -343,10 +345,19 @@ async def test_a_callback_that_closes_the_channel_does_not_break_the_sweep(
 
 
 async def test_awaited_frame_calls_get_answers_timeouts_cancels_and_closes(
-    server: RemotingServer, client: RemotingClient
+    server: RemotingServer, client: RemotingClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Channel.call_frame: a request written as its frame, awaited without a cancel scope of
     its own; the channel's sweep times it out, and a call given up leaves nothing behind."""
+    from pymq.remoting import channel as channel_module
+
+    made: list[Call] = []
+
+    def recording_call(**kwargs: object) -> Call:
+        made.append(Call(**kwargs))  # type: ignore[arg-type]
+        return made[-1]
+
+    monkeypatch.setattr(channel_module, "Call", recording_call)
     channel = await client.channel(addr(server))
     calls = channel.state.calls
 
@@ -362,6 +373,8 @@ async def test_awaited_frame_calls_get_answers_timeouts_cancels_and_closes(
         answers.append(await channel.call_frame(opaque, data, FAST, 10))
     assert [a.ext_fields["echo"] for a in answers] == ["0", "1", "2"]  # type: ignore[union-attr]
     assert len(calls) == 0 and calls.timed == 0
+    # No call refers back to itself (a cycle only the collector would free, answer and all).
+    assert len(made) == 3 and all(c not in gc.get_referents(*gc.get_referents(c)) for c in made)
 
     # No answer: a timeout error soon after the deadline, from the sweep.
     start = trio.current_time()

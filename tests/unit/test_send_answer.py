@@ -5,6 +5,7 @@ path."""
 
 from __future__ import annotations
 
+import gc
 import json
 import struct
 
@@ -258,3 +259,12 @@ def test_raw_send_answer_gives_the_fields_to_calls_that_take_them(caplog) -> Non
     assert raw_send_answer(channel, three, 4, len(three)) is RAW_ANSWER_LATER  # type: ignore[arg-type]
     assert "a response callback raised" in caplog.text
     assert list(calls.calls) == [2] and calls.timed == 1
+    # A task awaiting its answer (Channel.call_frame): the fields kept in the call, the task
+    # woken; the call refers to nothing of its own (no cycle left for the collector).
+    woken: list[int] = []
+    awaited = Call(wake=lambda: woken.append(4), deadline=10.0, awaits_fields=True)
+    calls.add(4, awaited)
+    four = answer(4)
+    assert raw_send_answer(channel, four, 4, len(four)) is RAW_ANSWER_LATER  # type: ignore[arg-type]
+    assert awaited.fields == (4, "AB", 0, 5, None) and woken == [4] and 4 not in calls.calls
+    assert awaited not in gc.get_referents(*gc.get_referents(awaited))

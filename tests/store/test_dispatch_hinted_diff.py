@@ -403,3 +403,31 @@ def test_many_keys_around_the_c_limit(pieces):
     keys = "  ".join(f"k{j}\U0001f600" for j in range(pieces - 1))
     records = [rec(0, keys="first")] + [rec(i, keys=keys, uniq=f"U{i}") for i in range(1, 6)]
     run_both(records, [1, 2, 3], 2, index_num=70)
+
+
+def test_an_error_in_the_middle_of_a_run_writes_back_what_was_done(tmp_path) -> None:
+    """An exception part-way through a C run (not from the listener: nothing was written back
+    before it) must still leave the queues' and the index's attributes saying what the bytes
+    say, as the Python loop leaves them: the write-back on the failure path."""
+    records = [rec(i, uniq=f"u{i}") for i in range(3)] + [rec(0, topic="Broken", uniq="ux")]
+    log, hints = build_log(records)
+    states = []
+    for native in (True, False):
+        side = Side(str(tmp_path / str(native)), log, native, 8, 12, 20 * 6, [("T", 0)])
+        try:
+            side.reput.listener = None  # no listener call: nothing written back in between
+            side.table.queues["Broken"] = {0: object()}  # a queue with none of its attributes
+            side.cl.dispatch_hints.extend(hints)
+            with pytest.raises(AttributeError):
+                side.reput._dispatch_some(1 << 30)
+            del side.table.queues["Broken"]
+            state = side.state()
+            states.append(state[:3] + state[4:])  # not the hints: Python took the bad one's
+            cq = side.table.queues["T"][0]
+            assert cq.queue.files[-1].wrote_position == 3 * 20
+            assert cq.max_physic_offset == 3 * 16
+            assert side.index.files[-1].end_phy_offset == 2 * 16
+        finally:
+            side.table.queues.pop("Broken", None)
+            side.close()
+    assert states[0] == states[1]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from json.encoder import encode_basestring_ascii as _quote
 
 import attrs
 
@@ -28,6 +29,7 @@ from pymq.common.route import (
     TopicList,
     TopicRouteData,
 )
+from pymq.common.serde import to_json
 from pymq.common.topic import (
     PERM_WRITE,
     DataVersion,
@@ -295,13 +297,20 @@ class RouteInfoManager:
 
     def standard_route_body(self, topic: str) -> bytes | None:
         """``to_json(pickup_topic_route_data(topic))`` written straight from the tables, without
-        the attrs copies and their unstructuring (a lookup's route is built this way the first
-        time; the tests compare the two)."""
+        the attrs copies, their unstructuring or a dict for ``json.dumps`` (a lookup's route is
+        built this way the first time; the tests compare the two): the fields in their sorted
+        order, strings quoted as ``json.dumps`` quotes them."""
+        try:
+            return self._standard_route_body(topic)
+        except TypeError:  # a field not of the type a registration gives it (None, say)
+            return self._route_body_by_dumps(topic)
+
+    def _standard_route_body(self, topic: str) -> bytes | None:
         by_broker = self.topic_queue_table.get(topic)
         if not by_broker:
             return None
         names = sorted(by_broker)
-        broker_datas = []
+        brokers: list[str] = []
         filter_table: dict[str, list[str]] = {}
         filter_servers = self.filter_server_table
         for name in names:
@@ -309,34 +318,44 @@ class RouteInfoManager:
             if data is None:
                 continue
             addrs = data.broker_addrs
-            broker_datas.append(
-                {"brokerAddrs": addrs, "brokerName": data.broker_name, "cluster": data.cluster}
+            if any(type(broker_id) is not int for broker_id in addrs):
+                raise TypeError("a broker id that is not an int")
+            pairs = ",".join(f'"{i}":{_quote(a)}' for i, a in sorted(addrs.items()))
+            brokers.append(
+                f'{{"brokerAddrs":{{{pairs}}},"brokerName":{_quote(data.broker_name)},'
+                f'"cluster":{_quote(data.cluster)}}}'
             )
             if filter_servers:
                 for addr in addrs.values():
                     servers = filter_servers.get(addr)
                     if servers is not None:
                         filter_table[addr] = list(servers)
-        if not broker_datas:
+        if not brokers:
             return None
-        queue_datas = []
+        queues: list[str] = []
         for name in names:
             q = by_broker[name]
-            queue_datas.append(
-                {
-                    "brokerName": q.broker_name,
-                    "perm": q.perm,
-                    "readQueueNums": q.read_queue_nums,
-                    "topicSysFlag": q.topic_sys_flag,
-                    "writeQueueNums": q.write_queue_nums,
-                }
+            numbers = (q.perm, q.read_queue_nums, q.topic_sys_flag, q.write_queue_nums)
+            if any(type(n) is not int for n in numbers):
+                raise TypeError("a queue count or flag that is not an int")
+            queues.append(
+                f'{{"brokerName":{_quote(q.broker_name)},"perm":{q.perm},'
+                f'"readQueueNums":{q.read_queue_nums},"topicSysFlag":{q.topic_sys_flag},'
+                f'"writeQueueNums":{q.write_queue_nums}}}'
             )
-        route = {
-            "brokerDatas": broker_datas,
-            "filterServerTable": filter_table,
-            "queueDatas": queue_datas,
-        }
-        return json.dumps(route, sort_keys=True, separators=(",", ":")).encode()
+        filters = "{}"
+        if filter_table:
+            filters = json.dumps(filter_table, sort_keys=True, separators=(",", ":"))
+        return (
+            f'{{"brokerDatas":[{",".join(brokers)}],"filterServerTable":{filters},'
+            f'"queueDatas":[{",".join(queues)}]}}'
+        ).encode()
+
+    def _route_body_by_dumps(self, topic: str) -> bytes | None:
+        """:meth:`standard_route_body` through the route data's JSON (``to_json``), for a
+        table entry whose fields are not of the types a registration gives them."""
+        route = self.pickup_topic_route_data(topic)
+        return None if route is None else to_json(route)
 
     def route_body(self, topic: str, standard: bool = True) -> bytes | None:
         """``topic``'s TopicRouteData (no order config) as standard JSON, or in fastjson's form

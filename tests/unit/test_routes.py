@@ -256,3 +256,72 @@ def test_standard_route_body_is_to_json_of_the_route_data() -> None:
     assert fresh is not None
     assert routes.standard_route_body("T") == to_json(fresh)
     assert routes.standard_route_body("missing") is None
+
+
+_names = st.text(
+    st.characters(codec="utf-8", exclude_categories=("Cs",)) | st.sampled_from('"\\\x00\x01\x7f'),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    registrations=st.lists(
+        st.tuples(
+            _names,  # cluster
+            st.sampled_from(["b\u00f6ker-a", 'b"x', "broker-c"]),  # broker name
+            st.integers(0, 20),  # broker id
+            _names,  # address
+            st.integers(0, 64),  # read queues
+            st.integers(0, 64),  # write queues
+            st.integers(0, 7),  # perm
+            st.integers(0, 2**31 - 1),  # topic sys flag
+            st.lists(_names, max_size=2),  # filter servers
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_the_route_written_from_the_tables_is_its_json(registrations: list[tuple]) -> None:
+    """standard_route_body (the route's JSON written field by field) against to_json of the
+    route data, for names that need escaping, ids past 9, several brokers and filters."""
+    routes = RouteInfoManager()
+    for counter, (cluster, name, broker_id, addr, read, write, perm, flag, filters) in enumerate(
+        registrations
+    ):
+        routes.register_broker(
+            cluster_name=cluster,
+            broker_addr=addr,
+            broker_name=name,
+            broker_id=broker_id,
+            ha_server_addr=None,
+            topic_config_wrapper=wrapper(
+                TopicConfig("T", read, write, perm, topic_sys_flag=flag), counter=counter
+            ),
+            filter_server_list=filters,
+            channel=object(),
+            now=0.0,
+        )
+    fresh = routes.pickup_topic_route_data("T")
+
+    def no_fallback(topic: str) -> bytes | None:
+        raise AssertionError("registered fields took the json.dumps fallback")
+
+    routes._route_body_by_dumps = no_fallback  # type: ignore[method-assign]
+    assert routes.standard_route_body("T") == (None if fresh is None else to_json(fresh))
+
+
+def test_a_table_field_of_another_type_is_written_by_json() -> None:
+    """A queue count that is a bool, or a cluster that is None (no registration makes them),
+    still gives the route's JSON: the field-by-field writer hands over to json.dumps."""
+    routes = RouteInfoManager()
+    register(routes, topics=wrapper(TopicConfig("T", 4, 4)))
+    queue = routes.topic_queue_table["T"]["broker-a"]
+    queue.perm = True  # type: ignore[assignment]
+    fresh = routes.pickup_topic_route_data("T")
+    assert fresh is not None and routes.standard_route_body("T") == to_json(fresh)
+    queue.perm = 6
+    routes.broker_addr_table["broker-a"].cluster = None  # type: ignore[assignment]
+    fresh = routes.pickup_topic_route_data("T")
+    assert fresh is not None and routes.standard_route_body("T") == to_json(fresh)

@@ -2324,21 +2324,34 @@ typedef struct {
     int have_buf, dirty;
 } dq_index;
 
+/* The first of several failures, kept while the other steps go on: first_error_note after
+ * each step that failed (its exception set), first_error_end once all are done. */
+typedef struct {
+    PyObject *type, *value, *tb;
+    int failed;
+} first_error;
+
+static void first_error_note(first_error *f) {
+    if (!f->failed) PyErr_Fetch(&f->type, &f->value, &f->tb);
+    else PyErr_Clear();
+    f->failed = 1;
+}
+
+/* 0, or -1 with the first failure's exception set again. */
+static int first_error_end(first_error *f) {
+    if (!f->failed) return 0;
+    PyErr_Restore(f->type, f->value, f->tb);
+    return -1;
+}
+
 /* Set each objs[i].names[i] = values[i], all of them even when one fails: 0, or -1 with the
  * first failure's exception set. */
 static int set_attrs_ll(PyObject *const *objs, PyObject *const *names, const long long *values,
                         int n) {
-    PyObject *t = NULL, *v = NULL, *tb = NULL;
-    int failed = 0;
-    for (int i = 0; i < n; i++) {
-        if (set_attr_ll(objs[i], names[i], values[i]) < 0) {
-            if (!failed) PyErr_Fetch(&t, &v, &tb);
-            else PyErr_Clear();
-            failed = 1;
-        }
-    }
-    if (failed) PyErr_Restore(t, v, tb);
-    return failed ? -1 : 0;
+    first_error err = {0};
+    for (int i = 0; i < n; i++)
+        if (set_attr_ll(objs[i], names[i], values[i]) < 0) first_error_note(&err);
+    return first_error_end(&err);
 }
 
 /* Write an entry's fields back and let it go: 0, or -1 with an exception set (it is let go
@@ -2381,19 +2394,12 @@ static int dq_flush_index(dq_index *x) {
 /* Flush every cached queue and, unless x is NULL, the index: 0, or -1 with the first failure's
  * exception set (all are let go, and the rest written back, either way). */
 static int dq_flush_all(dq_entry *entries, int *n, dq_index *x) {
-    PyObject *t = NULL, *v = NULL, *tb = NULL;
-    int failed = 0;
-    for (int i = 0; i <= *n; i++) {
-        int rc = i < *n ? dq_flush_entry(&entries[i]) : x != NULL ? dq_flush_index(x) : 0;
-        if (rc < 0) {
-            if (!failed) PyErr_Fetch(&t, &v, &tb);
-            else PyErr_Clear();
-            failed = 1;
-        }
-    }
+    first_error err = {0};
+    for (int i = 0; i < *n; i++)
+        if (dq_flush_entry(&entries[i]) < 0) first_error_note(&err);
     *n = 0;
-    if (failed) PyErr_Restore(t, v, tb);
-    return failed ? -1 : 0;
+    if (x != NULL && dq_flush_index(x) < 0) first_error_note(&err);
+    return first_error_end(&err);
 }
 
 /* The cached entry of cq, read (max_physic_offset) and added when new: NULL with an exception
@@ -2676,15 +2682,12 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
     }
     Py_XDECREF(hint);
     Py_XDECREF(prefix_hashes);
-    /* What the run wrote goes back into the queues' and the index's attributes. */
-    if (failed) {
-        PyObject *t, *v, *tb;
-        PyErr_Fetch(&t, &v, &tb);
-        if (dq_flush_all(entries, &n_entries, &ix) < 0) PyErr_Clear();
-        PyErr_Restore(t, v, tb);
-    } else if (dq_flush_all(entries, &n_entries, &ix) < 0) {
-        failed = 1;
-    }
+    /* What the run wrote goes back into the queues' and the index's attributes (an error
+     * that stopped the run is the one returned). */
+    first_error err = {0};
+    if (failed) first_error_note(&err);
+    if (dq_flush_all(entries, &n_entries, &ix) < 0) first_error_note(&err);
+    failed = first_error_end(&err) < 0;
     PyBuffer_Release(&log);
     PyObject *exc = Py_NewRef(Py_None);
     if (failed) {

@@ -69,16 +69,14 @@ _SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2  # per send: enum reads via the c
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 # The start of a SEND_MESSAGE_V2's or SEND_BATCH_MESSAGE's header, as codec._json_header
 # writes it, up to the opaque; and the end of its extFields (reconsumeTimes, unitMode, batch).
-_V2_FRAME_HEAD: dict[int, str] = {
-    code: f'{{"code":{int(code)},"language":"JAVA","version":{CURRENT_VERSION},"opaque":'
+_V2_FRAME_HEAD: dict[int, bytes] = {
+    code: f'{{"code":{int(code)},"language":"JAVA","version":{CURRENT_VERSION},"opaque":'.encode()
     for code in (_SEND_MESSAGE_V2, _SEND_BATCH_MESSAGE)
 }
-_V2_FRAME_TAIL: dict[int, str] = {
-    _SEND_MESSAGE_V2: '"j":"0","k":"false","m":"false"},"serializeTypeCurrentRPC":"JSON"}',
-    _SEND_BATCH_MESSAGE: '"j":"0","k":"false","m":"true"},"serializeTypeCurrentRPC":"JSON"}',
+_V2_FRAME_TAIL: dict[int, bytes] = {
+    _SEND_MESSAGE_V2: b'"j":"0","k":"false","m":"false"},"serializeTypeCurrentRPC":"JSON"}',
+    _SEND_BATCH_MESSAGE: b'"j":"0","k":"false","m":"true"},"serializeTypeCurrentRPC":"JSON"}',
 }
-_V2_FRAME_HEAD_BYTES = {code: text.encode() for code, text in _V2_FRAME_HEAD.items()}
-_V2_FRAME_TAIL_BYTES = {code: text.encode() for code, text in _V2_FRAME_TAIL.items()}
 # send_frame(head, opaque, fixed, queue_id, sys_flag, born, flag, props, tail, body): the frame
 # _v2_frame writes, in one C call; None for properties that are not ASCII.
 _native_send_frame = getattr(native_extension, "send_frame", None)
@@ -176,6 +174,16 @@ class SendResult:
     queue_offset: int
 
 
+def _sent(fields: tuple, uniq: str, mq: MessageQueue, topic: str) -> SendResult:
+    """The SendResult of a plain SUCCESS answer read from its frame (``fields``, as
+    remoting.channel.raw_send_answer gives them) to a send to ``mq``: its queue ``mq`` unless
+    the broker names another queue id, or ``topic`` differs from ``mq``'s."""
+    _, msg_id, queue_id, queue_offset, _ = fields
+    if queue_id != mq.queue_id or mq.topic != topic:
+        mq = MessageQueue(topic, mq.broker_name, queue_id)
+    return SendResult(_SEND_OK, uniq, msg_id, mq, queue_offset)
+
+
 class Producer(ClientService):
     is_producer = True
 
@@ -194,8 +202,7 @@ class Producer(ClientService):
         self._counter = itertools.count()
         self._publish_cache: dict[str, tuple[object, list[MessageQueue], bool]] = {}
         self._header_json: dict[str, str] = {}
-        # _v2_frame's header text after the opaque, as str and as bytes, per topic.
-        self._frame_json: dict[str, tuple[str, bytes]] = {}
+        self._frame_json: dict[str, bytes] = {}  # _v2_frame's header text after the opaque
 
     async def _started(self) -> None:
         assert self._nursery is not None
@@ -316,22 +323,23 @@ class Producer(ClientService):
         :meth:`_v2_request` makes (with ``opaque`` and ``born_timestamp``), written in one go:
         what ``codec.encode`` writes for that request (tests/unit/test_client_frames.py
         compares them), without the extFields dict, the command or the header writer's steps."""
-        kept = self._frame_json.get(mq.topic)
-        if kept is None:
+        fixed = self._frame_json.get(mq.topic)
+        if fixed is None:
             text = ',"flag":0,"extFields":{' + _v2_json_prefix(self.group, mq.topic)
-            kept = self._frame_json[mq.topic] = (text, text.encode())
+            fixed = self._frame_json[mq.topic] = text.encode()
+        head, tail = _V2_FRAME_HEAD[code], _V2_FRAME_TAIL[code]
         if _native_send_frame is not None:  # the same bytes in one C call (ASCII properties)
             frame = _native_send_frame(
-                _V2_FRAME_HEAD_BYTES[code], opaque, kept[1], mq.queue_id, sys_flag,
-                born_timestamp, flag, props, _V2_FRAME_TAIL_BYTES[code], body,
+                head, opaque, fixed, mq.queue_id, sys_flag, born_timestamp, flag, props, tail,
+                body,
             )  # fmt: skip
             if frame is not None:
                 return frame
-        fixed = kept[0]
-        header = (
-            f'{_V2_FRAME_HEAD[code]}{opaque}{fixed}"e":"{mq.queue_id}","f":"{sys_flag}",'
-            f'"g":"{born_timestamp}","h":"{flag}","i":{_quote(props)},{_V2_FRAME_TAIL[code]}'
-        ).encode()
+        fields = (
+            f'"e":"{mq.queue_id}","f":"{sys_flag}","g":"{born_timestamp}","h":"{flag}",'
+            f'"i":{_quote(props)},'
+        )
+        header = b"".join((head, str(opaque).encode(), fixed, fields.encode(), tail))
         return _FRAME_PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
 
     async def send_async(
@@ -389,13 +397,8 @@ class Producer(ClientService):
             callback(result, None)
 
         def on_fields(fields: tuple) -> None:
-            # The plain SUCCESS answer, read from its frame (remoting.channel.raw_send_answer):
-            # the SendResult on_response makes of it.
-            _, msg_id, queue_id, queue_offset, _ = fields
-            queue = (
-                mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id)
-            )
-            callback(SendResult(_SEND_OK, uniq, msg_id, queue, queue_offset), None)
+            # The plain SUCCESS answer, read from its frame: the SendResult on_response makes.
+            callback(_sent(fields, uniq, mq, mq.topic), None)
 
         timeout = self.send_timeout if timeout is None else timeout
         if channel.signer is None:  # the common send: its frame written in one go
@@ -536,10 +539,7 @@ class Producer(ClientService):
                 last_error, last_broker = exc, mq.broker_name
                 continue
             if type(answer) is tuple:  # the plain SUCCESS, read from its frame
-                _, msg_id, queue_id, queue_offset, _ = answer
-                if queue_id != mq.queue_id or mq.topic != topic:  # as the response's below
-                    mq = MessageQueue(topic, mq.broker_name, queue_id)
-                return SendResult(_SEND_OK, uniq, msg_id, mq, queue_offset)
+                return _sent(answer, uniq, mq, topic)  # named as the response's below
             response = answer
             assert isinstance(response, RemotingCommand)
             status = STORED_CODES.get(response.code)

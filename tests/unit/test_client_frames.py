@@ -67,9 +67,9 @@ def test_the_send_frame_is_what_the_codec_writes(
         producer_module._native_send_frame = native
     if native is not None and props.isascii():
         assert native(
-            producer_module._V2_FRAME_HEAD_BYTES[code], opaque,
-            producer._frame_json[topic][1], queue_id, sys_flag, born, flag, props,
-            producer_module._V2_FRAME_TAIL_BYTES[code], body,
+            producer_module._V2_FRAME_HEAD[code], opaque,
+            producer._frame_json[topic], queue_id, sys_flag, born, flag, props,
+            producer_module._V2_FRAME_TAIL[code], body,
         ) == frame  # fmt: skip
 
 

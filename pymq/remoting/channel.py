@@ -1059,7 +1059,9 @@ class Channel:
             wake=done.set, deadline=trio.current_time() + timeout, code=code, awaits_fields=True
         )
         calls = self.state.calls
-        self._add_swept(opaque, call)
+        calls.add(opaque, call)
+        if calls.timed == 1:
+            self._sweep_wanted.set()
         try:
             self._write(frame, now=len(calls) <= DIRECT_WRITE_MAX_PENDING)
             await done.wait()
@@ -1082,19 +1084,17 @@ class Channel:
         on_fields: Callable[[tuple], None] | None = None,
     ) -> None:
         """Write a request's frame and wait for its answer through ``callback``."""
-        self._write(frame, now=len(self.state.calls) < DIRECT_WRITE_MAX_PENDING)
-        call = Call(
-            callback=callback,
-            deadline=trio.current_time() + timeout,
-            code=code,
-            on_fields=on_fields,
-        )
-        self._add_swept(opaque, call)
-
-    def _add_swept(self, opaque: int, call: Call) -> None:
-        """Track ``call`` (its deadline finite), waking the sweep if it was the only one."""
         calls = self.state.calls
-        calls.add(opaque, call)
+        self._write(frame, now=len(calls) < DIRECT_WRITE_MAX_PENDING)
+        calls.add(
+            opaque,
+            Call(
+                callback=callback,
+                deadline=trio.current_time() + timeout,
+                code=code,
+                on_fields=on_fields,
+            ),
+        )
         if calls.timed == 1:
             self._sweep_wanted.set()
 

@@ -174,16 +174,6 @@ class SendResult:
     queue_offset: int
 
 
-def _sent(fields: tuple, uniq: str, mq: MessageQueue, topic: str) -> SendResult:
-    """The SendResult of a plain SUCCESS answer read from its frame (``fields``, as
-    remoting.channel.raw_send_answer gives them) to a send to ``mq``: its queue ``mq`` unless
-    the broker names another queue id, or ``topic`` differs from ``mq``'s."""
-    _, msg_id, queue_id, queue_offset, _ = fields
-    if queue_id != mq.queue_id or mq.topic != topic:
-        mq = MessageQueue(topic, mq.broker_name, queue_id)
-    return SendResult(_SEND_OK, uniq, msg_id, mq, queue_offset)
-
-
 class Producer(ClientService):
     is_producer = True
 
@@ -397,8 +387,14 @@ class Producer(ClientService):
             callback(result, None)
 
         def on_fields(fields: tuple) -> None:
-            # The plain SUCCESS answer, read from its frame: the SendResult on_response makes.
-            callback(_sent(fields, uniq, mq, mq.topic), None)
+            # The plain SUCCESS answer, read from its frame (remoting.channel.raw_send_answer):
+            # the SendResult on_response makes of it.  Written out here, as in _send_request:
+            # a shared helper cost the client ~1.7% of its instructions per published message.
+            _, msg_id, queue_id, queue_offset, _ = fields
+            queue = (
+                mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id)
+            )
+            callback(SendResult(_SEND_OK, uniq, msg_id, queue, queue_offset), None)
 
         timeout = self.send_timeout if timeout is None else timeout
         if channel.signer is None:  # the common send: its frame written in one go
@@ -539,7 +535,10 @@ class Producer(ClientService):
                 last_error, last_broker = exc, mq.broker_name
                 continue
             if type(answer) is tuple:  # the plain SUCCESS, read from its frame
-                return _sent(answer, uniq, mq, topic)  # named as the response's below
+                _, msg_id, queue_id, queue_offset, _ = answer
+                if queue_id != mq.queue_id or mq.topic != topic:  # as the response's below
+                    mq = MessageQueue(topic, mq.broker_name, queue_id)
+                return SendResult(_SEND_OK, uniq, msg_id, mq, queue_offset)
             response = answer
             assert isinstance(response, RemotingCommand)
             status = STORED_CODES.get(response.code)

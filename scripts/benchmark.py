@@ -264,17 +264,19 @@ async def publish(  # noqa: C901
                 last = sent
 
         async def windowed_async() -> None:
-            # Java's async send with a window: no task per message, the answer arrives in a
-            # callback, and the loop waits only when -w messages are unanswered.
+            # Java's async send with a window: no task per request, the answer arrives in a
+            # callback, and the loop waits only when -w messages are unanswered.  Batches go
+            # as send_batch_async (Java's send(Collection<Message>, SendCallback)).
             nonlocal sent, failures
             in_flight = 0
             slot = trio.Event()
             drained = trio.Event()
             msg = Message(args.topic, body)
+            size = args.batch
 
             def done(t0: float, result: object, error: Exception | None) -> None:
                 nonlocal in_flight, sent, failures
-                in_flight -= 1
+                in_flight -= size
                 if error is not None:
                     failures += 1
                     if failures == 1:
@@ -283,22 +285,28 @@ async def publish(  # noqa: C901
                     rt = (time.perf_counter() - t0) * 1000
                     latencies.append(rt)
                     window_stats.append(rt)
-                    sent += 1
+                    sent += size
                 slot.set()
                 if in_flight == 0 and finished_sending:
                     drained.set()
 
             finished_sending = False
-            for _ in range(args.count):
+            for _ in range(total_requests):
                 while in_flight >= args.window:
                     slot = trio.Event()
                     await slot.wait()
-                in_flight += 1
+                in_flight += size
                 t0 = time.perf_counter()
                 try:
-                    await producer.send_async(msg, functools.partial(done, t0))
+                    if size > 1:
+                        await producer.send_batch_async(
+                            [Message(args.topic, body) for _ in range(size)],
+                            functools.partial(done, t0),
+                        )
+                    else:
+                        await producer.send_async(msg, functools.partial(done, t0))
                 except Exception:
-                    in_flight -= 1
+                    in_flight -= size
                     failures += 1
             finished_sending = True
             if in_flight:
@@ -307,7 +315,7 @@ async def publish(  # noqa: C901
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reporter)
-            if args.batch == 1 and not args.sync:
+            if not args.sync:
                 await windowed_async()
             else:
                 async with trio.open_nursery() as workers:
@@ -893,7 +901,8 @@ def main() -> int:
     parser.add_argument(
         "--sync",
         action="store_true",
-        help="one task per in-flight send with the awaited send() (default: send_async)",
+        help="one task per in-flight request with the awaited send() or send_batch() "
+        "(default: send_async or send_batch_async, with a window)",
     )
     parser.add_argument(
         "--real-client",

@@ -165,6 +165,36 @@ def _batch_body_py(msgs: Sequence[Message], ids: list[str]) -> bytes:
     return b"".join(parts)
 
 
+def _answer_to_callback(
+    response: RemotingCommand | None,
+    error: Exception | None,
+    uniq: str,
+    mq: MessageQueue,
+    addr: str,
+    callback: Callable[[SendResult | None, Exception | None], None],
+) -> None:
+    """An asynchronous send's answer as a command (anything but the plain SEND_OK its frame
+    gives, or ``error`` when there is none) to the caller's ``callback``."""
+    if response is None:
+        callback(None, MQClientError(-1, str(error), f"send to {addr}"))
+        return
+    status = STORED_CODES.get(response.code)
+    if status is None:
+        callback(None, MQClientError(response.code, response.remark, f"send to {addr}"))
+        return
+    try:
+        head = _SendResponse.from_ext(response.ext_fields)
+    except HeaderError as exc:
+        callback(None, MQClientError(response.code, str(exc), f"send to {addr}"))
+        return
+    queue = (
+        mq
+        if head.queue_id == mq.queue_id
+        else MessageQueue(mq.topic, mq.broker_name, head.queue_id)
+    )
+    callback(SendResult(status, uniq, head.msg_id, queue, head.queue_offset), None)
+
+
 @attrs.define
 class SendResult:
     status: str
@@ -332,6 +362,28 @@ class Producer(ClientService):
         header = b"".join((head, str(opaque).encode(), fixed, fields.encode(), tail))
         return _FRAME_PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
 
+    def _batch_body(self, msgs: Sequence[Message]) -> tuple[str, bytes, list[str]]:
+        """The topic, SEND_BATCH_MESSAGE body and unique ids of a batch; ValueError for an
+        empty one, one of several topics, or one with a delayed message."""
+        if not msgs:
+            raise ValueError("an empty batch")
+        topic = msgs[0].topic
+        ids = self._ids.create_many(len(msgs))
+        # Plain messages of one topic, none delayed: the body in one C call, checks and all
+        # (a topic of a str subclass, an enum member say, goes the Python way).
+        body = (
+            _native_batch_body(Message, msgs, ids, topic)
+            if _native_batch_body is not None and type(topic) is str
+            else None
+        )
+        if body is None:
+            if any(m.topic != topic for m in msgs):
+                raise ValueError("every message of a batch must have the same topic")
+            if any(m.delay_level for m in msgs):
+                raise ValueError("delayed messages cannot be batched")
+            body = _batch_body_py(msgs, ids)
+        return topic, body, ids
+
     async def send_async(
         self,
         msg: Message,
@@ -363,28 +415,7 @@ class Producer(ClientService):
         channel = client.remoting.open_channel(addr) or await client.remoting.channel(addr)
 
         def on_response(response: RemotingCommand | None, error: Exception | None) -> None:
-            if response is None:
-                callback(None, MQClientError(-1, str(error), f"send to {addr}"))
-                return
-            status = STORED_CODES.get(response.code)
-            if status is None:
-                callback(None, MQClientError(response.code, response.remark, f"send to {addr}"))
-                return
-            try:
-                head = _SendResponse.from_ext(response.ext_fields)
-            except HeaderError as exc:
-                callback(None, MQClientError(response.code, str(exc), f"send to {addr}"))
-                return
-            result = SendResult(
-                status,
-                uniq,
-                head.msg_id,
-                mq
-                if head.queue_id == mq.queue_id
-                else MessageQueue(mq.topic, mq.broker_name, head.queue_id),
-                head.queue_offset,
-            )
-            callback(result, None)
+            _answer_to_callback(response, error, uniq, mq, addr, callback)
 
         def on_fields(fields: tuple) -> None:
             # The plain SUCCESS answer, read from its frame (remoting.channel.raw_send_answer):
@@ -409,6 +440,51 @@ class Producer(ClientService):
             return
         request = self._v2_request(_SEND_MESSAGE_V2, mq, sys_flag, msg.flag, props, body)
         channel.invoke_callback(request, timeout, on_response)
+
+    async def send_batch_async(
+        self,
+        msgs: Sequence[Message],
+        callback: Callable[[SendResult | None, Exception | None], None],
+        *,
+        queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Send messages of one topic in one SEND_BATCH_MESSAGE request without waiting for
+        the answer: ``callback`` as :meth:`send_async`'s, with the batch's SendResult (as
+        :meth:`send_batch`'s).  Java's ``send(Collection<Message>, SendCallback)``.  Raises
+        ValueError, sending nothing, for a batch :meth:`send_batch` refuses."""
+        # send_async's steps, written out again: a helper shared with send_async cost it 0.7-1.8%
+        # of the client's instructions per published message (callgrind, 3 pairs).
+        client = self.client
+        assert client is not None
+        topic, body, ids = self._batch_body(msgs)
+        uniq = ",".join(ids)
+        cached = self._cached_queues(topic)
+        queues = cached[1] if cached is not None else (await self.publish_queues(topic))[0]
+        mq = queue or queues[next(self._counter) % len(queues)]
+        addr = client.master_addr(mq.broker_name)
+        if addr is None:
+            raise MQClientError(-1, f"no master address for broker {mq.broker_name}")
+        channel = client.remoting.open_channel(addr) or await client.remoting.channel(addr)
+
+        def on_response(response: RemotingCommand | None, error: Exception | None) -> None:
+            _answer_to_callback(response, error, uniq, mq, addr, callback)
+
+        def on_fields(fields: tuple) -> None:
+            _, msg_id, queue_id, queue_offset, _ = fields
+            queue = (
+                mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id)
+            )
+            callback(SendResult(_SEND_OK, uniq, msg_id, queue, queue_offset), None)
+
+        timeout = self.send_timeout if timeout is None else timeout
+        code = _SEND_BATCH_MESSAGE
+        if channel.signer is None:
+            opaque = next_opaque()
+            frame = self._v2_frame(code, mq, 0, 0, "", body, opaque, int(time.time() * 1000))
+            channel.invoke_callback_frame(opaque, frame, code, timeout, on_response, on_fields)
+            return
+        channel.invoke_callback(self._v2_request(code, mq, 0, 0, "", body), timeout, on_response)
 
     async def send(
         self,
@@ -437,23 +513,7 @@ class Producer(ClientService):
         self, msgs: Sequence[Message], *, queue: MessageQueue | None = None
     ) -> SendResult:
         """Send messages of one topic in one SEND_BATCH_MESSAGE request."""
-        if not msgs:
-            raise ValueError("an empty batch")
-        topic = msgs[0].topic
-        ids = self._ids.create_many(len(msgs))
-        # Plain messages of one topic, none delayed: the body in one C call, checks and all
-        # (a topic of a str subclass, an enum member say, goes the Python way).
-        body = (
-            _native_batch_body(Message, msgs, ids, topic)
-            if _native_batch_body is not None and type(topic) is str
-            else None
-        )
-        if body is None:
-            if any(m.topic != topic for m in msgs):
-                raise ValueError("every message of a batch must have the same topic")
-            if any(m.delay_level for m in msgs):
-                raise ValueError("delayed messages cannot be batched")
-            body = _batch_body_py(msgs, ids)
+        topic, body, ids = self._batch_body(msgs)
         return await self._send_request(
             topic,
             RequestCode.SEND_BATCH_MESSAGE,

@@ -121,6 +121,34 @@ async def test_acl_is_enforced_for_the_python_producer(acl_cluster: Cluster) -> 
     assert refused.returncode == 1 and b"No accessKey is configured" in refused.stderr
 
 
+async def test_async_sends_and_batches_are_signed(acl_cluster: Cluster) -> None:
+    """send_async and send_batch_async on a signing channel (the request command, not the
+    frame path): allowed topics are stored, a denied one reaches the callback refused."""
+    got: list[tuple[object, Exception | None]] = []
+    arrived = trio.Event()
+
+    def callback(result: object, error: Exception | None) -> None:
+        got.append((result, error))
+        if len(got) == 4:
+            arrived.set()
+
+    async with Producer("P", acl_cluster.namesrv_addr, credentials=PRODUCER) as producer:
+        await producer.send_async(Message("Allowed", b"one"), callback)
+        await producer.send_batch_async(
+            [Message("Allowed", b"b%d" % i) for i in range(3)], callback
+        )
+        await producer.send_async(Message("Denied", b"no"), callback)
+        await producer.send_batch_async([Message("Denied", b"no")], callback)
+        with trio.fail_after(10):
+            await arrived.wait()
+    ok = [r for r, e in got if e is None]
+    assert sorted(r.msg_id.count(",") for r in ok) == [0, 2]  # type: ignore[attr-defined]
+    refusals = [e for _, e in got if e is not None]
+    assert len(refusals) == 2
+    assert all("No default permission for topic:Denied" in str(e) for e in refusals)
+    assert acl_cluster.broker.stats.put_msgs == 4
+
+
 async def test_a_transaction_with_credentials_commits(acl_cluster: Cluster) -> None:
     """The half message needs PUB on its topic; the oneway END_TRANSACTION a valid signature
     (a refused END would be silent, so the committed message proves it passed)."""

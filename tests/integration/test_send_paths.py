@@ -321,3 +321,71 @@ async def test_awaited_sends_and_batches_are_answered_from_their_frames(
             assert decode_offset_msg_id(r.offset_msg_id)[2] == m.commitlog_offset
         found = await puller.pull(results[-1].queue, "*", results[-1].queue_offset, 32)
     assert [m.body for m in found.messages] == [b"b%d" % i for i in range(5)]
+
+
+async def test_send_batch_async_stores_each_batch_whole_and_reports_refusals(
+    pymq_cluster: Cluster, monkeypatch
+) -> None:
+    """send_batch_async (Java's send(Collection<Message>, SendCallback)): every batch stored
+    once, whole and in order, its answer read from the frame and given to the callback as
+    send_batch's SendResult; a batch send_batch refuses raises before anything is sent; the
+    broker's refusal reaches the callback."""
+    from pymq.remoting import client as client_module
+
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "AsyncBatch", brokers=[cluster.broker_addr])
+    taken: list[bool] = []
+    real = client_module.raw_send_answer
+
+    def counting(channel, buf: bytes, start: int, end: int) -> bytes | None:  # type: ignore[no-untyped-def]
+        out = real(channel, buf, start, end)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(client_module, "raw_send_answer", counting)
+    results = Results()
+    bodies: dict[str, list[bytes]] = {}
+    async with Producer("P", cluster.namesrv_addr) as producer:
+        for b in range(40):  # all in flight at once
+            batch = [
+                Message("AsyncBatch", b"b%d-%d" % (b, i), keys=f"k{b}-{i}", tags="T")
+                for i in range(8)
+            ]
+            if b == 7:  # a property the C body writer leaves to Python: the same batch
+                batch[3] = Message("AsyncBatch", b"b7-3", properties={"X": "\u00e9"})
+            await producer.send_batch_async(batch, results)
+            bodies[f"batch-{b}"] = [m.body for m in batch]
+        await results.wait(40)
+        for refused in (
+            [],
+            [Message("AsyncBatch", b"a"), Message("Other", b"b")],
+            [Message("AsyncBatch", b"a", delay_level=2)],
+        ):
+            with pytest.raises(ValueError):
+                await producer.send_batch_async(refused, results)
+        bad = Results()
+        await producer.send_batch_async(
+            [Message("AsyncBatch", b"x")], bad, queue=MessageQueue("AsyncBatch", "broker-a", 99)
+        )
+        await bad.wait(1)
+    assert not results.errors and len(results.ok) == 40  # the ValueErrors sent nothing
+    (error,) = bad.errors
+    assert isinstance(error, MQClientError) and error.code == ResponseCode.SYSTEM_ERROR
+    assert "queueId[99] is illegal" in str(error)
+    if native_extension is not None:
+        assert taken.count(True) == 40  # every SEND_OK read from its frame
+    by_queue: dict[int, list[int]] = collections.defaultdict(list)
+    for r in results.ok:
+        assert r.status == "SEND_OK" and r.msg_id.count(",") == 7
+        by_queue[r.queue.queue_id].append(r.queue_offset)
+    # Each queue holds whole batches, one after another: offsets 0, 8, 16, ...
+    assert all(sorted(o) == list(range(0, 8 * len(o), 8)) for o in by_queue.values())
+    await cluster.broker.store.reput.do_reput()
+    async with PullConsumer("Puller", cluster.namesrv_addr) as puller:
+        seen = []
+        for r in results.ok:
+            found = await puller.pull(r.queue, "*", r.queue_offset, 8)
+            assert [m.unique_key for m in found.messages] == r.msg_id.split(",")
+            assert [m.msg_id for m in found.messages] == r.offset_msg_id.split(",")
+            seen.append([m.body for m in found.messages])
+    assert sorted(seen) == sorted(bodies.values())

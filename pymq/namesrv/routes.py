@@ -73,12 +73,17 @@ class RouteInfoManager:
         self._route_bodies: dict[str, bytes] = {}
         # the same in fastjson's form, for clients older than 4.9.4
         self._old_route_bodies: dict[str, bytes] = {}
+        # broker name -> its BrokerData's JSON in a standard route (the same in every topic's
+        # route that lists the broker); forgotten with every route, as any change of a
+        # broker's data forgets them all
+        self._broker_json: dict[str, str] = {}
 
     def _routes_changed(self, topic: str | None = None) -> None:
         """Forget the cached route of ``topic``, or of every topic."""
         if topic is None:
             self._route_bodies.clear()
             self._old_route_bodies.clear()
+            self._broker_json.clear()
         else:
             self._route_bodies.pop(topic, None)
             self._old_route_bodies.pop(topic, None)
@@ -313,18 +318,25 @@ class RouteInfoManager:
         brokers: list[str] = []
         filter_table: dict[str, list[str]] = {}
         filter_servers = self.filter_server_table
+        broker_json = self._broker_json
         for name in names:
+            written = broker_json.get(name)
+            if written is not None and not filter_servers:
+                brokers.append(written)  # a broker of 1,000 topics is written once
+                continue
             data = self.broker_addr_table.get(name)
             if data is None:
                 continue
             addrs = data.broker_addrs
-            if any(type(broker_id) is not int for broker_id in addrs):
-                raise TypeError("a broker id that is not an int")
-            pairs = ",".join(f'"{i}":{_quote(a)}' for i, a in sorted(addrs.items()))
-            brokers.append(
-                f'{{"brokerAddrs":{{{pairs}}},"brokerName":{_quote(data.broker_name)},'
-                f'"cluster":{_quote(data.cluster)}}}'
-            )
+            if written is None:
+                if any(type(broker_id) is not int for broker_id in addrs):
+                    raise TypeError("a broker id that is not an int")
+                pairs = ",".join(f'"{i}":{_quote(a)}' for i, a in sorted(addrs.items()))
+                written = broker_json[name] = (
+                    f'{{"brokerAddrs":{{{pairs}}},"brokerName":{_quote(data.broker_name)},'
+                    f'"cluster":{_quote(data.cluster)}}}'
+                )
+            brokers.append(written)
             if filter_servers:
                 for addr in addrs.values():
                     servers = filter_servers.get(addr)

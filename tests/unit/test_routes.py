@@ -312,6 +312,23 @@ def test_the_route_written_from_the_tables_is_its_json(registrations: list[tuple
     assert routes.standard_route_body("T") == (None if fresh is None else to_json(fresh))
 
 
+def test_a_brokers_json_is_kept_across_topics_until_a_change() -> None:
+    """A broker's part of a route is written once for all its topics, and written again
+    after a registration changes its addresses (every kept route is forgotten then)."""
+    routes = RouteInfoManager()
+    register(routes, topics=wrapper(*(TopicConfig(f"T{i}", 4, 4) for i in range(3))))
+    first = routes.route_body("T0")
+    assert first is not None and list(routes._broker_json) == ["broker-a"]
+    kept = routes._broker_json["broker-a"]
+    assert routes.route_body("T1") is not None and routes._broker_json["broker-a"] is kept
+    register(routes, addr="10.0.0.9:10911", broker_id=1)  # a slave joins: a new address
+    assert not routes._broker_json
+    for topic in ("T0", "T1", "T2"):
+        fresh = routes.pickup_topic_route_data(topic)
+        assert fresh is not None and routes.route_body(topic) == to_json(fresh)
+    assert '"1":"10.0.0.9:10911"' in routes._broker_json["broker-a"]
+
+
 def test_a_table_field_of_another_type_is_written_by_json() -> None:
     """A queue count that is a bool, or a cluster that is None (no registration makes them),
     still gives the route's JSON: the field-by-field writer hands over to json.dumps."""
@@ -323,5 +340,6 @@ def test_a_table_field_of_another_type_is_written_by_json() -> None:
     assert fresh is not None and routes.standard_route_body("T") == to_json(fresh)
     queue.perm = 6
     routes.broker_addr_table["broker-a"].cluster = None  # type: ignore[assignment]
+    routes._routes_changed()  # as every change of a broker's data does (its JSON is kept)
     fresh = routes.pickup_topic_route_data("T")
     assert fresh is not None and routes.standard_route_body("T") == to_json(fresh)

@@ -176,6 +176,7 @@ class DefaultMessageStore:
         # Between begin_run and end_run, puts leave their dispatch to end_run.
         self._in_run = False
         self._dispatch_at_run_end = False
+        self._run_puts_from = 0  # put_message_times_total when the run began
         self.lock = ckpt.StoreLock(config.lock_path)
         self.checkpoint: ckpt.StoreCheckpoint | None = None
         self.flush_commitlog: CommitLogFlushService | None = None
@@ -578,15 +579,18 @@ class DefaultMessageStore:
         until :meth:`end_run` leave their dispatch to it instead of waking the reput task.
         Nothing awaits between the two calls, so only that run's puts are deferred."""
         self._in_run = True
+        self._run_puts_from = self.put_message_times_total
 
     def end_run(self) -> None:
         """The run is served (its answers written): dispatch what its puts appended, here,
         unless the reput service is busy or blocked (then it is woken as usual).  A sync send
-        at a time saved a task switch per message this way."""
+        at a time saved a task switch per message this way.  At least as many records as the
+        run appended are dispatched (oldest first), so that dispatch keeps up with any run,
+        however many messages its batches hold."""
         self._in_run = False
         if self._dispatch_at_run_end:
             self._dispatch_at_run_end = False
-            self.reput.dispatch_now_or_wake()
+            self.reput.dispatch_now_or_wake(self.put_message_times_total - self._run_puts_from)
 
     def _held_lock(self, begin: float, end: float) -> None:
         """Time a put (StoreStatsService), and mark one that held the commit log past

@@ -41,8 +41,17 @@ _dispatch_hinted = getattr(native_extension, "dispatch_hinted", None)
 """``_recordc.dispatch_hinted``: runs of hinted records dispatched in one C call (None: none)."""
 
 YIELD_EVERY = 128
-"""Records dispatched between checkpoints.  Dispatch costs ~20-30 us a record here, so 128 keep
-each stall of the loop to a few milliseconds while a backlog drains."""
+"""Records parsed and dispatched between checkpoints (a record without a hint: ~20-30 us here),
+so that each stall of the loop is a few milliseconds while a backlog drains."""
+
+HINTED_PER_PARSED = 16
+"""Hinted records dispatched in the budget of one parsed record: ~1 us a record in C
+(``dispatch_hinted``), so a run of YIELD_EVERY parsed records' budget dispatches 2,048 hinted
+ones, 2-3 ms.  Dispatch must keep up with the puts of a run (SERVE_BATCH requests, 1,024
+records in batches of 32): at 128 hinted records a turn it fell behind, its hints overflowed
+(DISPATCH_HINTS_MAX) and every later record was parsed, which slowed a batch publish from 160k
+to 60-70k msgs/s within seconds.  The Python loop's hinted records (no C extension) cost
+~5-8 us each, a stall of 10-15 ms a turn at most."""
 
 
 class ReputMessageService:
@@ -140,11 +149,12 @@ class ReputMessageService:
                       self.retry_interval)  # fmt: skip
         self.blocked = why
 
-    def dispatch_now_or_wake(self) -> None:
+    def dispatch_now_or_wake(self, records: int = 0) -> None:
         """Dispatch what is appended now, in the calling task, when nothing else is: not while
         the reput task is in a dispatch (it holds the lock across its yields), not while
         blocked, not when the index needs its next file (created off the loop); then, or
-        when more than YIELD_EVERY records wait, the reput task is woken to do it."""
+        when more than a turn's budget waits (see _dispatch_some, or ``records`` hinted
+        records when more), the reput task is woken to do it."""
         if (
             self.woken
             or self._lock.locked()
@@ -155,7 +165,8 @@ class ReputMessageService:
                 self.wakeup()
             return
         try:
-            _progressed, more = self._dispatch_some(YIELD_EVERY)
+            limit = max(YIELD_EVERY, -(-records // HINTED_PER_PARSED))  # at least ``records``
+            _progressed, more = self._dispatch_some(limit)
         except Exception:  # never the caller's failure: the reput task tries again
             log.exception("dispatch at the end of a run failed; the reput service retries")
             more = True
@@ -229,7 +240,9 @@ class ReputMessageService:
         return n, pos
 
     def _dispatch_some(self, limit: int) -> tuple[bool, bool]:  # noqa: C901
-        """Dispatch at most ``limit`` records: (made progress, may be more to do)."""
+        """Dispatch at most ``limit`` parsed records, or HINTED_PER_PARSED times as many hinted
+        ones (a parsed record uses that much of the budget): (made progress, may be more to
+        do)."""
         cl = self.commitlog
         if self.reput_from_offset < cl.min_offset:
             self.reput_from_offset = cl.min_offset
@@ -251,16 +264,18 @@ class ReputMessageService:
         )
         hints = cl.dispatch_hints
         fast = _dispatch_hinted is not None and self.native_dispatch
+        # The budget in hinted records: a parsed one costs HINTED_PER_PARSED of them.
+        budget = limit * HINTED_PER_PARSED
         done = 0
         try:
-            while pos < end and done < limit:
+            while pos < end and done < budget:
                 if hints:
                     if fast:
                         n, pos = self._dispatch_native(
-                            hints, view, pos, end, limit - done, listener, wanted
+                            hints, view, pos, end, budget - done, listener, wanted
                         )
                         done += n
-                        if n and (pos >= end or done >= limit or not hints):
+                        if n and (pos >= end or done >= budget or not hints):
                             continue
                     hint = self._hint_for(hints, self.reput_from_offset, view, pos, end)
                     if hint is not None:
@@ -302,7 +317,7 @@ class ReputMessageService:
                     return done > 0, False
                 pos += info.size
                 self.reput_from_offset += info.size
-                done += 1
+                done += HINTED_PER_PARSED
         finally:
             view.release()
         if pos >= mf.file_size:

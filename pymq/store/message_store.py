@@ -588,9 +588,12 @@ class DefaultMessageStore:
         run appended are dispatched (oldest first), so that dispatch keeps up with any run,
         however many messages its batches hold."""
         self._in_run = False
-        if self._dispatch_at_run_end:
+        records = self.put_message_times_total - self._run_puts_from
+        # Puts that found the reput task woken left no mark, but their records are its too:
+        # dispatch_now_or_wake adds them to its next turn (else runs outpace it, turn after turn).
+        if self._dispatch_at_run_end or records:
             self._dispatch_at_run_end = False
-            self.reput.dispatch_now_or_wake(self.put_message_times_total - self._run_puts_from)
+            self.reput.dispatch_now_or_wake(records)
 
     def _held_lock(self, begin: float, end: float) -> None:
         """Time a put (StoreStatsService), and mark one that held the commit log past

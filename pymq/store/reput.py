@@ -30,7 +30,7 @@ from pymq.common.message import (
     tags_code,
 )
 from pymq.common.native import native_extension
-from pymq.store.commitlog import CommitLog, DispatchHint
+from pymq.store.commitlog import DISPATCH_HINTS_MAX, CommitLog, DispatchHint
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,9 @@ class ReputMessageService:
         # do_reput yields (index file creation, fairness); callers other than the task (tests,
         # shutdown) must not interleave with it, or records could be dispatched twice at once.
         self._lock = trio.Lock()
+        self._owed = 0
+        """Records of runs left to the reput task (end_run while it was busy or woken): added
+        to its next turn's budget, so that it keeps up with runs bigger than a turn."""
         self.native_dispatch = True
         """Dispatch runs of hinted records in C when the extension is built (tests turn it
         off to compare with the Python loop)."""
@@ -130,7 +133,11 @@ class ReputMessageService:
                     except OSError as exc:
                         self._block(exc)
                         return
-                progressed, more = self._dispatch_some(YIELD_EVERY)
+                # A turn's budget, and the records runs left to this task since its last turn:
+                # else runs of more records than a turn (or several connections' runs) outpace
+                # it turn after turn while it holds the lock, until the hints overflow.
+                owed, self._owed = self._owed, 0
+                progressed, more = self._dispatch_some(YIELD_EVERY + -(-owed // HINTED_PER_PARSED))
                 if not more:
                     return
                 if progressed:
@@ -161,6 +168,9 @@ class ReputMessageService:
             or self.blocked is not None
             or (self.table.index is not None and self.table.index.needs_new_file())
         ):
+            # Its records are the reput task's next turn's, on top of that turn's budget
+            # (bounded: past DISPATCH_HINTS_MAX records were parsed, not hinted, anyway).
+            self._owed = min(self._owed + records, DISPATCH_HINTS_MAX)
             if not self.woken:
                 self.wakeup()
             return

@@ -204,3 +204,40 @@ async def test_a_run_of_more_records_than_a_turns_budget_is_dispatched_whole(roo
             store.end_run()
             assert store.reput.reput_from_offset == store.commitlog.max_offset, run
         assert store.get_max_offset_in_queue("TopicTest", 0) == 3 * per_run
+
+
+async def test_runs_keep_up_while_the_reput_task_is_in_a_dispatch(root) -> None:
+    """While the reput task is in a dispatch (a backlog past a turn's budget: a commit-log file
+    rolled in a run, a put outside a run), end_run leaves its records to it.  Runs bigger than a
+    turn's budget (32 batches of 100) must not outpace it turn after turn: each turn takes on
+    the records the runs left to it, so the backlog shrinks instead of growing until the put
+    path's hints overflow."""
+    config = small_config(
+        root,
+        resident_trim_interval=0,
+        mapped_file_size_commit_log=64 * 1024 * 1024,
+        max_hash_slot_num=4096,
+        max_index_num=65536,
+    )
+    async with running_store(config) as store:
+        await settle()
+        backlog = YIELD_EVERY * HINTED_PER_PARSED * 2
+        for i in range(backlog):  # outside a run: left to the reput task, woken
+            put(store, i)
+        assert store.reput.woken
+        per_run = 32 * 100
+        total = backlog
+        for _ in range(30):
+            await trio.lowlevel.checkpoint()  # the reput task takes a turn
+            store.begin_run()
+            for _ in range(32):
+                batch = [make_message(queue_id=0, body=b"x") for _ in range(100)]
+                assert store.put_messages_now(batch).status is PutMessageStatus.PUT_OK
+            store.end_run()
+            total += per_run
+        behind = total - store.get_max_offset_in_queue("TopicTest", 0)
+        assert behind <= per_run, behind
+        await settle()
+        with trio.fail_after(10):
+            while store.get_max_offset_in_queue("TopicTest", 0) < total:
+                await trio.sleep(0.01)

@@ -185,9 +185,33 @@ def run_both(
     precreate: list[tuple[str, int]] = (),
     unallocated: bool = False,
     wanted: list[frozenset[str] | None] = (),  # type: ignore[assignment]
-) -> None:
+) -> int:
     """``wanted``: the listener's topics of each round (DefaultMessageStore.
-    set_arrival_listener), in turn; none: every topic."""
+    set_arrival_listener), in turn; none: every topic.  ``limits`` count records: every record
+    here is hinted, so a parsed record's weight (HINTED_PER_PARSED) is set to 1 meanwhile, or a
+    round could never stop before 16 records.  Returns the number of rounds."""
+    weight = reput_module.HINTED_PER_PARSED
+    reput_module.HINTED_PER_PARSED = 1
+    try:
+        return _run_both(
+            records, limits, redispatch_from, slots, index_num, cq_size, precreate, unallocated,
+            wanted,
+        )  # fmt: skip
+    finally:
+        reput_module.HINTED_PER_PARSED = weight
+
+
+def _run_both(
+    records: list[dict],
+    limits: list[int],
+    redispatch_from: int | None,
+    slots: int,
+    index_num: int,
+    cq_size: int,
+    precreate: list[tuple[str, int]],
+    unallocated: bool,
+    wanted: list[frozenset[str] | None],
+) -> int:
     log, hints = build_log(records)
     with tempfile.TemporaryDirectory() as tmp:
         sides = [
@@ -234,6 +258,7 @@ def run_both(
         finally:
             for side in sides:
                 side.close()
+    return rounds
 
 
 # No \x01 / \x02: a hint holding one is parsed back, and these fake records cannot be.
@@ -335,13 +360,13 @@ def test_blank_keys_first_in_a_fresh_index_file():
     records = [rec(0, keys="k0"), rec(1, keys="k1")]  # topic's prefix cached, queue made
     records += [rec(2 + i, keys="   ") for i in range(3)]
     # index_num 3: entries 1 and 2 fill the first file; the rest go to a fresh one.
-    run_both(records, [2, 1, 1, 1], None, index_num=3)
+    assert run_both(records, [2, 1, 1, 1], None, index_num=3) == 4  # round by round
 
 
 def test_blank_keys_in_a_new_topic():
     """The prefix-hash cache of a topic first met with blank KEYS."""
     records = [rec(0, keys="k0"), rec(0, topic="New"), rec(1, topic="New", keys="   ")]
-    run_both(records, [1, 1, 1], None)
+    assert run_both(records, [1, 1, 1], None) == 3
 
 
 class Interrupt(BaseException):
@@ -402,7 +427,7 @@ def test_many_keys_around_the_c_limit(pieces):
     files that roll in the middle of a record's keys."""
     keys = "  ".join(f"k{j}\U0001f600" for j in range(pieces - 1))
     records = [rec(0, keys="first")] + [rec(i, keys=keys, uniq=f"U{i}") for i in range(1, 6)]
-    run_both(records, [1, 2, 3], 2, index_num=70)
+    assert run_both(records, [1, 2, 3], 2, index_num=70) == 3
 
 
 def test_an_error_in_the_middle_of_a_run_writes_back_what_was_done(tmp_path) -> None:

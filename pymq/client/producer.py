@@ -165,6 +165,9 @@ def _batch_body_py(msgs: Sequence[Message], ids: list[str]) -> bytes:
     return b"".join(parts)
 
 
+_OTHER_TOPIC = "message's topic not equal mq's topic"  # Java's MQClientException, a send's queue
+
+
 def _answer_to_callback(
     response: RemotingCommand | None,
     error: Exception | None,
@@ -401,6 +404,8 @@ class Producer(ClientService):
         """
         client = self.client
         assert client is not None
+        if queue is not None and queue.topic != msg.topic:
+            raise MQClientError(-1, _OTHER_TOPIC)
         body, sys_flag, props, uniq = self._encode(msg)
         # publish_queues' and channel()'s common cases read here, without their coroutines.
         cached = self._cached_queues(msg.topic)
@@ -458,6 +463,8 @@ class Producer(ClientService):
         client = self.client
         assert client is not None
         topic, body, ids = self._batch_body(msgs)
+        if queue is not None and queue.topic != topic:
+            raise MQClientError(-1, _OTHER_TOPIC)
         uniq = ",".join(ids)
         cached = self._cached_queues(topic)
         queues = cached[1] if cached is not None else (await self.publish_queues(topic))[0]
@@ -530,6 +537,8 @@ class Producer(ClientService):
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (nothing tells whether it was stored)."""
         assert self.client is not None
+        if queue is not None and queue.topic != msg.topic:
+            raise MQClientError(-1, _OTHER_TOPIC)
         body, sys_flag, props, _ = self._encode(msg)
         queues, _ = await self.publish_queues(msg.topic)
         mq = queue or queues[next(self._counter) % len(queues)]
@@ -556,6 +565,8 @@ class Producer(ClientService):
     ) -> SendResult:
         client = self.client
         assert client is not None
+        if queue is not None and queue.topic != topic:
+            raise MQClientError(-1, _OTHER_TOPIC)
         timeout = self.send_timeout if timeout is None else timeout
         attempts = (
             1 if queue is not None or selector is not None else 1 + RETRY_TIMES_WHEN_SEND_FAILED

@@ -389,3 +389,30 @@ async def test_send_batch_async_stores_each_batch_whole_and_reports_refusals(
             assert [m.msg_id for m in found.messages] == r.offset_msg_id.split(",")
             seen.append([m.body for m in found.messages])
     assert sorted(seen) == sorted(bodies.values())
+
+
+async def test_a_queue_of_another_topic_is_refused_before_anything_is_sent(
+    pymq_cluster: Cluster,
+) -> None:
+    """As Java's producer (``message's topic not equal mq's topic``): every send given a queue
+    of another topic raises at once and stores nothing."""
+    cluster = pymq_cluster
+    for topic in ("Mine", "Theirs"):
+        await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr])
+    theirs = MessageQueue("Theirs", "broker-a", 0)
+    results = Results()
+    async with Producer("P", cluster.namesrv_addr) as producer:
+        calls = (
+            producer.send(Message("Mine", b"x"), queue=theirs),
+            producer.send_batch([Message("Mine", b"x")], queue=theirs),
+            producer.send_async(Message("Mine", b"x"), results, queue=theirs),
+            producer.send_batch_async([Message("Mine", b"x")], results, queue=theirs),
+            producer.send_oneway(Message("Mine", b"x"), queue=theirs),
+        )
+        for call in calls:
+            with pytest.raises(MQClientError) as refused:
+                await call
+            assert "message's topic not equal mq's topic" in str(refused.value)
+        ok = await producer.send(Message("Theirs", b"y"), queue=theirs)
+    assert ok.status == "SEND_OK" and not results.ok and not results.errors
+    assert cluster.broker.stats.put_msgs == 1

@@ -3499,6 +3499,135 @@ static PyObject *pack_bitmap(const gbuf *g) {
 
 #define TS_LIMIT (LLONG_MAX / 1000)
 
+/* --- record_hints ---------------------------------------------------------------------------- */
+
+/* The TAGS, KEYS and UNIQ_KEY values of a record (NULL when absent). */
+typedef struct {
+    const unsigned char *tags, *keys, *uniq;
+    Py_ssize_t tags_len, keys_len, uniq_len;
+} hint_names;
+
+/* The three values from the properties [p, p + n) when they are strictly formed (each item
+ * name\x01value\x02, the last \x02 optional, names and values non-empty and without \x01,
+ * none of the three named twice): 0, with property_value's reading of each.  -1 for anything
+ * else, which the Python loop must judge (plain_record has ruled out NUL and non-ASCII). */
+static int strict_hint_names(const unsigned char *p, Py_ssize_t n, hint_names *out) {
+    memset(out, 0, sizeof *out);
+    Py_ssize_t i = 0;
+    int seen_tags = 0, seen_keys = 0, seen_uniq = 0;
+    while (i < n) {
+        Py_ssize_t name = i;
+        while (i < n && p[i] != 1 && p[i] != 2) i++;
+        if (i == n || p[i] != 1 || i == name) return -1;
+        Py_ssize_t name_len = i - name, value = ++i;
+        while (i < n && p[i] != 1 && p[i] != 2) i++;
+        if ((i < n && p[i] == 1) || i == value) return -1;
+        Py_ssize_t value_len = i - value;
+        if (i < n) i++; /* the \x02 */
+        const unsigned char *nm = p + name;
+        if (bytes_is(nm, name_len, "TAGS")) {
+            if (seen_tags++) return -1;
+            out->tags = p + value, out->tags_len = value_len;
+        } else if (bytes_is(nm, name_len, "KEYS")) {
+            if (seen_keys++) return -1;
+            out->keys = p + value, out->keys_len = value_len;
+        } else if (bytes_is(nm, name_len, "UNIQ_KEY")) {
+            if (seen_uniq++) return -1;
+            out->uniq = p + value, out->uniq_len = value_len;
+        }
+    }
+    return 0;
+}
+
+static PyObject *hint_text(const unsigned char *p, Py_ssize_t n) {
+    if (p == NULL) Py_RETURN_NONE;
+    return PyUnicode_FromStringAndSize((const char *)p, n);
+}
+
+/* record_hints(buf, pos, end, file_from_offset, max_rows, skip_topic, hint_type)
+ * The dispatch hints the put path leaves for the records at buf[pos:end] (a commit-log file
+ * from file_from_offset), made by reading the records back: for records appended without one
+ * (an HA slave's, recovery's, or past DISPATCH_HINTS_MAX), so that dispatch_hinted can take
+ * them.  Each row is what reput's Python loop reads of the record (read_record_info, then
+ * property_value of TAGS, KEYS and UNIQ_KEY), as an instance of hint_type (DispatchHint).
+ * Returns (rows, stop): at most max_rows rows, and where it stopped: end, or the first record
+ * the Python loop must judge (not a plain record at its own physical offset, see plain_record;
+ * a blank; a record of skip_topic, whose tags code is its deliver time; properties that are
+ * not strictly formed). */
+static PyObject *py_record_hints(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) return PyErr_Format(PyExc_TypeError, "record_hints takes 7 arguments");
+    long long pos, end, file_from, max_rows;
+    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
+        arg_int(args[2], "end", 0, PY_SSIZE_T_MAX, &end) < 0 ||
+        arg_int(args[3], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0 ||
+        arg_int(args[4], "max_rows", 0, PY_SSIZE_T_MAX, &max_rows) < 0)
+        return NULL;
+    PyTypeObject *hint_type = NULL;
+    if (!PyBytes_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "skip_topic must be bytes");
+        return NULL;
+    }
+    if (hint_type_arg(args[6], &hint_type) < 0) return NULL;
+    const char *skip = PyBytes_AS_STRING(args[5]);
+    Py_ssize_t skip_len = PyBytes_GET_SIZE(args[5]);
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE) < 0) return NULL;
+    if (end > buf.len) end = buf.len;
+    const unsigned char *b = buf.buf;
+    PyObject *rows = PyList_New(0), *topic = NULL;
+    if (rows == NULL) goto fail;
+    while (pos < end && PyList_GET_SIZE(rows) < max_rows) {
+        int64_t total = plain_record(b, pos, end, 0, 1, file_from);
+        if (total <= 0) break;
+        const unsigned char *r = b + pos;
+        int64_t q = V4_HEADER + (int32_t)get32(r + 84);
+        Py_ssize_t topic_len = r[q];
+        const char *t = (const char *)r + q + 1;
+        if (topic_len == skip_len && memcmp(t, skip, skip_len) == 0) break;
+        hint_names names;
+        const unsigned char *props = r + q + 1 + topic_len + 2;
+        if (strict_hint_names(props, total - (q + 1 + topic_len + 2), &names) < 0) break;
+        if (topic == NULL || PyUnicode_GET_LENGTH(topic) != topic_len ||
+            memcmp(PyUnicode_DATA(topic), t, topic_len) != 0) {
+            Py_XDECREF(topic);
+            topic = PyUnicode_FromStringAndSize(t, topic_len); /* ASCII: plain_record */
+            if (topic == NULL) goto fail;
+        }
+        PyObject *row = hint_type != NULL ? hint_type->tp_alloc(hint_type, 10) : PyTuple_New(10);
+        if (row == NULL) goto fail;
+        PyObject *v[10] = {PyLong_FromLongLong(get64(r + 28)),
+                           PyLong_FromLongLong(total),
+                           Py_NewRef(topic),
+                           PyLong_FromLong((int32_t)get32(r + 12)),
+                           PyLong_FromLongLong(get64(r + 20)),
+                           hint_text(names.tags, names.tags_len),
+                           PyLong_FromLongLong(get64(r + 56)),
+                           PyLong_FromLong((int32_t)get32(r + 36)),
+                           hint_text(names.keys, names.keys_len),
+                           hint_text(names.uniq, names.uniq_len)};
+        int ok = 1;
+        for (int i = 0; i < 10; i++) {
+            if (v[i] == NULL) ok = 0;
+            PyTuple_SET_ITEM(row, i, v[i]);
+        }
+        if (!ok || PyList_Append(rows, row) < 0) {
+            Py_DECREF(row);
+            goto fail;
+        }
+        Py_DECREF(row);
+        pos += total;
+    }
+    Py_XDECREF(topic);
+    PyBuffer_Release(&buf);
+    return Py_BuildValue("(NL)", rows, pos);
+fail:
+    Py_XDECREF(topic);
+    Py_XDECREF(rows);
+    PyBuffer_Release(&buf);
+    return NULL;
+}
+
+
 static PyObject *py_export_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 9) {
         PyErr_Format(PyExc_TypeError, "export_columns takes 9 arguments (%zd given)", nargs);
@@ -4472,6 +4601,9 @@ static PyMethodDef methods[] = {
      "record_is(data, size): whether data is size bytes beginning as a message record of that"
      " size (TOTALSIZE, magic code)."},
     {"now_ms", py_now_ms, METH_NOARGS, "now_ms(): milliseconds since the epoch (wall clock)."},
+    {"record_hints", (PyCFunction)(void (*)(void))py_record_hints, METH_FASTCALL,
+     "record_hints(buf, pos, end, file_from_offset, max_rows, skip_topic, hint_type): the"
+     " dispatch hints of the records at buf[pos:end], read back; (rows, stop)."},
     {"scan", (PyCFunction)(void (*)(void))py_scan, METH_FASTCALL,
      "scan(buf, pos, limit, check_crc, physical_base, select, selected): walk plain records,"
      " return where the walk stopped."},

@@ -30,6 +30,7 @@ from pymq.common.message import (
     tags_code,
 )
 from pymq.common.native import native_extension
+from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store.commitlog import DISPATCH_HINTS_MAX, CommitLog, DispatchHint
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
 
@@ -39,6 +40,15 @@ _RECORD_HEADER = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE (read_record_heade
 
 _dispatch_hinted = getattr(native_extension, "dispatch_hinted", None)
 """``_recordc.dispatch_hinted``: runs of hinted records dispatched in one C call (None: none)."""
+
+_record_hints = getattr(native_extension, "record_hints", None)
+"""``_recordc.record_hints``: the hints of records appended without one, read back in C."""
+
+HINTS_READ_MAX = 1024
+"""Hints read back from the records at a time (a slave's, recovery's, or past the put path's
+DISPATCH_HINTS_MAX): a bound on the rows held, not on the work."""
+
+_SCHEDULE_TOPIC_B = SCHEDULE_TOPIC.encode()
 
 YIELD_EVERY = 128
 """Records parsed and dispatched between checkpoints (a record without a hint: ~20-30 us here),
@@ -249,6 +259,28 @@ class ReputMessageService:
                 del exc
         return n, pos
 
+    @staticmethod
+    def _read_hints(
+        hints: collections.deque[DispatchHint],
+        view: memoryview,
+        pos: int,
+        end: int,
+        file_from: int,
+        budget: int,
+    ) -> None:
+        """Put before ``hints`` the hints of the records from ``pos`` on (up to the first hint's
+        record, or ``end``), read back from the records; at most HINTS_READ_MAX of them, and
+        none past the first record the Python loop must judge."""
+        assert _record_hints is not None
+        if hints:
+            end = min(end, hints[0].physical_offset - file_from)
+        rows, _ = _record_hints(
+            view, pos, end, file_from, min(budget, HINTS_READ_MAX), _SCHEDULE_TOPIC_B,
+            DispatchHint,
+        )  # fmt: skip
+        if rows:
+            hints.extendleft(reversed(rows))
+
     def _dispatch_some(self, limit: int) -> tuple[bool, bool]:  # noqa: C901
         """Dispatch at most ``limit`` parsed records, or HINTED_PER_PARSED times as many hinted
         ones (a parsed record uses that much of the budget): (made progress, may be more to
@@ -279,6 +311,15 @@ class ReputMessageService:
         done = 0
         try:
             while pos < end and done < budget:
+                if (
+                    fast
+                    and _record_hints is not None
+                    and (not hints or hints[0].physical_offset > self.reput_from_offset)
+                ):
+                    # Records without hints (a slave's, recovery's, or past the put path's
+                    # DISPATCH_HINTS_MAX): their hints read back in C, for dispatch_hinted,
+                    # where the Python loop would parse each record.
+                    self._read_hints(hints, view, pos, end, mf.file_from_offset, budget - done)
                 if hints:
                     if fast:
                         n, pos = self._dispatch_native(

@@ -168,6 +168,13 @@ def _batch_body_py(msgs: Sequence[Message], ids: list[str]) -> bytes:
 _OTHER_TOPIC = "message's topic not equal mq's topic"  # Java's MQClientException, a send's queue
 
 
+def _selected(mq: MessageQueue, topic: str) -> MessageQueue:
+    """The queue a selector chose, for a send of ``topic``: Java's sendSelectImpl does not
+    compare topics, and sendKernelImpl sends the message's topic to the chosen broker and queue
+    id, so a queue of another topic must not carry the request there."""
+    return mq if mq.topic == topic else MessageQueue(topic, mq.broker_name, mq.queue_id)
+
+
 def _answer_to_callback(
     response: RemotingCommand | None,
     error: Exception | None,
@@ -537,11 +544,11 @@ class Producer(ClientService):
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (nothing tells whether it was stored)."""
         assert self.client is not None
-        if queue is not None and queue.topic != msg.topic:
-            raise MQClientError(-1, _OTHER_TOPIC)
         body, sys_flag, props, _ = self._encode(msg)
         queues, _ = await self.publish_queues(msg.topic)
-        mq = queue or queues[next(self._counter) % len(queues)]
+        # Java's sendOneway(msg, mq) does not compare topics: the message's own topic goes to
+        # the queue's broker and queue id, as with a selector's queue.
+        mq = _selected(queue, msg.topic) if queue else queues[next(self._counter) % len(queues)]
         addr = self.client.master_addr(mq.broker_name)
         if addr is None:
             raise MQClientError(-1, f"no master for {mq.broker_name}")
@@ -580,7 +587,7 @@ class Producer(ClientService):
             if queue is not None:
                 mq = queue
             elif selector is not None:
-                mq = selector(queues)
+                mq = _selected(selector(queues), topic)
             else:
                 start = next(self._counter)
                 candidates = [q for q in queues if q.broker_name != last_broker] or queues

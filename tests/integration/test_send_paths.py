@@ -394,8 +394,9 @@ async def test_send_batch_async_stores_each_batch_whole_and_reports_refusals(
 async def test_a_queue_of_another_topic_is_refused_before_anything_is_sent(
     pymq_cluster: Cluster,
 ) -> None:
-    """As Java's producer (``message's topic not equal mq's topic``): every send given a queue
-    of another topic raises at once and stores nothing."""
+    """As Java's producer (``message's topic not equal mq's topic``): a send or batch, awaited
+    or not, given a queue of another topic raises at once and stores nothing (Java reports the
+    asynchronous ones to the callback; pymq raises before sending, as for its other checks)."""
     cluster = pymq_cluster
     for topic in ("Mine", "Theirs"):
         await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr])
@@ -407,7 +408,6 @@ async def test_a_queue_of_another_topic_is_refused_before_anything_is_sent(
             producer.send_batch([Message("Mine", b"x")], queue=theirs),
             producer.send_async(Message("Mine", b"x"), results, queue=theirs),
             producer.send_batch_async([Message("Mine", b"x")], results, queue=theirs),
-            producer.send_oneway(Message("Mine", b"x"), queue=theirs),
         )
         for call in calls:
             with pytest.raises(MQClientError) as refused:
@@ -416,3 +416,30 @@ async def test_a_queue_of_another_topic_is_refused_before_anything_is_sent(
         ok = await producer.send(Message("Theirs", b"y"), queue=theirs)
     assert ok.status == "SEND_OK" and not results.ok and not results.errors
     assert cluster.broker.stats.put_msgs == 1
+
+
+async def test_a_selectors_queue_of_another_topic_carries_the_messages_topic(
+    pymq_cluster: Cluster,
+) -> None:
+    """Java's sendSelectImpl does not compare topics: sendKernelImpl writes the message's topic
+    into the request and takes only the broker and queue id of the selected queue.  The message
+    must be stored in its own topic, as the SendResult says, not in the selected queue's; so is
+    a oneway send's to a queue of another topic."""
+    cluster = pymq_cluster
+    for topic in ("Mine", "Theirs"):
+        await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr])
+    async with Producer("P", cluster.namesrv_addr) as producer:
+        result = await producer.send(
+            Message("Mine", b"x"), selector=lambda _: MessageQueue("Theirs", "broker-a", 1)
+        )
+        # Java's sendOneway(msg, mq) does not compare topics either.
+        await producer.send_oneway(
+            Message("Mine", b"y"), queue=MessageQueue("Theirs", "broker-a", 1)
+        )
+        assert result.status == "SEND_OK"
+        assert result.queue == MessageQueue("Mine", "broker-a", 1)
+        store = cluster.broker.store
+        with trio.fail_after(10):
+            while store.get_max_offset_in_queue("Mine", 1) < 2:
+                await trio.sleep(0.01)
+    assert store.get_max_offset_in_queue("Theirs", 1) == 0

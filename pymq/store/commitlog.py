@@ -300,7 +300,9 @@ class CommitLog:
 
     def _weigh_advice(self, mf: MappedFile, written: int) -> None:
         """ASYNC_FLUSH: ``written`` bytes went to ``mf`` with pwrite (positive) or through the
-        map (negative).  At +ADVICE_SWITCH_BYTES the pages ahead of the writer are advised
+        map (negative: every put path but append_batch_body's large batches; not the HA
+        slave's append_data, which never writes with pwrite, so its advice never begins).
+        At +ADVICE_SWITCH_BYTES the pages ahead of the writer are advised
         MADV_RANDOM, at -ADVICE_SWITCH_BYTES read ahead again, for this file and the files the
         queue makes next."""
         balance = self._advice_balance + written
@@ -315,6 +317,19 @@ class CommitLog:
                 self.queue.advise_writes = False
                 mf.end_write_advice()
         self._advice_balance = balance
+
+    def _wrote_through_map(self, mf: MappedFile, size: int) -> None:
+        """The general paths (append_message, append_messages) wrote ``size`` bytes through
+        ``mf``'s map and committed them: weighed against the advice (ASYNC_FLUSH), and the
+        next chunk allocated ahead (warmMapedFileEnable)."""
+        if self._advice_follows_writes:  # _weigh_advice(mf, -size), inline while it stays
+            balance = self._advice_balance - size
+            if balance > -ADVICE_SWITCH_BYTES:
+                self._advice_balance = balance
+            else:
+                self._weigh_advice(mf, -size)
+        if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
+            self._allocate_ahead(mf)
 
     def _allocate(self, mf: MappedFile, end: int) -> None:
         """Allocate ``mf``'s blocks up to ``end`` before a write there (see MappedFile).
@@ -497,8 +512,7 @@ class CommitLog:
             self.topic_queue_table[key] = queue_offset + 1
         mf.wrote_position = pos + size
         mf.last_store_timestamp = now
-        if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
-            self._allocate_ahead(mf)
+        self._wrote_through_map(mf, size)
         msg.sys_flag = sys_flag
         msg.queue_offset = queue_offset
         msg.commitlog_offset = phy
@@ -610,8 +624,7 @@ class CommitLog:
         table.update(pending)
         mf.wrote_position = pos
         mf.last_store_timestamp = now
-        if self.warm and mf.allocated - pos <= mf.chunk:
-            self._allocate_ahead(mf)
+        self._wrote_through_map(mf, total)
         hints = self.dispatch_hints
         ids = []
         prefix = self._msg_id_prefix
@@ -773,6 +786,8 @@ class CommitLog:
                 return None
             if self._advice_follows_writes:
                 self._weigh_advice(mf, end - pos)
+        elif self._advice_follows_writes:  # written through the map
+            self._weigh_advice(mf, pos - end)
         # Encoded: commit.
         self.topic_queue_table[key] = first_queue_offset + len(rows)
         mf.wrote_position = end

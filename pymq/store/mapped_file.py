@@ -427,9 +427,10 @@ class MappedFile:
         self._advise_written(self.wrote_position, self.allocated)
 
     def end_write_advice(self) -> None:
-        """The file is full (the queue writes the next one): all of it is read ahead again
-        (MADV_NORMAL), for readers of its data, whether or not :meth:`release_resident` ever
-        runs (``resident_trim_interval`` 0)."""
+        """The file is full (the queue writes the next one), or, under ASYNC_FLUSH, the commit
+        log's writes no longer call for the advice (CommitLog._weigh_advice): all of it is
+        read ahead again (MADV_NORMAL), for readers of its data, whether or not
+        :meth:`release_resident` ever runs (``resident_trim_interval`` 0)."""
         if not self.advise:
             return
         self.advise = False

@@ -87,3 +87,57 @@ async def test_sync_flush_keeps_its_advice_whatever_the_writes(tmp_path) -> None
         for _ in range(3 * SWITCH // 1000):
             single(store)
         assert mf.advise and cl.queue.advise_writes
+
+
+def small_batch(store, n: int = 5) -> int:  # type: ignore[no-untyped-def]
+    body = encode_batch_body([BatchItem(b"s" * 1000, 0, {}) for _ in range(n)])
+    assert len(body) < commitlog.PWRITE_BATCH_MIN  # written through the map
+    out = store.put_batch_body_now("T", 0, body, "C", 0, 1, BORN, 0)
+    assert out is not None and out[0].status is PutMessageStatus.PUT_OK
+    return out[0].wrote_bytes
+
+
+def general(store) -> int:  # type: ignore[no-untyped-def]
+    result = store.put_message_now(make_message(topic="T", body=b"g" * 1000))
+    assert result.status is PutMessageStatus.PUT_OK
+    return result.wrote_bytes
+
+
+async def _advised_by_batches(store) -> None:  # type: ignore[no-untyped-def]
+    cl = store.commitlog
+    assert store.put_message_now(make_message(topic="T")).status is PutMessageStatus.PUT_OK
+    written = 0
+    while written <= SWITCH:
+        written += batch(store)
+    assert cl.queue.files[-1].advise and cl.queue.advise_writes
+
+
+@pytest.mark.parametrize("write", [small_batch, general], ids=["small-batches", "general-path"])
+async def test_every_write_through_the_map_weighs_against_the_advice(tmp_path, write) -> None:  # type: ignore[no-untyped-def]
+    """Small batches (append_batch_body's map branch) and the general path (append_message)
+    write through the map too: as many of their bytes as of single sends end the advice."""
+    config = small_config(str(tmp_path), mapped_file_size_commit_log=1 << 20)
+    async with running_store(config) as store:
+        await _advised_by_batches(store)
+        cl = store.commitlog
+        mf = cl.queue.files[-1]
+        mapped = 0
+        while mf.advise and mapped <= 2 * SWITCH + 8192:
+            mapped += write(store)
+        assert cl.queue.files[-1] is mf
+        assert not mf.advise and not cl.queue.advise_writes
+
+
+async def test_the_file_the_roll_makes_is_advised_before_any_write(tmp_path) -> None:
+    """The queue makes the next file with the current advice (MappedFileQueue._new_file), not
+    the next batch's _weigh_advice."""
+    config = small_config(str(tmp_path), mapped_file_size_commit_log=1 << 20)
+    async with running_store(config) as store:
+        await _advised_by_batches(store)
+        cl = store.commitlog
+        first = cl.queue.files[-1]
+        while cl.queue.files[-1] is first:
+            general(store)  # the general path, which never weighs
+            if cl.queue.files[-1] is first:
+                batch(store)
+        assert cl.queue.files[-1].advise

@@ -44,6 +44,22 @@ class Results:
                 await self._arrived.wait()
 
 
+def count_raw_answers(monkeypatch) -> list[bool]:  # type: ignore[no-untyped-def]
+    """Whether each send answer the client's raw handler met was taken from its frame."""
+    from pymq.remoting import client as client_module
+
+    taken: list[bool] = []
+    real = client_module.raw_send_answer
+
+    def counting(channel, buf: bytes, start: int, end: int) -> bytes | None:  # type: ignore[no-untyped-def]
+        out = real(channel, buf, start, end)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(client_module, "raw_send_answer", counting)
+    return taken
+
+
 async def test_send_async_stores_every_message_once(pymq_cluster: Cluster, monkeypatch) -> None:
     from pymq.remoting import channel as channel_module
 
@@ -279,20 +295,11 @@ async def test_awaited_sends_and_batches_are_answered_from_their_frames(
     """send and send_batch write their request as one frame and, with the C extension built,
     take a plain SEND_OK from the answer's frame (no response command); their results say
     what the broker stored, as the usual decoding would."""
-    from pymq.remoting import client as client_module
 
     await topics.create_topic(
         pymq_cluster.namesrv_addr, "Awaited", brokers=[pymq_cluster.broker_addr]
     )
-    taken: list[bool] = []
-    real = client_module.raw_send_answer
-
-    def counting(channel, buf: bytes, start: int, end: int) -> bytes | None:  # type: ignore[no-untyped-def]
-        out = real(channel, buf, start, end)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(client_module, "raw_send_answer", counting)
+    taken = count_raw_answers(monkeypatch)
     results: list[SendResult] = []
     async with Producer("P", pymq_cluster.namesrv_addr) as producer:
         for i in range(6):
@@ -330,19 +337,10 @@ async def test_send_batch_async_stores_each_batch_whole_and_reports_refusals(
     once, whole and in order, its answer read from the frame and given to the callback as
     send_batch's SendResult; a batch send_batch refuses raises before anything is sent; the
     broker's refusal reaches the callback."""
-    from pymq.remoting import client as client_module
 
     cluster = pymq_cluster
     await topics.create_topic(cluster.namesrv_addr, "AsyncBatch", brokers=[cluster.broker_addr])
-    taken: list[bool] = []
-    real = client_module.raw_send_answer
-
-    def counting(channel, buf: bytes, start: int, end: int) -> bytes | None:  # type: ignore[no-untyped-def]
-        out = real(channel, buf, start, end)
-        taken.append(out is not None)
-        return out
-
-    monkeypatch.setattr(client_module, "raw_send_answer", counting)
+    taken = count_raw_answers(monkeypatch)
     results = Results()
     bodies: dict[str, list[bytes]] = {}
     async with Producer("P", cluster.namesrv_addr) as producer:

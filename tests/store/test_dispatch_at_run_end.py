@@ -16,6 +16,19 @@ async def settle() -> None:
         await trio.lowlevel.checkpoint()
 
 
+def count_wakeups(store) -> list[int]:  # type: ignore[no-untyped-def]
+    """The reput task's wakeups from now on, one entry each."""
+    wakes: list[int] = []
+    real_wakeup = store.reput.wakeup
+
+    def counted() -> None:
+        wakes.append(1)
+        real_wakeup()
+
+    store.reput.wakeup = counted
+    return wakes
+
+
 def put(store, i: int = 0):  # type: ignore[no-untyped-def]
     result = store.put_message_now(make_message(queue_id=0, body=b"m%d" % i))
     assert result.status is PutMessageStatus.PUT_OK
@@ -25,15 +38,7 @@ def put(store, i: int = 0):  # type: ignore[no-untyped-def]
 async def test_a_runs_puts_are_dispatched_at_its_end_without_the_reput_task(root) -> None:
     async with running_store(small_config(root, resident_trim_interval=0)) as store:
         await settle()
-        wakes = 0
-        real_wakeup = store.reput.wakeup
-
-        def counted() -> None:
-            nonlocal wakes
-            wakes += 1
-            real_wakeup()
-
-        store.reput.wakeup = counted  # type: ignore[method-assign]
+        wakes = count_wakeups(store)
         store.begin_run()
         for i in range(3):
             put(store, i)
@@ -41,12 +46,12 @@ async def test_a_runs_puts_are_dispatched_at_its_end_without_the_reput_task(root
         assert store.get_max_offset_in_queue("TopicTest", 0) == 0
         store.end_run()
         assert store.get_max_offset_in_queue("TopicTest", 0) == 3
-        assert wakes == 0
+        assert not wakes  # nobody woken
         got = store.get_message("G", "TopicTest", 0, 0, 32)
         assert got.message_count == 3
         # Outside a run a put wakes the reput task, which dispatches it.
         put(store, 3)
-        assert wakes == 1
+        assert len(wakes) == 1
         await settle()
         assert store.get_max_offset_in_queue("TopicTest", 0) == 4
 
@@ -164,15 +169,7 @@ async def test_a_run_of_full_batches_is_dispatched_whole_at_its_end(root) -> Non
     )
     async with running_store(config) as store:
         await settle()
-        wakes = 0
-        real_wakeup = store.reput.wakeup
-
-        def counted() -> None:
-            nonlocal wakes
-            wakes += 1
-            real_wakeup()
-
-        store.reput.wakeup = counted  # type: ignore[method-assign]
+        wakes = count_wakeups(store)
         per_run = SERVE_BATCH * 32
         for run in range(5):
             store.begin_run()
@@ -180,7 +177,7 @@ async def test_a_run_of_full_batches_is_dispatched_whole_at_its_end(root) -> Non
                 put(store, run * per_run + i)
             store.end_run()
             assert store.reput.reput_from_offset == store.commitlog.max_offset, run
-        assert wakes == 0
+        assert not wakes  # nobody woken
         assert store.get_max_offset_in_queue("TopicTest", 0) == 5 * per_run
 
 

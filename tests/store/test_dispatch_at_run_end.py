@@ -4,6 +4,7 @@ is busy or dispatch is blocked; puts outside a run wake it as before."""
 
 from __future__ import annotations
 
+import pytest
 import trio
 
 from pymq.store import PutMessageStatus
@@ -153,54 +154,41 @@ async def test_a_blocked_or_failing_dispatch_is_left_to_the_reput_task(root, mon
         await settle()
 
 
-async def test_a_run_of_full_batches_is_dispatched_whole_at_its_end(root) -> None:
-    """A connection's run is at most SERVE_BATCH requests; of batches of 32 that is 1,024
-    hinted records, all dispatched by end_run in the same turn.  A smaller budget let dispatch
-    fall behind the puts turn after turn until its hints overflowed and every later record was
-    parsed (a batch publish fell from 160k to 60-70k msgs/s)."""
-    from pymq.remoting.channel import SERVE_BATCH
-
-    config = small_config(
+def big_files(root, commit_log: int = 16 * 1024 * 1024):  # type: ignore[no-untyped-def]
+    """Files that hold every record of these tests (no file's end stops a dispatch)."""
+    return small_config(
         root,
         resident_trim_interval=0,
-        mapped_file_size_commit_log=16 * 1024 * 1024,
+        mapped_file_size_commit_log=commit_log,
         max_hash_slot_num=4096,
         max_index_num=65536,
     )
-    async with running_store(config) as store:
+
+
+@pytest.mark.parametrize("per_run", ["full batches", "past a turn"])
+async def test_a_runs_records_are_dispatched_whole_at_its_end(root, per_run: str) -> None:
+    """A connection's run is at most SERVE_BATCH requests; of batches of 32 that is 1,024
+    hinted records, all dispatched by end_run in the same turn, and so are a run's records
+    past a turn's budget (batches of any size: 32 of 100 messages are 3,200 records).  A
+    smaller budget let dispatch fall behind the puts turn after turn until its hints
+    overflowed and every later record was parsed (a batch publish fell from 160k to 60-70k
+    msgs/s)."""
+    from pymq.remoting.channel import SERVE_BATCH
+
+    records = (
+        SERVE_BATCH * 32 if per_run == "full batches" else YIELD_EVERY * HINTED_PER_PARSED + 500
+    )
+    async with running_store(big_files(root)) as store:
         await settle()
         wakes = count_wakeups(store)
-        per_run = SERVE_BATCH * 32
-        for run in range(5):
+        for run in range(3):
             store.begin_run()
-            for i in range(per_run):
-                put(store, run * per_run + i)
+            for i in range(records):
+                put(store, run * records + i)
             store.end_run()
             assert store.reput.reput_from_offset == store.commitlog.max_offset, run
         assert not wakes  # nobody woken
-        assert store.get_max_offset_in_queue("TopicTest", 0) == 5 * per_run
-
-
-async def test_a_run_of_more_records_than_a_turns_budget_is_dispatched_whole(root) -> None:
-    """Batches of any size: end_run dispatches at least as many records as its run appended,
-    even past a turn's budget (a run of 32 batches of 100 messages is 3,200 records)."""
-    config = small_config(
-        root,
-        resident_trim_interval=0,
-        mapped_file_size_commit_log=16 * 1024 * 1024,
-        max_hash_slot_num=4096,
-        max_index_num=65536,
-    )
-    async with running_store(config) as store:
-        await settle()
-        per_run = YIELD_EVERY * HINTED_PER_PARSED + 500
-        for run in range(3):
-            store.begin_run()
-            for i in range(per_run):
-                put(store, run * per_run + i)
-            store.end_run()
-            assert store.reput.reput_from_offset == store.commitlog.max_offset, run
-        assert store.get_max_offset_in_queue("TopicTest", 0) == 3 * per_run
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 3 * records
 
 
 async def test_runs_keep_up_while_the_reput_task_is_in_a_dispatch(root) -> None:
@@ -209,14 +197,7 @@ async def test_runs_keep_up_while_the_reput_task_is_in_a_dispatch(root) -> None:
     turn's budget (32 batches of 100) must not outpace it turn after turn: each turn takes on
     the records the runs left to it, so the backlog shrinks instead of growing until the put
     path's hints overflow."""
-    config = small_config(
-        root,
-        resident_trim_interval=0,
-        mapped_file_size_commit_log=64 * 1024 * 1024,
-        max_hash_slot_num=4096,
-        max_index_num=65536,
-    )
-    async with running_store(config) as store:
+    async with running_store(big_files(root, 64 * 1024 * 1024)) as store:
         await settle()
         backlog = YIELD_EVERY * HINTED_PER_PARSED * 2
         for i in range(backlog):  # outside a run: left to the reput task, woken

@@ -322,12 +322,8 @@ class CommitLog:
         """The general paths (append_message, append_messages) wrote ``size`` bytes through
         ``mf``'s map and committed them: weighed against the advice (ASYNC_FLUSH), and the
         next chunk allocated ahead (warmMapedFileEnable)."""
-        if self._advice_follows_writes:  # _weigh_advice(mf, -size), inline while it stays
-            balance = self._advice_balance - size
-            if balance > -ADVICE_SWITCH_BYTES:
-                self._advice_balance = balance
-            else:
-                self._weigh_advice(mf, -size)
+        if self._advice_follows_writes:
+            self._weigh_advice(mf, -size)
         if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
             self._allocate_ahead(mf)
 
@@ -692,7 +688,9 @@ class CommitLog:
         self.topic_queue_table[key] = queue_offset + 1
         mf.wrote_position = pos + size
         mf.last_store_timestamp = now
-        if self._advice_follows_writes:  # _weigh_advice(mf, -size), inline while it stays
+        if self._advice_follows_writes:
+            # _weigh_advice(mf, -size), inline on this hottest path while the advice stays:
+            # no call per single send, as for the rest of its bookkeeping here.
             balance = self._advice_balance - size
             if balance > -ADVICE_SWITCH_BYTES:
                 self._advice_balance = balance

@@ -175,7 +175,6 @@ class DefaultMessageStore:
         self.reput = ReputMessageService(self.commitlog, self.consume_queues, retry_s)
         # Between begin_run and end_run, puts leave their dispatch to end_run.
         self._in_run = False
-        self._dispatch_at_run_end = False
         self._run_puts_from = 0  # put_message_times_total when the run began
         self.lock = ckpt.StoreLock(config.lock_path)
         self.checkpoint: ckpt.StoreCheckpoint | None = None
@@ -568,10 +567,8 @@ class DefaultMessageStore:
 
     def _dispatch_appended(self) -> None:
         """What was just appended is to be dispatched: at the end of the run in progress
-        (:meth:`end_run`), or by the reput task, woken now."""
-        if self._in_run:
-            self._dispatch_at_run_end = True
-        else:
+        (:meth:`end_run`, which counts the run's puts), or by the reput task, woken now."""
+        if not self._in_run:
             self.reput.wakeup()
 
     def begin_run(self) -> None:
@@ -588,11 +585,11 @@ class DefaultMessageStore:
         run appended are dispatched (oldest first), so that dispatch keeps up with any run,
         however many messages its batches hold."""
         self._in_run = False
+        # Every put counts its records before it would ask for dispatch; records of puts that
+        # found the reput task woken are its too: dispatch_now_or_wake adds them to its next
+        # turn (else runs outpace it, turn after turn).
         records = self.put_message_times_total - self._run_puts_from
-        # Puts that found the reput task woken left no mark, but their records are its too:
-        # dispatch_now_or_wake adds them to its next turn (else runs outpace it, turn after turn).
-        if self._dispatch_at_run_end or records:
-            self._dispatch_at_run_end = False
+        if records:
             self.reput.dispatch_now_or_wake(records)
 
     def _held_lock(self, begin: float, end: float) -> None:

@@ -63,6 +63,9 @@ records in batches of 32): at 128 hinted records a turn it fell behind, its hint
 to 60-70k msgs/s within seconds.  The Python loop's hinted records (no C extension) cost
 ~5-8 us each, a stall of 10-15 ms a turn at most."""
 
+TURN_BUDGET = YIELD_EVERY * HINTED_PER_PARSED
+"""A turn's dispatch, in hinted records (see :meth:`ReputMessageService._dispatch_some`)."""
+
 
 class ReputMessageService:
     def __init__(
@@ -147,7 +150,7 @@ class ReputMessageService:
                 # else runs of more records than a turn (or several connections' runs) outpace
                 # it turn after turn while it holds the lock, until the hints overflow.
                 owed, self._owed = self._owed, 0
-                progressed, more = self._dispatch_some(YIELD_EVERY + -(-owed // HINTED_PER_PARSED))
+                progressed, more = self._dispatch_some(TURN_BUDGET + owed)
                 if not more:
                     return
                 if progressed:
@@ -185,8 +188,7 @@ class ReputMessageService:
                 self.wakeup()
             return
         try:
-            limit = max(YIELD_EVERY, -(-records // HINTED_PER_PARSED))  # at least ``records``
-            _progressed, more = self._dispatch_some(limit)
+            _progressed, more = self._dispatch_some(max(TURN_BUDGET, records))
         except Exception:  # never the caller's failure: the reput task tries again
             log.exception("dispatch at the end of a run failed; the reput service retries")
             more = True
@@ -281,10 +283,9 @@ class ReputMessageService:
         if rows:
             hints.extendleft(reversed(rows))
 
-    def _dispatch_some(self, limit: int) -> tuple[bool, bool]:  # noqa: C901
-        """Dispatch at most ``limit`` parsed records, or HINTED_PER_PARSED times as many hinted
-        ones (a parsed record uses that much of the budget): (made progress, may be more to
-        do)."""
+    def _dispatch_some(self, budget: int) -> tuple[bool, bool]:  # noqa: C901
+        """Dispatch at most ``budget`` hinted records, a record parsed without a hint counting
+        as HINTED_PER_PARSED of them: (made progress, may be more to do)."""
         cl = self.commitlog
         if self.reput_from_offset < cl.min_offset:
             self.reput_from_offset = cl.min_offset
@@ -306,8 +307,6 @@ class ReputMessageService:
         )
         hints = cl.dispatch_hints
         fast = _dispatch_hinted is not None and self.native_dispatch
-        # The budget in hinted records: a parsed one costs HINTED_PER_PARSED of them.
-        budget = limit * HINTED_PER_PARSED
         done = 0
         try:
             while pos < end and done < budget:

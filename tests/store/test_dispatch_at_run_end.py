@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from pymq.store import PutMessageStatus
-from pymq.store.reput import HINTED_PER_PARSED, YIELD_EVERY
+from pymq.store.reput import TURN_BUDGET
 from tests.store.helpers import make_message, running_store, small_config
 
 
@@ -175,9 +175,7 @@ async def test_a_runs_records_are_dispatched_whole_at_its_end(root, per_run: str
     msgs/s)."""
     from pymq.remoting.channel import SERVE_BATCH
 
-    records = (
-        SERVE_BATCH * 32 if per_run == "full batches" else YIELD_EVERY * HINTED_PER_PARSED + 500
-    )
+    records = SERVE_BATCH * 32 if per_run == "full batches" else TURN_BUDGET + 500
     async with running_store(big_files(root)) as store:
         await settle()
         wakes = count_wakeups(store)
@@ -199,7 +197,7 @@ async def test_runs_keep_up_while_the_reput_task_is_in_a_dispatch(root) -> None:
     path's hints overflow."""
     async with running_store(big_files(root, 64 * 1024 * 1024)) as store:
         await settle()
-        backlog = YIELD_EVERY * HINTED_PER_PARSED * 2
+        backlog = TURN_BUDGET * 2
         for i in range(backlog):  # outside a run: left to the reput task, woken
             put(store, i)
         assert store.reput.woken

@@ -187,31 +187,9 @@ def run_both(
     wanted: list[frozenset[str] | None] = (),  # type: ignore[assignment]
 ) -> int:
     """``wanted``: the listener's topics of each round (DefaultMessageStore.
-    set_arrival_listener), in turn; none: every topic.  ``limits`` count records: every record
-    here is hinted, so a parsed record's weight (HINTED_PER_PARSED) is set to 1 meanwhile, or a
-    round could never stop before 16 records.  Returns the number of rounds."""
-    weight = reput_module.HINTED_PER_PARSED
-    reput_module.HINTED_PER_PARSED = 1
-    try:
-        return _run_both(
-            records, limits, redispatch_from, slots, index_num, cq_size, precreate, unallocated,
-            wanted,
-        )  # fmt: skip
-    finally:
-        reput_module.HINTED_PER_PARSED = weight
-
-
-def _run_both(
-    records: list[dict],
-    limits: list[int],
-    redispatch_from: int | None,
-    slots: int,
-    index_num: int,
-    cq_size: int,
-    precreate: list[tuple[str, int]],
-    unallocated: bool,
-    wanted: list[frozenset[str] | None],
-) -> int:
+    set_arrival_listener), in turn; none: every topic.  ``limits`` are dispatch budgets in
+    hinted records, and every record here is hinted: they count records.  Returns the number
+    of rounds."""
     log, hints = build_log(records)
     with tempfile.TemporaryDirectory() as tmp:
         sides = [

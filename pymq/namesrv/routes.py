@@ -8,7 +8,9 @@ Unlike Java's, which rebuilds a topic's route on every lookup, the encoded route
 kept (:meth:`RouteInfoManager.route_body`) until something it is made of changes: the topic's
 queue data (one entry dropped), or a broker's addresses, filter servers or write permission, a
 broker's removal (all dropped: these are rare; a broker's periodic re-registration changes
-nothing and drops nothing).  At most :data:`ROUTE_CACHE_MAX_ENTRIES` routes are kept.
+nothing and drops nothing).  At most :data:`ROUTE_CACHE_MAX_ENTRIES` routes are kept.  A route
+names no topic, so the topics whose routes are made of the same queue data on the same brokers
+(the topics of a broker group, mostly) share one encoded body.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ class RouteInfoManager:
         # route that lists the broker); forgotten with every route, as any change of a
         # broker's data forgets them all
         self._broker_json: dict[str, str] = {}
+        # what a standard route is made of (see _route_shape) -> its encoded body: the topics of
+        # a broker group with the same queue counts share one route, written once
+        self._shape_bodies: dict[tuple, bytes] = {}
 
     def _routes_changed(self, topic: str | None = None) -> None:
         """Forget the cached route of ``topic``, or of every topic."""
@@ -84,6 +89,7 @@ class RouteInfoManager:
             self._route_bodies.clear()
             self._old_route_bodies.clear()
             self._broker_json.clear()
+            self._shape_bodies.clear()
         else:
             self._route_bodies.pop(topic, None)
             self._old_route_bodies.pop(topic, None)
@@ -372,14 +378,24 @@ class RouteInfoManager:
     def route_body(self, topic: str, standard: bool = True) -> bytes | None:
         """``topic``'s TopicRouteData (no order config) as standard JSON, or in fastjson's form
         when not ``standard``; None when it has no route.  Built by
-        :meth:`pickup_topic_route_data` once, then kept until a change drops it."""
+        :meth:`pickup_topic_route_data` once, then kept until a change drops it.  A route
+        names no topic, so topics whose routes are made of the same things (:meth:`_route_shape`)
+        share one standard body."""
         kept = self._route_bodies if standard else self._old_route_bodies
         body = kept.get(topic)
         if body is None:
             if standard:
-                body = self.standard_route_body(topic)
+                shape = self._route_shape(topic)
+                if shape is not None:
+                    body = self._shape_bodies.get(shape)
                 if body is None:
-                    return None
+                    body = self.standard_route_body(topic)
+                    if body is None:
+                        return None
+                    if shape is not None:
+                        if len(self._shape_bodies) >= ROUTE_CACHE_MAX_ENTRIES:
+                            self._shape_bodies.clear()
+                        self._shape_bodies[shape] = body
             else:
                 route = self.pickup_topic_route_data(topic)
                 if route is None:
@@ -389,6 +405,30 @@ class RouteInfoManager:
                 kept.clear()
             kept[topic] = body
         return body
+
+    def _route_shape(self, topic: str) -> tuple | None:
+        """Everything of ``topic``'s standard route that the tables hold per topic: for each of
+        its brokers in name order, the name and the queue data's fields.  The rest (the
+        brokers' data) is the same for every topic until a change forgets every route.  None,
+        and no sharing, with filter servers or a queue field not of its registered type (a
+        bool would equal an int in the key but not in the JSON)."""
+        by_broker = self.topic_queue_table.get(topic)
+        if not by_broker or self.filter_server_table:
+            return None
+        shape: list[object] = []
+        for name, q in sorted(by_broker.items()) if len(by_broker) > 1 else by_broker.items():
+            perm, reads, flag, writes = (
+                q.perm,
+                q.read_queue_nums,
+                q.topic_sys_flag,
+                q.write_queue_nums,
+            )
+            if type(perm) is not int or type(reads) is not int:
+                return None
+            if type(flag) is not int or type(writes) is not int or type(q.broker_name) is not str:
+                return None
+            shape.append((name, q.broker_name, perm, reads, flag, writes))
+        return tuple(shape)
 
     def get_all_cluster_info(self) -> ClusterInfo:
         return ClusterInfo(

@@ -343,3 +343,44 @@ def test_a_table_field_of_another_type_is_written_by_json() -> None:
     routes._routes_changed()  # as every change of a broker's data does (its JSON is kept)
     fresh = routes.pickup_topic_route_data("T")
     assert fresh is not None and routes.standard_route_body("T") == to_json(fresh)
+
+
+def test_topics_of_the_same_shape_share_one_route_body() -> None:
+    """A route names no topic: the topics of a broker with the same queue counts get one
+    encoded body, written once; a topic of other counts, or one changed later, gets its own,
+    and every body stays the route's JSON."""
+    routes = RouteInfoManager()
+    register(
+        routes,
+        topics=wrapper(*(TopicConfig(f"T{i}", 4, 4) for i in range(3)), TopicConfig("U", 8, 8)),
+    )
+    bodies = [routes.route_body(f"T{i}") for i in range(3)]
+    assert bodies[0] is not None and bodies[1] is bodies[0] and bodies[2] is bodies[0]
+    other = routes.route_body("U")
+    assert other is not None and other != bodies[0]
+    register(
+        routes,
+        topics=wrapper(
+            *(TopicConfig(f"T{i}", 4, 4) for i in range(2)),
+            TopicConfig("T2", 8, 8),
+            TopicConfig("U", 8, 8),
+            counter=1,
+        ),
+    )
+    assert routes.route_body("T2") is other  # now U's shape
+    for topic in ("T0", "T1", "T2", "U"):
+        fresh = routes.pickup_topic_route_data(topic)
+        assert fresh is not None and routes.route_body(topic) == to_json(fresh)
+
+
+def test_a_route_of_another_field_type_is_not_shared() -> None:
+    """perm True equals perm 1 as a key but not as JSON: such a route is written for its
+    topic alone."""
+    routes = RouteInfoManager()
+    register(routes, topics=wrapper(TopicConfig("T", 4, 4, 1), TopicConfig("U", 4, 4, 1)))
+    assert routes.route_body("T") is not None
+    routes.topic_queue_table["U"]["broker-a"].perm = True  # type: ignore[assignment]
+    routes._routes_changed("U")
+    fresh = routes.pickup_topic_route_data("U")
+    assert fresh is not None and routes.route_body("U") == to_json(fresh)
+    assert b'"perm":true' in to_json(fresh)

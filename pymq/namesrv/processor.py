@@ -30,8 +30,14 @@ from pymq.common.topic import DataVersion
 from pymq.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel, InlineHandler, RequestHandler
-from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame_at, encode
-from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.codec import (
+    RPC_TYPE_RESPONSE,
+    RemotingCommand,
+    _json_header_at,
+    decode_frame_at,
+    encode,
+)
+from pymq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError
 from pymq.remoting.tls import TLS_KEYS
 
@@ -266,12 +272,18 @@ class NamesrvProcessor:
         # bounds).  Nor anything that does not name the code: not decoded twice.
         if field >> 24 or start + 4 + length != end or length > RAW_LOOKUP_HEADER_MAX:
             return None
-        if _ROUTE_CODE_FIELD not in buf[start + 4 : end]:
+        if buf.find(_ROUTE_CODE_FIELD, start + 4, end) < 0:
             return None
-        try:
-            request = decode_frame_at(buf, start, end)  # the usual decoder and its checks
-        except ProtocolError:
-            return None
+        # The usual decoder's plain case (decode_frame_at reads such a header with the same
+        # call), then the usual decoder and its checks for anything else.
+        request = None
+        if _json_header_at is not None:
+            request = _json_header_at(buf, start + 4, end, RemotingCommand, SerializeType.JSON)
+        if request is None:
+            try:
+                request = decode_frame_at(buf, start, end)
+            except ProtocolError:
+                return None
         ext = request.ext_fields
         if (
             request.code != _ROUTE_CODE

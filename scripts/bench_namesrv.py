@@ -16,11 +16,13 @@ Starts ``python -m pymq.namesrv`` on a free port (unless -n is given), then:
 
 The load generator writes pre-encoded request frames and reads only the answers' length fields
 and codes, so that it costs less than the server it measures: the lookups that replace the
-answers one read brought are written together, in one write (``--write-per-answer`` writes each
-on its own as its answer is read, as the generator did until 2026-11-28: it then spent more CPU
-per lookup than the name server, 46 against 41 µs, and measured itself; the in-flight count is
-the same either way).  The name server's resident
-memory (VmRSS) is printed after registration and after the lookups; one JSON line ends the run.
+answers one read brought are written together, in one write.  ``--write-per-answer`` writes
+each on its own, as the generator did until 2026-11-28, when it spent more CPU per lookup than
+the name server (46 against 41 µs) and measured itself; the same writes, though the old
+generator also wrote each before reading the read's next answer.  The in-flight count is the
+same either way.  A run that gets no answer for ``--seconds`` plus 30 s fails.  The name
+server's resident memory (VmRSS) is printed after registration and after the lookups; one JSON
+line ends the run.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from pymq.remoting.codes import RequestCode, ResponseCode
 from scripts.bench_hardening import rss_mb
 from scripts.benchmark import free_port
 
+LOOKUP_GRACE_SECONDS = 30.0
 _LENGTH = struct.Struct(">i")
 
 
@@ -120,8 +123,9 @@ async def lookups(
         pick = rng.randrange
         count = len(frames)
 
-        await stream.send_all(b"".join(frames[pick(count)] for _ in range(in_flight)))
-        sent.extend([time.perf_counter()] * in_flight)
+        first = b"".join(frames[pick(count)] for _ in range(in_flight))
+        sent.extend([time.perf_counter()] * in_flight)  # before the write, which may yield
+        await stream.send_all(first)
         while sent:
             data = await stream.receive_some(1 << 16)
             if not data:
@@ -134,7 +138,7 @@ async def lookups(
                 (length,) = _LENGTH.unpack_from(buf, pos)
                 if len(buf) - pos < 4 + length:
                     break
-                if not buf.startswith(b'{"code":0,', pos + 8):
+                if not buf.startswith(b'{"code":0,', pos + 8, pos + 4 + length):
                     errors += 1
                     if errors == 1:
                         header_length = _LENGTH.unpack_from(buf, pos + 4)[0] & 0xFFFFFF
@@ -157,9 +161,11 @@ async def lookups(
         await stream.aclose()
 
     start = time.perf_counter()
-    async with trio.open_nursery() as nursery:
-        for _ in range(connections):
-            nursery.start_soon(connection)
+    # A name server that stops answering ends the run rather than hanging it.
+    with trio.fail_after(seconds + LOOKUP_GRACE_SECONDS):
+        async with trio.open_nursery() as nursery:
+            for _ in range(connections):
+                nursery.start_soon(connection)
     elapsed = time.perf_counter() - start
     return int(done / elapsed), latencies, errors
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -69,6 +70,16 @@ FAQ_TAIL = "See http://rocketmq.apache.org/docs/faq/ for further details."
 # TopicSysFlag bits.
 FLAG_UNIT = 0x1
 FLAG_UNIT_SUB = 0x2
+
+
+# json_header called with _command_fields as its class gives the fields' tuple.
+_plain_header = cast("Callable[..., tuple[Any, ...] | None] | None", _json_header_at)
+
+
+def _command_fields(*fields: Any) -> tuple[Any, ...]:
+    """What ``_recordc.json_header`` would make a RemotingCommand of, as they are: (code,
+    ext_fields, body, opaque, flag, remark, language, version, serialize_type)."""
+    return fields
 
 
 class NamesrvProcessor:
@@ -266,40 +277,41 @@ class NamesrvProcessor:
         (``orderMessageEnable``) take the usual path."""
         if end - start < 4 or self.controller.namesrv_config.order_message_enable:
             return None
-        (field,) = _HEADER_FIELD.unpack_from(buf, start)
-        length = field & 0xFFFFFF
-        # Not JSON, a body, or longer than a lookup's header: the usual path (with its own
-        # bounds).  Nor anything that does not name the code: not decoded twice.
-        if field >> 24 or start + 4 + length != end or length > RAW_LOOKUP_HEADER_MAX:
+        (length,) = _HEADER_FIELD.unpack_from(buf, start)
+        # Not JSON (a serialize type in the top byte makes the field no header length), a body,
+        # or longer than a lookup's header: the usual path (with its own bounds).  Nor anything
+        # that does not name the code: not decoded twice.
+        if length >> 24 or start + 4 + length != end or length > RAW_LOOKUP_HEADER_MAX:
             return None
         if buf.find(_ROUTE_CODE_FIELD, start + 4, end) < 0:
             return None
         # The usual decoder's plain case (decode_frame_at reads such a header with the same
-        # call), then the usual decoder and its checks for anything else.
-        request = None
-        if _json_header_at is not None:
-            request = _json_header_at(buf, start + 4, end, RemotingCommand, SerializeType.JSON)
-        if request is None:
+        # call), as the command's fields rather than the command; the usual decoder and its
+        # checks for anything else.
+        fields = None
+        if _plain_header is not None:
+            fields = _plain_header(buf, start + 4, end, _command_fields, SerializeType.JSON)
+        if fields is not None:
+            code, ext, _, opaque, flag, _, _, version, _ = fields
+        else:
             try:
                 request = decode_frame_at(buf, start, end)
             except ProtocolError:
                 return None
-        ext = request.ext_fields
-        if (
-            request.code != _ROUTE_CODE
-            or request.flag != 0
-            or request.header_error is not None
-            or len(ext) != 1
-        ):
+            if request.header_error is not None:
+                return None
+            code, ext, opaque, flag = request.code, request.ext_fields, request.opaque, request.flag
+            version = request.version
+        if code != _ROUTE_CODE or flag != 0 or len(ext) != 1:
             return None
         topic = ext.get("topic")
         if topic is None:
             return None
-        body = self.routes.route_body(topic, request.version >= STANDARD_JSON_ROUTE_VERSION)
+        body = self.routes.route_body(topic, version >= STANDARD_JSON_ROUTE_VERSION)
         if body is None:
             return None
         before, after = self._answer_head
-        head = before + str(request.opaque).encode() + after
+        head = before + str(opaque).encode() + after
         return _FRAME_PREFIX.pack(4 + len(head) + len(body), len(head)) + head + body
 
     async def get_route_info_by_topic(

@@ -56,6 +56,7 @@ class NamesrvController:
         for code, handler in self.processor.handlers().items():
             self.server.register(code, handler, inline.get(code))
         self.server.raw_handler = self.processor.route_answer_raw
+        self.server.raw_run_handler = self.processor.route_answers_raw
 
     def configs(self) -> list[object]:
         return [self.namesrv_config, self.server_config]

@@ -63,6 +63,9 @@ InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | bytes |
 # (channel, buffer, frame start, frame end) -> the answer frame, RAW_ANSWER_LATER, or None:
 # see Channel.raw_handler.
 RawHandler = Callable[["Channel", bytes, int, int], bytes | None]
+# (channel, buffer, frame bounds, first, stop) -> (the answers of frames first..i-1 joined, i):
+# see Channel.raw_run_handler.
+RawRunHandler = Callable[["Channel", bytes, list[int], int, int], tuple[bytes, int]]
 # Called before and after each run of frames a connection serves together: Channel.run_hooks.
 RunHooks = tuple[Callable[[], None], Callable[[], None]]
 ANSWER_LATER = RemotingCommand(code=-1)
@@ -315,6 +318,7 @@ class Channel:
         budget: SharedBudget | None = None,
         admission: Admission | None = None,
         raw_handler: RawHandler | None = None,
+        raw_run_handler: RawRunHandler | None = None,
         run_hooks: RunHooks | None = None,
     ) -> None:
         self.stream = stream
@@ -326,6 +330,12 @@ class Channel:
         # broker's SYNC_FLUSH sends), or None to decode and serve the request as usual (the
         # name server's route lookups, the broker's plain sends).
         self.raw_handler = raw_handler
+        # Tried first on each run of frames (unless fast failure is judging it): answers the
+        # leading frames it can, all in one call and one joined answer, and returns where it
+        # stopped; the rest go frame by frame.  When it raises, the run is served frame by
+        # frame from its start, so it must change nothing a second serving would not (the
+        # name server's lookups); None: none.
+        self.raw_run_handler = raw_run_handler
         self.admission = admission
         self._timestamps = admission is not None and _enable_timestamps(stream)
         self._read_at = 0.0  # the admission clock when the last read returned
@@ -735,8 +745,18 @@ class Channel:
                     cmds: list[RemotingCommand] = []
                     broken = None
                     raw = self.raw_handler
+                    raw_run = self.raw_run_handler
+                    next_frame = first_served
+                    if raw_run is not None and shed is None:
+                        try:
+                            joined, next_frame = raw_run(self, buf, bounds, first_served, run.stop)
+                        except Exception:  # a bug there: the frames are served one by one
+                            log.exception("raw run handler failed; frames served one by one")
+                            joined, next_frame = b"", first_served
+                        if joined and not self.closed:
+                            self._out.append(joined)
                     try:
-                        for i in range(first_served, run.stop):
+                        for i in range(next_frame, run.stop):
                             start, end = bounds[2 * i], bounds[2 * i + 1]
                             # refuse_run has judged the frame it stopped at: serve it.
                             if (

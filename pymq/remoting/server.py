@@ -24,6 +24,7 @@ from pymq.remoting.channel import (
     Channel,
     InlineHandler,
     RawHandler,
+    RawRunHandler,
     RequestHandler,
     RunHooks,
 )
@@ -78,6 +79,8 @@ class RemotingServer:
         self.access_check: AccessCheck | None = None
         # Tried on every request frame before it is decoded (Channel.raw_handler); None: none.
         self.raw_handler: RawHandler | None = None
+        # Tried on every run of request frames first (Channel.raw_run_handler); None: none.
+        self.raw_run_handler: RawRunHandler | None = None
         # Called around each run of frames a connection serves (Channel.run_hooks); None: none.
         self.run_hooks: RunHooks | None = None
 
@@ -198,6 +201,7 @@ class RemotingServer:
                 admission=self.admission,
                 # Raw answers skip the access check: never where there is one.
                 raw_handler=self.raw_handler if not checked else None,
+                raw_run_handler=self.raw_run_handler if not checked else None,
                 run_hooks=self.run_hooks,
             )
         except Exception:  # e.g. the socket died before its peer address could be read

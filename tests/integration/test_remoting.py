@@ -123,6 +123,65 @@ async def test_binary_request_gets_binary_answer(
     assert response.ext_fields == {"who": "fast", "echo": "binary"}
 
 
+async def _answers_of_one_write(
+    port: int, requests: list[RemotingCommand]
+) -> list[RemotingCommand]:
+    """The answers to ``requests`` written in one write, as they arrive."""
+    from pymq.remoting.codec import FrameDecoder
+
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    decoder = FrameDecoder()
+    answers: list[RemotingCommand] = []
+    async with stream:
+        await stream.send_all(b"".join(encode(r) for r in requests))
+        with trio.fail_after(5):
+            while len(answers) < len(requests):
+                answers += decoder.feed(await stream.receive_some(65536))
+    return answers
+
+
+@pytest.mark.parametrize("fails", [False, True])
+async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
+    server: RemotingServer, fails: bool
+) -> None:
+    """Channel.raw_run_handler answers the leading frames of a run in one call, ahead of the
+    rest; the frames from the first it leaves on are served as usual, even those it could
+    answer.  One that raises has the run served frame by frame, every request answered once."""
+    from pymq.remoting.codec import RPC_TYPE_RESPONSE, decode_frame_at
+
+    runs: list[tuple[int, int]] = []
+
+    def run_handler(
+        channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
+    ) -> tuple[bytes, int]:
+        runs.append((first, stop))
+        answers = []
+        i = first
+        while i < stop:
+            request = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
+            if request.ext_fields.get("x") != "raw":
+                break
+            answer = request.response(ext_fields={"who": "run"})
+            answer.opaque, answer.flag = request.opaque, answer.flag | RPC_TYPE_RESPONSE
+            answers.append(encode(answer))
+            i += 1
+        if fails:
+            raise RuntimeError("a bug in the run handler")
+        return b"".join(answers), i
+
+    server.raw_run_handler = run_handler
+    kinds = ["raw", "raw", "usual", "raw"]
+    requests = [RemotingCommand.request(FAST, {"x": kind}) for kind in kinds]
+    answers = await _answers_of_one_write(server.port, requests)
+    by_opaque = {a.opaque: a.ext_fields["who"] for a in answers}
+    assert len(by_opaque) == len(answers) == len(requests)  # each answered once
+    who = [by_opaque[r.opaque] for r in requests]
+    assert who == (["fast"] * 4 if fails else ["run", "run", "fast", "fast"])
+    if not fails:  # written before the usual ones (served by tasks: in any order) start
+        assert [a.opaque for a in answers[:2]] == [r.opaque for r in requests[:2]]
+    assert runs and runs[0][0] == 0
+
+
 async def test_flagged_oneway_gets_no_answer(server: RemotingServer) -> None:
     async with trio.open_nursery() as n:
         seen: list[int] = []

@@ -171,7 +171,8 @@ def test_the_plain_lookups_are_answered_raw(namesrv: NamesrvController) -> None:
 async def test_a_running_name_server_answers_lookups_raw_and_usual(tmp_path: pathlib.Path) -> None:
     """Over connections: raw answers and usual ones (an unknown topic) each reach their caller,
     and on one connection the answers keep the requests' order (a frame behind one that waits
-    for the usual path is not answered ahead of it)."""
+    for the usual path is not answered ahead of it, the run's leading lookups answered
+    together)."""
     controller = make_namesrv(tmp_path)
     register(controller.routes, topics=wrapper(TopicConfig("Known", 8, 4, 6), counter=1))
     calls = 0
@@ -183,6 +184,8 @@ async def test_a_running_name_server_answers_lookups_raw_and_usual(tmp_path: pat
         calls += answer is not None
         return answer
 
+    # The run handler (route_answers_raw) answers through route_answer_raw as well.
+    controller.processor.route_answer_raw = counting  # type: ignore[method-assign]
     controller.server.raw_handler = counting
     async with trio.open_nursery() as nursery:
         port = await nursery.start(controller.run)
@@ -246,3 +249,33 @@ def test_long_or_unnamed_headers_are_left_to_the_usual_path(namesrv: NamesrvCont
     frame = struct.pack(">i", len(spaced)) + spaced
     assert namesrv.processor.route_answer_raw(None, frame, 0, len(frame)) is None
     assert usual_answer(namesrv, frame) is not None
+
+
+def test_a_run_of_lookups_is_answered_as_each_one_is(namesrv: NamesrvController) -> None:
+    """route_answers_raw answers the leading lookups of a run, joined, exactly as
+    route_answer_raw answers each, and stops at the first it leaves to the usual path."""
+    topics = ["Known", "Ünïcode", "Known", "Missing", "Known"]
+    frames = []
+    for i, topic in enumerate(topics):
+        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        request.opaque = 100 + i
+        frames.append(encode(request))
+    buf = b"".join(frames)
+    bounds: list[int] = []
+    pos = 0
+    for frame in frames:
+        bounds += [pos + 4, pos + len(frame)]
+        pos += len(frame)
+    one = namesrv.processor.route_answer_raw
+    each = [one(None, buf, bounds[2 * i], bounds[2 * i + 1]) for i in range(len(frames))]
+    assert each[3] is None and all(a is not None for a in each[:3])
+    assert namesrv.processor.route_answers_raw(None, buf, bounds, 0, 5) == (
+        b"".join(each[:3]),  # type: ignore[arg-type]
+        3,
+    )
+    assert namesrv.processor.route_answers_raw(None, buf, bounds, 1, 3) == (
+        b"".join(each[1:3]),  # type: ignore[arg-type]
+        3,
+    )
+    assert namesrv.processor.route_answers_raw(None, buf, bounds, 3, 5) == (b"", 3)
+    assert namesrv.processor.route_answers_raw(None, buf, bounds, 4, 5) == (each[4], 5)

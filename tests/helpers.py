@@ -16,6 +16,7 @@ import trio
 
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
+from pymq.remoting.codec import FrameDecoder, RemotingCommand, encode
 from pymq.remoting.config import NettyServerConfig
 from pymq.store import mapped_file_queue
 from pymq.store.mapped_file import MappedFile
@@ -181,3 +182,17 @@ def smaps_entries(path: str) -> list[tuple[int, int, dict[str, str]]]:
                 name, _, value = line.partition(":")
                 current[name] = value.strip()
     return entries
+
+
+async def answers_of_one_write(port: int, requests: list[RemotingCommand]) -> list[RemotingCommand]:
+    """The answers to ``requests`` written to 127.0.0.1:``port`` in one write, as they arrive
+    (within 5 s)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    decoder = FrameDecoder()
+    answers: list[RemotingCommand] = []
+    async with stream:
+        await stream.send_all(b"".join(encode(r) for r in requests))
+        with trio.fail_after(5):
+            while len(answers) < len(requests):
+                answers += decoder.feed(await stream.receive_some(65536))
+    return answers

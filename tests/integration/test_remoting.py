@@ -17,6 +17,7 @@ from pymq.remoting.connection import Call
 from pymq.remoting.errors import RemotingConnectError, RemotingTimeoutError
 from pymq.remoting.limits import ConnectionLimits
 from pymq.remoting.server import RemotingServer
+from tests.helpers import answers_of_one_write
 
 SLOW, FAST, DROP, BOOM, SILENT = 1001, 1002, 1003, 1004, 1005
 
@@ -123,23 +124,6 @@ async def test_binary_request_gets_binary_answer(
     assert response.ext_fields == {"who": "fast", "echo": "binary"}
 
 
-async def _answers_of_one_write(
-    port: int, requests: list[RemotingCommand]
-) -> list[RemotingCommand]:
-    """The answers to ``requests`` written in one write, as they arrive."""
-    from pymq.remoting.codec import FrameDecoder
-
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    decoder = FrameDecoder()
-    answers: list[RemotingCommand] = []
-    async with stream:
-        await stream.send_all(b"".join(encode(r) for r in requests))
-        with trio.fail_after(5):
-            while len(answers) < len(requests):
-                answers += decoder.feed(await stream.receive_some(65536))
-    return answers
-
-
 @pytest.mark.parametrize("fails", [False, True])
 async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
     server: RemotingServer, fails: bool
@@ -172,7 +156,7 @@ async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
     server.raw_run_handler = run_handler
     kinds = ["raw", "raw", "usual", "raw"]
     requests = [RemotingCommand.request(FAST, {"x": kind}) for kind in kinds]
-    answers = await _answers_of_one_write(server.port, requests)
+    answers = await answers_of_one_write(server.port, requests)
     by_opaque = {a.opaque: a.ext_fields["who"] for a in answers}
     assert len(by_opaque) == len(answers) == len(requests)  # each answered once
     who = [by_opaque[r.opaque] for r in requests]

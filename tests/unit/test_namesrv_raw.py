@@ -19,14 +19,13 @@ from pymq.remoting.channel import Channel
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import (
     RPC_TYPE_RESPONSE,
-    FrameDecoder,
     RemotingCommand,
     decode_frame,
     encode,
 )
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import ProtocolError
-from tests.helpers import make_namesrv
+from tests.helpers import answers_of_one_write, make_namesrv
 from tests.unit.test_routes import register, wrapper
 
 _ABSENT = object()
@@ -216,14 +215,7 @@ async def test_a_running_name_server_answers_lookups_raw_and_usual(tmp_path: pat
             RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": t})
             for t in topics
         ]
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-        decoder = FrameDecoder()
-        answers: list[RemotingCommand] = []
-        async with stream:
-            await stream.send_all(b"".join(encode(r) for r in requests))
-            with trio.fail_after(5):
-                while len(answers) < len(requests):
-                    answers += decoder.feed(await stream.receive_some(65536))
+        answers = await answers_of_one_write(port, requests)
         assert [a.opaque for a in answers] == [r.opaque for r in requests]
         assert [a.code for a in answers] == [0, ResponseCode.TOPIC_NOT_EXIST, 0, 0]
         nursery.cancel_scope.cancel()

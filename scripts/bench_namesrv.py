@@ -151,7 +151,9 @@ def lookups_epoll(
         while waiting:
             events = poller.poll(1.0)
             if not events and time.perf_counter() > give_up_at:
-                raise SystemExit(f"no answer from the name server for {LOOKUP_GRACE_SECONDS} s")
+                raise SystemExit(
+                    f"lookups still unanswered {LOOKUP_GRACE_SECONDS:g} s after the run's end"
+                )
             for fd, _ in events:
                 data = socks[fd].recv(1 << 16)
                 if not data:
@@ -173,6 +175,8 @@ def lookups_epoll(
                             header = bytes(buf[pos + 8 : pos + 8 + header_length])
                             print("first refused lookup:", header[:300], file=sys.stderr)
                     pos += 4 + length
+                    if not times:
+                        raise SystemExit("the name server answered more than was asked")
                     latencies.append(now - times.popleft())
                     if now < stop_at:
                         more.append(frames[pick(count)])
@@ -273,6 +277,18 @@ async def run(
     return register_s, rate, latencies, errors, rss_end
 
 
+def _first_exit(exc: BaseException) -> SystemExit | None:
+    """The SystemExit in ``exc``, or in the exception groups it nests, if any."""
+    if isinstance(exc, SystemExit):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_exit(inner)
+            if found is not None:
+                return found
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", dest="namesrv", help="a running name server (none: start one)")
@@ -288,6 +304,8 @@ def main() -> None:
         "2026-11-28, which spent more CPU per lookup than the name server)",
     )
     args = parser.parse_args()
+    if args.connections < 1 or args.in_flight < 1:
+        parser.error("--connections and --in-flight must be at least 1")
 
     proc = None
     addr = args.namesrv
@@ -319,7 +337,13 @@ def main() -> None:
         addr = f"127.0.0.1:{port}"
     pid = proc.pid if proc else None
     try:
-        register_s, rate, latencies, errors, rss_end = trio.run(run, args, addr, pid)
+        try:
+            register_s, rate, latencies, errors, rss_end = trio.run(run, args, addr, pid)
+        except BaseException as exc:  # a SystemExit of the generator comes in a group
+            stop = _first_exit(exc)
+            if stop is None:
+                raise
+            raise SystemExit(stop.code) from None
         p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
         print(
             f"route lookups: {rate:,} /s from {args.connections} connections x "

@@ -332,9 +332,10 @@ class Channel:
         self.raw_handler = raw_handler
         # Tried first on each run of frames (unless fast failure is judging it): answers the
         # leading frames it can, all in one call and one joined answer, and returns where it
-        # stopped; the rest go frame by frame.  When it raises, the run is served frame by
-        # frame from its start, so it must change nothing a second serving would not (the
-        # name server's lookups); None: none.
+        # stopped; the rest go frame by frame, the one it stopped at decoded without asking
+        # raw_handler (the two agree).  When it raises (or stops outside the run), the run is
+        # served frame by frame from its start, so it must change nothing a second serving
+        # would not (the name server's lookups); None: none.
         self.raw_run_handler = raw_run_handler
         self.admission = admission
         self._timestamps = admission is not None and _enable_timestamps(stream)
@@ -747,12 +748,16 @@ class Channel:
                     raw = self.raw_handler
                     raw_run = self.raw_run_handler
                     next_frame = first_served
+                    left = -1  # the frame the run handler left: not offered to raw again
                     if raw_run is not None and shed is None:
                         try:
-                            joined, next_frame = raw_run(self, buf, bounds, first_served, run.stop)
+                            joined, left = raw_run(self, buf, bounds, first_served, run.stop)
+                            if not first_served <= left <= run.stop:
+                                raise ValueError(f"stopped at frame {left} of {run.stop}")
+                            next_frame = left
                         except Exception:  # a bug there: the frames are served one by one
                             log.exception("raw run handler failed; frames served one by one")
-                            joined, next_frame = b"", first_served
+                            joined, left = b"", -1
                         if joined and not self.closed:
                             self._out.append(joined)
                     try:
@@ -766,7 +771,7 @@ class Channel:
                             ):
                                 # Raw answers only while no earlier frame of the run waits to
                                 # be served: the answers keep the requests' order.
-                                if raw is not None and not cmds:
+                                if raw is not None and not cmds and i != left:
                                     try:
                                         answer = raw(self, buf, start, end)
                                     except Exception:  # a bug there: the usual path serves it

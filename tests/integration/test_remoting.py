@@ -124,16 +124,21 @@ async def test_binary_request_gets_binary_answer(
     assert response.ext_fields == {"who": "fast", "echo": "binary"}
 
 
+INLINE = 1006
+
+
 @pytest.mark.parametrize("fails", [False, True])
 async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
     server: RemotingServer, fails: bool
 ) -> None:
     """Channel.raw_run_handler answers the leading frames of a run in one call, ahead of the
-    rest; the frames from the first it leaves on are served as usual, even those it could
-    answer.  One that raises has the run served frame by frame, every request answered once."""
+    rest; the frames from the first it leaves on are served as usual (inline here: in order),
+    even those it could answer.  One that raises, or stops outside the run, has the run served
+    frame by frame, every request answered once."""
     from pymq.remoting.codec import RPC_TYPE_RESPONSE, decode_frame_at
 
     runs: list[tuple[int, int]] = []
+    offered: list[str] = []
 
     def run_handler(
         channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
@@ -153,17 +158,43 @@ async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
             raise RuntimeError("a bug in the run handler")
         return b"".join(answers), i
 
+    def raw_handler(channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
+        offered.append(decode_frame_at(buf, start, end).ext_fields["x"])
+        return None
+
+    async def task(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        raise AssertionError("served inline")
+
+    def inline(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ext_fields={"who": "inline"})
+
+    server.register(INLINE, task, inline)
     server.raw_run_handler = run_handler
+    server.raw_handler = raw_handler
     kinds = ["raw", "raw", "usual", "raw"]
-    requests = [RemotingCommand.request(FAST, {"x": kind}) for kind in kinds]
+    requests = [RemotingCommand.request(INLINE, {"x": kind}) for kind in kinds]
     answers = await answers_of_one_write(server.port, requests)
-    by_opaque = {a.opaque: a.ext_fields["who"] for a in answers}
-    assert len(by_opaque) == len(answers) == len(requests)  # each answered once
-    who = [by_opaque[r.opaque] for r in requests]
-    assert who == (["fast"] * 4 if fails else ["run", "run", "fast", "fast"])
-    if not fails:  # written before the usual ones (served by tasks: in any order) start
-        assert [a.opaque for a in answers[:2]] == [r.opaque for r in requests[:2]]
+    assert [a.opaque for a in answers] == [r.opaque for r in requests]
+    who = [a.ext_fields["who"] for a in answers]
+    assert who == (["inline"] * 4 if fails else ["run", "run", "inline", "inline"])
     assert runs and runs[0][0] == 0
+    # The frame the run handler stopped at is not offered to raw_handler again; after a
+    # decoded frame none is (answers keep the requests' order).
+    assert offered == (["raw"] if fails else [])
+
+
+async def test_a_run_handler_stopping_outside_its_run_is_not_believed(
+    server: RemotingServer,
+) -> None:
+    def run_handler(
+        channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
+    ) -> tuple[bytes, int]:
+        return b"", stop + 1  # claims a frame the run does not have
+
+    server.raw_run_handler = run_handler
+    requests = [RemotingCommand.request(FAST, {"x": str(i)}) for i in range(3)]
+    answers = await answers_of_one_write(server.port, requests)
+    assert sorted(a.ext_fields["echo"] for a in answers) == ["0", "1", "2"]
 
 
 async def test_flagged_oneway_gets_no_answer(server: RemotingServer) -> None:

@@ -12,7 +12,10 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from types import ModuleType
+
+import pytest
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "bench_namesrv.py")
 
@@ -98,6 +101,36 @@ def test_the_generator_keeps_its_lookups_in_flight_and_counts_every_answer() -> 
     assert errors == server.refused > 0
     assert server.most_unanswered <= 4
     assert rate > 0 and min(latencies) >= 0
+
+
+def test_the_generator_gives_up_on_a_silent_server_and_closes_its_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bench = _bench()
+    monkeypatch.setattr(bench, "LOOKUP_GRACE_SECONDS", 0.3)
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        for _ in range(2):
+            accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(SystemExit, match="unanswered"):
+            bench.lookups_epoll(f"127.0.0.1:{listener.getsockname()[1]}", [bytes(12)], 2, 3, 0.2)
+        assert time.monotonic() - started < 10
+        thread.join(timeout=5)
+        for conn in accepted:
+            conn.settimeout(5)
+            while conn.recv(65536):  # what the generator wrote, then its close
+                pass
+    finally:
+        for conn in accepted:
+            conn.close()
+        listener.close()
 
 
 def test_the_script_measures_a_name_server_it_starts() -> None:

@@ -131,6 +131,23 @@ def test_raw_answers_are_the_usual_answers(
     raw = namesrv.processor.route_answer_raw(None, frame, 0, len(frame))
     if raw is not None:
         assert raw == usual_answer(namesrv, frame)
+    plain = (
+        order is None  # (an order may drop or repeat members)
+        and not body
+        and header.get("code") == 105
+        and header.get("flag", 0) == 0
+        and isinstance(header.get("opaque", 0), int)
+        and isinstance(header.get("version", 0), int)
+        and -(2**31) <= header.get("opaque", 0) < 2**31  # type: ignore[operator]
+        and -(2**31) <= header.get("version", 0) < 2**31  # type: ignore[operator]
+        and header.get("language") == "JAVA"
+        and header.get("remark") is None
+        and "other" not in header
+        and header.get("serializeTypeCurrentRPC", "JSON") == "JSON"
+        and header.get("extFields") in ({"topic": "Known"}, {"topic": "Ünïcode"})
+    )
+    if plain:  # the plain lookup of a known topic is answered raw (a non-ASCII one too)
+        assert raw is not None, header
 
 
 def test_the_plain_lookups_are_answered_raw(namesrv: NamesrvController) -> None:
@@ -271,3 +288,48 @@ def test_a_run_of_lookups_is_answered_as_each_one_is(namesrv: NamesrvController)
     )
     assert namesrv.processor.route_answers_raw(None, buf, bounds, 3, 5) == (b"", 3)
     assert namesrv.processor.route_answers_raw(None, buf, bounds, 4, 5) == (each[4], 5)
+
+
+def test_frames_the_raw_path_must_leave(namesrv: NamesrvController) -> None:
+    """A serialize type in the header length's top byte (ROCKETMQ, or a negative length),
+    acceptStandardJsonOnly beside the topic: the usual path's; a lookup inside a bytearray at
+    an offset is answered as at the start of bytes."""
+    lookup = {"code": 105, "opaque": 3, "flag": 0, "language": "JAVA", "version": 401}
+    frame = frame_of({**lookup, "extFields": {"topic": "Known"}})
+    answer = namesrv.processor.route_answer_raw(None, frame, 0, len(frame))
+    assert answer is not None and answer == usual_answer(namesrv, frame)
+    for top in (1, 0x80):
+        marked = bytes([top]) + frame[1:]
+        assert namesrv.processor.route_answer_raw(None, marked, 0, len(marked)) is None
+    both = frame_of(
+        {
+            **lookup,
+            "version": 317,
+            "extFields": {"topic": "Known", "acceptStandardJsonOnly": "true"},
+        }
+    )
+    assert namesrv.processor.route_answer_raw(None, both, 0, len(both)) is None
+    assert usual_answer(namesrv, both) is not None
+    padded = bytearray(b"xyz" + frame + b"tail")
+    assert namesrv.processor.route_answer_raw(None, padded, 3, 3 + len(frame)) == answer
+
+
+async def test_a_checking_name_server_answers_no_lookup_raw(tmp_path: pathlib.Path) -> None:
+    """With an access check (ACL) every request is checked: no raw answer, and no run of
+    them, bypasses it."""
+    controller = make_namesrv(tmp_path)
+    register(controller.routes, topics=wrapper(TopicConfig("Known", 8, 4, 6), counter=1))
+
+    def refuse(channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        return request.response(ResponseCode.NO_PERMISSION, "refused")
+
+    controller.server.access_check = refuse
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(controller.run)
+        requests = [
+            RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Known"})
+            for _ in range(3)
+        ]
+        answers = await answers_of_one_write(port, requests)
+        assert [a.code for a in answers] == [ResponseCode.NO_PERMISSION] * 3
+        nursery.cancel_scope.cancel()

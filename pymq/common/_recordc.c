@@ -3844,6 +3844,54 @@ static int json_prefix(const unsigned char *b, Py_ssize_t p, Py_ssize_t end, lon
     return 1;
 }
 
+/*
+ * frame_bounds(buf, limit)
+ *
+ * codec.FrameDecoder.feed_frames' walk over the whole frames at the start of buf: each a
+ * big-endian int32 length, then that many bytes.  Returns (bounds, pos, bad): bounds the
+ * frames' [start, end, ...] without their length fields, pos where the walk stopped (the start
+ * of an unfinished frame, or of a bad length), and bad that length when it is outside
+ * 4..limit (else None).
+ */
+static PyObject *py_frame_bounds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "frame_bounds takes 2 arguments");
+    long long limit;
+    if (arg_int(args[1], "limit", LLONG_MIN, LLONG_MAX, &limit) < 0) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len, pos = 0;
+    PyObject *bounds = PyList_New(0), *bad = NULL, *result = NULL;
+    if (bounds == NULL) goto done;
+    while (n - pos >= 4) {
+        int32_t length = (int32_t)get32(b + pos);
+        if (length < 4 || length > limit) {
+            bad = PyLong_FromLong((long)length);
+            if (bad == NULL) goto done;
+            break;
+        }
+        Py_ssize_t end = pos + 4 + (Py_ssize_t)length;
+        if (end > n) break;
+        PyObject *start_obj = PyLong_FromSsize_t(pos + 4);
+        if (start_obj == NULL) goto done;
+        int failed = PyList_Append(bounds, start_obj);
+        Py_DECREF(start_obj);
+        if (failed < 0) goto done;
+        PyObject *end_obj = PyLong_FromSsize_t(end);
+        if (end_obj == NULL) goto done;
+        failed = PyList_Append(bounds, end_obj);
+        Py_DECREF(end_obj);
+        if (failed < 0) goto done;
+        pos = end;
+    }
+    result = Py_BuildValue("(OnO)", bounds, pos, bad != NULL ? bad : Py_None);
+done:
+    Py_XDECREF(bounds);
+    Py_XDECREF(bad);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyObject *py_busy_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "busy_answers takes 7 arguments");
@@ -4612,6 +4660,9 @@ static PyMethodDef methods[] = {
      " inflate, host6):"
      " a run of valid records as Arrow column buffers; returns (pos, rows, record_bytes,"
      " body_bytes, buffers)."},
+    {"frame_bounds", (PyCFunction)(void (*)(void))py_frame_bounds, METH_FASTCALL,
+     "frame_bounds(buf, limit): the whole frames at the start of buf, as feed_frames walks"
+     " them; (bounds, pos, bad length or None)."},
     {"busy_answers", (PyCFunction)(void (*)(void))py_busy_answers, METH_FASTCALL,
      "busy_answers(buf, bounds, first, stop, head, tails, refused): SYSTEM_BUSY answers to a"
      " run of JSON requests, without decoding them; returns (answers, next index)."},

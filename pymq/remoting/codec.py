@@ -210,6 +210,10 @@ _json_header_at: Callable[..., RemotingCommand | None] | None = getattr(
     _native, "json_header", None
 )
 """``_recordc.json_header``: _json_command's case read from the frame without orjson's dict."""
+_frame_bounds: Callable[..., tuple[list[int], int, int | None]] | None = getattr(
+    _native, "frame_bounds", None
+)
+"""``_recordc.frame_bounds``: FrameDecoder.feed_frames' walk over whole frames, in C."""
 
 # Read per frame: an enum member read through its class costs ~0.15 us in CPython 3.11.
 _SERIALIZE_JSON = SerializeType.JSON
@@ -545,24 +549,32 @@ class FrameDecoder:
             self._partial = bytearray()
         else:
             buf = data if type(data) is bytes else bytes(data)
-        bounds: list[int] = []
-        pos = 0
         n = len(buf)
         unpack = _INT.unpack_from
         limit = self._max
-        while n - pos >= 4:
-            (length,) = unpack(buf, pos)
-            if length < 4 or length > limit:
-                self._broken = ProtocolError(f"frame length {length} outside 4..{limit} bytes")
+        if _frame_bounds is not None:  # the walk below, in C
+            bounds, pos, bad = _frame_bounds(buf, limit)
+            if bad is not None:
+                self._broken = ProtocolError(f"frame length {bad} outside 4..{limit} bytes")
                 if not bounds:
                     raise self._broken
                 return buf, bounds
-            end = pos + 4 + length
-            if end > n:
-                break
-            bounds.append(pos + 4)
-            bounds.append(end)
-            pos = end
+        else:
+            bounds = []
+            pos = 0
+            while n - pos >= 4:
+                (length,) = unpack(buf, pos)
+                if length < 4 or length > limit:
+                    self._broken = ProtocolError(f"frame length {length} outside 4..{limit} bytes")
+                    if not bounds:
+                        raise self._broken
+                    return buf, bounds
+                end = pos + 4 + length
+                if end > n:
+                    break
+                bounds.append(pos + 4)
+                bounds.append(end)
+                pos = end
         if pos < n:
             self._partial = bytearray(memoryview(buf)[pos:])
             self._need = 4 + unpack(buf, pos)[0] if n - pos >= 4 else 4

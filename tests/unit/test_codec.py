@@ -66,6 +66,51 @@ def test_stream_cut_anywhere_decodes_the_same(cmds: list[RemotingCommand]) -> No
         assert decoder.buffered == 0
 
 
+def _frames_fed(data: bytes, cuts: list[int], limit: int) -> list[object]:
+    """What FrameDecoder.feed_frames gives for ``data`` fed in pieces cut at ``cuts``: each
+    call's frames, or the error that ended the stream."""
+    decoder = FrameDecoder(limit)
+    seen: list[object] = []
+    pos = 0
+    for cut in [*sorted(cuts), len(data)]:
+        try:
+            buf, bounds = decoder.feed_frames(data[pos:cut])
+        except ProtocolError as exc:
+            seen.append(str(exc))
+            break
+        seen.append([bytes(buf[bounds[i] : bounds[i + 1]]) for i in range(0, len(bounds), 2)])
+        pos = max(pos, cut)
+    seen.append(decoder.buffered)
+    return seen
+
+
+def _framed_stream() -> st.SearchStrategy[bytes]:
+    """Frames of sound and unsound lengths (negative, under 4, over the limit) and junk."""
+    frame = st.builds(
+        lambda body: struct.pack(">i", len(body)) + body, st.binary(min_size=4, max_size=40)
+    )
+    bad = st.builds(
+        lambda n: struct.pack(">i", n),
+        st.sampled_from([-(2**31), -1, 0, 3, 2**31 - 1, 200, 64]),
+    )
+    return st.lists(frame | bad | st.binary(max_size=6), max_size=8).map(b"".join)
+
+
+@settings(max_examples=400)
+@given(
+    _framed_stream(),
+    st.lists(st.integers(0, 400), max_size=4),
+    st.sampled_from([4, 64, 2**31 - 1, 2**40]),
+)
+def test_feed_frames_walks_in_c_as_in_python(data: bytes, cuts: list[int], limit: int) -> None:
+    """_recordc.frame_bounds finds the frames, the unfinished tail and the bad length exactly
+    where feed_frames' Python loop does, however the stream is cut."""
+    from pymq.remoting import codec
+
+    assert codec._frame_bounds is not None  # the extension is built for the tests
+    same_without_native(codec, "_frame_bounds", lambda: _frames_fed(data, cuts, limit))
+
+
 def test_byte_by_byte_feeding() -> None:
     cmds = [
         RemotingCommand(code=105, ext_fields={"topic": "TopicTest"}, opaque=i, body=b"x" * i)

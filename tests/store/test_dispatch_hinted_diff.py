@@ -11,6 +11,7 @@ import logging
 import os
 import struct
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -175,6 +176,34 @@ def unallocate(side: Side, rounds: int) -> None:
         f.mf.allocated = min(f.mf.allocated, f.data_end)
 
 
+def dispatch_in_lockstep(
+    sides: list[Side],
+    limit_of: Callable[[int], int],
+    before_round: Callable[[int], None] | None = None,
+    between_rounds: Callable[[int], None] | None = None,
+) -> int:
+    """Dispatch both sides round by round, ``limit_of(round)`` hinted records a round, until
+    neither has more: after each round both returned the same and hold the same.  Between
+    rounds ``between_rounds(rounds done)``, then the index files roll as _do_reput_locked's
+    prepare rolls them.  Returns the number of rounds."""
+    rounds = 0
+    while True:
+        if before_round is not None:
+            before_round(rounds)
+        outs = [side.reput._dispatch_some(limit_of(rounds)) for side in sides]
+        assert outs[0] == outs[1]
+        states = [side.state() for side in sides]
+        assert states[0] == states[1], f"after round {rounds}"
+        rounds += 1
+        if not outs[0][1]:
+            return rounds
+        if between_rounds is not None:
+            between_rounds(rounds)
+        if sides[0].index.needs_new_file():
+            for side in sides:
+                side.index._roll(side.index._new_file_blocking())
+
+
 def run_both(
     records: list[dict],
     limits: list[int],
@@ -199,26 +228,22 @@ def run_both(
         try:
             for side in sides:
                 side.cl.dispatch_hints.extend(hints)
-            rounds = 0
-            while True:
-                limit = limits[rounds % len(limits)] if limits else 1 << 30
-                if wanted:
-                    topics = wanted[rounds % len(wanted)]
-                    for side in sides:
-                        side.reput.listener_topics = lambda t=topics: None if t is None else set(t)
-                outs = [side.reput._dispatch_some(limit) for side in sides]
-                assert outs[0] == outs[1]
-                states = [side.state() for side in sides]
-                assert states[0] == states[1], f"after round {rounds}"
-                rounds += 1
-                if not outs[0][1]:
-                    break
-                if unallocated:
-                    for side in sides:
-                        unallocate(side, rounds)
-                if sides[0].index.needs_new_file():  # as _do_reput_locked's prepare
-                    for side in sides:
-                        side.index._roll(side.index._new_file_blocking())
+
+            def listen(rounds: int) -> None:
+                topics = wanted[rounds % len(wanted)]
+                for side in sides:
+                    side.reput.listener_topics = lambda t=topics: None if t is None else set(t)
+
+            def forget_blocks(rounds: int) -> None:
+                for side in sides:
+                    unallocate(side, rounds)
+
+            rounds = dispatch_in_lockstep(
+                sides,
+                lambda rounds: limits[rounds % len(limits)] if limits else 1 << 30,
+                before_round=listen if wanted else None,
+                between_rounds=forget_blocks if unallocated else None,
+            )
             if redispatch_from is not None and hints:
                 start = hints[redispatch_from % len(hints)]
                 for side in sides:

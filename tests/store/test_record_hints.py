@@ -20,7 +20,7 @@ from pymq.common.record import encode_record_into, property_value, record_length
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store import reput as reput_module
 from pymq.store.commitlog import DispatchHint
-from tests.store.test_dispatch_hinted_diff import Side
+from tests.store.test_dispatch_hinted_diff import Side, dispatch_in_lockstep
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "record_hints", None) is None, reason="needs the C extension"
@@ -222,20 +222,7 @@ def test_a_log_without_hints_dispatches_as_the_python_loop_parses_it(
                 for name, native in (("c", True), ("py", False))
             ]
             try:
-                rounds = 0
-                while True:
-                    outs = [
-                        side.reput._dispatch_some(limits[rounds % len(limits)]) for side in sides
-                    ]
-                    assert outs[0] == outs[1]
-                    states = [side.state() for side in sides]
-                    assert states[0] == states[1], f"after round {rounds}"
-                    rounds += 1
-                    if not outs[0][1]:
-                        break
-                    if sides[0].index.needs_new_file():
-                        for side in sides:
-                            side.index._roll(side.index._new_file_blocking())
+                dispatch_in_lockstep(sides, lambda rounds: limits[rounds % len(limits)])
                 assert sides[0].reput.reput_from_offset == len(log)
             finally:
                 for side in sides:

@@ -131,6 +131,7 @@ def start_session(master: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
     from pymq.export.datasource import register
+    from pymq.export.spark_daemon import DAEMON_CONFIG
 
     session = (
         SparkSession.builder.master(master)
@@ -138,6 +139,7 @@ def start_session(master: str) -> SparkSession:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config(map=DAEMON_CONFIG)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

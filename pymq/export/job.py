@@ -314,11 +314,14 @@ def _session(cfg: JobConfig, spark: SparkSession | None) -> Iterator[SparkSessio
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from pymq.export.spark_daemon import DAEMON_CONFIG
+
     session = (
         SparkSession.builder.master(cfg.master)
         .appName("pymq-export")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
+        .config(map=DAEMON_CONFIG)  # its workers import PySpark's cached bytecode
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

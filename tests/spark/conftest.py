@@ -20,6 +20,7 @@ def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
     from pymq.export.datasource import register
+    from pymq.export.spark_daemon import DAEMON_CONFIG
 
     session = (
         SparkSession.builder.master("local[2]")
@@ -27,6 +28,7 @@ def spark() -> Iterator[object]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config(map=DAEMON_CONFIG)
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )

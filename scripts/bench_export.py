@@ -139,7 +139,7 @@ def start_session(master: str) -> SparkSession:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config(map=DAEMON_CONFIG)
+        .config(map=dict(DAEMON_CONFIG))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -321,7 +321,7 @@ def _session(cfg: JobConfig, spark: SparkSession | None) -> Iterator[SparkSessio
         .appName("pymq-export")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(map=DAEMON_CONFIG)  # its workers import PySpark's cached bytecode
+        .config(map=dict(DAEMON_CONFIG))  # its workers import PySpark's cached bytecode
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -22,15 +22,17 @@ pandas start threads when imported, and a process that forks must have none).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import re
 import sys
+from collections.abc import Mapping
+from types import MappingProxyType, ModuleType
 
 DAEMON_MODULE = "pymq.export.spark_daemon"
-DAEMON_CONFIG: dict[str, str | int | float | bool | None] = {
-    "spark.python.daemon.module": DAEMON_MODULE
-}
-"""The Spark settings that make a session's Python workers start from this module."""
+DAEMON_CONFIG: Mapping[str, str] = MappingProxyType({"spark.python.daemon.module": DAEMON_MODULE})
+"""The Spark settings that make a session's Python workers start from this module (static:
+they count only for a session whose SparkContext they create)."""
 
 _PY4J_ZIP = re.compile(r"py4j-(.+)-src\.zip")
 
@@ -57,6 +59,7 @@ def _py4j_version(directory: str) -> str | None:
 
 
 def _same_file(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` name one file (through links too); False if either is missing."""
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -85,12 +88,26 @@ def prefer_installed(path: list[str]) -> list[str]:
     return [entry for entry in path if entry not in moved] + moved
 
 
-def main() -> None:
+def load_daemon() -> ModuleType:
+    """``pyspark.daemon``, imported with :func:`prefer_installed`'s path; should that fail
+    (never seen: the package and its zip come from one wheel), with PySpark's own path and
+    whatever of PySpark and py4j the first try left in ``sys.modules`` dropped."""
+    original = list(sys.path)
     with contextlib.suppress(Exception):  # never keep the workers from starting
         sys.path[:] = prefer_installed(sys.path)
-    from pyspark import daemon
+    try:
+        return importlib.import_module("pyspark.daemon")
+    except Exception:
+        if sys.path == original:
+            raise
+    sys.path[:] = original
+    for name in [n for n in sys.modules if n.split(".", 1)[0] in ("pyspark", "py4j")]:
+        del sys.modules[name]
+    return importlib.import_module("pyspark.daemon")
 
-    daemon.manager()
+
+def main() -> None:
+    load_daemon().manager()
 
 
 if __name__ == "__main__":

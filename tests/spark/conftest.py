@@ -12,7 +12,9 @@ from tests.spark.helpers import java_available
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[object]:
+def spark(request: pytest.FixtureRequest) -> Iterator[object]:
+    """The module's session; its Python workers start from pymq's daemon module
+    (``DAEMON_CONFIG``) unless the module sets ``SPARK_STOCK_DAEMON = True``."""
     # No skipping: a suite without Spark or Java must fail, not pass quietly.
     if not java_available():
         pytest.fail("Spark needs Java 17: apt-get install -y openjdk-17-jre-headless")
@@ -22,13 +24,17 @@ def spark() -> Iterator[object]:
     from pymq.export.datasource import register
     from pymq.export.spark_daemon import DAEMON_CONFIG
 
+    # Named either way: a builder's options outlive it (PySpark keeps them in the class).
+    stock = getattr(request.module, "SPARK_STOCK_DAEMON", False)
+    builder = SparkSession.builder.config(
+        map={"spark.python.daemon.module": "pyspark.daemon"} if stock else dict(DAEMON_CONFIG)
+    )
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("pymq-spark-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config(map=DAEMON_CONFIG)
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )

@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import os
+import types
+from collections.abc import Iterable, Iterator
 
-from pymq.export.spark_daemon import DAEMON_MODULE
+import pytest
+
+from pymq.export import job
+from pymq.export.spark_daemon import DAEMON_CONFIG, DAEMON_MODULE
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas"),
+]
 
 
-def _where(_rows: object) -> object:
+def _where(_rows: Iterable[object]) -> Iterator[tuple[str, ...]]:
     import sys
 
+    spec = sys.modules["__main__"].__spec__
     yield (
-        sys.modules["pyspark"].__file__,
-        sys.modules["pyspark.worker"].__file__,
-        sys.modules["pyspark.daemon"].__file__,
-        sys.modules["__main__"].__spec__.name,
+        str(sys.modules["pyspark"].__file__),
+        str(sys.modules["pyspark.worker"].__file__),
+        str(sys.modules["pyspark.daemon"].__file__),
+        spec.name if spec is not None else "",
     )
 
 
@@ -32,3 +43,34 @@ def test_workers_import_pyspark_s_installed_package_not_its_zip(spark):
         for path in (package, worker, daemon):
             assert ".zip" not in path, path
             assert os.path.commonpath([installed, path]) == installed, path
+
+
+def test_an_export_s_own_session_starts_its_workers_from_the_daemon(monkeypatch):
+    """``run_export`` without a session of the caller's builds one with the daemon set."""
+    import pyspark.sql
+
+    calls: list[tuple[tuple[object, ...], dict[str, object]]] = []
+
+    class Builder:
+        def __getattr__(self, name: str) -> object:
+            def chained(*args: object, **kwargs: object) -> object:
+                calls.append(((name, *args), kwargs))
+                return session if name == "getOrCreate" else self
+
+            return chained
+
+    session = types.SimpleNamespace(
+        sparkContext=types.SimpleNamespace(setLogLevel=lambda level: None), stop=lambda: None
+    )
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)  # _session sets it: restored after
+    monkeypatch.setattr(pyspark.sql.SparkSession, "builder", Builder())
+    cfg = job.JobConfig(store="/nonexistent", output="/nonexistent-out")
+    with job._session(cfg, None) as made:
+        assert made is session
+    settings: dict[object, object] = {}
+    for (name, *args), kwargs in calls:
+        if name == "config":
+            given = kwargs.get("map")
+            settings.update(given if isinstance(given, dict) else {args[0]: args[1]})
+    assert settings["spark.python.daemon.module"] == DAEMON_MODULE
+    assert dict(DAEMON_CONFIG) == {"spark.python.daemon.module": DAEMON_MODULE}

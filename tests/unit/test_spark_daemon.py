@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import pathlib
+import sys
 import types
 
-from pymq.export import job
-from pymq.export.spark_daemon import DAEMON_CONFIG, DAEMON_MODULE, prefer_installed
+import pytest
+
+from pymq.export import spark_daemon
+from pymq.export.spark_daemon import load_daemon, prefer_installed
 
 
 def _package(root: pathlib.Path, name: str, version: str | None = None) -> pathlib.Path:
@@ -63,30 +65,77 @@ def test_without_an_installed_pyspark_nothing_moves(tmp_path):
     assert prefer_installed(path) == path
 
 
-def test_an_export_s_own_session_starts_its_workers_from_the_daemon(monkeypatch):
-    """``run_export`` without a session of the caller's builds one with the daemon set."""
-    import pyspark.sql
+def test_links_are_followed_to_the_installed_package(tmp_path):
+    """Spark names its zips through the real path (``find_spark_home`` resolves links), while
+    site-packages may be on the path through a link (a venv's lib64, say)."""
+    site, pyspark_zip, py4j_zip = _site(tmp_path)
+    link = tmp_path / "lib64"
+    link.symlink_to(site)
+    path = [pyspark_zip, py4j_zip, str(link)]
+    assert prefer_installed(path) == [str(link), pyspark_zip, py4j_zip]
+    via_link = [str(link / "pyspark" / "python" / "lib" / "pyspark.zip"), site]
+    assert prefer_installed(via_link) == [site, via_link[0]]
 
-    calls: list[tuple[tuple[object, ...], dict[str, object]]] = []
 
-    class Builder:
-        def __getattr__(self, name: str) -> object:
-            def chained(*args: object, **kwargs: object) -> object:
-                calls.append(((name, *args), kwargs))
-                return session if name == "getOrCreate" else self
+class _Imports:
+    """importlib.import_module's stand-in: fails the first ``failures`` calls; records the
+    path each call saw."""
 
-            return chained
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.paths: list[list[str]] = []
+        self.module = types.SimpleNamespace(manager=lambda: None)
 
-    session = types.SimpleNamespace(
-        sparkContext=types.SimpleNamespace(setLogLevel=lambda level: None), stop=lambda: None
-    )
-    monkeypatch.setattr(pyspark.sql.SparkSession, "builder", Builder())
-    cfg = job.JobConfig(store="/nonexistent", output="/nonexistent-out")
-    with contextlib.ExitStack() as stack:
-        assert stack.enter_context(job._session(cfg, None)) is session
-    settings: dict[object, object] = {}
-    for (name, *args), kwargs in calls:
-        if name == "config":
-            settings.update(kwargs.get("map") or {args[0]: args[1]})  # type: ignore[dict-item]
-    assert settings["spark.python.daemon.module"] == DAEMON_MODULE
-    assert DAEMON_CONFIG == {"spark.python.daemon.module": DAEMON_MODULE}
+    def import_module(self, name: str) -> object:
+        assert name == "pyspark.daemon"
+        self.paths.append(list(sys.path))
+        if len(self.paths) <= self.failures:
+            raise ImportError("planted")
+        return self.module
+
+
+def test_the_daemon_loads_with_the_reordered_path(monkeypatch):
+    imports = _Imports(failures=0)
+    monkeypatch.setattr(spark_daemon, "importlib", imports)
+    monkeypatch.setattr(sys, "path", ["/zips/pyspark.zip", "/site"])
+    monkeypatch.setattr(spark_daemon, "prefer_installed", lambda path: path[1:] + path[:1])
+    assert load_daemon() is imports.module
+    assert imports.paths == [["/site", "/zips/pyspark.zip"]]
+
+
+def test_a_failed_reorder_leaves_pyspark_s_own_path(monkeypatch):
+    imports = _Imports(failures=0)
+    monkeypatch.setattr(spark_daemon, "importlib", imports)
+    monkeypatch.setattr(sys, "path", ["/zips/pyspark.zip", "/site"])
+
+    def broken(path: list[str]) -> list[str]:
+        raise OSError("planted")
+
+    monkeypatch.setattr(spark_daemon, "prefer_installed", broken)
+    assert load_daemon() is imports.module
+    assert imports.paths == [["/zips/pyspark.zip", "/site"]]
+
+
+def test_an_installed_pyspark_that_fails_to_import_falls_back_to_the_zip(monkeypatch):
+    imports = _Imports(failures=1)
+    monkeypatch.setattr(spark_daemon, "importlib", imports)
+    monkeypatch.setattr(sys, "path", ["/zips/pyspark.zip", "/site"])
+    monkeypatch.setattr(spark_daemon, "prefer_installed", lambda path: path[1:] + path[:1])
+    # What the failed import left behind goes, so that the zip's modules are imported afresh.
+    left = {"pyspark": 1, "pyspark.serializers": 2, "py4j": 3, "py4j.java_gateway": 4}
+    kept = {"pysparkling": 5, "pymq_other": 6}
+    monkeypatch.setattr(sys, "modules", {**sys.modules, **left, **kept})
+    assert load_daemon() is imports.module
+    assert imports.paths == [["/site", "/zips/pyspark.zip"], ["/zips/pyspark.zip", "/site"]]
+    assert not set(left) & set(sys.modules)
+    assert set(kept) <= set(sys.modules)
+
+
+def test_a_daemon_that_fails_with_pyspark_s_own_path_fails(monkeypatch):
+    imports = _Imports(failures=2)
+    monkeypatch.setattr(spark_daemon, "importlib", imports)
+    monkeypatch.setattr(sys, "path", ["/zips/pyspark.zip", "/site"])
+    monkeypatch.setattr(spark_daemon, "prefer_installed", lambda path: list(path))
+    with pytest.raises(ImportError, match="planted"):
+        load_daemon()
+    assert len(imports.paths) == 1  # nothing to fall back to: one try

@@ -17,15 +17,21 @@ Commit: every task writes into ``OUTPUT/_pymq_temporary-<run id>/`` (a reader sk
 starting with ``_``), each file under a name of its own attempt first, renamed when complete.
 Only when every task has succeeded does the driver move the files into ``OUTPUT`` (after
 removing the old dataset, for ``overwrite``) and write ``_SUCCESS``; when a task fails the
-temporary directory is removed and ``OUTPUT`` is left as it was.  As with Spark's own
+temporary directory is removed and ``OUTPUT`` is left as it was.  Tasks never create that
+directory (only the partition directories below it), and its removal is tried again while it
+is still there, so a task Spark has not stopped yet when the run fails cannot leave a file
+behind.  As with Spark's own
 committer, the output must be on a filesystem the driver and the executors share.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -39,11 +45,17 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark import SparkContext
 
+log = logging.getLogger(__name__)
+
 ROW_GROUP_BYTES = 128 << 20
 """Batches are gathered into row groups of about this size (parquet-java's default block)."""
 SUCCESS_FILE = "_SUCCESS"
 STAGING_PREFIX = "_pymq_temporary-"
 PART_SUFFIX = "-c000.snappy.parquet"
+STAGING_REMOVE_TRIES = 20
+"""Tries (STAGING_REMOVE_PAUSE apart) at removing a failed run's temporary directory: a task of
+the run that Spark has not stopped yet may add a file while it is being removed."""
+STAGING_REMOVE_PAUSE = 0.05
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 """Spark's directory name for a null (or empty string) partition value."""
 _ESCAPED = frozenset([*map(chr, range(1, 0x20)), *"\"#%'*/:=?\\\x7f{[]^"])
@@ -114,7 +126,7 @@ class _PartFile:
         import pyarrow.parquet as pq
 
         if self.writer is None:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            make_dirs_below(self.task.staging, os.path.dirname(self.path))
             distinct = set(self.task.distinct_columns)
             self.writer = pq.ParquetWriter(
                 self.tmp,
@@ -137,6 +149,27 @@ class _PartFile:
             self.writer.close()
         if os.path.exists(self.tmp):
             os.remove(self.tmp)
+
+
+def make_dirs_below(root: str, directory: str) -> None:
+    """Create ``directory`` and its parents below ``root`` (the run's temporary directory),
+    never ``root`` itself: a task that Spark has not stopped yet when the driver removes a
+    failed run's directory must not bring it back with its file in it.  Raises
+    FileNotFoundError when ``root`` is gone."""
+    if not os.path.isdir(root):
+        raise FileNotFoundError(
+            f"the export's temporary directory {root} is gone: its run ended without this task"
+        )
+    path = root
+    relative = os.path.relpath(directory, root)
+    if relative == os.curdir:
+        return
+    if relative.startswith(os.pardir):
+        raise ValueError(f"{directory} is not below {root}")
+    for part in relative.split(os.sep):
+        path = os.path.join(path, part)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path)
 
 
 def _leaf_paths(schema: pa.Schema) -> list[str]:
@@ -298,7 +331,21 @@ def write_parquet(
         _commit(output, staging, parts, mode)
         return reports
     finally:
+        remove_staging(staging)
+
+
+def remove_staging(staging: str) -> None:
+    """Remove a run's temporary directory, trying again while it is still there: after a
+    failed run Spark may not have stopped every task yet, and one that adds a file while
+    ``rmtree`` runs leaves the directory behind.  Once it is gone no task can bring it back
+    (:func:`make_dirs_below`)."""
+    for attempt in range(STAGING_REMOVE_TRIES):
         shutil.rmtree(staging, ignore_errors=True)
+        if not os.path.lexists(staging):
+            return
+        if attempt + 1 < STAGING_REMOVE_TRIES:
+            time.sleep(STAGING_REMOVE_PAUSE)
+    log.warning("could not remove the export's temporary directory %s", staging)
 
 
 def _staged_files(staging: str) -> list[str]:

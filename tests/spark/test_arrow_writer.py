@@ -43,7 +43,9 @@ def odd_store(tmp_path_factory) -> str:
 
 
 def write(opts: ExportOptions, staging: str, **task: Any) -> list[dict]:
-    """Every segment of the store through run_task, as Spark would run them."""
+    """Every segment of the store through run_task, as Spark would run them (the driver makes
+    the run's directory first, as write_parquet does)."""
+    os.makedirs(staging, exist_ok=True)
     job = WriteTask(opts, staging, RUN, distinct_columns=DISTINCT_COLUMNS, **task)
     return [report for s in plan_store(opts).segments for report in run_task(job, [s])]
 
@@ -135,11 +137,23 @@ def test_a_failing_task_leaves_no_file(odd_store, tmp_path, monkeypatch):
     pathlib.Path(segment.path).write_bytes(data)
     opts = ExportOptions(path=str(store), mode=Mode.FAILFAST)
     staging = str(tmp_path / "staging")
+    os.mkdir(staging)
     job = WriteTask(opts, staging, RUN, row_group_bytes=5_000)
     with pytest.raises(CorruptRecordError):
         list(run_task(job, [segment]))
-    assert os.path.isdir(staging)  # the task did write, then removed its file
     assert not [p for p in pathlib.Path(staging).rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("partition_by", [(), ("topic",)])
+def test_a_task_of_a_run_already_ended_writes_nothing(odd_store, tmp_path, partition_by):
+    """A task that Spark had not stopped when the driver removed a failed run's directory
+    fails, and does not bring the directory back with its file in it."""
+    segment = plan_store(ExportOptions(path=odd_store)).segments[0]
+    staging = tmp_path / "_pymq_temporary-run"
+    job = WriteTask(ExportOptions(path=odd_store), str(staging), RUN, partition_by=partition_by)
+    with pytest.raises(FileNotFoundError, match="is gone"):
+        list(run_task(job, [segment]))
+    assert not staging.exists()
 
 
 class LocalContext:

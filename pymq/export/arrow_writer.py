@@ -19,8 +19,8 @@ Only when every task has succeeded does the driver move the files into ``OUTPUT`
 removing the old dataset, for ``overwrite``) and write ``_SUCCESS``; when a task fails the
 temporary directory is removed and ``OUTPUT`` is left as it was.  Tasks never create that
 directory (only the partition directories below it), and its removal is tried again while it
-is still there, so a task Spark has not stopped yet when the run fails cannot leave a file
-behind.  As with Spark's own
+is still there, so a task Spark has not stopped yet when the run fails leaves no file behind
+unless it keeps the directory busy past the retries (then logged).  As with Spark's own
 committer, the output must be on a filesystem the driver and the executors share.
 """
 
@@ -158,13 +158,15 @@ def make_dirs_below(root: str, directory: str) -> None:
     FileNotFoundError when ``root`` is gone."""
     if not os.path.isdir(root):
         raise FileNotFoundError(
-            f"the export's temporary directory {root} is gone: its run ended without this task"
+            f"the export's temporary directory {root} is gone (its run ended without this task)"
+            " or not visible here (the output must be on a filesystem the driver and the"
+            " executors share)"
         )
     path = root
     relative = os.path.relpath(directory, root)
     if relative == os.curdir:
         return
-    if relative.startswith(os.pardir):
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
         raise ValueError(f"{directory} is not below {root}")
     for part in relative.split(os.sep):
         path = os.path.join(path, part)
@@ -313,6 +315,7 @@ def write_parquet(
     returns the tasks' reports by segment index.  A failed task fails the call (Spark's error
     propagates) and leaves ``output`` as it was."""
     run_id = uuid.uuid4().hex
+    output = os.path.abspath(output)  # the executors' working directory is not the driver's
     os.makedirs(output, exist_ok=True)
     staging = os.path.join(output, f"{STAGING_PREFIX}{run_id}")
     os.makedirs(staging)

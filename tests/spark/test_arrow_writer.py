@@ -20,6 +20,7 @@ from pymq.export.arrow_writer import (
     PART_SUFFIX,
     STAGING_PREFIX,
     WriteTask,
+    _PartFile,
     escape_path_name,
     partition_dir,
     run_task,
@@ -139,8 +140,17 @@ def test_a_failing_task_leaves_no_file(odd_store, tmp_path, monkeypatch):
     staging = str(tmp_path / "staging")
     os.mkdir(staging)
     job = WriteTask(opts, staging, RUN, row_group_bytes=5_000)
+    flushed = []
+    flush = _PartFile.flush
+
+    def counted(part: _PartFile) -> None:
+        flush(part)
+        flushed.append(os.path.exists(part.tmp))
+
+    monkeypatch.setattr(_PartFile, "flush", counted)
     with pytest.raises(CorruptRecordError):
         list(run_task(job, [segment]))
+    assert flushed and all(flushed)  # the task did write a row group, then removed its file
     assert not [p for p in pathlib.Path(staging).rglob("*") if p.is_file()]
 
 

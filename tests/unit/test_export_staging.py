@@ -25,6 +25,15 @@ def test_partition_directories_are_made_below_the_run_s_directory(tmp_path):
         make_dirs_below(str(root), str(tmp_path / "elsewhere"))
 
 
+def test_a_run_directory_removed_after_the_check_is_not_recreated(tmp_path, monkeypatch):
+    """Removed between make_dirs_below's check and its mkdir: still not brought back."""
+    root = tmp_path / "_pymq_temporary-run"
+    monkeypatch.setattr(arrow_writer.os.path, "isdir", lambda path: True)
+    with pytest.raises(FileNotFoundError):
+        make_dirs_below(str(root), str(root / "topic=Orders" / "date=2026-11-28"))
+    assert not root.exists()
+
+
 @pytest.mark.parametrize("below", ["", "topic=Orders"])
 def test_a_task_never_recreates_a_removed_run_directory(tmp_path, below):
     root = tmp_path / "_pymq_temporary-run"
@@ -42,10 +51,14 @@ def test_removal_is_tried_again_when_a_task_adds_a_file_meanwhile(tmp_path, monk
 
     def racing(path: str, ignore_errors: bool = False) -> None:
         calls.append(path)
-        real(path, ignore_errors=ignore_errors)
-        if len(calls) == 1:  # a straggling task wrote while the directory was being removed
-            (staging / "topic=b").mkdir(parents=True)
-            (staging / "topic=b" / "part-00001.parquet").write_bytes(b"y")
+        if len(calls) > 1:
+            real(path, ignore_errors=ignore_errors)
+            return
+        # What rmtree(ignore_errors=True) leaves when a straggling task adds a file while it
+        # runs: the entries it listed are gone, the new one is not, nor (ENOTEMPTY) the root.
+        for entry in os.listdir(path):
+            real(os.path.join(path, entry))
+        (staging / "part-00001.parquet").write_bytes(b"y")
 
     monkeypatch.setattr(arrow_writer.shutil, "rmtree", racing)
     monkeypatch.setattr(arrow_writer, "STAGING_REMOVE_PAUSE", 0)

@@ -94,33 +94,38 @@ class _Imports:
         return self.module
 
 
-def test_the_daemon_loads_with_the_reordered_path(monkeypatch):
-    imports = _Imports(failures=0)
+def _loading(monkeypatch: pytest.MonkeyPatch, failures: int, reorder: object) -> _Imports:
+    """load_daemon's surroundings: imports that fail ``failures`` times, sys.path
+    ``["/zips/pyspark.zip", "/site"]`` and ``reorder`` as prefer_installed."""
+    imports = _Imports(failures)
     monkeypatch.setattr(spark_daemon, "importlib", imports)
     monkeypatch.setattr(sys, "path", ["/zips/pyspark.zip", "/site"])
-    monkeypatch.setattr(spark_daemon, "prefer_installed", lambda path: path[1:] + path[:1])
+    monkeypatch.setattr(spark_daemon, "prefer_installed", reorder)
+    return imports
+
+
+def _zips_last(path: list[str]) -> list[str]:
+    return path[1:] + path[:1]
+
+
+def _broken(path: list[str]) -> list[str]:
+    raise OSError("planted")
+
+
+def test_the_daemon_loads_with_the_reordered_path(monkeypatch):
+    imports = _loading(monkeypatch, 0, _zips_last)
     assert load_daemon() is imports.module
     assert imports.paths == [["/site", "/zips/pyspark.zip"]]
 
 
 def test_a_failed_reorder_leaves_pyspark_s_own_path(monkeypatch):
-    imports = _Imports(failures=0)
-    monkeypatch.setattr(spark_daemon, "importlib", imports)
-    monkeypatch.setattr(sys, "path", ["/zips/pyspark.zip", "/site"])
-
-    def broken(path: list[str]) -> list[str]:
-        raise OSError("planted")
-
-    monkeypatch.setattr(spark_daemon, "prefer_installed", broken)
+    imports = _loading(monkeypatch, 0, _broken)
     assert load_daemon() is imports.module
     assert imports.paths == [["/zips/pyspark.zip", "/site"]]
 
 
 def test_an_installed_pyspark_that_fails_to_import_falls_back_to_the_zip(monkeypatch):
-    imports = _Imports(failures=1)
-    monkeypatch.setattr(spark_daemon, "importlib", imports)
-    monkeypatch.setattr(sys, "path", ["/zips/pyspark.zip", "/site"])
-    monkeypatch.setattr(spark_daemon, "prefer_installed", lambda path: path[1:] + path[:1])
+    imports = _loading(monkeypatch, 1, _zips_last)
     # What the failed import left behind goes, so that the zip's modules are imported afresh.
     left = {"pyspark": 1, "pyspark.serializers": 2, "py4j": 3, "py4j.java_gateway": 4}
     kept = {"pysparkling": 5, "pymq_other": 6}
@@ -132,10 +137,7 @@ def test_an_installed_pyspark_that_fails_to_import_falls_back_to_the_zip(monkeyp
 
 
 def test_a_daemon_that_fails_with_pyspark_s_own_path_fails(monkeypatch):
-    imports = _Imports(failures=2)
-    monkeypatch.setattr(spark_daemon, "importlib", imports)
-    monkeypatch.setattr(sys, "path", ["/zips/pyspark.zip", "/site"])
-    monkeypatch.setattr(spark_daemon, "prefer_installed", lambda path: list(path))
+    imports = _loading(monkeypatch, 2, list)
     with pytest.raises(ImportError, match="planted"):
         load_daemon()
     assert len(imports.paths) == 1  # nothing to fall back to: one try

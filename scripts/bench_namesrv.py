@@ -4,6 +4,7 @@
     scripts/bench_namesrv.py                         # 100 groups x 1,000 topics, 8 x 8 lookups
     scripts/bench_namesrv.py --groups 10 --topics 100 --seconds 5
     scripts/bench_namesrv.py -n 127.0.0.1:9876       # against a running name server
+    scripts/bench_namesrv.py --server-set serverTaskOrder=trio   # a config key for the server
 
 Starts ``python -m pymq.namesrv`` on a free port (unless -n is given), then:
 
@@ -52,7 +53,7 @@ from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand, encode
 from pymq.remoting.codes import RequestCode, ResponseCode
 from scripts.bench_hardening import rss_mb
-from scripts.benchmark import free_port
+from scripts.benchmark import free_port, server_settings
 
 LOOKUP_GRACE_SECONDS = 30.0
 _LENGTH = struct.Struct(">i")
@@ -298,6 +299,13 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument(
+        "--server-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config key for the name server it starts (repeatable; e.g. serverTaskOrder=trio)",
+    )
+    parser.add_argument(
         "--write-per-answer",
         action="store_true",
         help="write each next lookup on its own as its answer is read (the generator before "
@@ -325,6 +333,7 @@ def main() -> None:
                 os.path.join(tmp, "kv.json"),
                 "--log-level",
                 "ERROR",
+                *server_settings(args.server_set),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -4,6 +4,7 @@
     scripts/benchmark.py                      # starts pymq (name server + broker) in a temp dir
     scripts/benchmark.py -n 127.0.0.1:9876    # against a running name server
     scripts/benchmark.py --flush SYNC_FLUSH --ha SYNC_MASTER -q 20000
+    scripts/benchmark.py --server-set serverTaskOrder=trio   # a config key for the servers
 
 Publishes -q messages of -s bytes with at most -w unacknowledged (Producer.send_async with a
 window; --sync: -w tasks each awaiting send(); -b: batch requests),
@@ -102,6 +103,17 @@ def cpu_seconds(pids: list[int], *, loop_only: bool = False) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def server_settings(settings: list[str]) -> list[str]:
+    """``--server-set KEY=VALUE`` options as the servers' ``--KEY VALUE`` flags."""
+    flags: list[str] = []
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--server-set wants KEY=VALUE, not {setting!r}")
+        flags += [f"--{key}", value]
+    return flags
+
+
 def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subprocess.Popen]]:
     """The embedded default, or a name server + master + slave when --ha is given."""
     py = sys.executable
@@ -119,6 +131,7 @@ def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subproc
 
     common = ["--flushDiskType", args.flush, "--mappedFileSizeCommitLog", str(args.file_size)]
     common += getattr(args, "extra_server_args", [])
+    common += server_settings(getattr(args, "server_set", []))
     if not args.ha:
         ns_port = free_port()
         spawn(
@@ -895,6 +908,13 @@ def main() -> int:
     parser.add_argument("--ha", choices=["ASYNC_MASTER", "SYNC_MASTER"], help="add a slave")
     parser.add_argument("--file-size", type=int, default=256 * 1024 * 1024)
     parser.add_argument("--no-consume", action="store_true")
+    parser.add_argument(
+        "--server-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config key for the servers it starts (repeatable; e.g. serverTaskOrder=trio)",
+    )
     parser.add_argument(
         "--name", default="pymq", help='"system" in the JSON line (to tell variants apart)'
     )

@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"The broker[{configs[0].broker_name}, {configs[0].broker_ip1}:{{started}}] boot "
         f"success. serializeType=JSON and name server is {configs[0].namesrv_addr}",
         what="the broker",
+        order=configs[1].server_task_order,
     )
 
 

@@ -83,6 +83,7 @@ RESTART_ONLY_KEYS = frozenset(
         "brokerIP2",
         "listenPort",
         "bindAddress",
+        "serverTaskOrder",
         "storePathRootDir",
         "storePathCommitLog",
         "brokerRole",

@@ -18,6 +18,7 @@ import trio
 from pymq.common.config import ConfigError, apply_properties, to_properties
 from pymq.common.errors import StartupError
 from pymq.common.properties import format_properties, load_properties
+from pymq.common.scheduling import TaskOrder, task_order
 
 log = logging.getLogger(__name__)
 
@@ -101,14 +102,21 @@ def leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def run_main(async_fn: Callable[..., Awaitable[object]], *args: object, what: str) -> int:
-    """``trio.run`` for a server's main: startup failures become one line and an exit status.
+def run_main(
+    async_fn: Callable[..., Awaitable[object]],
+    *args: object,
+    what: str,
+    order: TaskOrder = TaskOrder.TRIO,
+) -> int:
+    """``trio.run`` for a server's main, its ready tasks run in ``order`` (the
+    ``serverTaskOrder`` key): startup failures become one line and an exit status.
 
     Config errors exit 2, a port in use, a locked store or another startup error exits 1; a
     real bug still shows its traceback.
     """
     try:
-        trio.run(async_fn, *args)
+        with task_order(order):
+            trio.run(async_fn, *args)
     except BaseException as exc:
         for leaf in leaves(exc):
             if isinstance(leaf, (ConfigError, ValueError)):

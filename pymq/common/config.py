@@ -48,9 +48,13 @@ def set_key(obj: object, key: str, value: str) -> None:
     field = _fields_by_key(obj).get(key)
     if field is None:
         raise ConfigError(f"unknown config key {key!r}")
+    kind = _field_type(field)
     try:
-        typed: Any = converter.structure(value.strip(), _field_type(field))
+        typed: Any = converter.structure(value.strip(), kind)
     except Exception as exc:
+        if isinstance(kind, type) and issubclass(kind, enum.Enum):
+            choices = ", ".join(str(member.value) for member in kind)
+            raise ConfigError(f"bad value for {key}: {value!r} (one of {choices})") from None
         raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from exc
     setattr(obj, field.name, typed)
 

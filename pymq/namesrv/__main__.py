@@ -44,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         controller.run,
         "The Name Server boot success. serializeType=JSON, listening on port {started}",
         what="the name server",
+        order=server_config.server_task_order,
     )
 
 

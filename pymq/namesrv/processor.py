@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 # Keys a running name server cannot change.
 RESTART_ONLY_KEYS = frozenset(
-    {"kvConfigPath", "configStorePath", "listenPort", "bindAddress", *TLS_KEYS}
+    {"kvConfigPath", "configStorePath", "listenPort", "bindAddress", "serverTaskOrder", *TLS_KEYS}
 )
 # Config values never shown.
 SECRET_KEYS = frozenset({"tls.server.keyPassword"})

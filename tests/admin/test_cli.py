@@ -79,6 +79,8 @@ async def test_cluster_broker_and_config_subcommands(pymq_cluster):
     assert config[addr]["maxDelayTime"] == "42"
     err = await fails("updateBrokerConfig", "-b", addr, "-k", "brokerName", "-v", "x")
     assert "NO_PERMISSION" in err and "restart" in err
+    err = await fails("updateBrokerConfig", "-b", addr, "-k", "serverTaskOrder", "-v", "trio")
+    assert "NO_PERMISSION" in err and "serverTaskOrder" in err
     err = await fails("updateBrokerConfig", "-b", addr, "-k", "noSuchKey", "-v", "1")
     assert "noSuchKey" in err
 

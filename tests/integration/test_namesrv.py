@@ -318,6 +318,13 @@ async def test_namesrv_config_get_and_update(namesrv, client: RemotingClient) ->
     assert answer.code == ResponseCode.SYSTEM_ERROR and "bogusKey" in answer.remark
     frozen = RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"kvConfigPath=/x\n")
     assert (await client.invoke(ns, frozen)).code == ResponseCode.NO_PERMISSION
+    # The process's task order is chosen before its loop starts.
+    order = RemotingCommand.request(
+        RequestCode.UPDATE_NAMESRV_CONFIG, body=b"serverTaskOrder=trio\n"
+    )
+    refused = await client.invoke(ns, order)
+    assert refused.code == ResponseCode.NO_PERMISSION and "serverTaskOrder" in refused.remark
+    assert namesrv.server_config.server_task_order.value == "fifo"
 
 
 async def test_unknown_code_and_unflagged_oneway_are_answered(namesrv) -> None:

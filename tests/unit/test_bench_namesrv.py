@@ -146,3 +146,22 @@ def test_the_script_measures_a_name_server_it_starts() -> None:
         assert result["errors"] == 0, out
         assert result["lookups_per_s"] > 0 and result["lookup_p99_ms"] > 0, out
         assert result["rss_mb"] > 0, out
+
+
+def test_server_settings_reach_the_name_server_it_starts() -> None:
+    """A bad value makes the name server refuse to start: the setting got there."""
+    run = subprocess.run(
+        [sys.executable, SCRIPT, "--seconds", "0.1", "--server-set", "serverTaskOrder=lifo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode != 0 and "the name server did not start" in run.stderr
+    malformed = subprocess.run(
+        [sys.executable, SCRIPT, "--server-set", "serverTaskOrder"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert malformed.returncode != 0
+    assert "--server-set wants KEY=VALUE, not 'serverTaskOrder'" in malformed.stderr

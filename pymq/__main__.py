@@ -17,11 +17,11 @@ import trio
 from pymq.admin.auth import TOKEN_FILE_NAME
 from pymq.broker.config import BROKER_DEFAULT_PORT
 from pymq.common.cli import parse_overrides, run_main, setup_logging
-from pymq.common.config import ConfigError, set_key
+from pymq.common.config import ConfigError
 from pymq.embedded import Cluster, open_cluster
 from pymq.groups import group_metrics_port, group_store_dir, open_groups
 from pymq.namesrv.config import NAMESRV_DEFAULT_PORT
-from pymq.remoting.config import NettyServerConfig
+from pymq.remoting.config import task_order_of
 
 # The embedded default's admin channel port (rocketmq-dashboard also defaults to 8080).
 ADMIN_DEFAULT_PORT = 8080
@@ -174,10 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     try:
         overrides = parse_overrides(extra)
-        # The process's task order, read before its loop starts (the servers read it too).
-        server = NettyServerConfig()
-        if "serverTaskOrder" in overrides:
-            set_key(server, "serverTaskOrder", overrides["serverTaskOrder"])
+        order = task_order_of(overrides)  # the process's, read before its loop starts
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -190,11 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides.setdefault("metricsExporterType", "DISABLE")
     setup_logging(args.log_level)
     if args.groups is not None:
-        status = run_main(
-            serve_groups, args, overrides, what="pymq", order=server.server_task_order
-        )
+        status = run_main(serve_groups, args, overrides, what="pymq", order=order)
     else:
-        status = run_main(serve, args, overrides, what="pymq", order=server.server_task_order)
+        status = run_main(serve, args, overrides, what="pymq", order=order)
     if status == 0:
         print("pymq stopped.")
     return status

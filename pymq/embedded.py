@@ -78,6 +78,8 @@ def build_cluster(
     unknown = apply_properties(configs, properties or {})
     if unknown:
         raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+    # One process, one task order (the entry point applied it): the name server reports it too.
+    namesrv.server_config.server_task_order = server_config.server_task_order
     return namesrv, configs
 
 

@@ -34,7 +34,7 @@ from pymq.common.config import ConfigError
 from pymq.common.errors import StartupError
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
-from pymq.remoting.config import NettyServerConfig
+from pymq.remoting.config import NettyServerConfig, task_order_of
 
 # Ports between two groups: each broker uses its port - 2, the port and + 1.
 PORT_STEP = 10
@@ -247,7 +247,12 @@ async def open_groups(
             kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
             config_store_path=os.path.join(data_dir, "namesrv", "namesrv.properties"),
         ),
-        NettyServerConfig(listen_port=namesrv_port, bind_address=bind_address),
+        NettyServerConfig(
+            listen_port=namesrv_port,
+            bind_address=bind_address,
+            # The process's (the entry point applied it; each broker process reads its own).
+            server_task_order=task_order_of(properties or {}),
+        ),
     )
     started: list[BrokerGroup] = []
     async with trio.open_nursery() as nursery:

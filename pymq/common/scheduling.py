@@ -33,11 +33,11 @@ import trio
 
 log = logging.getLogger(__name__)
 
-# The probe's tasks and how many times each yields: a random order survives all of its passes
-# unnoticed with probability 2 ** -(PROBE_PASSES - 1).
-PROBE_TASKS = 6
 # The name of Trio's scheduling random number generator in trio._core._run.
 GENERATOR = "_r"
+# The probe's tasks and how many times each yields: Trio's own order passes it only if each of
+# the PROBE_PASSES batches holding its tasks is reversed, with probability 2 ** -PROBE_PASSES.
+PROBE_TASKS = 6
 PROBE_PASSES = 24
 
 
@@ -48,9 +48,13 @@ class TaskOrder(enum.Enum):
 
 class _FirstReadyFirst(random.Random):
     """Trio's scheduling generator with ``random()`` fixed at 0.0: Trio reverses each batch,
-    which it then runs from its end, so the first task to become ready runs first.  (Trio
-    also draws from it, through ``uniform``, the start of a run's clock; a fixed offset there
-    changes nothing for pymq, which uses only differences of ``trio.current_time()``.)"""
+    which it then runs from its end, so the first task to become ready runs first.
+
+    Trio also draws from it, through ``uniform``, the offset of a run's clock, which becomes
+    10000.0 s in every process: Trio randomises it so that nobody compares ``current_time()``
+    across runs, and pymq uses it only for differences within one.  (Under pytest-trio's
+    deterministic scheduling its ``shuffle`` would become a fixed rotation; the probe refuses
+    that order.)"""
 
     def random(self) -> float:
         return 0.0
@@ -82,11 +86,18 @@ def _probe_order() -> bool:
     return seen == list(range(PROBE_TASKS)) * PROBE_PASSES
 
 
-def first_ready_first() -> object | None:
+def first_ready_first() -> random.Random | None:
     """Have this process's later ``trio.run`` calls run ready tasks first-ready-first.
 
     Returns what :func:`restore` needs to undo it, or None when it could not be done (the
-    reason logged as a warning; Trio's own order then stays).  Call it outside ``trio.run``."""
+    reason logged as a warning; Trio's own order then stays).  Call it before ``trio.run``:
+    RuntimeError inside a run, whose order can no longer be changed safely."""
+    try:
+        trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError("the task order is chosen before trio.run, not inside a run")
     module = _run_module()
     original = getattr(module, GENERATOR, None)
     if module is None or not isinstance(original, random.Random):
@@ -108,10 +119,11 @@ def first_ready_first() -> object | None:
             trio.__version__,
         )
         return None
+    log.info("running Trio's ready tasks first-ready-first (serverTaskOrder=fifo)")
     return original
 
 
-def restore(original: object | None) -> None:
+def restore(original: random.Random | None) -> None:
     """Undo :func:`first_ready_first` (given what it returned; None does nothing)."""
     module = _run_module()
     if original is not None and module is not None:

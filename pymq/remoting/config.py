@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from pymq.common.config import set_key
 from pymq.common.scheduling import TaskOrder
 from pymq.remoting.codec import FRAME_MAX_LENGTH
 from pymq.remoting.limits import MIB, ConnectionLimits, SharedBudget
@@ -24,6 +26,9 @@ from pymq.remoting.tls import (
     server_context,
     server_mode,
 )
+
+# The key of NettyServerConfig.server_task_order.
+TASK_ORDER_KEY = "serverTaskOrder"
 
 
 def _key(key: str, default: Any) -> Any:
@@ -113,6 +118,15 @@ class NettyServerConfig:
         settings = resolved(self.tls_settings())
         ctx = server_context(settings)
         return None if ctx is None else TlsServer(ctx, server_mode(settings))
+
+
+def task_order_of(properties: Mapping[str, str]) -> TaskOrder:
+    """The ``serverTaskOrder`` that ``properties`` give (its default when they give none);
+    ConfigError, naming the values it may take, when the value is not one."""
+    server = NettyServerConfig()
+    if TASK_ORDER_KEY in properties:
+        set_key(server, TASK_ORDER_KEY, properties[TASK_ORDER_KEY])
+    return server.server_task_order
 
 
 @attrs.define

@@ -10,10 +10,11 @@ import pytest
 from pymq.common.config import ConfigError, apply_properties, to_properties
 from pymq.common.properties import parse_properties
 from pymq.common.route import BrokerData, RegisterBrokerBody, TopicRouteData
-from pymq.common.serde import from_json, loads_lenient, to_json
+from pymq.common.serde import converter, from_json, loads_lenient, to_json
 from pymq.common.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from pymq.namesrv.config import NamesrvConfig
 from pymq.remoting.config import NettyServerConfig
+from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 
 
 def test_properties_file_forms() -> None:
@@ -58,6 +59,26 @@ def test_apply_properties_types_and_unknown_keys() -> None:
     assert namesrv.kv_config_path == "/tmp/kv.json"
     with pytest.raises(ConfigError, match="listenPort"):
         apply_properties([server], {"listenPort": "ninety"})
+
+
+def test_enum_keys_take_names_values_and_ordinals_in_range_only() -> None:
+    store = MessageStoreConfig()
+    for given, want in [
+        ("SYNC_FLUSH", FlushDiskType.SYNC_FLUSH),
+        ("0", FlushDiskType.ASYNC_FLUSH),  # an ordinal, as the C++ client sends enums
+        ("1", FlushDiskType.SYNC_FLUSH),
+    ]:
+        apply_properties([store], {"flushDiskType": given})
+        assert store.flush_disk_type is want
+    for bad in ["-1", "2", "-0x1", "sync"]:
+        with pytest.raises(ConfigError) as refused:
+            apply_properties([store], {"flushDiskType": bad})
+        assert str(refused.value) == (
+            f"bad value for flushDiskType: {bad!r} (one of ASYNC_FLUSH, SYNC_FLUSH)"
+        )
+    assert store.flush_disk_type is FlushDiskType.SYNC_FLUSH  # refused: nothing changed
+    with pytest.raises(ValueError, match="not a valid BrokerRole"):
+        converter.structure(-1, BrokerRole)
 
 
 def test_to_properties_uses_java_names_and_values() -> None:

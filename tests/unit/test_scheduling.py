@@ -15,8 +15,10 @@ from pymq.broker import __main__ as broker_main
 from pymq.common import scheduling
 from pymq.common.cli import run_main
 from pymq.common.scheduling import TaskOrder, first_ready_first, restore, task_order
+from pymq.embedded import build_cluster
+from pymq.groups import broker_command
 from pymq.namesrv import __main__ as namesrv_main
-from pymq.remoting.config import NettyServerConfig
+from pymq.remoting.config import NettyServerConfig, task_order_of
 
 TASKS = 5
 PASSES = 40
@@ -67,7 +69,7 @@ def test_fifo_runs_every_pass_in_the_order_tasks_became_ready() -> None:
 
 def test_trio_order_is_left_alone_and_is_not_fifo() -> None:
     """The control: without the change Trio's order varies between passes (all 40 passes in
-    order by chance: 2 ** -39), so the FIFO test above can fail."""
+    order by chance: 2 ** -40), so the FIFO test above can fail."""
     original = trio_run._r
     with task_order(TaskOrder.TRIO) as applied:
         assert not applied
@@ -190,6 +192,30 @@ def test_each_entry_point_passes_its_key_to_run_main(
     seen = _capture_run_main(monkeypatch, embedded_main)
     assert embedded_main.main(["--data", str(tmp_path / "data"), *flag]) == 0
     assert seen["order"] is want
+    seen.clear()
+    assert embedded_main.main(["--data", str(tmp_path / "data"), "--groups", "2", *flag]) == 0
+    assert seen["order"] is want
+    # The processes: the embedded name server's config, the group brokers' command lines.
+    props = {} if value is None else {"serverTaskOrder": value}
+    namesrv, configs = build_cluster(str(tmp_path / "c"), properties=dict(props))
+    assert namesrv.server_config.server_task_order is want
+    assert [c.server_task_order for c in configs if isinstance(c, NettyServerConfig)] == [want]
+    assert task_order_of(props) is want
+    command = broker_command(1, str(tmp_path), "127.0.0.1:9876", 10921, "127.0.0.1", props, 0)
+    assert ("--serverTaskOrder" in command) is (value is not None)
+    if value is not None:
+        assert command[command.index("--serverTaskOrder") + 1] == value
+
+
+def test_the_order_cannot_be_chosen_inside_a_run() -> None:
+    original = trio_run._r
+
+    async def inside() -> None:
+        with pytest.raises(RuntimeError, match=r"chosen before trio\.run"):
+            first_ready_first()
+
+    trio.run(inside)
+    assert trio_run._r is original
 
 
 def test_entry_points_refuse_a_bad_order(capsys: pytest.CaptureFixture[str]) -> None:

@@ -51,7 +51,7 @@ def _structure_enum(value: object, cls: type[enum.Enum]) -> enum.Enum:
     if isinstance(value, str):
         if value in cls.__members__:
             return cls.__members__[value]
-        if value.isdigit():  # an ordinal, as the C++ client sends enums
+        if value.isascii() and value.isdigit():  # an ordinal, as the C++ client sends enums
             value = int(value)
     if isinstance(value, int) and 0 <= value < len(cls):
         return list(cls)[value]

@@ -70,7 +70,7 @@ def test_enum_keys_take_names_values_and_ordinals_in_range_only() -> None:
     ]:
         apply_properties([store], {"flushDiskType": given})
         assert store.flush_disk_type is want
-    for bad in ["-1", "2", "-0x1", "sync"]:
+    for bad in ["-1", "2", "-0x1", "sync", "\u00b2", "\u0661"]:
         with pytest.raises(ConfigError) as refused:
             apply_properties([store], {"flushDiskType": bad})
         assert str(refused.value) == (

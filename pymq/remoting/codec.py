@@ -213,7 +213,8 @@ _json_header_at: Callable[..., RemotingCommand | None] | None = getattr(
 _frame_bounds: Callable[..., tuple[list[int], int, int | None]] | None = getattr(
     _native, "frame_bounds", None
 )
-"""``_recordc.frame_bounds``: FrameDecoder.feed_frames' walk over whole frames, in C."""
+"""``_recordc.frame_bounds``: FrameDecoder.feed_frames' walk over whole frames, in C (None:
+its twin, _walk_frames)."""
 
 # Read per frame: an enum member read through its class costs ~0.15 us in CPython 3.11.
 _SERIALIZE_JSON = SerializeType.JSON
@@ -549,36 +550,39 @@ class FrameDecoder:
             self._partial = bytearray()
         else:
             buf = data if type(data) is bytes else bytes(data)
-        n = len(buf)
-        unpack = _INT.unpack_from
         limit = self._max
-        if _frame_bounds is not None:  # the walk below, in C
-            bounds, pos, bad = _frame_bounds(buf, limit)
-            if bad is not None:
-                self._broken = ProtocolError(f"frame length {bad} outside 4..{limit} bytes")
-                if not bounds:
-                    raise self._broken
-                return buf, bounds
-        else:
-            bounds = []
-            pos = 0
-            while n - pos >= 4:
-                (length,) = unpack(buf, pos)
-                if length < 4 or length > limit:
-                    self._broken = ProtocolError(f"frame length {length} outside 4..{limit} bytes")
-                    if not bounds:
-                        raise self._broken
-                    return buf, bounds
-                end = pos + 4 + length
-                if end > n:
-                    break
-                bounds.append(pos + 4)
-                bounds.append(end)
-                pos = end
+        bounds, pos, bad = (_frame_bounds or _walk_frames)(buf, limit)
+        if bad is not None:
+            self._broken = ProtocolError(f"frame length {bad} outside 4..{limit} bytes")
+            if not bounds:
+                raise self._broken
+            return buf, bounds
+        n = len(buf)
         if pos < n:
             self._partial = bytearray(memoryview(buf)[pos:])
-            self._need = 4 + unpack(buf, pos)[0] if n - pos >= 4 else 4
+            self._need = 4 + _INT.unpack_from(buf, pos)[0] if n - pos >= 4 else 4
         return buf, bounds
+
+
+def _walk_frames(buf: bytes, limit: int) -> tuple[list[int], int, int | None]:
+    """The whole frames at the start of ``buf`` (``_recordc.frame_bounds``' twin): their bounds
+    ``[start, end, ...]`` without the length fields, where the walk stopped (an unfinished
+    frame's start, or a bad length's), and that bad length when outside 4..``limit``."""
+    bounds: list[int] = []
+    pos = 0
+    n = len(buf)
+    unpack = _INT.unpack_from
+    while n - pos >= 4:
+        (length,) = unpack(buf, pos)
+        if length < 4 or length > limit:
+            return bounds, pos, length
+        end = pos + 4 + length
+        if end > n:
+            break
+        bounds.append(pos + 4)
+        bounds.append(end)
+        pos = end
+    return bounds, pos, None
 
 
 decode_frame_at = _decode_at

@@ -68,22 +68,27 @@ def _run_module() -> ModuleType | None:
     return _run
 
 
-def _probe_order() -> bool:
-    """Whether a fresh ``trio.run`` runs ready tasks first-ready-first, every pass."""
+async def run_order(tasks: int, passes: int) -> list[int]:
+    """The order in which ``tasks`` tasks, started in index order, ran: each yields ``passes``
+    times, and the list holds its index each time it ran (first-ready-first gives
+    ``list(range(tasks)) * passes``)."""
     seen: list[int] = []
 
     async def worker(index: int) -> None:
-        for _ in range(PROBE_PASSES):
+        for _ in range(passes):
             seen.append(index)
             await trio.lowlevel.checkpoint()
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            for index in range(PROBE_TASKS):
-                nursery.start_soon(worker, index)
+    async with trio.open_nursery() as nursery:
+        for index in range(tasks):
+            nursery.start_soon(worker, index)
+    return seen
 
-    trio.run(main)
-    return seen == list(range(PROBE_TASKS)) * PROBE_PASSES
+
+def _probe_order() -> bool:
+    """Whether a fresh ``trio.run`` runs ready tasks first-ready-first, every pass."""
+    order = trio.run(run_order, PROBE_TASKS, PROBE_PASSES)
+    return order == list(range(PROBE_TASKS)) * PROBE_PASSES
 
 
 def first_ready_first() -> random.Random | None:

@@ -26,16 +26,7 @@ PASSES = 40
 
 async def _pass_orders() -> list[list[int]]:
     """The order TASKS tasks ran in, pass by pass, each yielding PASSES times."""
-    seen: list[int] = []
-
-    async def worker(index: int) -> None:
-        for _ in range(PASSES):
-            seen.append(index)
-            await trio.lowlevel.checkpoint()
-
-    async with trio.open_nursery() as nursery:
-        for index in range(TASKS):
-            nursery.start_soon(worker, index)
+    seen = await scheduling.run_order(TASKS, PASSES)
     return [seen[i : i + TASKS] for i in range(0, len(seen), TASKS)]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from collections.abc import Iterable, Iterator
 
 import attrs
 import trio
@@ -79,3 +80,18 @@ def java_available() -> bool:
     return bool(home and os.path.exists(os.path.join(home, "bin", "java"))) or bool(
         shutil.which("java")
     )
+
+
+_PYSPARK_MODULES = ("pyspark", "pyspark.worker", "pyspark.daemon")
+
+
+def worker_imports(_rows: Iterable[object]) -> Iterator[tuple[str, ...]]:
+    """For ``mapPartitions``: where the Python worker running the partition got PySpark
+    (``pyspark``, ``pyspark.worker``, ``pyspark.daemon``; "" for one not imported as a module,
+    as PySpark's own daemon, which runs as ``__main__``) and the module it runs as
+    ``__main__`` (the daemon module)."""
+    import sys
+
+    spec = sys.modules["__main__"].__spec__
+    files = (getattr(sys.modules.get(name), "__file__", "") or "" for name in _PYSPARK_MODULES)
+    yield (*(str(f) for f in files), spec.name if spec is not None else "")

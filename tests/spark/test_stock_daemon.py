@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pymq.export.job import JobConfig, run_export
-from tests.spark.helpers import make_messages, produce, store_of
+from tests.spark.helpers import make_messages, produce, store_of, worker_imports
 
 SPARK_STOCK_DAEMON = True  # tests/spark/conftest.py: no DAEMON_CONFIG for this module's session
 
@@ -19,17 +19,10 @@ pytestmark = [
 ]
 
 
-def _main_module(_rows: object) -> object:
-    import sys
-
-    spec = sys.modules["__main__"].__spec__
-    yield spec.name if spec is not None else ""
-
-
 def test_read_and_export_with_pyspark_s_own_daemon(spark, tmp_path):
     assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "pyspark.daemon"
-    mains = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_main_module).collect()
-    assert mains == ["pyspark.daemon", "pyspark.daemon"]
+    found = spark.sparkContext.parallelize(range(2), 2).mapPartitions(worker_imports).collect()
+    assert [main for *_, main in found] == ["pyspark.daemon", "pyspark.daemon"]
     data_dir = str(tmp_path / "data")
     sent = produce(data_dir, make_messages(60, seed=5))
     df = spark.read.format("pymq").option("path", store_of(data_dir)).load()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import types
-from collections.abc import Iterable, Iterator
 
 import pytest
 
 from pymq.export import job
 from pymq.export.spark_daemon import DAEMON_CONFIG, DAEMON_MODULE
+from tests.spark.helpers import worker_imports
 
 pytestmark = [
     pytest.mark.slow,
@@ -17,30 +17,19 @@ pytestmark = [
 ]
 
 
-def _where(_rows: Iterable[object]) -> Iterator[tuple[str, ...]]:
-    import sys
-
-    spec = sys.modules["__main__"].__spec__
-    yield (
-        str(sys.modules["pyspark"].__file__),
-        str(sys.modules["pyspark.worker"].__file__),
-        str(sys.modules["pyspark.daemon"].__file__),
-        spec.name if spec is not None else "",
-    )
-
-
 def test_workers_import_pyspark_s_installed_package_not_its_zip(spark):
     assert spark.sparkContext.getConf().get("spark.python.daemon.module") == DAEMON_MODULE
     import pyspark
 
     installed = os.path.dirname(pyspark.__file__)
-    found = spark.sparkContext.parallelize(range(2), 2).mapPartitions(_where).collect()
+    found = spark.sparkContext.parallelize(range(2), 2).mapPartitions(worker_imports).collect()
     assert len(found) == 2
     for package, worker, daemon, main in found:
         # The daemon runs as __main__ from pymq's module; PySpark comes from its package's
         # cached bytecode: a path inside pyspark.zip would mean the zip was imported.
         assert main == DAEMON_MODULE
         for path in (package, worker, daemon):
+            assert path, "a PySpark module was not imported as a module"
             assert ".zip" not in path, path
             assert os.path.commonpath([installed, path]) == installed, path
 

@@ -343,6 +343,7 @@ class BrokerController:
                 server.register(code, handler, inline.get(code))
             # The plain single send answered from its frame (never where ACL checks requests).
             server.raw_handler = send.send_raw
+            server.raw_run_handler = send.send_run
 
     def _signer(self) -> AclSigner | None:
         """The broker's own requests are signed when it has an account (accessKey/secretKey)."""

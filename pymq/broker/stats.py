@@ -145,8 +145,10 @@ class BrokerStats:
         if item is not None:
             item.add(value, times)
 
-    def on_put(self, msgs: int, size: int, topic: str | None = None) -> None:
-        """A stored send: on the hot path, so the topic's two items are looked up once."""
+    def on_put(self, msgs: int, size: int, topic: str | None = None, sends: int = 1) -> None:
+        """``sends`` stored sends of ``msgs`` messages and ``size`` bytes in all (several when
+        a run of sends is counted at once): on the hot path, so the topic's two items are
+        looked up once."""
         self.put_msgs += msgs
         self.put_bytes += size
         if topic is not None:
@@ -156,14 +158,14 @@ class BrokerStats:
             if pair is not None:
                 nums, sizes = pair
                 nums.value += msgs
-                nums.times += 1
+                nums.times += sends
                 sizes.value += size
-                sizes.times += 1
+                sizes.times += sends
         broker = self._broker_put or self._item(BROKER_PUT_NUMS, self.cluster_name)
         if broker is not None:
             self._broker_put = broker
             broker.value += msgs
-            broker.times += 1
+            broker.times += sends
 
     def _put_pair(self, topic: str) -> tuple[StatsItem, StatsItem] | None:
         nums = self._item(TOPIC_PUT_NUMS, topic)

@@ -707,6 +707,80 @@ class CommitLog:
         )
         return result, wait
 
+    def append_singles_fast(
+        self,
+        entries: list[tuple[str, int, bytes, str, int, int, int, int]],
+        topic_bytes: dict[str, bytes],
+        cluster_b: bytes,
+        born_host: tuple[str, int],
+        max_body_properties: int,
+        stop_flags: int,
+    ) -> tuple[list[DispatchHint], list[str | None], int]:
+        """:meth:`append_single_fast` of each of ``entries`` in turn, (topic, queue id, body,
+        properties, flag, sys flag, born timestamp, reconsume times), for a run of single sends
+        served together: the records, offsets and hints are those the calls one by one make.
+        Stops at the first entry the one-call path leaves to the general path (or whose topic
+        is not in ``topic_bytes``, the store's checked topics, or whose sys flag has a bit of
+        ``stop_flags``), or at a file's end; returns the hints and stored WAIT properties of
+        the entries appended, in order (the first ``len(hints)`` of ``entries``), and the
+        bytes they took."""
+        hints: list[DispatchHint] = []
+        waits: list[str | None] = []
+        files = self.queue.files
+        if _encode_single is None or not files or not entries:
+            return hints, waits, 0
+        mf = files[-1]
+        born_ip = self._born_ip(born_host[0])
+        if born_ip is None:
+            return hints, waits, 0
+        born_port = born_host[1]
+        mm, file_from = mf.mm, mf.file_from_offset
+        limit = min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH)
+        table = self.topic_queue_table
+        clock_ms = self.clock_ms
+        store_ip, store_port = self._store_ip, self._store_port
+        add_hint, add_wait = hints.append, waits.append
+        start = pos = mf.wrote_position
+        now = 0
+        try:
+            for topic, queue_id, body, props, flag, sys_flag, born, reconsume in entries:
+                topic_b = topic_bytes.get(topic)
+                if topic_b is None or sys_flag & stop_flags or topic == SCHEDULE_TOPIC:
+                    break
+                key = (topic, queue_id)
+                queue_offset = table.get(key, 0)
+                now = clock_ms()
+                out = _encode_single(
+                    mm, pos, limit, body, props, flag, queue_offset, file_from, topic_b,
+                    cluster_b, topic, queue_id, sys_flag, born, born_ip, born_port, now,
+                    store_ip, store_port, reconsume, max_body_properties, DispatchHint,
+                )  # fmt: skip
+                if out is None:
+                    break
+                # Encoded: commit (the position is set in the finally, whatever follows).
+                table[key] = queue_offset + 1
+                pos += out[0]
+                add_hint(out[1])
+                add_wait(out[2])
+        except Exception:  # a defect: what was appended stands, the rest go the usual way
+            log.exception("appending a run of single sends failed after %d", len(hints))
+        finally:
+            if pos != start:
+                self._appended_run(mf, start, pos, now, hints)
+        return hints, waits, pos - start
+
+    def _appended_run(
+        self, mf: MappedFile, start: int, pos: int, now: int, hints: list[DispatchHint]
+    ) -> None:
+        """append_singles_fast's bookkeeping of the records it wrote from ``start`` to ``pos``
+        of ``mf``, done once for the run: append_single_fast's, message by message."""
+        mf.wrote_position = pos
+        mf.last_store_timestamp = now
+        self._wrote_through_map(mf, pos - start)
+        queued = self.dispatch_hints
+        room = DISPATCH_HINTS_MAX - len(queued)
+        queued.extend(hints if room >= len(hints) else hints[: max(0, room)])
+
     def _scratch_for(self, body_size: int) -> bytearray:
         """A buffer for the records of a batch body of ``body_size`` bytes (an item's record is
         its item plus ~100 bytes), kept for the next batch up to SCRATCH_KEPT_MAX."""

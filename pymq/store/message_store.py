@@ -47,7 +47,7 @@ from pymq.store.clean_service import (
     CleanConsumeQueueService,
     disk_used_ratio,
 )
-from pymq.store.commitlog import CommitLog
+from pymq.store.commitlog import CommitLog, DispatchHint
 from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
 from pymq.store.flush_service import (
@@ -724,6 +724,51 @@ class DefaultMessageStore:
             self._dispatch_appended()
         return out
 
+    def put_singles_now(
+        self,
+        entries: list[tuple[str, int, bytes, str, int, int, int, int]],
+        cluster: str,
+        born_host: tuple[str, int],
+    ) -> tuple[list[DispatchHint], list[str | None]]:
+        """:meth:`put_single_now` of each of ``entries`` in turn, (topic, queue id, body,
+        properties, flag, sys flag, born timestamp, reconsume times), all from one peer: a
+        run of single sends served together (CommitLog.append_singles_fast), their
+        bookkeeping done once.  Stops at the first entry put_single_now would leave to the
+        general path; returns the dispatch hints (offsets, sizes, queue offsets and store
+        times) and stored WAIT properties of those put, the first ``len(hints)``."""
+        if (
+            not self.running
+            or self.read_only
+            or self.clean_commitlog.disk_full
+            or self.reput.blocked is not None
+        ):
+            return [], []
+        cluster_b = self._cluster_bytes
+        if cluster_b[0] != cluster:
+            cluster_b = self._cluster_bytes = (
+                cluster,
+                cluster.encode() if cluster.isascii() else b"",
+            )
+        clock = self.lock_clock
+        begin = clock()
+        hints, waits, size = self.commitlog.append_singles_fast(
+            entries, self._topic_bytes, cluster_b[1], born_host,
+            max(0, self.config.max_message_size - _MIN_OVERHEAD), _TRAN_MASK,
+        )  # fmt: skip
+        count = len(hints)
+        if count:
+            each = (clock() - begin) / count  # the puts' lock times, as put_single_now's
+            if each < 0.001 and self.config.os_page_cache_busy_time_out_mills >= 1:
+                self.put_stats.record_quick(count)
+            else:
+                for _ in range(count):
+                    self._held_lock(begin, begin + each)
+            self.put_message_times_total += count
+            self.put_message_size_total += size
+            if not self.reput.woken:
+                self._dispatch_appended()
+        return hints, waits
+
     def put_batch_body_now(
         self,
         topic: str,
@@ -833,6 +878,23 @@ class DefaultMessageStore:
             sink,
             frame,
             partial(_late_answer, result, late),
+        )
+
+    def waits_for_disk(self, wait: str | None) -> bool:
+        """Whether a put stored with this WAIT property is answered by the group commit
+        (SYNC_FLUSH, not SYNC_MASTER): :meth:`hold_answer`'s test of a stored put."""
+        return self.must_wait and _waits(wait)
+
+    def hold_answers(
+        self, end: int, sink: AnswerSink, frames: bytes, late: Callable[[], bytes]
+    ) -> bool:
+        """:meth:`hold_answer` for the answers of puts appended together, ``frames`` joined:
+        written to ``sink`` once the bytes before ``end`` (where the last of them ends) are on
+        disk, or ``late()``'s frames (their status FLUSH_DISK_TIMEOUT) after
+        syncFlushTimeout; False, holding nothing, when those bytes are durable already."""
+        assert self.flush_commitlog is not None
+        return self.flush_commitlog.hold_answer(
+            end, self.config.sync_flush_timeout / 1000, sink, frames, late
         )
 
     def _sync_flush_end(self, result: PutMessageResult, wait: str | None) -> int | None:

@@ -137,15 +137,22 @@ async def test_sync_flush_answers_only_once_durable(tmp_path, monkeypatch) -> No
         results = Results()
         # The plain sends are taken by the raw path (answered later by the group commit).
         send = cluster.broker.send_processor
-        raw_served: list[bool] = []
+        raw_served: list[bool] = []  # each frame: held for the group commit by the raw path
 
         def counting(channel: object, buf: bytes, start: int, end: int) -> bytes | None:
             out = send.send_raw(channel, buf, start, end)  # type: ignore[arg-type]
             raw_served.append(out == b"")
             return out
 
+        def counting_run(
+            channel: object, buf: bytes, bounds: list[int], first: int, stop: int
+        ) -> tuple[bytes, int]:
+            joined, left = send.send_run(channel, buf, bounds, first, stop)  # type: ignore[arg-type]
+            raw_served.extend([joined == b""] * (left - first))
+            return joined, left
+
         for server in (cluster.broker.server, cluster.broker.fast_server):
-            server.raw_handler = counting
+            server.raw_handler, server.raw_run_handler = counting, counting_run
 
         def check(result: SendResult | None, error: Exception | None) -> None:
             if result is not None:

@@ -215,15 +215,23 @@ async def test_a_broker_serves_sends_raw_over_its_connections(pymq_cluster: Clus
     await topics.create_topic(cluster.namesrv_addr, "RawSock", brokers=[cluster.broker_addr])
     send = cluster.broker.send_processor
     served = []
-    real = send.send_raw
+    real, real_run = send.send_raw, send.send_run
 
     def counting(channel: object, buf: bytes, start: int, end: int) -> bytes | None:
         out = real(channel, buf, start, end)  # type: ignore[arg-type]
         served.append(out is not None)
         return out
 
+    def counting_run(
+        channel: object, buf: bytes, bounds: list[int], first: int, stop: int
+    ) -> tuple[bytes, int]:
+        joined, left = real_run(channel, buf, bounds, first, stop)  # type: ignore[arg-type]
+        served.extend([True] * (left - first))
+        return joined, left
+
     for server in (cluster.broker.server, cluster.broker.fast_server):
-        server.raw_handler = counting
+        assert server.raw_handler == real and server.raw_run_handler == real_run
+        server.raw_handler, server.raw_run_handler = counting, counting_run
     async with Producer("P", cluster.namesrv_addr) as producer:
         results = [await producer.send(Message("RawSock", b"m%d" % i)) for i in range(20)]
     assert {r.status for r in results} == {"SEND_OK"}

@@ -1,0 +1,292 @@
+"""The broker's run handler for sends (SendProcessor.send_run, Channel.raw_run_handler): a run
+of frames served together answers, stores and counts exactly what the frames served one by one
+(send_raw, else the usual path) do; with SYNC_FLUSH the run's answers are held by the group
+commit together; and a frame it has put is never served a second time, whatever fails."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import trio
+
+from pymq.broker.stats import TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
+from pymq.client import topics
+from pymq.common.native import native_extension
+from pymq.embedded import Cluster
+from pymq.remoting.channel import ANSWER_LATER
+from pymq.remoting.codec import decode_frame
+from pymq.remoting.codes import ResponseCode
+from tests.integration.test_send_raw import (
+    PEER,
+    UNIQ,
+    Answers,
+    _items,
+    answer_of,
+    batch_frame,
+    cpp_frame,
+    ext_for,
+    frame,
+    stored,
+    sync_flush_cluster,
+    usual,
+)
+
+pytestmark = pytest.mark.skipif(
+    getattr(native_extension, "send_fields", None) is None, reason="needs the C extension"
+)
+
+
+def split(joined: bytes) -> list[bytes]:
+    """Whole frames written back to back, apart."""
+    frames, pos = [], 0
+    while pos < len(joined):
+        (length,) = struct.unpack_from(">i", joined, pos)
+        frames.append(joined[pos : pos + 4 + length])
+        pos += 4 + length
+    return frames
+
+
+def run_of(frames: list[bytes]) -> tuple[bytes, list[int]]:
+    """The frames in one read, and their bounds as Channel gives them (length fields off)."""
+    bounds, pos = [], 0
+    for data in frames:
+        bounds += [pos + 4, pos + len(data)]
+        pos += len(data)
+    return b"".join(frames), bounds
+
+
+async def as_channel(
+    cluster: Cluster, channel: object, frames: list[bytes]
+) -> tuple[list[tuple], int]:
+    """The frames served as Channel serves a run: send_run first, the frame it stops at by
+    the usual path, the rest by send_raw (else the usual path); the answers in order, and
+    the frame send_run stopped at."""
+    send = cluster.broker.send_processor
+    buf, bounds = run_of(frames)
+    joined, left = send.send_run(channel, buf, bounds, 0, len(frames))  # type: ignore[arg-type]
+    answers = [answer_of(f) for f in split(joined)]
+    for i in range(left, len(frames)):
+        out = None if i == left else send.send_raw(channel, buf, bounds[2 * i], bounds[2 * i + 1])  # type: ignore[arg-type]
+        answers.append(answer_of(out) if out else await usual(cluster, frames[i]))
+    return answers, left
+
+
+async def one_by_one(cluster: Cluster, frames: list[bytes]) -> list[tuple]:
+    send = cluster.broker.send_processor
+    answers = []
+    for data in frames:
+        out = send.send_raw(PEER, data, 4, len(data))  # type: ignore[arg-type]
+        answers.append(answer_of(out) if out else await usual(cluster, data))
+    return answers
+
+
+def same_words(answers: list[tuple], topic: str) -> list[tuple]:
+    """The answers, refusals (which name the topic) worded for either topic."""
+    return [(code, remark and remark.replace(topic, "T"), *rest) for code, remark, *rest in answers]
+
+
+def cases(topic: str) -> list[bytes]:
+    """A run of sends of every kind: plain ones, and among them frames send_run leaves to
+    send_raw (batches, a queue chosen by the broker), then from the first that send_raw
+    leaves to the usual path (a queue out of range) frames served one by one."""
+    return [
+        frame(ext_for(topic, props=UNIQ.format(1))),
+        frame(ext_for(topic, props="TAGS\x01a\x02KEYS\x01k1 k2\x02" + UNIQ.format(2))),
+        frame(ext_for(topic, props=None)),
+        frame(ext_for(topic, 3, UNIQ.format(3), h="5", f="0")),
+        cpp_frame(topic, UNIQ.format(4), queueId=2, reconsumeTimes=1),
+        batch_frame(topic, _items(3)),
+        frame(ext_for(topic, props="WAIT\x01false\x02" + UNIQ.format(5))),
+        frame(ext_for(topic, props=UNIQ.format(7), j="3", l="16")),
+        frame(ext_for(topic, props=UNIQ.format(10))),
+        batch_frame(topic, _items(1), j="2"),
+        frame(ext_for(topic, props=UNIQ.format(12))),
+        frame(ext_for(topic, 2, props=UNIQ.format(14))),
+        frame(ext_for(topic, 99, UNIQ.format(6))),
+        frame(ext_for(topic, props="A\x01\u00e9\x02" + UNIQ.format(8))),
+        frame(ext_for(topic, props="TRAN_MSG\x01true\x02" + UNIQ.format(9))),
+        frame(ext_for(topic, props=UNIQ.format(15))),
+        frame(ext_for(topic + "Nope", props=UNIQ.format(11))),
+        frame(ext_for(topic, props=UNIQ.format(16))),
+        frame(ext_for("%RETRY%" + topic, props=UNIQ.format(13))),
+        frame(ext_for(topic, props=UNIQ.format(17))),
+    ]
+
+
+async def first_sends(cluster: Cluster, *names: str) -> None:
+    """Each topic's first send, which the usual path serves (its name is checked there), and
+    a second, which send_raw serves (and judges the topic for the sends after)."""
+    send = cluster.broker.send_processor
+    for topic in names:
+        for n in range(2):
+            data = frame(ext_for(topic, props=UNIQ.format(90 + n)))
+            channel = Answers()
+            out = send.send_raw(channel, data, 4, len(data))  # type: ignore[arg-type]
+            if n == 0:
+                assert out is None
+                cmd = decode_frame(data[4:])
+                out = cluster.broker.server.dispatch_inline(channel, cmd)  # type: ignore[arg-type]
+                if out is not ANSWER_LATER:
+                    channel.answer(cmd, out)  # type: ignore[arg-type]
+            elif out:
+                channel.frames.append(answer_of(out))
+            with trio.fail_after(10):
+                while not channel.frames:
+                    await trio.sleep(0.01)
+            assert channel.frames[0][0] == ResponseCode.SUCCESS
+
+
+async def test_a_run_answers_stores_and_counts_as_its_frames_one_by_one(
+    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = pymq_cluster
+    for topic in ("RunT", "OneT"):
+        await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr])
+    await first_sends(cluster, "RunT", "OneT")
+    store = cluster.broker.store
+    put_together: list[int] = []
+    real = store.put_singles_now
+
+    def counting(*args: object) -> tuple:
+        hints, waits = real(*args)  # type: ignore[arg-type]
+        put_together.append(len(hints))
+        return hints, waits
+
+    monkeypatch.setattr(store, "put_singles_now", counting)
+    got, left = await as_channel(cluster, PEER, cases("RunT"))
+    assert left == 12  # the queue out of range: the usual path's
+    want = await one_by_one(cluster, cases("OneT"))
+    for answers in (got, want):  # the half messages of both share one system queue
+        answers[14][2].pop("queueOffset")
+    assert same_words(got, "RunT") == same_words(want, "OneT")
+    # The plain sends were put in runs between the frames left to send_raw.
+    assert put_together[:3] == [5, 3, 2], put_together  # then send_raw's, one by one
+    await store.reput.do_reput()
+    run_records, one_records = stored(cluster, "RunT"), stored(cluster, "OneT")
+    assert len(run_records) == 20
+    assert run_records == one_records
+    stats = cluster.broker.context.stats
+    for name in (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE):
+        run_item, one_item = stats.items[name]["RunT"], stats.items[name]["OneT"]
+        assert (run_item.value, run_item.times) == (one_item.value, one_item.times), name
+    # The consume queues have what the records say (dispatch of the run's hints).
+    for queue_id in range(4):
+        assert store.get_max_offset_in_queue("RunT", queue_id) == store.get_max_offset_in_queue(
+            "OneT", queue_id
+        )
+
+
+async def test_a_run_stops_at_a_file_s_end_and_the_rest_is_served(pymq_cluster: Cluster) -> None:
+    """A run that reaches the end of the commit log's allocated blocks: the sends before are
+    put together, the rest frame by frame (the usual path allocates), nothing lost."""
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "EdgeT", brokers=[cluster.broker_addr])
+    await first_sends(cluster, "EdgeT")
+    mf = cluster.broker.store.commitlog.queue.files[-1]
+    frames = [frame(ext_for("EdgeT", props=UNIQ.format(i % 100))) for i in range(40)]
+    record = 200  # about each record's size
+    mf.allocated = min(mf.allocated, mf.wrote_position + 10 * record)  # blocks there are kept
+    answers, left = await as_channel(cluster, PEER, frames)
+    assert 3 <= left <= 15  # the sends that fit were put together
+    assert [a[0] for a in answers] == [ResponseCode.SUCCESS] * 40
+    offsets = [int(a[2]["queueOffset"]) for a in answers]
+    assert offsets == list(range(2, 42))  # queue 1's, after the first two sends
+    await cluster.broker.store.reput.do_reput()
+    assert len(stored(cluster, "EdgeT")) == 42
+
+
+async def test_a_put_run_is_answered_once_whatever_fails_after(
+    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A defect after the puts (here the statistics raising) neither serves a frame again
+    (Channel serves a run again from its start when the run handler raises) nor leaves one
+    unanswered."""
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "OnceT", brokers=[cluster.broker_addr])
+    await first_sends(cluster, "OnceT")
+    stats = cluster.broker.context.stats
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("stats broke")
+
+    monkeypatch.setattr(stats, "on_put", broken)
+    frames = [frame(ext_for("OnceT", props=UNIQ.format(i))) for i in range(1, 7)]
+    buf, bounds = run_of(frames)
+    send = cluster.broker.send_processor
+    joined, left = send.send_run(PEER, buf, bounds, 0, len(frames))  # type: ignore[arg-type]
+    assert left == len(frames)
+    answers = [answer_of(f) for f in split(joined)]
+    assert [a[0] for a in answers] == [ResponseCode.SUCCESS] * 6
+    assert [a[3] for a in answers] == [77] * 6
+    await cluster.broker.store.reput.do_reput()
+    assert len(stored(cluster, "OnceT")) == 8  # the first two sends and the six, once each
+
+
+class Joined(Answers):
+    """Answers whose held frames may come joined, as Channel.answer_frames writes them."""
+
+    def answer_frames(self, frames: list[bytes]) -> None:
+        self.calls.append(len(frames))
+        self.frames.extend(answer_of(f) for joined in frames for f in split(joined))
+
+
+async def test_sync_flush_holds_a_run_s_answers_together(tmp_path, monkeypatch) -> None:
+    """With SYNC_FLUSH the run's sends are answered once their bytes are on disk, in one
+    write, with the answers the usual path gives (SEND_OK; FLUSH_DISK_TIMEOUT when the sync
+    hangs past syncFlushTimeout); a WAIT=false send among them is answered at once."""
+    from tests.helpers import StuckDisk
+
+    disk = StuckDisk(monkeypatch)
+    async with sync_flush_cluster(tmp_path, "RunT", "OneT") as cluster:
+        await first_sends(cluster, "RunT", "OneT")
+        store = cluster.broker.store
+        send = cluster.broker.send_processor
+
+        def sends(topic: str, base: int) -> list[bytes]:
+            return [
+                frame(ext_for(topic, props=UNIQ.format(base))),
+                frame(ext_for(topic, 2, "TAGS\x01a\x02" + UNIQ.format(base + 1))),
+                frame(ext_for(topic, props="WAIT\x01false\x02" + UNIQ.format(base + 2))),
+                frame(ext_for(topic, props=UNIQ.format(base + 3))),
+                frame(ext_for(topic, 3, UNIQ.format(base + 4))),
+            ]
+
+        async def answered(channel: Answers, count: int) -> None:
+            with trio.fail_after(10):
+                while len(channel.frames) < count:
+                    await trio.sleep(0.01)
+            await trio.sleep(0.1)  # nothing more comes
+            assert len(channel.frames) == count
+
+        for base, stuck in ((10, False), (20, True)):
+            if stuck:
+                store.config.sync_flush_timeout = 200
+                disk.stuck = True
+                disk.release.clear()
+            run_ch = Joined()
+            buf, bounds = run_of(sends("RunT", base))
+            joined, left = send.send_run(run_ch, buf, bounds, 0, 5)  # type: ignore[arg-type]
+            assert left == 5
+            now = [answer_of(f) for f in split(joined)]
+            assert [a[2]["queueOffset"] for a in now] == [{10: "3", 20: "6"}[base]]  # WAIT=false
+            await answered(run_ch, 4)
+            assert run_ch.calls == [1]  # the four held answers in one write
+            one_ch = Joined()
+            want = []
+            for data in sends("OneT", base):
+                out = send.send_raw(one_ch, data, 4, len(data))  # type: ignore[arg-type]
+                if out:
+                    want.append(answer_of(out))
+            await answered(one_ch, 4)
+            assert same_words(now + run_ch.frames, "RunT") == same_words(
+                want + one_ch.frames, "OneT"
+            )
+            code = ResponseCode.FLUSH_DISK_TIMEOUT if stuck else ResponseCode.SUCCESS
+            assert {a[0] for a in run_ch.frames} == {code}
+            if stuck:
+                disk.stuck = False
+                disk.release.set()
+        await store.reput.do_reput()
+        assert stored(cluster, "RunT") == stored(cluster, "OneT")
+        assert len(stored(cluster, "RunT")) == 12

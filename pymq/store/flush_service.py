@@ -127,9 +127,10 @@ class CommitLogFlushService:
         frame: bytes,
         late: Callable[[], bytes],
     ) -> bool:
-        """Group commit for a request whose answer is written whole: ``frame`` goes to
-        ``sink`` once bytes before ``offset`` are durable, ``late()``'s frame once
-        ``timeout_s`` seconds have passed first (as :meth:`on_flushed`).  A sync answers
+        """Group commit for a request whose answer is written whole: ``frame`` (or the
+        frames of several requests, back to back) goes to ``sink`` once bytes before
+        ``offset`` are durable, ``late()``'s frame once ``timeout_s`` seconds have passed
+        first (as :meth:`on_flushed`).  A sync answers
         each sink's requests in one call, oldest first.  False, holding nothing, when the
         bytes are durable already: the caller answers ``frame`` itself.
 

@@ -756,7 +756,11 @@ class DefaultMessageStore:
             max(0, self.config.max_message_size - _MIN_OVERHEAD), _TRAN_MASK,
         )  # fmt: skip
         count = len(hints)
-        if count:
+        if not count:
+            return hints, waits
+        # Put: the caller must learn what was, whatever fails here (a defect is logged, not
+        # raised: the requests would be served, and stored, again).
+        try:
             each = (clock() - begin) / count  # the puts' lock times, as put_single_now's
             if each < 0.001 and self.config.os_page_cache_busy_time_out_mills >= 1:
                 self.put_stats.record_quick(count)
@@ -765,8 +769,10 @@ class DefaultMessageStore:
                     self._held_lock(begin, begin + each)
             self.put_message_times_total += count
             self.put_message_size_total += size
-            if not self.reput.woken:
-                self._dispatch_appended()
+        except Exception:
+            log.exception("counting a run of %d puts", count)
+        if not self.reput.woken:
+            self._dispatch_appended()
         return hints, waits
 
     def put_batch_body_now(

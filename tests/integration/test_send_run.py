@@ -196,21 +196,24 @@ async def test_a_run_stops_at_a_file_s_end_and_the_rest_is_served(pymq_cluster: 
     assert len(stored(cluster, "EdgeT")) == 42
 
 
+@pytest.mark.parametrize("broken", ["broker stats", "store stats"])
 async def test_a_put_run_is_answered_once_whatever_fails_after(
-    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, broken: str
 ) -> None:
-    """A defect after the puts (here the statistics raising) neither serves a frame again
-    (Channel serves a run again from its start when the run handler raises) nor leaves one
-    unanswered."""
+    """A defect after the puts (here the broker's or the store's statistics raising) neither
+    serves a frame again (Channel serves a run again from its start when the run handler
+    raises) nor leaves one unanswered."""
     cluster = pymq_cluster
     await topics.create_topic(cluster.namesrv_addr, "OnceT", brokers=[cluster.broker_addr])
     await first_sends(cluster, "OnceT")
-    stats = cluster.broker.context.stats
 
-    def broken(*args: object) -> None:
+    def raising(*args: object) -> None:
         raise RuntimeError("stats broke")
 
-    monkeypatch.setattr(stats, "on_put", broken)
+    if broken == "broker stats":
+        monkeypatch.setattr(cluster.broker.context.stats, "on_put", raising)
+    else:
+        monkeypatch.setattr(cluster.broker.store.put_stats, "record_quick", raising)
     frames = [frame(ext_for("OnceT", props=UNIQ.format(i))) for i in range(1, 7)]
     buf, bounds = run_of(frames)
     send = cluster.broker.send_processor

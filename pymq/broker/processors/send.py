@@ -560,13 +560,14 @@ class SendProcessor:
         answers: list[bytes] = []
         i = first
         while i < stop:
-            try:
-                i = self._send_singles(channel, buf, bounds, i, stop, answers)
-            except Exception:  # a defect: what it put is answered; the rest go frame by frame
-                log.exception("serving a run of sends from %s", channel.remote_address)
-                break
-            if i >= stop:
-                break
+            if stop - i > 1:  # a frame alone costs send_raw less
+                try:
+                    i = self._send_singles(channel, buf, bounds, i, stop, answers)
+                except Exception:  # a defect: what it put is answered; the rest one by one
+                    log.exception("serving a run of sends from %s", channel.remote_address)
+                    break
+                if i >= stop:
+                    break
             try:
                 answer = self.send_raw(channel, buf, bounds[2 * i], bounds[2 * i + 1])
             except Exception:  # as Channel does: the usual path serves it

@@ -293,3 +293,39 @@ async def test_sync_flush_holds_a_run_s_answers_together(tmp_path, monkeypatch) 
         await store.reput.do_reput()
         assert stored(cluster, "RunT") == stored(cluster, "OneT")
         assert len(stored(cluster, "RunT")) == 12
+
+
+async def test_each_frame_of_a_run_is_read_once(
+    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The frame a run of singles stops at (a batch, a send to a topic not judged yet) is
+    served from the fields already read, not read again."""
+    from pymq.broker.processors import send as send_module
+
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "ReadT", brokers=[cluster.broker_addr])
+    await first_sends(cluster, "ReadT")
+    reads: list[int] = []
+    real = send_module._send_fields
+    assert real is not None
+
+    def counting(buf: bytes, start: int, end: int) -> tuple | None:
+        reads.append(start)
+        return real(buf, start, end)
+
+    monkeypatch.setattr(send_module, "_send_fields", counting)
+    frames = [
+        frame(ext_for("ReadT", props=UNIQ.format(1))),
+        batch_frame("ReadT", _items(2)),
+        frame(ext_for("ReadT", props=UNIQ.format(2))),
+        frame(ext_for("ReadT", props=UNIQ.format(3))),
+        batch_frame("ReadT", _items(2)),
+        batch_frame("ReadT", _items(2)),
+        frame(ext_for("ReadT", props=UNIQ.format(4))),
+    ]
+    buf, bounds = run_of(frames)
+    send = cluster.broker.send_processor
+    joined, left = send.send_run(PEER, buf, bounds, 0, len(frames))  # type: ignore[arg-type]
+    assert left == len(frames)
+    assert [answer_of(f)[0] for f in split(joined)] == [ResponseCode.SUCCESS] * 7
+    assert sorted(reads) == bounds[0::2]  # each frame's start, once

@@ -495,6 +495,11 @@ class SendProcessor:
         fields = _send_fields(buf, start, end)
         if fields is None:
             return None
+        return self._send_parsed(channel, buf, end, fields)
+
+    def _send_parsed(self, channel: Channel, buf: bytes, end: int, fields: tuple) -> bytes | None:
+        """:meth:`send_raw` of the frame ending at ``end`` whose ``send_fields`` are
+        ``fields``."""
         (opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,
          batch) = fields  # fmt: skip
         store = self.ctx.store
@@ -559,17 +564,22 @@ class SendProcessor:
         commit, never served again."""
         answers: list[bytes] = []
         i = first
-        while i < stop:
-            if stop - i > 1:  # a frame alone costs send_raw less
-                try:
-                    i = self._send_singles(channel, buf, bounds, i, stop, answers)
-                except Exception:  # a defect: what it put is answered; the rest one by one
-                    log.exception("serving a run of sends from %s", channel.remote_address)
-                    break
-                if i >= stop:
-                    break
+        read = _send_fields
+        while i < stop and read is not None:
             try:
-                answer = self.send_raw(channel, buf, bounds[2 * i], bounds[2 * i + 1])
+                if stop - i > 1:  # a frame alone costs send_raw less
+                    i, fields = self._send_singles(channel, buf, bounds, i, stop, answers)
+                    if i >= stop:
+                        break
+                else:
+                    fields = read(buf, bounds[2 * i], bounds[2 * i + 1])
+            except Exception:  # a defect: what it put is answered; the rest one by one
+                log.exception("serving a run of sends from %s", channel.remote_address)
+                break
+            if fields is None:  # no send send_raw takes: the usual path's
+                break
+            try:
+                answer = self._send_parsed(channel, buf, bounds[2 * i + 1], fields)
             except Exception:  # as Channel does: the usual path serves it
                 log.exception("raw handler failed; frame decoded instead")
                 answer = None
@@ -588,29 +598,31 @@ class SendProcessor:
         first: int,
         stop: int,
         answers: list[bytes],
-    ) -> int:
+    ) -> tuple[int, tuple | None]:
         """The plain single sends leading frames ``first..stop-1``, to topics send_raw has
         judged (its verdicts, checked as it checks them), put in one store call
         (``put_singles_now``) and answered as send_raw answers each: the answers added to
         ``answers`` or, with SYNC_FLUSH, held by the group commit together.  Returns the
-        first frame not served: the first that is no such send, or that the store leaves to
-        the general path."""
+        first frame not served (the first that is no such send, or that the store leaves to
+        the general path) and its ``send_fields``, None when it has none (send_raw leaves it
+        to the usual path) or was not read."""
         store = self.ctx.store
-        answer_frame = _send_answer_frame
-        if _send_fields is None or answer_frame is None or store.config.broker_role is _SYNC_MASTER:
-            return first
+        read, answer_frame = _send_fields, _send_answer_frame
+        if read is None or answer_frame is None or store.config.broker_role is _SYNC_MASTER:
+            return first, None
         bc = self.ctx.broker_config
         permission, cluster = bc.broker_permission, bc.broker_cluster_name
         verdicts, valid = self._raw_verdicts, self._valid_topics
         select = self.ctx.topic_config_manager.select
         entries: list[tuple[str, int, bytes, str, int, int, int, int]] = []
-        opaques: list[int] = []
+        parsed: list[tuple] = []  # the entries' fields
+        fields: tuple | None = None  # the fields of the frame after the entries
         for i in range(first, stop):
             end = bounds[2 * i + 1]
-            fields = _send_fields(buf, bounds[2 * i], end)
+            fields = read(buf, bounds[2 * i], end)
             if fields is None:
                 break
-            (opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,
+            (_, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,
              batch) = fields  # fmt: skip
             verdict = verdicts.get(topic)
             if (
@@ -627,23 +639,25 @@ class SendProcessor:
                 (topic, queue_id, buf[body_at:end], props or "", flag, sys_flag, born_timestamp,
                  reconsume or 0)
             )  # fmt: skip
-            opaques.append(opaque)
+            parsed.append(fields)
+            fields = None
         if not entries:
-            return first
+            return first, fields
         hints, waits = store.put_singles_now(entries, cluster, self._born_host(channel))
         if hints:
             # Stored: from here on each is answered here (or by the group commit), never
             # served again, whatever fails.
             try:
-                self._answer_singles(channel, opaques, hints, waits, answers)
+                self._answer_singles(channel, parsed, hints, waits, answers)
             except Exception:
                 log.exception("error answering a run of sends from %s", channel.remote_address)
-        return first + len(hints)
+        put = len(hints)
+        return first + put, parsed[put] if put < len(parsed) else fields
 
     def _answer_singles(
         self,
         channel: Channel,
-        opaques: list[int],
+        parsed: list[tuple],
         hints: list[DispatchHint],
         waits: list[str | None],
         answers: list[bytes],
@@ -661,7 +675,8 @@ class SendProcessor:
         held: list[tuple[int, DispatchHint]] = []
         held_frames: list[bytes] = []
         must_wait = store.must_wait
-        for opaque, hint, wait in zip(opaques, hints, waits, strict=False):
+        for fields, hint, wait in zip(parsed, hints, waits, strict=False):
+            opaque = fields[0]
             try:
                 try:
                     frame = answer_frame(

@@ -929,9 +929,9 @@ class Channel:
 
     def answer_frames(self, frames: list[bytes]) -> None:
         """Write whole answer frames to requests a raw handler took (RAW_ANSWER_LATER; the
-        group commit's answers to this connection), with one wake of the writer; dropped if
-        the channel has closed (its output is gone, and counting them would hold the server's
-        write budget for good)."""
+        group commit's answers to this connection; an item may hold several frames back to
+        back), with one wake of the writer; dropped if the channel has closed (its output is
+        gone, and counting them would hold the server's write budget for good)."""
         if self.closed:
             log.debug("dropping %d answers: %s closed", len(frames), self)
             return

@@ -933,7 +933,7 @@ class Channel:
         back), with one wake of the writer; dropped if the channel has closed (its output is
         gone, and counting them would hold the server's write budget for good)."""
         if self.closed:
-            log.debug("dropping %d answers: %s closed", len(frames), self)
+            log.debug("dropping %d writes of held answers: %s closed", len(frames), self)
             return
         out = self._out
         for frame in frames:

@@ -741,7 +741,7 @@ class CommitLog:
         store_ip, store_port = self._store_ip, self._store_port
         add_hint, add_wait = hints.append, waits.append
         start = pos = mf.wrote_position
-        now = 0
+        stamp = 0  # the last appended record's store time
         try:
             for topic, queue_id, body, props, flag, sys_flag, born, reconsume in entries:
                 topic_b = topic_bytes.get(topic)
@@ -760,13 +760,14 @@ class CommitLog:
                 # Encoded: commit (the position is set in the finally, whatever follows).
                 table[key] = queue_offset + 1
                 pos += out[0]
+                stamp = now
                 add_hint(out[1])
                 add_wait(out[2])
         except Exception:  # a defect: what was appended stands, the rest go the usual way
             log.exception("appending a run of single sends failed after %d", len(hints))
         finally:
             if pos != start:
-                self._appended_run(mf, start, pos, now, hints)
+                self._appended_run(mf, start, pos, stamp, hints)
         return hints, waits, pos - start
 
     def _appended_run(

@@ -38,7 +38,8 @@ EXPIRY_CHECK_INTERVAL = 0.05
 
 class AnswerSink(Protocol):
     """Where :meth:`CommitLogFlushService.hold_answer` writes the answers it held (a
-    connection): all those a sync released to it, in one call."""
+    connection): all those a sync released to it, in one call (an item may hold several
+    answers' frames back to back)."""
 
     def answer_frames(self, frames: list[bytes]) -> None: ...
 

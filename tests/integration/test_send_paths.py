@@ -156,9 +156,12 @@ async def test_sync_flush_answers_only_once_durable(tmp_path, monkeypatch) -> No
 
         def check(result: SendResult | None, error: Exception | None) -> None:
             if result is not None:
-                # Acknowledged means on disk: the flushed position is past the record's start.
+                # Acknowledged means on disk: the flushed position is at or past the record's
+                # end (its first four bytes are its size).
                 phy = decode_offset_msg_id(result.offset_msg_id)[2]
-                covered.append(store.commitlog.queue.flushed_where > phy)
+                head = store.commitlog.get_data(phy, 4) or b""
+                size = int.from_bytes(head, "big") if len(head) == 4 else 1 << 62
+                covered.append(store.commitlog.queue.flushed_where >= phy + size)
             results(result, error)
 
         async with Producer("P", cluster.namesrv_addr) as producer:

@@ -10,7 +10,7 @@ import struct
 import pytest
 import trio
 
-from pymq.broker.stats import TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
+from pymq.broker.stats import BROKER_PUT_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
 from pymq.client import topics
 from pymq.common.native import native_extension
 from pymq.embedded import Cluster
@@ -329,3 +329,174 @@ async def test_each_frame_of_a_run_is_read_once(
     assert left == len(frames)
     assert [answer_of(f)[0] for f in split(joined)] == [ResponseCode.SUCCESS] * 7
     assert sorted(reads) == bounds[0::2]  # each frame's start, once
+
+
+def counters(cluster: Cluster, topic: str) -> tuple:
+    """What puts count: the store's totals and put times, the broker's totals, its item of
+    the cluster and the topic's two items (value and times each)."""
+    store, stats = cluster.broker.store, cluster.broker.context.stats
+    items = stats.items
+    return (
+        store.put_message_times_total,
+        store.put_message_size_total,
+        tuple(store.put_stats.distribution),
+        stats.put_msgs,
+        stats.put_bytes,
+        tuple((item.value, item.times) for item in items[BROKER_PUT_NUMS].values()),
+        tuple(
+            (items[name][topic].value, items[name][topic].times) if topic in items[name] else None
+            for name in (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE)
+        ),
+    )
+
+
+def counted(before: tuple, after: tuple) -> tuple:
+    """What was counted between two readings of :func:`counters` (the topic items whole)."""
+    return (
+        after[0] - before[0],
+        after[1] - before[1],
+        tuple(b - a for a, b in zip(before[2], after[2], strict=True)),
+        after[3] - before[3],
+        after[4] - before[4],
+        tuple((b[0] - a[0], b[1] - a[1]) for a, b in zip(before[5], after[5], strict=True)),
+    )
+
+
+AMONG_SENDS = {
+    "transactional sys flag": lambda t: frame(ext_for(t, props=UNIQ.format(50), f="4")),
+    "commit sys flag": lambda t: frame(ext_for(t, props=UNIQ.format(51), f="8")),
+    "compressed sys flag": lambda t: frame(ext_for(t, props=UNIQ.format(52), f="1")),
+    "delay": lambda t: frame(ext_for(t, props="DELAY\x012\x02" + UNIQ.format(53))),
+    "TRAN_MSG": lambda t: frame(ext_for(t, props="TRAN_MSG\x01true\x02" + UNIQ.format(54))),
+    "non-ASCII properties": lambda t: frame(ext_for(t, props="A\x01\u00e9\x02" + UNIQ.format(55))),
+    "queue out of range": lambda t: frame(ext_for(t, 99, UNIQ.format(56))),
+    "unknown topic": lambda t: frame(ext_for(t + "Nope", props=UNIQ.format(57))),
+    "retry topic": lambda t: frame(ext_for("%RETRY%" + t, props=UNIQ.format(58))),
+    "schedule topic": lambda t: frame(ext_for("SCHEDULE_TOPIC_XXXX", props=UNIQ.format(59))),
+    "WAIT=false": lambda t: frame(ext_for(t, props="WAIT\x01false\x02" + UNIQ.format(60))),
+    "batch": lambda t: batch_frame(t, _items(2)),
+    "oneway": lambda t: frame(ext_for(t, props=UNIQ.format(61)), flag=2),
+    "reconsumed": lambda t: frame(ext_for(t, props=UNIQ.format(62), j="99999")),
+    "C++ client": lambda t: cpp_frame(t, UNIQ.format(63)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(AMONG_SENDS))
+async def test_any_frame_among_sends_is_served_as_one_by_one(
+    pymq_cluster: Cluster, kind: str
+) -> None:
+    """Each kind of frame in the middle of a run of plain sends: the answers, records and
+    counts are those of the frames one by one."""
+    cluster = pymq_cluster
+    for topic in ("RunT", "OneT"):
+        await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr])
+    await first_sends(cluster, "RunT", "OneT")
+
+    def run(topic: str) -> list[bytes]:
+        return [
+            frame(ext_for(topic, props=UNIQ.format(1))),
+            frame(ext_for(topic, 2, props=UNIQ.format(2))),
+            AMONG_SENDS[kind](topic),
+            frame(ext_for(topic, props=UNIQ.format(3))),
+            frame(ext_for(topic, 3, props=UNIQ.format(4))),
+        ]
+
+    before = counters(cluster, "RunT")
+    got, _ = await as_channel(cluster, PEER, run("RunT"))
+    between = counters(cluster, "RunT")
+    want = await one_by_one(cluster, run("OneT"))
+    after = counters(cluster, "OneT")
+    if kind in ("delay", "TRAN_MSG", "transactional sys flag", "schedule topic"):
+        for answers in (got, want):  # in one system queue, one after the other
+            answers[2][2].pop("queueOffset", None)
+    assert same_words(got, "RunT") == same_words(want, "OneT")
+    assert counted(before, between) == counted(between, after)
+    assert between[6] == after[6]  # the topics' items
+    await cluster.broker.store.reput.do_reput()
+    assert stored(cluster, "RunT") == stored(cluster, "OneT")
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["broker permission", "topic permission", "topic queues", "cluster", "read only",
+     "disk full", "reput blocked"],
+)  # fmt: skip
+async def test_a_run_rechecks_what_changed_since_a_topic_was_judged(
+    pymq_cluster: Cluster, change: str
+) -> None:
+    """The verdicts send_raw keeps per topic are checked against the broker's state for
+    each frame of a run, as send_raw checks them: a change since refuses or redirects the
+    run's sends as it does the sends one by one."""
+    from pymq.common.topic import PERM_READ, TopicConfig
+
+    cluster = pymq_cluster
+    for topic in ("RunT", "OneT"):
+        await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr])
+    await first_sends(cluster, "RunT", "OneT")
+    bc, store = cluster.broker.broker_config, cluster.broker.store
+    manager = cluster.broker.context.topic_config_manager
+    if change == "broker permission":
+        bc.broker_permission = PERM_READ
+    elif change == "topic permission":
+        for topic in ("RunT", "OneT"):
+            await manager.update(TopicConfig(topic, 4, 4, PERM_READ))
+    elif change == "topic queues":
+        for topic in ("RunT", "OneT"):
+            await manager.update(TopicConfig(topic, 2, 2))
+    elif change == "cluster":
+        bc.broker_cluster_name = "OtherCluster"
+    elif change == "read only":
+        store.read_only = True
+    elif change == "disk full":
+        store.clean_commitlog.disk_full = True
+    elif change == "reput blocked":
+        store.reput.blocked = OSError(28, "No space left on device")
+
+    def run(topic: str) -> list[bytes]:
+        return [frame(ext_for(topic, 2, props=UNIQ.format(i))) for i in range(30, 34)]
+
+    got, _ = await as_channel(cluster, PEER, run("RunT"))
+    want = await one_by_one(cluster, run("OneT"))
+    assert same_words(got, "RunT") == same_words(want, "OneT")
+    store.read_only, store.clean_commitlog.disk_full, store.reput.blocked = False, False, None
+    await store.reput.do_reput()
+    assert stored(cluster, "RunT") == stored(cluster, "OneT")
+
+
+async def test_a_stalled_put_in_a_run_is_timed_as_one_by_one(
+    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put of the run held up past osPageCacheBusyTimeOutMills marks the page cache busy
+    and is counted as one slow put among quick ones, as it is one by one (fast failure
+    reads both)."""
+    import time
+
+    cluster = pymq_cluster
+    store = cluster.broker.store
+    for topic in ("RunT", "OneT"):
+        await topics.create_topic(cluster.namesrv_addr, topic, brokers=[cluster.broker_addr])
+    await first_sends(cluster, "RunT", "OneT")
+    store.config.os_page_cache_busy_time_out_mills = 100
+    real, reads = store.commitlog.clock_ms, [0]
+
+    def stalling() -> int:  # the third put's time read 150 ms late
+        reads[0] += 1
+        if reads[0] == 3:
+            time.sleep(0.15)
+        return real()
+
+    monkeypatch.setattr(store.commitlog, "clock_ms", stalling)
+    seen = []
+    for topic, serve in (("RunT", as_channel), ("OneT", None)):
+        reads[0] = 0
+        store.os_page_cache_busy_mark = -1.0
+        before = list(store.put_stats.distribution)
+        frames = [frame(ext_for(topic, props=UNIQ.format(i))) for i in range(6)]
+        if serve is not None:
+            await serve(cluster, PEER, frames)
+        else:
+            await one_by_one(cluster, frames)
+        counts = [b - a for a, b in zip(before, store.put_stats.distribution, strict=True)]
+        seen.append((store.os_page_cache_busy_mark > 0, counts))
+    assert seen[0] == seen[1]
+    assert seen[0][0] and seen[0][1][0] == 5 and sum(seen[0][1]) == 6

@@ -664,20 +664,24 @@ class SendProcessor:
     ) -> None:
         """_send_singles' answers to the sends ``hints`` describes (send_raw's, each), added
         to ``answers``, or with SYNC_FLUSH held by the group commit in one entry; then the
-        puts counted."""
+        puts counted (statistics that fail are logged and change no answer, where send_raw
+        would answer SYSTEM_ERROR)."""
         store, bc = self.ctx.store, self.ctx.broker_config
         answer_frame = _send_answer_frame
         assert answer_frame is not None
         region = self._region_utf8
-        if region[0] != bc.region_id:
-            region = self._region_utf8 = (bc.region_id, quote_json(bc.region_id).encode())
-        trace_on, msg_id = bc.trace_on, store.commitlog.msg_id
+        trace_on, msg_id, must_wait = bc.trace_on, store.commitlog.msg_id, store.must_wait
         held: list[tuple[int, DispatchHint]] = []
         held_frames: list[bytes] = []
-        must_wait = store.must_wait
+        # parsed may be longer than hints: the entries the store left to the general path.
         for fields, hint, wait in zip(parsed, hints, waits, strict=False):
             opaque = fields[0]
             try:
+                if region[0] != bc.region_id:
+                    region = self._region_utf8 = (
+                        bc.region_id,
+                        quote_json(bc.region_id).encode(),
+                    )
                 try:
                     frame = answer_frame(
                         opaque, msg_id(hint.physical_offset), hint.queue_id, hint.queue_offset,
@@ -686,14 +690,14 @@ class SendProcessor:
                 except ValueError:  # an id it refuses: the Python writer says the same
                     result = self._hint_result(hint)
                     frame = self._success_frame(opaque, result, hint.queue_id)
+                if must_wait and store.waits_for_disk(wait):
+                    held.append((opaque, hint))
+                    held_frames.append(frame)
+                    continue
             except Exception as exc:  # the request must still be answered
                 log.exception("error answering a raw send")
                 frame = _error_frame(opaque, exc)
-            if must_wait and store.waits_for_disk(wait):
-                held.append((opaque, hint))
-                held_frames.append(frame)
-            else:
-                answers.append(frame)
+            answers.append(frame)
         if held:
             last = held[-1][1]
             joined = b"".join(held_frames)

@@ -968,6 +968,186 @@ static PyObject *py_encode_single(PyObject *self, PyObject *const *args, Py_ssiz
     return result;
 }
 
+/* encode_singles(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table, clock,
+ *                cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties,
+ *                stop_flags, stop_topic, hint_type)
+ * encode_single of each of entries in turn, a run of single sends appended together: each
+ * entry a tuple (topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
+ * reconsume_times), its topic's bytes from the dict topic_bytes, its queue offset from the dict
+ * queue_table keyed by (topic, queue_id) (0 when absent; set to the next once the record is
+ * written), its store time from clock() (None: the wall clock in milliseconds, as
+ * clock.now_ms).  Stops at the first entry encode_single would leave to Python, or whose topic
+ * is missing from topic_bytes or is stop_topic, or whose sys_flag has a bit of stop_flags.
+ * Returns (end, rows, waits, stamp, error): the write position after the last record written,
+ * their hint rows and stored WAIT values, the last one's store time (0 if none) and None; or,
+ * when an error stops it after entries were committed (queue_table updated), that exception in
+ * place of None: what was committed stands.  Raises only when nothing was committed. */
+static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 17) return PyErr_Format(PyExc_TypeError, "encode_singles takes 17 arguments");
+    PyTypeObject *hint_type = NULL;
+    if (hint_type_arg(args[16], &hint_type) < 0) return NULL;
+    long long pos, limit, file_from, born_port, store_port, max_bp, stop_flags;
+    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
+        arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
+        arg_int(args[3], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0 ||
+        arg_int(args[10], "born_port", I32_MIN, I32_MAX, &born_port) < 0 ||
+        arg_int(args[12], "store_port", I32_MIN, I32_MAX, &store_port) < 0 ||
+        arg_int(args[13], "max_body_properties", 0, I32_MAX, &max_bp) < 0 ||
+        arg_int(args[14], "stop_flags", I32_MIN, I32_MAX, &stop_flags) < 0)
+        return NULL;
+    PyObject *entries = args[4], *topic_bytes = args[5], *table = args[6], *clock = args[7];
+    PyObject *cluster_b = args[8], *born_ip = args[9], *store_ip = args[11];
+    PyObject *stop_topic = args[15];
+    if (!PyList_Check(entries) || !PyDict_Check(topic_bytes) || !PyDict_Check(table) ||
+        !PyBytes_Check(cluster_b) || !PyBytes_Check(born_ip) || !PyBytes_Check(store_ip) ||
+        !PyUnicode_Check(stop_topic) || (clock != Py_None && !PyCallable_Check(clock)))
+        return PyErr_Format(PyExc_TypeError, "encode_singles: bad argument types");
+    fast_put fp = {.single = 1, .born_port = born_port, .store_port = store_port,
+                   .max_bp = max_bp};
+    fp.cluster = (const unsigned char *)PyBytes_AS_STRING(cluster_b);
+    fp.cluster_len = PyBytes_GET_SIZE(cluster_b);
+    fp.born_ip = (const unsigned char *)PyBytes_AS_STRING(born_ip);
+    fp.store_ip = (const unsigned char *)PyBytes_AS_STRING(store_ip);
+    int usable = PyBytes_GET_SIZE(born_ip) == 4 && PyBytes_GET_SIZE(store_ip) == 4 &&
+                 fp.cluster_len > 0; /* else the Python path: IPv6 hosts, no cluster */
+    for (Py_ssize_t i = 0; usable && i < fp.cluster_len; i++)
+        if (fp.cluster[i] < 3 || fp.cluster[i] >= 0x80) usable = 0;
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) return NULL;
+    if (limit > buf.len) limit = buf.len;
+    PyObject *rows = PyList_New(0), *waits = PyList_New(0), *error = NULL, *result = NULL;
+    /* The entry and its topic's bytes are held for the iteration: the clock is Python code,
+     * which could change the list or the dict they are borrowed from. */
+    PyObject *entry = NULL, *topic_b = NULL;
+    long long stamp = 0;
+    Py_ssize_t count = 0;
+    if (rows == NULL || waits == NULL) goto done;
+    batch_prop items[BATCH_PROPS_MAX];
+    for (Py_ssize_t e = 0; usable && e < PyList_GET_SIZE(entries); e++) {
+        Py_CLEAR(entry);
+        Py_CLEAR(topic_b);
+        entry = Py_NewRef(PyList_GET_ITEM(entries, e));
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 8) {
+            PyErr_SetString(PyExc_TypeError, "encode_singles: an entry is not an 8-tuple");
+            goto failed;
+        }
+        PyObject *topic = PyTuple_GET_ITEM(entry, 0), *queue_id = PyTuple_GET_ITEM(entry, 1);
+        PyObject *body = PyTuple_GET_ITEM(entry, 2), *props = PyTuple_GET_ITEM(entry, 3);
+        long long flag;
+        if (!PyUnicode_Check(topic) || !PyBytes_Check(body) || !PyUnicode_Check(props)) {
+            PyErr_SetString(PyExc_TypeError, "encode_singles: topic str, body bytes, properties str");
+            goto failed;
+        }
+        if (arg_int(queue_id, "queue_id", I32_MIN, I32_MAX, &fp.queue_id) < 0 ||
+            arg_int(PyTuple_GET_ITEM(entry, 4), "flag", I32_MIN, I32_MAX, &flag) < 0 ||
+            arg_int(PyTuple_GET_ITEM(entry, 5), "sys_flag", I32_MIN, I32_MAX, &fp.sys_flag) < 0 ||
+            arg_int(PyTuple_GET_ITEM(entry, 6), "born_timestamp", LLONG_MIN, LLONG_MAX,
+                    &fp.born_ts) < 0 ||
+            arg_int(PyTuple_GET_ITEM(entry, 7), "reconsume_times", I32_MIN, I32_MAX,
+                    &fp.reconsume) < 0)
+            goto failed;
+        if ((fp.sys_flag & stop_flags) || (fp.sys_flag & (BORNHOST_V6 | STOREHOST_V6)) ||
+            !PyUnicode_IS_ASCII(props) || PyUnicode_GET_LENGTH(props) > 65535)
+            break;
+        int is_stop = PyUnicode_Compare(topic, stop_topic);
+        if (is_stop == -1 && PyErr_Occurred()) goto failed;
+        if (is_stop == 0) break;
+        topic_b = PyDict_GetItemWithError(topic_bytes, topic);
+        if (topic_b == NULL) {
+            if (PyErr_Occurred()) goto failed;
+            break;
+        }
+        Py_INCREF(topic_b);
+        if (!PyBytes_Check(topic_b)) break;
+        fp.topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
+        fp.topic_len = PyBytes_GET_SIZE(topic_b);
+        if (fp.topic_len > MAX_TOPIC || memchr(fp.topic, 0, fp.topic_len)) break;
+        PyObject *key = PyTuple_Pack(2, topic, queue_id);
+        if (key == NULL) goto failed;
+        PyObject *known = PyDict_GetItemWithError(table, key); /* borrowed */
+        long long queue_offset = 0;
+        if (known != NULL) {
+            if (arg_int(known, "queue_offset", 0, LLONG_MAX / 2 - 1, &queue_offset) < 0) {
+                Py_DECREF(key);
+                goto failed;
+            }
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto failed;
+        }
+        if (clock == Py_None) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            fp.store_ts = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        } else {
+            PyObject *now = PyObject_CallNoArgs(clock);
+            int bad = now == NULL ||
+                      arg_int(now, "store_timestamp", LLONG_MIN, LLONG_MAX, &fp.store_ts) < 0;
+            Py_XDECREF(now);
+            if (bad) {
+                Py_DECREF(key);
+                goto failed;
+            }
+        }
+        stored_names names;
+        long long size = -1;
+        if (pos <= limit && PyBytes_GET_SIZE(body) <= I32_MAX)
+            size = write_stored_record((unsigned char *)buf.buf + pos, limit - pos, &fp,
+                                       (const unsigned char *)PyBytes_AS_STRING(body),
+                                       PyBytes_GET_SIZE(body), (int32_t)flag,
+                                       PyUnicode_1BYTE_DATA(props), PyUnicode_GET_LENGTH(props),
+                                       queue_offset, file_from + pos, items, &names);
+        if (size < 0) {
+            Py_DECREF(key);
+            break; /* the Python path judges it; bytes past pos are junk */
+        }
+        /* Everything that can fail before the commit (the table's entry is the commit). */
+        PyObject *row = hint_row(file_from + pos, size, topic, &fp, queue_offset, &names, hint_type);
+        PyObject *wait = row == NULL ? NULL : item_value(names.wait);
+        PyObject *next = wait == NULL ? NULL : PyLong_FromLongLong(queue_offset + 1);
+        int ok = next != NULL && PyList_Append(rows, row) == 0;
+        if (ok && PyList_Append(waits, wait) < 0) {
+            ok = 0;
+            PyList_SetSlice(rows, count, count + 1, NULL);
+        }
+        if (ok && PyDict_SetItem(table, key, next) < 0) {
+            ok = 0;
+            PyList_SetSlice(rows, count, count + 1, NULL);
+            PyList_SetSlice(waits, count, count + 1, NULL);
+        }
+        Py_DECREF(key);
+        Py_XDECREF(row);
+        Py_XDECREF(wait);
+        Py_XDECREF(next);
+        if (!ok) goto failed;
+        count++;
+        pos += size;
+        stamp = fp.store_ts;
+    }
+    goto finish;
+failed:
+    if (count == 0) goto done; /* nothing committed: raise */
+    {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        PyErr_NormalizeException(&type, &value, &traceback);
+        if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
+        error = value != NULL ? value : Py_NewRef(Py_None);
+        Py_XDECREF(type);
+        Py_XDECREF(traceback);
+    }
+finish:
+    result = Py_BuildValue("(LOOLO)", pos, rows, waits, stamp, error != NULL ? error : Py_None);
+done:
+    Py_XDECREF(entry);
+    Py_XDECREF(topic_b);
+    Py_XDECREF(rows);
+    Py_XDECREF(waits);
+    Py_XDECREF(error);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 /* --- send_answer_frame --------------------------------------------------------------------- */
 
 /* send_answer_frame(opaque, msg_id, queue_id, queue_offset, quoted_region, trace_on, version):
@@ -4596,6 +4776,11 @@ static PyMethodDef methods[] = {
      " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties[,"
      " hint_type]): a single"
      " send's record as the Python path writes it; (size, row, wait) or None."},
+    {"encode_singles", (PyCFunction)(void (*)(void))py_encode_singles, METH_FASTCALL,
+     "encode_singles(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table,"
+     " clock, cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties,"
+     " stop_flags, stop_topic, hint_type): encode_single of each entry in turn; (end, rows,"
+     " waits, stamp, error)."},
     {"send_answer_frame", (PyCFunction)(void (*)(void))py_send_answer_frame, METH_FASTCALL,
      "send_answer_frame(opaque, msg_id, queue_id, queue_offset, quoted_region, trace_on,"
      " version): a successful send's JSON answer frame, as codec.json_response_frame writes it."},

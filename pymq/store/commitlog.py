@@ -166,6 +166,7 @@ _new_hint = tuple.__new__
 
 
 _encode_batch = getattr(native_extension, "encode_batch", None)
+_encode_singles = getattr(native_extension, "encode_singles", None)
 
 # Batch bodies from this size on are written with pwrite, not through the map.  With 38 KB
 # batches (32 messages of 1 KiB) on this project's VM, pwrite of each batch took 20-23 us of
@@ -718,57 +719,34 @@ class CommitLog:
     ) -> tuple[list[DispatchHint], list[str | None], int]:
         """:meth:`append_single_fast` of each of ``entries`` in turn, (topic, queue id, body,
         properties, flag, sys flag, born timestamp, reconsume times), for a run of single sends
-        served together: the records, offsets and hints are those the calls one by one make.
+        served together, in one C call (``_recordc.encode_singles``): the records, offsets and
+        hints are those the calls one by one make.
         Stops at the first entry the one-call path leaves to the general path (or whose topic
         is not in ``topic_bytes``, the store's checked topics, or whose sys flag has a bit of
         ``stop_flags``), or at a file's end; returns the hints and stored WAIT properties of
         the entries appended, in order (the first ``len(hints)`` of ``entries``), and the
         bytes they took."""
-        hints: list[DispatchHint] = []
-        waits: list[str | None] = []
         files = self.queue.files
-        if _encode_single is None or not files or not entries:
-            return hints, waits, 0
+        if _encode_singles is None or not files or not entries:
+            return [], [], 0
         mf = files[-1]
         born_ip = self._born_ip(born_host[0])
         if born_ip is None:
-            return hints, waits, 0
-        born_port = born_host[1]
-        mm, file_from = mf.mm, mf.file_from_offset
-        limit = min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH)
-        table = self.topic_queue_table
-        clock_ms = self.clock_ms
-        store_ip, store_port = self._store_ip, self._store_port
-        add_hint, add_wait = hints.append, waits.append
-        start = pos = mf.wrote_position
-        stamp = 0  # the last appended record's store time
-        try:
-            for topic, queue_id, body, props, flag, sys_flag, born, reconsume in entries:
-                topic_b = topic_bytes.get(topic)
-                if topic_b is None or sys_flag & stop_flags or topic == SCHEDULE_TOPIC:
-                    break
-                key = (topic, queue_id)
-                queue_offset = table.get(key, 0)
-                now = clock_ms()
-                out = _encode_single(
-                    mm, pos, limit, body, props, flag, queue_offset, file_from, topic_b,
-                    cluster_b, topic, queue_id, sys_flag, born, born_ip, born_port, now,
-                    store_ip, store_port, reconsume, max_body_properties, DispatchHint,
-                )  # fmt: skip
-                if out is None:
-                    break
-                # Encoded: commit (the position is set in the finally, whatever follows).
-                table[key] = queue_offset + 1
-                pos += out[0]
-                stamp = now
-                add_hint(out[1])
-                add_wait(out[2])
-        except Exception:  # a defect: what was appended stands, the rest go the usual way
-            log.exception("appending a run of single sends failed after %d", len(hints))
-        finally:
-            if pos != start:
-                self._appended_run(mf, start, pos, stamp, hints)
-        return hints, waits, pos - start
+            return [], [], 0
+        start = mf.wrote_position
+        end, hints, waits, stamp, error = _encode_singles(
+            mf.mm, start, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH),
+            mf.file_from_offset, entries, topic_bytes, self.topic_queue_table,
+            None if self.clock_ms is now_ms else self.clock_ms, cluster_b, born_ip,
+            born_host[1], self._store_ip, self._store_port, max_body_properties, stop_flags,
+            SCHEDULE_TOPIC, DispatchHint,
+        )  # fmt: skip
+        # Appended (the queue table already says so): commit, whatever the error.
+        if end != start:
+            self._appended_run(mf, start, end, stamp, hints)
+        if error is not None:  # a defect: what was appended stands, the rest go one by one
+            log.error("appending a run of single sends failed after %d", len(hints), exc_info=error)
+        return hints, waits, end - start
 
     def _appended_run(
         self, mf: MappedFile, start: int, pos: int, now: int, hints: list[DispatchHint]

@@ -1,0 +1,174 @@
+"""``_recordc.encode_singles`` (a run of single sends appended in one call, for
+CommitLog.append_singles_fast) writes, row for row and byte for byte, what ``encode_single``
+called once per entry writes, committing each entry as the one-by-one path commits it (its
+queue offset in the table), and stops where that path would leave an entry to Python."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pymq.common.native import native_extension
+
+pytestmark = pytest.mark.skipif(
+    getattr(native_extension, "encode_singles", None) is None, reason="needs the C extension"
+)
+
+TOPIC_BYTES = {"T1": b"T1", "Topic-2": b"Topic-2", "SCHEDULE_TOPIC_XXXX": b"SCHEDULE_TOPIC_XXXX"}
+STOP_TOPIC = "SCHEDULE_TOPIC_XXXX"
+STOP_FLAGS = 0x4 | 0x8  # a transaction's prepared and commit types
+CLUSTER, BORN_IP, STORE_IP = b"DefaultCluster", bytes([10, 0, 0, 9]), bytes([192, 168, 0, 1])
+FILE_FROM = 1 << 30
+
+PROPERTY = st.sampled_from(
+    ["TAGS\x01a", "KEYS\x01k1 k2", "UNIQ_KEY\x010A0000090000", "WAIT\x01true", "WAIT\x01false",
+     "WAIT\x01TRUE", "DELAY\x012", "TRAN_MSG\x01true", "A\x01\u00e9", "CLUSTER\x01x", "X\x01y"]
+)  # fmt: skip
+ENTRY = st.tuples(
+    st.sampled_from(["T1", "Topic-2", "Missing", STOP_TOPIC]),
+    st.integers(0, 3),
+    st.binary(max_size=300),
+    st.lists(PROPERTY, max_size=4).map("\x02".join),
+    st.integers(-(2**31), 2**31 - 1),
+    st.sampled_from([0, 0, 0, 1, 2, 4, 8, 0x10, 0x20]),
+    st.integers(0, 2**41),
+    st.integers(0, 16),
+)
+
+
+def one_by_one(buf: bytearray, pos: int, limit: int, entries: list, table: dict, times: list):
+    """encode_single of each entry in turn, committed as append_single_fast commits it."""
+    rows, waits, stamp = [], [], 0
+    for (topic, queue_id, body, props, flag, sys_flag, born, reconsume), now in zip(
+        entries, times, strict=False
+    ):
+        topic_b = TOPIC_BYTES.get(topic)
+        if topic_b is None or topic == STOP_TOPIC or sys_flag & STOP_FLAGS:
+            break
+        queue_offset = table.get((topic, queue_id), 0)
+        out = native_extension.encode_single(
+            buf, pos, limit, body, props, flag, queue_offset, FILE_FROM, topic_b, CLUSTER, topic,
+            queue_id, sys_flag, born, BORN_IP, 40123, now, STORE_IP, 10911, reconsume, 4096,
+        )  # fmt: skip
+        if out is None:
+            break
+        size, row, wait = out
+        table[(topic, queue_id)] = queue_offset + 1
+        pos, stamp = pos + size, now
+        rows.append(row)
+        waits.append(wait)
+    return pos, rows, waits, stamp
+
+
+def run(buf: bytearray, pos: int, limit: int, entries: list, table: dict, clock: object):
+    return native_extension.encode_singles(
+        buf, pos, limit, FILE_FROM, entries, TOPIC_BYTES, table, clock, CLUSTER, BORN_IP, 40123,
+        STORE_IP, 10911, 4096, STOP_FLAGS, STOP_TOPIC, None,
+    )  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    entries=st.lists(ENTRY, max_size=8),
+    start=st.integers(0, 64),
+    room=st.integers(0, 3000),
+    known=st.dictionaries(st.tuples(st.just("T1"), st.integers(0, 3)), st.integers(0, 10**12)),
+)
+def test_a_run_writes_what_encode_single_writes_one_by_one(entries, start, room, known) -> None:
+    times = [1_800_000_000_000 + 7 * i for i in range(len(entries))]
+    ticks = iter(times)
+    ours, theirs = bytearray(4096), bytearray(4096)
+    table_ours, table_theirs = dict(known), dict(known)
+    limit = start + room
+    end, rows, waits, stamp, error = run(ours, start, limit, entries, table_ours, ticks.__next__)
+    want = one_by_one(theirs, start, limit, entries, table_theirs, times)
+    assert error is None
+    assert (end, rows, waits, stamp) == want
+    assert ours[:end] == theirs[:end]
+    assert table_ours == table_theirs
+    assert end <= max(start, min(limit, len(ours)))
+
+
+def test_the_wall_clock_when_no_clock_is_given() -> None:
+    buf = bytearray(4096)
+    before = int(time.time() * 1000)
+    entries = [("T1", 0, b"body", "", 0, 0, 1, 0), ("T1", 0, b"body", "", 0, 0, 1, 0)]
+    end, rows, _, stamp, error = run(buf, 0, 4096, entries, {}, None)
+    after = int(time.time() * 1000)
+    assert error is None and len(rows) == 2 and end > 0
+    assert before <= rows[0][6] <= rows[1][6] == stamp <= after + 1
+
+
+def test_an_error_after_a_commit_is_returned_with_what_was_committed() -> None:
+    """Entries committed stand (their queue offsets are in the table): the error comes back
+    beside them instead of being raised, and an error before any commit is raised."""
+    good = ("T1", 1, b"body", "TAGS\x01a", 0, 0, 1, 0)
+    bad = ("T1", 1, b"body", "", "not a flag", 0, 1, 0)
+    table: dict = {}
+    buf = bytearray(4096)
+    end, rows, waits, _, error = run(buf, 0, 4096, [good, good, bad, good], table, None)
+    assert isinstance(error, TypeError) and len(rows) == len(waits) == 2
+    assert table == {("T1", 1): 2} and end == 2 * rows[0][1]
+    with pytest.raises(TypeError):
+        run(buf, end, 4096, [bad, good], table, None)
+    assert table == {("T1", 1): 2}
+
+    def failing_clock() -> int:
+        raise RuntimeError("clock broke")
+
+    with pytest.raises(RuntimeError):
+        run(buf, end, 4096, [good], table, failing_clock)
+    for wrong in (
+        [("T1",)],
+        [("T1", 1, "str body", "", 0, 0, 1, 0)],
+        [("T1", 2**40, b"", "", 0, 0, 1, 0)],
+    ):
+        with pytest.raises((TypeError, OverflowError)):
+            run(buf, end, 4096, wrong, table, None)
+    assert table == {("T1", 1): 2}
+
+
+def test_hosts_and_clusters_the_c_code_leaves_to_python() -> None:
+    """IPv6 hosts (by flag or by address) and a cluster name that is not plain ASCII append
+    nothing, as encode_single leaves them."""
+    entry = ("T1", 0, b"body", "", 0, 0, 1, 0)
+    buf = bytearray(4096)
+    for born_ip, cluster, sys_flag in (
+        (bytes(16), CLUSTER, 0),
+        (BORN_IP, "Clu\u00e9".encode(), 0),
+        (BORN_IP, b"", 0),
+        (BORN_IP, CLUSTER, 0x10),
+        (BORN_IP, CLUSTER, 0x20),
+    ):
+        out = native_extension.encode_singles(
+            buf, 0, 4096, FILE_FROM, [(*entry[:5], sys_flag, *entry[6:])], TOPIC_BYTES, {},
+            None, cluster, born_ip, 1, STORE_IP, 2, 4096, STOP_FLAGS, STOP_TOPIC, None,
+        )  # fmt: skip
+        assert out[:3] == (0, [], []), (born_ip, cluster, sys_flag)
+
+
+def test_a_clock_that_changes_the_entries_and_topics_meanwhile() -> None:
+    """The clock is Python code: one that empties the entry list and the topics' dict while
+    an entry is appended leaves that entry whole (its bytes and topic held), and the run ends
+    there."""
+    import os
+
+    # Objects of their own (no constants the code keeps alive), as a request's would be.
+    entries = [("T9", 0, os.urandom(100), "TAGS\x01t", 0, 0, 1, 0) for _ in range(3)]
+    topics = {"T9": ("T" + str(9)).encode()}
+
+    def meddling() -> int:
+        entries.clear()
+        topics.clear()
+        return 1_800_000_000_000
+
+    buf = bytearray(4096)
+    end, rows, _, _, error = native_extension.encode_singles(
+        buf, 0, 4096, FILE_FROM, entries, topics, {}, meddling, CLUSTER, BORN_IP, 1, STORE_IP,
+        2, 4096, STOP_FLAGS, STOP_TOPIC, None,
+    )  # fmt: skip
+    assert error is None and len(rows) == 1 and rows[0][2] == "T9" and end == rows[0][1]
+    assert buf[end - 22 : end].endswith(b"CLUSTER\x01DefaultCluster"[-22:])

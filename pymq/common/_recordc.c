@@ -976,8 +976,11 @@ static PyObject *py_encode_single(PyObject *self, PyObject *const *args, Py_ssiz
  * reconsume_times), its topic's bytes from the dict topic_bytes, its queue offset from the dict
  * queue_table keyed by (topic, queue_id) (0 when absent; set to the next once the record is
  * written), its store time from clock() (None: the wall clock in milliseconds, as
- * clock.now_ms).  Stops at the first entry encode_single would leave to Python, or whose topic
- * is missing from topic_bytes or is stop_topic, or whose sys_flag has a bit of stop_flags.
+ * clock.now_ms; called only for an entry past the stops below and encode_single's own
+ * refusals of hosts and properties).  Stops at the first entry whose topic is missing from
+ * topic_bytes, whose sys_flag has a bit of stop_flags, whose topic is stop_topic (checked in
+ * that order, before its other fields are read), or that encode_single would leave to Python.
+ * The body must be bytes (encode_single takes any buffer).
  * Returns (end, rows, waits, stamp, error): the write position after the last record written,
  * their hint rows and stored WAIT values, the last one's store time (0 if none) and None; or,
  * when an error stops it after entries were committed (queue_table updated), that exception in
@@ -1034,31 +1037,38 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
         PyObject *topic = PyTuple_GET_ITEM(entry, 0), *queue_id = PyTuple_GET_ITEM(entry, 1);
         PyObject *body = PyTuple_GET_ITEM(entry, 2), *props = PyTuple_GET_ITEM(entry, 3);
         long long flag;
-        if (!PyUnicode_Check(topic) || !PyBytes_Check(body) || !PyUnicode_Check(props)) {
-            PyErr_SetString(PyExc_TypeError, "encode_singles: topic str, body bytes, properties str");
+        if (!PyUnicode_Check(topic)) {
+            PyErr_SetString(PyExc_TypeError, "encode_singles: the topic is not a str");
             goto failed;
         }
-        if (arg_int(queue_id, "queue_id", I32_MIN, I32_MAX, &fp.queue_id) < 0 ||
-            arg_int(PyTuple_GET_ITEM(entry, 4), "flag", I32_MIN, I32_MAX, &flag) < 0 ||
-            arg_int(PyTuple_GET_ITEM(entry, 5), "sys_flag", I32_MIN, I32_MAX, &fp.sys_flag) < 0 ||
-            arg_int(PyTuple_GET_ITEM(entry, 6), "born_timestamp", LLONG_MIN, LLONG_MAX,
-                    &fp.born_ts) < 0 ||
-            arg_int(PyTuple_GET_ITEM(entry, 7), "reconsume_times", I32_MIN, I32_MAX,
-                    &fp.reconsume) < 0)
-            goto failed;
-        if ((fp.sys_flag & stop_flags) || (fp.sys_flag & (BORNHOST_V6 | STOREHOST_V6)) ||
-            !PyUnicode_IS_ASCII(props) || PyUnicode_GET_LENGTH(props) > 65535)
-            break;
-        int is_stop = PyUnicode_Compare(topic, stop_topic);
-        if (is_stop == -1 && PyErr_Occurred()) goto failed;
-        if (is_stop == 0) break;
+        /* The stops first, in CommitLog's order: the topic's bytes, the sys flag, the topic. */
         topic_b = PyDict_GetItemWithError(topic_bytes, topic);
         if (topic_b == NULL) {
             if (PyErr_Occurred()) goto failed;
             break;
         }
         Py_INCREF(topic_b);
-        if (!PyBytes_Check(topic_b)) break;
+        if (arg_int(PyTuple_GET_ITEM(entry, 5), "sys_flag", I32_MIN, I32_MAX, &fp.sys_flag) < 0)
+            goto failed;
+        if (fp.sys_flag & stop_flags) break;
+        int is_stop = PyUnicode_Compare(topic, stop_topic);
+        if (is_stop == -1 && PyErr_Occurred()) goto failed;
+        if (is_stop == 0) break;
+        if (!PyBytes_Check(body) || !PyUnicode_Check(props)) {
+            PyErr_SetString(PyExc_TypeError, "encode_singles: body bytes, properties str");
+            goto failed;
+        }
+        if (arg_int(queue_id, "queue_id", I32_MIN, I32_MAX, &fp.queue_id) < 0 ||
+            arg_int(PyTuple_GET_ITEM(entry, 4), "flag", I32_MIN, I32_MAX, &flag) < 0 ||
+            arg_int(PyTuple_GET_ITEM(entry, 6), "born_timestamp", LLONG_MIN, LLONG_MAX,
+                    &fp.born_ts) < 0 ||
+            arg_int(PyTuple_GET_ITEM(entry, 7), "reconsume_times", I32_MIN, I32_MAX,
+                    &fp.reconsume) < 0)
+            goto failed;
+        /* What encode_single leaves to Python (its None). */
+        if ((fp.sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || !PyUnicode_IS_ASCII(props) ||
+            PyUnicode_GET_LENGTH(props) > 65535 || !PyBytes_Check(topic_b))
+            break;
         fp.topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
         fp.topic_len = PyBytes_GET_SIZE(topic_b);
         if (fp.topic_len > MAX_TOPIC || memchr(fp.topic, 0, fp.topic_len)) break;
@@ -1067,7 +1077,7 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
         PyObject *known = PyDict_GetItemWithError(table, key); /* borrowed */
         long long queue_offset = 0;
         if (known != NULL) {
-            if (arg_int(known, "queue_offset", 0, LLONG_MAX / 2 - 1, &queue_offset) < 0) {
+            if (arg_int(known, "queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0) {
                 Py_DECREF(key);
                 goto failed;
             }
@@ -1077,7 +1087,11 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
         }
         if (clock == Py_None) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
+            if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+                PyErr_SetFromErrno(PyExc_OSError);
+                Py_DECREF(key);
+                goto failed;
+            }
             fp.store_ts = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
         } else {
             PyObject *now = PyObject_CallNoArgs(clock);
@@ -1119,7 +1133,11 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
         Py_XDECREF(row);
         Py_XDECREF(wait);
         Py_XDECREF(next);
-        if (!ok) goto failed;
+        if (!ok) {
+            /* Not committed: no whole record may lie past the write position (as _scrub). */
+            memset((unsigned char *)buf.buf + pos, 0, (size_t)size);
+            goto failed;
+        }
         count++;
         pos += size;
         stamp = fp.store_ts;
@@ -1128,13 +1146,18 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
 failed:
     if (count == 0) goto done; /* nothing committed: raise */
     {
+#if PY_VERSION_HEX >= 0x030C0000
+        error = PyErr_GetRaisedException();
+#else
         PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);
         PyErr_NormalizeException(&type, &value, &traceback);
         if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
-        error = value != NULL ? value : Py_NewRef(Py_None);
+        error = value;
         Py_XDECREF(type);
         Py_XDECREF(traceback);
+#endif
+        if (error == NULL) error = Py_NewRef(Py_None);
     }
 finish:
     result = Py_BuildValue("(LOOLO)", pos, rows, waits, stamp, error != NULL ? error : Py_None);

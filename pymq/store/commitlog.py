@@ -734,17 +734,23 @@ class CommitLog:
         if born_ip is None:
             return [], [], 0
         start = mf.wrote_position
-        end, hints, waits, stamp, error = _encode_singles(
-            mf.mm, start, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH),
-            mf.file_from_offset, entries, topic_bytes, self.topic_queue_table,
-            None if self.clock_ms is now_ms else self.clock_ms, cluster_b, born_ip,
-            born_host[1], self._store_ip, self._store_port, max_body_properties, stop_flags,
-            SCHEDULE_TOPIC, DispatchHint,
-        )  # fmt: skip
+        try:
+            end, hints, waits, stamp, error = _encode_singles(
+                mf.mm, start, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH),
+                mf.file_from_offset, entries, topic_bytes, self.topic_queue_table,
+                None if self.clock_ms is now_ms else self.clock_ms, cluster_b, born_ip,
+                born_host[1], self._store_ip, self._store_port, max_body_properties, stop_flags,
+                SCHEDULE_TOPIC, DispatchHint,
+            )  # fmt: skip
+        except Exception:  # a defect before anything was appended: the entries go one by one
+            log.exception("appending a run of single sends failed")
+            return [], [], 0
         # Appended (the queue table already says so): commit, whatever the error.
         if end != start:
             self._appended_run(mf, start, end, stamp, hints)
         if error is not None:  # a defect: what was appended stands, the rest go one by one
+            if not isinstance(error, Exception):
+                raise error  # KeyboardInterrupt and the like, once the appends are committed
             log.error("appending a run of single sends failed after %d", len(hints), exc_info=error)
         return hints, waits, end - start
 

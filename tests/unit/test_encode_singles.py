@@ -5,6 +5,7 @@ queue offset in the table), and stops where that path would leave an entry to Py
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -12,12 +13,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymq.common.native import native_extension
+from pymq.common.record import decode_records
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "encode_singles", None) is None, reason="needs the C extension"
 )
 
-TOPIC_BYTES = {"T1": b"T1", "Topic-2": b"Topic-2", "SCHEDULE_TOPIC_XXXX": b"SCHEDULE_TOPIC_XXXX"}
+TOPIC_BYTES = {
+    "T1": b"T1",
+    "Topic-2": b"Topic-2",
+    "SCHEDULE_TOPIC_XXXX": b"SCHEDULE_TOPIC_XXXX",
+    "Long": b"L" * 128,  # longer than a topic may be: left to Python
+    "Nul": b"N\x00",  # likewise
+}
 STOP_TOPIC = "SCHEDULE_TOPIC_XXXX"
 STOP_FLAGS = 0x4 | 0x8  # a transaction's prepared and commit types
 CLUSTER, BORN_IP, STORE_IP = b"DefaultCluster", bytes([10, 0, 0, 9]), bytes([192, 168, 0, 1])
@@ -28,7 +36,7 @@ PROPERTY = st.sampled_from(
      "WAIT\x01TRUE", "DELAY\x012", "TRAN_MSG\x01true", "A\x01\u00e9", "CLUSTER\x01x", "X\x01y"]
 )  # fmt: skip
 ENTRY = st.tuples(
-    st.sampled_from(["T1", "Topic-2", "Missing", STOP_TOPIC]),
+    st.sampled_from(["T1", "Topic-2", "Missing", STOP_TOPIC, "Long", "Nul"]),
     st.integers(0, 3),
     st.binary(max_size=300),
     st.lists(PROPERTY, max_size=4).map("\x02".join),
@@ -74,7 +82,7 @@ def run(buf: bytearray, pos: int, limit: int, entries: list, table: dict, clock:
 @given(
     entries=st.lists(ENTRY, max_size=8),
     start=st.integers(0, 64),
-    room=st.integers(0, 3000),
+    room=st.integers(0, 5000),  # past the buffer's end too
     known=st.dictionaries(st.tuples(st.just("T1"), st.integers(0, 3)), st.integers(0, 10**12)),
 )
 def test_a_run_writes_what_encode_single_writes_one_by_one(entries, start, room, known) -> None:
@@ -90,6 +98,7 @@ def test_a_run_writes_what_encode_single_writes_one_by_one(entries, start, room,
     assert ours[:end] == theirs[:end]
     assert table_ours == table_theirs
     assert end <= max(start, min(limit, len(ours)))
+    assert not any(ours[end:])  # nothing written past the last record appended
 
 
 def test_the_wall_clock_when_no_clock_is_given() -> None:
@@ -160,9 +169,13 @@ def test_a_clock_that_changes_the_entries_and_topics_meanwhile() -> None:
     entries = [("T9", 0, os.urandom(100), "TAGS\x01t", 0, 0, 1, 0) for _ in range(3)]
     topics = {"T9": ("T" + str(9)).encode()}
 
+    expected_body = bytes(bytearray(entries[0][2]))
+    litter = []
+
     def meddling() -> int:
         entries.clear()
         topics.clear()
+        litter.extend(os.urandom(100) for _ in range(200))  # reuse what was freed, if it was
         return 1_800_000_000_000
 
     buf = bytearray(4096)
@@ -171,4 +184,104 @@ def test_a_clock_that_changes_the_entries_and_topics_meanwhile() -> None:
         2, 4096, STOP_FLAGS, STOP_TOPIC, None,
     )  # fmt: skip
     assert error is None and len(rows) == 1 and rows[0][2] == "T9" and end == rows[0][1]
-    assert buf[end - 22 : end].endswith(b"CLUSTER\x01DefaultCluster"[-22:])
+    (record,) = decode_records(bytes(buf[:end]))
+    assert (record.topic, record.body) == ("T9", expected_body)
+
+
+def test_the_stops_come_before_the_fields_are_read() -> None:
+    """An entry that stops the run (an unknown topic, a transaction's flag, the schedule
+    topic) stops it even when its other fields are out of range, as CommitLog's checks
+    came first."""
+    good = ("T1", 0, b"body", "", 0, 0, 1, 0)
+    for stopper in (
+        ("Missing", 2**40, b"", "", "x", 0, 1, 2**40),
+        ("T1", 2**40, b"", "", "x", 4, 1, 2**40),
+        (STOP_TOPIC, 2**40, None, None, "x", 0, 1, 2**40),
+    ):
+        buf = bytearray(4096)
+        end, rows, _, _, error = run(buf, 0, 4096, [good, stopper, good], {}, None)
+        assert error is None and len(rows) == 1 and end == rows[0][1], stopper
+
+
+def test_the_queue_offset_s_bounds_are_encode_single_s() -> None:
+    """The last queue offset a record may hold (2**62 - 1) is written; the table then holds
+    one that no record may, and the next put stops with the error, the first committed."""
+    good = ("T1", 0, b"body", "", 0, 0, 1, 0)
+    table = {("T1", 0): 2**62 - 1}
+    buf = bytearray(4096)
+    end, rows, _, _, error = run(buf, 0, 4096, [good, good], table, None)
+    assert len(rows) == 1 and rows[0][4] == 2**62 - 1 and isinstance(error, OverflowError)
+    assert table == {("T1", 0): 2**62}
+    assert not any(buf[end:])
+
+
+class Hashing(str):
+    """A topic whose hash raises on its ``fail_at``-th computation."""
+
+    calls = 0
+    fail_at = 0
+
+    def __hash__(self) -> int:
+        Hashing.calls += 1
+        if Hashing.calls == Hashing.fail_at:
+            raise RuntimeError("hash broke")
+        return str.__hash__(self)
+
+
+def test_a_commit_that_fails_is_rolled_back() -> None:
+    """The queue table's update is the commit: when it fails (here the topic's hash raising
+    as the table is written, the third hash of an entry), the entry's row and WAIT are taken
+    back and its record zeroed; the entries before it stand."""
+    topic = Hashing("T1")
+    topics = {topic: b"T1"}
+    good = (topic, 0, b"body", "", 0, 0, 1, 0)
+    for committed in (0, 1):
+        Hashing.calls, Hashing.fail_at = 0, 3 * committed + 3
+        buf, table = bytearray(4096), {}
+        args = (buf, 0, 4096, FILE_FROM, [good] * 3, topics, table, None, CLUSTER, BORN_IP, 1,
+                STORE_IP, 2, 4096, STOP_FLAGS, STOP_TOPIC, None)  # fmt: skip
+        if committed == 0:
+            with pytest.raises(RuntimeError):
+                native_extension.encode_singles(*args)
+            assert table == {} and not any(buf)
+            continue
+        end, rows, waits, _, error = native_extension.encode_singles(*args)
+        assert isinstance(error, RuntimeError) and len(rows) == len(waits) == 1
+        assert table == {("T1", 0): 1} and end == rows[0][1] and not any(buf[end:])
+
+
+def test_no_reference_is_kept_or_lost() -> None:
+    """Thousands of runs on every path leave the reference counts of what they were given
+    as they were."""
+    body, topic_b = b"body-" + bytes(10), ("T" + "1").encode()
+    topics = {"T1": topic_b}
+    good = ("T1", 0, body, "TAGS\x01a", 0, 0, 1, 0)
+    stop = ("T1", 0, body, "", 0, 4, 1, 0)
+    bad = ("T1", 0, body, "", "x", 0, 1, 0)
+    watched = (body, topic_b, good, stop, bad)
+    before = [sys.getrefcount(o) for o in watched]
+    for _ in range(2000):
+        for entries in ([good, good], [good, stop], [good, bad], [bad], [stop]):
+            buf = bytearray(1024)
+            try:
+                out = native_extension.encode_singles(
+                    buf, 0, 1024, FILE_FROM, entries, topics, {}, None, CLUSTER, BORN_IP, 1,
+                    STORE_IP, 2, 4096, STOP_FLAGS, STOP_TOPIC, None,
+                )  # fmt: skip
+            except TypeError:
+                continue
+            del out
+    del entries  # the last list the loop made
+    assert [sys.getrefcount(o) for o in watched] == before
+
+
+def test_a_limit_past_the_buffer_stops_at_the_buffer_s_end() -> None:
+    """A limit beyond the buffer is the buffer's end: a record that would cross it stops the
+    run, nothing written past it."""
+    small = ("T1", 0, bytes(100), "", 0, 0, 1, 0)
+    big = ("T1", 0, bytes(200), "", 0, 0, 1, 0)
+    backing = bytearray(1024)
+    buf = memoryview(backing)[:400]  # what lies past its end must stay untouched
+    end, rows, _, _, error = run(buf, 0, 10_000, [small, big, small], {}, None)  # type: ignore[arg-type]
+    assert error is None and len(rows) == 1 and end == rows[0][1] <= 400
+    assert not any(backing[end:])

@@ -669,6 +669,26 @@ class DefaultMessageStore:
             self.clean_commitlog.check_space()
         return result
 
+    def _fast_put_cluster(self, cluster: str) -> bytes | None:
+        """The one-call puts' gate (put_single_now, put_singles_now, put_batch_body_now): None
+        while the store refuses puts (stopped, a slave, disk full, dispatch blocked), else the
+        cluster name's bytes, kept per name (b"" when not ASCII, which the C code leaves to
+        the general path)."""
+        if (
+            not self.running
+            or self.read_only
+            or self.clean_commitlog.disk_full
+            or self.reput.blocked is not None
+        ):
+            return None
+        cluster_b = self._cluster_bytes
+        if cluster_b[0] != cluster:
+            cluster_b = self._cluster_bytes = (
+                cluster,
+                cluster.encode() if cluster.isascii() else b"",
+            )
+        return cluster_b[1]
+
     def put_single_now(
         self,
         topic: str,
@@ -686,27 +706,16 @@ class DefaultMessageStore:
         from it, in one C call (CommitLog.append_single_fast); the result and the stored WAIT.
         None, with nothing changed, whenever the general path must decide (see
         :meth:`put_batch_body_now`)."""
-        if (
-            not self.running
-            or self.read_only
-            or self.clean_commitlog.disk_full
-            or self.reput.blocked is not None
-            or sys_flag & _TRAN_MASK
-        ):
+        cluster_b = self._fast_put_cluster(cluster)
+        if cluster_b is None or sys_flag & _TRAN_MASK:
             return None
         topic_b = self._topic_bytes.get(topic)  # only topics already known to be valid
         if topic_b is None:
             return None
-        cluster_b = self._cluster_bytes
-        if cluster_b[0] != cluster:
-            cluster_b = self._cluster_bytes = (
-                cluster,
-                cluster.encode() if cluster.isascii() else b"",
-            )
         clock = self.lock_clock
         begin = clock()
         out = self.commitlog.append_single_fast(
-            topic, topic_b, queue_id, body, properties, flag, cluster_b[1], sys_flag,
+            topic, topic_b, queue_id, body, properties, flag, cluster_b, sys_flag,
             born_timestamp, born_host, reconsume_times,
             max(0, self.config.max_message_size - _MIN_OVERHEAD),
         )  # fmt: skip
@@ -740,23 +749,13 @@ class DefaultMessageStore:
         bookkeeping done once.  Stops at the first entry put_single_now would leave to the
         general path; returns the dispatch hints (offsets, sizes, queue offsets and store
         times) and stored WAIT properties of those put, the first ``len(hints)``."""
-        if (
-            not self.running
-            or self.read_only
-            or self.clean_commitlog.disk_full
-            or self.reput.blocked is not None
-        ):
+        cluster_b = self._fast_put_cluster(cluster)
+        if cluster_b is None:
             return [], []
-        cluster_b = self._cluster_bytes
-        if cluster_b[0] != cluster:
-            cluster_b = self._cluster_bytes = (
-                cluster,
-                cluster.encode() if cluster.isascii() else b"",
-            )
         clock = self.lock_clock
         begin = clock()
         hints, waits, size = self.commitlog.append_singles_fast(
-            entries, self._topic_bytes, cluster_b[1], born_host,
+            entries, self._topic_bytes, cluster_b, born_host,
             max(0, self.config.max_message_size - _MIN_OVERHEAD), _TRAN_MASK,
         )  # fmt: skip
         count = len(hints)
@@ -798,28 +797,16 @@ class DefaultMessageStore:
         with nothing changed, whenever the general path must decide: a store that refuses
         puts, a topic not yet checked, a transactional flag, or what the C code leaves to
         Python (the caller then decodes the items)."""
-        if (
-            not self.running
-            or self.read_only
-            or self.clean_commitlog.disk_full
-            or self.reput.blocked is not None
-            or sys_flag & _TRAN_MASK
-        ):
+        cluster_b = self._fast_put_cluster(cluster)
+        if cluster_b is None or sys_flag & _TRAN_MASK:
             return None
         topic_b = self._topic_bytes.get(topic)  # only topics already known to be valid
         if topic_b is None:
             return None
-        cluster_b = self._cluster_bytes
-        if cluster_b[0] != cluster:
-            # Not ASCII: b"", which the C code leaves to the general path.
-            cluster_b = self._cluster_bytes = (
-                cluster,
-                cluster.encode() if cluster.isascii() else b"",
-            )
         clock = self.lock_clock
         begin = clock()
         out = self.commitlog.append_batch_body(
-            topic, topic_b, queue_id, body, cluster_b[1], sys_flag, born_timestamp, born_host,
+            topic, topic_b, queue_id, body, cluster_b, sys_flag, born_timestamp, born_host,
             reconsume_times, max(0, self.config.max_message_size - _MIN_OVERHEAD),
         )  # fmt: skip
         if out is None:

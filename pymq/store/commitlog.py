@@ -747,7 +747,10 @@ class CommitLog:
             return [], [], 0
         # Appended (the queue table already says so): commit, whatever the error.
         if end != start:
-            self._appended_run(mf, start, end, stamp, hints)
+            try:
+                self._appended_run(mf, start, end, stamp, hints)
+            except Exception:  # its position is set first; what follows is bookkeeping
+                log.exception("the bookkeeping of a run of %d appends failed", len(hints))
         if error is not None:  # a defect: what was appended stands, the rest go one by one
             if not isinstance(error, Exception):
                 raise error  # KeyboardInterrupt and the like, once the appends are committed
@@ -758,7 +761,9 @@ class CommitLog:
         self, mf: MappedFile, start: int, pos: int, now: int, hints: list[DispatchHint]
     ) -> None:
         """append_singles_fast's bookkeeping of the records it wrote from ``start`` to ``pos``
-        of ``mf``, done once for the run: append_single_fast's, message by message."""
+        of ``mf``, done once for the run: append_single_fast's, message by message.  The write
+        position first: the rest (the write advice, the chunk allocated ahead, the dispatch
+        hints, which reput does without) must not undo the commit if it fails."""
         mf.wrote_position = pos
         mf.last_store_timestamp = now
         self._wrote_through_map(mf, pos - start)

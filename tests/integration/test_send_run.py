@@ -500,3 +500,27 @@ async def test_a_stalled_put_in_a_run_is_timed_as_one_by_one(
         seen.append((store.os_page_cache_busy_mark > 0, counts))
     assert seen[0] == seen[1]
     assert seen[0][0] and seen[0][1][0] == 5 and sum(seen[0][1]) == 6
+
+
+async def test_a_run_s_appends_stand_when_their_bookkeeping_fails(
+    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit log's bookkeeping after a run's appends (the write advice, the chunk ahead)
+    failing: the run is answered and stored once, its records dispatched by reading them back."""
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "BookT", brokers=[cluster.broker_addr])
+    await first_sends(cluster, "BookT")
+    commitlog = cluster.broker.store.commitlog
+
+    def raising(*args: object) -> None:
+        raise RuntimeError("advice broke")
+
+    monkeypatch.setattr(commitlog, "_wrote_through_map", raising)
+    frames = [frame(ext_for("BookT", props=UNIQ.format(i))) for i in range(1, 6)]
+    buf, bounds = run_of(frames)
+    joined, left = cluster.broker.send_processor.send_run(PEER, buf, bounds, 0, 5)  # type: ignore[arg-type]
+    assert left == 5
+    assert [answer_of(f)[0] for f in split(joined)] == [ResponseCode.SUCCESS] * 5
+    await cluster.broker.store.reput.do_reput()
+    assert len(stored(cluster, "BookT")) == 7  # the first two sends and the five, once each
+    assert cluster.broker.store.get_max_offset_in_queue("BookT", 1) == 7

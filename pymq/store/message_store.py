@@ -712,8 +712,7 @@ class DefaultMessageStore:
         topic_b = self._topic_bytes.get(topic)  # only topics already known to be valid
         if topic_b is None:
             return None
-        clock = self.lock_clock
-        begin = clock()
+        begin = self.lock_clock()
         out = self.commitlog.append_single_fast(
             topic, topic_b, queue_id, body, properties, flag, cluster_b, sys_flag,
             born_timestamp, born_host, reconsume_times,
@@ -721,20 +720,7 @@ class DefaultMessageStore:
         )  # fmt: skip
         if out is None:
             return None
-        # Put: the caller must learn it, whatever fails here (a defect is logged, not raised:
-        # the request would be served, and stored, again).
-        try:
-            end = clock()
-            if end - begin < 0.001 and self.config.os_page_cache_busy_time_out_mills >= 1:
-                self.put_stats.record_quick()  # _held_lock's common case, as put_message_now
-            else:
-                self._held_lock(begin, end)
-            self.put_message_times_total += 1
-            self.put_message_size_total += out[0].wrote_bytes
-        except Exception:
-            log.exception("counting a put")
-        if not self.reput.woken:
-            self._dispatch_appended()
+        self._count_fast_puts(begin, 1, out[0].wrote_bytes)
         return out
 
     def put_singles_now(
@@ -752,33 +738,34 @@ class DefaultMessageStore:
         cluster_b = self._fast_put_cluster(cluster)
         if cluster_b is None:
             return [], []
-        clock = self.lock_clock
-        begin = clock()
+        begin = self.lock_clock()
         hints, waits, size = self.commitlog.append_singles_fast(
             entries, self._topic_bytes, cluster_b, born_host,
             max(0, self.config.max_message_size - _MIN_OVERHEAD), _TRAN_MASK,
         )  # fmt: skip
-        count = len(hints)
-        if not count:
-            return hints, waits
-        # Put: the caller must learn what was, whatever fails here (a defect is logged, not
-        # raised: the requests would be served, and stored, again).
+        if hints:
+            self._count_fast_puts(begin, len(hints), size)
+        return hints, waits
+
+    def _count_fast_puts(self, begin: float, puts: int, size: int) -> None:
+        """put_single_now's and put_singles_now's bookkeeping of ``puts`` records of ``size``
+        bytes appended since ``begin`` (``lock_clock``): their put times, the totals, and
+        dispatch asked for.  A stall is one put's (as a lone put would time it), the others
+        quick.  Never raises: the caller must learn what was put (a defect is logged; the
+        requests would otherwise be served, and stored, again)."""
         try:
-            end = clock()
+            end = self.lock_clock()
             if end - begin < 0.001 and self.config.os_page_cache_busy_time_out_mills >= 1:
-                self.put_stats.record_quick(count)  # put_single_now's common case, each
+                self.put_stats.record_quick(puts)  # _held_lock's common case, as put_message_now
             else:
-                # One of the puts took the run's time (a stall is one put's, as a lone
-                # put_single_now would time it), the others none.
-                self.put_stats.record_quick(count - 1)
+                self.put_stats.record_quick(puts - 1)
                 self._held_lock(begin, end)
-            self.put_message_times_total += count
+            self.put_message_times_total += puts
             self.put_message_size_total += size
         except Exception:
-            log.exception("counting a run of %d puts", count)
+            log.exception("counting %d puts", puts)
         if not self.reput.woken:
             self._dispatch_appended()
-        return hints, waits
 
     def put_batch_body_now(
         self,
@@ -870,19 +857,12 @@ class DefaultMessageStore:
         end = self._sync_flush_end(result, wait)
         if end is None:
             return False
-        assert self.flush_commitlog is not None
-        return self.flush_commitlog.hold_answer(
-            end,
-            self.config.sync_flush_timeout / 1000,
-            sink,
-            frame,
-            partial(_late_answer, result, late),
-        )
+        return self.hold_answers(end, sink, frame, partial(_late_answer, result, late))
 
     def waits_for_disk(self, wait: str | None) -> bool:
         """Whether a put stored with this WAIT property is answered by the group commit
         (SYNC_FLUSH, not SYNC_MASTER): :meth:`hold_answer`'s test of a stored put."""
-        return self.must_wait and _waits(wait)
+        return self.must_wait and (wait is None or wait == "true" or _waits(wait))
 
     def hold_answers(
         self, end: int, sink: AnswerSink, frames: bytes, late: Callable[[], bytes]
@@ -899,9 +879,7 @@ class DefaultMessageStore:
     def _sync_flush_end(self, result: PutMessageResult, wait: str | None) -> int | None:
         """Where ``result``'s bytes end when the put must wait for the group commit without a
         task (stored, SYNC_FLUSH, WAIT not false); None when it answers now."""
-        if result.status is not PUT_OK or not self.must_wait:
-            return None
-        if wait is not None and wait != "true" and not _waits(wait):  # "true" without a call
+        if result.status is not PUT_OK or not self.waits_for_disk(wait):
             return None
         assert self.config.broker_role is not BrokerRole.SYNC_MASTER
         return result.wrote_offset + result.wrote_bytes

@@ -153,8 +153,8 @@ def _error_frame(opaque: int, exc: Exception) -> bytes:
 class SendProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
-        self._quoted_region = ("", '""')
-        self._region_utf8 = ("", b'""')  # _answer_now's: the region quoted, as UTF-8
+        # The broker's regionId, then quoted as a JSON string, and that as UTF-8 (_region).
+        self._region_json: tuple[str, str, bytes] = ("", '""', b'""')
         self._born_hosts: dict[str, tuple[str, int]] = {}
         # send_raw's verdict on a topic by the inline path's checks (_known_topic): (the
         # topic's config, the broker's permission and cluster name it was made with, the
@@ -381,11 +381,8 @@ class SendProcessor:
         """A successful send's answer extFields as JSON members (the region quoted once per
         value)."""
         bc = self.ctx.broker_config
-        region = self._quoted_region
-        if region[0] != bc.region_id:
-            region = self._quoted_region = (bc.region_id, quote_json(bc.region_id))
         return _send_response_json(
-            result.msg_id, queue_id, result.logic_offset, region[1], bc.trace_on
+            result.msg_id, queue_id, result.logic_offset, self._region()[1], bc.trace_on
         )
 
     def _answer_now(
@@ -400,18 +397,24 @@ class SendProcessor:
         self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, req.header.topic)
         return self._success_frame(req.opaque, result, queue_id)
 
+    def _region(self) -> tuple[str, str, bytes]:
+        """The broker's regionId, quoted as a JSON string (MSG_REGION of a send's answer), and
+        that in UTF-8: kept until the regionId changes."""
+        region_id = self.ctx.broker_config.region_id
+        region = self._region_json
+        if region[0] != region_id:
+            quoted = quote_json(region_id)
+            region = self._region_json = (region_id, quoted, quoted.encode())
+        return region
+
     def _success_frame(self, opaque: int, result: PutMessageResult, queue_id: int) -> bytes:
         """The whole answer frame of a successful put to a JSON request with ``opaque``, as
         codec.json_response_frame writes it (in one C call when the extension is built)."""
         if _send_answer_frame is not None:  # the same bytes in one C call
-            bc = self.ctx.broker_config
-            region = self._region_utf8
-            if region[0] != bc.region_id:
-                region = self._region_utf8 = (bc.region_id, quote_json(bc.region_id).encode())
             try:
                 frame: bytes = _send_answer_frame(
-                    opaque, result.msg_id, queue_id, result.logic_offset, region[1],
-                    bc.trace_on, CURRENT_VERSION,
+                    opaque, result.msg_id, queue_id, result.logic_offset, self._region()[2],
+                    self.ctx.broker_config.trace_on, CURRENT_VERSION,
                 )  # fmt: skip
                 return frame
             except ValueError:  # not a plain message id: the Python writer says the same
@@ -512,17 +515,9 @@ class SendProcessor:
         # The inline path's checks, by their verdict on the topic; any refusal is the usual
         # path's to word.
         bc = self.ctx.broker_config
-        config = self.ctx.topic_config_manager.select(topic)
-        verdict = self._raw_verdicts.get(topic)
-        if (
-            verdict is None
-            or verdict[0] is not config
-            or verdict[1] != bc.broker_permission
-            or verdict[2] != bc.broker_cluster_name
-        ):
-            verdict = self._raw_verdict(topic, channel.remote_address)
-            if verdict is None:
-                return None
+        verdict = self._kept_verdict(topic) or self._raw_verdict(topic, channel.remote_address)
+        if verdict is None:
+            return None
         if queue_id >= verdict[3]:
             return None
         if queue_id < 0:
@@ -617,10 +612,10 @@ class SendProcessor:
         read, answer_frame = _send_fields, _send_answer_frame
         if read is None or answer_frame is None or store.config.broker_role is _SYNC_MASTER:
             return first, None
-        bc = self.ctx.broker_config
-        permission, cluster = bc.broker_permission, bc.broker_cluster_name
-        verdicts, valid = self._raw_verdicts, self._valid_topics
-        select = self.ctx.topic_config_manager.select
+        kept, valid = self._kept_verdict, self._valid_topics
+        # A topic's verdict is read once per run: nothing between its frames can change it.
+        last: str | None = None
+        verdict: tuple[TopicConfig, int, str, int] | None = None
         entries: list[tuple[str, int, bytes, str, int, int, int, int]] = []
         parsed: list[tuple] = []  # the entries' fields
         fields: tuple | None = None  # the fields of the frame after the entries
@@ -631,16 +626,11 @@ class SendProcessor:
                 break
             (_, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,
              batch) = fields  # fmt: skip
-            verdict = verdicts.get(topic)
-            if (
-                batch
-                or verdict is None
-                or topic not in valid
-                or verdict[0] is not select(topic)
-                or verdict[1] != permission
-                or verdict[2] != cluster
-                or not 0 <= queue_id < verdict[3]
-            ):
+            if batch or topic not in valid:
+                break
+            if topic != last:
+                verdict, last = kept(topic), topic
+            if verdict is None or not 0 <= queue_id < verdict[3]:
                 break
             entries.append(
                 (topic, queue_id, buf[body_at:end], props or "", flag, sys_flag, born_timestamp,
@@ -650,7 +640,9 @@ class SendProcessor:
             fields = None
         if not entries:
             return first, fields
-        hints, waits = store.put_singles_now(entries, cluster, self._born_host(channel))
+        hints, waits = store.put_singles_now(
+            entries, self.ctx.broker_config.broker_cluster_name, self._born_host(channel)
+        )
         if hints:
             # Stored: from here on each is answered here (or by the group commit), never
             # served again, whatever fails.
@@ -673,26 +665,24 @@ class SendProcessor:
         to ``answers``, or with SYNC_FLUSH held by the group commit in one entry; then the
         puts counted (statistics that fail are logged and change no answer, where send_raw
         would answer SYSTEM_ERROR)."""
-        store, bc = self.ctx.store, self.ctx.broker_config
+        store = self.ctx.store
         answer_frame = _send_answer_frame
         assert answer_frame is not None
-        region = self._region_utf8
-        trace_on, msg_id, must_wait = bc.trace_on, store.commitlog.msg_id, store.must_wait
+        trace_on = self.ctx.broker_config.trace_on
+        msg_id, must_wait = store.commitlog.msg_id, store.must_wait
         held: list[tuple[int, DispatchHint]] = []
         held_frames: list[bytes] = []
+        region: bytes | None = None  # read at the first answer, inside its error handling
         # parsed may be longer than hints: the entries the store left to the general path.
         for fields, hint, wait in zip(parsed, hints, waits, strict=False):
             opaque = fields[0]
             try:
-                if region[0] != bc.region_id:
-                    region = self._region_utf8 = (
-                        bc.region_id,
-                        quote_json(bc.region_id).encode(),
-                    )
+                if region is None:
+                    region = self._region()[2]
                 try:
                     frame = answer_frame(
                         opaque, msg_id(hint.physical_offset), hint.queue_id, hint.queue_offset,
-                        region[1], trace_on, CURRENT_VERSION,
+                        region, trace_on, CURRENT_VERSION,
                     )  # fmt: skip
                 except ValueError:  # an id it refuses: the Python writer says the same
                     result = self._hint_result(hint)
@@ -766,6 +756,22 @@ class SendProcessor:
         except Exception as exc:  # the group commit must still answer
             log.exception("error answering a raw send")
             return _error_frame(opaque, exc)
+
+    def _kept_verdict(self, topic: str) -> tuple[TopicConfig, int, str, int] | None:
+        """The verdict :meth:`_raw_verdict` kept on ``topic`` while it still holds (the
+        topic's config, the broker's permission and cluster name unchanged since); None
+        otherwise."""
+        verdict = self._raw_verdicts.get(topic)
+        if verdict is None:
+            return None
+        bc = self.ctx.broker_config
+        if (
+            verdict[0] is not self.ctx.topic_config_manager.select(topic)
+            or verdict[1] != bc.broker_permission
+            or verdict[2] != bc.broker_cluster_name
+        ):
+            return None
+        return verdict
 
     def _raw_verdict(self, topic: str, peer: str) -> tuple[TopicConfig, int, str, int] | None:
         """The inline path's checks (:meth:`_known_topic`) of ``topic`` for send_raw, kept:

@@ -741,6 +741,19 @@ static long long write_stored_record(unsigned char *p, long long room, const fas
     return size;
 }
 
+/* What the fast puts leave to the Python path (0), beside IPv6 hosts: a topic longer than
+ * MAX_TOPIC or holding a NUL, a cluster name that is empty or not plain ASCII. */
+static int fast_put_topic_ok(const fast_put *fp) {
+    return fp->topic_len <= MAX_TOPIC && memchr(fp->topic, 0, fp->topic_len) == NULL;
+}
+
+static int fast_put_cluster_ok(const fast_put *fp) {
+    if (fp->cluster_len == 0) return 0;
+    for (Py_ssize_t i = 0; i < fp->cluster_len; i++)
+        if (fp->cluster[i] < 3 || fp->cluster[i] >= 0x80) return 0;
+    return 1;
+}
+
 /* The arguments both functions share (args[first:first + 13]): topic_b, cluster_b, topic,
  * queue_id, sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,
  * store_port, reconsume_times, max_body_properties.  1 when fp is filled, 0 when the fast path
@@ -771,12 +784,7 @@ static int fast_put_args(PyObject *const *args, fast_put *fp, PyObject **topic) 
     fp->cluster_len = PyBytes_GET_SIZE(cluster_b);
     fp->born_ip = (const unsigned char *)PyBytes_AS_STRING(born_ip);
     fp->store_ip = (const unsigned char *)PyBytes_AS_STRING(store_ip);
-    if (fp->topic_len > MAX_TOPIC || fp->cluster_len == 0 ||
-        memchr(fp->topic, 0, fp->topic_len))
-        return 0;
-    for (Py_ssize_t i = 0; i < fp->cluster_len; i++)
-        if (fp->cluster[i] < 3 || fp->cluster[i] >= 0x80) return 0;
-    return 1;
+    return fast_put_topic_ok(fp) && fast_put_cluster_ok(fp);
 }
 
 /* A dispatch hint's fields in DispatchHint's order. */
@@ -1012,9 +1020,7 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
     fp.born_ip = (const unsigned char *)PyBytes_AS_STRING(born_ip);
     fp.store_ip = (const unsigned char *)PyBytes_AS_STRING(store_ip);
     int usable = PyBytes_GET_SIZE(born_ip) == 4 && PyBytes_GET_SIZE(store_ip) == 4 &&
-                 fp.cluster_len > 0; /* else the Python path: IPv6 hosts, no cluster */
-    for (Py_ssize_t i = 0; usable && i < fp.cluster_len; i++)
-        if (fp.cluster[i] < 3 || fp.cluster[i] >= 0x80) usable = 0;
+                 fast_put_cluster_ok(&fp); /* else the Python path (IPv6 hosts) */
     Py_buffer buf;
     if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) return NULL;
     if (limit > buf.len) limit = buf.len;
@@ -1071,7 +1077,7 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
             break;
         fp.topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
         fp.topic_len = PyBytes_GET_SIZE(topic_b);
-        if (fp.topic_len > MAX_TOPIC || memchr(fp.topic, 0, fp.topic_len)) break;
+        if (!fast_put_topic_ok(&fp)) break;
         PyObject *key = PyTuple_Pack(2, topic, queue_id);
         if (key == NULL) goto failed;
         PyObject *known = PyDict_GetItemWithError(table, key); /* borrowed */

@@ -1184,6 +1184,54 @@ done:
  * codec.json_response_frame writes for SendProcessor._success_json's members (msgId, queueId,
  * queueOffset, MSG_REGION already JSON-quoted as UTF-8 bytes, TRACE_ON).  The message id must
  * be ASCII (hex ids, comma-separated for a batch): anything else raises ValueError. */
+/* The most a send_answer_frame frame's fixed parts take (the head, middle and tail literals
+ * with their numbers, and the 8 length bytes); its message id and region come on top. */
+#define ANSWER_FIXED_MAX (8 + 160 + 120 + 64)
+
+/* send_answer_frame's frame written at p (room for ANSWER_FIXED_MAX + id_len + region_len);
+ * returns its length, or -1 when its header would not fit its 24-bit length. */
+static Py_ssize_t answer_frame_into(unsigned char *p, long long opaque, const Py_UCS1 *id,
+                                    Py_ssize_t id_len, long long queue_id, long long queue_offset,
+                                    const char *region, Py_ssize_t region_len, int trace,
+                                    long long version) {
+    char head[160], mid[120];
+    int head_len = put_lit(head, "{\"code\":0,\"language\":\"JAVA\",\"version\":");
+    head_len += fmt_ll(head + head_len, version);
+    head_len += put_lit(head + head_len, ",\"opaque\":");
+    head_len += fmt_ll(head + head_len, opaque);
+    head_len += put_lit(head + head_len, ",\"flag\":1,\"extFields\":{\"msgId\":\"");
+    int mid_len = put_lit(mid, "\",\"queueId\":\"");
+    mid_len += fmt_ll(mid + mid_len, queue_id);
+    mid_len += put_lit(mid + mid_len, "\",\"queueOffset\":\"");
+    mid_len += fmt_ll(mid + mid_len, queue_offset);
+    mid_len += put_lit(mid + mid_len, "\",\"MSG_REGION\":");
+    const char *tail = trace ? ",\"TRACE_ON\":\"true\"},\"serializeTypeCurrentRPC\":\"JSON\"}"
+                             : ",\"TRACE_ON\":\"false\"},\"serializeTypeCurrentRPC\":\"JSON\"}";
+    Py_ssize_t tail_len = (Py_ssize_t)strlen(tail);
+    Py_ssize_t header = head_len + id_len + mid_len + region_len + tail_len;
+    if (header > 0xFFFFFF) return -1;
+    unsigned char *start = p;
+    put32(p, (uint32_t)(4 + header));
+    put32(p + 4, (uint32_t)header); /* serialize type JSON (0) in the top byte */
+    p += 8;
+    memcpy(p, head, head_len);
+    p += head_len;
+    memcpy(p, id, id_len);
+    p += id_len;
+    memcpy(p, mid, mid_len);
+    p += mid_len;
+    memcpy(p, region, region_len);
+    p += region_len;
+    memcpy(p, tail, tail_len);
+    p += tail_len;
+    return p - start;
+}
+
+/* send_answer_frame(opaque, msg_id, queue_id, queue_offset, quoted_region, trace_on, version):
+ * the whole frame of a successful send's JSON answer, byte for byte what
+ * codec.json_response_frame writes for SendProcessor._success_json's members (msgId, queueId,
+ * queueOffset, MSG_REGION already JSON-quoted as UTF-8 bytes, TRACE_ON).  The message id must
+ * be ASCII (hex ids, comma-separated for a batch): anything else raises ValueError. */
 static PyObject *py_send_answer_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7) return PyErr_Format(PyExc_TypeError, "send_answer_frame takes 7 arguments");
     long long opaque, queue_id, queue_offset, version;
@@ -1200,38 +1248,120 @@ static PyObject *py_send_answer_frame(PyObject *self, PyObject *const *args, Py_
     int trace = PyObject_IsTrue(args[5]);
     if (trace < 0) return NULL;
     Py_ssize_t id_len = PyUnicode_GET_LENGTH(msg_id), region_len = PyBytes_GET_SIZE(region);
-    char head[160], mid[120];
-    int head_len = put_lit(head, "{\"code\":0,\"language\":\"JAVA\",\"version\":");
-    head_len += fmt_ll(head + head_len, version);
-    head_len += put_lit(head + head_len, ",\"opaque\":");
-    head_len += fmt_ll(head + head_len, opaque);
-    head_len += put_lit(head + head_len, ",\"flag\":1,\"extFields\":{\"msgId\":\"");
-    int mid_len = put_lit(mid, "\",\"queueId\":\"");
-    mid_len += fmt_ll(mid + mid_len, queue_id);
-    mid_len += put_lit(mid + mid_len, "\",\"queueOffset\":\"");
-    mid_len += fmt_ll(mid + mid_len, queue_offset);
-    mid_len += put_lit(mid + mid_len, "\",\"MSG_REGION\":");
-    const char *tail = trace ? ",\"TRACE_ON\":\"true\"},\"serializeTypeCurrentRPC\":\"JSON\"}"
-                             : ",\"TRACE_ON\":\"false\"},\"serializeTypeCurrentRPC\":\"JSON\"}";
-    Py_ssize_t tail_len = (Py_ssize_t)strlen(tail);
-    Py_ssize_t header = head_len + id_len + mid_len + region_len + tail_len;
-    if (header > 0xFFFFFF) return PyErr_Format(PyExc_ValueError, "send_answer_frame: too long");
-    PyObject *out = PyBytes_FromStringAndSize(NULL, 8 + header);
+    if (id_len > 0xFFFFFF || region_len > 0xFFFFFF)
+        return PyErr_Format(PyExc_ValueError, "send_answer_frame: too long");
+    PyObject *out = PyBytes_FromStringAndSize(NULL, ANSWER_FIXED_MAX + id_len + region_len);
     if (out == NULL) return NULL;
-    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
-    put32(p, (uint32_t)(4 + header));
-    put32(p + 4, (uint32_t)header); /* serialize type JSON (0) in the top byte */
-    p += 8;
-    memcpy(p, head, head_len);
-    p += head_len;
-    memcpy(p, PyUnicode_1BYTE_DATA(msg_id), id_len);
-    p += id_len;
-    memcpy(p, mid, mid_len);
-    p += mid_len;
-    memcpy(p, PyBytes_AS_STRING(region), region_len);
-    p += region_len;
-    memcpy(p, tail, tail_len);
+    Py_ssize_t n = answer_frame_into((unsigned char *)PyBytes_AS_STRING(out), opaque,
+                                     PyUnicode_1BYTE_DATA(msg_id), id_len, queue_id, queue_offset,
+                                     PyBytes_AS_STRING(region), region_len, trace, version);
+    if (n < 0) {
+        Py_DECREF(out);
+        return PyErr_Format(PyExc_ValueError, "send_answer_frame: too long");
+    }
+    if (_PyBytes_Resize(&out, n) < 0) return NULL;
     return out;
+}
+
+/* send_answer_run(parsed, hints, prefix, quoted_region, trace_on, version): the answers of a
+ * run of single sends put together, joined: for each hint (DispatchHint: physical offset,
+ * size, topic, queue id, queue offset, ...) and the fields send_fields read of its frame (at
+ * the same index of ``parsed``, the opaque first), send_answer_frame's frame with the message
+ * id offset_msg_id(prefix, physical offset) gives.  Returns (frames, totals): totals are
+ * [topic, count, size] per run of hints of one topic, in order, as BrokerStats.on_put counts
+ * them.  ``parsed`` may be longer than ``hints``. */
+static PyObject *py_send_answer_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) return PyErr_Format(PyExc_TypeError, "send_answer_run takes 6 arguments");
+    PyObject *parsed = args[0], *hints = args[1], *prefix = args[2], *region = args[3];
+    if (!PyList_CheckExact(parsed) || !PyList_CheckExact(hints) || !PyUnicode_Check(prefix) ||
+        !PyBytes_Check(region))
+        return PyErr_Format(PyExc_TypeError,
+                            "send_answer_run: parsed and hints lists, prefix str, region bytes");
+    if (!PyUnicode_IS_ASCII(prefix) || PyUnicode_GET_LENGTH(prefix) > 64)
+        return PyErr_Format(PyExc_ValueError, "send_answer_run: the prefix must be short ASCII");
+    long long version;
+    if (arg_int(args[5], "version", I32_MIN, I32_MAX, &version) < 0) return NULL;
+    int trace = PyObject_IsTrue(args[4]);
+    if (trace < 0) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(hints), region_len = PyBytes_GET_SIZE(region);
+    if (PyList_GET_SIZE(parsed) < count)
+        return PyErr_Format(PyExc_ValueError, "send_answer_run: fewer fields than hints");
+    if (region_len > 0xFFFFFF)
+        return PyErr_Format(PyExc_ValueError, "send_answer_run: the region is too long");
+    Py_ssize_t prefix_len = PyUnicode_GET_LENGTH(prefix), id_len = prefix_len + 16;
+    Py_UCS1 id[64 + 16];
+    memcpy(id, PyUnicode_1BYTE_DATA(prefix), prefix_len);
+    Py_ssize_t each = ANSWER_FIXED_MAX + id_len + region_len;
+    if (count > PY_SSIZE_T_MAX / each)
+        return PyErr_Format(PyExc_OverflowError, "send_answer_run: too many answers");
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * each), *totals = PyList_New(0);
+    PyObject *topic = NULL; /* the current run's (a reference held) */
+    long long run_count = 0, run_size = 0;
+    if (out == NULL || totals == NULL) goto fail;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    static const char digits[] = "0123456789ABCDEF";
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *hint = PyList_GET_ITEM(hints, k), *fields = PyList_GET_ITEM(parsed, k);
+        if (!PyTuple_Check(hint) || PyTuple_GET_SIZE(hint) < 5 || !PyTuple_Check(fields) ||
+            PyTuple_GET_SIZE(fields) < 1) {
+            PyErr_SetString(PyExc_TypeError, "send_answer_run: a hint or fields not a tuple");
+            goto fail;
+        }
+        long long opaque, phy, size, queue_id, queue_offset;
+        if (arg_int(PyTuple_GET_ITEM(fields, 0), "opaque", I32_MIN, I32_MAX, &opaque) < 0 ||
+            arg_int(PyTuple_GET_ITEM(hint, 0), "offset", 0, LLONG_MAX, &phy) < 0 ||
+            arg_int(PyTuple_GET_ITEM(hint, 1), "size", 0, I32_MAX, &size) < 0 ||
+            arg_int(PyTuple_GET_ITEM(hint, 3), "queue_id", I32_MIN, I32_MAX, &queue_id) < 0 ||
+            arg_int(PyTuple_GET_ITEM(hint, 4), "queue_offset", LLONG_MIN, LLONG_MAX,
+                    &queue_offset) < 0)
+            goto fail;
+        unsigned long long v = (unsigned long long)phy;
+        for (int i = 15; i >= 0; i--, v >>= 4) id[prefix_len + i] = digits[v & 15];
+        Py_ssize_t n = answer_frame_into(p, opaque, id, id_len, queue_id, queue_offset,
+                                         PyBytes_AS_STRING(region), region_len, trace, version);
+        if (n < 0) {
+            PyErr_SetString(PyExc_ValueError, "send_answer_run: an answer too long");
+            goto fail;
+        }
+        p += n;
+        PyObject *hint_topic = PyTuple_GET_ITEM(hint, 2);
+        int same = 0;
+        if (topic != NULL && (same = PyObject_RichCompareBool(hint_topic, topic, Py_EQ)) < 0)
+            goto fail;
+        if (!same) {
+            if (topic != NULL) {
+                PyObject *row = Py_BuildValue("(OLL)", topic, run_count, run_size);
+                if (row == NULL || PyList_Append(totals, row) < 0) {
+                    Py_XDECREF(row);
+                    goto fail;
+                }
+                Py_DECREF(row);
+            }
+            Py_XSETREF(topic, Py_NewRef(hint_topic));
+            run_count = run_size = 0;
+        }
+        run_count++;
+        run_size += size;
+    }
+    if (topic != NULL) {
+        PyObject *row = Py_BuildValue("(OLL)", topic, run_count, run_size);
+        if (row == NULL || PyList_Append(totals, row) < 0) {
+            Py_XDECREF(row);
+            goto fail;
+        }
+        Py_DECREF(row);
+    }
+    Py_CLEAR(topic);
+    if (_PyBytes_Resize(&out, p - (unsigned char *)PyBytes_AS_STRING(out)) < 0) {
+        Py_DECREF(totals);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", out, totals);
+fail:
+    Py_XDECREF(topic);
+    Py_XDECREF(out);
+    Py_XDECREF(totals);
+    return NULL;
 }
 
 /* --- decode_plain ---------------------------------------------------------------------------- */
@@ -2105,21 +2235,18 @@ static int ext_slots(jreader *r, void *ctx) {
     return 1;
 }
 
-static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "send_fields takes 3 arguments");
-    long long start, end;
-    if (arg_int(args[1], "start", 0, PY_SSIZE_T_MAX, &start) < 0 ||
-        arg_int(args[2], "end", 0, PY_SSIZE_T_MAX, &end) < 0)
-        return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+static PyObject *empty_str, *zero_int; /* "" and 0, made at import */
+
+/* send_fields of view[start:end]: a new reference to the fields tuple or to None, NULL with an
+ * exception set. */
+static PyObject *send_fields_at(const Py_buffer *view, long long start, long long end) {
     PyObject *result = NULL, *language = NULL, *typed[13] = {NULL};
     send_ext e = {{NULL}, 0, 0, 0};
     PyObject **ext = e.ext;
     jheader h = {0};
     jreader r;
     long long header_end;
-    if (!json_frame_header(&view, start, end, &r, &header_end)) goto plain_none;
+    if (!json_frame_header(view, start, end, &r, &header_end)) goto plain_none;
     int rc = j_header(&r, &h, &language, NULL, ext_slots, &e);
     if (rc < 0) goto fail;
     if (rc == 0 || !(h.seen & 16) || h.flag != 0) goto plain_none;
@@ -2160,6 +2287,112 @@ done:
         Py_XDECREF(typed[i]);
     }
     Py_XDECREF(language);
+    return result;
+}
+
+static PyObject *py_send_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "send_fields takes 3 arguments");
+    long long start, end;
+    if (arg_int(args[1], "start", 0, PY_SSIZE_T_MAX, &start) < 0 ||
+        arg_int(args[2], "end", 0, PY_SSIZE_T_MAX, &end) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = send_fields_at(&view, start, end);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* send_run_fields(buf, bounds, first, stop, judge, entries, parsed): send_fields of frames
+ * first, first+1, ... of a run (frame i is buf[bounds[2i]:bounds[2i+1]]), each plain single
+ * send added to ``entries`` as the tuple SendProcessor._send_singles puts, (topic, queue id,
+ * body, properties or "", flag, sys flag, born timestamp, reconsume times or 0), and its fields
+ * to ``parsed``, while its topic's queue count (``judge(topic)``, an int, or None to stop;
+ * called again only when the topic changes) bounds its queue id.  Returns (i, fields): the
+ * first frame not added and its fields, None when it has none or i == stop. */
+static PyObject *py_send_run_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) return PyErr_Format(PyExc_TypeError, "send_run_fields takes 7 arguments");
+    PyObject *bounds = args[1], *judge = args[4], *entries = args[5], *parsed = args[6];
+    if (!PyList_CheckExact(bounds) || !PyCallable_Check(judge) || !PyList_CheckExact(entries) ||
+        !PyList_CheckExact(parsed))
+        return PyErr_Format(PyExc_TypeError,
+                            "send_run_fields: bounds list, judge callable, entries and parsed "
+                            "lists");
+    long long first, stop;
+    if (arg_int(args[2], "first", 0, PY_SSIZE_T_MAX / 2, &first) < 0 ||
+        arg_int(args[3], "stop", 0, PY_SSIZE_T_MAX / 2, &stop) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *fields = NULL, *result = NULL, *last = NULL; /* last: the topic judged last */
+    long long count = -1;                                  /* its queue count; -1: None */
+    long long i = first;
+    for (; i < stop; i++) {
+        long long start, end;
+        /* Checked each time: judge runs Python, which could change the list. */
+        if (2 * i + 1 >= PyList_GET_SIZE(bounds)) {
+            PyErr_SetString(PyExc_ValueError, "send_run_fields: stop past the bounds");
+            goto fail;
+        }
+        if (arg_int(PyList_GET_ITEM(bounds, 2 * i), "start", 0, PY_SSIZE_T_MAX, &start) < 0 ||
+            arg_int(PyList_GET_ITEM(bounds, 2 * i + 1), "end", 0, PY_SSIZE_T_MAX, &end) < 0)
+            goto fail;
+        if ((fields = send_fields_at(&view, start, end)) == NULL) goto fail;
+        if (fields == Py_None) break;
+        /* (opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,
+         * batch): send_fields' tuple, its types as built there. */
+        if (PyTuple_GET_ITEM(fields, 9) == Py_True) break;
+        PyObject *topic = PyTuple_GET_ITEM(fields, 1);
+        int same = 0;
+        if (last != NULL && (same = PyObject_RichCompareBool(topic, last, Py_EQ)) < 0) goto fail;
+        if (!same) {
+            PyObject *verdict = PyObject_CallOneArg(judge, topic);
+            if (verdict == NULL) goto fail;
+            if (verdict == Py_None) {
+                count = -1;
+            } else {
+                count = PyLong_AsLongLong(verdict);
+                if (count == -1 && PyErr_Occurred()) {
+                    Py_DECREF(verdict);
+                    goto fail;
+                }
+                if (count < 0) count = 0;
+            }
+            Py_DECREF(verdict);
+            Py_XSETREF(last, Py_NewRef(topic));
+        }
+        long long q = PyLong_AsLongLong(PyTuple_GET_ITEM(fields, 2));
+        if (q == -1 && PyErr_Occurred()) goto fail;
+        if (count < 0 || q < 0 || q >= count) break;
+        long long body_at = PyLong_AsLongLong(PyTuple_GET_ITEM(fields, 8));
+        if (body_at == -1 && PyErr_Occurred()) goto fail;
+        if (body_at < start || body_at > end || end > view.len) {
+            PyErr_SetString(PyExc_ValueError, "send_run_fields: a body outside its frame");
+            goto fail;
+        }
+        PyObject *props = PyTuple_GET_ITEM(fields, 6), *reconsume = PyTuple_GET_ITEM(fields, 7);
+        PyObject *body = PyBytes_FromStringAndSize((const char *)view.buf + body_at, end - body_at);
+        if (body == NULL) goto fail;
+        PyObject *entry = PyTuple_Pack(
+            8, topic, PyTuple_GET_ITEM(fields, 2), body, props == Py_None ? empty_str : props,
+            PyTuple_GET_ITEM(fields, 5), PyTuple_GET_ITEM(fields, 3), PyTuple_GET_ITEM(fields, 4),
+            reconsume == Py_None ? zero_int : reconsume);
+        Py_DECREF(body);
+        if (entry == NULL) goto fail;
+        int rc = PyList_Append(entries, entry);
+        Py_DECREF(entry);
+        if (rc < 0 || PyList_Append(parsed, fields) < 0) goto fail;
+        Py_CLEAR(fields);
+    }
+    if (i >= stop) {
+        Py_XDECREF(fields);
+        fields = Py_NewRef(Py_None);
+    }
+    result = Py_BuildValue("(LN)", i, fields);
+    fields = NULL;
+fail:
+    Py_XDECREF(fields);
+    Py_XDECREF(last);
     PyBuffer_Release(&view);
     return result;
 }
@@ -4827,6 +5060,13 @@ static PyMethodDef methods[] = {
     {"json_header", (PyCFunction)(void (*)(void))py_json_header, METH_FASTCALL,
      "json_header(buf, start, end, cls, serialize_type): the plain JSON header at"
      " buf[start:end] as cls(...), read without a dict, or None (json_command's case)."},
+    {"send_answer_run", (PyCFunction)(void (*)(void))py_send_answer_run, METH_FASTCALL,
+     "send_answer_run(parsed, hints, prefix, quoted_region, trace_on, version): a run's "
+     "answers joined, and [topic, count, size] per run of one topic."},
+    {"send_run_fields", (PyCFunction)(void (*)(void))py_send_run_fields, METH_FASTCALL,
+     "send_run_fields(buf, bounds, first, stop, judge, entries, parsed): the leading plain "
+     "single sends of a run whose queue ids judge(topic)'s queue count bounds, added to entries "
+     "and parsed; (first frame not added, its fields or None)."},
     {"send_fields", (PyCFunction)(void (*)(void))py_send_fields, METH_FASTCALL,
      "send_fields(buf, start, end): a plain single send's or batch's frame's fields for the"
      " broker's raw send path, or None."},
@@ -4909,5 +5149,8 @@ PyMODINIT_FUNC PyInit__recordc(void) {
     __builtin_cpu_init();
     use_clmul = __builtin_cpu_supports("pclmul") && !getenv("PYMQ_NO_CLMUL");
 #endif
+    if ((empty_str = PyUnicode_FromStringAndSize("", 0)) == NULL ||
+        (zero_int = PyLong_FromLong(0)) == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -275,6 +275,12 @@ class CommitLog:
     def msg_id(self, phy_offset: int) -> str:
         return offset_msg_id(self._msg_id_prefix, phy_offset)
 
+    @property
+    def msg_id_prefix(self) -> str:
+        """What :meth:`msg_id` puts before a record's offset: the store host's address and
+        port in hex."""
+        return self._msg_id_prefix
+
     # --- appends -------------------------------------------------------------------------------
 
     def _writable_file(self, needed: int) -> MappedFile:

@@ -306,14 +306,21 @@ async def test_each_frame_of_a_run_is_read_once(
     await topics.create_topic(cluster.namesrv_addr, "ReadT", brokers=[cluster.broker_addr])
     await first_sends(cluster, "ReadT")
     reads: list[int] = []
-    real = send_module._send_fields
-    assert real is not None
+    real, real_run = send_module._send_fields, send_module._send_run_fields
+    assert real is not None and real_run is not None
 
     def counting(buf: bytes, start: int, end: int) -> tuple | None:
         reads.append(start)
         return real(buf, start, end)
 
+    def counting_run(buf: bytes, bounds: list[int], first: int, stop: int, *rest: object) -> tuple:
+        i, fields = real_run(buf, bounds, first, stop, *rest)
+        # The frames it read: those it added, and the one it stopped at.
+        reads.extend(bounds[2 * k] for k in range(first, min(i + 1, stop)))
+        return i, fields
+
     monkeypatch.setattr(send_module, "_send_fields", counting)
+    monkeypatch.setattr(send_module, "_send_run_fields", counting_run)
     frames = [
         frame(ext_for("ReadT", props=UNIQ.format(1))),
         batch_frame("ReadT", _items(2)),

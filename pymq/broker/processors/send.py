@@ -123,6 +123,11 @@ _WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
 _SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
 _send_answer_frame = getattr(native_extension, "send_answer_frame", None)
 _send_fields = getattr(native_extension, "send_fields", None)
+# send_run_fields(buf, bounds, first, stop, allowed, entries, parsed): _send_singles' reading of
+# a run's frames in one C call; send_answer_run(parsed, hints, prefix, region, trace_on,
+# version): _answer_singles' answers and _count_puts' totals in one.
+_send_run_fields = getattr(native_extension, "send_run_fields", None)
+_send_answer_run = getattr(native_extension, "send_answer_run", None)
 
 
 def _response(
@@ -609,35 +614,18 @@ class SendProcessor:
         the general path) and its ``send_fields``, None when it has none (send_raw leaves it
         to the usual path) or was not read."""
         store = self.ctx.store
-        read, answer_frame = _send_fields, _send_answer_frame
-        if read is None or answer_frame is None or store.config.broker_role is _SYNC_MASTER:
+        run_fields = _send_run_fields
+        if (
+            run_fields is None
+            or _send_answer_frame is None
+            or store.config.broker_role is _SYNC_MASTER
+        ):
             return first, None
-        kept, valid = self._kept_verdict, self._valid_topics
-        # A topic's verdict is read once per run: nothing between its frames can change it.
-        last: str | None = None
-        verdict: tuple[TopicConfig, int, str, int] | None = None
         entries: list[tuple[str, int, bytes, str, int, int, int, int]] = []
         parsed: list[tuple] = []  # the entries' fields
-        fields: tuple | None = None  # the fields of the frame after the entries
-        for i in range(first, stop):
-            end = bounds[2 * i + 1]
-            fields = read(buf, bounds[2 * i], end)
-            if fields is None:
-                break
-            (_, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,
-             batch) = fields  # fmt: skip
-            if batch or topic not in valid:
-                break
-            if topic != last:
-                verdict, last = kept(topic), topic
-            if verdict is None or not 0 <= queue_id < verdict[3]:
-                break
-            entries.append(
-                (topic, queue_id, buf[body_at:end], props or "", flag, sys_flag, born_timestamp,
-                 reconsume or 0)
-            )  # fmt: skip
-            parsed.append(fields)
-            fields = None
+        # Read in C (send_fields' reading of each frame, its entry built), a topic judged by
+        # _queue_count_for when it changes: nothing between a run's frames changes a verdict.
+        _, fields = run_fields(buf, bounds, first, stop, self._queue_count_for, entries, parsed)
         if not entries:
             return first, fields
         hints, waits = store.put_singles_now(
@@ -666,10 +654,25 @@ class SendProcessor:
         puts counted (statistics that fail are logged and change no answer, where send_raw
         would answer SYSTEM_ERROR)."""
         store = self.ctx.store
-        answer_frame = _send_answer_frame
-        assert answer_frame is not None
         trace_on = self.ctx.broker_config.trace_on
         msg_id, must_wait = store.commitlog.msg_id, store.must_wait
+        if not must_wait and _send_answer_run is not None:
+            # Every answer now: written in one C call, the frames the loop below writes.
+            try:
+                joined, totals = _send_answer_run(
+                    parsed, hints, store.commitlog.msg_id_prefix, self._region()[2], trace_on,
+                    CURRENT_VERSION,
+                )  # fmt: skip
+            except Exception:  # a defect: the loop below answers each
+                log.exception("answering a run of sends in one call failed")
+            else:
+                answers.append(joined)
+                on_put = self.ctx.stats.on_put
+                for topic, count, size in totals:
+                    on_put(count, size, topic, count)
+                return
+        answer_frame = _send_answer_frame
+        assert answer_frame is not None
         held: list[tuple[int, DispatchHint]] = []
         held_frames: list[bytes] = []
         region: bytes | None = None  # read at the first answer, inside its error handling
@@ -756,6 +759,14 @@ class SendProcessor:
         except Exception as exc:  # the group commit must still answer
             log.exception("error answering a raw send")
             return _error_frame(opaque, exc)
+
+    def _queue_count_for(self, topic: str) -> int | None:
+        """The queues of ``topic`` a run of plain single sends may put to (_send_singles): its
+        kept verdict's, None when send_raw has not judged it or its verdict no longer holds."""
+        if topic not in self._valid_topics:
+            return None
+        verdict = self._kept_verdict(topic)
+        return None if verdict is None else verdict[3]
 
     def _kept_verdict(self, topic: str) -> tuple[TopicConfig, int, str, int] | None:
         """The verdict :meth:`_raw_verdict` kept on ``topic`` while it still holds (the

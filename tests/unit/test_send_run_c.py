@@ -1,0 +1,242 @@
+"""The two C calls of a run of single sends (SendProcessor._send_singles and _answer_singles):
+``_recordc.send_run_fields`` reads and takes, frame for frame, what ``send_fields`` called on
+each frame and the Python checks would (the entries, their fields, where it stops, and the
+topic judged once per change), and ``send_answer_run`` writes byte for byte the frames
+``send_answer_frame`` writes for each put, with the totals the broker's statistics count."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tracemalloc
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pymq.common.message_id import offset_msg_id
+from pymq.common.native import native_extension
+from pymq.remoting.codec import RemotingCommand, encode
+from pymq.store.commitlog import DispatchHint
+from tests.integration.test_send_raw import _items, batch_frame, cpp_frame, ext_for, frame
+
+pytestmark = pytest.mark.skipif(
+    getattr(native_extension, "send_run_fields", None) is None, reason="needs the C extension"
+)
+
+COUNTS = {"T1": 4, "Topic-2": 2, "Zero": 0}  # a topic's queue count; others: None (unjudged)
+
+
+def run_of(frames: list[bytes]) -> tuple[bytes, list[int]]:
+    bounds, pos = [], 0
+    for data in frames:
+        bounds += [pos + 4, pos + len(data)]
+        pos += len(data)
+    return b"".join(frames), bounds
+
+
+def reference(buf: bytes, bounds: list[int], first: int, stop: int, judge) -> tuple:
+    """The Python loop send_run_fields replaces: send_fields of each frame and its checks."""
+    entries: list[tuple] = []
+    parsed: list[tuple] = []
+    last, count = None, None
+    for i in range(first, stop):
+        end = bounds[2 * i + 1]
+        fields = native_extension.send_fields(buf, bounds[2 * i], end)
+        if fields is None:
+            return i, fields, entries, parsed
+        (_, topic, queue_id, sys_flag, born, flag, props, reconsume, body_at, batch) = fields
+        if batch:
+            return i, fields, entries, parsed
+        if last is None or topic != last:
+            count, last = judge(topic), topic
+        if count is None or not 0 <= queue_id < count:
+            return i, fields, entries, parsed
+        entries.append(
+            (topic, queue_id, buf[body_at:end], props or "", flag, sys_flag, born, reconsume or 0)
+        )
+        parsed.append(fields)
+    return stop, None, entries, parsed
+
+
+def fast(buf: bytes, bounds: list[int], first: int, stop: int, judge) -> tuple:
+    entries: list[tuple] = []
+    parsed: list[tuple] = []
+    i, fields = native_extension.send_run_fields(buf, bounds, first, stop, judge, entries, parsed)
+    return i, fields, entries, parsed
+
+
+FRAME = st.one_of(
+    st.builds(
+        lambda topic, queue_id, props: frame(ext_for(topic, queue_id, props)),
+        st.sampled_from(["T1", "T1", "Topic-2", "Zero", "Unjudged"]),
+        st.integers(-1, 5),
+        st.sampled_from(["", None, "TAGS\x01a\x02WAIT\x01true", "UNIQ_KEY\x01AB\x02WAIT\x01false"]),
+    ),
+    st.builds(lambda topic: batch_frame(topic, _items(2)), st.sampled_from(["T1", "Topic-2"])),
+    st.builds(lambda topic: cpp_frame(topic, "TAGS\x01t"), st.sampled_from(["T1", "Topic-2"])),
+    st.just(frame(ext_for("T1"), code=36)),  # another request: not a send
+    st.just(frame(ext_for("T1", g="12x"))),  # a born timestamp that is no number
+    st.just(encode(RemotingCommand(310, {}, b"b", 5, 0))),  # no fields
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(FRAME, min_size=1, max_size=8), st.data())
+def test_send_run_fields_takes_what_the_python_loop_takes(frames: list[bytes], data) -> None:
+    buf, bounds = run_of(frames)
+    first = data.draw(st.integers(0, len(frames) - 1))
+    stop = data.draw(st.integers(first, len(frames)))
+    calls: list[str] = []
+
+    def judge(topic: str) -> int | None:
+        calls.append(topic)
+        return COUNTS.get(topic)
+
+    want = reference(buf, bounds, first, stop, COUNTS.get)
+    assert fast(buf, bounds, first, stop, judge) == want
+    # Judged once per change of topic among the frames it read.
+    read = [native_extension.send_fields(buf, bounds[2 * k], bounds[2 * k + 1])
+            for k in range(first, min(want[0] + 1, stop))]  # fmt: skip
+    topics = [f[1] for f in read if f is not None and not f[9]]
+    assert calls == [t for k, t in enumerate(topics) if k == 0 or topics[k - 1] != t]
+
+
+def test_send_run_fields_stops_where_the_judge_says() -> None:
+    frames = [frame(ext_for("T1", 0)), frame(ext_for("T1", 3)), frame(ext_for("Topic-2", 1))]
+    frames += [frame(ext_for("Topic-2", 2)), frame(ext_for("T1", 1))]
+    buf, bounds = run_of(frames)
+    i, fields, entries, parsed = fast(buf, bounds, 0, 5, COUNTS.get)
+    assert i == 3 and fields is not None and fields[1] == "Topic-2" and fields[2] == 2
+    assert [(e[0], e[1]) for e in entries] == [("T1", 0), ("T1", 3), ("Topic-2", 1)]
+    assert [f[0] for f in parsed] == [77, 77, 77]
+    assert entries[0][2] == b"body-%d" % len(ext_for("T1", 0))
+    i, fields, entries, _ = fast(buf, bounds, 0, 5, lambda topic: None)
+    assert (i, entries) == (0, []) and fields is not None and fields[1] == "T1"
+
+
+def test_send_run_fields_refuses_bad_arguments_and_raises_what_the_judge_raises() -> None:
+    buf, bounds = run_of([frame(ext_for("T1", 0)), frame(ext_for("T1", 1))])
+    f = native_extension.send_run_fields
+    with pytest.raises(TypeError):
+        f(buf, tuple(bounds), 0, 2, COUNTS.get, [], [])
+    with pytest.raises(TypeError):
+        f(buf, bounds, 0, 2, None, [], [])
+    with pytest.raises(ValueError, match="past the bounds"):
+        f(buf, bounds[:3], 0, 2, COUNTS.get, [], [])
+    with pytest.raises(OverflowError):
+        f(buf, bounds, -1, 2, COUNTS.get, [], [])
+    # A frame past the buffer is no send (as send_fields reads it).
+    assert f(buf, [0, len(buf) + 10, 0, 1], 0, 1, COUNTS.get, [], []) == (0, None)
+    entries: list[tuple] = []
+    with pytest.raises(ZeroDivisionError):
+        f(buf, bounds, 0, 2, lambda topic: 1 // 0, entries, [])
+    assert entries == []
+    with pytest.raises(TypeError):
+        f(buf, bounds, 0, 2, lambda topic: "4", [], [])
+
+    def shrink(topic: str) -> int:  # a judge that changes the bounds meanwhile
+        del bounds[2:]
+        return 4
+
+    with pytest.raises(ValueError, match="past the bounds"):
+        f(buf, bounds, 0, 2, shrink, [], [])
+
+
+def test_send_run_fields_leaks_nothing() -> None:
+    frames = [frame(ext_for("T1", 0, "TAGS\x01a")), cpp_frame("T1", "TAGS\x01t")]
+    frames += [frame(ext_for("T1", 9)), batch_frame("T1", _items(2))]
+    buf, bounds = run_of(frames)
+    judges = [COUNTS.get, lambda topic: None, lambda topic: 1 // 0]
+
+    def rounds() -> None:
+        for _ in range(2000):
+            for judge in judges:
+                for first in range(4):
+                    with contextlib.suppress(ZeroDivisionError):
+                        native_extension.send_run_fields(buf, bounds, first, 4, judge, [], [])
+
+    rounds()
+    before = sys.gettotalrefcount() if hasattr(sys, "gettotalrefcount") else None
+    # The topic's str: a reference leaked to it shows in its count when the parser hands out
+    # one cached object, and in the memory traced when it makes a new one each time.
+    topic = native_extension.send_fields(buf, bounds[0], bounds[1])[1]
+    topic_refs = sys.getrefcount(topic)
+    tracemalloc.start()
+    rounds()
+    first_peak = tracemalloc.get_traced_memory()[0]
+    rounds()
+    grown = tracemalloc.get_traced_memory()[0] - first_peak
+    tracemalloc.stop()
+    assert grown < 64 * 1024, grown
+    assert sys.getrefcount(topic) - topic_refs < 100
+    if before is not None:
+        assert sys.gettotalrefcount() - before < 100
+
+
+HINT = st.builds(
+    lambda phy, size, topic, queue_id, queue_offset: DispatchHint(
+        phy, size, topic, queue_id, queue_offset, None, 0, 0, None, None
+    ),
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**31 - 1),
+    st.sampled_from(["T1", "T1", "Topic-2", "\u00e9t\u00e9"]),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(-(2**63), 2**63 - 1),
+)
+
+
+def totals_of(hints: list[DispatchHint]) -> list[tuple]:
+    """SendProcessor._count_puts' calls: (topic, count, size) per run of one topic."""
+    out: list[list] = []
+    for hint in hints:
+        if out and out[-1][0] == hint.topic:
+            out[-1][1] += 1
+            out[-1][2] += hint.size
+        else:
+            out.append([hint.topic, 1, hint.size])
+    return [tuple(row) for row in out]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), HINT), max_size=12),
+    st.integers(0, 3),
+    st.sampled_from(["7F00000100002A9F", "C0A8000100000000", ""]),
+    st.sampled_from([b'"DefaultRegion"', b'"R\\u00e9gion"', b'""']),
+    st.booleans(),
+    st.integers(-(2**31), 2**31 - 1),
+)
+def test_send_answer_run_writes_each_answer_as_send_answer_frame(
+    rows: list[tuple], extra: int, prefix: str, region: bytes, trace: bool, version: int
+) -> None:
+    parsed = [(opaque, "T1") for opaque, _ in rows] + [(1, "x")] * extra  # may be longer
+    hints = [hint for _, hint in rows]
+    joined, totals = native_extension.send_answer_run(parsed, hints, prefix, region, trace, version)
+    want = b"".join(
+        native_extension.send_answer_frame(
+            opaque, offset_msg_id(prefix, hint.physical_offset), hint.queue_id,
+            hint.queue_offset, region, trace, version,
+        )
+        for opaque, hint in rows
+    )  # fmt: skip
+    assert joined == want
+    assert [tuple(t) for t in totals] == totals_of(hints)
+
+
+def test_send_answer_run_refuses_what_it_cannot_write() -> None:
+    hint = DispatchHint(5, 10, "T1", 0, 0, None, 0, 0, None, None)
+    run = native_extension.send_answer_run
+    with pytest.raises(ValueError, match="fewer fields"):
+        run([], [hint], "AB", b'"R"', False, 1)
+    with pytest.raises(ValueError, match="prefix"):
+        run([(1,)], [hint], "\u00e9", b'"R"', False, 1)
+    with pytest.raises(ValueError, match="prefix"):
+        run([(1,)], [hint], "A" * 65, b'"R"', False, 1)
+    with pytest.raises(TypeError):
+        run([(1,)], [(1, 2)], "AB", b'"R"', False, 1)  # a hint too short
+    with pytest.raises(OverflowError):
+        run([(2**31,)], [hint], "AB", b'"R"', False, 1)  # an opaque no int32
+    with pytest.raises(ValueError, match="too long"):
+        run([(1,)], [hint], "AB", b'"' + b"r" * 0xFFFFFF + b'"', False, 1)
+    assert run([], [], "AB", b'"R"', False, 1) == (b"", [])

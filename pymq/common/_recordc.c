@@ -1296,12 +1296,18 @@ static PyObject *py_send_answer_run(PyObject *self, PyObject *const *args, Py_ss
         return PyErr_Format(PyExc_OverflowError, "send_answer_run: too many answers");
     PyObject *out = PyBytes_FromStringAndSize(NULL, count * each), *totals = PyList_New(0);
     PyObject *topic = NULL; /* the current run's (a reference held) */
+    PyObject *hint = NULL, *fields = NULL; /* the k-th, held: __index__ and __eq__ run Python */
     long long run_count = 0, run_size = 0;
     if (out == NULL || totals == NULL) goto fail;
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
     static const char digits[] = "0123456789ABCDEF";
     for (Py_ssize_t k = 0; k < count; k++) {
-        PyObject *hint = PyList_GET_ITEM(hints, k), *fields = PyList_GET_ITEM(parsed, k);
+        if (k >= PyList_GET_SIZE(hints) || k >= PyList_GET_SIZE(parsed)) {
+            PyErr_SetString(PyExc_ValueError, "send_answer_run: hints or parsed changed");
+            goto fail;
+        }
+        Py_XSETREF(hint, Py_NewRef(PyList_GET_ITEM(hints, k)));
+        Py_XSETREF(fields, Py_NewRef(PyList_GET_ITEM(parsed, k)));
         if (!PyTuple_Check(hint) || PyTuple_GET_SIZE(hint) < 5 || !PyTuple_Check(fields) ||
             PyTuple_GET_SIZE(fields) < 1) {
             PyErr_SetString(PyExc_TypeError, "send_answer_run: a hint or fields not a tuple");
@@ -1352,12 +1358,16 @@ static PyObject *py_send_answer_run(PyObject *self, PyObject *const *args, Py_ss
         Py_DECREF(row);
     }
     Py_CLEAR(topic);
+    Py_CLEAR(hint);
+    Py_CLEAR(fields);
     if (_PyBytes_Resize(&out, p - (unsigned char *)PyBytes_AS_STRING(out)) < 0) {
         Py_DECREF(totals);
         return NULL;
     }
     return Py_BuildValue("(NN)", out, totals);
 fail:
+    Py_XDECREF(hint);
+    Py_XDECREF(fields);
     Py_XDECREF(topic);
     Py_XDECREF(out);
     Py_XDECREF(totals);
@@ -2328,15 +2338,20 @@ static PyObject *py_send_run_fields(PyObject *self, PyObject *const *args, Py_ss
     long long count = -1;                                  /* its queue count; -1: None */
     long long i = first;
     for (; i < stop; i++) {
-        long long start, end;
+        long long start = 0, end = 0;
         /* Checked each time: judge runs Python, which could change the list. */
         if (2 * i + 1 >= PyList_GET_SIZE(bounds)) {
             PyErr_SetString(PyExc_ValueError, "send_run_fields: stop past the bounds");
             goto fail;
         }
-        if (arg_int(PyList_GET_ITEM(bounds, 2 * i), "start", 0, PY_SSIZE_T_MAX, &start) < 0 ||
-            arg_int(PyList_GET_ITEM(bounds, 2 * i + 1), "end", 0, PY_SSIZE_T_MAX, &end) < 0)
-            goto fail;
+        /* Held: an item's __index__ runs Python, which could change the list too. */
+        PyObject *start_obj = Py_NewRef(PyList_GET_ITEM(bounds, 2 * i));
+        PyObject *end_obj = Py_NewRef(PyList_GET_ITEM(bounds, 2 * i + 1));
+        int bad = arg_int(start_obj, "start", 0, PY_SSIZE_T_MAX, &start) < 0 ||
+                  arg_int(end_obj, "end", 0, PY_SSIZE_T_MAX, &end) < 0;
+        Py_DECREF(start_obj);
+        Py_DECREF(end_obj);
+        if (bad) goto fail;
         if ((fields = send_fields_at(&view, start, end)) == NULL) goto fail;
         if (fields == Py_None) break;
         /* (opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,

@@ -154,8 +154,32 @@ async def test_a_run_answers_stores_and_counts_as_its_frames_one_by_one(
         return hints, waits
 
     monkeypatch.setattr(store, "put_singles_now", counting)
+    # The runs' answers are written by send_answer_run, never by the loop it replaced (its
+    # fallback when the call fails), which answers each with send_answer_frame.
+    from pymq.broker.processors import send as send_module
+
+    framed: list[int] = []
+    real_frame = send_module._send_answer_frame
+    assert real_frame is not None
+
+    def counting_frame(opaque: int, *rest: object) -> bytes:
+        framed.append(opaque)
+        return real_frame(opaque, *rest)
+
+    run_answered: list[int] = []
+    real_run = send_module._send_answer_run
+    assert real_run is not None
+
+    def counting_run(parsed: list, hints: list, *rest: object) -> tuple:
+        run_answered.append(len(hints))
+        return real_run(parsed, hints, *rest)
+
+    monkeypatch.setattr(send_module, "_send_answer_frame", counting_frame)
+    monkeypatch.setattr(send_module, "_send_answer_run", counting_run)
     got, left = await as_channel(cluster, PEER, cases("RunT"))
     assert left == 12  # the queue out of range: the usual path's
+    assert run_answered == [5, 3, 2]
+    assert len(framed) == 7  # send_raw's own answers only
     want = await one_by_one(cluster, cases("OneT"))
     for answers in (got, want):  # the half messages of both share one system queue
         answers[14][2].pop("queueOffset")

@@ -81,19 +81,45 @@ FRAME = st.one_of(
 )
 
 
+@st.composite
+def damaged(draw) -> bytes:
+    """A frame with a few bytes changed, cut out or slipped in."""
+    data = bytearray(draw(FRAME))
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(0, len(data) - 1))
+        how = draw(st.integers(0, 2))
+        if how == 0:
+            data[at] = draw(st.integers(0, 255))
+        elif how == 1:
+            del data[at : at + draw(st.integers(1, 6))]
+        else:
+            data[at:at] = draw(st.binary(min_size=1, max_size=6))
+        if not data:
+            break
+    return bytes(data)
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(FRAME, min_size=1, max_size=8), st.data())
+@given(st.lists(st.one_of(FRAME, FRAME, damaged()), min_size=1, max_size=8), st.data())
 def test_send_run_fields_takes_what_the_python_loop_takes(frames: list[bytes], data) -> None:
     buf, bounds = run_of(frames)
+    if data.draw(st.booleans()):  # bounds off by a few bytes, some past the buffer
+        bounds = [max(0, b + data.draw(st.integers(-8, 8))) for b in bounds]
     first = data.draw(st.integers(0, len(frames) - 1))
     stop = data.draw(st.integers(first, len(frames)))
+    counts = data.draw(
+        st.dictionaries(
+            st.sampled_from(["T1", "Topic-2", "Zero", "Unjudged"]),
+            st.one_of(st.none(), st.integers(-3, 8)),
+        )
+    )
     calls: list[str] = []
 
     def judge(topic: str) -> int | None:
         calls.append(topic)
-        return COUNTS.get(topic)
+        return counts.get(topic)
 
-    want = reference(buf, bounds, first, stop, COUNTS.get)
+    want = reference(buf, bounds, first, stop, counts.get)
     assert fast(buf, bounds, first, stop, judge) == want
     # Judged once per change of topic among the frames it read.
     read = [native_extension.send_fields(buf, bounds[2 * k], bounds[2 * k + 1])
@@ -240,3 +266,47 @@ def test_send_answer_run_refuses_what_it_cannot_write() -> None:
     with pytest.raises(ValueError, match="too long"):
         run([(1,)], [hint], "AB", b'"' + b"r" * 0xFFFFFF + b'"', False, 1)
     assert run([], [], "AB", b'"R"', False, 1) == (b"", [])
+
+
+def test_python_code_run_by_the_arguments_cannot_pull_them_away() -> None:
+    """Items whose __index__ or __eq__ runs Python that empties the lists being read: an error
+    or a result, never a read of freed memory (each crashed the first version)."""
+    data = frame(ext_for("T1", 0))
+    bounds: list = []
+
+    class Start:
+        def __index__(self) -> int:
+            bounds.clear()
+            return 4
+
+    bounds += [Start(), len(data)]
+    assert native_extension.send_run_fields(data, bounds, 0, 1, lambda t: 4, [], []) == (1, None)
+
+    hints: list = []
+
+    class Topic(str):
+        def __eq__(self, other: object) -> bool:
+            hints.clear()
+            return False
+
+        __hash__ = str.__hash__
+
+    hints += [(1, 10, Topic("A"), 0, 0), (2, 10, Topic("B" * 100), 0, 0), (3, 10, "C", 0, 0)]
+    with pytest.raises(ValueError, match="changed"):
+        native_extension.send_answer_run([(1,), (2,), (3,)], hints, "AB", b'"R"', False, 1)
+
+    for victim in ("hints", "parsed"):
+        lists: dict[str, list] = {"hints": [], "parsed": [(1,), (2,)]}
+        emptied = lists[victim]
+
+        class Offset:
+            def __index__(self, emptied: list = emptied) -> int:
+                emptied.clear()
+                return 5
+
+        # Long tuples: past the tuple free list, so that a hint let go is really freed.
+        lists["hints"] += [(Offset(), 10, "T", 0, 0) + (None,) * 20, (6, 10, "T", 0, 0)]
+        with pytest.raises(ValueError, match="changed"):
+            native_extension.send_answer_run(
+                lists["parsed"], lists["hints"], "AB", b'"R"', False, 1
+            )

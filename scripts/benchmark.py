@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -114,18 +115,43 @@ def server_settings(settings: list[str]) -> list[str]:
     return flags
 
 
+START_ATTEMPTS = 3
+
+
+class StartFailed(Exception):
+    """A server process ended before it said it was running."""
+
+
 def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subprocess.Popen]]:
-    """The embedded default, or a name server + master + slave when --ha is given."""
-    py = sys.executable
+    """The embedded default, or a name server + master + slave when --ha is given; SystemExit
+    when one cannot start, the ones started before it stopped."""
     procs: list[subprocess.Popen] = []
+    try:
+        return _start_servers(args, tmp, procs)
+    except BaseException:
+        for proc in reversed(procs):
+            proc.kill()
+            proc.wait()
+        raise
+
+
+def _start_servers(
+    args: argparse.Namespace, tmp: str, procs: list[subprocess.Popen]
+) -> tuple[str, list[subprocess.Popen]]:
+    py = sys.executable
 
     def spawn(cmd: list[str]) -> subprocess.Popen:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if "success" not in line and "running" not in line:
-            proc.kill()
-            raise SystemExit(f"could not start {cmd[2]}: {line.strip()}")
+        # Its errors kept in a file of the data directory, for the message of a failed start.
+        with open(os.path.join(tmp, f"{cmd[2]}-{len(procs)}.stderr"), "w+") as errors:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True)
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if "success" not in line and "running" not in line:
+                proc.kill()
+                proc.wait()
+                errors.seek(0)
+                why = errors.read().strip().splitlines()[-1:] or [line.strip() or "no output"]
+                raise StartFailed(f"could not start {cmd[2]}: {why[0]}")
         procs.append(proc)
         return proc
 
@@ -133,30 +159,54 @@ def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subproc
     common += getattr(args, "extra_server_args", [])
     common += server_settings(getattr(args, "server_set", []))
     if not args.ha:
-        ns_port = free_port()
-        spawn(
-            [
-                py,
-                "-m",
-                "pymq",
-                "--data",
-                tmp,
-                "--bind",
-                "127.0.0.1",
-                "--namesrv-port",
-                str(ns_port),
-                "--broker-port",
-                str(free_port()),
-                "--admin-port",  # no console: two benchmarks must not share port 8080
-                "0",
-                "--metrics-port",  # nor a fixed metrics port
-                "0",
-                "--log-level",
-                "ERROR",
-                *common,
-            ]
-        )
+        for attempt in range(START_ATTEMPTS):
+            # Ports found free may be taken before the server binds them (by another process's
+            # connection, say): a start that fails is tried again on other ports.
+            ns_port = free_port()
+            try:
+                spawn(
+                    [
+                        py,
+                        "-m",
+                        "pymq",
+                        "--data",
+                        tmp,
+                        "--bind",
+                        "127.0.0.1",
+                        "--namesrv-port",
+                        str(ns_port),
+                        "--broker-port",
+                        str(free_port()),
+                        "--admin-port",  # no console: two benchmarks must not share port 8080
+                        "0",
+                        "--metrics-port",  # nor a fixed metrics port
+                        "0",
+                        "--log-level",
+                        "ERROR",
+                        *common,
+                    ]
+                )
+            except StartFailed as exc:
+                if attempt + 1 == START_ATTEMPTS:
+                    raise SystemExit(str(exc)) from None
+                print(f"{exc}; trying again on other ports", file=sys.stderr)
+                continue
+            break
         return f"127.0.0.1:{ns_port}", procs
+    try:
+        return _start_ha(args, tmp, common, spawn), procs
+    except StartFailed as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def _start_ha(
+    args: argparse.Namespace,
+    tmp: str,
+    common: list[str],
+    spawn: Callable[[list[str]], subprocess.Popen],
+) -> str:
+    """A name server, then a master (``args.ha``) and its slave; the name server's address."""
+    py = sys.executable
     ns_port = free_port()
     spawn(
         [
@@ -204,7 +254,7 @@ def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subproc
                 *common,
             ]
         )
-    return f"127.0.0.1:{ns_port}", procs
+    return f"127.0.0.1:{ns_port}"
 
 
 async def wait_for_slave(namesrv: str) -> None:

@@ -89,6 +89,7 @@ RESTART_ONLY_KEYS = frozenset(
         "brokerRole",
         "mappedFileSizeCommitLog",
         "mappedFileSizeConsumeQueue",
+        "commitLogWriteAdvice",
         "haListenPort",
         "adminListenPort",
         "adminBindAddress",

@@ -48,6 +48,42 @@ def drop_cached_from(fd: int, pos: int, size: int) -> None:
         os.posix_fadvise(fd, start, size - start, _FADV_DONTNEED)
 
 
+LARGE_READAHEAD_KB = 1024
+"""A device readahead (``read_ahead_kb``) from which a fault in a mapped file reads ahead
+windows large enough for the kernel to fill them with large folios (2 MiB and up): the
+commit log's writes through its map are then better faulted a page at a time (see
+:func:`readahead_kb` and MessageStore)."""
+
+
+def readahead_kb(path: str) -> int | None:
+    """The readahead (``read_ahead_kb``) of the block device under the filesystem holding
+    ``path`` (or its nearest existing parent): its backing device's, or for a partition its
+    disk's; None when it cannot be told (a filesystem with no block device, such as tmpfs or
+    overlayfs, or no sysfs)."""
+    path = os.path.abspath(path)
+    while True:  # the nearest directory that exists: a store's may not yet
+        try:
+            dev = os.stat(path).st_dev
+            break
+        except OSError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+    major, minor = os.major(dev), os.minor(dev)
+    candidates = [f"/sys/class/bdi/{major}:{minor}/read_ahead_kb"]
+    block = f"/sys/dev/block/{major}:{minor}"
+    candidates.append(os.path.join(block, "queue", "read_ahead_kb"))
+    candidates.append(os.path.join(block, "..", "queue", "read_ahead_kb"))  # a partition
+    for candidate in candidates:
+        try:
+            with open(candidate) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def write_file_atomic(path: str, data: bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)

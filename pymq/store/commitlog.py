@@ -182,7 +182,10 @@ SCRATCH_KEPT_MAX = 1 << 20
 # the map (dispatch's check of each record, consumers) faulted with readahead, which zeroed
 # large folios of the unwritten blocks ahead: a quarter of the broker's time under batches of
 # 32 (125k -> 158k msgs/s without it).  A record written through the map into advised pages
-# faults a page at a time instead: ~2 us more system time per 1 KiB single send.
+# faults a page at a time instead, which costs more than a small readahead (5.8-7.0 against
+# 5.2-5.6 us of broker CPU per 1 KiB single send with 512 KiB or less) and less than a large
+# one (6.1-6.9 against 7.2-8.3 us with 8 MiB): commitLogWriteAdvice=auto advises every write
+# on a device that reads ahead 1 MiB or more, and this balance decides elsewhere.
 ADVICE_SWITCH_BYTES = 4 << 20
 _encode_single = getattr(native_extension, "encode_single", None)
 

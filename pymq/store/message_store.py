@@ -23,6 +23,7 @@ from functools import partial
 import trio
 
 from pymq.common.clock import now_ms
+from pymq.common.files import LARGE_READAHEAD_KB, readahead_kb
 from pymq.common.message import (
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
@@ -48,7 +49,7 @@ from pymq.store.clean_service import (
     disk_used_ratio,
 )
 from pymq.store.commitlog import CommitLog, DispatchHint
-from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig
+from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig, WriteAdvice
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
 from pymq.store.flush_service import (
     AnswerSink,
@@ -146,12 +147,17 @@ class DefaultMessageStore:
         clock_ms: Callable[[], int] = now_ms,
         disk_ratio: Callable[[str], float] = disk_used_ratio,
         mtime: Callable[[str], float] = os.path.getmtime,
+        readahead: Callable[[str], int | None] = readahead_kb,
     ) -> None:
         self.config = config = config or MessageStoreConfig()
         self.clock_ms = clock_ms
         retry_s = config.mapped_file_create_retry_interval / 1000
         warm = config.warm_maped_file_enable
-        advise_writes = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        # The commit log's pages ahead of its writer faulted a page at a time (MADV_RANDOM,
+        # MappedFile.advise_writes): always under SYNC_FLUSH; under ASYNC_FLUSH as
+        # commitLogWriteAdvice says (auto: on a device that reads ahead LARGE_READAHEAD_KB or
+        # more); otherwise the advice follows the writes (CommitLog._weigh_advice).
+        advise_writes = self._advises_writes(config, readahead)
         self.allocator = MappedFileAllocator(retry_s, warm=warm, advise_writes=advise_writes)
         self.commitlog = CommitLog(
             config.store_path_commitlog,
@@ -210,6 +216,23 @@ class DefaultMessageStore:
         self.put_stats = PutStats()
 
     # --- configuration by the broker -----------------------------------------------------------
+
+    @staticmethod
+    def _advises_writes(config: MessageStoreConfig, readahead: Callable[[str], int | None]) -> bool:
+        """Whether the commit log's writes are faulted a page at a time from the start."""
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            return True
+        advice = config.commit_log_write_advice
+        if advice is WriteAdvice.AUTO:
+            device = readahead(config.store_path_commitlog)
+            if device is None or device < LARGE_READAHEAD_KB:
+                return False
+            log.info(
+                "commit log writes faulted a page at a time: its device reads ahead %d KiB",
+                device,
+            )
+            return True
+        return advice is WriteAdvice.RANDOM
 
     @property
     def store_host(self) -> tuple[str, int]:

@@ -1,7 +1,8 @@
-"""ASYNC_FLUSH's advice for the commit log's pages ahead of the writer follows the writes
-(commitlog.ADVICE_SWITCH_BYTES): MADV_RANDOM once batches written with pwrite outweigh records
-written through the map, readahead again once those outweigh the batches; the files the queue
-makes next take the current advice.  SYNC_FLUSH's is always MADV_RANDOM."""
+"""ASYNC_FLUSH's advice for the commit log's pages ahead of the writer, with
+commitLogWriteAdvice=follow, follows the writes (commitlog.ADVICE_SWITCH_BYTES): MADV_RANDOM
+once batches written with pwrite outweigh records written through the map, readahead again once
+those outweigh the batches; the files the queue makes next take the current advice.
+SYNC_FLUSH's is always MADV_RANDOM."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.native import native_extension
 from pymq.store import PutMessageStatus, commitlog
-from pymq.store.config import FlushDiskType
+from pymq.store.config import FlushDiskType, WriteAdvice
 from tests.store.helpers import make_message, running_store, small_config
 
 pytestmark = pytest.mark.skipif(
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 BORN = ("10.0.0.9", 40123)
+FOLLOW = WriteAdvice.FOLLOW  # as commitLogWriteAdvice=auto on a device reading ahead little
 SWITCH = 64 * 1024
 
 
@@ -45,7 +47,9 @@ def single(store) -> int:  # type: ignore[no-untyped-def]
 
 
 async def test_the_advice_follows_the_heavier_way_of_writing(tmp_path) -> None:
-    config = small_config(str(tmp_path), mapped_file_size_commit_log=1 << 20)
+    config = small_config(
+        str(tmp_path), mapped_file_size_commit_log=1 << 20, commit_log_write_advice=FOLLOW
+    )
     async with running_store(config) as store:
         cl = store.commitlog
         assert store.put_message_now(make_message(topic="T")).status is PutMessageStatus.PUT_OK
@@ -116,7 +120,9 @@ async def _advised_by_batches(store) -> None:  # type: ignore[no-untyped-def]
 async def test_every_write_through_the_map_weighs_against_the_advice(tmp_path, write) -> None:  # type: ignore[no-untyped-def]
     """Small batches (append_batch_body's map branch) and the general path (append_message)
     write through the map too: as many of their bytes as of single sends end the advice."""
-    config = small_config(str(tmp_path), mapped_file_size_commit_log=1 << 20)
+    config = small_config(
+        str(tmp_path), mapped_file_size_commit_log=1 << 20, commit_log_write_advice=FOLLOW
+    )
     async with running_store(config) as store:
         await _advised_by_batches(store)
         cl = store.commitlog
@@ -131,7 +137,9 @@ async def test_every_write_through_the_map_weighs_against_the_advice(tmp_path, w
 async def test_the_file_the_roll_makes_is_advised_before_any_write(tmp_path) -> None:
     """The queue makes the next file with the current advice (MappedFileQueue._new_file), not
     the next batch's _weigh_advice."""
-    config = small_config(str(tmp_path), mapped_file_size_commit_log=1 << 20)
+    config = small_config(
+        str(tmp_path), mapped_file_size_commit_log=1 << 20, commit_log_write_advice=FOLLOW
+    )
     async with running_store(config) as store:
         await _advised_by_batches(store)
         cl = store.commitlog

@@ -14,8 +14,10 @@ from typing import Any
 import pytest
 import trio
 
+from pymq.common.files import LARGE_READAHEAD_KB, readahead_kb
 from pymq.common.message import MessageExt
 from pymq.store import FlushDiskType, PutMessageStatus
+from pymq.store.config import WriteAdvice
 from pymq.store.mapped_file import OS_PAGE_SIZE, MappedFile
 from pymq.store.mapped_file_queue import MappedFileQueue
 from tests.helpers import smaps_entries
@@ -73,18 +75,67 @@ def test_a_recovered_file_is_advised_from_its_data_end(tmp_path):
         mf.close()
 
 
-@pytest.mark.parametrize("flush", [FlushDiskType.SYNC_FLUSH, FlushDiskType.ASYNC_FLUSH])
-async def test_only_the_sync_flush_commit_log_is_advised(root, flush):
-    config = small_config(root, flush_disk_type=flush, mapped_file_size_commit_log=8 * MIB)
-    async with running_store(config) as store:
+SYNC, ASYNC = FlushDiskType.SYNC_FLUSH, FlushDiskType.ASYNC_FLUSH
+
+
+@pytest.mark.parametrize(
+    ("flush", "advice", "device_kb", "advised"),
+    [
+        (SYNC, WriteAdvice.AUTO, 128, True),
+        (SYNC, WriteAdvice.FOLLOW, None, True),  # SYNC_FLUSH's whatever the key
+        (ASYNC, WriteAdvice.AUTO, 8192, True),  # this project's VM
+        (ASYNC, WriteAdvice.AUTO, LARGE_READAHEAD_KB, True),
+        (ASYNC, WriteAdvice.AUTO, LARGE_READAHEAD_KB - 1, False),
+        (ASYNC, WriteAdvice.AUTO, 128, False),  # Linux's default
+        (ASYNC, WriteAdvice.AUTO, None, False),  # no block device (tmpfs) or no sysfs
+        (ASYNC, WriteAdvice.RANDOM, 128, True),
+        (ASYNC, WriteAdvice.FOLLOW, 8192, False),
+    ],
+)
+async def test_the_commit_log_is_advised_as_its_flush_device_and_key_say(
+    root, flush, advice, device_kb, advised
+):
+    asked: list[str] = []
+
+    def readahead(path: str) -> int | None:
+        asked.append(path)
+        return device_kb
+
+    config = small_config(
+        root,
+        flush_disk_type=flush,
+        mapped_file_size_commit_log=8 * MIB,
+        commit_log_write_advice=advice,
+    )
+    async with running_store(config, readahead=readahead) as store:
         for i in range(20):
             result = await store.put_message(make_message(body=b"%d" % i))
             assert result.status is PutMessageStatus.PUT_OK
         last = store.commitlog.queue.files[-1]
         ranges = random_read_ranges(last.path)
         at_tail = covered(ranges, last.wrote_position, last.wrote_position + OS_PAGE_SIZE)
-        assert at_tail is (flush is FlushDiskType.SYNC_FLUSH)
-        assert last.advise is (flush is FlushDiskType.SYNC_FLUSH)
+        assert at_tail is advised
+        assert last.advise is advised
+    # The device is asked of only where the key leaves it to the device.
+    auto = flush is ASYNC and advice is WriteAdvice.AUTO
+    assert asked == ([config.store_path_commitlog] if auto else [])
+
+
+def test_the_readahead_of_a_path_is_its_device_s(tmp_path) -> None:
+    """readahead_kb reads the device's read_ahead_kb where sysfs has it; a directory not made
+    yet is on its parent's device; a filesystem without a block device has none."""
+    here = readahead_kb(str(tmp_path))
+    if here is None:
+        pytest.skip("no block device readahead here (tmpfs, overlayfs or no sysfs)")
+    dev = os.stat(tmp_path).st_dev
+    bdi = f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
+    if os.path.exists(bdi):  # a whole disk: its backing device's own figure
+        with open(bdi) as f:
+            assert here == int(f.read())
+    assert here > 0
+    assert readahead_kb(str(tmp_path / "not" / "made" / "yet")) == here
+    if os.path.isdir("/proc"):
+        assert readahead_kb("/proc") is None  # procfs: no block device
 
 
 def disk_write_bytes() -> int:

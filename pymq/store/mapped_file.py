@@ -420,9 +420,10 @@ class MappedFile:
         sync wrote ~1.8 MB for ~110 KB of records (Linux 6.18, ext4: 19.6 KB of disk writes per
         1 KiB message, 3-4 ms syncs; 1.3 KB and 1.2 ms with the advice).  Under ASYNC_FLUSH
         only where the device reads ahead far (``commitLogWriteAdvice``, MessageStore): with
-        512 KiB of readahead or less a page per fault costs more than reading ahead.  :meth:`release_resident` gives the pages it is done with their
-        readahead back (MADV_NORMAL), for readers of old data.  Advice only: nothing changes
-        where the kernel lacks it."""
+        512 KiB of readahead or less a page per fault costs more than reading ahead.
+        :meth:`release_resident` gives the pages it is done with their readahead back
+        (MADV_NORMAL), for readers of old data.  Advice only: nothing changes where the kernel
+        lacks it."""
         self.advise = True
         self._advise_written(self.wrote_position, self.allocated)
 

@@ -118,6 +118,30 @@ def server_settings(settings: list[str]) -> list[str]:
 START_ATTEMPTS = 3
 
 
+def embedded_args(data: str, ns_port: int, broker_port: int) -> list[str]:
+    """``python -m pymq``'s arguments for a benchmark: the store in ``data``, loopback ports,
+    no console and no metrics port (two benchmarks must not share port 8080 or 5557), errors
+    only in the log."""
+    return [
+        "-m",
+        "pymq",
+        "--data",
+        data,
+        "--bind",
+        "127.0.0.1",
+        "--namesrv-port",
+        str(ns_port),
+        "--broker-port",
+        str(broker_port),
+        "--admin-port",
+        "0",
+        "--metrics-port",
+        "0",
+        "--log-level",
+        "ERROR",
+    ]
+
+
 class StartFailed(Exception):
     """A server process ended before it said it was running."""
 
@@ -164,28 +188,7 @@ def _start_servers(
             # connection, say): a start that fails is tried again on other ports.
             ns_port = free_port()
             try:
-                spawn(
-                    [
-                        py,
-                        "-m",
-                        "pymq",
-                        "--data",
-                        tmp,
-                        "--bind",
-                        "127.0.0.1",
-                        "--namesrv-port",
-                        str(ns_port),
-                        "--broker-port",
-                        str(free_port()),
-                        "--admin-port",  # no console: two benchmarks must not share port 8080
-                        "0",
-                        "--metrics-port",  # nor a fixed metrics port
-                        "0",
-                        "--log-level",
-                        "ERROR",
-                        *common,
-                    ]
-                )
+                spawn([py, *embedded_args(tmp, ns_port, free_port()), *common])
             except StartFailed as exc:
                 if attempt + 1 == START_ATTEMPTS:
                     raise SystemExit(str(exc)) from None

@@ -1263,6 +1263,15 @@ static PyObject *py_send_answer_frame(PyObject *self, PyObject *const *args, Py_
     return out;
 }
 
+/* (topic, count, size) appended to totals; -1 with an exception set. */
+static int append_total(PyObject *totals, PyObject *topic, long long count, long long size) {
+    PyObject *row = Py_BuildValue("(OLL)", topic, count, size);
+    if (row == NULL) return -1;
+    int rc = PyList_Append(totals, row);
+    Py_DECREF(row);
+    return rc;
+}
+
 /* send_answer_run(parsed, hints, prefix, quoted_region, trace_on, version): the answers of a
  * run of single sends put together, joined: for each hint (DispatchHint: physical offset,
  * size, topic, queue id, queue offset, ...) and the fields send_fields read of its frame (at
@@ -1335,28 +1344,14 @@ static PyObject *py_send_answer_run(PyObject *self, PyObject *const *args, Py_ss
         if (topic != NULL && (same = PyObject_RichCompareBool(hint_topic, topic, Py_EQ)) < 0)
             goto fail;
         if (!same) {
-            if (topic != NULL) {
-                PyObject *row = Py_BuildValue("(OLL)", topic, run_count, run_size);
-                if (row == NULL || PyList_Append(totals, row) < 0) {
-                    Py_XDECREF(row);
-                    goto fail;
-                }
-                Py_DECREF(row);
-            }
+            if (topic != NULL && append_total(totals, topic, run_count, run_size) < 0) goto fail;
             Py_XSETREF(topic, Py_NewRef(hint_topic));
             run_count = run_size = 0;
         }
         run_count++;
         run_size += size;
     }
-    if (topic != NULL) {
-        PyObject *row = Py_BuildValue("(OLL)", topic, run_count, run_size);
-        if (row == NULL || PyList_Append(totals, row) < 0) {
-            Py_XDECREF(row);
-            goto fail;
-        }
-        Py_DECREF(row);
-    }
+    if (topic != NULL && append_total(totals, topic, run_count, run_size) < 0) goto fail;
     Py_CLEAR(topic);
     Py_CLEAR(hint);
     Py_CLEAR(fields);

@@ -48,39 +48,36 @@ def test_a_start_on_a_taken_port_is_tried_again(tmp_path, monkeypatch, capsys, t
             proc.wait(timeout=30)
 
 
-def test_a_start_that_keeps_failing_says_why(tmp_path, monkeypatch, taken) -> None:
-    monkeypatch.setattr(benchmark, "free_port", lambda: taken)
-    started: list = []
+@pytest.fixture
+def started(monkeypatch) -> list:
+    """The processes benchmark.py starts, as it starts them."""
+    procs: list = []
     real_popen = benchmark.subprocess.Popen
 
     def popen(*args, **kwargs):
         proc = real_popen(*args, **kwargs)
-        started.append(proc)
+        procs.append(proc)
         return proc
 
     monkeypatch.setattr(benchmark.subprocess, "Popen", popen)
+    return procs
+
+
+def test_a_start_that_keeps_failing_says_why(tmp_path, monkeypatch, taken, started) -> None:
+    monkeypatch.setattr(benchmark, "free_port", lambda: taken)
     with pytest.raises(SystemExit, match=r"could not start pymq: .*Address already in use"):
         benchmark.start_servers(server_args(), str(tmp_path))
     assert len(started) == benchmark.START_ATTEMPTS
     assert all(proc.poll() is not None for proc in started)
 
 
-def test_a_failed_ha_start_stops_what_it_started(tmp_path, monkeypatch, taken) -> None:
+def test_a_failed_ha_start_stops_what_it_started(tmp_path, monkeypatch, taken, started) -> None:
     """The name server starts; the master cannot (its port is taken): the name server is
     stopped, not left running."""
     calls = iter(range(100))
     real = benchmark.free_port
     # The name server's port, then the master's listen port: taken.
     monkeypatch.setattr(benchmark, "free_port", lambda: taken if next(calls) == 1 else real())
-    started: list = []
-    real_popen = benchmark.subprocess.Popen
-
-    def popen(*args, **kwargs):
-        proc = real_popen(*args, **kwargs)
-        started.append(proc)
-        return proc
-
-    monkeypatch.setattr(benchmark.subprocess, "Popen", popen)
     args = server_args()
     args.ha = "ASYNC_MASTER"
     with pytest.raises(SystemExit, match=r"could not start pymq\.broker"):

@@ -19,20 +19,13 @@ from pymq.common.native import native_extension
 from pymq.remoting.codec import RemotingCommand, encode
 from pymq.store.commitlog import DispatchHint
 from tests.integration.test_send_raw import _items, batch_frame, cpp_frame, ext_for, frame
+from tests.integration.test_send_run import run_of
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "send_run_fields", None) is None, reason="needs the C extension"
 )
 
 COUNTS = {"T1": 4, "Topic-2": 2, "Zero": 0}  # a topic's queue count; others: None (unjudged)
-
-
-def run_of(frames: list[bytes]) -> tuple[bytes, list[int]]:
-    bounds, pos = [], 0
-    for data in frames:
-        bounds += [pos + 4, pos + len(data)]
-        pos += len(data)
-    return b"".join(frames), bounds
 
 
 def reference(buf: bytes, bounds: list[int], first: int, stop: int, judge) -> tuple:

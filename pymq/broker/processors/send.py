@@ -123,7 +123,7 @@ _WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
 _SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
 _send_answer_frame = getattr(native_extension, "send_answer_frame", None)
 _send_fields = getattr(native_extension, "send_fields", None)
-# send_run_fields(buf, bounds, first, stop, allowed, entries, parsed): _send_singles' reading of
+# send_run_fields(buf, bounds, first, stop, judge, entries, parsed): _send_singles' reading of
 # a run's frames in one C call; send_answer_run(parsed, hints, prefix, region, trace_on,
 # version): _answer_singles' answers and _count_puts' totals in one.
 _send_run_fields = getattr(native_extension, "send_run_fields", None)

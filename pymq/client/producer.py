@@ -24,6 +24,7 @@ import trio
 
 from pymq.client.instance import ClientService, Credentials, MQClientError
 from pymq.common.batch import BATCH_ITEM_HEAD, BATCH_ITEM_MAGIC, BATCH_PROPS_LEN
+from pymq.common.clock import now_ms
 from pymq.common.consumer import HeartbeatData, MessageQueue, ProducerData
 from pymq.common.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -413,7 +414,13 @@ class Producer(ClientService):
         assert client is not None
         if queue is not None and queue.topic != msg.topic:
             raise MQClientError(-1, _OTHER_TOPIC)
-        body, sys_flag, props, uniq = self._encode(msg)
+        body = msg.body
+        if not (msg.properties or msg.keys or msg.delay_level > 0) and len(body) < COMPRESS_OVER:
+            # _encode's common case (plain and not compressed) read here, without its calls.
+            sys_flag, uniq = 0, self._ids.create()
+            props = _plain_properties(msg.tags, uniq)
+        else:
+            body, sys_flag, props, uniq = self._encode(msg)
         # publish_queues' and channel()'s common cases read here, without their coroutines.
         cached = self._cached_queues(msg.topic)
         if cached is not None:
@@ -442,7 +449,7 @@ class Producer(ClientService):
         timeout = self.send_timeout if timeout is None else timeout
         if channel.signer is None:  # the common send: its frame written in one go
             opaque = next_opaque()
-            born = int(time.time() * 1000)
+            born = now_ms()
             frame = self._v2_frame(
                 _SEND_MESSAGE_V2, mq, sys_flag, msg.flag, props, body, opaque, born
             )

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from functools import lru_cache
 
+from pymq.common.clock import now_ms as _clock_ms
 from pymq.common.native import native_extension
 
 
@@ -111,7 +112,7 @@ class UniqueIdGenerator:
     def create(self, now_ms: int | None = None) -> str:
         # _head_at's common case (the millisecond of the last id) read here, without its call;
         # the counter written from the byte table rather than formatted.
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = _clock_ms() if now_ms is None else now_ms
         head = self._head if now == self._last_ms else self._head_at(now)
         count = next(self._counter)
         return head + _HEX_BYTE[(count >> 8) & 0xFF] + _HEX_BYTE[count & 0xFF]

@@ -124,6 +124,33 @@ async def test_send_async_reports_refusals(pymq_cluster: Cluster) -> None:
     assert "queueId[99] is illegal" in str(error)
 
 
+@pytest.mark.parametrize("size", [4095, 4096, 10_000])
+async def test_send_async_compresses_large_bodies_as_send_does(
+    pymq_cluster: Cluster, size: int
+) -> None:
+    """A plain message's body from 4 KiB (COMPRESS_OVER) on is stored zlib-compressed with the
+    COMPRESSED sys flag by send_async as by send; below it, as sent."""
+    topic = f"Zip{size}"
+    await topics.create_topic(pymq_cluster.namesrv_addr, topic, brokers=[pymq_cluster.broker_addr])
+    body = b"compressible " * (size // 13) + b"x" * (size % 13)
+    results = Results()
+    async with Producer("P", pymq_cluster.namesrv_addr) as producer:
+        await producer.send_async(Message(topic, body), results)
+        await results.wait(1)
+        await producer.send(Message(topic, body))
+    store = pymq_cluster.broker.store
+    records = [
+        m
+        for m in decode_records(store.commitlog.get_data(store.commitlog.min_offset) or b"")
+        if m.topic == topic
+    ]
+    assert len(records) == 2
+    compressed = size >= 4096
+    for record in records:
+        assert bool(record.sys_flag & 0x1) is compressed
+        assert (len(record.body) < size) is compressed
+
+
 async def test_sync_flush_answers_only_once_durable(tmp_path, monkeypatch) -> None:
     disk = StuckDisk(monkeypatch)
     properties = dict(TEST_PROPERTIES, flushDiskType="SYNC_FLUSH")

@@ -47,7 +47,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -152,10 +151,12 @@ def start_servers(args: argparse.Namespace, tmp: str) -> tuple[str, list[subproc
     procs: list[subprocess.Popen] = []
     try:
         return _start_servers(args, tmp, procs)
-    except BaseException:
+    except BaseException as exc:
         for proc in reversed(procs):
             proc.kill()
             proc.wait()
+        if isinstance(exc, StartFailed):
+            raise SystemExit(str(exc)) from None
         raise
 
 
@@ -191,25 +192,11 @@ def _start_servers(
                 spawn([py, *embedded_args(tmp, ns_port, free_port()), *common])
             except StartFailed as exc:
                 if attempt + 1 == START_ATTEMPTS:
-                    raise SystemExit(str(exc)) from None
+                    raise
                 print(f"{exc}; trying again on other ports", file=sys.stderr)
                 continue
             break
         return f"127.0.0.1:{ns_port}", procs
-    try:
-        return _start_ha(args, tmp, common, spawn), procs
-    except StartFailed as exc:
-        raise SystemExit(str(exc)) from None
-
-
-def _start_ha(
-    args: argparse.Namespace,
-    tmp: str,
-    common: list[str],
-    spawn: Callable[[list[str]], subprocess.Popen],
-) -> str:
-    """A name server, then a master (``args.ha``) and its slave; the name server's address."""
-    py = sys.executable
     ns_port = free_port()
     spawn(
         [
@@ -257,7 +244,7 @@ def _start_ha(
                 *common,
             ]
         )
-    return f"127.0.0.1:{ns_port}"
+    return f"127.0.0.1:{ns_port}", procs
 
 
 async def wait_for_slave(namesrv: str) -> None:

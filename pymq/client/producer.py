@@ -415,7 +415,7 @@ class Producer(ClientService):
         if queue is not None and queue.topic != msg.topic:
             raise MQClientError(-1, _OTHER_TOPIC)
         body = msg.body
-        if not (msg.properties or msg.keys or msg.delay_level > 0) and len(body) < COMPRESS_OVER:
+        if _is_plain(msg) and len(body) < COMPRESS_OVER:
             # _encode's common case (plain and not compressed) read here, without its calls.
             sys_flag, uniq = 0, self._ids.create()
             props = _plain_properties(msg.tags, uniq)

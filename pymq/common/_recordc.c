@@ -1184,6 +1184,13 @@ done:
  * codec.json_response_frame writes for SendProcessor._success_json's members (msgId, queueId,
  * queueOffset, MSG_REGION already JSON-quoted as UTF-8 bytes, TRACE_ON).  The message id must
  * be ASCII (hex ids, comma-separated for a batch): anything else raises ValueError. */
+/* A record's physical offset as the 16 uppercase hex digits that end its message id
+ * (offset_msg_id), written at w. */
+static void put_offset_hex(Py_UCS1 *w, unsigned long long v) {
+    static const char digits[] = "0123456789ABCDEF";
+    for (int i = 15; i >= 0; i--, v >>= 4) w[i] = digits[v & 15];
+}
+
 /* The most a send_answer_frame frame's fixed parts take (the head, middle and tail literals
  * with their numbers, and the 8 length bytes); its message id and region come on top. */
 #define ANSWER_FIXED_MAX (8 + 160 + 120 + 64)
@@ -1309,7 +1316,6 @@ static PyObject *py_send_answer_run(PyObject *self, PyObject *const *args, Py_ss
     long long run_count = 0, run_size = 0;
     if (out == NULL || totals == NULL) goto fail;
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
-    static const char digits[] = "0123456789ABCDEF";
     for (Py_ssize_t k = 0; k < count; k++) {
         if (k >= PyList_GET_SIZE(hints) || k >= PyList_GET_SIZE(parsed)) {
             PyErr_SetString(PyExc_ValueError, "send_answer_run: hints or parsed changed");
@@ -1330,8 +1336,7 @@ static PyObject *py_send_answer_run(PyObject *self, PyObject *const *args, Py_ss
             arg_int(PyTuple_GET_ITEM(hint, 4), "queue_offset", LLONG_MIN, LLONG_MAX,
                     &queue_offset) < 0)
             goto fail;
-        unsigned long long v = (unsigned long long)phy;
-        for (int i = 15; i >= 0; i--, v >>= 4) id[prefix_len + i] = digits[v & 15];
+        put_offset_hex(id + prefix_len, (unsigned long long)phy);
         Py_ssize_t n = answer_frame_into(p, opaque, id, id_len, queue_id, queue_offset,
                                          PyBytes_AS_STRING(region), region_len, trace, version);
         if (n < 0) {
@@ -3174,9 +3179,7 @@ static PyObject *py_offset_msg_id(PyObject *self, PyObject *const *args, Py_ssiz
     if (out == NULL) return NULL;
     Py_UCS1 *w = PyUnicode_1BYTE_DATA(out);
     memcpy(w, PyUnicode_1BYTE_DATA(prefix), n);
-    static const char digits[] = "0123456789ABCDEF";
-    unsigned long long v = (unsigned long long)offset;
-    for (int i = 15; i >= 0; i--, v >>= 4) w[n + i] = digits[v & 15];
+    put_offset_hex(w + n, (unsigned long long)offset);
     return out;
 }
 
@@ -3195,7 +3198,6 @@ static PyObject *py_offset_msg_ids(PyObject *self, PyObject *const *args, Py_ssi
     PyObject *out = PyUnicode_New(count * (n + 17) - 1, 127);
     if (out == NULL) return NULL;
     Py_UCS1 *w = PyUnicode_1BYTE_DATA(out);
-    static const char digits[] = "0123456789ABCDEF";
     for (Py_ssize_t r = 0; r < count; r++) {
         PyObject *row = PyList_GET_ITEM(rows, r);
         if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) < 1) {
@@ -3215,8 +3217,7 @@ static PyObject *py_offset_msg_ids(PyObject *self, PyObject *const *args, Py_ssi
         if (r > 0) *w++ = ',';
         memcpy(w, PyUnicode_1BYTE_DATA(prefix), n);
         w += n;
-        unsigned long long v = (unsigned long long)offset;
-        for (int i = 15; i >= 0; i--, v >>= 4) w[i] = digits[v & 15];
+        put_offset_hex(w, (unsigned long long)offset);
         w += 16;
     }
     return out;

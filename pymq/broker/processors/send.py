@@ -655,7 +655,7 @@ class SendProcessor:
         would answer SYSTEM_ERROR)."""
         store = self.ctx.store
         trace_on = self.ctx.broker_config.trace_on
-        msg_id, must_wait = store.commitlog.msg_id, store.must_wait
+        must_wait = store.must_wait
         if not must_wait and _send_answer_run is not None:
             # Every answer now: written in one C call, the frames the loop below writes.
             try:
@@ -671,7 +671,7 @@ class SendProcessor:
                 for topic, count, size in totals:
                     on_put(count, size, topic, count)
                 return
-        answer_frame = _send_answer_frame
+        answer_frame, msg_id = _send_answer_frame, store.commitlog.msg_id
         assert answer_frame is not None
         held: list[tuple[int, DispatchHint]] = []
         held_frames: list[bytes] = []

@@ -9,6 +9,7 @@ import inspect
 import os
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -196,3 +197,73 @@ async def answers_of_one_write(port: int, requests: list[RemotingCommand]) -> li
             while len(answers) < len(requests):
                 answers += decoder.feed(await stream.receive_some(65536))
     return answers
+
+
+class StallProbe:
+    """An attacker's view of event-loop stalls: a thread that keeps one connection to a server
+    and sends a cheap request (``code``, GET_BROKER_RUNTIME_INFO by default; a refusal is an
+    answer too) every ``interval`` seconds, recording each round trip.
+
+    Use as an async context manager around the hostile traffic; ``worst`` is the longest round
+    trip seen (seconds), ``count`` the answers received. A request with no answer within
+    ``timeout`` counts as a round trip of ``timeout``.  The probe runs in its own thread with a
+    blocking socket, so it measures the server's loop, not the test's.
+    """
+
+    def __init__(
+        self, port: int, *, code: int = 28, interval: float = 0.005, timeout: float = 10.0
+    ) -> None:
+        self.port = port
+        self.code = code
+        self.interval = interval
+        self.timeout = timeout
+        self.round_trips: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-probe", daemon=True)
+        self.error: BaseException | None = None
+
+    @property
+    def worst(self) -> float:
+        return max(self.round_trips, default=0.0)
+
+    @property
+    def count(self) -> int:
+        return len(self.round_trips)
+
+    async def __aenter__(self) -> StallProbe:
+        self._thread.start()
+        # The first answer proves the probe is connected before the hostile traffic starts (the
+        # wait sleeps in Trio, so an in-process server can answer it).
+        with trio.fail_after(self.timeout):
+            while not self.round_trips and self.error is None:
+                await trio.sleep(0.005)
+        if self.error is not None:
+            raise self.error
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        await trio.to_thread.run_sync(self._thread.join, self.timeout + 1)
+
+    def _run(self) -> None:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=self.timeout) as sock:
+                decoder = FrameDecoder()
+                while not self._stop.is_set():
+                    request = RemotingCommand.request(self.code)
+                    started = time.monotonic()
+                    sock.sendall(encode(request))
+                    answers: list[RemotingCommand] = []
+                    try:
+                        while not answers:
+                            data = sock.recv(65536)
+                            if not data:
+                                raise ConnectionError("the server closed the probe's connection")
+                            answers = decoder.feed(data)
+                    except TimeoutError:
+                        self.round_trips.append(self.timeout)
+                        return
+                    self.round_trips.append(time.monotonic() - started)
+                    self._stop.wait(self.interval)
+        except BaseException as exc:  # reported by __enter__ or read by the test
+            self.error = exc

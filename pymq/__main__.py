@@ -16,7 +16,7 @@ import trio
 
 from pymq.admin.auth import TOKEN_FILE_NAME
 from pymq.broker.config import BROKER_DEFAULT_PORT
-from pymq.common.cli import parse_overrides, run_main, setup_logging
+from pymq.common.cli import add_version, parse_overrides, run_main, setup_logging
 from pymq.common.config import ConfigError
 from pymq.embedded import Cluster, open_cluster
 from pymq.groups import group_metrics_port, group_store_dir, open_groups
@@ -148,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pymq", description="pymq: name server + broker in one process"
     )
+    add_version(parser)
     parser.add_argument("--data", default=os.path.join(os.path.expanduser("~"), ".pymq"))
     parser.add_argument("--namesrv-port", type=int, default=NAMESRV_DEFAULT_PORT)
     parser.add_argument("--broker-port", type=int, default=BROKER_DEFAULT_PORT)

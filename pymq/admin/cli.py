@@ -25,6 +25,7 @@ import yaml
 from pymq.broker.admin_service import message_view, perm_text
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common import fastjson
+from pymq.common.cli import add_version
 from pymq.common.message import RecordError, decode_offset_msg_id, decode_record, iter_records
 from pymq.common.properties import parse_properties
 from pymq.common.serde import loads_lenient, to_json
@@ -1064,6 +1065,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pymq-admin", description="mqadmin-style administration of pymq (and RocketMQ)"
     )
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
 
     def command(name: str, run: Command, text: str) -> argparse.ArgumentParser:

@@ -12,11 +12,11 @@ which each door turns into its own error shape.
 from __future__ import annotations
 
 import time
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+import pymq
 from pymq.broker.runtime_info import BROKER_VERSION_DESC
 from pymq.broker.stats import GROUP_GET_NUMS
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
@@ -195,7 +195,7 @@ class AdminService:
             "brokerRole": role,
             "brokerVersionDesc": BROKER_VERSION_DESC,
             "brokerVersion": CURRENT_VERSION,
-            "pymqVersion": _pymq_version(),
+            "pymqVersion": pymq.__version__,
             "bootTimestamp": stats.boot_timestamp,
             "timestamp": int(time.time() * 1000),
             # Rates over the last second (live charts) and RocketMQ's 10 s / 1 min / 10 min text.
@@ -920,10 +920,3 @@ def _rebalance_state(info: object, stats: dict[str, Any]) -> str:
     if not channels:
         return "NO_MEMBERS"
     return "BALANCED" if stats["queues"] or getattr(info, "subscriptions", None) else "IDLE"
-
-
-def _pymq_version() -> str:
-    try:
-        return version("pymq")
-    except PackageNotFoundError:
-        return "unknown"

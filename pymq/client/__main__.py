@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 from pymq.client import ConsumeFromWhere, Message, MessageExt, MQClientError, Producer, PushConsumer
-from pymq.common.cli import leaves
+from pymq.common.cli import add_version, leaves
 from pymq.remoting.errors import RemotingError
 
 
@@ -82,6 +82,7 @@ async def consume(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pymq.client")
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("send", "consume"):
         p = sub.add_parser(name)

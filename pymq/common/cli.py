@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
+import pymq
 from pymq.common.config import ConfigError, apply_properties, to_properties
 from pymq.common.errors import StartupError
 from pymq.common.properties import format_properties, load_properties
@@ -70,8 +71,14 @@ def setup_logging(level: str = "INFO") -> None:
     )
 
 
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """``--version``: pymq's own version (clients are told RocketMQ's, V4_9_4)."""
+    parser.add_argument("--version", action="version", version=f"pymq {pymq.__version__}")
+
+
 def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_version(parser)
     parser.add_argument("-c", "--configFile", dest="config_file", help="RocketMQ properties file")
     parser.add_argument(
         "-p",

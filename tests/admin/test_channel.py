@@ -10,6 +10,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_url
 
+import pymq
 from pymq.admin.auth import TOKEN_FILE_NAME, load_or_create_token
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
 from pymq.embedded import ADMIN_ANY_PORT, Cluster
@@ -72,6 +73,9 @@ async def test_the_token_in_the_url_authenticates(admin_cluster):
     async with open_websocket_url(ws_url(admin_cluster, token)) as ws:
         status = await AdminClient(ws).call("broker.status")
         assert status["brokerName"] == "broker-a"
+        # The console's Version row: RocketMQ's version for clients, and pymq's own.
+        assert status["brokerVersionDesc"] == "V4_9_4"
+        assert status["pymqVersion"] == pymq.__version__
 
 
 async def test_three_wrong_tokens_close_the_connection(admin_cluster):

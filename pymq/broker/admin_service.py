@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 import pymq
+from pymq.broker.config import UNSUPPORTED_KEYS
 from pymq.broker.runtime_info import BROKER_VERSION_DESC
 from pymq.broker.stats import GROUP_GET_NUMS
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
@@ -113,6 +114,7 @@ RESTART_ONLY_KEYS = frozenset(
         "metricsExporterType",
         "metricsPromExporterHost",
         "metricsPromExporterPort",
+        *UNSUPPORTED_KEYS,
     }
 )
 # Config values never shown: the broker's own ACL secret, TLS key passwords, and the admin

@@ -34,6 +34,19 @@ def _namesrv_from_env() -> str | None:
     return os.environ.get("NAMESRV_ADDR") or None
 
 
+# Keys of RocketMQ's whose non-default value asks for a feature pymq does not have: the broker
+# refuses to start with them (one line naming the key and why) rather than run without it.
+UNSUPPORTED_KEYS: dict[str, str] = {
+    "enableDLegerCommitLog": "DLedger mode (a Raft-replicated commit log) is not available in "
+    "pymq yet; leave it false to run a master/slave group",
+    "messageStorePlugIn": "pymq cannot load Java message store plug-ins",
+    "fetchNamesrvAddrByAddressServer": "pymq has no address-server client; set namesrvAddr",
+    "enableLmq": "light message queues (RocketMQ's MQTT support) are not available in pymq",
+    "enableMultiDispatch": "dispatching a message to several queues (light message queues) is "
+    "not available in pymq",
+}
+
+
 @attrs.define
 class BrokerConfig:
     rocketmq_home: str = attrs.Factory(lambda: os.environ.get("ROCKETMQ_HOME", ""))

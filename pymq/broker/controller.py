@@ -50,7 +50,7 @@ from pymq.broker.client_manager import (
     ProducerManager,
     RebalanceLockManager,
 )
-from pymq.broker.config import BrokerConfig
+from pymq.broker.config import UNSUPPORTED_KEYS, BrokerConfig
 from pymq.broker.consumer_filter_manager import ConsumerFilterManager
 from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from pymq.broker.context import BrokerContext
@@ -79,7 +79,7 @@ from pymq.broker.subscription_group_manager import SubscriptionGroupManager
 from pymq.broker.topic_config_manager import TopicConfigManager
 from pymq.broker.transaction import TransactionService
 from pymq.common.acl import AclConfigError
-from pymq.common.config import ConfigError
+from pymq.common.config import ConfigError, refuse_unsupported
 from pymq.common.periodic import every
 from pymq.common.topic import (
     SCHEDULE_TOPIC,
@@ -154,6 +154,7 @@ class BrokerController:
         *,
         store: DefaultMessageStore | None = None,
     ) -> None:
+        refuse_unsupported((broker_config, store_config), UNSUPPORTED_KEYS)
         self.broker_config = broker_config
         self.server_config = server_config
         self.client_config = client_config

@@ -103,6 +103,18 @@ def to_properties(configs: Iterable[object], *, skip_none: bool = False) -> dict
     return out
 
 
+def refuse_unsupported(configs: Iterable[object], unsupported: Mapping[str, str]) -> None:
+    """ConfigError for the first key of ``unsupported`` (key -> why) that one of ``configs``
+    holds at a value other than its default: such a key asks for a feature pymq does not have,
+    and running without it would be running something else than what the operator asked for."""
+    for obj in configs:
+        fields = _fields_by_key(obj)
+        for key, why in unsupported.items():
+            field = fields.get(key)
+            if field is not None and getattr(obj, field.name) != field.default:
+                raise ConfigError(f"{key}={_java_value(getattr(obj, field.name))}: {why}")
+
+
 class RestartOnlyKeyError(ConfigError):
     """A key that a running server cannot change (paths, ports, names, roles)."""
 

@@ -15,9 +15,9 @@ import attrs
 import trio
 
 from pymq.admin.channel import AdminChannel, attach_admin_channel
-from pymq.broker.config import BROKER_DEFAULT_PORT, BrokerConfig
+from pymq.broker.config import BROKER_DEFAULT_PORT, OWN_CONFIG_FILE, BrokerConfig
 from pymq.broker.controller import BrokerController
-from pymq.common.config import apply_properties
+from pymq.common.config import apply_properties, apply_saved
 from pymq.namesrv.config import NAMESRV_DEFAULT_PORT, NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
@@ -56,14 +56,16 @@ def build_cluster(
     is kept out of the config: :func:`open_cluster` binds any free port for it).
 
     ``properties`` are RocketMQ keys applied to the broker's configs last; unknown keys raise.
+    Runtime config changes saved by an earlier run (the name server's ``configStorePath`` and
+    the broker's ``broker.properties`` under ``data_dir``) are applied before them.
     """
-    namesrv = NamesrvController(
-        NamesrvConfig(
-            kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
-            config_store_path=os.path.join(data_dir, "namesrv", "namesrv.properties"),
-        ),
-        NettyServerConfig(listen_port=namesrv_port, bind_address=bind_address),
+    namesrv_config = NamesrvConfig(
+        kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
+        config_store_path=os.path.join(data_dir, "namesrv", "namesrv.properties"),
     )
+    namesrv_server = NettyServerConfig(listen_port=namesrv_port, bind_address=bind_address)
+    apply_saved([namesrv_config, namesrv_server], namesrv_config.config_store_path)
+    namesrv = NamesrvController(namesrv_config, namesrv_server)
     broker_config = BrokerConfig(
         broker_ip1=broker_ip,
         broker_ip2=broker_ip,
@@ -75,6 +77,7 @@ def build_cluster(
     store_config = MessageStoreConfig(store_path_root_dir=os.path.join(data_dir, "store"))
     store_config.ha_listen_port = broker_port + 1 if broker_port else 0
     configs: list[object] = [broker_config, server_config, NettyClientConfig(), store_config]
+    apply_saved(configs, os.path.join(store_config.config_dir, OWN_CONFIG_FILE))
     unknown = apply_properties(configs, properties or {})
     if unknown:
         raise ValueError(f"unknown config keys: {', '.join(unknown)}")

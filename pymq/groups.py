@@ -30,7 +30,7 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from pymq.common.config import ConfigError
+from pymq.common.config import ConfigError, apply_saved
 from pymq.common.errors import StartupError
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
@@ -242,18 +242,18 @@ async def open_groups(
         raise ConfigError(f"--groups must be 1..{MAX_GROUPS}, not {groups}")
     if broker_port <= 2:
         raise ConfigError("--groups needs a broker port (group i listens on port + 10*i)")
-    namesrv = NamesrvController(
-        NamesrvConfig(
-            kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
-            config_store_path=os.path.join(data_dir, "namesrv", "namesrv.properties"),
-        ),
-        NettyServerConfig(
-            listen_port=namesrv_port,
-            bind_address=bind_address,
-            # The process's (the entry point applied it; each broker process reads its own).
-            server_task_order=task_order_of(properties or {}),
-        ),
+    namesrv_config = NamesrvConfig(
+        kv_config_path=os.path.join(data_dir, "namesrv", "kvConfig.json"),
+        config_store_path=os.path.join(data_dir, "namesrv", "namesrv.properties"),
     )
+    namesrv_server = NettyServerConfig(
+        listen_port=namesrv_port,
+        bind_address=bind_address,
+        # The process's (the entry point applied it; each broker process reads its own).
+        server_task_order=task_order_of(properties or {}),
+    )
+    apply_saved([namesrv_config, namesrv_server], namesrv_config.config_store_path)
+    namesrv = NamesrvController(namesrv_config, namesrv_server)
     started: list[BrokerGroup] = []
     async with trio.open_nursery() as nursery:
         port = await nursery.start(namesrv.run)

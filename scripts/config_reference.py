@@ -134,7 +134,11 @@ def build(data: dict[str, dict[str, dict[str, str]]]) -> tuple[str, list[str]]:
         "",
         "- **Runtime**: *yes* if `UPDATE_BROKER_CONFIG` / `UPDATE_NAMESRV_CONFIG` (mqadmin "
         "`updateBrokerConfig`, `pymq-admin`, the console) may change it on a running server; "
-        "*restart* if the server refuses and the change needs a restart.",
+        "*restart* if the server refuses and the change needs a restart. A change made at "
+        "runtime is saved before it takes effect, into the file the server was started with "
+        "(`-c`) or else its own (the broker's `broker.properties` in its store's `config/` "
+        "directory, the name server's `configStorePath`), which it reads at its next start "
+        "when started without `-c`: a restart keeps the change.",
         "- **RocketMQ**: RocketMQ 4.9.4's default where it differs from pymq's; *pymq* marks "
         "a key of pymq's own.",
         "- Keys marked **no effect** are accepted so that RocketMQ's files load unchanged, and "

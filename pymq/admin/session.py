@@ -506,7 +506,7 @@ class AdminSession:
         if not all(isinstance(v, str | int | float | bool) for v in props.values()):
             raise ProtocolError(protocol.BAD_REQUEST, "config values must be scalars", request.id)
         text = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in props.items()}
-        return {"updated": self.service.update_broker_config(text)}
+        return {"updated": await self.service.update_broker_config(text)}
 
 
 def _perm_list(request: Request, name: str) -> list[str]:

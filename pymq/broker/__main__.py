@@ -6,11 +6,12 @@ admin channel, when adminListenPort is set).
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
 from pymq.admin.channel import attach_admin_channel
-from pymq.broker.config import BROKER_DEFAULT_PORT, BrokerConfig
+from pymq.broker.config import BROKER_DEFAULT_PORT, OWN_CONFIG_FILE, BrokerConfig
 from pymq.broker.controller import BrokerController
 from pymq.common.cli import (
     base_parser,
@@ -26,15 +27,26 @@ from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.store.config import BrokerRole, MessageStoreConfig
 
 
+def own_config_file(overrides: dict[str, str]) -> str | None:
+    """The file a broker started without ``-c`` saved its runtime changes to, if there is one:
+    ``broker.properties`` in the config directory of the store the overrides name."""
+    root = overrides.get("storePathRootDir") or MessageStoreConfig().store_path_root_dir
+    path = os.path.join(root, "config", OWN_CONFIG_FILE)
+    return path if os.path.exists(path) else None
+
+
 def build_configs(
     config_file: str | None, overrides: dict[str, str]
 ) -> tuple[BrokerConfig, NettyServerConfig, NettyClientConfig, MessageStoreConfig]:
-    """Defaults, then the file, then flags; then BrokerStartup's own rules."""
+    """Defaults, then the file (``-c``, or else the broker's own saved changes), then flags;
+    then BrokerStartup's own rules."""
     broker = BrokerConfig()
     server = NettyServerConfig(listen_port=BROKER_DEFAULT_PORT)
     client = NettyClientConfig()
     store = MessageStoreConfig()
-    load_configs([broker, server, client, store], config_file, overrides)
+    load_configs(
+        [broker, server, client, store], config_file or own_config_file(overrides), overrides
+    )
     if store.broker_role is BrokerRole.SLAVE:
         if broker.broker_id <= 0:
             raise ConfigError("Slave's brokerId must be > 0 (set brokerId in broker.conf)")
@@ -62,7 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     setup_logging(args.log_level)
     try:
-        controller = BrokerController(*configs)  # reads the ACL files when aclEnable=true
+        # Reads the ACL files when aclEnable=true; saves runtime changes to the -c file.
+        controller = BrokerController(*configs, config_path=args.config_file)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

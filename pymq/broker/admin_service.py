@@ -39,8 +39,10 @@ from pymq.common.admin_body import (
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
+    check_runtime_update,
     masked,
     to_properties,
+    unsaved_config,
     update_at_runtime,
 )
 from pymq.common.consumer import MessageQueue
@@ -888,14 +890,21 @@ class AdminService:
             "version": to_plain(self.broker.config_version),
         }
 
-    def update_broker_config(self, props: dict[str, str]) -> dict[str, str]:
-        """Apply ``props`` (RocketMQ keys) to the live configs; all or nothing."""
+    async def update_broker_config(self, props: dict[str, str]) -> dict[str, str]:
+        """Apply ``props`` (RocketMQ keys) to the live configs, all or nothing, once they are
+        saved to the broker's config file (so that a restart keeps them)."""
+        configs = self.broker.configs()
         try:
-            applied = update_at_runtime(self.broker.configs(), props, RESTART_ONLY_KEYS, "broker")
+            check_runtime_update(configs, props, RESTART_ONLY_KEYS, "broker")
         except RestartOnlyKeyError as exc:
             raise AdminError(ResponseCode.NO_PERMISSION, str(exc)) from None
         except ConfigError as exc:
             raise AdminError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+        try:
+            await self.broker.config_file.save({k: v.strip() for k, v in props.items()})
+        except (OSError, UnicodeError) as exc:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, unsaved_config(exc)) from None
+        applied = update_at_runtime(configs, props, RESTART_ONLY_KEYS, "broker")
         self.broker.config_version.next_version()
         return applied
 

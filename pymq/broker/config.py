@@ -34,6 +34,10 @@ def _namesrv_from_env() -> str | None:
     return os.environ.get("NAMESRV_ADDR") or None
 
 
+# The file a broker started without ``-c`` saves its runtime config changes to, in its store's
+# config directory (RocketMQ's default is the same file under ~/store/config), and reads at start.
+OWN_CONFIG_FILE = "broker.properties"
+
 # Keys of RocketMQ's whose non-default value asks for a feature pymq does not have: the broker
 # refuses to start with them (one line naming the key and why) rather than run without it.
 UNSUPPORTED_KEYS: dict[str, str] = {

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -50,7 +51,7 @@ from pymq.broker.client_manager import (
     ProducerManager,
     RebalanceLockManager,
 )
-from pymq.broker.config import UNSUPPORTED_KEYS, BrokerConfig
+from pymq.broker.config import OWN_CONFIG_FILE, UNSUPPORTED_KEYS, BrokerConfig
 from pymq.broker.consumer_filter_manager import ConsumerFilterManager
 from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from pymq.broker.context import BrokerContext
@@ -80,6 +81,7 @@ from pymq.broker.topic_config_manager import TopicConfigManager
 from pymq.broker.transaction import TransactionService
 from pymq.common.acl import AclConfigError
 from pymq.common.config import ConfigError, refuse_unsupported
+from pymq.common.files import PropertiesFile
 from pymq.common.periodic import every
 from pymq.common.topic import (
     SCHEDULE_TOPIC,
@@ -153,13 +155,20 @@ class BrokerController:
         store_config: MessageStoreConfig,
         *,
         store: DefaultMessageStore | None = None,
+        config_path: str | None = None,
     ) -> None:
+        """``config_path``: the file runtime config changes are saved to (the ``-c`` file the
+        broker was started with; by default ``broker.properties`` in the store's config
+        directory)."""
         refuse_unsupported((broker_config, store_config), UNSUPPORTED_KEYS)
         self.broker_config = broker_config
         self.server_config = server_config
         self.client_config = client_config
         self.store_config = store_config
         self.config_version = DataVersion()
+        self.config_file = PropertiesFile(
+            config_path or os.path.join(store_config.config_dir, OWN_CONFIG_FILE)
+        )
         self.store = store or DefaultMessageStore(store_config)
         config_dir = store_config.config_dir
         self.topic_config_manager = TopicConfigManager(config_dir, broker_config)

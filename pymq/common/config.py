@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import attrs
 
-from pymq.common.properties import parse_properties
+from pymq.common.properties import load_properties, parse_properties
 from pymq.common.serde import converter, java_name
 
 
@@ -69,6 +69,16 @@ def apply_properties(configs: Sequence[object], props: Mapping[str, str]) -> lis
         for owner in owners:
             set_key(owner, key, value)
     return unknown
+
+
+def apply_saved(configs: Sequence[object], path: str) -> None:
+    """Apply the runtime changes an earlier run saved to the properties file ``path``, if it
+    exists; ConfigError for a key no config knows (the file was edited by hand)."""
+    if not os.path.exists(path):
+        return
+    unknown = apply_properties(configs, load_properties(path))
+    if unknown:
+        raise ConfigError(f"unknown config keys in {path}: {', '.join(unknown)}")
 
 
 def _java_value(value: Any) -> str:
@@ -135,6 +145,24 @@ def update_at_runtime(
     Raises :class:`RestartOnlyKeyError` for keys in ``restart_only`` and :class:`ConfigError`
     for unknown keys or bad values; nothing is changed then.
     """
+    check_runtime_update(configs, props, restart_only, what)
+    apply_properties(configs, props)
+    current = to_properties(configs)
+    return {key: current[key] for key in props}
+
+
+def unsaved_config(exc: OSError | UnicodeError) -> str:
+    """The remark for a runtime change its server could not save (no paths: the remark goes to
+    the client)."""
+    why = exc.strerror if isinstance(exc, OSError) else "a value cannot be written as text"
+    return f"the change could not be saved to the config file ({why}); nothing was changed"
+
+
+def check_runtime_update(
+    configs: Sequence[object], props: Mapping[str, str], restart_only: frozenset[str], what: str
+) -> None:
+    """What :func:`update_at_runtime` would raise for ``props``, changing nothing (so that a
+    caller can save the change before it applies it)."""
     frozen = sorted(restart_only & props.keys())
     if frozen:
         raise RestartOnlyKeyError(
@@ -154,6 +182,3 @@ def update_at_runtime(
                     converter.structure(value.strip(), _field_type(field))
                 except Exception as exc:
                     raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from exc
-    apply_properties(configs, props)
-    current = to_properties(configs)
-    return {key: current[key] for key in props}

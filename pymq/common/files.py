@@ -4,7 +4,7 @@ housekeeping for store files (:func:`drop_cached_from`).
 A file is written to ``<path>.tmp``, synced, the previous version is kept as ``<path>.bak``, and the
 temporary file is renamed over ``<path>``.  Reading falls back to ``.bak`` when the main file is
 missing, empty or fails to parse.  These are blocking calls: Trio code runs them in a worker
-thread (``trio.to_thread.run_sync``).
+thread (``trio.to_thread.run_sync``), as :class:`PropertiesFile` does for a server's config file.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ import logging
 import os
 from collections.abc import Callable
 from typing import TypeVar
+
+import trio
+
+from pymq.common.properties import updated_properties_text
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +107,33 @@ def write_file_atomic(path: str, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def save_properties(path: str, changes: dict[str, str]) -> None:
+    """Set ``changes`` (key -> value) in the properties file ``path`` (made when missing),
+    keeping its other lines and comments as written; crash-safe as :func:`write_file_atomic`."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        text = ""
+    updated = updated_properties_text(text, changes)
+    write_file_atomic(path, updated.encode("utf-8", errors="surrogateescape"))
+
+
+class PropertiesFile:
+    """The properties file a server's runtime config changes are saved to, so that a restart
+    keeps them (RocketMQ's ``Configuration.persist``); one save at a time, in a worker thread."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = trio.Lock()
+
+    async def save(self, changes: dict[str, str]) -> None:
+        """Set ``changes`` in the file; OSError or UnicodeError when it cannot be written (the
+        file is then as it was)."""
+        async with self._lock:
+            await trio.to_thread.run_sync(save_properties, self.path, dict(changes))
 
 
 def read_file_with_backup(path: str, parse: Callable[[bytes], T]) -> T | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+# What str.splitlines breaks a line at: a value holding one is written escaped.
+_LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
 
 
 def _logical_lines(text: str) -> list[str]:
@@ -89,3 +91,52 @@ def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
 def format_properties(items: dict[str, str]) -> str:
     """Render ``key=value`` lines (the form RocketMQ's ``-p`` prints and config bodies carry)."""
     return "".join(f"{key}={value}\n" for key, value in items.items())
+
+
+def escape_value(value: str) -> str:
+    """``value`` as a properties file writes it, so that :func:`parse_properties` reads it back
+    unchanged: backslashes doubled, whatever would break the line (``\\n``, ``\\r``,
+    ``\\u2028``, ...) and blanks at either end (which the reader strips) as ``\\uXXXX``."""
+    out = value.replace("\\", "\\\\")
+    if any(ch in _LINE_BREAKS for ch in out):
+        out = "".join(f"\\u{ord(ch):04x}" if ch in _LINE_BREAKS else ch for ch in out)
+    core = out.strip()
+    if core == out:
+        return out
+    head = out[: len(out) - len(out.lstrip())]
+    tail = out[len(head) + len(core) :]
+    return _as_escapes(head) + core + _as_escapes(tail)
+
+
+def _as_escapes(text: str) -> str:
+    return "".join(f"\\u{ord(ch):04x}" for ch in text)
+
+
+def _entries(text: str) -> list[tuple[str | None, list[str]]]:
+    """``text``'s physical lines grouped as :func:`_logical_lines` groups them: (key, lines)
+    per entry, (None, [line]) for a comment or blank line."""
+    entries: list[tuple[str | None, list[str]]] = []
+    group: list[str] = []
+    for raw in text.splitlines():
+        line = raw.lstrip() if group else raw.strip()
+        if not group and (not line or line[0] in "#!"):
+            entries.append((None, [raw]))
+            continue
+        group.append(raw)
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            continue
+        entries.append((parse_properties("\n".join(group)).popitem()[0], group))
+        group = []
+    if group:
+        entries.append((parse_properties("\n".join(group)).popitem()[0], group))
+    return entries
+
+
+def updated_properties_text(text: str, changes: dict[str, str]) -> str:
+    """``text`` (a properties file) with each key of ``changes`` set to its new value: the
+    key's old lines removed wherever they stand, every other line (comments included) kept as
+    written, and the new ``key=value`` lines appended."""
+    kept = [line for key, lines in _entries(text) if key not in changes for line in lines]
+    body = "".join(f"{line}\n" for line in kept)
+    return body + "".join(f"{key}={escape_value(value)}\n" for key, value in changes.items())

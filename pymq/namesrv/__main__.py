@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -26,7 +27,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     namesrv_config = NamesrvConfig()
     server_config = NettyServerConfig(listen_port=NAMESRV_DEFAULT_PORT)
     try:
-        load_configs([namesrv_config, server_config], args.config_file, parse_overrides(extra))
+        overrides = parse_overrides(extra)
+        # Without -c, the file earlier runtime changes were saved to (configStorePath), if any.
+        own = overrides.get("configStorePath") or namesrv_config.config_store_path
+        config_file = args.config_file or (own if os.path.exists(own) else None)
+        load_configs([namesrv_config, server_config], config_file, overrides)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -35,7 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     setup_logging(args.log_level)
     try:
-        controller = NamesrvController(namesrv_config, server_config)  # TLS settings read here
+        controller = NamesrvController(
+            namesrv_config, server_config, config_path=args.config_file
+        )  # TLS settings read here
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

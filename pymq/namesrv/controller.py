@@ -19,6 +19,7 @@ import logging
 
 import trio
 
+from pymq.common.files import PropertiesFile
 from pymq.common.periodic import every
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.kvconfig import KVConfigManager
@@ -38,9 +39,18 @@ PRINT_KV_PERIOD = 600.0
 
 
 class NamesrvController:
-    def __init__(self, namesrv_config: NamesrvConfig, server_config: NettyServerConfig) -> None:
+    def __init__(
+        self,
+        namesrv_config: NamesrvConfig,
+        server_config: NettyServerConfig,
+        *,
+        config_path: str | None = None,
+    ) -> None:
+        """``config_path``: the file runtime config changes are saved to (the ``-c`` file the
+        name server was started with; by default ``configStorePath``, as in RocketMQ)."""
         self.namesrv_config = namesrv_config
         self.server_config = server_config
+        self.config_file = PropertiesFile(config_path or namesrv_config.config_store_path)
         self.routes = RouteInfoManager()
         self.kv = KVConfigManager(namesrv_config.kv_config_path)
         self.server = RemotingServer(

@@ -198,7 +198,7 @@ class AdminProcessor:
         except UnicodeDecodeError:
             return req.response(ResponseCode.SYSTEM_ERROR, "config body is not UTF-8")
         try:
-            self.service.update_broker_config(props)
+            await self.service.update_broker_config(props)
         except AdminError as exc:
             return req.response(exc.code, exc.message)
         log.info("broker config updated by %s: %s", channel.remote_address, props)

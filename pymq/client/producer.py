@@ -439,7 +439,7 @@ class Producer(ClientService):
         def on_fields(fields: tuple) -> None:
             # The plain SUCCESS answer, read from its frame (remoting.channel.raw_send_answer):
             # the SendResult on_response makes of it.  Written out here, as in _send_request:
-            # a shared helper cost the client ~1.7% of its instructions per published message.
+            # a shared helper measurably cost the client's publish (scripts/bench_instructions.py).
             _, msg_id, queue_id, queue_offset, _ = fields
             queue = (
                 mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id)
@@ -472,8 +472,8 @@ class Producer(ClientService):
         the answer: ``callback`` as :meth:`send_async`'s, with the batch's SendResult (as
         :meth:`send_batch`'s).  Java's ``send(Collection<Message>, SendCallback)``.  Raises
         ValueError, sending nothing, for a batch :meth:`send_batch` refuses."""
-        # send_async's steps, written out again: a helper shared with send_async cost it 0.7-1.8%
-        # of the client's instructions per published message (callgrind, 3 pairs).
+        # send_async's steps, written out again: a helper shared with send_async measurably cost
+        # its publish (scripts/bench_instructions.py).
         client = self.client
         assert client is not None
         topic, body, ids = self._batch_body(msgs)

@@ -1,8 +1,8 @@
 """Parquet output written by the export's Spark tasks themselves, with pyarrow.
 
 Spark's own Parquet writer takes rows: the Arrow batches the data source makes would be turned
-into rows in the JVM and written by parquet-java one value at a time, which measured as 80% of
-the export's CPU.  For Parquet, :func:`write_parquet` has Spark run one task per
+into rows in the JVM and written by parquet-java one value at a time, most of the export's CPU.
+For Parquet, :func:`write_parquet` has Spark run one task per
 :class:`~pymq.export.scan.Segment` (commit-log file) that scans it into the same Arrow batches
 (:func:`pymq.export.datasource.scan_batches`) and writes them with ``pyarrow.parquet`` (C++), so
 no row ever reaches the JVM.  Spark still schedules, retries and reports the tasks.

@@ -166,7 +166,7 @@ def scan_batches(scan: SegmentScan, schema: pa.Schema) -> Iterator[pa.RecordBatc
     Parquet writer (:mod:`pymq.export.parquet`)."""
     msg_id = _MsgIds()
     # A batch holds thousands of small acyclic objects that reference counting frees; the
-    # cyclic collector would walk them over and over (40% of the time, measured).  This
+    # cyclic collector would walk them over and over, a large share of the time.  This
     # worker runs nothing else while the partition is read, and the collector comes back on
     # at the end.
     collecting = gc.isenabled()

@@ -71,7 +71,7 @@ PARQUET_OPTIONS = {f"parquet.enable.dictionary#{column}": "false" for column in 
 """Writer options for Parquet output.  parquet-java starts every column chunk with a dictionary
 and only falls back to plain encoding once the dictionary passes 1 MiB: for these columns that
 is a hash lookup per value for nothing (a 128 MiB row group never fills the dictionary of an
-int64 column, so offsets stayed dictionary-encoded), 30-40% of the write's CPU."""
+int64 column, so offsets stayed dictionary-encoded), a large share of the write's CPU."""
 
 Echo = Callable[[str], None]
 
@@ -321,7 +321,7 @@ def _session(cfg: JobConfig, spark: SparkSession | None) -> Iterator[SparkSessio
         .appName("pymq-export")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config(map=dict(DAEMON_CONFIG))  # its workers import PySpark's cached bytecode
+        .config(map=dict(DAEMON_CONFIG))  # its workers import the installed PySpark
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

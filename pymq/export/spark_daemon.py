@@ -3,9 +3,8 @@
 Spark starts each session's Python worker daemon (``python -m pyspark.daemon``) with its bundled
 ``python/lib/pyspark.zip`` and ``py4j-*-src.zip`` first on ``PYTHONPATH``.  Python keeps no
 compiled code for modules imported from a zip, so every daemon start compiled PySpark's sources
-again, and so did every worker it forked for the modules it imports after the fork: measured on
-the 2-core VM, importing ``pyspark.daemon`` took 1.2 s from the zip against 0.34 s from the
-installed package's cached bytecode, and ``pyspark.worker`` another 0.2 s against 0.02.  That
+again, and so did every worker it forked for the modules it imports after the fork: several
+times slower than importing the installed package (``scripts/bench_export.py`` shows it).  That
 time is paid by the first Python job of every Spark session (an export's Parquet tasks).
 
 With ``spark.python.daemon.module`` set to this module (the export's own session does it,

@@ -168,10 +168,9 @@ _new_hint = tuple.__new__
 _encode_batch = getattr(native_extension, "encode_batch", None)
 _encode_singles = getattr(native_extension, "encode_singles", None)
 
-# Batch bodies from this size on are written with pwrite, not through the map.  With 38 KB
-# batches (32 messages of 1 KiB) on this project's VM, pwrite of each batch took 20-23 us of
-# system time where writing it through the map took 60-80 us (page faults, and readahead
-# zeroing large folios of new memory); single records of 1.25 KB cost the same either way.
+# Batch bodies from this size on are written with pwrite, not through the map: for a batch,
+# pwrite costs a fraction of the page faults (and readahead zeroing large folios of new memory)
+# that writing it through the map takes; for a single record the two cost the same.
 PWRITE_BATCH_MIN = 16 * 1024
 # The encoding buffer kept for the next batch; a larger batch's is dropped after its write.
 SCRATCH_KEPT_MAX = 1 << 20
@@ -180,12 +179,11 @@ SCRATCH_KEPT_MAX = 1 << 20
 # records written through the map by this many bytes, and read ahead again once records
 # written through the map outweigh the batches by as much.  Reads of a pwritten batch through
 # the map (dispatch's check of each record, consumers) faulted with readahead, which zeroed
-# large folios of the unwritten blocks ahead: a quarter of the broker's time under batches of
-# 32 (125k -> 158k msgs/s without it).  A record written through the map into advised pages
-# faults a page at a time instead, which costs more than a small readahead (5.8-7.0 against
-# 5.2-5.6 us of broker CPU per 1 KiB single send with 512 KiB or less) and less than a large
-# one (6.1-6.9 against 7.2-8.3 us with 8 MiB): commitLogWriteAdvice=auto advises every write
-# on a device that reads ahead 1 MiB or more, and this balance decides elsewhere.
+# large folios of the unwritten blocks ahead, a large share of the broker's time under
+# batches.  A record written through the map into advised pages faults a page at a time
+# instead, which costs more than a small readahead and less than a large one:
+# commitLogWriteAdvice=auto advises every write on a device that reads ahead 1 MiB or more,
+# and this balance decides elsewhere.
 ADVICE_SWITCH_BYTES = 4 << 20
 _encode_single = getattr(native_extension, "encode_single", None)
 

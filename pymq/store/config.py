@@ -94,12 +94,10 @@ class MessageStoreConfig:
     resident_trim_interval: int = 10_000
     # pymq only: how the commit log's pages ahead of its writer are faulted under ASYNC_FLUSH.
     # auto: a page at a time (MADV_RANDOM) where the store's block device reads ahead 1 MiB or
-    # more (read_ahead_kb), where a write fault read ahead large folios of the blocks ahead
-    # (with 8 MiB: 89-100k msgs/s, p99 22-23 ms and 7.2-8.3 us of broker CPU per published
-    # message, against 111-121k, 5-8 ms and 6.1-6.9 us a page at a time); elsewhere, as
-    # "follow".  random: always a page at a time.  follow: a page at a time only while batches
-    # written with pwrite outweigh records written through the map (with 512 KiB of readahead
-    # or less, reading ahead costs less than a fault per page: 5.2-5.6 against 5.8-7.0 us).
+    # more (read_ahead_kb), where a write fault would read ahead (zero) large folios of the
+    # blocks ahead, a stall each; elsewhere, as "follow".  random: always a page at a time.
+    # follow: a page at a time only while batches written with pwrite outweigh records written
+    # through the map (with a small readahead, reading ahead costs less than a fault per page).
     commit_log_write_advice: WriteAdvice = WriteAdvice.AUTO
     # pymq only: after a store file could not be created (a full disk), how long (ms) before
     # it is tried again: the allocator retries a commit-log file in its thread, the reput
@@ -109,7 +107,7 @@ class MessageStoreConfig:
     os_page_cache_busy_time_out_mills: int = 1000
     # pymq's reading of Java's warm-up: the commit log allocates the chunk after the one being
     # written and a worker thread faults its pages in (MADV_POPULATE_WRITE), so puts take no
-    # page faults (-8 % of the event loop's CPU on batches, -4 % on single sends); those pages
+    # page faults; those pages
     # are dirty, so each chunk goes to disk twice, first as zeros (Java's warm-up too writes
     # zeros over each new file).  Off by default, as in Java.
     warm_maped_file_enable: bool = False

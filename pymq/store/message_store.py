@@ -251,7 +251,7 @@ class DefaultMessageStore:
         on the loop for every record dispatched to a consume queue (not on a slave); with
         ``topics``, only for the records whose topic is in what it returns when reput starts a
         run of records (None: every record), the topics whose arrivals the listener acts on.
-        A call per record cost a put about 2 % of the broker's time."""
+        (A call per record would cost every put.)"""
         if self.config.broker_role is BrokerRole.SLAVE:
             listener = None
         self.reput.listener = listener

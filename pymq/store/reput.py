@@ -51,17 +51,17 @@ DISPATCH_HINTS_MAX): a bound on the rows held, not on the work."""
 _SCHEDULE_TOPIC_B = SCHEDULE_TOPIC.encode()
 
 YIELD_EVERY = 128
-"""Records parsed and dispatched between checkpoints (a record without a hint: ~20-30 us here),
-so that each stall of the loop is a few milliseconds while a backlog drains."""
+"""Records parsed and dispatched between checkpoints (a record without a hint is parsed back
+whole), so that each stall of the loop is a few milliseconds while a backlog drains."""
 
 HINTED_PER_PARSED = 16
-"""Hinted records dispatched in the budget of one parsed record: ~1 us a record in C
-(``dispatch_hinted``), so a run of YIELD_EVERY parsed records' budget dispatches 2,048 hinted
-ones, 2-3 ms.  Dispatch must keep up with the puts of a run (SERVE_BATCH requests, 1,024
-records in batches of 32): at 128 hinted records a turn it fell behind, its hints overflowed
-(DISPATCH_HINTS_MAX) and every later record was parsed, which slowed a batch publish from 160k
-to 60-70k msgs/s within seconds.  The Python loop's hinted records (no C extension) cost
-~5-8 us each, a stall of 10-15 ms a turn at most."""
+"""Hinted records dispatched in the budget of one parsed record (a hinted record costs a small
+fraction of a parsed one, in C: ``dispatch_hinted``), so a run of YIELD_EVERY parsed records'
+budget dispatches 2,048 hinted ones, a few milliseconds.  Dispatch must keep up with the puts
+of a run (SERVE_BATCH requests, 1,024 records in batches of 32): at 128 hinted records a turn it
+fell behind, its hints overflowed (DISPATCH_HINTS_MAX) and every later record was parsed, which
+halved a batch publish within seconds.  The Python loop's hinted records (no C extension) cost
+more, a stall of some ten milliseconds a turn at most."""
 
 TURN_BUDGET = YIELD_EVERY * HINTED_PER_PARSED
 """A turn's dispatch, in hinted records (see :meth:`ReputMessageService._dispatch_some`)."""

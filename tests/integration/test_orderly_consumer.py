@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import trio
@@ -49,7 +49,9 @@ async def cluster(tmp_path) -> AsyncIterator[Cluster]:
         yield cluster
 
 
-async def produce(cluster: Cluster, topic: str, queues: int, per_queue: int, start: int = 0) -> None:
+async def produce(
+    cluster: Cluster, topic: str, queues: int, per_queue: int, start: int = 0
+) -> None:
     """``per_queue`` messages ``q<queue>-<n>`` into each queue, n counting from ``start``."""
     async with Producer("P", cluster.namesrv_addr) as producer:
         for n in range(start, start + per_queue):
@@ -76,7 +78,7 @@ class OrderlyRecorder:
         self.most_running = 0  # queues running at once, at most
         self.fail: dict[tuple[int, int], int] = {}  # (queue, n) -> failures left (-1: always)
 
-    def handler(self, who: str):  # noqa: ANN201
+    def handler(self, who: str) -> Callable[[list[MessageExt]], Awaitable[bool]]:
         async def handle(msgs: list[MessageExt]) -> bool:
             queue = msgs[0].queue_id
             self.in_flight[queue] += 1
@@ -267,8 +269,7 @@ async def test_rebalance_moves_queues_in_order_never_two_consumers_at_once(
             ids = {a.client.client_id: "a", b.client.client_id: "b"}
             # The queues moved: each consumer holds two, locked at the broker for it.
             await wait_until(
-                lambda: sorted(broker_locks(cluster, "G").values()).count(b.client.client_id)
-                >= 2,
+                lambda: sorted(broker_locks(cluster, "G").values()).count(b.client.client_id) >= 2,
                 timeout=20,
             )
             await produce(cluster, "Mv", 4, 20, start=40)
@@ -322,7 +323,9 @@ async def test_broadcasting_offsets_kept_in_local_file_across_restarts(
         written = f.read()
     # Java's OffsetSerializeWrapper: offsetTable keyed by the MessageQueue object itself.
     assert written == encode_offsets({mqs[0]: 5, mqs[1]: 5})
-    assert written.startswith(b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"Bc"}:5')
+    assert written.startswith(
+        b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"Bc"}:5,'
+    )
     table = fastjson.loads(written)["offsetTable"]
     assert {(k["topic"], k["queueId"], v) for k, v in table.items()} == {("Bc", 0, 5), ("Bc", 1, 5)}
     await produce(cluster, "Bc", 2, 3, start=5)

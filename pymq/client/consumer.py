@@ -727,12 +727,17 @@ class PushConsumer(_Base):
 
     async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
         """Pull each queue of ``offsets`` this consumer owns again from its new offset (the
-        queue's pull is restarted, messages in flight are dropped), and commit it."""
+        queue's pull is restarted, messages in flight are dropped; an orderly queue's running
+        batch is let end first), and commit it."""
         assert self._nursery is not None
         for mq, offset in offsets.items():
             scope = self.assigned.get(mq)
             if scope is None:
                 continue
+            state = self.orderly_queues.get(mq)
+            if state is not None:
+                async with state.consuming:
+                    scope.cancel()
             scope.cancel()
             self.offsets[mq] = offset
             if self.clustering:

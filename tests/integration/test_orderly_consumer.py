@@ -77,6 +77,7 @@ class OrderlyRecorder:
         self.running = 0
         self.most_running = 0  # queues running at once, at most
         self.fail: dict[tuple[int, int], int] = {}  # (queue, n) -> failures left (-1: always)
+        self.interrupted = 0  # handlers cancelled midway
 
     def handler(self, who: str) -> Callable[[list[MessageExt]], Awaitable[bool]]:
         async def handle(msgs: list[MessageExt]) -> bool:
@@ -100,6 +101,9 @@ class OrderlyRecorder:
                 # midway (its batch handed over again) shows as a duplicate.
                 await trio.sleep(self.delay)
                 return ok
+            except trio.Cancelled:
+                self.interrupted += 1
+                raise
             finally:
                 self.running -= 1
                 self.in_flight[queue] -= 1
@@ -157,7 +161,7 @@ async def test_each_queue_in_order_one_batch_at_a_time_queues_concurrently(
         assert all(consumer.orderly_queues[MessageQueue("Ord", BROKER, q)].locked for q in range(4))
     for q in range(4):
         assert rec.sequence(q) == list(range(25))
-    assert rec.overlaps == []
+    assert rec.overlaps == [] and rec.interrupted == 0
     assert rec.most_running >= 2  # different queues ran at the same time
     # Leaving unlocked every queue at the broker.
     assert broker_locks(cluster, "G") == {}
@@ -290,6 +294,7 @@ async def test_rebalance_moves_queues_in_order_never_two_consumers_at_once(
         await produce(cluster, "Mv", 4, 10, start=per_queue)
         await rec.wait_for(4 * (per_queue + 10), timeout=30)
     assert rec.overlaps == []  # no queue ever ran in two handlers at once
+    assert rec.interrupted == 0  # no queue was given up in the middle of a batch
     for q in range(4):
         # Each queue in order, every message once: the offsets were committed before unlocking.
         assert rec.sequence(q) == list(range(per_queue + 10))
@@ -301,6 +306,22 @@ async def test_rebalance_moves_queues_in_order_never_two_consumers_at_once(
             # a, then b, then a again: never interleaved.
             changes = [w for i, w in enumerate(whos) if i == 0 or whos[i - 1] != w]
             assert changes == ["a", "b", "a"]
+
+
+async def test_offset_reset_lets_the_running_batch_end(cluster: Cluster) -> None:
+    await topics.create_topic(cluster.namesrv_addr, "Rs", queues=1, brokers=[cluster.broker_addr])
+    await produce(cluster, "Rs", 1, 4)
+    rec = OrderlyRecorder(delay=0.2)
+    async with PushConsumer(
+        "G", cluster.namesrv_addr, rec.handler("a"), consume_from=FIRST, orderly=True
+    ) as consumer:
+        await consumer.subscribe("Rs")
+        await rec.wait_for(1)  # the first batch is running
+        await consumer.reset_offsets({MessageQueue("Rs", BROKER, 0): 0})
+        await rec.wait_for(5)
+        await trio.sleep(0.3)
+    assert rec.sequence(0) == [0, 0, 1, 2, 3]
+    assert rec.interrupted == 0
 
 
 @pytest.mark.slow

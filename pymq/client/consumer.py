@@ -56,7 +56,7 @@ import trio
 
 from pymq.client.instance import ClientService, Credentials, MQClientError
 from pymq.client.offset_store import DEFAULT_DIR as DEFAULT_OFFSET_STORE_DIR
-from pymq.client.offset_store import LocalFileOffsetStore
+from pymq.client.offset_store import LocalFileOffsetStore, check_path_name
 from pymq.common import fastjson
 from pymq.common.admin_body import (
     ConsumeMessageDirectlyResult,
@@ -541,6 +541,11 @@ class PushConsumer(_Base):
                 raise ValueError(f"{name} must be positive, not {period}")
         if max_reconsume_times < -1:
             raise ValueError(f"max_reconsume_times must be -1 or more, not {max_reconsume_times}")
+        if message_model is MessageModel.BROADCASTING:
+            # Both name directories of the local offsets store.
+            check_path_name("consumer group", group)
+            if instance_name is not None:
+                check_path_name("instance name", instance_name)
         self.handler = handler
         self.message_model = message_model
         self.consume_from = consume_from

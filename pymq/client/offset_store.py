@@ -16,7 +16,9 @@ It is written atomically (a ``.tmp`` renamed over it, the previous file kept as 
 read at start; a file that cannot be parsed falls back to its ``.bak``, and when neither parses
 the consumer refuses to start (ValueError) rather than silently consume from elsewhere.
 Entries of queues the consumer no longer owns are kept, as Java keeps them.  A file larger than
-:data:`MAX_FILE_BYTES` is refused as corrupt.
+:data:`MAX_FILE_BYTES` is refused as corrupt.  The client id and the group each name one
+directory: one that is empty, ``.`` or ``..``, longer than :data:`MAX_NAME_BYTES` or holding a
+path separator or NUL is refused (ValueError) rather than written outside the directory.
 """
 
 from __future__ import annotations
@@ -38,9 +40,22 @@ DEFAULT_DIR = os.path.join(user_home(), ".rocketmq_offsets")
 FILE_NAME = "offsets.json"
 # An offsets file is a few dozen bytes a queue: anything this large is not one.
 MAX_FILE_BYTES = 64 * 1024 * 1024
+# A directory name's longest (NAME_MAX of common file systems), in UTF-8 bytes.
+MAX_NAME_BYTES = 255
+
+
+def check_path_name(what: str, name: str) -> None:
+    """ValueError unless ``name`` can be one directory's name under the store's directory."""
+    if name in ("", ".", "..") or any(c in name for c in ("/", "\\", "\0")):
+        raise ValueError(f"{what} {name!r} cannot name a directory of the offsets store")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise ValueError(f"{what} is longer than {MAX_NAME_BYTES} bytes")
 
 
 def offsets_path(directory: str, client_id: str, group: str) -> str:
+    """``<directory>/<clientId>/<group>/offsets.json``."""
+    check_path_name("client id", client_id)
+    check_path_name("consumer group", group)
     return os.path.join(directory, client_id, group, FILE_NAME)
 
 

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from pymq.client import MessageModel, PushConsumer
 from pymq.client.offset_store import (
     DEFAULT_DIR,
     LocalFileOffsetStore,
@@ -40,6 +41,23 @@ def test_path_and_default_dir_as_java() -> None:
     home = os.path.expanduser("~")
     assert os.path.join(home, ".rocketmq_offsets") == DEFAULT_DIR
     assert offsets_path("/d", "10.0.0.1@inst", "G") == "/d/10.0.0.1@inst/G/offsets.json"
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b", "a\\b", "a\0b", "é" * 128])
+def test_names_that_would_leave_the_directory_are_refused(name: str) -> None:
+    with pytest.raises(ValueError):
+        offsets_path("/d", name, "G")
+    with pytest.raises(ValueError):
+        offsets_path("/d", "127.0.0.1@i", name)
+
+    async def handler(msgs: list) -> bool:
+        return True
+
+    broadcasting = MessageModel.BROADCASTING
+    with pytest.raises(ValueError):
+        PushConsumer(name, "127.0.0.1:9876", handler, message_model=broadcasting)
+    with pytest.raises(ValueError):
+        PushConsumer("G", "127.0.0.1:9876", handler, message_model=broadcasting, instance_name=name)
 
 
 def test_shape_is_offset_serialize_wrapper_keyed_by_queue() -> None:

@@ -324,7 +324,6 @@ async def test_offset_reset_lets_the_running_batch_end(cluster: Cluster) -> None
     assert rec.interrupted == 0
 
 
-@pytest.mark.slow
 async def test_broadcasting_offsets_kept_in_local_file_across_restarts(
     cluster: Cluster, tmp_path
 ) -> None:
@@ -376,7 +375,6 @@ async def test_broadcasting_offsets_kept_in_local_file_across_restarts(
         assert fastjson.loads(f.read())["offsetTable"]
 
 
-@pytest.mark.slow
 async def test_corrupt_offsets_file_falls_back_to_bak(cluster: Cluster, tmp_path) -> None:
     await topics.create_topic(cluster.namesrv_addr, "Bk", queues=1, brokers=[cluster.broker_addr])
     await produce(cluster, "Bk", 1, 6)

@@ -934,7 +934,7 @@ class PushConsumer(_Base):
     async def _release(self, mq: MessageQueue) -> None:
         """Give ``mq`` up: stop pulling it, commit its offset and (orderly) unlock it.
 
-        An orderly queue's running batch is let end first (RemovePushImpl's
+        An orderly queue's running batch is let end first (RebalancePushImpl's
         removeUnnecessaryMessageQueue): its handler is waited for at most RELEASE_WAIT; if it
         is still running, the queue stays, marked dropped (no further batch starts), and the
         next rebalance tries again."""

@@ -15,6 +15,20 @@ at once when the broker says the group changed), long-polls each queue it owns, 
 to the handler in order, commits offsets every 5 s and when it gives a queue up, and sends a
 failed message back to the broker (retry topic, delay levels, DLQ after the maximum).
 
+``PushConsumer(..., orderly=True)`` consumes each queue in order, as Java's
+``MessageListenerOrderly``: in clustering mode a queue is locked at its broker (LOCK_BATCH_MQ)
+before it is pulled and relocked every ``lock_interval``, so that no other member of the group
+consumes it meanwhile; the handler gets one batch of a queue at a time (different queues run
+concurrently); a batch that fails suspends its queue for ``suspend_current_queue_ms`` and is
+handed over again, the same messages with ``reconsume_times`` counted up, until it succeeds or
+a message has been retried ``max_reconsume_times`` times (unbounded by default): that message
+goes to ``%DLQ%<group>`` and the queue moves on.  The queue's offset advances only past batches
+that succeeded (or went to the DLQ).  A queue given up in a rebalance, or at shutdown, is
+committed and then unlocked (UNLOCK_BATCH_MQ), after its running batch ends.
+
+A broadcasting consumer keeps its offsets in a local file (pymq.client.offset_store, Java's
+LocalFileOffsetStore), read at start and written every ``persist_interval`` and at shutdown.
+
 A :class:`MessageSelector` chooses messages by tag or by an SQL92 expression over their
 properties, which the broker evaluates (it needs ``enablePropertyFilter=true``; a consumer
 subscribing by SQL92 asks each broker of the topic first, CHECK_CLIENT_CONFIG, and fails with
@@ -31,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import ssl
 import time
 import zlib
@@ -40,6 +55,8 @@ import attrs
 import trio
 
 from pymq.client.instance import ClientService, Credentials, MQClientError
+from pymq.client.offset_store import DEFAULT_DIR as DEFAULT_OFFSET_STORE_DIR
+from pymq.client.offset_store import LocalFileOffsetStore, check_path_name
 from pymq.common import fastjson
 from pymq.common.admin_body import (
     ConsumeMessageDirectlyResult,
@@ -57,9 +74,12 @@ from pymq.common.consumer import (
     ConsumerList,
     ConsumeType,
     HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
     MessageModel,
     MessageQueue,
     SubscriptionData,
+    UnlockBatchRequestBody,
 )
 from pymq.common.message import (
     PROPERTY_RETRY_TOPIC,
@@ -89,6 +109,19 @@ BROKER_SUSPEND_MAX_MS = 15000
 PULL_TIMEOUT = 30.0
 PULL_RETRY_DELAY = 3.0  # after an error, as PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
 LOCAL_RETRY_DELAY = 5.0  # a failed message that could not be sent back is consumed again
+# maxReconsumeTimes -1 means 16 for a concurrent consumer, Integer.MAX_VALUE for an orderly one.
+MAX_RECONSUME_TIMES_CONCURRENTLY = 16
+MAX_RECONSUME_TIMES_ORDERLY = 2**31 - 1
+
+# Orderly consumption (ProcessQueue, ConsumeMessageOrderlyService, RebalancePushImpl).
+REBALANCE_LOCK_INTERVAL = 20.0  # every queue's lock renewed (lockMQPeriodically)
+REBALANCE_LOCK_MAX_LIVE = 30.0  # a lock not renewed for this long is not trusted to consume
+LOCK_FIRST_DELAY = 1.0  # the first renewal, after start
+LOCK_TIMEOUT = 1.0  # LOCK_BATCH_MQ / UNLOCK_BATCH_MQ round trip
+LOCK_RETRY_DELAY = 3.0  # a queue whose lock was refused is tried again after this
+SUSPEND_CURRENT_QUEUE_MS = 1000  # suspendCurrentQueueTimeMillis: a failed batch's pause
+SUSPEND_MIN_MS, SUSPEND_MAX_MS = 10, 30000  # the pause is kept within these
+RELEASE_WAIT = 1.0  # how long a rebalance waits for a queue's handler before trying later
 
 # The remark Java's client leaves on its answers to the broker's calls.
 NOT_SET_REMARK = "not set any response code"
@@ -181,8 +214,11 @@ class _Base(ClientService):
         *,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
+        instance_name: str | None = None,
     ) -> None:
-        super().__init__(group, namesrv_addr, credentials=credentials, tls=tls)
+        super().__init__(
+            group, namesrv_addr, credentials=credentials, tls=tls, instance_name=instance_name
+        )
         # Which broker of a group to pull each queue from next (the broker's suggestWhichBrokerId).
         self.pull_from: dict[MessageQueue, int] = {}
 
@@ -430,7 +466,45 @@ class _TopicCounters:
         return attrs.evolve(self)
 
 
+@attrs.define(eq=False)
+class _OrderlyQueue:
+    """What an orderly consumer keeps of a queue it owns (Java's ProcessQueue's lock state):
+    whether the broker granted it the queue and when, whether it was given up, and the lock
+    held while its handler runs (a rebalance or shutdown waits on it, so that it never gives
+    a queue up in the middle of a batch)."""
+
+    locked: bool = False
+    last_lock: float = -math.inf  # trio.current_time() of the last grant
+    last_lock_ms: int = 0  # the wall-clock time of that grant, for GET_CONSUMER_RUNNING_INFO
+    dropped: bool = False
+    try_unlock_times: int = 0
+    consuming: trio.Lock = attrs.Factory(trio.Lock)
+
+    def granted(self) -> None:
+        self.locked = True
+        self.last_lock = trio.current_time()
+        self.last_lock_ms = int(time.time() * 1000)
+
+
 class PushConsumer(_Base):
+    """A consumer the broker pushes to (long polling): ``handler`` gets each batch and answers
+    False (or raises) for a failure.
+
+    ``message_model``: CLUSTERING (the group's members share the queues, offsets on the
+    broker) or BROADCASTING (every member reads every queue, offsets in a local file under
+    ``local_offset_store_dir``, default ``~/.rocketmq_offsets``, in ``<clientId>/<group>/``:
+    give a fixed ``instance_name`` for a restarted consumer to find them).
+    ``batch_size`` is consumeMessageBatchMaxSize, ``pull_batch_size`` pullBatchSize.
+    ``max_reconsume_times``: -1 (the default) means 16 concurrently, unbounded when orderly.
+
+    ``orderly=True``: each queue consumed in order, one batch at a time, a failed batch retried
+    in place (see the module's documentation); ``suspend_current_queue_ms`` (10 to 30000,
+    default 1000) is the pause before a failed batch is handed over again, ``lock_interval``
+    (20 s) how often the queues' broker locks are renewed, ``lock_max_live`` (30 s) how old a
+    lock may be for its queue to be consumed.  ``rebalance_interval`` (20 s) and
+    ``persist_interval`` (5 s) are the periods of rebalancing and of committing offsets.
+    """
+
     def __init__(
         self,
         group: str,
@@ -442,11 +516,36 @@ class PushConsumer(_Base):
         consume_timestamp_ms: int = 0,
         batch_size: int = 1,
         pull_batch_size: int = PULL_BATCH_SIZE,
-        max_reconsume_times: int = 16,
+        max_reconsume_times: int = -1,
+        orderly: bool = False,
+        suspend_current_queue_ms: int = SUSPEND_CURRENT_QUEUE_MS,
+        lock_interval: float = REBALANCE_LOCK_INTERVAL,
+        lock_max_live: float = REBALANCE_LOCK_MAX_LIVE,
+        rebalance_interval: float = REBALANCE_PERIOD,
+        persist_interval: float = PERSIST_OFFSET_PERIOD,
+        local_offset_store_dir: str | None = None,
+        instance_name: str | None = None,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
     ) -> None:
-        super().__init__(group, namesrv_addr, credentials=credentials, tls=tls)
+        super().__init__(
+            group, namesrv_addr, credentials=credentials, tls=tls, instance_name=instance_name
+        )
+        for name, period in (
+            ("lock_interval", lock_interval),
+            ("lock_max_live", lock_max_live),
+            ("rebalance_interval", rebalance_interval),
+            ("persist_interval", persist_interval),
+        ):
+            if not period > 0:
+                raise ValueError(f"{name} must be positive, not {period}")
+        if max_reconsume_times < -1:
+            raise ValueError(f"max_reconsume_times must be -1 or more, not {max_reconsume_times}")
+        if message_model is MessageModel.BROADCASTING:
+            # Both name directories of the local offsets store.
+            check_path_name("consumer group", group)
+            if instance_name is not None:
+                check_path_name("instance name", instance_name)
         self.handler = handler
         self.message_model = message_model
         self.consume_from = consume_from
@@ -454,12 +553,27 @@ class PushConsumer(_Base):
         self.batch_size = batch_size
         self.pull_batch_size = pull_batch_size
         self.max_reconsume_times = max_reconsume_times
+        self.orderly = orderly
+        self.suspend_current_queue_ms = suspend_current_queue_ms
+        self.lock_interval = lock_interval
+        self.lock_max_live = lock_max_live
+        self.rebalance_interval = rebalance_interval
+        self.persist_interval = persist_interval
+        self.local_offset_store_dir = local_offset_store_dir or DEFAULT_OFFSET_STORE_DIR
+        # A broadcasting consumer's offsets file, opened at start (it needs the client id).
+        self.local_offsets: LocalFileOffsetStore | None = None
+        # An orderly consumer's queues (all it owns); locked at the broker when clustering.
+        self.orderly_queues: dict[MessageQueue, _OrderlyQueue] = {}
         self.subscriptions: dict[str, SubscriptionData] = {}
         self.assigned: dict[MessageQueue, trio.CancelScope] = {}
         self.offsets: dict[MessageQueue, int] = {}
         self._committed: dict[MessageQueue, int] = {}
         self._rebalance_now = trio.Event()
         self.rebalanced = trio.Event()
+        # Rebalances, lock renewals and stopping take turns; once stopping, neither runs again
+        # (an unlocked queue must not be locked again on the way out).
+        self._queues_lock = trio.Lock()
+        self._closing = False
         self.start_timestamp = 0
         # Per topic counters for GET_CONSUMER_RUNNING_INFO's statusTable, and what they were
         # (with when) at the previous such request: the rates cover the time between.
@@ -469,6 +583,20 @@ class PushConsumer(_Base):
     @property
     def clustering(self) -> bool:
         return self.message_model is MessageModel.CLUSTERING
+
+    @property
+    def locks_queues(self) -> bool:
+        """An orderly clustering consumer locks its queues at the brokers."""
+        return self.orderly and self.clustering
+
+    @property
+    def effective_max_reconsume_times(self) -> int:
+        """getMaxReconsumeTimes(): -1 is 16 concurrently, Integer.MAX_VALUE when orderly."""
+        if self.max_reconsume_times != -1:
+            return self.max_reconsume_times
+        if self.orderly:
+            return MAX_RECONSUME_TIMES_ORDERLY
+        return MAX_RECONSUME_TIMES_CONCURRENTLY
 
     async def subscribe(self, topic: str, expression: Selector = "*") -> None:
         """Consume ``topic``, by tag (``"TagA || TagB"``) or by a :class:`MessageSelector`.
@@ -492,6 +620,12 @@ class PushConsumer(_Base):
             if not subscription.is_tag_type:
                 await self.check_client_config(subscription)
         self.start_timestamp = int(time.time() * 1000)
+        if not self.clustering:
+            store = LocalFileOffsetStore(
+                self.local_offset_store_dir, self.client.client_id, self.group
+            )
+            await trio.to_thread.run_sync(store.load)
+            self.local_offsets = store
         self.client.on_ids_changed = lambda group: self._rebalance_now.set()
         handlers = self.client.request_handlers
         handlers[RequestCode.RESET_CONSUMER_CLIENT_OFFSET] = self._reset_offset_request
@@ -501,11 +635,28 @@ class PushConsumer(_Base):
         self._nursery.start_soon(self._rebalance_loop)
         self._nursery.start_soon(self._persist_loop)
         self._nursery.start_soon(self._heartbeat_loop)
+        if self.locks_queues:
+            self._nursery.start_soon(self._lock_loop)
 
     async def _stopping(self) -> None:
+        # An orderly consumer lets each queue's running batch end (for at most half the stop
+        # deadline), so that what was consumed is committed, and then unlocks its queues.
+        with trio.move_on_after(self.STOP_DEADLINE / 2):
+            await self._queues_lock.acquire()
+        self._closing = True
+        with trio.move_on_after(self.STOP_DEADLINE / 2):
+            for state in self.orderly_queues.values():
+                state.dropped = True
+            for mq, state in list(self.orderly_queues.items()):
+                async with state.consuming:
+                    scope = self.assigned.get(mq)
+                    if scope is not None:
+                        scope.cancel()
         for scope in self.assigned.values():
             scope.cancel()
         await self.persist_offsets()
+        if self.locks_queues:
+            await self.unlock_all()
 
     def _consumer_data(self) -> ConsumerData:
         return ConsumerData(
@@ -538,10 +689,18 @@ class PushConsumer(_Base):
 
     async def _persist_loop(self) -> None:
         while True:
-            await trio.sleep(PERSIST_OFFSET_PERIOD)
+            await trio.sleep(self.persist_interval)
             await self.persist_offsets()
 
     async def persist_offsets(self) -> None:
+        """Commit the owned queues' offsets: to the brokers, or (broadcasting) to the local
+        offsets file."""
+        if self.local_offsets is not None:
+            try:
+                await self.local_offsets.persist(dict(self.offsets))
+            except OSError as exc:
+                log.warning("persisting offsets to %s failed: %s", self.local_offsets.path, exc)
+            return
         if not self.clustering:
             return
         for mq, offset in list(self.offsets.items()):
@@ -573,12 +732,17 @@ class PushConsumer(_Base):
 
     async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
         """Pull each queue of ``offsets`` this consumer owns again from its new offset (the
-        queue's pull is restarted, messages in flight are dropped), and commit it."""
+        queue's pull is restarted, messages in flight are dropped; an orderly queue's running
+        batch is let end first), and commit it."""
         assert self._nursery is not None
         for mq, offset in offsets.items():
             scope = self.assigned.get(mq)
             if scope is None:
                 continue
+            state = self.orderly_queues.get(mq)
+            if state is not None:
+                async with state.consuming:
+                    scope.cancel()
             scope.cancel()
             self.offsets[mq] = offset
             if self.clustering:
@@ -643,24 +807,32 @@ class PushConsumer(_Base):
                 "pullBatchSize": str(self.pull_batch_size),
                 "maxReconsumeTimes": str(self.max_reconsume_times),
                 "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
-                "PROP_CONSUMEORDERLY": "false",
+                "PROP_CONSUMEORDERLY": "true" if self.orderly else "false",
+                "suspendCurrentQueueTimeMillis": str(self.suspend_current_queue_ms),
                 "PROP_CLIENT_VERSION": CLIENT_VERSION_DESC,
                 "PROP_CONSUMER_START_TIMESTAMP": str(self.start_timestamp),
                 "PROP_NAMESERVER_ADDR": self.namesrv_addr,
                 "PROP_THREADPOOL_CORE_SIZE": "1",
             },
             subscription_set=list(self.subscriptions.values()),
-            mq_table={
-                mq: ProcessQueueInfo(
-                    commit_offset=self._committed.get(mq, self.offsets.get(mq, 0)),
-                    last_pull_timestamp=now,
-                    last_consume_timestamp=now,
-                )
-                for mq in sorted(self.assigned)
-            },
+            mq_table={mq: self._process_queue_info(mq, now) for mq in sorted(self.assigned)},
             status_table=self.consume_status(),
         )
         return req.response(remark=NOT_SET_REMARK, body=fastjson.dumps(info))
+
+    def _process_queue_info(self, mq: MessageQueue, now: int) -> ProcessQueueInfo:
+        info = ProcessQueueInfo(
+            commit_offset=self._committed.get(mq, self.offsets.get(mq, 0)),
+            last_pull_timestamp=now,
+            last_consume_timestamp=now,
+        )
+        state = self.orderly_queues.get(mq)
+        if state is not None:
+            info.locked = state.locked
+            info.last_lock_timestamp = state.last_lock_ms
+            info.try_unlock_times = state.try_unlock_times
+            info.droped = state.dropped
+        return info
 
     async def _consume_directly_request(self, req: RemotingCommand) -> RemotingCommand:
         """CONSUME_MESSAGE_DIRECTLY: hand the message in the body to the handler once."""
@@ -669,7 +841,7 @@ class PushConsumer(_Base):
         except (RecordError, ValueError, IndexError) as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad message: {exc}")
         begin = time.monotonic()
-        result = ConsumeMessageDirectlyResult()
+        result = ConsumeMessageDirectlyResult(order=self.orderly)
         try:
             ok = await self.handler([msg])
             result.consume_result = "CR_LATER" if ok is False else "CR_SUCCESS"
@@ -683,7 +855,7 @@ class PushConsumer(_Base):
 
     async def _rebalance_loop(self) -> None:
         while True:
-            with trio.move_on_after(REBALANCE_PERIOD):
+            with trio.move_on_after(self.rebalance_interval):
                 await self._rebalance_now.wait()
             self._rebalance_now = trio.Event()
             try:
@@ -709,6 +881,11 @@ class PushConsumer(_Base):
         return []
 
     async def rebalance(self) -> None:
+        async with self._queues_lock:
+            if not self._closing:
+                await self._rebalance()
+
+    async def _rebalance(self) -> None:
         assert self.client is not None and self._nursery is not None
         wanted: set[MessageQueue] = set()
         for topic in self.subscriptions:
@@ -721,21 +898,31 @@ class PushConsumer(_Base):
                 wanted.update(allocate_averagely(mqs, cids, self.client.client_id))
             else:
                 wanted.update(mqs)
-        for mq in [m for m in self.assigned if m not in wanted]:
-            self.assigned.pop(mq).cancel()
-            offset = self.offsets.pop(mq, None)
-            if offset is not None and self.clustering:
-                try:
-                    await self.update_offset(mq, offset)
-                except (MQClientError, RemotingError) as exc:
-                    log.warning("committing %s on release failed: %s", mq, exc)
-            self._committed.pop(mq, None)
-            log.info("%s gave up %s", self.client.client_id, mq)
+        # A queue no longer ours is given up; so is an orderly queue given up before whose
+        # handler was still running then (taken again below if it is still ours).
+        for mq in [
+            m
+            for m in self.assigned
+            if m not in wanted or (m in self.orderly_queues and self.orderly_queues[m].dropped)
+        ]:
+            await self._release(mq)
         for mq in sorted(wanted - set(self.assigned)):
+            if self.orderly:
+                state = self.orderly_queues[mq] = _OrderlyQueue()
+                # RebalanceImpl: an orderly consumer takes a queue only once the broker has
+                # locked it for this client (another member may still be consuming it).
+                if self.locks_queues and not await self._lock_one(mq, state):
+                    log.info("%s could not lock %s yet", self.client.client_id, mq)
+                    del self.orderly_queues[mq]
+                    continue
             try:
                 offset = await self._start_offset(mq)
             except (MQClientError, RemotingError) as exc:
                 log.warning("start offset of %s: %s", mq, exc)
+                if self.orderly:
+                    del self.orderly_queues[mq]
+                    if self.locks_queues:
+                        await self._unlock_batch(mq.broker_name, [mq])
                 continue
             scope = trio.CancelScope()
             self.assigned[mq] = scope
@@ -744,8 +931,168 @@ class PushConsumer(_Base):
             log.info("%s took %s from offset %d", self.client.client_id, mq, offset)
         self.rebalanced.set()
 
+    async def _release(self, mq: MessageQueue) -> None:
+        """Give ``mq`` up: stop pulling it, commit its offset and (orderly) unlock it.
+
+        An orderly queue's running batch is let end first (RebalancePushImpl's
+        removeUnnecessaryMessageQueue): its handler is waited for at most RELEASE_WAIT; if it
+        is still running, the queue stays, marked dropped (no further batch starts), and the
+        next rebalance tries again."""
+        assert self.client is not None
+        state = self.orderly_queues.get(mq)
+        if state is None:
+            self._drop(mq)
+            await self._commit_released(mq, self.offsets.pop(mq, None))
+            return
+        state.dropped = True
+        with trio.move_on_after(RELEASE_WAIT):
+            async with state.consuming:
+                # No batch of the queue runs now, and none will start (dropped).
+                self._drop(mq)
+                await self._commit_released(mq, self.offsets.pop(mq, None))
+                del self.orderly_queues[mq]
+                if self.locks_queues:
+                    await self._unlock_batch(mq.broker_name, [mq])
+                return
+        state.try_unlock_times += 1
+        log.warning(
+            "%s is consuming, so cannot unlock it yet (%d tries)", mq, state.try_unlock_times
+        )
+
+    def _drop(self, mq: MessageQueue) -> None:
+        assert self.client is not None
+        self.assigned.pop(mq).cancel()
+        log.info("%s gave up %s", self.client.client_id, mq)
+
+    async def _commit_released(self, mq: MessageQueue, offset: int | None) -> None:
+        self._committed.pop(mq, None)
+        if offset is None:
+            return
+        if self.local_offsets is not None:
+            self.local_offsets.table[mq] = offset
+        elif self.clustering:
+            try:
+                await self.update_offset(mq, offset)
+            except (MQClientError, RemotingError) as exc:
+                log.warning("committing %s on release failed: %s", mq, exc)
+
+    # -- orderly: the brokers' queue locks --------------------------------------------------
+
+    async def _master(self, mq: MessageQueue) -> str | None:
+        """The master of ``mq``'s broker (locks are only the master's), or None."""
+        assert self.client is not None
+        addr = self.client.master_addr(mq.broker_name)
+        if addr is None:
+            with contextlib.suppress(MQClientError, RemotingError):
+                await self.client.fetch_route(mq.topic)
+            addr = self.client.master_addr(mq.broker_name)
+        return addr
+
+    async def _lock_batch(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ for ``mqs`` (all of one broker): the queues the broker granted."""
+        assert self.client is not None
+        addr = await self._master(mqs[0])
+        if addr is None:
+            raise MQClientError(-1, f"no master for broker {mqs[0].broker_name}")
+        body = to_json(LockBatchRequestBody(self.group, self.client.client_id, mqs))
+        request = RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, body=body)
+        response = await self.client.invoke(addr, request, LOCK_TIMEOUT)
+        if response.code != ResponseCode.SUCCESS:
+            raise MQClientError(response.code, response.remark, "lock batch mq")
+        return set(from_json(response.body, LockBatchResponseBody).lock_ok_mq_set)
+
+    async def _unlock_batch(self, broker_name: str, mqs: list[MessageQueue]) -> None:
+        assert self.client is not None
+        addr = await self._master(mqs[0])
+        if addr is None:
+            return
+        body = to_json(UnlockBatchRequestBody(self.group, self.client.client_id, mqs))
+        request = RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, body=body)
+        try:
+            response = await self.client.invoke(addr, request, LOCK_TIMEOUT)
+        except RemotingError as exc:
+            log.warning("unlocking %s failed: %s", mqs, exc)
+            return
+        if response.code != ResponseCode.SUCCESS:
+            log.warning("unlocking %s refused: %s %s", mqs, response.code, response.remark)
+            return
+        for mq in mqs:
+            state = self.orderly_queues.get(mq)
+            if state is not None:
+                state.locked = False
+        log.info("%s unlocked %s", broker_name, mqs)
+
+    async def _lock_one(self, mq: MessageQueue, state: _OrderlyQueue) -> bool:
+        try:
+            granted = mq in await self._lock_batch([mq])
+        except (MQClientError, RemotingError) as exc:
+            log.warning("locking %s failed: %s", mq, exc)
+            return False
+        if granted:
+            state.granted()
+        return granted
+
+    def _by_broker(self) -> dict[str, list[MessageQueue]]:
+        brokers: dict[str, list[MessageQueue]] = {}
+        for mq in sorted(self.orderly_queues):
+            brokers.setdefault(mq.broker_name, []).append(mq)
+        return brokers
+
+    async def lock_all(self) -> None:
+        """lockMQPeriodically: renew the lock of every queue this consumer owns; a queue the
+        broker refused is not consumed until it is locked again."""
+        async with self._queues_lock:
+            if not self._closing:
+                await self._lock_all()
+
+    async def _lock_all(self) -> None:
+        for mqs in self._by_broker().values():
+            try:
+                granted = await self._lock_batch(mqs)
+            except (MQClientError, RemotingError) as exc:
+                log.warning("locking %s failed: %s", mqs, exc)
+                continue
+            for mq in mqs:
+                state = self.orderly_queues.get(mq)
+                if state is None:
+                    continue
+                if mq in granted:
+                    state.granted()
+                elif state.locked:
+                    state.locked = False
+                    log.warning("the broker refused the lock of %s", mq)
+
+    async def unlock_all(self) -> None:
+        for broker_name, mqs in self._by_broker().items():
+            await self._unlock_batch(broker_name, mqs)
+
+    async def _lock_loop(self) -> None:
+        await trio.sleep(min(LOCK_FIRST_DELAY, self.lock_interval))
+        while True:
+            await self.lock_all()
+            await trio.sleep(self.lock_interval)
+
+    def _lock_valid(self, state: _OrderlyQueue) -> bool:
+        """May the queue be consumed: broadcasting, or locked and the lock not too old."""
+        if not self.locks_queues:
+            return True
+        return state.locked and trio.current_time() - state.last_lock <= self.lock_max_live
+
+    async def _ensure_locked(self, mq: MessageQueue, state: _OrderlyQueue) -> bool:
+        """Wait until the queue may be consumed (tryLockLaterAndReconsume: lock it again,
+        every LOCK_RETRY_DELAY while the broker refuses); False once it is dropped."""
+        while not state.dropped and not self._lock_valid(state):
+            if not await self._lock_one(mq, state):
+                await trio.sleep(LOCK_RETRY_DELAY)
+        return not state.dropped
+
     async def _start_offset(self, mq: MessageQueue) -> int:
-        committed = await self.query_offset(mq) if self.clustering else -1
+        if self.local_offsets is not None:
+            committed = self.local_offsets.read(mq)
+        elif self.clustering:
+            committed = await self.query_offset(mq)
+        else:
+            committed = -1
         if committed >= 0:
             return committed
         where = self.consume_from
@@ -763,8 +1110,12 @@ class PushConsumer(_Base):
     # -- consuming ------------------------------------------------------------------------
 
     async def _pull_loop(self, mq: MessageQueue, scope: trio.CancelScope) -> None:
+        state = self.orderly_queues.get(mq)
         with scope:
             while True:
+                # An orderly queue is pulled only while this consumer holds its lock.
+                if state is not None and not await self._ensure_locked(mq, state):
+                    return
                 sub = self.subscriptions.get(mq.topic)
                 selector: Selector = "*"
                 registered = None
@@ -796,14 +1147,82 @@ class PushConsumer(_Base):
                     counters.pulls += 1
                     counters.pull_rt_ms += (time.monotonic() - begin) * 1000
                     counters.pulled += len(result.messages)
-                    await self._consume(mq, result.messages)
+                    if state is None:
+                        await self._consume(mq, result.messages)
+                    elif not await self._consume_orderly(mq, state, result.messages):
+                        return  # given up meanwhile
+                if state is not None and state.dropped:
+                    return
                 self.offsets[mq] = result.next_begin_offset
 
-    async def _consume(self, mq: MessageQueue, messages: list[MessageExt]) -> None:
+    @staticmethod
+    def _restore_topics(messages: list[MessageExt]) -> None:
+        """A message from the group's retry topic is handed over with its original topic."""
         for msg in messages:
             retry_of = msg.properties.get(PROPERTY_RETRY_TOPIC)
             if retry_of and msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 msg.topic = retry_of
+
+    async def _consume_orderly(
+        self, mq: MessageQueue, state: _OrderlyQueue, messages: list[MessageExt]
+    ) -> bool:
+        """ConsumeMessageOrderlyService: hand ``messages`` over a batch at a time, each batch
+        only while the queue's lock is held and nothing else of the queue runs; a failed batch
+        suspends the queue and is handed over again (reconsume times counted) until it
+        succeeds or its messages past ``max_reconsume_times`` went to the DLQ.  The offset
+        advances past each batch done.  False when the queue was given up meanwhile."""
+        self._restore_topics(messages)
+        counters = self._topic_counters(mq.topic)
+        for start in range(0, len(messages), self.batch_size):
+            batch = messages[start : start + self.batch_size]
+            next_offset = batch[-1].queue_offset + 1
+            while True:
+                if not await self._ensure_locked(mq, state):
+                    return False
+                async with state.consuming:
+                    if state.dropped:
+                        return False
+                    begin = time.monotonic()
+                    try:
+                        ok = await self.handler(list(batch))
+                    except Exception:
+                        log.exception("orderly consumer handler of %s failed", self.group)
+                        ok = False
+                    counters.calls += 1
+                    counters.consume_rt_ms += (time.monotonic() - begin) * 1000
+                    if ok is not False:
+                        counters.ok += len(batch)
+                        self.offsets[mq] = next_offset
+                        break
+                    counters.failed += len(batch)
+                    batch = await self._check_reconsume_times(mq, batch)
+                    if not batch:
+                        self.offsets[mq] = next_offset
+                        break
+                await trio.sleep(self._suspend_seconds())
+        return True
+
+    def _suspend_seconds(self) -> float:
+        return min(max(self.suspend_current_queue_ms, SUSPEND_MIN_MS), SUSPEND_MAX_MS) / 1000
+
+    async def _check_reconsume_times(
+        self, mq: MessageQueue, batch: list[MessageExt]
+    ) -> list[MessageExt]:
+        """checkReconsumeTimes: the messages of a failed batch to hand over again, each with
+        its reconsume times counted up; one already retried ``max_reconsume_times`` times goes
+        to the group's DLQ instead (sent back with delay level -1), unless that fails."""
+        limit = self.effective_max_reconsume_times
+        again: list[MessageExt] = []
+        for msg in batch:
+            if msg.reconsume_times >= limit and await self._send_back(mq, [msg], -1):
+                log.warning("%s went to the DLQ after %d retries", msg.msg_id, limit)
+                continue
+            msg.reconsume_times += 1
+            again.append(msg)
+        return again
+
+    async def _consume(self, mq: MessageQueue, messages: list[MessageExt]) -> None:
+        self._restore_topics(messages)
         for start in range(0, len(messages), self.batch_size):
             batch = messages[start : start + self.batch_size]
             counters = self._topic_counters(mq.topic)
@@ -827,7 +1246,11 @@ class PushConsumer(_Base):
                     break
                 await trio.sleep(LOCAL_RETRY_DELAY)
 
-    async def _send_back(self, mq: MessageQueue, batch: list[MessageExt]) -> bool:
+    async def _send_back(
+        self, mq: MessageQueue, batch: list[MessageExt], delay_level: int = 0
+    ) -> bool:
+        """CONSUMER_SEND_MSG_BACK each message: to the retry topic (delay level 0: the broker
+        chooses), or straight to the DLQ (-1)."""
         assert self.client is not None
         for msg in batch:
             addr = f"{msg.store_host[0]}:{msg.store_host[1]}"
@@ -837,11 +1260,11 @@ class PushConsumer(_Base):
                     H.ConsumerSendMsgBackRequestHeader(
                         offset=msg.commitlog_offset,
                         group=self.group,
-                        delay_level=0,
+                        delay_level=delay_level,
                         origin_msg_id=msg.msg_id,
                         origin_topic=msg.topic,
                         unit_mode=False,
-                        max_reconsume_times=self.max_reconsume_times,
+                        max_reconsume_times=self.effective_max_reconsume_times,
                     )
                 ),
             )

@@ -62,11 +62,15 @@ class ClientInstance:
         namesrv_addr: str,
         credentials: Credentials | None = None,
         tls: ssl.SSLContext | None = None,
+        instance_name: str | None = None,
     ) -> None:
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise ValueError("no name server address given (host:port[;host:port])")
-        self.client_id = f"127.0.0.1@{os.getpid()}#{next(_instance_ids)}"
+        # ip@instanceName, as Java's buildMQClientId; the default instance name changes with
+        # every process (and client), a given one stays (a broadcasting consumer's offsets file
+        # is found by it).
+        self.client_id = f"127.0.0.1@{instance_name or f'{os.getpid()}#{next(_instance_ids)}'}"
         # credentials=(accessKey, secretKey): every request signed for a broker with ACL.
         signer = AclSigner(*credentials) if credentials is not None else None
         self.remoting = RemotingClient(nursery, handler=self._serve, signer=signer, ssl_context=tls)
@@ -205,6 +209,7 @@ class ClientService(AbstractAsyncContextManager):
         *,
         credentials: Credentials | None = None,
         tls: bool | ssl.SSLContext = False,
+        instance_name: str | None = None,
     ) -> None:
         self.group = group
         self.namesrv_addr = namesrv_addr
@@ -215,6 +220,8 @@ class ClientService(AbstractAsyncContextManager):
         if credentials is not None:
             AclSigner(*credentials)
         self.credentials = credentials
+        # Java's instanceName: the client id's part after the '@' (default: pid#counter).
+        self.instance_name = instance_name
         self.client: ClientInstance | None = None
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
@@ -222,7 +229,9 @@ class ClientService(AbstractAsyncContextManager):
     async def __aenter__(self) -> Self:
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
-        self.client = ClientInstance(self._nursery, self.namesrv_addr, self.credentials, self.tls)
+        self.client = ClientInstance(
+            self._nursery, self.namesrv_addr, self.credentials, self.tls, self.instance_name
+        )
         try:
             await self._started()
         except BaseException:

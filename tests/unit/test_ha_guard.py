@@ -4,9 +4,11 @@ data, and the bounds on connections and admission.  A real HAClient is the hones
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 
 import pytest
 import trio
@@ -15,6 +17,7 @@ import trustme
 from pymq.common.config import ConfigError
 from pymq.remoting.tls import TlsMode, TlsServer
 from pymq.store.config import MessageStoreConfig
+from pymq.store.ha import slave as slave_module
 from pymq.store.ha.auth import CHALLENGE_SIZE, HELLO, HAGuard, encode_proof, parse_allow_list
 from pymq.store.ha.framing import TransferDecoder, encode_report
 from pymq.store.ha.master import MAX_CONNECTIONS_PER_HOST, HAService
@@ -386,3 +389,39 @@ async def test_a_slow_admission_is_closed_at_the_deadline(secret: bytes | None) 
         else:
             assert got == b""
         assert not ha.connections and not ha._open
+
+
+async def test_refusals_of_one_host_are_logged_once_a_period(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="pymq.store.ha.master")
+    async with master(HAGuard(secret=b"s")) as ha:
+        for _ in range(3):
+            assert await stranger(ha.port, encode_report(0)) == b""
+        await wait_until(lambda: ha.refused == 3, timeout=2)
+    refusals = [r for r in caplog.records if "refused the connection" in r.getMessage()]
+    assert [r.levelno for r in refusals] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+
+
+async def test_a_master_that_never_answers_the_slave_is_retried_not_fatal(
+    monkeypatch: pytest.MonkeyPatch, ca: trustme.CA
+) -> None:
+    """A TLS handshake or HA handshake the master never answers times out, and the slave
+    tries again (a timeout used to end the slave's HA task, and the broker with it)."""
+    monkeypatch.setattr(slave_module, "CONNECT_TIMEOUT", 0.2)
+    monkeypatch.setattr(slave_module, "RECONNECT_DELAY", 0.05)
+    accepted = 0
+
+    async def silent(stream: trio.SocketStream) -> None:
+        nonlocal accepted
+        accepted += 1
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, silent, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        for kwargs in ({"ssl_context": client_ctx(ca)}, {"credential": ("", b"s")}):
+            accepted = 0
+            assert await replicate(port, wait=1.0, **kwargs) == b""
+            assert accepted >= 3
+        nursery.cancel_scope.cancel()

@@ -25,6 +25,7 @@ SLAVE_NOT_AVAILABLE when no slave is connected or the best one is more than
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 
 import attrs
 import trio
@@ -46,6 +47,10 @@ MAX_SLAVE_CONNECTIONS = 64
 MAX_CONNECTIONS_PER_HOST = 8
 # One read from a slave takes at most this many bytes (a slave sends 8-byte reports).
 READ_SIZE = 4096
+# A refused host is logged at WARNING once per this many seconds (then at DEBUG), for at most
+# REFUSAL_LOG_HOSTS hosts at a time: a stranger retrying in a loop does not flood the log.
+REFUSAL_LOG_PERIOD = 60.0
+REFUSAL_LOG_HOSTS = 256
 
 
 class HARefused(Exception):
@@ -94,6 +99,7 @@ class HAService:
         # Open connections per host, admitted or not (the bounds above).
         self._open: dict[str, int] = {}
         self.refused = 0
+        self._refusals_logged: OrderedDict[str, float] = OrderedDict()
         self.push_to_slave_max_offset = 0
         self._new_data = trio.Event()
         self._ack_changed = trio.Event()
@@ -163,7 +169,18 @@ class HAService:
 
     def _refuse(self, address: str, why: str) -> None:
         self.refused += 1
-        log.warning("HAService refused the connection of %s: %s", address, why)
+        host = address.rpartition(":")[0]
+        now = trio.current_time()
+        logged = self._refusals_logged
+        last = logged.get(host)
+        level = logging.DEBUG
+        if last is None or now - last >= REFUSAL_LOG_PERIOD:
+            level = logging.WARNING
+            logged[host] = now
+            logged.move_to_end(host)
+            if len(logged) > REFUSAL_LOG_HOSTS:
+                logged.popitem(last=False)
+        log.log(level, "HAService refused the connection of %s: %s", address, why)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         """One connection, until it ends.  The connection's boundary: anything raised in

@@ -5,7 +5,9 @@ data, and the bounds on connections and admission.  A real HAClient is the hones
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
+import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -425,3 +427,18 @@ async def test_a_master_that_never_answers_the_slave_is_retried_not_fatal(
             assert await replicate(port, wait=1.0, **kwargs) == b""
             assert accepted >= 3
         nursery.cancel_scope.cancel()
+
+
+async def test_a_reset_during_admission_is_a_refusal_not_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with master() as ha:
+        stream = await trio.open_tcp_stream("127.0.0.1", ha.port)
+        await stream.send_all(b"\x00\x00\x00")
+        await trio.sleep(0.05)
+        # SO_LINGER 0: the close is a reset.
+        stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await stream.aclose()
+        await wait_until(lambda: ha.refused == 1, timeout=2)
+        assert not ha._open and not ha.connections
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -227,6 +227,8 @@ class HAService:
                 nursery.start_soon(self._write, stream, conn, nursery.cancel_scope)
         except HARefused as exc:
             self._refuse(address, str(exc))
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self._refuse(address, f"connection broken during admission: {exc!r}")
         except Exception as exc:
             log.error("HA connection to %s closed after an error: %r", address, exc)
         finally:

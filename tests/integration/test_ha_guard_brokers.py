@@ -5,6 +5,7 @@ and acknowledges sends, and a stranger speaking RocketMQ's plain protocol gets n
 from __future__ import annotations
 
 import pathlib
+import socket
 from collections.abc import Callable
 
 import pytest
@@ -14,11 +15,14 @@ import trustme
 from pymq.broker.config import BrokerConfig
 from pymq.broker.controller import BrokerController
 from pymq.common.config import ConfigError
+from pymq.embedded import open_cluster
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.store.config import BrokerRole, MessageStoreConfig
+from pymq.store.ha.auth import CHALLENGE_SIZE, HELLO, encode_proof
 from pymq.store.ha.framing import encode_report
 from pymq.store.results import PutMessageStatus
-from tests.helpers import make_namesrv, wait_until
+from pymq.testing import TEST_PROPERTIES
+from tests.helpers import StallProbe, make_namesrv, wait_until
 from tests.store.helpers import make_message
 
 ACL = """\
@@ -157,3 +161,57 @@ async def test_a_pymq_slave_replicates_and_a_stranger_gets_nothing(
 def test_a_bad_allow_list_stops_the_start(tmp_path: pathlib.Path) -> None:
     with pytest.raises(ConfigError, match="haSlaveAllowList"):
         broker(tmp_path, "m", 9876, BrokerRole.ASYNC_MASTER, store={"ha_slave_allow_list": "x"})
+
+
+def flood(port: int, rounds: int) -> tuple[int, int]:
+    """From a thread, as strangers would: wrong proofs, garbage and silent sockets on the HA
+    port.  Returns (connections made, bytes the master sent beyond its challenges)."""
+    leaked = made = 0
+    for i in range(rounds):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            made += 1
+            kind = i % 3
+            if kind == 0:  # the handshake with a wrong proof
+                sock.sendall(HELLO)
+                challenge = b""
+                while len(challenge) < CHALLENGE_SIZE:
+                    chunk = sock.recv(CHALLENGE_SIZE - len(challenge))
+                    if not chunk:
+                        break
+                    challenge += chunk
+                sock.sendall(encode_proof(challenge, "", b"guess") + encode_report(0))
+            elif kind == 1:  # RocketMQ's plain protocol
+                sock.sendall(encode_report(0))
+            else:  # garbage
+                sock.sendall(b"\x7f" * 64 + b"\xff" * 64)
+            try:
+                while chunk := sock.recv(65536):
+                    leaked += len(chunk)
+            except ConnectionResetError:
+                pass
+    return made, leaked
+
+
+@pytest.mark.slow
+async def test_a_flood_of_strangers_gets_nothing_and_does_not_stall_the_broker(
+    tmp_path: pathlib.Path,
+) -> None:
+    properties = dict(TEST_PROPERTIES, haSecret="s3cret")
+    async with open_cluster(
+        str(tmp_path),
+        namesrv_port=0,
+        broker_port=0,
+        bind_address="127.0.0.1",
+        properties=properties,
+    ) as cluster:
+        for i in range(50):
+            await cluster.broker.store.put_message(make_message(body=b"x" * 1000 + b"%d" % i))
+        ha = cluster.broker.ha_service
+        assert ha is not None
+        port = int(cluster.broker_addr.rsplit(":", 1)[1])
+        async with StallProbe(port) as probe:
+            made, leaked = await trio.to_thread.run_sync(flood, ha.port, 600)
+        assert made == 600 and leaked == 0
+        assert ha.refused == 600 and not ha.connections and not ha._open
+        print(f"HA flood: 600 strangers, probe worst {probe.worst * 1000:.1f} ms")
+        assert probe.worst < 0.5

@@ -94,6 +94,8 @@ RESTART_ONLY_KEYS = frozenset(
         "mappedFileSizeConsumeQueue",
         "commitLogWriteAdvice",
         "haListenPort",
+        "haSlaveAllowList",
+        "haSecret",
         "adminListenPort",
         "adminBindAddress",
         "adminToken",
@@ -119,10 +121,11 @@ RESTART_ONLY_KEYS = frozenset(
         *UNSUPPORTED_KEYS,
     }
 )
-# Config values never shown: the broker's own ACL secret, TLS key passwords, and the admin
-# token (with ACL, any signed account may read GET_BROKER_CONFIG, as in RocketMQ).
+# Config values never shown: the broker's own ACL secret, TLS key passwords, the admin
+# token and haSecret (with ACL, any signed account may read GET_BROKER_CONFIG, as in
+# RocketMQ).
 SECRET_KEYS = frozenset(
-    {"secretKey", "tls.server.keyPassword", "tls.client.keyPassword", "adminToken"}
+    {"secretKey", "tls.server.keyPassword", "tls.client.keyPassword", "adminToken", "haSecret"}
 )
 
 

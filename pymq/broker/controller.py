@@ -99,6 +99,7 @@ from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.remoting.errors import RemotingError
 from pymq.remoting.server import RemotingServer
 from pymq.store.config import BrokerRole, MessageStoreConfig
+from pymq.store.ha.auth import HAGuard, parse_allow_list
 from pymq.store.ha.master import HAService
 from pymq.store.ha.slave import HAClient
 from pymq.store.message_store import DefaultMessageStore
@@ -234,6 +235,8 @@ class BrokerController:
                 ) from None
             self.server.access_check = self.acl.check
             self.fast_server.access_check = self.acl.check
+        # A master's HA port: who may replicate (a bad haSlaveAllowList stops the start).
+        self.ha_guard = None if self.is_slave else self._ha_guard()
         # What the processors may use; they never see the controller.
         self.context = BrokerContext(
             broker_config=broker_config,
@@ -537,16 +540,53 @@ class BrokerController:
     def is_slave(self) -> bool:
         return self.store_config.broker_role is BrokerRole.SLAVE
 
+    def _ha_credential(self) -> tuple[str, bytes] | None:
+        """What a slave proves to its master: haSecret, else the broker's ACL account, else
+        nothing (RocketMQ's plain protocol)."""
+        if self.store_config.ha_secret:
+            return "", self.store_config.ha_secret.encode()
+        bc = self.broker_config
+        if bc.access_key and bc.secret_key:
+            return bc.access_key, bc.secret_key.encode()
+        return None
+
+    def _ha_guard(self) -> HAGuard:
+        """What the master's HA port admits (pymq.store.ha.auth): haSlaveAllowList, the
+        remoting ports' TLS, haSecret, and the ACL's admin accounts and global white list."""
+        acl = self.acl
+        account_secret = white_host = None
+        if acl is not None:
+
+            def account_secret(access_key: str) -> bytes | None:
+                account = acl.state.accounts.get(access_key)
+                return account.secret if account is not None and account.admin else None
+
+            def white_host(host: str) -> bool:
+                return any(p.matches(host) for p in acl.state.global_white)
+
+        secret = self.store_config.ha_secret
+        return HAGuard(
+            allow=parse_allow_list(self.store_config.ha_slave_allow_list),
+            tls=self.server_config.tls_server(),
+            secret=secret.encode() if secret else None,
+            account_secret=account_secret,
+            white_host=white_host,
+        )
+
     async def _start_ha(self, nursery: trio.Nursery) -> None:
         if self.is_slave:
             self.ha_client = HAClient(
                 self.store,
                 self.store_config,
                 lambda: self.store_config.ha_master_address or self.master_ha_addr,
+                ssl_context=self.client_ssl,
+                credential=self._ha_credential(),
             )
             await nursery.start(self.ha_client.run)
             return
-        self.ha_service = HAService(self.store, self.store_config, self.server_config.bind_address)
+        self.ha_service = HAService(
+            self.store, self.store_config, self.server_config.bind_address, self.ha_guard
+        )
         await nursery.start(self.ha_service.run)
         if self.store_config.broker_role is BrokerRole.SYNC_MASTER:
             self.store.replica_waiter = self.ha_service.wait_for_replica

@@ -78,6 +78,12 @@ class MessageStoreConfig:
     ha_transfer_batch_size: int = 1024 * 32
     ha_master_address: str | None = None
     ha_slave_fallbehind_max: int = 1024 * 1024 * 256
+    # pymq only (pymq.store.ha.auth): on a master, the hosts that may connect to the HA port,
+    # RocketMQ white-address patterns separated by ";" (empty: any host, as RocketMQ).
+    ha_slave_allow_list: str = ""
+    # pymq only (pymq.store.ha.auth): a secret shared by a master and its slaves.  On the
+    # master, every slave must prove it (RocketMQ's slaves cannot); on a slave, what it proves.
+    ha_secret: str = ""
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     flush_delay_offset_interval: int = 1000 * 10
     max_transfer_bytes_on_message_in_memory: int = 1024 * 256

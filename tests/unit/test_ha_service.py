@@ -57,7 +57,7 @@ async def test_slave_too_far_behind_is_slave_not_available() -> None:
 
 async def test_ack_completes_the_wait_and_silence_times_out() -> None:
     ha = service()
-    conn = SlaveConnection("s:1", request_offset=0)
+    conn = SlaveConnection("s:1", request_offset=0, start_offset=0, sent_end=1000)
     ha.connections.add(conn)
     results = []
 
@@ -67,7 +67,7 @@ async def test_ack_completes_the_wait_and_silence_times_out() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(wait, 100)
         await trio.sleep(0.01)
-        ha._on_ack(conn, 100)
+        ha._on_report(conn, 100)
     assert results == [PutMessageStatus.PUT_OK]
     assert await ha.wait_for_replica(200) is PutMessageStatus.FLUSH_SLAVE_TIMEOUT
     assert ha.status() == [{"address": "s:1", "ackOffset": 100, "lagBytes": 900}]

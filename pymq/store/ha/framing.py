@@ -36,7 +36,7 @@ class ReportDecoder:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> int | None:
+    def feed(self, data: bytes | bytearray) -> int | None:
         self._buf += data
         whole = len(self._buf) - len(self._buf) % 8
         if whole == 0:
@@ -54,7 +54,7 @@ class TransferDecoder:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+    def feed(self, data: bytes | bytearray) -> list[tuple[int, bytes]]:
         self._buf += data
         frames: list[tuple[int, bytes]] = []
         pos = 0

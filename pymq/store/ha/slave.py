@@ -5,17 +5,24 @@ registration answer named), reports its max offset at once, after every append a
 ``haSendHeartbeatInterval``, and appends each frame only at its own max offset: anything else
 closes the connection, and the client reconnects.  The store's reput dispatches what was
 appended into the slave's consume queues and index.
+
+With ``tls.enable`` (``ssl_context``) it connects with TLS; with a credential (``haSecret``, or
+the broker's ACL account) it proves itself with pymq's handshake before its first report
+(:mod:`pymq.store.ha.auth`).
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable
 
 import trio
 
 from pymq.common.address import split_address
+from pymq.remoting.tls import client_handshake
 from pymq.store.config import MessageStoreConfig
+from pymq.store.ha.auth import CHALLENGE_SIZE, HELLO, encode_proof
 from pymq.store.ha.framing import HAProtocolError, TransferDecoder, encode_report
 from pymq.store.ha.ports import SlaveStore
 
@@ -23,6 +30,8 @@ log = logging.getLogger(__name__)
 
 # HAClient: pause between connection attempts.
 RECONNECT_DELAY = 1.0
+# Connecting, the TLS handshake and pymq's HA handshake must each end within this many seconds.
+CONNECT_TIMEOUT = 3.0
 
 
 class HAClient:
@@ -31,10 +40,17 @@ class HAClient:
         store: SlaveStore,
         config: MessageStoreConfig,
         master_address: Callable[[], str | None],
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        credential: tuple[str, bytes] | None = None,
     ) -> None:
+        """``credential``: ``(accessKey, secret)`` to prove to the master (an empty accessKey
+        for ``haSecret``); None: RocketMQ's plain protocol."""
         self.store = store
         self.config = config
         self.master_address = master_address
+        self.ssl_context = ssl_context
+        self.credential = credential
         self.connected_to: str | None = None
         self.reported_offset = -1
 
@@ -45,7 +61,12 @@ class HAClient:
             if address:
                 try:
                     await self._session(address)
-                except (OSError, trio.BrokenResourceError, HAProtocolError) as exc:
+                except (
+                    OSError,
+                    trio.BrokenResourceError,
+                    trio.TooSlowError,
+                    HAProtocolError,
+                ) as exc:
                     log.warning("HA connection to master %s ended: %s", address, exc)
                 finally:
                     self.connected_to = None
@@ -53,12 +74,18 @@ class HAClient:
 
     async def _session(self, address: str) -> None:
         host, port = split_address(address)
-        with trio.fail_after(3):
-            stream = await trio.open_tcp_stream(host, port)
-        async with stream:
+        with trio.fail_after(CONNECT_TIMEOUT):
+            raw = await trio.open_tcp_stream(host, port)
+        stream: trio.abc.Stream = raw
+        async with raw:
+            if self.ssl_context is not None:
+                with trio.fail_after(CONNECT_TIMEOUT):
+                    stream = await client_handshake(raw, self.ssl_context, host)
+            decoder = TransferDecoder()
+            if self.credential is not None:
+                await self._prove(stream, *self.credential)
             self.connected_to = address
             log.info("HA client connected to master %s", address)
-            decoder = TransferDecoder()
             heartbeat = self.config.ha_send_heartbeat_interval / 1000
             await self._report(stream)
             last_report = trio.current_time()
@@ -66,7 +93,11 @@ class HAClient:
                 with trio.move_on_after(heartbeat):
                     data = await stream.receive_some(4 * 1024 * 1024)
                     if not data:
-                        log.warning("master %s closed the HA connection", address)
+                        log.warning(
+                            "master %s closed the HA connection (a master may refuse a slave: "
+                            "haSlaveAllowList, haSecret, the ACL account, TLS; see its log)",
+                            address,
+                        )
                         return
                     for offset, body in decoder.feed(data):
                         if body:
@@ -90,7 +121,21 @@ class HAClient:
                     await self._report(stream)
                     last_report = trio.current_time()
 
-    async def _report(self, stream: trio.SocketStream) -> None:
+    async def _prove(self, stream: trio.abc.Stream, access_key: str, secret: bytes) -> None:
+        """pymq's HA handshake (HAProtocolError when the master does not answer it)."""
+        await stream.send_all(HELLO)
+        buf = bytearray()
+        with trio.move_on_after(CONNECT_TIMEOUT):
+            while len(buf) < CHALLENGE_SIZE:
+                # Never more than the challenge: the frames come after the first report.
+                data = await stream.receive_some(CHALLENGE_SIZE - len(buf))
+                if not data:
+                    break
+                buf += data
+        # encode_proof refuses anything but a whole challenge, naming the likely cause.
+        await stream.send_all(encode_proof(bytes(buf), access_key, secret))
+
+    async def _report(self, stream: trio.abc.Stream) -> None:
         offset = self.store.max_phy_offset
         await stream.send_all(encode_report(offset))
         self.reported_offset = offset

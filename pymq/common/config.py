@@ -50,6 +50,46 @@ SHOWN_VALUE_CHARS = 80
 """A refused value is quoted in the error up to this many characters of its ``repr``."""
 
 JAVA_LONG_MIN, JAVA_LONG_MAX = -(2**63), 2**63 - 1
+JAVA_INT_MIN, JAVA_INT_MAX = -(2**31), 2**31 - 1
+JAVA_INT_KEYS = frozenset(
+    """
+    accessMessageInMemoryMaxRatio adminBrokerThreadPoolNums bitMapLengthConsumeQueueExt
+    brokerPermission cleanResourceInterval clientAsyncSemaphoreValue
+    clientCallbackExecutorThreads clientChannelMaxIdleTimeSeconds clientManageThreadPoolNums
+    clientManagerThreadPoolQueueCapacity clientOnewaySemaphoreValue clientSocketRcvBufSize
+    clientSocketSndBufSize clientWorkerThreads commercialBaseCount commercialBigCount
+    commercialTimerCount commercialTransCount commitCommitLogLeastPages
+    commitCommitLogThoroughInterval commitIntervalCommitLog connectTimeoutMillis
+    consumerManageThreadPoolNums consumerManagerThreadPoolQueueCapacity defaultQueryMaxNum
+    defaultTopicQueueNums deleteCommitLogFilesInterval deleteConsumeQueueFilesInterval
+    destroyMapedFileIntervalForcibly diskMaxUsedSpaceRatio endTransactionPoolQueueCapacity
+    endTransactionThreadPoolNums expectConsumerNumUseFilter fileReservedTime
+    filterServerNums flushCommitLogLeastPages flushCommitLogThoroughInterval
+    flushConsumeQueueLeastPages flushConsumeQueueThoroughInterval
+    flushConsumerOffsetHistoryInterval flushConsumerOffsetInterval flushIntervalCommitLog
+    flushIntervalConsumeQueue flushLeastPagesWhenWarmMapedFile haHousekeepingInterval
+    haListenPort haSendHeartbeatInterval haSlaveFallbehindMax haTransferBatchSize
+    heartbeatThreadPoolNums heartbeatThreadPoolQueueCapacity listenPort
+    mappedFileSizeCommitLog mappedFileSizeConsumeQueue mappedFileSizeConsumeQueueExt
+    maxDelayTime maxErrorRateOfBloomFilter maxHashSlotNum maxIndexNum maxLmqConsumeQueueNum
+    maxMessageSize maxMsgsNumBatch maxTransferBytesOnMessageInDisk
+    maxTransferBytesOnMessageInMemory maxTransferCountOnMessageInDisk
+    maxTransferCountOnMessageInMemory processReplyMessageThreadPoolNums
+    pullMessageThreadPoolNums pullThreadPoolQueueCapacity putMessageFutureThreadPoolNums
+    putMsgIndexHightWater putThreadPoolQueueCapacity queryMessageThreadPoolNums
+    queryThreadPoolQueueCapacity redeleteHangedFileInterval registerBrokerTimeoutMills
+    registerNameServerPeriod replyThreadPoolQueueCapacity
+    scheduleAsyncDeliverMaxPendingLimit scheduleAsyncDeliverMaxResendNum2Blocked
+    sendMessageThreadPoolNums sendThreadPoolQueueCapacity serverAsyncSemaphoreValue
+    serverCallbackExecutorThreads serverChannelMaxIdleTimeSeconds serverOnewaySemaphoreValue
+    serverSelectorThreads serverSocketBacklog serverSocketRcvBufSize serverSocketSndBufSize
+    serverWorkerThreads slaveTimeout syncFlushTimeout transactionCheckMax
+    transientStorePoolSize writeBufferHighWaterMark writeBufferLowWaterMark
+    """.split()  # noqa: SIM905  (a list of names, one place)
+)
+"""The integer keys RocketMQ 4.9.4 declares ``int`` (BrokerConfig, MessageStoreConfig,
+NettyServerConfig, NettyClientConfig, NamesrvConfig): a value must fit 32 bits.  Every other
+integer key (Java's ``long`` ones and pymq's own) must fit a Java long."""
 _INTEGER = re.compile(r"[+-]?\d+")  # Long.parseLong's form (Unicode digits too; no "_")
 
 
@@ -80,8 +120,9 @@ def unwritable(text: str) -> str | None:
 def convert_value(key: str, value: str, kind: Any) -> Any:
     """The typed value of one config key from its string form, or :class:`ConfigError` naming
     the key and the value: text a config body cannot carry (:func:`unwritable`), an integer
-    outside Java's long or not in Long.parseLong's form, a float that is not finite, an enum
-    value that is none of its members, or whatever else the type refuses."""
+    not in Long.parseLong's form or outside its key's Java type (:data:`JAVA_INT_KEYS`), a
+    float that is not finite, an enum value that is none of its members, or whatever else
+    the type refuses."""
     reason = unwritable(value)
     if reason is not None:
         raise ConfigError(f"bad value for {key}: {_shown(value)} ({reason})")
@@ -89,11 +130,18 @@ def convert_value(key: str, value: str, kind: Any) -> Any:
     if kind is int:
         if not _INTEGER.fullmatch(text):
             raise ConfigError(f"bad value for {key}: {_shown(value)} (not an integer)")
-        number = int(text)
-        if not JAVA_LONG_MIN <= number <= JAVA_LONG_MAX:
+        # More digits than any Java long has: out of range without converting (Python refuses
+        # int() of over 4300 digits anyway); leading zeros are fine, as for Long.parseLong.
+        significant = text.lstrip("+-").lstrip("0")
+        number = int(text) if len(significant) <= 19 else JAVA_LONG_MAX + 1
+        low, high, java = (
+            (JAVA_INT_MIN, JAVA_INT_MAX, "int")
+            if key in JAVA_INT_KEYS
+            else (JAVA_LONG_MIN, JAVA_LONG_MAX, "long")
+        )
+        if not low <= number <= high:
             raise ConfigError(
-                f"bad value for {key}: {_shown(value)} (outside a Java long: "
-                f"{JAVA_LONG_MIN}..{JAVA_LONG_MAX})"
+                f"bad value for {key}: {_shown(value)} (outside a Java {java}: {low}..{high})"
             )
         return number
     try:

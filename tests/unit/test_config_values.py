@@ -13,6 +13,7 @@ import pytest
 from pymq.broker.config import BrokerConfig
 from pymq.common.cli import load_configs
 from pymq.common.config import (
+    JAVA_INT_KEYS,
     SHOWN_VALUE_CHARS,
     ConfigError,
     set_key,
@@ -22,7 +23,8 @@ from pymq.common.config import (
 )
 from pymq.common.properties import format_properties, parse_properties
 from pymq.common.serde import java_name
-from pymq.remoting.config import ConnectionLimits
+from pymq.namesrv.config import NamesrvConfig
+from pymq.remoting.config import ConnectionLimits, NettyClientConfig, NettyServerConfig
 from pymq.store.config import MessageStoreConfig
 
 # As a properties body writes them (the escapes decoded by the parser), and why each is refused.
@@ -62,8 +64,11 @@ def test_text_a_config_body_cannot_carry_is_refused_with_no_change(escaped: str,
         ("brokerPermission", "1_000", "not an integer"),
         ("brokerPermission", "6.0", "not an integer"),
         ("brokerPermission", "", "not an integer"),
+        ("brokerPermission", str(2**31), "outside a Java int"),
+        ("maxDelayTime", str(-(2**31) - 1), "outside a Java int"),
         ("consumerFallbehindThreshold", str(2**63), "outside a Java long"),
         ("consumerFallbehindThreshold", str(-(2**63) - 1), "outside a Java long"),
+        ("consumerFallbehindThreshold", "9" * 5000, "outside a Java long"),
         ("brokerRole", "LEADER", "one of ASYNC_MASTER, SYNC_MASTER, SLAVE"),
         ("slaveReadEnable", "true\\u0000", "U+0000"),
     ],
@@ -79,9 +84,28 @@ def test_values_that_fail_the_type_are_refused(key: str, value: str, why: str) -
 
 def test_java_integer_forms_and_bounds_are_accepted() -> None:
     config = BrokerConfig()
-    for text, expected in (("+5", 5), (" 7 ", 7), ("-1", -1), (str(2**63 - 1), 2**63 - 1)):
+    for text, expected in (
+        ("+5", 5),
+        (" 7 ", 7),
+        ("-1", -1),
+        (str(2**63 - 1), 2**63 - 1),
+        ("0" * 30 + "12", 12),
+    ):
         set_key(config, "consumerFallbehindThreshold", text)
         assert config.consumer_fallbehind_threshold == expected
+    set_key(config, "maxDelayTime", str(2**31 - 1))
+    assert config.max_delay_time == 2**31 - 1
+
+
+def test_every_java_int_key_is_an_integer_key_here() -> None:
+    configs = [BrokerConfig(), MessageStoreConfig(), NettyServerConfig(), NettyClientConfig()]
+    configs.append(NamesrvConfig())
+    integer_keys = set()
+    for config in configs:
+        for field in attrs.fields(type(config)):
+            if field.type in (int, "int"):
+                integer_keys.add(java_name(field))
+    assert not JAVA_INT_KEYS - integer_keys
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN"])

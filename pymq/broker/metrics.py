@@ -24,7 +24,6 @@ connection, at most :data:`MAX_CONNECTIONS` at once, a request head of at most
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -51,6 +50,7 @@ from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
+from pymq.store.clean_service import disk_space
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
@@ -379,11 +379,9 @@ class BrokerCollector(Collector):
         for suffix, count in zip(PMDT_SUFFIXES, counts, strict=True):
             yield gauge(f"pmdt_{suffix}", count)
         store = self.broker.store
-        try:
-            usage = shutil.disk_usage(store.config.store_path_commitlog)
-            total, free = float(usage.total), float(usage.free)
-        except OSError:
-            total = free = 0.0
+        space = disk_space(store.config.store_path_commitlog)
+        # The exporter's free is commitLogDirCapacity's "Free": File.getUsableSpace.
+        total, free = (0.0, 0.0) if space is None else (space.total, space.available)
         yield gauge("commitlogdir_capacity_total", total)
         yield gauge("commitlogdir_capacity_free", free)
         flushed = store.commitlog.queue.flushed_where

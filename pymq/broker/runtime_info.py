@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import time
 from typing import TYPE_CHECKING
 
 from pymq.common.fastjson import java_double
 from pymq.remoting.codes import CURRENT_VERSION
-from pymq.store.clean_service import disk_used_ratio
+from pymq.store.clean_service import disk_space, disk_used_ratio
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
@@ -66,11 +65,11 @@ def runtime_info(broker: BrokerController) -> dict[str, str]:
     commitlog_dir = store.config.store_path_commitlog
     ratio = disk_used_ratio(commitlog_dir)
     cq_ratio = disk_used_ratio(store.config.consume_queue_dir)
-    try:
-        usage = shutil.disk_usage(commitlog_dir)
-        capacity = f"Total : {human_bytes(usage.total)}, Free : {human_bytes(usage.free)}."
-    except OSError:
+    space = disk_space(commitlog_dir)
+    if space is None:
         capacity = "Total : 0 B, Free : 0 B."
+    else:  # Java's "Free" is File.getUsableSpace: what the broker can still write
+        capacity = f"Total : {human_bytes(space.total)}, Free : {human_bytes(space.available)}."
     put_times = store.put_message_times_total
     put_size = store.put_message_size_total
     put = store.put_stats

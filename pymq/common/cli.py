@@ -55,7 +55,12 @@ def load_configs(
             raise ConfigError(f"cannot read config file {config_file}: {exc.strerror}") from None
     layers.append(("command line", overrides))
     for source, props in layers:
-        unknown = apply_properties(configs, props)
+        try:
+            unknown = apply_properties(configs, props)
+        except ConfigError as exc:
+            if source == config_file:  # which file holds the bad value
+                raise ConfigError(f"{source}: {exc}") from None
+            raise
         for key in unknown:
             print(f"warning: unknown config key {key!r} in {source}, ignored", file=sys.stderr)
 

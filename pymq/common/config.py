@@ -10,7 +10,10 @@ none of them knows, so that callers report them instead of dropping them silentl
 from __future__ import annotations
 
 import enum
+import math
 import os
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
@@ -43,20 +46,122 @@ def config_keys(obj: object) -> list[str]:
     return list(_fields_by_key(obj))
 
 
+SHOWN_VALUE_CHARS = 80
+"""A refused value is quoted in the error up to this many characters of its ``repr``."""
+
+JAVA_LONG_MIN, JAVA_LONG_MAX = -(2**63), 2**63 - 1
+JAVA_INT_MIN, JAVA_INT_MAX = -(2**31), 2**31 - 1
+JAVA_INT_KEYS = frozenset(
+    """
+    accessMessageInMemoryMaxRatio adminBrokerThreadPoolNums bitMapLengthConsumeQueueExt
+    brokerPermission cleanResourceInterval clientAsyncSemaphoreValue
+    clientCallbackExecutorThreads clientChannelMaxIdleTimeSeconds clientManageThreadPoolNums
+    clientManagerThreadPoolQueueCapacity clientOnewaySemaphoreValue clientSocketRcvBufSize
+    clientSocketSndBufSize clientWorkerThreads commercialBaseCount commercialBigCount
+    commercialTimerCount commercialTransCount commitCommitLogLeastPages
+    commitCommitLogThoroughInterval commitIntervalCommitLog connectTimeoutMillis
+    consumerManageThreadPoolNums consumerManagerThreadPoolQueueCapacity defaultQueryMaxNum
+    defaultTopicQueueNums deleteCommitLogFilesInterval deleteConsumeQueueFilesInterval
+    destroyMapedFileIntervalForcibly diskMaxUsedSpaceRatio endTransactionPoolQueueCapacity
+    endTransactionThreadPoolNums expectConsumerNumUseFilter fileReservedTime
+    filterServerNums flushCommitLogLeastPages flushCommitLogThoroughInterval
+    flushConsumeQueueLeastPages flushConsumeQueueThoroughInterval
+    flushConsumerOffsetHistoryInterval flushConsumerOffsetInterval flushIntervalCommitLog
+    flushIntervalConsumeQueue flushLeastPagesWhenWarmMapedFile haHousekeepingInterval
+    haListenPort haSendHeartbeatInterval haSlaveFallbehindMax haTransferBatchSize
+    heartbeatThreadPoolNums heartbeatThreadPoolQueueCapacity listenPort
+    mappedFileSizeCommitLog mappedFileSizeConsumeQueue mappedFileSizeConsumeQueueExt
+    maxDelayTime maxErrorRateOfBloomFilter maxHashSlotNum maxIndexNum maxLmqConsumeQueueNum
+    maxMessageSize maxMsgsNumBatch maxTransferBytesOnMessageInDisk
+    maxTransferBytesOnMessageInMemory maxTransferCountOnMessageInDisk
+    maxTransferCountOnMessageInMemory processReplyMessageThreadPoolNums
+    pullMessageThreadPoolNums pullThreadPoolQueueCapacity putMessageFutureThreadPoolNums
+    putMsgIndexHightWater putThreadPoolQueueCapacity queryMessageThreadPoolNums
+    queryThreadPoolQueueCapacity redeleteHangedFileInterval registerBrokerTimeoutMills
+    registerNameServerPeriod replyThreadPoolQueueCapacity
+    scheduleAsyncDeliverMaxPendingLimit scheduleAsyncDeliverMaxResendNum2Blocked
+    sendMessageThreadPoolNums sendThreadPoolQueueCapacity serverAsyncSemaphoreValue
+    serverCallbackExecutorThreads serverChannelMaxIdleTimeSeconds serverOnewaySemaphoreValue
+    serverSelectorThreads serverSocketBacklog serverSocketRcvBufSize serverSocketSndBufSize
+    serverWorkerThreads slaveTimeout syncFlushTimeout transactionCheckMax
+    transientStorePoolSize writeBufferHighWaterMark writeBufferLowWaterMark
+    """.split()  # noqa: SIM905  (a list of names, one place)
+)
+"""The integer keys RocketMQ 4.9.4 declares ``int`` (BrokerConfig, MessageStoreConfig,
+NettyServerConfig, NettyClientConfig, NamesrvConfig): a value must fit 32 bits.  Every other
+integer key (Java's ``long`` ones and pymq's own) must fit a Java long."""
+_INTEGER = re.compile(r"[+-]?\d+")  # Long.parseLong's form (Unicode digits too; no "_")
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for an error line: escapes for what is not printable, bounded."""
+    quoted = repr(text)
+    if len(quoted) > SHOWN_VALUE_CHARS:
+        quoted = quoted[: SHOWN_VALUE_CHARS - 4] + "...'"
+    return quoted
+
+
+def unwritable(text: str) -> str | None:
+    """Why ``text`` cannot be a value (or key) of a config body, or None if it can.
+
+    A config body is UTF-8 ``key=value`` lines (GET_BROKER_CONFIG, GET_NAMESRV_CONFIG, ``-p``),
+    so a lone surrogate (no UTF-8 form), a control character (NUL, CR, LF, ..., but not tab) or
+    a line or paragraph separator (U+2028, U+2029) would make every later read of the config
+    fail or come back different."""
+    for i, ch in enumerate(text):
+        category = unicodedata.category(ch)
+        if category == "Cs":
+            return f"a lone surrogate (U+{ord(ch):04X}) at index {i} has no UTF-8 form"
+        if (category == "Cc" and ch != "\t") or category in ("Zl", "Zp"):
+            return f"the control character U+{ord(ch):04X} at index {i} would break its line"
+    return None
+
+
+def convert_value(key: str, value: str, kind: Any) -> Any:
+    """The typed value of one config key from its string form, or :class:`ConfigError` naming
+    the key and the value: text a config body cannot carry (:func:`unwritable`), an integer
+    not in Long.parseLong's form or outside its key's Java type (:data:`JAVA_INT_KEYS`), a
+    float that is not finite, an enum value that is none of its members, or whatever else
+    the type refuses."""
+    reason = unwritable(value)
+    if reason is not None:
+        raise ConfigError(f"bad value for {key}: {_shown(value)} ({reason})")
+    text = value.strip()
+    if kind is int:
+        if not _INTEGER.fullmatch(text):
+            raise ConfigError(f"bad value for {key}: {_shown(value)} (not an integer)")
+        # More digits than any Java long has: out of range without converting (Python refuses
+        # int() of over 4300 digits anyway); leading zeros are fine, as for Long.parseLong.
+        significant = text.lstrip("+-").lstrip("0")
+        number = int(text) if len(significant) <= 19 else JAVA_LONG_MAX + 1
+        low, high, java = (
+            (JAVA_INT_MIN, JAVA_INT_MAX, "int")
+            if key in JAVA_INT_KEYS
+            else (JAVA_LONG_MIN, JAVA_LONG_MAX, "long")
+        )
+        if not low <= number <= high:
+            raise ConfigError(
+                f"bad value for {key}: {_shown(value)} (outside a Java {java}: {low}..{high})"
+            )
+        return number
+    try:
+        typed: Any = converter.structure(text, kind)
+    except Exception as exc:
+        if isinstance(kind, type) and issubclass(kind, enum.Enum):
+            choices = ", ".join(str(member.value) for member in kind)
+            raise ConfigError(f"bad value for {key}: {_shown(value)} (one of {choices})") from None
+        raise ConfigError(f"bad value for {key}: {_shown(value)} ({exc})") from exc
+    if isinstance(typed, float) and not math.isfinite(typed):
+        raise ConfigError(f"bad value for {key}: {_shown(value)} (not a finite number)")
+    return typed
+
+
 def set_key(obj: object, key: str, value: str) -> None:
     """Set one Java-named key from its string form, converting to the field's type."""
     field = _fields_by_key(obj).get(key)
     if field is None:
-        raise ConfigError(f"unknown config key {key!r}")
-    kind = _field_type(field)
-    try:
-        typed: Any = converter.structure(value.strip(), kind)
-    except Exception as exc:
-        if isinstance(kind, type) and issubclass(kind, enum.Enum):
-            choices = ", ".join(str(member.value) for member in kind)
-            raise ConfigError(f"bad value for {key}: {value!r} (one of {choices})") from None
-        raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from exc
-    setattr(obj, field.name, typed)
+        raise ConfigError(f"unknown config key {_shown(key)}")
+    setattr(obj, field.name, convert_value(key, value, _field_type(field)))
 
 
 def apply_properties(configs: Sequence[object], props: Mapping[str, str]) -> list[str]:
@@ -172,13 +277,10 @@ def check_runtime_update(
     known = to_properties(configs)
     unknown = sorted(k for k in props if k not in known)
     if unknown:
-        raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
+        raise ConfigError(f"unknown config keys: {', '.join(_shown(k) for k in unknown)}")
     # Convert every value first, so that one bad value leaves the config untouched.
     for key, value in props.items():
         for config in configs:
             field = _fields_by_key(config).get(key)
             if field is not None:
-                try:
-                    converter.structure(value.strip(), _field_type(field))
-                except Exception as exc:
-                    raise ConfigError(f"bad value for {key}: {value!r} ({exc})") from exc
+                convert_value(key, value, _field_type(field))

@@ -89,8 +89,14 @@ def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def format_properties(items: dict[str, str]) -> str:
-    """Render ``key=value`` lines (the form RocketMQ's ``-p`` prints and config bodies carry)."""
-    return "".join(f"{key}={value}\n" for key, value in items.items())
+    """Render ``key=value`` lines (the form RocketMQ's ``-p`` prints and config bodies carry).
+
+    Values are written with :func:`escape_value`: a backslash doubled, so that a reader (Java's
+    ``Properties.load``, mqadmin, :func:`parse_properties`) gets the value back rather than an
+    escape (Java 4.9.4 writes it bare, and its own tools then lose it).  Values a line cannot
+    carry at all (line breaks, other control characters, lone surrogates) are refused before
+    they are set (:func:`pymq.common.config.unwritable`)."""
+    return "".join(f"{key}={escape_value(value)}\n" for key, value in items.items())
 
 
 def escape_value(value: str) -> str:

@@ -4,7 +4,9 @@
 ``fileReservedTime`` hours (by modification time) are deleted when it is the ``deleteWhen`` hour
 (e.g. "04", or "04;05"), when disk use is above ``diskMaxUsedSpaceRatio``, or after a manual
 request; above 85 % every file but the newest is deleted whatever its age, and above 90 % the
-store refuses writes (``disk_full``) until use falls again.  At most 10 files go per round.
+store refuses writes (``disk_full``) until use falls again.  Use is Java's (and ``df``'s): used
+over used + available, so the blocks a filesystem reserves for root count as neither
+(:func:`disk_used_ratio`).  At most 10 files go per round.
 
 ``CleanConsumeQueueService`` follows: once the commit log's min offset has moved, consume-queue
 files and index files wholly below it are deleted and each queue's min offset is corrected.
@@ -17,8 +19,8 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import shutil
 from collections.abc import Callable
+from typing import NamedTuple
 
 from pymq.store.commitlog import CommitLog
 from pymq.store.config import MessageStoreConfig
@@ -35,13 +37,49 @@ MANUAL_DELETE_ROUNDS = 20
 """A manual delete request (admin command) keeps deletion allowed for this many rounds."""
 
 
-def disk_used_ratio(path: str) -> float:
-    """Used fraction of the partition holding ``path`` (-1 when it cannot be read)."""
+class DiskSpace(NamedTuple):
+    """A partition's space as Java's ``File`` reports it (statvfs blocks times ``f_frsize``)."""
+
+    total: int
+    """``f_blocks``: File.getTotalSpace."""
+    free: int
+    """``f_bfree``, including the blocks reserved for root: File.getFreeSpace."""
+    available: int
+    """``f_bavail``, what an unprivileged process can still write: File.getUsableSpace."""
+
+    @property
+    def used(self) -> int:
+        return self.total - self.free
+
+    @property
+    def used_ratio(self) -> float:
+        """UtilAll.getDiskPartitionSpaceUsedPercent (4.9.4), as ``df`` reports Use%: used over
+        used + available (the root-reserved blocks count as neither), rounded up to a whole
+        per cent, as a fraction (0.4 for 39.2 %); -1 for a partition with no blocks."""
+        used, entire = self.used, self.used + self.available
+        if self.total <= 0 or entire <= 0:
+            return -1.0
+        percent = -(-used * 100 // entire)  # the ceiling
+        return percent / 100
+
+
+def disk_space(path: str) -> DiskSpace | None:
+    """The space of the partition holding ``path``, or None when it cannot be read (no such
+    path).  Every disk figure of the store and the broker (the clean services' ratios, the
+    runtime-info keys, the metrics, the console) is read through this one function."""
     try:
-        usage = shutil.disk_usage(path)
-    except OSError:
-        return -1.0
-    return (usage.total - usage.free) / usage.total if usage.total else -1.0
+        st = os.statvfs(path)
+    except (OSError, ValueError):
+        return None
+    unit = st.f_frsize
+    return DiskSpace(st.f_blocks * unit, st.f_bfree * unit, st.f_bavail * unit)
+
+
+def disk_used_ratio(path: str) -> float:
+    """Used fraction of the partition holding ``path`` as Java computes it
+    (:attr:`DiskSpace.used_ratio`); -1 when it cannot be read."""
+    space = disk_space(path)
+    return -1.0 if space is None else space.used_ratio
 
 
 class CleanCommitLogService:

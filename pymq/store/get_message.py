@@ -50,6 +50,14 @@ def total_physical_memory() -> int:
 TOTAL_PHYSICAL_MEMORY = total_physical_memory()
 
 
+def in_memory_bytes(config: MessageStoreConfig) -> int:
+    """The commit-log bytes behind its end that count as still in memory (Java's
+    ``(long) (TOTAL_PHYSICAL_MEMORY_SIZE * (accessMessageInMemoryMaxRatio / 100.0))``): a record
+    further back is "in disk" (the smaller ``...InDisk`` batch caps), and a pull whose last
+    entry read lies further back suggests a slave (``suggest_pulling_from_slave``)."""
+    return int(TOTAL_PHYSICAL_MEMORY * (config.access_message_in_memory_max_ratio / 100.0))
+
+
 def _next_offset_correction(config: MessageStoreConfig, old: int, new: int) -> int:
     # A slave only moves a consumer's offset when offsetCheckInSlave is on.
     if config.broker_role is not BrokerRole.SLAVE or config.offset_check_in_slave:
@@ -151,7 +159,7 @@ def _collect(
 ) -> None:
     status = GetMessageStatus.NO_MATCHED_MESSAGE
     max_phy = commitlog.max_offset
-    memory = TOTAL_PHYSICAL_MEMORY * config.access_message_in_memory_max_ratio / 100
+    memory = in_memory_bytes(config)
     next_phy_file_start = -1
     max_phy_pulling = 0
     scan_limit = min(len(entries), max(MIN_FILTER_SCAN_BYTES, max_nums * CQ_STORE_UNIT_SIZE))

@@ -7,11 +7,16 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+from pymq.broker.metrics import BrokerCollector
+from pymq.broker.runtime_info import runtime_info
 from pymq.client import Message, Producer, topics
 from pymq.embedded import Cluster
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode
+from tests.store.test_disk_ratio import fake_statvfs
 
 SAMPLES = Path(__file__).parent.parent / "data" / "java_wire_samples"
 
@@ -81,3 +86,28 @@ async def test_broker_config_has_every_java_key(
     assert ours["storePathCommitLog"].endswith("commitlog")
     assert reply.body.endswith(b"\n")
     assert json.loads(reply.ext_fields["version"]).keys() == {"counter", "timestamp"}
+
+
+async def test_disk_figures_are_javas_on_a_disk_with_reserved_blocks(
+    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every disk figure (the runtime-info keys, the metrics, the console's status) reads the
+    one measure: used / (used + available), where free and available differ (issue #37)."""
+    broker = pymq_cluster.broker
+    store = broker.store
+    # 4 KiB blocks: 1000 in all, 600 free, 550 available: 400 / 950 = 42.1 %, up to 43 %.
+    fake_statvfs(monkeypatch, store.config.store_path_root_dir, 1000, 600, 550)
+    table = runtime_info(broker)
+    commitlog = store.config.store_path_commitlog
+    assert table["commitLogDiskRatio"] == "0.43"
+    assert table[f"commitLogDiskRatio_{commitlog}"] == "0.43"
+    assert table["consumeQueueDiskRatio"] == "0.43"
+    # Java's "Free" is File.getUsableSpace: 550 blocks, not 600.
+    assert table["commitLogDirCapacity"] == "Total : 3.9 MiB, Free : 2.1 MiB."
+    gauges = {family.name: family.samples[0].value for family in BrokerCollector(broker)._runtime()}
+    assert gauges["rocketmq_brokeruntime_commitlog_disk_ratio"] == 0.43
+    assert gauges["rocketmq_brokeruntime_consumequeue_disk_ratio"] == 0.43
+    assert gauges["rocketmq_brokeruntime_commitlogdir_capacity_total"] == 1000 * 4096
+    assert gauges["rocketmq_brokeruntime_commitlogdir_capacity_free"] == 550 * 4096
+    await store.clean_files_once()  # the clean service's measure, which the console shows
+    assert broker.context.admin.broker_status()["commitLogDiskRatio"] == 0.43

@@ -5,6 +5,25 @@ a message arrives in its queue (woken by the store's reput within milliseconds) 
 ``suspendTimeoutMillis`` runs out, then runs once more and answers.  Status mapping, checks and
 remarks follow RocketMQ 4.9.4's PullMessageProcessor; every answer carries nextBeginOffset,
 minOffset, maxOffset and suggestWhichBrokerId, which the C++ client needs on every code.
+
+The broker to pull from next (``suggestWhichBrokerId``), on masters and slaves alike, is Java
+4.9.4's (:func:`suggest_broker_id`):
+
+=================  ===================================  ======================================
+slaveReadEnable    the store's suggestPullingFromSlave  suggestWhichBrokerId
+=================  ===================================  ======================================
+false (default)    either                               0, the master
+true               false                                the group's ``brokerId`` (default 0)
+true               true                                 the group's ``whichBrokerWhenConsumeSlowly``
+                                                        (default 1)
+=================  ===================================  ======================================
+
+The store suggests a slave when the commit-log bytes after the last consume-queue entry the pull
+read exceed ``accessMessageInMemoryMaxRatio`` % of the machine's memory (the consumer reads what
+the page cache no longer holds).  A slave with slaveReadEnable=false answers as a master does,
+with the store's code and the messages found, and sends the consumer back to the master: Java
+4.9.4 sets PULL_RETRY_IMMEDIATELY there but overwrites it with the store's code a few lines on,
+and that is how consumers keep consuming from a slave while their master is down.
 """
 
 from __future__ import annotations
@@ -54,6 +73,18 @@ def _code_for(result: GetMessageResult, offset: int) -> int:
     return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL
 
 
+def suggest_broker_id(
+    slave_read_enable: bool, group_config: SubscriptionGroupConfig, from_slave: bool
+) -> int:
+    """suggestWhichBrokerId as Java 4.9.4 decides it (the table in the module docstring); the
+    broker's role plays no part."""
+    if not slave_read_enable:
+        return MASTER_ID
+    if from_slave:
+        return group_config.which_broker_when_consume_slowly
+    return group_config.broker_id
+
+
 class PullProcessor:
     """PULL_MESSAGE in its steps: access checks, the subscription, the offset commit, the get
     (held while the queue has nothing new), the response."""
@@ -87,7 +118,7 @@ class PullProcessor:
         if head.sys_flag & FLAG_COMMIT_OFFSET and not is_slave:
             self._commit_offset(channel, head)
         result, code = await self._get_message(head, tag_filter, records)
-        return self._response(req, head, group_config, result, code, is_slave)
+        return self._response(req, head, group_config, result, code)
 
     # -- the steps ----------------------------------------------------------------------------
 
@@ -288,16 +319,13 @@ class PullProcessor:
         group_config: SubscriptionGroupConfig,
         result: GetMessageResult,
         code: int,
-        is_slave: bool,
     ) -> RemotingCommand:
         """The answer: messages on SUCCESS (counted, and the group's fall-behind recorded),
         otherwise a remark; every code carries the offsets and the broker to pull from next."""
         ctx = self.ctx
-        suggest = MASTER_ID
-        if result.suggest_pulling_from_slave:
-            suggest = group_config.which_broker_when_consume_slowly
-        if is_slave and not ctx.broker_config.slave_read_enable:
-            suggest = MASTER_ID
+        suggest = suggest_broker_id(
+            ctx.broker_config.slave_read_enable, group_config, result.suggest_pulling_from_slave
+        )
         header = {
             "nextBeginOffset": result.next_begin_offset,
             "minOffset": result.min_offset,

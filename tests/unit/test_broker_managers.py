@@ -71,3 +71,17 @@ def test_allocate_averagely_matches_rocketmq() -> None:
     many = [f"c{i}" for i in range(7)]
     shares = [len(allocate_averagely(mqs, many, c)) for c in many]
     assert sorted(shares) == [0, 0, 1, 1, 1, 1, 1]
+
+
+def test_min_offset_in_all_groups_leaves_out_offsets_behind_the_queue(tmp_path) -> None:
+    offsets = ConsumerOffsetManager(str(tmp_path))
+    offsets.commit_offset("c", "A", "T", 0, 5)
+    offsets.commit_offset("c", "A", "T", 1, 50)
+    offsets.commit_offset("c", "B", "T", 0, 3)  # behind queue 0's first offset (4): left out
+    offsets.commit_offset("c", "B", "T", 1, 60)
+    offsets.commit_offset("c", "B", "U", 1, 1)
+    queue_min = {0: 4, 1: 0}
+    found = offsets.query_min_offset_in_all_group("T", (), lambda topic, q: queue_min[q])
+    assert found == {0: 5, 1: 50}
+    assert offsets.query_min_offset_in_all_group("T", {"A"}, lambda t, q: queue_min[q]) == {1: 60}
+    assert offsets.query_offsets("B", "T") == {0: 3, 1: 60}

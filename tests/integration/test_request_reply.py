@@ -392,3 +392,82 @@ async def test_send_reply_message_with_long_names(tmp_path: object) -> None:
         assert [m.body for m in stored(cluster)] == [b"body"]
         raw.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_the_push_and_the_answers_are_java_4_9_4s(tmp_path: object) -> None:
+    """326's header and 325's answers field for field as the Java 4.9.4 broker sends them (seen
+    against its build, 2026-11-28): the send header's fields (queueId as the responder sent
+    it), bornHost/storeHost as ip:port, and the properties in Java's HashMap order with
+    PUSH_REPLY_TIME; the stored reply keeps the responder's properties as they were."""
+    pushes: list[RemotingCommand] = []
+
+    async def take(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        pushes.append(req)
+        return req.response()
+
+    async with reply_cluster(tmp_path) as cluster, trio.open_nursery() as nursery:
+        requester = RemotingClient(nursery, handler=take)
+        heartbeat = to_json(HeartbeatData("raw-req", [ProducerData("RawPG")], []))
+        await requester.invoke(
+            cluster.broker_addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=heartbeat), 3
+        )
+        responder = RemotingClient(nursery)
+        sent = encode_properties(
+            {
+                PROPERTY_MESSAGE_TYPE: "reply",
+                PROPERTY_CORRELATION_ID: "c1",
+                PROPERTY_MESSAGE_REPLY_TO_CLIENT: "raw-req",
+                PROPERTY_MESSAGE_TTL: "3000",
+            }
+        )
+        header = H.SendMessageRequestHeader(
+            producer_group="RespPG",
+            topic=REPLY_TOPIC,
+            default_topic="TBW102",
+            default_topic_queue_nums=4,
+            queue_id=-1,
+            sys_flag=0,
+            born_timestamp=123,
+            flag=7,
+            properties=sent,
+            reconsume_times=0,
+        )
+        request = RemotingCommand.request(
+            RequestCode.SEND_REPLY_MESSAGE_V2, header.to_ext(v2=True), b"hello"
+        )
+        answer = await responder.invoke(cluster.broker_addr, request, 5)
+        kept = stored(cluster)
+        assert (answer.code, answer.remark) == (ResponseCode.SUCCESS, None)
+        assert answer.ext_fields == {
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+            "msgId": kept[0].msg_id,
+            "queueId": "0",
+            "queueOffset": "0",
+        }
+        (push,) = pushes
+        ext = dict(push.ext_fields)
+        pushed_at = ext.pop("storeTimestamp")
+        assert ext == {
+            "bornHost": ext["bornHost"],
+            "bornTimestamp": "123",
+            "defaultTopic": "TBW102",
+            "defaultTopicQueueNums": "4",
+            "flag": "7",
+            "producerGroup": "RespPG",
+            "properties": (
+                f"PUSH_REPLY_TIME\x01{pushed_at}\x02MSG_TYPE\x01reply\x02REPLY_TO_CLIENT\x01raw-req"
+                "\x02TTL\x013000\x02CORRELATION_ID\x01c1"
+            ),
+            "queueId": "-1",
+            "reconsumeTimes": "0",
+            "storeHost": f"127.0.0.1:{cluster.broker.store_host[1]}",
+            "sysFlag": "0",
+            "topic": REPLY_TOPIC,
+            "unitMode": "false",
+        }
+        assert ext["bornHost"].startswith("127.0.0.1:") and push.body == b"hello"
+        assert encode_properties(kept[0].properties) == sent and kept[0].flag == 7
+        requester.close()
+        responder.close()
+        nursery.cancel_scope.cancel()

@@ -42,6 +42,7 @@ from pymq.common.message import (
     MessageExt,
     decode_properties,
     encode_properties,
+    java_hashmap_order,
 )
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
@@ -145,7 +146,7 @@ class ReplyProcessor:
             sys_flag=header.sys_flag,
             born_timestamp=header.born_timestamp,
             flag=header.flag,
-            properties=encode_properties(pushed),
+            properties=encode_properties(java_hashmap_order(pushed)),  # Java's HashMap order
             reconsume_times=header.reconsume_times,
             unit_mode=header.unit_mode,
             born_host=channel.remote_address,

@@ -240,6 +240,16 @@ async def test_a_reply_naming_another_client_reaches_it_and_is_dropped(tmp_path:
                         create_reply_message(forged_request(victim_id, f"forged-{i}"), b"evil")
                     )
                     assert result.status == "SEND_OK"  # pushed and taken, as by Java's client
+                # The asynchronous send goes as a reply too (a plain send would be stored
+                # and answered SEND_OK): refused, its requester unknown.
+                answered: list[Exception | None] = []
+                await intruder.send_async(
+                    create_reply_message(forged_request("nobody", "forged-async"), b"evil"),
+                    lambda result, error: answered.append(error),
+                )
+                await wait_until(lambda: answered)
+                assert isinstance(answered[0], MQClientError)
+                assert answered[0].code == ResponseCode.SYSTEM_ERROR
                 assert list(pending) == [correlation]  # nothing kept for them
                 # The real reply still gets through.
                 await intruder.send(

@@ -30,7 +30,6 @@ sender's (a compressed reply stays readable from the reply topic).
 from __future__ import annotations
 
 import logging
-import random
 from typing import TYPE_CHECKING
 
 from pymq.common.clock import now_ms
@@ -71,9 +70,7 @@ class ReplyProcessor:
         if refused is not None:
             return refused
         assert config is not None
-        queue_id = header.queue_id
-        if queue_id < 0:
-            queue_id = random.randrange(max(1, config.write_queue_nums))
+        queue_id = self.send._queue_id(header, config)
         props = decode_properties(header.properties or "")
         msg = MessageExt(
             topic=header.topic,

@@ -1,5 +1,7 @@
 // A Java 4.9.4 requester and responder talking through the name server and broker at args[0]
 // on topic args[1] (tests/conformance/test_java_request_reply.py runs it against pymq).
+// args[2]: "pair" (both, in one JVM), "responder" (answer args[3] requests, then stop) or
+// "requester" (the callback request alone).
 // Prints one line per outcome: REPLY_SENT/REPLY_FAILED (the responder's send of each reply,
 // whose status tells whether the broker could push it to the requester), SYNC_RESULT
 // (DefaultMQProducer.request(msg, timeout)), CALLBACK_RESULT (request(msg, callback, timeout)),
@@ -31,45 +33,77 @@ public class RequestReply {
             + " corr=" + msg.getProperty("CORRELATION_ID") + " topic=" + msg.getTopic();
     }
 
+    static String oneLine(Exception e) {
+        return e.toString().replace('\n', ' ');
+    }
+
+    /** A push consumer answering each request with "re:<body>" through its own producer. */
+    static final class Responder {
+        final DefaultMQProducer replier = new DefaultMQProducer("JavaReplyPG");
+        final DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("JavaResponderCG");
+
+        Responder(String namesrv, String topic, CountDownLatch replied) throws Exception {
+            replier.setNamesrvAddr(namesrv);
+            replier.setInstanceName("responder");
+            replier.start();
+            consumer.setNamesrvAddr(namesrv);
+            consumer.setInstanceName("responder");
+            consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            consumer.subscribe(topic, "*");
+            consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+                for (MessageExt msg : msgs) {
+                    try {
+                        byte[] body = ("re:" + text(msg.getBody())).getBytes(StandardCharsets.UTF_8);
+                        SendResult result = replier.send(MessageUtil.createReplyMessage(msg, body), 5000);
+                        System.out.println("REPLY_SENT " + result.getSendStatus()
+                            + " corr=" + msg.getProperty("CORRELATION_ID"));
+                    } catch (Exception e) {
+                        System.out.println("REPLY_FAILED " + oneLine(e));
+                    }
+                    replied.countDown();
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            consumer.start();
+            System.out.println("RESPONDER_STARTED");
+        }
+
+        void shutdown() {
+            consumer.shutdown();
+            replier.shutdown();
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         String namesrv = args[0];
         String topic = args[1];
+        String mode = args[2];
 
-        DefaultMQProducer replier = new DefaultMQProducer("JavaReplyPG");
-        replier.setNamesrvAddr(namesrv);
-        replier.setInstanceName("responder");
-        replier.start();
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("JavaResponderCG");
-        consumer.setNamesrvAddr(namesrv);
-        consumer.setInstanceName("responder");
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        consumer.subscribe(topic, "*");
-        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
-            for (MessageExt msg : msgs) {
-                try {
-                    Message reply = MessageUtil.createReplyMessage(msg, ("re:" + text(msg.getBody())).getBytes(StandardCharsets.UTF_8));
-                    SendResult result = replier.send(reply, 5000);
-                    System.out.println("REPLY_SENT " + result.getSendStatus() + " corr=" + msg.getProperty("CORRELATION_ID"));
-                } catch (Exception e) {
-                    System.out.println("REPLY_FAILED " + e.toString().replace('\n', ' '));
-                }
-            }
-            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-        });
-        consumer.start();
+        if (mode.equals("responder")) {
+            CountDownLatch replied = new CountDownLatch(Integer.parseInt(args[3]));
+            Responder responder = new Responder(namesrv, topic, replied);
+            boolean all = replied.await(60, TimeUnit.SECONDS);
+            Thread.sleep(500);
+            responder.shutdown();
+            System.out.println(all ? "DONE" : "RESPONDER_TIMEOUT");
+            System.exit(0);
+        }
+        Responder responder = mode.equals("pair") ? new Responder(namesrv, topic, new CountDownLatch(0)) : null;
 
         DefaultMQProducer requester = new DefaultMQProducer("JavaRequestPG");
         requester.setNamesrvAddr(namesrv);
         requester.setInstanceName("requester");
         requester.start();
 
-        Message sync = new Message(topic, "q-sync".getBytes(StandardCharsets.UTF_8));
-        try {
-            Message got = requester.request(sync, 15000);
-            System.out.println("SYNC_RESULT " + describe(got) + " same=" + (got == sync)
-                + " sent_corr=" + sync.getProperty("CORRELATION_ID"));
-        } catch (Exception e) {
-            System.out.println("SYNC_FAILED " + e.toString().replace('\n', ' '));
+        if (responder != null) {
+            Message sync = new Message(topic, "q-sync".getBytes(StandardCharsets.UTF_8));
+            try {
+                Message got = requester.request(sync, 15000);
+                System.out.println("SYNC_RESULT " + describe(got) + " same=" + (got == sync)
+                    + " sent_corr=" + sync.getProperty("CORRELATION_ID"));
+            } catch (Exception e) {
+                System.out.println("SYNC_FAILED " + oneLine(e));
+            }
         }
 
         Message asked = new Message(topic, "q-cb".getBytes(StandardCharsets.UTF_8));
@@ -98,8 +132,9 @@ public class RequestReply {
         }
         Thread.sleep(500);  // the responder's last REPLY_SENT line
         requester.shutdown();
-        consumer.shutdown();
-        replier.shutdown();
+        if (responder != null) {
+            responder.shutdown();
+        }
         System.out.println("DONE");
         System.exit(0);
     }

@@ -15,6 +15,7 @@ import itertools
 import logging
 import os
 import random
+import secrets
 import ssl
 import zlib
 from collections.abc import Awaitable, Callable
@@ -138,7 +139,10 @@ class ClientInstance:
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise ValueError("no name server address given (host:port[;host:port])")
-        self.client_id = f"127.0.0.1@{os.getpid()}#{next(_instance_ids)}"
+        # Unique beyond this host: a broker pushes a request's reply to the connection that
+        # registered the clientId last, and processes elsewhere (containers: often pid 1) may
+        # have this pid and this instance number too.
+        self.client_id = f"127.0.0.1@{os.getpid()}#{next(_instance_ids)}#{secrets.token_hex(4)}"
         # credentials=(accessKey, secretKey): every request signed for a broker with ACL.
         signer = AclSigner(*credentials) if credentials is not None else None
         self.remoting = RemotingClient(nursery, handler=self._serve, signer=signer, ssl_context=tls)

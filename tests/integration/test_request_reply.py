@@ -4,6 +4,7 @@ PUSH_REPLY_MESSAGE_TO_CLIENT (326) to the requester, ``Producer.request`` and
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -481,3 +482,19 @@ async def test_the_push_and_the_answers_are_java_4_9_4s(tmp_path: object) -> Non
         requester.close()
         responder.close()
         nursery.cancel_scope.cancel()
+
+
+async def test_client_ids_differ_between_processes_with_the_same_pid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reply goes to the connection its REPLY_TO_CLIENT last registered on: two processes
+    whose pid and instance number agree (containers) must still have different clientIds."""
+    ids = []
+    async with trio.open_nursery() as nursery:
+        for _ in range(2):  # each as a fresh process's first instance with pid 1
+            monkeypatch.setattr(client_instance, "_instance_ids", itertools.count(1))
+            monkeypatch.setattr(client_instance.os, "getpid", lambda: 1)
+            client = ClientInstance(nursery, "127.0.0.1:1")
+            ids.append(client.client_id)
+            client.close()
+    assert ids[0] != ids[1] and all(i.startswith("127.0.0.1@1#1#") for i in ids)

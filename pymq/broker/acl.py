@@ -207,6 +207,10 @@ RULES: dict[int, Rule] = {
     _RC.SEND_MESSAGE: _send("topic", "producerGroup"),
     _RC.SEND_MESSAGE_V2: _send("b", "a"),
     _RC.SEND_BATCH_MESSAGE: _send("b", "a"),
+    # A reply needs a valid signature only, as 4.9.4 asks (its replies go to the cluster's
+    # reply topic, a system topic accounts do not list).
+    _RC.SEND_REPLY_MESSAGE: _signed_only,
+    _RC.SEND_REPLY_MESSAGE_V2: _signed_only,
     _RC.CONSUMER_SEND_MSG_BACK: _group_sub("group"),
     _RC.PULL_MESSAGE: _topic_and_group_sub("topic", "consumerGroup"),
     _RC.QUERY_MESSAGE: _topic_sub,
@@ -249,6 +253,7 @@ RULES: dict[int, Rule] = {
     _RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: _signed_only,
     _RC.CLONE_GROUP_OFFSET: _signed_only,
     _RC.QUERY_CONSUME_QUEUE: _signed_only,
+    _RC.QUERY_CORRECTION_OFFSET: _signed_only,
     _RC.GET_ALL_PRODUCER_INFO: _signed_only,
     **{code: _admin for code in ADMIN_CODES},
 }

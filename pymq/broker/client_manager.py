@@ -44,6 +44,19 @@ class ProducerManager:
     def __init__(self) -> None:
         self.groups: dict[str, dict[object, ClientChannelInfo]] = {}
         self._next_channel = 0
+        # clientId -> the connection it last registered a producer group on (Java's
+        # clientChannelTable): where a reply to the client's request is pushed.  An entry goes
+        # when no group is registered on that connection under that id any more, so the table
+        # is no larger than the registrations.
+        self.clients: dict[str, object] = {}
+
+    def find_channel(self, client_id: str) -> object | None:
+        """The connection of the producer client ``client_id`` (ProducerManager.findChannel),
+        None when no live connection has registered under that id."""
+        channel = self.clients.get(client_id)
+        if channel is None or getattr(channel, "closed", False):
+            return None
+        return channel
 
     def available_channel(self, group: str) -> object | None:
         """A live connection of a producer of ``group`` (ProducerManager.getAvailableChannel):
@@ -64,16 +77,32 @@ class ProducerManager:
         existing = channels.get(info.channel)
         if existing is None:
             channels[info.channel] = info
+            self.clients[info.client_id] = info.channel
             log.info("new producer connected, group: %s channel: %s", group, info.client_id)
         else:
             existing.last_update = info.last_update
 
     def unregister(self, group: str, channel: object) -> None:
         channels = self.groups.get(group)
-        if channels and channels.pop(channel, None) is not None:
+        if not channels:
+            return
+        info = channels.pop(channel, None)
+        if info is not None:
             log.info("unregister a producer %s from groupChannelTable", group)
             if not channels:
                 del self.groups[group]
+            self._forget(info.client_id, channel)
+
+    def _forget(self, client_id: str, channel: object) -> None:
+        """Drop ``client_id``'s entry of :attr:`clients` for ``channel`` unless another group
+        of that client is still registered on it."""
+        if self.clients.get(client_id) is not channel:
+            return
+        for channels in self.groups.values():
+            other = channels.get(channel)
+            if other is not None and other.client_id == client_id:
+                return
+        del self.clients[client_id]
 
     def channel_closed(self, channel: object) -> None:
         for group in list(self.groups):

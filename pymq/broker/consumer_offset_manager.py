@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Collection
 from typing import Any
 
 from pymq.broker.config_manager import JsonConfigManager
@@ -56,6 +57,24 @@ class ConsumerOffsetManager(JsonConfigManager):
 
     def query_offsets(self, group: str, topic: str) -> dict[int, int]:
         return dict(self.offset_table.get(topic + TOPIC_GROUP_SEPARATOR + group, {}))
+
+    def query_min_offset_in_all_group(
+        self, topic: str, filter_groups: Collection[str], min_offset: Callable[[str, int], int]
+    ) -> dict[int, int]:
+        """Per queue of ``topic``, the smallest offset a group has committed, over the groups
+        not in ``filter_groups`` and the offsets not behind the queue's ``min_offset(topic,
+        queue_id)`` (ConsumerOffsetManager.queryMinOffsetInAllGroup, without its side effect:
+        Java removes the filtered groups' offsets from its table while it reads)."""
+        lowest: dict[int, int] = {}
+        for key, queues in self.offset_table.items():
+            key_topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+            if key_topic != topic or group in filter_groups:
+                continue
+            for queue_id, offset in queues.items():
+                if offset >= min_offset(topic, queue_id):
+                    known = lowest.get(queue_id)
+                    lowest[queue_id] = offset if known is None else min(known, offset)
+        return dict(sorted(lowest.items()))
 
     def groups_of_topic(self, topic: str) -> set[str]:
         return {

@@ -71,6 +71,7 @@ from pymq.broker.processors.acl import AclProcessor
 from pymq.broker.processors.admin import AdminProcessor
 from pymq.broker.processors.consumer import ConsumerProcessor
 from pymq.broker.processors.pull import PullProcessor
+from pymq.broker.processors.reply import ReplyProcessor
 from pymq.broker.processors.send import SendProcessor
 from pymq.broker.runtime_info import runtime_info
 from pymq.broker.schedule import ScheduleMessageService
@@ -256,6 +257,7 @@ class BrokerController:
             store_host=self.store_host,
         )
         self.send_processor = SendProcessor(self.context)
+        self.reply_processor = ReplyProcessor(self.context, self.send_processor)
         self.pull_processor = PullProcessor(self.context)
         self.consumer_processor = ConsumerProcessor(self.context)
         self.admin_processor = AdminProcessor(self.context)
@@ -288,6 +290,8 @@ class BrokerController:
             RequestCode.SEND_MESSAGE: send.send_message,
             RequestCode.SEND_MESSAGE_V2: send.send_message,
             RequestCode.SEND_BATCH_MESSAGE: send.send_message,
+            RequestCode.SEND_REPLY_MESSAGE: self.reply_processor.send_reply_message,
+            RequestCode.SEND_REPLY_MESSAGE_V2: self.reply_processor.send_reply_message,
             RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
             RequestCode.PULL_MESSAGE: pull.pull_message,
@@ -340,6 +344,7 @@ class BrokerController:
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: admin.get_system_topic_list_from_broker,
             RequestCode.CLONE_GROUP_OFFSET: admin.clone_group_offset,
             RequestCode.QUERY_CONSUME_QUEUE: admin.query_consume_queue,
+            RequestCode.QUERY_CORRECTION_OFFSET: admin.query_correction_offset,
             RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: admin.clean_expired_consume_queue,
             RequestCode.CLEAN_UNUSED_TOPIC: admin.clean_unused_topic,
             RequestCode.GET_ALL_PRODUCER_INFO: admin.get_all_producer_info,

@@ -28,6 +28,7 @@ from pymq.common.topic import (
     TopicConfig,
     TopicConfigSerializeWrapper,
     is_inherited,
+    reply_topic,
 )
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class TopicConfigManager(JsonConfigManager):
         self._system(TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS))
         if bc.trace_topic_enable:
             self._system(TopicConfig(bc.msg_trace_topic_name or RMQ_SYS_TRACE_TOPIC, 1, 1))
-        self._system(TopicConfig(f"{bc.broker_cluster_name}_REPLY_TOPIC", 1, 1))
+        self._system(TopicConfig(reply_topic(bc.broker_cluster_name), 1, 1))
         # Transactional half messages (Java 4.9.4 has it from start-up; the op topic and
         # TRANS_CHECK_MAX_TIME_TOPIC are created when first written).
         self._system(TopicConfig(RMQ_SYS_TRANS_HALF_TOPIC, 1, 1))

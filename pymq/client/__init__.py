@@ -7,8 +7,8 @@ from pymq.client.consumer import (
     PushConsumer,
     allocate_averagely,
 )
-from pymq.client.instance import MQClientError
-from pymq.client.producer import Message, Producer, SendResult
+from pymq.client.instance import MQClientError, RequestTimeoutError
+from pymq.client.producer import Message, Producer, SendResult, create_reply_message
 from pymq.client.transaction import (
     LocalTransactionState,
     TransactionProducer,
@@ -30,8 +30,10 @@ __all__ = [
     "PullConsumer",
     "PullResult",
     "PushConsumer",
+    "RequestTimeoutError",
     "SendResult",
     "TransactionProducer",
     "TransactionSendResult",
     "allocate_averagely",
+    "create_reply_message",
 ]

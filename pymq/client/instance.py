@@ -3,7 +3,10 @@
 It owns the remoting connections (in the nursery it is given), the topic-route cache fetched
 from the name servers, and the heartbeats to brokers.  Brokers' requests to the client
 (NOTIFY_CONSUMER_IDS_CHANGED) are handed to ``on_ids_changed``, a broker's question about a
-transaction (CHECK_TRANSACTION_STATE) to ``on_check_transaction``.
+transaction (CHECK_TRANSACTION_STATE) to ``on_check_transaction``.  A reply to one of the
+instance's requests (PUSH_REPLY_MESSAGE_TO_CLIENT) goes to the request waiting for its
+CORRELATION_ID (:attr:`ClientInstance.pending_replies`, filled by ``Producer.request``); a
+reply nobody waits for is dropped, as Java's client drops it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import itertools
 import logging
 import os
 import random
+import secrets
 import ssl
+import zlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -20,7 +25,16 @@ from typing import Self
 
 import trio
 
+from pymq.common.address import host_of
+from pymq.common.clock import now_ms
 from pymq.common.consumer import HeartbeatData
+from pymq.common.message import (
+    PROPERTY_CORRELATION_ID,
+    PROPERTY_REPLY_MESSAGE_ARRIVE_TIME,
+    MessageExt,
+    MessageSysFlag,
+    decode_properties,
+)
 from pymq.common.route import MASTER_ID, TopicRouteData
 from pymq.common.serde import from_json, to_json
 from pymq.common.topic import is_readable, is_writeable
@@ -35,6 +49,15 @@ log = logging.getLogger(__name__)
 
 _instance_ids = itertools.count(1)
 
+# ClientErrorCode: a request's reply did not come in time; a reply cannot be made.
+REQUEST_TIMEOUT_EXCEPTION = 10006
+CREATE_REPLY_MESSAGE_EXCEPTION = 10007
+# The largest body a compressed reply may inflate to (bytes): a bigger one is refused (the
+# broker then tells the responder the push failed), not inflated without end.
+MAX_REPLY_BODY = 64 * 1024 * 1024
+# Java's answer to a push it could not turn into a reply.
+REPLY_FAILED_REMARK = "process reply message fail"
+
 
 class MQClientError(Exception):
     """A broker or name server answered a request with an error code."""
@@ -43,6 +66,56 @@ class MQClientError(Exception):
         self.code = code
         self.remark = remark or ""
         super().__init__(f"{what}: CODE {code} DESC {remark}" if what else f"CODE {code} {remark}")
+
+
+class RequestTimeoutError(MQClientError):
+    """``Producer.request``: the request was sent, but no reply came in time (Java's
+    RequestTimeoutException)."""
+
+
+class PendingReply:
+    """One ``Producer.request`` waiting for its reply."""
+
+    __slots__ = ("arrived", "reply")
+
+    def __init__(self) -> None:
+        self.arrived = trio.Event()
+        self.reply: MessageExt | None = None
+
+    def deliver(self, reply: MessageExt) -> None:
+        if self.reply is None:
+            self.reply = reply
+            self.arrived.set()
+
+
+def reply_message(head: H.ReplyMessageRequestHeader, body: bytes, arrived_ms: int) -> MessageExt:
+    """The reply a PUSH_REPLY_MESSAGE_TO_CLIENT carries (ClientRemotingProcessor's
+    receiveReplyMessage): the header's fields, the body inflated when its sysFlag says it is
+    compressed, ARRIVE_TIME added.  ValueError for a body that does not inflate (or inflates
+    past :data:`MAX_REPLY_BODY`)."""
+    if head.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
+        inflater = zlib.decompressobj()
+        try:
+            inflated = inflater.decompress(body, MAX_REPLY_BODY)
+        except zlib.error as exc:
+            raise ValueError(f"compressed reply body does not inflate: {exc}") from None
+        if inflater.unconsumed_tail:
+            raise ValueError(f"reply body inflates past {MAX_REPLY_BODY} bytes")
+        body = inflated
+    props = decode_properties(head.properties or "")
+    props[PROPERTY_REPLY_MESSAGE_ARRIVE_TIME] = str(arrived_ms)
+    return MessageExt(
+        topic=head.topic,
+        body=body,
+        flag=head.flag,
+        properties=props,
+        queue_id=head.queue_id,
+        born_timestamp=head.born_timestamp,
+        born_host=host_of(head.born_host),
+        store_timestamp=head.store_timestamp,
+        store_host=host_of(head.store_host),
+        reconsume_times=head.reconsume_times or 0,
+    )
 
 
 Credentials = tuple[str, str]
@@ -67,10 +140,13 @@ class ClientInstance:
         self.namesrv_addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise ValueError("no name server address given (host:port[;host:port])")
-        # ip@instanceName, as Java's buildMQClientId; the default instance name changes with
-        # every process (and client), a given one stays (a broadcasting consumer's offsets file
-        # is found by it).
-        self.client_id = f"127.0.0.1@{instance_name or f'{os.getpid()}#{next(_instance_ids)}'}"
+        # ip@instanceName, as Java's buildMQClientId.  A given instance name stays (a
+        # broadcasting consumer's offsets file is found by it); the default is unique beyond
+        # this host: a broker pushes a request's reply to the connection that registered the
+        # clientId last, and processes elsewhere (containers: often pid 1) may have this pid and
+        # this instance number too.
+        default_name = f"{os.getpid()}#{next(_instance_ids)}#{secrets.token_hex(4)}"
+        self.client_id = f"127.0.0.1@{instance_name or default_name}"
         # credentials=(accessKey, secretKey): every request signed for a broker with ACL.
         signer = AclSigner(*credentials) if credentials is not None else None
         self.remoting = RemotingClient(nursery, handler=self._serve, signer=signer, ssl_context=tls)
@@ -86,8 +162,13 @@ class ClientInstance:
         self.request_handlers: dict[
             int, Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
         ] = {}
+        # CORRELATION_ID -> the request waiting for its reply; each entry lives no longer
+        # than its Producer.request call.
+        self.pending_replies: dict[str, PendingReply] = {}
 
     async def _serve(self, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
+        if req.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT:
+            return self._receive_reply(channel, req)
         if req.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             self.on_ids_changed(req.ext_fields.get("consumerGroup", ""))
             return None
@@ -100,6 +181,30 @@ class ClientInstance:
         return req.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request type {req.code} not supported"
         )
+
+    def _receive_reply(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: hand the reply to the request waiting for its
+        CORRELATION_ID and answer SUCCESS, or drop it (logged) when none waits, as Java does.
+        A header Java would refuse raises HeaderError (answered SYSTEM_ERROR with its text); a
+        body that cannot be read is answered SYSTEM_ERROR "process reply message fail"."""
+        head: H.ReplyMessageRequestHeader = H.decode_request(req)
+        try:
+            reply = reply_message(head, req.body, now_ms())
+        except ValueError as exc:
+            log.warning("reply from %s not usable: %s", channel.remote_address, exc)
+            return req.response(ResponseCode.SYSTEM_ERROR, REPLY_FAILED_REMARK)
+        correlation = reply.properties.get(PROPERTY_CORRELATION_ID)
+        pending = self.pending_replies.pop(correlation, None) if correlation else None
+        if pending is None:
+            log.warning(
+                "receive reply message, but not matched any request, CorrelationId: %s, "
+                "reply from host: %s",
+                correlation,
+                head.born_host,
+            )
+        else:
+            pending.deliver(reply)
+        return req.response()
 
     # -- name servers ---------------------------------------------------------------------
 

@@ -8,6 +8,16 @@
 It speaks what a Java 4.x producer speaks: SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320),
 bodies of 4 KiB and more zlib-compressed, a UNIQ_KEY per message, and up to three attempts on
 other queues when a broker refuses or fails.
+
+Request-reply (RocketMQ 4.6+)::
+
+    reply = await producer.request(Message("Orders", b"question"), timeout=3.0)
+
+    # the responder, in a consumer's handler:
+    await producer.send(create_reply_message(request_msg, b"answer"))
+
+A reply (MSG_TYPE ``reply``) goes as SEND_REPLY_MESSAGE_V2 (325), once: the broker pushes it
+to the requester, which it names (REPLY_TO_CLIENT), and refuses it when that client is gone.
 """
 
 from __future__ import annotations
@@ -16,29 +26,44 @@ import itertools
 import logging
 import ssl
 import time
+import uuid
 import zlib
 from collections.abc import Callable, Sequence
 
 import attrs
 import trio
 
-from pymq.client.instance import ClientService, Credentials, MQClientError
+from pymq.client.instance import (
+    CREATE_REPLY_MESSAGE_EXCEPTION,
+    REQUEST_TIMEOUT_EXCEPTION,
+    ClientService,
+    Credentials,
+    MQClientError,
+    PendingReply,
+    RequestTimeoutError,
+)
 from pymq.common.batch import BATCH_ITEM_HEAD, BATCH_ITEM_MAGIC, BATCH_PROPS_LEN
 from pymq.common.clock import now_ms
 from pymq.common.consumer import HeartbeatData, MessageQueue, ProducerData
 from pymq.common.message import (
+    PROPERTY_CLUSTER,
+    PROPERTY_CORRELATION_ID,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_MESSAGE_REPLY_TO_CLIENT,
+    PROPERTY_MESSAGE_TTL,
+    PROPERTY_MESSAGE_TYPE,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
+    MessageExt,
     MessageSysFlag,
     UniqueIdGenerator,
     encode_properties,
 )
-from pymq.common.message_ext import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+from pymq.common.message_ext import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, REPLY_MESSAGE_FLAG
 from pymq.common.native import native_extension
-from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
+from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, reply_topic
 from pymq.remoting.codec import (
     _FRAME_PREFIX,
     CURRENT_VERSION,
@@ -68,15 +93,18 @@ _v2_json_prefix = SendMessageRequestHeader.v2_json_prefix
 _SendResponse = SendMessageResponseHeader
 _SEND_MESSAGE_V2 = RequestCode.SEND_MESSAGE_V2  # per send: enum reads via the class are slow
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
-# The start of a SEND_MESSAGE_V2's or SEND_BATCH_MESSAGE's header, as codec._json_header
-# writes it, up to the opaque; and the end of its extFields (reconsumeTimes, unitMode, batch).
+_SEND_REPLY_MESSAGE_V2 = RequestCode.SEND_REPLY_MESSAGE_V2
+# The start of a SEND_MESSAGE_V2's, SEND_BATCH_MESSAGE's or SEND_REPLY_MESSAGE_V2's header, as
+# codec._json_header writes it, up to the opaque; and the end of its extFields
+# (reconsumeTimes, unitMode, batch).
 _V2_FRAME_HEAD: dict[int, bytes] = {
     code: f'{{"code":{int(code)},"language":"JAVA","version":{CURRENT_VERSION},"opaque":'.encode()
-    for code in (_SEND_MESSAGE_V2, _SEND_BATCH_MESSAGE)
+    for code in (_SEND_MESSAGE_V2, _SEND_BATCH_MESSAGE, _SEND_REPLY_MESSAGE_V2)
 }
 _V2_FRAME_TAIL: dict[int, bytes] = {
     _SEND_MESSAGE_V2: b'"j":"0","k":"false","m":"false"},"serializeTypeCurrentRPC":"JSON"}',
     _SEND_BATCH_MESSAGE: b'"j":"0","k":"false","m":"true"},"serializeTypeCurrentRPC":"JSON"}',
+    _SEND_REPLY_MESSAGE_V2: b'"j":"0","k":"false","m":"false"},"serializeTypeCurrentRPC":"JSON"}',
 }
 # send_frame(head, opaque, fixed, queue_id, sys_flag, born, flag, props, tail, body): the frame
 # _v2_frame writes, in one C call; None for properties that are not ASCII.
@@ -110,6 +138,36 @@ class Message:
         if self.delay_level > 0:
             props[PROPERTY_DELAY_TIME_LEVEL] = str(self.delay_level)
         return props
+
+
+def _send_code(msg: Message) -> int:
+    """The request code a single message goes with: SEND_REPLY_MESSAGE_V2 for a reply
+    (MSG_TYPE ``reply``, as Java's MQClientAPIImpl decides), else SEND_MESSAGE_V2."""
+    if msg.properties.get(PROPERTY_MESSAGE_TYPE) == REPLY_MESSAGE_FLAG:
+        return _SEND_REPLY_MESSAGE_V2
+    return _SEND_MESSAGE_V2
+
+
+def create_reply_message(request: MessageExt | Message, body: bytes) -> Message:
+    """The reply to ``request`` (a message a consumer received from ``Producer.request``):
+    Java's MessageUtil.createReplyMessage.  It goes to the requester's cluster's reply topic
+    with MSG_TYPE ``reply`` and the request's CORRELATION_ID, REPLY_TO_CLIENT and TTL; send it
+    with ``Producer.send``.  MQClientError (10007) when the request has no CLUSTER property
+    (it did not come through a broker)."""
+    props = request.properties
+    cluster = props.get(PROPERTY_CLUSTER)
+    if cluster is None:
+        raise MQClientError(
+            CREATE_REPLY_MESSAGE_EXCEPTION,
+            f"create reply message fail, requestMessage error, property[{PROPERTY_CLUSTER}] "
+            "is null.",
+        )
+    reply = {PROPERTY_MESSAGE_TYPE: REPLY_MESSAGE_FLAG}
+    for key in (PROPERTY_CORRELATION_ID, PROPERTY_MESSAGE_REPLY_TO_CLIENT, PROPERTY_MESSAGE_TTL):
+        value = props.get(key)
+        if value is not None:
+            reply[key] = value
+    return Message(reply_topic(cluster), body, properties=reply)
 
 
 _UNIQ_HEAD = f"{PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX}{NAME_VALUE_SEPARATOR}"
@@ -415,12 +473,14 @@ class Producer(ClientService):
         if queue is not None and queue.topic != msg.topic:
             raise MQClientError(-1, _OTHER_TOPIC)
         body = msg.body
+        code: int = _SEND_MESSAGE_V2
         if _is_plain(msg) and len(body) < COMPRESS_OVER:
             # _encode's common case (plain and not compressed) read here, without its calls.
             sys_flag, uniq = 0, self._ids.create()
             props = _plain_properties(msg.tags, uniq)
         else:
             body, sys_flag, props, uniq = self._encode(msg)
+            code = _send_code(msg)
         # publish_queues' and channel()'s common cases read here, without their coroutines.
         cached = self._cached_queues(msg.topic)
         if cached is not None:
@@ -450,14 +510,10 @@ class Producer(ClientService):
         if channel.signer is None:  # the common send: its frame written in one go
             opaque = next_opaque()
             born = now_ms()
-            frame = self._v2_frame(
-                _SEND_MESSAGE_V2, mq, sys_flag, msg.flag, props, body, opaque, born
-            )
-            channel.invoke_callback_frame(
-                opaque, frame, _SEND_MESSAGE_V2, timeout, on_response, on_fields
-            )
+            frame = self._v2_frame(code, mq, sys_flag, msg.flag, props, body, opaque, born)
+            channel.invoke_callback_frame(opaque, frame, code, timeout, on_response, on_fields)
             return
-        request = self._v2_request(_SEND_MESSAGE_V2, mq, sys_flag, msg.flag, props, body)
+        request = self._v2_request(code, mq, sys_flag, msg.flag, props, body)
         channel.invoke_callback(request, timeout, on_response)
 
     async def send_batch_async(
@@ -515,11 +571,14 @@ class Producer(ClientService):
         selector: Callable[[list[MessageQueue]], MessageQueue] | None = None,
         timeout: float | None = None,
     ) -> SendResult:
-        """Send and wait for the broker's answer; raises MQClientError when every try failed."""
+        """Send and wait for the broker's answer; raises MQClientError when every try failed.
+        A reply (:func:`create_reply_message`) is sent once, as SEND_REPLY_MESSAGE_V2: the
+        broker's refusal (the requester is gone) would only come again, each try storing the
+        reply once more."""
         body, sys_flag, props, uniq = self._encode(msg)
         return await self._send_request(
             msg.topic,
-            RequestCode.SEND_MESSAGE_V2,
+            _send_code(msg),
             body,
             sys_flag,
             msg.flag,
@@ -529,6 +588,45 @@ class Producer(ClientService):
             selector=selector,
             timeout=timeout,
         )
+
+    async def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        """Send ``msg`` as a request and wait for its reply: Java's ``request(msg, timeout)``.
+
+        The message goes as an ordinary send with CORRELATION_ID (a new UUID), REPLY_TO_CLIENT
+        (this producer's clientId) and TTL (``timeout`` in ms) added (``msg`` itself is not
+        changed); a responder answers with :func:`create_reply_message`, which the broker
+        pushes here.  Returns the reply (its topic, body and properties; ARRIVE_TIME and
+        PUSH_REPLY_TIME added).  Raises the send's MQClientError when the request was not
+        stored, RequestTimeoutError (10006) when no reply came within ``timeout`` seconds of
+        the call."""
+        client = self.client
+        assert client is not None
+        deadline = trio.current_time() + timeout
+        correlation = str(uuid.uuid4())
+        props = dict(msg.properties)
+        props[PROPERTY_CORRELATION_ID] = correlation
+        props[PROPERTY_MESSAGE_REPLY_TO_CLIENT] = client.client_id
+        props[PROPERTY_MESSAGE_TTL] = str(int(timeout * 1000))
+        request = attrs.evolve(msg, properties=props)
+        if msg.topic not in client.routes:
+            # As Java's prepareSendRequest: the brokers must know this client (its heartbeat
+            # names it as a producer) before a reply can be pushed to it.
+            await self.publish_queues(msg.topic)
+            await self._heartbeat()
+        pending = client.pending_replies[correlation] = PendingReply()
+        try:
+            await self.send(request, timeout=max(deadline - trio.current_time(), 0.001))
+            with trio.move_on_at(deadline):
+                await pending.arrived.wait()
+            if pending.reply is None:
+                raise RequestTimeoutError(
+                    REQUEST_TIMEOUT_EXCEPTION,
+                    f"send request message to <{msg.topic}> OK, but wait reply message "
+                    f"timeout, {int(timeout * 1000)} ms.",
+                )
+            return pending.reply
+        finally:
+            client.pending_replies.pop(correlation, None)
 
     async def send_batch(
         self, msgs: Sequence[Message], *, queue: MessageQueue | None = None
@@ -559,7 +657,7 @@ class Producer(ClientService):
         addr = self.client.master_addr(mq.broker_name)
         if addr is None:
             raise MQClientError(-1, f"no master for {mq.broker_name}")
-        request = self._v2_request(_SEND_MESSAGE_V2, mq, sys_flag, msg.flag, props, body)
+        request = self._v2_request(_send_code(msg), mq, sys_flag, msg.flag, props, body)
         request.flag = RPC_ONEWAY
         await self.client.remoting.invoke_oneway(addr, request)
 
@@ -582,9 +680,8 @@ class Producer(ClientService):
         if queue is not None and queue.topic != topic:
             raise MQClientError(-1, _OTHER_TOPIC)
         timeout = self.send_timeout if timeout is None else timeout
-        attempts = (
-            1 if queue is not None or selector is not None else 1 + RETRY_TIMES_WHEN_SEND_FAILED
-        )
+        once = queue is not None or selector is not None or code == _SEND_REPLY_MESSAGE_V2
+        attempts = 1 if once else 1 + RETRY_TIMES_WHEN_SEND_FAILED
         last_broker: str | None = None
         last_error: Exception | None = None
         for _ in range(attempts):

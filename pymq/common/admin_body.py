@@ -103,6 +103,13 @@ class ConsumeQueueData:
 
 
 @attrs.define
+class QueryCorrectionOffsetBody:
+    """QUERY_CORRECTION_OFFSET (308): a correction offset per queue id."""
+
+    correction_offsets: dict[int, int] = attrs.Factory(dict)
+
+
+@attrs.define
 class QueryConsumeQueueResponseBody:
     """QUERY_CONSUME_QUEUE (321): entries of one consume queue from an index on."""
 

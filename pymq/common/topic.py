@@ -102,12 +102,22 @@ def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPIC_NAMES or topic.startswith(SYSTEM_TOPIC_PREFIXES)
 
 
+# MixAll.REPLY_TOPIC_POSTFIX
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
+
+
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
 
 
 def dlq_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def reply_topic(cluster: str) -> str:
+    """MixAll.getReplyTopic: ``<cluster>_REPLY_TOPIC``, where replies to requests go; each
+    broker of the cluster creates it at start-up (1 queue, a system topic)."""
+    return f"{cluster}_{REPLY_TOPIC_POSTFIX}"
 
 
 class TopicFilterType(enum.Enum):

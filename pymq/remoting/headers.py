@@ -184,8 +184,9 @@ V2_NAMES = {
 }
 _SHORT_NAMES = tuple(V2_NAMES)
 _LONG_NAMES = tuple(V2_NAMES.values())
-_SEND_MESSAGE = RequestCode.SEND_MESSAGE
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
+# The send codes whose header has the long names (SEND_MESSAGE, SEND_REPLY_MESSAGE), as ints.
+_LONG_NAME_CODES = frozenset({int(RequestCode.SEND_MESSAGE), int(RequestCode.SEND_REPLY_MESSAGE)})
 # from_ext's common case in C (None without the extension; the Python below is the reference).
 _send_header: Callable[..., Any] | None = getattr(_native, "send_header", None)
 _plain_header: Callable[..., Any] | None = getattr(_native, "plain_header", None)
@@ -203,8 +204,9 @@ _END_SPEC = (
 
 @attrs.define(slots=True)
 class SendMessageRequestHeader:
-    """SEND_MESSAGE (10) with long names; SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320)
-    carry the same fields under V2's one-letter names (``a``..``m``)."""
+    """SEND_MESSAGE (10) and SEND_REPLY_MESSAGE (324) with long names; SEND_MESSAGE_V2 (310),
+    SEND_BATCH_MESSAGE (320) and SEND_REPLY_MESSAGE_V2 (325) carry the same fields under V2's
+    one-letter names (``a``..``m``)."""
 
     producer_group: str = _req("producerGroup", STR)
     topic: str = _req("topic", STR)
@@ -224,7 +226,7 @@ class SendMessageRequestHeader:
     def from_ext(cls, code: int, ext: dict[str, str]) -> SendMessageRequestHeader:
         """The send header of a request with ``code``: the hot path's decoder, equivalent to
         :func:`decode` on the long names (the tests check it field by field)."""
-        names = _LONG_NAMES if code == _SEND_MESSAGE else _SHORT_NAMES
+        names = _LONG_NAMES if code in _LONG_NAME_CODES else _SHORT_NAMES
         if _send_header is not None:  # the common case in one C call
             header: SendMessageRequestHeader | None = _send_header(
                 ext, names, cls, code == _SEND_BATCH_MESSAGE
@@ -368,6 +370,28 @@ class ConsumerSendMsgBackRequestHeader:
     origin_topic: str | None = _field("originTopic", STR)
     unit_mode: bool = _field("unitMode", BOOL, default=False)
     max_reconsume_times: int | None = _field("maxReconsumeTimes", INT)
+
+
+@attrs.define(slots=True)
+class ReplyMessageRequestHeader:
+    """PUSH_REPLY_MESSAGE_TO_CLIENT (326), broker to the requester: the reply's send header
+    (as the responder sent it; its properties with PUSH_REPLY_TIME added) and where it came
+    from (``bornHost``, ``storeHost`` as ``ip:port``); the body is the reply's."""
+
+    producer_group: str = _req("producerGroup", STR)
+    topic: str = _req("topic", STR)
+    default_topic: str = _req("defaultTopic", STR)
+    default_topic_queue_nums: int = _req("defaultTopicQueueNums", INT)
+    queue_id: int = _req("queueId", INT)
+    sys_flag: int = _req("sysFlag", INT)
+    born_timestamp: int = _req("bornTimestamp", LONG)
+    flag: int = _req("flag", INT)
+    properties: str | None = _field("properties", STR)
+    reconsume_times: int | None = _field("reconsumeTimes", INT)
+    unit_mode: bool = _field("unitMode", BOOL, default=False)
+    born_host: str = _req("bornHost", STR)
+    store_host: str = _req("storeHost", STR)
+    store_timestamp: int = _req("storeTimestamp", LONG)
 
 
 # -- transactions ----------------------------------------------------------------------------
@@ -666,6 +690,15 @@ class CloneGroupOffsetRequestHeader:
 
 
 @attrs.define(slots=True)
+class QueryCorrectionOffsetHeader:
+    """QUERY_CORRECTION_OFFSET (308): ``filterGroups`` is a comma-separated list."""
+
+    filter_groups: str | None = _field("filterGroups", STR)
+    compare_group: str = _req("compareGroup", STR)
+    topic: str = _req("topic", STR)
+
+
+@attrs.define(slots=True)
 class QueryConsumeQueueRequestHeader:
     topic: str = _req("topic", STR)
     queue_id: int = _req("queueId", INT)
@@ -855,6 +888,10 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.SEND_MESSAGE: SendMessageRequestHeader,
     _RC.SEND_MESSAGE_V2: SendMessageRequestHeader,
     _RC.SEND_BATCH_MESSAGE: SendMessageRequestHeader,
+    _RC.SEND_REPLY_MESSAGE: SendMessageRequestHeader,
+    _RC.SEND_REPLY_MESSAGE_V2: SendMessageRequestHeader,
+    _RC.PUSH_REPLY_MESSAGE_TO_CLIENT: ReplyMessageRequestHeader,
+    _RC.QUERY_CORRECTION_OFFSET: QueryCorrectionOffsetHeader,
     _RC.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader,
     _RC.END_TRANSACTION: EndTransactionRequestHeader,
     _RC.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader,
@@ -906,7 +943,15 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: UpdateGlobalWhiteAddrsConfigRequestHeader,
 }
 
-_SEND_CODES = frozenset({_RC.SEND_MESSAGE, _RC.SEND_MESSAGE_V2, _RC.SEND_BATCH_MESSAGE})
+_SEND_CODES = frozenset(
+    {
+        _RC.SEND_MESSAGE,
+        _RC.SEND_MESSAGE_V2,
+        _RC.SEND_BATCH_MESSAGE,
+        _RC.SEND_REPLY_MESSAGE,
+        _RC.SEND_REPLY_MESSAGE_V2,
+    }
+)
 _END_TRANSACTION = _RC.END_TRANSACTION
 
 

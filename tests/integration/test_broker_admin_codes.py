@@ -182,3 +182,45 @@ async def test_silent_clients_expire_and_groups_are_told(
             await second.subscribe("TopicX")
             with trio.fail_after(5):
                 await notified.wait()
+
+
+async def test_query_correction_offset(pymq_cluster: Cluster, client: RemotingClient) -> None:
+    """QUERY_CORRECTION_OFFSET (308): the lowest offset of the groups not filtered out, per
+    queue; Long.MAX_VALUE where the compare group is behind it; nothing changed."""
+    broker = pymq_cluster.broker_addr
+    offsets = pymq_cluster.broker.consumer_offset_manager
+    for group, queue_offsets in {
+        "G1": {0: 10, 1: 4},
+        "G2": {0: 7, 1: 9},
+        "G3": {0: 2},
+    }.items():
+        for queue_id, offset in queue_offsets.items():
+            offsets.commit_offset("test", group, "Corr", queue_id, offset)
+    offsets.commit_offset("test", "G1", "Other", 0, 0)
+    before = json.dumps(offsets.encode(), sort_keys=True)
+
+    async def correction(**fields: object) -> bytes:
+        answer = await client.invoke(broker, req(RequestCode.QUERY_CORRECTION_OFFSET, **fields))
+        assert (answer.code, answer.remark) == (ResponseCode.SUCCESS, None)
+        return answer.body
+
+    assert await correction(topic="Corr", compareGroup="G2") == b'{"correctionOffsets":{0:2,1:4}}'
+    assert await correction(topic="Corr", compareGroup="G2", filterGroups="") == (
+        b'{"correctionOffsets":{0:2,1:4}}'
+    )
+    assert await correction(topic="Corr", compareGroup="G1", filterGroups="G3") == (
+        b'{"correctionOffsets":{0:7,1:4}}'
+    )
+    # G3 is behind the others on queue 0: nothing to correct there (Long.MAX_VALUE).
+    assert await correction(topic="Corr", compareGroup="G3", filterGroups="G3,G9") == (
+        b'{"correctionOffsets":{0:9223372036854775807,1:4}}'
+    )
+    assert await correction(topic="Nothing", compareGroup="G1") == b'{"correctionOffsets":{}}'
+    # Java deletes the filtered groups' offsets as it reads them; pymq changes nothing.
+    assert json.dumps(offsets.encode(), sort_keys=True) == before
+
+    missing = await client.invoke(broker, req(RequestCode.QUERY_CORRECTION_OFFSET, topic="Corr"))
+    assert (missing.code, missing.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "the custom field <compareGroup> is null",
+    )

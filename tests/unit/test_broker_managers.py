@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from pymq.broker.client_manager import ClientChannelInfo, ProducerManager
 from pymq.broker.config import BrokerConfig
 from pymq.broker.consumer_offset_manager import ConsumerOffsetManager
 from pymq.broker.topic_config_manager import TopicConfigManager
@@ -71,3 +72,43 @@ def test_allocate_averagely_matches_rocketmq() -> None:
     many = [f"c{i}" for i in range(7)]
     shares = [len(allocate_averagely(mqs, many, c)) for c in many]
     assert sorted(shares) == [0, 0, 1, 1, 1, 1, 1]
+
+
+def test_min_offset_in_all_groups_leaves_out_offsets_behind_the_queue(tmp_path) -> None:
+    offsets = ConsumerOffsetManager(str(tmp_path))
+    offsets.commit_offset("c", "A", "T", 0, 5)
+    offsets.commit_offset("c", "A", "T", 1, 50)
+    offsets.commit_offset("c", "B", "T", 0, 3)  # behind queue 0's first offset (4): left out
+    offsets.commit_offset("c", "B", "T", 1, 60)
+    offsets.commit_offset("c", "B", "U", 1, 1)
+    queue_min = {0: 4, 1: 0}
+    found = offsets.query_min_offset_in_all_group("T", (), lambda topic, q: queue_min[q])
+    assert found == {0: 5, 1: 50}
+    assert offsets.query_min_offset_in_all_group("T", {"A"}, lambda t, q: queue_min[q]) == {1: 60}
+    assert offsets.query_offsets("B", "T") == {0: 3, 1: 60}
+
+
+def test_producer_clients_by_id_follow_registrations() -> None:
+    """ProducerManager.find_channel (where a reply is pushed): the connection a clientId last
+    registered on, while some group of that client is registered there."""
+
+    class Conn:
+        closed = False
+
+    producers = ProducerManager()
+    old, new = Conn(), Conn()
+    producers.register("A", ClientChannelInfo(old, "c1", "JAVA", 401, 0.0))
+    producers.register("B", ClientChannelInfo(old, "c1", "JAVA", 401, 0.0))
+    assert producers.find_channel("c1") is old
+    producers.unregister("A", old)  # group B of c1 is still on that connection
+    assert producers.find_channel("c1") is old
+    producers.register("A", ClientChannelInfo(new, "c1", "JAVA", 401, 0.0))  # reconnected
+    assert producers.find_channel("c1") is new
+    producers.channel_closed(old)  # the old connection going does not hide the new one
+    assert producers.find_channel("c1") is new
+    new.closed = True
+    assert producers.find_channel("c1") is None
+    producers.channel_closed(new)
+    assert producers.clients == {} and producers.groups == {}
+    producers.register("A", ClientChannelInfo(old, "c2", "JAVA", 401, 0.0))
+    assert producers.scan_expired(1000.0) == [old] and producers.clients == {}

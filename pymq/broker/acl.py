@@ -260,7 +260,10 @@ RULES: dict[int, Rule] = {
     _RC.VIEW_BROKER_STATS_DATA: _signed_only,
     _RC.GET_BROKER_CONSUME_STATS: _signed_only,
     _RC.GET_CONSUMER_RUNNING_INFO: _signed_only,
-    _RC.CONSUME_MESSAGE_DIRECTLY: _signed_only,
+    # SUB on the group the message is delivered to, and on the stored message's topic
+    # (checked by the processor once it has read it): 4.9.4 asks only for a signature, which
+    # let any account have any message delivered to a consumer of its own.
+    _RC.CONSUME_MESSAGE_DIRECTLY: _group_sub("consumerGroup"),
     _RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: _signed_only,
     _RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: _signed_only,
     _RC.CLONE_GROUP_OFFSET: _signed_only,

@@ -267,6 +267,16 @@ async def test_view_and_send_back_need_sub_on_the_stored_messages_topic(
         copied = await call(RequestCode.CONSUMER_SEND_MSG_BACK, back, ATTACKER)
         assert copied.code == ResponseCode.SYSTEM_ERROR
         assert "No default permission for topic:Secret" in (copied.remark or "")
+        # Another stored message delivered to a consumer the caller names.
+        directly = RequestCode.CONSUME_MESSAGE_DIRECTLY
+        deliver = {"consumerGroup": "attackers", "clientId": "c", "msgId": secret.msg_id}
+        pushed = await call(directly, deliver, ATTACKER)
+        assert "No default permission for topic:Secret" in (pushed.remark or "")
+        pushed = await call(directly, dict(deliver, consumerGroup="victims"), ATTACKER)
+        assert "No default permission for group:victims" in (pushed.remark or "")
+        own = await call(directly, dict(deliver, consumerGroup="victims"), VICTIM)
+        assert "AclException" not in (own.remark or "")  # not online: no client to ask
+
         # Nothing copied, nothing created.
         assert acl_cluster.broker.stats.put_msgs == puts
         assert (set(groups), set(topic_table)) == before

@@ -521,5 +521,11 @@ class AdminProcessor:
         if offset >= 0:
             raw = self.ctx.store.select_one_message_by_offset(offset)
             if raw is not None:
+                found = self.ctx.store.look_message_by_offset(offset)
+                if self.ctx.acl is not None and found is not None:
+                    # The message goes to a client the caller names: SUB on its topic.
+                    refusal = self.ctx.acl.authorize(channel, req, ((found.topic, SUB),))
+                    if refusal is not None:
+                        return refusal
                 body = bytes(raw)
         return await self._call_consumer(req, head.consumer_group, head.client_id, body)

@@ -15,6 +15,15 @@ with ``aclEnable=false`` nothing is installed and the request path is unchanged)
    ``No default permission for topic:T`` (or ``group:G``).  As ``checkPerm``, a listed topic or
    group is judged by its entry alone (``topicA=DENY`` refuses topicA whatever
    ``defaultTopicPerm`` says); the default applies to those not listed.
+6. what a processor learns only by reading is checked by it, through :meth:`AclManager.authorize`,
+   before it changes anything: the groups and topics of a heartbeat (whose body is read once,
+   by the processor, never before the signature is checked), and the topic of the stored
+   message that VIEW_MESSAGE_BY_ID, CONSUMER_SEND_MSG_BACK and CONSUME_MESSAGE_DIRECTLY name.
+
+Stricter than 4.9.4 where it let an account reach what its permissions deny: a send to
+``%RETRY%X`` needs SUB on group X (4.9.4: on the producer group the header names), the trace
+topic needs PUB like any topic (4.9.4 skips every check for it), and the three reads above need
+SUB on the stored message's topic (and CONSUME_MESSAGE_DIRECTLY SUB on its group).
 
 A refusal is answered code 1 (SYSTEM_ERROR) with the remark the 4.9.4 broker writes
 (``org.apache.rocketmq.acl.common.AclException: <message>, <where>``), nothing of the request is

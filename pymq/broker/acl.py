@@ -183,13 +183,12 @@ def _unregister(ext: dict[str, str], body: bytes) -> Resources:
 
 
 def _heartbeat(ext: dict[str, str], body: bytes) -> Resources:
-    """A body (none fails Java's parse) of at most ``JSON_BODY_MAX`` bytes; the processor reads
-    it, once, and then checks SUB on each consumer group and topic it names
-    (:func:`heartbeat_resources`, :meth:`AclManager.authorize`): nothing is parsed before the
-    signature is checked, nor on the event loop when it is big."""
+    """A body (none fails Java's parse); the processor reads it, once, and then checks SUB on
+    each consumer group and topic it names (:func:`heartbeat_resources`,
+    :meth:`AclManager.authorize`): nothing is parsed before the signature is checked, nor on
+    the event loop when it is big."""
     if not body:
         raise ValueError(NULL_BODY)
-    check_body_size(body)
     return ()
 
 
@@ -280,9 +279,24 @@ RULES: dict[int, Rule] = {
     _RC.GET_ALL_PRODUCER_INFO: _signed_only,
     **{code: _admin for code in ADMIN_CODES},
 }
+# The codes whose body the broker parses (JSON; UPDATE_BROKER_CONFIG's properties): a body over
+# JSON_BODY_MAX is refused before the signature is computed over it, as Java's parse fails
+# before its validate (the processors refuse it too, for peers the ACL lets through).
+PARSED_BODY_CODES = frozenset(
+    {
+        _RC.HEART_BEAT,
+        _RC.LOCK_BATCH_MQ,
+        _RC.UNLOCK_BATCH_MQ,
+        _RC.CHECK_CLIENT_CONFIG,
+        _RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        _RC.UPDATE_BROKER_CONFIG,
+    }
+)
 # The rules that read only the header (never raise): those the check's fast path may run.
 HEADER_RULES: dict[int, Rule] = {
-    code: rule for code, rule in RULES.items() if rule is not _heartbeat
+    code: rule
+    for code, rule in RULES.items()
+    if rule is not _heartbeat and code not in PARSED_BODY_CODES
 }
 
 
@@ -509,6 +523,8 @@ class AclManager:
                 return
         rule = RULES.get(code)
         try:
+            if code in PARSED_BODY_CODES:
+                check_body_size(body)
             needed = rule(ext, body) if rule is not None else ()
         except Exception as exc:  # an unreadable body or header: what Java's parse throws
             raise AclRefused(str(exc) or type(exc).__name__, AT_PARSE, "unreadable") from None

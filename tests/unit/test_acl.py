@@ -688,3 +688,34 @@ def test_admin_updates_write_the_file_back(tmp_path: pathlib.Path) -> None:
     default, every = acl.versions()
     assert json.loads(default)["counter"] == 3
     assert str(path) in json.loads(every)
+
+
+def test_a_parsed_body_over_the_limit_is_refused_before_its_signature(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The codes whose body the broker parses: a body over JSON_BODY_MAX is refused as Java's
+    parse fails, before the HMAC over it is computed (or the body read)."""
+    from pymq.broker.acl import PARSED_BODY_CODES
+    from pymq.common.serde import JSON_BODY_MAX
+
+    acl = AclManager(str(write_home(tmp_path)))
+    signatures = 0
+    real = SigningKey.verify
+
+    def counted(self: SigningKey, ext: object, body: object, given: object) -> bool:
+        nonlocal signatures
+        signatures += 1
+        return real(self, ext, body, given)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SigningKey, "verify", counted)
+    big = b"{" * (JSON_BODY_MAX + 1)
+    for code in sorted(PARSED_BODY_CODES):
+        ext = {"AccessKey": "normalUser", "Signature": "AAAA"}
+        answer = acl.check(FakeChannel(), command(code, ext, big))
+        assert answer is not None and f"over the {JSON_BODY_MAX}-byte limit" in answer.remark
+        assert "PlainAccessValidator.parse" in answer.remark
+    assert signatures == 0
+    # At the limit the signature decides.
+    ext = {"AccessKey": "normalUser", "Signature": "AAAA"}
+    answer = acl.check(FakeChannel(), command(RequestCode.LOCK_BATCH_MQ, ext, big[1:]))
+    assert answer is not None and "Check signature failed" in answer.remark

@@ -12,7 +12,18 @@ with ``aclEnable=false`` nothing is installed and the request path is unchanged)
    constant time: ``Check signature failed for accessKey=<key>``;
 5. admin-only codes need ``admin: true``; every resource the request code needs
    (:data:`RULES`) is checked against the account's ``topicPerms``/``groupPerms`` and defaults:
-   ``No default permission for topic:T`` (or ``group:G``).
+   ``No default permission for topic:T`` (or ``group:G``).  As ``checkPerm``, a listed topic or
+   group is judged by its entry alone (``topicA=DENY`` refuses topicA whatever
+   ``defaultTopicPerm`` says); the default applies to those not listed.
+6. what a processor learns only by reading is checked by it, through :meth:`AclManager.authorize`,
+   before it changes anything: the groups and topics of a heartbeat (whose body is read once,
+   by the processor, never before the signature is checked), and the topic of the stored
+   message that VIEW_MESSAGE_BY_ID, CONSUMER_SEND_MSG_BACK and CONSUME_MESSAGE_DIRECTLY name.
+
+Stricter than 4.9.4 where it let an account reach what its permissions deny: a send to
+``%RETRY%X`` needs SUB on group X (4.9.4: on the producer group the header names), the trace
+topic needs PUB like any topic (4.9.4 skips every check for it), and the three reads above need
+SUB on the stored message's topic (and CONSUME_MESSAGE_DIRECTLY SUB on its group).
 
 A refusal is answered code 1 (SYSTEM_ERROR) with the remark the 4.9.4 broker writes
 (``org.apache.rocketmq.acl.common.AclException: <message>, <where>``), nothing of the request is
@@ -59,7 +70,7 @@ from pymq.common.acl import (
 )
 from pymq.common.clock import now_ms
 from pymq.common.consumer import HeartbeatData
-from pymq.common.serde import from_json
+from pymq.common.serde import check_body_size
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -87,11 +98,10 @@ AT_NO_ACL_CONFIG = f"{_MANAGER}.validate(PlainPermissionManager.java:667)"
 AT_SIGNATURE = f"{_MANAGER}.validate(PlainPermissionManager.java:683)"
 AT_NEED_ADMIN = f"{_MANAGER}.checkPerm(PlainPermissionManager.java:580)"
 AT_NO_PERMISSION = f"{_MANAGER}.checkPerm(PlainPermissionManager.java:605)"
+AT_LISTED_NO_PERMISSION = f"{_MANAGER}.checkPerm(PlainPermissionManager.java:610)"
 AT_PARSE = f"{_VALIDATOR}.parse(PlainAccessValidator.java:134)"
 # The JVM's message when HEART_BEAT comes without a body.
 NULL_BODY = 'Cannot read the array length because "bytes" is null'
-
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
 
 def remark(message: str, where: str) -> str:
@@ -127,16 +137,20 @@ def _admin(ext: dict[str, str], body: bytes) -> Resources:
     return ()
 
 
-def _send(topic_key: str, group_key: str) -> Rule:
+def _send(topic_key: str) -> Rule:
     def rule(ext: dict[str, str], body: bytes) -> Resources:
         topic = ext.get(topic_key)
         if topic is None:
             return (("null", PUB),)  # as Java prints a missing topic
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # a consumer re-sending to its retry
-            return ((retry_topic(ext.get(group_key)), SUB),)  # topic: its group's SUB
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            # A consumer re-sending to its retry topic (the Java client's fallback when
+            # CONSUMER_SEND_MSG_BACK fails, from the producer group CLIENT_INNER_PRODUCER):
+            # SUB on the group whose retry topic it is.  4.9.4 asks SUB on the producer group
+            # the header names, which let anyone write into another group's retries.
+            return ((topic, SUB),)
         return ((topic, PUB),)
 
-    rule.__doc__ = f"PUB on the topic ({topic_key}); retry topics: SUB on the group"
+    rule.__doc__ = f"PUB on the topic ({topic_key}); a retry topic: SUB on its own group"
     return rule
 
 
@@ -169,10 +183,17 @@ def _unregister(ext: dict[str, str], body: bytes) -> Resources:
 
 
 def _heartbeat(ext: dict[str, str], body: bytes) -> Resources:
-    """SUB on each consumer group and each topic it subscribes."""
+    """A body (none fails Java's parse); the processor reads it, once, and then checks SUB on
+    each consumer group and topic it names (:func:`heartbeat_resources`,
+    :meth:`AclManager.authorize`): nothing is parsed before the signature is checked, nor on
+    the event loop when it is big."""
     if not body:
         raise ValueError(NULL_BODY)
-    data = from_json(body, HeartbeatData)
+    return ()
+
+
+def heartbeat_resources(data: HeartbeatData) -> Resources:
+    """SUB on each consumer group of a heartbeat and each topic it subscribes."""
     needed: list[tuple[str, int]] = []
     for consumer in data.consumer_data_set:
         needed.append((retry_topic(consumer.group_name), SUB))
@@ -204,13 +225,15 @@ ADMIN_CODES = frozenset(
 # The rule of every request code the broker serves.  A served code missing here is refused as
 # if it were admin-only (and tests/unit/test_acl.py fails).
 RULES: dict[int, Rule] = {
-    _RC.SEND_MESSAGE: _send("topic", "producerGroup"),
-    _RC.SEND_MESSAGE_V2: _send("b", "a"),
-    _RC.SEND_BATCH_MESSAGE: _send("b", "a"),
+    _RC.SEND_MESSAGE: _send("topic"),
+    _RC.SEND_MESSAGE_V2: _send("b"),
+    _RC.SEND_BATCH_MESSAGE: _send("b"),
     # A reply needs a valid signature only, as 4.9.4 asks (its replies go to the cluster's
     # reply topic, a system topic accounts do not list).
     _RC.SEND_REPLY_MESSAGE: _signed_only,
     _RC.SEND_REPLY_MESSAGE_V2: _signed_only,
+    # And SUB on the stored message's topic, checked by the processor once it has read it
+    # (AclManager.authorize): the offset may name any topic's message.
     _RC.CONSUMER_SEND_MSG_BACK: _group_sub("group"),
     _RC.PULL_MESSAGE: _topic_and_group_sub("topic", "consumerGroup"),
     _RC.QUERY_MESSAGE: _topic_sub,
@@ -232,6 +255,7 @@ RULES: dict[int, Rule] = {
     _RC.GET_MAX_OFFSET: _signed_only,
     _RC.GET_MIN_OFFSET: _signed_only,
     _RC.GET_EARLIEST_MSG_STORETIME: _signed_only,
+    # SUB on the stored message's topic, checked by the processor once it has read it.
     _RC.VIEW_MESSAGE_BY_ID: _signed_only,
     _RC.GET_ALL_CONSUMER_OFFSET: _signed_only,
     _RC.GET_ALL_DELAY_OFFSET: _signed_only,
@@ -248,7 +272,10 @@ RULES: dict[int, Rule] = {
     _RC.VIEW_BROKER_STATS_DATA: _signed_only,
     _RC.GET_BROKER_CONSUME_STATS: _signed_only,
     _RC.GET_CONSUMER_RUNNING_INFO: _signed_only,
-    _RC.CONSUME_MESSAGE_DIRECTLY: _signed_only,
+    # SUB on the group the message is delivered to, and on the stored message's topic
+    # (checked by the processor once it has read it): 4.9.4 asks only for a signature, which
+    # let any account have any message delivered to a consumer of its own.
+    _RC.CONSUME_MESSAGE_DIRECTLY: _group_sub("consumerGroup"),
     _RC.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: _signed_only,
     _RC.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: _signed_only,
     _RC.CLONE_GROUP_OFFSET: _signed_only,
@@ -257,9 +284,24 @@ RULES: dict[int, Rule] = {
     _RC.GET_ALL_PRODUCER_INFO: _signed_only,
     **{code: _admin for code in ADMIN_CODES},
 }
+# The codes whose body the broker parses (JSON; UPDATE_BROKER_CONFIG's properties): a body over
+# JSON_BODY_MAX is refused before the signature is computed over it, as Java's parse fails
+# before its validate (the processors refuse it too, for peers the ACL lets through).
+PARSED_BODY_CODES = frozenset(
+    {
+        _RC.HEART_BEAT,
+        _RC.LOCK_BATCH_MQ,
+        _RC.UNLOCK_BATCH_MQ,
+        _RC.CHECK_CLIENT_CONFIG,
+        _RC.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        _RC.UPDATE_BROKER_CONFIG,
+    }
+)
 # The rules that read only the header (never raise): those the check's fast path may run.
 HEADER_RULES: dict[int, Rule] = {
-    code: rule for code, rule in RULES.items() if rule is not _heartbeat
+    code: rule
+    for code, rule in RULES.items()
+    if rule is not _heartbeat and code not in PARSED_BODY_CODES
 }
 
 
@@ -268,10 +310,8 @@ def _authorize(
 ) -> tuple[str, str, str] | None:
     """What refuses ``account`` a request of ``code`` naming ``needed`` (AclRefused's
     arguments), or None: its signature already checked."""
-    for resource, perm in needed:
-        # Traces go to RMQ_SYS_TRACE_TOPIC whatever the account's topic permissions.
-        if perm == PUB and resource == TRACE_TOPIC:
-            return None
+    # Traces (RMQ_SYS_TRACE_TOPIC) need PUB on the trace topic like any send: 4.9.4 skips every
+    # check for them, which let an account denied everything write forged trace steps.
     if (rule is _admin or rule is None) and not account.admin:
         return (
             f"Need admin permission for request code={code}, but accessKey="
@@ -283,17 +323,17 @@ def _authorize(
     if not needed or (owned is None and account.admin):
         return None
     for resource, perm in needed:
+        # A listed topic or group decides alone; the default is for those not listed
+        # (checkPerm: an entry of DENY, or of SUB for a send, refuses whatever the default).
         have = owned.get(resource) if owned is not None else None
-        if have is not None and check_permission(perm, have):
-            continue
-        group = is_retry_topic(resource)
-        default = account.default_group_perm if group else account.default_topic_perm
-        if not check_permission(perm, default):
-            return (
-                f"No default permission for {describe_resource(resource)}",
-                AT_NO_PERMISSION,
-                "permission",
-            )
+        if have is None:
+            group = is_retry_topic(resource)
+            have = account.default_group_perm if group else account.default_topic_perm
+            where = AT_NO_PERMISSION
+        else:
+            where = AT_LISTED_NO_PERMISSION
+        if not check_permission(perm, have):
+            return (f"No default permission for {describe_resource(resource)}", where, "permission")
     return None
 
 
@@ -488,6 +528,8 @@ class AclManager:
                 return
         rule = RULES.get(code)
         try:
+            if code in PARSED_BODY_CODES:
+                check_body_size(body)
             needed = rule(ext, body) if rule is not None else ()
         except Exception as exc:  # an unreadable body or header: what Java's parse throws
             raise AclRefused(str(exc) or type(exc).__name__, AT_PARSE, "unreadable") from None
@@ -538,6 +580,32 @@ class AclManager:
             self._log_refusal(host, request, refused)
             return request.response(ResponseCode.SYSTEM_ERROR, refused.remark)
         return None
+
+    def authorize(
+        self, channel: Any, request: RemotingCommand, needed: Resources
+    ) -> RemotingCommand | None:
+        """The permissions of resources a processor learns only by reading: a heartbeat's
+        groups and topics, the stored message a CONSUMER_SEND_MSG_BACK or VIEW_MESSAGE_BY_ID
+        names.  :meth:`check` has passed the request (its signature); None to serve it, else
+        the refusal, answered and logged as check's, before the processor changes anything."""
+        state = self.state
+        host = _host(channel.remote_address)
+        for pattern in state.global_white:
+            if pattern.matches(host):
+                return None
+        access_key = request.ext_fields.get(ACCESS_KEY)
+        account = state.accounts.get(access_key) if access_key is not None else None
+        if account is None:  # removed by a reload since check passed the request
+            refused = AclRefused(f"No acl config for {access_key}", AT_NO_ACL_CONFIG, "unknown-key")
+        elif account.white.kind != "none" and account.white.matches(host):
+            return None
+        else:
+            refusal = _decision(account, request.code, RULES.get(request.code), needed)
+            if refusal is None:
+                return None
+            refused = AclRefused(*refusal)
+        self._log_refusal(host, request, refused)
+        return request.response(ResponseCode.SYSTEM_ERROR, refused.remark)
 
     def _log_refusal(self, host: str, request: RemotingCommand, refused: AclRefused) -> None:
         self.refused += 1

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:
+    from pymq.broker.acl import AclManager
     from pymq.broker.admin_service import AdminService
     from pymq.broker.client_manager import ConsumerManager, ProducerManager, RebalanceLockManager
     from pymq.broker.config import BrokerConfig
@@ -59,3 +60,6 @@ class BrokerContext:
     # The address stored in each message: brokerIP1 and the listen port, which is known once
     # the server has bound (the controller sets it then; brokerIP1 needs a restart to change).
     store_host: tuple[str, int] = ("0.0.0.0", 0)
+    # aclEnable: the ACL, for the permissions a processor learns only by reading (a heartbeat's
+    # groups and topics, the stored message a send-back or view names); None: no ACL.
+    acl: AclManager | None = None

@@ -255,6 +255,7 @@ class BrokerController:
             schedule=self.schedule,
             admin=AdminService(self),
             store_host=self.store_host,
+            acl=self.acl,
         )
         self.send_processor = SendProcessor(self.context)
         self.reply_processor = ReplyProcessor(self.context, self.send_processor)

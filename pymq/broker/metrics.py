@@ -44,6 +44,7 @@ from pymq.broker.stats import (
     StatsItem,
 )
 from pymq.common import fastjson
+from pymq.common.serde import read_body
 from pymq.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
@@ -205,7 +206,8 @@ class BrokerCollector(Collector):
                 )
                 try:
                     answer = await channel.invoke(request, CLIENT_CALL_TIMEOUT)
-                    table = fastjson.loads(answer.body).get("statusTable", {})
+                    running = await read_body(fastjson.loads, answer.body, "running info")
+                    table = running.get("statusTable", {})
                 except (RemotingError, ValueError, AttributeError) as exc:
                     log.debug("running info of %s: %s", client.client_id, exc)
                     continue

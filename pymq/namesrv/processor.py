@@ -28,7 +28,7 @@ from pymq.common.config import (
 from pymq.common.message import body_crc32
 from pymq.common.properties import format_properties
 from pymq.common.route import KVTable, RegisterBrokerBody, TopicList
-from pymq.common.serde import from_json, to_json
+from pymq.common.serde import from_json_body, to_json
 from pymq.common.topic import DataVersion
 from pymq.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
 from pymq.remoting import headers as H
@@ -161,7 +161,7 @@ class NamesrvProcessor:
 
     async def query_data_version(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         broker_addr = H.decode_request(req).broker_addr
-        version = from_json(req.body, DataVersion) if req.body else DataVersion(0, 0)
+        version = await from_json_body(req.body, DataVersion) if req.body else DataVersion(0, 0)
         changed = self.routes.is_broker_topic_config_changed(broker_addr, version)
         if not changed:
             self.routes.update_broker_info_update_timestamp(broker_addr, trio.current_time())

@@ -10,7 +10,7 @@ import pathlib
 import pytest
 import yaml
 
-from pymq.broker.acl import ADMIN_CODES, RULES, AclManager, AclRefused
+from pymq.broker.acl import ADMIN_CODES, RULES, AclManager, AclRefused, heartbeat_resources
 from pymq.broker.config import BrokerConfig
 from pymq.broker.controller import BrokerController
 from pymq.common.acl import (
@@ -29,7 +29,7 @@ from pymq.common.acl import (
 )
 from pymq.common.config import ConfigError
 from pymq.common.consumer import ConsumerData, HeartbeatData, SubscriptionData
-from pymq.common.serde import to_json
+from pymq.common.serde import from_json, to_json
 from pymq.remoting.client import AclSigner
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
@@ -192,11 +192,25 @@ def test_heartbeat_without_body_and_with_groups(tmp_path: pathlib.Path) -> None:
         sign_request(ext, body, "normalUser", "normalSecret1")
         return command(RequestCode.HEART_BEAT, ext, body)
 
+    def check_heartbeat(group: str, topic: str) -> RemotingCommand | None:
+        """check (the signature, before any parse), then what the processor asks once it has
+        read the body."""
+        request = heartbeat(group, topic)
+        assert acl.check(FakeChannel(), request) is None
+        data = from_json(request.body, HeartbeatData)
+        return acl.authorize(FakeChannel(), request, heartbeat_resources(data))
+
     # normalUser: group G SUB, but TopicA only PUB (and topics default DENY).
-    refused = acl.check(FakeChannel(), heartbeat("G", "TopicA"))
+    refused = check_heartbeat("G", "TopicA")
     assert refused is not None and "No default permission for topic:TopicA" in refused.remark
-    refused = acl.check(FakeChannel(), heartbeat("H", "TopicA"))
+    refused = check_heartbeat("H", "TopicA")
     assert refused is not None and "No default permission for group:H" in refused.remark
+    # A wrong signature is refused before the body is read.
+    forged = heartbeat("G", "TopicA")
+    forged.ext_fields["Signature"] = "AAAA"
+    forged.body = forged.body[:-1] + b"!"  # not JSON: never parsed
+    refused = acl.check(FakeChannel(), forged)
+    assert refused is not None and "Check signature failed" in refused.remark
 
 
 def test_retry_topic_send_needs_the_groups_sub(tmp_path: pathlib.Path) -> None:
@@ -384,6 +398,133 @@ def test_permission_strings_and_checks() -> None:
     assert not check_permission(PUB, DENY | PUB)
 
 
+# The permission strings an account may give, None: not given (a missing default is DENY).
+_PERMS = ["DENY", "PUB", "SUB", "PUB|SUB", None]
+# What each grants (Permission.checkPermission: DENY grants nothing).
+_GRANTS = {"DENY": set(), "PUB": {"PUB"}, "SUB": {"SUB"}, "PUB|SUB": {"PUB", "SUB"}, None: set()}
+
+
+@pytest.mark.parametrize("default", _PERMS)
+@pytest.mark.parametrize("listed", _PERMS)
+@pytest.mark.parametrize("kind", ["topic", "group"])
+def test_a_listed_entry_decides_alone_and_the_default_covers_the_rest(
+    tmp_path: pathlib.Path, default: str | None, listed: str | None, kind: str
+) -> None:
+    """Every (default, entry for the resource or none, PUB or SUB asked): an entry decides by
+    itself whatever the default (PlainPermissionManager.checkPerm), and the default decides
+    only for a resource the account does not list; the remark names where 4.9.4 throws."""
+    lines = ["accounts:", "  - accessKey: matrixUser", "    secretKey: matrixSecret"]
+    if default is not None:
+        lines.append(f"    default{kind.capitalize()}Perm: {default}")
+    # Another resource listed too: the account has a resource table either way.
+    entries = ["Elsewhere=PUB|SUB"] + ([f"R={listed}"] if listed is not None else [])
+    lines.append(f"    {kind}Perms: [{', '.join(entries)}]")
+    acl = AclManager(str(write_home(tmp_path, "\n".join(lines) + "\n")))
+    # A request that needs exactly PUB or SUB on R (no request asks PUB on a group).
+    requests = {
+        ("topic", "PUB"): (RequestCode.SEND_MESSAGE_V2, {"a": "G", "b": "R"}),
+        ("topic", "SUB"): (RequestCode.QUERY_MESSAGE, {"topic": "R", "key": "k"}),
+        ("group", "SUB"): (RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "R"}),
+    }
+    owned = _GRANTS[listed] if listed is not None else _GRANTS[default]
+    for (for_kind, asked), (code, ext) in requests.items():
+        if for_kind != kind:
+            continue
+        fields = dict(ext)
+        sign_request(fields, None, "matrixUser", "matrixSecret")
+        answer = acl.check(FakeChannel(), command(code, fields))
+        case = (kind, default, listed, asked)
+        if asked in owned:
+            assert answer is None, case
+        else:
+            assert answer is not None, case
+            line = "610" if listed is not None else "605"
+            assert answer.remark == (
+                "org.apache.rocketmq.acl.common.AclException: No default permission for "
+                f"{kind}:R, org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm("
+                f"PlainPermissionManager.java:{line})"
+            ), case
+
+
+def test_readme_accounts_listed_entries_refuse_what_the_default_allows(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The requests of issue #37 (item 5) through the whole check: README's account
+    (defaultGroupPerm SUB, groupA=DENY) pulling and committing as groupA, and a PUB|SUB default
+    with payroll=DENY and audit=SUB sending and pulling."""
+    text = """\
+accounts:
+  - accessKey: RocketMQ
+    secretKey: "12345678"
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms: [topicA=DENY, topicB=PUB|SUB, topicC=SUB]
+    groupPerms: [groupA=DENY, groupB=PUB|SUB]
+  - accessKey: payrollUser
+    secretKey: payrollSecret
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: SUB
+    topicPerms: [payroll=DENY, audit=SUB]
+"""
+    acl = AclManager(str(write_home(tmp_path, text)))
+    secrets = {"RocketMQ": "12345678", "payrollUser": "payrollSecret"}
+
+    def ask(who: str, code: int, ext: dict[str, str]) -> str | None:
+        fields = dict(ext)
+        sign_request(fields, b"", who, secrets[who])
+        answer = acl.check(FakeChannel(), command(code, fields))
+        return None if answer is None else answer.remark
+
+    def pull(topic: str, group: str) -> tuple[int, dict[str, str]]:
+        return RequestCode.PULL_MESSAGE, {"consumerGroup": group, "topic": topic, "queueId": "0"}
+
+    def commit(topic: str, group: str) -> tuple[int, dict[str, str]]:
+        ext = {"consumerGroup": group, "topic": topic, "queueId": "0", "commitOffset": "1"}
+        return RequestCode.UPDATE_CONSUMER_OFFSET, ext
+
+    def send(topic: str) -> tuple[int, dict[str, str]]:
+        return RequestCode.SEND_MESSAGE_V2, {"a": "P", "b": topic}
+
+    refused = [
+        ("RocketMQ", pull("topicB", "groupA"), "group:groupA"),
+        ("RocketMQ", commit("topicB", "groupA"), "group:groupA"),
+        ("payrollUser", send("payroll"), "topic:payroll"),
+        ("payrollUser", pull("payroll", "g"), "topic:payroll"),
+        ("payrollUser", send("audit"), "topic:audit"),
+        ("RocketMQ", send("topicC"), "topic:topicC"),
+    ]
+    for who, (code, ext), what in refused:
+        remark = ask(who, code, ext)
+        assert remark is not None and f"No default permission for {what}," in remark, (who, ext)
+    allowed = [
+        ("RocketMQ", pull("topicB", "groupB")),
+        ("RocketMQ", pull("topicC", "someGroup")),
+        ("payrollUser", pull("audit", "g")),
+        ("payrollUser", send("other")),
+    ]
+    for who, (code, ext) in allowed:
+        assert ask(who, code, ext) is None, (who, ext)
+
+
+def test_retry_topic_sends_need_sub_on_that_topics_group(tmp_path: pathlib.Path) -> None:
+    """A send to %RETRY%X needs SUB on group X, whatever producer group the header names (4.9.4
+    asked SUB on the header's group, so a member of one group could write into another's
+    retries); the trace topic needs PUB like any topic."""
+    text = CAPTURE_ACL.replace("      - G=SUB", "      - G=SUB\n      - Other=DENY")
+    acl = AclManager(str(write_home(tmp_path, text)))
+
+    def send(producer_group: str, topic: str) -> str | None:
+        ext = {"a": producer_group, "b": topic}
+        sign_request(ext, b"x", "normalUser", "normalSecret1")
+        answer = acl.check(FakeChannel(), command(RequestCode.SEND_MESSAGE_V2, ext, b"x"))
+        return None if answer is None else answer.remark
+
+    assert send("CLIENT_INNER_PRODUCER", "%RETRY%G") is None  # the Java client's fallback
+    assert "group:Other" in (send("G", "%RETRY%Other") or "")
+    assert "group:Unlisted" in (send("G", "%RETRY%Unlisted") or "")
+    assert "topic:RMQ_SYS_TRACE_TOPIC" in (send("G", "RMQ_SYS_TRACE_TOPIC") or "")
+
+
 @pytest.mark.parametrize(
     ("pattern", "yes", "no"),
     [
@@ -547,3 +688,34 @@ def test_admin_updates_write_the_file_back(tmp_path: pathlib.Path) -> None:
     default, every = acl.versions()
     assert json.loads(default)["counter"] == 3
     assert str(path) in json.loads(every)
+
+
+def test_a_parsed_body_over_the_limit_is_refused_before_its_signature(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The codes whose body the broker parses: a body over JSON_BODY_MAX is refused as Java's
+    parse fails, before the HMAC over it is computed (or the body read)."""
+    from pymq.broker.acl import PARSED_BODY_CODES
+    from pymq.common.serde import JSON_BODY_MAX
+
+    acl = AclManager(str(write_home(tmp_path)))
+    signatures = 0
+    real = SigningKey.verify
+
+    def counted(self: SigningKey, ext: object, body: object, given: object) -> bool:
+        nonlocal signatures
+        signatures += 1
+        return real(self, ext, body, given)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SigningKey, "verify", counted)
+    big = b"{" * (JSON_BODY_MAX + 1)
+    for code in sorted(PARSED_BODY_CODES):
+        ext = {"AccessKey": "normalUser", "Signature": "AAAA"}
+        answer = acl.check(FakeChannel(), command(code, ext, big))
+        assert answer is not None and f"over the {JSON_BODY_MAX}-byte limit" in answer.remark
+        assert "PlainAccessValidator.parse" in answer.remark
+    assert signatures == 0
+    # At the limit the signature decides.
+    ext = {"AccessKey": "normalUser", "Signature": "AAAA"}
+    answer = acl.check(FakeChannel(), command(RequestCode.LOCK_BATCH_MQ, ext, big[1:]))
+    assert answer is not None and "Check signature failed" in answer.remark

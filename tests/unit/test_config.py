@@ -99,6 +99,64 @@ def test_lenient_json_accepts_fastjson_numeric_keys() -> None:
         loads_lenient(b"{not json")
 
 
+def test_lenient_json_walks_only_for_a_numeric_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The numeric-key pass (a walk in Python) runs only when json's first error is such a key:
+    a body that is not JSON is refused after one json.loads however long it is; nesting too
+    deep for json is a ValueError too; keys after non-ASCII text are still found."""
+    import pymq.common.serde as serde
+
+    walks: list[int] = []
+    real = serde._quote_numeric_keys
+
+    def counted(data: bytes) -> bytes:
+        walks.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(serde, "_quote_numeric_keys", counted)
+    for bad in (
+        b'{"a":[' + b'"x",' * 100_000 + b"!",
+        b'{"a":1,}',
+        b'{"a":1} {0:1}',
+        b'"0:1"x',
+        b"[" * 100_000,
+        b"\xff",
+    ):
+        with pytest.raises(ValueError):
+            loads_lenient(bad)
+    assert walks == []
+    assert loads_lenient('{"é":{ 7 :"ü"}, -1:[]}'.encode()) == {"é": {"7": "ü"}, "-1": []}
+    assert len(walks) == 1
+
+
+async def test_request_json_bodies_are_bounded_and_big_ones_read_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import trio
+
+    from pymq.common.consumer import HeartbeatData
+    from pymq.common.serde import JSON_BODY_INLINE_MAX, JSON_BODY_MAX, from_json_body
+
+    threads: list[object] = []
+    real = trio.to_thread.run_sync
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        threads.append(args[0])
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(trio.to_thread, "run_sync", counted)
+    small = to_json(HeartbeatData("c"))
+    assert (await from_json_body(small, HeartbeatData)).client_id == "c"
+    assert threads == []
+    padded = small[:-1] + b',"x":"' + b"y" * JSON_BODY_INLINE_MAX + b'"}'
+    assert (await from_json_body(padded, HeartbeatData)).client_id == "c"
+    assert len(threads) == 1
+    with pytest.raises(ValueError, match=f"over the {JSON_BODY_MAX}-byte limit"):
+        await from_json_body(b" " * (JSON_BODY_MAX + 1), HeartbeatData)
+    assert len(threads) == 1  # refused unread
+    with pytest.raises(ValueError, match="groupName"):
+        await from_json_body(b'{"consumerDataSet":[' + b"{}," * 50_000 + b"{}]}", HeartbeatData)
+
+
 def test_route_json_is_written_as_java_writes_it() -> None:
     route = TopicRouteData(
         broker_datas=[BrokerData("DefaultCluster", "broker-a", {0: "127.0.0.1:10911"})]

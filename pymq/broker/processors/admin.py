@@ -34,6 +34,7 @@ import trio
 from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common import fastjson
+from pymq.common.acl import SUB
 from pymq.common.admin_body import (
     ConsumeQueueData,
     GetConsumerStatusBody,
@@ -47,7 +48,7 @@ from pymq.common.consumer import MessageQueue
 from pymq.common.message import decode_offset_msg_id
 from pymq.common.properties import format_properties, parse_properties
 from pymq.common.route import KVTable
-from pymq.common.serde import from_json, to_json
+from pymq.common.serde import check_body_size, from_json_body, read_body, to_json
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
@@ -144,10 +145,15 @@ class AdminProcessor:
     async def view_message_by_id(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         offset = H.decode_request(req).offset
         raw = self.ctx.store.select_one_message_by_offset(offset)
-        if raw is None or self.ctx.store.look_message_by_offset(offset) is None:
+        found = self.ctx.store.look_message_by_offset(offset) if raw is not None else None
+        if raw is None or found is None:
             return req.response(
                 ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
             )
+        if self.ctx.acl is not None:  # SUB on the topic the message is stored in
+            refusal = self.ctx.acl.authorize(channel, req, ((found.topic, SUB),))
+            if refusal is not None:
+                return refusal
         return req.response(body=bytes(raw))
 
     async def query_message(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
@@ -195,9 +201,12 @@ class AdminProcessor:
 
     async def update_broker_config(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         try:
+            check_body_size(req.body, "config body")
             props = parse_properties(req.body.decode("utf-8"))
         except UnicodeDecodeError:
             return req.response(ResponseCode.SYSTEM_ERROR, "config body is not UTF-8")
+        except ValueError as exc:
+            return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
         try:
             await self.service.update_broker_config(props)
         except AdminError as exc:
@@ -216,7 +225,7 @@ class AdminProcessor:
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         try:
-            config = from_json(req.body, SubscriptionGroupConfig)
+            config = await from_json_body(req.body, SubscriptionGroupConfig)
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group: {exc}")
         await self.ctx.subscription_group_manager.update(config)
@@ -387,7 +396,8 @@ class AdminProcessor:
             if answer.code != ResponseCode.SUCCESS or not answer.body:
                 continue
             try:
-                table = fastjson.loads(answer.body).get("messageQueueTable", {})
+                status = await read_body(fastjson.loads, answer.body, "consumer status")
+                table = status.get("messageQueueTable", {})
                 body.consumer_table[client.client_id] = {
                     MessageQueue(k["topic"], k["brokerName"], int(k["queueId"])): int(v)
                     for k, v in table.items()
@@ -536,5 +546,11 @@ class AdminProcessor:
         if offset >= 0:
             raw = self.ctx.store.select_one_message_by_offset(offset)
             if raw is not None:
+                found = self.ctx.store.look_message_by_offset(offset)
+                if self.ctx.acl is not None and found is not None:
+                    # The message goes to a client the caller names: SUB on its topic.
+                    refusal = self.ctx.acl.authorize(channel, req, ((found.topic, SUB),))
+                    if refusal is not None:
+                        return refusal
                 body = bytes(raw)
         return await self._call_consumer(req, head.consumer_group, head.client_id, body)

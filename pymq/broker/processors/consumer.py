@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from pymq.broker.acl import heartbeat_resources
 from pymq.broker.client_manager import ClientChannelInfo
 from pymq.broker.consumer_filter_manager import compile_expression
 from pymq.common.consumer import (
@@ -19,7 +20,7 @@ from pymq.common.consumer import (
     LockBatchResponseBody,
     UnlockBatchRequestBody,
 )
-from pymq.common.serde import from_json, to_json
+from pymq.common.serde import from_json_body, to_json
 from pymq.common.sql92 import Sql92Error
 from pymq.common.topic import PERM_READ, PERM_WRITE, retry_topic
 from pymq.remoting.channel import Channel
@@ -59,11 +60,15 @@ class ConsumerProcessor:
 
     async def heart_beat(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         try:
-            data = from_json(req.body, HeartbeatData)
+            data = await from_json_body(req.body, HeartbeatData)
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad heartbeat body: {exc}")
-        info = self._channel_info(channel, req, data.client_id)
         ctx = self.ctx
+        if ctx.acl is not None:
+            refusal = ctx.acl.authorize(channel, req, heartbeat_resources(data))
+            if refusal is not None:
+                return refusal
+        info = self._channel_info(channel, req, data.client_id)
         for consumer in data.consumer_data_set:
             group_config = await ctx.subscription_group_manager.find_or_create(consumer.group_name)
             notify = True
@@ -116,7 +121,7 @@ class ConsumerProcessor:
         if not req.body:
             return req.response()
         try:
-            body = from_json(req.body, CheckClientRequestBody)
+            body = await from_json_body(req.body, CheckClientRequestBody)
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad check client body: {exc}")
         sub = body.subscription_data
@@ -178,7 +183,7 @@ class ConsumerProcessor:
 
     async def lock_batch_mq(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         try:
-            body = from_json(req.body, LockBatchRequestBody)
+            body = await from_json_body(req.body, LockBatchRequestBody)
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad lock body: {exc}")
         locked = self.ctx.rebalance_lock_manager.try_lock_batch(
@@ -188,7 +193,7 @@ class ConsumerProcessor:
 
     async def unlock_batch_mq(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
         try:
-            body = from_json(req.body, UnlockBatchRequestBody)
+            body = await from_json_body(req.body, UnlockBatchRequestBody)
         except ValueError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, f"bad unlock body: {exc}")
         self.ctx.rebalance_lock_manager.unlock_batch(

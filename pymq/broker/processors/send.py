@@ -14,6 +14,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from pymq.broker.transaction import to_half_message
+from pymq.common.acl import SUB
 from pymq.common.address import host_of
 from pymq.common.message import (
     PROPERTY_CLUSTER,
@@ -918,6 +919,14 @@ class SendProcessor:
         ctx = self.ctx
         head: ConsumerSendMsgBackRequestHeader = decode_request(req)
         group, offset, delay_level = head.group, head.offset, head.delay_level
+        original = ctx.store.look_message_by_offset(offset)
+        if ctx.acl is not None and original is not None:
+            # The offset may name any topic's message: the caller needs SUB on the topic it is
+            # stored in (its own group's retry topic for a message already retried), as a
+            # consumer of that topic has, before anything is created or copied.
+            refusal = ctx.acl.authorize(channel, req, ((original.topic, SUB),))
+            if refusal is not None:
+                return refusal
         group_config = await ctx.subscription_group_manager.find_or_create(group)
         if group_config is None:
             return req.response(
@@ -941,7 +950,6 @@ class SendProcessor:
             return req.response(
                 ResponseCode.NO_PERMISSION, f"the topic[{new_topic}] sending message is forbidden"
             )
-        original = ctx.store.look_message_by_offset(offset)
         if original is None:
             return req.response(
                 ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"

@@ -138,7 +138,8 @@ async def test_metrics_after_sends_and_consumes(tmp_path) -> None:
 
         # Where the endpoint listens is fixed at start.
         with pytest.raises(AdminError, match="metricsPromExporterPort"):
-            cluster.broker.context.admin.update_broker_config({"metricsPromExporterPort": "1"})
+            admin = cluster.broker.context.admin
+            await admin.update_broker_config({"metricsPromExporterPort": "1"})
         assert (await http(port, b"GET /other HTTP/1.1\r\n\r\n"))[0] == 404
         assert (await http(port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405
         assert (await http(port, b"nonsense\r\n\r\n"))[0] == 400

@@ -132,7 +132,8 @@ class ReplyProcessor:
             log.warning(remark)
             return remark
         pushed = dict(props)
-        pushed[PROPERTY_PUSH_REPLY_TIME] = str(now_ms())
+        pushed_at = now_ms()  # one clock read: the push's time and its store timestamp agree
+        pushed[PROPERTY_PUSH_REPLY_TIME] = str(pushed_at)
         store_host = self.ctx.store_host
         push = H.ReplyMessageRequestHeader(
             producer_group=header.producer_group,
@@ -148,7 +149,7 @@ class ReplyProcessor:
             unit_mode=header.unit_mode,
             born_host=channel.remote_address,
             store_host=f"{store_host[0]}:{store_host[1]}",
-            store_timestamp=now_ms(),
+            store_timestamp=pushed_at,
         )
         request = RemotingCommand.request(
             RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, H.encode(push), body

@@ -2,8 +2,13 @@
 
 A manager encodes its state to JSON and decodes it back; :meth:`load` reads its file at start
 (falling back to ``.bak``, refusing to start when both are corrupt) and :meth:`persist` writes it
-atomically in a worker thread.  Persists are serialised per manager so that two writers never
-interleave on the temporary file.
+atomically in a worker thread.
+
+Persists are serialised per manager, and coalesced: a change that arrives while a write is under
+way is covered by the next write, which encodes the state as it is when it starts.  So at most
+one encoded copy of the state exists at a time, however many changes wait (#37: each waiting
+change used to hold its own copy, and a flood of auto-created topics held one per topic, each
+the size of the whole table), and a burst of N changes costs two writes, not N.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -27,6 +33,8 @@ class JsonConfigManager:
     def __init__(self, config_dir: str) -> None:
         self.path = os.path.join(config_dir, self.file_name)
         self._persist_lock = trio.Lock()
+        self._changes = 0  # persist() calls so far
+        self._written = 0  # the persist() calls the last completed write covered
 
     def encode(self) -> Any:
         raise NotImplementedError
@@ -42,12 +50,30 @@ class JsonConfigManager:
             log.info("loaded %s", self.path)
 
     def encode_bytes(self) -> bytes:
-        return json.dumps(self.encode(), indent=1, sort_keys=True).encode()
+        return self.dump(self.encode())
+
+    @staticmethod
+    def dump(plain: Any) -> bytes:
+        return json.dumps(plain, indent=1, sort_keys=True).encode()
+
+    def snapshot(self) -> Callable[[], bytes]:
+        """Called on the loop when a write starts: a function that the worker thread calls for
+        the file's bytes.  By default the state is encoded here; a manager whose state can be
+        copied cheaply (and read safely from a thread) copies it here and encodes it there."""
+        data = self.encode_bytes()
+        return lambda: data
 
     async def persist(self) -> None:
-        data = self.encode_bytes()
+        """Write the state as it is now (or later) to the file; returns once it is written."""
+        self._changes += 1
+        mine = self._changes
         async with self._persist_lock:
-            await trio.to_thread.run_sync(write_file_atomic, self.path, data)
+            if self._written >= mine:
+                return  # a write that started after this call covered it
+            covers = self._changes
+            encode = self.snapshot()
+            await trio.to_thread.run_sync(lambda: write_file_atomic(self.path, encode()))
+            self._written = covers
 
     def persist_blocking(self) -> None:
         write_file_atomic(self.path, self.encode_bytes())

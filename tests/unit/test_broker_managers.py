@@ -71,3 +71,65 @@ def test_allocate_averagely_matches_rocketmq() -> None:
     many = [f"c{i}" for i in range(7)]
     shares = [len(allocate_averagely(mqs, many, c)) for c in many]
     assert sorted(shares) == [0, 0, 1, 1, 1, 1, 1]
+
+
+async def test_changes_waiting_on_a_slow_disk_share_one_write_and_one_copy(
+    tmp_path, monkeypatch
+) -> None:
+    """#37: each change waiting for the disk held its own encoded copy of the whole table (a
+    flood of auto-created topics held one per topic, each the size of the table).  Changes that
+    wait now share the next write, which encodes the state as it is when it starts."""
+    import threading
+    import time
+
+    import trio
+
+    from pymq.broker import config_manager
+
+    manager = TopicConfigManager(str(tmp_path), BrokerConfig(broker_name="b"))
+    for i in range(2000):
+        manager.table[f"T{i:05d}"] = TopicConfig(f"T{i:05d}", 4, 4)
+    written: list[bytes] = []
+    alive = 0
+    most_alive = 0
+    lock = threading.Lock()
+
+    def slow_write(path: str, data: bytes) -> None:
+        time.sleep(0.05)  # a disk whose fsyncs are slow
+        written.append(data)
+
+    real_snapshot = getattr(manager, "snapshot", None)  # None: the old code, which had none
+
+    def counted_snapshot():  # type: ignore[no-untyped-def]
+        nonlocal alive, most_alive
+        encode = real_snapshot()  # type: ignore[misc]
+
+        def run() -> bytes:
+            nonlocal alive, most_alive
+            with lock:
+                alive += 1
+                most_alive = max(most_alive, alive)
+            try:
+                return encode()
+            finally:
+                with lock:
+                    alive -= 1
+
+        return run
+
+    monkeypatch.setattr(config_manager, "write_file_atomic", slow_write)
+    if real_snapshot is not None:
+        monkeypatch.setattr(manager, "snapshot", counted_snapshot)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.update, TopicConfig("New000", 4, 4))
+        await trio.sleep(0.01)  # its write is under way: the rest wait behind it
+        for i in range(1, 200):
+            nursery.start_soon(manager.update, TopicConfig(f"New{i:03d}", 4, 4))
+    # The first change's write, then one for the 199 that waited behind it (the old code
+    # wrote 200 times, each of the 199 holding its copy while it waited).
+    assert len(written) == 2
+    assert most_alive == 1
+    assert "New001" not in json.loads(written[0])["topicConfigTable"]
+    last = json.loads(written[-1])["topicConfigTable"]
+    assert all(f"New{i:03d}" in last for i in range(200))
+    assert json.loads(written[-1])["dataVersion"]["counter"] == 200

@@ -86,3 +86,74 @@ async def test_oneway_sends_to_new_topics_stop_at_the_auto_create_limit(tmp_path
         # Not yet 50 ms: each new topic's first message creates its consume-queue file on the
         # loop (mkdir, open, fallocate: 4-40 ms here, more behind other fsyncs).
         assert probe.worst < 0.25, probe.worst
+
+
+def stuck_scraper(port: int, request: bytes) -> socket.socket:
+    """A scraper that sends ``request`` and never reads (a tiny receive window)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(request)
+    return sock
+
+
+async def scrape_status(port: int) -> int:
+    """The status of one scrape; 503 also when the connection was reset (the server answers
+    503 and closes without reading the request, which may reset it before it is read)."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    data = b""
+    try:
+        async with stream:
+            await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            while chunk := await stream.receive_some(1 << 20):
+                data += chunk
+    except trio.BrokenResourceError:
+        return 503
+    return int(data.split(b" ", 2)[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        pytest.param(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", id="never-reads-the-answer"),
+        pytest.param(b"GET /metrics HTTP/1.1\r\nHo", id="half-a-request"),
+    ],
+)
+async def test_scrapers_that_stall_free_their_slot(tmp_path, monkeypatch, request_bytes) -> None:
+    """#37 item 10: MAX_CONNECTIONS scrapers that never read their (large) answer, or that send
+    half a request and stop, are closed after WRITE_TIMEOUT / HEAD_TIMEOUT; then /metrics is
+    served again.  Before, a scraper that never read held its slot for good."""
+    from pymq.broker import metrics
+
+    monkeypatch.setattr(metrics, "WRITE_TIMEOUT", 1.0, raising=False)
+    monkeypatch.setattr(metrics, "HEAD_TIMEOUT", 1.0)
+    props = {
+        "metricsExporterType": "PROM",
+        "metricsPromExporterHost": "127.0.0.1",
+        "metricsPromExporterPort": "0",
+    }
+    async with open_broker(tmp_path, **props) as cluster:
+        server = cluster.broker.metrics
+        assert server is not None
+        real_render = server.render
+        # A broker of many topics: an answer far larger than the socket buffers.
+        big = real_render() + b"# padding\n" * 800_000
+        monkeypatch.setattr(server, "render", lambda: big)
+        async with StallProbe(cluster.broker.port) as probe:
+            stuck = [
+                await trio.to_thread.run_sync(stuck_scraper, server.port, request_bytes)
+                for _ in range(metrics.MAX_CONNECTIONS)
+            ]
+            try:
+                await trio.sleep(0.3)
+                assert await scrape_status(server.port) == 503  # every slot taken
+                with trio.fail_after(5):
+                    while (status := await scrape_status(server.port)) == 503:
+                        await trio.sleep(0.1)
+                assert status == 200
+            finally:
+                for sock in stuck:
+                    sock.close()
+        print(f"stalled scrapers: probe worst {probe.worst * 1000:.1f} ms over {probe.count}")
+        assert probe.worst < 0.05, probe.worst

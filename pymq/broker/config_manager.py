@@ -19,10 +19,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import cattrs
 import trio
 
 from pymq.common.files import read_file_with_backup, write_file_atomic
-from pymq.common.serde import loads_lenient
+from pymq.common.serde import error_reasons, loads_lenient
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,12 @@ class JsonConfigManager:
         """Blocking: read the file (or its backup); a missing file leaves the defaults."""
         loaded = read_file_with_backup(self.path, loads_lenient)
         if loaded is not None:
-            self.decode(loaded)
+            try:
+                self.decode(loaded)
+            except (ValueError, TypeError, KeyError, cattrs.BaseValidationError) as exc:
+                # A value out of its bounds (a queue count over MAX_QUEUE_NUMS, say): the
+                # broker does not start on a table it cannot serve.
+                raise ValueError(f"cannot load {self.path}: {error_reasons(exc)}") from exc
             log.info("loaded %s", self.path)
 
     def encode_bytes(self) -> bytes:

@@ -125,7 +125,15 @@ def from_json(data: bytes | str, cls: type[T]) -> T:
     try:
         return converter.structure(loads_lenient(data), cls)
     except (cattrs.BaseValidationError, KeyError, TypeError, IndexError) as exc:
-        raise ValueError(f"cannot decode {cls.__name__}: {exc}") from exc
+        raise ValueError(f"cannot decode {cls.__name__}: {error_reasons(exc)}") from exc
+
+
+def error_reasons(exc: BaseException) -> str:
+    """What went wrong, with the causes cattrs gathers in exception groups spelled out."""
+    inner = getattr(exc, "exceptions", None)
+    if not inner:
+        return str(exc)
+    return "; ".join(error_reasons(e) for e in inner)
 
 
 _NUMERIC_KEY = re.compile(rb"(-?\d+)\s*:")

@@ -4,17 +4,22 @@ queue counts no broker can walk.  Each measures the broker's loop with a probe c
 
 from __future__ import annotations
 
+import json
 import socket
 import time
+import types
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 import trio
 
+from pymq.common.route import RegisterBrokerBody
+from pymq.common.topic import MAX_QUEUE_NUMS
 from pymq.embedded import Cluster, open_cluster
+from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import FrameDecoder, RemotingCommand, encode
-from pymq.remoting.codes import ResponseCode
+from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.headers import SendMessageRequestHeader
 from pymq.testing import TEST_PROPERTIES
 from tests.helpers import StallProbe
@@ -157,3 +162,153 @@ async def test_scrapers_that_stall_free_their_slot(tmp_path, monkeypatch, reques
                     sock.close()
         print(f"stalled scrapers: probe worst {probe.worst * 1000:.1f} ms over {probe.count}")
         assert probe.worst < 0.05, probe.worst
+
+
+HUGE = 2**31 - 1
+
+
+def create_topic_request(topic: str, reads: int, writes: int) -> RemotingCommand:
+    fields = {
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "readQueueNums": str(reads),
+        "writeQueueNums": str(writes),
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": "0",
+        "order": "false",
+    }
+    return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+
+
+@pytest.mark.slow
+async def test_queue_counts_past_the_maximum_are_refused_everywhere(tmp_path) -> None:
+    """#37 item 12: a topic or group of 2^31-1 queues, by any way a count enters, is refused
+    with a remark and changes nothing; the stats walks that follow stay bounded."""
+    async with open_broker(tmp_path) as cluster:
+        broker = cluster.broker
+        port = broker.port
+        async with trio.open_nursery() as nursery:
+            rc = RemotingClient(nursery)
+            addr = cluster.broker_addr
+            async with StallProbe(port) as probe:
+                for reads, writes in ((HUGE, 4), (4, HUGE), (MAX_QUEUE_NUMS + 1, 4), (-1, 4)):
+                    answer = await rc.invoke(addr, create_topic_request("Huge", reads, writes))
+                    assert answer.code == ResponseCode.SYSTEM_ERROR, (reads, writes)
+                    assert str(MAX_QUEUE_NUMS) in (answer.remark or ""), answer.remark
+                assert broker.topic_config_manager.select("Huge") is None
+                # The largest count allowed is served, and walked, without a stall.
+                ok = await rc.invoke(addr, create_topic_request("Wide", MAX_QUEUE_NUMS, 4))
+                assert ok.code == ResponseCode.SUCCESS, ok.remark
+                stats = await rc.invoke(
+                    addr,
+                    RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "Wide"}),
+                )
+                assert stats.code == ResponseCode.SUCCESS, stats.remark
+                consume = await rc.invoke(
+                    addr,
+                    RemotingCommand.request(
+                        RequestCode.GET_CONSUME_STATS, {"consumerGroup": "G", "topic": "Wide"}
+                    ),
+                )
+                assert consume.code in (ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE)
+
+                # A subscription group's retryQueueNums.
+                group = {"groupName": "HugeRetry", "retryQueueNums": HUGE}
+                answer = await rc.invoke(
+                    addr,
+                    RemotingCommand.request(
+                        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                        body=json.dumps(group).encode(),
+                    ),
+                )
+                assert answer.code == ResponseCode.SYSTEM_ERROR
+                assert "retryQueueNums" in (answer.remark or ""), answer.remark
+                assert "HugeRetry" not in broker.subscription_group_manager.table
+
+                # The send header's defaultTopicQueueNums: the topic gets TBW102's at most.
+                sent = await trio.to_thread.run_sync(
+                    exchange, port, send_frame("AutoHuge", 5, queue_nums=HUGE)
+                )
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+                auto = broker.topic_config_manager.select("AutoHuge")
+                assert auto is not None
+                assert auto.write_queue_nums == broker.broker_config.default_topic_queue_nums
+
+                # A broker registering a topic of 2^31-1 queues at the name server.
+                wrapper = broker.topic_config_manager.serialize_wrapper()
+                body = json.loads(RegisterBrokerBody(wrapper, []).encode())
+                table = body["topicConfigSerializeWrapper"]["topicConfigTable"]
+                table["Rogue"] = {**table["Wide"], "topicName": "Rogue", "readQueueNums": HUGE}
+                body["topicConfigSerializeWrapper"]["dataVersion"]["counter"] += 1000
+                header = {
+                    "brokerName": "rogue",
+                    "brokerAddr": "127.0.0.1:1",
+                    "clusterName": "DefaultCluster",
+                    "haServerAddr": "127.0.0.1:2",
+                    "brokerId": "0",
+                    "compressed": "false",
+                    "bodyCrc32": "0",
+                }
+                answer = await rc.invoke(
+                    cluster.namesrv_addr,
+                    RemotingCommand.request(
+                        RequestCode.REGISTER_BROKER, header, json.dumps(body).encode()
+                    ),
+                )
+                assert answer.code == ResponseCode.SYSTEM_ERROR
+                assert "readQueueNums" in (answer.remark or ""), answer.remark
+                routes = cluster.namesrv.routes
+                assert "Rogue" not in routes.topic_queue_table
+                assert "rogue" not in routes.broker_addr_table
+            nursery.cancel_scope.cancel()
+        print(f"queue counts: probe worst {probe.worst * 1000:.1f} ms over {probe.count}")
+        assert probe.worst < 0.05, probe.worst
+
+
+def test_the_admin_channel_refuses_queue_counts_past_the_maximum() -> None:
+    """The admin channel and CLI build topics with AdminService.build_topic_config."""
+    from pymq.broker.admin_service import AdminError, AdminService
+
+    service = AdminService.__new__(AdminService)
+    service.broker = types.SimpleNamespace(  # type: ignore[attr-defined]
+        broker_config=types.SimpleNamespace(broker_cluster_name="DefaultCluster")
+    )
+    with pytest.raises(AdminError, match="writeQueueNums"):
+        service.build_topic_config("T", read_queue_nums=4, write_queue_nums=HUGE)
+    assert service.build_topic_config("T", read_queue_nums=4, write_queue_nums=4)
+
+
+@pytest.mark.parametrize(
+    ("file_name", "content", "field"),
+    [
+        (
+            "topics.json",
+            {"topicConfigTable": {"Big": {"topicName": "Big", "readQueueNums": HUGE}}},
+            "readQueueNums",
+        ),
+        (
+            "subscriptionGroup.json",
+            {"subscriptionGroupTable": {"G": {"groupName": "G", "retryQueueNums": HUGE}}},
+            "retryQueueNums",
+        ),
+    ],
+)
+async def test_a_broker_does_not_start_on_queue_counts_past_the_maximum(
+    tmp_path, file_name: str, content: dict, field: str
+) -> None:
+    config_dir = tmp_path / "store" / "config"
+    config_dir.mkdir(parents=True)
+    (config_dir / file_name).write_text(json.dumps(content))
+    with pytest.raises(BaseException) as caught:
+        async with open_broker(tmp_path):
+            pass
+    text = repr(caught.value) + "".join(repr(e) for e in getattr(caught.value, "exceptions", []))
+    assert field in text and str(MAX_QUEUE_NUMS) in text, text
+
+
+async def test_a_default_topic_queue_nums_past_the_maximum_stops_the_start(tmp_path) -> None:
+    with pytest.raises(BaseException) as caught:
+        async with open_broker(tmp_path, defaultTopicQueueNums=str(HUGE)):
+            pass
+    assert "readQueueNums" in repr(caught.value), repr(caught.value)

@@ -4,11 +4,10 @@ A manager encodes its state to JSON and decodes it back; :meth:`load` reads its 
 (falling back to ``.bak``, refusing to start when both are corrupt) and :meth:`persist` writes it
 atomically in a worker thread.
 
-Persists are serialised per manager, and coalesced: a change that arrives while a write is under
-way is covered by the next write, which encodes the state as it is when it starts.  So at most
-one encoded copy of the state exists at a time, however many changes wait (#37: each waiting
-change used to hold its own copy, and a flood of auto-created topics held one per topic, each
-the size of the whole table), and a burst of N changes costs two writes, not N.
+Persists are serialised per manager, and coalesced (:class:`~pymq.common.files.CoalescedWriter`):
+a change that arrives while a write is under way is covered by the next write, which encodes the
+state as it is when it starts (#37: a flood of auto-created topics held one copy of the whole
+table per waiting topic).
 """
 
 from __future__ import annotations
@@ -20,9 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 import cattrs
-import trio
 
-from pymq.common.files import read_file_with_backup, write_file_atomic
+from pymq.common.files import CoalescedWriter, read_file_with_backup, write_file_atomic
 from pymq.common.serde import error_reasons, loads_lenient
 
 log = logging.getLogger(__name__)
@@ -33,9 +31,7 @@ class JsonConfigManager:
 
     def __init__(self, config_dir: str) -> None:
         self.path = os.path.join(config_dir, self.file_name)
-        self._persist_lock = trio.Lock()
-        self._changes = 0  # persist() calls so far
-        self._written = 0  # the persist() calls the last completed write covered
+        self._writer = CoalescedWriter(self.path)
 
     def encode(self) -> Any:
         raise NotImplementedError
@@ -71,15 +67,7 @@ class JsonConfigManager:
 
     async def persist(self) -> None:
         """Write the state as it is now (or later) to the file; returns once it is written."""
-        self._changes += 1
-        mine = self._changes
-        async with self._persist_lock:
-            if self._written >= mine:
-                return  # a write that started after this call covered it
-            covers = self._changes
-            encode = self.snapshot()
-            await trio.to_thread.run_sync(lambda: write_file_atomic(self.path, encode()))
-            self._written = covers
+        await self._writer.write(self.snapshot)
 
     def persist_blocking(self) -> None:
         write_file_atomic(self.path, self.encode_bytes())

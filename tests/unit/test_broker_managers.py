@@ -84,7 +84,7 @@ async def test_changes_waiting_on_a_slow_disk_share_one_write_and_one_copy(
 
     import trio
 
-    from pymq.broker import config_manager
+    from pymq.common import files
 
     manager = TopicConfigManager(str(tmp_path), BrokerConfig(broker_name="b"))
     for i in range(2000):
@@ -117,7 +117,7 @@ async def test_changes_waiting_on_a_slow_disk_share_one_write_and_one_copy(
 
         return run
 
-    monkeypatch.setattr(config_manager, "write_file_atomic", slow_write)
+    monkeypatch.setattr(files, "write_file_atomic", slow_write)
     if real_snapshot is not None:
         monkeypatch.setattr(manager, "snapshot", counted_snapshot)
     async with trio.open_nursery() as nursery:
@@ -133,3 +133,35 @@ async def test_changes_waiting_on_a_slow_disk_share_one_write_and_one_copy(
     last = json.loads(written[-1])["topicConfigTable"]
     assert all(f"New{i:03d}" in last for i in range(200))
     assert json.loads(written[-1])["dataVersion"]["counter"] == 200
+
+
+async def test_name_server_kv_puts_waiting_on_a_slow_disk_share_one_write(
+    tmp_path, monkeypatch
+) -> None:
+    """The name server's kvConfig.json: the same coalesced writes (a flood of oneway
+    PUT_KV_CONFIG held one encoded copy of the table per waiting put)."""
+    import time
+
+    import trio
+
+    from pymq.common import files
+    from pymq.namesrv import kvconfig
+    from pymq.namesrv.kvconfig import KVConfigManager
+
+    written: list[bytes] = []
+
+    def slow_write(path: str, data: bytes) -> None:
+        time.sleep(0.05)
+        written.append(data)
+
+    monkeypatch.setattr(files, "write_file_atomic", slow_write)
+    # (the old code wrote through its own import, once per put)
+    monkeypatch.setattr(kvconfig, "write_file_atomic", slow_write, raising=False)
+    manager = KVConfigManager(str(tmp_path / "kvConfig.json"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.put, "NS", "k000", "v")
+        await trio.sleep(0.01)
+        for i in range(1, 200):
+            nursery.start_soon(manager.put, "NS", f"k{i:03d}", "v")
+    assert len(written) == 2
+    assert len(json.loads(written[-1])["configTable"]["NS"]) == 200

@@ -55,13 +55,14 @@ from pymq.common.message import (
     decode_offset_msg_id,
     decode_record,
 )
-from pymq.common.serde import from_plain, to_plain
+from pymq.common.serde import error_reasons, from_plain, to_plain
 from pymq.common.topic import (
     PERM_READ,
     PERM_WRITE,
     TopicConfig,
     TopicFilterType,
     dlq_topic,
+    queue_nums_problem,
     retry_topic,
     validate_topic,
 )
@@ -325,8 +326,13 @@ class AdminService:
             raise AdminError(
                 ResponseCode.SYSTEM_ERROR, "topicFilterType must be SINGLE_TAG or MULTI_TAG"
             ) from None
-        if read_queue_nums <= 0 or write_queue_nums <= 0:
-            raise AdminError(ResponseCode.SYSTEM_ERROR, "queue numbers must be positive")
+        for name, nums in (
+            ("readQueueNums", read_queue_nums),
+            ("writeQueueNums", write_queue_nums),
+        ):
+            problem = queue_nums_problem(name, nums, least=1)
+            if problem:
+                raise AdminError(ResponseCode.SYSTEM_ERROR, problem)
         if perm & ~(PERM_READ | PERM_WRITE | 1) or perm < 0:
             raise AdminError(ResponseCode.SYSTEM_ERROR, f"perm must be 2, 4 or 6, not {perm}")
         return TopicConfig(
@@ -451,7 +457,10 @@ class AdminService:
         try:
             config = from_plain(fields, SubscriptionGroupConfig)
         except Exception as exc:  # cattrs raises several kinds of errors
-            raise AdminError(ResponseCode.SYSTEM_ERROR, f"bad subscription group: {exc}") from None
+            problem = error_reasons(exc)
+            raise AdminError(
+                ResponseCode.SYSTEM_ERROR, f"bad subscription group: {problem}"
+            ) from None
         await self.broker.subscription_group_manager.update(config)
         return to_plain(config)
 

@@ -63,6 +63,11 @@ class BrokerConfig:
     broker_permission: int = PERM_READ | PERM_WRITE
     default_topic_queue_nums: int = 8
     auto_create_topic_enable: bool = True
+    # pymq: auto-creation (a send to a topic the broker does not have, from TBW102 or as a
+    # %RETRY% topic) is refused, TOPIC_NOT_EXIST with a remark naming this key, once the broker
+    # holds this many topics; 0 turns auto-creation off the same way.  Topics made by
+    # UPDATE_AND_CREATE_TOPIC, and retry/DLQ topics of subscription groups, are not limited.
+    auto_create_topic_max_count: int = 10000
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
     auto_create_subscription_group: bool = True

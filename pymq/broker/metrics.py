@@ -18,7 +18,11 @@ every :data:`CLIENT_METRICS_PERIOD` seconds (at most :data:`MAX_CLIENTS_PER_ROUN
 The text is written by ``prometheus_client`` (a registry per broker, one collector).  The HTTP
 side is a small Trio server in the broker's nursery: ``GET /metrics`` only, one request per
 connection, at most :data:`MAX_CONNECTIONS` at once, a request head of at most
-:data:`MAX_HEAD_BYTES` read within :data:`HEAD_TIMEOUT` seconds.
+:data:`MAX_HEAD_BYTES` read within :data:`HEAD_TIMEOUT` seconds (a scraper that sends half a
+request and stops is closed then), and an answer written within :data:`WRITE_TIMEOUT` seconds
+(a scraper that does not read it is closed then, freeing its slot; before #37 it held the slot
+for good, and 16 of them kept every scrape at 503).  A connection therefore lives at most
+``HEAD_TIMEOUT + WRITE_TIMEOUT`` seconds (plus :data:`DRAIN_TIMEOUT` after a refused head).
 """
 
 from __future__ import annotations
@@ -66,6 +70,9 @@ METRICS_PATH = "/metrics"
 MAX_CONNECTIONS = 16
 MAX_HEAD_BYTES = 8192
 HEAD_TIMEOUT = 10.0
+# An answer not taken by the scraper within this is abandoned and the connection closed
+# (Prometheus's own scrape_timeout defaults to 10 s).
+WRITE_TIMEOUT = 10.0
 # After refusing an oversized head: how long and how much more is read before closing.
 DRAIN_TIMEOUT = 1.0
 DRAIN_MAX_BYTES = 1024 * 1024
@@ -459,8 +466,8 @@ class MetricsServer:
                     await self._answer(stream, 431, "Request Header Fields Too Large", b"")
                     await self._drain(stream)
                     return
-        if b"\n" not in head:
-            return  # timed out before a request line
+        if b"\r\n\r\n" not in head and b"\n\n" not in head:
+            return  # timed out (or the peer stopped) before the end of the head: no answer
         request_line = head.split(b"\n", 1)[0].decode("latin-1").strip().split(" ")
         if len(request_line) != 3 or not request_line[2].startswith("HTTP/1."):
             await self._answer(stream, 400, "Bad Request", b"bad request line\n")
@@ -508,7 +515,13 @@ class MetricsServer:
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         ).encode()
-        await stream.send_all(head + body if send_body else head)
+        with trio.move_on_after(WRITE_TIMEOUT) as deadline:
+            # Two writes rather than a copy of a body that may be megabytes.
+            await stream.send_all(head)
+            if send_body and body:
+                await stream.send_all(body)
+        if deadline.cancelled_caught:
+            log.info("a metrics scraper did not read its answer in %.0f s: closed", WRITE_TIMEOUT)
 
 
 def exporter_type(value: str) -> str:

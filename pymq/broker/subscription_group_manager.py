@@ -9,7 +9,7 @@ import attrs
 
 from pymq.broker.config_manager import JsonConfigManager
 from pymq.common.serde import from_plain, to_plain
-from pymq.common.topic import DataVersion
+from pymq.common.topic import DataVersion, check_queue_nums
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class SubscriptionGroupConfig:
     consume_enable: bool = True
     consume_from_min_enable: bool = True
     consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
+    retry_queue_nums: int = attrs.field(default=1, validator=check_queue_nums)
     retry_max_times: int = 16
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1

@@ -82,10 +82,21 @@ class TopicConfigManager(JsonConfigManager):
     # -- persistence --------------------------------------------------------------------------
 
     def encode(self) -> Any:
+        return self._plain(self.table, self.data_version)
+
+    @staticmethod
+    def _plain(table: dict[str, TopicConfig], version: DataVersion) -> Any:
         return {
-            "dataVersion": to_plain(self.data_version),
-            "topicConfigTable": {name: to_plain(c) for name, c in sorted(self.table.items())},
+            "dataVersion": to_plain(version),
+            "topicConfigTable": {name: to_plain(c) for name, c in sorted(table.items())},
         }
+
+    def snapshot(self) -> Callable[[], bytes]:
+        # A TopicConfig is frozen (replaced, never changed): a copy of the table is a snapshot,
+        # and the encoding (O(topics), 0.2 s for 10,000) runs in the worker thread.
+        table = dict(self.table)
+        version = DataVersion(self.data_version.timestamp, self.data_version.counter)
+        return lambda: self.dump(self._plain(table, version))
 
     def decode(self, data: Any) -> None:
         for name, raw in (data.get("topicConfigTable") or {}).items():
@@ -94,7 +105,9 @@ class TopicConfigManager(JsonConfigManager):
             self.data_version = from_plain(data["dataVersion"], DataVersion)
 
     def serialize_wrapper(self) -> TopicConfigSerializeWrapper:
-        return TopicConfigSerializeWrapper(dict(self.table), self.data_version)
+        """A snapshot (the configs are frozen): safe to encode in a worker thread."""
+        version = DataVersion(self.data_version.timestamp, self.data_version.counter)
+        return TopicConfigSerializeWrapper(dict(self.table), version)
 
     # -- lookups and changes ------------------------------------------------------------------
 
@@ -119,6 +132,17 @@ class TopicConfigManager(JsonConfigManager):
         log.info("delete topic config OK, topic: %s", old)
         await self._changed()
         return True
+
+    def auto_create_refusal(self) -> str | None:
+        """Why a send may not auto-create a topic now (None: it may): the broker holds
+        ``autoCreateTopicMaxCount`` topics already."""
+        limit = self.broker_config.auto_create_topic_max_count
+        if len(self.table) < limit:
+            return None
+        return (
+            f"the broker holds {len(self.table)} topics, and auto-creation stops at "
+            f"autoCreateTopicMaxCount ({limit}); create it with updateTopic"
+        )
 
     async def create_in_send_message(
         self, topic: str, default_topic: str, remote: str, client_queue_nums: int, sys_flag: int

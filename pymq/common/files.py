@@ -136,6 +136,36 @@ class PropertiesFile:
             await trio.to_thread.run_sync(save_properties, self.path, dict(changes))
 
 
+class CoalescedWriter:
+    """Atomic writes of one file's latest state, in a worker thread, one at a time, coalesced.
+
+    :meth:`write` returns once the state as it was at the call (or later) is on disk.  A call
+    that arrives while a write is under way waits, and the next write, which takes its snapshot
+    when it starts, covers every call that waited: at most one encoded copy of the state exists
+    at a time, however many changes wait for a slow disk (#37: each waiting change used to hold
+    its own copy), and a burst of N changes costs two writes, not N.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = trio.Lock()
+        self._calls = 0  # write() calls so far
+        self._covered = 0  # the calls the last completed write covered
+
+    async def write(self, snapshot: Callable[[], Callable[[], bytes]]) -> None:
+        """``snapshot()`` is called on the loop when a write starts; the function it returns is
+        called in the worker thread for the bytes to write."""
+        self._calls += 1
+        mine = self._calls
+        async with self._lock:
+            if self._covered >= mine:
+                return  # a write that started after this call covered it
+            covers = self._calls
+            encode = snapshot()
+            await trio.to_thread.run_sync(lambda: write_file_atomic(self.path, encode()))
+            self._covered = covers
+
+
 def read_file_with_backup(path: str, parse: Callable[[bytes], T]) -> T | None:
     """Parse ``path``, else its ``.bak``; None when neither exists.
 

@@ -165,7 +165,15 @@ def from_json(data: bytes | str, cls: type[T]) -> T:
     except KeyError as exc:
         raise ValueError(f"cannot decode {cls.__name__}: {exc} missing") from None
     except (cattrs.BaseValidationError, TypeError, IndexError, AttributeError) as exc:
-        raise ValueError(f"cannot decode {cls.__name__}: {exc}") from None
+        raise ValueError(f"cannot decode {cls.__name__}: {error_reasons(exc)}") from None
+
+
+def error_reasons(exc: BaseException) -> str:
+    """What went wrong, with the causes cattrs gathers in exception groups spelled out."""
+    inner = getattr(exc, "exceptions", None)
+    if not inner:
+        return str(exc)
+    return "; ".join(error_reasons(e) for e in inner)
 
 
 _NUMERIC_KEY = re.compile(rb"(-?\d+)\s*:")

@@ -125,11 +125,44 @@ class TopicFilterType(enum.Enum):
     MULTI_TAG = "MULTI_TAG"
 
 
+MAX_QUEUE_NUMS = 1024
+"""The most queues a topic may have on one broker (read or write), and the most retry queues a
+subscription group may ask for.  Java 4.9.4 takes any int, and a topic of 2^31-1 queues
+(UPDATE_AND_CREATE_TOPIC with no ACL, a careless operator) made the first walk over its
+queues (stats, consume stats, offsets) exhaust the broker's memory (#37).  pymq refuses more
+than this wherever a count enters: topic and group updates (SYSTEM_ERROR with a remark),
+topics.json / subscriptionGroup.json at start (the broker does not start), a name-server
+registration (refused), and any TopicConfig or SubscriptionGroupConfig built in between, so
+that every walk over a topic's queues is bounded by it.  1,024 is the count of Java's own
+largest topic (BenchmarkTest)."""
+
+
+def queue_nums_problem(name: str, value: object, *, least: int = 0) -> str | None:
+    """Why ``value`` is not an acceptable queue count for field ``name``, or None."""
+    if type(value) is not int:
+        return f"{name} must be an integer, not {value!r}"
+    if not least <= value <= MAX_QUEUE_NUMS:
+        return f"{name} {value} is out of range: {least} to {MAX_QUEUE_NUMS}"
+    return None
+
+
+def _java_name(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def check_queue_nums(instance: object, attribute: attrs.Attribute, value: object) -> None:
+    """An attrs validator: the field's value is a queue count within MAX_QUEUE_NUMS."""
+    problem = queue_nums_problem(_java_name(attribute.name), value)
+    if problem:
+        raise ValueError(problem)
+
+
 @attrs.define(frozen=True)
 class TopicConfig:
     topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
+    read_queue_nums: int = attrs.field(default=16, validator=check_queue_nums)
+    write_queue_nums: int = attrs.field(default=16, validator=check_queue_nums)
     perm: int = PERM_READ | PERM_WRITE
     topic_filter_type: TopicFilterType = TopicFilterType.SINGLE_TAG
     topic_sys_flag: int = 0

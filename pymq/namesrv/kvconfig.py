@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
-import trio
-
-from pymq.common.files import read_file_with_backup, write_file_atomic
+from pymq.common.files import CoalescedWriter, read_file_with_backup
 from pymq.common.serde import loads_lenient
 
 log = logging.getLogger(__name__)
@@ -31,7 +30,7 @@ class KVConfigManager:
     def __init__(self, path: str) -> None:
         self.path = path
         self.config_table: dict[str, dict[str, str]] = {}
-        self._persist_lock = trio.Lock()
+        self._writer = CoalescedWriter(path)
 
     def load(self) -> None:
         """Blocking: read the file (or its backup) if there is one."""
@@ -67,9 +66,13 @@ class KVConfigManager:
         await self.persist()
 
     async def persist(self) -> None:
+        """Write the table as it is now (or later); changes waiting for the disk share a write
+        and one encoded copy (CoalescedWriter), however many PUT_KV_CONFIG arrive meanwhile."""
+        await self._writer.write(self._snapshot)
+
+    def _snapshot(self) -> Callable[[], bytes]:
         data = json.dumps({"configTable": self.config_table}, indent=4, sort_keys=True).encode()
-        async with self._persist_lock:
-            await trio.to_thread.run_sync(write_file_atomic, self.path, data)
+        return lambda: data
 
     def print_all(self) -> None:
         log.info("--------------------------------------------------------")

@@ -66,6 +66,8 @@ _ROUTE_CODE_FIELD = b'"code":%d' % _ROUTE_CODE
 # The longest header route_answer_raw reads (a lookup's is some 150 bytes and the topic, at most
 # 127 characters, up to 6 bytes each escaped); longer ones take the usual path, with its bounds.
 RAW_LOOKUP_HEADER_MAX = 2048
+# A REGISTER_BROKER body this large (some 1,000 topics) is decoded in a worker thread.
+THREAD_DECODE_BYTES = 128 * 1024
 # The tail Java's name server adds to a remark that has a FAQ entry.
 FAQ_TAIL = "See http://rocketmq.apache.org/docs/faq/ for further details."
 
@@ -183,7 +185,13 @@ class NamesrvProcessor:
         compressed = head.compressed
         if req.body:
             try:
-                body = RegisterBrokerBody.decode(req.body, compressed)
+                # O(topics) (85 ms for 10,000): a large body is decoded in a worker thread.
+                if len(req.body) < THREAD_DECODE_BYTES:
+                    body = RegisterBrokerBody.decode(req.body, compressed)
+                else:
+                    body = await trio.to_thread.run_sync(
+                        RegisterBrokerBody.decode, req.body, compressed
+                    )
             except ValueError as exc:
                 return req.response(ResponseCode.SYSTEM_ERROR, f"bad register body: {exc}")
             wrapper = body.topic_config_serialize_wrapper

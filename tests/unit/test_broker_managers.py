@@ -112,3 +112,97 @@ def test_producer_clients_by_id_follow_registrations() -> None:
     assert producers.clients == {} and producers.groups == {}
     producers.register("A", ClientChannelInfo(old, "c2", "JAVA", 401, 0.0))
     assert producers.scan_expired(1000.0) == [old] and producers.clients == {}
+
+
+async def test_changes_waiting_on_a_slow_disk_share_one_write_and_one_copy(
+    tmp_path, monkeypatch
+) -> None:
+    """#37: each change waiting for the disk held its own encoded copy of the whole table (a
+    flood of auto-created topics held one per topic, each the size of the table).  Changes that
+    wait now share the next write, which encodes the state as it is when it starts."""
+    import threading
+    import time
+
+    import trio
+
+    from pymq.common import files
+
+    manager = TopicConfigManager(str(tmp_path), BrokerConfig(broker_name="b"))
+    for i in range(2000):
+        manager.table[f"T{i:05d}"] = TopicConfig(f"T{i:05d}", 4, 4)
+    written: list[bytes] = []
+    alive = 0
+    most_alive = 0
+    lock = threading.Lock()
+
+    def slow_write(path: str, data: bytes) -> None:
+        time.sleep(0.05)  # a disk whose fsyncs are slow
+        written.append(data)
+
+    real_snapshot = getattr(manager, "snapshot", None)  # None: the old code, which had none
+
+    def counted_snapshot():  # type: ignore[no-untyped-def]
+        nonlocal alive, most_alive
+        encode = real_snapshot()  # type: ignore[misc]
+
+        def run() -> bytes:
+            nonlocal alive, most_alive
+            with lock:
+                alive += 1
+                most_alive = max(most_alive, alive)
+            try:
+                return encode()
+            finally:
+                with lock:
+                    alive -= 1
+
+        return run
+
+    monkeypatch.setattr(files, "write_file_atomic", slow_write)
+    if real_snapshot is not None:
+        monkeypatch.setattr(manager, "snapshot", counted_snapshot)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.update, TopicConfig("New000", 4, 4))
+        await trio.sleep(0.01)  # its write is under way: the rest wait behind it
+        for i in range(1, 200):
+            nursery.start_soon(manager.update, TopicConfig(f"New{i:03d}", 4, 4))
+    # The first change's write, then one for the 199 that waited behind it (the old code
+    # wrote 200 times, each of the 199 holding its copy while it waited).
+    assert len(written) == 2
+    assert most_alive == 1
+    assert "New001" not in json.loads(written[0])["topicConfigTable"]
+    last = json.loads(written[-1])["topicConfigTable"]
+    assert all(f"New{i:03d}" in last for i in range(200))
+    assert json.loads(written[-1])["dataVersion"]["counter"] == 200
+
+
+async def test_name_server_kv_puts_waiting_on_a_slow_disk_share_one_write(
+    tmp_path, monkeypatch
+) -> None:
+    """The name server's kvConfig.json: the same coalesced writes (a flood of oneway
+    PUT_KV_CONFIG held one encoded copy of the table per waiting put)."""
+    import time
+
+    import trio
+
+    from pymq.common import files
+    from pymq.namesrv import kvconfig
+    from pymq.namesrv.kvconfig import KVConfigManager
+
+    written: list[bytes] = []
+
+    def slow_write(path: str, data: bytes) -> None:
+        time.sleep(0.05)
+        written.append(data)
+
+    monkeypatch.setattr(files, "write_file_atomic", slow_write)
+    # (the old code wrote through its own import, once per put)
+    monkeypatch.setattr(kvconfig, "write_file_atomic", slow_write, raising=False)
+    manager = KVConfigManager(str(tmp_path / "kvConfig.json"))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(manager.put, "NS", "k000", "v")
+        await trio.sleep(0.01)
+        for i in range(1, 200):
+            nursery.start_soon(manager.put, "NS", f"k{i:03d}", "v")
+    assert len(written) == 2
+    assert len(json.loads(written[-1])["configTable"]["NS"]) == 200

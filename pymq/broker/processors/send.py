@@ -241,6 +241,11 @@ class SendProcessor:
         if refused is not None or config is not None:
             return refused, config
         topics = self.ctx.topic_config_manager
+        full = topics.auto_create_refusal()
+        if full is not None:
+            return req.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist: {full}"
+            ), None
         sys_flag = 1 if header.unit_mode else 0
         config = await topics.create_in_send_message(
             header.topic,

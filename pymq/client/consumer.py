@@ -1182,15 +1182,7 @@ class PushConsumer(_Base):
                 async with state.consuming:
                     if state.dropped:
                         return False
-                    begin = time.monotonic()
-                    try:
-                        ok = await self.handler(list(batch))
-                    except Exception:
-                        log.exception("orderly consumer handler of %s failed", self.group)
-                        ok = False
-                    counters.calls += 1
-                    counters.consume_rt_ms += (time.monotonic() - begin) * 1000
-                    if ok is not False:
+                    if await self._handle(list(batch), counters):
                         counters.ok += len(batch)
                         self.offsets[mq] = next_offset
                         break
@@ -1201,6 +1193,19 @@ class PushConsumer(_Base):
                         break
                 await trio.sleep(self._suspend_seconds())
         return True
+
+    async def _handle(self, batch: list[MessageExt], counters: _TopicCounters) -> bool:
+        """The handler's verdict on ``batch`` (False or an exception, logged, is a failure),
+        counted in ``counters``."""
+        begin = time.monotonic()
+        try:
+            ok = await self.handler(batch)
+        except Exception:
+            log.exception("consumer handler of %s failed", self.group)
+            ok = False
+        counters.calls += 1
+        counters.consume_rt_ms += (time.monotonic() - begin) * 1000
+        return ok is not False
 
     def _suspend_seconds(self) -> float:
         return min(max(self.suspend_current_queue_ms, SUSPEND_MIN_MS), SUSPEND_MAX_MS) / 1000
@@ -1227,15 +1232,7 @@ class PushConsumer(_Base):
             batch = messages[start : start + self.batch_size]
             counters = self._topic_counters(mq.topic)
             while True:
-                begin = time.monotonic()
-                try:
-                    ok = await self.handler(batch)
-                except Exception:
-                    log.exception("consumer handler of %s failed", self.group)
-                    ok = False
-                counters.calls += 1
-                counters.consume_rt_ms += (time.monotonic() - begin) * 1000
-                if ok is not False:
+                if await self._handle(batch, counters):
                     counters.ok += len(batch)
                     break
                 counters.failed += len(batch)

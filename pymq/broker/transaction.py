@@ -26,10 +26,16 @@ RocketMQ 4.x's two-phase send, as the 4.9.4 broker does it on the wire and in th
    progress is kept as the consumer offsets of ``CID_RMQ_SYS_TRANS`` on the half and op topics
    (persisted after every round that moved them), so a restart resumes where it stopped.
 
-Beyond Java: a transaction ended (committed or rolled back) is remembered by its UNIQ_KEY and
-born timestamp (the last :data:`ENDED_MEMORY` of them), so a second COMMIT of the same
-transaction (a late answer to a check racing a late END) writes only an op and never a second
-message, and the check service does not ask about a transaction already ended.  A failed write
+Beyond Java: a transaction ended (committed or rolled back) is remembered by the commit-log
+offset of its first half record (the last :data:`ENDED_MEMORY` of them), so a second COMMIT of
+the same transaction (a late answer to a check racing a late END) writes only an op and never a
+second message, and the check service does not ask about a transaction already ended.  That
+offset is what only the broker knows: the broker links each half record it stores again (for a
+check, for immunity, to TRANS_CHECK_MAX_TIME_TOPIC, on RESUME_CHECK_HALF_MESSAGE) to the first
+one, and nothing a producer chooses (UNIQ_KEY, born time, group) names a transaction, so no
+producer can end another's.  Both tables hold fixed-size integers only (:data:`ENDED_MEMORY`
+entries each, a few MiB), whatever the messages carry; they are kept in memory, so a restart
+forgets them (the op records still end each half record).  A failed write
 stops the round (the same record is tried at the next one) instead of dropping the message.
 """
 
@@ -90,7 +96,8 @@ REMOVE_TAG = "d"
 TCMT_QUEUE_NUMS = 1
 # TransactionalMessageServiceImpl.MAX_QUEUE_PROCESS_TIME: a round walks one queue this long.
 MAX_QUEUE_PROCESS_TIME_MS = 60_000
-# Ended transactions remembered against double commits (keys of ~80 bytes: ~8 MiB).
+# Ended transactions remembered against double commits, and re-put half records linked to their
+# first one: at most this many of each, integers only (under 10 MiB for both).
 ENDED_MEMORY = 65_536
 # The walk lets the broker serve requests after this many records.
 YIELD_EVERY = 256
@@ -260,7 +267,10 @@ class TransactionService:
         self.ctx = ctx
         self.clock_ms = clock_ms
         self.stats = TransactionStats()
-        self._ended: OrderedDict[tuple[str, str, int], None] = OrderedDict()
+        # The first half records' commit-log offsets of ended transactions, and each half record
+        # this broker stored again -> the first one's offset.
+        self._ended: OrderedDict[int, None] = OrderedDict()
+        self._first_of: OrderedDict[int, int] = OrderedDict()
 
     # -- END_TRANSACTION ------------------------------------------------------------------------
 
@@ -433,23 +443,22 @@ class TransactionService:
             )
         return result
 
-    @staticmethod
-    def _ended_key(half: MessageExt) -> tuple[str, str, int] | None:
-        """What names a transaction across its half record's re-puts: its producer group,
-        UNIQ_KEY and born time; None without a UNIQ_KEY (two such transactions born in the same
-        millisecond would look alike, and the second commit would write no message)."""
-        props = half.properties
-        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if not uniq:
-            return None
-        return (props.get(PROPERTY_PRODUCER_GROUP, ""), uniq, half.born_timestamp)
+    def _ended_key(self, half: MessageExt) -> int:
+        """What names a transaction across its half record's re-puts: the commit-log offset of
+        its first half record (only the broker knows it: a producer cannot name another's)."""
+        offset = half.commitlog_offset
+        return self._first_of.get(offset, offset)
 
-    def _remember_ended(self, key: tuple[str, str, int] | None) -> None:
-        if key is None:
-            return
+    def _remember_ended(self, key: int) -> None:
         self._ended[key] = None
         if len(self._ended) > ENDED_MEMORY:
             self._ended.popitem(last=False)
+
+    def _link(self, half: MessageExt, result: PutMessageResult) -> None:
+        """``half`` stored again at ``result``'s offset: the new record is the same transaction."""
+        self._first_of[result.wrote_offset] = self._ended_key(half)
+        if len(self._first_of) > ENDED_MEMORY:
+            self._first_of.popitem(last=False)
 
     # -- progress ---------------------------------------------------------------------------
 
@@ -684,7 +693,9 @@ class TransactionService:
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(times)
         renewed = self._renewed(half, java_hashmap_order(props))
         result = self.ctx.store.put_message_now(renewed)
-        if result.status is not PutMessageStatus.PUT_OK:
+        if result.status is PutMessageStatus.PUT_OK:
+            self._link(half, result)
+        else:
             log.error(
                 "PutBackToHalfQueueReturnResult write failed, half offset %d: %s %s",
                 half.queue_offset,
@@ -718,7 +729,10 @@ class TransactionService:
         if first is None:
             props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
         result = self.ctx.store.put_message_now(self._renewed(half, java_hashmap_order(props)))
-        return result.status is PutMessageStatus.PUT_OK
+        if result.status is not PutMessageStatus.PUT_OK:
+            return False
+        self._link(half, result)
+        return True
 
     async def _send_check(
         self, half: MessageExt, renewed: MessageExt, result: PutMessageResult
@@ -782,7 +796,9 @@ class TransactionService:
         )
         msg = self._renewed(half, dict(half.properties), TRANS_CHECK_MAX_TIME_TOPIC, 0)
         result = ctx.store.put_message_now(msg)
-        if result.status is not PutMessageStatus.PUT_OK:
+        if result.status is PutMessageStatus.PUT_OK:
+            self._link(half, result)  # so that a resumed check is still this transaction
+        else:
             log.error(
                 "moving half offset %d to %s failed: %s %s",
                 half.queue_offset,

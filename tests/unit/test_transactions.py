@@ -16,6 +16,7 @@ import attrs
 import pytest
 import trio
 
+from pymq.broker import transaction as transaction_module
 from pymq.broker.client_manager import (
     ClientChannelInfo,
 )
@@ -589,23 +590,67 @@ async def test_check_immunity_defers_the_check_and_an_op_of_the_first_offset_end
     assert [b.properties["UNIQ_KEY"] for _, b in checks(producer)] == ["J"]
 
 
-async def test_transactions_alike_but_for_their_group_both_commit(ctx: BrokerContext) -> None:
-    """The memory of ended transactions names one by group, UNIQ_KEY and born time: a second
-    group's transaction with the same UNIQ_KEY and born time is not taken for the first."""
+async def test_a_copycat_half_cannot_end_another_producers_transaction(
+    ctx: BrokerContext,
+) -> None:
+    """#37: ended transactions were remembered by group, UNIQ_KEY and born time, all chosen by
+    the producer: another producer that sent a half alike in all three and committed it made
+    the victim's COMMIT write only an op (answered SUCCESS, its message never delivered).  A
+    transaction is now named by its first half record's commit-log offset."""
     service = TransactionService(ctx)
-    first = await send_half(ctx)
-    request = end_request(first, 8)
-    assert (await service.end_transaction(FakeProducer(), request)).code == ResponseCode.SUCCESS
-    key = next(iter(service._ended))
-    assert key[0] and key[1]  # the group and the UNIQ_KEY
-    half = ctx.store.look_message_by_offset(int(request.ext_fields["commitLogOffset"]))
-    assert half is not None
-    other = attrs.evolve(half, properties={**half.properties, "PGROUP": "AnotherGroup"})
-    assert service._ended_key(other) != key
-    no_uniq = attrs.evolve(
-        half, properties={k: v for k, v in half.properties.items() if k != "UNIQ_KEY"}
-    )
-    assert service._ended_key(no_uniq) is None  # not remembered, never taken for another
+    born = now_ms()
+    victim = await send_half(ctx, uniq="SAME", born=born)
+    copycat = await send_half(ctx, uniq="SAME", born=born)
+    for answer in (copycat, victim):
+        response = await service.end_transaction(
+            FakeProducer(), end_request(answer, 8, uniq="SAME")
+        )
+        assert response is not None and response.code == ResponseCode.SUCCESS
+    await dispatched(ctx.store, TOPIC, 2, queue_id=1)  # both messages stored under the real topic
+    assert service.stats.duplicate_ends == 0 and service.stats.committed == 2
+
+
+async def test_a_commit_of_the_checked_copy_and_a_late_end_write_one_message(
+    ctx: BrokerContext,
+) -> None:
+    """The check service stores a half again before it asks; the producer's answer names the
+    copy, and a late END the first record: one transaction, one message."""
+    clock = Clock()
+    service = TransactionService(ctx, clock_ms=clock)
+    producer = FakeProducer()
+    register(ctx, producer)
+    first = await send_half(ctx, uniq="U9")
+    old = stored(ctx, HALF, 0)
+    clock.now = max(old.born_timestamp + 3_001, old.store_timestamp + 1)
+    await service.check()
+    [(header, _)] = checks(producer)
+    await dispatched(ctx.store, HALF, 2)
+    copy = stored(ctx, HALF, 1)
+    from_check = end_request(first, 8, uniq="U9", from_check=True)
+    from_check.ext_fields["commitLogOffset"] = str(header.commit_log_offset)
+    from_check.ext_fields["tranStateTableOffset"] = str(copy.queue_offset)
+    assert (await service.end_transaction(producer, from_check)).code == ResponseCode.SUCCESS
+    late = await service.end_transaction(producer, end_request(first, 8, uniq="U9"))
+    assert late is not None and late.code == ResponseCode.SUCCESS
+    await dispatched(ctx.store, OP, 2)
+    assert ctx.store.get_max_offset_in_queue(TOPIC, 1) == 1
+    assert service.stats.duplicate_ends == 1
+
+
+async def test_the_memory_of_ended_transactions_is_bounded_whatever_the_messages_carry(
+    ctx: BrokerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only integers are kept (the first half records' offsets), at most ENDED_MEMORY of each
+    table: a 30 KB UNIQ_KEY cost 32 KB per remembered transaction, now it costs nothing."""
+    service = TransactionService(ctx)
+    answer = await send_half(ctx, uniq="u" * 30_000)
+    await service.end_transaction(FakeProducer(), end_request(answer, 8, uniq="u" * 30_000))
+    [key] = service._ended
+    assert type(key) is int and key == int(answer.ext_fields["msgId"][-16:], 16)
+    monkeypatch.setattr(transaction_module, "ENDED_MEMORY", 100)
+    for offset in range(1_000):
+        service._remember_ended(offset)
+    assert len(service._ended) == 100 and min(service._ended) == 900
 
 
 # Committed records, byte for byte: whatever path builds the committed record (the lookup of the

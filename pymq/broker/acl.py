@@ -219,6 +219,8 @@ ADMIN_CODES = frozenset(
         _RC.DELETE_EXPIRED_COMMITLOG,
         _RC.CLEAN_EXPIRED_CONSUMEQUEUE,
         _RC.CLEAN_UNUSED_TOPIC,
+        # pymq: it writes into the half queue (4.9.4 asks only for a signature).
+        _RC.RESUME_CHECK_HALF_MESSAGE,
     }
 )
 

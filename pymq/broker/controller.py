@@ -295,6 +295,7 @@ class BrokerController:
             RequestCode.SEND_REPLY_MESSAGE_V2: self.reply_processor.send_reply_message,
             RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
+            RequestCode.RESUME_CHECK_HALF_MESSAGE: self.transactions.resume_check_half_message,
             RequestCode.PULL_MESSAGE: pull.pull_message,
             RequestCode.HEART_BEAT: consumer.heart_beat,
             RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,

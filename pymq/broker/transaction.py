@@ -68,6 +68,7 @@ from pymq.common.message import (
     encode_record,
     java_hashmap_order,
 )
+from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.topic import (
     CID_RMQ_SYS_TRANS,
     PERM_READ,
@@ -684,6 +685,44 @@ class TransactionService:
             store_host=self.ctx.store_host,
             reconsume_times=half.reconsume_times,
         )
+
+    # -- RESUME_CHECK_HALF_MESSAGE ------------------------------------------------------------
+
+    RESUME_FAILED = "Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed."
+    RESUME_ERROR = "Exception was thrown when putting message back to RMQ_SYS_TRANS_HALF_TOPIC."
+
+    async def resume_check_half_message(
+        self, channel: Any, req: RemotingCommand
+    ) -> RemotingCommand:
+        """RESUME_CHECK_HALF_MESSAGE (323, AdminBrokerProcessor.resumeCheckHalfMessage): store
+        the message ``msgId`` names again in the half queue (queue 0) with
+        TRANSACTION_CHECK_TIMES 0, so that the check service asks its producer again.  Beyond
+        Java, only a message the check service gave up (in TRANS_CHECK_MAX_TIME_TOPIC) is taken:
+        Java copies any message it is named into the half queue."""
+        head: H.ResumeCheckHalfMessageRequestHeader = decode_request(req)
+        ctx = self.ctx
+        if ctx.store.config.broker_role is _SLAVE:
+            return req.response(ResponseCode.SLAVE_NOT_AVAILABLE, "the broker is a slave")
+        try:
+            _, _, offset = decode_offset_msg_id(head.msg_id)
+        except ValueError:
+            return req.response(ResponseCode.SYSTEM_ERROR, self.RESUME_ERROR)
+        given_up = ctx.store.look_message_by_offset(offset)
+        if given_up is None or given_up.topic != TRANS_CHECK_MAX_TIME_TOPIC:
+            return req.response(ResponseCode.SYSTEM_ERROR, self.RESUME_ERROR)
+        props = dict(given_up.properties)
+        props[PROPERTY_TRANSACTION_CHECK_TIMES] = "0"
+        resumed = self._renewed(given_up, java_hashmap_order(props), queue_id=HALF_QUEUE_ID)
+        result = ctx.store.put_message_now(resumed)
+        if result.status is not PutMessageStatus.PUT_OK:
+            log.error("%s %s %s", self.RESUME_FAILED, result.status.value, result.reason)
+            return req.response(ResponseCode.SYSTEM_ERROR, self.RESUME_FAILED)
+        self._link(given_up, result)
+        log.info(
+            "Put message back to RMQ_SYS_TRANS_HALF_TOPIC. real topic=%s",
+            props.get(PROPERTY_REAL_TOPIC),
+        )
+        return req.response()
 
     def _put_back_for_check(
         self, half: MessageExt, times: int

@@ -690,6 +690,14 @@ class CloneGroupOffsetRequestHeader:
 
 
 @attrs.define(slots=True)
+class ResumeCheckHalfMessageRequestHeader:
+    """RESUME_CHECK_HALF_MESSAGE (323): the offset message id of a transaction's message that
+    the check service gave up (in TRANS_CHECK_MAX_TIME_TOPIC)."""
+
+    msg_id: str = _req("msgId", STR)
+
+
+@attrs.define(slots=True)
 class QueryCorrectionOffsetHeader:
     """QUERY_CORRECTION_OFFSET (308): ``filterGroups`` is a comma-separated list."""
 
@@ -892,6 +900,7 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.SEND_REPLY_MESSAGE_V2: SendMessageRequestHeader,
     _RC.PUSH_REPLY_MESSAGE_TO_CLIENT: ReplyMessageRequestHeader,
     _RC.QUERY_CORRECTION_OFFSET: QueryCorrectionOffsetHeader,
+    _RC.RESUME_CHECK_HALF_MESSAGE: ResumeCheckHalfMessageRequestHeader,
     _RC.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader,
     _RC.END_TRANSACTION: EndTransactionRequestHeader,
     _RC.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader,

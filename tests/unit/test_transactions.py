@@ -750,3 +750,51 @@ async def test_committed_records_are_the_half_reencoded_byte_for_byte(
     )
     result = ctx.store.put_message_now(v6)
     await commit_and_compare(ctx, service, result.wrote_offset, result.logic_offset)
+
+
+async def test_resume_check_half_message_puts_a_given_up_message_back(
+    ctx: BrokerContext,
+) -> None:
+    """RESUME_CHECK_HALF_MESSAGE (323): a message the check service gave up goes back to the
+    half queue with TRANSACTION_CHECK_TIMES 0, is checked again, and its commit delivers it."""
+    clock = Clock()
+    service = TransactionService(ctx, clock_ms=clock)
+    producer = FakeProducer()
+    register(ctx, producer)
+    first = await send_half(ctx, uniq="R1")
+    for round_ in range(1, 5):
+        clock.now = max(clock.now, ctx.store.clock_ms()) + 10_000
+        await service.check()
+        await dispatched(ctx.store, HALF, min(round_, 3) + 1)
+    await dispatched(ctx.store, TRANS_CHECK_MAX_TIME_TOPIC, 1)
+    given_up = stored(ctx, TRANS_CHECK_MAX_TIME_TOPIC, 0)
+
+    def resume(msg_id: str) -> RemotingCommand:
+        return RemotingCommand.request(RequestCode.RESUME_CHECK_HALF_MESSAGE, {"msgId": msg_id})
+
+    bad = await service.resume_check_half_message(producer, resume("not-hex"))
+    assert (bad.code, bad.remark) == (ResponseCode.SYSTEM_ERROR, service.RESUME_ERROR)
+    half = stored(ctx, HALF, 0)  # not a given-up message: Java would copy it, pymq refuses
+    refused = await service.resume_check_half_message(producer, resume(half.msg_id))
+    assert refused.code == ResponseCode.SYSTEM_ERROR
+    assert ctx.store.get_max_offset_in_queue(HALF, 0) == 4
+
+    answer = await service.resume_check_half_message(producer, resume(given_up.msg_id))
+    assert (answer.code, answer.remark) == (ResponseCode.SUCCESS, None)
+    await dispatched(ctx.store, HALF, 5)
+    resumed = stored(ctx, HALF, 4)
+    assert resumed.properties["TRANSACTION_CHECK_TIMES"] == "0" and resumed.body == b"tx COMMIT"
+    clock.now = max(clock.now, ctx.store.clock_ms()) + 10_000
+    await service.check()
+    header, body = checks(producer)[-1]
+    assert body.properties["UNIQ_KEY"] == "R1" and len(checks(producer)) == 4
+    # The producer commits the copy it was asked about: delivered once; a late END of the
+    # first half record is the same transaction and writes no second message.
+    from_check = end_request(first, 8, uniq="R1", from_check=True)
+    from_check.ext_fields["commitLogOffset"] = str(header.commit_log_offset)
+    from_check.ext_fields["tranStateTableOffset"] = str(header.tran_state_table_offset)
+    assert (await service.end_transaction(producer, from_check)).code == ResponseCode.SUCCESS
+    await service.end_transaction(producer, end_request(first, 8, uniq="R1"))
+    await dispatched(ctx.store, TOPIC, 1, queue_id=1)
+    assert ctx.store.get_max_offset_in_queue(TOPIC, 1) == 1
+    assert service.stats.duplicate_ends == 1

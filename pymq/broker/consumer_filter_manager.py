@@ -14,13 +14,14 @@ so ``bloomFilterData`` is written as null and ignored when read.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
+import trio
 
 from pymq.broker.config_manager import JsonConfigManager
 from pymq.common.consumer import EXPRESSION_TYPE_SQL92, SubscriptionData, is_tag_type
@@ -32,12 +33,22 @@ MS_24_HOURS = 24 * 3600 * 1000
 LOADED_DEAD_AGO_MS = 30 * 1000
 
 
-COMPILE_CACHE_SIZE = 100
-"""Compiled expressions kept by text (as Java's SelectorParser cache), so that pulls carrying
-their expression (sysFlag bit 4) do not compile it each time."""
+COMPILED_TEXT_MAX = 1 << 20
+"""Compiled expressions (and refusals) are kept by text, most recently used first, up to this
+many characters of expression text in all (a compiled expression takes some twenty times its
+text: about 22 MB at most).  Filters are compiled when first needed, not at start, and one
+that was dropped is compiled again when a pull or heartbeat needs it."""
+
+INLINE_COMPILE_MAX = 1024
+"""Expressions up to this many characters are compiled on the event loop; a longer one (up to
+sql92.MAX_EXPRESSION_LENGTH, 64 KiB, about a second of compiling) in a worker thread, one at a
+time, so that no client's expression holds everybody else's requests."""
+
+_compiled: OrderedDict[str, Sql92Filter | Sql92Error] = OrderedDict()
+_compiled_chars = 0
+_compile_slot = trio.CapacityLimiter(1)
 
 
-@functools.lru_cache(maxsize=COMPILE_CACHE_SIZE)
 def _compiled_or_error(expression: str) -> Sql92Filter | Sql92Error:
     try:
         return compile_sql92(expression)
@@ -45,22 +56,64 @@ def _compiled_or_error(expression: str) -> Sql92Filter | Sql92Error:
         return Sql92Error(exc.remark)  # without the compile's frames
 
 
-def _compile_cached(expression: str) -> Sql92Filter:
+def _keep(expression: str, result: Sql92Filter | Sql92Error) -> None:
+    global _compiled_chars
+    if expression in _compiled:
+        return
+    _compiled[expression] = result
+    _compiled_chars += len(expression)
+    while _compiled_chars > COMPILED_TEXT_MAX and len(_compiled) > 1:
+        dropped, _ = _compiled.popitem(last=False)
+        _compiled_chars -= len(dropped)
+
+
+def _kept(expression: str) -> Sql92Filter | Sql92Error | None:
+    result = _compiled.get(expression)
+    if result is not None:
+        _compiled.move_to_end(expression)
+    return result
+
+
+def _unwrapped(result: Sql92Filter | Sql92Error) -> Sql92Filter:
     """Failures are kept too: a client repeating a long bad expression in every pull or
     heartbeat costs its compile once."""
-    result = _compiled_or_error(expression)
     if isinstance(result, Sql92Error):
         raise Sql92Error(result.remark)  # a new one: a kept exception would grow its traceback
     return result
 
 
-def compile_expression(expression_type: str, expression: str) -> Sql92Filter:
-    """FilterFactory.get(type).compile(expression): only SQL92 is known."""
+def _check_type(expression_type: str) -> None:
+    """FilterFactory.get(type): only SQL92 is known."""
     if expression_type != EXPRESSION_TYPE_SQL92:
         raise Sql92Error(
             f"java.lang.IllegalArgumentException: no filter for expression type {expression_type}"
         )
-    return _compile_cached(expression)
+
+
+def compile_expression(expression_type: str, expression: str) -> Sql92Filter:
+    """FilterFactory.get(type).compile(expression), on the caller's thread (the kept result
+    when there is one)."""
+    _check_type(expression_type)
+    result = _kept(expression)
+    if result is None:
+        result = _compiled_or_error(expression)
+        _keep(expression, result)
+    return _unwrapped(result)
+
+
+async def compile_expression_async(expression_type: str, expression: str) -> Sql92Filter:
+    """:func:`compile_expression`, a long expression compiled in a worker thread."""
+    _check_type(expression_type)
+    result = _kept(expression)
+    if result is None:
+        if len(expression) <= INLINE_COMPILE_MAX:
+            result = _compiled_or_error(expression)
+        else:
+            result = await trio.to_thread.run_sync(
+                _compiled_or_error, expression, limiter=_compile_slot
+            )
+        _keep(expression, result)
+    return _unwrapped(result)
 
 
 @attrs.define(eq=False)
@@ -72,7 +125,6 @@ class ConsumerFilterData:
     born_time: int
     dead_time: int = 0
     client_version: int = 0
-    compiled: Sql92Filter | None = None
 
     @property
     def is_dead(self) -> bool:
@@ -94,14 +146,15 @@ class ConsumerFilterData:
         }
 
 
-def build_filter_data(
+async def build_filter_data(
     topic: str, group: str, expression: str, expression_type: str, client_version: int, now_ms: int
 ) -> ConsumerFilterData | None:
-    """ConsumerFilterManager.build: None for a TAG subscription or one that does not compile."""
+    """ConsumerFilterManager.build: None for a TAG subscription or one that does not compile
+    (the compiled expression is kept by :func:`compile_expression`, not in the data)."""
     if is_tag_type(expression_type):
         return None
     try:
-        compiled = compile_expression(expression_type, expression)
+        await compile_expression_async(expression_type, expression)
     except Sql92Error as exc:
         log.error(
             "parse error: expr=%s, topic=%s, group=%s, error=%s",
@@ -118,7 +171,6 @@ def build_filter_data(
         expression_type=expression_type,
         born_time=now_ms,
         client_version=client_version,
-        compiled=compiled,
     )
 
 
@@ -134,8 +186,13 @@ class ConsumerFilterManager(JsonConfigManager):
         config_dir: str,
         clean_time_span_ms: int = MS_24_HOURS,
         clock: Callable[[], int] = _now_ms,
+        *,
+        enabled: Callable[[], bool] = lambda: True,
     ) -> None:
+        """``enabled``: whether the broker's ``enablePropertyFilter`` is on; without it no
+        filter is kept (nothing registered, nothing loaded)."""
         super().__init__(config_dir)
+        self.enabled = enabled
         # topic -> group -> filter
         self.filter_data_by_topic: dict[str, dict[str, ConsumerFilterData]] = {}
         self.clean_time_span_ms = clean_time_span_ms
@@ -143,19 +200,23 @@ class ConsumerFilterManager(JsonConfigManager):
 
     # -- registration ---------------------------------------------------------------------------
 
-    def register_group(self, group: str, subscriptions: Iterable[SubscriptionData]) -> None:
+    async def register_group(self, group: str, subscriptions: Iterable[SubscriptionData]) -> None:
         """A heartbeat's subscriptions: register the non-TAG ones, mark dead the group's filters
         of topics it no longer subscribes to."""
+        if not self.enabled():
+            return
         subs = list(subscriptions)
         for sub in subs:
-            self.register(sub.topic, group, sub.sub_string, sub.expression_type, sub.sub_version)
+            await self.register(
+                sub.topic, group, sub.sub_string, sub.expression_type, sub.sub_version
+            )
         topics = {sub.topic for sub in subs}
         now = self.clock()
         for data in self.by_group(group):
             if data.topic not in topics and not data.is_dead:
                 data.dead_time = now
 
-    def register(
+    async def register(
         self, topic: str, group: str, expression: str, expression_type: str, client_version: int
     ) -> bool:
         """FilterDataMapByTopic.register: a newer version replaces the filter (recompiled only
@@ -167,7 +228,9 @@ class ConsumerFilterManager(JsonConfigManager):
         groups = self.filter_data_by_topic.setdefault(topic, {})
         old = groups.get(group)
         if old is None:
-            data = build_filter_data(topic, group, expression, expression_type, client_version, now)
+            data = await build_filter_data(
+                topic, group, expression, expression_type, client_version, now
+            )
             if data is None:
                 if not groups:
                     del self.filter_data_by_topic[topic]
@@ -193,7 +256,9 @@ class ConsumerFilterManager(JsonConfigManager):
                 return True
             return False
         if old.expression != expression or old.expression_type != expression_type:
-            data = build_filter_data(topic, group, expression, expression_type, client_version, now)
+            data = await build_filter_data(
+                topic, group, expression, expression_type, client_version, now
+            )
             if data is None:
                 del groups[group]
                 return False
@@ -213,6 +278,15 @@ class ConsumerFilterManager(JsonConfigManager):
                 data.dead_time = now
 
     # -- queries --------------------------------------------------------------------------------
+
+    @staticmethod
+    async def prepare(data: ConsumerFilterData) -> Sql92Filter | None:
+        """``data``'s compiled expression (kept, or compiled now: a long one in a worker
+        thread); None when it does not compile."""
+        try:
+            return await compile_expression_async(data.expression_type, data.expression)
+        except Sql92Error:
+            return None
 
     def get(self, topic: str, group: str) -> ConsumerFilterData | None:
         groups = self.filter_data_by_topic.get(topic)
@@ -247,7 +321,12 @@ class ConsumerFilterManager(JsonConfigManager):
         }
 
     def decode(self, data: Any) -> None:
+        """The table as the file has it; nothing is compiled (filters are compiled when a pull
+        first needs them) and, without ``enabled``, nothing is kept."""
         table: dict[str, dict[str, ConsumerFilterData]] = {}
+        if not self.enabled():
+            self.filter_data_by_topic = table
+            return
         by_topic = data.get("filterDataByTopic") or {}
         dead_since = self.clock() - LOADED_DEAD_AGO_MS
         for topic, entry in by_topic.items():
@@ -265,10 +344,6 @@ class ConsumerFilterManager(JsonConfigManager):
                     dead_time=int(raw.get("deadTime") or 0),
                     client_version=int(raw.get("clientVersion") or 0),
                 )
-                try:
-                    loaded.compiled = compile_expression(loaded.expression_type, loaded.expression)
-                except Sql92Error as exc:
-                    log.error("load filter data error, %s: %s", loaded, exc.remark)
                 if loaded.dead_time == 0:
                     loaded.dead_time = max(dead_since, loaded.born_time)
                 table.setdefault(topic, {})[group] = loaded

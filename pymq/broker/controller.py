@@ -179,7 +179,9 @@ class BrokerController:
             config_dir, broker_config.auto_create_subscription_group
         )
         self.consumer_filter_manager = ConsumerFilterManager(
-            config_dir, broker_config.filter_data_clean_time_span
+            config_dir,
+            broker_config.filter_data_clean_time_span,
+            enabled=lambda: broker_config.enable_property_filter,
         )
         self.schedule = ScheduleMessageService(config_dir, self.store)
         self.producer_manager = ProducerManager()

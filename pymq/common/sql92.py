@@ -207,10 +207,27 @@ _HEX_DOUBLE_TEXT = re.compile(
 )
 
 
+LONG_DIGITS = 19
+"""The most significant digits a Java long has: a longer decimal is out of range, and is refused
+before Python converts it (its int() refuses more than 4,300 digits, and is quadratic)."""
+
+
+SHOWN_LITERAL_CHARS = 64
+"""A literal quoted in an error remark is cut to this many characters."""
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= SHOWN_LITERAL_CHARS else text[:SHOWN_LITERAL_CHARS] + "..."
+
+
+def _too_long(digits: str) -> bool:
+    return len(digits.lstrip("+-").lstrip("0")) > LONG_DIGITS
+
+
 def _parse_int(text: str, low: int, high: int) -> int:
     """``Integer.valueOf`` / ``Long.valueOf``."""
-    if _INT_TEXT.fullmatch(text) is None:
-        raise _NumberFormat(f'For input string: "{text}"')
+    if _INT_TEXT.fullmatch(text) is None or _too_long(text):
+        raise _NumberFormat(f'For input string: "{_shown(text)}"')
     number = int(text)
     if number < low or number > high:
         raise _NumberFormat(f'For input string: "{text}"')
@@ -1041,9 +1058,11 @@ class _Parser:
         if kind == DECIMAL:
             image = self.consume(DECIMAL).image
             digits = image[:-1] if image[-1] in "lL" else image
+            if _too_long(digits) or int(digits) > LONG_MAX:
+                raise Sql92Error(
+                    f'java.lang.NumberFormatException: For input string: "{_shown(digits)}"'
+                )
             number = int(digits)
-            if number > LONG_MAX:
-                raise Sql92Error(f'java.lang.NumberFormatException: For input string: "{digits}"')
             return _const(number, INT if number <= INT_MAX else L)
         if kind == FLOAT:
             image = self.consume(FLOAT).image

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Collection
 
 from pymq.common.native import native_extension
@@ -35,6 +36,12 @@ def _record_is_py(data: bytes, size: int) -> bool:
 
 
 record_is: Callable[[bytes, int], bool] = getattr(native_extension, "record_is", _record_is_py)
+
+RECORD_FILTER_BUDGET = 0.010
+"""Seconds one pull may spend in its record filter (SQL92 evaluation) before it answers with
+what it found so far, its next offset after the last record evaluated: a consumer whose
+expression is slow on the messages it meets is served in several pulls, and no pull holds the
+event loop for long (Java evaluates a whole scan on a pull thread)."""
 
 MIN_FILTER_SCAN_BYTES = 16000
 """Java scans at least this many bytes of consume queue per pull when a filter skips entries."""
@@ -147,6 +154,15 @@ def _report_bad_entry(queue_offset: int, phy: int, size: int, head8: bytes) -> N
         )
 
 
+def _record_at(commitlog: CommitLog, phy: int, size: int) -> bytes | None:
+    """The record an entry points to; b"" when its file is there but not the range (a damaged
+    entry), None when its file is gone."""
+    record = commitlog.get_message(phy, size)
+    if record is None and commitlog.queue.find_by_offset(phy) is not None:
+        return b""
+    return record
+
+
 def _collect(
     config: MessageStoreConfig,
     commitlog: CommitLog,
@@ -168,6 +184,8 @@ def _collect(
     is_record = record_is
     total = 0
     i = 0
+    deadline = time.monotonic() + RECORD_FILTER_BUDGET
+    out_of_time = False
     while i < scan_limit:
         phy, size, code = ENTRY.unpack_from(entries, i)
         max_phy_pulling = phy
@@ -182,9 +200,7 @@ def _collect(
                 status = GetMessageStatus.NO_MATCHED_MESSAGE
             i += CQ_STORE_UNIT_SIZE
             continue
-        record = commitlog.get_message(phy, size)
-        if record is None and commitlog.queue.find_by_offset(phy) is not None:
-            record = b""  # its file is there but not the range: a damaged entry (below)
+        record = _record_at(commitlog, phy, size)
         if record is None:
             if total == 0:
                 status = GetMessageStatus.MESSAGE_WAS_REMOVING
@@ -200,17 +216,25 @@ def _collect(
                 status = GetMessageStatus.NO_MATCHED_MESSAGE
             i += CQ_STORE_UNIT_SIZE
             continue
-        if record_filter is not None and not record_filter(record):
-            if total == 0:
-                status = GetMessageStatus.NO_MATCHED_MESSAGE
-            i += CQ_STORE_UNIT_SIZE
-            continue
+        if record_filter is not None:
+            matched = record_filter(record)
+            # The pull's evaluation budget spent: it answers with what it found so far.
+            out_of_time = time.monotonic() > deadline
+            if not matched:
+                if total == 0:
+                    status = GetMessageStatus.NO_MATCHED_MESSAGE
+                i += CQ_STORE_UNIT_SIZE
+                if out_of_time:
+                    break
+                continue
         messages.append(record)
         queue_offsets.append(offset + i // CQ_STORE_UNIT_SIZE)
         total += size
         status = GetMessageStatus.FOUND
         next_phy_file_start = -1
         i += CQ_STORE_UNIT_SIZE
+        if out_of_time:
+            break
     result.status = status
     result.buffer_total_size = total
     result.next_begin_offset = offset + i // CQ_STORE_UNIT_SIZE

@@ -11,7 +11,7 @@ import trio
 
 from pymq.broker.acl import heartbeat_resources
 from pymq.broker.client_manager import ClientChannelInfo
-from pymq.broker.consumer_filter_manager import compile_expression
+from pymq.broker.consumer_filter_manager import compile_expression_async
 from pymq.common.consumer import (
     CheckClientRequestBody,
     ConsumerList,
@@ -92,7 +92,7 @@ class ConsumerProcessor:
                 notify and ctx.broker_config.notify_consumer_ids_changed_enable,
             )
             # Java's REGISTER event: (re)compile the group's SQL92 subscriptions.
-            ctx.consumer_filter_manager.register_group(consumer.group_name, subscriptions)
+            await ctx.consumer_filter_manager.register_group(consumer.group_name, subscriptions)
             if changed:
                 log.info(
                     "registerConsumer info changed, group %s client %s",
@@ -133,7 +133,7 @@ class ConsumerProcessor:
                 f"The broker does not support consumer to filter message by {sub.expression_type}",
             )
         try:
-            compile_expression(sub.expression_type, sub.sub_string)
+            await compile_expression_async(sub.expression_type, sub.sub_string)
         except Sql92Error as exc:
             log.warning(
                 "Client %s@%s filter message, but failed to compile expression! sub=%s, error=%s",

@@ -98,7 +98,7 @@ class PullProcessor:
         if isinstance(checked, RemotingCommand):
             return checked
         group_config = checked
-        selected = self._subscription(req, head, group_config)
+        selected = await self._subscription(req, head, group_config)
         if isinstance(selected, RemotingCommand):
             return selected
         subscription, filter_data = selected
@@ -107,7 +107,7 @@ class PullProcessor:
         if subscription.is_tag_type and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             tag_filter = subscription.tag_filter()
         bc = self.ctx.broker_config
-        records = record_filter(
+        records = await record_filter(
             topic,
             head.consumer_group,
             filter_data,
@@ -164,7 +164,7 @@ class PullProcessor:
             )
         return group_config
 
-    def _subscription(
+    async def _subscription(
         self,
         req: RemotingCommand,
         head: PullMessageRequestHeader,
@@ -188,7 +188,7 @@ class PullProcessor:
                 if not self.ctx.broker_config.enable_property_filter:
                     return self._no_property_filter(req, subscription)  # nothing compiled
                 # Java 4.9.4 answers a bad expression here unfiltered; pymq refuses it.
-                filter_data = build_filter_data(
+                filter_data = await build_filter_data(
                     head.topic,
                     head.consumer_group,
                     subscription.sub_string,

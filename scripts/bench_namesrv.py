@@ -4,7 +4,7 @@
     scripts/bench_namesrv.py                         # 100 groups x 1,000 topics, 8 x 8 lookups
     scripts/bench_namesrv.py --groups 10 --topics 100 --seconds 5
     scripts/bench_namesrv.py -n 127.0.0.1:9876       # against a running name server
-    scripts/bench_namesrv.py --server-set serverTaskOrder=trio   # a config key for the server
+    scripts/bench_namesrv.py --server-set serverTaskOrder=fifo   # a config key for the server
 
 Starts ``python -m pymq.namesrv`` on a free port (unless -n is given), then:
 

@@ -10,14 +10,17 @@ may wait up to two passes for its answer instead of one.  The name server's rout
 (8 connections, 8 lookups in flight each) had a p99 of 2.3-2.5 ms with it and 1.6-1.9 ms
 first-ready-first, at the same throughput (README, Performance).
 
-``TaskOrder.FIFO`` (the default of pymq's own entry points) has Trio run every batch
-first-ready-first: the process's Trio random number generator is replaced by one whose
-``random()`` always draws 0.0.  That generator is Trio's private state, so
-:func:`first_ready_first` checks the result with a small run of its own and puts Trio's back
+``TaskOrder.TRIO``, the default everywhere, leaves Trio as it is and touches nothing private.
+``TaskOrder.FIFO`` is an EXPERIMENTAL opt-in (``serverTaskOrder=fifo``) that has Trio run every
+batch first-ready-first: the process's Trio random number generator is replaced by one whose
+``random()`` always draws 0.0.  That generator is Trio's private state (the gain was measured
+on one benchmark, and Trio treats the order as an open question), so: every access to Trio's
+internals is in :func:`_swap_generator` and nowhere else; :func:`first_ready_first` logs a
+warning saying so, checks the result with a small run of its own and puts Trio's generator back
 when the order does not come out first-ready-first (a Trio that schedules differently), with a
-warning; pymq works either way, it is only the latency that changes.  ``TaskOrder.TRIO`` leaves
-Trio as it is.  An application that embeds pymq's controllers in its own ``trio.run`` chooses
-for itself; nothing here is applied on import.
+warning; pymq works either way, it is only the latency that changes.  tests/unit/
+test_scheduling.py fails loudly when Trio's internals change shape.  An application that embeds
+pymq's controllers in its own ``trio.run`` chooses for itself; nothing here is applied on import.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import logging
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import ModuleType
 
 import trio
 
@@ -42,8 +44,8 @@ PROBE_PASSES = 24
 
 
 class TaskOrder(enum.Enum):
-    FIFO = "fifo"  # every batch of ready tasks runs in the order they became ready
-    TRIO = "trio"  # Trio's own order, randomised per batch
+    FIFO = "fifo"  # experimental opt-in: every batch runs in the order its tasks became ready
+    TRIO = "trio"  # the default: Trio's own order, randomised per batch
 
 
 class _FirstReadyFirst(random.Random):
@@ -60,12 +62,21 @@ class _FirstReadyFirst(random.Random):
         return 0.0
 
 
-def _run_module() -> ModuleType | None:
+def _swap_generator(replacement: random.Random | None) -> random.Random | None:
+    """The ONE place that touches Trio's private state (``trio._core._run._r``, its scheduling
+    random number generator): returns the generator in place, or None when this Trio has none
+    (laid out differently), and puts ``replacement`` in its stead when one is given and Trio
+    has a generator to replace.  Only the opt-in ``serverTaskOrder=fifo`` path calls it."""
     try:
         from trio._core import _run
     except ImportError:  # a Trio laid out differently
         return None
-    return _run
+    current = getattr(_run, GENERATOR, None)
+    if not isinstance(current, random.Random):
+        return None
+    if replacement is not None:
+        setattr(_run, GENERATOR, replacement)
+    return current
 
 
 async def run_order(tasks: int, passes: int) -> list[int]:
@@ -92,7 +103,8 @@ def _probe_order() -> bool:
 
 
 def first_ready_first() -> random.Random | None:
-    """Have this process's later ``trio.run`` calls run ready tasks first-ready-first.
+    """Have this process's later ``trio.run`` calls run ready tasks first-ready-first
+    (EXPERIMENTAL: relies on Trio's internals, through :func:`_swap_generator` only).
 
     Returns what :func:`restore` needs to undo it, or None when it could not be done (the
     reason logged as a warning; Trio's own order then stays).  Call it before ``trio.run``:
@@ -103,36 +115,40 @@ def first_ready_first() -> random.Random | None:
         pass
     else:
         raise RuntimeError("the task order is chosen before trio.run, not inside a run")
-    module = _run_module()
-    original = getattr(module, GENERATOR, None)
-    if module is None or not isinstance(original, random.Random):
+    original = _swap_generator(None)
+    if original is None:
         log.warning("serverTaskOrder=fifo not applied: this Trio has no scheduling generator")
         return None
     if isinstance(original, _FirstReadyFirst):
         return original  # already first-ready-first: restoring leaves it so
-    setattr(module, GENERATOR, _FirstReadyFirst())
+    _swap_generator(_FirstReadyFirst())
     try:
         ordered = _probe_order()
     except BaseException:
-        setattr(module, GENERATOR, original)
+        _swap_generator(original)
         raise
     if not ordered:
-        setattr(module, GENERATOR, original)
+        _swap_generator(original)
         log.warning(
             "serverTaskOrder=fifo not applied: Trio %s did not run ready tasks in order "
             "with it; its own order stays",
             trio.__version__,
         )
         return None
-    log.info("running Trio's ready tasks first-ready-first (serverTaskOrder=fifo)")
+    log.warning(
+        "running Trio's ready tasks first-ready-first (serverTaskOrder=fifo, experimental: it "
+        "replaces Trio %s's private scheduling generator trio._core._run.%s; the default, "
+        "serverTaskOrder=trio, touches nothing private)",
+        trio.__version__,
+        GENERATOR,
+    )
     return original
 
 
 def restore(original: random.Random | None) -> None:
     """Undo :func:`first_ready_first` (given what it returned; None does nothing)."""
-    module = _run_module()
-    if original is not None and module is not None:
-        setattr(module, GENERATOR, original)
+    if original is not None:
+        _swap_generator(original)
 
 
 @contextmanager

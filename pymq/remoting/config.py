@@ -67,10 +67,12 @@ class NettyServerConfig:
     server_partial_frame_total_max_bytes: int = 128 * MIB
     server_max_pending_requests_per_connection: int = 4096
     server_max_connections: int = 10_000
-    # The order the server process runs Trio's ready tasks in (pymq.common.scheduling): fifo,
-    # first-ready-first (lower tail latency under load), or trio, Trio's randomised order.
-    # Read by pymq's entry points before the loop starts; one value for the whole process.
-    server_task_order: TaskOrder = TaskOrder.FIFO
+    # The order the server process runs Trio's ready tasks in (pymq.common.scheduling): trio,
+    # Trio's own randomised order (the default), or fifo, first-ready-first, an EXPERIMENTAL
+    # opt-in that relies on Trio's private scheduling state (lower tail latency under load on
+    # one benchmark).  Read by pymq's entry points before the loop starts; one value for the
+    # whole process.
+    server_task_order: TaskOrder = TaskOrder.TRIO
     # TLS on this server's port (RocketMQ's TlsSystemConfig keys; see pymq.remoting.tls).
     server_mode: str = _key("tls.server.mode", "disabled")
     server_need_client_auth: str = _key("tls.server.need.client.auth", "none")

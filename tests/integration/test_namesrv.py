@@ -320,11 +320,11 @@ async def test_namesrv_config_get_and_update(namesrv, client: RemotingClient) ->
     assert (await client.invoke(ns, frozen)).code == ResponseCode.NO_PERMISSION
     # The process's task order is chosen before its loop starts.
     order = RemotingCommand.request(
-        RequestCode.UPDATE_NAMESRV_CONFIG, body=b"serverTaskOrder=trio\n"
+        RequestCode.UPDATE_NAMESRV_CONFIG, body=b"serverTaskOrder=fifo\n"
     )
     refused = await client.invoke(ns, order)
     assert refused.code == ResponseCode.NO_PERMISSION and "serverTaskOrder" in refused.remark
-    assert namesrv.server_config.server_task_order.value == "fifo"
+    assert namesrv.server_config.server_task_order.value == "trio"
 
 
 async def test_unknown_code_and_unflagged_oneway_are_answered(namesrv) -> None:

@@ -1,4 +1,5 @@
-"""serverTaskOrder: pymq's server processes run Trio's ready tasks first-ready-first."""
+"""serverTaskOrder: Trio's own order by default; first-ready-first (fifo) as an experimental
+opt-in that relies on Trio's internals, all of them reached through one function."""
 
 from __future__ import annotations
 
@@ -50,12 +51,73 @@ def test_the_probe_refuses_pytest_trios_shuffled_scheduling(
     assert trio_run._r is original
 
 
+def test_trios_internals_still_have_the_shape_the_fifo_opt_in_relies_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The guard of the experimental opt-in: fails loudly when Trio changes what it swaps."""
+    generator = getattr(trio_run, scheduling.GENERATOR, None)
+    assert isinstance(generator, random.Random), (
+        f"Trio {trio.__version__} no longer has its scheduling generator at "
+        f"trio._core._run.{scheduling.GENERATOR}: serverTaskOrder=fifo can no longer be applied "
+        "(pymq.common.scheduling._swap_generator); drop or rework the experimental opt-in"
+    )
+    with caplog.at_level(logging.WARNING, logger="pymq.common.scheduling"):
+        original = first_ready_first()
+    try:
+        assert original is generator, (
+            f"serverTaskOrder=fifo was refused on Trio {trio.__version__}: its ready tasks no "
+            f"longer run first-ready-first with a generator drawing 0.0 ({caplog.text!r}); "
+            "Trio's scheduling changed, rework pymq.common.scheduling or drop the opt-in"
+        )
+        assert trio.run(_pass_orders) == FIFO_ORDERS, (
+            f"Trio {trio.__version__} ran ready tasks out of order with its generator swapped"
+        )
+    finally:
+        restore(original)
+    assert trio_run._r is generator
+    assert "experimental" in caplog.text and "trio._core._run._r" in caplog.text
+
+
+def test_only_one_function_reaches_trios_internals() -> None:
+    """Every ``trio._core`` access of pymq sits in scheduling._swap_generator."""
+    import inspect
+    import pathlib
+
+    import pymq
+
+    root = pathlib.Path(pymq.__file__).parent
+    users = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if "from trio._core" in path.read_text() or "import trio._core" in path.read_text()
+    ]
+    assert users == ["common/scheduling.py"]
+    source = inspect.getsource(scheduling)
+    inside = inspect.getsource(scheduling._swap_generator)
+    assert source.count("from trio._core") == inside.count("from trio._core") == 1
+    assert "setattr(" not in source.replace(inside, "")
+
+
 def test_fifo_runs_every_pass_in_the_order_tasks_became_ready() -> None:
     original = trio_run._r
     with task_order(TaskOrder.FIFO) as applied:
         assert applied
         assert trio.run(_pass_orders) == FIFO_ORDERS
     assert trio_run._r is original  # Trio's own generator is back
+
+
+def test_the_default_touches_nothing_private(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[object] = []
+    monkeypatch.setattr(scheduling, "_swap_generator", lambda new: calls.append(new))
+    order = NettyServerConfig().server_task_order
+
+    async def serve() -> None:
+        assert await _pass_orders() != FIFO_ORDERS
+
+    assert run_main(serve, what="a test", order=order) == 0
+    with task_order(order) as applied:
+        assert not applied
+    assert calls == []
 
 
 def test_trio_order_is_left_alone_and_is_not_fifo() -> None:
@@ -144,11 +206,11 @@ def test_run_main_runs_the_server_in_the_order_given() -> None:
     assert not isinstance(trio_run._r, scheduling._FirstReadyFirst)
 
 
-def test_the_key_defaults_to_fifo_and_reads_both_values() -> None:
+def test_the_key_defaults_to_trio_and_reads_both_values() -> None:
     from pymq.common.config import ConfigError, set_key
 
     server = NettyServerConfig()
-    assert server.server_task_order is TaskOrder.FIFO
+    assert server.server_task_order is TaskOrder.TRIO
     set_key(server, "serverTaskOrder", "trio")
     assert server.server_task_order is TaskOrder.TRIO
     with pytest.raises(ConfigError, match=r"serverTaskOrder: 'random' \(one of fifo, trio\)"):
@@ -171,7 +233,7 @@ def test_each_entry_point_passes_its_key_to_run_main(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, value: str | None
 ) -> None:
     flag = [] if value is None else ["--serverTaskOrder", value]
-    want = TaskOrder(value or "fifo")
+    want = TaskOrder(value or "trio")
     seen = _capture_run_main(monkeypatch, namesrv_main)
     kv = ["--kvConfigPath", str(tmp_path / "kv.json")]
     assert namesrv_main.main(["--log-level", "ERROR", *kv, *flag]) == 0

@@ -145,10 +145,13 @@ async def test_scrapers_that_stall_free_their_slot(tmp_path, monkeypatch, reques
     async with open_broker(tmp_path, **props) as cluster:
         server = cluster.broker.metrics
         assert server is not None
-        real_render = server.render
         # A broker of many topics: an answer far larger than the socket buffers.
-        big = real_render() + b"# padding\n" * 800_000
-        monkeypatch.setattr(server, "render", lambda: big)
+        big = server.render() + b"# padding\n" * 800_000
+
+        async def render_big() -> bytes:
+            return big
+
+        monkeypatch.setattr(server, "render_async", render_big)
         async with StallProbe(cluster.broker.port) as probe:
             stuck = [
                 await trio.to_thread.run_sync(stuck_scraper, server.port, request_bytes)

@@ -225,10 +225,10 @@ async def test_reset_scrapers_and_a_failing_collector_close_one_connection_only(
             await holder.aclose()
         await trio.sleep(0.2)
 
-        def broken() -> bytes:
+        def broken() -> list:
             raise RuntimeError("a collector bug")
 
-        server.render = broken  # type: ignore[method-assign]
+        server.collector.collect = broken  # type: ignore[method-assign]
         status, _ = await http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 500
         status, _ = await http(port, b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")

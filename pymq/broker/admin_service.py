@@ -39,11 +39,8 @@ from pymq.common.admin_body import (
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
-    check_runtime_update,
     masked,
     to_properties,
-    unsaved_config,
-    update_at_runtime,
 )
 from pymq.common.consumer import MessageQueue
 from pymq.common.message import (
@@ -905,18 +902,15 @@ class AdminService:
     async def update_broker_config(self, props: dict[str, str]) -> dict[str, str]:
         """Apply ``props`` (RocketMQ keys) to the live configs, all or nothing, once they are
         saved to the broker's config file (so that a restart keeps them)."""
-        configs = self.broker.configs()
+        config_file = self.broker.config_file
         try:
-            check_runtime_update(configs, props, RESTART_ONLY_KEYS, "broker")
+            applied = await config_file.apply(
+                self.broker.configs(), props, RESTART_ONLY_KEYS, "broker"
+            )
         except RestartOnlyKeyError as exc:
             raise AdminError(ResponseCode.NO_PERMISSION, str(exc)) from None
         except ConfigError as exc:
             raise AdminError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
-        try:
-            await self.broker.config_file.save({k: v.strip() for k, v in props.items()})
-        except (OSError, UnicodeError) as exc:
-            raise AdminError(ResponseCode.SYSTEM_ERROR, unsaved_config(exc)) from None
-        applied = update_at_runtime(configs, props, RESTART_ONLY_KEYS, "broker")
         self.broker.config_version.next_version()
         return applied
 

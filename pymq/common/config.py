@@ -256,13 +256,6 @@ def update_at_runtime(
     return {key: current[key] for key in props}
 
 
-def unsaved_config(exc: OSError | UnicodeError) -> str:
-    """The remark for a runtime change its server could not save (no paths: the remark goes to
-    the client)."""
-    why = exc.strerror if isinstance(exc, OSError) else "a value cannot be written as text"
-    return f"the change could not be saved to the config file ({why}); nothing was changed"
-
-
 def check_runtime_update(
     configs: Sequence[object], props: Mapping[str, str], restart_only: frozenset[str], what: str
 ) -> None:

@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import trio
 
+from pymq.common.config import ConfigError, check_runtime_update, update_at_runtime
 from pymq.common.properties import updated_properties_text
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,28 @@ class PropertiesFile:
         file is then as it was)."""
         async with self._lock:
             await trio.to_thread.run_sync(save_properties, self.path, dict(changes))
+
+    async def apply(
+        self,
+        configs: Sequence[object],
+        props: Mapping[str, str],
+        restart_only: frozenset[str],
+        what: str,
+    ) -> dict[str, str]:
+        """A running server's config change (UPDATE_BROKER_CONFIG, UPDATE_NAMESRV_CONFIG):
+        checked, saved to this file, then applied, so that a restart keeps whatever is in force.
+        Raises as :func:`~pymq.common.config.update_at_runtime` does, or ConfigError when the
+        file cannot be written (a remark that names no path); nothing is changed then.  Returns
+        the new values."""
+        check_runtime_update(configs, props, restart_only, what)
+        try:
+            await self.save({key: value.strip() for key, value in props.items()})
+        except (OSError, UnicodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "a value cannot be written as text"
+            raise ConfigError(
+                f"the change could not be saved to the config file ({why}); nothing was changed"
+            ) from None
+        return update_at_runtime(configs, props, restart_only, what)
 
 
 class CoalescedWriter:

@@ -18,12 +18,9 @@ from pymq.common import fastjson
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
-    check_runtime_update,
     masked,
     parse_properties_body,
     to_properties,
-    unsaved_config,
-    update_at_runtime,
 )
 from pymq.common.message import body_crc32
 from pymq.common.properties import format_properties
@@ -402,19 +399,16 @@ class NamesrvProcessor:
     async def update_namesrv_config(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        configs = self.controller.configs()
+        config_file = self.controller.config_file
         try:
             changes = parse_properties_body(req.body)
-            check_runtime_update(configs, changes, RESTART_ONLY_KEYS, "name server")
+            props = await config_file.apply(
+                self.controller.configs(), changes, RESTART_ONLY_KEYS, "name server"
+            )
         except RestartOnlyKeyError as exc:
             return req.response(ResponseCode.NO_PERMISSION, str(exc))
         except ConfigError as exc:
             return req.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        try:  # saved first, so that a restart keeps what the answer says is in force
-            await self.controller.config_file.save({k: v.strip() for k, v in changes.items()})
-        except (OSError, UnicodeError) as exc:
-            return req.response(ResponseCode.SYSTEM_ERROR, unsaved_config(exc))
-        props = update_at_runtime(configs, changes, RESTART_ONLY_KEYS, "name server")
         log.info("namesrv config updated by %s: %s", channel.remote_address, props)
         return req.response()
 

@@ -104,16 +104,12 @@ def compile_expression(expression_type: str, expression: str) -> Sql92Filter:
 async def compile_expression_async(expression_type: str, expression: str) -> Sql92Filter:
     """:func:`compile_expression`, a long expression compiled in a worker thread."""
     _check_type(expression_type)
-    result = _kept(expression)
-    if result is None:
-        if len(expression) <= INLINE_COMPILE_MAX:
-            result = _compiled_or_error(expression)
-        else:
-            result = await trio.to_thread.run_sync(
-                _compiled_or_error, expression, limiter=_compile_slot
-            )
-        _keep(expression, result)
-    return _unwrapped(result)
+    if len(expression) > INLINE_COMPILE_MAX and _kept(expression) is None:
+        compiled = await trio.to_thread.run_sync(
+            _compiled_or_error, expression, limiter=_compile_slot
+        )
+        _keep(expression, compiled)
+    return compile_expression(expression_type, expression)
 
 
 @attrs.define(eq=False)

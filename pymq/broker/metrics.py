@@ -427,11 +427,8 @@ class MetricsServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}{METRICS_PATH}"
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
-
     async def render_async(self) -> bytes:
-        """:meth:`render` with the broker's state read on the event loop and the text (some two
+        """The exposition text: the broker's state read on the event loop, the text (some two
         thirds of the work with thousands of topics) written in a worker thread."""
         async with self._rendering:
             snapshot = CollectorRegistry(auto_describe=False)

@@ -146,7 +146,7 @@ async def test_scrapers_that_stall_free_their_slot(tmp_path, monkeypatch, reques
         server = cluster.broker.metrics
         assert server is not None
         # A broker of many topics: an answer far larger than the socket buffers.
-        big = server.render() + b"# padding\n" * 800_000
+        big = await server.render_async() + b"# padding\n" * 800_000
 
         async def render_big() -> bytes:
             return big

@@ -341,8 +341,9 @@ async def test_filters_persist_reload_revive_and_clean(tmp_path) -> None:
     loaded.unregister_group("g1")
     assert loaded.get("T1", "g1").is_dead  # type: ignore[union-attr]
     # A group that stops subscribing to a topic too.
-    loaded.register_group("g1", [sql_sub("T1", "a > 100", 6)])
-    loaded.register_group("g1", [SubscriptionData("T3", "*")])
+    await loaded.register_group("g1", [sql_sub("T1", "a > 100", 6)])
+    assert not loaded.get("T1", "g1").is_dead  # type: ignore[union-attr]
+    await loaded.register_group("g1", [SubscriptionData("T3", "*")])
     assert loaded.get("T1", "g1").is_dead  # type: ignore[union-attr]
 
 

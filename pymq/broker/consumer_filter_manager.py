@@ -25,7 +25,7 @@ import trio
 
 from pymq.broker.config_manager import JsonConfigManager
 from pymq.common.consumer import EXPRESSION_TYPE_SQL92, SubscriptionData, is_tag_type
-from pymq.common.sql92 import Sql92Error, Sql92Filter, compile_sql92
+from pymq.filter.sql92 import Sql92Error, Sql92Filter, compile_sql92
 
 log = logging.getLogger(__name__)
 

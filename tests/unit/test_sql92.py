@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pymq.common.sql92 import Sql92Error, compile_sql92, java_double_str
+from pymq.filter.sql92 import Sql92Error, compile_sql92, java_double_str
 
 SAMPLES = "/work/shared/reference/java-wire-samples"
 
@@ -595,7 +595,7 @@ def test_java_double_to_string() -> None:
 def test_a_long_chain_compiles_in_time_linear_in_its_length() -> None:
     """A node per AND/OR once made a chain of n terms cost n^2 (seconds at the length cap, on
     the event loop): the chain is built once.  Counted in operations, not timed."""
-    from pymq.common import sql92
+    from pymq.filter import sql92
 
     built: list[int] = []
     real = sql92._chain_all

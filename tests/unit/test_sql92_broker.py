@@ -376,7 +376,7 @@ def test_a_bad_expression_is_compiled_once() -> None:
     """Failures are kept like successes: a client repeating a long bad expression in every
     pull or heartbeat does not make the broker compile it each time."""
     from pymq.broker import consumer_filter_manager as cfm
-    from pymq.common import sql92
+    from pymq.filter import sql92
 
     calls = []
     real = sql92.compile_sql92
@@ -492,7 +492,7 @@ def test_huge_integer_literals_are_refused_as_parse_failures() -> None:
     """#37: an integer literal over 4,300 digits raised Python's ValueError (code 1 and a
     traceback); Java answers SUBSCRIPTION_PARSE_FAILED (23), and a property of that many digits
     makes a comparison false, as a failed conversion does."""
-    from pymq.common.sql92 import Sql92Error, compile_sql92
+    from pymq.filter.sql92 import Sql92Error, compile_sql92
 
     with pytest.raises(Sql92Error, match="NumberFormatException"):
         compile_sql92("a = " + "9" * 5000)
@@ -533,7 +533,7 @@ async def test_an_expression_of_many_names_reads_each_record_once(sql_ctx: Broke
     """More than FEW_NAMES names: the record's properties are split once, with the same
     answers as the lookups one by one."""
     from pymq.broker import message_filter
-    from pymq.common import sql92
+    from pymq.filter import sql92
 
     props = {f"p{i}": str(i) for i in range(40)}
     await put(sql_ctx, props)

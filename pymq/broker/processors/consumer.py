@@ -21,8 +21,8 @@ from pymq.common.consumer import (
     UnlockBatchRequestBody,
 )
 from pymq.common.serde import from_json_body, to_json
-from pymq.common.sql92 import Sql92Error
 from pymq.common.topic import PERM_READ, PERM_WRITE, retry_topic
+from pymq.filter.sql92 import Sql92Error
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode

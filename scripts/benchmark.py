@@ -784,8 +784,8 @@ def acl_file(topic: str) -> str:
 
 def acl_micro(args: argparse.Namespace, tmp: str, rounds: int = 20000) -> dict[str, float]:
     """Microseconds per request: the broker's check of a signed send, and the client's signing."""
+    from pymq.acl.plain import SigningKey, sign_request
     from pymq.broker.acl import AclManager
-    from pymq.common.acl import SigningKey, sign_request
 
     home = os.path.join(tmp, "acl-micro")
     os.makedirs(os.path.join(home, "conf"))

@@ -22,6 +22,7 @@ import attrs
 import trio
 import yaml
 
+from pymq.acl.rpc_hook import AclSigner
 from pymq.broker.admin_service import message_view, perm_text
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common import fastjson
@@ -38,7 +39,7 @@ from pymq.common.topic import (
 )
 from pymq.common.trace import TRACE_TOPIC, TraceView, format_trace, trace_views
 from pymq.remoting import headers as H
-from pymq.remoting.client import AclSigner, RemotingClient, open_remoting_client
+from pymq.remoting.client import RemotingClient, open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError

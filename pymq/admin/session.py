@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from pymq.acl.plain import AclConfigError, PlainAccessConfig
 from pymq.admin import protocol
 from pymq.admin.auth import AuthThrottle, token_matches
 from pymq.admin.protocol import ProtocolError, Request
 from pymq.broker.acl import AclManager
 from pymq.broker.admin_service import AdminError, AdminService
-from pymq.common.acl import AclConfigError, PlainAccessConfig
 from pymq.common.serde import loads_lenient
 from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand

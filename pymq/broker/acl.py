@@ -8,7 +8,7 @@ with ``aclEnable=false`` nothing is installed and the request path is unchanged)
 2. no ``AccessKey`` extField: refused ``No accessKey is configured``; an unknown key: ``No acl
    config for <key>``;
 3. a peer matching the account's ``whiteRemoteAddress`` passes without signature;
-4. the ``Signature`` is recomputed (:func:`pymq.common.acl.signed_content`) and compared in
+4. the ``Signature`` is recomputed (:func:`pymq.acl.plain.signed_content`) and compared in
    constant time: ``Check signature failed for accessKey=<key>``;
 5. admin-only codes need ``admin: true``; every resource the request code needs
    (:data:`RULES`) is checked against the account's ``topicPerms``/``groupPerms`` and defaults:
@@ -52,7 +52,7 @@ from typing import Any
 import attrs
 import yaml
 
-from pymq.common.acl import (
+from pymq.acl.plain import (
     ACCESS_KEY,
     PUB,
     SIGNATURE,

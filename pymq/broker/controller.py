@@ -44,6 +44,8 @@ from typing import Any, Protocol
 
 import trio
 
+from pymq.acl.plain import AclConfigError
+from pymq.acl.rpc_hook import AclSigner
 from pymq.broker.acl import WATCH_PERIOD, AclManager
 from pymq.broker.admin_service import AdminService
 from pymq.broker.client_manager import (
@@ -80,7 +82,6 @@ from pymq.broker.stats import BrokerStats
 from pymq.broker.subscription_group_manager import SubscriptionGroupManager
 from pymq.broker.topic_config_manager import TopicConfigManager
 from pymq.broker.transaction import TransactionService
-from pymq.common.acl import AclConfigError
 from pymq.common.config import ConfigError, refuse_unsupported
 from pymq.common.files import PropertiesFile
 from pymq.common.periodic import every
@@ -93,7 +94,7 @@ from pymq.common.topic import (
 )
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
-from pymq.remoting.client import AclSigner, RemotingClient
+from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig

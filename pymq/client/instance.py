@@ -25,6 +25,7 @@ from typing import Self
 
 import trio
 
+from pymq.acl.rpc_hook import AclSigner
 from pymq.common.address import host_of
 from pymq.common.clock import now_ms
 from pymq.common.consumer import HeartbeatData
@@ -40,7 +41,7 @@ from pymq.common.serde import from_json, to_json
 from pymq.common.topic import is_readable, is_writeable
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
-from pymq.remoting.client import AclSigner, RemotingClient
+from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError

@@ -6,11 +6,12 @@ import ssl
 
 import trio
 
+from pymq.acl.rpc_hook import AclSigner
 from pymq.client.instance import Credentials, MQClientError, tls_context
 from pymq.common.serde import loads_lenient
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting import headers as H
-from pymq.remoting.client import AclSigner, open_remoting_client
+from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 

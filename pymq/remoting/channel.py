@@ -350,7 +350,7 @@ class Channel:
         self._last_write = trio.current_time()
         self.handler = handler
         # Called on each request this side sends, just before it is encoded (the client's ACL
-        # signature, pymq.remoting.client.AclSigner); None: requests go as they are.
+        # signature, pymq.acl.rpc_hook.AclSigner); None: requests go as they are.
         self.signer: Callable[[RemotingCommand], None] | None = None
         self.remote_address = _peer_address(stream)
         self.closed = False

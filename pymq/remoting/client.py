@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import trio
 
-from pymq.common.acl import ACCESS_KEY, SIGNATURE, SigningKey, sign_request
 from pymq.common.address import split_address
 from pymq.remoting.channel import Channel, RequestHandler, raw_send_answer
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.errors import RemotingConnectError
-from pymq.remoting.headers import extend_ext_json
 from pymq.remoting.tls import client_handshake
 
 log = logging.getLogger(__name__)
@@ -28,37 +26,9 @@ log = logging.getLogger(__name__)
 # RocketMQ NettyClientConfig.connectTimeoutMillis.
 CONNECT_TIMEOUT = 3.0
 
-
-class AclSigner:
-    """Signs each request as RocketMQ's ``AclClientRPCHook`` does: ``AccessKey`` (and
-    ``SecurityToken``) added to the extFields, then ``Signature`` over them and the body."""
-
-    def __init__(self, access_key: str, secret_key: str, security_token: str | None = None) -> None:
-        if not access_key or not secret_key:
-            raise ValueError("credentials need both an access key and a secret key")
-        self.access_key = access_key
-        self._key = SigningKey(secret_key.encode())
-        self.security_token = security_token
-        # The AccessKey field as the pre-written send JSON gets it, written once.
-        self._access_key_json = extend_ext_json("", {ACCESS_KEY: access_key})
-
-    def __repr__(self) -> str:  # never the secret
-        return f"AclSigner(access_key={self.access_key!r})"
-
-    def __call__(self, request: RemotingCommand) -> None:
-        ext_json = request.ext_json
-        resigned = ACCESS_KEY in request.ext_fields
-        signature = sign_request(
-            request.ext_fields, request.body, self.access_key, self._key, self.security_token
-        )
-        if ext_json is not None:
-            # The send path's pre-written extFields JSON: the two fields appended (a request
-            # signed before, or with a token, falls back to writing the fields).
-            if resigned or self.security_token or not ext_json:
-                request.ext_json = None
-            else:
-                # A Base64 signature needs no escaping.
-                request.ext_json = f'{ext_json},{self._access_key_json},"{SIGNATURE}":"{signature}"'
+# Called on each request before it is sent (RocketMQ's RPCHook.doBeforeRequest), e.g. the ACL
+# signature (:class:`pymq.acl.rpc_hook.AclSigner`); it may change the request's fields.
+Signer = Callable[[RemotingCommand], None]
 
 
 class RemotingClient:
@@ -68,7 +38,7 @@ class RemotingClient:
         *,
         handler: RequestHandler | None = None,
         connect_timeout: float = CONNECT_TIMEOUT,
-        signer: AclSigner | None = None,
+        signer: Signer | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._nursery = nursery
@@ -153,7 +123,7 @@ async def open_remoting_client(
     *,
     handler: RequestHandler | None = None,
     connect_timeout: float = CONNECT_TIMEOUT,
-    signer: AclSigner | None = None,
+    signer: Signer | None = None,
     ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[RemotingClient]:
     async with trio.open_nursery() as nursery:

@@ -13,6 +13,7 @@ import trio
 import yaml
 from trio_websocket import open_websocket_url
 
+from pymq.acl.plain import sign_request
 from pymq.broker.acl import AclManager
 from pymq.broker.config import BrokerConfig
 from pymq.broker.controller import BrokerController
@@ -26,7 +27,6 @@ from pymq.client import (
     PushConsumer,
     topics,
 )
-from pymq.common.acl import sign_request
 from pymq.embedded import ADMIN_ANY_PORT, Cluster, open_cluster
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand

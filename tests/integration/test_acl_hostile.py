@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 import trio
 
+from pymq.acl.plain import sign_request
 from pymq.client import (
     ConsumeFromWhere,
     Message,
@@ -33,7 +34,6 @@ from pymq.client import (
     PushConsumer,
     topics,
 )
-from pymq.common.acl import sign_request
 from pymq.common.consumer import MessageQueue
 from pymq.common.serde import JSON_BODY_MAX
 from pymq.embedded import Cluster, open_cluster

@@ -11,7 +11,8 @@ import urllib.request
 
 import trio
 
-from pymq.remoting.client import AclSigner, open_remoting_client
+from pymq.acl.rpc_hook import AclSigner
+from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from tests.helpers import free_broker_port, free_port

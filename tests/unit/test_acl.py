@@ -10,10 +10,7 @@ import pathlib
 import pytest
 import yaml
 
-from pymq.broker.acl import ADMIN_CODES, RULES, AclManager, AclRefused, heartbeat_resources
-from pymq.broker.config import BrokerConfig
-from pymq.broker.controller import BrokerController
-from pymq.common.acl import (
+from pymq.acl.plain import (
     DENY,
     PUB,
     SUB,
@@ -27,10 +24,13 @@ from pymq.common.acl import (
     sign_request,
     signed_content,
 )
+from pymq.acl.rpc_hook import AclSigner
+from pymq.broker.acl import ADMIN_CODES, RULES, AclManager, AclRefused, heartbeat_resources
+from pymq.broker.config import BrokerConfig
+from pymq.broker.controller import BrokerController
 from pymq.common.config import ConfigError
 from pymq.common.consumer import ConsumerData, HeartbeatData, SubscriptionData
 from pymq.common.serde import from_json, to_json
-from pymq.remoting.client import AclSigner
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
@@ -277,7 +277,7 @@ def test_a_bad_signature_costs_one_signature_whatever_is_kept(
 ) -> None:
     """A wrong signature is refused after one HMAC, whether or not a decision is kept for the
     topic: its time says nothing of what the account uses (the secret is needed to learn it)."""
-    from pymq.common.acl import SigningKey
+    from pymq.acl.plain import SigningKey
 
     acl = AclManager(str(write_home(tmp_path)))
     good = {"a": "G", "b": "TopicA"}

@@ -653,7 +653,7 @@ def test_busy_answers_are_the_encoded_system_busy_responses():
 
 
 def _signer():
-    from pymq.common import acl
+    from pymq.acl import plain as acl
 
     if not acl.NATIVE_SIGNER:
         pytest.skip("the C signer is not bound (PYMQ_PURE_PYTHON, or no libcrypto)")
@@ -663,7 +663,7 @@ def _signer():
 def test_c_signer_is_bound():
     """With the extension built, signatures are made in C on OpenSSL's SHA-1 (hashlib's
     libcrypto, or the system's): a failed binding would only show as a slower broker."""
-    from pymq.common import acl
+    from pymq.acl import plain as acl
 
     if native.pure_python_requested():
         assert not acl.NATIVE_SIGNER
@@ -683,7 +683,7 @@ _ext_values = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_
 )
 def test_c_signature_matches_hashlib(secret, ext, body):
     """sign_fields (in C where bound) gives hashlib's HMAC-SHA1 of the joined values."""
-    from pymq.common import acl
+    from pymq.acl import plain as acl
 
     key = acl.SigningKey(secret)
     expected = key.signature(acl._signed_values(ext), body)

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import trio
 
+from pymq.acl.plain import AclConfigError, PlainAccessConfig
 from pymq.broker.acl import AclManager
-from pymq.common.acl import AclConfigError, PlainAccessConfig
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from pymq.acl.plain import SUB
 from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common import fastjson
-from pymq.common.acl import SUB
 from pymq.common.admin_body import (
     ConsumeQueueData,
     GetConsumerStatusBody,

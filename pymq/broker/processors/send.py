@@ -13,8 +13,8 @@ import random
 from functools import partial
 from typing import TYPE_CHECKING
 
+from pymq.acl.plain import SUB
 from pymq.broker.transaction import to_half_message
-from pymq.common.acl import SUB
 from pymq.common.address import host_of
 from pymq.common.message import (
     PROPERTY_CLUSTER,

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from pymq.common.acl import AclConfigError, AddressPattern, compile_address_pattern
+from pymq.acl.plain import AclConfigError, AddressPattern, compile_address_pattern
 from pymq.common.config import ConfigError
 from pymq.store.ha.framing import HAProtocolError
 

@@ -37,12 +37,12 @@ from pymq.common.topic import (
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
 )
-from pymq.common.trace import TRACE_TOPIC, TraceView, format_trace, trace_views
 from pymq.remoting import headers as H
 from pymq.remoting.client import RemotingClient, open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
+from pymq.trace.data import TRACE_TOPIC, TraceView, format_trace, trace_views
 
 # mqadmin's request timeout.
 TIMEOUT = 5.0

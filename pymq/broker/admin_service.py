@@ -63,11 +63,11 @@ from pymq.common.topic import (
     retry_topic,
     validate_topic,
 )
-from pymq.common.trace import TRACE_TOPIC, trace_views
 from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from pymq.remoting.tls import TLS_KEYS
+from pymq.trace.data import TRACE_TOPIC, trace_views
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController

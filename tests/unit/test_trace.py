@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pymq.common.trace import TraceRecord, format_trace, parse_trace_data, trace_views
+from pymq.trace.data import TraceRecord, format_trace, parse_trace_data, trace_views
 
 SAMPLES = "/work/shared/reference/java-wire-samples"
 PUB = f"{SAMPLES}/TRACE-SEND_MESSAGE_V2-310-RMQ_SYS_TRACE_TOPIC-Pub.request-body.txt"

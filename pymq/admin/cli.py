@@ -25,7 +25,6 @@ import yaml
 from pymq.acl.rpc_hook import AclSigner
 from pymq.broker.admin_service import message_view, perm_text
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
-from pymq.common import fastjson
 from pymq.common.cli import add_version
 from pymq.common.message import RecordError, decode_offset_msg_id, decode_record, iter_records
 from pymq.common.properties import parse_properties
@@ -42,6 +41,7 @@ from pymq.remoting.client import RemotingClient, open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
+from pymq.remoting.protocol import fastjson
 from pymq.trace.data import TRACE_TOPIC, TraceView, format_trace, trace_views
 
 # mqadmin's request timeout.

@@ -21,21 +21,6 @@ from pymq.broker.config import UNSUPPORTED_KEYS
 from pymq.broker.runtime_info import BROKER_VERSION_DESC
 from pymq.broker.stats import GROUP_GET_NUMS
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
-from pymq.common import fastjson
-from pymq.common.admin_body import (
-    Connection,
-    ConsumerConnection,
-    ConsumeStats,
-    ConsumeStatsList,
-    GroupList,
-    OffsetWrapper,
-    ProducerConnection,
-    QueryConsumeTimeSpanBody,
-    QueueTimeSpan,
-    ResetOffsetBody,
-    TopicOffset,
-    TopicStatsTable,
-)
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
@@ -66,6 +51,21 @@ from pymq.common.topic import (
 from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
+from pymq.remoting.protocol import fastjson
+from pymq.remoting.protocol.body import (
+    Connection,
+    ConsumerConnection,
+    ConsumeStats,
+    ConsumeStatsList,
+    GroupList,
+    OffsetWrapper,
+    ProducerConnection,
+    QueryConsumeTimeSpanBody,
+    QueueTimeSpan,
+    ResetOffsetBody,
+    TopicOffset,
+    TopicStatsTable,
+)
 from pymq.remoting.tls import TLS_KEYS
 from pymq.trace.data import TRACE_TOPIC, trace_views
 
@@ -536,7 +536,7 @@ class AdminService:
                 count += 1
         return count
 
-    # -- Java's admin bodies (pymq.common.admin_body) -------------------------------------------
+    # -- Java's admin bodies (pymq.remoting.protocol.body) ----------------------------------
 
     def topic_stats_table(self, topic: str) -> TopicStatsTable:
         """GET_TOPIC_STATS_INFO: every queue's min/max offset and last store time."""

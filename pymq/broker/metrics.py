@@ -47,7 +47,6 @@ from pymq.broker.stats import (
     TOPIC_PUT_SIZE,
     StatsItem,
 )
-from pymq.common import fastjson
 from pymq.common.serde import read_body
 from pymq.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from pymq.remoting import headers as H
@@ -55,6 +54,7 @@ from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
+from pymq.remoting.protocol import fastjson
 from pymq.store.clean_service import disk_space
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from pymq.common.fastjson import java_double
 from pymq.remoting.codes import CURRENT_VERSION
+from pymq.remoting.protocol.fastjson import java_double
 from pymq.store.clean_service import disk_space, disk_used_ratio
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ import time
 
 import trio
 
-from pymq.common.admin_body import BrokerStatsData, BrokerStatsItem
+from pymq.remoting.protocol.body import BrokerStatsData, BrokerStatsItem
 
 log = logging.getLogger(__name__)
 

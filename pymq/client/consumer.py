@@ -57,14 +57,6 @@ import trio
 from pymq.client.instance import ClientService, Credentials, MQClientError
 from pymq.client.offset_store import DEFAULT_DIR as DEFAULT_OFFSET_STORE_DIR
 from pymq.client.offset_store import LocalFileOffsetStore, check_path_name
-from pymq.common import fastjson
-from pymq.common.admin_body import (
-    ConsumeMessageDirectlyResult,
-    ConsumerRunningInfo,
-    ConsumeStatus,
-    GetConsumerStatusBody,
-    ProcessQueueInfo,
-)
 from pymq.common.consumer import (
     EXPRESSION_TYPE_SQL92,
     EXPRESSION_TYPE_TAG,
@@ -95,6 +87,14 @@ from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
+from pymq.remoting.protocol import fastjson
+from pymq.remoting.protocol.body import (
+    ConsumeMessageDirectlyResult,
+    ConsumerRunningInfo,
+    ConsumeStatus,
+    GetConsumerStatusBody,
+    ProcessQueueInfo,
+)
 
 log = logging.getLogger(__name__)
 

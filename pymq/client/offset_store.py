@@ -28,10 +28,10 @@ import os
 
 import trio
 
-from pymq.common import fastjson
 from pymq.common.config import user_home
 from pymq.common.consumer import MessageQueue
 from pymq.common.files import read_file_with_backup, write_file_atomic
+from pymq.remoting.protocol import fastjson
 
 log = logging.getLogger(__name__)
 

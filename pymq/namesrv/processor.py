@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
-from pymq.common import fastjson
 from pymq.common.config import (
     ConfigError,
     RestartOnlyKeyError,
@@ -39,6 +38,7 @@ from pymq.remoting.codec import (
 )
 from pymq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError
+from pymq.remoting.protocol import fastjson
 from pymq.remoting.tls import TLS_KEYS
 
 if TYPE_CHECKING:

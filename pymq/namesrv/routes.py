@@ -22,7 +22,6 @@ from json.encoder import encode_basestring_ascii as _quote
 
 import attrs
 
-from pymq.common import fastjson
 from pymq.common.route import (
     MASTER_ID,
     BrokerData,
@@ -38,6 +37,7 @@ from pymq.common.topic import (
     TopicConfig,
     TopicConfigSerializeWrapper,
 )
+from pymq.remoting.protocol import fastjson
 
 log = logging.getLogger(__name__)
 

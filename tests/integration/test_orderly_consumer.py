@@ -22,7 +22,6 @@ from pymq.client import (
     topics,
 )
 from pymq.client.offset_store import encode_offsets, offsets_path
-from pymq.common import fastjson
 from pymq.common.consumer import LockBatchRequestBody, LockBatchResponseBody, MessageQueue
 from pymq.common.message import decode_record
 from pymq.common.serde import from_json, to_json
@@ -30,6 +29,7 @@ from pymq.embedded import Cluster, open_cluster
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode
+from pymq.remoting.protocol import fastjson
 from pymq.testing import TEST_PROPERTIES
 from tests.helpers import wait_until
 

@@ -1,4 +1,5 @@
-"""pymq.common.fastjson against the bodies the Java 4.9.4 broker wrote (java-wire-samples/)."""
+"""pymq.remoting.protocol.fastjson against the bodies the Java 4.9.4 broker wrote
+(java-wire-samples/)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,17 @@ from typing import Any
 import pytest
 
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
-from pymq.common import fastjson
-from pymq.common.admin_body import (
+from pymq.common.consumer import (
+    ConsumeFromWhere,
+    ConsumeType,
+    MessageModel,
+    MessageQueue,
+    SubscriptionData,
+)
+from pymq.common.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
+from pymq.common.topic import DataVersion, TopicConfig
+from pymq.remoting.protocol import fastjson
+from pymq.remoting.protocol.body import (
     BrokerStatsData,
     BrokerStatsItem,
     Connection,
@@ -25,15 +35,6 @@ from pymq.common.admin_body import (
     TopicOffset,
     TopicStatsTable,
 )
-from pymq.common.consumer import (
-    ConsumeFromWhere,
-    ConsumeType,
-    MessageModel,
-    MessageQueue,
-    SubscriptionData,
-)
-from pymq.common.route import BrokerData, ClusterInfo, QueueData, TopicRouteData
-from pymq.common.topic import DataVersion, TopicConfig
 from tests.fastjson_reader import Obj, compatible, read, shape
 
 SAMPLES = Path(__file__).parent.parent / "data" / "java_wire_samples"

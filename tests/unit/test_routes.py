@@ -128,9 +128,9 @@ def test_a_compressed_register_body_that_inflates_too_far_is_refused() -> None:
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from pymq.common import fastjson  # noqa: E402
 from pymq.common.serde import to_json  # noqa: E402
 from pymq.namesrv import routes as routes_module  # noqa: E402
+from pymq.remoting.protocol import fastjson  # noqa: E402
 
 _TOPICS = ["T1", "T2", "T3"]
 _BROKERS = ["broker-a", "broker-b"]

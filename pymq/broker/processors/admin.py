@@ -15,8 +15,8 @@ GET_CONSUMER_CONNECTION_LIST (203), GET_PRODUCER_CONNECTION_LIST (204), GET_TOPI
 consumers: GET_CONSUMER_RUNNING_INFO (307), CONSUME_MESSAGE_DIRECTLY (309),
 INVOKE_BROKER_TO_GET_CONSUMER_STATUS (223, as GET_CONSUMER_STATUS_FROM_CLIENT to each client).
 
-Bodies are written in fastjson's form (:mod:`pymq.common.fastjson`) from the Java classes of
-:mod:`pymq.common.admin_body`, so that mqadmin and the dashboard parse them.
+Bodies are written in fastjson's form (:mod:`pymq.remoting.protocol.fastjson`) from the Java
+classes of :mod:`pymq.remoting.protocol.body`, so that mqadmin and the dashboard parse them.
 
 The operations shared with the websocket admin channel live in
 :class:`pymq.broker.admin_service.AdminService`; this module turns remoting requests into its calls
@@ -34,16 +34,6 @@ import trio
 from pymq.acl.plain import SUB
 from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
-from pymq.common import fastjson
-from pymq.common.admin_body import (
-    ConsumeQueueData,
-    GetConsumerStatusBody,
-    ProducerInfo,
-    ProducerTableInfo,
-    QueryConsumeQueueResponseBody,
-    QueryCorrectionOffsetBody,
-    TopicListBody,
-)
 from pymq.common.consumer import MessageQueue
 from pymq.common.message import decode_offset_msg_id
 from pymq.common.properties import format_properties, parse_properties
@@ -54,6 +44,16 @@ from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError, RemotingTimeoutError
+from pymq.remoting.protocol import fastjson
+from pymq.remoting.protocol.body import (
+    ConsumeQueueData,
+    GetConsumerStatusBody,
+    ProducerInfo,
+    ProducerTableInfo,
+    QueryConsumeQueueResponseBody,
+    QueryCorrectionOffsetBody,
+    TopicListBody,
+)
 
 if TYPE_CHECKING:
     from pymq.broker.context import BrokerContext

@@ -1,10 +1,10 @@
 """The admin bodies RocketMQ's broker answers with, as the Java classes it encodes them from.
 
-Each class is a bean written by :func:`pymq.common.fastjson.dumps` (fields alphabetical, maps
-keyed by :class:`~pymq.common.consumer.MessageQueue` written with the queue object as the key),
-so that mqadmin, the dashboard and the exporter parse them as they parse the Java broker's
-(java-wire-samples.md, section 2).  Field names follow Java's getters, including its spelling
-(``droped``).
+Each class is a bean written by :func:`pymq.remoting.protocol.fastjson.dumps` (fields
+alphabetical, maps keyed by :class:`~pymq.common.consumer.MessageQueue` written with the queue
+object as the key), so that mqadmin, the dashboard and the exporter parse them as they parse the
+Java broker's (java-wire-samples.md, section 2).  Field names follow Java's getters, including
+its spelling (``droped``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import time
 import warnings
 from typing import TYPE_CHECKING
 
-from pymq.common.message import MessageExt, encode_properties
+from pymq.common.message_ext import MessageExt, encode_properties
 from pymq.export.job import JobConfig, run_export
 from pymq.export.options import ExportOptions
 from pymq.export.scan import SegmentScan, plan_store

@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import trio
 
-from pymq.common.message import body_crc32
+from pymq.common.record import body_crc32
 from pymq.common.route import RegisterBrokerBody
 from pymq.common.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from pymq.remoting.client import RemotingClient

@@ -45,7 +45,8 @@ from pymq.broker.stats import BrokerStats
 from pymq.broker.subscription_group_manager import SubscriptionGroupManager
 from pymq.broker.topic_config_manager import TopicConfigManager
 from pymq.common.consumer import ConsumeFromWhere, ConsumeType, MessageModel, SubscriptionData
-from pymq.common.message import MessageExt, UniqueIdGenerator
+from pymq.common.message_ext import MessageExt
+from pymq.common.message_id import UniqueIdGenerator
 from pymq.common.topic import TopicConfig
 from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand

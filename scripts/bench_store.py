@@ -21,7 +21,8 @@ import time
 
 import trio
 
-from pymq.common.message import MessageExt, UniqueIdGenerator
+from pymq.common.message_ext import MessageExt
+from pymq.common.message_id import UniqueIdGenerator
 from pymq.store import DefaultMessageStore, FlushDiskType, MessageStoreConfig, PutMessageStatus
 
 TOPIC = "BenchTopic"

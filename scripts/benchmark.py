@@ -584,7 +584,7 @@ async def check_service_cost(pending: int) -> dict:
     from pymq.broker.subscription_group_manager import SubscriptionGroupManager
     from pymq.broker.topic_config_manager import TopicConfigManager
     from pymq.broker.transaction import TransactionService, to_half_message
-    from pymq.common.message import MessageExt as StoredMessage
+    from pymq.common.message_ext import MessageExt as StoredMessage
     from pymq.common.topic import RMQ_SYS_TRANS_HALF_TOPIC
     from pymq.store import DefaultMessageStore, MessageStoreConfig
 

@@ -26,8 +26,9 @@ from pymq.acl.rpc_hook import AclSigner
 from pymq.broker.admin_service import message_view, perm_text
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.cli import add_version
-from pymq.common.message import RecordError, decode_offset_msg_id, decode_record, iter_records
+from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.properties import parse_properties
+from pymq.common.record import RecordError, decode_record, iter_records
 from pymq.common.serde import loads_lenient, to_json
 from pymq.common.topic import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,

@@ -28,15 +28,14 @@ from pymq.common.config import (
     to_properties,
 )
 from pymq.common.consumer import MessageQueue
-from pymq.common.message import (
+from pymq.common.message_ext import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     MessageExt,
-    RecordError,
-    decode_offset_msg_id,
-    decode_record,
 )
+from pymq.common.message_id import decode_offset_msg_id
+from pymq.common.record import RecordError, decode_record
 from pymq.common.serde import error_reasons, from_plain, to_plain
 from pymq.common.topic import (
     PERM_READ,

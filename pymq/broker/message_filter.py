@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable
 
 from pymq.broker.consumer_filter_manager import ConsumerFilterData, ConsumerFilterManager
-from pymq.common.message import PROPERTY_RETRY_TOPIC
+from pymq.common.message_ext import PROPERTY_RETRY_TOPIC
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from pymq.filter.sql92 import Sql92Filter
 

@@ -12,7 +12,7 @@ import logging
 import attrs
 import trio
 
-from pymq.common.message import body_crc32
+from pymq.common.record import body_crc32
 from pymq.common.route import KVTable, RegisterBrokerBody
 from pymq.common.serde import from_json, to_json
 from pymq.common.topic import DataVersion, TopicConfigSerializeWrapper

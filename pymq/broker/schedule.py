@@ -14,7 +14,7 @@ from typing import Any
 import trio
 
 from pymq.broker.config_manager import JsonConfigManager
-from pymq.common.message import (
+from pymq.common.message_ext import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,

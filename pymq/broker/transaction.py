@@ -52,7 +52,7 @@ import attrs
 import trio
 
 from pymq.common.clock import now_ms
-from pymq.common.message import (
+from pymq.common.message_ext import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
@@ -64,11 +64,10 @@ from pymq.common.message import (
     PROPERTY_WAIT_STORE_MSG_OK,
     MessageExt,
     MessageSysFlag,
-    RecordError,
-    encode_record,
     java_hashmap_order,
 )
 from pymq.common.message_id import decode_offset_msg_id
+from pymq.common.record import RecordError, encode_record
 from pymq.common.topic import (
     CID_RMQ_SYS_TRANS,
     PERM_READ,

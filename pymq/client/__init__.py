@@ -15,7 +15,7 @@ from pymq.client.transaction import (
     TransactionSendResult,
 )
 from pymq.common.consumer import ConsumeFromWhere, MessageModel, MessageQueue
-from pymq.common.message import MessageExt
+from pymq.common.message_ext import MessageExt
 
 __all__ = [
     "ConsumeFromWhere",

@@ -73,14 +73,8 @@ from pymq.common.consumer import (
     SubscriptionData,
     UnlockBatchRequestBody,
 )
-from pymq.common.message import (
-    PROPERTY_RETRY_TOPIC,
-    MessageExt,
-    MessageSysFlag,
-    RecordError,
-    decode_record,
-    decode_records,
-)
+from pymq.common.message_ext import PROPERTY_RETRY_TOPIC, MessageExt, MessageSysFlag
+from pymq.common.record import RecordError, decode_record, decode_records
 from pymq.common.serde import from_json, to_json
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from pymq.remoting import headers as H

@@ -29,7 +29,7 @@ from pymq.acl.rpc_hook import AclSigner
 from pymq.common.address import host_of
 from pymq.common.clock import now_ms
 from pymq.common.consumer import HeartbeatData
-from pymq.common.message import (
+from pymq.common.message_ext import (
     PROPERTY_CORRELATION_ID,
     PROPERTY_REPLY_MESSAGE_ARRIVE_TIME,
     MessageExt,

@@ -45,7 +45,8 @@ from pymq.client.instance import (
 from pymq.common.batch import BATCH_ITEM_HEAD, BATCH_ITEM_MAGIC, BATCH_PROPS_LEN
 from pymq.common.clock import now_ms
 from pymq.common.consumer import HeartbeatData, MessageQueue, ProducerData
-from pymq.common.message import (
+from pymq.common.message_ext import (
+    NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_CORRELATION_ID,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -53,15 +54,16 @@ from pymq.common.message import (
     PROPERTY_MESSAGE_REPLY_TO_CLIENT,
     PROPERTY_MESSAGE_TTL,
     PROPERTY_MESSAGE_TYPE,
+    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
+    REPLY_MESSAGE_FLAG,
     MessageExt,
     MessageSysFlag,
-    UniqueIdGenerator,
     encode_properties,
 )
-from pymq.common.message_ext import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, REPLY_MESSAGE_FLAG
+from pymq.common.message_id import UniqueIdGenerator
 from pymq.common.native import native_extension
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, reply_topic
 from pymq.remoting.codec import (

@@ -43,17 +43,16 @@ import trio
 from pymq.client.instance import Credentials, MQClientError
 from pymq.client.producer import Message, Producer, SendResult
 from pymq.common.consumer import MessageQueue
-from pymq.common.message import (
+from pymq.common.message_ext import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_PRODUCER_GROUP,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageExt,
     MessageSysFlag,
-    RecordError,
-    decode_offset_msg_id,
-    decode_record,
 )
+from pymq.common.message_id import decode_offset_msg_id
+from pymq.common.record import RecordError, decode_record
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RPC_ONEWAY, RemotingCommand

@@ -1,7 +1,7 @@
 /*
  * pymq.common._recordc: the commit-log record codec's two hot loops in C.
  *
- * pymq/common/message.py holds the codec and stays the reference: this module is an optional
+ * pymq/common/record.py holds the codec and stays the reference: this module is an optional
  * accelerator with the same contracts, used when it was built (see setup.py) and not turned off
  * with PYMQ_PURE_PYTHON=1.  tests/unit/test_recordc.py checks both against each other.
  *
@@ -5150,7 +5150,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "pymq.common._recordc",
-    "The commit-log record codec's hot loops in C (see pymq.common.message).", -1, methods,
+    "The commit-log record codec's hot loops in C (see pymq.common.record).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -10,7 +10,7 @@ import enum
 
 import attrs
 
-from pymq.common.message import java_string_hash
+from pymq.common.message_ext import java_string_hash
 
 SUB_ALL = "*"
 EXPRESSION_TYPE_TAG = "TAG"

@@ -7,7 +7,7 @@ nullable strings, little-endian values for the fixed-width columns.  :func:`colu
 them with ``pyarrow.Array.from_buffers``, zero-copy.
 
 Only records the C walker accepts get here; anything else (corrupt bytes, a record past the
-checkpoint bound...) goes through :func:`pymq.common.message.decode_record` one at a time, in
+checkpoint bound...) goes through :func:`pymq.common.record.decode_record` one at a time, in
 :mod:`pymq.export.scan`.  Both paths give the same rows (tests/spark/test_columns.py).
 """
 

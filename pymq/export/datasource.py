@@ -35,7 +35,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pymq.common.message import MessageExt, create_offset_msg_id
+from pymq.common.message_ext import MessageExt
+from pymq.common.message_id import create_offset_msg_id
 from pymq.common.native import native_extension
 from pymq.export.columns import format_host
 from pymq.export.options import ExportOptions

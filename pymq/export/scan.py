@@ -3,7 +3,7 @@
 Pure Python over files, no Spark.  :func:`plan_store` runs on the driver: it checks that the
 path is a store, lists the commit-log files and turns the options into one :class:`Segment` per
 file that may hold wanted records.  :class:`SegmentScan` runs in a Spark task (or a plain loop):
-it decodes one file's records with the one record codec (:func:`pymq.common.message.
+it decodes one file's records with the one record codec (:func:`pymq.common.record.
 decode_record`, CRC checked), yields the wanted ones and keeps a :class:`SegmentReport`.
 
 Files are independent: a record never spans two, a BLANK record fills a file's tail and zeros
@@ -35,12 +35,11 @@ import attrs
 
 from pymq.common.checkpoint_layout import CHECKPOINT_FILE, CHECKPOINT_LAYOUT, unpack_checkpoint
 from pymq.common.files import drop_cached_from
-from pymq.common.message import (
+from pymq.common.message_ext import MessageExt, MessageSysFlag
+from pymq.common.record import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     BlankRecord,
-    MessageExt,
-    MessageSysFlag,
     RecordError,
     decode_record,
     read_record_header,

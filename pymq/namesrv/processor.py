@@ -21,8 +21,8 @@ from pymq.common.config import (
     parse_properties_body,
     to_properties,
 )
-from pymq.common.message import body_crc32
 from pymq.common.properties import format_properties
+from pymq.common.record import body_crc32
 from pymq.common.route import KVTable, RegisterBrokerBody, TopicList
 from pymq.common.serde import from_json_body, to_json
 from pymq.common.topic import DataVersion

@@ -1,7 +1,7 @@
 """The message store: RocketMQ 4.x's DefaultMessageStore and its on-disk layout, on Trio.
 
 Layout under ``storePathRootDir`` (byte for byte as Java 4.x writes it): ``commitlog/`` (files
-named by 20-digit start offset, records of :mod:`pymq.common.message`, BLANK filler at file
+named by 20-digit start offset, records of :mod:`pymq.common.record`, BLANK filler at file
 ends), ``consumequeue/{topic}/{queueId}/`` (20-byte entries), ``index/{yyyyMMddHHmmssSSS}``,
 ``checkpoint``, ``abort`` and ``lock``.
 

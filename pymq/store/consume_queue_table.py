@@ -11,15 +11,14 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 
-from pymq.common.message import (
+from pymq.common.message_ext import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    RecordInfo,
-    property_value,
     tags_code,
 )
+from pymq.common.record import RecordInfo, property_value
 from pymq.common.topic import SCHEDULE_TOPIC  # delayed messages: tags code is the due time
 from pymq.store.consume_queue import ConsumeQueue
 from pymq.store.index_service import IndexService

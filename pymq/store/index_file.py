@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import struct
 
-from pymq.common.message import java_string_hash, java_string_hash_after, native_extension
+from pymq.common.message_ext import java_string_hash, java_string_hash_after
+from pymq.common.native import native_extension
 from pymq.store import mapped_file
 from pymq.store.mapped_file import MappedFile
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import trio
 
-from pymq.common.message import KEY_SEPARATOR, MessageSysFlag, java_string_hash
+from pymq.common.message_ext import KEY_SEPARATOR, MessageSysFlag, java_string_hash
 from pymq.store.index_file import IndexFile
 
 log = logging.getLogger(__name__)

@@ -24,23 +24,25 @@ import trio
 
 from pymq.common.clock import now_ms
 from pymq.common.files import LARGE_READAHEAD_KB, readahead_kb
-from pymq.common.message import (
-    MAX_PROPERTIES_LENGTH,
-    MAX_TOPIC_LENGTH,
+from pymq.common.message_ext import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_WAIT_STORE_MSG_OK,
     MessageExt,
     MessageSysFlag,
+    properties_bytes,
+)
+from pymq.common.periodic import every
+from pymq.common.record import (
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH,
     RecordError,
     decode_record,
     has_nul,
-    properties_bytes,
     record_length,
     tear_safe_properties,
 )
-from pymq.common.periodic import every
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store import checkpoint as ckpt
 from pymq.store.clean_service import (

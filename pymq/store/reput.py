@@ -21,15 +21,15 @@ from collections.abc import Callable, Container
 
 import trio
 
-from pymq.common.message import (
+from pymq.common.message_ext import tags_code
+from pymq.common.native import native_extension
+from pymq.common.record import (
     MESSAGE_MAGIC_CODE,
     BlankRecord,
     RecordError,
     read_record_header,
     read_record_info,
-    tags_code,
 )
-from pymq.common.native import native_extension
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store.commitlog import DISPATCH_HINTS_MAX, CommitLog, DispatchHint
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable

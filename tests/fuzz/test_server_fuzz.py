@@ -30,7 +30,7 @@ import trio
 
 from pymq.client import Message, Producer, PullConsumer, topics
 from pymq.common.consumer import MessageQueue
-from pymq.common.message import decode_records
+from pymq.common.record import decode_records
 from pymq.embedded import Cluster, open_cluster
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import FrameDecoder, RemotingCommand, encode

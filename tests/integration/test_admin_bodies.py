@@ -11,7 +11,7 @@ import trio
 
 from pymq.client import Message, Producer, PushConsumer, topics
 from pymq.common.consumer import ConsumeFromWhere
-from pymq.common.message import MessageExt
+from pymq.common.message_ext import MessageExt
 from pymq.embedded import Cluster
 from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand

@@ -216,7 +216,7 @@ async def test_retry_delay_redelivery_then_dlq(tmp_path) -> None:
         assert [m.reconsume_times for m in failing.messages] == [0, 1, 2]
         assert all(m.topic == "Flaky" and m.body == b"poison" for m in failing.messages)
         raw = store.get_message("G", "%DLQ%G", 0, 0, 1).messages[0]
-        from pymq.common.message import decode_record
+        from pymq.common.record import decode_record
 
         dead = decode_record(raw)
         assert dead.body == b"poison" and dead.reconsume_times == 3

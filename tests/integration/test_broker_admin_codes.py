@@ -10,7 +10,7 @@ import trio.testing
 
 from pymq.client import Message, Producer, PushConsumer, topics
 from pymq.common.consumer import HeartbeatData, ProducerData
-from pymq.common.message import decode_record, iter_records
+from pymq.common.record import decode_record, iter_records
 from pymq.common.serde import to_json
 from pymq.embedded import Cluster
 from pymq.remoting.client import RemotingClient

@@ -11,7 +11,7 @@ import pathlib
 from pymq.client import MQClientError, Producer, SendResult, topics
 from pymq.client.producer import Message
 from pymq.common.consumer import MessageQueue
-from pymq.common.message import decode_record
+from pymq.common.record import decode_record
 from pymq.embedded import open_cluster
 from pymq.remoting.codes import ResponseCode
 from pymq.store.results import GetMessageStatus

@@ -15,7 +15,7 @@ from pymq.broker.metrics import MAX_HEAD_BYTES
 from pymq.client import Message, Producer, PushConsumer, topics
 from pymq.common.config import ConfigError
 from pymq.common.consumer import ConsumeFromWhere
-from pymq.common.message import MessageExt
+from pymq.common.message_ext import MessageExt
 from pymq.embedded import build_cluster, open_cluster
 from pymq.testing import TEST_PROPERTIES
 from tests.helpers import start_minute_window, wait_until

@@ -8,7 +8,7 @@ import struct
 import trio
 import trio.testing
 
-from pymq.common.message import body_crc32
+from pymq.common.record import body_crc32
 from pymq.common.route import RegisterBrokerBody
 from pymq.common.topic import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from pymq.remoting.client import RemotingClient

@@ -23,7 +23,7 @@ from pymq.client import (
 )
 from pymq.client.offset_store import encode_offsets, offsets_path
 from pymq.common.consumer import LockBatchRequestBody, LockBatchResponseBody, MessageQueue
-from pymq.common.message import decode_record
+from pymq.common.record import decode_record
 from pymq.common.serde import from_json, to_json
 from pymq.embedded import Cluster, open_cluster
 from pymq.remoting.client import open_remoting_client

@@ -28,7 +28,7 @@ from pymq.client import (
 from pymq.client import instance as client_instance
 from pymq.client.instance import ClientInstance, PendingReply
 from pymq.common.consumer import HeartbeatData, ProducerData
-from pymq.common.message import (
+from pymq.common.message_ext import (
     PROPERTY_CLUSTER,
     PROPERTY_CORRELATION_ID,
     PROPERTY_MESSAGE_REPLY_TO_CLIENT,

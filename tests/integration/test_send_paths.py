@@ -12,7 +12,7 @@ import trio
 from pymq.client import MQClientError, Producer, PullConsumer, topics
 from pymq.client.producer import Message, SendResult
 from pymq.common.consumer import MessageQueue
-from pymq.common.message import decode_offset_msg_id
+from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.native import native_extension
 from pymq.common.record import decode_records
 from pymq.embedded import Cluster, open_cluster

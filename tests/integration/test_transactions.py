@@ -22,7 +22,8 @@ from pymq.client import (
     TransactionProducer,
 )
 from pymq.common.consumer import HeartbeatData, ProducerData
-from pymq.common.message import create_offset_msg_id, decode_offset_msg_id, decode_record
+from pymq.common.message_id import create_offset_msg_id, decode_offset_msg_id
+from pymq.common.record import decode_record
 from pymq.common.serde import to_json
 from pymq.common.topic import (
     CID_RMQ_SYS_TRANS,

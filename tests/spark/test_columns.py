@@ -19,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from pymq.common.message import MessageExt, MessageSysFlag, encode_record
+from pymq.common.message_ext import MessageExt, MessageSysFlag
 from pymq.common.native import native_extension
+from pymq.common.record import encode_record
 from pymq.export import datasource
 from pymq.export.datasource import SCHEMA, PymqReader
 from pymq.export.options import CheckpointBound, ExportOptions, Mode

@@ -10,7 +10,8 @@ import shutil
 
 import pytest
 
-from pymq.common.message import decode_offset_msg_id, decode_record
+from pymq.common.message_id import decode_offset_msg_id
+from pymq.common.record import decode_record
 from pymq.export.job import STATE_FILE, ExportError, JobConfig, read_state, run_export
 from tests.spark.helpers import FILE_SIZE, make_messages, produce, store_of
 

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from pymq.client import Producer
-from pymq.common.message import decode_offset_msg_id, decode_record
+from pymq.common.message_id import decode_offset_msg_id
+from pymq.common.record import decode_record
 from pymq.common.topic import is_system_topic
 from pymq.embedded import open_cluster
 from pymq.export.options import CheckpointBound, ExportOptions, Mode, OptionError

@@ -12,7 +12,7 @@ import sys
 
 import trio
 
-from pymq.common.message import MessageExt
+from pymq.common.message_ext import MessageExt
 from pymq.store import DefaultMessageStore, FlushDiskType, MessageStoreConfig, PutMessageStatus
 
 COMMITLOG_FILE = 64 * 1024

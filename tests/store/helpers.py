@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import trio
 
-from pymq.common.message import MessageExt
+from pymq.common.message_ext import MessageExt
 from pymq.store import DefaultMessageStore, MessageStoreConfig
 
 SMALL_COMMITLOG = 64 * 1024

@@ -6,12 +6,7 @@ import itertools
 import os
 import struct
 
-from pymq.common.message import (
-    BLANK_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE,
-    decode_record,
-    iter_records,
-)
+from pymq.common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, decode_record, iter_records
 from pymq.store import PutMessageStatus
 from tests.helpers import wait_until
 from tests.store.helpers import SMALL_COMMITLOG, make_message, running_store, small_config

@@ -12,7 +12,7 @@ import sys
 import pytest
 import trio
 
-from pymq.common.message import decode_record
+from pymq.common.record import decode_record
 from pymq.store import DefaultMessageStore, GetMessageStatus
 
 from . import crash_writer

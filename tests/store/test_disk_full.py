@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 import trio
 
-from pymq.common.message import decode_record
+from pymq.common.record import decode_record
 from pymq.store import DefaultMessageStore, MessageStoreConfig
 from pymq.store import mapped_file as mapped_file_module
 from pymq.store.commitlog import CommitLog

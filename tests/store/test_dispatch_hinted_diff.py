@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pymq.common.message import MESSAGE_MAGIC_CODE
+from pymq.common.record import MESSAGE_MAGIC_CODE
 from pymq.store import reput as reput_module
 from pymq.store.commitlog import DispatchHint
 from pymq.store.consume_queue_table import ConsumeQueueTable

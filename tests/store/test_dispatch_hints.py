@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from pymq.common.message import MessageSysFlag
+from pymq.common.message_ext import MessageSysFlag
 from pymq.store import commitlog as commitlog_module
 from pymq.store.commitlog import DispatchHint
 from pymq.store.index_file import IndexFile

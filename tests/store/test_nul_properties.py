@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from pymq.broker.schedule import ScheduleMessageService
-from pymq.common.message import decode_record, encode_properties, record_length
-from pymq.common.record import TEAR_ALIGN
+from pymq.common.message_ext import encode_properties
+from pymq.common.record import TEAR_ALIGN, decode_record, record_length
 from pymq.store import (
     DefaultMessageStore,
     GetMessageStatus,

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from pymq.common import record as record_module
-from pymq.common.message import MessageExt, decode_record
+from pymq.common.message_ext import MessageExt
+from pymq.common.record import decode_record
 from pymq.store import DefaultMessageStore
 from pymq.store import commitlog as commitlog_module
 from pymq.store.results import GetMessageStatus, PutMessageStatus

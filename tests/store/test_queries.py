@@ -7,7 +7,8 @@ import pathlib
 
 import trio
 
-from pymq.common.message import decode_record, java_string_hash
+from pymq.common.message_ext import java_string_hash
+from pymq.common.record import decode_record
 from pymq.store import GetMessageStatus as S
 from pymq.store.consume_queue import CQ_STORE_UNIT_SIZE
 from tests.store.helpers import SMALL_CQ, make_message, running_store, small_config
@@ -202,7 +203,7 @@ async def test_failing_listener_does_not_stop_dispatch(root):
 async def test_query_by_producer_unique_ids(root):
     """Real UNIQ_KEYs (32 hex digits, 20 of them fixed per producer) are indexed with the hash
     of the whole ``topic#key``, for two producers and two topics."""
-    from pymq.common.message import UniqueIdGenerator
+    from pymq.common.message_id import UniqueIdGenerator
 
     clock = Clock(2_000_000_000_000)
     async with running_store(small_config(root), clock_ms=clock) as store:

@@ -13,10 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pymq.common.message import read_record_info
 from pymq.common.message_id import pack_ip
 from pymq.common.native import native_extension
-from pymq.common.record import encode_record_into, property_value, record_length
+from pymq.common.record import encode_record_into, property_value, read_record_info, record_length
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store import reput as reput_module
 from pymq.store.commitlog import DispatchHint

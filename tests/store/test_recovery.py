@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from pymq.common.message import decode_record
+from pymq.common.record import decode_record
 from pymq.store import DefaultMessageStore, GetMessageStatus
 from pymq.store.checkpoint import StoreLockedError
 from tests.store.helpers import make_message, running_store, small_config

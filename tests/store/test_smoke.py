@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pymq.common.message import decode_record
+from pymq.common.record import decode_record
 from pymq.store import GetMessageStatus, PutMessageStatus
 from tests.store.helpers import make_message, running_store, small_config
 

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from pymq.common.files import LARGE_READAHEAD_KB, readahead_kb
-from pymq.common.message import MessageExt
+from pymq.common.message_ext import MessageExt
 from pymq.store import FlushDiskType, PutMessageStatus
 from pymq.store.config import WriteAdvice
 from pymq.store.mapped_file import OS_PAGE_SIZE, MappedFile

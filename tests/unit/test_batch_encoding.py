@@ -21,16 +21,14 @@ from pymq.client.producer import (
     Producer,
     _batch_body_py,
 )
-from pymq.common.message import (
+from pymq.common.batch import BatchItem, decode_batch_body, encode_batch_body
+from pymq.common.message_ext import (
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     PROPERTY_WAIT_STORE_MSG_OK,
-    BatchItem,
     MessageSysFlag,
-    UniqueIdGenerator,
-    decode_batch_body,
-    encode_batch_body,
     encode_properties,
 )
+from pymq.common.message_id import UniqueIdGenerator
 
 
 def reference(msgs: list[Message], ids: list[str]) -> bytes:

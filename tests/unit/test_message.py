@@ -12,28 +12,30 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymq.common import record
-from pymq.common.message import (
-    BLANK_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE,
-    BatchItem,
-    BlankRecord,
+from pymq.common.batch import BatchItem, decode_batch_body, encode_batch_body
+from pymq.common.message_ext import (
     MessageExt,
     MessageSysFlag,
-    RecordError,
-    UniqueIdGenerator,
-    create_offset_msg_id,
-    decode_batch_body,
-    decode_offset_msg_id,
     decode_properties,
-    decode_record,
-    decode_records,
-    encode_batch_body,
     encode_properties,
-    encode_record,
-    iter_records,
     java_string_hash,
     tags_code,
+)
+from pymq.common.message_id import (
+    UniqueIdGenerator,
+    create_offset_msg_id,
+    decode_offset_msg_id,
     unique_id_ip,
+)
+from pymq.common.record import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    BlankRecord,
+    RecordError,
+    decode_record,
+    decode_records,
+    encode_record,
+    iter_records,
 )
 from tests.helpers import damaged
 
@@ -398,7 +400,7 @@ def test_a_nul_in_the_properties_is_torn_only_where_a_lost_sector_puts_one(kind)
     """A lost write is zeros from a sector boundary on: it zeroes the properties' first byte,
     a byte at a 512-byte boundary of the file, or their last byte.  A NUL elsewhere is data
     (the C++ client sometimes sends one in UNIQ_KEY; Java's broker stores it)."""
-    from pymq.common.message import nul_where_torn, scan_records
+    from pymq.common.record import nul_where_torn, scan_records
 
     msg = golden_message()
     msg.properties = {"UNIQ_KEY": "x" * 1200, "Z": "end"}
@@ -457,7 +459,7 @@ def _slow_scan(buf: bytes) -> int:
 @settings(max_examples=400)
 @given(st.integers(0, 10_000), st.integers(0, 255), st.booleans())
 def test_scan_records_agrees_with_decode_record(where, value, truncate):
-    from pymq.common.message import scan_records
+    from pymq.common.record import scan_records
 
     buf, starts = _records(6)
     buf = damaged(buf, where % len(buf), value, truncate)
@@ -471,14 +473,14 @@ def test_scan_records_agrees_with_decode_record(where, value, truncate):
 
 @given(st.text(max_size=40), st.text(max_size=60))
 def test_java_string_hash_after_prefix(prefix, s):
-    from pymq.common.message import java_string_hash_after
+    from pymq.common.message_ext import java_string_hash_after
 
     assert java_string_hash_after(java_string_hash(prefix), s) == java_string_hash(prefix + s)
 
 
 @given(st.dictionaries(prop_text, prop_text, max_size=6), prop_text, st.booleans())
 def test_property_value_matches_decode(props, name, trailing):
-    from pymq.common.message import property_value
+    from pymq.common.record import property_value
 
     text = encode_properties(props) + ("\x02" if trailing and props else "")
     assert property_value(text, name) == decode_properties(text).get(name)
@@ -487,7 +489,8 @@ def test_property_value_matches_decode(props, name, trailing):
 
 
 def test_tear_safe_properties_reorders_a_map_and_gives_up_in_bounded_work():
-    from pymq.common.message import nul_where_torn, properties_bytes, tear_safe_properties
+    from pymq.common.message_ext import properties_bytes
+    from pymq.common.record import nul_where_torn, tear_safe_properties
 
     props = {"\0a": "v", "K": "x\0y", "Z": "end\0"}
     data = tear_safe_properties(props)

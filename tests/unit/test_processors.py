@@ -32,7 +32,8 @@ from pymq.common.consumer import (
     ProducerData,
     SubscriptionData,
 )
-from pymq.common.message import decode_records, encode_properties
+from pymq.common.message_ext import encode_properties
+from pymq.common.record import decode_records
 from pymq.common.serde import from_json, to_json
 from pymq.common.topic import TopicConfig, dlq_topic, retry_topic
 from pymq.remoting import headers as H

@@ -16,7 +16,7 @@ import pymq.store.get_message as get_message_module
 from pymq.broker.context import BrokerContext
 from pymq.broker.processors.pull import PullProcessor
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
-from pymq.common.message import decode_records
+from pymq.common.record import decode_records
 from pymq.remoting.codes import ResponseCode
 from pymq.store.config import BrokerRole
 from tests.unit import test_processors as processors

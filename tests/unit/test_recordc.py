@@ -19,15 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymq.common import clock, message_ext, message_id, native, record
-from pymq.common.message import (
-    MessageExt,
-    MessageSysFlag,
-    decode_record,
-    encode_record,
-    host_flags,
-    pack_ip,
-    scan_records,
-)
+from pymq.common.message_ext import MessageExt, MessageSysFlag
+from pymq.common.message_id import pack_ip
+from pymq.common.record import decode_record, encode_record, host_flags, scan_records
 from tests.helpers import damaged
 
 
@@ -349,7 +343,8 @@ def test_store_round_trip_in_pure_python(tmp_path):
     code = f"""
 import trio
 from pymq.common import clock, message_ext, message_id, native, record
-from pymq.common.message import MessageExt, decode_record
+from pymq.common.message_ext import MessageExt
+from pymq.common.record import decode_record
 from pymq.store import DefaultMessageStore, MessageStoreConfig, PutMessageStatus
 assert not native.NATIVE_CODEC
 

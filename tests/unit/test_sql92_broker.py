@@ -19,7 +19,8 @@ from pymq.broker.processors.consumer import ConsumerProcessor
 from pymq.broker.processors.pull import FLAG_SUBSCRIPTION, PullProcessor
 from pymq.broker.processors.send import SendProcessor
 from pymq.common.consumer import SubscriptionData
-from pymq.common.message import decode_records, encode_properties
+from pymq.common.message_ext import encode_properties
+from pymq.common.record import decode_records
 from pymq.common.topic import TopicConfig, retry_topic
 from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand

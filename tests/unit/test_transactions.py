@@ -26,15 +26,14 @@ from pymq.broker.context import BrokerContext
 from pymq.broker.processors.send import SendProcessor
 from pymq.broker.transaction import TransactionService, half_properties
 from pymq.common.clock import now_ms
-from pymq.common.message import (
+from pymq.common.message_ext import (
     MessageExt,
     decode_properties,
-    decode_record,
     encode_properties,
-    encode_record,
     java_hashmap_order,
     properties_bytes,
 )
+from pymq.common.record import decode_record, encode_record
 from pymq.common.topic import (
     CID_RMQ_SYS_TRANS,
     RMQ_SYS_TRANS_HALF_TOPIC,

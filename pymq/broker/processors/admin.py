@@ -35,7 +35,7 @@ from pymq.acl.plain import SUB
 from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.consumer import MessageQueue
-from pymq.common.message import decode_offset_msg_id
+from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.properties import format_properties, parse_properties
 from pymq.common.route import KVTable
 from pymq.common.serde import check_body_size, from_json_body, read_body, to_json

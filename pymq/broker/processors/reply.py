@@ -33,7 +33,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from pymq.common.clock import now_ms
-from pymq.common.message import (
+from pymq.common.message_ext import (
     PROPERTY_MESSAGE_REPLY_TO_CLIENT,
     PROPERTY_MSG_REGION,
     PROPERTY_PUSH_REPLY_TIME,

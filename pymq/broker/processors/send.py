@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from pymq.acl.plain import SUB
 from pymq.broker.transaction import to_half_message
 from pymq.common.address import host_of
-from pymq.common.message import (
+from pymq.common.batch import decode_batch_body
+from pymq.common.message_ext import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -24,11 +25,10 @@ from pymq.common.message import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
     MessageExt,
-    RecordError,
-    decode_batch_body,
     decode_properties,
 )
 from pymq.common.native import native_extension
+from pymq.common.record import RecordError
 from pymq.common.serde import parse_java_bool
 from pymq.common.topic import (
     PERM_READ,

@@ -6,10 +6,16 @@ collected: module-level ones and ones inside functions alike, but not those unde
 
 * common imports nothing of pymq (outside itself);
 * remoting imports only common;
-* store imports neither remoting nor broker;
+* the feature packages named after RocketMQ's modules sit just above: filter (the SQL92
+  selector) and trace (the trace topic's data) import only common; acl imports only common and
+  remoting (its client hook signs a RemotingCommand, as AclClientRPCHook is an RPCHook), and
+  remoting does not import acl (it calls a signer it is given);
+* store imports neither remoting nor broker, nor filter or trace (the pull path hands it a
+  record filter callable; it may use acl's address patterns, for the HA port's allow list);
+* namesrv imports neither filter nor trace;
 * broker does not import admin;
-* client imports neither broker nor store;
-* export does not import broker;
+* client imports neither broker nor store, nor filter (it sends the expression as text);
+* export imports neither broker nor acl;
 * the graph between the top-level packages has no cycle.
 
 Entry points are not part of a layer: the top-level modules (``pymq/__main__.py``,
@@ -27,16 +33,32 @@ from pathlib import Path
 import pymq
 
 ROOT = Path(pymq.__file__).parent
-LAYERS = ("common", "remoting", "namesrv", "store", "broker", "client", "admin", "export")
+LAYERS = (
+    "common",
+    "remoting",
+    "filter",
+    "acl",
+    "trace",
+    "namesrv",
+    "store",
+    "broker",
+    "client",
+    "admin",
+    "export",
+)
 
 # package -> the packages it must not import at run time
 FORBIDDEN: dict[str, frozenset[str]] = {
     "common": frozenset(LAYERS) - {"common"},
     "remoting": frozenset(LAYERS) - {"common", "remoting"},
-    "store": frozenset({"remoting", "broker"}),
+    "filter": frozenset(LAYERS) - {"common", "filter"},
+    "trace": frozenset(LAYERS) - {"common", "trace"},
+    "acl": frozenset(LAYERS) - {"common", "remoting", "acl"},
+    "store": frozenset({"remoting", "broker", "filter", "trace"}),
+    "namesrv": frozenset({"filter", "trace"}),
     "broker": frozenset({"admin"}),
-    "client": frozenset({"broker", "store"}),
-    "export": frozenset({"broker"}),
+    "client": frozenset({"broker", "store", "filter"}),
+    "export": frozenset({"broker", "acl"}),
 }
 
 
@@ -122,6 +144,10 @@ def test_the_walk_sees_the_packages() -> None:
     # a sanity check that the walk finds imports at all (and relative ones resolve)
     assert ("broker", "store") in edges
     assert ("broker", "common") in edges
+    # and the feature packages are layers of their own
+    assert ("broker", "filter") in edges
+    assert ("acl", "remoting") in edges
+    assert ("admin", "trace") in edges
 
 
 def test_type_checking_imports_do_not_count() -> None:

@@ -48,13 +48,12 @@ import logging
 import math
 import ssl
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
 
-from pymq.client.instance import ClientService, Credentials, MQClientError
+from pymq.client.instance import ClientService, Credentials, MQClientError, inflate_body
 from pymq.client.offset_store import DEFAULT_DIR as DEFAULT_OFFSET_STORE_DIR
 from pymq.client.offset_store import LocalFileOffsetStore, check_path_name
 from pymq.common import fastjson
@@ -105,6 +104,9 @@ REBALANCE_PERIOD = 20.0
 PERSIST_OFFSET_PERIOD = 5.0
 HEARTBEAT_PERIOD = 30.0
 PULL_BATCH_SIZE = 32
+# A pulled message's compressed body inflates to at most this (Java checks maxMessageSize,
+# 4 MiB by default, before compressing; this leaves room for producers set higher).
+MAX_INFLATED_BODY = 64 * 1024 * 1024
 BROKER_SUSPEND_MAX_MS = 15000
 PULL_TIMEOUT = 30.0
 PULL_RETRY_DELAY = 3.0  # after an error, as PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
@@ -313,7 +315,13 @@ class _Base(ClientService):
             subscription = selector.subscription(mq.topic)
             for msg in decode_records(response.body):
                 if msg.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
-                    msg.body = zlib.decompress(msg.body)
+                    try:
+                        msg.body = inflate_body(msg.body, MAX_INFLATED_BODY)
+                    except ValueError as exc:
+                        # Java's decoder drops such a message (and the rest of the batch):
+                        # this one only, said.
+                        log.error("%s offset %d skipped: %s", mq, msg.queue_offset, exc)
+                        continue
                 tags = msg.tags
                 if (
                     not subscription.is_tag_type

@@ -88,20 +88,27 @@ class PendingReply:
             self.arrived.set()
 
 
+def inflate_body(body: bytes, limit: int) -> bytes:
+    """A compressed message body (zlib, as Java's UtilAll.compress) inflated to at most
+    ``limit`` bytes: ValueError for one that does not inflate or would inflate further (4 MiB
+    of zeros compress to 4 KiB: a consumer must not be made to hold what a sender chooses)."""
+    inflater = zlib.decompressobj()
+    try:
+        inflated = inflater.decompress(body, limit)
+    except zlib.error as exc:
+        raise ValueError(f"compressed body does not inflate: {exc}") from None
+    if inflater.unconsumed_tail:
+        raise ValueError(f"compressed body inflates past {limit} bytes")
+    return inflated
+
+
 def reply_message(head: H.ReplyMessageRequestHeader, body: bytes, arrived_ms: int) -> MessageExt:
     """The reply a PUSH_REPLY_MESSAGE_TO_CLIENT carries (ClientRemotingProcessor's
     receiveReplyMessage): the header's fields, the body inflated when its sysFlag says it is
     compressed, ARRIVE_TIME added.  ValueError for a body that does not inflate (or inflates
     past :data:`MAX_REPLY_BODY`)."""
     if head.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
-        inflater = zlib.decompressobj()
-        try:
-            inflated = inflater.decompress(body, MAX_REPLY_BODY)
-        except zlib.error as exc:
-            raise ValueError(f"compressed reply body does not inflate: {exc}") from None
-        if inflater.unconsumed_tail:
-            raise ValueError(f"reply body inflates past {MAX_REPLY_BODY} bytes")
-        body = inflated
+        body = inflate_body(body, MAX_REPLY_BODY)
     props = decode_properties(head.properties or "")
     props[PROPERTY_REPLY_MESSAGE_ARRIVE_TIME] = str(arrived_ms)
     return MessageExt(

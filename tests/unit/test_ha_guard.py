@@ -20,8 +20,18 @@ from pymq.common.config import ConfigError
 from pymq.remoting.tls import TlsMode, TlsServer
 from pymq.store.config import MessageStoreConfig
 from pymq.store.ha import slave as slave_module
-from pymq.store.ha.auth import CHALLENGE_SIZE, HELLO, HAGuard, encode_proof, parse_allow_list
-from pymq.store.ha.framing import TransferDecoder, encode_report
+from pymq.store.ha.auth import (
+    CHALLENGE_SIZE,
+    HELLO,
+    PROVEN,
+    UNPROVEN,
+    HAGuard,
+    encode_proof,
+    master_mac,
+    parse_allow_list,
+    slave_hello,
+)
+from pymq.store.ha.framing import TransferDecoder, encode_report, encode_transfer
 from pymq.store.ha.master import MAX_CONNECTIONS_PER_HOST, HAService
 from pymq.store.ha.slave import HAClient
 from pymq.store.results import PutMessageStatus
@@ -139,7 +149,7 @@ async def replicate(
 
 
 def frames_of(stream: bytes) -> bytes:
-    return b"".join(body for _, body in TransferDecoder().feed(stream))
+    return b"".join(body for _, body in TransferDecoder(len(DATA)).feed(stream))
 
 
 # -- default: RocketMQ's plain protocol, unchanged -----------------------------------------------
@@ -149,8 +159,11 @@ async def test_default_serves_a_plain_slave_and_a_pymq_slave() -> None:
     async with master() as ha:
         assert frames_of(await stranger(ha.port, encode_report(0), timeout=0.5)) == DATA
         assert await replicate(ha.port) == DATA
-        # A pymq slave with a credential speaks the handshake; with no proof required, taken.
-        assert await replicate(ha.port, credential=("", b"whatever")) == DATA
+        # A pymq slave proving an ACL account speaks the handshake; with no proof required
+        # the master answers UNPROVEN, which such a slave takes.
+        assert await replicate(ha.port, credential=("admin", b"whatever")) == DATA
+        # A slave proving haSecret does not: this master cannot prove it back.
+        assert await replicate(ha.port, credential=("", b"whatever"), wait=0.6) == b""
 
 
 # -- haSlaveAllowList ------------------------------------------------------------------------------
@@ -181,17 +194,18 @@ async def test_secret_stranger_gets_nothing_and_the_slave_that_knows_it_replicat
         assert await stranger(ha.port, encode_report(0)) == b""
         # The handshake with a wrong secret: the challenge, then nothing.
         async with await trio.open_tcp_stream("127.0.0.1", ha.port) as stream:
-            await stream.send_all(HELLO)
+            nonce, hello = slave_hello()
+            await stream.send_all(hello)
             challenge = await receive_all(stream, timeout=0.3)
             assert len(challenge) == CHALLENGE_SIZE and challenge.startswith(HELLO)
-            await stream.send_all(encode_proof(challenge, "", b"guess") + encode_report(0))
+            await stream.send_all(encode_proof(challenge, nonce, "", b"guess") + encode_report(0))
             assert await receive_all(stream) == b""
         # A proof is bound to its connection's nonce: a replayed one fails.
         async with await trio.open_tcp_stream("127.0.0.1", ha.port) as stream:
-            await stream.send_all(HELLO)
+            await stream.send_all(hello)
             other = await receive_all(stream, timeout=0.3)
             assert other != challenge
-            replayed = encode_proof(challenge, "", b"s3cret")
+            replayed = encode_proof(challenge, nonce, "", b"s3cret")
             await stream.send_all(replayed + encode_report(0))
             assert await receive_all(stream) == b""
         assert await replicate(ha.port, credential=("", b"wrong"), wait=0.6) == b""
@@ -367,7 +381,7 @@ async def test_a_slow_admission_is_closed_at_the_deadline(secret: bytes | None) 
         async with await trio.open_tcp_stream("127.0.0.1", ha.port) as stream:
             start = trio.current_time()
             if secret:
-                await stream.send_all(HELLO)
+                await stream.send_all(slave_hello()[1])
                 dribble = b"\x00" * 20  # a proof's first bytes
             else:
                 dribble = encode_report(0)[:-1]
@@ -442,3 +456,81 @@ async def test_a_reset_during_admission_is_a_refusal_not_an_error(
         # The refusal is counted before the connection's bookkeeping is let go: wait for both.
         await wait_until(lambda: ha.refused == 1 and not ha._open and not ha.connections, timeout=2)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# -- the slave against a master that does not prove the secret -------------------------------------
+
+
+async def rogue_master(
+    answer: Callable[[bytes, bytes], bytes] | None,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A peer at the slave's haMasterAddress that does not know haSecret: it takes the slave's
+    hello, sends a challenge, ignores the proof, sends ``answer(slave nonce, challenge)``
+    (nothing when None) and then streams a commit log of its own."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        buf = bytearray()
+        with trio.move_on_after(2):
+            while len(buf) < CHALLENGE_SIZE:  # the slave's hello (as long as a challenge)
+                buf += await stream.receive_some(CHALLENGE_SIZE - len(buf))
+        nonce = bytes(buf[len(HELLO) :])
+        challenge = HELLO + bytes(range(32))
+        try:
+            await stream.send_all(challenge)
+            with trio.move_on_after(0.2):
+                await stream.receive_some(4096)  # the proof
+            if answer is not None:
+                await stream.send_all(answer(nonce, challenge))
+            await stream.send_all(encode_transfer(0, DATA))
+            await trio.sleep(1)
+        except trio.BrokenResourceError:
+            pass
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, serve, listeners)
+        task_status.started(listeners[0].socket.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        None,  # no answer at all: the frames right after the challenge
+        lambda nonce, challenge: UNPROVEN + bytes(32),  # "I ask no proof"
+        lambda nonce, challenge: PROVEN + bytes(32),  # a made-up proof
+        # A proof by another secret, or for another connection's nonce.
+        lambda nonce, challenge: PROVEN + master_mac(b"other", nonce, challenge[8:], b""),
+        lambda nonce, challenge: PROVEN + master_mac(b"s3cret", bytes(32), challenge[8:], b""),
+    ],
+)
+async def test_a_slave_with_ha_secret_takes_nothing_from_a_master_that_cannot_prove_it(
+    monkeypatch: pytest.MonkeyPatch, answer: Callable[[bytes, bytes], bytes] | None
+) -> None:
+    """The handshake is mutual: a wrong or hostile haMasterAddress cannot feed a slave that
+    proves haSecret a commit log (the slave used to take one after any challenge)."""
+    monkeypatch.setattr(slave_module, "CONNECT_TIMEOUT", 0.3)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(rogue_master, answer)
+        assert await replicate(port, credential=("", b"s3cret"), wait=1.0) == b""
+        # The right proof is taken: the rogue above differs only in it.
+        if answer is None:
+            good = await nursery.start(
+                rogue_master,
+                lambda nonce, ch: PROVEN + master_mac(b"s3cret", nonce, ch[8:], b""),
+            )
+            assert await replicate(good, credential=("", b"s3cret")) == DATA
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_account_slave_refuses_a_wrong_master_proof(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A slave proving an ACL account takes UNPROVEN (a master without aclEnable), never a
+    wrong proof."""
+    monkeypatch.setattr(slave_module, "CONNECT_TIMEOUT", 0.3)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(rogue_master, lambda nonce, ch: PROVEN + bytes(32))
+        assert await replicate(port, credential=("admin", b"pw"), wait=1.0) == b""
+        nursery.cancel_scope.cancel()

@@ -31,7 +31,14 @@ import attrs
 import trio
 
 from pymq.store.config import MessageStoreConfig
-from pymq.store.ha.auth import HELLO, MAC_SIZE, HAGuard, new_challenge
+from pymq.store.ha.auth import (
+    HELLO,
+    MAC_SIZE,
+    NONCE_SIZE,
+    HAGuard,
+    encode_answer,
+    new_challenge,
+)
 from pymq.store.ha.framing import HAProtocolError, ReportDecoder, encode_transfer
 from pymq.store.ha.ports import MasterStore
 from pymq.store.results import PutMessageStatus
@@ -258,14 +265,18 @@ class HAService:
                     "cannot give it: see haSlaveAllowList and the ACL's global white list)"
                 )
             return stream, first + bytes(buf)
+        slave_nonce = await _receive_exactly(stream, NONCE_SIZE, buf)
         nonce, challenge = new_challenge()
         await stream.send_all(challenge)
         key_size = (await _receive_exactly(stream, 1, buf))[0]
         access_key = await _receive_exactly(stream, key_size, buf)
         mac = await _receive_exactly(stream, MAC_SIZE, buf)
-        why = guard.verify(access_key, nonce, mac)
-        if why is not None:
-            raise HARefused(f"HA handshake refused: {why}")
+        try:
+            secret = guard.verify(access_key, (nonce, slave_nonce), mac)
+        except HAProtocolError as exc:
+            raise HARefused(f"HA handshake refused: {exc}") from None
+        # Mutual: the master proves the same secret back (pymq.store.ha.auth).
+        await stream.send_all(encode_answer(secret, slave_nonce, nonce, access_key))
         return stream, bytes(buf)
 
     def _start(self, conn: SlaveConnection, offset: int) -> None:

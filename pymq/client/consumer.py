@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
-from pymq.client.instance import ClientService, Credentials, MQClientError
+from pymq.client.instance import ClientService, Credentials, MQClientError, decode_answer
 from pymq.client.offset_store import DEFAULT_DIR as DEFAULT_OFFSET_STORE_DIR
 from pymq.client.offset_store import LocalFileOffsetStore, check_path_name
 from pymq.common import fastjson
@@ -89,7 +89,7 @@ from pymq.common.message import (
     decode_record,
     decode_records,
 )
-from pymq.common.serde import from_json, to_json
+from pymq.common.serde import to_json
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
@@ -877,7 +877,7 @@ class PushConsumer(_Base):
             )
             response = await self.client.invoke(addr, request, 5.0)
             if response.code == ResponseCode.SUCCESS and response.body:
-                return from_json(response.body, ConsumerList).consumer_id_list
+                return decode_answer(response.body, ConsumerList, "consumer list").consumer_id_list
         return []
 
     async def rebalance(self) -> None:
@@ -999,7 +999,9 @@ class PushConsumer(_Base):
         response = await self.client.invoke(addr, request, LOCK_TIMEOUT)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, "lock batch mq")
-        return set(from_json(response.body, LockBatchResponseBody).lock_ok_mq_set)
+        return set(
+            decode_answer(response.body, LockBatchResponseBody, "lock batch mq").lock_ok_mq_set
+        )
 
     async def _unlock_batch(self, broker_name: str, mqs: list[MessageQueue]) -> None:
         assert self.client is not None

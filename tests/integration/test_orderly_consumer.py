@@ -21,6 +21,7 @@ from pymq.client import (
     PushConsumer,
     topics,
 )
+from pymq.client.instance import MQClientError
 from pymq.client.offset_store import encode_offsets, offsets_path
 from pymq.common import fastjson
 from pymq.common.consumer import LockBatchRequestBody, LockBatchResponseBody, MessageQueue
@@ -404,3 +405,66 @@ async def test_corrupt_offsets_file_falls_back_to_bak(cluster: Cluster, tmp_path
     with pytest.raises(ValueError, match="cannot load"):
         async with PushConsumer("G", cluster.namesrv_addr, rec.handler("1"), **options):
             pass
+
+
+async def test_an_undecodable_lock_or_member_answer_is_a_failed_call_not_a_crash(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker answering LOCK_BATCH_MQ or GET_CONSUMER_LIST_BY_GROUP with SUCCESS and a body
+    that is not one (a buggy or hostile broker) fails that call: the queue is not locked by it,
+    the rebalance is tried again, and the consumer keeps running (it used to end on the
+    decoding error)."""
+    await topics.create_topic(cluster.namesrv_addr, "Ub", queues=1, brokers=[cluster.broker_addr])
+    mq = MessageQueue("Ub", BROKER, 0)
+    rec = OrderlyRecorder(delay=0)
+    async with PushConsumer(
+        "G",
+        cluster.namesrv_addr,
+        rec.handler("a"),
+        consume_from=FIRST,
+        orderly=True,
+        lock_interval=0.1,
+    ) as consumer:
+        await consumer.subscribe("Ub")
+        assert consumer.client is not None
+        client = consumer.client
+        await wait_until(lambda: broker_locks(cluster, "G").get(mq) == client.client_id, timeout=10)
+        real_invoke = client.invoke
+        garbled: list[int] = []
+
+        async def invoke(addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+            response = await real_invoke(addr, request, timeout)
+            if request.code in (RequestCode.LOCK_BATCH_MQ, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
+                garbled.append(request.code)
+                response.body = b'{"lockOKMQSet":7,"consumerIdList":"x"'
+            return response
+
+        monkeypatch.setattr(client, "invoke", invoke)
+        consumer._rebalance_now.set()
+        await wait_until(
+            lambda: (
+                {RequestCode.LOCK_BATCH_MQ, RequestCode.GET_CONSUMER_LIST_BY_GROUP} <= set(garbled)
+            ),
+            timeout=5,
+        )
+        with pytest.raises(MQClientError, match="lock batch mq"):
+            await consumer._lock_batch([mq])
+        monkeypatch.setattr(client, "invoke", real_invoke)
+        # The same of a name server's route answer (the heartbeat loop refreshes routes).
+        real_remoting_invoke = client.remoting.invoke
+
+        async def garbled_route(
+            addr: str, request: RemotingCommand, timeout: float
+        ) -> RemotingCommand:
+            response = await real_remoting_invoke(addr, request, timeout)
+            if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                response.body = b"[1,"
+            return response
+
+        monkeypatch.setattr(client.remoting, "invoke", garbled_route)
+        with pytest.raises(MQClientError, match="route of Ub"):
+            await client.fetch_route("Ub")
+        monkeypatch.setattr(client.remoting, "invoke", real_remoting_invoke)
+        await produce(cluster, "Ub", 1, 3)
+        await rec.wait_for(3, timeout=10)
+    assert rec.sequence(0) == [0, 1, 2]

@@ -1082,10 +1082,25 @@ class PushConsumer(_Base):
 
     async def _ensure_locked(self, mq: MessageQueue, state: _OrderlyQueue) -> bool:
         """Wait until the queue may be consumed (tryLockLaterAndReconsume: lock it again,
-        every LOCK_RETRY_DELAY while the broker refuses); False once it is dropped."""
+        every LOCK_RETRY_DELAY while the broker refuses); False once it is dropped.
+
+        A queue locked again after its lock lapsed may have been consumed meanwhile by the
+        member that held it: its offset moves up to the group's committed one, so that what
+        that member consumed is not consumed again here."""
+        relocked = False
         while not state.dropped and not self._lock_valid(state):
+            relocked = True
             if not await self._lock_one(mq, state):
                 await trio.sleep(LOCK_RETRY_DELAY)
+        if relocked and not state.dropped:
+            try:
+                committed = await self.query_offset(mq)
+            except (MQClientError, RemotingError) as exc:
+                log.warning("offset of %s after relocking it: %s", mq, exc)
+            else:
+                if committed > self.offsets.get(mq, committed):
+                    log.info("%s was consumed up to %d meanwhile", mq, committed)
+                    self.offsets[mq] = committed
         return not state.dropped
 
     async def _start_offset(self, mq: MessageQueue) -> int:
@@ -1155,7 +1170,11 @@ class PushConsumer(_Base):
                         return  # given up meanwhile
                 if state is not None and state.dropped:
                     return
-                self.offsets[mq] = result.next_begin_offset
+                if state is not None and result.messages:
+                    # Never back below what a relock found consumed (_ensure_locked).
+                    self.offsets[mq] = max(self.offsets[mq], result.next_begin_offset)
+                else:
+                    self.offsets[mq] = result.next_begin_offset
 
     @staticmethod
     def _restore_topics(messages: list[MessageExt]) -> None:
@@ -1181,6 +1200,11 @@ class PushConsumer(_Base):
             while True:
                 if not await self._ensure_locked(mq, state):
                     return False
+                # Consumed by another member while this consumer had lost the lock: skipped.
+                batch = [msg for msg in batch if msg.queue_offset >= self.offsets[mq]]
+                if not batch:
+                    self.offsets[mq] = max(self.offsets[mq], next_offset)
+                    break
                 async with state.consuming:
                     if state.dropped:
                         return False

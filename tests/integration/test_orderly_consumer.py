@@ -468,3 +468,59 @@ async def test_an_undecodable_lock_or_member_answer_is_a_failed_call_not_a_crash
         await produce(cluster, "Ub", 1, 3)
         await rec.wait_for(3, timeout=10)
     assert rec.sequence(0) == [0, 1, 2]
+
+
+@pytest.mark.slow
+async def test_a_queue_relocked_after_a_loss_resumes_after_what_the_group_consumed_meanwhile(
+    cluster: Cluster,
+) -> None:
+    """This consumer's lock lapses; another member locks the queue, consumes messages and
+    commits past them; when this consumer holds the queue again it goes on from that commit,
+    not from where it stopped (it consumed the other member's messages a second time: even the
+    batch it had pulled before the loss is checked again)."""
+    await topics.create_topic(cluster.namesrv_addr, "Rl", queues=1, brokers=[cluster.broker_addr])
+    mq = MessageQueue("Rl", BROKER, 0)
+    rec = OrderlyRecorder(delay=0)
+    async with PushConsumer(
+        "G",
+        cluster.namesrv_addr,
+        rec.handler("a"),
+        consume_from=FIRST,
+        orderly=True,
+        lock_interval=0.2,
+        lock_max_live=0.6,
+    ) as consumer:
+        await consumer.subscribe("Rl")
+        assert consumer.client is not None
+        me = consumer.client.client_id
+        await wait_until(lambda: broker_locks(cluster, "G").get(mq) == me, timeout=10)
+        await produce(cluster, "Rl", 1, 3)
+        await rec.wait_for(3)
+        await consumer.persist_offsets()
+
+        async def no_renewal() -> None:
+            pass
+
+        real_lock_all = consumer.lock_all
+        consumer.lock_all = no_renewal  # type: ignore[method-assign]
+        await trio.sleep(0.3)
+        manager = cluster.broker.rebalance_lock_manager
+        manager.max_live = 0.1
+        with trio.fail_after(5):
+            while await try_lock(cluster, "G", "10.0.0.9@other", [mq]) != {mq}:
+                await trio.sleep(0.05)
+        manager.max_live = 60.0
+        state = consumer.orderly_queues[mq]
+        await wait_until(lambda: not consumer._lock_valid(state), timeout=5)
+        # The other member consumes 3..5 (this consumer has them pulled, and waits for the
+        # lock) and commits offset 6.
+        await produce(cluster, "Rl", 1, 3, start=3)
+        await trio.sleep(0.5)
+        await consumer.update_offset(mq, 6)
+        await unlock(cluster, "G", "10.0.0.9@other", [mq])
+        consumer.lock_all = real_lock_all  # type: ignore[method-assign]
+        await wait_until(lambda: broker_locks(cluster, "G").get(mq) == me, timeout=10)
+        await produce(cluster, "Rl", 1, 3, start=6)
+        await rec.wait_for(6, timeout=10)
+        await trio.sleep(0.3)
+    assert rec.sequence(0) == [0, 1, 2, 6, 7, 8]

@@ -359,7 +359,7 @@ class _Base(ClientService):
             return -1
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, f"query offset {mq}")
-        return int(response.ext_fields["offset"])
+        return _offset_of(response, f"query offset {mq}")
 
     async def update_offset(self, mq: MessageQueue, offset: int) -> None:
         request = RemotingCommand.request(
@@ -379,7 +379,7 @@ class _Base(ClientService):
         response = await self._call(mq, request)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, f"max offset {mq}")
-        return int(response.ext_fields["offset"])
+        return _offset_of(response, f"max offset {mq}")
 
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         request = RemotingCommand.request(
@@ -389,7 +389,7 @@ class _Base(ClientService):
         response = await self._call(mq, request)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, f"search offset {mq}")
-        return int(response.ext_fields["offset"])
+        return _offset_of(response, f"search offset {mq}")
 
 
 class PullConsumer(_Base):
@@ -464,6 +464,17 @@ class _TopicCounters:
 
     def copy(self) -> _TopicCounters:
         return attrs.evolve(self)
+
+
+def _offset_of(response: RemotingCommand, what: str) -> int:
+    """A SUCCESS answer's ``offset`` header; MQClientError when it has none that is a number
+    (a failed call, which the caller's loop retries, not an error that ends the consumer)."""
+    try:
+        return int(response.ext_fields["offset"])
+    except (KeyError, ValueError):
+        raise MQClientError(
+            response.code, f"no offset in the answer: {response.ext_fields!r}", what
+        ) from None
 
 
 @attrs.define(eq=False)

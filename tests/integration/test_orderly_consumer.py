@@ -407,13 +407,13 @@ async def test_corrupt_offsets_file_falls_back_to_bak(cluster: Cluster, tmp_path
             pass
 
 
-async def test_an_undecodable_lock_or_member_answer_is_a_failed_call_not_a_crash(
+async def test_an_undecodable_answer_is_a_failed_call_not_a_crash(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A broker answering LOCK_BATCH_MQ or GET_CONSUMER_LIST_BY_GROUP with SUCCESS and a body
     that is not one (a buggy or hostile broker) fails that call: the queue is not locked by it,
     the rebalance is tried again, and the consumer keeps running (it used to end on the
-    decoding error)."""
+    decoding error).  So is a route that is not one, and an offset answer without an offset."""
     await topics.create_topic(cluster.namesrv_addr, "Ub", queues=1, brokers=[cluster.broker_addr])
     mq = MessageQueue("Ub", BROKER, 0)
     rec = OrderlyRecorder(delay=0)
@@ -465,6 +465,24 @@ async def test_an_undecodable_lock_or_member_answer_is_a_failed_call_not_a_crash
         with pytest.raises(MQClientError, match="route of Ub"):
             await client.fetch_route("Ub")
         monkeypatch.setattr(client.remoting, "invoke", real_remoting_invoke)
+
+        # An offset answer without a number in its offset header.
+        async def no_offset(addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+            response = await real_invoke(addr, request, timeout)
+            response.ext_fields.pop("offset", None)
+            if request.code == RequestCode.GET_MAX_OFFSET:
+                response.ext_fields["offset"] = "many"
+            return response
+
+        monkeypatch.setattr(client, "invoke", no_offset)
+        for call in (
+            consumer.query_offset(mq),
+            consumer.max_offset(mq),
+            consumer.search_offset(mq, 0),
+        ):
+            with pytest.raises(MQClientError, match="no offset in the answer"):
+                await call
+        monkeypatch.setattr(client, "invoke", real_invoke)
         await produce(cluster, "Ub", 1, 3)
         await rec.wait_for(3, timeout=10)
     assert rec.sequence(0) == [0, 1, 2]

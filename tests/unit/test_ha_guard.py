@@ -19,6 +19,7 @@ import trustme
 from pymq.common.config import ConfigError
 from pymq.remoting.tls import TlsMode, TlsServer
 from pymq.store.config import MessageStoreConfig
+from pymq.store.ha import master as master_module
 from pymq.store.ha import slave as slave_module
 from pymq.store.ha.auth import (
     CHALLENGE_SIZE,
@@ -371,6 +372,36 @@ async def test_connections_from_one_host_are_bounded() -> None:
             await stream.aclose()
         await wait_until(lambda: not ha._open, timeout=2)
         assert frames_of(await stranger(ha.port, encode_report(0), timeout=0.5)) == DATA
+
+
+async def test_silent_strangers_filling_every_slot_do_not_lock_the_slave_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connections that never finish their admission used to hold every slot for
+    haHousekeepingInterval, again and again, and the slave was refused meanwhile: with the
+    port full, the oldest connection still in admission is closed for the newcomer."""
+    monkeypatch.setattr(master_module, "MAX_SLAVE_CONNECTIONS", 4)
+    monkeypatch.setattr(master_module, "MAX_CONNECTIONS_PER_HOST", 100)
+    # An admitted slave keeps its slot: only connections in admission are closed.
+    async with master(HAGuard(secret=b"s3cret")) as ha, trio.open_nursery() as nursery:
+        slave = SlaveMem()
+        client = HAClient(
+            slave,
+            MessageStoreConfig(ha_send_heartbeat_interval=100),
+            lambda: f"127.0.0.1:{ha.port}",
+            credential=("", b"s3cret"),
+        )
+        await nursery.start(client.run)
+        await wait_until(lambda: len(slave.data) == len(DATA), timeout=5)
+        silent = [await trio.open_tcp_stream("127.0.0.1", ha.port) for _ in range(3)]
+        await wait_until(lambda: sum(ha._open.values()) == 4, timeout=2)
+        assert await replicate(ha.port, credential=("", b"s3cret")) == DATA
+        assert len(ha.connections) >= 1 and client.connected_to is not None
+        # The oldest silent ones were closed for it; the admitted slave was not.
+        assert await silent[0].receive_some(1) == b""
+        for stream in silent:
+            await stream.aclose()
+        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("secret", [None, b"s"])

@@ -53,7 +53,13 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
-from pymq.client.instance import ClientService, Credentials, MQClientError, inflate_body
+from pymq.client.instance import (
+    ClientService,
+    Credentials,
+    MQClientError,
+    decode_answer,
+    inflate_body,
+)
 from pymq.client.offset_store import DEFAULT_DIR as DEFAULT_OFFSET_STORE_DIR
 from pymq.client.offset_store import LocalFileOffsetStore, check_path_name
 from pymq.common import fastjson
@@ -88,7 +94,7 @@ from pymq.common.message import (
     decode_record,
     decode_records,
 )
-from pymq.common.serde import from_json, to_json
+from pymq.common.serde import to_json
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
@@ -367,7 +373,7 @@ class _Base(ClientService):
             return -1
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, f"query offset {mq}")
-        return int(response.ext_fields["offset"])
+        return _offset_of(response, f"query offset {mq}")
 
     async def update_offset(self, mq: MessageQueue, offset: int) -> None:
         request = RemotingCommand.request(
@@ -387,7 +393,7 @@ class _Base(ClientService):
         response = await self._call(mq, request)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, f"max offset {mq}")
-        return int(response.ext_fields["offset"])
+        return _offset_of(response, f"max offset {mq}")
 
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         request = RemotingCommand.request(
@@ -397,7 +403,7 @@ class _Base(ClientService):
         response = await self._call(mq, request)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, f"search offset {mq}")
-        return int(response.ext_fields["offset"])
+        return _offset_of(response, f"search offset {mq}")
 
 
 class PullConsumer(_Base):
@@ -472,6 +478,17 @@ class _TopicCounters:
 
     def copy(self) -> _TopicCounters:
         return attrs.evolve(self)
+
+
+def _offset_of(response: RemotingCommand, what: str) -> int:
+    """A SUCCESS answer's ``offset`` header; MQClientError when it has none that is a number
+    (a failed call, which the caller's loop retries, not an error that ends the consumer)."""
+    try:
+        return int(response.ext_fields["offset"])
+    except (KeyError, ValueError):
+        raise MQClientError(
+            response.code, f"no offset in the answer: {response.ext_fields!r}", what
+        ) from None
 
 
 @attrs.define(eq=False)
@@ -885,7 +902,7 @@ class PushConsumer(_Base):
             )
             response = await self.client.invoke(addr, request, 5.0)
             if response.code == ResponseCode.SUCCESS and response.body:
-                return from_json(response.body, ConsumerList).consumer_id_list
+                return decode_answer(response.body, ConsumerList, "consumer list").consumer_id_list
         return []
 
     async def rebalance(self) -> None:
@@ -1007,7 +1024,9 @@ class PushConsumer(_Base):
         response = await self.client.invoke(addr, request, LOCK_TIMEOUT)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, "lock batch mq")
-        return set(from_json(response.body, LockBatchResponseBody).lock_ok_mq_set)
+        return set(
+            decode_answer(response.body, LockBatchResponseBody, "lock batch mq").lock_ok_mq_set
+        )
 
     async def _unlock_batch(self, broker_name: str, mqs: list[MessageQueue]) -> None:
         assert self.client is not None
@@ -1088,10 +1107,25 @@ class PushConsumer(_Base):
 
     async def _ensure_locked(self, mq: MessageQueue, state: _OrderlyQueue) -> bool:
         """Wait until the queue may be consumed (tryLockLaterAndReconsume: lock it again,
-        every LOCK_RETRY_DELAY while the broker refuses); False once it is dropped."""
+        every LOCK_RETRY_DELAY while the broker refuses); False once it is dropped.
+
+        A queue locked again after its lock lapsed may have been consumed meanwhile by the
+        member that held it: its offset moves up to the group's committed one, so that what
+        that member consumed is not consumed again here."""
+        relocked = False
         while not state.dropped and not self._lock_valid(state):
+            relocked = True
             if not await self._lock_one(mq, state):
                 await trio.sleep(LOCK_RETRY_DELAY)
+        if relocked and not state.dropped:
+            try:
+                committed = await self.query_offset(mq)
+            except (MQClientError, RemotingError) as exc:
+                log.warning("offset of %s after relocking it: %s", mq, exc)
+            else:
+                if committed > self.offsets.get(mq, committed):
+                    log.info("%s was consumed up to %d meanwhile", mq, committed)
+                    self.offsets[mq] = committed
         return not state.dropped
 
     async def _start_offset(self, mq: MessageQueue) -> int:
@@ -1161,7 +1195,11 @@ class PushConsumer(_Base):
                         return  # given up meanwhile
                 if state is not None and state.dropped:
                     return
-                self.offsets[mq] = result.next_begin_offset
+                if state is not None and result.messages:
+                    # Never back below what a relock found consumed (_ensure_locked).
+                    self.offsets[mq] = max(self.offsets[mq], result.next_begin_offset)
+                else:
+                    self.offsets[mq] = result.next_begin_offset
 
     @staticmethod
     def _restore_topics(messages: list[MessageExt]) -> None:
@@ -1187,6 +1225,11 @@ class PushConsumer(_Base):
             while True:
                 if not await self._ensure_locked(mq, state):
                     return False
+                # Consumed by another member while this consumer had lost the lock: skipped.
+                batch = [msg for msg in batch if msg.queue_offset >= self.offsets[mq]]
+                if not batch:
+                    self.offsets[mq] = max(self.offsets[mq], next_offset)
+                    break
                 async with state.consuming:
                     if state.dropped:
                         return False

@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 import trio
 
@@ -66,6 +66,18 @@ class MQClientError(Exception):
         self.code = code
         self.remark = remark or ""
         super().__init__(f"{what}: CODE {code} DESC {remark}" if what else f"CODE {code} {remark}")
+
+
+_Body = TypeVar("_Body")
+
+
+def decode_answer(body: bytes | None, cls: type[_Body], what: str) -> _Body:
+    """A SUCCESS answer's body as ``cls``; MQClientError (a failed call, which the caller's
+    loop retries) when it is not one: a peer's bad body must not end a client's task."""
+    try:
+        return from_json(body or b"", cls)
+    except ValueError as exc:
+        raise MQClientError(-1, f"undecodable answer: {exc}", what) from None
 
 
 class RequestTimeoutError(MQClientError):
@@ -231,7 +243,7 @@ class ClientInstance:
                 return None
             if response.code != ResponseCode.SUCCESS:
                 raise MQClientError(response.code, response.remark, f"route of {topic}")
-            route = from_json(response.body, TopicRouteData)
+            route = decode_answer(response.body, TopicRouteData, f"route of {topic}")
             self.routes[topic] = route
             for data in route.broker_datas:
                 self.broker_addrs[data.broker_name] = dict(data.broker_addrs)

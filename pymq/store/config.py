@@ -75,6 +75,8 @@ class MessageStoreConfig:
     ha_listen_port: int = 10912
     ha_send_heartbeat_interval: int = 1000 * 5
     ha_housekeeping_interval: int = 1000 * 20
+    # A master's frames carry at most this many bytes; a slave refuses a frame announcing more
+    # (pymq.store.ha.framing), so a slave's value must be at least its master's.
     ha_transfer_batch_size: int = 1024 * 32
     ha_master_address: str | None = None
     ha_slave_fallbehind_max: int = 1024 * 1024 * 256
@@ -82,7 +84,8 @@ class MessageStoreConfig:
     # RocketMQ white-address patterns separated by ";" (empty: any host, as RocketMQ).
     ha_slave_allow_list: str = ""
     # pymq only (pymq.store.ha.auth): a secret shared by a master and its slaves.  On the
-    # master, every slave must prove it (RocketMQ's slaves cannot); on a slave, what it proves.
+    # master, every slave must prove it (RocketMQ's slaves cannot); on a slave, what it proves,
+    # and what its master must prove back before the slave takes any of its commit log.
     ha_secret: str = ""
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     flush_delay_offset_interval: int = 1000 * 10

@@ -87,17 +87,20 @@ class TimerLog:
     def file_starts(self) -> list[int]:
         return sorted(int(name) for name in os.listdir(self.directory) if name.isdigit())
 
-    def _fd(self, start: int) -> int:
+    def _fd(self, start: int, *, create: bool = False) -> int:
+        """The file starting at ``start``, opened once (FileNotFoundError when it is gone and
+        not to be created)."""
         fd = self._fds.get(start)
         if fd is None:
-            fd = self._fds[start] = os.open(self._path(start), os.O_RDWR | os.O_CREAT, 0o644)
+            flags = os.O_RDWR | (os.O_CREAT if create else 0)
+            fd = self._fds[start] = os.open(self._path(start), flags, 0o644)
         return fd
 
     def append(self, entry: TimerEntry) -> int:
         """Write ``entry`` at the end; its position."""
         pos = self.end
         start = pos - pos % self.file_size
-        written = os.pwrite(self._fd(start), entry.encode(), pos - start)
+        written = os.pwrite(self._fd(start, create=True), entry.encode(), pos - start)
         if written != ENTRY_SIZE:
             raise OSError(f"short write to the timer log at {pos}: {written} bytes")
         self.end = pos + ENTRY_SIZE
@@ -108,9 +111,11 @@ class TimerLog:
         if pos < 0 or pos + ENTRY_SIZE > self.end or pos % ENTRY_SIZE:
             return None
         start = pos - pos % self.file_size
-        if not os.path.exists(self._path(start)):
+        try:
+            fd = self._fd(start)
+        except FileNotFoundError:  # a spent file, deleted
             return None
-        return TimerEntry.decode(os.pread(self._fd(start), ENTRY_SIZE, pos - start))
+        return TimerEntry.decode(os.pread(fd, ENTRY_SIZE, pos - start))
 
     def recover(self, valid_from: int, limit: int | None = None) -> int:
         """Scan from ``valid_from`` (a position known to be good) up to ``limit`` (default:

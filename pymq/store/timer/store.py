@@ -157,19 +157,19 @@ class TimerStore:
         return cp, dict(self.wheel.dirty)
 
     def flush_blocking(self, cp: TimerCheckpoint, slots: dict[int, Slot]) -> None:
-        """Log fsync → checkpoint → wheel slots → wheel fsync (blocking: run in a thread; the
-        loop then calls :meth:`flushed`)."""
+        """Log fsync → checkpoint → wheel slots → wheel fsync, then spent log files deleted
+        (blocking: run in a thread; the loop then calls :meth:`flushed`)."""
         self.log.flush()
         cp.save(self.check_path)
         self.wheel.write_slots(slots)
         self.wheel.flush()
+        self.clean_files()
 
     def flushed(self, cp: TimerCheckpoint, slots: dict[int, Slot]) -> None:
         """On the loop after :meth:`flush_blocking`: the written slots leave the dirty table,
-        the next checkpoint re-chains from here, and spent log files go."""
+        and the next checkpoint re-chains from here."""
         self.wheel.forget(slots)
         self.relink_from = cp.log_end
-        self.clean_files()
 
     def clean_files(self) -> int:
         """Delete timer-log files every entry of which is delivered: an entry is entered at

@@ -1,0 +1,187 @@
+"""Timer messages (issue #41) end to end with pymq's own client: TIMER_DELIVER_MS,
+TIMER_DELAY_SEC and TIMER_DELAY_MS on a send, delivered to the real topic no earlier than due,
+refusals with RocketMQ 5's codes, and pending timers surviving a broker restart."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from pymq.client import ConsumeFromWhere, Message, MessageExt, MQClientError, Producer
+from pymq.client import PushConsumer, topics
+from pymq.common.topic import TIMER_TOPIC
+from pymq.embedded import Cluster, open_cluster
+from pymq.remoting.codes import ResponseCode
+from pymq.testing import TEST_PROPERTIES
+from tests.helpers import wait_until
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.got: list[tuple[int, MessageExt]] = []
+        self.changed = trio.Event()
+
+    async def __call__(self, msgs: list[MessageExt]) -> bool:
+        now = int(time.time() * 1000)
+        self.got.extend((now, m) for m in msgs)
+        self.changed.set()
+        self.changed = trio.Event()
+        return True
+
+    async def wait_for(self, count: int, timeout: float = 60) -> None:
+        with trio.fail_after(timeout):
+            while len(self.got) < count:
+                await self.changed.wait()
+
+    def by_body(self) -> dict[bytes, tuple[int, MessageExt]]:
+        return {m.body: (at, m) for at, m in self.got}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@pytest.mark.slow
+async def test_timers_arrive_in_their_topic_not_before_due(pymq_cluster: Cluster) -> None:
+    ns = pymq_cluster.namesrv_addr
+    await topics.create_topic(ns, "Later", brokers=[pymq_cluster.broker_addr])
+    receiver = Receiver()
+    async with Producer("P", ns) as producer:
+        sent_at = now_ms()
+        due = {
+            b"ms": sent_at + 1500,
+            b"sec": sent_at + 2000,
+            b"at": sent_at + 2500,
+        }
+        await producer.send(Message("Later", b"ms", properties={"TIMER_DELAY_MS": "1500"}))
+        await producer.send(Message("Later", b"sec", properties={"TIMER_DELAY_SEC": "2"}))
+        await producer.send(
+            Message("Later", b"at", properties={"TIMER_DELIVER_MS": str(due[b"at"])})
+        )
+        await producer.send(Message("Later", b"plain"))
+    store = pymq_cluster.broker.store
+    assert store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 3  # kept aside, not in "Later"
+    async with PushConsumer("G", ns, receiver, consume_from=FIRST) as consumer:
+        await consumer.subscribe("Later")
+        await receiver.wait_for(4)
+    got = receiver.by_body()
+    assert got.keys() == {b"ms", b"sec", b"at", b"plain"}
+    for body, due_ms in due.items():
+        at, msg = got[body]
+        assert at >= due_ms, f"{body!r} arrived {due_ms - at} ms early"
+        props = msg.properties
+        assert msg.topic == "Later"
+        assert int(props["TIMER_OUT_MS"]) >= due_ms - 5  # the broker's clock read a bit later
+        assert int(props["TIMER_DEQUEUE_MS"]) >= int(props["TIMER_OUT_MS"])
+        assert int(props["TIMER_ENQUEUE_MS"]) <= int(props["TIMER_OUT_MS"])
+        assert "REAL_TOPIC" not in props and "REAL_QID" not in props
+    assert "TIMER_OUT_MS" not in got[b"plain"][1].properties
+
+
+async def test_bad_and_too_long_timers_are_refused(pymq_cluster: Cluster) -> None:
+    ns = pymq_cluster.namesrv_addr
+    await topics.create_topic(ns, "Refused", brokers=[pymq_cluster.broker_addr])
+    store = pymq_cluster.broker.store
+    async with Producer("P", ns) as producer:
+        for props in (
+            {"TIMER_DELAY_SEC": str(3 * 86400 + 1)},
+            {"TIMER_DELAY_MS": str(3 * 86400 * 1000 + 5000)},
+            {"TIMER_DELIVER_MS": str(now_ms() + 4 * 86400 * 1000)},
+            {"TIMER_DELAY_SEC": "soon"},
+            {"TIMER_DELIVER_MS": "1_000"},
+            {"TIMER_DELAY_MS": "99999999999999999999"},
+        ):
+            with pytest.raises(MQClientError) as info:
+                await producer.send(Message("Refused", b"x", properties=props))
+            assert info.value.code == ResponseCode.MESSAGE_ILLEGAL, props
+            assert "should not be bigger than the max delay 259200000ms" in info.value.remark
+        # Nothing was stored by the refusals.
+        assert store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 0
+        assert store.get_max_offset_in_queue("Refused", 0) == 0
+        # Within the limit is accepted.
+        await producer.send(Message("Refused", b"ok", properties={"TIMER_DELAY_SEC": "259200"}))
+    assert store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 1
+
+
+async def test_past_timer_and_delay_level_rule(pymq_cluster: Cluster) -> None:
+    ns = pymq_cluster.namesrv_addr
+    await topics.create_topic(ns, "Now", brokers=[pymq_cluster.broker_addr])
+    store = pymq_cluster.broker.store
+    receiver = Receiver()
+    async with Producer("P", ns) as producer:
+        # A due time in the past: stored in its topic at once, not kept aside.
+        await producer.send(
+            Message("Now", b"past", properties={"TIMER_DELIVER_MS": str(now_ms() - 60_000)})
+        )
+        # A delay level wins over the timer properties, which are dropped (RocketMQ 5).
+        await producer.send(
+            Message("Now", b"level", delay_level=1, properties={"TIMER_DELAY_SEC": "3600"})
+        )
+    assert store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 0
+    async with PushConsumer("G", ns, receiver, consume_from=FIRST) as consumer:
+        await consumer.subscribe("Now")
+        await receiver.wait_for(2, timeout=30)
+    got = receiver.by_body()
+    assert "TIMER_OUT_MS" not in got[b"past"][1].properties
+    assert "TIMER_DELAY_SEC" not in got[b"level"][1].properties
+
+
+async def test_timer_wheel_disabled_refuses_timers(tmp_path: Path) -> None:
+    props = dict(TEST_PROPERTIES, timerWheelEnable="false")
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1", properties=props
+    ) as cluster:
+        await topics.create_topic(cluster.namesrv_addr, "T", brokers=[cluster.broker_addr])
+        async with Producer("P", cluster.namesrv_addr) as producer:
+            with pytest.raises(MQClientError) as info:
+                await producer.send(Message("T", b"x", properties={"TIMER_DELAY_SEC": "5"}))
+            assert info.value.code == ResponseCode.SYSTEM_ERROR
+            assert info.value.remark == (
+                "accurate timer message is not enabled, timerWheelEnable is false"
+            )
+            await producer.send(Message("T", b"plain"))  # other sends are unaffected
+        assert cluster.broker.store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 0
+
+
+@pytest.mark.slow
+async def test_pending_timers_survive_a_restart(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    due: dict[bytes, int] = {}
+    async with open_cluster(
+        data, namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
+        properties=dict(TEST_PROPERTIES),
+    ) as cluster:  # fmt: skip
+        await topics.create_topic(cluster.namesrv_addr, "Kept", brokers=[cluster.broker_addr])
+        async with Producer("P", cluster.namesrv_addr) as producer:
+            for i in range(5):
+                body = f"k{i}".encode()
+                due[body] = now_ms() + 3000 + i * 300
+                await producer.send(
+                    Message("Kept", body, properties={"TIMER_DELIVER_MS": str(due[body])})
+                )
+        timer = cluster.broker.timer
+        await wait_until(
+            lambda: timer.timers is not None and timer.timers.enqueue_offset == 5,
+            timeout=30,
+            interval=0.05,
+        )
+        assert cluster.broker.store.get_max_offset_in_queue("Kept", 0) == 0
+    receiver = Receiver()
+    async with open_cluster(
+        data, namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
+        properties=dict(TEST_PROPERTIES),
+    ) as cluster:  # fmt: skip
+        async with PushConsumer("G", cluster.namesrv_addr, receiver, consume_from=FIRST) as c:
+            await c.subscribe("Kept")
+            await receiver.wait_for(5)
+            await trio.sleep(1.5)  # room for anything wrongly delivered twice
+    got = receiver.by_body()
+    assert got.keys() == due.keys()
+    assert len(receiver.got) == 5
+    for body, due_ms in due.items():
+        assert got[body][0] >= due_ms

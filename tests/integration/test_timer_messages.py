@@ -10,8 +10,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from pymq.client import ConsumeFromWhere, Message, MessageExt, MQClientError, Producer
-from pymq.client import PushConsumer, topics
+from pymq.client import (
+    ConsumeFromWhere,
+    Message,
+    MessageExt,
+    MQClientError,
+    Producer,
+    PushConsumer,
+    topics,
+)
 from pymq.common.topic import TIMER_TOPIC
 from pymq.embedded import Cluster, open_cluster
 from pymq.remoting.codes import ResponseCode
@@ -176,8 +183,9 @@ async def test_pending_timers_survive_a_restart(tmp_path: Path) -> None:
         data, namesrv_port=0, broker_port=0, bind_address="127.0.0.1",
         properties=dict(TEST_PROPERTIES),
     ) as cluster:  # fmt: skip
-        async with PushConsumer("G", cluster.namesrv_addr, receiver, consume_from=FIRST) as c:
-            await c.subscribe("Kept")
+        consumer = PushConsumer("G", cluster.namesrv_addr, receiver, consume_from=FIRST)
+        async with consumer:
+            await consumer.subscribe("Kept")
             await receiver.wait_for(5)
             await trio.sleep(1.5)  # room for anything wrongly delivered twice
     got = receiver.by_body()

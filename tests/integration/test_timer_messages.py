@@ -4,6 +4,10 @@ refusals with RocketMQ 5's codes, and pending timers surviving a broker restart.
 
 from __future__ import annotations
 
+import contextlib
+import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -193,3 +197,85 @@ async def test_pending_timers_survive_a_restart(tmp_path: Path) -> None:
     assert len(receiver.got) == 5
     for body, due_ms in due.items():
         assert got[body][0] >= due_ms
+
+
+def _start_pymq(data: str) -> tuple[subprocess.Popen[str], str]:
+    """``python -m pymq`` on ``data``; the process and its name server's address."""
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "pymq", "--data", data, "--bind", "127.0.0.1",
+            "--namesrv-port", "0", "--broker-port", "0",
+            "--mappedFileSizeCommitLog", str(1 << 20),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    banner = proc.stdout.readline()
+    match = re.search(r"name server (127\.0\.0\.1:\d+)", banner)
+    if match is None:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"no banner: {banner!r}")
+    return proc, match.group(1)
+
+
+@pytest.mark.slow
+async def test_kill_9_with_timers_pending_loses_none_and_delivers_none_early(
+    tmp_path: Path,
+) -> None:
+    """Killed right after the sends were acknowledged (before any timer flush), and once more
+    while the timers are being delivered: every timer arrives, none before it is due."""
+    data = str(tmp_path / "data")
+    due: dict[bytes, int] = {}
+    proc, ns = _start_pymq(data)
+    try:
+        async with Producer("P", ns) as producer:
+            await wait_until_created(ns)
+            for i in range(20):
+                body = f"t{i}".encode()
+                due[body] = now_ms() + 2500 + i * 150
+                await producer.send(
+                    Message("Killed", body, properties={"TIMER_DELIVER_MS": str(due[body])})
+                )
+    finally:
+        proc.kill()  # SIGKILL: no flush, no checkpoint
+        proc.wait()
+    proc, ns = _start_pymq(data)
+    try:
+        await trio.sleep(max(0.0, (min(due.values()) - now_ms()) / 1000) + 0.6)
+        proc.kill()  # again, while some are delivered and some pending
+        proc.wait()
+        proc, ns = _start_pymq(data)
+        receiver = Receiver()
+        async with PushConsumer("G", ns, receiver, consume_from=FIRST) as consumer:
+            await consumer.subscribe("Killed")
+            with trio.move_on_after(60):
+                while {m.body for _, m in receiver.got} != due.keys():
+                    await receiver.changed.wait()
+    finally:
+        proc.kill()
+        proc.wait()
+    got = receiver.by_body()
+    assert got.keys() == due.keys()  # none lost (some may come twice: at least once)
+    for _at, msg in receiver.got:
+        assert int(msg.properties["TIMER_DEQUEUE_MS"]) >= due[msg.body]
+        assert msg.store_timestamp >= due[msg.body]
+
+
+async def wait_until_created(ns: str) -> None:
+    """Create topic Killed on the one broker the name server knows."""
+
+    async def broker() -> str | None:
+        with contextlib.suppress(Exception):
+            return (await topics.master_addresses(ns))[0]
+        return None
+
+    addr = None
+    with trio.fail_after(30):
+        while addr is None:
+            addr = await broker()
+            if addr is None:
+                await trio.sleep(0.1)
+    await topics.create_topic(ns, "Killed", brokers=[addr])

@@ -683,6 +683,11 @@ class DefaultMessageStore:
                 if refused is not None:
                     return refused
             topic, queue_id = first.topic, first.queue_id
+            if any(msg.topic != topic for msg in batch):
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    reason="a batch may not mix timer messages with others",
+                )
             topic_b = self._topic_bytes.get(topic)
         for msg in batch:
             if msg.sys_flag & _TRAN_MASK or PROPERTY_DELAY_TIME_LEVEL in msg.properties:

@@ -279,3 +279,36 @@ async def wait_until_created(ns: str) -> None:
             if addr is None:
                 await trio.sleep(0.1)
     await topics.create_topic(ns, "Killed", brokers=[addr])
+
+
+async def test_a_batch_of_timers_waits_and_a_mixed_batch_is_refused(
+    pymq_cluster: Cluster,
+) -> None:
+    ns = pymq_cluster.namesrv_addr
+    await topics.create_topic(ns, "Batched", brokers=[pymq_cluster.broker_addr])
+    store = pymq_cluster.broker.store
+    receiver = Receiver()
+    async with Producer("P", ns) as producer:
+        sent_at = now_ms()
+        await producer.send_batch(
+            [
+                Message("Batched", b"b1", properties={"TIMER_DELAY_MS": "1200"}),
+                Message("Batched", b"b2", properties={"TIMER_DELAY_SEC": "1"}),
+            ]
+        )
+        with pytest.raises(MQClientError) as info:
+            await producer.send_batch(
+                [
+                    Message("Batched", b"plain"),
+                    Message("Batched", b"timer", properties={"TIMER_DELAY_SEC": "1"}),
+                ]
+            )
+        assert info.value.code == ResponseCode.MESSAGE_ILLEGAL
+        assert "mix timer messages" in info.value.remark
+    assert store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 2
+    async with PushConsumer("G", ns, receiver, consume_from=FIRST) as consumer:
+        await consumer.subscribe("Batched")
+        await receiver.wait_for(2)
+    got = receiver.by_body()
+    assert got.keys() == {b"b1", b"b2"}
+    assert got[b"b1"][0] >= sent_at + 1200 and got[b"b2"][0] >= sent_at + 1000

@@ -220,3 +220,28 @@ def test_corrupt_checkpoint_refuses_to_start(tmp_path: os.PathLike[str]) -> None
     assert TimerCheckpoint.load(os.path.join(str(tmp_path), "none")) is None
     assert os.path.isdir(os.path.join(str(tmp_path), TIMER_LOG_DIR))
     assert os.path.exists(os.path.join(str(tmp_path), TIMER_WHEEL_FILE))
+
+
+def test_a_precision_change_is_refused_while_timers_are_pending(
+    tmp_path: os.PathLike[str],
+) -> None:
+    store = make(tmp_path)
+    store.open(T0)
+    store.enter(T0 + 2500, 1, 1, now_ms=T0)
+    flush(store)
+    store.close()
+    with pytest.raises(ValueError, match="timerPrecisionMs changed from 1000 to 500"):
+        make(tmp_path, precision_ms=500).open(T0)
+    # Back at 1000 it is still there; once delivered, the change is taken.
+    store = make(tmp_path)
+    store.open(T0)
+    assert [e.phy_offset for e in drain(store, T0 + 3000)] == [1]
+    store.delivered_ms = store.read_ms
+    flush(store)
+    store.close()
+    changed = make(tmp_path, precision_ms=500)
+    changed.open(T0 + 3200)
+    assert changed.read_ms == T0 + 3000 and changed.log.end == 0
+    assert changed.enter(T0 + 3700, 2, 1, now_ms=T0 + 3200)
+    assert drain(changed, T0 + 3999) == []
+    assert [e.phy_offset for e in drain(changed, T0 + 4000)] == [2]

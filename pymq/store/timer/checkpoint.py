@@ -1,6 +1,6 @@
 """The timer checkpoint, ``config/timercheck``: where recovery of the timer store starts.
 
-Layout, big-endian, 40 bytes::
+Layout, big-endian, 48 bytes::
 
     0  u32 magic            CHECK_MAGIC
     4  u32 crc32            of bytes 8..40
@@ -8,6 +8,7 @@ Layout, big-endian, 40 bytes::
    16  i64 relink_from      entries in [relink_from, log_end) may not be in the wheel file yet
    24  i64 enqueue_offset   the timer topic's consume-queue offset entered up to log_end
    32  i64 read_ms          the next wheel slot to deliver; every earlier slot is delivered
+   40  i64 precision_ms     the wheel's slot length the log's slots were computed with
 
 It is written whole to a temporary file, fsynced and renamed over the old one, so a crash leaves
 the old or the new checkpoint, never a torn one.
@@ -22,7 +23,7 @@ import zlib
 import attrs
 
 CHECK_MAGIC = 0x71C3EC0D
-_BODY = struct.Struct(">qqqq")
+_BODY = struct.Struct(">qqqqq")
 _HEAD = struct.Struct(">II")
 
 
@@ -32,9 +33,12 @@ class TimerCheckpoint:
     relink_from: int = 0
     enqueue_offset: int = 0
     read_ms: int = 0
+    precision_ms: int = 0
 
     def encode(self) -> bytes:
-        body = _BODY.pack(self.log_end, self.relink_from, self.enqueue_offset, self.read_ms)
+        body = _BODY.pack(
+            self.log_end, self.relink_from, self.enqueue_offset, self.read_ms, self.precision_ms
+        )
         return _HEAD.pack(CHECK_MAGIC, zlib.crc32(body)) + body
 
     @classmethod

@@ -78,6 +78,9 @@ class TimerStore:
             self.log.truncate(0)
             self.read_ms = self.delivered_ms = self.wheel.slot_time(now_ms)
             return
+        if cp.precision_ms != self.precision_ms:
+            self._change_precision(cp, now_ms)
+            return
         # Entries before relink_from were fsynced and chained by an earlier checkpoint; from
         # there the log is checked entry by entry and cut at the checkpoint's end (or before).
         end = self.log.recover(cp.relink_from, cp.log_end)
@@ -86,6 +89,22 @@ class TimerStore:
         self.relink_from = min(cp.relink_from, end)
         self.enqueue_offset = cp.enqueue_offset
         self.read_ms = self.delivered_ms = cp.read_ms
+
+    def _change_precision(self, cp: TimerCheckpoint, now_ms: int) -> None:
+        """``timerPrecisionMs`` differs from the one the log was written with: the slots of
+        pending timers cannot be found any more, so the change is refused while any is pending
+        (a scan of the whole log); with none, the log and wheel start afresh."""
+        end = self.log.recover(0, cp.log_end)
+        pending = sum(1 for _, e in self.log.entries(0, end) if e.slot_ms >= cp.read_ms)
+        if pending:
+            raise ValueError(
+                f"timerPrecisionMs changed from {cp.precision_ms} to {self.precision_ms} while "
+                f"{pending} timer log entries are pending: set it back until they are delivered"
+            )
+        self.log.truncate(0)
+        self.wheel.clear()
+        self.enqueue_offset = cp.enqueue_offset
+        self.read_ms = self.delivered_ms = self.wheel.slot_time(max(cp.read_ms, now_ms))
 
     # --- enqueue -------------------------------------------------------------------------
 
@@ -153,6 +172,7 @@ class TimerStore:
             relink_from=self.relink_from,
             enqueue_offset=self.enqueue_offset,
             read_ms=self.delivered_ms,
+            precision_ms=self.precision_ms,
         )
         return cp, dict(self.wheel.dirty)
 

@@ -51,11 +51,16 @@ class TimerWheel:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         size = slots_total * SLOT_SIZE
         if os.fstat(self._fd).st_size != size:
-            # A different slot count (or a new file): what it held cannot be placed; a resized
-            # wheel is rebuilt by the service from the timer log.
+            # A new file (the slot count is fixed: TIMER_WHEEL_TTL_DAYS of slots).
             os.ftruncate(self._fd, 0)
             os.ftruncate(self._fd, size)
         self.dirty: dict[int, Slot] = {}
+
+    def clear(self) -> None:
+        """Every slot empty (a sparse file again)."""
+        os.ftruncate(self._fd, 0)
+        os.ftruncate(self._fd, self.slots_total * SLOT_SIZE)
+        self.dirty.clear()
 
     def slot_time(self, ms: int) -> int:
         """The start of the slot ``ms`` falls in."""

@@ -8,8 +8,9 @@ queue 0 with its due time in TIMER_OUT_MS.  Three tasks, in the broker's nursery
 - dequeue: each precision tick, takes the slot that is over and puts its messages to their
   real topic and queue, as the schedule service does for delay levels: the original
   properties, less REAL_TOPIC/REAL_QID, plus RocketMQ 5's TIMER_ENQUEUE_MS (when the message
-  reached the timer topic), TIMER_DEQUEUE_MS (when it was delivered) and TIMER_ROLL_TIMES (how
-  often it was re-entered, when it was);
+  reached the timer topic) and TIMER_DEQUEUE_MS (when it was delivered).  A timer further out
+  than the roll window is put to the timer topic again when its window's last slot comes
+  round, with TIMER_ROLL_TIMES counting how often (as RocketMQ 5), and entered afresh;
 - flush: every ``timerFlushIntervalMs`` makes the timer log, checkpoint and wheel durable.
 
 ``timerStopEnqueue`` / ``timerStopDequeue`` pause the first two.  A put that fails is retried
@@ -139,7 +140,7 @@ class TimerMessageService:
                 except ValueError:
                     deliver_ms = now  # not one the put path wrote: delivered at once
                 if not timers.enter(deliver_ms, phy_offset, size, now):
-                    await self._deliver(msg, 0)
+                    await self._deliver(msg)
             timers.enqueue_offset = offset + 1
             handled += 1
             if handled % YIELD_EVERY == 0:
@@ -153,33 +154,43 @@ class TimerMessageService:
                 await trio.sleep(PAUSED_RECHECK_SECONDS)
                 continue
             now = store.clock_ms()
-            due = timers.take_due(now)
-            if due is None:
+            slot = timers.take_due(now)
+            if slot is None:
                 wait = (timers.next_due_ms() - now) / 1000
                 await trio.sleep(min(max(wait, 0.001), MAX_SLEEP_SECONDS))
                 continue
-            for entry in due:
+            for entry in slot.due:
                 msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
                 if msg is None:
                     log.error("timer message at %d is gone: not delivered", entry.phy_offset)
                     continue
-                await self._deliver(msg, entry.roll_times)
+                await self._deliver(msg)
+            for entry in slot.rolled:
+                msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
+                if msg is None:
+                    log.error("timer message at %d is gone: not rolled", entry.phy_offset)
+                    continue
+                await self._put(self.rolled_message(msg))
             timers.delivered_ms = timers.read_ms
             slots += 1
-            if slots % YIELD_EVERY == 0 or due:
+            if slots % YIELD_EVERY == 0 or slot.due or slot.rolled:
                 await trio.lowlevel.checkpoint()
 
-    async def _deliver(self, msg: MessageExt, roll_times: int) -> None:
+    async def _deliver(self, msg: MessageExt) -> None:
         """Put ``msg`` (a timer-topic message) to its real topic and queue; retried until it is
         stored."""
-        real = self.real_message(msg, self.store.clock_ms(), roll_times)
+        await self._put(self.real_message(msg, self.store.clock_ms()))
+        self.delivered += 1
+
+    async def _put(self, msg: MessageExt) -> None:
+        """Put ``msg``, retrying until it is stored."""
         while True:
-            result = await self.store.put_message(real)
+            result = await self.store.put_message(msg)
             if result.appended:
-                self.delivered += 1
                 return
             log.error(
-                "delivering a timer message failed: %s %s, retrying in %.0f s",
+                "putting a timer message to %s failed: %s %s, retrying in %.0f s",
+                msg.topic,
                 result.status.value,
                 result.reason,
                 FAILED_PUT_RETRY_SECONDS,
@@ -187,14 +198,36 @@ class TimerMessageService:
             await trio.sleep(FAILED_PUT_RETRY_SECONDS)
 
     @staticmethod
-    def real_message(msg: MessageExt, now_ms: int, roll_times: int) -> MessageExt:
+    def rolled_message(msg: MessageExt) -> MessageExt:
+        """A timer not due when its slot came round (further out than the roll window), as a
+        fresh timer-topic message (RocketMQ 5 re-puts it the same way): so a message waiting
+        days is never left in a commit-log file old enough to be cleaned."""
+        props = dict(msg.properties)
+        try:
+            rolled = int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0"))
+        except ValueError:
+            rolled = 0
+        props[PROPERTY_TIMER_ROLL_TIMES] = str(rolled + 1)
+        return MessageExt(
+            topic=TIMER_TOPIC,
+            body=msg.body,
+            flag=msg.flag,
+            properties=props,
+            queue_id=0,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+        )
+
+    @staticmethod
+    def real_message(msg: MessageExt, now_ms: int) -> MessageExt:
         props = dict(msg.properties)
         topic = props.pop(PROPERTY_REAL_TOPIC, msg.topic)
         queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID, "0") or 0)
         props[PROPERTY_TIMER_ENQUEUE_MS] = str(msg.store_timestamp)
         props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
-        if roll_times:
-            props[PROPERTY_TIMER_ROLL_TIMES] = str(roll_times)
         return MessageExt(
             topic=topic,
             body=msg.body,

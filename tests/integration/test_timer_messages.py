@@ -312,3 +312,32 @@ async def test_a_batch_of_timers_waits_and_a_mixed_batch_is_refused(
     got = receiver.by_body()
     assert got.keys() == {b"b1", b"b2"}
     assert got[b"b1"][0] >= sent_at + 1200 and got[b"b2"][0] >= sent_at + 1000
+
+
+@pytest.mark.slow
+async def test_a_timer_beyond_the_roll_window_is_put_again_and_arrives_on_time(
+    tmp_path: Path,
+) -> None:
+    props = dict(TEST_PROPERTIES, timerRollWindowSlot="2", timerPrecisionMs="500")
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1", properties=props
+    ) as cluster:
+        ns = cluster.namesrv_addr
+        await topics.create_topic(ns, "Rolled", brokers=[cluster.broker_addr])
+        receiver = Receiver()
+        async with Producer("P", ns) as producer:
+            due = now_ms() + 3000
+            await producer.send(
+                Message("Rolled", b"far", properties={"TIMER_DELIVER_MS": str(due)})
+            )
+        async with PushConsumer("G", ns, receiver, consume_from=FIRST) as consumer:
+            await consumer.subscribe("Rolled")
+            await receiver.wait_for(1)
+        at, msg = receiver.got[0]
+        assert at >= due
+        # Entered at most a slot ahead of delivery each time: put to the timer topic again
+        # each round, counted as RocketMQ 5 counts it.
+        rolls = int(msg.properties["TIMER_ROLL_TIMES"])
+        assert rolls >= 3
+        assert cluster.broker.store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 1 + rolls
+        assert msg.topic == "Rolled" and "REAL_TOPIC" not in msg.properties

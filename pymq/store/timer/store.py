@@ -12,9 +12,10 @@ Rules:
   :meth:`take_due` once ``now_ms >= T + precision``, so nothing is delivered before it is due
   and at most one precision late (plus the service's latency);
 - a timer further out than the roll window (``timerRollWindowSlot`` slots past the next slot
-  to deliver) is entered in the window's last slot and re-entered when that slot comes round
-  (``roll_times`` counts how often); so is one whose slot the wheel has already passed after
-  the wall clock went back (it goes to the next slot to deliver, and waits there until due);
+  to deliver) is entered in the window's last slot and handed back as ``rolled`` when that
+  slot comes round, to be entered again (``roll_times`` counts how often); so is one whose
+  slot the wheel had already passed when it was entered (the wall clock went back: it waits
+  in the next slot to deliver until due);
 - the wall clock going forward makes :meth:`take_due` hand out the skipped slots one by one;
   going back, it hands out nothing until the clock reaches the next slot again.
 
@@ -32,11 +33,24 @@ from __future__ import annotations
 
 import os
 
+import attrs
+
 from pymq.store.timer.checkpoint import TimerCheckpoint
 from pymq.store.timer.log import ENTRY_SIZE, TimerEntry, TimerLog
 from pymq.store.timer.wheel import TIMER_WHEEL_TTL_DAYS, Slot, TimerWheel
 
 DAY_SECONDS = 86_400
+
+
+@attrs.define
+class DueSlot:
+    """What :meth:`TimerStore.take_due` hands out for one slot (entries oldest first)."""
+
+    slot_ms: int
+    due: list[TimerEntry] = attrs.Factory(list)
+    rolled: list[TimerEntry] = attrs.Factory(list)
+
+
 TIMER_LOG_DIR = "timerlog"
 TIMER_WHEEL_FILE = "timerwheel"
 TIMER_CHECK_FILE = os.path.join("config", "timercheck")
@@ -133,22 +147,23 @@ class TimerStore:
         """When the next slot may be handed out (epoch ms)."""
         return self.read_ms + self.precision_ms
 
-    def take_due(self, now_ms: int) -> list[TimerEntry] | None:
-        """The due timers of the next slot, oldest first, once that slot is over (None before);
-        the slot's entries not yet due (rolled ones) are entered again."""
+    def take_due(self, now_ms: int) -> DueSlot | None:
+        """The next slot's timers once that slot is over (None before): those due, and those
+        not yet due (rolled ones, or entered while the clock was behind), which the caller
+        enters again (:meth:`enter`, or a fresh copy through the commit log, as the service
+        does, so that a message waiting days is not left in an old commit-log file)."""
         slot_ms = self.read_ms
         if slot_ms + self.precision_ms > now_ms:
             return None
         chain = self.chain(self.wheel.get(slot_ms))
         self.read_ms = slot_ms + self.precision_ms
-        due = []
+        out = DueSlot(slot_ms)
         for entry in chain:
-            if entry.deliver_ms >= slot_ms + self.precision_ms and self.enter(
-                entry.deliver_ms, entry.phy_offset, entry.phy_size, now_ms, entry.roll_times + 1
-            ):
-                continue
-            due.append(entry)
-        return due
+            if entry.deliver_ms > now_ms:
+                out.rolled.append(entry)
+            else:
+                out.due.append(entry)
+        return out
 
     def chain(self, slot: Slot) -> list[TimerEntry]:
         """A slot's entries, oldest first."""

@@ -660,7 +660,7 @@ typedef struct {
  * added last), the rest from fp.  Returns the record's size, or -1 (nothing to undo: bytes past
  * the write position are junk) when the Python path must judge the message: see
  * split_plain_properties, an own CLUSTER, a DELAY other than "0" (any DELAY or a TRAN_MSG for a
- * single send), a body and properties over max_bp, or no room.  items holds the split
+ * single send), any TIMER_ property, a body and properties over max_bp, or no room.  items holds the split
  * properties afterwards, which names points into. */
 static long long write_stored_record(unsigned char *p, long long room, const fast_put *fp,
                                      const unsigned char *body, Py_ssize_t body_len, int32_t flag,
@@ -679,6 +679,9 @@ static long long write_stored_record(unsigned char *p, long long room, const fas
             (fp->single || !bytes_is(it->value, it->value_len, "0")))
             return -1;
         if (fp->single && bytes_is(it->name, it->name_len, "TRAN_MSG")) return -1;
+        /* TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS (and the broker's own TIMER_*):
+         * the timer rewrite is Python's (pymq/store/timer/rewrite.py). */
+        if (it->name_len > 6 && memcmp(it->name, "TIMER_", 6) == 0) return -1;
         if (bytes_is(it->name, it->name_len, "WAIT")) {
             if (it->value_len == 4 && (it->value[0] | 0x20) == 't' &&
                 (it->value[1] | 0x20) == 'r' && (it->value[2] | 0x20) == 'u' &&

@@ -109,6 +109,9 @@ STATUS_RESPONSES: dict[PutMessageStatus, tuple[int, str | None]] = {
         "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
     ),
     PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+    # RocketMQ 5's codes; the remark (with the config's values) is the store's reason.
+    PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, None),
+    PutMessageStatus.WHEEL_TIMER_NOT_ENABLE: (ResponseCode.SYSTEM_ERROR, None),
 }
 
 

@@ -267,3 +267,31 @@ class StallProbe:
                     self._stop.wait(self.interval)
         except BaseException as exc:  # reported by __enter__ or read by the test
             self.error = exc
+
+
+C_MODULES = (
+    "pymq.common._recordc",
+    "pymq.remoting._codecc",
+    "pymq.broker._sendc",
+    "pymq.store._commitlogc",
+    "pymq.store._dispatchc",
+    "pymq.client._producerc",
+    "pymq.export._columnsc",
+)
+"""pymq's C modules, each beside the Python module it speeds up."""
+
+
+def c_functions() -> Any:
+    """Every function of pymq's C modules in one namespace, for tests that call them directly;
+    None when PYMQ_PURE_PYTHON is set or any of them was not built."""
+    import types
+
+    from pymq.common.native import load_native
+
+    merged: dict[str, Any] = {}
+    for name in C_MODULES:
+        module = load_native(name)
+        if module is None:
+            return None
+        merged.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+    return types.SimpleNamespace(**merged)

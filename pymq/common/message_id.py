@@ -14,9 +14,12 @@ import struct
 import time
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from pymq.common.clock import now_ms as _clock_ms
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
+
+native_extension: Any = load_native("pymq.common._recordc")
 
 
 @lru_cache(maxsize=4096)

@@ -25,11 +25,13 @@ from typing import Any, TypeGuard
 import attrs
 import orjson
 
-from pymq.common.native import _native
+from pymq.common.native import load_native
 from pymq.common.serde import parse_java_bool
 from pymq.remoting.codes import CURRENT_VERSION, LanguageCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError, RemotingCommandError
 from pymq.remoting.headers import INT_MAX, INT_MIN
+
+_native: Any = load_native("pymq.remoting._codecc")
 
 # NettyDecoder's FRAME_MAX_LENGTH default: a frame claiming more is refused, not buffered.
 FRAME_MAX_LENGTH = 16 * 1024 * 1024

@@ -28,13 +28,11 @@ from pymq.common.message import (
     pack_ip,
     scan_records,
 )
-from tests.helpers import damaged
+from tests.helpers import c_functions, damaged
 
 
 def _native():
-    from pymq.common import _recordc
-
-    return _recordc
+    return c_functions()
 
 
 def test_extension_is_built():

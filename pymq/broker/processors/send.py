@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pymq.broker.transaction import to_half_message
 from pymq.common.acl import SUB
@@ -28,7 +28,7 @@ from pymq.common.message import (
     decode_batch_body,
     decode_properties,
 )
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.common.serde import parse_java_bool
 from pymq.common.topic import (
     PERM_READ,
@@ -122,13 +122,15 @@ _SYNC_MASTER = BrokerRole.SYNC_MASTER
 _SERIALIZE_JSON = SerializeType.JSON
 _WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
 _SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
-_send_answer_frame = getattr(native_extension, "send_answer_frame", None)
-_send_fields = getattr(native_extension, "send_fields", None)
+_sendc: Any = load_native("pymq.broker._sendc")
+_codecc: Any = load_native("pymq.remoting._codecc")
+_send_answer_frame = getattr(_sendc, "send_answer_frame", None)
+_send_fields = getattr(_codecc, "send_fields", None)
 # send_run_fields(buf, bounds, first, stop, judge, entries, parsed): _send_singles' reading of
 # a run's frames in one C call; send_answer_run(parsed, hints, prefix, region, trace_on,
 # version): _answer_singles' answers and _count_puts' totals in one.
-_send_run_fields = getattr(native_extension, "send_run_fields", None)
-_send_answer_run = getattr(native_extension, "send_answer_run", None)
+_send_run_fields = getattr(_codecc, "send_run_fields", None)
+_send_answer_run = getattr(_sendc, "send_answer_run", None)
 
 
 def _response(

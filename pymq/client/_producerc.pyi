@@ -1,0 +1,28 @@
+"""Stub of the C module pymq.client._producerc (pymq/client/_producerc.c): the producer's send
+frames and batch bodies.
+
+Each function has a Python twin of the same signature, picked by
+:func:`pymq.common.native.load_native` when this module is not built or PYMQ_PURE_PYTHON
+is set.
+"""
+
+from typing import Any
+
+def send_frame(
+    head: Any,
+    opaque: Any,
+    fixed: Any,
+    queue_id: Any,
+    sys_flag: Any,
+    born: Any,
+    flag: Any,
+    props: Any,
+    tail: Any,
+    body: Any,
+    /,
+) -> Any:
+    """A producer's send frame as Producer._v2_frame writes it; None when props is not ASCII."""
+
+def batch_body(cls: Any, msgs: Any, ids: Any, topic: Any = ..., /) -> Any:
+    """The client's SEND_BATCH_MESSAGE body of plain messages of type cls (and topic) with their
+    ids; None when one is not plain."""

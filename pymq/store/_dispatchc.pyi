@@ -1,0 +1,58 @@
+"""Stub of the C module pymq.store._dispatchc (pymq/store/_dispatchc.c): the reput's dispatch
+(consume queues, index) and record checks.
+
+Each function has a Python twin of the same signature, picked by
+:func:`pymq.common.native.load_native` when this module is not built or PYMQ_PURE_PYTHON
+is set.
+"""
+
+from typing import Any
+
+from typing_extensions import Buffer
+
+def index_put(
+    buf: Any,
+    slot_num: Any,
+    index_num: Any,
+    entries_at: Any,
+    count: Any,
+    slot_count: Any,
+    begin_timestamp: Any,
+    prefix_hash: Any,
+    keys: Any,
+    phy_offset: Any,
+    store_timestamp: Any,
+    /,
+) -> Any:
+    """Index keys into one index file."""
+
+def dispatch_hinted(
+    hints: Any,
+    log: Any,
+    pos: Any,
+    end: Any,
+    offset: Any,
+    limit: Any,
+    queues: Any,
+    listener: Any,
+    index: Any,
+    /,
+) -> Any:
+    """A run of hinted records dispatched to their consume queues and the index; (done, pos,
+    offset, last_store_timestamp, exception or None)."""
+
+def record_is(data: Buffer, size: int, /) -> bool:
+    """Whether data is size bytes beginning as a message record of that size (TOTALSIZE, magic
+    code)."""
+
+def record_hints(
+    buf: Any,
+    pos: Any,
+    end: Any,
+    file_from_offset: Any,
+    max_rows: Any,
+    skip_topic: Any,
+    hint_type: Any,
+    /,
+) -> Any:
+    """The dispatch hints of the records at buf[pos:end], read back; (rows, stop)."""

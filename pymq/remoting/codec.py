@@ -697,7 +697,7 @@ def busy_answers_py(
     i = first
     while i < stop:
         start, end = bounds[2 * i], bounds[2 * i + 1]
-        if end - start < 4:
+        if start < 0 or end > len(buf) or end - start < 4:  # outside buf: as the C twin, stop
             break
         (field,) = _INT.unpack_from(buf, start)
         if field >> 24:

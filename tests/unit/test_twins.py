@@ -82,9 +82,14 @@ def _recordc_cases(c: Any) -> Iterator[Case]:
     for s in ("", "a", "TopicTest", "\u00e9\U0001f600" * 50, "\ud800x"):
         yield "java_hash", c.java_hash, message_ext._java_string_hash_py, (s,)
         for prefix in (0, -1, 2**31 - 1):
-            yield "java_hash_after", c.java_hash_after, message_ext._java_string_hash_after_py, (
-                prefix,
-                s,
+            yield (
+                "java_hash_after",
+                c.java_hash_after,
+                message_ext._java_string_hash_after_py,
+                (
+                    prefix,
+                    s,
+                ),
             )
     for prefix, offset in (("0A0B", 0), ("", 2**63 - 1), ("X", 255), ("P", -1), ("P", 2**64)):
         yield "offset_msg_id", c.offset_msg_id, message_id._offset_msg_id_py, (prefix, offset)
@@ -102,7 +107,7 @@ def _recordc_cases(c: Any) -> Iterator[Case]:
             args += (m.reconsume_times, 0)
             yield "encode_into", c.encode_into, record._encode_record_into_py, args
     joined = b"".join(records)
-    for i, data in enumerate(_hostile(joined, 1)):
+    for data in _hostile(joined, 1):
         yield "decode_plain", c.decode_plain, record._decode_plain_py, (data, 0, True, MessageExt)
         for crc in (True, False):
             args = (data, 0, len(data), crc, 1000, lambda *a: a[1] % 2 == 0, [])

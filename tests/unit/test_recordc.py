@@ -32,7 +32,7 @@ from tests.helpers import c_functions, damaged
 
 
 def _native():
-    return c_functions()
+    return c_functions(direct=True)
 
 
 def test_extension_is_built():

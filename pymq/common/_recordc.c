@@ -1,9 +1,9 @@
 /*
  * pymq.common._recordc: the commit-log record codec's hot loops (pymq.common.record, message_ext, message_id, batch, clock).
  *
- * An optional accelerator: pymq.common picks it once, at import, when it was built
- * (setup.py) and PYMQ_PURE_PYTHON is not set, else the Python twin of each function (same name
- * and signature; see pymq/common/_recordc.pyi and tests/unit/test_twins.py).
+ * An optional accelerator, picked once at import by pymq.common.native.load_native when it was
+ * built (setup.py) and PYMQ_PURE_PYTHON is not set; else a function's Python twin (same
+ * signature; tests/unit/test_twins.py) or, without one, the Python module's general path.
  */
 #include "_native.h"
 

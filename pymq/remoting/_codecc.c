@@ -1,9 +1,9 @@
 /*
  * pymq.remoting._codecc: remoting frames and JSON request headers read without a general JSON decoder.
  *
- * An optional accelerator: pymq.remoting picks it once, at import, when it was built
- * (setup.py) and PYMQ_PURE_PYTHON is not set, else the Python twin of each function (same name
- * and signature; see pymq/remoting/_codecc.pyi and tests/unit/test_twins.py).
+ * An optional accelerator, picked once at import by pymq.common.native.load_native when it was
+ * built (setup.py) and PYMQ_PURE_PYTHON is not set; else a function's Python twin (same
+ * signature; tests/unit/test_twins.py) or, without one, the Python module's general path.
  */
 #include "../common/_native.h"
 

@@ -1,9 +1,9 @@
 /*
  * pymq.store._dispatchc: the reput's dispatch (consume queues, index) and record checks.
  *
- * An optional accelerator: pymq.store picks it once, at import, when it was built
- * (setup.py) and PYMQ_PURE_PYTHON is not set, else the Python twin of each function (same name
- * and signature; see pymq/store/_dispatchc.pyi and tests/unit/test_twins.py).
+ * An optional accelerator, picked once at import by pymq.common.native.load_native when it was
+ * built (setup.py) and PYMQ_PURE_PYTHON is not set; else a function's Python twin (same
+ * signature; tests/unit/test_twins.py) or, without one, the Python module's general path.
  */
 #include "../common/_native.h"
 

@@ -1,9 +1,10 @@
 """Stub of the C module pymq.store._dispatchc (pymq/store/_dispatchc.c): the reput's dispatch
 (consume queues, index) and record checks.
 
-Each function has a Python twin of the same signature, picked by
-:func:`pymq.common.native.load_native` when this module is not built or PYMQ_PURE_PYTHON
-is set.
+Picked once, at import, by :func:`pymq.common.native.load_native`.  When this module is not
+built or PYMQ_PURE_PYTHON is set, a function's Python twin (same signature; checked against it
+in tests/unit/test_twins.py) runs instead, or, for a function without one yet, the Python
+module's own general path.
 """
 
 from typing import Any

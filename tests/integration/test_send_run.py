@@ -177,6 +177,7 @@ async def test_a_run_answers_stores_and_counts_as_its_frames_one_by_one(
         return real_run(parsed, hints, *rest)
 
     monkeypatch.setattr(send_module, "_send_answer_frame", counting_frame)
+    monkeypatch.setattr(send_module, "send_answer_frame", counting_frame)  # send_raw's writer
     monkeypatch.setattr(send_module, "_send_answer_run", counting_run)
     got, left = await as_channel(cluster, PEER, cases("RunT"))
     assert left == 12  # the queue out of range: the usual path's

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from pymq.broker.processors import send
 from pymq.common import batch, clock, message_ext, message_id, record
 from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.message_ext import MessageExt
@@ -147,7 +148,26 @@ def _dispatchc_cases(c: Any) -> Iterator[Case]:
             yield "record_is", c.record_is, get_message._record_is_py, (blob, size)
 
 
+def _sendc_cases(c: Any) -> Iterator[Case]:
+    twin = send.send_answer_frame_py
+    for opaque, queue_id, offset, version in (
+        (0, 0, 0, 0),
+        (2**31 - 1, -(2**31), 2**63 - 1, 401),
+        (-(2**31), 7, -(2**63), -1),
+        (2**31, 0, 0, 401),
+        (0, 0, 2**63, 401),
+        (0, "1", 0, 401),
+    ):
+        for msg_id in ("0A0B", "A" * 32 + "," + "B" * 32, "", "\u00e9", 5):
+            for region, trace in ((b'"DefaultRegion"', True), (b'"\\u00e9"', False), ("r", 0)):
+                args = (opaque, msg_id, queue_id, offset, region, trace, version)
+                yield "send_answer_frame", c.send_answer_frame, twin, args
+    args = (1, "x" * 0xFFFFFF, 0, 0, b'"r"', True, 401)
+    yield "send_answer_frame", c.send_answer_frame, twin, args
+
+
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
+    "pymq.broker._sendc": _sendc_cases,
     "pymq.common._recordc": _recordc_cases,
     "pymq.remoting._codecc": _codecc_cases,
     "pymq.store._dispatchc": _dispatchc_cases,

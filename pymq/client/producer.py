@@ -29,6 +29,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 import trio
@@ -62,7 +63,7 @@ from pymq.common.message import (
     encode_properties,
 )
 from pymq.common.message_ext import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, REPLY_MESSAGE_FLAG
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, reply_topic
 from pymq.remoting.codec import (
     _FRAME_PREFIX,
@@ -75,6 +76,8 @@ from pymq.remoting.codec import (
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
 from pymq.remoting.headers import HeaderError, SendMessageRequestHeader, SendMessageResponseHeader
+
+native_extension: Any = load_native("pymq.client._producerc")
 
 log = logging.getLogger(__name__)
 

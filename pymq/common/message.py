@@ -90,7 +90,6 @@ from pymq.common.message_id import (
 )
 from pymq.common.native import (
     NATIVE_CODEC,
-    native_extension,
     pure_python_requested,
 )
 from pymq.common.record import (
@@ -218,7 +217,6 @@ __all__ = [
     "java_hashmap_order",
     "java_string_hash",
     "java_string_hash_after",
-    "native_extension",
     "nul_where_torn",
     "offset_msg_id",
     "pack_ip",

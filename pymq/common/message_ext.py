@@ -10,11 +10,14 @@ from __future__ import annotations
 import operator
 from array import array
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
 from pymq.common.message_id import Host, create_offset_msg_id
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
+
+native_extension: Any = load_native("pymq.common._recordc")
 
 
 class MessageSysFlag:

@@ -25,13 +25,15 @@ from typing import Any, Protocol
 
 import trio
 
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.store.mapped_file import (
     CREATING_SUFFIX,
     MappedFile,
     offset_to_file_name,
     sync_directory,
 )
+
+native_extension: Any = load_native("pymq.store._commitlogc")
 
 log = logging.getLogger(__name__)
 

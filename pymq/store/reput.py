@@ -18,6 +18,7 @@ import collections
 import logging
 import struct
 from collections.abc import Callable, Container
+from typing import Any
 
 import trio
 
@@ -29,10 +30,12 @@ from pymq.common.message import (
     read_record_info,
     tags_code,
 )
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store.commitlog import DISPATCH_HINTS_MAX, CommitLog, DispatchHint
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
+
+native_extension: Any = load_native("pymq.store._dispatchc")
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pymq.store.index_file import IndexFile
 from pymq.store.mapped_file import CREATING_SUFFIX, MappedFile
 from pymq.store.mapped_file_queue import MappedFileQueue
 from pymq.store.results import GetMessageStatus, PutMessageStatus
-from tests.helpers import wait_until
+from tests.helpers import c_functions, wait_until
 from tests.store.helpers import (
     fill_disk,
     make_message,
@@ -598,6 +598,7 @@ def test_a_sparse_file_found_on_a_full_disk_still_loads(
 # --- the commit log's chunk ahead and its prefault ---------------------------------------------
 
 
+@pytest.mark.skipif(c_functions() is None, reason="needs the C extension (PYMQ_PURE_PYTHON=1)")
 async def test_the_commitlog_allocates_and_prefaults_a_chunk_ahead(
     fs: str, small_chunks: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

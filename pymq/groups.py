@@ -17,21 +17,21 @@ running.  A child that exits on its own ends the whole group set with its exit s
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 
 import attrs
 import trio
 
 from pymq.common.config import ConfigError, apply_saved
 from pymq.common.errors import StartupError
+from pymq.common.native import load_native
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
 from pymq.remoting.config import NettyServerConfig, task_order_of
@@ -45,7 +45,6 @@ STOP_TIMEOUT = 30.0
 MAX_GROUPS = 26  # broker-a .. broker-z
 
 _BOOTED = re.compile(r"The broker\[([^,]+), ([^\]]+)\] boot success")
-_PR_SET_PDEATHSIG = 1
 
 
 class GroupError(StartupError):
@@ -113,13 +112,21 @@ def group_metrics_port(port: str, index: int) -> int | None:
     return int(text) + index
 
 
+def _die_with_parent_py(signum: int) -> bool:
+    """Python twin of ``pymq._groupsc.die_with_parent``: Python has no prctl, so it arms
+    nothing and says so (False); a --groups broker then outlives a killed parent."""
+    return False
+
+
+_die_with_parent_signal: Callable[[int], bool] = getattr(
+    load_native("pymq._groupsc"), "die_with_parent", _die_with_parent_py
+)
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     """Linux: SIGTERM this child when its parent dies, so no broker outlives ``--groups``."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    with suppress(OSError):
+        _die_with_parent_signal(signal.SIGTERM)
 
 
 def broker_command(

@@ -4,7 +4,9 @@ Starts the embedded default (``python -m pymq``, SQL92 filtering on) in a tempor
 runs each hostile case of issue #37 against it while a probe connection (tests.helpers.StallProbe:
 a thread with its own socket, timing a cheap request every 5 ms) measures how long the broker
 keeps everybody else waiting.  Prints, per case, the worst and the 99th-percentile probe round
-trip, the case's own figures, and the broker's resident memory before and after.  The target is a
+trip, the broker loop's longest task step in the case (wall and CPU ms, from scripts/loop_steps.py:
+a probe's round trip also counts the machine's other load, the bench client shares its cores),
+the case's own figures, and the broker's resident memory before and after.  The target is a
 worst round trip under 50 ms in every case.
 
     .venv/bin/python scripts/bench_hostile.py                 # every case
@@ -17,16 +19,20 @@ Loopback only; the servers stop at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -45,12 +51,13 @@ Case = Callable[["Broker"], Awaitable[dict[str, object]]]
 
 
 class Broker:
-    def __init__(self, namesrv: str, port: int, metrics_port: int, pid: int) -> None:
+    def __init__(self, namesrv: str, port: int, metrics_port: int, pid: int, steps: str) -> None:
         self.namesrv = namesrv
         self.port = port
         self.addr = f"127.0.0.1:{port}"
         self.metrics_port = metrics_port
         self.pid = pid
+        self.steps = steps  # where loop_steps.py writes the loop's longest steps
 
 
 def raw_request(port: int, frame: bytes, *, read: bool = True, timeout: float = 30.0) -> bytes:
@@ -136,12 +143,12 @@ async def queue_count(broker: Broker) -> dict[str, object]:
 ONEWAY_TOPICS = 3000
 
 
-def _oneway_frames(count: int) -> list[bytes]:
+def _oneway_frames(count: int, new_topics: bool = True) -> list[bytes]:
     frames = []
     for i in range(count):
         fields = {
             "a": "hostile-oneway",
-            "b": f"HostileTopic{i}",
+            "b": f"HostileTopic{i if new_topics else 'Same'}",
             "c": "TBW102",
             "d": "4",
             "e": "0",
@@ -158,9 +165,9 @@ def _oneway_frames(count: int) -> list[bytes]:
     return frames
 
 
-async def oneway_new_topics(broker: Broker) -> dict[str, object]:
+async def oneway_new_topics(broker: Broker, new_topics: bool = True) -> dict[str, object]:
     """Paced oneway sends, each to a new topic (auto-created), on one connection."""
-    frames = _oneway_frames(ONEWAY_TOPICS)
+    frames = _oneway_frames(ONEWAY_TOPICS, new_topics)
 
     def send_all() -> int:
         sent = 0
@@ -213,6 +220,9 @@ CASES: dict[str, Case] = {
     "sql92-pull": sql92_pull,
     "queue-count": queue_count,
     "oneway-new-topics": oneway_new_topics,
+    # The same sends to one topic: what the machine's load alone costs the probe (the bench
+    # client and the broker share its cores), beside which oneway-new-topics reads.
+    "oneway-one-topic": functools.partial(oneway_new_topics, new_topics=False),
     "stuck-scrapers": stuck_scrapers,
 }
 
@@ -228,7 +238,10 @@ def _cap_memory() -> None:
 
 def start(tmp: str) -> tuple[subprocess.Popen, Broker]:
     ns_port, port, metrics_port = free_port(), free_port(), free_port()
-    cmd = [sys.executable, *embedded_args(tmp, ns_port, port)]
+    # The loop's own longest steps, beside what the probe sees (see loop_steps.py).
+    steps = os.path.join(tmp, "loop-steps.json")
+    loop_steps = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loop_steps.py")
+    cmd = [sys.executable, loop_steps, steps, *embedded_args(tmp, ns_port, port)]
     cmd += ["--metrics-port", str(metrics_port), "--enablePropertyFilter", "true"]
     proc = subprocess.Popen(
         cmd,
@@ -242,11 +255,25 @@ def start(tmp: str) -> tuple[subprocess.Popen, Broker]:
     if "running" not in line:
         proc.kill()
         raise SystemExit(f"could not start pymq: {line.strip() or 'no output'}")
-    return proc, Broker(f"127.0.0.1:{ns_port}", port, metrics_port, proc.pid)
+    return proc, Broker(f"127.0.0.1:{ns_port}", port, metrics_port, proc.pid, steps)
+
+
+async def loop_steps(broker: Broker) -> dict[str, Any]:
+    """The broker loop's longest steps since the last call (loop_steps.py writes them on
+    SIGUSR1)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(broker.steps)
+    os.kill(broker.pid, signal.SIGUSR1)
+    with trio.fail_after(10):
+        while not os.path.exists(broker.steps):
+            await trio.sleep(0.01)
+    with open(broker.steps) as f:
+        return json.load(f)
 
 
 async def run_case(name: str, case: Case, broker: Broker) -> dict[str, object]:
     before = memory_mb([broker.pid])
+    await loop_steps(broker)  # from here on
     probe = StallProbe(broker.port, timeout=120)
     try:
         async with probe:
@@ -257,10 +284,16 @@ async def run_case(name: str, case: Case, broker: Broker) -> dict[str, object]:
     except trio.TooSlowError:  # the probe got no first answer: the broker is stuck
         figures = {"error": "the broker did not answer the probe within 120 s"}
     trips = [t * 1000 for t in probe.round_trips] or [120_000.0]
+    loop = await loop_steps(broker)
+    steps = loop["steps"]
     return {
         "case": name,
         "worst_ms": round(max(trips), 1),
         "p99_ms": round(percentile(trips, 0.99), 1),
+        "step_ms": steps[0]["wall_ms"] if steps else 0.0,
+        "step_cpu_ms": max((s["cpu_ms"] for s in steps), default=0.0),
+        "longest_steps": steps,
+        "gc_ms": loop["gc_ms"],
         "probes": len(trips),
         "rss_mb": [before, memory_mb([broker.pid])],
         **figures,
@@ -268,15 +301,23 @@ async def run_case(name: str, case: Case, broker: Broker) -> dict[str, object]:
 
 
 def show(r: dict[str, object]) -> None:
-    extra = {k: v for k, v in r.items() if k not in ("case", "worst_ms", "p99_ms", "rss_mb")}
+    shown = ("case", "worst_ms", "p99_ms", "rss_mb", "step_ms", "step_cpu_ms", "longest_steps")
+    shown += ("gc_ms",)
+    extra = {k: v for k, v in r.items() if k not in shown}
     mark = "" if float(r["worst_ms"]) < TARGET_MS else "  (over 50 ms)"  # type: ignore[arg-type]
     rss = "/".join(str(m) for m in r["rss_mb"])  # type: ignore[attr-defined]
-    print(f"{r['case']:<20} {r['worst_ms']:>9} {r['p99_ms']:>8}  {rss:>20}  {extra}{mark}")
+    step = f"{r['step_ms']}/{r['step_cpu_ms']} gc {r['gc_ms']}"
+    print(
+        f"{r['case']:<20} {r['worst_ms']:>9} {r['p99_ms']:>8} {step:>22}  {rss:>20}  {extra}{mark}"
+    )
     sys.stdout.flush()
 
 
 async def main_async(names: list[str], broker: Broker) -> list[dict[str, object]]:
-    print(f"{'case':<20} {'worst ms':>9} {'p99 ms':>8}  {'RSS MB before/after':>20}  figures")
+    print(
+        f"{'case':<20} {'worst ms':>9} {'p99 ms':>8} {'step ms/cpu, gc':>22}  "
+        f"{'RSS MB before/after':>20}  figures"
+    )
     results = []
     for name in names:
         result = await run_case(name, CASES[name], broker)

@@ -267,3 +267,37 @@ class StallProbe:
                     self._stop.wait(self.interval)
         except BaseException as exc:  # reported by __enter__ or read by the test
             self.error = exc
+
+
+C_MODULES = (
+    "pymq.common._recordc",
+    "pymq.remoting._codecc",
+    "pymq.broker._sendc",
+    "pymq.store._commitlogc",
+    "pymq.store._dispatchc",
+    "pymq.client._producerc",
+    "pymq.export._columnsc",
+    "pymq._groupsc",
+)
+"""pymq's C modules, each beside the Python module it speeds up."""
+
+
+def c_functions(direct: bool = False) -> Any:
+    """Every function of pymq's C modules in one namespace, for tests that call them directly;
+    None when any of them was not built or (unless ``direct``: a test of a C function against
+    its twin, which runs under PYMQ_PURE_PYTHON=1 too) when PYMQ_PURE_PYTHON is set."""
+    import importlib
+    import types
+
+    from pymq.common.native import load_native
+
+    merged: dict[str, Any] = {}
+    for name in C_MODULES:
+        try:
+            module = importlib.import_module(name) if direct else load_native(name)
+        except ImportError:
+            module = None
+        if module is None:
+            return None
+        merged.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+    return types.SimpleNamespace(**merged)

@@ -80,6 +80,7 @@ from pymq.broker.schedule import ScheduleMessageService
 from pymq.broker.slave_sync import SLAVE_SYNC_INITIAL_DELAY, SLAVE_SYNC_PERIOD, SlaveSynchronize
 from pymq.broker.stats import BrokerStats
 from pymq.broker.subscription_group_manager import SubscriptionGroupManager
+from pymq.broker.timer import TimerMessageService
 from pymq.broker.topic_config_manager import TopicConfigManager
 from pymq.broker.transaction import TransactionService
 from pymq.common.config import ConfigError, refuse_unsupported
@@ -87,6 +88,7 @@ from pymq.common.files import PropertiesFile
 from pymq.common.periodic import every
 from pymq.common.topic import (
     SCHEDULE_TOPIC,
+    TIMER_TOPIC,
     DataVersion,
     TopicConfigSerializeWrapper,
     is_readable,
@@ -185,6 +187,7 @@ class BrokerController:
             enabled=lambda: broker_config.enable_property_filter,
         )
         self.schedule = ScheduleMessageService(config_dir, self.store)
+        self.timer = TimerMessageService(self.store)
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(
             self._notify_consumer_ids_changed,
@@ -192,7 +195,7 @@ class BrokerController:
         )
         self.rebalance_lock_manager = RebalanceLockManager()
         # The schedule service waits on its own topic's arrivals: always reported.
-        self.pull_hold = PullRequestHoldService(pinned=(SCHEDULE_TOPIC,))
+        self.pull_hold = PullRequestHoldService(pinned=(SCHEDULE_TOPIC, TIMER_TOPIC))
         self.stats = BrokerStats(broker_config.broker_cluster_name)
         # The main and fast ports share one budget of buffered output and partial frames.
         budget = server_config.shared_budget()
@@ -439,6 +442,8 @@ class BrokerController:
         self.pull_hold.notify_message_arriving(topic, queue_id, logic_offset, tags_code, store_ts)
         if topic == SCHEDULE_TOPIC:  # the schedule service waits on its own topic only
             self.schedule.notify_arrival(topic, queue_id)
+        elif topic == TIMER_TOPIC:
+            self.timer.notify_arrival(topic, queue_id)
         ha = self.ha_service
         if ha is not None and ha.connections:  # without a slave nobody waits for new data
             ha.notify_new_data()
@@ -517,6 +522,8 @@ class BrokerController:
                     )
                 else:
                     await nursery.start(self.schedule.run)
+                    if self.store.config.timer_wheel_enable:
+                        await nursery.start(self.timer.run)
                     await nursery.start(self.transactions.run)
                 if self.metrics is not None:
                     await nursery.start(self.metrics.run)

@@ -48,13 +48,18 @@ import logging
 import math
 import ssl
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
 
-from pymq.client.instance import ClientService, Credentials, MQClientError
+from pymq.client.instance import (
+    ClientService,
+    Credentials,
+    MQClientError,
+    decode_answer,
+    inflate_body,
+)
 from pymq.client.offset_store import DEFAULT_DIR as DEFAULT_OFFSET_STORE_DIR
 from pymq.client.offset_store import LocalFileOffsetStore, check_path_name
 from pymq.common.consumer import (
@@ -75,7 +80,7 @@ from pymq.common.consumer import (
 )
 from pymq.common.message_ext import PROPERTY_RETRY_TOPIC, MessageExt, MessageSysFlag
 from pymq.common.record import RecordError, decode_record, decode_records
-from pymq.common.serde import from_json, to_json
+from pymq.common.serde import to_json
 from pymq.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
@@ -99,6 +104,9 @@ REBALANCE_PERIOD = 20.0
 PERSIST_OFFSET_PERIOD = 5.0
 HEARTBEAT_PERIOD = 30.0
 PULL_BATCH_SIZE = 32
+# A pulled message's compressed body inflates to at most this (Java checks maxMessageSize,
+# 4 MiB by default, before compressing; this leaves room for producers set higher).
+MAX_INFLATED_BODY = 64 * 1024 * 1024
 BROKER_SUSPEND_MAX_MS = 15000
 PULL_TIMEOUT = 30.0
 PULL_RETRY_DELAY = 3.0  # after an error, as PULL_TIME_DELAY_MILLS_WHEN_EXCEPTION
@@ -307,7 +315,13 @@ class _Base(ClientService):
             subscription = selector.subscription(mq.topic)
             for msg in decode_records(response.body):
                 if msg.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
-                    msg.body = zlib.decompress(msg.body)
+                    try:
+                        msg.body = inflate_body(msg.body, MAX_INFLATED_BODY)
+                    except ValueError as exc:
+                        # Java's decoder drops such a message (and the rest of the batch):
+                        # this one only, said.
+                        log.error("%s offset %d skipped: %s", mq, msg.queue_offset, exc)
+                        continue
                 tags = msg.tags
                 if (
                     not subscription.is_tag_type
@@ -353,7 +367,7 @@ class _Base(ClientService):
             return -1
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, f"query offset {mq}")
-        return int(response.ext_fields["offset"])
+        return _offset_of(response, f"query offset {mq}")
 
     async def update_offset(self, mq: MessageQueue, offset: int) -> None:
         request = RemotingCommand.request(
@@ -373,7 +387,7 @@ class _Base(ClientService):
         response = await self._call(mq, request)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, f"max offset {mq}")
-        return int(response.ext_fields["offset"])
+        return _offset_of(response, f"max offset {mq}")
 
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         request = RemotingCommand.request(
@@ -383,7 +397,7 @@ class _Base(ClientService):
         response = await self._call(mq, request)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, f"search offset {mq}")
-        return int(response.ext_fields["offset"])
+        return _offset_of(response, f"search offset {mq}")
 
 
 class PullConsumer(_Base):
@@ -458,6 +472,17 @@ class _TopicCounters:
 
     def copy(self) -> _TopicCounters:
         return attrs.evolve(self)
+
+
+def _offset_of(response: RemotingCommand, what: str) -> int:
+    """A SUCCESS answer's ``offset`` header; MQClientError when it has none that is a number
+    (a failed call, which the caller's loop retries, not an error that ends the consumer)."""
+    try:
+        return int(response.ext_fields["offset"])
+    except (KeyError, ValueError):
+        raise MQClientError(
+            response.code, f"no offset in the answer: {response.ext_fields!r}", what
+        ) from None
 
 
 @attrs.define(eq=False)
@@ -871,7 +896,7 @@ class PushConsumer(_Base):
             )
             response = await self.client.invoke(addr, request, 5.0)
             if response.code == ResponseCode.SUCCESS and response.body:
-                return from_json(response.body, ConsumerList).consumer_id_list
+                return decode_answer(response.body, ConsumerList, "consumer list").consumer_id_list
         return []
 
     async def rebalance(self) -> None:
@@ -993,7 +1018,9 @@ class PushConsumer(_Base):
         response = await self.client.invoke(addr, request, LOCK_TIMEOUT)
         if response.code != ResponseCode.SUCCESS:
             raise MQClientError(response.code, response.remark, "lock batch mq")
-        return set(from_json(response.body, LockBatchResponseBody).lock_ok_mq_set)
+        return set(
+            decode_answer(response.body, LockBatchResponseBody, "lock batch mq").lock_ok_mq_set
+        )
 
     async def _unlock_batch(self, broker_name: str, mqs: list[MessageQueue]) -> None:
         assert self.client is not None
@@ -1074,10 +1101,25 @@ class PushConsumer(_Base):
 
     async def _ensure_locked(self, mq: MessageQueue, state: _OrderlyQueue) -> bool:
         """Wait until the queue may be consumed (tryLockLaterAndReconsume: lock it again,
-        every LOCK_RETRY_DELAY while the broker refuses); False once it is dropped."""
+        every LOCK_RETRY_DELAY while the broker refuses); False once it is dropped.
+
+        A queue locked again after its lock lapsed may have been consumed meanwhile by the
+        member that held it: its offset moves up to the group's committed one, so that what
+        that member consumed is not consumed again here."""
+        relocked = False
         while not state.dropped and not self._lock_valid(state):
+            relocked = True
             if not await self._lock_one(mq, state):
                 await trio.sleep(LOCK_RETRY_DELAY)
+        if relocked and not state.dropped:
+            try:
+                committed = await self.query_offset(mq)
+            except (MQClientError, RemotingError) as exc:
+                log.warning("offset of %s after relocking it: %s", mq, exc)
+            else:
+                if committed > self.offsets.get(mq, committed):
+                    log.info("%s was consumed up to %d meanwhile", mq, committed)
+                    self.offsets[mq] = committed
         return not state.dropped
 
     async def _start_offset(self, mq: MessageQueue) -> int:
@@ -1147,7 +1189,11 @@ class PushConsumer(_Base):
                         return  # given up meanwhile
                 if state is not None and state.dropped:
                     return
-                self.offsets[mq] = result.next_begin_offset
+                if state is not None and result.messages:
+                    # Never back below what a relock found consumed (_ensure_locked).
+                    self.offsets[mq] = max(self.offsets[mq], result.next_begin_offset)
+                else:
+                    self.offsets[mq] = result.next_begin_offset
 
     @staticmethod
     def _restore_topics(messages: list[MessageExt]) -> None:
@@ -1173,6 +1219,11 @@ class PushConsumer(_Base):
             while True:
                 if not await self._ensure_locked(mq, state):
                     return False
+                # Consumed by another member while this consumer had lost the lock: skipped.
+                batch = [msg for msg in batch if msg.queue_offset >= self.offsets[mq]]
+                if not batch:
+                    self.offsets[mq] = max(self.offsets[mq], next_offset)
+                    break
                 async with state.consuming:
                     if state.dropped:
                         return False

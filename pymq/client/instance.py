@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 import trio
 
@@ -69,6 +69,18 @@ class MQClientError(Exception):
         super().__init__(f"{what}: CODE {code} DESC {remark}" if what else f"CODE {code} {remark}")
 
 
+_Body = TypeVar("_Body")
+
+
+def decode_answer(body: bytes | None, cls: type[_Body], what: str) -> _Body:
+    """A SUCCESS answer's body as ``cls``; MQClientError (a failed call, which the caller's
+    loop retries) when it is not one: a peer's bad body must not end a client's task."""
+    try:
+        return from_json(body or b"", cls)
+    except ValueError as exc:
+        raise MQClientError(-1, f"undecodable answer: {exc}", what) from None
+
+
 class RequestTimeoutError(MQClientError):
     """``Producer.request``: the request was sent, but no reply came in time (Java's
     RequestTimeoutException)."""
@@ -89,20 +101,27 @@ class PendingReply:
             self.arrived.set()
 
 
+def inflate_body(body: bytes, limit: int) -> bytes:
+    """A compressed message body (zlib, as Java's UtilAll.compress) inflated to at most
+    ``limit`` bytes: ValueError for one that does not inflate or would inflate further (4 MiB
+    of zeros compress to 4 KiB: a consumer must not be made to hold what a sender chooses)."""
+    inflater = zlib.decompressobj()
+    try:
+        inflated = inflater.decompress(body, limit)
+    except zlib.error as exc:
+        raise ValueError(f"compressed body does not inflate: {exc}") from None
+    if inflater.unconsumed_tail:
+        raise ValueError(f"compressed body inflates past {limit} bytes")
+    return inflated
+
+
 def reply_message(head: H.ReplyMessageRequestHeader, body: bytes, arrived_ms: int) -> MessageExt:
     """The reply a PUSH_REPLY_MESSAGE_TO_CLIENT carries (ClientRemotingProcessor's
     receiveReplyMessage): the header's fields, the body inflated when its sysFlag says it is
     compressed, ARRIVE_TIME added.  ValueError for a body that does not inflate (or inflates
     past :data:`MAX_REPLY_BODY`)."""
     if head.sys_flag & MessageSysFlag.COMPRESSED_FLAG:
-        inflater = zlib.decompressobj()
-        try:
-            inflated = inflater.decompress(body, MAX_REPLY_BODY)
-        except zlib.error as exc:
-            raise ValueError(f"compressed reply body does not inflate: {exc}") from None
-        if inflater.unconsumed_tail:
-            raise ValueError(f"reply body inflates past {MAX_REPLY_BODY} bytes")
-        body = inflated
+        body = inflate_body(body, MAX_REPLY_BODY)
     props = decode_properties(head.properties or "")
     props[PROPERTY_REPLY_MESSAGE_ARRIVE_TIME] = str(arrived_ms)
     return MessageExt(
@@ -225,7 +244,7 @@ class ClientInstance:
                 return None
             if response.code != ResponseCode.SUCCESS:
                 raise MQClientError(response.code, response.remark, f"route of {topic}")
-            route = from_json(response.body, TopicRouteData)
+            route = decode_answer(response.body, TopicRouteData, f"route of {topic}")
             self.routes[topic] = route
             for data in route.broker_datas:
                 self.broker_addrs[data.broker_name] = dict(data.broker_addrs)

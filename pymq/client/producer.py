@@ -29,6 +29,7 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 import trio
@@ -64,7 +65,7 @@ from pymq.common.message_ext import (
     encode_properties,
 )
 from pymq.common.message_id import UniqueIdGenerator
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, reply_topic
 from pymq.remoting.codec import (
     _FRAME_PREFIX,
@@ -77,6 +78,8 @@ from pymq.remoting.codec import (
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
 from pymq.remoting.headers import HeaderError, SendMessageRequestHeader, SendMessageResponseHeader
+
+native_extension: Any = load_native("pymq.client._producerc")
 
 log = logging.getLogger(__name__)
 

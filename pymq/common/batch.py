@@ -6,12 +6,15 @@ Pure functions and data classes, no I/O."""
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import attrs
 
 from pymq.common.message_ext import decode_properties, properties_bytes
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.common.record import RecordError
+
+native_extension: Any = load_native("pymq.common._recordc")
 
 BATCH_PROPS_LEN = struct.Struct(">h")  # an item's properties length
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
+
+native_extension: Any = load_native("pymq.common._recordc")
 
 
 def _now_ms_py() -> int:

@@ -71,7 +71,8 @@ JAVA_INT_KEYS = frozenset(
     haListenPort haSendHeartbeatInterval haSlaveFallbehindMax haTransferBatchSize
     heartbeatThreadPoolNums heartbeatThreadPoolQueueCapacity listenPort
     mappedFileSizeCommitLog mappedFileSizeConsumeQueue mappedFileSizeConsumeQueueExt
-    maxDelayTime maxErrorRateOfBloomFilter maxHashSlotNum maxIndexNum maxLmqConsumeQueueNum
+    mappedFileSizeTimerLog maxDelayTime maxErrorRateOfBloomFilter maxHashSlotNum maxIndexNum
+    maxLmqConsumeQueueNum
     maxMessageSize maxMsgsNumBatch maxTransferBytesOnMessageInDisk
     maxTransferBytesOnMessageInMemory maxTransferCountOnMessageInDisk
     maxTransferCountOnMessageInMemory processReplyMessageThreadPoolNums
@@ -84,6 +85,7 @@ JAVA_INT_KEYS = frozenset(
     serverCallbackExecutorThreads serverChannelMaxIdleTimeSeconds serverOnewaySemaphoreValue
     serverSelectorThreads serverSocketBacklog serverSocketRcvBufSize serverSocketSndBufSize
     serverWorkerThreads slaveTimeout syncFlushTimeout transactionCheckMax
+    timerFlushIntervalMs timerMaxDelaySec timerPrecisionMs timerRollWindowSlot
     transientStorePoolSize writeBufferHighWaterMark writeBufferLowWaterMark
     """.split()  # noqa: SIM905  (a list of names, one place)
 )
@@ -161,7 +163,11 @@ def set_key(obj: object, key: str, value: str) -> None:
     field = _fields_by_key(obj).get(key)
     if field is None:
         raise ConfigError(f"unknown config key {_shown(key)}")
-    setattr(obj, field.name, convert_value(key, value, _field_type(field)))
+    converted = convert_value(key, value, _field_type(field))
+    try:
+        setattr(obj, field.name, converted)
+    except ValueError as exc:  # a field's validator (a range): named by its key
+        raise ConfigError(f"{key}={_shown(value)} refused: {exc}") from None
 
 
 def apply_properties(configs: Sequence[object], props: Mapping[str, str]) -> list[str]:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import operator
 from array import array
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
 from pymq.common.message_id import Host, create_offset_msg_id
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
+
+native_extension: Any = load_native("pymq.common._recordc")
 
 
 class MessageSysFlag:
@@ -47,6 +50,16 @@ PROPERTY_DELAY_TIME_LEVEL = "DELAY"
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+# RocketMQ 5's timer messages (MessageConst): what a sender sets...
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+# ...and what the broker records: the due time, when entered, when delivered, re-entries.
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
 PROPERTY_PRODUCER_GROUP = "PGROUP"
 PROPERTY_MIN_OFFSET = "MIN_OFFSET"

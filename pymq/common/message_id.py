@@ -14,9 +14,12 @@ import struct
 import time
 from collections.abc import Callable
 from functools import lru_cache
+from typing import Any
 
 from pymq.common.clock import now_ms as _clock_ms
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
+
+native_extension: Any = load_native("pymq.common._recordc")
 
 
 @lru_cache(maxsize=4096)
@@ -39,8 +42,14 @@ _PORT_OFFSET = struct.Struct(">iq")
 
 
 def _offset_msg_id_py(prefix: str, offset: int) -> str:
-    """Pure-Python twin of ``_recordc.offset_msg_id``; use :func:`offset_msg_id`."""
+    """Pure-Python twin of ``_recordc.offset_msg_id``; use :func:`offset_msg_id`.  An offset
+    outside 0..2**63-1 (no commit-log offset) raises OverflowError, as in C."""
+    if not 0 <= offset <= _MAX_OFFSET:
+        raise OverflowError(f"offset = {offset} does not fit its record field")
     return f"{prefix}{offset:016X}"
+
+
+_MAX_OFFSET = 2**63 - 1
 
 
 def _offset_msg_ids_py(prefix: str, rows: list[tuple]) -> str:

@@ -22,7 +22,7 @@ import mmap
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pymq.common.message_ext import (
     NAME_VALUE_SEPARATOR,
@@ -33,7 +33,9 @@ from pymq.common.message_ext import (
     properties_bytes,
 )
 from pymq.common.message_id import pack_ip, unpack_ip
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
+
+native_extension: Any = load_native("pymq.common._recordc")
 
 # --- magic codes and limits ----------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ CID_RMQ_SYS_TRANS = "CID_RMQ_SYS_TRANS"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+TIMER_TOPIC = SYSTEM_TOPIC_PREFIX + "wheel_timer"
+"""RocketMQ 5's topic of timer messages before they are due (TimerMessageStore.TIMER_TOPIC)."""
 
 # TopicValidator: at most 127 characters of letters, digits, '%', '|', '-' and '_'.
 TOPIC_MAX_LENGTH = 127

@@ -37,10 +37,12 @@ from pyspark.sql.types import (
 
 from pymq.common.message_ext import MessageExt
 from pymq.common.message_id import create_offset_msg_id
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.export.columns import format_host
 from pymq.export.options import ExportOptions
 from pymq.export.scan import Segment, SegmentScan, plan_store
+
+native_extension: Any = load_native("pymq.export._columnsc")
 
 if TYPE_CHECKING:
     import pyarrow as pa

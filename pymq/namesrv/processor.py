@@ -63,8 +63,10 @@ _ROUTE_CODE_FIELD = b'"code":%d' % _ROUTE_CODE
 # The longest header route_answer_raw reads (a lookup's is some 150 bytes and the topic, at most
 # 127 characters, up to 6 bytes each escaped); longer ones take the usual path, with its bounds.
 RAW_LOOKUP_HEADER_MAX = 2048
-# A REGISTER_BROKER body this large (some 1,000 topics) is decoded in a worker thread.
-THREAD_DECODE_BYTES = 128 * 1024
+# A REGISTER_BROKER body this large (some 100 topics) is decoded in a worker thread: decoding
+# costs about a millisecond per 16 KiB, a thread hop a tenth of that (the same bound as the
+# other JSON bodies, serde.JSON_BODY_INLINE_MAX).
+THREAD_DECODE_BYTES = 16 * 1024
 # The tail Java's name server adds to a remark that has a FAQ entry.
 FAQ_TAIL = "See http://rocketmq.apache.org/docs/faq/ for further details."
 

@@ -168,6 +168,19 @@ class RouteInfoManager:
         return result
 
     def _create_and_update_queue_data(self, broker_name: str, config: TopicConfig) -> None:
+        by_broker = self.topic_queue_table.setdefault(config.topic_name, {})
+        old = by_broker.get(broker_name)
+        if (
+            old is not None
+            and old.read_queue_nums == config.read_queue_nums
+            and old.write_queue_nums == config.write_queue_nums
+            and old.perm == config.perm
+            and old.topic_sys_flag == config.topic_sys_flag
+        ):
+            # Unchanged, the common case of a re-registration: nothing made.  Every
+            # registration walks all the broker's topics on the loop, which making and
+            # comparing a QueueData each made about eight times slower.
+            return
         queue_data = QueueData(
             broker_name=broker_name,
             read_queue_nums=config.read_queue_nums,
@@ -175,8 +188,6 @@ class RouteInfoManager:
             perm=config.perm,
             topic_sys_flag=config.topic_sys_flag,
         )
-        by_broker = self.topic_queue_table.setdefault(config.topic_name, {})
-        old = by_broker.get(broker_name)
         if old is None:
             log.info("new topic registered, %s %s", config.topic_name, queue_data)
         elif old != queue_data:

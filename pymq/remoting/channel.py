@@ -24,7 +24,7 @@ from typing import Any, Protocol, cast
 
 import trio
 
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.remoting.codec import (
     BUSY_JSON_HEAD_PREFIX,
     RPC_ONEWAY,
@@ -53,6 +53,8 @@ from pymq.remoting.errors import (
     RemotingTimeoutError,
 )
 from pymq.remoting.limits import ConnectionLimits, OutputBuffer, SharedBudget
+
+native_extension: Any = load_native("pymq.remoting._codecc")
 
 log = logging.getLogger(__name__)
 

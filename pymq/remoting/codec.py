@@ -25,11 +25,13 @@ from typing import Any, TypeGuard
 import attrs
 import orjson
 
-from pymq.common.native import _native
+from pymq.common.native import load_native
 from pymq.common.serde import parse_java_bool
 from pymq.remoting.codes import CURRENT_VERSION, LanguageCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError, RemotingCommandError
 from pymq.remoting.headers import INT_MAX, INT_MIN
+
+_native: Any = load_native("pymq.remoting._codecc")
 
 # NettyDecoder's FRAME_MAX_LENGTH default: a frame claiming more is refused, not buffered.
 FRAME_MAX_LENGTH = 16 * 1024 * 1024
@@ -695,7 +697,7 @@ def busy_answers_py(
     i = first
     while i < stop:
         start, end = bounds[2 * i], bounds[2 * i + 1]
-        if end - start < 4:
+        if start < 0 or end > len(buf) or end - start < 4:  # outside buf: as the C twin, stop
             break
         (field,) = _INT.unpack_from(buf, start)
         if field >> 24:

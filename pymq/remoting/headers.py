@@ -28,10 +28,12 @@ from typing import Any, TypeVar
 
 import attrs
 
-from pymq.common.native import _native
+from pymq.common.native import load_native
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC
 from pymq.remoting.codes import RequestCode
 from pymq.remoting.errors import RemotingCommandError
+
+_native: Any = load_native("pymq.remoting._codecc")
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1

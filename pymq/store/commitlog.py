@@ -22,7 +22,7 @@ import os
 import struct
 import time
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from pymq.common.clock import now_ms
 from pymq.common.message_ext import (
@@ -33,7 +33,7 @@ from pymq.common.message_ext import (
     MessageSysFlag,
 )
 from pymq.common.message_id import offset_msg_id, offset_msg_ids, pack_ip
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.common.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -58,6 +58,8 @@ from pymq.store.mapped_file_queue import (
     MappedFileQueue,
 )
 from pymq.store.results import PUT_OK, PutMessageResult, PutMessageStatus
+
+native_extension: Any = load_native("pymq.store._commitlogc")
 
 log = logging.getLogger(__name__)
 

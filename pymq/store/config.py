@@ -75,6 +75,8 @@ class MessageStoreConfig:
     ha_listen_port: int = 10912
     ha_send_heartbeat_interval: int = 1000 * 5
     ha_housekeeping_interval: int = 1000 * 20
+    # A master's frames carry at most this many bytes; a slave refuses a frame announcing more
+    # (pymq.store.ha.framing), so a slave's value must be at least its master's.
     ha_transfer_batch_size: int = 1024 * 32
     ha_master_address: str | None = None
     ha_slave_fallbehind_max: int = 1024 * 1024 * 256
@@ -82,10 +84,34 @@ class MessageStoreConfig:
     # RocketMQ white-address patterns separated by ";" (empty: any host, as RocketMQ).
     ha_slave_allow_list: str = ""
     # pymq only (pymq.store.ha.auth): a secret shared by a master and its slaves.  On the
-    # master, every slave must prove it (RocketMQ's slaves cannot); on a slave, what it proves.
+    # master, every slave must prove it (RocketMQ's slaves cannot); on a slave, what it proves,
+    # and what its master must prove back before the slave takes any of its commit log.
     ha_secret: str = ""
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     flush_delay_offset_interval: int = 1000 * 10
+    # Timer messages (RocketMQ 5's timer message store; pymq/store/timer, pymq/broker/timer.py):
+    # a send with TIMER_DELIVER_MS, TIMER_DELAY_SEC or TIMER_DELAY_MS is kept until due.
+    # timerWheelEnable false refuses such sends (SYSTEM_ERROR, as RocketMQ 5).
+    timer_wheel_enable: bool = True
+    # The wheel's slot length: a timer is delivered at most this late (never early).
+    timer_precision_ms: int = attrs.field(default=1000, validator=attrs.validators.gt(0))
+    # A timer further out than this many seconds is refused (MESSAGE_ILLEGAL).
+    timer_max_delay_sec: int = attrs.field(default=3600 * 24 * 3, validator=attrs.validators.gt(0))
+    # Slots ahead of the delivery point a timer is entered in at most; one further out is
+    # entered in the window's last slot and re-entered when it comes round.  At most the
+    # wheel's 7 days of slots less one.
+    timer_roll_window_slot: int = attrs.field(
+        default=3600 * 24 * 2, validator=attrs.validators.gt(0)
+    )
+    # How often (ms) the timer log, its checkpoint and the wheel are made durable.
+    timer_flush_interval_ms: int = attrs.field(default=1000, validator=attrs.validators.gt(0))
+    # The size of one timer-log file (rounded down to whole 48-byte entries).
+    mapped_file_size_timer_log: int = attrs.field(
+        default=100 * 1024 * 1024, validator=attrs.validators.ge(48)
+    )
+    # Stop entering timers from the timer topic / stop delivering due ones (operations).
+    timer_stop_enqueue: bool = False
+    timer_stop_dequeue: bool = False
     max_transfer_bytes_on_message_in_memory: int = 1024 * 256
     max_transfer_count_on_message_in_memory: int = 32
     max_transfer_bytes_on_message_in_disk: int = 1024 * 64
@@ -164,6 +190,11 @@ class MessageStoreConfig:
     @property
     def checkpoint_path(self) -> str:
         return os.path.join(self.store_path_root_dir, CHECKPOINT_FILE)
+
+    @property
+    def timer_dir(self) -> str:
+        """Where the timer store keeps ``timerlog/``, ``timerwheel`` and ``config/timercheck``."""
+        return self.store_path_root_dir
 
     @property
     def abort_path(self) -> str:

@@ -203,6 +203,17 @@ class ConsumeQueue:
         """False when the record is already indexed here (re-dispatch after recovery)."""
         return phy_offset + size > self.max_physic_offset
 
+    def file_wanted(self, phy_offset: int, size: int, cq_offset: int) -> int | None:
+        """Where the file the entry at ``cq_offset`` needs starts, when the queue lacks it (its
+        first file, or the next past a full one), else None: the reput service creates it in
+        a worker thread (:meth:`ConsumeQueueTable.prepare_file`) before it dispatches the
+        entry, so that a new queue's first entry does not create a file on the event loop."""
+        if phy_offset + size <= self.max_physic_offset:
+            return None
+        expect = cq_offset * CQ_STORE_UNIT_SIZE
+        start = self.queue.next_file_start(expect)
+        return start if start is not None and expect >= start else None
+
     def put(self, phy_offset: int, size: int, tags_code: int, cq_offset: int) -> bool:
         """Append the entry for logical offset ``cq_offset``; a duplicate is skipped.
 

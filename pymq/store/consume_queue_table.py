@@ -8,8 +8,11 @@ Dispatch is synchronous (loop or recovery thread); load, recovery and truncation
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 from collections.abc import Callable, Iterator
+
+import trio
 
 from pymq.common.message_ext import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -22,6 +25,7 @@ from pymq.common.record import RecordInfo, property_value
 from pymq.common.topic import SCHEDULE_TOPIC  # delayed messages: tags code is the due time
 from pymq.store.consume_queue import ConsumeQueue
 from pymq.store.index_service import IndexService
+from pymq.store.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,29 @@ class ConsumeQueueTable:
         if cq is None:
             cq = by_id[queue_id] = ConsumeQueue(topic, queue_id, self.root_dir, self.file_size)
         return cq
+
+    def file_wanted(
+        self, topic: str, queue_id: int, phy_offset: int, size: int, cq_offset: int, sys_flag: int
+    ) -> int | None:
+        """Where the consume-queue file that this record's entry needs starts, when its queue
+        lacks it (see :meth:`ConsumeQueue.file_wanted`), else None."""
+        if sys_flag & 0x4:  # PREPARED or ROLLBACK: no entry
+            return None
+        return self.find_or_create(topic, queue_id).file_wanted(phy_offset, size, cq_offset)
+
+    async def prepare_file(self, topic: str, queue_id: int, start: int) -> None:
+        """Create the queue's file that starts at ``start`` in a worker thread, and add it to
+        the queue if it is still wanted then (else it is let go: the queue was deleted, or
+        has it already).  Raises ``OSError`` when it cannot be created; nothing is changed."""
+        cq = self.find_or_create(topic, queue_id)
+        mf = await trio.to_thread.run_sync(_create_populated, cq, start)
+        current = self.queues.get(topic, {}).get(queue_id)
+        if current is cq and cq.queue.next_file_start(start) == start:
+            cq.queue.add_file(mf)
+        elif any(f.path == mf.path for f in cq.queue.files):
+            mf.close()  # made meanwhile on the loop: keep it, drop this mapping
+        else:
+            await trio.to_thread.run_sync(mf.destroy)
 
     # --- load and recovery (blocking) ----------------------------------------------------------
 
@@ -185,3 +212,14 @@ class ConsumeQueueTable:
                 if level > 0:
                     return info.store_timestamp + self.delay_levels_ms[level - 1]
         return tags_code(property_value(info.properties, PROPERTY_TAGS))
+
+
+def _create_populated(cq: ConsumeQueue, start: int) -> MappedFile:
+    """Blocking (a worker thread): the queue's file at ``start``, its first page faulted in.
+    The first write into a fresh file faults for milliseconds (ext4 converts its allocated
+    blocks; the file's later pages fault in microseconds), a cost that would otherwise fall on
+    the event loop's dispatch.  One page, not the allocated chunk: thousands of idle queues
+    would each keep 64 KiB resident."""
+    mf = cq.queue.create_file(start)
+    mf.populate(0, min(mf.allocated, mmap.PAGESIZE))
+    return mf

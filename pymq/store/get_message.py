@@ -14,13 +14,16 @@ import logging
 import os
 import time
 from collections.abc import Callable, Collection
+from typing import Any
 
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.common.record import MESSAGE_MAGIC_CODE, read_record_header
 from pymq.store.commitlog import CommitLog
 from pymq.store.config import BrokerRole, MessageStoreConfig
 from pymq.store.consume_queue import CQ_STORE_UNIT_SIZE, ENTRY, ConsumeQueue
 from pymq.store.results import GetMessageResult, GetMessageStatus
+
+native_extension: Any = load_native("pymq.store._dispatchc")
 
 log = logging.getLogger(__name__)
 

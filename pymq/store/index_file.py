@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 
 from pymq.common.message_ext import java_string_hash, java_string_hash_after
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.store import mapped_file
 from pymq.store.mapped_file import MappedFile
 
@@ -32,7 +32,7 @@ ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = ENTRY.size  # 20
 INVALID_INDEX = 0
 _MAX_INT = 0x7FFFFFFF
-_native_index_put = native_extension.index_put if native_extension is not None else None
+_native_index_put = getattr(load_native("pymq.store._dispatchc"), "index_put", None)
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:

@@ -42,7 +42,9 @@ from typing import Any
 import trio
 
 from pymq.common.files import drop_cached_from, folio_floor
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
+
+native_extension: Any = load_native("pymq.store._commitlogc")
 
 log = logging.getLogger(__name__)
 

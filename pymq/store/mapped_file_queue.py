@@ -25,13 +25,15 @@ from typing import Any, Protocol
 
 import trio
 
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.store.mapped_file import (
     CREATING_SUFFIX,
     MappedFile,
     offset_to_file_name,
     sync_directory,
 )
+
+native_extension: Any = load_native("pymq.store._commitlogc")
 
 log = logging.getLogger(__name__)
 
@@ -351,16 +353,27 @@ class MappedFileQueue:
         :class:`CreateFileError` (an ``OSError``) when the file cannot be created
         (CREATE_MAPEDFILE_FAILED for a put); nothing is changed then.
         """
-        last = self.files[-1] if self.files else None
-        if last is not None and not last.is_full:
-            return last
-        if last is None:
-            start = start_offset - start_offset % self.file_size
-        else:
-            start = last.file_from_offset + self.file_size
+        start = self.next_file_start(start_offset)
+        if start is None:
+            return self.files[-1]
         mf = self._new_file(start)
         self.add_file(mf)
         return mf
+
+    def next_file_start(self, start_offset: int = 0) -> int | None:
+        """Where the file :meth:`get_last_mapped_file` would create starts, or None when the
+        last file still has room."""
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full:
+            return None
+        if last is None:
+            return start_offset - start_offset % self.file_size
+        return last.file_from_offset + self.file_size
+
+    def create_file(self, start: int) -> MappedFile:
+        """Blocking (a worker thread): the file that starts at ``start``, created but not yet
+        part of the queue (see :meth:`add_file`).  Raises :class:`CreateFileError`."""
+        return self._new_file(start)
 
     # --- flushing ------------------------------------------------------------------------------
 

@@ -70,6 +70,7 @@ from pymq.store.results import (
     PutMessageStatus,
     QueryMessageResult,
 )
+from pymq.store.timer.rewrite import TIMER_KEYS, rewrite_timer
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ RESIDENT_TRIM_BYTES = 32 * 1024 * 1024
 RESIDENT_TRIM_POLL_S = 0.25
 
 _TRAN_MASK = 0xC
+_TIMER_KEYS = frozenset(TIMER_KEYS)
 _MIN_OVERHEAD = 91 + 24 + MAX_TOPIC_LENGTH  # IPv4 record + IPv6 host widening + topic
 """Puts whose body + properties + this stay within maxMessageSize skip the detailed check."""
 _TOPIC_CACHE_MAX = 100_000
@@ -512,17 +514,28 @@ class DefaultMessageStore:
             ), (b"", b"")
         return None, (topic_b, props_b)
 
-    def _apply_delay(self, msg: MessageExt) -> None:
-        """Java's CommitLog rewrite of a delayed message into SCHEDULE_TOPIC_XXXX."""
+    def _apply_delay(self, msg: MessageExt) -> PutMessageResult | None:
+        """RocketMQ 5's rewrite of a timer message into rmq_sys_wheel_timer (or its refusal:
+        see pymq/store/timer/rewrite.py), then Java's of a delayed message into
+        SCHEDULE_TOPIC_XXXX."""
         tran = msg.sys_flag & _TRAN_MASK
         if tran not in (
             MessageSysFlag.TRANSACTION_NOT_TYPE,
             MessageSysFlag.TRANSACTION_COMMIT_TYPE,
         ):
-            return
+            return None
+        config = self.config
+        refused = rewrite_timer(
+            msg,
+            now_ms=self.clock_ms(),
+            enabled=config.timer_wheel_enable,
+            max_delay_sec=config.timer_max_delay_sec,
+        )
+        if refused is not None:
+            return refused
         level = msg.delay_level
         if level <= 0:
-            return
+            return None
         max_level = len(self.consume_queues.delay_levels_ms)
         if level > max_level:
             level = max_level
@@ -531,6 +544,7 @@ class DefaultMessageStore:
         msg.properties[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
         msg.topic = SCHEDULE_TOPIC
         msg.queue_id = level - 1
+        return None
 
     async def put_message(self, msg: MessageExt) -> PutMessageResult:
         """Append one message; with SYNC_FLUSH (or as SYNC_MASTER) return once it is durable.
@@ -558,8 +572,10 @@ class DefaultMessageStore:
             if refused is not None:
                 return refused
         props = msg.properties
-        if PROPERTY_DELAY_TIME_LEVEL in props:
-            self._apply_delay(msg)
+        if PROPERTY_DELAY_TIME_LEVEL in props or not _TIMER_KEYS.isdisjoint(props):
+            refused = self._apply_delay(msg)
+            if refused is not None:
+                return refused
         topic_b = self._topic_bytes.get(msg.topic)  # only topics already known to be valid
         props_b = properties_bytes(props)
         if (
@@ -661,6 +677,20 @@ class DefaultMessageStore:
         topic_b = self._topic_bytes.get(topic)
         max_size = self.config.max_message_size
         encoded = []
+        if any(not _TIMER_KEYS.isdisjoint(msg.properties) for msg in batch):
+            # A batch of timer messages goes to the timer topic whole (each with its own due
+            # time); a batch mixing timers with other messages fails the one-queue check.
+            for msg in batch:
+                refused = self._apply_delay(msg)
+                if refused is not None:
+                    return refused
+            topic, queue_id = first.topic, first.queue_id
+            if any(msg.topic != topic for msg in batch):
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL,
+                    reason="a batch may not mix timer messages with others",
+                )
+            topic_b = self._topic_bytes.get(topic)
         for msg in batch:
             if msg.sys_flag & _TRAN_MASK or PROPERTY_DELAY_TIME_LEVEL in msg.properties:
                 if msg.sys_flag & _TRAN_MASK:

@@ -18,11 +18,12 @@ import collections
 import logging
 import struct
 from collections.abc import Callable, Container
+from typing import Any
 
 import trio
 
 from pymq.common.message_ext import tags_code
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.common.record import (
     MESSAGE_MAGIC_CODE,
     BlankRecord,
@@ -33,6 +34,8 @@ from pymq.common.record import (
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store.commitlog import DISPATCH_HINTS_MAX, CommitLog, DispatchHint
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
+
+native_extension: Any = load_native("pymq.store._dispatchc")
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,9 @@ class ReputMessageService:
         self._owed = 0
         """Records of runs left to the reput task (end_run while it was busy or woken): added
         to its next turn's budget, so that it keeps up with runs bigger than a turn."""
+        # (topic, queue id, start) of the consume-queue file the next record needs, made in a
+        # worker thread before that record is dispatched (see _dispatch_some).
+        self._file_wanted: tuple[str, int, int] | None = None
         self.native_dispatch = True
         """Dispatch runs of hinted records in C when the extension is built (tests turn it
         off to compare with the Python loop)."""
@@ -151,6 +157,14 @@ class ReputMessageService:
                 # it turn after turn while it holds the lock, until the hints overflow.
                 owed, self._owed = self._owed, 0
                 progressed, more = self._dispatch_some(TURN_BUDGET + owed)
+                if self._file_wanted is not None:
+                    # A queue's next file (a new queue's first): made in a worker thread.
+                    try:
+                        await self.table.prepare_file(*self._file_wanted)
+                    except OSError as exc:
+                        self._block(exc)
+                        return
+                    continue
                 if not more:
                     return
                 if progressed:
@@ -195,10 +209,19 @@ class ReputMessageService:
         if more or self.blocked is not None:
             self.wakeup()
 
+    def _note_file_wanted(
+        self, topic: str, queue_id: int, phy_offset: int, size: int, cq_offset: int, flag: int
+    ) -> bool:
+        start = self.table.file_wanted(topic, queue_id, phy_offset, size, cq_offset, flag)
+        if start is None:
+            return False
+        self._file_wanted = (topic, queue_id, start)
+        return True
+
     def dispatch_all_now(self) -> None:
         """Synchronously dispatch everything (recovery thread and shutdown)."""
         while True:
-            _progressed, more = self._dispatch_some(1 << 30)
+            _progressed, more = self._dispatch_some(1 << 30, create_files=True)
             if not more:
                 return
 
@@ -283,9 +306,16 @@ class ReputMessageService:
         if rows:
             hints.extendleft(reversed(rows))
 
-    def _dispatch_some(self, budget: int) -> tuple[bool, bool]:  # noqa: C901
+    def _dispatch_some(  # noqa: C901
+        self, budget: int, *, create_files: bool = False
+    ) -> tuple[bool, bool]:
         """Dispatch at most ``budget`` hinted records, a record parsed without a hint counting
-        as HINTED_PER_PARSED of them: (made progress, may be more to do)."""
+        as HINTED_PER_PARSED of them: (made progress, may be more to do).
+
+        Unless ``create_files`` (recovery's and shutdown's dispatch, in a thread or past
+        serving), it stops before a record whose consume queue lacks the file its entry goes
+        to, and names it in ``_file_wanted`` (made off the loop: see _do_reput_locked)."""
+        self._file_wanted = None
         cl = self.commitlog
         if self.reput_from_offset < cl.min_offset:
             self.reput_from_offset = cl.min_offset
@@ -335,6 +365,11 @@ class ReputMessageService:
                             physical_offset, size, topic, queue_id, queue_offset, tags,
                             store_timestamp, sys_flag, keys, uniq_key,
                         ) = hint  # fmt: skip
+                        if not create_files and self._note_file_wanted(
+                            topic, queue_id, physical_offset, size, queue_offset, sys_flag
+                        ):
+                            hints.appendleft(hint)  # this record's, once its file is made
+                            return done > 0, True
                         try:
                             dispatch_fields(
                                 topic, queue_id, physical_offset, size, tags_code(tags),
@@ -360,6 +395,11 @@ class ReputMessageService:
                         self._reported_bad = self.reput_from_offset
                         log.error("reput stopped at %d: %s", self.reput_from_offset, str(exc))
                     return done > 0, False
+                if not create_files and self._note_file_wanted(
+                    info.topic, info.queue_id, info.physical_offset, info.size,
+                    info.queue_offset, info.sys_flag,
+                ):  # fmt: skip
+                    return done > 0, True
                 try:
                     dispatch(info, listener)
                 except OSError as exc:  # a file that cannot be created: retry later

@@ -408,3 +408,33 @@ async def test_a_oneway_send_is_stored_and_never_answered(pymq_cluster: Cluster,
         assert answers[0].ext_fields["queueOffset"] == "1"  # the oneway one was stored first
     finally:
         await stream.aclose()
+
+
+async def test_a_compressed_body_that_inflates_past_the_bound_is_skipped(
+    pymq_cluster: Cluster, client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body a sender compressed to inflate to more than the consumer's bound (a zip bomb:
+    a megabyte of zeros is a kilobyte) is skipped, said in the log; the messages beside it
+    are delivered, a good compressed one inflated."""
+    import zlib
+
+    import pymq.client.consumer as consumer_module
+    import pymq.client.producer as producer_module
+
+    monkeypatch.setattr(consumer_module, "MAX_INFLATED_BODY", 1024 * 1024)
+    bomb = zlib.compress(b"\0" * (1024 * 1024 + 1), 9)
+    real_compress = zlib.compress
+
+    def compress(body: bytes, level: int = -1) -> bytes:
+        return bomb if body.startswith(b"BOMB") else real_compress(body, level)
+
+    monkeypatch.setattr(producer_module.zlib, "compress", compress)
+    await create_topic(client, pymq_cluster, "Bombs")
+    async with Producer("P", pymq_cluster.namesrv_addr) as producer:
+        mq = MessageQueue("Bombs", "broker-a", 0)
+        for body in (b"before", b"BOMB" + b"x" * 5000, b"y" * 5000, b"after"):
+            assert (await producer.send(Message("Bombs", body), queue=mq)).status == "SEND_OK"
+    async with PullConsumer("Puller", pymq_cluster.namesrv_addr) as puller:
+        result = await puller.pull(mq, "*", 0, 32)
+    assert [m.body for m in result.messages] == [b"before", b"y" * 5000, b"after"]
+    assert result.next_begin_offset == 4

@@ -18,7 +18,7 @@ from pymq.common.config import ConfigError
 from pymq.embedded import open_cluster
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.store.config import BrokerRole, MessageStoreConfig
-from pymq.store.ha.auth import CHALLENGE_SIZE, HELLO, encode_proof
+from pymq.store.ha.auth import CHALLENGE_SIZE, encode_proof, slave_hello
 from pymq.store.ha.framing import encode_report
 from pymq.store.results import PutMessageStatus
 from pymq.testing import TEST_PROPERTIES
@@ -172,14 +172,15 @@ def flood(port: int, rounds: int) -> tuple[int, int]:
             made += 1
             kind = i % 3
             if kind == 0:  # the handshake with a wrong proof
-                sock.sendall(HELLO)
+                nonce, hello = slave_hello()
+                sock.sendall(hello)
                 challenge = b""
                 while len(challenge) < CHALLENGE_SIZE:
                     chunk = sock.recv(CHALLENGE_SIZE - len(challenge))
                     if not chunk:
                         break
                     challenge += chunk
-                sock.sendall(encode_proof(challenge, "", b"guess") + encode_report(0))
+                sock.sendall(encode_proof(challenge, nonce, "", b"guess") + encode_report(0))
             elif kind == 1:  # RocketMQ's plain protocol
                 sock.sendall(encode_report(0))
             else:  # garbage

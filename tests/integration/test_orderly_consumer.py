@@ -21,6 +21,7 @@ from pymq.client import (
     PushConsumer,
     topics,
 )
+from pymq.client.instance import MQClientError
 from pymq.client.offset_store import encode_offsets, offsets_path
 from pymq.common.consumer import LockBatchRequestBody, LockBatchResponseBody, MessageQueue
 from pymq.common.record import decode_record
@@ -404,3 +405,140 @@ async def test_corrupt_offsets_file_falls_back_to_bak(cluster: Cluster, tmp_path
     with pytest.raises(ValueError, match="cannot load"):
         async with PushConsumer("G", cluster.namesrv_addr, rec.handler("1"), **options):
             pass
+
+
+async def test_an_undecodable_answer_is_a_failed_call_not_a_crash(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker answering LOCK_BATCH_MQ or GET_CONSUMER_LIST_BY_GROUP with SUCCESS and a body
+    that is not one (a buggy or hostile broker) fails that call: the queue is not locked by it,
+    the rebalance is tried again, and the consumer keeps running (it used to end on the
+    decoding error).  So is a route that is not one, and an offset answer without an offset."""
+    await topics.create_topic(cluster.namesrv_addr, "Ub", queues=1, brokers=[cluster.broker_addr])
+    mq = MessageQueue("Ub", BROKER, 0)
+    rec = OrderlyRecorder(delay=0)
+    async with PushConsumer(
+        "G",
+        cluster.namesrv_addr,
+        rec.handler("a"),
+        consume_from=FIRST,
+        orderly=True,
+        lock_interval=0.1,
+    ) as consumer:
+        await consumer.subscribe("Ub")
+        assert consumer.client is not None
+        client = consumer.client
+        await wait_until(lambda: broker_locks(cluster, "G").get(mq) == client.client_id, timeout=10)
+        real_invoke = client.invoke
+        garbled: list[int] = []
+
+        async def invoke(addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+            response = await real_invoke(addr, request, timeout)
+            if request.code in (RequestCode.LOCK_BATCH_MQ, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
+                garbled.append(request.code)
+                response.body = b'{"lockOKMQSet":7,"consumerIdList":"x"'
+            return response
+
+        monkeypatch.setattr(client, "invoke", invoke)
+        consumer._rebalance_now.set()
+        await wait_until(
+            lambda: (
+                {RequestCode.LOCK_BATCH_MQ, RequestCode.GET_CONSUMER_LIST_BY_GROUP} <= set(garbled)
+            ),
+            timeout=5,
+        )
+        with pytest.raises(MQClientError, match="lock batch mq"):
+            await consumer._lock_batch([mq])
+        monkeypatch.setattr(client, "invoke", real_invoke)
+        # The same of a name server's route answer (the heartbeat loop refreshes routes).
+        real_remoting_invoke = client.remoting.invoke
+
+        async def garbled_route(
+            addr: str, request: RemotingCommand, timeout: float
+        ) -> RemotingCommand:
+            response = await real_remoting_invoke(addr, request, timeout)
+            if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+                response.body = b"[1,"
+            return response
+
+        monkeypatch.setattr(client.remoting, "invoke", garbled_route)
+        with pytest.raises(MQClientError, match="route of Ub"):
+            await client.fetch_route("Ub")
+        monkeypatch.setattr(client.remoting, "invoke", real_remoting_invoke)
+
+        # An offset answer without a number in its offset header.
+        async def no_offset(addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+            response = await real_invoke(addr, request, timeout)
+            response.ext_fields.pop("offset", None)
+            if request.code == RequestCode.GET_MAX_OFFSET:
+                response.ext_fields["offset"] = "many"
+            return response
+
+        monkeypatch.setattr(client, "invoke", no_offset)
+        for call in (
+            consumer.query_offset(mq),
+            consumer.max_offset(mq),
+            consumer.search_offset(mq, 0),
+        ):
+            with pytest.raises(MQClientError, match="no offset in the answer"):
+                await call
+        monkeypatch.setattr(client, "invoke", real_invoke)
+        await produce(cluster, "Ub", 1, 3)
+        await rec.wait_for(3, timeout=10)
+    assert rec.sequence(0) == [0, 1, 2]
+
+
+@pytest.mark.slow
+async def test_a_queue_relocked_after_a_loss_resumes_after_what_the_group_consumed_meanwhile(
+    cluster: Cluster,
+) -> None:
+    """This consumer's lock lapses; another member locks the queue, consumes messages and
+    commits past them; when this consumer holds the queue again it goes on from that commit,
+    not from where it stopped (it consumed the other member's messages a second time: even the
+    batch it had pulled before the loss is checked again)."""
+    await topics.create_topic(cluster.namesrv_addr, "Rl", queues=1, brokers=[cluster.broker_addr])
+    mq = MessageQueue("Rl", BROKER, 0)
+    rec = OrderlyRecorder(delay=0)
+    async with PushConsumer(
+        "G",
+        cluster.namesrv_addr,
+        rec.handler("a"),
+        consume_from=FIRST,
+        orderly=True,
+        lock_interval=0.2,
+        lock_max_live=0.6,
+    ) as consumer:
+        await consumer.subscribe("Rl")
+        assert consumer.client is not None
+        me = consumer.client.client_id
+        await wait_until(lambda: broker_locks(cluster, "G").get(mq) == me, timeout=10)
+        await produce(cluster, "Rl", 1, 3)
+        await rec.wait_for(3)
+        await consumer.persist_offsets()
+
+        async def no_renewal() -> None:
+            pass
+
+        real_lock_all = consumer.lock_all
+        consumer.lock_all = no_renewal  # type: ignore[method-assign]
+        await trio.sleep(0.3)
+        manager = cluster.broker.rebalance_lock_manager
+        manager.max_live = 0.1
+        with trio.fail_after(5):
+            while await try_lock(cluster, "G", "10.0.0.9@other", [mq]) != {mq}:
+                await trio.sleep(0.05)
+        manager.max_live = 60.0
+        state = consumer.orderly_queues[mq]
+        await wait_until(lambda: not consumer._lock_valid(state), timeout=5)
+        # The other member consumes 3..5 (this consumer has them pulled, and waits for the
+        # lock) and commits offset 6.
+        await produce(cluster, "Rl", 1, 3, start=3)
+        await trio.sleep(0.5)
+        await consumer.update_offset(mq, 6)
+        await unlock(cluster, "G", "10.0.0.9@other", [mq])
+        consumer.lock_all = real_lock_all  # type: ignore[method-assign]
+        await wait_until(lambda: broker_locks(cluster, "G").get(mq) == me, timeout=10)
+        await produce(cluster, "Rl", 1, 3, start=6)
+        await rec.wait_for(6, timeout=10)
+        await trio.sleep(0.3)
+    assert rec.sequence(0) == [0, 1, 2, 6, 7, 8]

@@ -69,8 +69,9 @@ async def reply_cluster(tmp_path: object, **extra: str) -> AsyncIterator[Cluster
         yield cluster
 
 
-def stored(cluster: Cluster, topic: str = REPLY_TOPIC) -> list[MessageExt]:
+async def stored(cluster: Cluster, topic: str = REPLY_TOPIC) -> list[MessageExt]:
     store = cluster.broker.store
+    await store.reput.do_reput()  # a new queue's first entry waits for its file (a thread)
     out = []
     for offset in range(store.get_max_offset_in_queue(topic, 0)):
         msg = store.message_at(topic, 0, offset)
@@ -144,7 +145,7 @@ async def test_request_gets_its_reply_and_the_reply_topic_keeps_it_if_told(
         assert reply.store_host == cluster.broker.store_host
         answers = handler.results
         assert all(isinstance(a, SendResult) and a.status == "SEND_OK" for a in answers)
-        kept = stored(cluster)
+        kept = await stored(cluster)
         if store:
             assert [m.body for m in kept] == [b"re:q1", b"re:q2"]
             assert [a.queue_offset for a in answers] == [0, 1]  # type: ignore[union-attr]
@@ -191,7 +192,7 @@ async def test_reply_to_a_requester_that_is_gone_is_refused_as_java_refuses_it(
                     remark,
                 )
         # Stored all the same (storeReplyMessageEnable), once each: a reply is not retried.
-        assert [m.body for m in stored(cluster)] == [b"r", b"r", b"r"]
+        assert [m.body for m in await stored(cluster)] == [b"r", b"r", b"r"]
 
 
 async def test_a_reply_needs_a_cluster_property() -> None:
@@ -400,7 +401,7 @@ async def test_send_reply_message_with_long_names(tmp_path: object) -> None:
             ResponseCode.SYSTEM_ERROR,
             "the custom field <topic> is null",
         )
-        assert [m.body for m in stored(cluster)] == [b"body"]
+        assert [m.body for m in await stored(cluster)] == [b"body"]
         raw.close()
         nursery.cancel_scope.cancel()
 
@@ -447,7 +448,7 @@ async def test_the_push_and_the_answers_are_java_4_9_4s(tmp_path: object) -> Non
             RequestCode.SEND_REPLY_MESSAGE_V2, header.to_ext(v2=True), b"hello"
         )
         answer = await responder.invoke(cluster.broker_addr, request, 5)
-        kept = stored(cluster)
+        kept = await stored(cluster)
         assert (answer.code, answer.remark) == (ResponseCode.SUCCESS, None)
         assert answer.ext_fields == {
             "MSG_REGION": "DefaultRegion",

@@ -13,12 +13,13 @@ from pymq.client import MQClientError, Producer, PullConsumer, topics
 from pymq.client.producer import Message, SendResult
 from pymq.common.consumer import MessageQueue
 from pymq.common.message_id import decode_offset_msg_id
-from pymq.common.native import native_extension
 from pymq.common.record import decode_records
 from pymq.embedded import Cluster, open_cluster
 from pymq.remoting.codes import ResponseCode
 from pymq.testing import TEST_PROPERTIES
-from tests.helpers import StuckDisk
+from tests.helpers import StuckDisk, c_functions
+
+native_extension = c_functions()
 
 
 class Results:

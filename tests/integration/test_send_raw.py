@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 import pytest
 
 from pymq.client import topics
-from pymq.common.native import native_extension
 from pymq.common.record import decode_records
 from pymq.embedded import Cluster
 from pymq.remoting.channel import ANSWER_LATER, RAW_ANSWER_LATER
@@ -21,6 +20,9 @@ from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame
 from pymq.remoting.codes import ResponseCode
 from pymq.remoting.errors import RemotingCommandError
 from pymq.remoting.headers import SendMessageRequestHeader
+from tests.helpers import c_functions
+
+native_extension = c_functions()
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "send_fields", None) is None, reason="needs the C extension"

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 from pymq.client import topics
 from pymq.common.batch import BatchItem, encode_batch_body
-from pymq.common.native import native_extension
 from pymq.embedded import Cluster
 from pymq.remoting.codec import (
     RPC_ONEWAY,
@@ -26,8 +25,11 @@ from pymq.remoting.codec import (
 )
 from pymq.remoting.codes import ResponseCode
 from pymq.remoting.errors import ProtocolError, RemotingCommandError
+from tests.helpers import c_functions
 
 from .test_send_raw import answer_of, stored
+
+native_extension = c_functions()
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "send_fields", None) is None, reason="needs the C extension"

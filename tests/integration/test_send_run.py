@@ -12,11 +12,11 @@ import trio
 
 from pymq.broker.stats import BROKER_PUT_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
 from pymq.client import topics
-from pymq.common.native import native_extension
 from pymq.embedded import Cluster
 from pymq.remoting.channel import ANSWER_LATER
 from pymq.remoting.codec import decode_frame
 from pymq.remoting.codes import ResponseCode
+from tests.helpers import c_functions
 from tests.integration.test_send_raw import (
     PEER,
     UNIQ,
@@ -31,6 +31,8 @@ from tests.integration.test_send_raw import (
     sync_flush_cluster,
     usual,
 )
+
+native_extension = c_functions()
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "send_fields", None) is None, reason="needs the C extension"
@@ -175,6 +177,7 @@ async def test_a_run_answers_stores_and_counts_as_its_frames_one_by_one(
         return real_run(parsed, hints, *rest)
 
     monkeypatch.setattr(send_module, "_send_answer_frame", counting_frame)
+    monkeypatch.setattr(send_module, "send_answer_frame", counting_frame)  # send_raw's writer
     monkeypatch.setattr(send_module, "_send_answer_run", counting_run)
     got, left = await as_channel(cluster, PEER, cases("RunT"))
     assert left == 12  # the queue out of range: the usual path's

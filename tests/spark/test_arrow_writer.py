@@ -14,7 +14,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pymq.common.native import native_extension
 from pymq.export import datasource
 from pymq.export.arrow_writer import (
     PART_SUFFIX,
@@ -31,7 +30,10 @@ from pymq.export.datasource import arrow_schema
 from pymq.export.job import DISTINCT_COLUMNS
 from pymq.export.options import ExportOptions, Mode
 from pymq.export.scan import CorruptRecordError, plan_store
+from tests.helpers import c_functions
 from tests.spark.test_columns import odd_messages, read_all, with_properties, write_store
+
+native_extension = c_functions()
 
 RUN = "0123456789abcdef0123456789abcdef"
 

@@ -20,13 +20,14 @@ from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from pymq.common.message_ext import MessageExt, MessageSysFlag
-from pymq.common.native import native_extension
 from pymq.common.record import encode_record
 from pymq.export import datasource
 from pymq.export.datasource import SCHEMA, PymqReader
 from pymq.export.options import CheckpointBound, ExportOptions, Mode
 from pymq.export.scan import CorruptRecordError, SegmentScan, plan_store
-from tests.helpers import damaged
+from tests.helpers import c_functions, damaged
+
+native_extension = c_functions()
 
 FILE_SIZE = 64 * 1024
 STORED_AT = 1_700_000_000_000

@@ -9,10 +9,12 @@ from __future__ import annotations
 import pytest
 
 from pymq.common.batch import BatchItem, encode_batch_body
-from pymq.common.native import native_extension
 from pymq.store import PutMessageStatus, commitlog
 from pymq.store.config import FlushDiskType, WriteAdvice
+from tests.helpers import c_functions
 from tests.store.helpers import make_message, running_store, small_config
+
+native_extension = c_functions()
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "encode_batch", None) is None, reason="needs the C extension"

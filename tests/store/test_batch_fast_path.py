@@ -23,14 +23,16 @@ from pymq.common.batch import (
     encode_batch_body,
 )
 from pymq.common.message_ext import MessageSysFlag
-from pymq.common.native import native_extension
 from pymq.common.record import decode_records
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode
 from pymq.remoting.headers import SendMessageRequestHeader
 from pymq.store import DefaultMessageStore, PutMessageStatus, commitlog
 from pymq.store.commitlog import DispatchHint
+from tests.helpers import c_functions
 from tests.store.helpers import running_store, small_config
+
+native_extension = c_functions()
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "encode_batch", None) is None, reason="needs the C extension"

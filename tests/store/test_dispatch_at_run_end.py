@@ -17,6 +17,13 @@ async def settle() -> None:
         await trio.lowlevel.checkpoint()
 
 
+async def started(store) -> None:  # type: ignore[no-untyped-def]
+    """The store running, its test queue's first file made (a new queue's first entry is the
+    reput task's: the file is created in a worker thread first)."""
+    await settle()
+    await store.consume_queues.prepare_file("TopicTest", 0, 0)
+
+
 def count_wakeups(store) -> list[int]:  # type: ignore[no-untyped-def]
     """The reput task's wakeups from now on, one entry each."""
     wakes: list[int] = []
@@ -38,7 +45,7 @@ def put(store, i: int = 0):  # type: ignore[no-untyped-def]
 
 async def test_a_runs_puts_are_dispatched_at_its_end_without_the_reput_task(root) -> None:
     async with running_store(small_config(root, resident_trim_interval=0)) as store:
-        await settle()
+        await started(store)
         wakes = count_wakeups(store)
         store.begin_run()
         for i in range(3):
@@ -59,7 +66,7 @@ async def test_a_runs_puts_are_dispatched_at_its_end_without_the_reput_task(root
 
 async def test_a_busy_or_blocked_reput_is_woken_instead(root) -> None:
     async with running_store(small_config(root, resident_trim_interval=0)) as store:
-        await settle()
+        await started(store)
         # The reput task in a dispatch (it holds the lock across its yields): left to it.
         async with store.reput._lock:
             store.begin_run()
@@ -132,7 +139,7 @@ async def test_a_blocked_or_failing_dispatch_is_left_to_the_reput_task(root, mon
     """Dispatch stopped (a file that could not be made) or a dispatch that raises: end_run
     wakes the reput task, which retries, and the reader that called it is not failed."""
     async with running_store(small_config(root, resident_trim_interval=0)) as store:
-        await settle()
+        await started(store)
         store.reput.blocked = "no space left (simulated)"
         store.begin_run()
         store.put_message_times_total += 1  # as a put in the run would count it
@@ -160,6 +167,7 @@ def big_files(root, commit_log: int = 16 * 1024 * 1024):  # type: ignore[no-unty
         root,
         resident_trim_interval=0,
         mapped_file_size_commit_log=commit_log,
+        mapped_file_size_consume_queue=20 * 300_000,  # Java's: no queue rolls in a run
         max_hash_slot_num=4096,
         max_index_num=65536,
     )
@@ -177,7 +185,7 @@ async def test_a_runs_records_are_dispatched_whole_at_its_end(root, per_run: str
 
     records = SERVE_BATCH * 32 if per_run == "full batches" else TURN_BUDGET + 500
     async with running_store(big_files(root)) as store:
-        await settle()
+        await started(store)
         wakes = count_wakeups(store)
         for run in range(3):
             store.begin_run()
@@ -196,7 +204,7 @@ async def test_runs_keep_up_while_the_reput_task_is_in_a_dispatch(root) -> None:
     the records the runs left to it, so the backlog shrinks instead of growing until the put
     path's hints overflow."""
     async with running_store(big_files(root, 64 * 1024 * 1024)) as store:
-        await settle()
+        await started(store)
         backlog = TURN_BUDGET * 2
         for i in range(backlog):  # outside a run: left to the reput task, woken
             put(store, i)

@@ -190,7 +190,7 @@ def dispatch_in_lockstep(
     while True:
         if before_round is not None:
             before_round(rounds)
-        outs = [side.reput._dispatch_some(limit_of(rounds)) for side in sides]
+        outs = [side.reput._dispatch_some(limit_of(rounds), create_files=True) for side in sides]
         assert outs[0] == outs[1]
         states = [side.state() for side in sides]
         assert states[0] == states[1], f"after round {rounds}"
@@ -252,7 +252,7 @@ def run_both(
                     )
                     side.reput.reput_from_offset = start.physical_offset
                 while True:
-                    outs = [side.reput._dispatch_some(1 << 30) for side in sides]
+                    outs = [side.reput._dispatch_some(1 << 30, create_files=True) for side in sides]
                     assert outs[0] == outs[1]
                     if not outs[0][1]:
                         break
@@ -397,9 +397,9 @@ async def interrupted_fill(root: str, native: bool) -> tuple:
         for i in range(6):
             await store.put_message(make_message(topic="T", keys=f"k{i}", UNIQ_KEY=f"U{i:030d}"))
         with pytest.raises(Interrupt):
-            reput._dispatch_some(1 << 30)
+            reput._dispatch_some(1 << 30, create_files=True)
         fail_at[0] = -1
-        while reput._dispatch_some(1 << 30)[1]:
+        while reput._dispatch_some(1 << 30, create_files=True)[1]:
             pass
         reput.woken = False
         index = store.consume_queues.index.files[-1]
@@ -447,7 +447,7 @@ def test_an_error_in_the_middle_of_a_run_writes_back_what_was_done(tmp_path) -> 
             side.table.queues["Broken"] = {0: object()}  # a queue with none of its attributes
             side.cl.dispatch_hints.extend(hints)
             with pytest.raises(AttributeError):
-                side.reput._dispatch_some(1 << 30)
+                side.reput._dispatch_some(1 << 30, create_files=True)
             del side.table.queues["Broken"]
             state = side.state()
             states.append(state[:3] + state[4:])  # not the hints: Python took the bad one's

@@ -14,12 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pymq.common.message_id import pack_ip
-from pymq.common.native import native_extension
 from pymq.common.record import encode_record_into, property_value, read_record_info, record_length
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store import reput as reput_module
 from pymq.store.commitlog import DispatchHint
+from tests.helpers import c_functions
 from tests.store.test_dispatch_hinted_diff import Side, dispatch_in_lockstep
+
+native_extension = c_functions()
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "record_hints", None) is None, reason="needs the C extension"

@@ -286,7 +286,9 @@ async def test_a_damaged_consume_queue_entry_is_skipped_not_served(tmp_path, dam
 def test_record_is_agrees_with_its_python_twin():
     import struct
 
-    from pymq.common.native import native_extension
+    from tests.helpers import c_functions
+
+    native_extension = c_functions()
     from pymq.store.get_message import _record_is_py, record_is
 
     good = struct.pack(">iI", 12, 0xDAA320A7) + b"abcd"

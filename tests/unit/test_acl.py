@@ -138,6 +138,21 @@ def test_signing_key_is_hmac_sha1() -> None:
             assert SigningKey(secret).signature(content) == calc_signature(content, secret)
 
 
+def test_sign_fields_and_verify_agree_with_calc_signature() -> None:
+    """sign_fields signs the values in Java key order then the body (long values, many keys,
+    non-ASCII); verify accepts exactly that signature (not another value, length or type)."""
+    key = SigningKey(b"k")
+    for sizes in ([600], [300, 300], [100, 500, 20], [511, 1, 512, 513], [5] * 200):
+        ext = {f"k{i:03d}": chr(0xE9 + i % 26) * n for i, n in enumerate(sizes)}
+        content = "".join(ext[k] for k in sorted(ext)).encode()
+        expected = calc_signature(content + b"body", b"k")
+        assert key.sign_fields(ext, b"body") == expected
+        assert key.verify(ext, b"body", expected)
+        for wrong in (expected[:-1], expected + "A", "\u00e9" * 28, None):
+            assert not key.verify(ext, b"body", wrong)
+        assert not key.verify(ext, b"other", expected)
+
+
 # -- the 4.9.4 broker's answers -------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from pymq.remoting.codec import (
 )
 from pymq.remoting.codes import LanguageCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError, RemotingCommandError
-from tests.helpers import same_without_native
+from tests.helpers import c_functions, same_without_native
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 ext_fields = st.dictionaries(text, text, max_size=8)
@@ -96,6 +96,7 @@ def _framed_stream() -> st.SearchStrategy[bytes]:
     return st.lists(frame | bad | st.binary(max_size=6), max_size=8).map(b"".join)
 
 
+@pytest.mark.skipif(c_functions() is None, reason="needs the C extension (PYMQ_PURE_PYTHON=1)")
 @settings(max_examples=400)
 @given(
     _framed_stream(),

@@ -12,8 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pymq.common.native import native_extension
 from pymq.common.record import decode_records
+from tests.helpers import c_functions
+
+native_extension = c_functions()
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "encode_singles", None) is None, reason="needs the C extension"

@@ -19,9 +19,20 @@ import trustme
 from pymq.common.config import ConfigError
 from pymq.remoting.tls import TlsMode, TlsServer
 from pymq.store.config import MessageStoreConfig
+from pymq.store.ha import master as master_module
 from pymq.store.ha import slave as slave_module
-from pymq.store.ha.auth import CHALLENGE_SIZE, HELLO, HAGuard, encode_proof, parse_allow_list
-from pymq.store.ha.framing import TransferDecoder, encode_report
+from pymq.store.ha.auth import (
+    CHALLENGE_SIZE,
+    HELLO,
+    PROVEN,
+    UNPROVEN,
+    HAGuard,
+    encode_proof,
+    master_mac,
+    parse_allow_list,
+    slave_hello,
+)
+from pymq.store.ha.framing import TransferDecoder, encode_report, encode_transfer
 from pymq.store.ha.master import MAX_CONNECTIONS_PER_HOST, HAService
 from pymq.store.ha.slave import HAClient
 from pymq.store.results import PutMessageStatus
@@ -139,7 +150,7 @@ async def replicate(
 
 
 def frames_of(stream: bytes) -> bytes:
-    return b"".join(body for _, body in TransferDecoder().feed(stream))
+    return b"".join(body for _, body in TransferDecoder(len(DATA)).feed(stream))
 
 
 # -- default: RocketMQ's plain protocol, unchanged -----------------------------------------------
@@ -149,8 +160,11 @@ async def test_default_serves_a_plain_slave_and_a_pymq_slave() -> None:
     async with master() as ha:
         assert frames_of(await stranger(ha.port, encode_report(0), timeout=0.5)) == DATA
         assert await replicate(ha.port) == DATA
-        # A pymq slave with a credential speaks the handshake; with no proof required, taken.
-        assert await replicate(ha.port, credential=("", b"whatever")) == DATA
+        # A pymq slave proving an ACL account speaks the handshake; with no proof required
+        # the master answers UNPROVEN, which such a slave takes.
+        assert await replicate(ha.port, credential=("admin", b"whatever")) == DATA
+        # A slave proving haSecret does not: this master cannot prove it back.
+        assert await replicate(ha.port, credential=("", b"whatever"), wait=0.6) == b""
 
 
 # -- haSlaveAllowList ------------------------------------------------------------------------------
@@ -181,17 +195,18 @@ async def test_secret_stranger_gets_nothing_and_the_slave_that_knows_it_replicat
         assert await stranger(ha.port, encode_report(0)) == b""
         # The handshake with a wrong secret: the challenge, then nothing.
         async with await trio.open_tcp_stream("127.0.0.1", ha.port) as stream:
-            await stream.send_all(HELLO)
+            nonce, hello = slave_hello()
+            await stream.send_all(hello)
             challenge = await receive_all(stream, timeout=0.3)
             assert len(challenge) == CHALLENGE_SIZE and challenge.startswith(HELLO)
-            await stream.send_all(encode_proof(challenge, "", b"guess") + encode_report(0))
+            await stream.send_all(encode_proof(challenge, nonce, "", b"guess") + encode_report(0))
             assert await receive_all(stream) == b""
         # A proof is bound to its connection's nonce: a replayed one fails.
         async with await trio.open_tcp_stream("127.0.0.1", ha.port) as stream:
-            await stream.send_all(HELLO)
+            await stream.send_all(hello)
             other = await receive_all(stream, timeout=0.3)
             assert other != challenge
-            replayed = encode_proof(challenge, "", b"s3cret")
+            replayed = encode_proof(challenge, nonce, "", b"s3cret")
             await stream.send_all(replayed + encode_report(0))
             assert await receive_all(stream) == b""
         assert await replicate(ha.port, credential=("", b"wrong"), wait=0.6) == b""
@@ -359,6 +374,36 @@ async def test_connections_from_one_host_are_bounded() -> None:
         assert frames_of(await stranger(ha.port, encode_report(0), timeout=0.5)) == DATA
 
 
+async def test_silent_strangers_filling_every_slot_do_not_lock_the_slave_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Connections that never finish their admission used to hold every slot for
+    haHousekeepingInterval, again and again, and the slave was refused meanwhile: with the
+    port full, the oldest connection still in admission is closed for the newcomer."""
+    monkeypatch.setattr(master_module, "MAX_SLAVE_CONNECTIONS", 4)
+    monkeypatch.setattr(master_module, "MAX_CONNECTIONS_PER_HOST", 100)
+    # An admitted slave keeps its slot: only connections in admission are closed.
+    async with master(HAGuard(secret=b"s3cret")) as ha, trio.open_nursery() as nursery:
+        slave = SlaveMem()
+        client = HAClient(
+            slave,
+            MessageStoreConfig(ha_send_heartbeat_interval=100),
+            lambda: f"127.0.0.1:{ha.port}",
+            credential=("", b"s3cret"),
+        )
+        await nursery.start(client.run)
+        await wait_until(lambda: len(slave.data) == len(DATA), timeout=5)
+        silent = [await trio.open_tcp_stream("127.0.0.1", ha.port) for _ in range(3)]
+        await wait_until(lambda: sum(ha._open.values()) == 4, timeout=2)
+        assert await replicate(ha.port, credential=("", b"s3cret")) == DATA
+        assert len(ha.connections) >= 1 and client.connected_to is not None
+        # The oldest silent ones were closed for it; the admitted slave was not.
+        assert await silent[0].receive_some(1) == b""
+        for stream in silent:
+            await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize("secret", [None, b"s"])
 async def test_a_slow_admission_is_closed_at_the_deadline(secret: bytes | None) -> None:
     """A peer that dribbles its first report (or its proof) a byte at a time, each within the
@@ -367,7 +412,7 @@ async def test_a_slow_admission_is_closed_at_the_deadline(secret: bytes | None) 
         async with await trio.open_tcp_stream("127.0.0.1", ha.port) as stream:
             start = trio.current_time()
             if secret:
-                await stream.send_all(HELLO)
+                await stream.send_all(slave_hello()[1])
                 dribble = b"\x00" * 20  # a proof's first bytes
             else:
                 dribble = encode_report(0)[:-1]
@@ -442,3 +487,81 @@ async def test_a_reset_during_admission_is_a_refusal_not_an_error(
         # The refusal is counted before the connection's bookkeeping is let go: wait for both.
         await wait_until(lambda: ha.refused == 1 and not ha._open and not ha.connections, timeout=2)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# -- the slave against a master that does not prove the secret -------------------------------------
+
+
+async def rogue_master(
+    answer: Callable[[bytes, bytes], bytes] | None,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """A peer at the slave's haMasterAddress that does not know haSecret: it takes the slave's
+    hello, sends a challenge, ignores the proof, sends ``answer(slave nonce, challenge)``
+    (nothing when None) and then streams a commit log of its own."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        buf = bytearray()
+        with trio.move_on_after(2):
+            while len(buf) < CHALLENGE_SIZE:  # the slave's hello (as long as a challenge)
+                buf += await stream.receive_some(CHALLENGE_SIZE - len(buf))
+        nonce = bytes(buf[len(HELLO) :])
+        challenge = HELLO + bytes(range(32))
+        try:
+            await stream.send_all(challenge)
+            with trio.move_on_after(0.2):
+                await stream.receive_some(4096)  # the proof
+            if answer is not None:
+                await stream.send_all(answer(nonce, challenge))
+            await stream.send_all(encode_transfer(0, DATA))
+            await trio.sleep(1)
+        except trio.BrokenResourceError:
+            pass
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, serve, listeners)
+        task_status.started(listeners[0].socket.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        None,  # no answer at all: the frames right after the challenge
+        lambda nonce, challenge: UNPROVEN + bytes(32),  # "I ask no proof"
+        lambda nonce, challenge: PROVEN + bytes(32),  # a made-up proof
+        # A proof by another secret, or for another connection's nonce.
+        lambda nonce, challenge: PROVEN + master_mac(b"other", nonce, challenge[8:], b""),
+        lambda nonce, challenge: PROVEN + master_mac(b"s3cret", bytes(32), challenge[8:], b""),
+    ],
+)
+async def test_a_slave_with_ha_secret_takes_nothing_from_a_master_that_cannot_prove_it(
+    monkeypatch: pytest.MonkeyPatch, answer: Callable[[bytes, bytes], bytes] | None
+) -> None:
+    """The handshake is mutual: a wrong or hostile haMasterAddress cannot feed a slave that
+    proves haSecret a commit log (the slave used to take one after any challenge)."""
+    monkeypatch.setattr(slave_module, "CONNECT_TIMEOUT", 0.3)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(rogue_master, answer)
+        assert await replicate(port, credential=("", b"s3cret"), wait=1.0) == b""
+        # The right proof is taken: the rogue above differs only in it.
+        if answer is None:
+            good = await nursery.start(
+                rogue_master,
+                lambda nonce, ch: PROVEN + master_mac(b"s3cret", nonce, ch[8:], b""),
+            )
+            assert await replicate(good, credential=("", b"s3cret")) == DATA
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_account_slave_refuses_a_wrong_master_proof(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A slave proving an ACL account takes UNPROVEN (a master without aclEnable), never a
+    wrong proof."""
+    monkeypatch.setattr(slave_module, "CONNECT_TIMEOUT", 0.3)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(rogue_master, lambda nonce, ch: PROVEN + bytes(32))
+        assert await replicate(port, credential=("admin", b"pw"), wait=1.0) == b""
+        nursery.cancel_scope.cancel()

@@ -31,10 +31,19 @@ def test_transfer_decoder_reassembles_frames_cut_anywhere() -> None:
     frames = [(0, b"abc"), (3, b""), (3, b"x" * 1000)]
     stream = b"".join(encode_transfer(o, d) for o, d in frames)
     for cut in range(len(stream) + 1):
-        decoder = TransferDecoder()
+        decoder = TransferDecoder(1000)
         assert decoder.feed(stream[:cut]) + decoder.feed(stream[cut:]) == frames
     with pytest.raises(HAProtocolError):
-        TransferDecoder().feed(encode_transfer(0)[:8] + b"\xff\xff\xff\xff")
+        TransferDecoder(1000).feed(encode_transfer(0)[:8] + b"\xff\xff\xff\xff")
+
+
+def test_transfer_decoder_refuses_a_frame_beyond_the_batch_size_from_its_header() -> None:
+    """A master sends at most haTransferBatchSize bytes a frame: a header announcing one byte
+    more is refused at once, before its body is buffered (it was taken up to 64 MiB)."""
+    decoder = TransferDecoder(1000)
+    assert decoder.feed(encode_transfer(0, b"x" * 1000)) == [(0, b"x" * 1000)]
+    with pytest.raises(HAProtocolError, match="haTransferBatchSize"):
+        decoder.feed(encode_transfer(1000, b"x" * 1001)[:12])
 
 
 class FakeStore:

@@ -22,13 +22,11 @@ from pymq.common import clock, message_ext, message_id, native, record
 from pymq.common.message_ext import MessageExt, MessageSysFlag
 from pymq.common.message_id import pack_ip
 from pymq.common.record import decode_record, encode_record, host_flags, scan_records
-from tests.helpers import damaged
+from tests.helpers import c_functions, damaged
 
 
 def _native():
-    from pymq.common import _recordc
-
-    return _recordc
+    return c_functions(direct=True)
 
 
 def test_extension_is_built():
@@ -642,159 +640,6 @@ def test_busy_answers_are_the_encoded_system_busy_responses():
     assert busy_json_answer(7, tail) == encode(expected)
     with pytest.raises(ValueError):
         _native().busy_answers(buf, bounds, 0, 4, BUSY_JSON_HEAD_PREFIX, {}, {})
-
-
-# -- ACL signatures: the C signer (acl_sign) against hashlib's HMAC ------------------------------
-
-
-def _signer():
-    from pymq.acl import plain as acl
-
-    if not acl.NATIVE_SIGNER:
-        pytest.skip("the C signer is not bound (PYMQ_PURE_PYTHON, or no libcrypto)")
-    return acl
-
-
-def test_c_signer_is_bound():
-    """With the extension built, signatures are made in C on OpenSSL's SHA-1 (hashlib's
-    libcrypto, or the system's): a failed binding would only show as a slower broker."""
-    from pymq.acl import plain as acl
-
-    if native.pure_python_requested():
-        assert not acl.NATIVE_SIGNER
-        return
-    assert acl.NATIVE_SIGNER
-
-
-_ext_keys = st.text(min_size=1, max_size=12)
-_ext_values = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    secret=st.binary(max_size=100),
-    ext=st.dictionaries(_ext_keys, _ext_values, max_size=16),
-    body=st.one_of(st.none(), st.binary(max_size=3000)),
-)
-def test_c_signature_matches_hashlib(secret, ext, body):
-    """sign_fields (in C where bound) gives hashlib's HMAC-SHA1 of the joined values."""
-    from pymq.acl import plain as acl
-
-    key = acl.SigningKey(secret)
-    expected = key.signature(acl._signed_values(ext), body)
-    assert expected == acl.calc_signature(acl._signed_values(ext) + (body or b""), secret)
-    assert key.sign_fields(ext, body) == expected
-    assert key.verify(ext, body, expected)
-    assert not key.verify(ext, body, expected[:-2] + ("A=" if expected[-2] != "A" else "B="))
-
-
-def test_c_signer_refuses_what_python_refuses():
-    acl = _signer()
-    sign = acl._native_signer.acl_sign
-    states = acl.SigningKey(b"secret")._states
-    with pytest.raises(KeyError):
-        sign(states, {"a": "1"}, ("a", "b"), None)
-    with pytest.raises(TypeError):
-        sign(states, {"a": 1}, ("a",), None)
-    with pytest.raises(UnicodeEncodeError):
-        sign(states, {"a": "\ud800"}, ("a",), None)
-    with pytest.raises(ValueError):
-        sign(b"short", {"a": "1"}, ("a",), None)
-    with pytest.raises(TypeError):
-        sign(states, {"a": "1"}, ["a"], None)
-    with pytest.raises(TypeError):
-        sign(states, {"a": "1"}, ("a",), "not bytes")
-    # Any mapping will do, not only a dict.
-    from types import MappingProxyType
-
-    assert sign(states, MappingProxyType({"a": "1"}), ("a",), b"x") == sign(
-        states, {"a": "1"}, ("a",), b"x"
-    )
-
-
-def test_c_signer_checks_the_functions_it_is_given():
-    """Functions that are no SHA-1 (OpenSSL's MD5 here) fail the known digest and leave the
-    signer unbound; binding the right ones again restores it."""
-    import ctypes
-
-    acl = _signer()
-    lib = ctypes.CDLL(acl._loaded_libcrypto())
-    md5 = [
-        ctypes.cast(getattr(lib, n), ctypes.c_void_p).value
-        for n in ("MD5_Init", "MD5_Update", "MD5_Final")
-    ]
-    extension = acl._native_signer
-    try:
-        with pytest.raises(RuntimeError, match="wrong SHA-1"):
-            extension.acl_bind_sha1(*md5)
-        with pytest.raises(RuntimeError, match="not bound"):
-            extension.acl_hmac_key(b"secret")
-        with pytest.raises(ValueError):
-            extension.acl_bind_sha1(0, 0, 0)
-    finally:
-        assert acl._bind_native_signer() is extension
-    assert acl.SigningKey(b"k").sign_fields({"a": "b"}, None) == acl.calc_signature(b"b", b"k")
-
-
-def test_c_signer_looks_the_key_order_up():
-    """acl_sign_fields signs with the order kept for the dict's keys (in their order), and
-    answers None for keys it has no order for, so that Python works it out first."""
-    acl = _signer()
-    extension = acl._native_signer
-    states = acl.SigningKey(b"secret")._states
-    orders: dict = {}
-    ext = {"b": "2", "a": "1", "Signature": "x"}
-    assert extension.acl_sign_fields(states, ext, orders, b"body") is None
-    orders[("b", "a", "Signature")] = (("a", "b"), None)
-    expected = extension.acl_sign(states, ext, ("a", "b"), b"body")
-    assert extension.acl_sign_fields(states, ext, orders, b"body") == expected
-    assert expected == acl.calc_signature(b"12body", b"secret")
-    # Same keys in another order: another shape, not looked up.
-    assert extension.acl_sign_fields(states, {"a": "1", "b": "2"}, orders, b"body") is None
-    with pytest.raises(TypeError):
-        extension.acl_sign_fields(states, [("a", "1")], orders, None)
-    with pytest.raises(TypeError):
-        extension.acl_sign_fields(states, ext, {("b", "a", "Signature"): "ab"}, None)
-
-
-def test_c_verifier_compares_and_remembers_the_last_shape():
-    """acl_verify: the signature acl_sign gives passes, anything else fails (another value,
-    length, non-ASCII, not a str); the last shape's order is reused only for the very same
-    keys and orders, and an unknown shape answers None."""
-    acl = _signer()
-    extension = acl._native_signer
-    states = acl.SigningKey(b"secret")._states
-    verify = extension.acl_verify
-    orders: dict = {("b", "a"): (("a", "b"), None), ("a", "b"): (("a", "b"), None)}
-    ext = {"b": "2", "a": "1"}
-    good = extension.acl_sign(states, ext, ("a", "b"), b"x")
-    assert verify(states, ext, orders, b"x", good) is True
-    assert verify(states, ext, orders, b"x", good) is True  # the remembered shape
-    assert verify(states, ext, orders, b"y", good) is False
-    assert verify(states, {"b": "2", "a": "9"}, orders, b"x", good) is False
-    for wrong in (good[:-1], good + "A", "\u00e9" * 28, 28, None, b"x" * 28):
-        assert verify(states, ext, orders, b"x", wrong) is False
-    # Same key strings, other dict order: another shape, looked up again.
-    assert verify(states, {"a": "1", "b": "2"}, orders, b"x", good) is True
-    # Another orders dict: the remembered shape is not reused across them.
-    other = {("b", "a"): (("b", "a"), None)}
-    assert verify(states, ext, other, b"x", good) is False
-    assert verify(states, ext, other, b"x", extension.acl_sign(states, ext, ("b", "a"), b"x"))
-    assert verify(states, {"c": "3"}, orders, b"x", good) is None
-    with pytest.raises(TypeError):
-        verify(states, [("a", "1")], orders, b"x", good)
-
-
-def test_c_signer_hashes_long_values_in_order():
-    """Values are gathered into a buffer before hashing: long ones (past the buffer) and runs
-    that overflow it keep their order."""
-    acl = _signer()
-    key = acl.SigningKey(b"k")
-    for sizes in ([600], [300, 300], [100, 500, 20], [511, 1, 512, 513], [5] * 200):
-        ext = {f"k{i:03d}": chr(97 + i % 26) * n for i, n in enumerate(sizes)}
-        expected = key.signature(acl._signed_values(ext), b"body")
-        assert key.sign_fields(ext, b"body") == expected
-        assert key.verify(ext, b"body", expected)
 
 
 # A SEND_MESSAGE header as rocketmq-client-cpp 2.x writes it (captured from the wire): numbers

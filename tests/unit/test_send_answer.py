@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pymq.common.native import native_extension
 from pymq.remoting.codec import (
     RPC_ONEWAY,
     RPC_TYPE_RESPONSE,
@@ -23,6 +22,9 @@ from pymq.remoting.codec import (
 )
 from pymq.remoting.errors import ProtocolError
 from pymq.remoting.headers import HeaderError, SendMessageResponseHeader
+from tests.helpers import c_functions
+
+native_extension = c_functions()
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "send_answer_fields", None) is None, reason="needs the C extension"

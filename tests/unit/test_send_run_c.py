@@ -15,11 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymq.common.message_id import offset_msg_id
-from pymq.common.native import native_extension
 from pymq.remoting.codec import RemotingCommand, encode
 from pymq.store.commitlog import DispatchHint
+from tests.helpers import c_functions
 from tests.integration.test_send_raw import _items, batch_frame, cpp_frame, ext_for, frame
 from tests.integration.test_send_run import run_of
+
+native_extension = c_functions()
 
 pytestmark = pytest.mark.skipif(
     getattr(native_extension, "send_run_fields", None) is None, reason="needs the C extension"

@@ -9,9 +9,12 @@ what to change.
 from __future__ import annotations
 
 import logging
+import operator
 import random
+import struct
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pymq.acl.plain import SUB
 from pymq.broker.transaction import to_half_message
@@ -27,7 +30,7 @@ from pymq.common.message_ext import (
     MessageExt,
     decode_properties,
 )
-from pymq.common.native import native_extension
+from pymq.common.native import load_native
 from pymq.common.record import RecordError
 from pymq.common.serde import parse_java_bool
 from pymq.common.topic import (
@@ -109,6 +112,9 @@ STATUS_RESPONSES: dict[PutMessageStatus, tuple[int, str | None]] = {
         "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
     ),
     PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+    # RocketMQ 5's codes; the remark (with the config's values) is the store's reason.
+    PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, None),
+    PutMessageStatus.WHEEL_TIMER_NOT_ENABLE: (ResponseCode.SYSTEM_ERROR, None),
 }
 
 
@@ -122,13 +128,65 @@ _SYNC_MASTER = BrokerRole.SYNC_MASTER
 _SERIALIZE_JSON = SerializeType.JSON
 _WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
 _SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
-_send_answer_frame = getattr(native_extension, "send_answer_frame", None)
-_send_fields = getattr(native_extension, "send_fields", None)
+_sendc: Any = load_native("pymq.broker._sendc")
+_codecc: Any = load_native("pymq.remoting._codecc")
+_send_answer_frame = getattr(_sendc, "send_answer_frame", None)
+"""The C writer alone (None without it): the run paths that need C throughout test it."""
+_I32 = (-(2**31), 2**31 - 1)
+_I64 = (-(2**63), 2**63 - 1)
+
+
+def send_answer_frame_py(
+    opaque: int,
+    msg_id: str,
+    queue_id: int,
+    queue_offset: int,
+    quoted_region: bytes,
+    trace_on: bool,
+    version: int,
+) -> bytes:
+    """Python twin of ``pymq.broker._sendc.send_answer_frame``: a successful send's whole JSON
+    answer frame, byte for byte what codec.json_response_frame writes for the members of
+    SendMessageResponseHeader.ext_json (``quoted_region`` already a JSON string, in UTF-8).
+    A number outside its Java type raises OverflowError, a message id that is not ASCII or a
+    header past 16 MiB ValueError (the caller then writes the frame the general way)."""
+    for name, value, (lo, hi) in (
+        ("opaque", opaque, _I32),
+        ("queue_id", queue_id, _I32),
+        ("queue_offset", queue_offset, _I64),
+        ("version", version, _I32),
+    ):
+        if not lo <= operator.index(value) <= hi:
+            raise OverflowError(f"{name} = {value} does not fit its record field")
+    if type(msg_id) is not str or type(quoted_region) is not bytes:
+        raise TypeError("send_answer_frame: msg_id str, region bytes")
+    if not msg_id.isascii():
+        raise ValueError("send_answer_frame: the message id is not ASCII")
+    header = b"".join(
+        (
+            b'{"code":0,"language":"JAVA","version":%d,"opaque":%d,"flag":1,"extFields":'
+            b'{"msgId":"' % (version, opaque),
+            msg_id.encode("ascii"),
+            b'","queueId":"%d","queueOffset":"%d","MSG_REGION":' % (queue_id, queue_offset),
+            quoted_region,
+            b',"TRACE_ON":"true"}' if trace_on else b',"TRACE_ON":"false"}',
+            b',"serializeTypeCurrentRPC":"JSON"}',
+        )
+    )
+    if len(header) > 0xFFFFFF:
+        raise ValueError("send_answer_frame: too long")
+    return _ANSWER_PREFIX.pack(4 + len(header), len(header)) + header
+
+
+_ANSWER_PREFIX = struct.Struct(">ii")
+send_answer_frame: Callable[..., bytes] = _send_answer_frame or send_answer_frame_py
+"""A successful send's answer frame: in C when built, else :func:`send_answer_frame_py`."""
+_send_fields = getattr(_codecc, "send_fields", None)
 # send_run_fields(buf, bounds, first, stop, judge, entries, parsed): _send_singles' reading of
 # a run's frames in one C call; send_answer_run(parsed, hints, prefix, region, trace_on,
 # version): _answer_singles' answers and _count_puts' totals in one.
-_send_run_fields = getattr(native_extension, "send_run_fields", None)
-_send_answer_run = getattr(native_extension, "send_answer_run", None)
+_send_run_fields = getattr(_codecc, "send_run_fields", None)
+_send_answer_run = getattr(_sendc, "send_answer_run", None)
 
 
 def _response(
@@ -421,15 +479,13 @@ class SendProcessor:
     def _success_frame(self, opaque: int, result: PutMessageResult, queue_id: int) -> bytes:
         """The whole answer frame of a successful put to a JSON request with ``opaque``, as
         codec.json_response_frame writes it (in one C call when the extension is built)."""
-        if _send_answer_frame is not None:  # the same bytes in one C call
-            try:
-                frame: bytes = _send_answer_frame(
-                    opaque, result.msg_id, queue_id, result.logic_offset, self._region()[2],
-                    self.ctx.broker_config.trace_on, CURRENT_VERSION,
-                )  # fmt: skip
-                return frame
-            except ValueError:  # not a plain message id: the Python writer says the same
-                pass
+        try:
+            return send_answer_frame(
+                opaque, result.msg_id, queue_id, result.logic_offset, self._region()[2],
+                self.ctx.broker_config.trace_on, CURRENT_VERSION,
+            )  # fmt: skip
+        except ValueError:  # not a plain message id: the general writer quotes it
+            pass
         return json_response_frame(_SUCCESS, opaque, self._success_json(result, queue_id))
 
     # -- request handlers ---------------------------------------------------------------------

@@ -13,10 +13,6 @@ _OFFSET = struct.Struct(">q")
 _HEADER = struct.Struct(">qi")
 HEADER_SIZE = _HEADER.size  # 12
 
-# A frame larger than this is not something a master sends (haTransferBatchSize is 32 KiB; a
-# generous bound still rejects garbage before buffering it).
-MAX_FRAME_BODY = 64 * 1024 * 1024
-
 
 class HAProtocolError(ValueError):
     """The peer sent bytes that are not HA framing."""
@@ -49,9 +45,15 @@ class ReportDecoder:
 
 
 class TransferDecoder:
-    """Slave side: feed bytes, get the complete ``(offset, body)`` frames so far."""
+    """Slave side: feed bytes, get the complete ``(offset, body)`` frames so far.
 
-    def __init__(self) -> None:
+    A master sends at most ``haTransferBatchSize`` bytes a frame, so a header announcing more
+    than ``max_body`` (the slave's ``haTransferBatchSize``: a slave's must be at least its
+    master's, as both default to 32 KiB) is refused before anything of it is buffered: what
+    is held is at most one frame and one read."""
+
+    def __init__(self, max_body: int) -> None:
+        self.max_body = max_body
         self._buf = bytearray()
 
     def feed(self, data: bytes | bytearray) -> list[tuple[int, bytes]]:
@@ -60,8 +62,13 @@ class TransferDecoder:
         pos = 0
         while len(self._buf) - pos >= HEADER_SIZE:
             offset, size = _HEADER.unpack_from(self._buf, pos)
-            if size < 0 or size > MAX_FRAME_BODY or offset < 0:
+            if size < 0 or offset < 0:
                 raise HAProtocolError(f"bad transfer header: offset {offset}, size {size}")
+            if size > self.max_body:
+                raise HAProtocolError(
+                    f"a frame of {size} bytes, more than haTransferBatchSize {self.max_body} "
+                    "(a slave's haTransferBatchSize must be at least its master's)"
+                )
             end = pos + HEADER_SIZE + size
             if end > len(self._buf):
                 break

@@ -8,7 +8,9 @@ reports; the connection is dropped after ``haHousekeepingInterval`` of silence) 
 store) is sent everything from the master's oldest commit-log file.
 
 What a peer can make the master do is bounded: at most :data:`MAX_SLAVE_CONNECTIONS` connections
-(:data:`MAX_CONNECTIONS_PER_HOST` from one host), admitted or not; admission within
+(:data:`MAX_CONNECTIONS_PER_HOST` from one host), admitted or not, and when they are all open a
+newcomer closes the oldest connection still in admission (so silent strangers cannot hold the
+port against the slave; admitted slaves keep theirs); admission within
 ``haHousekeepingInterval``; reads of at most :data:`READ_SIZE` bytes; a first report (where to
 start) within what the master has (0, or from its oldest offset to its max), else the connection
 is closed.  A report is an ack only of bytes sent on that connection: one beyond the end of what
@@ -31,7 +33,14 @@ import attrs
 import trio
 
 from pymq.store.config import MessageStoreConfig
-from pymq.store.ha.auth import HELLO, MAC_SIZE, HAGuard, new_challenge
+from pymq.store.ha.auth import (
+    HELLO,
+    MAC_SIZE,
+    NONCE_SIZE,
+    HAGuard,
+    encode_answer,
+    new_challenge,
+)
 from pymq.store.ha.framing import HAProtocolError, ReportDecoder, encode_transfer
 from pymq.store.ha.ports import MasterStore
 from pymq.store.results import PutMessageStatus
@@ -67,6 +76,8 @@ class SlaveConnection:
     # report counts as an ack only within (start_offset, sent_end].
     start_offset: int = -1
     sent_end: int = -1
+    # Closed in admission for a newcomer (HAService._evict_admitting).
+    evicted: bool = False
 
 
 async def _receive_exactly(stream: trio.abc.Stream, size: int, buf: bytearray) -> bytes:
@@ -98,6 +109,8 @@ class HAService:
         self.connections: set[SlaveConnection] = set()
         # Open connections per host, admitted or not (the bounds above).
         self._open: dict[str, int] = {}
+        # Connections in admission, oldest first: the admission deadline's scope of each.
+        self._admitting: OrderedDict[SlaveConnection, trio.CancelScope] = OrderedDict()
         self.refused = 0
         self._refusals_logged: OrderedDict[str, float] = OrderedDict()
         self.push_to_slave_max_offset = 0
@@ -191,7 +204,7 @@ class HAService:
             host, port = "unknown", 0
         address = f"{host}:{port}"
         open_here = self._open.get(host, 0)
-        if sum(self._open.values()) >= MAX_SLAVE_CONNECTIONS:
+        if sum(self._open.values()) >= MAX_SLAVE_CONNECTIONS and not self._evict_admitting():
             self._refuse(address, f"{MAX_SLAVE_CONNECTIONS} HA connections open")
         elif open_here >= MAX_CONNECTIONS_PER_HOST:
             self._refuse(address, f"{MAX_CONNECTIONS_PER_HOST} HA connections open from {host}")
@@ -210,13 +223,29 @@ class HAService:
             return
         await trio.aclose_forcefully(stream)
 
+    def _evict_admitting(self) -> bool:
+        """Close the oldest connection still in admission (for a newcomer on a full port);
+        False when every open connection is an admitted slave."""
+        if not self._admitting:
+            return False
+        conn, scope = self._admitting.popitem(last=False)
+        conn.evicted = True
+        scope.cancel()
+        return True
+
     async def _serve_admissible(self, raw: trio.SocketStream, host: str, address: str) -> None:
         conn = SlaveConnection(address, last_read=trio.current_time())
         stream: trio.abc.Stream = raw
         admitted = False
         try:
             with trio.move_on_after(self.config.ha_housekeeping_interval / 1000) as deadline:
-                stream, pending = await self._admit(raw, host)
+                self._admitting[conn] = deadline
+                try:
+                    stream, pending = await self._admit(raw, host)
+                finally:
+                    self._admitting.pop(conn, None)
+            if conn.evicted:
+                raise HARefused("still in admission when the port was full: closed for another")
             if deadline.cancelled_caught:
                 raise HARefused("not admitted within haHousekeepingInterval")
             log.info("HAService receive new connection, %s", address)
@@ -258,14 +287,18 @@ class HAService:
                     "cannot give it: see haSlaveAllowList and the ACL's global white list)"
                 )
             return stream, first + bytes(buf)
+        slave_nonce = await _receive_exactly(stream, NONCE_SIZE, buf)
         nonce, challenge = new_challenge()
         await stream.send_all(challenge)
         key_size = (await _receive_exactly(stream, 1, buf))[0]
         access_key = await _receive_exactly(stream, key_size, buf)
         mac = await _receive_exactly(stream, MAC_SIZE, buf)
-        why = guard.verify(access_key, nonce, mac)
-        if why is not None:
-            raise HARefused(f"HA handshake refused: {why}")
+        try:
+            secret = guard.verify(access_key, (nonce, slave_nonce), mac)
+        except HAProtocolError as exc:
+            raise HARefused(f"HA handshake refused: {exc}") from None
+        # Mutual: the master proves the same secret back (pymq.store.ha.auth).
+        await stream.send_all(encode_answer(secret, slave_nonce, nonce, access_key))
         return stream, bytes(buf)
 
     def _start(self, conn: SlaveConnection, offset: int) -> None:

@@ -21,7 +21,13 @@ import trio
 
 from pymq.common.address import split_address
 from pymq.store.config import MessageStoreConfig
-from pymq.store.ha.auth import CHALLENGE_SIZE, HELLO, encode_proof
+from pymq.store.ha.auth import (
+    ANSWER_SIZE,
+    CHALLENGE_SIZE,
+    check_answer,
+    encode_proof,
+    slave_hello,
+)
 from pymq.store.ha.framing import HAProtocolError, TransferDecoder, encode_report
 from pymq.store.ha.ports import SlaveStore
 
@@ -31,6 +37,8 @@ log = logging.getLogger(__name__)
 RECONNECT_DELAY = 1.0
 # Connecting, the TLS handshake and pymq's HA handshake must each end within this many seconds.
 CONNECT_TIMEOUT = 3.0
+# One read from the master takes at most this many bytes (Java's HAClient reads into 4 MiB).
+READ_SIZE = 4 * 1024 * 1024
 
 
 class HAClient:
@@ -84,7 +92,7 @@ class HAClient:
                     name = host if ctx.check_hostname else None
                     stream = trio.SSLStream(raw, ctx, server_hostname=name)
                     await stream.do_handshake()
-            decoder = TransferDecoder()
+            decoder = TransferDecoder(self.config.ha_transfer_batch_size)
             if self.credential is not None:
                 await self._prove(stream, *self.credential)
             self.connected_to = address
@@ -94,7 +102,7 @@ class HAClient:
             last_report = trio.current_time()
             while True:
                 with trio.move_on_after(heartbeat):
-                    data = await stream.receive_some(4 * 1024 * 1024)
+                    data = await stream.receive_some(READ_SIZE)
                     if not data:
                         log.warning(
                             "master %s closed the HA connection (a master may refuse a slave: "
@@ -125,20 +133,30 @@ class HAClient:
                     last_report = trio.current_time()
 
     async def _prove(self, stream: trio.abc.Stream, access_key: str, secret: bytes) -> None:
-        """pymq's HA handshake (HAProtocolError when the master does not answer it)."""
-        await stream.send_all(HELLO)
-        buf = bytearray()
-        with trio.move_on_after(CONNECT_TIMEOUT):
-            while len(buf) < CHALLENGE_SIZE:
-                # Never more than the challenge: the frames come after the first report.
-                data = await stream.receive_some(CHALLENGE_SIZE - len(buf))
-                if not data:
-                    break
-                buf += data
+        """pymq's mutual HA handshake: HAProtocolError when the master does not answer it, or
+        does not prove the secret back (:mod:`pymq.store.ha.auth`)."""
+        nonce, hello = slave_hello()
+        await stream.send_all(hello)
+        challenge = await _receive_at_most(stream, CHALLENGE_SIZE)
         # encode_proof refuses anything but a whole challenge, naming the likely cause.
-        await stream.send_all(encode_proof(bytes(buf), access_key, secret))
+        await stream.send_all(encode_proof(challenge, nonce, access_key, secret))
+        answer = await _receive_at_most(stream, ANSWER_SIZE)
+        check_answer(answer, challenge, nonce, access_key, secret)
 
     async def _report(self, stream: trio.abc.Stream) -> None:
         offset = self.store.max_phy_offset
         await stream.send_all(encode_report(offset))
         self.reported_offset = offset
+
+
+async def _receive_at_most(stream: trio.abc.Stream, size: int) -> bytes:
+    """``size`` bytes, or fewer when the peer closes or CONNECT_TIMEOUT passes first.  Never
+    more: what follows belongs to the next step."""
+    buf = bytearray()
+    with trio.move_on_after(CONNECT_TIMEOUT):
+        while len(buf) < size:
+            data = await stream.receive_some(size - len(buf))
+            if not data:
+                break
+            buf += data
+    return bytes(buf)

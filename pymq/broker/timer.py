@@ -1,0 +1,242 @@
+"""TimerMessageService: delivery of timer messages (RocketMQ 5's TimerMessageStore service).
+
+The put path (pymq/store/timer/rewrite.py) stores a timer message in ``rmq_sys_wheel_timer``
+queue 0 with its due time in TIMER_OUT_MS.  Three tasks, in the broker's nursery (masters):
+
+- enqueue: reads that queue in order (from the checkpoint's offset) and enters each message in
+  the wheel (:class:`pymq.store.timer.store.TimerStore`), or delivers it at once when due;
+- dequeue: each precision tick, takes the slot that is over and puts its messages to their
+  real topic and queue, as the schedule service does for delay levels: the original
+  properties, less REAL_TOPIC/REAL_QID, plus RocketMQ 5's TIMER_ENQUEUE_MS (when the message
+  reached the timer topic) and TIMER_DEQUEUE_MS (when it was delivered).  A timer further out
+  than the roll window is put to the timer topic again when its window's last slot comes
+  round, with TIMER_ROLL_TIMES counting how often (as RocketMQ 5), and entered afresh;
+- flush: every ``timerFlushIntervalMs`` makes the timer log, checkpoint and wheel durable.
+
+``timerStopEnqueue`` / ``timerStopDequeue`` pause the first two.  A put that fails is retried
+every FAILED_PUT_RETRY_SECONDS, so nothing due is dropped while the store refuses writes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from pymq.common.message_ext import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TIMER_ROLL_TIMES,
+    MessageExt,
+)
+from pymq.common.topic import TIMER_TOPIC
+from pymq.store.message_store import DefaultMessageStore
+from pymq.store.timer.store import TimerStore
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_SECONDS = 1.0
+"""The enqueue task looks at the timer topic at least this often without an arrival."""
+PAUSED_RECHECK_SECONDS = 0.1
+"""How often a paused task (timerStopEnqueue / timerStopDequeue) looks whether to resume."""
+MAX_SLEEP_SECONDS = 0.5
+"""The dequeue task's longest sleep, so that a wall clock set forward is noticed soon."""
+FAILED_PUT_RETRY_SECONDS = 1.0
+YIELD_EVERY = 64
+"""Entries (or empty slots) handled between two yields to the other tasks."""
+
+
+class TimerMessageService:
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+        self.config = store.config
+        self.timers: TimerStore | None = None
+        self._arrival = trio.Event()
+        self.delivered = 0
+
+    def notify_arrival(self, topic: str, queue_id: int) -> None:
+        if topic == TIMER_TOPIC:
+            self._arrival.set()
+
+    def open(self) -> TimerStore:
+        """Recover the timer store (blocking: a scan of the log since the last checkpoint)."""
+        config = self.config
+        timers = TimerStore(
+            config.timer_dir,
+            precision_ms=config.timer_precision_ms,
+            roll_window_slots=config.timer_roll_window_slot,
+            log_file_size=config.mapped_file_size_timer_log,
+        )
+        timers.open(self.store.clock_ms())
+        return timers
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        timers = self.timers = await trio.to_thread.run_sync(self.open)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._enqueue_loop, timers)
+                nursery.start_soon(self._dequeue_loop, timers)
+                nursery.start_soon(self._flush_loop, timers)
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                try:
+                    await self._flush(timers)
+                finally:
+                    timers.close()
+
+    async def _flush(self, timers: TimerStore) -> None:
+        cp, slots = timers.snapshot()
+        await trio.to_thread.run_sync(timers.flush_blocking, cp, slots)
+        timers.flushed(cp, slots)
+
+    async def _flush_loop(self, timers: TimerStore) -> None:
+        while True:
+            await trio.sleep(self.config.timer_flush_interval_ms / 1000)
+            await self._flush(timers)
+
+    async def _wait_arrival(self, seconds: float) -> None:
+        if self._arrival.is_set():
+            self._arrival = trio.Event()
+            return
+        with trio.move_on_after(seconds):
+            await self._arrival.wait()
+        self._arrival = trio.Event()
+
+    async def _enqueue_loop(self, timers: TimerStore) -> None:
+        store = self.store
+        handled = 0
+        while True:
+            if self.config.timer_stop_enqueue:
+                await trio.sleep(PAUSED_RECHECK_SECONDS)
+                continue
+            cq = store.consume_queues.find(TIMER_TOPIC, 0)
+            offset = timers.enqueue_offset
+            if cq is None or offset >= cq.max_offset_in_queue:
+                await self._wait_arrival(IDLE_WAIT_SECONDS)
+                continue
+            if offset < cq.min_offset_in_queue:
+                log.error(
+                    "timer topic entries %d..%d were cleaned before being entered",
+                    offset,
+                    cq.min_offset_in_queue,
+                )
+                offset = timers.enqueue_offset = cq.min_offset_in_queue
+            entry = cq.get_entry(offset)
+            if entry is None:
+                await self._wait_arrival(PAUSED_RECHECK_SECONDS)
+                continue
+            phy_offset, size, _tags_code = entry
+            msg = store.look_message_by_offset(phy_offset, size)
+            if msg is None:
+                log.error("timer message at %d is gone, skipping offset %d", phy_offset, offset)
+            else:
+                now = store.clock_ms()
+                try:
+                    deliver_ms = int(msg.properties.get(PROPERTY_TIMER_OUT_MS, now))
+                except ValueError:
+                    deliver_ms = now  # not one the put path wrote: delivered at once
+                if not timers.enter(deliver_ms, phy_offset, size, now):
+                    await self._deliver(msg)
+            timers.enqueue_offset = offset + 1
+            handled += 1
+            if handled % YIELD_EVERY == 0:
+                await trio.lowlevel.checkpoint()
+
+    async def _dequeue_loop(self, timers: TimerStore) -> None:
+        store = self.store
+        slots = 0
+        while True:
+            if self.config.timer_stop_dequeue:
+                await trio.sleep(PAUSED_RECHECK_SECONDS)
+                continue
+            now = store.clock_ms()
+            slot = timers.take_due(now)
+            if slot is None:
+                wait = (timers.next_due_ms() - now) / 1000
+                await trio.sleep(min(max(wait, 0.001), MAX_SLEEP_SECONDS))
+                continue
+            for entry in slot.due:
+                msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
+                if msg is None:
+                    log.error("timer message at %d is gone: not delivered", entry.phy_offset)
+                    continue
+                await self._deliver(msg)
+            for entry in slot.rolled:
+                msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
+                if msg is None:
+                    log.error("timer message at %d is gone: not rolled", entry.phy_offset)
+                    continue
+                await self._put(self.rolled_message(msg))
+            timers.delivered_ms = timers.read_ms
+            slots += 1
+            if slots % YIELD_EVERY == 0 or slot.due or slot.rolled:
+                await trio.lowlevel.checkpoint()
+
+    async def _deliver(self, msg: MessageExt) -> None:
+        """Put ``msg`` (a timer-topic message) to its real topic and queue; retried until it is
+        stored."""
+        await self._put(self.real_message(msg, self.store.clock_ms()))
+        self.delivered += 1
+
+    async def _put(self, msg: MessageExt) -> None:
+        """Put ``msg``, retrying until it is stored."""
+        while True:
+            result = await self.store.put_message(msg)
+            if result.appended:
+                return
+            log.error(
+                "putting a timer message to %s failed: %s %s, retrying in %.0f s",
+                msg.topic,
+                result.status.value,
+                result.reason,
+                FAILED_PUT_RETRY_SECONDS,
+            )
+            await trio.sleep(FAILED_PUT_RETRY_SECONDS)
+
+    @staticmethod
+    def rolled_message(msg: MessageExt) -> MessageExt:
+        """A timer not due when its slot came round (further out than the roll window), as a
+        fresh timer-topic message (RocketMQ 5 re-puts it the same way): so a message waiting
+        days is never left in a commit-log file old enough to be cleaned."""
+        props = dict(msg.properties)
+        try:
+            rolled = int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0"))
+        except ValueError:
+            rolled = 0
+        props[PROPERTY_TIMER_ROLL_TIMES] = str(rolled + 1)
+        return MessageExt(
+            topic=TIMER_TOPIC,
+            body=msg.body,
+            flag=msg.flag,
+            properties=props,
+            queue_id=0,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+        )
+
+    @staticmethod
+    def real_message(msg: MessageExt, now_ms: int) -> MessageExt:
+        props = dict(msg.properties)
+        topic = props.pop(PROPERTY_REAL_TOPIC, msg.topic)
+        queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID, "0") or 0)
+        props[PROPERTY_TIMER_ENQUEUE_MS] = str(msg.store_timestamp)
+        props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
+        return MessageExt(
+            topic=topic,
+            body=msg.body,
+            flag=msg.flag,
+            properties=props,
+            queue_id=queue_id,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+        )

@@ -1,0 +1,875 @@
+/*
+ * pymq.store._commitlogc: the commit log's puts (encode_batch, encode_single(s)), page population and the fdatasync thread.
+ *
+ * An optional accelerator, picked once at import by pymq.common.native.load_native when it was
+ * built (setup.py) and PYMQ_PURE_PYTHON is not set; else a function's Python twin (same
+ * signature; tests/unit/test_twins.py) or, without one, the Python module's general path.
+ */
+#include "../common/_native.h"
+
+/* --- encode_batch, encode_single ------------------------------------------------------------- */
+
+/* The items of one message's properties, as message_ext.decode_properties reads them. */
+typedef struct {
+    const unsigned char *name, *value;
+    Py_ssize_t name_len, value_len;
+} batch_prop;
+
+#define BATCH_PROPS_MAX 32
+
+
+/* The properties [p, p + n) split as decode_properties splits them (items without a name or a
+ * value skipped); -1 when the fast path must leave them to the Python code: a byte that is
+ * NUL or not ASCII (which UTF-8 decoding might change), more than BATCH_PROPS_MAX items, or a
+ * name given twice. */
+static int split_plain_properties(const unsigned char *p, Py_ssize_t n, batch_prop *items) {
+    int k = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] == 0 || p[i] >= 0x80) return -1;
+    Py_ssize_t start = 0;
+    while (n > 0 && start <= n) {
+        Py_ssize_t end = start, sep = -1;
+        while (end < n && p[end] != 2) {
+            if (p[end] == 1 && sep < 0) sep = end;
+            end++;
+        }
+        if (sep > start && end > sep + 1) {
+            if (k == BATCH_PROPS_MAX) return -1;
+            batch_prop it = {p + start, p + sep + 1, sep - start, end - sep - 1};
+            for (int j = 0; j < k; j++)
+                if (items[j].name_len == it.name_len && !memcmp(items[j].name, it.name, it.name_len))
+                    return -1;
+            items[k++] = it;
+        }
+        start = end + 1;
+    }
+    return k;
+}
+
+static PyObject *item_value(const batch_prop *it) {
+    if (it == NULL) Py_RETURN_NONE;
+    return PyUnicode_FromStringAndSize((const char *)it->value, it->value_len);
+}
+
+/* What every record of one fast put shares. */
+typedef struct {
+    const unsigned char *topic, *cluster, *born_ip, *store_ip;
+    Py_ssize_t topic_len, cluster_len;
+    long long queue_id, sys_flag, born_ts, born_port, store_ts, store_port, reconsume, max_bp;
+    int single; /* a single send: any DELAY or TRAN_MSG goes to Python (delays, half messages) */
+} fast_put;
+
+/* The properties a stored record names (NULL when absent). */
+typedef struct {
+    const batch_prop *tags, *keys, *uniq, *wait;
+} stored_names;
+
+/* Write at p (room bytes left) the record the Python path stores for a message with this body,
+ * flag and properties: its properties as the broker stores them (WAIT=true left out, CLUSTER
+ * added last), the rest from fp.  Returns the record's size, or -1 (nothing to undo: bytes past
+ * the write position are junk) when the Python path must judge the message: see
+ * split_plain_properties, an own CLUSTER, a DELAY other than "0" (any DELAY or a TRAN_MSG for a
+ * single send), any TIMER_ property, a body and properties over max_bp, or no room.  items holds the split
+ * properties afterwards, which names points into. */
+static long long write_stored_record(unsigned char *p, long long room, const fast_put *fp,
+                                     const unsigned char *body, Py_ssize_t body_len, int32_t flag,
+                                     const unsigned char *props, Py_ssize_t props_len,
+                                     long long queue_offset, long long phy, batch_prop *items,
+                                     stored_names *names) {
+    int k = split_plain_properties(props, props_len, items);
+    if (k < 0) return -1;
+    stored_names found = {NULL, NULL, NULL, NULL};
+    int skip = -1;
+    long long out_len = 0;
+    for (int j = 0; j < k; j++) {
+        const batch_prop *it = &items[j];
+        if (bytes_is(it->name, it->name_len, "CLUSTER")) return -1;
+        if (bytes_is(it->name, it->name_len, "DELAY") &&
+            (fp->single || !bytes_is(it->value, it->value_len, "0")))
+            return -1;
+        if (fp->single && bytes_is(it->name, it->name_len, "TRAN_MSG")) return -1;
+        /* TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS (and the broker's own TIMER_*):
+         * the timer rewrite is Python's (pymq/store/timer/rewrite.py). */
+        if (it->name_len > 6 && memcmp(it->name, "TIMER_", 6) == 0) return -1;
+        if (bytes_is(it->name, it->name_len, "WAIT")) {
+            if (it->value_len == 4 && (it->value[0] | 0x20) == 't' &&
+                (it->value[1] | 0x20) == 'r' && (it->value[2] | 0x20) == 'u' &&
+                (it->value[3] | 0x20) == 'e') {
+                skip = j;
+                continue;
+            }
+            found.wait = it;
+        } else if (bytes_is(it->name, it->name_len, "TAGS")) {
+            found.tags = it;
+        } else if (bytes_is(it->name, it->name_len, "KEYS")) {
+            found.keys = it;
+        } else if (bytes_is(it->name, it->name_len, "UNIQ_KEY")) {
+            found.uniq = it;
+        }
+        out_len += it->name_len + 1 + it->value_len + 1;
+    }
+    out_len += 8 + fp->cluster_len; /* CLUSTER\x01name */
+    if (out_len > MAX_PROPERTIES || (long long)body_len + out_len > fp->max_bp) return -1;
+    long long size = V4_HEADER + (long long)body_len + 1 + fp->topic_len + 2 + out_len;
+    if (size > room) return -1;
+    put32(p, (uint32_t)size);
+    put32(p + 4, MESSAGE_MAGIC);
+    put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
+    put32(p + 12, (uint32_t)fp->queue_id);
+    put32(p + 16, (uint32_t)flag);
+    put64(p + 20, (uint64_t)queue_offset);
+    put64(p + 28, (uint64_t)phy);
+    put32(p + 36, (uint32_t)fp->sys_flag);
+    put64(p + 40, (uint64_t)fp->born_ts);
+    memcpy(p + 48, fp->born_ip, 4);
+    put32(p + 52, (uint32_t)fp->born_port);
+    put64(p + 56, (uint64_t)fp->store_ts);
+    memcpy(p + 64, fp->store_ip, 4);
+    put32(p + 68, (uint32_t)fp->store_port);
+    put32(p + 72, (uint32_t)fp->reconsume);
+    put64(p + 76, 0); /* prepared transaction offset */
+    put32(p + 84, (uint32_t)body_len);
+    p += V4_HEADER;
+    memmove(p, body, body_len);
+    p += body_len;
+    *p++ = (unsigned char)fp->topic_len;
+    memcpy(p, fp->topic, fp->topic_len);
+    p += fp->topic_len;
+    p[0] = (unsigned char)(out_len >> 8);
+    p[1] = (unsigned char)out_len;
+    p += 2;
+    for (int j = 0; j < k; j++) {
+        if (j == skip) continue;
+        memcpy(p, items[j].name, items[j].name_len);
+        p += items[j].name_len;
+        *p++ = 1;
+        memcpy(p, items[j].value, items[j].value_len);
+        p += items[j].value_len;
+        *p++ = 2;
+    }
+    memcpy(p, "CLUSTER\x01", 8);
+    memcpy(p + 8, fp->cluster, fp->cluster_len);
+    *names = found;
+    return size;
+}
+
+/* What the fast puts leave to the Python path (0), beside IPv6 hosts: a topic longer than
+ * MAX_TOPIC or holding a NUL, a cluster name that is empty or not plain ASCII. */
+static int fast_put_topic_ok(const fast_put *fp) {
+    return fp->topic_len <= MAX_TOPIC && memchr(fp->topic, 0, fp->topic_len) == NULL;
+}
+
+static int fast_put_cluster_ok(const fast_put *fp) {
+    if (fp->cluster_len == 0) return 0;
+    for (Py_ssize_t i = 0; i < fp->cluster_len; i++)
+        if (fp->cluster[i] < 3 || fp->cluster[i] >= 0x80) return 0;
+    return 1;
+}
+
+/* The arguments both functions share (args[first:first + 13]): topic_b, cluster_b, topic,
+ * queue_id, sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,
+ * store_port, reconsume_times, max_body_properties.  1 when fp is filled, 0 when the fast path
+ * does not apply (IPv6 hosts, a cluster name that is not plain ASCII), -1 on an error. */
+static int fast_put_args(PyObject *const *args, fast_put *fp, PyObject **topic) {
+    if (arg_int(args[3], "queue_id", I32_MIN, I32_MAX, &fp->queue_id) < 0 ||
+        arg_int(args[4], "sys_flag", I32_MIN, I32_MAX, &fp->sys_flag) < 0 ||
+        arg_int(args[5], "born_timestamp", LLONG_MIN, LLONG_MAX, &fp->born_ts) < 0 ||
+        arg_int(args[7], "born_port", I32_MIN, I32_MAX, &fp->born_port) < 0 ||
+        arg_int(args[8], "store_timestamp", LLONG_MIN, LLONG_MAX, &fp->store_ts) < 0 ||
+        arg_int(args[10], "store_port", I32_MIN, I32_MAX, &fp->store_port) < 0 ||
+        arg_int(args[11], "reconsume_times", I32_MIN, I32_MAX, &fp->reconsume) < 0 ||
+        arg_int(args[12], "max_body_properties", 0, I32_MAX, &fp->max_bp) < 0)
+        return -1;
+    PyObject *topic_b = args[0], *cluster_b = args[1], *born_ip = args[6], *store_ip = args[9];
+    *topic = args[2];
+    if (!PyBytes_Check(topic_b) || !PyBytes_Check(cluster_b) || !PyUnicode_Check(*topic) ||
+        !PyBytes_Check(born_ip) || !PyBytes_Check(store_ip)) {
+        PyErr_SetString(PyExc_TypeError, "fast put: bytes or str expected");
+        return -1;
+    }
+    if ((fp->sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || PyBytes_GET_SIZE(born_ip) != 4 ||
+        PyBytes_GET_SIZE(store_ip) != 4)
+        return 0; /* IPv6 hosts: the Python path */
+    fp->topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
+    fp->topic_len = PyBytes_GET_SIZE(topic_b);
+    fp->cluster = (const unsigned char *)PyBytes_AS_STRING(cluster_b);
+    fp->cluster_len = PyBytes_GET_SIZE(cluster_b);
+    fp->born_ip = (const unsigned char *)PyBytes_AS_STRING(born_ip);
+    fp->store_ip = (const unsigned char *)PyBytes_AS_STRING(store_ip);
+    return fast_put_topic_ok(fp) && fast_put_cluster_ok(fp);
+}
+
+/* A dispatch hint's fields in DispatchHint's order. */
+static PyObject *hint_row(long long phy, long long size, PyObject *topic, const fast_put *fp,
+                          long long queue_offset, const stored_names *names,
+                          PyTypeObject *hint_type) {
+    /* An instance of hint_type (a tuple subclass of 10 fields: DispatchHint) when given, as
+     * tuple.__new__(hint_type, row) makes it, or else a plain tuple. */
+    PyObject *row = hint_type != NULL ? hint_type->tp_alloc(hint_type, 10) : PyTuple_New(10);
+    if (row == NULL) return NULL;
+    PyObject *v[10] = {PyLong_FromLongLong(phy),          PyLong_FromLongLong(size),
+                       Py_NewRef(topic),                  PyLong_FromLongLong(fp->queue_id),
+                       PyLong_FromLongLong(queue_offset), item_value(names->tags),
+                       PyLong_FromLongLong(fp->store_ts), PyLong_FromLongLong(fp->sys_flag),
+                       item_value(names->keys),           item_value(names->uniq)};
+    int ok = 1;
+    for (int i = 0; i < 10; i++) {
+        if (v[i] == NULL) ok = 0;
+        PyTuple_SET_ITEM(row, i, v[i]); /* NULL slots are skipped by the tuple's dealloc */
+    }
+    if (!ok) {
+        Py_DECREF(row);
+        return NULL;
+    }
+    return row;
+}
+
+
+/* encode_batch(buf, pos, limit, data, first_queue_offset, file_from_offset, <the 13 shared
+ *              arguments, see fast_put_args>)
+ * The send path's batch in one call: each item of the SEND_BATCH_MESSAGE body ``data`` becomes
+ * the record the Python path (SendProcessor._batch_messages, then CommitLog.append_messages)
+ * writes for it, at buf[pos:], with the broker's stored properties (WAIT=true left out,
+ * CLUSTER added last) and consecutive queue offsets from first_queue_offset.  Returns (end,
+ * rows, wait): the write position after the last record, one tuple per record in
+ * DispatchHint's field order, and the first item's stored WAIT value (None when absent).
+ * Returns None, having committed nothing (bytes past pos are junk), for anything the Python
+ * path must judge or word: a body that does not parse, an empty batch, an item that
+ * write_stored_record leaves to Python, or records that do not fit below limit. */
+static PyObject *py_encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 19 && nargs != 20)
+        return PyErr_Format(PyExc_TypeError, "encode_batch takes 19 or 20 arguments");
+    PyTypeObject *hint_type = NULL;
+    if (nargs == 20 && hint_type_arg(args[19], &hint_type) < 0) return NULL;
+    long long pos, limit, queue_offset, file_from;
+    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
+        arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
+        arg_int(args[4], "first_queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0 ||
+        arg_int(args[5], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0)
+        return NULL;
+    fast_put fp = {.single = 0};
+    PyObject *topic;
+    int usable = fast_put_args(args + 6, &fp, &topic);
+    if (usable < 0) return NULL;
+    if (usable == 0) Py_RETURN_NONE;
+    Py_buffer data, buf;
+    if (PyObject_GetBuffer(args[3], &data, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (limit > buf.len) limit = buf.len;
+    long long w = pos;
+    PyObject *rows = PyList_New(0), *wait = NULL, *result = NULL;
+    if (rows == NULL) goto done;
+    const unsigned char *d = data.buf;
+    Py_ssize_t at = 0, n = data.len;
+    batch_prop items[BATCH_PROPS_MAX];
+    while (at < n) {
+        /* The item, as decode_batch reads it. */
+        if (at + 20 > n) goto fallback;
+        int32_t total = (int32_t)get32(d + at);
+        int32_t flag = (int32_t)get32(d + at + 12);
+        int32_t body_len = (int32_t)get32(d + at + 16);
+        Py_ssize_t q = at + 20;
+        if (body_len < 0 || q + body_len + 2 > n) goto fallback;
+        const unsigned char *body = d + q;
+        q += body_len;
+        int16_t props_len = (int16_t)((uint16_t)d[q] << 8 | d[q + 1]);
+        q += 2;
+        if (props_len < 0 || q + props_len > n) goto fallback;
+        const unsigned char *props = d + q;
+        q += props_len;
+        if ((Py_ssize_t)total != q - at) goto fallback;
+        at = q;
+        if (w > limit) goto fallback;
+        stored_names names;
+        long long size =
+            write_stored_record((unsigned char *)buf.buf + w, limit - w, &fp, body, body_len, flag,
+                                props, props_len, queue_offset, file_from + w, items, &names);
+        if (size < 0) goto fallback;
+        if (wait == NULL && (wait = item_value(names.wait)) == NULL) goto done;
+        PyObject *row =
+            hint_row(file_from + w, size, topic, &fp, queue_offset, &names, hint_type);
+        if (row == NULL) goto done;
+        int rc = PyList_Append(rows, row);
+        Py_DECREF(row);
+        if (rc < 0) goto done;
+        w += size;
+        queue_offset++;
+    }
+    if (PyList_GET_SIZE(rows) == 0) goto fallback; /* an empty batch: refused in Python */
+    result = Py_BuildValue("(LOO)", w, rows, wait);
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    /* Left to Python or failed: the items written before are whole records past the write
+     * position.  Zero them (write_stored_record writes nothing when it refuses), or a recovery
+     * after a restart could take them as stored if Python refuses the batch (CommitLog._scrub). */
+    if ((result == NULL || result == Py_None) && w > pos)
+        memset((unsigned char *)buf.buf + pos, 0, (size_t)(w - pos));
+    Py_XDECREF(rows);
+    Py_XDECREF(wait);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* encode_single(buf, pos, limit, body, properties, flag, queue_offset, file_from_offset,
+ *               <the 13 shared arguments, see fast_put_args>)
+ * A single send's record as the Python path (SendProcessor._single_message, then
+ * CommitLog.append_message) writes it, at buf[pos:], from the request's properties str.
+ * Returns (size, row, wait) as encode_batch does for one item, or None (nothing committed)
+ * when the Python path must judge it: properties that are not ASCII, or that write_stored_record
+ * leaves to Python (any DELAY or TRAN_MSG included), or a record past limit. */
+static PyObject *py_encode_single(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 21 && nargs != 22)
+        return PyErr_Format(PyExc_TypeError, "encode_single takes 21 or 22 arguments");
+    PyTypeObject *hint_type = NULL;
+    if (nargs == 22 && hint_type_arg(args[21], &hint_type) < 0) return NULL;
+    long long pos, limit, flag, queue_offset, file_from;
+    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
+        arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
+        arg_int(args[5], "flag", I32_MIN, I32_MAX, &flag) < 0 ||
+        arg_int(args[6], "queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0 ||
+        arg_int(args[7], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0)
+        return NULL;
+    PyObject *props = args[4];
+    if (!PyUnicode_Check(props))
+        return PyErr_Format(PyExc_TypeError, "encode_single: properties must be a str");
+    if (!PyUnicode_IS_ASCII(props) || PyUnicode_GET_LENGTH(props) > 65535) Py_RETURN_NONE;
+    fast_put fp = {.single = 1};
+    PyObject *topic;
+    int usable = fast_put_args(args + 8, &fp, &topic);
+    if (usable < 0) return NULL;
+    if (usable == 0) Py_RETURN_NONE;
+    Py_buffer body, buf;
+    if (PyObject_GetBuffer(args[3], &body, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&body);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (limit > buf.len) limit = buf.len;
+    batch_prop items[BATCH_PROPS_MAX];
+    stored_names names;
+    long long size = -1;
+    if (pos <= limit && body.len <= I32_MAX)
+        size = write_stored_record((unsigned char *)buf.buf + pos, limit - pos, &fp, body.buf,
+                                   body.len, (int32_t)flag, PyUnicode_1BYTE_DATA(props),
+                                   PyUnicode_GET_LENGTH(props), queue_offset, file_from + pos,
+                                   items, &names);
+    if (size < 0) {
+        result = Py_NewRef(Py_None);
+    } else {
+        PyObject *row =
+            hint_row(file_from + pos, size, topic, &fp, queue_offset, &names, hint_type);
+        PyObject *wait = row == NULL ? NULL : item_value(names.wait);
+        if (wait != NULL) result = Py_BuildValue("(LOO)", size, row, wait);
+        Py_XDECREF(row);
+        Py_XDECREF(wait);
+    }
+    PyBuffer_Release(&body);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* encode_singles(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table, clock,
+ *                cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties,
+ *                stop_flags, stop_topic, hint_type)
+ * encode_single of each of entries in turn, a run of single sends appended together: each
+ * entry a tuple (topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
+ * reconsume_times), its topic's bytes from the dict topic_bytes, its queue offset from the dict
+ * queue_table keyed by (topic, queue_id) (0 when absent; set to the next once the record is
+ * written), its store time from clock() (None: the wall clock in milliseconds, as
+ * clock.now_ms; called only for an entry past the stops below and encode_single's own
+ * refusals of hosts and properties).  Stops at the first entry whose topic is missing from
+ * topic_bytes, whose sys_flag has a bit of stop_flags, whose topic is stop_topic (checked in
+ * that order, before its other fields are read), or that encode_single would leave to Python.
+ * The body must be bytes (encode_single takes any buffer).
+ * Returns (end, rows, waits, stamp, error): the write position after the last record written,
+ * their hint rows and stored WAIT values, the last one's store time (0 if none) and None; or,
+ * when an error stops it after entries were committed (queue_table updated), that exception in
+ * place of None: what was committed stands.  Raises only when nothing was committed. */
+static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 17) return PyErr_Format(PyExc_TypeError, "encode_singles takes 17 arguments");
+    PyTypeObject *hint_type = NULL;
+    if (hint_type_arg(args[16], &hint_type) < 0) return NULL;
+    long long pos, limit, file_from, born_port, store_port, max_bp, stop_flags;
+    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
+        arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
+        arg_int(args[3], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0 ||
+        arg_int(args[10], "born_port", I32_MIN, I32_MAX, &born_port) < 0 ||
+        arg_int(args[12], "store_port", I32_MIN, I32_MAX, &store_port) < 0 ||
+        arg_int(args[13], "max_body_properties", 0, I32_MAX, &max_bp) < 0 ||
+        arg_int(args[14], "stop_flags", I32_MIN, I32_MAX, &stop_flags) < 0)
+        return NULL;
+    PyObject *entries = args[4], *topic_bytes = args[5], *table = args[6], *clock = args[7];
+    PyObject *cluster_b = args[8], *born_ip = args[9], *store_ip = args[11];
+    PyObject *stop_topic = args[15];
+    if (!PyList_Check(entries) || !PyDict_Check(topic_bytes) || !PyDict_Check(table) ||
+        !PyBytes_Check(cluster_b) || !PyBytes_Check(born_ip) || !PyBytes_Check(store_ip) ||
+        !PyUnicode_Check(stop_topic) || (clock != Py_None && !PyCallable_Check(clock)))
+        return PyErr_Format(PyExc_TypeError, "encode_singles: bad argument types");
+    fast_put fp = {.single = 1, .born_port = born_port, .store_port = store_port,
+                   .max_bp = max_bp};
+    fp.cluster = (const unsigned char *)PyBytes_AS_STRING(cluster_b);
+    fp.cluster_len = PyBytes_GET_SIZE(cluster_b);
+    fp.born_ip = (const unsigned char *)PyBytes_AS_STRING(born_ip);
+    fp.store_ip = (const unsigned char *)PyBytes_AS_STRING(store_ip);
+    int usable = PyBytes_GET_SIZE(born_ip) == 4 && PyBytes_GET_SIZE(store_ip) == 4 &&
+                 fast_put_cluster_ok(&fp); /* else the Python path (IPv6 hosts) */
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) return NULL;
+    if (limit > buf.len) limit = buf.len;
+    PyObject *rows = PyList_New(0), *waits = PyList_New(0), *error = NULL, *result = NULL;
+    /* The entry and its topic's bytes are held for the iteration: the clock is Python code,
+     * which could change the list or the dict they are borrowed from. */
+    PyObject *entry = NULL, *topic_b = NULL;
+    long long stamp = 0;
+    Py_ssize_t count = 0;
+    if (rows == NULL || waits == NULL) goto done;
+    batch_prop items[BATCH_PROPS_MAX];
+    for (Py_ssize_t e = 0; usable && e < PyList_GET_SIZE(entries); e++) {
+        Py_CLEAR(entry);
+        Py_CLEAR(topic_b);
+        entry = Py_NewRef(PyList_GET_ITEM(entries, e));
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 8) {
+            PyErr_SetString(PyExc_TypeError, "encode_singles: an entry is not an 8-tuple");
+            goto failed;
+        }
+        PyObject *topic = PyTuple_GET_ITEM(entry, 0), *queue_id = PyTuple_GET_ITEM(entry, 1);
+        PyObject *body = PyTuple_GET_ITEM(entry, 2), *props = PyTuple_GET_ITEM(entry, 3);
+        long long flag;
+        if (!PyUnicode_Check(topic)) {
+            PyErr_SetString(PyExc_TypeError, "encode_singles: the topic is not a str");
+            goto failed;
+        }
+        /* The stops first, in CommitLog's order: the topic's bytes, the sys flag, the topic. */
+        topic_b = PyDict_GetItemWithError(topic_bytes, topic);
+        if (topic_b == NULL) {
+            if (PyErr_Occurred()) goto failed;
+            break;
+        }
+        Py_INCREF(topic_b);
+        if (arg_int(PyTuple_GET_ITEM(entry, 5), "sys_flag", I32_MIN, I32_MAX, &fp.sys_flag) < 0)
+            goto failed;
+        if (fp.sys_flag & stop_flags) break;
+        int is_stop = PyUnicode_Compare(topic, stop_topic);
+        if (is_stop == -1 && PyErr_Occurred()) goto failed;
+        if (is_stop == 0) break;
+        if (!PyBytes_Check(body) || !PyUnicode_Check(props)) {
+            PyErr_SetString(PyExc_TypeError, "encode_singles: body bytes, properties str");
+            goto failed;
+        }
+        if (arg_int(queue_id, "queue_id", I32_MIN, I32_MAX, &fp.queue_id) < 0 ||
+            arg_int(PyTuple_GET_ITEM(entry, 4), "flag", I32_MIN, I32_MAX, &flag) < 0 ||
+            arg_int(PyTuple_GET_ITEM(entry, 6), "born_timestamp", LLONG_MIN, LLONG_MAX,
+                    &fp.born_ts) < 0 ||
+            arg_int(PyTuple_GET_ITEM(entry, 7), "reconsume_times", I32_MIN, I32_MAX,
+                    &fp.reconsume) < 0)
+            goto failed;
+        /* What encode_single leaves to Python (its None). */
+        if ((fp.sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || !PyUnicode_IS_ASCII(props) ||
+            PyUnicode_GET_LENGTH(props) > 65535 || !PyBytes_Check(topic_b))
+            break;
+        fp.topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
+        fp.topic_len = PyBytes_GET_SIZE(topic_b);
+        if (!fast_put_topic_ok(&fp)) break;
+        PyObject *key = PyTuple_Pack(2, topic, queue_id);
+        if (key == NULL) goto failed;
+        PyObject *known = PyDict_GetItemWithError(table, key); /* borrowed */
+        long long queue_offset = 0;
+        if (known != NULL) {
+            if (arg_int(known, "queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0) {
+                Py_DECREF(key);
+                goto failed;
+            }
+        } else if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto failed;
+        }
+        if (clock == Py_None) {
+            struct timespec ts;
+            if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
+                PyErr_SetFromErrno(PyExc_OSError);
+                Py_DECREF(key);
+                goto failed;
+            }
+            fp.store_ts = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        } else {
+            PyObject *now = PyObject_CallNoArgs(clock);
+            int bad = now == NULL ||
+                      arg_int(now, "store_timestamp", LLONG_MIN, LLONG_MAX, &fp.store_ts) < 0;
+            Py_XDECREF(now);
+            if (bad) {
+                Py_DECREF(key);
+                goto failed;
+            }
+        }
+        stored_names names;
+        long long size = -1;
+        if (pos <= limit && PyBytes_GET_SIZE(body) <= I32_MAX)
+            size = write_stored_record((unsigned char *)buf.buf + pos, limit - pos, &fp,
+                                       (const unsigned char *)PyBytes_AS_STRING(body),
+                                       PyBytes_GET_SIZE(body), (int32_t)flag,
+                                       PyUnicode_1BYTE_DATA(props), PyUnicode_GET_LENGTH(props),
+                                       queue_offset, file_from + pos, items, &names);
+        if (size < 0) {
+            Py_DECREF(key);
+            break; /* the Python path judges it; bytes past pos are junk */
+        }
+        /* Everything that can fail before the commit (the table's entry is the commit). */
+        PyObject *row = hint_row(file_from + pos, size, topic, &fp, queue_offset, &names, hint_type);
+        PyObject *wait = row == NULL ? NULL : item_value(names.wait);
+        PyObject *next = wait == NULL ? NULL : PyLong_FromLongLong(queue_offset + 1);
+        int ok = next != NULL && PyList_Append(rows, row) == 0;
+        if (ok && PyList_Append(waits, wait) < 0) {
+            ok = 0;
+            PyList_SetSlice(rows, count, count + 1, NULL);
+        }
+        if (ok && PyDict_SetItem(table, key, next) < 0) {
+            ok = 0;
+            PyList_SetSlice(rows, count, count + 1, NULL);
+            PyList_SetSlice(waits, count, count + 1, NULL);
+        }
+        Py_DECREF(key);
+        Py_XDECREF(row);
+        Py_XDECREF(wait);
+        Py_XDECREF(next);
+        if (!ok) {
+            /* Not committed: no whole record may lie past the write position (as _scrub). */
+            memset((unsigned char *)buf.buf + pos, 0, (size_t)size);
+            goto failed;
+        }
+        count++;
+        pos += size;
+        stamp = fp.store_ts;
+    }
+    goto finish;
+failed:
+    if (count == 0) goto done; /* nothing committed: raise */
+    {
+#if PY_VERSION_HEX >= 0x030C0000
+        error = PyErr_GetRaisedException();
+#else
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        PyErr_NormalizeException(&type, &value, &traceback);
+        if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
+        error = value;
+        Py_XDECREF(type);
+        Py_XDECREF(traceback);
+#endif
+        if (error == NULL) error = Py_NewRef(Py_None);
+    }
+finish:
+    result = Py_BuildValue("(LOOLO)", pos, rows, waits, stamp, error != NULL ? error : Py_None);
+done:
+    Py_XDECREF(entry);
+    Py_XDECREF(topic_b);
+    Py_XDECREF(rows);
+    Py_XDECREF(waits);
+    Py_XDECREF(error);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+
+/* --- populate_write ------------------------------------------------------------------------- */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* populate_write(buf, start, length): fault in the pages of buf[start:start+length] (a writable
+ * shared map) as writes would, without changing a byte, with the GIL released, so that the
+ * event loop's writes there find them mapped.  Returns 0, or madvise's errno (EINVAL: a kernel
+ * without MADV_POPULATE_WRITE). */
+static PyObject *py_populate_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "populate_write takes 3 arguments");
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t length = PyLong_AsSsize_t(args[2]);
+    if (length == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) return NULL;
+    if (start < 0 || length < 0 || start > view.len || length > view.len - start) {
+        PyBuffer_Release(&view);
+        return PyErr_Format(PyExc_ValueError, "populate_write: range outside the buffer");
+    }
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t from = (uintptr_t)view.buf + (uintptr_t)start;
+    uintptr_t to = from + (uintptr_t)length;
+    from -= from % page; /* a map starts on a page: rounding down stays inside it */
+    int rc = 0;
+    if (length > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        if (madvise((void *)from, to - from, MADV_POPULATE_WRITE) != 0) rc = errno;
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(rc);
+}
+
+/* --- sync worker ------------------------------------------------------------------------------ */
+
+/* A thread of its own for the group commit's fdatasync that never takes the GIL: the event loop
+ * hands it file descriptors (sync_worker_submit) and learns that the job ended from an eventfd
+ * (sync_worker_fileno, readable; sync_worker_collect).  A Python thread needed the GIL twice per
+ * sync (to start the call and to report it), and a busy loop held it for up to a millisecond
+ * each time.  One job at a time; the state is shared by the capsule and the thread and freed by
+ * whichever lets go last. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int *fds;       /* the job handed over and not yet taken (the worker's own duplicates of
+                     * the descriptors, -1 where none could be made); NULL: none */
+    Py_ssize_t nfds;
+    int fds_error;  /* errno of the first descriptor that could not be duplicated (0: none) */
+    int busy;       /* a job handed over and not yet finished */
+    int done;       /* a finished job not yet collected */
+    int result;     /* errno of the finished job (0: every fdatasync succeeded) */
+    int stop;
+    int efd;
+    int refs;       /* the capsule and the thread */
+} sync_state;
+
+static void sync_close_fds(int *fds, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (fds[i] >= 0) close(fds[i]);
+    }
+    free(fds);
+}
+
+static void sync_state_release(sync_state *st) {
+    pthread_mutex_lock(&st->mu);
+    int left = --st->refs;
+    pthread_mutex_unlock(&st->mu);
+    if (left == 0) {
+        close(st->efd);
+        if (st->fds != NULL) sync_close_fds(st->fds, st->nfds);
+        pthread_mutex_destroy(&st->mu);
+        pthread_cond_destroy(&st->cv);
+        free(st);
+    }
+}
+
+static void sync_state_signal(sync_state *st) {
+    uint64_t one = 1;
+    ssize_t w;
+    do {
+        w = write(st->efd, &one, sizeof one);
+    } while (w < 0 && errno == EINTR);
+}
+
+static void *sync_worker_main(void *arg) {
+    sync_state *st = (sync_state *)arg;
+    pthread_mutex_lock(&st->mu);
+    for (;;) {
+        while (st->fds == NULL && !st->stop) pthread_cond_wait(&st->cv, &st->mu);
+        if (st->fds == NULL) break; /* stopped with nothing to do */
+        int *fds = st->fds;
+        Py_ssize_t n = st->nfds;
+        int rc = st->fds_error;
+        st->fds = NULL;
+        pthread_mutex_unlock(&st->mu);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (fds[i] >= 0 && fdatasync(fds[i]) != 0 && rc == 0) rc = errno;
+        }
+        sync_close_fds(fds, n);
+        pthread_mutex_lock(&st->mu);
+        st->result = rc;
+        st->done = 1;
+        st->busy = 0;
+        sync_state_signal(st);
+    }
+    pthread_mutex_unlock(&st->mu);
+    sync_state_release(st);
+    return NULL;
+}
+
+static const char SYNC_CAPSULE[] = "pymq.sync_worker";
+
+static void sync_capsule_free(PyObject *capsule) {
+    sync_state *st = (sync_state *)PyCapsule_GetPointer(capsule, SYNC_CAPSULE);
+    if (st == NULL) return;
+    pthread_mutex_lock(&st->mu);
+    st->stop = 1;
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    sync_state_release(st);
+}
+
+static sync_state *sync_state_of(PyObject *capsule) {
+    return (sync_state *)PyCapsule_GetPointer(capsule, SYNC_CAPSULE);
+}
+
+/* sync_worker_new() -> capsule: the state and its thread, started. */
+static PyObject *py_sync_worker_new(PyObject *self, PyObject *unused) {
+    sync_state *st = calloc(1, sizeof *st);
+    if (st == NULL) return PyErr_NoMemory();
+    st->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (st->efd < 0) {
+        free(st);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    st->refs = 2;
+    PyObject *capsule = PyCapsule_New(st, SYNC_CAPSULE, NULL);
+    if (capsule == NULL) {
+        close(st->efd);
+        free(st);
+        return NULL;
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    int rc = pthread_create(&thread, &attr, sync_worker_main, st);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        Py_DECREF(capsule); /* no destructor yet: the state is ours alone */
+        close(st->efd);
+        pthread_mutex_destroy(&st->mu);
+        pthread_cond_destroy(&st->cv);
+        free(st);
+        errno = rc;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (PyCapsule_SetDestructor(capsule, sync_capsule_free) != 0) return NULL;
+    return capsule;
+}
+
+/* sync_worker_fileno(worker) -> int: the eventfd, readable once a job has ended. */
+static PyObject *py_sync_worker_fileno(PyObject *self, PyObject *capsule) {
+    sync_state *st = sync_state_of(capsule);
+    if (st == NULL) return NULL;
+    return PyLong_FromLong(st->efd);
+}
+
+/* sync_worker_submit(worker, fds): hand over one job, fdatasync of each file descriptor in
+ * order.  RuntimeError while a job is in hand or uncollected, or once stopped.  The worker
+ * syncs duplicates made here (F_DUPFD_CLOEXEC, closed by the worker after the job): a file
+ * closed after its job is handed over, and its number reused, is still the file synced, never
+ * the one that took the number.  A descriptor that cannot be duplicated (-1 for a closed file:
+ * EBADF) fails the job with that errno, reported as a failed fdatasync is. */
+static PyObject *py_sync_worker_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "sync_worker_submit takes 2 arguments");
+    sync_state *st = sync_state_of(args[0]);
+    if (st == NULL) return NULL;
+    PyObject *seq = PySequence_Fast(args[1], "sync_worker_submit: fds must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    int *fds = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (fds == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int overflow = 0;
+        long fd = PyLong_AsLongAndOverflow(PySequence_Fast_GET_ITEM(seq, i), &overflow);
+        if (fd == -1 && PyErr_Occurred()) {
+            free(fds);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        fds[i] = (overflow || fd < INT_MIN || fd > INT_MAX) ? -1 : (int)fd;
+    }
+    Py_DECREF(seq);
+    pthread_mutex_lock(&st->mu);
+    if (st->busy || st->done || st->stop) {
+        pthread_mutex_unlock(&st->mu);
+        free(fds);
+        return PyErr_Format(PyExc_RuntimeError, "sync worker: a job is in hand, or it stopped");
+    }
+    int fds_error = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int dup = fds[i] < 0 ? -1 : fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+        if (dup < 0 && fds_error == 0) fds_error = fds[i] < 0 ? EBADF : errno;
+        fds[i] = dup;
+    }
+    st->fds = fds;
+    st->nfds = n;
+    st->fds_error = fds_error;
+    st->busy = 1;
+    pthread_cond_signal(&st->cv);
+    pthread_mutex_unlock(&st->mu);
+    Py_RETURN_NONE;
+}
+
+/* sync_worker_collect(worker) -> int | None: the errno of the job that ended (0: synced), its
+ * report taken; None while none has ended since the last collect. */
+static PyObject *py_sync_worker_collect(PyObject *self, PyObject *capsule) {
+    sync_state *st = sync_state_of(capsule);
+    if (st == NULL) return NULL;
+    uint64_t count;
+    while (read(st->efd, &count, sizeof count) < 0 && errno == EINTR) {
+    }
+    pthread_mutex_lock(&st->mu);
+    int done = st->done, result = st->result;
+    st->done = 0;
+    pthread_mutex_unlock(&st->mu);
+    if (!done) Py_RETURN_NONE;
+    return PyLong_FromLong(result);
+}
+
+/* sync_worker_stop(worker): the thread ends once the job in hand (if any) has ended; the
+ * eventfd is made readable, so that a task waiting on it looks again. */
+static PyObject *py_sync_worker_stop(PyObject *self, PyObject *capsule) {
+    sync_state *st = sync_state_of(capsule);
+    if (st == NULL) return NULL;
+    pthread_mutex_lock(&st->mu);
+    st->stop = 1;
+    pthread_cond_signal(&st->cv);
+    sync_state_signal(st);
+    pthread_mutex_unlock(&st->mu);
+    Py_RETURN_NONE;
+}
+
+
+static PyMethodDef methods[] = {
+    {"sync_worker_new", py_sync_worker_new, METH_NOARGS,
+     "sync_worker_new(): a thread for fdatasync that never takes the GIL (a capsule)."},
+    {"sync_worker_fileno", py_sync_worker_fileno, METH_O,
+     "sync_worker_fileno(worker): its eventfd, readable once a job has ended."},
+    {"sync_worker_submit", (PyCFunction)(void (*)(void))py_sync_worker_submit, METH_FASTCALL,
+     "sync_worker_submit(worker, fds): fdatasync each of fds in order, in the thread."},
+    {"sync_worker_collect", py_sync_worker_collect, METH_O,
+     "sync_worker_collect(worker): the errno of the job that ended (0: ok), or None."},
+    {"sync_worker_stop", py_sync_worker_stop, METH_O,
+     "sync_worker_stop(worker): end the thread after the job in hand."},
+    {"populate_write", (PyCFunction)(void (*)(void))py_populate_write, METH_FASTCALL,
+     "populate_write(buf, start, length): fault in a writable map's pages as writes would,"
+     " with the GIL released; 0 or madvise's errno."},
+    {"encode_batch", (PyCFunction)(void (*)(void))py_encode_batch, METH_FASTCALL,
+     "encode_batch(buf, pos, limit, data, first_queue_offset, file_from_offset, topic_b,"
+     " cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_port,"
+     " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties[,"
+     " hint_type]): a"
+     " SEND_BATCH_MESSAGE body's records written as the Python path writes them; (end, rows,"
+     " wait) or None."},
+    {"encode_single", (PyCFunction)(void (*)(void))py_encode_single, METH_FASTCALL,
+     "encode_single(buf, pos, limit, body, properties, flag, queue_offset, file_from_offset,"
+     " topic_b, cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_port,"
+     " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties[,"
+     " hint_type]): a single"
+     " send's record as the Python path writes it; (size, row, wait) or None."},
+    {"encode_singles", (PyCFunction)(void (*)(void))py_encode_singles, METH_FASTCALL,
+     "encode_singles(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table,"
+     " clock, cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties,"
+     " stop_flags, stop_topic, hint_type): encode_single of each entry in turn; (end, rows,"
+     " waits, stamp, error)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "pymq.store._commitlogc", "pymq.store._commitlogc: the commit log's puts (encode_batch, encode_single(s)), page population and the fdatasync thread.", -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__commitlogc(void) {
+    if (pymq_native_init() < 0) return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,59 @@
+"""Stub of the C module pymq.store._dispatchc (pymq/store/_dispatchc.c): the reput's dispatch
+(consume queues, index) and record checks.
+
+Picked once, at import, by :func:`pymq.common.native.load_native`.  When this module is not
+built or PYMQ_PURE_PYTHON is set, a function's Python twin (same signature; checked against it
+in tests/unit/test_twins.py) runs instead, or, for a function without one yet, the Python
+module's own general path.
+"""
+
+from typing import Any
+
+from typing_extensions import Buffer
+
+def index_put(
+    buf: Any,
+    slot_num: Any,
+    index_num: Any,
+    entries_at: Any,
+    count: Any,
+    slot_count: Any,
+    begin_timestamp: Any,
+    prefix_hash: Any,
+    keys: Any,
+    phy_offset: Any,
+    store_timestamp: Any,
+    /,
+) -> Any:
+    """Index keys into one index file."""
+
+def dispatch_hinted(
+    hints: Any,
+    log: Any,
+    pos: Any,
+    end: Any,
+    offset: Any,
+    limit: Any,
+    queues: Any,
+    listener: Any,
+    index: Any,
+    /,
+) -> Any:
+    """A run of hinted records dispatched to their consume queues and the index; (done, pos,
+    offset, last_store_timestamp, exception or None)."""
+
+def record_is(data: Buffer, size: int, /) -> bool:
+    """Whether data is size bytes beginning as a message record of that size (TOTALSIZE, magic
+    code)."""
+
+def record_hints(
+    buf: Any,
+    pos: Any,
+    end: Any,
+    file_from_offset: Any,
+    max_rows: Any,
+    skip_topic: Any,
+    hint_type: Any,
+    /,
+) -> Any:
+    """The dispatch hints of the records at buf[pos:end], read back; (rows, stop)."""

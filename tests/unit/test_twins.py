@@ -1,0 +1,219 @@
+"""Each C module against its Python twins: the same answer (or the same exception type) on the
+same inputs, ordinary and hostile (truncated, corrupted, random bytes), one parametrised test
+per module; and every C module has a stub naming exactly its functions.  Skipped under
+PYMQ_PURE_PYTHON=1, where the twins alone are in use (and the rest of the suite runs on them)."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from pymq.broker.processors import send
+from pymq.common import batch, clock, message_ext, message_id, record
+from pymq.common.batch import BatchItem, encode_batch_body
+from pymq.common.message_ext import MessageExt
+from pymq.common.native import load_native, pure_python_requested
+from pymq.common.record import RecordError, encode_record
+from pymq.remoting import codec
+from pymq.store import get_message
+from tests.helpers import C_MODULES
+
+pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
+
+Case = tuple[str, Callable[..., Any], Callable[..., Any], tuple[Any, ...]]
+
+
+def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
+    """What ``fn(*args)`` gives: its value (mutable arguments included, as the C functions
+    write into them), or the exception's type."""
+    copies = tuple(bytearray(a) if isinstance(a, bytearray) else a for a in args)
+    copies = tuple(list(a) if isinstance(a, list) else a for a in copies)
+    try:
+        value = fn(*copies)
+    except (ValueError, TypeError, OverflowError, RecordError, UnicodeError, IndexError) as exc:
+        return "raises", type(exc).__mro__[1] if type(exc) is RecordError else type(exc)
+    written = [a for a in copies if isinstance(a, (bytearray, list))]
+    return "ok", (value, written)
+
+
+def _messages() -> list[MessageExt]:
+    return [
+        MessageExt(topic="T", body=b"hello", properties={"KEYS": "k1 k2", "TAGS": "a"}),
+        MessageExt(topic="\u00e9t\u00e9", body=b"", properties={}, queue_id=7, flag=-1),
+        MessageExt(
+            topic="T6",
+            body=bytes(range(256)) * 3,
+            born_host=("::1", 10911),
+            store_host=("fe80::2", 1),
+            queue_offset=2**62,
+            reconsume_times=3,
+        ),
+    ]
+
+
+def _hostile(data: bytes, seed: int) -> Iterator[bytes]:
+    """``data``, every truncation at a few points, and random byte flips and random bytes."""
+    rnd = random.Random(seed)
+    yield data
+    for cut in sorted({0, 1, 4, 8, len(data) // 2, len(data) - 1}):
+        yield data[: max(cut, 0)]
+    for _ in range(12):
+        flipped = bytearray(data)
+        if flipped:
+            flipped[rnd.randrange(len(flipped))] = rnd.randrange(256)
+        yield bytes(flipped)
+    yield bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 200)))
+
+
+def _recordc_cases(c: Any) -> Iterator[Case]:
+    for data in (b"", b"a", bytes(range(256)) * 40, b"\xff" * 1001):
+        for seed in (0, 1, 0xFFFFFFFF):
+            yield "crc32", c.crc32, zlib.crc32, (data, seed)
+    for props in ({}, {"a": "b"}, {"\u00e9": "\U0001f600", "K": ""}, {"a": 1}):
+        yield "properties_bytes", c.properties_bytes, message_ext._properties_bytes_py, (props,)
+    for text in ("", "a\x01b", "a\x01b\x02c\x01d\x02", "\x01x\x02y\x01\x02a\x01b\x02a\x01c"):
+        yield "decode_properties", c.decode_properties, message_ext._decode_properties_py, (text,)
+    for s in ("", "a", "TopicTest", "\u00e9\U0001f600" * 50, "\ud800x"):
+        yield "java_hash", c.java_hash, message_ext._java_string_hash_py, (s,)
+        for prefix in (0, -1, 2**31 - 1):
+            yield (
+                "java_hash_after",
+                c.java_hash_after,
+                message_ext._java_string_hash_after_py,
+                (
+                    prefix,
+                    s,
+                ),
+            )
+    for prefix, offset in (("0A0B", 0), ("", 2**63 - 1), ("X", 255), ("P", -1), ("P", 2**64)):
+        yield "offset_msg_id", c.offset_msg_id, message_id._offset_msg_id_py, (prefix, offset)
+    rows = [(0,), (16, "x"), (2**40,)]
+    yield "offset_msg_ids", c.offset_msg_ids, message_id._offset_msg_ids_py, ("AB", rows)
+    yield "offset_msg_ids", c.offset_msg_ids, message_id._offset_msg_ids_py, ("AB", [])
+    records = [encode_record(m) for m in _messages()]
+    for m in _messages():
+        topic, props = m.topic.encode(), message_ext.properties_bytes(m.properties)
+        ips = (record.pack_ip(m.born_host[0]), record.pack_ip(m.store_host[0]))
+        size = record.record_length(record.host_flags(*ips), len(m.body), len(topic), len(props))
+        for room in (size, size + 3):
+            args = (bytearray(room), room - size, m.body, topic, props, m.queue_id, m.flag)
+            args += (m.queue_offset, 99, record.host_flags(*ips), 1, ips[0], 2, 3, ips[1], 4)
+            args += (m.reconsume_times, 0)
+            yield "encode_into", c.encode_into, record._encode_record_into_py, args
+    joined = b"".join(records)
+    for data in _hostile(joined, 1):
+        yield "decode_plain", c.decode_plain, record._decode_plain_py, (data, 0, True, MessageExt)
+        for crc in (True, False):
+            args = (data, 0, len(data), crc, 1000, lambda *a: a[1] % 2 == 0, [])
+            yield "scan", c.scan, record._scan_plain, args
+    body = encode_batch_body([BatchItem(b"x" * 40, 0, {"a": "b"}), BatchItem(b"", 7, {})])
+    for data in _hostile(body, 2):
+        args = (data, BatchItem, RecordError)
+        yield "decode_batch", c.decode_batch, lambda d, *_: batch._decode_batch_body_py(d), args
+    yield "now_ms", lambda: c.now_ms() // 10_000, lambda: clock._now_ms_py() // 10_000, ()
+
+
+def _codecc_cases(c: Any) -> Iterator[Case]:
+    frame = codec.busy_json_answer(5, codec.busy_json_tail("x"))
+    frames = frame * 3 + b"\x00\x00\x00\x02ab" + b"\x7f\xff\xff\xff"
+    for data in _hostile(frames, 3):
+        for limit in (16, 1 << 20):
+            yield "frame_bounds", c.frame_bounds, codec._walk_frames, (data, limit)
+    request = codec.encode(codec.RemotingCommand(code=10, opaque=9, remark="r"))
+    run = request * 3
+    bounds = [0, len(request), len(request), 2 * len(request), 2 * len(request), len(run)]
+    tails = {10: codec.busy_json_tail("busy"), 11: None}
+    for data in _hostile(run, 4):
+        args = (data, bounds, 0, 3, codec.BUSY_JSON_HEAD_PREFIX, tails, {})
+        yield "busy_answers", c.busy_answers, codec.busy_answers_py, args
+
+
+def _dispatchc_cases(c: Any) -> Iterator[Case]:
+    data = encode_record(_messages()[0])
+    for blob in _hostile(data, 5):
+        for size in (len(data), len(blob), 0, -1):
+            yield "record_is", c.record_is, get_message._record_is_py, (blob, size)
+
+
+def _sendc_cases(c: Any) -> Iterator[Case]:
+    twin = send.send_answer_frame_py
+    for opaque, queue_id, offset, version in (
+        (0, 0, 0, 0),
+        (2**31 - 1, -(2**31), 2**63 - 1, 401),
+        (-(2**31), 7, -(2**63), -1),
+        (2**31, 0, 0, 401),
+        (0, 0, 2**63, 401),
+        (0, "1", 0, 401),
+    ):
+        for msg_id in ("0A0B", "A" * 32 + "," + "B" * 32, "", "\u00e9", 5):
+            for region, trace in ((b'"DefaultRegion"', True), (b'"\\u00e9"', False), ("r", 0)):
+                args = (opaque, msg_id, queue_id, offset, region, trace, version)
+                yield "send_answer_frame", c.send_answer_frame, twin, args
+    args = (1, "x" * 0xFFFFFF, 0, 0, b'"r"', True, 401)
+    yield "send_answer_frame", c.send_answer_frame, twin, args
+
+
+CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
+    "pymq.broker._sendc": _sendc_cases,
+    "pymq.common._recordc": _recordc_cases,
+    "pymq.remoting._codecc": _codecc_cases,
+    "pymq.store._dispatchc": _dispatchc_cases,
+}
+
+
+@pytest.mark.parametrize("module", sorted(CASES))
+def test_c_module_agrees_with_its_python_twins(module: str) -> None:
+    c = load_native(module)
+    assert c is not None, f"{module} was not built"
+    seen = set()
+    for name, c_fn, py_fn, args in CASES[module](c):
+        seen.add(name)
+        assert _outcome(c_fn, args) == _outcome(py_fn, args), (name, args)
+    assert seen, module
+
+
+@pytest.mark.parametrize("module", C_MODULES)
+def test_c_module_has_a_stub_naming_its_functions(module: str) -> None:
+    c = importlib.import_module(module)
+    stub = pathlib.Path(c.__file__).parent / (module.rsplit(".", 1)[1] + ".pyi")
+    tree = ast.parse(stub.read_text())
+    stubbed = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert stubbed == {k for k in vars(c) if not k.startswith("__")}
+
+
+def test_a_groups_broker_process_dies_with_its_parent() -> None:
+    """pymq._groupsc.die_with_parent, as groups.py arms each broker child: a process started
+    with it gets SIGTERM when its parent exits (its twin arms nothing: it would sleep on)."""
+    script = (
+        "import subprocess, sys\n"
+        "from pymq import groups\n"
+        "child = subprocess.Popen(['sleep', '30'], preexec_fn=groups._die_with_parent)\n"
+        "print(child.pid, flush=True)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True)
+    pid = int(out.stdout)
+    deadline = time.monotonic() + 10
+    try:
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        pytest.fail("the orphan outlived its parent")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

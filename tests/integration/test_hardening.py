@@ -164,6 +164,7 @@ async def test_sends_java_refuses_are_refused_and_take_no_offset(cluster) -> Non
         assert last.code == ResponseCode.SUCCESS
         assert last.ext_fields["queueOffset"] == "1"  # no refusal took an offset
     store = cluster.broker.store
+    await store.reput.do_reput()  # a new queue's first entry waits for its file (a thread)
     assert store.get_max_offset_in_queue("Hardened", 0) == 2
 
 

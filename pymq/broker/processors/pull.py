@@ -29,6 +29,7 @@ and that is how consumers keep consuming from a slave while their master is down
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import trio
@@ -85,6 +86,10 @@ def suggest_broker_id(
     return group_config.broker_id
 
 
+Filters = tuple[frozenset[int] | None, RecordFilter | None]
+"""A pull's tag-code filter and record filter (see PullProcessor.pull_message's select)."""
+
+
 class PullProcessor:
     """PULL_MESSAGE in its steps: access checks, the subscription, the offset commit, the get
     (held while the queue has nothing new), the response."""
@@ -98,26 +103,38 @@ class PullProcessor:
         if isinstance(checked, RemotingCommand):
             return checked
         group_config = checked
-        selected = await self._subscription(req, head, group_config)
-        if isinstance(selected, RemotingCommand):
-            return selected
-        subscription, filter_data = selected
-        topic = head.topic
-        tag_filter = None
-        if subscription.is_tag_type and not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            tag_filter = subscription.tag_filter()
-        bc = self.ctx.broker_config
-        records = await record_filter(
-            topic,
-            head.consumer_group,
-            filter_data,
-            self.ctx.consumer_filter_manager,
-            bc.filter_support_retry,
-        )
+
+        async def select() -> Filters | RemotingCommand:
+            """The subscription and its filters as they are now: a held pull looks again
+            with the group's current ones when it wakes, as Java's wake-up runs the whole
+            request again (a consumer that narrowed its SQL92 filter meanwhile must not be
+            served by the one it had when the pull was held)."""
+            selected = await self._subscription(req, head, group_config)
+            if isinstance(selected, RemotingCommand):
+                return selected
+            subscription, filter_data = selected
+            tag_filter = None
+            if subscription.is_tag_type and not head.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tag_filter = subscription.tag_filter()
+            records = await record_filter(
+                head.topic,
+                head.consumer_group,
+                filter_data,
+                self.ctx.consumer_filter_manager,
+                self.ctx.broker_config.filter_support_retry,
+            )
+            return tag_filter, records
+
+        filters = await select()
+        if isinstance(filters, RemotingCommand):
+            return filters
         is_slave = self.ctx.store.config.broker_role is BrokerRole.SLAVE
         if head.sys_flag & FLAG_COMMIT_OFFSET and not is_slave:
             self._commit_offset(channel, head)
-        result, code = await self._get_message(head, tag_filter, records)
+        got = await self._get_message(head, filters, select)
+        if isinstance(got, RemotingCommand):
+            return got
+        result, code = got
         return self._response(req, head, group_config, result, code)
 
     # -- the steps ----------------------------------------------------------------------------
@@ -278,11 +295,13 @@ class PullProcessor:
     async def _get_message(
         self,
         head: PullMessageRequestHeader,
-        tag_filter: frozenset[int] | None,
-        records: RecordFilter | None,
-    ) -> tuple[GetMessageResult, int]:
+        filters: Filters,
+        select: Callable[[], Awaitable[Filters | RemotingCommand]],
+    ) -> tuple[GetMessageResult, int] | RemotingCommand:
         """The store's answer and its response code.  With sysFlag bit 2 a pull that finds
-        nothing new is held until a message arrives in the queue or the suspend time runs out."""
+        nothing new is held until a message arrives in the queue or the suspend time runs out;
+        each look after a wake-up takes the filters ``select`` gives then (or its refusal)."""
+        tag_filter, records = filters
         ctx = self.ctx
         group, topic, queue_id = head.consumer_group, head.topic, head.queue_id
         offset, max_nums = head.queue_offset, head.max_msg_nums
@@ -304,6 +323,10 @@ class PullProcessor:
             finally:  # not woken by an arrival: the queue is no longer awaited by this pull
                 ctx.pull_hold.release(topic, queue_id, event)
             # Woken by an arrival, or one last look at the timeout as Java's wake-up does.
+            now = await select()
+            if isinstance(now, RemotingCommand):
+                return now
+            tag_filter, records = now
             result = store.get_message(
                 group, topic, queue_id, offset, max_nums, tag_filter, records
             )

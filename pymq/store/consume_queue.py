@@ -208,7 +208,7 @@ class ConsumeQueue:
         first file, or the next past a full one), else None: the reput service creates it in
         a worker thread (:meth:`ConsumeQueueTable.prepare_file`) before it dispatches the
         entry, so that a new queue's first entry does not create a file on the event loop."""
-        if phy_offset + size <= self.max_physic_offset:
+        if not self.needs(phy_offset, size):
             return None
         expect = cq_offset * CQ_STORE_UNIT_SIZE
         start = self.queue.next_file_start(expect)

@@ -218,7 +218,13 @@ def split_by_partition(
         return
     order = pc.sort_indices(keys, sort_keys=[(c, "ascending") for c in columns])  # stable
     keys, data = keys.take(order), data.take(order)
-    groups = keys.group_by(list(columns), use_threads=False).aggregate([([], "count_all")])
+    # group_by gives its groups in hash order, not in the order the rows were sorted in:
+    # sorted the same way, each group's count is the length of its run of sorted rows.
+    groups = (
+        keys.group_by(list(columns), use_threads=False)
+        .aggregate([([], "count_all")])
+        .sort_by([(c, "ascending") for c in columns])
+    )
     start = 0
     for row in groups.to_pylist():
         count = row["count_all"]

@@ -225,3 +225,32 @@ def test_commit_modes_and_a_failed_run(odd_store, tmp_path, monkeypatch):
             write_parquet(LocalContext(), plan_store(failing).segments, failing, out, mode)
         assert {name: pathlib.Path(out, name).read_bytes() for name in dataset(out)} == contents
     assert not [n for n in os.listdir(out) if n.startswith(STAGING_PREFIX)]
+
+
+def test_split_by_partition_puts_each_row_under_its_own_values() -> None:
+    """Arrow's group_by lists groups in hash order, not sorted order: the rows of each group
+    must still be the ones with its values (the slices once followed group_by's order, and
+    rows went into another topic's or queue's directory, as this data showed)."""
+    from pymq.export.arrow_writer import split_by_partition
+
+    day = datetime.date(2026, 11, 29)
+    topics = ["Audit", "Orders", "Orders", "Audit", "Zeta", "Audit", "Orders", "Audit"] * 25
+    queues = [1, 0, 2, 3, 0, 1, 0, 3] * 25
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "topic": topics,
+            "queue_id": pa.array(queues, pa.int32()),
+            "store_timestamp": pa.array(
+                [datetime.datetime(2026, 11, 29, 0, 39)] * len(topics), pa.timestamp("ms")
+            ),
+            "row": list(range(len(topics))),
+        }
+    )
+    seen = []
+    for values, rows in split_by_partition(batch, ("topic", "date", "queue_id")):
+        topic, date, queue_id = values
+        assert date == day
+        for i in rows.column("row").to_pylist():
+            assert (topics[i], queues[i]) == (topic, queue_id), (values, i)
+            seen.append(i)
+    assert sorted(seen) == list(range(len(topics)))  # every row once

@@ -19,6 +19,7 @@ from pymq.common.message_ext import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     MessageExt,
+    moved_to,
 )
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store.message_store import DefaultMessageStore
@@ -116,15 +117,4 @@ class ScheduleMessageService(JsonConfigManager):
         props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
         topic = props.get(PROPERTY_REAL_TOPIC, msg.topic)
         queue_id = int(props.get(PROPERTY_REAL_QUEUE_ID, "0") or 0)
-        return MessageExt(
-            topic=topic,
-            body=msg.body,
-            flag=msg.flag,
-            properties=props,
-            queue_id=queue_id,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            store_host=msg.store_host,
-            reconsume_times=msg.reconsume_times,
-        )
+        return moved_to(msg, topic, queue_id, props)

@@ -31,6 +31,7 @@ from pymq.common.message_ext import (
     PROPERTY_TIMER_OUT_MS,
     PROPERTY_TIMER_ROLL_TIMES,
     MessageExt,
+    moved_to,
 )
 from pymq.common.topic import TIMER_TOPIC
 from pymq.store.message_store import DefaultMessageStore
@@ -228,15 +229,4 @@ class TimerMessageService:
         queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID, "0") or 0)
         props[PROPERTY_TIMER_ENQUEUE_MS] = str(msg.store_timestamp)
         props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
-        return MessageExt(
-            topic=topic,
-            body=msg.body,
-            flag=msg.flag,
-            properties=props,
-            queue_id=queue_id,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            store_host=msg.store_host,
-            reconsume_times=msg.reconsume_times,
-        )
+        return moved_to(msg, topic, queue_id, props)

@@ -325,3 +325,20 @@ def _hashmap_order(keys: tuple[str, ...]) -> tuple[str, ...]:
 
     # sorted() is stable: keys of one bucket keep their insertion order.
     return tuple(sorted(keys, key=bucket))
+
+
+def moved_to(msg: MessageExt, topic: str, queue_id: int, properties: dict[str, str]) -> MessageExt:
+    """A kept message (delayed, or a timer) as it is put to its real topic and queue: the
+    producer's fields, the given properties, nothing of where it was stored before."""
+    return MessageExt(
+        topic=topic,
+        body=msg.body,
+        flag=msg.flag,
+        properties=properties,
+        queue_id=queue_id,
+        sys_flag=msg.sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+        store_host=msg.store_host,
+        reconsume_times=msg.reconsume_times,
+    )

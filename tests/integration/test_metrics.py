@@ -228,9 +228,83 @@ async def test_reset_scrapers_and_a_failing_collector_close_one_connection_only(
         def broken() -> list:
             raise RuntimeError("a collector bug")
 
-        server.collector.collect = broken  # type: ignore[method-assign]
+        server.collector.passes = broken  # type: ignore[method-assign]
         status, _ = await http(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 500
         status, _ = await http(port, b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 404  # still serving
         nursery.cancel_scope.cancel()
+
+
+async def test_a_scrape_reads_the_broker_in_slices_and_survives_changes_between_them(
+    tmp_path, monkeypatch
+) -> None:
+    """#37: one scrape read 3,000 topics in one 58 ms step of the event loop.  Now it gives the
+    loop back every SLICE topics (or groups, or stats rows); the tables may change meanwhile."""
+    from pymq.broker import metrics as m
+    from pymq.common.topic import TopicConfig
+
+    monkeypatch.setattr(m, "SLICE", 3)
+    props = dict(TEST_PROPERTIES)
+    props.update(
+        metricsExporterType="PROM",
+        metricsPromExporterHost="127.0.0.1",
+        metricsPromExporterPort="0",
+    )
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1", properties=props
+    ) as cluster:
+        broker = cluster.broker
+        server = broker.metrics
+        assert server is not None
+        names = [f"Sliced{i}" for i in range(12)]
+        for name in names:
+            await broker.topic_config_manager.update(TopicConfig(name, 2, 2))
+            broker.consumer_offset_manager.commit_offset("c", "g", name, 0, 0)
+        collector = server.collector
+        items = list(collector.passes())
+        pauses = sum(1 for item in items if isinstance(item, m._Pause))
+        # Topics (12 of ours and the system ones) and the 12 offset rows: four pauses or more.
+        assert pauses >= 8, pauses
+        plain = [item for item in items if not isinstance(item, m._Pause)]
+        assert [f.name for f in plain] == [f.name for f in collector.collect()]
+
+        # Tables changed at every pause: topics and offset rows deleted, new ones added.
+        walk = collector.passes()
+        changed = 0
+        for item in walk:
+            if isinstance(item, m._Pause) and changed < len(names):
+                await broker.topic_config_manager.delete(names[changed])
+                broker.consumer_offset_manager.remove_topic(names[changed])
+                await broker.topic_config_manager.update(TopicConfig(f"New{changed}", 1, 1))
+                changed += 1
+        assert changed >= 8
+
+        # render_async yields at each pause: a task that counts its turns runs meanwhile.
+        turns = 0
+        read_at: list[int] = []
+
+        async def count_turns() -> None:
+            nonlocal turns
+            while True:
+                await trio.lowlevel.checkpoint()
+                turns += 1
+
+        class Snapshot(m._Snapshot):
+            def __init__(self, metrics: list) -> None:
+                read_at.append(turns)  # on the loop, once the state is read
+                super().__init__(metrics)
+
+        monkeypatch.setattr(m, "_Snapshot", Snapshot)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(count_turns)
+            await trio.lowlevel.checkpoint()
+            before = turns
+            text = await server.render_async()
+            nursery.cancel_scope.cancel()
+        pauses_now = sum(1 for item in collector.passes() if isinstance(item, m._Pause))
+        assert read_at[0] - before >= pauses_now, (read_at, before, pauses_now)
+        assert (
+            b'rocketmq_producer_offset{broker="broker-a",cluster="DefaultCluster",topic="New0"}'
+            in text
+        )

@@ -44,6 +44,7 @@ from pymq.remoting.connection import (
     Call,
     Connection,
     ResponseCallback,
+    Run,
 )
 from pymq.remoting.errors import (
     ProtocolError,
@@ -188,15 +189,21 @@ def raw_send_answer(channel: Channel, buf: bytes, start: int, end: int) -> bytes
     return RAW_ANSWER_LATER
 
 
-def raw_socket(stream: trio.abc.Stream) -> socket.socket | None:
-    """The stdlib socket under a Trio stream, for writes and reads that must not wait (a
-    non-blocking ``send`` of answers, a read-ahead): None when the stream has none.
-
-    It reads Trio's private ``_sock``: the one place pymq does, checked by
-    ``tests/unit/test_channel_raw_socket.py`` so that a Trio release that changes it fails
-    loudly instead of silently losing the direct path."""
-    raw = getattr(getattr(stream, "socket", None), "_sock", None)
-    return raw if isinstance(raw, socket.socket) else None
+def own_socket(stream: trio.abc.Stream) -> tuple[trio.abc.Stream, socket.socket | None]:
+    """``stream`` re-made around a stdlib socket the caller then holds, for the writes and
+    reads that must not wait (a non-blocking ``send`` of answers, a read-ahead), through public
+    Trio only: a plain socket stream's socket is detached from its Trio wrapper and wrapped
+    again with ``trio.socket.from_stdlib_socket``, keeping the stdlib object.  ``stream`` must
+    not be used afterwards.  Any other stream (TLS) is returned as it is, with no socket."""
+    if not isinstance(stream, trio.SocketStream):
+        return stream, None
+    wrapped = stream.socket
+    raw = socket.socket(wrapped.family, wrapped.type, wrapped.proto, fileno=wrapped.detach())
+    try:
+        return trio.SocketStream(trio.socket.from_stdlib_socket(raw)), raw
+    except BaseException:
+        raw.close()
+        raise
 
 
 def _enable_timestamps(stream: trio.abc.Stream) -> bool:
@@ -371,8 +378,6 @@ class Channel:
         self._writer_wake = trio.Event()
         self._writer_busy = False
         self._batching = False  # the reader is serving a received batch: flush once at its end
-        # The non-blocking stdlib socket under trio's, for those direct writes (None: writer only).
-        self._raw = raw_socket(stream)
         self._cancel_scope = trio.CancelScope()
         self._finished = trio.Event()
         # The plain-socket reader's deadlines (see _reader_raw and _watch_deadlines).
@@ -380,6 +385,10 @@ class Channel:
         self._read_scope = trio.CancelScope()
         self._read_waiting = False
         self._expired = False
+        # Last, when nothing else can fail: the non-blocking stdlib socket under a plain
+        # stream, for direct writes and the read-ahead (None: a TLS stream, served by the
+        # writer task and Trio's receive only).
+        self.stream, self._raw = own_socket(stream)
 
     def __repr__(self) -> str:
         return f"<Channel {self.remote_address}{' closed' if self.closed else ''}>"
@@ -693,12 +702,10 @@ class Channel:
         self.state.receive(data, self._stamp(admission, ancillary), now)
         return True
 
-    async def _serve_inbox(self, nursery: trio.Nursery) -> bool:  # noqa: C901
-        """Serve the queued frames, oldest first, decoding each as its turn comes; False when
-        the connection must close.  Raises ProtocolError for a frame that does not decode
-        (those before it are served)."""
-        inline = self.inline_handler
-        admission = self.admission
+    async def _serve_inbox(self, nursery: trio.Nursery) -> bool:
+        """Serve the queued frames, oldest first, in runs of up to SERVE_BATCH, decoding each
+        as its turn comes; False when the connection must close.  Raises ProtocolError for a
+        frame that does not decode (those before it are served)."""
         state = self.state
         first = True
         served = False  # the last run served (decoded) something
@@ -715,111 +722,150 @@ class Channel:
                     return False
                 if behind and not self._read_ahead():
                     return False
-            hooks = self.run_hooks
-            if hooks is not None:
-                hooks[0]()
-            try:
-                run = state.next_run(SERVE_BATCH)
-                assert run is not None
-                buf, bounds, received = run.buf, run.bounds, run.received
-                shed = None
-                if admission is not None:  # fast failure: one check per run, not per request
-                    # The first run starts as the read ends; later ones read the clock again.
-                    waited = (self._read_at if first else admission.clock()) - received
-                    self.backlog, self.backlog_since = run.total - run.first, received
-                    limit = admission.min_wait
-                    if waited > limit or received <= admission.busy_mark:
-                        shed = _Shedding(admission, received, waited, run.total)
-                    # Falling behind: read ahead between runs, so that the backlog waits in the
-                    # inbox, where its age is known, rather than in the peer's socket buffer,
-                    # where it is not.  Not before: a read per run costs a fifth of a send's time.
-                    behind = waited > limit * READ_AHEAD_FROM
-                first = False
-                self._batching = True
-                try:
-                    first_served = run.first
-                    if shed is not None:
-                        first_served = shed.refuse_run(buf, bounds, run.first, run.stop, self._out)
-                    served = first_served < run.stop
-                    # The run's frames are decoded together, while the read's bytes are still in
-                    # the CPU's caches (serving each in between evicted them: decoding frame by
-                    # frame cost a tenth of a send).  A frame that does not decode ends the
-                    # connection after the ones before it are served.
-                    cmds: list[RemotingCommand] = []
-                    broken = None
-                    raw = self.raw_handler
-                    raw_run = self.raw_run_handler
-                    next_frame = first_served
-                    left = -1  # the frame the run handler left: not offered to raw again
-                    if raw_run is not None and shed is None:
-                        try:
-                            joined, left = raw_run(self, buf, bounds, first_served, run.stop)
-                            if not first_served <= left <= run.stop:
-                                raise ValueError(f"stopped at frame {left} of {run.stop}")
-                            next_frame = left
-                        except Exception:  # a bug there: the frames are served one by one
-                            log.exception("raw run handler failed; frames served one by one")
-                            joined, left = b"", -1
-                        if joined and not self.closed:
-                            self._out.append(joined)
-                    try:
-                        for i in range(next_frame, run.stop):
-                            start, end = bounds[2 * i], bounds[2 * i + 1]
-                            # refuse_run has judged the frame it stopped at: serve it.
-                            if (
-                                shed is None
-                                or i == first_served
-                                or not shed.refuse(buf, start, end, i, self._out)
-                            ):
-                                # Raw answers only while no earlier frame of the run waits to
-                                # be served: the answers keep the requests' order.
-                                if raw is not None and not cmds and i != left:
-                                    try:
-                                        answer = raw(self, buf, start, end)
-                                    except Exception:  # a bug there: the usual path serves it
-                                        log.exception("raw handler failed; frame decoded instead")
-                                        answer = None
-                                    if answer is not None:
-                                        # as answer() drops it when closed; b"": later
-                                        if answer and not self.closed:
-                                            self._out.append(answer)
-                                        continue
-                                cmds.append(decode_frame_at(buf, start, end))
-                    except ProtocolError as exc:
-                        broken = exc
-                    for cmd in cmds:
-                        if cmd.flag & RPC_TYPE_RESPONSE:
-                            self._on_response(cmd)
-                        elif cmd.header_error is not None:
-                            self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
-                        elif inline is None or not self._serve_inline(inline, cmd):
-                            if not state.start_task():
-                                self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
-                                continue
-                            if admission is not None:
-                                self.waiting_tasks[id(cmd)] = (cmd.code, received)
-                            nursery.start_soon(self._serve, cmd, received)
-                finally:
-                    self._batching = False
-                    if shed is not None:
-                        shed.report()
-                if self._out and (
-                    served or broken or not state.has_input or self._out.size >= FLUSH_BYTES
-                ):
-                    # The answers of a run served in one write, so that a pipelining client keeps
-                    # its window moving; the refusals of runs refused whole gather until there are
-                    # many or the input ends (a write per 32 refusals made the writes a tenth of an
-                    # overloaded broker's time).
-                    self._flush_direct()
-                if broken is not None:
-                    raise broken
-            finally:
-                if hooks is not None:
-                    hooks[1]()
+            run = state.next_run(SERVE_BATCH)
+            assert run is not None
+            shed, behind = self._judge(run, first)
+            first = False
+            served = self._serve_run(run, shed, nursery)
         self.backlog = 0
         if self._decoder.broken is not None:
             raise self._decoder.broken
         return True
+
+    def _judge(self, run: Run, first: bool) -> tuple[_Shedding | None, bool]:
+        """Fast failure's one check per run (not per request): the shedding of a run that
+        waited past a limit (or arrived while the server was marked busy), and whether the
+        connection is falling behind (then it reads ahead between runs, so that the backlog
+        waits in the inbox, where its age is known, rather than in the peer's socket buffer,
+        where it is not; not before: a read per run costs a fifth of a send's time)."""
+        admission = self.admission
+        if admission is None:
+            return None, False
+        received = run.received
+        # The first run starts as the read ends; later ones read the clock again.
+        waited = (self._read_at if first else admission.clock()) - received
+        self.backlog, self.backlog_since = run.total - run.first, received
+        limit = admission.min_wait
+        shed = None
+        if waited > limit or received <= admission.busy_mark:
+            shed = _Shedding(admission, received, waited, run.total)
+        return shed, waited > limit * READ_AHEAD_FROM
+
+    def _serve_run(self, run: Run, shed: _Shedding | None, nursery: trio.Nursery) -> bool:
+        """Serve one run of frames between the run hooks: refused by fast failure, answered
+        by the raw handlers, or decoded and dispatched; whether any was served (not refused).
+        Its answers go out in one write.  Raises ProtocolError for a frame that does not
+        decode, after serving the ones before it."""
+        hooks = self.run_hooks
+        if hooks is not None:
+            hooks[0]()
+        try:
+            self._batching = True
+            try:
+                first_served = run.first
+                if shed is not None:
+                    first_served = shed.refuse_run(
+                        run.buf, run.bounds, run.first, run.stop, self._out
+                    )
+                served = first_served < run.stop
+                next_frame, left = first_served, -1
+                if self.raw_run_handler is not None and shed is None:
+                    next_frame, left = self._raw_run(run, first_served)
+                cmds, broken = self._decode_run(run, next_frame, first_served, left, shed)
+                self._dispatch(cmds, run.received, nursery)
+            finally:
+                self._batching = False
+                if shed is not None:
+                    shed.report()
+            if self._out and (
+                served or broken or not self.state.has_input or self._out.size >= FLUSH_BYTES
+            ):
+                # The answers of a run served in one write, so that a pipelining client keeps
+                # its window moving; the refusals of runs refused whole gather until there are
+                # many or the input ends (a write per 32 refusals made the writes a tenth of an
+                # overloaded broker's time).
+                self._flush_direct()
+            if broken is not None:
+                raise broken
+            return served
+        finally:
+            if hooks is not None:
+                hooks[1]()
+
+    def _raw_run(self, run: Run, first: int) -> tuple[int, int]:
+        """Offer the run from frame ``first`` to the raw run handler: the frame to go on from
+        and the frame it left (not offered to the raw handler: the two agree), its answers
+        queued; ``(first, -1)`` when it failed (a bug there: the frames are then served one by
+        one, which it must allow)."""
+        assert self.raw_run_handler is not None
+        try:
+            joined, left = self.raw_run_handler(self, run.buf, run.bounds, first, run.stop)
+            if not first <= left <= run.stop:
+                raise ValueError(f"stopped at frame {left} of {run.stop}")
+        except Exception:
+            log.exception("raw run handler failed; frames served one by one")
+            return first, -1
+        if joined and not self.closed:
+            self._out.append(joined)
+        return left, left
+
+    def _decode_run(
+        self, run: Run, start_at: int, first_served: int, left: int, shed: _Shedding | None
+    ) -> tuple[list[RemotingCommand], ProtocolError | None]:
+        """The run's frames from ``start_at`` decoded together, while the read's bytes are
+        still in the CPU's caches (serving each in between evicted them: decoding frame by
+        frame cost a tenth of a send), less those fast failure refuses and those the raw
+        handler answers; and the error of a frame that does not decode (it ends the
+        connection after the ones before it are served)."""
+        buf, bounds = run.buf, run.bounds
+        raw = self.raw_handler
+        out = self._out
+        cmds: list[RemotingCommand] = []
+        try:
+            for i in range(start_at, run.stop):
+                start, end = bounds[2 * i], bounds[2 * i + 1]
+                # refuse_run has judged the frame it stopped at: serve it.
+                if shed is not None and i != first_served and shed.refuse(buf, start, end, i, out):
+                    continue
+                # Raw answers only while no earlier frame of the run waits to be served: the
+                # answers keep the requests' order.  Not the frame the run handler left.
+                if raw is not None and not cmds and i != left:
+                    answer = self._raw_answer(raw, buf, start, end)
+                    if answer is not None:
+                        if answer and not self.closed:  # b"": answered later
+                            out.append(answer)
+                        continue
+                cmds.append(decode_frame_at(buf, start, end))
+        except ProtocolError as exc:
+            return cmds, exc
+        return cmds, None
+
+    def _raw_answer(self, raw: RawHandler, buf: bytes, start: int, end: int) -> bytes | None:
+        try:
+            return raw(self, buf, start, end)
+        except Exception:  # a bug there: the usual path serves the frame
+            log.exception("raw handler failed; frame decoded instead")
+            return None
+
+    def _dispatch(
+        self, cmds: list[RemotingCommand], received: float, nursery: trio.Nursery
+    ) -> None:
+        """Each decoded command to its place: a response to the call awaiting it, a request
+        with a bad header refused, one the inline handler serves now, the rest to a task each
+        (refused with OVERLOAD past the connection's cap)."""
+        inline = self.inline_handler
+        for cmd in cmds:
+            if cmd.flag & RPC_TYPE_RESPONSE:
+                self._on_response(cmd)
+            elif cmd.header_error is not None:
+                self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
+            elif inline is None or not self._serve_inline(inline, cmd):
+                if not self.state.start_task():
+                    self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+                    continue
+                if self.admission is not None:
+                    self.waiting_tasks[id(cmd)] = (cmd.code, received)
+                nursery.start_soon(self._serve, cmd, received)
 
     def _refuse(self, request: RemotingCommand, code: int, remark: str) -> None:
         log.debug(

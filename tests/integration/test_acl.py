@@ -177,6 +177,8 @@ async def test_pull_and_push_consumers_with_credentials(acl_cluster: Cluster) ->
     async with Producer("P", namesrv, credentials=PRODUCER) as producer:
         for i in range(3):
             await producer.send(Message("Allowed", b"m%d" % i))
+    # A new queue's first entry is dispatched by the reput task (its file made in a thread).
+    await acl_cluster.broker.store.reput.do_reput()
     async with PullConsumer("Readers", namesrv, credentials=CONSUMER) as puller:
         pulled = []
         for mq in await puller.fetch_subscribe_message_queues("Allowed"):

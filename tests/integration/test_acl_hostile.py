@@ -162,6 +162,7 @@ async def test_listed_entries_decide_and_defaults_cover_the_rest(acl_cluster: Cl
     async with Producer("seed", namesrv, credentials=ADMIN) as seed:
         for topic in ("topicB", "topicC", "payroll", "audit", "other"):
             await seed.send(Message(topic, b"m-" + topic.encode()))
+    await acl_cluster.broker.store.reput.do_reput()  # the new queues' first entries
 
     def denied(what: str) -> str:
         return f"No default permission for {what}"
@@ -233,6 +234,8 @@ async def test_view_and_send_back_need_sub_on_the_stored_messages_topic(
         await producer.send(Message("Secret", b"salary list"))
     async with Producer("attackerP", namesrv, credentials=ATTACKER) as producer:
         await producer.send(Message("Public", b"hello"))
+    # A new queue's first entry is dispatched by the reput task (its file made in a thread).
+    await acl_cluster.broker.store.reput.do_reput()
     async with PullConsumer("attackers", namesrv, credentials=ATTACKER) as consumer:
         public = (await consumer.pull(mq(acl_cluster, "Public"), "*", 0, 1)).messages[0]
     async with PullConsumer("victims", namesrv, credentials=VICTIM) as consumer:

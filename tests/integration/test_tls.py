@@ -212,6 +212,8 @@ async def test_broker_and_python_client_over_tls(tmp_path: pathlib.Path, certs: 
             async with Producer("P", namesrv_addr, tls=ctx) as producer:
                 result = await producer.send(Message("Secure", b"over tls"))
                 assert result.status == "SEND_OK"
+            # A new queue's first entry is dispatched by the reput task (file made in a thread).
+            await broker.store.reput.do_reput()
             async with PullConsumer("C", namesrv_addr, tls=ctx) as consumer:
                 pulled = []
                 for mq in await consumer.fetch_subscribe_message_queues("Secure"):

@@ -2,7 +2,7 @@
 
 Trio runs the tasks that became ready since it last looked for I/O as one batch, and on
 purpose runs each batch in one of two orders, picked at random: first-ready-first or
-last-ready-first (``trio._core._run.unrolled_run``: the batch is reversed when its random
+last-ready-first (Trio's ``unrolled_run``: the batch is reversed when its random
 number generator draws under 0.5, then popped from its end).  The randomness is there to keep
 programs from depending on an order Trio does not promise.  Its cost is latency under load: a
 connection whose request became ready first in one pass can be served last in the next, so it
@@ -35,7 +35,7 @@ import trio
 
 log = logging.getLogger(__name__)
 
-# The name of Trio's scheduling random number generator in trio._core._run.
+# The name of Trio's scheduling random number generator in its private run module.
 GENERATOR = "_r"
 # The probe's tasks and how many times each yields: Trio's own order passes it only if each of
 # the PROBE_PASSES batches holding its tasks is reversed, with probability 2 ** -PROBE_PASSES.

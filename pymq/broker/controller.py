@@ -367,8 +367,7 @@ class BrokerController:
         for server in (self.server, self.fast_server):
             for code, handler in table.items():
                 server.register(code, handler, inline.get(code))
-            # The plain single send answered from its frame (never where ACL checks requests).
-            server.raw_handler = send.send_raw
+            # Sends answered from their frames, a run at a time (never where ACL checks requests).
             server.raw_run_handler = send.send_run
 
     def _signer(self) -> AclSigner | None:

@@ -17,11 +17,12 @@ every :data:`CLIENT_METRICS_PERIOD` seconds (at most :data:`MAX_CLIENTS_PER_ROUN
 
 The text is written by ``prometheus_client`` from one collector's metrics, gathered on the event
 loop in slices and written out in a worker thread.  The HTTP side is a small Trio server in the
-broker's nursery: ``GET /metrics`` only, one request per connection, at most :data:`MAX_CONNECTIONS` at once, a request head of at most
-:data:`MAX_HEAD_BYTES` read within :data:`HEAD_TIMEOUT` seconds (a scraper that sends half a
-request and stops is closed then), and an answer written within :data:`WRITE_TIMEOUT` seconds
-(a scraper that does not read it is closed then, freeing its slot; before #37 it held the slot
-for good, and 16 of them kept every scrape at 503).  A connection therefore lives at most
+broker's nursery: ``GET /metrics`` only, one request per connection, at most
+:data:`MAX_CONNECTIONS` at once, a request head of at most :data:`MAX_HEAD_BYTES` read within
+:data:`HEAD_TIMEOUT` seconds (a scraper that sends half a request and stops is closed then), and
+an answer written within :data:`WRITE_TIMEOUT` seconds (a scraper that does not read it is
+closed then, freeing its slot; before #37 it held the slot for good, and 16 of them kept every
+scrape at 503).  A connection therefore lives at most
 ``HEAD_TIMEOUT + WRITE_TIMEOUT`` seconds (plus :data:`DRAIN_TIMEOUT` after a refused head).
 """
 

@@ -502,7 +502,7 @@ class Producer(ClientService):
             _answer_to_callback(response, error, uniq, mq, addr, callback)
 
         def on_fields(fields: tuple) -> None:
-            # The plain SUCCESS answer, read from its frame (remoting.channel.raw_send_answer):
+            # The plain SUCCESS answer, read from its frame (remoting.channel.raw_send_answers):
             # the SendResult on_response makes of it.  Written out here, as in _send_request:
             # a shared helper measurably cost the client's publish (scripts/bench_instructions.py).
             _, msg_id, queue_id, queue_offset, _ = fields

@@ -65,7 +65,6 @@ class NamesrvController:
         inline = self.processor.inline_handlers()
         for code, handler in self.processor.handlers().items():
             self.server.register(code, handler, inline.get(code))
-        self.server.raw_handler = self.processor.route_answer_raw
         self.server.raw_run_handler = self.processor.route_answers_raw
 
     def configs(self) -> list[object]:

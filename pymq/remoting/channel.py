@@ -19,7 +19,7 @@ import math
 import socket
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, cast
 
 import trio
@@ -63,16 +63,13 @@ RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingComman
 # Answers a request at once, inside the reader, or returns None to have it served by a task,
 # or ANSWER_LATER when it has arranged to call Channel.answer itself (a group commit).
 InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | bytes | None]
-# (channel, buffer, frame start, frame end) -> the answer frame, RAW_ANSWER_LATER, or None:
-# see Channel.raw_handler.
-RawHandler = Callable[["Channel", bytes, int, int], bytes | None]
 # (channel, buffer, frame bounds, first, stop) -> (the answers of frames first..i-1 joined, i):
 # see Channel.raw_run_handler.
 RawRunHandler = Callable[["Channel", bytes, list[int], int, int], tuple[bytes, int]]
 # Called before and after each run of frames a connection serves together: Channel.run_hooks.
 RunHooks = tuple[Callable[[], None], Callable[[], None]]
 ANSWER_LATER = RemotingCommand(code=-1)
-# A raw handler's "served, and answered later through Channel.answer_frames" (a group commit).
+# A raw answer's "served, and answered later through Channel.answer_frames" (a group commit).
 RAW_ANSWER_LATER = b""
 
 
@@ -165,28 +162,35 @@ def _describe_error(exc: BaseException) -> str:
 _send_answer_fields = getattr(native_extension, "send_answer_fields", None)
 
 
-def raw_send_answer(channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
-    """A client connection's raw handler (``Channel.raw_handler``): a send's plain successful
-    answer (``_recordc.send_answer_fields``) to a call that takes its fields (``on_fields``,
-    a producer's send_async; or ``awaits_fields``, Channel.call_frame) is given to it without
-    the response command; RAW_ANSWER_LATER then (nothing to write), None for every other
-    frame, which the usual path decodes."""
-    if _send_answer_fields is None:
-        return None
-    fields = _send_answer_fields(buf, start, end)
-    if fields is None:
-        return None
-    call = channel.state.calls.take_for_fields(fields[0])
-    if call is None:
-        return None
-    if call.on_fields is None:  # a task awaits it (Channel.call_frame)
-        call.keep_fields(fields)
-        return RAW_ANSWER_LATER
-    try:
-        call.on_fields(fields)
-    except Exception:  # as Call.finish: the reader goes on
-        log.exception("a response callback raised")
-    return RAW_ANSWER_LATER
+def raw_send_answers(
+    channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
+) -> tuple[bytes, int]:
+    """A client connection's run handler (``Channel.raw_run_handler``): the leading frames
+    that are a send's plain successful answer (``send_answer_fields``) to a call that takes
+    its fields (``on_fields``, a producer's send_async; or ``awaits_fields``,
+    Channel.call_frame) are given to their calls without a response command; it stops at the
+    first other frame, which the usual path decodes.  Nothing to write: ``(b"", stop at)``."""
+    read = _send_answer_fields
+    if read is None:
+        return b"", first
+    take = channel.state.calls.take_for_fields
+    i = first
+    while i < stop:
+        fields = read(buf, bounds[2 * i], bounds[2 * i + 1])
+        if fields is None:
+            break
+        call = take(fields[0])
+        if call is None:
+            break
+        i += 1
+        if call.on_fields is None:  # a task awaits it (Channel.call_frame)
+            call.keep_fields(fields)
+            continue
+        try:
+            call.on_fields(fields)
+        except Exception:  # as Call.finish: the reader goes on
+            log.exception("a response callback raised")
+    return b"", i
 
 
 def own_socket(stream: trio.abc.Stream) -> tuple[trio.abc.Stream, socket.socket | None]:
@@ -326,7 +330,6 @@ class Channel:
         limits: ConnectionLimits = DEFAULT_LIMITS,
         budget: SharedBudget | None = None,
         admission: Admission | None = None,
-        raw_handler: RawHandler | None = None,
         raw_run_handler: RawRunHandler | None = None,
         run_hooks: RunHooks | None = None,
     ) -> None:
@@ -334,17 +337,14 @@ class Channel:
         # (begin, end) called around each run of frames served together (the broker defers
         # dispatch to the end of a run: see MessageStore.begin_run); None: no hooks.
         self.run_hooks = run_hooks
-        # Tried on each request frame before it is decoded: the whole answer frame to write,
-        # RAW_ANSWER_LATER when the handler has arranged to write it with answer_frames (the
-        # broker's SYNC_FLUSH sends), or None to decode and serve the request as usual (the
-        # name server's route lookups, the broker's plain sends).
-        self.raw_handler = raw_handler
-        # Tried first on each run of frames (unless fast failure is judging it): answers the
-        # leading frames it can, all in one call and one joined answer, and returns where it
-        # stopped; the rest go frame by frame, the one it stopped at decoded without asking
-        # raw_handler (the two agree).  When it raises (or stops outside the run), the run is
-        # served frame by frame from its start, so it must change nothing a second serving
-        # would not (the name server's lookups); None: none.
+        # Offered each run of frames before they are decoded (unless fast failure is judging
+        # it): answers the leading frames it can from their bytes, all in one call and one
+        # joined answer (answers it arranges to write later with answer_frames, as the
+        # broker's SYNC_FLUSH sends, add nothing), and returns where it stopped.  That frame
+        # is decoded and served as usual, then the handler is offered the rest (the answers
+        # keep the requests' order).  When it raises (or stops outside the run), the rest of
+        # the run is decoded from where that call began, so it must change nothing a second
+        # serving would not; None: every frame is decoded.
         self.raw_run_handler = raw_run_handler
         self.admission = admission
         self._timestamps = admission is not None and _enable_timestamps(stream)
@@ -753,7 +753,7 @@ class Channel:
 
     def _serve_run(self, run: Run, shed: _Shedding | None, nursery: trio.Nursery) -> bool:
         """Serve one run of frames between the run hooks: refused by fast failure, answered
-        by the raw handlers, or decoded and dispatched; whether any was served (not refused).
+        by the run handler, or decoded and dispatched; whether any was served (not refused).
         Its answers go out in one write.  Raises ProtocolError for a frame that does not
         decode, after serving the ones before it."""
         hooks = self.run_hooks
@@ -768,11 +768,11 @@ class Channel:
                         run.buf, run.bounds, run.first, run.stop, self._out
                     )
                 served = first_served < run.stop
-                next_frame, left = first_served, -1
                 if self.raw_run_handler is not None and shed is None:
-                    next_frame, left = self._raw_run(run, first_served)
-                cmds, broken = self._decode_run(run, next_frame, first_served, left, shed)
-                self._dispatch(cmds, run.received, nursery)
+                    broken = self._serve_with_run_handler(run, first_served, nursery)
+                else:
+                    cmds, broken = self._decode_run(run, first_served, shed)
+                    self._dispatch(cmds, run.received, nursery)
             finally:
                 self._batching = False
                 if shed is not None:
@@ -792,11 +792,35 @@ class Channel:
             if hooks is not None:
                 hooks[1]()
 
-    def _raw_run(self, run: Run, first: int) -> tuple[int, int]:
-        """Offer the run from frame ``first`` to the raw run handler: the frame to go on from
-        and the frame it left (not offered to the raw handler: the two agree), its answers
-        queued; ``(first, -1)`` when it failed (a bug there: the frames are then served one by
-        one, which it must allow)."""
+    def _serve_with_run_handler(
+        self, run: Run, first: int, nursery: trio.Nursery
+    ) -> ProtocolError | None:
+        """The run from frame ``first`` offered to the run handler; each frame it leaves is
+        decoded and dispatched, and the handler is offered the rest again (answers keep the
+        requests' order).  When it fails, the rest of the run is decoded as usual.  The error
+        of a frame that does not decode, or None."""
+        buf, bounds, stop = run.buf, run.bounds, run.stop
+        i = first
+        while i < stop:
+            left = self._raw_run(run, i)
+            if left is None:  # the handler failed: the frames are served one by one
+                cmds, broken = self._decode_run(run, i, None)
+                self._dispatch(cmds, run.received, nursery)
+                return broken
+            if left >= stop:
+                break
+            try:
+                cmd = decode_frame_at(buf, bounds[2 * left], bounds[2 * left + 1])
+            except ProtocolError as exc:
+                return exc
+            self._dispatch((cmd,), run.received, nursery)
+            i = left + 1
+        return None
+
+    def _raw_run(self, run: Run, first: int) -> int | None:
+        """Offer the run from frame ``first`` to the run handler: the frame it left (its
+        answers queued), or None when it failed (a bug there: the frames are then served one
+        by one, which it must allow)."""
         assert self.raw_run_handler is not None
         try:
             joined, left = self.raw_run_handler(self, run.buf, run.bounds, first, run.stop)
@@ -804,51 +828,34 @@ class Channel:
                 raise ValueError(f"stopped at frame {left} of {run.stop}")
         except Exception:
             log.exception("raw run handler failed; frames served one by one")
-            return first, -1
+            return None
         if joined and not self.closed:
             self._out.append(joined)
-        return left, left
+        return left
 
     def _decode_run(
-        self, run: Run, start_at: int, first_served: int, left: int, shed: _Shedding | None
+        self, run: Run, start_at: int, shed: _Shedding | None
     ) -> tuple[list[RemotingCommand], ProtocolError | None]:
         """The run's frames from ``start_at`` decoded together, while the read's bytes are
         still in the CPU's caches (serving each in between evicted them: decoding frame by
-        frame cost a tenth of a send), less those fast failure refuses and those the raw
-        handler answers; and the error of a frame that does not decode (it ends the
-        connection after the ones before it are served)."""
+        frame cost a tenth of a send), less those fast failure refuses (but ``start_at``,
+        which it has judged already); and the error of a frame that does not decode (it ends
+        the connection after the ones before it are served)."""
         buf, bounds = run.buf, run.bounds
-        raw = self.raw_handler
         out = self._out
         cmds: list[RemotingCommand] = []
         try:
             for i in range(start_at, run.stop):
                 start, end = bounds[2 * i], bounds[2 * i + 1]
-                # refuse_run has judged the frame it stopped at: serve it.
-                if shed is not None and i != first_served and shed.refuse(buf, start, end, i, out):
+                if shed is not None and i != start_at and shed.refuse(buf, start, end, i, out):
                     continue
-                # Raw answers only while no earlier frame of the run waits to be served: the
-                # answers keep the requests' order.  Not the frame the run handler left.
-                if raw is not None and not cmds and i != left:
-                    answer = self._raw_answer(raw, buf, start, end)
-                    if answer is not None:
-                        if answer and not self.closed:  # b"": answered later
-                            out.append(answer)
-                        continue
                 cmds.append(decode_frame_at(buf, start, end))
         except ProtocolError as exc:
             return cmds, exc
         return cmds, None
 
-    def _raw_answer(self, raw: RawHandler, buf: bytes, start: int, end: int) -> bytes | None:
-        try:
-            return raw(self, buf, start, end)
-        except Exception:  # a bug there: the usual path serves the frame
-            log.exception("raw handler failed; frame decoded instead")
-            return None
-
     def _dispatch(
-        self, cmds: list[RemotingCommand], received: float, nursery: trio.Nursery
+        self, cmds: Sequence[RemotingCommand], received: float, nursery: trio.Nursery
     ) -> None:
         """Each decoded command to its place: a response to the call awaiting it, a request
         with a bad header refused, one the inline handler serves now, the rest to a task each
@@ -1108,7 +1115,7 @@ class Channel:
         request command.  Only for a channel that signs nothing (``signer`` None).  With
         ``on_fields``, a plain successful send answer is given to it as
         ``_recordc.send_answer_fields`` reads it (when the channel's raw handler is
-        :func:`raw_send_answer`), anything else to ``callback``."""
+        :func:`raw_send_answers`), anything else to ``callback``."""
         if self.closed:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
         assert self.signer is None, "a signed request needs its command: use invoke_callback"
@@ -1120,7 +1127,7 @@ class Channel:
         """Write a request already made as its whole ``frame`` (with ``opaque`` from
         ``codec.next_opaque`` in it) and wait for the answer: a plain successful send answer's
         fields as ``_recordc.send_answer_fields`` reads them (when the channel's raw handler is
-        :func:`raw_send_answer`), or the response command.  A producer's awaited send, without
+        :func:`raw_send_answers`), or the response command.  A producer's awaited send, without
         the request command, the response command or a cancel scope per call: the channel's
         sweep fails it once ``timeout`` has passed (within ``CALLBACK_SWEEP_INTERVAL``), with
         RemotingTimeoutError.  Only for a channel that signs nothing (``signer`` None)."""

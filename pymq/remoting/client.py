@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from pymq.common.address import split_address
-from pymq.remoting.channel import Channel, RequestHandler, raw_send_answer
+from pymq.remoting.channel import Channel, RequestHandler, raw_send_answers
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.errors import RemotingConnectError
 from pymq.remoting.tls import client_handshake
@@ -71,7 +71,7 @@ class RemotingClient:
             except (OSError, trio.TooSlowError) as exc:
                 raise RemotingConnectError(f"cannot connect to {address}: {exc}") from None
             # Plain send answers are given to send_async's callers from the frame.
-            channel = Channel(stream, self.handler, raw_handler=raw_send_answer)
+            channel = Channel(stream, self.handler, raw_run_handler=raw_send_answers)
             channel.signer = self.signer
             self._channels[address] = channel
             self._nursery.start_soon(channel.run)

@@ -45,7 +45,7 @@ class Call:
     deadline: float = math.inf
     code: int = 0
     # Given the fields of a plain successful answer read from its frame (the client's raw
-    # answer path: channel.raw_send_answer), instead of ``callback`` with the response.
+    # answer path: channel.raw_send_answers), instead of ``callback`` with the response.
     on_fields: Callable[[tuple], None] | None = None
     # An awaited call that takes those fields (kept in ``fields`` by keep_fields; a flag, not
     # on_fields = keep_fields, which would make every such call a reference cycle).

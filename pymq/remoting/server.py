@@ -23,7 +23,6 @@ from pymq.remoting.channel import (
     Admission,
     Channel,
     InlineHandler,
-    RawHandler,
     RawRunHandler,
     RequestHandler,
     RunHooks,
@@ -77,8 +76,6 @@ class RemotingServer:
         # to serve the request, or the answer that refuses it.  None (the default): no check,
         # and connections dispatch without looking for one.
         self.access_check: AccessCheck | None = None
-        # Tried on every request frame before it is decoded (Channel.raw_handler); None: none.
-        self.raw_handler: RawHandler | None = None
         # Tried on every run of request frames first (Channel.raw_run_handler); None: none.
         self.raw_run_handler: RawRunHandler | None = None
         # Called around each run of frames a connection serves (Channel.run_hooks); None: none.
@@ -200,7 +197,6 @@ class RemotingServer:
                 budget=self.budget,
                 admission=self.admission,
                 # Raw answers skip the access check: never where there is one.
-                raw_handler=self.raw_handler if not checked else None,
                 raw_run_handler=self.raw_run_handler if not checked else None,
                 run_hooks=self.run_hooks,
             )

@@ -46,18 +46,19 @@ class Results:
 
 
 def count_raw_answers(monkeypatch) -> list[bool]:  # type: ignore[no-untyped-def]
-    """Whether each send answer the client's raw handler met was taken from its frame."""
+    """Whether each send answer the client's run handler met was taken from its frame (False
+    for the frame it stops at, left to the usual path)."""
     from pymq.remoting import client as client_module
 
     taken: list[bool] = []
-    real = client_module.raw_send_answer
+    real = client_module.raw_send_answers
 
-    def counting(channel, buf: bytes, start: int, end: int) -> bytes | None:  # type: ignore[no-untyped-def]
-        out = real(channel, buf, start, end)
-        taken.append(out is not None)
-        return out
+    def counting(channel, buf: bytes, bounds: list[int], first: int, stop: int):  # type: ignore[no-untyped-def]
+        joined, left = real(channel, buf, bounds, first, stop)
+        taken.extend([True] * (left - first) + [False] * (left < stop))
+        return joined, left
 
-    monkeypatch.setattr(client_module, "raw_send_answer", counting)
+    monkeypatch.setattr(client_module, "raw_send_answers", counting)
     return taken
 
 
@@ -73,15 +74,14 @@ async def test_send_async_stores_every_message_once(pymq_cluster: Cluster, monke
 
     read = channel_module._send_answer_fields
     taken: list[bool] = []
-    real = client_module.raw_send_answer
+    real = client_module.raw_send_answers
 
-    def counting(channel, buf: bytes, start: int, end: int) -> bytes | None:  # type: ignore[no-untyped-def]
-        out = real(channel, buf, start, end)
-        if out is not None:
-            taken.append(out == b"")
-        return out
+    def counting(channel, buf: bytes, bounds: list[int], first: int, stop: int):  # type: ignore[no-untyped-def]
+        joined, left = real(channel, buf, bounds, first, stop)
+        taken.extend([joined == b""] * (left - first))
+        return joined, left
 
-    monkeypatch.setattr(client_module, "raw_send_answer", counting)
+    monkeypatch.setattr(client_module, "raw_send_answers", counting)
     async with Producer("P", pymq_cluster.namesrv_addr) as producer:
         for i in range(300):  # all in flight at once: no task per message
             await producer.send_async(Message("Async", b"m-%d" % i, keys=f"k{i}"), results)
@@ -167,11 +167,6 @@ async def test_sync_flush_answers_only_once_durable(tmp_path, monkeypatch) -> No
         send = cluster.broker.send_processor
         raw_served: list[bool] = []  # each frame: held for the group commit by the raw path
 
-        def counting(channel: object, buf: bytes, start: int, end: int) -> bytes | None:
-            out = send.send_raw(channel, buf, start, end)  # type: ignore[arg-type]
-            raw_served.append(out == b"")
-            return out
-
         def counting_run(
             channel: object, buf: bytes, bounds: list[int], first: int, stop: int
         ) -> tuple[bytes, int]:
@@ -180,7 +175,7 @@ async def test_sync_flush_answers_only_once_durable(tmp_path, monkeypatch) -> No
             return joined, left
 
         for server in (cluster.broker.server, cluster.broker.fast_server):
-            server.raw_handler, server.raw_run_handler = counting, counting_run
+            server.raw_run_handler = counting_run
 
         def check(result: SendResult | None, error: Exception | None) -> None:
             if result is not None:

@@ -198,9 +198,8 @@ async def test_a_running_name_server_answers_lookups_raw_and_usual(tmp_path: pat
         calls += answer is not None
         return answer
 
-    # The run handler (route_answers_raw) answers through route_answer_raw as well.
+    # The run handler (route_answers_raw) answers each lookup through route_answer_raw.
     controller.processor.route_answer_raw = counting  # type: ignore[method-assign]
-    controller.server.raw_handler = counting
     async with trio.open_nursery() as nursery:
         port = await nursery.start(controller.run)
         addr = f"127.0.0.1:{port}"

@@ -228,10 +228,10 @@ def test_every_plain_answer_of_the_broker_is_taken(opaque, msg_id, queue_id, que
     assert fast(encoded) == usual(encoded) == want
 
 
-def test_raw_send_answer_gives_the_fields_to_calls_that_take_them(caplog) -> None:
+def test_raw_send_answers_give_the_fields_to_calls_that_take_them(caplog) -> None:
     import types
 
-    from pymq.remoting.channel import RAW_ANSWER_LATER, raw_send_answer
+    from pymq.remoting.channel import raw_send_answers
     from pymq.remoting.connection import Call, CallTable
 
     calls = CallTable()
@@ -249,24 +249,34 @@ def test_raw_send_answer_gives_the_fields_to_calls_that_take_them(caplog) -> Non
     def answer(opaque: int) -> bytes:
         return native_extension.send_answer_frame(opaque, "AB", 0, 5, b'"R"', True, 401)
 
-    one = answer(1)
-    assert raw_send_answer(channel, one, 4, len(one)) is RAW_ANSWER_LATER  # type: ignore[arg-type]
+    def run(*frames: bytes) -> tuple[bytes, list[int]]:
+        """The frames back to back, and their bounds without the length fields."""
+        bounds: list[int] = []
+        at = 0
+        for frame in frames:
+            bounds += [at + 4, at + len(frame)]
+            at += len(frame)
+        return b"".join(frames), bounds
+
+    def serve(buf: bytes, bounds: list[int], first: int) -> int:
+        joined, left = raw_send_answers(channel, buf, bounds, first, len(bounds) // 2)  # type: ignore[arg-type]
+        assert joined == b""  # nothing to write
+        return left
+
+    buf, bounds = run(answer(1), answer(2), answer(9), answer(3))
+    assert serve(buf, bounds, 0) == 1  # one taken; it stops at the call without on_fields
     assert got == [(1, "AB", 0, 5, None)] and 1 not in calls.calls
-    two = answer(2)
-    assert raw_send_answer(channel, two, 4, len(two)) is None  # type: ignore[arg-type]
     assert 2 in calls.calls  # left for the usual path's response
-    unknown = answer(9)
-    assert raw_send_answer(channel, unknown, 4, len(unknown)) is None  # type: ignore[arg-type]
-    three = answer(3)
-    assert raw_send_answer(channel, three, 4, len(three)) is RAW_ANSWER_LATER  # type: ignore[arg-type]
-    assert "a response callback raised" in caplog.text
+    assert serve(buf, bounds, 2) == 2  # an unknown opaque: the usual path's
+    assert serve(buf, bounds, 3) == 4
+    assert "a response callback raised" in caplog.text  # and the run went on
     assert list(calls.calls) == [2] and calls.timed == 1
     # A task awaiting its answer (Channel.call_frame): the fields kept in the call, the task
     # woken; the call refers to nothing of its own (no cycle left for the collector).
     woken: list[int] = []
     awaited = Call(wake=lambda: woken.append(4), deadline=10.0, awaits_fields=True)
     calls.add(4, awaited)
-    four = answer(4)
-    assert raw_send_answer(channel, four, 4, len(four)) is RAW_ANSWER_LATER  # type: ignore[arg-type]
+    buf, bounds = run(answer(4))
+    assert serve(buf, bounds, 0) == 1
     assert awaited.fields == (4, "AB", 0, 5, None) and woken == [4] and 4 not in calls.calls
     assert awaited not in gc.get_referents(*gc.get_referents(awaited))

@@ -549,7 +549,8 @@ class SendProcessor:
 
     def send_raw(self, channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
         """The common send answered from its frame (``buf[start:end]``, the length field
-        stripped; ``Channel.raw_handler``), without the request command, its typed header or
+        stripped; :meth:`send_run` serves a frame alone through it), without the request
+        command, its typed header or
         the inline dispatch: the plain single send (SEND_MESSAGE_V2, or the C++ client's
         SEND_MESSAGE) or batch (SEND_BATCH_MESSAGE) that ``_recordc.send_fields`` reads, to a
         topic already checked and writable, put by the store's one-call paths on a broker that

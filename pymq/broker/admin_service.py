@@ -344,6 +344,7 @@ class AdminService:
         self.broker.consumer_offset_manager.remove_topic(topic)
         self.broker.stats.on_topic_deleted(topic)
         await self.broker.store.delete_topics([topic])
+        await self.broker.timer.on_topic_deleted(topic)
 
     # -- consumer groups ----------------------------------------------------------------------
 

@@ -187,7 +187,9 @@ class BrokerController:
             enabled=lambda: broker_config.enable_property_filter,
         )
         self.schedule = ScheduleMessageService(config_dir, self.store)
-        self.timer = TimerMessageService(self.store)
+        self.timer = TimerMessageService(
+            self.store, lambda topic: self.topic_config_manager.select(topic) is not None
+        )
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(
             self._notify_consumer_ids_changed,

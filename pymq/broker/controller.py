@@ -319,6 +319,7 @@ class BrokerController:
             RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
             RequestCode.GET_BROKER_CONFIG: admin.get_broker_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+            RequestCode.GET_TIMER_METRICS: admin.get_timer_metrics,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
             RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
             RequestCode.GET_MIN_OFFSET: admin.get_min_offset,

@@ -162,6 +162,16 @@ class TimerStore:
 
     # --- dequeue -------------------------------------------------------------------------
 
+    def next_pending_slot(self, max_slots: int) -> int | None:
+        """The first slot from :attr:`read_ms` on that holds entries, looking at most
+        ``max_slots`` slots ahead (one ``pread`` each); None when there is none."""
+        start = self.read_ms
+        for i in range(max_slots):
+            slot_ms = start + i * self.precision_ms
+            if not self.wheel.get(slot_ms).empty:
+                return slot_ms
+        return None
+
     def next_due_ms(self) -> int:
         """When the next slot may be handed out (epoch ms)."""
         return self.read_ms + self.precision_ms

@@ -15,7 +15,8 @@ with its labels ``cluster``, ``node_type`` (``broker``), ``node_id`` (the broker
 the per-topic ones:
 
 - ``rocketmq_timer_enqueue_total`` / ``rocketmq_timer_dequeue_total`` (counters, per topic):
-  timer messages read from the timer topic / put to their real topic since the broker started;
+  timer messages read from the timer topic / put out of the wheel (to their real topic, or
+  back to the timer topic by a roll) since the broker started;
 - ``rocketmq_timing_messages`` (per topic): timers pending in the wheel;
 - ``rocketmq_timer_enqueue_lag``: timer-topic messages not yet read;
 - ``rocketmq_timer_enqueue_latency``: milliseconds since the last message read was stored (0

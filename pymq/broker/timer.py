@@ -28,9 +28,10 @@ stored (and created again since), is dropped when read, at enqueue or at dequeue
 most :data:`MAX_DELETED_TOPICS` of them; one is forgotten once the wheel is
 ``timerMaxDelaySec`` past it (every timer stored before it is handled by then).
 
-Counters for the metrics (RocketMQ 5's ``rocketmq_timer_*``): timers enqueued and dequeued per
-real topic since start, and the pending count per topic that the timer store keeps durable
-(pymq/store/timer/counts.py).
+Counters for the metrics (RocketMQ 5's ``rocketmq_timer_*``): timer-topic messages read
+(``enqueue_total``) and put out of the wheel (``dequeue_total``: delivered, or put back to the
+timer topic by a roll, both counted as RocketMQ 5 counts them) per real topic since start, and
+the pending count per topic that the timer store keeps durable (pymq/store/timer/counts.py).
 """
 
 from __future__ import annotations
@@ -304,6 +305,7 @@ class TimerMessageService:
                     add(left, topic, 1)
                 if not self._drop(msg, topic):
                     await self._put(self.rolled_message(msg))
+                    add(self.dequeue_total, topic, 1)  # RocketMQ 5 counts a roll's put too
             timers.delivered_ms = timers.read_ms
             for topic, n in left.items():
                 if self.deleted.get(topic, -1) < started:  # else its count went meanwhile

@@ -16,8 +16,9 @@ queue 0 with its due time in TIMER_OUT_MS.  Three tasks, in the broker's nursery
 ``timerStopEnqueue`` / ``timerStopDequeue`` pause the first two.  A put that fails is retried
 every FAILED_PUT_RETRY_SECONDS, so nothing due is dropped while the store refuses writes.
 
-A timer that is already due when the enqueue task reads it (it fell behind, or the timer was
-sent due within the current slot) is never entered in the wheel: it is put at once, with
+A timer that is already due when the enqueue task reads it (the task fell behind, was paused,
+or the due time passed between the send and the read) is never entered in the wheel: it is put
+at once, with
 TIMER_ENQUEUE_MS set to Java's ``Long.MAX_VALUE`` (RocketMQ 5's mark for "never enqueued"), and
 it is not counted as pending.
 

@@ -308,6 +308,28 @@ async def broker_status(admin: Admin, args: argparse.Namespace) -> Output:
     return Output(data, lines=lines)
 
 
+async def timer_status(admin: Admin, args: argparse.Namespace) -> Output:
+    """Pending timer messages per topic on each broker (GET_TIMER_METRICS: the broker lists
+    the topics with most, at most a thousand), and when the next ones are due."""
+    data: dict[str, Any] = {}
+    lines: list[str] = []
+    rows: list[list[object]] = []
+    for addr in await admin.targets(args):
+        reply = await admin.invoke(addr, RequestCode.GET_TIMER_METRICS)
+        status = loads_lenient(reply.body) if reply.body else {}
+        data[addr] = status
+        next_due = status.get("nextDueMs")
+        lines.append(
+            f"{addr}: {status.get('pendingTotal', 0)} pending in "
+            f"{status.get('topicsWithTimers', 0)} topics, next due "
+            + (format_time(next_due) if next_due else "none within the scanned slots")
+        )
+        counts = status.get("timingCount", {})
+        for topic, metric in sorted(counts.items(), key=lambda kv: (-kv[1]["count"], kv[0])):
+            rows.append([addr, topic, metric["count"]])
+    return Output(data, ["#Broker", "#Topic", "#Pending"], rows, lines)
+
+
 async def topic_list(admin: Admin, args: argparse.Namespace) -> Output:
     if args.clusterName:
         reply = await admin.invoke(
@@ -1078,6 +1100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("clusterList", cluster_list, "List clusters and their brokers with TPS")
     p.add_argument("-c", "--clusterName")
     p = command("brokerStatus", broker_status, "Runtime figures of a broker")
+    _broker_or_cluster(p)
+    p = command("timerStatus", timer_status, "Pending timer messages per topic, next due time")
     _broker_or_cluster(p)
     p = command("topicList", topic_list, "List every topic the name server knows")
     p.add_argument("-c", "--clusterName", help="only topics of this cluster")

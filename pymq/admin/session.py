@@ -25,7 +25,7 @@ from pymq.admin import protocol
 from pymq.admin.auth import AuthThrottle, token_matches
 from pymq.admin.protocol import ProtocolError, Request
 from pymq.broker.acl import AclManager
-from pymq.broker.admin_service import AdminError, AdminService
+from pymq.broker.admin_service import TIMER_TOPICS_LISTED, AdminError, AdminService
 from pymq.common.serde import loads_lenient
 from pymq.remoting import headers as H
 from pymq.remoting.codec import RemotingCommand
@@ -99,6 +99,7 @@ class AdminSession:
             "config.get": self._config_get,
             "config.update": self._config_update,
             "transactions.status": self._transactions_status,
+            "timers.status": self._timers_status,
             "acl.list": self._acl_list,
             "acl.update": self._acl_update,
             "acl.delete": self._acl_delete,
@@ -113,6 +114,7 @@ class AdminSession:
             "group.list",
             "group.progress",
             "transactions.status",
+            "timers.status",
         )
 
     @property
@@ -402,6 +404,9 @@ class AdminSession:
 
     async def _transactions_status(self, request: Request) -> dict[str, Any]:
         return self.service.transaction_status()
+
+    async def _timers_status(self, request: Request) -> dict[str, Any]:
+        return await self.service.timer_status(request.get_int("limit", TIMER_TOPICS_LISTED))
 
     async def _message_track(self, request: Request) -> dict[str, Any]:
         return self.service.message_track(request.get_str("msgId"), request.get_str("topic", None))

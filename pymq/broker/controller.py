@@ -187,7 +187,9 @@ class BrokerController:
             enabled=lambda: broker_config.enable_property_filter,
         )
         self.schedule = ScheduleMessageService(config_dir, self.store)
-        self.timer = TimerMessageService(self.store)
+        self.timer = TimerMessageService(
+            self.store, lambda topic: self.topic_config_manager.select(topic) is not None
+        )
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(
             self._notify_consumer_ids_changed,
@@ -317,6 +319,7 @@ class BrokerController:
             RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
             RequestCode.GET_BROKER_CONFIG: admin.get_broker_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
+            RequestCode.GET_TIMER_METRICS: admin.get_timer_metrics,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
             RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
             RequestCode.GET_MIN_OFFSET: admin.get_min_offset,

@@ -9,6 +9,24 @@ computed the way the exporter computes them from the admin answers (VIEW_BROKER_
 minute TPS, topic and consume stats, runtime info), at scrape time, from the broker's own state.
 ``rocketmq_message_accumulation`` (the dashboard computes it from two others) is served too.
 
+With ``timerWheelEnable`` on a master, RocketMQ 5's timer metrics (DefaultStoreMetricsManager),
+with its labels ``cluster``, ``node_type`` (``broker``), ``node_id`` (the broker name),
+``storage_type`` (``local``), ``storage_medium`` (``disk``), and ``topic`` (the real topic) on
+the per-topic ones:
+
+- ``rocketmq_timer_enqueue_total`` / ``rocketmq_timer_dequeue_total`` (counters, per topic):
+  timer messages read from the timer topic / put out of the wheel (to their real topic, or
+  back to the timer topic by a roll) since the broker started;
+- ``rocketmq_timing_messages`` (per topic): timers pending in the wheel;
+- ``rocketmq_timer_enqueue_lag``: timer-topic messages not yet read;
+- ``rocketmq_timer_enqueue_latency``: milliseconds since the last message read was stored (0
+  when none was read in the last 2 s);
+- ``rocketmq_timer_dequeue_lag``: timers pending in the wheel (all topics);
+- ``rocketmq_timer_dequeue_latency``: how far the wheel's delivery is behind the clock, in whole
+  seconds (RocketMQ 5 records seconds there).
+
+Not served: ``rocketmq_timer_message_snapshot`` (a walk over a day of wheel slots per scrape).
+
 The ``rocketmq_client_*`` gauges come, as the exporter gets them, from asking each online
 consumer for its running info (GET_CONSUMER_RUNNING_INFO's ``statusTable``): the server does so
 every :data:`CLIENT_METRICS_PERIOD` seconds (at most :data:`MAX_CLIENTS_PER_ROUND` clients,
@@ -35,7 +53,7 @@ from typing import TYPE_CHECKING
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from pymq.broker.stats import (
@@ -48,8 +66,9 @@ from pymq.broker.stats import (
     TOPIC_PUT_SIZE,
     StatsItem,
 )
+from pymq.broker.timer import ENQUEUE_LATENCY_WINDOW_SECONDS
 from pymq.common.serde import read_body
-from pymq.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from pymq.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TIMER_TOPIC
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
@@ -147,6 +166,8 @@ CLIENT_GAUGES = {
     "rocketmq_client_consumer_pull_tps": "pullTPS",
 }
 CLIENT_LABELS = ["clientAddr", "clientId", "group", "topic"]
+# RocketMQ 5's store metric labels (BrokerMetricsManager's and DefaultStoreMetricsManager's).
+STORE_LABELS = ["cluster", "node_type", "node_id", "storage_type", "storage_medium"]
 # How often the online consumers are asked for their status, how many per round at most, and
 # how long each may take to answer.
 CLIENT_METRICS_PERIOD = 30.0
@@ -203,6 +224,7 @@ class BrokerCollector(Collector):
         yield from self._broker_nums()
         yield from self._runtime()
         yield from self._clients()
+        yield from self._timers()
 
     def _clients(self) -> Iterator[Metric]:
         for name, field in CLIENT_GAUGES.items():
@@ -385,6 +407,62 @@ class BrokerCollector(Collector):
             retry_diff,
             dlq_diff,
         )
+
+    def _timers(self) -> Iterator[Metric | _Pause]:
+        timer = self.broker.timer
+        timers = timer.timers
+        if timers is None:  # off, or a slave: no timer service runs
+            return
+        cluster, broker_name, _ = self._names()
+        store_labels = [cluster, "broker", broker_name, "local", "disk"]
+        per_topic = [*STORE_LABELS, "topic"]
+        for name, text, table in (
+            ("rocketmq_timer_enqueue", "Total number of timer enqueue", timer.enqueue_total),
+            ("rocketmq_timer_dequeue", "Total number of timer dequeue", timer.dequeue_total),
+        ):
+            counter = CounterMetricFamily(name, text, labels=per_topic)
+            for n, (topic, count) in enumerate(list(table.items()), 1):
+                counter.add_metric([*store_labels, topic], count)
+                if n % SLICE == 0:
+                    yield PAUSE
+            yield counter
+        timing = GaugeMetricFamily(
+            "rocketmq_timing_messages", "Current message number in timing", labels=per_topic
+        )
+        for n, (topic, count) in enumerate(list(timers.counts.items()), 1):
+            timing.add_metric([*store_labels, topic], count)
+            if n % SLICE == 0:
+                yield PAUSE
+        yield timing
+        store = self.broker.store
+        now = store.clock_ms()
+        cq = store.consume_queues.find(TIMER_TOPIC, 0)
+        enqueue_lag = 0 if cq is None else max(cq.max_offset_in_queue - timers.enqueue_offset, 0)
+        recent = (
+            timer.last_enqueue_at >= 0
+            and trio.current_time() - timer.last_enqueue_at < ENQUEUE_LATENCY_WINDOW_SECONDS
+        )
+        for name, text, value in (
+            ("rocketmq_timer_enqueue_lag", "Timer enqueue messages lag", enqueue_lag),
+            (
+                "rocketmq_timer_enqueue_latency",
+                "Timer enqueue latency",
+                max(now - timer.last_enqueue_store_ms, 0) if recent else 0,
+            ),
+            (
+                "rocketmq_timer_dequeue_lag",
+                "Timer dequeue messages lag",
+                sum(timers.counts.values()),
+            ),
+            (
+                "rocketmq_timer_dequeue_latency",
+                "Timer dequeue latency",
+                max(now - timers.read_ms, 0) // 1000,
+            ),
+        ):
+            gauge = GaugeMetricFamily(name, text, labels=STORE_LABELS)
+            gauge.add_metric(store_labels, value)
+            yield gauge
 
     def _broker_nums(self) -> Iterator[Metric]:
         cluster, broker_name, addr = self._names()

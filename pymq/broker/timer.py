@@ -15,11 +15,32 @@ queue 0 with its due time in TIMER_OUT_MS.  Three tasks, in the broker's nursery
 
 ``timerStopEnqueue`` / ``timerStopDequeue`` pause the first two.  A put that fails is retried
 every FAILED_PUT_RETRY_SECONDS, so nothing due is dropped while the store refuses writes.
+
+A timer that is already due when the enqueue task reads it (the task fell behind, was paused,
+or the due time passed between the send and the read) is never entered in the wheel: it is put
+at once, with
+TIMER_ENQUEUE_MS set to Java's ``Long.MAX_VALUE`` (RocketMQ 5's mark for "never enqueued"), and
+it is not counted as pending.
+
+Deleted topics: a timer whose real topic no longer exists, or was deleted after the timer was
+stored (and created again since), is dropped when read, at enqueue or at dequeue or roll time
+(``dropped`` counts them; logged at debug).  The deletion times are kept in
+``config/timerdeletedtopics`` under the timer directory, written when a topic is deleted, at
+most :data:`MAX_DELETED_TOPICS` of them; one is forgotten once the wheel is
+``timerMaxDelaySec`` past it (every timer stored before it is handled by then).
+
+Counters for the metrics (RocketMQ 5's ``rocketmq_timer_*``): timer-topic messages read
+(``enqueue_total``) and put out of the wheel (``dequeue_total``: delivered, or put back to the
+timer topic by a roll, both counted as RocketMQ 5 counts them) per real topic since start, and
+the pending count per topic that the timer store keeps durable (pymq/store/timer/counts.py).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+from collections.abc import Callable
 
 import trio
 
@@ -35,6 +56,7 @@ from pymq.common.message_ext import (
 )
 from pymq.common.topic import TIMER_TOPIC
 from pymq.store.message_store import DefaultMessageStore
+from pymq.store.timer.counts import add
 from pymq.store.timer.store import TimerStore
 
 log = logging.getLogger(__name__)
@@ -48,15 +70,35 @@ MAX_SLEEP_SECONDS = 0.5
 FAILED_PUT_RETRY_SECONDS = 1.0
 YIELD_EVERY = 64
 """Entries (or empty slots) handled between two yields to the other tasks."""
+NEVER_ENQUEUED_MS = str(2**63 - 1)
+"""TIMER_ENQUEUE_MS of a timer put at once without entering the wheel (RocketMQ 5)."""
+MAX_DELETED_TOPICS = 10_000
+"""Deleted topics whose deletion time is kept (the oldest is forgotten beyond it)."""
+TIMER_DELETED_FILE = os.path.join("config", "timerdeletedtopics")
+ENQUEUE_LATENCY_WINDOW_SECONDS = 2.0
+"""rocketmq_timer_enqueue_latency is 0 when nothing was entered for this long (RocketMQ 5)."""
 
 
 class TimerMessageService:
-    def __init__(self, store: DefaultMessageStore) -> None:
+    def __init__(
+        self, store: DefaultMessageStore, topic_exists: Callable[[str], bool] | None = None
+    ) -> None:
         self.store = store
         self.config = store.config
+        self.topic_exists = topic_exists
         self.timers: TimerStore | None = None
         self._arrival = trio.Event()
         self.delivered = 0
+        self.dropped = 0
+        """Timers dropped because their real topic was deleted."""
+        self.enqueue_total: dict[str, int] = {}
+        self.dequeue_total: dict[str, int] = {}
+        self.last_enqueue_at = -1.0
+        """trio.current_time() when the enqueue task last read a timer (-1: never)."""
+        self.last_enqueue_store_ms = 0
+        self.deleted_path = os.path.join(self.config.timer_dir, TIMER_DELETED_FILE)
+        self.deleted: dict[str, int] = {}
+        """Real topic -> when it was last deleted (store clock, epoch ms)."""
 
     def notify_arrival(self, topic: str, queue_id: int) -> None:
         if topic == TIMER_TOPIC:
@@ -72,7 +114,79 @@ class TimerMessageService:
             log_file_size=config.mapped_file_size_timer_log,
         )
         timers.open(self.store.clock_ms())
+        self.deleted = self._load_deleted()
+        if not timers.counts_known:
+            # A store written before the counts file: count the pending entries once.
+            for entry in timers.pending_entries():
+                msg = self.store.look_message_by_offset(entry.phy_offset, entry.phy_size)
+                if msg is not None:
+                    add(timers.counts, self.real_topic(msg), 1)
+            timers.counts_known = True
         return timers
+
+    # --- deleted topics ------------------------------------------------------------------
+
+    def _load_deleted(self) -> dict[str, int]:
+        try:
+            with open(self.deleted_path, "rb") as f:
+                data = json.loads(f.read())
+            return {str(k): int(v) for k, v in data.items()}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            log.error(
+                "%s is unreadable (%s): deleted topics are not remembered", self.deleted_path, exc
+            )
+            return {}
+
+    def _save_deleted(self, deleted: dict[str, int]) -> None:
+        os.makedirs(os.path.dirname(self.deleted_path), exist_ok=True)
+        tmp = self.deleted_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(deleted, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.deleted_path)
+
+    async def on_topic_deleted(self, topic: str) -> None:
+        """DELETE_TOPIC_IN_BROKER: its pending timers are dropped as they come round (see the
+        module docstring), its counts go (RocketMQ 5's removeTimingCount)."""
+        deleted = self.deleted
+        deleted.pop(topic, None)
+        deleted[topic] = self.store.clock_ms()
+        timers = self.timers
+        if timers is not None:
+            timers.counts.pop(topic, None)
+            horizon = timers.delivered_ms - self.config.timer_max_delay_sec * 1000
+            horizon -= 2 * timers.precision_ms
+            for name, at in list(deleted.items()):
+                if at < horizon:
+                    del deleted[name]
+        while len(deleted) > MAX_DELETED_TOPICS:
+            del deleted[next(iter(deleted))]
+        self.enqueue_total.pop(topic, None)
+        self.dequeue_total.pop(topic, None)
+        await trio.to_thread.run_sync(self._save_deleted, dict(deleted))
+
+    def _stale(self, msg: MessageExt, topic: str) -> bool:
+        """Whether the timer was stored before its topic's last deletion (its count is gone
+        with the topic's)."""
+        at = self.deleted.get(topic)
+        return at is not None and msg.store_timestamp <= at
+
+    def _drop(self, msg: MessageExt, topic: str) -> bool:
+        """Whether the timer is to be dropped (its real topic deleted); counted, logged."""
+        if self._stale(msg, topic) or (
+            self.topic_exists is not None and not self.topic_exists(topic)
+        ):
+            self.dropped += 1
+            log.debug("timer message %s dropped: topic %s was deleted", msg.msg_id, topic)
+            return True
+        return False
+
+    @staticmethod
+    def real_topic(msg: MessageExt) -> str:
+        return msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         timers = self.timers = await trio.to_thread.run_sync(self.open)
@@ -140,8 +254,16 @@ class TimerMessageService:
                     deliver_ms = int(msg.properties.get(PROPERTY_TIMER_OUT_MS, now))
                 except ValueError:
                     deliver_ms = now  # not one the put path wrote: delivered at once
-                if not timers.enter(deliver_ms, phy_offset, size, now):
-                    await self._deliver(msg)
+                topic = self.real_topic(msg)
+                self.last_enqueue_at = trio.current_time()
+                self.last_enqueue_store_ms = msg.store_timestamp
+                add(self.enqueue_total, topic, 1)
+                if self._drop(msg, topic):
+                    pass
+                elif timers.enter(deliver_ms, phy_offset, size, now):
+                    add(timers.counts, topic, 1)
+                else:
+                    await self._deliver(msg, never_entered=True)
             timers.enqueue_offset = offset + 1
             handled += 1
             if handled % YIELD_EVERY == 0:
@@ -160,28 +282,47 @@ class TimerMessageService:
                 wait = (timers.next_due_ms() - now) / 1000
                 await trio.sleep(min(max(wait, 0.001), MAX_SLEEP_SECONDS))
                 continue
+            # The counts change with delivered_ms, not before: a checkpoint taken while this
+            # slot is half delivered has the counts of before it (see counts.py).
+            left: dict[str, int] = {}
+            started = store.clock_ms()
             for entry in slot.due:
                 msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
                 if msg is None:
                     log.error("timer message at %d is gone: not delivered", entry.phy_offset)
                     continue
-                await self._deliver(msg)
+                topic = self.real_topic(msg)
+                if not self._stale(msg, topic):
+                    add(left, topic, 1)
+                if not self._drop(msg, topic):
+                    await self._deliver(msg)
             for entry in slot.rolled:
                 msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
                 if msg is None:
                     log.error("timer message at %d is gone: not rolled", entry.phy_offset)
                     continue
-                await self._put(self.rolled_message(msg))
+                topic = self.real_topic(msg)
+                if not self._stale(msg, topic):
+                    add(left, topic, 1)
+                if not self._drop(msg, topic):
+                    await self._put(self.rolled_message(msg))
+                    add(self.dequeue_total, topic, 1)  # RocketMQ 5 counts a roll's put too
             timers.delivered_ms = timers.read_ms
+            for topic, n in left.items():
+                if self.deleted.get(topic, -1) < started:  # else its count went meanwhile
+                    add(timers.counts, topic, -n)
             slots += 1
             if slots % YIELD_EVERY == 0 or slot.due or slot.rolled:
                 await trio.lowlevel.checkpoint()
 
-    async def _deliver(self, msg: MessageExt) -> None:
+    async def _deliver(self, msg: MessageExt, *, never_entered: bool = False) -> None:
         """Put ``msg`` (a timer-topic message) to its real topic and queue; retried until it is
         stored."""
-        await self._put(self.real_message(msg, self.store.clock_ms()))
+        enqueue_ms = NEVER_ENQUEUED_MS if never_entered else None
+        real = self.real_message(msg, self.store.clock_ms(), enqueue_ms)
+        await self._put(real)
         self.delivered += 1
+        add(self.dequeue_total, real.topic, 1)
 
     async def _put(self, msg: MessageExt) -> None:
         """Put ``msg``, retrying until it is stored."""
@@ -223,10 +364,10 @@ class TimerMessageService:
         )
 
     @staticmethod
-    def real_message(msg: MessageExt, now_ms: int) -> MessageExt:
+    def real_message(msg: MessageExt, now_ms: int, enqueue_ms: str | None = None) -> MessageExt:
         props = dict(msg.properties)
         topic = props.pop(PROPERTY_REAL_TOPIC, msg.topic)
         queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID, "0") or 0)
-        props[PROPERTY_TIMER_ENQUEUE_MS] = str(msg.store_timestamp)
+        props[PROPERTY_TIMER_ENQUEUE_MS] = enqueue_ms or str(msg.store_timestamp)
         props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
         return moved_to(msg, topic, queue_id, props)

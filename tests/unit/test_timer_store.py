@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from pymq.store.timer import counts as timer_counts
 from pymq.store.timer.checkpoint import TimerCheckpoint
 from pymq.store.timer.log import ENTRY_SIZE, TimerEntry, TimerLog
 from pymq.store.timer.store import TIMER_LOG_DIR, TIMER_WHEEL_FILE, TimerStore
@@ -111,11 +112,12 @@ def test_precision_edges_never_early(tmp_path: os.PathLike[str]) -> None:
     assert not store.enter(T0 - 5000, 1, 1, now_ms=T0)  # in the past
     assert store.enter(T0 + 1, 10, 1, now_ms=T0)
     assert store.enter(T0 + 999, 11, 1, now_ms=T0)
-    assert store.enter(T0 + 1000, 12, 1, now_ms=T0)
+    assert store.enter(T0 + 1000, 12, 1, now_ms=T0)  # on a boundary: slot T0, as RocketMQ 5
+    assert store.enter(T0 + 1001, 13, 1, now_ms=T0)
     assert store.take_due(T0 + 999) is None  # slot T0 is not over: T0+999 is not yet due
-    assert [e.phy_offset for e in drain(store, T0 + 1000)] == [10, 11]
+    assert [e.phy_offset for e in drain(store, T0 + 1000)] == [10, 11, 12]  # 12 on time
     assert store.take_due(T0 + 1999) is None
-    assert [e.phy_offset for e in drain(store, T0 + 2000)] == [12]
+    assert [e.phy_offset for e in drain(store, T0 + 2000)] == [13]
     for entry in [*drain(store, T0 + 5000)]:
         raise AssertionError(f"nothing else is pending: {entry}")
 
@@ -249,3 +251,35 @@ def test_a_precision_change_is_refused_while_timers_are_pending(
     assert changed.enter(T0 + 3700, 2, 1, now_ms=T0 + 3200)
     assert drain(changed, T0 + 3999) == []
     assert [e.phy_offset for e in drain(changed, T0 + 4000)] == [2]
+
+
+def test_pending_counts_come_back_with_the_checkpoint_they_were_taken_with(
+    tmp_path: os.PathLike[str],
+) -> None:
+    store = make(tmp_path)
+    store.open(T0)
+    store.enter(T0 + 1500, 1, 1, now_ms=T0)
+    store.enter(T0 + 5500, 2, 1, now_ms=T0)
+    store.counts.update({"A": 1, "B": 1})
+    store.enqueue_offset = 2
+    flush(store)  # checkpoint 1: A=1, B=1
+    drain(store, T0 + 2000)
+    store.delivered_ms = store.read_ms
+    store.counts.pop("A")
+    cp, _slots = store.snapshot()
+    store.log.flush()
+    timer_counts.save(store.counts_path, cp, store.counts)  # crash before checkpoint 2
+    store.log.close()
+    store.wheel.close()
+    again = make(tmp_path)
+    again.open(T0 + 2000)
+    assert again.counts_known and again.counts == {"A": 1, "B": 1}  # checkpoint 1's
+    assert again.read_ms == T0  # ...which delivers slot T0 again, and A's count goes then
+    flush(again)  # checkpoint 2 with counts {"A": 1, "B": 1}
+    again.log.close()
+    again.wheel.close()
+    os.remove(again.counts_path)  # a store written before the counts file
+    third = make(tmp_path)
+    third.open(T0 + 2000)
+    assert not third.counts_known and third.counts == {}
+    assert [e.phy_offset for e in third.pending_entries()] == [1, 2]

@@ -716,6 +716,35 @@ const views = {
     },
   },
 
+  // Timers: pending timer messages by topic and the next due time, pushed live.
+  timers: {
+    enter(app) {
+      app.watch("timers.status", {}, (t) => {
+        if (t.error) {
+          $("#timer-summary tbody").replaceChildren(el("tr", {}, el("td", { colspan: 6 }, t.error.message)));
+          $("#timer-topics tbody").replaceChildren();
+          return;
+        }
+        const due = t.nextDueMs ? new Date(t.nextDueMs).toLocaleString() : "none within an hour";
+        $("#timer-summary tbody").replaceChildren(
+          el(
+            "tr",
+            {},
+            el("td", { class: "num", "data-testid": "timer-pending" }, fmtNum(t.pendingTotal)),
+            td(fmtNum(t.topicsWithTimers), true),
+            el("td", { "data-testid": "timer-next-due" }, due),
+            td(fmtNum(t.enqueued), true),
+            td(fmtNum(t.delivered), true),
+            td(fmtNum(t.dropped), true),
+          ),
+        );
+        $("#timer-topics tbody").replaceChildren(
+          ...Object.entries(t.timingCount).map(([topic, m]) => el("tr", {}, td(topic), td(fmtNum(m.count), true))),
+        );
+      });
+    },
+  },
+
   // Broker config: every key; live keys are editable, restart-only keys are not.
   config: {
     wired: false,

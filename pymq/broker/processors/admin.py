@@ -2,6 +2,7 @@
 
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
 UPDATE_BROKER_CONFIG (25), GET_BROKER_CONFIG (26), GET_BROKER_RUNTIME_INFO (28),
+GET_TIMER_METRICS (61, RocketMQ 5's),
 SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12),
 GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
@@ -218,6 +219,13 @@ class AdminProcessor:
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
         return req.response(body=to_json(KVTable(self.service.runtime_info())))
+
+    async def get_timer_metrics(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        try:
+            status = await self.service.timer_status()
+        except AdminError as exc:
+            return req.response(exc.code, exc.message)
+        return req.response(body=fastjson.dumps(status))
 
     # -- subscription groups ------------------------------------------------------------------
 

@@ -13,9 +13,10 @@ keeps its delay level and loses the timer properties (RocketMQ 5's rule).
 - else: TIMER_OUT_MS (the due time), REAL_TOPIC and REAL_QID are added and the message goes to
   ``rmq_sys_wheel_timer`` queue 0, where the timer service enters it in the wheel.
 
-One difference from RocketMQ 5, on purpose: RocketMQ rounds TIMER_OUT_MS down to the
-precision and so may deliver up to ``timerPrecisionMs`` early; pymq records the exact due time
-and delivers at or after it (at most one precision late).
+One difference from RocketMQ 5: RocketMQ records TIMER_OUT_MS rounded down to the precision
+(one precision less on a boundary) and delivers the slot that starts there when it ends; pymq
+records the exact due time and enters it in that same slot (pymq/store/timer/store.py), so the
+delivery time is the same and the recorded due time is the one the producer asked for.
 """
 
 from __future__ import annotations

@@ -8,9 +8,11 @@ Rules:
 
 - a timer due at or before ``now_ms`` is not entered (:meth:`enter` returns False): the caller
   delivers it at once;
-- a timer is entered in the slot its due time falls in; slot ``T`` is handed out by
-  :meth:`take_due` once ``now_ms >= T + precision``, so nothing is delivered before it is due
-  and at most one precision late (plus the service's latency);
+- a timer is entered in the slot that ends at or after its due time (the slot its due time
+  falls in, or the one before when the due time is a slot boundary: RocketMQ 5's rounding of
+  TIMER_OUT_MS); slot ``T`` is handed out by :meth:`take_due` once
+  ``now_ms >= T + precision``, so nothing is delivered before it is due and at most one
+  precision late (plus the service's latency), a due time on a boundary exactly on time;
 - a timer further out than the roll window (``timerRollWindowSlot`` slots past the next slot
   to deliver) is entered in the window's last slot and handed back as ``rolled`` when that
   slot comes round, to be entered again (``roll_times`` counts how often); so is one whose
@@ -35,6 +37,7 @@ import os
 
 import attrs
 
+from pymq.store.timer import counts as timer_counts
 from pymq.store.timer.checkpoint import TimerCheckpoint
 from pymq.store.timer.log import ENTRY_SIZE, TimerEntry, TimerLog
 from pymq.store.timer.wheel import TIMER_WHEEL_TTL_DAYS, Slot, TimerWheel
@@ -72,6 +75,14 @@ class TimerStore:
         self.log = TimerLog(os.path.join(root_dir, TIMER_LOG_DIR), log_file_size)
         self.wheel = TimerWheel(os.path.join(root_dir, TIMER_WHEEL_FILE), slots_total, precision_ms)
         self.check_path = os.path.join(root_dir, TIMER_CHECK_FILE)
+        self.counts_path = os.path.join(root_dir, timer_counts.TIMER_COUNTS_FILE)
+        self.counts: dict[str, int] = {}
+        """Pending timers per real topic (see pymq/store/timer/counts.py; the service keeps
+        them)."""
+        self.counts_known = True
+        """False after :meth:`open` found no counts for its checkpoint: the service counts
+        the pending entries once (:meth:`pending_entries`)."""
+        self._snap_counts: dict[str, int] = {}
         self.read_ms = 0
         """The next slot :meth:`take_due` hands out."""
         self.delivered_ms = 0
@@ -103,6 +114,14 @@ class TimerStore:
         self.relink_from = min(cp.relink_from, end)
         self.enqueue_offset = cp.enqueue_offset
         self.read_ms = self.delivered_ms = cp.read_ms
+        loaded = timer_counts.load(self.counts_path, cp)
+        self.counts = loaded or {}
+        self.counts_known = loaded is not None
+
+    def pending_entries(self) -> list[TimerEntry]:
+        """Every entry not yet delivered (a scan of the whole log: only for a store whose
+        counts are unknown, once)."""
+        return [e for _, e in self.log.entries(0, self.log.end) if e.slot_ms >= self.read_ms]
 
     def _change_precision(self, cp: TimerCheckpoint, now_ms: int) -> None:
         """``timerPrecisionMs`` differs from the one the log was written with: the slots of
@@ -129,7 +148,7 @@ class TimerStore:
         if deliver_ms <= now_ms:
             return False
         wheel = self.wheel
-        slot_ms = max(wheel.slot_time(deliver_ms), self.read_ms)
+        slot_ms = max(wheel.slot_time(deliver_ms - 1), self.read_ms)
         window_end = self.read_ms + (self.roll_window_slots - 1) * self.precision_ms
         if slot_ms > window_end:
             slot_ms = window_end
@@ -142,6 +161,16 @@ class TimerStore:
         return True
 
     # --- dequeue -------------------------------------------------------------------------
+
+    def next_pending_slot(self, max_slots: int) -> int | None:
+        """The first slot from :attr:`read_ms` on that holds entries, looking at most
+        ``max_slots`` slots ahead (one ``pread`` each); None when there is none."""
+        start = self.read_ms
+        for i in range(max_slots):
+            slot_ms = start + i * self.precision_ms
+            if not self.wheel.get(slot_ms).empty:
+                return slot_ms
+        return None
 
     def next_due_ms(self) -> int:
         """When the next slot may be handed out (epoch ms)."""
@@ -181,7 +210,9 @@ class TimerStore:
     # --- checkpoint ----------------------------------------------------------------------
 
     def snapshot(self) -> tuple[TimerCheckpoint, dict[int, Slot]]:
-        """What :meth:`flush_blocking` makes durable, taken at one instant on the loop."""
+        """What :meth:`flush_blocking` makes durable, taken at one instant on the loop
+        (with the counts of that instant; one flush at a time)."""
+        self._snap_counts = dict(self.counts)
         cp = TimerCheckpoint(
             log_end=self.log.end,
             relink_from=self.relink_from,
@@ -192,9 +223,10 @@ class TimerStore:
         return cp, dict(self.wheel.dirty)
 
     def flush_blocking(self, cp: TimerCheckpoint, slots: dict[int, Slot]) -> None:
-        """Log fsync → checkpoint → wheel slots → wheel fsync, then spent log files deleted
-        (blocking: run in a thread; the loop then calls :meth:`flushed`)."""
+        """Log fsync → counts → checkpoint → wheel slots → wheel fsync, then spent log files
+        deleted (blocking: run in a thread; the loop then calls :meth:`flushed`)."""
         self.log.flush()
+        timer_counts.save(self.counts_path, cp, self._snap_counts)
         cp.save(self.check_path)
         self.wheel.write_slots(slots)
         self.wheel.flush()

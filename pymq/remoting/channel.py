@@ -63,9 +63,11 @@ RequestHandler = Callable[["Channel", RemotingCommand], Awaitable[RemotingComman
 # Answers a request at once, inside the reader, or returns None to have it served by a task,
 # or ANSWER_LATER when it has arranged to call Channel.answer itself (a group commit).
 InlineHandler = Callable[["Channel", RemotingCommand], RemotingCommand | bytes | None]
-# (channel, buffer, frame bounds, first, stop) -> (the answers of frames first..i-1 joined, i):
-# see Channel.raw_run_handler.
-RawRunHandler = Callable[["Channel", bytes, list[int], int, int], tuple[bytes, int]]
+# (channel, buffer, frame bounds, first, stop) -> (the answers of frames first..i-1 joined, i,
+# frame i decoded or None): see Channel.raw_run_handler.
+RawRunHandler = Callable[
+    ["Channel", bytes, list[int], int, int], tuple[bytes, int, "RemotingCommand | None"]
+]
 # Called before and after each run of frames a connection serves together: Channel.run_hooks.
 RunHooks = tuple[Callable[[], None], Callable[[], None]]
 ANSWER_LATER = RemotingCommand(code=-1)
@@ -164,15 +166,16 @@ _send_answer_fields = getattr(native_extension, "send_answer_fields", None)
 
 def raw_send_answers(
     channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
-) -> tuple[bytes, int]:
+) -> tuple[bytes, int, RemotingCommand | None]:
     """A client connection's run handler (``Channel.raw_run_handler``): the leading frames
     that are a send's plain successful answer (``send_answer_fields``) to a call that takes
     its fields (``on_fields``, a producer's send_async; or ``awaits_fields``,
     Channel.call_frame) are given to their calls without a response command; it stops at the
-    first other frame, which the usual path decodes.  Nothing to write: ``(b"", stop at)``."""
+    first other frame, which the usual path decodes.  Nothing to write: ``(b"", stop at,
+    None)``."""
     read = _send_answer_fields
     if read is None:
-        return b"", first
+        return b"", first, None
     take = channel.state.calls.take_for_fields
     i = first
     while i < stop:
@@ -190,7 +193,7 @@ def raw_send_answers(
             call.on_fields(fields)
         except Exception:  # as Call.finish: the reader goes on
             log.exception("a response callback raised")
-    return b"", i
+    return b"", i, None
 
 
 def own_socket(stream: trio.abc.Stream) -> tuple[trio.abc.Stream, socket.socket | None]:
@@ -326,7 +329,6 @@ class Channel:
         handler: RequestHandler | None = None,
         *,
         idle_timeout: float | None = None,
-        inline_handler: InlineHandler | None = None,
         limits: ConnectionLimits = DEFAULT_LIMITS,
         budget: SharedBudget | None = None,
         admission: Admission | None = None,
@@ -337,14 +339,16 @@ class Channel:
         # (begin, end) called around each run of frames served together (the broker defers
         # dispatch to the end of a run: see MessageStore.begin_run); None: no hooks.
         self.run_hooks = run_hooks
-        # Offered each run of frames before they are decoded (unless fast failure is judging
-        # it): answers the leading frames it can from their bytes, all in one call and one
-        # joined answer (answers it arranges to write later with answer_frames, as the
-        # broker's SYNC_FLUSH sends, add nothing), and returns where it stopped.  That frame
-        # is decoded and served as usual, then the handler is offered the rest (the answers
-        # keep the requests' order).  When it raises (or stops outside the run), the rest of
-        # the run is decoded from where that call began, so it must change nothing a second
-        # serving would not; None: every frame is decoded.
+        # The synchronous way in, offered each run of frames (unless fast failure is judging
+        # it): it serves the leading frames it can, in the reader, from their bytes or
+        # decoded (a server's RemotingServer.serve_run: raw answers, then the inline
+        # handlers), their answers joined in the order of the requests (or queued with
+        # answer_frames in that order), and returns where it stopped, with that frame
+        # decoded if it decoded it.  That frame goes to a task of its own (or to the call
+        # it answers), then the handler is offered the rest.  When it raises (or stops
+        # outside the run), the rest of the run is decoded from where that call began, so
+        # it must change nothing a second serving would not; None: every frame is decoded
+        # and served by a task.
         self.raw_run_handler = raw_run_handler
         self.admission = admission
         self._timestamps = admission is not None and _enable_timestamps(stream)
@@ -354,7 +358,6 @@ class Channel:
         self.backlog = 0
         self.backlog_since = 0.0
         self.waiting_tasks: dict[int, tuple[int, float]] = {}
-        self.inline_handler = inline_handler
         self.idle_timeout = idle_timeout or None
         self._last_write = trio.current_time()
         self.handler = handler
@@ -807,31 +810,33 @@ class Channel:
                 cmds, broken = self._decode_run(run, i, None)
                 self._dispatch(cmds, run.received, nursery)
                 return broken
-            if left >= stop:
+            i, cmd = left
+            if i >= stop:
                 break
-            try:
-                cmd = decode_frame_at(buf, bounds[2 * left], bounds[2 * left + 1])
-            except ProtocolError as exc:
-                return exc
+            if cmd is None:
+                try:
+                    cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
+                except ProtocolError as exc:
+                    return exc
             self._dispatch((cmd,), run.received, nursery)
-            i = left + 1
+            i += 1
         return None
 
-    def _raw_run(self, run: Run, first: int) -> int | None:
-        """Offer the run from frame ``first`` to the run handler: the frame it left (its
-        answers queued), or None when it failed (a bug there: the frames are then served one
-        by one, which it must allow)."""
+    def _raw_run(self, run: Run, first: int) -> tuple[int, RemotingCommand | None] | None:
+        """Offer the run from frame ``first`` to the run handler: the frame it left and that
+        frame decoded if it decoded it (its answers queued), or None when it failed (a bug
+        there: the frames are then served one by one, which it must allow)."""
         assert self.raw_run_handler is not None
         try:
-            joined, left = self.raw_run_handler(self, run.buf, run.bounds, first, run.stop)
-            if not first <= left <= run.stop:
+            joined, left, cmd = self.raw_run_handler(self, run.buf, run.bounds, first, run.stop)
+            if not first <= left <= run.stop or (cmd is not None and left == run.stop):
                 raise ValueError(f"stopped at frame {left} of {run.stop}")
         except Exception:
             log.exception("raw run handler failed; frames served one by one")
             return None
         if joined and not self.closed:
             self._out.append(joined)
-        return left
+        return left, cmd
 
     def _decode_run(
         self, run: Run, start_at: int, shed: _Shedding | None
@@ -858,18 +863,16 @@ class Channel:
         self, cmds: Sequence[RemotingCommand], received: float, nursery: trio.Nursery
     ) -> None:
         """Each decoded command to its place: a response to the call awaiting it, a request
-        with a bad header refused, one the inline handler serves now, the rest to a task each
-        (refused with OVERLOAD past the connection's cap)."""
-        inline = self.inline_handler
+        with a bad header refused, the rest to a task each (refused with OVERLOAD past the
+        connection's cap)."""
         for cmd in cmds:
             if cmd.flag & RPC_TYPE_RESPONSE:
                 self._on_response(cmd)
             elif cmd.header_error is not None:
                 self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
-            elif inline is None or not self._serve_inline(inline, cmd):
-                if not self.state.start_task():
-                    self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
-                    continue
+            elif not self.state.start_task():
+                self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
+            else:
                 if self.admission is not None:
                     self.waiting_tasks[id(cmd)] = (cmd.code, received)
                 nursery.start_soon(self._serve, cmd, received)
@@ -900,8 +903,9 @@ class Channel:
             f"{request_name(call.code)} to {self.remote_address}: no response in time"
         )
 
-    def _serve_inline(self, inline: InlineHandler, request: RemotingCommand) -> bool:
-        """Serve ``request`` now if the inline handler can (no task, no wait); else False."""
+    def serve_inline(self, inline: InlineHandler, request: RemotingCommand) -> bool:
+        """Serve ``request`` now, in the reader, if ``inline`` can (no task, no wait): its
+        answer written in turn with the run's; else False (nothing answered)."""
         try:
             response = inline(self, request)
         except RemotingCommandError as exc:

@@ -23,17 +23,21 @@ from pymq.remoting.channel import (
     Admission,
     Channel,
     InlineHandler,
-    RawRunHandler,
     RequestHandler,
     RunHooks,
 )
-from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame_at
 from pymq.remoting.codes import ResponseCode
+from pymq.remoting.errors import ProtocolError
 from pymq.remoting.headers import decode_request
 from pymq.remoting.limits import ConnectionLimits, SharedBudget
 from pymq.remoting.tls import TlsServer
 
 log = logging.getLogger(__name__)
+
+# (channel, buffer, frame bounds, first, stop) -> (the answers of frames first..i-1 joined, i):
+# answers from the frames' bytes (RemotingServer.raw_run_handler).
+RawAnswers = Callable[[Channel, bytes, list[int], int, int], tuple[bytes, int]]
 
 # The access check: (channel, request) -> None to serve it, or the answer refusing it.
 AccessCheck = Callable[[Channel, RemotingCommand], RemotingCommand | None]
@@ -76,8 +80,10 @@ class RemotingServer:
         # to serve the request, or the answer that refuses it.  None (the default): no check,
         # and connections dispatch without looking for one.
         self.access_check: AccessCheck | None = None
-        # Tried on every run of request frames first (Channel.raw_run_handler); None: none.
-        self.raw_run_handler: RawRunHandler | None = None
+        # Answers the leading frames of a run from their bytes (the broker's sends, the name
+        # server's route lookups), tried first by serve_run; None: none.  Never where there
+        # is an access check (it would skip it).
+        self.raw_run_handler: RawAnswers | None = None
         # Called around each run of frames a connection serves (Channel.run_hooks); None: none.
         self.run_hooks: RunHooks | None = None
 
@@ -92,6 +98,47 @@ class RemotingServer:
             self.inline_processors[int(code)] = inline
         else:
             self.inline_processors.pop(int(code), None)
+
+    def serve_run(
+        self, channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
+    ) -> tuple[bytes, int, RemotingCommand | None]:
+        """The synchronous way in (``Channel.raw_run_handler``): frames ``first..stop-1`` of a
+        run served in the connection's reader while they can be: the leading ones the raw
+        handler answers from their bytes (never where there is an access check), then each
+        frame it leaves decoded and served by its code's inline handler, if it has one and
+        it answers now; then the raw handler is offered the rest.  Returns where it stopped
+        (the frame a task must serve, or the response to route), with that frame decoded;
+        the answers are queued in the requests' order as they are made."""
+        checked = self.access_check is not None
+        raw = None if checked else self.raw_run_handler
+        inline = self._dispatch_inline_checked if checked else self.dispatch_inline
+        inline_codes = self.inline_processors
+        i = first
+        while i < stop:
+            if raw is not None:
+                try:
+                    joined, left = raw(channel, buf, bounds, i, stop)
+                    if not i <= left <= stop:
+                        raise ValueError(f"stopped at frame {left} of {stop}")
+                except Exception:  # a bug there: the frames are decoded and served below
+                    log.exception("%s: raw answers failed; frames decoded", self.name)
+                    raw = None
+                else:
+                    if joined:
+                        channel.answer_frames([joined])
+                    i = left
+                    if i >= stop:
+                        break
+            try:
+                cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
+            except ProtocolError:  # the channel decodes it again and closes
+                return b"", i, None
+            if cmd.flag & RPC_TYPE_RESPONSE or cmd.header_error is not None:
+                return b"", i, cmd
+            if cmd.code not in inline_codes or not channel.serve_inline(inline, cmd):
+                return b"", i, cmd
+            i += 1
+        return b"", i, None
 
     def dispatch_inline(
         self, channel: Channel, request: RemotingCommand
@@ -186,18 +233,10 @@ class RemotingServer:
                 served,
                 self._dispatch_checked if checked else self.dispatch,
                 idle_timeout=self.idle_timeout,
-                inline_handler=(
-                    None
-                    if not self.inline_processors
-                    else self._dispatch_inline_checked
-                    if checked
-                    else self.dispatch_inline
-                ),
                 limits=self.limits,
                 budget=self.budget,
                 admission=self.admission,
-                # Raw answers skip the access check: never where there is one.
-                raw_run_handler=self.raw_run_handler if not checked else None,
+                raw_run_handler=self.serve_run,
                 run_hooks=self.run_hooks,
             )
         except Exception:  # e.g. the socket died before its peer address could be read

@@ -54,9 +54,9 @@ def count_raw_answers(monkeypatch) -> list[bool]:  # type: ignore[no-untyped-def
     real = client_module.raw_send_answers
 
     def counting(channel, buf: bytes, bounds: list[int], first: int, stop: int):  # type: ignore[no-untyped-def]
-        joined, left = real(channel, buf, bounds, first, stop)
+        joined, left, decoded = real(channel, buf, bounds, first, stop)
         taken.extend([True] * (left - first) + [False] * (left < stop))
-        return joined, left
+        return joined, left, decoded
 
     monkeypatch.setattr(client_module, "raw_send_answers", counting)
     return taken
@@ -77,9 +77,9 @@ async def test_send_async_stores_every_message_once(pymq_cluster: Cluster, monke
     real = client_module.raw_send_answers
 
     def counting(channel, buf: bytes, bounds: list[int], first: int, stop: int):  # type: ignore[no-untyped-def]
-        joined, left = real(channel, buf, bounds, first, stop)
+        joined, left, decoded = real(channel, buf, bounds, first, stop)
         taken.extend([joined == b""] * (left - first))
-        return joined, left
+        return joined, left, decoded
 
     monkeypatch.setattr(client_module, "raw_send_answers", counting)
     async with Producer("P", pymq_cluster.namesrv_addr) as producer:

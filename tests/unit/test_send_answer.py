@@ -259,8 +259,8 @@ def test_raw_send_answers_give_the_fields_to_calls_that_take_them(caplog) -> Non
         return b"".join(frames), bounds
 
     def serve(buf: bytes, bounds: list[int], first: int) -> int:
-        joined, left = raw_send_answers(channel, buf, bounds, first, len(bounds) // 2)  # type: ignore[arg-type]
-        assert joined == b""  # nothing to write
+        joined, left, decoded = raw_send_answers(channel, buf, bounds, first, len(bounds) // 2)  # type: ignore[arg-type]
+        assert joined == b"" and decoded is None  # nothing to write, nothing decoded
         return left
 
     buf, bounds = run(answer(1), answer(2), answer(9), answer(3))

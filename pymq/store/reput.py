@@ -343,7 +343,10 @@ class ReputMessageService:
         to, and names it in ``_file_wanted`` (made off the loop: see _do_reput_locked)."""
         self._file_wanted = None
         cl = self.commitlog
-        mf = self._file_to_dispatch()
+        if cl.min_offset <= self.reput_from_offset < cl.max_offset:
+            mf = cl.queue.find_by_offset(self.reput_from_offset)
+        else:  # behind the log's first offset, or nothing to do: see _file_to_dispatch
+            mf = self._file_to_dispatch()
         if mf is None:
             return False, False
         pos = self.reput_from_offset - mf.file_from_offset
@@ -424,6 +427,5 @@ class ReputMessageService:
                 done += HINTED_PER_PARSED
         finally:
             view.release()
-        if pos >= mf.file_size:
-            return True, True
-        return done > 0, self.reput_from_offset < cl.max_offset
+        at_file_end = pos >= mf.file_size  # (True, True): the next file is the next turn's
+        return done > 0 or at_file_end, at_file_end or self.reput_from_offset < cl.max_offset

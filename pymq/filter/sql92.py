@@ -441,44 +441,19 @@ def _check_equal_operand(node: _Node) -> None:
         raise _runtime(f"'{node.text}' cannot be compared.")
 
 
-def _equal(left: _Node, right: _Node, symbol: str = "==") -> _Node:  # noqa: C901
+def _equal(left: _Node, right: _Node, symbol: str = "==") -> _Node:
     """Java's doCreateEqual: null-aware equality (a null on one side only: null if the left is
     null, false otherwise)."""
-    lf, rf = left.fn, right.fn
 
     def text() -> str:
         return f"({left.text} {symbol} {right.text})"
 
     if right.kind == "const" and right.value is None:  # IS NULL
-        if left.kind == "prop":
-            name = left.name
-
-            def is_null_prop(get: Getter) -> Any:
-                return get(name) is None
-
-            return _Node("expr", B, text, is_null_prop, is_bool=True)
-        return _Node("expr", B, text, lambda get: lf(get) is None, is_bool=True, children=(left,))
+        return _is_null(left, text)
     compare = _compare_fn(left.jtype, right.jtype)
     if left.kind == "prop" and right.value is not None:
-        name, constant = left.name, right.value
-        if right.jtype == S:
-
-            def prop_eq_str(get: Getter) -> Any:
-                lv = get(name)
-                return None if lv is None else lv == constant
-
-            return _Node("expr", B, text, prop_eq_str, is_bool=True, children=(left,))
-
-        def prop_eq_const(get: Getter) -> Any:
-            lv = get(name)
-            if lv is None:
-                return None
-            try:
-                return compare(lv, constant) == 0
-            except (_NumberFormat, _ClassCast) as exc:
-                raise _EvalError(str(exc)) from None
-
-        return _Node("expr", B, text, prop_eq_const, is_bool=True, children=(left,))
+        return _prop_equal_const(left, right, compare, text)
+    lf, rf = left.fn, right.fn
     same_strings = left.jtype == S and right.jtype == S
 
     def equal(get: Getter) -> Any:
@@ -496,6 +471,45 @@ def _equal(left: _Node, right: _Node, symbol: str = "==") -> _Node:  # noqa: C90
             raise _EvalError(str(exc)) from None
 
     return _Node("expr", B, text, equal, is_bool=True, children=(left, right))
+
+
+def _is_null(left: _Node, text: Callable[[], str]) -> _Node:
+    """``left IS NULL`` (:func:`_equal` with a NULL constant on the right)."""
+    if left.kind == "prop":
+        name = left.name
+
+        def is_null_prop(get: Getter) -> Any:
+            return get(name) is None
+
+        return _Node("expr", B, text, is_null_prop, is_bool=True)
+    lf = left.fn
+    return _Node("expr", B, text, lambda get: lf(get) is None, is_bool=True, children=(left,))
+
+
+def _prop_equal_const(
+    left: _Node, right: _Node, compare: Callable[[Any, Any], int], text: Callable[[], str]
+) -> _Node:
+    """``property = constant`` (:func:`_equal`'s common case): the property read by name, the
+    constant bound once; a string constant compares without conversion."""
+    name, constant = left.name, right.value
+    if right.jtype == S:
+
+        def prop_eq_str(get: Getter) -> Any:
+            lv = get(name)
+            return None if lv is None else lv == constant
+
+        return _Node("expr", B, text, prop_eq_str, is_bool=True, children=(left,))
+
+    def prop_eq_const(get: Getter) -> Any:
+        lv = get(name)
+        if lv is None:
+            return None
+        try:
+            return compare(lv, constant) == 0
+        except (_NumberFormat, _ClassCast) as exc:
+            raise _EvalError(str(exc)) from None
+
+    return _Node("expr", B, text, prop_eq_const, is_bool=True, children=(left,))
 
 
 _ORDER_TESTS: dict[str, Callable[[int], bool]] = {
@@ -776,9 +790,10 @@ class _Lexer:
         )
         return Sql92Error(f"org.apache.rocketmq.filter.parser.TokenMgrError: {message}")
 
-    def next_token(self) -> _Token:  # noqa: C901
+    def _skip_blanks(self, pos: int) -> int:
+        """The index of the first character from ``pos`` on that is neither whitespace nor in a
+        comment (a ``--`` comment needs its line end: without one it is two minus signs)."""
         text, n = self.text, len(self.text)
-        pos = self.pos
         while True:
             while pos < n and text[pos] in _WHITESPACE:
                 pos += 1
@@ -793,7 +808,23 @@ class _Lexer:
                     raise self._lexical_error(pos, n - 1)
                 pos = m.end()
                 continue
-            break
+            return pos
+
+    def _number(self, pos: int) -> tuple[int, int]:
+        """The kind and end of the numeric literal at ``pos`` (a digit or a "."): JavaCC's
+        longest match, a FLOAT over a DECIMAL only when it is longer."""
+        text = self.text
+        fm = _FLOAT_RE.match(text, pos)
+        dm = _DECIMAL_RE.match(text, pos)
+        f_end = fm.end() if fm else -1
+        d_end = dm.end() if dm else -1
+        if f_end < 0 and d_end < 0:  # a "." without digits
+            raise self._lexical_error(pos, min(pos + 1, len(text) - 1))
+        return (FLOAT, f_end) if f_end > d_end else (DECIMAL, d_end)
+
+    def next_token(self) -> _Token:
+        text, n = self.text, len(self.text)
+        pos = self._skip_blanks(self.pos)
         if pos >= n:
             self.pos = n
             line, column = self._at(n - 1) if n else (0, 0)
@@ -813,13 +844,7 @@ class _Lexer:
             end = m.end()
             kind = _KEYWORDS.get(text[pos:end].upper(), ID)
         elif ch.isascii() and (ch.isdigit() or ch == "."):
-            fm = _FLOAT_RE.match(text, pos)
-            dm = _DECIMAL_RE.match(text, pos)
-            f_end = fm.end() if fm else -1
-            d_end = dm.end() if dm else -1
-            if f_end < 0 and d_end < 0:  # a "." without digits
-                raise self._lexical_error(pos, min(pos + 1, n - 1))
-            kind, end = (FLOAT, f_end) if f_end > d_end else (DECIMAL, d_end)
+            kind, end = self._number(pos)
         elif text.startswith(("<>", ">=", "<="), pos):
             kind, end = _OPERATORS[text[pos : pos + 2]], pos + 2
         elif ch in _OPERATORS:

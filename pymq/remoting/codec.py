@@ -373,8 +373,12 @@ def _json_loads(data: bytes) -> object:
     return header
 
 
-def _checked_command(header: object) -> RemotingCommand:  # noqa: C901
-    """The command of a parsed header, every field checked as Java's typed decode would."""
+def _checked_command(header: object) -> RemotingCommand:
+    """The command of a parsed header, every field checked as Java's typed decode would.
+
+    A field Java would refuse is reset (to 0, {}, None or JAVA) and the first of them, in the
+    order read here, is named in ``header_error``.  The rare cases are judged in helpers, so a
+    sound header costs no more calls than the checks themselves."""
     if type(header) is not dict:
         raise ProtocolError("JSON header is not an object")
     get = header.get
@@ -383,31 +387,17 @@ def _checked_command(header: object) -> RemotingCommand:  # noqa: C901
         raise ProtocolError(f"JSON header: opaque is not a Java int: {_describe(opaque)}")
     code, flag, version = get("code"), get("flag", 0), get("version", 0)
     problem = None
-    if not _int32(code):
-        problem = f"code is not a Java int: {_describe(code)}"
-        code = 0
-    if not _int32(flag):
-        problem = problem or f"flag is not a Java int: {_describe(flag)}"
-        flag = 0
-    if version is None:
-        version = 0
-    elif not _int32(version):
-        problem = problem or f"version is not a Java int: {_describe(version)}"
-        version = 0
+    if not (_int32(code) and _int32(flag) and _int32(version)):
+        code, flag, version, problem = _checked_ints(code, flag, version)
     ext = get("extFields")
-    if ext is None:
-        ext = {}
-    elif type(ext) is not dict:
-        problem = problem or "extFields is not an object"
+    if type(ext) is not dict:
+        if ext is not None:
+            problem = problem or "extFields is not an object"
         ext = {}
     else:
         for value in ext.values():
             if type(value) is not str:  # Java peers send strings; normalise numbers and bools
-                if all(v is None or isinstance(v, _SCALARS) for v in ext.values()):
-                    ext = {k: s for k, v in ext.items() if (s := java_string(v)) is not None}
-                else:
-                    problem = problem or "extFields values must be strings"
-                    ext = {}
+                ext, problem = _java_ext_fields(ext, problem)
                 break
     remark = get("remark")
     if remark is not None and type(remark) is not str:
@@ -422,6 +412,35 @@ def _checked_command(header: object) -> RemotingCommand:  # noqa: C901
     if problem is not None:
         cmd.header_error = f"bad request header: {problem}"
     return cmd
+
+
+def _checked_ints(code: object, flag: object, version: object) -> tuple[int, int, int, str | None]:
+    """code, flag and version as :func:`_checked_command` keeps them (a null version is 0; any
+    other value that is no Java int is 0), and the problem with the first refused, or None."""
+    problem = None
+    if not _int32(code):
+        problem = f"code is not a Java int: {_describe(code)}"
+        code = 0
+    if not _int32(flag):
+        problem = problem or f"flag is not a Java int: {_describe(flag)}"
+        flag = 0
+    if version is None:
+        version = 0
+    elif not _int32(version):
+        problem = problem or f"version is not a Java int: {_describe(version)}"
+        version = 0
+    return code, flag, version, problem
+
+
+def _java_ext_fields(
+    ext: dict[str, object], problem: str | None
+) -> tuple[dict[str, str], str | None]:
+    """extFields with a value that is not a string: scalars read as Java strings (nulls
+    dropped), or nothing kept if any value is an array or object (``problem`` names it unless
+    it already names an earlier field)."""
+    if all(v is None or isinstance(v, _SCALARS) for v in ext.values()):
+        return {k: s for k, v in ext.items() if (s := java_string(v)) is not None}, problem
+    return {}, problem or "extFields values must be strings"
 
 
 def _decode_binary_header(data: bytes) -> RemotingCommand:

@@ -34,6 +34,7 @@ from pymq.common.record import (
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store.commitlog import DISPATCH_HINTS_MAX, CommitLog, DispatchHint
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
+from pymq.store.mapped_file import MappedFile
 
 native_extension: Any = load_native("pymq.store._dispatchc")
 
@@ -225,6 +226,33 @@ class ReputMessageService:
             if not more:
                 return
 
+    def _file_to_dispatch(self) -> MappedFile | None:
+        """The commit-log file holding ``reput_from_offset`` (moved up to the log's first
+        offset if it fell behind it), or None when nothing is there to dispatch."""
+        cl = self.commitlog
+        if self.reput_from_offset < cl.min_offset:
+            self.reput_from_offset = cl.min_offset
+        if self.reput_from_offset >= cl.max_offset:
+            return None
+        return cl.queue.find_by_offset(self.reput_from_offset)
+
+    def _stop_at_unreadable(
+        self, exc: BlankRecord | RecordError, view: memoryview, pos: int, end: int,
+        progressed: bool,
+    ) -> tuple[bool, bool]:  # fmt: skip
+        """:meth:`_dispatch_some`'s answer at a record it cannot parse: the blank end of a file
+        (go on in the next file), a record cut short (wait for the rest), or a bad one (stop
+        there, logged once per offset)."""
+        if isinstance(exc, BlankRecord):
+            self.reput_from_offset = self.commitlog.roll_next_file(self.reput_from_offset)
+            return True, True
+        if pos + 8 > end or pos + read_record_header(view, pos)[0] > end:
+            return progressed, False  # a partial record: wait for the rest
+        if self._reported_bad != self.reput_from_offset:
+            self._reported_bad = self.reput_from_offset
+            log.error("reput stopped at %d: %s", self.reput_from_offset, str(exc))
+        return progressed, False
+
     @staticmethod
     def _hint_for(
         hints: collections.deque[DispatchHint], offset: int, view: memoryview, pos: int, end: int
@@ -306,9 +334,7 @@ class ReputMessageService:
         if rows:
             hints.extendleft(reversed(rows))
 
-    def _dispatch_some(  # noqa: C901
-        self, budget: int, *, create_files: bool = False
-    ) -> tuple[bool, bool]:
+    def _dispatch_some(self, budget: int, *, create_files: bool = False) -> tuple[bool, bool]:
         """Dispatch at most ``budget`` hinted records, a record parsed without a hint counting
         as HINTED_PER_PARSED of them: (made progress, may be more to do).
 
@@ -317,11 +343,10 @@ class ReputMessageService:
         to, and names it in ``_file_wanted`` (made off the loop: see _do_reput_locked)."""
         self._file_wanted = None
         cl = self.commitlog
-        if self.reput_from_offset < cl.min_offset:
-            self.reput_from_offset = cl.min_offset
-        if self.reput_from_offset >= cl.max_offset:
-            return False, False
-        mf = cl.queue.find_by_offset(self.reput_from_offset)
+        if cl.min_offset <= self.reput_from_offset < cl.max_offset:
+            mf = cl.queue.find_by_offset(self.reput_from_offset)
+        else:  # behind the log's first offset, or nothing to do: see _file_to_dispatch
+            mf = self._file_to_dispatch()
         if mf is None:
             return False, False
         pos = self.reput_from_offset - mf.file_from_offset
@@ -385,16 +410,8 @@ class ReputMessageService:
                         continue
                 try:
                     info = read_record_info(view, pos, check_crc=False)
-                except BlankRecord:
-                    self.reput_from_offset = cl.roll_next_file(self.reput_from_offset)
-                    return True, True
-                except RecordError as exc:
-                    if pos + 8 > end or pos + read_record_header(view, pos)[0] > end:
-                        return done > 0, False  # a partial record: wait for the rest
-                    if self._reported_bad != self.reput_from_offset:
-                        self._reported_bad = self.reput_from_offset
-                        log.error("reput stopped at %d: %s", self.reput_from_offset, str(exc))
-                    return done > 0, False
+                except (BlankRecord, RecordError) as exc:
+                    return self._stop_at_unreadable(exc, view, pos, end, done > 0)
                 if not create_files and self._note_file_wanted(
                     info.topic, info.queue_id, info.physical_offset, info.size,
                     info.queue_offset, info.sys_flag,
@@ -410,6 +427,5 @@ class ReputMessageService:
                 done += HINTED_PER_PARSED
         finally:
             view.release()
-        if pos >= mf.file_size:
-            return True, True
-        return done > 0, self.reput_from_offset < cl.max_offset
+        at_file_end = pos >= mf.file_size  # (True, True): the next file is the next turn's
+        return done > 0 or at_file_end, at_file_end or self.reput_from_offset < cl.max_offset

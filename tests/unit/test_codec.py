@@ -751,3 +751,95 @@ def test_json_header_in_c_reads_the_plain_send_header() -> None:
 def test_json_header_in_c_edge_cases(header: bytes) -> None:
     """Headers at the edges of the C reader's plain subset read as without it."""
     _decoded_either_way(header)
+
+
+_JAVA = "JAVA"
+
+
+@pytest.mark.parametrize(
+    ("header", "fields", "header_error"),
+    [
+        (
+            {"code": 10, "opaque": 3, "flag": 1, "version": 317, "language": "CPP",
+             "remark": "r", "extFields": {"a": "1"}},
+            (10, {"a": "1"}, 3, 1, "r", "CPP", 317), None,
+        ),
+        # null version, extFields and language read as absent; an empty language is refused.
+        (
+            {"code": 10, "opaque": 3, "version": None, "language": "", "extFields": None},
+            (10, {}, 3, 0, None, _JAVA, 0), "language is not a string",
+        ),
+        ({"code": 10, "opaque": 3, "language": None, "remark": None},
+         (10, {}, 3, 0, None, _JAVA, 0), None),
+        ({"code": 1}, (1, {}, 0, 0, None, _JAVA, 0), None),
+        # Scalars in extFields become Java strings; nulls are dropped.
+        (
+            {"code": 10, "opaque": 3,
+             "extFields": {"a": 1, "b": True, "c": None, "d": 1.5, "e": False, "f": "x"}},
+            (10, {"a": "1", "b": "true", "d": "1.5", "e": "false", "f": "x"}, 3, 0, None,
+             _JAVA, 0), None,
+        ),
+        # Several bad fields: each is reset, and the first in header order is named.
+        (
+            {"code": "x", "opaque": 3, "flag": 2.5, "version": "1", "extFields": [1],
+             "remark": 5, "language": 7},
+            (0, {}, 3, 0, None, _JAVA, 0), "code is not a Java int: 'x'",
+        ),
+        (
+            {"code": 10, "opaque": 3, "flag": 2.5, "version": "1", "extFields": [1],
+             "remark": 5, "language": 7},
+            (10, {}, 3, 0, None, _JAVA, 0), "flag is not a Java int: 2.5",
+        ),
+        (
+            {"code": 10, "opaque": 3, "version": "1", "extFields": {"a": [1], "b": 2},
+             "remark": 5, "language": 7},
+            (10, {}, 3, 0, None, _JAVA, 0), "version is not a Java int: '1'",
+        ),
+        (
+            {"code": 10, "opaque": 3, "extFields": {"a": 1, "b": {}}, "remark": 5,
+             "language": False},
+            (10, {}, 3, 0, None, _JAVA, 0), "extFields values must be strings",
+        ),
+        ({"code": 10, "opaque": 3, "remark": 5, "language": False},
+         (10, {}, 3, 0, None, _JAVA, 0), "remark is not a string"),
+        ({"code": 10, "opaque": 3, "language": []},
+         (10, {}, 3, 0, None, _JAVA, 0), "language is not a string"),
+        ({"code": 10, "opaque": 3, "extFields": "s"},
+         (10, {}, 3, 0, None, _JAVA, 0), "extFields is not an object"),
+        (
+            {"code": 2**31, "opaque": -(2**31), "flag": -(2**31) - 1, "version": 2**31 - 1},
+            (0, {}, -(2**31), 0, None, _JAVA, 2**31 - 1), "code is not a Java int: 2147483648",
+        ),
+        ({"opaque": 3, "code": 1.0}, (0, {}, 3, 0, None, _JAVA, 0), "code is not a Java int: 1.0"),
+    ],
+)  # fmt: skip
+def test_checked_command_reads_every_field_as_java_would(
+    header: dict[str, object], fields: tuple[object, ...], header_error: str | None
+) -> None:
+    """json's path (the reference the fast paths agree with), field by field: the values kept,
+    the ones reset, and the one problem named (the first, in the order the fields are read)."""
+    from pymq.remoting.codec import _checked_command
+
+    cmd = _checked_command(header)
+    got = (cmd.code, cmd.ext_fields, cmd.opaque, cmd.flag, cmd.remark, cmd.language, cmd.version)
+    assert got == fields
+    assert cmd.header_error == (
+        None if header_error is None else f"bad request header: {header_error}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        ([1], "JSON header is not an object"),
+        (None, "JSON header is not an object"),
+        ({"code": 1, "opaque": None}, "JSON header: opaque is not a Java int: None"),
+        ({"code": 1, "opaque": True}, "JSON header: opaque is not a Java int: True"),
+    ],
+)
+def test_checked_command_refuses_what_cannot_be_answered(header: object, reason: str) -> None:
+    from pymq.remoting.codec import _checked_command
+
+    with pytest.raises(ProtocolError) as info:
+        _checked_command(header)
+    assert str(info.value) == reason

@@ -611,3 +611,357 @@ def test_a_long_chain_compiles_in_time_linear_in_its_length() -> None:
         sql92._chain_all = real  # type: ignore[assignment]
     assert built == [3000]  # one chain of all the terms, not 2999 growing ones
     assert compiled.matches({"a": "1"}.get) and not compiled.matches({"a": "2"}.get)
+
+
+_CAST = (
+    "error: class java.lang.Boolean cannot be cast to class java.lang.String (java.lang.Boolean "
+    "and java.lang.String are in module java.base of loader 'bootstrap')"
+)
+_EQUAL_PROPS = [
+    {},
+    {"a": "x"},
+    {"a": "5"},
+    {"a": "1.5"},
+    {"a": "true"},
+    {"b": "x"},
+    {"a": "x", "b": "x"},
+    {"a": "5", "b": "4"},
+    {"a": "1", "b": "1"},
+    {"a": "1000"},
+]
+
+
+@pytest.mark.parametrize(
+    "expression, results",
+    [
+        ("a is null", [True, False, False, False, False, True, False, False, False, False]),
+        ("5 is null", [False, False, False, False, False, False, False, False, False, False]),
+        ("'x' is not null", [True, True, True, True, True, True, True, True, True, True]),
+        ("TRUE is null", [False, False, False, False, False, False, False, False, False, False]),
+        ("(a) is null", [True, False, False, False, False, True, False, False, False, False]),
+        ("- a is null", [True, True, True, True, True, True, True, True, True, True]),
+        ("a = 'x'", [None, True, False, False, False, None, True, False, False, False]),
+        ("a <> 'x'", [None, False, True, True, True, None, False, True, True, True]),
+        (
+            "a = 5",
+            [
+                None,
+                'error: For input string: "x"',
+                True,
+                'error: For input string: "1.5"',
+                'error: For input string: "true"',
+                None,
+                'error: For input string: "x"',
+                True,
+                False,
+                False,
+            ],
+        ),
+        (
+            "a = 2147483648",
+            [
+                None,
+                'error: For input string: "x"',
+                False,
+                'error: For input string: "1.5"',
+                'error: For input string: "true"',
+                None,
+                'error: For input string: "x"',
+                False,
+                False,
+                False,
+            ],
+        ),
+        (
+            "a = 1.5",
+            [
+                None,
+                'error: For input string: "x"',
+                False,
+                True,
+                'error: For input string: "true"',
+                None,
+                'error: For input string: "x"',
+                False,
+                False,
+                False,
+            ],
+        ),
+        ("a = TRUE", [None, False, False, False, True, None, False, False, False, False]),
+        ("a <> FALSE", [None, False, False, False, True, None, False, False, False, False]),
+        ("a = b", [True, False, False, False, False, None, True, False, True, False]),
+        ("a <> b", [False, True, True, True, True, None, False, True, False, True]),
+        (
+            "5 = a",
+            [
+                False,
+                'error: For input string: "x"',
+                True,
+                'error: For input string: "1.5"',
+                'error: For input string: "true"',
+                False,
+                'error: For input string: "x"',
+                True,
+                False,
+                False,
+            ],
+        ),
+        ("'x' = a", [False, True, False, False, False, False, True, False, False, False]),
+        ("TRUE = a", [False, _CAST, _CAST, _CAST, _CAST, False, _CAST, _CAST, _CAST, _CAST]),
+        ("a + 1 = 2", [None, False, False, False, False, None, False, False, False, False]),
+        ("a = b + 1", [True, False, False, False, False, None, True, False, True, False]),
+        (
+            "(a = 1) = (b = 2)",
+            [
+                True,
+                'error: For input string: "x"',
+                False,
+                'error: For input string: "1.5"',
+                'error: For input string: "true"',
+                'error: For input string: "x"',
+                'error: For input string: "x"',
+                True,
+                False,
+                False,
+            ],
+        ),
+        ("- a = -5", [None, None, None, None, None, None, None, None, None, None]),
+        (
+            "a = 1e3",
+            [
+                None,
+                'error: For input string: "x"',
+                False,
+                False,
+                'error: For input string: "true"',
+                None,
+                'error: For input string: "x"',
+                False,
+                False,
+                True,
+            ],
+        ),
+        ("'1' = 1", [True, True, True, True, True, True, True, True, True, True]),
+        ("(a = 1) > 2", "java.lang.RuntimeException: Value '(a == 1)' cannot be compared."),
+        ("a = NULL", "java.lang.RuntimeException: 'NULL' cannot be compared."),
+        ("NULL = a", "java.lang.RuntimeException: 'NULL' cannot be compared."),
+    ],
+)
+def test_equality_and_is_null_answer_as_java(expression: str, results: list[object] | str) -> None:
+    """=, <> and IS [NOT] NULL over each kind of operand, against fixed property sets: the
+    three-valued answer (None is SQL's unknown), the evaluation error's text, or the remark of
+    an expression refused at compile time."""
+    from pymq.filter.sql92 import _EvalError
+
+    if isinstance(results, str):
+        with pytest.raises(Sql92Error) as info:
+            compile_sql92(expression)
+        assert info.value.remark == results
+        return
+    compiled = compile_sql92(expression)
+    got: list[object] = []
+    for props in _EQUAL_PROPS:
+        try:
+            got.append(compiled._fn(props.get))
+        except _EvalError as exc:
+            got.append(f"error: {exc}")
+    assert got == results
+
+
+@pytest.mark.parametrize(
+    "text, tokens",
+    [
+        (
+            "a > 1 -- c\n",
+            [
+                ("<ID>", "a", 1, 1),
+                ('">"', ">", 1, 3),
+                ("<DECIMAL_LITERAL>", "1", 1, 5),
+                ("<EOF>", "", 1, 11),
+            ],
+        ),
+        (
+            "a > 1 -- c",
+            [
+                ("<ID>", "a", 1, 1),
+                ('">"', ">", 1, 3),
+                ("<DECIMAL_LITERAL>", "1", 1, 5),
+                ('"-"', "-", 1, 7),
+                ('"-"', "-", 1, 8),
+                ("<ID>", "c", 1, 10),
+                ("<EOF>", "", 1, 10),
+            ],
+        ),
+        (
+            "a /* x */ = 1",
+            [
+                ("<ID>", "a", 1, 1),
+                ('"="', "=", 1, 11),
+                ("<DECIMAL_LITERAL>", "1", 1, 13),
+                ("<EOF>", "", 1, 13),
+            ],
+        ),
+        (
+            "a /* x",
+            [
+                ("<ID>", "a", 1, 1),
+                T + 'Lexical error at line 1, column 7.  Encountered: <EOF> after : "/* x"',
+            ],
+        ),
+        ("/* a */", [("<EOF>", "", 1, 7)]),
+        (
+            "a\n\tb  = 'it''s'",
+            [
+                ("<ID>", "a", 1, 1),
+                ("<ID>", "b", 2, 9),
+                ('"="', "=", 2, 12),
+                ("<STRING_LITERAL>", "'it''s'", 2, 14),
+                ("<EOF>", "", 2, 20),
+            ],
+        ),
+        (".", [T + 'Lexical error at line 1, column 2.  Encountered: <EOF> after : ""']),
+        (".x", [T + 'Lexical error at line 1, column 3.  Encountered: <EOF> after : ".x"']),
+        ("1.", [("<FLOATING_POINT_LITERAL>", "1.", 1, 1), ("<EOF>", "", 1, 2)]),
+        (".5e3", [("<FLOATING_POINT_LITERAL>", ".5e3", 1, 1), ("<EOF>", "", 1, 4)]),
+        ("1e5", [("<FLOATING_POINT_LITERAL>", "1e5", 1, 1), ("<EOF>", "", 1, 3)]),
+        ("10L", [("<DECIMAL_LITERAL>", "10L", 1, 1), ("<EOF>", "", 1, 3)]),
+        (
+            "01",
+            [
+                ("<DECIMAL_LITERAL>", "0", 1, 1),
+                ("<DECIMAL_LITERAL>", "1", 1, 2),
+                ("<EOF>", "", 1, 2),
+            ],
+        ),
+        (
+            "1..2",
+            [
+                ("<FLOATING_POINT_LITERAL>", "1.", 1, 1),
+                ("<FLOATING_POINT_LITERAL>", ".2", 1, 3),
+                ("<EOF>", "", 1, 4),
+            ],
+        ),
+        (
+            "1.e",
+            [("<FLOATING_POINT_LITERAL>", "1.", 1, 1), ("<ID>", "e", 1, 3), ("<EOF>", "", 1, 3)],
+        ),
+        (
+            "a / b",
+            [
+                ("<ID>", "a", 1, 1),
+                T + 'Lexical error at line 1, column 4.  Encountered: " " (32), after : "/"',
+            ],
+        ),
+        ("/", [T + 'Lexical error at line 1, column 2.  Encountered: <EOF> after : ""']),
+        ("/x", [T + 'Lexical error at line 1, column 3.  Encountered: <EOF> after : "/x"']),
+        (
+            "x.y",
+            [
+                ("<ID>", "x", 1, 1),
+                T + 'Lexical error at line 1, column 4.  Encountered: <EOF> after : ".y"',
+            ],
+        ),
+        (
+            "a # b",
+            [
+                ("<ID>", "a", 1, 1),
+                T + 'Lexical error at line 1, column 3.  Encountered: "#" (35), after : ""',
+            ],
+        ),
+        ("é", [T + 'Lexical error at line 1, column 2.  Encountered: <EOF> after : ""']),
+        (
+            "é b",
+            [T + 'Lexical error at line 1, column 1.  Encountered: "\\u00e9" (233), after : ""'],
+        ),
+        (
+            "a <> b >= c <= d < e > f = (g, h) + - ",
+            [
+                ("<ID>", "a", 1, 1),
+                ('"<>"', "<>", 1, 3),
+                ("<ID>", "b", 1, 6),
+                ('">="', ">=", 1, 8),
+                ("<ID>", "c", 1, 11),
+                ('"<="', "<=", 1, 13),
+                ("<ID>", "d", 1, 16),
+                ('"<"', "<", 1, 18),
+                ("<ID>", "e", 1, 20),
+                ('">"', ">", 1, 22),
+                ("<ID>", "f", 1, 24),
+                ('"="', "=", 1, 26),
+                ('"("', "(", 1, 28),
+                ("<ID>", "g", 1, 29),
+                ('","', ",", 1, 30),
+                ("<ID>", "h", 1, 32),
+                ('")"', ")", 1, 33),
+                ('"+"', "+", 1, 35),
+                ('"-"', "-", 1, 37),
+                ("<EOF>", "", 1, 38),
+            ],
+        ),
+        ("$x _y", [("<ID>", "$x", 1, 1), ("<ID>", "_y", 1, 4), ("<EOF>", "", 1, 5)]),
+        (
+            "a\r\nb\rc",
+            [("<ID>", "a", 1, 1), ("<ID>", "b", 2, 1), ("<ID>", "c", 3, 1), ("<EOF>", "", 3, 1)],
+        ),
+        ("'abc", [T + 'Lexical error at line 1, column 5.  Encountered: <EOF> after : "\\\'abc"']),
+        ("--\n--", [('"-"', "-", 2, 1), ('"-"', "-", 2, 2), ("<EOF>", "", 2, 2)]),
+        (
+            "-- only",
+            [('"-"', "-", 1, 1), ('"-"', "-", 1, 2), ("<ID>", "only", 1, 4), ("<EOF>", "", 1, 7)],
+        ),
+        (
+            "a = 1 /**/",
+            [
+                ("<ID>", "a", 1, 1),
+                ('"="', "=", 1, 3),
+                ("<DECIMAL_LITERAL>", "1", 1, 5),
+                ("<EOF>", "", 1, 10),
+            ],
+        ),
+        (
+            "a = 1 /* * / */ and b",
+            [
+                ("<ID>", "a", 1, 1),
+                ('"="', "=", 1, 3),
+                ("<DECIMAL_LITERAL>", "1", 1, 5),
+                ('"AND"', "and", 1, 17),
+                ("<ID>", "b", 1, 21),
+                ("<EOF>", "", 1, 21),
+            ],
+        ),
+        (
+            "NOT and Or between IN true False null iS",
+            [
+                ('"NOT"', "NOT", 1, 1),
+                ('"AND"', "and", 1, 5),
+                ('"OR"', "Or", 1, 9),
+                ('"BETWEEN"', "between", 1, 12),
+                ('"IN"', "IN", 1, 20),
+                ('"TRUE"', "true", 1, 23),
+                ('"FALSE"', "False", 1, 28),
+                ('"NULL"', "null", 1, 34),
+                ('"IS"', "iS", 1, 39),
+                ("<EOF>", "", 1, 40),
+            ],
+        ),
+        ("", [("<EOF>", "", 0, 0)]),
+        ("   ", [("<EOF>", "", 1, 3)]),
+        ("\n", [("<EOF>", "", 1, 1)]),
+    ],
+)
+def test_lexer_tokens_and_positions(text: str, tokens: list[object]) -> None:
+    """Each token's kind, image, line and column as JavaCC's SelectorParserTokenManager gives
+    them (comments and blanks skipped, tabs to 8), or the TokenMgrError that ends the text."""
+    from pymq.filter.sql92 import TOKEN_IMAGE, _Lexer
+
+    lexer = _Lexer(text)
+    got: list[object] = []
+    try:
+        while True:
+            token = lexer.next_token()
+            got.append((TOKEN_IMAGE[token.kind], token.image, token.line, token.column))
+            if token.kind == 0:
+                break
+    except Sql92Error as exc:
+        got.append(exc.remark)
+    assert got == tokens

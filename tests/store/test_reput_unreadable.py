@@ -1,0 +1,112 @@
+"""``ReputMessageService._dispatch_some`` at a record it cannot parse: the blank end of a file
+(go on in the next file), a record cut short (wait for the rest, quietly), and a whole but bad
+record (stop there, logged once per offset) -- with the C hint reader and without it."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import struct
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+from pymq.common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from pymq.store.reput import ReputMessageService
+
+HEADER = struct.Struct(">iI")
+FILE_SIZE = 4096
+
+
+@dataclass
+class FakeFile:
+    mm: bytearray
+    file_from_offset: int
+    wrote_position: int
+    file_size: int
+
+
+class FakeCommitLog:
+    """What ``_dispatch_some`` reads of a commit log: one file, ``data`` at ``base``."""
+
+    def __init__(self, data: bytes, base: int = 0) -> None:
+        mm = bytearray(FILE_SIZE)
+        mm[: len(data)] = data
+        self.file = FakeFile(mm, base, len(data), FILE_SIZE)
+        self.queue = SimpleNamespace(find_by_offset=self.find_by_offset)
+        self.dispatch_hints: collections.deque[object] = collections.deque()
+        self.min_offset = base
+        self.rolled: list[int] = []
+
+    def find_by_offset(self, offset: int) -> FakeFile | None:
+        f = self.file
+        return f if f.file_from_offset <= offset < f.file_from_offset + f.file_size else None
+
+    @property
+    def max_offset(self) -> int:
+        return self.file.file_from_offset + self.file.wrote_position
+
+    def roll_next_file(self, offset: int) -> int:
+        self.rolled.append(offset)
+        return self.file.file_from_offset + FILE_SIZE
+
+
+def service(data: bytes, native: bool) -> tuple[ReputMessageService, FakeCommitLog, list]:
+    cl = FakeCommitLog(data)
+    dispatched: list[object] = []
+    table = SimpleNamespace(
+        dispatch=lambda *a: dispatched.append(a), dispatch_fields=lambda *a: dispatched.append(a)
+    )
+    reput = ReputMessageService(cl, table)  # type: ignore[arg-type]
+    reput.native_dispatch = native
+    return reput, cl, dispatched
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_blank_record_rolls_to_the_next_file(native: bool) -> None:
+    reput, cl, dispatched = service(HEADER.pack(FILE_SIZE, BLANK_MAGIC_CODE), native)
+    assert reput._dispatch_some(1 << 30) == (True, True)
+    assert cl.rolled == [0]
+    assert reput.reput_from_offset == FILE_SIZE
+    assert dispatched == []
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize(
+    "data",
+    [
+        HEADER.pack(200, MESSAGE_MAGIC_CODE),  # says 200 bytes, 8 are written
+        HEADER.pack(200, MESSAGE_MAGIC_CODE) + bytes(100),
+        struct.pack(">i", 200),  # not even the magic yet
+    ],
+)
+def test_a_record_cut_short_waits_quietly(
+    data: bytes, native: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    reput, cl, dispatched = service(data, native)
+    with caplog.at_level(logging.ERROR, logger="pymq.store.reput"):
+        assert reput._dispatch_some(1 << 30) == (False, False)
+        assert reput._dispatch_some(1 << 30) == (False, False)
+    assert reput.reput_from_offset == 0
+    assert (cl.rolled, dispatched, caplog.records) == ([], [], [])
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize(
+    "data",
+    [
+        HEADER.pack(64, 0x12345678) + bytes(56),  # whole, but no magic pymq knows
+        HEADER.pack(64, MESSAGE_MAGIC_CODE) + bytes(56),  # a message magic, fields all wrong
+    ],
+)
+def test_a_whole_bad_record_stops_dispatch_logged_once(
+    data: bytes, native: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    reput, cl, dispatched = service(data, native)
+    with caplog.at_level(logging.ERROR, logger="pymq.store.reput"):
+        for _ in range(3):
+            assert reput._dispatch_some(1 << 30) == (False, False)
+    assert reput.reput_from_offset == 0
+    assert (cl.rolled, dispatched) == ([], [])
+    assert [r.getMessage()[:18] for r in caplog.records] == ["reput stopped at 0"]

@@ -99,13 +99,13 @@ def test_a_hint_that_does_not_match_the_log_is_not_used():
 
 
 async def test_index_puts_in_c_write_what_python_writes(tmp_path, monkeypatch):
-    """IndexFile.put_keys in one C call and key by key in Python give the same files, across
+    """IndexFile.put_keys through index_put in C and its Python twin give the same files, across
     the rolls that 256-entry files force (some in the middle of a record's keys)."""
     from pymq.store import _dispatchc, index_file
 
-    monkeypatch.setattr(index_file, "_native_index_put", _dispatchc.index_put)
+    monkeypatch.setattr(index_file, "_index_put", _dispatchc.index_put)
     native_cq, native_index, _ = await fill(str(tmp_path / "native"))
-    monkeypatch.setattr(index_file, "_native_index_put", None)
+    monkeypatch.setattr(index_file, "_index_put", index_file.index_put_py)
     python_cq, python_index, _ = await fill(str(tmp_path / "python"))
     assert native_cq == python_cq
     assert len(native_index) >= 2  # rolled

@@ -27,8 +27,8 @@ from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError, encode_record
-from pymq.remoting import codec
-from pymq.store import get_message
+from pymq.remoting import codec, headers
+from pymq.store import get_message, index_file
 from tests.helpers import C_MODULES
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
@@ -43,7 +43,15 @@ def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
     copies = tuple(list(a) if isinstance(a, list) else a for a in copies)
     try:
         value = fn(*copies)
-    except (ValueError, TypeError, OverflowError, RecordError, UnicodeError, IndexError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        OverflowError,
+        RecordError,
+        UnicodeError,
+        IndexError,
+        BufferError,
+    ) as exc:
         return "raises", type(exc).__mro__[1] if type(exc) is RecordError else type(exc)
     written = [a for a in copies if isinstance(a, (bytearray, list))]
     return "ok", (value, written)
@@ -139,6 +147,87 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
     for data in _hostile(run, 4):
         args = (data, bounds, 0, 3, codec.BUSY_JSON_HEAD_PREFIX, tails, {})
         yield "busy_answers", c.busy_answers, codec.busy_answers_py, args
+    ok = {"code": 310, "language": "JAVA", "opaque": 3, "flag": 0, "version": 401, "remark": "r"}
+    for header in (
+        ok,
+        {**ok, "extFields": {"a": "g", "b": "T"}},
+        {**ok, "extFields": {"k": True, "n": -(2**63), "z": None, "f": False}},
+        {**ok, "extFields": {"x": 1.5}},
+        {**ok, "extFields": {"x": ["a"]}},
+        {**ok, "extFields": None, "remark": None},
+        {**ok, "extFields": []},
+        {**ok, "code": 2**31},
+        {**ok, "opaque": -(2**31) - 1},
+        {**ok, "flag": True},
+        {**ok, "version": None},
+        {**ok, "remark": 5},
+        {**ok, "language": ""},
+        {**ok, "language": 1},
+        {k: v for k, v in ok.items() if k != "code"},
+        {k: v for k, v in ok.items() if k not in ("opaque", "flag", "version")},
+        {k: v for k, v in ok.items() if k != "language"},
+        [ok],
+        None,
+    ):
+        args = (header, codec.RemotingCommand, codec.SerializeType.JSON)
+        yield "json_command", c.json_command, codec.json_command_py, args
+    send_ext = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)
+    names = headers._SHORT_NAMES
+    for ext in (
+        send_ext,
+        {**send_ext, "m": "true", "j": "3", "k": "1", "l": "16"},
+        {**send_ext, "m": "0", "k": "false"},
+        {k: v for k, v in send_ext.items() if k not in ("i", "j", "k", "l", "m")},
+        {k: v for k, v in send_ext.items() if k != "g"},
+        {**send_ext, "e": "-1"},
+        {**send_ext, "e": "1234567890"},
+        {**send_ext, "g": "1" * 18},
+        {**send_ext, "g": "1" * 19},
+        {**send_ext, "d": ""},
+        {**send_ext, "d": "\u0661"},
+        {**send_ext, "k": "TRUE"},
+        {**send_ext, "m": "yes"},
+        {**send_ext, "l": "x"},
+        {**send_ext, "a": 5, "i": None},
+        {**send_ext, "e": 5},
+        [],
+    ):
+        for batch_code in (False, True):
+            args = (ext, names, headers.SendMessageRequestHeader, batch_code)
+            yield "send_header", c.send_header, headers.send_header_py, args
+    yield "send_header", c.send_header, headers.send_header_py, (send_ext, names[:12], tuple, 0)
+    end = headers.EndTransactionRequestHeader.producer_ext("g", 1, 2, 8, "id")
+    end |= {"fromTransactionCheck": "false", "transactionId": "t"}
+    spec = headers._END_SPEC
+    for ext in (
+        end,
+        {k: v for k, v in end.items() if k not in ("fromTransactionCheck", "transactionId")},
+        {k: v for k, v in end.items() if k != "msgId"},
+        {**end, "tranStateTableOffset": "-1"},
+        {**end, "commitOrRollback": "1" * 10},
+        {**end, "fromTransactionCheck": "True"},
+        {**end, "transactionId": 7},
+        {**end, "producerGroup": None},
+        (),
+    ):
+        cls = headers.EndTransactionRequestHeader
+        yield "plain_header", c.plain_header, headers.plain_header_py, (ext, spec, cls)
+    for odd in ((("a", "x"),), (("a",),), ["a"], (("a", 1),), (("a", ""),), (("a", "s"),) * 17):
+        yield "plain_header", c.plain_header, headers.plain_header_py, ({"a": "1"}, odd, tuple)
+
+
+def _index_put_args(room: int, count: int, keys: Any, **over: Any) -> tuple[Any, ...]:
+    """index_put's arguments for an index file of 8 slots and room for ``room`` entries, with
+    ``count`` so far (the file's entries at slot 3, chained as a put writes them)."""
+    buf = bytearray(index_file.index_file_size(8, room))
+    entries_at = index_file.HEADER_SIZE + 8 * index_file.SLOT_SIZE
+    if count:
+        index_file.SLOT.pack_into(buf, index_file.HEADER_SIZE + 3 * 4, count - 1)
+    fields = {"slot_num": 8, "index_num": room, "entries_at": entries_at, "count": count}
+    fields |= {"slot_count": count, "begin": 1_700_000_000_000, "prefix": -12345, "keys": keys}
+    fields |= {"phy": 4096, "store": 1_700_000_005_000}
+    fields |= over
+    return (buf, *fields.values())
 
 
 def _dispatchc_cases(c: Any) -> Iterator[Case]:
@@ -146,6 +235,27 @@ def _dispatchc_cases(c: Any) -> Iterator[Case]:
     for blob in _hostile(data, 5):
         for size in (len(data), len(blob), 0, -1):
             yield "record_is", c.record_is, get_message._record_is_py, (blob, size)
+    keys = ["k1", "\u00e9\U0001f600", "", "TopicTest#key"] * 3
+    for args in (
+        _index_put_args(16, 0, keys),
+        _index_put_args(16, 1, keys),
+        _index_put_args(16, 5, keys, begin=0, store=-1),
+        _index_put_args(16, 14, keys),  # fills up
+        _index_put_args(16, 16, keys),  # already full
+        _index_put_args(16, 2, ("a", "b"), prefix=0xFFFFFFFF, phy=-1),
+        _index_put_args(16, 2, ["a", 5, "b"]),  # written up to the bad key
+        _index_put_args(16, 2, 5),
+        _index_put_args(16, 2, keys, slot_num=0),
+        _index_put_args(16, 2, keys, slot_num=2**20),
+        _index_put_args(16, 2, keys, index_num=17),
+        (*_index_put_args(16, 2, keys)[:4], -1, *_index_put_args(16, 2, keys)[5:]),
+        _index_put_args(16, 2, keys, prefix=2**32),
+        _index_put_args(16, 2, keys, phy=2**63),
+        _index_put_args(16, 2, keys, store=1.5),
+        (b"\x00" * 1000, *_index_put_args(16, 0, keys)[1:]),
+        ("text", *_index_put_args(16, 0, keys)[1:]),
+    ):
+        yield "index_put", c.index_put, index_file.index_put_py, args
 
 
 def _sendc_cases(c: Any) -> Iterator[Case]:

@@ -29,6 +29,7 @@ from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError, encode_record
 from pymq.remoting import codec, headers
 from pymq.store import get_message, index_file
+from pymq.store.commitlog import DispatchHint
 from tests.helpers import C_MODULES
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
@@ -274,6 +275,37 @@ def _sendc_cases(c: Any) -> Iterator[Case]:
                 yield "send_answer_frame", c.send_answer_frame, twin, args
     args = (1, "x" * 0xFFFFFF, 0, 0, b'"r"', True, 401)
     yield "send_answer_frame", c.send_answer_frame, twin, args
+    hint = DispatchHint(5, 10, "T1", 0, 0, None, 0, 0, None, None)
+    hints = [hint, hint._replace(physical_offset=2**63 - 1, queue_id=-1), hint._replace(size=0)]
+    hints += [hint._replace(topic="T2", queue_offset=-(2**63)), hint._replace(topic="T1")]
+    parsed = [(-(2**31), "T1"), (2**31 - 1,), (0, None), (7,), (8,), (9,)]
+    for prefix, region, trace, version in (
+        ("7F00000100002A9F", b'"DefaultRegion"', True, 401),
+        ("", b'"R\\u00e9gion"', 0, -(2**31)),
+        ("A" * 64, b"", [], 2**31 - 1),
+    ):
+        for cut in (0, 1, 3, len(hints)):
+            args = (parsed, hints[:cut], prefix, region, trace, version)
+            yield "send_answer_run", c.send_answer_run, send.send_answer_run_py, args
+    for bad in (
+        ([], [hint], "AB", b'"R"', False, 1),
+        ([(1,)], [hint], "\u00e9", b'"R"', False, 1),
+        ([(1,)], [hint], "A" * 65, b'"R"', False, 1),
+        ([(1,)], [(1, 2)], "AB", b'"R"', False, 1),
+        ([(1,)], [hint._replace(physical_offset=-1)], "AB", b'"R"', False, 1),
+        ([(1,)], [hint._replace(size=2**31)], "AB", b'"R"', False, 1),
+        ([(1,)], [hint._replace(queue_id="1")], "AB", b'"R"', False, 1),
+        ([(2**31,)], [hint], "AB", b'"R"', False, 1),
+        ([()], [hint], "AB", b'"R"', False, 1),
+        ([[1]], [hint], "AB", b'"R"', False, 1),
+        ([(1,)], [hint], "AB", b'"R"', False, 2**31),
+        ([(1,)], [hint], "AB", '"R"', False, 1),
+        ([(1,)], (hint,), "AB", b'"R"', False, 1),
+        ([(1,)], [hint], b"AB", b'"R"', False, 1),
+        ([(1,)], [hint], "AB", b'"' + b"r" * 0xFFFFFE + b'"', False, 1),
+        ([(1,)], [hint], "AB", b"r" * 0x1000000, False, 1),
+    ):
+        yield "send_answer_run", c.send_answer_run, send.send_answer_run_py, bad
 
 
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {

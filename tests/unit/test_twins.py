@@ -28,7 +28,7 @@ from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError, encode_record
 from pymq.remoting import codec, headers
-from pymq.store import get_message, index_file
+from pymq.store import commitlog, get_message, index_file
 from pymq.store.commitlog import DispatchHint
 from tests.helpers import C_MODULES
 
@@ -308,10 +308,102 @@ def _sendc_cases(c: Any) -> Iterator[Case]:
         yield "send_answer_run", c.send_answer_run, send.send_answer_run_py, bad
 
 
+def _put_args(**over: Any) -> tuple[Any, ...]:
+    """encode_single's arguments (its 13 shared ones last, then hint_type), with ``over``."""
+    fields: dict[str, Any] = {"buf": bytearray(600), "pos": 8, "limit": 600, "body": b"hello"}
+    fields |= {"props": "TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U1\x02WAIT\x01false"}
+    fields |= {"flag": -1, "queue_offset": 7, "file_from": 1 << 30, "topic_b": b"T"}
+    fields |= {"cluster_b": b"DefaultCluster", "topic": "T", "queue_id": 3, "sys_flag": 0}
+    fields |= {"born": 1_700_000_000_000, "born_ip": b"\x7f\x00\x00\x01", "born_port": 5}
+    fields |= {"store": 1_700_000_000_001, "store_ip": b"\x0a\x00\x00\x02", "port": 10911}
+    fields |= {"reconsume": 0, "max_bp": 4 << 20, "hint_type": DispatchHint}
+    fields |= over
+    return tuple(fields.values())
+
+
+def _commitlogc_cases(c: Any) -> Iterator[Case]:
+    twin = commitlog.encode_single_py
+    many = "\x02".join(f"p{i}\x01v" for i in range(33))
+    for over in (
+        {},
+        {"hint_type": None},
+        {"props": ""},
+        {"props": "WAIT\x01TRUE\x02a\x01b\x02"},
+        {"props": "\x01x\x02y\x01\x02a\x01b\x01c\x02\x02"},
+        {"props": "DELAY\x010"},
+        {"props": "TRAN_MSG\x01true"},
+        {"props": "TIMER_DELAY_MS\x015"},
+        {"props": "TIMER_\x015"},
+        {"props": "CLUSTER\x01x"},
+        {"props": "a\x01b\x02a\x01c"},
+        {"props": many},
+        {"props": many[: many.rindex("\x02")]},
+        {"props": "\u00e9\x01x"},
+        {"props": "a\x00\x01b"},
+        {"props": "a\x01" + "b" * 70000},
+        {"props": "a\x01" + "b" * 33000},
+        {"props": b"a\x01b"},
+        {"max_bp": 40},
+        {"max_bp": -1},
+        {"limit": 130},
+        {"limit": 131},
+        {"limit": 0},
+        {"pos": 700},
+        {"body": memoryview(b"x" * 300)},
+        {"body": "text"},
+        {"buf": b"\x00" * 600},
+        {"buf": None},
+        {"flag": 2**31},
+        {"queue_offset": -1},
+        {"file_from": 2**62},
+        {"sys_flag": 0x10},
+        {"born_ip": b"\x00" * 16},
+        {"store_ip": "1.2.3.4"},
+        {"cluster_b": b""},
+        {"cluster_b": b"\x02x"},
+        {"cluster_b": "DefaultCluster"},
+        {"topic_b": b"T" * 127},
+        {"topic_b": b"T" * 128},
+        {"topic_b": b"T\x00"},
+        {"queue_id": 2**31},
+        {"born_port": "5"},
+        {"reconsume": -(2**31)},
+        {"hint_type": tuple},
+        {"hint_type": 5},
+    ):
+        yield "encode_single", c.encode_single, twin, _put_args(**over)
+    yield "encode_single", c.encode_single, twin, _put_args()[:-1]
+    yield "encode_single", c.encode_single, twin, _put_args()[:-2]
+    items = [
+        BatchItem(b"x" * 40, 0, {"TAGS": "a", "WAIT": "true", "DELAY": "0"}),
+        BatchItem(b"", 7, {"KEYS": "k", "UNIQ_KEY": "u", "WAIT": "false"}),
+        BatchItem(b"y", -1, {}),
+    ]
+    body = encode_batch_body(items)
+    for data in [*_hostile(body, 6), b"", encode_batch_body([BatchItem(b"z", 0, {"DELAY": "1"})])]:
+        for limit in (1000, 300):
+            args = _put_args(limit=limit)
+            args = (args[0], args[1], args[2], data, args[6], args[7], *args[8:])
+            yield "encode_batch", c.encode_batch, commitlog.encode_batch_py, args
+    args = _put_args()
+    args = (args[0], args[1], args[2], body, args[6], args[7], *args[8:])
+    for bad in (
+        args[:-1],
+        args[:-2],
+        (b"\x00" * 600, *args[1:]),
+        (*args[:3], 5, *args[4:]),
+        (*args[:4], -1, *args[5:]),
+        (*args[:8], "T", *args[9:]),
+        (*args[:12], 0x20, *args[13:]),
+    ):
+        yield "encode_batch", c.encode_batch, commitlog.encode_batch_py, bad
+
+
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
     "pymq.broker._sendc": _sendc_cases,
     "pymq.common._recordc": _recordc_cases,
     "pymq.remoting._codecc": _codecc_cases,
+    "pymq.store._commitlogc": _commitlogc_cases,
     "pymq.store._dispatchc": _dispatchc_cases,
 }
 

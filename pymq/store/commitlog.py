@@ -329,11 +329,13 @@ def _hint_row(
     return row if hint_type is None else tuple.__new__(hint_type, row)
 
 
-def _writable(buf: Any) -> memoryview:
-    view = memoryview(buf)
-    if view.readonly:
-        raise BufferError("Object is not writable.")
-    return view
+def _writable_size(buf: Any) -> int:
+    """The size of the writable buffer ``buf`` (BufferError: read-only), its view let go at
+    once (a map with a view left cannot close)."""
+    with memoryview(buf) as view:
+        if view.readonly:
+            raise BufferError("Object is not writable.")
+        return view.nbytes
 
 
 def encode_single_py(
@@ -364,12 +366,11 @@ def encode_single_py(
     if fp is None:
         return None
     body_b = bytes(memoryview(body))
-    view = _writable(buf)
-    limit = min(limit, view.nbytes)
+    limit = min(limit, _writable_size(buf))
     if pos > limit or len(body_b) > _I32[1]:
         return None
     out = _write_stored_record(
-        view, pos, limit - pos, fp, True, body_b, flag, properties.encode("ascii"),
+        buf, pos, limit - pos, fp, True, body_b, flag, properties.encode("ascii"),
         queue_offset, file_from + pos,
     )  # fmt: skip
     if out is None:
@@ -410,8 +411,7 @@ def encode_batch_py(
     if fp is None:
         return None
     d = bytes(memoryview(data))
-    view = _writable(buf)
-    limit = min(limit, view.nbytes)
+    limit = min(limit, _writable_size(buf))
     w, at, n = pos, 0, len(d)
     rows: list[tuple[Any, ...]] = []
     wait: str | None = None
@@ -437,7 +437,7 @@ def encode_batch_py(
         out = None
         if w <= limit:
             out = _write_stored_record(
-                view, w, limit - w, fp, False, body, flag, props, queue_offset, file_from + w
+                buf, w, limit - w, fp, False, body, flag, props, queue_offset, file_from + w
             )
         if out is None:
             ok = False
@@ -451,7 +451,7 @@ def encode_batch_py(
     if ok and rows:
         return w, rows, wait
     if w > pos:  # the records written before: zeroed, as CommitLog._scrub would
-        view[pos:w] = bytes(w - pos)
+        buf[pos:w] = bytes(w - pos)
     return None
 
 

@@ -86,12 +86,11 @@ def index_put_py(
     phy = _arg_int(phy_offset, "phy_offset", -(2**63), 2**63 - 1)
     store_ts = _arg_int(store_timestamp, "store_timestamp", -(2**63), 2**63 - 1)
     keys = list(keys)
-    view = memoryview(buf)
-    if view.readonly:
+    with memoryview(buf) as view:  # let go at once: a map with a view left cannot close
+        readonly, size = view.readonly, view.nbytes
+    if readonly:
         raise BufferError("Object is not writable.")
-    if HEADER_SIZE + slot_num * SLOT_SIZE > view.nbytes or (
-        entries_at + index_num * ENTRY_SIZE > view.nbytes
-    ):
+    if HEADER_SIZE + slot_num * SLOT_SIZE > size or entries_at + index_num * ENTRY_SIZE > size:
         raise ValueError("index layout does not fit the buffer")
     done = 0
     for key in keys:

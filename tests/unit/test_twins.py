@@ -88,12 +88,33 @@ def _hostile(data: bytes, seed: int) -> Iterator[bytes]:
 
 
 def _recordc_cases(c: Any) -> Iterator[Case]:
-    for data in (b"", b"a", bytes(range(256)) * 40, b"\xff" * 1001):
-        for seed in (0, 1, 0xFFFFFFFF):
-            yield "crc32", c.crc32, zlib.crc32, (data, seed)
-    for props in ({}, {"a": "b"}, {"\u00e9": "\U0001f600", "K": ""}, {"a": 1}):
+    def crc32_on(clmul: bool) -> Callable[..., int]:
+        def crc32(data: Any, seed: int) -> int:
+            was = c.set_clmul(clmul)
+            try:
+                return int(c.crc32(data, seed))
+            finally:
+                c.set_clmul(was)
+
+        return crc32
+
+    noise = random.Random(7).randbytes(3 * 65536 + 77)
+    for data in (b"", b"a", bytes(range(256)) * 40, b"\xff" * 1001, noise):
+        for skip in (0, 1, 7, 15):  # every alignment of the start, both CRC paths
+            for seed in (0, 1, 0xFFFFFFFF):
+                view = memoryview(data)[skip:]
+                yield "crc32", crc32_on(skip % 2 == 0), zlib.crc32, (view, seed)
+    many = {f"name{i}": f"v\u00e4lue{i}" for i in range(40)}  # beyond the C's stack list
+    for props in (
+        {}, {"a": "b"}, {"\u00e9": "\U0001f600", "K": ""}, {"a": 1}, many, [("a", "b")],
+        {"a": "\udc80"}, {"\u20ac": "\x00"},
+    ):  # fmt: skip
         yield "properties_bytes", c.properties_bytes, message_ext._properties_bytes_py, (props,)
-    for text in ("", "a\x01b", "a\x01b\x02c\x01d\x02", "\x01x\x02y\x01\x02a\x01b\x02a\x01c"):
+    for text in (
+        "", "a\x01b", "a\x01b\x02c\x01d\x02", "\x01x\x02y\x01\x02a\x01b\x02a\x01c", "\x02", "a",
+        "a\x01b\x01c\x02d\x01e\x02", "\u00e9\x01\u20ac\x02\U0001f600\x01\udc80\x02K\x01\x01",
+        "K\x01\u20ac" * 20, b"a\x01b",
+    ):  # fmt: skip
         yield "decode_properties", c.decode_properties, message_ext._decode_properties_py, (text,)
     for s in ("", "a", "TopicTest", "\u00e9\U0001f600" * 50, "\ud800x"):
         yield "java_hash", c.java_hash, message_ext._java_string_hash_py, (s,)
@@ -112,6 +133,11 @@ def _recordc_cases(c: Any) -> Iterator[Case]:
     rows = [(0,), (16, "x"), (2**40,)]
     yield "offset_msg_ids", c.offset_msg_ids, message_id._offset_msg_ids_py, ("AB", rows)
     yield "offset_msg_ids", c.offset_msg_ids, message_id._offset_msg_ids_py, ("AB", [])
+    yield from _record_cases(c)
+
+
+def _record_cases(c: Any) -> Iterator[Case]:
+    """encode_into, decode_plain, scan and decode_batch: the record layout's functions."""
     records = [encode_record(m) for m in _messages()]
     for m in _messages():
         topic, props = m.topic.encode(), message_ext.properties_bytes(m.properties)
@@ -122,11 +148,24 @@ def _recordc_cases(c: Any) -> Iterator[Case]:
             args += (m.queue_offset, 99, record.host_flags(*ips), 1, ips[0], 2, 3, ips[1], 4)
             args += (m.reconsume_times, 0)
             yield "encode_into", c.encode_into, record._encode_record_into_py, args
+    for m in _messages()[:1]:  # numbers at their limits, and fields the layout refuses
+        ip = record.pack_ip("10.0.0.1")
+        base = [m.body, b"T", b"", 0, 0, 0, 0, 0, 0, ip, 0, 0, ip, 0, 0, 0]
+        for at, value in (
+            (3, 2**31 - 1), (4, -(2**31)), (5, 2**63 - 1), (6, -(2**63)), (14, -1), (3, 2**31),
+            (4, -(2**31) - 1), (6, 2**63), (3, "1"), (1, "T"), (1, b"t" * 128),
+            (2, b"p" * 32768), (9, record.pack_ip("::1")), (7, 0x20), (0, 5),
+        ):  # fmt: skip
+            args = [bytearray(300), 3, *base]
+            args[2 + at] = value
+            yield "encode_into", c.encode_into, record._encode_record_into_py, tuple(args)
     joined = b"".join(records)
     for data in _hostile(joined, 1):
-        yield "decode_plain", c.decode_plain, record._decode_plain_py, (data, 0, True, MessageExt)
-        for crc in (True, False):
-            args = (data, 0, len(data), crc, 1000, lambda *a: a[1] % 2 == 0, [])
+        for pos, kind in ((0, bytes), (3, bytearray), (len(records[0]), memoryview)):
+            args = (kind(b"\xee" * 3 + data if pos == 3 else data), pos, True, MessageExt)
+            yield "decode_plain", c.decode_plain, record._decode_plain_py, args
+        for crc, base, pos in ((True, 1000, 0), (False, None, 0), (True, 7, len(records[0]))):
+            args = (data, pos, len(data), crc, base, lambda *a: a[1] % 2 == 0, [])
             yield "scan", c.scan, record._scan_plain, args
     body = encode_batch_body([BatchItem(b"x" * 40, 0, {"a": "b"}), BatchItem(b"", 7, {})])
     for data in _hostile(body, 2):
@@ -141,13 +180,25 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
     for data in _hostile(frames, 3):
         for limit in (16, 1 << 20):
             yield "frame_bounds", c.frame_bounds, codec._walk_frames, (data, limit)
-    request = codec.encode(codec.RemotingCommand(code=10, opaque=9, remark="r"))
-    run = request * 3
-    bounds = [0, len(request), len(request), 2 * len(request), 2 * len(request), len(run)]
-    tails = {10: codec.busy_json_tail("busy"), 11: None}
+    java = b'{"code":11,"extFields":{},"flag":0,"language":"JAVA","opaque":-5,"version":401}'
+    binary = codec.RemotingCommand(code=10, opaque=3, serialize_type=codec.SerializeType.ROCKETMQ)
+    frames = [
+        codec.encode(codec.RemotingCommand(code=10, opaque=9, remark="r"))[4:],
+        codec.encode(codec.RemotingCommand(code=310, opaque=-(2**31), flag=2))[4:],  # oneway
+        codec.encode(codec.RemotingCommand(code=11, opaque=2**31 - 1, flag=1))[4:],  # answer
+        len(java).to_bytes(4, "big") + java,
+        codec.encode(binary)[4:],
+        codec.encode(codec.RemotingCommand(code=34, opaque=1))[4:],
+    ]
+    run, bounds = b"", []
+    for f in frames:
+        bounds += [len(run) + 4, len(run) + 4 + len(f)]
+        run += len(f).to_bytes(4, "big") + f
+    tails = {10: codec.busy_json_tail("busy"), 11: None, 310: b"x"}
     for data in _hostile(run, 4):
-        args = (data, bounds, 0, 3, codec.BUSY_JSON_HEAD_PREFIX, tails, {})
-        yield "busy_answers", c.busy_answers, codec.busy_answers_py, args
+        for first in (0, 2, len(frames)):
+            args = (data, bounds, first, len(frames), codec.BUSY_JSON_HEAD_PREFIX, tails, {})
+            yield "busy_answers", c.busy_answers, codec.busy_answers_py, args
     ok = {"code": 310, "language": "JAVA", "opaque": 3, "flag": 0, "version": 401, "remark": "r"}
     for header in (
         ok,

@@ -12,6 +12,7 @@ import os
 import pathlib
 import random
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -177,8 +178,10 @@ def _record_cases(c: Any) -> Iterator[Case]:
 def _codecc_cases(c: Any) -> Iterator[Case]:
     frame = codec.busy_json_answer(5, codec.busy_json_tail("x"))
     frames = frame * 3 + b"\x00\x00\x00\x02ab" + b"\x7f\xff\xff\xff"
-    for data in _hostile(frames, 3):
-        for limit in (16, 1 << 20):
+    lengths = (-(2**31), -1, 0, 3, 4, 64, 200, 2**31 - 1)
+    odd = b"".join(struct.pack(">i", n) + b"abcd" for n in lengths)  # sound and unsound lengths
+    for data in (*_hostile(frames, 3), *_hostile(odd, 8)):
+        for limit in (4, 16, 1 << 20, 2**31 - 1, 2**40):
             yield "frame_bounds", c.frame_bounds, codec._walk_frames, (data, limit)
     java = b'{"code":11,"extFields":{},"flag":0,"language":"JAVA","opaque":-5,"version":401}'
     binary = codec.RemotingCommand(code=10, opaque=3, serialize_type=codec.SerializeType.ROCKETMQ)
@@ -205,6 +208,13 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
         {**ok, "extFields": {"a": "g", "b": "T"}},
         {**ok, "extFields": {"k": True, "n": -(2**63), "z": None, "f": False}},
         {**ok, "extFields": {"x": 1.5}},
+        {**ok, "extFields": {"a": 2**64 - 1, "b": -(2**63), "c": 0, "d": "", "": None}},
+        {**ok, "extFields": {"a": -0.0}},
+        {**ok, "extFields": {"a": {"b": 1}}},
+        {**ok, "code": 1.0},
+        {**ok, "code": "10"},
+        {**ok, "code": None},
+        {**ok, "remark": ""},
         {**ok, "extFields": {"x": ["a"]}},
         {**ok, "extFields": None, "remark": None},
         {**ok, "extFields": []},

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from pymq.broker.processors import send
+from pymq.client import producer
 from pymq.common import batch, clock, message_ext, message_id, record
 from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.message_ext import MessageExt
@@ -464,8 +465,52 @@ def _commitlogc_cases(c: Any) -> Iterator[Case]:
         yield "encode_batch", c.encode_batch, commitlog.encode_batch_py, bad
 
 
+def _producerc_cases(c: Any) -> Iterator[Case]:
+    head, tail = producer._V2_FRAME_HEAD[310], producer._V2_FRAME_TAIL[310]
+    fixed = b',"flag":0,"extFields":{"a":"G","b":"T","c":"TBW102","d":"4",'
+    base = (head, 7, fixed, 1, 0, 1_700_000_000_000, 0, "TAGS\x01a\x02WAIT\x01true", tail, b"B")
+    for at, value in (
+        (None, None), (7, ""), (7, '"\\\x01\x1f\x7f\n'), (7, "\u00e9"), (7, 5), (9, b""),
+        (9, bytearray(b"x")), (9, memoryview(b"x")), (1, -(2**63)), (1, 2**63), (1, True),
+        (3, 2**63 - 1), (4, -1), (5, 1.0), (6, -(2**31)), (0, "head"), (2, bytearray(b",")),
+        (8, None),
+    ):  # fmt: skip
+        args = list(base)
+        if at is not None:
+            args[at] = value
+        yield "send_frame", c.send_frame, producer.send_frame_py, tuple(args)
+    Message = producer.Message
+    ok = [Message("T", b"a"), Message("T", b"bb", tags="t", flag=-1), Message("T", b"", tags="")]
+    ids = ["0A0B", "0C0D", "0E0F"]
+    for msgs, topic in (
+        (ok, "T"), (tuple(ok), "T"), ([], "T"), (ok, "U"), (ok, None),
+        ([*ok[:2], Message("T", b"x", keys="k")], "T"),
+        ([*ok[:2], Message("T", b"x", keys="")], "T"),
+        ([*ok[:2], Message("T", b"x", properties={"a": "b"})], "T"),
+        ([*ok[:2], Message("T", b"x", delay_level=1)], "T"),
+        ([*ok[:2], Message("T", b"x", flag=2**31)], "T"),
+        ([*ok[:2], Message("T", b"x", tags="\ud800")], "T"),
+        ([*ok[:2], Message("T", b"x", tags="t" * 40000)], "T"),
+        ([*ok[:2], Message("T", bytearray(b"x"))], "T"),
+        ([*ok[:2], Message("T", b"x", tags="\u00e9\U0001f600")], "T"),
+        ([*ok[:2], Message(5, b"x")], "T"),
+        ([*ok[:2], (1, 2)], "T"),
+        (iter(ok), "T"),
+    ):  # fmt: skip
+        args = (Message, msgs, ids[: len(msgs)] if isinstance(msgs, (list, tuple)) else ids)
+        yield "batch_body", c.batch_body, producer.batch_body_py, (*args, topic)
+        yield "batch_body", c.batch_body, producer.batch_body_py, args
+    for bad in (
+        (Message, ok, ids[:2], "T"), (Message, ok, tuple(ids), "T"), (Message, ok, ids, b"T"),
+        ("Message", ok, ids, "T"), (Message, ok, ["0A0B", "\u00e9", "0E0F"], "T"),
+        (Message, ok, [1, 2, 3], "T"),
+    ):  # fmt: skip
+        yield "batch_body", c.batch_body, producer.batch_body_py, bad
+
+
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
     "pymq.broker._sendc": _sendc_cases,
+    "pymq.client._producerc": _producerc_cases,
     "pymq.common._recordc": _recordc_cases,
     "pymq.remoting._codecc": _codecc_cases,
     "pymq.store._commitlogc": _commitlogc_cases,

@@ -455,8 +455,122 @@ def encode_batch_py(
     return None
 
 
+_ABSENT: Any = object()
+
+
+def encode_singles_py(
+    buf: Any, pos: Any, limit: Any, file_from_offset: Any, entries: Any, topic_bytes: Any,
+    queue_table: Any, clock: Any, cluster_b: Any, born_ip: Any, born_port: Any, store_ip: Any,
+    store_port: Any, max_body_properties: Any, stop_flags: Any, stop_topic: Any, hint_type: Any,
+) -> tuple[int, list[tuple[Any, ...]], list[str | None], int, BaseException | None]:  # fmt: skip
+    """Python twin of ``pymq.store._commitlogc.encode_singles``: encode_single of each of
+    ``entries`` in turn, (topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
+    reconsume_times), its topic's bytes from ``topic_bytes``, its queue offset from
+    ``queue_table`` keyed by (topic, queue_id) (0 when absent; set to the next once the record
+    is written: the commit), its store time from ``clock()`` (None: the wall clock).  Stops at
+    the first entry whose topic is missing from topic_bytes, whose sys_flag has a bit of
+    stop_flags, whose topic is stop_topic (in that order, before its other fields are read), or
+    that encode_single would leave to the general path.  Returns (end, rows, waits, stamp,
+    error): the write position after the last record, their hint rows and stored WAIT values,
+    the last one's store time (0 if none), and None, or the exception that stopped it after
+    entries were committed.  Raises only when nothing was committed."""
+    hint_type = _hint_type(hint_type)
+    pos = _arg_int(pos, "pos", 0, sys.maxsize)
+    limit = _arg_int(limit, "limit", 0, sys.maxsize)
+    file_from = _arg_int(file_from_offset, "file_from_offset", *_HALF)
+    born_port = _arg_int(born_port, "born_port", *_I32)
+    store_port = _arg_int(store_port, "store_port", *_I32)
+    max_bp = _arg_int(max_body_properties, "max_body_properties", 0, _I32[1])
+    stop_flags = _arg_int(stop_flags, "stop_flags", *_I32)
+    if not (
+        isinstance(entries, list)
+        and isinstance(topic_bytes, dict)
+        and isinstance(queue_table, dict)
+        and isinstance(cluster_b, bytes)
+        and isinstance(born_ip, bytes)
+        and isinstance(store_ip, bytes)
+        and isinstance(stop_topic, str)
+        and (clock is None or callable(clock))
+    ):
+        raise TypeError("encode_singles: bad argument types")
+    usable = (
+        len(born_ip) == 4
+        and len(store_ip) == 4
+        and bool(cluster_b)
+        and all(3 <= c < 0x80 for c in cluster_b)
+    )  # else the general path (IPv6 hosts, an odd cluster name)
+    limit = min(limit, _writable_size(buf))
+    rows: list[tuple[Any, ...]] = []
+    waits: list[str | None] = []
+    stamp = 0
+    e = 0
+    try:
+        while usable and e < len(entries):
+            entry = entries[e]
+            e += 1
+            if not isinstance(entry, tuple) or len(entry) != 8:
+                raise TypeError("encode_singles: an entry is not an 8-tuple")
+            topic, queue_id_obj, body, props, flag, sys_flag, born_ts, reconsume = entry
+            if not isinstance(topic, str):
+                raise TypeError("encode_singles: the topic is not a str")
+            topic_b = dict.get(topic_bytes, topic, _ABSENT)
+            if topic_b is _ABSENT:  # the stops first, in CommitLog's order
+                break
+            sys_flag = _arg_int(sys_flag, "sys_flag", *_I32)
+            if sys_flag & stop_flags or topic == stop_topic:
+                break
+            if not isinstance(body, bytes) or not isinstance(props, str):
+                raise TypeError("encode_singles: body bytes, properties str")
+            queue_id = _arg_int(queue_id_obj, "queue_id", *_I32)
+            flag = _arg_int(flag, "flag", *_I32)
+            born_ts = _arg_int(born_ts, "born_timestamp", *_I64)
+            reconsume = _arg_int(reconsume, "reconsume_times", *_I32)
+            if sys_flag & _HOSTS_V6 or not props.isascii() or len(props) > 65535:
+                break  # what encode_single leaves to the general path
+            if not (
+                isinstance(topic_b, bytes)
+                and len(topic_b) <= MAX_TOPIC_LENGTH
+                and b"\x00" not in topic_b
+            ):
+                break
+            key = (topic, queue_id_obj)
+            known = dict.get(queue_table, key, _ABSENT)
+            queue_offset = 0 if known is _ABSENT else _arg_int(known, "queue_offset", *_HALF)
+            now = time.time_ns() // 1_000_000 if clock is None else clock()
+            store_ts = _arg_int(now, "store_timestamp", *_I64)
+            fp = _FastPut(
+                bytes(topic_b), bytes(cluster_b), topic, queue_id, sys_flag, born_ts,
+                bytes(born_ip), born_port, store_ts, bytes(store_ip), store_port, reconsume, max_bp,
+            )  # fmt: skip
+            out = None
+            if pos <= limit and len(body) <= _I32[1]:
+                out = _write_stored_record(
+                    buf, pos, limit - pos, fp, True, bytes(body), flag, props.encode("ascii"),
+                    queue_offset, file_from + pos,
+                )  # fmt: skip
+            if out is None:
+                break  # the general path judges it; bytes past pos are junk
+            size, found = out
+            count = len(rows)
+            try:  # the table's entry is the commit
+                rows.append(_hint_row(hint_type, file_from + pos, size, fp, queue_offset, found))
+                waits.append(found.get(b"WAIT"))
+                queue_table[key] = queue_offset + 1
+            except BaseException:
+                del rows[count:], waits[count:]
+                buf[pos : pos + size] = bytes(size)  # no whole record past the write position
+                raise
+            pos += size
+            stamp = store_ts
+    except BaseException as exc:
+        if not rows:
+            raise  # nothing committed
+        return pos, rows, waits, stamp, exc
+    return pos, rows, waits, stamp, None
+
+
 _encode_batch: Callable[..., Any] = getattr(native_extension, "encode_batch", encode_batch_py)
-_encode_singles = getattr(native_extension, "encode_singles", None)
+_encode_singles: Callable[..., Any] = getattr(native_extension, "encode_singles", encode_singles_py)
 
 # Batch bodies from this size on are written with pwrite, not through the map: for a batch,
 # pwrite costs a fraction of the page faults (and readahead zeroing large folios of new memory)
@@ -1024,7 +1138,7 @@ class CommitLog:
         the entries appended, in order (the first ``len(hints)`` of ``entries``), and the
         bytes they took."""
         files = self.queue.files
-        if _encode_singles is None or not files or not entries:
+        if not files or not entries:
             return [], [], 0
         mf = files[-1]
         born_ip = self._born_ip(born_host[0])

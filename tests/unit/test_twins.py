@@ -463,6 +463,7 @@ def _commitlogc_cases(c: Any) -> Iterator[Case]:
         (*args[:12], 0x20, *args[13:]),
     ):
         yield "encode_batch", c.encode_batch, commitlog.encode_batch_py, bad
+    yield from _singles_cases(c)
 
 
 def _producerc_cases(c: Any) -> Iterator[Case]:
@@ -506,6 +507,78 @@ def _producerc_cases(c: Any) -> Iterator[Case]:
         (Message, ok, [1, 2, 3], "T"),
     ):  # fmt: skip
         yield "batch_body", c.batch_body, producer.batch_body_py, bad
+
+
+def _singles(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """encode_singles with a fresh queue table (from ``table``'s items) and a clock reading
+    ``times`` in turn (None: the wall clock), giving the table afterwards too, and an error
+    returned after a commit as its type."""
+
+    def call(buf: Any, entries: Any, table: Any, times: Any, *rest: Any) -> Any:
+        queue_table = dict(table)
+        clock = None if times is None else iter(times).__next__
+        out = fn(buf, 8, 3000, 1 << 30, entries, rest[0], queue_table, clock, *rest[1:])
+        if isinstance(out, tuple) and isinstance(out[4], BaseException):
+            out = (*out[:4], type(out[4]))
+        return out, queue_table
+
+    return call
+
+
+def _singles_cases(c: Any) -> Iterator[Case]:
+    topics = {"T1": b"T1", "T2": b"Topic-2", "Long": b"L" * 128, "Nul": b"N\x00", "S": b"S"}
+    shared = (topics, b"DefaultCluster", b"\x0a\x00\x00\x09", 40123, b"\xc0\xa8\x00\x01")
+    shared += (10911, 4096, 0x4 | 0x8, "S", DispatchHint)
+
+    def entry(topic: Any = "T1", queue_id: Any = 0, body: Any = b"b", **over: Any) -> Any:
+        fields = {"props": "TAGS\x01a\x02WAIT\x01false", "flag": 0, "sys_flag": 0}
+        fields |= {"born": 1_700_000_000_000, "reconsume": 0} | over
+        return (topic, queue_id, body, *fields.values())
+
+    times = [1_700_000_000_001 + i for i in range(8)]
+    ok = [entry(), entry("T2", 1, b"x" * 100), entry("T1", 0, b"", props="")]
+    for entries, table, readings in (
+        (ok, (), times),
+        (ok, ((("T1", 0), 41),), times),
+        ([*ok, entry("Missing")], (), times),
+        ([entry(), entry("S")], (), times),
+        ([entry(), entry(sys_flag=0x4)], (), times),
+        ([entry(), entry(sys_flag=0x10)], (), times),
+        ([entry(), entry(props="\u00e9\x01x")], (), times),
+        ([entry(), entry(props="DELAY\x012")], (), times),
+        ([entry(), entry("Long"), entry()], (), times),
+        ([entry(), entry("Nul")], (), times),
+        ([entry(), entry(body=b"x" * 5000)], (), times),  # past the limit
+        ([entry(), entry(body=bytearray(b"x"))], (), times),  # an error after a commit
+        ([entry(body=bytearray(b"x"))], (), times),  # an error before any: raised
+        ([entry(), (1, 2)], (), times),
+        ([entry(), entry(queue_id=2**31)], (), times),
+        ([entry(), entry(5)], (), times),
+        ([entry()], ((("T1", 0), -1),), times),
+        ([entry(), entry()], (), times[:1]),  # the clock raises StopIteration the second time
+        ([entry("Missing")], (), None),
+        ([], (), times),
+    ):
+        args = (bytearray(3000), entries, table, readings, *shared)
+        yield (
+            "encode_singles",
+            _singles(c.encode_singles),
+            _singles(commitlog.encode_singles_py),
+            args,
+        )
+    for at, value in (
+        (2, b"\x00" * 16), (4, b"\x00" * 3), (1, b""), (1, b"\x02x"), (1, "C"), (9, tuple), (8, 5),
+        (3, 2**31), (0, []),
+    ):  # fmt: skip
+        rest = list(shared)  # topics, cluster, born ip and port, store ip and port, ...
+        rest[at] = value
+        args = (bytearray(3000), ok, (), times, *rest)
+        yield (
+            "encode_singles",
+            _singles(c.encode_singles),
+            _singles(commitlog.encode_singles_py),
+            args,
+        )
 
 
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {

@@ -491,7 +491,7 @@ def test_batch_properties_that_are_no_utf8_read_as_java_reads_them():
     item = struct.pack(">iiiii", 20 + 3 + 2 + len(props), 0, 0, 0, 3) + b"abc"
     item += struct.pack(">h", len(props)) + props
     expected = [BatchItem(b"abc", 0, {"TAGS": "a\ufffdb", "KEYS": "k\ufffd"})]
-    assert batch._decode_batch_body_py(item) == expected
+    assert batch.decode_batch_py(item, BatchItem, RecordError) == expected
     assert _native().decode_batch(item, BatchItem, RecordError) == expected
 
 

@@ -116,11 +116,12 @@ def start_minute_window(stats: object, wall_ms: int) -> None:
 
 
 def same_without_native(module: object, name: str, read: Callable[[], object]) -> object:
-    """``read()`` with ``module.name`` (a C function) in use and with it turned off (None, so
-    the Python twin runs): asserts both give the same, and returns it."""
+    """``read()`` with ``module.name`` (a C function) in use and with its Python twin in its
+    place (``module.<name without its leading _>_py``, or None where the module falls back on
+    None): asserts both give the same, and returns it."""
     with_c = read()
     saved = getattr(module, name)
-    setattr(module, name, None)
+    setattr(module, name, getattr(module, name.lstrip("_") + "_py", None))
     try:
         assert read() == with_c
     finally:

@@ -111,9 +111,41 @@ _V2_FRAME_TAIL: dict[int, bytes] = {
     _SEND_BATCH_MESSAGE: b'"j":"0","k":"false","m":"true"},"serializeTypeCurrentRPC":"JSON"}',
     _SEND_REPLY_MESSAGE_V2: b'"j":"0","k":"false","m":"false"},"serializeTypeCurrentRPC":"JSON"}',
 }
-# send_frame(head, opaque, fixed, queue_id, sys_flag, born, flag, props, tail, body): the frame
-# _v2_frame writes, in one C call; None for properties that are not ASCII.
-_native_send_frame = getattr(native_extension, "send_frame", None)
+_LONG_LONG = (-(2**63), 2**63 - 1)
+
+
+def _frame_of(
+    head: bytes, opaque: int, fixed: bytes, queue_id: int, sys_flag: int, born: int, flag: int,
+    props: str, tail: bytes, body: bytes,
+) -> bytes:  # fmt: skip
+    """A producer's send frame: TOTAL and HEADER lengths, then the JSON header head + opaque +
+    fixed + "e".."h" (the numbers) + "i" (props quoted) + tail, then body."""
+    fields = f'"e":"{queue_id}","f":"{sys_flag}","g":"{born}","h":"{flag}","i":{_quote(props)},'
+    header = b"".join((head, str(opaque).encode(), fixed, fields.encode(), tail))
+    if len(header) > 0x7FFFFFFF - 4 or len(body) > 0x7FFFFFFF - 4 - len(header):
+        raise OverflowError("the frame is too long")
+    return _FRAME_PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
+
+
+def send_frame_py(
+    head: Any, opaque: Any, fixed: Any, queue_id: Any, sys_flag: Any, born: Any, flag: Any,
+    props: Any, tail: Any, body: Any,
+) -> bytes | None:  # fmt: skip
+    """Python twin of ``pymq.client._producerc.send_frame``: the whole frame of a producer's
+    send as Producer._v2_frame writes it, for a body of bytes, ASCII properties and five ints
+    within a long long; None for anything else (_v2_frame then writes it the general way)."""
+    if type(head) is not bytes or type(fixed) is not bytes or type(tail) is not bytes:
+        raise TypeError("head, fixed and tail must be bytes")
+    if type(body) is not bytes or type(props) is not str or not props.isascii():
+        return None
+    for value in (opaque, queue_id, sys_flag, born, flag):
+        if type(value) is not int or not _LONG_LONG[0] <= value <= _LONG_LONG[1]:
+            return None
+    return _frame_of(head, opaque, fixed, queue_id, sys_flag, born, flag, props, tail, body)
+
+
+_send_frame: Callable[..., bytes | None] = getattr(native_extension, "send_frame", send_frame_py)
+"""The frame _v2_frame writes for ASCII properties: C when built, else its twin."""
 
 _SEND_OK = "SEND_OK"
 STORED_CODES: dict[int, str] = {
@@ -195,9 +227,71 @@ def _plain_properties(tags: str | None, uniq: str) -> str:
     return f"{_UNIQ_HEAD}{uniq}{_WAIT_TAIL}"
 
 
-# batch_body(cls, msgs, ids, topic): _batch_body_py's bytes for plain messages of one topic (none
-# delayed), in one C call; None when one is not such.
-_native_batch_body = getattr(native_extension, "batch_body", None)
+_NO_TOPIC: Any = object()
+_I32_MAX = 0x7FFFFFFF
+# What batch_body_py adds to a plain message's tags and id: TAGS\1..\2, UNIQ_KEY\1 and \2WAIT\1true.
+_TAGS_FIXED = len(_TAGS_HEAD) + 1
+_UNIQ_FIXED = len(_UNIQ_HEAD) + len(_WAIT_TAIL)
+
+
+def _plain_item_size(cls: Any, msg: Any, uniq: Any, topic: Any) -> bool:
+    """Whether batch_body takes ``msg`` with id ``uniq``: an ASCII str id, a message exactly of
+    ``cls`` (of ``topic`` unless _NO_TOPIC) with a bytes body, str or no tags, no keys, no
+    properties, no delay, an int32 flag, and an item that fits its fields."""
+    if type(uniq) is not str or not uniq.isascii() or type(msg) is not cls:
+        return False
+    if topic is not _NO_TOPIC:
+        t = msg.topic
+        if not (t is topic or (type(t) is str and t == topic)):
+            return False
+    body, tags, keys = msg.body, msg.tags, msg.keys
+    props, flag, delay = msg.properties, msg.flag, msg.delay_level
+    if not (
+        type(body) is bytes
+        and (tags is None or type(tags) is str)
+        and (keys is None or (type(keys) is str and not keys))
+        and type(props) is dict
+        and not props
+        and type(flag) is int
+        and type(delay) is int
+        and -(2**31) <= flag <= _I32_MAX
+        and delay == 0
+        and len(body) <= _I32_MAX
+    ):
+        return False
+    props_len = _UNIQ_FIXED + len(uniq)
+    if tags:
+        try:
+            props_len += _TAGS_FIXED + len(tags.encode())
+        except UnicodeEncodeError:  # a lone surrogate: the general writer raises
+            return False
+    return props_len <= 32767 and 20 + len(body) + 2 + props_len <= _I32_MAX
+
+
+def batch_body_py(cls: Any, msgs: Any, ids: Any, topic: Any = _NO_TOPIC) -> bytes | None:
+    """Python twin of ``pymq.client._producerc.batch_body``: the SEND_BATCH_MESSAGE body
+    (:func:`_batch_body_py`'s) of ``msgs``, a list or tuple of plain messages of type ``cls``
+    (and ``topic``) with their ids; None when one is not plain (properties, keys, a delay,
+    anything not of the expected built-in types) or its text would not fit."""
+    if not isinstance(cls, type):
+        raise TypeError("cls must be a type")
+    if topic is not _NO_TOPIC and type(topic) is not str:
+        raise TypeError("topic must be a str")
+    if type(msgs) is not list and type(msgs) is not tuple:
+        return None
+    if type(ids) is not list:
+        raise TypeError("ids must be a list")
+    if len(ids) != len(msgs):
+        raise ValueError(f"{len(msgs)} messages but {len(ids)} ids")
+    for msg, uniq in zip(msgs, ids, strict=True):
+        if not _plain_item_size(cls, msg, uniq, topic):
+            return None
+    return _batch_body_py(msgs, ids)
+
+
+_batch_body: Callable[..., bytes | None] = getattr(native_extension, "batch_body", batch_body_py)
+"""_batch_body_py's bytes for plain messages of one topic (none delayed): C when built, else its
+twin; None when one is not such."""
 
 
 def _batch_body_py(msgs: Sequence[Message], ids: list[str]) -> bytes:
@@ -422,19 +516,14 @@ class Producer(ClientService):
             text = ',"flag":0,"extFields":{' + _v2_json_prefix(self.group, mq.topic)
             fixed = self._frame_json[mq.topic] = text.encode()
         head, tail = _V2_FRAME_HEAD[code], _V2_FRAME_TAIL[code]
-        if _native_send_frame is not None:  # the same bytes in one C call (ASCII properties)
-            frame = _native_send_frame(
-                head, opaque, fixed, mq.queue_id, sys_flag, born_timestamp, flag, props, tail,
-                body,
-            )  # fmt: skip
-            if frame is not None:
-                return frame
-        fields = (
-            f'"e":"{mq.queue_id}","f":"{sys_flag}","g":"{born_timestamp}","h":"{flag}",'
-            f'"i":{_quote(props)},'
+        frame = _send_frame(
+            head, opaque, fixed, mq.queue_id, sys_flag, born_timestamp, flag, props, tail, body
         )
-        header = b"".join((head, str(opaque).encode(), fixed, fields.encode(), tail))
-        return _FRAME_PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
+        if frame is not None:  # the common send (ASCII properties)
+            return frame
+        return _frame_of(
+            head, opaque, fixed, mq.queue_id, sys_flag, born_timestamp, flag, props, tail, body
+        )
 
     def _batch_body(self, msgs: Sequence[Message]) -> tuple[str, bytes, list[str]]:
         """The topic, SEND_BATCH_MESSAGE body and unique ids of a batch; ValueError for an
@@ -445,11 +534,7 @@ class Producer(ClientService):
         ids = self._ids.create_many(len(msgs))
         # Plain messages of one topic, none delayed: the body in one C call, checks and all
         # (a topic of a str subclass, an enum member say, goes the Python way).
-        body = (
-            _native_batch_body(Message, msgs, ids, topic)
-            if _native_batch_body is not None and type(topic) is str
-            else None
-        )
+        body = _batch_body(Message, msgs, ids, topic) if type(topic) is str else None
         if body is None:
             if any(m.topic != topic for m in msgs):
                 raise ValueError("every message of a batch must have the same topic")

@@ -6,6 +6,7 @@ Pure functions and data classes, no I/O."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -50,38 +51,37 @@ def decode_batch_body(data: bytes | memoryview) -> list[BatchItem]:
     (properties that are no UTF-8 are read with U+FFFD for the bad bytes, as Java's
     ``new String(bytes, UTF_8)`` reads them).  In C when the extension is
     built (``_recordc.decode_batch``, a tenth of the cost: a broker's batch path spent a tenth
-    of its time here); :func:`_decode_batch_body_py` is the reference."""
-    if _decode_batch is not None:
-        items: list[BatchItem] = _decode_batch(data, BatchItem, RecordError)
-        return items
-    return _decode_batch_body_py(data)
+    of its time here), else :func:`decode_batch_py`."""
+    items: list[BatchItem] = _decode_batch(data, BatchItem, RecordError)
+    return items
 
 
-_decode_batch = getattr(native_extension, "decode_batch", None)
-
-
-def _decode_batch_body_py(data: bytes | memoryview) -> list[BatchItem]:
-    """Pure-Python twin of ``_recordc.decode_batch``; use :func:`decode_batch_body`."""
-    items: list[BatchItem] = []
+def decode_batch_py(data: Any, cls: Any, error_cls: Any) -> list[Any]:
+    """Python twin of ``pymq.common._recordc.decode_batch``: the items of a batch body as
+    cls(body, flag, properties); error_cls on truncated or inconsistent bytes."""
+    items: list[Any] = []
     pos, end = 0, len(data)
     while pos < end:
         if pos + BATCH_ITEM_HEAD.size > end:
-            raise RecordError(f"batch item at {pos} truncated")
+            raise error_cls(f"batch item at {pos} truncated")
         total, _magic, _crc, flag, body_len = BATCH_ITEM_HEAD.unpack_from(data, pos)
         p = pos + BATCH_ITEM_HEAD.size
         if body_len < 0 or p + body_len + 2 > end:
-            raise RecordError(f"batch item at {pos}: body length {body_len} overruns")
+            raise error_cls(f"batch item at {pos}: body length {body_len} overruns")
         body = bytes(data[p : p + body_len])
         p += body_len
         props_len = BATCH_PROPS_LEN.unpack_from(data, p)[0]
         p += 2
         if props_len < 0 or p + props_len > end:
-            raise RecordError(f"batch item at {pos}: properties length {props_len} overruns")
+            raise error_cls(f"batch item at {pos}: properties length {props_len} overruns")
         raw = bytes(data[p : p + props_len])
         props = decode_properties(raw.decode(errors="replace")) if props_len else {}
         p += props_len
         if total != p - pos:
-            raise RecordError(f"batch item at {pos}: totalSize {total} != {p - pos}")
-        items.append(BatchItem(body, flag, props))
+            raise error_cls(f"batch item at {pos}: totalSize {total} != {p - pos}")
+        items.append(cls(body, flag, props))
         pos = p
     return items
+
+
+_decode_batch: Callable[..., Any] = getattr(native_extension, "decode_batch", decode_batch_py)

@@ -119,6 +119,8 @@ def encode_properties(props: Mapping[str, str]) -> str:
 
 def _properties_bytes_py(props: Mapping[str, str]) -> bytes:
     """Pure-Python twin of ``_recordc.properties_bytes``; use :func:`properties_bytes`."""
+    if not isinstance(props, dict):  # as the C refuses it (a list of pairs has no items())
+        raise TypeError("properties must be a dict")
     return encode_properties(props).encode()
 
 

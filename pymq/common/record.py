@@ -19,6 +19,7 @@ The message type, its properties and flags are :mod:`pymq.common.message_ext`; i
 from __future__ import annotations
 
 import mmap
+import operator
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -133,6 +134,34 @@ def _tail_struct(topic_len: int, props_len: int) -> struct.Struct:
     return st
 
 
+_I32_MIN, _I32_MAX, _I64_MIN, _I64_MAX = -(2**31), 2**31 - 1, -(2**63), 2**63 - 1
+
+
+def _check_record_numbers(
+    pos: int, queue_id: int, flag: int, queue_offset: int, physical_offset: int, sys_flag: int,
+    born_timestamp: int, born_port: int, store_timestamp: int, store_port: int,
+    reconsume_times: int, prepared_transaction_offset: int,
+) -> None:  # fmt: skip
+    """OverflowError for a number outside its record field (TypeError: not an int), in the
+    order ``_recordc.encode_into`` checks them."""
+    for name, value, lo, hi in (
+        ("pos", pos, 0, _I64_MAX),
+        ("queue_id", queue_id, _I32_MIN, _I32_MAX),
+        ("flag", flag, _I32_MIN, _I32_MAX),
+        ("queue_offset", queue_offset, _I64_MIN, _I64_MAX),
+        ("physical_offset", physical_offset, _I64_MIN, _I64_MAX),
+        ("sys_flag", sys_flag, _I32_MIN, _I32_MAX),
+        ("born_timestamp", born_timestamp, _I64_MIN, _I64_MAX),
+        ("born_port", born_port, _I32_MIN, _I32_MAX),
+        ("store_timestamp", store_timestamp, _I64_MIN, _I64_MAX),
+        ("store_port", store_port, _I32_MIN, _I32_MAX),
+        ("reconsume_times", reconsume_times, _I32_MIN, _I32_MAX),
+        ("prepared_transaction_offset", prepared_transaction_offset, _I64_MIN, _I64_MAX),
+    ):
+        if not lo <= operator.index(value) <= hi:
+            raise OverflowError(f"{name} = {value} does not fit its record field")
+
+
 def _encode_record_into_py(
     buf: bytearray | memoryview | mmap.mmap,
     pos: int,
@@ -160,13 +189,40 @@ def _encode_record_into_py(
     copy, one tail pack.  ``sys_flag`` must already carry the host flags matching ``born_ip`` /
     ``store_ip`` (see :func:`host_flags`); lengths are the caller's to check (topic <= 127 bytes,
     properties <= 32767 bytes, no NUL in the topic, none in the properties where a torn write
-    leaves zeros: see :func:`has_nul` and :func:`nul_where_torn`).
+    leaves zeros: see :func:`has_nul` and :func:`nul_where_torn`).  Refuses, writing nothing,
+    what the C refuses: a number outside its Java type (OverflowError), a topic, properties or
+    host that is not bytes (TypeError), one too long for the layout or host addresses whose
+    lengths disagree with the sys flag, or a record that does not fit (ValueError).
     """
-    header = _HEADERS[(sys_flag >> 4) & 3]
-    body_len = len(body)
+    _check_record_numbers(
+        pos, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp, born_port,
+        store_timestamp, store_port, reconsume_times, prepared_transaction_offset,
+    )  # fmt: skip
+    if not (
+        isinstance(topic, bytes)
+        and isinstance(properties, bytes)
+        and isinstance(born_ip, bytes)
+        and isinstance(store_ip, bytes)
+    ):
+        raise TypeError("topic, properties and host addresses must be bytes")
     topic_len = len(topic)
     props_len = len(properties)
+    if topic_len > MAX_TOPIC_LENGTH or props_len > MAX_PROPERTIES_LENGTH:
+        raise ValueError("topic or properties too long for the record layout")
+    header = _HEADERS[(sys_flag >> 4) & 3]
+    if len(born_ip) != (16 if sys_flag & 0x10 else 4) or len(store_ip) != (
+        16 if sys_flag & 0x20 else 4
+    ):
+        raise ValueError("host address lengths disagree with the sys flag")
+    with memoryview(body) as view:  # released here: a map with a view left cannot close
+        body_len = view.nbytes
+    with memoryview(buf) as view:
+        readonly, room = view.readonly, view.nbytes
+    if readonly:
+        raise BufferError("Object is not writable.")
     total = header.size + body_len + 1 + topic_len + 2 + props_len
+    if total > 0x7FFFFFFF or pos > room or total > room - pos:
+        raise ValueError(f"a record of {total} bytes does not fit at {pos}")
     header.pack_into(
         buf,
         pos,

@@ -206,8 +206,6 @@ def _json_header(cmd: RemotingCommand) -> bytes:
     ).encode()
 
 
-# The C twin of _decode_json_header's plain case (None without the extension).
-_json_command: Callable[..., RemotingCommand | None] | None = getattr(_native, "json_command", None)
 _json_header_at: Callable[..., RemotingCommand | None] | None = getattr(
     _native, "json_header", None
 )
@@ -304,10 +302,19 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
         header = _fast_loads(data)
     except ValueError:  # orjson.JSONDecodeError; RecursionError cannot happen (depth 1024)
         return _checked_command(_json_loads(data))
-    if _json_command is not None:  # the plain case below, in one C call
-        cmd = _json_command(header, RemotingCommand, _SERIALIZE_JSON)
-        if cmd is not None:
-            return cmd
+    cmd = _json_command(header, RemotingCommand, _SERIALIZE_JSON)
+    if cmd is not None:  # the plain case
+        return cmd
+    return _checked_command(_json_loads(data))
+
+
+def json_command_py(header: Any, cls: Any, serialize_type: Any) -> Any:
+    """Python twin of ``pymq.remoting._codecc.json_command``: _decode_json_header's plain case
+    after orjson, a header dict whose code, opaque, flag and version are Java ints (opaque, flag
+    and version 0 when absent), extFields a dict of str (absent or null: empty; the C++ client's
+    booleans, integers and nulls normalised as strings), remark absent or a str, language a
+    non-empty str, as cls(code, ext, b"", opaque, flag, remark, language, version,
+    serialize_type); None for anything else, which _checked_command judges."""
     if type(header) is dict:
         get = header.get
         opaque, code, flag = get("opaque", 0), get("code"), get("flag", 0)
@@ -334,9 +341,7 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
                 if type(value) is not str:
                     break
             else:
-                return RemotingCommand(
-                    code, ext, b"", opaque, flag, remark, language, version, _SERIALIZE_JSON
-                )
+                return cls(code, ext, b"", opaque, flag, remark, language, version, serialize_type)
             # The C++ client writes numbers and booleans in extFields: normalised here when
             # both parsers read them alike (booleans, nulls, integers).
             plain = {}
@@ -351,10 +356,16 @@ def _decode_json_header(data: bytes) -> RemotingCommand:
                 elif value is not None:
                     break
             else:
-                return RemotingCommand(
-                    code, plain, b"", opaque, flag, remark, language, version, _SERIALIZE_JSON
+                return cls(
+                    code, plain, b"", opaque, flag, remark, language, version, serialize_type
                 )
-    return _checked_command(_json_loads(data))
+    return None
+
+
+# _decode_json_header's plain case: the C module's when built, else its twin above.
+_json_command: Callable[..., RemotingCommand | None] = getattr(
+    _native, "json_command", json_command_py
+)
 
 
 def _json_loads(data: bytes) -> object:

@@ -189,9 +189,98 @@ _LONG_NAMES = tuple(V2_NAMES.values())
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
 # The send codes whose header has the long names (SEND_MESSAGE, SEND_REPLY_MESSAGE), as ints.
 _LONG_NAME_CODES = frozenset({int(RequestCode.SEND_MESSAGE), int(RequestCode.SEND_REPLY_MESSAGE)})
-# from_ext's common case in C (None without the extension; the Python below is the reference).
-_send_header: Callable[..., Any] | None = getattr(_native, "send_header", None)
-_plain_header: Callable[..., Any] | None = getattr(_native, "plain_header", None)
+_ABSENT: Any = object()
+
+
+def _plain_number(value: object, max_digits: int) -> int | None:
+    """A plain non-negative decimal of at most ``max_digits`` ASCII digits, else None
+    (java_int's and java_long's fast case)."""
+    if type(value) is not str or not 0 < len(value) <= max_digits or not value.isascii():
+        return None
+    return int(value) if value.isdigit() else None
+
+
+# "true" / "false" and the C++ client's "1" / "0": the booleans the common case reads.
+_PLAIN_BOOLS = {"true": True, "false": False, "1": True, "0": False}
+
+
+def _plain_bool(value: object) -> bool | None:
+    return _PLAIN_BOOLS.get(value) if type(value) is str else None
+
+
+def send_header_py(ext: Any, names: Any, cls: Any, batch_code: Any) -> Any:
+    """Python twin of ``pymq.remoting._codecc.send_header``: SendMessageRequestHeader.from_ext's
+    common case (the eight required fields present, numbers plain decimals, booleans true, false,
+    1 or 0) as cls(...); None for anything else, which from_ext judges and words."""
+    if type(ext) is not dict or type(names) is not tuple or len(names) != 13:
+        return None
+    batch = bool(batch_code)
+    raw = [ext.get(name, _ABSENT) for name in names]
+    if _ABSENT in raw[:8]:
+        return None
+    ints = [_plain_number(raw[i], 9) for i in (3, 4, 5, 7)]
+    born = _plain_number(raw[6], 18)
+    if None in ints or born is None:
+        return None
+    reconsume = max_reconsume = None
+    unit_mode: bool | None = False
+    if raw[9] is not _ABSENT and (reconsume := _plain_number(raw[9], 9)) is None:
+        return None
+    if raw[10] is not _ABSENT and (unit_mode := _plain_bool(raw[10])) is None:
+        return None
+    if raw[11] is not _ABSENT and (max_reconsume := _plain_number(raw[11], 9)) is None:
+        return None
+    is_batch: bool | None = True
+    if not batch:
+        is_batch = False if raw[12] is _ABSENT else _plain_bool(raw[12])
+        if is_batch is None:
+            return None
+    properties = None if raw[8] is _ABSENT else raw[8]
+    return cls(
+        raw[0], raw[1], raw[2], ints[0], ints[1], ints[2], born, ints[3], properties,
+        reconsume, unit_mode, max_reconsume, is_batch,
+    )  # fmt: skip
+
+
+def plain_header_py(ext: Any, spec: Any, cls: Any) -> Any:
+    """Python twin of ``pymq.remoting._codecc.plain_header``: a typed header's common case from
+    its extFields as cls(*values); spec is (wire name, kind) per field in order, kind "s" (a
+    required str), "S" (an optional str), "i" / "l" (a required Java int / long as a plain
+    decimal) or "b" (a boolean, False when absent); None when a field is not plain."""
+    if type(ext) is not dict or type(spec) is not tuple or len(spec) > 16:
+        return None
+    values: list[Any] = []
+    for pair in spec:
+        if type(pair) is not tuple or len(pair) != 2:
+            return None
+        name, kind = pair
+        if type(kind) is not str:
+            raise TypeError(f"kind must be str, not {type(kind).__name__}")
+        value = ext.get(name, _ABSENT)
+        first = kind[:1]
+        if first == "s" or first == "S":
+            if value is _ABSENT and first == "S":
+                value = None
+            elif type(value) is not str:
+                return None
+        elif first == "i" or first == "l":
+            value = _plain_number(value, 9 if first == "i" else 18)
+            if value is None:
+                return None
+        elif first == "b":
+            value = False if value is _ABSENT else _plain_bool(value)
+            if value is None:
+                return None
+        else:
+            return None
+        values.append(value)
+    return cls(*values)
+
+
+# from_ext's common case: the C module's when built, else its twin above; a header outside it
+# (None) goes on to the general decoder, which judges and words it.
+_send_header: Callable[..., Any] = getattr(_native, "send_header", send_header_py)
+_plain_header: Callable[..., Any] = getattr(_native, "plain_header", plain_header_py)
 # EndTransactionRequestHeader's fields for _plain_header: (wire name, kind) in field order.
 _END_SPEC = (
     ("producerGroup", "s"),
@@ -229,12 +318,11 @@ class SendMessageRequestHeader:
         """The send header of a request with ``code``: the hot path's decoder, equivalent to
         :func:`decode` on the long names (the tests check it field by field)."""
         names = _LONG_NAMES if code in _LONG_NAME_CODES else _SHORT_NAMES
-        if _send_header is not None:  # the common case in one C call
-            header: SendMessageRequestHeader | None = _send_header(
-                ext, names, cls, code == _SEND_BATCH_MESSAGE
-            )
-            if header is not None:
-                return header
+        header: SendMessageRequestHeader | None = _send_header(
+            ext, names, cls, code == _SEND_BATCH_MESSAGE
+        )
+        if header is not None:  # the common case
+            return header
         get = ext.get
         values: list[Any] = [get(name) for name in names]  # the first 8 checked non-None below
         for index in range(8):  # the @CFNotNull fields come first
@@ -421,10 +509,9 @@ class EndTransactionRequestHeader:
     def from_ext(cls, ext: dict[str, str]) -> EndTransactionRequestHeader:
         """The header of an END_TRANSACTION, validated as :func:`decode` does (the hot path's
         decoder: one per transaction; the tests compare it with :func:`decode`)."""
-        if _plain_header is not None:  # the common case in one C call
-            header: EndTransactionRequestHeader | None = _plain_header(ext, _END_SPEC, cls)
-            if header is not None:
-                return header
+        header: EndTransactionRequestHeader | None = _plain_header(ext, _END_SPEC, cls)
+        if header is not None:  # the common case
+            return header
         get = ext.get
         group = get("producerGroup")
         table_offset = get("tranStateTableOffset")

@@ -12,7 +12,7 @@
 #define INDEX_HEADER 40
 #define INDEX_ENTRY 20
 
-/* One key's entry written as IndexFile.put_hash writes it: h (Java's hash, made non-negative)
+/* One key's entry written as index_file.index_put_py writes it: h (Java's hash, made non-negative)
  * chained into its slot, the entry at *count, *slot_count and *begin updated as the file's
  * header fields (the caller checked that the entry fits). */
 static void index_write_entry(unsigned char *b, long long slot_num, long long entries_at,

@@ -18,9 +18,12 @@ import contextlib
 import errno
 import logging
 import mmap
+import operator
 import os
 import struct
+import sys
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -37,6 +40,8 @@ from pymq.common.native import load_native
 from pymq.common.record import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH,
     MESSAGE_MAGIC_CODE,
     SYSFLAG_POSITION,
     TEAR_ALIGN,
@@ -167,8 +172,405 @@ _new_hint = tuple.__new__
 ``__new__`` (half the cost on the put path); the fields in declaration order."""
 
 
-_encode_batch = getattr(native_extension, "encode_batch", None)
-_encode_singles = getattr(native_extension, "encode_singles", None)
+# --- encode_single and encode_batch's Python twins (pymq.store._commitlogc) ----------------------
+
+_PROPS_MAX = 32
+"""Properties an item may have for the one-call puts (more: the general path)."""
+_FAST_RECORD = struct.Struct(">IIIIIQQIQ4sIQ4sIIQI")  # the 88-byte header with IPv4 hosts
+_HOSTS_V6 = 0x10 | 0x20  # BORNHOST_V6 | STOREHOST_V6
+
+
+def _arg_int(value: Any, name: str, lo: int, hi: int) -> int:
+    x = operator.index(value)
+    if not lo <= x <= hi:
+        raise OverflowError(f"{name} = {x} does not fit its record field")
+    return x
+
+
+_I32 = (-(2**31), 2**31 - 1)
+_I64 = (-(2**63), 2**63 - 1)
+_HALF = (0, (2**63 - 1) // 2)
+
+
+def _split_plain_properties(props: bytes) -> list[tuple[bytes, bytes]] | None:
+    """The properties split as decode_properties splits them (items without a name or a value
+    skipped); None when the one-call puts leave them to the general path: a byte that is NUL
+    or not ASCII, more than _PROPS_MAX items, or a name given twice."""
+    if not props.isascii() or b"\x00" in props:
+        return None
+    items: list[tuple[bytes, bytes]] = []
+    if not props:
+        return items
+    names: set[bytes] = set()
+    for part in props.split(b"\x02"):
+        sep = part.find(b"\x01")
+        if sep > 0 and len(part) > sep + 1:
+            name = part[:sep]
+            if len(items) == _PROPS_MAX or name in names:
+                return None
+            names.add(name)
+            items.append((name, part[sep + 1 :]))
+    return items
+
+
+class _FastPut(NamedTuple):
+    """What every record of one fast put shares."""
+
+    topic_b: bytes
+    cluster_b: bytes
+    topic: str
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    born_ip: bytes
+    born_port: int
+    store_timestamp: int
+    store_ip: bytes
+    store_port: int
+    reconsume_times: int
+    max_body_properties: int
+
+
+def _fast_put_args(args: tuple[Any, ...]) -> _FastPut | None:
+    """The 13 arguments encode_single and encode_batch share, checked; None when the one-call
+    puts do not apply (IPv6 hosts, a topic too long or with a NUL, a cluster name that is empty
+    or not plain ASCII)."""
+    topic_b, cluster_b, topic, queue_id, sys_flag, born_ts, born_ip, born_port = args[:8]
+    store_ts, store_ip, store_port, reconsume, max_bp = args[8:]
+    queue_id = _arg_int(queue_id, "queue_id", *_I32)
+    sys_flag = _arg_int(sys_flag, "sys_flag", *_I32)
+    born_ts = _arg_int(born_ts, "born_timestamp", *_I64)
+    born_port = _arg_int(born_port, "born_port", *_I32)
+    store_ts = _arg_int(store_ts, "store_timestamp", *_I64)
+    store_port = _arg_int(store_port, "store_port", *_I32)
+    reconsume = _arg_int(reconsume, "reconsume_times", *_I32)
+    max_bp = _arg_int(max_bp, "max_body_properties", 0, _I32[1])
+    if not (
+        isinstance(topic_b, bytes)
+        and isinstance(cluster_b, bytes)
+        and isinstance(topic, str)
+        and isinstance(born_ip, bytes)
+        and isinstance(store_ip, bytes)
+    ):
+        raise TypeError("fast put: bytes or str expected")
+    if sys_flag & _HOSTS_V6 or len(born_ip) != 4 or len(store_ip) != 4:
+        return None
+    if len(topic_b) > MAX_TOPIC_LENGTH or b"\x00" in topic_b:
+        return None
+    if not cluster_b or not all(3 <= c < 0x80 for c in cluster_b):
+        return None
+    return _FastPut(
+        bytes(topic_b), bytes(cluster_b), topic, queue_id, sys_flag, born_ts, bytes(born_ip),
+        born_port, store_ts, bytes(store_ip), store_port, reconsume, max_bp,
+    )  # fmt: skip
+
+
+def _write_stored_record(
+    buf: Any, pos: int, room: int, fp: _FastPut, single: bool, body: bytes, flag: int,
+    props: bytes, queue_offset: int, phy: int,
+) -> tuple[int, dict[bytes, str]] | None:  # fmt: skip
+    """Write at buf[pos:] (room bytes left) the record the general path stores for a message
+    with this body, flag and properties: its properties as the broker stores them (WAIT=true
+    left out, CLUSTER added last), the rest from fp.  Returns the record's size and the stored
+    TAGS, KEYS, UNIQ_KEY and WAIT values found; None (nothing written) when the general path
+    must judge it: see _split_plain_properties, an own CLUSTER, a DELAY other than "0" (any
+    DELAY or TRAN_MSG for a single send), any TIMER_ property, a body and properties over
+    max_body_properties, or no room."""
+    items = _split_plain_properties(props)
+    if items is None:
+        return None
+    found: dict[bytes, str] = {}
+    kept: list[bytes] = []
+    for name, value in items:
+        if name == b"CLUSTER" or (name == b"DELAY" and (single or value != b"0")):
+            return None
+        if (single and name == b"TRAN_MSG") or (len(name) > 6 and name[:6] == b"TIMER_"):
+            return None
+        if name == b"WAIT" and value.lower() == b"true":
+            continue
+        if name in (b"WAIT", b"TAGS", b"KEYS", b"UNIQ_KEY"):
+            found[name] = value.decode("ascii")
+        kept.append(name + b"\x01" + value + b"\x02")
+    kept.append(b"CLUSTER\x01" + fp.cluster_b)
+    stored = b"".join(kept)
+    if len(stored) > MAX_PROPERTIES_LENGTH or len(body) + len(stored) > fp.max_body_properties:
+        return None
+    topic_b = fp.topic_b
+    size = _FAST_RECORD.size + len(body) + 1 + len(topic_b) + 2 + len(stored)
+    if size > room:
+        return None
+    header = _FAST_RECORD.pack(
+        size, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, fp.queue_id & 0xFFFFFFFF,
+        flag & 0xFFFFFFFF, queue_offset, phy, fp.sys_flag & 0xFFFFFFFF,
+        fp.born_timestamp & 0xFFFFFFFFFFFFFFFF, fp.born_ip, fp.born_port & 0xFFFFFFFF,
+        fp.store_timestamp & 0xFFFFFFFFFFFFFFFF, fp.store_ip, fp.store_port & 0xFFFFFFFF,
+        fp.reconsume_times & 0xFFFFFFFF, 0, len(body),
+    )  # fmt: skip
+    tail = bytes((len(topic_b),)) + topic_b + len(stored).to_bytes(2, "big") + stored
+    buf[pos : pos + size] = header + body + tail
+    return size, found
+
+
+def _hint_type(hint_type: Any) -> Any:
+    if hint_type is None:
+        return None
+    if not isinstance(hint_type, type) or not issubclass(hint_type, tuple) or hint_type is tuple:
+        raise TypeError("hint_type must be a subclass of tuple, or None")
+    return hint_type
+
+
+def _hint_row(
+    hint_type: Any, phy: int, size: int, fp: _FastPut, queue_offset: int, found: dict[bytes, str]
+) -> tuple[Any, ...]:
+    row = (
+        phy, size, fp.topic, fp.queue_id, queue_offset, found.get(b"TAGS"), fp.store_timestamp,
+        fp.sys_flag, found.get(b"KEYS"), found.get(b"UNIQ_KEY"),
+    )  # fmt: skip
+    return row if hint_type is None else tuple.__new__(hint_type, row)
+
+
+def _writable_size(buf: Any) -> int:
+    """The size of the writable buffer ``buf`` (BufferError: read-only), its view let go at
+    once (a map with a view left cannot close)."""
+    with memoryview(buf) as view:
+        if view.readonly:
+            raise BufferError("Object is not writable.")
+        return view.nbytes
+
+
+def encode_single_py(
+    buf: Any, pos: Any, limit: Any, body: Any, properties: Any, flag: Any, queue_offset: Any,
+    file_from_offset: Any, *shared_and_hint_type: Any,
+) -> tuple[int, tuple[Any, ...], str | None] | None:  # fmt: skip
+    """Python twin of ``pymq.store._commitlogc.encode_single`` (buf, pos, limit, body,
+    properties, flag, queue_offset, file_from_offset, topic_b, cluster_b, topic, queue_id,
+    sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip, store_port,
+    reconsume_times, max_body_properties[, hint_type]): a single send's record as the general
+    path (SendProcessor._single_message, then CommitLog.append_message) writes it, at buf[pos:],
+    from the request's properties str.  Returns (size, row, wait): the record's size, its
+    dispatch hint's fields (as hint_type) and the stored WAIT value; None (nothing committed)
+    when the general path must judge it."""
+    if len(shared_and_hint_type) not in (13, 14):
+        raise TypeError("encode_single takes 21 or 22 arguments")
+    hint_type = _hint_type(shared_and_hint_type[13] if len(shared_and_hint_type) == 14 else None)
+    pos = _arg_int(pos, "pos", 0, sys.maxsize)
+    limit = _arg_int(limit, "limit", 0, sys.maxsize)
+    flag = _arg_int(flag, "flag", *_I32)
+    queue_offset = _arg_int(queue_offset, "queue_offset", *_HALF)
+    file_from = _arg_int(file_from_offset, "file_from_offset", *_HALF)
+    if not isinstance(properties, str):
+        raise TypeError("encode_single: properties must be a str")
+    if not properties.isascii() or len(properties) > 65535:
+        return None
+    fp = _fast_put_args(shared_and_hint_type[:13])
+    if fp is None:
+        return None
+    body_b = bytes(memoryview(body))
+    limit = min(limit, _writable_size(buf))
+    if pos > limit or len(body_b) > _I32[1]:
+        return None
+    out = _write_stored_record(
+        buf, pos, limit - pos, fp, True, body_b, flag, properties.encode("ascii"),
+        queue_offset, file_from + pos,
+    )  # fmt: skip
+    if out is None:
+        return None
+    size, found = out
+    return (
+        size,
+        _hint_row(hint_type, file_from + pos, size, fp, queue_offset, found),
+        found.get(b"WAIT"),
+    )
+
+
+_BATCH_ITEM = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH
+
+
+def encode_batch_py(
+    buf: Any, pos: Any, limit: Any, data: Any, first_queue_offset: Any, file_from_offset: Any,
+    *shared_and_hint_type: Any,
+) -> tuple[int, list[tuple[Any, ...]], str | None] | None:  # fmt: skip
+    """Python twin of ``pymq.store._commitlogc.encode_batch`` (buf, pos, limit, data,
+    first_queue_offset, file_from_offset, topic_b, cluster_b, topic, queue_id, sys_flag,
+    born_timestamp, born_ip, born_port, store_timestamp, store_ip, store_port, reconsume_times,
+    max_body_properties[, hint_type]): each item of the SEND_BATCH_MESSAGE body ``data`` as the
+    record the general path (SendProcessor._batch_messages, then CommitLog.append_messages)
+    writes for it, at buf[pos:], with consecutive queue offsets.  Returns (end, rows, wait): the
+    write position after the last record, a hint row per record and the first item's stored
+    WAIT value.  None, with the records it wrote zeroed, for anything the general path must
+    judge: a body that does not parse, an empty batch, an item _write_stored_record leaves to
+    it, or records that do not fit below limit."""
+    if len(shared_and_hint_type) not in (13, 14):
+        raise TypeError("encode_batch takes 19 or 20 arguments")
+    hint_type = _hint_type(shared_and_hint_type[13] if len(shared_and_hint_type) == 14 else None)
+    pos = _arg_int(pos, "pos", 0, sys.maxsize)
+    limit = _arg_int(limit, "limit", 0, sys.maxsize)
+    queue_offset = _arg_int(first_queue_offset, "first_queue_offset", *_HALF)
+    file_from = _arg_int(file_from_offset, "file_from_offset", *_HALF)
+    fp = _fast_put_args(shared_and_hint_type[:13])
+    if fp is None:
+        return None
+    d = bytes(memoryview(data))
+    limit = min(limit, _writable_size(buf))
+    w, at, n = pos, 0, len(d)
+    rows: list[tuple[Any, ...]] = []
+    wait: str | None = None
+    ok = True
+    while at < n:
+        if at + 20 > n:
+            ok = False
+            break
+        total, _, _, flag, body_len = _BATCH_ITEM.unpack_from(d, at)
+        q = at + 20
+        if body_len < 0 or q + body_len + 2 > n:
+            ok = False
+            break
+        body = d[q : q + body_len]
+        q += body_len
+        props_len = int.from_bytes(d[q : q + 2], "big", signed=True)
+        q += 2
+        if props_len < 0 or q + props_len > n or total != q + props_len - at:
+            ok = False
+            break
+        props = d[q : q + props_len]
+        at = q + props_len
+        out = None
+        if w <= limit:
+            out = _write_stored_record(
+                buf, w, limit - w, fp, False, body, flag, props, queue_offset, file_from + w
+            )
+        if out is None:
+            ok = False
+            break
+        size, found = out
+        if not rows:
+            wait = found.get(b"WAIT")
+        rows.append(_hint_row(hint_type, file_from + w, size, fp, queue_offset, found))
+        w += size
+        queue_offset += 1
+    if ok and rows:
+        return w, rows, wait
+    if w > pos:  # the records written before: zeroed, as CommitLog._scrub would
+        buf[pos:w] = bytes(w - pos)
+    return None
+
+
+_ABSENT: Any = object()
+
+
+def encode_singles_py(
+    buf: Any, pos: Any, limit: Any, file_from_offset: Any, entries: Any, topic_bytes: Any,
+    queue_table: Any, clock: Any, cluster_b: Any, born_ip: Any, born_port: Any, store_ip: Any,
+    store_port: Any, max_body_properties: Any, stop_flags: Any, stop_topic: Any, hint_type: Any,
+) -> tuple[int, list[tuple[Any, ...]], list[str | None], int, BaseException | None]:  # fmt: skip
+    """Python twin of ``pymq.store._commitlogc.encode_singles``: encode_single of each of
+    ``entries`` in turn, (topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
+    reconsume_times), its topic's bytes from ``topic_bytes``, its queue offset from
+    ``queue_table`` keyed by (topic, queue_id) (0 when absent; set to the next once the record
+    is written: the commit), its store time from ``clock()`` (None: the wall clock).  Stops at
+    the first entry whose topic is missing from topic_bytes, whose sys_flag has a bit of
+    stop_flags, whose topic is stop_topic (in that order, before its other fields are read), or
+    that encode_single would leave to the general path.  Returns (end, rows, waits, stamp,
+    error): the write position after the last record, their hint rows and stored WAIT values,
+    the last one's store time (0 if none), and None, or the exception that stopped it after
+    entries were committed.  Raises only when nothing was committed."""
+    hint_type = _hint_type(hint_type)
+    pos = _arg_int(pos, "pos", 0, sys.maxsize)
+    limit = _arg_int(limit, "limit", 0, sys.maxsize)
+    file_from = _arg_int(file_from_offset, "file_from_offset", *_HALF)
+    born_port = _arg_int(born_port, "born_port", *_I32)
+    store_port = _arg_int(store_port, "store_port", *_I32)
+    max_bp = _arg_int(max_body_properties, "max_body_properties", 0, _I32[1])
+    stop_flags = _arg_int(stop_flags, "stop_flags", *_I32)
+    if not (
+        isinstance(entries, list)
+        and isinstance(topic_bytes, dict)
+        and isinstance(queue_table, dict)
+        and isinstance(cluster_b, bytes)
+        and isinstance(born_ip, bytes)
+        and isinstance(store_ip, bytes)
+        and isinstance(stop_topic, str)
+        and (clock is None or callable(clock))
+    ):
+        raise TypeError("encode_singles: bad argument types")
+    usable = (
+        len(born_ip) == 4
+        and len(store_ip) == 4
+        and bool(cluster_b)
+        and all(3 <= c < 0x80 for c in cluster_b)
+    )  # else the general path (IPv6 hosts, an odd cluster name)
+    limit = min(limit, _writable_size(buf))
+    rows: list[tuple[Any, ...]] = []
+    waits: list[str | None] = []
+    stamp = 0
+    e = 0
+    try:
+        while usable and e < len(entries):
+            entry = entries[e]
+            e += 1
+            if not isinstance(entry, tuple) or len(entry) != 8:
+                raise TypeError("encode_singles: an entry is not an 8-tuple")
+            topic, queue_id_obj, body, props, flag, sys_flag, born_ts, reconsume = entry
+            if not isinstance(topic, str):
+                raise TypeError("encode_singles: the topic is not a str")
+            topic_b = dict.get(topic_bytes, topic, _ABSENT)
+            if topic_b is _ABSENT:  # the stops first, in CommitLog's order
+                break
+            sys_flag = _arg_int(sys_flag, "sys_flag", *_I32)
+            if sys_flag & stop_flags or topic == stop_topic:
+                break
+            if not isinstance(body, bytes) or not isinstance(props, str):
+                raise TypeError("encode_singles: body bytes, properties str")
+            queue_id = _arg_int(queue_id_obj, "queue_id", *_I32)
+            flag = _arg_int(flag, "flag", *_I32)
+            born_ts = _arg_int(born_ts, "born_timestamp", *_I64)
+            reconsume = _arg_int(reconsume, "reconsume_times", *_I32)
+            if sys_flag & _HOSTS_V6 or not props.isascii() or len(props) > 65535:
+                break  # what encode_single leaves to the general path
+            if not (
+                isinstance(topic_b, bytes)
+                and len(topic_b) <= MAX_TOPIC_LENGTH
+                and b"\x00" not in topic_b
+            ):
+                break
+            key = (topic, queue_id_obj)
+            known = dict.get(queue_table, key, _ABSENT)
+            queue_offset = 0 if known is _ABSENT else _arg_int(known, "queue_offset", *_HALF)
+            now = time.time_ns() // 1_000_000 if clock is None else clock()
+            store_ts = _arg_int(now, "store_timestamp", *_I64)
+            fp = _FastPut(
+                bytes(topic_b), bytes(cluster_b), topic, queue_id, sys_flag, born_ts,
+                bytes(born_ip), born_port, store_ts, bytes(store_ip), store_port, reconsume, max_bp,
+            )  # fmt: skip
+            out = None
+            if pos <= limit and len(body) <= _I32[1]:
+                out = _write_stored_record(
+                    buf, pos, limit - pos, fp, True, bytes(body), flag, props.encode("ascii"),
+                    queue_offset, file_from + pos,
+                )  # fmt: skip
+            if out is None:
+                break  # the general path judges it; bytes past pos are junk
+            size, found = out
+            count = len(rows)
+            try:  # the table's entry is the commit
+                rows.append(_hint_row(hint_type, file_from + pos, size, fp, queue_offset, found))
+                waits.append(found.get(b"WAIT"))
+                queue_table[key] = queue_offset + 1
+            except BaseException:
+                del rows[count:], waits[count:]
+                buf[pos : pos + size] = bytes(size)  # no whole record past the write position
+                raise
+            pos += size
+            stamp = store_ts
+    except BaseException as exc:
+        if not rows:
+            raise  # nothing committed
+        return pos, rows, waits, stamp, exc
+    return pos, rows, waits, stamp, None
+
+
+_encode_batch: Callable[..., Any] = getattr(native_extension, "encode_batch", encode_batch_py)
+_encode_singles: Callable[..., Any] = getattr(native_extension, "encode_singles", encode_singles_py)
 
 # Batch bodies from this size on are written with pwrite, not through the map: for a batch,
 # pwrite costs a fraction of the page faults (and readahead zeroing large folios of new memory)
@@ -187,7 +589,7 @@ SCRATCH_KEPT_MAX = 1 << 20
 # commitLogWriteAdvice=auto advises every write on a device that reads ahead 1 MiB or more,
 # and this balance decides elsewhere.
 ADVICE_SWITCH_BYTES = 4 << 20
-_encode_single = getattr(native_extension, "encode_single", None)
+_encode_single: Callable[..., Any] = getattr(native_extension, "encode_single", encode_single_py)
 
 
 def _scrub(mf: MappedFile, start: int, end: int) -> None:
@@ -675,7 +1077,7 @@ class CommitLog:
         WAIT property; None, having changed nothing, when the general path must decide (as
         :meth:`append_batch_body`, and any DELAY or TRAN_MSG property)."""
         files = self.queue.files
-        if _encode_single is None or not files or topic == SCHEDULE_TOPIC:
+        if not files or topic == SCHEDULE_TOPIC:
             return None
         mf = files[-1]
         born_ip = self._born_ip(born_host[0])
@@ -736,7 +1138,7 @@ class CommitLog:
         the entries appended, in order (the first ``len(hints)`` of ``entries``), and the
         bytes they took."""
         files = self.queue.files
-        if _encode_singles is None or not files or not entries:
+        if not files or not entries:
             return [], [], 0
         mf = files[-1]
         born_ip = self._born_ip(born_host[0])
@@ -813,7 +1215,7 @@ class CommitLog:
         current file (or, written through the map, its allocated blocks), or items the C code
         leaves to Python (see there)."""
         files = self.queue.files
-        if _encode_batch is None or not files or topic == SCHEDULE_TOPIC:
+        if not files or topic == SCHEDULE_TOPIC:
             return None
         mf = files[-1]
         born_ip = self._born_ip(born_host[0])

@@ -17,7 +17,11 @@ writes into them, so a put on a full disk raises ``OSError`` with nothing writte
 
 from __future__ import annotations
 
+import operator
 import struct
+import sys
+from collections.abc import Callable
+from typing import Any
 
 from pymq.common.message_ext import java_string_hash, java_string_hash_after
 from pymq.common.native import load_native
@@ -32,7 +36,6 @@ ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = ENTRY.size  # 20
 INVALID_INDEX = 0
 _MAX_INT = 0x7FFFFFFF
-_native_index_put = getattr(load_native("pymq.store._dispatchc"), "index_put", None)
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -46,6 +49,75 @@ def key_hash(key: str) -> int:
 
 def positive_hash(h: int) -> int:
     return 0 if h == -(2**31) else abs(h)
+
+
+def _arg_int(value: Any, name: str, lo: int, hi: int) -> int:
+    x = operator.index(value)
+    if not lo <= x <= hi:
+        raise OverflowError(f"{name} = {x} does not fit its record field")
+    return x
+
+
+def index_put_py(
+    buf: Any,
+    slot_num: Any,
+    index_num: Any,
+    entries_at: Any,
+    count: Any,
+    slot_count: Any,
+    begin_timestamp: Any,
+    prefix_hash: Any,
+    keys: Any,
+    phy_offset: Any,
+    store_timestamp: Any,
+) -> tuple[int, int, int, int]:
+    """Python twin of ``pymq.store._dispatchc.index_put``: index each of ``keys`` (hashed as
+    prefix + key from the prefix's Java hash) into the index file laid out in ``buf`` (its
+    slot_num slots, entries from entries_at, count entries so far, room for index_num), each
+    entry chained into its slot as Java's IndexFile.putKey writes it; stops when the file is
+    full.  Returns (count, slot_count, begin_timestamp, keys done), the header fields after."""
+    slot_num = _arg_int(slot_num, "slot_num", 1, _MAX_INT)
+    index_num = _arg_int(index_num, "index_num", 0, _MAX_INT)
+    entries_at = _arg_int(entries_at, "entries_at", 0, sys.maxsize)
+    count = _arg_int(count, "count", 0, _MAX_INT)
+    slot_count = _arg_int(slot_count, "slot_count", -_MAX_INT - 1, _MAX_INT)
+    begin = _arg_int(begin_timestamp, "begin_timestamp", -(2**63), 2**63 - 1)
+    prefix = _arg_int(prefix_hash, "prefix_hash", -_MAX_INT - 1, 0xFFFFFFFF) & 0xFFFFFFFF
+    phy = _arg_int(phy_offset, "phy_offset", -(2**63), 2**63 - 1)
+    store_ts = _arg_int(store_timestamp, "store_timestamp", -(2**63), 2**63 - 1)
+    keys = list(keys)
+    with memoryview(buf) as view:  # let go at once: a map with a view left cannot close
+        readonly, size = view.readonly, view.nbytes
+    if readonly:
+        raise BufferError("Object is not writable.")
+    if HEADER_SIZE + slot_num * SLOT_SIZE > size or entries_at + index_num * ENTRY_SIZE > size:
+        raise ValueError("index layout does not fit the buffer")
+    done = 0
+    for key in keys:
+        if count >= index_num:
+            break
+        if not isinstance(key, str):
+            raise TypeError("java_hash needs a str")
+        h = positive_hash(java_string_hash_after(prefix, key))
+        abs_slot = HEADER_SIZE + (h % slot_num) * SLOT_SIZE
+        slot_value = SLOT.unpack_from(buf, abs_slot)[0]
+        if slot_value <= INVALID_INDEX or slot_value > count:
+            slot_value = INVALID_INDEX
+            slot_count += 1
+        diff = 0 if begin <= 0 else min(_MAX_INT, max(0, (store_ts - begin) // 1000))
+        ENTRY.pack_into(buf, entries_at + count * ENTRY_SIZE, h, phy, diff, slot_value)
+        SLOT.pack_into(buf, abs_slot, count)
+        if count <= 1:
+            begin = store_ts
+        count += 1
+        done += 1
+    return count, slot_count, begin, done
+
+
+_index_put: Callable[..., tuple[int, int, int, int]] = getattr(
+    load_native("pymq.store._dispatchc"), "index_put", index_put_py
+)
+"""Index_put of the C module when built, else its twin."""
 
 
 class IndexFile:
@@ -117,17 +189,11 @@ class IndexFile:
     ) -> int:
         """Index each of ``keys`` (hashed as prefix + key from the prefix's Java hash) for one
         record, without rewriting the header; returns how many fitted (all unless the file
-        filled up).  One C call when the extension is built, else :meth:`put_hash` per key.
-        Raises ``OSError`` (nothing written) when the entries' blocks cannot be allocated."""
+        filled up), through :func:`index_put_py` or its C twin.  Raises ``OSError`` (nothing
+        written) when the entries' blocks cannot be allocated."""
         self._allocate_for(len(keys))
-        if _native_index_put is None:
-            for i, key in enumerate(keys):
-                h = positive_hash(java_string_hash_after(prefix_hash, key))
-                if not self.put_hash(h, phy_offset, store_timestamp):
-                    return i
-            return len(keys)
         first = self.index_count
-        count, slots, begin, done = _native_index_put(
+        count, slots, begin, done = _index_put(
             self.mf.mm, self.hash_slot_num, self.index_num, self._entries_at, first,
             self.hash_slot_count, self.begin_timestamp, prefix_hash, keys, phy_offset,
             store_timestamp,
@@ -141,33 +207,6 @@ class IndexFile:
             self.end_phy_offset = phy_offset
             self.end_timestamp = store_timestamp
         return done
-
-    def put_hash(self, h: int, phy_offset: int, store_timestamp: int) -> bool:
-        """Index a key by its (positive) hash without rewriting the header: the caller calls
-        :meth:`write_header` once after the keys of one record."""
-        count = self.index_count
-        if count >= self.index_num:
-            return False
-        self._allocate_for(1)
-        mm = self.mf.mm
-        abs_slot = HEADER_SIZE + (h % self.hash_slot_num) * SLOT_SIZE
-        slot_value = SLOT.unpack_from(mm, abs_slot)[0]
-        if slot_value <= INVALID_INDEX or slot_value > count:
-            slot_value = INVALID_INDEX
-            self.hash_slot_count += 1
-        begin = self.begin_timestamp
-        time_diff = 0 if begin <= 0 else min(_MAX_INT, max(0, (store_timestamp - begin) // 1000))
-        ENTRY.pack_into(
-            mm, self._entries_at + count * ENTRY_SIZE, h, phy_offset, time_diff, slot_value
-        )
-        SLOT.pack_into(mm, abs_slot, count)
-        if count <= 1:
-            self.begin_phy_offset = phy_offset
-            self.begin_timestamp = store_timestamp
-        self.index_count = count + 1
-        self.end_phy_offset = phy_offset
-        self.end_timestamp = store_timestamp
-        return True
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         return (

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import collections
 import logging
+import mmap
 import struct
+import sys
 from collections.abc import Callable, Container
 from typing import Any
 
@@ -28,11 +30,18 @@ from pymq.common.record import (
     MESSAGE_MAGIC_CODE,
     BlankRecord,
     RecordError,
+    _scan_plain,
     read_record_header,
     read_record_info,
 )
 from pymq.common.topic import SCHEDULE_TOPIC
-from pymq.store.commitlog import DISPATCH_HINTS_MAX, CommitLog, DispatchHint
+from pymq.store.commitlog import (
+    DISPATCH_HINTS_MAX,
+    CommitLog,
+    DispatchHint,
+    _arg_int,
+    _hint_type,
+)
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
 from pymq.store.mapped_file import MappedFile
 
@@ -45,8 +54,92 @@ _RECORD_HEADER = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE (read_record_heade
 _dispatch_hinted = getattr(native_extension, "dispatch_hinted", None)
 """``_recordc.dispatch_hinted``: runs of hinted records dispatched in one C call (None: none)."""
 
-_record_hints = getattr(native_extension, "record_hints", None)
-"""``_recordc.record_hints``: the hints of records appended without one, read back in C."""
+
+class _StopAt(Exception):
+    """record_hints_py's walk ends at ``pos``."""
+
+    def __init__(self, pos: int) -> None:
+        self.pos = pos
+
+
+_HINT_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY")
+_HINT_FIELDS = struct.Struct(">i4xq28xq")  # QUEUEID at 12, QUEUEOFFSET at 20, STORETIMESTAMP at 56
+
+
+def _strict_hint_names(props: bytes) -> dict[bytes, str] | None:
+    """The TAGS, KEYS and UNIQ_KEY values of properties that are strictly formed (each item
+    name\x01value\x02, the last \x02 optional, names and values non-empty and without \x01,
+    none of the three named twice); None for anything else, which the Python loop judges."""
+    parts = props.split(b"\x02") if props else []
+    if props.endswith(b"\x02"):
+        parts.pop()
+    found: dict[bytes, str] = {}
+    for part in parts:
+        name, sep, value = part.partition(b"\x01")
+        if not name or not sep or not value or b"\x01" in value:
+            return None
+        if name in _HINT_NAMES:
+            if name in found:
+                return None
+            found[name] = value.decode("ascii")
+    return found
+
+
+def record_hints_py(
+    buf: Any, pos: Any, end: Any, file_from_offset: Any, max_rows: Any, skip_topic: Any,
+    hint_type: Any,
+) -> tuple[list[Any], int]:  # fmt: skip
+    """Python twin of ``pymq.store._dispatchc.record_hints``: the dispatch hints the put path
+    leaves for the records at buf[pos:end] (a commit-log file from file_from_offset), read back
+    for records appended without one, each what reput's Python loop reads of its record, as
+    hint_type (DispatchHint).  Returns (rows, stop): at most max_rows rows, and end or the first
+    record the Python loop must judge (not a plain record at its own physical offset, a blank, a
+    record of skip_topic, properties not strictly formed)."""
+    pos = _arg_int(pos, "pos", 0, sys.maxsize)
+    end = _arg_int(end, "end", 0, sys.maxsize)
+    file_from = _arg_int(file_from_offset, "file_from_offset", 0, (2**63 - 1) // 2)
+    max_rows = _arg_int(max_rows, "max_rows", 0, sys.maxsize)
+    if not isinstance(skip_topic, bytes):
+        raise TypeError("skip_topic must be bytes")
+    hint_type = _hint_type(hint_type)
+    if not isinstance(buf, (bytes, bytearray, mmap.mmap)):  # the walk reads bytes slices
+        buf = bytes(memoryview(buf))
+    end = min(end, len(buf))
+    rows: list[Any] = []
+    if pos >= end or not max_rows:
+        return rows, pos
+
+    def take(topic: bytes, queue_id: int, phy: int, total: int) -> bool:
+        at = phy - file_from
+        body_len = int.from_bytes(buf[at + 84 : at + 88], "big", signed=True)
+        props_at = at + 88 + body_len + 1 + len(topic) + 2
+        names = (
+            None if topic == skip_topic else _strict_hint_names(bytes(buf[props_at : at + total]))
+        )
+        if names is None:
+            raise _StopAt(at)
+        queue_id, queue_offset, store_ts = _HINT_FIELDS.unpack_from(buf, at + 12)
+        sys_flag = int.from_bytes(buf[at + 36 : at + 40], "big", signed=True)
+        row = (
+            phy, total, topic.decode("ascii"), queue_id, queue_offset, names.get(b"TAGS"),
+            store_ts, sys_flag, names.get(b"KEYS"), names.get(b"UNIQ_KEY"),
+        )  # fmt: skip
+        rows.append(row if hint_type is None else tuple.__new__(hint_type, row))
+        if len(rows) >= max_rows:
+            raise _StopAt(at + total)
+        return False
+
+    try:
+        stop = _scan_plain(buf, pos, end, False, file_from, take, [])
+    except _StopAt as at:
+        stop = at.pos
+    return rows, stop
+
+
+_record_hints: Callable[..., tuple[list[Any], int]] = getattr(
+    native_extension, "record_hints", record_hints_py
+)
+"""The hints of records appended without one, read back: C when built, else its twin."""
 
 HINTS_READ_MAX = 1024
 """Hints read back from the records at a time (a slave's, recovery's, or past the put path's

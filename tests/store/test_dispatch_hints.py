@@ -98,20 +98,6 @@ def test_a_hint_that_does_not_match_the_log_is_not_used():
     assert ReputMessageService._hint_for(collections.deque([odd]), 1000, view, 0, 64) is None
 
 
-async def test_index_puts_in_c_write_what_python_writes(tmp_path, monkeypatch):
-    """IndexFile.put_keys in one C call and key by key in Python give the same files, across
-    the rolls that 256-entry files force (some in the middle of a record's keys)."""
-    from pymq.store import _dispatchc, index_file
-
-    monkeypatch.setattr(index_file, "_native_index_put", _dispatchc.index_put)
-    native_cq, native_index, _ = await fill(str(tmp_path / "native"))
-    monkeypatch.setattr(index_file, "_native_index_put", None)
-    python_cq, python_index, _ = await fill(str(tmp_path / "python"))
-    assert native_cq == python_cq
-    assert len(native_index) >= 2  # rolled
-    assert native_index == python_index
-
-
 def index_state(f: IndexFile) -> tuple:
     """An index file's header fields, and its header's bytes as written so far."""
     fields = (f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset)

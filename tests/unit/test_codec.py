@@ -19,7 +19,7 @@ from pymq.remoting.codec import (
 )
 from pymq.remoting.codes import LanguageCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError, RemotingCommandError
-from tests.helpers import c_functions, same_without_native
+from tests.helpers import same_without_native
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 ext_fields = st.dictionaries(text, text, max_size=8)
@@ -64,52 +64,6 @@ def test_stream_cut_anywhere_decodes_the_same(cmds: list[RemotingCommand]) -> No
         got = decoder.feed(stream[:cut]) + decoder.feed(stream[cut:])
         assert got == cmds
         assert decoder.buffered == 0
-
-
-def _frames_fed(data: bytes, cuts: list[int], limit: int) -> list[object]:
-    """What FrameDecoder.feed_frames gives for ``data`` fed in pieces cut at ``cuts``: each
-    call's frames, or the error that ended the stream."""
-    decoder = FrameDecoder(limit)
-    seen: list[object] = []
-    pos = 0
-    for cut in [*sorted(cuts), len(data)]:
-        try:
-            buf, bounds = decoder.feed_frames(data[pos:cut])
-        except ProtocolError as exc:
-            seen.append(str(exc))
-            break
-        seen.append([bytes(buf[bounds[i] : bounds[i + 1]]) for i in range(0, len(bounds), 2)])
-        pos = max(pos, cut)
-    seen.append(decoder.buffered)
-    return seen
-
-
-def _framed_stream() -> st.SearchStrategy[bytes]:
-    """Frames of sound and unsound lengths (negative, under 4, over the limit) and junk."""
-    frame = st.builds(
-        lambda body: struct.pack(">i", len(body)) + body, st.binary(min_size=4, max_size=40)
-    )
-    bad = st.builds(
-        lambda n: struct.pack(">i", n),
-        st.sampled_from([-(2**31), -1, 0, 3, 2**31 - 1, 200, 64]),
-    )
-    return st.lists(frame | bad | st.binary(max_size=6), max_size=8).map(b"".join)
-
-
-@pytest.mark.skipif(c_functions() is None, reason="needs the C extension (PYMQ_PURE_PYTHON=1)")
-@settings(max_examples=400)
-@given(
-    _framed_stream(),
-    st.lists(st.integers(0, 400), max_size=4),
-    st.sampled_from([4, 64, 2**31 - 1, 2**40]),
-)
-def test_feed_frames_walks_in_c_as_in_python(data: bytes, cuts: list[int], limit: int) -> None:
-    """_recordc.frame_bounds finds the frames, the unfinished tail and the bad length exactly
-    where feed_frames' Python loop does, however the stream is cut."""
-    from pymq.remoting import codec
-
-    assert codec._frame_bounds is not None  # the extension is built for the tests
-    same_without_native(codec, "_frame_bounds", lambda: _frames_fed(data, cuts, limit))
 
 
 def test_byte_by_byte_feeding() -> None:
@@ -481,43 +435,6 @@ _ext_values = st.one_of(
 
 
 @given(
-    fields=st.fixed_dictionaries(
-        {},
-        optional={
-            "code": _json_scalars,
-            "opaque": _json_scalars,
-            "flag": _json_scalars,
-            "version": _json_scalars,
-            "remark": _json_scalars,
-            "language": st.one_of(_json_scalars, st.just("JAVA")),
-            "extFields": st.one_of(
-                st.none(),
-                st.dictionaries(st.text(max_size=3), _json_scalars, max_size=4),
-                # The C++ client's shapes and worse: any int, -0.0, nested values among them.
-                st.dictionaries(st.text(max_size=3), _ext_values, max_size=5),
-                st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=4),
-                st.lists(st.integers(), max_size=2),
-            ),
-        },
-    )
-)
-def test_json_command_in_c_equals_the_python_reading(fields: dict) -> None:
-    """The C extension's json_command reads a header as the Python code does (or leaves it to
-    it): same command, or same refusal."""
-    from pymq.remoting import codec
-
-    data = json.dumps(fields).encode()
-
-    def read() -> object:
-        try:
-            return codec._decode_json_header(data)
-        except ProtocolError as exc:
-            return ("refused", str(exc))
-
-    same_without_native(codec, "_json_command", read)
-
-
-@given(
     code=st.integers(-(2**31), 2**31 - 1),
     opaque=st.integers(-(2**31), 2**31 - 1),
     ext=st.dictionaries(st.text(max_size=6), st.text(max_size=8), max_size=5),
@@ -541,49 +458,6 @@ def test_json_response_frame_is_what_encode_writes(code: int, opaque: int, ext: 
     assert frame == encode(cmd)
     back = decode_frame(frame[4:])
     assert (back.code, back.opaque, back.flag, back.ext_fields) == (code, opaque, 1, ext)
-
-
-_java_ints = st.integers(-(2**31), 2**31 - 1)
-# What the C++ client writes in extFields (and orjson reads as such: ints within 64 bits).
-_cpp_values = st.one_of(
-    st.booleans(),
-    st.none(),
-    st.integers(),
-    st.integers(-(2**63), 2**64 - 1),
-    st.sampled_from([0, -1, 2**63 - 1, -(2**63), 2**64 - 1]),
-    st.text(max_size=3),
-)
-
-
-@given(
-    fields=st.fixed_dictionaries(
-        {
-            "code": _java_ints,
-            "language": st.sampled_from(["JAVA", "CPP", "GO"]),
-            "extFields": st.one_of(
-                st.dictionaries(st.text(max_size=3), _cpp_values, min_size=1, max_size=6),
-                st.dictionaries(st.text(max_size=3), _ext_values, max_size=6),
-            ),
-        },
-        optional={
-            "opaque": _java_ints,
-            "flag": _java_ints,
-            "version": _java_ints,
-            "remark": st.one_of(st.none(), st.text(max_size=3)),
-        },
-    )
-)
-def test_json_command_in_c_reads_the_cpp_clients_ext_fields_as_python_does(
-    fields: dict,
-) -> None:
-    """The C path's own case, which the test above seldom reaches (its headers are mostly
-    refused whole): a sound header whose extFields hold the C++ client's ints, booleans and
-    nulls (read in C, normalised as the Python code does) or anything else (left to Python)."""
-    from pymq.remoting import codec
-
-    data = json.dumps(fields).encode()
-    cmd = same_without_native(codec, "_json_command", lambda: codec._decode_json_header(data))
-    assert all(type(v) is str for v in cmd.ext_fields.values())
 
 
 def _frame_of(header: bytes, body: bytes = b"xy") -> bytes:

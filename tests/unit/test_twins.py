@@ -12,6 +12,7 @@ import os
 import pathlib
 import random
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -22,13 +23,15 @@ from typing import Any
 import pytest
 
 from pymq.broker.processors import send
+from pymq.client import producer
 from pymq.common import batch, clock, message_ext, message_id, record
 from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError, encode_record
-from pymq.remoting import codec
-from pymq.store import get_message
+from pymq.remoting import codec, headers
+from pymq.store import commitlog, get_message, index_file, reput
+from pymq.store.commitlog import DispatchHint
 from tests.helpers import C_MODULES
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
@@ -43,7 +46,15 @@ def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
     copies = tuple(list(a) if isinstance(a, list) else a for a in copies)
     try:
         value = fn(*copies)
-    except (ValueError, TypeError, OverflowError, RecordError, UnicodeError, IndexError) as exc:
+    except (
+        ValueError,
+        TypeError,
+        OverflowError,
+        RecordError,
+        UnicodeError,
+        IndexError,
+        BufferError,
+    ) as exc:
         return "raises", type(exc).__mro__[1] if type(exc) is RecordError else type(exc)
     written = [a for a in copies if isinstance(a, (bytearray, list))]
     return "ok", (value, written)
@@ -79,12 +90,33 @@ def _hostile(data: bytes, seed: int) -> Iterator[bytes]:
 
 
 def _recordc_cases(c: Any) -> Iterator[Case]:
-    for data in (b"", b"a", bytes(range(256)) * 40, b"\xff" * 1001):
-        for seed in (0, 1, 0xFFFFFFFF):
-            yield "crc32", c.crc32, zlib.crc32, (data, seed)
-    for props in ({}, {"a": "b"}, {"\u00e9": "\U0001f600", "K": ""}, {"a": 1}):
+    def crc32_on(clmul: bool) -> Callable[..., int]:
+        def crc32(data: Any, seed: int) -> int:
+            was = c.set_clmul(clmul)
+            try:
+                return int(c.crc32(data, seed))
+            finally:
+                c.set_clmul(was)
+
+        return crc32
+
+    noise = random.Random(7).randbytes(3 * 65536 + 77)
+    for data in (b"", b"a", bytes(range(256)) * 40, b"\xff" * 1001, noise):
+        for skip in (0, 1, 7, 15):  # every alignment of the start, both CRC paths
+            for seed in (0, 1, 0xFFFFFFFF):
+                view = memoryview(data)[skip:]
+                yield "crc32", crc32_on(skip % 2 == 0), zlib.crc32, (view, seed)
+    many = {f"name{i}": f"v\u00e4lue{i}" for i in range(40)}  # beyond the C's stack list
+    for props in (
+        {}, {"a": "b"}, {"\u00e9": "\U0001f600", "K": ""}, {"a": 1}, many, [("a", "b")],
+        {"a": "\udc80"}, {"\u20ac": "\x00"},
+    ):  # fmt: skip
         yield "properties_bytes", c.properties_bytes, message_ext._properties_bytes_py, (props,)
-    for text in ("", "a\x01b", "a\x01b\x02c\x01d\x02", "\x01x\x02y\x01\x02a\x01b\x02a\x01c"):
+    for text in (
+        "", "a\x01b", "a\x01b\x02c\x01d\x02", "\x01x\x02y\x01\x02a\x01b\x02a\x01c", "\x02", "a",
+        "a\x01b\x01c\x02d\x01e\x02", "\u00e9\x01\u20ac\x02\U0001f600\x01\udc80\x02K\x01\x01",
+        "K\x01\u20ac" * 20, b"a\x01b",
+    ):  # fmt: skip
         yield "decode_properties", c.decode_properties, message_ext._decode_properties_py, (text,)
     for s in ("", "a", "TopicTest", "\u00e9\U0001f600" * 50, "\ud800x"):
         yield "java_hash", c.java_hash, message_ext._java_string_hash_py, (s,)
@@ -103,6 +135,11 @@ def _recordc_cases(c: Any) -> Iterator[Case]:
     rows = [(0,), (16, "x"), (2**40,)]
     yield "offset_msg_ids", c.offset_msg_ids, message_id._offset_msg_ids_py, ("AB", rows)
     yield "offset_msg_ids", c.offset_msg_ids, message_id._offset_msg_ids_py, ("AB", [])
+    yield from _record_cases(c)
+
+
+def _record_cases(c: Any) -> Iterator[Case]:
+    """encode_into, decode_plain, scan and decode_batch: the record layout's functions."""
     records = [encode_record(m) for m in _messages()]
     for m in _messages():
         topic, props = m.topic.encode(), message_ext.properties_bytes(m.properties)
@@ -113,32 +150,151 @@ def _recordc_cases(c: Any) -> Iterator[Case]:
             args += (m.queue_offset, 99, record.host_flags(*ips), 1, ips[0], 2, 3, ips[1], 4)
             args += (m.reconsume_times, 0)
             yield "encode_into", c.encode_into, record._encode_record_into_py, args
+    for m in _messages()[:1]:  # numbers at their limits, and fields the layout refuses
+        ip = record.pack_ip("10.0.0.1")
+        base = [m.body, b"T", b"", 0, 0, 0, 0, 0, 0, ip, 0, 0, ip, 0, 0, 0]
+        for at, value in (
+            (3, 2**31 - 1), (4, -(2**31)), (5, 2**63 - 1), (6, -(2**63)), (14, -1), (3, 2**31),
+            (4, -(2**31) - 1), (6, 2**63), (3, "1"), (1, "T"), (1, b"t" * 128),
+            (2, b"p" * 32768), (9, record.pack_ip("::1")), (7, 0x20), (0, 5),
+        ):  # fmt: skip
+            args = [bytearray(300), 3, *base]
+            args[2 + at] = value
+            yield "encode_into", c.encode_into, record._encode_record_into_py, tuple(args)
     joined = b"".join(records)
     for data in _hostile(joined, 1):
-        yield "decode_plain", c.decode_plain, record._decode_plain_py, (data, 0, True, MessageExt)
-        for crc in (True, False):
-            args = (data, 0, len(data), crc, 1000, lambda *a: a[1] % 2 == 0, [])
+        for pos, kind in ((0, bytes), (3, bytearray), (len(records[0]), memoryview)):
+            args = (kind(b"\xee" * 3 + data if pos == 3 else data), pos, True, MessageExt)
+            yield "decode_plain", c.decode_plain, record._decode_plain_py, args
+        for crc, base, pos in ((True, 1000, 0), (False, None, 0), (True, 7, len(records[0]))):
+            args = (data, pos, len(data), crc, base, lambda *a: a[1] % 2 == 0, [])
             yield "scan", c.scan, record._scan_plain, args
     body = encode_batch_body([BatchItem(b"x" * 40, 0, {"a": "b"}), BatchItem(b"", 7, {})])
     for data in _hostile(body, 2):
         args = (data, BatchItem, RecordError)
-        yield "decode_batch", c.decode_batch, lambda d, *_: batch._decode_batch_body_py(d), args
+        yield "decode_batch", c.decode_batch, batch.decode_batch_py, args
     yield "now_ms", lambda: c.now_ms() // 10_000, lambda: clock._now_ms_py() // 10_000, ()
 
 
 def _codecc_cases(c: Any) -> Iterator[Case]:
     frame = codec.busy_json_answer(5, codec.busy_json_tail("x"))
     frames = frame * 3 + b"\x00\x00\x00\x02ab" + b"\x7f\xff\xff\xff"
-    for data in _hostile(frames, 3):
-        for limit in (16, 1 << 20):
+    lengths = (-(2**31), -1, 0, 3, 4, 64, 200, 2**31 - 1)
+    odd = b"".join(struct.pack(">i", n) + b"abcd" for n in lengths)  # sound and unsound lengths
+    for data in (*_hostile(frames, 3), *_hostile(odd, 8)):
+        for limit in (4, 16, 1 << 20, 2**31 - 1, 2**40):
             yield "frame_bounds", c.frame_bounds, codec._walk_frames, (data, limit)
-    request = codec.encode(codec.RemotingCommand(code=10, opaque=9, remark="r"))
-    run = request * 3
-    bounds = [0, len(request), len(request), 2 * len(request), 2 * len(request), len(run)]
-    tails = {10: codec.busy_json_tail("busy"), 11: None}
+    java = b'{"code":11,"extFields":{},"flag":0,"language":"JAVA","opaque":-5,"version":401}'
+    binary = codec.RemotingCommand(code=10, opaque=3, serialize_type=codec.SerializeType.ROCKETMQ)
+    frames = [
+        codec.encode(codec.RemotingCommand(code=10, opaque=9, remark="r"))[4:],
+        codec.encode(codec.RemotingCommand(code=310, opaque=-(2**31), flag=2))[4:],  # oneway
+        codec.encode(codec.RemotingCommand(code=11, opaque=2**31 - 1, flag=1))[4:],  # answer
+        len(java).to_bytes(4, "big") + java,
+        codec.encode(binary)[4:],
+        codec.encode(codec.RemotingCommand(code=34, opaque=1))[4:],
+    ]
+    run, bounds = b"", []
+    for f in frames:
+        bounds += [len(run) + 4, len(run) + 4 + len(f)]
+        run += len(f).to_bytes(4, "big") + f
+    tails = {10: codec.busy_json_tail("busy"), 11: None, 310: b"x"}
     for data in _hostile(run, 4):
-        args = (data, bounds, 0, 3, codec.BUSY_JSON_HEAD_PREFIX, tails, {})
-        yield "busy_answers", c.busy_answers, codec.busy_answers_py, args
+        for first in (0, 2, len(frames)):
+            args = (data, bounds, first, len(frames), codec.BUSY_JSON_HEAD_PREFIX, tails, {})
+            yield "busy_answers", c.busy_answers, codec.busy_answers_py, args
+    ok = {"code": 310, "language": "JAVA", "opaque": 3, "flag": 0, "version": 401, "remark": "r"}
+    for header in (
+        ok,
+        {**ok, "extFields": {"a": "g", "b": "T"}},
+        {**ok, "extFields": {"k": True, "n": -(2**63), "z": None, "f": False}},
+        {**ok, "extFields": {"x": 1.5}},
+        {**ok, "extFields": {"a": 2**64 - 1, "b": -(2**63), "c": 0, "d": "", "": None}},
+        {**ok, "extFields": {"a": -0.0}},
+        {**ok, "extFields": {"a": {"b": 1}}},
+        {**ok, "code": 1.0},
+        {**ok, "code": "10"},
+        {**ok, "code": None},
+        {**ok, "remark": ""},
+        {**ok, "extFields": {"x": ["a"]}},
+        {**ok, "extFields": None, "remark": None},
+        {**ok, "extFields": []},
+        {**ok, "code": 2**31},
+        {**ok, "opaque": -(2**31) - 1},
+        {**ok, "flag": True},
+        {**ok, "version": None},
+        {**ok, "remark": 5},
+        {**ok, "language": ""},
+        {**ok, "language": 1},
+        {k: v for k, v in ok.items() if k != "code"},
+        {k: v for k, v in ok.items() if k not in ("opaque", "flag", "version")},
+        {k: v for k, v in ok.items() if k != "language"},
+        [ok],
+        None,
+    ):
+        args = (header, codec.RemotingCommand, codec.SerializeType.JSON)
+        yield "json_command", c.json_command, codec.json_command_py, args
+    send_ext = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)
+    names = headers._SHORT_NAMES
+    for ext in (
+        send_ext,
+        {**send_ext, "m": "true", "j": "3", "k": "1", "l": "16"},
+        {**send_ext, "m": "0", "k": "false"},
+        {k: v for k, v in send_ext.items() if k not in ("i", "j", "k", "l", "m")},
+        {k: v for k, v in send_ext.items() if k != "g"},
+        {**send_ext, "e": "-1"},
+        {**send_ext, "e": "+0", "f": "007"},
+        {**send_ext, "h": " 1"},
+        {**send_ext, "d": "1.5"},
+        {**send_ext, "g": "-0"},
+        {**send_ext, "e": "1234567890"},
+        {**send_ext, "g": "1" * 18},
+        {**send_ext, "g": "1" * 19},
+        {**send_ext, "d": ""},
+        {**send_ext, "d": "\u0661"},
+        {**send_ext, "k": "TRUE"},
+        {**send_ext, "m": "yes"},
+        {**send_ext, "l": "x"},
+        {**send_ext, "a": 5, "i": None},
+        {**send_ext, "e": 5},
+        [],
+    ):
+        for batch_code in (False, True):
+            args = (ext, names, headers.SendMessageRequestHeader, batch_code)
+            yield "send_header", c.send_header, headers.send_header_py, args
+    yield "send_header", c.send_header, headers.send_header_py, (send_ext, names[:12], tuple, 0)
+    end = headers.EndTransactionRequestHeader.producer_ext("g", 1, 2, 8, "id")
+    end |= {"fromTransactionCheck": "false", "transactionId": "t"}
+    spec = headers._END_SPEC
+    for ext in (
+        end,
+        {k: v for k, v in end.items() if k not in ("fromTransactionCheck", "transactionId")},
+        {k: v for k, v in end.items() if k != "msgId"},
+        {**end, "tranStateTableOffset": "-1"},
+        {**end, "commitOrRollback": "1" * 10},
+        {**end, "fromTransactionCheck": "True"},
+        {**end, "transactionId": 7},
+        {**end, "producerGroup": None},
+        (),
+    ):
+        cls = headers.EndTransactionRequestHeader
+        yield "plain_header", c.plain_header, headers.plain_header_py, (ext, spec, cls)
+    for odd in ((("a", "x"),), (("a",),), ["a"], (("a", 1),), (("a", ""),), (("a", "s"),) * 17):
+        yield "plain_header", c.plain_header, headers.plain_header_py, ({"a": "1"}, odd, tuple)
+
+
+def _index_put_args(room: int, count: int, keys: Any, **over: Any) -> tuple[Any, ...]:
+    """index_put's arguments for an index file of 8 slots and room for ``room`` entries, with
+    ``count`` so far (the file's entries at slot 3, chained as a put writes them)."""
+    buf = bytearray(index_file.index_file_size(8, room))
+    entries_at = index_file.HEADER_SIZE + 8 * index_file.SLOT_SIZE
+    if count:
+        index_file.SLOT.pack_into(buf, index_file.HEADER_SIZE + 3 * 4, count - 1)
+    fields = {"slot_num": 8, "index_num": room, "entries_at": entries_at, "count": count}
+    fields |= {"slot_count": count, "begin": 1_700_000_000_000, "prefix": -12345, "keys": keys}
+    fields |= {"phy": 4096, "store": 1_700_000_005_000}
+    fields |= over
+    return (buf, *fields.values())
 
 
 def _dispatchc_cases(c: Any) -> Iterator[Case]:
@@ -146,6 +302,80 @@ def _dispatchc_cases(c: Any) -> Iterator[Case]:
     for blob in _hostile(data, 5):
         for size in (len(data), len(blob), 0, -1):
             yield "record_is", c.record_is, get_message._record_is_py, (blob, size)
+    keys = ["k1", "\u00e9\U0001f600", "", "TopicTest#key"] * 3
+    for args in (
+        _index_put_args(16, 0, keys),
+        _index_put_args(16, 1, keys),
+        _index_put_args(16, 5, keys, begin=0, store=-1),
+        _index_put_args(16, 14, keys),  # fills up
+        _index_put_args(16, 16, keys),  # already full
+        _index_put_args(16, 2, ("a", "b"), prefix=0xFFFFFFFF, phy=-1),
+        _index_put_args(16, 2, ["a", 5, "b"]),  # written up to the bad key
+        _index_put_args(16, 2, 5),
+        _index_put_args(16, 2, keys, slot_num=0),
+        _index_put_args(16, 2, keys, slot_num=2**20),
+        _index_put_args(16, 2, keys, index_num=17),
+        (*_index_put_args(16, 2, keys)[:4], -1, *_index_put_args(16, 2, keys)[5:]),
+        _index_put_args(16, 2, keys, prefix=2**32),
+        _index_put_args(16, 2, keys, phy=2**63),
+        _index_put_args(16, 2, keys, store=1.5),
+        (b"\x00" * 1000, *_index_put_args(16, 0, keys)[1:]),
+        ("text", *_index_put_args(16, 0, keys)[1:]),
+    ):
+        yield "index_put", c.index_put, index_file.index_put_py, args
+    yield from _dispatchc_hint_cases(c)
+
+
+def _log_region(base: int) -> bytes:
+    """Records as a commit-log file from ``base`` holds them (each at its own physical offset):
+    plain ones, one with odd properties, one of the schedule topic, one with an IPv6 host."""
+    specs: list[tuple[str, dict[str, str], tuple[str, int]]] = [
+        ("T", {"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "U1", "X": "y"}, ("10.0.0.1", 5)),
+        ("T2", {}, ("10.0.0.1", 5)),
+        ("T", {"WAIT": "true"}, ("10.0.0.1", 5)),
+        ("T", {"A": "b\x01c"}, ("10.0.0.1", 5)),  # not strictly formed
+        ("T", {"TAGS": "z"}, ("10.0.0.1", 5)),
+        ("SCHEDULE_TOPIC_XXXX", {"DELAY": "3"}, ("10.0.0.1", 5)),
+        ("T", {"TAGS": "z"}, ("::1", 5)),
+    ]
+    out = bytearray()
+    for topic, props, host in specs:
+        msg = MessageExt(topic=topic, body=b"b" * len(out), properties=props, born_host=host)
+        msg.commitlog_offset, msg.queue_offset, msg.store_timestamp = base + len(out), 9, 77
+        out += encode_record(msg)
+    return bytes(out)
+
+
+def _dispatchc_hint_cases(c: Any) -> Iterator[Case]:
+    base = 1 << 30
+    region = _log_region(base)
+    skip = b"SCHEDULE_TOPIC_XXXX"
+    for data in _hostile(region, 9):
+        for pos, rows in ((0, 1024), (0, 2), (0, 0), (len(data) + 5, 9)):
+            args = (data, pos, len(data), base, rows, skip, DispatchHint)
+            yield "record_hints", c.record_hints, reput.record_hints_py, args
+    cut = region.index(b"T2") - 200  # inside the first record
+    at = 0
+    while at < len(region):  # from each record on: the odd one, the skipped, the IPv6 one
+        yield (
+            "record_hints",
+            c.record_hints,
+            reput.record_hints_py,
+            (region, at, 1 << 20, base, 9, skip, None),
+        )
+        at += struct.unpack_from(">i", region, at)[0]
+    for args in (
+        (memoryview(region), 0, 1 << 40, base, 9, skip, None),
+        (bytearray(region), cut, len(region), base, 9, skip, DispatchHint),
+        (region, 0, len(region), base + 1, 9, skip, None),  # not at their own offsets
+        (region, 0, len(region), base, 9, b"", None),
+        (region, 0, len(region), base, 9, "S", None),
+        (region, 0, len(region), base, 9, skip, tuple),
+        (region, -1, len(region), base, 9, skip, None),
+        (region, 0, len(region), -1, 9, skip, None),
+        ("text", 0, 4, base, 9, skip, None),
+    ):
+        yield "record_hints", c.record_hints, reput.record_hints_py, args
 
 
 def _sendc_cases(c: Any) -> Iterator[Case]:
@@ -164,12 +394,252 @@ def _sendc_cases(c: Any) -> Iterator[Case]:
                 yield "send_answer_frame", c.send_answer_frame, twin, args
     args = (1, "x" * 0xFFFFFF, 0, 0, b'"r"', True, 401)
     yield "send_answer_frame", c.send_answer_frame, twin, args
+    hint = DispatchHint(5, 10, "T1", 0, 0, None, 0, 0, None, None)
+    hints = [hint, hint._replace(physical_offset=2**63 - 1, queue_id=-1), hint._replace(size=0)]
+    hints += [hint._replace(topic="T2", queue_offset=-(2**63)), hint._replace(topic="T1")]
+    parsed = [(-(2**31), "T1"), (2**31 - 1,), (0, None), (7,), (8,), (9,)]
+    for prefix, region, trace, version in (
+        ("7F00000100002A9F", b'"DefaultRegion"', True, 401),
+        ("", b'"R\\u00e9gion"', 0, -(2**31)),
+        ("A" * 64, b"", [], 2**31 - 1),
+    ):
+        for cut in (0, 1, 3, len(hints)):
+            args = (parsed, hints[:cut], prefix, region, trace, version)
+            yield "send_answer_run", c.send_answer_run, send.send_answer_run_py, args
+    for bad in (
+        ([], [hint], "AB", b'"R"', False, 1),
+        ([(1,)], [hint], "\u00e9", b'"R"', False, 1),
+        ([(1,)], [hint], "A" * 65, b'"R"', False, 1),
+        ([(1,)], [(1, 2)], "AB", b'"R"', False, 1),
+        ([(1,)], [hint._replace(physical_offset=-1)], "AB", b'"R"', False, 1),
+        ([(1,)], [hint._replace(size=2**31)], "AB", b'"R"', False, 1),
+        ([(1,)], [hint._replace(queue_id="1")], "AB", b'"R"', False, 1),
+        ([(2**31,)], [hint], "AB", b'"R"', False, 1),
+        ([()], [hint], "AB", b'"R"', False, 1),
+        ([[1]], [hint], "AB", b'"R"', False, 1),
+        ([(1,)], [hint], "AB", b'"R"', False, 2**31),
+        ([(1,)], [hint], "AB", '"R"', False, 1),
+        ([(1,)], (hint,), "AB", b'"R"', False, 1),
+        ([(1,)], [hint], b"AB", b'"R"', False, 1),
+        ([(1,)], [hint], "AB", b'"' + b"r" * 0xFFFFFE + b'"', False, 1),
+        ([(1,)], [hint], "AB", b"r" * 0x1000000, False, 1),
+    ):
+        yield "send_answer_run", c.send_answer_run, send.send_answer_run_py, bad
+
+
+def _put_args(**over: Any) -> tuple[Any, ...]:
+    """encode_single's arguments (its 13 shared ones last, then hint_type), with ``over``."""
+    fields: dict[str, Any] = {"buf": bytearray(600), "pos": 8, "limit": 600, "body": b"hello"}
+    fields |= {"props": "TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U1\x02WAIT\x01false"}
+    fields |= {"flag": -1, "queue_offset": 7, "file_from": 1 << 30, "topic_b": b"T"}
+    fields |= {"cluster_b": b"DefaultCluster", "topic": "T", "queue_id": 3, "sys_flag": 0}
+    fields |= {"born": 1_700_000_000_000, "born_ip": b"\x7f\x00\x00\x01", "born_port": 5}
+    fields |= {"store": 1_700_000_000_001, "store_ip": b"\x0a\x00\x00\x02", "port": 10911}
+    fields |= {"reconsume": 0, "max_bp": 4 << 20, "hint_type": DispatchHint}
+    fields |= over
+    return tuple(fields.values())
+
+
+def _commitlogc_cases(c: Any) -> Iterator[Case]:
+    twin = commitlog.encode_single_py
+    many = "\x02".join(f"p{i}\x01v" for i in range(33))
+    for over in (
+        {},
+        {"hint_type": None},
+        {"props": ""},
+        {"props": "WAIT\x01TRUE\x02a\x01b\x02"},
+        {"props": "\x01x\x02y\x01\x02a\x01b\x01c\x02\x02"},
+        {"props": "DELAY\x010"},
+        {"props": "TRAN_MSG\x01true"},
+        {"props": "TIMER_DELAY_MS\x015"},
+        {"props": "TIMER_\x015"},
+        {"props": "CLUSTER\x01x"},
+        {"props": "a\x01b\x02a\x01c"},
+        {"props": many},
+        {"props": many[: many.rindex("\x02")]},
+        {"props": "\u00e9\x01x"},
+        {"props": "a\x00\x01b"},
+        {"props": "a\x01" + "b" * 70000},
+        {"props": "a\x01" + "b" * 33000},
+        {"props": b"a\x01b"},
+        {"max_bp": 40},
+        {"max_bp": -1},
+        {"limit": 130},
+        {"limit": 131},
+        {"limit": 0},
+        {"pos": 700},
+        {"body": memoryview(b"x" * 300)},
+        {"body": "text"},
+        {"buf": b"\x00" * 600},
+        {"buf": None},
+        {"flag": 2**31},
+        {"queue_offset": -1},
+        {"file_from": 2**62},
+        {"sys_flag": 0x10},
+        {"born_ip": b"\x00" * 16},
+        {"store_ip": "1.2.3.4"},
+        {"cluster_b": b""},
+        {"cluster_b": b"\x02x"},
+        {"cluster_b": "DefaultCluster"},
+        {"topic_b": b"T" * 127},
+        {"topic_b": b"T" * 128},
+        {"topic_b": b"T\x00"},
+        {"queue_id": 2**31},
+        {"born_port": "5"},
+        {"reconsume": -(2**31)},
+        {"hint_type": tuple},
+        {"hint_type": 5},
+    ):
+        yield "encode_single", c.encode_single, twin, _put_args(**over)
+    yield "encode_single", c.encode_single, twin, _put_args()[:-1]
+    yield "encode_single", c.encode_single, twin, _put_args()[:-2]
+    items = [
+        BatchItem(b"x" * 40, 0, {"TAGS": "a", "WAIT": "true", "DELAY": "0"}),
+        BatchItem(b"", 7, {"KEYS": "k", "UNIQ_KEY": "u", "WAIT": "false"}),
+        BatchItem(b"y", -1, {}),
+    ]
+    body = encode_batch_body(items)
+    for data in [*_hostile(body, 6), b"", encode_batch_body([BatchItem(b"z", 0, {"DELAY": "1"})])]:
+        for limit in (1000, 300):
+            args = _put_args(limit=limit)
+            args = (args[0], args[1], args[2], data, args[6], args[7], *args[8:])
+            yield "encode_batch", c.encode_batch, commitlog.encode_batch_py, args
+    args = _put_args()
+    args = (args[0], args[1], args[2], body, args[6], args[7], *args[8:])
+    for bad in (
+        args[:-1],
+        args[:-2],
+        (b"\x00" * 600, *args[1:]),
+        (*args[:3], 5, *args[4:]),
+        (*args[:4], -1, *args[5:]),
+        (*args[:8], "T", *args[9:]),
+        (*args[:12], 0x20, *args[13:]),
+    ):
+        yield "encode_batch", c.encode_batch, commitlog.encode_batch_py, bad
+    yield from _singles_cases(c)
+
+
+def _producerc_cases(c: Any) -> Iterator[Case]:
+    head, tail = producer._V2_FRAME_HEAD[310], producer._V2_FRAME_TAIL[310]
+    fixed = b',"flag":0,"extFields":{"a":"G","b":"T","c":"TBW102","d":"4",'
+    base = (head, 7, fixed, 1, 0, 1_700_000_000_000, 0, "TAGS\x01a\x02WAIT\x01true", tail, b"B")
+    for at, value in (
+        (None, None), (7, ""), (7, '"\\\x01\x1f\x7f\n'), (7, "\u00e9"), (7, 5), (9, b""),
+        (9, bytearray(b"x")), (9, memoryview(b"x")), (1, -(2**63)), (1, 2**63), (1, True),
+        (3, 2**63 - 1), (4, -1), (5, 1.0), (6, -(2**31)), (0, "head"), (2, bytearray(b",")),
+        (8, None),
+    ):  # fmt: skip
+        args = list(base)
+        if at is not None:
+            args[at] = value
+        yield "send_frame", c.send_frame, producer.send_frame_py, tuple(args)
+    Message = producer.Message
+    ok = [Message("T", b"a"), Message("T", b"bb", tags="t", flag=-1), Message("T", b"", tags="")]
+    ids = ["0A0B", "0C0D", "0E0F"]
+    for msgs, topic in (
+        (ok, "T"), (tuple(ok), "T"), ([], "T"), (ok, "U"), (ok, None),
+        ([*ok[:2], Message("T", b"x", keys="k")], "T"),
+        ([*ok[:2], Message("T", b"x", keys="")], "T"),
+        ([*ok[:2], Message("T", b"x", properties={"a": "b"})], "T"),
+        ([*ok[:2], Message("T", b"x", delay_level=1)], "T"),
+        ([*ok[:2], Message("T", b"x", flag=2**31)], "T"),
+        ([*ok[:2], Message("T", b"x", tags="\ud800")], "T"),
+        ([*ok[:2], Message("T", b"x", tags="t" * 40000)], "T"),
+        ([*ok[:2], Message("T", bytearray(b"x"))], "T"),
+        ([*ok[:2], Message("T", b"x", tags="\u00e9\U0001f600")], "T"),
+        ([*ok[:2], Message(5, b"x")], "T"),
+        ([*ok[:2], (1, 2)], "T"),
+        (iter(ok), "T"),
+    ):  # fmt: skip
+        args = (Message, msgs, ids[: len(msgs)] if isinstance(msgs, (list, tuple)) else ids)
+        yield "batch_body", c.batch_body, producer.batch_body_py, (*args, topic)
+        yield "batch_body", c.batch_body, producer.batch_body_py, args
+    for bad in (
+        (Message, ok, ids[:2], "T"), (Message, ok, tuple(ids), "T"), (Message, ok, ids, b"T"),
+        ("Message", ok, ids, "T"), (Message, ok, ["0A0B", "\u00e9", "0E0F"], "T"),
+        (Message, ok, [1, 2, 3], "T"),
+    ):  # fmt: skip
+        yield "batch_body", c.batch_body, producer.batch_body_py, bad
+
+
+def _singles(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """encode_singles with a fresh queue table (from ``table``'s items) and a clock reading
+    ``times`` in turn (None: the wall clock), giving the table afterwards too, and an error
+    returned after a commit as its type."""
+
+    def call(buf: Any, entries: Any, table: Any, times: Any, *rest: Any) -> Any:
+        queue_table = dict(table)
+        clock = None if times is None else iter(times).__next__
+        out = fn(buf, 8, 3000, 1 << 30, entries, rest[0], queue_table, clock, *rest[1:])
+        if isinstance(out, tuple) and isinstance(out[4], BaseException):
+            out = (*out[:4], type(out[4]))
+        return out, queue_table
+
+    return call
+
+
+def _singles_cases(c: Any) -> Iterator[Case]:
+    topics = {"T1": b"T1", "T2": b"Topic-2", "Long": b"L" * 128, "Nul": b"N\x00", "S": b"S"}
+    shared = (topics, b"DefaultCluster", b"\x0a\x00\x00\x09", 40123, b"\xc0\xa8\x00\x01")
+    shared += (10911, 4096, 0x4 | 0x8, "S", DispatchHint)
+
+    def entry(topic: Any = "T1", queue_id: Any = 0, body: Any = b"b", **over: Any) -> Any:
+        fields = {"props": "TAGS\x01a\x02WAIT\x01false", "flag": 0, "sys_flag": 0}
+        fields |= {"born": 1_700_000_000_000, "reconsume": 0} | over
+        return (topic, queue_id, body, *fields.values())
+
+    times = [1_700_000_000_001 + i for i in range(8)]
+    ok = [entry(), entry("T2", 1, b"x" * 100), entry("T1", 0, b"", props="")]
+    for entries, table, readings in (
+        (ok, (), times),
+        (ok, ((("T1", 0), 41),), times),
+        ([*ok, entry("Missing")], (), times),
+        ([entry(), entry("S")], (), times),
+        ([entry(), entry(sys_flag=0x4)], (), times),
+        ([entry(), entry(sys_flag=0x10)], (), times),
+        ([entry(), entry(props="\u00e9\x01x")], (), times),
+        ([entry(), entry(props="DELAY\x012")], (), times),
+        ([entry(), entry("Long"), entry()], (), times),
+        ([entry(), entry("Nul")], (), times),
+        ([entry(), entry(body=b"x" * 5000)], (), times),  # past the limit
+        ([entry(), entry(body=bytearray(b"x"))], (), times),  # an error after a commit
+        ([entry(body=bytearray(b"x"))], (), times),  # an error before any: raised
+        ([entry(), (1, 2)], (), times),
+        ([entry(), entry(queue_id=2**31)], (), times),
+        ([entry(), entry(5)], (), times),
+        ([entry()], ((("T1", 0), -1),), times),
+        ([entry(), entry()], (), times[:1]),  # the clock raises StopIteration the second time
+        ([entry("Missing")], (), None),
+        ([], (), times),
+    ):
+        args = (bytearray(3000), entries, table, readings, *shared)
+        yield (
+            "encode_singles",
+            _singles(c.encode_singles),
+            _singles(commitlog.encode_singles_py),
+            args,
+        )
+    for at, value in (
+        (2, b"\x00" * 16), (4, b"\x00" * 3), (1, b""), (1, b"\x02x"), (1, "C"), (9, tuple), (8, 5),
+        (3, 2**31), (0, []),
+    ):  # fmt: skip
+        rest = list(shared)  # topics, cluster, born ip and port, store ip and port, ...
+        rest[at] = value
+        args = (bytearray(3000), ok, (), times, *rest)
+        yield (
+            "encode_singles",
+            _singles(c.encode_singles),
+            _singles(commitlog.encode_singles_py),
+            args,
+        )
 
 
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
     "pymq.broker._sendc": _sendc_cases,
+    "pymq.client._producerc": _producerc_cases,
     "pymq.common._recordc": _recordc_cases,
     "pymq.remoting._codecc": _codecc_cases,
+    "pymq.store._commitlogc": _commitlogc_cases,
     "pymq.store._dispatchc": _dispatchc_cases,
 }
 

@@ -181,12 +181,85 @@ def send_answer_frame_py(
 _ANSWER_PREFIX = struct.Struct(">ii")
 send_answer_frame: Callable[..., bytes] = _send_answer_frame or send_answer_frame_py
 """A successful send's answer frame: in C when built, else :func:`send_answer_frame_py`."""
+
+
+def _java_number(value: Any, name: str, lo: int, hi: int) -> int:
+    """``value`` as an int within [lo, hi], else OverflowError (TypeError: not an int)."""
+    x = operator.index(value)
+    if not lo <= x <= hi:
+        raise OverflowError(f"{name} = {x} does not fit its record field")
+    return x
+
+
+def send_answer_run_py(
+    parsed: Any, hints: Any, prefix: Any, quoted_region: Any, trace_on: Any, version: Any
+) -> tuple[bytes, list[tuple[Any, int, int]]]:
+    """Python twin of ``pymq.broker._sendc.send_answer_run``: the answers of a run of single
+    sends put together, joined: for each hint (DispatchHint) and the fields send_fields read of
+    its frame (at the same index of ``parsed``, the opaque first), send_answer_frame's frame
+    with the message id offset_msg_id(prefix, physical offset).  Returns (frames, totals):
+    (topic, count, size) per run of hints of one topic, in order, as BrokerStats.on_put counts
+    them.  ``parsed`` may be longer than ``hints``."""
+    if (
+        type(parsed) is not list
+        or type(hints) is not list
+        or not isinstance(prefix, str)
+        or not isinstance(quoted_region, bytes)
+    ):
+        raise TypeError("send_answer_run: parsed and hints lists, prefix str, region bytes")
+    if not prefix.isascii() or len(prefix) > 64:
+        raise ValueError("send_answer_run: the prefix must be short ASCII")
+    version = _java_number(version, "version", *_I32)
+    trace = bool(trace_on)
+    if len(parsed) < len(hints):
+        raise ValueError("send_answer_run: fewer fields than hints")
+    region = bytes(quoted_region)
+    if len(region) > 0xFFFFFF:
+        raise ValueError("send_answer_run: the region is too long")
+    frames: list[bytes] = []
+    totals: list[tuple[Any, int, int]] = []
+    topic: Any = None
+    run_count = run_size = 0
+    for k in range(len(hints)):
+        if k >= len(hints) or k >= len(parsed):  # emptied by an item's __index__ or __eq__
+            raise ValueError("send_answer_run: hints or parsed changed")
+        hint, fields = hints[k], parsed[k]
+        if not isinstance(hint, tuple) or len(hint) < 5:
+            raise TypeError("send_answer_run: a hint or fields not a tuple")
+        if not isinstance(fields, tuple) or len(fields) < 1:
+            raise TypeError("send_answer_run: a hint or fields not a tuple")
+        opaque = _java_number(fields[0], "opaque", *_I32)
+        phy = _java_number(hint[0], "offset", 0, _I64[1])
+        size = _java_number(hint[1], "size", 0, _I32[1])
+        queue_id = _java_number(hint[3], "queue_id", *_I32)
+        queue_offset = _java_number(hint[4], "queue_offset", *_I64)
+        msg_id = f"{prefix}{phy:016X}"
+        try:
+            frames.append(
+                send_answer_frame_py(opaque, msg_id, queue_id, queue_offset, region, trace, version)
+            )
+        except ValueError:
+            raise ValueError("send_answer_run: an answer too long") from None
+        if topic is None or not (hint[2] is topic or hint[2] == topic):
+            if topic is not None:
+                totals.append((topic, run_count, run_size))
+            topic, run_count, run_size = hint[2], 0, 0
+        run_count += 1
+        run_size += size
+    if topic is not None:
+        totals.append((topic, run_count, run_size))
+    return b"".join(frames), totals
+
+
 _send_fields = getattr(_codecc, "send_fields", None)
 # send_run_fields(buf, bounds, first, stop, judge, entries, parsed): _send_singles' reading of
-# a run's frames in one C call; send_answer_run(parsed, hints, prefix, region, trace_on,
-# version): _answer_singles' answers and _count_puts' totals in one.
+# a run's frames in one C call (None without it: each frame is read by send_fields'); the
+# answers of the singles it puts and _count_puts' totals in one call of send_answer_run, C or
+# its twin.
 _send_run_fields = getattr(_codecc, "send_run_fields", None)
-_send_answer_run = getattr(_sendc, "send_answer_run", None)
+_send_answer_run: Callable[..., tuple[bytes, list[tuple[Any, int, int]]]] = getattr(
+    _sendc, "send_answer_run", send_answer_run_py
+)
 
 
 def _response(
@@ -719,8 +792,8 @@ class SendProcessor:
         store = self.ctx.store
         trace_on = self.ctx.broker_config.trace_on
         must_wait = store.must_wait
-        if not must_wait and _send_answer_run is not None:
-            # Every answer now: written in one C call, the frames the loop below writes.
+        if not must_wait:
+            # Every answer now: written in one call, the frames the loop below writes.
             try:
                 joined, totals = _send_answer_run(
                     parsed, hints, store.commitlog.msg_id_prefix, self._region()[2], trace_on,

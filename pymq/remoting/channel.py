@@ -771,8 +771,8 @@ class Channel:
                         run.buf, run.bounds, run.first, run.stop, self._out
                     )
                 served = first_served < run.stop
-                if self.raw_run_handler is not None and shed is None:
-                    broken = self._serve_with_run_handler(run, first_served, nursery)
+                if self.raw_run_handler is not None:
+                    broken = self._serve_with_run_handler(run, first_served, shed, nursery)
                 else:
                     cmds, broken = self._decode_run(run, first_served, shed)
                     self._dispatch(cmds, run.received, nursery)
@@ -796,23 +796,32 @@ class Channel:
                 hooks[1]()
 
     def _serve_with_run_handler(
-        self, run: Run, first: int, nursery: trio.Nursery
+        self, run: Run, first: int, shed: _Shedding | None, nursery: trio.Nursery
     ) -> ProtocolError | None:
         """The run from frame ``first`` offered to the run handler; each frame it leaves is
         decoded and dispatched, and the handler is offered the rest again (answers keep the
-        requests' order).  When it fails, the rest of the run is decoded as usual.  The error
-        of a frame that does not decode, or None."""
+        requests' order).  While fast failure judges the run, each frame after ``first``
+        (judged already) is judged first, and one it does not refuse is offered alone.  When
+        the handler fails, the rest of the run is decoded as usual.  The error of a frame that
+        does not decode, or None."""
         buf, bounds, stop = run.buf, run.bounds, run.stop
         i = first
         while i < stop:
-            left = self._raw_run(run, i)
+            end = stop
+            if shed is not None:
+                start = bounds[2 * i]
+                if i != first and shed.refuse(buf, start, bounds[2 * i + 1], i, self._out):
+                    i += 1
+                    continue
+                end = i + 1
+            left = self._raw_run(run, i, end)
             if left is None:  # the handler failed: the frames are served one by one
-                cmds, broken = self._decode_run(run, i, None)
+                cmds, broken = self._decode_run(run, i, shed)
                 self._dispatch(cmds, run.received, nursery)
                 return broken
             i, cmd = left
-            if i >= stop:
-                break
+            if i >= end:
+                continue
             if cmd is None:
                 try:
                     cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
@@ -822,15 +831,17 @@ class Channel:
             i += 1
         return None
 
-    def _raw_run(self, run: Run, first: int) -> tuple[int, RemotingCommand | None] | None:
-        """Offer the run from frame ``first`` to the run handler: the frame it left and that
-        frame decoded if it decoded it (its answers queued), or None when it failed (a bug
-        there: the frames are then served one by one, which it must allow)."""
+    def _raw_run(
+        self, run: Run, first: int, stop: int
+    ) -> tuple[int, RemotingCommand | None] | None:
+        """Offer frames ``first..stop-1`` of the run to the run handler: the frame it left and
+        that frame decoded if it decoded it (its answers queued), or None when it failed (a
+        bug there: the frames are then served one by one, which it must allow)."""
         assert self.raw_run_handler is not None
         try:
-            joined, left, cmd = self.raw_run_handler(self, run.buf, run.bounds, first, run.stop)
-            if not first <= left <= run.stop or (cmd is not None and left == run.stop):
-                raise ValueError(f"stopped at frame {left} of {run.stop}")
+            joined, left, cmd = self.raw_run_handler(self, run.buf, run.bounds, first, stop)
+            if not first <= left <= stop or (cmd is not None and left == stop):
+                raise ValueError(f"stopped at frame {left} of {stop}")
         except Exception:
             log.exception("raw run handler failed; frames served one by one")
             return None

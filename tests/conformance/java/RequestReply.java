@@ -88,7 +88,11 @@ public class RequestReply {
             System.out.println(all ? "DONE" : "RESPONDER_TIMEOUT");
             System.exit(0);
         }
-        Responder responder = mode.equals("pair") ? new Responder(namesrv, topic, new CountDownLatch(0)) : null;
+        // In pair mode the responder answers both requests; its send of each reply returns
+        // only once the broker has pushed that reply to the requester, so it can finish after
+        // the requester has its answer: DONE waits for both REPLY_ lines, not a fixed sleep.
+        CountDownLatch pairReplied = new CountDownLatch(2);
+        Responder responder = mode.equals("pair") ? new Responder(namesrv, topic, pairReplied) : null;
 
         DefaultMQProducer requester = new DefaultMQProducer("JavaRequestPG");
         requester.setNamesrvAddr(namesrv);
@@ -130,7 +134,9 @@ public class RequestReply {
         } else {
             System.out.println("CALLBACK_TIMEOUT");
         }
-        Thread.sleep(500);  // the responder's last REPLY_SENT line
+        if (responder != null && !pairReplied.await(30, TimeUnit.SECONDS)) {
+            System.out.println("RESPONDER_TIMEOUT");
+        }
         requester.shutdown();
         if (responder != null) {
             responder.shutdown();

@@ -59,6 +59,9 @@ async def produce(
             for q in range(queues):
                 msg = Message(topic, f"q{q}-{n}".encode())
                 await producer.send(msg, queue=MessageQueue(topic, BROKER, q))
+    # Dispatch follows the append: a new queue's first entry waits for its file (made in a
+    # thread). A consumer that pulls a stored offset before that is told the offset moved to 0.
+    await cluster.broker.store.reput.do_reput()
 
 
 def parse(msg: MessageExt) -> tuple[int, int]:

@@ -101,7 +101,7 @@ from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.remoting.errors import RemotingError
-from pymq.remoting.server import RemotingServer
+from pymq.remoting.server import RemotingServer, Route
 from pymq.store.config import BrokerRole, MessageStoreConfig
 from pymq.store.ha.auth import HAGuard, parse_allow_list
 from pymq.store.ha.master import HAService
@@ -295,83 +295,87 @@ class BrokerController:
     def _register_processors(self) -> None:
         send, pull = self.send_processor, self.pull_processor
         consumer, admin, acl = self.consumer_processor, self.admin_processor, self.acl_processor
-        table = {
-            RequestCode.SEND_MESSAGE: send.send_message,
-            RequestCode.SEND_MESSAGE_V2: send.send_message,
-            RequestCode.SEND_BATCH_MESSAGE: send.send_message,
-            RequestCode.SEND_REPLY_MESSAGE: self.reply_processor.send_reply_message,
-            RequestCode.SEND_REPLY_MESSAGE_V2: self.reply_processor.send_reply_message,
-            RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
-            RequestCode.END_TRANSACTION: self.transactions.end_transaction,
-            RequestCode.RESUME_CHECK_HALF_MESSAGE: self.transactions.resume_check_half_message,
-            RequestCode.PULL_MESSAGE: pull.pull_message,
-            RequestCode.HEART_BEAT: consumer.heart_beat,
-            RequestCode.UNREGISTER_CLIENT: consumer.unregister_client,
-            RequestCode.CHECK_CLIENT_CONFIG: consumer.check_client_config,
-            RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer.get_consumer_list_by_group,
-            RequestCode.QUERY_CONSUMER_OFFSET: consumer.query_consumer_offset,
-            RequestCode.UPDATE_CONSUMER_OFFSET: consumer.update_consumer_offset,
-            RequestCode.LOCK_BATCH_MQ: consumer.lock_batch_mq,
-            RequestCode.UNLOCK_BATCH_MQ: consumer.unlock_batch_mq,
-            RequestCode.UPDATE_AND_CREATE_TOPIC: admin.update_and_create_topic,
-            RequestCode.DELETE_TOPIC_IN_BROKER: admin.delete_topic_in_broker,
-            RequestCode.GET_ALL_TOPIC_CONFIG: admin.get_all_topic_config,
-            RequestCode.UPDATE_BROKER_CONFIG: admin.update_broker_config,
-            RequestCode.GET_BROKER_CONFIG: admin.get_broker_config,
-            RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
-            RequestCode.GET_TIMER_METRICS: admin.get_timer_metrics,
-            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
-            RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
-            RequestCode.GET_MIN_OFFSET: admin.get_min_offset,
-            RequestCode.GET_EARLIEST_MSG_STORETIME: admin.get_earliest_msg_storetime,
-            RequestCode.VIEW_MESSAGE_BY_ID: admin.view_message_by_id,
-            RequestCode.QUERY_MESSAGE: admin.query_message,
-            RequestCode.GET_ALL_CONSUMER_OFFSET: admin.get_all_consumer_offset,
-            RequestCode.GET_ALL_DELAY_OFFSET: admin.get_all_delay_offset,
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: (
+        table: dict[int, Route] = {
+            # Sends are served in the reader from their bytes, a run at a time; a task only
+            # for what must wait (auto-create, retry topics, SYNC_MASTER).
+            RequestCode.SEND_MESSAGE: Route(send.send_message, run=send.send_run),
+            RequestCode.SEND_MESSAGE_V2: Route(send.send_message, run=send.send_run),
+            RequestCode.SEND_BATCH_MESSAGE: Route(send.send_message, run=send.send_run),
+            RequestCode.SEND_REPLY_MESSAGE: Route(self.reply_processor.send_reply_message),
+            RequestCode.SEND_REPLY_MESSAGE_V2: Route(self.reply_processor.send_reply_message),
+            RequestCode.CONSUMER_SEND_MSG_BACK: Route(send.consumer_send_msg_back),
+            RequestCode.END_TRANSACTION: Route(
+                self.transactions.end_transaction,
+                inline=self.transactions.end_transaction_inline,
+            ),
+            RequestCode.RESUME_CHECK_HALF_MESSAGE: Route(
+                self.transactions.resume_check_half_message
+            ),
+            RequestCode.PULL_MESSAGE: Route(pull.pull_message),
+            RequestCode.HEART_BEAT: Route(consumer.heart_beat),
+            RequestCode.UNREGISTER_CLIENT: Route(consumer.unregister_client),
+            RequestCode.CHECK_CLIENT_CONFIG: Route(consumer.check_client_config),
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: Route(consumer.get_consumer_list_by_group),
+            RequestCode.QUERY_CONSUMER_OFFSET: Route(consumer.query_consumer_offset),
+            RequestCode.UPDATE_CONSUMER_OFFSET: Route(consumer.update_consumer_offset),
+            RequestCode.LOCK_BATCH_MQ: Route(consumer.lock_batch_mq),
+            RequestCode.UNLOCK_BATCH_MQ: Route(consumer.unlock_batch_mq),
+            RequestCode.UPDATE_AND_CREATE_TOPIC: Route(admin.update_and_create_topic),
+            RequestCode.DELETE_TOPIC_IN_BROKER: Route(admin.delete_topic_in_broker),
+            RequestCode.GET_ALL_TOPIC_CONFIG: Route(admin.get_all_topic_config),
+            RequestCode.UPDATE_BROKER_CONFIG: Route(admin.update_broker_config),
+            RequestCode.GET_BROKER_CONFIG: Route(admin.get_broker_config),
+            RequestCode.GET_BROKER_RUNTIME_INFO: Route(admin.get_broker_runtime_info),
+            RequestCode.GET_TIMER_METRICS: Route(admin.get_timer_metrics),
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: Route(admin.search_offset_by_timestamp),
+            RequestCode.GET_MAX_OFFSET: Route(admin.get_max_offset),
+            RequestCode.GET_MIN_OFFSET: Route(admin.get_min_offset),
+            RequestCode.GET_EARLIEST_MSG_STORETIME: Route(admin.get_earliest_msg_storetime),
+            RequestCode.VIEW_MESSAGE_BY_ID: Route(admin.view_message_by_id),
+            RequestCode.QUERY_MESSAGE: Route(admin.query_message),
+            RequestCode.GET_ALL_CONSUMER_OFFSET: Route(admin.get_all_consumer_offset),
+            RequestCode.GET_ALL_DELAY_OFFSET: Route(admin.get_all_delay_offset),
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: Route(
                 admin.update_and_create_subscription_group
             ),
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: admin.get_all_subscription_group_config,
-            RequestCode.DELETE_SUBSCRIPTIONGROUP: admin.delete_subscription_group,
-            RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.get_consumer_connection_list,
-            RequestCode.GET_TOPIC_STATS_INFO: admin.get_topic_stats_info,
-            RequestCode.GET_CONSUME_STATS: admin.get_consume_stats,
-            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: admin.invoke_broker_to_reset_offset,
-            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: acl.update_and_create_acl_config,
-            RequestCode.DELETE_ACL_CONFIG: acl.delete_acl_config,
-            RequestCode.GET_BROKER_CLUSTER_ACL_INFO: acl.get_broker_cluster_acl_info,
-            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: acl.update_global_white_addrs_config,
-            RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: acl.get_broker_cluster_acl_config,
-            RequestCode.GET_PRODUCER_CONNECTION_LIST: admin.get_producer_connection_list,
-            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: admin.query_topic_consume_by_who,
-            RequestCode.QUERY_CONSUME_TIME_SPAN: admin.query_consume_time_span,
-            RequestCode.VIEW_BROKER_STATS_DATA: admin.view_broker_stats_data,
-            RequestCode.GET_BROKER_CONSUME_STATS: admin.get_broker_consume_stats,
-            RequestCode.GET_CONSUMER_RUNNING_INFO: admin.get_consumer_running_info,
-            RequestCode.CONSUME_MESSAGE_DIRECTLY: admin.consume_message_directly,
-            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: (
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: Route(
+                admin.get_all_subscription_group_config
+            ),
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: Route(admin.delete_subscription_group),
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: Route(admin.get_consumer_connection_list),
+            RequestCode.GET_TOPIC_STATS_INFO: Route(admin.get_topic_stats_info),
+            RequestCode.GET_CONSUME_STATS: Route(admin.get_consume_stats),
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: Route(admin.invoke_broker_to_reset_offset),
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: Route(acl.update_and_create_acl_config),
+            RequestCode.DELETE_ACL_CONFIG: Route(acl.delete_acl_config),
+            RequestCode.GET_BROKER_CLUSTER_ACL_INFO: Route(acl.get_broker_cluster_acl_info),
+            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: Route(
+                acl.update_global_white_addrs_config
+            ),
+            RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG: Route(acl.get_broker_cluster_acl_config),
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: Route(admin.get_producer_connection_list),
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: Route(admin.query_topic_consume_by_who),
+            RequestCode.QUERY_CONSUME_TIME_SPAN: Route(admin.query_consume_time_span),
+            RequestCode.VIEW_BROKER_STATS_DATA: Route(admin.view_broker_stats_data),
+            RequestCode.GET_BROKER_CONSUME_STATS: Route(admin.get_broker_consume_stats),
+            RequestCode.GET_CONSUMER_RUNNING_INFO: Route(admin.get_consumer_running_info),
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: Route(admin.consume_message_directly),
+            RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS: Route(
                 admin.invoke_broker_to_get_consumer_status
             ),
-            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: admin.get_system_topic_list_from_broker,
-            RequestCode.CLONE_GROUP_OFFSET: admin.clone_group_offset,
-            RequestCode.QUERY_CONSUME_QUEUE: admin.query_consume_queue,
-            RequestCode.QUERY_CORRECTION_OFFSET: admin.query_correction_offset,
-            RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: admin.clean_expired_consume_queue,
-            RequestCode.CLEAN_UNUSED_TOPIC: admin.clean_unused_topic,
-            RequestCode.GET_ALL_PRODUCER_INFO: admin.get_all_producer_info,
-            RequestCode.DELETE_EXPIRED_COMMITLOG: admin.delete_expired_commit_log,
-        }
-        inline = {
-            RequestCode.SEND_MESSAGE: send.send_message_inline,
-            RequestCode.SEND_MESSAGE_V2: send.send_message_inline,
-            RequestCode.SEND_BATCH_MESSAGE: send.send_message_inline,
-            RequestCode.END_TRANSACTION: self.transactions.end_transaction_inline,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: Route(
+                admin.get_system_topic_list_from_broker
+            ),
+            RequestCode.CLONE_GROUP_OFFSET: Route(admin.clone_group_offset),
+            RequestCode.QUERY_CONSUME_QUEUE: Route(admin.query_consume_queue),
+            RequestCode.QUERY_CORRECTION_OFFSET: Route(admin.query_correction_offset),
+            RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: Route(admin.clean_expired_consume_queue),
+            RequestCode.CLEAN_UNUSED_TOPIC: Route(admin.clean_unused_topic),
+            RequestCode.GET_ALL_PRODUCER_INFO: Route(admin.get_all_producer_info),
+            RequestCode.DELETE_EXPIRED_COMMITLOG: Route(admin.delete_expired_commit_log),
         }
         for server in (self.server, self.fast_server):
-            for code, handler in table.items():
-                server.register(code, handler, inline.get(code))
-            # Sends answered from their frames, a run at a time (never where ACL checks requests).
-            server.raw_run_handler = send.send_run
+            server.add_routes(table)
 
     def _signer(self) -> AclSigner | None:
         """The broker's own requests are signed when it has an account (accessKey/secretKey)."""

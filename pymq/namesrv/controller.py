@@ -62,10 +62,7 @@ class NamesrvController:
             **server_config.server_limits(),
         )
         self.processor = NamesrvProcessor(self)
-        inline = self.processor.inline_handlers()
-        for code, handler in self.processor.handlers().items():
-            self.server.register(code, handler, inline.get(code))
-        self.server.raw_run_handler = self.processor.route_answers_raw
+        self.server.add_routes(self.processor.route_table())
 
     def configs(self) -> list[object]:
         return [self.namesrv_config, self.server_config]

@@ -28,7 +28,7 @@ from pymq.common.serde import from_json_body, to_json
 from pymq.common.topic import DataVersion
 from pymq.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
 from pymq.remoting import headers as H
-from pymq.remoting.channel import Channel, InlineHandler, RequestHandler
+from pymq.remoting.channel import Channel
 from pymq.remoting.codec import (
     RPC_TYPE_RESPONSE,
     RemotingCommand,
@@ -39,10 +39,12 @@ from pymq.remoting.codec import (
 from pymq.remoting.codes import RequestCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError
 from pymq.remoting.protocol import fastjson
+from pymq.remoting.server import Route
 from pymq.remoting.tls import TLS_KEYS
 
 if TYPE_CHECKING:
     from pymq.namesrv.controller import NamesrvController
+    from pymq.remoting.server import AccessCheck
 
 log = logging.getLogger(__name__)
 
@@ -97,32 +99,34 @@ class NamesrvProcessor:
         before, after = encode(answer)[8:].split(b'"opaque":0,', 1)
         self._answer_head = (before + b'"opaque":', b"," + after)
 
-    def inline_handlers(self) -> dict[int, InlineHandler]:
-        """The codes answered in the connection's reader, without a task of their own."""
-        return {RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_inline}
-
-    def handlers(self) -> dict[int, RequestHandler]:
+    def route_table(self) -> dict[int, Route]:
+        """The name server's registration table."""
         return {
-            RequestCode.PUT_KV_CONFIG: self.put_kv_config,
-            RequestCode.GET_KV_CONFIG: self.get_kv_config,
-            RequestCode.DELETE_KV_CONFIG: self.delete_kv_config,
-            RequestCode.QUERY_DATA_VERSION: self.query_data_version,
-            RequestCode.REGISTER_BROKER: self.register_broker,
-            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
-            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_by_topic,
-            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
-            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm_of_broker,
-            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm_of_broker,
-            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topic_list,
-            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
-            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list_by_namespace,
-            RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
-            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.get_system_topic_list,
-            RequestCode.GET_UNIT_TOPIC_LIST: self.get_unit_topic_list,
-            RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: self.get_has_unit_sub_topic_list,
-            RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: self.get_has_unit_sub_ununit_topic_list,
-            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_namesrv_config,
-            RequestCode.GET_NAMESRV_CONFIG: self.get_namesrv_config,
+            RequestCode.PUT_KV_CONFIG: Route(self.put_kv_config),
+            RequestCode.GET_KV_CONFIG: Route(self.get_kv_config),
+            RequestCode.DELETE_KV_CONFIG: Route(self.delete_kv_config),
+            RequestCode.QUERY_DATA_VERSION: Route(self.query_data_version),
+            RequestCode.REGISTER_BROKER: Route(self.register_broker),
+            RequestCode.UNREGISTER_BROKER: Route(self.unregister_broker),
+            # Lookups are served in the reader from their bytes, a run at a time.
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: Route(
+                self.get_route_info_by_topic, run=self.route_answers
+            ),
+            RequestCode.GET_BROKER_CLUSTER_INFO: Route(self.get_broker_cluster_info),
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: Route(self.wipe_write_perm_of_broker),
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: Route(self.add_write_perm_of_broker),
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: Route(self.get_all_topic_list),
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: Route(self.delete_topic_in_namesrv),
+            RequestCode.GET_KVLIST_BY_NAMESPACE: Route(self.get_kv_list_by_namespace),
+            RequestCode.GET_TOPICS_BY_CLUSTER: Route(self.get_topics_by_cluster),
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: Route(self.get_system_topic_list),
+            RequestCode.GET_UNIT_TOPIC_LIST: Route(self.get_unit_topic_list),
+            RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: Route(self.get_has_unit_sub_topic_list),
+            RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: Route(
+                self.get_has_unit_sub_ununit_topic_list
+            ),
+            RequestCode.UPDATE_NAMESRV_CONFIG: Route(self.update_namesrv_config),
+            RequestCode.GET_NAMESRV_CONFIG: Route(self.get_namesrv_config),
         }
 
     # -- KV config ----------------------------------------------------------------------------
@@ -246,8 +250,8 @@ class NamesrvProcessor:
 
     # -- routes and topics --------------------------------------------------------------------
 
-    def get_route_info_inline(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
-        """GET_ROUTEINFO_BY_TOPIC answered in the connection's reader (no task per lookup).
+    def get_route_info(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """GET_ROUTEINFO_BY_TOPIC's answer, made at once (it never waits).
 
         As Java's: standard JSON for clients of 4.9.4 on (or asking for it), fastjson's bare
         integer keys ({0:"host:port"}) for older ones, which expect that form.  Without an
@@ -323,28 +327,55 @@ class NamesrvProcessor:
         head = before + str(opaque).encode() + after
         return _FRAME_PREFIX.pack(4 + len(head) + len(body), len(head)) + head + body
 
-    def route_answers_raw(
-        self, channel: Channel | None, buf: bytes, bounds: list[int], first: int, stop: int
-    ) -> tuple[bytes, int]:
-        """The route lookups leading frames ``first..stop-1`` of a run (``bounds``: their
-        starts and ends) answered as :meth:`route_answer_raw` answers each, in one call
-        (``Channel.raw_run_handler``): their answers joined, and the first frame it leaves to
-        the usual path.  It changes nothing but the routes it keeps."""
+    def route_answers(
+        self,
+        channel: Channel,
+        buf: bytes,
+        bounds: list[int],
+        first: int,
+        stop: int,
+        check: AccessCheck | None = None,
+    ) -> tuple[bytes, int, RemotingCommand | None]:
+        """The route lookups' run handler (RemotingServer.serve_run): the lookups leading
+        frames ``first..stop-1`` of a run (``bounds``: their starts and ends) answered in the
+        connection's reader, each as :meth:`route_answer_raw` answers it from its bytes, else
+        decoded and answered by :meth:`get_route_info`.  Stops at the first other frame and
+        returns where, with that frame decoded if it was; answers are queued in order.  It
+        changes nothing but the routes it keeps.  The name server has no access check: with
+        one it serves nothing (it would skip it)."""
+        if check is not None:
+            return b"", first, None
         answers: list[bytes] = []
-        add = answers.append
         one = self.route_answer_raw
-        edges = iter(bounds[2 * first : 2 * stop])
-        for start in edges:
-            answer = one(channel, buf, start, next(edges))
-            if answer is None:
-                break
-            add(answer)
-        return b"".join(answers), first + len(answers)
+        i = first
+        while i < stop:
+            start, end = bounds[2 * i], bounds[2 * i + 1]
+            answer = one(channel, buf, start, end)
+            if answer is not None:
+                answers.append(answer)
+                i += 1
+                continue
+            try:
+                cmd = decode_frame_at(buf, start, end)
+            except ProtocolError:  # the channel decodes it again and closes
+                return b"".join(answers), i, None
+            if (
+                cmd.flag & RPC_TYPE_RESPONSE
+                or cmd.header_error is not None
+                or cmd.code != _ROUTE_CODE
+            ):
+                return b"".join(answers), i, cmd
+            if answers:  # queued before this one's answer
+                channel.answer_frames([b"".join(answers)])
+                answers.clear()
+            channel.serve_inline(self.get_route_info, cmd)
+            i += 1
+        return b"".join(answers), i, None
 
     async def get_route_info_by_topic(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
-        return self.get_route_info_inline(channel, req)
+        return self.get_route_info(channel, req)
 
     async def get_broker_cluster_info(
         self, channel: Channel, req: RemotingCommand

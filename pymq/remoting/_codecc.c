@@ -668,8 +668,8 @@ done:
  * A plain single send read for the broker's raw send path: the frame buf[start:end] (its length
  * field stripped) with a JSON header of plain ASCII names and nothing nested but extFields,
  * flag 0 (a request expecting its answer), and either code 310 (SEND_MESSAGE_V2) or 320
- * (SEND_BATCH_MESSAGE) with V2's one-letter names only, or code 10 (SEND_MESSAGE) with the long
- * names (other names ignored, as the C++ client's AccessKey, OnsChannel and Signature), each
+ * (SEND_BATCH_MESSAGE) with V2's one-letter names, or code 10 (SEND_MESSAGE) with the long
+ * names (other names ignored, as an ACL client's AccessKey and Signature), each
  * name once, its value a string or the C++ client's number, boolean or null (read as codec's
  * plain_ext reads them), which SendMessageRequestHeader.from_ext's common case takes
  * (send_header: the first eight present, plain decimals, booleans true/false/1/0), batch true
@@ -691,7 +691,6 @@ static const char *const send_long_names[13] = {
 typedef struct {
     PyObject *ext[13];
     int names;     /* bits: 1 a one-letter name seen, 2 a long name */
-    int others;    /* a name of neither kind seen (its value skipped) */
     int slot_seen; /* bits: the slots given */
 } send_ext;
 
@@ -740,7 +739,6 @@ static int ext_slots(jreader *r, void *ctx) {
                 }
         }
         if (slot < 0) {
-            e->others = 1;
             if ((rc = j_skip(r)) <= 0) return rc;
         } else {
             if (e->slot_seen & (1 << slot)) return 0; /* twice: the usual path */
@@ -772,7 +770,7 @@ static int ext_slots(jreader *r, void *ctx) {
  * exception set. */
 static PyObject *send_fields_at(const Py_buffer *view, long long start, long long end) {
     PyObject *result = NULL, *language = NULL, *typed[13] = {NULL};
-    send_ext e = {{NULL}, 0, 0, 0};
+    send_ext e = {{NULL}, 0, 0};
     PyObject **ext = e.ext;
     jheader h = {0};
     jreader r;
@@ -781,10 +779,10 @@ static PyObject *send_fields_at(const Py_buffer *view, long long start, long lon
     int rc = j_header(&r, &h, &language, NULL, ext_slots, &e);
     if (rc < 0) goto fail;
     if (rc == 0 || !(h.seen & 16) || h.flag != 0) goto plain_none;
-    /* V2 (310) and SEND_BATCH_MESSAGE (320): the one-letter names only; SEND_MESSAGE (10): the
-     * long names, others ignored (the C++ client's AccessKey, OnsChannel and Signature). */
-    if (!(((h.code == 310 || h.code == 320) && e.names == 1 && !e.others) ||
-          (h.code == 10 && e.names == 2)))
+    /* V2 (310) and SEND_BATCH_MESSAGE (320): the one-letter names; SEND_MESSAGE (10): the long
+     * names; other names ignored, as from_ext ignores them (an ACL client's AccessKey,
+     * Signature and SecurityToken, the C++ client's OnsChannel). */
+    if (!(((h.code == 310 || h.code == 320) && e.names == 1) || (h.code == 10 && e.names == 2)))
         goto plain_none;
     /* send_header's common case over the slots (a..m in the header's field order). */
     for (int i = 0; i < 8; i++)

@@ -20,31 +20,28 @@ import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import trio
 
 from pymq.common.native import load_native
 from pymq.remoting.codec import (
-    BUSY_JSON_HEAD_PREFIX,
     RPC_ONEWAY,
     RPC_TYPE_RESPONSE,
     RemotingCommand,
-    busy_answer,
-    busy_answers,
-    busy_json_answer,
-    busy_json_tail,
     decode_frame_at,
     encode,
     next_opaque,
-    peek_request,
 )
 from pymq.remoting.codes import ResponseCode, request_name
 from pymq.remoting.connection import (
+    TASK,
+    Admission,
     Call,
     Connection,
     ResponseCallback,
     Run,
+    Shedding,
 )
 from pymq.remoting.errors import (
     ProtocolError,
@@ -53,7 +50,7 @@ from pymq.remoting.errors import (
     RemotingSendError,
     RemotingTimeoutError,
 )
-from pymq.remoting.limits import ConnectionLimits, OutputBuffer, SharedBudget
+from pymq.remoting.limits import ConnectionLimits, SharedBudget
 
 native_extension: Any = load_native("pymq.remoting._codecc")
 
@@ -73,39 +70,6 @@ RunHooks = tuple[Callable[[], None], Callable[[], None]]
 ANSWER_LATER = RemotingCommand(code=-1)
 # A raw answer's "served, and answered later through Channel.answer_frames" (a group commit).
 RAW_ANSWER_LATER = b""
-
-
-class Admission(Protocol):
-    """A check made before a request is served (the broker's fast failure).
-
-    The channel stamps each receive with ``clock()``, less the age of the received bytes as the
-    kernel reports it (SO_TIMESTAMPNS: the bytes may have waited in the socket's buffer); a
-    request's wait is the time from then to when it is started.  ``shed_remark`` (before the
-    request is decoded, by its code) and ``shed`` (a decoded request waiting for its task) are
-    called only for requests that waited longer than ``min_wait`` s or were received at or
-    before ``busy_mark``; they return the SYSTEM_BUSY remark, or answer, to give instead of
-    serving the request, or None."""
-
-    clock: Callable[[], float]
-
-    @property
-    def min_wait(self) -> float: ...
-
-    @property
-    def busy_mark(self) -> float: ...
-
-    def shed(
-        self,
-        channel: Channel,
-        request: RemotingCommand,
-        received: float,
-        waited: float,
-        queued: int,
-    ) -> RemotingCommand | None: ...
-
-    def shed_remark(self, code: int, received: float, waited: float, queued: int) -> str | None: ...
-
-    def note_shed(self, code: int, count: int, remark: str) -> None: ...
 
 
 # How often calls made with a callback are checked for an expired deadline (Java's
@@ -132,18 +96,12 @@ SERVE_BATCH = 32
 # (and at the end of the run).
 FLUSH_BYTES = 64 * 1024
 
-# Fast failure reads ahead once a run has waited this fraction of the smallest limit.
-READ_AHEAD_FROM = 0.25
-
 # Bytes joined into one write at most; bounds the size of one write under heavy load.
 MAX_WRITE_BYTES = 1 << 20
 
 # While reading is stopped for another connection's sake (the server's totals over their caps),
 # how often this one looks again.
 BUDGET_POLL_INTERVAL = 0.05
-
-# RocketMQ's answer when a request cannot be queued for its executor (NettyRemotingAbstract).
-OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 
 DEFAULT_LIMITS = ConnectionLimits()
 
@@ -236,92 +194,6 @@ def _peer_address(stream: trio.abc.Stream) -> str:
     return f"{host}:{port}"
 
 
-_NOT_YET: Any = object()
-
-
-class _Shedding:
-    """Fast failure over one run of frames that waited too long: each request past its limit is
-    answered SYSTEM_BUSY without being decoded.  A refusal must cost a small fraction of a send,
-    or refusing would itself take the broker's time: the answer of each request code is worked
-    out once per run, and each frame costs a peek at its header and one formatted answer."""
-
-    __slots__ = ("admission", "count", "received", "refused", "remarks", "tails", "waited")
-
-    def __init__(self, admission: Admission, received: float, waited: float, count: int) -> None:
-        self.admission = admission
-        self.received = received
-        self.waited = waited
-        self.count = count
-        self.remarks: dict[int, tuple[str, bytes] | None] = {}
-        self.tails: dict[int, bytes | None] = {}  # the JSON answer after the opaque, by code
-        self.refused: dict[int, int] = {}  # by code
-
-    def refuse(self, buf: bytes, start: int, end: int, index: int, out: OutputBuffer) -> bool:
-        """Answer the request in ``buf[start:end]`` SYSTEM_BUSY if it waited past its limit;
-        False to serve it (or to decode it and let the checks decide)."""
-        peeked = peek_request(buf, start, end)
-        if peeked is None:
-            return False
-        code, opaque, flag, serialize_type = peeked
-        if flag & RPC_TYPE_RESPONSE:
-            return False
-        remark = self.remarks.get(code, _NOT_YET)
-        if remark is _NOT_YET:
-            remark = self._remark(code, index)
-        if remark is None:
-            return False
-        if not flag & RPC_ONEWAY:
-            if serialize_type == 0:
-                out.append(busy_json_answer(opaque, remark[1]))
-            else:
-                out.append(busy_answer(serialize_type, opaque, remark[0]))
-        self.refused[code] = self.refused.get(code, 0) + 1
-        return True
-
-    def refuse_run(
-        self, buf: bytes, bounds: list[int], first: int, stop: int, out: OutputBuffer
-    ) -> int:
-        """Refuse frames from ``first`` on while each can be (the common case under overload:
-        a run of sends that all waited too long); the index of the first one not refused, which
-        has been judged and is to be served.  The
-        usual JSON headers (pymq's and the C++ client's key order) are answered by
-        ``busy_answers`` (C when built) with no Python work per frame; others by
-        :meth:`refuse`."""
-        tails = self.tails
-        i = first
-        while i < stop:
-            answers, i = busy_answers(
-                buf, bounds, i, stop, BUSY_JSON_HEAD_PREFIX, tails, self.refused
-            )
-            if answers:
-                out.append(answers)
-            if i >= stop:
-                break
-            # Stopped at a frame: a code seen for the first time (work out its answer and go
-            # on), or one to serve, or a header the fast loop does not read (peek at it).
-            peeked = peek_request(buf, bounds[2 * i], bounds[2 * i + 1])
-            if peeked is not None and peeked[0] not in tails and peeked[3] == 0:
-                self._remark(peeked[0], i)
-                if tails[peeked[0]] is not None:
-                    continue
-            if not self.refuse(buf, bounds[2 * i], bounds[2 * i + 1], i, out):
-                break
-            i += 1
-        return i
-
-    def _remark(self, code: int, index: int) -> tuple[str, bytes] | None:
-        text = self.admission.shed_remark(code, self.received, self.waited, self.count - index)
-        remark = self.remarks[code] = None if text is None else (text, busy_json_tail(text))
-        self.tails[code] = None if remark is None else remark[1]
-        return remark
-
-    def report(self) -> None:
-        for code, count in self.refused.items():
-            remark = self.remarks[code]
-            assert remark is not None
-            self.admission.note_shed(code, count, remark[0])
-
-
 class Channel:
     def __init__(
         self,
@@ -353,10 +225,8 @@ class Channel:
         self.admission = admission
         self._timestamps = admission is not None and _enable_timestamps(stream)
         self._read_at = 0.0  # the admission clock when the last read returned
-        # Requests received and not yet started (for the water mark): the rest of the run being
-        # served and its receive stamp, and those waiting for their task (code, stamp).
-        self.backlog = 0
-        self.backlog_since = 0.0
+        # Requests waiting for their task (code, receive stamp), for the water mark (with the
+        # rest of the run being served: Connection.backlog).
         self.waiting_tasks: dict[int, tuple[int, float]] = {}
         self.idle_timeout = idle_timeout or None
         self._last_write = trio.current_time()
@@ -392,6 +262,16 @@ class Channel:
         # stream, for direct writes and the read-ahead (None: a TLS stream, served by the
         # writer task and Trio's receive only).
         self.stream, self._raw = own_socket(stream)
+
+    @property
+    def backlog(self) -> int:
+        """Requests of the run being served not yet started (Connection.backlog)."""
+        return self.state.backlog
+
+    @property
+    def backlog_since(self) -> float:
+        """When they were received."""
+        return self.state.backlog_since
 
     def __repr__(self) -> str:
         return f"<Channel {self.remote_address}{' closed' if self.closed else ''}>"
@@ -730,31 +610,21 @@ class Channel:
             shed, behind = self._judge(run, first)
             first = False
             served = self._serve_run(run, shed, nursery)
-        self.backlog = 0
+        state.backlog = 0
         if self._decoder.broken is not None:
             raise self._decoder.broken
         return True
 
-    def _judge(self, run: Run, first: bool) -> tuple[_Shedding | None, bool]:
-        """Fast failure's one check per run (not per request): the shedding of a run that
-        waited past a limit (or arrived while the server was marked busy), and whether the
-        connection is falling behind (then it reads ahead between runs, so that the backlog
-        waits in the inbox, where its age is known, rather than in the peer's socket buffer,
-        where it is not; not before: a read per run costs a fifth of a send's time)."""
+    def _judge(self, run: Run, first: bool) -> tuple[Shedding | None, bool]:
+        """Connection.judge of the run, its wait read off the clock: the first run starts as
+        the read ends; later ones read the clock again."""
         admission = self.admission
         if admission is None:
             return None, False
-        received = run.received
-        # The first run starts as the read ends; later ones read the clock again.
-        waited = (self._read_at if first else admission.clock()) - received
-        self.backlog, self.backlog_since = run.total - run.first, received
-        limit = admission.min_wait
-        shed = None
-        if waited > limit or received <= admission.busy_mark:
-            shed = _Shedding(admission, received, waited, run.total)
-        return shed, waited > limit * READ_AHEAD_FROM
+        waited = (self._read_at if first else admission.clock()) - run.received
+        return self.state.judge(run, waited, admission)
 
-    def _serve_run(self, run: Run, shed: _Shedding | None, nursery: trio.Nursery) -> bool:
+    def _serve_run(self, run: Run, shed: Shedding | None, nursery: trio.Nursery) -> bool:
         """Serve one run of frames between the run hooks: refused by fast failure, answered
         by the run handler, or decoded and dispatched; whether any was served (not refused).
         Its answers go out in one write.  Raises ProtocolError for a frame that does not
@@ -796,7 +666,7 @@ class Channel:
                 hooks[1]()
 
     def _serve_with_run_handler(
-        self, run: Run, first: int, shed: _Shedding | None, nursery: trio.Nursery
+        self, run: Run, first: int, shed: Shedding | None, nursery: trio.Nursery
     ) -> ProtocolError | None:
         """The run from frame ``first`` offered to the run handler; each frame it leaves is
         decoded and dispatched, and the handler is offered the rest again (answers keep the
@@ -850,7 +720,7 @@ class Channel:
         return left, cmd
 
     def _decode_run(
-        self, run: Run, start_at: int, shed: _Shedding | None
+        self, run: Run, start_at: int, shed: Shedding | None
     ) -> tuple[list[RemotingCommand], ProtocolError | None]:
         """The run's frames from ``start_at`` decoded together, while the read's bytes are
         still in the CPU's caches (serving each in between evicted them: decoding frame by
@@ -873,30 +743,24 @@ class Channel:
     def _dispatch(
         self, cmds: Sequence[RemotingCommand], received: float, nursery: trio.Nursery
     ) -> None:
-        """Each decoded command to its place: a response to the call awaiting it, a request
-        with a bad header refused, the rest to a task each (refused with OVERLOAD past the
-        connection's cap)."""
+        """Each decoded command where Connection.place puts it: a response to the call
+        awaiting it, a request refused (a bad header, or OVERLOAD past the connection's cap),
+        the rest to a task each."""
+        place = self.state.place
         for cmd in cmds:
-            if cmd.flag & RPC_TYPE_RESPONSE:
-                self._on_response(cmd)
-            elif cmd.header_error is not None:
-                self._refuse(cmd, ResponseCode.SYSTEM_ERROR, cmd.header_error)
-            elif not self.state.start_task():
-                self._refuse(cmd, ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK)
-            else:
+            refusal = place(cmd)
+            if refusal is TASK:
                 if self.admission is not None:
                     self.waiting_tasks[id(cmd)] = (cmd.code, received)
                 nursery.start_soon(self._serve, cmd, received)
+            elif refusal is not None:
+                self._refuse(cmd, *refusal)
 
     def _refuse(self, request: RemotingCommand, code: int, remark: str) -> None:
         log.debug(
             "refusing %s from %s: %s", request_name(request.code), self.remote_address, remark
         )
         self.answer(request, request.response(code, remark))
-
-    def _on_response(self, cmd: RemotingCommand) -> None:
-        if not self.state.calls.answer(cmd):
-            log.debug("response for unknown opaque %d from %s", cmd.opaque, self.remote_address)
 
     async def _sweeper(self) -> None:
         """Fail callback-style calls whose deadline passed (awaited calls time out by

@@ -16,14 +16,35 @@ import collections
 import logging
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import attrs
 
-from pymq.remoting.codec import FrameDecoder, RemotingCommand
+from pymq.remoting.codec import (
+    BUSY_JSON_HEAD_PREFIX,
+    RPC_ONEWAY,
+    RPC_TYPE_RESPONSE,
+    FrameDecoder,
+    RemotingCommand,
+    busy_answer,
+    busy_answers,
+    busy_json_answer,
+    busy_json_tail,
+    peek_request,
+)
+from pymq.remoting.codes import ResponseCode
 from pymq.remoting.limits import ConnectionLimits, OutputBuffer, PartialFrameTracker, SharedBudget
 
 log = logging.getLogger(__name__)
+
+# Fast failure reads ahead once a run has waited this fraction of the smallest limit.
+READ_AHEAD_FROM = 0.25
+
+# RocketMQ's answer when a request cannot be queued for its executor (NettyRemotingAbstract).
+OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+
+# Connection.place's "serve it in a task of its own".
+TASK: Any = ("task",)
 
 # Answer to a callback-style call: (response, None) or (None, error).
 ResponseCallback = Callable[[RemotingCommand | None, Exception | None], None]
@@ -135,6 +156,125 @@ class CallTable:
             call.finish(None, error)
 
 
+class Admission(Protocol):
+    """A check made before a request is served (the broker's fast failure).
+
+    The channel stamps each receive with ``clock()``, less the age of the received bytes as the
+    kernel reports it (SO_TIMESTAMPNS: the bytes may have waited in the socket's buffer); a
+    request's wait is the time from then to when it is started.  ``shed_remark`` (before the
+    request is decoded, by its code) and ``shed`` (a decoded request waiting for its task) are
+    called only for requests that waited longer than ``min_wait`` s or were received at or
+    before ``busy_mark``; they return the SYSTEM_BUSY remark, or answer, to give instead of
+    serving the request, or None."""
+
+    clock: Callable[[], float]
+
+    @property
+    def min_wait(self) -> float: ...
+
+    @property
+    def busy_mark(self) -> float: ...
+
+    def shed(
+        self,
+        channel: Any,
+        request: RemotingCommand,
+        received: float,
+        waited: float,
+        queued: int,
+    ) -> RemotingCommand | None: ...
+
+    def shed_remark(self, code: int, received: float, waited: float, queued: int) -> str | None: ...
+
+    def note_shed(self, code: int, count: int, remark: str) -> None: ...
+
+
+_NOT_YET: Any = object()
+
+
+class Shedding:
+    """Fast failure over one run of frames that waited too long: each request past its limit is
+    answered SYSTEM_BUSY without being decoded.  A refusal must cost a small fraction of a send,
+    or refusing would itself take the broker's time: the answer of each request code is worked
+    out once per run, and each frame costs a peek at its header and one formatted answer."""
+
+    __slots__ = ("admission", "count", "received", "refused", "remarks", "tails", "waited")
+
+    def __init__(self, admission: Admission, received: float, waited: float, count: int) -> None:
+        self.admission = admission
+        self.received = received
+        self.waited = waited
+        self.count = count
+        self.remarks: dict[int, tuple[str, bytes] | None] = {}
+        self.tails: dict[int, bytes | None] = {}  # the JSON answer after the opaque, by code
+        self.refused: dict[int, int] = {}  # by code
+
+    def refuse(self, buf: bytes, start: int, end: int, index: int, out: OutputBuffer) -> bool:
+        """Answer the request in ``buf[start:end]`` SYSTEM_BUSY if it waited past its limit;
+        False to serve it (or to decode it and let the checks decide)."""
+        peeked = peek_request(buf, start, end)
+        if peeked is None:
+            return False
+        code, opaque, flag, serialize_type = peeked
+        if flag & RPC_TYPE_RESPONSE:
+            return False
+        remark = self.remarks.get(code, _NOT_YET)
+        if remark is _NOT_YET:
+            remark = self._remark(code, index)
+        if remark is None:
+            return False
+        if not flag & RPC_ONEWAY:
+            if serialize_type == 0:
+                out.append(busy_json_answer(opaque, remark[1]))
+            else:
+                out.append(busy_answer(serialize_type, opaque, remark[0]))
+        self.refused[code] = self.refused.get(code, 0) + 1
+        return True
+
+    def refuse_run(
+        self, buf: bytes, bounds: list[int], first: int, stop: int, out: OutputBuffer
+    ) -> int:
+        """Refuse frames from ``first`` on while each can be (the common case under overload:
+        a run of sends that all waited too long); the index of the first one not refused, which
+        has been judged and is to be served.  The
+        usual JSON headers (pymq's and the C++ client's key order) are answered by
+        ``busy_answers`` (C when built) with no Python work per frame; others by
+        :meth:`refuse`."""
+        tails = self.tails
+        i = first
+        while i < stop:
+            answers, i = busy_answers(
+                buf, bounds, i, stop, BUSY_JSON_HEAD_PREFIX, tails, self.refused
+            )
+            if answers:
+                out.append(answers)
+            if i >= stop:
+                break
+            # Stopped at a frame: a code seen for the first time (work out its answer and go
+            # on), or one to serve, or a header the fast loop does not read (peek at it).
+            peeked = peek_request(buf, bounds[2 * i], bounds[2 * i + 1])
+            if peeked is not None and peeked[0] not in tails and peeked[3] == 0:
+                self._remark(peeked[0], i)
+                if tails[peeked[0]] is not None:
+                    continue
+            if not self.refuse(buf, bounds[2 * i], bounds[2 * i + 1], i, out):
+                break
+            i += 1
+        return i
+
+    def _remark(self, code: int, index: int) -> tuple[str, bytes] | None:
+        text = self.admission.shed_remark(code, self.received, self.waited, self.count - index)
+        remark = self.remarks[code] = None if text is None else (text, busy_json_tail(text))
+        self.tails[code] = None if remark is None else remark[1]
+        return remark
+
+    def report(self) -> None:
+        for code, count in self.refused.items():
+            remark = self.remarks[code]
+            assert remark is not None
+            self.admission.note_shed(code, count, remark[0])
+
+
 class Run(NamedTuple):
     """Up to a run's worth of frames to serve: ``bounds[2*first:2*stop]`` into ``buf``;
     ``total`` frames came with that read in all, received at ``received``."""
@@ -160,6 +300,10 @@ class Connection:
         self.out = OutputBuffer(limits, budget)
         self.calls = CallTable()
         self.tasks = 0  # requests being served by a task of their own
+        # Requests of the run being served not yet started, and when they were received (the
+        # broker's water mark reads them): set by judge, cleared when the inbox is served.
+        self.backlog = 0
+        self.backlog_since = 0.0
         # Frames received and not yet served: [buffer, bounds, next index, received at].
         self._inbox: collections.deque[list] = collections.deque()
         self.inbox_bytes = 0
@@ -211,6 +355,38 @@ class Connection:
         if self.inbox_bytes >= self.limits.max_frame_length:
             return False
         return budget is None or not budget.partial_frames_over
+
+    # -- decisions ------------------------------------------------------------------------
+
+    def judge(self, run: Run, waited: float, admission: Admission) -> tuple[Shedding | None, bool]:
+        """Fast failure's one check per run (not per request), whose frames have ``waited``
+        since they were received: the shedding of a run that waited past a limit (or arrived
+        while the server was marked busy), and whether the connection is falling behind (then
+        it reads ahead between runs, so that the backlog waits in the inbox, where its age is
+        known, rather than in the peer's socket buffer, where it is not; not before: a read
+        per run costs a fifth of a send's time)."""
+        received = run.received
+        self.backlog, self.backlog_since = run.total - run.first, received
+        limit = admission.min_wait
+        shed = None
+        if waited > limit or received <= admission.busy_mark:
+            shed = Shedding(admission, received, waited, run.total)
+        return shed, waited > limit * READ_AHEAD_FROM
+
+    def place(self, cmd: RemotingCommand) -> tuple[int, str] | None:
+        """Where a decoded frame goes: a response completes the call awaiting it (None); a
+        request with a bad header is refused SYSTEM_ERROR, one past the connection's cap of
+        requests in tasks SYSTEM_BUSY (the refusal's code and remark); any other request is
+        admitted to a task (:data:`TASK`; :meth:`task_done` when it ends)."""
+        if cmd.flag & RPC_TYPE_RESPONSE:
+            if not self.calls.answer(cmd):
+                log.debug("response for unknown opaque %d", cmd.opaque)
+            return None
+        if cmd.header_error is not None:
+            return ResponseCode.SYSTEM_ERROR, cmd.header_error
+        if not self.start_task():
+            return ResponseCode.SYSTEM_BUSY, OVERLOAD_REMARK
+        return TASK
 
     # -- requests served by a task ----------------------------------------------------------
 

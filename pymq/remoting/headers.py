@@ -1041,31 +1041,23 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: UpdateGlobalWhiteAddrsConfigRequestHeader,
 }
 
-_SEND_CODES = frozenset(
-    {
-        _RC.SEND_MESSAGE,
-        _RC.SEND_MESSAGE_V2,
-        _RC.SEND_BATCH_MESSAGE,
-        _RC.SEND_REPLY_MESSAGE,
-        _RC.SEND_REPLY_MESSAGE_V2,
-    }
-)
-_END_TRANSACTION = _RC.END_TRANSACTION
 
-
-def decode_request(request: Any) -> Any:
+def decode_request(request: Any, cls: type | None = None) -> Any:
     """Decode and validate ``request``'s header once, keep it in ``request.header`` and return
-    it (None for a code without header fields); raises :class:`HeaderError`."""
+    it (None for a code without header fields); raises :class:`HeaderError`.  ``cls`` is the
+    header class the server's route names for the code (RemotingServer.routes); without it,
+    the class :data:`REQUEST_HEADERS` names (a client's requests from the server)."""
     header = request.header
     if header is not None:
         return header
     code = request.code
-    cls = REQUEST_HEADERS.get(code)
     if cls is None:
-        return None
-    if code in _SEND_CODES:
+        cls = REQUEST_HEADERS.get(code)
+        if cls is None:
+            return None
+    if cls is SendMessageRequestHeader:
         header = SendMessageRequestHeader.from_ext(code, request.ext_fields)
-    elif code == _END_TRANSACTION:
+    elif cls is EndTransactionRequestHeader:
         header = EndTransactionRequestHeader.from_ext(request.ext_fields)
     else:
         header = decode(cls, request.ext_fields)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import attrs
 import trio
 
 from pymq.remoting.channel import (
@@ -29,18 +30,44 @@ from pymq.remoting.channel import (
 from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame_at
 from pymq.remoting.codes import ResponseCode
 from pymq.remoting.errors import ProtocolError
-from pymq.remoting.headers import decode_request
+from pymq.remoting.headers import REQUEST_HEADERS, decode_request
 from pymq.remoting.limits import ConnectionLimits, SharedBudget
 from pymq.remoting.tls import TlsServer
 
 log = logging.getLogger(__name__)
 
-# (channel, buffer, frame bounds, first, stop) -> (the answers of frames first..i-1 joined, i):
-# answers from the frames' bytes (RemotingServer.raw_run_handler).
-RawAnswers = Callable[[Channel, bytes, list[int], int, int], tuple[bytes, int]]
-
 # The access check: (channel, request) -> None to serve it, or the answer refusing it.
 AccessCheck = Callable[[Channel, RemotingCommand], RemotingCommand | None]
+
+# A run handler: (channel, buffer, frame bounds, first, stop, the access check or None) ->
+# (the answers of frames first..i-1 joined, i, frame i decoded or None).  It serves, in the
+# connection's reader and from their bytes, the leading frames of a run that are requests of
+# its codes and need no wait, the access check applied to each when there is one; it stops at
+# the first frame it does not serve (any other code, or one that must wait).
+RunHandler = Callable[
+    [Channel, bytes, list[int], int, int, "AccessCheck | None"],
+    tuple[bytes, int, "RemotingCommand | None"],
+]
+
+
+@attrs.frozen
+class Route:
+    """How a server serves one request code: its row of the registration table.
+
+    ``header`` is the class its header is decoded into (and validated) before a handler sees
+    it.  ``handler`` serves it in a task of its own.  At most one of the two synchronous ways
+    in, tried first in the connection's reader: ``run``, which serves runs of such frames from
+    their bytes (the sends, the route lookups), or ``inline``, which is given the request
+    decoded; either leaves to ``handler`` what must wait."""
+
+    handler: RequestHandler
+    header: type | None = None
+    inline: InlineHandler | None = None
+    run: RunHandler | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.inline is not None and self.run is not None:
+            raise ValueError("a route has at most one synchronous handler: inline or run")
 
 
 class RemotingServer:
@@ -68,8 +95,9 @@ class RemotingServer:
         self.host = host
         self.port = port
         self.name = name
-        self.processors: dict[int, RequestHandler] = {}
-        self.inline_processors: dict[int, InlineHandler] = {}
+        # The registration table: how each request code is served (see :meth:`register`).
+        self.routes: dict[int, Route] = {}
+        self._run_handler: RunHandler | None = None
         self.default_processor: RequestHandler | None = None
         self.channels: set[Channel] = set()
         self._handshaking = 0  # connections in their TLS handshake, not yet channels
@@ -80,62 +108,81 @@ class RemotingServer:
         # to serve the request, or the answer that refuses it.  None (the default): no check,
         # and connections dispatch without looking for one.
         self.access_check: AccessCheck | None = None
-        # Answers the leading frames of a run from their bytes (the broker's sends, the name
-        # server's route lookups), tried first by serve_run; None: none.  Never where there
-        # is an access check (it would skip it).
-        self.raw_run_handler: RawAnswers | None = None
         # Called around each run of frames a connection serves (Channel.run_hooks); None: none.
         self.run_hooks: RunHooks | None = None
 
     def register(
-        self, code: int, processor: RequestHandler, inline: InlineHandler | None = None
+        self,
+        code: int,
+        handler: RequestHandler,
+        *,
+        inline: InlineHandler | None = None,
+        run: RunHandler | None = None,
+        header: type | None = None,
     ) -> None:
-        """Serve ``code`` with ``processor`` in a task of its own; if ``inline`` is given it is
-        tried first, in the connection's reader, and answers at once unless it returns None
-        (the common send needs no wait, and a task per request costs more than the send)."""
-        self.processors[int(code)] = processor
-        if inline is not None:
-            self.inline_processors[int(code)] = inline
-        else:
-            self.inline_processors.pop(int(code), None)
+        """Serve ``code`` as ``Route(handler, header, inline, run)`` says: :meth:`add_routes`
+        of one row."""
+        self.add_routes({code: Route(handler, header, inline, run)})
+
+    def add_routes(self, table: dict[int, Route]) -> None:
+        """Add rows to the registration table (a route without a header class takes the one
+        :data:`REQUEST_HEADERS` names for its code).  A server has one run handler at most:
+        every code that names one names the same (it reads each frame and stops at any code
+        it does not serve)."""
+        routes = dict(self.routes)
+        for code, route in table.items():
+            if route.header is None and int(code) in REQUEST_HEADERS:
+                route = attrs.evolve(route, header=REQUEST_HEADERS[int(code)])
+            routes[int(code)] = route
+        runs: list[RunHandler] = []
+        for route in routes.values():
+            if route.run is not None and route.run not in runs:
+                runs.append(route.run)
+        if len(runs) > 1:
+            raise ValueError(f"a server has one run handler at most, not {runs}")
+        self.routes = routes
+        self._run_handler = runs[0] if runs else None
 
     def serve_run(
         self, channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
     ) -> tuple[bytes, int, RemotingCommand | None]:
         """The synchronous way in (``Channel.raw_run_handler``): frames ``first..stop-1`` of a
-        run served in the connection's reader while they can be: the leading ones the raw
-        handler answers from their bytes (never where there is an access check), then each
-        frame it leaves decoded and served by its code's inline handler, if it has one and
-        it answers now; then the raw handler is offered the rest.  Returns where it stopped
-        (the frame a task must serve, or the response to route), with that frame decoded;
-        the answers are queued in the requests' order as they are made."""
-        checked = self.access_check is not None
-        raw = None if checked else self.raw_run_handler
-        inline = self._dispatch_inline_checked if checked else self.dispatch_inline
-        inline_codes = self.inline_processors
+        run served in the connection's reader while they can be: the leading ones by the run
+        handler (the access check, if any, passed to it), then a frame it leaves decoded and
+        given to its code's inline handler, if it has one and that answers now; then the run
+        handler is offered the rest.  Returns where it stopped (the frame a task must serve,
+        or the response to route), with that frame decoded; the answers are queued in the
+        requests' order as they are made."""
+        check = self.access_check
+        run = self._run_handler
+        inline = self._dispatch_inline_checked if check is not None else self.dispatch_inline
+        routes = self.routes
         i = first
         while i < stop:
-            if raw is not None:
+            cmd = None
+            if run is not None:
                 try:
-                    joined, left = raw(channel, buf, bounds, i, stop)
-                    if not i <= left <= stop:
+                    joined, left, cmd = run(channel, buf, bounds, i, stop, check)
+                    if not i <= left <= stop or (cmd is not None and left == stop):
                         raise ValueError(f"stopped at frame {left} of {stop}")
                 except Exception:  # a bug there: the frames are decoded and served below
-                    log.exception("%s: raw answers failed; frames decoded", self.name)
-                    raw = None
+                    log.exception("%s: the run handler failed; frames decoded", self.name)
+                    run, cmd = None, None
                 else:
                     if joined:
                         channel.answer_frames([joined])
                     i = left
                     if i >= stop:
                         break
-            try:
-                cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
-            except ProtocolError:  # the channel decodes it again and closes
-                return b"", i, None
+            if cmd is None:
+                try:
+                    cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
+                except ProtocolError:  # the channel decodes it again and closes
+                    return b"", i, None
             if cmd.flag & RPC_TYPE_RESPONSE or cmd.header_error is not None:
                 return b"", i, cmd
-            if cmd.code not in inline_codes or not channel.serve_inline(inline, cmd):
+            route = routes.get(cmd.code)
+            if route is None or route.inline is None or not channel.serve_inline(inline, cmd):
                 return b"", i, cmd
             i += 1
         return b"", i, None
@@ -143,34 +190,37 @@ class RemotingServer:
     def dispatch_inline(
         self, channel: Channel, request: RemotingCommand
     ) -> RemotingCommand | bytes | None:
-        processor = self.inline_processors.get(request.code)
-        if processor is None:
+        route = self.routes.get(request.code)
+        if route is None or route.inline is None:
             return None
-        decode_request(request)
-        return processor(channel, request)
+        decode_request(request, route.header)
+        return route.inline(channel, request)
 
     async def dispatch(self, channel: Channel, request: RemotingCommand) -> RemotingCommand | None:
-        processor = self.processors.get(request.code, self.default_processor)
-        if processor is None:
-            return request.response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                f"request type {request.code} not supported",
-            )
-        decode_request(request)
-        return await processor(channel, request)
+        route = self.routes.get(request.code)
+        if route is None:
+            if self.default_processor is None:
+                return request.response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f"request type {request.code} not supported",
+                )
+            decode_request(request)
+            return await self.default_processor(channel, request)
+        decode_request(request, route.header)
+        return await route.handler(channel, request)
 
     def _dispatch_inline_checked(
         self, channel: Channel, request: RemotingCommand
     ) -> RemotingCommand | bytes | None:
-        processor = self.inline_processors.get(request.code)
-        if processor is None:
+        route = self.routes.get(request.code)
+        if route is None or route.inline is None:
             return None
         assert self.access_check is not None
         refusal = self.access_check(channel, request)
         if refusal is not None:
             return refusal
-        decode_request(request)
-        response = processor(channel, request)
+        decode_request(request, route.header)
+        response = route.inline(channel, request)
         if response is None:
             request.access_checked = True  # served by a task next: checked once is enough
         return response
@@ -178,7 +228,7 @@ class RemotingServer:
     async def _dispatch_checked(
         self, channel: Channel, request: RemotingCommand
     ) -> RemotingCommand | None:
-        if request.code in self.processors or self.default_processor is not None:
+        if request.code in self.routes or self.default_processor is not None:
             assert self.access_check is not None
             if not request.access_checked:
                 refusal = self.access_check(channel, request)

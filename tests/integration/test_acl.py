@@ -479,3 +479,59 @@ async def test_admin_channel_without_acl(tmp_path: pathlib.Path) -> None:
             assert (await admin.call("acl.list"))["enabled"] is False
             refused = await admin.request("acl.delete", accessKey="someone")
             assert "ACL is off" in refused["error"]["message"]
+
+
+async def test_a_run_of_signed_sends_is_served_from_its_bytes_once_checked(
+    acl_cluster: Cluster,
+) -> None:
+    """With ACL, a read's run of sends is decoded and checked frame by frame, and those the
+    check passes are put from their bytes in one go, as without ACL; a refused frame in the
+    middle (a bad signature, a topic the account may not write) is answered in its turn and
+    stores nothing, and the sends after it are served too."""
+    from pymq.remoting.headers import SendMessageRequestHeader
+    from tests.helpers import answers_of_one_write
+
+    cluster = acl_cluster
+    send = cluster.broker.send_processor
+    # The topic's first send is checked by the decoded way: it judges the topic for the rest.
+    async with Producer("P", cluster.namesrv_addr, credentials=PRODUCER) as producer:
+        assert (await producer.send(Message("Allowed", b"first"))).status == "SEND_OK"
+    from_bytes: list[int] = []
+    read_run = send._read_run
+
+    def counting(*args: object) -> tuple[bytes, int]:
+        joined, left = read_run(*args)  # type: ignore[arg-type]
+        from_bytes.append(left - args[3])  # type: ignore[operator]
+        return joined, left
+
+    send._read_run = counting  # type: ignore[method-assign]
+
+    def request(n: int, topic: str = "Allowed", forge: bool = False) -> RemotingCommand:
+        ext = SendMessageRequestHeader.v2_ext(
+            "P", topic, 0, 0, 1_800_000_000_000, 0, f"UNIQ_KEY\x01U{n}", False
+        )
+        body = b"run-%d" % n
+        sign_request(ext, body, *PRODUCER)
+        if forge:
+            body = b"forged"  # signed for another body
+        return RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext, body)
+
+    kinds = ["ok", "ok", "forged", "ok", "denied", "ok", "ok"]
+    requests = [
+        request(n, "Denied" if kind == "denied" else "Allowed", kind == "forged")
+        for n, kind in enumerate(kinds)
+    ]
+    await cluster.broker.store.reput.do_reput()
+    before = cluster.broker.store.get_max_offset_in_queue("Allowed", 0)
+    answers = await answers_of_one_write(cluster.broker.port, requests)
+    assert [a.opaque for a in answers] == [r.opaque for r in requests]
+    codes = [a.code for a in answers]
+    assert codes == [
+        ResponseCode.SYSTEM_ERROR if kind != "ok" else ResponseCode.SUCCESS for kind in kinds
+    ]
+    assert "Check signature failed" in (answers[2].remark or "")
+    assert "No default permission" in (answers[4].remark or "")
+    # Served from their bytes, in runs between the refusals: 2, 1, 2 (not one by one).
+    assert sum(from_bytes) == 5 and max(from_bytes) == 2, from_bytes
+    await cluster.broker.store.reput.do_reput()
+    assert cluster.broker.store.get_max_offset_in_queue("Allowed", 0) == before + 5

@@ -102,8 +102,8 @@ async def test_reading_ahead_counts_as_reading_for_the_idle_deadline(
         host="127.0.0.1", port=0, idle_timeout=120, on_channel_closed=closed.append
     )
     server.admission = NeverShed()
-    server.register(ONEWAY, _no_task, oneway)
-    server.register(ECHO, _no_task, echo)
+    server.register(ONEWAY, _no_task, inline=oneway)
+    server.register(ECHO, _no_task, inline=echo)
     await nursery.start(server.run)
     client = socket.create_connection(("127.0.0.1", server.port))
     try:
@@ -152,7 +152,7 @@ async def test_the_frame_deadline_is_each_frames_own(
         return req.response()
 
     server = _ten_second_frames(closed)
-    server.register(ECHO, _no_task, echo)
+    server.register(ECHO, _no_task, inline=echo)
     await nursery.start(server.run)
     stream = await trio.open_tcp_stream("127.0.0.1", server.port)
     frames = [frame(ECHO, n, oneway=True, pad="x" * 100) for n in range(12)]
@@ -192,7 +192,7 @@ async def test_a_deadline_passing_mid_run_ends_the_connection_after_the_run(
 
     server = _ten_second_frames(closed)
     server.run_hooks = (lambda: events.append("begin"), lambda: events.append("end"))
-    server.register(ECHO, _no_task, echo)
+    server.register(ECHO, _no_task, inline=echo)
     await nursery.start(server.run)
     sock = socket.create_connection(("127.0.0.1", server.port))
     try:
@@ -248,7 +248,7 @@ async def test_a_peer_that_closes_or_resets_ends_its_connection_quietly(
     is logged, and the server goes on serving."""
     closed: list[Channel] = []
     server = RemotingServer(host="127.0.0.1", port=0, on_channel_closed=closed.append)
-    server.register(ECHO, _no_task, lambda channel, req: req.response())
+    server.register(ECHO, _no_task, inline=lambda channel, req: req.response())
     await nursery.start(server.run)
 
     async def round_trip() -> socket.socket:
@@ -278,7 +278,7 @@ async def test_a_connection_without_an_idle_timeout_stays_open(
     """With no idle timeout (a client's connections) the deadline watch closes nothing,
     however long nothing happens."""
     server = RemotingServer(host="127.0.0.1", port=0)
-    server.register(ECHO, _no_task, lambda channel, req: req.response())
+    server.register(ECHO, _no_task, inline=lambda channel, req: req.response())
     await nursery.start(server.run)
     client = RemotingClient(nursery)
     channel = await client.channel(f"127.0.0.1:{server.port}")
@@ -312,7 +312,7 @@ async def test_a_reader_paused_for_a_peer_that_does_not_read_ends_at_the_idle_de
         ),
         on_channel_closed=closed.append,
     )
-    server.register(ECHO, _no_task, big)
+    server.register(ECHO, _no_task, inline=big)
     await nursery.start(server.run)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

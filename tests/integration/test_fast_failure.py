@@ -246,6 +246,7 @@ async def test_requests_refused_in_a_long_run_are_not_decoded(
 ) -> None:
     """A refusal must cost a fraction of a send: requests past their wait are answered from a
     peek at their header, never decoded (here each is one the decoder would refuse outright)."""
+    import pymq.broker.processors.send as send_module
     import pymq.remoting.channel as channel_module
     import pymq.remoting.server as server_module
 
@@ -261,6 +262,7 @@ async def test_requests_refused_in_a_long_run_are_not_decoded(
 
     monkeypatch.setattr(channel_module, "decode_frame_at", counting)
     monkeypatch.setattr(server_module, "decode_frame_at", counting)  # the inline way in
+    monkeypatch.setattr(send_module, "decode_frame_at", counting)  # send_run's decoded way
     use_clock(cluster, SteppingClock(0.5))  # every run after the read's first is stale
     frames = [send_request("Known", i) for i in range(1, 97)]
     answers = await exchange(cluster, frames)

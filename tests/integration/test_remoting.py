@@ -125,29 +125,35 @@ async def test_binary_request_gets_binary_answer(
 
 
 INLINE = 1006
+RUN = 1008
 
 
 @pytest.mark.parametrize("fails", [False, True])
 async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
     server: RemotingServer, fails: bool
 ) -> None:
-    """Channel.raw_run_handler answers the leading frames of a run in one call; the frame it
-    leaves is decoded and served as usual (inline here), then it is offered the rest: the
-    answers in the requests' order.  One that raises has the rest of the run served frame by
-    frame from where that call began, every request answered once."""
+    """A run handler (its code's route) answers the leading frames of a run in one call; the
+    frame it leaves (another code) is decoded and served as usual (inline here), then it is
+    offered the rest: the answers in the requests' order.  One that raises has the rest of the
+    run served frame by frame from where that call began, every request answered once."""
     from pymq.remoting.codec import RPC_TYPE_RESPONSE, decode_frame_at
 
     runs: list[tuple[int, int]] = []
 
     def run_handler(
-        channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
-    ) -> tuple[bytes, int]:
+        channel: Channel,
+        buf: bytes,
+        bounds: list[int],
+        first: int,
+        stop: int,
+        check: object = None,
+    ) -> tuple[bytes, int, RemotingCommand | None]:
         runs.append((first, stop))
         answers = []
         i = first
         while i < stop:
             request = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
-            if request.ext_fields.get("x") != "raw":
+            if request.code != RUN:
                 break
             answer = request.response(ext_fields={"who": "run"})
             answer.opaque, answer.flag = request.opaque, answer.flag | RPC_TYPE_RESPONSE
@@ -155,24 +161,29 @@ async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
             i += 1
         if fails:
             raise RuntimeError("a bug in the run handler")
-        return b"".join(answers), i
+        return b"".join(answers), i, None
 
     async def task(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        if req.code == RUN:  # the run handler failed: its frames are served by tasks
+            return req.response(ext_fields={"who": "task"})
         raise AssertionError("served inline")
 
     def inline(channel: Channel, req: RemotingCommand) -> RemotingCommand:
         return req.response(ext_fields={"who": "inline"})
 
-    server.register(INLINE, task, inline)
-    server.raw_run_handler = run_handler
+    server.register(INLINE, task, inline=inline)
+    server.register(RUN, task, run=run_handler)
     kinds = ["raw", "raw", "usual", "raw", "usual", "usual", "raw"]
-    requests = [RemotingCommand.request(INLINE, {"x": kind}) for kind in kinds]
+    codes = {"raw": RUN, "usual": INLINE}
+    requests = [RemotingCommand.request(codes[kind], {"x": kind}) for kind in kinds]
     answers = await answers_of_one_write(server.port, requests)
+    if fails:  # each once; tasks answer when they are done, so not in order
+        answers.sort(key=lambda a: a.opaque)
     assert [a.opaque for a in answers] == [r.opaque for r in requests]
     who = [a.ext_fields["who"] for a in answers]
     if fails:
-        assert who == ["inline"] * len(kinds)
-        assert runs == [(0, len(kinds))]
+        assert who == ["task", "task", "inline", "task", "inline", "inline", "task"]
+        assert runs[0] == (0, len(kinds))
     else:
         assert who == ["run", "run", "inline", "run", "inline", "inline", "run"]
         assert runs == [(0, 7), (3, 7), (5, 7), (6, 7)]
@@ -182,11 +193,16 @@ async def test_a_run_handler_stopping_outside_its_run_is_not_believed(
     server: RemotingServer,
 ) -> None:
     def run_handler(
-        channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
-    ) -> tuple[bytes, int]:
-        return b"", stop + 1  # claims a frame the run does not have
+        channel: Channel,
+        buf: bytes,
+        bounds: list[int],
+        first: int,
+        stop: int,
+        check: object = None,
+    ) -> tuple[bytes, int, RemotingCommand | None]:
+        return b"", stop + 1, None  # claims a frame the run does not have
 
-    server.raw_run_handler = run_handler
+    server.register(FAST, server.routes[FAST].handler, run=run_handler)
     requests = [RemotingCommand.request(FAST, {"x": str(i)}) for i in range(3)]
     answers = await answers_of_one_write(server.port, requests)
     assert sorted(a.ext_fields["echo"] for a in answers) == ["0", "1", "2"]
@@ -197,13 +213,14 @@ async def test_flagged_oneway_gets_no_answer(server: RemotingServer) -> None:
         seen: list[int] = []
         stream = await trio.open_tcp_stream("127.0.0.1", server.port)
         channel = Channel(stream)
-        deliver = channel._on_response
+        place = channel.state.place
 
-        def record(cmd: RemotingCommand) -> None:
-            seen.append(cmd.opaque)
-            deliver(cmd)
+        def record(cmd: RemotingCommand) -> object:
+            if cmd.flag & 1:  # a response
+                seen.append(cmd.opaque)
+            return place(cmd)
 
-        channel._on_response = record  # type: ignore[method-assign]
+        channel.state.place = record  # type: ignore[method-assign]
         n.start_soon(channel.run)
         await channel.invoke_oneway(RemotingCommand.request(FAST))
         answered = await channel.invoke(RemotingCommand.request(FAST), timeout=5)
@@ -303,9 +320,9 @@ async def inline_server(nursery: trio.Nursery) -> RemotingServer:
     def inline_boom(channel: Channel, req: RemotingCommand) -> RemotingCommand:
         raise RuntimeError("inline handler failed")
 
-    server.register(INLINE, by_task, inline)
-    server.register(INLINE_LATER, by_task, inline_later)
-    server.register(INLINE_BOOM, by_task, inline_boom)
+    server.register(INLINE, by_task, inline=inline)
+    server.register(INLINE_LATER, by_task, inline=inline_later)
+    server.register(INLINE_BOOM, by_task, inline=inline_boom)
     await nursery.start(server.run)
     return server
 

@@ -17,7 +17,7 @@ from pymq.common.record import decode_records
 from pymq.embedded import Cluster
 from pymq.remoting.channel import ANSWER_LATER, RAW_ANSWER_LATER
 from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame, encode
-from pymq.remoting.codes import ResponseCode
+from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingCommandError
 from pymq.remoting.headers import SendMessageRequestHeader
 from tests.helpers import c_functions
@@ -90,6 +90,19 @@ def answer_of(out: RemotingCommand | bytes) -> tuple:
     return cmd.code, cmd.remark, ext, cmd.opaque, cmd.flag
 
 
+SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+
+
+def inline(
+    cluster: Cluster, channel: object, cmd: RemotingCommand
+) -> RemotingCommand | bytes | None:
+    """What the broker serves in the connection's reader for a decoded frame: send_run's way
+    with the sends its reading leaves, a route's inline handler otherwise; None: a task's."""
+    if cmd.code in SEND_CODES:
+        return cluster.broker.send_processor._serve_decoded(channel, cmd)  # type: ignore[arg-type]
+    return cluster.broker.inline(cluster, channel, cmd)  # type: ignore[arg-type]
+
+
 async def usual(cluster: Cluster, data: bytes) -> tuple:
     """What the broker's usual path answers to the frame (inline, or in a task)."""
     cmd = decode_frame(data[4:])
@@ -97,7 +110,7 @@ async def usual(cluster: Cluster, data: bytes) -> tuple:
         return ("header_error", cmd.header_error)
     server = cluster.broker.server
     try:  # as Channel._serve_inline and _serve_task answer what a handler raises
-        out = server.dispatch_inline(PEER, cmd)  # type: ignore[arg-type]
+        out = inline(cluster, PEER, cmd)
         assert out is not ANSWER_LATER
         if out is None:
             out = await server.dispatch(PEER, cmd)  # type: ignore[arg-type]
@@ -199,7 +212,7 @@ async def test_raw_sends_answer_and_store_as_the_usual_path(pymq_cluster: Cluste
     # The plain sends went raw (after the topic's first, checked send); the rest did not.
     assert raw_served == [
         "plain", "tags+keys+wait", "no props", "queue 3, flag, sys flag", "reconsume",
-        "C++ booleans", "quoted props", "remark", "code 10", "C++ client",
+        "C++ booleans", "quoted props", "unknown field", "remark", "code 10", "C++ client",
         "C++ client, queue 2, reconsume",
         "plain again", "batch", "batch, tags, keys, WAIT", "batch of one, reconsume",
     ]  # fmt: skip
@@ -217,7 +230,7 @@ async def test_a_broker_serves_sends_raw_over_its_connections(pymq_cluster: Clus
     await topics.create_topic(cluster.namesrv_addr, "RawSock", brokers=[cluster.broker_addr])
     send = cluster.broker.send_processor
     served = []
-    real_run = send.send_run
+    real_run = send._read_run  # send_run's reading of frames from their bytes
 
     def counting_run(
         channel: object, buf: bytes, bounds: list[int], first: int, stop: int
@@ -227,8 +240,8 @@ async def test_a_broker_serves_sends_raw_over_its_connections(pymq_cluster: Clus
         return joined, left
 
     for server in (cluster.broker.server, cluster.broker.fast_server):
-        assert server.raw_run_handler == real_run
-        server.raw_run_handler = counting_run
+        assert server.routes[RequestCode.SEND_MESSAGE_V2].run == send.send_run
+    send._read_run = counting_run  # type: ignore[method-assign]
     async with Producer("P", cluster.namesrv_addr) as producer:
         results = [await producer.send(Message("RawSock", b"m%d" % i)) for i in range(20)]
     assert {r.status for r in results} == {"SEND_OK"}
@@ -283,7 +296,6 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
     disk = StuckDisk(monkeypatch)
     async with sync_flush_cluster(tmp_path, "RawT", "UsualT") as cluster:
         send = cluster.broker.send_processor
-        server = cluster.broker.server
         store = cluster.broker.store
 
         async def both(n: int, props: str) -> tuple[tuple, tuple]:
@@ -295,7 +307,7 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
             assert send.send_raw(raw_ch, raw_frame, 4, len(raw_frame)) == b""  # type: ignore[arg-type]
             usual_frame = frame(ext_for("UsualT", props=props))
             cmd = decode_frame(usual_frame[4:])
-            assert server.dispatch_inline(usual_ch, cmd) is ANSWER_LATER  # type: ignore[arg-type]
+            assert inline(cluster, usual_ch, cmd) is ANSWER_LATER  # type: ignore[arg-type]
             with trio.fail_after(10):
                 while len(raw_ch.frames) < 1 or len(usual_ch.frames) < 1:
                     await trio.sleep(0.01)
@@ -311,7 +323,7 @@ async def test_sync_flush_raw_sends_are_answered_by_the_group_commit(tmp_path, m
             first = frame(ext_for(topic, props=UNIQ.format(0)))
             assert send.send_raw(Answers(), first, 4, len(first)) is None  # type: ignore[arg-type]
             firsts.append(Answers())
-            assert server.dispatch_inline(firsts[-1], decode_frame(first[4:])) is ANSWER_LATER  # type: ignore[arg-type]
+            assert inline(cluster, firsts[-1], decode_frame(first[4:])) is ANSWER_LATER  # type: ignore[arg-type]
         with trio.fail_after(10):
             while not all(ch.frames for ch in firsts):
                 await trio.sleep(0.01)
@@ -348,7 +360,7 @@ async def test_sync_flush_raw_batches_are_answered_as_the_usual_path(tmp_path) -
     import trio
 
     async with sync_flush_cluster(tmp_path, "RawT", "UsualT") as cluster:
-        server, send = cluster.broker.server, cluster.broker.send_processor
+        send = cluster.broker.send_processor
         answers = {}
         for round_ in range(2):  # the first round checks the topics (the usual path)
             for topic in ("RawT", "UsualT"):
@@ -358,7 +370,7 @@ async def test_sync_flush_raw_batches_are_answered_as_the_usual_path(tmp_path) -
                 if out is None:
                     assert round_ == 0 or topic == "UsualT"
                     cmd = decode_frame(data[4:])
-                    assert server.dispatch_inline(channel, cmd) is ANSWER_LATER  # type: ignore[arg-type]
+                    assert inline(cluster, channel, cmd) is ANSWER_LATER  # type: ignore[arg-type]
                 else:
                     assert out == RAW_ANSWER_LATER
                 with trio.fail_after(10):
@@ -397,8 +409,7 @@ async def test_sync_flush_answers_each_channel_in_one_call_in_order(tmp_path, mo
         first = frame(ext_for("HeldT", props=UNIQ.format(0)))
         assert send.send_raw(Answers(), first, 4, len(first)) is None  # type: ignore[arg-type]
         first_ch = Answers()  # the topic's first send is the usual path's
-        server = cluster.broker.server
-        assert server.dispatch_inline(first_ch, decode_frame(first[4:])) is ANSWER_LATER  # type: ignore[arg-type]
+        assert inline(cluster, first_ch, decode_frame(first[4:])) is ANSWER_LATER  # type: ignore[arg-type]
         with trio.fail_after(10):
             while not first_ch.frames:
                 await trio.sleep(0.01)
@@ -505,9 +516,9 @@ async def test_a_sync_that_cannot_start_with_the_put_answers_once(tmp_path, monk
     from pymq.store import mapped_file_queue
 
     async with sync_flush_cluster(tmp_path, "Once") as cluster:
-        send, server = cluster.broker.send_processor, cluster.broker.server
+        send = cluster.broker.send_processor
         first = frame(ext_for("Once", props=UNIQ.format(0)))
-        server.dispatch_inline(Answers(), decode_frame(first[4:]))  # type: ignore[arg-type]
+        inline(cluster, Answers(), decode_frame(first[4:]))  # type: ignore[arg-type]
         await trio.sleep(0.2)
         real, failed = mapped_file_queue.MappedFileQueue.begin_flush, []
 

@@ -27,7 +27,7 @@ from pymq.remoting.codes import ResponseCode
 from pymq.remoting.errors import ProtocolError, RemotingCommandError
 from tests.helpers import c_functions
 
-from .test_send_raw import answer_of, stored
+from .test_send_raw import answer_of, inline, stored
 
 native_extension = c_functions()
 
@@ -189,7 +189,7 @@ async def usual(cluster: Cluster, data: bytes) -> tuple:
         return ("header_error", cmd.header_error)
     server = cluster.broker.server
     try:
-        out = server.dispatch_inline(PEER, cmd)  # type: ignore[arg-type]
+        out = inline(cluster, PEER, cmd)  # type: ignore[arg-type]
         if out is None:
             out = await server.dispatch(PEER, cmd)  # type: ignore[arg-type]
     except RemotingCommandError as exc:

@@ -598,7 +598,7 @@ def test_every_served_request_code_has_an_acl_rule(tmp_path: pathlib.Path) -> No
     controller = BrokerController(
         BrokerConfig(), NettyServerConfig(listen_port=0), NettyClientConfig(), store
     )
-    served = set(controller.server.processors) | set(controller.fast_server.processors)
+    served = set(controller.server.routes) | set(controller.fast_server.routes)
     missing = sorted(RequestCode(code).name for code in served if code not in RULES)
     assert not missing, f"request codes served without an ACL rule: {missing}"
     # The admin codes are the 4.9.4 broker's and the ACL codes themselves.

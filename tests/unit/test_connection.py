@@ -156,3 +156,77 @@ def test_closing_releases_budgets_and_fails_calls() -> None:
     conn.close(RemotingConnectError("gone"))
     assert budget.partial_frame_total == 0 and budget.write_total == 0
     assert not conn.has_input and isinstance(failed[0], RemotingConnectError)
+
+
+class FixedAdmission:
+    """Fast failure with fixed limits: a request that waited past ``min_wait`` is refused."""
+
+    def __init__(self, min_wait: float, busy_mark: float = -1.0) -> None:
+        self.min_wait = min_wait
+        self.busy_mark = busy_mark
+        self.noted: list[tuple[int, int, str]] = []
+        self.clock = lambda: 0.0
+
+    def shed(self, channel: object, request: RemotingCommand, *args: float) -> None:
+        return None
+
+    def shed_remark(self, code: int, received: float, waited: float, queued: int) -> str | None:
+        return f"[TIMEOUT] waited {waited:.1f}s" if waited > self.min_wait else None
+
+    def note_shed(self, code: int, count: int, remark: str) -> None:
+        self.noted.append((code, count, remark))
+
+
+def test_a_run_is_judged_once_by_its_wait_and_refusals_cost_no_decode() -> None:
+    """judge: a run that waited past the limit is shed (each frame answered SYSTEM_BUSY from a
+    peek at its header, oneway ones not answered), one received at or before the busy mark
+    too; a run well inside the limit is served, and reading ahead starts at a quarter of it."""
+    conn = Connection(ConnectionLimits())
+    requests = [RemotingCommand.request(10, {"x": str(i)}) for i in range(3)]
+    requests[1].flag |= 2  # oneway
+    conn.receive(b"".join(encode(r) for r in requests), received=5.0, now=5.0)
+    run = conn.next_run(32)
+    assert run is not None
+    admission = FixedAdmission(min_wait=1.0)
+    assert conn.judge(run, 0.1, admission) == (None, False)  # type: ignore[arg-type]
+    assert (conn.backlog, conn.backlog_since) == (3, 5.0)
+    assert conn.judge(run, 0.3, admission) == (None, True)  # type: ignore[arg-type]
+    shed, behind = conn.judge(run, 2.0, admission)  # type: ignore[arg-type]
+    assert shed is not None and behind
+    assert shed.refuse_run(run.buf, run.bounds, run.first, run.stop, conn.out) == 3
+    answers = []
+    data = conn.out.take()
+    pos = 0
+    while pos < len(data):
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        answers.append(decode_frame_at(data, pos + 4, pos + 4 + length))
+        pos += 4 + length
+    assert [a.opaque for a in answers] == [requests[0].opaque, requests[2].opaque]
+    assert {a.code for a in answers} == {2}  # SYSTEM_BUSY
+    assert all(a.flag & RPC_TYPE_RESPONSE for a in answers)
+    shed.report()
+    assert admission.noted == [(10, 3, "[TIMEOUT] waited 2.0s")]
+    busy = FixedAdmission(min_wait=1.0, busy_mark=5.0)  # received while marked busy
+    shed, _ = conn.judge(run, 0.1, busy)  # type: ignore[arg-type]
+    assert shed is not None
+
+
+def test_place_routes_responses_refuses_bad_headers_and_caps_tasks() -> None:
+    """place: a response completes its call (an unknown one is dropped), a request with a bad
+    header is refused SYSTEM_ERROR with the header's error, past the cap of requests in tasks
+    SYSTEM_BUSY [OVERLOAD], the others go to a task."""
+    from pymq.remoting.connection import OVERLOAD_REMARK, TASK
+
+    conn = Connection(ConnectionLimits(max_pending_requests=1))
+    call = Call()
+    conn.calls.add(7, call)
+    response = RemotingCommand(0, {}, b"", 7, RPC_TYPE_RESPONSE)
+    assert conn.place(response) is None and call.response is response
+    assert conn.place(RemotingCommand(0, {}, b"", 8, RPC_TYPE_RESPONSE)) is None
+    bad = RemotingCommand.request(10)
+    bad.header_error = "the custom field <b> is null"
+    assert conn.place(bad) == (1, "the custom field <b> is null")
+    assert conn.place(RemotingCommand.request(10)) is TASK
+    assert conn.place(RemotingCommand.request(10)) == (2, OVERLOAD_REMARK)
+    conn.task_done()
+    assert conn.place(RemotingCommand.request(10)) is TASK

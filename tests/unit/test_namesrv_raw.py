@@ -24,7 +24,7 @@ from pymq.remoting.codec import (
     encode,
 )
 from pymq.remoting.codes import RequestCode, ResponseCode
-from pymq.remoting.errors import ProtocolError
+from pymq.remoting.errors import ProtocolError, RemotingCommandError
 from tests.helpers import answers_of_one_write, make_namesrv
 from tests.unit.test_routes import register, wrapper
 
@@ -50,8 +50,13 @@ def usual_answer(controller: NamesrvController, frame: bytes) -> bytes | None:
         return None
     if request.header_error is not None:
         response = request.response(ResponseCode.SYSTEM_ERROR, request.header_error)
+    elif request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:  # route_answers' decoded way
+        try:  # as Channel.serve_inline answers what it raises
+            response = controller.processor.get_route_info(None, request)  # type: ignore[arg-type]
+        except RemotingCommandError as exc:
+            response = request.response(ResponseCode.SYSTEM_ERROR, str(exc))
     else:
-        response = controller.server.dispatch_inline(None, request)  # type: ignore[arg-type]
+        response = None
     if response is None or request.flag & 2:  # oneway: no answer
         return None
     response.opaque = request.opaque
@@ -198,7 +203,7 @@ async def test_a_running_name_server_answers_lookups_raw_and_usual(tmp_path: pat
         calls += answer is not None
         return answer
 
-    # The run handler (route_answers_raw) answers each lookup through route_answer_raw.
+    # The run handler (route_answers) answers each lookup through route_answer_raw.
     controller.processor.route_answer_raw = counting  # type: ignore[method-assign]
     async with trio.open_nursery() as nursery:
         port = await nursery.start(controller.run)
@@ -257,15 +262,34 @@ def test_long_or_unnamed_headers_are_left_to_the_usual_path(namesrv: NamesrvCont
     assert usual_answer(namesrv, frame) is not None
 
 
+class Recorder:
+    """A connection's side of a run handler: the answers it queues, in order."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def answer_frames(self, frames: list[bytes]) -> None:
+        self.frames.extend(frames)
+
+    def serve_inline(self, inline, request: RemotingCommand) -> bool:  # type: ignore[no-untyped-def]
+        response = inline(self, request)
+        response.opaque, response.flag = request.opaque, response.flag | RPC_TYPE_RESPONSE
+        self.frames.append(encode(response))
+        return True
+
+
 def test_a_run_of_lookups_is_answered_as_each_one_is(namesrv: NamesrvController) -> None:
-    """route_answers_raw answers the leading lookups of a run, joined, exactly as
-    route_answer_raw answers each, and stops at the first it leaves to the usual path."""
+    """route_answers answers the lookups of a run in order: those route_answer_raw answers
+    from their bytes exactly as it answers each (joined), one it leaves decoded as the usual
+    path answers it; it stops at the first frame of another code, decoded."""
     topics = ["Known", "Ünïcode", "Known", "Missing", "Known"]
     frames = []
     for i, topic in enumerate(topics):
         request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         request.opaque = 100 + i
         frames.append(encode(request))
+    other = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+    frames.append(encode(other))
     buf = b"".join(frames)
     bounds: list[int] = []
     pos = 0
@@ -273,18 +297,21 @@ def test_a_run_of_lookups_is_answered_as_each_one_is(namesrv: NamesrvController)
         bounds += [pos + 4, pos + len(frame)]
         pos += len(frame)
     one = namesrv.processor.route_answer_raw
-    each = [one(None, buf, bounds[2 * i], bounds[2 * i + 1]) for i in range(len(frames))]
+    each = [one(None, buf, bounds[2 * i], bounds[2 * i + 1]) for i in range(len(topics))]
     assert each[3] is None and all(a is not None for a in each[:3])
-    assert namesrv.processor.route_answers_raw(None, buf, bounds, 0, 5) == (
-        b"".join(each[:3]),  # type: ignore[arg-type]
-        3,
-    )
-    assert namesrv.processor.route_answers_raw(None, buf, bounds, 1, 3) == (
-        b"".join(each[1:3]),  # type: ignore[arg-type]
-        3,
-    )
-    assert namesrv.processor.route_answers_raw(None, buf, bounds, 3, 5) == (b"", 3)
-    assert namesrv.processor.route_answers_raw(None, buf, bounds, 4, 5) == (each[4], 5)
+    missing = usual_answer(namesrv, frames[3][4:])
+    assert missing is not None and decode_frame(missing[4:]).code == ResponseCode.TOPIC_NOT_EXIST
+    run = namesrv.processor.route_answers
+    ch = Recorder()
+    assert run(ch, buf, bounds, 0, 3) == (b"".join(each[:3]), 3, None)  # type: ignore[arg-type]
+    assert ch.frames == []
+    joined, left, cmd = run(ch, buf, bounds, 1, 6)  # type: ignore[arg-type]
+    # Queued in order: the raw answers before the decoded one's, then the one after it.
+    assert ch.frames == [b"".join(each[1:3]), missing]  # type: ignore[arg-type]
+    assert (joined, left) == (each[4], 5)
+    assert cmd is not None and cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO
+    # With an access check it serves nothing (it would skip it).
+    assert run(ch, buf, bounds, 0, 5, lambda c, r: None) == (b"", 0, None)  # type: ignore[arg-type]
 
 
 def test_frames_the_raw_path_must_leave(namesrv: NamesrvController) -> None:

@@ -151,7 +151,7 @@ async def put(ctx: BrokerContext, *bodies: bytes, tags: str = "TagA") -> None:
 async def test_send_inline_and_in_task_answer_offsets(ctx: BrokerContext) -> None:
     send = SendProcessor(ctx)
     channel = FakeChannel()
-    first = answer_command(send.send_message_inline(channel, send_request(body=b"one")))
+    first = answer_command(send._serve_decoded(channel, send_request(body=b"one")))
     assert first is not None and first.code == ResponseCode.SUCCESS
     assert first.ext_fields["queueId"] == "0" and first.ext_fields["queueOffset"] == "0"
     second = await send.send_message(channel, send_request(queue_id=0, body=b"two"))
@@ -180,17 +180,17 @@ async def test_a_batch_to_a_known_topic_is_served_inline_as_the_task_serves_it(
         ext = H.SendMessageRequestHeader.v2_ext("pg", topic, 0, 0, 1_700_000_000_000, 0, "", True)
         return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, payload)
 
-    inline = answer_command(send.send_message_inline(FakeChannel(), batch()))
+    inline = answer_command(send._serve_decoded(FakeChannel(), batch()))
     assert inline is not None and inline.code == ResponseCode.SUCCESS
     assert inline.ext_fields["queueOffset"] == "0"
     in_task = await send.send_message(FakeChannel(), batch())
     assert in_task.code == ResponseCode.SUCCESS and in_task.ext_fields["queueOffset"] == "3"
     assert inline.ext_fields.keys() == in_task.ext_fields.keys()
     await dispatched(ctx.store, TOPIC, 0, 6)
-    refused = send.send_message_inline(FakeChannel(), batch(payload=b"\x00\x01"))
+    refused = send._serve_decoded(FakeChannel(), batch(payload=b"\x00\x01"))
     assert refused is not None and refused.code == ResponseCode.MESSAGE_ILLEGAL
     assert "bad batch body" in (refused.remark or "")
-    assert send.send_message_inline(FakeChannel(), batch(topic="NoSuchTopic")) is None
+    assert send._serve_decoded(FakeChannel(), batch(topic="NoSuchTopic")) is None
 
 
 async def test_send_to_unknown_topic_without_default_is_topic_not_exist(
@@ -198,7 +198,7 @@ async def test_send_to_unknown_topic_without_default_is_topic_not_exist(
 ) -> None:
     send = SendProcessor(ctx)
     req = send_request(topic="Nowhere", default_topic="NoSuchDefault")
-    assert send.send_message_inline(FakeChannel(), req) is None  # handed to the task path
+    assert send._serve_decoded(FakeChannel(), req) is None  # handed to the task path
     response = await send.send_message(FakeChannel(), req)
     assert response.code == ResponseCode.TOPIC_NOT_EXIST
     assert "topic[Nowhere] not exist" in response.remark
@@ -214,7 +214,7 @@ async def test_send_to_unknown_topic_is_auto_created_from_tbw102(ctx: BrokerCont
 async def test_send_to_a_queue_the_topic_lacks_is_refused(ctx: BrokerContext) -> None:
     send = SendProcessor(ctx)
     for answer in (
-        send.send_message_inline(FakeChannel(), send_request(queue_id=9)),
+        send._serve_decoded(FakeChannel(), send_request(queue_id=9)),
         await send.send_message(FakeChannel(), send_request(queue_id=9)),
     ):
         assert answer is not None and answer.code == ResponseCode.SYSTEM_ERROR
@@ -226,7 +226,7 @@ async def test_send_to_a_queue_the_topic_lacks_is_refused(ctx: BrokerContext) ->
 async def test_retry_send_past_max_reconsume_times_goes_to_dlq(ctx: BrokerContext) -> None:
     send = SendProcessor(ctx)
     req = send_request(topic=retry_topic(GROUP), reconsume_times=16)
-    assert send.send_message_inline(FakeChannel(), req) is None  # retry topics take the task
+    assert send._serve_decoded(FakeChannel(), req) is None  # retry topics take the task
     response = await send.send_message(FakeChannel(), req)
     assert response.code == ResponseCode.SUCCESS
     assert response.ext_fields["queueId"] == "0"
@@ -474,7 +474,7 @@ async def test_the_pre_encoded_send_answer_is_the_frame_the_command_made(
     ]
     for req, queue_id, count in requests:
         before = ctx.stats.put_msgs
-        frame = send.send_message_inline(FakeChannel(), req)
+        frame = send._serve_decoded(FakeChannel(), req)
         assert type(frame) is bytes
         assert ctx.stats.put_msgs == before + count  # once
         assert frame == expected(req, queue_id)
@@ -482,7 +482,7 @@ async def test_the_pre_encoded_send_answer_is_the_frame_the_command_made(
 
     binary = send_request(queue_id=2)
     binary.serialize_type = SerializeType.ROCKETMQ
-    answer = send.send_message_inline(FakeChannel(), binary)
+    answer = send._serve_decoded(FakeChannel(), binary)
     assert isinstance(answer, RemotingCommand) and answer.code == ResponseCode.SUCCESS
     assert answer.ext_fields["MSG_REGION"] == "Région-\u2603"
 
@@ -501,7 +501,7 @@ async def test_a_batch_item_whose_properties_are_no_utf8_is_stored_as_java_store
     body += struct.pack(">h", len(props)) + props
     ext = H.SendMessageRequestHeader.v2_ext("pg", TOPIC, 0, 0, 1_700_000_000_000, 0, "", True)
     req = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, body)
-    answer = answer_command(send.send_message_inline(FakeChannel(), req))
+    answer = answer_command(send._serve_decoded(FakeChannel(), req))
     assert answer is not None and answer.code == ResponseCode.SUCCESS, answer.remark
     await dispatched(ctx.store, TOPIC, 0, 1)
     stored = ctx.store.look_message_by_offset(0)

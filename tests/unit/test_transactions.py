@@ -209,7 +209,7 @@ async def test_half_message_is_stored_hidden_in_the_half_topic(ctx: BrokerContex
 
 async def test_inline_send_path_stores_half_messages_too(ctx: BrokerContext) -> None:
     send = SendProcessor(ctx)
-    answer = answer_command(send.send_message_inline(FakeProducer(), half_request(queue_id=2)))  # type: ignore[arg-type]
+    answer = answer_command(send._serve_decoded(FakeProducer(), half_request(queue_id=2)))  # type: ignore[arg-type]
     assert answer is not None and answer.code == ResponseCode.SUCCESS
     assert answer.ext_fields["queueId"] == "2"
     await dispatched(ctx.store, HALF, 1)

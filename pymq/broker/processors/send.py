@@ -50,11 +50,13 @@ from pymq.remoting.channel import ANSWER_LATER, RAW_ANSWER_LATER, Channel
 from pymq.remoting.codec import (
     RPC_TYPE_RESPONSE,
     RemotingCommand,
+    decode_frame_at,
     encode,
     json_response_frame,
     quote_json,
 )
 from pymq.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, SerializeType
+from pymq.remoting.errors import ProtocolError
 from pymq.remoting.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
@@ -66,6 +68,7 @@ from pymq.store.results import PutMessageResult, PutMessageStatus
 
 if TYPE_CHECKING:
     from pymq.broker.context import BrokerContext
+    from pymq.remoting.server import AccessCheck
     from pymq.store.commitlog import DispatchHint
 
 log = logging.getLogger(__name__)
@@ -121,6 +124,10 @@ STATUS_RESPONSES: dict[PutMessageStatus, tuple[int, str | None]] = {
 # Enum members read through their class are slow attribute lookups: the send path reads these
 # module constants instead.
 _SEND_BATCH_MESSAGE = RequestCode.SEND_BATCH_MESSAGE
+# The codes send_run serves (the reply codes have their own processor).
+_SEND_CODES = frozenset(
+    {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
+)
 _SUCCESS = ResponseCode.SUCCESS
 _PUT_OK = PutMessageStatus.PUT_OK
 _send_response_json = SendMessageResponseHeader.ext_json
@@ -275,6 +282,11 @@ def _response(
 def _queue_count(config: TopicConfig) -> int:
     """The queue ids a send to the topic may name: the larger of its write and read counts."""
     return max(config.write_queue_nums, config.read_queue_nums)
+
+
+def _is_send(cmd: RemotingCommand) -> bool:
+    """``cmd`` is a send request send_run serves (not a response, its header readable)."""
+    return not cmd.flag & RPC_TYPE_RESPONSE and cmd.header_error is None and cmd.code in _SEND_CODES
 
 
 def _error_frame(opaque: int, exc: Exception) -> bytes:
@@ -563,13 +575,14 @@ class SendProcessor:
 
     # -- request handlers ---------------------------------------------------------------------
 
-    def send_message_inline(
+    def _serve_decoded(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand | bytes | None:
-        """The common send served in the connection's reader, with no task: a message or a batch
-        to a topic that exists, not as SYNC_MASTER.  With SYNC_FLUSH the answer is sent by the
-        group commit once the bytes are on disk (``ANSWER_LATER``).  None hands the request to
-        :meth:`send_message` (auto-create, retry topics, slave waits)."""
+        """:meth:`send_run`'s way with a frame its readers leave (``req``, decoded): a message
+        or a batch to a topic that exists, not as SYNC_MASTER, served in the connection's
+        reader with no task.  With SYNC_FLUSH the answer is sent by the group commit once the
+        bytes are on disk (``ANSWER_LATER``).  None hands the request to :meth:`send_message`
+        (auto-create, retry topics, slave waits)."""
         store = self.ctx.store
         if store.config.broker_role is _SYNC_MASTER:
             return None
@@ -628,7 +641,7 @@ class SendProcessor:
         SEND_MESSAGE) or batch (SEND_BATCH_MESSAGE) that ``_recordc.send_fields`` reads, to a
         topic already checked and writable, put by the store's one-call paths on a broker that
         is not SYNC_MASTER.
-        Returns the answer frame :meth:`send_message_inline` writes for it, or, with
+        Returns the answer frame :meth:`_serve_decoded` writes for it, or, with
         SYNC_FLUSH, RAW_ANSWER_LATER: the group commit writes that frame (or
         FLUSH_DISK_TIMEOUT's) through ``Channel.answer_frames`` once the bytes are on disk
         (tests/integration/test_send_raw.py compares the answers and the stores).  None,
@@ -690,14 +703,106 @@ class SendProcessor:
             return _error_frame(opaque, exc)
 
     def send_run(
+        self,
+        channel: Channel,
+        buf: bytes,
+        bounds: list[int],
+        first: int,
+        stop: int,
+        check: AccessCheck | None = None,
+    ) -> tuple[bytes, int, RemotingCommand | None]:
+        """The sends' run handler (their route's ``run``, RemotingServer.serve_run): frames
+        ``first..stop-1`` of a run (``bounds``: their starts and ends) served in the
+        connection's reader while they are sends that need no wait.  Read from their bytes
+        (:meth:`_read_run`; with an access check, once decoded and checked:
+        :meth:`_read_checked`); the frames that way leaves are served decoded by
+        :meth:`_serve_decoded`.  Stops at the first other
+        frame, or a send that must wait (auto-create, retry topics, SYNC_MASTER): it returns
+        the answers not yet queued joined, where it stopped, and that frame decoded if it
+        was (answers keep the requests' order).  A frame it has put is answered here or by
+        the group commit, never served again."""
+        answers: list[bytes] = []
+        i = first
+        while i < stop:
+            cmd: RemotingCommand | None = None
+            refusal: RemotingCommand | None = None
+            if check is None:
+                joined, i = self._read_run(channel, buf, bounds, i, stop)
+            else:
+                joined, i, cmd, refusal = self._read_checked(channel, buf, bounds, i, stop, check)
+            if joined:
+                answers.append(joined)
+            if i >= stop:
+                break
+            if cmd is None:
+                try:
+                    cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
+                except ProtocolError:  # the channel decodes it again and closes
+                    return b"".join(answers), i, None
+            if not _is_send(cmd):
+                return b"".join(answers), i, cmd
+            if answers:  # queued before this one's answer
+                channel.answer_frames([b"".join(answers)])
+                answers.clear()
+            if check is not None and not cmd.access_checked and refusal is None:
+                refusal = check(channel, cmd)
+                cmd.access_checked = refusal is None  # checked once is enough
+            if refusal is not None:
+                channel.answer(cmd, refusal)
+                i += 1
+                continue
+            if not channel.serve_inline(self._serve_decoded, cmd):
+                return b"", i, cmd
+            i += 1
+        return b"".join(answers), i, None
+
+    def _read_checked(
+        self,
+        channel: Channel,
+        buf: bytes,
+        bounds: list[int],
+        first: int,
+        stop: int,
+        check: AccessCheck,
+    ) -> tuple[bytes, int, RemotingCommand | None, RemotingCommand | None]:
+        """:meth:`_read_run` with an access check: the sends leading frames ``first..stop-1``
+        decoded and checked (the check reads every field and the body), those it passes then
+        served from their bytes as without one.  Returns their answers joined, the first
+        frame not served, that frame decoded (None if it does not decode), and the check's
+        refusal of it, if that is why it stopped."""
+        passed: list[RemotingCommand] = []
+        j = first
+        stopped_at: RemotingCommand | None = None
+        refusal: RemotingCommand | None = None
+        while j < stop:
+            try:
+                cmd = decode_frame_at(buf, bounds[2 * j], bounds[2 * j + 1])
+            except ProtocolError:
+                break
+            if not _is_send(cmd):
+                stopped_at = cmd
+                break
+            refusal = check(channel, cmd)
+            cmd.access_checked = refusal is None
+            if refusal is not None:
+                stopped_at = cmd
+                break
+            passed.append(cmd)
+            j += 1
+        if j == first:
+            return b"", first, stopped_at, refusal
+        joined, left = self._read_run(channel, buf, bounds, first, j)
+        if left < j:  # left to the decoded way: checked already
+            return joined, left, passed[left - first], None
+        return joined, j, stopped_at, refusal
+
+    def _read_run(
         self, channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
     ) -> tuple[bytes, int]:
-        """The run handler (``Channel.raw_run_handler``): frames ``first..stop-1`` of a run
-        (``bounds``: their starts and ends) served as :meth:`send_raw` serves each, the plain
-        single sends among them put and answered together (:meth:`_send_singles`), the
-        others by send_raw; returns their answers joined and the first frame send_raw leaves
-        to the usual path.  Never raises: a frame it has put is answered here or by the group
-        commit, never served again."""
+        """Frames ``first..stop-1`` served from their bytes as :meth:`send_raw` serves each,
+        the plain single sends among them put and answered together (:meth:`_send_singles`);
+        returns their answers joined and the first frame send_raw leaves (to be decoded).
+        Never raises."""
         if stop - first == 1:  # a frame alone (a sync sender's usual read): send_raw's
             try:
                 answer = self.send_raw(channel, buf, bounds[2 * first], bounds[2 * first + 1])

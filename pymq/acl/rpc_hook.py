@@ -26,9 +26,24 @@ class AclSigner:
         self.security_token = security_token
         # The AccessKey field as the pre-written send JSON gets it, written once.
         self._access_key_json = extend_ext_json("", {ACCESS_KEY: access_key})
+        self._tail_fields = f',{self._access_key_json},"{SIGNATURE}":"'.encode()
 
     def __repr__(self) -> str:  # never the secret
         return f"AclSigner(access_key={self.access_key!r})"
+
+    def signs_frames(self) -> bool:
+        """Whether :meth:`send_tail` can sign a producer's pre-written send frame (not with a
+        security token: such requests take the general path)."""
+        return self.security_token is None
+
+    def send_tail(self, values: str, body: bytes, tail: bytes) -> bytes:
+        """A producer's pre-written send frame's header tail (``tail``: its last extFields
+        members, then the rest of the header) with ``AccessKey`` and ``Signature`` added as
+        :meth:`__call__` adds them.  ``values``: the frame's other extFields values in Java's
+        key order (the signature covers the access key, then those, then ``body``)."""
+        signature = self._key.signature((self.access_key + values).encode(), body)
+        cut = tail.index(b"}")  # the end of the extFields object (no brace before it)
+        return b"".join((tail[:cut], self._tail_fields, signature.encode(), b'"', tail[cut:]))
 
     def __call__(self, request: RemotingCommand) -> None:
         ext_json = request.ext_json

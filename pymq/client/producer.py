@@ -34,6 +34,7 @@ from typing import Any
 import attrs
 import trio
 
+from pymq.acl.rpc_hook import AclSigner
 from pymq.client.instance import (
     CREATE_REPLY_MESSAGE_EXCEPTION,
     REQUEST_TIMEOUT_EXCEPTION,
@@ -67,6 +68,7 @@ from pymq.common.message_ext import (
 from pymq.common.message_id import UniqueIdGenerator
 from pymq.common.native import load_native
 from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, reply_topic
+from pymq.remoting.channel import Channel
 from pymq.remoting.codec import (
     _FRAME_PREFIX,
     CURRENT_VERSION,
@@ -111,7 +113,25 @@ _V2_FRAME_TAIL: dict[int, bytes] = {
     _SEND_BATCH_MESSAGE: b'"j":"0","k":"false","m":"true"},"serializeTypeCurrentRPC":"JSON"}',
     _SEND_REPLY_MESSAGE_V2: b'"j":"0","k":"false","m":"false"},"serializeTypeCurrentRPC":"JSON"}',
 }
+# The batch member (m) of each code's tail, as its signature reads it.
+_V2_BATCH_VALUE: dict[int, str] = {
+    _SEND_MESSAGE_V2: "false",
+    _SEND_BATCH_MESSAGE: "true",
+    _SEND_REPLY_MESSAGE_V2: "false",
+}
 _LONG_LONG = (-(2**63), 2**63 - 1)
+
+
+def _frame_signer(channel: Channel) -> tuple[bool, AclSigner | None]:
+    """Whether a send to ``channel`` is written whole (Producer._v2_frame), and signed by which
+    AclSigner (None: unsigned); not whole when the channel signs some other way (the request
+    command then goes to its signer)."""
+    signer = channel.signer
+    if signer is None:
+        return True, None
+    if type(signer) is AclSigner and signer.signs_frames():
+        return True, signer
+    return False, None
 
 
 def _frame_of(
@@ -506,16 +526,26 @@ class Producer(ClientService):
         body: bytes,
         opaque: int,
         born_timestamp: int,
+        signer: AclSigner | None = None,
     ) -> bytes:
         """The whole frame of the SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE (``code``)
         :meth:`_v2_request` makes (with ``opaque`` and ``born_timestamp``), written in one go:
         what ``codec.encode`` writes for that request (tests/unit/test_client_frames.py
-        compares them), without the extFields dict, the command or the header writer's steps."""
+        compares them), without the extFields dict, the command or the header writer's steps.
+        With ``signer``, signed as the channel's signer signs that request."""
         fixed = self._frame_json.get(mq.topic)
         if fixed is None:
             text = ',"flag":0,"extFields":{' + _v2_json_prefix(self.group, mq.topic)
             fixed = self._frame_json[mq.topic] = text.encode()
         head, tail = _V2_FRAME_HEAD[code], _V2_FRAME_TAIL[code]
+        if signer is not None:
+            # The extFields' values in Java's key order (AccessKey, then a..m), as
+            # acl.plain.signed_content reads them from the request _v2_request makes.
+            values = (
+                f"{self.group}{mq.topic}{AUTO_CREATE_TOPIC_KEY_TOPIC}4{mq.queue_id}{sys_flag}"
+                f"{born_timestamp}{flag}{props}0false{_V2_BATCH_VALUE[code]}"
+            )
+            tail = signer.send_tail(values, body, tail)
         frame = _send_frame(
             head, opaque, fixed, mq.queue_id, sys_flag, born_timestamp, flag, props, tail, body
         )
@@ -597,10 +627,11 @@ class Producer(ClientService):
             callback(SendResult(_SEND_OK, uniq, msg_id, queue, queue_offset), None)
 
         timeout = self.send_timeout if timeout is None else timeout
-        if channel.signer is None:  # the common send: its frame written in one go
+        whole, signer = _frame_signer(channel)
+        if whole:  # the common send: its frame written in one go
             opaque = next_opaque()
             born = now_ms()
-            frame = self._v2_frame(code, mq, sys_flag, msg.flag, props, body, opaque, born)
+            frame = self._v2_frame(code, mq, sys_flag, msg.flag, props, body, opaque, born, signer)
             channel.invoke_callback_frame(opaque, frame, code, timeout, on_response, on_fields)
             return
         request = self._v2_request(code, mq, sys_flag, msg.flag, props, body)
@@ -646,9 +677,11 @@ class Producer(ClientService):
 
         timeout = self.send_timeout if timeout is None else timeout
         code = _SEND_BATCH_MESSAGE
-        if channel.signer is None:
+        whole, signer = _frame_signer(channel)
+        if whole:
             opaque = next_opaque()
-            frame = self._v2_frame(code, mq, 0, 0, "", body, opaque, int(time.time() * 1000))
+            born = int(time.time() * 1000)
+            frame = self._v2_frame(code, mq, 0, 0, "", body, opaque, born, signer)
             channel.invoke_callback_frame(opaque, frame, code, timeout, on_response, on_fields)
             return
         channel.invoke_callback(self._v2_request(code, mq, 0, 0, "", body), timeout, on_response)
@@ -794,10 +827,12 @@ class Producer(ClientService):
                     raise MQClientError(-1, f"no master address for broker {mq.broker_name}")
             try:
                 channel = client.remoting.open_channel(addr) or await client.remoting.channel(addr)
-                if channel.signer is None:  # the common send: its frame written in one go
+                whole, signer = _frame_signer(channel)
+                if whole:  # the common send: its frame written in one go
                     opaque = next_opaque()
+                    born = int(time.time() * 1000)
                     frame = self._v2_frame(
-                        code, mq, sys_flag, flag, props, body, opaque, int(time.time() * 1000)
+                        code, mq, sys_flag, flag, props, body, opaque, born, signer
                     )
                     answer = await channel.call_frame(opaque, frame, code, timeout)
                 else:

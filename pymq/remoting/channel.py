@@ -991,13 +991,13 @@ class Channel:
     ) -> None:
         """:meth:`invoke_callback` for a request already written as its whole ``frame``, with
         ``opaque`` (from ``codec.next_opaque``) in it: a producer's common send, without the
-        request command.  Only for a channel that signs nothing (``signer`` None).  With
+        request command.  On a channel that signs (``signer``), the frame must be signed as it
+        signs (Producer._v2_frame with its AclSigner).  With
         ``on_fields``, a plain successful send answer is given to it as
         ``_recordc.send_answer_fields`` reads it (when the channel's raw handler is
         :func:`raw_send_answers`), anything else to ``callback``."""
         if self.closed:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
-        assert self.signer is None, "a signed request needs its command: use invoke_callback"
         self._call_with_frame(opaque, frame, code, timeout, callback, on_fields)
 
     async def call_frame(
@@ -1009,10 +1009,9 @@ class Channel:
         :func:`raw_send_answers`), or the response command.  A producer's awaited send, without
         the request command, the response command or a cancel scope per call: the channel's
         sweep fails it once ``timeout`` has passed (within ``CALLBACK_SWEEP_INTERVAL``), with
-        RemotingTimeoutError.  Only for a channel that signs nothing (``signer`` None)."""
+        RemotingTimeoutError.  On a channel that signs, the frame must be signed as it signs."""
         if self.closed:
             raise RemotingConnectError(f"connection to {self.remote_address} is closed")
-        assert self.signer is None, "a signed request needs its command: use invoke"
         done = trio.Event()
         call = Call(
             wake=done.set, deadline=trio.current_time() + timeout, code=code, awaits_fields=True

@@ -539,7 +539,11 @@ def hostile_consumer(port: int, registered: threading.Event, stop: threading.Eve
                 if command.flag & 1:  # the heartbeat's answer
                     registered.set()
                 elif command.code == RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT:
+                    # 15 MB take longer than the polling timeout to go out (the broker reads
+                    # them, and drops them, at its pace): the send has its own deadline.
+                    sock.settimeout(30)
                     sock.sendall(encode(command.response(body=big)))
+                    sock.settimeout(0.05)
                     answered += 1
     return answered
 

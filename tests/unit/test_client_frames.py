@@ -95,3 +95,43 @@ def test_the_send_frame_takes_a_body_of_any_bytes_like_type(body_type, monkeypat
     assert producer._v2_frame(code, mq, 0, 0, "a\x01b", body_type(b"xyz"), 7, 1) == want
     monkeypatch.setattr(producer_module, "_send_frame", producer_module.send_frame_py)
     assert producer._v2_frame(code, mq, 0, 0, "a\x01b", body_type(b"xyz"), 7, 1) == want
+
+
+@given(
+    code=st.sampled_from([RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE]),
+    group=_text,
+    topic=_text,
+    access_key=_text.filter(bool),
+    queue_id=st.integers(0, 2**31 - 1),
+    sys_flag=_int32,
+    flag=_int32,
+    props=_text | st.text(st.characters(max_codepoint=127), max_size=30),
+    body=st.binary(max_size=40),
+    born=st.integers(0, 2**62),
+)
+def test_a_signed_send_frame_is_signed_as_the_signer_signs_the_request(
+    code: int, group: str, topic: str, access_key: str, queue_id: int, sys_flag: int,
+    flag: int, props: str, body: bytes, born: int,
+) -> None:  # fmt: skip
+    """With credentials a send's frame is still written whole: its extFields are the request's
+    as the channel's AclSigner signs it (AccessKey, and the same Signature), and the broker's
+    check passes it."""
+    from pymq.acl.plain import SigningKey
+    from pymq.acl.rpc_hook import AclSigner
+
+    signer = AclSigner(access_key, "s3cret")
+    producer = Producer(group, "127.0.0.1:9876")
+    mq = MessageQueue(topic, "broker-a", queue_id)
+    frame = producer._v2_frame(code, mq, sys_flag, flag, props, body, 7, born, signer)
+    ext = SendMessageRequestHeader.v2_ext(
+        group, topic, queue_id, sys_flag, born, flag, props, code == RequestCode.SEND_BATCH_MESSAGE
+    )
+    request = RemotingCommand(int(code), ext, body, 7)
+    signer(request)
+    back = decode_frame(frame[4:])
+    assert back.ext_fields == request.ext_fields
+    assert back.body == body
+    assert SigningKey(b"s3cret").verify(back.ext_fields, back.body, back.ext_fields["Signature"])
+    assert not SigningKey(b"other").verify(
+        back.ext_fields, back.body, back.ext_fields["Signature"]
+    )

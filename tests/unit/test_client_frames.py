@@ -132,6 +132,4 @@ def test_a_signed_send_frame_is_signed_as_the_signer_signs_the_request(
     assert back.ext_fields == request.ext_fields
     assert back.body == body
     assert SigningKey(b"s3cret").verify(back.ext_fields, back.body, back.ext_fields["Signature"])
-    assert not SigningKey(b"other").verify(
-        back.ext_fields, back.body, back.ext_fields["Signature"]
-    )
+    assert not SigningKey(b"other").verify(back.ext_fields, back.body, back.ext_fields["Signature"])

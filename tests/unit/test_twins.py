@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pymq.broker.processors import send
 from pymq.client import producer
@@ -33,6 +35,7 @@ from pymq.remoting import codec, headers
 from pymq.store import commitlog, get_message, index_file, reput
 from pymq.store.commitlog import DispatchHint
 from tests.helpers import C_MODULES
+from tests.unit import test_codec
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
 
@@ -234,6 +237,7 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
     ):
         args = (header, codec.RemotingCommand, codec.SerializeType.JSON)
         yield "json_command", c.json_command, codec.json_command_py, args
+    yield from _json_header_cases(c)
     send_ext = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)
     names = headers._SHORT_NAMES
     for ext in (
@@ -281,6 +285,73 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
         yield "plain_header", c.plain_header, headers.plain_header_py, (ext, spec, cls)
     for odd in ((("a", "x"),), (("a",),), ["a"], (("a", 1),), (("a", ""),), (("a", "s"),) * 17):
         yield "plain_header", c.plain_header, headers.plain_header_py, ({"a": "1"}, odd, tuple)
+
+
+_SEND_HEADER = (
+    b'{"code":310,"extFields":{"a":"G","b":"T\\u00e9","e":"-1","i":"UNIQ_KEY\\u0001A\\u0002'
+    b'WAIT\\u0001true\\u0002","n":"1"},"flag":0,"language":"JAVA","opaque":-12,'
+    b'"remark":null,"serializeTypeCurrentRPC":"JSON","version":399}'
+)
+
+
+def _json_header_cases(c: Any) -> Iterator[Case]:
+    """json_header: the plain subset's edges (tests/unit/test_codec.py checks each against
+    json's reading), damaged send headers, members twice, and the arguments' edges."""
+    cls, json_type = codec.RemotingCommand, codec.SerializeType.JSON
+    odd = [
+        b'{"code":1,"language":"JAVA","extFields":{"flag":"1","code":"x"},"x":"code"}',
+        b'{"code":1,"language":"JAVA","extFields":{"flag":"1"},"flag":2,"flag":3}',
+        b'{"code":1,"language":"JAVA","x":1,"x":2,"y":123456789012345678}',
+        b'{"code":1,"language":"JAVA","y":1234567890123456789}',
+        b'{"code":1,"language":"JAVA","extFields":"x","remark":true}',
+        b'{"code":1,"language":"JAVA","opaque":null,"y":{}}',
+        b'{"code":1,"language":"JAVA","x":"\\":\\"","y":"\\\\"}',
+        b'{"code":1,"language":"JAVA","r\\u0065mark":"\\u0022"}',
+        b'{"code":1,"language":"JAVA"}\x0b',
+        b'{"code":1,"language":"JAVA","remark":"\\uDC80x"}',
+        b'{"code":1,"language":"JAVA","x":"\\udfff"}',
+        b'\t{"code" :1 , "language":"J\\u00e9" ,"remark":"\\ud7ff\\ue000"}\r\n',
+    ]
+    for header in [*test_codec.JSON_HEADER_EDGES, *odd, *_hostile(_SEND_HEADER, 10)]:
+        args = (header, 0, len(header), cls, json_type)
+        yield "json_header", c.json_header, codec.json_header_py, args
+    frame = b"xx" + _SEND_HEADER + b"body"
+    end = 2 + len(_SEND_HEADER)
+    for args in (
+        (frame, 2, end, cls, json_type),
+        (bytearray(frame), 2, end, cls, json_type),
+        (memoryview(frame), 2, end, cls, json_type),
+        (frame, 2, end, lambda *f: f, 5),
+        (frame, 2, len(frame) + 1, cls, json_type),
+        (frame, end, 2, cls, json_type),
+        (frame, -1, end, cls, json_type),
+        (frame, 2, 2**63, cls, json_type),
+        (frame, "2", end, cls, json_type),
+        (frame.decode(), 2, end, cls, json_type),
+        (frame, 2, end, None, json_type),
+    ):
+        yield "json_header", c.json_header, codec.json_header_py, args
+
+
+@pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
+@given(data=st.data())
+@settings(max_examples=300)
+def test_json_header_agrees_on_damaged_headers(data: st.DataObject) -> None:
+    """json_header and its twin on sound send headers with bytes changed, cut or added."""
+    c = load_native("pymq.remoting._codecc")
+    header = bytearray(_SEND_HEADER)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(header) - 1))
+        action = data.draw(st.sampled_from(["set", "cut", "insert"]))
+        byte = data.draw(st.sampled_from(list(b'"\\{}[],:-.0e19 \x00\x7f\x80\xc3\xa9tnu')))
+        if action == "set":
+            header[at] = byte
+        elif action == "cut":
+            del header[at]
+        else:
+            header.insert(at, byte)
+    args = (bytes(header), 0, len(header), codec.RemotingCommand, codec.SerializeType.JSON)
+    assert _outcome(c.json_header, args) == _outcome(codec.json_header_py, args)
 
 
 def _index_put_args(room: int, count: int, keys: Any, **over: Any) -> tuple[Any, ...]:

@@ -31,6 +31,7 @@ from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError, encode_record
+from pymq.export import columns
 from pymq.remoting import codec, headers
 from pymq.store import commitlog, get_message, index_file, reput
 from pymq.store.commitlog import DispatchHint
@@ -633,6 +634,69 @@ def _producerc_cases(c: Any) -> Iterator[Case]:
         yield "batch_body", c.batch_body, producer.batch_body_py, bad
 
 
+def _with_calls(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """export_columns giving also the calls of its inflate and host6 (None: no such argument;
+    a str: that name's failure, raised in the call)."""
+
+    def call(*args: Any) -> Any:
+        calls: list[tuple[Any, ...]] = []
+
+        def hook(name: Any, text: Callable[..., Any]) -> Any:
+            if name is None:
+                return None
+
+            def answer(data: bytes, n: int) -> Any:
+                calls.append((name, data, n))
+                return {"bad": "text", "big": b"x" * 64, "raise": {}}.get(name, text(data, n))
+
+            return answer
+
+        inflate = hook(args[7], lambda data, n: data[::-1] + b"%d" % n)
+        host6 = hook(args[8], lambda ip, port: columns._host6(ip, port))
+        return fn(*args[:7], inflate, host6), calls
+
+    return call
+
+
+def _columnsc_cases(c: Any) -> Iterator[Case]:
+    twin = columns.export_columns_py
+    msgs = [*_messages(), MessageExt(topic="Z", body=b"zipped", sys_flag=1, born_host=("::2", 9))]
+    msgs += [
+        MessageExt(topic="P", body=b"p", properties={"KEYS": " k1  k2 ", "TAGS": "", "a": "b"}),
+        MessageExt(topic="T", body=b"q", store_host=("::3", 2**31 - 1)),
+        MessageExt(topic="T", body=b"r", store_host=("::3", 2**31 - 1)),  # host6 asked once
+        MessageExt(topic="T", body=b"", born_host=("1.2.3.4", -(2**31))),
+        MessageExt(topic="P", body=b"x" * 300, properties={f"n{i}": "v" for i in range(257)}),
+        MessageExt(topic="T", body=b"", store_timestamp=2**62),
+    ]
+    data = bytearray()
+    for m in msgs:
+        m.commitlog_offset = 1000 + len(data)
+        data += encode_record(m)
+    data += record.encode_record(MessageExt(topic="T", body=b"wrong offset"))
+    ok = (bytes(data), 0, len(data), 1000, None, 1000, 1 << 20, "inflate", "host6")
+    for buf in _hostile(ok[0], 11):
+        for at, value in ((None, None), (7, None), (8, None), (4, 1_700_000_000_000)):
+            args = [buf, *ok[1:]]
+            if at is not None:
+                args[at] = value
+            yield "export_columns", _with_calls(c.export_columns), _with_calls(twin), tuple(args)
+    at = 0
+    while at < len(data):  # from each record on: each reason to stop a run
+        args = (ok[0], at, *ok[2:])
+        yield "export_columns", _with_calls(c.export_columns), _with_calls(twin), args
+        at += struct.unpack_from(">i", data, at)[0]
+    for at, value in (
+        (1, 200), (1, -1), (2, 5), (2, 2**63), (3, 999), (3, 2**63), (4, -1), (4, "1"), (5, 0),
+        (5, 2), (5, (1 << 20) + 1), (6, 1), (6, 0), (6, 400), (6, (1 << 30) + 1), (7, "bad"),
+        (7, "raise"), (8, "bad"), (8, "big"), (0, bytearray(ok[0])), (0, memoryview(ok[0])),
+        (0, ok[0].decode("latin-1")),
+    ):  # fmt: skip
+        args = list(ok)
+        args[at] = value
+        yield "export_columns", _with_calls(c.export_columns), _with_calls(twin), tuple(args)
+
+
 def _singles(fn: Callable[..., Any]) -> Callable[..., Any]:
     """encode_singles with a fresh queue table (from ``table``'s items) and a clock reading
     ``times`` in turn (None: the wall clock), giving the table afterwards too, and an error
@@ -709,6 +773,7 @@ CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
     "pymq.broker._sendc": _sendc_cases,
     "pymq.client._producerc": _producerc_cases,
     "pymq.common._recordc": _recordc_cases,
+    "pymq.export._columnsc": _columnsc_cases,
     "pymq.remoting._codecc": _codecc_cases,
     "pymq.store._commitlogc": _commitlogc_cases,
     "pymq.store._dispatchc": _dispatchc_cases,

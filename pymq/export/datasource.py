@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
@@ -37,12 +37,9 @@ from pyspark.sql.types import (
 
 from pymq.common.message_ext import MessageExt
 from pymq.common.message_id import create_offset_msg_id
-from pymq.common.native import load_native
-from pymq.export.columns import format_host
+from pymq.export.columns import export_columns, format_host
 from pymq.export.options import ExportOptions
 from pymq.export.scan import Segment, SegmentScan, plan_store
-
-native_extension: Any = load_native("pymq.export._columnsc")
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -123,13 +120,6 @@ def to_record_batch(
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
 
 
-def column_decoder() -> Any:
-    """The C extension when it has the export's column decoder, else None (pure Python)."""
-    if native_extension is not None and hasattr(native_extension, "export_columns"):
-        return native_extension
-    return None
-
-
 class SegmentPartition(InputPartition):
     """The input partition of one commit-log file: carries its :class:`Segment`."""
 
@@ -180,7 +170,7 @@ def scan_batches(scan: SegmentScan, schema: pa.Schema) -> Iterator[pa.RecordBatc
             lambda msgs: to_record_batch(msgs, schema, msg_id),
             BATCH_ROWS,
             BATCH_BYTES,
-            column_decoder(),
+            export_columns,
         )
     finally:
         if collecting:

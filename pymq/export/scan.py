@@ -399,19 +399,20 @@ class SegmentScan:
         to_batch: Callable[[list[MessageExt]], pa.RecordBatch],
         max_rows: int,
         max_body_bytes: int,
-        native: Any,
+        decoder: Callable[..., Any] | None,
     ) -> Iterator[pa.RecordBatch]:
         """The wanted records as Arrow batches of ``schema``, in commit-log order.
 
-        With ``native`` (the C extension, or None for the pure-Python path) runs of ordinary
-        records become batches straight from the C decoder's buffers; every other record (and
-        all of them without it) is decoded as a :class:`MessageExt` and goes through
-        ``to_batch``.  Batches hold up to ``max_rows`` rows, and stop growing once their bodies
-        reach ``max_body_bytes``.  The report is kept as :meth:`__iter__` keeps it.
+        With ``decoder`` (:func:`pymq.export.columns.export_columns`; None: the per-record path
+        alone, the reference tests compare it with) runs of ordinary records become batches
+        straight from the column decoder's buffers; every other record (and all of them
+        without it) is decoded as a :class:`MessageExt` and goes through ``to_batch``.  Batches
+        hold up to ``max_rows`` rows, and stop growing once their bodies reach
+        ``max_body_bytes``.  The report is kept as :meth:`__iter__` keeps it.
         """
         pending: list[MessageExt] = []
         pending_bytes = 0
-        for item in self._walk(native, max_rows, max_body_bytes):
+        for item in self._walk(decoder, max_rows, max_body_bytes):
             if isinstance(item, MessageExt):
                 pending.append(item)
                 pending_bytes += len(item.body)
@@ -463,7 +464,7 @@ class SegmentScan:
         return batch
 
     def _walk(
-        self, native: Any, max_rows: int, max_body_bytes: int
+        self, decoder: Callable[..., Any] | None, max_rows: int, max_body_bytes: int
     ) -> Iterator[MessageExt | ColumnRun]:
         seg = self.segment
         try:
@@ -479,7 +480,7 @@ class SegmentScan:
                 self.report.resume_offset = seg.file_offset
                 return
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                yield from self._scan(buf, size, native, max_rows, max_body_bytes)
+                yield from self._scan(buf, size, decoder, max_rows, max_body_bytes)
         finally:
             if seg.newest and self._data_end is not None:
                 # The scan's readahead past the data (and any search for a record there) cached
@@ -544,9 +545,14 @@ class SegmentScan:
         return nxt, False
 
     def _scan(
-        self, buf: mmap.mmap, size: int, native: Any, max_rows: int, max_body_bytes: int
+        self,
+        buf: mmap.mmap,
+        size: int,
+        decoder: Callable[..., Any] | None,
+        max_rows: int,
+        max_body_bytes: int,
     ) -> Iterator[MessageExt | ColumnRun]:
-        """The walk over one mapped file: messages, and with ``native`` runs decoded in C
+        """The walk over one mapped file: messages, and with ``decoder`` runs of columns
         (yielded before the consumer filters and counts them: see :meth:`_take_run`)."""
         seg, report = self.segment, self.report
         base = seg.file_offset
@@ -568,15 +574,15 @@ class SegmentScan:
                     if magic == MESSAGE_MAGIC_CODE and total > 0 and pos + total <= start_rel:
                         pos += total
                         continue
-                elif native is not None:
+                elif decoder is not None:
                     run = decode_run(
-                        native, buf, pos, end_rel, base, stop_ts, max_rows, max_body_bytes, inflate
+                        decoder, buf, pos, end_rel, base, stop_ts, max_rows, max_body_bytes, inflate
                     )
                     if run.rows:
                         yield run
                         pos = run.end
                         continue
-                    # Not a record the C decoder takes: judged below, one record.
+                    # Not a record the column decoder takes: judged below, one record.
                 try:
                     msg = decode_record(buf, pos, tears=True)
                     if msg.commitlog_offset != base + pos:

@@ -78,7 +78,7 @@ FLAG_UNIT_SUB = 0x2
 
 
 # json_header called with _command_fields as its class gives the fields' tuple.
-_plain_header = cast("Callable[..., tuple[Any, ...] | None] | None", _json_header_at)
+_plain_header = cast("Callable[..., tuple[Any, ...] | None]", _json_header_at)
 
 
 def _command_fields(*fields: Any) -> tuple[Any, ...]:
@@ -301,9 +301,7 @@ class NamesrvProcessor:
         # The usual decoder's plain case (decode_frame_at reads such a header with the same
         # call), as the command's fields rather than the command; the usual decoder and its
         # checks for anything else.
-        fields = None
-        if _plain_header is not None:
-            fields = _plain_header(buf, start + 4, end, _command_fields, SerializeType.JSON)
+        fields = _plain_header(buf, start + 4, end, _command_fields, SerializeType.JSON)
         if fields is not None:
             code, ext, _, opaque, flag, _, _, version, _ = fields
         else:

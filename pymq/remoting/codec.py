@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import re
 import struct
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard
 
@@ -206,10 +208,6 @@ def _json_header(cmd: RemotingCommand) -> bytes:
     ).encode()
 
 
-_json_header_at: Callable[..., RemotingCommand | None] | None = getattr(
-    _native, "json_header", None
-)
-"""``_recordc.json_header``: _json_command's case read from the frame without orjson's dict."""
 _frame_bounds: Callable[..., tuple[list[int], int, int | None]] | None = getattr(
     _native, "frame_bounds", None
 )
@@ -367,6 +365,102 @@ _json_command: Callable[..., RemotingCommand | None] = getattr(
     _native, "json_command", json_command_py
 )
 
+# json_header_py's plain JSON header: JSON's whitespace, strings of printable ASCII and escapes
+# (no surrogate escape), member names without escapes, integers of at most 18 digits, only
+# extFields an object (of strings) and no other container.  Possessive quantifiers: a damaged
+# header fails in linear time.
+_J_WS = rb"[ \t\n\r]*+"
+_J_STR = (
+    rb'"(?:[\x20\x21\x23-\x5b\x5d-\x7f]++|\\["\\/bfnrt]|\\u(?![dD][89a-fA-F])[0-9a-fA-F]{4})*+"'
+)
+_J_PAIR = _J_STR + _J_WS + rb":" + _J_WS + _J_STR + _J_WS
+_J_OBJECT = rb"\{" + _J_WS + rb"(?:" + _J_PAIR + rb"(?:," + _J_WS + _J_PAIR + rb")*+)?\}"
+_J_MEMBER = (
+    rb'(?:"extFields"' + _J_WS + rb":" + _J_WS + rb"(?:null|" + _J_OBJECT + rb")"
+    + rb'|"(?!extFields")[\x20\x21\x23-\x5b\x5d-\x7f]*+"' + _J_WS + rb":" + _J_WS
+    + rb"(?:-?(?:0|[1-9][0-9]{0,17})(?![0-9])|" + _J_STR + rb"|true|false|null))" + _J_WS
+)  # fmt: skip
+_J_HEADER = re.compile(
+    _J_WS + rb"\{" + _J_WS + _J_MEMBER + rb"(?:," + _J_WS + _J_MEMBER + rb")*+\}" + _J_WS
+)
+# One member of a header _J_HEADER matched and the separator after it, its name captured:
+# findall from just inside the braces walks the members in turn.
+_J_NAMES = re.compile(
+    _J_WS + rb'"([^"]*+)"' + _J_WS + rb":" + _J_WS + rb"(?:" + _J_OBJECT + rb"|" + _J_STR
+    + rb"|[-0-9a-z]++)" + _J_WS + rb"[,}]"
+)  # fmt: skip
+# The names json_header reads, each at most once, as string tokens anywhere in the header: a
+# header holding one twice (as a name or in a value) has its members' names counted.
+_J_KNOWN = re.compile(rb'"(?:code|opaque|flag|version|extFields|remark|language)"')
+_J_READ = frozenset((b"code", b"opaque", b"flag", b"version", b"extFields", b"remark", b"language"))
+
+
+def _index_arg(value: Any, name: str) -> int:
+    """An index argument as the C module's arg_int reads it (0 up to the largest size)."""
+    x = operator.index(value)
+    if not 0 <= x <= sys.maxsize:
+        raise OverflowError(f"{name} = {x} does not fit its record field")
+    return x
+
+
+def json_header_py(buf: Any, start: Any, end: Any, cls: Any, serialize_type: Any) -> Any:
+    """Python twin of ``pymq.remoting._codecc.json_header``: _decode_json_header's plain case
+    read from the header's bytes buf[start:end]: a JSON object whose members have plain
+    (escape-free ASCII) names, code, opaque, flag and version Java ints (opaque, flag and
+    version 0 when absent, code required), extFields an object of strings or null, remark a
+    string or null, language a non-empty string, each of these once, and any other member a
+    string, integer (at most 18 digits), true, false or null; strings of printable ASCII and
+    escapes other than surrogates.  Returns cls(code, ext, b"", opaque, flag, remark,
+    language, version, serialize_type), or None for anything else (judged by the general
+    decoder)."""
+    start = _index_arg(start, "start")
+    end = _index_arg(end, "end")
+    if type(buf) is bytes:
+        if end > len(buf) or start > end:
+            return None
+        data = buf[start:end]
+    else:  # any other buffer, read as its bytes (the C module's PyBUF_SIMPLE)
+        with memoryview(buf) as view, view.cast("B") as raw:
+            if end > raw.nbytes or start > end:
+                return None
+            data = raw[start:end].tobytes()
+    if not data.isascii() or _J_HEADER.fullmatch(data) is None:
+        return None
+    known = _J_KNOWN.findall(data)
+    if len(set(known)) != len(known):  # a name twice: as two members, or also in a value?
+        names = [n for n in _J_NAMES.findall(data, data.index(b"{") + 1) if n in _J_READ]
+        if len(set(names)) != len(names):
+            return None
+    header = _fast_loads(data)  # sound JSON: _J_HEADER matched
+    get = header.get
+    code, opaque, flag = get("code"), get("opaque", 0), get("flag", 0)
+    version, ext = get("version", 0), get("extFields")
+    remark, language = get("remark"), get("language")
+    if (
+        type(code) is int
+        and -0x80000000 <= code <= 0x7FFFFFFF
+        and type(opaque) is int
+        and -0x80000000 <= opaque <= 0x7FFFFFFF
+        and type(flag) is int
+        and -0x80000000 <= flag <= 0x7FFFFFFF
+        and type(version) is int
+        and -0x80000000 <= version <= 0x7FFFFFFF
+        and (remark is None or type(remark) is str)
+        and type(language) is str
+        and language
+    ):
+        if ext is None:
+            ext = {}
+        return cls(code, ext, b"", opaque, flag, remark, language, version, serialize_type)
+    return None
+
+
+_json_header_at: Callable[..., RemotingCommand | None] = getattr(
+    _native, "json_header", json_header_py
+)
+"""The plain JSON header read straight from the frame (the C module's, else its twin above);
+None for the general decoder, _decode_json_header."""
+
 
 def _json_loads(data: bytes) -> object:
     """``json``'s reading of a header (the reference the fast path agrees with)."""
@@ -517,8 +611,8 @@ def _decode_at(buf: bytes, start: int, end: int) -> RemotingCommand:
         )
     if serialize_type == _SERIALIZE_JSON:
         cmd = None
-        if _json_header_at is not None and header_end - start - 4 <= MAX_JSON_HEADER_LENGTH:
-            # The plain header read in C straight from the frame (no copy, no dict);
+        if header_end - start - 4 <= MAX_JSON_HEADER_LENGTH:
+            # The plain header read straight from the frame (in C: no copy, no dict);
             # anything else is judged below.
             cmd = _json_header_at(buf, start + 4, header_end, RemotingCommand, _SERIALIZE_JSON)
         if cmd is None:

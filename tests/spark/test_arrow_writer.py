@@ -26,14 +26,12 @@ from pymq.export.arrow_writer import (
     write_parquet,
 )
 from pymq.export.arrow_writer import Mode as WriteMode
+from pymq.export.columns import export_columns
 from pymq.export.datasource import arrow_schema
 from pymq.export.job import DISTINCT_COLUMNS
 from pymq.export.options import ExportOptions, Mode
 from pymq.export.scan import CorruptRecordError, plan_store
-from tests.helpers import c_functions
 from tests.spark.test_columns import odd_messages, read_all, with_properties, write_store
-
-native_extension = c_functions()
 
 RUN = "0123456789abcdef0123456789abcdef"
 
@@ -68,7 +66,7 @@ def test_part_files_hold_the_rows_and_reports_the_data_source_gives(
     opts = ExportOptions(path=odd_store, include_system_topics=True)
     staging = str(tmp_path / "staging")
     reports = write(opts, staging, row_group_bytes=20_000)
-    expected, expected_reports = read_all(opts, native_extension)
+    expected, expected_reports = read_all(opts, export_columns)
     assert reports == expected_reports
     files = parts(staging)
     assert len(files) == len(reports) >= 3
@@ -106,7 +104,7 @@ def test_partitioned_files_sit_in_spark_directories_without_the_partition_column
             rows.append(
                 {**row, "topic": topic, "queue_id": int(queue_dir.removeprefix("queue_id="))}
             )
-    assert by_offset_rows(rows) == by_offset(read_all(opts, native_extension)[0])
+    assert by_offset_rows(rows) == by_offset(read_all(opts, export_columns)[0])
     names = {f.parent.relative_to(staging).parts[0] for f in parts(staging)}
     assert "topic=%25RETRY%25g" in names  # '%' escaped as Spark escapes it
     assert "topic=Tópico" in names

@@ -1,4 +1,5 @@
-"""The export's C column decoder against the pure-Python path: the same rows, the same reports.
+"""The export's column decoder (C, or its twin under PYMQ_PURE_PYTHON=1) against the per-record
+path: the same rows, the same reports.
 
 No Spark here: the data source's ``read`` is driven directly over commit-log files written with
 the record codec (odd records included: IPv6 hosts, compressed bodies, repeated and empty
@@ -21,24 +22,19 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from pymq.common.message_ext import MessageExt, MessageSysFlag
 from pymq.common.record import encode_record
-from pymq.export import datasource
+from pymq.export import columns, datasource
 from pymq.export.datasource import SCHEMA, PymqReader
 from pymq.export.options import CheckpointBound, ExportOptions, Mode
 from pymq.export.scan import CorruptRecordError, SegmentScan, plan_store
-from tests.helpers import c_functions, damaged
-
-native_extension = c_functions()
+from tests.helpers import damaged
 
 FILE_SIZE = 64 * 1024
 STORED_AT = 1_700_000_000_000
 
-pytestmark = pytest.mark.skipif(
-    native_extension is None, reason="PYMQ_PURE_PYTHON=1: only the pure-Python path exists"
-)
-
 
 def odd_messages(count: int) -> list[MessageExt]:
-    """Mostly ordinary messages, with every kind the C decoder hands back to Python."""
+    """Mostly ordinary messages, with every kind the column decoder leaves to the per-record
+    path."""
     out = []
     for i in range(count):
         props: dict[str, str] = {"UNIQ_KEY": f"{i:032X}", "seq": str(i)}
@@ -120,18 +116,18 @@ def _at(msg: MessageExt, offset: int) -> MessageExt:
 
 
 class Spy:
-    """The C extension, counting the rows its column decoder returned."""
+    """The column decoder (columns.export_columns), counting the rows it returned."""
 
     def __init__(self) -> None:
         self.rows = 0
 
-    def export_columns(self, *args: Any) -> Any:
-        result = native_extension.export_columns(*args)
+    def __call__(self, *args: Any) -> Any:
+        result = columns.export_columns(*args)
         self.rows += result[1]
         return result
 
 
-def read_all(opts: ExportOptions, native: Any) -> tuple[pa.Table, list[dict]]:
+def read_all(opts: ExportOptions, decoder: Any) -> tuple[pa.Table, list[dict]]:
     """Every segment read as the data source reads it: (all rows, each segment's report)."""
     reader = PymqReader(opts)
     arrow_schema = to_arrow_schema(SCHEMA, timezone="UTC")
@@ -145,7 +141,7 @@ def read_all(opts: ExportOptions, native: Any) -> tuple[pa.Table, list[dict]]:
                 lambda msgs: datasource.to_record_batch(msgs, arrow_schema, msg_id),
                 50,
                 20_000,
-                native,
+                decoder,
             )
         )
         reports.append(scan.report.to_json())
@@ -187,7 +183,7 @@ def odd_store(tmp_path_factory) -> str:
 def test_both_paths_give_the_same_rows_and_reports(odd_store):
     table, reports, spy = both_paths(ExportOptions(path=odd_store))
     assert table.num_rows == 300 - 75 + 4  # %RETRY% topics are system topics
-    assert spy.rows > table.num_rows * 0.7, "the C decoder took few rows: is it used at all?"
+    assert spy.rows > table.num_rows * 0.7, "the column decoder took few rows: is it used at all?"
     assert len(reports) >= 3
     rows = {r["commitlog_offset"]: r for r in table.to_pylist()}
     props = [r for r in rows.values() if r["topic"] == "Props"]
@@ -249,7 +245,7 @@ def test_a_timestamp_spark_cannot_hold_is_a_bad_record(tmp_path):
 
 
 def test_compressed_bodies_stay_in_the_c_run(tmp_path):
-    """Clients compress bodies over 4 KiB: such records must not split the C decoder's runs
+    """Clients compress bodies over 4 KiB: such records must not split the column decoder's runs
     into one-row batches.  One flagged compressed does not inflate: exported as stored."""
     msgs = []
     for i, m in enumerate(odd_messages(40)):
@@ -269,7 +265,7 @@ def test_compressed_bodies_stay_in_the_c_run(tmp_path):
 
 
 def test_ipv6_hosts_stay_in_the_c_run(tmp_path):
-    """Born and store hosts of either family, mixed: all decoded in C, texts and message ids
+    """Born and store hosts of either family, mixed: all decoded in columns, texts and message ids
     as the per-record path makes them (ipaddress's IPv6 text, a 56-digit offset id)."""
     hosts = [("10.0.0.1", 1), ("::1", 2), ("2001:db8::1:0:0:1", -3), ("::ffff:1.2.3.4", 4)]
     msgs = [
@@ -320,7 +316,7 @@ def test_failfast_raises_on_the_c_path_too(odd_store, tmp_path):
 
 
 def _runs(data: bytes, **kw: Any) -> Iterator[tuple]:
-    yield native_extension.export_columns(
+    yield columns.export_columns(
         data,
         kw.get("pos", 0),
         kw.get("stop", len(data)),

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pymq.broker.processors import send
 from pymq.client import producer
@@ -29,10 +31,12 @@ from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError, encode_record
+from pymq.export import columns
 from pymq.remoting import codec, headers
 from pymq.store import commitlog, get_message, index_file, reput
 from pymq.store.commitlog import DispatchHint
 from tests.helpers import C_MODULES
+from tests.unit import test_codec
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
 
@@ -234,6 +238,7 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
     ):
         args = (header, codec.RemotingCommand, codec.SerializeType.JSON)
         yield "json_command", c.json_command, codec.json_command_py, args
+    yield from _json_header_cases(c)
     send_ext = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)
     names = headers._SHORT_NAMES
     for ext in (
@@ -281,6 +286,73 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
         yield "plain_header", c.plain_header, headers.plain_header_py, (ext, spec, cls)
     for odd in ((("a", "x"),), (("a",),), ["a"], (("a", 1),), (("a", ""),), (("a", "s"),) * 17):
         yield "plain_header", c.plain_header, headers.plain_header_py, ({"a": "1"}, odd, tuple)
+
+
+_SEND_HEADER = (
+    b'{"code":310,"extFields":{"a":"G","b":"T\\u00e9","e":"-1","i":"UNIQ_KEY\\u0001A\\u0002'
+    b'WAIT\\u0001true\\u0002","n":"1"},"flag":0,"language":"JAVA","opaque":-12,'
+    b'"remark":null,"serializeTypeCurrentRPC":"JSON","version":399}'
+)
+
+
+def _json_header_cases(c: Any) -> Iterator[Case]:
+    """json_header: the plain subset's edges (tests/unit/test_codec.py checks each against
+    json's reading), damaged send headers, members twice, and the arguments' edges."""
+    cls, json_type = codec.RemotingCommand, codec.SerializeType.JSON
+    odd = [
+        b'{"code":1,"language":"JAVA","extFields":{"flag":"1","code":"x"},"x":"code"}',
+        b'{"code":1,"language":"JAVA","extFields":{"flag":"1"},"flag":2,"flag":3}',
+        b'{"code":1,"language":"JAVA","x":1,"x":2,"y":123456789012345678}',
+        b'{"code":1,"language":"JAVA","y":1234567890123456789}',
+        b'{"code":1,"language":"JAVA","extFields":"x","remark":true}',
+        b'{"code":1,"language":"JAVA","opaque":null,"y":{}}',
+        b'{"code":1,"language":"JAVA","x":"\\":\\"","y":"\\\\"}',
+        b'{"code":1,"language":"JAVA","r\\u0065mark":"\\u0022"}',
+        b'{"code":1,"language":"JAVA"}\x0b',
+        b'{"code":1,"language":"JAVA","remark":"\\uDC80x"}',
+        b'{"code":1,"language":"JAVA","x":"\\udfff"}',
+        b'\t{"code" :1 , "language":"J\\u00e9" ,"remark":"\\ud7ff\\ue000"}\r\n',
+    ]
+    for header in [*test_codec.JSON_HEADER_EDGES, *odd, *_hostile(_SEND_HEADER, 10)]:
+        args = (header, 0, len(header), cls, json_type)
+        yield "json_header", c.json_header, codec.json_header_py, args
+    frame = b"xx" + _SEND_HEADER + b"body"
+    end = 2 + len(_SEND_HEADER)
+    for args in (
+        (frame, 2, end, cls, json_type),
+        (bytearray(frame), 2, end, cls, json_type),
+        (memoryview(frame), 2, end, cls, json_type),
+        (frame, 2, end, lambda *f: f, 5),
+        (frame, 2, len(frame) + 1, cls, json_type),
+        (frame, end, 2, cls, json_type),
+        (frame, -1, end, cls, json_type),
+        (frame, 2, 2**63, cls, json_type),
+        (frame, "2", end, cls, json_type),
+        (frame.decode(), 2, end, cls, json_type),
+        (frame, 2, end, None, json_type),
+    ):
+        yield "json_header", c.json_header, codec.json_header_py, args
+
+
+@pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
+@given(data=st.data())
+@settings(max_examples=300)
+def test_json_header_agrees_on_damaged_headers(data: st.DataObject) -> None:
+    """json_header and its twin on sound send headers with bytes changed, cut or added."""
+    c = load_native("pymq.remoting._codecc")
+    header = bytearray(_SEND_HEADER)
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(header) - 1))
+        action = data.draw(st.sampled_from(["set", "cut", "insert"]))
+        byte = data.draw(st.sampled_from(list(b'"\\{}[],:-.0e19 \x00\x7f\x80\xc3\xa9tnu')))
+        if action == "set":
+            header[at] = byte
+        elif action == "cut":
+            del header[at]
+        else:
+            header.insert(at, byte)
+    args = (bytes(header), 0, len(header), codec.RemotingCommand, codec.SerializeType.JSON)
+    assert _outcome(c.json_header, args) == _outcome(codec.json_header_py, args)
 
 
 def _index_put_args(room: int, count: int, keys: Any, **over: Any) -> tuple[Any, ...]:
@@ -562,6 +634,69 @@ def _producerc_cases(c: Any) -> Iterator[Case]:
         yield "batch_body", c.batch_body, producer.batch_body_py, bad
 
 
+def _with_calls(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """export_columns giving also the calls of its inflate and host6 (None: no such argument;
+    a str: that name's failure, raised in the call)."""
+
+    def call(*args: Any) -> Any:
+        calls: list[tuple[Any, ...]] = []
+
+        def hook(name: Any, text: Callable[..., Any]) -> Any:
+            if name is None:
+                return None
+
+            def answer(data: bytes, n: int) -> Any:
+                calls.append((name, data, n))
+                return {"bad": "text", "big": b"x" * 64, "raise": {}}.get(name, text(data, n))
+
+            return answer
+
+        inflate = hook(args[7], lambda data, n: data[::-1] + b"%d" % n)
+        host6 = hook(args[8], lambda ip, port: columns._host6(ip, port))
+        return fn(*args[:7], inflate, host6), calls
+
+    return call
+
+
+def _columnsc_cases(c: Any) -> Iterator[Case]:
+    twin = columns.export_columns_py
+    msgs = [*_messages(), MessageExt(topic="Z", body=b"zipped", sys_flag=1, born_host=("::2", 9))]
+    msgs += [
+        MessageExt(topic="P", body=b"p", properties={"KEYS": " k1  k2 ", "TAGS": "", "a": "b"}),
+        MessageExt(topic="T", body=b"q", store_host=("::3", 2**31 - 1)),
+        MessageExt(topic="T", body=b"r", store_host=("::3", 2**31 - 1)),  # host6 asked once
+        MessageExt(topic="T", body=b"", born_host=("1.2.3.4", -(2**31))),
+        MessageExt(topic="P", body=b"x" * 300, properties={f"n{i}": "v" for i in range(257)}),
+        MessageExt(topic="T", body=b"", store_timestamp=2**62),
+    ]
+    data = bytearray()
+    for m in msgs:
+        m.commitlog_offset = 1000 + len(data)
+        data += encode_record(m)
+    data += record.encode_record(MessageExt(topic="T", body=b"wrong offset"))
+    ok = (bytes(data), 0, len(data), 1000, None, 1000, 1 << 20, "inflate", "host6")
+    for buf in _hostile(ok[0], 11):
+        for at, value in ((None, None), (7, None), (8, None), (4, 1_700_000_000_000)):
+            args = [buf, *ok[1:]]
+            if at is not None:
+                args[at] = value
+            yield "export_columns", _with_calls(c.export_columns), _with_calls(twin), tuple(args)
+    at = 0
+    while at < len(data):  # from each record on: each reason to stop a run
+        args = (ok[0], at, *ok[2:])
+        yield "export_columns", _with_calls(c.export_columns), _with_calls(twin), args
+        at += struct.unpack_from(">i", data, at)[0]
+    for at, value in (
+        (1, 200), (1, -1), (2, 5), (2, 2**63), (3, 999), (3, 2**63), (4, -1), (4, "1"), (5, 0),
+        (5, 2), (5, (1 << 20) + 1), (6, 1), (6, 0), (6, 400), (6, (1 << 30) + 1), (7, "bad"),
+        (7, "raise"), (8, "bad"), (8, "big"), (0, bytearray(ok[0])), (0, memoryview(ok[0])),
+        (0, ok[0].decode("latin-1")),
+    ):  # fmt: skip
+        args = list(ok)
+        args[at] = value
+        yield "export_columns", _with_calls(c.export_columns), _with_calls(twin), tuple(args)
+
+
 def _singles(fn: Callable[..., Any]) -> Callable[..., Any]:
     """encode_singles with a fresh queue table (from ``table``'s items) and a clock reading
     ``times`` in turn (None: the wall clock), giving the table afterwards too, and an error
@@ -638,6 +773,7 @@ CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
     "pymq.broker._sendc": _sendc_cases,
     "pymq.client._producerc": _producerc_cases,
     "pymq.common._recordc": _recordc_cases,
+    "pymq.export._columnsc": _columnsc_cases,
     "pymq.remoting._codecc": _codecc_cases,
     "pymq.store._commitlogc": _commitlogc_cases,
     "pymq.store._dispatchc": _dispatchc_cases,

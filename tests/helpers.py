@@ -283,6 +283,23 @@ C_MODULES = (
 """pymq's C modules, each beside the Python module it speeds up."""
 
 
+def send_tier_functions() -> Any:
+    """The send tier's frame readers and answer writers as pymq picked them: the C modules',
+    or with PYMQ_PURE_PYTHON=1 their Python twins (the tests that use them run in both)."""
+    import types
+
+    from pymq.broker.processors import send
+    from pymq.remoting import codec
+
+    return types.SimpleNamespace(
+        send_fields=codec.send_fields,
+        send_run_fields=codec.send_run_fields,
+        send_answer_fields=codec.send_answer_fields,
+        send_answer_frame=send.send_answer_frame,
+        send_answer_run=send._send_answer_run,
+    )
+
+
 def c_functions(direct: bool = False) -> Any:
     """Every function of pymq's C modules in one namespace, for tests that call them directly;
     None when any of them was not built or (unless ``direct``: a test of a C function against

@@ -24,7 +24,6 @@ from typing import Any, cast
 
 import trio
 
-from pymq.common.native import load_native
 from pymq.remoting.codec import (
     RPC_ONEWAY,
     RPC_TYPE_RESPONSE,
@@ -32,6 +31,7 @@ from pymq.remoting.codec import (
     decode_frame_at,
     encode,
     next_opaque,
+    send_answer_fields,
 )
 from pymq.remoting.codes import ResponseCode, request_name
 from pymq.remoting.connection import (
@@ -51,8 +51,6 @@ from pymq.remoting.errors import (
     RemotingTimeoutError,
 )
 from pymq.remoting.limits import ConnectionLimits, SharedBudget
-
-native_extension: Any = load_native("pymq.remoting._codecc")
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +117,7 @@ def _describe_error(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-_send_answer_fields = getattr(native_extension, "send_answer_fields", None)
+_send_answer_fields = send_answer_fields  # the C module's, or its Python twin
 
 
 def raw_send_answers(
@@ -132,8 +130,6 @@ def raw_send_answers(
     first other frame, which the usual path decodes.  Nothing to write: ``(b"", stop at,
     None)``."""
     read = _send_answer_fields
-    if read is None:
-        return b"", first, None
     take = channel.state.calls.take_for_fields
     i = first
     while i < stop:

@@ -462,6 +462,279 @@ _json_header_at: Callable[..., RemotingCommand | None] = getattr(
 None for the general decoder, _decode_json_header."""
 
 
+# -- the send tier's readers: send_fields, send_run_fields, send_answer_fields ---------------
+#
+# The C module reads these headers with one scanner (j_header); the twins check the same
+# grammar with a regular expression, then read the values with json.  The grammar: JSON's
+# whitespace; member names of printable ASCII without escapes; strings of printable ASCII and
+# escapes (no surrogate escape); integers of at most 18 digits without fraction or exponent;
+# every value a string, integer, true, false or null, but extFields, a non-empty object of such.
+_S_NAME = rb'"[\x20\x21\x23-\x5b\x5d-\x7f]*+"'
+_S_SCALAR = rb"(?:" + _J_STR + rb"|true|false|null|-?(?:0|[1-9][0-9]{0,17})(?![0-9.eE]))"
+_S_EXT_MEMBER = _S_NAME + _J_WS + rb":" + _J_WS + _S_SCALAR + _J_WS
+_S_EXT = rb"\{" + _J_WS + _S_EXT_MEMBER + rb"(?:," + _J_WS + _S_EXT_MEMBER + rb")*+\}"
+_S_MEMBER = _S_NAME + _J_WS + rb":" + _J_WS + rb"(?:" + _S_SCALAR + rb"|" + _S_EXT + rb")" + _J_WS
+_S_HEADER = re.compile(
+    _J_WS + rb"\{" + _J_WS + rb"(?:" + _S_MEMBER + rb"(?:," + _J_WS + _S_MEMBER + rb")*+)?\}"
+    + _J_WS
+)  # fmt: skip
+_S_READ_INTS = frozenset(("code", "opaque", "flag", "version"))
+_S_READ = _S_READ_INTS | {"extFields", "remark", "language"}
+_S_DIGITS = re.compile(r"[0-9]+")
+_S_LONG_NAMES = (
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+    "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes",
+    "batch",
+)  # fmt: skip
+_S_SLOTS = {chr(ord("a") + i): (i, 1) for i in range(13)} | {
+    name: (i, 2) for i, name in enumerate(_S_LONG_NAMES)
+}
+_ANSWER_SLOTS = {"msgId": 0, "queueId": 1, "queueOffset": 2, "transactionId": 3}
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    return pairs
+
+
+def _frame_header(buf: Any, start: Any, end: Any) -> tuple[bytes, int] | None:
+    """The JSON header's bytes of the frame buf[start:end] (its length field stripped) and
+    where it ends, as the C module's json_frame_header finds them; None when the frame is
+    shorter than its header, the header is not JSON, or it is past MAX_JSON_HEADER_LENGTH."""
+    start = _index_arg(start, "start")
+    end = _index_arg(end, "end")
+    with memoryview(buf) as view, view.cast("B") as raw:
+        if end > raw.nbytes or start > end or end - start < 4:
+            return None
+        (field,) = _INT.unpack_from(raw, start)
+        header_end = start + 4 + (field & 0xFFFFFF)
+        if field >> 24 or header_end > end or field & 0xFFFFFF > MAX_JSON_HEADER_LENGTH:
+            return None
+        return raw[start + 4 : header_end].tobytes(), header_end
+
+
+def _scan_header(data: bytes) -> tuple[dict[str, Any], list[tuple[str, Any]]] | None:
+    """The header's members the C scanner reads (code, opaque, flag, version as Java ints,
+    remark, language, each once; language a non-empty string) and extFields' members in
+    order, or None where j_header returns 0 (outside the grammar, a member read twice, a
+    value of the wrong kind, no extFields object)."""
+    if not data.isascii() or _S_HEADER.fullmatch(data) is None:
+        return None
+    top = json.loads(data, object_pairs_hook=_pairs)  # sound: the grammar matched
+    read: dict[str, Any] = {}
+    ext: list[tuple[str, Any]] | None = None
+    for name, value in top:
+        if name in _S_READ:
+            if name in read:
+                return None
+            read[name] = value
+            if name in _S_READ_INTS:
+                if type(value) is not int or not -0x80000000 <= value <= 0x7FFFFFFF:
+                    return None
+            elif name == "extFields":
+                if type(value) is not list:
+                    return None
+                ext = value
+            elif name == "remark":
+                if value is not None and type(value) is not str:
+                    return None
+            elif type(value) is not str:  # language
+                return None
+        elif type(value) is list:  # an object outside extFields
+            return None
+    language = read.get("language")
+    if not language or ext is None:
+        return None
+    return read, ext
+
+
+def _plain_number(value: Any, digits: int) -> int | None:
+    """The C module's plain_number: a plain non-negative decimal of at most ``digits`` ASCII
+    digits as an int, else None."""
+    if type(value) is not str or not 0 < len(value) <= digits or not value.isascii():
+        return None
+    return int(value) if _S_DIGITS.fullmatch(value) else None
+
+
+def _plain_bool(value: Any) -> bool | None:
+    return {"true": True, "false": False, "1": True, "0": False}.get(value)
+
+
+def _send_slots(members: list[tuple[str, Any]]) -> tuple[list[str | None], int] | None:
+    """SendMessageRequestHeader's fields among extFields' ``members`` by slot (a..m order) as
+    the C module's ext_slots reads them, and which kind of names gave them (1 V2's one-letter
+    names, 2 the long ones); None for a slot given twice or a negative number."""
+    ext: list[str | None] = [None] * 13
+    seen = names = 0
+    for name, value in members:
+        slot = _S_SLOTS.get(name)
+        if slot is None:
+            continue  # another name (AccessKey, Signature, OnsChannel, ...): skipped
+        index, kind = slot
+        names |= kind
+        if seen & 1 << index:
+            return None
+        seen |= 1 << index
+        if value is True or value is False:
+            ext[index] = "true" if value else "false"
+        elif type(value) is int:
+            if value < 0:
+                return None
+            ext[index] = str(value)
+        else:
+            ext[index] = value  # a string, or None (null: absent)
+    return ext, names
+
+
+def _send_typed(ext: list[str | None]) -> list[Any] | None:
+    """The typed values of the send header's common case (the C module's send_header rules:
+    the first eight present, plain decimals, booleans true/false/1/0), else None."""
+    if any(value is None for value in ext[:8]):
+        return None
+    typed: list[Any] = [None] * 13
+    for index, digits in ((3, 9), (4, 9), (5, 9), (6, 18), (7, 9)):
+        typed[index] = _plain_number(ext[index], digits)
+        if typed[index] is None:
+            return None
+    for index in (9, 10, 11, 12):
+        value = ext[index]
+        if value is not None:
+            typed[index] = _plain_bool(value) if index in (10, 12) else _plain_number(value, 9)
+            if typed[index] is None:
+                return None
+    return typed
+
+
+def send_fields_py(buf: Any, start: Any, end: Any) -> tuple | None:
+    """Python twin of ``pymq.remoting._codecc.send_fields``: a plain single send's or batch's
+    frame buf[start:end] (its length field stripped) read for the broker's raw send path;
+    see the C module's comment.  Returns (opaque, topic, queue_id, sys_flag, born_timestamp,
+    flag, properties or None, reconsume_times or None, body_start, batch), or None."""
+    found = _frame_header(buf, start, end)
+    scanned = None if found is None else _scan_header(found[0])
+    if scanned is None or scanned[0].get("flag", 0) != 0:
+        return None
+    read, members = scanned
+    code = read.get("code", 0)
+    slots = _send_slots(members)
+    if slots is None:
+        return None
+    ext, names = slots
+    if not (((code == 310 or code == 320) and names == 1) or (code == 10 and names == 2)):
+        return None
+    typed = _send_typed(ext)
+    if typed is None or (typed[12] is True) != (code == 320):
+        return None
+    assert found is not None
+    return (
+        read.get("opaque", 0), ext[1], typed[4], typed[5], typed[6], typed[7], ext[8],
+        typed[9], found[1], code == 320,
+    )  # fmt: skip
+
+
+def send_run_fields_py(
+    buf: Any, bounds: Any, first: Any, stop: Any, judge: Any, entries: Any, parsed: Any
+) -> tuple[int, tuple | None]:
+    """Python twin of ``pymq.remoting._codecc.send_run_fields``: send_fields of frames first,
+    first+1, ... of a run, each plain single send added to ``entries`` (topic, queue id, body,
+    properties or "", flag, sys flag, born timestamp, reconsume times or 0) and its fields to
+    ``parsed``, while its topic's queue count (``judge(topic)``, called again only when the
+    topic changes; None stops) bounds its queue id.  Returns the first frame not added and its
+    fields (None when it has none or is ``stop``)."""
+    if (
+        type(bounds) is not list
+        or not callable(judge)
+        or type(entries) is not list
+        or type(parsed) is not list
+    ):
+        raise TypeError("send_run_fields: bounds list, judge callable, entries and parsed lists")
+    first = operator.index(first)
+    stop = operator.index(stop)
+    if not 0 <= first <= sys.maxsize // 2 or not 0 <= stop <= sys.maxsize // 2:
+        raise OverflowError("send_run_fields: first or stop out of range")
+    fields: tuple | None = None
+    last: Any = None
+    count = -1
+    i = first
+    with memoryview(buf) as view, view.cast("B") as raw:
+        while i < stop:
+            if 2 * i + 1 >= len(bounds):
+                raise ValueError("send_run_fields: stop past the bounds")
+            # Both held before either is read: an item's __index__ runs Python, which could
+            # change the list.
+            start_item, end_item = bounds[2 * i], bounds[2 * i + 1]
+            start = _index_arg(start_item, "start")
+            end = _index_arg(end_item, "end")
+            fields = send_fields_py(raw, start, end)
+            if fields is None or fields[9] is True:
+                break
+            topic = fields[1]
+            if last is None or topic != last:
+                verdict = judge(topic)
+                count = -1 if verdict is None else max(0, operator.index(verdict))
+                last = topic
+            queue_id = fields[2]
+            if count < 0 or queue_id < 0 or queue_id >= count:
+                break
+            body_at = fields[8]
+            props, reconsume = fields[6], fields[7]
+            entries.append(
+                (topic, queue_id, raw[body_at:end].tobytes(), "" if props is None else props,
+                 fields[5], fields[3], fields[4], 0 if reconsume is None else reconsume)
+            )  # fmt: skip
+            parsed.append(fields)
+            fields = None
+            i += 1
+    if i >= stop:
+        fields = None
+    return i, fields
+
+
+def send_answer_fields_py(buf: Any, start: Any, end: Any) -> tuple | None:
+    """Python twin of ``pymq.remoting._codecc.send_answer_fields``: a send's plain successful
+    answer (code 0, a response, no remark, no body, extFields with msgId and the plain decimals
+    queueId and queueOffset as strings, no recallHandle) read for the client's raw answer path;
+    (opaque, msg_id, queue_id, queue_offset, transaction_id or None), or None."""
+    found = _frame_header(buf, start, end)
+    if found is None or found[1] != _index_arg(end, "end"):
+        return None
+    scanned = _scan_header(found[0])
+    if scanned is None:
+        return None
+    read, members = scanned
+    if not {"code", "opaque", "flag"} <= read.keys():
+        return None
+    if read["code"] != 0 or read["flag"] != 1 or read.get("remark") is not None:
+        return None
+    values: list[Any] = [None] * 4
+    seen = 0
+    for name, value in members:
+        slot = _ANSWER_SLOTS.get(name)
+        if slot is None:
+            if name == "recallHandle":  # a timer message's: the usual path reads it
+                return None
+            continue
+        if seen & 1 << slot or type(value) is not str:
+            return None
+        seen |= 1 << slot
+        values[slot] = value
+    if values[0] is None or values[1] is None or values[2] is None:
+        return None
+    queue_id = _plain_number(values[1], 9)
+    offset = _plain_number(values[2], 18)
+    if queue_id is None or offset is None:
+        return None
+    return read["opaque"], values[0], queue_id, offset, values[3]
+
+
+send_fields: Callable[..., tuple | None] = getattr(_native, "send_fields", send_fields_py)
+send_run_fields: Callable[..., tuple[int, tuple | None]] = getattr(
+    _native, "send_run_fields", send_run_fields_py
+)
+send_answer_fields: Callable[..., tuple | None] = getattr(
+    _native, "send_answer_fields", send_answer_fields_py
+)
+
+
 def _json_loads(data: bytes) -> object:
     """``json``'s reading of a header (the reference the fast path agrees with)."""
     try:

@@ -10,8 +10,6 @@ import struct
 import types
 from collections.abc import AsyncIterator
 
-import pytest
-
 from pymq.client import topics
 from pymq.common.record import decode_records
 from pymq.embedded import Cluster
@@ -20,13 +18,10 @@ from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingCommandError
 from pymq.remoting.headers import SendMessageRequestHeader
-from tests.helpers import c_functions
+from tests.helpers import send_tier_functions
 
-native_extension = c_functions()
+native_extension = send_tier_functions()
 
-pytestmark = pytest.mark.skipif(
-    getattr(native_extension, "send_fields", None) is None, reason="needs the C extension"
-)
 
 PEER = types.SimpleNamespace(remote_address="10.0.0.9:40123")
 UNIQ = "UNIQ_KEY\x010A0000090000000000000000000000{:02d}"

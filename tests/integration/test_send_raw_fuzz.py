@@ -25,15 +25,12 @@ from pymq.remoting.codec import (
 )
 from pymq.remoting.codes import ResponseCode
 from pymq.remoting.errors import ProtocolError, RemotingCommandError
-from tests.helpers import c_functions
+from tests.helpers import send_tier_functions
 
 from .test_send_raw import answer_of, inline, stored
 
-native_extension = c_functions()
+native_extension = send_tier_functions()
 
-pytestmark = pytest.mark.skipif(
-    getattr(native_extension, "send_fields", None) is None, reason="needs the C extension"
-)
 
 PEER = types.SimpleNamespace(remote_address="10.0.0.9:40123")
 TOPIC = "\x00TOPIC\x00"  # replaced by each side's topic

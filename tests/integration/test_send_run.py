@@ -16,7 +16,7 @@ from pymq.embedded import Cluster
 from pymq.remoting.channel import ANSWER_LATER
 from pymq.remoting.codec import decode_frame
 from pymq.remoting.codes import ResponseCode
-from tests.helpers import c_functions
+from tests.helpers import send_tier_functions
 from tests.integration.test_send_raw import (
     PEER,
     UNIQ,
@@ -33,11 +33,7 @@ from tests.integration.test_send_raw import (
     usual,
 )
 
-native_extension = c_functions()
-
-pytestmark = pytest.mark.skipif(
-    getattr(native_extension, "send_fields", None) is None, reason="needs the C extension"
-)
+native_extension = send_tier_functions()
 
 
 def split(joined: bytes) -> list[bytes]:
@@ -162,7 +158,7 @@ async def test_a_run_answers_stores_and_counts_as_its_frames_one_by_one(
     from pymq.broker.processors import send as send_module
 
     framed: list[int] = []
-    real_frame = send_module._send_answer_frame
+    real_frame = send_module.send_answer_frame
     assert real_frame is not None
 
     def counting_frame(opaque: int, *rest: object) -> bytes:
@@ -177,7 +173,7 @@ async def test_a_run_answers_stores_and_counts_as_its_frames_one_by_one(
         run_answered.append(len(hints))
         return real_run(parsed, hints, *rest)
 
-    monkeypatch.setattr(send_module, "_send_answer_frame", counting_frame)
+    monkeypatch.setattr(send_module, "send_answer_frame", counting_frame)
     monkeypatch.setattr(send_module, "send_answer_frame", counting_frame)  # send_raw's writer
     monkeypatch.setattr(send_module, "_send_answer_run", counting_run)
     got, left = await as_channel(cluster, PEER, cases("RunT"))

@@ -22,13 +22,10 @@ from pymq.remoting.codec import (
 )
 from pymq.remoting.errors import ProtocolError
 from pymq.remoting.headers import HeaderError, SendMessageResponseHeader
-from tests.helpers import c_functions
+from tests.helpers import send_tier_functions
 
-native_extension = c_functions()
+native_extension = send_tier_functions()
 
-pytestmark = pytest.mark.skipif(
-    getattr(native_extension, "send_answer_fields", None) is None, reason="needs the C extension"
-)
 
 # What the Java 4.9.4 broker answered to a signed SEND_MESSAGE_V2 (java-wire-samples/
 # ACL-SEND_MESSAGE_V2-310-signed-normal-ok.response-header.json).

@@ -17,15 +17,12 @@ from hypothesis import strategies as st
 from pymq.common.message_id import offset_msg_id
 from pymq.remoting.codec import RemotingCommand, encode
 from pymq.store.commitlog import DispatchHint
-from tests.helpers import c_functions
+from tests.helpers import send_tier_functions
 from tests.integration.test_send_raw import _items, batch_frame, cpp_frame, ext_for, frame
 from tests.integration.test_send_run import run_of
 
-native_extension = c_functions()
+native_extension = send_tier_functions()
 
-pytestmark = pytest.mark.skipif(
-    getattr(native_extension, "send_run_fields", None) is None, reason="needs the C extension"
-)
 
 COUNTS = {"T1": 4, "Topic-2": 2, "Zero": 0}  # a topic's queue count; others: None (unjudged)
 

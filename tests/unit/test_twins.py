@@ -239,6 +239,7 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
         args = (header, codec.RemotingCommand, codec.SerializeType.JSON)
         yield "json_command", c.json_command, codec.json_command_py, args
     yield from _json_header_cases(c)
+    yield from _send_tier_cases(c)
     send_ext = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)
     names = headers._SHORT_NAMES
     for ext in (
@@ -353,6 +354,114 @@ def test_json_header_agrees_on_damaged_headers(data: st.DataObject) -> None:
             header.insert(at, byte)
     args = (bytes(header), 0, len(header), codec.RemotingCommand, codec.SerializeType.JSON)
     assert _outcome(c.json_header, args) == _outcome(codec.json_header_py, args)
+
+
+def _send_frames() -> list[bytes]:
+    """Frames of the send tier: sends as pymq's, Java's and the C++ client's producers write
+    them (V2, batch, SEND_MESSAGE with long names and unquoted numbers, signed), and send
+    answers (plain, with a transaction id, a recall handle, an error)."""
+    v2 = headers.SendMessageRequestHeader.v2_ext("G", "T", 1, 0, 1700000000000, 0, "p", False)
+    batch = {**v2, "m": "true"}
+    signed = {**v2, "AccessKey": "ak", "Signature": "c2ln"}
+    frames = [
+        codec.encode(codec.RemotingCommand(310, v2, b"body", 5)),
+        codec.encode(codec.RemotingCommand(320, batch, b"items", 6)),
+        codec.encode(codec.RemotingCommand(310, signed, b"", 7)),
+        codec.encode(codec.RemotingCommand(310, {**v2, "e": "-1"}, b"b", 8)),
+        codec.encode(codec.RemotingCommand(310, {**v2, "topic": "T"}, b"b", 8)),
+        codec.encode(codec.RemotingCommand(310, v2, b"b", 9, flag=1)),
+    ]
+    cpp = (
+        b'{"code":10,"extFields":{"producerGroup":"G","topic":"T","defaultTopic":"TBW102",'
+        b'"defaultTopicQueueNums":4,"queueId":2,"sysFlag":0,"bornTimestamp":1700000000000,'
+        b'"flag":0,"properties":"a\\u0001b","reconsumeTimes":1,"unitMode":false,'
+        b'"batch":null,"OnsChannel":"ALIYUN"},"flag":0,"language":"CPP","opaque":3,'
+        b'"serializeTypeCurrentRPC":"JSON","version":0}'
+    )
+    frames.append(struct.pack(">ii", 4 + len(cpp) + 2, len(cpp)) + cpp + b"xy")
+    answer = {"msgId": "7F0000010000C30100000000000001AA", "queueId": "3", "queueOffset": "9"}
+    for ext, code, remark in (
+        (answer, 0, None),
+        ({**answer, "transactionId": "t1", "MSG_REGION": "DefaultRegion"}, 0, None),
+        ({**answer, "recallHandle": "djE="}, 0, None),
+        ({**answer, "queueId": "-3"}, 0, None),
+        (answer, 1, "boom"),
+    ):
+        response = codec.RemotingCommand(code, ext, b"", 11, codec.RPC_TYPE_RESPONSE, remark)
+        frames.append(codec.encode(response))
+    return frames
+
+
+def _send_tier_cases(c: Any) -> Iterator[Case]:
+    """send_fields, send_run_fields and send_answer_fields on the frames producers and brokers
+    write, damaged, and on the arguments' edges; send_run_fields on runs judged every way."""
+    frames = _send_frames()
+    for n, frame in enumerate(frames):
+        for data in _hostile(frame, n):
+            for name, py_fn in (
+                ("send_fields", codec.send_fields_py),
+                ("send_answer_fields", codec.send_answer_fields_py),
+            ):
+                yield name, getattr(c, name), py_fn, (data, 4, len(data))
+    frame = frames[0]
+    for args in (
+        (bytearray(frame), 4, len(frame)),
+        (memoryview(frame), 4, len(frame)),
+        (frame, 4, len(frame) + 1),
+        (frame, len(frame), 4),
+        (frame, -1, len(frame)),
+        (frame, 4, 2**63),
+        (frame, "4", len(frame)),
+        (frame.decode("latin-1"), 4, len(frame)),
+        (frame[:6], 4, 6),
+    ):
+        yield "send_fields", c.send_fields, codec.send_fields_py, args
+        yield "send_answer_fields", c.send_answer_fields, codec.send_answer_fields_py, args
+    run = frames[:6] + frames[:3]
+    buf = b"".join(run)
+    bounds: list[int] = []
+    pos = 0
+    for data in run:
+        bounds += [pos + 4, pos + len(data)]
+        pos += len(data)
+    for judge in (lambda t: 4, lambda t: 2, lambda t: None, lambda t: -1, lambda t: "x"):
+        for first, stop in ((0, len(run)), (2, 5), (3, 3), (6, len(run)), (0, len(run) + 1)):
+            args = (buf, list(bounds), first, stop, judge, [], [])
+            yield "send_run_fields", c.send_run_fields, codec.send_run_fields_py, args
+    for bad in (
+        (buf, tuple(bounds), 0, 2, lambda t: 4, [], []),
+        (buf, list(bounds), 0, 2, None, [], []),
+        (buf, list(bounds), -1, 2, lambda t: 4, [], []),
+        (buf, list(bounds), 0, 2, lambda t: 4, (), []),
+    ):
+        yield "send_run_fields", c.send_run_fields, codec.send_run_fields_py, bad
+
+
+@pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
+@given(data=st.data())
+@settings(max_examples=300)
+def test_send_readers_agree_on_damaged_frames(data: st.DataObject) -> None:
+    """send_fields and send_answer_fields and their twins on sound frames with bytes of the
+    JSON grammar changed, cut or added (the header length kept, so the damage is read)."""
+    c = load_native("pymq.remoting._codecc")
+    frame = data.draw(st.sampled_from(_send_frames()))
+    (length,) = struct.unpack_from(">i", frame, 4)
+    header = bytearray(frame[8 : 8 + length])
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(header) - 1))
+        action = data.draw(st.sampled_from(["set", "cut", "insert"]))
+        byte = data.draw(st.sampled_from(list(b'"\\{}[],:-.0e19 \x00\x7f\x80tnuabm')))
+        if action == "set":
+            header[at] = byte
+        elif action == "cut":
+            del header[at]
+        else:
+            header.insert(at, byte)
+    body = frame[8 + length :]
+    damaged = struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+    args = (damaged, 4, len(damaged))
+    assert _outcome(c.send_fields, args) == _outcome(codec.send_fields_py, args)
+    assert _outcome(c.send_answer_fields, args) == _outcome(codec.send_answer_fields_py, args)
 
 
 def _index_put_args(room: int, count: int, keys: Any, **over: Any) -> tuple[Any, ...]:

@@ -54,6 +54,8 @@ from pymq.remoting.codec import (
     encode,
     json_response_frame,
     quote_json,
+    send_fields,
+    send_run_fields,
 )
 from pymq.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError
@@ -136,9 +138,6 @@ _SERIALIZE_JSON = SerializeType.JSON
 _WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
 _SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
 _sendc: Any = load_native("pymq.broker._sendc")
-_codecc: Any = load_native("pymq.remoting._codecc")
-_send_answer_frame = getattr(_sendc, "send_answer_frame", None)
-"""The C writer alone (None without it): the run paths that need C throughout test it."""
 _I32 = (-(2**31), 2**31 - 1)
 _I64 = (-(2**63), 2**63 - 1)
 
@@ -186,7 +185,7 @@ def send_answer_frame_py(
 
 
 _ANSWER_PREFIX = struct.Struct(">ii")
-send_answer_frame: Callable[..., bytes] = _send_answer_frame or send_answer_frame_py
+send_answer_frame: Callable[..., bytes] = getattr(_sendc, "send_answer_frame", send_answer_frame_py)
 """A successful send's answer frame: in C when built, else :func:`send_answer_frame_py`."""
 
 
@@ -258,12 +257,12 @@ def send_answer_run_py(
     return b"".join(frames), totals
 
 
-_send_fields = getattr(_codecc, "send_fields", None)
-# send_run_fields(buf, bounds, first, stop, judge, entries, parsed): _send_singles' reading of
-# a run's frames in one C call (None without it: each frame is read by send_fields'); the
-# answers of the singles it puts and _count_puts' totals in one call of send_answer_run, C or
-# its twin.
-_send_run_fields = getattr(_codecc, "send_run_fields", None)
+# send_fields reads a frame for send_raw; send_run_fields(buf, bounds, first, stop, judge,
+# entries, parsed) a run's frames for _send_singles, in one call; the answers of the singles
+# it puts and _count_puts' totals in one call of send_answer_run.  Each the C module's, or its
+# Python twin.
+_send_fields = send_fields
+_send_run_fields = send_run_fields
 _send_answer_run: Callable[..., tuple[bytes, list[tuple[Any, int, int]]]] = getattr(
     _sendc, "send_answer_run", send_answer_run_py
 )
@@ -647,8 +646,6 @@ class SendProcessor:
         (tests/integration/test_send_raw.py compares the answers and the stores).  None,
         having changed nothing, for every other frame, which the usual path then decodes,
         checks and answers (refusals included)."""
-        if _send_fields is None:
-            return None
         fields = _send_fields(buf, start, end)
         if fields is None:
             return None
@@ -813,7 +810,7 @@ class SendProcessor:
         answers: list[bytes] = []
         i = first
         read = _send_fields
-        while i < stop and read is not None:
+        while i < stop:
             try:
                 if stop - i > 1:  # a frame alone costs send_raw less
                     i, fields = self._send_singles(channel, buf, bounds, i, stop, answers)
@@ -856,11 +853,7 @@ class SendProcessor:
         to the usual path) or was not read."""
         store = self.ctx.store
         run_fields = _send_run_fields
-        if (
-            run_fields is None
-            or _send_answer_frame is None
-            or store.config.broker_role is _SYNC_MASTER
-        ):
+        if store.config.broker_role is _SYNC_MASTER:
             return first, None
         entries: list[tuple[str, int, bytes, str, int, int, int, int]] = []
         parsed: list[tuple] = []  # the entries' fields
@@ -912,8 +905,7 @@ class SendProcessor:
                 for topic, count, size in totals:
                     on_put(count, size, topic, count)
                 return
-        answer_frame, msg_id = _send_answer_frame, store.commitlog.msg_id
-        assert answer_frame is not None
+        answer_frame, msg_id = send_answer_frame, store.commitlog.msg_id
         held: list[tuple[int, DispatchHint]] = []
         held_frames: list[bytes] = []
         region: bytes | None = None  # read at the first answer, inside its error handling

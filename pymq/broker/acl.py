@@ -230,6 +230,8 @@ RULES: dict[int, Rule] = {
     _RC.SEND_MESSAGE: _send("topic"),
     _RC.SEND_MESSAGE_V2: _send("b"),
     _RC.SEND_BATCH_MESSAGE: _send("b"),
+    # RocketMQ 5 asks PUB on the topic (RecallMessageRequestHeader's @RocketMQAction).
+    _RC.RECALL_MESSAGE: _send("topic"),
     # A reply needs a valid signature only, as 4.9.4 asks (its replies go to the cluster's
     # reply topic, a system topic accounts do not list).
     _RC.SEND_REPLY_MESSAGE: _signed_only,

@@ -73,6 +73,7 @@ from pymq.broker.processors.acl import AclProcessor
 from pymq.broker.processors.admin import AdminProcessor
 from pymq.broker.processors.consumer import ConsumerProcessor
 from pymq.broker.processors.pull import PullProcessor
+from pymq.broker.processors.recall import RecallProcessor
 from pymq.broker.processors.reply import ReplyProcessor
 from pymq.broker.processors.send import SendProcessor
 from pymq.broker.runtime_info import runtime_info
@@ -268,6 +269,7 @@ class BrokerController:
         self.send_processor = SendProcessor(self.context)
         self.reply_processor = ReplyProcessor(self.context, self.send_processor)
         self.pull_processor = PullProcessor(self.context)
+        self.recall_processor = RecallProcessor(self.context)
         self.consumer_processor = ConsumerProcessor(self.context)
         self.admin_processor = AdminProcessor(self.context)
         # END_TRANSACTION and the transaction check-back service (masters).
@@ -302,6 +304,7 @@ class BrokerController:
             RequestCode.SEND_REPLY_MESSAGE: self.reply_processor.send_reply_message,
             RequestCode.SEND_REPLY_MESSAGE_V2: self.reply_processor.send_reply_message,
             RequestCode.CONSUMER_SEND_MSG_BACK: send.consumer_send_msg_back,
+            RequestCode.RECALL_MESSAGE: self.recall_processor.recall_message,
             RequestCode.END_TRANSACTION: self.transactions.end_transaction,
             RequestCode.RESUME_CHECK_HALF_MESSAGE: self.transactions.resume_check_half_message,
             RequestCode.PULL_MESSAGE: pull.pull_message,

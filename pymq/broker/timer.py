@@ -29,6 +29,14 @@ stored (and created again since), is dropped when read, at enqueue or at dequeue
 most :data:`MAX_DELETED_TOPICS` of them; one is forgotten once the wheel is
 ``timerMaxDelaySec`` past it (every timer stored before it is handled by then).
 
+Recall (RocketMQ 5's RECALL_MESSAGE, pymq/broker/processors/recall.py): a recall stores a
+*marker*, a timer message with TIMER_DEL_UNIQKEY ``{topic}+{uniqId}`` and the due time of the
+message it cancels, so both are entered in the same slot.  When the slot is delivered its
+markers are read first and the messages they name are not delivered (``recalled`` counts
+them); a marker is never delivered itself, and one already due when read cancels nothing
+(``recalls_late``).  Markers roll with their messages, and are not pending timers in the
+counts.  Being stored messages, markers survive a crash as the timers do.
+
 Counters for the metrics (RocketMQ 5's ``rocketmq_timer_*``): timer-topic messages read
 (``enqueue_total``) and put out of the wheel (``dequeue_total``: delivered, or put back to the
 timer topic by a roll, both counted as RocketMQ 5 counts them) per real topic since start, and
@@ -47,6 +55,7 @@ import trio
 from pymq.common.message_ext import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DEQUEUE_MS,
     PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
@@ -54,6 +63,7 @@ from pymq.common.message_ext import (
     MessageExt,
     moved_to,
 )
+from pymq.common.recall_handle import delete_key
 from pymq.common.topic import TIMER_TOPIC
 from pymq.store.message_store import DefaultMessageStore
 from pymq.store.timer.counts import add
@@ -79,6 +89,12 @@ ENQUEUE_LATENCY_WINDOW_SECONDS = 2.0
 """rocketmq_timer_enqueue_latency is 0 when nothing was entered for this long (RocketMQ 5)."""
 
 
+def is_marker(msg: MessageExt) -> bool:
+    """A recall marker (RocketMQ 5's delete message): it cancels the timer its
+    TIMER_DEL_UNIQKEY names in its slot, and is never delivered itself."""
+    return PROPERTY_TIMER_DEL_UNIQKEY in msg.properties
+
+
 class TimerMessageService:
     def __init__(
         self, store: DefaultMessageStore, topic_exists: Callable[[str], bool] | None = None
@@ -91,6 +107,10 @@ class TimerMessageService:
         self.delivered = 0
         self.dropped = 0
         """Timers dropped because their real topic was deleted."""
+        self.recalled = 0
+        """Timers not delivered because a recall marker named them."""
+        self.recalls_late = 0
+        """Recall markers read when already due (their message was delivered)."""
         self.enqueue_total: dict[str, int] = {}
         self.dequeue_total: dict[str, int] = {}
         self.last_enqueue_at = -1.0
@@ -119,7 +139,7 @@ class TimerMessageService:
             # A store written before the counts file: count the pending entries once.
             for entry in timers.pending_entries():
                 msg = self.store.look_message_by_offset(entry.phy_offset, entry.phy_size)
-                if msg is not None:
+                if msg is not None and not is_marker(msg):
                     add(timers.counts, self.real_topic(msg), 1)
             timers.counts_known = True
         return timers
@@ -258,10 +278,15 @@ class TimerMessageService:
                 self.last_enqueue_at = trio.current_time()
                 self.last_enqueue_store_ms = msg.store_timestamp
                 add(self.enqueue_total, topic, 1)
+                marker = is_marker(msg)
                 if self._drop(msg, topic):
                     pass
                 elif timers.enter(deliver_ms, phy_offset, size, now):
-                    add(timers.counts, topic, 1)
+                    if not marker:
+                        add(timers.counts, topic, 1)
+                elif marker:  # its message's slot is delivered already: nothing to cancel
+                    self.recalls_late += 1
+                    log.debug("recall of %s came after its due time", msg.unique_key)
                 else:
                     await self._deliver(msg, never_entered=True)
             timers.enqueue_offset = offset + 1
@@ -286,15 +311,26 @@ class TimerMessageService:
             # slot is half delivered has the counts of before it (see counts.py).
             left: dict[str, int] = {}
             started = store.clock_ms()
+            due: list[MessageExt] = []
             for entry in slot.due:
                 msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
                 if msg is None:
                     log.error("timer message at %d is gone: not delivered", entry.phy_offset)
                     continue
+                due.append(msg)
+            # Recall markers of the slot first (RocketMQ 5's delete list): neither they nor the
+            # messages they name are delivered.
+            recalled = {m.properties[PROPERTY_TIMER_DEL_UNIQKEY] for m in due if is_marker(m)}
+            for msg in due:
+                if recalled and is_marker(msg):
+                    continue
                 topic = self.real_topic(msg)
                 if not self._stale(msg, topic):
                     add(left, topic, 1)
-                if not self._drop(msg, topic):
+                if recalled and delete_key(topic, msg.unique_key or "") in recalled:
+                    self.recalled += 1
+                    log.debug("timer message %s recalled: not delivered", msg.unique_key)
+                elif not self._drop(msg, topic):
                     await self._deliver(msg)
             for entry in slot.rolled:
                 msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
@@ -302,11 +338,13 @@ class TimerMessageService:
                     log.error("timer message at %d is gone: not rolled", entry.phy_offset)
                     continue
                 topic = self.real_topic(msg)
-                if not self._stale(msg, topic):
+                marker = is_marker(msg)  # rolled as well, to meet its message in their slot
+                if not marker and not self._stale(msg, topic):
                     add(left, topic, 1)
                 if not self._drop(msg, topic):
                     await self._put(self.rolled_message(msg))
-                    add(self.dequeue_total, topic, 1)  # RocketMQ 5 counts a roll's put too
+                    if not marker:
+                        add(self.dequeue_total, topic, 1)  # RocketMQ 5 counts a roll's put too
             timers.delivered_ms = timers.read_ms
             for topic, n in left.items():
                 if self.deleted.get(topic, -1) < started:  # else its count went meanwhile

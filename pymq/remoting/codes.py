@@ -108,6 +108,8 @@ class RequestCode(enum.IntEnum):
     QUERY_TOPICS_BY_CONSUMER = 343
     QUERY_SUBSCRIPTION_BY_CONSUMER = 345
     GET_TOPIC_CONFIG = 351
+    # RocketMQ 5: cancel a pending timer message by the recall handle its send returned.
+    RECALL_MESSAGE = 370
 
 
 class ResponseCode(enum.IntEnum):
@@ -147,6 +149,8 @@ class ResponseCode(enum.IntEnum):
     UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
+    # RocketMQ 5 (a recall with a bad handle, or one whose message is already due).
+    ILLEGAL_OPERATION = 604
 
 
 class LanguageCode(enum.IntEnum):

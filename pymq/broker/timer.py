@@ -67,7 +67,8 @@ from pymq.common.recall_handle import delete_key
 from pymq.common.topic import TIMER_TOPIC
 from pymq.store.message_store import DefaultMessageStore
 from pymq.store.timer.counts import add
-from pymq.store.timer.store import TimerStore
+from pymq.store.timer.log import TimerEntry
+from pymq.store.timer.store import DueSlot, TimerStore
 
 log = logging.getLogger(__name__)
 
@@ -309,42 +310,8 @@ class TimerMessageService:
                 continue
             # The counts change with delivered_ms, not before: a checkpoint taken while this
             # slot is half delivered has the counts of before it (see counts.py).
-            left: dict[str, int] = {}
             started = store.clock_ms()
-            due: list[MessageExt] = []
-            for entry in slot.due:
-                msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
-                if msg is None:
-                    log.error("timer message at %d is gone: not delivered", entry.phy_offset)
-                    continue
-                due.append(msg)
-            # Recall markers of the slot first (RocketMQ 5's delete list): neither they nor the
-            # messages they name are delivered.
-            recalled = {m.properties[PROPERTY_TIMER_DEL_UNIQKEY] for m in due if is_marker(m)}
-            for msg in due:
-                if recalled and is_marker(msg):
-                    continue
-                topic = self.real_topic(msg)
-                if not self._stale(msg, topic):
-                    add(left, topic, 1)
-                if recalled and delete_key(topic, msg.unique_key or "") in recalled:
-                    self.recalled += 1
-                    log.debug("timer message %s recalled: not delivered", msg.unique_key)
-                elif not self._drop(msg, topic):
-                    await self._deliver(msg)
-            for entry in slot.rolled:
-                msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
-                if msg is None:
-                    log.error("timer message at %d is gone: not rolled", entry.phy_offset)
-                    continue
-                topic = self.real_topic(msg)
-                marker = is_marker(msg)  # rolled as well, to meet its message in their slot
-                if not marker and not self._stale(msg, topic):
-                    add(left, topic, 1)
-                if not self._drop(msg, topic):
-                    await self._put(self.rolled_message(msg))
-                    if not marker:
-                        add(self.dequeue_total, topic, 1)  # RocketMQ 5 counts a roll's put too
+            left = await self._handle_slot(slot)
             timers.delivered_ms = timers.read_ms
             for topic, n in left.items():
                 if self.deleted.get(topic, -1) < started:  # else its count went meanwhile
@@ -352,6 +319,46 @@ class TimerMessageService:
             slots += 1
             if slots % YIELD_EVERY == 0 or slot.due or slot.rolled:
                 await trio.lowlevel.checkpoint()
+
+    def _messages(self, entries: list[TimerEntry], what: str) -> list[MessageExt]:
+        out = []
+        for entry in entries:
+            msg = self.store.look_message_by_offset(entry.phy_offset, entry.phy_size)
+            if msg is None:
+                log.error("timer message at %d is gone: not %s", entry.phy_offset, what)
+                continue
+            out.append(msg)
+        return out
+
+    async def _handle_slot(self, slot: DueSlot) -> dict[str, int]:
+        """Deliver (or drop, or roll) the timers of ``slot``; the pending timers it held per
+        real topic."""
+        left: dict[str, int] = {}
+        due = self._messages(slot.due, "delivered")
+        # Recall markers of the slot first (RocketMQ 5's delete list): neither they nor the
+        # messages they name are delivered.
+        recalled = {m.properties[PROPERTY_TIMER_DEL_UNIQKEY] for m in due if is_marker(m)}
+        for msg in due:
+            if recalled and is_marker(msg):
+                continue
+            topic = self.real_topic(msg)
+            if not self._stale(msg, topic):
+                add(left, topic, 1)
+            if recalled and delete_key(topic, msg.unique_key or "") in recalled:
+                self.recalled += 1
+                log.debug("timer message %s recalled: not delivered", msg.unique_key)
+            elif not self._drop(msg, topic):
+                await self._deliver(msg)
+        for msg in self._messages(slot.rolled, "rolled"):
+            topic = self.real_topic(msg)
+            marker = is_marker(msg)  # rolled as well, to meet its message in their slot
+            if not marker and not self._stale(msg, topic):
+                add(left, topic, 1)
+            if not self._drop(msg, topic):
+                await self._put(self.rolled_message(msg))
+                if not marker:
+                    add(self.dequeue_total, topic, 1)  # RocketMQ 5 counts a roll's put too
+        return left
 
     async def _deliver(self, msg: MessageExt, *, never_entered: bool = False) -> None:
         """Put ``msg`` (a timer-topic message) to its real topic and queue; retried until it is

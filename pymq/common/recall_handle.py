@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 
 import attrs
 
 HANDLE_VERSION = "v1"
 INVALID_HANDLE = "recall handle is invalid"
+_URL_SAFE = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
 
 @attrs.frozen
@@ -38,11 +40,11 @@ class RecallHandle:
         URL-safe Base64 (padding optional) of ``v1`` and at least four more fields."""
         if not text:
             raise ValueError(INVALID_HANDLE)
+        if not _URL_SAFE.fullmatch(text):  # '+' and '/' are not in Java's URL alphabet
+            raise ValueError(INVALID_HANDLE)
         try:
-            data = text.encode("ascii")
-            data += b"=" * (-len(data) % 4)
-            raw = base64.b64decode(data, altchars=b"-_", validate=True)
-        except (UnicodeEncodeError, binascii.Error, ValueError):
+            raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        except (binascii.Error, ValueError):
             raise ValueError(INVALID_HANDLE) from None
         items = raw.decode("utf-8", errors="replace").split(" ")
         while items and not items[-1]:  # Java's String.split drops trailing empty strings

@@ -222,15 +222,13 @@ def _start_pymq(data: str) -> tuple[subprocess.Popen[str], str]:
 
 
 async def _broker_of(ns: str) -> str:
-    async def addr() -> str | None:
+    async def addr() -> str:
         try:
             return (await topic_admin.master_addresses(ns))[0]
         except Exception:
-            return None
+            return ""  # not registered yet
 
-    await wait_until(addr, timeout=30, interval=0.1)
-    found = await addr()
-    assert found is not None
+    found: str = await wait_until(addr, timeout=30, interval=0.1)
     return found
 
 

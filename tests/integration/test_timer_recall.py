@@ -261,3 +261,29 @@ async def test_a_recall_survives_kill_9_before_the_due_time(tmp_path: Path) -> N
         proc.kill()
         proc.wait()
     assert receiver.bodies() == [b"kept"]
+
+
+async def test_a_recall_of_a_timer_beyond_the_roll_window_meets_it_in_its_slot(
+    tmp_path: Path,
+) -> None:
+    """The message is put back to the timer topic every round (a window of two 500 ms slots),
+    the marker, stored a second later, rolls on its own: they meet in the due slot."""
+    props = {"timerRollWindowSlot": "2", "timerPrecisionMs": "500", **ON}
+    async with cluster_at(str(tmp_path), **props) as cluster:
+        ns = cluster.namesrv_addr
+        await topic_admin.create_topic(ns, "Rolled", brokers=[cluster.broker_addr])
+        receiver = Bodies()
+        async with Producer("P", ns) as producer:
+            due = {"TIMER_DELIVER_MS": str(now_ms() + 3500)}
+            await producer.send(Message("Rolled", b"kept", properties=due))
+            gone = await producer.send(Message("Rolled", b"gone", properties=due))
+            assert gone.recall_handle is not None
+            await trio.sleep(1.0)  # a roll or two of the message first
+            await producer.recall_message("Rolled", gone.recall_handle)
+        async with PushConsumer("G", ns, receiver, consume_from=FIRST) as consumer:
+            await consumer.subscribe("Rolled")
+            await receiver.wait_for(b"kept")
+            await trio.sleep(1.0)
+        assert receiver.bodies() == [b"kept"]
+        assert int(receiver.got[0].properties["TIMER_ROLL_TIMES"]) >= 3
+        assert cluster.broker.timer.recalled == 1

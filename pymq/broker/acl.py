@@ -256,6 +256,7 @@ RULES: dict[int, Rule] = {
     _RC.GET_BROKER_CONFIG: _signed_only,
     _RC.GET_BROKER_RUNTIME_INFO: _signed_only,
     _RC.GET_TIMER_METRICS: _signed_only,
+    _RC.GET_TIMER_CHECK_POINT: _signed_only,
     _RC.SEARCH_OFFSET_BY_TIMESTAMP: _signed_only,
     _RC.GET_MAX_OFFSET: _signed_only,
     _RC.GET_MIN_OFFSET: _signed_only,

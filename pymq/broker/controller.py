@@ -18,6 +18,8 @@
        ├─ print_water_mark         every 1 s after 10 s
        ├─ schedule delivery        masters: one task per delay level
        ├─ transaction check        masters: every transactionCheckInterval (60 s)
+       ├─ timer service            masters: enqueue, deliver, flush | slaves: enqueue and
+       │                            flush, following the master's delivery point (every 1 s)
        ├─ slave_sync               slaves: every 10 s
        ├─ metrics                  Prometheus /metrics when metricsExporterType=PROM
        └─ front-ends               handed in by the caller: the admin channel (websocket +
@@ -78,7 +80,12 @@ from pymq.broker.processors.reply import ReplyProcessor
 from pymq.broker.processors.send import SendProcessor
 from pymq.broker.runtime_info import runtime_info
 from pymq.broker.schedule import ScheduleMessageService
-from pymq.broker.slave_sync import SLAVE_SYNC_INITIAL_DELAY, SLAVE_SYNC_PERIOD, SlaveSynchronize
+from pymq.broker.slave_sync import (
+    SLAVE_SYNC_INITIAL_DELAY,
+    SLAVE_SYNC_PERIOD,
+    TIMER_CHECKPOINT_SYNC_PERIOD,
+    SlaveSynchronize,
+)
 from pymq.broker.stats import BrokerStats
 from pymq.broker.subscription_group_manager import SubscriptionGroupManager
 from pymq.broker.timer import TimerMessageService
@@ -189,7 +196,9 @@ class BrokerController:
         )
         self.schedule = ScheduleMessageService(config_dir, self.store)
         self.timer = TimerMessageService(
-            self.store, lambda topic: self.topic_config_manager.select(topic) is not None
+            self.store,
+            lambda topic: self.topic_config_manager.select(topic) is not None,
+            replica=store_config.broker_role is BrokerRole.SLAVE,
         )
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(
@@ -323,6 +332,7 @@ class BrokerController:
             RequestCode.GET_BROKER_CONFIG: admin.get_broker_config,
             RequestCode.GET_BROKER_RUNTIME_INFO: admin.get_broker_runtime_info,
             RequestCode.GET_TIMER_METRICS: admin.get_timer_metrics,
+            RequestCode.GET_TIMER_CHECK_POINT: admin.get_timer_check_point,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: admin.search_offset_by_timestamp,
             RequestCode.GET_MAX_OFFSET: admin.get_max_offset,
             RequestCode.GET_MIN_OFFSET: admin.get_min_offset,
@@ -525,6 +535,16 @@ class BrokerController:
                         self.slave_sync.sync_all,
                         SLAVE_SYNC_INITIAL_DELAY,
                     )
+                    if self.store.config.timer_wheel_enable:
+                        # The slave's own wheel of the replicated timers, never delivered
+                        # while it is a slave; it follows the master's delivery point.
+                        await nursery.start(self.timer.run)
+                        self._every(
+                            nursery,
+                            TIMER_CHECKPOINT_SYNC_PERIOD,
+                            self.slave_sync.sync_timer_checkpoint,
+                            TIMER_CHECKPOINT_SYNC_PERIOD,
+                        )
                 else:
                     await nursery.start(self.schedule.run)
                     if self.store.config.timer_wheel_enable:

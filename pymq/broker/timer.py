@@ -45,9 +45,11 @@ the pending count per topic that the timer store keeps durable (pymq/store/timer
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
+import struct
 from collections.abc import Callable
 
 import trio
@@ -86,6 +88,14 @@ NEVER_ENQUEUED_MS = str(2**63 - 1)
 MAX_DELETED_TOPICS = 10_000
 """Deleted topics whose deletion time is kept (the oldest is forgotten beyond it)."""
 TIMER_DELETED_FILE = os.path.join("config", "timerdeletedtopics")
+REPLICA_RECHECK_SECONDS = 0.1
+"""How often a replica's dequeue task looks whether its master's delivery point moved."""
+MAX_MASTER_MARKS = 64
+"""A replica keeps at most this many of its master's delivery points not yet replicated."""
+CHECKPOINT_BODY = struct.Struct(">qqqqqqq")
+"""RocketMQ 5's TimerCheckpoint.encode: seven longs, 56 bytes."""
+DELIVERED_PHY_OFFSET = "deliveredPhyOffset"
+"""GET_TIMER_CHECK_POINT's answer: pymq's extField with :attr:`delivered_phy_offset`."""
 ENQUEUE_LATENCY_WINDOW_SECONDS = 2.0
 """rocketmq_timer_enqueue_latency is 0 when nothing was entered for this long (RocketMQ 5)."""
 
@@ -98,11 +108,26 @@ def is_marker(msg: MessageExt) -> bool:
 
 class TimerMessageService:
     def __init__(
-        self, store: DefaultMessageStore, topic_exists: Callable[[str], bool] | None = None
+        self,
+        store: DefaultMessageStore,
+        topic_exists: Callable[[str], bool] | None = None,
+        *,
+        replica: bool = False,
     ) -> None:
+        """``replica``: a slave's service (see the module docstring), fixed for its life."""
         self.store = store
         self.config = store.config
         self.topic_exists = topic_exists
+        self.replica = replica
+        self.horizon = 0
+        """A replica: the master's delivery point it has followed (every slot before it was
+        delivered by the master, and its deliveries are in this store)."""
+        self._master_marks: collections.deque[tuple[int, int]] = collections.deque(
+            maxlen=MAX_MASTER_MARKS
+        )
+        self.delivered_phy_offset = 0
+        """A master: the commit log's end when the last slot's deliveries were done (what
+        GET_TIMER_CHECK_POINT tells a slave with the delivery point)."""
         self.timers: TimerStore | None = None
         self._arrival = trio.Event()
         self.delivered = 0
@@ -211,6 +236,8 @@ class TimerMessageService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         timers = self.timers = await trio.to_thread.run_sync(self.open)
+        self.horizon = timers.read_ms
+        self.delivered_phy_offset = self.store.max_phy_offset
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._enqueue_loop, timers)
@@ -270,7 +297,9 @@ class TimerMessageService:
             if msg is None:
                 log.error("timer message at %d is gone, skipping offset %d", phy_offset, offset)
             else:
-                now = store.clock_ms()
+                # A replica's "now" is the master's delivery point: what is due before it the
+                # master has delivered (or will have, by the time the slave passes it).
+                now = timers.read_ms if self.replica else store.clock_ms()
                 try:
                     deliver_ms = int(msg.properties.get(PROPERTY_TIMER_OUT_MS, now))
                 except ValueError:
@@ -280,11 +309,13 @@ class TimerMessageService:
                 self.last_enqueue_store_ms = msg.store_timestamp
                 add(self.enqueue_total, topic, 1)
                 marker = is_marker(msg)
-                if self._drop(msg, topic):
-                    pass
+                if not self.replica and self._drop(msg, topic):
+                    pass  # a replica keeps them all: its topics may lag the master's
                 elif timers.enter(deliver_ms, phy_offset, size, now):
                     if not marker:
                         add(timers.counts, topic, 1)
+                elif self.replica:
+                    pass  # delivered by the master
                 elif marker:  # its message's slot is delivered already: nothing to cancel
                     self.recalls_late += 1
                     log.debug("recall of %s came after its due time", msg.unique_key)
@@ -302,23 +333,77 @@ class TimerMessageService:
             if self.config.timer_stop_dequeue:
                 await trio.sleep(PAUSED_RECHECK_SECONDS)
                 continue
-            now = store.clock_ms()
+            now = self.follow_horizon() if self.replica else store.clock_ms()
             slot = timers.take_due(now)
             if slot is None:
                 wait = (timers.next_due_ms() - now) / 1000
+                if self.replica:
+                    wait = REPLICA_RECHECK_SECONDS
                 await trio.sleep(min(max(wait, 0.001), MAX_SLEEP_SECONDS))
                 continue
             # The counts change with delivered_ms, not before: a checkpoint taken while this
             # slot is half delivered has the counts of before it (see counts.py).
             started = store.clock_ms()
-            left = await self._handle_slot(slot)
+            if self.replica:
+                left = self._pass_slot(slot)
+            else:
+                left = await self._handle_slot(slot)
             timers.delivered_ms = timers.read_ms
+            if not self.replica:
+                self.delivered_phy_offset = store.max_phy_offset
             for topic, n in left.items():
                 if self.deleted.get(topic, -1) < started:  # else its count went meanwhile
                     add(timers.counts, topic, -n)
             slots += 1
             if slots % YIELD_EVERY == 0 or slot.due or slot.rolled:
                 await trio.lowlevel.checkpoint()
+
+    # --- master/slave ----------------------------------------------------------------------
+
+    def checkpoint_body(self) -> bytes | None:
+        """GET_TIMER_CHECK_POINT's body: RocketMQ 5's TimerCheckpoint encoding (lastReadTimeMs,
+        lastTimerLogFlushPos, lastTimerQueueOffset, masterTimerQueueOffset, and the data
+        version's stateVersion, timestamp, counter), with this service's live delivery point;
+        None without a timer store."""
+        timers = self.timers
+        if timers is None:
+            return None
+        return CHECKPOINT_BODY.pack(
+            timers.delivered_ms,
+            timers.log.end,
+            timers.enqueue_offset,
+            timers.enqueue_offset,
+            0,
+            self.store.clock_ms(),
+            0,
+        )
+
+    def follow_master(self, read_ms: int, phy_offset: int) -> None:
+        """A replica: the master has delivered every slot before ``read_ms``, and its commit
+        log held those deliveries at ``phy_offset``.  Followed once this store has
+        replicated that far (:meth:`follow_horizon`)."""
+        marks = self._master_marks
+        if not marks or marks[-1] != (read_ms, phy_offset):
+            marks.append((read_ms, phy_offset))
+
+    def follow_horizon(self) -> int:
+        """A replica's delivery point: the latest master mark whose deliveries it holds."""
+        marks = self._master_marks
+        replicated = self.store.max_phy_offset
+        while marks and marks[0][1] <= replicated:
+            read_ms, _ = marks.popleft()
+            self.horizon = max(self.horizon, read_ms)
+        return self.horizon
+
+    def _pass_slot(self, slot: DueSlot) -> dict[str, int]:
+        """A replica passes a slot its master has delivered: nothing is put; the pending
+        timers it held per real topic."""
+        left: dict[str, int] = {}
+        for msg in self._messages(slot.due + slot.rolled, "passed"):
+            topic = self.real_topic(msg)
+            if not is_marker(msg) and not self._stale(msg, topic):
+                add(left, topic, 1)
+        return left
 
     def _messages(self, entries: list[TimerEntry], what: str) -> list[MessageExt]:
         out = []

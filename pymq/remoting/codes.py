@@ -22,6 +22,8 @@ class RequestCode(enum.IntEnum):
     GET_BROKER_RUNTIME_INFO = 28
     # RocketMQ 5's pending timers per topic (TimerMetrics); pymq adds totals and the next due.
     GET_TIMER_METRICS = 61
+    # RocketMQ 5: the timer store's checkpoint (a slave follows its master's delivery point).
+    GET_TIMER_CHECK_POINT = 60
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31

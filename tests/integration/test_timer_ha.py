@@ -5,6 +5,7 @@ point the slave had followed."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import time
 from collections import Counter
@@ -22,6 +23,8 @@ from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
 from pymq.remoting.headers import RecallMessageRequestHeader, encode
 from pymq.store.config import BrokerRole, MessageStoreConfig
+from pymq.store.timer.checkpoint import TimerCheckpoint
+from pymq.store.timer.store import TIMER_CHECK_FILE
 from tests.helpers import make_namesrv, wait_until
 
 pytestmark = pytest.mark.slow  # three brokers in turn, timers seconds out
@@ -149,13 +152,18 @@ async def test_a_promoted_slave_delivers_pending_timers_once_and_on_time(
 
         master_scope.cancel()  # the master stops before the late timers are due
         await wait_until(lambda: not ha.connections, timeout=10)
-        followed = slave_timer.timers.delivered_ms
         slave_scope.cancel()
         await trio.sleep(0.2)
+        # The slave's timer checkpoint: the promoted broker delivers from the master's
+        # delivery point the slave had followed.
+        checkpoint = TimerCheckpoint.load(
+            os.path.join(slave.store_config.timer_dir, TIMER_CHECK_FILE)
+        )
+        assert checkpoint is not None
+        followed = checkpoint.read_ms
+        assert followed == slave_timer.timers.delivered_ms and followed > early_end
         promoted = broker(tmp_path, "slave", ns_port, BrokerRole.ASYNC_MASTER)
         await nursery.start(serve, promoted, trio.CancelScope())
-        assert promoted.timer.timers is not None
-        assert promoted.timer.timers.read_ms == followed  # resumes from the followed point
 
         got: list[tuple[int, MessageExt]] = []
         changed = trio.Event()

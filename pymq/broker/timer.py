@@ -1,7 +1,8 @@
 """TimerMessageService: delivery of timer messages (RocketMQ 5's TimerMessageStore service).
 
 The put path (pymq/store/timer/rewrite.py) stores a timer message in ``rmq_sys_wheel_timer``
-queue 0 with its due time in TIMER_OUT_MS.  Three tasks, in the broker's nursery (masters):
+queue 0 with its due time in TIMER_OUT_MS.  Three tasks, in the broker's nursery (a slave's
+differ: see "Master/slave" below):
 
 - enqueue: reads that queue in order (from the checkpoint's offset) and enters each message in
   the wheel (:class:`pymq.store.timer.store.TimerStore`), or delivers it at once when due;
@@ -36,6 +37,22 @@ markers are read first and the messages they name are not delivered (``recalled`
 them); a marker is never delivered itself, and one already due when read cancels nothing
 (``recalls_late``).  Markers roll with their messages, and are not pending timers in the
 counts.  Being stored messages, markers survive a crash as the timers do.
+
+Master/slave (``replica=True`` on a slave, RocketMQ 5's shape): the slave replicates the commit
+log, timer-topic messages included, and its enqueue task enters them in its own wheel; it
+delivers nothing.  Its "now" is its master's delivery point instead of the clock: every
+second (TIMER_CHECKPOINT_SYNC_PERIOD) it asks GET_TIMER_CHECK_POINT, whose answer carries the
+master's ``delivered_ms`` and the commit-log offset at which the deliveries up to it were
+stored, and it follows that point (passing the slots before it without putting anything) once
+its own commit log reaches that offset, so a slot is passed only when the slave holds its
+deliveries.  A timer read when its slot is behind that point was delivered by the master and is
+not entered.  The slave keeps all replicated timers, whatever its (lagging) topic table says.
+Its timer store is flushed and checkpointed as a master's.  Promoted (restarted on its store as
+a master, RocketMQ 4.x's way: pymq has no role change at run time), it delivers from the point
+it had followed: every pending timer is delivered, late ones at once; delivered twice can be
+only what the old master delivered, or rolled, after the last point the slave followed (at most
+TIMER_CHECKPOINT_SYNC_PERIOD plus the replication lag before the master stopped), which
+at-least-once allows.  A slave that starts with no timer checkpoint begins at its clock's slot.
 
 Counters for the metrics (RocketMQ 5's ``rocketmq_timer_*``): timer-topic messages read
 (``enqueue_total``) and put out of the wheel (``dequeue_total``: delivered, or put back to the

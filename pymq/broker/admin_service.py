@@ -289,6 +289,7 @@ class AdminService:
             "enqueued": sum(timer.enqueue_total.values()),
             "delivered": timer.delivered,
             "dropped": timer.dropped,
+            "recalled": timer.recalled,
         }
 
     # -- topics -------------------------------------------------------------------------------

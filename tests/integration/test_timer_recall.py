@@ -100,6 +100,7 @@ async def test_a_recalled_timer_is_never_delivered_and_its_sibling_is(tmp_path: 
         assert sorted(receiver.bodies()) == [b"b1", b"b2", b"kept", b"plain"]
         timer = cluster.broker.timer
         assert timer.recalled == 1 and timer.recalls_late == 0
+        assert (await cluster.broker.context.admin.timer_status())["recalled"] == 1
         assert timer.timers is not None and timer.timers.counts == {}
 
 
@@ -287,3 +288,31 @@ async def test_a_recall_of_a_timer_beyond_the_roll_window_meets_it_in_its_slot(
         assert receiver.bodies() == [b"kept"]
         assert int(receiver.got[0].properties["TIMER_ROLL_TIMES"]) >= 3
         assert cluster.broker.timer.recalled == 1
+
+
+async def admin_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return await trio.run_process(
+        [sys.executable, "-m", "pymq.admin", *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+
+
+async def test_pymq_admin_recall_message(tmp_path: Path) -> None:
+    async with cluster_at(str(tmp_path), **ON) as cluster:
+        ns = cluster.namesrv_addr
+        await topic_admin.create_topic(ns, "Cli", brokers=[cluster.broker_addr])
+        async with Producer("P", ns) as producer:
+            sent = await producer.send(Message("Cli", b"x", properties={"TIMER_DELAY_SEC": "30"}))
+        assert sent.recall_handle is not None
+        done = await admin_cli("recallMessage", "-n", ns, "-t", "Cli", "-k", sent.recall_handle)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.decode().strip() == f"recalled {sent.msg_id} on {cluster.broker_addr}"
+        bad = await admin_cli("recallMessage", "-n", ns, "-t", "Cli", "-k", "nonsense!")
+        assert bad.returncode != 0 and b"recall handle is invalid" in bad.stderr
+        other = RecallHandle.decode(sent.recall_handle)
+        late = RecallHandle(other.topic, other.broker_name, str(now_ms() - 1), other.message_id)
+        refused = await admin_cli("recallMessage", "-n", ns, "-t", "Cli", "-k", late.encode())
+        assert refused.returncode != 0
+        assert b"ILLEGAL_OPERATION: recall failed, timestamp invalid" in refused.stderr

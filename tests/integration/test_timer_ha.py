@@ -114,6 +114,7 @@ async def test_a_promoted_slave_delivers_pending_timers_once_and_on_time(
                 )
                 assert sent.recall_handle is not None
             # Recalled on the master: the marker is replicated and the promoted slave honours it.
+            assert sent.recall_handle is not None
             await producer.recall_message(TOPIC, sent.recall_handle)
         del due[b"recalled"]
         # A slave takes no recall (RocketMQ 5: SLAVE_NOT_AVAILABLE), and stores nothing.

@@ -316,3 +316,21 @@ async def test_pymq_admin_recall_message(tmp_path: Path) -> None:
         refused = await admin_cli("recallMessage", "-n", ns, "-t", "Cli", "-k", late.encode())
         assert refused.returncode != 0
         assert b"ILLEGAL_OPERATION: recall failed, timestamp invalid" in refused.stderr
+
+
+async def test_every_single_send_path_answers_the_handle(tmp_path: Path) -> None:
+    """SYNC_FLUSH (the group commit answers later) and a topic created by the send (the task
+    path): each timer send's answer carries its handle, and the handle recalls it."""
+    async with cluster_at(str(tmp_path), flushDiskType="SYNC_FLUSH", **ON) as cluster:
+        ns = cluster.namesrv_addr
+        async with Producer("P", ns) as producer:
+            props = {"TIMER_DELAY_SEC": "60"}
+            created = await producer.send(Message("AutoCreated", b"a", properties=props))
+            inline = await producer.send(Message("AutoCreated", b"b", properties=props))
+            for sent in (created, inline):
+                assert sent.recall_handle is not None
+                handle = RecallHandle.decode(sent.recall_handle)
+                assert handle.message_id == sent.msg_id
+                assert await producer.recall_message("AutoCreated", sent.recall_handle) == (
+                    sent.msg_id
+                )

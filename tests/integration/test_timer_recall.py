@@ -71,6 +71,7 @@ async def timer_entries(cluster: Cluster) -> int:
     return max(store.get_max_offset_in_queue(TIMER_TOPIC, 0), 0)
 
 
+@pytest.mark.slow
 async def test_a_recalled_timer_is_never_delivered_and_its_sibling_is(tmp_path: Path) -> None:
     async with cluster_at(str(tmp_path), **ON) as cluster:
         ns = cluster.namesrv_addr
@@ -117,6 +118,7 @@ def forged(text: str) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode()
 
 
+@pytest.mark.slow
 async def test_bad_recalls_are_refused_and_change_nothing(tmp_path: Path) -> None:
     async with cluster_at(str(tmp_path), **ON) as cluster:
         ns = cluster.namesrv_addr
@@ -264,6 +266,7 @@ async def test_a_recall_survives_kill_9_before_the_due_time(tmp_path: Path) -> N
     assert receiver.bodies() == [b"kept"]
 
 
+@pytest.mark.slow
 async def test_a_recall_of_a_timer_beyond_the_roll_window_meets_it_in_its_slot(
     tmp_path: Path,
 ) -> None:
@@ -299,6 +302,7 @@ async def admin_cli(*args: str) -> subprocess.CompletedProcess[bytes]:
     )
 
 
+@pytest.mark.slow
 async def test_pymq_admin_recall_message(tmp_path: Path) -> None:
     async with cluster_at(str(tmp_path), **ON) as cluster:
         ns = cluster.namesrv_addr

@@ -148,6 +148,8 @@ async def test_bad_recalls_are_refused_and_change_nothing(tmp_path: Path) -> Non
              "recall failed, broker service not available"),
             ("Kept", forged(f"v1 Kept {name} soon {good.message_id}"), illegal,
              "recall failed, timestamp invalid"),
+            ("Kept", forged(f"v1 Kept {name} {good.timestamp[:-3]}_{good.timestamp[-3:]} "
+                            f"{good.message_id}"), illegal, "recall failed, timestamp invalid"),
             ("Kept", forged(f"v1 Kept {name} {now_ms() - 1000} {good.message_id}"), illegal,
              "recall failed, timestamp invalid"),
             ("Kept", forged(f"v1 Kept {name} {now_ms() + max_ms + 60_000} {good.message_id}"),

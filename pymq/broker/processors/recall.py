@@ -34,6 +34,7 @@ the message is delivered.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
 RECALL_TAG = "_RECALL_TAG_"
 """The marker's tag (RocketMQ 5's RecallMessageProcessor.RECALL_MESSAGE_TAG)."""
 NOT_AVAILABLE = "recall failed, broker service not available"
+_JAVA_LONG = re.compile(r"[+-]?[0-9]{1,19}")
 _STORED = frozenset(
     {
         PutMessageStatus.PUT_OK,
@@ -142,9 +144,9 @@ class RecallProcessor:
             return RecallResult(ResponseCode.ILLEGAL_OPERATION, "recall failed, topic not match")
         if handle.broker_name != bc.broker_name:
             return RecallResult(ResponseCode.ILLEGAL_OPERATION, NOT_AVAILABLE)
-        try:
-            due = int(handle.timestamp) if handle.timestamp.isascii() else -1
-        except ValueError:
+        # Java's NumberUtils.toLong(text, -1): a decimal long, else -1.
+        due = int(handle.timestamp) if _JAVA_LONG.fullmatch(handle.timestamp) else -1
+        if not -(2**63) <= due < 2**63:
             due = -1
         left = due - now
         if left <= 0 or left >= store.config.timer_max_delay_sec * 1000:

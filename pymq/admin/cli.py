@@ -28,6 +28,7 @@ from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.cli import add_version
 from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.properties import parse_properties
+from pymq.common.recall_handle import RecallHandle
 from pymq.common.record import RecordError, decode_record, iter_records
 from pymq.common.serde import loads_lenient, to_json
 from pymq.common.topic import (
@@ -328,6 +329,22 @@ async def timer_status(admin: Admin, args: argparse.Namespace) -> Output:
         for topic, metric in sorted(counts.items(), key=lambda kv: (-kv[1]["count"], kv[0])):
             rows.append([addr, topic, metric["count"]])
     return Output(data, ["#Broker", "#Topic", "#Pending"], rows, lines)
+
+
+async def recall_message(admin: Admin, args: argparse.Namespace) -> Output:
+    """Cancel a pending timer message by the recall handle its send returned (RocketMQ 5's
+    RECALL_MESSAGE, to the master of the broker the handle names)."""
+    try:
+        handle = RecallHandle.decode(args.recallHandle)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    addr = (await admin.topic_masters(args.topic)).get(handle.broker_name)
+    if addr is None:
+        raise CliError(f"no master of broker {handle.broker_name!r} serves topic {args.topic!r}")
+    header = H.RecallMessageRequestHeader(None, args.topic, args.recallHandle)
+    reply = await admin.invoke(addr, RequestCode.RECALL_MESSAGE, header)
+    msg_id = reply.ext_fields.get("msgId", "")
+    return Output({"msgId": msg_id, "broker": addr}, lines=[f"recalled {msg_id} on {addr}"])
 
 
 async def topic_list(admin: Admin, args: argparse.Namespace) -> Output:
@@ -1103,6 +1120,9 @@ def build_parser() -> argparse.ArgumentParser:
     _broker_or_cluster(p)
     p = command("timerStatus", timer_status, "Pending timer messages per topic, next due time")
     _broker_or_cluster(p)
+    p = command("recallMessage", recall_message, "Cancel a pending timer message (RocketMQ 5)")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-k", "--recallHandle", required=True, help="the handle its send returned")
     p = command("topicList", topic_list, "List every topic the name server knows")
     p.add_argument("-c", "--clusterName", help="only topics of this cluster")
     p = command("topicRoute", topic_route, "A topic's route: brokers and queue counts")

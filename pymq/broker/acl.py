@@ -230,6 +230,8 @@ RULES: dict[int, Rule] = {
     _RC.SEND_MESSAGE: _send("topic"),
     _RC.SEND_MESSAGE_V2: _send("b"),
     _RC.SEND_BATCH_MESSAGE: _send("b"),
+    # RocketMQ 5 asks PUB on the topic (RecallMessageRequestHeader's @RocketMQAction).
+    _RC.RECALL_MESSAGE: _send("topic"),
     # A reply needs a valid signature only, as 4.9.4 asks (its replies go to the cluster's
     # reply topic, a system topic accounts do not list).
     _RC.SEND_REPLY_MESSAGE: _signed_only,
@@ -254,6 +256,7 @@ RULES: dict[int, Rule] = {
     _RC.GET_BROKER_CONFIG: _signed_only,
     _RC.GET_BROKER_RUNTIME_INFO: _signed_only,
     _RC.GET_TIMER_METRICS: _signed_only,
+    _RC.GET_TIMER_CHECK_POINT: _signed_only,
     _RC.SEARCH_OFFSET_BY_TIMESTAMP: _signed_only,
     _RC.GET_MAX_OFFSET: _signed_only,
     _RC.GET_MIN_OFFSET: _signed_only,

@@ -256,6 +256,15 @@ class AdminService:
 
     # -- timers -------------------------------------------------------------------------------
 
+    def timer_checkpoint(self) -> tuple[bytes, int]:
+        """GET_TIMER_CHECK_POINT: RocketMQ 5's checkpoint body, and the commit-log offset
+        that holds the deliveries up to its delivery point (see TimerMessageService)."""
+        timer = self.broker.timer
+        body = timer.checkpoint_body()
+        if body is None:  # RocketMQ 5's answer without a timer store
+            raise AdminError(ResponseCode.SYSTEM_ERROR, "The checkpoint is null")
+        return body, timer.delivered_phy_offset
+
     async def timer_status(self, limit: int = TIMER_TOPICS_LISTED) -> dict[str, Any]:
         """Pending timers per real topic (RocketMQ 5's GET_TIMER_METRICS body: ``timingCount``,
         the ``limit`` topics with most, at most :data:`TIMER_TOPICS_LISTED`), their totals, and
@@ -263,7 +272,7 @@ class AdminService:
         within :data:`NEXT_DUE_SCAN_SLOTS` of the wheel's position holds any)."""
         timer = self.broker.timer
         timers = timer.timers
-        if timers is None:  # timerWheelEnable=false, or a slave (RocketMQ 5's answer)
+        if timers is None:  # timerWheelEnable=false (RocketMQ 5's answer)
             raise AdminError(ResponseCode.SYSTEM_ERROR, "The timer message store is null")
         limit = max(1, min(limit, TIMER_TOPICS_LISTED))
         counts = timers.counts
@@ -280,6 +289,7 @@ class AdminService:
             "enqueued": sum(timer.enqueue_total.values()),
             "delivered": timer.delivered,
             "dropped": timer.dropped,
+            "recalled": timer.recalled,
         }
 
     # -- topics -------------------------------------------------------------------------------

@@ -130,6 +130,11 @@ class BrokerConfig:
     secret_key: str = ""
     store_reply_message_enable: bool = True
     trace_on: bool = True
+    # RocketMQ 5's recall of a pending timer message (RECALL_MESSAGE): refused with
+    # NO_PERMISSION unless enabled; and, enabled, refused with SERVICE_NOT_AVAILABLE while the
+    # broker is not writeable (brokerPermission) only when the second key is false.
+    recall_message_enable: bool = False
+    allow_recall_when_broker_not_writeable: bool = True
     # Java's keys pymq accepts with Java's defaults but does not use (commercial statistics,
     # the filter server's bit map, more thread pools and their queues).
     put_message_future_thread_pool_nums: int = 2

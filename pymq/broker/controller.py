@@ -18,6 +18,8 @@
        ├─ print_water_mark         every 1 s after 10 s
        ├─ schedule delivery        masters: one task per delay level
        ├─ transaction check        masters: every transactionCheckInterval (60 s)
+       ├─ timer service            masters: enqueue, deliver, flush | slaves: enqueue and
+       │                            flush, following the master's delivery point (every 1 s)
        ├─ slave_sync               slaves: every 10 s
        ├─ metrics                  Prometheus /metrics when metricsExporterType=PROM
        └─ front-ends               handed in by the caller: the admin channel (websocket +
@@ -73,11 +75,17 @@ from pymq.broker.processors.acl import AclProcessor
 from pymq.broker.processors.admin import AdminProcessor
 from pymq.broker.processors.consumer import ConsumerProcessor
 from pymq.broker.processors.pull import PullProcessor
+from pymq.broker.processors.recall import RecallProcessor
 from pymq.broker.processors.reply import ReplyProcessor
 from pymq.broker.processors.send import SendProcessor
 from pymq.broker.runtime_info import runtime_info
 from pymq.broker.schedule import ScheduleMessageService
-from pymq.broker.slave_sync import SLAVE_SYNC_INITIAL_DELAY, SLAVE_SYNC_PERIOD, SlaveSynchronize
+from pymq.broker.slave_sync import (
+    SLAVE_SYNC_INITIAL_DELAY,
+    SLAVE_SYNC_PERIOD,
+    TIMER_CHECKPOINT_SYNC_PERIOD,
+    SlaveSynchronize,
+)
 from pymq.broker.stats import BrokerStats
 from pymq.broker.subscription_group_manager import SubscriptionGroupManager
 from pymq.broker.timer import TimerMessageService
@@ -188,7 +196,9 @@ class BrokerController:
         )
         self.schedule = ScheduleMessageService(config_dir, self.store)
         self.timer = TimerMessageService(
-            self.store, lambda topic: self.topic_config_manager.select(topic) is not None
+            self.store,
+            lambda topic: self.topic_config_manager.select(topic) is not None,
+            replica=store_config.broker_role is BrokerRole.SLAVE,
         )
         self.producer_manager = ProducerManager()
         self.consumer_manager = ConsumerManager(
@@ -268,6 +278,7 @@ class BrokerController:
         self.send_processor = SendProcessor(self.context)
         self.reply_processor = ReplyProcessor(self.context, self.send_processor)
         self.pull_processor = PullProcessor(self.context)
+        self.recall_processor = RecallProcessor(self.context)
         self.consumer_processor = ConsumerProcessor(self.context)
         self.admin_processor = AdminProcessor(self.context)
         # END_TRANSACTION and the transaction check-back service (masters).
@@ -304,6 +315,7 @@ class BrokerController:
             RequestCode.SEND_REPLY_MESSAGE: Route(self.reply_processor.send_reply_message),
             RequestCode.SEND_REPLY_MESSAGE_V2: Route(self.reply_processor.send_reply_message),
             RequestCode.CONSUMER_SEND_MSG_BACK: Route(send.consumer_send_msg_back),
+            RequestCode.RECALL_MESSAGE: Route(self.recall_processor.recall_message),
             RequestCode.END_TRANSACTION: Route(
                 self.transactions.end_transaction,
                 inline=self.transactions.end_transaction_inline,
@@ -327,6 +339,7 @@ class BrokerController:
             RequestCode.GET_BROKER_CONFIG: Route(admin.get_broker_config),
             RequestCode.GET_BROKER_RUNTIME_INFO: Route(admin.get_broker_runtime_info),
             RequestCode.GET_TIMER_METRICS: Route(admin.get_timer_metrics),
+            RequestCode.GET_TIMER_CHECK_POINT: Route(admin.get_timer_check_point),
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: Route(admin.search_offset_by_timestamp),
             RequestCode.GET_MAX_OFFSET: Route(admin.get_max_offset),
             RequestCode.GET_MIN_OFFSET: Route(admin.get_min_offset),
@@ -526,6 +539,16 @@ class BrokerController:
                         self.slave_sync.sync_all,
                         SLAVE_SYNC_INITIAL_DELAY,
                     )
+                    if self.store.config.timer_wheel_enable:
+                        # The slave's own wheel of the replicated timers, never delivered
+                        # while it is a slave; it follows the master's delivery point.
+                        await nursery.start(self.timer.run)
+                        self._every(
+                            nursery,
+                            TIMER_CHECKPOINT_SYNC_PERIOD,
+                            self.slave_sync.sync_timer_checkpoint,
+                            TIMER_CHECKPOINT_SYNC_PERIOD,
+                        )
                 else:
                     await nursery.start(self.schedule.run)
                     if self.store.config.timer_wheel_enable:

@@ -1,7 +1,8 @@
 """TimerMessageService: delivery of timer messages (RocketMQ 5's TimerMessageStore service).
 
 The put path (pymq/store/timer/rewrite.py) stores a timer message in ``rmq_sys_wheel_timer``
-queue 0 with its due time in TIMER_OUT_MS.  Three tasks, in the broker's nursery (masters):
+queue 0 with its due time in TIMER_OUT_MS.  Three tasks, in the broker's nursery (a slave's
+differ: see "Master/slave" below):
 
 - enqueue: reads that queue in order (from the checkpoint's offset) and enters each message in
   the wheel (:class:`pymq.store.timer.store.TimerStore`), or delivers it at once when due;
@@ -29,6 +30,30 @@ stored (and created again since), is dropped when read, at enqueue or at dequeue
 most :data:`MAX_DELETED_TOPICS` of them; one is forgotten once the wheel is
 ``timerMaxDelaySec`` past it (every timer stored before it is handled by then).
 
+Recall (RocketMQ 5's RECALL_MESSAGE, pymq/broker/processors/recall.py): a recall stores a
+*marker*, a timer message with TIMER_DEL_UNIQKEY ``{topic}+{uniqId}`` and the due time of the
+message it cancels, so both are entered in the same slot.  When the slot is delivered its
+markers are read first and the messages they name are not delivered (``recalled`` counts
+them); a marker is never delivered itself, and one already due when read cancels nothing
+(``recalls_late``).  Markers roll with their messages, and are not pending timers in the
+counts.  Being stored messages, markers survive a crash as the timers do.
+
+Master/slave (``replica=True`` on a slave, RocketMQ 5's shape): the slave replicates the commit
+log, timer-topic messages included, and its enqueue task enters them in its own wheel; it
+delivers nothing.  Its "now" is its master's delivery point instead of the clock: every
+second (TIMER_CHECKPOINT_SYNC_PERIOD) it asks GET_TIMER_CHECK_POINT, whose answer carries the
+master's ``delivered_ms`` and the commit-log offset at which the deliveries up to it were
+stored, and it follows that point (passing the slots before it without putting anything) once
+its own commit log reaches that offset, so a slot is passed only when the slave holds its
+deliveries.  A timer read when its slot is behind that point was delivered by the master and is
+not entered.  The slave keeps all replicated timers, whatever its (lagging) topic table says.
+Its timer store is flushed and checkpointed as a master's.  Promoted (restarted on its store as
+a master, RocketMQ 4.x's way: pymq has no role change at run time), it delivers from the point
+it had followed: every pending timer is delivered, late ones at once; delivered twice can be
+only what the old master delivered, or rolled, after the last point the slave followed (at most
+TIMER_CHECKPOINT_SYNC_PERIOD plus the replication lag before the master stopped), which
+at-least-once allows.  A slave that starts with no timer checkpoint begins at its clock's slot.
+
 Counters for the metrics (RocketMQ 5's ``rocketmq_timer_*``): timer-topic messages read
 (``enqueue_total``) and put out of the wheel (``dequeue_total``: delivered, or put back to the
 timer topic by a roll, both counted as RocketMQ 5 counts them) per real topic since start, and
@@ -37,9 +62,11 @@ the pending count per topic that the timer store keeps durable (pymq/store/timer
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
+import struct
 from collections.abc import Callable
 
 import trio
@@ -47,6 +74,7 @@ import trio
 from pymq.common.message_ext import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEL_UNIQKEY,
     PROPERTY_TIMER_DEQUEUE_MS,
     PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
@@ -54,10 +82,12 @@ from pymq.common.message_ext import (
     MessageExt,
     moved_to,
 )
+from pymq.common.recall_handle import delete_key
 from pymq.common.topic import TIMER_TOPIC
 from pymq.store.message_store import DefaultMessageStore
 from pymq.store.timer.counts import add
-from pymq.store.timer.store import TimerStore
+from pymq.store.timer.log import TimerEntry
+from pymq.store.timer.store import DueSlot, TimerStore
 
 log = logging.getLogger(__name__)
 
@@ -75,22 +105,55 @@ NEVER_ENQUEUED_MS = str(2**63 - 1)
 MAX_DELETED_TOPICS = 10_000
 """Deleted topics whose deletion time is kept (the oldest is forgotten beyond it)."""
 TIMER_DELETED_FILE = os.path.join("config", "timerdeletedtopics")
+REPLICA_RECHECK_SECONDS = 0.1
+"""How often a replica's dequeue task looks whether its master's delivery point moved."""
+MAX_MASTER_MARKS = 64
+"""A replica keeps at most this many of its master's delivery points not yet replicated."""
+CHECKPOINT_BODY = struct.Struct(">qqqqqqq")
+"""RocketMQ 5's TimerCheckpoint.encode: seven longs, 56 bytes."""
+DELIVERED_PHY_OFFSET = "deliveredPhyOffset"
+"""GET_TIMER_CHECK_POINT's answer: pymq's extField with :attr:`delivered_phy_offset`."""
 ENQUEUE_LATENCY_WINDOW_SECONDS = 2.0
 """rocketmq_timer_enqueue_latency is 0 when nothing was entered for this long (RocketMQ 5)."""
 
 
+def is_marker(msg: MessageExt) -> bool:
+    """A recall marker (RocketMQ 5's delete message): it cancels the timer its
+    TIMER_DEL_UNIQKEY names in its slot, and is never delivered itself."""
+    return PROPERTY_TIMER_DEL_UNIQKEY in msg.properties
+
+
 class TimerMessageService:
     def __init__(
-        self, store: DefaultMessageStore, topic_exists: Callable[[str], bool] | None = None
+        self,
+        store: DefaultMessageStore,
+        topic_exists: Callable[[str], bool] | None = None,
+        *,
+        replica: bool = False,
     ) -> None:
+        """``replica``: a slave's service (see the module docstring), fixed for its life."""
         self.store = store
         self.config = store.config
         self.topic_exists = topic_exists
+        self.replica = replica
+        self.horizon = 0
+        """A replica: the master's delivery point it has followed (every slot before it was
+        delivered by the master, and its deliveries are in this store)."""
+        self._master_marks: collections.deque[tuple[int, int]] = collections.deque(
+            maxlen=MAX_MASTER_MARKS
+        )
+        self.delivered_phy_offset = 0
+        """A master: the commit log's end when the last slot's deliveries were done (what
+        GET_TIMER_CHECK_POINT tells a slave with the delivery point)."""
         self.timers: TimerStore | None = None
         self._arrival = trio.Event()
         self.delivered = 0
         self.dropped = 0
         """Timers dropped because their real topic was deleted."""
+        self.recalled = 0
+        """Timers not delivered because a recall marker named them."""
+        self.recalls_late = 0
+        """Recall markers read when already due (their message was delivered)."""
         self.enqueue_total: dict[str, int] = {}
         self.dequeue_total: dict[str, int] = {}
         self.last_enqueue_at = -1.0
@@ -119,7 +182,7 @@ class TimerMessageService:
             # A store written before the counts file: count the pending entries once.
             for entry in timers.pending_entries():
                 msg = self.store.look_message_by_offset(entry.phy_offset, entry.phy_size)
-                if msg is not None:
+                if msg is not None and not is_marker(msg):
                     add(timers.counts, self.real_topic(msg), 1)
             timers.counts_known = True
         return timers
@@ -190,6 +253,8 @@ class TimerMessageService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         timers = self.timers = await trio.to_thread.run_sync(self.open)
+        self.horizon = timers.read_ms
+        self.delivered_phy_offset = self.store.max_phy_offset
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._enqueue_loop, timers)
@@ -249,7 +314,9 @@ class TimerMessageService:
             if msg is None:
                 log.error("timer message at %d is gone, skipping offset %d", phy_offset, offset)
             else:
-                now = store.clock_ms()
+                # A replica's "now" is the master's delivery point: what is due before it the
+                # master has delivered (or will have, by the time the slave passes it).
+                now = timers.read_ms if self.replica else store.clock_ms()
                 try:
                     deliver_ms = int(msg.properties.get(PROPERTY_TIMER_OUT_MS, now))
                 except ValueError:
@@ -258,10 +325,17 @@ class TimerMessageService:
                 self.last_enqueue_at = trio.current_time()
                 self.last_enqueue_store_ms = msg.store_timestamp
                 add(self.enqueue_total, topic, 1)
-                if self._drop(msg, topic):
-                    pass
+                marker = is_marker(msg)
+                if not self.replica and self._drop(msg, topic):
+                    pass  # a replica keeps them all: its topics may lag the master's
                 elif timers.enter(deliver_ms, phy_offset, size, now):
-                    add(timers.counts, topic, 1)
+                    if not marker:
+                        add(timers.counts, topic, 1)
+                elif self.replica:
+                    pass  # delivered by the master
+                elif marker:  # its message's slot is delivered already: nothing to cancel
+                    self.recalls_late += 1
+                    log.debug("recall of %s came after its due time", msg.unique_key)
                 else:
                     await self._deliver(msg, never_entered=True)
             timers.enqueue_offset = offset + 1
@@ -276,44 +350,117 @@ class TimerMessageService:
             if self.config.timer_stop_dequeue:
                 await trio.sleep(PAUSED_RECHECK_SECONDS)
                 continue
-            now = store.clock_ms()
+            now = self.follow_horizon() if self.replica else store.clock_ms()
             slot = timers.take_due(now)
             if slot is None:
                 wait = (timers.next_due_ms() - now) / 1000
+                if self.replica:
+                    wait = REPLICA_RECHECK_SECONDS
                 await trio.sleep(min(max(wait, 0.001), MAX_SLEEP_SECONDS))
                 continue
             # The counts change with delivered_ms, not before: a checkpoint taken while this
             # slot is half delivered has the counts of before it (see counts.py).
-            left: dict[str, int] = {}
             started = store.clock_ms()
-            for entry in slot.due:
-                msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
-                if msg is None:
-                    log.error("timer message at %d is gone: not delivered", entry.phy_offset)
-                    continue
-                topic = self.real_topic(msg)
-                if not self._stale(msg, topic):
-                    add(left, topic, 1)
-                if not self._drop(msg, topic):
-                    await self._deliver(msg)
-            for entry in slot.rolled:
-                msg = store.look_message_by_offset(entry.phy_offset, entry.phy_size)
-                if msg is None:
-                    log.error("timer message at %d is gone: not rolled", entry.phy_offset)
-                    continue
-                topic = self.real_topic(msg)
-                if not self._stale(msg, topic):
-                    add(left, topic, 1)
-                if not self._drop(msg, topic):
-                    await self._put(self.rolled_message(msg))
-                    add(self.dequeue_total, topic, 1)  # RocketMQ 5 counts a roll's put too
+            if self.replica:
+                left = self._pass_slot(slot)
+            else:
+                left = await self._handle_slot(slot)
             timers.delivered_ms = timers.read_ms
+            if not self.replica:
+                self.delivered_phy_offset = store.max_phy_offset
             for topic, n in left.items():
                 if self.deleted.get(topic, -1) < started:  # else its count went meanwhile
                     add(timers.counts, topic, -n)
             slots += 1
             if slots % YIELD_EVERY == 0 or slot.due or slot.rolled:
                 await trio.lowlevel.checkpoint()
+
+    # --- master/slave ----------------------------------------------------------------------
+
+    def checkpoint_body(self) -> bytes | None:
+        """GET_TIMER_CHECK_POINT's body: RocketMQ 5's TimerCheckpoint encoding (lastReadTimeMs,
+        lastTimerLogFlushPos, lastTimerQueueOffset, masterTimerQueueOffset, and the data
+        version's stateVersion, timestamp, counter), with this service's live delivery point;
+        None without a timer store."""
+        timers = self.timers
+        if timers is None:
+            return None
+        return CHECKPOINT_BODY.pack(
+            timers.delivered_ms,
+            timers.log.end,
+            timers.enqueue_offset,
+            timers.enqueue_offset,
+            0,
+            self.store.clock_ms(),
+            0,
+        )
+
+    def follow_master(self, read_ms: int, phy_offset: int) -> None:
+        """A replica: the master has delivered every slot before ``read_ms``, and its commit
+        log held those deliveries at ``phy_offset``.  Followed once this store has
+        replicated that far (:meth:`follow_horizon`)."""
+        marks = self._master_marks
+        if not marks or marks[-1] != (read_ms, phy_offset):
+            marks.append((read_ms, phy_offset))
+
+    def follow_horizon(self) -> int:
+        """A replica's delivery point: the latest master mark whose deliveries it holds."""
+        marks = self._master_marks
+        replicated = self.store.max_phy_offset
+        while marks and marks[0][1] <= replicated:
+            read_ms, _ = marks.popleft()
+            self.horizon = max(self.horizon, read_ms)
+        return self.horizon
+
+    def _pass_slot(self, slot: DueSlot) -> dict[str, int]:
+        """A replica passes a slot its master has delivered: nothing is put; the pending
+        timers it held per real topic."""
+        left: dict[str, int] = {}
+        for msg in self._messages(slot.due + slot.rolled, "passed"):
+            topic = self.real_topic(msg)
+            if not is_marker(msg) and not self._stale(msg, topic):
+                add(left, topic, 1)
+        return left
+
+    def _messages(self, entries: list[TimerEntry], what: str) -> list[MessageExt]:
+        out = []
+        for entry in entries:
+            msg = self.store.look_message_by_offset(entry.phy_offset, entry.phy_size)
+            if msg is None:
+                log.error("timer message at %d is gone: not %s", entry.phy_offset, what)
+                continue
+            out.append(msg)
+        return out
+
+    async def _handle_slot(self, slot: DueSlot) -> dict[str, int]:
+        """Deliver (or drop, or roll) the timers of ``slot``; the pending timers it held per
+        real topic."""
+        left: dict[str, int] = {}
+        due = self._messages(slot.due, "delivered")
+        # Recall markers of the slot first (RocketMQ 5's delete list): neither they nor the
+        # messages they name are delivered.
+        recalled = {m.properties[PROPERTY_TIMER_DEL_UNIQKEY] for m in due if is_marker(m)}
+        for msg in due:
+            if recalled and is_marker(msg):
+                continue
+            topic = self.real_topic(msg)
+            if not self._stale(msg, topic):
+                add(left, topic, 1)
+            if recalled and delete_key(topic, msg.unique_key or "") in recalled:
+                self.recalled += 1
+                log.debug("timer message %s recalled: not delivered", msg.unique_key)
+            elif not self._drop(msg, topic):
+                await self._deliver(msg)
+        for msg in self._messages(slot.rolled, "rolled"):
+            topic = self.real_topic(msg)
+            marker = is_marker(msg)  # rolled as well, to meet its message in their slot
+            if not marker and not self._stale(msg, topic):
+                add(left, topic, 1)
+            if not self._drop(msg, topic):
+                await self._put(self.rolled_message(msg))
+                if not marker:
+                    add(self.dequeue_total, topic, 1)  # RocketMQ 5 counts a roll's put too
+        return left
 
     async def _deliver(self, msg: MessageExt, *, never_entered: bool = False) -> None:
         """Put ``msg`` (a timer-topic message) to its real topic and queue; retried until it is

@@ -67,7 +67,13 @@ from pymq.common.message_ext import (
 )
 from pymq.common.message_id import UniqueIdGenerator
 from pymq.common.native import load_native
-from pymq.common.topic import AUTO_CREATE_TOPIC_KEY_TOPIC, reply_topic
+from pymq.common.recall_handle import RecallHandle
+from pymq.common.topic import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    reply_topic,
+)
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import (
     _FRAME_PREFIX,
@@ -79,7 +85,15 @@ from pymq.remoting.codec import (
 )
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.errors import RemotingError
-from pymq.remoting.headers import HeaderError, SendMessageRequestHeader, SendMessageResponseHeader
+from pymq.remoting.headers import (
+    HeaderError,
+    RecallMessageRequestHeader,
+    RecallMessageResponseHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
+from pymq.remoting.headers import decode as decode_header
+from pymq.remoting.headers import encode as encode_header
 
 native_extension: Any = load_native("pymq.client._producerc")
 
@@ -380,7 +394,9 @@ def _answer_to_callback(
         if head.queue_id == mq.queue_id
         else MessageQueue(mq.topic, mq.broker_name, head.queue_id)
     )
-    callback(SendResult(status, uniq, head.msg_id, queue, head.queue_offset), None)
+    callback(
+        SendResult(status, uniq, head.msg_id, queue, head.queue_offset, head.recall_handle), None
+    )
 
 
 @attrs.define
@@ -390,6 +406,9 @@ class SendResult:
     offset_msg_id: str
     queue: MessageQueue
     queue_offset: int
+    recall_handle: str | None = None
+    """A timer message's recall handle (RocketMQ 5): what :meth:`Producer.recall_message`
+    takes to cancel it while it is pending; None for other sends."""
 
 
 class Producer(ClientService):
@@ -769,6 +788,40 @@ class Producer(ClientService):
             timeout=None,
         )
 
+    async def recall_message(
+        self, topic: str, recall_handle: str, *, timeout: float | None = None
+    ) -> str:
+        """Cancel a pending timer message by the ``recall_handle`` its send returned
+        (:attr:`SendResult.recall_handle`): RocketMQ 5's ``recallMessage(topic, handle)``.
+        Returns the recalled message's id; raises MQClientError with the broker's code and
+        remark when it refuses (ILLEGAL_OPERATION for a bad handle or a message already due,
+        NO_PERMISSION when the broker's ``recallMessageEnable`` is false), or when the handle
+        does not decode (nothing sent)."""
+        client = self.client
+        assert client is not None
+        if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            raise MQClientError(-1, "topic is not supported")
+        try:
+            handle = RecallHandle.decode(recall_handle)
+        except ValueError as exc:
+            raise MQClientError(-1, str(exc)) from None
+        addr = client.master_addr(handle.broker_name)
+        if addr is None:
+            await client.fetch_route(topic)
+            addr = client.master_addr(handle.broker_name)
+        if addr is None:
+            raise MQClientError(-1, "The broker service address not found")
+        header = RecallMessageRequestHeader(self.group, topic, recall_handle, handle.broker_name)
+        request = RemotingCommand.request(RequestCode.RECALL_MESSAGE, encode_header(header))
+        timeout = self.send_timeout if timeout is None else timeout
+        response = await client.invoke(addr, request, timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise MQClientError(response.code, response.remark, f"recall on {addr}")
+        try:
+            return decode_header(RecallMessageResponseHeader, response.ext_fields).msg_id
+        except HeaderError as exc:
+            raise MQClientError(response.code, str(exc), f"recall on {addr}") from None
+
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (nothing tells whether it was stored)."""
         assert self.client is not None
@@ -865,6 +918,7 @@ class Producer(ClientService):
                 offset_msg_id=head.msg_id,
                 queue=MessageQueue(topic, mq.broker_name, head.queue_id),
                 queue_offset=head.queue_offset,
+                recall_handle=head.recall_handle,
             )
         assert last_error is not None
         if isinstance(last_error, MQClientError):

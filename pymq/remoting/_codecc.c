@@ -959,6 +959,8 @@ static int ext_answer(jreader *r, void *ctx) {
                 break;
             }
         if (slot < 0) {
+            /* A timer message's recall handle (RocketMQ 5): the usual path reads it. */
+            if ((size_t)kn == 12 && memcmp(k, "recallHandle", 12) == 0) return 0;
             if ((rc = j_skip(r)) <= 0) return rc;
         } else {
             if (e->seen & (1 << slot)) return 0; /* twice: the usual path */
@@ -981,7 +983,8 @@ static int ext_answer(jreader *r, void *ctx) {
  * plain decimals queueId (at most 9 digits) and queueOffset (at most 18) as strings, which
  * SendMessageResponseHeader.from_ext reads the same; its strings ASCII (escapes included) and
  * every member it skips a plain value, as send_fields reads them.  None for every other frame,
- * which the usual path decodes and answers (errors, FLUSH_DISK_TIMEOUT and the like among them).
+ * which the usual path decodes and answers (errors, FLUSH_DISK_TIMEOUT and the like among them,
+ * and a timer message's answer with its recallHandle).
  */
 static PyObject *py_send_answer_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) return PyErr_Format(PyExc_TypeError, "send_answer_fields takes 3 arguments");

@@ -22,6 +22,8 @@ class RequestCode(enum.IntEnum):
     GET_BROKER_RUNTIME_INFO = 28
     # RocketMQ 5's pending timers per topic (TimerMetrics); pymq adds totals and the next due.
     GET_TIMER_METRICS = 61
+    # RocketMQ 5: the timer store's checkpoint (a slave follows its master's delivery point).
+    GET_TIMER_CHECK_POINT = 60
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
@@ -108,6 +110,8 @@ class RequestCode(enum.IntEnum):
     QUERY_TOPICS_BY_CONSUMER = 343
     QUERY_SUBSCRIPTION_BY_CONSUMER = 345
     GET_TOPIC_CONFIG = 351
+    # RocketMQ 5: cancel a pending timer message by the recall handle its send returned.
+    RECALL_MESSAGE = 370
 
 
 class ResponseCode(enum.IntEnum):
@@ -147,6 +151,8 @@ class ResponseCode(enum.IntEnum):
     UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
+    # RocketMQ 5 (a recall with a bad handle, or one whose message is already due).
+    ILLEGAL_OPERATION = 604
 
 
 class LanguageCode(enum.IntEnum):

@@ -418,6 +418,9 @@ class SendMessageResponseHeader:
     queue_id: int = _req("queueId", INT)
     queue_offset: int = _req("queueOffset", LONG)
     transaction_id: str | None = _field("transactionId", STR)
+    # RocketMQ 5: a timer message's send (SEND_MESSAGE / SEND_MESSAGE_V2) answers the handle
+    # RECALL_MESSAGE takes to cancel it (pymq/broker/processors/recall.py).
+    recall_handle: str | None = _field("recallHandle", STR)
 
     @classmethod
     def from_ext(cls, ext: dict[str, str]) -> SendMessageResponseHeader:
@@ -434,6 +437,7 @@ class SendMessageResponseHeader:
             java_int("queueId", queue_id),
             java_long("queueOffset", queue_offset),
             ext.get("transactionId"),
+            ext.get("recallHandle"),
         )
 
     @staticmethod
@@ -449,6 +453,24 @@ class SendMessageResponseHeader:
             f'"msgId":"{msg_id}","queueId":"{queue_id}","queueOffset":"{queue_offset}",'
             f'"MSG_REGION":{quoted_region},"TRACE_ON":"{trace}"'
         )
+
+
+@attrs.define(slots=True)
+class RecallMessageRequestHeader:
+    """RECALL_MESSAGE (370, RocketMQ 5's RecallMessageRequestHeader; ``bname`` is the RPC
+    header's broker name, which the Java client sets and the broker does not read)."""
+
+    producer_group: str | None = _field("producerGroup", STR)
+    topic: str = _req("topic", STR)
+    recall_handle: str = _req("recallHandle", STR)
+    broker_name: str | None = _field("bname", STR)
+
+
+@attrs.define(slots=True)
+class RecallMessageResponseHeader:
+    """The recalled message's id (its UNIQ_KEY)."""
+
+    msg_id: str = _req("msgId", STR)
 
 
 @attrs.define(slots=True)
@@ -991,6 +1013,7 @@ REQUEST_HEADERS: dict[int, type] = {
     _RC.QUERY_CORRECTION_OFFSET: QueryCorrectionOffsetHeader,
     _RC.RESUME_CHECK_HALF_MESSAGE: ResumeCheckHalfMessageRequestHeader,
     _RC.CONSUMER_SEND_MSG_BACK: ConsumerSendMsgBackRequestHeader,
+    _RC.RECALL_MESSAGE: RecallMessageRequestHeader,
     _RC.END_TRANSACTION: EndTransactionRequestHeader,
     _RC.CHECK_TRANSACTION_STATE: CheckTransactionStateRequestHeader,
     _RC.PULL_MESSAGE: PullMessageRequestHeader,

@@ -89,6 +89,8 @@ def test_the_plain_answers_of_pymq_and_java_are_read() -> None:
         ('"msgId":"7F0000010000C30100000000000001AA"', '"msgId":null'),
         ('"opaque":4', '"opaque":4,"opaque":5'),
         ('"opaque":4', '"opaque":2147483648'),
+        # A timer message's answer (RocketMQ 5): its recall handle is read by the usual path.
+        ('"queueOffset":"0"', '"queueOffset":"0","recallHandle":"djEgVCBiIDEgSUQ="'),
     ],
 )
 def test_other_answers_are_left_to_the_usual_path(change: tuple[str, str]) -> None:

@@ -2,7 +2,7 @@
 
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
 UPDATE_BROKER_CONFIG (25), GET_BROKER_CONFIG (26), GET_BROKER_RUNTIME_INFO (28),
-GET_TIMER_METRICS (61, RocketMQ 5's),
+GET_TIMER_METRICS (61, RocketMQ 5's), GET_TIMER_CHECK_POINT (60, RocketMQ 5's),
 SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12),
 GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
@@ -35,6 +35,7 @@ import trio
 from pymq.acl.plain import SUB
 from pymq.broker.admin_service import RESTART_ONLY_KEYS, AdminError
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
+from pymq.broker.timer import DELIVERED_PHY_OFFSET
 from pymq.common.consumer import MessageQueue
 from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.properties import format_properties, parse_properties
@@ -226,6 +227,18 @@ class AdminProcessor:
         except AdminError as exc:
             return req.response(exc.code, exc.message)
         return req.response(body=fastjson.dumps(status))
+
+    async def get_timer_check_point(
+        self, channel: Channel, req: RemotingCommand
+    ) -> RemotingCommand:
+        """RocketMQ 5's body; pymq adds ``deliveredPhyOffset`` (the commit-log offset that
+        holds the master's deliveries up to the body's lastReadTimeMs), which a pymq slave
+        waits to have replicated before it follows (pymq/broker/timer.py)."""
+        try:
+            body, delivered_at = self.service.timer_checkpoint()
+        except AdminError as exc:
+            return req.response(exc.code, exc.message)
+        return req.response(ext_fields={DELIVERED_PHY_OFFSET: delivered_at}, body=body)
 
     # -- subscription groups ------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pymq.acl.plain import SUB
+from pymq.broker.processors.recall import recall_handle_for
 from pymq.broker.transaction import to_half_message
 from pymq.common.address import host_of
 from pymq.common.batch import decode_batch_body
@@ -40,6 +41,7 @@ from pymq.common.topic import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     SCHEDULE_TOPIC,
+    TIMER_TOPIC,
     TopicConfig,
     dlq_topic,
     is_writeable,
@@ -538,13 +540,35 @@ class SendProcessor:
             result.msg_id, queue_id, result.logic_offset, self._region()[1], bc.trace_on
         )
 
+    def _answer_timer(
+        self, req: RemotingCommand, result: PutMessageResult, queue_id: int, handle: str
+    ) -> RemotingCommand:
+        """:meth:`_answer` of a stored timer message, with its recall handle (RocketMQ 5)."""
+        response = self._answer(req, result, queue_id)
+        if result.appended:
+            response.ext_fields["recallHandle"] = handle
+            response.ext_json = None  # written from ext_fields, the handle included
+        return response
+
+    def _recall_handle(self, req: RemotingCommand, msg: MessageExt) -> str | None:
+        if msg.topic != TIMER_TOPIC:  # the common send: no property looked at
+            return None
+        return recall_handle_for(req.code, msg, self.ctx.broker_config.broker_name)
+
     def _answer_now(
-        self, req: RemotingCommand, result: PutMessageResult, queue_id: int
+        self,
+        req: RemotingCommand,
+        result: PutMessageResult,
+        queue_id: int,
+        recall_handle: str | None = None,
     ) -> RemotingCommand | bytes:
         """:meth:`_answer` for the reader's inline path and the group commit's deferred answers
         (SYNC_FLUSH): a successful put to a JSON request is answered with its whole frame
         written at once (codec.json_response_frame), which costs a quarter of building and
-        encoding the command; anything else as :meth:`_answer`."""
+        encoding the command; anything else as :meth:`_answer` (a timer message's with its
+        ``recall_handle``)."""
+        if recall_handle is not None:
+            return self._answer_timer(req, result, queue_id, recall_handle)
         if result.status is not _PUT_OK or req.serialize_type is not _SERIALIZE_JSON:
             return self._answer(req, result, queue_id)
         self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, req.header.topic)
@@ -594,6 +618,7 @@ class SendProcessor:
         if config is None:
             return None
         queue_id = self._queue_id(header, config)
+        handle: str | None = None
         if header.batch:  # a batch of a topic that exists: inline too
             # The common batch in one C call, with no object per item; anything unusual (and
             # every refusal) is decoded item by item below.
@@ -624,13 +649,14 @@ class SendProcessor:
                     return msg_or_refusal
                 result = store.put_message_now(msg_or_refusal)
                 wait = msg_or_refusal.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+                handle = self._recall_handle(req, msg_or_refusal)
         if store.must_wait and store.defer_durable(
             result,
             wait,
-            lambda durable: channel.answer(req, self._answer_now(req, durable, queue_id)),
+            lambda durable: channel.answer(req, self._answer_now(req, durable, queue_id, handle)),
         ):
             return ANSWER_LATER
-        return self._answer_now(req, result, queue_id)
+        return self._answer_now(req, result, queue_id, handle)
 
     def send_raw(self, channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
         """The common send answered from its frame (``buf[start:end]``, the length field
@@ -1067,6 +1093,9 @@ class SendProcessor:
         if refused is not None:
             return refused
         result = await self.ctx.store.put_message(msg_or_refusal)
+        handle = self._recall_handle(req, msg_or_refusal)
+        if handle is not None:
+            return self._answer_timer(req, result, queue_id, handle)
         return self._answer(req, result, queue_id)
 
     @staticmethod

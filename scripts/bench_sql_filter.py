@@ -161,7 +161,7 @@ async def main(args: argparse.Namespace) -> None:
             await ctx.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
             msgs = messages(args.count, args.body)
             for i in range(0, len(msgs), BATCH):
-                r = await store.put_messages(msgs[i : i + BATCH])
+                r = await store.put(msgs[i : i + BATCH])
                 assert r.status is PutMessageStatus.PUT_OK, r
             await store.reput.do_reput()
             del msgs

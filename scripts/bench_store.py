@@ -100,11 +100,11 @@ async def bench_puts(
                 for q in range(QUEUES):
                     mine = [m for m in msgs if m.queue_id == q]
                     for i in range(0, len(mine), BATCH):
-                        r = await store.put_messages(mine[i : i + BATCH])
+                        r = await store.put(mine[i : i + BATCH])
                         assert r.status is PutMessageStatus.PUT_OK, r
             else:
                 for m in msgs:
-                    r = await store.put_message(m)
+                    r = await store.put(m)
                     assert r.status is PutMessageStatus.PUT_OK, r
         else:
             chunks = [msgs[i::SYNC_PRODUCERS] for i in range(SYNC_PRODUCERS)]
@@ -114,11 +114,11 @@ async def bench_puts(
                     for q in range(QUEUES):
                         of_q = [m for m in mine if m.queue_id == q]
                         for i in range(0, len(of_q), BATCH):
-                            r = await store.put_messages(of_q[i : i + BATCH])
+                            r = await store.put(of_q[i : i + BATCH])
                             assert r.status is PutMessageStatus.PUT_OK, r
                 else:
                     for m in mine:
-                        r = await store.put_message(m)
+                        r = await store.put(m)
                         assert r.status is PutMessageStatus.PUT_OK, r
 
             async with trio.open_nursery() as producers:

@@ -645,7 +645,7 @@ async def check_service_cost(pending: int) -> dict:
                         "CLUSTER": "DefaultCluster",
                     }
                     to_half_message(msg, sent)
-                    assert store.put_message_now(msg).is_ok
+                    assert store.put_now(msg).is_ok
 
             async def dispatched(n: int) -> None:
                 while store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0) < n:

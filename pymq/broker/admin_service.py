@@ -889,7 +889,7 @@ class AdminService:
             store_host=self.broker.store_host,
             reconsume_times=0,
         )
-        result = await self.broker.store.put_message(msg)
+        result = await self.broker.store.put(msg)
         if not result.is_ok:
             raise AdminError(ResponseCode.SYSTEM_ERROR, result.reason or result.status.value)
         return {"group": group, "topic": retry, "msgId": result.msg_id, "from": view["msgId"]}

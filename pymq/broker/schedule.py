@@ -99,7 +99,7 @@ class ScheduleMessageService(JsonConfigManager):
                 )
                 self.offset_table[level] = offset + 1
                 continue
-            result = await store.put_message(self._real_message(msg))
+            result = await store.put(self._real_message(msg))
             if not result.appended:
                 log.error(
                     "delivering delayed message failed: %s %s, retrying in %.0f s",

@@ -474,7 +474,7 @@ class TimerMessageService:
     async def _put(self, msg: MessageExt) -> None:
         """Put ``msg``, retrying until it is stored."""
         while True:
-            result = await self.store.put_message(msg)
+            result = await self.store.put(msg)
             if result.appended:
                 return
             log.error(

@@ -410,7 +410,7 @@ class TransactionService:
             (half.sys_flag & ~_TRANSACTION_BITS) | _COMMIT, half.born_timestamp, half.born_host,
             0, self.ctx.store_host, half.reconsume_times, head.commit_log_offset,
         )  # fmt: skip
-        result = self.ctx.store.put_message_now(msg)
+        result = self.ctx.store.put_now(msg)
         if result.status is _PUT_OK or result.status in _STORED:
             return None
         code, remark = _FINAL_PUT_FAILURES.get(
@@ -433,7 +433,7 @@ class TransactionService:
             RMQ_SYS_TRANS_OP_HALF_TOPIC, str(half.queue_offset).encode(), 0, dict(_OP_PROPERTIES),
             half.queue_id, 0, 0, 0, self.clock_ms(), store_host, 0, store_host,
         )  # fmt: skip
-        result = self.ctx.store.put_message_now(op)
+        result = self.ctx.store.put_now(op)
         if result.status is not _PUT_OK and result.status not in _STORED:
             log.error(
                 "writing the op of half offset %d failed: %s %s (it will be checked again)",
@@ -712,7 +712,7 @@ class TransactionService:
         props = dict(given_up.properties)
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = "0"
         resumed = self._renewed(given_up, java_hashmap_order(props), queue_id=HALF_QUEUE_ID)
-        result = ctx.store.put_message_now(resumed)
+        result = ctx.store.put_now(resumed)
         if result.status is not PutMessageStatus.PUT_OK:
             log.error("%s %s %s", self.RESUME_FAILED, result.status.value, result.reason)
             return req.response(ResponseCode.SYSTEM_ERROR, self.RESUME_FAILED)
@@ -730,7 +730,7 @@ class TransactionService:
         props = dict(half.properties)
         props[PROPERTY_TRANSACTION_CHECK_TIMES] = str(times)
         renewed = self._renewed(half, java_hashmap_order(props))
-        result = self.ctx.store.put_message_now(renewed)
+        result = self.ctx.store.put_now(renewed)
         if result.status is PutMessageStatus.PUT_OK:
             self._link(half, result)
         else:
@@ -766,7 +766,7 @@ class TransactionService:
         props = dict(half.properties)
         if first is None:
             props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
-        result = self.ctx.store.put_message_now(self._renewed(half, java_hashmap_order(props)))
+        result = self.ctx.store.put_now(self._renewed(half, java_hashmap_order(props)))
         if result.status is not PutMessageStatus.PUT_OK:
             return False
         self._link(half, result)
@@ -833,7 +833,7 @@ class TransactionService:
             TRANS_CHECK_MAX_TIME_TOPIC, TCMT_QUEUE_NUMS, PERM_READ | PERM_WRITE, 0
         )
         msg = self._renewed(half, dict(half.properties), TRANS_CHECK_MAX_TIME_TOPIC, 0)
-        result = ctx.store.put_message_now(msg)
+        result = ctx.store.put_now(msg)
         if result.status is PutMessageStatus.PUT_OK:
             self._link(half, result)  # so that a resumed check is still this transaction
         else:

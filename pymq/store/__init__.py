@@ -21,8 +21,9 @@ The broker's API (all on the Trio loop, from any task)::
     store.replica_waiter = async fn(offset) -> PutMessageStatus   # SYNC_MASTER (HA)
     await nursery.start(store.run)                      # lock, load, recover, serve
 
-    await store.put_message(msg) -> PutMessageResult
-    await store.put_messages(msgs) -> PutMessageResult  # one topic+queue, all or nothing
+    await store.put(msg) -> PutMessageResult            # durable per flushDiskType / role
+    await store.put(msgs) -> PutMessageResult           # one topic+queue, all or nothing
+    store.put_now(msg | msgs | SingleSend | SendRun | BatchBody)   # no wait: the one sync way in
     store.get_message(group, topic, qid, offset, max_nums, tags_codes_or_None) -> GetMessageResult
     store.get_max_offset_in_queue(topic, qid) / get_min_offset_in_queue(topic, qid)
     store.get_offset_in_queue_by_time(topic, qid, ts) / get_earliest_message_time(topic, qid)

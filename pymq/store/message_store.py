@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Collection, Container, Iterable
 from functools import partial
+from typing import cast, overload
 
 import trio
 
@@ -65,10 +66,13 @@ from pymq.store.put_stats import PutStats
 from pymq.store.reput import ReputMessageService
 from pymq.store.results import (
     PUT_OK,
+    BatchBody,
     GetMessageResult,
     PutMessageResult,
     PutMessageStatus,
     QueryMessageResult,
+    SendRun,
+    SingleSend,
 )
 from pymq.store.timer.rewrite import TIMER_KEYS, rewrite_timer
 
@@ -198,7 +202,7 @@ class DefaultMessageStore:
         )
         self.replica_waiter: ReplicaWaiter | None = None
         self._topic_bytes: dict[str, bytes] = {}
-        self._cluster_bytes: tuple[str | None, bytes] = (None, b"")  # put_batch_body_now's
+        self._cluster_bytes: tuple[str | None, bytes] = (None, b"")  # the one-call puts'
         self._disk_rechecked = float("-inf")
         # Role and flush type are fixed for a run; the put path reads these flags only.
         self.read_only = config.broker_role is BrokerRole.SLAVE
@@ -546,22 +550,76 @@ class DefaultMessageStore:
         msg.queue_id = level - 1
         return None
 
-    async def put_message(self, msg: MessageExt) -> PutMessageResult:
-        """Append one message; with SYNC_FLUSH (or as SYNC_MASTER) return once it is durable.
+    async def put(self, request: MessageExt | Iterable[MessageExt]) -> PutMessageResult:
+        """Append a message, or a batch (an iterable of messages of one topic and queue, as
+        SEND_BATCH_MESSAGE: all or nothing); with SYNC_FLUSH (or as SYNC_MASTER) return once
+        it is durable.  :meth:`put_now` without the wait.
 
-        ``msg`` needs topic, queue_id, body, flag, properties, sys_flag, born_timestamp,
-        born_host, reconsume_times and prepared_transaction_offset; the store fills in offsets,
-        store timestamp and store host.  Refusals carry a status and a ``reason``, and write
-        nothing.
+        A message needs topic, queue_id, body, flag, properties, sys_flag, born_timestamp,
+        born_host, reconsume_times and prepared_transaction_offset; the store fills in
+        offsets, store timestamp and store host.  Refusals carry a status and a ``reason``,
+        and write nothing.  Delayed and transactional messages are refused in a batch, as in
+        Java.
         """
-        result = self.put_message_now(msg)
+        if isinstance(request, MessageExt):
+            result = self._put_message(request)
+            wait = request.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
+        else:
+            batch = list(request)
+            result = self._put_messages(batch)
+            if result.status is not PUT_OK:
+                return result
+            wait = batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK)
         if not self.must_wait:
             return result
-        return await self._durable(result, msg.properties.get(PROPERTY_WAIT_STORE_MSG_OK))
+        return await self._durable(result, wait)
 
-    def put_message_now(self, msg: MessageExt) -> PutMessageResult:
-        """Append one message without waiting for the disk or a slave: all of
-        :meth:`put_message` when :attr:`must_wait` is false (ASYNC_FLUSH, not SYNC_MASTER)."""
+    @overload
+    def put_now(self, request: MessageExt | Iterable[MessageExt]) -> PutMessageResult: ...
+
+    @overload
+    def put_now(
+        self, request: SingleSend | BatchBody
+    ) -> tuple[PutMessageResult, str | None] | None: ...
+
+    @overload
+    def put_now(self, request: SendRun) -> tuple[list[DispatchHint], list[str | None]]: ...
+
+    def put_now(
+        self, request: MessageExt | Iterable[MessageExt] | SingleSend | SendRun | BatchBody
+    ) -> (
+        PutMessageResult
+        | tuple[PutMessageResult, str | None]
+        | tuple[list[DispatchHint], list[str | None]]
+        | None
+    ):
+        """Append without waiting for the disk or a slave (all of :meth:`put` when
+        :attr:`must_wait` is false; else the caller waits: :meth:`wait_durable`,
+        :meth:`defer_durable`, :meth:`hold_answer`).  The one synchronous way in; what it
+        gives depends on the request:
+
+        - a message, or a batch of messages: the PutMessageResult;
+        - a :class:`SingleSend` or :class:`BatchBody` (a send from its request's fields): the
+          result and the stored WAIT property, or None, with nothing changed, whenever the
+          general path must decide (a store that refuses puts, a topic not yet checked, a
+          transactional flag, or what the C encoder leaves to Python: the broker then builds
+          the message(s));
+        - a :class:`SendRun`: the dispatch hints and stored WAIT properties of the leading
+          entries put (those a SingleSend of each would put), the first ``len(hints)``.
+        """
+        kind = type(request)
+        if kind is SingleSend:
+            return self._put_single(*cast(SingleSend, request))
+        if kind is SendRun:
+            return self._put_singles(*cast(SendRun, request))
+        if kind is BatchBody:
+            return self._put_batch_body(*cast(BatchBody, request))
+        if isinstance(request, MessageExt):
+            return self._put_message(request)
+        return self._put_messages(request)  # type: ignore[arg-type]
+
+    def _put_message(self, msg: MessageExt) -> PutMessageResult:
+        """put_now of a message."""
         if (
             not self.running
             or self.read_only
@@ -651,21 +709,8 @@ class DefaultMessageStore:
             self._topic_bytes.clear()
         self._topic_bytes[topic] = topic_b
 
-    async def put_messages(self, msgs: Iterable[MessageExt]) -> PutMessageResult:
-        """Append a batch (one topic and queue, as SEND_BATCH_MESSAGE) in one go, all or nothing,
-        and wait for the disk or a slave as the configuration asks.
-
-        Delayed and transactional messages are refused in a batch, as in Java.
-        """
-        batch = list(msgs)
-        result = self.put_messages_now(batch)
-        if result.status is not PUT_OK:
-            return result
-        return await self._durable(result, batch[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK))
-
-    def put_messages_now(self, msgs: Iterable[MessageExt]) -> PutMessageResult:
-        """:meth:`put_messages` without waiting for the disk or a slave (all of it when
-        :attr:`must_wait` is false; else the caller waits, as :meth:`defer_durable` does)."""
+    def _put_messages(self, msgs: Iterable[MessageExt]) -> PutMessageResult:
+        """put_now of a batch of messages."""
         batch = list(msgs)
         refused = self._refusal()
         if refused is not None:
@@ -725,7 +770,7 @@ class DefaultMessageStore:
         return result
 
     def _fast_put_cluster(self, cluster: str) -> bytes | None:
-        """The one-call puts' gate (put_single_now, put_singles_now, put_batch_body_now): None
+        """The one-call puts' gate (SingleSend, SendRun, BatchBody): None
         while the store refuses puts (stopped, a slave, disk full, dispatch blocked), else the
         cluster name's bytes, kept per name (b"" when not ASCII, which the C code leaves to
         the general path)."""
@@ -744,7 +789,7 @@ class DefaultMessageStore:
             )
         return cluster_b[1]
 
-    def put_single_now(
+    def _put_single(
         self,
         topic: str,
         queue_id: int,
@@ -757,10 +802,7 @@ class DefaultMessageStore:
         born_host: tuple[str, int],
         reconsume_times: int,
     ) -> tuple[PutMessageResult, str | None] | None:
-        """A single send put as :meth:`put_message_now` puts the message the send path builds
-        from it, in one C call (CommitLog.append_single_fast); the result and the stored WAIT.
-        None, with nothing changed, whenever the general path must decide (see
-        :meth:`put_batch_body_now`)."""
+        """put_now of a SingleSend, in one C call (CommitLog.append_single_fast)."""
         cluster_b = self._fast_put_cluster(cluster)
         if cluster_b is None or sys_flag & _TRAN_MASK:
             return None
@@ -778,16 +820,16 @@ class DefaultMessageStore:
         self._count_fast_puts(begin, 1, out[0].wrote_bytes)
         return out
 
-    def put_singles_now(
+    def _put_singles(
         self,
         entries: list[tuple[str, int, bytes, str, int, int, int, int]],
         cluster: str,
         born_host: tuple[str, int],
     ) -> tuple[list[DispatchHint], list[str | None]]:
-        """:meth:`put_single_now` of each of ``entries`` in turn, (topic, queue id, body,
-        properties, flag, sys flag, born timestamp, reconsume times), all from one peer: a
+        """put_now of a SendRun: a SingleSend of each of ``entries`` in turn, (topic, queue id,
+        body, properties, flag, sys flag, born timestamp, reconsume times), all from one peer: a
         run of single sends served together (CommitLog.append_singles_fast), their
-        bookkeeping done once.  Stops at the first entry put_single_now would leave to the
+        bookkeeping done once.  Stops at the first entry a SingleSend's put would leave to the
         general path; returns the dispatch hints (offsets, sizes, queue offsets and store
         times) and stored WAIT properties of those put, the first ``len(hints)``."""
         cluster_b = self._fast_put_cluster(cluster)
@@ -803,7 +845,7 @@ class DefaultMessageStore:
         return hints, waits
 
     def _count_fast_puts(self, begin: float, puts: int, size: int) -> None:
-        """put_single_now's and put_singles_now's bookkeeping of ``puts`` records of ``size``
+        """The one-call puts' bookkeeping of ``puts`` records of ``size``
         bytes appended since ``begin`` (``lock_clock``): their put times, the totals, and
         dispatch asked for.  A stall is one put's (as a lone put would time it), the others
         quick.  Never raises: the caller must learn what was put (a defect is logged; the
@@ -811,7 +853,7 @@ class DefaultMessageStore:
         try:
             end = self.lock_clock()
             if end - begin < 0.001 and self.config.os_page_cache_busy_time_out_mills >= 1:
-                self.put_stats.record_quick(puts)  # _held_lock's common case, as put_message_now
+                self.put_stats.record_quick(puts)  # _held_lock's common case, as _put_message
             else:
                 self.put_stats.record_quick(puts - 1)
                 self._held_lock(begin, end)
@@ -822,7 +864,7 @@ class DefaultMessageStore:
         if not self.reput.woken:
             self._dispatch_appended()
 
-    def put_batch_body_now(
+    def _put_batch_body(
         self,
         topic: str,
         queue_id: int,
@@ -833,8 +875,8 @@ class DefaultMessageStore:
         born_host: tuple[str, int],
         reconsume_times: int,
     ) -> tuple[PutMessageResult, str | None] | None:
-        """A batch request's body put as :meth:`put_messages_now` puts its decoded items (the
-        broker's stored properties: WAIT=true left out, CLUSTER added), in one C call
+        """put_now of a BatchBody: a batch request's body put as a batch of its decoded items
+        is (the broker's stored properties: WAIT=true left out, CLUSTER added), in one C call
         (CommitLog.append_batch_body); the result and the first item's stored WAIT.  None,
         with nothing changed, whenever the general path must decide: a store that refuses
         puts, a topic not yet checked, a transactional flag, or what the C code leaves to
@@ -866,7 +908,7 @@ class DefaultMessageStore:
                 self._dispatch_appended()
 
     async def wait_durable(self, result: PutMessageResult) -> PutMessageResult:
-        """``result`` of :meth:`put_message_now` once its bytes are durable, when this store
+        """``result`` of :meth:`put_now` once its bytes are durable, when this store
         must wait for that (SYNC_FLUSH: on disk; SYNC_MASTER: on the slave too); the status
         becomes FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE if not."""
         return await self._durable(result, None)
@@ -886,7 +928,7 @@ class DefaultMessageStore:
         """SYNC_FLUSH without a waiting task: True if ``callback(result)`` will be called once
         the appended bytes are on disk (status FLUSH_DISK_TIMEOUT after syncFlushTimeout);
         False if there is nothing to wait for (answer now).  Not for SYNC_MASTER (the slave
-        wait needs a task: use :meth:`put_message`)."""
+        wait needs a task: use :meth:`put`)."""
         end = self._sync_flush_end(result, wait)
         if end is None:
             return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import NamedTuple
 
 import attrs
 
@@ -54,6 +55,46 @@ class PutMessageResult:
             PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
             PutMessageStatus.SLAVE_NOT_AVAILABLE,
         )
+
+
+class SingleSend(NamedTuple):
+    """A put request (DefaultMessageStore.put_now): one send from its request's fields, put as
+    the general path puts the message the broker builds from them (WAIT=true left out, CLUSTER
+    added), its record written in one C call."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: str
+    flag: int
+    cluster: str
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    reconsume_times: int
+
+
+class SendRun(NamedTuple):
+    """A put request: a run of single sends from one peer, each entry (topic, queue id, body,
+    properties, flag, sys flag, born timestamp, reconsume times), put together."""
+
+    entries: list[tuple[str, int, bytes, str, int, int, int, int]]
+    cluster: str
+    born_host: tuple[str, int]
+
+
+class BatchBody(NamedTuple):
+    """A put request: a SEND_BATCH_MESSAGE's body put as the general path puts its decoded
+    items, in one C call."""
+
+    topic: str
+    queue_id: int
+    body: bytes | memoryview
+    cluster: str
+    sys_flag: int
+    born_timestamp: int
+    born_host: tuple[str, int]
+    reconsume_times: int
 
 
 class GetMessageStatus(enum.Enum):

@@ -141,7 +141,7 @@ async def test_a_pymq_slave_replicates_and_a_stranger_gets_nothing(
         await nursery.start(slave.run)
         await wait_until(lambda: ha.connections, timeout=10, what="the slave connected")
         for i in range(20):
-            result = await master.store.put_message(make_message(body=b"m%d" % i))
+            result = await master.store.put(make_message(body=b"m%d" % i))
             assert result.status is PutMessageStatus.PUT_OK
         end = master.store.max_phy_offset
         await wait_until(lambda: slave.store.max_phy_offset == end, timeout=10)
@@ -206,7 +206,7 @@ async def test_a_flood_of_strangers_gets_nothing_and_does_not_stall_the_broker(
         properties=properties,
     ) as cluster:
         for i in range(50):
-            await cluster.broker.store.put_message(make_message(body=b"x" * 1000 + b"%d" % i))
+            await cluster.broker.store.put(make_message(body=b"x" * 1000 + b"%d" % i))
         ha = cluster.broker.ha_service
         assert ha is not None
         port = int(cluster.broker_addr.rsplit(":", 1)[1])

@@ -145,14 +145,14 @@ async def test_a_run_answers_stores_and_counts_as_its_frames_one_by_one(
     await first_sends(cluster, "RunT", "OneT")
     store = cluster.broker.store
     put_together: list[int] = []
-    real = store.put_singles_now
+    real = store._put_singles  # what put_now does with a SendRun
 
     def counting(*args: object) -> tuple:
         hints, waits = real(*args)  # type: ignore[arg-type]
         put_together.append(len(hints))
         return hints, waits
 
-    monkeypatch.setattr(store, "put_singles_now", counting)
+    monkeypatch.setattr(store, "_put_singles", counting)
     # The runs' answers are written by send_answer_run, never by the loop it replaced (its
     # fallback when the call fails), which answers each with send_answer_frame.
     from pymq.broker.processors import send as send_module

@@ -68,11 +68,11 @@ async def main(root: str, run: int) -> None:
                 msgs = [message(run, s) for s in seqs]
                 for m in msgs:
                     m.queue_id = seqs[0] % QUEUES
-                r = await store.put_messages(msgs)
+                r = await store.put(msgs)
             else:
                 seqs = [next(seq_source)]
                 msgs = [message(run, seqs[0])]
-                r = await store.put_message(msgs[0])
+                r = await store.put(msgs[0])
             if r.status is PutMessageStatus.PUT_OK:
                 for s, m in zip(seqs, msgs, strict=True):
                     ack(s, m)

@@ -11,6 +11,7 @@ import pytest
 from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.store import PutMessageStatus, commitlog
 from pymq.store.config import FlushDiskType, WriteAdvice
+from pymq.store.results import BatchBody, SingleSend
 from tests.helpers import c_functions
 from tests.store.helpers import make_message, running_store, small_config
 
@@ -33,9 +34,9 @@ def small_switch(monkeypatch: pytest.MonkeyPatch) -> None:
 def batch(store, n: int = 20) -> int:  # type: ignore[no-untyped-def]
     body = encode_batch_body([BatchItem(b"x" * 1000, 0, {}) for _ in range(n)])
     assert len(body) >= commitlog.PWRITE_BATCH_MIN  # written with pwrite
-    out = store.put_batch_body_now("T", 0, body, "C", 0, 1, BORN, 0)
+    out = store.put_now(BatchBody("T", 0, body, "C", 0, 1, BORN, 0))
     if out is None:  # past the file's end: the general path rolls it
-        result = store.put_message_now(make_message(topic="T", body=b"z" * 30_000))
+        result = store.put_now(make_message(topic="T", body=b"z" * 30_000))
         assert result.status is PutMessageStatus.PUT_OK
         return 0
     assert out[0].status is PutMessageStatus.PUT_OK
@@ -43,7 +44,7 @@ def batch(store, n: int = 20) -> int:  # type: ignore[no-untyped-def]
 
 
 def single(store) -> int:  # type: ignore[no-untyped-def]
-    out = store.put_single_now("T", 0, b"y" * 1000, "", 0, "C", 0, 1, BORN, 0)
+    out = store.put_now(SingleSend("T", 0, b"y" * 1000, "", 0, "C", 0, 1, BORN, 0))
     assert out is not None and out[0].status is PutMessageStatus.PUT_OK
     return out[0].wrote_bytes
 
@@ -54,7 +55,7 @@ async def test_the_advice_follows_the_heavier_way_of_writing(tmp_path) -> None:
     )
     async with running_store(config) as store:
         cl = store.commitlog
-        assert store.put_message_now(make_message(topic="T")).status is PutMessageStatus.PUT_OK
+        assert store.put_now(make_message(topic="T")).status is PutMessageStatus.PUT_OK
         mf = cl.queue.files[-1]
         assert not mf.advise and not cl.queue.advise_writes
         written = 0
@@ -87,7 +88,7 @@ async def test_sync_flush_keeps_its_advice_whatever_the_writes(tmp_path) -> None
     )
     async with running_store(config) as store:
         cl = store.commitlog
-        assert store.put_message_now(make_message(topic="T")).status is PutMessageStatus.PUT_OK
+        assert store.put_now(make_message(topic="T")).status is PutMessageStatus.PUT_OK
         mf = cl.queue.files[-1]
         assert mf.advise
         for _ in range(3 * SWITCH // 1000):
@@ -98,20 +99,20 @@ async def test_sync_flush_keeps_its_advice_whatever_the_writes(tmp_path) -> None
 def small_batch(store, n: int = 5) -> int:  # type: ignore[no-untyped-def]
     body = encode_batch_body([BatchItem(b"s" * 1000, 0, {}) for _ in range(n)])
     assert len(body) < commitlog.PWRITE_BATCH_MIN  # written through the map
-    out = store.put_batch_body_now("T", 0, body, "C", 0, 1, BORN, 0)
+    out = store.put_now(BatchBody("T", 0, body, "C", 0, 1, BORN, 0))
     assert out is not None and out[0].status is PutMessageStatus.PUT_OK
     return out[0].wrote_bytes
 
 
 def general(store) -> int:  # type: ignore[no-untyped-def]
-    result = store.put_message_now(make_message(topic="T", body=b"g" * 1000))
+    result = store.put_now(make_message(topic="T", body=b"g" * 1000))
     assert result.status is PutMessageStatus.PUT_OK
     return result.wrote_bytes
 
 
 async def _advised_by_batches(store) -> None:  # type: ignore[no-untyped-def]
     cl = store.commitlog
-    assert store.put_message_now(make_message(topic="T")).status is PutMessageStatus.PUT_OK
+    assert store.put_now(make_message(topic="T")).status is PutMessageStatus.PUT_OK
     written = 0
     while written <= SWITCH:
         written += batch(store)

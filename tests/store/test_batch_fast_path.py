@@ -1,8 +1,8 @@
-"""The batch fast path (``DefaultMessageStore.put_batch_body_now``, ``_recordc.encode_batch``)
-writes what the general path writes for the same request: ``SendProcessor._batch_messages``
-decoding the items into messages with the broker's stored properties, then
-``put_messages_now``.  Same commit-log bytes, answer, queue offsets, dispatch hints and WAIT;
-and every case it leaves to the general path changes nothing."""
+"""The batch fast path (``DefaultMessageStore.put_now`` of a ``BatchBody``,
+``_recordc.encode_batch``) writes what the general path writes for the same request:
+``SendProcessor._batch_messages`` decoding the items into messages with the broker's stored
+properties, then ``put_now`` of the decoded messages.  Same commit-log bytes, answer, queue
+offsets, dispatch hints and WAIT; and every case it leaves to the general path changes nothing."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from pymq.remoting.codes import RequestCode
 from pymq.remoting.headers import SendMessageRequestHeader
 from pymq.store import DefaultMessageStore, PutMessageStatus, commitlog
 from pymq.store.commitlog import DispatchHint
+from pymq.store.results import BatchBody, SingleSend
 from tests.helpers import c_functions
 from tests.store.helpers import running_store, small_config
 
@@ -78,14 +79,14 @@ def _general(store: DefaultMessageStore, body: bytes, header: SendMessageRequest
     msgs = _processor()._batch_messages(channel, req, header, 2)  # type: ignore[arg-type]
     assert not isinstance(msgs, RemotingCommand), msgs.remark
     wait = msgs[0].properties.get("WAIT")
-    return store.put_messages_now(msgs), wait
+    return store.put_now(msgs), wait
 
 
 def _fast(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
-    return store.put_batch_body_now(
+    return store.put_now(BatchBody(
         TOPIC, 2, body, CLUSTER, header.sys_flag, header.born_timestamp, BORN,
         header.reconsume_times or 0,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def _state(store: DefaultMessageStore) -> tuple:
@@ -230,7 +231,7 @@ def test_what_the_fast_path_leaves_to_python_changes_nothing(tmp_path, why, body
             _prime(store)
             assert _fast(store, _PLAIN, _header()) is not None  # a plain batch goes fast
             before = _state(store)
-            out = store.put_batch_body_now(TOPIC, 2, body, CLUSTER, sys_flag, NOW, born, 0)
+            out = store.put_now(BatchBody(TOPIC, 2, body, CLUSTER, sys_flag, NOW, born, 0))
             assert out is None, why
             assert _state(store) == before
 
@@ -289,7 +290,7 @@ async def _fast_or_unchanged(tmp_path, body: bytes) -> None:
         req = RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), body=body)
         msgs = _processor()._batch_messages(channel, req, _header(), 2)  # type: ignore[arg-type]
         assert not isinstance(msgs, RemotingCommand), f"fast took what Python refuses: {msgs}"
-        expected = general.put_messages_now(msgs)
+        expected = general.put_now(msgs)
         assert _result(out[0]) == _result(expected)
         assert _state(fast) == _state(general)
 
@@ -346,7 +347,7 @@ def test_no_reference_leaks_over_many_calls(tmp_path):
     buf.close()
 
 
-# --- single sends (put_single_now, _recordc.encode_single) ------------------------------------
+# --- single sends (put_now of a SingleSend, _recordc.encode_single) ---------------------------
 
 
 def _single_header(props: str, flag: int = 0, sys_flag: int = 0, reconsume: int | None = None):
@@ -362,14 +363,14 @@ def _general_single(store: DefaultMessageStore, body: bytes, header: SendMessage
     req = RemotingCommand(int(RequestCode.SEND_MESSAGE_V2), body=body)
     msg = _processor()._single_message(channel, req, header, 2)  # type: ignore[arg-type]
     assert not isinstance(msg, RemotingCommand), msg.remark
-    return store.put_message_now(msg), msg.properties.get("WAIT")
+    return store.put_now(msg), msg.properties.get("WAIT")
 
 
 def _fast_single(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
-    return store.put_single_now(
+    return store.put_now(SingleSend(
         TOPIC, 2, body, header.properties or "", header.flag, CLUSTER, header.sys_flag,
         header.born_timestamp, BORN, header.reconsume_times or 0,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 async def _compare_singles(
@@ -459,7 +460,9 @@ def test_what_the_single_fast_path_leaves_to_python_changes_nothing(
             _prime(store)
             assert _fast_single(store, b"b", _single_header("TAGS\x01t")) is not None
             before = _state(store), store.put_message_times_total
-            out = store.put_single_now(TOPIC, 2, b"b", props, 0, CLUSTER, sys_flag, NOW, born, 0)
+            out = store.put_now(
+                SingleSend(TOPIC, 2, b"b", props, 0, CLUSTER, sys_flag, NOW, born, 0)
+            )
             assert out is None, why
             assert (_state(store), store.put_message_times_total) == before
 
@@ -590,17 +593,17 @@ def test_a_refused_general_put_leaves_no_record_a_restart_recovers(tmp_path):
 
     async def main() -> None:
         async with running_store(config, clock_ms=lambda: NOW) as store:
-            first = store.put_message_now(make_message("T", 0, body=b"kept"))
+            first = store.put_now(make_message("T", 0, body=b"kept"))
             assert first.status is PutMessageStatus.PUT_OK
             msgs = [make_message("T", 0, body=b"x" * 50) for _ in range(2)]
             bad = make_message("T", 0, body=b"y")
             bad.reconsume_times = 2**40  # the encoder refuses it, after the first two
             msgs.append(bad)
-            refused = store.put_messages_now(msgs)
+            refused = store.put_now(msgs)
             assert refused.status is not PutMessageStatus.PUT_OK
             # A record as long as the first refused one lands where it began: the second
             # refused record would follow it, whole, if nothing had zeroed it.
-            again = store.put_message_now(make_message("T", 0, body=b"x" * 50))
+            again = store.put_now(make_message("T", 0, body=b"x" * 50))
             assert again.status is PutMessageStatus.PUT_OK
             end = store.commitlog.max_offset
         async with running_store(config, clock_ms=lambda: NOW) as store:

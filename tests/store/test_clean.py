@@ -30,7 +30,7 @@ def cl_files(store) -> list[str]:
 
 async def fill_files(store, count=300):
     for i in range(count):
-        await store.put_message(make_message(queue_id=i % 2, body=b"c" * 900, keys=f"k{i}"))
+        await store.put(make_message(queue_id=i % 2, body=b"c" * 900, keys=f"k{i}"))
     await store.reput.do_reput()
 
 
@@ -77,7 +77,7 @@ async def test_expired_files_deleted_at_the_delete_hour(root):
         assert cq.queue.files[0].file_from_offset > 0
         cq_dir = os.path.join(config.consume_queue_dir, "TopicTest", "0")
         assert len(os.listdir(cq_dir)) == len(cq.queue.files)
-        r = await store.put_message(make_message())
+        r = await store.put(make_message())
         assert r.status is PutMessageStatus.PUT_OK
 
 
@@ -96,16 +96,16 @@ async def test_disk_pressure_forces_cleaning_and_refuses_writes(root):
         ratio[0] = 0.87  # above 85 %: forced, whatever the age
         await store.clean_files_once()
         assert cl_files(store) == files[-1:]
-        assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+        assert (await store.put(make_message())).status is PutMessageStatus.PUT_OK
         ratio[0] = 0.95  # above 90 %: writes refused with a clear reason
         await store.clean_files_once()
-        r = await store.put_message(make_message())
+        r = await store.put(make_message())
         assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
         assert "disk full" in r.reason
         assert store.runtime_info()["diskFull"] == "true"
         ratio[0] = 0.40
         await store.clean_files_once()
-        assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+        assert (await store.put(make_message())).status is PutMessageStatus.PUT_OK
 
 
 async def test_index_files_below_the_commitlog_are_deleted(root):

@@ -18,7 +18,7 @@ async def test_records_never_span_files(root):
     async with running_store(config) as store:
         offsets = []
         for i, body in enumerate(bodies):
-            r = await store.put_message(make_message(queue_id=i % 3, body=body))
+            r = await store.put(make_message(queue_id=i % 3, body=body))
             assert r.status is PutMessageStatus.PUT_OK
             offsets.append((r.wrote_offset, r.wrote_bytes))
     names = sorted(os.listdir(config.store_path_commitlog))
@@ -56,11 +56,11 @@ async def test_read_back_and_queue_offsets_after_restart(root):
     config = small_config(root)
     async with running_store(config) as store:
         for i in range(300):
-            await store.put_message(make_message(queue_id=i % 4, body=b"x" * 500))
+            await store.put(make_message(queue_id=i % 4, body=b"x" * 500))
     async with running_store(config) as store:
         for q in range(4):
             assert store.get_max_offset_in_queue("TopicTest", q) == 75
-        r = await store.put_message(make_message(queue_id=2))
+        r = await store.put(make_message(queue_id=2))
         assert r.logic_offset == 75
         msg = store.look_message_by_offset(r.wrote_offset)
         assert msg is not None and msg.body == b"hello" and msg.queue_offset == 75
@@ -72,25 +72,25 @@ async def test_limits_refuse_and_write_nothing(root):
     config = small_config(root, max_message_size=2000)
     async with running_store(config) as store:
         before = store.max_phy_offset
-        r = await store.put_message(make_message(topic="T" * 128))
+        r = await store.put(make_message(topic="T" * 128))
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "topic" in r.reason
-        r = await store.put_message(make_message(big="v" * 40000))
+        r = await store.put(make_message(big="v" * 40000))
         assert r.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
-        r = await store.put_message(make_message(body=b"b" * 2000))
+        r = await store.put(make_message(body=b"b" * 2000))
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "maxMessageSize" in r.reason
-        r = await store.put_message(make_message(topic="a\0b"))
+        r = await store.put(make_message(topic="a\0b"))
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "NUL" in r.reason
         assert store.max_phy_offset == before
-        r = await store.put_message(make_message(topic="T" * 127, body=b"b" * 1000))
+        r = await store.put(make_message(topic="T" * 127, body=b"b" * 1000))
         assert r.status is PutMessageStatus.PUT_OK
 
 
 async def test_batch_put_is_contiguous_and_all_or_nothing(root):
     config = small_config(root)
     async with running_store(config) as store:
-        await store.put_message(make_message(queue_id=1))
+        await store.put(make_message(queue_id=1))
         batch = [make_message(queue_id=1, body=b"b%d" % i, keys=f"k{i}") for i in range(5)]
-        r = await store.put_messages(batch)
+        r = await store.put(batch)
         assert r.status is PutMessageStatus.PUT_OK
         assert r.msg_num == 5 and r.logic_offset == 1
         assert len(r.msg_id.split(",")) == 5
@@ -100,19 +100,19 @@ async def test_batch_put_is_contiguous_and_all_or_nothing(root):
         assert [m.body for m in msgs] == [b"b%d" % i for i in range(5)]
         bad = [make_message(queue_id=1), make_message(queue_id=1, topic="X" * 200)]
         before = store.max_phy_offset
-        r = await store.put_messages(bad)
+        r = await store.put(bad)
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL
         assert store.max_phy_offset == before
         mixed = [make_message(queue_id=1), make_message(queue_id=2)]
-        assert (await store.put_messages(mixed)).status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert (await store.put(mixed)).status is PutMessageStatus.MESSAGE_ILLEGAL
         delayed = [make_message(queue_id=1, DELAY="3")]
-        assert (await store.put_messages(delayed)).status is PutMessageStatus.MESSAGE_ILLEGAL
+        assert (await store.put(delayed)).status is PutMessageStatus.MESSAGE_ILLEGAL
 
 
 async def test_delayed_message_goes_to_schedule_topic(root):
     config = small_config(root)
     async with running_store(config) as store:
-        r = await store.put_message(make_message(topic="Orders", queue_id=3, DELAY="3"))
+        r = await store.put(make_message(topic="Orders", queue_id=3, DELAY="3"))
         assert r.status is PutMessageStatus.PUT_OK
         msg = store.look_message_by_offset(r.wrote_offset)
         assert msg.topic == "SCHEDULE_TOPIC_XXXX" and msg.queue_id == 2
@@ -129,9 +129,9 @@ async def test_transaction_prepared_not_in_consume_queue(root):
     async with running_store(config) as store:
         prepared = make_message(queue_id=0)
         prepared.sys_flag = 0x4
-        r = await store.put_message(prepared)
+        r = await store.put(prepared)
         assert r.status is PutMessageStatus.PUT_OK and r.logic_offset == 0
-        r2 = await store.put_message(make_message(queue_id=0))
+        r2 = await store.put(make_message(queue_id=0))
         assert r2.logic_offset == 0
         await store.reput.do_reput()
         assert store.get_max_offset_in_queue("TopicTest", 0) == 1
@@ -146,10 +146,8 @@ async def test_ha_copy_between_stores(root, tmp_path):
     slave_cfg.broker_role = BrokerRole.SLAVE
     async with running_store(master_cfg) as master, running_store(slave_cfg) as slave:
         for i in range(200):
-            await master.put_message(make_message(queue_id=i % 2, body=b"z" * 700))
-        assert (await slave.put_message(make_message())).status is (
-            PutMessageStatus.SERVICE_NOT_AVAILABLE
-        )
+            await master.put(make_message(queue_id=i % 2, body=b"z" * 700))
+        assert (await slave.put(make_message())).status is (PutMessageStatus.SERVICE_NOT_AVAILABLE)
         assert not slave.append_to_commitlog(100, b"xx")  # not at the slave's max offset
         offset = 0
         while offset < master.max_phy_offset:
@@ -169,11 +167,11 @@ async def test_next_file_is_preallocated_off_the_loop(root):
 
     config = small_config(root)
     async with running_store(config) as store:
-        await store.put_message(make_message())
+        await store.put(make_message())
         nxt = os.path.join(config.store_path_commitlog, f"{SMALL_COMMITLOG:020d}")
         # Liveness only: the allocator task creates it by itself.
         await wait_until(lambda: os.path.exists(nxt), timeout=10, interval=0.01)
         ready = store.allocator._ready[nxt]
         while len(store.commitlog.queue.files) < 2:
-            await store.put_message(make_message(body=b"f" * 1000))
+            await store.put(make_message(body=b"f" * 1000))
         assert store.commitlog.queue.files[1] is ready  # taken, not created on the loop

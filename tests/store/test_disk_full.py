@@ -195,7 +195,7 @@ async def test_commitlog_full_refuses_puts_keeps_acked_and_resumes(fs: str) -> N
         refused = []
         for i in range(5000):
             body = b"%06d" % i + BODY
-            result = await store.put_message(make_message(body=body))
+            result = await store.put(make_message(body=body))
             if result.status is PutMessageStatus.PUT_OK:
                 acked[result.logic_offset] = body
             else:
@@ -220,7 +220,7 @@ async def test_commitlog_full_refuses_puts_keeps_acked_and_resumes(fs: str) -> N
         )
         for i in range(20):
             body = b"again-%d" % i
-            result = await store.put_message(make_message(body=body))
+            result = await store.put(make_message(body=body))
             assert result.status is PutMessageStatus.PUT_OK, result
             assert result.logic_offset == len(acked)
             acked[result.logic_offset] = body
@@ -254,7 +254,7 @@ async def test_consume_queue_file_on_a_full_disk_blocks_dispatch_then_catches_up
         mapped_file_create_retry_interval=20,
     )
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
-        assert (await store.put_message(make_message(topic="A"))).is_ok
+        assert (await store.put(make_message(topic="A"))).is_ok
         await store.reput.do_reput()
         await wait_until(
             lambda: len(os.listdir(config.store_path_commitlog)) == 2,
@@ -265,12 +265,12 @@ async def test_consume_queue_file_on_a_full_disk_blocks_dispatch_then_catches_up
         ballast = os.path.join(fs, "ballast")
         fill_disk(ballast)
         # The commit log has room (its blocks exist): the put is acked.
-        first = await store.put_message(make_message(topic="B", body=b"on a full disk"))
+        first = await store.put(make_message(topic="B", body=b"on a full disk"))
         assert first.is_ok
         await store.reput.do_reput()
         assert store.reput.blocked is not None
         assert "no space left" in store.reput.blocked
-        refused = await store.put_message(make_message(topic="A"))
+        refused = await store.put(make_message(topic="A"))
         assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
         assert "not writeable" in refused.reason
         assert store.get_max_offset_in_queue("B", 0) == 0
@@ -281,7 +281,7 @@ async def test_consume_queue_file_on_a_full_disk_blocks_dispatch_then_catches_up
         got = store.get_message("G", "B", 0, 0, 1)
         assert got.status is GetMessageStatus.FOUND
         assert decode_record(got.messages[0]).body == b"on a full disk"
-        assert (await store.put_message(make_message(topic="A"))).logic_offset == 1
+        assert (await store.put(make_message(topic="A"))).logic_offset == 1
         await store.reput.do_reput()
         assert store.get_max_offset_in_queue("A", 0) == 2
 
@@ -297,7 +297,7 @@ async def test_index_file_on_a_full_disk_blocks_dispatch_then_catches_up(fs: str
         mapped_file_create_retry_interval=20,
     )
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
-        assert (await store.put_message(make_message(keys="k0"))).is_ok
+        assert (await store.put(make_message(keys="k0"))).is_ok
         await store.reput.do_reput()
         await wait_until(
             lambda: len(os.listdir(config.store_path_commitlog)) == 2,
@@ -308,10 +308,10 @@ async def test_index_file_on_a_full_disk_blocks_dispatch_then_catches_up(fs: str
         ballast = os.path.join(fs, "ballast")
         fill_disk(ballast)
         for key in ("k1", "k2", "late"):
-            assert (await store.put_message(make_message(keys=key))).is_ok
+            assert (await store.put(make_message(keys=key))).is_ok
         await store.reput.do_reput()
         assert store.reput.blocked is not None
-        refused = await store.put_message(make_message())
+        refused = await store.put(make_message())
         assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
         assert _leftovers(config.index_dir, os.path.getsize(store.index.files[0].path)) == []
 
@@ -357,7 +357,7 @@ async def test_blocks_grow_with_the_data_and_never_lag_it(fs: str, small_chunks:
         commitlog = store.commitlog.queue
         _check_store_allocation(store)
         for i in range(600):
-            result = await store.put_message(make_message(body=b"b" * 1000, keys=f"k{i}"))
+            result = await store.put(make_message(body=b"b" * 1000, keys=f"k{i}"))
             assert result.is_ok
             if i % 7 == 0:
                 await store.reput.do_reput()
@@ -385,7 +385,7 @@ async def test_commitlog_chunk_on_a_full_disk_is_refused_and_resumes(
     )
     acked: dict[int, bytes] = {}
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
-        first = await store.put_message(make_message(body=b"first"))
+        first = await store.put(make_message(body=b"first"))
         acked[first.logic_offset] = b"first"
         await store.reput.do_reput()
         await wait_until(
@@ -400,7 +400,7 @@ async def test_commitlog_chunk_on_a_full_disk_is_refused_and_resumes(
         for i in range(200):
             body = b"%06d" % i + BODY
             before = store.commitlog.max_offset
-            result = await store.put_message(make_message(body=body))
+            result = await store.put(make_message(body=body))
             if result.status is PutMessageStatus.PUT_OK:
                 acked[result.logic_offset] = body
                 continue
@@ -425,7 +425,7 @@ async def test_commitlog_chunk_on_a_full_disk_is_refused_and_resumes(
         await trio.sleep(0.03)  # the retry interval: the next put allocates again
         for i in range(100):
             body = b"again-%d" % i + BODY
-            result = await store.put_message(make_message(body=body))
+            result = await store.put(make_message(body=body))
             assert result.status is PutMessageStatus.PUT_OK, result
             assert result.logic_offset == len(acked)
             acked[result.logic_offset] = body
@@ -464,7 +464,7 @@ async def test_dispatch_chunk_on_a_full_disk_blocks_then_catches_up(
         mapped_file_create_retry_interval=20,
     )
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
-        assert (await store.put_message(make_message(keys="k"))).is_ok
+        assert (await store.put(make_message(keys="k"))).is_ok
         await store.reput.do_reput()
         await wait_until(
             lambda: len(os.listdir(config.store_path_commitlog)) == 2,
@@ -485,7 +485,7 @@ async def test_dispatch_chunk_on_a_full_disk_blocks_then_catches_up(
         fill_disk(ballast)
         acked = 1
         for i in range(3000):
-            result = await store.put_message(make_message(keys=f"key{i}"))
+            result = await store.put(make_message(keys=f"key{i}"))
             if not result.is_ok:
                 assert result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
                 assert "not writeable" in result.reason
@@ -507,7 +507,7 @@ async def test_dispatch_chunk_on_a_full_disk_blocks_then_catches_up(
         for key in ("k", f"key{acked - 2}"):
             found = store.query_message("TopicTest", key, 10, 0, 1 << 62)
             assert len(found.messages) == 1, key
-        assert (await store.put_message(make_message())).is_ok
+        assert (await store.put(make_message())).is_ok
         await store.reput.do_reput()
         if which == "index":
             _check_index_allocation(index)
@@ -548,7 +548,7 @@ async def test_a_fresh_default_store_takes_little_disk(tmp_path: pathlib.Path) -
     async with running_store(MessageStoreConfig(store_path_root_dir=root)) as store:
         for i in range(40):
             msg = make_message(topic=f"T{i % 4}", queue_id=i % 4, keys=f"k{i}")
-            assert (await store.put_message(msg)).is_ok
+            assert (await store.put(msg)).is_ok
         await store.reput.do_reput()
         commitlog = store.config.store_path_commitlog
         await wait_until(
@@ -622,7 +622,7 @@ async def test_the_commitlog_allocates_and_prefaults_a_chunk_ahead(
     bodies = [b"%04d" % i + b"b" * 996 for i in range(60)]
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
         for body in bodies:
-            assert (await store.put_message(make_message(body=body))).is_ok
+            assert (await store.put(make_message(body=body))).is_ok
             mf = store.commitlog.queue.files[0]
             assert mf.allocated - mf.wrote_position > mf.chunk  # always a whole chunk ahead
         chunk = 8192
@@ -687,13 +687,13 @@ async def test_a_chunk_ahead_that_does_not_fit_refuses_nothing_early(
         os.path.join(fs, "store"), mapped_file_size_commit_log=MIB, warm_maped_file_enable=True
     )
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
-        assert (await store.put_message(make_message(body=BODY))).is_ok
+        assert (await store.put(make_message(body=BODY))).is_ok
         mf = store.commitlog.queue.files[0]
         fill_disk(os.path.join(fs, "ballast"))
         allocated = mf.allocated
         stored = 0
         while True:
-            result = await store.put_message(make_message(body=BODY))
+            result = await store.put(make_message(body=BODY))
             if not result.is_ok:
                 break
             stored += 1
@@ -830,7 +830,7 @@ async def test_by_default_the_commitlog_writes_only_its_data(tmp_path: pathlib.P
         assert not store.commitlog.warm
         before = _written_bytes()
         for _ in range(3000):  # 6 MB: past the first 4 MiB chunk
-            assert (await store.put_message(make_message(body=BODY))).is_ok
+            assert (await store.put(make_message(body=BODY))).is_ok
         await store.flush_commitlog.flush_all()
         written = _written_bytes() - before
         data = store.commitlog.max_offset

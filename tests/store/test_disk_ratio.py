@@ -91,7 +91,7 @@ async def test_a_reserved_quarter_does_not_clean_young_files(
         assert service.last_ratio == 0.90
         assert service.clean_immediately and not service.disk_full
         assert cl_files(store) == files[-1:]
-        assert (await store.put_message(make_message())).status.name == "PUT_OK"
+        assert (await store.put(make_message())).status.name == "PUT_OK"
 
 
 def _df_percent(path: str) -> int | None:

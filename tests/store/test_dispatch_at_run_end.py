@@ -38,7 +38,7 @@ def count_wakeups(store) -> list[int]:  # type: ignore[no-untyped-def]
 
 
 def put(store, i: int = 0):  # type: ignore[no-untyped-def]
-    result = store.put_message_now(make_message(queue_id=0, body=b"m%d" % i))
+    result = store.put_now(make_message(queue_id=0, body=b"m%d" % i))
     assert result.status is PutMessageStatus.PUT_OK
     return result
 
@@ -220,7 +220,7 @@ async def test_runs_keep_up_while_the_reput_task_is_in_a_dispatch(root) -> None:
             store.begin_run()
             for _ in range(32):
                 batch = [make_message(queue_id=0, body=b"x") for _ in range(100)]
-                assert store.put_messages_now(batch).status is PutMessageStatus.PUT_OK
+                assert store.put_now(batch).status is PutMessageStatus.PUT_OK
             store.end_run()
             total += per_run
         behind = total - store.get_max_offset_in_queue("TopicTest", 0)

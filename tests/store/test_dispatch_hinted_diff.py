@@ -395,7 +395,7 @@ async def interrupted_fill(root: str, native: bool) -> tuple:
         store.set_arrival_listener(listener)
         reput.woken = True  # the puts leave the records to the calls below
         for i in range(6):
-            await store.put_message(make_message(topic="T", keys=f"k{i}", UNIQ_KEY=f"U{i:030d}"))
+            await store.put(make_message(topic="T", keys=f"k{i}", UNIQ_KEY=f"U{i:030d}"))
         with pytest.raises(Interrupt):
             reput._dispatch_some(1 << 30, create_files=True)
         fail_at[0] = -1

@@ -56,7 +56,7 @@ async def fill(root: str) -> tuple[dict[str, bytes], dict[str, bytes], int]:
             )
             if i % 13 == 0:
                 msg.sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE  # no queue entry
-            await store.put_message(msg)
+            await store.put(msg)
             if i % 50 == 49:
                 await store.reput.do_reput()
         await store.reput.do_reput()
@@ -170,7 +170,7 @@ async def fill_varied(
                 msg.sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
             elif i % 31 == 0:
                 msg.sys_flag |= MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-            await store.put_message(msg)
+            await store.put(msg)
             if i % 40 == 39 or i > 500:
                 await store.reput.do_reput()
             if i == 860:  # from here on, keep a copy of each hint the puts leave

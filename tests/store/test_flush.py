@@ -34,7 +34,7 @@ async def test_sync_flush_group_commit_batches_concurrent_puts(root, monkeypatch
 
         async def producer(i):
             for j in range(10):
-                r = await store.put_message(make_message(queue_id=i % 4, body=b"%d-%d" % (i, j)))
+                r = await store.put(make_message(queue_id=i % 4, body=b"%d-%d" % (i, j)))
                 results.append(r)
                 # acknowledged means durable: the flushed position covers the record
                 assert store.commitlog.queue.flushed_where >= r.wrote_offset + r.wrote_bytes
@@ -46,7 +46,7 @@ async def test_sync_flush_group_commit_batches_concurrent_puts(root, monkeypatch
         assert all(r.status is PutMessageStatus.PUT_OK for r in results)
         assert len(syncs) < 200  # concurrent puts shared syncs
         # WAIT=false: acknowledged on append, not on sync
-        r = await store.put_message(make_message(WAIT="false"))
+        r = await store.put(make_message(WAIT="false"))
         assert r.status is PutMessageStatus.PUT_OK
 
 
@@ -54,11 +54,11 @@ async def test_sync_flush_timeout_reports_flush_disk_timeout(root, monkeypatch):
     disk = StuckDisk(monkeypatch)
     config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
     async with running_store(config) as store:
-        ok = await store.put_message(make_message())
+        ok = await store.put(make_message())
         assert ok.status is PutMessageStatus.PUT_OK
         config.sync_flush_timeout = 50  # only now: a loaded machine may take 50 ms to sync
         disk.stuck = True
-        r = await store.put_message(make_message(body=b"slow disk"))
+        r = await store.put(make_message(body=b"slow disk"))
         assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
         assert r.wrote_bytes > 0  # the message is stored, only its durability is unconfirmed
         assert store.look_message_by_offset(r.wrote_offset).body == b"slow disk"
@@ -68,7 +68,7 @@ async def test_sync_flush_timeout_reports_flush_disk_timeout(root, monkeypatch):
         disk.stuck = False
         disk.release.set()
         config.sync_flush_timeout = 5000
-        r = await store.put_message(make_message(body=b"healthy again"))
+        r = await store.put(make_message(body=b"healthy again"))
         assert r.status is PutMessageStatus.PUT_OK
         assert store.commitlog.queue.flushed_where >= r.wrote_offset + r.wrote_bytes
 
@@ -77,17 +77,17 @@ async def test_a_failing_sync_acknowledges_nothing_and_advances_nothing(root, mo
     disk = StuckDisk(monkeypatch)
     config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
     async with running_store(config) as store:
-        assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+        assert (await store.put(make_message())).status is PutMessageStatus.PUT_OK
         flushed = store.commitlog.queue.flushed_where
         config.sync_flush_timeout = 100
         disk.error = OSError(errno.EIO, "injected I/O error")
-        r = await store.put_message(make_message(body=b"lost?"))
+        r = await store.put(make_message(body=b"lost?"))
         assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
         assert disk.entered >= 2  # the group commit tried, and tried again
         assert store.commitlog.queue.flushed_where == flushed
         disk.error = None
         config.sync_flush_timeout = 5000
-        r = await store.put_message(make_message(body=b"after"))
+        r = await store.put(make_message(body=b"after"))
         assert r.status is PutMessageStatus.PUT_OK
         assert store.commitlog.queue.flushed_where >= r.wrote_offset + r.wrote_bytes
 
@@ -108,7 +108,7 @@ async def test_group_commit_waits_its_turn_when_the_queue_lock_is_held(root):
 
 
 async def _put_into(store, results) -> None:
-    results.append(await store.put_message(make_message()))
+    results.append(await store.put(make_message()))
 
 
 async def test_a_sync_in_flight_releases_the_lock_after_its_waiter_is_cancelled(root, monkeypatch):
@@ -118,7 +118,7 @@ async def test_a_sync_in_flight_releases_the_lock_after_its_waiter_is_cancelled(
         queue = store.commitlog.queue
         disk.stuck = True
         with trio.move_on_after(0.1):
-            await store.put_message(make_message())
+            await store.put(make_message())
         assert disk.entered == 1
         assert queue.io_lock.value == 0  # the job still holds it while its thread is stuck
         disk.release.set()
@@ -149,7 +149,7 @@ async def test_checkpoint_written_on_shutdown(root):
     async with running_store(config, clock_ms=lambda: clock_now[0]) as store:
         for i in range(5):
             clock_now[0] += 1000
-            await store.put_message(make_message(keys=f"k{i}"))
+            await store.put(make_message(keys=f"k{i}"))
     with open(config.checkpoint_path, "rb") as f:
         raw = f.read()
     assert len(raw) == 4096
@@ -160,7 +160,7 @@ async def test_checkpoint_written_on_shutdown(root):
 async def test_async_flush_runs_on_its_own(root):
     config = small_config(root, flush_interval_commit_log=20, flush_commit_log_least_pages=0)
     async with running_store(config) as store:
-        r = await store.put_message(make_message())
+        r = await store.put(make_message())
         end = r.wrote_offset + r.wrote_bytes
         # Liveness only: the periodic flush catches up by itself.
         await wait_until(
@@ -183,7 +183,7 @@ async def test_the_group_commit_syncs_through_the_c_thread(root, monkeypatch):
     config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
     async with running_store(config) as store:
         assert isinstance(store.flush_commitlog._sync_thread, NativeSyncThread)
-        r = await store.put_message(make_message(body=b"durable"))
+        r = await store.put(make_message(body=b"durable"))
         assert r.status is PutMessageStatus.PUT_OK
         assert store.commitlog.queue.flushed_where >= r.wrote_offset + r.wrote_bytes
         # (Consume queues and the final flush at shutdown still sync in Python.)
@@ -199,16 +199,16 @@ async def test_a_failing_c_sync_acknowledges_nothing_and_advances_nothing(root, 
     config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
     try:
         async with running_store(config) as store:
-            assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+            assert (await store.put(make_message())).status is PutMessageStatus.PUT_OK
             flushed = store.commitlog.queue.flushed_where
             config.sync_flush_timeout = 100
             monkeypatch.setattr(MappedFile, "fileno", lambda mf: read_end)
-            r = await store.put_message(make_message(body=b"lost?"))
+            r = await store.put(make_message(body=b"lost?"))
             assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
             assert store.commitlog.queue.flushed_where == flushed
             monkeypatch.undo()
             config.sync_flush_timeout = 5000
-            r = await store.put_message(make_message(body=b"after"))
+            r = await store.put(make_message(body=b"after"))
             assert r.status is PutMessageStatus.PUT_OK
             assert store.commitlog.queue.flushed_where >= r.wrote_offset + r.wrote_bytes
     finally:
@@ -334,7 +334,7 @@ async def test_after_a_failed_sync_the_next_one_writes_the_pages_again(root, mon
 
     async with running_store(config) as store:
         queue = store.commitlog.queue
-        assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+        assert (await store.put(make_message())).status is PutMessageStatus.PUT_OK
         path = queue.files[-1].path
         assert dirty_kb(path) == 0
         real_failed = queue._sync_failed
@@ -346,7 +346,7 @@ async def test_after_a_failed_sync_the_next_one_writes_the_pages_again(root, mon
         monkeypatch.setattr(queue, "_sync_failed", failed)
         monkeypatch.setattr(MappedFile, "sync", sync)
         failures.append(1)
-        r = await store.put_message(make_message(body=b"x" * 5000))
+        r = await store.put(make_message(body=b"x" * 5000))
         assert r.status is PutMessageStatus.PUT_OK  # acknowledged by the retry, which wrote
         assert dirty_after_failure and dirty_after_failure[0] >= 4
         assert dirty_kb(path) == 0
@@ -366,12 +366,12 @@ async def test_a_failing_c_sync_marks_the_pages_for_writing_again(root, monkeypa
 
     try:
         async with running_store(config) as store:
-            assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+            assert (await store.put(make_message())).status is PutMessageStatus.PUT_OK
             flushed = store.commitlog.queue.flushed_where
             config.sync_flush_timeout = 100
             monkeypatch.setattr(MappedFile, "redirty", redirty)
             monkeypatch.setattr(MappedFile, "fileno", lambda mf: read_end)
-            r = await store.put_message(make_message(body=b"lost?"))
+            r = await store.put(make_message(body=b"lost?"))
             assert r.status is PutMessageStatus.FLUSH_DISK_TIMEOUT
             monkeypatch.undo()
             assert redirtied and redirtied[0] == (flushed, r.wrote_offset + r.wrote_bytes)
@@ -526,7 +526,7 @@ async def test_a_failing_disk_is_retried_on_a_backoff(root, monkeypatch):
     disk = StuckDisk(monkeypatch)
     config = small_config(root, flush_disk_type=FlushDiskType.SYNC_FLUSH)
     async with running_store(config) as store:
-        assert (await store.put_message(make_message())).status is PutMessageStatus.PUT_OK
+        assert (await store.put(make_message())).status is PutMessageStatus.PUT_OK
         config.sync_flush_timeout = 300
         disk.error = OSError(errno.EIO, "injected I/O error")
         before = disk.entered
@@ -534,7 +534,7 @@ async def test_a_failing_disk_is_retried_on_a_backoff(root, monkeypatch):
 
         async def put(i: int) -> None:
             await trio.sleep(i * 0.005)  # puts arriving all through the backoff
-            results.append(await store.put_message(make_message(body=b"m%d" % i)))
+            results.append(await store.put(make_message(body=b"m%d" % i)))
 
         async with trio.open_nursery() as nursery:
             for i in range(40):
@@ -544,6 +544,6 @@ async def test_a_failing_disk_is_retried_on_a_backoff(root, monkeypatch):
         assert 2 <= tries <= 10, tries  # 0, 10, 30, 70, 150, 310 ms...: not one per put
         disk.error = None
         config.sync_flush_timeout = 5000
-        r = await store.put_message(make_message(body=b"after"))
+        r = await store.put(make_message(body=b"after"))
         assert r.status is PutMessageStatus.PUT_OK  # the next try, within a second
         assert store.commitlog.queue.sync_failures == 0

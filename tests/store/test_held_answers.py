@@ -40,7 +40,7 @@ async def _stuck_sync(store, disk: StuckDisk) -> int:
     disk.stuck = True
     disk.release.clear()
     entered = disk.entered
-    r = store.put_message_now(make_message(body=b"starter"))
+    r = store.put_now(make_message(body=b"starter"))
     store.flush_commitlog.on_flushed(r.wrote_offset + r.wrote_bytes, 30, lambda ok: None)
     with trio.fail_after(10):
         while disk.entered == entered:
@@ -49,7 +49,7 @@ async def _stuck_sync(store, disk: StuckDisk) -> int:
 
 
 async def _hold(store, sink, name: str, timeout_s: float = 30) -> None:
-    r = store.put_message_now(make_message(body=name.encode()))
+    r = store.put_now(make_message(body=name.encode()))
     held = store.flush_commitlog.hold_answer(
         r.wrote_offset + r.wrote_bytes, timeout_s, sink, b"ok-" + name.encode(), _late(name)
     )
@@ -87,7 +87,7 @@ async def test_durable_answers_go_per_sink_in_order_and_a_broken_sink_costs_only
         assert a.calls == [[b"ok-1", b"ok-3"]] and b.calls == [[b"ok-2", b"ok-4"]]
         assert service._held == {} and not service._unordered
         # Already durable: nothing is held, the caller answers.
-        r = store.put_message_now(make_message(body=b"now"))
+        r = store.put_now(make_message(body=b"now"))
         await _settled(service, calls=0)
         while store.commitlog.queue.flushed_where < r.wrote_offset + r.wrote_bytes:
             await store.flush_commitlog._flush(0)

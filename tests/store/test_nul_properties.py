@@ -70,9 +70,9 @@ def _nul_at_sector(store, body_len: int = 10, tags: str | None = "TagA") -> tupl
 async def test_a_nul_inside_a_message_id_is_stored_served_and_recovered(tmp_path, abnormal):
     config = small_config(str(tmp_path))
     async with running_store(config) as store:
-        r = await store.put_message(make_message(UNIQ_KEY=KEY))
+        r = await store.put(make_message(UNIQ_KEY=KEY))
         assert r.status is PutMessageStatus.PUT_OK, r.reason
-        r2 = await store.put_message(make_message(body=b"after"))
+        r2 = await store.put(make_message(body=b"after"))
         assert r2.status is PutMessageStatus.PUT_OK
         await store.reput.do_reput()
         got = store.get_message("g", TOPIC, 0, 0, 8)
@@ -91,15 +91,15 @@ async def test_a_nul_on_a_sector_boundary_is_stored_in_another_order(tmp_path):
     in another order rather than refuse the message (whose NUL is data)."""
     config = small_config(str(tmp_path))
     async with running_store(config) as store:
-        await store.put_message(make_message())  # queue offset 0
+        await store.put(make_message())  # queue offset 0
         msg, _boundary = _nul_at_sector(store)
-        r = await store.put_message(msg)
+        r = await store.put(msg)
         assert r.status is PutMessageStatus.PUT_OK and r.logic_offset == 1, r.reason
         stored = store.look_message_by_offset(r.wrote_offset)
         assert stored is not None and stored.properties == msg.properties
         # The same in a batch: each record's properties in an order safe where it lands.
         batch, _ = _nul_at_sector(store)
-        r = await store.put_messages([batch, make_message(body=b"b" * 10)])
+        r = await store.put([batch, make_message(body=b"b" * 10)])
         assert r.status is PutMessageStatus.PUT_OK and r.msg_num == 2, r.reason
         stored = store.look_message_by_offset(r.wrote_offset)
         assert stored is not None and stored.properties == batch.properties
@@ -111,19 +111,19 @@ async def test_a_nul_on_a_sector_boundary_is_stored_in_another_order(tmp_path):
 async def test_a_nul_on_a_sector_boundary_no_order_avoids_is_refused(tmp_path):
     config = small_config(str(tmp_path))
     async with running_store(config) as store:
-        await store.put_message(make_message())
+        await store.put(make_message())
         msg, boundary = _nul_at_sector(store, tags=None)  # one property: no other order
         before = store.max_phy_offset
-        r = await store.put_message(msg)
+        r = await store.put(msg)
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL
         assert f"file offset {boundary}" in r.reason and "torn write" in r.reason
         assert store.max_phy_offset == before
-        r = await store.put_messages([msg, make_message(body=b"b" * 10)])
+        r = await store.put([msg, make_message(body=b"b" * 10)])
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "torn write" in r.reason
         assert store.max_phy_offset == before
         # One byte further along, the same NUL is data.
         msg.body += b"b"
-        r = await store.put_message(msg)
+        r = await store.put(msg)
         assert r.status is PutMessageStatus.PUT_OK and r.logic_offset == 1, r.reason
         end = store.max_phy_offset
     async with reopened(config, end) as store:
@@ -139,7 +139,7 @@ async def test_properties_beginning_or_ending_with_nul_are_stored_in_another_ord
             msg.properties = {value: "v", **msg.properties}
         else:  # a value ending with NUL, last
             msg.properties = {**msg.properties, "K": value}
-        r = await store.put_message(msg)
+        r = await store.put(msg)
         assert r.status is PutMessageStatus.PUT_OK, r.reason
         end = store.max_phy_offset
     async with reopened(config, end) as store:
@@ -153,7 +153,7 @@ async def test_properties_that_must_begin_or_end_with_nul_are_refused(tmp_path, 
     async with running_store(config) as store:
         msg = make_message(tags=None)
         msg.properties = {"K": value} if value[0] != "\0" else {value: "v"}
-        r = await store.put_message(msg)
+        r = await store.put(msg)
         assert r.status is PutMessageStatus.MESSAGE_ILLEGAL
         assert "begin or end with a NUL" in r.reason
         assert store.max_phy_offset == 0
@@ -167,12 +167,12 @@ async def test_a_delayed_message_is_delivered_whatever_its_properties_order(tmp_
     async with running_store(config) as store:
         msg = make_message(tags=None)
         msg.properties = {"DELAY": "1", "\0n": "v", "K": "w"}
-        r = await store.put_message(msg)
+        r = await store.put(msg)
         assert r.status is PutMessageStatus.PUT_OK, r.reason
         delayed = store.look_message_by_offset(r.wrote_offset)
         assert delayed is not None
         real = ScheduleMessageService._real_message(delayed)
-        r = await store.put_message(real)
+        r = await store.put(real)
         assert r.status is PutMessageStatus.PUT_OK, r.reason
         end = store.max_phy_offset
     async with reopened(config, end) as store:
@@ -186,8 +186,8 @@ async def test_a_torn_tail_inside_properties_holding_a_nul_is_still_truncated(tm
     keeps the first and truncates at the second."""
     config = small_config(str(tmp_path))
     async with running_store(config) as store:
-        first = await store.put_message(make_message(UNIQ_KEY=KEY))
-        second = await store.put_message(make_message(UNIQ_KEY="y" * 1500))
+        first = await store.put(make_message(UNIQ_KEY=KEY))
+        second = await store.put(make_message(UNIQ_KEY="y" * 1500))
         assert first.status is second.status is PutMessageStatus.PUT_OK
     start = second.wrote_offset
     stop = start + second.wrote_bytes

@@ -82,18 +82,18 @@ async def test_a_refused_put_changes_nothing(
     config = small_config(root)
     async with running_store(config) as store:
         for i in range(3):
-            assert (await store.put_message(make_message(body=b"m%d" % i))).is_ok
+            assert (await store.put(make_message(body=b"m%d" % i))).is_ok
         if at_file_end:  # fill the first file so that the bad put would have to roll
             mf = store.commitlog.queue.files[-1]
             filler = b"f" * 1000
             while mf.remaining > 1200:
-                assert (await store.put_message(make_message(topic="Filler", body=filler))).is_ok
+                assert (await store.put(make_message(topic="Filler", body=filler))).is_ok
         before = _state(store)
-        result = await store.put_message(_bad(field, value))
+        result = await store.put(_bad(field, value))
         assert result.status is PutMessageStatus.MESSAGE_ILLEGAL
         assert result.reason
         assert _state(store) == before
-        good = await store.put_message(make_message(body=b"next"))
+        good = await store.put(make_message(body=b"next"))
         assert good.is_ok
         assert good.logic_offset == 3
         bodies = await _bodies(store, 4)
@@ -102,7 +102,7 @@ async def test_a_refused_put_changes_nothing(
     async with running_store(config) as store:
         assert store.get_max_offset_in_queue("TopicTest", 0) == 4
         assert await _bodies(store, 4) == [(0, b"m0"), (1, b"m1"), (2, b"m2"), (3, b"next")]
-        after = await store.put_message(make_message(body=b"after reopen"))
+        after = await store.put(make_message(body=b"after reopen"))
         assert after.logic_offset == 4
 
 
@@ -112,14 +112,14 @@ async def test_a_batch_with_one_bad_message_is_refused_whole(
 ) -> None:
     config = small_config(root)
     async with running_store(config) as store:
-        assert (await store.put_message(make_message(body=b"m0"))).is_ok
+        assert (await store.put(make_message(body=b"m0"))).is_ok
         before = _state(store)
         batch = [make_message(body=b"b1"), make_message(body=b"b2"), _bad(field, value)]
-        result = await store.put_messages(batch)
+        result = await store.put(batch)
         assert result.status is PutMessageStatus.MESSAGE_ILLEGAL
         assert result.reason
         assert _state(store) == before
-        ok = await store.put_messages([make_message(body=b"g1"), make_message(body=b"g2")])
+        ok = await store.put([make_message(body=b"g1"), make_message(body=b"g2")])
         assert ok.is_ok
         assert ok.logic_offset == 1
         assert await _bodies(store, 3) == [(0, b"m0"), (1, b"g1"), (2, b"g2")]
@@ -135,7 +135,7 @@ async def test_an_encoder_that_fails_for_any_reason_changes_nothing(
     store is as before."""
     config = small_config(root)
     async with running_store(config) as store:
-        assert (await store.put_message(make_message(body=b"m0"))).is_ok
+        assert (await store.put(make_message(body=b"m0"))).is_ok
         real = commitlog_module.encode_record_into
 
         def broken(*args: object) -> int:
@@ -143,12 +143,12 @@ async def test_an_encoder_that_fails_for_any_reason_changes_nothing(
 
         monkeypatch.setattr(commitlog_module, "encode_record_into", broken)
         before = _state(store)
-        result = await store.put_message(make_message(body=b"x"))
+        result = await store.put(make_message(body=b"x"))
         assert result.status is PutMessageStatus.UNKNOWN_ERROR
         assert "encoder bug" in result.reason
-        batch = await store.put_messages([make_message(body=b"y")])
+        batch = await store.put([make_message(body=b"y")])
         assert batch.status is PutMessageStatus.UNKNOWN_ERROR
         assert _state(store) == before
         monkeypatch.setattr(commitlog_module, "encode_record_into", real)
-        assert (await store.put_message(make_message(body=b"m1"))).logic_offset == 1
+        assert (await store.put(make_message(body=b"m1"))).logic_offset == 1
         assert await _bodies(store, 2) == [(0, b"m0"), (1, b"m1")]

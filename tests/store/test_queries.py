@@ -29,7 +29,7 @@ async def test_get_message_statuses(root):
         assert r.status is S.NO_MATCHED_LOGIC_QUEUE and r.next_begin_offset == 0
         for i in range(10):
             tags = "TagA" if i % 2 == 0 else "TagB"
-            await store.put_message(make_message(queue_id=0, body=b"%d" % i, tags=tags))
+            await store.put(make_message(queue_id=0, body=b"%d" % i, tags=tags))
         await store.reput.do_reput()
         r = store.get_message("g", "TopicTest", 0, 0, 4)
         assert r.status is S.FOUND and r.message_count == 4 and r.next_begin_offset == 4
@@ -57,7 +57,7 @@ async def test_get_message_stops_at_consume_queue_file_end_and_size_caps(root):
     per_file = SMALL_CQ // CQ_STORE_UNIT_SIZE
     async with running_store(config) as store:
         for _ in range(per_file + 10):
-            await store.put_message(make_message(body=b"x" * 10))
+            await store.put(make_message(body=b"x" * 10))
         await store.reput.do_reput()
         r = store.get_message("g", "TopicTest", 0, per_file - 3, 64)
         assert r.status is S.FOUND and r.message_count == 3  # one consume-queue file per pull
@@ -75,7 +75,7 @@ async def test_offset_by_time_and_store_timestamps(root):
     async with running_store(config, clock_ms=clock) as store:
         for i in range(50):
             clock.now = 1_000_000 + i * 1000
-            await store.put_message(make_message(queue_id=1))
+            await store.put(make_message(queue_id=1))
         await store.reput.do_reput()
         assert store.get_message_store_timestamp("TopicTest", 1, 7) == 1_007_000
         assert store.get_earliest_message_time("TopicTest", 1) == 1_000_000
@@ -94,9 +94,7 @@ async def test_query_by_key_and_unique_key(root):
         offsets = {}
         for i in range(300):
             clock.now += 10
-            r = await store.put_message(
-                make_message(keys=f"order-{i % 30} shared", UNIQ_KEY=f"U{i:030d}")
-            )
+            r = await store.put(make_message(keys=f"order-{i % 30} shared", UNIQ_KEY=f"U{i:030d}"))
             offsets[i] = r.wrote_offset
         await store.reput.do_reput()
         assert len(os.listdir(config.index_dir)) >= 2
@@ -117,7 +115,7 @@ async def test_records_without_keys_leave_the_index_as_it_was(root):
     its file first."""
     config = small_config(root)  # 256 entries per index file
     async with running_store(config) as store:
-        await store.put_message(make_message(keys="k-1"))
+        await store.put(make_message(keys="k-1"))
         await store.reput.do_reput()
         index = store.index
         assert index is not None
@@ -125,18 +123,18 @@ async def test_records_without_keys_leave_the_index_as_it_was(root):
         index.files[-1].mf.mm.flush()
         before = pathlib.Path(path).read_bytes()
         for _ in range(5):
-            await store.put_message(make_message(tags=None))
+            await store.put(make_message(tags=None))
         await store.reput.do_reput()
         index.files[-1].mf.mm.flush()
         assert pathlib.Path(path).read_bytes() == before
         for i in range(300):  # fill the file: the next record, keyless, rolls to a new one
-            await store.put_message(make_message(keys=f"k-{i}"))
+            await store.put(make_message(keys=f"k-{i}"))
         await store.reput.do_reput()
         while not index.files[-1].is_full:
-            await store.put_message(make_message(keys="more"))
+            await store.put(make_message(keys="more"))
             await store.reput.do_reput()
         files = len(index.files)
-        await store.put_message(make_message(tags=None))
+        await store.put(make_message(tags=None))
         await store.reput.do_reput()
         assert len(index.files) == files + 1
 
@@ -144,7 +142,7 @@ async def test_records_without_keys_leave_the_index_as_it_was(root):
 async def test_index_survives_restart(root):
     config = small_config(root)
     async with running_store(config) as store:
-        r = await store.put_message(make_message(keys="k-1"))
+        r = await store.put(make_message(keys="k-1"))
     async with running_store(config) as store:
         found = store.query_message("TopicTest", "k-1", 10, 0, 2**62)
         assert [decode_record(m).commitlog_offset for m in found.messages] == [r.wrote_offset]
@@ -161,7 +159,7 @@ async def test_arrival_listener_woken_by_put(root):
             event.set()
 
         store.set_arrival_listener(listener)
-        await store.put_message(make_message(queue_id=5, tags="TagA"))
+        await store.put(make_message(queue_id=5, tags="TagA"))
         with trio.fail_after(10):  # liveness only: the reput task must wake up on its own
             await event.wait()
         assert arrived == [("TopicTest", 5, 1, java_string_hash("TagA"))]
@@ -170,14 +168,14 @@ async def test_arrival_listener_woken_by_put(root):
 async def test_delete_topics(root):
     config = small_config(root)
     async with running_store(config) as store:
-        await store.put_message(make_message(topic="Gone", queue_id=1))
-        await store.put_message(make_message(topic="Kept", queue_id=1))
+        await store.put(make_message(topic="Gone", queue_id=1))
+        await store.put(make_message(topic="Kept", queue_id=1))
         await store.reput.do_reput()
         assert await store.delete_topics(["Gone"]) == 1
         assert store.get_max_offset_in_queue("Gone", 1) == 0
         assert not os.path.exists(os.path.join(config.consume_queue_dir, "Gone"))
         assert store.get_max_offset_in_queue("Kept", 1) == 1
-        r = await store.put_message(make_message(topic="Gone", queue_id=1))
+        r = await store.put(make_message(topic="Gone", queue_id=1))
         assert r.logic_offset == 0
     info_keys = {"commitLogMaxOffset", "dispatchBehindBytes"}
     assert info_keys <= set(store.runtime_info())
@@ -194,7 +192,7 @@ async def test_failing_listener_does_not_stop_dispatch(root):
 
         store.set_arrival_listener(listener)
         for _ in range(3):
-            await store.put_message(make_message())
+            await store.put(make_message())
         await store.reput.do_reput()
         assert calls == [1, 2, 3]
         assert store.get_max_offset_in_queue("TopicTest", 0) == 3
@@ -213,7 +211,7 @@ async def test_query_by_producer_unique_ids(root):
                 clock.now += 10
                 uniq = gen.create(clock.now)
                 topic = "TopicTest" if i % 2 else "Other"
-                r = await store.put_message(make_message(topic=topic, UNIQ_KEY=uniq))
+                r = await store.put(make_message(topic=topic, UNIQ_KEY=uniq))
                 sent.append((topic, uniq, r.wrote_offset))
         await store.reput.do_reput()
         for topic, uniq, offset in sent:

@@ -46,10 +46,10 @@ async def test_new_queues_and_their_next_files_are_made_off_the_loop(root, creat
         creations.clear()  # the commit log's first file and the index's, made at start
         store.begin_run()
         for n in range(20):  # a run of sends to 20 new topics, 6 to the first
-            result = store.put_message_now(make_message(topic=f"New{n}", body=b"m"))
+            result = store.put_now(make_message(topic=f"New{n}", body=b"m"))
             assert result.status is PutMessageStatus.PUT_OK
         for _ in range(5):
-            assert store.put_message_now(make_message(topic="New0")).is_ok
+            assert store.put_now(make_message(topic="New0")).is_ok
         store.end_run()
         for n in range(20):
             await dispatched(store, f"New{n}", 0, 6 if n == 0 else 1)

@@ -22,7 +22,7 @@ async def fill(config, count, body_size=20, queues=1):
     async with running_store(config) as store:
         for i in range(count):
             body = bytes([65 + i % 26]) * body_size + b"%d" % i
-            r = await store.put_message(make_message(queue_id=i % queues, body=body))
+            r = await store.put(make_message(queue_id=i % queues, body=body))
             out.append((r.wrote_offset, r.wrote_bytes, body))
     return out
 
@@ -82,7 +82,7 @@ async def test_truncation_at_every_byte_of_last_record(tmp_path):
             assert store.max_phy_offset == expected[-1][0] + expected[-1][1]
             assert store.get_max_offset_in_queue(TOPIC, 0) == len(expected)
             assert served(store) == expected
-            r = await store.put_message(make_message(body=b"new"))
+            r = await store.put(make_message(body=b"new"))
             assert r.wrote_offset == store.max_phy_offset - r.wrote_bytes
             assert r.logic_offset == len(expected)
         shutil.rmtree(root)
@@ -99,7 +99,7 @@ async def test_garbage_after_last_record(tmp_path, abnormal):
     async with running_store(config) as store:
         assert store.max_phy_offset == end
         assert served(store) == records
-        r = await store.put_message(make_message(body=b"after-garbage"))
+        r = await store.put(make_message(body=b"after-garbage"))
         records.append((r.wrote_offset, r.wrote_bytes, b"after-garbage"))
     set_abort(config, True)
     async with running_store(config) as store:
@@ -163,7 +163,7 @@ async def test_consume_queue_beyond_commitlog_is_truncated(tmp_path):
     async with running_store(config) as store:
         assert store.get_max_offset_in_queue(TOPIC, 0) == 7
         assert served(store) == records[:7]
-        r = await store.put_message(make_message(body=b"x"))
+        r = await store.put(make_message(body=b"x"))
         assert r.logic_offset == 7 and r.wrote_offset == cut
 
 
@@ -172,7 +172,7 @@ async def test_abort_file_lifecycle(tmp_path):
     async with running_store(config) as store:
         assert os.path.exists(config.abort_path)
         assert store.last_exit_ok
-        await store.put_message(make_message())
+        await store.put(make_message())
     assert not os.path.exists(config.abort_path)
     async with running_store(config) as store:
         assert store.last_exit_ok
@@ -236,8 +236,8 @@ async def test_ipv6_hosts_through_the_store(tmp_path):
         store.store_host = ("fe80::1", 10911)
         msg = make_message()
         msg.born_host = ("2001:db8::7", 4242)
-        r = await store.put_message(msg)
-        await store.put_message(make_message())  # IPv4 born host, IPv6 store host
+        r = await store.put(msg)
+        await store.put(make_message())  # IPv4 born host, IPv6 store host
         await store.reput.do_reput()
         got = store.look_message_by_offset(r.wrote_offset)
         assert got.born_host == ("2001:db8::7", 4242)

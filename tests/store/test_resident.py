@@ -29,7 +29,7 @@ async def test_trim_resident_unmaps_written_pages_and_data_reads_back(root):
     async with running_store(config) as store:
         results = []
         for i in range(12_000):  # ~48 MB: two full files and most of a third
-            r = await store.put_message(make_message(queue_id=i % 4, body=body + b"%d" % i))
+            r = await store.put(make_message(queue_id=i % 4, body=body + b"%d" % i))
             assert r.status is PutMessageStatus.PUT_OK
             results.append(r)
         await store.reput.do_reput()
@@ -69,7 +69,7 @@ async def test_a_fast_publish_is_trimmed_by_bytes_written_not_only_by_time(root,
         await trio.sleep(0.05)
         assert trims == 0  # nothing written: the hour-long interval holds
         for i in range(600):  # ~2.4 MB
-            r = await store.put_message(make_message(queue_id=i % 4, body=body))
+            r = await store.put(make_message(queue_id=i % 4, body=body))
             assert r.status is PutMessageStatus.PUT_OK
         await trio.sleep(0.1)
         assert trims >= 1

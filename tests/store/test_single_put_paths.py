@@ -1,4 +1,4 @@
-"""put_single_now (CommitLog.append_single_fast underneath): it keeps
+"""put_now of a SingleSend (CommitLog.append_single_fast underneath): it keeps
 warmMapedFileEnable's chunk ahead of the writer as CommitLog.append_message does, and stores
 each sender's own born host (packed once per peer)."""
 
@@ -8,6 +8,7 @@ import pytest
 import trio
 
 from pymq.store import mapped_file as mapped_file_module
+from pymq.store.results import SingleSend
 from tests.helpers import c_functions
 from tests.store.helpers import running_store, small_config
 from tests.store.test_batch_fast_path import (
@@ -54,13 +55,15 @@ def test_fast_single_puts_store_each_senders_born_host(tmp_path) -> None:
             header = _single_header("TAGS\x01t")
             hosts = [("10.0.0.1", 1111), ("10.0.0.2", 2222), ("10.0.0.1", 3333), ("10.0.0.3", 1)]
             for host in hosts + hosts:
-                out = store.put_single_now(
-                    TOPIC, 2, b"b", header.properties or "", 0, CLUSTER, 0, NOW - 5, host, 0
+                out = store.put_now(
+                    SingleSend(
+                        TOPIC, 2, b"b", header.properties or "", 0, CLUSTER, 0, NOW - 5, host, 0
+                    )
                 )
                 assert out is not None
             assert (
-                store.put_single_now(
-                    TOPIC, 2, b"b", "", 0, CLUSTER, 0, NOW - 5, ("not an address", 1), 0
+                store.put_now(
+                    SingleSend(TOPIC, 2, b"b", "", 0, CLUSTER, 0, NOW - 5, ("not an address", 1), 0)
                 )
                 is None
             )  # the general path words the refusal

@@ -109,7 +109,7 @@ async def test_the_commit_log_is_advised_as_its_flush_device_and_key_say(
     )
     async with running_store(config, readahead=readahead) as store:
         for i in range(20):
-            result = await store.put_message(make_message(body=b"%d" % i))
+            result = await store.put(make_message(body=b"%d" % i))
             assert result.status is PutMessageStatus.PUT_OK
         last = store.commitlog.queue.files[-1]
         ranges = random_read_ranges(last.path)
@@ -159,14 +159,14 @@ async def test_group_commit_writes_the_records_not_large_folios_again(root):
     )
     body = b"b" * 1024
     async with running_store(config) as store:
-        await store.put_message(make_message(body=body))
+        await store.put(make_message(body=body))
         before = disk_write_bytes()
         stored = 0
 
         async def producer(i: int) -> None:
             nonlocal stored
             for _ in range(600):
-                result = await store.put_message(make_message(queue_id=i % 4, body=body))
+                result = await store.put(make_message(queue_id=i % 4, body=body))
                 assert result.status is PutMessageStatus.PUT_OK
                 stored += result.wrote_bytes
 
@@ -297,7 +297,7 @@ async def write_newest_file(root: str, count: int) -> tuple[str, int]:
     config = small_config(root, mapped_file_size_commit_log=16 * MIB)
     async with running_store(config) as store:
         for i in range(count):
-            result = await store.put_message(make_message(body=b"%05d" % i + b"x" * 1000))
+            result = await store.put(make_message(body=b"%05d" % i + b"x" * 1000))
             assert result.status is PutMessageStatus.PUT_OK
         newest = store.commitlog.queue.files[-1]
         return newest.path, newest.wrote_position

@@ -442,7 +442,7 @@ async def test_the_pre_encoded_send_answer_is_the_frame_the_command_made(
     send = SendProcessor(ctx)
     results: list[Any] = []
     store = ctx.store
-    for name in ("put_message_now", "put_messages_now"):
+    for name in ("_put_message", "_put_messages"):  # put_now of messages
         real = getattr(store, name)
 
         def recording(msgs: Any, real: Any = real) -> Any:
@@ -450,7 +450,7 @@ async def test_the_pre_encoded_send_answer_is_the_frame_the_command_made(
             return results[-1]
 
         monkeypatch.setattr(store, name, recording)
-    real_fast = store.put_batch_body_now
+    real_fast = store._put_batch_body  # put_now of a BatchBody
 
     def recording_fast(*args: Any) -> Any:  # the batch's fast path: (result, wait) or None
         out = real_fast(*args)
@@ -458,7 +458,7 @@ async def test_the_pre_encoded_send_answer_is_the_frame_the_command_made(
             results.append(out[0])
         return out
 
-    monkeypatch.setattr(store, "put_batch_body_now", recording_fast)
+    monkeypatch.setattr(store, "_put_batch_body", recording_fast)
 
     def expected(req: RemotingCommand, queue_id: int) -> bytes:
         cmd = send._answer(req, results[-1], queue_id)  # as Channel.answer finished it

@@ -203,7 +203,7 @@ async def main():
         await nursery.start(store.run)
         for i in range(20):
             msg = MessageExt(topic="T", body=b"b%d" % i, queue_id=0, properties={{"KEYS": "k"}})
-            assert (await store.put_message(msg)).status is PutMessageStatus.PUT_OK
+            assert (await store.put(msg)).status is PutMessageStatus.PUT_OK
         await store.reput.do_reput()
         got = store.get_message("g", "T", 0, 0, 32)
         bodies = [decode_record(raw).body for raw in got.messages]

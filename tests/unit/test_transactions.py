@@ -548,7 +548,7 @@ async def test_an_op_with_a_foreign_tag_does_not_hold_the_op_progress(ctx: Broke
         store_host=ctx.store_host,
         born_host=ctx.store_host,
     )
-    assert ctx.store.put_message_now(stray).is_ok
+    assert ctx.store.put_now(stray).is_ok
     answer = await send_half(ctx)
     await service.end_transaction(FakeProducer(), end_request(answer, 12))
     await dispatched(ctx.store, OP, 2)
@@ -747,7 +747,7 @@ async def test_committed_records_are_the_half_reencoded_byte_for_byte(
         properties={**first.properties, "UNIQ_KEY": "U-v6"},
         store_host=ctx.store_host,
     )
-    result = ctx.store.put_message_now(v6)
+    result = ctx.store.put_now(v6)
     await commit_and_compare(ctx, service, result.wrote_offset, result.logic_offset)
 
 

@@ -151,7 +151,7 @@ class RecallProcessor:
         left = due - now
         if left <= 0 or left >= store.config.timer_max_delay_sec * 1000:
             return RecallResult(ResponseCode.ILLEGAL_OPERATION, "recall failed, timestamp invalid")
-        result = await store.put_message(self.marker(handle, producer_group, born_host))
+        result = await store.put(self.marker(handle, producer_group, born_host))
         if result.status not in _STORED:
             return RecallResult(ResponseCode.SYSTEM_ERROR, "recall failed, execute error")
         if result.status is PutMessageStatus.PUT_OK:

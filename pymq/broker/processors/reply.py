@@ -97,7 +97,7 @@ class ReplyProcessor:
         else:
             code, remark = ResponseCode.SYSTEM_ERROR, problem
         if bc.store_reply_message_enable:
-            result = await self.ctx.store.put_message(msg)
+            result = await self.ctx.store.put(msg)
             if result.appended:
                 self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, msg.topic)
                 fields.update(

@@ -68,7 +68,7 @@ from pymq.remoting.headers import (
     decode_request,
 )
 from pymq.store.config import BrokerRole
-from pymq.store.results import PutMessageResult, PutMessageStatus
+from pymq.store.results import BatchBody, PutMessageResult, PutMessageStatus, SendRun, SingleSend
 
 if TYPE_CHECKING:
     from pymq.broker.context import BrokerContext
@@ -622,32 +622,32 @@ class SendProcessor:
         if header.batch:  # a batch of a topic that exists: inline too
             # The common batch in one C call, with no object per item; anything unusual (and
             # every refusal) is decoded item by item below.
-            fast = store.put_batch_body_now(
+            fast = store.put_now(BatchBody(
                 header.topic, queue_id, req.body, self.ctx.broker_config.broker_cluster_name,
                 header.sys_flag, header.born_timestamp, self._born_host(channel),
                 header.reconsume_times or 0,
-            )  # fmt: skip
+            ))  # fmt: skip
             if fast is not None:
                 result, wait = fast
             else:
                 msgs_or_refusal = self._batch_messages(channel, req, header, queue_id)
                 if isinstance(msgs_or_refusal, RemotingCommand):
                     return msgs_or_refusal
-                result = store.put_messages_now(msgs_or_refusal)
+                result = store.put_now(msgs_or_refusal)
                 wait = msgs_or_refusal[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK)
         else:
-            fast = store.put_single_now(
+            fast = store.put_now(SingleSend(
                 header.topic, queue_id, req.body, header.properties or "", header.flag,
                 self.ctx.broker_config.broker_cluster_name, header.sys_flag,
                 header.born_timestamp, self._born_host(channel), header.reconsume_times or 0,
-            )  # fmt: skip
+            ))  # fmt: skip
             if fast is not None:
                 result, wait = fast
             else:
                 msg_or_refusal = self._single_message(channel, req, header, queue_id)
                 if isinstance(msg_or_refusal, RemotingCommand):
                     return msg_or_refusal
-                result = store.put_message_now(msg_or_refusal)
+                result = store.put_now(msg_or_refusal)
                 wait = msg_or_refusal.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
                 handle = self._recall_handle(req, msg_or_refusal)
         if store.must_wait and store.defer_durable(
@@ -700,15 +700,15 @@ class SendProcessor:
         if queue_id < 0:
             queue_id = random.randrange(max(1, verdict[0].write_queue_nums))
         if batch:  # the common batch in one C call, as the inline path puts it
-            fast = store.put_batch_body_now(
+            fast = store.put_now(BatchBody(
                 topic, queue_id, memoryview(buf)[body_at:end], bc.broker_cluster_name,
                 sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
-            )  # fmt: skip
+            ))  # fmt: skip
         else:
-            fast = store.put_single_now(
+            fast = store.put_now(SingleSend(
                 topic, queue_id, buf[body_at:end], props or "", flag, bc.broker_cluster_name,
                 sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
-            )  # fmt: skip
+            ))  # fmt: skip
         if fast is None:
             return None
         # Stored: from here on the frame must be answered here, never handed to the usual
@@ -872,7 +872,7 @@ class SendProcessor:
     ) -> tuple[int, tuple | None]:
         """The plain single sends leading frames ``first..stop-1``, to topics send_raw has
         judged (its verdicts, checked as it checks them), put in one store call
-        (``put_singles_now``) and answered as send_raw answers each: the answers added to
+        (``put_now`` of a ``SendRun``) and answered as send_raw answers each: the answers added to
         ``answers`` or, with SYNC_FLUSH, held by the group commit together.  Returns the
         first frame not served (the first that is no such send, or that the store leaves to
         the general path) and its ``send_fields``, None when it has none (send_raw leaves it
@@ -888,8 +888,8 @@ class SendProcessor:
         _, fields = run_fields(buf, bounds, first, stop, self._queue_count_for, entries, parsed)
         if not entries:
             return first, fields
-        hints, waits = store.put_singles_now(
-            entries, self.ctx.broker_config.broker_cluster_name, self._born_host(channel)
+        hints, waits = store.put_now(
+            SendRun(entries, self.ctx.broker_config.broker_cluster_name, self._born_host(channel))
         )
         if hints:
             # Stored: from here on each is answered here (or by the group commit), never
@@ -987,7 +987,7 @@ class SendProcessor:
     def _hint_result(
         self, hint: DispatchHint, status: PutMessageStatus = _PUT_OK
     ) -> PutMessageResult:
-        """The PutMessageResult put_single_now gives for the put ``hint`` describes."""
+        """The PutMessageResult put_now of a SingleSend gives for the put ``hint`` describes."""
         phy = hint.physical_offset
         return PutMessageResult(
             status, phy, hint.size, self.ctx.store.commitlog.msg_id(phy), hint.store_timestamp,
@@ -1092,7 +1092,7 @@ class SendProcessor:
         refused = await self._retry_and_dlq(req, header, msg_or_refusal)
         if refused is not None:
             return refused
-        result = await self.ctx.store.put_message(msg_or_refusal)
+        result = await self.ctx.store.put(msg_or_refusal)
         handle = self._recall_handle(req, msg_or_refusal)
         if handle is not None:
             return self._answer_timer(req, result, queue_id, handle)
@@ -1142,7 +1142,7 @@ class SendProcessor:
         msgs_or_refusal = self._batch_messages(channel, req, header, queue_id)
         if isinstance(msgs_or_refusal, RemotingCommand):
             return msgs_or_refusal
-        result = await self.ctx.store.put_messages(msgs_or_refusal)
+        result = await self.ctx.store.put(msgs_or_refusal)
         return self._answer(req, result, queue_id)
 
     def _batch_messages(
@@ -1246,7 +1246,7 @@ class SendProcessor:
             store_host=ctx.store_host,
             reconsume_times=original.reconsume_times + 1,
         )
-        result = await ctx.store.put_message(msg)
+        result = await ctx.store.put(msg)
         if result.is_ok:
             ctx.stats.on_send_back(group, props[PROPERTY_RETRY_TOPIC])
             return req.response()

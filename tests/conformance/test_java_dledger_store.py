@@ -113,7 +113,7 @@ def test_java_reads_a_store_pymq_wrote_and_truncated(java_classes, tmp_path) -> 
     store.truncate_after(90)
     # as a follower whose entry 91 differs from the new leader's
     for i in range(91, 95):
-        store.append_as_leader(b"stale", 3)
+        store.append_as_leader(b"stale-%d" % i, 3)
     replacement = DLedgerEntry(91, 4, b"the leader's 91", store.get(91).pos)
     store.truncate(replacement)
     store.update_committed_index(91)

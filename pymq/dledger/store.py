@@ -380,21 +380,21 @@ class _FileList:
         """Keep the bytes before ``offset``: later files are deleted, the file holding
         ``offset`` ends there and its bytes after it are zeroed (sparse), and when no file
         holds it the list restarts with one that does."""
-        keep: list[_File] = []
-        for f in self.files:
-            if f.offset > offset:
-                os.close(f.fd)
-                os.unlink(f.path)
-                continue
-            if offset < f.offset + self.file_size:
-                rel = offset - f.offset
-                if rel < self.file_size:
-                    os.ftruncate(f.fd, rel)
-                    os.ftruncate(f.fd, self.file_size)
-                f.wrote = rel
-                f.dirty = True
-            keep.append(f)
-        self.files = keep
+        keep = [f for f in self.files if f.offset <= offset]
+        drop = [f for f in self.files if f.offset > offset]
+        if keep and keep[-1].offset + self.file_size < offset:
+            drop, keep = self.files, []  # past the end with a gap: start again there
+        self.files = keep  # (a flush in a worker thread sees the new list first)
+        for f in drop:
+            os.close(f.fd)
+            os.unlink(f.path)
+        if keep and offset < keep[-1].offset + self.file_size:
+            last = keep[-1]
+            rel = offset - last.offset
+            os.ftruncate(last.fd, rel)
+            os.ftruncate(last.fd, self.file_size)
+            last.wrote = rel
+            last.dirty = True
         if self.max_wrote_position != offset:
             for f in self.files:
                 os.close(f.fd)
@@ -405,10 +405,18 @@ class _FileList:
             created.dirty = True
 
     def flush(self) -> None:
-        for f in self.files:
+        """fsync the files written since the last flush.  May run in a worker thread while
+        the owner appends: a file is marked clean before its fsync (a write meanwhile marks
+        it again), and one closed meanwhile (cut off by a truncation) is skipped."""
+        for f in list(self.files):
             if f.dirty:
-                os.fsync(f.fd)
                 f.dirty = False
+                try:
+                    os.fsync(f.fd)
+                except OSError:
+                    if f in self.files:
+                        f.dirty = True
+                        raise
 
     def windows(self, offset: int) -> Iterator[tuple[int, bytes]]:
         """(absolute offset, bytes) windows of the raw files from ``offset`` on."""

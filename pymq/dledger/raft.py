@@ -144,6 +144,15 @@ class Send:
 
 
 @attrs.frozen
+class RoleChange:
+    """This member took ``role`` in ``term`` (``leader``: the leader it follows, or itself)."""
+
+    term: int
+    role: Role
+    leader: str | None
+
+
+@attrs.frozen
 class Ack:
     """The outcome of one :meth:`RaftNode.append`."""
 
@@ -238,6 +247,7 @@ class RaftNode:
         self._dispatch: dict[str, _Peer] = {}
         self._acks: dict[int, tuple[int, float]] = {}  # index -> (term, appended at)
         self._done: list[Ack] = []
+        self._role_changes: list[RoleChange] = []
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -271,6 +281,7 @@ class RaftNode:
         self.role = Role.CANDIDATE
         self.leader_id = None
         self._leave_leadership()
+        self._changed(term)
 
     def _to_follower(self, term: int, leader_id: str, now: float) -> None:
         assert term == self.term
@@ -281,6 +292,7 @@ class RaftNode:
         self._leader_match = -1
         self._vote_round = None
         self._leave_leadership()
+        self._changed(term)
 
     def _to_leader(self, term: int, now: float) -> None:
         if term != self.term:
@@ -291,6 +303,13 @@ class RaftNode:
         self.last_succ_heartbeat = now
         self._beat_round = None
         self._dispatch = {pid: _Peer() for pid in self.others}
+        self._changed(term)
+
+    def _changed(self, term: int) -> None:
+        """Note a role change for :meth:`take_role_changes` (DLedger's RoleChangeHandler)."""
+        change = RoleChange(term, self.role, self.leader_id)
+        if not self._role_changes or self._role_changes[-1] != change:
+            self._role_changes.append(change)
 
     def _leave_leadership(self) -> None:
         self._beat_round = None
@@ -823,6 +842,12 @@ class RaftNode:
             if now - at > limit:
                 del self._acks[index]
                 self._done.append(Ack(index, -1, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT))
+
+    def take_role_changes(self) -> list[RoleChange]:
+        """The roles taken since the last call, in order (what RocketMQ's
+        DLedgerRoleChangeHandler acts on: a LEADER registers as the group's master)."""
+        changes, self._role_changes = self._role_changes, []
+        return changes
 
     def take_acks(self) -> list[Ack]:
         """The appends decided since the last call."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -45,7 +46,7 @@ from pymq.dledger.protocol import (
     decode_request,
     encode,
 )
-from pymq.dledger.raft import Ack, RaftNode, Send
+from pymq.dledger.raft import Ack, RaftNode, RoleChange, Send
 from pymq.dledger.store import DLedgerEntry, DLedgerFileStore, load_term, persist_term
 from pymq.remoting.channel import Channel
 from pymq.remoting.client import RemotingClient, open_remoting_client
@@ -65,7 +66,9 @@ the outcome (the outcome is the body's ``code``), not RocketMQ's SUCCESS (0)."""
 
 class DLedgerServer:
     """One member.  ``host``: the address to listen on (the port is this member's in
-    ``dLegerPeers``).  ``rng``: the election timeouts' randomness (a seeded one in tests)."""
+    ``dLegerPeers``).  ``rng``: the election timeouts' randomness (a seeded one in tests).
+    ``on_role_change``: called with each role this member takes, in order, from the state
+    maintainer (it must not block); they are logged in any case."""
 
     def __init__(
         self,
@@ -73,11 +76,13 @@ class DLedgerServer:
         *,
         host: str = "0.0.0.0",
         rng: random.Random | None = None,
+        on_role_change: Callable[[RoleChange], None] | None = None,
     ) -> None:
         config.check()
         self.config = config
         self.host = host
         self.rng = rng or random.Random()
+        self.on_role_change = on_role_change
         self.node: RaftNode | None = None
         self.store: DLedgerFileStore | None = None
         self._client: RemotingClient | None = None
@@ -134,6 +139,10 @@ class DLedgerServer:
         while True:
             self._dispatch(node.tick(self.now()))
             self._deliver_acks()
+            for change in node.take_role_changes():
+                log.info("%s: %s in term %d", node.self_id, change.role.value, change.term)
+                if self.on_role_change is not None:
+                    self.on_role_change(change)
             with trio.move_on_after(TICK_MS / 1000):
                 await self._wake.wait()
             self._wake = trio.Event()

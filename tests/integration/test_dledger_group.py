@@ -22,7 +22,7 @@ from pymq.dledger.protocol import (
     decode,
     encode,
 )
-from pymq.dledger.raft import Role
+from pymq.dledger.raft import Role, RoleChange
 from pymq.dledger.server import DLedgerServer, member_configs
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
@@ -47,10 +47,16 @@ class Group:
         self.nursery = nursery
         self.servers: dict[str, DLedgerServer] = {}
         self.scopes: dict[str, trio.CancelScope] = {}
+        self.changes: list[tuple[str, RoleChange]] = []
 
     async def start(self, pid: str) -> DLedgerServer:
         config = next(c for c in self.configs if c.self_id == pid)
-        server = DLedgerServer(config, host="127.0.0.1", rng=random.Random(pid))
+        server = DLedgerServer(
+            config,
+            host="127.0.0.1",
+            rng=random.Random(pid),
+            on_role_change=lambda change: self.changes.append((pid, change)),
+        )
         scope = trio.CancelScope()
 
         async def run(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -151,6 +157,9 @@ async def test_three_members_elect_replicate_and_fail_over(tmp_path) -> None:
         failover = trio.current_time() - killed_at
         assert new.node is not None and new.node.self_id != old_id and new.node.term > old_term
         assert failover < 5, failover
+        assert (new.node.self_id, RoleChange(new.node.term, Role.LEADER, new.node.self_id)) in (
+            group.changes
+        )
         print(f"failover in {failover:.2f} s")
         ack = await new.append(b"after the failover")
         assert ack.code is ResponseCode.SUCCESS

@@ -18,7 +18,7 @@ from pymq.dledger.protocol import (
     VoteRequest,
     VoteResult,
 )
-from pymq.dledger.raft import RaftNode, Role
+from pymq.dledger.raft import RaftNode, Role, RoleChange
 from pymq.dledger.store import DLedgerFileStore, persist_term
 from tests.dledger_sim import Sim
 
@@ -334,3 +334,18 @@ def test_random_faults_never_break_the_invariants(tmp_path, seed) -> None:
     final = [body for _, body in logs[0]]
     for index, body in acked.items():
         assert final[index] == body
+
+
+def test_role_changes_are_reported_in_order(tmp_path) -> None:
+    sim = Sim(tmp_path)
+    leader = _elect(sim)
+    follower = next(n for n in sim.nodes.values() if n is not leader)
+    mine = leader.take_role_changes()
+    assert mine[-1] == RoleChange(leader.term, Role.LEADER, leader.self_id)
+    assert follower.take_role_changes()[-1] == RoleChange(
+        leader.term, Role.FOLLOWER, leader.self_id
+    )
+    assert leader.take_role_changes() == []  # taken
+    sim.isolate(leader.self_id)
+    sim.run(10_000)
+    assert leader.take_role_changes() == [RoleChange(leader.term, Role.CANDIDATE, None)]

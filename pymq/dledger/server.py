@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 TICK_MS = 10
 RPC_TIMEOUT = 3.0
 """Seconds a request to a peer waits for its answer (DLedger's 3000 ms)."""
+ERROR_PAUSE = 0.2
+"""Seconds the state maintainer pauses after the store failed it (DLedger: 200 ms)."""
 FRAME_CODE = ResponseCode.SUCCESS.value
 """The remoting code of every answer: DLedger writes its own SUCCESS (200) there, whatever
 the outcome (the outcome is the body's ``code``), not RocketMQ's SUCCESS (0)."""
@@ -137,7 +139,11 @@ class DLedgerServer:
         node = self.node
         assert node is not None
         while True:
-            self._dispatch(node.tick(self.now()))
+            try:
+                self._dispatch(node.tick(self.now()))
+            except DLedgerError:  # the store failed a read; DLedger logs it and goes on
+                log.exception("%s: state maintainer", node.self_id)
+                await trio.sleep(ERROR_PAUSE)
             self._deliver_acks()
             for change in node.take_role_changes():
                 log.info("%s: %s in term %d", node.self_id, change.role.value, change.term)
@@ -220,7 +226,10 @@ class DLedgerServer:
         node = self.node
         if node is None:  # stopped meanwhile
             return
-        self._dispatch(node.on_response(send.peer, send.request, response, self.now()))
+        try:
+            self._dispatch(node.on_response(send.peer, send.request, response, self.now()))
+        except DLedgerError:  # the store failed a read: the next tick tries again
+            log.exception("%s: answer from %s", node.self_id, send.peer)
         self._deliver_acks()
 
     # -- peers' requests -----------------------------------------------------------------------
@@ -234,7 +243,12 @@ class DLedgerServer:
         except ProtocolError as exc:
             refusal = RESPONSES[code](code=exc.code.value)
             return request.response(FRAME_CODE, body=encode(refusal), remark=str(exc))
-        answer = node.handle(message, self.now())
+        try:
+            answer = node.handle(message, self.now())
+        except DLedgerError as exc:  # the store failed: answered with its code
+            log.exception("%s: %s from %s", node.self_id, code.name, message.local_id)
+            answer = RESPONSES[code](code=exc.code.value, leader_id=node.leader_id)
+            return request.response(FRAME_CODE, body=encode(answer), remark=str(exc))
         self._wake.set()  # a vote or heartbeat may have changed what the maintainer does
         return request.response(FRAME_CODE, body=encode(answer))
 

@@ -180,3 +180,35 @@ async def test_three_members_elect_replicate_and_fail_over(tmp_path) -> None:
         )
         assert _log(back) == _log(new)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_store_failure_is_answered_with_its_code_and_the_member_goes_on(
+    tmp_path,
+) -> None:
+    (config,) = member_configs(str(tmp_path), [free_port()], **TIMINGS)
+    server = DLedgerServer(config, host="127.0.0.1", rng=random.Random(1))
+    async with trio.open_nursery() as nursery, open_remoting_client() as client:
+        port = await nursery.start(server.run)
+        await wait_until(lambda: server.node is not None and server.node.role is Role.LEADER)
+        assert server.node is not None
+        ack = await server.append(b"alone")  # a group of one commits at once
+        assert (ack.code, ack.index) == (ResponseCode.SUCCESS, 0)
+
+        def broken(request: object, now: float) -> object:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "simulated")
+
+        real = server.node.handle
+        server.node.handle = broken  # type: ignore[method-assign]
+        vote = RemotingCommand.request(
+            RequestCode.VOTE, body=encode(MetadataRequest(group="g", remote_id="n0"))
+        )
+        answer = await client.invoke(f"127.0.0.1:{port}", vote)
+        assert answer.code == 200 and "simulated" in (answer.remark or "")
+        assert decode(VoteResponse, answer.body).code == ResponseCode.DISK_ERROR
+        server.node.handle = real  # type: ignore[method-assign]
+        meta = RemotingCommand.request(
+            RequestCode.METADATA, body=encode(MetadataRequest(group="g", remote_id="n0"))
+        )
+        answer = await client.invoke(f"127.0.0.1:{port}", meta)
+        assert decode(MetadataResponse, answer.body).leader_id == "n0"
+        nursery.cancel_scope.cancel()

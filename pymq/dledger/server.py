@@ -161,7 +161,7 @@ class DLedgerServer:
             await trio.sleep(self.config.flush_file_interval / 1000)
             await trio.to_thread.run_sync(store.flush)
             if self.now() - last_checkpoint > self.config.check_point_interval:
-                store.persist_checkpoint()
+                await trio.to_thread.run_sync(store.persist_checkpoint)
                 last_checkpoint = self.now()
 
     # -- our requests --------------------------------------------------------------------------

@@ -164,6 +164,20 @@ class MessageStoreConfig:
     enable_d_leger_commit_log: bool = attrs.field(
         default=False, metadata={"key": "enableDLegerCommitLog"}
     )
+    # DLedger mode's keys (RocketMQ 4.9.4's MessageStoreConfig; null by default, so left out
+    # of GET_BROKER_CONFIG until set).  Read and checked by pymq.dledger.config.from_store_config
+    # (the group, the peers "n0-host:port;n1-host:port;...", this broker's id among them, the
+    # data directory (default <storePathRootDir>/dledger-<selfId>/data) and the peer ids that
+    # should lead); no effect while enableDLegerCommitLog is refused.
+    d_leger_group: str | None = attrs.field(default=None, metadata={"key": "dLegerGroup"})
+    d_leger_peers: str | None = attrs.field(default=None, metadata={"key": "dLegerPeers"})
+    d_leger_self_id: str | None = attrs.field(default=None, metadata={"key": "dLegerSelfId"})
+    store_path_d_ledger_commit_log: str | None = attrs.field(
+        default=None, metadata={"key": "storePathDLedgerCommitLog"}
+    )
+    preferred_leader_id: str | None = attrs.field(
+        default=None, metadata={"key": "preferredLeaderId"}
+    )
     debug_lock_enable: bool = False
     enable_schedule_async_deliver: bool = False
     schedule_async_deliver_max_pending_limit: int = 2000

@@ -16,6 +16,7 @@ collected: module-level ones and ones inside functions alike, but not those unde
 * broker does not import admin;
 * client imports neither broker nor store, nor filter (it sends the expression as text);
 * export imports neither broker nor acl;
+* dledger (the Raft log) imports only common and remoting: the store will import it;
 * the graph between the top-level packages has no cycle.
 
 Entry points are not part of a layer: the top-level modules (``pymq/__main__.py``,
@@ -45,6 +46,7 @@ LAYERS = (
     "client",
     "admin",
     "export",
+    "dledger",
 )
 
 # package -> the packages it must not import at run time
@@ -59,6 +61,7 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "broker": frozenset({"admin"}),
     "client": frozenset({"broker", "store", "filter"}),
     "export": frozenset({"broker", "acl"}),
+    "dledger": frozenset(LAYERS) - {"common", "remoting", "dledger"},
 }
 
 

@@ -1,0 +1,324 @@
+"""The Trio shell around :class:`pymq.dledger.raft.RaftNode`: one DLedger member serving its
+peers on its ``dLegerPeers`` port over pymq's remoting, as DLedger 0.2.6's
+``DLedgerRpcNettyService`` does (a request's code is its :class:`RequestCode`, its body the
+JSON request; the answer a remoting response of code 200 whose body is the JSON response).
+
+Every loop is a task in the member's nursery: the remoting server, the state maintainer (the
+node's :meth:`~RaftNode.tick` every :data:`TICK_MS`, as DLedger's StateMaintainer sleeps
+10 ms, or at once when a request or an append may have given it work), a task per connection
+being made to a peer, and the flusher (the store's files made durable every
+``flushFileInterval`` ms in a worker thread, the checkpoint every ``checkPointInterval`` ms).
+Cancelling the member's scope stops it all; the store is flushed and closed on the way out.
+
+Requests to a peer are written at once, in the order the node made them, and their answers
+come back through the connection's reader (``invoke_callback``): no task per request, and
+pushes reach a follower in order.  Peers' requests are served in the connection's reader
+(``inline``), in arrival order, since the node answers them at once; a push is applied
+there, a ``pwrite`` to the page cache.  A client's APPEND waits for its commit in a task of
+its own.  A request body that is not the message its code names is answered with that
+message's response carrying UNEXPECTED_ARGUMENT and the reason (a Java member sends no
+answer at all).
+
+Not wired into the broker yet (issue #42): :meth:`DLedgerServer.append` is the way in for
+tests and for the coming DLedgerCommitLog.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from pymq.dledger.config import DLedgerConfig
+from pymq.dledger.errors import DLedgerError, ResponseCode
+from pymq.dledger.protocol import (
+    REQUESTS,
+    RESPONSES,
+    AppendEntryRequest,
+    AppendEntryResponse,
+    Message,
+    ProtocolError,
+    RequestCode,
+    decode,
+    decode_request,
+    encode,
+)
+from pymq.dledger.raft import Ack, RaftNode, RoleChange, Send
+from pymq.dledger.store import DLedgerEntry, DLedgerFileStore, load_term, persist_term
+from pymq.remoting.channel import Channel
+from pymq.remoting.client import RemotingClient, open_remoting_client
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.errors import RemotingError
+from pymq.remoting.server import RemotingServer
+
+log = logging.getLogger(__name__)
+
+TICK_MS = 10
+RPC_TIMEOUT = 3.0
+"""Seconds a request to a peer waits for its answer (DLedger's 3000 ms)."""
+ERROR_PAUSE = 0.2
+"""Seconds the state maintainer pauses after the store failed it (DLedger: 200 ms)."""
+FRAME_CODE = ResponseCode.SUCCESS.value
+"""The remoting code of every answer: DLedger writes its own SUCCESS (200) there, whatever
+the outcome (the outcome is the body's ``code``), not RocketMQ's SUCCESS (0)."""
+
+
+class DLedgerServer:
+    """One member.  ``host``: the address to listen on (the port is this member's in
+    ``dLegerPeers``).  ``rng``: the election timeouts' randomness (a seeded one in tests).
+    ``on_role_change``: called with each role this member takes, in order, from the state
+    maintainer (it must not block); they are logged in any case."""
+
+    def __init__(
+        self,
+        config: DLedgerConfig,
+        *,
+        host: str = "0.0.0.0",
+        rng: random.Random | None = None,
+        on_role_change: Callable[[RoleChange], None] | None = None,
+    ) -> None:
+        config.check()
+        self.config = config
+        self.host = host
+        self.rng = rng or random.Random()
+        self.on_role_change = on_role_change
+        self.node: RaftNode | None = None
+        self.store: DLedgerFileStore | None = None
+        self._client: RemotingClient | None = None
+        self._nursery: trio.Nursery | None = None
+        self._waiters: dict[int, tuple[trio.Event, list[Ack]]] = {}
+        self._connecting: dict[str, list[Send]] = {}
+        self._wake = trio.Event()
+
+    @staticmethod
+    def now() -> float:
+        return trio.current_time() * 1000.0
+
+    # -- running ---------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; ``task_status.started`` gets the port."""
+        config = self.config
+        store = DLedgerFileStore(config)
+        await trio.to_thread.run_sync(store.open)
+        term, vote = load_term(config.default_path)
+        self.store = store
+        self.node = RaftNode(
+            config,
+            store,
+            rng=self.rng,
+            now=self.now(),
+            term=term,
+            vote_for=vote,
+            persist_term=lambda t, v: persist_term(config.default_path, t, v),
+        )
+        port = config.peer_map()[config.self_id].port
+        server = RemotingServer(host=self.host, port=port, name=f"dledger-{config.self_id}")
+        for code in REQUESTS:
+            if code is RequestCode.APPEND:
+                server.register(code, self._serve_append)
+            else:
+                server.register(code, self._serve_async, inline=self._serve)
+        try:
+            async with open_remoting_client() as client, trio.open_nursery() as nursery:
+                self._client, self._nursery = client, nursery
+                await nursery.start(server.run)
+                nursery.start_soon(self._maintain)
+                nursery.start_soon(self._flush)
+                task_status.started(server.port)
+        finally:
+            self.node = None  # appends from now on: LEADER_NOT_READY
+            self._fail_waiters()
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(store.close)
+
+    async def _maintain(self) -> None:
+        node = self.node
+        assert node is not None
+        while True:
+            try:
+                self._dispatch(node.tick(self.now()))
+            except DLedgerError:  # the store failed a read; DLedger logs it and goes on
+                log.exception("%s: state maintainer", node.self_id)
+                await trio.sleep(ERROR_PAUSE)
+            self._deliver_acks()
+            for change in node.take_role_changes():
+                log.info("%s: %s in term %d", node.self_id, change.role.value, change.term)
+                if self.on_role_change is not None:
+                    self.on_role_change(change)
+            with trio.move_on_after(TICK_MS / 1000):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    async def _flush(self) -> None:
+        store = self.store
+        assert store is not None
+        last_checkpoint = self.now()
+        while True:
+            await trio.sleep(self.config.flush_file_interval / 1000)
+            await trio.to_thread.run_sync(store.flush)
+            if self.now() - last_checkpoint > self.config.check_point_interval:
+                await trio.to_thread.run_sync(store.persist_checkpoint)
+                last_checkpoint = self.now()
+
+    # -- our requests --------------------------------------------------------------------------
+
+    def _dispatch(self, sends: list[Send]) -> None:
+        for send in sends:
+            self._send(send)
+
+    def _send(self, send: Send) -> None:
+        """Write ``send`` now, in order behind the earlier ones to the same peer (a push out of
+        order makes a follower answer INCONSISTENT_STATE); its answer comes to
+        :meth:`_answered` from the connection's reader.  While the connection to the peer is
+        being made, requests to it queue in order."""
+        queued = self._connecting.get(send.peer)
+        if queued is not None:
+            queued.append(send)
+            return
+        node, client = self.node, self._client
+        assert node is not None and client is not None and self._nursery is not None
+        channel = client.open_channel(node.peers[send.peer])
+        if channel is None:
+            self._connecting[send.peer] = [send]
+            self._nursery.start_soon(self._connect, send.peer)
+            return
+        self._invoke(channel, send)
+
+    async def _connect(self, peer: str) -> None:
+        node, client = self.node, self._client
+        assert node is not None and client is not None
+        channel: Channel | None
+        try:
+            channel = await client.channel(node.peers[peer])
+        except RemotingError as exc:
+            log.debug("%s -> %s: %s", node.self_id, peer, exc)
+            channel = None
+        queued = self._connecting.pop(peer, [])
+        for send in queued:
+            if channel is None:
+                self._answered(send, None)
+            else:
+                self._invoke(channel, send)
+
+    def _invoke(self, channel: Channel, send: Send) -> None:
+        code = send.request.REQUEST_CODE
+        command = RemotingCommand.request(code, body=encode(send.request))
+
+        def done(answer: RemotingCommand | None, error: Exception | None) -> None:
+            response: Message | None = None
+            if answer is not None:
+                try:
+                    response = decode(RESPONSES[code], answer.body)
+                except DLedgerError as exc:
+                    log.warning("%s answered %s with a bad body: %s", send.peer, code.name, exc)
+            self._answered(send, response)
+
+        try:
+            channel.invoke_callback(command, RPC_TIMEOUT, done)
+        except RemotingError:
+            self._answered(send, None)
+
+    def _answered(self, send: Send, response: Message | None) -> None:
+        node = self.node
+        if node is None:  # stopped meanwhile
+            return
+        try:
+            self._dispatch(node.on_response(send.peer, send.request, response, self.now()))
+        except DLedgerError:  # the store failed a read: the next tick tries again
+            log.exception("%s: answer from %s", node.self_id, send.peer)
+        self._deliver_acks()
+
+    # -- peers' requests -----------------------------------------------------------------------
+
+    def _serve(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        node = self.node
+        assert node is not None
+        code = RequestCode(request.code)
+        try:
+            message = decode_request(request.code, request.body)
+        except ProtocolError as exc:
+            refusal = RESPONSES[code](code=exc.code.value)
+            return request.response(FRAME_CODE, body=encode(refusal), remark=str(exc))
+        try:
+            answer = node.handle(message, self.now())
+        except DLedgerError as exc:  # the store failed: answered with its code
+            log.exception("%s: %s from %s", node.self_id, code.name, message.local_id)
+            answer = RESPONSES[code](code=exc.code.value, leader_id=node.leader_id)
+            return request.response(FRAME_CODE, body=encode(answer), remark=str(exc))
+        self._wake.set()  # a vote or heartbeat may have changed what the maintainer does
+        return request.response(FRAME_CODE, body=encode(answer))
+
+    async def _serve_async(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        return self._serve(channel, request)
+
+    async def _serve_append(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
+        try:
+            message = decode(AppendEntryRequest, request.body)
+        except ProtocolError as exc:
+            refusal = AppendEntryResponse(code=exc.code.value)
+            return request.response(FRAME_CODE, body=encode(refusal), remark=str(exc))
+        node = self.node
+        assert node is not None
+        result = node.append_request(message, self.now())
+        if isinstance(result, AppendEntryResponse):
+            return request.response(FRAME_CODE, body=encode(result))
+        ack = await self._wait(result)
+        response = AppendEntryResponse(
+            group=node.group, term=node.term, leader_id=node.leader_id, code=ack.code.value
+        )
+        if ack.code is ResponseCode.SUCCESS:
+            response.index, response.pos = ack.index, ack.pos
+        return request.response(FRAME_CODE, body=encode(response))
+
+    # -- appends ---------------------------------------------------------------------------------
+
+    async def append(self, body: bytes) -> Ack:
+        """Append ``body`` on this member (the leader) and wait for its outcome: SUCCESS once
+        a majority has it, WAIT_QUORUM_ACK_TIMEOUT or TERM_CHANGED otherwise; DLedgerError
+        (NOT_LEADER, LEADER_PENDING_FULL, ...) when it cannot be appended here."""
+        node = self.node
+        if node is None:
+            raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
+        entry = node.append(body, self.now())
+        self._wake.set()
+        return await self._wait(entry)
+
+    async def _wait(self, entry: DLedgerEntry) -> Ack:
+        event = trio.Event()
+        box: list[Ack] = []
+        self._waiters[entry.index] = (event, box)
+        self._wake.set()
+        self._deliver_acks()
+        await event.wait()
+        return box[0]
+
+    def _deliver_acks(self) -> None:
+        node = self.node
+        if node is None:
+            return
+        for ack in node.take_acks():
+            waiter = self._waiters.pop(ack.index, None)
+            if waiter is not None:
+                waiter[1].append(ack)
+                waiter[0].set()
+
+    def _fail_waiters(self) -> None:
+        for index, (event, box) in self._waiters.items():
+            box.append(Ack(index, -1, ResponseCode.TERM_CHANGED))
+            event.set()
+        self._waiters.clear()
+
+
+def member_configs(
+    base_dir: str, ports: list[int], group: str = "g", **timings: Any
+) -> list[DLedgerConfig]:
+    """Configs of a group of ``len(ports)`` members n0, n1, ... on 127.0.0.1 (tests, tools)."""
+    peers = ";".join(f"n{i}-127.0.0.1:{port}" for i, port in enumerate(ports))
+    return [
+        DLedgerConfig(group=group, self_id=f"n{i}", peers=peers, store_base_dir=base_dir, **timings)
+        for i in range(len(ports))
+    ]

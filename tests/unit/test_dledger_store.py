@@ -1,0 +1,380 @@
+"""DLedger 0.2.6's file store: the layout byte for byte, appends, reads, truncation, recovery
+of a torn tail, the checkpoint and currterm files."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+
+from pymq.dledger.config import DLedgerConfig
+from pymq.dledger.errors import DLedgerError, ResponseCode
+from pymq.dledger.store import (
+    BODY_OFFSET,
+    HEADER_SIZE,
+    MAX_ENTRY_SIZE,
+    DLedgerEntry,
+    DLedgerFileStore,
+    load_term,
+    persist_term,
+    rocketmq_wrote_offset,
+)
+
+DATA_SIZE = 1024
+INDEX_SIZE = 32 * 8
+
+
+def _config(tmp_path: Path, data: int = DATA_SIZE, index: int = INDEX_SIZE) -> DLedgerConfig:
+    return DLedgerConfig(
+        group="g",
+        self_id="n0",
+        peers="n0-127.0.0.1:1",
+        store_base_dir=str(tmp_path),
+        mapped_file_size_for_entry_data=data,
+        mapped_file_size_for_entry_index=index,
+    )
+
+
+def _open(tmp_path: Path, **kw: int) -> DLedgerFileStore:
+    store = DLedgerFileStore(_config(tmp_path, **kw))
+    store.open()
+    return store
+
+
+def _body(i: int) -> bytes:
+    return b"".join(b"body-%d;" % i for _ in range(i % 7 + 1))
+
+
+def _reopen(store: DLedgerFileStore) -> DLedgerFileStore:
+    store.close()
+    again = DLedgerFileStore(store.config)
+    again.open()
+    return again
+
+
+def _data_file(tmp_path: Path, offset: int = 0) -> Path:
+    return tmp_path / "dledger-n0" / "data" / f"{offset:020d}"
+
+
+def _index_file(tmp_path: Path, offset: int = 0) -> Path:
+    return tmp_path / "dledger-n0" / "index" / f"{offset:020d}"
+
+
+def test_the_constants_are_dledgers() -> None:
+    # DLedgerEntry: POS_OFFSET = 4+4+8+8, HEADER_SIZE = POS_OFFSET+8+4+4+4, BODY_OFFSET = +4
+    assert (HEADER_SIZE, BODY_OFFSET) == (44, 48)
+    assert rocketmq_wrote_offset(4096) == 4096 + 48
+    assert DLedgerConfig().mapped_file_size_for_entry_index == 32 * 5 * 1024 * 1024
+
+
+def test_a_store_built_by_hand_as_dledger_lays_it_out_is_read_back(tmp_path) -> None:
+    """Files written field by field from DLedgerEntryCoder's layout, not with the store's
+    encoder: big-endian magic, size, index, term, pos, channel, chainCrc, bodyCrc, body
+    length, body; index entries magic, pos, size, index, term; a blank (-1, rest) where the
+    next entry does not fit with 8 bytes to spare."""
+    data = bytearray(DATA_SIZE * 2)
+    index = bytearray(INDEX_SIZE)
+    bodies = [b"x" * 300, b"y" * 400, b"z" * 200, b"w" * 10]  # the third does not fit
+    pos = 0
+    for i, body in enumerate(bodies):
+        size = 48 + len(body)
+        if pos % DATA_SIZE + size + 8 > DATA_SIZE:
+            rest = DATA_SIZE - pos % DATA_SIZE
+            data[pos : pos + 8] = (-1).to_bytes(4, "big", signed=True) + rest.to_bytes(4, "big")
+            pos += rest
+        term = 1 if i < 2 else 3
+        head = (
+            (1).to_bytes(4, "big")
+            + size.to_bytes(4, "big")
+            + i.to_bytes(8, "big")
+            + term.to_bytes(8, "big")
+            + pos.to_bytes(8, "big")
+            + bytes(12)  # channel, chainCrc, bodyCrc
+            + len(body).to_bytes(4, "big")
+        )
+        data[pos : pos + size] = head + body
+        index[i * 32 : i * 32 + 32] = (
+            (1).to_bytes(4, "big")
+            + pos.to_bytes(8, "big")
+            + size.to_bytes(4, "big")
+            + i.to_bytes(8, "big")
+            + term.to_bytes(8, "big")
+        )
+        pos += size
+    base = tmp_path / "dledger-n0"
+    (base / "data").mkdir(parents=True)
+    (base / "index").mkdir()
+    _data_file(tmp_path).write_bytes(data[:DATA_SIZE])
+    _data_file(tmp_path, DATA_SIZE).write_bytes(data[DATA_SIZE:])
+    _index_file(tmp_path).write_bytes(index)
+    (base / "checkpoint").write_text("committedIndex=2\nendIndex=3\n")
+    store = _open(tmp_path)
+    assert (store.ledger_begin_index, store.ledger_end_index, store.ledger_end_term) == (0, 3, 3)
+    assert store.committed_index == 2
+    got = [store.get(i) for i in range(4)]
+    assert [e.body for e in got] == bodies
+    assert [e.pos for e in got] == [0, 348, 1024, 1272]
+    assert [e.term for e in got] == [1, 1, 3, 3]
+    assert store.committed_pos == 1024 + 248
+    # and the store writes the same bytes for the same entries
+    again = _open(tmp_path / "again")
+    for e in got:
+        again.append_as_leader(e.body, e.term)
+    again.close()
+    assert _data_file(tmp_path / "again").read_bytes() == bytes(data[:DATA_SIZE])
+    assert _data_file(tmp_path / "again", DATA_SIZE).read_bytes() == bytes(data[DATA_SIZE:])
+    assert _index_file(tmp_path / "again").read_bytes() == bytes(index)
+
+
+def test_append_and_read_across_files_then_reopen(tmp_path) -> None:
+    store = _open(tmp_path)
+    entries = [store.append_as_leader(_body(i), 1 + i // 20) for i in range(60)]
+    assert [e.index for e in entries] == list(range(60))
+    for e in entries:
+        assert store.get(e.index) == e
+        assert e.pos // DATA_SIZE == (e.pos + e.size - 1) // DATA_SIZE  # never spans files
+    assert len(os.listdir(tmp_path / "dledger-n0" / "data")) > 3
+    store.update_committed_index(41)
+    again = _reopen(store)
+    assert (again.ledger_end_index, again.ledger_end_term, again.committed_index) == (59, 3, 41)
+    assert [again.get(i) for i in range(60)] == entries
+    assert again.term_at(19) == 1 and again.term_at(20) == 2 and again.term_at(-1) == -1
+
+
+def test_reads_outside_the_log_are_refused(tmp_path) -> None:
+    store = _open(tmp_path)
+    store.append_as_leader(b"a", 1)
+    for bad in (-1, 1, 2**40):
+        with pytest.raises(DLedgerError) as info:
+            store.get(bad)
+        assert info.value.code == ResponseCode.INDEX_OUT_OF_RANGE
+
+
+def test_follower_appends_are_checked_before_anything_is_written(tmp_path) -> None:
+    leader = _open(tmp_path / "leader")
+    follower = _open(tmp_path / "follower")
+    entries = [leader.append_as_leader(_body(i), 2) for i in range(5)]
+    follower.append_as_follower(entries[0])
+    for bad, code in (
+        (entries[2], ResponseCode.INCONSISTENT_INDEX),  # a gap
+        (DLedgerEntry(1, 2, entries[1].body, entries[1].pos + 8), ResponseCode.DISK_ERROR),
+        (DLedgerEntry(1, 1, entries[1].body, entries[1].pos), ResponseCode.INCONSISTENT_STATE),
+        (DLedgerEntry(1, 2, b"x" * MAX_ENTRY_SIZE, 56), ResponseCode.UNEXPECTED_ARGUMENT),
+    ):
+        with pytest.raises(DLedgerError) as info:
+            follower.append_as_follower(bad)
+        assert info.value.code == code
+        assert follower.ledger_end_index == 0
+    for e in entries[1:]:
+        follower.append_as_follower(e)
+    follower.close()
+    leader.close()
+    for name in ("data", "index"):
+        for f in os.listdir(tmp_path / "leader" / "dledger-n0" / name):
+            mine = tmp_path / "follower" / "dledger-n0" / name / f
+            assert mine.read_bytes() == (tmp_path / "leader" / "dledger-n0" / name / f).read_bytes()
+
+
+def test_an_entry_larger_than_the_limit_or_a_file_is_refused(tmp_path) -> None:
+    store = _open(tmp_path, data=4 * 1024 * 1024 + 1024)
+    with pytest.raises(DLedgerError, match="exceeds"):
+        store.append_as_leader(b"x" * (MAX_ENTRY_SIZE - 47), 1)
+    store.append_as_leader(b"x" * (MAX_ENTRY_SIZE - 48), 1)
+    small = _open(tmp_path / "small")
+    with pytest.raises(DLedgerError, match="does not fit"):
+        small.append_as_leader(b"x" * DATA_SIZE, 1)
+    assert small.ledger_end_index == -1
+
+
+def test_truncate_after_drops_entries_and_they_never_come_back(tmp_path) -> None:
+    store = _open(tmp_path)
+    entries = [store.append_as_leader(_body(i), 1) for i in range(30)]
+    store.update_committed_index(9)
+    with pytest.raises(DLedgerError, match="committed"):
+        store.truncate_after(8)
+    # cut inside a file, with dropped entries after the cut in that same file
+    k = next(
+        i for i in range(10, 27) if entries[i].pos // DATA_SIZE == entries[i + 2].pos // DATA_SIZE
+    )
+    store.truncate_after(k)
+    assert (store.ledger_end_index, store.ledger_end_term) == (k, 1)
+    with pytest.raises(DLedgerError):
+        store.get(k + 1)
+    # an entry of the same size and term as the old k+1: the old k+2.. must not reappear
+    replaced = store.append_as_leader(_body(k + 1).replace(b"body", b"BODY"), 1)
+    assert replaced.pos == entries[k + 1].pos
+    again = _reopen(store)
+    assert again.ledger_end_index == k + 1
+    assert again.get(k + 1) == replaced
+
+
+def test_truncate_as_dledger_follower_keeps_or_replaces_the_leaders_entry(tmp_path) -> None:
+    leader = _open(tmp_path / "leader")
+    follower = _open(tmp_path / "follower")
+    common = [leader.append_as_leader(_body(i), 1) for i in range(5)]
+    for e in common:
+        follower.append_as_follower(e)
+    # the follower got entries 5..7 of an old term that the new leader does not have
+    for i in range(5, 8):
+        follower.append_as_leader(b"stale-%d" % i, 1)
+    new = [leader.append_as_leader(_body(i) * 2, 2) for i in range(5, 9)]
+    assert follower.truncate(common[4]) == 4  # same entry: the ones after it go
+    assert follower.ledger_end_index == 4
+    for i in range(5, 8):
+        follower.append_as_leader(b"stale-%d" % i, 1)
+    assert follower.truncate(new[0]) == 5  # differs: replaced, the rest dropped
+    assert follower.get(5) == new[0] and follower.ledger_end_index == 5
+    for e in new[1:]:
+        follower.append_as_follower(e)
+    assert [follower.get(i) for i in range(9)] == [leader.get(i) for i in range(9)]
+
+
+def _filled(tmp_path: Path, n: int = 20) -> list[DLedgerEntry]:
+    store = _open(tmp_path)
+    entries = [store.append_as_leader(_body(i), 1) for i in range(n)]
+    store.close()
+    return entries
+
+
+def _tail(tmp_path: Path) -> tuple[Path, int]:
+    files = sorted((tmp_path / "dledger-n0" / "data").iterdir())
+    return files[-1], int(files[-1].name)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["partial_header", "garbage_header", "size_past_file", "wrong_pos", "term_goes_back"],
+)
+def test_recovery_cuts_a_torn_tail(tmp_path, damage) -> None:
+    entries = _filled(tmp_path)
+    last = entries[-1]
+    path, offset = _tail(tmp_path)
+    at = last.pos + last.size - offset
+    with open(path, "r+b") as f:
+        f.seek(at)
+        if damage == "partial_header":
+            f.write(struct.pack(">ii", 1, 100))
+        elif damage == "garbage_header":
+            f.write(os.urandom(48))
+        elif damage == "size_past_file":
+            f.write(struct.pack(">iiqqqiiii", 1, 5000, 20, 1, last.pos + last.size, 0, 0, 0, 4952))
+        elif damage == "wrong_pos":
+            f.write(struct.pack(">iiqqqiiii", 1, 52, 20, 1, 7, 0, 0, 0, 4) + b"abcd")
+        else:  # whole, but of a term below the last one's
+            f.write(
+                struct.pack(">iiqqqiiii", 1, 50, 20, 0, last.pos + last.size, 0, 0, 0, 2) + b"ab"
+            )
+    store = _open(tmp_path)
+    assert store.ledger_end_index == 19
+    assert [store.get(i) for i in range(20)] == entries
+    assert store.data.max_wrote_position == last.pos + last.size
+    # what was cut is zeroed: the next append starts clean and recovers
+    nxt = store.append_as_leader(b"next", 1)
+    assert _reopen(store).get(20) == nxt
+
+
+def test_recovery_cuts_an_entry_whose_index_is_not_the_next(tmp_path) -> None:
+    entries = _filled(tmp_path)
+    last = entries[-1]
+    path, offset = _tail(tmp_path)
+    stray = DLedgerEntry(25, 1, b"stray", last.pos + last.size)
+    with open(path, "r+b") as f:
+        f.seek(last.pos + last.size - offset)
+        f.write(stray.encode())
+    assert _open(tmp_path).ledger_end_index == 19
+
+
+def test_recovery_rebuilds_a_missing_or_damaged_index_and_cuts_a_longer_one(tmp_path) -> None:
+    entries = _filled(tmp_path)
+    index_dir = tmp_path / "dledger-n0" / "index"
+    for f in index_dir.iterdir():
+        f.unlink()
+    store = _open(tmp_path)
+    assert [store.get(i) for i in range(20)] == entries
+    store.close()
+    # a damaged index entry in the middle: rewritten from the data
+    first = sorted(index_dir.iterdir())[0]
+    raw = bytearray(first.read_bytes())
+    raw[3 * 32 : 4 * 32] = bytes(32)
+    first.write_bytes(bytes(raw))
+    store = _open(tmp_path)
+    assert [store.get(i) for i in range(20)] == entries
+    # index entries past the data's end (the data's tail lost): cut
+    store.truncate_after(15)
+    store.close()
+    store = DLedgerFileStore(_config(tmp_path))
+    store.open()
+    assert store.ledger_end_index == 15
+    assert store.index.max_wrote_position == 16 * 32
+
+
+def test_recovery_refuses_to_drop_more_than_a_file(tmp_path) -> None:
+    entries = _filled(tmp_path, 60)
+    files = sorted((tmp_path / "dledger-n0" / "data").iterdir())
+    assert len(files) >= 4
+    start = int(files[-3].name)  # where recovery starts reading (the third-last file)
+    victim = [e for e in entries if start < e.pos < start + DATA_SIZE][1]
+    raw = bytearray(files[-3].read_bytes())
+    raw[victim.pos - start : victim.pos - start + 4] = b"\x00\x00\x00\x09"
+    files[-3].write_bytes(bytes(raw))
+    store = DLedgerFileStore(_config(tmp_path))
+    with pytest.raises(DLedgerError, match="more than a file"):
+        store.open()
+    assert sorted((tmp_path / "dledger-n0" / "data").iterdir()) == files  # nothing dropped
+
+
+def test_a_file_of_another_size_is_refused(tmp_path) -> None:
+    _filled(tmp_path)
+    store = DLedgerFileStore(_config(tmp_path, data=2048))
+    with pytest.raises(DLedgerError, match="configured file size"):
+        store.open()
+
+
+def test_the_checkpoint_and_term_files(tmp_path) -> None:
+    store = _open(tmp_path)
+    for i in range(5):
+        store.append_as_leader(b"e%d" % i, 4)
+    store.update_committed_index(3)
+    store.update_committed_index(2)  # never back
+    store.update_committed_index(99)  # cut to the end
+    assert store.committed_index == 4
+    store.persist_checkpoint()
+    base = tmp_path / "dledger-n0"
+    assert (base / "checkpoint").read_text() == "committedIndex=4\nendIndex=4\n"
+    assert load_term(str(base)) == (0, None)
+    persist_term(str(base), 7, "n2")
+    assert (base / "currterm").read_text() == "voteLeader=n2\ncurrTerm=7\n"
+    persist_term(str(base), 8, None)
+    assert (base / "currterm.bak").read_text() == "voteLeader=n2\ncurrTerm=7\n"
+    assert load_term(str(base)) == (8, None)
+    (base / "currterm").write_text("currTerm=x\n")
+    with pytest.raises(DLedgerError, match="not a term"):
+        load_term(str(base))
+    # a checkpoint that is not a number is ignored, as Java's Long.valueOf failure is
+    (base / "checkpoint").write_text("committedIndex=abc\n")
+    store.data.close()
+    store.index.close()
+    assert _open(tmp_path).committed_index == -1
+
+
+def test_a_rocketmq_record_as_an_entry_body_names_its_commit_log_offset(tmp_path) -> None:
+    """As RocketMQ 4.9.4's DLedgerCommitLog stores a message: the record is the entry's body,
+    its PHYSICALOFFSET field is the entry's position + 48, written before the entry is."""
+    from pymq.common.message_ext import MessageExt
+    from pymq.common.record import decode_record, encode_record
+    from pymq.dledger.store import stamp_commit_log_offset
+
+    store = _open(tmp_path)
+    store.append_as_leader(b"x" * 850, 1)  # so that the record lands past a file boundary
+    record = encode_record(MessageExt(topic="T", body=b"hello", properties={"TAGS": "a"}))
+    pos = store.next_pos(BODY_OFFSET + len(record))
+    assert pos == DATA_SIZE  # the next file: 850 + 48 + the record do not fit the first
+    entry = store.append_as_leader(stamp_commit_log_offset(record, pos), 1)
+    assert entry.pos == pos
+    stored = decode_record(store.get(1).body)
+    assert stored.commitlog_offset == pos + 48 == rocketmq_wrote_offset(entry.pos)
+    assert stored.body == b"hello" and stored.topic == "T"
+    with pytest.raises(ValueError):
+        stamp_commit_log_offset(b"short", 0)

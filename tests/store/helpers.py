@@ -103,3 +103,44 @@ def fill_disk(path: str) -> int:
 def write_ballast(path: str, size: int) -> None:
     with open(path, "wb") as f:
         f.write(b"\xa5" * size)
+
+
+def _nothing_hinted(hints: object, log: object, pos: int, end: int, offset: int, *rest: object):
+    return 0, pos, offset, -1, None
+
+
+def _nothing_read(buf: object, pos: int, *rest: object) -> tuple[list, int]:
+    return [], pos
+
+
+DISPATCH_MODES = ("fast", "general", "twin", "c")
+
+
+@contextlib.contextmanager
+def dispatch_mode(mode: str) -> Iterator[None]:
+    """The reput's hinted dispatch, while in the block: ``fast`` as built (dispatch_hinted and
+    record_hints, C or their twins); ``general`` neither, the reference the others are compared
+    with (every hinted record through ``_hint_for`` and ``dispatch_fields``, every other one
+    parsed); ``twin`` the Python twins; ``c`` the C functions (skips the test if not built)."""
+    import pytest
+
+    from pymq.common.native import load_native
+    from pymq.store import reput
+
+    if mode == "c":
+        c = load_native("pymq.store._dispatchc")
+        if c is None:
+            pytest.skip("needs the C extension")
+        functions = (c.dispatch_hinted, c.record_hints)
+    else:
+        functions = {
+            "fast": (reput._dispatch_hinted, reput._record_hints),
+            "general": (_nothing_hinted, _nothing_read),
+            "twin": (reput.dispatch_hinted_py, reput.record_hints_py),
+        }[mode]
+    saved = reput._dispatch_hinted, reput._record_hints
+    reput._dispatch_hinted, reput._record_hints = functions
+    try:
+        yield
+    finally:
+        reput._dispatch_hinted, reput._record_hints = saved

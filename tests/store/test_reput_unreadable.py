@@ -1,12 +1,14 @@
 """``ReputMessageService._dispatch_some`` at a record it cannot parse: the blank end of a file
 (go on in the next file), a record cut short (wait for the rest, quietly), and a whole but bad
-record (stop there, logged once per offset) -- with the C hint reader and without it."""
+record (stop there, logged once per offset) -- with the hinted dispatch as built (hints read
+back, dispatch_hinted) and with the general path alone."""
 
 from __future__ import annotations
 
 import collections
 import logging
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -14,6 +16,7 @@ import pytest
 
 from pymq.common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from pymq.store.reput import ReputMessageService
+from tests.store.helpers import dispatch_mode
 
 HEADER = struct.Struct(">iI")
 FILE_SIZE = 4096
@@ -52,19 +55,24 @@ class FakeCommitLog:
         return self.file.file_from_offset + FILE_SIZE
 
 
-def service(data: bytes, native: bool) -> tuple[ReputMessageService, FakeCommitLog, list]:
+@pytest.fixture(params=["fast", "general"])
+def native(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test with the hinted dispatch as built and with the general path alone."""
+    with dispatch_mode(request.param):
+        yield request.param
+
+
+def service(data: bytes, native: str) -> tuple[ReputMessageService, FakeCommitLog, list]:
     cl = FakeCommitLog(data)
     dispatched: list[object] = []
     table = SimpleNamespace(
         dispatch=lambda *a: dispatched.append(a), dispatch_fields=lambda *a: dispatched.append(a)
     )
     reput = ReputMessageService(cl, table)  # type: ignore[arg-type]
-    reput.native_dispatch = native
     return reput, cl, dispatched
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_blank_record_rolls_to_the_next_file(native: bool) -> None:
+def test_blank_record_rolls_to_the_next_file(native: str) -> None:
     reput, cl, dispatched = service(HEADER.pack(FILE_SIZE, BLANK_MAGIC_CODE), native)
     assert reput._dispatch_some(1 << 30) == (True, True)
     assert cl.rolled == [0]
@@ -72,7 +80,6 @@ def test_blank_record_rolls_to_the_next_file(native: bool) -> None:
     assert dispatched == []
 
 
-@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize(
     "data",
     [
@@ -82,7 +89,7 @@ def test_blank_record_rolls_to_the_next_file(native: bool) -> None:
     ],
 )
 def test_a_record_cut_short_waits_quietly(
-    data: bytes, native: bool, caplog: pytest.LogCaptureFixture
+    data: bytes, native: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     reput, cl, dispatched = service(data, native)
     with caplog.at_level(logging.ERROR, logger="pymq.store.reput"):
@@ -92,7 +99,6 @@ def test_a_record_cut_short_waits_quietly(
     assert (cl.rolled, dispatched, caplog.records) == ([], [], [])
 
 
-@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize(
     "data",
     [
@@ -101,7 +107,7 @@ def test_a_record_cut_short_waits_quietly(
     ],
 )
 def test_a_whole_bad_record_stops_dispatch_logged_once(
-    data: bytes, native: bool, caplog: pytest.LogCaptureFixture
+    data: bytes, native: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     reput, cl, dispatched = service(data, native)
     with caplog.at_level(logging.ERROR, logger="pymq.store.reput"):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import errno
 import os
 import subprocess
+import types
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import trio
 
@@ -144,3 +148,37 @@ def dispatch_mode(mode: str) -> Iterator[None]:
         yield
     finally:
         reput._dispatch_hinted, reput._record_hints = saved
+
+
+@dataclasses.dataclass
+class FakeFile:
+    mm: bytearray
+    file_from_offset: int
+    wrote_position: int
+    file_size: int
+
+
+class FakeCommitLog:
+    """What ``ReputMessageService._dispatch_some`` reads of a commit log: one file of
+    ``file_size`` bytes from ``base``, ``data`` written at its start; the hints the test gives."""
+
+    def __init__(self, data: bytes, file_size: int, base: int = 0) -> None:
+        mm = bytearray(file_size)
+        mm[: len(data)] = data
+        self.file = FakeFile(mm, base, len(data), file_size)
+        self.queue = types.SimpleNamespace(find_by_offset=self.find_by_offset)
+        self.dispatch_hints: collections.deque[Any] = collections.deque()
+        self.min_offset = base
+        self.rolled: list[int] = []
+
+    def find_by_offset(self, offset: int) -> FakeFile | None:
+        f = self.file
+        return f if f.file_from_offset <= offset < f.file_from_offset + f.file_size else None
+
+    @property
+    def max_offset(self) -> int:
+        return self.file.file_from_offset + self.file.wrote_position
+
+    def roll_next_file(self, offset: int) -> int:
+        self.rolled.append(offset)
+        return self.file.file_from_offset + self.file.file_size

@@ -6,13 +6,11 @@ and ``logics_msg_timestamp`` -- after every call, not only at the end."""
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import struct
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,45 +22,11 @@ from pymq.store.commitlog import DispatchHint
 from pymq.store.consume_queue_table import ConsumeQueueTable
 from pymq.store.index_service import IndexService
 from pymq.store.reput import ReputMessageService
-from tests.store.helpers import dispatch_mode
+from tests.store.helpers import FakeCommitLog, dispatch_mode
 
 logging.getLogger("pymq.store").setLevel(logging.CRITICAL)  # odd queue offsets, index rolls
 
 HEADER = struct.Struct(">iI")
-
-
-@dataclass
-class FakeFile:
-    mm: bytearray
-    file_from_offset: int
-    wrote_position: int
-    file_size: int
-
-
-class FakeQueue:
-    def __init__(self, mf: FakeFile) -> None:
-        self.mf = mf
-
-    def find_by_offset(self, offset: int) -> FakeFile | None:
-        mf = self.mf
-        return mf if mf.file_from_offset <= offset < mf.file_from_offset + mf.file_size else None
-
-
-class FakeCommitLog:
-    """Just what ``_dispatch_some`` reads of a commit log, over one file of hinted records."""
-
-    def __init__(self, log: bytearray, file_size: int) -> None:
-        self.queue = FakeQueue(FakeFile(log, 0, len(log), file_size))
-        self.dispatch_hints: collections.deque[DispatchHint] = collections.deque()
-        self.min_offset = 0
-        self.file_size = file_size
-
-    @property
-    def max_offset(self) -> int:
-        return self.queue.mf.wrote_position
-
-    def roll_next_file(self, offset: int) -> int:
-        return offset + self.file_size - offset % self.file_size
 
 
 class Side:

@@ -1,10 +1,10 @@
 """Stub of the C module pymq.export._columnsc (pymq/export/_columnsc.c): Arrow columns of a run of
 commit-log records.
 
-Picked once, at import, by :func:`pymq.common.native.load_native`.  When this module is not
-built or PYMQ_PURE_PYTHON is set, a function's Python twin (same signature; checked against it
-in tests/unit/test_twins.py) runs instead, or, for a function without one yet, the Python
-module's own general path.
+Picked once, at import, by :func:`pymq.common.native.load_native` (in pymq.export.columns).
+When this module is not built or PYMQ_PURE_PYTHON is set, its Python twin
+``pymq.export.columns.export_columns_py`` (same signature; checked against it in
+tests/unit/test_twins.py) runs instead.
 """
 
 from typing import Any

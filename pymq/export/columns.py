@@ -218,17 +218,19 @@ class _Columns:
         names = ("queue_offset", "commitlog_offset", "born_timestamp", "store_timestamp")
         self.i64 = {n: array.array("q") for n in names}
         self.data = {n: bytearray() for n in EXPORT_BUFFER_NAMES if n + "_offsets" in self.i32}
+        # A variable-length column's data and offsets, by name (put's hot path).
+        self.pairs = {n: (data, self.i32[n + "_offsets"]) for n, data in self.data.items()}
         self.valid = {"unique_key": bytearray(), "tags": bytearray()}
         self.hosts: dict[str, tuple[bytes, bytes]] = {}  # the last host's text, per column
         self.rows = 0
 
     def put(self, name: str, value: bytes) -> None:
         """A variable-length column's next value."""
-        data = self.data[name]
+        data, offsets = self.pairs[name]
         data += value
         if len(data) > _I32_MAX:
             raise OverflowError("export batch column over 2 GiB")
-        self.i32[name + "_offsets"].append(len(data))
+        offsets.append(len(data))
 
     def put_host(self, name: str, raw: bytes) -> None:
         """A host column's text: a.b.c.d:port, an IPv6 host's from host6 (asked on a change)."""

@@ -17,7 +17,7 @@ def json_command(header: Any, cls: Any, serialize_type: Any, /) -> Any:
 
 def json_header(buf: Any, start: Any, end: Any, cls: Any, serialize_type: Any, /) -> Any:
     """The plain JSON header at buf[start:end] as cls(...), read without a dict, or None
-    (json_command's case)."""
+    (json_command's case; twin: remoting.codec.json_header_py)."""
 
 def send_run_fields(
     buf: Any, bounds: Any, first: Any, stop: Any, judge: Any, entries: Any, parsed: Any, /

@@ -2,9 +2,11 @@
 (consume queues, index) and record checks.
 
 Picked once, at import, by :func:`pymq.common.native.load_native`.  When this module is not
-built or PYMQ_PURE_PYTHON is set, a function's Python twin (same signature; checked against it
-in tests/unit/test_twins.py) runs instead, or, for a function without one yet, the Python
-module's own general path.
+built or PYMQ_PURE_PYTHON is set, each function's Python twin (same signature) runs instead:
+``pymq.store.index_file.index_put_py``, ``pymq.store.reput.dispatch_hinted_py``,
+``pymq.store.get_message._record_is_py`` and ``pymq.store.reput.record_hints_py``; the C
+functions are checked against them in tests/unit/test_twins.py (dispatch_hinted, a stateful run,
+in tests/store/test_dispatch_hinted_diff.py).
 """
 
 from typing import Any

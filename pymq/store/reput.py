@@ -15,8 +15,10 @@ meanwhile), and the task tries again every ``retry_interval`` seconds until it g
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import mmap
+import operator
 import struct
 import sys
 from collections.abc import Callable, Container
@@ -35,6 +37,7 @@ from pymq.common.record import (
     read_record_info,
 )
 from pymq.common.topic import SCHEDULE_TOPIC
+from pymq.store import consume_queue, index_file
 from pymq.store.commitlog import (
     DISPATCH_HINTS_MAX,
     CommitLog,
@@ -50,9 +53,6 @@ native_extension: Any = load_native("pymq.store._dispatchc")
 log = logging.getLogger(__name__)
 
 _RECORD_HEADER = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE (read_record_header, unchecked)
-
-_dispatch_hinted = getattr(native_extension, "dispatch_hinted", None)
-"""``_recordc.dispatch_hinted``: runs of hinted records dispatched in one C call (None: none)."""
 
 
 class _StopAt(Exception):
@@ -141,6 +141,260 @@ _record_hints: Callable[..., tuple[list[Any], int]] = getattr(
 )
 """The hints of records appended without one, read back: C when built, else its twin."""
 
+_I64_MAX = 2**63 - 1
+_DISPATCH_MAX_KEYS = 32  # keys (UNIQ_KEY included) of a record the hinted dispatch indexes
+_INDEX_HEADER = struct.Struct(">QQQQII")  # IndexFile's header, written as the C module does
+
+
+def _as_ll(value: Any) -> int:
+    """A number as the C module reads it (PyLong_AsLongLong)."""
+    x = operator.index(value)
+    if not -(2**63) <= x <= _I64_MAX:
+        raise OverflowError("Python int too large to convert to C long long")
+    return x
+
+
+def _odd_text(value: Any) -> bool:
+    """A hint's tags, keys or UNIQ_KEY that leaves its record to the Python loop: neither None
+    nor a str, or holding a property separator (the record says something else)."""
+    if value is None:
+        return False
+    return not isinstance(value, str) or "\x01" in value or "\x02" in value
+
+
+def _last_file(owner: Any) -> Any:
+    """The last of ``owner.files`` (a list), or None."""
+    files = owner.files
+    if not isinstance(files, list):
+        raise TypeError("expected a list")
+    return files[-1] if files else None
+
+
+def _queue_slot(
+    queues: Any, topic: str, queue_id: Any, phy: int, size: int, queue_offset: int
+) -> tuple[Any, Any, int] | None:
+    """Where the hinted record's consume-queue entry goes, as ConsumeQueue.put's first case
+    (the next entry of the last file, its blocks allocated): (queue, file, position); (None,
+    None, 0) when the queue has it already; None when the Python loop must judge it."""
+    by_id = queues.get(topic)
+    if not isinstance(by_id, dict):
+        return None
+    cq = by_id.get(queue_id)
+    if cq is None:
+        return None
+    if phy + size <= _as_ll(cq.max_physic_offset):
+        return None, None, 0
+    mf = _last_file(cq.queue)
+    if mf is None:
+        return None
+    wrote, start = _as_ll(mf.wrote_position), _as_ll(mf.file_from_offset)
+    room = min(_as_ll(mf.allocated), _as_ll(mf.file_size))
+    if start + wrote != queue_offset * consume_queue.CQ_STORE_UNIT_SIZE or wrote + 20 > room:
+        return None
+    return cq, mf, wrote
+
+
+def _index_plan(
+    index: Any, topic: str, keys: str | None, uniq: str | None, phy: int, sys_flag: int,
+    prefixes: list[Any],
+) -> tuple[Any, ...] | None:  # fmt: skip
+    """How the hinted record goes into the index, as IndexService.build_index's first case
+    (the newest file, room and blocks for its keys): () when it needs nothing (indexed
+    already, rolled back, no key), (file, keys, prefix hash, count, slots, begin, begin phy,
+    entries at, slot count, index num) to index, None when the Python loop must judge it.
+    ``prefixes`` holds the index's prefix-hash cache once read (read once a call)."""
+    file = _last_file(index)
+    if file is not None:
+        end_phy, count, num = (
+            _as_ll(file.end_phy_offset), _as_ll(file.index_count), _as_ll(file.index_num)
+        )  # fmt: skip
+    todo = [uniq] if uniq else []
+    if keys:
+        todo += [key for key in keys.split(" ") if key]
+    if (file is not None and phy < end_phy) or sys_flag & 0xC == 0xC:
+        return ()
+    if file is None or count >= num or len(todo) > _DISPATCH_MAX_KEYS or (not todo and keys):
+        return None  # no file, a full one, very many keys, or KEYS of spaces only
+    if not todo:
+        return ()
+    if not prefixes:
+        prefixes.append(index._prefix_hashes)
+    if not isinstance(prefixes[0], dict) or (prefix := prefixes[0].get(topic)) is None:
+        return None
+    prefix = (_as_ll(prefix) + 2**31) % 2**32 - 2**31  # as the C module's int32_t
+    if count + len(todo) > num:
+        return None
+    mf = file.mf
+    allocated, file_size = _as_ll(mf.allocated), _as_ll(mf.file_size)
+    entries_at, slot_num = _as_ll(file._entries_at), _as_ll(file.hash_slot_num)
+    slots, begin = _as_ll(file.hash_slot_count), _as_ll(file.begin_timestamp)
+    begin_phy = _as_ll(file.begin_phy_offset)
+    _as_ll(file.end_timestamp)
+    need = min(entries_at + (count + len(todo)) * index_file.ENTRY_SIZE, file_size)
+    if need > allocated or slot_num < 1:
+        return None
+    return file, todo, prefix, count, slots, begin, begin_phy, entries_at, slot_num, num
+
+
+def _index_write(
+    buf: Any, plan: tuple[Any, ...], phy: int, store_ts: int
+) -> tuple[int, int, int, int]:
+    """The plan's keys written into the index file's buffer as IndexFile.put_keys (index_put's
+    twin), then its header as write_header: (count, slots, begin timestamp, begin phy) after."""
+    _, todo, prefix, first, slots, begin, begin_phy, entries_at, slot_num, num = plan
+    count, slots, begin, _ = index_file.index_put_py(
+        buf, slot_num, num, entries_at, first, slots, begin, prefix, todo, phy, store_ts
+    )
+    if first <= 1:
+        begin_phy = phy
+    m64, m32 = 2**64 - 1, 2**32 - 1
+    values = (begin & m64, store_ts & m64, begin_phy & m64, phy & m64, slots & m32, count & m32)
+    _INDEX_HEADER.pack_into(buf, 0, *values)
+    return count, slots, begin, begin_phy
+
+
+def _judged_hint(hint: Any, offset: int, pos: int, end: int, log: Any) -> tuple[int, ...] | None:
+    """The hint's numbers (size, queue id, queue offset, store timestamp, sys flag) when the
+    record at ``pos`` is the hinted one, whole below ``end``, and the hint plain; else None."""
+    size, queue_id, queue_offset, store_ts, sys_flag = (
+        _as_ll(hint[1]), _as_ll(hint[3]), _as_ll(hint[4]), _as_ll(hint[6]), _as_ll(hint[7])
+    )  # fmt: skip
+    if size < 8 or size > 0x7FFFFFFF or pos + size > end:
+        return None
+    if _RECORD_HEADER.unpack_from(log, pos) != (size, MESSAGE_MAGIC_CODE):
+        return None
+    if (
+        not isinstance(hint[2], str)
+        or _odd_text(hint[5])
+        or _odd_text(hint[8])
+        or _odd_text(hint[9])
+        or not 0 <= queue_id <= 0x7FFFFFFF
+        or not 0 <= queue_offset <= _I64_MAX // 20 - 1
+        or offset > _I64_MAX - size
+    ):
+        return None
+    return size, queue_id, queue_offset, store_ts, sys_flag
+
+
+def _writable(obj: Any) -> memoryview:
+    """A writable view of ``obj.mm`` (released by the caller)."""
+    view = memoryview(obj.mm)
+    if view.readonly:
+        view.release()
+        raise BufferError("Object is not writable.")
+    return view
+
+
+def dispatch_hinted_py(
+    hints: Any, log: Any, pos: Any, end: Any, offset: Any, limit: Any, queues: Any,
+    listener: Any, index: Any, wanted: Any = None,
+) -> tuple[int, int, int, int, BaseException | None]:  # fmt: skip
+    """Python twin of ``pymq.store._dispatchc.dispatch_hinted``: the run of hinted records at
+    ``log[pos:end]`` (``offset`` the commit-log offset at ``pos``) dispatched to their consume
+    queues (``queues``: ConsumeQueueTable.queues) and the index (``index``: the IndexService
+    or None), at most ``limit`` of them, as ``_hint_for`` then ``dispatch_fields`` dispatch
+    them, each judged whole before anything of it is written.  Stale hints are dropped; the
+    run stops, with nothing of that record done, at the first record the Python loop must
+    judge: no hint for it, not the hinted record, a separator in a value, its queue missing
+    or not taking it as ConsumeQueue.put's first case, the index not taking its keys as
+    build_index's first case (see :func:`_queue_slot` and :func:`_index_plan`).  ``listener``
+    (or None) hears of each queue entry whose topic is in ``wanted`` (None: every topic),
+    after both are written.  Returns (done, pos, offset, the last store timestamp given a
+    queue entry or -1, and the exception that stopped the run or None): the records done
+    before an exception are counted, not undone."""
+    pos = _arg_int(pos, "pos", 0, sys.maxsize)
+    end = _arg_int(end, "end", 0, sys.maxsize)
+    offset = _arg_int(offset, "offset", 0, _I64_MAX)
+    limit = _arg_int(limit, "limit", 0, _I64_MAX)
+    if not isinstance(queues, dict):
+        raise TypeError("queues must be a dict")
+    with memoryview(log) as view:
+        end = min(end, view.nbytes)
+    done, last_ts = 0, -1
+    prefixes: list[Any] = []
+    try:
+        while done < limit and pos < end and hints:
+            hint = hints[0]
+            if not isinstance(hint, tuple) or len(hint) != 10:
+                break
+            phy = _as_ll(hint[0])
+            if phy < offset:  # stale: dropped, as _hint_for drops it
+                hints.popleft()
+                continue
+            fields = _judged_hint(hint, offset, pos, end, log) if phy == offset else None
+            if fields is None:
+                break
+            size, _, queue_offset, store_ts, sys_flag = fields
+            topic = hint[2]
+            slot = (
+                (None, None, 0)
+                if sys_flag & 0x4  # PREPARED (0x4) or ROLLBACK (0xC): no queue entry
+                else _queue_slot(queues, topic, hint[3], phy, size, queue_offset)
+            )
+            if slot is None:
+                break
+            plan = (
+                ()
+                if index is None
+                else _index_plan(index, topic, hint[8], hint[9], phy, sys_flag, prefixes)
+            )
+            if plan is None or not _write_hinted(
+                slot, plan, phy, size, store_ts, tags_code(hint[5])
+            ):
+                break
+            if slot[0] is not None:
+                last_ts = store_ts
+            hints.popleft()
+            pos += size
+            offset += size
+            done += 1
+            if slot[0] is not None and listener is not None and (wanted is None or topic in wanted):
+                listener(topic, hint[3], queue_offset + 1, tags_code(hint[5]), hint[6])
+    except BaseException as exc:  # returned, as the C module returns it
+        return done, pos, offset, last_ts, exc
+    return done, pos, offset, last_ts, None
+
+
+def _write_hinted(
+    slot: tuple[Any, Any, int], plan: tuple[Any, ...], phy: int, size: int, store_ts: int,
+    code: int,
+) -> bool:  # fmt: skip
+    """The hinted record's queue entry and index keys written (False, nothing written, when a
+    file's buffer is smaller than its attributes say: the Python loop judges it)."""
+    cq, mf, wrote = slot
+    with contextlib.ExitStack() as stack:
+        cq_buf = stack.enter_context(_writable(mf)) if cq is not None else None
+        ix_buf = stack.enter_context(_writable(plan[0].mf)) if plan else None
+        if cq_buf is not None and wrote + 20 > cq_buf.nbytes:
+            return False
+        if ix_buf is not None:
+            slot_num, num, entries_at = plan[8], plan[9], plan[7]
+            if not (
+                index_file.HEADER_SIZE + slot_num * 4 <= ix_buf.nbytes
+                and entries_at + num * index_file.ENTRY_SIZE <= ix_buf.nbytes
+            ):
+                return False
+        if cq_buf is not None:
+            consume_queue.ENTRY.pack_into(cq_buf, wrote, phy, size, code)
+            mf.wrote_position = wrote + consume_queue.CQ_STORE_UNIT_SIZE
+            cq.max_physic_offset = phy + size
+        if ix_buf is not None:
+            file = plan[0]
+            count, slots, begin, begin_phy = _index_write(ix_buf, plan, phy, store_ts)
+            file.begin_timestamp, file.index_count, file.hash_slot_count = begin, count, slots
+            file.end_phy_offset, file.end_timestamp, file.begin_phy_offset = (
+                phy,
+                store_ts,
+                begin_phy,
+            )
+    return True
+
+
+_dispatch_hinted: Callable[..., tuple[int, int, int, int, BaseException | None]] = getattr(
+    native_extension, "dispatch_hinted", dispatch_hinted_py
+)
+"""Runs of hinted records dispatched in one call: the C module's when built, else its twin."""
+
 HINTS_READ_MAX = 1024
 """Hints read back from the records at a time (a slave's, recovery's, or past the put path's
 DISPATCH_HINTS_MAX): a bound on the rows held, not on the work."""
@@ -193,9 +447,6 @@ class ReputMessageService:
         # (topic, queue id, start) of the consume-queue file the next record needs, made in a
         # worker thread before that record is dispatched (see _dispatch_some).
         self._file_wanted: tuple[str, int, int] | None = None
-        self.native_dispatch = True
-        """Dispatch runs of hinted records in C when the extension is built (tests turn it
-        off to compare with the Python loop)."""
 
     def _safe_listener(
         self, topic: str, queue_id: int, offset: int, tags_code: int, store_ts: int
@@ -385,12 +636,12 @@ class ReputMessageService:
         listener: ArrivalListener | None,
         wanted: Container[str] | None,
     ) -> tuple[int, int]:
-        """The common records of a run of hints dispatched in one C call, exactly as the loop of
-        :meth:`_dispatch_some` dispatches them (tests/store/test_dispatch_hints.py compares the
-        files); it stops, with nothing of that record done, at the first one the loop must
-        judge.  Returns (records dispatched, position after them).  An exception that stopped the
-        run is raised after the records done before it are counted, as the loop counts them."""
-        assert _dispatch_hinted is not None
+        """The common records of a run of hints dispatched in one call of dispatch_hinted (C, or
+        its twin), exactly as ``_hint_for`` then ``dispatch_fields`` dispatch them
+        (tests/store/test_dispatch_hinted_diff.py compares the files); it stops, with nothing of
+        that record done, at the first one those must judge.  Returns (records dispatched,
+        position after them).  An exception that stopped the run is raised after the records
+        done before it are counted, as the loop counts them."""
         table = self.table
         n, pos, self.reput_from_offset, last_ts, exc = _dispatch_hinted(
             hints, view, pos, end, self.reput_from_offset, limit, table.queues, listener,
@@ -417,7 +668,6 @@ class ReputMessageService:
         """Put before ``hints`` the hints of the records from ``pos`` on (up to the first hint's
         record, or ``end``), read back from the records; at most HINTS_READ_MAX of them, and
         none past the first record the Python loop must judge."""
-        assert _record_hints is not None
         if hints:
             end = min(end, hints[0].physical_offset - file_from)
         rows, _ = _record_hints(
@@ -454,27 +704,23 @@ class ReputMessageService:
             else None
         )
         hints = cl.dispatch_hints
-        fast = _dispatch_hinted is not None and self.native_dispatch
         done = 0
         try:
             while pos < end and done < budget:
-                if (
-                    fast
-                    and _record_hints is not None
-                    and (not hints or hints[0].physical_offset > self.reput_from_offset)
-                ):
+                if not hints or hints[0].physical_offset > self.reput_from_offset:
                     # Records without hints (a slave's, recovery's, or past the put path's
-                    # DISPATCH_HINTS_MAX): their hints read back in C, for dispatch_hinted,
-                    # where the Python loop would parse each record.
+                    # DISPATCH_HINTS_MAX): their hints read back, for dispatch_hinted, where
+                    # the loop below would parse each record.
                     self._read_hints(hints, view, pos, end, mf.file_from_offset, budget - done)
                 if hints:
-                    if fast:
-                        n, pos = self._dispatch_native(
-                            hints, view, pos, end, budget - done, listener, wanted
-                        )
-                        done += n
-                        if n and (pos >= end or done >= budget or not hints):
-                            continue
+                    n, pos = self._dispatch_native(
+                        hints, view, pos, end, budget - done, listener, wanted
+                    )
+                    done += n
+                    if n and (pos >= end or done >= budget or not hints):
+                        continue
+                    # The record dispatch_hinted leaves (a file to create or roll, blocks to
+                    # allocate, a separator in a value...): its hint, else parsed.
                     hint = self._hint_for(hints, self.reput_from_offset, view, pos, end)
                     if hint is not None:
                         # One unpacking in DispatchHint's field order: cheaper than a read per

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import errno
 import os
 import subprocess
+import types
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import trio
 
@@ -103,3 +107,78 @@ def fill_disk(path: str) -> int:
 def write_ballast(path: str, size: int) -> None:
     with open(path, "wb") as f:
         f.write(b"\xa5" * size)
+
+
+def _nothing_hinted(hints: object, log: object, pos: int, end: int, offset: int, *rest: object):
+    return 0, pos, offset, -1, None
+
+
+def _nothing_read(buf: object, pos: int, *rest: object) -> tuple[list, int]:
+    return [], pos
+
+
+DISPATCH_MODES = ("fast", "general", "twin", "c")
+
+
+@contextlib.contextmanager
+def dispatch_mode(mode: str) -> Iterator[None]:
+    """The reput's hinted dispatch, while in the block: ``fast`` as built (dispatch_hinted and
+    record_hints, C or their twins); ``general`` neither, the reference the others are compared
+    with (every hinted record through ``_hint_for`` and ``dispatch_fields``, every other one
+    parsed); ``twin`` the Python twins; ``c`` the C functions (skips the test if not built)."""
+    import pytest
+
+    from pymq.common.native import load_native
+    from pymq.store import reput
+
+    if mode == "c":
+        c = load_native("pymq.store._dispatchc")
+        if c is None:
+            pytest.skip("needs the C extension")
+        functions = (c.dispatch_hinted, c.record_hints)
+    else:
+        functions = {
+            "fast": (reput._dispatch_hinted, reput._record_hints),
+            "general": (_nothing_hinted, _nothing_read),
+            "twin": (reput.dispatch_hinted_py, reput.record_hints_py),
+        }[mode]
+    saved = reput._dispatch_hinted, reput._record_hints
+    reput._dispatch_hinted, reput._record_hints = functions
+    try:
+        yield
+    finally:
+        reput._dispatch_hinted, reput._record_hints = saved
+
+
+@dataclasses.dataclass
+class FakeFile:
+    mm: bytearray
+    file_from_offset: int
+    wrote_position: int
+    file_size: int
+
+
+class FakeCommitLog:
+    """What ``ReputMessageService._dispatch_some`` reads of a commit log: one file of
+    ``file_size`` bytes from ``base``, ``data`` written at its start; the hints the test gives."""
+
+    def __init__(self, data: bytes, file_size: int, base: int = 0) -> None:
+        mm = bytearray(file_size)
+        mm[: len(data)] = data
+        self.file = FakeFile(mm, base, len(data), file_size)
+        self.queue = types.SimpleNamespace(find_by_offset=self.find_by_offset)
+        self.dispatch_hints: collections.deque[Any] = collections.deque()
+        self.min_offset = base
+        self.rolled: list[int] = []
+
+    def find_by_offset(self, offset: int) -> FakeFile | None:
+        f = self.file
+        return f if f.file_from_offset <= offset < f.file_from_offset + f.file_size else None
+
+    @property
+    def max_offset(self) -> int:
+        return self.file.file_from_offset + self.file.wrote_position
+
+    def roll_next_file(self, offset: int) -> int:
+        self.rolled.append(offset)
+        return self.file.file_from_offset + self.file.file_size

@@ -1,18 +1,16 @@
-"""Differential tests of ``_recordc.dispatch_hinted`` against the Python loop of
-``ReputMessageService._dispatch_some``: the same hints over the same log, dispatched once with
-the C run and once without, must leave the same consume queues, index files (bytes and
-attributes), arrivals, hints, offsets and ``logics_msg_timestamp`` -- after every call, not
-only at the end."""
+"""Differential tests of the reput's hinted dispatch (``dispatch_hinted``, C or its twin) against
+its general path (``_hint_for`` and ``dispatch_fields``, see tests/store/helpers.dispatch_mode),
+and of the C function against its twin: the same hints over the same log, dispatched both ways,
+must leave the same consume queues, index files (bytes and attributes), arrivals, hints, offsets
+and ``logics_msg_timestamp`` -- after every call, not only at the end."""
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import struct
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,48 +22,11 @@ from pymq.store.commitlog import DispatchHint
 from pymq.store.consume_queue_table import ConsumeQueueTable
 from pymq.store.index_service import IndexService
 from pymq.store.reput import ReputMessageService
+from tests.store.helpers import FakeCommitLog, dispatch_mode
 
 logging.getLogger("pymq.store").setLevel(logging.CRITICAL)  # odd queue offsets, index rolls
 
-pytestmark = pytest.mark.skipif(
-    reput_module._dispatch_hinted is None, reason="needs the C extension"
-)
-
 HEADER = struct.Struct(">iI")
-
-
-@dataclass
-class FakeFile:
-    mm: bytearray
-    file_from_offset: int
-    wrote_position: int
-    file_size: int
-
-
-class FakeQueue:
-    def __init__(self, mf: FakeFile) -> None:
-        self.mf = mf
-
-    def find_by_offset(self, offset: int) -> FakeFile | None:
-        mf = self.mf
-        return mf if mf.file_from_offset <= offset < mf.file_from_offset + mf.file_size else None
-
-
-class FakeCommitLog:
-    """Just what ``_dispatch_some`` reads of a commit log, over one file of hinted records."""
-
-    def __init__(self, log: bytearray, file_size: int) -> None:
-        self.queue = FakeQueue(FakeFile(log, 0, len(log), file_size))
-        self.dispatch_hints: collections.deque[DispatchHint] = collections.deque()
-        self.min_offset = 0
-        self.file_size = file_size
-
-    @property
-    def max_offset(self) -> int:
-        return self.queue.mf.wrote_position
-
-    def roll_next_file(self, offset: int) -> int:
-        return offset + self.file_size - offset % self.file_size
 
 
 class Side:
@@ -73,7 +34,7 @@ class Side:
         self,
         root: str,
         log: bytearray,
-        native: bool,
+        mode: str,
         slots: int,
         index_num: int,
         cq_size: int,
@@ -89,9 +50,27 @@ class Side:
             self.table.find_or_create(topic, qid)
         self.cl = FakeCommitLog(log, len(log) + 4096)
         self.reput = ReputMessageService(self.cl, self.table)  # type: ignore[arg-type]
-        self.reput.native_dispatch = native
+        self.mode = mode
+        self.calls: list[tuple] = []
         self.arrivals: list[tuple] = []
         self.reput.listener = lambda *a: self.arrivals.append((a, self.seen(a[0], a[1])))
+
+    def dispatch(self, budget: int) -> tuple[bool, bool]:
+        """_dispatch_some in this side's mode; each dispatch_hinted call's answer kept (the C
+        function and its twin must split the work alike, not only end alike)."""
+        with dispatch_mode(self.mode):
+            real = reput_module._dispatch_hinted
+
+            def logged(*args: object) -> tuple:
+                out = real(*args)
+                self.calls.append((*out[:4], type(out[4])))
+                return out
+
+            reput_module._dispatch_hinted = logged
+            try:
+                return self.reput._dispatch_some(budget, create_files=True)
+            finally:
+                reput_module._dispatch_hinted = real
 
     def seen(self, topic: str, qid: int) -> tuple:
         """What a listener reads when it is called: its queue's attributes (the C run writes
@@ -190,8 +169,10 @@ def dispatch_in_lockstep(
     while True:
         if before_round is not None:
             before_round(rounds)
-        outs = [side.reput._dispatch_some(limit_of(rounds), create_files=True) for side in sides]
+        outs = [side.dispatch(limit_of(rounds)) for side in sides]
         assert outs[0] == outs[1]
+        if {sides[0].mode, sides[1].mode} == {"c", "twin"}:
+            assert sides[0].calls == sides[1].calls
         states = [side.state() for side in sides]
         assert states[0] == states[1], f"after round {rounds}"
         rounds += 1
@@ -214,6 +195,7 @@ def run_both(
     precreate: list[tuple[str, int]] = (),
     unallocated: bool = False,
     wanted: list[frozenset[str] | None] = (),  # type: ignore[assignment]
+    modes: tuple[str, str] = ("fast", "general"),
 ) -> int:
     """``wanted``: the listener's topics of each round (DefaultMessageStore.
     set_arrival_listener), in turn; none: every topic.  ``limits`` are dispatch budgets in
@@ -222,8 +204,8 @@ def run_both(
     log, hints = build_log(records)
     with tempfile.TemporaryDirectory() as tmp:
         sides = [
-            Side(os.path.join(tmp, name), log, native, slots, index_num, cq_size, list(precreate))
-            for name, native in (("c", True), ("py", False))
+            Side(os.path.join(tmp, mode), log, mode, slots, index_num, cq_size, list(precreate))
+            for mode in modes
         ]
         try:
             for side in sides:
@@ -252,7 +234,7 @@ def run_both(
                     )
                     side.reput.reput_from_offset = start.physical_offset
                 while True:
-                    outs = [side.reput._dispatch_some(1 << 30, create_files=True) for side in sides]
+                    outs = [side.dispatch(1 << 30) for side in sides]
                     assert outs[0] == outs[1]
                     if not outs[0][1]:
                         break
@@ -304,6 +286,12 @@ def record_lists(draw):
     return out
 
 
+# Each differential test runs the hinted dispatch as built against the general path (behaviour),
+# and the C function against its twin (the twin-agreement check of dispatch_hinted).
+PAIRS = pytest.mark.parametrize("modes", [("fast", "general"), ("c", "twin")])
+
+
+@PAIRS
 @settings(
     max_examples=150,
     deadline=None,
@@ -318,11 +306,11 @@ def record_lists(draw):
     wanted=st.lists(st.one_of(st.none(), st.frozensets(TOPICS)), max_size=3),
 )
 def test_dispatch_hinted_matches_python_loop(
-    records, limits, redispatch_from, precreate, unallocated, wanted
+    modes, records, limits, redispatch_from, precreate, unallocated, wanted
 ):
     run_both(
         records, limits, redispatch_from, precreate=precreate, unallocated=unallocated,
-        wanted=wanted,
+        wanted=wanted, modes=modes,
     )  # fmt: skip
 
 
@@ -342,8 +330,9 @@ def rec(i: int, **kw: object) -> dict:
     return base
 
 
+@PAIRS
 @pytest.mark.parametrize("queues", [31, 32, 33, 70])
-def test_a_run_over_more_queues_than_the_c_run_keeps(queues: int) -> None:
+def test_a_run_over_more_queues_than_the_c_run_keeps(queues: int, modes: tuple[str, str]) -> None:
     """dispatch_hinted keeps up to 32 queues' state per call and writes them all back when a
     33rd comes: any number of queues in one run ends as the Python loop leaves them."""
     records = [
@@ -353,30 +342,32 @@ def test_a_run_over_more_queues_than_the_c_run_keeps(queues: int) -> None:
     # No topic awaited (the listener is never called, so nothing is written back in between),
     # then every topic (written back before each call).
     for wanted in ([frozenset()], [None]):
-        run_both(records, [], None, index_num=1000, cq_size=20 * 8, wanted=wanted)
-        run_both(records, [7, 40], 5, index_num=1000, cq_size=20 * 8, wanted=wanted)
+        run_both(records, [], None, index_num=1000, cq_size=20 * 8, wanted=wanted, modes=modes)
+        run_both(records, [7, 40], 5, index_num=1000, cq_size=20 * 8, wanted=wanted, modes=modes)
 
 
-def test_blank_keys_first_in_a_fresh_index_file():
+@PAIRS
+def test_blank_keys_first_in_a_fresh_index_file(modes):
     """KEYS of spaces only, no UNIQ_KEY: build_index writes the header (a fresh file's
     index_count 1 goes to disk) and caches the topic's prefix hash; the C run must too."""
     records = [rec(0, keys="k0"), rec(1, keys="k1")]  # topic's prefix cached, queue made
     records += [rec(2 + i, keys="   ") for i in range(3)]
     # index_num 3: entries 1 and 2 fill the first file; the rest go to a fresh one.
-    assert run_both(records, [2, 1, 1, 1], None, index_num=3) == 4  # round by round
+    assert run_both(records, [2, 1, 1, 1], None, index_num=3, modes=modes) == 4  # by round
 
 
-def test_blank_keys_in_a_new_topic():
+@PAIRS
+def test_blank_keys_in_a_new_topic(modes):
     """The prefix-hash cache of a topic first met with blank KEYS."""
     records = [rec(0, keys="k0"), rec(0, topic="New"), rec(1, topic="New", keys="   ")]
-    assert run_both(records, [1, 1, 1], None) == 3
+    assert run_both(records, [1, 1, 1], None, modes=modes) == 3
 
 
 class Interrupt(BaseException):
     """Not an Exception: _safe_listener lets it through (as KeyboardInterrupt)."""
 
 
-async def interrupted_fill(root: str, native: bool) -> tuple:
+async def interrupted_fill(root: str, mode: str) -> tuple:
     from tests.store.helpers import make_message, running_store, small_config
 
     config = small_config(root, resident_trim_interval=0)
@@ -389,65 +380,68 @@ async def interrupted_fill(root: str, native: bool) -> tuple:
         if len(arrivals) == fail_at[0]:
             raise Interrupt
 
-    async with running_store(config, clock_ms=lambda: next(clock)) as store:
-        reput = store.reput
-        reput.native_dispatch = native
-        store.set_arrival_listener(listener)
-        reput.woken = True  # the puts leave the records to the calls below
-        for i in range(6):
-            await store.put(make_message(topic="T", keys=f"k{i}", UNIQ_KEY=f"U{i:030d}"))
-        with pytest.raises(Interrupt):
-            reput._dispatch_some(1 << 30, create_files=True)
-        fail_at[0] = -1
-        while reput._dispatch_some(1 << 30, create_files=True)[1]:
-            pass
-        reput.woken = False
-        index = store.consume_queues.index.files[-1]
-        return (
-            reput.reput_from_offset,
-            store.consume_queues.logics_msg_timestamp,
-            index.index_count,
-            bytes(index.mf.mm),
-            arrivals,
-        )
+    with dispatch_mode(mode):
+        async with running_store(config, clock_ms=lambda: next(clock)) as store:
+            reput = store.reput
+            store.set_arrival_listener(listener)
+            reput.woken = True  # the puts leave the records to the calls below
+            for i in range(6):
+                await store.put(make_message(topic="T", keys=f"k{i}", UNIQ_KEY=f"U{i:030d}"))
+            with pytest.raises(Interrupt):
+                reput._dispatch_some(1 << 30, create_files=True)
+            fail_at[0] = -1
+            while reput._dispatch_some(1 << 30, create_files=True)[1]:
+                pass
+            reput.woken = False
+            index = store.consume_queues.index.files[-1]
+            return (
+                reput.reput_from_offset,
+                store.consume_queues.logics_msg_timestamp,
+                index.index_count,
+                bytes(index.mf.mm),
+                arrivals,
+            )
 
 
-async def test_a_listener_interruption_leaves_what_the_python_loop_leaves(tmp_path):
+@PAIRS
+async def test_a_listener_interruption_leaves_what_the_python_loop_leaves(tmp_path, modes):
     """The Python loop counts each record as it is done: after an exception from the listener
     the re-dispatch starts at that record (its queue entry kept, its keys indexed then).  The
     C run must not leave the records it already did uncounted (indexed twice on re-dispatch,
     logics_msg_timestamp behind)."""
-    native = await interrupted_fill(str(tmp_path / "c"), True)
-    python = await interrupted_fill(str(tmp_path / "py"), False)
+    native = await interrupted_fill(str(tmp_path / modes[0]), modes[0])
+    python = await interrupted_fill(str(tmp_path / modes[1]), modes[1])
     assert native[:3] == python[:3]
     assert native[3] == python[3]
     assert native[4] == python[4]
 
 
+@PAIRS
 @pytest.mark.parametrize("pieces", [31, 32, 33, 40])
-def test_many_keys_around_the_c_limit(pieces):
+def test_many_keys_around_the_c_limit(pieces, modes):
     """Up to DISPATCH_MAX_KEYS keys (UNIQ_KEY included) in C, more left to the loop; index
     files that roll in the middle of a record's keys."""
     keys = "  ".join(f"k{j}\U0001f600" for j in range(pieces - 1))
     records = [rec(0, keys="first")] + [rec(i, keys=keys, uniq=f"U{i}") for i in range(1, 6)]
-    assert run_both(records, [1, 2, 3], 2, index_num=70) == 3
+    assert run_both(records, [1, 2, 3], 2, index_num=70, modes=modes) == 3
 
 
-def test_an_error_in_the_middle_of_a_run_writes_back_what_was_done(tmp_path) -> None:
+@PAIRS
+def test_an_error_in_the_middle_of_a_run_writes_back_what_was_done(tmp_path, modes) -> None:
     """An exception part-way through a C run (not from the listener: nothing was written back
     before it) must still leave the queues' and the index's attributes saying what the bytes
     say, as the Python loop leaves them: the write-back on the failure path."""
     records = [rec(i, uniq=f"u{i}") for i in range(3)] + [rec(0, topic="Broken", uniq="ux")]
     log, hints = build_log(records)
     states = []
-    for native in (True, False):
-        side = Side(str(tmp_path / str(native)), log, native, 8, 12, 20 * 6, [("T", 0)])
+    for mode in modes:
+        side = Side(str(tmp_path / mode), log, mode, 8, 12, 20 * 6, [("T", 0)])
         try:
             side.reput.listener = None  # no listener call: nothing written back in between
             side.table.queues["Broken"] = {0: object()}  # a queue with none of its attributes
             side.cl.dispatch_hints.extend(hints)
             with pytest.raises(AttributeError):
-                side.reput._dispatch_some(1 << 30, create_files=True)
+                side.dispatch(1 << 30)
             del side.table.queues["Broken"]
             state = side.state()
             states.append(state[:3] + state[4:])  # not the hints: Python took the bad one's

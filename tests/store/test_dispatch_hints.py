@@ -12,10 +12,11 @@ import pytest
 
 from pymq.common.message_ext import MessageSysFlag
 from pymq.store import commitlog as commitlog_module
+from pymq.store import reput as reput_module
 from pymq.store.commitlog import DispatchHint
 from pymq.store.index_file import IndexFile
 from pymq.store.reput import ReputMessageService
-from tests.store.helpers import make_message, running_store, small_config
+from tests.store.helpers import dispatch_mode, make_message, running_store, small_config
 
 
 class Clock:
@@ -126,7 +127,7 @@ class LoopClock(Clock):
 
 
 async def fill_varied(
-    root: str, native: bool, wanted: dict[str, int] | None = None
+    root: str, mode: str, wanted: dict[str, int] | None = None, hinted: list[int] | None = None
 ) -> tuple[dict[str, bytes], list[bytes], tuple]:
     """Puts of every shape the hinted dispatch meets: UNIQ_KEYs (as every send has), KEYS with
     runs of spaces, no keys, tags or none, prepared and rolled-back records, a delayed topic,
@@ -135,89 +136,92 @@ async def fill_varied(
     records dispatched in runs and one at a time.  The index headers are compared while the
     store runs too: closing rewrites the last one.  With ``wanted`` (a live dict of topics, as
     the broker's long polling keeps it) the listener is given those topics only, and "Other"
-    is wanted from the 300th put to the 600th."""
+    is wanted from the 300th put to the 600th.  ``dispatch_mode(mode)`` (tests/store/helpers)
+    picks the dispatch; ``hinted`` gets each dispatch_hinted call's count of records done."""
     config = small_config(root, resident_trim_interval=0)
     arrivals: list[tuple] = []
-    async with running_store(config, clock_ms=LoopClock()) as store:
-        store.reput.native_dispatch = native
-        if wanted is None:
-            store.set_arrival_listener(lambda *args: arrivals.append(args))
-        else:
-            store.set_arrival_listener(lambda *args: arrivals.append(args), lambda: wanted)
-        for i in range(900):
-            if wanted is not None and i in (300, 600):
-                if i == 300:
-                    wanted["Other"] = 1
-                else:
-                    del wanted["Other"]
-            extra = {}
-            if i % 3:
-                extra["UNIQ_KEY"] = f"0A000001{i:024X}"
-            if i % 97 == 0:
-                extra["DELAY"] = "3"
-            keys = None
-            if i % 5 == 0:
-                keys = f"  k{i}  shared k{i % 7}" if i % 10 else "   "
-            msg = make_message(
-                topic=("Hinted", "Other", "Third")[i % 3],
-                queue_id=i % 6,
-                body=b"m%d" % i,
-                tags=None if i % 4 == 0 else f"Tag{i % 3}",
-                keys=keys,
-                **extra,
+    with dispatch_mode(mode):
+        real = reput_module._dispatch_hinted
+
+        def counting(*args):  # type: ignore[no-untyped-def]
+            out = real(*args)
+            if hinted is not None:
+                hinted.append(out[0])
+            return out
+
+        reput_module._dispatch_hinted = counting  # dispatch_mode puts the real one back
+        async with running_store(config, clock_ms=LoopClock()) as store:
+            if wanted is None:
+                store.set_arrival_listener(lambda *args: arrivals.append(args))
+            else:
+                store.set_arrival_listener(lambda *args: arrivals.append(args), lambda: wanted)
+            for i in range(900):
+                if wanted is not None and i in (300, 600):
+                    if i == 300:
+                        wanted["Other"] = 1
+                    else:
+                        del wanted["Other"]
+                extra = {}
+                if i % 3:
+                    extra["UNIQ_KEY"] = f"0A000001{i:024X}"
+                if i % 97 == 0:
+                    extra["DELAY"] = "3"
+                keys = None
+                if i % 5 == 0:
+                    keys = f"  k{i}  shared k{i % 7}" if i % 10 else "   "
+                msg = make_message(
+                    topic=("Hinted", "Other", "Third")[i % 3],
+                    queue_id=i % 6,
+                    body=b"m%d" % i,
+                    tags=None if i % 4 == 0 else f"Tag{i % 3}",
+                    keys=keys,
+                    **extra,
+                )
+                if i % 29 == 0:
+                    msg.sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
+                elif i % 31 == 0:
+                    msg.sys_flag |= MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+                await store.put(msg)
+                if i % 40 == 39 or i > 500:
+                    await store.reput.do_reput()
+                if i == 860:  # from here on, keep a copy of each hint the puts leave
+                    store.commitlog.dispatch_hints = RecordingDeque(store.commitlog.dispatch_hints)
+            await store.reput.do_reput()
+            assert not store.commitlog.dispatch_hints  # every hint was taken
+            # A re-dispatch of records already dispatched (as after recovery): no queue entries.
+            saved = store.commitlog.dispatch_hints.seen
+            assert len(saved) > 30
+            store.commitlog.dispatch_hints.extend(saved)
+            store.reput.reput_from_offset = saved[0].physical_offset
+            await store.reput.do_reput()
+            table = store.consume_queues
+            state = (
+                table.logics_msg_timestamp,
+                store.reput.reput_from_offset,
+                sorted(
+                    (t, q, cq.max_physic_offset, cq.max_offset_in_queue)
+                    for t, by_id in table.queues.items()
+                    for q, cq in by_id.items()
+                ),
+                [index_state(f) for f in store.consume_queues.index.files],
+                arrivals,
+                len(store.query_message("Hinted", "shared", 64, 0, store.clock_ms()).messages),
             )
-            if i % 29 == 0:
-                msg.sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
-            elif i % 31 == 0:
-                msg.sys_flag |= MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-            await store.put(msg)
-            if i % 40 == 39 or i > 500:
-                await store.reput.do_reput()
-            if i == 860:  # from here on, keep a copy of each hint the puts leave
-                store.commitlog.dispatch_hints = RecordingDeque(store.commitlog.dispatch_hints)
-        await store.reput.do_reput()
-        assert not store.commitlog.dispatch_hints  # every hint was taken
-        # A re-dispatch of records already dispatched (as after recovery): no queue entries.
-        saved = store.commitlog.dispatch_hints.seen
-        assert len(saved) > 30
-        store.commitlog.dispatch_hints.extend(saved)
-        store.reput.reput_from_offset = saved[0].physical_offset
-        await store.reput.do_reput()
-        table = store.consume_queues
-        state = (
-            table.logics_msg_timestamp,
-            store.reput.reput_from_offset,
-            sorted(
-                (t, q, cq.max_physic_offset, cq.max_offset_in_queue)
-                for t, by_id in table.queues.items()
-                for q, cq in by_id.items()
-            ),
-            [index_state(f) for f in store.consume_queues.index.files],
-            arrivals,
-            len(store.query_message("Hinted", "shared", 64, 0, store.clock_ms()).messages),
-        )
     # The index files in order; their names are the (racy) times they were created.
     index = [data for _name, data in sorted(tree_bytes(config.index_dir).items())]
     return tree_bytes(config.consume_queue_dir), index, state
 
 
-async def test_dispatch_in_c_writes_what_the_python_loop_writes(tmp_path, monkeypatch):
-    from pymq.store import reput
-
-    if reput._dispatch_hinted is None:
-        pytest.skip("needs the C extension")
-    calls = []
-    real = reput._dispatch_hinted
-
-    def counting(*args):
-        out = real(*args)
-        calls.append(out[0])
-        return out
-
-    monkeypatch.setattr(reput, "_dispatch_hinted", counting)
-    native_cq, native_index, native_state = await fill_varied(str(tmp_path / "c"), True)
-    assert sum(calls) > 700  # most records went through the C loop
-    python_cq, python_index, python_state = await fill_varied(str(tmp_path / "py"), False)
+@pytest.mark.parametrize("modes", [("fast", "general"), ("c", "twin")])
+async def test_dispatch_in_c_writes_what_the_python_loop_writes(tmp_path, modes):
+    """The hinted dispatch as built (C, or its twin) writes what the general path writes; the C
+    function what its twin writes."""
+    calls: list[int] = []
+    native_cq, native_index, native_state = await fill_varied(
+        str(tmp_path / "c"), modes[0], hinted=calls
+    )
+    assert sum(calls) > 700  # most records went through the hinted dispatch
+    python_cq, python_index, python_state = await fill_varied(str(tmp_path / "py"), modes[1])
     assert native_cq.keys() == python_cq.keys() and len(native_cq) > 10
     for name in python_cq:
         assert native_cq[name] == python_cq[name], name
@@ -231,15 +235,13 @@ async def test_arrivals_are_reported_for_the_wanted_topics_only(tmp_path, monkey
     """The listener's topics (DefaultMessageStore.set_arrival_listener): both dispatch loops
     call it for those topics' records only, as the topics are when each record is
     dispatched, and write the same files as without them."""
-    from pymq.store import reput
 
-    loops = [False] if reput._dispatch_hinted is None else [True, False]
     results = []
-    for native in loops:
+    for mode in ("fast", "general"):
         results.append(
-            await fill_varied(str(tmp_path / f"w{native}"), native, {"Hinted": 1, "Third": 2})
+            await fill_varied(str(tmp_path / f"w{mode}"), mode, {"Hinted": 1, "Third": 2})
         )
-    everything = await fill_varied(str(tmp_path / "all"), False)
+    everything = await fill_varied(str(tmp_path / "all"), "general")
     for cq, index, state in results:
         assert cq == everything[0] and index == everything[1]
         arrivals = state[4]
@@ -253,5 +255,4 @@ async def test_arrivals_are_reported_for_the_wanted_topics_only(tmp_path, monkey
         others = [a for a in arrivals if a[0] == "Other"]
         all_others = [a for a in everything[2][4] if a[0] == "Other"]
         assert 0 < len(others) < len(all_others)
-    if len(results) == 2:  # the C loop reports what the Python loop does
-        assert results[0][2] == results[1][2]
+    assert results[0][2] == results[1][2]  # the hinted dispatch reports what the general does

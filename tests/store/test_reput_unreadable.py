@@ -1,78 +1,50 @@
 """``ReputMessageService._dispatch_some`` at a record it cannot parse: the blank end of a file
 (go on in the next file), a record cut short (wait for the rest, quietly), and a whole but bad
-record (stop there, logged once per offset) -- with the C hint reader and without it."""
+record (stop there, logged once per offset) -- with the hinted dispatch as built (hints read
+back, dispatch_hinted) and with the general path alone."""
 
 from __future__ import annotations
 
-import collections
 import logging
 import struct
-from dataclasses import dataclass
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import pytest
 
 from pymq.common.record import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from pymq.store.reput import ReputMessageService
+from tests.store.helpers import FakeCommitLog, dispatch_mode
 
 HEADER = struct.Struct(">iI")
 FILE_SIZE = 4096
 
 
-@dataclass
-class FakeFile:
-    mm: bytearray
-    file_from_offset: int
-    wrote_position: int
-    file_size: int
+@pytest.fixture(params=["fast", "general"])
+def mode(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test with the hinted dispatch as built and with the general path alone."""
+    with dispatch_mode(request.param):
+        yield request.param
 
 
-class FakeCommitLog:
-    """What ``_dispatch_some`` reads of a commit log: one file, ``data`` at ``base``."""
-
-    def __init__(self, data: bytes, base: int = 0) -> None:
-        mm = bytearray(FILE_SIZE)
-        mm[: len(data)] = data
-        self.file = FakeFile(mm, base, len(data), FILE_SIZE)
-        self.queue = SimpleNamespace(find_by_offset=self.find_by_offset)
-        self.dispatch_hints: collections.deque[object] = collections.deque()
-        self.min_offset = base
-        self.rolled: list[int] = []
-
-    def find_by_offset(self, offset: int) -> FakeFile | None:
-        f = self.file
-        return f if f.file_from_offset <= offset < f.file_from_offset + f.file_size else None
-
-    @property
-    def max_offset(self) -> int:
-        return self.file.file_from_offset + self.file.wrote_position
-
-    def roll_next_file(self, offset: int) -> int:
-        self.rolled.append(offset)
-        return self.file.file_from_offset + FILE_SIZE
-
-
-def service(data: bytes, native: bool) -> tuple[ReputMessageService, FakeCommitLog, list]:
-    cl = FakeCommitLog(data)
+def service(data: bytes, mode: str) -> tuple[ReputMessageService, FakeCommitLog, list]:
+    cl = FakeCommitLog(data, FILE_SIZE)
     dispatched: list[object] = []
     table = SimpleNamespace(
         dispatch=lambda *a: dispatched.append(a), dispatch_fields=lambda *a: dispatched.append(a)
     )
     reput = ReputMessageService(cl, table)  # type: ignore[arg-type]
-    reput.native_dispatch = native
     return reput, cl, dispatched
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_blank_record_rolls_to_the_next_file(native: bool) -> None:
-    reput, cl, dispatched = service(HEADER.pack(FILE_SIZE, BLANK_MAGIC_CODE), native)
+def test_blank_record_rolls_to_the_next_file(mode: str) -> None:
+    reput, cl, dispatched = service(HEADER.pack(FILE_SIZE, BLANK_MAGIC_CODE), mode)
     assert reput._dispatch_some(1 << 30) == (True, True)
     assert cl.rolled == [0]
     assert reput.reput_from_offset == FILE_SIZE
     assert dispatched == []
 
 
-@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize(
     "data",
     [
@@ -82,9 +54,9 @@ def test_blank_record_rolls_to_the_next_file(native: bool) -> None:
     ],
 )
 def test_a_record_cut_short_waits_quietly(
-    data: bytes, native: bool, caplog: pytest.LogCaptureFixture
+    data: bytes, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    reput, cl, dispatched = service(data, native)
+    reput, cl, dispatched = service(data, mode)
     with caplog.at_level(logging.ERROR, logger="pymq.store.reput"):
         assert reput._dispatch_some(1 << 30) == (False, False)
         assert reput._dispatch_some(1 << 30) == (False, False)
@@ -92,7 +64,6 @@ def test_a_record_cut_short_waits_quietly(
     assert (cl.rolled, dispatched, caplog.records) == ([], [], [])
 
 
-@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize(
     "data",
     [
@@ -101,9 +72,9 @@ def test_a_record_cut_short_waits_quietly(
     ],
 )
 def test_a_whole_bad_record_stops_dispatch_logged_once(
-    data: bytes, native: bool, caplog: pytest.LogCaptureFixture
+    data: bytes, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    reput, cl, dispatched = service(data, native)
+    reput, cl, dispatched = service(data, mode)
     with caplog.at_level(logging.ERROR, logger="pymq.store.reput"):
         for _ in range(3):
             assert reput._dispatch_some(1 << 30) == (False, False)

@@ -151,14 +151,8 @@ def test_the_c_batch_body_leaves_what_is_not_plain_to_python() -> None:
         _batch_body_py([ok, ok], ids[:1])
 
 
-@pytest.mark.parametrize("native", [True, False])
-async def test_send_batch_refuses_mixed_topics_and_delays_before_sending(
-    native: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Refused before anything is sent (the producer is not even started), with or without
-    the C writer."""
-    if not native:
-        monkeypatch.setattr(producer_module, "_batch_body", producer_module.batch_body_py)
+async def test_send_batch_refuses_mixed_topics_and_delays_before_sending() -> None:
+    """Refused before anything is sent (the producer is not even started)."""
     producer = Producer("P", "127.0.0.1:1")
     with pytest.raises(ValueError, match="an empty batch"):
         await producer.send_batch([])
@@ -279,16 +273,12 @@ def test_create_many_runs_across_byte_and_counter_wraps() -> None:
         assert counter_of(gen.create(now)) == (start + count) & 0xFFFF  # the counter ran on
 
 
-@pytest.mark.parametrize("native", [True, False])
 async def test_send_batch_takes_a_topic_that_is_a_str_subclass(
-    native: bool, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A topic given as a str subclass (an enum.StrEnum member, say) is a str: send_batch
-    sends it as send() does, with or without the C writer (which may decline, not raise)."""
+    sends it as send() does (the batch writer may decline it, not raise)."""
     import enum
-
-    if not native:
-        monkeypatch.setattr(producer_module, "_batch_body", producer_module.batch_body_py)
 
     class Topics(enum.StrEnum):
         ORDERS = "Orders"

@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,7 +37,7 @@ from pymq.remoting import codec, headers
 from pymq.store import commitlog, get_message, index_file, reput
 from pymq.store.commitlog import DispatchHint
 from tests.helpers import C_MODULES
-from tests.unit import test_codec
+from tests.unit import test_codec, test_recordc
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
 
@@ -222,6 +223,7 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
         {**ok, "remark": ""},
         {**ok, "extFields": {"x": ["a"]}},
         {**ok, "extFields": None, "remark": None},
+        orjson.loads(test_recordc.CPP_SEND_HEADER),  # the C++ client's numbers in extFields
         {**ok, "extFields": []},
         {**ok, "code": 2**31},
         {**ok, "opaque": -(2**31) - 1},
@@ -269,6 +271,9 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
             args = (ext, names, headers.SendMessageRequestHeader, batch_code)
             yield "send_header", c.send_header, headers.send_header_py, args
     yield "send_header", c.send_header, headers.send_header_py, (send_ext, names[:12], tuple, 0)
+    cpp = codec.json_command_py(orjson.loads(test_recordc.CPP_SEND_HEADER), lambda *f: f[1], 0)
+    args = (cpp, headers._LONG_NAMES, headers.SendMessageRequestHeader, False)
+    yield "send_header", c.send_header, headers.send_header_py, args
     end = headers.EndTransactionRequestHeader.producer_ext("g", 1, 2, 8, "id")
     end |= {"fromTransactionCheck": "false", "transactionId": "t"}
     spec = headers._END_SPEC
@@ -289,13 +294,6 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
         yield "plain_header", c.plain_header, headers.plain_header_py, ({"a": "1"}, odd, tuple)
 
 
-_SEND_HEADER = (
-    b'{"code":310,"extFields":{"a":"G","b":"T\\u00e9","e":"-1","i":"UNIQ_KEY\\u0001A\\u0002'
-    b'WAIT\\u0001true\\u0002","n":"1"},"flag":0,"language":"JAVA","opaque":-12,'
-    b'"remark":null,"serializeTypeCurrentRPC":"JSON","version":399}'
-)
-
-
 def _json_header_cases(c: Any) -> Iterator[Case]:
     """json_header: the plain subset's edges (tests/unit/test_codec.py checks each against
     json's reading), damaged send headers, members twice, and the arguments' edges."""
@@ -314,11 +312,11 @@ def _json_header_cases(c: Any) -> Iterator[Case]:
         b'{"code":1,"language":"JAVA","x":"\\udfff"}',
         b'\t{"code" :1 , "language":"J\\u00e9" ,"remark":"\\ud7ff\\ue000"}\r\n',
     ]
-    for header in [*test_codec.JSON_HEADER_EDGES, *odd, *_hostile(_SEND_HEADER, 10)]:
+    for header in [*test_codec.JSON_HEADER_EDGES, *odd, *_hostile(test_codec.SEND_HEADER, 10)]:
         args = (header, 0, len(header), cls, json_type)
         yield "json_header", c.json_header, codec.json_header_py, args
-    frame = b"xx" + _SEND_HEADER + b"body"
-    end = 2 + len(_SEND_HEADER)
+    frame = b"xx" + test_codec.SEND_HEADER + b"body"
+    end = 2 + len(test_codec.SEND_HEADER)
     for args in (
         (frame, 2, end, cls, json_type),
         (bytearray(frame), 2, end, cls, json_type),
@@ -341,18 +339,8 @@ def _json_header_cases(c: Any) -> Iterator[Case]:
 def test_json_header_agrees_on_damaged_headers(data: st.DataObject) -> None:
     """json_header and its twin on sound send headers with bytes changed, cut or added."""
     c = load_native("pymq.remoting._codecc")
-    header = bytearray(_SEND_HEADER)
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(header) - 1))
-        action = data.draw(st.sampled_from(["set", "cut", "insert"]))
-        byte = data.draw(st.sampled_from(list(b'"\\{}[],:-.0e19 \x00\x7f\x80\xc3\xa9tnu')))
-        if action == "set":
-            header[at] = byte
-        elif action == "cut":
-            del header[at]
-        else:
-            header.insert(at, byte)
-    args = (bytes(header), 0, len(header), codec.RemotingCommand, codec.SerializeType.JSON)
+    header = test_codec.damaged_send_header(data)
+    args = (header, 0, len(header), codec.RemotingCommand, codec.SerializeType.JSON)
     assert _outcome(c.json_header, args) == _outcome(codec.json_header_py, args)
 
 

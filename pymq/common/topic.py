@@ -169,6 +169,21 @@ class TopicConfig:
     topic_filter_type: TopicFilterType = TopicFilterType.SINGLE_TAG
     topic_sys_flag: int = 0
     order: bool = False
+    # RocketMQ 5's topic attributes (``message.type``: NORMAL, FIFO, DELAY, TRANSACTION or
+    # MIXED; see TOPIC_MESSAGE_TYPE); None (no attributes) is left out of the JSON, as 4.x
+    # writes a topic config.
+    attributes: dict[str, str] | None = attrs.field(default=None, hash=False)
+
+
+# RocketMQ 5's topic attribute that says which messages a topic takes (TopicAttributes).
+TOPIC_MESSAGE_TYPE = "message.type"
+TOPIC_MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+
+
+def topic_message_type(config: TopicConfig) -> str:
+    """The topic's message type attribute; NORMAL when it has none (RocketMQ 5's default)."""
+    attributes = config.attributes
+    return (attributes or {}).get(TOPIC_MESSAGE_TYPE) or "NORMAL"
 
 
 @attrs.define

@@ -1,0 +1,397 @@
+"""``apache.rocketmq.v2.MessagingService`` served from the broker's own services.
+
+The RPCs a 5.x producer needs: QueryRoute (this broker's queues of the topic, at this broker's
+gRPC endpoint), Heartbeat, SendMessage (through the broker's send path: see
+:func:`send_via_broker`), Telemetry (the settings handshake), QueryAssignment and
+NotifyClientTermination.  Every other method of the service is answered ``UNIMPLEMENTED`` by the
+transport (:mod:`pymq.proxy.http2`), never left waiting.
+
+Status codes are the proxy's (ResponseBuilder): a broker answer maps SUCCESS -> OK, SYSTEM_BUSY
+-> TOO_MANY_REQUESTS, TOPIC_NOT_EXIST -> TOPIC_NOT_FOUND, SUBSCRIPTION_GROUP_NOT_EXIST ->
+CONSUMER_GROUP_NOT_FOUND, REQUEST_CODE_NOT_SUPPORTED -> NOT_IMPLEMENTED, anything else ->
+INTERNAL_SERVER_ERROR with the broker's remark; a send's FLUSH_DISK_TIMEOUT,
+FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE -> MASTER_PERSISTENCE_TIMEOUT,
+SLAVE_PERSISTENCE_TIMEOUT and HA_NOT_AVAILABLE.  A message of a type its topic does not take
+(the topic's ``message.type`` attribute, NORMAL when unset; MIXED takes all) is refused
+MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, as the proxy's TopicMessageTypeValidator refuses it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, cast
+
+from pymq.common.message_ext import encode_properties, java_string_hash
+from pymq.common.topic import (
+    PERM_READ,
+    PERM_WRITE,
+    TopicConfig,
+    dlq_topic,
+    retry_topic,
+    topic_message_type,
+)
+from pymq.proxy.convert import MessageRefused, consistent_hash, stored_form
+from pymq.proxy.http2 import INVALID_ARGUMENT, Call, GrpcError, GrpcLimits, Handler
+from pymq.proxy.schema import SERVICE_NAME, ClientType, Code, DecodeError, MessageType
+from pymq.proxy.schema import definition as d
+from pymq.proxy.schema import service as s
+from pymq.remoting.channel import Channel
+from pymq.remoting.codec import RemotingCommand
+from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.headers import SendMessageRequestHeader
+
+if TYPE_CHECKING:
+    from pymq.broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+# The proxy's producer settings (ProxyConfig): send attempts and their exponential backoff.
+PRODUCER_MAX_ATTEMPTS = 3
+PRODUCER_BACKOFF_INITIAL_MS = 10
+PRODUCER_BACKOFF_MAX_MS = 1000
+PRODUCER_BACKOFF_MULTIPLIER = 2.0
+# TBW102 and its queue count, as a 4.x producer names them in a send (auto-creation).
+DEFAULT_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+
+_BROKER_CODES: dict[int, int] = {
+    ResponseCode.SUCCESS: Code.OK,
+    ResponseCode.SYSTEM_BUSY: Code.TOO_MANY_REQUESTS,
+    ResponseCode.REQUEST_CODE_NOT_SUPPORTED: Code.NOT_IMPLEMENTED,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
+    ResponseCode.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+}
+_SEND_STATUS_CODES: dict[int, int] = {
+    ResponseCode.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
+}
+_TYPES = {
+    "NORMAL": MessageType.NORMAL,
+    "FIFO": MessageType.FIFO,
+    "DELAY": MessageType.DELAY,
+    "TRANSACTION": MessageType.TRANSACTION,
+}
+
+
+def status(code: int, message: str | None = None) -> Any:
+    return d.Status(code=code, message=Code.Name(code) if message is None else message)
+
+
+class _Peer:
+    """What the send path reads of a connection: the client's address."""
+
+    def __init__(self, remote_address: str) -> None:
+        self.remote_address = remote_address
+
+
+async def send_via_broker(
+    broker: BrokerController, peer: str, header: SendMessageRequestHeader, body: bytes
+) -> RemotingCommand:
+    """One message through the broker's send path (SEND_MESSAGE's processor: topic checks and
+    auto-creation, retry/DLQ, transactions' half messages, the store's put), as a 4.x client's
+    send with ``header`` and ``body`` from ``peer`` would go; returns the broker's answer.
+
+    The one place the gRPC service enters the send path."""
+    request = RemotingCommand(code=RequestCode.SEND_MESSAGE, body=body, header=header)
+    return await broker.send_processor.send_message(cast(Channel, _Peer(peer)), request)
+
+
+def _unary(
+    request_type: Any, serve: Callable[[Call, Any], Awaitable[Any]], limits: GrpcLimits
+) -> Handler:
+    name = request_type.DESCRIPTOR.name
+
+    async def handler(call: Call) -> None:
+        data = await call.receive(timeout=limits.receive_timeout)
+        if data is None:
+            raise GrpcError(INVALID_ARGUMENT, f"the call ended without a {name}")
+        try:
+            request = request_type.FromString(data)
+        except DecodeError as exc:
+            raise GrpcError(INVALID_ARGUMENT, f"malformed {name}: {exc}") from None
+        response = await serve(call, request)
+        await call.send(response.SerializeToString())
+
+    return handler
+
+
+class MessagingService:
+    def __init__(
+        self, broker: BrokerController, limits: GrpcLimits, port: Callable[[], int]
+    ) -> None:
+        self.broker = broker
+        self.limits = limits
+        self.port = port  # the gRPC port, once bound (the routes name it)
+
+    def handlers(self) -> dict[str, Handler]:
+        prefix = f"/{SERVICE_NAME}/"
+        unary = {
+            "QueryRoute": (s.QueryRouteRequest, self.query_route),
+            "Heartbeat": (s.HeartbeatRequest, self.heartbeat),
+            "SendMessage": (s.SendMessageRequest, self.send_message),
+            "QueryAssignment": (s.QueryAssignmentRequest, self.query_assignment),
+            "NotifyClientTermination": (
+                s.NotifyClientTerminationRequest,
+                self.notify_client_termination,
+            ),
+        }
+        table: dict[str, Handler] = {
+            prefix + name: _unary(kind, serve, self.limits) for name, (kind, serve) in unary.items()
+        }
+        table[prefix + "Telemetry"] = self.telemetry
+        return table
+
+    # -- routes -------------------------------------------------------------------------------
+
+    def _broker(self) -> Any:
+        bc = self.broker.broker_config
+        endpoints = d.Endpoints(
+            scheme=d.AddressScheme.IPv4,
+            addresses=[d.Address(host=bc.broker_ip1, port=self.port())],
+        )
+        return d.Broker(name=bc.broker_name, id=0, endpoints=endpoints)
+
+    @staticmethod
+    def _accepts(config: TopicConfig) -> list[int]:
+        kind = topic_message_type(config)
+        if kind == "MIXED":
+            return list(_TYPES.values())
+        return [_TYPES[kind]] if kind in _TYPES else []
+
+    def _queues(self, config: TopicConfig, topic: Any) -> list[Any]:
+        """The topic's queues as the proxy lists a broker's (genMessageQueueFromQueueData):
+        read-write ones first, then what only one of the counts has."""
+        perm = config.perm & self.broker.broker_config.broker_permission
+        reads, writes = config.read_queue_nums, config.write_queue_nums
+        broker, accepts = self._broker(), self._accepts(config)
+        queues = []
+        for qid in range(max(reads, writes)):
+            readable = qid < reads and perm & PERM_READ
+            writable = qid < writes and perm & PERM_WRITE
+            if readable and writable:
+                permission = d.Permission.READ_WRITE
+            elif readable:
+                permission = d.Permission.READ
+            elif writable:
+                permission = d.Permission.WRITE
+            else:
+                permission = d.Permission.NONE
+            queues.append(
+                d.MessageQueue(
+                    topic=topic,
+                    id=qid,
+                    permission=permission,
+                    broker=broker,
+                    accept_message_types=accepts,
+                )
+            )
+        return queues
+
+    @staticmethod
+    def _topic_name(resource: Any) -> str:
+        namespace = resource.resource_namespace
+        return f"{namespace}%{resource.name}" if namespace else resource.name
+
+    async def query_route(self, call: Call, request: Any) -> Any:
+        name = self._topic_name(request.topic)
+        config = self.broker.topic_config_manager.select(name)
+        if config is None:
+            return s.QueryRouteResponse(
+                status=status(
+                    Code.TOPIC_NOT_FOUND,
+                    f"No topic route info in name server for the topic: {name}",
+                )
+            )
+        return s.QueryRouteResponse(
+            status=status(Code.OK), message_queues=self._queues(config, request.topic)
+        )
+
+    async def query_assignment(self, call: Call, request: Any) -> Any:
+        """The proxy's answer for a non-FIFO group: one assignment per readable broker, with
+        queue id -1 (the broker picks the queue when the consumer receives)."""
+        name = self._topic_name(request.topic)
+        config = self.broker.topic_config_manager.select(name)
+        if config is None:
+            return s.QueryAssignmentResponse(
+                status=status(Code.TOPIC_NOT_FOUND, f"topic not found: {name}")
+            )
+        perm = config.perm & self.broker.broker_config.broker_permission
+        assignments = []
+        if perm & PERM_READ and config.read_queue_nums > 0:
+            queue = d.MessageQueue(
+                topic=request.topic,
+                id=-1,
+                permission=d.Permission.READ_WRITE if perm & PERM_WRITE else d.Permission.READ,
+                broker=self._broker(),
+                accept_message_types=self._accepts(config),
+            )
+            assignments.append(d.Assignment(message_queue=queue))
+        return s.QueryAssignmentResponse(status=status(Code.OK), assignments=assignments)
+
+    # -- clients ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _client_id(call: Call) -> str | None:
+        return call.metadata.get("x-mq-client-id") or None
+
+    async def heartbeat(self, call: Call, request: Any) -> Any:
+        if self._client_id(call) is None:
+            return s.HeartbeatResponse(
+                status=status(Code.CLIENT_ID_REQUIRED, "clientId is required")
+            )
+        if request.client_type not in ClientType.values() or request.client_type == 0:
+            return s.HeartbeatResponse(
+                status=status(Code.UNRECOGNIZED_CLIENT_TYPE, "unrecognized client type")
+            )
+        return s.HeartbeatResponse(status=status(Code.OK))
+
+    async def notify_client_termination(self, call: Call, request: Any) -> Any:
+        if self._client_id(call) is None:
+            return s.NotifyClientTerminationResponse(
+                status=status(Code.CLIENT_ID_REQUIRED, "clientId is required")
+            )
+        return s.NotifyClientTerminationResponse(status=status(Code.OK))
+
+    def _settings(self, client: Any) -> Any:
+        """The server's settings for a client's (the proxy's GrpcClientSettingsManager): the
+        client's own, with the producer's backoff and the broker's limits on publishing."""
+        settings = d.Settings()
+        settings.CopyFrom(client)
+        if client.client_type == ClientType.PRODUCER:
+            policy = d.RetryPolicy(max_attempts=PRODUCER_MAX_ATTEMPTS)
+            backoff = policy.exponential_backoff
+            backoff.initial.FromMilliseconds(PRODUCER_BACKOFF_INITIAL_MS)
+            backoff.max.FromMilliseconds(PRODUCER_BACKOFF_MAX_MS)
+            backoff.multiplier = PRODUCER_BACKOFF_MULTIPLIER
+            settings.backoff_policy.CopyFrom(policy)
+            settings.publishing.max_body_size = self.broker.store_config.max_message_size
+            settings.publishing.validate_message_type = True
+        elif settings.HasField("subscription"):
+            group = settings.subscription.group.name
+            config = self.broker.subscription_group_manager.table.get(group)
+            attempts = (config.retry_max_times if config is not None else 16) + 1
+            policy = d.RetryPolicy(max_attempts=attempts)
+            policy.exponential_backoff.initial.FromMilliseconds(1000)
+            policy.exponential_backoff.max.FromMilliseconds(60000)
+            policy.exponential_backoff.multiplier = 2.0
+            settings.backoff_policy.CopyFrom(policy)
+            settings.subscription.fifo = False
+        settings.metric.on = False
+        return settings
+
+    async def telemetry(self, call: Call) -> None:
+        """The bidi stream: each settings command is answered with the server's settings."""
+        if self._client_id(call) is None:
+            raise GrpcError(INVALID_ARGUMENT, "x-mq-client-id is required")
+        while True:
+            data = await call.receive()
+            if data is None:
+                return
+            try:
+                command = s.TelemetryCommand.FromString(data)
+            except DecodeError as exc:
+                raise GrpcError(INVALID_ARGUMENT, f"malformed TelemetryCommand: {exc}") from None
+            if command.HasField("settings"):
+                reply = s.TelemetryCommand(
+                    status=status(Code.OK), settings=self._settings(command.settings)
+                )
+                await call.send(reply.SerializeToString())
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def send_message(self, call: Call, request: Any) -> Any:
+        messages = request.messages
+        if not messages:
+            return s.SendMessageResponse(
+                status=status(Code.MESSAGE_CORRUPTED, "no message to send")
+            )
+        resource = messages[0].topic
+        if any(m.topic != resource for m in messages):
+            return s.SendMessageResponse(
+                status=status(Code.MESSAGE_CORRUPTED, "topic in message is not same")
+            )
+        topic = self._topic_name(resource)
+        entries = []
+        for message in messages:
+            try:
+                entry = await self._send_one(call, topic, message, len(messages) == 1)
+            except MessageRefused as exc:
+                return s.SendMessageResponse(status=status(exc.code, exc.message))
+            if isinstance(entry, tuple):  # the broker refused it: the call's status
+                return s.SendMessageResponse(status=status(*entry))
+            entries.append(entry)
+        codes = {entry.status.code for entry in entries}
+        code = codes.pop() if len(codes) == 1 else Code.MULTIPLE_RESULTS
+        return s.SendMessageResponse(status=status(code), entries=entries)
+
+    async def _send_one(
+        self, call: Call, topic: str, message: Any, single: bool
+    ) -> Any | tuple[int, str]:
+        broker = self.broker
+        store_config = broker.store_config
+        now_ms = int(time.time() * 1000)
+        form = stored_form(
+            message,
+            topic,
+            peer=call.peer,
+            max_body_size=store_config.max_message_size,
+            max_delay_ms=store_config.timer_max_delay_sec * 1000,
+            now_ms=now_ms,
+        )
+        config = broker.topic_config_manager.select(topic)
+        queue_id = -1
+        if config is not None:
+            self._check_type(topic, config, form.message_type)
+            writes = config.write_queue_nums
+            if single and form.message_group and writes > 0:
+                queue_id = consistent_hash(java_string_hash(form.message_group), writes)
+            elif writes > 0:
+                queue_id = random.randrange(writes)
+        header = SendMessageRequestHeader(
+            producer_group=topic,
+            topic=topic,
+            default_topic=DEFAULT_TOPIC,
+            default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS,
+            queue_id=queue_id,
+            sys_flag=form.sys_flag,
+            born_timestamp=form.born_timestamp,
+            flag=0,
+            properties=encode_properties(form.properties),
+            reconsume_times=form.reconsume_times,
+        )
+        answer = await send_via_broker(broker, call.peer, header, form.body)
+        code = answer.code
+        if code in _SEND_STATUS_CODES:
+            return s.SendResultEntry(
+                status=status(_SEND_STATUS_CODES[code], f"send message failed, sendStatus={code}")
+            )
+        if code != ResponseCode.SUCCESS:
+            return (
+                _BROKER_CODES.get(code, Code.INTERNAL_SERVER_ERROR),
+                answer.remark or str(code),
+            )
+        ext = answer.ext_fields
+        return s.SendResultEntry(
+            status=status(Code.OK),
+            message_id=form.message_id,
+            # A transaction's id is its half message's offset id (what EndTransaction needs).
+            transaction_id=ext.get("msgId", "") if form.message_type == "TRANSACTION" else "",
+            offset=int(ext.get("queueOffset", "0")),
+        )
+
+    @staticmethod
+    def _check_type(topic: str, config: TopicConfig, message_type: str) -> None:
+        if topic.startswith(retry_topic("")) or topic.startswith(dlq_topic("")):
+            return  # the proxy checks neither retry nor DLQ topics
+        kind = topic_message_type(config)
+        if kind == "MIXED" or kind == message_type:
+            return
+        raise MessageRefused(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"TopicMessageType validate failed, topic type is {kind}, "
+            f"message type is {message_type}",
+        )

@@ -1,0 +1,271 @@
+"""RocketMQ 5's official Python client (rocketmq-python-client) producing through the broker's
+gRPC port (issue #40), and pymq's own 4.x PushConsumer receiving what it sent: sync and async
+sends with tag, keys and properties; FIFO message groups kept on one queue in order; delay by
+delivery timestamp; a message of the wrong type refused as the proxy refuses it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import trio
+from rocketmq.grpc_protocol import definition_pb2, service_pb2
+from rocketmq.v5.client import ClientConfiguration, Credentials
+from rocketmq.v5.model import Message
+from rocketmq.v5.producer import Producer
+
+from pymq.client import ConsumeFromWhere, MessageExt, PushConsumer
+from pymq.common.topic import TopicConfig
+from pymq.embedded import Cluster, open_cluster
+from pymq.testing import TEST_PROPERTIES
+from tests.helpers import free_port
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+
+
+@pytest.fixture
+async def grpc_cluster(tmp_path) -> AsyncIterator[Cluster]:
+    props = dict(TEST_PROPERTIES, grpcServerPort=str(free_port()))
+    async with open_cluster(
+        str(tmp_path),
+        namesrv_port=0,
+        broker_port=0,
+        bind_address="127.0.0.1",
+        properties=props,
+    ) as cluster:
+        yield cluster
+
+
+def endpoint(cluster: Cluster) -> str:
+    assert cluster.broker.grpc_server is not None
+    return f"127.0.0.1:{cluster.broker.grpc_server.port}"
+
+
+async def make_topic(cluster: Cluster, name: str, kind: str | None = None, queues: int = 4) -> None:
+    attributes = {"message.type": kind} if kind else None
+    await cluster.broker.topic_config_manager.update(
+        TopicConfig(name, queues, queues, attributes=attributes)
+    )
+
+
+def with_producer(cluster: Cluster, topic: str, work: Callable[[Producer], Any]) -> Any:
+    """Run ``work`` with a started official Producer (blocking: call in a thread)."""
+    producer = Producer(ClientConfiguration(endpoint(cluster), Credentials()), (topic,))
+    producer.startup()
+    try:
+        return work(producer)
+    finally:
+        producer.shutdown()
+
+
+def message(topic: str, body: bytes, **fields: Any) -> Message:
+    msg = Message()
+    msg.topic = topic
+    msg.body = body
+    for name, value in fields.items():
+        if name == "properties":
+            for key, prop in value.items():
+                msg.add_property(key, prop)
+        elif name == "keys":
+            msg.keys = value
+        else:
+            setattr(msg, name, value)
+    return msg
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.got: list[tuple[int, MessageExt]] = []
+        self.changed = trio.Event()
+
+    async def __call__(self, msgs: list[MessageExt]) -> bool:
+        now = int(time.time() * 1000)
+        self.got.extend((now, m) for m in msgs)
+        self.changed.set()
+        self.changed = trio.Event()
+        return True
+
+    async def wait_for(self, count: int, timeout: float = 30) -> None:
+        with trio.fail_after(timeout):
+            while len(self.got) < count:
+                await self.changed.wait()
+
+
+async def receive_all(cluster: Cluster, topic: str, count: int) -> list[tuple[int, MessageExt]]:
+    receiver = Receiver()
+    async with PushConsumer("G4", cluster.namesrv_addr, receiver, consume_from=FIRST) as c:
+        await c.subscribe(topic)
+        await receiver.wait_for(count)
+    return receiver.got
+
+
+async def test_sync_and_async_sends_reach_a_4x_consumer_intact(grpc_cluster: Cluster) -> None:
+    await make_topic(grpc_cluster, "Grpc5")
+
+    def produce(producer: Producer) -> list[str]:
+        ids = []
+        for i in range(5):
+            msg = message(
+                "Grpc5",
+                f"sync-{i}".encode(),
+                tag="TagA",
+                keys=f"key-{i}",
+                properties={"color": "blue", "n": str(i)},
+            )
+            ids.append(producer.send(msg).message_id)
+        futures = [
+            producer.send_async(message("Grpc5", f"async-{i}".encode(), tag="TagB"))
+            for i in range(5)
+        ]
+        ids += [future.result(timeout=10).message_id for future in futures]
+        return ids
+
+    ids = await trio.to_thread.run_sync(with_producer, grpc_cluster, "Grpc5", produce)
+    assert len(set(ids)) == 10
+    got = {m.body: m for _, m in await receive_all(grpc_cluster, "Grpc5", 10)}
+    assert set(got) == {f"sync-{i}".encode() for i in range(5)} | {
+        f"async-{i}".encode() for i in range(5)
+    }
+    for i in range(5):
+        msg = got[f"sync-{i}".encode()]
+        assert msg.tags == "TagA"
+        assert msg.properties["KEYS"] == f"key-{i}"
+        assert msg.properties["color"] == "blue" and msg.properties["n"] == str(i)
+        # The 5.x message id is the message's UNIQ_KEY, as a 4.x producer's id is.
+        assert msg.properties["UNIQ_KEY"] == ids[i]
+        assert msg.properties["__BORNHOST"]  # the client's address, as the proxy stores it
+        assert int(msg.properties["BORN_TIMESTAMP"]) > 0
+        assert msg.properties["PGROUP"] == "Grpc5"
+        assert "__SHARDINGKEY" not in msg.properties
+    assert {got[f"async-{i}".encode()].tags for i in range(5)} == {"TagB"}
+
+
+async def test_fifo_groups_stay_on_one_queue_in_order(grpc_cluster: Cluster) -> None:
+    await make_topic(grpc_cluster, "Fifo5", "FIFO", queues=8)
+    groups = ["order-1", "order-2", "order-3", "order-4"]
+
+    def produce(producer: Producer) -> None:
+        for i in range(6):
+            for group in groups:
+                producer.send(message("Fifo5", f"{group}:{i}".encode(), message_group=group))
+
+    await trio.to_thread.run_sync(with_producer, grpc_cluster, "Fifo5", produce)
+    got = await receive_all(grpc_cluster, "Fifo5", 24)
+    by_group: dict[str, list[MessageExt]] = {}
+    for _, msg in got:
+        group = msg.properties["__SHARDINGKEY"]
+        assert msg.body.decode().startswith(group + ":")
+        by_group.setdefault(group, []).append(msg)
+    assert sorted(by_group) == groups
+    for msgs in by_group.values():
+        assert len({m.queue_id for m in msgs}) == 1  # one queue per message group
+        in_queue = sorted(msgs, key=lambda m: m.queue_offset)
+        assert [m.body.decode().split(":")[1] for m in in_queue] == [str(i) for i in range(6)]
+
+
+@pytest.mark.slow
+async def test_delivery_timestamp_delays_the_message(grpc_cluster: Cluster) -> None:
+    await make_topic(grpc_cluster, "Delay5", "DELAY")
+    due: list[int] = []
+
+    def produce(producer: Producer) -> None:
+        # The client sends whole seconds: due at least 2 s from now.
+        at = int(time.time()) + 3
+        due.append(at * 1000)
+        producer.send(message("Delay5", b"later", delivery_timestamp=at))
+
+    await trio.to_thread.run_sync(with_producer, grpc_cluster, "Delay5", produce)
+    [(arrived, msg)] = await receive_all(grpc_cluster, "Delay5", 1)
+    assert msg.body == b"later"
+    assert msg.properties["TIMER_DELIVER_MS"] == str(due[0])
+    assert arrived >= due[0]
+
+
+def raw_send(cluster: Cluster, request: Any) -> Any:
+    """A SendMessage through grpcio's own stub: what a client that skips its own type check
+    sends (blocking)."""
+    import grpc
+
+    with grpc.insecure_channel(endpoint(cluster)) as channel:
+        call = channel.unary_unary(
+            "/apache.rocketmq.v2.MessagingService/SendMessage",
+            request_serializer=service_pb2.SendMessageRequest.SerializeToString,
+            response_deserializer=service_pb2.SendMessageResponse.FromString,
+        )
+        return call(request, timeout=10, metadata=[("x-mq-client-id", "raw-test")])
+
+
+def send_request(topic: str, kind: int, group: str = "") -> Any:
+    request = service_pb2.SendMessageRequest()
+    msg = request.messages.add()
+    msg.topic.name = topic
+    msg.body = b"typed"
+    msg.system_properties.message_id = "01AABBCCDDEEFF00112233445566778899"
+    msg.system_properties.message_type = kind
+    if group:
+        msg.system_properties.message_group = group
+    return request
+
+
+async def test_a_message_of_the_wrong_type_is_refused(grpc_cluster: Cluster) -> None:
+    await make_topic(grpc_cluster, "FifoOnly", "FIFO")
+    await make_topic(grpc_cluster, "Mixed", "MIXED")
+    await make_topic(grpc_cluster, "Plain")
+    code = definition_pb2.Code
+    normal, fifo = definition_pb2.MessageType.NORMAL, definition_pb2.MessageType.FIFO
+    store = grpc_cluster.broker.store
+    cases = [
+        ("FifoOnly", normal, "", code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ("Plain", fifo, "g", code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ("FifoOnly", fifo, "g", code.OK),
+        ("Mixed", fifo, "g", code.OK),
+        ("Mixed", normal, "", code.OK),
+        ("Plain", normal, "", code.OK),
+    ]
+    for topic, kind, group, want in cases:
+        response = await trio.to_thread.run_sync(
+            raw_send, grpc_cluster, send_request(topic, kind, group)
+        )
+        assert response.status.code == want, (topic, kind, response.status)
+        if want != code.OK:
+            assert "TopicMessageType validate failed" in response.status.message
+            assert not response.entries
+    await store.reput.do_reput()
+    stored = {
+        topic: sum(store.get_max_offset_in_queue(topic, q) for q in range(4))
+        for topic in ("FifoOnly", "Mixed", "Plain")
+    }
+    assert stored == {"FifoOnly": 1, "Mixed": 2, "Plain": 1}  # the refused ones wrote nothing
+
+
+async def test_route_names_the_grpc_endpoint_and_unknown_topics_are_not_found(
+    grpc_cluster: Cluster,
+) -> None:
+    await make_topic(grpc_cluster, "Routed", "FIFO", queues=3)
+    import grpc
+
+    def query(topic: str) -> Any:
+        with grpc.insecure_channel(endpoint(grpc_cluster)) as channel:
+            call = channel.unary_unary(
+                "/apache.rocketmq.v2.MessagingService/QueryRoute",
+                request_serializer=service_pb2.QueryRouteRequest.SerializeToString,
+                response_deserializer=service_pb2.QueryRouteResponse.FromString,
+            )
+            request = service_pb2.QueryRouteRequest()
+            request.topic.name = topic
+            return call(request, timeout=10)
+
+    route = await trio.to_thread.run_sync(query, "Routed")
+    assert route.status.code == definition_pb2.Code.OK
+    assert [q.id for q in route.message_queues] == [0, 1, 2]
+    port = grpc_cluster.broker.grpc_server.port  # type: ignore[union-attr]
+    for queue in route.message_queues:
+        assert queue.permission == definition_pb2.Permission.READ_WRITE
+        assert queue.broker.name == "broker-a"
+        assert [(a.host, a.port) for a in queue.broker.endpoints.addresses] == [("127.0.0.1", port)]
+        assert list(queue.accept_message_types) == [definition_pb2.MessageType.FIFO]
+    missing = await trio.to_thread.run_sync(query, "NoSuchTopic")
+    assert missing.status.code == definition_pb2.Code.TOPIC_NOT_FOUND
+    assert not missing.message_queues

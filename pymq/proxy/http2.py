@@ -219,14 +219,16 @@ class Call:
                 continue
             raise GrpcError(DEADLINE_EXCEEDED, "the request message did not arrive in time")
 
-    async def send(self, message: bytes) -> None:
-        """Send one response message (the response headers first, once)."""
+    async def send(self, message: bytes, *, last: bool = False) -> None:
+        """Send one response message (the response headers first, once).  ``last``: the call
+        sends nothing more, so what fits the window is written with the trailers, in one
+        write, rather than now."""
         if not self.headers_sent:
             self.headers_sent = True
             self._conn.h2.send_headers(
                 self.stream_id, [(":status", "200"), ("content-type", "application/grpc")]
             )
-        await self._conn.send_data(self, _PREFIX.pack(0, len(message)) + message)
+        await self._conn.send_data(self, _PREFIX.pack(0, len(message)) + message, flush=not last)
 
 
 Handler = Callable[[Call], Awaitable[None]]
@@ -392,7 +394,7 @@ class _Connection:
         if not call.ended:
             self.h2.reset_stream(call.stream_id, h2.errors.ErrorCodes.NO_ERROR)
 
-    async def send_data(self, call: Call, data: bytes) -> None:
+    async def send_data(self, call: Call, data: bytes, *, flush: bool = True) -> None:
         view = memoryview(data)
         limits = self.limits
         while view:
@@ -410,7 +412,8 @@ class _Connection:
                 raise _ConnectionGone
             self.h2.send_data(call.stream_id, bytes(view[:size]))
             view = view[size:]
-            await self.flush()
+            if flush or view:
+                await self.flush()
 
     async def flush(self) -> None:
         """Write what h2 queued; a peer that does not take it within the stall timeout loses

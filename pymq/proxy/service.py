@@ -114,7 +114,7 @@ def _unary(
         except DecodeError as exc:
             raise GrpcError(INVALID_ARGUMENT, f"malformed {name}: {exc}") from None
         response = await serve(call, request)
-        await call.send(response.SerializeToString())
+        await call.send(response.SerializeToString(), last=True)
 
     return handler
 

@@ -269,3 +269,58 @@ async def test_route_names_the_grpc_endpoint_and_unknown_topics_are_not_found(
     missing = await trio.to_thread.run_sync(query, "NoSuchTopic")
     assert missing.status.code == definition_pb2.Code.TOPIC_NOT_FOUND
     assert not missing.message_queues
+
+
+async def test_telemetry_answers_settings_and_assignment_and_heartbeat(
+    grpc_cluster: Cluster,
+) -> None:
+    await make_topic(grpc_cluster, "Assigned")
+    import grpc
+
+    def talk() -> tuple[Any, Any, Any, Any]:
+        with grpc.insecure_channel(endpoint(grpc_cluster)) as channel:
+            meta = [("x-mq-client-id", "raw-test")]
+            telemetry = channel.stream_stream(
+                "/apache.rocketmq.v2.MessagingService/Telemetry",
+                request_serializer=service_pb2.TelemetryCommand.SerializeToString,
+                response_deserializer=service_pb2.TelemetryCommand.FromString,
+            )
+            command = service_pb2.TelemetryCommand()
+            command.settings.client_type = definition_pb2.ClientType.PRODUCER
+            command.settings.publishing.max_body_size = 128 << 20
+            replies = telemetry(iter([command]), timeout=10, metadata=meta)
+            settings = next(replies)
+            replies.cancel()
+            assignment = channel.unary_unary(
+                "/apache.rocketmq.v2.MessagingService/QueryAssignment",
+                request_serializer=service_pb2.QueryAssignmentRequest.SerializeToString,
+                response_deserializer=service_pb2.QueryAssignmentResponse.FromString,
+            )
+            request = service_pb2.QueryAssignmentRequest()
+            request.topic.name = "Assigned"
+            request.group.name = "G5"
+            assigned = assignment(request, timeout=10, metadata=meta)
+            heartbeat = channel.unary_unary(
+                "/apache.rocketmq.v2.MessagingService/Heartbeat",
+                request_serializer=service_pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=service_pb2.HeartbeatResponse.FromString,
+            )
+            beat = service_pb2.HeartbeatRequest(client_type=definition_pb2.ClientType.PRODUCER)
+            ok = heartbeat(beat, timeout=10, metadata=meta)
+            anonymous = heartbeat(beat, timeout=10)
+            return settings, assigned, ok, anonymous
+
+    settings, assigned, ok, anonymous = await trio.to_thread.run_sync(talk)
+    assert settings.status.code == definition_pb2.Code.OK
+    # The broker's limit, not the client's wish, and the proxy's producer backoff.
+    assert settings.settings.publishing.max_body_size == 4 * 1024 * 1024
+    assert settings.settings.publishing.validate_message_type
+    policy = settings.settings.backoff_policy
+    assert policy.max_attempts == 3
+    assert policy.exponential_backoff.initial.ToMilliseconds() == 10
+    assert assigned.status.code == definition_pb2.Code.OK
+    [assignment] = assigned.assignments
+    assert assignment.message_queue.id == -1
+    assert assignment.message_queue.broker.name == "broker-a"
+    assert ok.status.code == definition_pb2.Code.OK
+    assert anonymous.status.code == definition_pb2.Code.CLIENT_ID_REQUIRED

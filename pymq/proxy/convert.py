@@ -12,6 +12,7 @@ the proxy's transaction checker looks).  Every refusal is a :class:`MessageRefus
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import attrs
@@ -28,6 +29,7 @@ from pymq.common.message_ext import (
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    MessageExt,
     MessageSysFlag,
 )
 from pymq.proxy.schema import Code, MessageType, definition
@@ -273,3 +275,74 @@ def consistent_hash(key: int, buckets: int) -> int:
             candidate = following
         else:
             return candidate
+
+
+# Properties the broker keeps for itself: not handed to a 5.x consumer as user properties.
+_NOT_USER = SYSTEM_PROPERTY_KEYS | {PROPERTY_SHARDING_KEY, PROPERTY_TRACE_CONTEXT}
+
+
+def _timestamp(target: Any, millis: int) -> None:
+    target.seconds, rest = divmod(int(millis), 1000)
+    target.nanos = rest * 1_000_000
+
+
+def to_grpc_message(
+    ext: MessageExt,
+    *,
+    receipt_handle: str,
+    invisible_ms: int,
+    attempt: int,
+    store_host: str,
+) -> Any:
+    """A stored message as a 5.x consumer receives it (the inverse of :func:`stored_form`)."""
+    props = ext.properties
+    msg = definition.Message()
+    msg.topic.name = ext.topic
+    msg.body = ext.body
+    for key, value in props.items():
+        if key not in _NOT_USER:
+            msg.user_properties[key] = value
+    system = msg.system_properties
+    tag = props.get(PROPERTY_TAGS)
+    if tag:
+        system.tag = tag
+    keys = props.get(PROPERTY_KEYS)
+    if keys:
+        system.keys.extend(k for k in keys.split(" ") if k)
+    system.message_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or ""
+    # The body's CRC32 as 8 hex digits, as the proxy sends it (the client checks it).
+    system.body_digest.type = definition.DigestType.CRC32
+    system.body_digest.checksum = f"{zlib.crc32(ext.body):08X}"
+    system.body_encoding = (
+        definition.Encoding.GZIP
+        if ext.sys_flag & MessageSysFlag.COMPRESSED_FLAG
+        else definition.Encoding.IDENTITY
+    )
+    system.message_type = _MESSAGE_TYPES[message_type_of(props)]
+    _timestamp(system.born_timestamp, int(props.get(PROPERTY_BORN_TIMESTAMP) or ext.born_timestamp))
+    system.born_host = props.get(PROPERTY_BORN_HOST) or ext.born_host[0]
+    _timestamp(system.store_timestamp, ext.store_timestamp)
+    system.store_host = store_host
+    deliver = props.get(PROPERTY_TIMER_DELIVER_MS)
+    if deliver and deliver.isdigit():
+        _timestamp(system.delivery_timestamp, int(deliver))
+    system.receipt_handle = receipt_handle
+    system.queue_id = ext.queue_id
+    system.queue_offset = ext.queue_offset
+    system.invisible_duration.FromMilliseconds(invisible_ms)
+    system.delivery_attempt = attempt
+    group = props.get(PROPERTY_SHARDING_KEY)
+    if group:
+        system.message_group = group
+    trace = props.get(PROPERTY_TRACE_CONTEXT)
+    if trace:
+        system.trace_context = trace
+    return msg
+
+
+_MESSAGE_TYPES = {
+    "NORMAL": MessageType.NORMAL,
+    "FIFO": MessageType.FIFO,
+    "DELAY": MessageType.DELAY,
+    "TRANSACTION": MessageType.TRANSACTION,
+}

@@ -3,8 +3,10 @@
 The RPCs a 5.x producer needs: QueryRoute (this broker's queues of the topic, at this broker's
 gRPC endpoint), Heartbeat, SendMessage (through the broker's send path: see
 :func:`send_via_broker`), Telemetry (the settings handshake), QueryAssignment and
-NotifyClientTermination.  Every other method of the service is answered ``UNIMPLEMENTED`` by the
-transport (:mod:`pymq.proxy.http2`), never left waiting.
+NotifyClientTermination; and a SimpleConsumer's: ReceiveMessage (server streaming, long
+polling), AckMessage and ChangeInvisibleDuration (POP consumption, :mod:`pymq.proxy.pop`).
+Every other method of the service is answered ``UNIMPLEMENTED`` by the transport
+(:mod:`pymq.proxy.http2`), never left waiting.
 
 Status codes are the proxy's (ResponseBuilder): a broker answer maps SUCCESS -> OK, SYSTEM_BUSY
 -> TOO_MANY_REQUESTS, TOPIC_NOT_EXIST -> TOPIC_NOT_FOUND, SUBSCRIPTION_GROUP_NOT_EXIST ->
@@ -33,8 +35,14 @@ from pymq.common.topic import (
     retry_topic,
     topic_message_type,
 )
-from pymq.proxy.convert import MessageRefused, consistent_hash, stored_form
+from pymq.proxy.convert import MessageRefused, consistent_hash, stored_form, to_grpc_message
 from pymq.proxy.http2 import INVALID_ARGUMENT, Call, GrpcError, GrpcLimits, Handler
+from pymq.proxy.pop import (
+    MAX_INVISIBLE_MS,
+    MIN_INVISIBLE_MS,
+    HandleError,
+    PopService,
+)
 from pymq.proxy.schema import SERVICE_NAME, ClientType, Code, DecodeError, MessageType
 from pymq.proxy.schema import definition as d
 from pymq.proxy.schema import service as s
@@ -126,6 +134,7 @@ class MessagingService:
         self.broker = broker
         self.limits = limits
         self.port = port  # the gRPC port, once bound (the routes name it)
+        self.pop = PopService(broker)
 
     def handlers(self) -> dict[str, Handler]:
         prefix = f"/{SERVICE_NAME}/"
@@ -138,11 +147,17 @@ class MessagingService:
                 s.NotifyClientTerminationRequest,
                 self.notify_client_termination,
             ),
+            "AckMessage": (s.AckMessageRequest, self.ack_message),
+            "ChangeInvisibleDuration": (
+                s.ChangeInvisibleDurationRequest,
+                self.change_invisible_duration,
+            ),
         }
         table: dict[str, Handler] = {
             prefix + name: _unary(kind, serve, self.limits) for name, (kind, serve) in unary.items()
         }
         table[prefix + "Telemetry"] = self.telemetry
+        table[prefix + "ReceiveMessage"] = self.receive_message
         return table
 
     # -- routes -------------------------------------------------------------------------------
@@ -395,3 +410,145 @@ class MessagingService:
             f"TopicMessageType validate failed, topic type is {kind}, "
             f"message type is {message_type}",
         )
+
+    # -- POP consumption (SimpleConsumer) -----------------------------------------------------
+
+    # What a receive without an invisible duration (a PushConsumer's, auto-renewed) gets.
+    DEFAULT_INVISIBLE_MS = 60_000
+    MAX_LONG_POLLING_MS = 20_000  # the proxy's grpcClientConsumerMaxLongPollingTimeoutMillis
+
+    async def _consumable(self, group: str, topic: str) -> tuple[TopicConfig, int] | Any:
+        """The topic's config and the group's max delivery attempts, or the refusing status."""
+        if not group:
+            return status(Code.ILLEGAL_CONSUMER_GROUP, "consumer group cannot be empty")
+        config = self.broker.topic_config_manager.select(topic)
+        if config is None:
+            return status(Code.TOPIC_NOT_FOUND, f"topic not found: {topic}")
+        perm = config.perm & self.broker.broker_config.broker_permission
+        if not perm & PERM_READ:
+            return status(Code.FORBIDDEN, f"the topic[{topic}] is not readable")
+        group_config = await self.broker.subscription_group_manager.find_or_create(group)
+        if group_config is None:
+            return status(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group not found: {group}")
+        if not group_config.consume_enable:
+            return status(Code.FORBIDDEN, f"the consumer group[{group}] may not consume")
+        return config, group_config.retry_max_times + 1
+
+    async def receive_message(self, call: Call) -> None:
+        """ReceiveMessage (server streaming): the messages, or MESSAGE_NOT_FOUND once the long
+        polling time passed without one."""
+        data = await call.receive(timeout=self.limits.receive_timeout)
+        if data is None:
+            raise GrpcError(INVALID_ARGUMENT, "the call ended without a ReceiveMessageRequest")
+        try:
+            request = s.ReceiveMessageRequest.FromString(data)
+        except DecodeError as exc:
+            raise GrpcError(INVALID_ARGUMENT, f"malformed ReceiveMessageRequest: {exc}") from None
+        found = await self._receive(request)
+        if not isinstance(found, list):
+            await call.send(s.ReceiveMessageResponse(status=found).SerializeToString(), last=True)
+            return
+        stamp = s.ReceiveMessageResponse()
+        stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
+        await call.send(stamp.SerializeToString())
+        await call.send(s.ReceiveMessageResponse(status=status(Code.OK)).SerializeToString())
+        bc = self.broker.broker_config
+        store_host = f"{bc.broker_ip1}:{self.broker.port}"
+        for i, item in enumerate(found):
+            message = to_grpc_message(
+                item.message,
+                receipt_handle=item.handle,
+                invisible_ms=item.invisible_ms,
+                attempt=item.attempt,
+                store_host=store_host,
+            )
+            response = s.ReceiveMessageResponse(message=message)
+            await call.send(response.SerializeToString(), last=i == len(found) - 1)
+
+    async def _receive(self, request: Any) -> list[Any] | Any:
+        group = self._topic_name(request.group)
+        topic = self._topic_name(request.message_queue.topic)
+        checked = await self._consumable(group, topic)
+        if not isinstance(checked, tuple):
+            return checked
+        config, max_attempts = checked
+        if request.HasField("invisible_duration"):
+            invisible_ms = request.invisible_duration.ToMilliseconds()
+        else:
+            invisible_ms = self.DEFAULT_INVISIBLE_MS
+        if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+            return status(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"the invisible time {invisible_ms} ms is not within "
+                f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms",
+            )
+        expression = request.filter_expression
+        if expression.type == d.FilterType.SQL:
+            return status(
+                Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not served over gRPC yet"
+            )
+        polling_ms = 0
+        if request.HasField("long_polling_timeout"):
+            polling_ms = min(
+                request.long_polling_timeout.ToMilliseconds(), self.MAX_LONG_POLLING_MS
+            )
+        reads = config.read_queue_nums
+        wanted = request.message_queue.id
+        if 0 <= wanted < reads:
+            queue_ids = [wanted]
+        else:
+            start = random.randrange(reads) if reads else 0
+            queue_ids = [(start + i) % reads for i in range(reads)]
+        found = await self.pop.receive(
+            group,
+            topic,
+            queue_ids,
+            batch=request.batch_size or 1,
+            invisible_ms=invisible_ms,
+            long_polling_ms=max(0, polling_ms),
+            expression=expression.expression or "*",
+            max_attempts=max_attempts,
+        )
+        return found or status(Code.MESSAGE_NOT_FOUND, "no new message")
+
+    async def ack_message(self, call: Call, request: Any) -> Any:
+        group = self._topic_name(request.group)
+        topic = self._topic_name(request.topic)
+        entries = []
+        for entry in request.entries:
+            try:
+                self.pop.ack(group, topic, entry.receipt_handle)
+                result = status(Code.OK)
+            except HandleError as exc:
+                result = status(Code.INVALID_RECEIPT_HANDLE, str(exc))
+            entries.append(
+                s.AckMessageResultEntry(
+                    message_id=entry.message_id,
+                    receipt_handle=entry.receipt_handle,
+                    status=result,
+                )
+            )
+        codes = {e.status.code for e in entries}
+        if not codes:
+            return s.AckMessageResponse(status=status(Code.BAD_REQUEST, "no entry to ack"))
+        code = codes.pop() if len(codes) == 1 else Code.MULTIPLE_RESULTS
+        return s.AckMessageResponse(status=status(code), entries=entries)
+
+    async def change_invisible_duration(self, call: Call, request: Any) -> Any:
+        group = self._topic_name(request.group)
+        topic = self._topic_name(request.topic)
+        invisible_ms = request.invisible_duration.ToMilliseconds()
+        if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+            return s.ChangeInvisibleDurationResponse(
+                status=status(
+                    Code.ILLEGAL_INVISIBLE_TIME,
+                    f"the invisible time {invisible_ms} ms is not within [0, {MAX_INVISIBLE_MS}]",
+                )
+            )
+        try:
+            handle = self.pop.change_invisible(group, topic, request.receipt_handle, invisible_ms)
+        except HandleError as exc:
+            return s.ChangeInvisibleDurationResponse(
+                status=status(Code.INVALID_RECEIPT_HANDLE, str(exc))
+            )
+        return s.ChangeInvisibleDurationResponse(status=status(Code.OK), receipt_handle=handle)

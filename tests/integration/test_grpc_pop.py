@@ -5,8 +5,12 @@ again after a broker restart."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +19,9 @@ from rocketmq.v5.client import ClientConfiguration, Credentials
 from rocketmq.v5.consumer import SimpleConsumer
 from rocketmq.v5.model import FilterExpression
 
+from pymq.broker.controller import PERSIST_OFFSETS_INITIAL_DELAY
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
-from pymq.client import Message, Producer
+from pymq.client import Message, Producer, topics
 from pymq.common.topic import TopicConfig, dlq_topic
 from pymq.embedded import Cluster, open_cluster
 from pymq.testing import TEST_PROPERTIES
@@ -179,4 +184,74 @@ async def test_unacked_messages_come_back_after_a_restart(tmp_path) -> None:
         bodies = await trio.to_thread.run_sync(with_consumer, port, "GR", "Durable", again)
     # Every unacked message again (at least once); a is not; c, acked above the unacked b,
     # may come again too.
+    assert {b"b", b"d"} <= set(bodies) <= {b"b", b"c", b"d"}
+
+
+def _start_pymq(data: str, grpc_port: int) -> tuple[subprocess.Popen[str], str, str]:
+    """``python -m pymq`` on ``data`` serving gRPC on ``grpc_port``, its consumer offsets
+    persisted every 200 ms; the process, its name server's and its broker's address."""
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "pymq", "--data", data, "--bind", "127.0.0.1",
+            "--namesrv-port", "0", "--broker-port", "0", "--admin-port", "0",
+            "--metrics-port", "0", "--grpc-port", str(grpc_port),
+            "--mappedFileSizeCommitLog", str(1 << 20),
+            "--flushConsumerOffsetInterval", "200",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    banner = proc.stdout.readline()
+    found = re.search(r"name server (127\.0\.0\.1:\d+), broker (127\.0\.0\.1:\d+)", banner)
+    if found is None:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"no banner: {banner!r}")
+    return proc, found.group(1), found.group(2)
+
+
+@pytest.mark.slow
+async def test_kill_9_redelivers_every_unacked_message_and_no_persisted_ack(tmp_path) -> None:
+    data = str(tmp_path / "data")
+    port = free_port()
+    proc, ns, broker = _start_pymq(data, port)
+    try:
+        await topics.create_topic(ns, "Killed", queues=1, brokers=[broker])
+        async with Producer("P4", ns) as producer:
+            for body in (b"a", b"b", b"c", b"d"):
+                await producer.send(Message("Killed", body))
+
+        def work(consumer: SimpleConsumer) -> None:
+            got = sorted(receive_until(consumer, 4, invisible=600), key=lambda m: m.body)
+            assert [m.body for m in got] == [b"a", b"b", b"c", b"d"]
+            consumer.ack(got[0])  # a acked; b unacked; c acked; d unacked
+            consumer.ack(got[2])
+
+        await trio.to_thread.run_sync(with_consumer, port, "GK", "Killed", work)
+        # The offsets persisted since the acks: the broker persists them from 10 s after its
+        # start (PERSIST_OFFSETS_INITIAL_DELAY), then every 200 ms here.
+        saved = Path(data) / "store" / "config" / "consumerOffset.json"
+        with trio.fail_after(PERSIST_OFFSETS_INITIAL_DELAY + 10):
+            while not saved.exists() or '"Killed@GK"' not in saved.read_text():
+                await trio.sleep(0.1)
+        await trio.sleep(0.5)
+    finally:
+        proc.kill()  # SIGKILL: no shutdown, nothing flushed on the way out
+        proc.wait()
+    port = free_port()
+    proc, ns, broker = _start_pymq(data, port)
+    try:
+
+        def again(consumer: SimpleConsumer) -> list[bytes]:
+            got = receive_until(consumer, 2)
+            more = consumer.receive(4, 10)
+            return sorted(m.body for m in got + more)
+
+        bodies = await trio.to_thread.run_sync(with_consumer, port, "GK", "Killed", again)
+    finally:
+        proc.kill()
+        proc.wait()
+    # b and d again; a (acked below every unacked one) never; c (acked above b) may.
     assert {b"b", b"d"} <= set(bodies) <= {b"b", b"c", b"d"}

@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from pymq.broker.acl import AclRefused
 from pymq.common.message_ext import encode_properties, java_string_hash
 from pymq.common.topic import (
     PERM_READ,
@@ -212,6 +213,9 @@ class MessagingService:
         return f"{namespace}%{resource.name}" if namespace else resource.name
 
     async def query_route(self, call: Call, request: Any) -> Any:
+        refusal = self._refused(call, RequestCode.HEART_BEAT)
+        if refusal is not None:
+            return s.QueryRouteResponse(status=refusal)
         name = self._topic_name(request.topic)
         config = self.broker.topic_config_manager.select(name)
         if config is None:
@@ -228,6 +232,9 @@ class MessagingService:
     async def query_assignment(self, call: Call, request: Any) -> Any:
         """The proxy's answer for a non-FIFO group: one assignment per readable broker, with
         queue id -1 (the broker picks the queue when the consumer receives)."""
+        refusal = self._refused(call, RequestCode.HEART_BEAT)
+        if refusal is not None:
+            return s.QueryAssignmentResponse(status=refusal)
         name = self._topic_name(request.topic)
         config = self.broker.topic_config_manager.select(name)
         if config is None:
@@ -253,7 +260,38 @@ class MessagingService:
     def _client_id(call: Call) -> str | None:
         return call.metadata.get("x-mq-client-id") or None
 
+    def _refused(self, call: Call, code: int, fields: dict[str, str] | None = None) -> Any:
+        """With aclEnable, the status refusing the call (None to serve it): the 5.x client's
+        ``authorization`` (``MQv2-HMAC-SHA1 Credential=<accessKey>, SignedHeaders=
+        x-mq-date-time, Signature=<hex HMAC-SHA1 of x-mq-date-time>``) checked against the
+        plain_acl.yml accounts, with the permissions of the 4.x request ``code`` (SEND_MESSAGE:
+        PUB on the topic; PULL_MESSAGE: SUB on the topic and the group; HEART_BEAT: a valid
+        signature).  UNAUTHORIZED for who the caller is, FORBIDDEN for what it may do."""
+        acl = self.broker.acl
+        if acl is None:
+            return None
+        access_key = signature = None
+        text = call.metadata.get("authorization", "")
+        _, _, parameters = text.partition(" ")
+        for part in parameters.split(","):
+            name, _, value = part.strip().partition("=")
+            if name == "Credential":
+                access_key = value.split("/")[0]
+            elif name == "Signature":
+                signature = value
+        signed = call.metadata.get("x-mq-date-time", "")
+        try:
+            acl.validate_signed(call.peer, access_key, signed, signature, code, fields or {})
+        except AclRefused as refused:
+            log.info("grpc: ACL refused %s from %s: %s", call.path, call.peer, refused.remark)
+            unknown = refused.reason in ("no-key", "unknown-key", "signature")
+            return status(Code.UNAUTHORIZED if unknown else Code.FORBIDDEN, refused.remark)
+        return None
+
     async def heartbeat(self, call: Call, request: Any) -> Any:
+        refusal = self._refused(call, RequestCode.HEART_BEAT)
+        if refusal is not None:
+            return s.HeartbeatResponse(status=refusal)
         if self._client_id(call) is None:
             return s.HeartbeatResponse(
                 status=status(Code.CLIENT_ID_REQUIRED, "clientId is required")
@@ -265,6 +303,9 @@ class MessagingService:
         return s.HeartbeatResponse(status=status(Code.OK))
 
     async def notify_client_termination(self, call: Call, request: Any) -> Any:
+        refusal = self._refused(call, RequestCode.HEART_BEAT)
+        if refusal is not None:
+            return s.NotifyClientTerminationResponse(status=refusal)
         if self._client_id(call) is None:
             return s.NotifyClientTerminationResponse(
                 status=status(Code.CLIENT_ID_REQUIRED, "clientId is required")
@@ -302,6 +343,10 @@ class MessagingService:
         """The bidi stream: each settings command is answered with the server's settings."""
         if self._client_id(call) is None:
             raise GrpcError(INVALID_ARGUMENT, "x-mq-client-id is required")
+        refusal = self._refused(call, RequestCode.HEART_BEAT)
+        if refusal is not None:
+            await call.send(s.TelemetryCommand(status=refusal).SerializeToString(), last=True)
+            return
         while True:
             data = await call.receive()
             if data is None:
@@ -330,6 +375,9 @@ class MessagingService:
                 status=status(Code.MESSAGE_CORRUPTED, "topic in message is not same")
             )
         topic = self._topic_name(resource)
+        refusal = self._refused(call, RequestCode.SEND_MESSAGE, {"topic": topic})
+        if refusal is not None:
+            return s.SendMessageResponse(status=refusal)
         entries = []
         for message in messages:
             try:
@@ -444,7 +492,14 @@ class MessagingService:
             request = s.ReceiveMessageRequest.FromString(data)
         except DecodeError as exc:
             raise GrpcError(INVALID_ARGUMENT, f"malformed ReceiveMessageRequest: {exc}") from None
-        found = await self._receive(request)
+        found = self._refused(
+            call,
+            RequestCode.PULL_MESSAGE,
+            {
+                "topic": self._topic_name(request.message_queue.topic),
+                "consumerGroup": self._topic_name(request.group),
+            },
+        ) or await self._receive(request)
         if not isinstance(found, list):
             await call.send(s.ReceiveMessageResponse(status=found).SerializeToString(), last=True)
             return
@@ -514,6 +569,10 @@ class MessagingService:
     async def ack_message(self, call: Call, request: Any) -> Any:
         group = self._topic_name(request.group)
         topic = self._topic_name(request.topic)
+        fields = {"topic": topic, "consumerGroup": group}
+        refusal = self._refused(call, RequestCode.PULL_MESSAGE, fields)
+        if refusal is not None:
+            return s.AckMessageResponse(status=refusal)
         entries = []
         for entry in request.entries:
             try:
@@ -537,6 +596,10 @@ class MessagingService:
     async def change_invisible_duration(self, call: Call, request: Any) -> Any:
         group = self._topic_name(request.group)
         topic = self._topic_name(request.topic)
+        fields = {"topic": topic, "consumerGroup": group}
+        refusal = self._refused(call, RequestCode.PULL_MESSAGE, fields)
+        if refusal is not None:
+            return s.ChangeInvisibleDurationResponse(status=refusal)
         invisible_ms = request.invisible_duration.ToMilliseconds()
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
             return s.ChangeInvisibleDurationResponse(

@@ -18,6 +18,7 @@ from pymq.common.config import ConfigError
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
     from pymq.proxy.http2 import GrpcLimits, GrpcServer
+    from pymq.remoting.tls import TlsServer
 
 # What a gRPC request message may add to the largest message body (maxMessageSize): the
 # message's other fields (properties up to 32 KiB, ids, timestamps) and the request's framing.
@@ -67,9 +68,24 @@ def grpc_server(broker: BrokerController, budget: object) -> GrpcServer | None:
         limits=limits,
         budget=budget,
         name="grpc",
+        tls=grpc_tls(broker),
     )
     server.handlers.update(MessagingService(broker, limits, lambda: server.port).handlers())
     return server
+
+
+def grpc_tls(broker: BrokerController) -> TlsServer | None:
+    """TLS for the gRPC port by the remoting ports' ``tls.*`` keys (same mode, certificates
+    and client authentication), in a context of its own that offers ALPN ``h2``, as gRPC
+    clients require; None when ``tls.server.mode`` is disabled."""
+    from pymq.remoting.tls import TlsServer, resolved, server_context, server_mode
+
+    settings = resolved(broker.server_config.tls_settings())
+    ctx = server_context(settings)
+    if ctx is None:
+        return None
+    ctx.set_alpn_protocols(["h2"])
+    return TlsServer(ctx, server_mode(settings))
 
 
 def grpc_available() -> bool:

@@ -19,6 +19,8 @@ Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
   (the remoting servers' :class:`~pymq.remoting.limits.SharedBudget`): past the cap a call that
   is still receiving fails with ``RESOURCE_EXHAUSTED``;
 - messages queued on a streaming call and not yet read by its handler: ``max_queued_messages``;
+- a TLS handshake (``tls.server.mode`` permissive or enforcing, as on the remoting ports):
+  its timeout, and the connections in one count against ``max_connections``;
 - time: a unary request must arrive whole within ``receive_timeout`` and a streamed message
   once begun likewise (``DEADLINE_EXCEEDED``); output the peer does not read within
   ``write_stall_timeout`` (its flow-control window stays shut, or the socket does not drain)
@@ -50,6 +52,7 @@ import h2.settings
 import trio
 
 from pymq.remoting.limits import SharedBudget
+from pymq.remoting.tls import TlsServer
 
 log = logging.getLogger(__name__)
 
@@ -466,8 +469,12 @@ class GrpcServer:
         limits: GrpcLimits | None = None,
         budget: SharedBudget | None = None,
         name: str = "grpc",
+        tls: TlsServer | None = None,
     ) -> None:
         self.handlers = dict(handlers)
+        # TLS by the remoting ports' tls.* keys (its context offering ALPN h2); None: plain.
+        self.tls = tls
+        self._handshaking = 0
         self.host = host
         self.port = port
         self.limits = limits or GrpcLimits()
@@ -492,7 +499,7 @@ class GrpcServer:
             task_status.started(self.port)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
-        if len(self.connections) >= self.limits.max_connections:
+        if len(self.connections) + self._handshaking >= self.limits.max_connections:
             self.refused_connections += 1
             if self.refused_connections % 1000 == 1:
                 log.warning(
@@ -508,7 +515,18 @@ class GrpcServer:
         except OSError:
             await trio.aclose_forcefully(stream)
             return
-        conn = _Connection(self, stream, peer)
+        served: trio.abc.Stream = stream
+        if self.tls is not None:
+            self._handshaking += 1
+            try:
+                wrapped = await self.tls.wrap(stream)
+            finally:
+                self._handshaking -= 1
+            if wrapped is None:  # closed, timed out, or not TLS where TLS is enforced
+                await trio.aclose_forcefully(stream)
+                return
+            served = wrapped
+        conn = _Connection(self, served, peer)
         self.connections.add(conn)
         try:
             await conn.run()

@@ -12,7 +12,8 @@ Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
 - connections: ``max_connections``; past it a new connection is closed at once;
 - streams per connection: ``max_concurrent_streams``, advertised in SETTINGS
   (``SETTINGS_MAX_CONCURRENT_STREAMS``); a client opening more breaks the protocol and its
-  connection is closed with GOAWAY;
+  connection is closed with GOAWAY; and calls in progress across all connections:
+  ``max_calls``, past which a new stream is reset ``REFUSED_STREAM`` (a client may retry it);
 - one request message: ``max_message_size`` bytes (the gRPC length prefix is checked before the
   bytes arrive); a bigger one fails its call with ``RESOURCE_EXHAUSTED`` and resets the stream;
 - request bytes received and not yet served, across every connection sharing the ``budget``
@@ -78,6 +79,9 @@ class GrpcLimits:
 
     max_connections: int = 10000
     max_concurrent_streams: int = 100
+    # Calls being served across every connection; past it a new stream is reset
+    # REFUSED_STREAM (which a client may retry).
+    max_calls: int = 10000
     max_message_size: int = 4 * MIB + 64 * 1024
     max_queued_messages: int = 16
     receive_timeout: float = 60.0
@@ -354,14 +358,26 @@ class _Connection:
             )
             self.h2.send_headers(sid, _trailers_only(status, text), end_stream=True)
             return
+        if self.server.open_calls >= self.limits.max_calls:
+            # Past the server's calls in progress: refused, and the client may retry it.
+            self.server.refused_calls += 1
+            self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
         call = Call(self, sid, path, headers)
         self.calls[sid] = call
+        self.server.open_calls += 1
         if event.stream_ended is not None:
             call._end()
         assert self._nursery is not None
         self._nursery.start_soon(self._serve_call, handler, call)
 
     async def _serve_call(self, handler: Handler, call: Call) -> None:
+        try:
+            await self._serve_call_counted(handler, call)
+        finally:
+            self.server.open_calls -= 1
+
+    async def _serve_call_counted(self, handler: Handler, call: Call) -> None:
         status, message = OK, ""
         with call.cancel_scope:
             try:
@@ -482,6 +498,8 @@ class GrpcServer:
         self.name = name
         self.connections: set[_Connection] = set()
         self.refused_connections = 0
+        self.open_calls = 0  # calls being served, across connections (max_calls)
+        self.refused_calls = 0
         self._listeners: list[trio.SocketListener] | None = None
 
     async def bind(self) -> int:

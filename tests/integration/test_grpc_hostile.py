@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import attrs
 import h2.config
 import h2.connection
 import h2.events
@@ -271,4 +272,22 @@ async def test_garbage_instead_of_http2_closes_the_connection(cluster: Cluster) 
             if not data:
                 break
     await stream.aclose()
+    await still_serving(cluster)
+
+
+async def test_calls_past_the_servers_cap_are_refused_and_counted_back(cluster: Cluster) -> None:
+    grpc = server(cluster)
+    grpc.limits = attrs.evolve(grpc.limits, max_calls=3)
+    client = await RawClient.open(grpc.port)
+    sids = [await client.call(SERVICE + "Telemetry", None, end=False) for _ in range(5)]
+    with trio.fail_after(5):  # two of the five reset REFUSED_STREAM, at once
+        while sum(client.responses[sid]["ended"] for sid in sids) < 2:
+            await client.pump()
+    assert grpc.open_calls == 3 and grpc.refused_calls == 2
+    assert not client.terminated  # the connection itself goes on
+    await client.aclose()
+    with trio.fail_after(5):
+        while grpc.open_calls:
+            await trio.sleep(0.01)
+    grpc.limits = attrs.evolve(grpc.limits, max_calls=10000)
     await still_serving(cluster)

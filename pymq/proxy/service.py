@@ -62,6 +62,8 @@ PRODUCER_MAX_ATTEMPTS = 3
 PRODUCER_BACKOFF_INITIAL_MS = 10
 PRODUCER_BACKOFF_MAX_MS = 1000
 PRODUCER_BACKOFF_MULTIPLIER = 2.0
+# The proxy's consumer settings: messages per receive of a PushConsumer.
+RECEIVE_BATCH_SIZE = 32
 # TBW102 and its queue count, as a 4.x producer names them in a send (auto-creation).
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -335,7 +337,10 @@ class MessagingService:
             policy.exponential_backoff.max.FromMilliseconds(60000)
             policy.exponential_backoff.multiplier = 2.0
             settings.backoff_policy.CopyFrom(policy)
-            settings.subscription.fifo = False
+            subscription = settings.subscription
+            subscription.fifo = False
+            subscription.receive_batch_size = RECEIVE_BATCH_SIZE
+            subscription.long_polling_timeout.FromMilliseconds(self.MAX_LONG_POLLING_MS)
         settings.metric.on = False
         return settings
 

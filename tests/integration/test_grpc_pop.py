@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import trio
 from rocketmq.v5.client import ClientConfiguration, Credentials
-from rocketmq.v5.consumer import SimpleConsumer
+from rocketmq.v5.consumer import ConsumeResult, MessageListener, SimpleConsumer
+from rocketmq.v5.consumer import PushConsumer as PushConsumer5
 from rocketmq.v5.model import FilterExpression
 
 from pymq.broker.controller import PERSIST_OFFSETS_INITIAL_DELAY
@@ -255,3 +256,49 @@ async def test_kill_9_redelivers_every_unacked_message_and_no_persisted_ack(tmp_
         proc.wait()
     # b and d again; a (acked below every unacked one) never; c (acked above b) may.
     assert {b"b", b"d"} <= set(bodies) <= {b"b", b"c", b"d"}
+
+
+class Listener(MessageListener):
+    """Fails each body in ``fail_once`` on its first delivery."""
+
+    def __init__(self, fail_once: set[bytes]) -> None:
+        self.got: list[tuple[bytes, int]] = []
+        self.fail_once = set(fail_once)
+
+    def consume(self, message: Any) -> ConsumeResult:
+        self.got.append((message.body, message.delivery_attempt))
+        if message.body in self.fail_once:
+            self.fail_once.discard(message.body)
+            return ConsumeResult.FAILURE
+        return ConsumeResult.SUCCESS
+
+
+@pytest.mark.slow
+async def test_push_consumer_success_and_failure(tmp_path) -> None:
+    port = free_port()
+    async with await start(tmp_path, port) as cluster:
+        await cluster.broker.topic_config_manager.update(TopicConfig("Push5", 2, 2))
+        await produce_4x(cluster, "Push5", [b"a", b"b", b"c"])
+        listener = Listener({b"b"})
+
+        def work() -> None:
+            consumer = PushConsumer5(
+                ClientConfiguration(f"127.0.0.1:{port}", Credentials()),
+                "GP",
+                listener,
+                {"Push5": FilterExpression()},
+            )
+            consumer.startup()
+            try:
+                deadline = time.monotonic() + 20
+                while len(listener.got) < 4 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            finally:
+                consumer.shutdown()
+
+        await trio.to_thread.run_sync(work)
+        # b failed once: received again, its attempt counted (after the 1 s backoff).
+        assert sorted(listener.got) == [(b"a", 1), (b"b", 1), (b"b", 2), (b"c", 1)]
+        offsets = cluster.broker.consumer_offset_manager.query_offsets("GP", "Push5")
+        store = cluster.broker.store
+        assert offsets == {q: store.get_max_offset_in_queue("Push5", q) for q in (0, 1)}

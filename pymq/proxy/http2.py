@@ -37,11 +37,13 @@ messages (``grpc-encoding``) are refused with ``UNIMPLEMENTED``: the 5.x clients
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import attrs
 import h2.config
@@ -132,6 +134,7 @@ class Call:
         self.failure: GrpcError | None = None  # a framing error found by the reader
         self.buffered = 0  # bytes held in _partial and _inbox, counted in the budget
         self.cancel_scope = trio.CancelScope()
+        self.status = OK  # the gRPC status the call ended with (counted in the server's stats)
 
     # -- the reader's side ---------------------------------------------------------------
 
@@ -357,6 +360,7 @@ class _Connection:
                 else (UNIMPLEMENTED, f"grpc-encoding {encoding} is not supported")
             )
             self.h2.send_headers(sid, _trailers_only(status, text), end_stream=True)
+            self.server.stats.record(path, status, 0.0)
             return
         if self.server.open_calls >= self.limits.max_calls:
             # Past the server's calls in progress: refused, and the client may retry it.
@@ -372,10 +376,13 @@ class _Connection:
         self._nursery.start_soon(self._serve_call, handler, call)
 
     async def _serve_call(self, handler: Handler, call: Call) -> None:
+        begin = trio.current_time()
+        call.status = CANCELLED  # unless the call ends with a status of its own
         try:
             await self._serve_call_counted(handler, call)
         finally:
             self.server.open_calls -= 1
+            self.server.stats.record(call.path, call.status, trio.current_time() - begin)
 
     async def _serve_call_counted(self, handler: Handler, call: Call) -> None:
         status, message = OK, ""
@@ -391,6 +398,7 @@ class _Connection:
                 status, message = INTERNAL, "internal error serving the call"
         if call.reset or self.closed:
             return
+        call.status = status
         try:
             self._finish(call, status, message)
             await self.flush()
@@ -473,6 +481,33 @@ def _trailers_only(status: int, message: str) -> list[tuple[str, str]]:
     return headers
 
 
+# Latency buckets (ms) of RocketMQ 5's rocketmq_rpc_latency histogram.
+LATENCY_BUCKETS_MS = (1, 3, 5, 10, 50, 100, 1000, 3000, 10000)
+
+
+class CallStats:
+    """Calls served, by method and gRPC status, with their latencies (for Prometheus).
+
+    Keys are bounded: a path the server does not serve is counted as ``unknown``."""
+
+    def __init__(self, handlers: Mapping[str, Handler]) -> None:
+        self.handlers = handlers
+        # The buckets' upper bounds as Prometheus names them (the last: +Inf).
+        self.bounds = [str(float(b)) for b in LATENCY_BUCKETS_MS] + ["+Inf"]
+        # (method, status) -> [count, total ms, count per bucket (not cumulative)].
+        self.table: dict[tuple[str, int], list[Any]] = {}
+
+    def record(self, path: str, status: int, seconds: float) -> None:
+        method = path.rsplit("/", 1)[-1] if path in self.handlers else "unknown"
+        row = self.table.get((method, status))
+        if row is None:
+            row = self.table[(method, status)] = [0, 0.0, [0] * (len(LATENCY_BUCKETS_MS) + 1)]
+        millis = seconds * 1000
+        row[0] += 1
+        row[1] += millis
+        row[2][bisect.bisect_left(LATENCY_BUCKETS_MS, millis)] += 1
+
+
 class GrpcServer:
     """Serves gRPC calls by ``handlers`` (``{"/pkg.Service/Method": handler}``)."""
 
@@ -500,6 +535,7 @@ class GrpcServer:
         self.refused_connections = 0
         self.open_calls = 0  # calls being served, across connections (max_calls)
         self.refused_calls = 0
+        self.stats = CallStats(self.handlers)
         self._listeners: list[trio.SocketListener] | None = None
 
     async def bind(self) -> int:

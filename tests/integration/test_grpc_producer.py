@@ -324,3 +324,42 @@ async def test_telemetry_answers_settings_and_assignment_and_heartbeat(
     assert assignment.message_queue.broker.name == "broker-a"
     assert ok.status.code == definition_pb2.Code.OK
     assert anonymous.status.code == definition_pb2.Code.CLIENT_ID_REQUIRED
+
+
+async def test_prometheus_counts_grpc_calls_by_method_and_status(tmp_path) -> None:
+    from tests.integration.test_metrics import scrape, value
+
+    props = dict(
+        TEST_PROPERTIES,
+        grpcServerPort=str(free_port()),
+        metricsExporterType="PROM",
+        metricsPromExporterHost="127.0.0.1",
+        metricsPromExporterPort="0",
+    )
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1", properties=props
+    ) as cluster:
+        await make_topic(cluster, "Counted")
+        normal = definition_pb2.MessageType.NORMAL
+        for _ in range(3):
+            await trio.to_thread.run_sync(raw_send, cluster, send_request("Counted", normal))
+        import grpc
+
+        def unknown() -> grpc.StatusCode:
+            with grpc.insecure_channel(endpoint(cluster)) as channel:
+                try:
+                    channel.unary_unary("/apache.rocketmq.v2.MessagingService/Nope")(b"", timeout=5)
+                except grpc.RpcError as exc:
+                    return exc.code()
+            return grpc.StatusCode.OK
+
+        assert await trio.to_thread.run_sync(unknown) == grpc.StatusCode.UNIMPLEMENTED
+        assert cluster.broker.metrics is not None
+        samples = await scrape(cluster.broker.metrics.port)
+        name = "rocketmq_rpc_latency_count"
+        sent = value(samples, name, request_code="SendMessage", response_code="0")
+        assert sent == 3
+        assert value(samples, name, request_code="unknown", response_code="12") == 1
+        labels = {"request_code": "SendMessage", "response_code": "0", "le": "+Inf"}
+        assert value(samples, "rocketmq_rpc_latency_bucket", **labels) == 3
+        assert value(samples, "rocketmq_rpc_latency_sum", request_code="SendMessage") > 0

@@ -26,8 +26,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
+import trio
+
 from pymq.broker.acl import AclRefused
+from pymq.broker.client_manager import ClientChannelInfo
 from pymq.common.message_ext import encode_properties, java_string_hash
+from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.topic import (
     PERM_READ,
     PERM_WRITE,
@@ -36,6 +40,7 @@ from pymq.common.topic import (
     retry_topic,
     topic_message_type,
 )
+from pymq.proxy.clients import TelemetryChannel
 from pymq.proxy.convert import MessageRefused, consistent_hash, stored_form, to_grpc_message
 from pymq.proxy.http2 import INVALID_ARGUMENT, Call, GrpcError, GrpcLimits, Handler
 from pymq.proxy.pop import (
@@ -50,7 +55,7 @@ from pymq.proxy.schema import service as s
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
-from pymq.remoting.headers import SendMessageRequestHeader
+from pymq.remoting.headers import EndTransactionRequestHeader, SendMessageRequestHeader
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
@@ -64,6 +69,8 @@ PRODUCER_BACKOFF_MAX_MS = 1000
 PRODUCER_BACKOFF_MULTIPLIER = 2.0
 # The proxy's consumer settings: messages per receive of a PushConsumer.
 RECEIVE_BATCH_SIZE = 32
+# The topics (producer groups) one producer's stream is registered under, at most.
+MAX_TOPICS_PER_PRODUCER = 1024
 # TBW102 and its queue count, as a 4.x producer names them in a send (auto-creation).
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -79,6 +86,12 @@ _SEND_STATUS_CODES: dict[int, int] = {
     ResponseCode.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
     ResponseCode.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
     ResponseCode.SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
+}
+# END_TRANSACTION's commitOrRollback values for a 5.x resolution (unspecified: UNKNOWN).
+_COMMIT, _ROLLBACK, _NOT_DECIDED = 8, 12, 0
+_RESOLUTIONS = {
+    d.TransactionResolution.COMMIT: _COMMIT,
+    d.TransactionResolution.ROLLBACK: _ROLLBACK,
 }
 _TYPES = {
     "NORMAL": MessageType.NORMAL,
@@ -111,6 +124,15 @@ async def send_via_broker(
     return await broker.send_processor.send_message(cast(Channel, _Peer(peer)), request)
 
 
+async def end_via_broker(
+    broker: BrokerController, peer: str, header: EndTransactionRequestHeader
+) -> RemotingCommand | None:
+    """A transaction's end through the broker's END_TRANSACTION processor, as a 4.x producer's
+    (answered, not oneway); None for an end that leaves it pending (UNKNOWN)."""
+    request = RemotingCommand(code=RequestCode.END_TRANSACTION, header=header)
+    return await broker.transactions.end_transaction(_Peer(peer), request)
+
+
 def _unary(
     request_type: Any, serve: Callable[[Call, Any], Awaitable[Any]], limits: GrpcLimits
 ) -> Handler:
@@ -138,6 +160,8 @@ class MessagingService:
         self.limits = limits
         self.port = port  # the gRPC port, once bound (the routes name it)
         self.pop = PopService(broker)
+        # Producers' Telemetry streams by client id (at most one per open stream).
+        self.telemetry_channels: dict[str, TelemetryChannel] = {}
 
     def handlers(self) -> dict[str, Handler]:
         prefix = f"/{SERVICE_NAME}/"
@@ -150,6 +174,7 @@ class MessagingService:
                 s.NotifyClientTerminationRequest,
                 self.notify_client_termination,
             ),
+            "EndTransaction": (s.EndTransactionRequest, self.end_transaction),
             "AckMessage": (s.AckMessageRequest, self.ack_message),
             "ChangeInvisibleDuration": (
                 s.ChangeInvisibleDurationRequest,
@@ -302,6 +327,9 @@ class MessagingService:
             return s.HeartbeatResponse(
                 status=status(Code.UNRECOGNIZED_CLIENT_TYPE, "unrecognized client type")
             )
+        channel = self.telemetry_channels.get(self._client_id(call) or "")
+        if channel is not None:  # keeps the producer's registrations alive
+            self._refresh(channel)
         return s.HeartbeatResponse(status=status(Code.OK))
 
     async def notify_client_termination(self, call: Call, request: Any) -> Any:
@@ -345,13 +373,39 @@ class MessagingService:
         return settings
 
     async def telemetry(self, call: Call) -> None:
-        """The bidi stream: each settings command is answered with the server's settings."""
-        if self._client_id(call) is None:
+        """The bidi stream: each settings command is answered with the server's settings; a
+        producer's stream is registered (see :mod:`pymq.proxy.clients`) so that the broker's
+        transaction checks reach it as RecoverOrphanedTransactionCommands."""
+        client_id = self._client_id(call)
+        if client_id is None:
             raise GrpcError(INVALID_ARGUMENT, "x-mq-client-id is required")
         refusal = self._refused(call, RequestCode.HEART_BEAT)
         if refusal is not None:
             await call.send(s.TelemetryCommand(status=refusal).SerializeToString(), last=True)
             return
+        bc = self.broker.broker_config
+        channel = TelemetryChannel(client_id, call.peer, f"{bc.broker_ip1}:{self.broker.port}")
+        failure: GrpcError | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_commands, call, channel, nursery.cancel_scope)
+                try:
+                    await self._read_commands(call, channel)
+                except GrpcError as exc:
+                    failure = exc
+                    nursery.cancel_scope.cancel()
+                else:  # the client ended its side: what is queued is sent, then the call ends
+                    channel.closed = True
+                    channel.outgoing.close()
+        finally:
+            channel.closed = True
+            self.broker.producer_manager.channel_closed(channel)
+            if self.telemetry_channels.get(client_id) is channel:
+                del self.telemetry_channels[client_id]
+        if failure is not None:
+            raise failure
+
+    async def _read_commands(self, call: Call, channel: TelemetryChannel) -> None:
         while True:
             data = await call.receive()
             if data is None:
@@ -361,10 +415,39 @@ class MessagingService:
             except DecodeError as exc:
                 raise GrpcError(INVALID_ARGUMENT, f"malformed TelemetryCommand: {exc}") from None
             if command.HasField("settings"):
+                self._register(channel, command.settings)
                 reply = s.TelemetryCommand(
                     status=status(Code.OK), settings=self._settings(command.settings)
                 )
-                await call.send(reply.SerializeToString())
+                # Through the writer, so that the stream's messages never interleave.
+                await channel.outgoing.send(reply.SerializeToString())
+
+    @staticmethod
+    async def _write_commands(
+        call: Call, channel: TelemetryChannel, scope: trio.CancelScope
+    ) -> None:
+        try:
+            async for message in channel.queued:
+                await call.send(message)
+        except Exception:  # the connection is gone: the call ends
+            scope.cancel()
+
+    def _register(self, channel: TelemetryChannel, settings: Any) -> None:
+        """A producer's stream, under each topic it publishes (its group, for the proxy)."""
+        if settings.client_type != ClientType.PRODUCER:
+            return
+        self.telemetry_channels[channel.client_id] = channel
+        for resource in list(settings.publishing.topics)[:MAX_TOPICS_PER_PRODUCER]:
+            channel.groups.add(self._topic_name(resource))
+        self._refresh(channel)
+
+    def _refresh(self, channel: TelemetryChannel) -> None:
+        manager = self.broker.producer_manager
+        for group in channel.groups:
+            info = ClientChannelInfo(
+                channel, channel.client_id, "PYTHON", 0, trio.current_time(), channel.remote_address
+            )
+            manager.register(group, info)
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -450,6 +533,42 @@ class MessagingService:
             transaction_id=ext.get("msgId", "") if form.message_type == "TRANSACTION" else "",
             offset=int(ext.get("queueOffset", "0")),
         )
+
+    async def end_transaction(self, call: Call, request: Any) -> Any:
+        """EndTransaction: the transaction id is its half record's offset message id (the send
+        answered it, or the recovery command named it); the end goes through the broker's
+        END_TRANSACTION processor (:func:`end_via_broker`)."""
+        topic = self._topic_name(request.topic)
+        refusal = self._refused(call, RequestCode.SEND_MESSAGE, {"topic": topic})
+        if refusal is not None:
+            return s.EndTransactionResponse(status=refusal)
+        try:
+            _, _, commit_log_offset = decode_offset_msg_id(request.transaction_id)
+            if commit_log_offset < 0:
+                raise ValueError(request.transaction_id)
+        except ValueError:
+            return s.EndTransactionResponse(
+                status=status(Code.INVALID_TRANSACTION_ID, "transaction id is invalid")
+            )
+        half = self.broker.store.look_message_by_offset(commit_log_offset)
+        kind = _RESOLUTIONS.get(request.resolution, _NOT_DECIDED)
+        header = EndTransactionRequestHeader(
+            producer_group=topic,
+            tran_state_table_offset=half.queue_offset if half is not None else -1,
+            commit_log_offset=commit_log_offset,
+            commit_or_rollback=kind,
+            msg_id=request.message_id,
+            from_transaction_check=request.source == d.TransactionSource.SOURCE_SERVER_CHECK,
+            transaction_id=request.message_id,
+        )
+        answer = await end_via_broker(self.broker, call.peer, header)
+        if answer is None or answer.code == ResponseCode.SUCCESS:
+            return s.EndTransactionResponse(status=status(Code.OK))
+        if answer.remark and "prepared transaction message" in answer.remark:
+            code = Code.INVALID_TRANSACTION_ID
+        else:
+            code = _BROKER_CODES.get(answer.code, Code.INTERNAL_SERVER_ERROR)
+        return s.EndTransactionResponse(status=status(code, answer.remark or str(answer.code)))
 
     @staticmethod
     def _check_type(topic: str, config: TopicConfig, message_type: str) -> None:

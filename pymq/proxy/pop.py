@@ -350,6 +350,17 @@ class PopService:
         self._changed = trio.Event()
         return self._handle(queue_id, offset, token)
 
+    async def forward_to_dlq(self, group: str, topic: str, handle: str) -> bool:
+        """The in-flight message ``handle`` names into the group's DLQ, and acked (False when
+        the DLQ refused it: it stays in flight)."""
+        queue_id, offset, state = self._entry(group, topic, handle)
+        msg = self._read(group, topic, queue_id, offset)
+        if msg is not None and not await self._to_dlq(group, msg):
+            return False
+        self._drop(state, offset)
+        self._settle(group, topic, queue_id, state)
+        return True
+
     # -- dead letters -------------------------------------------------------------------------
 
     async def _to_dlq(self, group: str, msg: MessageExt) -> bool:

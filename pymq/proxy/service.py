@@ -176,6 +176,10 @@ class MessagingService:
             ),
             "EndTransaction": (s.EndTransactionRequest, self.end_transaction),
             "AckMessage": (s.AckMessageRequest, self.ack_message),
+            "ForwardMessageToDeadLetterQueue": (
+                s.ForwardMessageToDeadLetterQueueRequest,
+                self.forward_message_to_dead_letter_queue,
+            ),
             "ChangeInvisibleDuration": (
                 s.ChangeInvisibleDurationRequest,
                 self.change_invisible_duration,
@@ -716,6 +720,22 @@ class MessagingService:
             return s.AckMessageResponse(status=status(Code.BAD_REQUEST, "no entry to ack"))
         code = codes.pop() if len(codes) == 1 else Code.MULTIPLE_RESULTS
         return s.AckMessageResponse(status=status(code), entries=entries)
+
+    async def forward_message_to_dead_letter_queue(self, call: Call, request: Any) -> Any:
+        """A received message straight into the group's DLQ (a FIFO PushConsumer gives up on
+        it), acked."""
+        group = self._topic_name(request.group)
+        topic = self._topic_name(request.topic)
+        fields = {"topic": topic, "consumerGroup": group}
+        refusal = self._refused(call, RequestCode.PULL_MESSAGE, fields)
+        if refusal is None:
+            try:
+                moved = await self.pop.forward_to_dlq(group, topic, request.receipt_handle)
+            except HandleError as exc:
+                refusal = status(Code.INVALID_RECEIPT_HANDLE, str(exc))
+            else:
+                refusal = None if moved else status(Code.INTERNAL_SERVER_ERROR, "DLQ refused it")
+        return s.ForwardMessageToDeadLetterQueueResponse(status=refusal or status(Code.OK))
 
     async def change_invisible_duration(self, call: Call, request: Any) -> Any:
         group = self._topic_name(request.group)

@@ -302,3 +302,40 @@ async def test_push_consumer_success_and_failure(tmp_path) -> None:
         offsets = cluster.broker.consumer_offset_manager.query_offsets("GP", "Push5")
         store = cluster.broker.store
         assert offsets == {q: store.get_max_offset_in_queue("Push5", q) for q in (0, 1)}
+
+
+async def test_forward_to_the_dlq(tmp_path) -> None:
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2, service_pb2
+
+    port = free_port()
+    async with await start(tmp_path, port) as cluster:
+        await cluster.broker.topic_config_manager.update(TopicConfig("Poison", 1, 1))
+        await produce_4x(cluster, "Poison", [b"poison"])
+
+        def forward(handle: str) -> tuple[Any, Any]:
+            request = service_pb2.ForwardMessageToDeadLetterQueueRequest(receipt_handle=handle)
+            request.group.name = "GF"
+            request.topic.name = "Poison"
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                call = channel.unary_unary(
+                    "/apache.rocketmq.v2.MessagingService/ForwardMessageToDeadLetterQueue",
+                    request_serializer=service_pb2.ForwardMessageToDeadLetterQueueRequest.SerializeToString,
+                    response_deserializer=service_pb2.ForwardMessageToDeadLetterQueueResponse.FromString,
+                )
+                return call(request, timeout=10), call(request, timeout=10)
+
+        def work(consumer: SimpleConsumer) -> tuple[Any, Any, list[Any]]:
+            [msg] = receive_until(consumer, 1)
+            first, again = forward(msg.receipt_handle)
+            return first, again, consumer.receive(1, 10)
+
+        first, again, after = await trio.to_thread.run_sync(
+            with_consumer, port, "GF", "Poison", work
+        )
+        assert first.status.code == definition_pb2.Code.OK
+        assert again.status.code == definition_pb2.Code.INVALID_RECEIPT_HANDLE  # acked by it
+        assert after == []
+        store = cluster.broker.store
+        await store.reput.do_reput()
+        assert store.get_max_offset_in_queue(dlq_topic("GF"), 0) == 1

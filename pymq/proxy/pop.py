@@ -24,8 +24,11 @@ Bounds: at most ``MAX_INFLIGHT_PER_QUEUE`` messages in flight per (group, queue)
 ``MAX_INFLIGHT`` in all; past them a receive gets only messages whose invisible time ended.
 A receive returns at most ``MAX_BATCH`` messages.  Invisible times: 10 s to 12 h on receive and
 0 to 12 h on ChangeInvisibleDuration (the proxy's defaults); a receive waits at most its long
-polling timeout (at most ``MAX_LONG_POLLING_MS``).  FIFO groups are not ordered yet: a FIFO
-topic's messages are received as a NORMAL topic's.
+polling timeout (at most ``MAX_LONG_POLLING_MS``).
+
+FIFO: a group with ``consumeMessageOrderly`` receiving a FIFO topic gets each queue's messages
+in order (the proxy puts a message group's messages on one queue), and nothing more of a queue
+while a message of it is invisible; when they come back they come first, in order.
 """
 
 from __future__ import annotations
@@ -250,16 +253,24 @@ class PopService:
         invisible_ms: int,
         codes: list[int] | None,
         max_attempts: int,
+        fifo: bool,
     ) -> list[Received]:
         out: list[Received] = []
+        now = now_ms()
         for queue_id in queue_ids:
             if len(out) >= want:
                 break
             state = self._state(group, topic, queue_id)
-            out += await self._expired(
-                group, topic, queue_id, state, want - len(out), invisible_ms, max_attempts
-            )
-            out += self._fresh(group, topic, queue_id, state, want - len(out), invisible_ms, codes)
+            # FIFO: nothing of a queue while a message of it is still invisible; then the
+            # ones that came back, in order, before anything new.
+            if not fifo or all(e.deadline <= now for e in state.inflight.values()):
+                out += await self._expired(
+                    group, topic, queue_id, state, want - len(out), invisible_ms, max_attempts
+                )
+                if not fifo or not state.inflight:
+                    out += self._fresh(
+                        group, topic, queue_id, state, want - len(out), invisible_ms, codes
+                    )
             self._settle(group, topic, queue_id, state)
         return out
 
@@ -283,9 +294,11 @@ class PopService:
         long_polling_ms: int,
         expression: str,
         max_attempts: int,
+        fifo: bool = False,
     ) -> list[Received]:
         """Messages for ``group`` from ``queue_ids`` (tried in turn), waiting up to
-        ``long_polling_ms`` for one to arrive or come back."""
+        ``long_polling_ms`` for one to arrive or come back; ``fifo``: each queue's in order,
+        one batch of it in flight at a time."""
         sub = SubscriptionData.build(topic, expression)
         codes = None if sub.matches_all else list(sub.code_set)
         wanted = set(sub.tags_set)
@@ -294,7 +307,7 @@ class PopService:
         hold = self.broker.pull_hold
         while True:
             got = await self._pop_now(
-                group, topic, queue_ids, batch, invisible_ms, codes, max_attempts
+                group, topic, queue_ids, batch, invisible_ms, codes, max_attempts, fifo
             )
             if wanted:  # the consume queue matched hash codes: check the tags themselves
                 got = self._only_tags(group, topic, got, wanted)

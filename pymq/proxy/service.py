@@ -370,7 +370,7 @@ class MessagingService:
             policy.exponential_backoff.multiplier = 2.0
             settings.backoff_policy.CopyFrom(policy)
             subscription = settings.subscription
-            subscription.fifo = False
+            subscription.fifo = bool(config is not None and config.consume_message_orderly)
             subscription.receive_batch_size = RECEIVE_BATCH_SIZE
             subscription.long_polling_timeout.FromMilliseconds(self.MAX_LONG_POLLING_MS)
         settings.metric.on = False
@@ -593,8 +593,9 @@ class MessagingService:
     DEFAULT_INVISIBLE_MS = 60_000
     MAX_LONG_POLLING_MS = 20_000  # the proxy's grpcClientConsumerMaxLongPollingTimeoutMillis
 
-    async def _consumable(self, group: str, topic: str) -> tuple[TopicConfig, int] | Any:
-        """The topic's config and the group's max delivery attempts, or the refusing status."""
+    async def _consumable(self, group: str, topic: str) -> tuple[TopicConfig, int, bool] | Any:
+        """The topic's config, the group's max delivery attempts and whether it receives the
+        topic in order (an orderly group on a FIFO topic), or the refusing status."""
         if not group:
             return status(Code.ILLEGAL_CONSUMER_GROUP, "consumer group cannot be empty")
         config = self.broker.topic_config_manager.select(topic)
@@ -608,7 +609,8 @@ class MessagingService:
             return status(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group not found: {group}")
         if not group_config.consume_enable:
             return status(Code.FORBIDDEN, f"the consumer group[{group}] may not consume")
-        return config, group_config.retry_max_times + 1
+        fifo = bool(group_config.consume_message_orderly) and topic_message_type(config) == "FIFO"
+        return config, group_config.retry_max_times + 1, fifo
 
     async def receive_message(self, call: Call) -> None:
         """ReceiveMessage (server streaming): the messages, or MESSAGE_NOT_FOUND once the long
@@ -654,7 +656,7 @@ class MessagingService:
         checked = await self._consumable(group, topic)
         if not isinstance(checked, tuple):
             return checked
-        config, max_attempts = checked
+        config, max_attempts, fifo = checked
         if request.HasField("invisible_duration"):
             invisible_ms = request.invisible_duration.ToMilliseconds()
         else:
@@ -691,6 +693,7 @@ class MessagingService:
             long_polling_ms=max(0, polling_ms),
             expression=expression.expression or "*",
             max_attempts=max_attempts,
+            fifo=fifo,
         )
         return found or status(Code.MESSAGE_NOT_FOUND, "no new message")
 

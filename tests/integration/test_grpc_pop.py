@@ -339,3 +339,55 @@ async def test_forward_to_the_dlq(tmp_path) -> None:
         store = cluster.broker.store
         await store.reput.do_reput()
         assert store.get_max_offset_in_queue(dlq_topic("GF"), 0) == 1
+
+
+@pytest.mark.slow
+async def test_fifo_group_receives_in_order_one_batch_in_flight(tmp_path) -> None:
+    port = free_port()
+    async with await start(tmp_path, port) as cluster:
+        await cluster.broker.topic_config_manager.update(
+            TopicConfig("Ordered", 1, 1, attributes={"message.type": "FIFO"})
+        )
+        await cluster.broker.subscription_group_manager.update(
+            SubscriptionGroupConfig("GO", consume_message_orderly=True)
+        )
+        async with Producer("P4", cluster.namesrv_addr) as producer:
+            for i in range(6):  # one queue: the order it is stored in
+                await producer.send(
+                    Message("Ordered", str(i).encode(), properties={"__SHARDINGKEY": "g"})
+                )
+        await cluster.broker.store.reput.do_reput()
+
+        def bodies(msgs: list[Any]) -> list[tuple[str, int]]:
+            return [(m.body.decode(), m.delivery_attempt) for m in msgs]
+
+        def work(consumer: SimpleConsumer) -> list[list[tuple[str, int]]]:
+            steps = []
+            first = consumer.receive(3, 10)
+            steps.append(bodies(first))
+            steps.append(bodies(consumer.receive(3, 10)))  # the queue's batch is in flight
+            consumer.ack(first[0])
+            consumer.ack(first[1])
+            consumer.change_invisible_duration(first[2], 1)  # comes back first, alone
+            time.sleep(1.2)
+            again = consumer.receive(3, 10)
+            steps.append(bodies(again))
+            consumer.ack(again[0])
+            rest = consumer.receive(3, 10)
+            steps.append(bodies(rest))
+            return steps
+
+        steps = await trio.to_thread.run_sync(with_consumer, port, "GO", "Ordered", work)
+        assert steps == [
+            [("0", 1), ("1", 1), ("2", 1)],
+            [],
+            [("2", 2)],
+            [("3", 1), ("4", 1), ("5", 1)],
+        ]
+
+        # A group that is not orderly is not held back by what it has in flight.
+        def unordered(consumer: SimpleConsumer) -> list[list[tuple[str, int]]]:
+            return [bodies(consumer.receive(3, 10)), bodies(consumer.receive(3, 10))]
+
+        loose = await trio.to_thread.run_sync(with_consumer, port, "GU", "Ordered", unordered)
+        assert loose == [[("0", 1), ("1", 1), ("2", 1)], [("3", 1), ("4", 1), ("5", 1)]]

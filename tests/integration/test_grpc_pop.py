@@ -348,9 +348,15 @@ async def test_fifo_group_receives_in_order_one_batch_in_flight(tmp_path) -> Non
         await cluster.broker.topic_config_manager.update(
             TopicConfig("Ordered", 1, 1, attributes={"message.type": "FIFO"})
         )
-        await cluster.broker.subscription_group_manager.update(
-            SubscriptionGroupConfig("GO", consume_message_orderly=True)
-        )
+        # The group made orderly as an operator does it (mqadmin updateSubGroup -o true).
+        cli = [
+            sys.executable, "-m", "pymq.admin", "updateSubGroup", "-n", cluster.namesrv_addr,
+            "-b", cluster.broker_addr, "-g", "GO", "-o", "true",
+        ]  # fmt: skip
+        done = await trio.run_process(cli, capture_stdout=True, capture_stderr=True)
+        assert done.returncode == 0, done.stderr
+        group = cluster.broker.subscription_group_manager.table["GO"]
+        assert group.consume_message_orderly is True
         async with Producer("P4", cluster.namesrv_addr) as producer:
             for i in range(6):  # one queue: the order it is stored in
                 await producer.send(

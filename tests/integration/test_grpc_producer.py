@@ -363,3 +363,34 @@ async def test_prometheus_counts_grpc_calls_by_method_and_status(tmp_path) -> No
         labels = {"request_code": "SendMessage", "response_code": "0", "le": "+Inf"}
         assert value(samples, "rocketmq_rpc_latency_bucket", **labels) == 3
         assert value(samples, "rocketmq_rpc_latency_sum", request_code="SendMessage") > 0
+
+
+async def test_update_topic_sets_the_message_type_attribute(grpc_cluster: Cluster) -> None:
+    from pymq.client import MQClientError, topics
+
+    ns, broker = grpc_cluster.namesrv_addr, grpc_cluster.broker_addr
+    await topics.create_topic(ns, "Typed", brokers=[broker], attributes="+message.type=FIFO")
+    config = grpc_cluster.broker.topic_config_manager.select("Typed")
+    assert config is not None and config.attributes == {"message.type": "FIFO"}
+    # An update without attributes keeps them; "-message.type" removes it (NORMAL again).
+    await topics.create_topic(ns, "Typed", brokers=[broker], queues=2)
+    config = grpc_cluster.broker.topic_config_manager.select("Typed")
+    assert config is not None and config.attributes == {"message.type": "FIFO"}
+    assert config.read_queue_nums == 2
+    await topics.create_topic(ns, "Typed", brokers=[broker], attributes="-message.type")
+    config = grpc_cluster.broker.topic_config_manager.select("Typed")
+    assert config is not None and config.attributes is None
+    for bad, why in (
+        ("+message.type=SOMETIMES", "the value is not in"),
+        ("+queue.type=X", "is not supported"),
+        ("message.type=FIFO", "is not +key=value or -key"),
+    ):
+        refused: list[MQClientError] = []
+        try:
+            await topics.create_topic(ns, "Typed", brokers=[broker], attributes=bad)
+        except* MQClientError as group:
+            refused += [e for e in group.exceptions if isinstance(e, MQClientError)]
+        assert len(refused) == 1 and why in (refused[0].remark or ""), bad
+    # The refusals changed nothing.
+    config = grpc_cluster.broker.topic_config_manager.select("Typed")
+    assert config is not None and config.attributes is None and config.read_queue_nums == 4

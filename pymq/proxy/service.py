@@ -30,8 +30,10 @@ import trio
 
 from pymq.broker.acl import AclRefused
 from pymq.broker.client_manager import ClientChannelInfo
+from pymq.common.consumer import SubscriptionData
 from pymq.common.message_ext import encode_properties, java_string_hash
 from pymq.common.message_id import decode_offset_msg_id
+from pymq.common.record import RecordError, decode_record
 from pymq.common.topic import (
     PERM_READ,
     PERM_WRITE,
@@ -56,6 +58,7 @@ from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.headers import EndTransactionRequestHeader, SendMessageRequestHeader
+from pymq.store.results import GetMessageStatus
 
 if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
@@ -71,6 +74,8 @@ PRODUCER_BACKOFF_MULTIPLIER = 2.0
 RECEIVE_BATCH_SIZE = 32
 # The topics (producer groups) one producer's stream is registered under, at most.
 MAX_TOPICS_PER_PRODUCER = 1024
+# The most messages one PullMessage answers.
+MAX_PULL_BATCH = 32
 # TBW102 and its queue count, as a 4.x producer names them in a send (auto-creation).
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -93,6 +98,9 @@ _RESOLUTIONS = {
     d.TransactionResolution.COMMIT: _COMMIT,
     d.TransactionResolution.ROLLBACK: _ROLLBACK,
 }
+_ILLEGAL_OFFSETS = frozenset(
+    (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY)
+)
 _TYPES = {
     "NORMAL": MessageType.NORMAL,
     "FIFO": MessageType.FIFO,
@@ -176,6 +184,9 @@ class MessagingService:
             ),
             "EndTransaction": (s.EndTransactionRequest, self.end_transaction),
             "AckMessage": (s.AckMessageRequest, self.ack_message),
+            "UpdateOffset": (s.UpdateOffsetRequest, self.update_offset),
+            "GetOffset": (s.GetOffsetRequest, self.get_offset),
+            "QueryOffset": (s.QueryOffsetRequest, self.query_offset),
             "ForwardMessageToDeadLetterQueue": (
                 s.ForwardMessageToDeadLetterQueueRequest,
                 self.forward_message_to_dead_letter_queue,
@@ -190,6 +201,7 @@ class MessagingService:
         }
         table[prefix + "Telemetry"] = self.telemetry
         table[prefix + "ReceiveMessage"] = self.receive_message
+        table[prefix + "PullMessage"] = self.pull_message
         return table
 
     # -- routes -------------------------------------------------------------------------------
@@ -762,3 +774,153 @@ class MessagingService:
                 status=status(Code.INVALID_RECEIPT_HANDLE, str(exc))
             )
         return s.ChangeInvisibleDurationResponse(status=status(Code.OK), receipt_handle=handle)
+
+    # -- offsets and pulls (a 5.x PullConsumer) -----------------------------------------------
+
+    def _queue(self, queue: Any) -> tuple[str, int, TopicConfig] | Any:
+        """A request's message queue: (topic, queue id, config), or the refusing status."""
+        topic = self._topic_name(queue.topic)
+        config = self.broker.topic_config_manager.select(topic)
+        if config is None:
+            return status(Code.TOPIC_NOT_FOUND, f"topic not found: {topic}")
+        if not 0 <= queue.id < config.read_queue_nums:
+            return status(
+                Code.BAD_REQUEST,
+                f"queue {queue.id} is not one of the {config.read_queue_nums} queues of {topic}",
+            )
+        return topic, queue.id, config
+
+    async def update_offset(self, call: Call, request: Any) -> Any:
+        """UpdateOffset: the group's consumer offset of the queue (UPDATE_CONSUMER_OFFSET)."""
+        found = self._queue(request.message_queue)
+        group = self._topic_name(request.group)
+        if not isinstance(found, tuple):
+            return s.UpdateOffsetResponse(status=found)
+        topic, queue_id, _ = found
+        fields = {"topic": topic, "consumerGroup": group}
+        refusal = self._refused(call, RequestCode.PULL_MESSAGE, fields)
+        if refusal is None and (not group or request.offset < 0):
+            refusal = status(Code.BAD_REQUEST, "a group and an offset of 0 or more are needed")
+        if refusal is not None:
+            return s.UpdateOffsetResponse(status=refusal)
+        self.broker.consumer_offset_manager.commit_offset(
+            self._client_id(call) or call.peer, group, topic, queue_id, request.offset
+        )
+        return s.UpdateOffsetResponse(status=status(Code.OK))
+
+    async def get_offset(self, call: Call, request: Any) -> Any:
+        """GetOffset: the group's consumer offset of the queue; OFFSET_NOT_FOUND when none."""
+        found = self._queue(request.message_queue)
+        group = self._topic_name(request.group)
+        if not isinstance(found, tuple):
+            return s.GetOffsetResponse(status=found)
+        topic, queue_id, _ = found
+        fields = {"topic": topic, "consumerGroup": group}
+        refusal = self._refused(call, RequestCode.PULL_MESSAGE, fields)
+        if refusal is not None:
+            return s.GetOffsetResponse(status=refusal)
+        offset = self.broker.consumer_offset_manager.query_offset(group, topic, queue_id)
+        if offset < 0:
+            return s.GetOffsetResponse(
+                status=status(Code.OFFSET_NOT_FOUND, f"no offset of {group} for the queue")
+            )
+        return s.GetOffsetResponse(status=status(Code.OK), offset=offset)
+
+    async def query_offset(self, call: Call, request: Any) -> Any:
+        """QueryOffset: the queue's first or next offset, or the first stored at a time."""
+        found = self._queue(request.message_queue)
+        if not isinstance(found, tuple):
+            return s.QueryOffsetResponse(status=found)
+        topic, queue_id, _ = found
+        refusal = self._refused(call, RequestCode.HEART_BEAT)
+        if refusal is not None:
+            return s.QueryOffsetResponse(status=refusal)
+        store = self.broker.store
+        policy = request.query_offset_policy
+        if policy == d.QueryOffsetPolicy.BEGINNING:
+            offset = store.get_min_offset_in_queue(topic, queue_id)
+        elif policy == d.QueryOffsetPolicy.END:
+            offset = store.get_max_offset_in_queue(topic, queue_id)
+        else:
+            millis = request.timestamp.ToMilliseconds()
+            offset = store.get_offset_in_queue_by_time(topic, queue_id, millis)
+        return s.QueryOffsetResponse(status=status(Code.OK), offset=offset)
+
+    async def pull_message(self, call: Call) -> None:
+        """PullMessage (server streaming): messages of one queue from an offset, then the next
+        offset; MESSAGE_NOT_FOUND after the long polling time when there are none, and
+        ILLEGAL_OFFSET (with the offset to use) for one outside the queue."""
+        data = await call.receive(timeout=self.limits.receive_timeout)
+        if data is None:
+            raise GrpcError(INVALID_ARGUMENT, "the call ended without a PullMessageRequest")
+        try:
+            request = s.PullMessageRequest.FromString(data)
+        except DecodeError as exc:
+            raise GrpcError(INVALID_ARGUMENT, f"malformed PullMessageRequest: {exc}") from None
+        answer: list[Any] = []
+        found = self._queue(request.message_queue)
+        group = self._topic_name(request.group)
+        refusal = found if not isinstance(found, tuple) else None
+        if refusal is None:
+            topic, queue_id, _ = found
+            fields = {"topic": topic, "consumerGroup": group}
+            refusal = self._refused(call, RequestCode.PULL_MESSAGE, fields)
+        if refusal is None and request.filter_expression.type == d.FilterType.SQL:
+            refusal = status(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not served yet")
+        if refusal is not None:
+            answer.append(s.PullMessageResponse(status=refusal))
+        else:
+            answer = await self._pull(request, group, topic, queue_id)
+        for i, response in enumerate(answer):
+            await call.send(response.SerializeToString(), last=i == len(answer) - 1)
+
+    async def _pull(self, request: Any, group: str, topic: str, queue_id: int) -> list[Any]:
+        store = self.broker.store
+        sub = SubscriptionData.build(topic, request.filter_expression.expression or "*")
+        codes = None if sub.matches_all else list(sub.code_set)
+        batch = max(1, min(request.batch_size or 32, MAX_PULL_BATCH))
+        polling_ms = 0
+        if request.HasField("long_polling_timeout"):
+            polling_ms = request.long_polling_timeout.ToMilliseconds()
+        until = trio.current_time() + max(0, min(polling_ms, self.MAX_LONG_POLLING_MS)) / 1000
+        while True:
+            result = store.get_message(group, topic, queue_id, request.offset, batch, codes)
+            if result.status in _ILLEGAL_OFFSETS:
+                return [
+                    s.PullMessageResponse(
+                        status=status(Code.ILLEGAL_OFFSET, f"offset {request.offset} is illegal")
+                    ),
+                    # The nearest offset inside the queue.
+                    s.PullMessageResponse(
+                        next_offset=max(result.min_offset, min(request.offset, result.max_offset))
+                    ),
+                ]
+            if result.messages or trio.current_time() >= until:
+                break
+            event = self.broker.pull_hold.waiter(topic, queue_id)
+            try:
+                with trio.move_on_at(until):
+                    await event.wait()
+            finally:
+                self.broker.pull_hold.release(topic, queue_id, event)
+        bc = self.broker.broker_config
+        store_host = f"{bc.broker_ip1}:{self.broker.port}"
+        messages = []
+        for record, offset in zip(result.messages, result.queue_offsets, strict=True):
+            try:
+                ext = decode_record(record)
+            except RecordError:
+                continue
+            if sub.tags_set and ext.tags not in sub.tags_set:
+                continue
+            ext.queue_offset = offset
+            message = to_grpc_message(
+                ext, receipt_handle="", invisible_ms=0, attempt=1, store_host=store_host
+            )
+            messages.append(s.PullMessageResponse(message=message))
+        code = Code.OK if messages else Code.MESSAGE_NOT_FOUND
+        return [
+            s.PullMessageResponse(status=status(code)),
+            *messages,
+            s.PullMessageResponse(next_offset=result.next_begin_offset),
+        ]

@@ -397,3 +397,76 @@ async def test_fifo_group_receives_in_order_one_batch_in_flight(tmp_path) -> Non
 
         loose = await trio.to_thread.run_sync(with_consumer, port, "GU", "Ordered", unordered)
         assert loose == [[("0", 1), ("1", 1), ("2", 1)], [("3", 1), ("4", 1), ("5", 1)]]
+
+
+async def test_pull_and_offset_rpcs(tmp_path) -> None:
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2, service_pb2
+
+    code = definition_pb2.Code
+    port = free_port()
+    async with await start(tmp_path, port) as cluster:
+        await cluster.broker.topic_config_manager.update(TopicConfig("Pulled", 1, 1))
+        await produce_4x(cluster, "Pulled", [b"p0", b"p1", b"p2"])
+
+        def queue(request: Any) -> None:
+            request.message_queue.topic.name = "Pulled"
+            request.message_queue.id = 0
+
+        def rpcs() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+
+                def unary(name: str, request: Any, response: Any) -> Any:
+                    return channel.unary_unary(
+                        f"/apache.rocketmq.v2.MessagingService/{name}",
+                        request_serializer=type(request).SerializeToString,
+                        response_deserializer=response.FromString,
+                    )(request, timeout=10)
+
+                pull = channel.unary_stream(
+                    "/apache.rocketmq.v2.MessagingService/PullMessage",
+                    request_serializer=service_pb2.PullMessageRequest.SerializeToString,
+                    response_deserializer=service_pb2.PullMessageResponse.FromString,
+                )
+                for policy in ("BEGINNING", "END"):
+                    request = service_pb2.QueryOffsetRequest(
+                        query_offset_policy=definition_pb2.QueryOffsetPolicy.Value(policy)
+                    )
+                    queue(request)
+                    out[policy] = unary("QueryOffset", request, service_pb2.QueryOffsetResponse)
+                get = service_pb2.GetOffsetRequest()
+                get.group.name = "GPull"
+                queue(get)
+                out["before"] = unary("GetOffset", get, service_pb2.GetOffsetResponse)
+                request = service_pb2.PullMessageRequest(offset=1, batch_size=10)
+                request.group.name = "GPull"
+                queue(request)
+                out["pull"] = list(pull(request, timeout=10))
+                request.offset = 3
+                request.long_polling_timeout.FromMilliseconds(300)
+                out["empty"] = list(pull(request, timeout=10))
+                request.offset = 99
+                out["beyond"] = list(pull(request, timeout=10))
+                update = service_pb2.UpdateOffsetRequest(offset=2)
+                update.group.name = "GPull"
+                queue(update)
+                out["update"] = unary("UpdateOffset", update, service_pb2.UpdateOffsetResponse)
+                out["after"] = unary("GetOffset", get, service_pb2.GetOffsetResponse)
+            return out
+
+        out = await trio.to_thread.run_sync(rpcs)
+        assert (out["BEGINNING"].offset, out["END"].offset) == (0, 3)
+        assert out["before"].status.code == code.OFFSET_NOT_FOUND
+        pulled = out["pull"]
+        assert pulled[0].status.code == code.OK
+        assert [r.message.body for r in pulled[1:-1]] == [b"p1", b"p2"]
+        assert [r.message.system_properties.queue_offset for r in pulled[1:-1]] == [1, 2]
+        assert pulled[-1].next_offset == 3
+        empty = out["empty"]
+        assert empty[0].status.code == code.MESSAGE_NOT_FOUND and empty[-1].next_offset == 3
+        beyond = out["beyond"]
+        assert beyond[0].status.code == code.ILLEGAL_OFFSET and beyond[-1].next_offset == 3
+        assert out["update"].status.code == code.OK
+        assert (out["after"].status.code, out["after"].offset) == (code.OK, 2)
+        assert cluster.broker.consumer_offset_manager.query_offset("GPull", "Pulled", 0) == 2

@@ -251,7 +251,15 @@ class _Connection:
         self.budget = server.budget
         self.stream = stream
         self.peer = peer
-        config = h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+        # The client's headers are validated (h2's checks); the server's own are written
+        # already lowercase and valid, so they are not checked again (a third of the CPU h2
+        # spends on a unary call).
+        config = h2.config.H2Configuration(
+            client_side=False,
+            header_encoding="utf-8",
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
         self.h2 = h2.connection.H2Connection(config=config)
         self.calls: dict[int, Call] = {}
         self._send_lock = trio.Lock()

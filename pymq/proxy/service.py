@@ -1,12 +1,16 @@
 """``apache.rocketmq.v2.MessagingService`` served from the broker's own services.
 
 The RPCs a 5.x producer needs: QueryRoute (this broker's queues of the topic, at this broker's
-gRPC endpoint), Heartbeat, SendMessage (through the broker's send path: see
-:func:`send_via_broker`), Telemetry (the settings handshake), QueryAssignment and
-NotifyClientTermination; and a SimpleConsumer's: ReceiveMessage (server streaming, long
-polling), AckMessage and ChangeInvisibleDuration (POP consumption, :mod:`pymq.proxy.pop`).
-Every other method of the service is answered ``UNIMPLEMENTED`` by the transport
-(:mod:`pymq.proxy.http2`), never left waiting.
+gRPC endpoint; a multi-group cluster's other groups are not listed yet), Heartbeat, SendMessage
+(through the broker's send path: see :func:`send_via_broker`), EndTransaction (through
+END_TRANSACTION: :func:`end_via_broker`), Telemetry (the settings handshake; a producer's
+stream receives the broker's transaction checks), QueryAssignment and NotifyClientTermination;
+a SimpleConsumer's and PushConsumer's: ReceiveMessage (server streaming, long polling),
+AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue (POP consumption,
+:mod:`pymq.proxy.pop`); a PullConsumer's: PullMessage, UpdateOffset, GetOffset, QueryOffset.
+Every other method (RecallMessage, SyncLiteSubscription) is answered ``UNIMPLEMENTED`` by the
+transport (:mod:`pymq.proxy.http2`), never left waiting.  With ``aclEnable`` every RPC checks
+the client's signature and permissions (:meth:`MessagingService._refused`).
 
 Status codes are the proxy's (ResponseBuilder): a broker answer maps SUCCESS -> OK, SYSTEM_BUSY
 -> TOO_MANY_REQUESTS, TOPIC_NOT_EXIST -> TOPIC_NOT_FOUND, SUBSCRIPTION_GROUP_NOT_EXIST ->

@@ -1,10 +1,11 @@
 """``apache.rocketmq.v2.MessagingService`` served from the broker's own services.
 
 The RPCs a 5.x producer needs: QueryRoute (this broker's queues of the topic, at this broker's
-gRPC endpoint; a multi-group cluster's other groups are not listed yet), Heartbeat, SendMessage
-(through the broker's send path: see :func:`send_via_broker`), EndTransaction (through
-END_TRANSACTION: :func:`end_via_broker`), Telemetry (the settings handshake; a producer's
-stream receives the broker's transaction checks), QueryAssignment and NotifyClientTermination;
+gRPC endpoint, and the other groups' from the name servers: :mod:`pymq.proxy.routes`),
+Heartbeat, SendMessage (through the broker's send path: see :func:`send_via_broker`),
+EndTransaction (through END_TRANSACTION: :func:`end_via_broker`), Telemetry (the settings
+handshake; a producer's stream receives the broker's transaction checks), QueryAssignment and
+NotifyClientTermination;
 a SimpleConsumer's and PushConsumer's: ReceiveMessage (server streaming, long polling),
 AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue (POP consumption,
 :mod:`pymq.proxy.pop`); a PullConsumer's: PullMessage, UpdateOffset, GetOffset, QueryOffset.
@@ -55,6 +56,7 @@ from pymq.proxy.pop import (
     HandleError,
     PopService,
 )
+from pymq.proxy.routes import RouteCache, master_hosts
 from pymq.proxy.schema import SERVICE_NAME, ClientType, Code, DecodeError, MessageType
 from pymq.proxy.schema import definition as d
 from pymq.proxy.schema import service as s
@@ -172,6 +174,7 @@ class MessagingService:
         self.limits = limits
         self.port = port  # the gRPC port, once bound (the routes name it)
         self.pop = PopService(broker)
+        self.routes = RouteCache(broker)
         # Producers' Telemetry streams by client id (at most one per open stream).
         self.telemetry_channels: dict[str, TelemetryChannel] = {}
 
@@ -210,13 +213,15 @@ class MessagingService:
 
     # -- routes -------------------------------------------------------------------------------
 
-    def _broker(self) -> Any:
+    def _broker(self, name: str | None = None, host: str | None = None) -> Any:
+        """A broker group as a route names it: this broker's, or group ``name``'s master on
+        ``host``, at this broker's gRPC port (as the proxy's local mode names them)."""
         bc = self.broker.broker_config
         endpoints = d.Endpoints(
             scheme=d.AddressScheme.IPv4,
-            addresses=[d.Address(host=bc.broker_ip1, port=self.port())],
+            addresses=[d.Address(host=host or bc.broker_ip1, port=self.port())],
         )
-        return d.Broker(name=bc.broker_name, id=0, endpoints=endpoints)
+        return d.Broker(name=name or bc.broker_name, id=0, endpoints=endpoints)
 
     @staticmethod
     def _accepts(config: TopicConfig) -> list[int]:
@@ -225,12 +230,12 @@ class MessagingService:
             return list(_TYPES.values())
         return [_TYPES[kind]] if kind in _TYPES else []
 
-    def _queues(self, config: TopicConfig, topic: Any) -> list[Any]:
-        """The topic's queues as the proxy lists a broker's (genMessageQueueFromQueueData):
-        read-write ones first, then what only one of the counts has."""
-        perm = config.perm & self.broker.broker_config.broker_permission
-        reads, writes = config.read_queue_nums, config.write_queue_nums
-        broker, accepts = self._broker(), self._accepts(config)
+    @staticmethod
+    def _queues(
+        broker: Any, reads: int, writes: int, perm: int, accepts: list[int], topic: Any
+    ) -> list[Any]:
+        """A broker group's queues of the topic as the proxy lists them
+        (genMessageQueueFromQueueData): by id, each with what the counts and perm allow."""
         queues = []
         for qid in range(max(reads, writes)):
             readable = qid < reads and perm & PERM_READ
@@ -264,17 +269,32 @@ class MessagingService:
         if refusal is not None:
             return s.QueryRouteResponse(status=refusal)
         name = self._topic_name(request.topic)
+        topic = request.topic
         config = self.broker.topic_config_manager.select(name)
-        if config is None:
+        accepts = self._accepts(config) if config is not None else [MessageType.NORMAL]
+        queues = []
+        own = self.broker.broker_config.broker_name
+        if config is not None:  # this broker's own queues, as it has them now
+            perm = config.perm & self.broker.broker_config.broker_permission
+            reads, writes = config.read_queue_nums, config.write_queue_nums
+            queues += self._queues(self._broker(), reads, writes, perm, accepts, topic)
+        route = await self.routes.route(name)
+        if route is not None:  # the other groups', as the name servers have them
+            hosts = master_hosts(route)
+            for data in sorted(route.queue_datas, key=lambda q: q.broker_name):
+                if data.broker_name == own or data.broker_name not in hosts:
+                    continue
+                broker = self._broker(data.broker_name, hosts[data.broker_name])
+                reads, writes = data.read_queue_nums, data.write_queue_nums
+                queues += self._queues(broker, reads, writes, data.perm, accepts, topic)
+        if not queues:
             return s.QueryRouteResponse(
                 status=status(
                     Code.TOPIC_NOT_FOUND,
                     f"No topic route info in name server for the topic: {name}",
                 )
             )
-        return s.QueryRouteResponse(
-            status=status(Code.OK), message_queues=self._queues(config, request.topic)
-        )
+        return s.QueryRouteResponse(status=status(Code.OK), message_queues=queues)
 
     async def query_assignment(self, call: Call, request: Any) -> Any:
         """The proxy's answer for a non-FIFO group: one assignment per readable broker, with

@@ -394,3 +394,62 @@ async def test_update_topic_sets_the_message_type_attribute(grpc_cluster: Cluste
     # The refusals changed nothing.
     config = grpc_cluster.broker.topic_config_manager.select("Typed")
     assert config is not None and config.attributes is None and config.read_queue_nums == 4
+
+
+async def test_route_lists_every_group_of_the_cluster(grpc_cluster: Cluster, tmp_path) -> None:
+    """A second broker group (broker-b) registered with the same name server: QueryRoute on
+    broker-a lists both groups' queues, broker-b's at its master's host and the gRPC port."""
+    import grpc
+
+    from pymq.broker.config import BrokerConfig
+    from pymq.broker.controller import BrokerController
+    from pymq.client import topics
+    from pymq.remoting.config import NettyClientConfig, NettyServerConfig
+    from pymq.store.config import MessageStoreConfig
+
+    other = BrokerController(
+        BrokerConfig(
+            broker_name="broker-b", broker_ip1="127.0.0.1", namesrv_addr=grpc_cluster.namesrv_addr
+        ),
+        NettyServerConfig(listen_port=0, bind_address="127.0.0.1"),
+        NettyClientConfig(),
+        MessageStoreConfig(
+            store_path_root_dir=str(tmp_path / "b"), mapped_file_size_commit_log=1 << 20
+        ),
+    )
+
+    def query(topic: str) -> Any:
+        with grpc.insecure_channel(endpoint(grpc_cluster)) as channel:
+            call = channel.unary_unary(
+                "/apache.rocketmq.v2.MessagingService/QueryRoute",
+                request_serializer=service_pb2.QueryRouteRequest.SerializeToString,
+                response_deserializer=service_pb2.QueryRouteResponse.FromString,
+            )
+            request = service_pb2.QueryRouteRequest()
+            request.topic.name = topic
+            return call(request, timeout=10)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(other.run)
+        ns = grpc_cluster.namesrv_addr
+        await topics.create_topic(ns, "Wide", queues=2, brokers=[grpc_cluster.broker_addr])
+        await topics.create_topic(ns, "Wide", queues=3, brokers=[other.broker_addr])
+        await topics.create_topic(ns, "OnlyB", queues=1, brokers=[other.broker_addr])
+        table = grpc_cluster.namesrv.routes.topic_queue_table
+        with trio.fail_after(10):  # broker-b registered its topics (after a topic change)
+            while "broker-b" not in table.get("Wide", {}) or "OnlyB" not in table:
+                await trio.sleep(0.01)
+        wide = await trio.to_thread.run_sync(query, "Wide")
+        only_b = await trio.to_thread.run_sync(query, "OnlyB")
+        nursery.cancel_scope.cancel()
+    port = grpc_cluster.broker.grpc_server.port  # type: ignore[union-attr]
+    for route in (wide, only_b):
+        assert route.status.code == definition_pb2.Code.OK
+        for queue in route.message_queues:
+            assert [(a.host, a.port) for a in queue.broker.endpoints.addresses] == [
+                ("127.0.0.1", port)
+            ]
+    assert [(q.broker.name, q.id) for q in wide.message_queues] == [
+        ("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1), ("broker-b", 2)
+    ]  # fmt: skip
+    assert [(q.broker.name, q.id) for q in only_b.message_queues] == [("broker-b", 0)]

@@ -21,12 +21,15 @@ from pymq.common.config import ConfigError
 from pymq.embedded import Cluster, open_cluster
 from pymq.groups import group_metrics_port, group_store_dir, open_groups
 from pymq.namesrv.config import NAMESRV_DEFAULT_PORT
+from pymq.proxy import grpc_available
 from pymq.remoting.config import task_order_of
 
 # The embedded default's admin channel port (rocketmq-dashboard also defaults to 8080).
 ADMIN_DEFAULT_PORT = 8080
 # RocketMQ 5.x's metricsPromExporterPort default.
 METRICS_DEFAULT_PORT = 5557
+# RocketMQ 5.x's proxy gRPC port: the embedded default serves the 5.x clients there.
+GRPC_DEFAULT_PORT = 8081
 
 WELCOME = """\
 pymq is running: name server {namesrv}, broker {broker}, data in {data}
@@ -35,7 +38,7 @@ Send and receive a first message (in another terminal, from this directory):
   .venv/bin/python -m pymq.client send --namesrv {namesrv} --topic TopicTest --body "hello pymq"
   .venv/bin/python -m pymq.client consume --namesrv {namesrv} --topic TopicTest --group demo
 Any RocketMQ 4.x client works too: point it at name server {namesrv}.
-{admin}{metrics}Press Ctrl-C to stop.
+{grpc}{admin}{metrics}Press Ctrl-C to stop.
 """
 
 METRICS_WELCOME = """\
@@ -66,6 +69,7 @@ async def serve(args: argparse.Namespace, overrides: dict[str, str]) -> None:
                     data=args.data,
                     admin=_admin_text(cluster),
                     metrics=_metrics_text(cluster),
+                    grpc=_grpc_text(cluster),
                 ),
                 flush=True,
             )
@@ -127,6 +131,13 @@ async def serve_groups(args: argparse.Namespace, overrides: dict[str, str]) -> N
                 break
 
 
+def _grpc_text(cluster: Cluster) -> str:
+    server = cluster.broker.grpc_server
+    if server is None:
+        return ""
+    return f"RocketMQ 5.x clients (gRPC): endpoints 127.0.0.1:{server.port}\n"
+
+
 def _metrics_text(cluster: Cluster) -> str:
     metrics = cluster.broker.metrics
     return METRICS_WELCOME.format(url=metrics.url) if metrics is not None else ""
@@ -171,6 +182,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="Prometheus /metrics port on the broker's address (0 disables it; with --groups, "
         "group i serves it on this port + i)",
     )
+    parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=GRPC_DEFAULT_PORT,
+        help="RocketMQ 5.x clients' gRPC port (grpcServerPort; 0 disables it; needs the grpc "
+        "extra, and is off without it; not with --groups)",
+    )
     parser.add_argument("--log-level", default="WARNING")
     args, extra = parser.parse_known_args(argv)
     try:
@@ -186,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides.setdefault("metricsPromExporterPort", str(args.metrics_port))
     else:
         overrides.setdefault("metricsExporterType", "DISABLE")
+    # The embedded default serves the 5.x clients too, when the grpc extra is installed.
+    if args.groups is None and args.grpc_port and grpc_available():
+        overrides.setdefault("grpcServerPort", str(args.grpc_port))
     setup_logging(args.log_level)
     if args.groups is not None:
         status = run_main(serve_groups, args, overrides, what="pymq", order=order)

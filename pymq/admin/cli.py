@@ -411,6 +411,7 @@ async def update_topic(admin: Admin, args: argparse.Namespace) -> Output:
         topic_filter_type="SINGLE_TAG",
         topic_sys_flag=0,
         order=args.order,
+        attributes=args.attributes,
     )
     done = []
     for addr in await admin.targets(args):
@@ -851,6 +852,7 @@ async def update_sub_group(admin: Admin, args: argparse.Namespace) -> Output:
         broker_id=args.brokerId,
         which_broker_when_consume_slowly=args.whichBrokerWhenConsumeSlowly,
         notify_consumer_ids_changed_enable=args.notifyConsumerIdsChanged,
+        consume_message_orderly=args.consumeMessageOrderly,
     )
     body = to_json(config)
     done = []
@@ -1136,6 +1138,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--writeQueueNums", type=int, default=8)
     p.add_argument("-p", "--perm", type=int, default=6, help="2 write, 4 read, 6 both")
     p.add_argument("-o", "--order", type=parse_bool, default=False)
+    p.add_argument(
+        "-a", "--attributes", help="RocketMQ 5 topic attributes, e.g. +message.type=FIFO"
+    )
     p = command("deleteTopic", delete_topic, "Delete a topic from brokers and name server")
     _broker_or_cluster(p)
     p.add_argument("-t", "--topic", required=True)
@@ -1184,6 +1189,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--brokerId", type=int, default=0)
     p.add_argument("-w", "--whichBrokerWhenConsumeSlowly", type=int, default=1)
     p.add_argument("-a", "--notifyConsumerIdsChanged", type=parse_bool, default=True)
+    p.add_argument(
+        "-o",
+        "--consumeMessageOrderly",
+        type=parse_bool,
+        default=None,
+        help="RocketMQ 5: the group's 5.x consumers receive FIFO topics in order",
+    )
     p = command(
         "transactionStatus",
         transaction_status,

@@ -44,6 +44,7 @@ from pymq.common.topic import (
     PERM_WRITE,
     TopicConfig,
     TopicFilterType,
+    alter_topic_attributes,
     dlq_topic,
     queue_nums_problem,
     retry_topic,
@@ -351,8 +352,11 @@ class AdminService:
         topic_filter_type: str = "SINGLE_TAG",
         topic_sys_flag: int = 0,
         order: bool = False,
+        attributes: str | None = None,
     ) -> TopicConfig:
-        """A validated topic config, or AdminError saying what is wrong."""
+        """A validated topic config, or AdminError saying what is wrong.  ``attributes``:
+        RocketMQ 5's changes to the topic's attributes (:func:`alter_topic_attributes`),
+        applied to those the topic has."""
         if topic == self.broker.broker_config.broker_cluster_name:
             raise AdminError(
                 ResponseCode.SYSTEM_ERROR,
@@ -376,8 +380,22 @@ class AdminService:
                 raise AdminError(ResponseCode.SYSTEM_ERROR, problem)
         if perm & ~(PERM_READ | PERM_WRITE | 1) or perm < 0:
             raise AdminError(ResponseCode.SYSTEM_ERROR, f"perm must be 2, 4 or 6, not {perm}")
+        current = self.broker.topic_config_manager.select(topic)
+        try:
+            altered = alter_topic_attributes(
+                current.attributes if current is not None else None, attributes
+            )
+        except ValueError as exc:
+            raise AdminError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
         return TopicConfig(
-            topic, read_queue_nums, write_queue_nums, perm, filter_type, topic_sys_flag, order
+            topic,
+            read_queue_nums,
+            write_queue_nums,
+            perm,
+            filter_type,
+            topic_sys_flag,
+            order,
+            altered,
         )
 
     async def update_topic(self, config: TopicConfig) -> dict[str, Any]:

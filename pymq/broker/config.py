@@ -158,6 +158,13 @@ class BrokerConfig:
     metrics_exporter_type: str = "DISABLE"
     metrics_prom_exporter_host: str = ""
     metrics_prom_exporter_port: int = 5557
+    # RocketMQ 5's gRPC messaging service for the 5.x clients (pymq.proxy), served by the
+    # broker itself on this port (RocketMQ 5's proxy listens on 8081); 0 = off.  Needs the
+    # ``grpc`` extra.  Its limits are the remoting ports' (serverMaxConnections, the shared
+    # buffer budget, the write stall and frame receive timeouts) and maxMessageSize, plus the
+    # streams one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS).
+    grpc_server_port: int = 0
+    grpc_max_concurrent_streams: int = 100
     # pymq: the admin websocket channel (0 = off); see the admin docs.
     admin_listen_port: int = 0
     admin_bind_address: str = "127.0.0.1"

@@ -7,6 +7,7 @@
        ├─ store.run()              (recovered before anything listens; its own nursery:
        │                            allocator, reput, flush, clean, trim_resident)
        ├─ remoting servers         listenPort and the fast port listenPort - 2
+       ├─ gRPC server              grpcServerPort: RocketMQ 5's messaging service (pymq.proxy)
        ├─ HA                       master: accept + per-slave read/write | slave: HA client
        ├─ register_timer           at start, on topic changes, then every 30 s
        ├─ persist_consumer_offsets every flushConsumerOffsetInterval (5 s)
@@ -42,7 +43,7 @@ import gc
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -115,6 +116,9 @@ from pymq.store.ha.auth import HAGuard, parse_allow_list
 from pymq.store.ha.master import HAService
 from pymq.store.ha.slave import HAClient
 from pymq.store.message_store import DefaultMessageStore
+
+if TYPE_CHECKING:
+    from pymq.proxy.http2 import GrpcServer
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +304,13 @@ class BrokerController:
         self.front_ends: list[FrontEnd] = []
         # Prometheus /metrics (metricsExporterType=PROM), started with the other servers.
         self.metrics: MetricsServer | None = metrics_server(self)
+        # RocketMQ 5's gRPC messaging service (grpcServerPort; pymq.proxy, imported only then),
+        # within the remoting ports' shared budget of buffered bytes.
+        self.grpc_server: GrpcServer | None = None
+        if broker_config.grpc_server_port:
+            from pymq.proxy import grpc_server
+
+            self.grpc_server = grpc_server(self, budget)
 
     # -- wiring -------------------------------------------------------------------------------
 
@@ -487,10 +498,14 @@ class BrokerController:
                 # before recovery), recover the store, and only then serve requests.
                 await self.server.bind()
                 await self.fast_server.bind()
+                if self.grpc_server is not None:
+                    await self.grpc_server.bind()
                 self.store.store_host = self.context.store_host = self.store_host
                 await nursery.start(self.store.run)
                 port = await nursery.start(self.server.run)
                 await nursery.start(self.fast_server.run)
+                if self.grpc_server is not None:
+                    await nursery.start(self.grpc_server.run)
                 client = RemotingClient(
                     nursery,
                     connect_timeout=self.client_config.connect_timeout_millis / 1000,

@@ -37,6 +37,10 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    # RocketMQ 5's consumeMessageOrderly: the group's 5.x consumers receive a FIFO topic's
+    # queues in order, one batch in flight per queue (pymq.proxy.pop).  None (4.x's configs,
+    # which lack it) is left out of the JSON and means false.
+    consume_message_orderly: bool | None = None
 
 
 class SubscriptionGroupManager(JsonConfigManager):

@@ -43,11 +43,13 @@ async def create_topic(
     order: bool = False,
     credentials: Credentials | None = None,
     tls: bool | ssl.SSLContext = False,
+    attributes: str | None = None,
 ) -> None:
     """UPDATE_AND_CREATE_TOPIC on ``brokers`` (default: every master), then wait until the name
     server serves the topic's route, so clients started next see its queues at once.
     ``credentials``: an admin ACL account's (accessKey, secretKey) for a broker with ACL;
-    ``tls``: as the clients' option."""
+    ``tls``: as the clients' option; ``attributes``: RocketMQ 5's topic attribute changes
+    (``"+message.type=FIFO"``)."""
     targets = brokers if brokers is not None else await master_addresses(namesrv_addr, tls)
     if not targets:
         raise MQClientError(-1, "no master broker is registered with the name server")
@@ -66,6 +68,7 @@ async def create_topic(
                         topic_filter_type="SINGLE_TAG",
                         topic_sys_flag=0,
                         order=order,
+                        attributes=attributes,
                     )
                 ),
             )

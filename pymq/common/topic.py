@@ -169,6 +169,47 @@ class TopicConfig:
     topic_filter_type: TopicFilterType = TopicFilterType.SINGLE_TAG
     topic_sys_flag: int = 0
     order: bool = False
+    # RocketMQ 5's topic attributes (``message.type``: NORMAL, FIFO, DELAY, TRANSACTION or
+    # MIXED; see TOPIC_MESSAGE_TYPE); None (no attributes) is left out of the JSON, as 4.x
+    # writes a topic config.
+    attributes: dict[str, str] | None = attrs.field(default=None, hash=False)
+
+
+# RocketMQ 5's topic attribute that says which messages a topic takes (TopicAttributes).
+TOPIC_MESSAGE_TYPE = "message.type"
+TOPIC_MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+
+
+def alter_topic_attributes(
+    current: dict[str, str] | None, changes: str | None
+) -> dict[str, str] | None:
+    """``current`` attributes with RocketMQ 5's ``changes`` applied (AttributeParser:
+    ``+key=value`` sets, ``-key`` removes, comma-separated); ValueError naming what is wrong.
+    Only ``message.type`` is known (its values: :data:`TOPIC_MESSAGE_TYPES`)."""
+    altered = dict(current or {})
+    for item in (changes or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        sign, body = item[0], item[1:]
+        key, equals, value = body.partition("=")
+        if sign not in "+-" or not key or (sign == "+") != bool(equals):
+            raise ValueError(f"attribute {item!r} is not +key=value or -key")
+        if key != TOPIC_MESSAGE_TYPE:
+            raise ValueError(f"attribute {key} is not supported (pymq knows {TOPIC_MESSAGE_TYPE})")
+        if sign == "-":
+            altered.pop(key, None)
+        elif value not in TOPIC_MESSAGE_TYPES:
+            raise ValueError(f"{key}={value}: the value is not in {list(TOPIC_MESSAGE_TYPES)}")
+        else:
+            altered[key] = value
+    return altered or None
+
+
+def topic_message_type(config: TopicConfig) -> str:
+    """The topic's message type attribute; NORMAL when it has none (RocketMQ 5's default)."""
+    attributes = config.attributes
+    return (attributes or {}).get(TOPIC_MESSAGE_TYPE) or "NORMAL"
 
 
 @attrs.define

@@ -678,6 +678,8 @@ class CreateTopicRequestHeader:
     topic_filter_type: str = _req("topicFilterType", STR)
     topic_sys_flag: int | None = _field("topicSysFlag", INT)
     order: bool = _req("order", BOOL)
+    # RocketMQ 5: attribute changes, "+message.type=FIFO" (comma-separated; "-key" removes).
+    attributes: str | None = _field("attributes", STR)
 
 
 @attrs.define(slots=True)

@@ -77,6 +77,8 @@ class Server:
                 str(free_port()),
                 "--metrics-port",
                 "0",
+                "--grpc-port",
+                "0",
                 "--mappedFileSizeCommitLog",
                 str(16 * 1024 * 1024),
                 *extra,

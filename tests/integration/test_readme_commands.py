@@ -42,7 +42,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory):
     proc = subprocess.Popen(
         [sys.executable, "-m", "pymq", "--data", str(data), "--bind", "127.0.0.1",
          "--namesrv-port", "0", "--broker-port", "0", "--admin-port", "0",
-         "--metrics-port", "0"],
+         "--metrics-port", "0", "--grpc-port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -211,7 +211,7 @@ def _start_pymq(data: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [
             sys.executable, "-m", "pymq", "--data", data, "--bind", "127.0.0.1",
-            "--namesrv-port", "0", "--broker-port", "0",
+            "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0",
             "--mappedFileSizeCommitLog", str(1 << 20),
         ],
         stdout=subprocess.PIPE,

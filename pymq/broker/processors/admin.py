@@ -96,6 +96,7 @@ class AdminProcessor:
                 topic_filter_type=head.topic_filter_type,
                 topic_sys_flag=head.topic_sys_flag or 0,
                 order=head.order,
+                attributes=head.attributes,
             )
         except AdminError as exc:
             return req.response(exc.code, exc.message)

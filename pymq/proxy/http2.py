@@ -1,0 +1,600 @@
+"""A gRPC server on Trio: HTTP/2 by the sans-IO ``h2`` state machine, gRPC's message framing here.
+
+One :class:`GrpcServer` listens; each connection is a task in its nursery, and each HTTP/2 stream
+(one call) a task in the connection's nursery, so that the whole server lives in the broker's
+nursery tree and stops with it.  A call is served by the handler its ``:path`` names
+(``/package.Service/Method``); a path without one is answered ``UNIMPLEMENTED`` at once, in
+the response headers alone (gRPC's trailers-only form), never left waiting.
+
+Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
+:func:`pymq.proxy.limits_for`):
+
+- connections: ``max_connections``; past it a new connection is closed at once;
+- streams per connection: ``max_concurrent_streams``, advertised in SETTINGS
+  (``SETTINGS_MAX_CONCURRENT_STREAMS``); a client opening more breaks the protocol and its
+  connection is closed with GOAWAY; and calls in progress across all connections:
+  ``max_calls``, past which a new stream is reset ``REFUSED_STREAM`` (a client may retry it);
+- one request message: ``max_message_size`` bytes (the gRPC length prefix is checked before the
+  bytes arrive); a bigger one fails its call with ``RESOURCE_EXHAUSTED`` and resets the stream;
+- request bytes received and not yet served, across every connection sharing the ``budget``
+  (the remoting servers' :class:`~pymq.remoting.limits.SharedBudget`): past the cap a call that
+  is still receiving fails with ``RESOURCE_EXHAUSTED``;
+- messages queued on a streaming call and not yet read by its handler: ``max_queued_messages``;
+- a TLS handshake (``tls.server.mode`` permissive or enforcing, as on the remoting ports):
+  its timeout, and the connections in one count against ``max_connections``;
+- time: a unary request must arrive whole within ``receive_timeout`` and a streamed message
+  once begun likewise (``DEADLINE_EXCEEDED``); output the peer does not read within
+  ``write_stall_timeout`` (its flow-control window stays shut, or the socket does not drain)
+  closes the connection; a connection without streams that sends nothing for ``idle_timeout``
+  is closed.
+
+Output is never queued beyond what HTTP/2 flow control lets the peer have: a call's task waits
+for the window, and the socket is written by one task at a time, so a peer that stops reading
+holds at most one response per call, then loses its connection.  Malformed HTTP/2 closes that
+connection (GOAWAY with the h2 error); a malformed message fails that call only.  Compressed
+messages (``grpc-encoding``) are refused with ``UNIMPLEMENTED``: the 5.x clients send none.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import struct
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import trio
+
+from pymq.remoting.limits import SharedBudget
+from pymq.remoting.tls import TlsServer
+
+log = logging.getLogger(__name__)
+
+# gRPC status codes (grpc/doc/statuscodes.md).
+OK = 0
+CANCELLED = 1
+UNKNOWN = 2
+INVALID_ARGUMENT = 3
+DEADLINE_EXCEEDED = 4
+RESOURCE_EXHAUSTED = 8
+UNIMPLEMENTED = 12
+INTERNAL = 13
+UNAVAILABLE = 14
+
+_PREFIX = struct.Struct(">BI")  # gRPC message prefix: compressed flag, length
+READ_SIZE = 65536
+MIB = 1 << 20
+
+
+@attrs.frozen
+class GrpcLimits:
+    """The bounds of one gRPC server (see the module docstring); the defaults are documented."""
+
+    max_connections: int = 10000
+    max_concurrent_streams: int = 100
+    # Calls being served across every connection; past it a new stream is reset
+    # REFUSED_STREAM (which a client may retry).
+    max_calls: int = 10000
+    max_message_size: int = 4 * MIB + 64 * 1024
+    max_queued_messages: int = 16
+    receive_timeout: float = 60.0
+    write_stall_timeout: float = 30.0
+    idle_timeout: float = 120.0
+    # HTTP/2 SETTINGS: the header block a request may carry, and the flow-control window
+    # granted per stream (the connection's is raised to match).
+    max_header_list_size: int = 16 * 1024
+    initial_window_size: int = 1 * MIB
+
+
+class GrpcError(Exception):
+    """Ends a call with gRPC ``status`` and ``message`` (raised by handlers)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def encode_grpc_message(text: str) -> str:
+    """``grpc-message`` percent-encoded as the gRPC HTTP/2 spec asks (printable ASCII but %)."""
+    out = []
+    for byte in text.encode("utf-8"):
+        if 0x20 <= byte <= 0x7E and byte != 0x25:
+            out.append(chr(byte))
+        else:
+            out.append(f"%{byte:02X}")
+    return "".join(out)
+
+
+class Call:
+    """One gRPC call (an HTTP/2 stream): its metadata, its request messages, its responses."""
+
+    def __init__(self, conn: _Connection, stream_id: int, path: str, metadata: dict[str, str]):
+        self._conn = conn
+        self.stream_id = stream_id
+        self.path = path
+        self.metadata = metadata
+        self.peer = conn.peer
+        self._partial = bytearray()
+        self._partial_since: float | None = None
+        self._inbox: deque[bytes] = deque()
+        self._arrived = trio.Event()
+        self.ended = False  # the client half-closed (END_STREAM)
+        self.reset = False  # the stream was reset (by either side)
+        self.headers_sent = False
+        self.failure: GrpcError | None = None  # a framing error found by the reader
+        self.buffered = 0  # bytes held in _partial and _inbox, counted in the budget
+        self.cancel_scope = trio.CancelScope()
+        self.status = OK  # the gRPC status the call ended with (counted in the server's stats)
+
+    # -- the reader's side ---------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._arrived.set()
+        self._arrived = trio.Event()
+
+    def _take_data(self, data: bytes, limits: GrpcLimits, budget: SharedBudget) -> None:
+        """Frame ``data`` into messages; a framing problem is kept in :attr:`failure`."""
+        if self.failure is not None or self.reset:
+            return
+        if budget.partial_frames_over:
+            self.failure = GrpcError(
+                RESOURCE_EXHAUSTED, "the server holds too many request bytes; try again"
+            )
+            self._wake()
+            return
+        if not self._partial:
+            self._partial_since = trio.current_time()
+        self._partial += data
+        self._count(len(data), budget)
+        while len(self._partial) >= _PREFIX.size:
+            compressed, length = _PREFIX.unpack_from(self._partial)
+            if compressed:
+                self.failure = GrpcError(UNIMPLEMENTED, "compressed messages are not supported")
+                break
+            if length > limits.max_message_size:
+                self.failure = GrpcError(
+                    RESOURCE_EXHAUSTED,
+                    f"request message of {length} bytes is larger than the server's limit "
+                    f"of {limits.max_message_size} bytes",
+                )
+                break
+            end = _PREFIX.size + length
+            if len(self._partial) < end:
+                break
+            message = bytes(self._partial[_PREFIX.size : end])
+            del self._partial[:end]
+            self._count(-_PREFIX.size, budget)
+            self._partial_since = trio.current_time() if self._partial else None
+            if len(self._inbox) >= limits.max_queued_messages:
+                self.failure = GrpcError(
+                    RESOURCE_EXHAUSTED,
+                    f"more than {limits.max_queued_messages} request messages are waiting",
+                )
+                break
+            self._inbox.append(message)
+        if self.failure is not None:
+            self._drop(budget)
+        self._wake()
+
+    def _count(self, delta: int, budget: SharedBudget) -> None:
+        self.buffered += delta
+        budget.partial_frame_total += delta
+
+    def _drop(self, budget: SharedBudget) -> None:
+        """Release every request byte held (the call failed, ended or was reset)."""
+        self._partial.clear()
+        self._inbox.clear()
+        budget.partial_frame_total -= self.buffered
+        self.buffered = 0
+
+    def _end(self) -> None:
+        self.ended = True
+        self._wake()
+
+    # -- the handler's side --------------------------------------------------------------
+
+    async def receive(self, *, timeout: float | None = None) -> bytes | None:
+        """The next request message, or None once the client ended its side.
+
+        Raises :class:`GrpcError` for a framing problem, a message begun and not finished
+        within the receive timeout, or (with ``timeout``) none arriving within it."""
+        limits = self._conn.limits
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        while True:
+            if self.failure is not None:
+                raise self.failure
+            if self._inbox:
+                message = self._inbox.popleft()
+                self._count(-len(message), self._conn.budget)
+                return message
+            if self.ended or self.reset:
+                if self._partial:
+                    raise GrpcError(INTERNAL, "the request ended inside a message")
+                return None
+            wait_until = deadline
+            if self._partial_since is not None:
+                wait_until = min(wait_until, self._partial_since + limits.receive_timeout)
+            with trio.move_on_at(wait_until):
+                await self._arrived.wait()
+                continue
+            raise GrpcError(DEADLINE_EXCEEDED, "the request message did not arrive in time")
+
+    async def send(self, message: bytes, *, last: bool = False) -> None:
+        """Send one response message (the response headers first, once).  ``last``: the call
+        sends nothing more, so what fits the window is written with the trailers, in one
+        write, rather than now."""
+        if not self.headers_sent:
+            self.headers_sent = True
+            self._conn.h2.send_headers(
+                self.stream_id, [(":status", "200"), ("content-type", "application/grpc")]
+            )
+        await self._conn.send_data(self, _PREFIX.pack(0, len(message)) + message, flush=not last)
+
+
+Handler = Callable[[Call], Awaitable[None]]
+
+
+class _Connection:
+    def __init__(self, server: GrpcServer, stream: trio.abc.Stream, peer: str) -> None:
+        self.server = server
+        self.limits = server.limits
+        self.budget = server.budget
+        self.stream = stream
+        self.peer = peer
+        # The client's headers are validated (h2's checks); the server's own are written
+        # already lowercase and valid, so they are not checked again (a third of the CPU h2
+        # spends on a unary call).
+        config = h2.config.H2Configuration(
+            client_side=False,
+            header_encoding="utf-8",
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+        self.h2 = h2.connection.H2Connection(config=config)
+        self.calls: dict[int, Call] = {}
+        self._send_lock = trio.Lock()
+        self._window_opened = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self.closed = False
+
+    async def run(self) -> None:
+        limits = self.limits
+        self.h2.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: limits.initial_window_size,
+            },
+        )
+        self.h2.initiate_connection()
+        extra = limits.initial_window_size - 65535
+        if extra > 0:
+            self.h2.increment_flow_control_window(extra)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                try:
+                    await self.flush()
+                    await self._read_loop()
+                except _ConnectionGone:
+                    pass
+                nursery.cancel_scope.cancel()
+        finally:
+            self.closed = True
+            for call in self.calls.values():
+                call._drop(self.budget)
+            self.calls.clear()
+            await trio.aclose_forcefully(self.stream)
+
+    async def _read_loop(self) -> None:
+        limits = self.limits
+        while True:
+            with trio.move_on_after(limits.idle_timeout) as idle:
+                data = await self.stream.receive_some(READ_SIZE)
+            if idle.cancelled_caught:
+                if self.calls:
+                    continue
+                self.h2.close_connection()
+                await self.flush()
+                return
+            if not data:
+                return
+            try:
+                events = self.h2.receive_data(data)
+            except h2.exceptions.ProtocolError as exc:
+                log.info("grpc: closing connection from %s: %s", self.peer, exc)
+                await self.flush()  # h2 queued its GOAWAY
+                return
+            for event in events:
+                self._on_event(event)
+            await self.flush()
+            if self.closed:
+                return
+
+    def _on_event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            self._on_request(event)
+        elif isinstance(event, h2.events.DataReceived):
+            call = self.calls.get(event.stream_id)
+            if event.flow_controlled_length:
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            if call is not None:
+                call._take_data(event.data, self.limits, self.budget)
+        elif isinstance(event, h2.events.StreamEnded):
+            call = self.calls.get(event.stream_id)
+            if call is not None:
+                call._end()
+        elif isinstance(event, h2.events.StreamReset):
+            call = self.calls.pop(event.stream_id, None)
+            if call is not None:
+                call.reset = True
+                call._drop(self.budget)
+                call.cancel_scope.cancel()
+        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+            self._window_opened.set()
+            self._window_opened = trio.Event()
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self.closed = True
+
+    def _on_request(self, event: h2.events.RequestReceived) -> None:
+        headers = {str(k): str(v) for k, v in event.headers or ()}
+        path = headers.get(":path", "")
+        sid = event.stream_id
+        content_type = headers.get("content-type", "")
+        if headers.get(":method") != "POST" or not content_type.startswith("application/grpc"):
+            self.h2.send_headers(
+                sid,
+                [(":status", "415" if headers.get(":method") == "POST" else "405")],
+                end_stream=True,
+            )
+            return
+        encoding = headers.get("grpc-encoding", "identity")
+        handler = self.server.handlers.get(path)
+        if handler is None or encoding != "identity":
+            status, text = (
+                (UNIMPLEMENTED, f"Method not found: {path.lstrip('/')}")
+                if handler is None
+                else (UNIMPLEMENTED, f"grpc-encoding {encoding} is not supported")
+            )
+            self.h2.send_headers(sid, _trailers_only(status, text), end_stream=True)
+            self.server.stats.record(path, status, 0.0)
+            return
+        if self.server.open_calls >= self.limits.max_calls:
+            # Past the server's calls in progress: refused, and the client may retry it.
+            self.server.refused_calls += 1
+            self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            return
+        call = Call(self, sid, path, headers)
+        self.calls[sid] = call
+        self.server.open_calls += 1
+        if event.stream_ended is not None:
+            call._end()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._serve_call, handler, call)
+
+    async def _serve_call(self, handler: Handler, call: Call) -> None:
+        begin = trio.current_time()
+        call.status = CANCELLED  # unless the call ends with a status of its own
+        try:
+            await self._serve_call_counted(handler, call)
+        finally:
+            self.server.open_calls -= 1
+            self.server.stats.record(call.path, call.status, trio.current_time() - begin)
+
+    async def _serve_call_counted(self, handler: Handler, call: Call) -> None:
+        status, message = OK, ""
+        with call.cancel_scope:
+            try:
+                await handler(call)
+            except GrpcError as exc:
+                status, message = exc.status, exc.message
+            except _ConnectionGone:
+                return
+            except Exception:
+                log.exception("grpc: %s from %s failed", call.path, call.peer)
+                status, message = INTERNAL, "internal error serving the call"
+        if call.reset or self.closed:
+            return
+        call.status = status
+        try:
+            self._finish(call, status, message)
+            await self.flush()
+        except (_ConnectionGone, h2.exceptions.StreamClosedError):
+            pass
+        finally:
+            if self.calls.pop(call.stream_id, None) is not None:
+                call._drop(self.budget)
+
+    def _finish(self, call: Call, status: int, message: str) -> None:
+        """The call's trailers (or its trailers-only response); a call that did not read its
+        whole request is reset, as gRPC servers do, so the client stops sending."""
+        if call.headers_sent:
+            trailers = [("grpc-status", str(status))]
+            if message:
+                trailers.append(("grpc-message", encode_grpc_message(message)))
+            self.h2.send_headers(call.stream_id, trailers, end_stream=True)
+        else:
+            self.h2.send_headers(call.stream_id, _trailers_only(status, message), end_stream=True)
+        if not call.ended:
+            self.h2.reset_stream(call.stream_id, h2.errors.ErrorCodes.NO_ERROR)
+
+    async def send_data(self, call: Call, data: bytes, *, flush: bool = True) -> None:
+        view = memoryview(data)
+        limits = self.limits
+        while view:
+            if call.reset or self.closed:
+                raise _ConnectionGone
+            window = self.h2.local_flow_control_window(call.stream_id)
+            size = min(window, self.h2.max_outbound_frame_size, len(view))
+            if size <= 0:
+                opened = self._window_opened
+                with trio.move_on_after(limits.write_stall_timeout):
+                    await opened.wait()
+                    continue
+                log.info("grpc: %s does not read its responses; closing", self.peer)
+                self._abort()
+                raise _ConnectionGone
+            self.h2.send_data(call.stream_id, bytes(view[:size]))
+            view = view[size:]
+            if flush or view:
+                await self.flush()
+
+    async def flush(self) -> None:
+        """Write what h2 queued; a peer that does not take it within the stall timeout loses
+        its connection."""
+        async with self._send_lock:
+            data = self.h2.data_to_send()
+            if not data:
+                return
+            with trio.move_on_after(self.limits.write_stall_timeout) as scope:
+                try:
+                    await self.stream.send_all(data)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._abort()
+                    raise _ConnectionGone from None
+            if scope.cancelled_caught:
+                log.info("grpc: %s does not read; closing its connection", self.peer)
+                self._abort()
+                raise _ConnectionGone
+
+    def _abort(self) -> None:
+        self.closed = True
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+
+class _ConnectionGone(Exception):
+    """The connection closed under a call (its output cannot be written)."""
+
+
+def _trailers_only(status: int, message: str) -> list[tuple[str, str]]:
+    headers = [
+        (":status", "200"),
+        ("content-type", "application/grpc"),
+        ("grpc-status", str(status)),
+    ]
+    if message:
+        headers.append(("grpc-message", encode_grpc_message(message)))
+    return headers
+
+
+# Latency buckets (ms) of RocketMQ 5's rocketmq_rpc_latency histogram.
+LATENCY_BUCKETS_MS = (1, 3, 5, 10, 50, 100, 1000, 3000, 10000)
+
+
+class CallStats:
+    """Calls served, by method and gRPC status, with their latencies (for Prometheus).
+
+    Keys are bounded: a path the server does not serve is counted as ``unknown``."""
+
+    def __init__(self, handlers: Mapping[str, Handler]) -> None:
+        self.handlers = handlers
+        # The buckets' upper bounds as Prometheus names them (the last: +Inf).
+        self.bounds = [str(float(b)) for b in LATENCY_BUCKETS_MS] + ["+Inf"]
+        # (method, status) -> [count, total ms, count per bucket (not cumulative)].
+        self.table: dict[tuple[str, int], list[Any]] = {}
+
+    def record(self, path: str, status: int, seconds: float) -> None:
+        method = path.rsplit("/", 1)[-1] if path in self.handlers else "unknown"
+        row = self.table.get((method, status))
+        if row is None:
+            row = self.table[(method, status)] = [0, 0.0, [0] * (len(LATENCY_BUCKETS_MS) + 1)]
+        millis = seconds * 1000
+        row[0] += 1
+        row[1] += millis
+        row[2][bisect.bisect_left(LATENCY_BUCKETS_MS, millis)] += 1
+
+
+class GrpcServer:
+    """Serves gRPC calls by ``handlers`` (``{"/pkg.Service/Method": handler}``)."""
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        *,
+        host: str = "0.0.0.0",
+        port: int = 0,
+        limits: GrpcLimits | None = None,
+        budget: SharedBudget | None = None,
+        name: str = "grpc",
+        tls: TlsServer | None = None,
+    ) -> None:
+        self.handlers = dict(handlers)
+        # TLS by the remoting ports' tls.* keys (its context offering ALPN h2); None: plain.
+        self.tls = tls
+        self._handshaking = 0
+        self.host = host
+        self.port = port
+        self.limits = limits or GrpcLimits()
+        self.budget = budget or SharedBudget()
+        self.name = name
+        self.connections: set[_Connection] = set()
+        self.refused_connections = 0
+        self.open_calls = 0  # calls being served, across connections (max_calls)
+        self.refused_calls = 0
+        self.stats = CallStats(self.handlers)
+        self._listeners: list[trio.SocketListener] | None = None
+
+    async def bind(self) -> int:
+        if self._listeners is None:
+            self._listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+            self.port = self._listeners[0].socket.getsockname()[1]
+        return self.port
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        await self.bind()
+        assert self._listeners is not None
+        log.info("%s server listening on %s:%d", self.name, self.host, self.port)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._serve, self._listeners)
+            task_status.started(self.port)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        if len(self.connections) + self._handshaking >= self.limits.max_connections:
+            self.refused_connections += 1
+            if self.refused_connections % 1000 == 1:
+                log.warning(
+                    "%s: %d connections open (the most allowed); closing new ones",
+                    self.name,
+                    len(self.connections),
+                )
+            await trio.aclose_forcefully(stream)
+            return
+        try:
+            host, port = stream.socket.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except OSError:
+            await trio.aclose_forcefully(stream)
+            return
+        served: trio.abc.Stream = stream
+        if self.tls is not None:
+            self._handshaking += 1
+            try:
+                wrapped = await self.tls.wrap(stream)
+            finally:
+                self._handshaking -= 1
+            if wrapped is None:  # closed, timed out, or not TLS where TLS is enforced
+                await trio.aclose_forcefully(stream)
+                return
+            served = wrapped
+        conn = _Connection(self, served, peer)
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        except _ConnectionGone:
+            pass
+        except Exception:  # a bug in one connection's handling ends that connection only
+            log.exception("%s: connection from %s failed", self.name, peer)
+        finally:
+            self.connections.discard(conn)

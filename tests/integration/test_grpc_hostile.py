@@ -1,0 +1,293 @@
+"""Bad input on the broker's gRPC port (issue #40), from a raw HTTP/2 client (h2): malformed
+protobuf, unknown methods, an oversize message, a response never read, a request never
+finished, too many streams, garbage instead of HTTP/2.  Each gets a clear gRPC status or loses
+its own connection; the request bytes held return to zero and the broker keeps serving."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import attrs
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
+import pytest
+import trio
+from hyperframe.frame import HeadersFrame
+from rocketmq.grpc_protocol import definition_pb2, service_pb2
+
+from pymq.common.topic import TopicConfig
+from pymq.embedded import Cluster, open_cluster
+from pymq.proxy.http2 import (
+    DEADLINE_EXCEEDED,
+    INVALID_ARGUMENT,
+    RESOURCE_EXHAUSTED,
+    UNIMPLEMENTED,
+    GrpcServer,
+)
+from pymq.testing import TEST_PROPERTIES
+from tests.helpers import free_port
+
+SERVICE = "/apache.rocketmq.v2.MessagingService/"
+STREAMS = 8
+
+
+@pytest.fixture
+async def cluster(tmp_path) -> AsyncIterator[Cluster]:
+    props = dict(
+        TEST_PROPERTIES,
+        grpcServerPort=str(free_port()),
+        grpcMaxConcurrentStreams=str(STREAMS),
+        writeStallTimeoutMillis="1000",
+        frameReceiveTimeoutMillis="1000",
+    )
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1", properties=props
+    ) as cluster:
+        await cluster.broker.topic_config_manager.update(TopicConfig("Hostile", 2, 2))
+        yield cluster
+
+
+def server(cluster: Cluster) -> GrpcServer:
+    assert cluster.broker.grpc_server is not None
+    return cluster.broker.grpc_server
+
+
+class RawClient:
+    """An HTTP/2 client speaking gRPC by hand."""
+
+    def __init__(self, stream: trio.SocketStream, settings: dict[int, int] | None) -> None:
+        self.stream = stream
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.h2.initiate_connection()
+        if settings:
+            self.h2.update_settings(settings)
+        self.responses: dict[int, dict[str, Any]] = {}
+        self.terminated = False
+        self.eof = False
+
+    @classmethod
+    async def open(cls, port: int, settings: dict[int, int] | None = None) -> RawClient:
+        client = cls(await trio.open_tcp_stream("127.0.0.1", port), settings)
+        await client.flush()
+        return client
+
+    async def flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data:
+            await self.stream.send_all(data)
+
+    async def call(self, path: str, message: bytes | None, *, end: bool = True) -> int:
+        sid = self.h2.get_next_available_stream_id()
+        headers = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", "127.0.0.1"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            ("x-mq-client-id", "raw-h2"),
+        ]
+        self.h2.send_headers(sid, headers, end_stream=message is None and end)
+        if message is not None:
+            self.h2.send_data(sid, message, end_stream=end)
+        self.responses[sid] = {"headers": {}, "data": b"", "ended": False}
+        await self.flush()
+        return sid
+
+    async def pump(self) -> None:
+        data = await self.stream.receive_some(65536)
+        if not data:
+            self.eof = True
+            return
+        for event in self.h2.receive_data(data):
+            response = self.responses.get(getattr(event, "stream_id", 0))
+            if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
+                assert response is not None
+                response["headers"].update((k.decode(), v.decode()) for k, v in event.headers)
+            elif isinstance(event, h2.events.DataReceived):
+                assert response is not None
+                response["data"] += event.data
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
+                if response is not None:
+                    response["ended"] = True
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self.terminated = True
+        await self.flush()
+
+    async def finish(self, sid: int, timeout: float = 10) -> dict[str, Any]:
+        with trio.fail_after(timeout):
+            while not self.responses[sid]["ended"]:
+                await self.pump()
+                assert not self.eof, "connection closed before the call ended"
+        return self.responses[sid]
+
+    async def closed_by_server(self, timeout: float = 10) -> None:
+        with trio.fail_after(timeout):
+            while not self.eof:
+                try:
+                    await self.pump()
+                except trio.BrokenResourceError:
+                    return
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def framed(message: bytes, length: int | None = None) -> bytes:
+    size = len(message) if length is None else length
+    return b"\x00" + size.to_bytes(4, "big") + message
+
+
+def route_request(topic: str = "Hostile") -> bytes:
+    request = service_pb2.QueryRouteRequest()
+    request.topic.name = topic
+    return framed(request.SerializeToString())
+
+
+async def still_serving(cluster: Cluster) -> None:
+    """A well-formed call on a new connection is answered OK, and no request bytes are held."""
+    client = await RawClient.open(server(cluster).port)
+    try:
+        response = await client.finish(await client.call(SERVICE + "QueryRoute", route_request()))
+    finally:
+        await client.aclose()
+    assert response["headers"]["grpc-status"] == "0"
+    route = service_pb2.QueryRouteResponse.FromString(response["data"][5:])
+    assert route.status.code == definition_pb2.Code.OK
+    assert len(route.message_queues) == 2
+    assert server(cluster).budget.partial_frame_total == 0
+
+
+async def test_malformed_protobuf_and_unknown_methods_get_a_status(cluster: Cluster) -> None:
+    client = await RawClient.open(server(cluster).port)
+    bad = await client.call(SERVICE + "SendMessage", framed(b"\xff\xff\xff\xff\x0f"))
+    unknown = await client.call(SERVICE + "NoSuchMethod", framed(b""))
+    other = await client.call("/other.Service/Method", None)
+    no_message = await client.call(SERVICE + "Heartbeat", None)
+    response = await client.finish(bad)
+    assert response["headers"]["grpc-status"] == str(INVALID_ARGUMENT)
+    assert "malformed SendMessageRequest" in response["headers"]["grpc-message"]
+    for sid, path in ((unknown, SERVICE[1:] + "NoSuchMethod"), (other, "other.Service/Method")):
+        response = await client.finish(sid)
+        assert response["headers"]["grpc-status"] == str(UNIMPLEMENTED)
+        assert path in response["headers"]["grpc-message"]
+    response = await client.finish(no_message)
+    assert response["headers"]["grpc-status"] == str(INVALID_ARGUMENT)
+    # The connection still serves a good call after all that.
+    good = await client.finish(await client.call(SERVICE + "QueryRoute", route_request()))
+    assert good["headers"]["grpc-status"] == "0"
+    await client.aclose()
+    await still_serving(cluster)
+
+
+async def test_an_oversize_message_is_refused_before_its_bytes_arrive(cluster: Cluster) -> None:
+    limit = server(cluster).limits.max_message_size
+    client = await RawClient.open(server(cluster).port)
+    # Only the prefix announcing one byte too many, and a little of the body.
+    sid = await client.call(SERVICE + "SendMessage", framed(b"x" * 100, limit + 1), end=False)
+    response = await client.finish(sid)
+    assert response["headers"]["grpc-status"] == str(RESOURCE_EXHAUSTED)
+    assert f"limit of {limit} bytes" in response["headers"]["grpc-message"]
+    await client.aclose()
+    await still_serving(cluster)
+
+
+async def test_a_request_never_finished_times_out(cluster: Cluster) -> None:
+    client = await RawClient.open(server(cluster).port)
+    headers_only = await client.call(SERVICE + "QueryRoute", None, end=False)
+    half_message = await client.call(
+        SERVICE + "QueryRoute", framed(b"\x0a\x02", length=50), end=False
+    )
+    with trio.fail_after(5):  # the half message is held, counted in the shared budget
+        while server(cluster).budget.partial_frame_total == 0:
+            await trio.sleep(0.01)
+    for sid in (headers_only, half_message):
+        response = await client.finish(sid, timeout=5)
+        assert response["headers"]["grpc-status"] == str(DEADLINE_EXCEEDED)
+    await client.aclose()
+    await still_serving(cluster)
+
+
+async def test_a_response_never_read_closes_that_connection_only(cluster: Cluster) -> None:
+    # A client granting no flow-control window cannot be sent the response's data.
+    stalled = await RawClient.open(
+        server(cluster).port, {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0}
+    )
+    for _ in range(3):
+        await stalled.call(SERVICE + "QueryRoute", route_request())
+    await still_serving(cluster)  # served meanwhile
+    with trio.fail_after(10):
+        while server(cluster).connections:
+            await trio.sleep(0.05)
+    await stalled.closed_by_server()
+    await stalled.aclose()
+    await still_serving(cluster)
+
+
+async def test_too_many_streams_lose_the_connection(cluster: Cluster) -> None:
+    client = await RawClient.open(server(cluster).port)
+    await client.pump()  # the server's SETTINGS (its stream limit) acknowledged
+    for _ in range(STREAMS):
+        await client.call(SERVICE + "Telemetry", None, end=False)
+    with trio.fail_after(5):  # every stream open on the server (idle streams are allowed)
+        while len(next(iter(server(cluster).connections)).calls) < STREAMS:
+            await trio.sleep(0.01)
+    # h2 refuses to exceed the server's limit itself: one more HEADERS frame written by hand
+    # (with h2's own header encoder, whose state the server's decoder shares).
+    frame = HeadersFrame(client.h2.highest_outbound_stream_id + 2)
+    frame.data = client.h2.encoder.encode(
+        [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", SERVICE + "Telemetry"),
+            (":authority", "127.0.0.1"),
+            ("content-type", "application/grpc"),
+        ]
+    )
+    frame.flags.add("END_HEADERS")
+    await client.stream.send_all(frame.serialize())
+    with trio.fail_after(10):
+        while not client.terminated and not client.eof:
+            await client.pump()
+    await client.aclose()
+    with trio.fail_after(5):
+        while server(cluster).connections:
+            await trio.sleep(0.05)
+    await still_serving(cluster)
+
+
+async def test_garbage_instead_of_http2_closes_the_connection(cluster: Cluster) -> None:
+    stream = await trio.open_tcp_stream("127.0.0.1", server(cluster).port)
+    await stream.send_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"\x00" * 100)
+    with trio.fail_after(10):
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except trio.BrokenResourceError:
+                break
+            if not data:
+                break
+    await stream.aclose()
+    await still_serving(cluster)
+
+
+async def test_calls_past_the_servers_cap_are_refused_and_counted_back(cluster: Cluster) -> None:
+    grpc = server(cluster)
+    grpc.limits = attrs.evolve(grpc.limits, max_calls=3)
+    client = await RawClient.open(grpc.port)
+    sids = [await client.call(SERVICE + "Telemetry", None, end=False) for _ in range(5)]
+    with trio.fail_after(5):  # two of the five reset REFUSED_STREAM, at once
+        while sum(client.responses[sid]["ended"] for sid in sids) < 2:
+            await client.pump()
+    assert grpc.open_calls == 3 and grpc.refused_calls == 2
+    assert not client.terminated  # the connection itself goes on
+    await client.aclose()
+    with trio.fail_after(5):
+        while grpc.open_calls:
+            await trio.sleep(0.01)
+    grpc.limits = attrs.evolve(grpc.limits, max_calls=10000)
+    await still_serving(cluster)

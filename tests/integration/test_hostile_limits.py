@@ -286,7 +286,9 @@ def test_the_admin_channel_refuses_queue_counts_past_the_maximum() -> None:
 
     service = AdminService.__new__(AdminService)
     service.broker = types.SimpleNamespace(  # type: ignore[attr-defined]
-        broker_config=types.SimpleNamespace(broker_cluster_name="DefaultCluster")
+        broker_config=types.SimpleNamespace(broker_cluster_name="DefaultCluster"),
+        # No topic yet (its attributes, RocketMQ 5's message type, start from none).
+        topic_config_manager=types.SimpleNamespace(select=lambda topic: None),
     )
     with pytest.raises(AdminError, match="writeQueueNums"):
         service.build_topic_config("T", read_queue_nums=4, write_queue_nums=HUGE)

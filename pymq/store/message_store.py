@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Collection, Container, Iterable
 from functools import partial
-from typing import cast, overload
+from typing import overload
 
 import trio
 
@@ -609,11 +609,11 @@ class DefaultMessageStore:
         """
         kind = type(request)
         if kind is SingleSend:
-            return self._put_single(*cast(SingleSend, request))
+            return self._put_single(request)  # type: ignore[arg-type]
         if kind is SendRun:
-            return self._put_singles(*cast(SendRun, request))
+            return self._put_singles(request)  # type: ignore[arg-type]
         if kind is BatchBody:
-            return self._put_batch_body(*cast(BatchBody, request))
+            return self._put_batch_body(request)  # type: ignore[arg-type]
         if isinstance(request, MessageExt):
             return self._put_message(request)
         return self._put_messages(request)  # type: ignore[arg-type]
@@ -789,20 +789,10 @@ class DefaultMessageStore:
             )
         return cluster_b[1]
 
-    def _put_single(
-        self,
-        topic: str,
-        queue_id: int,
-        body: bytes,
-        properties: str,
-        flag: int,
-        cluster: str,
-        sys_flag: int,
-        born_timestamp: int,
-        born_host: tuple[str, int],
-        reconsume_times: int,
-    ) -> tuple[PutMessageResult, str | None] | None:
+    def _put_single(self, request: SingleSend) -> tuple[PutMessageResult, str | None] | None:
         """put_now of a SingleSend, in one C call (CommitLog.append_single_fast)."""
+        (topic, queue_id, body, properties, flag, cluster, sys_flag, born_timestamp, born_host,
+         reconsume_times) = request  # fmt: skip
         cluster_b = self._fast_put_cluster(cluster)
         if cluster_b is None or sys_flag & _TRAN_MASK:
             return None
@@ -820,18 +810,14 @@ class DefaultMessageStore:
         self._count_fast_puts(begin, 1, out[0].wrote_bytes)
         return out
 
-    def _put_singles(
-        self,
-        entries: list[tuple[str, int, bytes, str, int, int, int, int]],
-        cluster: str,
-        born_host: tuple[str, int],
-    ) -> tuple[list[DispatchHint], list[str | None]]:
+    def _put_singles(self, request: SendRun) -> tuple[list[DispatchHint], list[str | None]]:
         """put_now of a SendRun: a SingleSend of each of ``entries`` in turn, (topic, queue id,
         body, properties, flag, sys flag, born timestamp, reconsume times), all from one peer: a
         run of single sends served together (CommitLog.append_singles_fast), their
         bookkeeping done once.  Stops at the first entry a SingleSend's put would leave to the
         general path; returns the dispatch hints (offsets, sizes, queue offsets and store
         times) and stored WAIT properties of those put, the first ``len(hints)``."""
+        entries, cluster, born_host = request
         cluster_b = self._fast_put_cluster(cluster)
         if cluster_b is None:
             return [], []
@@ -864,23 +850,15 @@ class DefaultMessageStore:
         if not self.reput.woken:
             self._dispatch_appended()
 
-    def _put_batch_body(
-        self,
-        topic: str,
-        queue_id: int,
-        body: bytes | memoryview,
-        cluster: str,
-        sys_flag: int,
-        born_timestamp: int,
-        born_host: tuple[str, int],
-        reconsume_times: int,
-    ) -> tuple[PutMessageResult, str | None] | None:
+    def _put_batch_body(self, request: BatchBody) -> tuple[PutMessageResult, str | None] | None:
         """put_now of a BatchBody: a batch request's body put as a batch of its decoded items
         is (the broker's stored properties: WAIT=true left out, CLUSTER added), in one C call
         (CommitLog.append_batch_body); the result and the first item's stored WAIT.  None,
         with nothing changed, whenever the general path must decide: a store that refuses
         puts, a topic not yet checked, a transactional flag, or what the C code leaves to
         Python (the caller then decodes the items)."""
+        (topic, queue_id, body, cluster, sys_flag, born_timestamp, born_host,
+         reconsume_times) = request  # fmt: skip
         cluster_b = self._fast_put_cluster(cluster)
         if cluster_b is None or sys_flag & _TRAN_MASK:
             return None

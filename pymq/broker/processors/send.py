@@ -140,6 +140,9 @@ _SERIALIZE_JSON = SerializeType.JSON
 _WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
 _SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
 _sendc: Any = load_native("pymq.broker._sendc")
+# The store's put requests made without their NamedTuple's Python-level __new__ (a frame per
+# send on the hottest path).
+_new: Any = tuple.__new__
 _I32 = (-(2**31), 2**31 - 1)
 _I64 = (-(2**63), 2**63 - 1)
 
@@ -622,11 +625,11 @@ class SendProcessor:
         if header.batch:  # a batch of a topic that exists: inline too
             # The common batch in one C call, with no object per item; anything unusual (and
             # every refusal) is decoded item by item below.
-            fast = store.put_now(BatchBody(
+            fast = store.put_now(_new(BatchBody, (
                 header.topic, queue_id, req.body, self.ctx.broker_config.broker_cluster_name,
                 header.sys_flag, header.born_timestamp, self._born_host(channel),
                 header.reconsume_times or 0,
-            ))  # fmt: skip
+            )))  # fmt: skip
             if fast is not None:
                 result, wait = fast
             else:
@@ -636,11 +639,11 @@ class SendProcessor:
                 result = store.put_now(msgs_or_refusal)
                 wait = msgs_or_refusal[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK)
         else:
-            fast = store.put_now(SingleSend(
+            fast = store.put_now(_new(SingleSend, (
                 header.topic, queue_id, req.body, header.properties or "", header.flag,
                 self.ctx.broker_config.broker_cluster_name, header.sys_flag,
                 header.born_timestamp, self._born_host(channel), header.reconsume_times or 0,
-            ))  # fmt: skip
+            )))  # fmt: skip
             if fast is not None:
                 result, wait = fast
             else:
@@ -700,15 +703,15 @@ class SendProcessor:
         if queue_id < 0:
             queue_id = random.randrange(max(1, verdict[0].write_queue_nums))
         if batch:  # the common batch in one C call, as the inline path puts it
-            fast = store.put_now(BatchBody(
+            fast = store.put_now(_new(BatchBody, (
                 topic, queue_id, memoryview(buf)[body_at:end], bc.broker_cluster_name,
                 sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
-            ))  # fmt: skip
+            )))  # fmt: skip
         else:
-            fast = store.put_now(SingleSend(
+            fast = store.put_now(_new(SingleSend, (
                 topic, queue_id, buf[body_at:end], props or "", flag, bc.broker_cluster_name,
                 sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
-            ))  # fmt: skip
+            )))  # fmt: skip
         if fast is None:
             return None
         # Stored: from here on the frame must be answered here, never handed to the usual
@@ -889,7 +892,10 @@ class SendProcessor:
         if not entries:
             return first, fields
         hints, waits = store.put_now(
-            SendRun(entries, self.ctx.broker_config.broker_cluster_name, self._born_host(channel))
+            _new(
+                SendRun,
+                (entries, self.ctx.broker_config.broker_cluster_name, self._born_host(channel)),
+            )
         )
         if hints:
             # Stored: from here on each is answered here (or by the group commit), never

@@ -344,17 +344,23 @@ class NamesrvProcessor:
         if check is not None:
             return b"", first, None
         answers: list[bytes] = []
+        add = answers.append
         one = self.route_answer_raw
         i = first
         while i < stop:
-            start, end = bounds[2 * i], bounds[2 * i + 1]
-            answer = one(channel, buf, start, end)
-            if answer is not None:
-                answers.append(answer)
-                i += 1
-                continue
+            # The lookups answered from their bytes, in a tight loop.
+            before = len(answers)
+            edges = iter(bounds[2 * i : 2 * stop])
+            for start in edges:
+                answer = one(channel, buf, start, next(edges))
+                if answer is None:
+                    break
+                add(answer)
+            i += len(answers) - before
+            if i >= stop:
+                break
             try:
-                cmd = decode_frame_at(buf, start, end)
+                cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
             except ProtocolError:  # the channel decodes it again and closes
                 return b"".join(answers), i, None
             if (

@@ -535,3 +535,44 @@ async def test_a_run_of_signed_sends_is_served_from_its_bytes_once_checked(
     assert sum(from_bytes) == 5 and max(from_bytes) == 2, from_bytes
     await cluster.broker.store.reput.do_reput()
     assert cluster.broker.store.get_max_offset_in_queue("Allowed", 0) == before + 5
+
+
+async def test_a_check_that_raises_refuses_that_send_alone(acl_cluster: Cluster) -> None:
+    """An access check that raises (a defect) refuses the frame it judged, SYSTEM_ERROR: the
+    frames before it in the run are answered once and stored once, the ones after it too."""
+    from pymq.remoting.headers import SendMessageRequestHeader
+    from tests.helpers import answers_of_one_write
+
+    cluster = acl_cluster
+    async with Producer("P", cluster.namesrv_addr, credentials=PRODUCER) as producer:
+        assert (await producer.send(Message("Allowed", b"first"))).status == "SEND_OK"
+    await cluster.broker.store.reput.do_reput()
+    before = cluster.broker.store.get_max_offset_in_queue("Allowed", 0)
+
+    def request(n: int) -> RemotingCommand:
+        ext = SendMessageRequestHeader.v2_ext(
+            "P", "Allowed", 0, 0, 1_800_000_000_000, 0, f"UNIQ_KEY\x01R{n}", False
+        )
+        body = b"boom" if n == 1 else b"run-%d" % n
+        sign_request(ext, body, *PRODUCER)
+        return RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext, body)
+
+    for server in (cluster.broker.server, cluster.broker.fast_server):
+        real = server.access_check
+        assert real is not None
+
+        def raising(channel: object, req: RemotingCommand, real=real) -> RemotingCommand | None:  # type: ignore[no-untyped-def]
+            if req.body == b"boom":
+                raise RuntimeError("a defect in the check")
+            return real(channel, req)  # type: ignore[arg-type]
+
+        server.access_check = raising  # type: ignore[assignment]
+    requests = [request(n) for n in range(3)]
+    answers = await answers_of_one_write(cluster.broker.port, requests)
+    assert [a.opaque for a in answers] == [r.opaque for r in requests]
+    assert [a.code for a in answers] == [
+        ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR, ResponseCode.SUCCESS
+    ]  # fmt: skip
+    assert "access check failed" in (answers[1].remark or "")
+    await cluster.broker.store.reput.do_reput()
+    assert cluster.broker.store.get_max_offset_in_queue("Allowed", 0) == before + 2

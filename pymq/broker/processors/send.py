@@ -288,6 +288,16 @@ def _queue_count(config: TopicConfig) -> int:
     return max(config.write_queue_nums, config.read_queue_nums)
 
 
+def _checked(check: AccessCheck, channel: Channel, cmd: RemotingCommand) -> RemotingCommand | None:
+    """The access check's verdict on ``cmd``; a check that raises refuses it (SYSTEM_ERROR):
+    send_run must not raise once it has served a frame (the server would serve it again)."""
+    try:
+        return check(channel, cmd)
+    except Exception as exc:
+        log.exception("the access check failed on a send from %s", channel.remote_address)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"access check failed: {exc}")
+
+
 def _is_send(cmd: RemotingCommand) -> bool:
     """``cmd`` is a send request send_run serves (not a response, its header readable)."""
     return not cmd.flag & RPC_TYPE_RESPONSE and cmd.header_error is None and cmd.code in _SEND_CODES
@@ -771,7 +781,7 @@ class SendProcessor:
                 channel.answer_frames([b"".join(answers)])
                 answers.clear()
             if check is not None and not cmd.access_checked and refusal is None:
-                refusal = check(channel, cmd)
+                refusal = _checked(check, channel, cmd)
                 cmd.access_checked = refusal is None  # checked once is enough
             if refusal is not None:
                 channel.answer(cmd, refusal)
@@ -808,7 +818,7 @@ class SendProcessor:
             if not _is_send(cmd):
                 stopped_at = cmd
                 break
-            refusal = check(channel, cmd)
+            refusal = _checked(check, channel, cmd)
             cmd.access_checked = refusal is None
             if refusal is not None:
                 stopped_at = cmd

@@ -55,6 +55,7 @@ import h2.settings
 import trio
 
 from pymq.remoting.limits import SharedBudget
+from pymq.remoting.listener import ListeningServer
 from pymq.remoting.tls import TlsServer
 
 log = logging.getLogger(__name__)
@@ -516,7 +517,7 @@ class CallStats:
         row[2][bisect.bisect_left(LATENCY_BUCKETS_MS, millis)] += 1
 
 
-class GrpcServer:
+class GrpcServer(ListeningServer):
     """Serves gRPC calls by ``handlers`` (``{"/pkg.Service/Method": handler}``)."""
 
     def __init__(
@@ -530,64 +531,30 @@ class GrpcServer:
         name: str = "grpc",
         tls: TlsServer | None = None,
     ) -> None:
+        super().__init__()
         self.handlers = dict(handlers)
         # TLS by the remoting ports' tls.* keys (its context offering ALPN h2); None: plain.
         self.tls = tls
-        self._handshaking = 0
         self.host = host
         self.port = port
         self.limits = limits or GrpcLimits()
         self.budget = budget or SharedBudget()
         self.name = name
         self.connections: set[_Connection] = set()
-        self.refused_connections = 0
         self.open_calls = 0  # calls being served, across connections (max_calls)
         self.refused_calls = 0
         self.stats = CallStats(self.handlers)
-        self._listeners: list[trio.SocketListener] | None = None
 
-    async def bind(self) -> int:
-        if self._listeners is None:
-            self._listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-            self.port = self._listeners[0].socket.getsockname()[1]
-        return self.port
-
-    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.bind()
-        assert self._listeners is not None
-        log.info("%s server listening on %s:%d", self.name, self.host, self.port)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(trio.serve_listeners, self._serve, self._listeners)
-            task_status.started(self.port)
-
-    async def _serve(self, stream: trio.SocketStream) -> None:
-        if len(self.connections) + self._handshaking >= self.limits.max_connections:
-            self.refused_connections += 1
-            if self.refused_connections % 1000 == 1:
-                log.warning(
-                    "%s: %d connections open (the most allowed); closing new ones",
-                    self.name,
-                    len(self.connections),
-                )
-            await trio.aclose_forcefully(stream)
+    async def _serve_stream(self, stream: trio.SocketStream) -> None:
+        served = await self._admit(stream, len(self.connections), self.limits.max_connections)
+        if served is None:
             return
         try:
             host, port = stream.socket.getpeername()[:2]
             peer = f"{host}:{port}"
         except OSError:
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(served)
             return
-        served: trio.abc.Stream = stream
-        if self.tls is not None:
-            self._handshaking += 1
-            try:
-                wrapped = await self.tls.wrap(stream)
-            finally:
-                self._handshaking -= 1
-            if wrapped is None:  # closed, timed out, or not TLS where TLS is enforced
-                await trio.aclose_forcefully(stream)
-                return
-            served = wrapped
         conn = _Connection(self, served, peer)
         self.connections.add(conn)
         try:

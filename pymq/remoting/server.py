@@ -32,6 +32,7 @@ from pymq.remoting.codes import ResponseCode
 from pymq.remoting.errors import ProtocolError
 from pymq.remoting.headers import REQUEST_HEADERS, decode_request
 from pymq.remoting.limits import ConnectionLimits, SharedBudget
+from pymq.remoting.listener import ListeningServer
 from pymq.remoting.tls import TlsServer
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class Route:
             raise ValueError("a route has at most one synchronous handler: inline or run")
 
 
-class RemotingServer:
+class RemotingServer(ListeningServer):
     def __init__(
         self,
         *,
@@ -84,14 +85,13 @@ class RemotingServer:
         max_connections: int = 10000,
         tls: TlsServer | None = None,
     ) -> None:
+        super().__init__()
         self.idle_timeout = idle_timeout
         self.limits = limits or ConnectionLimits()
         self.budget = budget or SharedBudget()
         self.max_connections = max_connections
         # TLS (tls.server.mode permissive or enforcing); None: plain TCP, nothing on the path.
         self.tls = tls
-        self.refused_connections = 0
-        self._listeners: list[trio.SocketListener] | None = None
         self.host = host
         self.port = port
         self.name = name
@@ -100,7 +100,6 @@ class RemotingServer:
         self._run_handler: RunHandler | None = None
         self.default_processor: RequestHandler | None = None
         self.channels: set[Channel] = set()
-        self._handshaking = 0  # connections in their TLS handshake, not yet channels
         self.on_channel_closed = on_channel_closed
         # Checked before a request is served (the broker's fast failure); None: no check.
         self.admission: Admission | None = None
@@ -236,47 +235,10 @@ class RemotingServer:
                     return refusal
         return await self.dispatch(channel, request)
 
-    async def bind(self) -> int:
-        """Bind and listen now (connections wait in the backlog until :meth:`run` serves them),
-        so that the port is known, and a port in use fails, before anything else starts."""
-        if self._listeners is None:
-            self._listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-            self.port = self._listeners[0].socket.getsockname()[1]
-        return self.port
-
-    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen and serve until cancelled; ``task_status.started`` gets the bound port."""
-        await self.bind()
-        assert self._listeners is not None
-        log.info("%s server listening on %s:%d", self.name, self.host, self.port)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(trio.serve_listeners, self._serve_connection, self._listeners)
-            task_status.started(self.port)
-
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        # Connections still in their TLS handshake count too (up to its timeout each).
-        if len(self.channels) + self._handshaking >= self.max_connections:
-            self.refused_connections += 1
-            if self.refused_connections % 1000 == 1:  # one line per thousand, not a flood
-                log.warning(
-                    "%s: %d connections open (the most allowed); closing new ones (%d so far)",
-                    self.name,
-                    len(self.channels),
-                    self.refused_connections,
-                )
-            await trio.aclose_forcefully(stream)
+    async def _serve_stream(self, stream: trio.SocketStream) -> None:
+        served = await self._admit(stream, len(self.channels), self.max_connections)
+        if served is None:
             return
-        served: trio.abc.Stream = stream
-        if self.tls is not None:
-            self._handshaking += 1
-            try:
-                wrapped = await self.tls.wrap(stream)
-            finally:
-                self._handshaking -= 1
-            if wrapped is None:  # closed, timed out, or not TLS where TLS is enforced
-                await trio.aclose_forcefully(stream)
-                return
-            served = wrapped
         try:
             checked = self.access_check is not None
             channel = Channel(

@@ -814,18 +814,26 @@ class MessagingService:
             )
         return topic, queue.id, config
 
-    async def update_offset(self, call: Call, request: Any) -> Any:
-        """UpdateOffset: the group's consumer offset of the queue (UPDATE_CONSUMER_OFFSET)."""
+    def _group_queue(self, call: Call, request: Any) -> tuple[str, int, str] | Any:
+        """The (topic, queue id, group) of an offset or pull request whose caller may read the
+        queue for the group (PULL_MESSAGE's permissions), or the refusing status."""
         found = self._queue(request.message_queue)
         group = self._topic_name(request.group)
         if not isinstance(found, tuple):
-            return s.UpdateOffsetResponse(status=found)
+            return found
         topic, queue_id, _ = found
         fields = {"topic": topic, "consumerGroup": group}
         refusal = self._refused(call, RequestCode.PULL_MESSAGE, fields)
-        if refusal is None and (not group or request.offset < 0):
+        return (topic, queue_id, group) if refusal is None else refusal
+
+    async def update_offset(self, call: Call, request: Any) -> Any:
+        """UpdateOffset: the group's consumer offset of the queue (UPDATE_CONSUMER_OFFSET)."""
+        found = self._group_queue(call, request)
+        if not isinstance(found, tuple):
+            return s.UpdateOffsetResponse(status=found)
+        topic, queue_id, group = found
+        if not group or request.offset < 0:
             refusal = status(Code.BAD_REQUEST, "a group and an offset of 0 or more are needed")
-        if refusal is not None:
             return s.UpdateOffsetResponse(status=refusal)
         self.broker.consumer_offset_manager.commit_offset(
             self._client_id(call) or call.peer, group, topic, queue_id, request.offset
@@ -834,15 +842,10 @@ class MessagingService:
 
     async def get_offset(self, call: Call, request: Any) -> Any:
         """GetOffset: the group's consumer offset of the queue; OFFSET_NOT_FOUND when none."""
-        found = self._queue(request.message_queue)
-        group = self._topic_name(request.group)
+        found = self._group_queue(call, request)
         if not isinstance(found, tuple):
             return s.GetOffsetResponse(status=found)
-        topic, queue_id, _ = found
-        fields = {"topic": topic, "consumerGroup": group}
-        refusal = self._refused(call, RequestCode.PULL_MESSAGE, fields)
-        if refusal is not None:
-            return s.GetOffsetResponse(status=refusal)
+        topic, queue_id, group = found
         offset = self.broker.consumer_offset_manager.query_offset(group, topic, queue_id)
         if offset < 0:
             return s.GetOffsetResponse(
@@ -882,13 +885,10 @@ class MessagingService:
         except DecodeError as exc:
             raise GrpcError(INVALID_ARGUMENT, f"malformed PullMessageRequest: {exc}") from None
         answer: list[Any] = []
-        found = self._queue(request.message_queue)
-        group = self._topic_name(request.group)
+        found = self._group_queue(call, request)
         refusal = found if not isinstance(found, tuple) else None
         if refusal is None:
-            topic, queue_id, _ = found
-            fields = {"topic": topic, "consumerGroup": group}
-            refusal = self._refused(call, RequestCode.PULL_MESSAGE, fields)
+            topic, queue_id, group = found
         if refusal is None and request.filter_expression.type == d.FilterType.SQL:
             refusal = status(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not served yet")
         if refusal is not None:

@@ -169,8 +169,9 @@ async def test_next_file_is_preallocated_off_the_loop(root):
     async with running_store(config) as store:
         await store.put(make_message())
         nxt = os.path.join(config.store_path_commitlog, f"{SMALL_COMMITLOG:020d}")
-        # Liveness only: the allocator task creates it by itself.
-        await wait_until(lambda: os.path.exists(nxt), timeout=10, interval=0.01)
+        # Liveness only: the allocator task creates it by itself. The file exists on disk
+        # before its worker thread hands the mapping back, so wait for the hand-over.
+        await wait_until(lambda: nxt in store.allocator._ready, timeout=10, interval=0.01)
         ready = store.allocator._ready[nxt]
         while len(store.commitlog.queue.files) < 2:
             await store.put(make_message(body=b"f" * 1000))

@@ -333,10 +333,19 @@ class MessagingService:
         x-mq-date-time, Signature=<hex HMAC-SHA1 of x-mq-date-time>``) checked against the
         plain_acl.yml accounts, with the permissions of the 4.x request ``code`` (SEND_MESSAGE:
         PUB on the topic; PULL_MESSAGE: SUB on the topic and the group; HEART_BEAT: a valid
-        signature).  UNAUTHORIZED for who the caller is, FORBIDDEN for what it may do."""
+        signature).  UNAUTHORIZED for who the caller is, FORBIDDEN for what it may do.
+
+        As RocketMQ 5's proxy (PlainAccessResource.parse for gRPC, and ACL 2.0's
+        DefaultAuthenticationContextBuilder), the signed ``x-mq-date-time`` is not compared
+        with the clock: a signature over any date is the account's, and no window bounds the
+        client's clock skew; an ``authorization`` without an ``x-mq-date-time`` is refused
+        UNAUTHORIZED (``datetime is null``), before the white addresses are consulted."""
         acl = self.broker.acl
         if acl is None:
             return None
+        if "authorization" in call.metadata and not call.metadata.get("x-mq-date-time"):
+            log.info("grpc: ACL refused %s from %s: datetime is null", call.path, call.peer)
+            return status(Code.UNAUTHORIZED, "datetime is null")
         access_key = signature = None
         text = call.metadata.get("authorization", "")
         _, _, parameters = text.partition(" ")

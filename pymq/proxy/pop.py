@@ -22,7 +22,8 @@ since the last persist, may be received once more.  State with nothing in flight
 
 Bounds: at most ``MAX_INFLIGHT_PER_QUEUE`` messages in flight per (group, queue) and
 ``MAX_INFLIGHT`` in all; past them a receive gets only messages whose invisible time ended.
-A receive returns at most ``MAX_BATCH`` messages.  Invisible times: 10 s to 12 h on receive and
+A receive returns at most ``MAX_BATCH`` messages; the tools are shown at most
+``MAX_VIEW_ROWS`` queues with messages in flight.  Invisible times: 10 s to 12 h on receive and
 0 to 12 h on ChangeInvisibleDuration (the proxy's defaults); a receive waits at most its long
 polling timeout (at most ``MAX_LONG_POLLING_MS``).
 
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from pymq.broker.message_filter import RecordFilter
 from pymq.common.consumer import SubscriptionData
 from pymq.common.message_ext import (
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -64,6 +66,8 @@ MAX_BATCH = 32
 MIN_INVISIBLE_MS = 10_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_LONG_POLLING_MS = 30_000
+# The most queues the tools are shown in one answer (:meth:`PopService.inflight_view`).
+MAX_VIEW_ROWS = 1000
 POP_CLIENT = "pymq-pop"
 
 
@@ -218,6 +222,7 @@ class PopService:
         want: int,
         invisible_ms: int,
         codes: list[int] | None,
+        record_filter: RecordFilter | None,
     ) -> list[Received]:
         out: list[Received] = []
         store = self.broker.store
@@ -229,7 +234,9 @@ class PopService:
             )
             if room <= 0 or state.next >= store.get_max_offset_in_queue(topic, queue_id):
                 break
-            result = store.get_message(group, topic, queue_id, state.next, room, codes)
+            result = store.get_message(
+                group, topic, queue_id, state.next, room, codes, record_filter
+            )
             for record, offset in zip(result.messages, result.queue_offsets, strict=True):
                 try:
                     msg = decode_record(record)
@@ -254,6 +261,7 @@ class PopService:
         codes: list[int] | None,
         max_attempts: int,
         fifo: bool,
+        record_filter: RecordFilter | None,
     ) -> list[Received]:
         out: list[Received] = []
         now = now_ms()
@@ -269,7 +277,14 @@ class PopService:
                 )
                 if not fifo or not state.inflight:
                     out += self._fresh(
-                        group, topic, queue_id, state, want - len(out), invisible_ms, codes
+                        group,
+                        topic,
+                        queue_id,
+                        state,
+                        want - len(out),
+                        invisible_ms,
+                        codes,
+                        record_filter,
                     )
             self._settle(group, topic, queue_id, state)
         return out
@@ -295,10 +310,13 @@ class PopService:
         expression: str,
         max_attempts: int,
         fifo: bool = False,
+        record_filter: RecordFilter | None = None,
     ) -> list[Received]:
         """Messages for ``group`` from ``queue_ids`` (tried in turn), waiting up to
         ``long_polling_ms`` for one to arrive or come back; ``fifo``: each queue's in order,
-        one batch of it in flight at a time."""
+        one batch of it in flight at a time.  ``expression`` is a tag expression;
+        ``record_filter`` a SQL92 subscription's test of each record (a record it refuses is
+        passed over, as a 4.x SQL92 pull passes over it: the group's offset moves past it)."""
         sub = SubscriptionData.build(topic, expression)
         codes = None if sub.matches_all else list(sub.code_set)
         wanted = set(sub.tags_set)
@@ -307,7 +325,15 @@ class PopService:
         hold = self.broker.pull_hold
         while True:
             got = await self._pop_now(
-                group, topic, queue_ids, batch, invisible_ms, codes, max_attempts, fifo
+                group,
+                topic,
+                queue_ids,
+                batch,
+                invisible_ms,
+                codes,
+                max_attempts,
+                fifo,
+                record_filter,
             )
             if wanted:  # the consume queue matched hash codes: check the tags themselves
                 got = self._only_tags(group, topic, got, wanted)
@@ -339,6 +365,45 @@ class PopService:
             else:  # a hash collision: not this group's, acked at once
                 self.ack(group, topic, item.handle)
         return kept
+
+    # -- what the tools show -------------------------------------------------------------------
+
+    def inflight_view(self, group: str | None = None, topic: str | None = None) -> list[dict]:
+        """Per (group, topic, queue) with messages in flight (received, not acked): how many,
+        how many of them are still invisible, the read point, and the oldest one (the lowest
+        offset: what holds the group's offset back) with its remaining invisible time (0 once
+        it can be received again).  At most :data:`MAX_VIEW_ROWS` queues, by group, topic and
+        queue id."""
+        now = now_ms()
+        rows: list[dict] = []
+        for (g, t, queue_id), state in sorted(self.states.items()):
+            if len(rows) >= MAX_VIEW_ROWS:
+                break
+            if not state.inflight or (group and g != group) or (topic and t != topic):
+                continue
+            oldest = min(state.inflight)
+            rows.append(
+                {
+                    "group": g,
+                    "topic": t,
+                    "queueId": queue_id,
+                    "inFlight": len(state.inflight),
+                    "invisible": sum(1 for e in state.inflight.values() if e.deadline > now),
+                    "readOffset": state.next,
+                    "oldestOffset": oldest,
+                    "oldestAttempts": state.inflight[oldest].attempts,
+                    "oldestInvisibleMs": max(0, state.inflight[oldest].deadline - now),
+                }
+            )
+        return rows
+
+    def inflight_counts(self) -> dict[tuple[str, str], int]:
+        """Messages in flight per (group, topic)."""
+        counts: dict[tuple[str, str], int] = {}
+        for (g, t, _), state in list(self.states.items()):
+            if state.inflight:
+                counts[g, t] = counts.get((g, t), 0) + len(state.inflight)
+        return counts
 
     # -- ack and change -----------------------------------------------------------------------
 

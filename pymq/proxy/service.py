@@ -511,7 +511,8 @@ class MessagingService:
         """A client's stream, registered as the proxy registers it (see
         :mod:`pymq.proxy.clients`): a producer under each topic it publishes (its group, for
         the proxy), a consumer in its group with its subscriptions.  None, or the status
-        refusing the settings (a subscription the broker cannot filter by, or not allowed)."""
+        refusing the settings (a subscription not allowed); GrpcError INVALID_ARGUMENT for an
+        empty SQL92 expression (the proxy's answer: it ends the stream)."""
         kind = settings.client_type
         channel.client_type = ClientType.Name(kind) if kind in ClientType.values() else str(kind)
         if kind == ClientType.PRODUCER:
@@ -523,9 +524,12 @@ class MessagingService:
             subscriptions = []
             for entry in list(settings.subscription.subscriptions)[:MAX_TOPICS_PER_PRODUCER]:
                 topic = self._topic_name(entry.topic)
-                found = await self._subscription(topic, entry.expression)
-                if not isinstance(found, SubscriptionData):
-                    return found
+                found = self._subscription(topic, entry.expression)
+                if not isinstance(found, SubscriptionData):  # the proxy ends the stream
+                    raise GrpcError(
+                        INVALID_ARGUMENT,
+                        f"process client telemetryCommand failed. {found.message}",
+                    )
                 refusal = self._refused(
                     call, RequestCode.PULL_MESSAGE, {"topic": topic, "consumerGroup": group}
                 )
@@ -554,29 +558,44 @@ class MessagingService:
         self._refresh(channel)
         return None
 
-    async def _subscription(self, topic: str, expression: Any) -> SubscriptionData | Any:
-        """A 5.x filter expression as the 4.x subscription it is (FilterAPI.build), or the
-        status refusing it: ILLEGAL_FILTER_EXPRESSION for an empty or unparsable SQL92 one,
-        INTERNAL_SERVER_ERROR (the broker's SYSTEM_ERROR) for SQL92 without
-        ``enablePropertyFilter``."""
+    @staticmethod
+    def _subscription(topic: str, expression: Any) -> SubscriptionData | Any:
+        """A 5.x filter expression as the 4.x subscription it is (FilterAPI.build: a SQL92
+        one is not compiled here), or the status refusing it: ILLEGAL_FILTER_EXPRESSION for an
+        empty SQL92 one (``expression format is not correct``, the proxy's)."""
         if expression.type != d.FilterType.SQL:
             return SubscriptionData.build(topic, expression.expression or SUB_ALL)
+        text = expression.expression
+        if not text.strip():
+            return status(Code.ILLEGAL_FILTER_EXPRESSION, "expression format is not correct")
+        return SubscriptionData.build(topic, text, expression_type=EXPRESSION_TYPE_SQL92)
+
+    async def _filter(self, topic: str, expression: Any) -> tuple[str, RecordFilter | None] | Any:
+        """A receive's or pull's filter expression: (the tag expression, the SQL92 record
+        filter), one of them ``*``/None; or the status refusing it.  A SQL92 expression is
+        run by the broker's SQL92 engine on each record, as a 4.x SQL92 subscription's pull
+        runs it, and refused as the broker's POP refuses it: without ``enablePropertyFilter``
+        INTERNAL_SERVER_ERROR (the broker's SYSTEM_ERROR and remark), one that does not
+        compile ILLEGAL_FILTER_EXPRESSION (the parser's message)."""
+        found = self._subscription(topic, expression)
+        if not isinstance(found, SubscriptionData):
+            return found
+        if found.is_tag_type:
+            return found.sub_string, None
         if not self.broker.broker_config.enable_property_filter:
             return status(
                 Code.INTERNAL_SERVER_ERROR,
                 "The broker does not support consumer to filter message by "
                 + EXPRESSION_TYPE_SQL92,
             )
-        text = expression.expression
-        if not text.strip():
-            return status(Code.ILLEGAL_FILTER_EXPRESSION, "expression format is not correct")
         try:
-            await compile_expression_async(EXPRESSION_TYPE_SQL92, text)
+            compiled = await compile_expression_async(found.expression_type, found.sub_string)
         except Sql92Error as exc:
             return status(
-                Code.ILLEGAL_FILTER_EXPRESSION, f"expression format is not correct: {exc.remark}"
+                Code.ILLEGAL_FILTER_EXPRESSION,
+                f"parse the consumer's subscription failed: {exc.remark}",
             )
-        return SubscriptionData.build(topic, text, expression_type=EXPRESSION_TYPE_SQL92)
+        return SUB_ALL, evaluator(compiled)
 
     def _refresh(self, channel: TelemetryChannel) -> None:
         """The client's registrations, renewed (a heartbeat, or new settings)."""
@@ -863,19 +882,6 @@ class MessagingService:
             record_filter=record_filter,
         )
         return found or status(Code.MESSAGE_NOT_FOUND, "no new message")
-
-    async def _filter(self, topic: str, expression: Any) -> tuple[str, RecordFilter | None] | Any:
-        """A receive's or pull's filter expression: (the tag expression, the SQL92 record
-        filter), one of them ``*``/None; or the status refusing it.  A SQL92 expression is
-        run by the broker's SQL92 engine on each record, as a 4.x SQL92 subscription's pull
-        runs it (``enablePropertyFilter`` needed, as there)."""
-        found = await self._subscription(topic, expression)
-        if not isinstance(found, SubscriptionData):
-            return found
-        if found.is_tag_type:
-            return found.sub_string, None
-        compiled = await compile_expression_async(found.expression_type, found.sub_string)
-        return SUB_ALL, evaluator(compiled)
 
     async def ack_message(self, call: Call, request: Any) -> Any:
         group = self._topic_name(request.group)

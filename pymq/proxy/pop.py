@@ -27,6 +27,20 @@ A receive returns at most ``MAX_BATCH`` messages; the tools are shown at most
 0 to 12 h on ChangeInvisibleDuration (the proxy's defaults); a receive waits at most its long
 polling timeout (at most ``MAX_LONG_POLLING_MS``).
 
+4.x and 5.x consumers in one group: the broker records which queues the group's 4.x clients
+pull (PULL_MESSAGE, :class:`pymq.broker.client_manager.QueuePullers`), and a queue pulled in
+the last ``PULLED_QUEUE_SECONDS`` (30 s, counted from the end of the longest a long-polling
+pull may be held) is left to them: a receive passes it over, and state
+this service had for it is dropped (its in-flight messages are at or above the offset the 4.x
+client started from, so that client delivers them; their receipt handles are refused).  The 4.x
+clients' rebalance counts the 5.x clients among the group's members (they are registered as
+the proxy registers them), so it leaves them a share of the queues, which nobody pulls and the
+5.x consumers receive.  A queue changing hands starts from the group's committed offset, so a
+message may be delivered once more across the change (at least once), none is lost.  A queue a
+4.x client stops pulling (it left, or the rebalance gave the queue away) waits out the 30 s
+before the 5.x consumers receive it.  RocketMQ 5 does not coordinate the two: its POP reads
+every queue beside the pulls of the group's 4.x clients, both from the group's offset.
+
 FIFO: a group with ``consumeMessageOrderly`` receiving a FIFO topic gets each queue's messages
 in order (the proxy puts a message group's messages on one queue), and nothing more of a queue
 while a message of it is invisible; when they come back they come first, in order.
@@ -144,12 +158,28 @@ class PopService:
 
     def _settle(self, group: str, topic: str, queue_id: int, state: QueueState) -> None:
         """Keep the group's offset at the lowest unacked one; drop state with nothing in
-        flight."""
+        flight.  A queue a 4.x member of the group pulls is left to it: its offset is its."""
+        if self._pulled(group, topic, queue_id):
+            self._release(group, topic, queue_id)
+            return
         self.broker.consumer_offset_manager.commit_offset(
             POP_CLIENT, group, topic, queue_id, state.committed()
         )
         if not state.inflight:
             self.states.pop((group, topic, queue_id), None)
+
+    def _pulled(self, group: str, topic: str, queue_id: int) -> bool:
+        """Whether a 4.x client of ``group`` pulls the queue (see the module's text)."""
+        pullers = self.broker.context.queue_pullers
+        return pullers.is_pulled(group, topic, queue_id, trio.current_time())
+
+    def _release(self, group: str, topic: str, queue_id: int) -> None:
+        """The queue's state dropped, what it had in flight too: the 4.x client that pulls
+        it started at or below the lowest of them (the offset this service kept), so it
+        delivers them again; their receipt handles are refused from now on."""
+        state = self.states.pop((group, topic, queue_id), None)
+        if state is not None:
+            self.inflight_total -= len(state.inflight)
 
     def _take(self, state: QueueState, offset: int, invisible_ms: int, attempts: int) -> int:
         self._token += 1
@@ -268,6 +298,9 @@ class PopService:
         for queue_id in queue_ids:
             if len(out) >= want:
                 break
+            if self._pulled(group, topic, queue_id):  # a 4.x member's: left to it
+                self._release(group, topic, queue_id)
+                continue
             state = self._state(group, topic, queue_id)
             # FIFO: nothing of a queue while a message of it is still invisible; then the
             # ones that came back, in order, before anything new.

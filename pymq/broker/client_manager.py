@@ -280,24 +280,37 @@ MAX_PULLED_QUEUES = 100_000
 
 
 class QueuePullers:
-    """Which queues of a group its 4.x clients pull (PULL_MESSAGE), and until when they count
-    as pulled: the 5.x (POP) consumers of the same group leave such a queue to them
-    (pymq.proxy.pop)."""
+    """Which queues of a group its 4.x clients pull (PULL_MESSAGE), on which connection, and
+    until when they count as pulled: the 5.x (POP) consumers of the same group leave such a
+    queue to them while that connection is still a member of the group (pymq.proxy.pop)."""
 
     def __init__(self, grace: float = PULLED_QUEUE_SECONDS) -> None:
         self.grace = grace
-        self.until: dict[tuple[str, str, int], float] = {}
+        self.until: dict[tuple[str, str, int], tuple[float, object]] = {}
 
-    def pulled(self, group: str, topic: str, queue_id: int, now: float, hold: float = 0.0) -> None:
-        """A pull of the queue at ``now`` that may be held ``hold`` seconds."""
+    def pulled(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        now: float,
+        hold: float = 0.0,
+        channel: object = None,
+    ) -> None:
+        """A pull of the queue at ``now`` on ``channel`` that may be held ``hold`` seconds."""
         key = (group, topic, queue_id)
         until = now + min(max(hold, 0.0), MAX_PULL_HOLD_SECONDS) + self.grace
-        if key not in self.until and len(self.until) >= MAX_PULLED_QUEUES:
-            self.until = {k: t for k, t in self.until.items() if t > now}
+        kept = self.until.get(key)
+        if kept is None and len(self.until) >= MAX_PULLED_QUEUES:
+            self.until = {k: v for k, v in self.until.items() if v[0] > now}
             if len(self.until) >= MAX_PULLED_QUEUES:
                 return
-        self.until[key] = max(until, self.until.get(key, 0.0))
+        if kept is not None and kept[1] is channel:
+            until = max(until, kept[0])
+        self.until[key] = (until, channel)
 
-    def is_pulled(self, group: str, topic: str, queue_id: int, now: float) -> bool:
-        """Whether a 4.x client of ``group`` pulls the queue (see :meth:`pulled`)."""
-        return self.until.get((group, topic, queue_id), 0.0) > now
+    def puller(self, group: str, topic: str, queue_id: int, now: float) -> object | None:
+        """The connection a 4.x client of ``group`` pulls the queue on (see :meth:`pulled`),
+        None when none does now."""
+        kept = self.until.get((group, topic, queue_id))
+        return kept[1] if kept is not None and kept[0] > now else None

@@ -37,8 +37,9 @@ clients' rebalance counts the 5.x clients among the group's members (they are re
 the proxy registers them), so it leaves them a share of the queues, which nobody pulls and the
 5.x consumers receive.  A queue changing hands starts from the group's committed offset, so a
 message may be delivered once more across the change (at least once), none is lost.  A queue a
-4.x client stops pulling (it left, or the rebalance gave the queue away) waits out the 30 s
-before the 5.x consumers receive it.  RocketMQ 5 does not coordinate the two: its POP reads
+4.x client stops pulling because the rebalance gave it away waits out the 30 s before the 5.x
+consumers receive it; one whose client left the group (unregistered, or its connection
+closed) goes to them at once.  RocketMQ 5 does not coordinate the two: its POP reads
 every queue beside the pulls of the group's 4.x clients, both from the group's offset.
 
 FIFO: a group with ``consumeMessageOrderly`` receiving a FIFO topic gets each queue's messages
@@ -169,9 +170,14 @@ class PopService:
             self.states.pop((group, topic, queue_id), None)
 
     def _pulled(self, group: str, topic: str, queue_id: int) -> bool:
-        """Whether a 4.x client of ``group`` pulls the queue (see the module's text)."""
+        """Whether a 4.x client of ``group`` pulls the queue and is still a member of the
+        group (see the module's text)."""
         pullers = self.broker.context.queue_pullers
-        return pullers.is_pulled(group, topic, queue_id, trio.current_time())
+        channel = pullers.puller(group, topic, queue_id, trio.current_time())
+        if channel is None:
+            return False
+        members = self.broker.consumer_manager.get(group)
+        return members is not None and channel in members.channels
 
     def _release(self, group: str, topic: str, queue_id: int) -> None:
         """The queue's state dropped, what it had in flight too: the 4.x client that pulls

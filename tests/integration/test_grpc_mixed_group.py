@@ -67,17 +67,20 @@ async def produce(cluster: Cluster, bodies: list[bytes]) -> None:
 def pulled_queues(cluster: Cluster) -> set[int]:
     pullers = cluster.broker.context.queue_pullers
     now = trio.current_time()
-    return {q for q in range(4) if pullers.is_pulled(GROUP, TOPIC, q, now)}
+    return {q for q in range(4) if pullers.puller(GROUP, TOPIC, q, now) is not None}
 
 
 def test_a_held_pull_keeps_its_queue_then_the_grace() -> None:
     pullers = QueuePullers(grace=2.0)
-    pullers.pulled("G", "T", 0, now=100.0, hold=15.0)
-    assert pullers.is_pulled("G", "T", 0, 116.9)  # held 15 s, then 2 s to pull again
-    assert not pullers.is_pulled("G", "T", 0, 117.1)
-    assert not pullers.is_pulled("G", "T", 1, 100.0) and not pullers.is_pulled("H", "T", 0, 100.0)
-    pullers.pulled("G", "T", 0, now=101.0)  # a shorter pull does not shorten the first
-    assert pullers.is_pulled("G", "T", 0, 116.9)
+    a, b = object(), object()
+    pullers.pulled("G", "T", 0, now=100.0, hold=15.0, channel=a)
+    assert pullers.puller("G", "T", 0, 116.9) is a  # held 15 s, then 2 s to pull again
+    assert pullers.puller("G", "T", 0, 117.1) is None
+    assert pullers.puller("G", "T", 1, 100.0) is None and pullers.puller("H", "T", 0, 100.0) is None
+    pullers.pulled("G", "T", 0, now=101.0, channel=a)  # a shorter pull does not shorten it
+    assert pullers.puller("G", "T", 0, 116.9) is a
+    pullers.pulled("G", "T", 0, now=102.0, channel=b)  # another client's pull: its own time
+    assert pullers.puller("G", "T", 0, 103.9) is b and pullers.puller("G", "T", 0, 104.1) is None
 
 
 @pytest.mark.slow
@@ -88,8 +91,6 @@ async def test_4x_push_and_5x_simple_consumers_share_a_group(tmp_path) -> None:
         properties=properties,
     ) as cluster:  # fmt: skip
         broker = cluster.broker
-        # A queue the 4.x member stopped pulling goes to the 5.x one after 2 s (30 s default).
-        broker.context.queue_pullers.grace = 2.0
         # Created as an operator does (mqadmin updateTopic): the name server knows its route.
         await topics.create_topic(cluster.namesrv_addr, TOPIC, brokers=[cluster.broker_addr])
         assert broker.grpc_server is not None
@@ -132,7 +133,8 @@ async def mixed(cluster: Cluster, popper: Popper, collector: Collector) -> None:
         assert sorted(both()) == sorted(first)
         assert pulled_queues(cluster) == mine
         assert collector.bodies and popper.bodies  # each had its share
-    # The 4.x member left: its queues go to the 5.x one, from the group's offset.
+    # The 4.x member left (unregistered): its queues go to the 5.x one at once, from the
+    # group's offset (the 4.x consumer committed what it consumed as it shut down).
     second = [f"b{i}".encode() for i in range(20)]
     await produce(cluster, second)
     await wait_until(lambda: set(second) <= set(popper.bodies), timeout=30)

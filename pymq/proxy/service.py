@@ -610,16 +610,28 @@ class MessagingService:
         )
         for group in channel.groups:
             self.broker.producer_manager.register(group, info)
-        if channel.consumer_group:
-            config = self.broker.subscription_group_manager.table.get(channel.consumer_group)
+        group = channel.consumer_group
+        if group:
+            config = self.broker.subscription_group_manager.table.get(group)
             notify = config.notify_consumer_ids_changed_enable if config is not None else True
+            subscriptions = list(channel.subscriptions)
+            members = self.broker.consumer_manager.get(group)
+            if members is not None and any(
+                not isinstance(c, TelemetryChannel) for c in members.channels
+            ):
+                # A 4.x member's pulls are checked against the group's subscriptions (its
+                # retry topic among them): a 5.x member's registration keeps them.
+                mine = {sub.topic for sub in subscriptions}
+                subscriptions += [
+                    sub for topic, sub in members.subscriptions.items() if topic not in mine
+                ]
             self.broker.consumer_manager.register(
-                channel.consumer_group,
+                group,
                 info,
                 channel.consume_type,
                 MessageModel.CLUSTERING,
                 ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
-                channel.subscriptions,
+                subscriptions,
                 notify and self.broker.broker_config.notify_consumer_ids_changed_enable,
             )
 

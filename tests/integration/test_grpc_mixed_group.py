@@ -16,6 +16,7 @@ from rocketmq.v5.model import FilterExpression
 
 from pymq.broker.client_manager import QueuePullers
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer, topics
+from pymq.common.topic import retry_topic
 from pymq.embedded import Cluster, open_cluster
 from pymq.testing import TEST_PROPERTIES
 from tests.helpers import free_port, wait_until
@@ -133,6 +134,14 @@ async def mixed(cluster: Cluster, popper: Popper, collector: Collector) -> None:
         assert sorted(both()) == sorted(first)
         assert pulled_queues(cluster) == mine
         assert collector.bodies and popper.bodies  # each had its share
+        # A 5.x member's heartbeat keeps the 4.x member's subscriptions (its retry topic,
+        # which its pulls are checked against).
+        service = broker.grpc_service
+        assert service is not None
+        [channel] = service.telemetry_channels.values()
+        service._refresh(channel)
+        subscribed = broker.consumer_manager.get(GROUP).subscriptions  # type: ignore[union-attr]
+        assert set(subscribed) == {TOPIC, retry_topic(GROUP)}
     # The 4.x member left (unregistered): its queues go to the 5.x one at once, from the
     # group's offset (the 4.x consumer committed what it consumed as it shut down).
     second = [f"b{i}".encode() for i in range(20)]

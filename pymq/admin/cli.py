@@ -347,6 +347,103 @@ async def recall_message(admin: Admin, args: argparse.Namespace) -> Output:
     return Output({"msgId": msg_id, "broker": addr}, lines=[f"recalled {msg_id} on {addr}"])
 
 
+async def _grpc_status(admin: Admin, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each broker's GET_GRPC_STATUS answer (pymq's own), of -g / -t when given; brokers
+    without a gRPC port are left out."""
+    fields = {}
+    if getattr(args, "consumerGroup", None):
+        fields["consumerGroup"] = args.consumerGroup
+    if getattr(args, "topic", None):
+        fields["topic"] = args.topic
+    targets = await admin.targets(args) if args.brokerAddr or args.clusterName else None
+    if targets is None:
+        targets = list((await admin.all_masters()).values())
+    found = {}
+    for addr in targets:
+        try:
+            reply = await admin.client.invoke(
+                addr, RemotingCommand.request(RequestCode.GET_GRPC_STATUS, fields), TIMEOUT
+            )
+        except RemotingError as exc:
+            raise CliError(f"GET_GRPC_STATUS to {addr} failed: {exc}") from None
+        if reply.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            continue  # not a pymq broker
+        if reply.code != ResponseCode.SUCCESS:
+            remark = (reply.remark or "no remark").splitlines()[0]
+            raise CliError(f"GET_GRPC_STATUS to {addr}: {_code_name(reply.code)}: {remark}")
+        status = loads_lenient(reply.body) if reply.body else {}
+        if status.get("grpcEnabled"):
+            found[addr] = status
+    return found
+
+
+async def grpc_clients(admin: Admin, args: argparse.Namespace) -> Output:
+    """The RocketMQ 5 (gRPC) clients connected to each broker: id, address, language and
+    version, type, consumer group, topics, and when they last sent a heartbeat."""
+    data, rows = {}, []
+    for addr, status in (await _grpc_status(admin, args)).items():
+        data[addr] = status["clients"]
+        for c in status["clients"]:
+            rows.append(
+                [
+                    addr,
+                    c["clientId"],
+                    c["clientAddr"],
+                    f"{c['language'] or '-'} {c['version'] or '-'}",
+                    c["clientType"],
+                    c["group"] or None,
+                    ",".join(c["topics"]) or None,
+                    format_time(int(c["lastHeartbeat"])),
+                ]
+            )
+    headers = [
+        "#Broker",
+        "#ClientId",
+        "#ClientAddr",
+        "#Language/Version",
+        "#Type",
+        "#Group",
+        "#Topics",
+        "#LastHeartbeat",
+    ]
+    return Output(data, headers, rows)
+
+
+async def pop_status(admin: Admin, args: argparse.Namespace) -> Output:
+    """Messages the RocketMQ 5 (POP) consumers of each broker hold in flight, per group, topic
+    and queue: how many, how many still invisible, and the oldest one's offset, delivery
+    attempts and remaining invisible time."""
+    data, rows = {}, []
+    for addr, status in (await _grpc_status(admin, args)).items():
+        data[addr] = status["inflight"]
+        for q in status["inflight"]:
+            rows.append(
+                [
+                    addr,
+                    q["group"],
+                    q["topic"],
+                    q["queueId"],
+                    q["inFlight"],
+                    q["invisible"],
+                    q["oldestOffset"],
+                    q["oldestAttempts"],
+                    f"{q['oldestInvisibleMs'] / 1000:.1f}s",
+                ]
+            )
+    headers = [
+        "#Broker",
+        "#Group",
+        "#Topic",
+        "#QID",
+        "#InFlight",
+        "#Invisible",
+        "#Oldest Offset",
+        "#Oldest Attempts",
+        "#Oldest Invisible For",
+    ]
+    return Output(data, headers, rows)
+
+
 async def topic_list(admin: Admin, args: argparse.Namespace) -> Output:
     if args.clusterName:
         reply = await admin.invoke(
@@ -533,7 +630,9 @@ async def producer_connection(admin: Admin, args: argparse.Namespace) -> Output:
 
 
 async def consumer_status(admin: Admin, args: argparse.Namespace) -> Output:
-    """mqadmin consumerStatus: each online member's running info (relayed by the broker)."""
+    """mqadmin consumerStatus: each online member's running info (relayed by the broker), of
+    the one -i names when given; with -s its thread stack too (a RocketMQ 5 client answers
+    only that: the broker asks it on its Telemetry stream)."""
     for addr in (await admin.all_masters()).values():
         reply = await admin.invoke(
             addr,
@@ -543,17 +642,25 @@ async def consumer_status(admin: Admin, args: argparse.Namespace) -> Output:
         )
         if reply.code != ResponseCode.SUCCESS:
             continue
-        data, rows = [], []
+        data, rows, stacks = [], [], []
         for c in fastjson.loads(reply.body).get("connectionSet", []):
+            if args.clientId and c["clientId"] != args.clientId:
+                continue
             info = await admin.invoke(
                 addr,
                 RequestCode.GET_CONSUMER_RUNNING_INFO,
-                H.GetConsumerRunningInfoRequestHeader(args.consumerGroup, c["clientId"], False),
+                H.GetConsumerRunningInfoRequestHeader(
+                    args.consumerGroup, c["clientId"], args.jstack
+                ),
             )
             running = fastjson.loads(info.body)
             props = running.get("properties", {})
             queues = queue_rows(running.get("mqTable", {}))
-            data.append({"clientId": c["clientId"], "properties": props, "queues": queues})
+            entry = {"clientId": c["clientId"], "properties": props, "queues": queues}
+            if args.jstack:
+                entry["jstack"] = running.get("jstack")
+                stacks += ["", f"#{c['clientId']} thread stack:", running.get("jstack") or "-"]
+            data.append(entry)
             rows.append(
                 [
                     c["clientId"],
@@ -563,7 +670,11 @@ async def consumer_status(admin: Admin, args: argparse.Namespace) -> Output:
                     len(queues),
                 ]
             )
+        if args.clientId and not data:
+            raise CliError(f"no client {args.clientId} online in {args.consumerGroup}")
         headers = ["#ClientId", "#Language", "#Version", "#MessageModel", "#Queues"]
+        if stacks:
+            return Output(data, lines=[format_table(headers, rows), *stacks])
         return Output(data, headers, rows)
     raise CliError(f"the consumer group [{args.consumerGroup}] not online")
 
@@ -696,8 +807,34 @@ def _message_output(views: list[dict[str, Any]]) -> Output:
     return Output(views if len(views) != 1 else views[0], lines=lines)
 
 
+async def consume_message_directly(admin: Admin, args: argparse.Namespace) -> Output:
+    """mqadmin queryMsgById -g -d: the broker hands the message the offset id names to one
+    consumer of the group to consume now (CONSUME_MESSAGE_DIRECTLY; a RocketMQ 5 client gets
+    it as a VerifyMessageCommand on its Telemetry stream), and its result is printed."""
+    try:
+        ip, port, _ = decode_offset_msg_id(args.msgId)
+    except ValueError:
+        raise CliError(f"{args.msgId} is not an offset message id") from None
+    addr = f"{ip}:{port}"
+    header = H.ConsumeMessageDirectlyResultRequestHeader(
+        args.consumerGroup, args.clientId, args.msgId, None
+    )
+    reply = await admin.invoke(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, header)
+    result = fastjson.loads(reply.body) if reply.body else {}
+    lines = [
+        f"{key}: {result.get(key)}"
+        for key in ("consumeResult", "remark", "order", "autoCommit", "spentTimeMills")
+    ]
+    return Output(result, lines=lines)
+
+
 async def query_msg_by_id(admin: Admin, args: argparse.Namespace) -> Output:
-    """By offset message id (it names the broker); with -t, also by unique key (client id)."""
+    """By offset message id (it names the broker); with -t, also by unique key (client id).
+    With -g and -d, the message is consumed by that client instead (mqadmin's form)."""
+    if args.consumerGroup or args.clientId:
+        if not (args.consumerGroup and args.clientId):
+            raise CliError("-g consumerGroup and -d clientId go together")
+        return await consume_message_directly(admin, args)
     try:
         ip, port, offset = decode_offset_msg_id(args.msgId)
     except ValueError:
@@ -1125,6 +1262,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("recallMessage", recall_message, "Cancel a pending timer message (RocketMQ 5)")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-k", "--recallHandle", required=True, help="the handle its send returned")
+    p = command("grpcClients", grpc_clients, "RocketMQ 5 (gRPC) clients of the brokers")
+    _broker_or_cluster(p, required=False)
+    p.add_argument("-g", "--consumerGroup", help="only this consumer group's (or topic's)")
+    p.add_argument("-t", "--topic", help="only clients of this topic")
+    p = command("popStatus", pop_status, "Messages RocketMQ 5 consumers hold in flight (POP)")
+    _broker_or_cluster(p, required=False)
+    p.add_argument("-g", "--consumerGroup", help="only this consumer group")
+    p.add_argument("-t", "--topic", help="only this topic")
     p = command("topicList", topic_list, "List every topic the name server knows")
     p.add_argument("-c", "--clusterName", help="only topics of this cluster")
     p = command("topicRoute", topic_route, "A topic's route: brokers and queue counts")
@@ -1151,6 +1296,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-g", "--consumerGroup", required=True)
     p = command("consumerStatus", consumer_status, "Running info of a group's online members")
     p.add_argument("-g", "--consumerGroup", required=True)
+    p.add_argument("-i", "--clientId", help="only this client")
+    p.add_argument("-s", "--jstack", action="store_true", help="with each client's thread stack")
     p = command("producerConnection", producer_connection, "Connected producers of a group")
     p.add_argument("-g", "--producerGroup", required=True)
     p.add_argument("-t", "--topic", required=True)
@@ -1159,6 +1306,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("queryMsgById", query_msg_by_id, "A message by offset id (or unique key, -t)")
     p.add_argument("-i", "--msgId", required=True)
     p.add_argument("-t", "--topic", help="topic to search when the id is a unique key")
+    p.add_argument("-g", "--consumerGroup", help="with -d: that consumer consumes it now")
+    p.add_argument("-d", "--clientId", help="with -g: the client of the group to consume it")
     p = command("queryMsgByKey", query_msg_by_key, "Messages by key")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-k", "--msgKey", required=True)

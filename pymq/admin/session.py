@@ -100,6 +100,7 @@ class AdminSession:
             "config.update": self._config_update,
             "transactions.status": self._transactions_status,
             "timers.status": self._timers_status,
+            "grpc.status": self._grpc_status,
             "acl.list": self._acl_list,
             "acl.update": self._acl_update,
             "acl.delete": self._acl_delete,
@@ -115,6 +116,7 @@ class AdminSession:
             "group.progress",
             "transactions.status",
             "timers.status",
+            "grpc.status",
         )
 
     @property
@@ -407,6 +409,11 @@ class AdminSession:
 
     async def _timers_status(self, request: Request) -> dict[str, Any]:
         return await self.service.timer_status(request.get_int("limit", TIMER_TOPICS_LISTED))
+
+    async def _grpc_status(self, request: Request) -> dict[str, Any]:
+        return self.service.grpc_status(
+            request.get_str("group", None) or None, request.get_str("topic", None) or None
+        )
 
     async def _message_track(self, request: Request) -> dict[str, Any]:
         return self.service.message_track(request.get_str("msgId"), request.get_str("topic", None))

@@ -268,6 +268,7 @@ RULES: dict[int, Rule] = {
     _RC.GET_ALL_DELAY_OFFSET: _signed_only,
     _RC.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: _signed_only,
     _RC.GET_CONSUMER_CONNECTION_LIST: _signed_only,
+    _RC.GET_GRPC_STATUS: _signed_only,
     _RC.GET_TOPIC_STATS_INFO: _signed_only,
     _RC.GET_CONSUME_STATS: _signed_only,
     _RC.INVOKE_BROKER_TO_RESET_OFFSET: _signed_only,

@@ -295,6 +295,24 @@ class AdminService:
 
     # -- topics -------------------------------------------------------------------------------
 
+    def grpc_status(self, group: str | None = None, topic: str | None = None) -> dict[str, Any]:
+        """The broker's 5.x gRPC clients (client id, address, language, version, type,
+        group, topics, connection and last heartbeat times) and the messages its POP
+        consumers hold in flight per group, topic and queue (count, still invisible, the
+        oldest's offset, attempts and remaining invisible ms), of ``group`` / ``topic`` when
+        given.  ``grpcEnabled`` is false (and both lists empty) without ``grpcServerPort``."""
+        service = self.broker.grpc_service
+        if service is None:
+            return {"grpcEnabled": False, "clients": [], "inflight": []}
+        clients = service.clients_view(group)
+        if topic:
+            clients = [c for c in clients if topic in c["topics"]]
+        return {
+            "grpcEnabled": True,
+            "clients": clients,
+            "inflight": service.pop.inflight_view(group, topic),
+        }
+
     def topic_list(self) -> list[dict[str, Any]]:
         tcm = self.broker.topic_config_manager
         system = tcm.system_topics

@@ -265,3 +265,52 @@ class RebalanceLockManager:
             lock = locks.get(mq)
             if lock is not None and lock.client_id == client_id:
                 del locks[mq]
+
+
+# How long after a 4.x client's pull of a queue (after the longest it may be held, when it is
+# a long-polling one) the queue still counts as that client's: it pulls again at once, unless
+# its consumption falls behind (flow control) for longer.
+PULLED_QUEUE_SECONDS = 30.0
+# The longest hold of a pull counted (a pull's suspendTimeoutMillis beyond it counts as this).
+MAX_PULL_HOLD_SECONDS = 60.0
+# The (group, topic, queue) pulls recorded at most; past it stale ones are dropped first, and
+# when none is stale a new one is not recorded (its queue may then be received by POP too:
+# duplicates, never a loss).
+MAX_PULLED_QUEUES = 100_000
+
+
+class QueuePullers:
+    """Which queues of a group its 4.x clients pull (PULL_MESSAGE), on which connection, and
+    until when they count as pulled: the 5.x (POP) consumers of the same group leave such a
+    queue to them while that connection is still a member of the group (pymq.proxy.pop)."""
+
+    def __init__(self, grace: float = PULLED_QUEUE_SECONDS) -> None:
+        self.grace = grace
+        self.until: dict[tuple[str, str, int], tuple[float, object]] = {}
+
+    def pulled(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        now: float,
+        hold: float = 0.0,
+        channel: object = None,
+    ) -> None:
+        """A pull of the queue at ``now`` on ``channel`` that may be held ``hold`` seconds."""
+        key = (group, topic, queue_id)
+        until = now + min(max(hold, 0.0), MAX_PULL_HOLD_SECONDS) + self.grace
+        kept = self.until.get(key)
+        if kept is None and len(self.until) >= MAX_PULLED_QUEUES:
+            self.until = {k: v for k, v in self.until.items() if v[0] > now}
+            if len(self.until) >= MAX_PULLED_QUEUES:
+                return
+        if kept is not None and kept[1] is channel:
+            until = max(until, kept[0])
+        self.until[key] = (until, channel)
+
+    def puller(self, group: str, topic: str, queue_id: int, now: float) -> object | None:
+        """The connection a 4.x client of ``group`` pulls the queue on (see :meth:`pulled`),
+        None when none does now."""
+        kept = self.until.get((group, topic, queue_id))
+        return kept[1] if kept is not None and kept[0] > now else None

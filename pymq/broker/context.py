@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from pymq.broker.client_manager import QueuePullers
+
 if TYPE_CHECKING:
     from pymq.broker.acl import AclManager
     from pymq.broker.admin_service import AdminService
@@ -63,3 +65,5 @@ class BrokerContext:
     # aclEnable: the ACL, for the permissions a processor learns only by reading (a heartbeat's
     # groups and topics, the stored message a send-back or view names); None: no ACL.
     acl: AclManager | None = None
+    # The queues each group's 4.x clients pull (its POP consumers leave them to them).
+    queue_pullers: QueuePullers = attrs.Factory(QueuePullers)

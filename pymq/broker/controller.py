@@ -119,6 +119,7 @@ from pymq.store.message_store import DefaultMessageStore
 
 if TYPE_CHECKING:
     from pymq.proxy.http2 import GrpcServer
+    from pymq.proxy.service import MessagingService
 
 log = logging.getLogger(__name__)
 
@@ -307,6 +308,7 @@ class BrokerController:
         # RocketMQ 5's gRPC messaging service (grpcServerPort; pymq.proxy, imported only then),
         # within the remoting ports' shared budget of buffered bytes.
         self.grpc_server: GrpcServer | None = None
+        self.grpc_service: MessagingService | None = None  # set with grpc_server
         if broker_config.grpc_server_port:
             from pymq.proxy import grpc_server
 
@@ -367,6 +369,7 @@ class BrokerController:
             ),
             RequestCode.DELETE_SUBSCRIPTIONGROUP: Route(admin.delete_subscription_group),
             RequestCode.GET_CONSUMER_CONNECTION_LIST: Route(admin.get_consumer_connection_list),
+            RequestCode.GET_GRPC_STATUS: Route(admin.get_grpc_status),
             RequestCode.GET_TOPIC_STATS_INFO: Route(admin.get_topic_stats_info),
             RequestCode.GET_CONSUME_STATS: Route(admin.get_consume_stats),
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: Route(admin.invoke_broker_to_reset_offset),

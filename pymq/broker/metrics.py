@@ -30,7 +30,10 @@ Not served: ``rocketmq_timer_message_snapshot`` (a walk over a day of wheel slot
 With ``grpcServerPort`` set, RocketMQ 5's ``rocketmq_rpc_latency`` histogram (milliseconds,
 buckets 1, 3, 5, 10, 50, 100, 1000, 3000, 10000) of the gRPC calls served, labelled
 ``protocol_type`` (``grpc``), ``request_code`` (the method; ``unknown`` for one not served) and
-``response_code`` (the gRPC status); its ``_count`` is the calls.
+``response_code`` (the gRPC status); its ``_count`` is the calls.  And RocketMQ 5's
+``rocketmq_consumer_inflight_messages`` gauge (labels ``topic``, ``consumer_group``): the
+messages 5.x consumers received by POP and have not acked yet (invisible, or visible again and
+waiting to be received again).
 
 The ``rocketmq_client_*`` gauges come, as the exporter gets them, from asking each online
 consumer for its running info (GET_CONSUMER_RUNNING_INFO's ``statusTable``): the server does so
@@ -190,6 +193,7 @@ BROKER_LABELS = ["cluster", "brokerIP", "broker"]
 GRPC_LABELS = [
     "cluster", "node_type", "node_id", "protocol_type", "request_code", "response_code"
 ]  # fmt: skip
+INFLIGHT_LABELS = ["cluster", "node_type", "node_id", "topic", "consumer_group"]
 # A scrape reads the broker's state on the event loop in slices of this many topics (or groups,
 # or stats rows), giving the loop back between them: one pass over 3,000 topics took 58 ms of
 # CPU (#37), now a few milliseconds at a time.
@@ -503,6 +507,16 @@ class BrokerCollector(Collector):
                 sum_value=total,
             )
         yield family
+        inflight = GaugeMetricFamily(
+            "rocketmq_consumer_inflight_messages",
+            "Messages 5.x (POP) consumers received and have not acked, by topic and group",
+            labels=INFLIGHT_LABELS,
+        )
+        service = self.broker.grpc_service
+        counts = service.pop.inflight_counts() if service is not None else {}
+        for (group, topic), count in sorted(counts.items()):
+            inflight.add_metric([cluster, "broker", broker_name, topic, group], count)
+        yield inflight
 
     def _broker_nums(self) -> Iterator[Metric]:
         cluster, broker_name, addr = self._names()

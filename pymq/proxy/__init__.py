@@ -70,7 +70,9 @@ def grpc_server(broker: BrokerController, budget: object) -> GrpcServer | None:
         name="grpc",
         tls=grpc_tls(broker),
     )
-    server.handlers.update(MessagingService(broker, limits, lambda: server.port).handlers())
+    service = MessagingService(broker, limits, lambda: server.port)
+    server.handlers.update(service.handlers())
+    broker.grpc_service = service  # what the tools show of the 5.x clients and POP
     return server
 
 

@@ -22,9 +22,25 @@ since the last persist, may be received once more.  State with nothing in flight
 
 Bounds: at most ``MAX_INFLIGHT_PER_QUEUE`` messages in flight per (group, queue) and
 ``MAX_INFLIGHT`` in all; past them a receive gets only messages whose invisible time ended.
-A receive returns at most ``MAX_BATCH`` messages.  Invisible times: 10 s to 12 h on receive and
+A receive returns at most ``MAX_BATCH`` messages; the tools are shown at most
+``MAX_VIEW_ROWS`` queues with messages in flight.  Invisible times: 10 s to 12 h on receive and
 0 to 12 h on ChangeInvisibleDuration (the proxy's defaults); a receive waits at most its long
 polling timeout (at most ``MAX_LONG_POLLING_MS``).
+
+4.x and 5.x consumers in one group: the broker records which queues the group's 4.x clients
+pull (PULL_MESSAGE, :class:`pymq.broker.client_manager.QueuePullers`), and a queue pulled in
+the last ``PULLED_QUEUE_SECONDS`` (30 s, counted from the end of the longest a long-polling
+pull may be held) is left to them: a receive passes it over, and state
+this service had for it is dropped (its in-flight messages are at or above the offset the 4.x
+client started from, so that client delivers them; their receipt handles are refused).  The 4.x
+clients' rebalance counts the 5.x clients among the group's members (they are registered as
+the proxy registers them), so it leaves them a share of the queues, which nobody pulls and the
+5.x consumers receive.  A queue changing hands starts from the group's committed offset, so a
+message may be delivered once more across the change (at least once), none is lost.  A queue a
+4.x client stops pulling because the rebalance gave it away waits out the 30 s before the 5.x
+consumers receive it; one whose client left the group (unregistered, or its connection
+closed) goes to them at once.  RocketMQ 5 does not coordinate the two: its POP reads
+every queue beside the pulls of the group's 4.x clients, both from the group's offset.
 
 FIFO: a group with ``consumeMessageOrderly`` receiving a FIFO topic gets each queue's messages
 in order (the proxy puts a message group's messages on one queue), and nothing more of a queue
@@ -41,6 +57,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from pymq.broker.message_filter import RecordFilter
 from pymq.common.consumer import SubscriptionData
 from pymq.common.message_ext import (
     PROPERTY_ORIGIN_MESSAGE_ID,
@@ -64,6 +81,8 @@ MAX_BATCH = 32
 MIN_INVISIBLE_MS = 10_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 MAX_LONG_POLLING_MS = 30_000
+# The most queues the tools are shown in one answer (:meth:`PopService.inflight_view`).
+MAX_VIEW_ROWS = 1000
 POP_CLIENT = "pymq-pop"
 
 
@@ -140,12 +159,33 @@ class PopService:
 
     def _settle(self, group: str, topic: str, queue_id: int, state: QueueState) -> None:
         """Keep the group's offset at the lowest unacked one; drop state with nothing in
-        flight."""
+        flight.  A queue a 4.x member of the group pulls is left to it: its offset is its."""
+        if self._pulled(group, topic, queue_id):
+            self._release(group, topic, queue_id)
+            return
         self.broker.consumer_offset_manager.commit_offset(
             POP_CLIENT, group, topic, queue_id, state.committed()
         )
         if not state.inflight:
             self.states.pop((group, topic, queue_id), None)
+
+    def _pulled(self, group: str, topic: str, queue_id: int) -> bool:
+        """Whether a 4.x client of ``group`` pulls the queue and is still a member of the
+        group (see the module's text)."""
+        pullers = self.broker.context.queue_pullers
+        channel = pullers.puller(group, topic, queue_id, trio.current_time())
+        if channel is None:
+            return False
+        members = self.broker.consumer_manager.get(group)
+        return members is not None and channel in members.channels
+
+    def _release(self, group: str, topic: str, queue_id: int) -> None:
+        """The queue's state dropped, what it had in flight too: the 4.x client that pulls
+        it started at or below the lowest of them (the offset this service kept), so it
+        delivers them again; their receipt handles are refused from now on."""
+        state = self.states.pop((group, topic, queue_id), None)
+        if state is not None:
+            self.inflight_total -= len(state.inflight)
 
     def _take(self, state: QueueState, offset: int, invisible_ms: int, attempts: int) -> int:
         self._token += 1
@@ -218,6 +258,7 @@ class PopService:
         want: int,
         invisible_ms: int,
         codes: list[int] | None,
+        record_filter: RecordFilter | None,
     ) -> list[Received]:
         out: list[Received] = []
         store = self.broker.store
@@ -229,7 +270,9 @@ class PopService:
             )
             if room <= 0 or state.next >= store.get_max_offset_in_queue(topic, queue_id):
                 break
-            result = store.get_message(group, topic, queue_id, state.next, room, codes)
+            result = store.get_message(
+                group, topic, queue_id, state.next, room, codes, record_filter
+            )
             for record, offset in zip(result.messages, result.queue_offsets, strict=True):
                 try:
                     msg = decode_record(record)
@@ -254,12 +297,16 @@ class PopService:
         codes: list[int] | None,
         max_attempts: int,
         fifo: bool,
+        record_filter: RecordFilter | None,
     ) -> list[Received]:
         out: list[Received] = []
         now = now_ms()
         for queue_id in queue_ids:
             if len(out) >= want:
                 break
+            if self._pulled(group, topic, queue_id):  # a 4.x member's: left to it
+                self._release(group, topic, queue_id)
+                continue
             state = self._state(group, topic, queue_id)
             # FIFO: nothing of a queue while a message of it is still invisible; then the
             # ones that came back, in order, before anything new.
@@ -269,7 +316,14 @@ class PopService:
                 )
                 if not fifo or not state.inflight:
                     out += self._fresh(
-                        group, topic, queue_id, state, want - len(out), invisible_ms, codes
+                        group,
+                        topic,
+                        queue_id,
+                        state,
+                        want - len(out),
+                        invisible_ms,
+                        codes,
+                        record_filter,
                     )
             self._settle(group, topic, queue_id, state)
         return out
@@ -295,10 +349,13 @@ class PopService:
         expression: str,
         max_attempts: int,
         fifo: bool = False,
+        record_filter: RecordFilter | None = None,
     ) -> list[Received]:
         """Messages for ``group`` from ``queue_ids`` (tried in turn), waiting up to
         ``long_polling_ms`` for one to arrive or come back; ``fifo``: each queue's in order,
-        one batch of it in flight at a time."""
+        one batch of it in flight at a time.  ``expression`` is a tag expression;
+        ``record_filter`` a SQL92 subscription's test of each record (a record it refuses is
+        passed over, as a 4.x SQL92 pull passes over it: the group's offset moves past it)."""
         sub = SubscriptionData.build(topic, expression)
         codes = None if sub.matches_all else list(sub.code_set)
         wanted = set(sub.tags_set)
@@ -307,7 +364,15 @@ class PopService:
         hold = self.broker.pull_hold
         while True:
             got = await self._pop_now(
-                group, topic, queue_ids, batch, invisible_ms, codes, max_attempts, fifo
+                group,
+                topic,
+                queue_ids,
+                batch,
+                invisible_ms,
+                codes,
+                max_attempts,
+                fifo,
+                record_filter,
             )
             if wanted:  # the consume queue matched hash codes: check the tags themselves
                 got = self._only_tags(group, topic, got, wanted)
@@ -339,6 +404,45 @@ class PopService:
             else:  # a hash collision: not this group's, acked at once
                 self.ack(group, topic, item.handle)
         return kept
+
+    # -- what the tools show -------------------------------------------------------------------
+
+    def inflight_view(self, group: str | None = None, topic: str | None = None) -> list[dict]:
+        """Per (group, topic, queue) with messages in flight (received, not acked): how many,
+        how many of them are still invisible, the read point, and the oldest one (the lowest
+        offset: what holds the group's offset back) with its remaining invisible time (0 once
+        it can be received again).  At most :data:`MAX_VIEW_ROWS` queues, by group, topic and
+        queue id."""
+        now = now_ms()
+        rows: list[dict] = []
+        for (g, t, queue_id), state in sorted(self.states.items()):
+            if len(rows) >= MAX_VIEW_ROWS:
+                break
+            if not state.inflight or (group and g != group) or (topic and t != topic):
+                continue
+            oldest = min(state.inflight)
+            rows.append(
+                {
+                    "group": g,
+                    "topic": t,
+                    "queueId": queue_id,
+                    "inFlight": len(state.inflight),
+                    "invisible": sum(1 for e in state.inflight.values() if e.deadline > now),
+                    "readOffset": state.next,
+                    "oldestOffset": oldest,
+                    "oldestAttempts": state.inflight[oldest].attempts,
+                    "oldestInvisibleMs": max(0, state.inflight[oldest].deadline - now),
+                }
+            )
+        return rows
+
+    def inflight_counts(self) -> dict[tuple[str, str], int]:
+        """Messages in flight per (group, topic)."""
+        counts: dict[tuple[str, str], int] = {}
+        for (g, t, _), state in list(self.states.items()):
+            if state.inflight:
+                counts[g, t] = counts.get((g, t), 0) + len(state.inflight)
+        return counts
 
     # -- ack and change -----------------------------------------------------------------------
 

@@ -35,7 +35,16 @@ import trio
 
 from pymq.broker.acl import AclRefused
 from pymq.broker.client_manager import ClientChannelInfo
-from pymq.common.consumer import SubscriptionData
+from pymq.broker.consumer_filter_manager import compile_expression_async
+from pymq.broker.message_filter import RecordFilter, evaluator
+from pymq.common.consumer import (
+    EXPRESSION_TYPE_SQL92,
+    SUB_ALL,
+    ConsumeFromWhere,
+    ConsumeType,
+    MessageModel,
+    SubscriptionData,
+)
 from pymq.common.message_ext import encode_properties, java_string_hash
 from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.record import RecordError, decode_record
@@ -47,6 +56,7 @@ from pymq.common.topic import (
     retry_topic,
     topic_message_type,
 )
+from pymq.filter.sql92 import Sql92Error
 from pymq.proxy.clients import TelemetryChannel
 from pymq.proxy.convert import MessageRefused, consistent_hash, stored_form, to_grpc_message
 from pymq.proxy.http2 import INVALID_ARGUMENT, Call, GrpcError, GrpcLimits, Handler
@@ -62,7 +72,7 @@ from pymq.proxy.schema import definition as d
 from pymq.proxy.schema import service as s
 from pymq.remoting.channel import Channel
 from pymq.remoting.codec import RemotingCommand
-from pymq.remoting.codes import RequestCode, ResponseCode
+from pymq.remoting.codes import CURRENT_VERSION, RequestCode, ResponseCode
 from pymq.remoting.headers import EndTransactionRequestHeader, SendMessageRequestHeader
 from pymq.store.results import GetMessageStatus
 
@@ -78,8 +88,11 @@ PRODUCER_BACKOFF_MAX_MS = 1000
 PRODUCER_BACKOFF_MULTIPLIER = 2.0
 # The proxy's consumer settings: messages per receive of a PushConsumer.
 RECEIVE_BATCH_SIZE = 32
-# The topics (producer groups) one producer's stream is registered under, at most.
+# The topics (producer groups) one producer's stream is registered under, and the
+# subscriptions of one consumer's, at most.
 MAX_TOPICS_PER_PRODUCER = 1024
+# The longest language and client version a client's metadata is kept with.
+MAX_CLIENT_TEXT = 64
 # The most messages one PullMessage answers.
 MAX_PULL_BATCH = 32
 # TBW102 and its queue count, as a 4.x producer names them in a send (auto-creation).
@@ -333,10 +346,19 @@ class MessagingService:
         x-mq-date-time, Signature=<hex HMAC-SHA1 of x-mq-date-time>``) checked against the
         plain_acl.yml accounts, with the permissions of the 4.x request ``code`` (SEND_MESSAGE:
         PUB on the topic; PULL_MESSAGE: SUB on the topic and the group; HEART_BEAT: a valid
-        signature).  UNAUTHORIZED for who the caller is, FORBIDDEN for what it may do."""
+        signature).  UNAUTHORIZED for who the caller is, FORBIDDEN for what it may do.
+
+        As RocketMQ 5's proxy (PlainAccessResource.parse for gRPC, and ACL 2.0's
+        DefaultAuthenticationContextBuilder), the signed ``x-mq-date-time`` is not compared
+        with the clock: a signature over any date is the account's, and no window bounds the
+        client's clock skew; an ``authorization`` without an ``x-mq-date-time`` is refused
+        UNAUTHORIZED (``datetime is null``), before the white addresses are consulted."""
         acl = self.broker.acl
         if acl is None:
             return None
+        if "authorization" in call.metadata and not call.metadata.get("x-mq-date-time"):
+            log.info("grpc: ACL refused %s from %s: datetime is null", call.path, call.peer)
+            return status(Code.UNAUTHORIZED, "datetime is null")
         access_key = signature = None
         text = call.metadata.get("authorization", "")
         _, _, parameters = text.partition(" ")
@@ -368,7 +390,7 @@ class MessagingService:
                 status=status(Code.UNRECOGNIZED_CLIENT_TYPE, "unrecognized client type")
             )
         channel = self.telemetry_channels.get(self._client_id(call) or "")
-        if channel is not None:  # keeps the producer's registrations alive
+        if channel is not None:  # keeps the client's registrations alive
             self._refresh(channel)
         return s.HeartbeatResponse(status=status(Code.OK))
 
@@ -376,10 +398,14 @@ class MessagingService:
         refusal = self._refused(call, RequestCode.HEART_BEAT)
         if refusal is not None:
             return s.NotifyClientTerminationResponse(status=refusal)
-        if self._client_id(call) is None:
+        client_id = self._client_id(call)
+        if client_id is None:
             return s.NotifyClientTerminationResponse(
                 status=status(Code.CLIENT_ID_REQUIRED, "clientId is required")
             )
+        channel = self.telemetry_channels.get(client_id)
+        if channel is not None:  # the proxy unregisters the client at once
+            self._unregister(channel)
         return s.NotifyClientTerminationResponse(status=status(Code.OK))
 
     def _settings(self, client: Any) -> Any:
@@ -424,7 +450,13 @@ class MessagingService:
             await call.send(s.TelemetryCommand(status=refusal).SerializeToString(), last=True)
             return
         bc = self.broker.broker_config
-        channel = TelemetryChannel(client_id, call.peer, f"{bc.broker_ip1}:{self.broker.port}")
+        channel = TelemetryChannel(
+            client_id,
+            call.peer,
+            f"{bc.broker_ip1}:{self.broker.port}",
+            language=call.metadata.get("x-mq-language", "")[:MAX_CLIENT_TEXT],
+            version=call.metadata.get("x-mq-client-version", "")[:MAX_CLIENT_TEXT],
+        )
         failure: GrpcError | None = None
         try:
             async with trio.open_nursery() as nursery:
@@ -439,9 +471,7 @@ class MessagingService:
                     channel.outgoing.close()
         finally:
             channel.closed = True
-            self.broker.producer_manager.channel_closed(channel)
-            if self.telemetry_channels.get(client_id) is channel:
-                del self.telemetry_channels[client_id]
+            self._unregister(channel)
         if failure is not None:
             raise failure
 
@@ -454,11 +484,16 @@ class MessagingService:
                 command = s.TelemetryCommand.FromString(data)
             except DecodeError as exc:
                 raise GrpcError(INVALID_ARGUMENT, f"malformed TelemetryCommand: {exc}") from None
+            if channel.answered(command):  # a thread stack or a verification result
+                continue
             if command.HasField("settings"):
-                self._register(channel, command.settings)
-                reply = s.TelemetryCommand(
-                    status=status(Code.OK), settings=self._settings(command.settings)
-                )
+                refusal = await self._register(call, channel, command.settings)
+                if refusal is not None:
+                    reply = s.TelemetryCommand(status=refusal)
+                else:
+                    reply = s.TelemetryCommand(
+                        status=status(Code.OK), settings=self._settings(command.settings)
+                    )
                 # Through the writer, so that the stream's messages never interleave.
                 await channel.outgoing.send(reply.SerializeToString())
 
@@ -472,22 +507,149 @@ class MessagingService:
         except Exception:  # the connection is gone: the call ends
             scope.cancel()
 
-    def _register(self, channel: TelemetryChannel, settings: Any) -> None:
-        """A producer's stream, under each topic it publishes (its group, for the proxy)."""
-        if settings.client_type != ClientType.PRODUCER:
-            return
+    async def _register(self, call: Call, channel: TelemetryChannel, settings: Any) -> Any:
+        """A client's stream, registered as the proxy registers it (see
+        :mod:`pymq.proxy.clients`): a producer under each topic it publishes (its group, for
+        the proxy), a consumer in its group with its subscriptions.  None, or the status
+        refusing the settings (a subscription not allowed); GrpcError INVALID_ARGUMENT for an
+        empty SQL92 expression (the proxy's answer: it ends the stream)."""
+        kind = settings.client_type
+        channel.client_type = ClientType.Name(kind) if kind in ClientType.values() else str(kind)
+        if kind == ClientType.PRODUCER:
+            for resource in list(settings.publishing.topics)[:MAX_TOPICS_PER_PRODUCER]:
+                channel.groups.add(self._topic_name(resource))
+            channel.topics = set(channel.groups)
+        elif settings.HasField("subscription"):
+            group = self._topic_name(settings.subscription.group)
+            subscriptions = []
+            for entry in list(settings.subscription.subscriptions)[:MAX_TOPICS_PER_PRODUCER]:
+                topic = self._topic_name(entry.topic)
+                found = self._subscription(topic, entry.expression)
+                if not isinstance(found, SubscriptionData):  # the proxy ends the stream
+                    raise GrpcError(
+                        INVALID_ARGUMENT,
+                        f"process client telemetryCommand failed. {found.message}",
+                    )
+                refusal = self._refused(
+                    call, RequestCode.PULL_MESSAGE, {"topic": topic, "consumerGroup": group}
+                )
+                if refusal is not None:
+                    return refusal
+                subscriptions.append(found)
+            if not group:
+                return status(Code.ILLEGAL_CONSUMER_GROUP, "consumer group cannot be empty")
+            if channel.consumer_group and channel.consumer_group != group:
+                self.broker.consumer_manager.unregister(channel.consumer_group, channel, True)
+            channel.consumer_group = group
+            channel.topics = {sub.topic for sub in subscriptions}
+            channel.subscriptions = subscriptions
+            if kind == ClientType.SIMPLE_CONSUMER:
+                channel.consume_type = ConsumeType.CONSUME_ACTIVELY
+            else:
+                channel.consume_type = ConsumeType.CONSUME_PASSIVELY
+            # The group's SQL92 subscriptions compiled and kept, as a 4.x heartbeat's are.
+            await self.broker.consumer_filter_manager.register_group(group, subscriptions)
+        else:
+            return None
+        old = self.telemetry_channels.get(channel.client_id)
+        if old is not None and old is not channel:  # the client's earlier stream
+            self._unregister(old)
         self.telemetry_channels[channel.client_id] = channel
-        for resource in list(settings.publishing.topics)[:MAX_TOPICS_PER_PRODUCER]:
-            channel.groups.add(self._topic_name(resource))
         self._refresh(channel)
+        return None
+
+    @staticmethod
+    def _subscription(topic: str, expression: Any) -> SubscriptionData | Any:
+        """A 5.x filter expression as the 4.x subscription it is (FilterAPI.build: a SQL92
+        one is not compiled here), or the status refusing it: ILLEGAL_FILTER_EXPRESSION for an
+        empty SQL92 one (``expression format is not correct``, the proxy's)."""
+        if expression.type != d.FilterType.SQL:
+            return SubscriptionData.build(topic, expression.expression or SUB_ALL)
+        text = expression.expression
+        if not text.strip():
+            return status(Code.ILLEGAL_FILTER_EXPRESSION, "expression format is not correct")
+        return SubscriptionData.build(topic, text, expression_type=EXPRESSION_TYPE_SQL92)
+
+    async def _filter(self, topic: str, expression: Any) -> tuple[str, RecordFilter | None] | Any:
+        """A receive's or pull's filter expression: (the tag expression, the SQL92 record
+        filter), one of them ``*``/None; or the status refusing it.  A SQL92 expression is
+        run by the broker's SQL92 engine on each record, as a 4.x SQL92 subscription's pull
+        runs it, and refused as the broker's POP refuses it: without ``enablePropertyFilter``
+        INTERNAL_SERVER_ERROR (the broker's SYSTEM_ERROR and remark), one that does not
+        compile ILLEGAL_FILTER_EXPRESSION (the parser's message)."""
+        found = self._subscription(topic, expression)
+        if not isinstance(found, SubscriptionData):
+            return found
+        if found.is_tag_type:
+            return found.sub_string, None
+        if not self.broker.broker_config.enable_property_filter:
+            return status(
+                Code.INTERNAL_SERVER_ERROR,
+                "The broker does not support consumer to filter message by "
+                + EXPRESSION_TYPE_SQL92,
+            )
+        try:
+            compiled = await compile_expression_async(found.expression_type, found.sub_string)
+        except Sql92Error as exc:
+            return status(
+                Code.ILLEGAL_FILTER_EXPRESSION,
+                f"parse the consumer's subscription failed: {exc.remark}",
+            )
+        return SUB_ALL, evaluator(compiled)
 
     def _refresh(self, channel: TelemetryChannel) -> None:
-        manager = self.broker.producer_manager
+        """The client's registrations, renewed (a heartbeat, or new settings)."""
+        channel.last_heartbeat_ms = int(time.time() * 1000)
+        info = ClientChannelInfo(
+            channel,
+            channel.client_id,
+            channel.language or "OTHER",
+            CURRENT_VERSION,  # the proxy's version for a client's it cannot name
+            trio.current_time(),
+            channel.remote_address,
+        )
         for group in channel.groups:
-            info = ClientChannelInfo(
-                channel, channel.client_id, "PYTHON", 0, trio.current_time(), channel.remote_address
+            self.broker.producer_manager.register(group, info)
+        group = channel.consumer_group
+        if group:
+            config = self.broker.subscription_group_manager.table.get(group)
+            notify = config.notify_consumer_ids_changed_enable if config is not None else True
+            subscriptions = list(channel.subscriptions)
+            members = self.broker.consumer_manager.get(group)
+            if members is not None and any(
+                not isinstance(c, TelemetryChannel) for c in members.channels
+            ):
+                # A 4.x member's pulls are checked against the group's subscriptions (its
+                # retry topic among them): a 5.x member's registration keeps them.
+                mine = {sub.topic for sub in subscriptions}
+                subscriptions += [
+                    sub for topic, sub in members.subscriptions.items() if topic not in mine
+                ]
+            self.broker.consumer_manager.register(
+                group,
+                info,
+                channel.consume_type,
+                MessageModel.CLUSTERING,
+                ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                subscriptions,
+                notify and self.broker.broker_config.notify_consumer_ids_changed_enable,
             )
-            manager.register(group, info)
+
+    def _unregister(self, channel: TelemetryChannel) -> None:
+        """The client's stream ended (or it said it terminates): its registrations go."""
+        self.broker.producer_manager.channel_closed(channel)
+        self.broker.consumer_manager.channel_closed(channel)
+        if self.telemetry_channels.get(channel.client_id) is channel:
+            del self.telemetry_channels[channel.client_id]
+
+    def clients_view(self, group: str | None = None) -> list[dict[str, Any]]:
+        """The 5.x clients with an open Telemetry stream (of consumer group ``group``, or
+        producing to topic ``group``, when given), as the tools show them."""
+        return [
+            c.view()
+            for _, c in sorted(self.telemetry_channels.items())
+            if not group or c.consumer_group == group or group in c.groups
+        ]
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -703,11 +865,10 @@ class MessagingService:
                 f"the invisible time {invisible_ms} ms is not within "
                 f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}] ms",
             )
-        expression = request.filter_expression
-        if expression.type == d.FilterType.SQL:
-            return status(
-                Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not served over gRPC yet"
-            )
+        found = await self._filter(topic, request.filter_expression)
+        if not isinstance(found, tuple):
+            return found
+        tags, record_filter = found
         polling_ms = 0
         if request.HasField("long_polling_timeout"):
             polling_ms = min(
@@ -727,9 +888,10 @@ class MessagingService:
             batch=request.batch_size or 1,
             invisible_ms=invisible_ms,
             long_polling_ms=max(0, polling_ms),
-            expression=expression.expression or "*",
+            expression=tags,
             max_attempts=max_attempts,
             fifo=fifo,
+            record_filter=record_filter,
         )
         return found or status(Code.MESSAGE_NOT_FOUND, "no new message")
 
@@ -889,18 +1051,27 @@ class MessagingService:
         refusal = found if not isinstance(found, tuple) else None
         if refusal is None:
             topic, queue_id, group = found
-        if refusal is None and request.filter_expression.type == d.FilterType.SQL:
-            refusal = status(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filters are not served yet")
+            chosen = await self._filter(topic, request.filter_expression)
+            refusal = chosen if not isinstance(chosen, tuple) else None
         if refusal is not None:
             answer.append(s.PullMessageResponse(status=refusal))
         else:
-            answer = await self._pull(request, group, topic, queue_id)
+            tags, record_filter = chosen
+            answer = await self._pull(request, group, topic, queue_id, tags, record_filter)
         for i, response in enumerate(answer):
             await call.send(response.SerializeToString(), last=i == len(answer) - 1)
 
-    async def _pull(self, request: Any, group: str, topic: str, queue_id: int) -> list[Any]:
+    async def _pull(
+        self,
+        request: Any,
+        group: str,
+        topic: str,
+        queue_id: int,
+        tags: str,
+        record_filter: RecordFilter | None,
+    ) -> list[Any]:
         store = self.broker.store
-        sub = SubscriptionData.build(topic, request.filter_expression.expression or "*")
+        sub = SubscriptionData.build(topic, tags)
         codes = None if sub.matches_all else list(sub.code_set)
         batch = max(1, min(request.batch_size or 32, MAX_PULL_BATCH))
         polling_ms = 0
@@ -908,7 +1079,9 @@ class MessagingService:
             polling_ms = request.long_polling_timeout.ToMilliseconds()
         until = trio.current_time() + max(0, min(polling_ms, self.MAX_LONG_POLLING_MS)) / 1000
         while True:
-            result = store.get_message(group, topic, queue_id, request.offset, batch, codes)
+            result = store.get_message(
+                group, topic, queue_id, request.offset, batch, codes, record_filter
+            )
             if result.status in _ILLEGAL_OFFSETS:
                 return [
                     s.PullMessageResponse(

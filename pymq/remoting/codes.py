@@ -112,6 +112,9 @@ class RequestCode(enum.IntEnum):
     GET_TOPIC_CONFIG = 351
     # RocketMQ 5: cancel a pending timer message by the recall handle its send returned.
     RECALL_MESSAGE = 370
+    # pymq's own (no RocketMQ release has it): the broker's 5.x gRPC clients and the messages
+    # its POP consumers hold in flight, as JSON (pymq-admin grpcClients, popStatus).
+    GET_GRPC_STATUS = 9001
 
 
 class ResponseCode(enum.IntEnum):

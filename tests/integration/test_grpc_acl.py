@@ -5,7 +5,7 @@ on the topic to send; SUB on the topic and the group to receive and ack)."""
 from __future__ import annotations
 
 import pathlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -66,9 +66,18 @@ def endpoint(cluster: Cluster) -> str:
     return f"127.0.0.1:{cluster.broker.grpc_server.port}"
 
 
-def send(cluster: Cluster, topic: str, ak: str, sk: str) -> Any:
-    """A SendMessage signed by the official client's own Signature code (blocking)."""
+def send(
+    cluster: Cluster,
+    topic: str,
+    ak: str,
+    sk: str,
+    edit: Callable[[dict[str, str]], None] = lambda metadata: None,
+) -> Any:
+    """A SendMessage signed by the official client's own Signature code (blocking), its
+    metadata changed by ``edit`` before it goes."""
     config = ClientConfiguration(endpoint(cluster), Credentials(ak, sk))
+    metadata = dict(Signature.metadata(config, "acl-test"))
+    edit(metadata)
     request = service_pb2.SendMessageRequest()
     msg = request.messages.add()
     msg.topic.name = topic
@@ -81,7 +90,7 @@ def send(cluster: Cluster, topic: str, ak: str, sk: str) -> Any:
             request_serializer=service_pb2.SendMessageRequest.SerializeToString,
             response_deserializer=service_pb2.SendMessageResponse.FromString,
         )
-        return call(request, timeout=10, metadata=Signature.metadata(config, "acl-test"))
+        return call(request, timeout=10, metadata=list(metadata.items()))
 
 
 async def test_sends_are_checked_by_account_and_topic(cluster: Cluster) -> None:
@@ -141,3 +150,36 @@ async def test_the_official_clients_with_credentials(cluster: Cluster) -> None:
     assert bodies == [b"with credentials"]
     # FORBIDDEN (40300): no SUB on the group Strangers.
     assert refused.startswith(f"{Code.FORBIDDEN},") and "group:Strangers" in refused
+
+
+async def test_the_signed_date_is_not_bounded_but_must_be_the_signed_one(cluster: Cluster) -> None:
+    """As RocketMQ 5's proxy: the signature covers x-mq-date-time and nothing compares it
+    with the clock (a stale date signed by the account passes); a date that is not the one
+    signed, or none at all, is refused UNAUTHORIZED."""
+    stale = "20000101T000000Z"
+
+    def signed_stale(metadata: dict[str, str]) -> None:
+        metadata["x-mq-date-time"] = stale
+        signature = Signature.sign("producerSecret", stale)
+        head, _, _ = metadata["authorization"].rpartition("Signature=")
+        metadata["authorization"] = head + "Signature=" + signature
+
+    def forged(metadata: dict[str, str]) -> None:
+        metadata["x-mq-date-time"] = stale  # the signature is still the real date's
+
+    def undated(metadata: dict[str, str]) -> None:
+        del metadata["x-mq-date-time"]
+
+    async def answer(edit: Callable[[dict[str, str]], None]) -> Any:
+        return await trio.to_thread.run_sync(
+            send, cluster, "Allowed", "producerUser", "producerSecret", edit
+        )
+
+    assert (await answer(signed_stale)).status.code == Code.OK
+    assert (await answer(forged)).status.code == Code.UNAUTHORIZED
+    refused = await answer(undated)
+    assert refused.status.code == Code.UNAUTHORIZED
+    assert refused.status.message == "datetime is null"
+    store = cluster.broker.store
+    await store.reput.do_reput()
+    assert store.get_max_offset_in_queue("Allowed", 0) == 1  # only the signed stale one

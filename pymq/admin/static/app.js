@@ -745,6 +745,52 @@ const views = {
     },
   },
 
+  // 5.x clients: the gRPC clients and the messages their POP consumers hold, pushed live.
+  grpc: {
+    enter(app) {
+      app.watch("grpc.status", {}, (g) => {
+        if (g.error || !g.grpcEnabled) {
+          const text = g.error ? g.error.message : "grpcServerPort is 0: no gRPC port, no 5.x clients";
+          $("#grpc-clients tbody").replaceChildren(el("tr", {}, el("td", { colspan: 8 }, text)));
+          $("#grpc-inflight tbody").replaceChildren();
+          return;
+        }
+        $("#grpc-clients tbody").replaceChildren(
+          ...g.clients.map((c) =>
+            el(
+              "tr",
+              {},
+              td(c.clientId),
+              td(c.clientAddr),
+              td(c.language || "-"),
+              td(c.version || "-"),
+              td(c.clientType),
+              td(c.group || "-"),
+              td(c.topics.join(", ") || "-"),
+              td(fmtTime(c.lastHeartbeat)),
+            ),
+          ),
+        );
+        $("#grpc-inflight tbody").replaceChildren(
+          ...g.inflight.map((q) =>
+            el(
+              "tr",
+              {},
+              td(q.group),
+              td(q.topic),
+              td(String(q.queueId), true),
+              td(fmtNum(q.inFlight), true),
+              td(fmtNum(q.invisible), true),
+              td(fmtNum(q.oldestOffset), true),
+              td(fmtNum(q.oldestAttempts), true),
+              td(`${(q.oldestInvisibleMs / 1000).toFixed(1)} s`, true),
+            ),
+          ),
+        );
+      });
+    },
+  },
+
   // Broker config: every key; live keys are editable, restart-only keys are not.
   config: {
     wired: false,

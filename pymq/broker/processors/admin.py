@@ -2,7 +2,8 @@
 
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
 UPDATE_BROKER_CONFIG (25), GET_BROKER_CONFIG (26), GET_BROKER_RUNTIME_INFO (28),
-GET_TIMER_METRICS (61, RocketMQ 5's), GET_TIMER_CHECK_POINT (60, RocketMQ 5's),
+GET_TIMER_METRICS (61, RocketMQ 5's), GET_TIMER_CHECK_POINT (60, RocketMQ 5's), GET_GRPC_STATUS
+(9001, pymq's own),
 SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 GET_EARLIEST_MSG_STORETIME (32), VIEW_MESSAGE_BY_ID (33), QUERY_MESSAGE (12),
 GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
@@ -229,6 +230,13 @@ class AdminProcessor:
             return req.response(exc.code, exc.message)
         return req.response(body=fastjson.dumps(status))
 
+    async def get_grpc_status(self, channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        """pymq's GET_GRPC_STATUS: the 5.x clients and the POP messages in flight, of the
+        ``consumerGroup`` and ``topic`` fields when given (AdminService.grpc_status)."""
+        group = req.ext_fields.get("consumerGroup") or None
+        topic = req.ext_fields.get("topic") or None
+        return req.response(body=fastjson.dumps(self.service.grpc_status(group, topic)))
+
     async def get_timer_check_point(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand:
@@ -369,13 +377,16 @@ class AdminProcessor:
         target = None
         if info is not None:
             target = next((c for c in info.channels.values() if c.client_id == client_id), None)
-        if target is None or not isinstance(target.channel, Channel):
+        # A 5.x client's Telemetry stream answers these calls too (pymq.proxy.clients).
+        invoke = getattr(target.channel, "invoke", None) if target is not None else None
+        if invoke is None:
             return req.response(
                 ResponseCode.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online"
             )
         relayed = RemotingCommand.request(req.code, dict(req.ext_fields), body)
         try:
-            return await target.channel.invoke(relayed, CALL_CLIENT_TIMEOUT)
+            answer: RemotingCommand = await invoke(relayed, CALL_CLIENT_TIMEOUT)
+            return answer
         except RemotingTimeoutError as exc:
             return req.response(
                 ResponseCode.CONSUME_MSG_TIMEOUT,

@@ -128,6 +128,11 @@ class PullProcessor:
         filters = await select()
         if isinstance(filters, RemotingCommand):
             return filters
+        # This group's 5.x (POP) consumers leave the queue to the 4.x client pulling it.
+        hold = head.suspend_timeout_millis / 1000 if head.sys_flag & FLAG_SUSPEND else 0.0
+        self.ctx.queue_pullers.pulled(
+            head.consumer_group, head.topic, head.queue_id, trio.current_time(), hold, channel
+        )
         is_slave = self.ctx.store.config.broker_role is BrokerRole.SLAVE
         if head.sys_flag & FLAG_COMMIT_OFFSET and not is_slave:
             self._commit_offset(channel, head)

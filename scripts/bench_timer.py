@@ -3,6 +3,7 @@ how late due timers are handed out.
 
     .venv/bin/python scripts/bench_timer.py                      # 10 million pending timers
     .venv/bin/python scripts/bench_timer.py --count 1000000 --due-per-second 10000
+    .venv/bin/python scripts/bench_timer.py --broker --count 1000000   # through a real broker
 
 It drives ``pymq.store.timer.TimerStore`` directly, as the broker's timer service does (the
 service adds the reads of the timer topic and the puts to the real topics): ``--count`` timers
@@ -16,31 +17,55 @@ for ``--due-seconds`` seconds and is polled every 5 ms as the dequeue task polls
 the time from a timer's due time to its handing out (the precision is ``--precision-ms``, so a
 slot is handed out once it is over: lateness is up to one precision plus the polling).
 
+With ``--broker`` the timers go through a real broker instead (a name server and a broker
+started as subprocesses on free 127.0.0.1 ports, their store in the temporary directory):
+pymq's producer sends ``--count`` timer messages (TIMER_DELIVER_MS, due within the next days)
+in SEND_BATCH_MESSAGE requests of ``--batch`` (1: single sends), ``--window`` messages
+unanswered at most, as an application publishing fast would; the figures are the send rate
+(acknowledged), the enqueue rate (until the broker's timer service has entered them all:
+GET_TIMER_METRICS' pendingTotal), the broker's RssAnon/RssFile with them pending, then the
+time until every one is pending again after kill -9 of the broker and after a clean stop
+(SIGTERM) and restart on the same store, and the pending count each time (none lost).
+
 Prints one line per phase and a JSON line at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-from pymq.store.timer.store import TimerStore
+import trio  # noqa: E402
+from benchmark import cpu_seconds, free_port  # noqa: E402
+
+from pymq.client import Message, Producer, SendResult  # noqa: E402
+from pymq.client.topics import create_topic  # noqa: E402
+from pymq.common.serde import loads_lenient  # noqa: E402
+from pymq.remoting.client import open_remoting_client  # noqa: E402
+from pymq.remoting.codec import RemotingCommand  # noqa: E402
+from pymq.remoting.codes import RequestCode  # noqa: E402
+from pymq.store.timer.store import TimerStore  # noqa: E402
 
 DAY_MS = 86_400_000
 
 
-def memory() -> dict[str, float]:
-    """RssAnon and RssFile of this process, in MB."""
+def memory(pid: int | str = "self") -> dict[str, float]:
+    """RssAnon and RssFile of a process (this one by default), in MB."""
     out = {}
-    with open("/proc/self/status") as f:
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             name, _, value = line.partition(":")
             if name in ("RssAnon", "RssFile"):
@@ -143,6 +168,215 @@ def lateness_phase(root: str, args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+BENCH_TOPIC = "BenchTimer"
+
+
+class Broker:
+    """A name server and a broker as subprocesses on free loopback ports; the broker can be
+    killed or stopped and started again on its store."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.ns_port = free_port()
+        self.port = free_port()
+        self.namesrv = f"127.0.0.1:{self.ns_port}"
+        self.addr = f"127.0.0.1:{self.port}"
+        self.ns: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[str] | None = None
+
+    def _spawn(self, cmd: list[str], name: str) -> subprocess.Popen[str]:
+        with open(os.path.join(self.base, f"{name}.stderr"), "a+") as errors:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True)
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if "success" not in line and "running" not in line:
+                proc.kill()
+                proc.wait()
+                errors.seek(0)
+                raise SystemExit(f"could not start the {name}: {errors.read()[-2000:]}")
+        return proc
+
+    def start_namesrv(self) -> None:
+        self.ns = self._spawn(
+            [sys.executable, "-m", "pymq.namesrv", "--listenPort", str(self.ns_port),
+             "--bindAddress", "127.0.0.1", "--kvConfigPath", os.path.join(self.base, "kv.json"),
+             "--log-level", "ERROR"],
+            "namesrv",
+        )  # fmt: skip
+
+    def start(self) -> None:
+        self.proc = self._spawn(
+            [sys.executable, "-m", "pymq.broker", "-n", self.namesrv, "--brokerName", "bench",
+             "--listenPort", str(self.port), "--haListenPort", str(free_port()),
+             "--brokerIP1", "127.0.0.1", "--bindAddress", "127.0.0.1",
+             "--storePathRootDir", os.path.join(self.base, "store"), "--log-level", "ERROR"],
+            "broker",
+        )  # fmt: skip
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        proc = self.proc
+        if proc is not None:
+            proc.send_signal(sig)
+            proc.wait(timeout=600)
+            self.proc = None
+
+    def close(self) -> None:
+        for proc in (self.proc, self.ns):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+async def timer_metrics(addr: str) -> dict[str, object] | None:
+    """GET_TIMER_METRICS' answer, or None while the broker (or its timer store) is not up."""
+    try:
+        async with open_remoting_client() as client:
+            reply = await client.invoke(
+                addr, RemotingCommand.request(RequestCode.GET_TIMER_METRICS), timeout=30
+            )
+    except OSError:
+        return None
+    except Exception as exc:  # not yet listening, or answered before the store is open
+        if "connect" in str(exc).lower() or "closed" in str(exc).lower():
+            return None
+        raise
+    if reply.code != 0 or not reply.body:
+        return None
+    status: dict[str, object] = loads_lenient(reply.body)
+    return status
+
+
+async def wait_pending(addr: str, count: int, timeout: float) -> tuple[float, int]:
+    """Seconds until the broker reports ``count`` pending timers (or ``timeout`` passed);
+    the last pending count seen."""
+    started = time.perf_counter()
+    pending = -1
+    with trio.move_on_after(timeout):
+        while True:
+            status = await timer_metrics(addr)
+            if status is not None:
+                pending = int(status.get("pendingTotal", 0))  # type: ignore[call-overload]
+                if pending >= count:
+                    break
+            await trio.sleep(0.05)
+    return time.perf_counter() - started, pending
+
+
+async def send_timers(args: argparse.Namespace, namesrv: str) -> tuple[float, int]:
+    """Send ``--count`` timer messages; (seconds, failures)."""
+    rng = random.Random(5)
+    body = b"x" * args.body_size
+    now = int(time.time() * 1000)
+    earliest, span = now + 3_600_000, int(2.9 * DAY_MS) - 3_600_000  # due in 1 h .. 2.9 days
+    failures = 0
+    in_flight = 0
+    slot = trio.Event()
+    drained = trio.Event()
+    finished = False
+
+    def done(size: int, result: SendResult | None, error: Exception | None) -> None:
+        nonlocal in_flight, failures
+        in_flight -= size
+        if error is not None:
+            failures += size
+            if failures == size:
+                print(f"first failed send: {error}", file=sys.stderr)
+        slot.set()
+        if finished and in_flight == 0:
+            drained.set()
+
+    def timer_message() -> Message:
+        due = str(earliest + rng.randrange(span))
+        return Message(BENCH_TOPIC, body, properties={"TIMER_DELIVER_MS": due})
+
+    async with Producer("BenchTimerProducer", namesrv, send_timeout=60) as producer:
+        await producer.publish_queues(BENCH_TOPIC)  # the route first: not part of the timing
+        started = time.perf_counter()
+        sent = 0
+        last_report = started
+        while sent < args.count:
+            size = min(args.batch, args.count - sent)
+            while in_flight >= args.window:
+                slot = trio.Event()
+                await slot.wait()
+            in_flight += size
+            if size > 1:
+                msgs = [timer_message() for _ in range(size)]
+                await producer.send_batch_async(msgs, functools.partial(done, size))
+            else:
+                await producer.send_async(timer_message(), functools.partial(done, size))
+            sent += size
+            if time.perf_counter() - last_report >= 10:
+                last_report = time.perf_counter()
+                rate = sent / (last_report - started)
+                print(f"  sent {sent:,} ({rate:,.0f}/s)", file=sys.stderr)
+        finished = True
+        if in_flight:
+            await drained.wait()
+        return time.perf_counter() - started, failures
+
+
+async def recover(broker: Broker, count: int, how: str, timeout: float) -> dict[str, object]:
+    """Stop the broker (kill -9 or SIGTERM), start it again, and time until every timer is
+    pending again."""
+    broker.stop(signal.SIGKILL if how == "kill" else signal.SIGTERM)
+    started = time.perf_counter()
+    await trio.to_thread.run_sync(broker.start)
+    _, pending = await wait_pending(broker.addr, count, timeout)
+    recovery = time.perf_counter() - started
+    assert broker.proc is not None
+    mem = memory(broker.proc.pid)
+    print(
+        f"after {'kill -9' if how == 'kill' else 'a clean stop'}: {pending:,} pending "
+        f"({count - pending:,} lost) {recovery:.1f} s after the start; broker memory {mem}"
+    )
+    return {
+        f"recovery_{how}_s": round(recovery, 2),
+        f"pending_after_{how}": pending,
+        f"rss_anon_mb_after_{how}": mem.get("RssAnon"),
+    }
+
+
+async def broker_phase(base: str, args: argparse.Namespace) -> dict[str, object]:
+    broker = Broker(base)
+    try:
+        await trio.to_thread.run_sync(broker.start_namesrv)
+        await trio.to_thread.run_sync(broker.start)
+        await create_topic(broker.namesrv, BENCH_TOPIC, brokers=[broker.addr])
+        assert broker.proc is not None
+        idle = memory(broker.proc.pid)
+        cpu = cpu_seconds([broker.proc.pid])
+        seconds, failures = await send_timers(args, broker.namesrv)
+        entered, pending = await wait_pending(broker.addr, args.count, args.timeout)
+        total = seconds + entered
+        cpu_us = (cpu_seconds([broker.proc.pid]) - cpu) * 1e6 / args.count
+        mem = memory(broker.proc.pid)
+        send_rate, enqueue_rate = round(args.count / seconds), round(args.count / total)
+        print(
+            f"sent {args.count:,} timer messages (batch {args.batch}) in {seconds:.1f} s: "
+            f"{send_rate:,}/s acknowledged, {failures} failed; all pending {total:.1f} s after "
+            f"the first send: {enqueue_rate:,}/s; {pending:,} pending; broker CPU {cpu_us:.0f} us "
+            f"a timer; broker memory {idle} idle, {mem} with them pending"
+        )
+        figures: dict[str, object] = {
+            "count": args.count,
+            "batch": args.batch,
+            "send_per_s": send_rate,
+            "enqueue_per_s": enqueue_rate,
+            "send_failures": failures,
+            "broker_cpu_us_per_timer": round(cpu_us, 1),
+            "pending": pending,
+            "rss_anon_mb_idle": idle.get("RssAnon"),
+            "rss_anon_mb_pending": mem.get("RssAnon"),
+            "rss_file_mb_pending": mem.get("RssFile"),
+        }
+        figures.update(await recover(broker, args.count, "kill", args.timeout))
+        figures.update(await recover(broker, args.count, "stop", args.timeout))
+        return figures
+    finally:
+        broker.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=10_000_000, help="pending timers")
@@ -151,16 +385,28 @@ def main() -> int:
     parser.add_argument("--due-per-second", type=int, default=10_000)
     parser.add_argument("--due-seconds", type=int, default=5)
     parser.add_argument("--dir", help="where the stores go (default: a temporary directory)")
+    parser.add_argument("--broker", action="store_true", help="through a real broker")
+    parser.add_argument("--batch", type=int, default=64, help="--broker: messages a request")
+    parser.add_argument("--window", type=int, default=4096, help="--broker: unanswered at most")
+    parser.add_argument("--body-size", type=int, default=64, help="--broker: body bytes")
+    parser.add_argument(
+        "--timeout", type=float, default=3600, help="--broker: longest wait for the pending count"
+    )
     args = parser.parse_args()
     if args.count < 1 or args.flush_every < 1 or args.due_per_second < 1 or args.due_seconds < 1:
         raise SystemExit("--count, --flush-every, --due-per-second and --due-seconds must be >= 1")
     base = tempfile.mkdtemp(prefix="pymq-timer-", dir=args.dir)
     try:
-        figures = pending_phase(os.path.join(base, "pending"), args)
-        figures.update(lateness_phase(os.path.join(base, "due"), args))
+        if args.broker:
+            if args.batch < 1 or args.window < args.batch:
+                raise SystemExit("--batch must be >= 1 and --window at least --batch")
+            figures = trio.run(broker_phase, base, args)
+        else:
+            figures = pending_phase(os.path.join(base, "pending"), args)
+            figures.update(lateness_phase(os.path.join(base, "due"), args))
     finally:
         shutil.rmtree(base, ignore_errors=True)
-    print(json.dumps({"bench": "timer", **figures}))
+    print(json.dumps({"bench": "timer-broker" if args.broker else "timer", **figures}))
     return 0
 
 

@@ -153,10 +153,11 @@ class TimerStore:
         if slot_ms > window_end:
             slot_ms = window_end
             self.rolled += 1
-        pos = self.log.end
-        prev = wheel.get(slot_ms).last_pos
-        self.log.append(TimerEntry(prev, slot_ms, deliver_ms, phy_offset, phy_size, roll_times))
-        wheel.link(slot_ms, pos)
+        slot = wheel.get(slot_ms)
+        pos = self.log.append(
+            TimerEntry(slot.last_pos, slot_ms, deliver_ms, phy_offset, phy_size, roll_times)
+        )
+        wheel.link(slot_ms, pos, slot)
         self.entered += 1
         return True
 

@@ -214,6 +214,7 @@ class TimerStore:
         """What :meth:`flush_blocking` makes durable, taken at one instant on the loop
         (with the counts of that instant; one flush at a time)."""
         self._snap_counts = dict(self.counts)
+        self.log.write_pending()  # every entry the checkpoint names is written
         cp = TimerCheckpoint(
             log_end=self.log.end,
             relink_from=self.relink_from,

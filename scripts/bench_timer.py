@@ -25,7 +25,10 @@ unanswered at most, as an application publishing fast would; the figures are the
 (acknowledged), the enqueue rate (until the broker's timer service has entered them all:
 GET_TIMER_METRICS' pendingTotal), the broker's RssAnon/RssFile with them pending, then the
 time until every one is pending again after kill -9 of the broker and after a clean stop
-(SIGTERM) and restart on the same store, and the pending count each time (none lost).
+(SIGTERM) and restart on the same store, and the pending count each time (none lost); then,
+with them still pending, ``--due-per-second`` timers due every second for ``--due-seconds``
+seconds: how late the broker put each to its topic (TIMER_DEQUEUE_MS less the due time, read
+back with a push consumer).
 
 Prints one line per phase and a JSON line at the end.
 """
@@ -51,7 +54,14 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import trio  # noqa: E402
 from benchmark import cpu_seconds, free_port  # noqa: E402
 
-from pymq.client import Message, Producer, SendResult  # noqa: E402
+from pymq.client import (  # noqa: E402
+    ConsumeFromWhere,
+    Message,
+    MessageExt,
+    Producer,
+    PushConsumer,
+    SendResult,
+)
 from pymq.client.topics import create_topic  # noqa: E402
 from pymq.common.serde import loads_lenient  # noqa: E402
 from pymq.remoting.client import open_remoting_client  # noqa: E402
@@ -338,6 +348,72 @@ async def recover(broker: Broker, count: int, how: str, timeout: float) -> dict[
     }
 
 
+DUE_TOPIC = "BenchTimerDue"
+
+
+async def broker_lateness(broker: Broker, args: argparse.Namespace) -> dict[str, object]:
+    """``--due-per-second`` timers due every second for ``--due-seconds`` seconds through the
+    broker (with the others pending): how late each was put to its topic (its
+    TIMER_DEQUEUE_MS, the broker's put, less its due time), read back by a push consumer."""
+    total = args.due_per_second * args.due_seconds
+    await create_topic(broker.namesrv, DUE_TOPIC, brokers=[broker.addr])
+    rng = random.Random(13)
+    # Due from a little after the last send would be done (at 5,000 sends/s at the least).
+    start = int(time.time() * 1000) + 2000 + total // 5
+    async with Producer("BenchTimerDueProducer", broker.namesrv, send_timeout=60) as producer:
+        for first in range(0, total, args.batch):
+            msgs = [
+                Message(
+                    DUE_TOPIC,
+                    b"due",
+                    properties={
+                        "TIMER_DELIVER_MS": str(start + rng.randrange(args.due_seconds * 1000))
+                    },
+                )
+                for _ in range(min(args.batch, total - first))
+            ]
+            if len(msgs) > 1:
+                await producer.send_batch(msgs)
+            else:
+                await producer.send(msgs[0])
+    sent_by = int(time.time() * 1000)
+    late: list[float] = []
+    done = trio.Event()
+
+    async def handler(msgs: list[MessageExt]) -> bool:
+        for msg in msgs:
+            props = msg.properties
+            late.append(int(props["TIMER_DEQUEUE_MS"]) - int(props["TIMER_DELIVER_MS"]))
+        if len(late) >= total:
+            done.set()
+        return True
+
+    first = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+    async with PushConsumer(
+        "BenchTimerDueGroup", broker.namesrv, handler, consume_from=first, batch_size=32
+    ) as consumer:
+        await consumer.subscribe(DUE_TOPIC)
+        with trio.move_on_after(args.due_seconds + 60 + (start - sent_by) / 1000):
+            await done.wait()
+    early = sum(1 for v in late if v < 0)
+    p50, p99 = percentile(late, 0.5), percentile(late, 0.99)
+    print(
+        f"{len(late):,} of {total:,} timers due at {args.due_per_second:,}/s (the last sent "
+        f"{(start - sent_by) / 1000:.1f} s before the first was due) put to their topic: "
+        f"lateness p50 {p50:.0f} ms, p99 {p99:.0f} ms, max {max(late):.0f} ms, {early} early "
+        f"(precision 1000 ms)"
+    )
+    return {
+        "due": total,
+        "handed_out": len(late),
+        "late_p50_ms": p50,
+        "late_p99_ms": p99,
+        "late_max_ms": max(late),
+        "early": early,
+        "first_due_after_last_send_s": round((start - sent_by) / 1000, 1),
+    }
+
+
 async def broker_phase(base: str, args: argparse.Namespace) -> dict[str, object]:
     broker = Broker(base)
     try:
@@ -373,6 +449,7 @@ async def broker_phase(base: str, args: argparse.Namespace) -> dict[str, object]
         }
         figures.update(await recover(broker, args.count, "kill", args.timeout))
         figures.update(await recover(broker, args.count, "stop", args.timeout))
+        figures.update(await broker_lateness(broker, args))
         return figures
     finally:
         broker.close()

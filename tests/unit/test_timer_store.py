@@ -307,3 +307,17 @@ def test_a_checkpoint_names_only_written_entries(tmp_path: os.PathLike[str]) -> 
     again.open(T0)
     assert again.log.end == 3 * ENTRY_SIZE and again.enqueue_offset == 3
     assert [e.phy_offset for e in drain(again, T0 + 20_000)] == [100, 101, 102]
+
+
+def test_a_slot_hands_out_its_timers_earliest_due_first(tmp_path: os.PathLike[str]) -> None:
+    """Entered in any order, a slot's timers come out by due time (equal ones as entered): the
+    service puts them one after another, and those due at the slot's start have waited
+    longest."""
+    store = make(tmp_path)
+    store.open(T0)
+    dues = [T0 + 900, T0 + 100, T0 + 500, T0 + 100, T0 + 1000, T0 + 1]
+    for i, due in enumerate(dues):
+        assert store.enter(due, i, 1, now_ms=T0)
+    slot = store.take_due(T0 + 1000)
+    assert slot is not None and slot.slot_ms == T0
+    assert [e.phy_offset for e in slot.due] == [5, 1, 3, 2, 0, 4]

@@ -84,6 +84,7 @@ from pymq.common.message_ext import (
 )
 from pymq.common.recall_handle import delete_key
 from pymq.common.topic import TIMER_TOPIC
+from pymq.store.consume_queue import ENTRY as CQ_ENTRY
 from pymq.store.message_store import DefaultMessageStore
 from pymq.store.timer.counts import add
 from pymq.store.timer.log import TimerEntry
@@ -288,7 +289,6 @@ class TimerMessageService:
 
     async def _enqueue_loop(self, timers: TimerStore) -> None:
         store = self.store
-        handled = 0
         while True:
             if self.config.timer_stop_enqueue:
                 await trio.sleep(PAUSED_RECHECK_SECONDS)
@@ -305,43 +305,51 @@ class TimerMessageService:
                     cq.min_offset_in_queue,
                 )
                 offset = timers.enqueue_offset = cq.min_offset_in_queue
-            entry = cq.get_entry(offset)
-            if entry is None:
+            # Up to YIELD_EVERY entries read in one go (at most to the end of their file).
+            raw = cq.entries_from(offset, YIELD_EVERY)
+            if not raw:
                 await self._wait_arrival(PAUSED_RECHECK_SECONDS)
                 continue
-            phy_offset, size, _tags_code = entry
-            msg = store.look_message_by_offset(phy_offset, size)
-            if msg is None:
-                log.error("timer message at %d is gone, skipping offset %d", phy_offset, offset)
-            else:
-                # A replica's "now" is the master's delivery point: what is due before it the
-                # master has delivered (or will have, by the time the slave passes it).
-                now = timers.read_ms if self.replica else store.clock_ms()
-                try:
-                    deliver_ms = int(msg.properties.get(PROPERTY_TIMER_OUT_MS, now))
-                except ValueError:
-                    deliver_ms = now  # not one the put path wrote: delivered at once
-                topic = self.real_topic(msg)
-                self.last_enqueue_at = trio.current_time()
-                self.last_enqueue_store_ms = msg.store_timestamp
-                add(self.enqueue_total, topic, 1)
-                marker = is_marker(msg)
-                if not self.replica and self._drop(msg, topic):
-                    pass  # a replica keeps them all: its topics may lag the master's
-                elif timers.enter(deliver_ms, phy_offset, size, now):
-                    if not marker:
-                        add(timers.counts, topic, 1)
-                elif self.replica:
-                    pass  # delivered by the master
-                elif marker:  # its message's slot is delivered already: nothing to cancel
-                    self.recalls_late += 1
-                    log.debug("recall of %s came after its due time", msg.unique_key)
+            self.last_enqueue_at = trio.current_time()
+            for phy_offset, size, _tags_code in CQ_ENTRY.iter_unpack(raw):
+                msg = store.look_message_by_offset(phy_offset, size)
+                if msg is None:
+                    log.error("timer message at %d is gone, skipping offset %d", phy_offset, offset)
                 else:
-                    await self._deliver(msg, never_entered=True)
-            timers.enqueue_offset = offset + 1
-            handled += 1
-            if handled % YIELD_EVERY == 0:
-                await trio.lowlevel.checkpoint()
+                    await self._enqueue(timers, msg, phy_offset, size)
+                offset += 1
+                timers.enqueue_offset = offset
+            await trio.lowlevel.checkpoint()
+
+    async def _enqueue(
+        self, timers: TimerStore, msg: MessageExt, phy_offset: int, size: int
+    ) -> None:
+        """Enter one timer-topic message in the wheel, or deliver it now (see the module
+        docstring)."""
+        # A replica's "now" is the master's delivery point: what is due before it the master
+        # has delivered (or will have, by the time the slave passes it).
+        now = timers.read_ms if self.replica else self.store.clock_ms()
+        props = msg.properties
+        try:
+            deliver_ms = int(props.get(PROPERTY_TIMER_OUT_MS, now))
+        except ValueError:
+            deliver_ms = now  # not one the put path wrote: delivered at once
+        topic = props.get(PROPERTY_REAL_TOPIC, msg.topic)
+        self.last_enqueue_store_ms = msg.store_timestamp
+        add(self.enqueue_total, topic, 1)
+        marker = PROPERTY_TIMER_DEL_UNIQKEY in props
+        if not self.replica and self._drop(msg, topic):
+            pass  # a replica keeps them all: its topics may lag the master's
+        elif timers.enter(deliver_ms, phy_offset, size, now):
+            if not marker:
+                add(timers.counts, topic, 1)
+        elif self.replica:
+            pass  # delivered by the master
+        elif marker:  # its message's slot is delivered already: nothing to cancel
+            self.recalls_late += 1
+            log.debug("recall of %s came after its due time", msg.unique_key)
+        else:
+            await self._deliver(msg, never_entered=True)
 
     async def _dequeue_loop(self, timers: TimerStore) -> None:
         store = self.store

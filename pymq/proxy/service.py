@@ -5,11 +5,12 @@ gRPC endpoint, and the other groups' from the name servers: :mod:`pymq.proxy.rou
 Heartbeat, SendMessage (through the broker's send path: see :func:`send_via_broker`),
 EndTransaction (through END_TRANSACTION: :func:`end_via_broker`), Telemetry (the settings
 handshake; a producer's stream receives the broker's transaction checks), QueryAssignment and
-NotifyClientTermination;
+NotifyClientTermination, RecallMessage (the broker's RECALL_MESSAGE logic:
+:meth:`MessagingService.recall_message`);
 a SimpleConsumer's and PushConsumer's: ReceiveMessage (server streaming, long polling),
 AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue (POP consumption,
 :mod:`pymq.proxy.pop`); a PullConsumer's: PullMessage, UpdateOffset, GetOffset, QueryOffset.
-Every other method (RecallMessage, SyncLiteSubscription) is answered ``UNIMPLEMENTED`` by the
+Every other method (SyncLiteSubscription) is answered ``UNIMPLEMENTED`` by the
 transport (:mod:`pymq.proxy.http2`), never left waiting.  With ``aclEnable`` every RPC checks
 the client's signature and permissions (:meth:`MessagingService._refused`).
 
@@ -37,6 +38,7 @@ from pymq.broker.acl import AclRefused
 from pymq.broker.client_manager import ClientChannelInfo
 from pymq.broker.consumer_filter_manager import compile_expression_async
 from pymq.broker.message_filter import RecordFilter, evaluator
+from pymq.common.address import host_of
 from pymq.common.consumer import (
     EXPRESSION_TYPE_SQL92,
     SUB_ALL,
@@ -55,6 +57,7 @@ from pymq.common.topic import (
     dlq_topic,
     retry_topic,
     topic_message_type,
+    validate_topic,
 )
 from pymq.filter.sql92 import Sql92Error
 from pymq.proxy.clients import TelemetryChannel
@@ -203,6 +206,7 @@ class MessagingService:
                 self.notify_client_termination,
             ),
             "EndTransaction": (s.EndTransactionRequest, self.end_transaction),
+            "RecallMessage": (s.RecallMessageRequest, self.recall_message),
             "AckMessage": (s.AckMessageRequest, self.ack_message),
             "UpdateOffset": (s.UpdateOffsetRequest, self.update_offset),
             "GetOffset": (s.GetOffsetRequest, self.get_offset),
@@ -734,7 +738,38 @@ class MessagingService:
             # A transaction's id is its half message's offset id (what EndTransaction needs).
             transaction_id=ext.get("msgId", "") if form.message_type == "TRANSACTION" else "",
             offset=int(ext.get("queueOffset", "0")),
+            recall_handle=ext.get("recallHandle", ""),  # a timer message's (RocketMQ 5)
         )
+
+    async def recall_message(self, call: Call, request: Any) -> Any:
+        """RecallMessage: cancel the pending timer message the recall handle names, by the
+        broker's RECALL_MESSAGE logic (:meth:`RecallProcessor.recall`, the one implementation:
+        the same refusals, durable marker and limits).  As RocketMQ 5's proxy answers: a topic
+        name that is not valid ILLEGAL_TOPIC, a topic that takes no DELAY messages
+        MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, an unknown topic TOPIC_NOT_FOUND, any other
+        refusal of the broker (recall disabled, a handle that does not decode or names another
+        topic or broker, a due time passed or too far) INTERNAL_SERVER_ERROR with its remark;
+        OK with the recalled message's id."""
+        topic = self._topic_name(request.topic)
+        invalid = validate_topic(request.topic.name)
+        if invalid is not None:
+            return s.RecallMessageResponse(status=status(Code.ILLEGAL_TOPIC, invalid))
+        refusal = self._refused(call, RequestCode.RECALL_MESSAGE, {"topic": topic})
+        if refusal is not None:
+            return s.RecallMessageResponse(status=refusal)
+        config = self.broker.topic_config_manager.select(topic)
+        if config is not None:
+            try:
+                self._check_type(topic, config, "DELAY")
+            except MessageRefused as exc:
+                return s.RecallMessageResponse(status=status(exc.code, exc.message))
+        result = await self.broker.recall_processor.recall(
+            topic, request.recall_handle, None, host_of(call.peer)
+        )
+        if result.code != ResponseCode.SUCCESS:
+            code = _BROKER_CODES.get(result.code, Code.INTERNAL_SERVER_ERROR)
+            return s.RecallMessageResponse(status=status(code, result.remark or str(result.code)))
+        return s.RecallMessageResponse(status=status(Code.OK), message_id=result.msg_id or "")
 
     async def end_transaction(self, call: Call, request: Any) -> Any:
         """EndTransaction: the transaction id is its half record's offset message id (the send

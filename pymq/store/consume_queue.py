@@ -276,8 +276,9 @@ class ConsumeQueue:
             return None
         return ENTRY.unpack_from(mf.mm, rel)
 
-    def entries_from(self, index: int) -> bytes | None:
-        """The raw entries from logical ``index`` to the end of its file's written part, or None.
+    def entries_from(self, index: int, limit: int | None = None) -> bytes | None:
+        """The raw entries from logical ``index`` to the end of its file's written part (at
+        most ``limit`` of them), or None.
 
         Never more than one file, like Java's ``getIndexBuffer``: the caller continues from the
         next begin offset on its next call.
@@ -288,7 +289,11 @@ class ConsumeQueue:
         mf = self.queue.find_by_offset(pos)
         if mf is None:
             return None
-        return mf.read_from(pos - mf.file_from_offset)
+        rel = pos - mf.file_from_offset
+        if limit is None:
+            return mf.read_from(rel)
+        count = min(limit, (mf.wrote_position - rel) // CQ_STORE_UNIT_SIZE)
+        return mf.read(rel, max(0, count) * CQ_STORE_UNIT_SIZE)
 
     def roll_next_file(self, index: int) -> int:
         """The first logical offset of the file after the one holding ``index``."""

@@ -5,15 +5,18 @@ commit together; and a frame it has put is never served a second time, whatever 
 
 from __future__ import annotations
 
+import collections
 import struct
+import time
 
 import pytest
 import trio
 
 from pymq.broker.stats import BROKER_PUT_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
 from pymq.client import topics
+from pymq.common.topic import TIMER_TOPIC
 from pymq.embedded import Cluster
-from pymq.remoting.channel import ANSWER_LATER
+from pymq.remoting.channel import ANSWER_LATER, Channel
 from pymq.remoting.codec import decode_frame
 from pymq.remoting.codes import ResponseCode
 from tests.helpers import send_tier_functions
@@ -34,6 +37,12 @@ from tests.integration.test_send_raw import (
 )
 
 native_extension = send_tier_functions()
+
+
+class InlineAnswers(Answers):
+    """Answers, serving a decoded frame in the reader as Channel does."""
+
+    serve_inline = Channel.serve_inline
 
 
 def split(joined: bytes) -> list[bytes]:
@@ -556,3 +565,48 @@ async def test_a_run_s_appends_stand_when_their_bookkeeping_fails(
     await cluster.broker.store.reput.do_reput()
     assert len(stored(cluster, "BookT")) == 7  # the first two sends and the five, once each
     assert cluster.broker.store.get_max_offset_in_queue("BookT", 1) == 7
+
+
+async def test_frames_left_to_the_general_path_are_read_once_each(
+    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of sends the store leaves to the general path one after another (timer
+    messages: the C put leaves their rewrite to Python) is read once a frame (and once more by
+    send_raw's read of a frame alone), not again from each frame to the run's end; and the
+    plain frames after them are a run again."""
+    from pymq.broker.processors import send as send_module
+
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "LeftT", brokers=[cluster.broker_addr])
+    await first_sends(cluster, "LeftT")
+    reads: list[int] = []
+    real, real_run = send_module._send_fields, send_module._send_run_fields
+    assert real is not None and real_run is not None
+
+    def counting(buf: bytes, start: int, end: int) -> tuple | None:
+        reads.append(start)
+        return real(buf, start, end)
+
+    def counting_run(buf: bytes, bounds: list[int], first: int, stop: int, *rest: object) -> tuple:
+        i, fields = real_run(buf, bounds, first, stop, *rest)
+        reads.extend(bounds[2 * k] for k in range(first, min(i + 1, stop)))
+        return i, fields
+
+    monkeypatch.setattr(send_module, "_send_fields", counting)
+    monkeypatch.setattr(send_module, "_send_run_fields", counting_run)
+    due = int(time.time() * 1000) + 3_600_000
+    timers = [
+        frame(ext_for("LeftT", props=f"TIMER_DELIVER_MS\x01{due}\x02" + UNIQ.format(n)))
+        for n in range(64)
+    ]
+    plain = [frame(ext_for("LeftT", props=UNIQ.format(100 + n))) for n in range(3)]
+    buf, bounds = run_of(timers + plain)
+    channel = InlineAnswers()
+    send = cluster.broker.send_processor
+    joined, left, stopped = send.send_run(channel, buf, bounds, 0, len(timers) + 3)  # type: ignore[arg-type]
+    assert (left, stopped) == (67, None)
+    answers = channel.frames + [answer_of(f) for f in split(joined)]
+    assert [a[0] for a in answers] == [ResponseCode.SUCCESS] * 67
+    await cluster.broker.store.reput.do_reput()
+    assert cluster.broker.store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 64
+    assert max(collections.Counter(reads).values()) <= 2  # was up to 64 (read 2275 times)

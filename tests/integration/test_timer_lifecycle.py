@@ -135,3 +135,23 @@ async def test_deleting_a_topic_drops_its_timers_across_a_restart_and_a_recreati
         assert [m.body for m in got] == [b"new"]
         assert await queued(broker, "Stay") == 1
         assert timers.counts == {}
+
+
+async def test_timer_stop_dequeue_holds_due_timers_until_resumed(tmp_path: Path) -> None:
+    """timerStopDequeue pauses delivery: a timer due meanwhile is entered and stays pending,
+    delivered (late, not lost) once dequeue resumes."""
+    async with cluster_at(str(tmp_path), timerPrecisionMs="200") as cluster:
+        ns, broker = cluster.namesrv_addr, cluster.broker
+        await topics.create_topic(ns, "Held", brokers=[cluster.broker_addr], queues=1)
+        broker.store.config.timer_stop_dequeue = True
+        due = now_ms() + 400
+        async with Producer("P", ns) as producer:
+            await producer.send(Message("Held", b"held", properties={"TIMER_DELIVER_MS": str(due)}))
+        await entered(broker, 1)
+        await trio.sleep(max(due - now_ms(), 0) / 1000 + 0.6)  # due, and 3 slots over
+        assert await queued(broker, "Held") == 0  # not delivered while paused
+        assert broker.timer.timers is not None and broker.timer.timers.counts == {"Held": 1}
+        broker.store.config.timer_stop_dequeue = False
+        [msg] = await consume(ns, "Held", 1)
+        assert msg.body == b"held" and int(msg.properties["TIMER_DEQUEUE_MS"]) >= due
+        await wait_until(lambda: broker.timer.timers.counts.get("Held", 0) == 0, timeout=10)  # type: ignore[union-attr]

@@ -54,6 +54,8 @@ def test_log_files_are_fixed_size_and_positions_global(tmp_path: os.PathLike[str
     log = TimerLog(str(tmp_path), ENTRY_SIZE * 2 + 7)  # rounded down to whole entries
     positions = [log.append(TimerEntry(-1, T0, T0, i, 1)) for i in range(5)]
     assert positions == [i * ENTRY_SIZE for i in range(5)]
+    assert log.read(3 * ENTRY_SIZE) == TimerEntry(-1, T0, T0, 3, 1)  # not written yet
+    log.write_pending()  # across three files
     assert log.file_starts() == [0, 2 * ENTRY_SIZE, 4 * ENTRY_SIZE]
     assert log.read(3 * ENTRY_SIZE) == TimerEntry(-1, T0, T0, 3, 1)
     log.close()
@@ -65,6 +67,7 @@ def test_log_recovery_cuts_a_torn_tail(tmp_path: os.PathLike[str]) -> None:
     log = TimerLog(str(tmp_path), ENTRY_SIZE * 3)
     for i in range(4):
         log.append(TimerEntry(-1, T0, T0, i, 1))
+    log.write_pending()
     # The last entry torn: half of it written, and garbage after it.
     last = os.path.join(str(tmp_path), f"{3 * ENTRY_SIZE:020d}")
     with open(last, "r+b") as f:
@@ -203,6 +206,7 @@ def test_spent_log_files_are_deleted(tmp_path: os.PathLike[str]) -> None:
     store.open(T0)
     for i in range(9):
         store.enter(T0 + 1000 + i * 100, i, 1, now_ms=T0)
+    store.log.write_pending()
     assert len(store.log.file_starts()) == 3
     assert len(drain(store, T0 + 2000)) == 9
     store.delivered_ms = store.read_ms
@@ -283,3 +287,37 @@ def test_pending_counts_come_back_with_the_checkpoint_they_were_taken_with(
     third.open(T0 + 2000)
     assert not third.counts_known and third.counts == {}
     assert [e.phy_offset for e in third.pending_entries()] == [1, 2]
+
+
+def test_a_checkpoint_names_only_written_entries(tmp_path: os.PathLike[str]) -> None:
+    """Entries are written behind (many a pwrite); a checkpoint writes them first, so a crash
+    after it (the process gone, entries appended since never written) loses none it names,
+    and those appended after it are entered again from the timer topic's offset."""
+    store = make(tmp_path, log_file_size=ENTRY_SIZE * 1000)
+    store.open(T0)
+    for i in range(3):
+        store.enter(T0 + 1500 + i * 1000, 100 + i, 1, now_ms=T0)
+    store.enqueue_offset = 3
+    flush(store)
+    store.enter(T0 + 9500, 103, 1, now_ms=T0)  # after the checkpoint: never written
+    for fd in store.log._fds.values():  # kill -9: the files closed, nothing more written
+        os.close(fd)
+    store.wheel.close()
+    again = make(tmp_path, log_file_size=ENTRY_SIZE * 1000)
+    again.open(T0)
+    assert again.log.end == 3 * ENTRY_SIZE and again.enqueue_offset == 3
+    assert [e.phy_offset for e in drain(again, T0 + 20_000)] == [100, 101, 102]
+
+
+def test_a_slot_hands_out_its_timers_earliest_due_first(tmp_path: os.PathLike[str]) -> None:
+    """Entered in any order, a slot's timers come out by due time (equal ones as entered): the
+    service puts them one after another, and those due at the slot's start have waited
+    longest."""
+    store = make(tmp_path)
+    store.open(T0)
+    dues = [T0 + 900, T0 + 100, T0 + 500, T0 + 100, T0 + 1000, T0 + 1]
+    for i, due in enumerate(dues):
+        assert store.enter(due, i, 1, now_ms=T0)
+    slot = store.take_due(T0 + 1000)
+    assert slot is not None and slot.slot_ms == T0
+    assert [e.phy_offset for e in slot.due] == [5, 1, 3, 2, 0, 4]

@@ -26,7 +26,9 @@ real one: a well-formed handle for this broker and topic with a future due time 
 SUCCESS and its marker cancels nothing.  A recall is honoured when its marker is entered in the
 wheel before the message's slot is delivered; one stored in the last moments before the due
 time (less than the timer service's enqueue lag, normally milliseconds) may come too late, and
-the message is delivered.
+the message is delivered.  After a crash the lag includes the restart: a recall acknowledged
+before the crash does not stop a message that falls due before the restarted broker has read
+the timer topic again (RocketMQ 5 puts a timer it reads late at once, as pymq does).
 
 :meth:`RecallProcessor.recall` is the one implementation; the remoting handler (and a gRPC
 ``RecallMessage`` later) only decode and encode around it.

@@ -759,17 +759,25 @@ class SendProcessor:
         the group commit, never served again."""
         answers: list[bytes] = []
         i = first
+        decoded = False  # the frame before was served decoded
         while i < stop:
             cmd: RemotingCommand | None = None
             refusal: RemotingCommand | None = None
+            # After a frame served decoded, the next is read alone (send_raw's read): frames
+            # the store leaves to the general path one after another (timer messages, say)
+            # are then read once each, not again from each to the run's end.
+            limit = i + 1 if decoded else stop
             if check is None:
-                joined, i = self._read_run(channel, buf, bounds, i, stop)
+                joined, i = self._read_run(channel, buf, bounds, i, limit)
             else:
-                joined, i, cmd, refusal = self._read_checked(channel, buf, bounds, i, stop, check)
+                joined, i, cmd, refusal = self._read_checked(channel, buf, bounds, i, limit, check)
             if joined:
                 answers.append(joined)
             if i >= stop:
                 break
+            decoded = i < limit  # else its frames are served: the rest as a run again
+            if not decoded:
+                continue
             if cmd is None:
                 try:
                     cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])

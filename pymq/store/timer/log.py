@@ -15,7 +15,11 @@ per slot, newest first, as RocketMQ's timerlog).  Layout of an entry, big-endian
 A file holds ``file_size // 48`` entries (``mappedFileSizeTimerLog`` rounded down) and is named
 by the global position of its first byte (20 digits), as commit-log files are.  Positions are
 global byte offsets.  Reads and writes are ``pread``/``pwrite``: memory does not grow with the
-number of entries.  :meth:`TimerLog.recover` finds the end of the valid entries (magic and CRC)
+number of entries.  Appends are written behind, :data:`WRITE_BEHIND_BYTES` at a time (one
+``pwrite`` for many entries), and whenever :meth:`TimerLog.write_pending` is called (the timer
+store calls it before it takes a checkpoint, so a checkpoint never names an entry not written;
+entries lost with the process after it are entered again from the timer topic); reads see
+them before.  :meth:`TimerLog.recover` finds the end of the valid entries (magic and CRC)
 from a known-good position and cuts a torn tail.
 """
 
@@ -31,6 +35,8 @@ ENTRY_SIZE = 48
 ENTRY_MAGIC = 0x7E1A3E11
 _BODY = struct.Struct(">qqqqii")
 _HEAD = struct.Struct(">II")
+WRITE_BEHIND_BYTES = 1024 * ENTRY_SIZE
+"""Appended entries kept before they are written (48 KiB)."""
 
 
 @attrs.frozen
@@ -80,6 +86,9 @@ class TimerLog:
         if starts:
             last = starts[-1]
             self.end = last + os.path.getsize(self._path(last))
+        self._pending: tuple[int, bytearray] = (self.end, bytearray())
+        """The position of the first entry not written yet, and the entries from there (one
+        attribute, replaced whole once written: a reader in another thread sees either)."""
 
     def _path(self, start: int) -> str:
         return os.path.join(self.directory, f"{start:020d}")
@@ -97,19 +106,36 @@ class TimerLog:
         return fd
 
     def append(self, entry: TimerEntry) -> int:
-        """Write ``entry`` at the end; its position."""
+        """Add ``entry`` at the end (written behind: see the module docstring); its position."""
         pos = self.end
-        start = pos - pos % self.file_size
-        written = os.pwrite(self._fd(start, create=True), entry.encode(), pos - start)
-        if written != ENTRY_SIZE:
-            raise OSError(f"short write to the timer log at {pos}: {written} bytes")
+        buf = self._pending[1]
+        buf += entry.encode()
         self.end = pos + ENTRY_SIZE
+        if len(buf) >= WRITE_BEHIND_BYTES:
+            self.write_pending()
         return pos
+
+    def write_pending(self) -> None:
+        """Write the appended entries not written yet (a ``pwrite`` per file they fall in)."""
+        pos, buf = self._pending
+        done = 0
+        while done < len(buf):
+            start = pos - pos % self.file_size
+            chunk = bytes(buf[done : done + start + self.file_size - pos])
+            written = os.pwrite(self._fd(start, create=True), chunk, pos - start)
+            if written != len(chunk):
+                raise OSError(f"short write to the timer log at {pos}: {written} bytes")
+            pos += written
+            done += written
+        self._pending = (pos, bytearray())
 
     def read(self, pos: int) -> TimerEntry | None:
         """The entry at ``pos``, or None when there is no valid one."""
         if pos < 0 or pos + ENTRY_SIZE > self.end or pos % ENTRY_SIZE:
             return None
+        first, buf = self._pending
+        if pos >= first:
+            return TimerEntry.decode(bytes(buf[pos - first : pos - first + ENTRY_SIZE]))
         start = pos - pos % self.file_size
         try:
             fd = self._fd(start)
@@ -129,6 +155,7 @@ class TimerLog:
 
     def truncate(self, end: int) -> None:
         """Drop everything at and after ``end``."""
+        self.write_pending()
         for start in self.file_starts():
             if start >= end:
                 self._close(start)
@@ -136,6 +163,7 @@ class TimerLog:
             elif end < start + self.file_size:
                 os.truncate(self._path(start), end - start)
         self.end = end
+        self._pending = (end, bytearray())
 
     def entries(self, start: int, end: int) -> list[tuple[int, TimerEntry]]:
         """The valid entries in [start, end), with their positions."""
@@ -147,7 +175,8 @@ class TimerLog:
         return out
 
     def flush(self) -> None:
-        """fsync every open file (blocking: call it from a thread)."""
+        """fsync every open file (blocking: call it from a thread); what :meth:`write_pending`
+        wrote is made durable, not what was appended since."""
         for fd in list(self._fds.values()):
             os.fsync(fd)
 
@@ -168,5 +197,6 @@ class TimerLog:
             os.close(fd)
 
     def close(self) -> None:
+        self.write_pending()
         for start in list(self._fds):
             self._close(start)

@@ -47,8 +47,11 @@ ILLEGAL_REMARK = (
 NOT_ENABLED_REMARK = "accurate timer message is not enabled, timerWheelEnable is false"
 
 
+_TIMER_KEY_SET = frozenset(TIMER_KEYS)
+
+
 def has_timer(properties: dict[str, str]) -> bool:
-    return any(key in properties for key in TIMER_KEYS)
+    return not _TIMER_KEY_SET.isdisjoint(properties)
 
 
 def _long(text: str) -> int | None:
@@ -71,9 +74,6 @@ def rewrite_timer(
     if msg.topic == TIMER_TOPIC or PROPERTY_TIMER_OUT_MS in props or not has_timer(props):
         return None
     max_ms = max_delay_sec * 1000
-    illegal = PutMessageResult(
-        PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL, reason=ILLEGAL_REMARK.format(max_ms=max_ms)
-    )
     if not enabled:
         return PutMessageResult(PutMessageStatus.WHEEL_TIMER_NOT_ENABLE, reason=NOT_ENABLED_REMARK)
     if PROPERTY_TIMER_DELAY_SEC in props:
@@ -84,12 +84,16 @@ def rewrite_timer(
         deliver_ms = None if value is None else now_ms + value
     else:
         deliver_ms = _long(props[PROPERTY_TIMER_DELIVER_MS])
-    if deliver_ms is None:
-        return illegal
+    if (
+        deliver_ms is None
+        or deliver_ms - now_ms > max_ms
+        or (deliver_ms <= now_ms and PROPERTY_TIMER_DEL_UNIQKEY in props)
+    ):
+        return PutMessageResult(
+            PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL, reason=ILLEGAL_REMARK.format(max_ms=max_ms)
+        )
     if deliver_ms <= now_ms:
-        return illegal if PROPERTY_TIMER_DEL_UNIQKEY in props else None
-    if deliver_ms - now_ms > max_ms:
-        return illegal
+        return None
     props[PROPERTY_TIMER_OUT_MS] = str(deliver_ms)
     props[PROPERTY_REAL_TOPIC] = msg.topic
     props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)

@@ -13,6 +13,7 @@ Rules:
   TIMER_OUT_MS); slot ``T`` is handed out by :meth:`take_due` once
   ``now_ms >= T + precision``, so nothing is delivered before it is due and at most one
   precision late (plus the service's latency), a due time on a boundary exactly on time;
+  a slot's due timers are handed out earliest due first (entered in any order);
 - a timer further out than the roll window (``timerRollWindowSlot`` slots past the next slot
   to deliver) is entered in the window's last slot and handed back as ``rolled`` when that
   slot comes round, to be entered again (``roll_times`` counts how often); so is one whose
@@ -43,6 +44,10 @@ from pymq.store.timer.log import ENTRY_SIZE, TimerEntry, TimerLog
 from pymq.store.timer.wheel import TIMER_WHEEL_TTL_DAYS, Slot, TimerWheel
 
 DAY_SECONDS = 86_400
+
+
+def _due_ms(entry: TimerEntry) -> int:
+    return entry.deliver_ms
 
 
 @attrs.define
@@ -153,10 +158,11 @@ class TimerStore:
         if slot_ms > window_end:
             slot_ms = window_end
             self.rolled += 1
-        pos = self.log.end
-        prev = wheel.get(slot_ms).last_pos
-        self.log.append(TimerEntry(prev, slot_ms, deliver_ms, phy_offset, phy_size, roll_times))
-        wheel.link(slot_ms, pos)
+        slot = wheel.get(slot_ms)
+        pos = self.log.append(
+            TimerEntry(slot.last_pos, slot_ms, deliver_ms, phy_offset, phy_size, roll_times)
+        )
+        wheel.link(slot_ms, pos, slot)
         self.entered += 1
         return True
 
@@ -192,6 +198,9 @@ class TimerStore:
                 out.rolled.append(entry)
             else:
                 out.due.append(entry)
+        # Earliest due first: a slot's timers are put one after another, so the ones that have
+        # waited longest (due at its start) are not left behind those due at its end.
+        out.due.sort(key=_due_ms)
         return out
 
     def chain(self, slot: Slot) -> list[TimerEntry]:
@@ -213,6 +222,7 @@ class TimerStore:
         """What :meth:`flush_blocking` makes durable, taken at one instant on the loop
         (with the counts of that instant; one flush at a time)."""
         self._snap_counts = dict(self.counts)
+        self.log.write_pending()  # every entry the checkpoint names is written
         cp = TimerCheckpoint(
             log_end=self.log.end,
             relink_from=self.relink_from,

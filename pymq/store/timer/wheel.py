@@ -81,9 +81,11 @@ class TimerWheel:
             return Slot(slot_ms)
         return slot
 
-    def link(self, slot_ms: int, pos: int) -> int:
-        """Chain the entry at ``pos`` as the newest of the slot; its prev_pos (-1: first)."""
-        slot = self.get(slot_ms)
+    def link(self, slot_ms: int, pos: int, slot: Slot | None = None) -> int:
+        """Chain the entry at ``pos`` as the newest of the slot; its prev_pos (-1: first).
+        ``slot``: the slot as :meth:`get` just gave it, not read again."""
+        if slot is None:
+            slot = self.get(slot_ms)
         first = pos if slot.empty else slot.first_pos
         self.dirty[self.index(slot_ms)] = Slot(slot_ms, first, pos, slot.num + 1)
         return slot.last_pos

@@ -6,8 +6,8 @@ differ: see "Master/slave" below):
 
 - enqueue: reads that queue in order (from the checkpoint's offset) and enters each message in
   the wheel (:class:`pymq.store.timer.store.TimerStore`), or delivers it at once when due;
-- dequeue: each precision tick, takes the slot that is over and puts its messages to their
-  real topic and queue, as the schedule service does for delay levels: the original
+- dequeue: takes each slot as it begins and puts each of its messages, at its due time (never
+  before), to its real topic and queue, as the schedule service does for delay levels: the original
   properties, less REAL_TOPIC/REAL_QID, plus RocketMQ 5's TIMER_ENQUEUE_MS (when the message
   reached the timer topic) and TIMER_DEQUEUE_MS (when it was delivered).  A timer further out
   than the roll window is put to the timer topic again when its window's last slot comes
@@ -359,9 +359,12 @@ class TimerMessageService:
                 await trio.sleep(PAUSED_RECHECK_SECONDS)
                 continue
             now = self.follow_horizon() if self.replica else store.clock_ms()
-            slot = timers.take_due(now)
+            # A master takes a slot as it begins and puts each timer at its due time; a
+            # replica passes a slot only once its master has delivered all of it.
+            ahead = 0 if self.replica else timers.precision_ms
+            slot = timers.take_due(now, ahead)
             if slot is None:
-                wait = (timers.next_due_ms() - now) / 1000
+                wait = (timers.next_due_ms() - ahead - now) / 1000
                 if self.replica:
                     wait = REPLICA_RECHECK_SECONDS
                 await trio.sleep(min(max(wait, 0.001), MAX_SLEEP_SECONDS))
@@ -424,20 +427,21 @@ class TimerMessageService:
         """A replica passes a slot its master has delivered: nothing is put; the pending
         timers it held per real topic."""
         left: dict[str, int] = {}
-        for msg in self._messages(slot.due + slot.rolled, "passed"):
+        for _, msg in self._messages(slot.due + slot.rolled, "passed"):
             topic = self.real_topic(msg)
             if not is_marker(msg) and not self._stale(msg, topic):
                 add(left, topic, 1)
         return left
 
-    def _messages(self, entries: list[TimerEntry], what: str) -> list[MessageExt]:
+    def _messages(self, entries: list[TimerEntry], what: str) -> list[tuple[int, MessageExt]]:
+        """The stored messages of ``entries``, each with its due time (epoch ms)."""
         out = []
         for entry in entries:
             msg = self.store.look_message_by_offset(entry.phy_offset, entry.phy_size)
             if msg is None:
                 log.error("timer message at %d is gone: not %s", entry.phy_offset, what)
                 continue
-            out.append(msg)
+            out.append((entry.deliver_ms, msg))
         return out
 
     async def _handle_slot(self, slot: DueSlot) -> dict[str, int]:
@@ -447,8 +451,8 @@ class TimerMessageService:
         due = self._messages(slot.due, "delivered")
         # Recall markers of the slot first (RocketMQ 5's delete list): neither they nor the
         # messages they name are delivered.
-        recalled = {m.properties[PROPERTY_TIMER_DEL_UNIQKEY] for m in due if is_marker(m)}
-        for msg in due:
+        recalled = {m.properties[PROPERTY_TIMER_DEL_UNIQKEY] for _, m in due if is_marker(m)}
+        for due_ms, msg in due:
             if recalled and is_marker(msg):
                 continue
             topic = self.real_topic(msg)
@@ -458,8 +462,9 @@ class TimerMessageService:
                 self.recalled += 1
                 log.debug("timer message %s recalled: not delivered", msg.unique_key)
             elif not self._drop(msg, topic):
+                await self._until(due_ms)
                 await self._deliver(msg)
-        for msg in self._messages(slot.rolled, "rolled"):
+        for _, msg in self._messages(slot.rolled, "rolled"):
             topic = self.real_topic(msg)
             marker = is_marker(msg)  # rolled as well, to meet its message in their slot
             if not marker and not self._stale(msg, topic):
@@ -469,6 +474,13 @@ class TimerMessageService:
                 if not marker:
                     add(self.dequeue_total, topic, 1)  # RocketMQ 5 counts a roll's put too
         return left
+
+    async def _until(self, due_ms: int) -> None:
+        """Sleep until the clock reaches ``due_ms`` (a slot is taken as it begins; the clock is
+        read again at least every MAX_SLEEP_SECONDS, so that a jump is seen)."""
+        clock = self.store.clock_ms
+        while (left := due_ms - clock()) > 0:
+            await trio.sleep(min(left / 1000, MAX_SLEEP_SECONDS))
 
     async def _deliver(self, msg: MessageExt, *, never_entered: bool = False) -> None:
         """Put ``msg`` (a timer-topic message) to its real topic and queue; retried until it is

@@ -342,9 +342,10 @@ async def test_a_timer_beyond_the_roll_window_is_put_again_and_arrives_on_time(
             await receiver.wait_for(1)
         at, msg = receiver.got[0]
         assert at >= due
-        # Entered at most a slot ahead of delivery each time: put to the timer topic again
-        # each round, counted as RocketMQ 5 counts it.
+        # Entered at most a window (two slots, 1 s) past the slot being delivered: put to the
+        # timer topic again each round (the window's last slot is taken as it begins, about
+        # 1 s and 2 s after the send), counted as RocketMQ 5 counts it.
         rolls = int(msg.properties["TIMER_ROLL_TIMES"])
-        assert rolls >= 3
+        assert rolls >= 2
         assert await in_queue(cluster.broker.store, TIMER_TOPIC) == 1 + rolls
         assert msg.topic == "Rolled" and "REAL_TOPIC" not in msg.properties

@@ -13,7 +13,8 @@ Rules:
   TIMER_OUT_MS); slot ``T`` is handed out by :meth:`take_due` once
   ``now_ms >= T + precision``, so nothing is delivered before it is due and at most one
   precision late (plus the service's latency), a due time on a boundary exactly on time;
-  a slot's due timers are handed out earliest due first (entered in any order);
+  a slot's due timers are handed out earliest due first (entered in any order); a caller may
+  take a slot up to one precision ahead (``ahead_ms``) and put each timer at its due time;
 - a timer further out than the roll window (``timerRollWindowSlot`` slots past the next slot
   to deliver) is entered in the window's last slot and handed back as ``rolled`` when that
   slot comes round, to be entered again (``roll_times`` counts how often); so is one whose
@@ -182,12 +183,15 @@ class TimerStore:
         """When the next slot may be handed out (epoch ms)."""
         return self.read_ms + self.precision_ms
 
-    def take_due(self, now_ms: int) -> DueSlot | None:
-        """The next slot's timers once that slot is over (None before): those due, and those
-        not yet due (rolled ones, or entered while the clock was behind), which the caller
-        enters again (:meth:`enter`, or a fresh copy through the commit log, as the service
-        does, so that a message waiting days is not left in an old commit-log file)."""
+    def take_due(self, now_ms: int, ahead_ms: int = 0) -> DueSlot | None:
+        """The next slot's timers once that slot is over at ``now_ms + ahead_ms`` (None
+        before): those due by then, and those not (rolled ones, or entered while the clock was
+        behind), which the caller enters again (:meth:`enter`, or a fresh copy through the
+        commit log, as the service does, so that a message waiting days is not left in an old
+        commit-log file).  With ``ahead_ms`` (at most one precision) the caller takes a slot
+        before it is over and hands out each due timer at its own due time, not earlier."""
         slot_ms = self.read_ms
+        now_ms += ahead_ms
         if slot_ms + self.precision_ms > now_ms:
             return None
         chain = self.chain(self.wheel.get(slot_ms))

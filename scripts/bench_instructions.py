@@ -138,7 +138,7 @@ async def run_scenario(
         await benchmark.publish(load_args(args, topic, args.count), namesrv, creds)
         instrument(proc, True)
         # The warm-up messages are consumed too: they are counted.
-        rate = await benchmark.consume(warm, namesrv, args.count + args.warmup)
+        rate, _ = await benchmark.consume(warm, namesrv, args.count + args.warmup)
         instrument(proc, False)
         return args.count + args.warmup if rate > 0 else 0
     if scenario in ("publish", "syncflush"):

@@ -43,7 +43,7 @@ import math
 import struct
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import h2.config
@@ -52,6 +52,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 import trio
 
 from pymq.remoting.limits import SharedBudget
@@ -262,6 +263,10 @@ class _Connection:
             normalize_outbound_headers=False,
         )
         self.h2 = h2.connection.H2Connection(config=config)
+        # The 5.x clients' metadata read without hpack's general decoder (see _Decoder).
+        decoder = _Decoder()
+        decoder.max_header_list_size = self.h2.decoder.max_header_list_size
+        self.h2.decoder = decoder
         self.calls: dict[int, Call] = {}
         self._send_lock = trio.Lock()
         self._window_opened = trio.Event()
@@ -473,6 +478,118 @@ class _Connection:
         self.closed = True
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+
+
+class _Decoder(hpack.Decoder):
+    """hpack's decoder, reading itself the plain literals a header block ends with.
+
+    A gRPC client repeats its metadata on every call as literals that the dynamic table
+    neither holds nor changes (the official clients' ``x-mq-*`` and ``authorization``: "literal
+    without indexing", the name literal too, no Huffman coding), after a few indexed fields.
+    Such a tail means the same whatever the table holds, and reading it is slicing: hpack's
+    general decoder is given only the head before it (and every block it cannot split so),
+    and the size limit (``max_header_list_size``) counts both.  A third of a call's HPACK
+    decoding, before this."""
+
+    def decode(self, data: bytes, raw: bool = False) -> list[Any]:
+        tail = _plain_tail(data)
+        if tail is None:
+            return cast(list[Any], super().decode(data, raw))
+        headers = cast(list[Any], super().decode(data[: tail[0]] if tail[0] else b"", raw))
+        size = sum(len(name) + len(value) + 32 for name, value in headers)
+        bounds = tail
+        for k in range(0, len(bounds) - 1, 4):
+            name = data[bounds[k + 1] : bounds[k + 2]]
+            value = data[bounds[k + 3] : bounds[k + 4]]
+            size += len(name) + len(value) + 32
+            if size > self.max_header_list_size:
+                raise hpack.OversizedHeaderListError(
+                    f"A header list larger than {self.max_header_list_size} has been received"
+                )
+            if raw:
+                headers.append(hpack.HeaderTuple(name, value))
+            else:
+                try:
+                    headers.append(hpack.HeaderTuple(name.decode(), value.decode()))
+                except UnicodeDecodeError as err:
+                    raise hpack.HPACKDecodingError("Unable to decode headers as UTF-8") from err
+        return headers
+
+
+def _plain_tail(data: bytes) -> list[int] | None:
+    """Where the run of plain literals (``0x00``, then the name and the value each with a
+    one-byte length, no Huffman) that ends ``data`` begins, and each one's bounds:
+    ``[start, name, name end, value, value end, name, ...]`` (a literal's start is the last
+    one's value end); None when the block does not end so, or cannot be walked (hpack reads
+    it whole then, and says what is wrong)."""
+    n = len(data)
+    i = 0
+    start = -1  # where the current run of plain literals began
+    bounds: list[int] = []
+    try:
+        while i < n:
+            first = data[i]
+            if first == 0:  # literal without indexing, new name: plain if short and not Huffman
+                name_len = data[i + 1]
+                value_at = i + 2 + name_len
+                value_len = data[value_at] if name_len < 0x7F else 0x80
+                if name_len < 0x7F and value_len < 0x7F:
+                    if start < 0:
+                        start, bounds = i, [i]
+                    end = value_at + 1 + value_len
+                    if end > n:
+                        return None
+                    bounds += [i + 2, value_at, value_at + 1, end]
+                    i = end
+                    continue
+            start = -1
+            if first & 0x80:
+                i = _skip_int(data, i, 7)
+                continue
+            if first & 0x40:
+                prefix = 6
+            elif first & 0x20:
+                i = _skip_int(data, i, 5)
+                continue
+            else:
+                prefix = 4
+            named = first & ((1 << prefix) - 1)
+            i = _skip_int(data, i, prefix)
+            if not named:
+                i = _skip_string(data, i)
+            i = _skip_string(data, i)
+    except IndexError:
+        return None
+    if start < 0 or i != n:
+        return None
+    return bounds
+
+
+def _skip_int(data: bytes, i: int, prefix: int) -> int:
+    """The index after the HPACK integer at ``i`` (``prefix`` bits in its first byte)."""
+    mask = (1 << prefix) - 1
+    if data[i] & mask != mask:
+        return i + 1
+    i += 1
+    while data[i] & 0x80:
+        i += 1
+    return i + 1
+
+
+def _skip_string(data: bytes, i: int) -> int:
+    """The index after the HPACK string literal at ``i``."""
+    length = data[i] & 0x7F
+    end = i + 1
+    if length == 0x7F:
+        length, shift = 0x7F, 0
+        while True:
+            byte = data[end]
+            end += 1
+            length += (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+    return end + length
 
 
 class _ConnectionGone(Exception):

@@ -1,10 +1,20 @@
 """A gRPC server on Trio: HTTP/2 by the sans-IO ``h2`` state machine, gRPC's message framing here.
 
-One :class:`GrpcServer` listens; each connection is a task in its nursery, and each HTTP/2 stream
-(one call) a task in the connection's nursery, so that the whole server lives in the broker's
+One :class:`GrpcServer` listens; each connection is a task in its nursery, and its calls (HTTP/2
+streams) are served in the connection's nursery, so that the whole server lives in the broker's
 nursery tree and stops with it.  A call is served by the handler its ``:path`` names
 (``/package.Service/Method``); a path without one is answered ``UNIMPLEMENTED`` at once, in
 the response headers alone (gRPC's trailers-only form), never left waiting.
+
+A call costs no task of its own unless it waits.  The connection's reader starts the calls a
+read brought once that read's frames are taken in (a unary request has usually arrived whole
+by then), one after the other, in the reader itself; a call that completes without waiting
+(a send to a topic that exists, an ack: nearly all) has only queued its answer, and the
+reader writes the answers of all those calls in one send.  The first call that waits (a long
+poll, a request not yet whole, a flow-control window, a durable put) keeps the reader's task,
+which goes on serving that call alone, and a new reader task takes over the connection where
+it stopped.  So the one handler of each method is the path, whether it waits or not.  (The
+calls a reader serves share its context: pymq sets no context variables in them.)
 
 Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
 :func:`pymq.proxy.limits_for`):
@@ -41,8 +51,9 @@ import bisect
 import logging
 import math
 import struct
+import types
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any, cast
 
 import attrs
@@ -137,6 +148,9 @@ class Call:
         self.buffered = 0  # bytes held in _partial and _inbox, counted in the budget
         self.cancel_scope = trio.CancelScope()
         self.status = OK  # the gRPC status the call ended with (counted in the server's stats)
+        # Served by the connection's reader (until it waits): what it sends is written by the
+        # reader's next flush, with the other calls' answers.
+        self.in_reader = True
 
     # -- the reader's side ---------------------------------------------------------------
 
@@ -268,6 +282,9 @@ class _Connection:
         decoder.max_header_list_size = self.h2.decoder.max_header_list_size
         self.h2.decoder = decoder
         self.calls: dict[int, Call] = {}
+        # Calls a read brought, to be started once its frames are taken in (see the module
+        # docstring), with their handlers.
+        self._starting: deque[tuple[Handler, Call]] = deque()
         self._send_lock = trio.Lock()
         self._window_opened = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -292,20 +309,41 @@ class _Connection:
                 self._nursery = nursery
                 try:
                     await self.flush()
-                    await self._read_loop()
                 except _ConnectionGone:
-                    pass
-                nursery.cancel_scope.cancel()
+                    nursery.cancel_scope.cancel()
+                else:
+                    await self._read()
         finally:
             self.closed = True
             for call in self.calls.values():
                 call._drop(self.budget)
             self.calls.clear()
+            for _, call in self._starting:  # never started: counted back here
+                self.server.open_calls -= 1
+                self.server.stats.record(call.path, CANCELLED, 0.0)
+            self._starting.clear()
             await trio.aclose_forcefully(self.stream)
 
-    async def _read_loop(self) -> None:
+    async def _read(self) -> None:
+        """Read the connection until it ends, then cancel what is left on it; or, when a call
+        this task started waits, serve that call to its end (a new reader goes on)."""
+        try:
+            if await self._read_loop():
+                return
+        except _ConnectionGone:
+            pass
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+
+    async def _read_loop(self) -> bool:
+        """The reader; True when it ended serving a call that waited (see _start_calls)."""
         limits = self.limits
         while True:
+            if await self._start_calls():
+                return True
+            await self.flush()
+            if self.closed:
+                return False
             with trio.move_on_after(limits.idle_timeout) as idle:
                 data = await self.stream.receive_some(READ_SIZE)
             if idle.cancelled_caught:
@@ -313,20 +351,39 @@ class _Connection:
                     continue
                 self.h2.close_connection()
                 await self.flush()
-                return
+                return False
             if not data:
-                return
+                return False
             try:
                 events = self.h2.receive_data(data)
             except h2.exceptions.ProtocolError as exc:
                 log.info("grpc: closing connection from %s: %s", self.peer, exc)
                 await self.flush()  # h2 queued its GOAWAY
-                return
+                return False
             for event in events:
                 self._on_event(event)
-            await self.flush()
-            if self.closed:
-                return
+
+    async def _start_calls(self) -> bool:
+        """Start the calls the last read brought, in this task, in order; True when one
+        waited: this task then serves that call to its end, and a new reader task (spawned
+        before the wait) starts the rest and goes on reading."""
+        while self._starting:
+            handler, call = self._starting.popleft()
+            if call.reset:  # reset before it started: counted back here
+                self.server.open_calls -= 1
+                self.server.stats.record(call.path, CANCELLED, 0.0)
+                continue
+            serving = self._serve_call(handler, call)
+            try:
+                trap = serving.send(None)
+            except StopIteration:
+                continue  # served without waiting: its answer is queued for the next flush
+            call.in_reader = False  # its own flushes from now on
+            assert self._nursery is not None
+            self._nursery.start_soon(self._read)
+            await _go_on(serving, trap)
+            return True
+        return False
 
     def _on_event(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.RequestReceived):
@@ -386,8 +443,7 @@ class _Connection:
         self.server.open_calls += 1
         if event.stream_ended is not None:
             call._end()
-        assert self._nursery is not None
-        self._nursery.start_soon(self._serve_call, handler, call)
+        self._starting.append((handler, call))
 
     async def _serve_call(self, handler: Handler, call: Call) -> None:
         begin = trio.current_time()
@@ -415,7 +471,8 @@ class _Connection:
         call.status = status
         try:
             self._finish(call, status, message)
-            await self.flush()
+            if not call.in_reader:  # the reader writes what its calls queued, in one send
+                await self.flush()
         except (_ConnectionGone, h2.exceptions.StreamClosedError):
             pass
         finally:
@@ -453,7 +510,7 @@ class _Connection:
                 raise _ConnectionGone
             self.h2.send_data(call.stream_id, bytes(view[:size]))
             view = view[size:]
-            if flush or view:
+            if view or (flush and not call.in_reader):
                 await self.flush()
 
     async def flush(self) -> None:
@@ -590,6 +647,26 @@ def _skip_string(data: bytes, i: int) -> int:
             if not byte & 0x80:
                 break
     return end + length
+
+
+@types.coroutine
+def _go_on(coroutine: Coroutine[Any, Any, Any], trap: Any) -> Generator[Any, Any, None]:
+    """Await ``coroutine`` from where it stopped, having yielded ``trap`` to Trio (as
+    ``await coroutine`` would have: what Trio sends or throws in is passed on).  The
+    coroutine stays in the task that began it, whose Trio traps it yields."""
+    while True:
+        try:
+            value = yield trap
+        except BaseException as exc:  # a Cancelled, say: passed on
+            try:
+                trap = coroutine.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                trap = coroutine.send(value)
+            except StopIteration:
+                return
 
 
 class _ConnectionGone(Exception):

@@ -50,6 +50,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import re
 import struct
 import types
 from collections import deque
@@ -267,12 +268,14 @@ class _Connection:
         self.budget = server.budget
         self.stream = stream
         self.peer = peer
-        # The client's headers are validated (h2's checks); the server's own are written
-        # already lowercase and valid, so they are not checked again (a third of the CPU h2
-        # spends on a unary call).
+        # The server's headers are written already lowercase and valid, so they are not
+        # checked again (a third of the CPU h2 spends on a unary call); the client's request
+        # headers are checked by _malformed, in one pass (h2's checks, a chain of generators
+        # per header, were an eighth of a call's CPU).
         config = h2.config.H2Configuration(
             client_side=False,
             header_encoding="utf-8",
+            validate_inbound_headers=False,
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
         )
@@ -411,9 +414,15 @@ class _Connection:
             self.closed = True
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
-        headers = {str(k): str(v) for k, v in event.headers or ()}
-        path = headers.get(":path", "")
+        fields = event.headers or ()
         sid = event.stream_id
+        malformed = _malformed(fields)
+        if malformed is not None:  # a stream error (RFC 9113 8.1.1); the connection goes on
+            log.info("grpc: malformed request from %s: %s", self.peer, malformed)
+            self.h2.reset_stream(sid, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
+        headers = {str(k): str(v) for k, v in fields}
+        path = headers.get(":path", "")
         content_type = headers.get("content-type", "")
         if headers.get(":method") != "POST" or not content_type.startswith("application/grpc"):
             self.h2.send_headers(
@@ -667,6 +676,50 @@ def _go_on(coroutine: Coroutine[Any, Any, Any], trap: Any) -> Generator[Any, Any
                 trap = coroutine.send(value)
             except StopIteration:
                 return
+
+
+# What a request's header block may hold (RFC 9113 8.2, 8.3): its pseudo-headers; no
+# connection-specific field; names of visible ASCII but upper case, a colon only to begin a
+# pseudo-header's; values without NUL, CR or LF, not beginning or ending with a blank.
+_REQUEST_PSEUDO = frozenset((":method", ":scheme", ":authority", ":path"))
+_CONNECTION_SPECIFIC = frozenset(
+    ("connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade")
+)
+_BAD_NAME = re.compile(r"[^\x21-\x39\x3b-\x40\x5b-\x7e]")
+_BAD_VALUE = re.compile(r"[\x00\n\r]|\A[ \t]|[ \t]\Z")
+
+
+def _malformed(fields: Any) -> str | None:
+    """What makes a request's header block malformed (the checks h2 would make, in one
+    pass), or None."""
+    pseudo: dict[str, str] = {}
+    host: str | None = None
+    regular = False
+    for name, value in fields:
+        if name[:1] == ":":
+            if regular or name not in _REQUEST_PSEUDO or name in pseudo:
+                return f"pseudo-header {name} out of place, unknown or repeated"
+            pseudo[name] = value
+        else:
+            regular = True
+            if not name or _BAD_NAME.search(name):
+                return f"illegal header name {name!r}"
+            if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
+                return f"connection-specific header {name}"
+            if name == "host":
+                if host is not None:
+                    return "more than one host header"
+                host = value
+        if value and _BAD_VALUE.search(value):
+            return f"illegal characters in the value of {name}"
+    if ":method" not in pseudo or ":scheme" not in pseudo or not pseudo.get(":path"):
+        return "a request needs :method, :scheme and a :path"
+    authority = pseudo.get(":authority")
+    if authority is None and host is None:
+        return "a request needs :authority or host"
+    if authority is not None and host is not None and authority != host:
+        return "host and :authority differ"
+    return None
 
 
 class _ConnectionGone(Exception):

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.settings
 import pytest
@@ -79,9 +80,16 @@ class RawClient:
         if data:
             await self.stream.send_all(data)
 
-    async def call(self, path: str, message: bytes | None, *, end: bool = True) -> int:
+    async def call(
+        self,
+        path: str,
+        message: bytes | None,
+        *,
+        end: bool = True,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> int:
         sid = self.h2.get_next_available_stream_id()
-        headers = [
+        headers = headers or [
             (":method", "POST"),
             (":scheme", "http"),
             (":path", path),
@@ -114,6 +122,8 @@ class RawClient:
             elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
                 if response is not None:
                     response["ended"] = True
+                    if isinstance(event, h2.events.StreamReset):
+                        response["reset"] = event.error_code
             elif isinstance(event, h2.events.ConnectionTerminated):
                 self.terminated = True
         await self.flush()
@@ -422,5 +432,61 @@ async def test_an_answer_waits_for_the_window_in_a_task_of_its_own(cluster: Clus
     assert response["headers"]["grpc-status"] == "0"
     answer = service_pb2.AckMessageResponse.FromString(response["data"][5:])
     assert answer.entries[0].status.code == definition_pb2.Code.INVALID_RECEIPT_HANDLE
+    await client.aclose()
+    await counted_back(grpc)
+
+
+GOOD_HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", SERVICE + "GetOffset"),
+    (":authority", "127.0.0.1"),
+    ("content-type", "application/grpc"),
+    ("te", "trailers"),
+]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        [("X-Upper", "1")],  # an upper-case name
+        [("x:colon", "1")],  # a colon inside a name
+        [("x\x01ctl", "1")],  # a control character in a name
+        [("", "empty name")],
+        [("connection", "keep-alive")],  # connection-specific
+        [("te", "gzip")],
+        [("x-value", "a\nb")],  # LF in a value
+        [("x-value", " padded")],  # a value beginning with a blank
+        [("host", "other")],  # host and :authority differ
+        [("host", "127.0.0.1"), ("host", "127.0.0.1")],
+        [(":status", "200")],  # a response's pseudo-header
+        [(":path", "/again")],  # a pseudo-header twice
+        "drop :path",
+        "drop :method",
+        "pseudo last",
+    ],
+)
+async def test_a_malformed_header_block_resets_its_stream_only(cluster: Cluster, change) -> None:
+    """Each malformed request is a stream error (RST_STREAM PROTOCOL_ERROR, RFC 9113 8.1.1):
+    the connection goes on serving, and nothing is counted as a call."""
+    grpc = server(cluster)
+    client = await RawClient.open(grpc.port)
+    # The client side writes the block as given: no check, no normalisation.
+    client.h2.config.validate_outbound_headers = False
+    client.h2.config.normalize_outbound_headers = False
+    if change == "drop :path":
+        headers = [h for h in GOOD_HEADERS if h[0] != ":path"]
+    elif change == "drop :method":
+        headers = [h for h in GOOD_HEADERS if h[0] != ":method"]
+    elif change == "pseudo last":
+        headers = [h for h in GOOD_HEADERS if h[0] != ":scheme"] + [(":scheme", "http")]
+    else:
+        headers = GOOD_HEADERS + list(change)
+    bad = await client.call("", None, headers=headers)
+    response = await client.finish(bad)
+    assert response.get("reset") == h2.errors.ErrorCodes.PROTOCOL_ERROR
+    assert not client.terminated
+    good = await client.finish(await client.call("", None, headers=GOOD_HEADERS))
+    assert good["headers"]["grpc-status"] == str(INVALID_ARGUMENT)  # no message: served
     await client.aclose()
     await counted_back(grpc)

@@ -554,16 +554,45 @@ class _Decoder(hpack.Decoder):
     without indexing", the name literal too, no Huffman coding), after a few indexed fields.
     Such a tail means the same whatever the table holds, and reading it is slicing: hpack's
     general decoder is given only the head before it (and every block it cannot split so),
-    and the size limit (``max_header_list_size``) counts both.  A third of a call's HPACK
-    decoding, before this."""
+    and the size limit (``max_header_list_size``) counts both.
+
+    The head too is the same from call to call (the same indexed fields), and means the same
+    while the dynamic table is unchanged: a head of fields that only read the table is kept,
+    decoded, until a block that may change the table (a literal with indexing, a size update,
+    one hpack reads whole) is decoded; at most ``HEADS`` of them.  Half of a call's HPACK
+    decoding, before these two."""
+
+    HEADS = 16
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._generation = 0  # counts the blocks that may have changed the table
+        self._heads: dict[tuple[bytes, bool], tuple[int, list[Any]]] = {}
 
     def decode(self, data: bytes, raw: bool = False) -> list[Any]:
-        tail = _plain_tail(data)
-        if tail is None:
+        walked = _plain_tail(data)
+        if walked is None:
+            self._generation += 1
             return cast(list[Any], super().decode(data, raw))
-        headers = cast(list[Any], super().decode(data[: tail[0]] if tail[0] else b"", raw))
+        bounds, reads_only = walked
+        head = data[: bounds[0]]
+        key = (head, raw)
+        kept = self._heads.get(key) if reads_only else None
+        if kept is not None and kept[0] == self._generation:
+            if self.header_table_size > self.max_allowed_table_size:  # as hpack checks it
+                raise hpack.InvalidTableSizeError(
+                    "Encoder did not shrink table size to within the max"
+                )
+            headers = list(kept[1])
+        else:
+            if not reads_only:
+                self._generation += 1
+            headers = cast(list[Any], super().decode(head, raw))
+            if reads_only:
+                if len(self._heads) >= self.HEADS:
+                    self._heads.clear()
+                self._heads[key] = (self._generation, list(headers))
         size = sum(len(name) + len(value) + 32 for name, value in headers)
-        bounds = tail
         for k in range(0, len(bounds) - 1, 4):
             name = data[bounds[k + 1] : bounds[k + 2]]
             value = data[bounds[k + 3] : bounds[k + 4]]
@@ -582,16 +611,18 @@ class _Decoder(hpack.Decoder):
         return headers
 
 
-def _plain_tail(data: bytes) -> list[int] | None:
+def _plain_tail(data: bytes) -> tuple[list[int], bool] | None:
     """Where the run of plain literals (``0x00``, then the name and the value each with a
     one-byte length, no Huffman) that ends ``data`` begins, and each one's bounds:
     ``[start, name, name end, value, value end, name, ...]`` (a literal's start is the last
-    one's value end); None when the block does not end so, or cannot be walked (hpack reads
-    it whole then, and says what is wrong)."""
+    one's value end), and whether the head before it only reads the dynamic table (no literal
+    with indexing, no size update); None when the block does not end so, or cannot be walked
+    (hpack reads it whole then, and says what is wrong)."""
     n = len(data)
     i = 0
     start = -1  # where the current run of plain literals began
     bounds: list[int] = []
+    reads_only = True
     try:
         while i < n:
             first = data[i]
@@ -614,8 +645,10 @@ def _plain_tail(data: bytes) -> list[int] | None:
                 continue
             if first & 0x40:
                 prefix = 6
+                reads_only = False
             elif first & 0x20:
                 i = _skip_int(data, i, 5)
+                reads_only = False
                 continue
             else:
                 prefix = 4
@@ -628,7 +661,7 @@ def _plain_tail(data: bytes) -> list[int] | None:
         return None
     if start < 0 or i != n:
         return None
-    return bounds
+    return bounds, reads_only
 
 
 def _skip_int(data: bytes, i: int, prefix: int) -> int:

@@ -57,8 +57,9 @@ def test_a_grpc_clients_block_is_split_and_read_alike() -> None:
     for call in range(5):
         head = encoder.encode(REQUEST)  # indexed after the first call
         block = head + b"".join(plain(n, v + str(call).encode()) for n, v in METADATA)
-        tail = _plain_tail(block)
-        assert tail is not None and tail[0] == len(head)
+        walked = _plain_tail(block)
+        assert walked is not None and walked[0][0] == len(head)
+        assert walked[1] == (call > 0)  # the first call's head adds to the table
         kind, headers = both(block, reference, ours)
         assert kind == "ok" and len(headers) == len(REQUEST) + len(METADATA)
         kind, _ = both(block, *as_text, raw=False)
@@ -121,3 +122,41 @@ def test_random_blocks_mean_the_same(seed: int) -> None:
             both(block, hpack.Decoder(), _Decoder())
             continue
         both(block, reference, ours)
+
+
+def test_a_kept_head_is_read_again_once_the_table_changed() -> None:
+    """The same head bytes mean other headers after a block changed the dynamic table (a
+    literal with indexing, a size update): the decoded head kept before is not used."""
+    encoder = hpack.Encoder()
+    reference, ours = hpack.Decoder(), _Decoder()
+    tail = plain(b"x-mq-language", b"PYTHON")
+    first = encoder.encode([(b"x-one", b"1")])  # added to the table: index 62
+    both(first + tail, reference, ours)
+    head = bytes([0x80 | 62])  # "the newest entry"
+    assert both(head + tail, reference, ours)[1][0] == (b"x-one", b"1")
+    assert both(head + tail, reference, ours)[1][0] == (b"x-one", b"1")  # kept, same table
+    second = encoder.encode([(b"x-two", b"2")])  # now index 62 is x-two
+    both(second + tail, reference, ours)
+    assert both(head + tail, reference, ours)[1][0] == (b"x-two", b"2")
+    # A size update (to nothing: the table emptied): index 62 is no more.
+    assert both(bytes([0x20]) + tail, reference, ours)[0] == "ok"
+    assert both(head + tail, reference, ours) == ("error", hpack.InvalidTableIndex)
+    # A block hpack reads whole (no plain tail) may change the table too: this one sizes it
+    # up again and adds x-four.
+    encoder.header_table_size = 1024
+    third = encoder.encode([(b"x-four", b"4")])
+    assert _plain_tail(third) is None
+    both(third, reference, ours)
+    assert both(head + tail, reference, ours)[1][0] == (b"x-four", b"4")
+
+
+def test_a_kept_head_still_counts_toward_the_size_limit() -> None:
+    encoder = hpack.Encoder()
+    reference, ours = hpack.Decoder(), _Decoder()
+    big = (b"x-big", b"v" * 100)
+    tail = plain(b"x-a", b"1")
+    both(encoder.encode([big]) + tail, reference, ours)
+    head = bytes([0x80 | 62])
+    both(head + tail, reference, ours)  # the head kept
+    reference.max_header_list_size = ours.max_header_list_size = 150
+    assert both(head + tail, reference, ours) == ("error", hpack.OversizedHeaderListError)

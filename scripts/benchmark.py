@@ -1085,7 +1085,7 @@ def grpc_receive(
     lock = threading.Lock()
     received = failures = 0
     finished = threading.Event()
-    deadline = time.monotonic() + max(60, expected / 100)
+    deadline = time.monotonic() + max(60, expected / 10)
     result: dict[str, float] = {}
 
     def worker() -> None:

@@ -985,6 +985,12 @@ class Meter:
         }
 
 
+def grpc_timeout(args: argparse.Namespace) -> float:
+    """The 5.x client's RPC timeout: its default (3 s) unless the caller set ``grpc_timeout``
+    (bench_instructions.py does: a broker under valgrind is slow)."""
+    return float(getattr(args, "grpc_timeout", 3))
+
+
 def grpc_publish(
     args: argparse.Namespace, topic: str, meter: Meter, *, asynchronous: bool
 ) -> dict[str, float]:
@@ -1005,7 +1011,10 @@ def grpc_publish(
         msg.body = body
         return msg
 
-    producer = Producer5(ClientConfiguration(args.grpc_endpoint, Credentials()), (topic,))
+    producer = Producer5(
+        ClientConfiguration(args.grpc_endpoint, Credentials(), request_timeout=grpc_timeout(args)),
+        (topic,),
+    )
     producer.startup()
     lock = threading.Lock()
     sent = failures = 0
@@ -1076,7 +1085,7 @@ def grpc_receive(
     from rocketmq.v5.model import FilterExpression
 
     consumer = SimpleConsumer(
-        ClientConfiguration(args.grpc_endpoint, Credentials()),
+        ClientConfiguration(args.grpc_endpoint, Credentials(), request_timeout=grpc_timeout(args)),
         f"BenchmarkGrpc_{uuid.uuid4().hex[:8]}",
         {topic: FilterExpression("*")},
         await_duration=1,

@@ -719,32 +719,39 @@ _CONNECTION_SPECIFIC = frozenset(
     ("connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade")
 )
 _BAD_NAME = re.compile(r"[^\x21-\x39\x3b-\x40\x5b-\x7e]")
-_BAD_VALUE = re.compile(r"[\x00\n\r]|\A[ \t]|[ \t]\Z")
+_BAD_VALUE = re.compile(r"[\x00\n\r]")
 
 
 def _malformed(fields: Any) -> str | None:
     """What makes a request's header block malformed (the checks h2 would make, in one
-    pass), or None."""
+    pass, the characters of all names and of all values each in one search), or None."""
     pseudo: dict[str, str] = {}
     host: str | None = None
-    regular = False
+    names: list[str] = []  # the regular ones
+    values: list[str] = []
     for name, value in fields:
         if name[:1] == ":":
-            if regular or name not in _REQUEST_PSEUDO or name in pseudo:
+            if names or name not in _REQUEST_PSEUDO or name in pseudo:
                 return f"pseudo-header {name} out of place, unknown or repeated"
             pseudo[name] = value
         else:
-            regular = True
-            if not name or _BAD_NAME.search(name):
-                return f"illegal header name {name!r}"
+            if not name:
+                return "an empty header name"
+            names.append(name)
             if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
                 return f"connection-specific header {name}"
             if name == "host":
                 if host is not None:
                     return "more than one host header"
                 host = value
-        if value and _BAD_VALUE.search(value):
-            return f"illegal characters in the value of {name}"
+        if value:
+            if value[0] in " \t" or value[-1] in " \t":
+                return f"the value of {name} begins or ends with a blank"
+            values.append(value)
+    if _BAD_NAME.search("".join(names)):
+        return "an illegal character in a header name"
+    if _BAD_VALUE.search("".join(values)):
+        return "NUL, CR or LF in a header value"
     if ":method" not in pseudo or ":scheme" not in pseudo or not pseudo.get(":path"):
         return "a request needs :method, :scheme and a :path"
     authority = pseudo.get(":authority")

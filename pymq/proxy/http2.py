@@ -284,6 +284,7 @@ class _Connection:
         decoder = _Decoder()
         decoder.max_header_list_size = self.h2.decoder.max_header_list_size
         self.h2.decoder = decoder
+        self.h2.encoder = _Encoder()  # the constant response headers kept encoded
         self.calls: dict[int, Call] = {}
         # Calls a read brought, to be started once its frames are taken in (see the module
         # docstring), with their handlers.
@@ -609,6 +610,54 @@ class _Decoder(hpack.Decoder):
                 except UnicodeDecodeError as err:
                     raise hpack.HPACKDecodingError("Unable to decode headers as UTF-8") from err
         return headers
+
+
+class _Encoder(hpack.Encoder):
+    """hpack's encoder, keeping the blocks of the header lists a server sends again and again
+    (the response headers, ``grpc-status: 0``) once they encode as indexed fields alone.
+
+    Such a block names table entries and changes nothing, so it is what hpack would write
+    again until the table changes: a block that is not indexed fields alone (it may have
+    added an entry or resized the table) or a new table size.  At most ``KEPT`` kept; a list
+    with a never-indexed (sensitive) field is always encoded."""
+
+    KEPT = 8
+
+    def __init__(self) -> None:
+        self._generation = 0  # counts what may have changed the table
+        self._kept: dict[tuple[Any, bool], tuple[int, bytes]] = {}
+        super().__init__()
+
+    @property
+    def header_table_size(self) -> int:
+        return cast(int, hpack.Encoder.header_table_size.fget(self))  # type: ignore[attr-defined]
+
+    @header_table_size.setter
+    def header_table_size(self, value: int) -> None:
+        self._generation += 1
+        hpack.Encoder.header_table_size.fset(self, value)  # type: ignore[attr-defined]
+
+    def encode(self, headers: Any, huffman: bool = True) -> bytes:
+        key = None
+        if isinstance(headers, list) and not any(
+            len(h) != 2 or isinstance(h, hpack.NeverIndexedHeaderTuple) for h in headers
+        ):
+            key = (tuple(headers), huffman)
+            kept = self._kept.get(key)
+            if kept is not None and kept[0] == self._generation:
+                return kept[1]
+        block = super().encode(headers, huffman)
+        if block.translate(None, _INDEXED_ONE_BYTE):  # not indexed fields alone
+            self._generation += 1
+        elif key is not None:
+            if len(self._kept) >= self.KEPT:
+                self._kept.clear()
+            self._kept[key] = (self._generation, block)
+        return block
+
+
+# The bytes of an indexed field of index 1 to 126, written in one byte.
+_INDEXED_ONE_BYTE = bytes(range(0x81, 0xFF))
 
 
 def _plain_tail(data: bytes) -> tuple[list[int], bool] | None:

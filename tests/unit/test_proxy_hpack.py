@@ -12,7 +12,7 @@ from typing import Any
 import hpack
 import pytest
 
-from pymq.proxy.http2 import _Decoder, _plain_tail
+from pymq.proxy.http2 import _Decoder, _Encoder, _plain_tail
 
 
 def plain(name: bytes, value: bytes) -> bytes:
@@ -160,3 +160,44 @@ def test_a_kept_head_still_counts_toward_the_size_limit() -> None:
     both(head + tail, reference, ours)  # the head kept
     reference.max_header_list_size = ours.max_header_list_size = 150
     assert both(head + tail, reference, ours) == ("error", hpack.OversizedHeaderListError)
+
+
+RESPONSE = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+OK_TRAILERS = [(b"grpc-status", b"0")]
+
+
+def test_the_encoder_writes_what_hpack_writes_with_blocks_kept() -> None:
+    """Byte for byte hpack's blocks, call after call, through table changes: new entries
+    (a status message), a table size the peer sets, a sensitive field; the constant lists
+    are kept once they are indexed fields alone."""
+    reference, ours = hpack.Encoder(), _Encoder()
+    decoder = hpack.Decoder()
+
+    def same(headers: list[Any]) -> bytes:
+        block = reference.encode(headers)
+        assert ours.encode(list(headers)) == block
+        assert [tuple(h) for h in decoder.decode(block, raw=True)] == [
+            (bytes(n), bytes(v)) for n, v in headers
+        ]
+        return block
+
+    for call in range(40):
+        same(RESPONSE)
+        if call % 7 == 3:  # a failure's trailers: a new entry moves every index
+            same([(b"grpc-status", b"5"), (b"grpc-message", f"no {call}".encode())])
+        elif call % 11 == 5:  # the peer's SETTINGS_HEADER_TABLE_SIZE
+            size = 64 if call % 2 else 4096
+            reference.header_table_size = ours.header_table_size = size
+        elif call == 20:
+            same([hpack.NeverIndexedHeaderTuple(b"grpc-status", b"0")])
+        same(OK_TRAILERS)
+    assert ours._kept  # the constant lists were kept
+
+
+def test_the_encoder_keeps_only_indexed_blocks() -> None:
+    ours = _Encoder()
+    first = ours.encode(list(OK_TRAILERS))  # a literal with indexing: added, not kept
+    assert not ours._kept
+    again = ours.encode(list(OK_TRAILERS))  # now an indexed field: kept
+    assert again != first and len(again) == 1 and ours._kept
+    assert ours.encode(list(OK_TRAILERS)) is again

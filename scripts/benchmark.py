@@ -985,10 +985,11 @@ class Meter:
         }
 
 
-def grpc_timeout(args: argparse.Namespace) -> float:
-    """The 5.x client's RPC timeout: its default (3 s) unless the caller set ``grpc_timeout``
-    (bench_instructions.py does: a broker under valgrind is slow)."""
-    return float(getattr(args, "grpc_timeout", 3))
+def grpc_timeout(args: argparse.Namespace) -> int:
+    """The 5.x client's RPC timeout in whole seconds (it puts them in a protobuf Duration's
+    seconds): its default (3) unless the caller set ``grpc_timeout`` (bench_instructions.py
+    does: a broker under valgrind is slow)."""
+    return int(getattr(args, "grpc_timeout", 3))
 
 
 def grpc_publish(

@@ -16,7 +16,10 @@ background tasks (flush, reput, timers) ran during the window, as they would und
 
 Scenarios: ``publish`` (send_async, window -w), ``sync`` (one send at a time), ``batch``
 (-b messages per request), ``consume`` (a push consumer reads what was published before the
-window opened), ``transaction`` (TransactionProducer.send_in_transaction by -w tasks: a half
+window opened), ``grpcsync`` and ``grpcreceive`` (RocketMQ 5.x's official client on the broker's
+gRPC port, as ``benchmark.py --grpc`` runs it: sync sends from --threads threads, and
+receive+ack of what was published before the window opened; not in the default list),
+``transaction`` (TransactionProducer.send_in_transaction by -w tasks: a half
 message and a oneway COMMIT per message, as ``benchmark.py --transaction`` sends them; not in
 the default list), ``syncflush`` (publish against a broker with ``flushDiskType=SYNC_FLUSH``: the
 group commit's waiters and deferred answers; not in the default list either, since under valgrind
@@ -52,11 +55,11 @@ from pymq.remoting.codec import RemotingCommand  # noqa: E402
 from pymq.remoting.codes import RequestCode  # noqa: E402
 
 SCENARIOS = ("publish", "sync", "batch", "consume")
-EXTRA_SCENARIOS = ("transaction", "syncflush")
+EXTRA_SCENARIOS = ("transaction", "syncflush", "grpcsync", "grpcreceive")
 
 
 def start_broker(
-    pymq_root: str, tmp: str, out_file: str, extra: list[str]
+    pymq_root: str, tmp: str, out_file: str, extra: list[str], grpc_port: int = 0
 ) -> tuple[subprocess.Popen, str]:
     python = sys.executable  # the venv's own path: Python finds its site-packages from it
     ns_port, broker_port = benchmark.free_port(), benchmark.free_port()
@@ -67,7 +70,7 @@ def start_broker(
         "--instr-atstart=no",
         f"--callgrind-out-file={out_file}",
         python,
-        *benchmark.embedded_args(tmp, ns_port, broker_port),
+        *benchmark.embedded_args(tmp, ns_port, broker_port, grpc_port),
         # Under valgrind every request waits far past the send-queue limit: no fast failure.
         "--brokerFastFailureEnable",
         "false",
@@ -110,6 +113,57 @@ def total_ir(out_file: str) -> int:
     return total
 
 
+class Instrumented(benchmark.Meter):
+    """benchmark.py's meter for the 5.x client's loops, switching instrumentation on at its
+    start and off at its stop."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        super().__init__([])
+        self.proc = proc
+
+    def start(self) -> None:
+        instrument(self.proc, True)
+        super().start()
+
+    def stop(self, count: int, failures: int = 0) -> dict[str, float]:
+        instrument(self.proc, False)
+        return super().stop(count, failures)
+
+
+async def run_grpc(
+    scenario: str, args: argparse.Namespace, proc: subprocess.Popen, namesrv: str
+) -> int:
+    """The 5.x client's sync sends (grpcsync) or receive+ack (grpcreceive, of messages a 4.x
+    producer put before), warmed up first by the same loop on another topic."""
+    load = load_args(args, args.topic, args.count, threads=args.threads)
+    warm = load_args(args, args.topic + "_warm", args.warmup, threads=args.threads)
+    for ns in (load, warm):  # under valgrind a call takes far longer than the client's 3 s
+        ns.grpc_endpoint, ns.grpc_timeout = args.grpc_endpoint, 120
+    meter = Instrumented(proc)
+    for ns in (warm, load):
+        await create_topic(namesrv, ns.topic, queues=8)
+    if scenario == "grpcsync":
+        unmeasured = benchmark.Meter([])
+        await trio.to_thread.run_sync(
+            lambda: benchmark.grpc_publish(warm, warm.topic, unmeasured, asynchronous=False)
+        )
+        result = await trio.to_thread.run_sync(
+            lambda: benchmark.grpc_publish(load, load.topic, meter, asynchronous=False)
+        )
+    else:
+        for ns in (warm, load):
+            await benchmark.publish(ns, namesrv)
+        await trio.to_thread.run_sync(
+            benchmark.grpc_receive, warm, warm.topic, warm.count, benchmark.Meter([])
+        )
+        result = await trio.to_thread.run_sync(
+            benchmark.grpc_receive, load, load.topic, load.count, meter
+        )
+    if result["failures"] or result["count"] < load.count - load.count % args.threads:
+        raise SystemExit(f"scenario {scenario}: {result}")
+    return int(result["count"])
+
+
 def load_args(
     args: argparse.Namespace, topic: str, count: int, **changes: object
 ) -> argparse.Namespace:
@@ -126,6 +180,8 @@ async def run_scenario(
 ) -> int:
     """Load the broker for ``scenario`` with instrumentation on only for the measured part;
     returns how many messages that part moved."""
+    if scenario.startswith("grpc"):
+        return await run_grpc(scenario, args, proc, namesrv)
     topic = args.topic
     creds = benchmark.ACL_PRODUCER if args.acl else None
     admin = benchmark.ACL_ADMIN if args.acl else None
@@ -138,7 +194,7 @@ async def run_scenario(
         await benchmark.publish(load_args(args, topic, args.count), namesrv, creds)
         instrument(proc, True)
         # The warm-up messages are consumed too: they are counted.
-        rate = await benchmark.consume(warm, namesrv, args.count + args.warmup)
+        rate, _ = await benchmark.consume(warm, namesrv, args.count + args.warmup)
         instrument(proc, False)
         return args.count + args.warmup if rate > 0 else 0
     if scenario in ("publish", "syncflush"):
@@ -210,8 +266,10 @@ def measure(scenario: str, args: argparse.Namespace) -> float:
         extra = ["--aclEnable", "true", "--rocketmqHome", home]
     if scenario == "syncflush":
         extra += ["--flushDiskType", "SYNC_FLUSH"]
+    grpc_port = benchmark.free_port() if scenario.startswith("grpc") else 0
+    args.grpc_endpoint = f"127.0.0.1:{grpc_port}"
     proc, namesrv = start_broker(
-        os.path.abspath(args.pymq_root), os.path.join(tmp, "data"), out_file, extra
+        os.path.abspath(args.pymq_root), os.path.join(tmp, "data"), out_file, extra, grpc_port
     )
     try:
         messages = trio.run(run_scenario, scenario, args, proc, namesrv)
@@ -241,6 +299,7 @@ def main() -> None:
     parser.add_argument("-s", dest="size", type=int, default=1024)
     parser.add_argument("-w", dest="window", type=int, default=256)
     parser.add_argument("-b", dest="batch", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=4, help="the 5.x client's threads")
     parser.add_argument("--save-dir", help="keep each scenario's callgrind output here")
     parser.add_argument(
         "--acl", action="store_true", help="aclEnable=true, the client signing (not consume)"

@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -117,10 +118,10 @@ def server_settings(settings: list[str]) -> list[str]:
 START_ATTEMPTS = 3
 
 
-def embedded_args(data: str, ns_port: int, broker_port: int) -> list[str]:
+def embedded_args(data: str, ns_port: int, broker_port: int, grpc_port: int = 0) -> list[str]:
     """``python -m pymq``'s arguments for a benchmark: the store in ``data``, loopback ports,
-    no console and no metrics port (two benchmarks must not share port 8080 or 5557), errors
-    only in the log."""
+    no console, no metrics port and the gRPC port only when ``grpc_port`` is given (two
+    benchmarks must not share port 8080, 5557 or 8081), errors only in the log."""
     return [
         "-m",
         "pymq",
@@ -136,6 +137,8 @@ def embedded_args(data: str, ns_port: int, broker_port: int) -> list[str]:
         "0",
         "--metrics-port",
         "0",
+        "--grpc-port",
+        str(grpc_port),
         "--log-level",
         "ERROR",
     ]
@@ -166,8 +169,12 @@ def _start_servers(
     py = sys.executable
 
     def spawn(cmd: list[str]) -> subprocess.Popen:
+        name = cmd[2]  # the module run: pymq, pymq.namesrv or pymq.broker
+        profile = getattr(args, "profile", None)
+        if profile:  # --profile: cProfile in the server process, written when it stops
+            cmd = [cmd[0], "-m", "cProfile", "-o", f"{profile}.{len(procs)}", *cmd[1:]]
         # Its errors kept in a file of the data directory, for the message of a failed start.
-        with open(os.path.join(tmp, f"{cmd[2]}-{len(procs)}.stderr"), "w+") as errors:
+        with open(os.path.join(tmp, f"{name}-{len(procs)}.stderr"), "w+") as errors:
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True)
             assert proc.stdout is not None
             line = proc.stdout.readline()
@@ -176,7 +183,7 @@ def _start_servers(
                 proc.wait()
                 errors.seek(0)
                 why = errors.read().strip().splitlines()[-1:] or [line.strip() or "no output"]
-                raise StartFailed(f"could not start {cmd[2]}: {why[0]}")
+                raise StartFailed(f"could not start {name}: {why[0]}")
         procs.append(proc)
         return proc
 
@@ -188,8 +195,12 @@ def _start_servers(
             # Ports found free may be taken before the server binds them (by another process's
             # connection, say): a start that fails is tried again on other ports.
             ns_port = free_port()
+            # --grpc: the 5.x clients' port too, its address kept for them.
+            grpc_port = free_port() if getattr(args, "grpc", False) else 0
+            if grpc_port:
+                args.grpc_endpoint = f"127.0.0.1:{grpc_port}"
             try:
-                spawn([py, *embedded_args(tmp, ns_port, free_port()), *common])
+                spawn([py, *embedded_args(tmp, ns_port, free_port(), grpc_port), *common])
             except StartFailed as exc:
                 if attempt + 1 == START_ATTEMPTS:
                     raise
@@ -254,7 +265,7 @@ async def wait_for_slave(namesrv: str) -> None:
                 info = await client.invoke(
                     namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
                 )
-                data = next(iter(json.loads(info.body)["brokerAddrTable"].values()), {})
+                data: dict = next(iter(json.loads(info.body)["brokerAddrTable"].values()), {})
                 master = data.get("brokerAddrs", {}).get("0")
                 if master and len(data.get("brokerAddrs", {})) > 1:
                     runtime = await client.invoke(
@@ -266,7 +277,10 @@ async def wait_for_slave(namesrv: str) -> None:
 
 
 async def publish(  # noqa: C901
-    args: argparse.Namespace, namesrv: str, credentials: tuple[str, str] | None = None
+    args: argparse.Namespace,
+    namesrv: str,
+    credentials: tuple[str, str] | None = None,
+    on_start: Callable[[], object] | None = None,
 ) -> tuple[float, list[float], int]:
     body = os.urandom(args.size // 2).hex().encode()[: args.size]
     latencies: list[float] = []
@@ -365,6 +379,8 @@ async def publish(  # noqa: C901
             if in_flight:
                 await drained.wait()
 
+        if on_start is not None:  # the route is known and the connection open
+            on_start()
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reporter)
@@ -448,7 +464,8 @@ def publish_cpp(args: argparse.Namespace, namesrv: str) -> tuple[float, list[flo
     return len(latencies) / elapsed, latencies, failures
 
 
-async def consume(args: argparse.Namespace, namesrv: str, expected: int) -> float:
+async def consume(args: argparse.Namespace, namesrv: str, expected: int) -> tuple[float, int]:
+    """The rate at which a push consumer reads ``expected`` messages, and how many it read."""
     received = 0
     finished = trio.Event()
 
@@ -474,7 +491,7 @@ async def consume(args: argparse.Namespace, namesrv: str, expected: int) -> floa
         elapsed = time.perf_counter() - start
     if received < expected:
         print(f"consumed only {received} of {expected}", file=sys.stderr)
-    return received / elapsed
+    return received / elapsed, received
 
 
 async def timed_sends(
@@ -743,7 +760,7 @@ async def main_async(args: argparse.Namespace) -> dict:
                 f"{publish_rss} MB through the publish (VmHWM)",
                 file=sys.stderr,
             )
-        consume_rate = await consume(args, namesrv, sent) if not args.no_consume else 0.0
+        consume_rate = (await consume(args, namesrv, sent))[0] if not args.no_consume else 0.0
         return {
             "system": args.name if not args.ha else f"{args.name}-{args.ha.lower()}",
             "n": sent,
@@ -935,6 +952,298 @@ async def acl_main(args: argparse.Namespace) -> dict:
     }
 
 
+# -- --grpc: RocketMQ 5.x's official client on the broker's gRPC port, beside the remoting path
+
+
+class Meter:
+    """The CPU time the servers (``pids``, read from /proc: this process's client threads are
+    not counted) and this process spend between :meth:`start` and :meth:`stop`, per message."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.begin = (0.0, 0.0, 0.0, 0.0)
+
+    def start(self) -> None:
+        self.begin = (
+            time.perf_counter(),
+            cpu_seconds(self.pids),
+            cpu_seconds(self.pids, loop_only=True),
+            time.process_time(),
+        )
+
+    def stop(self, count: int, failures: int = 0) -> dict[str, float]:
+        t0, server0, loop0, client0 = self.begin
+        elapsed = time.perf_counter() - t0
+        per = 1e6 / max(1, count)
+        return {
+            "msgs_per_s": count / elapsed if elapsed > 0 else 0.0,
+            "count": count,
+            "failures": failures,
+            "server_us": (cpu_seconds(self.pids) - server0) * per,
+            "loop_us": (cpu_seconds(self.pids, loop_only=True) - loop0) * per,
+            "client_us": (time.process_time() - client0) * per,
+        }
+
+
+def grpc_timeout(args: argparse.Namespace) -> int:
+    """The 5.x client's RPC timeout in whole seconds (it puts them in a protobuf Duration's
+    seconds): its default (3) unless the caller set ``grpc_timeout`` (bench_instructions.py
+    does: a broker under valgrind is slow)."""
+    return int(getattr(args, "grpc_timeout", 3))
+
+
+def grpc_publish(
+    args: argparse.Namespace, topic: str, meter: Meter, *, asynchronous: bool
+) -> dict[str, float]:
+    """-q messages through the official 5.x Producer (blocking: run in a thread): --threads
+    threads each sending one message at a time (send()), or, ``asynchronous``, send_async()
+    with at most -w unanswered.  One message first, outside the measure (the connection)."""
+    import threading
+
+    from rocketmq.v5.client import ClientConfiguration, Credentials
+    from rocketmq.v5.model import Message as Message5
+    from rocketmq.v5.producer import Producer as Producer5
+
+    body = os.urandom(args.size // 2).hex().encode()[: args.size]
+
+    def message() -> Message5:
+        msg = Message5()
+        msg.topic = topic
+        msg.body = body
+        return msg
+
+    producer = Producer5(
+        ClientConfiguration(args.grpc_endpoint, Credentials(), request_timeout=grpc_timeout(args)),
+        (topic,),
+    )
+    producer.startup()
+    lock = threading.Lock()
+    sent = failures = 0
+    try:
+        producer.send(message())
+        meter.start()
+        if asynchronous:
+            window = threading.Semaphore(args.window)
+            all_done = threading.Event()
+            answered = 0
+
+            def done(future: object) -> None:
+                nonlocal sent, failures, answered
+                with lock:
+                    if future.exception() is None:  # type: ignore[attr-defined]
+                        sent += 1
+                    else:
+                        failures += 1
+                    answered += 1
+                    if answered == args.count:
+                        all_done.set()
+                window.release()
+
+            for _ in range(args.count):
+                window.acquire()
+                producer.send_async(message()).add_done_callback(done)
+            all_done.wait(timeout=max(60, args.count / 100))
+        else:
+            per_thread = args.count // args.threads
+
+            def worker() -> None:
+                nonlocal sent, failures
+                ok = bad = 0
+                for _ in range(per_thread):
+                    try:
+                        producer.send(message())
+                        ok += 1
+                    except Exception as exc:
+                        if not bad:
+                            print(f"a 5.x client send failed: {exc}", file=sys.stderr)
+                        bad += 1
+                with lock:
+                    sent += ok
+                    failures += bad
+
+            threads = [threading.Thread(target=worker) for _ in range(args.threads)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        result = meter.stop(sent, failures)
+    finally:
+        producer.shutdown()
+    result["published"] = sent + 1
+    return result
+
+
+def grpc_receive(
+    args: argparse.Namespace, topic: str, expected: int, meter: Meter
+) -> dict[str, float]:
+    """Receive + ack ``expected`` messages with the official 5.x SimpleConsumer (blocking: run
+    in a thread): --threads threads each receiving up to 32 messages at a time and acking each
+    (ack(), one AckMessage per message, as the client's API has it)."""
+    import threading
+
+    from rocketmq.v5.client import ClientConfiguration, Credentials
+    from rocketmq.v5.consumer import SimpleConsumer
+    from rocketmq.v5.model import FilterExpression
+
+    consumer = SimpleConsumer(
+        ClientConfiguration(args.grpc_endpoint, Credentials(), request_timeout=grpc_timeout(args)),
+        f"BenchmarkGrpc_{uuid.uuid4().hex[:8]}",
+        {topic: FilterExpression("*")},
+        await_duration=1,
+    )
+    consumer.startup()
+    lock = threading.Lock()
+    received = failures = 0
+    finished = threading.Event()
+    deadline = time.monotonic() + max(60, expected / 10)
+    result: dict[str, float] = {}
+
+    def worker() -> None:
+        nonlocal received, failures
+        while not finished.is_set() and time.monotonic() < deadline:
+            try:
+                messages = consumer.receive(32, 30)
+            except Exception:
+                messages = []
+            for msg in messages:
+                try:
+                    consumer.ack(msg)
+                except Exception:
+                    with lock:
+                        failures += 1
+                    continue
+                with lock:
+                    received += 1
+                    if received == expected:
+                        result.update(meter.stop(received, failures))
+                        finished.set()
+
+    try:
+        meter.start()
+        threads = [threading.Thread(target=worker) for _ in range(args.threads)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        consumer.shutdown()
+    if not result:
+        print(f"received and acked only {received} of {expected}", file=sys.stderr)
+        result = meter.stop(received, failures)
+    return result
+
+
+async def remoting_publish(
+    args: argparse.Namespace, namesrv: str, topic: str, meter: Meter, *, asynchronous: bool
+) -> dict[str, float]:
+    """-q messages through pymq's 4.x Producer on the remoting port: --threads tasks each
+    awaiting send() (as many requests in flight as the 5.x client's threads), or send_async()
+    with a window of -w."""
+    run = argparse.Namespace(**vars(args))
+    run.topic, run.batch, run.sync = topic, 1, not asynchronous
+    run.window = args.window if asynchronous else args.threads
+    _, latencies, failures = await publish(run, namesrv, on_start=meter.start)
+    return meter.stop(len(latencies), failures)
+
+
+async def remoting_consume(
+    args: argparse.Namespace, namesrv: str, topic: str, expected: int, meter: Meter
+) -> dict[str, float]:
+    """What the remoting publishes put in ``topic``, by pymq's 4.x PushConsumer (pulls of 32,
+    acked by the consumer offsets it commits)."""
+    run = argparse.Namespace(**vars(args))
+    run.topic = topic
+    meter.start()
+    _, received = await consume(run, namesrv, expected)
+    return meter.stop(received)
+
+
+GRPC_PAIRS = (
+    ("sync publish", "remoting_sync", "grpc_sync"),
+    ("async publish", "remoting_async", "grpc_async"),
+    ("receive+ack", "remoting_consume", "grpc_receive"),
+)
+
+
+async def grpc_run(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """One fresh pymq serving both protocols: the remoting publishes, the gRPC publishes, then
+    each protocol consumes what it published, each phase measured alone."""
+    tmp = tempfile.mkdtemp(prefix="pymq-bench-grpc-")
+    procs: list[subprocess.Popen] = []
+    try:
+        namesrv, procs = await trio.to_thread.run_sync(start_servers, args, tmp)
+        pids = [p.pid for p in procs]
+        topic_r, topic_g = f"{args.topic}_R", f"{args.topic}_G"
+        for topic in (topic_r, topic_g):
+            await create_topic(namesrv, topic, queues=args.queues)
+        meter = Meter(pids)
+        out: dict[str, dict[str, float]] = {}
+        out["remoting_sync"] = await remoting_publish(
+            args, namesrv, topic_r, meter, asynchronous=False
+        )
+        out["grpc_sync"] = await trio.to_thread.run_sync(
+            functools.partial(grpc_publish, args, topic_g, meter, asynchronous=False)
+        )
+        out["remoting_async"] = await remoting_publish(
+            args, namesrv, topic_r, meter, asynchronous=True
+        )
+        out["grpc_async"] = await trio.to_thread.run_sync(
+            functools.partial(grpc_publish, args, topic_g, meter, asynchronous=True)
+        )
+        stored_r = int(out["remoting_sync"]["count"] + out["remoting_async"]["count"])
+        stored_g = int(out["grpc_sync"]["published"] + out["grpc_async"]["published"])
+        out["remoting_consume"] = await remoting_consume(args, namesrv, topic_r, stored_r, meter)
+        out["grpc_receive"] = await trio.to_thread.run_sync(
+            grpc_receive, args, topic_g, stored_g, meter
+        )
+        for label, remoting, grpc in GRPC_PAIRS:
+            r, g = out[remoting], out[grpc]
+            print(
+                f"{label:14s} remoting {r['msgs_per_s']:8.0f} msg/s {r['server_us']:7.1f} us/msg"
+                f" | gRPC {g['msgs_per_s']:8.0f} msg/s {g['server_us']:7.1f} us/msg "
+                f"(loop {g['loop_us']:.1f}) | broker CPU ratio "
+                f"{g['server_us'] / max(r['server_us'], 1e-9):.2f}",
+                file=sys.stderr,
+            )
+        return out
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(timeout=30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def grpc_main(args: argparse.Namespace) -> dict:
+    """--grpc-rounds fresh brokers; per phase the least broker CPU per message and the best
+    rate, and per pair the median of the rounds' CPU ratios (the steadier figure on a shared
+    machine: both sides of a ratio ran on the same broker, minutes apart)."""
+    runs = [await grpc_run(args) for _ in range(args.grpc_rounds)]
+    result: dict[str, object] = {
+        "system": f"{args.name}-grpc",
+        "n": args.count,
+        "size": args.size,
+        "threads": args.threads,
+        "window": args.window,
+    }
+    for _, remoting, grpc in GRPC_PAIRS:
+        for phase in (remoting, grpc):
+            result[f"{phase}_msgs_per_s"] = round(max(r[phase]["msgs_per_s"] for r in runs), 1)
+            for key in ("server_us", "loop_us", "client_us"):
+                result[f"{phase}_{key}_per_msg"] = round(min(r[phase][key] for r in runs), 1)
+            result[f"{phase}_failures"] = sum(int(r[phase]["failures"]) for r in runs)
+        ratios = [r[grpc]["server_us"] / max(r[remoting]["server_us"], 1e-9) for r in runs]
+        result[f"{grpc}_cpu_ratio_median"] = round(statistics.median(ratios), 2)
+    for label, remoting, grpc in GRPC_PAIRS:
+        print(
+            f"{label}: broker CPU per message remoting {result[f'{remoting}_server_us_per_msg']}"
+            f" us, gRPC {result[f'{grpc}_server_us_per_msg']} us (least of "
+            f"{len(runs)}); median ratio {result[f'{grpc}_cpu_ratio_median']} "
+            "(target <= 1.5)",
+            file=sys.stderr,
+        )
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", dest="namesrv", help="name server address (none: start pymq)")
@@ -942,7 +1251,9 @@ def main() -> int:
     parser.add_argument("-s", dest="size", type=int, default=1024, help="message size in bytes")
     parser.add_argument("-w", dest="window", type=int, default=256, help="messages in flight")
     parser.add_argument("-b", dest="batch", type=int, default=1, help="messages per request")
-    parser.add_argument("-q", dest="count", type=int, default=50000, help="messages to send")
+    parser.add_argument(
+        "-q", dest="count", type=int, help="messages to send (default 50000; 5000 with --grpc)"
+    )
     parser.add_argument("--queues", type=int, default=8, help="queues of the topic")
     parser.add_argument("--flush", default="ASYNC_FLUSH", choices=["ASYNC_FLUSH", "SYNC_FLUSH"])
     parser.add_argument("--ha", choices=["ASYNC_MASTER", "SYNC_MASTER"], help="add a slave")
@@ -986,7 +1297,29 @@ def main() -> int:
         "--acl", action="store_true", help="measure the cost of ACL (aclEnable) on publishing"
     )
     parser.add_argument("--acl-rounds", type=int, default=2, help="off/on pairs with --acl")
+    parser.add_argument(
+        "--grpc",
+        action="store_true",
+        help="RocketMQ 5.x's official client (rocketmq-python-client) on the broker's gRPC port "
+        "beside pymq's 4.x client on the remoting port, --threads at a time: publish and "
+        "receive+ack rates and the broker's CPU per message (-q defaults to 5000 here)",
+    )
+    parser.add_argument("--grpc-rounds", type=int, default=2, help="fresh brokers with --grpc")
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="run the servers it starts under cProfile, writing FILE.0 (FILE.1, ...) at their "
+        "stop (read with python -m pstats; the CPU figures then include the profiler's)",
+    )
     args = parser.parse_args()
+    if args.count is None:
+        args.count = 5000 if args.grpc else 50000
+    if args.grpc:
+        if args.namesrv or args.ha:
+            parser.error("--grpc starts its own pymq: not with -n or --ha")
+        result = trio.run(grpc_main, args)
+        print(json.dumps(result), flush=True)
+        return 0
     if args.acl:
         if args.namesrv or args.ha:
             parser.error("--acl starts its own pymq: not with -n or --ha")

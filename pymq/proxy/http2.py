@@ -1,10 +1,20 @@
 """A gRPC server on Trio: HTTP/2 by the sans-IO ``h2`` state machine, gRPC's message framing here.
 
-One :class:`GrpcServer` listens; each connection is a task in its nursery, and each HTTP/2 stream
-(one call) a task in the connection's nursery, so that the whole server lives in the broker's
+One :class:`GrpcServer` listens; each connection is a task in its nursery, and its calls (HTTP/2
+streams) are served in the connection's nursery, so that the whole server lives in the broker's
 nursery tree and stops with it.  A call is served by the handler its ``:path`` names
 (``/package.Service/Method``); a path without one is answered ``UNIMPLEMENTED`` at once, in
 the response headers alone (gRPC's trailers-only form), never left waiting.
+
+A call costs no task of its own unless it waits.  The connection's reader starts the calls a
+read brought once that read's frames are taken in (a unary request has usually arrived whole
+by then), one after the other, in the reader itself; a call that completes without waiting
+(a send to a topic that exists, an ack: nearly all) has only queued its answer, and the
+reader writes the answers of all those calls in one send.  The first call that waits (a long
+poll, a request not yet whole, a flow-control window, a durable put) keeps the reader's task,
+which goes on serving that call alone, and a new reader task takes over the connection where
+it stopped.  So the one handler of each method is the path, whether it waits or not.  (The
+calls a reader serves share its context: pymq sets no context variables in them.)
 
 Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
 :func:`pymq.proxy.limits_for`):
@@ -40,10 +50,12 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import re
 import struct
+import types
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from typing import Any, cast
 
 import attrs
 import h2.config
@@ -52,6 +64,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 import trio
 
 from pymq.remoting.limits import SharedBudget
@@ -136,6 +149,9 @@ class Call:
         self.buffered = 0  # bytes held in _partial and _inbox, counted in the budget
         self.cancel_scope = trio.CancelScope()
         self.status = OK  # the gRPC status the call ended with (counted in the server's stats)
+        # Served by the connection's reader (until it waits): what it sends is written by the
+        # reader's next flush, with the other calls' answers.
+        self.in_reader = True
 
     # -- the reader's side ---------------------------------------------------------------
 
@@ -252,17 +268,27 @@ class _Connection:
         self.budget = server.budget
         self.stream = stream
         self.peer = peer
-        # The client's headers are validated (h2's checks); the server's own are written
-        # already lowercase and valid, so they are not checked again (a third of the CPU h2
-        # spends on a unary call).
+        # The server's headers are written already lowercase and valid, so they are not
+        # checked again (a third of the CPU h2 spends on a unary call); the client's request
+        # headers are checked by _malformed, in one pass (h2's checks, a chain of generators
+        # per header, were an eighth of a call's CPU).
         config = h2.config.H2Configuration(
             client_side=False,
             header_encoding="utf-8",
+            validate_inbound_headers=False,
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
         )
         self.h2 = h2.connection.H2Connection(config=config)
+        # The 5.x clients' metadata read without hpack's general decoder (see _Decoder).
+        decoder = _Decoder()
+        decoder.max_header_list_size = self.h2.decoder.max_header_list_size
+        self.h2.decoder = decoder
+        self.h2.encoder = _Encoder()  # the constant response headers kept encoded
         self.calls: dict[int, Call] = {}
+        # Calls a read brought, to be started once its frames are taken in (see the module
+        # docstring), with their handlers.
+        self._starting: deque[tuple[Handler, Call]] = deque()
         self._send_lock = trio.Lock()
         self._window_opened = trio.Event()
         self._nursery: trio.Nursery | None = None
@@ -287,20 +313,41 @@ class _Connection:
                 self._nursery = nursery
                 try:
                     await self.flush()
-                    await self._read_loop()
                 except _ConnectionGone:
-                    pass
-                nursery.cancel_scope.cancel()
+                    nursery.cancel_scope.cancel()
+                else:
+                    await self._read()
         finally:
             self.closed = True
             for call in self.calls.values():
                 call._drop(self.budget)
             self.calls.clear()
+            for _, call in self._starting:  # never started: counted back here
+                self.server.open_calls -= 1
+                self.server.stats.record(call.path, CANCELLED, 0.0)
+            self._starting.clear()
             await trio.aclose_forcefully(self.stream)
 
-    async def _read_loop(self) -> None:
+    async def _read(self) -> None:
+        """Read the connection until it ends, then cancel what is left on it; or, when a call
+        this task started waits, serve that call to its end (a new reader goes on)."""
+        try:
+            if await self._read_loop():
+                return
+        except _ConnectionGone:
+            pass
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+
+    async def _read_loop(self) -> bool:
+        """The reader; True when it ended serving a call that waited (see _start_calls)."""
         limits = self.limits
         while True:
+            if await self._start_calls():
+                return True
+            await self.flush()
+            if self.closed:
+                return False
             with trio.move_on_after(limits.idle_timeout) as idle:
                 data = await self.stream.receive_some(READ_SIZE)
             if idle.cancelled_caught:
@@ -308,20 +355,39 @@ class _Connection:
                     continue
                 self.h2.close_connection()
                 await self.flush()
-                return
+                return False
             if not data:
-                return
+                return False
             try:
                 events = self.h2.receive_data(data)
             except h2.exceptions.ProtocolError as exc:
                 log.info("grpc: closing connection from %s: %s", self.peer, exc)
                 await self.flush()  # h2 queued its GOAWAY
-                return
+                return False
             for event in events:
                 self._on_event(event)
-            await self.flush()
-            if self.closed:
-                return
+
+    async def _start_calls(self) -> bool:
+        """Start the calls the last read brought, in this task, in order; True when one
+        waited: this task then serves that call to its end, and a new reader task (spawned
+        before the wait) starts the rest and goes on reading."""
+        while self._starting:
+            handler, call = self._starting.popleft()
+            if call.reset:  # reset before it started: counted back here
+                self.server.open_calls -= 1
+                self.server.stats.record(call.path, CANCELLED, 0.0)
+                continue
+            serving = self._serve_call(handler, call)
+            try:
+                trap = serving.send(None)
+            except StopIteration:
+                continue  # served without waiting: its answer is queued for the next flush
+            call.in_reader = False  # its own flushes from now on
+            assert self._nursery is not None
+            self._nursery.start_soon(self._read)
+            await _go_on(serving, trap)
+            return True
+        return False
 
     def _on_event(self, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.RequestReceived):
@@ -349,9 +415,15 @@ class _Connection:
             self.closed = True
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
-        headers = {str(k): str(v) for k, v in event.headers or ()}
-        path = headers.get(":path", "")
+        fields = event.headers or ()
         sid = event.stream_id
+        malformed = _malformed(fields)
+        if malformed is not None:  # a stream error (RFC 9113 8.1.1); the connection goes on
+            log.info("grpc: malformed request from %s: %s", self.peer, malformed)
+            self.h2.reset_stream(sid, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
+        headers = {str(k): str(v) for k, v in fields}
+        path = headers.get(":path", "")
         content_type = headers.get("content-type", "")
         if headers.get(":method") != "POST" or not content_type.startswith("application/grpc"):
             self.h2.send_headers(
@@ -381,8 +453,7 @@ class _Connection:
         self.server.open_calls += 1
         if event.stream_ended is not None:
             call._end()
-        assert self._nursery is not None
-        self._nursery.start_soon(self._serve_call, handler, call)
+        self._starting.append((handler, call))
 
     async def _serve_call(self, handler: Handler, call: Call) -> None:
         begin = trio.current_time()
@@ -410,7 +481,8 @@ class _Connection:
         call.status = status
         try:
             self._finish(call, status, message)
-            await self.flush()
+            if not call.in_reader:  # the reader writes what its calls queued, in one send
+                await self.flush()
         except (_ConnectionGone, h2.exceptions.StreamClosedError):
             pass
         finally:
@@ -448,7 +520,7 @@ class _Connection:
                 raise _ConnectionGone
             self.h2.send_data(call.stream_id, bytes(view[:size]))
             view = view[size:]
-            if flush or view:
+            if view or (flush and not call.in_reader):
                 await self.flush()
 
     async def flush(self) -> None:
@@ -473,6 +545,270 @@ class _Connection:
         self.closed = True
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+
+
+class _Decoder(hpack.Decoder):
+    """hpack's decoder, reading itself the plain literals a header block ends with.
+
+    A gRPC client repeats its metadata on every call as literals that the dynamic table
+    neither holds nor changes (the official clients' ``x-mq-*`` and ``authorization``: "literal
+    without indexing", the name literal too, no Huffman coding), after a few indexed fields.
+    Such a tail means the same whatever the table holds, and reading it is slicing: hpack's
+    general decoder is given only the head before it (and every block it cannot split so),
+    and the size limit (``max_header_list_size``) counts both.
+
+    The head too is the same from call to call (the same indexed fields), and means the same
+    while the dynamic table is unchanged: a head of fields that only read the table is kept,
+    decoded, until a block that may change the table (a literal with indexing, a size update,
+    one hpack reads whole) is decoded; at most ``HEADS`` of them.  Half of a call's HPACK
+    decoding, before these two."""
+
+    HEADS = 16
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._generation = 0  # counts the blocks that may have changed the table
+        self._heads: dict[tuple[bytes, bool], tuple[int, list[Any]]] = {}
+
+    def decode(self, data: bytes, raw: bool = False) -> list[Any]:
+        walked = _plain_tail(data)
+        if walked is None:
+            self._generation += 1
+            return cast(list[Any], super().decode(data, raw))
+        bounds, reads_only = walked
+        head = data[: bounds[0]]
+        key = (head, raw)
+        kept = self._heads.get(key) if reads_only else None
+        if kept is not None and kept[0] == self._generation:
+            if self.header_table_size > self.max_allowed_table_size:  # as hpack checks it
+                raise hpack.InvalidTableSizeError(
+                    "Encoder did not shrink table size to within the max"
+                )
+            headers = list(kept[1])
+        else:
+            if not reads_only:
+                self._generation += 1
+            headers = cast(list[Any], super().decode(head, raw))
+            if reads_only:
+                if len(self._heads) >= self.HEADS:
+                    self._heads.clear()
+                self._heads[key] = (self._generation, list(headers))
+        size = sum(len(name) + len(value) + 32 for name, value in headers)
+        for k in range(0, len(bounds) - 1, 4):
+            name = data[bounds[k + 1] : bounds[k + 2]]
+            value = data[bounds[k + 3] : bounds[k + 4]]
+            size += len(name) + len(value) + 32
+            if size > self.max_header_list_size:
+                raise hpack.OversizedHeaderListError(
+                    f"A header list larger than {self.max_header_list_size} has been received"
+                )
+            if raw:
+                headers.append(hpack.HeaderTuple(name, value))
+            else:
+                try:
+                    headers.append(hpack.HeaderTuple(name.decode(), value.decode()))
+                except UnicodeDecodeError as err:
+                    raise hpack.HPACKDecodingError("Unable to decode headers as UTF-8") from err
+        return headers
+
+
+class _Encoder(hpack.Encoder):
+    """hpack's encoder, keeping the blocks of the header lists a server sends again and again
+    (the response headers, ``grpc-status: 0``) once they encode as indexed fields alone.
+
+    Such a block names table entries and changes nothing, so it is what hpack would write
+    again until the table changes: a block that is not indexed fields alone (it may have
+    added an entry or resized the table) or a new table size.  At most ``KEPT`` kept; a list
+    with a never-indexed (sensitive) field is always encoded."""
+
+    KEPT = 8
+
+    def __init__(self) -> None:
+        self._generation = 0  # counts what may have changed the table
+        self._kept: dict[tuple[Any, bool], tuple[int, bytes]] = {}
+        super().__init__()
+
+    @property
+    def header_table_size(self) -> int:
+        return cast(int, hpack.Encoder.header_table_size.fget(self))  # type: ignore[attr-defined]
+
+    @header_table_size.setter
+    def header_table_size(self, value: int) -> None:
+        self._generation += 1
+        hpack.Encoder.header_table_size.fset(self, value)  # type: ignore[attr-defined]
+
+    def encode(self, headers: Any, huffman: bool = True) -> bytes:
+        key = None
+        if isinstance(headers, list) and not any(
+            len(h) != 2 or isinstance(h, hpack.NeverIndexedHeaderTuple) for h in headers
+        ):
+            key = (tuple(headers), huffman)
+            kept = self._kept.get(key)
+            if kept is not None and kept[0] == self._generation:
+                return kept[1]
+        block = super().encode(headers, huffman)
+        if block.translate(None, _INDEXED_ONE_BYTE):  # not indexed fields alone
+            self._generation += 1
+        elif key is not None:
+            if len(self._kept) >= self.KEPT:
+                self._kept.clear()
+            self._kept[key] = (self._generation, block)
+        return block
+
+
+# The bytes of an indexed field of index 1 to 126, written in one byte.
+_INDEXED_ONE_BYTE = bytes(range(0x81, 0xFF))
+
+
+def _plain_tail(data: bytes) -> tuple[list[int], bool] | None:
+    """Where the run of plain literals (``0x00``, then the name and the value each with a
+    one-byte length, no Huffman) that ends ``data`` begins, and each one's bounds:
+    ``[start, name, name end, value, value end, name, ...]`` (a literal's start is the last
+    one's value end), and whether the head before it only reads the dynamic table (no literal
+    with indexing, no size update); None when the block does not end so, or cannot be walked
+    (hpack reads it whole then, and says what is wrong)."""
+    n = len(data)
+    i = 0
+    start = -1  # where the current run of plain literals began
+    bounds: list[int] = []
+    reads_only = True
+    try:
+        while i < n:
+            first = data[i]
+            if first == 0:  # literal without indexing, new name: plain if short and not Huffman
+                name_len = data[i + 1]
+                value_at = i + 2 + name_len
+                value_len = data[value_at] if name_len < 0x7F else 0x80
+                if name_len < 0x7F and value_len < 0x7F:
+                    if start < 0:
+                        start, bounds = i, [i]
+                    end = value_at + 1 + value_len
+                    if end > n:
+                        return None
+                    bounds += [i + 2, value_at, value_at + 1, end]
+                    i = end
+                    continue
+            start = -1
+            if first & 0x80:
+                i = _skip_int(data, i, 7)
+                continue
+            if first & 0x40:
+                prefix = 6
+                reads_only = False
+            elif first & 0x20:
+                i = _skip_int(data, i, 5)
+                reads_only = False
+                continue
+            else:
+                prefix = 4
+            named = first & ((1 << prefix) - 1)
+            i = _skip_int(data, i, prefix)
+            if not named:
+                i = _skip_string(data, i)
+            i = _skip_string(data, i)
+    except IndexError:
+        return None
+    if start < 0 or i != n:
+        return None
+    return bounds, reads_only
+
+
+def _skip_int(data: bytes, i: int, prefix: int) -> int:
+    """The index after the HPACK integer at ``i`` (``prefix`` bits in its first byte)."""
+    mask = (1 << prefix) - 1
+    if data[i] & mask != mask:
+        return i + 1
+    i += 1
+    while data[i] & 0x80:
+        i += 1
+    return i + 1
+
+
+def _skip_string(data: bytes, i: int) -> int:
+    """The index after the HPACK string literal at ``i``."""
+    length = data[i] & 0x7F
+    end = i + 1
+    if length == 0x7F:
+        length, shift = 0x7F, 0
+        while True:
+            byte = data[end]
+            end += 1
+            length += (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+    return end + length
+
+
+@types.coroutine
+def _go_on(coroutine: Coroutine[Any, Any, Any], trap: Any) -> Generator[Any, Any, None]:
+    """Await ``coroutine`` from where it stopped, having yielded ``trap`` to Trio (as
+    ``await coroutine`` would have: what Trio sends or throws in is passed on).  The
+    coroutine stays in the task that began it, whose Trio traps it yields."""
+    while True:
+        try:
+            value = yield trap
+        except BaseException as exc:  # a Cancelled, say: passed on
+            try:
+                trap = coroutine.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                trap = coroutine.send(value)
+            except StopIteration:
+                return
+
+
+# What a request's header block may hold (RFC 9113 8.2, 8.3): its pseudo-headers; no
+# connection-specific field; names of visible ASCII but upper case, a colon only to begin a
+# pseudo-header's; values without NUL, CR or LF, not beginning or ending with a blank.
+_REQUEST_PSEUDO = frozenset((":method", ":scheme", ":authority", ":path"))
+_CONNECTION_SPECIFIC = frozenset(
+    ("connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade")
+)
+_BAD_NAME = re.compile(r"[^\x21-\x39\x3b-\x40\x5b-\x7e]")
+_BAD_VALUE = re.compile(r"[\x00\n\r]")
+
+
+def _malformed(fields: Any) -> str | None:
+    """What makes a request's header block malformed (the checks h2 would make, in one
+    pass, the characters of all names and of all values each in one search), or None."""
+    pseudo: dict[str, str] = {}
+    host: str | None = None
+    names: list[str] = []  # the regular ones
+    values: list[str] = []
+    for name, value in fields:
+        if name[:1] == ":":
+            if names or name not in _REQUEST_PSEUDO or name in pseudo:
+                return f"pseudo-header {name} out of place, unknown or repeated"
+            pseudo[name] = value
+        else:
+            if not name:
+                return "an empty header name"
+            names.append(name)
+            if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
+                return f"connection-specific header {name}"
+            if name == "host":
+                if host is not None:
+                    return "more than one host header"
+                host = value
+        if value:
+            if value[0] in " \t" or value[-1] in " \t":
+                return f"the value of {name} begins or ends with a blank"
+            values.append(value)
+    if _BAD_NAME.search("".join(names)):
+        return "an illegal character in a header name"
+    if _BAD_VALUE.search("".join(values)):
+        return "NUL, CR or LF in a header value"
+    if ":method" not in pseudo or ":scheme" not in pseudo or not pseudo.get(":path"):
+        return "a request needs :method, :scheme and a :path"
+    authority = pseudo.get(":authority")
+    if authority is None and host is None:
+        return "a request needs :authority or host"
+    if authority is not None and host is not None and authority != host:
+        return "host and :authority differ"
+    return None
 
 
 class _ConnectionGone(Exception):

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.settings
 import pytest
@@ -79,9 +80,16 @@ class RawClient:
         if data:
             await self.stream.send_all(data)
 
-    async def call(self, path: str, message: bytes | None, *, end: bool = True) -> int:
+    async def call(
+        self,
+        path: str,
+        message: bytes | None,
+        *,
+        end: bool = True,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> int:
         sid = self.h2.get_next_available_stream_id()
-        headers = [
+        headers = headers or [
             (":method", "POST"),
             (":scheme", "http"),
             (":path", path),
@@ -114,6 +122,8 @@ class RawClient:
             elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
                 if response is not None:
                     response["ended"] = True
+                    if isinstance(event, h2.events.StreamReset):
+                        response["reset"] = event.error_code
             elif isinstance(event, h2.events.ConnectionTerminated):
                 self.terminated = True
         await self.flush()
@@ -291,3 +301,192 @@ async def test_calls_past_the_servers_cap_are_refused_and_counted_back(cluster: 
             await trio.sleep(0.01)
     grpc.limits = attrs.evolve(grpc.limits, max_calls=10000)
     await still_serving(cluster)
+
+
+# -- calls served in the connection's reader until they wait (AckMessage, offsets, sends) ----
+
+
+def ack_request(handle: str = "not-a-handle") -> bytes:
+    request = service_pb2.AckMessageRequest()
+    request.group.name = "G"
+    request.topic.name = "Hostile"
+    entry = request.entries.add()
+    entry.receipt_handle = handle
+    entry.message_id = "id"
+    return framed(request.SerializeToString())
+
+
+async def counted_back(grpc: GrpcServer) -> None:
+    """Every call ended on the server: none counted in progress, no request byte held."""
+    with trio.fail_after(5):
+        while grpc.open_calls or grpc.budget.partial_frame_total:
+            await trio.sleep(0.01)
+
+
+async def test_calls_in_the_reader_answer_bad_input_with_a_status(cluster: Cluster) -> None:
+    grpc = server(cluster)
+    client = await RawClient.open(grpc.port)
+    # Malformed, missing, and a good one, all in flight at once on one connection.
+    bad = await client.call(SERVICE + "AckMessage", framed(b"\xff\xff\xff\xff\x0f"))
+    empty = await client.call(SERVICE + "GetOffset", None)
+    good = await client.call(SERVICE + "AckMessage", ack_request())
+    response = await client.finish(bad)
+    assert response["headers"]["grpc-status"] == str(INVALID_ARGUMENT)
+    assert "malformed AckMessageRequest" in response["headers"]["grpc-message"]
+    response = await client.finish(empty)
+    assert response["headers"]["grpc-status"] == str(INVALID_ARGUMENT)
+    assert "without a GetOffsetRequest" in response["headers"]["grpc-message"]
+    response = await client.finish(good)
+    assert response["headers"]["grpc-status"] == "0"
+    answer = service_pb2.AckMessageResponse.FromString(response["data"][5:])
+    assert answer.entries[0].status.code == definition_pb2.Code.INVALID_RECEIPT_HANDLE
+    # Many at once in one write: each answered (together, in one send).
+    sids = [await client.call(SERVICE + "AckMessage", ack_request(f"h{i}")) for i in range(6)]
+    for sid in sids:
+        assert (await client.finish(sid))["headers"]["grpc-status"] == "0"
+    await client.aclose()
+    await counted_back(grpc)
+    assert ("AckMessage", INVALID_ARGUMENT) in grpc.stats.table
+    await still_serving(cluster)
+
+
+async def test_a_request_never_whole_leaves_the_reader_and_times_out(cluster: Cluster) -> None:
+    grpc = server(cluster)
+    client = await RawClient.open(grpc.port)
+    headers_only = await client.call(SERVICE + "AckMessage", None, end=False)
+    half = await client.call(SERVICE + "UpdateOffset", framed(b"\x0a\x02", length=50), end=False)
+    # A whole message is served without the client's END_STREAM (then the stream is reset).
+    whole_not_ended = await client.call(SERVICE + "AckMessage", ack_request(), end=False)
+    assert (await client.finish(whole_not_ended))["headers"]["grpc-status"] == "0"
+    for sid in (headers_only, half):
+        response = await client.finish(sid, timeout=5)
+        assert response["headers"]["grpc-status"] == str(DEADLINE_EXCEEDED)
+    assert not client.terminated
+    await client.aclose()
+    await counted_back(grpc)
+    await still_serving(cluster)
+
+
+async def test_a_call_reset_mid_request_is_counted_back(cluster: Cluster) -> None:
+    grpc = server(cluster)
+    client = await RawClient.open(grpc.port)
+    sid = await client.call(SERVICE + "AckMessage", framed(b"\x0a\x02", length=50), end=False)
+    with trio.fail_after(5):  # the half message is held, and the call counted
+        while grpc.budget.partial_frame_total == 0 or grpc.open_calls == 0:
+            await trio.sleep(0.01)
+    client.h2.reset_stream(sid)
+    await client.flush()
+    await counted_back(grpc)
+    assert ("AckMessage", 1) in grpc.stats.table  # CANCELLED
+    # The connection goes on serving.
+    good = await client.finish(await client.call(SERVICE + "AckMessage", ack_request()))
+    assert good["headers"]["grpc-status"] == "0"
+    await client.aclose()
+    await still_serving(cluster)
+
+
+async def test_calls_in_the_reader_keep_the_limits(cluster: Cluster) -> None:
+    grpc = server(cluster)
+    # An oversize message is refused before its bytes arrive.
+    limit = grpc.limits.max_message_size
+    client = await RawClient.open(grpc.port)
+    sid = await client.call(SERVICE + "AckMessage", framed(b"x" * 100, limit + 1), end=False)
+    response = await client.finish(sid)
+    assert response["headers"]["grpc-status"] == str(RESOURCE_EXHAUSTED)
+    await client.aclose()
+    # Calls waiting for their request count against the server's calls in progress.
+    grpc.limits = attrs.evolve(grpc.limits, max_calls=2)
+    try:
+        client = await RawClient.open(grpc.port)
+        sids = [await client.call(SERVICE + "AckMessage", None, end=False) for _ in range(4)]
+        with trio.fail_after(5):  # two reset REFUSED_STREAM at once
+            while sum(client.responses[sid]["ended"] for sid in sids) < 2:
+                await client.pump()
+        assert grpc.open_calls == 2 and grpc.refused_calls == 2
+        await client.aclose()
+        await counted_back(grpc)
+    finally:
+        grpc.limits = attrs.evolve(grpc.limits, max_calls=10000)
+    await still_serving(cluster)
+
+
+async def test_an_answer_waits_for_the_window_in_a_task_of_its_own(cluster: Cluster) -> None:
+    """A client granting a stream too small a window for the answer: the call leaves the
+    reader to wait, the connection goes on serving, and the answer arrives whole once the
+    window opens."""
+    grpc = server(cluster)
+    client = await RawClient.open(grpc.port, {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 8})
+    await client.pump()  # the settings exchanged
+    sid = await client.call(SERVICE + "AckMessage", ack_request())
+    with trio.fail_after(5):  # the first 8 bytes arrive, then nothing
+        while len(client.responses[sid]["data"]) < 8:
+            await client.pump()
+    assert not client.responses[sid]["ended"] and grpc.open_calls == 1
+    other = await client.call(SERVICE + "GetOffset", None)  # the reader is not held
+    with trio.fail_after(5):
+        while not client.responses[other]["ended"]:
+            await client.pump()
+    client.h2.increment_flow_control_window(65535, stream_id=sid)
+    await client.flush()
+    response = await client.finish(sid)
+    assert response["headers"]["grpc-status"] == "0"
+    answer = service_pb2.AckMessageResponse.FromString(response["data"][5:])
+    assert answer.entries[0].status.code == definition_pb2.Code.INVALID_RECEIPT_HANDLE
+    await client.aclose()
+    await counted_back(grpc)
+
+
+GOOD_HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", SERVICE + "GetOffset"),
+    (":authority", "127.0.0.1"),
+    ("content-type", "application/grpc"),
+    ("te", "trailers"),
+]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        [("X-Upper", "1")],  # an upper-case name
+        [("x:colon", "1")],  # a colon inside a name
+        [("x\x01ctl", "1")],  # a control character in a name
+        [("", "empty name")],
+        [("connection", "keep-alive")],  # connection-specific
+        [("te", "gzip")],
+        [("x-value", "a\nb")],  # LF in a value
+        [("x-value", " padded")],  # a value beginning with a blank
+        [("host", "other")],  # host and :authority differ
+        [("host", "127.0.0.1"), ("host", "127.0.0.1")],
+        [(":status", "200")],  # a response's pseudo-header
+        [(":path", "/again")],  # a pseudo-header twice
+        "drop :path",
+        "drop :method",
+        "pseudo last",
+    ],
+)
+async def test_a_malformed_header_block_resets_its_stream_only(cluster: Cluster, change) -> None:
+    """Each malformed request is a stream error (RST_STREAM PROTOCOL_ERROR, RFC 9113 8.1.1):
+    the connection goes on serving, and nothing is counted as a call."""
+    grpc = server(cluster)
+    client = await RawClient.open(grpc.port)
+    # The client side writes the block as given: no check, no normalisation.
+    client.h2.config.validate_outbound_headers = False
+    client.h2.config.normalize_outbound_headers = False
+    if change == "drop :path":
+        headers = [h for h in GOOD_HEADERS if h[0] != ":path"]
+    elif change == "drop :method":
+        headers = [h for h in GOOD_HEADERS if h[0] != ":method"]
+    elif change == "pseudo last":
+        headers = [h for h in GOOD_HEADERS if h[0] != ":scheme"] + [(":scheme", "http")]
+    else:
+        headers = GOOD_HEADERS + list(change)
+    bad = await client.call("", None, headers=headers)
+    response = await client.finish(bad)
+    assert response.get("reset") == h2.errors.ErrorCodes.PROTOCOL_ERROR
+    assert not client.terminated
+    good = await client.finish(await client.call("", None, headers=GOOD_HEADERS))
+    assert good["headers"]["grpc-status"] == str(INVALID_ARGUMENT)  # no message: served
+    await client.aclose()
+    await counted_back(grpc)

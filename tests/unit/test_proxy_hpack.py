@@ -1,0 +1,203 @@
+"""The gRPC server's HPACK decoder (pymq.proxy.http2._Decoder): a block ending in plain literals
+(what the official 5.x clients repeat on every call) is read without hpack's general decoder,
+and must mean exactly what hpack makes of it, for any block: the same headers, the same
+dynamic table after it, the same errors (a truncated block, a list over the size limit, bad
+UTF-8)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import hpack
+import pytest
+
+from pymq.proxy.http2 import _Decoder, _Encoder, _plain_tail
+
+
+def plain(name: bytes, value: bytes) -> bytes:
+    """A literal without indexing, its name literal too, neither Huffman coded."""
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+METADATA = [
+    (b"x-mq-language", b"PYTHON"),
+    (b"x-mq-request-id", b"c10af03c-11ed-4f17-85fa-2cf50de32307"),
+    (b"x-mq-namespace", b""),
+    (b"authorization", b"MQv2-HMAC-SHA1 Credential=ak, Signature=f717"),
+]
+REQUEST = [
+    (b":method", b"POST"),
+    (b":path", b"/apache.rocketmq.v2.MessagingService/SendMessage"),
+    (b"content-type", b"application/grpc"),
+    (b"grpc-timeout", b"3010m"),
+]
+
+
+def both(
+    block: bytes, reference: hpack.Decoder, ours: _Decoder, raw: bool = True
+) -> tuple[str, Any]:
+    """What hpack's decoder and ours make of ``block`` (each with its own table), compared:
+    the same headers or the same error, and the same dynamic table after."""
+    outcomes: list[tuple[str, Any]] = []
+    for decoder in (reference, ours):
+        try:
+            outcomes.append(("ok", [tuple(h) for h in decoder.decode(block, raw=raw)]))
+        except Exception as exc:
+            outcomes.append(("error", type(exc)))
+    assert outcomes[0] == outcomes[1]
+    assert list(reference.header_table.dynamic_entries) == list(ours.header_table.dynamic_entries)
+    return outcomes[0]
+
+
+def test_a_grpc_clients_block_is_split_and_read_alike() -> None:
+    encoder = hpack.Encoder()
+    reference, ours = hpack.Decoder(), _Decoder()
+    as_text = hpack.Decoder(), _Decoder()  # the same blocks, decoded to str
+    for call in range(5):
+        head = encoder.encode(REQUEST)  # indexed after the first call
+        block = head + b"".join(plain(n, v + str(call).encode()) for n, v in METADATA)
+        walked = _plain_tail(block)
+        assert walked is not None and walked[0][0] == len(head)
+        assert walked[1] == (call > 0)  # the first call's head adds to the table
+        kind, headers = both(block, reference, ours)
+        assert kind == "ok" and len(headers) == len(REQUEST) + len(METADATA)
+        kind, _ = both(block, *as_text, raw=False)
+        assert kind == "ok"
+
+
+def test_blocks_it_cannot_split_go_to_hpack_whole() -> None:
+    encoder = hpack.Encoder()
+    head = encoder.encode(REQUEST)
+    assert _plain_tail(head) is None  # no plain literal at its end
+    # A plain literal followed by an indexed field: the run does not reach the end.
+    assert _plain_tail(plain(b"a", b"b") + b"\x82") is None
+    # A Huffman-coded value, a long name: not plain.
+    assert _plain_tail(b"\x00\x01a\x81\xff") is None
+    assert _plain_tail(b"\x00\x7f\x00" + b"n" * 127 + b"\x01v") is None
+    assert _plain_tail(b"") is None
+
+
+def test_truncated_and_oversized_blocks_fail_as_hpack_fails() -> None:
+    block = hpack.Encoder().encode(REQUEST) + b"".join(plain(n, v) for n, v in METADATA)
+    for cut in range(1, len(block)):
+        reference, ours = hpack.Decoder(), _Decoder()
+        # Both tables start as the encoder's first block left them, then read the cut one.
+        both(block[:cut], reference, ours)
+    reference, ours = hpack.Decoder(), _Decoder()
+    reference.max_header_list_size = ours.max_header_list_size = 300
+    kind, error = both(block, reference, ours)
+    assert (kind, error) == ("error", hpack.OversizedHeaderListError)
+    bad = plain(b"x-bad", b"\xff\xfe")
+    kind, error = both(bad, hpack.Decoder(), _Decoder(), raw=False)
+    assert (kind, error) == ("error", hpack.HPACKDecodingError)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_blocks_mean_the_same(seed: int) -> None:
+    """Blocks of every representation (indexed, literal with and without indexing, never
+    indexed, Huffman or not, table size updates) in random order, followed or not by plain
+    literals, some cut short: both decoders agree on each, with tables kept across them."""
+    rng = random.Random(seed)
+    encoder = hpack.Encoder()
+    reference, ours = hpack.Decoder(), _Decoder()
+    names = [b"x-a", b"x-b", b"content-type", b":path", b"x-" + b"n" * 130]
+    for _ in range(30):
+        headers: list[Any] = [
+            (rng.choice(names), bytes(rng.randrange(256) for _ in range(rng.randrange(0, 140))))
+            for _ in range(rng.randrange(0, 6))
+        ]
+        if rng.random() < 0.2:
+            encoder.header_table_size = rng.choice([0, 256, 4096])
+        sensitive = [hpack.NeverIndexedHeaderTuple(*h) for h in headers[:1]]
+        block = encoder.encode(headers[1:] + sensitive, huffman=rng.random() < 0.5)
+        block += b"".join(
+            plain(rng.choice(names)[:20], bytes(rng.randrange(32, 127) for _ in range(10)))
+            for _ in range(rng.randrange(0, 4))
+        )
+        if rng.random() < 0.2:
+            block = block[: rng.randrange(len(block) + 1)]
+            # A cut block leaves the tables as they were only if both fail alike: compare on
+            # fresh decoders so later blocks are not judged on a table the cut left behind.
+            both(block, hpack.Decoder(), _Decoder())
+            continue
+        both(block, reference, ours)
+
+
+def test_a_kept_head_is_read_again_once_the_table_changed() -> None:
+    """The same head bytes mean other headers after a block changed the dynamic table (a
+    literal with indexing, a size update): the decoded head kept before is not used."""
+    encoder = hpack.Encoder()
+    reference, ours = hpack.Decoder(), _Decoder()
+    tail = plain(b"x-mq-language", b"PYTHON")
+    first = encoder.encode([(b"x-one", b"1")])  # added to the table: index 62
+    both(first + tail, reference, ours)
+    head = bytes([0x80 | 62])  # "the newest entry"
+    assert both(head + tail, reference, ours)[1][0] == (b"x-one", b"1")
+    assert both(head + tail, reference, ours)[1][0] == (b"x-one", b"1")  # kept, same table
+    second = encoder.encode([(b"x-two", b"2")])  # now index 62 is x-two
+    both(second + tail, reference, ours)
+    assert both(head + tail, reference, ours)[1][0] == (b"x-two", b"2")
+    # A size update (to nothing: the table emptied): index 62 is no more.
+    assert both(bytes([0x20]) + tail, reference, ours)[0] == "ok"
+    assert both(head + tail, reference, ours) == ("error", hpack.InvalidTableIndex)
+    # A block hpack reads whole (no plain tail) may change the table too: this one sizes it
+    # up again and adds x-four.
+    encoder.header_table_size = 1024
+    third = encoder.encode([(b"x-four", b"4")])
+    assert _plain_tail(third) is None
+    both(third, reference, ours)
+    assert both(head + tail, reference, ours)[1][0] == (b"x-four", b"4")
+
+
+def test_a_kept_head_still_counts_toward_the_size_limit() -> None:
+    encoder = hpack.Encoder()
+    reference, ours = hpack.Decoder(), _Decoder()
+    big = (b"x-big", b"v" * 100)
+    tail = plain(b"x-a", b"1")
+    both(encoder.encode([big]) + tail, reference, ours)
+    head = bytes([0x80 | 62])
+    both(head + tail, reference, ours)  # the head kept
+    reference.max_header_list_size = ours.max_header_list_size = 150
+    assert both(head + tail, reference, ours) == ("error", hpack.OversizedHeaderListError)
+
+
+RESPONSE = [(b":status", b"200"), (b"content-type", b"application/grpc")]
+OK_TRAILERS = [(b"grpc-status", b"0")]
+
+
+def test_the_encoder_writes_what_hpack_writes_with_blocks_kept() -> None:
+    """Byte for byte hpack's blocks, call after call, through table changes: new entries
+    (a status message), a table size the peer sets, a sensitive field; the constant lists
+    are kept once they are indexed fields alone."""
+    reference, ours = hpack.Encoder(), _Encoder()
+    decoder = hpack.Decoder()
+
+    def same(headers: list[Any]) -> bytes:
+        block = reference.encode(headers)
+        assert ours.encode(list(headers)) == block
+        assert [tuple(h) for h in decoder.decode(block, raw=True)] == [
+            (bytes(n), bytes(v)) for n, v in headers
+        ]
+        return block
+
+    for call in range(40):
+        same(RESPONSE)
+        if call % 7 == 3:  # a failure's trailers: a new entry moves every index
+            same([(b"grpc-status", b"5"), (b"grpc-message", f"no {call}".encode())])
+        elif call % 11 == 5:  # the peer's SETTINGS_HEADER_TABLE_SIZE
+            size = 64 if call % 2 else 4096
+            reference.header_table_size = ours.header_table_size = size
+        elif call == 20:
+            same([hpack.NeverIndexedHeaderTuple(b"grpc-status", b"0")])
+        same(OK_TRAILERS)
+    assert ours._kept  # the constant lists were kept
+
+
+def test_the_encoder_keeps_only_indexed_blocks() -> None:
+    ours = _Encoder()
+    first = ours.encode(list(OK_TRAILERS))  # a literal with indexing: added, not kept
+    assert not ours._kept
+    again = ours.encode(list(OK_TRAILERS))  # now an indexed field: kept
+    assert again != first and len(again) == 1 and ours._kept
+    assert ours.encode(list(OK_TRAILERS)) is again

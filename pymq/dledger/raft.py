@@ -48,9 +48,20 @@ entry back to where the logs agree, TRUNCATE the follower there (its entries pas
 diverging point are dropped; committed ones never are: the store refuses), then APPEND entries
 in order (at most :data:`MAX_PENDING_PUSHES` in flight, one re-sent after
 ``maxPushTimeOutMs`` without an answer) and a COMMIT every second when idle.  The commit index
-is the index a majority (the leader included) has, and is taken only when that entry is of the
-leader's own term (Raft's rule; DLedger 0.2.6 also commits older terms' entries that way,
-which Raft's figure 8 shows unsafe: a leader's older entries commit with its first new one).
+is the index a majority (the leader included) has in the leader's term, as DLedger 0.2.6's
+QuorumAckChecker takes it: water marks are kept per current term (a follower's is set once
+COMPARE/TRUNCATE found where its log agrees with the leader's, then by its APPEND answers),
+and the entry at that index commits whatever its term (``updateCommittedIndex`` does not look
+at it).  So a new leader commits its predecessor's uncommitted entries as soon as a majority
+agrees, with no write of its own: RocketMQ 4.9.4's DLedgerRoleChangeHandler waits for
+``ledgerEndIndex == committedIndex`` before the broker becomes master, which Raft's stricter
+rule (only entries of the leader's term commit by counting) would make wait for ever on an
+idle group.  Raft's usual remedy, a no-op entry at the start of each term, is not open to a
+member of a RocketMQ group: every entry body is dispatched as a message record, and 4.9.4's
+reput has no body it skips cleanly (a body that fails its check with a positive size is
+skipped, but its ``readSize`` is not advanced, so the rest of that read is dropped).  The
+cost is Raft's figure-8 case, as in Java: an entry of an older term that a leader replicated
+to a majority can still be overwritten by a later leader whose log ends in a bigger term.
 
 Follower: applies pushes as DLedger's ``EntryHandler`` (an APPEND must be the next index, or
 one it already holds identically; a gap is answered INCONSISTENT_STATE at once, sending the
@@ -813,8 +824,6 @@ class RaftNode:
         quorum_index = marks[len(marks) // 2]
         if quorum_index <= self.log.committed_index or quorum_index < 0:
             return
-        if self.log.term_at(quorum_index) != self.term:
-            return  # Raft: only entries of this term commit by counting
         self.log.update_committed_index(quorum_index)
         for index in [i for i in self._acks if i <= self.log.committed_index]:
             del self._acks[index]

@@ -835,15 +835,21 @@ class RaftNode:
         """Append ``body`` as the leader; DLedgerError NOT_LEADER (also once the leader has
         gone ``maxHeartBeatLeak`` heartbeats without a quorum), LEADER_PENDING_FULL, or the
         store's.  Its outcome comes from :meth:`take_acks`."""
-        if self.role is not Role.LEADER or now - self.last_succ_heartbeat > self._leak:
-            raise DLedgerError(ResponseCode.NOT_LEADER, f"{self.self_id} does not lead")
-        if len(self._acks) >= self.config.max_pending_requests_num:
-            raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, "too many appends waiting")
+        self.check_appendable(1, now)
         entry = self.log.append_as_leader(body, self.term)
         self._acks[entry.index] = (self.term, now)
         if not self.others:
             self._advance_commit()
         return entry
+
+    def check_appendable(self, count: int, now: float) -> None:
+        """DLedgerError unless ``count`` entries can be appended here now: NOT_LEADER (also
+        once the leader has gone ``maxHeartBeatLeak`` heartbeats without a quorum),
+        LEADER_PENDING_FULL beyond ``maxPendingRequestsNum`` waiting."""
+        if self.role is not Role.LEADER or now - self.last_succ_heartbeat > self._leak:
+            raise DLedgerError(ResponseCode.NOT_LEADER, f"{self.self_id} does not lead")
+        if len(self._acks) + count > self.config.max_pending_requests_num:
+            raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, "too many appends waiting")
 
     def _expire_acks(self, now: float) -> None:
         limit = self.config.max_wait_ack_time_ms

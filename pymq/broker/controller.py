@@ -200,6 +200,8 @@ class BrokerController:
             assert store_config.d_leger_self_id is not None  # checked by from_store_config
             broker_config.broker_id = rocketmq_broker_id(store_config.d_leger_self_id)
             self.store.dledger.server.on_role_change = self._on_dledger_role
+            # its peers' port listens where the broker's ports do (bindAddress)
+            self.store.dledger.server.host = server_config.bind_address
         config_dir = store_config.config_dir
         self.topic_config_manager = TopicConfigManager(config_dir, broker_config)
         self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
@@ -694,6 +696,9 @@ class BrokerController:
             change = self._dledger_role
             assert change is not None
             if change.role is Role.LEADER:
+                # no writes until the queue offsets are rebuilt (a master that led again in a
+                # new term, its step down superseded, takes none meanwhile either)
+                self.store.read_only = True
                 if not await self._dledger_caught_up(change):
                     continue
                 store = self.store
@@ -704,6 +709,8 @@ class BrokerController:
                 self.store_config.broker_role = BrokerRole.SYNC_MASTER
                 store.read_only = False
                 self.master_addr = None
+            elif self.store_config.broker_role is BrokerRole.SLAVE:
+                continue  # a candidate's next round, or a follower again: nothing changes
             else:
                 assert self.store_config.d_leger_self_id is not None
                 self.broker_config.broker_id = rocketmq_broker_id(self.store_config.d_leger_self_id)

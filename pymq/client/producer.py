@@ -453,11 +453,15 @@ class Producer(ClientService):
 
     # -- routes and queues ----------------------------------------------------------------
 
-    async def _route_after_failure(self, topic: str) -> None:
-        """A send to a master that is gone or no longer a master (a DLedger group's failover)
-        fetches the topic's route again before the next try, rather than at the next refresh
-        (every 30 s): the next try goes to the new master once the name server knows it."""
+    async def _route_after_failure(self, topic: str, code: int | None = None) -> None:
+        """A send to a master that is gone (``code`` None: no answer) or no longer a master
+        (``code`` SERVICE_NOT_AVAILABLE; other refusals change nothing) -- a DLedger group's
+        failover -- fetches the topic's route again before the next try, rather than at the
+        next refresh (every 30 s): the next try goes to the new master once the name server
+        knows it."""
         assert self.client is not None
+        if code is not None and code != ResponseCode.SERVICE_NOT_AVAILABLE:
+            return
         try:
             await self.client.fetch_route(topic)
         except MQClientError as exc:
@@ -921,8 +925,7 @@ class Producer(ClientService):
                 last_broker = mq.broker_name
                 if response.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.NO_PERMISSION):
                     break  # another queue would refuse it as well
-                if response.code == ResponseCode.SERVICE_NOT_AVAILABLE:
-                    await self._route_after_failure(topic)  # a master turned slave
+                await self._route_after_failure(topic, response.code)
                 continue
             try:
                 head = _SendResponse.from_ext(response.ext_fields)

@@ -19,7 +19,15 @@ import trio
 
 from pymq.broker.config import BrokerConfig
 from pymq.broker.controller import BrokerController
-from pymq.client import Message, MQClientError, Producer, PullConsumer
+from pymq.client import (
+    ConsumeFromWhere,
+    Message,
+    MessageExt,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    PushConsumer,
+)
 from pymq.client import topics as topic_admin
 from pymq.common.consumer import MessageQueue
 from pymq.dledger.config import from_store_config
@@ -181,7 +189,22 @@ async def test_a_group_elects_serves_fails_over_and_loses_nothing_acknowledged(
         await topic_admin.create_topic(group.ns, TOPIC, queues=QUEUES, brokers=addrs)
         assert await group.routed_master() == leader.broker_addr
 
-        async with Producer("dl-producer", group.ns) as producer:
+        pushed: set[bytes] = set()
+
+        async def handler(msgs: list[MessageExt]) -> bool:
+            pushed.update(m.body for m in msgs)
+            return True
+
+        async with (
+            Producer("dl-producer", group.ns) as producer,
+            PushConsumer(
+                "dl-push",
+                group.ns,
+                handler,
+                consume_from=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+            ) as consumer,
+        ):
+            await consumer.subscribe(TOPIC)
             first = [b"before-%d" % i for i in range(40)]
             acked = await send_all(producer, first)
             batch = [b"batch-%d" % i for i in range(5)]  # a batch: an entry per message
@@ -213,6 +236,8 @@ async def test_a_group_elects_serves_fails_over_and_loses_nothing_acknowledged(
             second = [b"after-%d" % i for i in range(1, 40)]
             acked |= await send_all(producer, second)
             print(f"failover (leader cancelled -> first SEND_OK): {failover:.2f} s")
+            # a consumer running throughout gets every acknowledged message
+            await wait_until(lambda: set(acked) <= pushed, timeout=30, what="pushed all")
 
         pulled = await pull_all(group.ns, "dl-c2")
         bodies = [b for got in pulled.values() for _, b in got]

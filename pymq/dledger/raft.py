@@ -858,6 +858,11 @@ class RaftNode:
                 del self._acks[index]
                 self._done.append(Ack(index, -1, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT))
 
+    def match_indexes(self) -> dict[str, int]:
+        """A leader's view of each follower: the last index known to match its log (-1 until
+        a comparison found it); empty unless leading."""
+        return {pid: peer.match for pid, peer in self._dispatch.items()}
+
     def take_role_changes(self) -> list[RoleChange]:
         """The roles taken since the last call, in order (what RocketMQ's
         DLedgerRoleChangeHandler acts on: a LEADER registers as the group's master)."""

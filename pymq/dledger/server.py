@@ -106,6 +106,28 @@ class DLedgerServer:
     def now() -> float:
         return trio.current_time() * 1000.0
 
+    def status(self) -> dict[str, Any]:
+        """What the tools show of this member: its id and group, role, term, leader, its log's
+        end and committed index, and as the leader each follower's match index and lag
+        (entries the follower is known to be missing)."""
+        node, store = self.node, self.store
+        status: dict[str, Any] = {
+            "selfId": self.config.self_id,
+            "group": self.config.group,
+            "peers": self.config.peers,
+            "role": node.role.value if node is not None else "STOPPED",
+            "term": node.term if node is not None else -1,
+            "leaderId": node.leader_id if node is not None else None,
+            "ledgerEndIndex": store.ledger_end_index if store is not None else -1,
+            "committedIndex": store.committed_index if store is not None else -1,
+        }
+        if node is not None and store is not None:
+            status["followers"] = {
+                pid: {"matchIndex": match, "lag": store.ledger_end_index - match}
+                for pid, match in sorted(node.match_indexes().items())
+            }
+        return status
+
     # -- running ---------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:

@@ -19,6 +19,7 @@ import trio
 
 from pymq.broker.config import BrokerConfig
 from pymq.broker.controller import BrokerController
+from pymq.broker.metrics import BrokerCollector
 from pymq.client import (
     ConsumeFromWhere,
     Message,
@@ -236,6 +237,23 @@ async def test_a_group_elects_serves_fails_over_and_loses_nothing_acknowledged(
             second = [b"after-%d" % i for i in range(1, 40)]
             acked |= await send_all(producer, second)
             print(f"failover (leader cancelled -> first SEND_OK): {failover:.2f} s")
+            # the tools' view: GET_BROKER_RUNTIME_INFO's DLedger keys and the gauges
+            info = new_leader.runtime_info()
+            assert info["dLedgerRole"] == "LEADER" and info["brokerRole"] == "SYNC_MASTER"
+            assert int(info["dLedgerTerm"]) >= 2 and info["dLedgerGroup"] == NAME
+            assert info["dLedgerLeaderId"] == new_leader.store_config.d_leger_self_id
+            assert int(info["dLedgerCommittedIndex"]) == int(info["dLedgerLedgerEndIndex"]) >= 45
+            lags = dict(p.split(":") for p in info["dLedgerFollowerLag"].split(";"))
+            assert set(lags) == {"n0", "n1", "n2"} - {new_leader.store_config.d_leger_self_id}
+            assert int(lags[old]) > 0  # the killed member misses what came since
+            gauges = {
+                (m.name, s.labels.get("peer")): s.value
+                for m in BrokerCollector(new_leader).collect()
+                if m.name.startswith("pymq_dledger")
+                for s in m.samples
+            }
+            assert gauges[("pymq_dledger_is_leader", None)] == 1.0
+            assert gauges[("pymq_dledger_follower_lag", old)] == int(lags[old])
             # a consumer running throughout gets every acknowledged message
             await wait_until(lambda: set(acked) <= pushed, timeout=30, what="pushed all")
 

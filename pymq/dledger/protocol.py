@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import enum
+import json
 from typing import Any, ClassVar, TypeVar
 
 import attrs
@@ -333,7 +335,26 @@ def encode(message: Message) -> bytes:
             lastEntryIndex=message.last_entry_index,
             totalSize=message.total_size,
         )
-    return dumps({key: fields[key] for key in sorted(fields)})
+    return _dumps({key: fields[key] for key in sorted(fields)})
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _dumps(value: dict[str, Any]) -> bytes:
+    """fastjson's form of a message's fields (null fields left out, keys in the given order):
+    the standard library's C encoder writes the same text when nothing in it needs an escape
+    (ids, base64 bodies, numbers: every message in practice); anything else goes through
+    fastjson's writer (pymq.remoting.protocol.fastjson), whose escapes are fastjson's."""
+    text = json.dumps(_without_nulls(value), separators=(",", ":"), allow_nan=False)
+    if "\\" in text:
+        return dumps(value)
+    return text.encode("ascii")
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -435,6 +456,10 @@ def _from_json(key: str, kind: str, value: Any) -> Any:
 
 
 _M = TypeVar("_M", bound=Message)
+_NOT_READ = object()
+_FAST_OPENINGS = 64
+"""A body opening at most this many objects and arrays is read by the C parser first (a vote,
+a heartbeat, a push of a few entries: base64 bodies open none); more, by fastjson's reader."""
 
 
 def decode(cls: type[_M], body: bytes) -> _M:
@@ -443,10 +468,18 @@ def decode(cls: type[_M], body: bytes) -> _M:
     base64, an entry whose size disagrees with its body, or a list over its limit.  Fields
     ``cls`` does not have are ignored (as fastjson does); a missing or null field keeps its
     Java default."""
-    try:
-        data = loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"{cls.__name__}: not JSON ({exc})") from None
+    data: Any = _NOT_READ
+    text = bytes(body)
+    if text.count(b"{") + text.count(b"[") <= _FAST_OPENINGS:
+        # the standard library's C parser for standard JSON (what members write: a message
+        # opens a handful of objects); fastjson's reader, with its nesting limit, for the rest
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            data = json.loads(text.decode("utf-8"))
+    if data is _NOT_READ:
+        try:
+            data = loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"{cls.__name__}: not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ProtocolError(f"{cls.__name__}: expected a JSON object, got {_shown(data)}")
     values: dict[str, Any] = {}

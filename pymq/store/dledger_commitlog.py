@@ -33,6 +33,7 @@ import logging
 import struct
 from typing import Any
 
+from pymq.common.config import ConfigError
 from pymq.common.message_ext import MessageExt, MessageSysFlag
 from pymq.common.message_id import offset_msg_id, pack_ip
 from pymq.common.record import (
@@ -143,9 +144,10 @@ class DLedgerCommitLog(CommitLog):
         super().load()
         if self.queue.files:
             super().close()
-            raise RuntimeError(
-                f"{self.queue.directory} holds a commit log written without DLedger mode: "
-                "pymq cannot carry it over into a DLedger group (move it away)"
+            raise ConfigError(
+                f"enableDLegerCommitLog=true: {self.queue.directory} holds a commit log "
+                "written without DLedger mode, which pymq cannot carry over into a DLedger "
+                "group (move it away, or start without DLedger mode)"
             )
         self.dledger.open()
 
@@ -164,10 +166,10 @@ class DLedgerCommitLog(CommitLog):
     # --- appends ---------------------------------------------------------------------------------
 
     def _refused(self, exc: DLedgerError) -> PutMessageResult:
-        # Java: an entry that could not be appended (pos -1) is OS_PAGECACHE_BUSY
-        return PutMessageResult(
-            PutMessageStatus.OS_PAGECACHE_BUSY, reason=f"{exc.code.name}: {exc}"
-        )
+        """Java: an entry that could not be appended (its position -1) is OS_PAGECACHE_BUSY,
+        answered with Java's remark (the reason is logged, at debug level)."""
+        log.debug("an append was refused: %s: %s", exc.code.name, exc)
+        return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY)
 
     def _append_one(
         self, msg: MessageExt, topic_b: bytes, props_b: bytes, now: int

@@ -226,7 +226,8 @@ class DefaultMessageStore:
         self._topic_bytes: dict[str, bytes] = {}
         self._cluster_bytes: tuple[str | None, bytes] = (None, b"")  # the one-call puts'
         self._disk_rechecked = float("-inf")
-        # Role and flush type are fixed for a run; the put path reads these flags only.
+        # Role and flush type are fixed for a run (DLedger mode: read_only follows the member's
+        # role, see BrokerController._dledger_roles); the put path reads these flags only.
         self.read_only = config.broker_role is BrokerRole.SLAVE
         self.must_wait = (
             config.flush_disk_type is FlushDiskType.SYNC_FLUSH
@@ -286,8 +287,8 @@ class DefaultMessageStore:
         ``topics``, only for the records whose topic is in what it returns when reput starts a
         run of records (None: every record), the topics whose arrivals the listener acts on.
         (A call per record would cost every put.)"""
-        if self.config.broker_role is BrokerRole.SLAVE:
-            listener = None
+        if self.config.broker_role is BrokerRole.SLAVE and self.dledger is None:
+            listener = None  # (a DLedger member's role changes while it runs: it keeps it)
         self.reput.listener = listener
         self.reput.listener_topics = topics if listener is not None else None
 
@@ -481,7 +482,7 @@ class DefaultMessageStore:
         """Why the store takes no writes now (stopped, slave, disk full), or None."""
         if not self.running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="store stopped")
-        if self.config.broker_role is BrokerRole.SLAVE:
+        if self.read_only:  # a slave (DLedger mode: also a leader not yet made master)
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes"
             )

@@ -67,6 +67,7 @@ class Group:
         self.peers = ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(self.ports))
         self.brokers: dict[str, BrokerController] = {}
         self.scopes: dict[str, trio.CancelScope] = {}
+        self.preferred: str | None = None
 
     def build(self, sid: str) -> BrokerController:
         store_config = MessageStoreConfig(
@@ -76,6 +77,7 @@ class Group:
             d_leger_group=NAME,
             d_leger_peers=self.peers,
             d_leger_self_id=sid,
+            preferred_leader_id=self.preferred,
         )
         dledger = attrs.evolve(from_store_config(store_config), **TIMINGS)
         broker_config = BrokerConfig(
@@ -369,4 +371,33 @@ async def test_a_member_restarted_with_a_torn_tail_catches_up(tmp_path: pathlib.
         assert len(acked) == 35
         for i in range(theirs.ledger_end_index + 1):
             assert back_log.dledger.get(i).encode() == theirs.get(i).encode()
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_preferred_leader_takes_over_and_becomes_master(tmp_path: pathlib.Path) -> None:
+    namesrv = make_namesrv(tmp_path)
+    async with trio.open_nursery() as nursery:
+        ns_port = await nursery.start(namesrv.run)
+        group = Group(tmp_path, ns_port, nursery)
+        group.preferred = "n2"
+        for sid in ("n0", "n1"):  # n2 comes later: another member leads first
+            await group.start(sid)
+        first = await group.master()
+        addrs = [b.broker_addr for b in group.brokers.values()]
+        await topic_admin.create_topic(group.ns, TOPIC, queues=QUEUES, brokers=addrs)
+        async with Producer("dl-producer", group.ns) as producer:
+            acked = await send_all(producer, [b"a-%d" % i for i in range(20)])
+            preferred = await group.start("n2")
+            await topic_admin.create_topic(
+                group.ns, TOPIC, queues=QUEUES, brokers=[preferred.broker_addr]
+            )
+            await wait_until(lambda: group.masters() == ["n2"], timeout=20, what="n2 master")
+            assert first.store_config.broker_role is BrokerRole.SLAVE
+            with trio.fail_after(10):
+                while await group.routed_master() != preferred.broker_addr:
+                    await trio.sleep(0.1)
+            acked |= await send_all(producer, [b"b-%d" % i for i in range(20)])
+        pulled = await pull_all(group.ns, "dl-c3")
+        assert set(acked) <= {b for got in pulled.values() for _, b in got}
+        assert_dense(pulled)
         nursery.cancel_scope.cancel()

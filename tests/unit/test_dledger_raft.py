@@ -349,3 +349,39 @@ def test_role_changes_are_reported_in_order(tmp_path) -> None:
     sim.isolate(leader.self_id)
     sim.run(10_000)
     assert leader.take_role_changes() == [RoleChange(leader.term, Role.CANDIDATE, None)]
+
+
+def test_the_leadership_moves_to_the_preferred_leader_with_nothing_lost(tmp_path) -> None:
+    """preferredLeaderId: a leader that is not preferred hands over to the preferred member
+    once it has every entry (appends refused meanwhile: LEADER_TRANSFERRING), the preferred
+    member takes the next term although the followers hear their leader (leader stickiness
+    does not shield against a preferred member), and nothing committed is lost."""
+    sim = Sim(tmp_path, preferred_leader_ids="n2")
+    sim.stop("n2")  # so that another member leads first
+    first = _elect(sim)
+    first_term = first.term
+    assert first.self_id != "n2"
+    for i in range(20):
+        sim.append(b"m%d" % i)
+    assert sim.run(3000, until=lambda: first.log.committed_index == 19)
+    sim.start("n2")
+    refused = []
+
+    def transferring() -> bool:
+        if first.transferee == "n2" and not refused:
+            with pytest.raises(DLedgerError) as info:
+                first.append(b"during", sim.now)
+            refused.append(info.value.code)
+        return sim.leaders() == ["n2"] and _settled(sim)
+
+    assert sim.run(15_000, until=transferring)
+    assert refused == [ResponseCode.LEADER_TRANSFERRING]
+    new = sim.leader()
+    assert new.self_id == "n2" and new.term > first_term
+    index = sim.append(b"after")
+    assert sim.run(
+        3000, until=lambda: all(n.log.committed_index == index for n in sim.nodes.values())
+    )
+    assert [b for _, b in _entries(new)] == [b"m%d" % i for i in range(20)] + [b"after"]
+    sim.run(5000)  # and it stays with the preferred leader
+    assert sim.leaders() == ["n2"]

@@ -401,3 +401,52 @@ async def test_the_preferred_leader_takes_over_and_becomes_master(tmp_path: path
         assert set(acked) <= {b for got in pulled.values() for _, b in got}
         assert_dense(pulled)
         nursery.cancel_scope.cancel()
+
+
+async def test_the_leader_killed_under_load_loses_nothing_acknowledged(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Producers keep sending while the leader is killed: entries in flight (appended, not
+    yet committed) are lost or kept, but every send answered SEND_OK is consumable from the
+    new leader, and every queue is dense (offsets without holes)."""
+    namesrv = make_namesrv(tmp_path)
+    async with trio.open_nursery() as nursery:
+        ns_port = await nursery.start(namesrv.run)
+        group = Group(tmp_path, ns_port, nursery)
+        for sid in ("n0", "n1", "n2"):
+            await group.start(sid)
+        leader = await group.master()
+        addrs = [b.broker_addr for b in group.brokers.values()]
+        await topic_admin.create_topic(group.ns, TOPIC, queues=QUEUES, brokers=addrs)
+        acked: set[bytes] = set()
+        stop = trio.Event()
+
+        async def produce(producer: Producer, k: int) -> None:
+            i = 0
+            while not stop.is_set():
+                body = b"p%d-%d" % (k, i)
+                i += 1
+                try:
+                    result = await producer.send(Message(TOPIC, body), timeout=3)
+                except MQClientError:
+                    await trio.sleep(0.05)
+                    continue
+                assert result.status == "SEND_OK"
+                acked.add(body)
+
+        async with Producer("dl-load", group.ns) as producer, trio.open_nursery() as load:
+            for k in range(8):
+                load.start_soon(produce, producer, k)
+            await wait_until(lambda: len(acked) >= 100, timeout=20, what="load running")
+            old = next(sid for sid, b in group.brokers.items() if b is leader)
+            group.stop(old)
+            before = len(acked)
+            await wait_until(lambda: len(acked) >= before + 100, timeout=30, what="resumed")
+            stop.set()
+        new_leader = await group.master()
+        assert new_leader is not leader
+        pulled = await pull_all(group.ns, "dl-c4")
+        bodies = {b for got in pulled.values() for _, b in got}
+        assert acked <= bodies, f"{len(acked - bodies)} acknowledged messages lost"
+        assert_dense(pulled)
+        nursery.cancel_scope.cancel()

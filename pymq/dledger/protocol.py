@@ -320,13 +320,26 @@ def _to_json(kind: str, value: Any) -> Any:
     return value
 
 
+_FIELDS: dict[type, tuple[tuple[str, str, str], ...]] = {}
+
+
+def _fields(cls: type) -> tuple[tuple[str, str, str], ...]:
+    """(attribute, JSON key, kind) of a message class's fields, worked out once."""
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = _FIELDS[cls] = tuple(
+            (f.name, f.metadata["key"], f.metadata["kind"]) for f in attrs.fields(cls)
+        )
+    return fields
+
+
 def encode(message: Message) -> bytes:
     """``message`` as fastjson writes it (``JSON.toJSONBytes``)."""
     fields: dict[str, Any] = {}
-    for field in attrs.fields(type(message)):
-        fields[field.metadata["key"]] = _to_json(
-            field.metadata["kind"], getattr(message, field.name)
-        )
+    for name, key, kind in _fields(type(message)):
+        value = getattr(message, name)
+        if value is not None:
+            fields[key] = _to_json(kind, value)
     if isinstance(message, PushEntryRequest):
         fields.update(
             batch=message.batch,
@@ -338,20 +351,13 @@ def encode(message: Message) -> bytes:
     return _dumps({key: fields[key] for key in sorted(fields)})
 
 
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
-
-
 def _dumps(value: dict[str, Any]) -> bytes:
-    """fastjson's form of a message's fields (null fields left out, keys in the given order):
-    the standard library's C encoder writes the same text when nothing in it needs an escape
-    (ids, base64 bodies, numbers: every message in practice); anything else goes through
-    fastjson's writer (pymq.remoting.protocol.fastjson), whose escapes are fastjson's."""
-    text = json.dumps(_without_nulls(value), separators=(",", ":"), allow_nan=False)
+    """fastjson's form of a message's fields (none null: entries have no null field, lists
+    no null item; keys in the given order): the standard library's C encoder writes the same
+    text when nothing in it needs an escape (ids, base64 bodies, numbers: every message in
+    practice); anything else goes through fastjson's writer
+    (pymq.remoting.protocol.fastjson), whose escapes are fastjson's."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     if "\\" in text:
         return dumps(value)
     return text.encode("ascii")
@@ -483,12 +489,11 @@ def decode(cls: type[_M], body: bytes) -> _M:
     if not isinstance(data, dict):
         raise ProtocolError(f"{cls.__name__}: expected a JSON object, got {_shown(data)}")
     values: dict[str, Any] = {}
-    for field in attrs.fields(cls):
-        key = field.metadata["key"]
+    for name, key, kind in _fields(cls):
         raw = data.get(key)
         if raw is None:
             continue
-        values[field.name] = _from_json(key, field.metadata["kind"], raw)
+        values[name] = _from_json(key, kind, raw)
     return cls(**values)
 
 

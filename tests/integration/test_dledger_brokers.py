@@ -121,11 +121,11 @@ class Group:
         await wait_until(lambda: len(self.masters()) == 1, timeout=timeout, what="one master")
         return self.brokers[self.masters()[0]]
 
-    async def routed_master(self) -> str:
+    async def routed_master(self, topic: str = TOPIC) -> str:
         """The address the name server routes the group's master (brokerId 0) to."""
         async with Producer("probe", self.ns) as probe:
             assert probe.client is not None
-            route = await probe.client.fetch_route(TOPIC)
+            route = await probe.client.fetch_route(topic)
         assert route is not None
         (data,) = [d for d in route.broker_datas if d.broker_name == NAME]
         return data.broker_addrs.get(0, "")

@@ -313,6 +313,7 @@ class BrokerController:
         self.slave_sync = SlaveSynchronize(self)
         self._nursery: trio.Nursery | None = None
         self._register_wanted = trio.Event()
+        self._register_lock = trio.Lock()
         self.topic_config_manager.on_change = self._register_wanted.set
         self.registered = trio.Event()
         # Servers the caller adds before run(); see FrontEnd.
@@ -794,6 +795,13 @@ class BrokerController:
         return wrapper
 
     async def register_broker_all(self, *, force: bool) -> None:
+        # One registration at a time, each with the identity of when it starts: a DLedger
+        # role change's registration never overtaken by an older one (a periodic one made
+        # as a slave arriving after the one as master would drop the group's master).
+        async with self._register_lock:
+            await self._register_broker_all(force=force)
+
+    async def _register_broker_all(self, *, force: bool) -> None:
         if self.outer_api is None or not self.outer_api.namesrv_addrs:
             return
         timeout = self.broker_config.register_broker_timeout_mills / 1000

@@ -26,6 +26,12 @@ the ratio, then measures the transaction check service in process: one check rou
 --pending (100,000) due half messages, one over as many committed ones, one over as many young
 ones.
 
+    scripts/benchmark.py --dledger -q 20000   # a 3-broker DLedger group beside SYNC_MASTER
+
+With --dledger: the publish runs against a SYNC_MASTER master/slave pair, then against a
+group of three brokers in DLedger mode (``enableDLegerCommitLog``: a send is answered once two
+of the three have it), each started fresh; a JSON line for each and the ratio of the rates.
+
     scripts/benchmark.py --acl                # what access control costs
 
 With --acl: the broker's check of one signed send and the client's signing are timed alone
@@ -48,6 +54,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,6 +70,7 @@ from pymq.client import (
     TransactionProducer,
 )
 from pymq.client.topics import create_topic
+from pymq.common.serde import loads_lenient
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode
@@ -190,6 +198,8 @@ def _start_servers(
     common = ["--flushDiskType", args.flush, "--mappedFileSizeCommitLog", str(args.file_size)]
     common += getattr(args, "extra_server_args", [])
     common += server_settings(getattr(args, "server_set", []))
+    if getattr(args, "group", False):
+        return _start_group(py, common, tmp, spawn), procs
     if not args.ha:
         for attempt in range(START_ATTEMPTS):
             # Ports found free may be taken before the server binds them (by another process's
@@ -208,22 +218,7 @@ def _start_servers(
                 continue
             break
         return f"127.0.0.1:{ns_port}", procs
-    ns_port = free_port()
-    spawn(
-        [
-            py,
-            "-m",
-            "pymq.namesrv",
-            "--listenPort",
-            str(ns_port),
-            "--bindAddress",
-            "127.0.0.1",
-            "--kvConfigPath",
-            os.path.join(tmp, "kv.json"),
-            "--log-level",
-            "ERROR",
-        ]
-    )
+    ns_port = _start_namesrv(py, tmp, spawn)
     for role, broker_id in ((args.ha, 0), ("SLAVE", 1)):
         spawn(
             [
@@ -258,6 +253,86 @@ def _start_servers(
     return f"127.0.0.1:{ns_port}", procs
 
 
+def _start_namesrv(py: str, tmp: str, spawn: Callable[[list[str]], object]) -> int:
+    ns_port = free_port()
+    spawn(
+        [
+            py,
+            "-m",
+            "pymq.namesrv",
+            "--listenPort",
+            str(ns_port),
+            "--bindAddress",
+            "127.0.0.1",
+            "--kvConfigPath",
+            os.path.join(tmp, "kv.json"),
+            "--log-level",
+            "ERROR",
+        ]
+    )
+    return ns_port
+
+
+def _start_group(py: str, common: list[str], tmp: str, spawn: Callable[[list[str]], object]) -> str:
+    """A name server and three brokers of one DLedger group (--dledger)."""
+    ns_port = _start_namesrv(py, tmp, spawn)
+    peers = ";".join(f"n{i}-127.0.0.1:{free_port()}" for i in range(3))
+    for i in range(3):
+        spawn(
+            [
+                py,
+                "-m",
+                "pymq.broker",
+                "-n",
+                f"127.0.0.1:{ns_port}",
+                "--brokerName",
+                "broker-a",
+                "--enableDLegerCommitLog",
+                "true",
+                "--dLegerGroup",
+                "broker-a",
+                "--dLegerPeers",
+                peers,
+                "--dLegerSelfId",
+                f"n{i}",
+                "--listenPort",
+                str(free_port()),
+                "--brokerIP1",
+                "127.0.0.1",
+                "--brokerIP2",
+                "127.0.0.1",
+                "--bindAddress",
+                "127.0.0.1",
+                "--storePathRootDir",
+                os.path.join(tmp, f"n{i}"),
+                "--log-level",
+                "ERROR",
+                *common,
+            ]
+        )
+    return f"127.0.0.1:{ns_port}"
+
+
+async def wait_for_master(namesrv: str) -> None:
+    """Until the name server routes the group to a master (brokerId 0) that says it is one."""
+    async with open_remoting_client() as client:
+        with trio.fail_after(60):
+            while True:
+                info = await client.invoke(
+                    namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+                )
+                tables: dict[str, Any] = loads_lenient(info.body)["brokerAddrTable"]
+                data: dict[str, Any] = next(iter(tables.values()), {})
+                master = data.get("brokerAddrs", {}).get("0")
+                if master:
+                    runtime = await client.invoke(
+                        master, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+                    )
+                    if json.loads(runtime.body)["table"].get("brokerRole") == "SYNC_MASTER":
+                        return
+                await trio.sleep(0.2)
+
+
 async def wait_for_slave(namesrv: str) -> None:
     async with open_remoting_client() as client:
         with trio.fail_after(20):
@@ -265,7 +340,9 @@ async def wait_for_slave(namesrv: str) -> None:
                 info = await client.invoke(
                     namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
                 )
-                data: dict = next(iter(json.loads(info.body)["brokerAddrTable"].values()), {})
+                data: dict[str, Any] = next(
+                    iter(loads_lenient(info.body)["brokerAddrTable"].values()), {}
+                )
                 master = data.get("brokerAddrs", {}).get("0")
                 if master and len(data.get("brokerAddrs", {})) > 1:
                     runtime = await client.invoke(
@@ -723,7 +800,9 @@ async def main_async(args: argparse.Namespace) -> dict:
         namesrv = args.namesrv
         if not namesrv:
             namesrv, procs = await trio.to_thread.run_sync(start_servers, args, tmp)
-            if args.ha:
+            if getattr(args, "group", False):
+                await wait_for_master(namesrv)
+            elif args.ha:
                 await wait_for_slave(namesrv)
         await create_topic(namesrv, args.topic, queues=args.queues)
         if args.transaction:
@@ -762,7 +841,13 @@ async def main_async(args: argparse.Namespace) -> dict:
             )
         consume_rate = (await consume(args, namesrv, sent))[0] if not args.no_consume else 0.0
         return {
-            "system": args.name if not args.ha else f"{args.name}-{args.ha.lower()}",
+            "system": (
+                f"{args.name}-dledger3"
+                if getattr(args, "group", False)
+                else args.name
+                if not args.ha
+                else f"{args.name}-{args.ha.lower()}"
+            ),
             "n": sent,
             "size": args.size,
             "publish_msgs_per_s": round(publish_rate, 1),
@@ -1311,6 +1396,11 @@ def main() -> int:
         help="run the servers it starts under cProfile, writing FILE.0 (FILE.1, ...) at their "
         "stop (read with python -m pstats; the CPU figures then include the profiler's)",
     )
+    parser.add_argument(
+        "--dledger",
+        action="store_true",
+        help="a SYNC_MASTER pair, then a 3-broker DLedger group: their publish rates",
+    )
     args = parser.parse_args()
     if args.count is None:
         args.count = 5000 if args.grpc else 50000
@@ -1319,6 +1409,23 @@ def main() -> int:
             parser.error("--grpc starts its own pymq: not with -n or --ha")
         result = trio.run(grpc_main, args)
         print(json.dumps(result), flush=True)
+        return 0
+    if args.dledger:
+        if args.namesrv or args.ha or args.acl or args.transaction:
+            parser.error(
+                "--dledger starts its own servers: not with -n, --ha, --acl or --transaction"
+            )
+        rates = []
+        for group in (False, True):
+            run = argparse.Namespace(**vars(args))
+            run.ha, run.group = (None, True) if group else ("SYNC_MASTER", False)
+            result = trio.run(main_async, run)
+            print(json.dumps(result), flush=True)
+            rates.append(result["publish_msgs_per_s"])
+        print(
+            f"DLedger group / SYNC_MASTER publish rate: {rates[1] / max(rates[0], 1e-9):.2f}x",
+            file=sys.stderr,
+        )
         return 0
     if args.acl:
         if args.namesrv or args.ha:

@@ -118,6 +118,12 @@ RESTART_ONLY_KEYS = frozenset(
         "metricsExporterType",
         "metricsPromExporterHost",
         "metricsPromExporterPort",
+        "enableDLegerCommitLog",
+        "dLegerGroup",
+        "dLegerPeers",
+        "dLegerSelfId",
+        "storePathDLedgerCommitLog",
+        "preferredLeaderId",
         *UNSUPPORTED_KEYS,
     }
 )

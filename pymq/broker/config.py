@@ -41,8 +41,6 @@ OWN_CONFIG_FILE = "broker.properties"
 # Keys of RocketMQ's whose non-default value asks for a feature pymq does not have: the broker
 # refuses to start with them (one line naming the key and why) rather than run without it.
 UNSUPPORTED_KEYS: dict[str, str] = {
-    "enableDLegerCommitLog": "DLedger mode (a Raft-replicated commit log) is not available in "
-    "pymq yet; leave it false to run a master/slave group",
     "messageStorePlugIn": "pymq cannot load Java message store plug-ins",
     "fetchNamesrvAddrByAddressServer": "pymq has no address-server client; set namesrvAddr",
     "enableLmq": "light message queues (RocketMQ's MQTT support) are not available in pymq",

@@ -103,6 +103,8 @@ from pymq.common.topic import (
     is_readable,
     is_writeable,
 )
+from pymq.dledger.config import rocketmq_broker_id
+from pymq.dledger.raft import Role, RoleChange
 from pymq.remoting import headers as H
 from pymq.remoting.channel import Channel
 from pymq.remoting.client import RemotingClient
@@ -123,6 +125,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DLEDGER_ROLE_POLL = 0.1
+"""Seconds between a new DLedger leader's checks that its log is committed and dispatched
+(DLedgerRoleChangeHandler sleeps 100 ms)."""
 # BrokerController.start(): the register timer's first run and the bounds of its period.
 REGISTER_INITIAL_DELAY = 10.0
 REGISTER_PERIOD_MIN, REGISTER_PERIOD_MAX = 10.0, 60.0
@@ -188,6 +193,16 @@ class BrokerController:
             config_path or os.path.join(store_config.config_dir, OWN_CONFIG_FILE)
         )
         self.store = store or DefaultMessageStore(store_config)
+        # DLedger mode: a member starts as a slave with RocketMQ's follower id (selfId's number
+        # + 1), and the role changes of its DLedger member make it master or slave again.
+        self._dledger_role: RoleChange | None = None
+        self._dledger_role_wanted = trio.Event()
+        if self.store.dledger is not None:
+            assert store_config.d_leger_self_id is not None  # checked by from_store_config
+            broker_config.broker_id = rocketmq_broker_id(store_config.d_leger_self_id)
+            self.store.dledger.server.on_role_change = self._on_dledger_role
+            # its peers' port listens where the broker's ports do (bindAddress)
+            self.store.dledger.server.host = server_config.bind_address
         config_dir = store_config.config_dir
         self.topic_config_manager = TopicConfigManager(config_dir, broker_config)
         self.consumer_offset_manager = ConsumerOffsetManager(config_dir)
@@ -299,6 +314,7 @@ class BrokerController:
         self.slave_sync = SlaveSynchronize(self)
         self._nursery: trio.Nursery | None = None
         self._register_wanted = trio.Event()
+        self._register_lock = trio.Lock()
         self.topic_config_manager.on_change = self._register_wanted.set
         self.registered = trio.Event()
         # Servers the caller adds before run(); see FrontEnd.
@@ -517,7 +533,10 @@ class BrokerController:
                 )
                 self.client = client
                 self.outer_api = BrokerOuterAPI(client, self.broker_config.namesrv_list())
-                await self._start_ha(nursery)
+                if self.store.dledger is None:
+                    await self._start_ha(nursery)
+                else:
+                    nursery.start_soon(self._dledger_roles)
                 await self.register_broker_all(force=True)
                 self.registered.set()
                 period = min(
@@ -550,7 +569,14 @@ class BrokerController:
                 self._every(
                     nursery, WATER_MARK_PERIOD, self.print_water_mark, WATER_MARK_INITIAL_DELAY
                 )
-                if self.is_slave:
+                if self.store.dledger is not None:
+                    # A member's role changes while it runs: it copies the master's metadata
+                    # while a slave, and runs the masters' services throughout (their puts
+                    # are refused while it is a slave, and retried).
+                    self._every(
+                        nursery, SLAVE_SYNC_PERIOD, self._dledger_slave_sync, SLAVE_SYNC_PERIOD
+                    )
+                if self.is_slave and self.store.dledger is None:
                     self._every(
                         nursery,
                         SLAVE_SYNC_PERIOD,
@@ -655,6 +681,77 @@ class BrokerController:
         if self.store_config.broker_role is BrokerRole.SYNC_MASTER:
             self.store.replica_waiter = self.ha_service.wait_for_replica
 
+    # -- DLedger mode ---------------------------------------------------------------------------
+
+    def _on_dledger_role(self, change: RoleChange) -> None:
+        """The DLedger member's role changes (from its state maintainer): the latest is acted
+        on by :meth:`_dledger_roles` (an earlier one not yet acted on is superseded)."""
+        self._dledger_role = change
+        self._dledger_role_wanted.set()
+
+    async def _dledger_roles(self) -> None:
+        """RocketMQ 4.9.4's DLedgerRoleChangeHandler: a leader becomes the group's master
+        (brokerId 0, SYNC_MASTER) once its log is all committed and dispatched, its topic
+        queue table rebuilt from the consume queues; a follower or candidate becomes a slave
+        (brokerId selfId + 1).  Either registers with the name servers at once."""
+        while True:
+            await self._dledger_role_wanted.wait()
+            self._dledger_role_wanted = trio.Event()
+            change = self._dledger_role
+            assert change is not None
+            if change.role is Role.LEADER:
+                # no writes until the queue offsets are rebuilt (a master that led again in a
+                # new term, its step down superseded, takes none meanwhile either)
+                self.store.read_only = True
+                if not await self._dledger_caught_up(change):
+                    continue
+                store = self.store
+                store.commitlog.topic_queue_table = store.consume_queues.rebuild_topic_queue_table(
+                    store.commitlog.min_offset
+                )
+                self.broker_config.broker_id = 0
+                self.store_config.broker_role = BrokerRole.SYNC_MASTER
+                store.read_only = False
+                self.master_addr = None
+            elif self.store_config.broker_role is BrokerRole.SLAVE:
+                continue  # a candidate's next round, or a follower again: nothing changes
+            else:
+                assert self.store_config.d_leger_self_id is not None
+                self.broker_config.broker_id = rocketmq_broker_id(self.store_config.d_leger_self_id)
+                self.store_config.broker_role = BrokerRole.SLAVE
+                self.store.read_only = True
+            log.info(
+                "DLedger %s in term %d: the broker is now %s (brokerId %d)",
+                change.role.value,
+                change.term,
+                self.store_config.broker_role.name,
+                self.broker_config.broker_id,
+            )
+            await self.register_broker_all(force=True)
+
+    async def _dledger_caught_up(self, change: RoleChange) -> bool:
+        """Wait until the leader's log is committed to its end and dispatched (True), or until
+        it no longer leads in ``change``'s term or a newer change came (False)."""
+        dledger = self.store.dledger
+        assert dledger is not None
+        while self._dledger_role is change:
+            node = dledger.server.node
+            if node is None or node.role is not Role.LEADER or node.term != change.term:
+                return False
+            log_store = dledger.dledger
+            if log_store.ledger_end_index == -1 or (
+                log_store.ledger_end_index == log_store.committed_index
+                and self.store.reput.behind_bytes == 0
+            ):
+                return True
+            self.store.reput.wakeup()
+            await trio.sleep(DLEDGER_ROLE_POLL)
+        return False
+
+    async def _dledger_slave_sync(self) -> None:
+        if self.is_slave and self.master_addr:
+            await self.slave_sync.sync_all()
+
     @staticmethod
     def _every(
         nursery: trio.Nursery,
@@ -701,6 +798,13 @@ class BrokerController:
         return wrapper
 
     async def register_broker_all(self, *, force: bool) -> None:
+        # One registration at a time, each with the identity of when it starts: a DLedger
+        # role change's registration never overtaken by an older one (a periodic one made
+        # as a slave arriving after the one as master would drop the group's master).
+        async with self._register_lock:
+            await self._register_broker_all(force=force)
+
+    async def _register_broker_all(self, *, force: bool) -> None:
         if self.outer_api is None or not self.outer_api.namesrv_addrs:
             return
         timeout = self.broker_config.register_broker_timeout_mills / 1000

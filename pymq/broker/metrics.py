@@ -169,6 +169,7 @@ PMDT_SUFFIXES = (
     "5to10s",
     "10stomore",
 )
+DLEDGER_LABELS = ["cluster", "brokerName", "group", "selfId"]
 # The rocketmq_client_* gauges: metric name -> ConsumeStatus field.
 CLIENT_GAUGES = {
     "rocketmq_client_consume_fail_msg_count": "consumeFailedMsgs",
@@ -243,6 +244,7 @@ class BrokerCollector(Collector):
         yield from self._clients()
         yield from self._timers()
         yield from self._grpc()
+        yield from self._dledger()
 
     def _clients(self) -> Iterator[Metric]:
         for name, field in CLIENT_GAUGES.items():
@@ -517,6 +519,34 @@ class BrokerCollector(Collector):
         for (group, topic), count in sorted(counts.items()):
             inflight.add_metric([cluster, "broker", broker_name, topic, group], count)
         yield inflight
+
+    def _dledger(self) -> Iterator[Metric]:
+        """pymq's own, in DLedger mode: the member's term, whether it leads, its log's end and
+        committed index (labels: cluster, brokerName, group, selfId), and on the leader each
+        follower's lag in entries (label ``peer`` added)."""
+        dledger = self.broker.store.dledger
+        if dledger is None:
+            return
+        status = dledger.server.status()
+        cluster, broker_name, _ = self._names()
+        labels = [cluster, broker_name, status["group"], status["selfId"]]
+        for name, text, value in (
+            ("pymq_dledger_term", "DLedger term", status["term"]),
+            ("pymq_dledger_is_leader", "1 when this member leads", status["role"] == "LEADER"),
+            ("pymq_dledger_ledger_end_index", "Last index in the log", status["ledgerEndIndex"]),
+            ("pymq_dledger_committed_index", "Committed index", status["committedIndex"]),
+        ):
+            gauge = GaugeMetricFamily(name, text, labels=DLEDGER_LABELS)
+            gauge.add_metric(labels, float(value))
+            yield gauge
+        lag = GaugeMetricFamily(
+            "pymq_dledger_follower_lag",
+            "Entries a follower is known to be missing (on the leader)",
+            labels=[*DLEDGER_LABELS, "peer"],
+        )
+        for peer, follower in status.get("followers", {}).items():
+            lag.add_metric([*labels, peer], follower["lag"])
+        yield lag
 
     def _broker_nums(self) -> Iterator[Metric]:
         cluster, broker_name, addr = self._names()

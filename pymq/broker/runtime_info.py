@@ -15,7 +15,10 @@ same state, documented here:
 * ``putMessageDistributeTime`` / ``putLatency99`` / ``putLatency999`` /
   ``putMessageEntireTimeMax``: the commit-log append's duration (pymq.store.put_stats).
 
-pymq adds keys of its own (``brokerRole``, ``flushDiskType``, ``diskFull``, HA state, ...);
+pymq adds keys of its own (``brokerRole``, ``flushDiskType``, ``diskFull``, HA state, ...;
+in DLedger mode ``dLedgerSelfId``, ``dLedgerGroup``, ``dLedgerRole``, ``dLedgerTerm``,
+``dLedgerLeaderId``, ``dLedgerLedgerEndIndex``, ``dLedgerCommittedIndex`` and, on the leader,
+``dLedgerFollowerLag``: ``n1:0;n2:3``, entries each follower is known to be missing);
 Java's tools ignore keys they do not know.
 """
 
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
     from pymq.broker.controller import BrokerController
 
 BROKER_VERSION_DESC = "V4_9_4"
+# The DLedger member's status fields shown as dLedger<Field> (DLedgerServer.status).
+DLEDGER_KEYS = ("selfId", "group", "role", "term", "leaderId", "ledgerEndIndex", "committedIndex")
 # Integer.MAX_VALUE: remainTransientStoreBufferNumbs without a transient store pool.
 NO_TRANSIENT_POOL = 2**31 - 1
 
@@ -140,4 +145,12 @@ def runtime_info(broker: BrokerController) -> dict[str, str]:
     ):
         if key in store_info:
             info.setdefault(key, store_info[key])
+    if store.dledger is not None:
+        dledger = store.dledger.server.status()
+        for key in DLEDGER_KEYS:
+            value = dledger[key]
+            info[f"dLedger{key[0].upper()}{key[1:]}"] = "" if value is None else str(value)
+        info["dLedgerFollowerLag"] = ";".join(
+            f"{pid}:{peer['lag']}" for pid, peer in dledger.get("followers", {}).items()
+        )
     return info

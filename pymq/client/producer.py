@@ -453,6 +453,20 @@ class Producer(ClientService):
 
     # -- routes and queues ----------------------------------------------------------------
 
+    async def _route_after_failure(self, topic: str, code: int | None = None) -> None:
+        """A send to a master that is gone (``code`` None: no answer) or no longer a master
+        (``code`` SERVICE_NOT_AVAILABLE; other refusals change nothing) -- a DLedger group's
+        failover -- fetches the topic's route again before the next try, rather than at the
+        next refresh (every 30 s): the next try goes to the new master once the name server
+        knows it."""
+        assert self.client is not None
+        if code is not None and code != ResponseCode.SERVICE_NOT_AVAILABLE:
+            return
+        try:
+            await self.client.fetch_route(topic)
+        except MQClientError as exc:
+            log.debug("route of %s after a failed send: %s", topic, exc)
+
     def _cached_queues(self, topic: str) -> tuple[object, list[MessageQueue], bool] | None:
         """:meth:`publish_queues`' answer kept for ``topic``, while its route is the client's."""
         assert self.client is not None
@@ -490,6 +504,9 @@ class Producer(ClientService):
             if self.client.master_addr(name):
                 queues.append(MessageQueue(topic, name, queue_id))
         if not queues:
+            # a group without a master now (a DLedger group electing one): the next send
+            # asks the name server again rather than waiting for the next route refresh
+            self.client.routes.pop(topic, None)
             raise MQClientError(ResponseCode.TOPIC_NOT_EXIST, f"no writable queue for {topic}")
         if not from_default:
             # Valid while the client keeps this route object (a refresh replaces it).
@@ -893,6 +910,7 @@ class Producer(ClientService):
                     answer = await channel.invoke(request, timeout)
             except RemotingError as exc:
                 last_error, last_broker = exc, mq.broker_name
+                await self._route_after_failure(topic)
                 continue
             if type(answer) is tuple:  # the plain SUCCESS, read from its frame
                 _, msg_id, queue_id, queue_offset, _ = answer
@@ -907,6 +925,7 @@ class Producer(ClientService):
                 last_broker = mq.broker_name
                 if response.code in (ResponseCode.MESSAGE_ILLEGAL, ResponseCode.NO_PERMISSION):
                     break  # another queue would refuse it as well
+                await self._route_after_failure(topic, response.code)
                 continue
             try:
                 head = _SendResponse.from_ext(response.ext_fields)

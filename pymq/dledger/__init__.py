@@ -10,7 +10,9 @@ version RocketMQ 4.9.4 ships), rebuilt for pymq (issue #42).
 - :mod:`.raft`: the election and replication rules as a sans-IO state machine (time and
   randomness are given to it).
 
-Not wired into the broker yet: ``enableDLegerCommitLog=true`` is refused at start
-(pymq.broker.config.UNSUPPORTED_KEYS).  This package imports only ``common`` and ``remoting``,
-so that the store can import it when it is wired.
+- :mod:`.server`: a member on Trio, serving its peers on its ``dLegerPeers`` port.
+
+Wired into the broker by ``enableDLegerCommitLog=true``: pymq.store.dledger_commitlog keeps
+the commit log in a member's store, and BrokerController acts on its role changes (the leader
+registers as the master).  This package imports only ``common`` and ``remoting``.
 """

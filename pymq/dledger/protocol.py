@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import enum
+import json
 from typing import Any, ClassVar, TypeVar
 
 import attrs
@@ -318,13 +320,26 @@ def _to_json(kind: str, value: Any) -> Any:
     return value
 
 
+_FIELDS: dict[type, tuple[tuple[str, str, str], ...]] = {}
+
+
+def _fields(cls: type) -> tuple[tuple[str, str, str], ...]:
+    """(attribute, JSON key, kind) of a message class's fields, worked out once."""
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = _FIELDS[cls] = tuple(
+            (f.name, f.metadata["key"], f.metadata["kind"]) for f in attrs.fields(cls)
+        )
+    return fields
+
+
 def encode(message: Message) -> bytes:
     """``message`` as fastjson writes it (``JSON.toJSONBytes``)."""
     fields: dict[str, Any] = {}
-    for field in attrs.fields(type(message)):
-        fields[field.metadata["key"]] = _to_json(
-            field.metadata["kind"], getattr(message, field.name)
-        )
+    for name, key, kind in _fields(type(message)):
+        value = getattr(message, name)
+        if value is not None:
+            fields[key] = _to_json(kind, value)
     if isinstance(message, PushEntryRequest):
         fields.update(
             batch=message.batch,
@@ -333,7 +348,19 @@ def encode(message: Message) -> bytes:
             lastEntryIndex=message.last_entry_index,
             totalSize=message.total_size,
         )
-    return dumps({key: fields[key] for key in sorted(fields)})
+    return _dumps({key: fields[key] for key in sorted(fields)})
+
+
+def _dumps(value: dict[str, Any]) -> bytes:
+    """fastjson's form of a message's fields (none null: entries have no null field, lists
+    no null item; keys in the given order): the standard library's C encoder writes the same
+    text when nothing in it needs an escape (ids, base64 bodies, numbers: every message in
+    practice); anything else goes through fastjson's writer
+    (pymq.remoting.protocol.fastjson), whose escapes are fastjson's."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    if "\\" in text:
+        return dumps(value)
+    return text.encode("ascii")
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -435,6 +462,10 @@ def _from_json(key: str, kind: str, value: Any) -> Any:
 
 
 _M = TypeVar("_M", bound=Message)
+_NOT_READ = object()
+_FAST_OPENINGS = 64
+"""A body opening at most this many objects and arrays is read by the C parser first (a vote,
+a heartbeat, a push of a few entries: base64 bodies open none); more, by fastjson's reader."""
 
 
 def decode(cls: type[_M], body: bytes) -> _M:
@@ -443,19 +474,26 @@ def decode(cls: type[_M], body: bytes) -> _M:
     base64, an entry whose size disagrees with its body, or a list over its limit.  Fields
     ``cls`` does not have are ignored (as fastjson does); a missing or null field keeps its
     Java default."""
-    try:
-        data = loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"{cls.__name__}: not JSON ({exc})") from None
+    data: Any = _NOT_READ
+    text = bytes(body)
+    if text.count(b"{") + text.count(b"[") <= _FAST_OPENINGS:
+        # the standard library's C parser for standard JSON (what members write: a message
+        # opens a handful of objects); fastjson's reader, with its nesting limit, for the rest
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            data = json.loads(text.decode("utf-8"))
+    if data is _NOT_READ:
+        try:
+            data = loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"{cls.__name__}: not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ProtocolError(f"{cls.__name__}: expected a JSON object, got {_shown(data)}")
     values: dict[str, Any] = {}
-    for field in attrs.fields(cls):
-        key = field.metadata["key"]
+    for name, key, kind in _fields(cls):
         raw = data.get(key)
         if raw is None:
             continue
-        values[field.name] = _from_json(key, field.metadata["kind"], raw)
+        values[name] = _from_json(key, kind, raw)
     return cls(**values)
 
 

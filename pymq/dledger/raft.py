@@ -38,7 +38,16 @@ raised by a Java member) and a log as long as the leader's (an idle group).  Suc
 stays a candidate until the leader next changes; DLedger 0.2.6 leaves such a member out the
 same way whenever its log is behind.  The window is shorter than a follower's own heartbeat
 timeout (``maxHeartBeatLeak`` x interval), so a real election after a leader failure is not
-slowed.  (Leadership transfer, not built yet, will have to let its transferee through.)
+slowed.  Stickiness does not shield against a preferred leader (``preferredLeaderIds``) or
+the member a leader is handing over to: leadership transfer must let them through.
+
+Leadership transfer (DLedger 0.2.6's checkPreferredLeader / handleLeadershipTransfer /
+handleTakeLeadership): once a second a leader that is not preferred picks the preferred member
+least behind (under ``maxLeadershipTransferWaitIndex`` entries), refuses appends
+(LEADER_TRANSFERRING) until that member has every entry, then sends it LEADERSHIP_TRANSFER;
+the transferee stands at once in the next term with the take-leadership vote intervals.  The
+transferee answers as soon as its campaign starts (DLedger answers once it is decided); a
+transfer not done within 3 x ``leadershipTransferWaitTimeout`` is given up.
 
 Leader: heartbeats every ``heartBeatTimeIntervalMs`` in rounds as DLedger's; a leader without
 a quorum of successful answers for ``maxHeartBeatLeak`` intervals steps down to candidate (and
@@ -48,9 +57,20 @@ entry back to where the logs agree, TRUNCATE the follower there (its entries pas
 diverging point are dropped; committed ones never are: the store refuses), then APPEND entries
 in order (at most :data:`MAX_PENDING_PUSHES` in flight, one re-sent after
 ``maxPushTimeOutMs`` without an answer) and a COMMIT every second when idle.  The commit index
-is the index a majority (the leader included) has, and is taken only when that entry is of the
-leader's own term (Raft's rule; DLedger 0.2.6 also commits older terms' entries that way,
-which Raft's figure 8 shows unsafe: a leader's older entries commit with its first new one).
+is the index a majority (the leader included) has in the leader's term, as DLedger 0.2.6's
+QuorumAckChecker takes it: water marks are kept per current term (a follower's is set once
+COMPARE/TRUNCATE found where its log agrees with the leader's, then by its APPEND answers),
+and the entry at that index commits whatever its term (``updateCommittedIndex`` does not look
+at it).  So a new leader commits its predecessor's uncommitted entries as soon as a majority
+agrees, with no write of its own: RocketMQ 4.9.4's DLedgerRoleChangeHandler waits for
+``ledgerEndIndex == committedIndex`` before the broker becomes master, which Raft's stricter
+rule (only entries of the leader's term commit by counting) would make wait for ever on an
+idle group.  Raft's usual remedy, a no-op entry at the start of each term, is not open to a
+member of a RocketMQ group: every entry body is dispatched as a message record, and 4.9.4's
+reput has no body it skips cleanly (a body that fails its check with a positive size is
+skipped, but its ``readSize`` is not advanced, so the rest of that read is dropped).  The
+cost is Raft's figure-8 case, as in Java: an entry of an older term that a leader replicated
+to a majority can still be overwritten by a later leader whose log ends in a bigger term.
 
 Follower: applies pushes as DLedger's ``EntryHandler`` (an APPEND must be the next index, or
 one it already holds identically; a gap is answered INCONSISTENT_STATE at once, sending the
@@ -104,6 +124,8 @@ COMMIT_PUSH_INTERVAL_MS = 1000
 """An idle leader tells each follower its commit index this often (DLedger: 1 s)."""
 PUSH_RETRY_MS = 500
 """After a failed COMPARE or TRUNCATE, the next one waits this long (DLedger: 500 ms)."""
+PREFERRED_CHECK_MS = 1000
+"""A leader looks for a preferred leader to hand over to this often (DLedger: 1 s)."""
 VOTE_ROUND_BASE_MS = 2000
 """A vote round lasts at most this + a random part of ``maxVoteIntervalMs`` (DLedger)."""
 
@@ -248,6 +270,14 @@ class RaftNode:
         self._acks: dict[int, tuple[int, float]] = {}  # index -> (term, appended at)
         self._done: list[Ack] = []
         self._role_changes: list[RoleChange] = []
+        # leadership transfer (preferredLeaderIds): as the leader, the member it hands over
+        # to (appends refused meanwhile) and since when; as the transferee, the term it takes
+        self._preferred = config.preferred_leaders()
+        self.transferee: str | None = None
+        self._transfer_since = 0.0
+        self._transfer_asked = False
+        self._last_preferred_check = now
+        self.term_to_take_leadership = -1
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -259,6 +289,12 @@ class RaftNode:
 
     def _next_vote_time(self, now: float) -> float:
         c = self.config
+        if self.term_to_take_leadership == self.term and self.self_id in self._preferred:
+            low, high = (
+                c.min_take_leadership_vote_interval_ms,
+                c.max_take_leadership_vote_interval_ms,
+            )
+            return now + self._rand(low, high)
         return now + self._rand(c.min_vote_interval_ms, c.max_vote_interval_ms)
 
     def _set_term(self, term: int, vote_for: str | None) -> None:
@@ -312,6 +348,7 @@ class RaftNode:
             self._role_changes.append(change)
 
     def _leave_leadership(self) -> None:
+        self.transferee = None
         self._beat_round = None
         self._dispatch = {}
         for index in self._acks:
@@ -332,6 +369,7 @@ class RaftNode:
         if self.role is Role.LEADER:
             sends = self._maintain_leader(now)
             sends += self._push(now)
+            sends += self._transfer(now)
             self._expire_acks(now)
             return sends
         if self.role is Role.FOLLOWER:
@@ -459,6 +497,78 @@ class RaftNode:
             for pid in self.others
         ]
 
+    # -- leadership transfer (DLedgerServer.checkPreferredLeader, handleLeadershipTransfer) -----
+
+    def _transfer(self, now: float) -> list[Send]:
+        """Once a second a leader that is not a preferred leader picks the preferred member
+        least behind (less than ``maxLeadershipTransferWaitIndex`` entries, and known to the
+        pushes of this term) and stops taking appends; once that member has every entry it is
+        asked to take the leadership over (LEADERSHIP_TRANSFER).  A transfer not done within
+        ``leadershipTransferWaitTimeout`` x 3 is given up, and appends resume."""
+        if self.transferee is not None:
+            if now - self._transfer_since > 3 * self.config.leadership_transfer_wait_timeout:
+                self.transferee = None
+                return []
+            peer = self._dispatch.get(self.transferee)
+            end = self.log.ledger_end_index
+            if self._transfer_asked or peer is None or peer.match < end:
+                return []
+            self._transfer_asked = True
+            request = LeadershipTransferRequest(
+                group=self.group,
+                local_id=self.self_id,
+                remote_id=self.transferee,
+                leader_id=self.self_id,
+                term=self.term,
+                transfer_id=self.self_id,
+                transferee_id=self.transferee,
+                take_leadership_ledger_index=end,
+            )
+            return [Send(self.transferee, request)]
+        if not self._preferred or self.self_id in self._preferred:
+            return []
+        if now - self._last_preferred_check < PREFERRED_CHECK_MS:
+            return []
+        self._last_preferred_check = now
+        end = self.log.ledger_end_index
+        behind = {
+            pid: end - self._dispatch[pid].match
+            for pid in self._preferred
+            if pid in self._dispatch and self._dispatch[pid].match >= 0
+        }
+        if not behind:
+            return []
+        pid = min(behind, key=lambda p: behind[p])
+        if behind[pid] >= self.config.max_leadership_transfer_wait_index:
+            return []
+        self.transferee, self._transfer_since, self._transfer_asked = pid, now, False
+        return []
+
+    def _on_transfer(self, request: LeadershipTransferRequest, response: Message | None) -> None:
+        if self.role is not Role.LEADER or request.term != self.term:
+            return
+        if response is None or response.code != ResponseCode.SUCCESS.value:
+            self.transferee = None  # appends resume; tried again at a later check
+
+    def _take_leadership(self, request: LeadershipTransferRequest) -> LeadershipTransferResponse:
+        """As the transferee: stand at once in the next term, with the take-leadership vote
+        intervals (DLedgerLeaderElector.handleTakeLeadership).  Answered at once: SUCCESS once
+        the campaign has started (DLedger answers when it is decided)."""
+        answer = LeadershipTransferResponse()
+        self._base(answer, request)
+        if request.transferee_id != self.self_id:
+            answer.code = ResponseCode.UNEXPECTED_ARGUMENT.value
+        elif request.term != self.term:
+            answer.code = ResponseCode.INCONSISTENT_TERM.value
+        elif self.log.ledger_end_index < request.take_leadership_ledger_index:
+            answer.code = ResponseCode.TAKE_LEADERSHIP_FAILED.value
+        else:
+            self.term_to_take_leadership = request.term + 1
+            self._to_candidate(request.term + 1)
+            self.need_increase_term = True
+        answer.term = self.term
+        return answer
+
     def _parse_beats(self, now: float) -> None:
         rnd = self._beat_round
         assert rnd is not None
@@ -484,6 +594,8 @@ class RaftNode:
             self._on_vote(peer, request, response, now)
         elif isinstance(request, HeartBeatRequest):
             self._on_beat(peer, request, response, now)
+        elif isinstance(request, LeadershipTransferRequest):
+            self._on_transfer(request, response)
         elif isinstance(request, PushEntryRequest):
             self._on_push(peer, request, response, now)
             return self._push(now)
@@ -552,9 +664,12 @@ class RaftNode:
         if isinstance(request, GetEntriesRequest):
             return self._client_get(request)
         assert isinstance(request, LeadershipTransferRequest)
-        answer = self._base(LeadershipTransferResponse(), request)
-        answer.code = ResponseCode.UNSUPPORTED.value
-        return answer
+        return self._take_leadership(request)
+
+    def _may_take_over(self, candidate: str) -> bool:
+        """A candidate a live leader does not shield against: the member this leader hands
+        over to, or a preferred leader (the member a leader hands over to)."""
+        return candidate == self.transferee or candidate in self._preferred
 
     def _sticky(self, now: float) -> bool:
         """Whether this member has a live leader (Raft's leader stickiness)."""
@@ -589,7 +704,7 @@ class RaftNode:
                     return answer(VoteResult.REJECT_ALREADY_HAS_LEADER)
                 return answer(VoteResult.REJECT_ALREADY_VOTED)
         else:
-            if not self_vote and self._sticky(now):
+            if not self_vote and self._sticky(now) and not self._may_take_over(candidate):
                 return answer(VoteResult.REJECT_ALREADY_HAS_LEADER)
             self._to_candidate(request.term)
             self.need_increase_term = True
@@ -813,8 +928,6 @@ class RaftNode:
         quorum_index = marks[len(marks) // 2]
         if quorum_index <= self.log.committed_index or quorum_index < 0:
             return
-        if self.log.term_at(quorum_index) != self.term:
-            return  # Raft: only entries of this term commit by counting
         self.log.update_committed_index(quorum_index)
         for index in [i for i in self._acks if i <= self.log.committed_index]:
             del self._acks[index]
@@ -826,15 +939,26 @@ class RaftNode:
         """Append ``body`` as the leader; DLedgerError NOT_LEADER (also once the leader has
         gone ``maxHeartBeatLeak`` heartbeats without a quorum), LEADER_PENDING_FULL, or the
         store's.  Its outcome comes from :meth:`take_acks`."""
-        if self.role is not Role.LEADER or now - self.last_succ_heartbeat > self._leak:
-            raise DLedgerError(ResponseCode.NOT_LEADER, f"{self.self_id} does not lead")
-        if len(self._acks) >= self.config.max_pending_requests_num:
-            raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, "too many appends waiting")
+        self.check_appendable(1, now)
         entry = self.log.append_as_leader(body, self.term)
         self._acks[entry.index] = (self.term, now)
         if not self.others:
             self._advance_commit()
         return entry
+
+    def check_appendable(self, count: int, now: float) -> None:
+        """DLedgerError unless ``count`` entries can be appended here now: NOT_LEADER (also
+        once the leader has gone ``maxHeartBeatLeak`` heartbeats without a quorum),
+        LEADER_TRANSFERRING while it hands the leadership over, LEADER_PENDING_FULL beyond
+        ``maxPendingRequestsNum`` waiting."""
+        if self.role is not Role.LEADER or now - self.last_succ_heartbeat > self._leak:
+            raise DLedgerError(ResponseCode.NOT_LEADER, f"{self.self_id} does not lead")
+        if self.transferee is not None:
+            raise DLedgerError(
+                ResponseCode.LEADER_TRANSFERRING, f"handing the leadership to {self.transferee}"
+            )
+        if len(self._acks) + count > self.config.max_pending_requests_num:
+            raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, "too many appends waiting")
 
     def _expire_acks(self, now: float) -> None:
         limit = self.config.max_wait_ack_time_ms
@@ -842,6 +966,11 @@ class RaftNode:
             if now - at > limit:
                 del self._acks[index]
                 self._done.append(Ack(index, -1, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT))
+
+    def match_indexes(self) -> dict[str, int]:
+        """A leader's view of each follower: the last index known to match its log (-1 until
+        a comparison found it); empty unless leading."""
+        return {pid: peer.match for pid, peer in self._dispatch.items()}
 
     def take_role_changes(self) -> list[RoleChange]:
         """The roles taken since the last call, in order (what RocketMQ's

@@ -19,8 +19,8 @@ its own.  A request body that is not the message its code names is answered with
 message's response carrying UNEXPECTED_ARGUMENT and the reason (a Java member sends no
 answer at all).
 
-Not wired into the broker yet (issue #42): :meth:`DLedgerServer.append` is the way in for
-tests and for the coming DLedgerCommitLog.
+The broker's way in is :meth:`DLedgerServer.append_nowait` then :meth:`~DLedgerServer.wait_ack`
+(pymq.store.dledger_commitlog); :meth:`DLedgerServer.append` does both.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ class DLedgerServer:
         host: str = "0.0.0.0",
         rng: random.Random | None = None,
         on_role_change: Callable[[RoleChange], None] | None = None,
+        store: DLedgerFileStore | None = None,
     ) -> None:
         config.check()
         self.config = config
@@ -87,9 +88,17 @@ class DLedgerServer:
         self.on_role_change = on_role_change
         self.node: RaftNode | None = None
         self.store: DLedgerFileStore | None = None
+        self._given_store = store
+        self.on_commit: Callable[[], None] | None = None
+        """Called (it must not block) when the committed index has moved: the broker's
+        dispatch of committed entries is woken by it."""
+        self._last_committed = -2
+        """A store its owner opened and closes (RocketMQ's DLedgerCommitLog reads it before
+        the member starts and after it stops); else run() opens and closes its own."""
         self._client: RemotingClient | None = None
         self._nursery: trio.Nursery | None = None
         self._waiters: dict[int, tuple[trio.Event, list[Ack]]] = {}
+        self._decided: dict[int, Ack] = {}  # outcomes of append_nowait's entries, not yet taken
         self._connecting: dict[str, list[Send]] = {}
         self._wake = trio.Event()
 
@@ -97,13 +106,38 @@ class DLedgerServer:
     def now() -> float:
         return trio.current_time() * 1000.0
 
+    def status(self) -> dict[str, Any]:
+        """What the tools show of this member: its id and group, role, term, leader, its log's
+        end and committed index, and as the leader each follower's match index and lag
+        (entries the follower is known to be missing)."""
+        node, store = self.node, self.store
+        status: dict[str, Any] = {
+            "selfId": self.config.self_id,
+            "group": self.config.group,
+            "peers": self.config.peers,
+            "role": node.role.value if node is not None else "STOPPED",
+            "term": node.term if node is not None else -1,
+            "leaderId": node.leader_id if node is not None else None,
+            "ledgerEndIndex": store.ledger_end_index if store is not None else -1,
+            "committedIndex": store.committed_index if store is not None else -1,
+        }
+        if node is not None and store is not None:
+            status["followers"] = {
+                pid: {"matchIndex": match, "lag": store.ledger_end_index - match}
+                for pid, match in sorted(node.match_indexes().items())
+            }
+        return status
+
     # -- running ---------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started`` gets the port."""
         config = self.config
-        store = DLedgerFileStore(config)
-        await trio.to_thread.run_sync(store.open)
+        store = self._given_store
+        owned = store is None
+        if store is None:
+            store = DLedgerFileStore(config)
+            await trio.to_thread.run_sync(store.open)
         term, vote = load_term(config.default_path)
         self.store = store
         self.node = RaftNode(
@@ -133,7 +167,7 @@ class DLedgerServer:
             self.node = None  # appends from now on: LEADER_NOT_READY
             self._fail_waiters()
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(store.close)
+                await trio.to_thread.run_sync(store.close if owned else store.flush)
 
     async def _maintain(self) -> None:
         node = self.node
@@ -280,35 +314,59 @@ class DLedgerServer:
         """Append ``body`` on this member (the leader) and wait for its outcome: SUCCESS once
         a majority has it, WAIT_QUORUM_ACK_TIMEOUT or TERM_CHANGED otherwise; DLedgerError
         (NOT_LEADER, LEADER_PENDING_FULL, ...) when it cannot be appended here."""
+        return await self.wait_ack(self.append_nowait(body).index)
+
+    def append_nowait(self, body: bytes) -> DLedgerEntry:
+        """Append ``body`` on this member (the leader) now; its outcome is :meth:`wait_ack`'s
+        (kept until the node decides it, whether or not anyone waits).  DLedgerError
+        (NOT_LEADER, LEADER_PENDING_FULL, LEADER_NOT_READY, the store's) when it cannot be
+        appended here."""
         node = self.node
         if node is None:
             raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
         entry = node.append(body, self.now())
+        self._waiters[entry.index] = (trio.Event(), [])
         self._wake.set()
-        return await self._wait(entry)
+        return entry
+
+    async def wait_ack(self, index: int) -> Ack:
+        """The outcome of the entry :meth:`append_nowait` appended at ``index``."""
+        self._deliver_acks()
+        waiter = self._waiters.get(index)
+        if waiter is not None:
+            await waiter[0].wait()
+        ack = self._decided.pop(index, None)
+        return ack if ack is not None else Ack(index, -1, ResponseCode.UNKNOWN)
 
     async def _wait(self, entry: DLedgerEntry) -> Ack:
-        event = trio.Event()
-        box: list[Ack] = []
-        self._waiters[entry.index] = (event, box)
+        self._waiters[entry.index] = (trio.Event(), [])
         self._wake.set()
-        self._deliver_acks()
-        await event.wait()
-        return box[0]
+        return await self.wait_ack(entry.index)
 
     def _deliver_acks(self) -> None:
         node = self.node
         if node is None:
             return
+        committed = node.log.committed_index
+        if committed != self._last_committed:
+            self._last_committed = committed
+            if self.on_commit is not None:
+                self.on_commit()
         for ack in node.take_acks():
             waiter = self._waiters.pop(ack.index, None)
             if waiter is not None:
                 waiter[1].append(ack)
                 waiter[0].set()
+                # for wait_ack, which may come after the outcome (the oldest dropped beyond
+                # maxPendingRequestsNum: answered UNKNOWN if asked for at last)
+                self._decided[ack.index] = ack
+                if len(self._decided) > self.config.max_pending_requests_num:
+                    del self._decided[next(iter(self._decided))]
 
     def _fail_waiters(self) -> None:
         for index, (event, box) in self._waiters.items():
             box.append(Ack(index, -1, ResponseCode.TERM_CHANGED))
+            self._decided[index] = box[0]
             event.set()
         self._waiters.clear()
 

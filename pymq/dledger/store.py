@@ -68,6 +68,10 @@ POS_OFFSET = 4 + 4 + 8 + 8
 HEADER_SIZE = POS_OFFSET + 8 + 4 + 4 + 4
 BODY_OFFSET = HEADER_SIZE + 4
 MAX_ENTRY_SIZE = 4 * 1024 * 1024
+RECENT_BYTES = 16 * 1024 * 1024
+RECENT_ENTRIES = 65536
+"""Bounds of the newest entries a store keeps in memory besides its files (bodies' bytes,
+entries): the entries the leader pushes and acknowledges, read without a pread."""
 
 CHECK_POINT_FILE = "checkpoint"
 END_INDEX_KEY = "endIndex"
@@ -464,6 +468,11 @@ class DLedgerFileStore:
         self.ledger_end_term = -1
         self.committed_index = -1
         self.committed_pos = -1
+        # The entries this store wrote last (a leader pushes each to every follower and
+        # acknowledges it, a follower compares against it: reads of the newest entries), by
+        # index, at most RECENT_BYTES of bodies; dropped past a truncation.
+        self._recent: dict[int, DLedgerEntry] = {}
+        self._recent_bytes = 0
 
     # -- open / close -------------------------------------------------------------------------
 
@@ -653,6 +662,11 @@ class DLedgerFileStore:
         self.ledger_end_term = entry.term
         if self.ledger_begin_index == -1:
             self.ledger_begin_index = entry.index
+        recent = self._recent
+        recent[entry.index] = entry
+        self._recent_bytes += len(entry.body)
+        while self._recent_bytes > RECENT_BYTES or len(recent) > RECENT_ENTRIES:
+            self._recent_bytes -= len(recent.pop(next(iter(recent))).body)
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -670,6 +684,9 @@ class DLedgerFileStore:
 
     def pos_and_size(self, index: int) -> tuple[int, int]:
         self._index_check(index)
+        cached = self._recent.get(index)
+        if cached is not None:
+            return cached.pos, cached.size
         raw = self.index.read(index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
         if raw is None:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"no index entry for {index}")
@@ -677,6 +694,9 @@ class DLedgerFileStore:
         return pos, size
 
     def get(self, index: int) -> DLedgerEntry:
+        cached = self._recent.get(index)
+        if cached is not None and self.ledger_begin_index <= index <= self.ledger_end_index:
+            return cached
         pos, size = self.pos_and_size(index)
         raw = self.data.read(pos, size)
         if raw is None:
@@ -693,6 +713,9 @@ class DLedgerFileStore:
         if index == -1:
             return -1
         self._index_check(index)
+        cached = self._recent.get(index)
+        if cached is not None:
+            return cached.term
         raw = self.index.read(index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
         if raw is None:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"no index entry for {index}")
@@ -714,6 +737,8 @@ class DLedgerFileStore:
             )
         if index == self.ledger_end_index:
             return
+        for dropped in [i for i in self._recent if i > index]:
+            self._recent_bytes -= len(self._recent.pop(dropped).body)
         if index < self.ledger_begin_index:
             position = self.get(self.ledger_begin_index).pos if self.data.files else 0
             new_term = -1

@@ -674,6 +674,10 @@ class CommitLog:
         first = self.queue.first_file
         return first.file_from_offset if first is not None else 0
 
+    def holds_no_data(self) -> bool:
+        """True when the log has no file (recovery then drops the consume queues)."""
+        return not self.queue.files
+
     def roll_next_file(self, offset: int) -> int:
         return offset + self.file_size - offset % self.file_size
 

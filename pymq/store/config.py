@@ -168,7 +168,7 @@ class MessageStoreConfig:
     # of GET_BROKER_CONFIG until set).  Read and checked by pymq.dledger.config.from_store_config
     # (the group, the peers "n0-host:port;n1-host:port;...", this broker's id among them, the
     # data directory (default <storePathRootDir>/dledger-<selfId>/data) and the peer ids that
-    # should lead); no effect while enableDLegerCommitLog is refused.
+    # should lead); used only with enableDLegerCommitLog (pymq.store.dledger_commitlog).
     d_leger_group: str | None = attrs.field(default=None, metadata={"key": "dLegerGroup"})
     d_leger_peers: str | None = attrs.field(default=None, metadata={"key": "dLegerPeers"})
     d_leger_self_id: str | None = attrs.field(default=None, metadata={"key": "dLegerSelfId"})

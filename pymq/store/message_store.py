@@ -45,6 +45,7 @@ from pymq.common.record import (
     tear_safe_properties,
 )
 from pymq.common.topic import SCHEDULE_TOPIC
+from pymq.dledger.config import DLedgerConfig, from_store_config
 from pymq.store import checkpoint as ckpt
 from pymq.store.clean_service import (
     CleanCommitLogService,
@@ -54,6 +55,7 @@ from pymq.store.clean_service import (
 from pymq.store.commitlog import CommitLog, DispatchHint
 from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig, WriteAdvice
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
+from pymq.store.dledger_commitlog import DLedgerCommitLog, DLedgerReputMessageService
 from pymq.store.flush_service import (
     AnswerSink,
     CommitLogFlushService,
@@ -156,7 +158,11 @@ class DefaultMessageStore:
         disk_ratio: Callable[[str], float] = disk_used_ratio,
         mtime: Callable[[str], float] = os.path.getmtime,
         readahead: Callable[[str], int | None] = readahead_kb,
+        dledger_config: DLedgerConfig | None = None,
     ) -> None:
+        """``dledger_config``: with ``enableDLegerCommitLog``, the DLedger member's settings
+        (default: :func:`pymq.dledger.config.from_store_config` of ``config``; tests give
+        shorter timings)."""
         self.config = config = config or MessageStoreConfig()
         self.clock_ms = clock_ms
         retry_s = config.mapped_file_create_retry_interval / 1000
@@ -167,14 +173,28 @@ class DefaultMessageStore:
         # more); otherwise the advice follows the writes (CommitLog._weigh_advice).
         advise_writes = self._advises_writes(config, readahead)
         self.allocator = MappedFileAllocator(retry_s, warm=warm, advise_writes=advise_writes)
-        self.commitlog = CommitLog(
-            config.store_path_commitlog,
-            config.mapped_file_size_commit_log,
-            self.allocator,
-            clock_ms,
-            warm=warm,
-            advise_writes=advise_writes,
-        )
+        self.commitlog: CommitLog
+        self.dledger: DLedgerCommitLog | None = None
+        """The DLedger commit log (also :attr:`commitlog`) in DLedger mode, else None."""
+        if config.enable_d_leger_commit_log:
+            self.commitlog = self.dledger = DLedgerCommitLog(
+                config.store_path_commitlog,
+                dledger_config or from_store_config(config),
+                self.allocator,
+                clock_ms,
+            )
+            # every put waits for a majority (the leader is a SYNC_MASTER; until a role
+            # change makes it one, a member is a slave and takes no writes)
+            config.broker_role = BrokerRole.SLAVE
+        else:
+            self.commitlog = CommitLog(
+                config.store_path_commitlog,
+                config.mapped_file_size_commit_log,
+                self.allocator,
+                clock_ms,
+                warm=warm,
+                advise_writes=advise_writes,
+            )
         self.index: IndexService | None = (
             IndexService(config.index_dir, config.max_hash_slot_num, config.max_index_num, clock_ms)
             if config.message_index_enable
@@ -186,7 +206,9 @@ class DefaultMessageStore:
             self.index,
             config.delay_levels_ms(),
         )
-        self.reput = ReputMessageService(self.commitlog, self.consume_queues, retry_s)
+        self.reput = (ReputMessageService if self.dledger is None else DLedgerReputMessageService)(
+            self.commitlog, self.consume_queues, retry_s
+        )
         # Between begin_run and end_run, puts leave their dispatch to end_run.
         self._in_run = False
         self._run_puts_from = 0  # put_message_times_total when the run began
@@ -197,19 +219,24 @@ class DefaultMessageStore:
         self.clean_commitlog = CleanCommitLogService(
             self.commitlog, config, clock_ms, disk_ratio, mtime
         )
+        self.replica_waiter: ReplicaWaiter | None = None
         self.clean_consume_queue = CleanConsumeQueueService(
             self.commitlog, self.consume_queues, self.index, config
         )
-        self.replica_waiter: ReplicaWaiter | None = None
         self._topic_bytes: dict[str, bytes] = {}
         self._cluster_bytes: tuple[str | None, bytes] = (None, b"")  # the one-call puts'
         self._disk_rechecked = float("-inf")
-        # Role and flush type are fixed for a run; the put path reads these flags only.
+        # Role and flush type are fixed for a run (DLedger mode: read_only follows the member's
+        # role, see BrokerController._dledger_roles); the put path reads these flags only.
         self.read_only = config.broker_role is BrokerRole.SLAVE
         self.must_wait = (
             config.flush_disk_type is FlushDiskType.SYNC_FLUSH
             or config.broker_role is BrokerRole.SYNC_MASTER
+            or self.dledger is not None
         )
+        if self.dledger is not None:
+            self.replica_waiter = self.dledger.wait_quorum
+            self.dledger.server.on_commit = self.reput.wakeup
         self.last_exit_ok = True
         self.running = False
         self.start_time_ms = 0
@@ -260,8 +287,8 @@ class DefaultMessageStore:
         ``topics``, only for the records whose topic is in what it returns when reput starts a
         run of records (None: every record), the topics whose arrivals the listener acts on.
         (A call per record would cost every put.)"""
-        if self.config.broker_role is BrokerRole.SLAVE:
-            listener = None
+        if self.config.broker_role is BrokerRole.SLAVE and self.dledger is None:
+            listener = None  # (a DLedger member's role changes while it runs: it keeps it)
         self.reput.listener = listener
         self.reput.listener_topics = topics if listener is not None else None
 
@@ -303,7 +330,7 @@ class DefaultMessageStore:
             )
             log.warning("the last exit was not clean: recovering the commit log abnormally")
             end = self.commitlog.recover_abnormally(check_crc, bound, self.consume_queues)
-        if not self.commitlog.queue.files:
+        if self.commitlog.holds_no_data():
             self.consume_queues.destroy_all()
             if self.index is not None:
                 self.index.destroy()
@@ -339,6 +366,8 @@ class DefaultMessageStore:
             async with trio.open_nursery() as nursery:
                 await nursery.start(self.allocator.run)
                 await nursery.start(self.reput.run)
+                if self.dledger is not None:
+                    await nursery.start(self.dledger.server.run)
                 if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
                     await nursery.start(self.flush_commitlog.run_group_commit)
                 else:
@@ -453,7 +482,7 @@ class DefaultMessageStore:
         """Why the store takes no writes now (stopped, slave, disk full), or None."""
         if not self.running:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="store stopped")
-        if self.config.broker_role is BrokerRole.SLAVE:
+        if self.read_only:  # a slave (DLedger mode: also a leader not yet made master)
             return PutMessageResult(
                 PutMessageStatus.SERVICE_NOT_AVAILABLE, reason="a slave does not accept writes"
             )
@@ -961,9 +990,14 @@ class DefaultMessageStore:
 
     async def _wait_durable(self, result: PutMessageResult, wait: str | None) -> PutMessageResult:
         """SYNC_FLUSH and SYNC_MASTER: wait for the disk and the slave unless WAIT=false."""
+        end = result.wrote_offset + result.wrote_bytes
+        if self.dledger is not None:  # always (Java's DLedgerCommitLog ignores WAIT)
+            status = await self.dledger.wait_quorum(end)
+            if status is not PutMessageStatus.PUT_OK:
+                result.status = status
+            return result
         if not _waits(wait):
             return result
-        end = result.wrote_offset + result.wrote_bytes
         if self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             assert self.flush_commitlog is not None
             if not await self.flush_commitlog.wait_flushed(

@@ -53,7 +53,6 @@ def test_the_refused_entries_are_the_keys_the_broker_refuses() -> None:
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("enableDLegerCommitLog", "true"),
         ("messageStorePlugIn", "com.example.Plugin"),
         ("fetchNamesrvAddrByAddressServer", "true"),
         ("enableLmq", "true"),

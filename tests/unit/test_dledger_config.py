@@ -175,12 +175,11 @@ def test_check_refuses_unusable_timings_and_sizes(changes) -> None:
         DLedgerConfig(**{"group": "g", "peers": PEERS, **changes}).check()
 
 
-def test_dledger_mode_is_still_refused_at_start_with_one_line(tmp_path) -> None:
+def test_dledger_mode_without_its_keys_is_refused_at_start_with_one_line(tmp_path) -> None:
     configs = build_configs(
         None,
         {
             "enableDLegerCommitLog": "true",
-            "dLegerGroup": "g",
             "dLegerPeers": PEERS,
             "dLegerSelfId": "n0",
             "storePathRootDir": str(tmp_path),
@@ -189,6 +188,6 @@ def test_dledger_mode_is_still_refused_at_start_with_one_line(tmp_path) -> None:
     with pytest.raises(ConfigError) as info:
         BrokerController(*configs)
     message = str(info.value)
-    assert message.startswith("enableDLegerCommitLog=true: DLedger mode")
+    assert message.startswith("dLegerGroup must be set when enableDLegerCommitLog=true")
     assert "\n" not in message
     assert not (tmp_path / "abort").exists()

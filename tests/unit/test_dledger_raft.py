@@ -173,9 +173,10 @@ def test_commit_needs_a_majority(tmp_path) -> None:
     assert sim.nodes[a].log.ledger_end_index == index
 
 
-def test_older_terms_entries_commit_only_with_one_of_the_new_term(tmp_path) -> None:
-    """Raft's rule (figure 8): a new leader does not commit its predecessor's entries by
-    counting copies; they commit with its first entry of its own term."""
+def test_older_terms_entries_commit_by_the_new_terms_water_marks(tmp_path) -> None:
+    """DLedger 0.2.6's rule, which RocketMQ's role change relies on: a new leader commits its
+    predecessor's uncommitted entries once a majority agrees in its own term, with no write
+    of its own (else an idle group's new leader would never become the broker's master)."""
     sim = Sim(tmp_path)
     old = _elect(sim)
     index = old.append(b"of the old term", sim.now).index
@@ -186,10 +187,9 @@ def test_older_terms_entries_commit_only_with_one_of_the_new_term(tmp_path) -> N
     assert all(n.log.committed_index < index for n in sim.nodes.values() if n is not old)
     sim.stop(old.self_id)
     new = _elect(sim)
-    sim.run(3000)
-    assert new.log.ledger_end_index == index and new.log.committed_index < index
-    mine = sim.append(b"of the new term")
-    assert sim.run(3000, until=lambda: new.log.committed_index == mine)
+    assert new.term > old.term
+    assert sim.run(3000, until=lambda: new.log.committed_index == index)
+    assert new.log.ledger_end_index == index  # nothing of its own term was needed
 
 
 def test_a_follower_with_a_divergent_tail_is_compared_back_and_truncated(tmp_path) -> None:
@@ -349,3 +349,39 @@ def test_role_changes_are_reported_in_order(tmp_path) -> None:
     sim.isolate(leader.self_id)
     sim.run(10_000)
     assert leader.take_role_changes() == [RoleChange(leader.term, Role.CANDIDATE, None)]
+
+
+def test_the_leadership_moves_to_the_preferred_leader_with_nothing_lost(tmp_path) -> None:
+    """preferredLeaderId: a leader that is not preferred hands over to the preferred member
+    once it has every entry (appends refused meanwhile: LEADER_TRANSFERRING), the preferred
+    member takes the next term although the followers hear their leader (leader stickiness
+    does not shield against a preferred member), and nothing committed is lost."""
+    sim = Sim(tmp_path, preferred_leader_ids="n2")
+    sim.stop("n2")  # so that another member leads first
+    first = _elect(sim)
+    first_term = first.term
+    assert first.self_id != "n2"
+    for i in range(20):
+        sim.append(b"m%d" % i)
+    assert sim.run(3000, until=lambda: first.log.committed_index == 19)
+    sim.start("n2")
+    refused = []
+
+    def transferring() -> bool:
+        if first.transferee == "n2" and not refused:
+            with pytest.raises(DLedgerError) as info:
+                first.append(b"during", sim.now)
+            refused.append(info.value.code)
+        return sim.leaders() == ["n2"] and _settled(sim)
+
+    assert sim.run(15_000, until=transferring)
+    assert refused == [ResponseCode.LEADER_TRANSFERRING]
+    new = sim.leader()
+    assert new.self_id == "n2" and new.term > first_term
+    index = sim.append(b"after")
+    assert sim.run(
+        3000, until=lambda: all(n.log.committed_index == index for n in sim.nodes.values())
+    )
+    assert [b for _, b in _entries(new)] == [b"m%d" % i for i in range(20)] + [b"after"]
+    sim.run(5000)  # and it stays with the preferred leader
+    assert sim.leaders() == ["n2"]

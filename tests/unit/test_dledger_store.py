@@ -229,6 +229,9 @@ def test_truncate_as_dledger_follower_keeps_or_replaces_the_leaders_entry(tmp_pa
     for e in new[1:]:
         follower.append_as_follower(e)
     assert [follower.get(i) for i in range(9)] == [leader.get(i) for i in range(9)]
+    # the files say the same as the reads of the newest entries (kept in memory)
+    reread = _reopen(follower)
+    assert [reread.get(i) for i in range(9)] == [leader.get(i) for i in range(9)]
 
 
 def _filled(tmp_path: Path, n: int = 20) -> list[DLedgerEntry]:

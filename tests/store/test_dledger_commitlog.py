@@ -1,0 +1,113 @@
+"""The store in DLedger mode (pymq.store.dledger_commitlog) with a group of one member, which
+elects itself and commits alone: records are DLedger entry bodies whose physical offsets are
+entry positions + 48 (Java's DLedgerCommitLog), consume queues point there, a restart keeps
+everything, a store that is not to take writes refuses them, and a plain commit log with data
+is not taken over."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import attrs
+import pytest
+
+from pymq.common.config import ConfigError
+from pymq.common.record import decode_record
+from pymq.dledger.config import from_store_config
+from pymq.dledger.store import BODY_OFFSET
+from pymq.store import GetMessageStatus, PutMessageStatus
+from pymq.store.config import BrokerRole
+from pymq.store.message_store import DefaultMessageStore
+from tests.helpers import free_port, wait_until
+from tests.store.helpers import make_message, running_store, small_config
+
+FAST = {
+    "heart_beat_time_interval_ms": 100,
+    "min_vote_interval_ms": 10,
+    "max_vote_interval_ms": 30,
+    "mapped_file_size_for_entry_data": 64 * 1024,
+}
+
+
+def dledger_config(root: str, port: int) -> object:
+    return small_config(
+        root,
+        enable_d_leger_commit_log=True,
+        d_leger_group="g",
+        d_leger_peers=f"n0-127.0.0.1:{port}",
+        d_leger_self_id="n0",
+    )
+
+
+def kwargs(config: object) -> dict[str, object]:
+    return {"dledger_config": attrs.evolve(from_store_config(config), **FAST)}  # type: ignore[arg-type]
+
+
+async def leading(store: DefaultMessageStore) -> None:
+    """Wait until the member leads, then let the store take writes (the broker's role
+    change does this once its log is committed and dispatched)."""
+    assert store.dledger is not None
+    server = store.dledger.server
+    await wait_until(
+        lambda: server.node is not None and server.node.role.value == "LEADER",
+        timeout=10,
+        what="the member leads",
+    )
+    store.config.broker_role = BrokerRole.SYNC_MASTER
+    store.read_only = False
+
+
+async def test_records_are_entry_bodies_at_entry_positions_plus_48(tmp_path) -> None:
+    config = dledger_config(str(tmp_path), free_port())
+    async with running_store(config, **kwargs(config)) as store:  # type: ignore[arg-type]
+        await leading(store)
+        results = [await store.put(make_message(body=b"m%d" % i)) for i in range(20)]
+        assert [r.status for r in results] == [PutMessageStatus.PUT_OK] * 20
+        assert results[0].wrote_offset == BODY_OFFSET  # the first entry is at 0
+        for r, nxt in itertools.pairwise(results):
+            assert nxt.wrote_offset == r.wrote_offset + r.wrote_bytes + BODY_OFFSET
+        assert [r.logic_offset for r in results] == list(range(20))
+        for r in results:
+            record = store.select_one_message_by_offset(r.wrote_offset)
+            assert record is not None and len(record) == r.wrote_bytes
+            # PHYSICALOFFSET (record offset 28) names the record's own offset, as the id does
+            assert struct.unpack_from(">q", record, 28)[0] == r.wrote_offset
+            assert r.msg_id.endswith(f"{r.wrote_offset:016X}")
+        await wait_until(lambda: store.get_max_offset_in_queue("TopicTest", 0) == 20, timeout=5)
+        got = store.get_message("g", "TopicTest", 0, 0, 32)
+        assert got.status is GetMessageStatus.FOUND
+        assert [decode_record(m).body for m in got.messages] == [b"m%d" % i for i in range(20)]
+        assert store.commitlog.max_offset == results[-1].wrote_offset + results[-1].wrote_bytes
+    # restarted: the log, the queue and the queue offsets go on
+    async with running_store(config, **kwargs(config)) as store:  # type: ignore[arg-type]
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 20
+        await leading(store)
+        again = await store.put(make_message(body=b"after"))
+        assert again.status is PutMessageStatus.PUT_OK and again.logic_offset == 20
+
+
+async def test_a_store_not_yet_made_master_refuses_writes(tmp_path) -> None:
+    config = dledger_config(str(tmp_path), free_port())
+    async with running_store(config, **kwargs(config)) as store:  # type: ignore[arg-type]
+        assert store.read_only and store.config.broker_role is BrokerRole.SLAVE
+        await leading(store)
+        # a leader whose queue offsets are being rebuilt: writes refused, nothing appended
+        store.read_only = True
+        refused = await store.put(make_message(body=b"early"))
+        assert refused.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert store.dledger is not None and store.dledger.dledger.ledger_end_index == -1
+        store.read_only = False
+        ok = await store.put(make_message(body=b"now"))
+        assert ok.status is PutMessageStatus.PUT_OK and ok.logic_offset == 0
+
+
+async def test_a_plain_commit_log_with_data_is_not_taken_over(tmp_path) -> None:
+    plain = small_config(str(tmp_path))
+    async with running_store(plain) as store:
+        assert (await store.put(make_message())).status is PutMessageStatus.PUT_OK
+    config = dledger_config(str(tmp_path), free_port())
+    store = DefaultMessageStore(config, **kwargs(config))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="without DLedger mode"):
+        store._open()  # the blocking load and recovery of store.run
+    assert store.lock._fd == -1  # let go: the files were closed

@@ -349,3 +349,24 @@ async def test_a_timer_beyond_the_roll_window_is_put_again_and_arrives_on_time(
         assert rolls >= 2
         assert await in_queue(cluster.broker.store, TIMER_TOPIC) == 1 + rolls
         assert msg.topic == "Rolled" and "REAL_TOPIC" not in msg.properties
+
+
+async def test_a_timer_is_put_at_its_own_due_time_not_at_its_slots_end(
+    pymq_cluster: Cluster,
+) -> None:
+    """The service takes a slot as it begins and puts each timer when it falls due: a timer
+    due early in its slot is not held until the slot is over (up to one precision late)."""
+    ns = pymq_cluster.namesrv_addr
+    precision = pymq_cluster.broker.store.config.timer_precision_ms
+    await topics.create_topic(ns, "OnTime", brokers=[pymq_cluster.broker_addr])
+    receiver = Receiver()
+    due = (now_ms() // precision + 3) * precision + precision // 10  # early in its slot
+    async with Producer("P", ns) as producer:
+        await producer.send(Message("OnTime", b"x", properties={"TIMER_DELIVER_MS": str(due)}))
+    async with PushConsumer("G", ns, receiver, consume_from=FIRST) as consumer:
+        await consumer.subscribe("OnTime")
+        await receiver.wait_for(1)
+    _, msg = receiver.got[0]
+    slot_end = (due // precision + 1) * precision  # where a slot handed out whole would put it
+    put_at = int(msg.properties["TIMER_DEQUEUE_MS"])
+    assert due <= put_at < slot_end, (due, put_at, slot_end)

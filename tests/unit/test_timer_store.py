@@ -321,3 +321,23 @@ def test_a_slot_hands_out_its_timers_earliest_due_first(tmp_path: os.PathLike[st
     slot = store.take_due(T0 + 1000)
     assert slot is not None and slot.slot_ms == T0
     assert [e.phy_offset for e in slot.due] == [5, 1, 3, 2, 0, 4]
+
+
+def test_a_slot_taken_ahead_holds_its_not_yet_due_timers_as_due(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """``ahead_ms``: the service takes a slot as it begins (and puts each timer at its due
+    time); its timers are handed out as due, a roll past the slot's end still as rolled."""
+    store = make(tmp_path, roll_window_slots=2)
+    store.open(T0)
+    assert store.enter(T0 + 100, 1, 1, now_ms=T0)
+    assert store.enter(T0 + 900, 2, 1, now_ms=T0)
+    assert store.enter(T0 + 5_000, 3, 1, now_ms=T0)  # past the window: in its last slot
+    assert store.take_due(T0) is None  # the slot is not over
+    slot = store.take_due(T0, ahead_ms=1000)
+    assert slot is not None and slot.slot_ms == T0
+    assert [e.phy_offset for e in slot.due] == [1, 2] and slot.rolled == []
+    assert store.read_ms == T0 + 1000 and store.delivered_ms == T0  # the caller sets it
+    assert store.take_due(T0 + 10, ahead_ms=1000) is None  # the next slot has not begun
+    rolled = store.take_due(T0 + 1000, ahead_ms=1000)
+    assert rolled is not None and [e.phy_offset for e in rolled.rolled] == [3]

@@ -294,7 +294,8 @@ async def test_a_recall_of_a_timer_beyond_the_roll_window_meets_it_in_its_slot(
             await receiver.wait_for(b"kept")
             await trio.sleep(1.0)
         assert receiver.bodies() == [b"kept"]
-        assert int(receiver.got[0].properties["TIMER_ROLL_TIMES"]) >= 3
+        # Rolled at each window's last slot (taken as it begins): 2 or 3 times in 3.5 s.
+        assert int(receiver.got[0].properties["TIMER_ROLL_TIMES"]) >= 2
         assert cluster.broker.timer.recalled == 1
 
 

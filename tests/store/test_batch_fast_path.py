@@ -1,5 +1,5 @@
 """The batch fast path (``DefaultMessageStore.put_now`` of a ``BatchBody``,
-``_recordc.encode_batch``) writes what the general path writes for the same request:
+``_commitlogc.encode_run``) writes what the general path writes for the same request:
 ``SendProcessor._batch_messages`` decoding the items into messages with the broker's stored
 properties, then ``put_now`` of the decoded messages.  Same commit-log bytes, answer, queue
 offsets, dispatch hints and WAIT; and every case it leaves to the general path changes nothing."""
@@ -36,7 +36,7 @@ from tests.store.helpers import running_store, small_config
 native_extension = c_functions()
 
 pytestmark = pytest.mark.skipif(
-    getattr(native_extension, "encode_batch", None) is None, reason="needs the C extension"
+    getattr(native_extension, "encode_run", None) is None, reason="needs the C extension"
 )
 
 NOW = 1_800_000_000_123
@@ -44,7 +44,7 @@ NOW = 1_800_000_000_123
 
 @pytest.fixture(autouse=True, scope="module", params=["pwrite", "map"])
 def batch_write(request):
-    """Every test with batches written by pwrite (CommitLog.append_batch_body's way for large
+    """Every test with batches written by pwrite (CommitLog.append_run's way for large
     ones) and through the map (small ones)."""
     saved = commitlog.PWRITE_BATCH_MIN
     commitlog.PWRITE_BATCH_MIN = 0 if request.param == "pwrite" else 1 << 62
@@ -319,17 +319,18 @@ def test_no_reference_leaks_over_many_calls(tmp_path):
     import mmap
     import sys
 
-    encode = native_extension.encode_batch
+    encode = native_extension.encode_run
     buf = mmap.mmap(-1, 1 << 20)
     body = encode_batch_body(
         [BatchItem(b"x" * 100, 0, {"TAGS": "t", "KEYS": "a b", "UNIQ_KEY": "U", "WAIT": "no"})] * 4
     )
     topic = "LeakTopic"
+    topics, table = {topic: b"LeakTopic"}, {}
 
     def once(data: bytes, limit: int = 1 << 20) -> object:
         return encode(
-            buf, 0, limit, data, 0, 0, b"LeakTopic", b"C", topic, 0, 0, 1, b"\x7f\x00\x00\x01",
-            9, 2, b"\x7f\x00\x00\x01", 10911, 0, 1 << 20,
+            buf, 0, limit, 0, [(topic, 0, data, None, 0, 0, 1, 0)], topics, table, lambda: 2,
+            b"C", b"\x7f\x00\x00\x01", 9, b"\x7f\x00\x00\x01", 10911, 1 << 20, 0, "S", None,
         )  # fmt: skip
 
     for data, limit in ((body, 1 << 20), (body[:-1], 1 << 20), (body, 300)):
@@ -347,7 +348,7 @@ def test_no_reference_leaks_over_many_calls(tmp_path):
     buf.close()
 
 
-# --- single sends (put_now of a SingleSend, _recordc.encode_single) ---------------------------
+# --- single sends (put_now of a SingleSend, a run of one through encode_run) ------------------
 
 
 def _single_header(props: str, flag: int = 0, sys_flag: int = 0, reconsume: int | None = None):

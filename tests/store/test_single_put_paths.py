@@ -1,4 +1,4 @@
-"""put_now of a SingleSend (CommitLog.append_single_fast underneath): it keeps
+"""put_now of a SingleSend (CommitLog.append_run underneath): it keeps
 warmMapedFileEnable's chunk ahead of the writer as CommitLog.append_message does, and stores
 each sender's own born host (packed once per peer)."""
 

@@ -259,9 +259,9 @@ undo:
  * file_from_offset, each as the general path (SendProcessor._single_message or
  * _batch_messages, then CommitLog.append_messages) stores it: the broker's stored properties
  * (WAIT=true left out, CLUSTER added last).  Each entry is a tuple (topic, queue_id, body,
- * properties, flag, sys_flag, born_timestamp, reconsume_times): a single send (body bytes,
- * properties its request's str; any DELAY or TRAN_MSG is Python's), or, with properties None,
- * a SEND_BATCH_MESSAGE body (any buffer; flag unused) whose items become records of that topic
+ * properties, flag, sys_flag, born_timestamp, reconsume_times), the body any buffer: a single
+ * send (properties its request's str; any DELAY or TRAN_MSG is Python's), or, with properties
+ * None, a SEND_BATCH_MESSAGE body (flag unused) whose items become records of that topic
  * and queue with consecutive queue offsets, all or none (a DELAY other than "0" is Python's).
  * Its topic's bytes come from the dict topic_bytes, its queue offset from the dict queue_table
  * keyed by (topic, queue_id) (0 when absent; set past the entry's records once they are
@@ -347,9 +347,8 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
         if (is_stop == -1 && PyErr_Occurred()) goto failed;
         if (is_stop == 0) break;
         int batch = props == Py_None;
-        if (!batch && (!PyBytes_Check(body) || !PyUnicode_Check(props))) {
-            PyErr_SetString(PyExc_TypeError,
-                            "encode_run: body bytes and properties str, or properties None");
+        if (!batch && !PyUnicode_Check(props)) {
+            PyErr_SetString(PyExc_TypeError, "encode_run: properties must be a str or None");
             goto failed;
         }
         if (arg_int(queue_id, "queue_id", I32_MIN, I32_MAX, &fp.queue_id) < 0 ||
@@ -402,23 +401,25 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
         Py_ssize_t first = PyList_GET_SIZE(rows);
         PyObject *wait = NULL;
         long long end = -1;
+        /* The body: any buffer, held while it is read (after the clock, which is Python). */
+        Py_buffer data;
+        if (PyBytes_CheckExact(body)) {
+            data.buf = PyBytes_AS_STRING(body);
+            data.len = PyBytes_GET_SIZE(body);
+            data.obj = NULL;
+        } else if (PyObject_GetBuffer(body, &data, PyBUF_SIMPLE) < 0) {
+            Py_DECREF(key);
+            goto failed;
+        }
         if (batch) {
-            Py_buffer data;
-            if (PyObject_GetBuffer(body, &data, PyBUF_SIMPLE) < 0) {
-                Py_DECREF(key);
-                goto failed;
-            }
             end = write_batch_body(base, pos, limit, file_from, &fp, data.buf, data.len,
                                    queue_offset, topic, hint_type, rows, &wait);
-            PyBuffer_Release(&data);
         } else {
             stored_names names;
             long long size = -1;
-            if (pos <= limit && PyBytes_GET_SIZE(body) <= I32_MAX)
-                size = write_stored_record(base + pos, limit - pos, &fp,
-                                           (const unsigned char *)PyBytes_AS_STRING(body),
-                                           PyBytes_GET_SIZE(body), (int32_t)flag,
-                                           PyUnicode_1BYTE_DATA(props),
+            if (pos <= limit && data.len <= I32_MAX)
+                size = write_stored_record(base + pos, limit - pos, &fp, data.buf, data.len,
+                                           (int32_t)flag, PyUnicode_1BYTE_DATA(props),
                                            PyUnicode_GET_LENGTH(props), queue_offset,
                                            file_from + pos, items, &names);
             if (size >= 0) {
@@ -435,6 +436,7 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
                 }
             }
         }
+        if (data.obj != NULL) PyBuffer_Release(&data);
         if (end < 0) {
             Py_DECREF(key);
             if (end == -1) break; /* Python judges it; bytes past pos are junk */

@@ -380,8 +380,8 @@ def _run_entry(
     if sys_flag & stop_flags or topic == stop_topic:
         return None
     batch = props is None
-    if not batch and (not isinstance(body, bytes) or not isinstance(props, str)):
-        raise TypeError("encode_run: body bytes and properties str, or properties None")
+    if not batch and not isinstance(props, str):
+        raise TypeError("encode_run: properties must be a str or None")
     queue_id = _arg_int(queue_id_obj, "queue_id", *_I32)
     flag = _arg_int(flag, "flag", *_I32)
     born_ts = _arg_int(born_ts, "born_timestamp", *_I64)
@@ -403,16 +403,16 @@ def _write_entry(
     """One entry's records written from buf[pos] below limit, their hint rows appended to
     ``rows``: the write position after them and the stored WAIT value (a batch's first
     item's); None when the general path judges the entry (nothing added to rows)."""
+    with memoryview(body) as view:
+        data = bytes(view)
     if props is None:
-        with memoryview(body) as view:
-            data = bytes(view)
         return _write_batch_body(
             buf, pos, limit, file_from, fp, data, queue_offset, hint_type, rows
         )
     out = None
-    if pos <= limit and len(body) <= _I32[1]:
+    if pos <= limit and len(data) <= _I32[1]:
         out = _write_stored_record(
-            buf, pos, limit - pos, fp, True, bytes(body), flag, props.encode("ascii"),
+            buf, pos, limit - pos, fp, True, data, flag, props.encode("ascii"),
             queue_offset, file_from + pos,
         )  # fmt: skip
     if out is None:
@@ -462,11 +462,11 @@ def encode_run_py(
     general path (SendProcessor._single_message or _batch_messages, then
     CommitLog.append_messages) stores it: the broker's stored properties (WAIT=true left out,
     CLUSTER added last).  Each of ``entries`` is (topic, queue_id, body, properties, flag,
-    sys_flag, born_timestamp, reconsume_times): a single send (body bytes, properties its
-    request's str; any DELAY or TRAN_MSG is the general path's), or, with properties None, a
-    SEND_BATCH_MESSAGE body (any buffer; flag unused) whose items become records of that topic
-    and queue with consecutive queue offsets, all or none (a DELAY other than "0" is the
-    general path's).  Its topic's bytes come from ``topic_bytes``, its queue offset from
+    sys_flag, born_timestamp, reconsume_times), the body any buffer: a single send
+    (properties its request's str; any DELAY or TRAN_MSG is the general path's), or, with
+    properties None, a SEND_BATCH_MESSAGE body (flag unused) whose items become records of
+    that topic and queue with consecutive queue offsets, all or none (a DELAY other than "0"
+    is the general path's).  Its topic's bytes come from ``topic_bytes``, its queue offset from
     ``queue_table`` keyed by (topic, queue_id) (0 when absent; set past the entry's records
     once they are written: the commit), its store time from ``clock()`` (None: the wall
     clock).  Stops at the first entry whose topic is missing from topic_bytes, whose sys_flag

@@ -73,3 +73,23 @@ def test_fast_single_puts_store_each_senders_born_host(tmp_path) -> None:
             assert set(store.commitlog._born_ips) == {"10.0.0.1", "10.0.0.2", "10.0.0.3"}
 
     trio.run(main)
+
+
+def test_a_body_of_any_buffer_takes_the_one_call_put(tmp_path) -> None:
+    """The inline path hands the request's body as the frame's slice (bytes, bytearray or a
+    memoryview): each is put in one call, as bytes are, and stored alike."""
+    from pymq.common.message_ext import MessageExt
+
+    async def main() -> None:
+        async with running_store(small_config(str(tmp_path))) as store:
+            first = MessageExt(topic="T", body=b"first", born_host=("10.0.0.1", 1))
+            assert store.put_now(first).status.name == "PUT_OK"  # the topic checked, a file
+            for body in (b"body", bytearray(b"body"), memoryview(b"xbodyx")[1:5]):
+                send = SingleSend("T", 0, body, "TAGS\x01t", 0, "C", 0, 1, ("10.0.0.1", 1), 0)
+                out = store.put_now(send)
+                assert out is not None, type(body)
+                result = out[0]
+                stored = store.commitlog.get_message(result.wrote_offset, result.wrote_bytes)
+                assert stored is not None and b"body" in stored
+
+    trio.run(main)

@@ -130,20 +130,29 @@ async def _stores(tmp_path, name: str):
     return out
 
 
-async def _compare(tmp_path, name: str, batches: list[tuple[bytes, SendMessageRequestHeader]]):
+async def _compare(tmp_path, name: str, sends: list[tuple[bytes, SendMessageRequestHeader]]):
+    """Each send (a batch when its header says so, else a single send) put by the fast path
+    into one store and by the general path into another: the same answers, WAIT, stores and
+    statistics after each."""
     fast_cm, general_cm = await _stores(tmp_path, name)
     async with fast_cm as fast, general_cm as general:
         for store in (fast, general):
             _prime(store)
-        for body, header in batches:
-            out = _fast(fast, body, header)
-            assert out is not None, "the fast path left a plain batch to Python"
-            result, wait = out
-            expected, expected_wait = _general(general, body, header)
-            assert result.status is PutMessageStatus.PUT_OK
-            assert _result(result) == _result(expected)
-            assert wait == expected_wait
+        for body, header in sends:
+            put, general_put = (
+                (_fast, _general) if header.batch else (_fast_single, _general_single)
+            )
+            out = put(fast, body, header)
+            assert out is not None, f"the fast path left a plain send to Python: {header}"
+            expected, expected_wait = general_put(general, body, header)
+            assert out[0].status is PutMessageStatus.PUT_OK
+            assert _result(out[0]) == _result(expected)
+            assert out[1] == expected_wait
             assert _state(fast) == _state(general)
+            assert (fast.put_message_times_total, fast.put_message_size_total) == (
+                general.put_message_times_total,
+                general.put_message_size_total,
+            )
 
 
 _NAME = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "a", "userKey", "x1"])
@@ -155,16 +164,6 @@ _ITEM = st.builds(
     flag=st.integers(-(2**31), 2**31 - 1),
     properties=_PROPS,
 )
-
-
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(items=st.lists(_ITEM, min_size=1, max_size=8), reconsume=st.none() | st.integers(0, 16))
-def test_fast_and_general_batch_paths_store_the_same(tmp_path_factory, items, reconsume):
-    tmp_path = tmp_path_factory.mktemp("batch")
-    body = encode_batch_body(items)
-    trio.run(_compare, tmp_path, "h", [(body, _header(reconsume=reconsume))])
 
 
 def _raw_item(body: bytes, props: bytes, flag: int = 0) -> bytes:
@@ -374,58 +373,33 @@ def _fast_single(store: DefaultMessageStore, body: bytes, header: SendMessageReq
     ))  # fmt: skip
 
 
-async def _compare_singles(
-    tmp_path, name: str, sends: list[tuple[bytes, SendMessageRequestHeader]]
-):
-    fast_cm, general_cm = await _stores(tmp_path, name)
-    async with fast_cm as fast, general_cm as general:
-        for store in (fast, general):
-            _prime(store)
-        for body, header in sends:
-            out = _fast_single(fast, body, header)
-            assert out is not None, f"the fast path left a plain send to Python: {header}"
-            expected, expected_wait = _general_single(general, body, header)
-            assert out[0].status is PutMessageStatus.PUT_OK
-            assert _result(out[0]) == _result(expected)
-            assert out[1] == expected_wait
-            assert _state(fast) == _state(general)
-            assert (fast.put_message_times_total, fast.put_message_size_total) == (
-                general.put_message_times_total,
-                general.put_message_size_total,
-            )
-
-
 def _props_text(props: dict[str, str]) -> str:
     return "\x02".join(f"{k}\x01{v}" for k, v in props.items())
 
 
+_SEND = st.one_of(
+    st.builds(lambda items, reconsume: (encode_batch_body(items), _header(reconsume=reconsume)),
+              st.lists(_ITEM, min_size=1, max_size=8), st.none() | st.integers(0, 16)),
+    st.builds(lambda body, props, flag, reconsume: (
+        body, _single_header(_props_text(props), flag, reconsume=reconsume)),
+        st.binary(max_size=300), _PROPS, st.integers(-(2**31), 2**31 - 1),
+        st.none() | st.integers(0, 16)),
+)  # fmt: skip
+
+
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    sends=st.lists(
-        st.tuples(st.binary(max_size=300), _PROPS, st.integers(-(2**31), 2**31 - 1)),
-        min_size=1,
-        max_size=5,
-    ),
-    reconsume=st.none() | st.integers(0, 16),
-)
-def test_fast_and_general_single_sends_store_the_same(tmp_path_factory, sends, reconsume):
-    tmp_path = tmp_path_factory.mktemp("single")
-    trio.run(
-        _compare_singles,
-        tmp_path,
-        "h",
-        [
-            (body, _single_header(_props_text(props), flag, reconsume=reconsume))
-            for body, props, flag in sends
-        ],
-    )
+@given(sends=st.lists(_SEND, min_size=1, max_size=5))
+def test_fast_and_general_paths_store_the_same(tmp_path_factory, sends):
+    """Single sends and batches, interleaved: the one encoder's records are the general
+    path's."""
+    trio.run(_compare, tmp_path_factory.mktemp("sends"), "h", sends)
 
 
 def test_single_plain_cases_byte_for_byte(tmp_path):
     trio.run(
-        _compare_singles,
+        _compare,
         tmp_path,
         "plain",
         [

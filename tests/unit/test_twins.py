@@ -692,6 +692,45 @@ def _commitlogc_cases(c: Any) -> Iterator[Case]:
         yield "encode_run", _run(c.encode_run), _run(commitlog.encode_run_py), args
 
 
+_PROPERTY = st.sampled_from(
+    ["TAGS\x01a", "KEYS\x01k1 k2", "UNIQ_KEY\x010A09", "WAIT\x01true", "WAIT\x01false",
+     "WAIT\x01TRUE", "DELAY\x012", "DELAY\x010", "TRAN_MSG\x01true", "A\x01\u00e9", "CLUSTER\x01x",
+     "X\x01y", "\x01v", "TIMER_DELAY_MS\x011"]
+)  # fmt: skip
+_ITEMS = st.lists(
+    st.builds(BatchItem, st.binary(max_size=80), st.integers(-(2**31), 2**31 - 1),
+              st.dictionaries(st.sampled_from(["TAGS", "KEYS", "WAIT", "DELAY", "a"]),
+                              st.sampled_from(["", "0", "1", "t", "\u00e9"]), max_size=3)),
+    max_size=4,
+).map(encode_batch_body)  # fmt: skip
+_RUN_ENTRY = st.tuples(
+    st.sampled_from(["T", "T2", "Missing", "S", "Long", "Nul"]),
+    st.integers(0, 3),
+    st.binary(max_size=300) | _ITEMS,
+    st.lists(_PROPERTY, max_size=4).map("\x02".join) | st.none(),
+    st.integers(-(2**31), 2**31 - 1),
+    st.sampled_from([0, 0, 0, 1, 2, 4, 8, 0x10, 0x20]),
+    st.integers(0, 2**41),
+    st.integers(0, 16),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    entries=st.lists(_RUN_ENTRY, max_size=6),
+    start=st.integers(0, 64),
+    room=st.integers(0, 3200),  # past the buffer's end too
+    known=st.dictionaries(st.tuples(st.just("T"), st.integers(0, 3)), st.integers(0, 10**12)),
+    cut=st.integers(0, 3),
+)
+def test_encode_run_agrees_with_its_twin(entries, start, room, known, cut) -> None:
+    """Runs of single sends and batch bodies (cut short at times), every stop among them."""
+    entries = [(*e[:2], e[2][: len(e[2]) - cut] if e[3] is None else e[2], *e[3:]) for e in entries]
+    args = _run_args(entries=entries, pos=start, limit=start + room, table=tuple(known.items()))
+    c = load_native("pymq.store._commitlogc")
+    assert _outcome(_run(c.encode_run), args) == _outcome(_run(commitlog.encode_run_py), args)
+
+
 def _producerc_cases(c: Any) -> Iterator[Case]:
     head, tail = producer._V2_FRAME_HEAD[310], producer._V2_FRAME_TAIL[310]
     fixed = b',"flag":0,"extFields":{"a":"G","b":"T","c":"TBW102","d":"4",'

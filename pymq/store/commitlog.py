@@ -602,7 +602,7 @@ class CommitLog:
         # is a delivery time reput works out itself.
         self.dispatch_hints: collections.deque[DispatchHint] = collections.deque()
         self._born_ips: dict[str, bytes] = {}  # peers' addresses packed by the one-call appends
-        # Where a large batch's records are encoded before one pwrite (see append_batch_body).
+        # Where a large batch's records are encoded before one pwrite (see _append_aside).
         self._scratch = bytearray()
         self.clock_ms = clock_ms
         # True from a failed file creation (or block allocation) until the next append that
@@ -675,7 +675,7 @@ class CommitLog:
 
     def _weigh_advice(self, mf: MappedFile, written: int) -> None:
         """ASYNC_FLUSH: ``written`` bytes went to ``mf`` with pwrite (positive) or through the
-        map (negative: every put path but append_batch_body's large batches; not the HA
+        map (negative: every put path but append_run's large batches (_append_aside); not the HA
         slave's append_data, which never writes with pwrite, so its advice never begins).
         At +ADVICE_SWITCH_BYTES the pages ahead of the writer are advised
         MADV_RANDOM, at -ADVICE_SWITCH_BYTES read ahead again, for this file and the files the

@@ -1074,32 +1074,25 @@ class CommitLog:
         except Exception:  # a defect before anything was appended: the general path decides
             log.exception("appending a run of sends failed")
             return [], [], 0
-        # Appended (the queue table already says so): commit, whatever the error.
+        # Appended (the queue table already says so): commit, whatever the error.  The write
+        # position first: the rest (the write advice, the chunk allocated ahead, the dispatch
+        # hints, which reput does without) must not undo the commit if it fails.
         if end != start:
+            mf.wrote_position = end
+            mf.last_store_timestamp = stamp
             try:
-                self._appended_run(mf, start, end, stamp, hints)
-            except Exception:  # its position is set first; what follows is bookkeeping
+                self._wrote_through_map(mf, end - start)
+                queued = self.dispatch_hints
+                room = DISPATCH_HINTS_MAX - len(queued)
+                if room > 0:
+                    queued.extend(hints if room >= len(hints) else hints[:room])
+            except Exception:  # bookkeeping
                 log.exception("the bookkeeping of a run of %d appends failed", len(hints))
         if error is not None:  # a defect: what was appended stands, the rest go one by one
             if not isinstance(error, Exception):
                 raise error  # KeyboardInterrupt and the like, once the appends are committed
             log.error("appending a run of sends failed after %d", len(waits), exc_info=error)
         return hints, waits, end - start
-
-    def _appended_run(
-        self, mf: MappedFile, start: int, pos: int, now: int, hints: list[DispatchHint]
-    ) -> None:
-        """append_run's bookkeeping of the records it wrote through the map from ``start`` to
-        ``pos`` of ``mf``, done once for the run.  The write position first: the rest (the
-        write advice, the chunk allocated ahead, the dispatch hints, which reput does without)
-        must not undo the commit if it fails."""
-        mf.wrote_position = pos
-        mf.last_store_timestamp = now
-        self._wrote_through_map(mf, pos - start)
-        queued = self.dispatch_hints
-        room = DISPATCH_HINTS_MAX - len(queued)
-        if room > 0:
-            queued.extend(hints if room >= len(hints) else hints[:room])
 
     def _append_aside(
         self, mf: MappedFile, entry: tuple[str, int, Any, str | None, int, int, int, int],

@@ -206,7 +206,7 @@ static long long write_batch_body(unsigned char *buf, long long pos, long long l
                                   PyObject *topic, PyTypeObject *hint_type, PyObject *rows,
                                   PyObject **wait) {
     Py_ssize_t first = PyList_GET_SIZE(rows), at = 0;
-    long long w = pos, failed = -1;
+    long long w = pos, written = pos, failed = -1; /* written: the end of what was written */
     PyObject *first_wait = NULL;
     batch_prop items[BATCH_PROPS_MAX];
     while (at < n) {
@@ -230,6 +230,7 @@ static long long write_batch_body(unsigned char *buf, long long pos, long long l
                                              props_len, queue_offset, file_from + w, items,
                                              &names);
         if (size < 0) goto undo;
+        written = w + size;
         failed = -2;
         if (first_wait == NULL && (first_wait = item_value(names.wait)) == NULL) goto undo;
         PyObject *row = hint_row(file_from + w, size, topic, fp, queue_offset, &names, hint_type);
@@ -247,7 +248,7 @@ static long long write_batch_body(unsigned char *buf, long long pos, long long l
 undo:
     Py_XDECREF(first_wait);
     if (PyList_GET_SIZE(rows) > first) PyList_SetSlice(rows, first, PyList_GET_SIZE(rows), NULL);
-    if (w > pos) memset(buf + pos, 0, (size_t)(w - pos));
+    if (written > pos) memset(buf + pos, 0, (size_t)(written - pos));
     return failed;
 }
 

@@ -318,6 +318,7 @@ def _write_batch_body(
     _write_stored_record leaves to it, no room).  On None or an exception, ``rows`` is as it
     was and the records written are zeroed, as CommitLog._scrub would."""
     first, w, at, n = len(rows), pos, 0, len(d)
+    written = pos  # the end of what was written
     wait: str | None = None
     try:
         while at < n:
@@ -341,6 +342,7 @@ def _write_batch_body(
             if out is None:
                 break
             size, found = out
+            written = w + size
             if len(rows) == first:
                 wait = found.get(b"WAIT")
             rows.append(_hint_row(hint_type, file_from + w, size, fp, queue_offset, found))
@@ -351,10 +353,10 @@ def _write_batch_body(
                 return w, wait
     except BaseException:
         del rows[first:]
-        buf[pos:w] = bytes(w - pos)
+        buf[pos:written] = bytes(written - pos)
         raise
     del rows[first:]
-    buf[pos:w] = bytes(w - pos)
+    buf[pos:written] = bytes(written - pos)
     return None
 
 

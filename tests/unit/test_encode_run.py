@@ -268,3 +268,32 @@ def test_a_batch_entry_is_all_or_nothing(encode: Callable[..., Any]) -> None:
         end, rows, waits, _, error = out
         assert error is None and len(rows) == 1 and table == {("T1", 0): 1}
         assert not any(buf[end:])  # the batch's records zeroed
+
+
+def test_the_twin_takes_back_an_entry_whose_hint_row_fails(monkeypatch) -> None:
+    """The Python twin's own failure point (a hint row that cannot be made, as the C code's
+    allocations may fail): the entry's records are zeroed and its rows dropped, a single
+    send's or a batch's, and the entries before it stand."""
+    from pymq.common.batch import BatchItem, encode_batch_body
+    from pymq.store import commitlog
+
+    real, calls = commitlog._hint_row, []
+
+    def failing(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise MemoryError("no row")
+        return real(*args)
+
+    monkeypatch.setattr(commitlog, "_hint_row", failing)
+    body = encode_batch_body([BatchItem(b"a", 0, {}), BatchItem(b"b", 0, {})])
+    single = ("T1", 0, b"one", "", 0, 0, 1, 0)
+    for second in ((*single[:2], body, None, *single[4:]), single, single):
+        calls.clear()
+        buf, table = bytearray(4096), {}
+        entries = [single, second, single] if second[3] is None else [single, single, second]
+        end, rows, waits, _, error = run(encode_run_py, buf, 0, 4096, entries, table, None)
+        assert isinstance(error, MemoryError) and len(rows) == len(waits) == (
+            1 if second[3] is None else 2
+        )
+        assert table == {("T1", 0): len(rows)} and not any(buf[end:])

@@ -12,14 +12,7 @@ from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.store import PutMessageStatus, commitlog
 from pymq.store.config import FlushDiskType, WriteAdvice
 from pymq.store.results import BatchBody, SingleSend
-from tests.helpers import c_functions
 from tests.store.helpers import make_message, running_store, small_config
-
-native_extension = c_functions()
-
-pytestmark = pytest.mark.skipif(
-    getattr(native_extension, "encode_run", None) is None, reason="needs the C extension"
-)
 
 BORN = ("10.0.0.9", 40123)
 FOLLOW = WriteAdvice.FOLLOW  # as commitLogWriteAdvice=auto on a device reading ahead little

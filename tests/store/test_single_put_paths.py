@@ -9,7 +9,6 @@ import trio
 
 from pymq.store import mapped_file as mapped_file_module
 from pymq.store.results import SingleSend
-from tests.helpers import c_functions
 from tests.store.helpers import running_store, small_config
 from tests.store.test_batch_fast_path import (
     CLUSTER,
@@ -24,7 +23,6 @@ from tests.store.test_batch_fast_path import (
 @pytest.mark.skipif(
     getattr(mapped_file_module, "ALLOCATE_CHUNK", None) is None, reason="no chunked allocation"
 )
-@pytest.mark.skipif(c_functions() is None, reason="needs the C extension (PYMQ_PURE_PYTHON=1)")
 def test_fast_single_puts_allocate_ahead_when_warm(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(mapped_file_module, "ALLOCATE_CHUNK", 8192)
 
@@ -44,7 +42,6 @@ def test_fast_single_puts_allocate_ahead_when_warm(tmp_path, monkeypatch) -> Non
     trio.run(main)
 
 
-@pytest.mark.skipif(c_functions() is None, reason="needs the C extension (PYMQ_PURE_PYTHON=1)")
 def test_fast_single_puts_store_each_senders_born_host(tmp_path) -> None:
     from pymq.common.record import decode_records
 

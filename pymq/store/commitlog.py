@@ -1083,7 +1083,14 @@ class CommitLog:
             mf.wrote_position = end
             mf.last_store_timestamp = stamp
             try:
-                self._wrote_through_map(mf, end - start)
+                if self._advice_follows_writes:  # _wrote_through_map's, inline: every put's
+                    balance = self._advice_balance - (end - start)
+                    if balance > -ADVICE_SWITCH_BYTES:
+                        self._advice_balance = balance
+                    else:
+                        self._weigh_advice(mf, start - end)
+                if self.warm and mf.allocated - end <= mf.chunk:
+                    self._allocate_ahead(mf)
                 queued = self.dispatch_hints
                 room = DISPATCH_HINTS_MAX - len(queued)
                 if room > 0:

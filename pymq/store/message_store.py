@@ -34,6 +34,7 @@ from pymq.common.message_ext import (
     MessageSysFlag,
     properties_bytes,
 )
+from pymq.common.message_id import offset_msg_id
 from pymq.common.periodic import every
 from pymq.common.record import (
     MAX_PROPERTIES_LENGTH,
@@ -790,14 +791,30 @@ class DefaultMessageStore:
         return cluster_b[1]
 
     def _put_single(self, request: SingleSend) -> tuple[PutMessageResult, str | None] | None:
-        """put_now of a SingleSend: a run of one (:meth:`_put_run`)."""
+        """put_now of a SingleSend: a run of one (:meth:`_put_run`, inline here: this is the
+        lone send's path), its PutMessageResult made from its hint (CommitLog.put_result's
+        single case)."""
         (topic, queue_id, body, properties, flag, cluster, sys_flag, born_timestamp, born_host,
          reconsume_times) = request  # fmt: skip
-        entry = (topic, queue_id, body, properties, flag, sys_flag, born_timestamp, reconsume_times)
-        hints, waits = self._put_run([entry], cluster, born_host)
+        cluster_b = self._fast_put_cluster(cluster)
+        if cluster_b is None:
+            return None
+        begin = self.lock_clock()
+        commitlog = self.commitlog
+        hints, waits, size = commitlog.append_run(
+            [(topic, queue_id, body, properties, flag, sys_flag, born_timestamp, reconsume_times)],
+            self._topic_bytes, cluster_b, born_host,
+            max(0, self.config.max_message_size - _MIN_OVERHEAD), _TRAN_MASK,
+        )  # fmt: skip
         if not hints:
             return None
-        return self.commitlog.put_result(hints), waits[0]
+        self._count_fast_puts(begin, 1, 1, size)
+        hint = hints[0]
+        phy = hint[0]
+        result = PutMessageResult(
+            PUT_OK, phy, size, offset_msg_id(commitlog.msg_id_prefix, phy), hint[6], hint[4]
+        )
+        return result, waits[0]
 
     def _put_batch_body(self, request: BatchBody) -> tuple[PutMessageResult, str | None] | None:
         """put_now of a BatchBody: a run of one entry whose records are the body's items, put

@@ -535,7 +535,9 @@ def encode_run_py(
     return pos, rows, waits, stamp, None
 
 
-_encode_run: Callable[..., Any] = getattr(native_extension, "encode_run", encode_run_py)
+encode_run: Callable[..., Any] = getattr(native_extension, "encode_run", encode_run_py)
+"""The store's one record encoder as pymq picked it (the C function, or encode_run_py): a run of
+sends' records into any writable buffer at a given physical offset (see encode_run_py)."""
 
 
 # Batch bodies from this size on are written with pwrite, not through the map: for a batch,
@@ -1035,7 +1037,7 @@ class CommitLog:
         stop_flags: int,
     ) -> tuple[list[DispatchHint], list[str | None], int]:
         """Append a run of sends from one peer through the one record encoder
-        (:func:`encode_run`): each of ``entries``, (topic, queue id, body, properties, flag,
+        (:data:`encode_run`): each of ``entries``, (topic, queue id, body, properties, flag,
         sys flag, born timestamp, reconsume times), is a single send (properties its
         request's str) or, with properties None, a SEND_BATCH_MESSAGE body whose items are
         its records: the records, offsets and hints the general path
@@ -1066,7 +1068,7 @@ class CommitLog:
                 stop_flags,
             )  # fmt: skip
         try:
-            end, hints, waits, stamp, error = _encode_run(
+            end, hints, waits, stamp, error = encode_run(
                 mf.mm, start, min(mf.allocated, in_file), mf.file_from_offset, entries,
                 topic_bytes, self.topic_queue_table,
                 None if self.clock_ms is now_ms else self.clock_ms, cluster_b, born_ip,
@@ -1120,7 +1122,7 @@ class CommitLog:
         table = self.topic_queue_table
         pending = {key: table[key]} if key in table else {}
         try:
-            stop, hints, waits, stamp, _ = _encode_run(
+            stop, hints, waits, stamp, _ = encode_run(
                 buf, 0, limit, mf.file_from_offset + pos, [entry], topic_bytes, pending,
                 None if self.clock_ms is now_ms else self.clock_ms, cluster_b, born_ip,
                 born_port, self._store_ip, self._store_port, max_body_properties, stop_flags,

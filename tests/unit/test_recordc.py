@@ -53,7 +53,7 @@ def test_extension_is_built():
 
     assert headers._send_header is _native().send_header
     assert headers._plain_header is _native().plain_header
-    assert commitlog._encode_run is _native().encode_run
+    assert commitlog.encode_run is _native().encode_run
     assert index_file._index_put is _native().index_put
 
 

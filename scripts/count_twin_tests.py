@@ -1,10 +1,14 @@
-"""Lines of twin-agreement tests outside the send tier, at a git revision (default: the work tree).
+"""Lines of twin-agreement tests, at a git revision (default: the work tree).
 
-Whole files: their every test compares two implementations of one function (C vs its Python
-twin) or a fast path against the general path it must equal.  Mixed files: only the named
-top-level definitions (test functions and the helpers/constants only they use), decorators
-included.  The send tier's tests (test_send_answer, test_send_run_c, test_batch_fast_path,
-test_single_put_paths, test_encode_singles, the integration send tests) are left out.
+A twin-agreement test is one whose purpose is that two implementations of one function agree:
+a C function and its Python twin, or a fast path and the general path it must equal.  Counted:
+whole files (WHOLE: their every test is one), the named top-level definitions of mixed files
+(PARTS: test functions and the helpers/constants only they use, decorators included), and
+files counted whole but for named definitions (ALL_BUT: the send tier's files, whose few
+behavioural tests are named there).  Tests of behaviour (a refusal, a leak, what Python code
+run meanwhile may change) run under both builds and are not counted; nor are the integration
+tests of the broker's send tiers (tests/integration/test_send_*.py), which compare whole
+brokers' answers and stores end to end.
 
     python scripts/count_twin_tests.py [REVISION]
 """
@@ -62,10 +66,42 @@ PARTS = {
         "test_the_c_batch_body_leaves_what_is_not_plain_to_python",
     ],
     "tests/unit/test_recordc.py": ["test_the_cpp_clients_send_header_is_read_in_c"],
+    # Before encode_run (encode_singles against encode_single one by one): gone since.
+    "tests/unit/test_encode_singles.py": [
+        "PROPERTY",
+        "ENTRY",
+        "one_by_one",
+        "run",
+        "test_a_run_writes_what_encode_single_writes_one_by_one",
+    ],
     "tests/store/test_dispatch_hints.py": [
         "fill_varied",
         "test_dispatch_in_c_writes_what_the_python_loop_writes",
         "test_arrivals_are_reported_for_the_wanted_topics_only",
+    ],
+}
+
+ALL_BUT = {
+    "tests/unit/test_send_answer.py": [
+        "test_raw_send_answers_give_the_fields_to_calls_that_take_them",
+    ],
+    "tests/unit/test_send_run_c.py": [
+        "test_send_run_fields_refuses_bad_arguments_and_raises_what_the_judge_raises",
+        "test_send_run_fields_leaks_nothing",
+        "test_send_answer_run_refuses_what_it_cannot_write",
+        "test_python_code_run_by_the_arguments_cannot_pull_them_away",
+    ],
+    "tests/store/test_batch_fast_path.py": [
+        "test_what_the_fast_path_leaves_to_python_changes_nothing",
+        "test_a_batch_past_the_allocated_blocks_or_the_file_end_goes_the_general_way",
+        "test_unknown_topic_or_a_refusing_store_goes_the_general_way",
+        "test_no_reference_leaks_over_many_calls",
+        "test_what_the_single_fast_path_leaves_to_python_changes_nothing",
+        "test_single_sends_up_to_the_file_end_then_the_general_way",
+        "test_a_failed_pwrite_changes_nothing",
+        "test_large_batches_are_written_with_pwrite",
+        "test_a_refused_batch_leaves_no_record_a_restart_recovers",
+        "test_a_refused_general_put_leaves_no_record_a_restart_recovers",
     ],
 }
 
@@ -78,22 +114,48 @@ def text(path: str) -> str:
     return subprocess.run(args, capture_output=True, text=True, check=True).stdout
 
 
+def span(node: ast.stmt) -> int:
+    start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return (node.end_lineno or node.lineno) - start + 1
+
+
+def named(node: ast.stmt) -> str | None:
+    name = getattr(node, "name", None)
+    if name is None and isinstance(node, (ast.Assign, ast.AnnAssign)):
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+        name = getattr(target, "id", None)
+    return name
+
+
+def exists(path: str) -> bool:
+    try:
+        text(path)
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    return True
+
+
 total = 0
 for path in WHOLE:
+    if not exists(path):
+        continue
     n = len(text(path).splitlines())
     print(f"{n:6} {path}")
     total += n
 for path, names in PARTS.items():
+    if not exists(path):
+        continue
     tree = ast.parse(text(path))
-    n = 0
-    for node in tree.body:
-        name = getattr(node, "name", None)
-        if name is None and isinstance(node, (ast.Assign, ast.AnnAssign)):
-            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
-            name = getattr(target, "id", None)
-        if name in names:
-            start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            n += (node.end_lineno or node.lineno) - start + 1
-    print(f"{n:6} {path} (parts)")
+    n = sum(span(node) for node in tree.body if named(node) in names)
+    print(f"{n:6} {path} (parts: {sum(named(node) in names for node in tree.body)} definitions)")
+    total += n
+for path, names in ALL_BUT.items():
+    if not exists(path):
+        continue
+    source = text(path)
+    tree = ast.parse(source)
+    left_out = [node for node in tree.body if named(node) in names]
+    n = len(source.splitlines()) - sum(span(node) for node in left_out)
+    print(f"{n:6} {path} (all but {len(left_out)} behavioural tests)")
     total += n
 print(f"{total:6} total")

@@ -215,8 +215,8 @@ PYMQ_SHARED int bytes_is(const unsigned char *p, Py_ssize_t n, const char *s) {
     return (size_t)n == m && memcmp(p, s, m) == 0;
 }
 
-/* The optional last argument of encode_batch and encode_single: the tuple subclass their rows
- * are made as (DispatchHint), or None for plain tuples.  0, or -1 with an error set. */
+/* The hint_type argument of encode_run and dispatch's record readers: the tuple subclass their
+ * rows are made as (DispatchHint), or None for plain tuples.  0, or -1 with an error set. */
 PYMQ_SHARED int hint_type_arg(PyObject *arg, PyTypeObject **out) {
     *out = NULL;
     if (arg == Py_None) return 0;

@@ -1,5 +1,5 @@
 /*
- * pymq.store._commitlogc: the commit log's puts (encode_batch, encode_single(s)), page population and the fdatasync thread.
+ * pymq.store._commitlogc: the commit log's record encoder (encode_run), page population and the fdatasync thread.
  *
  * An optional accelerator, picked once at import by pymq.common.native.load_native when it was
  * built (setup.py) and PYMQ_PURE_PYTHON is not set; else a function's Python twin (same
@@ -7,7 +7,7 @@
  */
 #include "../common/_native.h"
 
-/* --- encode_batch, encode_single ------------------------------------------------------------- */
+/* --- encode_run: the one record encoder ------------------------------------------------------ */
 
 /* The items of one message's properties, as message_ext.decode_properties reads them. */
 typedef struct {
@@ -166,39 +166,6 @@ static int fast_put_cluster_ok(const fast_put *fp) {
     return 1;
 }
 
-/* The arguments both functions share (args[first:first + 13]): topic_b, cluster_b, topic,
- * queue_id, sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,
- * store_port, reconsume_times, max_body_properties.  1 when fp is filled, 0 when the fast path
- * does not apply (IPv6 hosts, a cluster name that is not plain ASCII), -1 on an error. */
-static int fast_put_args(PyObject *const *args, fast_put *fp, PyObject **topic) {
-    if (arg_int(args[3], "queue_id", I32_MIN, I32_MAX, &fp->queue_id) < 0 ||
-        arg_int(args[4], "sys_flag", I32_MIN, I32_MAX, &fp->sys_flag) < 0 ||
-        arg_int(args[5], "born_timestamp", LLONG_MIN, LLONG_MAX, &fp->born_ts) < 0 ||
-        arg_int(args[7], "born_port", I32_MIN, I32_MAX, &fp->born_port) < 0 ||
-        arg_int(args[8], "store_timestamp", LLONG_MIN, LLONG_MAX, &fp->store_ts) < 0 ||
-        arg_int(args[10], "store_port", I32_MIN, I32_MAX, &fp->store_port) < 0 ||
-        arg_int(args[11], "reconsume_times", I32_MIN, I32_MAX, &fp->reconsume) < 0 ||
-        arg_int(args[12], "max_body_properties", 0, I32_MAX, &fp->max_bp) < 0)
-        return -1;
-    PyObject *topic_b = args[0], *cluster_b = args[1], *born_ip = args[6], *store_ip = args[9];
-    *topic = args[2];
-    if (!PyBytes_Check(topic_b) || !PyBytes_Check(cluster_b) || !PyUnicode_Check(*topic) ||
-        !PyBytes_Check(born_ip) || !PyBytes_Check(store_ip)) {
-        PyErr_SetString(PyExc_TypeError, "fast put: bytes or str expected");
-        return -1;
-    }
-    if ((fp->sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || PyBytes_GET_SIZE(born_ip) != 4 ||
-        PyBytes_GET_SIZE(store_ip) != 4)
-        return 0; /* IPv6 hosts: the Python path */
-    fp->topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
-    fp->topic_len = PyBytes_GET_SIZE(topic_b);
-    fp->cluster = (const unsigned char *)PyBytes_AS_STRING(cluster_b);
-    fp->cluster_len = PyBytes_GET_SIZE(cluster_b);
-    fp->born_ip = (const unsigned char *)PyBytes_AS_STRING(born_ip);
-    fp->store_ip = (const unsigned char *)PyBytes_AS_STRING(store_ip);
-    return fast_put_topic_ok(fp) && fast_put_cluster_ok(fp);
-}
-
 /* A dispatch hint's fields in DispatchHint's order. */
 static PyObject *hint_row(long long phy, long long size, PyObject *topic, const fast_put *fp,
                           long long queue_offset, const stored_names *names,
@@ -225,175 +192,95 @@ static PyObject *hint_row(long long phy, long long size, PyObject *topic, const 
 }
 
 
-/* encode_batch(buf, pos, limit, data, first_queue_offset, file_from_offset, <the 13 shared
- *              arguments, see fast_put_args>)
- * The send path's batch in one call: each item of the SEND_BATCH_MESSAGE body ``data`` becomes
- * the record the Python path (SendProcessor._batch_messages, then CommitLog.append_messages)
- * writes for it, at buf[pos:], with the broker's stored properties (WAIT=true left out,
- * CLUSTER added last) and consecutive queue offsets from first_queue_offset.  Returns (end,
- * rows, wait): the write position after the last record, one tuple per record in
- * DispatchHint's field order, and the first item's stored WAIT value (None when absent).
- * Returns None, having committed nothing (bytes past pos are junk), for anything the Python
- * path must judge or word: a body that does not parse, an empty batch, an item that
- * write_stored_record leaves to Python, or records that do not fit below limit. */
-static PyObject *py_encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 19 && nargs != 20)
-        return PyErr_Format(PyExc_TypeError, "encode_batch takes 19 or 20 arguments");
-    PyTypeObject *hint_type = NULL;
-    if (nargs == 20 && hint_type_arg(args[19], &hint_type) < 0) return NULL;
-    long long pos, limit, queue_offset, file_from;
-    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
-        arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
-        arg_int(args[4], "first_queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0 ||
-        arg_int(args[5], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0)
-        return NULL;
-    fast_put fp = {.single = 0};
-    PyObject *topic;
-    int usable = fast_put_args(args + 6, &fp, &topic);
-    if (usable < 0) return NULL;
-    if (usable == 0) Py_RETURN_NONE;
-    Py_buffer data, buf;
-    if (PyObject_GetBuffer(args[3], &data, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
-    if (limit > buf.len) limit = buf.len;
-    long long w = pos;
-    PyObject *rows = PyList_New(0), *wait = NULL, *result = NULL;
-    if (rows == NULL) goto done;
-    const unsigned char *d = data.buf;
-    Py_ssize_t at = 0, n = data.len;
+/* The records of the SEND_BATCH_MESSAGE body d[0:n] (items as decode_batch reads them), one per
+ * item, written from buf + pos with consecutive queue offsets from queue_offset, below limit:
+ * their hint rows appended to rows, the first item's stored WAIT value to *wait (a new
+ * reference).  Returns the write position after the last record; -1 when Python must judge
+ * the batch (a body that does not parse, no item, an item write_stored_record leaves to
+ * Python, no room), -2 on an error (set).  On -1 and -2, rows and *wait are as they were and
+ * the records written are zeroed: whole records past the write position could be taken as
+ * stored by a recovery after a restart (CommitLog._scrub). */
+static long long write_batch_body(unsigned char *buf, long long pos, long long limit,
+                                  long long file_from, const fast_put *fp,
+                                  const unsigned char *d, Py_ssize_t n, long long queue_offset,
+                                  PyObject *topic, PyTypeObject *hint_type, PyObject *rows,
+                                  PyObject **wait) {
+    Py_ssize_t first = PyList_GET_SIZE(rows), at = 0;
+    long long w = pos, written = pos, failed = -1; /* written: the end of what was written */
+    PyObject *first_wait = NULL;
     batch_prop items[BATCH_PROPS_MAX];
     while (at < n) {
-        /* The item, as decode_batch reads it. */
-        if (at + 20 > n) goto fallback;
+        if (at + 20 > n) goto undo;
         int32_t total = (int32_t)get32(d + at);
         int32_t flag = (int32_t)get32(d + at + 12);
         int32_t body_len = (int32_t)get32(d + at + 16);
         Py_ssize_t q = at + 20;
-        if (body_len < 0 || q + body_len + 2 > n) goto fallback;
+        if (body_len < 0 || q + body_len + 2 > n) goto undo;
         const unsigned char *body = d + q;
         q += body_len;
         int16_t props_len = (int16_t)((uint16_t)d[q] << 8 | d[q + 1]);
         q += 2;
-        if (props_len < 0 || q + props_len > n) goto fallback;
+        if (props_len < 0 || q + props_len > n) goto undo;
         const unsigned char *props = d + q;
         q += props_len;
-        if ((Py_ssize_t)total != q - at) goto fallback;
+        if ((Py_ssize_t)total != q - at || w > limit) goto undo;
         at = q;
-        if (w > limit) goto fallback;
         stored_names names;
-        long long size =
-            write_stored_record((unsigned char *)buf.buf + w, limit - w, &fp, body, body_len, flag,
-                                props, props_len, queue_offset, file_from + w, items, &names);
-        if (size < 0) goto fallback;
-        if (wait == NULL && (wait = item_value(names.wait)) == NULL) goto done;
-        PyObject *row =
-            hint_row(file_from + w, size, topic, &fp, queue_offset, &names, hint_type);
-        if (row == NULL) goto done;
+        long long size = write_stored_record(buf + w, limit - w, fp, body, body_len, flag, props,
+                                             props_len, queue_offset, file_from + w, items,
+                                             &names);
+        if (size < 0) goto undo;
+        written = w + size;
+        failed = -2;
+        if (first_wait == NULL && (first_wait = item_value(names.wait)) == NULL) goto undo;
+        PyObject *row = hint_row(file_from + w, size, topic, fp, queue_offset, &names, hint_type);
+        if (row == NULL) goto undo;
         int rc = PyList_Append(rows, row);
         Py_DECREF(row);
-        if (rc < 0) goto done;
+        if (rc < 0) goto undo;
+        failed = -1;
         w += size;
         queue_offset++;
     }
-    if (PyList_GET_SIZE(rows) == 0) goto fallback; /* an empty batch: refused in Python */
-    result = Py_BuildValue("(LOO)", w, rows, wait);
-    goto done;
-fallback:
-    result = Py_NewRef(Py_None);
-done:
-    /* Left to Python or failed: the items written before are whole records past the write
-     * position.  Zero them (write_stored_record writes nothing when it refuses), or a recovery
-     * after a restart could take them as stored if Python refuses the batch (CommitLog._scrub). */
-    if ((result == NULL || result == Py_None) && w > pos)
-        memset((unsigned char *)buf.buf + pos, 0, (size_t)(w - pos));
-    Py_XDECREF(rows);
-    Py_XDECREF(wait);
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&buf);
-    return result;
+    if (first_wait == NULL) goto undo; /* an empty batch: refused in Python */
+    *wait = first_wait;
+    return w;
+undo:
+    Py_XDECREF(first_wait);
+    if (PyList_GET_SIZE(rows) > first) PyList_SetSlice(rows, first, PyList_GET_SIZE(rows), NULL);
+    if (written > pos) memset(buf + pos, 0, (size_t)(written - pos));
+    return failed;
 }
 
-/* encode_single(buf, pos, limit, body, properties, flag, queue_offset, file_from_offset,
- *               <the 13 shared arguments, see fast_put_args>)
- * A single send's record as the Python path (SendProcessor._single_message, then
- * CommitLog.append_message) writes it, at buf[pos:], from the request's properties str.
- * Returns (size, row, wait) as encode_batch does for one item, or None (nothing committed)
- * when the Python path must judge it: properties that are not ASCII, or that write_stored_record
- * leaves to Python (any DELAY or TRAN_MSG included), or a record past limit. */
-static PyObject *py_encode_single(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 21 && nargs != 22)
-        return PyErr_Format(PyExc_TypeError, "encode_single takes 21 or 22 arguments");
-    PyTypeObject *hint_type = NULL;
-    if (nargs == 22 && hint_type_arg(args[21], &hint_type) < 0) return NULL;
-    long long pos, limit, flag, queue_offset, file_from;
-    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
-        arg_int(args[2], "limit", 0, PY_SSIZE_T_MAX, &limit) < 0 ||
-        arg_int(args[5], "flag", I32_MIN, I32_MAX, &flag) < 0 ||
-        arg_int(args[6], "queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0 ||
-        arg_int(args[7], "file_from_offset", 0, LLONG_MAX / 2, &file_from) < 0)
-        return NULL;
-    PyObject *props = args[4];
-    if (!PyUnicode_Check(props))
-        return PyErr_Format(PyExc_TypeError, "encode_single: properties must be a str");
-    if (!PyUnicode_IS_ASCII(props) || PyUnicode_GET_LENGTH(props) > 65535) Py_RETURN_NONE;
-    fast_put fp = {.single = 1};
-    PyObject *topic;
-    int usable = fast_put_args(args + 8, &fp, &topic);
-    if (usable < 0) return NULL;
-    if (usable == 0) Py_RETURN_NONE;
-    Py_buffer body, buf;
-    if (PyObject_GetBuffer(args[3], &body, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&body);
-        return NULL;
-    }
-    PyObject *result = NULL;
-    if (limit > buf.len) limit = buf.len;
-    batch_prop items[BATCH_PROPS_MAX];
-    stored_names names;
-    long long size = -1;
-    if (pos <= limit && body.len <= I32_MAX)
-        size = write_stored_record((unsigned char *)buf.buf + pos, limit - pos, &fp, body.buf,
-                                   body.len, (int32_t)flag, PyUnicode_1BYTE_DATA(props),
-                                   PyUnicode_GET_LENGTH(props), queue_offset, file_from + pos,
-                                   items, &names);
-    if (size < 0) {
-        result = Py_NewRef(Py_None);
-    } else {
-        PyObject *row =
-            hint_row(file_from + pos, size, topic, &fp, queue_offset, &names, hint_type);
-        PyObject *wait = row == NULL ? NULL : item_value(names.wait);
-        if (wait != NULL) result = Py_BuildValue("(LOO)", size, row, wait);
-        Py_XDECREF(row);
-        Py_XDECREF(wait);
-    }
-    PyBuffer_Release(&body);
-    PyBuffer_Release(&buf);
-    return result;
-}
-
-/* encode_singles(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table, clock,
- *                cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties,
- *                stop_flags, stop_topic, hint_type)
- * encode_single of each of entries in turn, a run of single sends appended together: each
- * entry a tuple (topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
- * reconsume_times), its topic's bytes from the dict topic_bytes, its queue offset from the dict
- * queue_table keyed by (topic, queue_id) (0 when absent; set to the next once the record is
- * written), its store time from clock() (None: the wall clock in milliseconds, as
- * clock.now_ms; called only for an entry past the stops below and encode_single's own
- * refusals of hosts and properties).  Stops at the first entry whose topic is missing from
- * topic_bytes, whose sys_flag has a bit of stop_flags, whose topic is stop_topic (checked in
- * that order, before its other fields are read), or that encode_single would leave to Python.
- * The body must be bytes (encode_single takes any buffer).
+/* encode_run(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table, clock,
+ *            cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties,
+ *            stop_flags, stop_topic, hint_type)
+ * The store's one record encoder: a run of sends' records written into the writable buffer
+ * buf from buf[pos] (below limit), buf[0] being the commit log's physical offset
+ * file_from_offset, each as the general path (SendProcessor._single_message or
+ * _batch_messages, then CommitLog.append_messages) stores it: the broker's stored properties
+ * (WAIT=true left out, CLUSTER added last).  Each entry is a tuple (topic, queue_id, body,
+ * properties, flag, sys_flag, born_timestamp, reconsume_times), the body any buffer: a single
+ * send (properties its request's str; any DELAY or TRAN_MSG is Python's), or, with properties
+ * None, a SEND_BATCH_MESSAGE body (flag unused) whose items become records of that topic
+ * and queue with consecutive queue offsets, all or none (a DELAY other than "0" is Python's).
+ * Its topic's bytes come from the dict topic_bytes, its queue offset from the dict queue_table
+ * keyed by (topic, queue_id) (0 when absent; set past the entry's records once they are
+ * written: the commit), its store time from clock() (None: the wall clock in milliseconds, as
+ * clock.now_ms; called only for an entry past the stops below and the refusals of hosts and
+ * properties).  Stops at the first entry whose topic is missing from topic_bytes, whose
+ * sys_flag has a bit of stop_flags, whose topic is stop_topic (checked in that order, before
+ * its other fields are read), or that Python must judge (write_stored_record's refusals, IPv6
+ * hosts, properties not ASCII or over 65535, a batch body that does not parse or is empty,
+ * no room below limit).
  * Returns (end, rows, waits, stamp, error): the write position after the last record written,
- * their hint rows and stored WAIT values, the last one's store time (0 if none) and None; or,
- * when an error stops it after entries were committed (queue_table updated), that exception in
- * place of None: what was committed stands.  Raises only when nothing was committed. */
-static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 17) return PyErr_Format(PyExc_TypeError, "encode_singles takes 17 arguments");
+ * their hint rows (DispatchHint's fields, as hint_type: one per record) and stored WAIT values
+ * (one per entry; a batch's is its first item's), the last entry's store time (0 if none) and
+ * None; or, when an error stops it after entries were committed (queue_table updated), that
+ * exception in place of None: what was committed stands.  Raises only when nothing was
+ * committed. */
+static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 17) return PyErr_Format(PyExc_TypeError, "encode_run takes 17 arguments");
     PyTypeObject *hint_type = NULL;
     if (hint_type_arg(args[16], &hint_type) < 0) return NULL;
     long long pos, limit, file_from, born_port, store_port, max_bp, stop_flags;
@@ -411,7 +298,7 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
     if (!PyList_Check(entries) || !PyDict_Check(topic_bytes) || !PyDict_Check(table) ||
         !PyBytes_Check(cluster_b) || !PyBytes_Check(born_ip) || !PyBytes_Check(store_ip) ||
         !PyUnicode_Check(stop_topic) || (clock != Py_None && !PyCallable_Check(clock)))
-        return PyErr_Format(PyExc_TypeError, "encode_singles: bad argument types");
+        return PyErr_Format(PyExc_TypeError, "encode_run: bad argument types");
     fast_put fp = {.single = 1, .born_port = born_port, .store_port = store_port,
                    .max_bp = max_bp};
     fp.cluster = (const unsigned char *)PyBytes_AS_STRING(cluster_b);
@@ -423,6 +310,7 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
     Py_buffer buf;
     if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) return NULL;
     if (limit > buf.len) limit = buf.len;
+    unsigned char *base = (unsigned char *)buf.buf;
     PyObject *rows = PyList_New(0), *waits = PyList_New(0), *error = NULL, *result = NULL;
     /* The entry and its topic's bytes are held for the iteration: the clock is Python code,
      * which could change the list or the dict they are borrowed from. */
@@ -436,14 +324,14 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
         Py_CLEAR(topic_b);
         entry = Py_NewRef(PyList_GET_ITEM(entries, e));
         if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 8) {
-            PyErr_SetString(PyExc_TypeError, "encode_singles: an entry is not an 8-tuple");
+            PyErr_SetString(PyExc_TypeError, "encode_run: an entry is not an 8-tuple");
             goto failed;
         }
         PyObject *topic = PyTuple_GET_ITEM(entry, 0), *queue_id = PyTuple_GET_ITEM(entry, 1);
         PyObject *body = PyTuple_GET_ITEM(entry, 2), *props = PyTuple_GET_ITEM(entry, 3);
         long long flag;
         if (!PyUnicode_Check(topic)) {
-            PyErr_SetString(PyExc_TypeError, "encode_singles: the topic is not a str");
+            PyErr_SetString(PyExc_TypeError, "encode_run: the topic is not a str");
             goto failed;
         }
         /* The stops first, in CommitLog's order: the topic's bytes, the sys flag, the topic. */
@@ -459,8 +347,9 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
         int is_stop = PyUnicode_Compare(topic, stop_topic);
         if (is_stop == -1 && PyErr_Occurred()) goto failed;
         if (is_stop == 0) break;
-        if (!PyBytes_Check(body) || !PyUnicode_Check(props)) {
-            PyErr_SetString(PyExc_TypeError, "encode_singles: body bytes, properties str");
+        int batch = props == Py_None;
+        if (!batch && !PyUnicode_Check(props)) {
+            PyErr_SetString(PyExc_TypeError, "encode_run: properties must be a str or None");
             goto failed;
         }
         if (arg_int(queue_id, "queue_id", I32_MIN, I32_MAX, &fp.queue_id) < 0 ||
@@ -470,12 +359,13 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
             arg_int(PyTuple_GET_ITEM(entry, 7), "reconsume_times", I32_MIN, I32_MAX,
                     &fp.reconsume) < 0)
             goto failed;
-        /* What encode_single leaves to Python (its None). */
-        if ((fp.sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || !PyUnicode_IS_ASCII(props) ||
-            PyUnicode_GET_LENGTH(props) > 65535 || !PyBytes_Check(topic_b))
+        /* What Python judges: IPv6 hosts, properties not plain, an odd topic. */
+        if ((fp.sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || !PyBytes_Check(topic_b) ||
+            (!batch && (!PyUnicode_IS_ASCII(props) || PyUnicode_GET_LENGTH(props) > 65535)))
             break;
         fp.topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
         fp.topic_len = PyBytes_GET_SIZE(topic_b);
+        fp.single = !batch;
         if (!fast_put_topic_ok(&fp)) break;
         PyObject *key = PyTuple_Pack(2, topic, queue_id);
         if (key == NULL) goto failed;
@@ -508,43 +398,68 @@ static PyObject *py_encode_singles(PyObject *self, PyObject *const *args, Py_ssi
                 goto failed;
             }
         }
-        stored_names names;
-        long long size = -1;
-        if (pos <= limit && PyBytes_GET_SIZE(body) <= I32_MAX)
-            size = write_stored_record((unsigned char *)buf.buf + pos, limit - pos, &fp,
-                                       (const unsigned char *)PyBytes_AS_STRING(body),
-                                       PyBytes_GET_SIZE(body), (int32_t)flag,
-                                       PyUnicode_1BYTE_DATA(props), PyUnicode_GET_LENGTH(props),
-                                       queue_offset, file_from + pos, items, &names);
-        if (size < 0) {
+        /* The entry's records, and what can fail before the commit (the table's entry). */
+        Py_ssize_t first = PyList_GET_SIZE(rows);
+        PyObject *wait = NULL;
+        long long end = -1;
+        /* The body: any buffer, held while it is read (after the clock, which is Python). */
+        Py_buffer data;
+        if (PyBytes_CheckExact(body)) {
+            data.buf = PyBytes_AS_STRING(body);
+            data.len = PyBytes_GET_SIZE(body);
+            data.obj = NULL;
+        } else if (PyObject_GetBuffer(body, &data, PyBUF_SIMPLE) < 0) {
             Py_DECREF(key);
-            break; /* the Python path judges it; bytes past pos are junk */
+            goto failed;
         }
-        /* Everything that can fail before the commit (the table's entry is the commit). */
-        PyObject *row = hint_row(file_from + pos, size, topic, &fp, queue_offset, &names, hint_type);
-        PyObject *wait = row == NULL ? NULL : item_value(names.wait);
-        PyObject *next = wait == NULL ? NULL : PyLong_FromLongLong(queue_offset + 1);
-        int ok = next != NULL && PyList_Append(rows, row) == 0;
-        if (ok && PyList_Append(waits, wait) < 0) {
-            ok = 0;
-            PyList_SetSlice(rows, count, count + 1, NULL);
+        if (batch) {
+            end = write_batch_body(base, pos, limit, file_from, &fp, data.buf, data.len,
+                                   queue_offset, topic, hint_type, rows, &wait);
+        } else {
+            stored_names names;
+            long long size = -1;
+            if (pos <= limit && data.len <= I32_MAX)
+                size = write_stored_record(base + pos, limit - pos, &fp, data.buf, data.len,
+                                           (int32_t)flag, PyUnicode_1BYTE_DATA(props),
+                                           PyUnicode_GET_LENGTH(props), queue_offset,
+                                           file_from + pos, items, &names);
+            if (size >= 0) {
+                end = -2;
+                PyObject *row =
+                    hint_row(file_from + pos, size, topic, &fp, queue_offset, &names, hint_type);
+                if (row != NULL && (wait = item_value(names.wait)) != NULL &&
+                    PyList_Append(rows, row) == 0)
+                    end = pos + size;
+                Py_XDECREF(row);
+                if (end < 0) {
+                    Py_CLEAR(wait);
+                    memset(base + pos, 0, (size_t)size);
+                }
+            }
         }
+        if (data.obj != NULL) PyBuffer_Release(&data);
+        if (end < 0) {
+            Py_DECREF(key);
+            if (end == -1) break; /* Python judges it; bytes past pos are junk */
+            goto failed;
+        }
+        PyObject *next = PyLong_FromLongLong(queue_offset + PyList_GET_SIZE(rows) - first);
+        int ok = next != NULL && PyList_Append(waits, wait) == 0;
         if (ok && PyDict_SetItem(table, key, next) < 0) {
             ok = 0;
-            PyList_SetSlice(rows, count, count + 1, NULL);
             PyList_SetSlice(waits, count, count + 1, NULL);
         }
         Py_DECREF(key);
-        Py_XDECREF(row);
         Py_XDECREF(wait);
         Py_XDECREF(next);
         if (!ok) {
             /* Not committed: no whole record may lie past the write position (as _scrub). */
-            memset((unsigned char *)buf.buf + pos, 0, (size_t)size);
+            PyList_SetSlice(rows, first, PyList_GET_SIZE(rows), NULL);
+            memset(base + pos, 0, (size_t)(end - pos));
             goto failed;
         }
         count++;
-        pos += size;
+        pos = end;
         stamp = fp.store_ts;
     }
     goto finish;
@@ -565,7 +480,22 @@ failed:
         if (error == NULL) error = Py_NewRef(Py_None);
     }
 finish:
-    result = Py_BuildValue("(LOOLO)", pos, rows, waits, stamp, error != NULL ? error : Py_None);
+    /* (end, rows, waits, stamp, error), built by hand: Py_BuildValue's format parsing cost a
+     * single send's put a tenth of this function. */
+    {
+        PyObject *end_obj = PyLong_FromLongLong(pos), *stamp_obj = PyLong_FromLongLong(stamp);
+        result = end_obj == NULL || stamp_obj == NULL ? NULL : PyTuple_New(5);
+        if (result != NULL) {
+            PyTuple_SET_ITEM(result, 0, end_obj);
+            PyTuple_SET_ITEM(result, 1, Py_NewRef(rows));
+            PyTuple_SET_ITEM(result, 2, Py_NewRef(waits));
+            PyTuple_SET_ITEM(result, 3, stamp_obj);
+            PyTuple_SET_ITEM(result, 4, Py_NewRef(error != NULL ? error : Py_None));
+        } else {
+            Py_XDECREF(end_obj);
+            Py_XDECREF(stamp_obj);
+        }
+    }
 done:
     Py_XDECREF(entry);
     Py_XDECREF(topic_b);
@@ -575,8 +505,6 @@ done:
     PyBuffer_Release(&buf);
     return result;
 }
-
-
 /* --- populate_write ------------------------------------------------------------------------- */
 
 #ifndef MADV_POPULATE_WRITE
@@ -844,29 +772,16 @@ static PyMethodDef methods[] = {
     {"populate_write", (PyCFunction)(void (*)(void))py_populate_write, METH_FASTCALL,
      "populate_write(buf, start, length): fault in a writable map's pages as writes would,"
      " with the GIL released; 0 or madvise's errno."},
-    {"encode_batch", (PyCFunction)(void (*)(void))py_encode_batch, METH_FASTCALL,
-     "encode_batch(buf, pos, limit, data, first_queue_offset, file_from_offset, topic_b,"
-     " cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_port,"
-     " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties[,"
-     " hint_type]): a"
-     " SEND_BATCH_MESSAGE body's records written as the Python path writes them; (end, rows,"
-     " wait) or None."},
-    {"encode_single", (PyCFunction)(void (*)(void))py_encode_single, METH_FASTCALL,
-     "encode_single(buf, pos, limit, body, properties, flag, queue_offset, file_from_offset,"
-     " topic_b, cluster_b, topic, queue_id, sys_flag, born_timestamp, born_ip, born_port,"
-     " store_timestamp, store_ip, store_port, reconsume_times, max_body_properties[,"
-     " hint_type]): a single"
-     " send's record as the Python path writes it; (size, row, wait) or None."},
-    {"encode_singles", (PyCFunction)(void (*)(void))py_encode_singles, METH_FASTCALL,
-     "encode_singles(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table,"
-     " clock, cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties,"
-     " stop_flags, stop_topic, hint_type): encode_single of each entry in turn; (end, rows,"
-     " waits, stamp, error)."},
+    {"encode_run", (PyCFunction)(void (*)(void))py_encode_run, METH_FASTCALL,
+     "encode_run(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table, clock,"
+     " cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties, stop_flags,"
+     " stop_topic, hint_type): a run of sends' records (single sends, batch bodies) written"
+     " into buf; (end, rows, waits, stamp, error)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "pymq.store._commitlogc", "pymq.store._commitlogc: the commit log's puts (encode_batch, encode_single(s)), page population and the fdatasync thread.", -1, methods, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "pymq.store._commitlogc", "pymq.store._commitlogc: the commit log's record encoder (encode_run), page population and the fdatasync thread.", -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__commitlogc(void) {

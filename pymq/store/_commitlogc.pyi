@@ -1,5 +1,5 @@
 """Stub of the C module pymq.store._commitlogc (pymq/store/_commitlogc.c): the commit log's puts
-(encode_batch, encode_single(s)), page population and the fdatasync thread.
+(encode_run, the one record encoder), page population and the fdatasync thread.
 
 Picked once, at import, by :func:`pymq.common.native.load_native`.  When this module is not
 built or PYMQ_PURE_PYTHON is set, a function's Python twin (same signature; checked against it
@@ -7,6 +7,7 @@ in tests/unit/test_twins.py) runs instead, or, for a function without one yet, t
 module's own general path.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 from typing_extensions import Buffer
@@ -30,77 +31,28 @@ def populate_write(buf: Buffer, start: int, length: int, /) -> int:
     """Fault in a writable map's pages as writes would, with the GIL released; 0 or madvise's
     errno."""
 
-def encode_batch(
-    buf: Any,
-    pos: Any,
-    limit: Any,
-    data: Any,
-    first_queue_offset: Any,
-    file_from_offset: Any,
-    topic_b: Any,
-    cluster_b: Any,
-    topic: Any,
-    queue_id: Any,
-    sys_flag: Any,
-    born_timestamp: Any,
-    born_ip: Any,
-    born_port: Any,
-    store_timestamp: Any,
-    store_ip: Any,
-    store_port: Any,
-    reconsume_times: Any,
-    max_body_properties: Any,
-    hint_type: Any = ...,
+def encode_run(
+    buf: Buffer,
+    pos: int,
+    limit: int,
+    file_from_offset: int,
+    entries: list[tuple[str, int, Any, str | None, int, int, int, int]],
+    topic_bytes: dict[str, bytes],
+    queue_table: dict[tuple[str, int], int],
+    clock: Callable[[], int] | None,
+    cluster_b: bytes,
+    born_ip: bytes,
+    born_port: int,
+    store_ip: bytes,
+    store_port: int,
+    max_body_properties: int,
+    stop_flags: int,
+    stop_topic: str,
+    hint_type: type[tuple[Any, ...]] | None,
     /,
-) -> Any:
-    """A SEND_BATCH_MESSAGE body's records written as the Python path writes them; (end, rows,
-    wait) or None."""
-
-def encode_single(
-    buf: Any,
-    pos: Any,
-    limit: Any,
-    body: Any,
-    properties: Any,
-    flag: Any,
-    queue_offset: Any,
-    file_from_offset: Any,
-    topic_b: Any,
-    cluster_b: Any,
-    topic: Any,
-    queue_id: Any,
-    sys_flag: Any,
-    born_timestamp: Any,
-    born_ip: Any,
-    born_port: Any,
-    store_timestamp: Any,
-    store_ip: Any,
-    store_port: Any,
-    reconsume_times: Any,
-    max_body_properties: Any,
-    hint_type: Any = ...,
-    /,
-) -> Any:
-    """A single send's record as the Python path writes it; (size, row, wait) or None."""
-
-def encode_singles(
-    buf: Any,
-    pos: Any,
-    limit: Any,
-    file_from_offset: Any,
-    entries: Any,
-    topic_bytes: Any,
-    queue_table: Any,
-    clock: Any,
-    cluster_b: Any,
-    born_ip: Any,
-    born_port: Any,
-    store_ip: Any,
-    store_port: Any,
-    max_body_properties: Any,
-    stop_flags: Any,
-    stop_topic: Any,
-    hint_type: Any,
-    /,
-) -> Any:
-    """Encode_single of each entry in turn; (end, rows, waits, stamp, error)."""
+) -> tuple[int, list[tuple[Any, ...]], list[str | None], int, BaseException | None]:
+    """The store's one record encoder: a run of sends' records (each entry (topic, queue_id,
+    body, properties, flag, sys_flag, born_timestamp, reconsume_times) a single send, or with
+    properties None a SEND_BATCH_MESSAGE body) written into buf from pos below limit, buf[0]
+    being physical offset file_from_offset, queue offsets taken from and committed to
+    queue_table; (end, rows, waits, stamp, error).  Twin: pymq.store.commitlog.encode_run_py."""

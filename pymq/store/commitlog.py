@@ -24,7 +24,7 @@ import struct
 import sys
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from pymq.common.clock import now_ms
@@ -172,7 +172,7 @@ _new_hint = tuple.__new__
 ``__new__`` (half the cost on the put path); the fields in declaration order."""
 
 
-# --- encode_single and encode_batch's Python twins (pymq.store._commitlogc) ----------------------
+# --- encode_run's Python twin (pymq.store._commitlogc): the store's one record encoder ---------
 
 _PROPS_MAX = 32
 """Properties an item may have for the one-call puts (more: the general path)."""
@@ -229,40 +229,6 @@ class _FastPut(NamedTuple):
     store_port: int
     reconsume_times: int
     max_body_properties: int
-
-
-def _fast_put_args(args: tuple[Any, ...]) -> _FastPut | None:
-    """The 13 arguments encode_single and encode_batch share, checked; None when the one-call
-    puts do not apply (IPv6 hosts, a topic too long or with a NUL, a cluster name that is empty
-    or not plain ASCII)."""
-    topic_b, cluster_b, topic, queue_id, sys_flag, born_ts, born_ip, born_port = args[:8]
-    store_ts, store_ip, store_port, reconsume, max_bp = args[8:]
-    queue_id = _arg_int(queue_id, "queue_id", *_I32)
-    sys_flag = _arg_int(sys_flag, "sys_flag", *_I32)
-    born_ts = _arg_int(born_ts, "born_timestamp", *_I64)
-    born_port = _arg_int(born_port, "born_port", *_I32)
-    store_ts = _arg_int(store_ts, "store_timestamp", *_I64)
-    store_port = _arg_int(store_port, "store_port", *_I32)
-    reconsume = _arg_int(reconsume, "reconsume_times", *_I32)
-    max_bp = _arg_int(max_bp, "max_body_properties", 0, _I32[1])
-    if not (
-        isinstance(topic_b, bytes)
-        and isinstance(cluster_b, bytes)
-        and isinstance(topic, str)
-        and isinstance(born_ip, bytes)
-        and isinstance(store_ip, bytes)
-    ):
-        raise TypeError("fast put: bytes or str expected")
-    if sys_flag & _HOSTS_V6 or len(born_ip) != 4 or len(store_ip) != 4:
-        return None
-    if len(topic_b) > MAX_TOPIC_LENGTH or b"\x00" in topic_b:
-        return None
-    if not cluster_b or not all(3 <= c < 0x80 for c in cluster_b):
-        return None
-    return _FastPut(
-        bytes(topic_b), bytes(cluster_b), topic, queue_id, sys_flag, born_ts, bytes(born_ip),
-        born_port, store_ts, bytes(store_ip), store_port, reconsume, max_bp,
-    )  # fmt: skip
 
 
 def _write_stored_record(
@@ -338,150 +304,136 @@ def _writable_size(buf: Any) -> int:
         return view.nbytes
 
 
-def encode_single_py(
-    buf: Any, pos: Any, limit: Any, body: Any, properties: Any, flag: Any, queue_offset: Any,
-    file_from_offset: Any, *shared_and_hint_type: Any,
-) -> tuple[int, tuple[Any, ...], str | None] | None:  # fmt: skip
-    """Python twin of ``pymq.store._commitlogc.encode_single`` (buf, pos, limit, body,
-    properties, flag, queue_offset, file_from_offset, topic_b, cluster_b, topic, queue_id,
-    sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip, store_port,
-    reconsume_times, max_body_properties[, hint_type]): a single send's record as the general
-    path (SendProcessor._single_message, then CommitLog.append_message) writes it, at buf[pos:],
-    from the request's properties str.  Returns (size, row, wait): the record's size, its
-    dispatch hint's fields (as hint_type) and the stored WAIT value; None (nothing committed)
-    when the general path must judge it."""
-    if len(shared_and_hint_type) not in (13, 14):
-        raise TypeError("encode_single takes 21 or 22 arguments")
-    hint_type = _hint_type(shared_and_hint_type[13] if len(shared_and_hint_type) == 14 else None)
-    pos = _arg_int(pos, "pos", 0, sys.maxsize)
-    limit = _arg_int(limit, "limit", 0, sys.maxsize)
-    flag = _arg_int(flag, "flag", *_I32)
-    queue_offset = _arg_int(queue_offset, "queue_offset", *_HALF)
-    file_from = _arg_int(file_from_offset, "file_from_offset", *_HALF)
-    if not isinstance(properties, str):
-        raise TypeError("encode_single: properties must be a str")
-    if not properties.isascii() or len(properties) > 65535:
-        return None
-    fp = _fast_put_args(shared_and_hint_type[:13])
-    if fp is None:
-        return None
-    body_b = bytes(memoryview(body))
-    limit = min(limit, _writable_size(buf))
-    if pos > limit or len(body_b) > _I32[1]:
-        return None
-    out = _write_stored_record(
-        buf, pos, limit - pos, fp, True, body_b, flag, properties.encode("ascii"),
-        queue_offset, file_from + pos,
-    )  # fmt: skip
-    if out is None:
-        return None
-    size, found = out
-    return (
-        size,
-        _hint_row(hint_type, file_from + pos, size, fp, queue_offset, found),
-        found.get(b"WAIT"),
-    )
-
-
 _BATCH_ITEM = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH
 
 
-def encode_batch_py(
-    buf: Any, pos: Any, limit: Any, data: Any, first_queue_offset: Any, file_from_offset: Any,
-    *shared_and_hint_type: Any,
-) -> tuple[int, list[tuple[Any, ...]], str | None] | None:  # fmt: skip
-    """Python twin of ``pymq.store._commitlogc.encode_batch`` (buf, pos, limit, data,
-    first_queue_offset, file_from_offset, topic_b, cluster_b, topic, queue_id, sys_flag,
-    born_timestamp, born_ip, born_port, store_timestamp, store_ip, store_port, reconsume_times,
-    max_body_properties[, hint_type]): each item of the SEND_BATCH_MESSAGE body ``data`` as the
-    record the general path (SendProcessor._batch_messages, then CommitLog.append_messages)
-    writes for it, at buf[pos:], with consecutive queue offsets.  Returns (end, rows, wait): the
-    write position after the last record, a hint row per record and the first item's stored
-    WAIT value.  None, with the records it wrote zeroed, for anything the general path must
-    judge: a body that does not parse, an empty batch, an item _write_stored_record leaves to
-    it, or records that do not fit below limit."""
-    if len(shared_and_hint_type) not in (13, 14):
-        raise TypeError("encode_batch takes 19 or 20 arguments")
-    hint_type = _hint_type(shared_and_hint_type[13] if len(shared_and_hint_type) == 14 else None)
-    pos = _arg_int(pos, "pos", 0, sys.maxsize)
-    limit = _arg_int(limit, "limit", 0, sys.maxsize)
-    queue_offset = _arg_int(first_queue_offset, "first_queue_offset", *_HALF)
-    file_from = _arg_int(file_from_offset, "file_from_offset", *_HALF)
-    fp = _fast_put_args(shared_and_hint_type[:13])
-    if fp is None:
-        return None
-    d = bytes(memoryview(data))
-    limit = min(limit, _writable_size(buf))
-    w, at, n = pos, 0, len(d)
-    rows: list[tuple[Any, ...]] = []
+def _write_batch_body(
+    buf: Any, pos: int, limit: int, file_from: int, fp: _FastPut, d: bytes, queue_offset: int,
+    hint_type: Any, rows: list[tuple[Any, ...]],
+) -> tuple[int, str | None] | None:  # fmt: skip
+    """The records of the SEND_BATCH_MESSAGE body ``d``, one per item, written from buf[pos]
+    below limit with consecutive queue offsets: their hint rows appended to ``rows``.  Returns
+    the write position after the last record and the first item's stored WAIT value; None when
+    Python must judge the batch (a body that does not parse, no item, an item
+    _write_stored_record leaves to it, no room).  On None or an exception, ``rows`` is as it
+    was and the records written are zeroed, as CommitLog._scrub would."""
+    first, w, at, n = len(rows), pos, 0, len(d)
+    written = pos  # the end of what was written
     wait: str | None = None
-    ok = True
-    while at < n:
-        if at + 20 > n:
-            ok = False
-            break
-        total, _, _, flag, body_len = _BATCH_ITEM.unpack_from(d, at)
-        q = at + 20
-        if body_len < 0 or q + body_len + 2 > n:
-            ok = False
-            break
-        body = d[q : q + body_len]
-        q += body_len
-        props_len = int.from_bytes(d[q : q + 2], "big", signed=True)
-        q += 2
-        if props_len < 0 or q + props_len > n or total != q + props_len - at:
-            ok = False
-            break
-        props = d[q : q + props_len]
-        at = q + props_len
-        out = None
-        if w <= limit:
+    try:
+        while at < n:
+            if at + 20 > n:
+                break
+            total, _, _, flag, body_len = _BATCH_ITEM.unpack_from(d, at)
+            q = at + 20
+            if body_len < 0 or q + body_len + 2 > n:
+                break
+            body = d[q : q + body_len]
+            q += body_len
+            props_len = int.from_bytes(d[q : q + 2], "big", signed=True)
+            q += 2
+            if props_len < 0 or q + props_len > n or total != q + props_len - at or w > limit:
+                break
+            props = d[q : q + props_len]
+            at = q + props_len
             out = _write_stored_record(
                 buf, w, limit - w, fp, False, body, flag, props, queue_offset, file_from + w
             )
-        if out is None:
-            ok = False
-            break
-        size, found = out
-        if not rows:
-            wait = found.get(b"WAIT")
-        rows.append(_hint_row(hint_type, file_from + w, size, fp, queue_offset, found))
-        w += size
-        queue_offset += 1
-    if ok and rows:
-        return w, rows, wait
-    if w > pos:  # the records written before: zeroed, as CommitLog._scrub would
-        buf[pos:w] = bytes(w - pos)
+            if out is None:
+                break
+            size, found = out
+            written = w + size
+            if len(rows) == first:
+                wait = found.get(b"WAIT")
+            rows.append(_hint_row(hint_type, file_from + w, size, fp, queue_offset, found))
+            w += size
+            queue_offset += 1
+        else:
+            if len(rows) > first:
+                return w, wait
+    except BaseException:
+        del rows[first:]
+        buf[pos:written] = bytes(written - pos)
+        raise
+    del rows[first:]
+    buf[pos:written] = bytes(written - pos)
     return None
 
 
 _ABSENT: Any = object()
 
 
-def encode_singles_py(
-    buf: Any, pos: Any, limit: Any, file_from_offset: Any, entries: Any, topic_bytes: Any,
-    queue_table: Any, clock: Any, cluster_b: Any, born_ip: Any, born_port: Any, store_ip: Any,
-    store_port: Any, max_body_properties: Any, stop_flags: Any, stop_topic: Any, hint_type: Any,
-) -> tuple[int, list[tuple[Any, ...]], list[str | None], int, BaseException | None]:  # fmt: skip
-    """Python twin of ``pymq.store._commitlogc.encode_singles``: encode_single of each of
-    ``entries`` in turn, (topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
-    reconsume_times), its topic's bytes from ``topic_bytes``, its queue offset from
-    ``queue_table`` keyed by (topic, queue_id) (0 when absent; set to the next once the record
-    is written: the commit), its store time from ``clock()`` (None: the wall clock).  Stops at
-    the first entry whose topic is missing from topic_bytes, whose sys_flag has a bit of
-    stop_flags, whose topic is stop_topic (in that order, before its other fields are read), or
-    that encode_single would leave to the general path.  Returns (end, rows, waits, stamp,
-    error): the write position after the last record, their hint rows and stored WAIT values,
-    the last one's store time (0 if none), and None, or the exception that stopped it after
-    entries were committed.  Raises only when nothing was committed."""
-    hint_type = _hint_type(hint_type)
-    pos = _arg_int(pos, "pos", 0, sys.maxsize)
-    limit = _arg_int(limit, "limit", 0, sys.maxsize)
-    file_from = _arg_int(file_from_offset, "file_from_offset", *_HALF)
-    born_port = _arg_int(born_port, "born_port", *_I32)
-    store_port = _arg_int(store_port, "store_port", *_I32)
-    max_bp = _arg_int(max_body_properties, "max_body_properties", 0, _I32[1])
-    stop_flags = _arg_int(stop_flags, "stop_flags", *_I32)
+def _run_entry(
+    entry: Any, topic_bytes: dict[Any, Any], stop_flags: int, stop_topic: str
+) -> tuple[Any, ...] | None:
+    """encode_run's checks of one entry, in the C code's order: (topic, queue id as given,
+    topic bytes, body, properties, queue id, flag, sys flag, born timestamp, reconsume times),
+    or None where the run stops (the stops first, in CommitLog's order, then what the general
+    path judges); raises for an entry of the wrong types."""
+    if not isinstance(entry, tuple) or len(entry) != 8:
+        raise TypeError("encode_run: an entry is not an 8-tuple")
+    topic, queue_id_obj, body, props, flag, sys_flag, born_ts, reconsume = entry
+    if not isinstance(topic, str):
+        raise TypeError("encode_run: the topic is not a str")
+    topic_b = dict.get(topic_bytes, topic, _ABSENT)
+    if topic_b is _ABSENT:
+        return None
+    sys_flag = _arg_int(sys_flag, "sys_flag", *_I32)
+    if sys_flag & stop_flags or topic == stop_topic:
+        return None
+    batch = props is None
+    if not batch and not isinstance(props, str):
+        raise TypeError("encode_run: properties must be a str or None")
+    queue_id = _arg_int(queue_id_obj, "queue_id", *_I32)
+    flag = _arg_int(flag, "flag", *_I32)
+    born_ts = _arg_int(born_ts, "born_timestamp", *_I64)
+    reconsume = _arg_int(reconsume, "reconsume_times", *_I32)
+    if sys_flag & _HOSTS_V6 or not isinstance(topic_b, bytes):
+        return None
+    if not batch and (not props.isascii() or len(props) > 65535):
+        return None
+    if len(topic_b) > MAX_TOPIC_LENGTH or b"\x00" in topic_b:
+        return None
+    return (topic, queue_id_obj, topic_b, body, props, queue_id, flag, sys_flag, born_ts,
+            reconsume)  # fmt: skip
+
+
+def _write_entry(
+    buf: Any, pos: int, limit: int, file_from: int, fp: _FastPut, body: Any, props: str | None,
+    flag: int, queue_offset: int, hint_type: Any, rows: list[tuple[Any, ...]],
+) -> tuple[int, str | None] | None:  # fmt: skip
+    """One entry's records written from buf[pos] below limit, their hint rows appended to
+    ``rows``: the write position after them and the stored WAIT value (a batch's first
+    item's); None when the general path judges the entry (nothing added to rows)."""
+    with memoryview(body) as view:
+        data = bytes(view)
+    if props is None:
+        return _write_batch_body(
+            buf, pos, limit, file_from, fp, data, queue_offset, hint_type, rows
+        )
+    out = None
+    if pos <= limit and len(data) <= _I32[1]:
+        out = _write_stored_record(
+            buf, pos, limit - pos, fp, True, data, flag, props.encode("ascii"),
+            queue_offset, file_from + pos,
+        )  # fmt: skip
+    if out is None:
+        return None
+    size, found = out
+    try:
+        rows.append(_hint_row(hint_type, file_from + pos, size, fp, queue_offset, found))
+    except BaseException:
+        buf[pos : pos + size] = bytes(size)
+        raise
+    return pos + size, found.get(b"WAIT")
+
+
+def _run_args(
+    entries: Any, topic_bytes: Any, queue_table: Any, clock: Any, cluster_b: Any, born_ip: Any,
+    store_ip: Any, stop_topic: Any,
+) -> bool:  # fmt: skip
+    """encode_run's type checks (TypeError); whether a run may be encoded at all (not with
+    IPv6 hosts or an odd cluster name: the general path's)."""
     if not (
         isinstance(entries, list)
         and isinstance(topic_bytes, dict)
@@ -492,13 +444,52 @@ def encode_singles_py(
         and isinstance(stop_topic, str)
         and (clock is None or callable(clock))
     ):
-        raise TypeError("encode_singles: bad argument types")
-    usable = (
+        raise TypeError("encode_run: bad argument types")
+    return (
         len(born_ip) == 4
         and len(store_ip) == 4
         and bool(cluster_b)
         and all(3 <= c < 0x80 for c in cluster_b)
-    )  # else the general path (IPv6 hosts, an odd cluster name)
+    )
+
+
+def encode_run_py(
+    buf: Any, pos: Any, limit: Any, file_from_offset: Any, entries: Any, topic_bytes: Any,
+    queue_table: Any, clock: Any, cluster_b: Any, born_ip: Any, born_port: Any, store_ip: Any,
+    store_port: Any, max_body_properties: Any, stop_flags: Any, stop_topic: Any, hint_type: Any,
+) -> tuple[int, list[tuple[Any, ...]], list[str | None], int, BaseException | None]:  # fmt: skip
+    """Python twin of ``pymq.store._commitlogc.encode_run``, the store's one record encoder:
+    a run of sends' records written into the writable buffer ``buf`` from buf[pos] (below
+    limit), buf[0] being the commit log's physical offset ``file_from_offset``, each as the
+    general path (SendProcessor._single_message or _batch_messages, then
+    CommitLog.append_messages) stores it: the broker's stored properties (WAIT=true left out,
+    CLUSTER added last).  Each of ``entries`` is (topic, queue_id, body, properties, flag,
+    sys_flag, born_timestamp, reconsume_times), the body any buffer: a single send
+    (properties its request's str; any DELAY or TRAN_MSG is the general path's), or, with
+    properties None, a SEND_BATCH_MESSAGE body (flag unused) whose items become records of
+    that topic and queue with consecutive queue offsets, all or none (a DELAY other than "0"
+    is the general path's).  Its topic's bytes come from ``topic_bytes``, its queue offset from
+    ``queue_table`` keyed by (topic, queue_id) (0 when absent; set past the entry's records
+    once they are written: the commit), its store time from ``clock()`` (None: the wall
+    clock).  Stops at the first entry whose topic is missing from topic_bytes, whose sys_flag
+    has a bit of stop_flags, whose topic is stop_topic (in that order, before its other fields
+    are read), or that the general path must judge (_write_stored_record's refusals, IPv6
+    hosts, properties not ASCII or over 65535, a batch body that does not parse or is empty,
+    no room below limit).  Returns (end, rows, waits, stamp, error): the write position after
+    the last record, their hint rows (one per record) and stored WAIT values (one per entry),
+    the last entry's store time (0 if none), and None, or the exception that stopped it after
+    entries were committed.  Raises only when nothing was committed."""
+    hint_type = _hint_type(hint_type)
+    pos = _arg_int(pos, "pos", 0, sys.maxsize)
+    limit = _arg_int(limit, "limit", 0, sys.maxsize)
+    file_from = _arg_int(file_from_offset, "file_from_offset", *_HALF)
+    born_port = _arg_int(born_port, "born_port", *_I32)
+    store_port = _arg_int(store_port, "store_port", *_I32)
+    max_bp = _arg_int(max_body_properties, "max_body_properties", 0, _I32[1])
+    stop_flags = _arg_int(stop_flags, "stop_flags", *_I32)
+    usable = _run_args(
+        entries, topic_bytes, queue_table, clock, cluster_b, born_ip, store_ip, stop_topic
+    )
     limit = min(limit, _writable_size(buf))
     rows: list[tuple[Any, ...]] = []
     waits: list[str | None] = []
@@ -506,33 +497,12 @@ def encode_singles_py(
     e = 0
     try:
         while usable and e < len(entries):
-            entry = entries[e]
+            fields = _run_entry(entries[e], topic_bytes, stop_flags, stop_topic)
             e += 1
-            if not isinstance(entry, tuple) or len(entry) != 8:
-                raise TypeError("encode_singles: an entry is not an 8-tuple")
-            topic, queue_id_obj, body, props, flag, sys_flag, born_ts, reconsume = entry
-            if not isinstance(topic, str):
-                raise TypeError("encode_singles: the topic is not a str")
-            topic_b = dict.get(topic_bytes, topic, _ABSENT)
-            if topic_b is _ABSENT:  # the stops first, in CommitLog's order
+            if fields is None:
                 break
-            sys_flag = _arg_int(sys_flag, "sys_flag", *_I32)
-            if sys_flag & stop_flags or topic == stop_topic:
-                break
-            if not isinstance(body, bytes) or not isinstance(props, str):
-                raise TypeError("encode_singles: body bytes, properties str")
-            queue_id = _arg_int(queue_id_obj, "queue_id", *_I32)
-            flag = _arg_int(flag, "flag", *_I32)
-            born_ts = _arg_int(born_ts, "born_timestamp", *_I64)
-            reconsume = _arg_int(reconsume, "reconsume_times", *_I32)
-            if sys_flag & _HOSTS_V6 or not props.isascii() or len(props) > 65535:
-                break  # what encode_single leaves to the general path
-            if not (
-                isinstance(topic_b, bytes)
-                and len(topic_b) <= MAX_TOPIC_LENGTH
-                and b"\x00" not in topic_b
-            ):
-                break
+            (topic, queue_id_obj, topic_b, body, props, queue_id, flag, sys_flag, born_ts,
+             reconsume) = fields  # fmt: skip
             key = (topic, queue_id_obj)
             known = dict.get(queue_table, key, _ABSENT)
             queue_offset = 0 if known is _ABSENT else _arg_int(known, "queue_offset", *_HALF)
@@ -542,25 +512,21 @@ def encode_singles_py(
                 bytes(topic_b), bytes(cluster_b), topic, queue_id, sys_flag, born_ts,
                 bytes(born_ip), born_port, store_ts, bytes(store_ip), store_port, reconsume, max_bp,
             )  # fmt: skip
-            out = None
-            if pos <= limit and len(body) <= _I32[1]:
-                out = _write_stored_record(
-                    buf, pos, limit - pos, fp, True, bytes(body), flag, props.encode("ascii"),
-                    queue_offset, file_from + pos,
-                )  # fmt: skip
-            if out is None:
+            first, count = len(rows), len(waits)
+            placed = _write_entry(
+                buf, pos, limit, file_from, fp, body, props, flag, queue_offset, hint_type, rows
+            )
+            if placed is None:
                 break  # the general path judges it; bytes past pos are junk
-            size, found = out
-            count = len(rows)
+            end, wait = placed
             try:  # the table's entry is the commit
-                rows.append(_hint_row(hint_type, file_from + pos, size, fp, queue_offset, found))
-                waits.append(found.get(b"WAIT"))
-                queue_table[key] = queue_offset + 1
+                waits.append(wait)
+                queue_table[key] = queue_offset + len(rows) - first
             except BaseException:
-                del rows[count:], waits[count:]
-                buf[pos : pos + size] = bytes(size)  # no whole record past the write position
+                del rows[first:], waits[count:]
+                buf[pos:end] = bytes(end - pos)  # no whole record past the write position
                 raise
-            pos += size
+            pos = end
             stamp = store_ts
     except BaseException as exc:
         if not rows:
@@ -569,8 +535,10 @@ def encode_singles_py(
     return pos, rows, waits, stamp, None
 
 
-_encode_batch: Callable[..., Any] = getattr(native_extension, "encode_batch", encode_batch_py)
-_encode_singles: Callable[..., Any] = getattr(native_extension, "encode_singles", encode_singles_py)
+encode_run: Callable[..., Any] = getattr(native_extension, "encode_run", encode_run_py)
+"""The store's one record encoder as pymq picked it (the C function, or encode_run_py): a run of
+sends' records into any writable buffer at a given physical offset (see encode_run_py)."""
+
 
 # Batch bodies from this size on are written with pwrite, not through the map: for a batch,
 # pwrite costs a fraction of the page faults (and readahead zeroing large folios of new memory)
@@ -589,7 +557,6 @@ SCRATCH_KEPT_MAX = 1 << 20
 # commitLogWriteAdvice=auto advises every write on a device that reads ahead 1 MiB or more,
 # and this balance decides elsewhere.
 ADVICE_SWITCH_BYTES = 4 << 20
-_encode_single: Callable[..., Any] = getattr(native_extension, "encode_single", encode_single_py)
 
 
 def _scrub(mf: MappedFile, start: int, end: int) -> None:
@@ -639,7 +606,7 @@ class CommitLog:
         # is a delivery time reput works out itself.
         self.dispatch_hints: collections.deque[DispatchHint] = collections.deque()
         self._born_ips: dict[str, bytes] = {}  # peers' addresses packed by the one-call appends
-        # Where a large batch's records are encoded before one pwrite (see append_batch_body).
+        # Where a large batch's records are encoded before one pwrite (see _append_aside).
         self._scratch = bytearray()
         self.clock_ms = clock_ms
         # True from a failed file creation (or block allocation) until the next append that
@@ -716,7 +683,7 @@ class CommitLog:
 
     def _weigh_advice(self, mf: MappedFile, written: int) -> None:
         """ASYNC_FLUSH: ``written`` bytes went to ``mf`` with pwrite (positive) or through the
-        map (negative: every put path but append_batch_body's large batches; not the HA
+        map (negative: every put path but append_run's large batches (_append_aside); not the HA
         slave's append_data, which never writes with pwrite, so its advice never begins).
         At +ADVICE_SWITCH_BYTES the pages ahead of the writer are advised
         MADV_RANDOM, at -ADVICE_SWITCH_BYTES read ahead again, for this file and the files the
@@ -735,11 +702,16 @@ class CommitLog:
         self._advice_balance = balance
 
     def _wrote_through_map(self, mf: MappedFile, size: int) -> None:
-        """The general paths (append_message, append_messages) wrote ``size`` bytes through
+        """A put (append_message, append_messages, append_run) wrote ``size`` bytes through
         ``mf``'s map and committed them: weighed against the advice (ASYNC_FLUSH), and the
         next chunk allocated ahead (warmMapedFileEnable)."""
         if self._advice_follows_writes:
-            self._weigh_advice(mf, -size)
+            # _weigh_advice(mf, -size), inline while the advice stays: this is every put's.
+            balance = self._advice_balance - size
+            if balance > -ADVICE_SWITCH_BYTES:
+                self._advice_balance = balance
+            else:
+                self._weigh_advice(mf, -size)
         if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
             self._allocate_ahead(mf)
 
@@ -1059,132 +1031,160 @@ class CommitLog:
             msg_num=len(msgs),
         )
 
-    def append_single_fast(
+    def append_run(
         self,
-        topic: str,
-        topic_b: bytes,
-        queue_id: int,
-        body: bytes,
-        properties: str,
-        flag: int,
-        cluster_b: bytes,
-        sys_flag: int,
-        born_timestamp: int,
-        born_host: tuple[str, int],
-        reconsume_times: int,
-        max_body_properties: int,
-    ) -> tuple[PutMessageResult, str | None] | None:
-        """A single send appended in one C call (``_recordc.encode_single``) from the request's
-        properties string: the record, offsets, hint and answer :meth:`append_message` makes of
-        the message the send path builds (tests/store/test_batch_fast_path.py compares them),
-        without the message object or its properties dict.  Returns the result and the stored
-        WAIT property; None, having changed nothing, when the general path must decide (as
-        :meth:`append_batch_body`, and any DELAY or TRAN_MSG property)."""
-        files = self.queue.files
-        if not files or topic == SCHEDULE_TOPIC:
-            return None
-        mf = files[-1]
-        born_ip = self._born_ip(born_host[0])
-        if born_ip is None:
-            return None
-        pos = mf.wrote_position
-        key = (topic, queue_id)
-        queue_offset = self.topic_queue_table.get(key, 0)
-        now = self.clock_ms()
-        out = _encode_single(
-            mf.mm, pos, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH), body,
-            properties, flag, queue_offset, mf.file_from_offset, topic_b, cluster_b, topic,
-            queue_id, sys_flag, born_timestamp, born_ip, born_host[1], now, self._store_ip,
-            self._store_port, reconsume_times, max_body_properties, DispatchHint,
-        )  # fmt: skip
-        if out is None:
-            return None
-        size, row, wait = out
-        # Encoded: commit.
-        self.topic_queue_table[key] = queue_offset + 1
-        mf.wrote_position = pos + size
-        mf.last_store_timestamp = now
-        if self._advice_follows_writes:
-            # _weigh_advice(mf, -size), inline on this hottest path while the advice stays:
-            # no call per single send, as for the rest of its bookkeeping here.
-            balance = self._advice_balance - size
-            if balance > -ADVICE_SWITCH_BYTES:
-                self._advice_balance = balance
-            else:
-                self._weigh_advice(mf, -size)
-        if self.warm and mf.allocated - mf.wrote_position <= mf.chunk:
-            self._allocate_ahead(mf)
-        hints = self.dispatch_hints
-        if len(hints) < DISPATCH_HINTS_MAX:
-            hints.append(row)  # made as a DispatchHint
-        phy = row[0]
-        result = PutMessageResult(
-            PUT_OK, phy, size, offset_msg_id(self._msg_id_prefix, phy), now, queue_offset
-        )
-        return result, wait
-
-    def append_singles_fast(
-        self,
-        entries: list[tuple[str, int, bytes, str, int, int, int, int]],
+        entries: Sequence[tuple[str, int, Any, str | None, int, int, int, int]],
         topic_bytes: dict[str, bytes],
         cluster_b: bytes,
         born_host: tuple[str, int],
         max_body_properties: int,
         stop_flags: int,
     ) -> tuple[list[DispatchHint], list[str | None], int]:
-        """:meth:`append_single_fast` of each of ``entries`` in turn, (topic, queue id, body,
-        properties, flag, sys flag, born timestamp, reconsume times), for a run of single sends
-        served together, in one C call (``_recordc.encode_singles``): the records, offsets and
-        hints are those the calls one by one make.
-        Stops at the first entry the one-call path leaves to the general path (or whose topic
-        is not in ``topic_bytes``, the store's checked topics, or whose sys flag has a bit of
-        ``stop_flags``), or at a file's end; returns the hints and stored WAIT properties of
-        the entries appended, in order (the first ``len(hints)`` of ``entries``), and the
-        bytes they took."""
+        """Append a run of sends from one peer through the one record encoder
+        (:data:`encode_run`): each of ``entries``, (topic, queue id, body, properties, flag,
+        sys flag, born timestamp, reconsume times), is a single send (properties its
+        request's str) or, with properties None, a SEND_BATCH_MESSAGE body whose items are
+        its records: the records, offsets and hints the general path
+        (:meth:`append_messages` of the messages the send path builds) makes, without a
+        message object or a properties dict.
+        Stops at the first entry the encoder leaves to the general path (or whose topic is not
+        in ``topic_bytes``, the store's checked topics, or whose sys flag has a bit of
+        ``stop_flags``), or at a file's end (or its allocated blocks); returns the dispatch
+        hints (one per record) and stored WAIT properties (one per entry: a batch's first
+        item's) of the entries appended, in order, and the bytes they took.  A batch body of
+        PWRITE_BATCH_MIN bytes or more at the head of the run is appended alone, encoded aside
+        and written with one pwrite."""
         files = self.queue.files
         if not files or not entries:
             return [], [], 0
+        if type(entries) is not list:
+            entries = list(entries)
         mf = files[-1]
         born_ip = self._born_ip(born_host[0])
         if born_ip is None:
             return [], [], 0
         start = mf.wrote_position
+        in_file = mf.file_size - END_FILE_MIN_BLANK_LENGTH  # where the records must end
+        first = entries[0]
+        if first[3] is None and len(first[2]) >= PWRITE_BATCH_MIN:
+            return self._append_aside(
+                mf, first, topic_bytes, cluster_b, born_ip, born_host[1], max_body_properties,
+                stop_flags,
+            )  # fmt: skip
         try:
-            end, hints, waits, stamp, error = _encode_singles(
-                mf.mm, start, min(mf.allocated, mf.file_size - END_FILE_MIN_BLANK_LENGTH),
-                mf.file_from_offset, entries, topic_bytes, self.topic_queue_table,
+            end, hints, waits, stamp, error = encode_run(
+                mf.mm, start, min(mf.allocated, in_file), mf.file_from_offset, entries,
+                topic_bytes, self.topic_queue_table,
                 None if self.clock_ms is now_ms else self.clock_ms, cluster_b, born_ip,
                 born_host[1], self._store_ip, self._store_port, max_body_properties, stop_flags,
                 SCHEDULE_TOPIC, DispatchHint,
             )  # fmt: skip
-        except Exception:  # a defect before anything was appended: the entries go one by one
-            log.exception("appending a run of single sends failed")
+        except Exception:  # a defect before anything was appended: the general path decides
+            log.exception("appending a run of sends failed")
             return [], [], 0
-        # Appended (the queue table already says so): commit, whatever the error.
+        # Appended (the queue table already says so): commit, whatever the error.  The write
+        # position first: the rest (the write advice, the chunk allocated ahead, the dispatch
+        # hints, which reput does without) must not undo the commit if it fails.
         if end != start:
+            mf.wrote_position = end
+            mf.last_store_timestamp = stamp
             try:
-                self._appended_run(mf, start, end, stamp, hints)
-            except Exception:  # its position is set first; what follows is bookkeeping
+                if self._advice_follows_writes:  # _wrote_through_map's, inline: every put's
+                    balance = self._advice_balance - (end - start)
+                    if balance > -ADVICE_SWITCH_BYTES:
+                        self._advice_balance = balance
+                    else:
+                        self._weigh_advice(mf, start - end)
+                if self.warm and mf.allocated - end <= mf.chunk:
+                    self._allocate_ahead(mf)
+                queued = self.dispatch_hints
+                room = DISPATCH_HINTS_MAX - len(queued)
+                if room > 0:
+                    queued.extend(hints if room >= len(hints) else hints[:room])
+            except Exception:  # bookkeeping
                 log.exception("the bookkeeping of a run of %d appends failed", len(hints))
         if error is not None:  # a defect: what was appended stands, the rest go one by one
             if not isinstance(error, Exception):
                 raise error  # KeyboardInterrupt and the like, once the appends are committed
-            log.error("appending a run of single sends failed after %d", len(hints), exc_info=error)
+            log.error("appending a run of sends failed after %d", len(waits), exc_info=error)
         return hints, waits, end - start
 
-    def _appended_run(
-        self, mf: MappedFile, start: int, pos: int, now: int, hints: list[DispatchHint]
-    ) -> None:
-        """append_singles_fast's bookkeeping of the records it wrote from ``start`` to ``pos``
-        of ``mf``, done once for the run: append_single_fast's, message by message.  The write
-        position first: the rest (the write advice, the chunk allocated ahead, the dispatch
-        hints, which reput does without) must not undo the commit if it fails."""
-        mf.wrote_position = pos
-        mf.last_store_timestamp = now
-        self._wrote_through_map(mf, pos - start)
+    def _append_aside(
+        self, mf: MappedFile, entry: tuple[str, int, Any, str | None, int, int, int, int],
+        topic_bytes: dict[str, bytes], cluster_b: bytes, born_ip: bytes, born_port: int,
+        max_body_properties: int, stop_flags: int,
+    ) -> tuple[list[DispatchHint], list[str | None], int]:  # fmt: skip
+        """append_run of a large batch body: its records encoded aside, then written with one
+        pwrite: a write through the map faults in each new page of the file (and, read ahead,
+        zeroes a large folio around it), which cost a fifth of the broker's time on batches of
+        32 (see PWRITE_BATCH_MIN).  The records land in the page cache the map reads, so
+        readers see them as usual.  The queue offsets are committed once the write is done."""
+        pos = mf.wrote_position
+        buf = self._scratch_for(len(entry[2]))
+        limit = max(0, min(mf.file_size - END_FILE_MIN_BLANK_LENGTH - pos, len(buf)))
+        key = (entry[0], entry[1])
+        table = self.topic_queue_table
+        pending = {key: table[key]} if key in table else {}
+        try:
+            stop, hints, waits, stamp, _ = encode_run(
+                buf, 0, limit, mf.file_from_offset + pos, [entry], topic_bytes, pending,
+                None if self.clock_ms is now_ms else self.clock_ms, cluster_b, born_ip,
+                born_port, self._store_ip, self._store_port, max_body_properties, stop_flags,
+                SCHEDULE_TOPIC, DispatchHint,
+            )  # fmt: skip
+        except Exception:  # a defect before anything was encoded: the general path decides
+            log.exception("encoding a batch of %s failed", entry[0])
+            return [], [], 0
+        if not hints:
+            return [], [], 0
+        end = pos + stop
+        if end > mf.allocated:
+            # The next chunk's blocks, here rather than by the general path, whose write
+            # through the map would read ahead (zero) a large folio of the chunk.
+            try:
+                self._allocate(mf, end)
+            except OSError:
+                return [], [], 0  # refused by the general path, as ever
+            self._space_back()
+        if not mf.write_at(pos, memoryview(buf)[:stop]):
+            _scrub(mf, pos, end)  # whatever of the records it wrote
+            return [], [], 0
+        # Written: commit.
+        table.update(pending)
+        mf.wrote_position = end
+        mf.last_store_timestamp = stamp
+        if self._advice_follows_writes:
+            self._weigh_advice(mf, stop)
+        if self.warm and mf.allocated - end <= mf.chunk:
+            self._allocate_ahead(mf)
         queued = self.dispatch_hints
         room = DISPATCH_HINTS_MAX - len(queued)
-        queued.extend(hints if room >= len(hints) else hints[: max(0, room)])
+        if room > 0:
+            queued.extend(hints if room >= len(hints) else hints[:room])
+        return hints, waits, stop
+
+    def put_result(self, hints: list[DispatchHint]) -> PutMessageResult:
+        """The PutMessageResult of one entry :meth:`append_run` appended, from its records'
+        ``hints`` (a single send's one, a batch's all): what :meth:`append_messages` returns
+        for the same messages."""
+        first = hints[0]
+        phy = first.physical_offset
+        prefix = self._msg_id_prefix
+        if len(hints) == 1:
+            return PutMessageResult(
+                PUT_OK, phy, first.size, offset_msg_id(prefix, phy), first.store_timestamp,
+                first.queue_offset,
+            )  # fmt: skip
+        last = hints[-1]
+        return PutMessageResult(
+            PUT_OK,
+            wrote_offset=phy,
+            wrote_bytes=last.physical_offset + last.size - phy,
+            msg_id=offset_msg_ids(prefix, hints),  # type: ignore[arg-type]
+            store_timestamp=first.store_timestamp,
+            logic_offset=first.queue_offset,
+            msg_num=len(hints),
+        )
 
     def _scratch_for(self, body_size: int) -> bytearray:
         """A buffer for the records of a batch body of ``body_size`` bytes (an item's record is
@@ -1196,101 +1196,6 @@ class CommitLog:
             if room <= SCRATCH_KEPT_MAX:
                 self._scratch = scratch
         return scratch
-
-    def append_batch_body(
-        self,
-        topic: str,
-        topic_b: bytes,
-        queue_id: int,
-        body: bytes | memoryview,
-        cluster_b: bytes,
-        sys_flag: int,
-        born_timestamp: int,
-        born_host: tuple[str, int],
-        reconsume_times: int,
-        max_body_properties: int,
-    ) -> tuple[PutMessageResult, str | None] | None:
-        """A SEND_BATCH_MESSAGE body appended in one C call (``_recordc.encode_batch``): the
-        same records, offsets, hints and answer as decoding the items into messages and
-        :meth:`append_messages` (tests/store/test_batch_fast_path.py compares them byte for
-        byte), without a Python object per item.  Returns the result and the first item's
-        stored WAIT property; None, having changed nothing, for every case the general path
-        must judge: no extension, no file yet, IPv6 hosts, a batch that does not fit in the
-        current file (or, written through the map, its allocated blocks), or items the C code
-        leaves to Python (see there)."""
-        files = self.queue.files
-        if not files or topic == SCHEDULE_TOPIC:
-            return None
-        mf = files[-1]
-        born_ip = self._born_ip(born_host[0])
-        if born_ip is None:
-            return None
-        pos = mf.wrote_position
-        key = (topic, queue_id)
-        first_queue_offset = self.topic_queue_table.get(key, 0)
-        now = self.clock_ms()
-        in_file = mf.file_size - END_FILE_MIN_BLANK_LENGTH  # where the records must end
-        aside = len(body) >= PWRITE_BATCH_MIN
-        if aside:
-            # Encoded aside, then written with one pwrite: a write through the map faults in
-            # each new page of the file (and, read ahead, zeroes a large folio around it),
-            # which cost a fifth of the broker's time on batches of 32 (see PWRITE_BATCH_MIN).
-            # The records land in the page cache the map reads, so readers see them as usual.
-            buf: mmap.mmap | bytearray = self._scratch_for(len(body))
-            at, limit, base = 0, max(0, min(in_file - pos, len(buf))), mf.file_from_offset + pos
-        else:  # through the map, within the allocated blocks
-            buf, at, limit, base = mf.mm, pos, min(mf.allocated, in_file), mf.file_from_offset
-        out = _encode_batch(
-            buf, at, limit, body, first_queue_offset, base, topic_b, cluster_b, topic, queue_id,
-            sys_flag, born_timestamp, born_ip, born_host[1], now, self._store_ip,
-            self._store_port, reconsume_times, max_body_properties, DispatchHint,
-        )  # fmt: skip
-        if out is None:
-            return None
-        stop, rows, wait = out
-        end = pos + stop - at
-        if aside:
-            if end > mf.allocated:
-                # The next chunk's blocks, here rather than by the general path, whose write
-                # through the map would read ahead (zero) a large folio of the chunk.
-                try:
-                    self._allocate(mf, end)
-                except OSError:
-                    return None  # refused by the general path, as ever
-                self._space_back()
-            if not mf.write_at(pos, memoryview(buf)[: end - pos]):
-                _scrub(mf, pos, end)  # whatever of the records it wrote
-                return None
-            if self._advice_follows_writes:
-                self._weigh_advice(mf, end - pos)
-        elif self._advice_follows_writes:  # written through the map
-            self._weigh_advice(mf, pos - end)
-        # Encoded: commit.
-        self.topic_queue_table[key] = first_queue_offset + len(rows)
-        mf.wrote_position = end
-        mf.last_store_timestamp = now
-        if self.warm and mf.allocated - end <= mf.chunk:
-            self._allocate_ahead(mf)
-        hints = self.dispatch_hints
-        room = DISPATCH_HINTS_MAX - len(hints)
-        if room > 0:
-            hints.extend(rows if room >= len(rows) else rows[:room])  # made as DispatchHints
-        prefix = self._msg_id_prefix
-        first_phy = mf.file_from_offset + pos
-        if len(rows) == 1:
-            msg_id = offset_msg_id(prefix, first_phy)
-        else:
-            msg_id = offset_msg_ids(prefix, rows)
-        result = PutMessageResult(
-            PUT_OK,
-            wrote_offset=first_phy,
-            wrote_bytes=end - pos,
-            msg_id=msg_id,
-            store_timestamp=now,
-            logic_offset=first_queue_offset,
-            msg_num=len(rows),
-        )
-        return result, wait
 
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
         """Append raw commit-log bytes replicated from a master (HA slave).

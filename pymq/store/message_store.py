@@ -17,9 +17,9 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Collection, Container, Iterable
+from collections.abc import Awaitable, Callable, Collection, Container, Iterable, Sequence
 from functools import partial
-from typing import overload
+from typing import Any, overload
 
 import trio
 
@@ -34,6 +34,7 @@ from pymq.common.message_ext import (
     MessageSysFlag,
     properties_bytes,
 )
+from pymq.common.message_id import offset_msg_id
 from pymq.common.periodic import every
 from pymq.common.record import (
     MAX_PROPERTIES_LENGTH,
@@ -819,49 +820,82 @@ class DefaultMessageStore:
         return cluster_b[1]
 
     def _put_single(self, request: SingleSend) -> tuple[PutMessageResult, str | None] | None:
-        """put_now of a SingleSend, in one C call (CommitLog.append_single_fast)."""
+        """put_now of a SingleSend: a run of one (:meth:`_put_run`, inline here: this is the
+        lone send's path), its PutMessageResult made from its hint (CommitLog.put_result's
+        single case)."""
         (topic, queue_id, body, properties, flag, cluster, sys_flag, born_timestamp, born_host,
          reconsume_times) = request  # fmt: skip
         cluster_b = self._fast_put_cluster(cluster)
-        if cluster_b is None or sys_flag & _TRAN_MASK:
-            return None
-        topic_b = self._topic_bytes.get(topic)  # only topics already known to be valid
-        if topic_b is None:
+        if cluster_b is None:
             return None
         begin = self.lock_clock()
-        out = self.commitlog.append_single_fast(
-            topic, topic_b, queue_id, body, properties, flag, cluster_b, sys_flag,
-            born_timestamp, born_host, reconsume_times,
-            max(0, self.config.max_message_size - _MIN_OVERHEAD),
+        commitlog = self.commitlog
+        hints, waits, size = commitlog.append_run(
+            [(topic, queue_id, body, properties, flag, sys_flag, born_timestamp, reconsume_times)],
+            self._topic_bytes, cluster_b, born_host,
+            max(0, self.config.max_message_size - _MIN_OVERHEAD), _TRAN_MASK,
         )  # fmt: skip
-        if out is None:
+        if not hints:
             return None
-        self._count_fast_puts(begin, 1, out[0].wrote_bytes)
-        return out
+        self._count_fast_puts(begin, 1, 1, size)
+        hint = hints[0]
+        phy = hint[0]
+        result = PutMessageResult(
+            PUT_OK, phy, size, offset_msg_id(commitlog.msg_id_prefix, phy), hint[6], hint[4]
+        )
+        return result, waits[0]
+
+    def _put_batch_body(self, request: BatchBody) -> tuple[PutMessageResult, str | None] | None:
+        """put_now of a BatchBody: a run of one entry whose records are the body's items, put
+        as a batch of its decoded items is (the broker's stored properties: WAIT=true left out,
+        CLUSTER added); the result and the first item's stored WAIT.  None, with nothing
+        changed, whenever the general path must decide (see :meth:`put_now`; the caller then
+        decodes the items)."""
+        (topic, queue_id, body, cluster, sys_flag, born_timestamp, born_host,
+         reconsume_times) = request  # fmt: skip
+        entry = (topic, queue_id, body, None, 0, sys_flag, born_timestamp, reconsume_times)
+        hints, waits = self._put_run([entry], cluster, born_host)
+        if not hints:
+            return None
+        return self.commitlog.put_result(hints), waits[0]
 
     def _put_singles(self, request: SendRun) -> tuple[list[DispatchHint], list[str | None]]:
         """put_now of a SendRun: a SingleSend of each of ``entries`` in turn, (topic, queue id,
-        body, properties, flag, sys flag, born timestamp, reconsume times), all from one peer: a
-        run of single sends served together (CommitLog.append_singles_fast), their
-        bookkeeping done once.  Stops at the first entry a SingleSend's put would leave to the
+        body, properties, flag, sys flag, born timestamp, reconsume times), all from one peer
+        (:meth:`_put_run`).  Stops at the first entry a SingleSend's put would leave to the
         general path; returns the dispatch hints (offsets, sizes, queue offsets and store
         times) and stored WAIT properties of those put, the first ``len(hints)``."""
         entries, cluster, born_host = request
+        return self._put_run(entries, cluster, born_host)
+
+    def _put_run(
+        self,
+        entries: Sequence[tuple[str, int, Any, str | None, int, int, int, int]],
+        cluster: str,
+        born_host: tuple[str, int],
+    ) -> tuple[list[DispatchHint], list[str | None]]:
+        """The one-call puts (SingleSend, SendRun, BatchBody): ``entries`` appended through
+        the one record encoder (CommitLog.append_run), their bookkeeping done once; the
+        dispatch hints (one per record) and stored WAIT values (one per entry) of the leading
+        entries put.  Nothing while the store refuses puts; an entry of a topic not yet
+        checked, with a transactional flag, or that the encoder leaves to Python stops the
+        run (the broker then builds the message(s))."""
         cluster_b = self._fast_put_cluster(cluster)
         if cluster_b is None:
             return [], []
         begin = self.lock_clock()
-        hints, waits, size = self.commitlog.append_singles_fast(
+        hints, waits, size = self.commitlog.append_run(
             entries, self._topic_bytes, cluster_b, born_host,
             max(0, self.config.max_message_size - _MIN_OVERHEAD), _TRAN_MASK,
         )  # fmt: skip
         if hints:
-            self._count_fast_puts(begin, len(hints), size)
+            self._count_fast_puts(begin, len(waits), len(hints), size)
         return hints, waits
 
-    def _count_fast_puts(self, begin: float, puts: int, size: int) -> None:
-        """The one-call puts' bookkeeping of ``puts`` records of ``size``
-        bytes appended since ``begin`` (``lock_clock``): their put times, the totals, and
+    def _count_fast_puts(self, begin: float, puts: int, records: int, size: int) -> None:
+        """The one-call puts' bookkeeping of ``puts`` puts (a single send or a batch each) of
+        ``records`` records of ``size`` bytes appended since ``begin`` (``lock_clock``): their
+        put times, the totals, and
         dispatch asked for.  A stall is one put's (as a lone put would time it), the others
         quick.  Never raises: the caller must learn what was put (a defect is logged; the
         requests would otherwise be served, and stored, again)."""
@@ -872,39 +906,12 @@ class DefaultMessageStore:
             else:
                 self.put_stats.record_quick(puts - 1)
                 self._held_lock(begin, end)
-            self.put_message_times_total += puts
+            self.put_message_times_total += records
             self.put_message_size_total += size
         except Exception:
             log.exception("counting %d puts", puts)
         if not self.reput.woken:
             self._dispatch_appended()
-
-    def _put_batch_body(self, request: BatchBody) -> tuple[PutMessageResult, str | None] | None:
-        """put_now of a BatchBody: a batch request's body put as a batch of its decoded items
-        is (the broker's stored properties: WAIT=true left out, CLUSTER added), in one C call
-        (CommitLog.append_batch_body); the result and the first item's stored WAIT.  None,
-        with nothing changed, whenever the general path must decide: a store that refuses
-        puts, a topic not yet checked, a transactional flag, or what the C code leaves to
-        Python (the caller then decodes the items)."""
-        (topic, queue_id, body, cluster, sys_flag, born_timestamp, born_host,
-         reconsume_times) = request  # fmt: skip
-        cluster_b = self._fast_put_cluster(cluster)
-        if cluster_b is None or sys_flag & _TRAN_MASK:
-            return None
-        topic_b = self._topic_bytes.get(topic)  # only topics already known to be valid
-        if topic_b is None:
-            return None
-        clock = self.lock_clock
-        begin = clock()
-        out = self.commitlog.append_batch_body(
-            topic, topic_b, queue_id, body, cluster_b, sys_flag, born_timestamp, born_host,
-            reconsume_times, max(0, self.config.max_message_size - _MIN_OVERHEAD),
-        )  # fmt: skip
-        if out is None:
-            return None
-        self._held_lock(begin, clock())
-        self._count_appended(out[0])
-        return out
 
     def _count_appended(self, result: PutMessageResult) -> None:
         """Statistics, and dispatch woken, for what an append wrote (nothing if refused)."""

@@ -60,11 +60,12 @@ class PutMessageResult:
 class SingleSend(NamedTuple):
     """A put request (DefaultMessageStore.put_now): one send from its request's fields, put as
     the general path puts the message the broker builds from them (WAIT=true left out, CLUSTER
-    added), its record written in one C call."""
+    added), its record written by the store's one record encoder (commitlog.encode_run) as a
+    run of one.  The body may be any bytes-like object (the request frame's slice)."""
 
     topic: str
     queue_id: int
-    body: bytes
+    body: bytes | bytearray | memoryview
     properties: str
     flag: int
     cluster: str
@@ -85,7 +86,7 @@ class SendRun(NamedTuple):
 
 class BatchBody(NamedTuple):
     """A put request: a SEND_BATCH_MESSAGE's body put as the general path puts its decoded
-    items, in one C call."""
+    items, by the store's one record encoder as a run of one entry whose records are the items."""
 
     topic: str
     queue_id: int

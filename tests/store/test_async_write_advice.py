@@ -12,14 +12,7 @@ from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.store import PutMessageStatus, commitlog
 from pymq.store.config import FlushDiskType, WriteAdvice
 from pymq.store.results import BatchBody, SingleSend
-from tests.helpers import c_functions
 from tests.store.helpers import make_message, running_store, small_config
-
-native_extension = c_functions()
-
-pytestmark = pytest.mark.skipif(
-    getattr(native_extension, "encode_batch", None) is None, reason="needs the C extension"
-)
 
 BORN = ("10.0.0.9", 40123)
 FOLLOW = WriteAdvice.FOLLOW  # as commitLogWriteAdvice=auto on a device reading ahead little
@@ -121,7 +114,7 @@ async def _advised_by_batches(store) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("write", [small_batch, general], ids=["small-batches", "general-path"])
 async def test_every_write_through_the_map_weighs_against_the_advice(tmp_path, write) -> None:  # type: ignore[no-untyped-def]
-    """Small batches (append_batch_body's map branch) and the general path (append_message)
+    """Small batches (append_run through the map) and the general path (append_message)
     write through the map too: as many of their bytes as of single sends end the advice."""
     config = small_config(
         str(tmp_path), mapped_file_size_commit_log=1 << 20, commit_log_write_advice=FOLLOW

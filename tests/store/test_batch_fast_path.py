@@ -1,5 +1,5 @@
-"""The batch fast path (``DefaultMessageStore.put_now`` of a ``BatchBody``,
-``_recordc.encode_batch``) writes what the general path writes for the same request:
+"""The one-call puts (``DefaultMessageStore.put_now`` of a ``BatchBody`` or ``SingleSend``,
+``_commitlogc.encode_run``, or its twin) write what the general path writes for the same request:
 ``SendProcessor._batch_messages`` decoding the items into messages with the broker's stored
 properties, then ``put_now`` of the decoded messages.  Same commit-log bytes, answer, queue
 offsets, dispatch hints and WAIT; and every case it leaves to the general path changes nothing."""
@@ -33,18 +33,14 @@ from pymq.store.results import BatchBody, SingleSend
 from tests.helpers import c_functions
 from tests.store.helpers import running_store, small_config
 
-native_extension = c_functions()
-
-pytestmark = pytest.mark.skipif(
-    getattr(native_extension, "encode_batch", None) is None, reason="needs the C extension"
-)
+native_extension = c_functions()  # the C module (its leak test), None under PYMQ_PURE_PYTHON=1
 
 NOW = 1_800_000_000_123
 
 
 @pytest.fixture(autouse=True, scope="module", params=["pwrite", "map"])
 def batch_write(request):
-    """Every test with batches written by pwrite (CommitLog.append_batch_body's way for large
+    """Every test with batches written by pwrite (CommitLog.append_run's way for large
     ones) and through the map (small ones)."""
     saved = commitlog.PWRITE_BATCH_MIN
     commitlog.PWRITE_BATCH_MIN = 0 if request.param == "pwrite" else 1 << 62
@@ -130,20 +126,29 @@ async def _stores(tmp_path, name: str):
     return out
 
 
-async def _compare(tmp_path, name: str, batches: list[tuple[bytes, SendMessageRequestHeader]]):
+async def _compare(tmp_path, name: str, sends: list[tuple[bytes, SendMessageRequestHeader]]):
+    """Each send (a batch when its header says so, else a single send) put by the fast path
+    into one store and by the general path into another: the same answers, WAIT, stores and
+    statistics after each."""
     fast_cm, general_cm = await _stores(tmp_path, name)
     async with fast_cm as fast, general_cm as general:
         for store in (fast, general):
             _prime(store)
-        for body, header in batches:
-            out = _fast(fast, body, header)
-            assert out is not None, "the fast path left a plain batch to Python"
-            result, wait = out
-            expected, expected_wait = _general(general, body, header)
-            assert result.status is PutMessageStatus.PUT_OK
-            assert _result(result) == _result(expected)
-            assert wait == expected_wait
+        for body, header in sends:
+            put, general_put = (
+                (_fast, _general) if header.batch else (_fast_single, _general_single)
+            )
+            out = put(fast, body, header)
+            assert out is not None, f"the fast path left a plain send to Python: {header}"
+            expected, expected_wait = general_put(general, body, header)
+            assert out[0].status is PutMessageStatus.PUT_OK
+            assert _result(out[0]) == _result(expected)
+            assert out[1] == expected_wait
             assert _state(fast) == _state(general)
+            assert (fast.put_message_times_total, fast.put_message_size_total) == (
+                general.put_message_times_total,
+                general.put_message_size_total,
+            )
 
 
 _NAME = st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "a", "userKey", "x1"])
@@ -155,16 +160,6 @@ _ITEM = st.builds(
     flag=st.integers(-(2**31), 2**31 - 1),
     properties=_PROPS,
 )
-
-
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(items=st.lists(_ITEM, min_size=1, max_size=8), reconsume=st.none() | st.integers(0, 16))
-def test_fast_and_general_batch_paths_store_the_same(tmp_path_factory, items, reconsume):
-    tmp_path = tmp_path_factory.mktemp("batch")
-    body = encode_batch_body(items)
-    trio.run(_compare, tmp_path, "h", [(body, _header(reconsume=reconsume))])
 
 
 def _raw_item(body: bytes, props: bytes, flag: int = 0) -> bytes:
@@ -314,22 +309,24 @@ def test_damaged_bodies_go_fast_only_when_python_stores_them_alike(
     trio.run(_fast_or_unchanged, tmp_path_factory.mktemp("fuzz"), bytes(body))
 
 
+@pytest.mark.skipif(native_extension is None, reason="the C code's references")
 def test_no_reference_leaks_over_many_calls(tmp_path):
     import gc
     import mmap
     import sys
 
-    encode = native_extension.encode_batch
+    encode = native_extension.encode_run
     buf = mmap.mmap(-1, 1 << 20)
     body = encode_batch_body(
         [BatchItem(b"x" * 100, 0, {"TAGS": "t", "KEYS": "a b", "UNIQ_KEY": "U", "WAIT": "no"})] * 4
     )
     topic = "LeakTopic"
+    topics, table = {topic: b"LeakTopic"}, {}
 
     def once(data: bytes, limit: int = 1 << 20) -> object:
         return encode(
-            buf, 0, limit, data, 0, 0, b"LeakTopic", b"C", topic, 0, 0, 1, b"\x7f\x00\x00\x01",
-            9, 2, b"\x7f\x00\x00\x01", 10911, 0, 1 << 20,
+            buf, 0, limit, 0, [(topic, 0, data, None, 0, 0, 1, 0)], topics, table, lambda: 2,
+            b"C", b"\x7f\x00\x00\x01", 9, b"\x7f\x00\x00\x01", 10911, 1 << 20, 0, "S", None,
         )  # fmt: skip
 
     for data, limit in ((body, 1 << 20), (body[:-1], 1 << 20), (body, 300)):
@@ -347,7 +344,7 @@ def test_no_reference_leaks_over_many_calls(tmp_path):
     buf.close()
 
 
-# --- single sends (put_now of a SingleSend, _recordc.encode_single) ---------------------------
+# --- single sends (put_now of a SingleSend, a run of one through encode_run) ------------------
 
 
 def _single_header(props: str, flag: int = 0, sys_flag: int = 0, reconsume: int | None = None):
@@ -373,58 +370,33 @@ def _fast_single(store: DefaultMessageStore, body: bytes, header: SendMessageReq
     ))  # fmt: skip
 
 
-async def _compare_singles(
-    tmp_path, name: str, sends: list[tuple[bytes, SendMessageRequestHeader]]
-):
-    fast_cm, general_cm = await _stores(tmp_path, name)
-    async with fast_cm as fast, general_cm as general:
-        for store in (fast, general):
-            _prime(store)
-        for body, header in sends:
-            out = _fast_single(fast, body, header)
-            assert out is not None, f"the fast path left a plain send to Python: {header}"
-            expected, expected_wait = _general_single(general, body, header)
-            assert out[0].status is PutMessageStatus.PUT_OK
-            assert _result(out[0]) == _result(expected)
-            assert out[1] == expected_wait
-            assert _state(fast) == _state(general)
-            assert (fast.put_message_times_total, fast.put_message_size_total) == (
-                general.put_message_times_total,
-                general.put_message_size_total,
-            )
-
-
 def _props_text(props: dict[str, str]) -> str:
     return "\x02".join(f"{k}\x01{v}" for k, v in props.items())
 
 
+_SEND = st.one_of(
+    st.builds(lambda items, reconsume: (encode_batch_body(items), _header(reconsume=reconsume)),
+              st.lists(_ITEM, min_size=1, max_size=8), st.none() | st.integers(0, 16)),
+    st.builds(lambda body, props, flag, reconsume: (
+        body, _single_header(_props_text(props), flag, reconsume=reconsume)),
+        st.binary(max_size=300), _PROPS, st.integers(-(2**31), 2**31 - 1),
+        st.none() | st.integers(0, 16)),
+)  # fmt: skip
+
+
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(
-    sends=st.lists(
-        st.tuples(st.binary(max_size=300), _PROPS, st.integers(-(2**31), 2**31 - 1)),
-        min_size=1,
-        max_size=5,
-    ),
-    reconsume=st.none() | st.integers(0, 16),
-)
-def test_fast_and_general_single_sends_store_the_same(tmp_path_factory, sends, reconsume):
-    tmp_path = tmp_path_factory.mktemp("single")
-    trio.run(
-        _compare_singles,
-        tmp_path,
-        "h",
-        [
-            (body, _single_header(_props_text(props), flag, reconsume=reconsume))
-            for body, props, flag in sends
-        ],
-    )
+@given(sends=st.lists(_SEND, min_size=1, max_size=5))
+def test_fast_and_general_paths_store_the_same(tmp_path_factory, sends):
+    """Single sends and batches, interleaved: the one encoder's records are the general
+    path's."""
+    trio.run(_compare, tmp_path_factory.mktemp("sends"), "h", sends)
 
 
 def test_single_plain_cases_byte_for_byte(tmp_path):
     trio.run(
-        _compare_singles,
+        _compare,
         tmp_path,
         "plain",
         [

@@ -1,4 +1,4 @@
-"""put_now of a SingleSend (CommitLog.append_single_fast underneath): it keeps
+"""put_now of a SingleSend (CommitLog.append_run underneath): it keeps
 warmMapedFileEnable's chunk ahead of the writer as CommitLog.append_message does, and stores
 each sender's own born host (packed once per peer)."""
 
@@ -9,7 +9,6 @@ import trio
 
 from pymq.store import mapped_file as mapped_file_module
 from pymq.store.results import SingleSend
-from tests.helpers import c_functions
 from tests.store.helpers import running_store, small_config
 from tests.store.test_batch_fast_path import (
     CLUSTER,
@@ -24,7 +23,6 @@ from tests.store.test_batch_fast_path import (
 @pytest.mark.skipif(
     getattr(mapped_file_module, "ALLOCATE_CHUNK", None) is None, reason="no chunked allocation"
 )
-@pytest.mark.skipif(c_functions() is None, reason="needs the C extension (PYMQ_PURE_PYTHON=1)")
 def test_fast_single_puts_allocate_ahead_when_warm(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(mapped_file_module, "ALLOCATE_CHUNK", 8192)
 
@@ -44,7 +42,6 @@ def test_fast_single_puts_allocate_ahead_when_warm(tmp_path, monkeypatch) -> Non
     trio.run(main)
 
 
-@pytest.mark.skipif(c_functions() is None, reason="needs the C extension (PYMQ_PURE_PYTHON=1)")
 def test_fast_single_puts_store_each_senders_born_host(tmp_path) -> None:
     from pymq.common.record import decode_records
 
@@ -71,5 +68,25 @@ def test_fast_single_puts_store_each_senders_born_host(tmp_path) -> None:
             born = [m.born_host for m in decode_records(data)][1:]  # after _prime's
             assert born == hosts + hosts
             assert set(store.commitlog._born_ips) == {"10.0.0.1", "10.0.0.2", "10.0.0.3"}
+
+    trio.run(main)
+
+
+def test_a_body_of_any_buffer_takes_the_one_call_put(tmp_path) -> None:
+    """The inline path hands the request's body as the frame's slice (bytes, bytearray or a
+    memoryview): each is put in one call, as bytes are, and stored alike."""
+    from pymq.common.message_ext import MessageExt
+
+    async def main() -> None:
+        async with running_store(small_config(str(tmp_path))) as store:
+            first = MessageExt(topic="T", body=b"first", born_host=("10.0.0.1", 1))
+            assert store.put_now(first).status.name == "PUT_OK"  # the topic checked, a file
+            for body in (b"body", bytearray(b"body"), memoryview(b"xbodyx")[1:5]):
+                send = SingleSend("T", 0, body, "TAGS\x01t", 0, "C", 0, 1, ("10.0.0.1", 1), 0)
+                out = store.put_now(send)
+                assert out is not None, type(body)
+                result = out[0]
+                stored = store.commitlog.get_message(result.wrote_offset, result.wrote_bytes)
+                assert stored is not None and b"body" in stored
 
     trio.run(main)

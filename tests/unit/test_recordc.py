@@ -53,8 +53,7 @@ def test_extension_is_built():
 
     assert headers._send_header is _native().send_header
     assert headers._plain_header is _native().plain_header
-    assert commitlog._encode_single is _native().encode_single
-    assert commitlog._encode_batch is _native().encode_batch
+    assert commitlog.encode_run is _native().encode_run
     assert index_file._index_put is _native().index_put
 
 
@@ -290,37 +289,27 @@ def test_offset_msg_ids_refuse_bad_input():
 
 
 def test_encode_rows_are_made_as_the_hint_type():
-    """encode_batch and encode_single make their rows as the tuple subclass given last
-    (DispatchHint), the same fields as the plain tuples they make without it."""
+    """encode_run makes its rows as the tuple subclass given last (DispatchHint), the same
+    fields as the plain tuples it makes with None; anything else is refused."""
     from pymq.common.batch import BatchItem, encode_batch_body
     from pymq.store.commitlog import DispatchHint
 
     body = encode_batch_body([BatchItem(b"a", 0, {"TAGS": "t"}), BatchItem(b"bb", 1, {})])
     local, store = b"\x7f\x00\x00\x01", b"\x7f\x00\x00\x02"
-    shared = (b"T", b"C", "T", 1, 0, 5, local, 9, 6, store, 10911, 0, 4096)
-    outs = {}
-    for hint in (None, DispatchHint, "absent"):
-        buf = bytearray(4096)
-        batch_args = (buf, 0, 4096, body, 0, 1000, *shared)
-        single_args = (buf, 0, 4096, b"x", "TAGS\x01t", 0, 3, 1000, *shared)
-        if hint == "absent":
-            native = _native()
-            outs[hint] = (native.encode_batch(*batch_args), native.encode_single(*single_args))
-        else:
-            outs[hint] = (
-                _native().encode_batch(*batch_args, hint),
-                _native().encode_single(*single_args, hint),
-            )
-    (b_plain, s_plain), (b_hint, s_hint) = outs[None], outs[DispatchHint]
-    assert outs["absent"] == outs[None]
-    assert [type(r) for r in b_plain[1]] == [tuple, tuple] and type(s_plain[1]) is tuple
-    assert [type(r) for r in b_hint[1]] == [DispatchHint, DispatchHint]
-    assert type(s_hint[1]) is DispatchHint
-    assert b_hint == b_plain and s_hint == s_plain  # the same fields
-    assert b_hint[1][1].queue_offset == 1 and s_hint[1].tags == "t"
+    entries = [("T", 1, b"x", "TAGS\x01t", 0, 0, 5, 0), ("T", 1, body, None, 0, 0, 5, 0)]
+
+    def encode(hint: object) -> tuple:
+        args = (bytearray(4096), 0, 4096, 1000, entries, {"T": b"T"}, {}, lambda: 6, b"C", local)
+        return _native().encode_run(*args, 9, store, 10911, 4096, 0, "S", hint)
+
+    plain, hinted = encode(None), encode(DispatchHint)
+    assert [type(r) for r in plain[1]] == [tuple] * 3
+    assert [type(r) for r in hinted[1]] == [DispatchHint] * 3
+    assert hinted == plain  # the same fields
+    assert hinted[1][0].tags == "t" and hinted[1][2].queue_offset == 2
     for bad in (int, tuple, 5, str):
         with pytest.raises(TypeError):
-            _native().encode_batch(bytearray(4096), 0, 4096, body, 0, 1000, *shared, bad)
+            encode(bad)
 
 
 def test_scan_without_select_lets_other_threads_run():

@@ -596,72 +596,79 @@ def _sendc_cases(c: Any) -> Iterator[Case]:
         yield "send_answer_run", c.send_answer_run, send.send_answer_run_py, bad
 
 
-def _put_args(**over: Any) -> tuple[Any, ...]:
-    """encode_single's arguments (its 13 shared ones last, then hint_type), with ``over``."""
-    fields: dict[str, Any] = {"buf": bytearray(600), "pos": 8, "limit": 600, "body": b"hello"}
-    fields |= {"props": "TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U1\x02WAIT\x01false"}
-    fields |= {"flag": -1, "queue_offset": 7, "file_from": 1 << 30, "topic_b": b"T"}
-    fields |= {"cluster_b": b"DefaultCluster", "topic": "T", "queue_id": 3, "sys_flag": 0}
-    fields |= {"born": 1_700_000_000_000, "born_ip": b"\x7f\x00\x00\x01", "born_port": 5}
-    fields |= {"store": 1_700_000_000_001, "store_ip": b"\x0a\x00\x00\x02", "port": 10911}
-    fields |= {"reconsume": 0, "max_bp": 4 << 20, "hint_type": DispatchHint}
-    fields |= over
+_TOPICS = {"T": b"T", "T2": b"Topic-2", "Long": b"L" * 128, "Nul": b"N\x00", "S": b"S"}
+_TIMES = [1_700_000_000_001 + i for i in range(8)]
+
+
+def _run_args(**over: Any) -> tuple[Any, ...]:
+    """encode_run's arguments, the queue table as items and the clock as its readings (see
+    _run), with ``over``."""
+    fields: dict[str, Any] = {"buf": bytearray(3000), "pos": 8, "limit": 3000}
+    fields |= {"file_from": 1 << 30, "entries": [_entry()], "table": (), "times": _TIMES}
+    fields |= {"topics": _TOPICS, "cluster_b": b"DefaultCluster", "born_ip": b"\x7f\x00\x00\x01"}
+    fields |= {"born_port": 5, "store_ip": b"\x0a\x00\x00\x02", "store_port": 10911}
+    fields |= {"max_bp": 4096, "stop_flags": 0x4 | 0x8, "stop_topic": "S"}
+    fields |= {"hint_type": DispatchHint} | over
     return tuple(fields.values())
 
 
-def _commitlogc_cases(c: Any) -> Iterator[Case]:
-    twin = commitlog.encode_single_py
+def _entry(topic: Any = "T", queue_id: Any = 3, body: Any = b"hello", **over: Any) -> Any:
+    """An encode_run entry: a single send, or with props=None a batch body."""
+    fields = {"props": "TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U1\x02WAIT\x01false"}
+    fields |= {"flag": -1, "sys_flag": 0, "born": 1_700_000_000_000, "reconsume": 0} | over
+    return (topic, queue_id, body, *fields.values())
+
+
+def _run(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """encode_run with a fresh queue table (from ``table``'s items) and a clock reading
+    ``times`` in turn (None: the wall clock, then the stamp is left out), giving the table
+    afterwards too, and an error returned after a commit as its type."""
+
+    def call(buf: Any, pos: Any, limit: Any, file_from: Any, entries: Any, table: Any,
+             times: Any, topics: Any, *rest: Any) -> Any:  # fmt: skip
+        queue_table = dict(table)
+        clock = None if times is None else iter(times).__next__
+        out = fn(buf, pos, limit, file_from, entries, topics, queue_table, clock, *rest)
+        if isinstance(out, tuple) and isinstance(out[4], BaseException):
+            out = (*out[:4], type(out[4]))
+        return out, queue_table
+
+    return call
+
+
+def _run_table() -> Iterator[tuple[Any, ...]]:
+    """encode_run's inputs: every reason a send is left to the general path or refused, at
+    the head of a run (nothing committed) and after a record (committed, then the stop)."""
     many = "\x02".join(f"p{i}\x01v" for i in range(33))
+    for props in (
+        "", "WAIT\x01TRUE\x02a\x01b\x02", "\x01x\x02y\x01\x02a\x01b\x01c\x02\x02", "DELAY\x010",
+        "TRAN_MSG\x01true", "TIMER_DELAY_MS\x015", "TIMER_\x015", "CLUSTER\x01x",
+        "a\x01b\x02a\x01c", many, many[: many.rindex("\x02")], "\u00e9\x01x", "a\x00\x01b",
+        "a\x01" + "b" * 70000, "a\x01" + "b" * 33000, b"a\x01b", "DELAY\x012",
+    ):  # fmt: skip
+        yield _run_args(entries=[_entry(props=props)])
+        yield _run_args(entries=[_entry(), _entry(props=props)], max_bp=1 << 20)
     for over in (
-        {},
-        {"hint_type": None},
-        {"props": ""},
-        {"props": "WAIT\x01TRUE\x02a\x01b\x02"},
-        {"props": "\x01x\x02y\x01\x02a\x01b\x01c\x02\x02"},
-        {"props": "DELAY\x010"},
-        {"props": "TRAN_MSG\x01true"},
-        {"props": "TIMER_DELAY_MS\x015"},
-        {"props": "TIMER_\x015"},
-        {"props": "CLUSTER\x01x"},
-        {"props": "a\x01b\x02a\x01c"},
-        {"props": many},
-        {"props": many[: many.rindex("\x02")]},
-        {"props": "\u00e9\x01x"},
-        {"props": "a\x00\x01b"},
-        {"props": "a\x01" + "b" * 70000},
-        {"props": "a\x01" + "b" * 33000},
-        {"props": b"a\x01b"},
-        {"max_bp": 40},
-        {"max_bp": -1},
-        {"limit": 130},
-        {"limit": 131},
-        {"limit": 0},
-        {"pos": 700},
-        {"body": memoryview(b"x" * 300)},
-        {"body": "text"},
-        {"buf": b"\x00" * 600},
-        {"buf": None},
-        {"flag": 2**31},
-        {"queue_offset": -1},
-        {"file_from": 2**62},
-        {"sys_flag": 0x10},
-        {"born_ip": b"\x00" * 16},
-        {"store_ip": "1.2.3.4"},
-        {"cluster_b": b""},
-        {"cluster_b": b"\x02x"},
-        {"cluster_b": "DefaultCluster"},
-        {"topic_b": b"T" * 127},
-        {"topic_b": b"T" * 128},
-        {"topic_b": b"T\x00"},
-        {"queue_id": 2**31},
-        {"born_port": "5"},
-        {"reconsume": -(2**31)},
-        {"hint_type": tuple},
-        {"hint_type": 5},
-    ):
-        yield "encode_single", c.encode_single, twin, _put_args(**over)
-    yield "encode_single", c.encode_single, twin, _put_args()[:-1]
-    yield "encode_single", c.encode_single, twin, _put_args()[:-2]
+        {"body": memoryview(b"x" * 300)}, {"body": "text"}, {"body": bytearray(b"x")},
+        {"body": b"x" * 5000}, {"flag": 2**31}, {"sys_flag": 0x10}, {"sys_flag": 0x4},
+        {"queue_id": 2**31}, {"reconsume": -(2**31)}, {"born": 2**63}, {"topic": "S"},
+        {"topic": "Missing"}, {"topic": "Long"}, {"topic": "Nul"}, {"topic": 5},
+    ):  # fmt: skip
+        for entries in ([_entry(**over)], [_entry(), _entry(**over), _entry()]):
+            yield _run_args(entries=entries)
+    for at, value in (
+        ("hint_type", None), ("hint_type", tuple), ("hint_type", 5), ("max_bp", 40),
+        ("max_bp", -1), ("limit", 130), ("limit", 131), ("limit", 0), ("pos", 3100),
+        ("buf", b"\x00" * 600), ("buf", None), ("file_from", 2**62), ("born_ip", b"\x00" * 16),
+        ("store_ip", "1.2.3.4"), ("store_ip", b"\x00" * 3), ("cluster_b", b""),
+        ("cluster_b", b"\x02x"), ("cluster_b", "C"), ("born_port", "5"), ("store_port", 2**31),
+        ("topics", []), ("entries", ()), ("entries", []), ("entries", [(1, 2)]),
+        ("entries", [_entry(), (1, 2)]), ("table", ((("T", 3), 41),)),
+        ("table", ((("T", 3), -1),)),
+        ("times", None), ("times", _TIMES[:1]), ("stop_topic", b"S"),
+    ):  # fmt: skip
+        two = {"entries": [_entry(), _entry("T2", 1, b"x" * 100)]}
+        yield _run_args(**(two | {at: value}))
     items = [
         BatchItem(b"x" * 40, 0, {"TAGS": "a", "WAIT": "true", "DELAY": "0"}),
         BatchItem(b"", 7, {"KEYS": "k", "UNIQ_KEY": "u", "WAIT": "false"}),
@@ -670,22 +677,58 @@ def _commitlogc_cases(c: Any) -> Iterator[Case]:
     body = encode_batch_body(items)
     for data in [*_hostile(body, 6), b"", encode_batch_body([BatchItem(b"z", 0, {"DELAY": "1"})])]:
         for limit in (1000, 300):
-            args = _put_args(limit=limit)
-            args = (args[0], args[1], args[2], data, args[6], args[7], *args[8:])
-            yield "encode_batch", c.encode_batch, commitlog.encode_batch_py, args
-    args = _put_args()
-    args = (args[0], args[1], args[2], body, args[6], args[7], *args[8:])
-    for bad in (
-        args[:-1],
-        args[:-2],
-        (b"\x00" * 600, *args[1:]),
-        (*args[:3], 5, *args[4:]),
-        (*args[:4], -1, *args[5:]),
-        (*args[:8], "T", *args[9:]),
-        (*args[:12], 0x20, *args[13:]),
+            yield _run_args(entries=[_entry(body=data, props=None)], limit=limit)
+    for entries in (
+        [_entry(body=memoryview(body), props=None), _entry(), _entry(body=body, props=None)],
+        [_entry(), _entry(body=body[:-1], props=None), _entry()],
+        [_entry(body=body, props=None, sys_flag=0x10)],
+        [_entry(body=5, props=None)],
     ):
-        yield "encode_batch", c.encode_batch, commitlog.encode_batch_py, bad
-    yield from _singles_cases(c)
+        yield _run_args(entries=entries, table=((("T", 3), 9),))
+
+
+def _commitlogc_cases(c: Any) -> Iterator[Case]:
+    for args in _run_table():
+        yield "encode_run", _run(c.encode_run), _run(commitlog.encode_run_py), args
+
+
+_PROPERTY = st.sampled_from(
+    ["TAGS\x01a", "KEYS\x01k1 k2", "UNIQ_KEY\x010A09", "WAIT\x01true", "WAIT\x01false",
+     "WAIT\x01TRUE", "DELAY\x012", "DELAY\x010", "TRAN_MSG\x01true", "A\x01\u00e9", "CLUSTER\x01x",
+     "X\x01y", "\x01v", "TIMER_DELAY_MS\x011"]
+)  # fmt: skip
+_ITEMS = st.lists(
+    st.builds(BatchItem, st.binary(max_size=80), st.integers(-(2**31), 2**31 - 1),
+              st.dictionaries(st.sampled_from(["TAGS", "KEYS", "WAIT", "DELAY", "a"]),
+                              st.sampled_from(["", "0", "1", "t", "\u00e9"]), max_size=3)),
+    max_size=4,
+).map(encode_batch_body)  # fmt: skip
+_RUN_ENTRY = st.tuples(
+    st.sampled_from(["T", "T2", "Missing", "S", "Long", "Nul"]),
+    st.integers(0, 3),
+    st.binary(max_size=300) | _ITEMS,
+    st.lists(_PROPERTY, max_size=4).map("\x02".join) | st.none(),
+    st.integers(-(2**31), 2**31 - 1),
+    st.sampled_from([0, 0, 0, 1, 2, 4, 8, 0x10, 0x20]),
+    st.integers(0, 2**41),
+    st.integers(0, 16),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    entries=st.lists(_RUN_ENTRY, max_size=6),
+    start=st.integers(0, 64),
+    room=st.integers(0, 3200),  # past the buffer's end too
+    known=st.dictionaries(st.tuples(st.just("T"), st.integers(0, 3)), st.integers(0, 10**12)),
+    cut=st.integers(0, 3),
+)
+def test_encode_run_agrees_with_its_twin(entries, start, room, known, cut) -> None:
+    """Runs of single sends and batch bodies (cut short at times), every stop among them."""
+    entries = [(*e[:2], e[2][: len(e[2]) - cut] if e[3] is None else e[2], *e[3:]) for e in entries]
+    args = _run_args(entries=entries, pos=start, limit=start + room, table=tuple(known.items()))
+    c = load_native("pymq.store._commitlogc")
+    assert _outcome(_run(c.encode_run), args) == _outcome(_run(commitlog.encode_run_py), args)
 
 
 def _producerc_cases(c: Any) -> Iterator[Case]:
@@ -792,78 +835,6 @@ def _columnsc_cases(c: Any) -> Iterator[Case]:
         args = list(ok)
         args[at] = value
         yield "export_columns", _with_calls(c.export_columns), _with_calls(twin), tuple(args)
-
-
-def _singles(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """encode_singles with a fresh queue table (from ``table``'s items) and a clock reading
-    ``times`` in turn (None: the wall clock), giving the table afterwards too, and an error
-    returned after a commit as its type."""
-
-    def call(buf: Any, entries: Any, table: Any, times: Any, *rest: Any) -> Any:
-        queue_table = dict(table)
-        clock = None if times is None else iter(times).__next__
-        out = fn(buf, 8, 3000, 1 << 30, entries, rest[0], queue_table, clock, *rest[1:])
-        if isinstance(out, tuple) and isinstance(out[4], BaseException):
-            out = (*out[:4], type(out[4]))
-        return out, queue_table
-
-    return call
-
-
-def _singles_cases(c: Any) -> Iterator[Case]:
-    topics = {"T1": b"T1", "T2": b"Topic-2", "Long": b"L" * 128, "Nul": b"N\x00", "S": b"S"}
-    shared = (topics, b"DefaultCluster", b"\x0a\x00\x00\x09", 40123, b"\xc0\xa8\x00\x01")
-    shared += (10911, 4096, 0x4 | 0x8, "S", DispatchHint)
-
-    def entry(topic: Any = "T1", queue_id: Any = 0, body: Any = b"b", **over: Any) -> Any:
-        fields = {"props": "TAGS\x01a\x02WAIT\x01false", "flag": 0, "sys_flag": 0}
-        fields |= {"born": 1_700_000_000_000, "reconsume": 0} | over
-        return (topic, queue_id, body, *fields.values())
-
-    times = [1_700_000_000_001 + i for i in range(8)]
-    ok = [entry(), entry("T2", 1, b"x" * 100), entry("T1", 0, b"", props="")]
-    for entries, table, readings in (
-        (ok, (), times),
-        (ok, ((("T1", 0), 41),), times),
-        ([*ok, entry("Missing")], (), times),
-        ([entry(), entry("S")], (), times),
-        ([entry(), entry(sys_flag=0x4)], (), times),
-        ([entry(), entry(sys_flag=0x10)], (), times),
-        ([entry(), entry(props="\u00e9\x01x")], (), times),
-        ([entry(), entry(props="DELAY\x012")], (), times),
-        ([entry(), entry("Long"), entry()], (), times),
-        ([entry(), entry("Nul")], (), times),
-        ([entry(), entry(body=b"x" * 5000)], (), times),  # past the limit
-        ([entry(), entry(body=bytearray(b"x"))], (), times),  # an error after a commit
-        ([entry(body=bytearray(b"x"))], (), times),  # an error before any: raised
-        ([entry(), (1, 2)], (), times),
-        ([entry(), entry(queue_id=2**31)], (), times),
-        ([entry(), entry(5)], (), times),
-        ([entry()], ((("T1", 0), -1),), times),
-        ([entry(), entry()], (), times[:1]),  # the clock raises StopIteration the second time
-        ([entry("Missing")], (), None),
-        ([], (), times),
-    ):
-        args = (bytearray(3000), entries, table, readings, *shared)
-        yield (
-            "encode_singles",
-            _singles(c.encode_singles),
-            _singles(commitlog.encode_singles_py),
-            args,
-        )
-    for at, value in (
-        (2, b"\x00" * 16), (4, b"\x00" * 3), (1, b""), (1, b"\x02x"), (1, "C"), (9, tuple), (8, 5),
-        (3, 2**31), (0, []),
-    ):  # fmt: skip
-        rest = list(shared)  # topics, cluster, born ip and port, store ip and port, ...
-        rest[at] = value
-        args = (bytearray(3000), ok, (), times, *rest)
-        yield (
-            "encode_singles",
-            _singles(c.encode_singles),
-            _singles(commitlog.encode_singles_py),
-            args,
-        )
 
 
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {

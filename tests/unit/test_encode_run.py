@@ -1,25 +1,22 @@
-"""``_recordc.encode_singles`` (a run of single sends appended in one call, for
-CommitLog.append_singles_fast) writes, row for row and byte for byte, what ``encode_single``
-called once per entry writes, committing each entry as the one-by-one path commits it (its
-queue offset in the table), and stops where that path would leave an entry to Python."""
+"""``encode_run``, the store's one record encoder (pymq.store._commitlogc, twin
+pymq.store.commitlog.encode_run_py), run by run: its clock, its commits and what it does with
+an error after one, the stops it checks first, the queue offset's bounds, its buffer's end, and
+(for the C code) what Python code run meanwhile may change and its references.  Each test runs
+on both implementations (the C one where built), so PYMQ_PURE_PYTHON=1 runs them too; that
+the two write the same is tests/unit/test_twins.py's."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
+from pymq.common.native import load_native
 from pymq.common.record import decode_records
-from tests.helpers import c_functions
-
-native_extension = c_functions()
-
-pytestmark = pytest.mark.skipif(
-    getattr(native_extension, "encode_singles", None) is None, reason="needs the C extension"
-)
+from pymq.store.commitlog import encode_run_py
 
 TOPIC_BYTES = {
     "T1": b"T1",
@@ -33,118 +30,69 @@ STOP_FLAGS = 0x4 | 0x8  # a transaction's prepared and commit types
 CLUSTER, BORN_IP, STORE_IP = b"DefaultCluster", bytes([10, 0, 0, 9]), bytes([192, 168, 0, 1])
 FILE_FROM = 1 << 30
 
-PROPERTY = st.sampled_from(
-    ["TAGS\x01a", "KEYS\x01k1 k2", "UNIQ_KEY\x010A0000090000", "WAIT\x01true", "WAIT\x01false",
-     "WAIT\x01TRUE", "DELAY\x012", "TRAN_MSG\x01true", "A\x01\u00e9", "CLUSTER\x01x", "X\x01y"]
-)  # fmt: skip
-ENTRY = st.tuples(
-    st.sampled_from(["T1", "Topic-2", "Missing", STOP_TOPIC, "Long", "Nul"]),
-    st.integers(0, 3),
-    st.binary(max_size=300),
-    st.lists(PROPERTY, max_size=4).map("\x02".join),
-    st.integers(-(2**31), 2**31 - 1),
-    st.sampled_from([0, 0, 0, 1, 2, 4, 8, 0x10, 0x20]),
-    st.integers(0, 2**41),
-    st.integers(0, 16),
-)
+_C = load_native("pymq.store._commitlogc")
+IMPLEMENTATIONS = [pytest.param(encode_run_py, id="python")]
+if _C is not None:
+    IMPLEMENTATIONS.append(pytest.param(_C.encode_run, id="c"))
 
 
-def one_by_one(buf: bytearray, pos: int, limit: int, entries: list, table: dict, times: list):
-    """encode_single of each entry in turn, committed as append_single_fast commits it."""
-    rows, waits, stamp = [], [], 0
-    for (topic, queue_id, body, props, flag, sys_flag, born, reconsume), now in zip(
-        entries, times, strict=False
-    ):
-        topic_b = TOPIC_BYTES.get(topic)
-        if topic_b is None or topic == STOP_TOPIC or sys_flag & STOP_FLAGS:
-            break
-        queue_offset = table.get((topic, queue_id), 0)
-        out = native_extension.encode_single(
-            buf, pos, limit, body, props, flag, queue_offset, FILE_FROM, topic_b, CLUSTER, topic,
-            queue_id, sys_flag, born, BORN_IP, 40123, now, STORE_IP, 10911, reconsume, 4096,
-        )  # fmt: skip
-        if out is None:
-            break
-        size, row, wait = out
-        table[(topic, queue_id)] = queue_offset + 1
-        pos, stamp = pos + size, now
-        rows.append(row)
-        waits.append(wait)
-    return pos, rows, waits, stamp
+@pytest.fixture(params=IMPLEMENTATIONS)
+def encode(request: pytest.FixtureRequest) -> Callable[..., Any]:
+    return request.param  # type: ignore[no-any-return]
 
 
-def run(buf: bytearray, pos: int, limit: int, entries: list, table: dict, clock: object):
-    return native_extension.encode_singles(
+def run(encode: Callable[..., Any], buf: Any, pos: int, limit: int, entries: list, table: dict,
+        clock: object) -> Any:  # fmt: skip
+    return encode(
         buf, pos, limit, FILE_FROM, entries, TOPIC_BYTES, table, clock, CLUSTER, BORN_IP, 40123,
         STORE_IP, 10911, 4096, STOP_FLAGS, STOP_TOPIC, None,
     )  # fmt: skip
 
 
-@settings(max_examples=400, deadline=None)
-@given(
-    entries=st.lists(ENTRY, max_size=8),
-    start=st.integers(0, 64),
-    room=st.integers(0, 5000),  # past the buffer's end too
-    known=st.dictionaries(st.tuples(st.just("T1"), st.integers(0, 3)), st.integers(0, 10**12)),
-)
-def test_a_run_writes_what_encode_single_writes_one_by_one(entries, start, room, known) -> None:
-    times = [1_800_000_000_000 + 7 * i for i in range(len(entries))]
-    ticks = iter(times)
-    ours, theirs = bytearray(4096), bytearray(4096)
-    table_ours, table_theirs = dict(known), dict(known)
-    limit = start + room
-    end, rows, waits, stamp, error = run(ours, start, limit, entries, table_ours, ticks.__next__)
-    want = one_by_one(theirs, start, limit, entries, table_theirs, times)
-    assert error is None
-    assert (end, rows, waits, stamp) == want
-    assert ours[:end] == theirs[:end]
-    assert table_ours == table_theirs
-    assert end <= max(start, min(limit, len(ours)))
-    assert not any(ours[end:])  # nothing written past the last record appended
-
-
-def test_the_wall_clock_when_no_clock_is_given() -> None:
+def test_the_wall_clock_when_no_clock_is_given(encode: Callable[..., Any]) -> None:
     buf = bytearray(4096)
     before = int(time.time() * 1000)
     entries = [("T1", 0, b"body", "", 0, 0, 1, 0), ("T1", 0, b"body", "", 0, 0, 1, 0)]
-    end, rows, _, stamp, error = run(buf, 0, 4096, entries, {}, None)
+    end, rows, _, stamp, error = run(encode, buf, 0, 4096, entries, {}, None)
     after = int(time.time() * 1000)
     assert error is None and len(rows) == 2 and end > 0
     assert before <= rows[0][6] <= rows[1][6] == stamp <= after + 1
 
 
-def test_an_error_after_a_commit_is_returned_with_what_was_committed() -> None:
+def test_an_error_after_a_commit_is_returned_with_what_was_committed(
+    encode: Callable[..., Any],
+) -> None:
     """Entries committed stand (their queue offsets are in the table): the error comes back
     beside them instead of being raised, and an error before any commit is raised."""
     good = ("T1", 1, b"body", "TAGS\x01a", 0, 0, 1, 0)
     bad = ("T1", 1, b"body", "", "not a flag", 0, 1, 0)
     table: dict = {}
     buf = bytearray(4096)
-    end, rows, waits, _, error = run(buf, 0, 4096, [good, good, bad, good], table, None)
+    end, rows, waits, _, error = run(encode, buf, 0, 4096, [good, good, bad, good], table, None)
     assert isinstance(error, TypeError) and len(rows) == len(waits) == 2
     assert table == {("T1", 1): 2} and end == 2 * rows[0][1]
     with pytest.raises(TypeError):
-        run(buf, end, 4096, [bad, good], table, None)
+        run(encode, buf, end, 4096, [bad, good], table, None)
     assert table == {("T1", 1): 2}
 
     def failing_clock() -> int:
         raise RuntimeError("clock broke")
 
     with pytest.raises(RuntimeError):
-        run(buf, end, 4096, [good], table, failing_clock)
+        run(encode, buf, end, 4096, [good], table, failing_clock)
     for wrong in (
         [("T1",)],
         [("T1", 1, "str body", "", 0, 0, 1, 0)],
         [("T1", 2**40, b"", "", 0, 0, 1, 0)],
     ):
         with pytest.raises((TypeError, OverflowError)):
-            run(buf, end, 4096, wrong, table, None)
+            run(encode, buf, end, 4096, wrong, table, None)
     assert table == {("T1", 1): 2}
 
 
-def test_hosts_and_clusters_the_c_code_leaves_to_python() -> None:
+def test_hosts_and_clusters_left_to_the_general_path(encode: Callable[..., Any]) -> None:
     """IPv6 hosts (by flag or by address) and a cluster name that is not plain ASCII append
-    nothing, as encode_single leaves them."""
+    nothing, as encode_run leaves them to the general path."""
     entry = ("T1", 0, b"body", "", 0, 0, 1, 0)
     buf = bytearray(4096)
     for born_ip, cluster, sys_flag in (
@@ -154,14 +102,14 @@ def test_hosts_and_clusters_the_c_code_leaves_to_python() -> None:
         (BORN_IP, CLUSTER, 0x10),
         (BORN_IP, CLUSTER, 0x20),
     ):
-        out = native_extension.encode_singles(
+        out = encode(
             buf, 0, 4096, FILE_FROM, [(*entry[:5], sys_flag, *entry[6:])], TOPIC_BYTES, {},
             None, cluster, born_ip, 1, STORE_IP, 2, 4096, STOP_FLAGS, STOP_TOPIC, None,
         )  # fmt: skip
         assert out[:3] == (0, [], []), (born_ip, cluster, sys_flag)
 
 
-def test_a_clock_that_changes_the_entries_and_topics_meanwhile() -> None:
+def test_a_clock_that_changes_the_entries_and_topics_meanwhile(encode: Callable[..., Any]) -> None:
     """The clock is Python code: one that empties the entry list and the topics' dict while
     an entry is appended leaves that entry whole (its bytes and topic held), and the run ends
     there."""
@@ -181,7 +129,7 @@ def test_a_clock_that_changes_the_entries_and_topics_meanwhile() -> None:
         return 1_800_000_000_000
 
     buf = bytearray(4096)
-    end, rows, _, _, error = native_extension.encode_singles(
+    end, rows, _, _, error = encode(
         buf, 0, 4096, FILE_FROM, entries, topics, {}, meddling, CLUSTER, BORN_IP, 1, STORE_IP,
         2, 4096, STOP_FLAGS, STOP_TOPIC, None,
     )  # fmt: skip
@@ -190,7 +138,7 @@ def test_a_clock_that_changes_the_entries_and_topics_meanwhile() -> None:
     assert (record.topic, record.body) == ("T9", expected_body)
 
 
-def test_the_stops_come_before_the_fields_are_read() -> None:
+def test_the_stops_come_before_the_fields_are_read(encode: Callable[..., Any]) -> None:
     """An entry that stops the run (an unknown topic, a transaction's flag, the schedule
     topic) stops it even when its other fields are out of range, as CommitLog's checks
     came first."""
@@ -201,17 +149,17 @@ def test_the_stops_come_before_the_fields_are_read() -> None:
         (STOP_TOPIC, 2**40, None, None, "x", 0, 1, 2**40),
     ):
         buf = bytearray(4096)
-        end, rows, _, _, error = run(buf, 0, 4096, [good, stopper, good], {}, None)
+        end, rows, _, _, error = run(encode, buf, 0, 4096, [good, stopper, good], {}, None)
         assert error is None and len(rows) == 1 and end == rows[0][1], stopper
 
 
-def test_the_queue_offset_s_bounds_are_encode_single_s() -> None:
+def test_the_queue_offset_s_bounds(encode: Callable[..., Any]) -> None:
     """The last queue offset a record may hold (2**62 - 1) is written; the table then holds
     one that no record may, and the next put stops with the error, the first committed."""
     good = ("T1", 0, b"body", "", 0, 0, 1, 0)
     table = {("T1", 0): 2**62 - 1}
     buf = bytearray(4096)
-    end, rows, _, _, error = run(buf, 0, 4096, [good, good], table, None)
+    end, rows, _, _, error = run(encode, buf, 0, 4096, [good, good], table, None)
     assert len(rows) == 1 and rows[0][4] == 2**62 - 1 and isinstance(error, OverflowError)
     assert table == {("T1", 0): 2**62}
     assert not any(buf[end:])
@@ -230,7 +178,7 @@ class Hashing(str):
         return str.__hash__(self)
 
 
-def test_a_commit_that_fails_is_rolled_back() -> None:
+def test_a_commit_that_fails_is_rolled_back(encode: Callable[..., Any]) -> None:
     """The queue table's update is the commit: when it fails (here the topic's hash raising
     as the table is written, the third hash of an entry), the entry's row and WAIT are taken
     back and its record zeroed; the entries before it stand."""
@@ -244,15 +192,15 @@ def test_a_commit_that_fails_is_rolled_back() -> None:
                 STORE_IP, 2, 4096, STOP_FLAGS, STOP_TOPIC, None)  # fmt: skip
         if committed == 0:
             with pytest.raises(RuntimeError):
-                native_extension.encode_singles(*args)
+                encode(*args)
             assert table == {} and not any(buf)
             continue
-        end, rows, waits, _, error = native_extension.encode_singles(*args)
+        end, rows, waits, _, error = encode(*args)
         assert isinstance(error, RuntimeError) and len(rows) == len(waits) == 1
         assert table == {("T1", 0): 1} and end == rows[0][1] and not any(buf[end:])
 
 
-def test_no_reference_is_kept_or_lost() -> None:
+def test_no_reference_is_kept_or_lost(encode: Callable[..., Any]) -> None:
     """Thousands of runs on every path leave the reference counts of what they were given
     as they were."""
     body, topic_b = b"body-" + bytes(10), ("T" + "1").encode()
@@ -266,7 +214,7 @@ def test_no_reference_is_kept_or_lost() -> None:
         for entries in ([good, good], [good, stop], [good, bad], [bad], [stop]):
             buf = bytearray(1024)
             try:
-                out = native_extension.encode_singles(
+                out = encode(
                     buf, 0, 1024, FILE_FROM, entries, topics, {}, None, CLUSTER, BORN_IP, 1,
                     STORE_IP, 2, 4096, STOP_FLAGS, STOP_TOPIC, None,
                 )  # fmt: skip
@@ -277,13 +225,75 @@ def test_no_reference_is_kept_or_lost() -> None:
     assert [sys.getrefcount(o) for o in watched] == before
 
 
-def test_a_limit_past_the_buffer_stops_at_the_buffer_s_end() -> None:
+def test_a_limit_past_the_buffer_stops_at_the_buffer_s_end(encode: Callable[..., Any]) -> None:
     """A limit beyond the buffer is the buffer's end: a record that would cross it stops the
     run, nothing written past it."""
     small = ("T1", 0, bytes(100), "", 0, 0, 1, 0)
     big = ("T1", 0, bytes(200), "", 0, 0, 1, 0)
     backing = bytearray(1024)
     buf = memoryview(backing)[:400]  # what lies past its end must stay untouched
-    end, rows, _, _, error = run(buf, 0, 10_000, [small, big, small], {}, None)  # type: ignore[arg-type]
+    end, rows, _, _, error = run(encode, buf, 0, 10_000, [small, big, small], {}, None)  # type: ignore[arg-type]
     assert error is None and len(rows) == 1 and end == rows[0][1] <= 400
     assert not any(backing[end:])
+
+
+def test_a_batch_entry_is_all_or_nothing(encode: Callable[..., Any]) -> None:
+    """A batch body's items are one entry: consecutive queue offsets, one WAIT (the first
+    item's), and an item left to the general path (a delay, a cut item) leaves the whole
+    batch to it, the records written before it zeroed, the entries before it standing."""
+    from pymq.common.batch import BatchItem, encode_batch_body
+
+    items = [BatchItem(b"a", 0, {"WAIT": "false"}), BatchItem(b"bb", 3, {"TAGS": "t"})]
+    body = encode_batch_body(items)
+    single = ("T1", 0, b"one", "", 0, 0, 1, 0)
+    buf, table = bytearray(4096), {("T1", 0): 5}
+    end, rows, waits, _, error = run(
+        encode, buf, 0, 4096, [(*single[:2], body, None, *single[4:]), single], table, None
+    )
+    assert error is None and waits == ["false", None] and table == {("T1", 0): 8}
+    assert [r[4] for r in rows] == [5, 6, 7]
+    records = decode_records(bytes(buf[:end]))
+    assert [(r.body, r.flag, r.queue_offset) for r in records] == [
+        (b"a", 0, 5), (b"bb", 3, 6), (b"one", 0, 7)
+    ]  # fmt: skip
+    for bad in (
+        encode_batch_body([*items, BatchItem(b"c", 0, {"DELAY": "2"})]),
+        body[:-1],
+        b"",
+    ):
+        buf, table = bytearray(4096), {}
+        out = run(
+            encode, buf, 0, 4096, [single, (*single[:2], bad, None, *single[4:])], table, None
+        )
+        end, rows, waits, _, error = out
+        assert error is None and len(rows) == 1 and table == {("T1", 0): 1}
+        assert not any(buf[end:])  # the batch's records zeroed
+
+
+def test_the_twin_takes_back_an_entry_whose_hint_row_fails(monkeypatch) -> None:
+    """The Python twin's own failure point (a hint row that cannot be made, as the C code's
+    allocations may fail): the entry's records are zeroed and its rows dropped, a single
+    send's or a batch's, and the entries before it stand."""
+    from pymq.common.batch import BatchItem, encode_batch_body
+    from pymq.store import commitlog
+
+    real, calls = commitlog._hint_row, []
+
+    def failing(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise MemoryError("no row")
+        return real(*args)
+
+    monkeypatch.setattr(commitlog, "_hint_row", failing)
+    body = encode_batch_body([BatchItem(b"a", 0, {}), BatchItem(b"b", 0, {})])
+    single = ("T1", 0, b"one", "", 0, 0, 1, 0)
+    for second in ((*single[:2], body, None, *single[4:]), single, single):
+        calls.clear()
+        buf, table = bytearray(4096), {}
+        entries = [single, second, single] if second[3] is None else [single, single, second]
+        end, rows, waits, _, error = run(encode_run_py, buf, 0, 4096, entries, table, None)
+        assert isinstance(error, MemoryError) and len(rows) == len(waits) == (
+            1 if second[3] is None else 2
+        )
+        assert table == {("T1", 0): len(rows)} and not any(buf[end:])

@@ -255,16 +255,10 @@ class DLedgerCommitLog(CommitLog):
             msg_num=len(placed),
         )
 
-    # The one-call paths write into the mapped files: never taken in DLedger mode (the store
-    # routes every put here; a leader is a SYNC_MASTER, which they leave to the general path).
-    def append_single_fast(self, *args: Any) -> Any:
-        return None
-
-    def append_singles_fast(self, *args: Any) -> tuple[list[Any], list[str | None], int]:
+    # The one-call path writes into the mapped files: never taken in DLedger mode (the store
+    # routes every put here; a leader is a SYNC_MASTER, which it leaves to the general path).
+    def append_run(self, *args: Any) -> tuple[list[Any], list[str | None], int]:
         return [], [], 0
-
-    def append_batch_body(self, *args: Any) -> Any:
-        return None
 
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
         return False  # HA replication has no place in DLedger mode

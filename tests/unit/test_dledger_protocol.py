@@ -233,3 +233,24 @@ def test_lists_are_bounded() -> None:
         decode(PushEntryRequest, body.encode())
     ok = '{"batchEntry":[' + ",".join([entry] * 3) + "]}"
     assert decode(PushEntryRequest, ok.encode()).count == 3
+
+
+def test_a_body_nested_past_the_recursion_limit_is_a_protocol_error() -> None:
+    """A body with few openings but nested deeper than the C parser recurses is read by
+    fastjson's reader, whose nesting limit refuses it: a ProtocolError, not a RecursionError."""
+    depth = 3000
+    body = b'{"batchEntry":' + b"[" * depth + b"]" * depth + b"}"
+    with pytest.raises(ProtocolError):
+        decode(PushEntryRequest, body)
+
+
+def test_a_batch_push_of_the_largest_batch_round_trips() -> None:
+    """A batch of MAX_BATCH_ENTRIES entries (each an object: more openings than a vote's)
+    decodes to the same entries."""
+    entries = [DLedgerEntry(i, 3, b"m%d" % i, pos=100 * i) for i in range(MAX_BATCH_ENTRIES)]
+    request = PushEntryRequest(group="g", term=3, leader_id="n0", batch_entry=entries)
+    back = decode(PushEntryRequest, encode(request))
+    assert [e.same_as(f) for e, f in zip(back.batch_entry, entries, strict=True)] == [True] * len(
+        entries
+    )
+    assert back.first_entry_index == 0 and back.last_entry_index == MAX_BATCH_ENTRIES - 1

@@ -491,6 +491,10 @@ class DLedgerFileStore:
         self.data.flush()
         self.index.flush()
 
+    def dirty(self) -> bool:
+        """Whether a file was written since its last fsync (a flush would do something)."""
+        return any(f.dirty for f in self.data.files) or any(f.dirty for f in self.index.files)
+
     def _index_entry_agrees(self, pos: int, size: int, magic: int, index: int, term: int) -> bool:
         raw = self.index.read_raw(index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
         if len(raw) < INDEX_UNIT_SIZE:

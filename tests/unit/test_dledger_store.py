@@ -381,3 +381,27 @@ def test_a_rocketmq_record_as_an_entry_body_names_its_commit_log_offset(tmp_path
     assert stored.body == b"hello" and stored.topic == "T"
     with pytest.raises(ValueError):
         stamp_commit_log_offset(b"short", 0)
+
+
+def test_dirty_says_whether_a_flush_has_work(tmp_path) -> None:
+    """The flusher skips its worker thread for a clean store: dirty() is True after an
+    append or a truncation, False after a flush."""
+    config = DLedgerConfig(
+        group="g", self_id="n0", peers="n0-127.0.0.1:1", store_base_dir=str(tmp_path),
+        mapped_file_size_for_entry_data=4096, mapped_file_size_for_entry_index=32 * 64,
+    )  # fmt: skip
+    store = DLedgerFileStore(config)
+    store.open()
+    try:
+        assert not store.dirty()
+        store.append_as_leader(b"x" * 10, 0)
+        store.append_as_leader(b"y" * 10, 0)
+        assert store.dirty()
+        store.flush()
+        assert not store.dirty()
+        store.truncate_after(0)
+        assert store.dirty()
+        store.flush()
+        assert not store.dirty()
+    finally:
+        store.close()

@@ -406,6 +406,17 @@ def _entry(key: str, value: Any) -> DLedgerEntry:
     if value.get("body") is None:
         raise ProtocolError(f"{key}.body: missing")
     body = _base64(f"{key}.body", value["body"])
+    get = value.get
+    fields = (get("index"), get("term"), get("pos"), get("magic"), get("channel"),
+              get("chainCrc"), get("bodyCrc"), get("size"))  # fmt: skip
+    if all(type(v) is int for v in fields):  # what members write: checked at once
+        index, term, pos, magic, channel, chain, crc, size = fields
+        if (
+            _LONG[0] <= min(index, term, pos) and max(index, term, pos) <= _LONG[1]
+            and _INT[0] <= min(magic, channel, chain, crc) and max(magic, channel, chain, crc)
+            <= _INT[1] and size == BODY_OFFSET + len(body)
+        ):  # fmt: skip
+            return DLedgerEntry(index, term, body, pos, magic, channel, chain, crc)
 
     def num(name: str, default: int, bounds: tuple[int, int]) -> int:
         raw = value.get(name)

@@ -213,6 +213,27 @@ def test_unknown_fields_and_derived_getters_are_ignored_nulls_keep_defaults() ->
         (PushEntryRequest, b'{"entry":{"body":"AQID","size":99}}', "entry.size"),
         (PushEntryRequest, b'{"entry":{"body":"AQID","pos":"x"}}', "entry.pos"),
         (PushEntryRequest, b'{"batchEntry":{}}', "expected an array"),
+        # every field present (the checked-at-once path), one of them out of its range
+        (
+            PushEntryRequest,
+            b'{"entry":{"body":"AQID","size":51,"bodyCrc":0,"chainCrc":0,"channel":0,"index":1,"magic":2147483648,"pos":0,"term":1}}',
+            "entry.magic: 2147483648 is outside",
+        ),
+        (
+            PushEntryRequest,
+            b'{"entry":{"body":"AQID","size":51,"bodyCrc":0,"chainCrc":0,"channel":0,"index":1,"magic":1,"pos":-9223372036854775809,"term":1}}',
+            "entry.pos",
+        ),
+        (
+            PushEntryRequest,
+            b'{"entry":{"body":"AQID","size":52,"bodyCrc":0,"chainCrc":0,"channel":0,"index":1,"magic":1,"pos":0,"term":1}}',
+            "entry.size: 52",
+        ),
+        (
+            PushEntryRequest,
+            b'{"entry":{"body":"AQID","size":51,"bodyCrc":0,"chainCrc":0,"channel":0,"index":1,"magic":1,"pos":0,"term":true}}',
+            "entry.term: expected a number",
+        ),
         (GetEntriesRequest, b'{"indexList":[1,"2"]}', r"indexList\[1\]"),
         (MetadataResponse, b'{"peers":[1]}', "expected a map"),
         (MetadataResponse, b'{"peers":{"n0":5}}', r"peers\[n0\]"),

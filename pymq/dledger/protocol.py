@@ -407,7 +407,7 @@ def _entry(key: str, value: Any) -> DLedgerEntry:
         raise ProtocolError(f"{key}.body: missing")
     body = _base64(f"{key}.body", value["body"])
     get = value.get
-    fields = (get("index"), get("term"), get("pos"), get("magic"), get("channel"),
+    fields: tuple[Any, ...] = (get("index"), get("term"), get("pos"), get("magic"), get("channel"),
               get("chainCrc"), get("bodyCrc"), get("size"))  # fmt: skip
     if all(type(v) is int for v in fields):  # what members write: checked at once
         index, term, pos, magic, channel, chain, crc, size = fields

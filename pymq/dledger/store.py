@@ -48,10 +48,11 @@ appends small or run them in a worker thread.  Role and term checks belong to th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -422,6 +423,15 @@ class _FileList:
             created = self._create(base, offset - base)
             created.dirty = True
 
+    def drop_first(self, count: int) -> list[_File]:
+        """Take the first ``count`` files out of the list (never the last): the caller closes
+        and unlinks them (:func:`delete_files`), off the event loop."""
+        count = min(count, len(self.files) - 1)
+        if count <= 0:
+            return []
+        dropped, self.files = self.files[:count], self.files[count:]
+        return dropped
+
     def flush(self) -> None:
         """fsync the files written since the last flush.  May run in a worker thread while
         the owner appends: a file is marked clean before its fsync (a write meanwhile marks
@@ -445,6 +455,15 @@ class _FileList:
                 return
             yield position, chunk
             position += len(chunk)
+
+
+def delete_files(files: list[_File]) -> None:
+    """Close and unlink files :meth:`_FileList.drop_first` took out (blocking: a worker
+    thread's).  A flush in another thread skips a file closed meanwhile."""
+    for f in files:
+        os.close(f.fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f.path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -781,6 +800,47 @@ class DLedgerFileStore:
         self.truncate_after(entry.index - 1)
         self.append_as_follower(entry)
         return entry.index
+
+    # -- expiry (0.2.6's CleanSpaceService) -----------------------------------------------------
+
+    def expired_files(
+        self,
+        expired_ms: int,
+        now_ms: int,
+        at_once: bool,
+        below: int,
+        mtime: Callable[[str], float] = os.path.getmtime,
+        limit: int = 10,
+    ) -> int:
+        """How many data files, from the first, may go (0.2.6's ``deleteExpiredFileByTime``):
+        each last modified ``expired_ms`` before ``now_ms`` (any age when ``at_once``), never
+        the last file, and (pymq's bound, which 0.2.6 lacks) each wholly below ``below`` (the
+        caller's: the committed position and what the broker has dispatched); it stops at the
+        first that may not go, and at ``limit``."""
+        count = 0
+        for f in self.data.files[:-1]:
+            if count >= limit or f.offset + self.data.file_size >= below:
+                break  # (strictly below: the file after it then starts with a kept entry)
+            try:
+                modified_ms = int(mtime(f.path) * 1000)
+            except FileNotFoundError:
+                modified_ms = 0
+            if not at_once and now_ms < modified_ms + expired_ms:
+                break
+            count += 1
+        return count
+
+    def drop_first_files(self, count: int) -> list[_File]:
+        """Take the first ``count`` data files out of the log (never the last) and move the
+        begin index to the first entry left (0.2.6's ``reviseLedgerBeginIndex``); the index
+        files stay (their entries below the begin index are never read).  The files are for
+        :func:`delete_files`."""
+        dropped = self.data.drop_first(count)
+        if dropped:
+            self._revise_begin_index()
+            for gone in [i for i in self._recent if i < self.ledger_begin_index]:
+                self._recent_bytes -= len(self._recent.pop(gone).body)
+        return dropped
 
     # -- commit and checkpoint -----------------------------------------------------------------
 

@@ -32,13 +32,14 @@ FAST = {
 }
 
 
-def dledger_config(root: str, port: int) -> object:
+def dledger_config(root: str, port: int, **more: object) -> object:
     return small_config(
         root,
         enable_d_leger_commit_log=True,
         d_leger_group="g",
         d_leger_peers=f"n0-127.0.0.1:{port}",
         d_leger_self_id="n0",
+        **more,
     )
 
 
@@ -134,10 +135,13 @@ async def test_expired_data_files_go_with_their_queues_and_a_restart_recovers(tm
     def mtime(path: str) -> float:
         return mtimes.setdefault(path, start / 1000)
 
-    config = dledger_config(str(tmp_path), free_port())
-    config.file_reserved_time = 72  # DLedger: 73 hours
-    config.delete_when = "04"
-    config.mapped_file_size_consume_queue = 20 * 20  # 20 entries a consume-queue file
+    config = dledger_config(
+        str(tmp_path),
+        free_port(),
+        file_reserved_time=72,  # DLedger: 73 hours
+        delete_when="04",
+        mapped_file_size_consume_queue=20 * 20,  # 20 entries a consume-queue file
+    )
     extra = {"clock_ms": lambda: now[0], "disk_ratio": lambda _p: 0.10, "mtime": mtime}
     async with running_store(config, **kwargs(config), **extra) as store:  # type: ignore[arg-type]
         await leading(store)

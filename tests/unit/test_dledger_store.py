@@ -17,6 +17,7 @@ from pymq.dledger.store import (
     MAX_ENTRY_SIZE,
     DLedgerEntry,
     DLedgerFileStore,
+    delete_files,
     load_term,
     persist_term,
     rocketmq_wrote_offset,
@@ -403,5 +404,47 @@ def test_dirty_says_whether_a_flush_has_work(tmp_path) -> None:
         assert store.dirty()
         store.flush()
         assert not store.dirty()
+    finally:
+        store.close()
+
+
+def test_expired_files_go_from_the_first_below_the_bound_and_a_reopen_keeps_it(tmp_path) -> None:
+    """0.2.6's deleteExpiredFileByTime with pymq's bound: files old enough go from the first
+    on, never the last, none reaching ``below``, stopping at a young one; the begin index
+    moves to the first entry left, reads below it are refused, and a reopened store agrees."""
+    store = _open(tmp_path, index=32 * 64)
+    for _ in range(40):
+        store.append_as_leader(b"e" * 150, 1)  # 198 bytes: five entries a 1 KiB file
+    store.update_committed_index(39)
+    files = [f.offset for f in store.data.files]
+    assert len(files) == 8
+    age = {f.path: 0.0 for f in store.data.files}  # all written at time 0
+    old, young = 10_000, 5_000
+
+    def expired(at_once: bool = False, below: int | None = None) -> int:
+        bound = store.committed_pos if below is None else below
+        return store.expired_files(young, old, at_once, bound, age.__getitem__)
+
+    assert expired() == 7  # every file but the last
+    assert expired(below=files[2]) == 1  # a file ending at the bound stays
+    assert expired(below=files[2] + 1) == 2
+    age[store.data.files[1].path] = 6.0  # the second is young: the first only
+    assert expired() == 1
+    assert expired(at_once=True) == 7  # any age when at once
+    dropped = store.drop_first_files(2)
+    delete_files(dropped)
+    assert [f.offset for f in store.data.files] == files[2:]
+    assert not _data_file(tmp_path, files[0]).exists()
+    assert store.ledger_begin_index == 10
+    with pytest.raises(DLedgerError) as info:
+        store.get(9)
+    assert info.value.code is ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN
+    assert store.get(10).pos == files[2]
+    store = _reopen(store)
+    try:
+        assert (store.ledger_begin_index, store.ledger_end_index) == (10, 39)
+        assert store.committed_index == 39
+        assert store.get(10).pos == files[2] and store.get(39).body == b"e" * 150
+        assert store.append_as_leader(b"next", 1).index == 40
     finally:
         store.close()

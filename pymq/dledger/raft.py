@@ -119,13 +119,15 @@ from pymq.dledger.protocol import (
     VoteResponse,
     VoteResult,
 )
-from pymq.dledger.store import DLedgerEntry
+from pymq.dledger.store import MAX_ENTRY_SIZE, DLedgerEntry
 
 MAX_PENDING_PUSHES = 1000
 """APPEND pushes in flight to one follower (DLedger's ``maxPendingSize``)."""
 PUSH_BATCH_BYTES = 256 * 1024
 """A batch APPEND push carries entries until they reach this many bytes (or DLedger's
-``maxBatchPushSize`` when larger), at most :data:`MAX_BATCH_ENTRIES` of them."""
+``maxBatchPushSize`` when larger, up to :data:`~pymq.dledger.store.MAX_ENTRY_SIZE`: with one
+entry over, its base64 JSON stays well inside a 16 MiB remoting frame), at most
+:data:`MAX_BATCH_ENTRIES` entries."""
 COMMIT_PUSH_INTERVAL_MS = 1000
 """An idle leader tells each follower its commit index this often (DLedger: 1 s)."""
 PUSH_RETRY_MS = 500
@@ -857,7 +859,7 @@ class RaftNode:
             if pending[first][1] > peer.match:
                 break
             del pending[first]
-        limit = max(PUSH_BATCH_BYTES, self.config.max_batch_push_size)
+        limit = min(max(PUSH_BATCH_BYTES, self.config.max_batch_push_size), MAX_ENTRY_SIZE)
         sends: list[Send] = []
         while peer.write_index <= end and len(pending) < MAX_PENDING_PUSHES:
             first = last = peer.write_index

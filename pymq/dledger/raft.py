@@ -160,6 +160,8 @@ class Log(Protocol):
 
     def append_as_follower(self, entry: DLedgerEntry) -> DLedgerEntry: ...
 
+    def append_run_as_follower(self, entries: list[DLedgerEntry]) -> None: ...
+
     def truncate(self, entry: DLedgerEntry) -> int: ...
 
     def update_committed_index(self, new_committed: int) -> None: ...
@@ -780,12 +782,15 @@ class RaftNode:
         return self._push_answer(request, ResponseCode.SUCCESS)
 
     def _follow_append(self, entries: list[DLedgerEntry]) -> int:
-        for entry in entries:
-            if entry.index <= self.log.ledger_end_index:
-                if not entry.same_as(self.log.get(entry.index)):
-                    raise DLedgerError(ResponseCode.INCONSISTENT_STATE, "differs")
-            else:
-                self.log.append_as_follower(entry)  # a gap: INCONSISTENT_INDEX
+        held = 0
+        for entry in entries:  # those it holds already must be the same
+            if entry.index > self.log.ledger_end_index:
+                break
+            if not entry.same_as(self.log.get(entry.index)):
+                raise DLedgerError(ResponseCode.INCONSISTENT_STATE, "differs")
+            held += 1
+        if held < len(entries):
+            self.log.append_run_as_follower(entries[held:])  # a gap: INCONSISTENT_INDEX
         return entries[-1].index
 
     def _follow_compare(self, entry: DLedgerEntry) -> int:

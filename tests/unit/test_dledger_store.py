@@ -448,3 +448,36 @@ def test_expired_files_go_from_the_first_below_the_bound_and_a_reopen_keeps_it(t
         assert store.append_as_leader(b"next", 1).index == 40
     finally:
         store.close()
+
+
+def test_a_run_of_pushed_entries_is_written_as_one_at_a_time_would_be(tmp_path) -> None:
+    """append_run_as_follower (a batch push, written a file's run at a time) leaves files
+    byte for byte as the leader's, across file ends; a gap ends it with its error after the
+    entries before it."""
+    leader = _open(tmp_path / "a", index=32 * 16)  # index files of 16 entries: runs cross
+    for i in range(40):
+        leader.append_as_leader(_body(i) * 3, 1 + i // 20)
+    entries = list(leader.entries())
+    follower = _open(tmp_path / "b", index=32 * 16)
+    follower.append_run_as_follower(entries[:1])
+    follower.append_run_as_follower(entries[1:37])
+    follower.append_run_as_follower(entries[37:])
+    assert (follower.ledger_end_index, follower.ledger_end_term) == (39, 2)
+    assert [e.same_as(follower.get(e.index)) for e in entries] == [True] * 40
+    leader.flush()
+    follower.flush()
+    for kind in ("data", "index"):
+        a_dir = tmp_path / "a" / "dledger-n0" / kind
+        b_dir = tmp_path / "b" / "dledger-n0" / kind
+        assert sorted(os.listdir(a_dir)) == sorted(os.listdir(b_dir))
+        for name in os.listdir(a_dir):
+            assert (a_dir / name).read_bytes() == (b_dir / name).read_bytes(), (kind, name)
+    follower = _reopen(follower)
+    assert follower.ledger_end_index == 39
+    other = _open(tmp_path / "c", index=32 * 16)
+    with pytest.raises(DLedgerError) as info:
+        other.append_run_as_follower(entries[:5] + entries[6:9])
+    assert info.value.code is ResponseCode.INCONSISTENT_INDEX
+    assert other.ledger_end_index == 4
+    for store in (leader, follower, other):
+        store.close()

@@ -842,7 +842,8 @@ class DLedgerFileStore:
     def truncate(self, entry: DLedgerEntry) -> int:
         """0.2.6's follower ``truncate(entry)``: the log ends with the leader's ``entry``; the
         entries after it are dropped, and when the local entry at its index differs (or is
-        missing) it is replaced by ``entry``.  Returns ``entry.index``."""
+        missing) it is replaced by ``entry``; a log that ends before ``entry`` (the leader's
+        first, its older files expired) starts over with it.  Returns ``entry.index``."""
         try:
             local: DLedgerEntry | None = self.get(entry.index)
         except DLedgerError:
@@ -851,10 +852,22 @@ class DLedgerFileStore:
             self.truncate_after(entry.index)
             return entry.index
         if entry.index - 1 > self.ledger_end_index:
-            raise DLedgerError(
-                ResponseCode.INCONSISTENT_INDEX,
-                f"truncate to {entry.index} but the log ends at {self.ledger_end_index}",
-            )
+            # the leader's log begins past this one's end (its older files expired): start
+            # over at its first entry, as 0.2.6 rebuilds the file lists at its position
+            if not self.data.files or entry.pos < self.data.max_wrote_position:
+                raise DLedgerError(
+                    ResponseCode.INCONSISTENT_INDEX,
+                    f"truncate to {entry.index} at {entry.pos} but the log ends at "
+                    f"{self.ledger_end_index} ({self.data.max_wrote_position})",
+                )
+            self._recent.clear()
+            self._recent_bytes = 0
+            self.data.truncate(entry.pos)
+            self.index.truncate(entry.index * INDEX_UNIT_SIZE)
+            self.ledger_begin_index = -1
+            self.ledger_end_index, self.ledger_end_term = entry.index - 1, -1
+            self.append_as_follower(entry)
+            return entry.index
         if entry.index - 1 < self.committed_index:
             raise DLedgerError(
                 ResponseCode.INCONSISTENT_STATE,

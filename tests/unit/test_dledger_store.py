@@ -481,3 +481,32 @@ def test_a_run_of_pushed_entries_is_written_as_one_at_a_time_would_be(tmp_path) 
     assert other.ledger_end_index == 4
     for store in (leader, follower, other):
         store.close()
+
+
+def test_a_follower_behind_the_leaders_first_entry_starts_over_at_it(tmp_path) -> None:
+    """The leader's older files expired while a follower was away: TRUNCATE to the leader's
+    first entry, past the follower's end, starts the follower's log over there (0.2.6's
+    rebuildWithPos), pushes go on from it, and a reopen recovers it."""
+    leader = _open(tmp_path / "a", index=32 * 64)
+    for _ in range(40):
+        leader.append_as_leader(b"e" * 150, 1)
+    leader.update_committed_index(39)
+    count = leader.expired_files(0, 1, True, leader.committed_pos)
+    delete_files(leader.drop_first_files(count))
+    begin = leader.ledger_begin_index
+    assert begin == 35
+    follower = _open(tmp_path / "b", index=32 * 64)
+    for i in range(3):  # the follower has what the leader no longer has, and stops there
+        follower.append_as_follower(DLedgerEntry(i, 1, b"e" * 150, i * 198))
+    follower.update_committed_index(2)
+    assert follower.truncate(leader.get(begin)) == begin
+    assert (follower.ledger_begin_index, follower.ledger_end_index) == (begin, begin)
+    follower.append_run_as_follower([leader.get(i) for i in range(begin + 1, 40)])
+    follower = _reopen(follower)
+    try:
+        assert (follower.ledger_begin_index, follower.ledger_end_index) == (begin, 39)
+        assert [follower.get(i).same_as(leader.get(i)) for i in range(begin, 40)] == [True] * 5
+        assert follower.data.min_offset == leader.data.min_offset
+    finally:
+        follower.close()
+        leader.close()

@@ -19,6 +19,11 @@ enableDiskForceClean           ``cleanFileForciblyEnable``
 diskSpaceRatioToCheckExpired   ``diskMaxUsedSpaceRatio`` / 100
 =============================  ===========================================================
 
+``enableBatchPush``/``maxBatchPushSize`` only choose how a Java leader pushes; a pymq leader
+always pushes the entries ready at a push as one batch (0.2.6's ``batchEntry``, which every
+0.2.6 follower takes whatever its own setting), of up to 256 KiB or ``maxBatchPushSize`` when
+larger (pymq.dledger.raft.PUSH_BATCH_BYTES).
+
 Everything else (the heartbeat and vote timings, the pending-request limit, the push timeouts,
 the index file size) is DLedgerConfig's default in a Java broker: 4.9.4 reads none of them from
 the broker's properties, so pymq does not either (a group must agree on them).

@@ -34,6 +34,7 @@ import attrs
 
 from pymq.dledger.errors import DLedgerError, ResponseCode
 from pymq.dledger.store import BODY_OFFSET, MAX_ENTRY_SIZE, DLedgerEntry
+from pymq.remoting.protocol.fastjson import MAX_DEPTH as FASTJSON_MAX_DEPTH
 from pymq.remoting.protocol.fastjson import dumps, loads
 
 MAX_BATCH_ENTRIES = 4096
@@ -405,6 +406,17 @@ def _entry(key: str, value: Any) -> DLedgerEntry:
     if value.get("body") is None:
         raise ProtocolError(f"{key}.body: missing")
     body = _base64(f"{key}.body", value["body"])
+    get = value.get
+    fields: tuple[Any, ...] = (get("index"), get("term"), get("pos"), get("magic"), get("channel"),
+              get("chainCrc"), get("bodyCrc"), get("size"))  # fmt: skip
+    if all(type(v) is int for v in fields):  # what members write: checked at once
+        index, term, pos, magic, channel, chain, crc, size = fields
+        if (
+            _LONG[0] <= min(index, term, pos) and max(index, term, pos) <= _LONG[1]
+            and _INT[0] <= min(magic, channel, chain, crc) and max(magic, channel, chain, crc)
+            <= _INT[1] and size == BODY_OFFSET + len(body)
+        ):  # fmt: skip
+            return DLedgerEntry(index, term, body, pos, magic, channel, chain, crc)
 
     def num(name: str, default: int, bounds: tuple[int, int]) -> int:
         raw = value.get(name)
@@ -463,9 +475,30 @@ def _from_json(key: str, kind: str, value: Any) -> Any:
 
 _M = TypeVar("_M", bound=Message)
 _NOT_READ = object()
-_FAST_OPENINGS = 64
-"""A body opening at most this many objects and arrays is read by the C parser first (a vote,
-a heartbeat, a push of a few entries: base64 bodies open none); more, by fastjson's reader."""
+_SHALLOW_OPENINGS = 64
+"""A body opening at most this many objects and arrays cannot nest deeper than fastjson's
+``MAX_DEPTH`` (64): the C parser's reading of it is fastjson's."""
+_FAST_OPENINGS = MAX_BATCH_ENTRIES + _SHALLOW_OPENINGS
+"""A body opening at most this many (a push of up to :data:`MAX_BATCH_ENTRIES` entries:
+base64 bodies open none) is read by the C parser first, then checked to nest no deeper than
+fastjson's ``MAX_DEPTH``; one nested deeper, or opening more, is read by fastjson's reader,
+whose refusal is the answer."""
+
+
+def _nested_within(data: Any, limit: int) -> bool:
+    """Whether ``data`` (parsed JSON) nests objects and arrays at most ``limit`` deep."""
+    level: list[Any] = [data]
+    for _ in range(limit):
+        deeper: list[Any] = []
+        for value in level:
+            if isinstance(value, dict):
+                deeper += [v for v in value.values() if isinstance(v, dict | list)]
+            elif isinstance(value, list):
+                deeper += [v for v in value if isinstance(v, dict | list)]
+        if not deeper:
+            return True
+        level = deeper
+    return False
 
 
 def decode(cls: type[_M], body: bytes) -> _M:
@@ -476,11 +509,15 @@ def decode(cls: type[_M], body: bytes) -> _M:
     Java default."""
     data: Any = _NOT_READ
     text = bytes(body)
-    if text.count(b"{") + text.count(b"[") <= _FAST_OPENINGS:
+    openings = text.count(b"{") + text.count(b"[")
+    if openings <= _FAST_OPENINGS:
         # the standard library's C parser for standard JSON (what members write: a message
-        # opens a handful of objects); fastjson's reader, with its nesting limit, for the rest
-        with contextlib.suppress(ValueError, UnicodeDecodeError):
+        # opens a handful of objects, a batch push one per entry); fastjson's reader, with
+        # its nesting limit, for the rest
+        with contextlib.suppress(ValueError, UnicodeDecodeError, RecursionError):
             data = json.loads(text.decode("utf-8"))
+        if openings > _SHALLOW_OPENINGS and not _nested_within(data, FASTJSON_MAX_DEPTH):
+            data = _NOT_READ
     if data is _NOT_READ:
         try:
             data = loads(text)

@@ -55,8 +55,10 @@ refuses appends from then on: NOT_LEADER), as does one that sees a bigger term w
 quorum.  Replication is DLedger's push protocol, per follower: COMPARE from the leader's last
 entry back to where the logs agree, TRUNCATE the follower there (its entries past the
 diverging point are dropped; committed ones never are: the store refuses), then APPEND entries
-in order (at most :data:`MAX_PENDING_PUSHES` in flight, one re-sent after
-``maxPushTimeOutMs`` without an answer) and a COMMIT every second when idle.  The commit index
+in order, those ready at a push in one request (0.2.6's batch push, ``batchEntry``, which a
+0.2.6 follower takes whatever its own ``enableBatchPush``; up to :data:`PUSH_BATCH_BYTES`), at
+most :data:`MAX_PENDING_PUSHES` pushes in flight, the one the follower waits for re-sent after
+``maxPushTimeOutMs`` without an answer, and a COMMIT every second when idle.  The commit index
 is the index a majority (the leader included) has in the leader's term, as DLedger 0.2.6's
 QuorumAckChecker takes it: water marks are kept per current term (a follower's is set once
 COMPARE/TRUNCATE found where its log agrees with the leader's, then by its APPEND answers),
@@ -95,6 +97,7 @@ import attrs
 from pymq.dledger.config import DLedgerConfig
 from pymq.dledger.errors import DLedgerError, ResponseCode
 from pymq.dledger.protocol import (
+    MAX_BATCH_ENTRIES,
     AppendEntryRequest,
     AppendEntryResponse,
     GetEntriesRequest,
@@ -116,10 +119,15 @@ from pymq.dledger.protocol import (
     VoteResponse,
     VoteResult,
 )
-from pymq.dledger.store import DLedgerEntry
+from pymq.dledger.store import MAX_ENTRY_SIZE, DLedgerEntry
 
 MAX_PENDING_PUSHES = 1000
 """APPEND pushes in flight to one follower (DLedger's ``maxPendingSize``)."""
+PUSH_BATCH_BYTES = 256 * 1024
+"""A batch APPEND push carries entries until they reach this many bytes (or DLedger's
+``maxBatchPushSize`` when larger, up to :data:`~pymq.dledger.store.MAX_ENTRY_SIZE`: with one
+entry over, its base64 JSON stays well inside a 16 MiB remoting frame), at most
+:data:`MAX_BATCH_ENTRIES` entries."""
 COMMIT_PUSH_INTERVAL_MS = 1000
 """An idle leader tells each follower its commit index this often (DLedger: 1 s)."""
 PUSH_RETRY_MS = 500
@@ -151,6 +159,8 @@ class Log(Protocol):
     def append_as_leader(self, body: bytes, term: int) -> DLedgerEntry: ...
 
     def append_as_follower(self, entry: DLedgerEntry) -> DLedgerEntry: ...
+
+    def append_run_as_follower(self, entries: list[DLedgerEntry]) -> None: ...
 
     def truncate(self, entry: DLedgerEntry) -> int: ...
 
@@ -215,7 +225,8 @@ class _Peer:
     compare_index: int = -1
     write_index: int = 0
     match: int = -1
-    pending: dict[int, float] = attrs.Factory(dict)
+    pending: dict[int, tuple[float, int]] = attrs.Factory(dict)
+    """APPEND pushes in flight: first index -> (sent at, last index), in index order."""
     control_in_flight: bool = False
     retry_at: float = 0.0
     last_commit_push: float = float("-inf")
@@ -771,12 +782,15 @@ class RaftNode:
         return self._push_answer(request, ResponseCode.SUCCESS)
 
     def _follow_append(self, entries: list[DLedgerEntry]) -> int:
-        for entry in entries:
-            if entry.index <= self.log.ledger_end_index:
-                if not entry.same_as(self.log.get(entry.index)):
-                    raise DLedgerError(ResponseCode.INCONSISTENT_STATE, "differs")
-            else:
-                self.log.append_as_follower(entry)  # a gap: INCONSISTENT_INDEX
+        held = 0
+        for entry in entries:  # those it holds already must be the same
+            if entry.index > self.log.ledger_end_index:
+                break
+            if not entry.same_as(self.log.get(entry.index)):
+                raise DLedgerError(ResponseCode.INCONSISTENT_STATE, "differs")
+            held += 1
+        if held < len(entries):
+            self.log.append_run_as_follower(entries[held:])  # a gap: INCONSISTENT_INDEX
         return entries[-1].index
 
     def _follow_compare(self, entry: DLedgerEntry) -> int:
@@ -787,7 +801,13 @@ class RaftNode:
 
     # -- leader: pushes --------------------------------------------------------------------------
 
-    def _push_request(self, peer: str, kind: PushType, entry: DLedgerEntry | None) -> Send:
+    def _push_request(
+        self,
+        peer: str,
+        kind: PushType,
+        entry: DLedgerEntry | None,
+        batch: list[DLedgerEntry] | None = None,
+    ) -> Send:
         return Send(
             peer,
             PushEntryRequest(
@@ -796,10 +816,20 @@ class RaftNode:
                 leader_id=self.self_id,
                 term=self.term,
                 entry=entry,
+                batch_entry=batch if batch is not None else [],
                 type=kind,
                 commit_index=self.log.committed_index,
             ),
         )
+
+    def _append_push(self, peer: str, first: int, last: int) -> Send:
+        """An APPEND of the entries ``first`` .. ``last``: one entry as ``entry``, more as a
+        batch (``batchEntry``: 0.2.6's batch push, which its follower takes whatever its own
+        ``enableBatchPush`` says)."""
+        if first == last:
+            return self._push_request(peer, PushType.APPEND, self.log.get(first))
+        batch = [self.log.get(i) for i in range(first, last + 1)]
+        return self._push_request(peer, PushType.APPEND, None, batch)
 
     def _push(self, now: float) -> list[Send]:
         if self.role is not Role.LEADER:
@@ -824,18 +854,31 @@ class RaftNode:
         return sends
 
     def _push_append(self, pid: str, peer: _Peer, end: int, now: float) -> list[Send]:
+        """DLedger's doBatchAppend for one follower: the entries not yet pushed go out in
+        batches (each up to :data:`PUSH_BATCH_BYTES`), at most :data:`MAX_PENDING_PUSHES`
+        pushes in flight; the push the follower's water mark waits for is re-sent after
+        ``maxPushTimeOutMs`` without an answer; an idle follower gets a COMMIT each second."""
+        pending = peer.pending
+        while pending:  # in index order: drop the pushes the follower has answered
+            first = next(iter(pending))
+            if pending[first][1] > peer.match:
+                break
+            del pending[first]
+        limit = min(max(PUSH_BATCH_BYTES, self.config.max_batch_push_size), MAX_ENTRY_SIZE)
         sends: list[Send] = []
-        for index in [i for i in peer.pending if i <= peer.match]:
-            del peer.pending[index]
-        while peer.write_index <= end and len(peer.pending) < MAX_PENDING_PUSHES:
-            peer.pending[peer.write_index] = now
-            sends.append(self._push_request(pid, PushType.APPEND, self.log.get(peer.write_index)))
-            peer.write_index += 1
-        first = peer.match + 1
-        sent = peer.pending.get(first)
-        if sent is not None and now - sent > self.config.max_push_time_out_ms:
-            peer.pending[first] = now
-            sends.append(self._push_request(pid, PushType.APPEND, self.log.get(first)))
+        while peer.write_index <= end and len(pending) < MAX_PENDING_PUSHES:
+            first = last = peer.write_index
+            size = self.log.get(first).size
+            while last < end and size < limit and last - first + 1 < MAX_BATCH_ENTRIES:
+                last += 1
+                size += self.log.get(last).size
+            pending[first] = (now, last)
+            sends.append(self._append_push(pid, first, last))
+            peer.write_index = last + 1
+        waited = pending.get(peer.match + 1)
+        if waited is not None and now - waited[0] > self.config.max_push_time_out_ms:
+            pending[peer.match + 1] = (now, waited[1])
+            sends.append(self._append_push(pid, peer.match + 1, waited[1]))
         if (
             peer.write_index > end
             and not peer.control_in_flight
@@ -872,7 +915,7 @@ class RaftNode:
             if peer.state is not PushType.APPEND:
                 return
             if code is ResponseCode.SUCCESS:
-                peer.pending.pop(request.last_entry_index, None)
+                peer.pending.pop(request.first_entry_index, None)
                 peer.match = max(peer.match, request.last_entry_index)
             elif code is ResponseCode.INCONSISTENT_STATE:
                 self._to_state(peer, -1, PushType.COMPARE)
@@ -929,8 +972,12 @@ class RaftNode:
         if quorum_index <= self.log.committed_index or quorum_index < 0:
             return
         self.log.update_committed_index(quorum_index)
-        for index in [i for i in self._acks if i <= self.log.committed_index]:
-            del self._acks[index]
+        committed, acks = self.log.committed_index, self._acks
+        while acks:  # appended in index order
+            index = next(iter(acks))
+            if index > committed:
+                break
+            del acks[index]
             self._done.append(Ack(index, self.log.get(index).pos, ResponseCode.SUCCESS))
 
     # -- appends ---------------------------------------------------------------------------------

@@ -193,7 +193,8 @@ class DLedgerServer:
         last_checkpoint = self.now()
         while True:
             await trio.sleep(self.config.flush_file_interval / 1000)
-            await trio.to_thread.run_sync(store.flush)
+            if store.dirty():  # no worker thread for an idle member
+                await trio.to_thread.run_sync(store.flush)
             if self.now() - last_checkpoint > self.config.check_point_interval:
                 await trio.to_thread.run_sync(store.persist_checkpoint)
                 last_checkpoint = self.now()

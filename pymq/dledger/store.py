@@ -48,10 +48,11 @@ appends small or run them in a worker thread.  Role and term checks belong to th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -422,6 +423,15 @@ class _FileList:
             created = self._create(base, offset - base)
             created.dirty = True
 
+    def drop_first(self, count: int) -> list[_File]:
+        """Take the first ``count`` files out of the list (never the last): the caller closes
+        and unlinks them (:func:`delete_files`), off the event loop."""
+        count = min(count, len(self.files) - 1)
+        if count <= 0:
+            return []
+        dropped, self.files = self.files[:count], self.files[count:]
+        return dropped
+
     def flush(self) -> None:
         """fsync the files written since the last flush.  May run in a worker thread while
         the owner appends: a file is marked clean before its fsync (a write meanwhile marks
@@ -445,6 +455,15 @@ class _FileList:
                 return
             yield position, chunk
             position += len(chunk)
+
+
+def delete_files(files: list[_File]) -> None:
+    """Close and unlink files :meth:`_FileList.drop_first` took out (blocking: a worker
+    thread's).  A flush in another thread skips a file closed meanwhile."""
+    for f in files:
+        os.close(f.fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f.path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -490,6 +509,10 @@ class DLedgerFileStore:
     def flush(self) -> None:
         self.data.flush()
         self.index.flush()
+
+    def dirty(self) -> bool:
+        """Whether a file was written since its last fsync (a flush would do something)."""
+        return any(f.dirty for f in self.data.files) or any(f.dirty for f in self.index.files)
 
     def _index_entry_agrees(self, pos: int, size: int, magic: int, index: int, term: int) -> bool:
         raw = self.index.read_raw(index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
@@ -646,6 +669,69 @@ class DLedgerFileStore:
         self._write(entry)
         return entry
 
+    def append_run_as_follower(self, entries: list[DLedgerEntry]) -> None:
+        """:meth:`append_as_follower` of each of ``entries`` in order (a batch push), each run
+        of them that goes into one data file written with one write (and its index entries
+        with one more): the checks are the same, and an entry that fails one ends the call
+        with its error, the entries before it appended."""
+        i = 0
+        while i < len(entries):
+            first = entries[i]
+            self.append_as_follower(first)  # checked and written alone; its file is open
+            f = self.data.files[-1]
+            room = self.data.file_size - f.wrote - MIN_BLANK_LEN
+            run: list[DLedgerEntry] = []
+            last, pos = first, first.pos + first.size
+            for entry in entries[i + 1 :]:
+                if (
+                    entry.index != last.index + 1
+                    or entry.term < last.term
+                    or entry.magic != CURRENT_MAGIC
+                    or entry.pos != pos
+                    or entry.size > room
+                    or entry.size > MAX_ENTRY_SIZE
+                ):
+                    break  # left to append_as_follower: its error, or the next file
+                run.append(entry)
+                room -= entry.size
+                pos += entry.size
+                last = entry
+            if run:
+                self._write_run(run)
+            i += 1 + len(run)
+
+    def _write_run(self, run: list[DLedgerEntry]) -> None:
+        """Write entries that follow each other in the last data file (checked by the
+        caller): one pwrite for their data, one for their index entries when they fit in the
+        index file (else one each)."""
+        data = b"".join([e.encode() for e in run])
+        data_pos = self.data.append(data, False, self.first_data_offset)
+        assert data_pos == run[0].pos
+        index_data = b"".join([encode_index(e.pos, e.size, e.magic, e.index, e.term) for e in run])
+        start = run[0].index * INDEX_UNIT_SIZE
+        if start // self.index.file_size == (start + len(index_data) - 1) // self.index.file_size:
+            index_pos = self.index.append(index_data, use_blank=False, start_offset=start)
+        else:
+            index_pos = start
+            for e in run:
+                self.index.append(
+                    encode_index(e.pos, e.size, e.magic, e.index, e.term),
+                    use_blank=False,
+                    start_offset=e.index * INDEX_UNIT_SIZE,
+                )
+        if index_pos != start:
+            raise DLedgerError(
+                ResponseCode.DISK_ERROR, f"index entry of {run[0].index} went to {index_pos}"
+            )
+        self.ledger_end_index = run[-1].index
+        self.ledger_end_term = run[-1].term
+        recent = self._recent
+        for entry in run:
+            recent[entry.index] = entry
+            self._recent_bytes += len(entry.body)
+        while self._recent_bytes > RECENT_BYTES or len(recent) > RECENT_ENTRIES:
+            self._recent_bytes -= len(recent.pop(next(iter(recent))).body)
+
     def _write(self, entry: DLedgerEntry) -> None:
         data_pos = self.data.append(entry.encode(), True, self.first_data_offset)
         assert data_pos == entry.pos
@@ -756,7 +842,8 @@ class DLedgerFileStore:
     def truncate(self, entry: DLedgerEntry) -> int:
         """0.2.6's follower ``truncate(entry)``: the log ends with the leader's ``entry``; the
         entries after it are dropped, and when the local entry at its index differs (or is
-        missing) it is replaced by ``entry``.  Returns ``entry.index``."""
+        missing) it is replaced by ``entry``; a log that ends before ``entry`` (the leader's
+        first, its older files expired) starts over with it.  Returns ``entry.index``."""
         try:
             local: DLedgerEntry | None = self.get(entry.index)
         except DLedgerError:
@@ -765,10 +852,22 @@ class DLedgerFileStore:
             self.truncate_after(entry.index)
             return entry.index
         if entry.index - 1 > self.ledger_end_index:
-            raise DLedgerError(
-                ResponseCode.INCONSISTENT_INDEX,
-                f"truncate to {entry.index} but the log ends at {self.ledger_end_index}",
-            )
+            # the leader's log begins past this one's end (its older files expired): start
+            # over at its first entry, as 0.2.6 rebuilds the file lists at its position
+            if not self.data.files or entry.pos < self.data.max_wrote_position:
+                raise DLedgerError(
+                    ResponseCode.INCONSISTENT_INDEX,
+                    f"truncate to {entry.index} at {entry.pos} but the log ends at "
+                    f"{self.ledger_end_index} ({self.data.max_wrote_position})",
+                )
+            self._recent.clear()
+            self._recent_bytes = 0
+            self.data.truncate(entry.pos)
+            self.index.truncate(entry.index * INDEX_UNIT_SIZE)
+            self.ledger_begin_index = -1
+            self.ledger_end_index, self.ledger_end_term = entry.index - 1, -1
+            self.append_as_follower(entry)
+            return entry.index
         if entry.index - 1 < self.committed_index:
             raise DLedgerError(
                 ResponseCode.INCONSISTENT_STATE,
@@ -777,6 +876,47 @@ class DLedgerFileStore:
         self.truncate_after(entry.index - 1)
         self.append_as_follower(entry)
         return entry.index
+
+    # -- expiry (0.2.6's CleanSpaceService) -----------------------------------------------------
+
+    def expired_files(
+        self,
+        expired_ms: int,
+        now_ms: int,
+        at_once: bool,
+        below: int,
+        mtime: Callable[[str], float] = os.path.getmtime,
+        limit: int = 10,
+    ) -> int:
+        """How many data files, from the first, may go (0.2.6's ``deleteExpiredFileByTime``):
+        each last modified ``expired_ms`` before ``now_ms`` (any age when ``at_once``), never
+        the last file, and (pymq's bound, which 0.2.6 lacks) each wholly below ``below`` (the
+        caller's: the committed position and what the broker has dispatched); it stops at the
+        first that may not go, and at ``limit``."""
+        count = 0
+        for f in self.data.files[:-1]:
+            if count >= limit or f.offset + self.data.file_size >= below:
+                break  # (strictly below: the file after it then starts with a kept entry)
+            try:
+                modified_ms = int(mtime(f.path) * 1000)
+            except FileNotFoundError:
+                modified_ms = 0
+            if not at_once and now_ms < modified_ms + expired_ms:
+                break
+            count += 1
+        return count
+
+    def drop_first_files(self, count: int) -> list[_File]:
+        """Take the first ``count`` data files out of the log (never the last) and move the
+        begin index to the first entry left (0.2.6's ``reviseLedgerBeginIndex``); the index
+        files stay (their entries below the begin index are never read).  The files are for
+        :func:`delete_files`."""
+        dropped = self.data.drop_first(count)
+        if dropped:
+            self._revise_begin_index()
+            for gone in [i for i in self._recent if i < self.ledger_begin_index]:
+                self._recent_bytes -= len(self._recent.pop(gone).body)
+        return dropped
 
     # -- commit and checkpoint -----------------------------------------------------------------
 

@@ -104,17 +104,23 @@ class CleanCommitLogService:
     def execute_delete_files_manually(self) -> None:
         self.manual_delete_rounds = MANUAL_DELETE_ROUNDS
 
-    def is_time_to_delete(self) -> bool:
+    def is_time_to_delete(self, delete_when: str | None = None) -> bool:
+        """Whether it is the ``deleteWhen`` hour (``delete_when``: another list of hours)."""
         hour = datetime.datetime.fromtimestamp(self.clock_ms() / 1000).hour
-        for when in self.config.delete_when.split(";"):
+        hours = self.config.delete_when if delete_when is None else delete_when
+        for when in hours.split(";"):
             when = when.strip()
             if when.isdigit() and int(when) == hour:
                 return True
         return False
 
+    def used_ratio(self) -> float:
+        """The used fraction of the disk the commit log is on (-1: unknown)."""
+        return self.disk_ratio(self.config.store_path_commitlog)
+
     def check_space(self) -> bool:
         """Update the disk-full and clean-immediately flags; True if space calls for deleting."""
-        ratio = self.disk_ratio(self.config.store_path_commitlog)
+        ratio = self.used_ratio()
         self.last_ratio = ratio
         self.clean_immediately = False
         if ratio > DISK_SPACE_WARNING_LEVEL_RATIO:

@@ -20,18 +20,32 @@ extends its ``CommitLog``.
   committed entries, which no member ever truncates.
 - **Reads** (pulls, queries) go to the DLedger data files through the store's reads.
 
+- **Expiry** (:class:`CleanDLedgerCommitLogService`, the store's clean commit-log round in
+  DLedger mode): DLedger 0.2.6's CleanSpaceService with the keys RocketMQ 4.9.4 maps onto it
+  -- at the ``deleteWhen`` hour, or while the disk (the store's root or the data directory)
+  is over ``diskMaxUsedSpaceRatio``, data files last written ``fileReservedTime`` + 1 hours
+  ago are deleted from the oldest on (any age above 85 % with ``cleanFileForciblyEnable``),
+  never the last file and, unlike 0.2.6, never a file holding an entry that is not committed
+  and dispatched to the consume queues; at most 10 a round, ``deleteCommitLogFilesInterval``
+  ms apart.  The begin index moves to the first entry left; consume queues and index files
+  below the new minimum offset go in the consume-queue round that follows, as for a plain
+  commit log.  ``deleteExpiredCommitLog`` (a manual request) does not apply, as in Java.
+
 Not carried over: a plain commit log written before DLedger mode was turned on (RocketMQ
 reads it as the part before its ``dividedCommitlogOffset``) -- the broker refuses to start
-with DLedger mode over one; and the DLedger data files are not deleted by age or disk space
-yet (``fileReservedTime`` does not apply to them).
+with DLedger mode over one.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
 import struct
+from collections.abc import Callable
 from typing import Any
+
+import trio
 
 from pymq.common.config import ConfigError
 from pymq.common.message_ext import MessageExt, MessageSysFlag
@@ -47,10 +61,12 @@ from pymq.common.record import (
 from pymq.dledger.config import DLedgerConfig
 from pymq.dledger.errors import DLedgerError, ResponseCode
 from pymq.dledger.server import DLedgerServer
-from pymq.dledger.store import BLANK_MAGIC_CODE, BODY_OFFSET, DLedgerFileStore
+from pymq.dledger.store import BLANK_MAGIC_CODE, BODY_OFFSET, DLedgerFileStore, delete_files
+from pymq.store.clean_service import CleanCommitLogService, disk_used_ratio
 from pymq.store.commitlog import CommitLog
+from pymq.store.config import MessageStoreConfig
 from pymq.store.mapped_file import MappedFile
-from pymq.store.mapped_file_queue import MappedFileAllocator
+from pymq.store.mapped_file_queue import DELETE_FILES_BATCH_MAX, MappedFileAllocator
 from pymq.store.reput import ReputMessageService
 from pymq.store.results import PUT_OK, PutMessageResult, PutMessageStatus
 
@@ -386,3 +402,60 @@ class DLedgerReputMessageService(ReputMessageService):
             self.reput_from_offset = offset + size
             done += 1
         return done > 0, self.reput_from_offset < end and done >= budget
+
+
+HOUR_MS = 3600 * 1000
+
+
+class CleanDLedgerCommitLogService(CleanCommitLogService):
+    """The clean commit-log round of a store in DLedger mode: expires the DLedger data files
+    (see the module's docstring).  ``dispatched``: the offset the broker's dispatch has
+    reached (its reput); no file at or past it, nor past the committed position, goes."""
+
+    commitlog: DLedgerCommitLog
+
+    def __init__(
+        self,
+        commitlog: DLedgerCommitLog,
+        config: MessageStoreConfig,
+        clock_ms: Callable[[], int],
+        dispatched: Callable[[], int],
+        disk_ratio: Callable[[str], float] = disk_used_ratio,
+        mtime: Callable[[str], float] = os.path.getmtime,
+    ) -> None:
+        super().__init__(commitlog, config, clock_ms, disk_ratio, mtime)
+        self.dispatched = dispatched
+
+    def used_ratio(self) -> float:
+        """0.2.6 watches the store's root and the data directory: the fuller of the two."""
+        dc = self.commitlog.dledger_config
+        return max(self.disk_ratio(dc.store_base_dir), self.disk_ratio(dc.data_path))
+
+    async def run_once(self) -> int:
+        """One round; the number of data files deleted."""
+        dc = self.commitlog.dledger_config
+        time_up = self.is_time_to_delete(dc.delete_when)
+        space = self.check_space()
+        if not (time_up or space):
+            return 0
+        at_once = dc.enable_disk_force_clean and self.clean_immediately
+        expired_ms = max(1, dc.file_reserved_hours) * HOUR_MS  # 0.2.6: at least an hour
+        store = self.commitlog.dledger
+        below = min(store.committed_pos, self.dispatched())
+        count = store.expired_files(
+            expired_ms, self.clock_ms(), at_once, below, self.mtime, DELETE_FILES_BATCH_MAX
+        )
+        dropped = store.drop_first_files(count)
+        if not dropped:
+            return 0
+        log.info(
+            "deleting %d DLedger data files below %d, begin index now %d (time up %s, "
+            "space %s, at once %s)", len(dropped), store.data.min_offset,
+            store.ledger_begin_index, time_up, space, at_once,
+        )  # fmt: skip
+        interval = self.config.delete_commit_log_files_interval / 1000
+        for i, f in enumerate(dropped):
+            await trio.to_thread.run_sync(delete_files, [f])
+            if interval and i + 1 < len(dropped):
+                await trio.sleep(interval)
+        return len(dropped)

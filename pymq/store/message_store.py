@@ -56,7 +56,11 @@ from pymq.store.clean_service import (
 from pymq.store.commitlog import CommitLog, DispatchHint
 from pymq.store.config import BrokerRole, FlushDiskType, MessageStoreConfig, WriteAdvice
 from pymq.store.consume_queue_table import ArrivalListener, ConsumeQueueTable
-from pymq.store.dledger_commitlog import DLedgerCommitLog, DLedgerReputMessageService
+from pymq.store.dledger_commitlog import (
+    CleanDLedgerCommitLogService,
+    DLedgerCommitLog,
+    DLedgerReputMessageService,
+)
 from pymq.store.flush_service import (
     AnswerSink,
     CommitLogFlushService,
@@ -217,8 +221,12 @@ class DefaultMessageStore:
         self.checkpoint: ckpt.StoreCheckpoint | None = None
         self.flush_commitlog: CommitLogFlushService | None = None
         self.flush_consume_queue: ConsumeQueueFlushService | None = None
-        self.clean_commitlog = CleanCommitLogService(
-            self.commitlog, config, clock_ms, disk_ratio, mtime
+        self.clean_commitlog = (
+            CleanCommitLogService(self.commitlog, config, clock_ms, disk_ratio, mtime)
+            if self.dledger is None
+            else CleanDLedgerCommitLogService(
+                self.dledger, config, clock_ms, self._dispatched, disk_ratio, mtime
+            )
         )
         self.replica_waiter: ReplicaWaiter | None = None
         self.clean_consume_queue = CleanConsumeQueueService(
@@ -1201,6 +1209,10 @@ class DefaultMessageStore:
             topic_dir = os.path.join(self.config.consume_queue_dir, topic)
             await trio.to_thread.run_sync(_remove_empty_tree, topic_dir)
         return deleted
+
+    def _dispatched(self) -> int:
+        """The commit-log offset dispatch has reached (DLedger expiry stays below it)."""
+        return self.reput.reput_from_offset
 
     async def clean_files_once(self) -> None:
         """One round of both clean services (what the periodic task runs)."""

@@ -6,7 +6,9 @@ is not taken over."""
 
 from __future__ import annotations
 
+import datetime
 import itertools
+import os
 import struct
 
 import attrs
@@ -30,13 +32,14 @@ FAST = {
 }
 
 
-def dledger_config(root: str, port: int) -> object:
+def dledger_config(root: str, port: int, **more: object) -> object:
     return small_config(
         root,
         enable_d_leger_commit_log=True,
         d_leger_group="g",
         d_leger_peers=f"n0-127.0.0.1:{port}",
         d_leger_self_id="n0",
+        **more,
     )
 
 
@@ -111,3 +114,83 @@ async def test_a_plain_commit_log_with_data_is_not_taken_over(tmp_path) -> None:
     with pytest.raises(ConfigError, match="without DLedger mode"):
         store._open()  # the blocking load and recovery of store.run
     assert store.lock._fd == -1  # let go: the files were closed
+
+
+HOUR_MS = 3600 * 1000
+
+
+def data_files(store: DefaultMessageStore) -> list[int]:
+    assert store.dledger is not None
+    return [f.offset for f in store.dledger.dledger.data.files]
+
+
+async def test_expired_data_files_go_with_their_queues_and_a_restart_recovers(tmp_path) -> None:
+    """DLedger's data files expire as 4.9.4 maps fileReservedTime/deleteWhen onto DLedger
+    (fileReservedTime + 1 hours, at the deleteWhen hour), only below what is committed and
+    dispatched; the consume queues follow the new minimum; a restart after keeps it all."""
+    start = int(datetime.datetime(2026, 3, 10, 4, 30).timestamp() * 1000)
+    now = [start]
+    mtimes: dict[str, float] = {}
+
+    def mtime(path: str) -> float:
+        return mtimes.setdefault(path, start / 1000)
+
+    config = dledger_config(
+        str(tmp_path),
+        free_port(),
+        file_reserved_time=72,  # DLedger: 73 hours
+        delete_when="04",
+        mapped_file_size_consume_queue=20 * 20,  # 20 entries a consume-queue file
+    )
+    extra = {"clock_ms": lambda: now[0], "disk_ratio": lambda _p: 0.10, "mtime": mtime}
+    async with running_store(config, **kwargs(config), **extra) as store:  # type: ignore[arg-type]
+        await leading(store)
+        results = [await store.put(make_message(body=b"d" * 3000)) for _ in range(90)]
+        assert {r.status for r in results} == {PutMessageStatus.PUT_OK}
+        await wait_until(lambda: store.get_max_offset_in_queue("TopicTest", 0) == 90, timeout=5)
+        files = data_files(store)
+        assert len(files) >= 4
+        cq = store.consume_queues.find("TopicTest", 0)
+        assert cq is not None and len(cq.queue.files) == 5
+        cl = store.clean_commitlog
+        # 72.5 hours old, at the delete hour: kept (73 h in DLedger mode)
+        now[0] = start + 72 * HOUR_MS + HOUR_MS // 2
+        for f in store.dledger.dledger.data.files:  # type: ignore[union-attr]
+            mtimes[f.path] = start / 1000
+        assert await cl.run_once() == 0
+        # not the delete hour and the disk not full: kept, however old
+        now[0] = start + 100 * HOUR_MS + 3 * HOUR_MS
+        assert await cl.run_once() == 0
+        # dispatch behind: nothing at or past it goes, whatever the age
+        now[0] = start + 96 * HOUR_MS  # 04:30, four days on
+        cl.dispatched = lambda: files[1] + 10  # type: ignore[attr-defined]
+        assert await cl.run_once() == 1 and data_files(store) == files[1:]
+        cl.dispatched = store._dispatched  # type: ignore[attr-defined]
+        await store.clean_files_once()  # the rest but the newest, then the queues
+        assert data_files(store) == files[-1:]
+        dledger = store.dledger
+        assert dledger is not None
+        assert store.commitlog.min_offset == files[-1]
+        first_kept = min(r.logic_offset for r in results if r.wrote_offset >= files[-1])
+        assert dledger.dledger.ledger_begin_index == first_kept  # an entry per message
+        assert store.get_min_offset_in_queue("TopicTest", 0) == first_kept
+        # the consume-queue files wholly below the new minimum went too
+        kept = [f.file_from_offset // 400 for f in cq.queue.files]
+        assert kept == list(range(first_kept // 20, 5))
+        got = store.get_message("g", "TopicTest", 0, first_kept, 4)
+        assert got.status is GetMessageStatus.FOUND
+        assert [decode_record(m).queue_offset for m in got.messages] == list(
+            range(first_kept, first_kept + len(got.messages))
+        )
+        names = sorted(os.listdir(dledger.dledger_config.data_path))
+        assert names == [f"{files[-1]:020d}"]
+    async with running_store(config, **kwargs(config), **extra) as store:  # type: ignore[arg-type]
+        assert store.dledger is not None
+        assert data_files(store) == files[-1:]
+        assert store.dledger.dledger.ledger_begin_index == first_kept
+        assert store.dledger.dledger.ledger_end_index == 89
+        assert store.get_min_offset_in_queue("TopicTest", 0) == first_kept
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 90
+        await leading(store)
+        again = await store.put(make_message(body=b"after"))
+        assert again.status is PutMessageStatus.PUT_OK and again.logic_offset == 90

@@ -213,6 +213,27 @@ def test_unknown_fields_and_derived_getters_are_ignored_nulls_keep_defaults() ->
         (PushEntryRequest, b'{"entry":{"body":"AQID","size":99}}', "entry.size"),
         (PushEntryRequest, b'{"entry":{"body":"AQID","pos":"x"}}', "entry.pos"),
         (PushEntryRequest, b'{"batchEntry":{}}', "expected an array"),
+        # every field present (the checked-at-once path), one of them out of its range
+        (
+            PushEntryRequest,
+            b'{"entry":{"body":"AQID","size":51,"bodyCrc":0,"chainCrc":0,"channel":0,"index":1,"magic":2147483648,"pos":0,"term":1}}',
+            "entry.magic: 2147483648 is outside",
+        ),
+        (
+            PushEntryRequest,
+            b'{"entry":{"body":"AQID","size":51,"bodyCrc":0,"chainCrc":0,"channel":0,"index":1,"magic":1,"pos":-9223372036854775809,"term":1}}',
+            "entry.pos",
+        ),
+        (
+            PushEntryRequest,
+            b'{"entry":{"body":"AQID","size":52,"bodyCrc":0,"chainCrc":0,"channel":0,"index":1,"magic":1,"pos":0,"term":1}}',
+            "entry.size: 52",
+        ),
+        (
+            PushEntryRequest,
+            b'{"entry":{"body":"AQID","size":51,"bodyCrc":0,"chainCrc":0,"channel":0,"index":1,"magic":1,"pos":0,"term":true}}',
+            "entry.term: expected a number",
+        ),
         (GetEntriesRequest, b'{"indexList":[1,"2"]}', r"indexList\[1\]"),
         (MetadataResponse, b'{"peers":[1]}', "expected a map"),
         (MetadataResponse, b'{"peers":{"n0":5}}', r"peers\[n0\]"),
@@ -233,3 +254,24 @@ def test_lists_are_bounded() -> None:
         decode(PushEntryRequest, body.encode())
     ok = '{"batchEntry":[' + ",".join([entry] * 3) + "]}"
     assert decode(PushEntryRequest, ok.encode()).count == 3
+
+
+def test_a_body_nested_past_the_recursion_limit_is_a_protocol_error() -> None:
+    """A body with few openings but nested deeper than the C parser recurses is read by
+    fastjson's reader, whose nesting limit refuses it: a ProtocolError, not a RecursionError."""
+    depth = 3000
+    body = b'{"batchEntry":' + b"[" * depth + b"]" * depth + b"}"
+    with pytest.raises(ProtocolError):
+        decode(PushEntryRequest, body)
+
+
+def test_a_batch_push_of_the_largest_batch_round_trips() -> None:
+    """A batch of MAX_BATCH_ENTRIES entries (each an object: more openings than a vote's)
+    decodes to the same entries."""
+    entries = [DLedgerEntry(i, 3, b"m%d" % i, pos=100 * i) for i in range(MAX_BATCH_ENTRIES)]
+    request = PushEntryRequest(group="g", term=3, leader_id="n0", batch_entry=entries)
+    back = decode(PushEntryRequest, encode(request))
+    assert [e.same_as(f) for e, f in zip(back.batch_entry, entries, strict=True)] == [True] * len(
+        entries
+    )
+    assert back.first_entry_index == 0 and back.last_entry_index == MAX_BATCH_ENTRIES - 1

@@ -18,7 +18,7 @@ from pymq.dledger.protocol import (
     VoteRequest,
     VoteResult,
 )
-from pymq.dledger.raft import RaftNode, Role, RoleChange
+from pymq.dledger.raft import PUSH_BATCH_BYTES, RaftNode, Role, RoleChange
 from pymq.dledger.store import DLedgerFileStore, persist_term
 from tests.dledger_sim import Sim
 
@@ -385,3 +385,36 @@ def test_the_leadership_moves_to_the_preferred_leader_with_nothing_lost(tmp_path
     assert [b for _, b in _entries(new)] == [b"m%d" % i for i in range(20)] + [b"after"]
     sim.run(5000)  # and it stays with the preferred leader
     assert sim.leaders() == ["n2"]
+
+
+def test_entries_ready_at_a_push_go_in_batches_and_commit(tmp_path) -> None:
+    """The entries appended since the last push go to each follower as 0.2.6's batch APPEND
+    (``batchEntry``), cut at PUSH_BATCH_BYTES; they all commit, and the followers' logs are
+    the leader's."""
+    sim = Sim(tmp_path)
+    leader = _elect(sim)
+    index = leader.append(b"first", sim.now).index  # the followers compared, in APPEND
+    assert sim.run(3000, until=lambda: leader.log.committed_index == index)
+    body = b"b" * 1000
+    count = PUSH_BATCH_BYTES // 1048 + 10  # more than one batch's bytes
+    first = leader.log.ledger_end_index + 1
+    for _ in range(count):
+        leader.append(body, sim.now)
+    sends = leader.tick(sim.now + 1)
+    appends = [s.request for s in sends if isinstance(s.request, PushEntryRequest)]
+    appends = [r for r in appends if r.type is PushType.APPEND]
+    assert len(appends) == 4  # two batches to each of two followers
+    for peer in {s.peer for s in sends}:
+        mine = [s.request for s in sends if s.peer == peer and s.request in appends]
+        assert [(r.batch, r.first_entry_index) for r in mine] == [
+            (True, first),
+            (True, mine[0].last_entry_index + 1),
+        ]
+        assert mine[-1].last_entry_index == first + count - 1
+        assert PUSH_BATCH_BYTES <= mine[0].total_size < PUSH_BATCH_BYTES + 1048
+    for send in sends:
+        sim._send(leader.self_id, send)
+    last = first + count - 1
+    assert sim.run(3000, until=lambda: leader.log.committed_index == last)
+    for node in sim.nodes.values():
+        assert _entries(node) == _entries(leader)

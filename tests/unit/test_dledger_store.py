@@ -17,6 +17,7 @@ from pymq.dledger.store import (
     MAX_ENTRY_SIZE,
     DLedgerEntry,
     DLedgerFileStore,
+    delete_files,
     load_term,
     persist_term,
     rocketmq_wrote_offset,
@@ -381,3 +382,131 @@ def test_a_rocketmq_record_as_an_entry_body_names_its_commit_log_offset(tmp_path
     assert stored.body == b"hello" and stored.topic == "T"
     with pytest.raises(ValueError):
         stamp_commit_log_offset(b"short", 0)
+
+
+def test_dirty_says_whether_a_flush_has_work(tmp_path) -> None:
+    """The flusher skips its worker thread for a clean store: dirty() is True after an
+    append or a truncation, False after a flush."""
+    config = DLedgerConfig(
+        group="g", self_id="n0", peers="n0-127.0.0.1:1", store_base_dir=str(tmp_path),
+        mapped_file_size_for_entry_data=4096, mapped_file_size_for_entry_index=32 * 64,
+    )  # fmt: skip
+    store = DLedgerFileStore(config)
+    store.open()
+    try:
+        assert not store.dirty()
+        store.append_as_leader(b"x" * 10, 0)
+        store.append_as_leader(b"y" * 10, 0)
+        assert store.dirty()
+        store.flush()
+        assert not store.dirty()
+        store.truncate_after(0)
+        assert store.dirty()
+        store.flush()
+        assert not store.dirty()
+    finally:
+        store.close()
+
+
+def test_expired_files_go_from_the_first_below_the_bound_and_a_reopen_keeps_it(tmp_path) -> None:
+    """0.2.6's deleteExpiredFileByTime with pymq's bound: files old enough go from the first
+    on, never the last, none reaching ``below``, stopping at a young one; the begin index
+    moves to the first entry left, reads below it are refused, and a reopened store agrees."""
+    store = _open(tmp_path, index=32 * 64)
+    for _ in range(40):
+        store.append_as_leader(b"e" * 150, 1)  # 198 bytes: five entries a 1 KiB file
+    store.update_committed_index(39)
+    files = [f.offset for f in store.data.files]
+    assert len(files) == 8
+    age = {f.path: 0.0 for f in store.data.files}  # all written at time 0
+    old, young = 10_000, 5_000
+
+    def expired(at_once: bool = False, below: int | None = None) -> int:
+        bound = store.committed_pos if below is None else below
+        return store.expired_files(young, old, at_once, bound, age.__getitem__)
+
+    assert expired() == 7  # every file but the last
+    assert expired(below=files[2]) == 1  # a file ending at the bound stays
+    assert expired(below=files[2] + 1) == 2
+    age[store.data.files[1].path] = 6.0  # the second is young: the first only
+    assert expired() == 1
+    assert expired(at_once=True) == 7  # any age when at once
+    dropped = store.drop_first_files(2)
+    delete_files(dropped)
+    assert [f.offset for f in store.data.files] == files[2:]
+    assert not _data_file(tmp_path, files[0]).exists()
+    assert store.ledger_begin_index == 10
+    with pytest.raises(DLedgerError) as info:
+        store.get(9)
+    assert info.value.code is ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN
+    assert store.get(10).pos == files[2]
+    store = _reopen(store)
+    try:
+        assert (store.ledger_begin_index, store.ledger_end_index) == (10, 39)
+        assert store.committed_index == 39
+        assert store.get(10).pos == files[2] and store.get(39).body == b"e" * 150
+        assert store.append_as_leader(b"next", 1).index == 40
+    finally:
+        store.close()
+
+
+def test_a_run_of_pushed_entries_is_written_as_one_at_a_time_would_be(tmp_path) -> None:
+    """append_run_as_follower (a batch push, written a file's run at a time) leaves files
+    byte for byte as the leader's, across file ends; a gap ends it with its error after the
+    entries before it."""
+    leader = _open(tmp_path / "a", index=32 * 16)  # index files of 16 entries: runs cross
+    for i in range(40):
+        leader.append_as_leader(_body(i) * 3, 1 + i // 20)
+    entries = list(leader.entries())
+    follower = _open(tmp_path / "b", index=32 * 16)
+    follower.append_run_as_follower(entries[:1])
+    follower.append_run_as_follower(entries[1:37])
+    follower.append_run_as_follower(entries[37:])
+    assert (follower.ledger_end_index, follower.ledger_end_term) == (39, 2)
+    assert [e.same_as(follower.get(e.index)) for e in entries] == [True] * 40
+    leader.flush()
+    follower.flush()
+    for kind in ("data", "index"):
+        a_dir = tmp_path / "a" / "dledger-n0" / kind
+        b_dir = tmp_path / "b" / "dledger-n0" / kind
+        assert sorted(os.listdir(a_dir)) == sorted(os.listdir(b_dir))
+        for name in os.listdir(a_dir):
+            assert (a_dir / name).read_bytes() == (b_dir / name).read_bytes(), (kind, name)
+    follower = _reopen(follower)
+    assert follower.ledger_end_index == 39
+    other = _open(tmp_path / "c", index=32 * 16)
+    with pytest.raises(DLedgerError) as info:
+        other.append_run_as_follower(entries[:5] + entries[6:9])
+    assert info.value.code is ResponseCode.INCONSISTENT_INDEX
+    assert other.ledger_end_index == 4
+    for store in (leader, follower, other):
+        store.close()
+
+
+def test_a_follower_behind_the_leaders_first_entry_starts_over_at_it(tmp_path) -> None:
+    """The leader's older files expired while a follower was away: TRUNCATE to the leader's
+    first entry, past the follower's end, starts the follower's log over there (0.2.6's
+    rebuildWithPos), pushes go on from it, and a reopen recovers it."""
+    leader = _open(tmp_path / "a", index=32 * 64)
+    for _ in range(40):
+        leader.append_as_leader(b"e" * 150, 1)
+    leader.update_committed_index(39)
+    count = leader.expired_files(0, 1, True, leader.committed_pos)
+    delete_files(leader.drop_first_files(count))
+    begin = leader.ledger_begin_index
+    assert begin == 35
+    follower = _open(tmp_path / "b", index=32 * 64)
+    for i in range(3):  # the follower has what the leader no longer has, and stops there
+        follower.append_as_follower(DLedgerEntry(i, 1, b"e" * 150, i * 198))
+    follower.update_committed_index(2)
+    assert follower.truncate(leader.get(begin)) == begin
+    assert (follower.ledger_begin_index, follower.ledger_end_index) == (begin, begin)
+    follower.append_run_as_follower([leader.get(i) for i in range(begin + 1, 40)])
+    follower = _reopen(follower)
+    try:
+        assert (follower.ledger_begin_index, follower.ledger_end_index) == (begin, 39)
+        assert [follower.get(i).same_as(leader.get(i)) for i in range(begin, 40)] == [True] * 5
+        assert follower.data.min_offset == leader.data.min_offset
+    finally:
+        follower.close()
+        leader.close()

@@ -271,10 +271,12 @@ class _Connection:
         # The server's headers are written already lowercase and valid, so they are not
         # checked again (a third of the CPU h2 spends on a unary call); the client's request
         # headers are checked by _malformed, in one pass (h2's checks, a chain of generators
-        # per header, were an eighth of a call's CPU).
+        # per header, were an eighth of a call's CPU).  The request's header fields come as
+        # bytes and are decoded by _on_request, in one pass (h2's decoding is a generator
+        # building a tuple per field).
         config = h2.config.H2Configuration(
             client_side=False,
-            header_encoding="utf-8",
+            header_encoding=None,
             validate_inbound_headers=False,
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
@@ -415,9 +417,13 @@ class _Connection:
             self.closed = True
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
-        fields = event.headers or ()
         sid = event.stream_id
-        malformed = _malformed(fields)
+        try:
+            fields = [(name.decode(), value.decode()) for name, value in event.headers or ()]
+        except UnicodeDecodeError:
+            malformed: str | None = "a header field that is not UTF-8"
+        else:
+            malformed = _malformed(fields)
         if malformed is not None:  # a stream error (RFC 9113 8.1.1); the connection goes on
             log.info("grpc: malformed request from %s: %s", self.peer, malformed)
             self.h2.reset_stream(sid, h2.errors.ErrorCodes.PROTOCOL_ERROR)
@@ -526,10 +532,21 @@ class _Connection:
     async def flush(self) -> None:
         """Write what h2 queued; a peer that does not take it within the stall timeout loses
         its connection."""
-        async with self._send_lock:
-            data = self.h2.data_to_send()
-            if not data:
-                return
+        # Nothing queued (most of a reader's flushes): no lock, no checkpoint.  Else the lock
+        # is taken before anything yields, so writers take it in the order they took their
+        # bytes (Trio's lock is handed on first come, first served); the wait for it is
+        # shielded, as bytes taken from h2 must be written (they carry HPACK state), and
+        # bounded by the holder's write_stall_timeout.
+        data = self.h2.data_to_send()
+        if not data:
+            return
+        lock = self._send_lock
+        if lock.locked():
+            with trio.CancelScope(shield=True):
+                await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
             with trio.move_on_after(self.limits.write_stall_timeout) as scope:
                 try:
                     await self.stream.send_all(data)
@@ -540,6 +557,8 @@ class _Connection:
                 log.info("grpc: %s does not read; closing its connection", self.peer)
                 self._abort()
                 raise _ConnectionGone
+        finally:
+            lock.release()
 
     def _abort(self) -> None:
         self.closed = True

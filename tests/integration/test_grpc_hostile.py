@@ -457,6 +457,8 @@ GOOD_HEADERS = [
         [("te", "gzip")],
         [("x-value", "a\nb")],  # LF in a value
         [("x-value", " padded")],  # a value beginning with a blank
+        [(b"x-latin1", b"caf\xe9")],  # a value that is not UTF-8
+        [(b"x-\xff", b"1")],  # a name that is not UTF-8
         [("host", "other")],  # host and :authority differ
         [("host", "127.0.0.1"), ("host", "127.0.0.1")],
         [(":status", "200")],  # a response's pseudo-header

@@ -672,7 +672,7 @@ class MessagingService:
                 status=status(Code.MESSAGE_CORRUPTED, "no message to send")
             )
         resource = messages[0].topic
-        if any(m.topic != resource for m in messages):
+        if len(messages) > 1 and any(m.topic != resource for m in messages):
             return s.SendMessageResponse(
                 status=status(Code.MESSAGE_CORRUPTED, "topic in message is not same")
             )

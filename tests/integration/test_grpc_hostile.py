@@ -492,3 +492,41 @@ async def test_a_malformed_header_block_resets_its_stream_only(cluster: Cluster,
     assert good["headers"]["grpc-status"] == str(INVALID_ARGUMENT)  # no message: served
     await client.aclose()
     await counted_back(grpc)
+
+
+async def test_an_idle_connection_is_closed_and_a_busy_one_is_not() -> None:
+    """idle_timeout: a connection with no call that sends nothing is closed with GOAWAY once
+    it has been idle that long; one whose call is still being served is not, however long the
+    call takes, and is closed once idle after it."""
+    from pymq.proxy.http2 import Call, GrpcLimits
+
+    async def slow(call: Call) -> None:
+        await call.receive()
+        await trio.sleep(1.5)
+        await call.send(b"done", last=True)
+
+    grpc = GrpcServer(
+        {SERVICE + "Slow": slow},
+        host="127.0.0.1",
+        port=0,
+        limits=GrpcLimits(idle_timeout=0.5),
+    )
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(grpc.run)
+        idle = await RawClient.open(port)
+        begin = trio.current_time()
+        await idle.closed_by_server(timeout=5)
+        assert idle.terminated  # a GOAWAY first
+        assert 0.4 <= trio.current_time() - begin < 3
+        await idle.aclose()
+
+        busy = await RawClient.open(port)
+        sid = await busy.call(SERVICE + "Slow", framed(b"x"))
+        response = await busy.finish(sid)  # 1.5 s of a call: three idle timeouts
+        assert response["headers"]["grpc-status"] == "0"
+        assert response["data"] == framed(b"done")
+        begin = trio.current_time()
+        await busy.closed_by_server(timeout=5)
+        assert trio.current_time() - begin < 3
+        await busy.aclose()
+        nursery.cancel_scope.cancel()

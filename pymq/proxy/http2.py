@@ -299,6 +299,8 @@ class _Connection:
         self._send_lock = trio.Lock()
         self._window_opened = trio.Event()
         self._last_read = trio.current_time()  # when the last read returned (_watch_idle)
+        # Flow-controlled bytes a read brought, by stream, acknowledged after its events.
+        self._received: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
         self.closed = False
 
@@ -366,8 +368,13 @@ class _Connection:
                 log.info("grpc: closing connection from %s: %s", self.peer, exc)
                 await self.flush()  # h2 queued its GOAWAY
                 return False
+            received = self._received
             for event in events:
                 self._on_event(event)
+            if received:  # the read's DATA handed back to the peer's windows, a stream at once
+                for sid, size in received.items():
+                    self.h2.acknowledge_received_data(size, sid)
+                received.clear()
 
     async def _watch_idle(self) -> None:
         """Close the connection (GOAWAY) once nothing has been read from it for idle_timeout
@@ -415,8 +422,10 @@ class _Connection:
             self._on_request(event)
         elif isinstance(event, h2.events.DataReceived):
             call = self.calls.get(event.stream_id)
-            if event.flow_controlled_length:
-                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            size = event.flow_controlled_length
+            if size:
+                sid = event.stream_id
+                self._received[sid] = self._received.get(sid, 0) + size
             if call is not None:
                 call._take_data(event.data, self.limits, self.budget)
         elif isinstance(event, h2.events.StreamEnded):

@@ -530,3 +530,38 @@ async def test_an_idle_connection_is_closed_and_a_busy_one_is_not() -> None:
         assert trio.current_time() - begin < 3
         await busy.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_request_larger_than_the_window_is_received_whole(cluster: Cluster) -> None:
+    """A request of three times the server's flow-control window arrives whole: the server
+    hands the window back as it takes the DATA frames in (acknowledged per read)."""
+    window = server(cluster).limits.initial_window_size
+    request = service_pb2.SendMessageRequest()
+    msg = request.messages.add()
+    msg.topic.name = "Hostile"
+    msg.body = bytes(range(256)) * (3 * window // 256)
+    msg.system_properties.message_id = "01AABBCCDDEEFF00112233445566778899"
+    msg.system_properties.message_type = definition_pb2.MessageType.NORMAL
+    payload = framed(request.SerializeToString())
+    client = await RawClient.open(server(cluster).port)
+    sid = await client.call(SERVICE + "SendMessage", None, end=False)
+    sent = 0
+    with trio.fail_after(20):
+        while sent < len(payload):
+            room = min(
+                client.h2.local_flow_control_window(sid),
+                client.h2.max_outbound_frame_size,
+                len(payload) - sent,
+            )
+            if room <= 0:
+                await client.pump()  # the server's WINDOW_UPDATEs
+                continue
+            sent += room
+            client.h2.send_data(sid, payload[sent - room : sent], end_stream=sent == len(payload))
+            await client.flush()
+    response = await client.finish(sid)
+    assert response["headers"]["grpc-status"] == "0"
+    answer = service_pb2.SendMessageResponse.FromString(response["data"][5:])
+    assert answer.status.code == definition_pb2.Code.OK, answer.status
+    await client.aclose()
+    await still_serving(cluster)

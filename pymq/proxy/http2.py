@@ -48,6 +48,7 @@ messages (``grpc-encoding``) are refused with ``UNIMPLEMENTED``: the 5.x clients
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import math
 import re
@@ -141,7 +142,9 @@ class Call:
         self._partial = bytearray()
         self._partial_since: float | None = None
         self._inbox: deque[bytes] = deque()
-        self._arrived = trio.Event()
+        # Set when a message, the end or a failure arrives; made only when a handler waits
+        # (most calls find their request whole and never do).
+        self._arrived: trio.Event | None = None
         self.ended = False  # the client half-closed (END_STREAM)
         self.reset = False  # the stream was reset (by either side)
         self.headers_sent = False
@@ -156,8 +159,10 @@ class Call:
     # -- the reader's side ---------------------------------------------------------------
 
     def _wake(self) -> None:
-        self._arrived.set()
-        self._arrived = trio.Event()
+        arrived = self._arrived
+        if arrived is not None:
+            self._arrived = None
+            arrived.set()
 
     def _take_data(self, data: bytes, limits: GrpcLimits, budget: SharedBudget) -> None:
         """Frame ``data`` into messages; a framing problem is kept in :attr:`failure`."""
@@ -241,6 +246,8 @@ class Call:
             wait_until = deadline
             if self._partial_since is not None:
                 wait_until = min(wait_until, self._partial_since + limits.receive_timeout)
+            if self._arrived is None:
+                self._arrived = trio.Event()
             with trio.move_on_at(wait_until):
                 await self._arrived.wait()
                 continue
@@ -252,9 +259,7 @@ class Call:
         write, rather than now."""
         if not self.headers_sent:
             self.headers_sent = True
-            self._conn.h2.send_headers(
-                self.stream_id, [(":status", "200"), ("content-type", "application/grpc")]
-            )
+            self._conn.h2.send_headers(self.stream_id, _RESPONSE_HEADERS)
         await self._conn.send_data(self, _PREFIX.pack(0, len(message)) + message, flush=not last)
 
 
@@ -271,10 +276,12 @@ class _Connection:
         # The server's headers are written already lowercase and valid, so they are not
         # checked again (a third of the CPU h2 spends on a unary call); the client's request
         # headers are checked by _malformed, in one pass (h2's checks, a chain of generators
-        # per header, were an eighth of a call's CPU).
+        # per header, were an eighth of a call's CPU).  The request's header fields come as
+        # bytes and are decoded by _on_request, in one pass (h2's decoding is a generator
+        # building a tuple per field).
         config = h2.config.H2Configuration(
             client_side=False,
-            header_encoding="utf-8",
+            header_encoding=None,
             validate_inbound_headers=False,
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
@@ -291,6 +298,9 @@ class _Connection:
         self._starting: deque[tuple[Handler, Call]] = deque()
         self._send_lock = trio.Lock()
         self._window_opened = trio.Event()
+        self._last_read = trio.current_time()  # when the last read returned (_watch_idle)
+        # Flow-controlled bytes a read brought, by stream, acknowledged after its events.
+        self._received: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
         self.closed = False
 
@@ -316,6 +326,7 @@ class _Connection:
                 except _ConnectionGone:
                     nursery.cancel_scope.cancel()
                 else:
+                    nursery.start_soon(self._watch_idle)
                     await self._read()
         finally:
             self.closed = True
@@ -341,21 +352,14 @@ class _Connection:
 
     async def _read_loop(self) -> bool:
         """The reader; True when it ended serving a call that waited (see _start_calls)."""
-        limits = self.limits
         while True:
             if await self._start_calls():
                 return True
             await self.flush()
             if self.closed:
                 return False
-            with trio.move_on_after(limits.idle_timeout) as idle:
-                data = await self.stream.receive_some(READ_SIZE)
-            if idle.cancelled_caught:
-                if self.calls:
-                    continue
-                self.h2.close_connection()
-                await self.flush()
-                return False
+            data = await self.stream.receive_some(READ_SIZE)
+            self._last_read = trio.current_time()
             if not data:
                 return False
             try:
@@ -364,8 +368,32 @@ class _Connection:
                 log.info("grpc: closing connection from %s: %s", self.peer, exc)
                 await self.flush()  # h2 queued its GOAWAY
                 return False
+            received = self._received
             for event in events:
                 self._on_event(event)
+            if received:  # the read's DATA handed back to the peer's windows, a stream at once
+                for sid, size in received.items():
+                    self.h2.acknowledge_received_data(size, sid)
+                received.clear()
+
+    async def _watch_idle(self) -> None:
+        """Close the connection (GOAWAY) once nothing has been read from it for idle_timeout
+        while it has no call in progress (a read only notes its time: no timer per read)."""
+        timeout = self.limits.idle_timeout
+        while True:
+            await trio.sleep_until(self._last_read + timeout)
+            now = trio.current_time()
+            if now < self._last_read + timeout:
+                continue  # read since: watch on
+            if self.calls or self._starting:
+                self._last_read = now  # busy, not idle: as long again from now
+                continue
+            log.info("grpc: closing idle connection from %s", self.peer)
+            self.h2.close_connection()
+            with contextlib.suppress(_ConnectionGone):
+                await self.flush()
+            self._abort()
+            return
 
     async def _start_calls(self) -> bool:
         """Start the calls the last read brought, in this task, in order; True when one
@@ -394,8 +422,10 @@ class _Connection:
             self._on_request(event)
         elif isinstance(event, h2.events.DataReceived):
             call = self.calls.get(event.stream_id)
-            if event.flow_controlled_length:
-                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            size = event.flow_controlled_length
+            if size:
+                sid = event.stream_id
+                self._received[sid] = self._received.get(sid, 0) + size
             if call is not None:
                 call._take_data(event.data, self.limits, self.budget)
         elif isinstance(event, h2.events.StreamEnded):
@@ -415,9 +445,13 @@ class _Connection:
             self.closed = True
 
     def _on_request(self, event: h2.events.RequestReceived) -> None:
-        fields = event.headers or ()
         sid = event.stream_id
-        malformed = _malformed(fields)
+        try:
+            fields = [(name.decode(), value.decode()) for name, value in event.headers or ()]
+        except UnicodeDecodeError:
+            malformed: str | None = "a header field that is not UTF-8"
+        else:
+            malformed = _malformed(fields)
         if malformed is not None:  # a stream error (RFC 9113 8.1.1); the connection goes on
             log.info("grpc: malformed request from %s: %s", self.peer, malformed)
             self.h2.reset_stream(sid, h2.errors.ErrorCodes.PROTOCOL_ERROR)
@@ -493,9 +527,12 @@ class _Connection:
         """The call's trailers (or its trailers-only response); a call that did not read its
         whole request is reset, as gRPC servers do, so the client stops sending."""
         if call.headers_sent:
-            trailers = [("grpc-status", str(status))]
-            if message:
-                trailers.append(("grpc-message", encode_grpc_message(message)))
+            if status == OK and not message:
+                trailers = _OK_TRAILERS
+            else:
+                trailers = [("grpc-status", str(status))]
+                if message:
+                    trailers.append(("grpc-message", encode_grpc_message(message)))
             self.h2.send_headers(call.stream_id, trailers, end_stream=True)
         else:
             self.h2.send_headers(call.stream_id, _trailers_only(status, message), end_stream=True)
@@ -526,10 +563,21 @@ class _Connection:
     async def flush(self) -> None:
         """Write what h2 queued; a peer that does not take it within the stall timeout loses
         its connection."""
-        async with self._send_lock:
-            data = self.h2.data_to_send()
-            if not data:
-                return
+        # Nothing queued (most of a reader's flushes): no lock, no checkpoint.  Else the lock
+        # is taken before anything yields, so writers take it in the order they took their
+        # bytes (Trio's lock is handed on first come, first served); the wait for it is
+        # shielded, as bytes taken from h2 must be written (they carry HPACK state), and
+        # bounded by the holder's write_stall_timeout.
+        data = self.h2.data_to_send()
+        if not data:
+            return
+        lock = self._send_lock
+        if lock.locked():
+            with trio.CancelScope(shield=True):
+                await lock.acquire()
+        else:
+            lock.acquire_nowait()
+        try:
             with trio.move_on_after(self.limits.write_stall_timeout) as scope:
                 try:
                     await self.stream.send_all(data)
@@ -540,6 +588,8 @@ class _Connection:
                 log.info("grpc: %s does not read; closing its connection", self.peer)
                 self._abort()
                 raise _ConnectionGone
+        finally:
+            lock.release()
 
     def _abort(self) -> None:
         self.closed = True
@@ -813,6 +863,12 @@ def _malformed(fields: Any) -> str | None:
 
 class _ConnectionGone(Exception):
     """The connection closed under a call (its output cannot be written)."""
+
+
+# A response's headers and a call's OK trailers: the same lists each time (_Encoder keeps
+# their blocks by these values).
+_RESPONSE_HEADERS = [(":status", "200"), ("content-type", "application/grpc")]
+_OK_TRAILERS = [("grpc-status", "0")]
 
 
 def _trailers_only(status: int, message: str) -> list[tuple[str, str]]:

@@ -149,9 +149,17 @@ async def send_via_broker(
     auto-creation, retry/DLQ, transactions' half messages, the store's put), as a 4.x client's
     send with ``header`` and ``body`` from ``peer`` would go; returns the broker's answer.
 
-    The one place the gRPC service enters the send path."""
+    The one place the gRPC service enters the send path: a send the broker can put without
+    waiting (a topic that exists, a store that waits for neither disk nor slave) is put
+    synchronously (:meth:`SendProcessor.send_now`, the remoting reader's inline put), and
+    the rest takes the awaited path (:meth:`SendProcessor.send_message`)."""
     request = RemotingCommand(code=RequestCode.SEND_MESSAGE, body=body, header=header)
-    return await broker.send_processor.send_message(cast(Channel, _Peer(peer)), request)
+    channel = cast(Channel, _Peer(peer))
+    processor = broker.send_processor
+    answer = processor.send_now(channel, request)
+    if answer is None:
+        answer = await processor.send_message(channel, request)
+    return answer
 
 
 async def end_via_broker(
@@ -664,7 +672,7 @@ class MessagingService:
                 status=status(Code.MESSAGE_CORRUPTED, "no message to send")
             )
         resource = messages[0].topic
-        if any(m.topic != resource for m in messages):
+        if len(messages) > 1 and any(m.topic != resource for m in messages):
             return s.SendMessageResponse(
                 status=status(Code.MESSAGE_CORRUPTED, "topic in message is not same")
             )

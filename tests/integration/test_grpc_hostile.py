@@ -457,6 +457,8 @@ GOOD_HEADERS = [
         [("te", "gzip")],
         [("x-value", "a\nb")],  # LF in a value
         [("x-value", " padded")],  # a value beginning with a blank
+        [(b"x-latin1", b"caf\xe9")],  # a value that is not UTF-8
+        [(b"x-\xff", b"1")],  # a name that is not UTF-8
         [("host", "other")],  # host and :authority differ
         [("host", "127.0.0.1"), ("host", "127.0.0.1")],
         [(":status", "200")],  # a response's pseudo-header
@@ -490,3 +492,76 @@ async def test_a_malformed_header_block_resets_its_stream_only(cluster: Cluster,
     assert good["headers"]["grpc-status"] == str(INVALID_ARGUMENT)  # no message: served
     await client.aclose()
     await counted_back(grpc)
+
+
+async def test_an_idle_connection_is_closed_and_a_busy_one_is_not() -> None:
+    """idle_timeout: a connection with no call that sends nothing is closed with GOAWAY once
+    it has been idle that long; one whose call is still being served is not, however long the
+    call takes, and is closed once idle after it."""
+    from pymq.proxy.http2 import Call, GrpcLimits
+
+    async def slow(call: Call) -> None:
+        await call.receive()
+        await trio.sleep(1.5)
+        await call.send(b"done", last=True)
+
+    grpc = GrpcServer(
+        {SERVICE + "Slow": slow},
+        host="127.0.0.1",
+        port=0,
+        limits=GrpcLimits(idle_timeout=0.5),
+    )
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(grpc.run)
+        idle = await RawClient.open(port)
+        begin = trio.current_time()
+        await idle.closed_by_server(timeout=5)
+        assert idle.terminated  # a GOAWAY first
+        assert 0.4 <= trio.current_time() - begin < 3
+        await idle.aclose()
+
+        busy = await RawClient.open(port)
+        sid = await busy.call(SERVICE + "Slow", framed(b"x"))
+        response = await busy.finish(sid)  # 1.5 s of a call: three idle timeouts
+        assert response["headers"]["grpc-status"] == "0"
+        assert response["data"] == framed(b"done")
+        begin = trio.current_time()
+        await busy.closed_by_server(timeout=5)
+        assert trio.current_time() - begin < 3
+        await busy.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_request_larger_than_the_window_is_received_whole(cluster: Cluster) -> None:
+    """A request of three times the server's flow-control window arrives whole: the server
+    hands the window back as it takes the DATA frames in (acknowledged per read)."""
+    window = server(cluster).limits.initial_window_size
+    request = service_pb2.SendMessageRequest()
+    msg = request.messages.add()
+    msg.topic.name = "Hostile"
+    msg.body = bytes(range(256)) * (3 * window // 256)
+    msg.system_properties.message_id = "01AABBCCDDEEFF00112233445566778899"
+    msg.system_properties.message_type = definition_pb2.MessageType.NORMAL
+    payload = framed(request.SerializeToString())
+    client = await RawClient.open(server(cluster).port)
+    sid = await client.call(SERVICE + "SendMessage", None, end=False)
+    sent = 0
+    with trio.fail_after(20):
+        while sent < len(payload):
+            room = min(
+                client.h2.local_flow_control_window(sid),
+                client.h2.max_outbound_frame_size,
+                len(payload) - sent,
+            )
+            if room <= 0:
+                await client.pump()  # the server's WINDOW_UPDATEs
+                continue
+            sent += room
+            client.h2.send_data(sid, payload[sent - room : sent], end_stream=sent == len(payload))
+            await client.flush()
+    response = await client.finish(sid)
+    assert response["headers"]["grpc-status"] == "0"
+    answer = service_pb2.SendMessageResponse.FromString(response["data"][5:])
+    assert answer.status.code == definition_pb2.Code.OK, answer.status
+    await client.aclose()
+    await still_serving(cluster)

@@ -17,7 +17,7 @@ from rocketmq.v5.model import Message
 from rocketmq.v5.producer import Producer
 
 from pymq.client import ConsumeFromWhere, MessageExt, PushConsumer
-from pymq.common.topic import TopicConfig
+from pymq.common.topic import PERM_READ, PERM_WRITE, TopicConfig
 from pymq.embedded import Cluster, open_cluster
 from pymq.testing import TEST_PROPERTIES
 from tests.helpers import free_port
@@ -453,3 +453,102 @@ async def test_route_lists_every_group_of_the_cluster(grpc_cluster: Cluster, tmp
         ("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1), ("broker-b", 2)
     ]  # fmt: skip
     assert [(q.broker.name, q.id) for q in only_b.message_queues] == [("broker-b", 0)]
+
+
+class AwaitedSends:
+    """Counts the sends that take the broker's awaited path (SendProcessor.send_message)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.count = 0
+        processor = cluster.broker.send_processor
+        awaited = processor.send_message
+
+        async def counted(channel: Any, request: Any) -> Any:
+            self.count += 1
+            return await awaited(channel, request)
+
+        processor.send_message = counted  # type: ignore[method-assign,assignment]
+
+
+async def test_sends_are_put_without_a_wait_and_refusals_keep_their_status(
+    grpc_cluster: Cluster,
+) -> None:
+    """A send to a topic that exists, on a store that waits for nothing, is put by the
+    broker's synchronous put (send_now), never the awaited path; its refusals (the broker or
+    the topic not writable, a store that takes no writes, a transactional message on a
+    broker that rejects them) answer the status the awaited path answered, and write
+    nothing; a topic still to be auto-created takes the awaited path."""
+    await make_topic(grpc_cluster, "Inline", "MIXED", queues=1)
+    broker = grpc_cluster.broker
+    store = broker.store
+    awaited = AwaitedSends(grpc_cluster)
+    code = definition_pb2.Code
+    normal = definition_pb2.MessageType.NORMAL
+
+    async def send(topic: str = "Inline", kind: int = normal) -> Any:
+        return await trio.to_thread.run_sync(raw_send, grpc_cluster, send_request(topic, kind))
+
+    response = await send()
+    assert response.status.code == code.OK, response.status
+    assert response.entries[0].offset == 0
+    response = await send()
+    assert response.entries[0].offset == 1  # its queue's next offset
+    assert awaited.count == 0
+
+    bc = broker.broker_config
+    bc.broker_permission = PERM_READ
+    response = await send()
+    assert response.status.code == code.INTERNAL_SERVER_ERROR
+    assert "sending message is forbidden" in response.status.message
+    bc.broker_permission = PERM_READ | PERM_WRITE
+
+    await broker.topic_config_manager.update(
+        TopicConfig("Inline", 1, 1, perm=PERM_READ, attributes={"message.type": "MIXED"})
+    )
+    response = await send()
+    assert response.status.code == code.INTERNAL_SERVER_ERROR
+    assert "topic[Inline] sending message is forbidden" in response.status.message
+    await make_topic(grpc_cluster, "Inline", "MIXED", queues=1)
+
+    store.read_only = True  # as a slave: the store takes no writes
+    try:
+        response = await send()
+    finally:
+        store.read_only = False
+    assert response.status.code == code.INTERNAL_SERVER_ERROR
+    assert "does not accept writes" in response.status.message
+
+    bc.reject_transaction_message = True
+    try:
+        response = await send(kind=definition_pb2.MessageType.TRANSACTION)
+    finally:
+        bc.reject_transaction_message = False
+    assert response.status.code == code.INTERNAL_SERVER_ERROR
+    assert "sending transaction message is forbidden" in response.status.message
+    assert not response.entries
+
+    assert awaited.count == 0
+    await store.reput.do_reput()
+    assert sum(store.get_max_offset_in_queue("Inline", q) for q in range(4)) == 2
+
+    response = await send("NotYetThere")  # auto-created on the awaited path
+    assert response.status.code == code.OK, response.status
+    assert awaited.count == 1
+
+
+async def test_a_sync_flush_send_waits_for_the_disk(tmp_path) -> None:
+    """SYNC_FLUSH: a send is answered once its bytes are on disk, by the awaited path."""
+    props = dict(TEST_PROPERTIES, grpcServerPort=str(free_port()), flushDiskType="SYNC_FLUSH")
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1", properties=props
+    ) as cluster:
+        await make_topic(cluster, "Durable")
+        awaited = AwaitedSends(cluster)
+        response = await trio.to_thread.run_sync(
+            raw_send, cluster, send_request("Durable", definition_pb2.MessageType.NORMAL)
+        )
+        assert response.status.code == definition_pb2.Code.OK, response.status
+        assert awaited.count == 1
+        store = cluster.broker.store
+        assert store.flush_commitlog is not None
+        assert store.commitlog.queue.flushed_where >= store.commitlog.max_offset > 0

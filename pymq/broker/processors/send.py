@@ -631,6 +631,31 @@ class SendProcessor:
         if config is None:
             return None
         queue_id = self._queue_id(header, config)
+        put = self._put_inline(channel, req, header, queue_id)
+        if isinstance(put, RemotingCommand):
+            return put
+        result, wait, handle = put
+        if store.must_wait and store.defer_durable(
+            result,
+            wait,
+            lambda durable: channel.answer(req, self._answer_now(req, durable, queue_id, handle)),
+        ):
+            return ANSWER_LATER
+        return self._answer_now(req, result, queue_id, handle)
+
+    def _put_inline(
+        self,
+        channel: Channel,
+        req: RemotingCommand,
+        header: SendMessageRequestHeader,
+        queue_id: int,
+    ) -> tuple[PutMessageResult, str | None, str | None] | RemotingCommand:
+        """The synchronous put of a send to a topic that exists (checked, not a retry topic):
+        the store's one-call path (SingleSend, BatchBody) where it can, else the message(s)
+        built and put by ``put_now``; the result, the stored WAIT property and a timer
+        message's recall handle, or the request's refusal.  Nothing here waits for the disk or
+        a slave: the caller does, as its store must."""
+        store = self.ctx.store
         handle: str | None = None
         if header.batch:  # a batch of a topic that exists: inline too
             # The common batch in one C call, with no object per item; anything unusual (and
@@ -663,13 +688,33 @@ class SendProcessor:
                 result = store.put_now(msg_or_refusal)
                 wait = msg_or_refusal.properties.get(PROPERTY_WAIT_STORE_MSG_OK)
                 handle = self._recall_handle(req, msg_or_refusal)
-        if store.must_wait and store.defer_durable(
-            result,
-            wait,
-            lambda durable: channel.answer(req, self._answer_now(req, durable, queue_id, handle)),
-        ):
-            return ANSWER_LATER
-        return self._answer_now(req, result, queue_id, handle)
+        return result, wait, handle
+
+    def send_now(self, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
+        """A send answered without waiting, for a caller that wants the answer command (the
+        gRPC service's SendMessage): :meth:`_serve_decoded`'s way (a message or a batch to a
+        topic that exists, put synchronously) on a store that waits for nothing (not
+        SYNC_FLUSH, not SYNC_MASTER, not DLedger).  None, with nothing changed, hands the
+        request to :meth:`send_message` (auto-create, retry topics, durable waits)."""
+        store = self.ctx.store
+        if store.must_wait:
+            return None
+        header = decode_request(req)
+        if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return None
+        refused, config = self._check_known_topic(channel, req, header)
+        if refused is not None:
+            return refused
+        if config is None:
+            return None
+        queue_id = self._queue_id(header, config)
+        put = self._put_inline(channel, req, header, queue_id)
+        if isinstance(put, RemotingCommand):
+            return put
+        result, _, handle = put
+        if handle is not None:
+            return self._answer_timer(req, result, queue_id, handle)
+        return self._answer(req, result, queue_id)
 
     def send_raw(self, channel: Channel, buf: bytes, start: int, end: int) -> bytes | None:
         """The common send answered from its frame (``buf[start:end]``, the length field

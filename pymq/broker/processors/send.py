@@ -622,6 +622,25 @@ class SendProcessor:
         store = self.ctx.store
         if store.config.broker_role is _SYNC_MASTER:
             return None
+        done = self._decode_and_put(channel, req)
+        if done is None or isinstance(done, RemotingCommand):
+            return done
+        queue_id, (result, wait, handle) = done
+        if store.must_wait and store.defer_durable(
+            result,
+            wait,
+            lambda durable: channel.answer(req, self._answer_now(req, durable, queue_id, handle)),
+        ):
+            return ANSWER_LATER
+        return self._answer_now(req, result, queue_id, handle)
+
+    def _decode_and_put(
+        self, channel: Channel, req: RemotingCommand
+    ) -> tuple[int, tuple[PutMessageResult, str | None, str | None]] | RemotingCommand | None:
+        """The inline sends' common step (:meth:`_serve_decoded`, :meth:`send_now`): the
+        request decoded, its topic checked and the send put synchronously (:meth:`_put_inline`);
+        the queue id and the put, or the refusal, or None (nothing changed) for a send that
+        :meth:`send_message` must serve (a retry topic, a topic still to create)."""
         header = decode_request(req)
         if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return None
@@ -634,14 +653,7 @@ class SendProcessor:
         put = self._put_inline(channel, req, header, queue_id)
         if isinstance(put, RemotingCommand):
             return put
-        result, wait, handle = put
-        if store.must_wait and store.defer_durable(
-            result,
-            wait,
-            lambda durable: channel.answer(req, self._answer_now(req, durable, queue_id, handle)),
-        ):
-            return ANSWER_LATER
-        return self._answer_now(req, result, queue_id, handle)
+        return queue_id, put
 
     def _put_inline(
         self,
@@ -696,22 +708,12 @@ class SendProcessor:
         topic that exists, put synchronously) on a store that waits for nothing (not
         SYNC_FLUSH, not SYNC_MASTER, not DLedger).  None, with nothing changed, hands the
         request to :meth:`send_message` (auto-create, retry topics, durable waits)."""
-        store = self.ctx.store
-        if store.must_wait:
+        if self.ctx.store.must_wait:
             return None
-        header = decode_request(req)
-        if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return None
-        refused, config = self._check_known_topic(channel, req, header)
-        if refused is not None:
-            return refused
-        if config is None:
-            return None
-        queue_id = self._queue_id(header, config)
-        put = self._put_inline(channel, req, header, queue_id)
-        if isinstance(put, RemotingCommand):
-            return put
-        result, _, handle = put
+        done = self._decode_and_put(channel, req)
+        if done is None or isinstance(done, RemotingCommand):
+            return done
+        queue_id, (result, _, handle) = done
         if handle is not None:
             return self._answer_timer(req, result, queue_id, handle)
         return self._answer(req, result, queue_id)

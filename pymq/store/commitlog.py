@@ -1095,12 +1095,7 @@ class CommitLog:
                         self._advice_balance = balance
                     else:
                         self._weigh_advice(mf, start - end)
-                if self.warm and mf.allocated - end <= mf.chunk:
-                    self._allocate_ahead(mf)
-                queued = self.dispatch_hints
-                room = DISPATCH_HINTS_MAX - len(queued)
-                if room > 0:
-                    queued.extend(hints if room >= len(hints) else hints[:room])
+                self._after_run(mf, end, hints)
             except Exception:  # bookkeeping
                 log.exception("the bookkeeping of a run of %d appends failed", len(hints))
         if error is not None:  # a defect: what was appended stands, the rest go one by one
@@ -1155,13 +1150,19 @@ class CommitLog:
         mf.last_store_timestamp = stamp
         if self._advice_follows_writes:
             self._weigh_advice(mf, stop)
+        self._after_run(mf, end, hints)
+        return hints, waits, stop
+
+    def _after_run(self, mf: MappedFile, end: int, hints: list[DispatchHint]) -> None:
+        """A run's records committed up to ``end`` of ``mf``: the next chunk allocated ahead
+        (warmMapedFileEnable) and the run's dispatch hints queued for reput (which does without
+        them past DISPATCH_HINTS_MAX queued)."""
         if self.warm and mf.allocated - end <= mf.chunk:
             self._allocate_ahead(mf)
         queued = self.dispatch_hints
         room = DISPATCH_HINTS_MAX - len(queued)
         if room > 0:
             queued.extend(hints if room >= len(hints) else hints[:room])
-        return hints, waits, stop
 
     def put_result(self, hints: list[DispatchHint]) -> PutMessageResult:
         """The PutMessageResult of one entry :meth:`append_run` appended, from its records'

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import random
 import socket
 import threading
 import time
@@ -53,18 +54,38 @@ async def wait_until(
 
 
 # In-process servers bind port 0 and report the port the OS chose: use that wherever possible.
-# A separate process (a CLI under test, a broker whose neighbour ports must be known up front)
-# needs its port before it starts, so the helpers below bind port 0, read the port, and release
-# it. Another process can take the port between the release and the child's bind: the window is
-# a few milliseconds and the OS hands out ephemeral ports round-robin, so it is rare, but it is
-# a race, and these helpers are only for the cases port 0 cannot serve.
+# A separate process (a CLI under test, a broker whose neighbour ports must be known up front),
+# or a port that must be named in a config (grpcServerPort, where 0 means off), needs its port
+# before the bind, so the helpers below pick one and check it binds. They pick it below the
+# kernel's ephemeral range (ip_local_port_range), at random: a port the OS handed out for port 0
+# could be taken, between the check and the bind, as the source port of any outgoing connection
+# (one failed in CI: "Address already in use" for a gRPC port); below the range only another
+# explicit pick can take it.
+
+_PORT_FLOOR = 10_000
+_PORTS = random.SystemRandom()  # not the random module's state, which tests may seed
+
+
+def _ephemeral_floor() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def free_port() -> int:
-    """A loopback port that was free a moment ago (see the race above)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port below the ephemeral range that was free a moment ago."""
+    top = max(_ephemeral_floor(), _PORT_FLOOR + 1_000)
+    for _ in range(200):
+        port = _PORTS.randrange(_PORT_FLOOR, top)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def free_broker_port() -> int:

@@ -270,7 +270,9 @@ async def test_the_brokers_calls_answered_on_the_telemetry_stream(
 ) -> None:
     from pymq.broker.processors import admin as admin_processor
 
-    monkeypatch.setattr(admin_processor, "CALL_CLIENT_TIMEOUT", 1.0)
+    # Shorter than pymq-admin's wait (5 s), so that a silent client is the broker's timeout,
+    # and long enough for an answering client on a loaded machine (1 s failed in CI).
+    monkeypatch.setattr(admin_processor, "CALL_CLIENT_TIMEOUT", 3.0)
     await cluster.broker.topic_config_manager.update(TopicConfig("Calls", 1, 1))
     [sent] = await produce(cluster, "Calls", [b"verify me"])
     target = endpoint(cluster)
@@ -307,14 +309,14 @@ async def test_the_brokers_calls_answered_on_the_telemetry_stream(
     async with open_remoting_client() as remoting:
         header = H.GetConsumerRunningInfoRequestHeader("Silent", silent.client_id, True)
         request = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, H.encode(header))
-        with trio.fail_after(5):
-            reply = await remoting.invoke(addr, request, 5)
+        with trio.fail_after(10):
+            reply = await remoting.invoke(addr, request, 10)
         assert reply.code == ResponseCode.CONSUME_MSG_TIMEOUT
         header2 = H.ConsumeMessageDirectlyResultRequestHeader(
             "Silent", silent.client_id, sent.offset_msg_id, None
         )
         request = RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, H.encode(header2))
-        reply = await remoting.invoke(addr, request, 5)
+        reply = await remoting.invoke(addr, request, 10)
         assert reply.code == ResponseCode.CONSUME_MSG_TIMEOUT
     channel = cluster.broker.grpc_service.telemetry_channels[silent.client_id]  # type: ignore[union-attr]
     assert not channel._calls  # the unanswered calls are forgotten

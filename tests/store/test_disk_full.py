@@ -191,6 +191,7 @@ async def test_commitlog_full_refuses_puts_keeps_acked_and_resumes(fs: str) -> N
         max_index_num=6000,
     )
     acked: dict[int, bytes] = {}
+    next_file = os.path.join(config.store_path_commitlog, f"{MIB:020d}")
     async with running_store(config, disk_ratio=lambda _path: 0.5) as store:
         refused = []
         for i in range(5000):
@@ -206,6 +207,12 @@ async def test_commitlog_full_refuses_puts_keeps_acked_and_resumes(fs: str) -> N
                 # The first put's dispatch makes those files (in a worker thread): made
                 # before the commit log fills the disk (the puts ran ahead of it once in CI).
                 await store.reput.do_reput()
+                # And the allocator's next commit-log file, made ahead: the put path takes it
+                # rather than making its own while the allocator's is half made (two at once
+                # do not fit, and the second file went unused in one run).
+                await wait_until(
+                    lambda: next_file in store.allocator._ready, timeout=10, what="the next file"
+                )
         assert len(refused) == 3, "the disk never filled"
         assert len(acked) > 500  # more than one file's worth went in first
         for result in refused:

@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import attrs
-import trio
 
 from pymq.admin.channel import AdminChannel, attach_admin_channel
 from pymq.broker.config import BROKER_DEFAULT_PORT, OWN_CONFIG_FILE, BrokerConfig
 from pymq.broker.controller import BrokerController
 from pymq.common.config import apply_properties, apply_saved
+from pymq.common.nursery import open_nursery_unwrapped
 from pymq.namesrv.config import NAMESRV_DEFAULT_PORT, NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
 from pymq.remoting.config import NettyClientConfig, NettyServerConfig
@@ -112,7 +112,7 @@ async def open_cluster(
         properties=properties,
         admin_port=admin_port,
     )
-    async with trio.open_nursery() as nursery:
+    async with open_nursery_unwrapped() as nursery:
         port = await nursery.start(namesrv.run)
         broker_config = configs[0]
         assert isinstance(broker_config, BrokerConfig)
@@ -124,7 +124,7 @@ async def open_cluster(
         )
         try:
             # The broker stops first, so that it can still unregister from the name server.
-            async with trio.open_nursery() as broker_nursery:
+            async with open_nursery_unwrapped() as broker_nursery:
                 await broker_nursery.start(broker.run)
                 try:
                     yield Cluster(namesrv, broker, admin_channel)

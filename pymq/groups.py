@@ -32,6 +32,7 @@ import trio
 from pymq.common.config import ConfigError, apply_saved
 from pymq.common.errors import StartupError
 from pymq.common.native import load_native
+from pymq.common.nursery import open_nursery_unwrapped
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
 from pymq.remoting.config import NettyServerConfig, task_order_of
@@ -262,7 +263,7 @@ async def open_groups(
     apply_saved([namesrv_config, namesrv_server], namesrv_config.config_store_path)
     namesrv = NamesrvController(namesrv_config, namesrv_server)
     started: list[BrokerGroup] = []
-    async with trio.open_nursery() as nursery:
+    async with open_nursery_unwrapped() as nursery:
         port = await nursery.start(namesrv.run)
         namesrv_addr = f"127.0.0.1:{port}"
         try:
@@ -280,7 +281,7 @@ async def open_groups(
                     )
                     starting.start_soon(_start_broker, nursery, cmd, group_name(i), started)
             brokers = sorted(started, key=lambda g: g.name)
-            async with trio.open_nursery() as watching:
+            async with open_nursery_unwrapped() as watching:
                 for group in brokers:
                     watching.start_soon(_watch, group)
                 try:

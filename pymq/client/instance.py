@@ -36,6 +36,7 @@ from pymq.common.message_ext import (
     MessageSysFlag,
     decode_properties,
 )
+from pymq.common.nursery import open_nursery_unwrapped
 from pymq.common.route import MASTER_ID, TopicRouteData
 from pymq.common.serde import from_json, to_json
 from pymq.common.topic import is_readable, is_writeable
@@ -352,7 +353,7 @@ class ClientService(AbstractAsyncContextManager):
         self._nursery: trio.Nursery | None = None
 
     async def __aenter__(self) -> Self:
-        self._nursery_manager = trio.open_nursery()
+        self._nursery_manager = open_nursery_unwrapped()
         self._nursery = await self._nursery_manager.__aenter__()
         self.client = ClientInstance(
             self._nursery, self.namesrv_addr, self.credentials, self.tls, self.instance_name

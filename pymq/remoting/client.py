@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from pymq.common.address import split_address
+from pymq.common.nursery import open_nursery_unwrapped
 from pymq.remoting.channel import Channel, RequestHandler, raw_send_answers
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.errors import RemotingConnectError
@@ -126,7 +127,7 @@ async def open_remoting_client(
     signer: Signer | None = None,
     ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[RemotingClient]:
-    async with trio.open_nursery() as nursery:
+    async with open_nursery_unwrapped() as nursery:
         client = RemotingClient(
             nursery,
             handler=handler,

@@ -221,6 +221,45 @@ async def answers_of_one_write(port: int, requests: list[RemotingCommand]) -> li
     return answers
 
 
+class LoopSteps(trio.abc.Instrument):
+    """What the event loop's own code holds the loop for: the CPU time of the loop's thread in
+    each task step (``time.thread_time``), the longest kept in ``worst`` (seconds) with its
+    task's name in ``worst_task``; ``steps`` counts them.
+
+    Use as a context manager around hostile traffic served by an in-process server (the test's
+    loop is the server's). Unlike a probe's round trip this is not wall-clock time: the
+    machine's other load, a descheduled thread or another thread holding the GIL add nothing,
+    so a bound on it fails only when a step does too much work.
+    """
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self.worst_task = ""
+        self.steps = 0
+        self._started = 0.0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self._started = time.thread_time()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        spent = time.thread_time() - self._started
+        self.steps += 1
+        if spent > self.worst:
+            self.worst = spent
+            self.worst_task = task.name
+
+    def __enter__(self) -> LoopSteps:
+        self._started = time.thread_time()  # the step this is entered in counts from here
+        trio.lowlevel.add_instrument(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        trio.lowlevel.remove_instrument(self)
+
+    def __repr__(self) -> str:
+        return f"longest step {self.worst * 1000:.1f} ms CPU ({self.worst_task}) of {self.steps}"
+
+
 class StallProbe:
     """An attacker's view of event-loop stalls: a thread that keeps one connection to a server
     and sends a cheap request (``code``, GET_BROKER_RUNTIME_INFO by default; a refusal is an

@@ -30,6 +30,8 @@ extends its ``CommitLog``.
   ms apart.  The begin index moves to the first entry left; consume queues and index files
   below the new minimum offset go in the consume-queue round that follows, as for a plain
   commit log.  ``deleteExpiredCommitLog`` (a manual request) does not apply, as in Java.
+  An expired file is unlinked at once and its descriptor closed at its last release: a reader
+  holding it (reference counted, as DLedger's MmapFile) finishes its read.
 
 Not carried over: a plain commit log written before DLedger mode was turned on (RocketMQ
 reads it as the part before its ``dividedCommitlogOffset``) -- the broker refuses to start

@@ -161,10 +161,21 @@ async def test_expired_data_files_go_with_their_queues_and_a_restart_recovers(tm
         # not the delete hour and the disk not full: kept, however old
         now[0] = start + 100 * HOUR_MS + 3 * HOUR_MS
         assert await cl.run_once() == 0
-        # dispatch behind: nothing at or past it goes, whatever the age
+        # dispatch behind: nothing at or past it goes, whatever the age; a reader holding the
+        # first file as it expires reads on, and its descriptor closes at the last release
+        data = store.dledger.dledger.data  # type: ignore[union-attr]
+        held = data.hold(results[0].wrote_offset)
+        assert held is not None and held.offset == files[0]
+        first = store.select_one_message_by_offset(results[0].wrote_offset)
         now[0] = start + 96 * HOUR_MS  # 04:30, four days on
         cl.dispatched = lambda: files[1] + 10  # type: ignore[attr-defined]
         assert await cl.run_once() == 1 and data_files(store) == files[1:]
+        assert not os.path.exists(held.path)  # unlinked at once
+        assert held.read_at(results[0].wrote_offset - files[0], len(first)) == first
+        assert data.hold(results[0].wrote_offset) is None  # gone for new readers
+        assert not held.hold()
+        held.release()
+        assert held.fd == -1  # closed by the last release
         cl.dispatched = store._dispatched  # type: ignore[attr-defined]
         await store.clean_files_once()  # the rest but the newest, then the queues
         assert data_files(store) == files[-1:]

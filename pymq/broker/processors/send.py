@@ -114,14 +114,11 @@ def disk_util(store: DefaultMessageStore) -> str:
     as ``CL:  0.42 CQ:  0.42 INDEX:  0.42`` (-1.00 for a path that cannot be read)."""
     config = store.config
     dledger = store.dledger
-    physic = (
-        config.store_path_commitlog if dledger is None else dledger.dledger_config.data_path
-    )
-    return "CL: {:5.2f} CQ: {:5.2f} INDEX: {:5.2f}".format(
-        disk_used_ratio(physic),
-        disk_used_ratio(config.consume_queue_dir),
-        disk_used_ratio(config.index_dir),
-    )
+    physic = config.store_path_commitlog if dledger is None else dledger.dledger_config.data_path
+    cl = disk_used_ratio(physic)
+    cq = disk_used_ratio(config.consume_queue_dir)
+    index = disk_used_ratio(config.index_dir)
+    return f"CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {index:5.2f}"
 
 
 def service_not_available_remark(store: DefaultMessageStore) -> str:

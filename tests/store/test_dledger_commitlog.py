@@ -251,3 +251,46 @@ async def test_expired_data_files_go_with_their_queues_and_a_restart_recovers(tm
         await leading(store)
         again = await store.put(make_message(body=b"after"))
         assert again.status is PutMessageStatus.PUT_OK and again.logic_offset == 90
+
+
+async def test_a_carried_over_log_expires_by_the_plain_rule_before_any_dledger_file(
+    tmp_path,
+) -> None:
+    """4.9.4's DLedgerCommitLog.deleteExpiredFile: while old files remain they expire by the
+    plain rule (fileReservedTime hours, the last one too), and no DLedger file goes; then the
+    minimum offset is the DLedger log's and the consume queues follow it."""
+    start = int(datetime.datetime(2026, 3, 10, 4, 30).timestamp() * 1000)
+    now = [start]
+    mtimes: dict[str, float] = {}
+
+    def mtime(path: str) -> float:
+        return mtimes.setdefault(path, start / 1000)
+
+    rules = {"file_reserved_time": 72, "delete_when": "04"}
+    plain = small_config(str(tmp_path), **rules)
+    async with running_store(plain) as store:
+        for i in range(30):
+            assert (await store.put(make_message(body=b"o" * 3000))).is_ok
+        old_files = len(store.commitlog.queue.files)
+        assert old_files == 2
+    config = dledger_config(str(tmp_path), free_port(), **rules)
+    extra = {"clock_ms": lambda: now[0], "disk_ratio": lambda _p: 0.10, "mtime": mtime}
+    async with running_store(config, **kwargs(config), **extra) as store:  # type: ignore[arg-type]
+        await leading(store)
+        new = [await store.put(make_message(body=b"n" * 3000)) for _ in range(30)]
+        assert {r.status for r in new} == {PutMessageStatus.PUT_OK}
+        await wait_until(lambda: store.get_max_offset_in_queue("TopicTest", 0) == 60, timeout=5)
+        dl_files = data_files(store)
+        assert len(dl_files) >= 2
+        cl = store.clean_commitlog
+        now[0] = start + 72 * HOUR_MS + 10 * 60 * 1000  # 04:40 three days on: 72 h old
+        assert await cl.run_once() == 1  # the first old file, by the plain rule
+        assert len(store.commitlog.queue.files) == 1 and data_files(store) == dl_files
+        assert await cl.run_once() == 1  # then the last one
+        assert not store.commitlog.queue.files and data_files(store) == dl_files
+        assert store.commitlog.min_offset == dl_files[0]
+        await store.clean_files_once()  # DLedger's rule: 73 h, not yet; the queues follow
+        assert data_files(store) == dl_files
+        assert store.get_min_offset_in_queue("TopicTest", 0) == 30
+        got = store.get_message("g", "TopicTest", 0, 30, 4)
+        assert [decode_record(m).queue_offset for m in got.messages] == [30, 31, 32, 33]

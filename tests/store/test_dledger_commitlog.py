@@ -269,7 +269,7 @@ async def test_a_carried_over_log_expires_by_the_plain_rule_before_any_dledger_f
     rules = {"file_reserved_time": 72, "delete_when": "04"}
     plain = small_config(str(tmp_path), **rules)
     async with running_store(plain) as store:
-        for i in range(30):
+        for _ in range(30):
             assert (await store.put(make_message(body=b"o" * 3000))).is_ok
         old_files = len(store.commitlog.queue.files)
         assert old_files == 2

@@ -23,6 +23,7 @@ import trio
 import yaml
 
 from pymq.acl.rpc_hook import AclSigner
+from pymq.admin.dledger import dledger_groups
 from pymq.broker.admin_service import message_view, perm_text
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.cli import add_version
@@ -295,6 +296,67 @@ async def cluster_list(admin: Admin, args: argparse.Namespace) -> Output:
         "#Role",
     ]
     return Output(data, headers, rows)
+
+
+async def dledger_status(admin: Admin, args: argparse.Namespace) -> Output:
+    """Each DLedger group's members, term, leader, committed index and each follower's lag,
+    from every registered broker's runtime info (pymq/admin/dledger.py)."""
+    info = await admin.cluster_info()
+    clusters = info.get("clusterAddrTable", {})
+    if args.clusterName and args.clusterName not in clusters:
+        raise CliError(f"no cluster {args.clusterName!r} on name server {admin.namesrv}")
+    names = set(clusters.get(args.clusterName, [])) if args.clusterName else None
+    brokers = []
+    for name, data in sorted(info.get("brokerAddrTable", {}).items()):
+        if names is not None and name not in names:
+            continue
+        for broker_id, addr in sorted(data.get("brokerAddrs", {}).items()):
+            try:
+                reply = await admin.invoke(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+                table = loads_lenient(reply.body).get("table", {})
+            except CliError:
+                table = None
+            brokers.append(
+                {"brokerName": name, "brokerAddr": addr, "brokerId": int(broker_id), "table": table}
+            )
+    groups = dledger_groups(brokers)
+    lines, rows = [], []
+    for g in groups:
+        lines.append(
+            f"{g['brokerName']} group {g['group']}: term {_cell(g['term'])}, "
+            f"leader {g['leaderId'] or 'none'}, committed index {_cell(g['committedIndex'])}"
+        )
+        for m in g["members"]:
+            rows.append(
+                [
+                    g["brokerName"],
+                    g["group"],
+                    m["selfId"],
+                    m["brokerAddr"] or "unreachable",
+                    m["brokerId"],
+                    m["role"],
+                    m["term"],
+                    m["ledgerEndIndex"],
+                    m["committedIndex"],
+                    m["lag"],
+                ]
+            )
+    if not groups:
+        lines.append("no broker in DLedger mode")
+        return Output(groups, lines=lines)
+    headers = [
+        "#Broker Name",
+        "#Group",
+        "#SelfId",
+        "#Addr",
+        "#BID",
+        "#Role",
+        "#Term",
+        "#LedgerEnd",
+        "#Committed",
+        "#Lag",
+    ]
+    return Output(groups, headers, rows, lines)
 
 
 async def broker_status(admin: Admin, args: argparse.Namespace) -> Output:
@@ -1254,6 +1316,12 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("clusterList", cluster_list, "List clusters and their brokers with TPS")
+    p.add_argument("-c", "--clusterName")
+    p = command(
+        "dLedgerStatus",
+        dledger_status,
+        "DLedger groups: members, term, leader, committed index, each follower's lag",
+    )
     p.add_argument("-c", "--clusterName")
     p = command("brokerStatus", broker_status, "Runtime figures of a broker")
     _broker_or_cluster(p)

@@ -23,6 +23,7 @@ import trio
 from pymq.acl.plain import AclConfigError, PlainAccessConfig
 from pymq.admin import protocol
 from pymq.admin.auth import AuthThrottle, token_matches
+from pymq.admin.dledger import dledger_groups
 from pymq.admin.protocol import ProtocolError, Request
 from pymq.broker.acl import AclManager
 from pymq.broker.admin_service import TIMER_TOPICS_LISTED, AdminError, AdminService
@@ -76,6 +77,7 @@ class AdminSession:
         self._handlers: dict[str, Handler] = {
             "ping": self._ping,
             "cluster.status": self._cluster_status,
+            "dledger.status": self._dledger_status,
             "broker.status": self._broker_status,
             "broker.runtimeInfo": self._runtime_info,
             "topic.list": self._topic_list,
@@ -109,6 +111,7 @@ class AdminSession:
         # The request types a client may subscribe to: the same handlers, pushed.
         self.streams = (
             "cluster.status",
+            "dledger.status",
             "broker.status",
             "topic.list",
             "topic.status",
@@ -256,26 +259,65 @@ class AdminSession:
     async def _runtime_info(self, request: Request) -> dict[str, str]:
         return self.service.runtime_info()
 
+    async def _cluster_info(self) -> dict[str, Any] | None:
+        """GET_BROKER_CLUSTER_INFO from the first name server that answers, or None."""
+        api = self.broker.outer_api
+        if api is None:
+            return None
+        for addr in api.namesrv_addrs:
+            try:
+                reply = await api.client.invoke(
+                    addr,
+                    RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO),
+                    REMOTE_TIMEOUT,
+                )
+            except RemotingError:
+                continue
+            if reply.code == ResponseCode.SUCCESS:
+                info: dict[str, Any] = loads_lenient(reply.body)
+                return info
+        return None
+
+    async def _dledger_status(self, request: Request) -> dict[str, Any]:
+        """Each DLedger group's members, term, leader, committed index and each follower's
+        lag (pymq/admin/dledger.py), from the runtime info of every broker the name servers
+        know (this broker's alone when none answers)."""
+        me = self.service.broker_status()
+        info = await self._cluster_info()
+        brokers: list[dict[str, Any]] = []
+        if info is None:
+            brokers.append(
+                {
+                    "brokerName": me["brokerName"],
+                    "brokerAddr": me["brokerAddr"],
+                    "brokerId": me.get("brokerId"),
+                    "table": self.service.runtime_info(),
+                }
+            )
+        else:
+            for name, data in sorted(info.get("brokerAddrTable", {}).items()):
+                for broker_id, addr in sorted(data.get("brokerAddrs", {}).items()):
+                    table = (
+                        self.service.runtime_info()
+                        if addr == me["brokerAddr"]
+                        else await self._remote_table(addr)
+                    )
+                    brokers.append(
+                        {
+                            "brokerName": name,
+                            "brokerAddr": addr,
+                            "brokerId": int(broker_id),
+                            "table": table,
+                        }
+                    )
+        return {"groups": dledger_groups(brokers), "namesrvReachable": info is not None}
+
     async def _cluster_status(self, request: Request) -> dict[str, Any]:
         """Every cluster and broker the name servers know, each with its runtime figures."""
         me = self.service.broker_status()
-        api = self.broker.outer_api
         clusters: dict[str, Any] = {}
         brokers: list[dict[str, Any]] = []
-        info = None
-        if api is not None:
-            for addr in api.namesrv_addrs:
-                try:
-                    reply = await api.client.invoke(
-                        addr,
-                        RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO),
-                        REMOTE_TIMEOUT,
-                    )
-                except RemotingError:
-                    continue
-                if reply.code == ResponseCode.SUCCESS:
-                    info = loads_lenient(reply.body)
-                    break
+        info = await self._cluster_info()
         if info is None:
             clusters = {me["clusterName"]: [me["brokerName"]]}
             brokers = [dict(me, online=True)]
@@ -296,7 +338,8 @@ class AdminSession:
                 brokers.append(row)
         return {"clusters": clusters, "brokers": brokers, "namesrvReachable": True}
 
-    async def _remote_status(self, addr: str) -> dict[str, Any]:
+    async def _remote_table(self, addr: str) -> dict[str, str] | None:
+        """A broker's GET_BROKER_RUNTIME_INFO table; None when it does not answer."""
         api = self.broker.outer_api
         assert api is not None
         try:
@@ -304,8 +347,15 @@ class AdminSession:
                 addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), REMOTE_TIMEOUT
             )
         except RemotingError as exc:
-            return {"online": False, "error": str(exc)}
-        table = loads_lenient(reply.body).get("table", {}) if reply.body else {}
+            log.debug("runtime info of %s: %s", addr, exc)
+            return None
+        table: dict[str, str] = loads_lenient(reply.body).get("table", {}) if reply.body else {}
+        return table
+
+    async def _remote_status(self, addr: str) -> dict[str, Any]:
+        table = await self._remote_table(addr)
+        if table is None:
+            return {"online": False, "error": f"{addr} did not answer"}
         put = table.get("putTps", "0").split()
         get = table.get("getTransferedTps", "0").split()
         return {

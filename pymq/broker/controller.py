@@ -17,9 +17,11 @@
        ├─ ACL files watch          aclEnable: every 500 ms (reloaded on change)
        ├─ protect_broker           every 3 min (disableConsumeIfConsumerReadSlowly)
        ├─ print_water_mark         every 1 s after 10 s
-       ├─ schedule delivery        masters: one task per delay level
-       ├─ transaction check        masters: every transactionCheckInterval (60 s)
-       ├─ timer service            masters: enqueue, deliver, flush | slaves: enqueue and
+       ├─ role services            one task, switched with the role (DLedger mode: at each
+       │  │                         role change; _switch_role_services)
+       │  ├─ schedule delivery     masters: one task per delay level
+       │  ├─ transaction check     masters: every transactionCheckInterval (60 s)
+       │  └─ timer service         masters: enqueue, deliver, flush | slaves: enqueue and
        │                            flush, following the master's delivery point (every 1 s)
        ├─ slave_sync               slaves: every 10 s
        ├─ metrics                  Prometheus /metrics when metricsExporterType=PROM
@@ -45,6 +47,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import attrs
 import trio
 
 from pymq.acl.plain import AclConfigError
@@ -142,6 +145,16 @@ FILTER_PERSIST_PERIOD = 10.0
 PUT_STATS_ROLL_PERIOD = 60.0
 # Shutdown work gets this long even when the broker is being torn down.
 SHUTDOWN_DEADLINE = 10.0
+
+
+@attrs.frozen
+class RoleServices:
+    """The running services of a role (:meth:`BrokerController._switch_role_services`): its
+    cancel scope, and the event set once every one of them has stopped."""
+
+    master: bool
+    scope: trio.CancelScope
+    done: trio.Event
 
 
 class FrontEnd(Protocol):
@@ -313,6 +326,9 @@ class BrokerController:
         self.ha_client: HAClient | None = None
         self.slave_sync = SlaveSynchronize(self)
         self._nursery: trio.Nursery | None = None
+        # the services of the broker's role (see _switch_role_services)
+        self._services: RoleServices | None = None
+        self._services_lock = trio.Lock()
         self._register_wanted = trio.Event()
         self._register_lock = trio.Lock()
         self.topic_config_manager.on_change = self._register_wanted.set
@@ -571,33 +587,18 @@ class BrokerController:
                 )
                 if self.store.dledger is not None:
                     # A member's role changes while it runs: it copies the master's metadata
-                    # while a slave, and runs the masters' services throughout (their puts
-                    # are refused while it is a slave, and retried).
+                    # while a slave; the services of its role follow each change.
                     self._every(
                         nursery, SLAVE_SYNC_PERIOD, self._dledger_slave_sync, SLAVE_SYNC_PERIOD
                     )
-                if self.is_slave and self.store.dledger is None:
+                elif self.is_slave:
                     self._every(
                         nursery,
                         SLAVE_SYNC_PERIOD,
                         self.slave_sync.sync_all,
                         SLAVE_SYNC_INITIAL_DELAY,
                     )
-                    if self.store.config.timer_wheel_enable:
-                        # The slave's own wheel of the replicated timers, never delivered
-                        # while it is a slave; it follows the master's delivery point.
-                        await nursery.start(self.timer.run)
-                        self._every(
-                            nursery,
-                            TIMER_CHECKPOINT_SYNC_PERIOD,
-                            self.slave_sync.sync_timer_checkpoint,
-                            TIMER_CHECKPOINT_SYNC_PERIOD,
-                        )
-                else:
-                    await nursery.start(self.schedule.run)
-                    if self.store.config.timer_wheel_enable:
-                        await nursery.start(self.timer.run)
-                    await nursery.start(self.transactions.run)
+                await self._switch_role_services()
                 if self.metrics is not None:
                     await nursery.start(self.metrics.run)
                 for front_end in self.front_ends:
@@ -727,6 +728,7 @@ class BrokerController:
                 self.store_config.broker_role.name,
                 self.broker_config.broker_id,
             )
+            await self._switch_role_services()
             await self.register_broker_all(force=True)
 
     async def _dledger_caught_up(self, change: RoleChange) -> bool:
@@ -747,6 +749,58 @@ class BrokerController:
             self.store.reput.wakeup()
             await trio.sleep(DLEDGER_ROLE_POLL)
         return False
+
+    async def _switch_role_services(self) -> None:
+        """RocketMQ 4.9.4's changeToMaster / changeToSlave for the services that follow the
+        role (handleScheduleMessageService, startProcessorByHa / shutdownProcessorByHa): a
+        master runs the schedule (delay-level) delivery, the timer delivery and the
+        transaction check-back; a slave none of them, only its replica of the timer wheel
+        (timerWheelEnable), which follows the master's delivery point.  The running set is
+        one task of the broker's nursery (:meth:`_role_services`); on a role change it is
+        cancelled and waited for before the other role's starts, so no service outlives its
+        role and repeated changes leave nothing behind.  Does nothing when the set running
+        is already the role's."""
+        master = not self.is_slave
+        async with self._services_lock:
+            running = self._services
+            if running is not None:
+                if running.master == master:
+                    return
+                running.scope.cancel()
+                await running.done.wait()
+                self._services = None
+            assert self._nursery is not None
+            self._services = await self._nursery.start(self._role_services, master)
+            log.info("%s services started", "master" if master else "slave")
+
+    async def _role_services(
+        self, master: bool, *, task_status: trio.TaskStatus[RoleServices]
+    ) -> None:
+        done = trio.Event()
+        try:
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+                    timer = self.store.config.timer_wheel_enable
+                    # the timer store is reopened in the role's mode (see pymq.broker.timer)
+                    self.timer.replica = not master
+                    if master:
+                        await nursery.start(self.schedule.run)
+                        if timer:
+                            await nursery.start(self.timer.run)
+                        await nursery.start(self.transactions.run)
+                    elif timer:
+                        # the slave's own wheel of the replicated timers, never delivered
+                        # while it is a slave: it follows the master's delivery point
+                        await nursery.start(self.timer.run)
+                        self._every(
+                            nursery,
+                            TIMER_CHECKPOINT_SYNC_PERIOD,
+                            self.slave_sync.sync_timer_checkpoint,
+                            TIMER_CHECKPOINT_SYNC_PERIOD,
+                        )
+                    task_status.started(RoleServices(master, scope, done))
+        finally:
+            done.set()
 
     async def _dledger_slave_sync(self) -> None:
         if self.is_slave and self.master_addr:

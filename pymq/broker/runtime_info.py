@@ -17,7 +17,8 @@ same state, documented here:
 
 pymq adds keys of its own (``brokerRole``, ``flushDiskType``, ``diskFull``, HA state, ...;
 in DLedger mode ``dLedgerSelfId``, ``dLedgerGroup``, ``dLedgerRole``, ``dLedgerTerm``,
-``dLedgerLeaderId``, ``dLedgerLedgerEndIndex``, ``dLedgerCommittedIndex`` and, on the leader,
+``dLedgerLeaderId``, ``dLedgerLedgerEndIndex``, ``dLedgerCommittedIndex``, ``dLedgerPeers``
+(``n0-host:port;n1-host:port``, the group's members) and, on the leader,
 ``dLedgerFollowerLag``: ``n1:0;n2:3``, entries each follower is known to be missing);
 Java's tools ignore keys they do not know.
 """
@@ -150,6 +151,7 @@ def runtime_info(broker: BrokerController) -> dict[str, str]:
         for key in DLEDGER_KEYS:
             value = dledger[key]
             info[f"dLedger{key[0].upper()}{key[1:]}"] = "" if value is None else str(value)
+        info["dLedgerPeers"] = str(dledger["peers"])
         info["dLedgerFollowerLag"] = ";".join(
             f"{pid}:{peer['lag']}" for pid, peer in dledger.get("followers", {}).items()
         )

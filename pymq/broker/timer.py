@@ -48,7 +48,7 @@ its own commit log reaches that offset, so a slot is passed only when the slave 
 deliveries.  A timer read when its slot is behind that point was delivered by the master and is
 not entered.  The slave keeps all replicated timers, whatever its (lagging) topic table says.
 Its timer store is flushed and checkpointed as a master's.  Promoted (restarted on its store as
-a master, RocketMQ 4.x's way: pymq has no role change at run time), it delivers from the point
+a master, RocketMQ 4.x's way; a DLedger member at its role change), it delivers from the point
 it had followed: every pending timer is delivered, late ones at once; delivered twice can be
 only what the old master delivered, or rolled, after the last point the slave followed (at most
 TIMER_CHECKPOINT_SYNC_PERIOD plus the replication lag before the master stopped), which
@@ -132,7 +132,9 @@ class TimerMessageService:
         *,
         replica: bool = False,
     ) -> None:
-        """``replica``: a slave's service (see the module docstring), fixed for its life."""
+        """``replica``: a slave's service (see the module docstring), fixed for each
+        :meth:`run` (a DLedger member's broker stops the service and runs it again in the
+        other mode when its role changes, as a restart in the new role would)."""
         self.store = store
         self.config = store.config
         self.topic_exists = topic_exists

@@ -52,6 +52,7 @@ import contextlib
 import os
 import re
 import struct
+import threading
 from collections.abc import Callable, Iterator
 
 import attrs
@@ -265,7 +266,13 @@ def persist_term(directory: str, term: int, vote_for: str | None) -> None:
 
 
 class _File:
-    __slots__ = ("dirty", "fd", "offset", "path", "wrote")
+    """One data or index file, its descriptor reference-counted as DLedger's MmapFile (a
+    ReferenceResource) is: the list holds one reference; a reader (:meth:`hold`, then
+    :meth:`release`) another, so that a file expired or cut off while it reads (:meth:`shutdown`)
+    stays readable until the last holder lets go, and its descriptor is closed then.  A file
+    that is shut down takes no new holder.  Thread-safe (flushes run in worker threads)."""
+
+    __slots__ = ("_lock", "available", "dirty", "fd", "offset", "path", "refs", "wrote")
 
     def __init__(self, offset: int, path: str, fd: int, wrote: int) -> None:
         self.offset = offset
@@ -273,6 +280,40 @@ class _File:
         self.fd = fd
         self.wrote = wrote
         self.dirty = False
+        self.refs = 1  # the list's own
+        self.available = True
+        self._lock = threading.Lock()
+
+    def hold(self) -> bool:
+        """Take a reference (False, none taken, once the file is shut down)."""
+        with self._lock:
+            if not self.available:
+                return False
+            self.refs += 1
+            return True
+
+    def release(self) -> None:
+        """Let a reference go; the last one closes the descriptor."""
+        with self._lock:
+            self.refs -= 1
+            if self.refs > 0:
+                return
+            fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def shutdown(self) -> None:
+        """The list lets the file go (expired, cut off, closed): no new holders, and the
+        descriptor is closed now, or by the last holder's release.  Idempotent."""
+        with self._lock:
+            if not self.available:
+                return
+            self.available = False
+        self.release()
+
+    def read_at(self, position: int, size: int) -> bytes:
+        """``size`` bytes at ``position`` in this file (the caller holds it)."""
+        return os.pread(self.fd, size, position)
 
 
 class _FileList:
@@ -313,7 +354,7 @@ class _FileList:
 
     def close(self) -> None:
         for f in self.files:
-            os.close(f.fd)
+            f.shutdown()
         self.files.clear()
 
     @property
@@ -377,15 +418,26 @@ class _FileList:
         i = (offset - self.files[0].offset) // self.file_size
         return self.files[i] if i < len(self.files) else None
 
-    def read(self, offset: int, size: int) -> bytes | None:
-        """``size`` bytes at ``offset`` within one file and below its written position."""
+    def hold(self, offset: int) -> _File | None:
+        """The file holding ``offset``, held (the caller releases it), or None."""
         f = self.find(offset)
+        if f is None or not f.hold():
+            return None
+        return f
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """``size`` bytes at ``offset`` within one file and below its written position (the
+        file held while it is read: one expired meanwhile is closed after the read)."""
+        f = self.hold(offset)
         if f is None:
             return None
-        rel = offset - f.offset
-        if rel + size > f.wrote:
-            return None
-        return os.pread(f.fd, size, rel)
+        try:
+            rel = offset - f.offset
+            if rel + size > f.wrote:
+                return None
+            return f.read_at(rel, size)
+        finally:
+            f.release()
 
     def read_raw(self, offset: int, size: int) -> bytes:
         """Up to ``size`` bytes at ``offset`` within its file whatever was written (recovery)."""
@@ -405,7 +457,7 @@ class _FileList:
             drop, keep = self.files, []  # past the end with a gap: start again there
         self.files = keep  # (a flush in a worker thread sees the new list first)
         for f in drop:
-            os.close(f.fd)
+            f.shutdown()
             os.unlink(f.path)
         if keep and offset < keep[-1].offset + self.file_size:
             last = keep[-1]
@@ -416,7 +468,7 @@ class _FileList:
             last.dirty = True
         if self.max_wrote_position != offset:
             for f in self.files:
-                os.close(f.fd)
+                f.shutdown()
                 os.unlink(f.path)
             self.files = []
             base = offset - offset % self.file_size
@@ -435,9 +487,10 @@ class _FileList:
     def flush(self) -> None:
         """fsync the files written since the last flush.  May run in a worker thread while
         the owner appends: a file is marked clean before its fsync (a write meanwhile marks
-        it again), and one closed meanwhile (cut off by a truncation) is skipped."""
+        it again), and held while it is synced; one shut down meanwhile (expired, cut off by
+        a truncation) is skipped."""
         for f in list(self.files):
-            if f.dirty:
+            if f.dirty and f.hold():
                 f.dirty = False
                 try:
                     os.fsync(f.fd)
@@ -445,6 +498,8 @@ class _FileList:
                     if f in self.files:
                         f.dirty = True
                         raise
+                finally:
+                    f.release()
 
     def windows(self, offset: int) -> Iterator[tuple[int, bytes]]:
         """(absolute offset, bytes) windows of the raw files from ``offset`` on."""
@@ -458,10 +513,11 @@ class _FileList:
 
 
 def delete_files(files: list[_File]) -> None:
-    """Close and unlink files :meth:`_FileList.drop_first` took out (blocking: a worker
-    thread's).  A flush in another thread skips a file closed meanwhile."""
+    """Shut down and unlink files :meth:`_FileList.drop_first` took out (blocking: a worker
+    thread's).  A reader holding one reads on from its descriptor, which its release closes
+    (the disk space comes back then); a flush in another thread skips them."""
     for f in files:
-        os.close(f.fd)
+        f.shutdown()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f.path)
 

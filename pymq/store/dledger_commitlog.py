@@ -30,10 +30,22 @@ extends its ``CommitLog``.
   ms apart.  The begin index moves to the first entry left; consume queues and index files
   below the new minimum offset go in the consume-queue round that follows, as for a plain
   commit log.  ``deleteExpiredCommitLog`` (a manual request) does not apply, as in Java.
+  An expired file is unlinked at once and its descriptor closed at its last release: a reader
+  holding it (reference counted, as DLedger's MmapFile) finishes its read.
 
-Not carried over: a plain commit log written before DLedger mode was turned on (RocketMQ
-reads it as the part before its ``dividedCommitlogOffset``) -- the broker refuses to start
-with DLedger mode over one.
+- **Carry-over** (RocketMQ 4.9.4's ``dividedCommitlogOffset``): a plain commit log written
+  before DLedger mode was turned on stays, read-only, as the part of the log below
+  :attr:`DLedgerCommitLog.divided_offset`.  At the first start in DLedger mode (no DLedger
+  data file yet) it is recovered as a plain commit log, its last file is closed with a blank
+  (as Java writes it), and the DLedger log starts at the end of that file, rounded up to a
+  multiple of the DLedger data file size (``mappedFileSizeForEntryData``: DLedger's files
+  start at such offsets); later starts take the first DLedger file's offset.  Offsets below
+  it are read from the old files (pulls, queries, dispatch of old records not yet in the
+  consume queues, which are kept as they are); entries and their offsets go on after it.
+  While old files remain, the clean round expires them by the plain commit log's rule
+  (``fileReservedTime`` hours, the last file too once expired) and no DLedger file (Java
+  disables DLedger's expiry meanwhile).  Every member of a group must start from the same
+  old log, or none, as in Java: the offsets of its entries are the group's.
 """
 
 from __future__ import annotations
@@ -47,10 +59,11 @@ from typing import Any
 
 import trio
 
-from pymq.common.config import ConfigError
 from pymq.common.message_ext import MessageExt, MessageSysFlag
 from pymq.common.message_id import offset_msg_id, pack_ip
+from pymq.common.record import BLANK_MAGIC_CODE as COMMITLOG_BLANK_MAGIC
 from pymq.common.record import (
+    END_FILE_MIN_BLANK_LENGTH,
     BlankRecord,
     RecordError,
     encode_record_into,
@@ -75,6 +88,7 @@ log = logging.getLogger(__name__)
 _ENTRY_START = struct.Struct(">ii")  # an entry's MAGIC and SIZE (a blank's too)
 _HOST_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
+_BLANK = struct.Struct(">iI")  # a plain commit log's blank record: its size and magic
 
 PUT_STATUS: dict[ResponseCode, PutMessageStatus] = {
     ResponseCode.SUCCESS: PutMessageStatus.PUT_OK,
@@ -115,8 +129,9 @@ def encode_record(
 
 class DLedgerCommitLog(CommitLog):
     """The commit log over a DLedger member's store.  ``directory``/``file_size``: the plain
-    commit log's (``storePathCommitLog``), which must hold no data.  :attr:`server` is the
-    member; the store runs it (``run_member``) once recovered."""
+    commit log's (``storePathCommitLog``, ``mappedFileSizeCommitLog``; default: the DLedger
+    data file size), carried over when it holds data (see the module's docstring).
+    :attr:`server` is the member; the store runs it once recovered."""
 
     def __init__(
         self,
@@ -124,13 +139,20 @@ class DLedgerCommitLog(CommitLog):
         dledger_config: DLedgerConfig,
         allocator: MappedFileAllocator | None = None,
         clock_ms: Any = None,
+        file_size: int | None = None,
     ) -> None:
         kwargs = {} if clock_ms is None else {"clock_ms": clock_ms}
         super().__init__(
-            directory, dledger_config.mapped_file_size_for_entry_data, allocator, **kwargs
+            directory,
+            file_size or dledger_config.mapped_file_size_for_entry_data,
+            allocator,
+            **kwargs,
         )
         self.dledger_config = dledger_config
         self.dledger = DLedgerFileStore(dledger_config)
+        self.divided_offset = 0
+        """Java's dividedCommitlogOffset: below it the plain commit log written before DLedger
+        mode (its files, read-only), from it on the DLedger log."""
         self.server = DLedgerServer(dledger_config, store=self.dledger)
         # A put's end offset (PutMessageResult.wrote_offset + wrote_bytes) -> its last entry's
         # index, until wait_quorum takes it (bounded: see _remember).
@@ -141,39 +163,76 @@ class DLedgerCommitLog(CommitLog):
 
     @property
     def max_offset(self) -> int:
-        """The committed position (Java's getMaxOffset: else the first data offset, else 0)."""
+        """The committed position (Java's getMaxOffset: else the first data offset, else
+        where the DLedger log is to start: 0, or after a plain log carried over)."""
         committed = self.dledger.committed_pos
         if committed > 0:
             return committed
-        return self.dledger.data.min_offset
+        if self.dledger.data.files:
+            return self.dledger.data.min_offset
+        return self.divided_offset
 
     @property
     def min_offset(self) -> int:
+        """The old commit log's first offset while it has files, else the DLedger log's."""
+        first = self.queue.first_file
+        if first is not None:
+            return first.file_from_offset
         return self.dledger.data.min_offset
 
     def holds_no_data(self) -> bool:
-        return not self.dledger.data.files
+        return not self.dledger.data.files and not self.queue.files
 
     # --- lifecycle (blocking, in the store's recovery thread) ---------------------------------
 
     def load(self) -> None:
-        super().load()
-        if self.queue.files:
+        super().load()  # a plain commit log written before DLedger mode: carried over
+        try:
+            self.dledger.open()
+        except BaseException:
             super().close()
-            raise ConfigError(
-                f"enableDLegerCommitLog=true: {self.queue.directory} holds a commit log "
-                "written without DLedger mode, which pymq cannot carry over into a DLedger "
-                "group (move it away, or start without DLedger mode)"
-            )
-        self.dledger.open()
+            raise
 
     def recover_normally(self, check_crc: bool) -> int:
         """The DLedger store recovered itself when it opened (cut at the first entry that is
-        not whole); consume queues are rebuilt from its committed position."""
+        not whole); consume queues are rebuilt from its committed position.  A plain commit
+        log carried over is recovered here (see :meth:`_divide`)."""
+        self._divide(check_crc)
         return self.max_offset
 
     def recover_abnormally(self, check_crc: bool, min_timestamp: int, dispatcher: Any) -> int:
+        self._divide(check_crc)
         return self.max_offset
+
+    def _divide(self, check_crc: bool) -> None:
+        """Set :attr:`divided_offset`.  With DLedger data files, it is the first one's offset
+        (the old files, if any, are whole up to their ends, as they were loaded).  Else, with
+        an old commit log, this is the first start over it: recovered as a plain log, its
+        last file closed with a blank, and the DLedger log to start after it."""
+        data = self.dledger.data
+        if data.files:
+            self.divided_offset = data.min_offset if self.queue.files else 0
+            return
+        if not self.queue.files:
+            return
+        end = super().recover_normally(check_crc)
+        last = self.queue.files[-1]
+        rest = last.file_size - last.wrote_position
+        if rest >= END_FILE_MIN_BLANK_LENGTH:
+            if last.wrote_position + END_FILE_MIN_BLANK_LENGTH > last.allocated:
+                last.allocate_to(last.wrote_position + END_FILE_MIN_BLANK_LENGTH)
+            _BLANK.pack_into(last.mm, last.wrote_position, rest, COMMITLOG_BLANK_MAGIC)
+            last.sync()
+        last.wrote_position = last.flushed_position = last.file_size
+        self.queue.flushed_where = last.file_from_offset + last.file_size
+        size = data.file_size
+        divided = -(-(last.file_from_offset + last.file_size) // size) * size
+        self.divided_offset = self.dledger.first_data_offset = divided
+        log.info(
+            "a plain commit log carried over: its data ends at %d, the DLedger log starts at %d",
+            end,
+            divided,
+        )
 
     def close(self) -> None:
         super().close()
@@ -309,11 +368,15 @@ class DLedgerCommitLog(CommitLog):
     # --- reads -----------------------------------------------------------------------------------
 
     def get_message(self, offset: int, size: int) -> bytes | None:
+        if offset < self.divided_offset:
+            return super().get_message(offset, size)
         if size <= 0:
             return None
         return self.dledger.data.read(offset, size)
 
     def get_record(self, offset: int) -> bytes | None:
+        if offset < self.divided_offset:
+            return super().get_record(offset)
         head = self.dledger.data.read(offset, 4)
         if head is None:
             return None
@@ -324,6 +387,8 @@ class DLedgerCommitLog(CommitLog):
 
     def get_data(self, offset: int, max_size: int | None = None) -> bytes | None:
         """Committed bytes from ``offset`` to the end of its file (Java's getData)."""
+        if offset < self.divided_offset:
+            return super().get_data(offset, max_size)
         end = self.max_offset
         if offset >= end:
             return None
@@ -336,6 +401,8 @@ class DLedgerCommitLog(CommitLog):
         return self.dledger.data.read(offset, stop - offset)
 
     def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        if offset < self.divided_offset:
+            return super().pickup_store_timestamp(offset, size)
         record = self.get_message(offset, size)
         if record is None:
             return -1
@@ -353,12 +420,21 @@ class DLedgerReputMessageService(ReputMessageService):
 
     commitlog: DLedgerCommitLog
 
-    def _file_to_dispatch(self) -> MappedFile | None:  # not used: no mapped files here
+    def _file_to_dispatch(self) -> MappedFile | None:
+        """The old commit log's file to dispatch from (below the divided offset), else None:
+        the DLedger log has no mapped files."""
+        if self.reput_from_offset < self.commitlog.divided_offset:
+            return super()._file_to_dispatch()
         return None
 
     def _dispatch_some(self, budget: int, *, create_files: bool = False) -> tuple[bool, bool]:
-        self._file_wanted = None
         cl = self.commitlog
+        if self.reput_from_offset < cl.divided_offset:
+            if cl.queue.find_by_offset(max(self.reput_from_offset, cl.min_offset)) is not None:
+                # the old commit log's records, as a plain reput dispatches them
+                return super()._dispatch_some(budget, create_files=create_files)
+            self.reput_from_offset = cl.divided_offset
+        self._file_wanted = None
         data = cl.dledger.data
         if self.reput_from_offset < cl.min_offset:
             self.reput_from_offset = cl.min_offset
@@ -377,7 +453,7 @@ class DLedgerReputMessageService(ReputMessageService):
                 return done > 0, False
             magic, size = _ENTRY_START.unpack(head)
             if magic == BLANK_MAGIC_CODE:
-                self.reput_from_offset = cl.roll_next_file(offset)
+                self.reput_from_offset = offset + data.file_size - offset % data.file_size
                 continue
             raw = data.read(offset, size) if size > BODY_OFFSET else None
             try:
@@ -433,6 +509,8 @@ class CleanDLedgerCommitLogService(CleanCommitLogService):
 
     async def run_once(self) -> int:
         """One round; the number of data files deleted."""
+        if self.commitlog.queue.files:
+            return await self._expire_old_files()
         dc = self.commitlog.dledger_config
         time_up = self.is_time_to_delete(dc.delete_when)
         space = self.check_space()
@@ -459,3 +537,23 @@ class CleanDLedgerCommitLogService(CleanCommitLogService):
             if interval and i + 1 < len(dropped):
                 await trio.sleep(interval)
         return len(dropped)
+
+    async def _expire_old_files(self) -> int:
+        """A plain commit log carried over: its files expire by the plain rule, and its last
+        one too once as old (4.9.4's DLedgerCommitLog.deleteExpiredFile); no DLedger file
+        goes meanwhile."""
+        count = await super().run_once()
+        queue = self.commitlog.queue
+        if count or len(queue.files) != 1 or not (self.is_time_to_delete() or self.check_space()):
+            return count
+        last = queue.files[0]
+        expired_ms = self.config.file_reserved_time * HOUR_MS
+        at_once = self.config.clean_file_forcibly_enable and self.clean_immediately
+        try:
+            modified_ms = int(self.mtime(last.path) * 1000)
+        except FileNotFoundError:
+            modified_ms = 0
+        if not at_once and self.clock_ms() < modified_ms + expired_ms:
+            return 0
+        log.info("deleting the last file of the plain commit log carried over: %s", last.path)
+        return await queue.delete_files([last])

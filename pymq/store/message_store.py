@@ -187,6 +187,7 @@ class DefaultMessageStore:
                 dledger_config or from_store_config(config),
                 self.allocator,
                 clock_ms,
+                config.mapped_file_size_commit_log,
             )
             # every put waits for a majority (the leader is a SYNC_MASTER; until a role
             # change makes it one, a member is a slave and takes no writes)

@@ -355,12 +355,13 @@ async def test_error_paths_answer_with_their_codes(tmp_path, client) -> None:
         bad_pull_queue = await call(pull_request("Small", queue_id=7))
         assert bad_pull_queue.code == ResponseCode.SYSTEM_ERROR
 
-        # The store refusing writes (disk over 90 %) is SERVICE_NOT_AVAILABLE with the reason.
+        # The store refusing writes (disk over 90 %) is SERVICE_NOT_AVAILABLE with Java's remark.
         store = cluster.broker.store
         store.clean_commitlog.disk_ratio = lambda path: 0.95
         await store.clean_files_once()
         full = await call(send_request("Small"))
-        assert full.code == ResponseCode.SERVICE_NOT_AVAILABLE and "disk full" in full.remark
+        assert full.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert "the broker's disk is full [CL: " in full.remark
         store.clean_commitlog.disk_ratio = lambda path: 0.10
         await store.clean_files_once()
         assert (await call(send_request("Small"))).code == ResponseCode.SUCCESS

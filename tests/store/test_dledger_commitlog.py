@@ -2,7 +2,7 @@
 elects itself and commits alone: records are DLedger entry bodies whose physical offsets are
 entry positions + 48 (Java's DLedgerCommitLog), consume queues point there, a restart keeps
 everything, a store that is not to take writes refuses them, and a plain commit log with data
-is not taken over."""
+is carried over (read below the divided offset, the DLedger log after it)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ import os
 import struct
 
 import attrs
-import pytest
 
-from pymq.common.config import ConfigError
 from pymq.common.record import decode_record
 from pymq.dledger.config import from_store_config
 from pymq.dledger.store import BODY_OFFSET
@@ -105,15 +103,62 @@ async def test_a_store_not_yet_made_master_refuses_writes(tmp_path) -> None:
         assert ok.status is PutMessageStatus.PUT_OK and ok.logic_offset == 0
 
 
-async def test_a_plain_commit_log_with_data_is_not_taken_over(tmp_path) -> None:
+async def test_a_plain_commit_log_is_carried_over_and_the_dledger_log_goes_on_after_it(
+    tmp_path,
+) -> None:
+    """RocketMQ 4.9.4's dividedCommitlogOffset: a plain commit log written before DLedger mode
+    stays readable below the divided offset (its last file closed with a blank), the consume
+    queues are kept, and entries go on after it, in the queues' order; a restart keeps it."""
     plain = small_config(str(tmp_path))
+
+    def old_body(i: int) -> bytes:
+        return b"old-%d-" % i + b"x" * 3000
+
     async with running_store(plain) as store:
-        assert (await store.put(make_message())).status is PutMessageStatus.PUT_OK
+        old = [await store.put(make_message(body=old_body(i))) for i in range(30)]
+        assert {r.status for r in old} == {PutMessageStatus.PUT_OK}
+        await wait_until(lambda: store.get_max_offset_in_queue("TopicTest", 0) == 30, timeout=5)
+        old_files = [mf.file_from_offset for mf in store.commitlog.queue.files]
+        assert len(old_files) == 2  # a full file and the last
+    old_end = old[-1].wrote_offset + old[-1].wrote_bytes
     config = dledger_config(str(tmp_path), free_port())
-    store = DefaultMessageStore(config, **kwargs(config))  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="without DLedger mode"):
-        store._open()  # the blocking load and recovery of store.run
-    assert store.lock._fd == -1  # let go: the files were closed
+    dl_size = FAST["mapped_file_size_for_entry_data"]
+    last_old = old_files[-1] + plain.mapped_file_size_commit_log
+    divided = -(-last_old // dl_size) * dl_size
+
+    def bodies(store: DefaultMessageStore, begin: int, count: int) -> list[bytes]:
+        got = store.get_message("g", "TopicTest", 0, begin, count)
+        assert got.status is GetMessageStatus.FOUND, got.status
+        return [decode_record(m).body for m in got.messages]
+
+    async with running_store(config, **kwargs(config)) as store:  # type: ignore[arg-type]
+        dledger = store.dledger
+        assert dledger is not None and dledger.divided_offset == divided
+        # the old log's last file was closed with a blank where its data ended
+        tail = store.commitlog.queue.files[-1]
+        blank = struct.unpack_from(">iI", tail.mm, old_end - tail.file_from_offset)
+        assert blank == (tail.file_size - (old_end - tail.file_from_offset), 0xCBD43194)
+        assert store.get_min_offset_in_queue("TopicTest", 0) == 0
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 30
+        assert bodies(store, 0, 32) == [old_body(i) for i in range(30)]
+        assert store.commitlog.min_offset == old_files[0]
+        await leading(store)
+        new = [await store.put(make_message(body=b"new-%d" % i)) for i in range(10)]
+        assert {r.status for r in new} == {PutMessageStatus.PUT_OK}
+        assert new[0].wrote_offset == divided + BODY_OFFSET
+        assert [r.logic_offset for r in new] == list(range(30, 40))
+        await wait_until(lambda: store.get_max_offset_in_queue("TopicTest", 0) == 40, timeout=5)
+        want = [old_body(i) for i in range(30)] + [b"new-%d" % i for i in range(10)]
+        assert bodies(store, 0, 32) + bodies(store, 32, 32) == want
+        assert store.select_one_message_by_offset(old[3].wrote_offset) is not None
+    # restarted: the DLedger files give the divided offset; everything still reads
+    async with running_store(config, **kwargs(config)) as store:  # type: ignore[arg-type]
+        assert store.dledger is not None and store.dledger.divided_offset == divided
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 40
+        assert bodies(store, 0, 32) + bodies(store, 32, 32) == want
+        await leading(store)
+        again = await store.put(make_message(body=b"after"))
+        assert again.status is PutMessageStatus.PUT_OK and again.logic_offset == 40
 
 
 HOUR_MS = 3600 * 1000
@@ -161,10 +206,22 @@ async def test_expired_data_files_go_with_their_queues_and_a_restart_recovers(tm
         # not the delete hour and the disk not full: kept, however old
         now[0] = start + 100 * HOUR_MS + 3 * HOUR_MS
         assert await cl.run_once() == 0
-        # dispatch behind: nothing at or past it goes, whatever the age
+        # dispatch behind: nothing at or past it goes, whatever the age; a reader holding the
+        # first file as it expires reads on, and its descriptor closes at the last release
+        data = store.dledger.dledger.data  # type: ignore[union-attr]
+        held = data.hold(results[0].wrote_offset)
+        assert held is not None and held.offset == files[0]
+        first = store.select_one_message_by_offset(results[0].wrote_offset)
+        assert first is not None
         now[0] = start + 96 * HOUR_MS  # 04:30, four days on
         cl.dispatched = lambda: files[1] + 10  # type: ignore[attr-defined]
         assert await cl.run_once() == 1 and data_files(store) == files[1:]
+        assert not os.path.exists(held.path)  # unlinked at once
+        assert held.read_at(results[0].wrote_offset - files[0], len(first)) == first
+        assert data.hold(results[0].wrote_offset) is None  # gone for new readers
+        assert not held.hold()
+        held.release()
+        assert held.fd == -1  # closed by the last release
         cl.dispatched = store._dispatched  # type: ignore[attr-defined]
         await store.clean_files_once()  # the rest but the newest, then the queues
         assert data_files(store) == files[-1:]
@@ -194,3 +251,46 @@ async def test_expired_data_files_go_with_their_queues_and_a_restart_recovers(tm
         await leading(store)
         again = await store.put(make_message(body=b"after"))
         assert again.status is PutMessageStatus.PUT_OK and again.logic_offset == 90
+
+
+async def test_a_carried_over_log_expires_by_the_plain_rule_before_any_dledger_file(
+    tmp_path,
+) -> None:
+    """4.9.4's DLedgerCommitLog.deleteExpiredFile: while old files remain they expire by the
+    plain rule (fileReservedTime hours, the last one too), and no DLedger file goes; then the
+    minimum offset is the DLedger log's and the consume queues follow it."""
+    start = int(datetime.datetime(2026, 3, 10, 4, 30).timestamp() * 1000)
+    now = [start]
+    mtimes: dict[str, float] = {}
+
+    def mtime(path: str) -> float:
+        return mtimes.setdefault(path, start / 1000)
+
+    rules = {"file_reserved_time": 72, "delete_when": "04"}
+    plain = small_config(str(tmp_path), **rules)
+    async with running_store(plain) as store:
+        for _ in range(30):
+            assert (await store.put(make_message(body=b"o" * 3000))).is_ok
+        old_files = len(store.commitlog.queue.files)
+        assert old_files == 2
+    config = dledger_config(str(tmp_path), free_port(), **rules)
+    extra = {"clock_ms": lambda: now[0], "disk_ratio": lambda _p: 0.10, "mtime": mtime}
+    async with running_store(config, **kwargs(config), **extra) as store:  # type: ignore[arg-type]
+        await leading(store)
+        new = [await store.put(make_message(body=b"n" * 3000)) for _ in range(30)]
+        assert {r.status for r in new} == {PutMessageStatus.PUT_OK}
+        await wait_until(lambda: store.get_max_offset_in_queue("TopicTest", 0) == 60, timeout=5)
+        dl_files = data_files(store)
+        assert len(dl_files) >= 2
+        cl = store.clean_commitlog
+        now[0] = start + 72 * HOUR_MS + 10 * 60 * 1000  # 04:40 three days on: 72 h old
+        assert await cl.run_once() == 1  # the first old file, by the plain rule
+        assert len(store.commitlog.queue.files) == 1 and data_files(store) == dl_files
+        assert await cl.run_once() == 1  # then the last one
+        assert not store.commitlog.queue.files and data_files(store) == dl_files
+        assert store.commitlog.min_offset == dl_files[0]
+        await store.clean_files_once()  # DLedger's rule: 73 h, not yet; the queues follow
+        assert data_files(store) == dl_files
+        assert store.get_min_offset_in_queue("TopicTest", 0) == 30
+        got = store.get_message("g", "TopicTest", 0, 30, 4)
+        assert [decode_record(m).queue_offset for m in got.messages] == [30, 31, 32, 33]

@@ -7,6 +7,7 @@ that has only what processors touch (``remote_address`` and ``answer``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -238,6 +239,35 @@ async def test_retry_send_past_max_reconsume_times_goes_to_dlq(ctx: BrokerContex
     below = await send.send_message(FakeChannel(), send_request(topic=retry_topic(GROUP)))
     assert below.code == ResponseCode.SUCCESS
     await dispatched(ctx.store, retry_topic(GROUP), 0, 1)
+
+
+# Java 4.9.4's SendMessageProcessor remark for SERVICE_NOT_AVAILABLE, its diskUtil() filled in.
+JAVA_NOT_AVAILABLE = re.compile(
+    r"service not available now\. It may be caused by one of the following reasons: "
+    r"the broker's disk is full \[CL: [ -]\d\.\d\d CQ: [ -]\d\.\d\d INDEX: [ -]\d\.\d\d\], "
+    r"messages are put to the slave, message store has been shut down, etc\."
+)
+
+
+async def test_a_store_that_takes_no_writes_answers_as_java_does(ctx: BrokerContext) -> None:
+    """A slave (or DLedger follower): sends are SERVICE_NOT_AVAILABLE with Java's remark,
+    inline and in a task alike; a send-back is SYSTEM_ERROR with the status's name."""
+    await put(ctx, b"first")
+    offset = ctx.store.get_commitlog_offset_in_queue(TOPIC, 0, 0)
+    send = SendProcessor(ctx)
+    ctx.store.read_only = True
+    answers = [
+        send._serve_decoded(FakeChannel(), send_request()),
+        await send.send_message(FakeChannel(), send_request()),
+    ]
+    for answer in answers:
+        assert answer is not None and answer.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert answer.remark is not None and JAVA_NOT_AVAILABLE.fullmatch(answer.remark), answer
+    back = H.ConsumerSendMsgBackRequestHeader(offset=offset, group=GROUP, delay_level=0)
+    refused = await send.consumer_send_msg_back(
+        FakeChannel(), request(RequestCode.CONSUMER_SEND_MSG_BACK, back)
+    )
+    assert (refused.code, refused.remark) == (ResponseCode.SYSTEM_ERROR, "SERVICE_NOT_AVAILABLE")
 
 
 # -- pull -----------------------------------------------------------------------------------

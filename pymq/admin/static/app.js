@@ -281,6 +281,45 @@ const views = {
         },
         2,
       );
+      // DLedger mode: each group's members, term, leader, committed index, followers' lag.
+      app.watch(
+        "dledger.status",
+        {},
+        (d) => {
+          $("#dledger-panel").hidden = d.groups.length === 0;
+          $("#dledger-summary").replaceChildren(
+            ...d.groups.map((g) =>
+              el(
+                "p",
+                { dataset: { group: g.group } },
+                `${g.brokerName} / ${g.group}: term ${g.term ?? "-"}, leader ${g.leaderId ?? "none"}, ` +
+                  `committed index ${g.committedIndex ?? "-"}`,
+              ),
+            ),
+          );
+          $("#dledger-table tbody").replaceChildren(
+            ...d.groups.flatMap((g) =>
+              g.members.map((m) =>
+                el(
+                  "tr",
+                  { dataset: { member: m.selfId } },
+                  td(g.brokerName),
+                  td(g.group),
+                  td(m.selfId),
+                  td(m.brokerAddr ?? "unreachable"),
+                  td(m.brokerId ?? "-"),
+                  td(m.online ? m.role : "offline"),
+                  td(m.term ?? "-", true),
+                  td(m.ledgerEndIndex ?? "-", true),
+                  td(m.committedIndex ?? "-", true),
+                  td(m.lag ?? "-", true),
+                ),
+              ),
+            ),
+          );
+        },
+        2,
+      );
     },
   },
 

@@ -67,6 +67,7 @@ from pymq.remoting.headers import (
     SendMessageResponseHeader,
     decode_request,
 )
+from pymq.store.clean_service import disk_used_ratio
 from pymq.store.config import BrokerRole
 from pymq.store.results import BatchBody, PutMessageResult, PutMessageStatus, SendRun, SingleSend
 
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from pymq.broker.context import BrokerContext
     from pymq.remoting.server import AccessCheck
     from pymq.store.commitlog import DispatchHint
+    from pymq.store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,32 @@ ILLEGAL_REMARK = (
     "topic length limit 127 bytes."
 )
 
+SERVICE_NOT_AVAILABLE_REMARK = (
+    "service not available now. It may be caused by one of the following reasons: "
+    "the broker's disk is full [{disks}], messages are put to the slave, "
+    "message store has been shut down, etc."
+)
+
+
+def disk_util(store: DefaultMessageStore) -> str:
+    """SendMessageProcessor.diskUtil (4.9.4): the used fraction of the partitions of the
+    commit log (in DLedger mode its data directory), the consume queues and the index files,
+    as ``CL:  0.42 CQ:  0.42 INDEX:  0.42`` (-1.00 for a path that cannot be read)."""
+    config = store.config
+    dledger = store.dledger
+    physic = config.store_path_commitlog if dledger is None else dledger.dledger_config.data_path
+    cl = disk_used_ratio(physic)
+    cq = disk_used_ratio(config.consume_queue_dir)
+    index = disk_used_ratio(config.index_dir)
+    return f"CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {index:5.2f}"
+
+
+def service_not_available_remark(store: DefaultMessageStore) -> str:
+    """Java's one remark for a put refused SERVICE_NOT_AVAILABLE, whatever the cause (a slave
+    or DLedger follower, a full disk, a stopped store): the store's own reason is logged."""
+    return SERVICE_NOT_AVAILABLE_REMARK.format(disks=disk_util(store))
+
+
 STATUS_RESPONSES: dict[PutMessageStatus, tuple[int, str | None]] = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
     PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
@@ -108,12 +136,8 @@ STATUS_RESPONSES: dict[PutMessageStatus, tuple[int, str | None]] = {
         ResponseCode.SYSTEM_ERROR,
         "create mapped file failed, server is busy or broken.",
     ),
-    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        "service not available now. It may be caused by one of the following reasons: "
-        "the broker's disk is full, messages are put to the slave, "
-        "message store has been shut down, etc.",
-    ),
+    # the remark is Java's with the disks' use filled in: service_not_available_remark
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (ResponseCode.SERVICE_NOT_AVAILABLE, None),
     PutMessageStatus.OS_PAGECACHE_BUSY: (
         ResponseCode.SYSTEM_ERROR,
         "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
@@ -524,9 +548,14 @@ class SendProcessor:
             code, remark = STATUS_RESPONSES.get(
                 result.status, (ResponseCode.SYSTEM_ERROR, result.status.value)
             )
+            if code == ResponseCode.SERVICE_NOT_AVAILABLE:
+                log.debug("a put was refused: %s", result.reason)
+                remark = service_not_available_remark(self.ctx.store)
+            elif not result.appended:
+                remark = result.reason or remark
             if not result.appended:
                 self.ctx.store.put_stats.failed_times += 1
-                return _response(opaque, serialize_type, code, result.reason or remark)
+                return _response(opaque, serialize_type, code, remark)
         if not counted:
             self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
         bc = self.ctx.broker_config
@@ -1321,4 +1350,8 @@ class SendProcessor:
         if result.is_ok:
             ctx.stats.on_send_back(group, props[PROPERTY_RETRY_TOPIC])
             return req.response()
+        if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+            # Java answers the status's name (a slave's refusal included), not pymq's reason
+            log.debug("a send-back was refused: %s", result.reason)
+            return req.response(ResponseCode.SYSTEM_ERROR, result.status.value)
         return req.response(ResponseCode.SYSTEM_ERROR, result.reason or result.status.value)

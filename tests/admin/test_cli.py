@@ -12,7 +12,7 @@ import trio
 
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
 from pymq.embedded import Cluster
-from tests.helpers import start_minute_window, wait_until
+from tests.helpers import end_minute_window, start_minute_window, wait_until
 
 
 async def admin(*args: str) -> tuple[int, str, str]:
@@ -226,7 +226,7 @@ async def test_installed_console_script():
         assert name in help_text
 
 
-async def test_operator_subcommands_read_javas_bodies(pymq_cluster):
+async def test_operator_subcommands_read_javas_bodies(pymq_cluster, monkeypatch):
     """producerConnection, consumerStatus and statsAll read the bodies Java's tools read."""
     ns = pymq_cluster.namesrv_addr
     await ok("updateTopic", "-b", pymq_cluster.broker_addr, "-t", "CliOps", "-r", "2", "-w", "2")
@@ -246,11 +246,15 @@ async def test_operator_subcommands_read_javas_bodies(pymq_cluster):
         await producer.send(Message("CliOps", b"one"))
         await wait_until(lambda: received, timeout=30)
         stats = pymq_cluster.broker.stats
-        start_minute_window(stats, int(time.time() * 1000) - 60_000)
+        # A window of exactly one minute, whatever the sends take (3 messages: 0.05/s).
+        now = int(time.time() * 1000)
+        start_minute_window(stats, now - 60_000)
         for i in range(3):
             await producer.send(Message("CliOps", f"m{i}".encode()))
         await wait_until(lambda: len(received) >= 4, timeout=30)
-        stats.snapshot("minute", int(time.time() * 1000))
+        end_minute_window(stats, now)
+        # The broker's own 10 s snapshots from here on would stretch the window too.
+        monkeypatch.setattr(stats, "snapshot", lambda window, wall_ms: None)
 
         producers = await ok_json(
             "producerConnection", "-n", ns, "-g", "cli-ops-producer", "-t", "CliOps"

@@ -25,6 +25,7 @@ import yaml
 from pymq.acl.rpc_hook import AclSigner
 from pymq.admin.dledger import dledger_groups
 from pymq.broker.admin_service import message_view, perm_text
+from pymq.broker.processors.admin import CALL_CLIENT_TIMEOUT
 from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.common.cli import add_version
 from pymq.common.message_id import decode_offset_msg_id
@@ -49,6 +50,11 @@ from pymq.trace.data import TRACE_TOPIC, TraceView, format_trace, trace_views
 
 # mqadmin's request timeout.
 TIMEOUT = 5.0
+# A request the broker relays to a client (GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY)
+# waits for the broker's own wait for the client (10 s) and a request's time more, so that the
+# broker's answer comes (the client's, or CONSUME_MSG_TIMEOUT), never a timeout of the tool's
+# own while the client may still answer.
+RELAYED_TIMEOUT = CALL_CLIENT_TIMEOUT + TIMEOUT
 # PullSysFlag.FLAG_SUBSCRIPTION: the pull carries its own subscription expression.
 PULL_FLAG_SUBSCRIPTION = 0x4
 # MixAll.TOOLS_CONSUMER_GROUP: the group tools pull as.
@@ -141,13 +147,15 @@ class Admin:
         body: bytes = b"",
         *,
         ok: Sequence[int] = (ResponseCode.SUCCESS,),
+        timeout: float = TIMEOUT,
     ) -> RemotingCommand:
         """``code`` with ``header`` (an instance of its class in :mod:`pymq.remoting.headers`,
-        written by the one encoder) and ``body`` to ``addr``; CliError unless answered ``ok``."""
+        written by the one encoder) and ``body`` to ``addr``, waiting ``timeout`` seconds;
+        CliError unless answered ``ok``."""
         fields = H.encode(header) if header is not None else None
         try:
             reply = await self.client.invoke(
-                addr, RemotingCommand.request(code, fields, body), TIMEOUT
+                addr, RemotingCommand.request(code, fields, body), timeout
             )
         except ValueError as exc:
             raise CliError(str(exc)) from None
@@ -714,6 +722,7 @@ async def consumer_status(admin: Admin, args: argparse.Namespace) -> Output:
                 H.GetConsumerRunningInfoRequestHeader(
                     args.consumerGroup, c["clientId"], args.jstack
                 ),
+                timeout=RELAYED_TIMEOUT,
             )
             running = fastjson.loads(info.body)
             props = running.get("properties", {})
@@ -881,7 +890,9 @@ async def consume_message_directly(admin: Admin, args: argparse.Namespace) -> Ou
     header = H.ConsumeMessageDirectlyResultRequestHeader(
         args.consumerGroup, args.clientId, args.msgId, None
     )
-    reply = await admin.invoke(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, header)
+    reply = await admin.invoke(
+        addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, header, timeout=RELAYED_TIMEOUT
+    )
     result = fastjson.loads(reply.body) if reply.body else {}
     lines = [
         f"{key}: {result.get(key)}"

@@ -565,7 +565,9 @@ class AdminService:
         from.  Unlike Java's (which answers CONSUMER_NOT_ONLINE for an offline group and leaves
         the offsets to the clients), pymq also commits the new offsets itself, so a reset works
         for a group with no consumer running.  Without ``force`` a queue only moves back: an
-        offset already before the target is kept, as in Java.  Returns the result as plain data
+        offset already before the target is kept, as in Java.  The 5.x consumers' POP reads
+        from the new offsets at once, what they had in flight forgotten
+        (:meth:`pymq.proxy.pop.PopService.reset`).  Returns the result as plain data
         and the ResetOffsetBody (fastjson) that the clients were sent.
         """
         config = self.require_topic(topic)
@@ -596,6 +598,8 @@ class AdminService:
             self.broker.consumer_offset_manager.commit_offset(
                 "admin", group, topic, queue_id, offset
             )
+        if self.broker.grpc_service is not None:  # the 5.x consumers' POP reads from them too
+            self.broker.grpc_service.pop.reset(group, topic, list(offsets))
         body = fastjson.dumps(ResetOffsetBody(table))
         notified = self._notify_reset(group, topic, timestamp, body)
         result = {

@@ -5,8 +5,9 @@ speak ``apache.rocketmq.v2.MessagingService`` over gRPC to a proxy.  pymq serves
 broker, in its nursery tree, on the broker's own services: :mod:`pymq.proxy.http2` is the
 transport (HTTP/2 by ``h2`` on Trio), :mod:`pymq.proxy.service` the RPCs and
 :mod:`pymq.proxy.convert` the mapping of 5.x messages onto what 4.x stores.  The protobuf
-messages come from the client package (:mod:`pymq.proxy.schema`), installed by the ``grpc``
-extra; nothing here is imported unless ``grpcServerPort`` is set.
+messages are pymq's own (:mod:`pymq.proxy.schema`, on ``protobuf``): no client package is
+imported.  The ``grpc`` extra installs what this package needs (protobuf, h2); nothing here is
+imported unless ``grpcServerPort`` is set.
 """
 
 from __future__ import annotations
@@ -91,10 +92,10 @@ def grpc_tls(broker: BrokerController) -> TlsServer | None:
 
 
 def grpc_available() -> bool:
-    """Whether the ``grpc`` extra (the 5.x client's protobuf modules and h2) is installed."""
+    """Whether the ``grpc`` extra (protobuf and h2) is installed."""
     try:
         import h2  # noqa: F401
-        import rocketmq.grpc_protocol  # noqa: F401
+        from google.protobuf import message_factory  # noqa: F401
     except ImportError:
         return False
     return True

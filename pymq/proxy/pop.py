@@ -42,6 +42,17 @@ consumers receive it; one whose client left the group (unregistered, or its conn
 closed) goes to them at once.  RocketMQ 5 does not coordinate the two: its POP reads
 every queue beside the pulls of the group's 4.x clients, both from the group's offset.
 
+An operator's reset of the group's offsets (RESET_CONSUMER_OFFSET, ``pymq-admin
+resetOffsetByTime``) wins over this state, as RocketMQ 5's POP takes the reset offset
+(resetPopOffset: it clears the queue's FIFO block and its in-flight offset tracking, and commits
+the reset offset): :meth:`PopService.reset` drops each reset queue's state, so its next receive
+reads from the new offset, and the messages that were in flight are not received again unless
+the new offset is at or below them.  Their receipt handles are stale: an ack of one answers OK
+and changes nothing (the broker acks a POP handle without looking it up), ChangeInvisibleDuration
+and ForwardMessageToDeadLetterQueue refuse it INVALID_RECEIPT_HANDLE.  Telling a stale handle
+from a forged one takes one mark per reset queue that had messages in flight (the token count
+at the reset), kept until the last of those messages' invisible times ends (12 h at most).
+
 FIFO: a group with ``consumeMessageOrderly`` receiving a FIFO topic gets each queue's messages
 in order (the proxy puts a message group's messages on one queue), and nothing more of a queue
 while a message of it is invisible; when they come back they come first, in order.
@@ -107,6 +118,15 @@ class QueueState:
 
 
 @attrs.frozen
+class ResetMark:
+    """A queue's reset (see the module doc): the handles it made stale are those of this
+    queue with a token at most ``token``, until ``until`` (ms since the epoch)."""
+
+    token: int
+    until: int
+
+
+@attrs.frozen
 class Received:
     message: MessageExt
     handle: str
@@ -126,6 +146,7 @@ class PopService:
         self._token = 0
         self._run = os.urandom(4).hex()  # this run's mark on every receipt handle
         self._changed = trio.Event()  # a deadline moved earlier, or a message came back
+        self.reset_marks: dict[tuple[str, str, int], ResetMark] = {}
 
     # -- receipt handles ----------------------------------------------------------------------
 
@@ -455,9 +476,43 @@ class PopService:
         return queue_id, offset, state
 
     def ack(self, group: str, topic: str, handle: str) -> None:
-        queue_id, offset, state = self._entry(group, topic, handle)
+        """The message ``handle`` names acked; a handle a reset made stale is acked without
+        effect (see the module doc); HandleError for any other unknown handle."""
+        try:
+            queue_id, offset, state = self._entry(group, topic, handle)
+        except HandleError:
+            if self._stale_by_reset(group, topic, handle):
+                return
+            raise
         self._drop(state, offset)
         self._settle(group, topic, queue_id, state)
+
+    def reset(self, group: str, topic: str, queue_ids: list[int]) -> None:
+        """The group's offsets of these queues were reset (and committed): each queue's state
+        goes, what it had in flight too, so the next receive reads from the reset offset (see
+        the module doc); a receive waiting for a deadline looks again."""
+        now = now_ms()
+        for key, mark in list(self.reset_marks.items()):
+            if mark.until <= now:
+                del self.reset_marks[key]
+        for queue_id in queue_ids:
+            key = (group, topic, queue_id)
+            state = self.states.pop(key, None)
+            if state is None or not state.inflight:
+                continue
+            self.inflight_total -= len(state.inflight)
+            until = max(entry.deadline for entry in state.inflight.values())
+            old = self.reset_marks.get(key)
+            if old is not None:
+                until = max(until, old.until)
+            self.reset_marks[key] = ResetMark(self._token, until)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def _stale_by_reset(self, group: str, topic: str, handle: str) -> bool:
+        queue_id, _, token = self._parse(handle)
+        mark = self.reset_marks.get((group, topic, queue_id))
+        return mark is not None and token <= mark.token and now_ms() < mark.until
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         queue_id, offset, state = self._entry(group, topic, handle)

@@ -190,6 +190,28 @@ def _unary(
     return handler
 
 
+_CONSUMER_TYPES = frozenset(
+    (ClientType.PUSH_CONSUMER, ClientType.SIMPLE_CONSUMER, ClientType.LITE_PUSH_CONSUMER)
+)
+
+
+def _check_pub_sub(settings: Any, client_type: str) -> None:
+    """Raise GrpcError INVALID_ARGUMENT for Telemetry settings the proxy's ClientActivity
+    refuses (ending the stream): publishing settings of a client other than a PRODUCER,
+    subscription settings of one that is no consumer (validateSettingsClientType), and
+    settings with neither (``there is no publishing or subscription data in settings``)."""
+    kind = settings.WhichOneof("pub_sub")
+    if kind is None:
+        raise GrpcError(INVALID_ARGUMENT, "there is no publishing or subscription data in settings")
+    if kind == "publishing" and settings.client_type != ClientType.PRODUCER:
+        wrong = f"publishing settings require PRODUCER client type, actual: {client_type}"
+    elif kind == "subscription" and settings.client_type not in _CONSUMER_TYPES:
+        wrong = f"subscription settings require consumer client type, actual: {client_type}"
+    else:
+        return
+    raise GrpcError(INVALID_ARGUMENT, f"process client telemetryCommand failed. {wrong}")
+
+
 class MessagingService:
     def __init__(
         self, broker: BrokerController, limits: GrpcLimits, port: Callable[[], int]
@@ -402,8 +424,13 @@ class MessagingService:
                 status=status(Code.UNRECOGNIZED_CLIENT_TYPE, "unrecognized client type")
             )
         channel = self.telemetry_channels.get(self._client_id(call) or "")
-        if channel is not None:  # keeps the client's registrations alive
-            self._refresh(channel)
+        if channel is None:  # no accepted settings: the proxy's answer
+            return s.HeartbeatResponse(
+                status=status(
+                    Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
+                )
+            )
+        self._refresh(channel)  # keeps the client's registrations alive
         return s.HeartbeatResponse(status=status(Code.OK))
 
     async def notify_client_termination(self, call: Call, request: Any) -> Any:
@@ -523,10 +550,14 @@ class MessagingService:
         """A client's stream, registered as the proxy registers it (see
         :mod:`pymq.proxy.clients`): a producer under each topic it publishes (its group, for
         the proxy), a consumer in its group with its subscriptions.  None, or the status
-        refusing the settings (a subscription not allowed); GrpcError INVALID_ARGUMENT for an
-        empty SQL92 expression (the proxy's answer: it ends the stream)."""
+        refusing the settings (a subscription not allowed); GrpcError INVALID_ARGUMENT (the
+        proxy's answer: it ends the stream) for an empty SQL92 expression and for settings
+        without publishing or subscription, or whose kind is not the client type's
+        (:func:`_check_pub_sub`), before anything is registered."""
         kind = settings.client_type
-        channel.client_type = ClientType.Name(kind) if kind in ClientType.values() else str(kind)
+        name = ClientType.Name(kind) if kind in ClientType.values() else str(kind)
+        _check_pub_sub(settings, name)
+        channel.client_type = name
         if kind == ClientType.PRODUCER:
             for resource in list(settings.publishing.topics)[:MAX_TOPICS_PER_PRODUCER]:
                 channel.groups.add(self._topic_name(resource))

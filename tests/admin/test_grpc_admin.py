@@ -141,6 +141,9 @@ async def test_5x_clients_and_their_inflight_messages_on_every_tool(
         ns = cluster.namesrv_addr
         addr = cluster.broker_addr
         clients = json.loads(await admin_cli("grpcClients", "-n", ns, "--json"))[addr]
+        # A client's heartbeat (each 10 s, the first 1 s after its start) may come in between.
+        for before, after in zip(status["clients"], clients, strict=True):
+            assert before.pop("lastHeartbeat") <= after.pop("lastHeartbeat")
         assert clients == status["clients"]
         table = await admin_cli("grpcClients", "-n", ns, "-b", addr)
         assert "PYTHON 5.1.2" in table and "SIMPLE_CONSUMER" in table and "G5" in table
@@ -196,10 +199,17 @@ class RawClient:
     None."""
 
     def __init__(
-        self, target: str, group: str, topic: str, stack: str | None, verify_code: int | None
+        self,
+        target: str,
+        group: str,
+        topic: str,
+        stack: str | None,
+        verify_code: int | None,
+        delay: float = 0.0,
     ) -> None:
         self.client_id = f"raw-{group}"
         self.stack = stack
+        self.delay = delay  # seconds before each answer
         self.verify_code = verify_code
         self.verified: list[Any] = []
         self.requests: queue.Queue[Any] = queue.Queue()
@@ -232,6 +242,7 @@ class RawClient:
                 if command.HasField("settings"):
                     self.settled.set()
                 elif command.HasField("print_thread_stack_trace_command") and self.stack:
+                    time.sleep(self.delay)
                     nonce = command.print_thread_stack_trace_command.nonce
                     trace = service_pb2.ThreadStackTrace(nonce=nonce, thread_stack_trace=self.stack)
                     self.requests.put(
@@ -242,6 +253,7 @@ class RawClient:
                 elif command.HasField("verify_message_command"):
                     self.verified.append(command.verify_message_command.message)
                     if self.verify_code is not None:
+                        time.sleep(self.delay)
                         nonce = command.verify_message_command.nonce
                         self.requests.put(
                             service_pb2.TelemetryCommand(
@@ -270,7 +282,7 @@ async def test_the_brokers_calls_answered_on_the_telemetry_stream(
 ) -> None:
     from pymq.broker.processors import admin as admin_processor
 
-    # Shorter than pymq-admin's wait (5 s), so that a silent client is the broker's timeout,
+    # Shorter than pymq-admin's wait (15 s), so that a silent client is the broker's timeout,
     # and long enough for an answering client on a loaded machine (1 s failed in CI).
     monkeypatch.setattr(admin_processor, "CALL_CLIENT_TIMEOUT", 3.0)
     await cluster.broker.topic_config_manager.update(TopicConfig("Calls", 1, 1))
@@ -320,3 +332,26 @@ async def test_the_brokers_calls_answered_on_the_telemetry_stream(
         assert reply.code == ResponseCode.CONSUME_MSG_TIMEOUT
     channel = cluster.broker.grpc_service.telemetry_channels[silent.client_id]  # type: ignore[union-attr]
     assert not channel._calls  # the unanswered calls are forgotten
+
+
+@pytest.mark.slow
+async def test_pymq_admin_waits_as_long_as_the_broker_for_a_5x_client(
+    cluster: Cluster, raw_clients: list[RawClient]
+) -> None:
+    # A client answering after 6 s: past mqadmin's usual 5 s, within the broker's 10 s wait
+    # for it (CALL_CLIENT_TIMEOUT); the tool waits for the broker's answer.
+    await cluster.broker.topic_config_manager.update(TopicConfig("Slow", 1, 1))
+    [sent] = await produce(cluster, "Slow", [b"late"])
+    slow = RawClient(endpoint(cluster), "Slow", "Slow", "main: slow", Code.OK, delay=6.0)
+    raw_clients.append(slow)
+    assert await trio.to_thread.run_sync(slow.settled.wait, 10)
+    ns = cluster.namesrv_addr
+    status = json.loads(await admin_cli("consumerStatus", "-n", ns, "-g", "Slow", "-s", "--json"))
+    assert [s["jstack"] for s in status] == ["main: slow"]
+    result = json.loads(
+        await admin_cli(
+            "queryMsgById", "-n", ns, "-i", sent.offset_msg_id,
+            "-g", "Slow", "-d", slow.client_id, "--json",
+        )
+    )  # fmt: skip
+    assert result["consumeResult"] == "CR_SUCCESS"

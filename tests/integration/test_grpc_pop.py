@@ -25,6 +25,7 @@ from pymq.broker.subscription_group_manager import SubscriptionGroupConfig
 from pymq.client import Message, Producer, topics
 from pymq.common.topic import TopicConfig, dlq_topic
 from pymq.embedded import Cluster, open_cluster
+from pymq.proxy.pop import HandleError
 from pymq.testing import TEST_PROPERTIES
 from tests.helpers import free_port
 
@@ -159,6 +160,65 @@ async def test_a_stale_receipt_handle_is_refused(tmp_path) -> None:
 
         outcome = await trio.to_thread.run_sync(with_consumer, port, "GS", "Stale", work)
         assert "INVALID_RECEIPT_HANDLE" in outcome
+
+
+async def reset_by_time(cluster: Cluster, group: str, topic: str, timestamp: str) -> None:
+    """``pymq-admin resetOffsetByTime`` (INVOKE_BROKER_TO_RESET_OFFSET on the broker)."""
+    result = await trio.run_process(
+        [sys.executable, "-m", "pymq.admin", "resetOffsetByTime", "-n", cluster.namesrv_addr,
+         "-g", group, "-t", topic, "-s", timestamp],
+        capture_stdout=True, capture_stderr=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.slow
+async def test_a_reset_wins_over_the_messages_in_flight(tmp_path) -> None:
+    # RocketMQ 5's resetPopOffset: the queue's next receive reads from the reset offset, what
+    # was in flight is forgotten; an ack of its stale handle answers OK and changes nothing.
+    port = free_port()
+    async with await start(tmp_path, port) as cluster:
+        await cluster.broker.topic_config_manager.update(TopicConfig("Reset5", 1, 1))
+        await produce_4x(cluster, "Reset5", [b"a", b"b"])
+        assert cluster.broker.grpc_service is not None
+        pop = cluster.broker.grpc_service.pop
+        got = await pop.receive(
+            "GR", "Reset5", [0], batch=1, invisible_ms=60_000, long_polling_ms=0,
+            expression="*", max_attempts=17,
+        )  # fmt: skip
+        assert [r.message.body for r in got] == [b"a"]  # a in flight, the read point at b
+        stale = got[0].handle
+        offsets = cluster.broker.consumer_offset_manager
+
+        # Forward, past everything (now): nothing is received, and the offset stays there.
+        await reset_by_time(cluster, "GR", "Reset5", "now")
+        assert offsets.query_offset("GR", "Reset5", 0) == 2
+        nothing = await pop.receive(
+            "GR", "Reset5", [0], batch=4, invisible_ms=60_000, long_polling_ms=0,
+            expression="*", max_attempts=17,
+        )  # fmt: skip
+        assert nothing == []
+        pop.ack("GR", "Reset5", stale)  # harmless: no error, no state
+        assert offsets.query_offset("GR", "Reset5", 0) == 2
+        with pytest.raises(HandleError):
+            pop.change_invisible("GR", "Reset5", stale, 10_000)
+        with pytest.raises(HandleError):  # a handle no reset made stale is still refused
+            pop.ack("GR", "Reset5", stale.rsplit("_", 1)[0] + "_999999")
+        assert pop.inflight_view() == [] and pop.inflight_total == 0
+
+        # Back to the start (a time before a): both again, as first deliveries.
+        await reset_by_time(cluster, "GR", "Reset5", "0")
+        assert offsets.query_offset("GR", "Reset5", 0) == 0
+        again = await pop.receive(
+            "GR", "Reset5", [0], batch=4, invisible_ms=60_000, long_polling_ms=0,
+            expression="*", max_attempts=17,
+        )  # fmt: skip
+        assert [(r.message.body, r.attempt) for r in again] == [(b"a", 1), (b"b", 1)]
+        pop.ack("GR", "Reset5", stale)  # the old handle of a, while a is in flight anew
+        assert [r["inFlight"] for r in pop.inflight_view()] == [2]
+        for r in again:
+            pop.ack("GR", "Reset5", r.handle)
+        assert offsets.query_offset("GR", "Reset5", 0) == 2
 
 
 async def test_unacked_messages_come_back_after_a_restart(tmp_path) -> None:

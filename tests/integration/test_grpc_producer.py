@@ -5,8 +5,9 @@ delivery timestamp; a message of the wrong type refused as the proxy refuses it.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -288,9 +289,14 @@ async def test_telemetry_answers_settings_and_assignment_and_heartbeat(
             command = service_pb2.TelemetryCommand()
             command.settings.client_type = definition_pb2.ClientType.PRODUCER
             command.settings.publishing.max_body_size = 128 << 20
-            replies = telemetry(iter([command]), timeout=10, metadata=meta)
+            release = threading.Event()
+
+            def commands() -> Iterator[Any]:
+                yield command
+                release.wait(10)  # the stream stays open, the settings registered
+
+            replies = telemetry(commands(), timeout=10, metadata=meta)
             settings = next(replies)
-            replies.cancel()
             assignment = channel.unary_unary(
                 "/apache.rocketmq.v2.MessagingService/QueryAssignment",
                 request_serializer=service_pb2.QueryAssignmentRequest.SerializeToString,
@@ -308,6 +314,8 @@ async def test_telemetry_answers_settings_and_assignment_and_heartbeat(
             beat = service_pb2.HeartbeatRequest(client_type=definition_pb2.ClientType.PRODUCER)
             ok = heartbeat(beat, timeout=10, metadata=meta)
             anonymous = heartbeat(beat, timeout=10)
+            release.set()
+            replies.cancel()
             return settings, assigned, ok, anonymous
 
     settings, assigned, ok, anonymous = await trio.to_thread.run_sync(talk)
@@ -324,6 +332,69 @@ async def test_telemetry_answers_settings_and_assignment_and_heartbeat(
     assert assignment.message_queue.broker.name == "broker-a"
     assert ok.status.code == definition_pb2.Code.OK
     assert anonymous.status.code == definition_pb2.Code.CLIENT_ID_REQUIRED
+
+
+@pytest.mark.parametrize(
+    ("kind", "pub_sub", "message"),
+    [
+        ("PRODUCER", None, "there is no publishing or subscription data in settings"),
+        ("SIMPLE_CONSUMER", None, "there is no publishing or subscription data in settings"),
+        ("CLIENT_TYPE_UNSPECIFIED", None, "there is no publishing or subscription data"),
+        ("SIMPLE_CONSUMER", "publishing", "publishing settings require PRODUCER client type, "
+         "actual: SIMPLE_CONSUMER"),
+        ("PRODUCER", "subscription", "subscription settings require consumer client type, "
+         "actual: PRODUCER"),
+    ],
+)  # fmt: skip
+async def test_settings_without_or_against_their_kind_end_the_stream(
+    grpc_cluster: Cluster, kind: str, pub_sub: str | None, message: str
+) -> None:
+    # The proxy's ClientActivity: INVALID_ARGUMENT, nothing registered, and a heartbeat of the
+    # client afterwards finds no settings (UNRECOGNIZED_CLIENT_TYPE).
+    import grpc
+
+    await make_topic(grpc_cluster, "Kinds")
+
+    def talk() -> tuple[Any, Any]:
+        with grpc.insecure_channel(endpoint(grpc_cluster)) as channel:
+            meta = [("x-mq-client-id", "kinds-test")]
+            telemetry = channel.stream_stream(
+                "/apache.rocketmq.v2.MessagingService/Telemetry",
+                request_serializer=service_pb2.TelemetryCommand.SerializeToString,
+                response_deserializer=service_pb2.TelemetryCommand.FromString,
+            )
+            command = service_pb2.TelemetryCommand()
+            command.settings.client_type = definition_pb2.ClientType.Value(kind)
+            command.settings.request_timeout.FromMilliseconds(3000)
+            if pub_sub == "publishing":
+                command.settings.publishing.topics.add(name="Kinds")
+            elif pub_sub == "subscription":
+                command.settings.subscription.group.name = "GK"
+                command.settings.subscription.subscriptions.add().topic.name = "Kinds"
+            try:
+                replies = list(telemetry(iter([command]), timeout=10, metadata=meta))
+            except grpc.RpcError as exc:
+                refused: Any = exc
+            else:
+                raise AssertionError(f"settings accepted: {replies}")
+            heartbeat = channel.unary_unary(
+                "/apache.rocketmq.v2.MessagingService/Heartbeat",
+                request_serializer=service_pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=service_pb2.HeartbeatResponse.FromString,
+            )
+            beat = service_pb2.HeartbeatRequest(client_type=definition_pb2.ClientType.PRODUCER)
+            beat.group.name = "GK"
+            return refused, heartbeat(beat, timeout=10, metadata=meta)
+
+    refused, beat = await trio.to_thread.run_sync(talk)
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in refused.details()
+    assert beat.status.code == definition_pb2.Code.UNRECOGNIZED_CLIENT_TYPE
+    assert beat.status.message == "cannot find client settings for this client"
+    broker = grpc_cluster.broker
+    assert broker.grpc_service is not None and not broker.grpc_service.telemetry_channels
+    assert "Kinds" not in broker.producer_manager.groups
+    assert "GK" not in broker.consumer_manager.groups
 
 
 async def test_prometheus_counts_grpc_calls_by_method_and_status(tmp_path) -> None:

@@ -15,10 +15,10 @@ from rocketmq.v5.client import ClientConfiguration, Credentials
 from rocketmq.v5.model import Message
 from rocketmq.v5.producer import Producer, TransactionChecker
 
-from pymq.common.topic import TopicConfig
+from pymq.common.topic import RMQ_SYS_TRANS_OP_HALF_TOPIC, TopicConfig
 from pymq.embedded import Cluster, open_cluster
 from pymq.testing import TEST_PROPERTIES
-from tests.helpers import free_port
+from tests.helpers import free_port, wait_until
 
 TOPIC = "Tx5"
 
@@ -28,7 +28,9 @@ async def cluster(tmp_path) -> AsyncIterator[Cluster]:
     props = dict(
         TEST_PROPERTIES,
         grpcServerPort=str(free_port()),
-        transactionCheckInterval="300",
+        # No check round runs unless the test calls one (so none races the producer's own
+        # commit and rollback); a half message is checkable 300 ms after it was stored.
+        transactionCheckInterval="3600000",
         transactionTimeOut="300",
     )
     async with open_cluster(
@@ -84,11 +86,30 @@ async def test_commit_rollback_and_an_orphan_resolved_by_the_checker(cluster: Cl
         orphan = producer.begin_transaction()
         producer.send(message(b"orphan"), orphan)  # neither committed nor rolled back
 
+    store = cluster.broker.store
+
+    async def check_round(checks: int) -> None:
+        """One round of the broker's checks once every half message is old enough, then the
+        checker's ``checks``-th answer awaited (so that no round asks twice what one answer
+        resolves)."""
+        await trio.sleep(0.4)  # older than transactionTimeOut
+        await store.reput.do_reput()
+        await cluster.broker.transactions.check()
+        await wait_until(lambda: len(checker.checked) == checks, what=f"check {checks}")
+
+    async def two_in_topic() -> bool:
+        return len(await in_topic(cluster)) == 2
+
     try:
         await trio.to_thread.run_sync(first_steps)
-        with trio.fail_after(20):
-            while len(await in_topic(cluster)) < 2:
-                await trio.sleep(0.1)
+        # The commit's and the rollback's op records are in before any check round.
+        await store.reput.do_reput()
+        assert store.get_max_offset_in_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) == 2
+        assert [b"committed" in r for r in await in_topic(cluster)] == [True]
+        await check_round(1)  # UNKNOWN: the orphan stays half
+        assert len(await in_topic(cluster)) == 1
+        await check_round(2)  # COMMIT
+        await wait_until(two_in_topic, what="the orphan's commit")
     finally:
         await trio.to_thread.run_sync(producer.shutdown)
     records = await in_topic(cluster)
@@ -98,5 +119,8 @@ async def test_commit_rollback_and_an_orphan_resolved_by_the_checker(cluster: Cl
     assert checker.checked == [b"orphan", b"orphan"]
     stats = cluster.broker.transactions.stats
     assert stats.committed == 2 and stats.rolled_back == 1
-    await trio.sleep(1)  # a few more check rounds: nothing else is delivered
+    for _ in range(3):  # more check rounds: nothing else is delivered or asked
+        await trio.sleep(0.4)
+        await cluster.broker.transactions.check()
     assert len(await in_topic(cluster)) == 2
+    assert checker.checked == [b"orphan", b"orphan"]

@@ -17,7 +17,6 @@ MODULES = (
     "pymq.store._dispatchc",  # dispatch to consume queues and index
     "pymq.client._producerc",  # the producer's frames and batch bodies
     "pymq.export._columnsc",  # Arrow columns
-    "pymq._groupsc",  # the parent-death signal of --groups brokers
 )
 
 setup(

@@ -10,9 +10,10 @@ when an admin port is given; with a ``metricsPromExporterPort``, group *i* serve
 metrics on that port + *i*.
 
 Children are stopped with SIGTERM (a clean shutdown: unregister, flush, checkpoint) when the
-context ends, killed if they have not stopped after :data:`STOP_TIMEOUT` seconds, and are sent
-SIGTERM by the kernel if this process dies first (Linux's parent-death signal), so none is left
-running.  A child that exits on its own ends the whole group set with its exit status.
+context ends, killed if they have not stopped after :data:`STOP_TIMEOUT` seconds, and stop by
+themselves if this process dies first (``--stop-with-stdin``: their standard input is a pipe
+this process holds, which the kernel closes however it ends), so none is left running.  A
+child that exits on its own ends the whole group set with its exit status.
 """
 
 from __future__ import annotations
@@ -23,15 +24,14 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import attrs
 import trio
 
 from pymq.common.config import ConfigError, apply_saved
 from pymq.common.errors import StartupError
-from pymq.common.native import load_native
 from pymq.common.nursery import open_nursery_unwrapped
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
@@ -113,23 +113,6 @@ def group_metrics_port(port: str, index: int) -> int | None:
     return int(text) + index
 
 
-def _die_with_parent_py(signum: int) -> bool:
-    """Python twin of ``pymq._groupsc.die_with_parent``: Python has no prctl, so it arms
-    nothing and says so (False); a --groups broker then outlives a killed parent."""
-    return False
-
-
-_die_with_parent_signal: Callable[[int], bool] = getattr(
-    load_native("pymq._groupsc"), "die_with_parent", _die_with_parent_py
-)
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: SIGTERM this child when its parent dies, so no broker outlives ``--groups``."""
-    with suppress(OSError):
-        _die_with_parent_signal(signal.SIGTERM)
-
-
 def broker_command(
     index: int,
     data_dir: str,
@@ -163,6 +146,8 @@ def broker_command(
         group_store_dir(data_dir, index),
         "--log-level",
         log_level,
+        # No broker outlives --groups: its standard input is a pipe this process holds.
+        "--stop-with-stdin",
     ]
     if index == 0 and admin_port:
         cmd += ["--adminListenPort", str(admin_port)]
@@ -179,9 +164,8 @@ async def _start_broker(
 ) -> BrokerGroup:
     process = await trio.lowlevel.open_process(
         cmd,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,  # never written: it closes when this process ends
         stdout=subprocess.PIPE,
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
     )
     group = BrokerGroup(name, "", process)
     started.append(group)  # stopped by the caller whatever happens next

@@ -349,7 +349,6 @@ C_MODULES = (
     "pymq.store._dispatchc",
     "pymq.client._producerc",
     "pymq.export._columnsc",
-    "pymq._groupsc",
 )
 """pymq's C modules, each beside the Python module it speeds up."""
 

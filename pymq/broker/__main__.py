@@ -6,6 +6,7 @@ admin channel, when adminListenPort is set).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -60,6 +61,11 @@ def build_configs(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = base_parser("python -m pymq.broker", "pymq broker (RocketMQ 4.x compatible)")
     parser.add_argument("-n", "--namesrvAddr", dest="namesrv_addr", help="name servers, a;b")
+    parser.add_argument(
+        "--stop-with-stdin",
+        action="store_true",
+        help="also stop when standard input closes (python -m pymq --groups starts its brokers so)",
+    )
     args, extra = parser.parse_known_args(argv)
     try:
         overrides = parse_overrides(extra)
@@ -81,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     attach_admin_channel(controller)
     return run_main(
-        run_until_signalled,
+        functools.partial(run_until_signalled, stop_with_stdin=args.stop_with_stdin),
         controller.run,
         f"The broker[{configs[0].broker_name}, {configs[0].broker_ip1}:{{started}}] boot "
         f"success. serializeType=JSON and name server is {configs[0].namesrv_addr}",

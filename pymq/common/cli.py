@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -96,16 +97,34 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-async def run_until_signalled(service: Callable[..., Awaitable[object]], banner: str) -> None:
-    """Run ``service(task_status=...)`` until SIGINT or SIGTERM, then cancel it cleanly."""
+async def run_until_signalled(
+    service: Callable[..., Awaitable[object]], banner: str, *, stop_with_stdin: bool = False
+) -> None:
+    """Run ``service(task_status=...)`` until SIGINT or SIGTERM, then cancel it cleanly.
+    ``stop_with_stdin``: also when standard input reaches its end (see :func:`stop_at_eof`)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
+            if stop_with_stdin:
+                nursery.start_soon(stop_at_eof, nursery.cancel_scope)
             started = await nursery.start(service)
             print(banner.format(started=started), flush=True)
             async for signum in signals:
                 log.info("received %s, shutting down", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
+
+
+async def stop_at_eof(scope: trio.CancelScope) -> None:
+    """Cancel ``scope`` once standard input reaches its end: how ``python -m pymq --groups``
+    ties each broker process to itself. The parent holds the pipe's other end and never
+    writes; however it ends (SIGKILL included) the kernel closes that end. Unlike Linux's
+    parent-death signal, which follows the *thread* that forked the child (Trio forks in a
+    worker thread that retires after 10 idle seconds), this follows the process."""
+    async with trio.lowlevel.FdStream(os.dup(sys.stdin.fileno())) as stdin:
+        while await stdin.receive_some(4096):
+            pass
+    log.info("standard input closed (the parent has gone), shutting down")
+    scope.cancel()
 
 
 def leaves(exc: BaseException) -> list[BaseException]:

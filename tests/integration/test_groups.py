@@ -142,7 +142,7 @@ def test_brokers_die_with_a_killed_parent(tmp_path) -> None:
     proc, _, _ = start_groups(tmp_path, 2)
     pids = children(proc.pid)
     assert len(pids) == 2
-    proc.kill()  # no chance to stop them: the kernel's parent-death signal does
+    proc.kill()  # no chance to stop them: their standard input closes, and they stop
     proc.wait()
     assert wait_until_sync(lambda: not any(alive(p) for p in pids), 30)
 

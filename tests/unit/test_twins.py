@@ -6,16 +6,10 @@ PYMQ_PURE_PYTHON=1, where the twins alone are in use (and the rest of the suite 
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib
-import os
 import pathlib
 import random
-import signal
 import struct
-import subprocess
-import sys
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -866,28 +860,3 @@ def test_c_module_has_a_stub_naming_its_functions(module: str) -> None:
     tree = ast.parse(stub.read_text())
     stubbed = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert stubbed == {k for k in vars(c) if not k.startswith("__")}
-
-
-def test_a_groups_broker_process_dies_with_its_parent() -> None:
-    """pymq._groupsc.die_with_parent, as groups.py arms each broker child: a process started
-    with it gets SIGTERM when its parent exits (its twin arms nothing: it would sleep on)."""
-    script = (
-        "import subprocess, sys\n"
-        "from pymq import groups\n"
-        "child = subprocess.Popen(['sleep', '30'], preexec_fn=groups._die_with_parent)\n"
-        "print(child.pid, flush=True)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True)
-    pid = int(out.stdout)
-    deadline = time.monotonic() + 10
-    try:
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.05)
-        pytest.fail("the orphan outlived its parent")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)

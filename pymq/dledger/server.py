@@ -39,6 +39,7 @@ from pymq.dledger.protocol import (
     RESPONSES,
     AppendEntryRequest,
     AppendEntryResponse,
+    EntryTexts,
     Message,
     ProtocolError,
     RequestCode,
@@ -46,7 +47,7 @@ from pymq.dledger.protocol import (
     decode_request,
     encode,
 )
-from pymq.dledger.raft import Ack, RaftNode, RoleChange, Send
+from pymq.dledger.raft import Ack, RaftNode, Role, RoleChange, Send
 from pymq.dledger.store import DLedgerEntry, DLedgerFileStore, load_term, persist_term
 from pymq.remoting.channel import Channel
 from pymq.remoting.client import RemotingClient, open_remoting_client
@@ -101,6 +102,8 @@ class DLedgerServer:
         self._decided: dict[int, Ack] = {}  # outcomes of append_nowait's entries, not yet taken
         self._connecting: dict[str, list[Send]] = {}
         self._wake = trio.Event()
+        self._texts = EntryTexts()
+        """The pushed entries' JSON text, written once for every follower (while leading)."""
 
     @staticmethod
     def now() -> float:
@@ -181,6 +184,8 @@ class DLedgerServer:
             self._deliver_acks()
             for change in node.take_role_changes():
                 log.info("%s: %s in term %d", node.self_id, change.role.value, change.term)
+                if change.role is not Role.LEADER:
+                    self._texts = EntryTexts()  # pushes no more: its memory back
                 if self.on_role_change is not None:
                     self.on_role_change(change)
             with trio.move_on_after(TICK_MS / 1000):
@@ -241,7 +246,7 @@ class DLedgerServer:
 
     def _invoke(self, channel: Channel, send: Send) -> None:
         code = send.request.REQUEST_CODE
-        command = RemotingCommand.request(code, body=encode(send.request))
+        command = RemotingCommand.request(code, body=encode(send.request, self._texts))
 
         def done(answer: RemotingCommand | None, error: Exception | None) -> None:
             response: Message | None = None

@@ -6,6 +6,7 @@ is not taken over."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 import itertools
 import os
@@ -18,7 +19,7 @@ from pymq.common.config import ConfigError
 from pymq.common.record import decode_record
 from pymq.dledger.config import from_store_config
 from pymq.dledger.store import BODY_OFFSET
-from pymq.store import GetMessageStatus, PutMessageStatus
+from pymq.store import GetMessageStatus, PutMessageStatus, dledger_commitlog
 from pymq.store.config import BrokerRole
 from pymq.store.message_store import DefaultMessageStore
 from tests.helpers import free_port, wait_until
@@ -194,3 +195,70 @@ async def test_expired_data_files_go_with_their_queues_and_a_restart_recovers(tm
         await leading(store)
         again = await store.put(make_message(body=b"after"))
         assert again.status is PutMessageStatus.PUT_OK and again.logic_offset == 90
+
+
+async def test_reput_dispatches_as_the_plain_reput_and_parses_only_what_it_must(
+    tmp_path, monkeypatch
+) -> None:
+    """The DLedger reput dispatches each committed record through the plain reput's C calls
+    (record_hints, dispatch_hinted) and parses in Python only the records those leave (a
+    consume-queue file to make, a delayed message's topic): the consume queues and the index
+    are what a plain store's reput makes of the same messages."""
+    parsed: list[int] = []
+    real = dledger_commitlog.read_record_info
+
+    def counting(*args: object, **kw: object) -> object:
+        parsed.append(1)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dledger_commitlog, "read_record_info", counting)
+    messages = [
+        make_message(
+            topic=f"Topic{i % 2}", queue_id=i % 3, body=b"b%d" % i * 50, tags=f"T{i % 4}",
+            keys=f"k{i} shared",
+        )
+        for i in range(90)
+    ] + [make_message(body=b"later", keys="delayed", DELAY="3")]  # fmt: skip
+    small_queues = {"mapped_file_size_consume_queue": 20 * 20}  # a new queue file every 20
+    stores: dict[str, list[tuple[int, int, int]]] = {}
+    found: dict[str, int] = {}
+    plain = small_config(str(tmp_path / "plain"), **small_queues)
+    config = dledger_config(str(tmp_path / "dledger"), free_port(), **small_queues)
+    for name, cfg, extra in (("plain", plain, {}), ("dledger", config, kwargs(config))):
+        async with running_store(cfg, **extra) as store:  # type: ignore[arg-type]
+            if name == "dledger":
+                await leading(store)
+            for msg in messages:
+                assert (await store.put(copy.deepcopy(msg))).status is PutMessageStatus.PUT_OK
+            queues = [(f"Topic{t}", q) for t in (0, 1) for q in range(3)]
+            queues.append(("SCHEDULE_TOPIC_XXXX", 2))
+            await wait_until(
+                lambda: sum(store.get_max_offset_in_queue(*tq) for tq in queues) == 91,  # noqa: B023
+                timeout=10,
+            )
+            rows = []
+            for topic, queue_id in queues:
+                cq = store.consume_queues.find(topic, queue_id)
+                assert cq is not None
+                for i in range(cq.max_offset_in_queue):
+                    entry = cq.get_entry(i)
+                    assert entry is not None
+                    phy, size, tags = entry
+                    record = decode_record(store.select_one_message_by_offset(phy, size))
+                    assert record.queue_offset == i and record.commitlog_offset == phy
+                    if topic == "SCHEDULE_TOPIC_XXXX":  # its tags code: when it is due
+                        tags -= record.store_timestamp
+                    rows.append((size, tags, record.body_crc))
+            stores[name] = rows
+            for key in ("k7", "shared", "delayed"):
+                hit = store.query_message(
+                    "SCHEDULE_TOPIC_XXXX" if key == "delayed" else "Topic1", key, 64, 0, 2**62
+                )
+                found[f"{name}:{key}"] = len(hit.messages)
+    assert stores["dledger"] == stores["plain"]
+    assert found["dledger:k7"] == found["plain:k7"] == 1
+    assert found["dledger:shared"] == found["plain:shared"] == 45
+    assert found["dledger:delayed"] == found["plain:delayed"] == 1
+    # Parsed: a queue's first record and each one that starts a queue file (6 queues of 15,
+    # 0 and 20 wanting a file), and the delayed one: never the others.
+    assert 0 < len(parsed) <= 6 * 2 + 1, len(parsed)

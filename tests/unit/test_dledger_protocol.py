@@ -321,3 +321,26 @@ def test_entry_texts_are_bounded_in_bytes() -> None:
     assert texts.text(entries[0]) is not kept[0]  # the oldest went (written anew)
     big = DLedgerEntry(index=20, term=1, body=bytes(5000), pos=9000)
     assert texts.text(big) is texts.text(big)  # one over the limit is still kept alone
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "AQID/w==", "AQID/w=", "AQID/w===", "AQ==AQ==", "=AQI", "AQI", "A", "AQ\\nID", "AQ ID",
+     "AQ-_", "AQIDé", "AQID\\u0000", "QUJD", "QUJDRA", "QUJDRA=="],
+)  # fmt: skip
+def test_base64_bodies_are_taken_and_refused_as_b64decode_validate_does(text: str) -> None:
+    """Bodies are read by binascii's strict mode: what b64decode(validate=True) takes."""
+    import base64
+    import binascii
+    import json
+
+    try:
+        expected: bytes | None = base64.b64decode(text.encode("utf-8"), validate=True)
+    except (binascii.Error, ValueError):
+        expected = None
+    body = json.dumps({"body": json.loads(f'"{text}"')}).encode()
+    if expected is None:
+        with pytest.raises(ProtocolError, match="not base64"):
+            decode(AppendEntryRequest, body)
+    else:
+        assert decode(AppendEntryRequest, body).body == expected

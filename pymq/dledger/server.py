@@ -98,7 +98,8 @@ class DLedgerServer:
         the member starts and after it stops); else run() opens and closes its own."""
         self._client: RemotingClient | None = None
         self._nursery: trio.Nursery | None = None
-        self._waiters: dict[int, tuple[trio.Event, list[Ack]]] = {}
+        # Entries appended here whose outcome is not decided: the callbacks waiting for it.
+        self._watched: dict[int, list[Callable[[Ack], None]]] = {}
         self._decided: dict[int, Ack] = {}  # outcomes of append_nowait's entries, not yet taken
         self._connecting: dict[str, list[Send]] = {}
         self._wake = trio.Event()
@@ -324,28 +325,51 @@ class DLedgerServer:
 
     def append_nowait(self, body: bytes) -> DLedgerEntry:
         """Append ``body`` on this member (the leader) now; its outcome is :meth:`wait_ack`'s
-        (kept until the node decides it, whether or not anyone waits).  DLedgerError
-        (NOT_LEADER, LEADER_PENDING_FULL, LEADER_NOT_READY, the store's) when it cannot be
-        appended here."""
+        or :meth:`on_ack`'s (kept until the node decides it, whether or not anyone waits).
+        DLedgerError (NOT_LEADER, LEADER_PENDING_FULL, LEADER_NOT_READY, the store's) when it
+        cannot be appended here."""
         node = self.node
         if node is None:
             raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
         entry = node.append(body, self.now())
-        self._waiters[entry.index] = (trio.Event(), [])
+        self._watched[entry.index] = []
         self._wake.set()
         return entry
 
     async def wait_ack(self, index: int) -> Ack:
         """The outcome of the entry :meth:`append_nowait` appended at ``index``."""
         self._deliver_acks()
-        waiter = self._waiters.get(index)
-        if waiter is not None:
-            await waiter[0].wait()
         ack = self._decided.pop(index, None)
-        return ack if ack is not None else Ack(index, -1, ResponseCode.UNKNOWN)
+        if ack is not None:
+            return ack
+        callbacks = self._watched.get(index)
+        if callbacks is None:
+            return Ack(index, -1, ResponseCode.UNKNOWN)
+        event, box = trio.Event(), []
+
+        def decided(ack: Ack) -> None:
+            box.append(ack)
+            event.set()
+
+        callbacks.append(decided)
+        await event.wait()
+        return box[0]
+
+    def on_ack(self, index: int, callback: Callable[[Ack], None]) -> None:
+        """``callback(ack)`` with the outcome of the entry :meth:`append_nowait` appended at
+        ``index``, once decided (now if it is: UNKNOWN for an index it does not know), from
+        the task that learns it (it must not block; what it raises is logged): no task
+        waits."""
+        self._deliver_acks()
+        ack = self._decided.pop(index, None)
+        callbacks = self._watched.get(index) if ack is None else None
+        if callbacks is not None:
+            callbacks.append(callback)
+            return
+        callback(ack if ack is not None else Ack(index, -1, ResponseCode.UNKNOWN))
 
     async def _wait(self, entry: DLedgerEntry) -> Ack:
-        self._waiters[entry.index] = (trio.Event(), [])
+        self._watched.setdefault(entry.index, [])
         self._wake.set()
         return await self.wait_ack(entry.index)
 
@@ -359,22 +383,28 @@ class DLedgerServer:
             if self.on_commit is not None:
                 self.on_commit()
         for ack in node.take_acks():
-            waiter = self._waiters.pop(ack.index, None)
-            if waiter is not None:
-                waiter[1].append(ack)
-                waiter[0].set()
-                # for wait_ack, which may come after the outcome (the oldest dropped beyond
-                # maxPendingRequestsNum: answered UNKNOWN if asked for at last)
-                self._decided[ack.index] = ack
-                if len(self._decided) > self.config.max_pending_requests_num:
-                    del self._decided[next(iter(self._decided))]
+            self._decide(ack)
+
+    def _decide(self, ack: Ack) -> None:
+        """``ack`` to those waiting for it, or kept for a later wait_ack / on_ack (the oldest
+        dropped beyond maxPendingRequestsNum: UNKNOWN if asked for at last)."""
+        callbacks = self._watched.pop(ack.index, None)
+        if callbacks is None:
+            return
+        if not callbacks:
+            self._decided[ack.index] = ack
+            if len(self._decided) > self.config.max_pending_requests_num:
+                del self._decided[next(iter(self._decided))]
+            return
+        for callback in callbacks:
+            try:
+                callback(ack)
+            except Exception:
+                log.exception("the callback of entry %d failed", ack.index)
 
     def _fail_waiters(self) -> None:
-        for index, (event, box) in self._waiters.items():
-            box.append(Ack(index, -1, ResponseCode.TERM_CHANGED))
-            self._decided[index] = box[0]
-            event.set()
-        self._waiters.clear()
+        for index in list(self._watched):
+            self._decide(Ack(index, -1, ResponseCode.TERM_CHANGED))
 
 
 def member_configs(

@@ -298,18 +298,37 @@ class DLedgerCommitLog(CommitLog):
             if not self._pending[oldest]:
                 del self._pending[oldest]
 
-    async def wait_quorum(self, end: int) -> PutMessageStatus:
-        """The store's ``replica_waiter``: PUT_OK once a majority has the entry of the put
-        ending at ``end``, else the status :data:`PUT_STATUS` gives its outcome."""
+    def _take_pending(self, end: int) -> int | None:
+        """The entry index the put ending at ``end`` waits for (taken: asked for once)."""
         indexes = self._pending.get(end)
         if not indexes:
-            return PutMessageStatus.UNKNOWN_ERROR
+            return None
         index = indexes.popleft()
         self._pending_count -= 1
         if not indexes:
             del self._pending[end]
+        return index
+
+    async def wait_quorum(self, end: int) -> PutMessageStatus:
+        """The store's ``replica_waiter``: PUT_OK once a majority has the entry of the put
+        ending at ``end``, else the status :data:`PUT_STATUS` gives its outcome."""
+        index = self._take_pending(end)
+        if index is None:
+            return PutMessageStatus.UNKNOWN_ERROR
         ack = await self.server.wait_ack(index)
         return PUT_STATUS.get(ack.code, PutMessageStatus.UNKNOWN_ERROR)
+
+    def on_quorum(self, end: int, callback: Callable[[PutMessageStatus], None]) -> None:
+        """:meth:`wait_quorum` without a waiting task: ``callback(status)`` once the entry
+        of the put ending at ``end`` is decided (the inline sends' way: their answers are
+        written by the callback)."""
+        index = self._take_pending(end)
+        if index is None:
+            callback(PutMessageStatus.UNKNOWN_ERROR)
+            return
+        self.server.on_ack(
+            index, lambda ack: callback(PUT_STATUS.get(ack.code, PutMessageStatus.UNKNOWN_ERROR))
+        )
 
     # --- reads -----------------------------------------------------------------------------------
 

@@ -244,7 +244,9 @@ async def test_reput_dispatches_as_the_plain_reput_and_parses_only_what_it_must(
                     entry = cq.get_entry(i)
                     assert entry is not None
                     phy, size, tags = entry
-                    record = decode_record(store.select_one_message_by_offset(phy, size))
+                    raw = store.select_one_message_by_offset(phy, size)
+                    assert raw is not None
+                    record = decode_record(raw)
                     assert record.queue_offset == i and record.commitlog_offset == phy
                     if topic == "SCHEDULE_TOPIC_XXXX":  # its tags code: when it is due
                         tags -= record.store_timestamp
@@ -262,3 +264,31 @@ async def test_reput_dispatches_as_the_plain_reput_and_parses_only_what_it_must(
     # Parsed: a queue's first record and each one that starts a queue file (6 queues of 15,
     # 0 and 20 wanting a file), and the delayed one: never the others.
     assert 0 < len(parsed) <= 6 * 2 + 1, len(parsed)
+
+
+async def test_defer_durable_calls_back_once_a_majority_has_the_entry(tmp_path) -> None:
+    """The inline sends' wait in DLedger mode (defer_durable, no task): the callback gets the
+    result once the entry is committed (a group of one commits at once), PUT_OK whatever WAIT
+    says; a put it does not know of is UNKNOWN_ERROR at once; a refused put is not waited
+    for.  (A leader without its majority: test_dledger_brokers' leader alone.)"""
+    config = dledger_config(str(tmp_path), free_port())
+    got: list[tuple[PutMessageStatus, int]] = []
+    async with running_store(config, **kwargs(config)) as store:  # type: ignore[arg-type]
+        await leading(store)
+        dledger = store.dledger
+        assert dledger is not None
+        log = dledger.dledger
+        result = store.put_now(make_message(body=b"deferred"))
+        assert result.status is PutMessageStatus.PUT_OK
+        assert store.defer_durable(
+            result, "false", lambda r: got.append((r.status, log.committed_index))
+        )
+        await wait_until(lambda: got, timeout=5)
+        assert got == [(PutMessageStatus.PUT_OK, 0)]
+        stray = store.put_now(make_message(body=b"x"))
+        stray.wrote_bytes += 1  # an end no put had
+        assert store.defer_durable(stray, None, lambda r: got.append((r.status, -2)))
+        assert got[-1] == (PutMessageStatus.UNKNOWN_ERROR, -2)
+        refused = attrs.evolve(result, status=PutMessageStatus.OS_PAGECACHE_BUSY)
+        assert not store.defer_durable(refused, None, lambda r: got.append((r.status, -3)))
+        assert len(got) == 2

@@ -103,6 +103,8 @@ class DLedgerServer:
         self._decided: dict[int, Ack] = {}  # outcomes of append_nowait's entries, not yet taken
         self._connecting: dict[str, list[Send]] = {}
         self._wake = trio.Event()
+        self._written = trio.Event()
+        """Set when the log may have been written: the flusher of an idle member waits for it."""
         self._texts = EntryTexts()
         """The pushed entries' JSON text, written once for every follower (while leading)."""
 
@@ -189,7 +191,11 @@ class DLedgerServer:
                     self._texts = EntryTexts()  # pushes no more: its memory back
                 if self.on_role_change is not None:
                     self.on_role_change(change)
-            with trio.move_on_after(TICK_MS / 1000):
+            # A follower's one timer is its leader's heartbeat timeout: it sleeps until then
+            # (a request that may change its role wakes it), not every TICK_MS.
+            timeout = node.follower_timeout(self.now())
+            delay = TICK_MS if timeout is None else max(TICK_MS, timeout + 1)
+            with trio.move_on_after(delay / 1000):
                 await self._wake.wait()
             self._wake = trio.Event()
 
@@ -201,6 +207,11 @@ class DLedgerServer:
             await trio.sleep(self.config.flush_file_interval / 1000)
             if store.dirty():  # no worker thread for an idle member
                 await trio.to_thread.run_sync(store.flush)
+            else:  # idle: asleep until something is written or the checkpoint is due
+                self._written = trio.Event()
+                due = last_checkpoint + self.config.check_point_interval - self.now()
+                with trio.move_on_after(max(0.0, due) / 1000):
+                    await self._written.wait()
             if self.now() - last_checkpoint > self.config.check_point_interval:
                 await trio.to_thread.run_sync(store.persist_checkpoint)
                 last_checkpoint = self.now()
@@ -290,7 +301,10 @@ class DLedgerServer:
             log.exception("%s: %s from %s", node.self_id, code.name, message.local_id)
             answer = RESPONSES[code](code=exc.code.value, leader_id=node.leader_id)
             return request.response(FRAME_CODE, body=encode(answer), remark=str(exc))
-        self._wake.set()  # a vote or heartbeat may have changed what the maintainer does
+        if code is RequestCode.PUSH:
+            self._written.set()  # a push changes no role or timer: the maintainer sleeps on
+        else:
+            self._wake.set()  # a vote or heartbeat may have changed what the maintainer does
         return request.response(FRAME_CODE, body=encode(answer))
 
     async def _serve_async(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
@@ -334,6 +348,7 @@ class DLedgerServer:
         entry = node.append(body, self.now())
         self._watched[entry.index] = []
         self._wake.set()
+        self._written.set()
         return entry
 
     async def wait_ack(self, index: int) -> Ack:
@@ -371,6 +386,7 @@ class DLedgerServer:
     async def _wait(self, entry: DLedgerEntry) -> Ack:
         self._watched.setdefault(entry.index, [])
         self._wake.set()
+        self._written.set()
         return await self.wait_ack(entry.index)
 
     def _deliver_acks(self) -> None:

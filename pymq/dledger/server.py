@@ -5,9 +5,11 @@ JSON request; the answer a remoting response of code 200 whose body is the JSON 
 
 Every loop is a task in the member's nursery: the remoting server, the state maintainer (the
 node's :meth:`~RaftNode.tick` every :data:`TICK_MS`, as DLedger's StateMaintainer sleeps
-10 ms, or at once when a request or an append may have given it work), a task per connection
-being made to a peer, and the flusher (the store's files made durable every
-``flushFileInterval`` ms in a worker thread, the checkpoint every ``checkPointInterval`` ms).
+10 ms, or at once when a request or an append may have given it work; a follower's only when
+its leader's heartbeat timeout is due, its one timer), a task per connection being made to a
+peer, and the flusher (the store's files made durable ``flushFileInterval`` ms after they were
+written, in a worker thread; an idle member's flusher sleeps until something is written; the
+checkpoint every ``checkPointInterval`` ms).
 Cancelling the member's scope stops it all; the store is flushed and closed on the way out.
 
 Requests to a peer are written at once, in the order the node made them, and their answers
@@ -19,8 +21,9 @@ its own.  A request body that is not the message its code names is answered with
 message's response carrying UNEXPECTED_ARGUMENT and the reason (a Java member sends no
 answer at all).
 
-The broker's way in is :meth:`DLedgerServer.append_nowait` then :meth:`~DLedgerServer.wait_ack`
-(pymq.store.dledger_commitlog); :meth:`DLedgerServer.append` does both.
+The broker's way in is :meth:`DLedgerServer.append_nowait` then :meth:`~DLedgerServer.wait_ack`,
+or :meth:`~DLedgerServer.on_ack` for a callback without a waiting task (the sends served in a
+connection's reader; pymq.store.dledger_commitlog); :meth:`DLedgerServer.append` does both.
 """
 
 from __future__ import annotations

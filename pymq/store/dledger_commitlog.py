@@ -9,7 +9,9 @@ extends its ``CommitLog``.
   its append hook stamps PHYSICALOFFSET: consume queues and message ids point into the DLedger
   data files, byte-compatible with a Java member's.
 - **Acknowledgement**: a put answers once a majority of the group has its entry
-  (:meth:`DLedgerCommitLog.wait_quorum`, the store's ``replica_waiter``); DLedger's outcomes map
+  (:meth:`DLedgerCommitLog.wait_quorum`, the store's ``replica_waiter``; for a send served in
+  the connection's reader, :meth:`DLedgerCommitLog.on_quorum` through the store's
+  ``defer_durable``, its answer written by the callback); DLedger's outcomes map
   to Java's put statuses (:data:`PUT_STATUS`): WAIT_QUORUM_ACK_TIMEOUT after
   ``maxWaitAckTimeMs`` (2.5 s) and an entry that could not be appended (not the leader, too
   many waiting) are OS_PAGECACHE_BUSY, a lost leadership UNKNOWN_ERROR.  As in DLedger 0.2.6,

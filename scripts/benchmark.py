@@ -820,6 +820,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             except OSError:
                 pass
         cpu0, loop0 = cpu_seconds(pids), cpu_seconds(pids, loop_only=True)
+        each0 = [cpu_seconds([pid]) for pid in pids]
         client_cpu0 = time.process_time()
         if args.real_client == "cpp":
             publish_rate, latencies, failures = await trio.to_thread.run_sync(
@@ -830,6 +831,11 @@ async def main_async(args: argparse.Namespace) -> dict:
         client_cpu_us = (time.process_time() - client_cpu0) * 1e6
         sent = len(latencies) * args.batch
         server_cpu_us = (cpu_seconds(pids) - cpu0) * 1e6 / max(1, sent)
+        # each server's share (the name server first, then the brokers in start order)
+        each_us = [
+            round((cpu_seconds([pid]) - c0) * 1e6 / max(1, sent), 1)
+            for pid, c0 in zip(pids, each0, strict=True)
+        ]
         loop_cpu_us = (cpu_seconds(pids, loop_only=True) - loop0) * 1e6 / max(1, sent)
         client_cpu_us /= max(1, sent)
         publish_rss = memory_mb(pids, "VmHWM") if pids else None
@@ -856,6 +862,7 @@ async def main_async(args: argparse.Namespace) -> dict:
             "publish_p99_ms": round(percentile(latencies, 0.99), 3),
             "failures": failures,
             "server_cpu_us_per_msg": round(server_cpu_us, 1) if procs else None,
+            "server_cpu_us_per_msg_each": each_us if procs else None,
             "server_loop_cpu_us_per_msg": round(loop_cpu_us, 1) if procs else None,
             "client_cpu_us_per_msg": round(client_cpu_us, 1),
             "server_rss_mb_idle": idle_rss,

@@ -389,6 +389,13 @@ class RaftNode:
             return []
         return self._maintain_candidate(now)
 
+    def follower_timeout(self, now: float) -> float | None:
+        """As a follower, the milliseconds until its leader's heartbeat timeout (its one
+        timer: :meth:`tick` has nothing else to do for it); None in any other role."""
+        if self.role is not Role.FOLLOWER:
+            return None
+        return max(0.0, self.last_leader_heartbeat + self._leak - now)
+
     def _maintain_candidate(self, now: float) -> list[Send]:
         if self._vote_round is not None:
             if now >= self._vote_round.deadline:

@@ -5,9 +5,11 @@ JSON request; the answer a remoting response of code 200 whose body is the JSON 
 
 Every loop is a task in the member's nursery: the remoting server, the state maintainer (the
 node's :meth:`~RaftNode.tick` every :data:`TICK_MS`, as DLedger's StateMaintainer sleeps
-10 ms, or at once when a request or an append may have given it work), a task per connection
-being made to a peer, and the flusher (the store's files made durable every
-``flushFileInterval`` ms in a worker thread, the checkpoint every ``checkPointInterval`` ms).
+10 ms, or at once when a request or an append may have given it work; a follower's only when
+its leader's heartbeat timeout is due, its one timer), a task per connection being made to a
+peer, and the flusher (the store's files made durable ``flushFileInterval`` ms after they were
+written, in a worker thread; an idle member's flusher sleeps until something is written; the
+checkpoint every ``checkPointInterval`` ms).
 Cancelling the member's scope stops it all; the store is flushed and closed on the way out.
 
 Requests to a peer are written at once, in the order the node made them, and their answers
@@ -19,8 +21,9 @@ its own.  A request body that is not the message its code names is answered with
 message's response carrying UNEXPECTED_ARGUMENT and the reason (a Java member sends no
 answer at all).
 
-The broker's way in is :meth:`DLedgerServer.append_nowait` then :meth:`~DLedgerServer.wait_ack`
-(pymq.store.dledger_commitlog); :meth:`DLedgerServer.append` does both.
+The broker's way in is :meth:`DLedgerServer.append_nowait` then :meth:`~DLedgerServer.wait_ack`,
+or :meth:`~DLedgerServer.on_ack` for a callback without a waiting task (the sends served in a
+connection's reader; pymq.store.dledger_commitlog); :meth:`DLedgerServer.append` does both.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from pymq.dledger.protocol import (
     RESPONSES,
     AppendEntryRequest,
     AppendEntryResponse,
+    EntryTexts,
     Message,
     ProtocolError,
     RequestCode,
@@ -46,7 +50,7 @@ from pymq.dledger.protocol import (
     decode_request,
     encode,
 )
-from pymq.dledger.raft import Ack, RaftNode, RoleChange, Send
+from pymq.dledger.raft import Ack, RaftNode, Role, RoleChange, Send
 from pymq.dledger.store import DLedgerEntry, DLedgerFileStore, load_term, persist_term
 from pymq.remoting.channel import Channel
 from pymq.remoting.client import RemotingClient, open_remoting_client
@@ -97,10 +101,15 @@ class DLedgerServer:
         the member starts and after it stops); else run() opens and closes its own."""
         self._client: RemotingClient | None = None
         self._nursery: trio.Nursery | None = None
-        self._waiters: dict[int, tuple[trio.Event, list[Ack]]] = {}
+        # Entries appended here whose outcome is not decided: the callbacks waiting for it.
+        self._watched: dict[int, list[Callable[[Ack], None]]] = {}
         self._decided: dict[int, Ack] = {}  # outcomes of append_nowait's entries, not yet taken
         self._connecting: dict[str, list[Send]] = {}
         self._wake = trio.Event()
+        self._written = trio.Event()
+        """Set when the log may have been written: the flusher of an idle member waits for it."""
+        self._texts = EntryTexts()
+        """The pushed entries' JSON text, written once for every follower (while leading)."""
 
     @staticmethod
     def now() -> float:
@@ -181,9 +190,15 @@ class DLedgerServer:
             self._deliver_acks()
             for change in node.take_role_changes():
                 log.info("%s: %s in term %d", node.self_id, change.role.value, change.term)
+                if change.role is not Role.LEADER:
+                    self._texts = EntryTexts()  # pushes no more: its memory back
                 if self.on_role_change is not None:
                     self.on_role_change(change)
-            with trio.move_on_after(TICK_MS / 1000):
+            # A follower's one timer is its leader's heartbeat timeout: it sleeps until then
+            # (a request that may change its role wakes it), not every TICK_MS.
+            timeout = node.follower_timeout(self.now())
+            delay = TICK_MS if timeout is None else max(TICK_MS, timeout + 1)
+            with trio.move_on_after(delay / 1000):
                 await self._wake.wait()
             self._wake = trio.Event()
 
@@ -195,6 +210,11 @@ class DLedgerServer:
             await trio.sleep(self.config.flush_file_interval / 1000)
             if store.dirty():  # no worker thread for an idle member
                 await trio.to_thread.run_sync(store.flush)
+            else:  # idle: asleep until something is written or the checkpoint is due
+                self._written = trio.Event()
+                due = last_checkpoint + self.config.check_point_interval - self.now()
+                with trio.move_on_after(max(0.0, due) / 1000):
+                    await self._written.wait()
             if self.now() - last_checkpoint > self.config.check_point_interval:
                 await trio.to_thread.run_sync(store.persist_checkpoint)
                 last_checkpoint = self.now()
@@ -241,7 +261,7 @@ class DLedgerServer:
 
     def _invoke(self, channel: Channel, send: Send) -> None:
         code = send.request.REQUEST_CODE
-        command = RemotingCommand.request(code, body=encode(send.request))
+        command = RemotingCommand.request(code, body=encode(send.request, self._texts))
 
         def done(answer: RemotingCommand | None, error: Exception | None) -> None:
             response: Message | None = None
@@ -284,7 +304,10 @@ class DLedgerServer:
             log.exception("%s: %s from %s", node.self_id, code.name, message.local_id)
             answer = RESPONSES[code](code=exc.code.value, leader_id=node.leader_id)
             return request.response(FRAME_CODE, body=encode(answer), remark=str(exc))
-        self._wake.set()  # a vote or heartbeat may have changed what the maintainer does
+        if code is RequestCode.PUSH:
+            self._written.set()  # a push changes no role or timer: the maintainer sleeps on
+        else:
+            self._wake.set()  # a vote or heartbeat may have changed what the maintainer does
         return request.response(FRAME_CODE, body=encode(answer))
 
     async def _serve_async(self, channel: Channel, request: RemotingCommand) -> RemotingCommand:
@@ -319,29 +342,54 @@ class DLedgerServer:
 
     def append_nowait(self, body: bytes) -> DLedgerEntry:
         """Append ``body`` on this member (the leader) now; its outcome is :meth:`wait_ack`'s
-        (kept until the node decides it, whether or not anyone waits).  DLedgerError
-        (NOT_LEADER, LEADER_PENDING_FULL, LEADER_NOT_READY, the store's) when it cannot be
-        appended here."""
+        or :meth:`on_ack`'s (kept until the node decides it, whether or not anyone waits).
+        DLedgerError (NOT_LEADER, LEADER_PENDING_FULL, LEADER_NOT_READY, the store's) when it
+        cannot be appended here."""
         node = self.node
         if node is None:
             raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
         entry = node.append(body, self.now())
-        self._waiters[entry.index] = (trio.Event(), [])
+        self._watched[entry.index] = []
         self._wake.set()
+        self._written.set()
         return entry
 
     async def wait_ack(self, index: int) -> Ack:
         """The outcome of the entry :meth:`append_nowait` appended at ``index``."""
         self._deliver_acks()
-        waiter = self._waiters.get(index)
-        if waiter is not None:
-            await waiter[0].wait()
         ack = self._decided.pop(index, None)
-        return ack if ack is not None else Ack(index, -1, ResponseCode.UNKNOWN)
+        if ack is not None:
+            return ack
+        callbacks = self._watched.get(index)
+        if callbacks is None:
+            return Ack(index, -1, ResponseCode.UNKNOWN)
+        event, box = trio.Event(), []
+
+        def decided(ack: Ack) -> None:
+            box.append(ack)
+            event.set()
+
+        callbacks.append(decided)
+        await event.wait()
+        return box[0]
+
+    def on_ack(self, index: int, callback: Callable[[Ack], None]) -> None:
+        """``callback(ack)`` with the outcome of the entry :meth:`append_nowait` appended at
+        ``index``, once decided (now if it is: UNKNOWN for an index it does not know), from
+        the task that learns it (it must not block; what it raises is logged): no task
+        waits."""
+        self._deliver_acks()
+        ack = self._decided.pop(index, None)
+        callbacks = self._watched.get(index) if ack is None else None
+        if callbacks is not None:
+            callbacks.append(callback)
+            return
+        callback(ack if ack is not None else Ack(index, -1, ResponseCode.UNKNOWN))
 
     async def _wait(self, entry: DLedgerEntry) -> Ack:
-        self._waiters[entry.index] = (trio.Event(), [])
+        self._watched.setdefault(entry.index, [])
         self._wake.set()
+        self._written.set()
         return await self.wait_ack(entry.index)
 
     def _deliver_acks(self) -> None:
@@ -354,22 +402,28 @@ class DLedgerServer:
             if self.on_commit is not None:
                 self.on_commit()
         for ack in node.take_acks():
-            waiter = self._waiters.pop(ack.index, None)
-            if waiter is not None:
-                waiter[1].append(ack)
-                waiter[0].set()
-                # for wait_ack, which may come after the outcome (the oldest dropped beyond
-                # maxPendingRequestsNum: answered UNKNOWN if asked for at last)
-                self._decided[ack.index] = ack
-                if len(self._decided) > self.config.max_pending_requests_num:
-                    del self._decided[next(iter(self._decided))]
+            self._decide(ack)
+
+    def _decide(self, ack: Ack) -> None:
+        """``ack`` to those waiting for it, or kept for a later wait_ack / on_ack (the oldest
+        dropped beyond maxPendingRequestsNum: UNKNOWN if asked for at last)."""
+        callbacks = self._watched.pop(ack.index, None)
+        if callbacks is None:
+            return
+        if not callbacks:
+            self._decided[ack.index] = ack
+            if len(self._decided) > self.config.max_pending_requests_num:
+                del self._decided[next(iter(self._decided))]
+            return
+        for callback in callbacks:
+            try:
+                callback(ack)
+            except Exception:
+                log.exception("the callback of entry %d failed", ack.index)
 
     def _fail_waiters(self) -> None:
-        for index, (event, box) in self._waiters.items():
-            box.append(Ack(index, -1, ResponseCode.TERM_CHANGED))
-            self._decided[index] = box[0]
-            event.set()
-        self._waiters.clear()
+        for index in list(self._watched):
+            self._decide(Ack(index, -1, ResponseCode.TERM_CHANGED))
 
 
 def member_configs(

@@ -9,7 +9,9 @@ extends its ``CommitLog``.
   its append hook stamps PHYSICALOFFSET: consume queues and message ids point into the DLedger
   data files, byte-compatible with a Java member's.
 - **Acknowledgement**: a put answers once a majority of the group has its entry
-  (:meth:`DLedgerCommitLog.wait_quorum`, the store's ``replica_waiter``); DLedger's outcomes map
+  (:meth:`DLedgerCommitLog.wait_quorum`, the store's ``replica_waiter``; for a send served in
+  the connection's reader, :meth:`DLedgerCommitLog.on_quorum` through the store's
+  ``defer_durable``, its answer written by the callback); DLedger's outcomes map
   to Java's put statuses (:data:`PUT_STATUS`): WAIT_QUORUM_ACK_TIMEOUT after
   ``maxWaitAckTimeMs`` (2.5 s) and an entry that could not be appended (not the leader, too
   many waiting) are OS_PAGECACHE_BUSY, a lost leadership UNKNOWN_ERROR.  As in DLedger 0.2.6,
@@ -54,7 +56,7 @@ import collections
 import logging
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import trio
@@ -76,11 +78,16 @@ from pymq.dledger.errors import DLedgerError, ResponseCode
 from pymq.dledger.server import DLedgerServer
 from pymq.dledger.store import BLANK_MAGIC_CODE, BODY_OFFSET, DLedgerFileStore, delete_files
 from pymq.store.clean_service import CleanCommitLogService, disk_used_ratio
-from pymq.store.commitlog import CommitLog
+from pymq.store.commitlog import CommitLog, DispatchHint
 from pymq.store.config import MessageStoreConfig
 from pymq.store.mapped_file import MappedFile
 from pymq.store.mapped_file_queue import DELETE_FILES_BATCH_MAX, MappedFileAllocator
-from pymq.store.reput import ReputMessageService
+from pymq.store.reput import (
+    _SCHEDULE_TOPIC_B,
+    ReputMessageService,
+    _dispatch_hinted,
+    _record_hints,
+)
 from pymq.store.results import PUT_OK, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger(__name__)
@@ -352,18 +359,37 @@ class DLedgerCommitLog(CommitLog):
             if not self._pending[oldest]:
                 del self._pending[oldest]
 
-    async def wait_quorum(self, end: int) -> PutMessageStatus:
-        """The store's ``replica_waiter``: PUT_OK once a majority has the entry of the put
-        ending at ``end``, else the status :data:`PUT_STATUS` gives its outcome."""
+    def _take_pending(self, end: int) -> int | None:
+        """The entry index the put ending at ``end`` waits for (taken: asked for once)."""
         indexes = self._pending.get(end)
         if not indexes:
-            return PutMessageStatus.UNKNOWN_ERROR
+            return None
         index = indexes.popleft()
         self._pending_count -= 1
         if not indexes:
             del self._pending[end]
+        return index
+
+    async def wait_quorum(self, end: int) -> PutMessageStatus:
+        """The store's ``replica_waiter``: PUT_OK once a majority has the entry of the put
+        ending at ``end``, else the status :data:`PUT_STATUS` gives its outcome."""
+        index = self._take_pending(end)
+        if index is None:
+            return PutMessageStatus.UNKNOWN_ERROR
         ack = await self.server.wait_ack(index)
         return PUT_STATUS.get(ack.code, PutMessageStatus.UNKNOWN_ERROR)
+
+    def on_quorum(self, end: int, callback: Callable[[PutMessageStatus], None]) -> None:
+        """:meth:`wait_quorum` without a waiting task: ``callback(status)`` once the entry
+        of the put ending at ``end`` is decided (the inline sends' way: their answers are
+        written by the callback)."""
+        index = self._take_pending(end)
+        if index is None:
+            callback(PutMessageStatus.UNKNOWN_ERROR)
+            return
+        self.server.on_ack(
+            index, lambda ack: callback(PUT_STATUS.get(ack.code, PutMessageStatus.UNKNOWN_ERROR))
+        )
 
     # --- reads -----------------------------------------------------------------------------------
 
@@ -412,11 +438,21 @@ class DLedgerCommitLog(CommitLog):
             return -1
 
 
+READ_WINDOW = 256 * 1024
+"""Bytes of a data file the DLedger reput reads at a time (a larger entry is read alone)."""
+
+
 class DLedgerReputMessageService(ReputMessageService):
     """Reput over the DLedger log: entry by entry up to the committed position, each body's
     record dispatched (its PHYSICALOFFSET is the entry's position + 48); a blank moves on to
     the next file.  An entry whose body is no record stops dispatch there (logged once),
-    as the plain reput stops at a bad record."""
+    as the plain reput stops at a bad record.
+
+    The data is read :data:`READ_WINDOW` bytes at a time; each record goes through the plain
+    reput's C dispatch (``record_hints`` then ``dispatch_hinted``, one record a call: entries
+    are not contiguous records), and a record that leaves (a consume-queue or index file to
+    make or roll, properties not strictly formed, a delayed message's topic) is parsed and
+    dispatched by the Python loop, as the plain reput does."""
 
     commitlog: DLedgerCommitLog
 
@@ -440,26 +476,41 @@ class DLedgerReputMessageService(ReputMessageService):
             self.reput_from_offset = cl.min_offset
         end = cl.max_offset
         listener = self._safe_listener if self.listener is not None else None
-        self._wanted = (
+        wanted = self._wanted = (
             self.listener_topics()
             if listener is not None and self.listener_topics is not None
             else None
         )
+        table = self.table
+        buf, base = b"", 0  # the data file's bytes from the absolute offset base on
         done = 0
         while self.reput_from_offset < end and done < budget:
             offset = self.reput_from_offset
-            head = data.read(offset, _ENTRY_START.size)
-            if head is None:
-                return done > 0, False
-            magic, size = _ENTRY_START.unpack(head)
+            at = offset - base
+            if at < 0 or at + _ENTRY_START.size > len(buf):
+                buf, base, at = _read_window(data, offset, end, READ_WINDOW), offset, 0
+                if len(buf) < _ENTRY_START.size:
+                    return done > 0, False
+            magic, size = _ENTRY_START.unpack_from(buf, at)
             if magic == BLANK_MAGIC_CODE:
                 self.reput_from_offset = offset + data.file_size - offset % data.file_size
                 continue
-            raw = data.read(offset, size) if size > BODY_OFFSET else None
+            if size > BODY_OFFSET and at + size > len(buf):  # past the window: read it alone
+                buf, base, at = _read_window(data, offset, end, size), offset, 0
+            record_end = at + size
+            if size > BODY_OFFSET and record_end <= len(buf):
+                try:
+                    if self._dispatch_hinted(buf, base, at, size, listener, wanted):
+                        done += 1
+                        continue
+                except OSError as exc:  # a file that cannot be created: retry later
+                    self._block(exc)
+                    return done > 0, False
             try:
-                if raw is None:
+                if size <= BODY_OFFSET or record_end > len(buf):
                     raise RecordError(f"entry of size {size}")
-                info = read_record_info(raw, BODY_OFFSET, check_crc=False)
+                entry = memoryview(buf)[at:record_end]
+                info = read_record_info(entry, BODY_OFFSET, check_crc=False)
             except (BlankRecord, RecordError) as exc:
                 if self._reported_bad != offset:
                     self._reported_bad = offset
@@ -471,13 +522,59 @@ class DLedgerReputMessageService(ReputMessageService):
             ):  # fmt: skip
                 return done > 0, True
             try:
-                self.table.dispatch(info, listener)
+                table.dispatch(info, listener)
             except OSError as exc:
                 self._block(exc)
                 return done > 0, False
             self.reput_from_offset = offset + size
             done += 1
         return done > 0, self.reput_from_offset < end and done >= budget
+
+    def _dispatch_hinted(
+        self,
+        buf: bytes,
+        base: int,
+        at: int,
+        size: int,
+        listener: Any,
+        wanted: Container[str] | None,
+    ) -> bool:
+        """The entry of ``size`` bytes at ``buf[at:]`` (``buf`` read from offset ``base``)
+        dispatched by the plain reput's C calls: True once done (reput_from_offset past it);
+        False, nothing of it done, when the Python loop must judge it.  What stopped the C
+        dispatch (an OSError: a file it could not write) is raised."""
+        record_at, record_end = at + BODY_OFFSET, at + size
+        rows, _ = _record_hints(
+            buf, record_at, record_end, base, 1, _SCHEDULE_TOPIC_B, DispatchHint
+        )
+        if not rows:
+            return False
+        table = self.table
+        n, _, _, last_ts, exc = _dispatch_hinted(
+            collections.deque(rows), buf, record_at, record_end, base + record_at, 1,
+            table.queues, listener, table.index, wanted,
+        )  # fmt: skip
+        if last_ts >= 0:
+            table.logics_msg_timestamp = last_ts
+        if n:
+            self.reput_from_offset = base + record_end
+        if exc is not None:
+            try:
+                raise exc
+            finally:
+                del exc
+        return n > 0
+
+
+def _read_window(data: Any, offset: int, end: int, size: int) -> bytes:
+    """Up to ``size`` bytes of the data files from ``offset``, within its file, its written
+    bytes and ``end``; empty when no file holds ``offset``."""
+    f = data.find(offset)
+    if f is None:
+        return b""
+    rel = offset - f.offset
+    want = min(size, f.wrote - rel, end - offset)
+    return os.pread(f.fd, want, rel) if want > 0 else b""
 
 
 HOUR_MS = 3600 * 1000

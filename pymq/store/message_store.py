@@ -145,6 +145,18 @@ def _durable(
     callback(result)
 
 
+def _quorum(
+    result: PutMessageResult,
+    callback: Callable[[PutMessageResult], None],
+    status: PutMessageStatus,
+) -> None:
+    """defer_durable's waiter in DLedger mode: ``callback(result)``, its status the entry's
+    outcome's unless PUT_OK."""
+    if status is not PutMessageStatus.PUT_OK:
+        result.status = status
+    callback(result)
+
+
 def _late_answer(result: PutMessageResult, late: Callable[[PutMessageResult], bytes]) -> bytes:
     """hold_answer's timeout: ``late(result)``, its status FLUSH_DISK_TIMEOUT."""
     _flush_timed_out(result)
@@ -950,8 +962,17 @@ class DefaultMessageStore:
     ) -> bool:
         """SYNC_FLUSH without a waiting task: True if ``callback(result)`` will be called once
         the appended bytes are on disk (status FLUSH_DISK_TIMEOUT after syncFlushTimeout);
-        False if there is nothing to wait for (answer now).  Not for SYNC_MASTER (the slave
-        wait needs a task: use :meth:`put`)."""
+        False if there is nothing to wait for (answer now).  In DLedger mode, once a majority
+        of the group has the entry, whatever WAIT says (:meth:`_wait_durable`'s rule; the
+        status as ``wait_quorum`` gives it).  Not for a SYNC_MASTER master/slave pair (the
+        slave wait needs a task: use :meth:`put`)."""
+        if self.dledger is not None:
+            if result.status is not PUT_OK:
+                return False
+            self.dledger.on_quorum(
+                result.wrote_offset + result.wrote_bytes, partial(_quorum, result, callback)
+            )
+            return True
         end = self._sync_flush_end(result, wait)
         if end is None:
             return False

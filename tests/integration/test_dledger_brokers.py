@@ -481,3 +481,57 @@ async def test_the_leader_killed_under_load_loses_nothing_acknowledged(
         assert acked <= bodies, f"{len(acked - bodies)} acknowledged messages lost"
         assert_dense(pulled)
         nursery.cancel_scope.cancel()
+
+
+async def test_sends_to_the_leader_are_served_in_the_reader_and_answered_at_the_commit(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send to a topic that exists is put in the connection's reader (no task per request,
+    as a SYNC_FLUSH broker's) and its answer written when the entry commits (a majority has
+    it): pipelined sends, single and batch, are all SEND_OK, and each answer comes when the
+    leader's committed index has its entry."""
+    from pymq.broker.processors.send import SendProcessor
+
+    tasks: list[int] = []
+    real = SendProcessor.send_message
+
+    async def counted(self: SendProcessor, channel: Any, req: RemotingCommand) -> Any:
+        tasks.append(req.code)
+        return await real(self, channel, req)
+
+    monkeypatch.setattr(SendProcessor, "send_message", counted)
+    namesrv = make_namesrv(tmp_path)
+    async with trio.open_nursery() as nursery:
+        ns_port = await nursery.start(namesrv.run)
+        group = Group(tmp_path, ns_port, nursery)
+        for sid in ("n0", "n1", "n2"):
+            await group.start(sid)
+        leader = await group.master()
+        addrs = [b.broker_addr for b in group.brokers.values()]
+        await topic_admin.create_topic(group.ns, TOPIC, queues=QUEUES, brokers=addrs)
+        dledger = leader.store.dledger
+        assert dledger is not None
+        log = dledger.dledger
+        committed_at_answer: list[tuple[int, int]] = []
+        ext = H.SendMessageRequestHeader.v2_ext("pg", TOPIC, 0, 0, 1, 0, "", False)
+        async with open_remoting_client() as client:
+
+            async def send(i: int) -> None:
+                req = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, b"inline-%d" % i)
+                answer = await client.invoke(leader.broker_addr, req, 10)
+                assert answer.code == ResponseCode.SUCCESS, answer
+                offset = int(answer.ext_fields["queueOffset"])
+                committed_at_answer.append((offset, log.committed_index))
+
+            async with trio.open_nursery() as senders:  # pipelined on one connection
+                for i in range(64):
+                    senders.start_soon(send, i)
+        assert sorted(o for o, _ in committed_at_answer) == list(range(64))
+        # one entry per message from index 0 on: answered once its entry was committed
+        assert all(committed >= offset for offset, committed in committed_at_answer)
+        async with Producer("pg-batch", group.ns) as producer:
+            batch = [Message(TOPIC, b"batch-%d" % i) for i in range(5)]
+            result = await producer.send_batch(batch)
+            assert result.status == "SEND_OK"
+        assert tasks == []  # none went through the task of send_message
+        nursery.cancel_scope.cancel()

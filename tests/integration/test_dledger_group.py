@@ -212,3 +212,56 @@ async def test_a_store_failure_is_answered_with_its_code_and_the_member_goes_on(
         answer = await client.invoke(f"127.0.0.1:{port}", meta)
         assert decode(MetadataResponse, answer.body).leader_id == "n0"
         nursery.cancel_scope.cancel()
+
+
+async def test_an_idle_follower_sleeps_until_its_heartbeat_timeout_and_flushes_on_writes(
+    tmp_path,
+) -> None:
+    """A follower's only timer is its leader's heartbeat timeout: idle, its state maintainer
+    runs when a heartbeat comes or the timeout is due, not every 10 ms, and its flusher sleeps
+    until something is written (then it fsyncs within flushFileInterval, as before); a
+    follower whose leader is gone still becomes a candidate in time."""
+    async with trio.open_nursery() as nursery:
+        group = Group(str(tmp_path), nursery)
+        for pid in ("n0", "n1", "n2"):
+            await group.start(pid)
+        await wait_until(lambda: group.leader() is not None, timeout=10, what="a leader")
+        leader = group.leader()
+        assert leader is not None and leader.node is not None
+        followers = [s for s in group.servers.values() if s is not leader]
+        ticks = {id(s): 0 for s in followers}
+        flushes = {id(s): 0 for s in followers}
+        for s in followers:
+            node, store = s.node, s.store
+            assert node is not None and store is not None
+
+            def counted_tick(now: float, s=s, real=node.tick) -> list:  # type: ignore[no-untyped-def]
+                ticks[id(s)] += 1
+                return real(now)
+
+            def counted_dirty(s=s, real=store.dirty) -> bool:  # type: ignore[no-untyped-def]
+                flushes[id(s)] += 1
+                return real()
+
+            node.tick = counted_tick  # type: ignore[method-assign]
+            store.dirty = counted_dirty  # type: ignore[method-assign]
+        await trio.sleep(1.0)
+        # heartbeats every 200 ms wake it (about 5 in a second), not 100 ticks of 10 ms
+        for s in followers:
+            assert ticks[id(s)] <= 15, ticks
+            assert flushes[id(s)] <= 15, flushes
+        for i in range(20):
+            assert (await leader.append(b"w%d" % i)).code is ResponseCode.SUCCESS
+        for s in followers:  # written, then fsynced within flushFileInterval (10 ms)
+            store = s.store
+            assert store is not None
+            await wait_until(lambda store=store: not store.dirty(), timeout=2, what="fsynced")
+        assert leader.node is not None
+        old = leader.node.self_id
+        group.kill(old)  # its followers' timeout comes: one of them leads
+        await wait_until(
+            lambda: group.leader() is not None and group.leader() is not leader,
+            timeout=10,
+            what="a new leader",
+        )
+        nursery.cancel_scope.cancel()

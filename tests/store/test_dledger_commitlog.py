@@ -6,6 +6,7 @@ is carried over (read below the divided offset, the DLedger log after it)."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 import itertools
 import os
@@ -16,7 +17,7 @@ import attrs
 from pymq.common.record import decode_record
 from pymq.dledger.config import from_store_config
 from pymq.dledger.store import BODY_OFFSET
-from pymq.store import GetMessageStatus, PutMessageStatus
+from pymq.store import GetMessageStatus, PutMessageStatus, dledger_commitlog
 from pymq.store.config import BrokerRole
 from pymq.store.message_store import DefaultMessageStore
 from tests.helpers import free_port, wait_until
@@ -294,3 +295,100 @@ async def test_a_carried_over_log_expires_by_the_plain_rule_before_any_dledger_f
         assert store.get_min_offset_in_queue("TopicTest", 0) == 30
         got = store.get_message("g", "TopicTest", 0, 30, 4)
         assert [decode_record(m).queue_offset for m in got.messages] == [30, 31, 32, 33]
+
+
+async def test_reput_dispatches_as_the_plain_reput_and_parses_only_what_it_must(
+    tmp_path, monkeypatch
+) -> None:
+    """The DLedger reput dispatches each committed record through the plain reput's C calls
+    (record_hints, dispatch_hinted) and parses in Python only the records those leave (a
+    consume-queue file to make, a delayed message's topic): the consume queues and the index
+    are what a plain store's reput makes of the same messages."""
+    parsed: list[int] = []
+    real = dledger_commitlog.read_record_info
+
+    def counting(*args: object, **kw: object) -> object:
+        parsed.append(1)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dledger_commitlog, "read_record_info", counting)
+    messages = [
+        make_message(
+            topic=f"Topic{i % 2}", queue_id=i % 3, body=b"b%d" % i * 50, tags=f"T{i % 4}",
+            keys=f"k{i} shared",
+        )
+        for i in range(90)
+    ] + [make_message(body=b"later", keys="delayed", DELAY="3")]  # fmt: skip
+    small_queues = {"mapped_file_size_consume_queue": 20 * 20}  # a new queue file every 20
+    stores: dict[str, list[tuple[int, int, int]]] = {}
+    found: dict[str, int] = {}
+    plain = small_config(str(tmp_path / "plain"), **small_queues)
+    config = dledger_config(str(tmp_path / "dledger"), free_port(), **small_queues)
+    for name, cfg, extra in (("plain", plain, {}), ("dledger", config, kwargs(config))):
+        async with running_store(cfg, **extra) as store:  # type: ignore[arg-type]
+            if name == "dledger":
+                await leading(store)
+            for msg in messages:
+                assert (await store.put(copy.deepcopy(msg))).status is PutMessageStatus.PUT_OK
+            queues = [(f"Topic{t}", q) for t in (0, 1) for q in range(3)]
+            queues.append(("SCHEDULE_TOPIC_XXXX", 2))
+            await wait_until(
+                lambda: sum(store.get_max_offset_in_queue(*tq) for tq in queues) == 91,  # noqa: B023
+                timeout=10,
+            )
+            rows = []
+            for topic, queue_id in queues:
+                cq = store.consume_queues.find(topic, queue_id)
+                assert cq is not None
+                for i in range(cq.max_offset_in_queue):
+                    entry = cq.get_entry(i)
+                    assert entry is not None
+                    phy, size, tags = entry
+                    raw = store.select_one_message_by_offset(phy, size)
+                    assert raw is not None
+                    record = decode_record(raw)
+                    assert record.queue_offset == i and record.commitlog_offset == phy
+                    if topic == "SCHEDULE_TOPIC_XXXX":  # its tags code: when it is due
+                        tags -= record.store_timestamp
+                    rows.append((size, tags, record.body_crc))
+            stores[name] = rows
+            for key in ("k7", "shared", "delayed"):
+                hit = store.query_message(
+                    "SCHEDULE_TOPIC_XXXX" if key == "delayed" else "Topic1", key, 64, 0, 2**62
+                )
+                found[f"{name}:{key}"] = len(hit.messages)
+    assert stores["dledger"] == stores["plain"]
+    assert found["dledger:k7"] == found["plain:k7"] == 1
+    assert found["dledger:shared"] == found["plain:shared"] == 45
+    assert found["dledger:delayed"] == found["plain:delayed"] == 1
+    # Parsed: a queue's first record and each one that starts a queue file (6 queues of 15,
+    # 0 and 20 wanting a file), and the delayed one: never the others.
+    assert 0 < len(parsed) <= 6 * 2 + 1, len(parsed)
+
+
+async def test_defer_durable_calls_back_once_a_majority_has_the_entry(tmp_path) -> None:
+    """The inline sends' wait in DLedger mode (defer_durable, no task): the callback gets the
+    result once the entry is committed (a group of one commits at once), PUT_OK whatever WAIT
+    says; a put it does not know of is UNKNOWN_ERROR at once; a refused put is not waited
+    for.  (A leader without its majority: test_dledger_brokers' leader alone.)"""
+    config = dledger_config(str(tmp_path), free_port())
+    got: list[tuple[PutMessageStatus, int]] = []
+    async with running_store(config, **kwargs(config)) as store:  # type: ignore[arg-type]
+        await leading(store)
+        dledger = store.dledger
+        assert dledger is not None
+        log = dledger.dledger
+        result = store.put_now(make_message(body=b"deferred"))
+        assert result.status is PutMessageStatus.PUT_OK
+        assert store.defer_durable(
+            result, "false", lambda r: got.append((r.status, log.committed_index))
+        )
+        await wait_until(lambda: got, timeout=5)
+        assert got == [(PutMessageStatus.PUT_OK, 0)]
+        stray = store.put_now(make_message(body=b"x"))
+        stray.wrote_bytes += 1  # an end no put had
+        assert store.defer_durable(stray, None, lambda r: got.append((r.status, -2)))
+        assert got[-1] == (PutMessageStatus.UNKNOWN_ERROR, -2)
+        refused = attrs.evolve(result, status=PutMessageStatus.OS_PAGECACHE_BUSY)
+        assert not store.defer_durable(refused, None, lambda r: got.append((r.status, -3)))
+        assert len(got) == 2

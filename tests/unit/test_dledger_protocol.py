@@ -12,6 +12,7 @@ from pymq.dledger.protocol import (
     RESPONSES,
     AppendEntryRequest,
     AppendEntryResponse,
+    EntryTexts,
     GetEntriesRequest,
     GetEntriesResponse,
     HeartBeatRequest,
@@ -173,6 +174,7 @@ def test_the_codes_are_dledger_026s() -> None:
 @pytest.mark.parametrize(("message", "java"), JAVA_BODIES)
 def test_bodies_are_written_and_read_as_java_writes_them(message, java) -> None:
     assert encode(message).decode() == java
+    assert encode(message, EntryTexts()).decode() == java  # a leader's pushes: the same bytes
     assert decode(type(message), java.encode()) == message
 
 
@@ -275,3 +277,70 @@ def test_a_batch_push_of_the_largest_batch_round_trips() -> None:
         entries
     )
     assert back.first_entry_index == 0 and back.last_entry_index == MAX_BATCH_ENTRIES - 1
+
+
+def test_a_pushed_entrys_text_is_written_once_for_every_follower() -> None:
+    """The leader writes an entry's JSON once (EntryTexts) and splices it into the push to
+    each follower: the bytes are encode's, for one entry, a batch, and fields that need
+    fastjson's escapes (written by its writer then)."""
+    texts = EntryTexts()
+    batch = [DLedgerEntry(index=i, term=2, body=bytes(range(i, i + 40)), pos=100 * i)
+             for i in range(5, 9)]  # fmt: skip
+    pushes = [
+        PushEntryRequest(group="g", remote_id=f"n{peer}", leader_id="n0", term=2,
+                         batch_entry=batch, commit_index=4)
+        for peer in (1, 2)
+    ] + [
+        PushEntryRequest(group="g", remote_id="n1", leader_id="n0", term=2, entry=batch[0]),
+        PushEntryRequest(group='g"\\\u00e9', remote_id="n1", leader_id="n0", term=2, entry=ENTRY),
+        PushEntryRequest(group="g", term=2, type=PushType.COMPARE, entry=ENTRY),
+        PushEntryRequest(group="g", term=2, type=PushType.COMMIT),
+    ]  # fmt: skip
+    for push in pushes:
+        assert encode(push, texts) == encode(push)
+        assert decode(PushEntryRequest, encode(push, texts)) == push
+    first = texts.text(batch[0])
+    assert texts.text(batch[0]) is first  # written once, reused
+    # An index rewritten (a truncated log appended anew) is a new entry: written anew.
+    rewritten = DLedgerEntry(index=5, term=3, body=b"other", pos=500)
+    assert texts.text(rewritten) is not first
+    assert (
+        texts.text(rewritten)
+        == encode(GetEntriesResponse(entries=[rewritten])).decode()[
+            len('{"code":200,"entries":[') : -len('],"term":-1}')
+        ]
+    )
+
+
+def test_entry_texts_are_bounded_in_bytes() -> None:
+    texts = EntryTexts(limit=1000)
+    entries = [DLedgerEntry(index=i, term=1, body=bytes(300), pos=i * 400) for i in range(10)]
+    kept = [texts.text(e) for e in entries]
+    assert sum(len(t) for t in kept[-2:]) <= 1000 < sum(len(t) for t in kept[-3:])
+    assert texts.text(entries[-1]) is kept[-1]  # the newest stay
+    assert texts.text(entries[0]) is not kept[0]  # the oldest went (written anew)
+    big = DLedgerEntry(index=20, term=1, body=bytes(5000), pos=9000)
+    assert texts.text(big) is texts.text(big)  # one over the limit is still kept alone
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "AQID/w==", "AQID/w=", "AQID/w===", "AQ==AQ==", "=AQI", "AQI", "A", "AQ\\nID", "AQ ID",
+     "AQ-_", "AQIDé", "AQID\\u0000", "QUJD", "QUJDRA", "QUJDRA=="],
+)  # fmt: skip
+def test_base64_bodies_are_taken_and_refused_as_b64decode_validate_does(text: str) -> None:
+    """Bodies are read by binascii's strict mode: what b64decode(validate=True) takes."""
+    import base64
+    import binascii
+    import json
+
+    try:
+        expected: bytes | None = base64.b64decode(text.encode("utf-8"), validate=True)
+    except (binascii.Error, ValueError):
+        expected = None
+    body = json.dumps({"body": json.loads(f'"{text}"')}).encode()
+    if expected is None:
+        with pytest.raises(ProtocolError, match="not base64"):
+            decode(AppendEntryRequest, body)
+    else:
+        assert decode(AppendEntryRequest, body).body == expected

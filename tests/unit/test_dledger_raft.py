@@ -418,3 +418,20 @@ def test_entries_ready_at_a_push_go_in_batches_and_commit(tmp_path) -> None:
     assert sim.run(3000, until=lambda: leader.log.committed_index == last)
     for node in sim.nodes.values():
         assert _entries(node) == _entries(leader)
+
+
+def test_a_followers_one_timer_is_its_leaders_heartbeat_timeout(tmp_path) -> None:
+    """follower_timeout: what the shell sleeps on as a follower (its leader's heartbeat
+    timeout, maxHeartBeatLeak x heartBeatTimeIntervalMs after the last heartbeat); None as
+    a leader or a candidate, which tick every 10 ms."""
+    sim = Sim(tmp_path)
+    leader = _elect(sim)
+    assert leader.follower_timeout(sim.now) is None
+    follower = next(n for n in sim.nodes.values() if n is not leader)
+    leak = follower.config.max_heart_beat_leak * follower.config.heart_beat_time_interval_ms
+    due = follower.last_leader_heartbeat + leak
+    assert follower.follower_timeout(sim.now) == due - sim.now
+    assert follower.follower_timeout(due + 5) == 0
+    assert follower.tick(due) == [] and follower.role is Role.FOLLOWER  # not past it yet
+    follower.tick(due + 1)
+    assert follower.role is Role.CANDIDATE and follower.follower_timeout(due + 1) is None

@@ -644,12 +644,13 @@ class SendProcessor:
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand | bytes | None:
         """:meth:`send_run`'s way with a frame its readers leave (``req``, decoded): a message
-        or a batch to a topic that exists, not as SYNC_MASTER, served in the connection's
-        reader with no task.  With SYNC_FLUSH the answer is sent by the group commit once the
-        bytes are on disk (``ANSWER_LATER``).  None hands the request to :meth:`send_message`
-        (auto-create, retry topics, slave waits)."""
+        or a batch to a topic that exists, not as the master of a SYNC_MASTER pair, served in
+        the connection's reader with no task.  With SYNC_FLUSH the answer is sent by the group
+        commit once the bytes are on disk, in DLedger mode once a majority of the group has
+        the entries (``ANSWER_LATER``: store.defer_durable).  None hands the request to
+        :meth:`send_message` (auto-create, retry topics, slave waits)."""
         store = self.ctx.store
-        if store.config.broker_role is _SYNC_MASTER:
+        if store.config.broker_role is _SYNC_MASTER and store.dledger is None:
             return None
         done = self._decode_and_put(channel, req)
         if done is None or isinstance(done, RemotingCommand):

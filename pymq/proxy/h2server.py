@@ -306,7 +306,7 @@ class H2Server:
         stream = self.streams.get(stream_id)
         if stream is None or stream.local_closed:
             return 0
-        return min(self.send_window, stream.send_window)
+        return max(0, min(self.send_window, stream.send_window))
 
     def _live(self, stream_id: int) -> _Stream:
         stream = self.streams.get(stream_id)

@@ -21,7 +21,7 @@ What it does (the RFC's sections in brackets):
   nothing between them; every block is decoded (HPACK state), also on a stream refused or
   closed; its compressed size is bounded (``4 * max_header_list_size + 1024``: past it,
   ENHANCE_YOUR_CALM) and its decoded size by MAX_HEADER_LIST_SIZE (hpack's check);
-- a request's header block checked as RFC 9113 8.2 and 8.3 ask (:func:`malformed`): a
+- a request's header block checked as RFC 9113 8.2 and 8.3 ask (:func:`request_headers`): a
   malformed one resets its stream PROTOCOL_ERROR, the connection goes on (8.1.1);
 - stream states (5.1) for client-initiated streams: idle, open, half-closed (either side),
   closed.  A new stream's id must be odd and above every earlier one (5.1.1); DATA,
@@ -50,8 +50,8 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 import hpack
 
@@ -601,17 +601,11 @@ class H2Server:
                     f"more than the {self.max_concurrent_streams} concurrent streams allowed",
                 )
             raise _StreamError(sid, ErrorCode.REFUSED_STREAM, "too many concurrent streams")
-        try:
-            text = [(name.decode(), value.decode()) for name, value in fields]
-        except UnicodeDecodeError:
-            raise _StreamError(
-                sid, ErrorCode.PROTOCOL_ERROR, "a header field that is not UTF-8"
-            ) from None
-        problem = malformed(text)
-        if problem is not None:
-            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, problem)
+        headers = request_headers(fields)
+        if type(headers) is str:
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, headers)
         self.streams[sid] = _Stream(self.peer_initial_window, self.initial_window_size, ended)
-        events.append(RequestReceived(sid, dict(text), ended))
+        events.append(RequestReceived(sid, cast(dict[str, str], headers), ended))
 
     def _window_update(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) != 4:
@@ -700,39 +694,52 @@ _BAD_NAME = re.compile(r"[^\x21-\x39\x3b-\x40\x5b-\x7e]")
 _BAD_VALUE = re.compile(r"[\x00\n\r]")
 
 
-def malformed(fields: list[tuple[str, str]]) -> str | None:
-    """What makes a request's header block malformed (RFC 9113 8.2, 8.3), or None: the
+def request_headers(fields: Iterable[tuple[bytes, bytes]]) -> dict[str, str] | str:
+    """A request's header fields decoded (UTF-8), as a dict (a regular field repeated: its
+    last value), or what makes the block malformed (RFC 9113 8.2, 8.3), in one pass: the
     characters of all names and of all values each checked in one search."""
-    pseudo: dict[str, str] = {}
+    headers: dict[str, str] = {}
+    regular = False  # a regular field seen (pseudo-headers must all come before)
     host: str | None = None
     names: list[str] = []  # the regular ones
     values: list[str] = []
-    for name, value in fields:
-        if name[:1] == ":":
-            if names or name not in _REQUEST_PSEUDO or name in pseudo:
-                return f"pseudo-header {name} out of place, unknown or repeated"
-            pseudo[name] = value
-        else:
-            if not name:
-                return "an empty header name"
-            names.append(name)
-            if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
-                return f"connection-specific header {name}"
-            if name == "host":
-                if host is not None:
-                    return "more than one host header"
-                host = value
-        if value:
-            if value[0] in " \t" or value[-1] in " \t":
-                return f"the value of {name} begins or ends with a blank"
-            values.append(value)
+    try:
+        for raw_name, raw_value in fields:
+            name = raw_name.decode()
+            value = raw_value.decode()
+            if name[:1] == ":":
+                if regular or name not in _REQUEST_PSEUDO or name in headers:
+                    return f"pseudo-header {name} out of place, unknown or repeated"
+            else:
+                if not name:
+                    return "an empty header name"
+                regular = True
+                names.append(name)
+                if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
+                    return f"connection-specific header {name}"
+                if name == "host":
+                    if host is not None:
+                        return "more than one host header"
+                    host = value
+            if value:
+                if value[0] in " \t" or value[-1] in " \t":
+                    return f"the value of {name} begins or ends with a blank"
+                values.append(value)
+            headers[name] = value
+    except UnicodeDecodeError:
+        return "a header field that is not UTF-8"
     if _BAD_NAME.search("".join(names)):
         return "an illegal character in a header name"
     if _BAD_VALUE.search("".join(values)):
         return "NUL, CR or LF in a header value"
-    if ":method" not in pseudo or ":scheme" not in pseudo or not pseudo.get(":path"):
+    return _missing(headers, host) or headers
+
+
+def _missing(headers: dict[str, str], host: str | None) -> str | None:
+    """What a request's fields lack (its pseudo-headers, a consistent authority), or None."""
+    if ":method" not in headers or ":scheme" not in headers or not headers.get(":path"):
         return "a request needs :method, :scheme and a :path"
-    authority = pseudo.get(":authority")
+    authority = headers.get(":authority")
     if authority is None and host is None:
         return "a request needs :authority or host"
     if authority is not None and host is not None and authority != host:

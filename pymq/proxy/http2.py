@@ -32,6 +32,9 @@ Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
   (the remoting servers' :class:`~pymq.remoting.limits.SharedBudget`): past the cap a call that
   is still receiving fails with ``RESOURCE_EXHAUSTED``;
 - messages queued on a streaming call and not yet read by its handler: ``max_queued_messages``;
+- a request's header block: ``max_header_list_size`` (SETTINGS_MAX_HEADER_LIST_SIZE, counted
+  as HPACK counts it) decoded, ``4 * max_header_list_size + 1024`` bytes compressed; past
+  either the connection is closed (GOAWAY ENHANCE_YOUR_CALM: its HPACK state is lost);
 - a TLS handshake (``tls.server.mode`` permissive or enforcing, as on the remoting ports):
   its timeout, and the connections in one count against ``max_connections``;
 - time: a unary request must arrive whole within ``receive_timeout`` and a streamed message

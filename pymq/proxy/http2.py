@@ -591,7 +591,9 @@ class _Decoder(hpack.Decoder):
     def __init__(self) -> None:
         super().__init__()
         self._generation = 0  # counts the blocks that may have changed the table
-        self._heads: dict[tuple[bytes, bool], tuple[int, list[Any]]] = {}
+        # A kept head: the generation it was decoded in, its fields, their size as counted
+        # against max_header_list_size.
+        self._heads: dict[tuple[bytes, bool], tuple[int, list[Any], int]] = {}
 
     def decode(self, data: bytes, raw: bool = False) -> list[Any]:
         walked = _plain_tail(data)
@@ -608,15 +610,16 @@ class _Decoder(hpack.Decoder):
                     "Encoder did not shrink table size to within the max"
                 )
             headers = list(kept[1])
+            size = kept[2]
         else:
             if not reads_only:
                 self._generation += 1
             headers = cast(list[Any], super().decode(head, raw))
+            size = sum(len(name) + len(value) + 32 for name, value in headers)
             if reads_only:
                 if len(self._heads) >= self.HEADS:
                     self._heads.clear()
-                self._heads[key] = (self._generation, list(headers))
-        size = sum(len(name) + len(value) + 32 for name, value in headers)
+                self._heads[key] = (self._generation, list(headers), size)
         for k in range(0, len(bounds) - 1, 4):
             name = data[bounds[k + 1] : bounds[k + 2]]
             value = data[bounds[k + 3] : bounds[k + 4]]
@@ -626,7 +629,7 @@ class _Decoder(hpack.Decoder):
                     f"A header list larger than {self.max_header_list_size} has been received"
                 )
             if raw:
-                headers.append(hpack.HeaderTuple(name, value))
+                headers.append((name, value))  # hpack's HeaderTuple is a tuple: no need
             else:
                 try:
                     headers.append(hpack.HeaderTuple(name.decode(), value.decode()))

@@ -3,11 +3,11 @@
 RocketMQ 5's clients (the official Python client, PyPI ``rocketmq-python-client``, among them)
 speak ``apache.rocketmq.v2.MessagingService`` over gRPC to a proxy.  pymq serves it from the
 broker, in its nursery tree, on the broker's own services: :mod:`pymq.proxy.http2` is the
-transport (HTTP/2 by ``h2`` on Trio), :mod:`pymq.proxy.service` the RPCs and
-:mod:`pymq.proxy.convert` the mapping of 5.x messages onto what 4.x stores.  The protobuf
-messages are pymq's own (:mod:`pymq.proxy.schema`, on ``protobuf``): no client package is
-imported.  The ``grpc`` extra installs what this package needs (protobuf, h2); nothing here is
-imported unless ``grpcServerPort`` is set.
+transport (HTTP/2 by pymq's sans-IO :mod:`pymq.proxy.h2server` on Trio, HPACK by ``hpack``),
+:mod:`pymq.proxy.service` the RPCs and :mod:`pymq.proxy.convert` the mapping of 5.x messages
+onto what 4.x stores.  The protobuf messages are pymq's own (:mod:`pymq.proxy.schema`, on
+``protobuf``): no client package is imported.  The ``grpc`` extra installs what this package
+needs (protobuf, hpack); nothing here is imported unless ``grpcServerPort`` is set.
 """
 
 from __future__ import annotations
@@ -92,9 +92,9 @@ def grpc_tls(broker: BrokerController) -> TlsServer | None:
 
 
 def grpc_available() -> bool:
-    """Whether the ``grpc`` extra (protobuf and h2) is installed."""
+    """Whether the ``grpc`` extra (protobuf and hpack) is installed."""
     try:
-        import h2  # noqa: F401
+        import hpack  # noqa: F401
         from google.protobuf import message_factory  # noqa: F401
     except ImportError:
         return False

@@ -1,4 +1,5 @@
-"""A gRPC server on Trio: HTTP/2 by the sans-IO ``h2`` state machine, gRPC's message framing here.
+"""A gRPC server on Trio: HTTP/2 by pymq's sans-IO :class:`~pymq.proxy.h2server.H2Server`,
+gRPC's message framing here.
 
 One :class:`GrpcServer` listens; each connection is a task in its nursery, and its calls (HTTP/2
 streams) are served in the connection's nursery, so that the whole server lives in the broker's
@@ -22,7 +23,8 @@ Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
 - connections: ``max_connections``; past it a new connection is closed at once;
 - streams per connection: ``max_concurrent_streams``, advertised in SETTINGS
   (``SETTINGS_MAX_CONCURRENT_STREAMS``); a client opening more breaks the protocol and its
-  connection is closed with GOAWAY; and calls in progress across all connections:
+  connection is closed with GOAWAY (reset ``REFUSED_STREAM`` while it has not acknowledged
+  the server's SETTINGS); and calls in progress across all connections:
   ``max_calls``, past which a new stream is reset ``REFUSED_STREAM`` (a client may retry it);
 - one request message: ``max_message_size`` bytes (the gRPC length prefix is checked before the
   bytes arrive); a bigger one fails its call with ``RESOURCE_EXHAUSTED`` and resets the stream;
@@ -30,6 +32,9 @@ Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
   (the remoting servers' :class:`~pymq.remoting.limits.SharedBudget`): past the cap a call that
   is still receiving fails with ``RESOURCE_EXHAUSTED``;
 - messages queued on a streaming call and not yet read by its handler: ``max_queued_messages``;
+- a request's header block: ``max_header_list_size`` (SETTINGS_MAX_HEADER_LIST_SIZE, counted
+  as HPACK counts it) decoded, ``4 * max_header_list_size + 1024`` bytes compressed; past
+  either the connection is closed (GOAWAY ENHANCE_YOUR_CALM: its HPACK state is lost);
 - a TLS handshake (``tls.server.mode`` permissive or enforcing, as on the remoting ports):
   its timeout, and the connections in one count against ``max_connections``;
 - time: a unary request must arrive whole within ``receive_timeout`` and a streamed message
@@ -41,7 +46,9 @@ Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
 Output is never queued beyond what HTTP/2 flow control lets the peer have: a call's task waits
 for the window, and the socket is written by one task at a time, so a peer that stops reading
 holds at most one response per call, then loses its connection.  Malformed HTTP/2 closes that
-connection (GOAWAY with the h2 error); a malformed message fails that call only.  Compressed
+connection (GOAWAY with the error's code) or, where the error is one stream's (a malformed
+request header block, RFC 9113 8.1.1), resets that stream; a malformed message fails that call
+only.  Compressed
 messages (``grpc-encoding``) are refused with ``UNIMPLEMENTED``: the 5.x clients send none.
 """
 
@@ -51,7 +58,6 @@ import bisect
 import contextlib
 import logging
 import math
-import re
 import struct
 import types
 from collections import deque
@@ -59,15 +65,20 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any, cast
 
 import attrs
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
 import hpack
 import trio
 
+from pymq.proxy.h2server import (
+    ConnectionTerminated,
+    DataReceived,
+    ErrorCode,
+    H2ConnectionError,
+    H2Server,
+    RequestReceived,
+    StreamClosedError,
+    StreamReset,
+    WindowOpened,
+)
 from pymq.remoting.limits import SharedBudget
 from pymq.remoting.listener import ListeningServer
 from pymq.remoting.tls import TlsServer
@@ -258,6 +269,8 @@ class Call:
         sends nothing more, so what fits the window is written with the trailers, in one
         write, rather than now."""
         if not self.headers_sent:
+            if self.reset or self._conn.closed:
+                raise _ConnectionGone
             self.headers_sent = True
             self._conn.h2.send_headers(self.stream_id, _RESPONSE_HEADERS)
         await self._conn.send_data(self, _PREFIX.pack(0, len(message)) + message, flush=not last)
@@ -273,25 +286,16 @@ class _Connection:
         self.budget = server.budget
         self.stream = stream
         self.peer = peer
-        # The server's headers are written already lowercase and valid, so they are not
-        # checked again (a third of the CPU h2 spends on a unary call); the client's request
-        # headers are checked by _malformed, in one pass (h2's checks, a chain of generators
-        # per header, were an eighth of a call's CPU).  The request's header fields come as
-        # bytes and are decoded by _on_request, in one pass (h2's decoding is a generator
-        # building a tuple per field).
-        config = h2.config.H2Configuration(
-            client_side=False,
-            header_encoding=None,
-            validate_inbound_headers=False,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
+        # HTTP/2 by pymq's sans-IO layer (its SETTINGS and connection window queued), HPACK
+        # by hpack: the 5.x clients' metadata read without hpack's general decoder (see
+        # _Decoder), the constant response headers kept encoded (_Encoder).
+        self.h2 = H2Server(
+            max_concurrent_streams=self.limits.max_concurrent_streams,
+            initial_window_size=self.limits.initial_window_size,
+            max_header_list_size=self.limits.max_header_list_size,
+            decoder=_Decoder(),
+            encoder=_Encoder(),
         )
-        self.h2 = h2.connection.H2Connection(config=config)
-        # The 5.x clients' metadata read without hpack's general decoder (see _Decoder).
-        decoder = _Decoder()
-        decoder.max_header_list_size = self.h2.decoder.max_header_list_size
-        self.h2.decoder = decoder
-        self.h2.encoder = _Encoder()  # the constant response headers kept encoded
         self.calls: dict[int, Call] = {}
         # Calls a read brought, to be started once its frames are taken in (see the module
         # docstring), with their handlers.
@@ -299,25 +303,10 @@ class _Connection:
         self._send_lock = trio.Lock()
         self._window_opened = trio.Event()
         self._last_read = trio.current_time()  # when the last read returned (_watch_idle)
-        # Flow-controlled bytes a read brought, by stream, acknowledged after its events.
-        self._received: dict[int, int] = {}
         self._nursery: trio.Nursery | None = None
         self.closed = False
 
     async def run(self) -> None:
-        limits = self.limits
-        self.h2.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: limits.initial_window_size,
-            },
-        )
-        self.h2.initiate_connection()
-        extra = limits.initial_window_size - 65535
-        if extra > 0:
-            self.h2.increment_flow_control_window(extra)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -363,18 +352,13 @@ class _Connection:
             if not data:
                 return False
             try:
-                events = self.h2.receive_data(data)
-            except h2.exceptions.ProtocolError as exc:
+                events = self.h2.receive(data)
+            except H2ConnectionError as exc:
                 log.info("grpc: closing connection from %s: %s", self.peer, exc)
-                await self.flush()  # h2 queued its GOAWAY
+                await self.flush()  # its GOAWAY
                 return False
-            received = self._received
             for event in events:
                 self._on_event(event)
-            if received:  # the read's DATA handed back to the peer's windows, a stream at once
-                for sid, size in received.items():
-                    self.h2.acknowledge_received_data(size, sid)
-                received.clear()
 
     async def _watch_idle(self) -> None:
         """Close the connection (GOAWAY) once nothing has been read from it for idle_timeout
@@ -389,7 +373,7 @@ class _Connection:
                 self._last_read = now  # busy, not idle: as long again from now
                 continue
             log.info("grpc: closing idle connection from %s", self.peer)
-            self.h2.close_connection()
+            self.h2.close_connection(ErrorCode.NO_ERROR)
             with contextlib.suppress(_ConnectionGone):
                 await self.flush()
             self._abort()
@@ -417,46 +401,33 @@ class _Connection:
             return True
         return False
 
-    def _on_event(self, event: h2.events.Event) -> None:
-        if isinstance(event, h2.events.RequestReceived):
+    def _on_event(self, event: object) -> None:
+        if type(event) is DataReceived:
+            call = self.calls.get(event.stream_id)
+            if call is not None:
+                if event.data:
+                    call._take_data(event.data, self.limits, self.budget)
+                if event.ended:
+                    call._end()
+        elif type(event) is RequestReceived:
             self._on_request(event)
-        elif isinstance(event, h2.events.DataReceived):
-            call = self.calls.get(event.stream_id)
-            size = event.flow_controlled_length
-            if size:
-                sid = event.stream_id
-                self._received[sid] = self._received.get(sid, 0) + size
-            if call is not None:
-                call._take_data(event.data, self.limits, self.budget)
-        elif isinstance(event, h2.events.StreamEnded):
-            call = self.calls.get(event.stream_id)
-            if call is not None:
-                call._end()
-        elif isinstance(event, h2.events.StreamReset):
+        elif type(event) is StreamReset:
             call = self.calls.pop(event.stream_id, None)
             if call is not None:
                 call.reset = True
                 call._drop(self.budget)
                 call.cancel_scope.cancel()
-        elif isinstance(event, h2.events.WindowUpdated | h2.events.RemoteSettingsChanged):
+            if not event.remote:  # a protocol error of the client's, on this stream only
+                log.info("grpc: reset a stream from %s: %s", self.peer, event.reason)
+        elif type(event) is WindowOpened:
             self._window_opened.set()
             self._window_opened = trio.Event()
-        elif isinstance(event, h2.events.ConnectionTerminated):
+        elif type(event) is ConnectionTerminated:
             self.closed = True
 
-    def _on_request(self, event: h2.events.RequestReceived) -> None:
+    def _on_request(self, event: RequestReceived) -> None:
         sid = event.stream_id
-        try:
-            fields = [(name.decode(), value.decode()) for name, value in event.headers or ()]
-        except UnicodeDecodeError:
-            malformed: str | None = "a header field that is not UTF-8"
-        else:
-            malformed = _malformed(fields)
-        if malformed is not None:  # a stream error (RFC 9113 8.1.1); the connection goes on
-            log.info("grpc: malformed request from %s: %s", self.peer, malformed)
-            self.h2.reset_stream(sid, h2.errors.ErrorCodes.PROTOCOL_ERROR)
-            return
-        headers = {str(k): str(v) for k, v in fields}
+        headers = event.headers
         path = headers.get(":path", "")
         content_type = headers.get("content-type", "")
         if headers.get(":method") != "POST" or not content_type.startswith("application/grpc"):
@@ -465,6 +436,8 @@ class _Connection:
                 [(":status", "415" if headers.get(":method") == "POST" else "405")],
                 end_stream=True,
             )
+            if not event.ended:
+                self.h2.reset_stream(sid, ErrorCode.NO_ERROR)
             return
         encoding = headers.get("grpc-encoding", "identity")
         handler = self.server.handlers.get(path)
@@ -475,17 +448,19 @@ class _Connection:
                 else (UNIMPLEMENTED, f"grpc-encoding {encoding} is not supported")
             )
             self.h2.send_headers(sid, _trailers_only(status, text), end_stream=True)
+            if not event.ended:  # as _finish: the client need not send the rest
+                self.h2.reset_stream(sid, ErrorCode.NO_ERROR)
             self.server.stats.record(path, status, 0.0)
             return
         if self.server.open_calls >= self.limits.max_calls:
             # Past the server's calls in progress: refused, and the client may retry it.
             self.server.refused_calls += 1
-            self.h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+            self.h2.reset_stream(sid, ErrorCode.REFUSED_STREAM)
             return
         call = Call(self, sid, path, headers)
         self.calls[sid] = call
         self.server.open_calls += 1
-        if event.stream_ended is not None:
+        if event.ended:
             call._end()
         self._starting.append((handler, call))
 
@@ -517,7 +492,7 @@ class _Connection:
             self._finish(call, status, message)
             if not call.in_reader:  # the reader writes what its calls queued, in one send
                 await self.flush()
-        except (_ConnectionGone, h2.exceptions.StreamClosedError):
+        except (_ConnectionGone, StreamClosedError):
             pass
         finally:
             if self.calls.pop(call.stream_id, None) is not None:
@@ -537,7 +512,7 @@ class _Connection:
         else:
             self.h2.send_headers(call.stream_id, _trailers_only(status, message), end_stream=True)
         if not call.ended:
-            self.h2.reset_stream(call.stream_id, h2.errors.ErrorCodes.NO_ERROR)
+            self.h2.reset_stream(call.stream_id, ErrorCode.NO_ERROR)
 
     async def send_data(self, call: Call, data: bytes, *, flush: bool = True) -> None:
         view = memoryview(data)
@@ -545,8 +520,7 @@ class _Connection:
         while view:
             if call.reset or self.closed:
                 raise _ConnectionGone
-            window = self.h2.local_flow_control_window(call.stream_id)
-            size = min(window, self.h2.max_outbound_frame_size, len(view))
+            size = self.h2.send_data(call.stream_id, view)
             if size <= 0:
                 opened = self._window_opened
                 with trio.move_on_after(limits.write_stall_timeout):
@@ -555,7 +529,6 @@ class _Connection:
                 log.info("grpc: %s does not read its responses; closing", self.peer)
                 self._abort()
                 raise _ConnectionGone
-            self.h2.send_data(call.stream_id, bytes(view[:size]))
             view = view[size:]
             if view or (flush and not call.in_reader):
                 await self.flush()
@@ -618,7 +591,9 @@ class _Decoder(hpack.Decoder):
     def __init__(self) -> None:
         super().__init__()
         self._generation = 0  # counts the blocks that may have changed the table
-        self._heads: dict[tuple[bytes, bool], tuple[int, list[Any]]] = {}
+        # A kept head: the generation it was decoded in, its fields, their size as counted
+        # against max_header_list_size.
+        self._heads: dict[tuple[bytes, bool], tuple[int, list[Any], int]] = {}
 
     def decode(self, data: bytes, raw: bool = False) -> list[Any]:
         walked = _plain_tail(data)
@@ -635,15 +610,16 @@ class _Decoder(hpack.Decoder):
                     "Encoder did not shrink table size to within the max"
                 )
             headers = list(kept[1])
+            size = kept[2]
         else:
             if not reads_only:
                 self._generation += 1
             headers = cast(list[Any], super().decode(head, raw))
+            size = sum(len(name) + len(value) + 32 for name, value in headers)
             if reads_only:
                 if len(self._heads) >= self.HEADS:
                     self._heads.clear()
-                self._heads[key] = (self._generation, list(headers))
-        size = sum(len(name) + len(value) + 32 for name, value in headers)
+                self._heads[key] = (self._generation, list(headers), size)
         for k in range(0, len(bounds) - 1, 4):
             name = data[bounds[k + 1] : bounds[k + 2]]
             value = data[bounds[k + 3] : bounds[k + 4]]
@@ -653,7 +629,7 @@ class _Decoder(hpack.Decoder):
                     f"A header list larger than {self.max_header_list_size} has been received"
                 )
             if raw:
-                headers.append(hpack.HeaderTuple(name, value))
+                headers.append((name, value))  # hpack's HeaderTuple is a tuple: no need
             else:
                 try:
                     headers.append(hpack.HeaderTuple(name.decode(), value.decode()))
@@ -808,57 +784,6 @@ def _go_on(coroutine: Coroutine[Any, Any, Any], trap: Any) -> Generator[Any, Any
                 trap = coroutine.send(value)
             except StopIteration:
                 return
-
-
-# What a request's header block may hold (RFC 9113 8.2, 8.3): its pseudo-headers; no
-# connection-specific field; names of visible ASCII but upper case, a colon only to begin a
-# pseudo-header's; values without NUL, CR or LF, not beginning or ending with a blank.
-_REQUEST_PSEUDO = frozenset((":method", ":scheme", ":authority", ":path"))
-_CONNECTION_SPECIFIC = frozenset(
-    ("connection", "proxy-connection", "keep-alive", "transfer-encoding", "upgrade")
-)
-_BAD_NAME = re.compile(r"[^\x21-\x39\x3b-\x40\x5b-\x7e]")
-_BAD_VALUE = re.compile(r"[\x00\n\r]")
-
-
-def _malformed(fields: Any) -> str | None:
-    """What makes a request's header block malformed (the checks h2 would make, in one
-    pass, the characters of all names and of all values each in one search), or None."""
-    pseudo: dict[str, str] = {}
-    host: str | None = None
-    names: list[str] = []  # the regular ones
-    values: list[str] = []
-    for name, value in fields:
-        if name[:1] == ":":
-            if names or name not in _REQUEST_PSEUDO or name in pseudo:
-                return f"pseudo-header {name} out of place, unknown or repeated"
-            pseudo[name] = value
-        else:
-            if not name:
-                return "an empty header name"
-            names.append(name)
-            if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
-                return f"connection-specific header {name}"
-            if name == "host":
-                if host is not None:
-                    return "more than one host header"
-                host = value
-        if value:
-            if value[0] in " \t" or value[-1] in " \t":
-                return f"the value of {name} begins or ends with a blank"
-            values.append(value)
-    if _BAD_NAME.search("".join(names)):
-        return "an illegal character in a header name"
-    if _BAD_VALUE.search("".join(values)):
-        return "NUL, CR or LF in a header value"
-    if ":method" not in pseudo or ":scheme" not in pseudo or not pseudo.get(":path"):
-        return "a request needs :method, :scheme and a :path"
-    authority = pseudo.get(":authority")
-    if authority is None and host is None:
-        return "a request needs :authority or host"
-    if authority is not None and host is not None and authority != host:
-        return "host and :authority differ"
-    return None
 
 
 class _ConnectionGone(Exception):

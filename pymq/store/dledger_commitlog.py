@@ -481,7 +481,6 @@ class DLedgerReputMessageService(ReputMessageService):
             if listener is not None and self.listener_topics is not None
             else None
         )
-        table = self.table
         buf, base = b"", 0  # the data file's bytes from the absolute offset base on
         done = 0
         while self.reput_from_offset < end and done < budget:
@@ -506,29 +505,41 @@ class DLedgerReputMessageService(ReputMessageService):
                 except OSError as exc:  # a file that cannot be created: retry later
                     self._block(exc)
                     return done > 0, False
-            try:
-                if size <= BODY_OFFSET or record_end > len(buf):
-                    raise RecordError(f"entry of size {size}")
-                entry = memoryview(buf)[at:record_end]
-                info = read_record_info(entry, BODY_OFFSET, check_crc=False)
-            except (BlankRecord, RecordError) as exc:
-                if self._reported_bad != offset:
-                    self._reported_bad = offset
-                    log.error("reput stopped at DLedger entry %d: %s", offset, exc)
-                return done > 0, False
-            if not create_files and self._note_file_wanted(
-                info.topic, info.queue_id, info.physical_offset, info.size,
-                info.queue_offset, info.sys_flag,
-            ):  # fmt: skip
-                return done > 0, True
-            try:
-                table.dispatch(info, listener)
-            except OSError as exc:
-                self._block(exc)
-                return done > 0, False
-            self.reput_from_offset = offset + size
+            stopped = self._dispatch_parsed(buf, at, size, listener, create_files=create_files)
+            if stopped is not None:
+                return done > 0, stopped
             done += 1
         return done > 0, self.reput_from_offset < end and done >= budget
+
+    def _dispatch_parsed(
+        self, buf: bytes, at: int, size: int, listener: Any, *, create_files: bool
+    ) -> bool | None:
+        """The entry of ``size`` bytes at ``buf[at:]`` (at reput_from_offset) parsed and
+        dispatched by the Python loop: None once done (reput_from_offset past it), else the
+        reput must stop here, True if it should come back at once (a queue file to make)."""
+        offset = self.reput_from_offset
+        try:
+            if size <= BODY_OFFSET or at + size > len(buf):
+                raise RecordError(f"entry of size {size}")
+            entry = memoryview(buf)[at : at + size]
+            info = read_record_info(entry, BODY_OFFSET, check_crc=False)
+        except (BlankRecord, RecordError) as exc:
+            if self._reported_bad != offset:
+                self._reported_bad = offset
+                log.error("reput stopped at DLedger entry %d: %s", offset, exc)
+            return False
+        if not create_files and self._note_file_wanted(
+            info.topic, info.queue_id, info.physical_offset, info.size,
+            info.queue_offset, info.sys_flag,
+        ):  # fmt: skip
+            return True
+        try:
+            self.table.dispatch(info, listener)
+        except OSError as exc:
+            self._block(exc)
+            return False
+        self.reput_from_offset = offset + size
+        return None
 
     def _dispatch_hinted(
         self,

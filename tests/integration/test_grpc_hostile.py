@@ -565,3 +565,30 @@ async def test_a_request_larger_than_the_window_is_received_whole(cluster: Clust
     assert answer.status.code == definition_pb2.Code.OK, answer.status
     await client.aclose()
     await still_serving(cluster)
+
+
+async def test_calls_answered_before_their_request_ends_free_their_streams(
+    cluster: Cluster,
+) -> None:
+    """A call answered at once (an unknown method, a request that is not gRPC) while the client
+    has not ended its side is reset NO_ERROR after the answer, as a served call is: it does not
+    stay open on the server, so many of them on one connection never reach the stream limit
+    (before, each stayed half-open and the ninth lost the connection)."""
+    grpc = server(cluster)
+    client = await RawClient.open(grpc.port)
+    await client.pump()  # the server's SETTINGS (its stream limit) acknowledged
+    for k in range(3 * STREAMS):
+        if k % 2:
+            sid = await client.call(SERVICE + "NoSuchMethod", None, end=False)
+            response = await client.finish(sid)
+            assert response["headers"]["grpc-status"] == str(UNIMPLEMENTED)
+        else:
+            headers = [h for h in GOOD_HEADERS if h[0] != "content-type"]
+            sid = await client.call("", None, end=False, headers=headers)
+            response = await client.finish(sid)
+            assert response["headers"][":status"] == "415"
+    assert not client.terminated
+    good = await client.finish(await client.call(SERVICE + "QueryRoute", route_request()))
+    assert good["headers"]["grpc-status"] == "0"
+    await client.aclose()
+    await counted_back(grpc)

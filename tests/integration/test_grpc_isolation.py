@@ -26,6 +26,8 @@ from pymq.common.topic import TopicConfig
 from pymq.embedded import open_cluster
 from pymq.testing import TEST_PROPERTIES
 
+FOREIGN = ("rocketmq", "grpc", "h2")  # the official client, grpcio, the h2 library
+
 async def main(data: str, port: int) -> None:
     props = dict(TEST_PROPERTIES, grpcServerPort=str(port))
     async with open_cluster(
@@ -36,7 +38,7 @@ async def main(data: str, port: int) -> None:
         await trio.to_thread.run_sync(sys.stdin.readline)  # the test's producer is done
         await cluster.broker.store.reput.do_reput()
         report = {
-            "loaded": sorted(m for m in sys.modules if m.split(".")[0] in ("rocketmq", "grpc")),
+            "loaded": sorted(m for m in sys.modules if m.split(".")[0] in FOREIGN),
             "served": "pymq.proxy.service" in sys.modules,
             "stored": cluster.broker.store.get_max_offset_in_queue("Alone", 0),
         }

@@ -41,6 +41,7 @@ exit, and by :func:`cleanup_stale` for the leftovers of a killed run).
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import functools
 import itertools
@@ -180,6 +181,7 @@ class Net:
         self.made: list[str] = []  # namespaces made, for close()
         self.blackholes: set[tuple[str, str]] = set()  # (node, address) routes
         self.lossy: set[str] = set()
+        self.delayers: list[subprocess.Popen[bytes]] = []
         self.netem = False
 
     @staticmethod
@@ -223,6 +225,10 @@ class Net:
             _run("ip", "netns", "exec", ns0, "tc", "qdisc", "del", "dev", "lo", "root")
 
     def close(self) -> None:
+        for delayer in self.delayers:
+            delayer.kill()
+            delayer.wait()
+        self.delayers.clear()
         for ns in self.made:
             _kill_namespace_pids(ns)
             _run("ip", "netns", "del", ns, check=False)
@@ -253,9 +259,11 @@ class Net:
     # -- loss and delay -------------------------------------------------------------------------
 
     def impair(self, node: str, *, loss: float = 0.0, delay_ms: int = 0) -> str:
-        """Packets of ``node`` dropped with probability ``loss`` and delayed by ``delay_ms``
-        both ways; returns how (``netem`` or ``iptables statistic``).  HarnessError when the
-        machine has no way to do it (delay without netem, loss without netem or iptables)."""
+        """Packets ``node`` sends dropped with probability ``loss`` and delayed by
+        ``delay_ms``; returns how.  ``tc netem`` where the kernel has it; else iptables in the
+        namespace: ``-m statistic --mode random`` DROP for loss (INPUT and OUTPUT), and for
+        delay NFQUEUE with :func:`delay_packets` giving each packet its verdict late.
+        HarnessError when the machine has neither."""
         ns = self.ns(node)
         if self.netem:
             args = ["netem"]
@@ -266,15 +274,32 @@ class Net:
             _run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", "root", *args)
             self.lossy.add(node)
             return "tc netem"
-        if delay_ms:
-            raise HarnessError("packet delay needs tc netem (sch_netem), which this kernel lacks")
         if shutil.which("iptables") is None:
-            raise HarnessError("packet loss needs tc netem or iptables; neither is here")
-        for chain in ("INPUT", "OUTPUT"):
-            _run("ip", "netns", "exec", ns, "iptables", "-A", chain, "-m", "statistic",
-                 "--mode", "random", "--probability", f"{loss}", "-j", "DROP")  # fmt: skip
+            raise HarnessError("packet loss and delay need tc netem or iptables; neither is here")
         self.lossy.add(node)
-        return "iptables -m statistic DROP"
+        how = []
+        if loss:
+            for chain in ("INPUT", "OUTPUT"):
+                _run("ip", "netns", "exec", ns, "iptables", "-A", chain, "-m", "statistic",
+                     "--mode", "random", "--probability", f"{loss}", "-j", "DROP")  # fmt: skip
+            how.append("iptables -m statistic DROP")
+        if delay_ms:
+            argv = [sys.executable, "-m", "tests.dledger_faults", "delay", "0", str(delay_ms)]
+            delayer = subprocess.Popen(
+                ["ip", "netns", "exec", ns, *argv],
+                stdout=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, "PYTHONPATH": _PYTHONPATH},
+            )
+            self.delayers.append(delayer)
+            assert delayer.stdout is not None
+            if delayer.stdout.readline().strip() != b"bound":
+                raise HarnessError("the NFQUEUE delayer did not start")
+            _run("ip", "netns", "exec", ns, "iptables", "-A", "OUTPUT", "-j", "NFQUEUE",
+                 "--queue-num", "0", "--queue-bypass")  # fmt: skip
+            how.append("iptables NFQUEUE + userspace delayer")
+        return ", ".join(how)
 
     def unimpair(self) -> None:
         for node in sorted(self.lossy):
@@ -285,6 +310,10 @@ class Net:
             else:
                 _run("ip", "netns", "exec", ns, "iptables", "-F", check=False)
         self.lossy.clear()
+        for delayer in self.delayers:  # after the flush: no packet is left queued to it
+            delayer.kill()
+            delayer.wait()
+        self.delayers.clear()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -824,10 +853,11 @@ class Harness:
             if not c.alive(v):
                 if torn:
                     data = c.data_dir(v)
+                    nbytes = self.random.randrange(200, 64 << 10)
                     before, left = await trio.to_thread.run_sync(
-                        tear_tail, data, data.parent / "checkpoint"
+                        tear_tail, data, data.parent / "checkpoint", nbytes
                     )
-                    self.log(f"{v}: tail torn ({before} entries, {left} left whole)")
+                    self.log(f"{v}: last {nbytes} bytes zeroed ({before} entries, {left} whole)")
                 c.start(v)
         return time.monotonic()
 
@@ -1026,10 +1056,83 @@ async def run(
     return report, harness
 
 
-def socket_reachable(address: str, timeout: float = 0.5) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout):
-            return True
-    except OSError:
-        return False
+# ---------------------------------------------------------------------------------------------
+# packet delay without netem: an NFQUEUE reader that gives each packet its verdict late
+
+NETLINK_NETFILTER = 12
+_NFNL_SUBSYS_QUEUE = 3
+_NFQNL_MSG_PACKET, _NFQNL_MSG_VERDICT, _NFQNL_MSG_CONFIG = 0, 1, 2
+_NFQA_PACKET_HDR, _NFQA_VERDICT_HDR = 1, 2
+_NFQA_CFG_CMD, _NFQA_CFG_PARAMS = 1, 2
+_NFQNL_CFG_CMD_BIND = 1
+_NFQNL_COPY_META = 1
+_NF_ACCEPT = 1
+_NLM_F_REQUEST = 1
+_NLMSG_HDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid (host order)
+_NFGENMSG = struct.Struct("!BBH")  # family, version, res_id (network order)
+_NLA = struct.Struct("=HH")
+
+
+def _nl_message(msg_type: int, queue: int, attrs: list[tuple[int, bytes]]) -> bytes:
+    body = _NFGENMSG.pack(socket.AF_UNSPEC, 0, queue)
+    for kind, payload in attrs:
+        nla = _NLA.pack(_NLA.size + len(payload), kind) + payload
+        body += nla + bytes(-len(nla) % 4)
+    kind = (_NFNL_SUBSYS_QUEUE << 8) | msg_type
+    return _NLMSG_HDR.pack(_NLMSG_HDR.size + len(body), kind, _NLM_F_REQUEST, 0, 0) + body
+
+
+def _packet_ids(data: bytes) -> Iterator[int]:
+    """The packet ids of the NFQNL_MSG_PACKET messages in one netlink read."""
+    at = 0
+    while at + _NLMSG_HDR.size <= len(data):
+        length, kind, _, _, _ = _NLMSG_HDR.unpack_from(data, at)
+        if length < _NLMSG_HDR.size:
+            return
+        if kind == (_NFNL_SUBSYS_QUEUE << 8) | _NFQNL_MSG_PACKET:
+            a, end = at + _NLMSG_HDR.size + _NFGENMSG.size, at + length
+            while a + _NLA.size <= end:
+                nla_len, nla_type = _NLA.unpack_from(data, a)
+                if nla_len < _NLA.size:
+                    break
+                if nla_type & 0x3FFF == _NFQA_PACKET_HDR:
+                    yield struct.unpack_from("!I", data, a + _NLA.size)[0]
+                a += (nla_len + 3) & ~3
+        at += (length + 3) & ~3
+
+
+def delay_packets(queue: int, delay_ms: float) -> None:
+    """Accept every packet netfilter queues to NFQUEUE ``queue`` ``delay_ms`` after it came, in
+    order (what ``tc netem delay`` does, from userspace): run inside the namespace whose
+    iptables rules queue the packets (``-j NFQUEUE --queue-num Q --queue-bypass``: packets pass
+    untouched while no reader is bound).  Runs until killed."""
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.bind((0, 0))
+    cmd = struct.pack("!BBH", _NFQNL_CFG_CMD_BIND, 0, socket.AF_INET)
+    params = struct.pack("!IB", 0, _NFQNL_COPY_META)
+    sock.send(_nl_message(_NFQNL_MSG_CONFIG, queue, [(_NFQA_CFG_CMD, cmd)]))
+    sock.send(_nl_message(_NFQNL_MSG_CONFIG, queue, [(_NFQA_CFG_PARAMS, params)]))
+    print("bound", flush=True)
+    held: collections.deque[tuple[float, int]] = collections.deque()
+    delay = delay_ms / 1000
+    while True:
+        now = time.monotonic()
+        while held and held[0][0] <= now:
+            _, packet_id = held.popleft()
+            verdict = struct.pack("!II", _NF_ACCEPT, packet_id)
+            sock.send(_nl_message(_NFQNL_MSG_VERDICT, queue, [(_NFQA_VERDICT_HDR, verdict)]))
+        sock.settimeout(max(0.0005, held[0][0] - now) if held else None)
+        try:
+            data = sock.recv(1 << 16)
+        except TimeoutError:
+            continue
+        came = time.monotonic()
+        held.extend((came + delay, packet_id) for packet_id in _packet_ids(data))
+
+
+if __name__ == "__main__":  # python -m tests.dledger_faults delay QUEUE MS
+    if sys.argv[1:2] == ["delay"] and len(sys.argv) == 4:
+        delay_packets(int(sys.argv[2]), float(sys.argv[3]))
+    else:
+        sys.exit("usage: python -m tests.dledger_faults delay QUEUE MS")

@@ -61,6 +61,8 @@ def main() -> int:
         report, harness = trio.run(
             lambda: run(workdir, plan, seed=args.seed, hold=args.hold, producers=args.producers)
         )
+    for r in harness.rounds:
+        print(r.line())
     ran = [r for r in harness.rounds if r.skipped is None]
     print(f"rounds: {len(ran)} run of {len(plan)}: " + ", ".join(r.fault for r in ran))
     for fault, why in sorted({(r.fault, r.skipped) for r in harness.rounds if r.skipped}):

@@ -176,7 +176,7 @@ class Net:
     def __init__(self, nodes: Sequence[str]) -> None:
         self.run_id = f"{random.getrandbits(24):06x}"
         self.nodes = list(nodes)
-        self.subnet = self._free_subnet()
+        self.subnet = ""  # 10.x.y, chosen by up()
         self.bridge = f"{PREFIX}{self.run_id}br"
         self.made: list[str] = []  # namespaces made, for close()
         self.blackholes: set[tuple[str, str]] = set()  # (node, address) routes
@@ -202,6 +202,7 @@ class Net:
         return f"{self.subnet}.{11 + self.nodes.index(node)}"
 
     def up(self) -> None:
+        self.subnet = self._free_subnet()
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{self.ip('root')}/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
@@ -611,6 +612,19 @@ class Round:
     failover: float | None = None
     skipped: str | None = None
     how: str = ""
+    acked: int = 0  # SEND_OK for sends started while the fault held
+    latency_p50: float | None = None  # their send latency
+
+    def line(self) -> str:
+        text = f"{self.fault:<18} victims {','.join(self.victims):<6} leader {self.leader}"
+        if self.skipped:
+            return f"{text}  skipped: {self.skipped}"
+        if self.failover is not None:
+            text += f"  failover {self.failover:5.2f} s"
+        text += f"  SEND_OK while held {self.acked}"
+        if self.latency_p50 is not None:
+            text += f" (p50 {self.latency_p50 * 1000:.0f} ms)"
+        return text + (f"  [{self.how}]" if self.how else "")
 
 
 class Harness:
@@ -783,6 +797,10 @@ class Harness:
         else:  # the other two keep acknowledging
             await trio.sleep(self.hold)
             await self.wait_acks(10, after=time.monotonic())
+        held = [a for a in self.workload.acks if a.started >= r.started]
+        r.acked = len(held)
+        if held:
+            r.latency_p50 = percentile([a.done - a.started for a in held], 50)
         healed_at = await self._heal(r)
         await self.converged()
         if fault in ("isolate-leader", "isolate-leader-all", "pause-leader"):

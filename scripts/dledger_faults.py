@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -56,6 +57,8 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown faults {unknown}; known: {', '.join(FAULTS)}")
     plan = list(itertools.islice(itertools.cycle(faults), args.rounds))
+    # SIGTERM ends the run as Ctrl-C does: through the harness's cleanup
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="dledger-faults-") as tmp:
         workdir = Path(args.workdir or tmp)
         report, harness = trio.run(

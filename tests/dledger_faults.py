@@ -494,8 +494,8 @@ def read_log(data_dir: Path) -> list[DLedgerEntry]:
 
 def tear_tail(data_dir: Path, checkpoint: Path, nbytes: int = 300) -> tuple[int, int]:
     """A crash that lost the newest writes: the last ``nbytes`` of the log's written bytes
-    zeroed and the checkpoint's committedIndex set 10 entries back.  Returns (entries before,
-    entries left whole)."""
+    (at most half of the last file's) zeroed and the checkpoint's committedIndex set 10
+    entries back.  Returns (entries before, entries left whole)."""
     entries = read_log(data_dir)
     if not entries:
         return 0, 0
@@ -504,7 +504,7 @@ def tear_tail(data_dir: Path, checkpoint: Path, nbytes: int = 300) -> tuple[int,
     files = sorted(p for p in data_dir.iterdir() if re.fullmatch(r"[0-9]{20}", p.name))
     (path,) = [p for p in files if int(p.name) <= last.pos][-1:]
     in_file = end - int(path.name)
-    cut = min(nbytes, in_file)
+    cut = min(nbytes, in_file // 2)  # a tail: at most half of what the file holds
     with open(path, "r+b") as f:
         f.seek(in_file - cut)
         f.write(bytes(cut))

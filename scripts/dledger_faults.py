@@ -42,6 +42,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None, help="which follower each fault hits")
     parser.add_argument("--hold", type=float, default=3.0, help="seconds a fault is held")
     parser.add_argument("--producers", type=int, default=6, help="concurrent senders")
+    parser.add_argument(
+        "--torn-committed",
+        action="store_true",
+        help="torn tails with a checkpoint that names the torn entry committed (a member "
+        "then never catches up: a known bug, tests/unit/test_dledger_torn_committed.py)",
+    )
     parser.add_argument("--workdir", help="stores and logs (default: a temporary directory)")
     parser.add_argument("--cleanup", action="store_true", help="remove a killed run's leftovers")
     args = parser.parse_args()

@@ -31,7 +31,9 @@ is still at the same queue offset at the end (nothing served that the group late
 only entries a majority stored are served); no acknowledgement came from a leader cut off from
 its majority, nor while two of three members were down; every queue is dense; and, from the
 brokers' DLedger data files read after they stopped, every follower's log is a prefix of the
-leader's.  Failover time is the time from the fault on the leader (killed, paused, cut off) to
+leader's, and after each round, from the logs as they are, every member's committed entries
+are whole and are the ones every member had at those indexes before (committed entries never
+change).  Failover time is the time from the fault on the leader (killed, paused, cut off) to
 the first SEND_OK from another member, for a send started after the fault.
 
 Namespaces, links and processes carry a random run id and are removed in ``close()`` (also at
@@ -55,6 +57,7 @@ import struct
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -492,10 +495,17 @@ def read_log(data_dir: Path) -> list[DLedgerEntry]:
     return entries
 
 
-def tear_tail(data_dir: Path, checkpoint: Path, nbytes: int = 300) -> tuple[int, int]:
+def tear_tail(
+    data_dir: Path, checkpoint: Path, nbytes: int = 300, *, committed_torn: bool = False
+) -> tuple[int, int]:
     """A crash that lost the newest writes: the last ``nbytes`` of the log's written bytes
-    (at most half of the last file's) zeroed and the checkpoint's committedIndex set 10
-    entries back.  Returns (entries before, entries left whole)."""
+    (at most half of the last file's) zeroed, and a checkpoint written before them: its
+    committedIndex two entries before the last that stays whole (whose body may be torn
+    behind a whole header, which recovery cannot see: 0.2.6 writes no CRC).
+    ``committed_torn``: the checkpoint written after them instead, its committedIndex 10
+    entries before the old end, which may name that torn entry committed -- a member then
+    never catches up (see tests/unit/test_dledger_torn_committed.py).  Returns (entries
+    before, entries left whole)."""
     entries = read_log(data_dir)
     if not entries:
         return 0, 0
@@ -508,9 +518,10 @@ def tear_tail(data_dir: Path, checkpoint: Path, nbytes: int = 300) -> tuple[int,
     with open(path, "r+b") as f:
         f.seek(in_file - cut)
         f.write(bytes(cut))
-    committed = max(-1, last.index - 10)
-    checkpoint.write_text(f"committedIndex={committed}\nendIndex={last.index}\n")
-    return len(entries), len(read_log(data_dir))
+    left = len(read_log(data_dir))
+    committed = last.index - 10 if committed_torn else left - 3
+    checkpoint.write_text(f"committedIndex={max(-1, committed)}\nendIndex={last.index}\n")
+    return len(entries), left
 
 
 # ---------------------------------------------------------------------------------------------
@@ -630,7 +641,15 @@ class Round:
 class Harness:
     """A cluster, its workload and the faults; ``rounds`` records what each did."""
 
-    def __init__(self, workdir: Path, *, seed: int | None = None, hold: float = 3.0) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        seed: int | None = None,
+        hold: float = 3.0,
+        committed_torn: bool = False,
+    ) -> None:
+        self.committed_torn = committed_torn
         self.cluster = Cluster(workdir)
         self.workload = Workload(self.cluster)
         self.rounds: list[Round] = []
@@ -639,6 +658,7 @@ class Harness:
         self.client: RemotingClient | None = None
         self.log_lines: list[str] = []
         self.kills = 0
+        self.committed: dict[int, tuple[int, int, int]] = {}
 
     def log(self, text: str) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {text}"
@@ -803,6 +823,7 @@ class Harness:
             r.latency_p50 = percentile([a.done - a.started for a in held], 50)
         healed_at = await self._heal(r)
         await self.converged()
+        await self.check_committed()
         if fault in ("isolate-leader", "isolate-leader-all", "pause-leader"):
             # the old leader, cut off or paused, acknowledged nothing sent from then on
             stale = [
@@ -815,6 +836,29 @@ class Harness:
                     f"{fault}: {len(stale)} SEND_OK from the cut-off leader, e.g. {stale[0]}"
                 )
         return r
+
+    async def check_committed(self) -> None:
+        """Read every member's log as it is now: the entries up to the committed index it
+        reports must be whole, and each committed entry (term, position, body) must be the
+        one every member had at that index at every earlier check (committed entries never
+        change, on any member)."""
+        for b, info in (await self.infos()).items():
+            committed = int(info.get("dLedgerCommittedIndex", "-1"))
+            entries = await trio.to_thread.run_sync(read_log, self.cluster.data_dir(b))
+            upto = [e for e in entries if e.index <= committed]
+            if committed >= 0 and (not upto or upto[-1].index != committed):
+                self.workload.problems.append(
+                    f"{b} reports committed index {committed}; its log has {len(entries)} "
+                    "whole entries"
+                )
+            for e in upto:
+                key = (e.term, e.pos, zlib.crc32(e.body))
+                seen = self.committed.setdefault(e.index, key)
+                if seen != key:
+                    self.workload.problems.append(
+                        f"{b}'s committed entry {e.index} is (term, pos, crc) {key}, was {seen}"
+                    )
+                    break
 
     async def _inject(self, r: Round) -> None:
         c, net = self.cluster, self.cluster.net
@@ -873,7 +917,13 @@ class Harness:
                     data = c.data_dir(v)
                     nbytes = self.random.randrange(200, 64 << 10)
                     before, left = await trio.to_thread.run_sync(
-                        tear_tail, data, data.parent / "checkpoint", nbytes
+                        functools.partial(
+                            tear_tail,
+                            data,
+                            data.parent / "checkpoint",
+                            nbytes,
+                            committed_torn=self.committed_torn,
+                        )
                     )
                     self.log(f"{v}: last {nbytes} bytes zeroed ({before} entries, {left} whole)")
                 c.start(v)
@@ -1057,9 +1107,10 @@ async def run(
     seed: int | None = None,
     hold: float = 3.0,
     producers: int = 6,
+    committed_torn: bool = False,
 ) -> tuple[Report, Harness]:
     """Start everything, run ``faults`` in order, check; always clean up."""
-    harness = Harness(workdir, seed=seed, hold=hold)
+    harness = Harness(workdir, seed=seed, hold=hold, committed_torn=committed_torn)
     harness.workload.producers = producers
     try:
         async with trio.open_nursery() as nursery:

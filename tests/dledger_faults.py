@@ -602,9 +602,18 @@ class Workload:
             else:
                 await trio.sleep(0.05)
 
+    def acks_since(self, t: float) -> Iterator[Ack]:
+        """The SEND_OK of sends started at ``t`` or later, newest first (acks are recorded in
+        the order they came: the walk stops at the first that came before ``t``)."""
+        for a in reversed(self.acks):
+            if a.done < t:
+                return
+            if a.started >= t:
+                yield a
+
     def first_ack_after(self, t: float, *, not_from: str | None = None) -> Ack | None:
         return min(
-            (a for a in self.acks if a.started >= t and a.broker != not_from),
+            (a for a in self.acks_since(t) if a.broker != not_from),
             key=lambda a: a.done,
             default=None,
         )
@@ -761,7 +770,7 @@ class Harness:
 
     async def wait_acks(self, count: int, timeout: float = 60, *, after: float = 0.0) -> None:
         deadline = time.monotonic() + timeout
-        while sum(1 for a in self.workload.acks if a.started >= after) < count:
+        while sum(1 for _ in self.workload.acks_since(after)) < count:
             if time.monotonic() > deadline:
                 raise HarnessError(f"fewer than {count} SEND_OK within {timeout} s")
             await trio.sleep(0.05)
@@ -817,7 +826,7 @@ class Harness:
         else:  # the other two keep acknowledging
             await trio.sleep(self.hold)
             await self.wait_acks(10, after=time.monotonic())
-        held = [a for a in self.workload.acks if a.started >= r.started]
+        held = list(self.workload.acks_since(r.started))
         r.acked = len(held)
         if held:
             r.latency_p50 = percentile([a.done - a.started for a in held], 50)
@@ -888,7 +897,7 @@ class Harness:
         w = self.workload
         if r.fault == "kill-two":
             await trio.sleep(self.hold)
-            late = [a for a in w.acks if a.started >= r.started]
+            late = list(w.acks_since(r.started))
             if late:
                 w.problems.append(f"kill-two: {len(late)} SEND_OK with two of three down")
             self.cluster.start(follower)  # the majority back: a leader can be elected

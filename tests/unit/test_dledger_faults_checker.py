@@ -147,3 +147,19 @@ def test_the_delayer_reads_packet_ids_and_writes_verdicts() -> None:
     length, kind, flags, _, _ = struct.unpack_from("=IHHII", verdict)
     assert (length, kind, flags) == (len(verdict), (3 << 8) | 1, 1)
     assert verdict[-8:] == struct.pack("!II", 1, 7)
+
+
+def test_acks_since_and_the_first_from_another_member() -> None:
+    w = df.Workload(df.Cluster(Path("/nonexistent")))
+    for body, started, done, broker in [
+        (b"a", 0.0, 0.5, "b0"),
+        (b"b", 0.9, 1.2, "b0"),  # started before the fault, answered after it
+        (b"c", 1.1, 1.3, "b0"),
+        (b"d", 1.2, 1.9, "b1"),
+        (b"e", 1.5, 1.7 + 0.5, "b1"),
+    ]:
+        w.acks.append(df.Ack(body, started, done, broker, 0, 0))
+    assert [a.body for a in w.acks_since(1.0)] == [b"e", b"d", b"c"]
+    first = w.first_ack_after(1.0, not_from="b0")
+    assert first is not None and first.body == b"d"
+    assert w.first_ack_after(3.0) is None

@@ -147,7 +147,7 @@ def cleanup_stale() -> list[str]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
             gone.append(name)
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    for match in re.finditer(rf"^\d+: ({PREFIX}[0-9a-f]+br)[:@]", links, re.M):
+    for match in re.finditer(rf"^\d+: ({PREFIX}[0-9a-f]{{6}}(?:br|\d+))[:@]", links, re.M):
         subprocess.run(["ip", "link", "del", match.group(1)], capture_output=True)
         gone.append(match.group(1))
     return gone
@@ -233,8 +233,10 @@ class Net:
             delayer.kill()
             delayer.wait()
         self.delayers.clear()
-        for ns in self.made:
+        for k, ns in enumerate(self.made):
             _kill_namespace_pids(ns)
+            # the pair at once (a namespace's own links go when the kernel gets to it)
+            _run("ip", "link", "del", f"{PREFIX}{self.run_id}{k}", check=False)
             _run("ip", "netns", "del", ns, check=False)
         self.made.clear()
         _run("ip", "link", "del", self.bridge, check=False)
@@ -427,7 +429,7 @@ class Cluster:
         self.procs[node].send_signal(signal.SIGCONT)
         self.paused.discard(node)
 
-    def stop_all(self, timeout: float = 20) -> None:
+    def stop_all(self, timeout: float = 5) -> None:
         """SIGTERM to every process (a graceful stop: the brokers write their checkpoints),
         SIGKILL for one that is not gone in ``timeout`` seconds."""
         for node in list(self.paused):
@@ -953,6 +955,7 @@ class Harness:
                 for q in range(QUEUES)
             ):
                 await trio.sleep(0.1)
+        self.log("final read done; stopping the processes")
         await trio.to_thread.run_sync(self.cluster.stop_all)
         logs = {b: read_log(self.cluster.data_dir(b)) for b in BROKERS}
         return check(w, final, logs, leader, self.rounds)

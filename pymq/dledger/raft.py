@@ -54,7 +54,8 @@ a quorum of successful answers for ``maxHeartBeatLeak`` intervals steps down to 
 refuses appends from then on: NOT_LEADER), as does one that sees a bigger term while lacking a
 quorum.  Replication is DLedger's push protocol, per follower: COMPARE from the leader's last
 entry back to where the logs agree, TRUNCATE the follower there (its entries past the
-diverging point are dropped; committed ones never are: the store refuses), then APPEND entries
+diverging point are dropped; committed ones never are: the store refuses, except one that
+COMPARE found differs from the leader's, a body torn in a crash), then APPEND entries
 in order, those ready at a push in one request (0.2.6's batch push, ``batchEntry``, which a
 0.2.6 follower takes whatever its own ``enableBatchPush``; up to :data:`PUSH_BATCH_BYTES`), at
 most :data:`MAX_PENDING_PUSHES` pushes in flight, the one the follower waits for re-sent after
@@ -165,6 +166,8 @@ class Log(Protocol):
     def truncate(self, entry: DLedgerEntry) -> int: ...
 
     def update_committed_index(self, new_committed: int) -> None: ...
+
+    def distrust_committed_from(self, index: int) -> None: ...
 
 
 @attrs.frozen
@@ -802,6 +805,11 @@ class RaftNode:
 
     def _follow_compare(self, entry: DLedgerEntry) -> int:
         if not entry.same_as(self.log.get(entry.index)):
+            # An entry named committed here that is not the leader's did not survive a crash
+            # whole (0.2.6 writes no CRC: recovery keeps a body torn behind a whole header,
+            # and the checkpoint's committedIndex may cover it): no longer committed, so that
+            # the leader's TRUNCATE replaces it, as 0.2.6's follower's would.
+            self.log.distrust_committed_from(entry.index)
             raise DLedgerError(ResponseCode.INCONSISTENT_STATE, "differs")
         # the logs agree up to here; whatever follows may not (the leader truncates it)
         return entry.index if entry.index == self.log.ledger_end_index else -1

@@ -990,6 +990,20 @@ class DLedgerFileStore:
         self.committed_index = new_committed
         self.committed_pos = pos + size
 
+    def distrust_committed_from(self, index: int) -> None:
+        """The committed index lowered below ``index`` when it is at or past it: the local
+        entry at ``index`` was found to differ from the leader's (a body torn in a crash,
+        which recovery cannot see without CRCs), so it and what follows are not committed
+        here; the leader's TRUNCATE then replaces them."""
+        if index > self.committed_index:
+            return
+        below = index - 1
+        if below < max(self.ledger_begin_index, 0):
+            self.committed_index = self.committed_pos = -1
+            return
+        pos, size = self.pos_and_size(below)
+        self.committed_index, self.committed_pos = below, pos + size
+
     def persist_checkpoint(self) -> None:
         _write_properties_file(
             os.path.join(self.config.default_path, CHECK_POINT_FILE),

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.admin.test_console import ARTIFACTS, CHROMIUM_ARGS, Server, chromium_path
+from tests.admin.test_console import ARTIFACTS, Server, console_page
 from tests.helpers import free_port
 
 
 @pytest.mark.slow
 def test_console_dledger_groups(tmp_path) -> None:
-    chromium = chromium_path()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     server = Server(
         tmp_path / "data",
@@ -27,28 +26,18 @@ def test_console_dledger_groups(tmp_path) -> None:
         "n0",
     )
     try:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.goto(server.console)
-                expect(page.get_by_test_id("connection")).to_have_text("connected", timeout=10_000)
-                summary = page.get_by_test_id("dledger-summary")
-                expect(summary).to_contain_text("dl-console", timeout=15_000)
-                expect(summary).to_contain_text("leader n0", timeout=15_000)
-                expect(summary).to_contain_text("committed index")
-                expect(page.get_by_test_id("dledger-panel")).to_be_visible()
-                row = page.locator('#dledger-table tr[data-member="n0"]')
-                expect(row).to_contain_text("LEADER", timeout=15_000)
-                cells = row.locator("td")
-                expect(cells.nth(4)).to_have_text("0")  # brokerId 0: the group's master
-                expect(cells.nth(9)).to_have_text("0")  # the leader lags nothing
-                page.screenshot(path=str(ARTIFACTS / "dledger.png"), full_page=True)
-                assert errors == []
-            finally:
-                browser.close()
+        with console_page(server.console) as (page, errors):
+            summary = page.get_by_test_id("dledger-summary")
+            expect(summary).to_contain_text("dl-console", timeout=15_000)
+            expect(summary).to_contain_text("leader n0", timeout=15_000)
+            expect(summary).to_contain_text("committed index")
+            expect(page.get_by_test_id("dledger-panel")).to_be_visible()
+            row = page.locator('#dledger-table tr[data-member="n0"]')
+            expect(row).to_contain_text("LEADER", timeout=15_000)
+            cells = row.locator("td")
+            expect(cells.nth(4)).to_have_text("0")  # brokerId 0: the group's master
+            expect(cells.nth(9)).to_have_text("0")  # the leader lags nothing
+            page.screenshot(path=str(ARTIFACTS / "dledger.png"), full_page=True)
+            assert errors == []
     finally:
         server.stop()

@@ -11,14 +11,13 @@ from rocketmq.v5.consumer import SimpleConsumer
 from rocketmq.v5.model import FilterExpression, Message
 from rocketmq.v5.producer import Producer
 
-from tests.admin.test_console import ARTIFACTS, CHROMIUM_ARGS, Server, chromium_path, run_cli
+from tests.admin.test_console import ARTIFACTS, Server, console_page, run_cli
 from tests.helpers import free_port
 
 
 @pytest.mark.slow
 def test_console_grpc_view(tmp_path) -> None:
-    chromium = chromium_path()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     port = free_port()
     server = Server(tmp_path / "data", "--grpc-port", str(port))
@@ -42,27 +41,17 @@ def test_console_grpc_view(tmp_path) -> None:
         while not got and time.monotonic() < deadline:
             got = consumer.receive(1, 120)  # received, not acked: in flight for 2 minutes
         assert got
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.goto(server.console)
-                expect(page.get_by_test_id("connection")).to_have_text("connected", timeout=10_000)
-                page.get_by_role("button", name="5.x clients").click()
-                clients = page.get_by_test_id("grpc-clients")
-                expect(clients).to_contain_text("SIMPLE_CONSUMER", timeout=10_000)
-                expect(clients).to_contain_text("GConsole")
-                expect(clients).to_contain_text("PYTHON")
-                inflight = page.get_by_test_id("grpc-inflight")
-                expect(inflight).to_contain_text("GConsole", timeout=10_000)
-                expect(inflight).to_contain_text("Grpc5")
-                page.screenshot(path=str(ARTIFACTS / "grpc.png"), full_page=True)
-                assert errors == []
-            finally:
-                browser.close()
+        with console_page(server.console) as (page, errors):
+            page.get_by_role("button", name="5.x clients").click()
+            clients = page.get_by_test_id("grpc-clients")
+            expect(clients).to_contain_text("SIMPLE_CONSUMER", timeout=10_000)
+            expect(clients).to_contain_text("GConsole")
+            expect(clients).to_contain_text("PYTHON")
+            inflight = page.get_by_test_id("grpc-inflight")
+            expect(inflight).to_contain_text("GConsole", timeout=10_000)
+            expect(inflight).to_contain_text("Grpc5")
+            page.screenshot(path=str(ARTIFACTS / "grpc.png"), full_page=True)
+            assert errors == []
     finally:
         if consumer is not None:
             consumer.shutdown()

@@ -11,9 +11,8 @@ import pytest
 
 from tests.admin.test_console import (
     ARTIFACTS,
-    CHROMIUM_ARGS,
     Server,
-    chromium_path,
+    console_page,
     run_cli,
     server,
 )
@@ -39,28 +38,17 @@ SEND_TIMERS = textwrap.dedent(
 
 @pytest.mark.slow
 def test_console_timers_view(server: Server) -> None:
-    chromium = chromium_path()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     run_cli("pymq.admin", "updateTopic", "-b", server.broker, "-t", "TimerT", "-w", "1")
     sent = subprocess.run(
         [sys.executable, "-c", SEND_TIMERS, server.namesrv], capture_output=True, timeout=60
     )
     assert sent.returncode == 0, sent.stderr
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(server.console)
-            expect(page.get_by_test_id("connection")).to_have_text("connected", timeout=10_000)
-            page.get_by_role("button", name="Timers").click()
-            expect(page.get_by_test_id("timer-pending")).to_have_text("3", timeout=10_000)
-            expect(page.get_by_test_id("timer-topics")).to_contain_text("TimerT")
-            expect(page.get_by_test_id("timer-next-due")).not_to_have_text("none within an hour")
-            page.screenshot(path=str(ARTIFACTS / "timers.png"), full_page=True)
-            assert errors == []
-        finally:
-            browser.close()
+    with console_page(server.console) as (page, errors):
+        page.get_by_role("button", name="Timers").click()
+        expect(page.get_by_test_id("timer-pending")).to_have_text("3", timeout=10_000)
+        expect(page.get_by_test_id("timer-topics")).to_contain_text("TimerT")
+        expect(page.get_by_test_id("timer-next-due")).not_to_have_text("none within an hour")
+        page.screenshot(path=str(ARTIFACTS / "timers.png"), full_page=True)
+        assert errors == []

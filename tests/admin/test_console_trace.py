@@ -10,7 +10,7 @@ import trio
 
 from pymq.remoting.client import open_remoting_client
 from pymq.remoting.codes import ResponseCode
-from tests.admin.test_console import ARTIFACTS, CHROMIUM_ARGS, Server, chromium_path
+from tests.admin.test_console import ARTIFACTS, Server, console_page
 from tests.integration.test_trace_topic import CONSUMED, PUB, PUBLISHED, SUB, send_captured
 
 pytestmark = pytest.mark.slow  # a browser and a pymq process
@@ -33,37 +33,26 @@ async def send_traces(broker: str) -> None:
 
 
 def test_console_shows_a_message_trace(trace_server):
-    chromium = chromium_path()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     trio.run(send_traces, trace_server.broker)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(trace_server.console)
-            expect(page.get_by_test_id("connection")).to_have_text("connected", timeout=10_000)
-            page.get_by_role("button", name="Messages").click()
-            page.get_by_test_id("search-by").select_option("trace")
-            page.get_by_test_id("search-key").fill(PUBLISHED)
-            page.get_by_role("button", name="Search").click()
-            table = page.get_by_test_id("trace-results")
-            expect(table).to_contain_text("Publish", timeout=10_000)
-            expect(table).to_contain_text("PG_TRACE")
-            expect(table).to_contain_text("20 ms")
-            expect(table).to_contain_text("127.0.0.1:49911")
-            page.get_by_test_id("search-key").fill(CONSUMED)
-            page.get_by_role("button", name="Search").click()
-            expect(table).to_contain_text("Consume (before)", timeout=10_000)
-            expect(table).to_contain_text("Consume (after)")
-            expect(table).to_contain_text("CG_TRACE")
-            page.screenshot(path=str(ARTIFACTS / "6-trace.png"), full_page=True)
-            page.get_by_test_id("search-key").fill("NO_SUCH_ID")
-            page.get_by_role("button", name="Search").click()
-            expect(page.get_by_test_id("search-error")).to_contain_text("QUERY_NOT_FOUND")
-            assert not errors, errors
-        finally:
-            browser.close()
+    with console_page(trace_server.console) as (page, errors):
+        page.get_by_role("button", name="Messages").click()
+        page.get_by_test_id("search-by").select_option("trace")
+        page.get_by_test_id("search-key").fill(PUBLISHED)
+        page.get_by_role("button", name="Search").click()
+        table = page.get_by_test_id("trace-results")
+        expect(table).to_contain_text("Publish", timeout=10_000)
+        expect(table).to_contain_text("PG_TRACE")
+        expect(table).to_contain_text("20 ms")
+        expect(table).to_contain_text("127.0.0.1:49911")
+        page.get_by_test_id("search-key").fill(CONSUMED)
+        page.get_by_role("button", name="Search").click()
+        expect(table).to_contain_text("Consume (before)", timeout=10_000)
+        expect(table).to_contain_text("Consume (after)")
+        expect(table).to_contain_text("CG_TRACE")
+        page.screenshot(path=str(ARTIFACTS / "6-trace.png"), full_page=True)
+        page.get_by_test_id("search-key").fill("NO_SUCH_ID")
+        page.get_by_role("button", name="Search").click()
+        expect(page.get_by_test_id("search-error")).to_contain_text("QUERY_NOT_FOUND")
+        assert not errors, errors

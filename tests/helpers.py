@@ -340,3 +340,15 @@ def c_functions(direct: bool = False) -> Any:
             return None
         merged.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
     return types.SimpleNamespace(**merged)
+
+
+def implementations(module: str, name: str, twin: Any) -> list[Any]:
+    """pytest params of the C function ``module.name`` (when built and not turned off by
+    PYMQ_PURE_PYTHON=1) and of its Python twin, for a test run once against each."""
+    import pytest
+
+    from pymq.common.native import load_native
+
+    c = load_native(module)
+    params = [pytest.param(twin, id="twin")]
+    return params if c is None else [pytest.param(getattr(c, name), id="c"), *params]

@@ -36,7 +36,7 @@ from pymq.export import columns
 from pymq.remoting import codec, headers
 from pymq.store import commitlog, get_message, index_file, reput
 from pymq.store.commitlog import DispatchHint
-from tests.helpers import C_MODULES
+from tests.helpers import C_MODULES, mangled
 from tests.unit import test_codec, test_recordc
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
@@ -414,17 +414,7 @@ def test_send_readers_agree_on_damaged_frames(data: st.DataObject) -> None:
     c = load_native("pymq.remoting._codecc")
     frame = data.draw(st.sampled_from(_send_frames()))
     (length,) = struct.unpack_from(">i", frame, 4)
-    header = bytearray(frame[8 : 8 + length])
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(header) - 1))
-        action = data.draw(st.sampled_from(["set", "cut", "insert"]))
-        byte = data.draw(st.sampled_from(list(b'"\\{}[],:-.0e19 \x00\x7f\x80tnuabm')))
-        if action == "set":
-            header[at] = byte
-        elif action == "cut":
-            del header[at]
-        else:
-            header.insert(at, byte)
+    header = mangled(data, frame[8 : 8 + length], b'"\\{}[],:-.0e19 \x00\x7f\x80tnuabm')
     body = frame[8 + length :]
     damaged = struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
     args = (damaged, 4, len(damaged))

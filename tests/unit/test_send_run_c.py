@@ -107,6 +107,19 @@ def test_send_run_fields_takes_what_the_python_loop_takes(frames: list[bytes], d
     assert calls == [t for k, t in enumerate(topics) if k == 0 or topics[k - 1] != t]
 
 
+def test_send_run_fields_stops_where_the_judge_says() -> None:
+    frames = [frame(ext_for("T1", 0)), frame(ext_for("T1", 3)), frame(ext_for("Topic-2", 1))]
+    frames += [frame(ext_for("Topic-2", 2)), frame(ext_for("T1", 1))]
+    buf, bounds = run_of(frames)
+    i, fields, entries, parsed = fast(buf, bounds, 0, 5, COUNTS.get)
+    assert i == 3 and fields is not None and fields[1] == "Topic-2" and fields[2] == 2
+    assert [(e[0], e[1]) for e in entries] == [("T1", 0), ("T1", 3), ("Topic-2", 1)]
+    assert [f[0] for f in parsed] == [77, 77, 77]
+    assert entries[0][2] == b"body-%d" % len(ext_for("T1", 0))
+    i, fields, entries, _ = fast(buf, bounds, 0, 5, lambda topic: None)
+    assert (i, entries) == (0, []) and fields is not None and fields[1] == "T1"
+
+
 def test_send_run_fields_refuses_bad_arguments_and_raises_what_the_judge_raises() -> None:
     buf, bounds = run_of([frame(ext_for("T1", 0)), frame(ext_for("T1", 1))])
     f = native_extension.send_run_fields

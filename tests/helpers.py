@@ -389,3 +389,36 @@ def c_functions(direct: bool = False) -> Any:
             return None
         merged.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
     return types.SimpleNamespace(**merged)
+
+
+def implementations(module: str, name: str, twin: Any) -> list[Any]:
+    """pytest params of the C function ``module.name`` (when built and not turned off by
+    PYMQ_PURE_PYTHON=1) and of its Python twin, for a test run once against each."""
+    import pytest
+
+    from pymq.common.native import load_native
+
+    c = load_native(module)
+    params = [pytest.param(twin, id="twin")]
+    return params if c is None else [pytest.param(getattr(c, name), id="c"), *params]
+
+
+def mangled(draw: Any, data: bytes, alphabet: bytes | None = None) -> bytes:
+    """``data`` with one to three bytes changed, cut out or slipped in (hypothesis: ``draw`` is
+    a composite strategy's draw or a DataObject's), the new bytes from ``alphabet`` (None:
+    any byte)."""
+    from hypothesis import strategies as st
+
+    draw = getattr(draw, "draw", draw)
+    out = bytearray(data)
+    byte = st.sampled_from(list(alphabet)) if alphabet else st.integers(0, 255)
+    for _ in range(draw(st.integers(1, 3))):
+        if not out:
+            break
+        at = draw(st.integers(0, len(out) - 1))
+        action = draw(st.sampled_from(["set", "cut", "insert"]))
+        if action == "cut":
+            del out[at]
+        else:
+            out[at : at + (action == "set")] = bytes([draw(byte)])
+    return bytes(out)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import types
+from typing import Any
 
 import pytest
 import trio
@@ -69,19 +70,41 @@ def _header(sys_flag: int = 0, reconsume: int | None = None) -> SendMessageReque
     )  # fmt: skip
 
 
-def _general(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
+def _decoded(body: bytes, header: SendMessageRequestHeader) -> Any:
+    """What the general path makes of the send: its messages, or the refusal."""
     channel = types.SimpleNamespace(remote_address=f"{BORN[0]}:{BORN[1]}")
-    req = RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), body=body)
-    msgs = _processor()._batch_messages(channel, req, header, 2)  # type: ignore[arg-type]
+    if header.batch:
+        req = RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), body=body)
+        return _processor()._batch_messages(channel, req, header, 2)  # type: ignore[arg-type]
+    req = RemotingCommand(int(RequestCode.SEND_MESSAGE_V2), body=body)
+    return _processor()._single_message(channel, req, header, 2)  # type: ignore[arg-type]
+
+
+def _general(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
+    """The general path's put of the send (a batch when its header says so), and its WAIT."""
+    msgs = _decoded(body, header)
     assert not isinstance(msgs, RemotingCommand), msgs.remark
-    wait = msgs[0].properties.get("WAIT")
-    return store.put_now(msgs), wait
+    return store.put_now(msgs), (msgs[0] if header.batch else msgs).properties.get("WAIT")
 
 
 def _fast(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
-    return store.put_now(BatchBody(
-        TOPIC, 2, body, CLUSTER, header.sys_flag, header.born_timestamp, BORN,
-        header.reconsume_times or 0,
+    """The one-call put of the send (a batch when its header says so)."""
+    if header.batch:
+        return store.put_now(
+            BatchBody(
+                TOPIC,
+                2,
+                body,
+                CLUSTER,
+                header.sys_flag,
+                header.born_timestamp,
+                BORN,
+                header.reconsume_times or 0,
+            )
+        )
+    return store.put_now(SingleSend(
+        TOPIC, 2, body, header.properties or "", header.flag, CLUSTER, header.sys_flag,
+        header.born_timestamp, BORN, header.reconsume_times or 0,
     ))  # fmt: skip
 
 
@@ -117,30 +140,28 @@ def _prime(store: DefaultMessageStore) -> None:
     assert result.status is PutMessageStatus.PUT_OK
 
 
-async def _stores(tmp_path, name: str):
-    """Two fresh stores with the topic known (its first put checks its name)."""
-    out = []
-    for side in ("fast", "general"):
-        config = small_config(str(tmp_path / f"{name}-{side}"))
-        out.append(running_store(config, clock_ms=lambda: NOW))
-    return out
-
-
-async def _compare(tmp_path, name: str, sends: list[tuple[bytes, SendMessageRequestHeader]]):
-    """Each send (a batch when its header says so, else a single send) put by the fast path
-    into one store and by the general path into another: the same answers, WAIT, stores and
-    statistics after each."""
-    fast_cm, general_cm = await _stores(tmp_path, name)
-    async with fast_cm as fast, general_cm as general:
+async def _compare(tmp_path, sends: list[tuple[bytes, SendMessageRequestHeader, bool]]):
+    """Each send (body, header, damaged: a batch when its header says so, else a single send)
+    put by the fast path into one store and by the general path into another: the same answers,
+    WAIT, stores and statistics after each.  A damaged send the fast path may leave to the
+    general path (changing nothing); whatever it takes, the general path must store alike."""
+    config = small_config(str(tmp_path / "fast")), small_config(str(tmp_path / "general"))
+    async with (
+        running_store(config[0], clock_ms=lambda: NOW) as fast,
+        running_store(config[1], clock_ms=lambda: NOW) as general,
+    ):
         for store in (fast, general):
             _prime(store)
-        for body, header in sends:
-            put, general_put = (
-                (_fast, _general) if header.batch else (_fast_single, _general_single)
-            )
-            out = put(fast, body, header)
+        for body, header, damaged in sends:
+            before = _state(fast)
+            out = _fast(fast, body, header)
+            if out is None and damaged:
+                assert _state(fast) == before
+                continue
             assert out is not None, f"the fast path left a plain send to Python: {header}"
-            expected, expected_wait = general_put(general, body, header)
+            msgs = _decoded(body, header)
+            assert not isinstance(msgs, RemotingCommand), f"fast took what Python refuses: {msgs}"
+            expected, expected_wait = _general(general, body, header)
             assert out[0].status is PutMessageStatus.PUT_OK
             assert _result(out[0]) == _result(expected)
             assert out[1] == expected_wait
@@ -167,29 +188,6 @@ def _raw_item(body: bytes, props: bytes, flag: int = 0) -> bytes:
     total = BATCH_ITEM_HEAD.size + len(body) + 2 + len(props)
     head = BATCH_ITEM_HEAD.pack(total, BATCH_ITEM_MAGIC, 0, flag, len(body))
     return head + body + BATCH_PROPS_LEN.pack(len(props)) + props
-
-
-def test_plain_cases_byte_for_byte(tmp_path):
-    items = [
-        BatchItem(b"x" * 1024, 0, {"UNIQ_KEY": "AC1", "TAGS": "TagA", "WAIT": "true"}),
-        BatchItem(b"", 7, {"KEYS": "k1 k2", "WAIT": "TRUE"}),
-        BatchItem(b"y", -1, {"WAIT": "false", "DELAY": "0", "a": "b\x01c"}),
-        BatchItem(b"z", 0, {}),
-    ]
-    # Items without a name or a value are skipped (as Java's string2messageProperties skips
-    # them), and a trailing separator is no item.
-    skips = _raw_item(b"q", b"\x01v\x02n\x01\x02TAGS\x01tt\x02\x02") + _raw_item(b"r", b"\x02")
-    trio.run(
-        _compare,
-        tmp_path,
-        "plain",
-        [
-            (encode_batch_body(items), _header()),
-            (encode_batch_body(items[:1]), _header(reconsume=3)),
-            (encode_batch_body(items[1:]), _header()),
-            (skips, _header()),
-        ],
-    )
 
 
 _PLAIN = encode_batch_body([BatchItem(b"body", 0, {"TAGS": "t"})])
@@ -271,44 +269,6 @@ def test_unknown_topic_or_a_refusing_store_goes_the_general_way(tmp_path):
     trio.run(main)
 
 
-async def _fast_or_unchanged(tmp_path, body: bytes) -> None:
-    fast_cm, general_cm = await _stores(tmp_path, "fuzz")
-    async with fast_cm as fast, general_cm as general:
-        for store in (fast, general):
-            _prime(store)
-        before = _state(fast)
-        out = _fast(fast, body, _header())
-        if out is None:
-            assert _state(fast) == before
-            return
-        channel = types.SimpleNamespace(remote_address=f"{BORN[0]}:{BORN[1]}")
-        req = RemotingCommand(int(RequestCode.SEND_BATCH_MESSAGE), body=body)
-        msgs = _processor()._batch_messages(channel, req, _header(), 2)  # type: ignore[arg-type]
-        assert not isinstance(msgs, RemotingCommand), f"fast took what Python refuses: {msgs}"
-        expected = general.put_now(msgs)
-        assert _result(out[0]) == _result(expected)
-        assert _state(fast) == _state(general)
-
-
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    items=st.lists(_ITEM, min_size=1, max_size=4),
-    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
-    cut=st.integers(0, 8),
-)
-def test_damaged_bodies_go_fast_only_when_python_stores_them_alike(
-    tmp_path_factory, items, flips, cut
-):
-    body = bytearray(encode_batch_body(items))
-    for at, value in flips:
-        body[at % len(body)] = value
-    if cut:
-        del body[-cut:]
-    trio.run(_fast_or_unchanged, tmp_path_factory.mktemp("fuzz"), bytes(body))
-
-
 @pytest.mark.skipif(native_extension is None, reason="the C code's references")
 def test_no_reference_leaks_over_many_calls(tmp_path):
     import gc
@@ -355,58 +315,60 @@ def _single_header(props: str, flag: int = 0, sys_flag: int = 0, reconsume: int 
     )  # fmt: skip
 
 
-def _general_single(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
-    channel = types.SimpleNamespace(remote_address=f"{BORN[0]}:{BORN[1]}")
-    req = RemotingCommand(int(RequestCode.SEND_MESSAGE_V2), body=body)
-    msg = _processor()._single_message(channel, req, header, 2)  # type: ignore[arg-type]
-    assert not isinstance(msg, RemotingCommand), msg.remark
-    return store.put_now(msg), msg.properties.get("WAIT")
-
-
-def _fast_single(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
-    return store.put_now(SingleSend(
-        TOPIC, 2, body, header.properties or "", header.flag, CLUSTER, header.sys_flag,
-        header.born_timestamp, BORN, header.reconsume_times or 0,
-    ))  # fmt: skip
-
-
 def _props_text(props: dict[str, str]) -> str:
     return "\x02".join(f"{k}\x01{v}" for k, v in props.items())
 
 
+def _damaged(items: list[BatchItem], flips: list[tuple[int, int]], cut: int) -> bytes:
+    body = bytearray(encode_batch_body(items))
+    for at, value in flips:
+        body[at % len(body)] = value
+    return bytes(body[: len(body) - cut])
+
+
 _SEND = st.one_of(
-    st.builds(lambda items, reconsume: (encode_batch_body(items), _header(reconsume=reconsume)),
+    st.builds(lambda items, again: (encode_batch_body(items), _header(reconsume=again), False),
               st.lists(_ITEM, min_size=1, max_size=8), st.none() | st.integers(0, 16)),
     st.builds(lambda body, props, flag, reconsume: (
-        body, _single_header(_props_text(props), flag, reconsume=reconsume)),
+        body, _single_header(_props_text(props), flag, reconsume=reconsume), False),
         st.binary(max_size=300), _PROPS, st.integers(-(2**31), 2**31 - 1),
         st.none() | st.integers(0, 16)),
+    st.builds(lambda *args: (_damaged(*args), _header(), True),
+              st.lists(_ITEM, min_size=1, max_size=4),
+              st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+              st.integers(0, 8)),
 )  # fmt: skip
 
 
 @settings(
-    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(sends=st.lists(_SEND, min_size=1, max_size=5))
 def test_fast_and_general_paths_store_the_same(tmp_path_factory, sends):
-    """Single sends and batches, interleaved: the one encoder's records are the general
-    path's."""
-    trio.run(_compare, tmp_path_factory.mktemp("sends"), "h", sends)
+    """Single sends, batches and damaged batches, interleaved: the one encoder's records are
+    the general path's."""
+    trio.run(_compare, tmp_path_factory.mktemp("sends"), sends)
 
 
-def test_single_plain_cases_byte_for_byte(tmp_path):
-    trio.run(
-        _compare,
-        tmp_path,
-        "plain",
-        [
-            (b"x" * 1024, _single_header("UNIQ_KEY\x01AC1\x02TAGS\x01TagA\x02WAIT\x01true")),
-            (b"", _single_header("KEYS\x01k1 k2\x02WAIT\x01TRUE", flag=7, reconsume=2)),
-            (b"y", _single_header("WAIT\x01false\x02a\x01b\x01c")),
-            (b"z", _single_header("")),
-            (b"q", _single_header("\x01v\x02n\x01\x02TAGS\x01tt\x02\x02")),
-        ],
-    )
+def test_plain_cases_byte_for_byte(tmp_path):
+    items = [
+        BatchItem(b"x" * 1024, 0, {"UNIQ_KEY": "AC1", "TAGS": "TagA", "WAIT": "true"}),
+        BatchItem(b"", 7, {"KEYS": "k1 k2", "WAIT": "TRUE"}),
+        BatchItem(b"y", -1, {"WAIT": "false", "DELAY": "0", "a": "b\x01c"}),
+        BatchItem(b"z", 0, {}),
+    ]
+    # Items without a name or a value are skipped (as Java's string2messageProperties skips
+    # them), and a trailing separator is no item.
+    skips = _raw_item(b"q", b"\x01v\x02n\x01\x02TAGS\x01tt\x02\x02") + _raw_item(b"r", b"\x02")
+    sends = [
+        (encode_batch_body(items), _header()), (encode_batch_body(items[:1]), _header(reconsume=3)),
+        (encode_batch_body(items[1:]), _header()), (skips, _header()),
+        (b"x" * 1024, _single_header("UNIQ_KEY\x01AC1\x02TAGS\x01TagA\x02WAIT\x01true")),
+        (b"", _single_header("KEYS\x01k1 k2\x02WAIT\x01TRUE", flag=7, reconsume=2)),
+        (b"y", _single_header("WAIT\x01false\x02a\x01b\x01c")), (b"z", _single_header("")),
+        (b"q", _single_header("\x01v\x02n\x01\x02TAGS\x01tt\x02\x02")),
+    ]  # fmt: skip
+    trio.run(_compare, tmp_path, [(body, header, False) for body, header in sends])
 
 
 @pytest.mark.parametrize(
@@ -430,7 +392,7 @@ def test_what_the_single_fast_path_leaves_to_python_changes_nothing(
     async def main() -> None:
         async with running_store(small_config(str(tmp_path)), clock_ms=lambda: NOW) as store:
             _prime(store)
-            assert _fast_single(store, b"b", _single_header("TAGS\x01t")) is not None
+            assert _fast(store, b"b", _single_header("TAGS\x01t")) is not None
             before = _state(store), store.put_message_times_total
             out = store.put_now(
                 SingleSend(TOPIC, 2, b"b", props, 0, CLUSTER, sys_flag, NOW, born, 0)
@@ -449,10 +411,10 @@ def test_single_sends_up_to_the_file_end_then_the_general_way(tmp_path):
             header = _single_header("TAGS\x01t")
             went_general = 0
             for _ in range(2 * config.mapped_file_size_commit_log // 3000 + 2):
-                out = _fast_single(store, b"x" * 3000, header)
+                out = _fast(store, b"x" * 3000, header)
                 if out is None:
                     went_general += 1
-                    result, _ = _general_single(store, b"x" * 3000, header)
+                    result, _ = _general(store, b"x" * 3000, header)
                 else:
                     result, _ = out
                 assert result.status is PutMessageStatus.PUT_OK

@@ -69,18 +69,6 @@ _messages = st.builds(
 )
 
 
-@given(st.lists(_messages, min_size=1, max_size=6))
-def test_batch_body_is_the_reference_writers(msgs: list[Message]) -> None:
-    ids = UniqueIdGenerator("10.1.2.3", pid=7).create_many(len(msgs))
-    before = [dict(m.properties) for m in msgs]
-    body = _batch_body_py(msgs, ids)
-    assert body == reference(msgs, ids)
-    assert [m.properties for m in msgs] == before  # the messages are left as they were
-    for item, uniq in zip(decode_batch_body(body), ids, strict=True):
-        assert item.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] == uniq
-        assert item.properties[PROPERTY_WAIT_STORE_MSG_OK] == "true"
-
-
 _plain = st.builds(
     Message,
     topic=st.just("T"),
@@ -93,16 +81,23 @@ _plain = st.builds(
 native_batch_body = producer_module._batch_body  # C when built, else its twin
 
 
-@given(st.lists(_plain, max_size=8), st.booleans())
-def test_the_c_batch_body_is_the_python_writers(msgs: list[Message], as_tuple: bool) -> None:
-    """Plain messages (only tags, flag and body of their own) are written in C, byte for byte
-    as the Python writer and the reference write them."""
+@given(st.lists(_messages | _plain, max_size=8), st.booleans())
+def test_batch_body_is_the_reference_writers(msgs: list[Message], as_tuple: bool) -> None:
+    """_batch_body_py writes what the reference writes, leaving the messages as they were;
+    the picked writer (C, or its twin) writes the same of plain messages (only tags, flag
+    and body of their own), and declines (None) or writes the same of the others."""
     ids = UniqueIdGenerator("10.1.2.3", pid=7).create_many(len(msgs))
-    assert native_batch_body is not None
-    body = native_batch_body(Message, tuple(msgs) if as_tuple else msgs, ids)
-    assert body is not None
-    assert body == _batch_body_py(msgs, ids) == reference(msgs, ids)
-    assert native_batch_body(Message, msgs, ids, "T") == body  # all of the batch's topic
+    before = [dict(m.properties) for m in msgs]
+    body = _batch_body_py(msgs, ids)
+    assert body == reference(msgs, ids)
+    assert [m.properties for m in msgs] == before  # the messages are left as they were
+    for item, uniq in zip(decode_batch_body(body), ids, strict=True):
+        assert item.properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] == uniq
+        assert item.properties[PROPERTY_WAIT_STORE_MSG_OK] == "true"
+    native = native_batch_body(Message, tuple(msgs) if as_tuple else msgs, ids)
+    assert native in (None, body)
+    assert native is not None or any(m.keys not in (None, "") or m.properties for m in msgs)
+    assert native_batch_body(Message, msgs, ids, "T") == native  # all of the batch's topic
 
 
 def test_the_c_batch_body_leaves_what_is_not_plain_to_python() -> None:

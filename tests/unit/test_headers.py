@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -103,132 +105,77 @@ numberish = st.one_of(
 )
 
 
-@given(st.dictionaries(st.sampled_from(list(V2_NAMES.values())), numberish))
-def test_the_send_fast_path_agrees_with_the_generic_decoder(ext: dict[str, str]) -> None:
-    """from_ext is the hot path's hand-written twin of decode(): same result, same refusals."""
-    try:
-        expected: object = decode(SendMessageRequestHeader, ext)
-    except HeaderError:
-        expected = HeaderError
-    try:
-        got: object = SendMessageRequestHeader.from_ext(RequestCode.SEND_MESSAGE, ext)
-    except HeaderError:
-        got = HeaderError
-    assert got == expected
-
-
 _plain_or_odd = st.one_of(
     st.integers(0, 10**12).map(str), numberish, st.sampled_from(["true", "false", "True", "1", "0"])
 )
-
-
+_flag = st.sampled_from(["1", "0", "true", "false", "True", "TRUE", "", " 1", "01", "2"])
 _digits9 = st.integers(0, 10**9 - 1).map(str)
+_SOUND_SEND = st.fixed_dictionaries(
+    {k: st.text(max_size=3) for k in "abc"}
+    | {k: _digits9 for k in "defh"}
+    | {"g": st.integers(0, 10**18 - 1).map(str)},
+    optional={"i": st.text(max_size=3), "j": _digits9, "k": _flag, "l": _digits9, "m": _flag},
+)
+
+
+def _outcome(decode: Any) -> object:
+    try:
+        return decode()
+    except HeaderError as exc:
+        return str(exc)
 
 
 @given(
-    st.fixed_dictionaries(
-        {
-            "a": st.text(max_size=3),
-            "b": st.text(max_size=3),
-            "c": st.text(max_size=3),
-            "d": _digits9,
-            "e": _digits9,
-            "f": _digits9,
-            "g": st.integers(0, 10**18 - 1).map(str),
-            "h": _digits9,
-        },
-        optional={
-            "i": st.text(max_size=3),
-            "j": _digits9,
-            "k": st.one_of(st.sampled_from(["1", "0"]), _plain_or_odd),
-            "l": _digits9,
-            "m": st.one_of(st.sampled_from(["1", "0"]), _plain_or_odd),
-        },
-    ),
+    st.one_of(_SOUND_SEND, st.dictionaries(st.sampled_from(list(V2_NAMES)), numberish)),
     st.sampled_from(
         [RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_MESSAGE]
     ),
 )
-def test_the_send_headers_flags_in_c_read_as_python_reads_them(
-    short: dict[str, str], code: int
-) -> None:
-    """The C path's own case, which the property above seldom reaches (its numbers are mostly
-    odd): a sound send header whose unitMode and batch are written as Java or the C++ client
-    ("1" / "0") writes them, or oddly (left to Python)."""
-    ext = short if code != RequestCode.SEND_MESSAGE else {V2_NAMES[k]: v for k, v in short.items()}
-    with_c = SendMessageRequestHeader.from_ext(code, ext)
-    unit_mode, batch = short.get("k"), short.get("m")
-    assert with_c.unit_mode is (unit_mode is not None and java_bool(unit_mode))
-    batch_code = code == RequestCode.SEND_BATCH_MESSAGE
-    assert with_c.batch is (batch_code or (batch is not None and java_bool(batch)))
+def test_the_send_header_reads_as_the_generic_decoder(short: dict[str, str], code: int) -> None:
+    """from_ext (send_header, C or its twin) is the hot path's twin of decode(): same header,
+    same refusals; unitMode and batch read as java_bool reads them, "1" / "0" as Java and the
+    C++ client write them included."""
+    long = {V2_NAMES[k]: v for k, v in short.items()}
+    got = _outcome(
+        lambda: SendMessageRequestHeader.from_ext(
+            code, long if code == RequestCode.SEND_MESSAGE else short
+        )
+    )
+    if code == RequestCode.SEND_MESSAGE:
+        assert type(got) is type(_outcome(lambda: decode(SendMessageRequestHeader, long)))
+        assert isinstance(got, str) or got == decode(SendMessageRequestHeader, long)
+    if not isinstance(got, str):
+        unit_mode, batch = short.get("k"), short.get("m")
+        assert got.unit_mode is (unit_mode is not None and java_bool(unit_mode))
+        batch_code = code == RequestCode.SEND_BATCH_MESSAGE
+        assert got.batch is (batch_code or (batch is not None and java_bool(batch)))
 
 
-_END_NAMES = [
-    "producerGroup",
-    "tranStateTableOffset",
-    "commitLogOffset",
-    "commitOrRollback",
-    "msgId",
-    "fromTransactionCheck",
-    "transactionId",
-]
+_END = {
+    "producerGroup": st.text(max_size=3),
+    "tranStateTableOffset": st.integers(0, 10**18 - 1).map(str),
+    "commitLogOffset": st.integers(0, 10**18 - 1).map(str),
+    "commitOrRollback": st.sampled_from(["0", "8", "12"]),
+    "msgId": st.text(max_size=3),
+}
+_END_MORE = {"fromTransactionCheck": _flag, "transactionId": st.text(max_size=3)}
+_ODD = st.one_of(_plain_or_odd, st.sampled_from(["0", "8", "12", "G", "2", "-8", "08"]))
 
 
 @given(
-    st.fixed_dictionaries(
-        {},
-        optional={
-            name: st.one_of(_plain_or_odd, st.sampled_from(["0", "8", "12", "G", "2", "-8", "08"]))
-            for name in _END_NAMES
-        },
-    )
+    st.fixed_dictionaries(_END, optional=_END_MORE)
+    | st.fixed_dictionaries({}, optional={name: _ODD for name in [*_END, *_END_MORE]})
 )
-def test_the_end_transaction_header_in_c_agrees_with_the_python_decoder(
-    ext: dict[str, str],
-) -> None:
-    """plain_header (C) reads END_TRANSACTION's header as the Python from_ext and decode() do:
-    same header, or the same refusal."""
-    try:
-        with_c: object = EndTransactionRequestHeader.from_ext(ext)
-    except HeaderError as exc:
-        with_c = str(exc)
-    try:
-        generic: object = decode(EndTransactionRequestHeader, ext)
-    except HeaderError as exc:
-        generic = str(exc)
-    assert type(generic) is type(with_c)
-    if not isinstance(with_c, str):
-        assert with_c == generic
-
-
-_flagish = st.sampled_from(["true", "false", "True", "TRUE", "FALSE", "", " 1", "01", "2"])
-
-
-@given(
-    st.fixed_dictionaries(
-        {
-            "producerGroup": st.text(max_size=3),
-            "tranStateTableOffset": st.integers(0, 10**18 - 1).map(str),
-            "commitLogOffset": st.integers(0, 10**18 - 1).map(str),
-            "commitOrRollback": st.sampled_from(["0", "8", "12"]),
-            "msgId": st.text(max_size=3),
-        },
-        optional={
-            "fromTransactionCheck": st.one_of(st.sampled_from(["1", "0"]), _flagish),
-            "transactionId": st.text(max_size=3),
-        },
-    )
-)
-def test_the_end_transaction_header_in_c_reads_its_flag_as_python_does(
-    ext: dict[str, str],
-) -> None:
-    """The C path's own case, which the property above seldom reaches (it draws every field as
-    optional): a sound END_TRANSACTION header, its fromTransactionCheck as Java or the C++
-    client writes it ("1" / "0") or odder, read as java_bool reads it."""
-    with_c = EndTransactionRequestHeader.from_ext(ext)
-    assert with_c == decode(EndTransactionRequestHeader, ext)
-    flag = ext.get("fromTransactionCheck")
-    assert with_c.from_transaction_check is (flag is not None and java_bool(flag))
+def test_the_end_transaction_header_reads_as_the_generic_decoder(ext: dict[str, str]) -> None:
+    """plain_header (C or its twin) reads END_TRANSACTION's header as decode() does: same
+    header, or the same refusal; fromTransactionCheck as java_bool reads it."""
+    got = _outcome(lambda: EndTransactionRequestHeader.from_ext(ext))
+    generic = _outcome(lambda: decode(EndTransactionRequestHeader, ext))
+    assert type(got) is type(generic)
+    if not isinstance(got, str):
+        assert got == generic
+        flag = ext.get("fromTransactionCheck")
+        assert got.from_transaction_check is (flag is not None and java_bool(flag))
 
 
 @given(st.integers(INT_MIN, INT_MAX))

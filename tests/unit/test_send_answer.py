@@ -1,4 +1,4 @@
-"""The client's raw answer path: ``_recordc.send_answer_fields`` reads a send's plain
+"""The client's raw answer path: ``send_answer_fields`` (C, and its twin) reads a send's plain
 successful answer from its frame, and whatever it reads the usual path (decode_frame, then
 SendMessageResponseHeader.from_ext) reads the same; every other frame it leaves to the usual
 path."""
@@ -8,24 +8,22 @@ from __future__ import annotations
 import gc
 import json
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pymq.remoting.codec import (
-    RPC_ONEWAY,
-    RPC_TYPE_RESPONSE,
-    RemotingCommand,
-    decode_frame,
-    encode,
-)
-from pymq.remoting.errors import ProtocolError
-from pymq.remoting.headers import HeaderError, SendMessageResponseHeader
-from tests.helpers import send_tier_functions
+from pymq.remoting import codec
+from pymq.remoting.codec import RPC_ONEWAY, RPC_TYPE_RESPONSE, RemotingCommand, decode_frame, encode
+from pymq.remoting.headers import SendMessageResponseHeader
+from tests.helpers import implementations, send_tier_functions
 
 native_extension = send_tier_functions()
-
+READERS = pytest.mark.parametrize(
+    "reader",
+    implementations("pymq.remoting._codecc", "send_answer_fields", codec.send_answer_fields_py),
+)
 
 # What the Java 4.9.4 broker answered to a signed SEND_MESSAGE_V2 (java-wire-samples/
 # ACL-SEND_MESSAGE_V2-310-signed-normal-ok.response-header.json).
@@ -34,6 +32,7 @@ JAVA_ANSWER = (
     '"msgId":"7F0000010000C30100000000000001AA","queueOffset":"0"},"flag":1,"language":"JAVA",'
     '"opaque":4,"serializeTypeCurrentRPC":"JSON","version":401}'
 )
+JAVA_ID = "7F0000010000C30100000000000001AA"
 
 
 def frame_of(header: str | bytes, body: bytes = b"") -> bytes:
@@ -41,37 +40,43 @@ def frame_of(header: str | bytes, body: bytes = b"") -> bytes:
     return struct.pack(">ii", 4 + len(data) + len(body), len(data)) + data + body
 
 
-def fast(frame: bytes) -> tuple | None:
-    return native_extension.send_answer_fields(frame, 4, len(frame))
-
-
-def usual(frame: bytes) -> tuple | None:
-    """What the producer's usual path takes from the frame when it is a SUCCESS answer."""
-    try:
+def read(reader: Any, frame: bytes) -> tuple | None:
+    """The raw reader's fields, checked against what the producer's usual path takes from the
+    frame (a SUCCESS answer's header fields, with no remark, body or oneway flag)."""
+    got = reader(frame, 4, len(frame))
+    if got is not None:
         cmd = decode_frame(frame[4:])
-    except ProtocolError:
-        return None
-    if cmd.header_error is not None or cmd.code != 0 or not cmd.flag & RPC_TYPE_RESPONSE:
-        return None
-    try:
+        assert cmd.header_error is None and cmd.code == 0 and cmd.flag & RPC_TYPE_RESPONSE
+        assert cmd.remark is None and cmd.body == b"" and not cmd.flag & RPC_ONEWAY
         head = SendMessageResponseHeader.from_ext(cmd.ext_fields)
-    except HeaderError:
-        return None
-    return cmd.opaque, head.msg_id, head.queue_id, head.queue_offset, head.transaction_id
+        assert got == (
+            cmd.opaque,
+            head.msg_id,
+            head.queue_id,
+            head.queue_offset,
+            head.transaction_id,
+        )
+    return got
 
 
-def test_the_plain_answers_of_pymq_and_java_are_read() -> None:
-    ours = native_extension.send_answer_frame(77, "0A0B", 3, 12345, b'"R"', True, 401)
-    assert fast(ours) == usual(ours) == (77, "0A0B", 3, 12345, None)
-    java = frame_of(JAVA_ANSWER)
-    assert fast(java) == usual(java) == (4, "7F0000010000C30100000000000001AA", 1, 0, None)
-    tx = frame_of(JAVA_ANSWER.replace('"queueOffset":"0"', '"queueOffset":"0","transactionId":"T"'))
-    assert fast(tx) == usual(tx) == (4, "7F0000010000C30100000000000001AA", 1, 0, "T")
+def _changed(old: str, new: str) -> bytes:
+    assert old in JAVA_ANSWER
+    return frame_of(JAVA_ANSWER.replace(old, new))
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
+_rocketmq = bytearray(frame_of(JAVA_ANSWER))
+_rocketmq[4] = 1  # the serialize-type byte
+ROWS = [
+    (native_extension.send_answer_frame(77, "0A0B", 3, 12345, b'"R"', True, 401),
+     (77, "0A0B", 3, 12345, None)),
+    (frame_of(JAVA_ANSWER), (4, JAVA_ID, 1, 0, None)),
+    (_changed('"queueOffset":"0"', '"queueOffset":"0","transactionId":"T"'),
+     (4, JAVA_ID, 1, 0, "T")),
+    # Left to the usual path:
+    (frame_of(JAVA_ANSWER, b"x"), None),
+    (bytes(_rocketmq), None),
+    *[(frame_of(JAVA_ANSWER)[:cut], None) for cut in (4, 5, 20, len(frame_of(JAVA_ANSWER)) - 1)],
+    *[(_changed(*change), None) for change in [
         ('"code":0', '"code":10'),  # FLUSH_DISK_TIMEOUT: stored, but the usual path words it
         ('"code":0', '"code":1'),
         ('"flag":1', '"flag":0'),  # a request
@@ -85,146 +90,97 @@ def test_the_plain_answers_of_pymq_and_java_are_read() -> None:
         ('"queueId":"1"', '"queueId":"1234567890"'),
         ('"queueOffset":"0"', '"queueOffset":"1234567890123456789"'),
         ('"queueOffset":"0"', '"queueOffset":"0","queueOffset":"1"'),
-        ('"msgId":"7F0000010000C30100000000000001AA",', ""),
-        ('"msgId":"7F0000010000C30100000000000001AA"', '"msgId":null'),
+        (f'"msgId":"{JAVA_ID}",', ""),
+        (f'"msgId":"{JAVA_ID}"', '"msgId":null'),
         ('"opaque":4', '"opaque":4,"opaque":5'),
         ('"opaque":4', '"opaque":2147483648'),
         # A timer message's answer (RocketMQ 5): its recall handle is read by the usual path.
         ('"queueOffset":"0"', '"queueOffset":"0","recallHandle":"djEgVCBiIDEgSUQ="'),
-    ],
-)
-def test_other_answers_are_left_to_the_usual_path(change: tuple[str, str]) -> None:
-    assert change[0] in JAVA_ANSWER
-    frame = frame_of(JAVA_ANSWER.replace(*change))
-    assert fast(frame) is None
+    ]],
+]  # fmt: skip
 
 
-def test_answers_with_a_body_or_another_serialize_type_are_left_to_the_usual_path() -> None:
-    assert fast(frame_of(JAVA_ANSWER, b"x")) is None
-    rocketmq = bytearray(frame_of(JAVA_ANSWER))
-    rocketmq[4] = 1  # the serialize-type byte
-    assert fast(bytes(rocketmq)) is None
-    whole = frame_of(JAVA_ANSWER)
-    for cut in (4, 5, 20, len(whole) - 1):
-        assert fast(whole[:cut]) is None
-    assert native_extension.send_answer_fields(whole, 4, len(whole) + 1) is None
+@READERS
+@pytest.mark.parametrize("row", range(len(ROWS)))
+def test_answers_are_read_or_left_to_the_usual_path(reader: Any, row: int) -> None:
+    frame, expected = ROWS[row]
+    assert read(reader, frame) == expected
+    assert reader(frame_of(JAVA_ANSWER), 4, len(frame_of(JAVA_ANSWER)) + 1) is None  # past the end
 
 
-digits = st.text("0123456789", min_size=1, max_size=20)
-numbers = st.one_of(digits, st.integers(-(2**64), 2**64).map(str), st.sampled_from(["+1", " 1"]))
 text = st.text(max_size=12)
+ascii_text = st.text(st.characters(max_codepoint=127), max_size=40)
+digits = st.text("0123456789", min_size=1, max_size=20)
+numbers = digits | st.integers(-(2**64), 2**64).map(str) | st.sampled_from(["+1", " 1"])
 
 
 @st.composite
-def answers(draw: st.DrawFn) -> bytes:
-    """Send answers: half of them plain (what the raw reader takes, in any member order and
-    spacing, with any text), the rest with any field changed."""
-    if draw(st.booleans()):
-        return draw(plain_answers())
+def answers(draw: st.DrawFn) -> tuple[bytes, Any]:
+    """(frame, what the reader must give): the broker's own answers (the fields), plain
+    answers in any member order and spacing, with any text ("taken"), and answers with any
+    field changed (None: either way, as long as the usual path agrees)."""
+    kind = draw(st.sampled_from(["broker", "plain", "any"]))
+    opaque = draw(st.integers(-(2**31), 2**31 - 1))
+    if kind == "broker":
+        fields = (opaque, draw(st.text("0123456789ABCDEF,", min_size=1, max_size=70)),
+                  draw(st.integers(0, 10**9 - 1)), draw(st.integers(0, 10**18 - 1)),
+                  None)  # fmt: skip
+        if draw(st.booleans()):  # its C writer, or codec.encode of the command
+            return native_extension.send_answer_frame(
+                *fields[:4], b'"DefaultRegion"', False, 401
+            ), fields
+        ext = {"msgId": fields[1], "queueId": str(fields[2]), "queueOffset": str(fields[3])}
+        return encode(RemotingCommand(0, ext, b"", opaque, RPC_TYPE_RESPONSE, None)), fields
+    plain = kind == "plain"
     ext: dict[str, object] = {}
     for name, values in (
-        ("msgId", st.one_of(text, st.text("0123456789ABCDEF", min_size=32, max_size=32))),
-        ("queueId", numbers),
-        ("queueOffset", numbers),
-        ("transactionId", text),
-        ("MSG_REGION", text),
-        ("TRACE_ON", st.sampled_from(["true", "false"])),
-    ):
-        if draw(st.integers(0, 9)):  # mostly present
-            value = draw(values)
-            ext[name] = (
-                draw(st.sampled_from([value, value, None, 7, True]))
-                if draw(st.booleans())
-                else value
-            )
-    if draw(st.booleans()):
+        ("msgId", ascii_text if plain else text | st.text("0123456789ABCDEF", min_size=32)),
+        ("queueId", st.text("0123456789", min_size=1, max_size=9) if plain else numbers),
+        ("queueOffset", st.text("0123456789", min_size=1, max_size=18) if plain else numbers),
+        ("transactionId", ascii_text if plain else text),
+        # Members the reader skips are plain ASCII (anything else: the usual path).
+        ("MSG_REGION", st.text(st.characters(min_codepoint=32, max_codepoint=126))
+         if plain else text),
+        ("TRACE_ON", st.just("true") if plain else st.sampled_from(["true", "false"])),
+    ):  # fmt: skip
+        if (name == "transactionId" or not plain) and not draw(st.integers(0, 1 if plain else 9)):
+            continue
+        value = draw(values)
+        if not plain and draw(st.booleans()):
+            value = draw(st.sampled_from([value, None, 7, True]))
+        ext[name] = value
+    if not plain and draw(st.booleans()):
         ext[draw(text)] = draw(st.one_of(text, st.integers(), st.lists(st.integers(), max_size=2)))
     header: dict[str, object] = {
-        "code": draw(st.sampled_from([0, 0, 0, 1, 10, 17])),
-        "extFields": ext,
-        "flag": draw(st.sampled_from([1, 1, 1, 0, 3])),
-        "language": draw(st.sampled_from(["JAVA", "JAVA", "CPP", ""])),
-        "opaque": draw(st.integers(-(2**31), 2**31 - 1)),
-        "serializeTypeCurrentRPC": "JSON",
-        "version": 401,
-    }
-    if draw(st.integers(0, 3)) == 0:
-        header["remark"] = draw(st.one_of(st.none(), text))
-    keys = draw(st.permutations(list(header)))
-    text_json = json.dumps(
-        {k: header[k] for k in keys},
-        ensure_ascii=draw(st.booleans()),
-        separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])),
-    )
-    body = draw(st.sampled_from([b"", b"", b"", b"x"]))
-    return frame_of(text_json.encode("utf-8", "surrogatepass"), body)
-
-
-@st.composite
-def plain_answers(draw: st.DrawFn) -> bytes:
-    ascii_text = st.text(st.characters(max_codepoint=127), max_size=40)
-    ext: dict[str, object] = {
-        "msgId": draw(ascii_text),
-        "queueId": draw(st.text("0123456789", min_size=1, max_size=9)),
-        "queueOffset": draw(st.text("0123456789", min_size=1, max_size=18)),
-        # Members the reader skips are plain ASCII (anything else: the usual path).
-        "MSG_REGION": draw(st.text(st.characters(min_codepoint=32, max_codepoint=126))),
-        "TRACE_ON": "true",
-    }
-    if draw(st.booleans()):
-        ext["transactionId"] = draw(ascii_text)
-    header: dict[str, object] = {
-        "code": 0,
+        "code": 0 if plain else draw(st.sampled_from([0, 0, 0, 1, 10, 17])),
         "extFields": dict(draw(st.permutations(list(ext.items())))),
-        "flag": 1,
-        "language": "JAVA",
-        "opaque": draw(st.integers(-(2**31), 2**31 - 1)),
-        "serializeTypeCurrentRPC": "JSON",
-        "version": 401,
-    }
-    if draw(st.booleans()):
-        header["remark"] = None
-    keys = draw(st.permutations(list(header)))
+        "flag": 1 if plain else draw(st.sampled_from([1, 1, 1, 0, 3])),
+        "language": "JAVA" if plain else draw(st.sampled_from(["JAVA", "JAVA", "CPP", ""])),
+        "opaque": opaque, "serializeTypeCurrentRPC": "JSON", "version": 401,
+    }  # fmt: skip
+    if draw(st.integers(0, 3)) == 0:
+        header["remark"] = None if plain else draw(st.one_of(st.none(), text))
     data = json.dumps(
-        {k: header[k] for k in keys},
+        {k: header[k] for k in draw(st.permutations(list(header)))},
         ensure_ascii=draw(st.booleans()),
         separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])),
-    )
-    return frame_of(data.encode("utf-8", "surrogatepass"))
+    )  # fmt: skip
+    body = b"" if plain else draw(st.sampled_from([b"", b"", b"", b"x"]))
+    return frame_of(data.encode("utf-8", "surrogatepass"), body), "taken" if plain else None
 
 
-@given(plain_answers())
-def test_plain_answers_are_taken(frame: bytes) -> None:
-    assert fast(frame) is not None
-    assert fast(frame) == usual(frame)
-
-
+@READERS
 @settings(max_examples=600)
 @given(answers())
-def test_what_the_raw_reader_takes_the_usual_path_reads_the_same(frame: bytes) -> None:
-    got = fast(frame)
-    if got is not None:
-        assert got == usual(frame)
-        cmd = decode_frame(frame[4:])
-        assert cmd.remark is None and cmd.body == b"" and not cmd.flag & RPC_ONEWAY
-
-
-@given(
-    opaque=st.integers(-(2**31), 2**31 - 1),
-    msg_id=st.text("0123456789ABCDEF,", min_size=1, max_size=70),
-    queue_id=st.integers(0, 10**9 - 1),
-    queue_offset=st.integers(0, 10**18 - 1),
-)
-def test_every_plain_answer_of_the_broker_is_taken(opaque, msg_id, queue_id, queue_offset) -> None:
-    """The broker's answers (its C writer, and codec.encode of the command) all go raw."""
-    ours = native_extension.send_answer_frame(
-        opaque, msg_id, queue_id, queue_offset, b'"DefaultRegion"', False, 401
-    )
-    want = (opaque, msg_id, queue_id, queue_offset, None)
-    assert fast(ours) == usual(ours) == want
-    ext = {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset)}
-    encoded = encode(RemotingCommand(0, ext, b"", opaque, RPC_TYPE_RESPONSE, None))
-    assert fast(encoded) == usual(encoded) == want
+def test_what_the_raw_reader_takes_the_usual_path_reads_the_same(
+    reader: Any, answer: tuple
+) -> None:
+    frame, want = answer
+    got = read(reader, frame)
+    if want == "taken":
+        assert got is not None
+    elif want is not None:
+        assert got == want
 
 
 def test_raw_send_answers_give_the_fields_to_calls_that_take_them(caplog) -> None:

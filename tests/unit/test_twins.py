@@ -30,7 +30,7 @@ from pymq.export import columns
 from pymq.remoting import codec, headers
 from pymq.store import commitlog, get_message, index_file, reput
 from pymq.store.commitlog import DispatchHint
-from tests.helpers import C_MODULES
+from tests.helpers import C_MODULES, mangled
 from tests.unit import test_codec, test_recordc
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
@@ -53,6 +53,7 @@ def _outcome(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[str, Any]:
         UnicodeError,
         IndexError,
         BufferError,
+        headers.HeaderError,
     ) as exc:
         return "raises", type(exc).__mro__[1] if type(exc) is RecordError else type(exc)
     written = [a for a in copies if isinstance(a, (bytearray, list))]
@@ -120,15 +121,8 @@ def _recordc_cases(c: Any) -> Iterator[Case]:
     for s in ("", "a", "TopicTest", "\u00e9\U0001f600" * 50, "\ud800x"):
         yield "java_hash", c.java_hash, message_ext._java_string_hash_py, (s,)
         for prefix in (0, -1, 2**31 - 1):
-            yield (
-                "java_hash_after",
-                c.java_hash_after,
-                message_ext._java_string_hash_after_py,
-                (
-                    prefix,
-                    s,
-                ),
-            )
+            twin = message_ext._java_string_hash_after_py
+            yield "java_hash_after", c.java_hash_after, twin, (prefix, s)
     for prefix, offset in (("0A0B", 0), ("", 2**63 - 1), ("X", 255), ("P", -1), ("P", 2**64)):
         yield "offset_msg_id", c.offset_msg_id, message_id._offset_msg_id_py, (prefix, offset)
     rows = [(0,), (16, "x"), (2**40,)]
@@ -202,88 +196,20 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
         for first in (0, 2, len(frames)):
             args = (data, bounds, first, len(frames), codec.BUSY_JSON_HEAD_PREFIX, tails, {})
             yield "busy_answers", c.busy_answers, codec.busy_answers_py, args
-    ok = {"code": 310, "language": "JAVA", "opaque": 3, "flag": 0, "version": 401, "remark": "r"}
-    for header in (
-        ok,
-        {**ok, "extFields": {"a": "g", "b": "T"}},
-        {**ok, "extFields": {"k": True, "n": -(2**63), "z": None, "f": False}},
-        {**ok, "extFields": {"x": 1.5}},
-        {**ok, "extFields": {"a": 2**64 - 1, "b": -(2**63), "c": 0, "d": "", "": None}},
-        {**ok, "extFields": {"a": -0.0}},
-        {**ok, "extFields": {"a": {"b": 1}}},
-        {**ok, "code": 1.0},
-        {**ok, "code": "10"},
-        {**ok, "code": None},
-        {**ok, "remark": ""},
-        {**ok, "extFields": {"x": ["a"]}},
-        {**ok, "extFields": None, "remark": None},
-        orjson.loads(test_recordc.CPP_SEND_HEADER),  # the C++ client's numbers in extFields
-        {**ok, "extFields": []},
-        {**ok, "code": 2**31},
-        {**ok, "opaque": -(2**31) - 1},
-        {**ok, "flag": True},
-        {**ok, "version": None},
-        {**ok, "remark": 5},
-        {**ok, "language": ""},
-        {**ok, "language": 1},
-        {k: v for k, v in ok.items() if k != "code"},
-        {k: v for k, v in ok.items() if k not in ("opaque", "flag", "version")},
-        {k: v for k, v in ok.items() if k != "language"},
-        [ok],
-        None,
-    ):
+    cpp = orjson.loads(test_recordc.CPP_SEND_HEADER)  # the C++ client's numbers in extFields
+    for header in (cpp, [cpp], None):
         args = (header, codec.RemotingCommand, codec.SerializeType.JSON)
         yield "json_command", c.json_command, codec.json_command_py, args
     yield from _json_header_cases(c)
     yield from _send_tier_cases(c)
-    send_ext = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)
-    names = headers._SHORT_NAMES
-    for ext in (
-        send_ext,
-        {**send_ext, "m": "true", "j": "3", "k": "1", "l": "16"},
-        {**send_ext, "m": "0", "k": "false"},
-        {k: v for k, v in send_ext.items() if k not in ("i", "j", "k", "l", "m")},
-        {k: v for k, v in send_ext.items() if k != "g"},
-        {**send_ext, "e": "-1"},
-        {**send_ext, "e": "+0", "f": "007"},
-        {**send_ext, "h": " 1"},
-        {**send_ext, "d": "1.5"},
-        {**send_ext, "g": "-0"},
-        {**send_ext, "e": "1234567890"},
-        {**send_ext, "g": "1" * 18},
-        {**send_ext, "g": "1" * 19},
-        {**send_ext, "d": ""},
-        {**send_ext, "d": "\u0661"},
-        {**send_ext, "k": "TRUE"},
-        {**send_ext, "m": "yes"},
-        {**send_ext, "l": "x"},
-        {**send_ext, "a": 5, "i": None},
-        {**send_ext, "e": 5},
-        [],
-    ):
-        for batch_code in (False, True):
-            args = (ext, names, headers.SendMessageRequestHeader, batch_code)
-            yield "send_header", c.send_header, headers.send_header_py, args
-    yield "send_header", c.send_header, headers.send_header_py, (send_ext, names[:12], tuple, 0)
+    names, cls = headers._SHORT_NAMES, headers.SendMessageRequestHeader
+    for args in ([], names, cls, 0), ([], names, cls, 1), (_SEND_EXT, names[:12], tuple, 0):
+        yield "send_header", c.send_header, headers.send_header_py, args
     cpp = codec.json_command_py(orjson.loads(test_recordc.CPP_SEND_HEADER), lambda *f: f[1], 0)
     args = (cpp, headers._LONG_NAMES, headers.SendMessageRequestHeader, False)
     yield "send_header", c.send_header, headers.send_header_py, args
-    end = headers.EndTransactionRequestHeader.producer_ext("g", 1, 2, 8, "id")
-    end |= {"fromTransactionCheck": "false", "transactionId": "t"}
-    spec = headers._END_SPEC
-    for ext in (
-        end,
-        {k: v for k, v in end.items() if k not in ("fromTransactionCheck", "transactionId")},
-        {k: v for k, v in end.items() if k != "msgId"},
-        {**end, "tranStateTableOffset": "-1"},
-        {**end, "commitOrRollback": "1" * 10},
-        {**end, "fromTransactionCheck": "True"},
-        {**end, "transactionId": 7},
-        {**end, "producerGroup": None},
-        (),
-    ):
-        cls = headers.EndTransactionRequestHeader
-        yield "plain_header", c.plain_header, headers.plain_header_py, (ext, spec, cls)
+    args = ((), headers._END_SPEC, headers.EndTransactionRequestHeader)
+    yield "plain_header", c.plain_header, headers.plain_header_py, args
     for odd in ((("a", "x"),), (("a",),), ["a"], (("a", 1),), (("a", ""),), (("a", "s"),) * 17):
         yield "plain_header", c.plain_header, headers.plain_header_py, ({"a": "1"}, odd, tuple)
 
@@ -325,6 +251,60 @@ def _json_header_cases(c: Any) -> Iterator[Case]:
         (frame, 2, end, None, json_type),
     ):
         yield "json_header", c.json_header, codec.json_header_py, args
+
+
+_ODD_FIELD = st.sampled_from(
+    [1.0, "10", None, 2**31, -(2**31) - 1, True, False, "", 5, [], ["a"], {"b": 1}, -0.0, 1.5,
+     2**64 - 1, -(2**63), 0, -1, "r", "JAVA"]
+)  # fmt: skip
+_GONE = object()
+
+
+def _changed(sound: dict, values: st.SearchStrategy[Any]) -> st.SearchStrategy[dict]:
+    """``sound`` with up to three members changed to ``values`` or left out."""
+    changes = st.lists(st.tuples(st.sampled_from(list(sound)), values | st.just(_GONE)), max_size=3)
+    return changes.map(lambda c: {k: v for k, v in (sound | dict(c)).items() if v is not _GONE})
+
+
+_OK = {"code": 310, "language": "JAVA", "opaque": 3, "flag": 0, "version": 401, "remark": "r"}
+_EXT = st.dictionaries(st.sampled_from(["a", "b", "k", ""]), st.text(max_size=2) | _ODD_FIELD)
+_COMMANDS = _changed(
+    _OK | {"extFields": {"a": "g"}}, _ODD_FIELD | st.integers(-(2**31) - 1, 2**31) | _EXT
+)
+_SEND_EXT = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)
+_END_EXT = headers.EndTransactionRequestHeader.producer_ext("g", 1, 2, 8, "id")
+_ODD_TEXT = st.sampled_from(
+    ["-1", "+0", "007", " 1", "1.5", "-0", "1234567890", "1" * 10, "1" * 18, "1" * 19, "", "\u0661",
+     "TRUE", "True", "yes", "x", "true", "false", "0", "1", "3", "16", 5, 7, None]
+)  # fmt: skip
+
+
+@pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
+@given(
+    send=_changed(_SEND_EXT | {"l": "16"}, _ODD_TEXT),
+    end=_changed(_END_EXT | {"fromTransactionCheck": "false", "transactionId": "t"}, _ODD_TEXT),
+    batch_code=st.booleans(),
+)
+@settings(max_examples=300)
+def test_header_readers_agree(send: dict, end: dict, batch_code: bool) -> None:
+    """send_header and plain_header (END_TRANSACTION's) and their twins on sound headers with
+    up to three members left out or holding odd numbers, flags, types."""
+    c = load_native("pymq.remoting._codecc")
+    args = (send, headers._SHORT_NAMES, headers.SendMessageRequestHeader, batch_code)
+    assert _outcome(c.send_header, args) == _outcome(headers.send_header_py, args)
+    args = (end, headers._END_SPEC, headers.EndTransactionRequestHeader)
+    assert _outcome(c.plain_header, args) == _outcome(headers.plain_header_py, args)
+
+
+@pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
+@given(header=_COMMANDS)
+@settings(max_examples=300)
+def test_json_command_agrees(header: dict) -> None:
+    """json_command and its twin on sound headers with up to three members changed (to every
+    JSON type, Java int edges) or left out, the extFields too."""
+    c = load_native("pymq.remoting._codecc")
+    args = (header, codec.RemotingCommand, codec.SerializeType.JSON)
+    assert _outcome(c.json_command, args) == _outcome(codec.json_command_py, args)
 
 
 @pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
@@ -428,17 +408,7 @@ def test_send_readers_agree_on_damaged_frames(data: st.DataObject) -> None:
     c = load_native("pymq.remoting._codecc")
     frame = data.draw(st.sampled_from(_send_frames()))
     (length,) = struct.unpack_from(">i", frame, 4)
-    header = bytearray(frame[8 : 8 + length])
-    for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(0, len(header) - 1))
-        action = data.draw(st.sampled_from(["set", "cut", "insert"]))
-        byte = data.draw(st.sampled_from(list(b'"\\{}[],:-.0e19 \x00\x7f\x80tnuabm')))
-        if action == "set":
-            header[at] = byte
-        elif action == "cut":
-            del header[at]
-        else:
-            header.insert(at, byte)
+    header = mangled(data, frame[8 : 8 + length], b'"\\{}[],:-.0e19 \x00\x7f\x80tnuabm')
     body = frame[8 + length :]
     damaged = struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
     args = (damaged, 4, len(damaged))
@@ -520,12 +490,8 @@ def _dispatchc_hint_cases(c: Any) -> Iterator[Case]:
     cut = region.index(b"T2") - 200  # inside the first record
     at = 0
     while at < len(region):  # from each record on: the odd one, the skipped, the IPv6 one
-        yield (
-            "record_hints",
-            c.record_hints,
-            reput.record_hints_py,
-            (region, at, 1 << 20, base, 9, skip, None),
-        )
+        args = (region, at, 1 << 20, base, 9, skip, None)
+        yield "record_hints", c.record_hints, reput.record_hints_py, args
         at += struct.unpack_from(">i", region, at)[0]
     for args in (
         (memoryview(region), 0, 1 << 40, base, 9, skip, None),

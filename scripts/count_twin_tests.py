@@ -88,11 +88,8 @@ PARTS = {
 }
 
 ALL_BUT = {
-    # The stubs' names and die_with_parent's effect on a child process: no comparison.
-    "tests/unit/test_twins.py": [
-        "test_c_module_has_a_stub_naming_its_functions",
-        "test_a_groups_broker_process_dies_with_its_parent",
-    ],
+    # The stubs' names: no comparison.
+    "tests/unit/test_twins.py": ["test_c_module_has_a_stub_naming_its_functions"],
     # export_columns alone (C, or its twin under PYMQ_PURE_PYTHON=1): where it stops, what it
     # hands inflate, that it reads inside any bytes, FAILFAST; and _runs, their helper.
     "tests/spark/test_columns.py": [

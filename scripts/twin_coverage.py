@@ -37,7 +37,6 @@ TWINS = {
     "pymq.broker.processors.send": ["send_answer_frame_py", "send_answer_run_py"],
     "pymq.client.producer": ["send_frame_py", "batch_body_py"],
     "pymq.export.columns": ["export_columns_py"],
-    "pymq.groups": ["_die_with_parent_py"],
 }  # fmt: skip
 
 

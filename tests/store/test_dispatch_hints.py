@@ -15,11 +15,14 @@ from tests.store.helpers import make_message, running_store, small_config
 
 
 class Clock:
+    """Time the test sets before each put: a clock that moved on every call would move with
+    the background services' calls too, as many as the machine's speed allows, and the
+    schedule topic's tags codes (times) of two runs would differ."""
+
     def __init__(self) -> None:
         self.now = 1_800_000_000_000
 
     def __call__(self) -> int:
-        self.now += 7
         return self.now
 
 
@@ -35,8 +38,10 @@ def tree_bytes(directory: str) -> dict[str, bytes]:
 
 async def fill(root: str) -> tuple[dict[str, bytes], dict[str, bytes], int]:
     config = small_config(root, resident_trim_interval=0)
-    async with running_store(config, clock_ms=Clock()) as store:
+    clock = Clock()
+    async with running_store(config, clock_ms=clock) as store:
         for i in range(300):
+            clock.now += 7
             extra = {}
             if i % 7 == 0:
                 extra["DELAY"] = "2"  # to SCHEDULE_TOPIC_XXXX: its tags code is a time

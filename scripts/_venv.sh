@@ -26,7 +26,7 @@ pymq_ensure_venv() {
     fi
     stamp=.venv/.pymq-installed
     # The C extension is built at install time, so its source is part of what is installed.
-    want="$(cat pyproject.toml setup.py pymq/common/_native.h pymq/_*c.c pymq/*/_*c.c | sha256sum | cut -d' ' -f1) [$extras]"
+    want="$(cat pyproject.toml setup.py pymq/common/_native.h $(find pymq -name '_*c.c' | sort) | sha256sum | cut -d' ' -f1) [$extras]"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "installing pymq${extras:+[$extras]} into .venv" >&2
         .venv/bin/python -m pip install --quiet --upgrade pip

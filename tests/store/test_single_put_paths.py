@@ -7,17 +7,26 @@ from __future__ import annotations
 import pytest
 import trio
 
+from pymq.remoting.headers import SendMessageRequestHeader
 from pymq.store import mapped_file as mapped_file_module
+from pymq.store.message_store import DefaultMessageStore
 from pymq.store.results import SingleSend
 from tests.store.helpers import running_store, small_config
 from tests.store.test_batch_fast_path import (
+    BORN,
     CLUSTER,
     NOW,
     TOPIC,
-    _fast_single,
     _prime,
     _single_header,
 )
+
+
+def _fast_single(store: DefaultMessageStore, body: bytes, header: SendMessageRequestHeader):
+    return store.put_now(SingleSend(
+        TOPIC, 2, body, header.properties or "", header.flag, CLUSTER, header.sys_flag,
+        header.born_timestamp, BORN, header.reconsume_times or 0,
+    ))  # fmt: skip
 
 
 @pytest.mark.skipif(

@@ -14,10 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pymq.common.message_id import pack_ip
-from pymq.common.record import encode_record_into, property_value, read_record_info, record_length
+from pymq.common.record import (
+    QUEUE_OFFSET_POSITION,
+    property_value,
+    read_record_info,
+    record_length,
+)
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store import reput as reput_module
-from pymq.store.commitlog import DispatchHint
+from pymq.store.commitlog import DispatchHint, encode_run
 from tests.store.test_dispatch_hinted_diff import Side, dispatch_in_lockstep
 
 IP = pack_ip("10.1.2.3")
@@ -34,11 +39,16 @@ def record(
     store_timestamp: int = 1_800_000_000_123,
     body: bytes = b"body",
 ) -> bytes:
+    """A record as the store's one record encoder writes a stored message (its properties as
+    given), at physical offset ``phy``, with this queue offset whatever its sys flag."""
     buf = bytearray(record_length(sys_flag, len(body), len(topic), len(props)))
-    encode_record_into(
-        buf, 0, body, topic, props, queue_id, 0, queue_offset, phy, sys_flag,
-        1_800_000_000_000, IP, 1234, store_timestamp, IP, 10911, 0, 0,
+    entry = ("t", queue_id, body, props, 0, sys_flag, 1_800_000_000_000, 0, IP, 1234, 0)
+    _, rows, _, _, _ = encode_run(
+        buf, 0, len(buf), phy, [entry], {"t": topic}, {}, lambda: store_timestamp, b"", b"", 0,
+        IP, 10911, 0, 0, "", None,
     )  # fmt: skip
+    assert rows, "the record did not fit its layout"
+    buf[QUEUE_OFFSET_POSITION : QUEUE_OFFSET_POSITION + 8] = queue_offset.to_bytes(8, "big")
     return bytes(buf)
 
 

@@ -1022,7 +1022,7 @@ class CommitLog:
             PUT_OK,
             wrote_offset=phy,
             wrote_bytes=total,
-            msg_id=offset_msg_id(prefix, phy) if len(hints) == 1 else offset_msg_ids(prefix, hints),  # type: ignore[arg-type]
+            msg_id=offset_msg_id(prefix, phy) if len(hints) == 1 else offset_msg_ids(prefix, hints),
             store_timestamp=now,
             logic_offset=first.queue_offset,
             msg_num=len(hints),

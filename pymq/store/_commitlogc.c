@@ -170,9 +170,10 @@ static void find_names(const unsigned char *p, Py_ssize_t n, batch_prop slots[4]
             if (p[end] == 1 && sep < 0) sep = end;
             end++;
         }
-        if (sep > start && end > sep + 1)
+        Py_ssize_t len = sep - start;
+        if (sep > start && end > sep + 1 && (len == 4 || len == 8))
             for (int j = 0; j < 4; j++)
-                if (bytes_is(p + start, sep - start, wanted[j])) {
+                if (bytes_is(p + start, len, wanted[j])) {
                     slots[j] = (batch_prop){p + start, p + sep + 1, sep - start, end - sep - 1};
                     found[j] = &slots[j];
                 }
@@ -389,8 +390,9 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
     if (limit > buf.len) limit = buf.len;
     unsigned char *base = (unsigned char *)buf.buf;
     PyObject *rows = PyList_New(0), *waits = PyList_New(0), *error = NULL, *result = NULL;
-    /* Where queue offsets are committed: a stored run's go to the table at its end. */
-    PyObject *pending = stored_run ? PyDict_New() : Py_NewRef(table);
+    /* Where queue offsets are committed: a stored run's go to the table at its end (a lone
+     * stored message's at once: it is all or nothing by itself). */
+    PyObject *pending = stored_run && n_entries > 1 ? PyDict_New() : Py_NewRef(table);
     long long start = pos;
     /* The entry and its topic's bytes are held for the iteration: the clock is Python code,
      * which could change the list or the dict they are borrowed from. */
@@ -487,7 +489,9 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
             Py_DECREF(key);
             goto failed;
         }
-        if (clock == Py_None) {
+        if (stored_run && count > 0) {
+            /* A stored run's records share its first one's store time (a batch's, as Java). */
+        } else if (clock == Py_None) {
             struct timespec ts;
             if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
                 PyErr_SetFromErrno(PyExc_OSError);
@@ -599,7 +603,7 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
         memset(base + start, 0, (size_t)(pos - start));
         pos = start;
         stamp = 0;
-    } else if (stored_run && PyDict_Update(table, pending) < 0) {
+    } else if (pending != table && PyDict_Update(table, pending) < 0) {
         goto failed;
     }
     goto finish;

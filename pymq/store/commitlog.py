@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
-import itertools
 import logging
 import operator
 import os
@@ -560,8 +559,9 @@ def encode_run_py(
     with its properties exactly as given (no refusal of theirs but a length over
     MAX_PROPERTIES_LENGTH; no size limit), its own born host, the host flags its born IP's
     and store_ip's lengths (4 or 16) imply in place of sys_flag's, and the prepared
-    transaction offset; cluster_b, born_ip, born_port and max_body_properties are unused.  It
-    is all or nothing: the queue offsets go to queue_table once every entry is written, and
+    transaction offset; cluster_b, born_ip, born_port and max_body_properties are unused; the
+    clock is read once, for the first entry, whose store time every record shares.  It is
+    all or nothing: the queue offsets go to queue_table once every entry is written, and
     a stop leaves buf zeroed from pos and returns (pos, [], [], 0, None); an error is raised.
     Any entry whose sys_flag is a prepared or rolled-back transaction's (bit 0x4) takes queue
     offset 0 and leaves queue_table as it is (RocketMQ's CommitLog)."""
@@ -585,7 +585,7 @@ def encode_run_py(
     e = 0
     start = pos
     # Where queue offsets are committed: a stored run's go to the table at its end.
-    pending: dict[Any, Any] = {} if stored else queue_table
+    pending: dict[Any, Any] = {} if stored and len(entries) > 1 else queue_table
     try:
         while usable and e < len(entries):
             fields = _run_entry(
@@ -603,8 +603,9 @@ def encode_run_py(
             if known is _ABSENT and key is not None and pending is not queue_table:
                 known = dict.get(queue_table, key, _ABSENT)
             queue_offset = 0 if known is _ABSENT else _arg_int(known, "queue_offset", *_HALF)
-            now = time.time_ns() // 1_000_000 if clock is None else clock()
-            store_ts = _arg_int(now, "store_timestamp", *_I64)
+            if not (stored and waits):  # a stored run's records share its first's time
+                now = time.time_ns() // 1_000_000 if clock is None else clock()
+                store_ts = _arg_int(now, "store_timestamp", *_I64)
             fp = _FastPut(
                 bytes(topic_b), bytes(cluster_b), topic, queue_id, sys_flag, born_ts,
                 bytes(entry_born), entry_port, store_ts, bytes(store_ip), store_port, reconsume,
@@ -631,7 +632,7 @@ def encode_run_py(
         if stored and len(waits) < len(entries):  # all or nothing: none
             buf[start:pos] = bytes(pos - start)
             return start, [], [], 0, None
-        if stored:
+        if pending is not queue_table:
             queue_table.update(pending)
     except BaseException as exc:
         if stored and pos > start:
@@ -920,27 +921,51 @@ class CommitLog:
 
     def stored_entries(
         self, msgs: Sequence[MessageExt], encoded: Sequence[tuple[bytes, bytes]]
-    ) -> tuple[list[tuple[Any, ...]], list[int], dict[str, bytes]]:
+    ) -> tuple[list[tuple[Any, ...]], int, dict[str, bytes], bool]:
         """The encode_run entries of stored messages ``msgs`` (``encoded``: each one's topic
-        and properties bytes), their record sizes and their topics' bytes.  Raises for a born
-        host that is no address or a body that is no bytes (see :meth:`_encode_failed`)."""
+        and properties bytes), the bytes their records take, their topics' bytes, and whether
+        any properties hold a NUL.  Raises for a born host that is no address or a body that is
+        no bytes (see :meth:`_encode_failed`)."""
         entries: list[tuple[Any, ...]] = []
-        sizes: list[int] = []
         topics: dict[str, bytes] = {}
+        total = 0
+        nul = False
         store_v6 = 2 if len(self._store_ip) == 16 else 0
         for msg, (topic_b, props_b) in zip(msgs, encoded, strict=True):
             born_host = msg.born_host
             born_ip = pack_ip(born_host[0])
             body = msg.body
-            hosts = store_v6 | (1 if len(born_ip) == 16 else 0)
-            sizes.append(_HEADER_SIZES[hosts] + len(body) + 3 + len(topic_b) + len(props_b))
+            hosts = store_v6 | 1 if len(born_ip) == 16 else store_v6
+            total += _HEADER_SIZES[hosts] + len(body) + 3 + len(topic_b) + len(props_b)
             entries.append(
                 (msg.topic, msg.queue_id, body, props_b, msg.flag, msg.sys_flag,
                  msg.born_timestamp, msg.reconsume_times, born_ip, born_host[1],
                  msg.prepared_transaction_offset)
             )  # fmt: skip
             topics[msg.topic] = topic_b
-        return entries, sizes, topics
+            if 0 in props_b:  # rare: data, unless where a torn write leaves zeros
+                nul = True
+        return entries, total, topics, nul
+
+    def _tear_safe_entries(
+        self, msgs: Sequence[MessageExt], entries: list[tuple[Any, ...]],
+        topics: dict[str, bytes], pos: int,
+    ) -> PutMessageResult | None:  # fmt: skip
+        """Properties holding a NUL, of records to be written from file offset ``pos``, put in
+        an order that recovery cannot take for a torn write (:func:`_tear_safe`), in place in
+        ``entries``; the refusal when no order avoids it."""
+        store_v6 = 2 if len(self._store_ip) == 16 else 0
+        for i, entry in enumerate(entries):
+            props_b = entry[3]
+            hosts = store_v6 | 1 if len(entry[8]) == 16 else store_v6
+            size = _HEADER_SIZES[hosts] + len(entry[2]) + 3 + len(topics[entry[0]]) + len(props_b)
+            if 0 in props_b:
+                safe = _tear_safe(msgs[i], props_b, pos + size - len(props_b))
+                if isinstance(safe, PutMessageResult):
+                    return safe
+                entries[i] = (*entry[:3], safe, *entry[4:])
+            pos += size
+        return None
 
     def append_stored(
         self, msgs: Sequence[MessageExt], encoded: Sequence[tuple[bytes, bytes]]
@@ -960,10 +985,9 @@ class CommitLog:
         Fields are checked up front before a file is closed and a new one made (the only other
         change a put makes)."""
         try:
-            entries, sizes, topics = self.stored_entries(msgs, encoded)
+            entries, total, topics, nul = self.stored_entries(msgs, encoded)
         except Exception as exc:  # a born host that is no address, a body that is no bytes
             return self._encode_failed(msgs, exc)
-        total = sum(sizes)
         files = self.queue.files
         mf = files[-1] if files else None
         if mf is None or total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
@@ -982,21 +1006,15 @@ class CommitLog:
             except OSError as exc:
                 return self._create_failed(exc)
             self._space_back()
-        at = pos
-        for i, size in enumerate(sizes):
-            props_b = entries[i][3]
-            if 0 in props_b:  # rare: data, unless where a torn write leaves zeros
-                safe = _tear_safe(msgs[i], props_b, at + size - len(props_b))
-                if isinstance(safe, PutMessageResult):
-                    return safe
-                entries[i] = (*entries[i][:3], safe, *entries[i][4:])
-            at += size
-        now = self.clock_ms()
+        if nul:
+            refused = self._tear_safe_entries(msgs, entries, topics, pos)
+            if refused is not None:
+                return refused
         try:
-            end, hints, _, _, _ = encode_run(
+            end, hints, _, now, _ = encode_run(
                 mf.mm, pos, pos + total, mf.file_from_offset, entries, topics,
-                self.topic_queue_table, itertools.repeat(now).__next__, b"", b"", 0,
-                self._store_ip, self._store_port, 0, 0, "", DispatchHint,
+                self.topic_queue_table, None if self.clock_ms is now_ms else self.clock_ms,
+                b"", b"", 0, self._store_ip, self._store_port, 0, 0, "", DispatchHint,
             )  # fmt: skip
         except Exception as exc:  # nothing is committed (the encoder zeroed what it wrote)
             return self._encode_failed(msgs, exc)
@@ -1007,26 +1025,19 @@ class CommitLog:
         mf.last_store_timestamp = now
         self._wrote_through_map(mf, total)
         queued = self.dispatch_hints
-        prefix = self._msg_id_prefix
         for msg, hint in zip(msgs, hints, strict=True):
-            msg.sys_flag = hint.sys_flag
-            msg.queue_offset = hint.queue_offset
-            msg.commitlog_offset = hint.physical_offset
+            msg.sys_flag = hint[7]
+            msg.queue_offset = hint[4]
+            msg.commitlog_offset = hint[0]
             msg.store_timestamp = now
-            msg.store_size = hint.size
-            if len(queued) < DISPATCH_HINTS_MAX and msg.topic != SCHEDULE_TOPIC:
+            msg.store_size = hint[1]
+            if len(queued) < DISPATCH_HINTS_MAX and hint[2] != SCHEDULE_TOPIC:
                 queued.append(hint)
         first = hints[0]
-        phy = first.physical_offset
         return PutMessageResult(
-            PUT_OK,
-            wrote_offset=phy,
-            wrote_bytes=total,
-            msg_id=offset_msg_id(prefix, phy) if len(hints) == 1 else offset_msg_ids(prefix, hints),
-            store_timestamp=now,
-            logic_offset=first.queue_offset,
-            msg_num=len(hints),
-        )
+            PUT_OK, first[0], total, offset_msg_ids(self._msg_id_prefix, hints), now, first[4],
+            len(hints),
+        )  # fmt: skip
 
     def append_run(
         self,

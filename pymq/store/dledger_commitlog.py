@@ -163,16 +163,16 @@ class DLedgerCommitLog(CommitLog):
         return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY)
 
     def _append_one(
-        self, msg: MessageExt, entry: tuple[Any, ...], size: int, topics: dict[str, bytes],
-        now: int,
-    ) -> tuple[int, int, int, int] | PutMessageResult:  # fmt: skip
-        """Append ``msg``'s record (its encode_run ``entry``, ``size`` bytes) as an entry:
+        self, msg: MessageExt, encoded: tuple[bytes, bytes], now: int
+    ) -> tuple[int, int, int, int] | PutMessageResult:
+        """Append ``msg``'s record (``encoded``: its topic and properties bytes) as an entry:
         (physical offset, size, queue offset, entry index), or the refusal (nothing
         appended).  The record is the plain commit log's, by the one record encoder."""
         table = self.topic_queue_table
         key = (msg.topic, msg.queue_id)
         pending = {key: table[key]} if key in table else {}  # committed once appended
         try:
+            (entry,), size, topics, _ = self.stored_entries((msg,), (encoded,))
             pos = self.dledger.next_pos(BODY_OFFSET + size)
             record = bytearray(size)
             _, hints, _, _, _ = encode_run(
@@ -205,10 +205,6 @@ class DLedgerCommitLog(CommitLog):
     ) -> PutMessageResult:
         """An entry per message (a batch's appended together: Java's BatchAppendEntryRequest),
         acknowledged with the last.  Refused whole when the leader cannot take them all now."""
-        try:
-            entries, sizes, topics = self.stored_entries(msgs, encoded)
-        except Exception as exc:
-            return self._encode_failed(msgs, exc)
         if len(msgs) > 1:
             node = self.server.node
             try:
@@ -219,8 +215,8 @@ class DLedgerCommitLog(CommitLog):
                 return self._refused(exc)
         now = self.clock_ms()
         placed: list[tuple[int, int, int, int]] = []
-        for msg, entry, size in zip(msgs, entries, sizes, strict=True):
-            one = self._append_one(msg, entry, size, topics, now)
+        for msg, enc in zip(msgs, encoded, strict=True):
+            one = self._append_one(msg, enc, now)
             if isinstance(one, PutMessageResult):
                 if placed:  # the earlier ones are in the log: they are acknowledged or not
                     log.error("a batch was cut after %d of %d messages: %s", len(placed),

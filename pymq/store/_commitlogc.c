@@ -163,21 +163,19 @@ static void find_names(const unsigned char *p, Py_ssize_t n, batch_prop slots[4]
                        stored_names *names) {
     static const char *const wanted[4] = {"TAGS", "KEYS", "UNIQ_KEY", "WAIT"};
     const batch_prop *found[4] = {NULL, NULL, NULL, NULL};
-    Py_ssize_t start = 0;
-    while (n > 0 && start <= n) {
-        Py_ssize_t end = start, sep = -1;
-        while (end < n && p[end] != 2) {
-            if (p[end] == 1 && sep < 0) sep = end;
-            end++;
-        }
-        Py_ssize_t len = sep - start;
-        if (sep > start && end > sep + 1 && (len == 4 || len == 8))
+    const unsigned char *q = p, *stop = p + n;
+    while (n > 0 && q <= stop) { /* memchr: the properties of a stored message are long */
+        const unsigned char *end = memchr(q, 2, (size_t)(stop - q));
+        if (end == NULL) end = stop;
+        const unsigned char *sep = memchr(q, 1, (size_t)(end - q));
+        Py_ssize_t len = sep != NULL ? sep - q : 0;
+        if (len > 0 && end > sep + 1 && (len == 4 || len == 8))
             for (int j = 0; j < 4; j++)
-                if (bytes_is(p + start, len, wanted[j])) {
-                    slots[j] = (batch_prop){p + start, p + sep + 1, sep - start, end - sep - 1};
+                if ((size_t)len == strlen(wanted[j]) && memcmp(q, wanted[j], (size_t)len) == 0) {
+                    slots[j] = (batch_prop){q, sep + 1, len, end - sep - 1};
                     found[j] = &slots[j];
                 }
-        start = end + 1;
+        q = end + 1;
     }
     *names = (stored_names){found[0], found[1], found[2], found[3]};
 }

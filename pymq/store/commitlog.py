@@ -931,7 +931,8 @@ class CommitLog:
         total = 0
         nul = False
         store_v6 = 2 if len(self._store_ip) == 16 else 0
-        for msg, (topic_b, props_b) in zip(msgs, encoded, strict=True):
+        for i, msg in enumerate(msgs):  # (zip's strict= costs a keyword parse per put)
+            topic_b, props_b = encoded[i]
             born_host = msg.born_host
             born_ip = pack_ip(born_host[0])
             body = msg.body
@@ -1025,7 +1026,8 @@ class CommitLog:
         mf.last_store_timestamp = now
         self._wrote_through_map(mf, total)
         queued = self.dispatch_hints
-        for msg, hint in zip(msgs, hints, strict=True):
+        for i, hint in enumerate(hints):
+            msg = msgs[i]
             msg.sys_flag = hint[7]
             msg.queue_offset = hint[4]
             msg.commitlog_offset = hint[0]

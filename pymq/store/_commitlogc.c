@@ -329,7 +329,7 @@ undo:
  * The store's one record encoder: a run of sends' records written into the writable buffer
  * buf from buf[pos] (below limit), buf[0] being the commit log's physical offset
  * file_from_offset, each as the general path (SendProcessor._single_message or
- * _batch_messages, then CommitLog.append_messages) stores it: the broker's stored properties
+ * _batch_messages, then CommitLog.append_stored) stores it: the broker's stored properties
  * (WAIT=true left out, CLUSTER added last).  Each entry is a tuple (topic, queue_id, body,
  * properties, flag, sys_flag, born_timestamp, reconsume_times), the body any buffer: a single
  * send (properties its request's str; any DELAY or TRAN_MSG is Python's), or, with properties
@@ -349,7 +349,18 @@ undo:
  * (one per entry; a batch's is its first item's), the last entry's store time (0 if none) and
  * None; or, when an error stops it after entries were committed (queue_table updated), that
  * exception in place of None: what was committed stands.  Raises only when nothing was
- * committed. */
+ * committed.
+ * A run of stored messages (CommitLog.append_stored; the first entry an 11-tuple, as all must
+ * be) has entries (topic, queue_id, body, properties bytes, flag, sys_flag, born_timestamp,
+ * reconsume_times, born_ip, born_port, prepared_transaction_offset): each record holds its
+ * properties exactly as given (refused only over MAX_PROPERTIES; no size limit), its own born
+ * host, the host flags its born IP's and store_ip's lengths (4 or 16) imply in place of
+ * sys_flag's, and the prepared transaction offset; cluster_b, born_ip, born_port and
+ * max_body_properties are unused, the clock is read once (every record shares the first's
+ * store time).  It is all or nothing: queue offsets reach queue_table once every entry is
+ * written; a stop zeroes buf from pos and returns (pos, [], [], 0, None); an error is raised.
+ * Any entry whose sys_flag has 0x4 (a prepared or rolled-back transaction message) takes queue
+ * offset 0 and leaves queue_table as it is (RocketMQ's CommitLog). */
 static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 17) return PyErr_Format(PyExc_TypeError, "encode_run takes 17 arguments");
     PyTypeObject *hint_type = NULL;
@@ -919,8 +930,8 @@ static PyMethodDef methods[] = {
     {"encode_run", (PyCFunction)(void (*)(void))py_encode_run, METH_FASTCALL,
      "encode_run(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table, clock,"
      " cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties, stop_flags,"
-     " stop_topic, hint_type): a run of sends' records (single sends, batch bodies) written"
-     " into buf; (end, rows, waits, stamp, error)."},
+     " stop_topic, hint_type): a run of sends' records (single sends, batch bodies) or of"
+     " stored messages written into buf; (end, rows, waits, stamp, error)."},
     {NULL, NULL, 0, NULL},
 };
 

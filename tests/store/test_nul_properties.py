@@ -37,6 +37,7 @@ def encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     function (where built), then its twin."""
     monkeypatch.setattr(commitlog_module, "encode_run", request.param)
 
+
 TOPIC = "TopicTest"
 KEY = "0100007F0000F8D700005B8EA6 \0" + "4C00"  # as the C++ client sent one
 

@@ -68,7 +68,7 @@ def generate(root: str, size_mib: int, body_size: int, file_mib: int) -> tuple[i
                     )
                 )
                 encoded.append((msgs[-1].topic.encode(), encode_properties(props).encode()))
-            result = log.append_messages(msgs, encoded)
+            result = log.append_stored(msgs, encoded)
             if result.status.name != "PUT_OK":
                 raise RuntimeError(f"cannot write the benchmark store: {result}")
             count += BATCH

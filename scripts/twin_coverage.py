@@ -23,7 +23,7 @@ TWINS = {
     "pymq.common.message_ext": ["_properties_bytes_py", "_decode_properties_py",
                                 "_java_string_hash_py", "_java_string_hash_after_py"],
     "pymq.common.message_id": ["_offset_msg_id_py", "_offset_msg_ids_py"],
-    "pymq.common.record": ["_encode_record_into_py", "_decode_plain_py", "_scan_plain"],
+    "pymq.common.record": ["_decode_plain_py", "_scan_plain"],
     "pymq.common.batch": ["decode_batch_py"],
     "pymq.common.clock": ["_now_ms_py"],
     "pymq.remoting.codec": ["_walk_frames", "busy_answers_py", "json_command_py",

@@ -39,98 +39,6 @@ static PyObject *py_set_clmul(PyObject *self, PyObject *arg) {
 #endif
 }
 
-/* --- encode_into ---------------------------------------------------------------------------- */
-
-static PyObject *py_encode_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 18) {
-        PyErr_Format(PyExc_TypeError, "encode_into takes 18 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    /* Fields come as arguments: Python's specialised attribute loads are cheaper than
-     * PyObject_GetAttr from here. */
-    long long pos, queue_id, flag, queue_offset, phy, sys_flag, born_ts, born_port, store_ts,
-        store_port, reconsume, prepared;
-    if (arg_int(args[1], "pos", 0, PY_SSIZE_T_MAX, &pos) < 0 ||
-        arg_int(args[5], "queue_id", I32_MIN, I32_MAX, &queue_id) < 0 ||
-        arg_int(args[6], "flag", I32_MIN, I32_MAX, &flag) < 0 ||
-        arg_int(args[7], "queue_offset", LLONG_MIN, LLONG_MAX, &queue_offset) < 0 ||
-        arg_int(args[8], "physical_offset", LLONG_MIN, LLONG_MAX, &phy) < 0 ||
-        arg_int(args[9], "sys_flag", I32_MIN, I32_MAX, &sys_flag) < 0 ||
-        arg_int(args[10], "born_timestamp", LLONG_MIN, LLONG_MAX, &born_ts) < 0 ||
-        arg_int(args[12], "born_port", I32_MIN, I32_MAX, &born_port) < 0 ||
-        arg_int(args[13], "store_timestamp", LLONG_MIN, LLONG_MAX, &store_ts) < 0 ||
-        arg_int(args[15], "store_port", I32_MIN, I32_MAX, &store_port) < 0 ||
-        arg_int(args[16], "reconsume_times", I32_MIN, I32_MAX, &reconsume) < 0 ||
-        arg_int(args[17], "prepared_transaction_offset", LLONG_MIN, LLONG_MAX, &prepared) < 0)
-        return NULL;
-    PyObject *body_obj = args[2], *topic = args[3], *props = args[4], *born_ip = args[11],
-             *store_ip = args[14];
-    if (!PyBytes_Check(topic) || !PyBytes_Check(props) || !PyBytes_Check(born_ip) ||
-        !PyBytes_Check(store_ip)) {
-        PyErr_SetString(PyExc_TypeError, "topic, properties and host addresses must be bytes");
-        return NULL;
-    }
-    Py_ssize_t topic_len = PyBytes_GET_SIZE(topic), props_len = PyBytes_GET_SIZE(props);
-    Py_ssize_t born_len = (sys_flag & BORNHOST_V6) ? 16 : 4;
-    Py_ssize_t store_len = (sys_flag & STOREHOST_V6) ? 16 : 4;
-    if (topic_len > MAX_TOPIC || props_len > MAX_PROPERTIES) {
-        PyErr_SetString(PyExc_ValueError, "topic or properties too long for the record layout");
-        return NULL;
-    }
-    if (PyBytes_GET_SIZE(born_ip) != born_len || PyBytes_GET_SIZE(store_ip) != store_len) {
-        PyErr_SetString(PyExc_ValueError, "host address lengths disagree with the sys flag");
-        return NULL;
-    }
-
-    Py_buffer body, buf;
-    if (PyObject_GetBuffer(body_obj, &body, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&body);
-        return NULL;
-    }
-    Py_ssize_t header = V4_HEADER - 8 + born_len + store_len;
-    long long total = (long long)header + body.len + 1 + topic_len + 2 + props_len;
-    if (total > I32_MAX || pos > buf.len || total > buf.len - pos) {
-        PyBuffer_Release(&body);
-        PyBuffer_Release(&buf);
-        PyErr_Format(PyExc_ValueError, "a record of %lld bytes does not fit at %lld", total, pos);
-        return NULL;
-    }
-    unsigned char *p = (unsigned char *)buf.buf + pos;
-    put32(p, (uint32_t)total);
-    put32(p + 4, MESSAGE_MAGIC);
-    put32(p + 8, crc_update(0, body.buf, body.len) & 0x7FFFFFFFu);
-    put32(p + 12, (uint32_t)queue_id);
-    put32(p + 16, (uint32_t)flag);
-    put64(p + 20, (uint64_t)queue_offset);
-    put64(p + 28, (uint64_t)phy);
-    put32(p + 36, (uint32_t)sys_flag);
-    put64(p + 40, (uint64_t)born_ts);
-    p += 48;
-    memcpy(p, PyBytes_AS_STRING(born_ip), born_len);
-    put32(p + born_len, (uint32_t)born_port);
-    p += born_len + 4;
-    put64(p, (uint64_t)store_ts);
-    memcpy(p + 8, PyBytes_AS_STRING(store_ip), store_len);
-    put32(p + 8 + store_len, (uint32_t)store_port);
-    p += 8 + store_len + 4;
-    put32(p, (uint32_t)reconsume);
-    put64(p + 4, (uint64_t)prepared);
-    put32(p + 12, (uint32_t)body.len);
-    p += 16;
-    memmove(p, body.buf, body.len); /* the body may be a view of buf itself */
-    p += body.len;
-    *p++ = (unsigned char)topic_len;
-    memcpy(p, PyBytes_AS_STRING(topic), topic_len);
-    p += topic_len;
-    p[0] = (unsigned char)(props_len >> 8);
-    p[1] = (unsigned char)props_len;
-    memcpy(p + 2, PyBytes_AS_STRING(props), props_len);
-    PyBuffer_Release(&body);
-    PyBuffer_Release(&buf);
-    return PyLong_FromLongLong(total);
-}
-
 /* --- properties_bytes ---------------------------------------------------------------------- */
 
 static PyObject *py_properties_bytes(PyObject *self, PyObject *props) {
@@ -599,11 +507,6 @@ static PyMethodDef methods[] = {
     {"crc32", py_crc32, METH_VARARGS, "crc32(data, value=0): zlib-compatible CRC-32."},
     {"set_clmul", py_set_clmul, METH_O,
      "set_clmul(flag): use the PCLMULQDQ CRC path where the CPU has it; returns the old state."},
-    {"encode_into", (PyCFunction)(void (*)(void))py_encode_into, METH_FASTCALL,
-     "encode_into(buf, pos, body, topic, properties, queue_id, flag, queue_offset,"
-     " physical_offset, sys_flag, born_timestamp, born_ip, born_port, store_timestamp, store_ip,"
-     " store_port, reconsume_times, prepared_transaction_offset): write one record, return its"
-     " size (the body CRC is computed here)."},
     {"properties_bytes", py_properties_bytes, METH_O,
      "properties_bytes(props): the UTF-8 PROPERTIES field of a dict of str."},
     {"decode_batch", (PyCFunction)(void (*)(void))py_decode_batch, METH_FASTCALL,

@@ -17,29 +17,6 @@ def crc32(data: Buffer, value: int = 0, /) -> int:
 def set_clmul(flag: bool, /) -> bool:
     """Use the PCLMULQDQ CRC path where the CPU has it; returns the old state."""
 
-def encode_into(
-    buf: Any,
-    pos: Any,
-    body: Any,
-    topic: Any,
-    properties: Any,
-    queue_id: Any,
-    flag: Any,
-    queue_offset: Any,
-    physical_offset: Any,
-    sys_flag: Any,
-    born_timestamp: Any,
-    born_ip: Any,
-    born_port: Any,
-    store_timestamp: Any,
-    store_ip: Any,
-    store_port: Any,
-    reconsume_times: Any,
-    prepared_transaction_offset: Any,
-    /,
-) -> Any:
-    """Write one record, return its size (the body CRC is computed here)."""
-
 def properties_bytes(props: dict[str, str], /) -> bytes:
     """The UTF-8 PROPERTIES field of a dict of str."""
 

@@ -18,8 +18,8 @@ The message type, its properties and flags are :mod:`pymq.common.message_ext`; i
 
 from __future__ import annotations
 
+import itertools
 import mmap
-import operator
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -121,138 +121,6 @@ def host_flags(born_ip: bytes, store_ip: bytes) -> int:
     return flags
 
 
-_TAILS: dict[tuple[int, int], struct.Struct] = {}
-_TAILS_MAX = 4096
-"""Compiled structs for the record tail (topic and properties), by their lengths: one C call
-instead of four slice copies on the hot path; bounded so odd sizes cannot grow it forever."""
-
-
-def _tail_struct(topic_len: int, props_len: int) -> struct.Struct:
-    if len(_TAILS) >= _TAILS_MAX:
-        _TAILS.clear()
-    st = _TAILS[(topic_len, props_len)] = struct.Struct(f">b{topic_len}sh{props_len}s")
-    return st
-
-
-_I32_MIN, _I32_MAX, _I64_MIN, _I64_MAX = -(2**31), 2**31 - 1, -(2**63), 2**63 - 1
-
-
-def _check_record_numbers(
-    pos: int, queue_id: int, flag: int, queue_offset: int, physical_offset: int, sys_flag: int,
-    born_timestamp: int, born_port: int, store_timestamp: int, store_port: int,
-    reconsume_times: int, prepared_transaction_offset: int,
-) -> None:  # fmt: skip
-    """OverflowError for a number outside its record field (TypeError: not an int), in the
-    order ``_recordc.encode_into`` checks them."""
-    for name, value, lo, hi in (
-        ("pos", pos, 0, _I64_MAX),
-        ("queue_id", queue_id, _I32_MIN, _I32_MAX),
-        ("flag", flag, _I32_MIN, _I32_MAX),
-        ("queue_offset", queue_offset, _I64_MIN, _I64_MAX),
-        ("physical_offset", physical_offset, _I64_MIN, _I64_MAX),
-        ("sys_flag", sys_flag, _I32_MIN, _I32_MAX),
-        ("born_timestamp", born_timestamp, _I64_MIN, _I64_MAX),
-        ("born_port", born_port, _I32_MIN, _I32_MAX),
-        ("store_timestamp", store_timestamp, _I64_MIN, _I64_MAX),
-        ("store_port", store_port, _I32_MIN, _I32_MAX),
-        ("reconsume_times", reconsume_times, _I32_MIN, _I32_MAX),
-        ("prepared_transaction_offset", prepared_transaction_offset, _I64_MIN, _I64_MAX),
-    ):
-        if not lo <= operator.index(value) <= hi:
-            raise OverflowError(f"{name} = {value} does not fit its record field")
-
-
-def _encode_record_into_py(
-    buf: bytearray | memoryview | mmap.mmap,
-    pos: int,
-    body: bytes | memoryview,
-    topic: bytes,
-    properties: bytes,
-    queue_id: int,
-    flag: int,
-    queue_offset: int,
-    physical_offset: int,
-    sys_flag: int,
-    born_timestamp: int,
-    born_ip: bytes,
-    born_port: int,
-    store_timestamp: int,
-    store_ip: bytes,
-    store_port: int,
-    reconsume_times: int,
-    prepared_transaction_offset: int,
-) -> int:
-    """Write one record at ``buf[pos:]`` (its body CRC computed here) and return its size.
-
-    Pure-Python twin of ``_recordc.encode_into``; use :func:`encode_record_into`, the one record
-    encoder (same signature either way).  The hot path of the store: one header pack, one body
-    copy, one tail pack.  ``sys_flag`` must already carry the host flags matching ``born_ip`` /
-    ``store_ip`` (see :func:`host_flags`); lengths are the caller's to check (topic <= 127 bytes,
-    properties <= 32767 bytes, no NUL in the topic, none in the properties where a torn write
-    leaves zeros: see :func:`has_nul` and :func:`nul_where_torn`).  Refuses, writing nothing,
-    what the C refuses: a number outside its Java type (OverflowError), a topic, properties or
-    host that is not bytes (TypeError), one too long for the layout or host addresses whose
-    lengths disagree with the sys flag, or a record that does not fit (ValueError).
-    """
-    _check_record_numbers(
-        pos, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp, born_port,
-        store_timestamp, store_port, reconsume_times, prepared_transaction_offset,
-    )  # fmt: skip
-    if not (
-        isinstance(topic, bytes)
-        and isinstance(properties, bytes)
-        and isinstance(born_ip, bytes)
-        and isinstance(store_ip, bytes)
-    ):
-        raise TypeError("topic, properties and host addresses must be bytes")
-    topic_len = len(topic)
-    props_len = len(properties)
-    if topic_len > MAX_TOPIC_LENGTH or props_len > MAX_PROPERTIES_LENGTH:
-        raise ValueError("topic or properties too long for the record layout")
-    header = _HEADERS[(sys_flag >> 4) & 3]
-    if len(born_ip) != (16 if sys_flag & 0x10 else 4) or len(store_ip) != (
-        16 if sys_flag & 0x20 else 4
-    ):
-        raise ValueError("host address lengths disagree with the sys flag")
-    with memoryview(body) as view:  # released here: a map with a view left cannot close
-        body_len = view.nbytes
-    with memoryview(buf) as view:
-        readonly, room = view.readonly, view.nbytes
-    if readonly:
-        raise BufferError("Object is not writable.")
-    total = header.size + body_len + 1 + topic_len + 2 + props_len
-    if total > 0x7FFFFFFF or pos > room or total > room - pos:
-        raise ValueError(f"a record of {total} bytes does not fit at {pos}")
-    header.pack_into(
-        buf,
-        pos,
-        total,
-        MESSAGE_MAGIC_CODE,
-        zlib.crc32(body) & 0x7FFFFFFF,
-        queue_id,
-        flag,
-        queue_offset,
-        physical_offset,
-        sys_flag,
-        born_timestamp,
-        born_ip,
-        born_port,
-        store_timestamp,
-        store_ip,
-        store_port,
-        reconsume_times,
-        prepared_transaction_offset,
-        body_len,
-    )
-    p = pos + header.size
-    buf[p : p + body_len] = body
-    tail = _TAILS.get((topic_len, props_len))
-    if tail is None:
-        tail = _tail_struct(topic_len, props_len)
-    tail.pack_into(buf, p + body_len, topic_len, topic, props_len, properties)
-    return total
-
-
 def encode_record(msg: MessageExt) -> bytes:
     """The whole record of ``msg`` as bytes; body CRC and host flags are computed here.
 
@@ -266,30 +134,27 @@ def encode_record(msg: MessageExt) -> bytes:
         raise RecordError(f"properties are {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}")
     if has_nul(topic):
         raise RecordError("a topic may not contain NUL characters")
+    # The store's one record encoder (pymq.store.commitlog imports this module).
+    from pymq.store.commitlog import encode_run
+
     born_ip = pack_ip(msg.born_host[0])
     store_ip = pack_ip(msg.store_host[0])
     sys_flag = (msg.sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
     buf = bytearray(record_length(sys_flag, len(msg.body), len(topic), len(props)))
-    encode_record_into(
-        buf,
-        0,
-        msg.body,
-        topic,
-        props,
-        msg.queue_id,
-        msg.flag,
-        msg.queue_offset,
-        msg.commitlog_offset,
-        sys_flag,
-        msg.born_timestamp,
-        born_ip,
-        msg.born_host[1],
-        msg.store_timestamp,
-        store_ip,
-        msg.store_host[1],
-        msg.reconsume_times,
-        msg.prepared_transaction_offset,
-    )
+    entry = (
+        msg.topic, msg.queue_id, msg.body, props, msg.flag, sys_flag, msg.born_timestamp,
+        msg.reconsume_times, born_ip, msg.born_host[1], msg.prepared_transaction_offset,
+    )  # fmt: skip
+    _, rows, _, _, _ = encode_run(
+        buf, 0, len(buf), 0, [entry], {msg.topic: topic}, {},
+        itertools.repeat(msg.store_timestamp).__next__, b"", b"", 0, store_ip,
+        msg.store_host[1], 0, 0, "", None,
+    )  # fmt: skip
+    if not rows:
+        raise RecordError("the message does not fit the record layout")
+    # Its offsets as the message has them (a prepared message's queue offset too).
+    _LONG.pack_into(buf, QUEUE_OFFSET_POSITION, msg.queue_offset)
+    _LONG.pack_into(buf, PHYSICAL_OFFSET_POSITION, msg.commitlog_offset)
     return bytes(buf)
 
 
@@ -833,8 +698,5 @@ def iter_records(
 _native = native_extension
 _decode_plain: Callable[..., MessageExt | None] = (
     _native.decode_plain if _native is not None else _decode_plain_py
-)
-encode_record_into: Callable[..., int] = (
-    _native.encode_into if _native is not None else _encode_record_into_py
 )
 _scan_fast: Callable[..., int] = _native.scan if _native is not None else _scan_plain

@@ -16,6 +16,7 @@ typedef struct {
 } batch_prop;
 
 #define BATCH_PROPS_MAX 32
+#define TRANSACTION_PREPARED 0x4 /* MessageSysFlag: set in PREPARED (0x4) and ROLLBACK (0xC) */
 
 
 /* The properties [p, p + n) split as decode_properties splits them (items without a name or a
@@ -46,9 +47,11 @@ static int split_plain_properties(const unsigned char *p, Py_ssize_t n, batch_pr
     return k;
 }
 
+/* A property's value as a str: a send's are ASCII; a stored message's bytes that are no UTF-8
+ * read with U+FFFD. */
 static PyObject *item_value(const batch_prop *it) {
     if (it == NULL) Py_RETURN_NONE;
-    return PyUnicode_FromStringAndSize((const char *)it->value, it->value_len);
+    return PyUnicode_DecodeUTF8((const char *)it->value, it->value_len, "replace");
 }
 
 /* What every record of one fast put shares. */
@@ -150,6 +153,74 @@ static long long write_stored_record(unsigned char *p, long long room, const fas
     memcpy(p, "CLUSTER\x01", 8);
     memcpy(p + 8, fp->cluster, fp->cluster_len);
     *names = found;
+    return size;
+}
+
+/* The TAGS, KEYS, UNIQ_KEY and WAIT items of properties p[0:n] as decode_properties reads them
+ * (an item without a name or a value skipped, the last of a name kept), into slots, which
+ * names points into. */
+static void find_names(const unsigned char *p, Py_ssize_t n, batch_prop slots[4],
+                       stored_names *names) {
+    static const char *const wanted[4] = {"TAGS", "KEYS", "UNIQ_KEY", "WAIT"};
+    const batch_prop *found[4] = {NULL, NULL, NULL, NULL};
+    const unsigned char *q = p, *stop = p + n;
+    while (n > 0 && q <= stop) { /* memchr: the properties of a stored message are long */
+        const unsigned char *end = memchr(q, 2, (size_t)(stop - q));
+        if (end == NULL) end = stop;
+        const unsigned char *sep = memchr(q, 1, (size_t)(end - q));
+        Py_ssize_t len = sep != NULL ? sep - q : 0;
+        if (len > 0 && end > sep + 1 && (len == 4 || len == 8))
+            for (int j = 0; j < 4; j++)
+                if ((size_t)len == strlen(wanted[j]) && memcmp(q, wanted[j], (size_t)len) == 0) {
+                    slots[j] = (batch_prop){q, sep + 1, len, end - sep - 1};
+                    found[j] = &slots[j];
+                }
+        q = end + 1;
+    }
+    *names = (stored_names){found[0], found[1], found[2], found[3]};
+}
+
+/* Write at p (room bytes left) a stored message's record: its properties exactly as given
+ * (their order already tear-safe: CommitLog), hosts of 4 or 16 bytes (fp->sys_flag carrying
+ * their flags), the prepared transaction offset.  Returns its size, or -1 (nothing written)
+ * for properties over MAX_PROPERTIES or no room. */
+static long long write_as_given(unsigned char *p, long long room, const fast_put *fp,
+                                const unsigned char *body, Py_ssize_t body_len, int32_t flag,
+                                const unsigned char *props, Py_ssize_t props_len,
+                                Py_ssize_t born_len, Py_ssize_t store_len, long long prepared,
+                                long long queue_offset, long long phy) {
+    long long size = V4_HEADER + (born_len - 4) + (store_len - 4) + (long long)body_len + 1 +
+                     fp->topic_len + 2 + props_len;
+    if (props_len > MAX_PROPERTIES || size > room) return -1;
+    put32(p, (uint32_t)size);
+    put32(p + 4, MESSAGE_MAGIC);
+    put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
+    put32(p + 12, (uint32_t)fp->queue_id);
+    put32(p + 16, (uint32_t)flag);
+    put64(p + 20, (uint64_t)queue_offset);
+    put64(p + 28, (uint64_t)phy);
+    put32(p + 36, (uint32_t)fp->sys_flag);
+    put64(p + 40, (uint64_t)fp->born_ts);
+    unsigned char *q = p + 48;
+    memcpy(q, fp->born_ip, born_len);
+    put32(q + born_len, (uint32_t)fp->born_port);
+    q += born_len + 4;
+    put64(q, (uint64_t)fp->store_ts);
+    memcpy(q + 8, fp->store_ip, store_len);
+    put32(q + 8 + store_len, (uint32_t)fp->store_port);
+    q += 12 + store_len;
+    put32(q, (uint32_t)fp->reconsume);
+    put64(q + 4, (uint64_t)prepared);
+    put32(q + 12, (uint32_t)body_len);
+    q += 16;
+    memmove(q, body, body_len);
+    q += body_len;
+    *q++ = (unsigned char)fp->topic_len;
+    memcpy(q, fp->topic, fp->topic_len);
+    q += fp->topic_len;
+    q[0] = (unsigned char)(props_len >> 8);
+    q[1] = (unsigned char)props_len;
+    memcpy(q + 2, props, props_len);
     return size;
 }
 
@@ -258,7 +329,7 @@ undo:
  * The store's one record encoder: a run of sends' records written into the writable buffer
  * buf from buf[pos] (below limit), buf[0] being the commit log's physical offset
  * file_from_offset, each as the general path (SendProcessor._single_message or
- * _batch_messages, then CommitLog.append_messages) stores it: the broker's stored properties
+ * _batch_messages, then CommitLog.append_stored) stores it: the broker's stored properties
  * (WAIT=true left out, CLUSTER added last).  Each entry is a tuple (topic, queue_id, body,
  * properties, flag, sys_flag, born_timestamp, reconsume_times), the body any buffer: a single
  * send (properties its request's str; any DELAY or TRAN_MSG is Python's), or, with properties
@@ -278,7 +349,18 @@ undo:
  * (one per entry; a batch's is its first item's), the last entry's store time (0 if none) and
  * None; or, when an error stops it after entries were committed (queue_table updated), that
  * exception in place of None: what was committed stands.  Raises only when nothing was
- * committed. */
+ * committed.
+ * A run of stored messages (CommitLog.append_stored; the first entry an 11-tuple, as all must
+ * be) has entries (topic, queue_id, body, properties bytes, flag, sys_flag, born_timestamp,
+ * reconsume_times, born_ip, born_port, prepared_transaction_offset): each record holds its
+ * properties exactly as given (refused only over MAX_PROPERTIES; no size limit), its own born
+ * host, the host flags its born IP's and store_ip's lengths (4 or 16) imply in place of
+ * sys_flag's, and the prepared transaction offset; cluster_b, born_ip, born_port and
+ * max_body_properties are unused, the clock is read once (every record shares the first's
+ * store time).  It is all or nothing: queue offsets reach queue_table once every entry is
+ * written; a stop zeroes buf from pos and returns (pos, [], [], 0, None); an error is raised.
+ * Any entry whose sys_flag has 0x4 (a prepared or rolled-back transaction message) takes queue
+ * offset 0 and leaves queue_table as it is (RocketMQ's CommitLog). */
 static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 17) return PyErr_Format(PyExc_TypeError, "encode_run takes 17 arguments");
     PyTypeObject *hint_type = NULL;
@@ -305,26 +387,37 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
     fp.cluster_len = PyBytes_GET_SIZE(cluster_b);
     fp.born_ip = (const unsigned char *)PyBytes_AS_STRING(born_ip);
     fp.store_ip = (const unsigned char *)PyBytes_AS_STRING(store_ip);
-    int usable = PyBytes_GET_SIZE(born_ip) == 4 && PyBytes_GET_SIZE(store_ip) == 4 &&
-                 fast_put_cluster_ok(&fp); /* else the Python path (IPv6 hosts) */
+    Py_ssize_t n_entries = PyList_GET_SIZE(entries), store_len = PyBytes_GET_SIZE(store_ip);
+    /* A run of stored messages (11-tuples: the first entry says) is all or nothing. */
+    PyObject *head = n_entries > 0 ? PyList_GET_ITEM(entries, 0) : NULL;
+    int stored_run = head != NULL && PyTuple_Check(head) && PyTuple_GET_SIZE(head) == 11;
+    int usable = stored_run ? store_len == 4 || store_len == 16
+                            : PyBytes_GET_SIZE(born_ip) == 4 && store_len == 4 &&
+                                  fast_put_cluster_ok(&fp); /* else the Python path (IPv6) */
     Py_buffer buf;
     if (PyObject_GetBuffer(args[0], &buf, PyBUF_WRITABLE) < 0) return NULL;
     if (limit > buf.len) limit = buf.len;
     unsigned char *base = (unsigned char *)buf.buf;
     PyObject *rows = PyList_New(0), *waits = PyList_New(0), *error = NULL, *result = NULL;
+    /* Where queue offsets are committed: a stored run's go to the table at its end (a lone
+     * stored message's at once: it is all or nothing by itself). */
+    PyObject *pending = stored_run && n_entries > 1 ? PyDict_New() : Py_NewRef(table);
+    long long start = pos;
     /* The entry and its topic's bytes are held for the iteration: the clock is Python code,
      * which could change the list or the dict they are borrowed from. */
     PyObject *entry = NULL, *topic_b = NULL;
     long long stamp = 0;
     Py_ssize_t count = 0;
-    if (rows == NULL || waits == NULL) goto done;
+    if (rows == NULL || waits == NULL || pending == NULL) goto done;
     batch_prop items[BATCH_PROPS_MAX];
     for (Py_ssize_t e = 0; usable && e < PyList_GET_SIZE(entries); e++) {
         Py_CLEAR(entry);
         Py_CLEAR(topic_b);
         entry = Py_NewRef(PyList_GET_ITEM(entries, e));
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 8) {
-            PyErr_SetString(PyExc_TypeError, "encode_run: an entry is not an 8-tuple");
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != (stored_run ? 11 : 8)) {
+            PyErr_SetString(PyExc_TypeError, stored_run
+                                                 ? "encode_run: an entry is not an 11-tuple"
+                                                 : "encode_run: an entry is not an 8-tuple");
             goto failed;
         }
         PyObject *topic = PyTuple_GET_ITEM(entry, 0), *queue_id = PyTuple_GET_ITEM(entry, 1);
@@ -348,7 +441,16 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
         if (is_stop == -1 && PyErr_Occurred()) goto failed;
         if (is_stop == 0) break;
         int batch = props == Py_None;
-        if (!batch && !PyUnicode_Check(props)) {
+        PyObject *given_born = stored_run ? PyTuple_GET_ITEM(entry, 8) : NULL;
+        long long prepared = 0;
+        if (stored_run) {
+            if (!PyBytes_Check(props) || !PyBytes_Check(given_born)) {
+                PyErr_SetString(PyExc_TypeError,
+                                "encode_run: a stored message's properties and born host must "
+                                "be bytes");
+                goto failed;
+            }
+        } else if (!batch && !PyUnicode_Check(props)) {
             PyErr_SetString(PyExc_TypeError, "encode_run: properties must be a str or None");
             goto failed;
         }
@@ -359,17 +461,33 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
             arg_int(PyTuple_GET_ITEM(entry, 7), "reconsume_times", I32_MIN, I32_MAX,
                     &fp.reconsume) < 0)
             goto failed;
-        /* What Python judges: IPv6 hosts, properties not plain, an odd topic. */
-        if ((fp.sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || !PyBytes_Check(topic_b) ||
-            (!batch && (!PyUnicode_IS_ASCII(props) || PyUnicode_GET_LENGTH(props) > 65535)))
-            break;
+        if (stored_run) {
+            /* Its own born host; the host flags follow the addresses' lengths. */
+            if (arg_int(PyTuple_GET_ITEM(entry, 9), "born_port", I32_MIN, I32_MAX,
+                        &fp.born_port) < 0 ||
+                arg_int(PyTuple_GET_ITEM(entry, 10), "prepared_transaction_offset", LLONG_MIN,
+                        LLONG_MAX, &prepared) < 0)
+                goto failed;
+            Py_ssize_t born_len = PyBytes_GET_SIZE(given_born);
+            if ((born_len != 4 && born_len != 16) || !PyBytes_Check(topic_b)) break;
+            fp.born_ip = (const unsigned char *)PyBytes_AS_STRING(given_born);
+            fp.sys_flag = (fp.sys_flag & ~(long long)(BORNHOST_V6 | STOREHOST_V6)) |
+                          (born_len == 16 ? BORNHOST_V6 : 0) | (store_len == 16 ? STOREHOST_V6 : 0);
+        } else if ((fp.sys_flag & (BORNHOST_V6 | STOREHOST_V6)) || !PyBytes_Check(topic_b) ||
+                   (!batch && (!PyUnicode_IS_ASCII(props) || PyUnicode_GET_LENGTH(props) > 65535)))
+            break; /* what Python judges: IPv6 hosts, properties not plain, an odd topic */
         fp.topic = (const unsigned char *)PyBytes_AS_STRING(topic_b);
         fp.topic_len = PyBytes_GET_SIZE(topic_b);
         fp.single = !batch;
         if (!fast_put_topic_ok(&fp)) break;
-        PyObject *key = PyTuple_Pack(2, topic, queue_id);
+        /* A prepared or rolled-back transaction message (sys flag 0x4 or 0xC) takes no queue
+         * offset (RocketMQ's CommitLog): 0, the table untouched. */
+        PyObject *key = (fp.sys_flag & TRANSACTION_PREPARED) ? Py_NewRef(Py_None)
+                                                             : PyTuple_Pack(2, topic, queue_id);
         if (key == NULL) goto failed;
-        PyObject *known = PyDict_GetItemWithError(table, key); /* borrowed */
+        PyObject *known = key == Py_None ? NULL : PyDict_GetItemWithError(pending, key);
+        if (known == NULL && pending != table && key != Py_None && !PyErr_Occurred())
+            known = PyDict_GetItemWithError(table, key); /* borrowed */
         long long queue_offset = 0;
         if (known != NULL) {
             if (arg_int(known, "queue_offset", 0, LLONG_MAX / 2, &queue_offset) < 0) {
@@ -380,7 +498,9 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
             Py_DECREF(key);
             goto failed;
         }
-        if (clock == Py_None) {
+        if (stored_run && count > 0) {
+            /* A stored run's records share its first one's store time (a batch's, as Java). */
+        } else if (clock == Py_None) {
             struct timespec ts;
             if (clock_gettime(CLOCK_REALTIME, &ts) != 0) {
                 PyErr_SetFromErrno(PyExc_OSError);
@@ -412,7 +532,31 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
             Py_DECREF(key);
             goto failed;
         }
-        if (batch) {
+        if (stored_run) {
+            stored_names names;
+            batch_prop slots[4];
+            long long size = -1;
+            if (pos <= limit && data.len <= I32_MAX)
+                size = write_as_given(base + pos, limit - pos, &fp, data.buf, data.len,
+                                      (int32_t)flag, (const unsigned char *)PyBytes_AS_STRING(props),
+                                      PyBytes_GET_SIZE(props), PyBytes_GET_SIZE(given_born),
+                                      store_len, prepared, queue_offset, file_from + pos);
+            if (size >= 0) {
+                end = -2;
+                find_names((const unsigned char *)PyBytes_AS_STRING(props),
+                           PyBytes_GET_SIZE(props), slots, &names);
+                PyObject *row =
+                    hint_row(file_from + pos, size, topic, &fp, queue_offset, &names, hint_type);
+                if (row != NULL && (wait = item_value(names.wait)) != NULL &&
+                    PyList_Append(rows, row) == 0)
+                    end = pos + size;
+                Py_XDECREF(row);
+                if (end < 0) {
+                    Py_CLEAR(wait);
+                    memset(base + pos, 0, (size_t)size);
+                }
+            }
+        } else if (batch) {
             end = write_batch_body(base, pos, limit, file_from, &fp, data.buf, data.len,
                                    queue_offset, topic, hint_type, rows, &wait);
         } else {
@@ -445,7 +589,7 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
         }
         PyObject *next = PyLong_FromLongLong(queue_offset + PyList_GET_SIZE(rows) - first);
         int ok = next != NULL && PyList_Append(waits, wait) == 0;
-        if (ok && PyDict_SetItem(table, key, next) < 0) {
+        if (ok && key != Py_None && PyDict_SetItem(pending, key, next) < 0) {
             ok = 0;
             PyList_SetSlice(waits, count, count + 1, NULL);
         }
@@ -462,9 +606,19 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
         pos = end;
         stamp = fp.store_ts;
     }
+    if (stored_run && count < n_entries) { /* all or nothing: none */
+        PyList_SetSlice(rows, 0, PyList_GET_SIZE(rows), NULL);
+        PyList_SetSlice(waits, 0, count, NULL);
+        memset(base + start, 0, (size_t)(pos - start));
+        pos = start;
+        stamp = 0;
+    } else if (pending != table && PyDict_Update(table, pending) < 0) {
+        goto failed;
+    }
     goto finish;
 failed:
-    if (count == 0) goto done; /* nothing committed: raise */
+    if (stored_run && pos > start) memset(base + start, 0, (size_t)(pos - start));
+    if (count == 0 || stored_run) goto done; /* nothing committed: raise */
     {
 #if PY_VERSION_HEX >= 0x030C0000
         error = PyErr_GetRaisedException();
@@ -498,6 +652,7 @@ finish:
     }
 done:
     Py_XDECREF(entry);
+    Py_XDECREF(pending);
     Py_XDECREF(topic_b);
     Py_XDECREF(rows);
     Py_XDECREF(waits);
@@ -775,8 +930,8 @@ static PyMethodDef methods[] = {
     {"encode_run", (PyCFunction)(void (*)(void))py_encode_run, METH_FASTCALL,
      "encode_run(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table, clock,"
      " cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties, stop_flags,"
-     " stop_topic, hint_type): a run of sends' records (single sends, batch bodies) written"
-     " into buf; (end, rows, waits, stamp, error)."},
+     " stop_topic, hint_type): a run of sends' records (single sends, batch bodies) or of"
+     " stored messages written into buf; (end, rows, waits, stamp, error)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -36,7 +36,7 @@ def encode_run(
     pos: int,
     limit: int,
     file_from_offset: int,
-    entries: list[tuple[str, int, Any, str | None, int, int, int, int]],
+    entries: list[tuple[Any, ...]],
     topic_bytes: dict[str, bytes],
     queue_table: dict[tuple[str, int], int],
     clock: Callable[[], int] | None,
@@ -55,4 +55,8 @@ def encode_run(
     body, properties, flag, sys_flag, born_timestamp, reconsume_times) a single send, or with
     properties None a SEND_BATCH_MESSAGE body) written into buf from pos below limit, buf[0]
     being physical offset file_from_offset, queue offsets taken from and committed to
-    queue_table; (end, rows, waits, stamp, error).  Twin: pymq.store.commitlog.encode_run_py."""
+    queue_table; (end, rows, waits, stamp, error).  Or a run of stored messages, all or
+    nothing (each entry (topic, queue_id, body, properties bytes, flag, sys_flag,
+    born_timestamp, reconsume_times, born_ip, born_port, prepared_transaction_offset): its
+    properties as given, IPv4 or IPv6 hosts, no queue offset when prepared or rolled back).
+    Twin: pymq.store.commitlog.encode_run_py."""

@@ -17,7 +17,6 @@ import collections
 import contextlib
 import errno
 import logging
-import mmap
 import operator
 import os
 import struct
@@ -29,9 +28,6 @@ from typing import Any, NamedTuple, Protocol
 
 from pymq.common.clock import now_ms
 from pymq.common.message_ext import (
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageExt,
     MessageSysFlag,
 )
@@ -46,8 +42,6 @@ from pymq.common.record import (
     SYSFLAG_POSITION,
     TEAR_ALIGN,
     RecordInfo,
-    encode_record_into,
-    host_flags,
     nul_where_torn,
     read_record_info,
     record_length,
@@ -364,15 +358,18 @@ _ABSENT: Any = object()
 
 
 def _run_entry(
-    entry: Any, topic_bytes: dict[Any, Any], stop_flags: int, stop_topic: str
-) -> tuple[Any, ...] | None:
+    entry: Any, topic_bytes: dict[Any, Any], stop_flags: int, stop_topic: str, stored: bool,
+    store_len: int,
+) -> tuple[Any, ...] | None:  # fmt: skip
     """encode_run's checks of one entry, in the C code's order: (topic, queue id as given,
-    topic bytes, body, properties, queue id, flag, sys flag, born timestamp, reconsume times),
-    or None where the run stops (the stops first, in CommitLog's order, then what the general
-    path judges); raises for an entry of the wrong types."""
-    if not isinstance(entry, tuple) or len(entry) != 8:
-        raise TypeError("encode_run: an entry is not an 8-tuple")
-    topic, queue_id_obj, body, props, flag, sys_flag, born_ts, reconsume = entry
+    topic bytes, body, properties, queue id, flag, sys flag, born timestamp, reconsume times,
+    and for a stored message its born IP, born port and prepared transaction offset), or None
+    where the run stops (the stops first, in CommitLog's order, then what the general path
+    judges); raises for an entry of the wrong types.  A stored message's sys flag comes back
+    with the host flags its born IP and the store IP's length (``store_len``) imply."""
+    if not isinstance(entry, tuple) or len(entry) != (11 if stored else 8):
+        raise TypeError(f"encode_run: an entry is not an {11 if stored else 8}-tuple")
+    topic, queue_id_obj, body, props, flag, sys_flag, born_ts, reconsume = entry[:8]
     if not isinstance(topic, str):
         raise TypeError("encode_run: the topic is not a str")
     topic_b = dict.get(topic_bytes, topic, _ABSENT)
@@ -382,31 +379,104 @@ def _run_entry(
     if sys_flag & stop_flags or topic == stop_topic:
         return None
     batch = props is None
-    if not batch and not isinstance(props, str):
+    if stored:
+        if not isinstance(props, bytes) or not isinstance(entry[8], bytes):
+            raise TypeError("encode_run: a stored message's properties and born host must be bytes")
+    elif not batch and not isinstance(props, str):
         raise TypeError("encode_run: properties must be a str or None")
     queue_id = _arg_int(queue_id_obj, "queue_id", *_I32)
     flag = _arg_int(flag, "flag", *_I32)
     born_ts = _arg_int(born_ts, "born_timestamp", *_I64)
     reconsume = _arg_int(reconsume, "reconsume_times", *_I32)
-    if sys_flag & _HOSTS_V6 or not isinstance(topic_b, bytes):
-        return None
-    if not batch and (not props.isascii() or len(props) > 65535):
+    extra: tuple[Any, ...] = ()
+    if stored:
+        born_port = _arg_int(entry[9], "born_port", *_I32)
+        prepared = _arg_int(entry[10], "prepared_transaction_offset", *_I64)
+        born_ip = entry[8]
+        if len(born_ip) not in (4, 16) or not isinstance(topic_b, bytes):
+            return None
+        sys_flag = (sys_flag & ~_HOSTS_V6) | (0x10 if len(born_ip) == 16 else 0)
+        sys_flag |= 0x20 if store_len == 16 else 0
+        extra = (bytes(born_ip), born_port, prepared)
+    elif (
+        sys_flag & _HOSTS_V6
+        or not isinstance(topic_b, bytes)
+        or (not batch and (not props.isascii() or len(props) > 65535))
+    ):
         return None
     if len(topic_b) > MAX_TOPIC_LENGTH or b"\x00" in topic_b:
         return None
     return (topic, queue_id_obj, topic_b, body, props, queue_id, flag, sys_flag, born_ts,
-            reconsume)  # fmt: skip
+            reconsume, *extra)  # fmt: skip
+
+
+def _find_names(props: bytes) -> dict[bytes, str]:
+    """The TAGS, KEYS, UNIQ_KEY and WAIT values of stored properties as decode_properties
+    reads them (an item without a name or a value skipped, the last of a name kept; bytes
+    that are no UTF-8 read as U+FFFD)."""
+    found: dict[bytes, str] = {}
+    if not props:
+        return found
+    for part in props.split(b"\x02"):
+        sep = part.find(b"\x01")
+        if sep > 0 and len(part) > sep + 1 and part[:sep] in (b"TAGS", b"KEYS", b"UNIQ_KEY",
+                                                                b"WAIT"):  # fmt: skip
+            found[part[:sep]] = part[sep + 1 :].decode(errors="replace")
+    return found
+
+
+def _write_as_given(
+    buf: Any, pos: int, room: int, fp: _FastPut, body: bytes, flag: int, props: bytes,
+    prepared: int, queue_offset: int, phy: int,
+) -> int:  # fmt: skip
+    """Write at buf[pos:] (room bytes left) a stored message's record: its properties exactly
+    as given, hosts of 4 or 16 bytes (fp.sys_flag carrying their flags), the prepared
+    transaction offset.  Returns its size, or -1 (nothing written) for properties over
+    MAX_PROPERTIES_LENGTH or no room."""
+    born, store = len(fp.born_ip), len(fp.store_ip)
+    size = _FAST_RECORD.size + born + store - 8 + len(body) + 1 + len(fp.topic_b) + 2 + len(props)
+    if len(props) > MAX_PROPERTIES_LENGTH or size > room:
+        return -1
+    header = struct.pack(
+        f">IIIIIQQIQ{born}sIQ{store}sIIQI", size, MESSAGE_MAGIC_CODE,
+        zlib.crc32(body) & 0x7FFFFFFF, fp.queue_id & 0xFFFFFFFF, flag & 0xFFFFFFFF,
+        queue_offset, phy, fp.sys_flag & 0xFFFFFFFF, fp.born_timestamp & 0xFFFFFFFFFFFFFFFF,
+        fp.born_ip, fp.born_port & 0xFFFFFFFF, fp.store_timestamp & 0xFFFFFFFFFFFFFFFF,
+        fp.store_ip, fp.store_port & 0xFFFFFFFF, fp.reconsume_times & 0xFFFFFFFF,
+        prepared & 0xFFFFFFFFFFFFFFFF, len(body),
+    )  # fmt: skip
+    tail = bytes((len(fp.topic_b),)) + fp.topic_b + len(props).to_bytes(2, "big") + props
+    buf[pos : pos + size] = header + body + tail
+    return size
 
 
 def _write_entry(
-    buf: Any, pos: int, limit: int, file_from: int, fp: _FastPut, body: Any, props: str | None,
-    flag: int, queue_offset: int, hint_type: Any, rows: list[tuple[Any, ...]],
+    buf: Any, pos: int, limit: int, file_from: int, fp: _FastPut, body: Any,
+    props: str | bytes | None, flag: int, queue_offset: int, hint_type: Any,
+    rows: list[tuple[Any, ...]], prepared: int | None,
 ) -> tuple[int, str | None] | None:  # fmt: skip
     """One entry's records written from buf[pos] below limit, their hint rows appended to
     ``rows``: the write position after them and the stored WAIT value (a batch's first
-    item's); None when the general path judges the entry (nothing added to rows)."""
+    item's); None when the general path judges the entry (nothing added to rows).  A stored
+    message (``prepared`` not None) is written as given (_write_as_given)."""
     with memoryview(body) as view:
         data = bytes(view)
+    if isinstance(props, bytes):
+        size = -1
+        if pos <= limit and len(data) <= _I32[1]:
+            size = _write_as_given(
+                buf, pos, limit - pos, fp, data, flag, props, prepared or 0, queue_offset,
+                file_from + pos,
+            )  # fmt: skip
+        if size < 0:
+            return None
+        try:
+            found = _find_names(props)
+            rows.append(_hint_row(hint_type, file_from + pos, size, fp, queue_offset, found))
+        except BaseException:
+            buf[pos : pos + size] = bytes(size)
+            raise
+        return pos + size, found.get(b"WAIT")
     if props is None:
         return _write_batch_body(
             buf, pos, limit, file_from, fp, data, queue_offset, hint_type, rows
@@ -430,10 +500,11 @@ def _write_entry(
 
 def _run_args(
     entries: Any, topic_bytes: Any, queue_table: Any, clock: Any, cluster_b: Any, born_ip: Any,
-    store_ip: Any, stop_topic: Any,
+    store_ip: Any, stop_topic: Any, stored: bool,
 ) -> bool:  # fmt: skip
-    """encode_run's type checks (TypeError); whether a run may be encoded at all (not with
-    IPv6 hosts or an odd cluster name: the general path's)."""
+    """encode_run's type checks (TypeError); whether a run may be encoded at all (a run of
+    sends: not with IPv6 hosts or an odd cluster name, the general path's; a run of stored
+    messages: a store IP of 4 or 16 bytes)."""
     if not (
         isinstance(entries, list)
         and isinstance(topic_bytes, dict)
@@ -445,6 +516,8 @@ def _run_args(
         and (clock is None or callable(clock))
     ):
         raise TypeError("encode_run: bad argument types")
+    if stored:
+        return len(store_ip) in (4, 16)
     return (
         len(born_ip) == 4
         and len(store_ip) == 4
@@ -462,7 +535,7 @@ def encode_run_py(
     a run of sends' records written into the writable buffer ``buf`` from buf[pos] (below
     limit), buf[0] being the commit log's physical offset ``file_from_offset``, each as the
     general path (SendProcessor._single_message or _batch_messages, then
-    CommitLog.append_messages) stores it: the broker's stored properties (WAIT=true left out,
+    CommitLog.append_stored) stores it: the broker's stored properties (WAIT=true left out,
     CLUSTER added last).  Each of ``entries`` is (topic, queue_id, body, properties, flag,
     sys_flag, born_timestamp, reconsume_times), the body any buffer: a single send
     (properties its request's str; any DELAY or TRAN_MSG is the general path's), or, with
@@ -478,7 +551,20 @@ def encode_run_py(
     no room below limit).  Returns (end, rows, waits, stamp, error): the write position after
     the last record, their hint rows (one per record) and stored WAIT values (one per entry),
     the last entry's store time (0 if none), and None, or the exception that stopped it after
-    entries were committed.  Raises only when nothing was committed."""
+    entries were committed.  Raises only when nothing was committed.
+
+    A run of stored messages (CommitLog.append_stored: the first entry an 11-tuple, as all
+    must be) is (topic, queue_id, body, properties bytes, flag, sys_flag, born_timestamp,
+    reconsume_times, born_ip, born_port, prepared_transaction_offset): each record written
+    with its properties exactly as given (no refusal of theirs but a length over
+    MAX_PROPERTIES_LENGTH; no size limit), its own born host, the host flags its born IP's
+    and store_ip's lengths (4 or 16) imply in place of sys_flag's, and the prepared
+    transaction offset; cluster_b, born_ip, born_port and max_body_properties are unused; the
+    clock is read once, for the first entry, whose store time every record shares.  It is
+    all or nothing: the queue offsets go to queue_table once every entry is written, and
+    a stop leaves buf zeroed from pos and returns (pos, [], [], 0, None); an error is raised.
+    Any entry whose sys_flag is a prepared or rolled-back transaction's (bit 0x4) takes queue
+    offset 0 and leaves queue_table as it is (RocketMQ's CommitLog)."""
     hint_type = _hint_type(hint_type)
     pos = _arg_int(pos, "pos", 0, sys.maxsize)
     limit = _arg_int(limit, "limit", 0, sys.maxsize)
@@ -487,49 +573,71 @@ def encode_run_py(
     store_port = _arg_int(store_port, "store_port", *_I32)
     max_bp = _arg_int(max_body_properties, "max_body_properties", 0, _I32[1])
     stop_flags = _arg_int(stop_flags, "stop_flags", *_I32)
+    head = entries[0] if isinstance(entries, list) and entries else None
+    stored = isinstance(head, tuple) and len(head) == 11  # all or nothing
     usable = _run_args(
-        entries, topic_bytes, queue_table, clock, cluster_b, born_ip, store_ip, stop_topic
+        entries, topic_bytes, queue_table, clock, cluster_b, born_ip, store_ip, stop_topic, stored
     )
     limit = min(limit, _writable_size(buf))
     rows: list[tuple[Any, ...]] = []
     waits: list[str | None] = []
     stamp = 0
     e = 0
+    start = pos
+    # Where queue offsets are committed: a stored run's go to the table at its end.
+    pending: dict[Any, Any] = {} if stored and len(entries) > 1 else queue_table
     try:
         while usable and e < len(entries):
-            fields = _run_entry(entries[e], topic_bytes, stop_flags, stop_topic)
+            fields = _run_entry(
+                entries[e], topic_bytes, stop_flags, stop_topic, stored, len(store_ip)
+            )
             e += 1
             if fields is None:
                 break
             (topic, queue_id_obj, topic_b, body, props, queue_id, flag, sys_flag, born_ts,
-             reconsume) = fields  # fmt: skip
-            key = (topic, queue_id_obj)
-            known = dict.get(queue_table, key, _ABSENT)
+             reconsume) = fields[:10]  # fmt: skip
+            entry_born, entry_port, prepared = fields[10:] if stored else (born_ip, born_port, None)
+            # A prepared or rolled-back transaction message takes no queue offset.
+            key = None if sys_flag & _PREPARED else (topic, queue_id_obj)
+            known = _ABSENT if key is None else dict.get(pending, key, _ABSENT)
+            if known is _ABSENT and key is not None and pending is not queue_table:
+                known = dict.get(queue_table, key, _ABSENT)
             queue_offset = 0 if known is _ABSENT else _arg_int(known, "queue_offset", *_HALF)
-            now = time.time_ns() // 1_000_000 if clock is None else clock()
-            store_ts = _arg_int(now, "store_timestamp", *_I64)
+            if not (stored and waits):  # a stored run's records share its first's time
+                now = time.time_ns() // 1_000_000 if clock is None else clock()
+                store_ts = _arg_int(now, "store_timestamp", *_I64)
             fp = _FastPut(
                 bytes(topic_b), bytes(cluster_b), topic, queue_id, sys_flag, born_ts,
-                bytes(born_ip), born_port, store_ts, bytes(store_ip), store_port, reconsume, max_bp,
+                bytes(entry_born), entry_port, store_ts, bytes(store_ip), store_port, reconsume,
+                max_bp,
             )  # fmt: skip
             first, count = len(rows), len(waits)
             placed = _write_entry(
-                buf, pos, limit, file_from, fp, body, props, flag, queue_offset, hint_type, rows
-            )
+                buf, pos, limit, file_from, fp, body, props, flag, queue_offset, hint_type, rows,
+                prepared,
+            )  # fmt: skip
             if placed is None:
                 break  # the general path judges it; bytes past pos are junk
             end, wait = placed
             try:  # the table's entry is the commit
                 waits.append(wait)
-                queue_table[key] = queue_offset + len(rows) - first
+                if key is not None:
+                    pending[key] = queue_offset + len(rows) - first
             except BaseException:
                 del rows[first:], waits[count:]
                 buf[pos:end] = bytes(end - pos)  # no whole record past the write position
                 raise
             pos = end
             stamp = store_ts
+        if stored and len(waits) < len(entries):  # all or nothing: none
+            buf[start:pos] = bytes(pos - start)
+            return start, [], [], 0, None
+        if pending is not queue_table:
+            queue_table.update(pending)
     except BaseException as exc:
-        if not rows:
+        if stored and pos > start:
+            buf[start:pos] = bytes(pos - start)
+        if not rows or stored:
             raise  # nothing committed
         return pos, rows, waits, stamp, exc
     return pos, rows, waits, stamp, None
@@ -702,7 +810,7 @@ class CommitLog:
         self._advice_balance = balance
 
     def _wrote_through_map(self, mf: MappedFile, size: int) -> None:
-        """A put (append_message, append_messages, append_run) wrote ``size`` bytes through
+        """A put (append_stored, append_run) wrote ``size`` bytes through
         ``mf``'s map and committed them: weighed against the advice (ASYNC_FLUSH), and the
         next chunk allocated ahead (warmMapedFileEnable)."""
         if self._advice_follows_writes:
@@ -774,152 +882,24 @@ class CommitLog:
             reason=f"create mapped file failed, server is busy or broken: {cause}",
         )
 
-    def _layout(self, msg: MessageExt, topic_b: bytes, props_b: bytes) -> tuple[int, bytes, int]:
-        """Step one of both appends: (record size, packed born IP, sys flag carrying the host
-        flags) of ``msg``.  Raises for a born host that is no address or a body that is no
-        bytes (see :meth:`_encode_failed`); changes nothing."""
-        born_ip = pack_ip(msg.born_host[0])
-        store_ip = self._store_ip
-        sys_flag = msg.sys_flag
-        if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
-            sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
-        size = _HEADER_SIZES[(sys_flag >> 4) & 3] + len(msg.body) + 3 + len(topic_b) + len(props_b)
-        return size, born_ip, sys_flag
-
-    def _encode(
-        self,
-        mm: mmap.mmap,
-        pos: int,
-        msg: MessageExt,
-        topic_b: bytes,
-        props_b: bytes,
-        born_ip: bytes,
-        sys_flag: int,
-        queue_offset: int,
-        phy: int,
-        now: int,
-    ) -> DispatchHint:
-        """Step two of both appends: encode ``msg``'s record at ``mm[pos:]`` (its blocks already
-        allocated) and return its dispatch hint, which carries everything the caller commits.
-        The encoder checks every field as it writes; a field it cannot write raises (see
-        :meth:`_encode_failed`) and nothing is committed: bytes past the write position are
-        junk until a record is committed over them."""
-        size = encode_record_into(
-            mm, pos, msg.body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
-            sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, self._store_ip,
-            self._store_port, msg.reconsume_times, msg.prepared_transaction_offset,
-        )  # fmt: skip
-        props = msg.properties
-        return _new_hint(
-            DispatchHint,
-            (phy, size, msg.topic, msg.queue_id, queue_offset, props.get(PROPERTY_TAGS), now,
-             sys_flag, props.get(PROPERTY_KEYS), props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)),
-        )  # fmt: skip
-
-    def _encode_failed(self, msg: MessageExt, exc: Exception) -> PutMessageResult:
-        """The answer to a record that could not be encoded (nothing was changed)."""
-        why = field_error(msg)
-        if why is None and not isinstance(exc, _ENCODE_ERRORS):
-            log.exception("encoding a record of %s failed", msg.topic)
+    def _encode_failed(self, msgs: Sequence[MessageExt], exc: Exception) -> PutMessageResult:
+        """The answer to records that could not be encoded (nothing was changed): the first
+        field a message's record cannot hold, else the error."""
+        for msg in msgs:
+            why = field_error(msg)
+            if why is not None:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, reason=why)
+        if not isinstance(exc, _ENCODE_ERRORS):
+            log.exception("encoding a record of %s failed", msgs[0].topic)
             return PutMessageResult(
                 PutMessageStatus.UNKNOWN_ERROR,
                 reason=f"the record could not be encoded: {type(exc).__name__}: {exc}",
             )
         return PutMessageResult(
-            PutMessageStatus.MESSAGE_ILLEGAL, reason=why or f"{type(exc).__name__}: {exc}"
+            PutMessageStatus.MESSAGE_ILLEGAL, reason=f"{type(exc).__name__}: {exc}"
         )
 
-    def append_message(self, msg: MessageExt, topic_b: bytes, props_b: bytes) -> PutMessageResult:
-        """Append one record: :meth:`append_messages` for a single message, without its lists.
-
-        All or nothing: a refusal (status and reason, never an exception for a bad message)
-        leaves the offset table, the write position and the dispatch hints as they were.  The
-        queue offset is committed only after the record is encoded, so an encoder that refuses
-        a field changes nothing; fields are also checked up front before a file is closed and a
-        new one made (the only other change a put makes).
-        """
-        # The shared steps (_layout, _encode) inlined: two calls cost this path ~10 %.  Keep the
-        # twins in step; tests/store/test_append_paths.py proves both paths write the same.
-        born_host = msg.born_host
-        try:
-            born_ip = pack_ip(born_host[0])
-            store_ip = self._store_ip
-            sys_flag = msg.sys_flag
-            if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
-                sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
-            body = msg.body
-            size = _HEADER_SIZES[(sys_flag >> 4) & 3] + len(body) + 3 + len(topic_b) + len(props_b)
-        except Exception as exc:  # a born host that is no address, a body that is no bytes
-            return self._encode_failed(msg, exc)
-        files = self.queue.files
-        mf = files[-1] if files else None
-        if mf is None or size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
-            refused = self._roll_refusal(size, (msg,))
-            if refused is not None:
-                return refused
-            try:
-                mf = self._writable_file(size)
-            except OSError as exc:
-                return self._create_failed(exc)
-            self._space_back()
-        pos = mf.wrote_position
-        if pos + size > mf.allocated:  # the next chunk's blocks, before the encoder writes
-            try:
-                self._allocate(mf, pos + size)
-            except OSError as exc:
-                return self._create_failed(exc)
-            self._space_back()
-        now = self.clock_ms()
-        key = None
-        if sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
-            queue_offset = 0
-        else:
-            key = (msg.topic, msg.queue_id)
-            queue_offset = self.topic_queue_table.get(key, 0)
-        phy = mf.file_from_offset + pos
-        if 0 in props_b:  # rare: data, unless where a torn write leaves zeros
-            safe = _tear_safe(msg, props_b, pos + size - len(props_b))
-            if isinstance(safe, PutMessageResult):
-                return safe
-            props_b = safe
-        try:
-            encode_record_into(
-                mf.mm, pos, body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
-                sys_flag, msg.born_timestamp, born_ip, born_host[1], now, store_ip,
-                self._store_port, msg.reconsume_times, msg.prepared_transaction_offset,
-            )  # fmt: skip
-        except Exception as exc:  # nothing is committed yet: the bytes past the end are junk
-            _scrub(mf, pos, pos + size)
-            return self._encode_failed(msg, exc)
-        # Encoded: commit.
-        if key is not None:
-            self.topic_queue_table[key] = queue_offset + 1
-        mf.wrote_position = pos + size
-        mf.last_store_timestamp = now
-        self._wrote_through_map(mf, size)
-        msg.sys_flag = sys_flag
-        msg.queue_offset = queue_offset
-        msg.commitlog_offset = phy
-        msg.store_timestamp = now
-        msg.store_size = size
-        hints = self.dispatch_hints
-        if len(hints) < DISPATCH_HINTS_MAX and msg.topic != SCHEDULE_TOPIC:
-            props = msg.properties
-            hints.append(
-                _new_hint(
-                    DispatchHint,
-                    (phy, size, msg.topic, msg.queue_id, queue_offset, props.get(PROPERTY_TAGS),
-                     now, sys_flag, props.get(PROPERTY_KEYS),
-                     props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)),
-                )
-            )  # fmt: skip
-        return PutMessageResult(
-            PUT_OK, phy, size, offset_msg_id(self._msg_id_prefix, phy), now, queue_offset
-        )
-
-    def _roll_refusal(
-        self, size: int, msgs: tuple[MessageExt, ...] | list[MessageExt]
-    ) -> PutMessageResult | None:
+    def _roll_refusal(self, size: int, msgs: Sequence[MessageExt]) -> PutMessageResult | None:
         """Before a file is closed and a new one made for ``size`` bytes of records: why the
         put is refused (too large for a file, a field its encoder would refuse), or None."""
         if size + END_FILE_MIN_BLANK_LENGTH > self.file_size:
@@ -939,97 +919,127 @@ class CommitLog:
             self.create_failing = False
             log.warning("commit-log space is back: puts are accepted again")
 
-    def append_messages(
-        self, msgs: list[MessageExt], encoded: list[tuple[bytes, bytes]]
-    ) -> PutMessageResult:
-        """Append records for ``msgs`` (one file, consecutive queue offsets when of one queue).
-
-        ``encoded`` holds each message's (topic bytes, properties bytes), already checked against
-        the layout limits by the caller.  Store timestamp, physical offsets and queue offsets are
-        assigned here; the messages are updated in place with them.  All or nothing: every
-        record is encoded (the same two steps as :meth:`append_message`) before any offset,
-        position or hint is committed, so one bad message refuses the batch and changes nothing.
-        """
-        layouts = []
+    def stored_entries(
+        self, msgs: Sequence[MessageExt], encoded: Sequence[tuple[bytes, bytes]]
+    ) -> tuple[list[tuple[Any, ...]], int, dict[str, bytes], bool]:
+        """The encode_run entries of stored messages ``msgs`` (``encoded``: each one's topic
+        and properties bytes), the bytes their records take, their topics' bytes, and whether
+        any properties hold a NUL.  Raises for a born host that is no address or a body that is
+        no bytes (see :meth:`_encode_failed`)."""
+        entries: list[tuple[Any, ...]] = []
+        topics: dict[str, bytes] = {}
         total = 0
-        for msg, (topic_b, props_b) in zip(msgs, encoded, strict=True):
-            try:
-                layout = self._layout(msg, topic_b, props_b)
-            except Exception as exc:
-                return self._encode_failed(msg, exc)
-            layouts.append(layout)
-            total += layout[0]
+        nul = False
+        store_v6 = 2 if len(self._store_ip) == 16 else 0
+        for i, msg in enumerate(msgs):  # (zip's strict= costs a keyword parse per put)
+            topic_b, props_b = encoded[i]
+            born_host = msg.born_host
+            born_ip = pack_ip(born_host[0])
+            body = msg.body
+            hosts = store_v6 | 1 if len(born_ip) == 16 else store_v6
+            total += _HEADER_SIZES[hosts] + len(body) + 3 + len(topic_b) + len(props_b)
+            entries.append(
+                (msg.topic, msg.queue_id, body, props_b, msg.flag, msg.sys_flag,
+                 msg.born_timestamp, msg.reconsume_times, born_ip, born_host[1],
+                 msg.prepared_transaction_offset)
+            )  # fmt: skip
+            topics[msg.topic] = topic_b
+            if 0 in props_b:  # rare: data, unless where a torn write leaves zeros
+                nul = True
+        return entries, total, topics, nul
+
+    def _tear_safe_entries(
+        self, msgs: Sequence[MessageExt], entries: list[tuple[Any, ...]],
+        topics: dict[str, bytes], pos: int,
+    ) -> PutMessageResult | None:  # fmt: skip
+        """Properties holding a NUL, of records to be written from file offset ``pos``, put in
+        an order that recovery cannot take for a torn write (:func:`_tear_safe`), in place in
+        ``entries``; the refusal when no order avoids it."""
+        store_v6 = 2 if len(self._store_ip) == 16 else 0
+        for i, entry in enumerate(entries):
+            props_b = entry[3]
+            hosts = store_v6 | 1 if len(entry[8]) == 16 else store_v6
+            size = _HEADER_SIZES[hosts] + len(entry[2]) + 3 + len(topics[entry[0]]) + len(props_b)
+            if 0 in props_b:
+                safe = _tear_safe(msgs[i], props_b, pos + size - len(props_b))
+                if isinstance(safe, PutMessageResult):
+                    return safe
+                entries[i] = (*entry[:3], safe, *entry[4:])
+            pos += size
+        return None
+
+    def append_stored(
+        self, msgs: Sequence[MessageExt], encoded: Sequence[tuple[bytes, bytes]]
+    ) -> PutMessageResult:
+        """Append stored messages' records (one message, or a batch: one file, consecutive
+        queue offsets when of one queue) through the one record encoder (:data:`encode_run`,
+        a run of stored messages): each record as given (``encoded``: each message's topic and
+        properties bytes, already checked against the layout limits by the caller; the
+        properties written as they are, in another order only where a NUL of theirs would
+        land where recovery takes it for a torn write), its host flags those its born host's
+        and the store host's addresses imply, no queue offset for a prepared or rolled-back
+        transaction message.  Store timestamp (one for all), physical and queue offsets are
+        assigned here; the messages are updated in place with them.
+
+        All or nothing: a refusal (status and reason, never an exception for a bad message)
+        leaves the offset table, the write position and the dispatch hints as they were.
+        Fields are checked up front before a file is closed and a new one made (the only other
+        change a put makes)."""
+        try:
+            entries, total, topics, nul = self.stored_entries(msgs, encoded)
+        except Exception as exc:  # a born host that is no address, a body that is no bytes
+            return self._encode_failed(msgs, exc)
         files = self.queue.files
         mf = files[-1] if files else None
         if mf is None or total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
             refused = self._roll_refusal(total, msgs)
             if refused is not None:
                 return refused
-        try:
-            mf = self._writable_file(total)
-            if mf.wrote_position + total > mf.allocated:
-                self._allocate(mf, mf.wrote_position + total)
-        except OSError as exc:
-            return self._create_failed(exc)
-        self._space_back()
-        now = self.clock_ms()
-        mm = mf.mm
-        pos = mf.wrote_position
-        first_phy = mf.file_from_offset + pos
-        table = self.topic_queue_table
-        pending: dict[tuple[str, int], int] = {}
-        placed: list[DispatchHint] = []
-        for msg, (topic_b, props_b), (size, born_ip, sys_flag) in zip(
-            msgs, encoded, layouts, strict=True
-        ):
-            if sys_flag & _PREPARED:  # PREPARED (0x4) or ROLLBACK (0xC): no queue offset
-                queue_offset = 0
-            else:
-                key = (msg.topic, msg.queue_id)
-                queue_offset = pending.get(key, -1)
-                if queue_offset < 0:
-                    queue_offset = table.get(key, 0)
-                pending[key] = queue_offset + 1
-            phy = mf.file_from_offset + pos
-            safe = _tear_safe(msg, props_b, pos + size - len(props_b))
-            if isinstance(safe, PutMessageResult):
-                _scrub(mf, mf.wrote_position, pos)
-                return safe
             try:
-                hint = self._encode(
-                    mm, pos, msg, topic_b, safe, born_ip, sys_flag, queue_offset, phy, now
-                )
-            except Exception as exc:  # nothing is committed yet
-                _scrub(mf, mf.wrote_position, pos + size)
-                return self._encode_failed(msg, exc)
-            placed.append(hint)
-            pos += size
-        # Everything is encoded: commit.
-        table.update(pending)
-        mf.wrote_position = pos
+                mf = self._writable_file(total)
+            except OSError as exc:
+                return self._create_failed(exc)
+            self._space_back()
+        pos = mf.wrote_position
+        if pos + total > mf.allocated:  # the next chunk's blocks, before the encoder writes
+            try:
+                self._allocate(mf, pos + total)
+            except OSError as exc:
+                return self._create_failed(exc)
+            self._space_back()
+        if nul:
+            refused = self._tear_safe_entries(msgs, entries, topics, pos)
+            if refused is not None:
+                return refused
+        try:
+            end, hints, _, now, _ = encode_run(
+                mf.mm, pos, pos + total, mf.file_from_offset, entries, topics,
+                self.topic_queue_table, None if self.clock_ms is now_ms else self.clock_ms,
+                b"", b"", 0, self._store_ip, self._store_port, 0, 0, "", DispatchHint,
+            )  # fmt: skip
+        except Exception as exc:  # nothing is committed (the encoder zeroed what it wrote)
+            return self._encode_failed(msgs, exc)
+        if not hints:  # a field the record layout cannot hold (the caller checks them)
+            return self._encode_failed(msgs, ValueError("the records do not fit their layout"))
+        # Encoded (the queue table already says so): commit.
+        mf.wrote_position = end
         mf.last_store_timestamp = now
         self._wrote_through_map(mf, total)
-        hints = self.dispatch_hints
-        ids = []
-        prefix = self._msg_id_prefix
-        for msg, hint in zip(msgs, placed, strict=True):
-            msg.sys_flag = hint.sys_flag
-            msg.queue_offset = hint.queue_offset
-            msg.commitlog_offset = hint.physical_offset
+        queued = self.dispatch_hints
+        for i, hint in enumerate(hints):
+            msg = msgs[i]
+            msg.sys_flag = hint[7]
+            msg.queue_offset = hint[4]
+            msg.commitlog_offset = hint[0]
             msg.store_timestamp = now
-            msg.store_size = hint.size
-            if len(hints) < DISPATCH_HINTS_MAX and msg.topic != SCHEDULE_TOPIC:
-                hints.append(hint)
-            ids.append(offset_msg_id(prefix, hint.physical_offset))
+            msg.store_size = hint[1]
+            if len(queued) < DISPATCH_HINTS_MAX and hint[2] != SCHEDULE_TOPIC:
+                queued.append(hint)
+        first = hints[0]
         return PutMessageResult(
-            PUT_OK,
-            wrote_offset=first_phy,
-            wrote_bytes=total,
-            msg_id=ids[0] if len(ids) == 1 else ",".join(ids),
-            store_timestamp=now,
-            logic_offset=placed[0].queue_offset,
-            msg_num=len(msgs),
-        )
+            PUT_OK, first[0], total, offset_msg_ids(self._msg_id_prefix, hints), now, first[4],
+            len(hints),
+        )  # fmt: skip
 
     def append_run(
         self,
@@ -1045,7 +1055,7 @@ class CommitLog:
         sys flag, born timestamp, reconsume times), is a single send (properties its
         request's str) or, with properties None, a SEND_BATCH_MESSAGE body whose items are
         its records: the records, offsets and hints the general path
-        (:meth:`append_messages` of the messages the send path builds) makes, without a
+        (:meth:`append_stored` of the messages the send path builds) makes, without a
         message object or a properties dict.
         Stops at the first entry the encoder leaves to the general path (or whose topic is not
         in ``topic_bytes``, the store's checked topics, or whose sys flag has a bit of
@@ -1166,7 +1176,7 @@ class CommitLog:
 
     def put_result(self, hints: list[DispatchHint]) -> PutMessageResult:
         """The PutMessageResult of one entry :meth:`append_run` appended, from its records'
-        ``hints`` (a single send's one, a batch's all): what :meth:`append_messages` returns
+        ``hints`` (a single send's one, a batch's all): what :meth:`append_stored` returns
         for the same messages."""
         first = hints[0]
         phy = first.physical_offset

@@ -2,9 +2,10 @@
 kept by a Raft group of brokers (pymq.dledger), as RocketMQ 4.9.4's ``DLedgerCommitLog``
 extends its ``CommitLog``.
 
-- **Records**: each message's record, encoded as the plain commit log encodes it
-  (:func:`encode_record`), is the body of one DLedger entry; a batch is an entry per message,
-  appended together.  A record's physical offset is its entry's position plus the entry header
+- **Records**: each message's record, encoded as the plain commit log encodes it (the one
+  record encoder, :data:`~pymq.store.commitlog.encode_run`), is the body of one DLedger entry;
+  a batch is an entry per message, appended together.  A record's physical offset is its
+  entry's position plus the entry header
   (:data:`~pymq.dledger.store.BODY_OFFSET`, 48 bytes), as Java computes ``wroteOffset`` and
   its append hook stamps PHYSICALOFFSET: consume queues and message ids point into the DLedger
   data files, byte-compatible with a Java member's.
@@ -53,32 +54,30 @@ extends its ``CommitLog``.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import os
 import struct
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 import trio
 
 from pymq.common.message_ext import MessageExt, MessageSysFlag
-from pymq.common.message_id import offset_msg_id, pack_ip
+from pymq.common.message_id import offset_msg_id
 from pymq.common.record import BLANK_MAGIC_CODE as COMMITLOG_BLANK_MAGIC
 from pymq.common.record import (
     END_FILE_MIN_BLANK_LENGTH,
     BlankRecord,
     RecordError,
-    encode_record_into,
-    host_flags,
     read_record_info,
-    record_length,
 )
 from pymq.dledger.config import DLedgerConfig
 from pymq.dledger.errors import DLedgerError, ResponseCode
 from pymq.dledger.server import DLedgerServer
 from pymq.dledger.store import BLANK_MAGIC_CODE, BODY_OFFSET, DLedgerFileStore, delete_files
 from pymq.store.clean_service import CleanCommitLogService, disk_used_ratio
-from pymq.store.commitlog import CommitLog, DispatchHint
+from pymq.store.commitlog import CommitLog, DispatchHint, encode_run
 from pymq.store.config import MessageStoreConfig
 from pymq.store.mapped_file import MappedFile
 from pymq.store.mapped_file_queue import DELETE_FILES_BATCH_MAX, MappedFileAllocator
@@ -108,30 +107,6 @@ PUT_STATUS: dict[ResponseCode, PutMessageStatus] = {
 }
 """RocketMQ 4.9.4's DLedgerCommitLog.asyncPutMessage: a put's status by its entry's outcome
 (any other outcome, TERM_CHANGED included, is UNKNOWN_ERROR)."""
-
-
-def encode_record(
-    msg: MessageExt,
-    topic_b: bytes,
-    props_b: bytes,
-    born_ip: bytes,
-    sys_flag: int,
-    size: int,
-    queue_offset: int,
-    phy: int,
-    now: int,
-    store_ip: bytes,
-    store_port: int,
-) -> bytes:
-    """``msg``'s commit-log record, ``size`` bytes at physical offset ``phy``: the one way this
-    module encodes (the plain commit log's record encoder)."""
-    buf = bytearray(size)
-    encode_record_into(
-        buf, 0, msg.body, topic_b, props_b, msg.queue_id, msg.flag, queue_offset, phy,
-        sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, store_ip, store_port,
-        msg.reconsume_times, msg.prepared_transaction_offset,
-    )  # fmt: skip
-    return bytes(buf)
 
 
 class DLedgerCommitLog(CommitLog):
@@ -254,69 +229,60 @@ class DLedgerCommitLog(CommitLog):
         return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY)
 
     def _append_one(
-        self, msg: MessageExt, topic_b: bytes, props_b: bytes, now: int
+        self, msg: MessageExt, encoded: tuple[bytes, bytes], now: int
     ) -> tuple[int, int, int, int] | PutMessageResult:
-        """Append ``msg``'s record as an entry: (physical offset, size, queue offset, entry
-        index), or the refusal (nothing appended)."""
+        """Append ``msg``'s record (``encoded``: its topic and properties bytes) as an entry:
+        (physical offset, size, queue offset, entry index), or the refusal (nothing
+        appended).  The record is the plain commit log's, by the one record encoder."""
+        table = self.topic_queue_table
+        key = (msg.topic, msg.queue_id)
+        pending = {key: table[key]} if key in table else {}  # committed once appended
         try:
-            born_ip = pack_ip(msg.born_host[0])
-            store_ip = self._store_ip
-            sys_flag = msg.sys_flag
-            if sys_flag & _HOST_FLAGS or len(born_ip) != 4 or len(store_ip) != 4:
-                sys_flag = (sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
-            size = record_length(sys_flag, len(msg.body), len(topic_b), len(props_b))
-            key = None if sys_flag & _PREPARED else (msg.topic, msg.queue_id)
-            queue_offset = 0 if key is None else self.topic_queue_table.get(key, 0)
+            (entry,), size, topics, _ = self.stored_entries((msg,), (encoded,))
             pos = self.dledger.next_pos(BODY_OFFSET + size)
-            record = encode_record(
-                msg, topic_b, props_b, born_ip, sys_flag, size, queue_offset,
-                pos + BODY_OFFSET, now, store_ip, self._store_port,
+            record = bytearray(size)
+            _, hints, _, _, _ = encode_run(
+                record, 0, size, pos + BODY_OFFSET, [entry], topics, pending,
+                itertools.repeat(now).__next__, b"", b"", 0, self._store_ip, self._store_port,
+                0, 0, "", None,
             )  # fmt: skip
+            if not hints:
+                raise ValueError("the record does not fit its layout")
         except DLedgerError as exc:
             return self._refused(exc)
         except Exception as exc:
-            return self._encode_failed(msg, exc)
+            return self._encode_failed([msg], exc)
         try:
-            entry = self.server.append_nowait(record)
+            appended = self.server.append_nowait(bytes(record))
         except DLedgerError as exc:
             return self._refused(exc)
-        assert entry.pos == pos, (entry.pos, pos)
-        if key is not None:
-            self.topic_queue_table[key] = queue_offset + 1
-        msg.sys_flag = sys_flag
-        msg.queue_offset = queue_offset
+        assert appended.pos == pos, (appended.pos, pos)
+        table.update(pending)
+        hint = hints[0]
+        msg.sys_flag = hint[7]
+        msg.queue_offset = hint[4]
         msg.commitlog_offset = pos + BODY_OFFSET
         msg.store_timestamp = now
         msg.store_size = size
-        return pos + BODY_OFFSET, size, queue_offset, entry.index
+        return pos + BODY_OFFSET, size, hint[4], appended.index
 
-    def append_message(self, msg: MessageExt, topic_b: bytes, props_b: bytes) -> PutMessageResult:
-        now = self.clock_ms()
-        placed = self._append_one(msg, topic_b, props_b, now)
-        if isinstance(placed, PutMessageResult):
-            return placed
-        phy, size, queue_offset, index = placed
-        self._remember(phy + size, index)
-        return PutMessageResult(
-            PUT_OK, phy, size, offset_msg_id(self._msg_id_prefix, phy), now, queue_offset
-        )
-
-    def append_messages(
-        self, msgs: list[MessageExt], encoded: list[tuple[bytes, bytes]]
+    def append_stored(
+        self, msgs: Sequence[MessageExt], encoded: Sequence[tuple[bytes, bytes]]
     ) -> PutMessageResult:
-        """A batch: an entry per message, appended together (Java's BatchAppendEntryRequest),
+        """An entry per message (a batch's appended together: Java's BatchAppendEntryRequest),
         acknowledged with the last.  Refused whole when the leader cannot take them all now."""
-        node = self.server.node
-        try:
-            if node is None:
-                raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
-            node.check_appendable(len(msgs), self.server.now())
-        except DLedgerError as exc:
-            return self._refused(exc)
+        if len(msgs) > 1:
+            node = self.server.node
+            try:
+                if node is None:
+                    raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
+                node.check_appendable(len(msgs), self.server.now())
+            except DLedgerError as exc:
+                return self._refused(exc)
         now = self.clock_ms()
         placed: list[tuple[int, int, int, int]] = []
-        for msg, (topic_b, props_b) in zip(msgs, encoded, strict=True):
-            one = self._append_one(msg, topic_b, props_b, now)
+        for msg, enc in zip(msgs, encoded, strict=True):
+            one = self._append_one(msg, enc, now)
             if isinstance(one, PutMessageResult):
                 if placed:  # the earlier ones are in the log: they are acknowledged or not
                     log.error("a batch was cut after %d of %d messages: %s", len(placed),

@@ -699,7 +699,7 @@ class DefaultMessageStore:
             self._remember_topic(msg.topic, topic_b)
         clock = self.lock_clock
         begin = clock()
-        result = self.commitlog.append_message(msg, topic_b, props_b)
+        result = self.commitlog.append_stored((msg,), ((topic_b, props_b),))
         end = clock()
         if end - begin < 0.001 and self.config.os_page_cache_busy_time_out_mills >= 1:
             # _held_lock's common case inline: a put under a millisecond, not busy.
@@ -813,7 +813,7 @@ class DefaultMessageStore:
             encoded.append((topic_b, props_b))
         clock = self.lock_clock
         begin = clock()
-        result = self.commitlog.append_messages(batch, encoded)
+        result = self.commitlog.append_stored(batch, encoded)
         self._held_lock(begin, clock())
         self._count_appended(result)
         if result.status is PutMessageStatus.CREATE_MAPEDFILE_FAILED:

@@ -114,7 +114,7 @@ async def _advised_by_batches(store) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("write", [small_batch, general], ids=["small-batches", "general-path"])
 async def test_every_write_through_the_map_weighs_against_the_advice(tmp_path, write) -> None:  # type: ignore[no-untyped-def]
-    """Small batches (append_run through the map) and the general path (append_message)
+    """Small batches (append_run through the map) and the general path (append_stored)
     write through the map too: as many of their bytes as of single sends end the advice."""
     config = small_config(
         str(tmp_path), mapped_file_size_commit_log=1 << 20, commit_log_write_advice=FOLLOW

@@ -4,7 +4,8 @@ except where recovery would take them for a torn write (see ``record.nul_where_t
 The C++ client (rocketmq 0.4.4) sometimes sends a UNIQ_KEY with a NUL in it; Java's broker
 stores such a send.  pymq never writes a NUL at the properties' first or last byte, or at a
 512-byte sector boundary of the commit-log file, which a lost write would leave too: it writes
-the properties in another order, and refuses the message only when no order avoids it.
+the properties in another order, and refuses the message only when no order avoids it.  Each
+test runs with the C record encoder (where built) and its Python twin.
 """
 
 from __future__ import annotations
@@ -24,8 +25,18 @@ from pymq.store import (
     MessageStoreConfig,
     PutMessageStatus,
 )
+from pymq.store import commitlog as commitlog_module
 from tests.store.helpers import make_message, running_store, small_config
+from tests.store.test_append_paths import ENCODERS
 from tests.store.test_recovery import commitlog_file, set_abort
+
+
+@pytest.fixture(autouse=True, params=ENCODERS)
+def encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's one record encoder, which writes the order the commit log picks: the C
+    function (where built), then its twin."""
+    monkeypatch.setattr(commitlog_module, "encode_run", request.param)
+
 
 TOPIC = "TopicTest"
 KEY = "0100007F0000F8D700005B8EA6 \0" + "4C00"  # as the C++ client sent one

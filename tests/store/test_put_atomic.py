@@ -11,7 +11,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from pymq.common import record as record_module
 from pymq.common.message_ext import MessageExt
 from pymq.common.record import decode_record
 from pymq.store import DefaultMessageStore
@@ -40,12 +39,10 @@ ENCODERS = ["c", "python"]
 def encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     if request.param == "c":
         # Imported directly: PYMQ_PURE_PYTHON=1 turns the extension off for the store, not here.
-        recordc = importlib.import_module("pymq.common._recordc")
-        monkeypatch.setattr(commitlog_module, "encode_record_into", recordc.encode_into)
+        commitlogc = importlib.import_module("pymq.store._commitlogc")
+        monkeypatch.setattr(commitlog_module, "encode_run", commitlogc.encode_run)
     else:
-        monkeypatch.setattr(
-            commitlog_module, "encode_record_into", record_module._encode_record_into_py
-        )
+        monkeypatch.setattr(commitlog_module, "encode_run", commitlog_module.encode_run_py)
     yield request.param
 
 
@@ -136,12 +133,12 @@ async def test_an_encoder_that_fails_for_any_reason_changes_nothing(
     config = small_config(root)
     async with running_store(config) as store:
         assert (await store.put(make_message(body=b"m0"))).is_ok
-        real = commitlog_module.encode_record_into
+        real = commitlog_module.encode_run
 
         def broken(*args: object) -> int:
             raise RuntimeError("encoder bug")
 
-        monkeypatch.setattr(commitlog_module, "encode_record_into", broken)
+        monkeypatch.setattr(commitlog_module, "encode_run", broken)
         before = _state(store)
         result = await store.put(make_message(body=b"x"))
         assert result.status is PutMessageStatus.UNKNOWN_ERROR
@@ -149,6 +146,6 @@ async def test_an_encoder_that_fails_for_any_reason_changes_nothing(
         batch = await store.put([make_message(body=b"y")])
         assert batch.status is PutMessageStatus.UNKNOWN_ERROR
         assert _state(store) == before
-        monkeypatch.setattr(commitlog_module, "encode_record_into", real)
+        monkeypatch.setattr(commitlog_module, "encode_run", real)
         assert (await store.put(make_message(body=b"m1"))).logic_offset == 1
         assert await _bodies(store, 2) == [(0, b"m0"), (1, b"m1")]

@@ -1,5 +1,5 @@
 """put_now of a SingleSend (CommitLog.append_run underneath): it keeps
-warmMapedFileEnable's chunk ahead of the writer as CommitLog.append_message does, and stores
+warmMapedFileEnable's chunk ahead of the writer as CommitLog.append_stored does, and stores
 each sender's own born host (packed once per peer)."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_fast_single_puts_allocate_ahead_when_warm(tmp_path, monkeypatch) -> Non
             for _ in range(8):  # 24 KB of a 64 KB file: every put fits
                 out = _fast_single(store, b"x" * 3000, header)
                 assert out is not None  # never left to the general path for want of blocks
-                # The ahead chunk: one more than the writer's, as append_message keeps it.
+                # The ahead chunk: one more than the writer's, as append_stored keeps it.
                 assert mf.allocated - mf.wrote_position > mf.chunk or mf.allocated >= mf.file_size
 
     trio.run(main)

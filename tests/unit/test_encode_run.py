@@ -297,3 +297,146 @@ def test_the_twin_takes_back_an_entry_whose_hint_row_fails(monkeypatch) -> None:
             1 if second[3] is None else 2
         )
         assert table == {("T1", 0): len(rows)} and not any(buf[end:])
+
+
+# --- runs of stored messages (CommitLog.append_stored: message objects) ----------------------
+
+V6_IP = bytes(15) + b"\x01"  # ::1
+
+
+def stored(props: bytes = b"TAGS\x01a", *, topic: str = "T1", queue_id: int = 1,
+           sys_flag: int = 0, born_ip: bytes = BORN_IP, prepared: int = 0,
+           body: bytes = b"body", flag: int = 0) -> tuple:  # fmt: skip
+    """A stored message's entry: (topic, queue id, body, properties bytes, flag, sys flag,
+    born timestamp, reconsume times, born IP, born port, prepared transaction offset)."""
+    return (topic, queue_id, body, props, flag, sys_flag, 5, 2, born_ip, 40123, prepared)
+
+
+def run_stored(encode: Callable[..., Any], buf: Any, entries: list, table: dict,
+               store_ip: bytes = STORE_IP, pos: int = 0) -> Any:  # fmt: skip
+    return encode(
+        buf, pos, len(buf), FILE_FROM, entries, TOPIC_BYTES, table, lambda: 77, b"", b"", 0,
+        store_ip, 10911, 0, 0, "", None,
+    )  # fmt: skip
+
+
+def test_stored_properties_are_written_exactly_as_given(encode: Callable[..., Any]) -> None:
+    """What a send's entry would have rewritten or left to Python (WAIT=true, no CLUSTER,
+    DELAY, TRAN_MSG, TIMER_, non-ASCII, a NUL, a name twice, over 32 items, an item without a
+    value) is stored byte for byte; the hint row reads TAGS, KEYS, UNIQ_KEY (and the WAIT
+    value) as decode_properties would, the last of a name winning."""
+    props = (
+        b"WAIT\x01true\x02DELAY\x013\x02TRAN_MSG\x01true\x02TIMER_DELAY_SEC\x019\x02"
+        b"TAGS\x01t1\x02KEYS\x01k\xc3\xa9\x02UNIQ_KEY\x01U\x00K\x02TAGS\x01t2\x02empty\x01\x02"
+        + b"".join(b"P%d\x01v\x02" % i for i in range(40))
+    )
+    buf = bytearray(4096)
+    end, rows, waits, stamp, error = run_stored(encode, buf, [stored(props)], {})
+    assert error is None and stamp == 77 and waits == ["true"]
+    (msg,) = decode_records(bytes(buf[:end]))
+    raw = bytes(buf[end - len(props) : end])
+    assert raw == props and buf[end - len(props) - 2 : end - len(props)] == len(props).to_bytes(2)
+    assert rows[0][5] == "t2" and rows[0][8] == "k\u00e9" and rows[0][9] == "U\x00K"
+    assert msg.properties["TAGS"] == "t2" and "CLUSTER" not in msg.properties
+    assert msg.reconsume_times == 2 and msg.born_timestamp == 5 and msg.store_timestamp == 77
+
+
+@pytest.mark.parametrize(
+    ("born_ip", "store_ip", "flags"),
+    [(BORN_IP, STORE_IP, 0), (V6_IP, STORE_IP, 0x10), (BORN_IP, V6_IP, 0x20), (V6_IP, V6_IP, 0x30)],
+)
+def test_stored_ipv6_hosts_set_their_flags_and_16_byte_fields(
+    encode: Callable[..., Any], born_ip: bytes, store_ip: bytes, flags: int
+) -> None:
+    """The host flags follow the addresses' lengths, whatever sys_flag said (here the
+    opposite), and the header holds 16-byte hosts with their ports."""
+    buf = bytearray(4096)
+    end, rows, _, _, _ = run_stored(
+        encode, buf, [stored(sys_flag=0x30 ^ flags | 0x1, born_ip=born_ip)], {}, store_ip=store_ip
+    )
+    (msg,) = decode_records(bytes(buf[:end]))
+    assert rows[0][7] == msg.sys_flag == flags | 0x1
+    assert end == 88 + (12 if flags & 0x10 else 0) + (12 if flags & 0x20 else 0) + 4 + 1 + 2 + 2 + 6
+    assert msg.born_host == ("::1" if born_ip == V6_IP else "10.0.0.9", 40123)
+    assert msg.store_host == ("::1" if store_ip == V6_IP else "192.168.0.1", 10911)
+    assert msg.body == b"body" and msg.commitlog_offset == FILE_FROM
+
+
+def test_stored_prepared_and_rolled_back_messages_take_no_queue_offset(
+    encode: Callable[..., Any],
+) -> None:
+    """TransactionPreparedType (0x4) and TransactionRollbackType (0xC): queue offset 0 and the
+    table untouched, as RocketMQ's CommitLog; the prepared transaction offset is written; a
+    commit (0x8) or a plain message takes the queue's next offset."""
+    table = {("T1", 1): 5}
+    entries = [
+        stored(sys_flag=0x4, prepared=123), stored(sys_flag=0xC, prepared=-9),
+        stored(sys_flag=0x8, prepared=2**63 - 1), stored(),
+    ]  # fmt: skip
+    buf = bytearray(4096)
+    end, rows, _, _, error = run_stored(encode, buf, entries, table)
+    assert error is None and [r[4] for r in rows] == [0, 0, 5, 6] and table == {("T1", 1): 7}
+    msgs = decode_records(bytes(buf[:end]))
+    assert [m.prepared_transaction_offset for m in msgs] == [123, -9, 2**63 - 1, 0]
+    assert [m.queue_offset for m in msgs] == [0, 0, 5, 6]
+    table = {}
+    run_stored(encode, bytearray(4096), [stored(sys_flag=0x4)], table)
+    assert table == {}
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        stored(b"p" * 32768),  # properties too long for the layout
+        stored(topic="Nul"),  # a topic the layout refuses
+        stored(topic="unknown"),  # a topic not in topic_bytes
+        stored(born_ip=b"\x01\x02\x03"),  # no address
+        stored(body=b"b" * 4000),  # no room
+    ],
+)
+def test_a_stored_run_is_all_or_nothing(encode: Callable[..., Any], last: tuple) -> None:
+    """A stored message the encoder cannot write stops the whole run: nothing is committed
+    (the table as it was), the records written before it are zeroed, nothing is returned."""
+    table = {("T1", 1): 3}
+    buf = bytearray(b"\xee" * 8) + bytearray(4088)
+    end, rows, waits, stamp, error = run_stored(
+        encode, buf, [stored(), stored(), last], table, pos=8
+    )
+    assert (end, rows, waits, stamp, error) == (8, [], [], 0, None)
+    assert table == {("T1", 1): 3} and buf == bytearray(b"\xee" * 8) + bytearray(4088)
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        stored(flag=2**31),  # a field outside its Java type
+        ("T1", 1, b"b", "str props", 0, 0, 5, 2, BORN_IP, 1, 0),  # properties not bytes
+        ("T1", 1, b"b", "", 0, 0, 1, 0),  # a send's entry in a stored run
+    ],
+)
+def test_a_stored_run_that_fails_raises_and_changes_nothing(
+    encode: Callable[..., Any], last: tuple
+) -> None:
+    table = {("T1", 1): 3}
+    buf = bytearray(4096)
+    with pytest.raises((OverflowError, TypeError)):
+        run_stored(encode, buf, [stored(), last], table)
+    assert table == {("T1", 1): 3} and buf == bytearray(4096)
+
+
+def test_a_stored_run_writes_what_the_twin_writes() -> None:
+    """The C function and its twin agree on stored runs, byte for byte (where C is built)."""
+    if _C is None:
+        pytest.skip("the C extension is not built")
+    cases = [
+        [stored(), stored(sys_flag=0x4, prepared=7), stored(born_ip=V6_IP, props=b"")],
+        [stored(b"\x00TAGS\x01x\x02KEYS\x01\xff\xfe")],
+        [stored(), stored(b"p" * 32768)],
+    ]
+    for entries in cases:
+        for store_ip in (STORE_IP, V6_IP):
+            outs = []
+            for fn in (_C.encode_run, encode_run_py):
+                buf, table = bytearray(4096), {("T1", 1): 9}
+                outs.append((run_stored(fn, buf, entries, table, store_ip=store_ip), buf, table))
+            assert outs[0] == outs[1]

@@ -19,9 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymq.common import clock, message_ext, native, record
-from pymq.common.message_ext import MessageExt, MessageSysFlag
-from pymq.common.message_id import pack_ip
-from pymq.common.record import decode_record, encode_record
+from pymq.common.message_ext import MessageExt
+from pymq.common.record import encode_record
 from tests.helpers import c_functions
 
 
@@ -34,14 +33,15 @@ def test_extension_is_built():
     With PYMQ_PURE_PYTHON=1 the switch itself is checked: the Python twins are in use."""
     if native.pure_python_requested():
         assert not native.NATIVE_CODEC
-        assert record.encode_record_into is record._encode_record_into_py
+        from pymq.store import commitlog
+
+        assert commitlog.encode_run is commitlog.encode_run_py
         from pymq.remoting import codec, headers
 
         assert codec._json_command is codec.json_command_py
         assert headers._send_header is headers.send_header_py
         return
     assert native.NATIVE_CODEC, "pymq.common._recordc was not built (is a C compiler missing?)"
-    assert record.encode_record_into is _native().encode_into
     assert message_ext.properties_bytes is _native().properties_bytes
     assert message_ext.decode_properties is _native().decode_properties
     assert record._decode_plain is _native().decode_plain
@@ -72,67 +72,6 @@ def test_crc32_long_inputs(crc_path):
     data = os.urandom(3 * 65536 + 77)
     for n in (63, 64, 65, 127, 128, 129, 1024, 4096 + 15, 65536, len(data)):
         assert _native().crc32(data[:n]) == zlib.crc32(data[:n]), n
-
-
-def test_encode_into_writes_a_decodable_record():
-    msg = MessageExt(
-        topic="T", body=b"hello", queue_id=3, properties={"TAGS": "a"}, born_host=("::1", 7)
-    )
-    raw = encode_record(msg)
-    back = decode_record(raw)
-    buf = bytearray(len(raw))
-    size = record.encode_record_into(
-        buf, 0, back.body, b"T", b"TAGS\x01a", back.queue_id, back.flag, back.queue_offset,
-        back.commitlog_offset, back.sys_flag, back.born_timestamp, pack_ip("::1"), 7,
-        back.store_timestamp, pack_ip(back.store_host[0]), back.store_host[1],
-        back.reconsume_times, back.prepared_transaction_offset,
-    )  # fmt: skip
-    assert size == len(raw) and bytes(buf) == raw
-
-
-def _args(**over: object) -> list[object]:
-    ip = pack_ip("10.0.0.1")
-    base = dict(
-        body=b"x", topic=b"T", props=b"", queue_id=0, flag=0, queue_offset=0, phy=0,
-        sys_flag=0, born_ts=0, born_ip=ip, born_port=0, store_ts=0, store_ip=ip, store_port=0,
-        reconsume=0, prepared=0,
-    )  # fmt: skip
-    base.update(over)
-    return list(base.values())
-
-
-@pytest.mark.parametrize(
-    ("over", "error"),
-    [
-        ({"queue_id": 2**31}, OverflowError),
-        ({"flag": -(2**31) - 1}, OverflowError),
-        ({"phy": 2**63}, OverflowError),
-        ({"queue_id": "1"}, TypeError),
-        ({"topic": "T"}, TypeError),
-        ({"topic": b"t" * 128}, ValueError),
-        ({"props": b"p" * 32768}, ValueError),
-        ({"born_ip": pack_ip("::1")}, ValueError),  # 16 bytes but no IPv6 flag
-        ({"sys_flag": MessageSysFlag.STOREHOSTADDRESS_V6_FLAG}, ValueError),
-        ({"body": 5}, TypeError),
-    ],
-)
-def test_encode_into_refuses_bad_fields_and_writes_nothing(over, error):
-    buf = bytearray(b"\xee" * 300)
-    with pytest.raises(error):
-        _native().encode_into(buf, 0, *_args(**over))
-    assert buf == b"\xee" * 300
-
-
-def test_encode_into_refuses_a_record_that_does_not_fit():
-    buf = bytearray(100)
-    with pytest.raises(ValueError, match="does not fit"):
-        _native().encode_into(buf, 20, *_args())  # 93 bytes at 20 of 100
-    with pytest.raises(ValueError, match="does not fit"):
-        _native().encode_into(buf, 101, *_args(body=b""))
-    assert buf == bytes(100)
-    with pytest.raises(BufferError):
-        _native().encode_into(b"read-only" * 20, 0, *_args())
-    assert _native().encode_into(buf, 7, *_args()) == 93
 
 
 def test_decode_properties_edges():

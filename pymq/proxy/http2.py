@@ -161,7 +161,10 @@ class Call:
         self.headers_sent = False
         self.failure: GrpcError | None = None  # a framing error found by the reader
         self.buffered = 0  # bytes held in _partial and _inbox, counted in the budget
-        self.cancel_scope = trio.CancelScope()
+        # Cancelled when the stream is reset under a call that waits: the cancel scope of the
+        # task that serves it from then on (see _Connection._read); a call served without
+        # waiting needs none (no reset is read while it runs).
+        self.cancel_scope: trio.CancelScope | None = None
         self.status = OK  # the gRPC status the call ended with (counted in the server's stats)
         # Served by the connection's reader (until it waits): what it sends is written by the
         # reader's next flush, with the other calls' answers.
@@ -330,19 +333,21 @@ class _Connection:
 
     async def _read(self) -> None:
         """Read the connection until it ends, then cancel what is left on it; or, when a call
-        this task started waits, serve that call to its end (a new reader goes on)."""
-        try:
-            if await self._read_loop():
-                return
-        except _ConnectionGone:
-            pass
-        assert self._nursery is not None
-        self._nursery.cancel_scope.cancel()
+        this task started waits, serve that call to its end (a new reader goes on).  The task's
+        cancel scope becomes that call's: one scope per task, none per call."""
+        with trio.CancelScope() as scope:
+            try:
+                if await self._read_loop(scope):
+                    return
+            except _ConnectionGone:
+                pass
+            assert self._nursery is not None
+            self._nursery.cancel_scope.cancel()
 
-    async def _read_loop(self) -> bool:
+    async def _read_loop(self, scope: trio.CancelScope) -> bool:
         """The reader; True when it ended serving a call that waited (see _start_calls)."""
         while True:
-            if await self._start_calls():
+            if await self._start_calls(scope):
                 return True
             await self.flush()
             if self.closed:
@@ -379,10 +384,11 @@ class _Connection:
             self._abort()
             return
 
-    async def _start_calls(self) -> bool:
+    async def _start_calls(self, scope: trio.CancelScope) -> bool:
         """Start the calls the last read brought, in this task, in order; True when one
         waited: this task then serves that call to its end, and a new reader task (spawned
-        before the wait) starts the rest and goes on reading."""
+        before the wait) starts the rest and goes on reading.  ``scope`` (this task's) is then
+        the call's: a reset cancels it, and nothing else is left in this task to cancel."""
         while self._starting:
             handler, call = self._starting.popleft()
             if call.reset:  # reset before it started: counted back here
@@ -395,6 +401,7 @@ class _Connection:
             except StopIteration:
                 continue  # served without waiting: its answer is queued for the next flush
             call.in_reader = False  # its own flushes from now on
+            call.cancel_scope = scope
             assert self._nursery is not None
             self._nursery.start_soon(self._read)
             await _go_on(serving, trap)
@@ -416,7 +423,8 @@ class _Connection:
             if call is not None:
                 call.reset = True
                 call._drop(self.budget)
-                call.cancel_scope.cancel()
+                if call.cancel_scope is not None:  # it waits (else it has not started)
+                    call.cancel_scope.cancel()
             if not event.remote:  # a protocol error of the client's, on this stream only
                 log.info("grpc: reset a stream from %s: %s", self.peer, event.reason)
         elif type(event) is WindowOpened:
@@ -475,16 +483,18 @@ class _Connection:
 
     async def _serve_call_counted(self, handler: Handler, call: Call) -> None:
         status, message = OK, ""
-        with call.cancel_scope:
-            try:
-                await handler(call)
-            except GrpcError as exc:
-                status, message = exc.status, exc.message
-            except _ConnectionGone:
-                return
-            except Exception:
-                log.exception("grpc: %s from %s failed", call.path, call.peer)
-                status, message = INTERNAL, "internal error serving the call"
+        # A reset while the handler waits cancels the scope of the task serving it (the
+        # Cancelled ends this coroutine, see _read), so the status stays CANCELLED.
+        try:
+            await handler(call)
+        except GrpcError as exc:
+            status, message = exc.status, exc.message
+        except _ConnectionGone:
+            return
+        except Exception:
+            log.exception("grpc: %s from %s failed", call.path, call.peer)
+            status, message = INTERNAL, "internal error serving the call"
+        call.cancel_scope = None  # a reset from now on does not cancel writing its end
         if call.reset or self.closed:
             return
         call.status = status

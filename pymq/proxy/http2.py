@@ -305,7 +305,11 @@ class _Connection:
         self._starting: deque[tuple[Handler, Call]] = deque()
         self._send_lock = trio.Lock()
         self._window_opened = trio.Event()
-        self._last_read = trio.current_time()  # when the last read returned (_watch_idle)
+        self._last_read = trio.current_time()  # when the last read returned (_watch)
+        # When the send in progress began (None: none is), and the scope _watch sleeps in
+        # (None while it is awake): a send brings its deadline nearer (see flush).
+        self._send_began: float | None = None
+        self._watch_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self.closed = False
 
@@ -313,12 +317,12 @@ class _Connection:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                nursery.start_soon(self._watch)  # first: it bounds every send, this one's too
                 try:
                     await self.flush()
                 except _ConnectionGone:
                     nursery.cancel_scope.cancel()
                 else:
-                    nursery.start_soon(self._watch_idle)
                     await self._read()
         finally:
             self.closed = True
@@ -365,21 +369,39 @@ class _Connection:
             for event in events:
                 self._on_event(event)
 
-    async def _watch_idle(self) -> None:
-        """Close the connection (GOAWAY) once nothing has been read from it for idle_timeout
-        while it has no call in progress (a read only notes its time: no timer per read)."""
-        timeout = self.limits.idle_timeout
+    async def _watch(self) -> None:
+        """Close the connection once one send has not been taken by the peer within
+        write_stall_timeout, or (GOAWAY) once nothing has been read from it for idle_timeout
+        while it has no call in progress.  Neither arms a timer per read or per send: a read
+        notes its time, a send its start, and a send brings this task's deadline nearer only
+        when it is further than that send's stall deadline (about once a stall timeout while
+        the connection is busy: a send that began earlier has a deadline at least as near)."""
+        idle = self.limits.idle_timeout
+        stall = self.limits.write_stall_timeout
         while True:
-            await trio.sleep_until(self._last_read + timeout)
+            deadline = self._last_read + idle
+            if self._send_began is not None:
+                deadline = min(deadline, self._send_began + stall)
+            with trio.CancelScope(deadline=deadline) as self._watch_scope:
+                await trio.sleep_forever()
+            self._watch_scope = None
             now = trio.current_time()
-            if now < self._last_read + timeout:
+            began = self._send_began
+            if began is not None:  # a send in progress: not idle
+                if now < began + stall:
+                    continue
+                log.info("grpc: %s does not read; closing its connection", self.peer)
+                self._abort()
+                return
+            if now < self._last_read + idle:
                 continue  # read since: watch on
             if self.calls or self._starting:
                 self._last_read = now  # busy, not idle: as long again from now
                 continue
             log.info("grpc: closing idle connection from %s", self.peer)
             self.h2.close_connection(ErrorCode.NO_ERROR)
-            with contextlib.suppress(_ConnectionGone):
+            # No send is in progress (the lock is free); this one is bounded here.
+            with trio.move_on_after(stall), contextlib.suppress(_ConnectionGone):
                 await self.flush()
             self._abort()
             return
@@ -545,7 +567,7 @@ class _Connection:
 
     async def flush(self) -> None:
         """Write what h2 queued; a peer that does not take it within the stall timeout loses
-        its connection."""
+        its connection (_watch cancels the connection's nursery, the send with it)."""
         # Nothing queued (most of a reader's flushes): no lock, no checkpoint.  Else the lock
         # is taken before anything yields, so writers take it in the order they took their
         # bytes (Trio's lock is handed on first come, first served); the wait for it is
@@ -560,18 +582,18 @@ class _Connection:
                 await lock.acquire()
         else:
             lock.acquire_nowait()
+        began = trio.current_time()
+        self._send_began = began
+        watch = self._watch_scope
+        if watch is not None and watch.deadline > began + self.limits.write_stall_timeout:
+            watch.deadline = began + self.limits.write_stall_timeout
         try:
-            with trio.move_on_after(self.limits.write_stall_timeout) as scope:
-                try:
-                    await self.stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self._abort()
-                    raise _ConnectionGone from None
-            if scope.cancelled_caught:
-                log.info("grpc: %s does not read; closing its connection", self.peer)
-                self._abort()
-                raise _ConnectionGone
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._abort()
+            raise _ConnectionGone from None
         finally:
+            self._send_began = None
             lock.release()
 
     def _abort(self) -> None:

@@ -79,6 +79,7 @@ from pymq.proxy.h2server import (
     StreamReset,
     WindowOpened,
 )
+from pymq.remoting.channel import own_socket
 from pymq.remoting.limits import SharedBudget
 from pymq.remoting.listener import ListeningServer
 from pymq.remoting.tls import TlsServer
@@ -287,7 +288,10 @@ class _Connection:
         self.server = server
         self.limits = server.limits
         self.budget = server.budget
-        self.stream = stream
+        # A plain socket is also held as a stdlib socket (own_socket, as the remoting
+        # channels do): read after a wait for readability, written by one non-blocking send
+        # (no Trio checkpoint) whenever the socket takes it all; a TLS stream has none.
+        self.stream, self._raw = own_socket(stream)
         self.peer = peer
         # HTTP/2 by pymq's sans-IO layer (its SETTINGS and connection window queued), HPACK
         # by hpack: the 5.x clients' metadata read without hpack's general decoder (see
@@ -356,7 +360,7 @@ class _Connection:
             await self.flush()
             if self.closed:
                 return False
-            data = await self.stream.receive_some(READ_SIZE)
+            data = await self._receive()
             self._last_read = trio.current_time()
             if not data:
                 return False
@@ -368,6 +372,23 @@ class _Connection:
                 return False
             for event in events:
                 self._on_event(event)
+
+    async def _receive(self) -> bytes | bytearray:
+        """The next bytes read (empty at the end, or when the connection broke)."""
+        raw = self._raw
+        if raw is None:
+            try:
+                return await self.stream.receive_some(READ_SIZE)
+            except trio.BrokenResourceError:
+                return b""
+        while True:  # wait first: a request-and-answer finds nothing on reading at once
+            await trio.lowlevel.wait_readable(raw)
+            try:
+                return raw.recv(READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return b""
 
     async def _watch(self) -> None:
         """Close the connection once one send has not been taken by the peer within
@@ -564,11 +585,14 @@ class _Connection:
             view = view[size:]
             if view or (flush and not call.in_reader):
                 await self.flush()
+                if not view:  # a yield per message sent, as Trio's send_all would make
+                    await trio.lowlevel.checkpoint()
 
     async def flush(self) -> None:
         """Write what h2 queued; a peer that does not take it within the stall timeout loses
         its connection (_watch cancels the connection's nursery, the send with it)."""
-        # Nothing queued (most of a reader's flushes): no lock, no checkpoint.  Else the lock
+        # Nothing queued (most of a reader's flushes), or all taken by the socket at once
+        # while no other writer waits: no lock, no checkpoint.  Else the lock
         # is taken before anything yields, so writers take it in the order they took their
         # bytes (Trio's lock is handed on first come, first served); the wait for it is
         # shielded, as bytes taken from h2 must be written (they carry HPACK state), and
@@ -577,6 +601,18 @@ class _Connection:
         if not data:
             return
         lock = self._send_lock
+        raw = self._raw
+        if raw is not None and not lock.locked():  # no writer: one send that does not wait
+            try:
+                sent = raw.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._abort()
+                raise _ConnectionGone from None
+            if sent == len(data):
+                return
+            data = data[sent:]  # rare: the socket's buffer is full
         if lock.locked():
             with trio.CancelScope(shield=True):
                 await lock.acquire()

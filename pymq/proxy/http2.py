@@ -189,6 +189,20 @@ class Call:
             )
             self._wake()
             return
+        n = len(data)
+        if not self._partial and n >= _PREFIX.size:
+            # The usual DATA frame: one whole message, queued without being copied twice.
+            compressed, length = _PREFIX.unpack_from(data)
+            if (
+                n == _PREFIX.size + length
+                and not compressed
+                and length <= limits.max_message_size
+                and len(self._inbox) < limits.max_queued_messages
+            ):
+                self._inbox.append(data[_PREFIX.size :])
+                self._count(length, budget)
+                self._wake()
+                return
         if not self._partial:
             self._partial_since = trio.current_time()
         self._partial += data
@@ -886,13 +900,21 @@ class CallStats:
 
     def __init__(self, handlers: Mapping[str, Handler]) -> None:
         self.handlers = handlers
+        # Served paths' method names (what the table is keyed by), as they are first seen:
+        # at most one per handler.
+        self._methods: dict[str, str] = {}
         # The buckets' upper bounds as Prometheus names them (the last: +Inf).
         self.bounds = [str(float(b)) for b in LATENCY_BUCKETS_MS] + ["+Inf"]
         # (method, status) -> [count, total ms, count per bucket (not cumulative)].
         self.table: dict[tuple[str, int], list[Any]] = {}
 
     def record(self, path: str, status: int, seconds: float) -> None:
-        method = path.rsplit("/", 1)[-1] if path in self.handlers else "unknown"
+        method = self._methods.get(path)
+        if method is None:
+            if path not in self.handlers:
+                method = "unknown"
+            else:
+                method = self._methods[path] = path.rsplit("/", 1)[-1]
         row = self.table.get((method, status))
         if row is None:
             row = self.table[(method, status)] = [0, 0.0, [0] * (len(LATENCY_BUCKETS_MS) + 1)]

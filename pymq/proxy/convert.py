@@ -195,6 +195,13 @@ def _user_part(user: dict[str, str], system: Any) -> dict[str, str]:
     return props
 
 
+# Enum values read once (each read through protobuf's enum wrapper is a Python call).
+_GZIP = definition.Encoding.GZIP
+_IDENTITY = definition.Encoding.IDENTITY
+_CRC32 = definition.DigestType.CRC32
+_TRANSACTION = MessageType.TRANSACTION
+
+
 def stored_form(
     msg: Any,
     topic: str,
@@ -219,9 +226,9 @@ def stored_form(
         raise MessageRefused(Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
     props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = message_id
     sys_flag = 0
-    if system.body_encoding == definition.Encoding.GZIP:
+    if system.body_encoding == _GZIP:
         sys_flag |= MessageSysFlag.COMPRESSED_FLAG
-    if system.message_type == MessageType.TRANSACTION:
+    if system.message_type == _TRANSACTION:
         sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
         props[PROPERTY_TRANSACTION_PREPARED] = "true"
         if system.HasField("orphaned_transaction_recovery_duration"):
@@ -311,13 +318,9 @@ def to_grpc_message(
         system.keys.extend(k for k in keys.split(" ") if k)
     system.message_id = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or ""
     # The body's CRC32 as 8 hex digits, as the proxy sends it (the client checks it).
-    system.body_digest.type = definition.DigestType.CRC32
+    system.body_digest.type = _CRC32
     system.body_digest.checksum = f"{zlib.crc32(ext.body):08X}"
-    system.body_encoding = (
-        definition.Encoding.GZIP
-        if ext.sys_flag & MessageSysFlag.COMPRESSED_FLAG
-        else definition.Encoding.IDENTITY
-    )
+    system.body_encoding = _GZIP if ext.sys_flag & MessageSysFlag.COMPRESSED_FLAG else _IDENTITY
     system.message_type = _MESSAGE_TYPES[message_type_of(props)]
     _timestamp(system.born_timestamp, int(props.get(PROPERTY_BORN_TIMESTAMP) or ext.born_timestamp))
     system.born_host = props.get(PROPERTY_BORN_HOST) or ext.born_host[0]

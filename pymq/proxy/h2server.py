@@ -48,6 +48,7 @@ HPACK is the ``hpack`` package's (pymq.proxy.http2 passes its caching subclasses
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import struct
 from collections.abc import Callable, Iterable
@@ -696,43 +697,61 @@ _BAD_VALUE = re.compile(r"[\x00\n\r]")
 
 def request_headers(fields: Iterable[tuple[bytes, bytes]]) -> dict[str, str] | str:
     """A request's header fields decoded (UTF-8), as a dict (a regular field repeated: its
-    last value), or what makes the block malformed (RFC 9113 8.2, 8.3), in one pass: the
-    characters of all names and of all values each checked in one search."""
+    last value), or what makes the block malformed (RFC 9113 8.2, 8.3).  Each field is
+    decoded and checked on its own by :func:`_field` (which keeps its answers: a client's
+    fields are mostly the same on every call), their order and number here."""
     headers: dict[str, str] = {}
     regular = False  # a regular field seen (pseudo-headers must all come before)
     host: str | None = None
-    names: list[str] = []  # the regular ones
-    values: list[str] = []
+    for raw_name, raw_value in fields:
+        checked = _field(raw_name, raw_value)
+        if isinstance(checked, str):
+            return checked
+        name, value = checked
+        if name[0] == ":":
+            if regular or name in headers:
+                return f"pseudo-header {name} out of place or repeated"
+        else:
+            regular = True
+            if name == "host":
+                if host is not None:
+                    return "more than one host header"
+                host = value
+        headers[name] = value
+    return _missing(headers, host) or headers
+
+
+# Fields whose check _field keeps (least recently used dropped): the fields a server's
+# clients repeat on every call, with room for those that change on each (ids, dates).
+FIELDS_KEPT = 512
+
+
+@functools.lru_cache(maxsize=FIELDS_KEPT)
+def _field(raw_name: bytes, raw_value: bytes) -> tuple[str, str] | str:
+    """One header field decoded (UTF-8) and checked as far as it can be alone (RFC 9113 8.2,
+    8.3), or what makes it malformed.  A function of the two byte strings alone, so its
+    answers are kept, for every connection."""
     try:
-        for raw_name, raw_value in fields:
-            name = raw_name.decode()
-            value = raw_value.decode()
-            if name[:1] == ":":
-                if regular or name not in _REQUEST_PSEUDO or name in headers:
-                    return f"pseudo-header {name} out of place, unknown or repeated"
-            else:
-                if not name:
-                    return "an empty header name"
-                regular = True
-                names.append(name)
-                if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
-                    return f"connection-specific header {name}"
-                if name == "host":
-                    if host is not None:
-                        return "more than one host header"
-                    host = value
-            if value:
-                if value[0] in " \t" or value[-1] in " \t":
-                    return f"the value of {name} begins or ends with a blank"
-                values.append(value)
-            headers[name] = value
+        name = raw_name.decode()
+        value = raw_value.decode()
     except UnicodeDecodeError:
         return "a header field that is not UTF-8"
-    if _BAD_NAME.search("".join(names)):
-        return "an illegal character in a header name"
-    if _BAD_VALUE.search("".join(values)):
-        return "NUL, CR or LF in a header value"
-    return _missing(headers, host) or headers
+    if not name:
+        return "an empty header name"
+    if name[0] == ":":
+        if name not in _REQUEST_PSEUDO:
+            return f"unknown pseudo-header {name}"
+    else:
+        if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
+            return f"connection-specific header {name}"
+        if _BAD_NAME.search(name):
+            return "an illegal character in a header name"
+    if value:
+        if value[0] in " \t" or value[-1] in " \t":
+            return f"the value of {name} begins or ends with a blank"
+        if _BAD_VALUE.search(value):
+            return "NUL, CR or LF in a header value"
+    return name, value
 
 
 def _missing(headers: dict[str, str], host: str | None) -> str | None:

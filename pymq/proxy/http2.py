@@ -79,6 +79,7 @@ from pymq.proxy.h2server import (
     StreamReset,
     WindowOpened,
 )
+from pymq.remoting.channel import own_socket
 from pymq.remoting.limits import SharedBudget
 from pymq.remoting.listener import ListeningServer
 from pymq.remoting.tls import TlsServer
@@ -161,7 +162,10 @@ class Call:
         self.headers_sent = False
         self.failure: GrpcError | None = None  # a framing error found by the reader
         self.buffered = 0  # bytes held in _partial and _inbox, counted in the budget
-        self.cancel_scope = trio.CancelScope()
+        # Cancelled when the stream is reset under a call that waits: the cancel scope of the
+        # task that serves it from then on (see _Connection._read); a call served without
+        # waiting needs none (no reset is read while it runs).
+        self.cancel_scope: trio.CancelScope | None = None
         self.status = OK  # the gRPC status the call ended with (counted in the server's stats)
         # Served by the connection's reader (until it waits): what it sends is written by the
         # reader's next flush, with the other calls' answers.
@@ -185,6 +189,20 @@ class Call:
             )
             self._wake()
             return
+        n = len(data)
+        if not self._partial and n >= _PREFIX.size:
+            # The usual DATA frame: one whole message, queued without being copied twice.
+            compressed, length = _PREFIX.unpack_from(data)
+            if (
+                n == _PREFIX.size + length
+                and not compressed
+                and length <= limits.max_message_size
+                and len(self._inbox) < limits.max_queued_messages
+            ):
+                self._inbox.append(data[_PREFIX.size :])
+                self._count(length, budget)
+                self._wake()
+                return
         if not self._partial:
             self._partial_since = trio.current_time()
         self._partial += data
@@ -284,7 +302,10 @@ class _Connection:
         self.server = server
         self.limits = server.limits
         self.budget = server.budget
-        self.stream = stream
+        # A plain socket is also held as a stdlib socket (own_socket, as the remoting
+        # channels do): read after a wait for readability, written by one non-blocking send
+        # (no Trio checkpoint) whenever the socket takes it all; a TLS stream has none.
+        self.stream, self._raw = own_socket(stream)
         self.peer = peer
         # HTTP/2 by pymq's sans-IO layer (its SETTINGS and connection window queued), HPACK
         # by hpack: the 5.x clients' metadata read without hpack's general decoder (see
@@ -302,7 +323,11 @@ class _Connection:
         self._starting: deque[tuple[Handler, Call]] = deque()
         self._send_lock = trio.Lock()
         self._window_opened = trio.Event()
-        self._last_read = trio.current_time()  # when the last read returned (_watch_idle)
+        self._last_read = trio.current_time()  # when the last read returned (_watch)
+        # When the send in progress began (None: none is), and the scope _watch sleeps in
+        # (None while it is awake): a send brings its deadline nearer (see flush).
+        self._send_began: float | None = None
+        self._watch_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self.closed = False
 
@@ -310,12 +335,12 @@ class _Connection:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                nursery.start_soon(self._watch)  # first: it bounds every send, this one's too
                 try:
                     await self.flush()
                 except _ConnectionGone:
                     nursery.cancel_scope.cancel()
                 else:
-                    nursery.start_soon(self._watch_idle)
                     await self._read()
         finally:
             self.closed = True
@@ -330,24 +355,26 @@ class _Connection:
 
     async def _read(self) -> None:
         """Read the connection until it ends, then cancel what is left on it; or, when a call
-        this task started waits, serve that call to its end (a new reader goes on)."""
-        try:
-            if await self._read_loop():
-                return
-        except _ConnectionGone:
-            pass
-        assert self._nursery is not None
-        self._nursery.cancel_scope.cancel()
+        this task started waits, serve that call to its end (a new reader goes on).  The task's
+        cancel scope becomes that call's: one scope per task, none per call."""
+        with trio.CancelScope() as scope:
+            try:
+                if await self._read_loop(scope):
+                    return
+            except _ConnectionGone:
+                pass
+            assert self._nursery is not None
+            self._nursery.cancel_scope.cancel()
 
-    async def _read_loop(self) -> bool:
+    async def _read_loop(self, scope: trio.CancelScope) -> bool:
         """The reader; True when it ended serving a call that waited (see _start_calls)."""
         while True:
-            if await self._start_calls():
+            if await self._start_calls(scope):
                 return True
             await self.flush()
             if self.closed:
                 return False
-            data = await self.stream.receive_some(READ_SIZE)
+            data = await self._receive()
             self._last_read = trio.current_time()
             if not data:
                 return False
@@ -360,29 +387,65 @@ class _Connection:
             for event in events:
                 self._on_event(event)
 
-    async def _watch_idle(self) -> None:
-        """Close the connection (GOAWAY) once nothing has been read from it for idle_timeout
-        while it has no call in progress (a read only notes its time: no timer per read)."""
-        timeout = self.limits.idle_timeout
+    async def _receive(self) -> bytes | bytearray:
+        """The next bytes read (empty at the end, or when the connection broke)."""
+        raw = self._raw
+        if raw is None:
+            try:
+                return await self.stream.receive_some(READ_SIZE)
+            except trio.BrokenResourceError:
+                return b""
+        while True:  # wait first: a request-and-answer finds nothing on reading at once
+            await trio.lowlevel.wait_readable(raw)
+            try:
+                return raw.recv(READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return b""
+
+    async def _watch(self) -> None:
+        """Close the connection once one send has not been taken by the peer within
+        write_stall_timeout, or (GOAWAY) once nothing has been read from it for idle_timeout
+        while it has no call in progress.  Neither arms a timer per read or per send: a read
+        notes its time, a send its start, and a send brings this task's deadline nearer only
+        when it is further than that send's stall deadline (about once a stall timeout while
+        the connection is busy: a send that began earlier has a deadline at least as near)."""
+        idle = self.limits.idle_timeout
+        stall = self.limits.write_stall_timeout
         while True:
-            await trio.sleep_until(self._last_read + timeout)
+            deadline = self._last_read + idle
+            if self._send_began is not None:
+                deadline = min(deadline, self._send_began + stall)
+            with trio.CancelScope(deadline=deadline) as self._watch_scope:
+                await trio.sleep_forever()
+            self._watch_scope = None
             now = trio.current_time()
-            if now < self._last_read + timeout:
+            began = self._send_began
+            if began is not None:  # a send in progress: not idle
+                if now < began + stall:
+                    continue
+                log.info("grpc: %s does not read; closing its connection", self.peer)
+                self._abort()
+                return
+            if now < self._last_read + idle:
                 continue  # read since: watch on
             if self.calls or self._starting:
                 self._last_read = now  # busy, not idle: as long again from now
                 continue
             log.info("grpc: closing idle connection from %s", self.peer)
             self.h2.close_connection(ErrorCode.NO_ERROR)
-            with contextlib.suppress(_ConnectionGone):
+            # No send is in progress (the lock is free); this one is bounded here.
+            with trio.move_on_after(stall), contextlib.suppress(_ConnectionGone):
                 await self.flush()
             self._abort()
             return
 
-    async def _start_calls(self) -> bool:
+    async def _start_calls(self, scope: trio.CancelScope) -> bool:
         """Start the calls the last read brought, in this task, in order; True when one
         waited: this task then serves that call to its end, and a new reader task (spawned
-        before the wait) starts the rest and goes on reading."""
+        before the wait) starts the rest and goes on reading.  ``scope`` (this task's) is then
+        the call's: a reset cancels it, and nothing else is left in this task to cancel."""
         while self._starting:
             handler, call = self._starting.popleft()
             if call.reset:  # reset before it started: counted back here
@@ -395,6 +458,7 @@ class _Connection:
             except StopIteration:
                 continue  # served without waiting: its answer is queued for the next flush
             call.in_reader = False  # its own flushes from now on
+            call.cancel_scope = scope
             assert self._nursery is not None
             self._nursery.start_soon(self._read)
             await _go_on(serving, trap)
@@ -416,7 +480,8 @@ class _Connection:
             if call is not None:
                 call.reset = True
                 call._drop(self.budget)
-                call.cancel_scope.cancel()
+                if call.cancel_scope is not None:  # it waits (else it has not started)
+                    call.cancel_scope.cancel()
             if not event.remote:  # a protocol error of the client's, on this stream only
                 log.info("grpc: reset a stream from %s: %s", self.peer, event.reason)
         elif type(event) is WindowOpened:
@@ -475,16 +540,18 @@ class _Connection:
 
     async def _serve_call_counted(self, handler: Handler, call: Call) -> None:
         status, message = OK, ""
-        with call.cancel_scope:
-            try:
-                await handler(call)
-            except GrpcError as exc:
-                status, message = exc.status, exc.message
-            except _ConnectionGone:
-                return
-            except Exception:
-                log.exception("grpc: %s from %s failed", call.path, call.peer)
-                status, message = INTERNAL, "internal error serving the call"
+        # A reset while the handler waits cancels the scope of the task serving it (the
+        # Cancelled ends this coroutine, see _read), so the status stays CANCELLED.
+        try:
+            await handler(call)
+        except GrpcError as exc:
+            status, message = exc.status, exc.message
+        except _ConnectionGone:
+            return
+        except Exception:
+            log.exception("grpc: %s from %s failed", call.path, call.peer)
+            status, message = INTERNAL, "internal error serving the call"
+        call.cancel_scope = None  # a reset from now on does not cancel writing its end
         if call.reset or self.closed:
             return
         call.status = status
@@ -532,11 +599,14 @@ class _Connection:
             view = view[size:]
             if view or (flush and not call.in_reader):
                 await self.flush()
+                if not view:  # a yield per message sent, as Trio's send_all would make
+                    await trio.lowlevel.checkpoint()
 
     async def flush(self) -> None:
         """Write what h2 queued; a peer that does not take it within the stall timeout loses
-        its connection."""
-        # Nothing queued (most of a reader's flushes): no lock, no checkpoint.  Else the lock
+        its connection (_watch cancels the connection's nursery, the send with it)."""
+        # Nothing queued (most of a reader's flushes), or all taken by the socket at once
+        # while no other writer waits: no lock, no checkpoint.  Else the lock
         # is taken before anything yields, so writers take it in the order they took their
         # bytes (Trio's lock is handed on first come, first served); the wait for it is
         # shielded, as bytes taken from h2 must be written (they carry HPACK state), and
@@ -545,23 +615,35 @@ class _Connection:
         if not data:
             return
         lock = self._send_lock
+        raw = self._raw
+        if raw is not None and not lock.locked():  # no writer: one send that does not wait
+            try:
+                sent = raw.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._abort()
+                raise _ConnectionGone from None
+            if sent == len(data):
+                return
+            data = data[sent:]  # rare: the socket's buffer is full
         if lock.locked():
             with trio.CancelScope(shield=True):
                 await lock.acquire()
         else:
             lock.acquire_nowait()
+        began = trio.current_time()
+        self._send_began = began
+        watch = self._watch_scope
+        if watch is not None and watch.deadline > began + self.limits.write_stall_timeout:
+            watch.deadline = began + self.limits.write_stall_timeout
         try:
-            with trio.move_on_after(self.limits.write_stall_timeout) as scope:
-                try:
-                    await self.stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self._abort()
-                    raise _ConnectionGone from None
-            if scope.cancelled_caught:
-                log.info("grpc: %s does not read; closing its connection", self.peer)
-                self._abort()
-                raise _ConnectionGone
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._abort()
+            raise _ConnectionGone from None
         finally:
+            self._send_began = None
             lock.release()
 
     def _abort(self) -> None:
@@ -818,13 +900,21 @@ class CallStats:
 
     def __init__(self, handlers: Mapping[str, Handler]) -> None:
         self.handlers = handlers
+        # Served paths' method names (what the table is keyed by), as they are first seen:
+        # at most one per handler.
+        self._methods: dict[str, str] = {}
         # The buckets' upper bounds as Prometheus names them (the last: +Inf).
         self.bounds = [str(float(b)) for b in LATENCY_BUCKETS_MS] + ["+Inf"]
         # (method, status) -> [count, total ms, count per bucket (not cumulative)].
         self.table: dict[tuple[str, int], list[Any]] = {}
 
     def record(self, path: str, status: int, seconds: float) -> None:
-        method = path.rsplit("/", 1)[-1] if path in self.handlers else "unknown"
+        method = self._methods.get(path)
+        if method is None:
+            if path not in self.handlers:
+                method = "unknown"
+            else:
+                method = self._methods[path] = path.rsplit("/", 1)[-1]
         row = self.table.get((method, status))
         if row is None:
             row = self.table[(method, status)] = [0, 0.0, [0] * (len(LATENCY_BUCKETS_MS) + 1)]

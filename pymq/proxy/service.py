@@ -131,8 +131,16 @@ _TYPES = {
 }
 
 
+_OK = Code.OK  # read once: each read through protobuf's enum wrapper is a Python call
+
+
+_CODE_NAMES = {value: Code.Name(value) for value in Code.values()}
+
+
 def status(code: int, message: str | None = None) -> Any:
-    return d.Status(code=code, message=Code.Name(code) if message is None else message)
+    if message is None:
+        message = _CODE_NAMES.get(code) or Code.Name(code)  # an unknown code: its error
+    return d.Status(code=code, message=message)
 
 
 class _Peer:
@@ -772,7 +780,7 @@ class MessagingService:
             )
         ext = answer.ext_fields
         return s.SendResultEntry(
-            status=status(Code.OK),
+            status=status(_OK),
             message_id=form.message_id,
             # A transaction's id is its half message's offset id (what EndTransaction needs).
             transaction_id=ext.get("msgId", "") if form.message_type == "TRANSACTION" else "",
@@ -980,7 +988,7 @@ class MessagingService:
         for entry in request.entries:
             try:
                 self.pop.ack(group, topic, entry.receipt_handle)
-                result = status(Code.OK)
+                result = status(_OK)
             except HandleError as exc:
                 result = status(Code.INVALID_RECEIPT_HANDLE, str(exc))
             entries.append(

@@ -532,6 +532,55 @@ async def test_an_idle_connection_is_closed_and_a_busy_one_is_not() -> None:
         nursery.cancel_scope.cancel()
 
 
+async def test_a_socket_never_drained_closes_that_connection() -> None:
+    """write_stall_timeout on the socket: a client that grants every window and then reads
+    nothing has its connection closed once one send has waited that long (no timer per send:
+    the connection's watcher), while another connection is served meanwhile."""
+    from pymq.proxy.http2 import Call, GrpcLimits
+
+    sent = 0
+
+    async def flood(call: Call) -> None:
+        nonlocal sent
+        await call.receive()
+        await trio.sleep(0)  # out of the reader: each send is written at once
+        while True:
+            await call.send(b"x" * 65536)
+            sent += 1
+
+    async def echo(call: Call) -> None:
+        await call.send(await call.receive() or b"", last=True)
+
+    grpc = GrpcServer(
+        {SERVICE + "Flood": flood, SERVICE + "Echo": echo},
+        host="127.0.0.1",
+        port=0,
+        limits=GrpcLimits(write_stall_timeout=0.5),
+    )
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(grpc.run)
+        big = 2**31 - 1
+        stalled = await RawClient.open(port, {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: big})
+        stalled.h2.increment_flow_control_window(big - 65535)
+        await stalled.flush()
+        await trio.sleep(1.2)  # the greeting's sends long done: the watcher sleeps for idle
+        await stalled.call(SERVICE + "Flood", framed(b"go"))
+        with trio.fail_after(10):
+            while sent < 2:  # the socket's buffers filled, then its send waits
+                await trio.sleep(0.01)
+        other = await RawClient.open(port)
+        response = await other.finish(await other.call(SERVICE + "Echo", framed(b"hi")))
+        assert response["data"] == framed(b"hi")
+        await other.aclose()
+        with trio.fail_after(10):
+            while grpc.connections:
+                await trio.sleep(0.05)
+        assert grpc.open_calls == 0
+        assert sent < 1000  # stopped, not written to a peer that reads nothing
+        await stalled.aclose()
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_request_larger_than_the_window_is_received_whole(cluster: Cluster) -> None:
     """A request of three times the server's flow-control window arrives whole: the server
     hands the window back as it takes the DATA frames in (acknowledged per read)."""

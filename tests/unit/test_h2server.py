@@ -25,6 +25,7 @@ from pymq.proxy.h2server import (
     DEFAULT_WINDOW,
     END_HEADERS,
     END_STREAM,
+    FIELDS_KEPT,
     GOAWAY,
     HEADERS,
     INITIAL_WINDOW_SIZE,
@@ -49,7 +50,9 @@ from pymq.proxy.h2server import (
     StreamClosedError,
     StreamReset,
     WindowOpened,
+    _field,
     frame,
+    request_headers,
 )
 
 REQUEST = [
@@ -295,6 +298,29 @@ def test_a_malformed_request_resets_its_stream_and_hpack_goes_on(change: Any) ->
     assert peer.feed(frame(DATA, END_STREAM, 1, b"late")) == []
     assert peer.server.recv_window == DEFAULT_WINDOW - 4
     assert peer.out() == []
+
+
+def test_kept_field_checks_still_judge_each_block() -> None:
+    # Each field's check is kept across blocks and connections; the rules on a block's order,
+    # repeats and pseudo-headers are still applied to every block.
+    good = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/a"), (b":authority", b"h")]
+    for _ in range(2):
+        assert request_headers([*good, (b"x-a", b"1")]) == {
+            ":method": "POST",
+            ":scheme": "http",
+            ":path": "/a",
+            ":authority": "h",
+            "x-a": "1",
+        }
+    assert isinstance(request_headers([(b"x-a", b"1"), *good]), str)  # pseudo after regular
+    assert isinstance(request_headers([*good, (b":path", b"/a")]), str)  # repeated
+    assert isinstance(request_headers(good[1:]), str)  # no :method
+    for _ in range(2):  # a malformed field is refused every time
+        assert isinstance(request_headers([*good, (b"X-Upper", b"1")]), str)
+        assert isinstance(request_headers([*good, (b"x-v", b"a\nb")]), str)
+    for k in range(2 * FIELDS_KEPT):  # fields that change on every call: the kept stay bounded
+        assert request_headers([*good, (b"x-id", str(k).encode())])["x-id"] == str(k)  # type: ignore[index]
+    assert _field.cache_info().currsize <= FIELDS_KEPT
 
 
 def test_a_header_field_not_utf8_resets_its_stream() -> None:

@@ -18,10 +18,10 @@ import tempfile
 import time
 
 from pymq.common.message_ext import MessageExt
-from pymq.common.record import encode_record
 from pymq.export.datasource import arrow_schema, scan_batches
 from pymq.export.options import ExportOptions
 from pymq.export.scan import SegmentScan, plan_store
+from pymq.store.commitlog import encode_record
 
 FILE_SIZE = 64 * 1024 * 1024
 

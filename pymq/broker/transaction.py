@@ -67,7 +67,7 @@ from pymq.common.message_ext import (
     java_hashmap_order,
 )
 from pymq.common.message_id import decode_offset_msg_id
-from pymq.common.record import RecordError, encode_record
+from pymq.common.record import RecordError
 from pymq.common.topic import (
     CID_RMQ_SYS_TRANS,
     PERM_READ,
@@ -81,6 +81,7 @@ from pymq.remoting.channel import ANSWER_LATER
 from pymq.remoting.codec import RPC_ONEWAY, RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.headers import EndTransactionRequestHeader, decode_request
+from pymq.store.commitlog import encode_record
 from pymq.store.config import BrokerRole
 from pymq.store.results import PutMessageResult, PutMessageStatus
 

@@ -18,7 +18,6 @@ The message type, its properties and flags are :mod:`pymq.common.message_ext`; i
 
 from __future__ import annotations
 
-import itertools
 import mmap
 import struct
 import zlib
@@ -33,7 +32,7 @@ from pymq.common.message_ext import (
     decode_properties,
     properties_bytes,
 )
-from pymq.common.message_id import pack_ip, unpack_ip
+from pymq.common.message_id import unpack_ip
 from pymq.common.native import load_native
 
 native_extension: Any = load_native("pymq.common._recordc")
@@ -119,43 +118,6 @@ def host_flags(born_ip: bytes, store_ip: bytes) -> int:
     if len(store_ip) == 16:
         flags |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
     return flags
-
-
-def encode_record(msg: MessageExt) -> bytes:
-    """The whole record of ``msg`` as bytes; body CRC and host flags are computed here.
-
-    Raises :class:`RecordError` when the topic or properties are too long for the layout.
-    """
-    topic = msg.topic.encode()
-    props = properties_bytes(msg.properties)
-    if len(topic) > MAX_TOPIC_LENGTH:
-        raise RecordError(f"topic is {len(topic)} bytes, more than {MAX_TOPIC_LENGTH}")
-    if len(props) > MAX_PROPERTIES_LENGTH:
-        raise RecordError(f"properties are {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}")
-    if has_nul(topic):
-        raise RecordError("a topic may not contain NUL characters")
-    # The store's one record encoder (pymq.store.commitlog imports this module).
-    from pymq.store.commitlog import encode_run
-
-    born_ip = pack_ip(msg.born_host[0])
-    store_ip = pack_ip(msg.store_host[0])
-    sys_flag = (msg.sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
-    buf = bytearray(record_length(sys_flag, len(msg.body), len(topic), len(props)))
-    entry = (
-        msg.topic, msg.queue_id, msg.body, props, msg.flag, sys_flag, msg.born_timestamp,
-        msg.reconsume_times, born_ip, msg.born_host[1], msg.prepared_transaction_offset,
-    )  # fmt: skip
-    _, rows, _, _, _ = encode_run(
-        buf, 0, len(buf), 0, [entry], {msg.topic: topic}, {},
-        itertools.repeat(msg.store_timestamp).__next__, b"", b"", 0, store_ip,
-        msg.store_host[1], 0, 0, "", None,
-    )  # fmt: skip
-    if not rows:
-        raise RecordError("the message does not fit the record layout")
-    # Its offsets as the message has them (a prepared message's queue offset too).
-    _LONG.pack_into(buf, QUEUE_OFFSET_POSITION, msg.queue_offset)
-    _LONG.pack_into(buf, PHYSICAL_OFFSET_POSITION, msg.commitlog_offset)
-    return bytes(buf)
 
 
 def has_nul(data: bytes) -> bool:

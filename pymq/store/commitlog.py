@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import itertools
 import logging
 import operator
 import os
@@ -39,10 +40,16 @@ from pymq.common.record import (
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
     MESSAGE_MAGIC_CODE,
+    PHYSICAL_OFFSET_POSITION,
+    QUEUE_OFFSET_POSITION,
     SYSFLAG_POSITION,
     TEAR_ALIGN,
+    RecordError,
     RecordInfo,
+    has_nul,
+    host_flags,
     nul_where_torn,
+    properties_bytes,
     read_record_info,
     record_length,
     scan_records,
@@ -1368,3 +1375,38 @@ class CommitLog:
 
     def close(self) -> None:
         self.queue.close()
+
+
+def encode_record(msg: MessageExt) -> bytes:
+    """The whole record of ``msg`` as bytes, by the one encoder (:func:`encode_run`); body CRC
+    and host flags are computed here.
+
+    Raises :class:`RecordError` when the topic or properties are too long for the layout.
+    """
+    topic = msg.topic.encode()
+    props = properties_bytes(msg.properties)
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise RecordError(f"topic is {len(topic)} bytes, more than {MAX_TOPIC_LENGTH}")
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise RecordError(f"properties are {len(props)} bytes, more than {MAX_PROPERTIES_LENGTH}")
+    if has_nul(topic):
+        raise RecordError("a topic may not contain NUL characters")
+    born_ip = pack_ip(msg.born_host[0])
+    store_ip = pack_ip(msg.store_host[0])
+    sys_flag = (msg.sys_flag & ~_HOST_FLAGS) | host_flags(born_ip, store_ip)
+    buf = bytearray(record_length(sys_flag, len(msg.body), len(topic), len(props)))
+    entry = (
+        msg.topic, msg.queue_id, msg.body, props, msg.flag, sys_flag, msg.born_timestamp,
+        msg.reconsume_times, born_ip, msg.born_host[1], msg.prepared_transaction_offset,
+    )  # fmt: skip
+    _, rows, _, _, _ = encode_run(
+        buf, 0, len(buf), 0, [entry], {msg.topic: topic}, {},
+        itertools.repeat(msg.store_timestamp).__next__, b"", b"", 0, store_ip,
+        msg.store_host[1], 0, 0, "", None,
+    )  # fmt: skip
+    if not rows:
+        raise RecordError("the message does not fit the record layout")
+    # Its offsets as the message has them (a prepared message's queue offset too).
+    _LONG.pack_into(buf, QUEUE_OFFSET_POSITION, msg.queue_offset)
+    _LONG.pack_into(buf, PHYSICAL_OFFSET_POSITION, msg.commitlog_offset)
+    return bytes(buf)

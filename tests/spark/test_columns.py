@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from pymq.common.message_ext import MessageExt, MessageSysFlag
-from pymq.common.record import encode_record
 from pymq.export import columns, datasource
 from pymq.export.datasource import SCHEMA, PymqReader
 from pymq.export.options import CheckpointBound, ExportOptions, Mode
 from pymq.export.scan import CorruptRecordError, SegmentScan, plan_store
+from pymq.store.commitlog import encode_record
 from tests.helpers import damaged, implementations
 
 FILE_SIZE = 64 * 1024

@@ -1,7 +1,7 @@
 """Stored messages one at a time and as a batch (``CommitLog.append_stored``, a run of stored
 messages through the one record encoder, ``encode_run``): whichever way a message goes, the
 commit log holds the same bytes, the messages the same stored fields and reput the same dispatch
-hints, and those bytes are what the record codec's :func:`~pymq.common.record.encode_record`
+hints, and those bytes are what the record codec's :func:`~pymq.store.commitlog.encode_record`
 makes of the stored message.  Each test runs with the C encoder (where built) and its Python
 twin."""
 
@@ -12,10 +12,9 @@ import pytest
 
 from pymq.common.message_ext import MessageExt, MessageSysFlag, properties_bytes
 from pymq.common.native import load_native
-from pymq.common.record import encode_record
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store import commitlog as commitlog_module
-from pymq.store.commitlog import CommitLog, DispatchHint, encode_run_py
+from pymq.store.commitlog import CommitLog, DispatchHint, encode_record, encode_run_py
 
 _C = load_native("pymq.store._commitlogc")
 ENCODERS = [pytest.param(encode_run_py, id="python")]

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pymq.common.message_ext import MessageExt
-from pymq.common.record import encode_record, property_value, read_record_info
+from pymq.common.record import property_value, read_record_info
 from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.store import reput as reput_module
-from pymq.store.commitlog import DispatchHint
+from pymq.store.commitlog import DispatchHint, encode_record
 from pymq.store.consume_queue_table import ConsumeQueueTable
 from pymq.store.index_service import IndexService
 from pymq.store.reput import ReputMessageService

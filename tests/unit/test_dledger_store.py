@@ -367,8 +367,9 @@ def test_a_rocketmq_record_as_an_entry_body_names_its_commit_log_offset(tmp_path
     """As RocketMQ 4.9.4's DLedgerCommitLog stores a message: the record is the entry's body,
     its PHYSICALOFFSET field is the entry's position + 48, written before the entry is."""
     from pymq.common.message_ext import MessageExt
-    from pymq.common.record import decode_record, encode_record
+    from pymq.common.record import decode_record
     from pymq.dledger.store import stamp_commit_log_offset
+    from pymq.store.commitlog import encode_record
 
     store = _open(tmp_path)
     store.append_as_leader(b"x" * 850, 1)  # so that the record lands past a file boundary

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from pymq.common import clock, message_ext, native, record
 from pymq.common.message_ext import MessageExt
-from pymq.common.record import encode_record
+from pymq.store.commitlog import encode_record
 from tests.helpers import c_functions
 
 

@@ -33,7 +33,7 @@ from pymq.common.message_ext import (
     java_hashmap_order,
     properties_bytes,
 )
-from pymq.common.record import decode_record, encode_record
+from pymq.common.record import decode_record
 from pymq.common.topic import (
     CID_RMQ_SYS_TRANS,
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -46,6 +46,7 @@ from pymq.remoting.channel import ANSWER_LATER
 from pymq.remoting.codec import RemotingCommand, encode
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.store import DefaultMessageStore, MessageStoreConfig
+from pymq.store.commitlog import encode_record
 from pymq.store.config import BrokerRole
 from tests.helpers import answer_command
 from tests.unit.contexts import make_broker_context

@@ -25,11 +25,11 @@ from pymq.common import batch, clock, message_ext, message_id, record
 from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
-from pymq.common.record import RecordError, encode_record
+from pymq.common.record import RecordError
 from pymq.export import columns
 from pymq.remoting import codec, headers
 from pymq.store import commitlog, get_message, index_file, reput
-from pymq.store.commitlog import DispatchHint
+from pymq.store.commitlog import DispatchHint, encode_record
 from tests.helpers import C_MODULES, mangled
 from tests.unit import test_codec, test_recordc
 
@@ -754,7 +754,7 @@ def _columnsc_cases(c: Any) -> Iterator[Case]:
     for m in msgs:
         m.commitlog_offset = 1000 + len(data)
         data += encode_record(m)
-    data += record.encode_record(MessageExt(topic="T", body=b"wrong offset"))
+    data += encode_record(MessageExt(topic="T", body=b"wrong offset"))
     ok = (bytes(data), 0, len(data), 1000, None, 1000, 1 << 20, "inflate", "host6")
     for buf in _hostile(ok[0], 11):
         for at, value in ((None, None), (7, None), (8, None), (4, 1_700_000_000_000)):

@@ -31,6 +31,7 @@ PARTS = {
         "test_fast_json_path_answers_as_json_alone",
         "test_fast_json_path_edge_cases",
         "_frame_of",
+        "_JSON_HEADER_READERS",
         "_decoded_either_way",
         "_header_text",
         "test_json_header_in_c_reads_frames_as_the_general_decoder",

@@ -17,6 +17,7 @@ from pymq.remoting.codec import (
     FrameDecoder,
     RemotingCommand,
     encode,
+    json_command_py,
     json_header_py,
 )
 from pymq.remoting.codes import LanguageCode, ResponseCode, SerializeType
@@ -416,15 +417,22 @@ def _frame_of(header: bytes, body: bytes = b"xy") -> bytes:
 
 
 _JSON_HEADER_READERS = [
-    p.values[0] for p in implementations("pymq.remoting._codecc", "json_header", json_header_py)
+    (header.values[0], command.values[0])
+    for header, command in zip(
+        implementations("pymq.remoting._codecc", "json_header", json_header_py),
+        implementations("pymq.remoting._codecc", "json_command", json_command_py),
+        strict=True,
+    )
 ]
+"""The plain header's two readers, json_header (from the frame's bytes) and json_command (of
+orjson's dict, in the general decoder): C's and their twins (the twins alone under
+PYMQ_PURE_PYTHON=1)."""
 
 
 def _decoded_either_way(header: bytes) -> object:
-    """decode_frame of the header with each json_header (C and its twin, the twin alone under
-    PYMQ_PURE_PYTHON=1; it reads the plain header, else leaves it to the general decoder), the
-    general decoder alone and json's reading alone (the reference): asserts all give the same
-    command or the same refusal, and returns it."""
+    """decode_frame of the header and the general decoder alone (_decode_json_header) with each
+    pair of _JSON_HEADER_READERS, and json's reading alone (the reference): asserts all give
+    the same command or the same refusal, and returns it."""
     from pymq.remoting import codec
 
     frame = _frame_of(header)
@@ -448,15 +456,13 @@ def _decoded_either_way(header: bytes) -> object:
             return ("refused", str(exc))
 
     got = outcome(lambda: codec._checked_command(codec._json_loads(header)))
-    picked = codec._json_header_at
+    picked = codec._json_header_at, codec._json_command
     try:
-        for reader in _JSON_HEADER_READERS:
-            codec._json_header_at = reader
-            assert outcome(lambda: codec.decode_frame(frame)) == got, reader
+        for codec._json_header_at, codec._json_command in _JSON_HEADER_READERS:
+            assert outcome(lambda: codec.decode_frame(frame)) == got, codec._json_header_at
+            assert outcome(lambda: codec._decode_json_header(header)) == got, codec._json_command
     finally:
-        codec._json_header_at = picked
-    # The general decoder alone (the orjson reading and json_command, C or its twin) too.
-    assert outcome(lambda: codec._decode_json_header(header)) == got
+        codec._json_header_at, codec._json_command = picked
     return got
 
 
@@ -532,7 +538,7 @@ def test_json_header_reads_the_plain_send_header() -> None:
         b'{"code":310,"extFields":{"a":"G","i":"UNIQ_KEY\\u0001A\\u0002"},"flag":0,'
         b'"language":"JAVA","opaque":7,"serializeTypeCurrentRPC":"JSON","version":399}'
     )
-    for reader in _JSON_HEADER_READERS:
+    for reader, _ in _JSON_HEADER_READERS:
         cmd = reader(header, 0, len(header), codec.RemotingCommand, 0)
         assert cmd is not None
         assert (cmd.code, cmd.opaque, cmd.version, cmd.language) == (310, 7, 399, "JAVA")

@@ -4,8 +4,8 @@ per module; and every C module has a stub naming exactly its functions.  Skipped
 PYMQ_PURE_PYTHON=1, where the twins alone are in use (and the rest of the suite runs on them).
 
 Functions whose own tests check them, C and twin alike, against a reference are not repeated
-here but for their arguments' edges: json_header and json_command (tests/unit/test_codec.py,
-against json's reading), send_run_fields and send_answer_run (tests/unit/test_send_run_c.py,
+here (json_header and json_command but for their arguments' edges): those two
+(tests/unit/test_codec.py, against json's reading), send_run_fields and send_answer_run (tests/unit/test_send_run_c.py,
 against send_fields and send_answer_frame one by one), export_columns
 (tests/spark/test_columns.py, against the per-record path), send_frame and batch_body
 (tests/unit/test_client_frames.py and test_batch_encoding.py, against the codec and the

@@ -258,6 +258,10 @@ def test_send_answer_run_refuses_what_it_cannot_write() -> None:
         run([(1,)], [hint], "A" * 65, b'"R"', False, 1)
     with pytest.raises(TypeError):
         run([(1,)], [(1, 2)], "AB", b'"R"', False, 1)  # a hint too short
+    with pytest.raises(TypeError):
+        run([[1]], [hint], "AB", b'"R"', False, 1)  # fields not a tuple
+    with pytest.raises(TypeError):
+        run([(1,)], (hint,), "AB", b'"R"', False, 1)  # hints not a list
     with pytest.raises(OverflowError):
         run([(2**31,)], [hint], "AB", b'"R"', False, 1)  # an opaque no int32
     with pytest.raises(ValueError, match="too long"):

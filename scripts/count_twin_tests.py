@@ -68,7 +68,7 @@ PARTS = {
         "reference",
         "test_batch_body_is_the_reference_writers",
         "_plain",
-        "native_batch_body",
+        "WRITERS",
         "test_the_c_batch_body_is_the_python_writers",
         "test_the_c_batch_body_leaves_what_is_not_plain_to_python",
     ],

@@ -264,8 +264,10 @@ def test_send_answer_run_refuses_what_it_cannot_write() -> None:
         run([(1,)], (hint,), "AB", b'"R"', False, 1)  # hints not a list
     with pytest.raises(OverflowError):
         run([(2**31,)], [hint], "AB", b'"R"', False, 1)  # an opaque no int32
-    with pytest.raises(ValueError, match="too long"):
+    with pytest.raises(ValueError, match="region is too long"):
         run([(1,)], [hint], "AB", b'"' + b"r" * 0xFFFFFF + b'"', False, 1)
+    with pytest.raises(ValueError, match="an answer too long"):  # the region fits, its answer not
+        run([(1,)], [hint], "AB", b'"' + b"r" * 0xFFFFFD + b'"', False, 1)
     assert run([], [], "AB", b'"R"', False, 1) == (b"", [])
 
 

@@ -138,6 +138,10 @@ def test_the_c_batch_body_leaves_what_is_not_plain_to_python(native_batch_body: 
     assert native_batch_body(Message, [ok, Message("U", b"x")], ids) is not None
     with pytest.raises(TypeError, match="topic must be a str"):
         native_batch_body(Message, [ok, ok], ids, b"T")
+    with pytest.raises(TypeError):
+        native_batch_body("Message", [ok, ok], ids)  # no class
+    with pytest.raises(TypeError):
+        native_batch_body(Message, [ok, ok], tuple(ids))  # ids not a list
     assert native_batch_body(Message, [ok, ok], ["A" * 32, "\u00e9" * 32]) is None
     assert native_batch_body(Message, iter([ok, ok]), ids) is None
     # What the C writer declines, the Python writer still writes (or refuses).

@@ -91,6 +91,8 @@ def test_the_c_frame_writer_declines_what_python_writes(native) -> None:
     assert native(head, 1, b",", 0, 0, 0, 0, "\u00e9", tail, b"") is None
     assert native(head, 2**63, b",", 0, 0, 0, 0, "a", tail, b"") is None
     assert native(head, True, b",", 0, 0, 0, 0, "a", tail, b"") is None
+    with pytest.raises(TypeError):  # the frame's fixed parts are the caller's bytes
+        native(head, 1, bytearray(b","), 0, 0, 0, 0, "a", tail, b"")
     frame = native(head, -(2**63), b",", 1, -2, 3, -4, '"\\\x01\x1f\x7f\n', tail, b"B")
     assert frame is not None
     assert frame[8:] == (

@@ -5,11 +5,11 @@ PYMQ_PURE_PYTHON=1, where the twins alone are in use (and the rest of the suite 
 
 Functions whose own tests check them, C and twin alike, against a reference are not repeated
 here (json_header and json_command but for their arguments' edges): those two
-(tests/unit/test_codec.py, against json's reading), send_run_fields and send_answer_run (tests/unit/test_send_run_c.py,
-against send_fields and send_answer_frame one by one), export_columns
-(tests/spark/test_columns.py, against the per-record path), send_frame and batch_body
-(tests/unit/test_client_frames.py and test_batch_encoding.py, against the codec and the
-reference writer)."""
+(tests/unit/test_codec.py, against json's reading), send_run_fields and send_answer_run
+(tests/unit/test_send_run_c.py, against send_fields and send_answer_frame one by one),
+export_columns (tests/spark/test_columns.py, against the per-record path), send_frame and
+batch_body (tests/unit/test_client_frames.py and test_batch_encoding.py, against the codec and
+the reference writer)."""
 
 from __future__ import annotations
 
@@ -232,6 +232,7 @@ def _json_header_cases(c: Any) -> Iterator[Case]:
         (memoryview(frame), 2, end, cls, json_type),
         (frame, 2, end, lambda *f: f, 5),
         (frame, 2, len(frame) + 1, cls, json_type),
+        (bytearray(frame), 2, len(frame) + 1, cls, json_type),
         (frame, end, 2, cls, json_type),
         (frame, -1, end, cls, json_type),
         (frame, 2, 2**63, cls, json_type),

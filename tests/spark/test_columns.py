@@ -311,6 +311,15 @@ def test_export_columns_stops_where_it_must():
     assert next(_runs(bytes(data), body=1))[1] == 1
     # Records stored after the bound are left to the caller.
     assert next(_runs(bytes(data), stop_ts=msgs[2].store_timestamp))[1] == 3
+    # A record of more than 256 properties is left to the per-record path.
+    many = encode_record(
+        _at(attrs.evolve(msgs[0], properties={f"n{i}": "v" for i in range(257)}), 0)
+    )
+    assert next(_runs(many))[1] == 0
+    # A body length past the record's end (IPv4 hosts: the length at byte 84).
+    bad = bytearray(encode_record(_at(msgs[0], 0)))
+    bad[84:88] = len(bad).to_bytes(4, "big")
+    assert next(_runs(bytes(bad)))[1] == 0
     # A record must sit at its own physical offset.
     assert next(_runs(bytes(data), base=1))[1] == 0
     # Records must start before stop, and end inside the buffer.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import struct
 import zlib
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -29,6 +30,7 @@ from pymq.common.message_ext import (
     encode_properties,
 )
 from pymq.common.message_id import UniqueIdGenerator
+from tests.helpers import implementations
 
 
 def reference(msgs: list[Message], ids: list[str]) -> bytes:
@@ -78,11 +80,17 @@ _plain = st.builds(
     flag=st.integers(-(2**31), 2**31 - 1),
     delay_level=st.just(0),
 )
-native_batch_body = producer_module._batch_body  # C when built, else its twin
+WRITERS = pytest.mark.parametrize(
+    "native_batch_body",
+    implementations("pymq.client._producerc", "batch_body", producer_module.batch_body_py),
+)  # C's and its twin (the twin alone under PYMQ_PURE_PYTHON=1)
 
 
+@WRITERS
 @given(st.lists(_messages | _plain, max_size=8), st.booleans())
-def test_batch_body_is_the_reference_writers(msgs: list[Message], as_tuple: bool) -> None:
+def test_batch_body_is_the_reference_writers(
+    native_batch_body: Any, msgs: list[Message], as_tuple: bool
+) -> None:
     """_batch_body_py writes what the reference writes, leaving the messages as they were;
     the picked writer (C, or its twin) writes the same of plain messages (only tags, flag
     and body of their own), and declines (None) or writes the same of the others."""
@@ -100,8 +108,8 @@ def test_batch_body_is_the_reference_writers(msgs: list[Message], as_tuple: bool
     assert native_batch_body(Message, msgs, ids, "T") == native  # all of the batch's topic
 
 
-def test_the_c_batch_body_leaves_what_is_not_plain_to_python() -> None:
-    assert native_batch_body is not None
+@WRITERS
+def test_the_c_batch_body_leaves_what_is_not_plain_to_python(native_batch_body: Any) -> None:
     ids = ["A" * 32, "B" * 32]
     ok = Message("T", b"x", tags="t")
 
@@ -130,6 +138,10 @@ def test_the_c_batch_body_leaves_what_is_not_plain_to_python() -> None:
     assert native_batch_body(Message, [ok, Message("U", b"x")], ids) is not None
     with pytest.raises(TypeError, match="topic must be a str"):
         native_batch_body(Message, [ok, ok], ids, b"T")
+    with pytest.raises(TypeError):
+        native_batch_body("Message", [ok, ok], ids)  # no class
+    with pytest.raises(TypeError):
+        native_batch_body(Message, [ok, ok], tuple(ids))  # ids not a list
     assert native_batch_body(Message, [ok, ok], ["A" * 32, "\u00e9" * 32]) is None
     assert native_batch_body(Message, iter([ok, ok]), ids) is None
     # What the C writer declines, the Python writer still writes (or refuses).

@@ -14,12 +14,15 @@ from pymq.common.consumer import MessageQueue
 from pymq.remoting.codec import RemotingCommand, decode_frame, encode
 from pymq.remoting.codes import RequestCode
 from pymq.remoting.headers import SendMessageRequestHeader
+from tests.helpers import implementations
 
 _text = st.text(
     st.characters(codec="utf-8", exclude_categories=("Cs",)) | st.sampled_from('"\\\x01\x02\n'),
     max_size=12,
 )
 _int32 = st.integers(-(2**31), 2**31 - 1)
+# The frame writer: C's and its twin (the twin alone under PYMQ_PURE_PYTHON=1).
+WRITERS = implementations("pymq.client._producerc", "send_frame", producer_module.send_frame_py)
 
 
 @given(
@@ -72,22 +75,24 @@ def test_the_send_frame_is_what_the_codec_writes(
     assert frame == encode(request)
     # A second send to the topic uses the kept text.
     assert producer._v2_frame(code, mq, sys_flag, flag, props, body, opaque, born) == frame
-    # The picked writer (C, or its twin) writes the frame of ASCII properties.
-    if props.isascii():
-        assert producer_module._send_frame(
+    # The frame writer (C's and its twin) writes the frame of ASCII properties.
+    for writer in [p.values[0] for p in WRITERS] if props.isascii() else []:
+        assert writer(
             producer_module._V2_FRAME_HEAD[code], opaque,
             producer._frame_json[topic], queue_id, sys_flag, born, flag, props,
             producer_module._V2_FRAME_TAIL[code], body,
         ) == frame  # fmt: skip
 
 
-def test_the_c_frame_writer_declines_what_python_writes() -> None:
+@pytest.mark.parametrize("native", WRITERS)
+def test_the_c_frame_writer_declines_what_python_writes(native) -> None:
     """Properties that are not ASCII, or numbers past a long long, are left to Python."""
-    native = producer_module._send_frame
     head, tail = b'{"opaque":', b"}"
     assert native(head, 1, b",", 0, 0, 0, 0, "\u00e9", tail, b"") is None
     assert native(head, 2**63, b",", 0, 0, 0, 0, "a", tail, b"") is None
     assert native(head, True, b",", 0, 0, 0, 0, "a", tail, b"") is None
+    with pytest.raises(TypeError):  # the frame's fixed parts are the caller's bytes
+        native(head, 1, bytearray(b","), 0, 0, 0, 0, "a", tail, b"")
     frame = native(head, -(2**63), b",", 1, -2, 3, -4, '"\\\x01\x1f\x7f\n', tail, b"B")
     assert frame is not None
     assert frame[8:] == (

@@ -17,10 +17,12 @@ from pymq.remoting.codec import (
     FrameDecoder,
     RemotingCommand,
     encode,
+    json_command_py,
+    json_header_py,
 )
 from pymq.remoting.codes import LanguageCode, ResponseCode, SerializeType
 from pymq.remoting.errors import ProtocolError, RemotingCommandError
-from tests.helpers import mangled
+from tests.helpers import implementations, mangled
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 ext_fields = st.dictionaries(text, text, max_size=8)
@@ -414,10 +416,23 @@ def _frame_of(header: bytes, body: bytes = b"xy") -> bytes:
     return len(header).to_bytes(4, "big") + header + body
 
 
+_JSON_HEADER_READERS = [
+    (header.values[0], command.values[0])
+    for header, command in zip(
+        implementations("pymq.remoting._codecc", "json_header", json_header_py),
+        implementations("pymq.remoting._codecc", "json_command", json_command_py),
+        strict=True,
+    )
+]
+"""The plain header's two readers, json_header (from the frame's bytes) and json_command (of
+orjson's dict, in the general decoder): C's and their twins (the twins alone under
+PYMQ_PURE_PYTHON=1)."""
+
+
 def _decoded_either_way(header: bytes) -> object:
-    """decode_frame of the header (the plain header read by json_header, C or its twin, else
-    the general decoder), the general decoder alone and json's reading alone (the reference):
-    asserts all give the same command or the same refusal, and returns it."""
+    """decode_frame of the header and the general decoder alone (_decode_json_header) with each
+    pair of _JSON_HEADER_READERS, and json's reading alone (the reference): asserts all give
+    the same command or the same refusal, and returns it."""
     from pymq.remoting import codec
 
     frame = _frame_of(header)
@@ -440,10 +455,14 @@ def _decoded_either_way(header: bytes) -> object:
         except ProtocolError as exc:
             return ("refused", str(exc))
 
-    got = outcome(lambda: codec.decode_frame(frame))
-    assert got == outcome(lambda: codec._checked_command(codec._json_loads(header)))
-    # The general decoder alone (the orjson reading and json_command, C or its twin) too.
-    assert outcome(lambda: codec._decode_json_header(header)) == got
+    got = outcome(lambda: codec._checked_command(codec._json_loads(header)))
+    picked = codec._json_header_at, codec._json_command
+    try:
+        for codec._json_header_at, codec._json_command in _JSON_HEADER_READERS:
+            assert outcome(lambda: codec.decode_frame(frame)) == got, codec._json_header_at
+            assert outcome(lambda: codec._decode_json_header(header)) == got, codec._json_command
+    finally:
+        codec._json_header_at, codec._json_command = picked
     return got
 
 
@@ -499,7 +518,7 @@ SEND_HEADER = (
 
 
 def damaged_send_header(data: st.DataObject) -> bytes:
-    """SEND_HEADER damaged by bytes of the JSON grammar (tests/unit/test_twins.py too)."""
+    """SEND_HEADER damaged by bytes of the JSON grammar."""
     return mangled(data, SEND_HEADER, b'"\\{}[],:-.0e19 \x00\x7f\x80\xc3\xa9tnu')
 
 
@@ -519,10 +538,11 @@ def test_json_header_reads_the_plain_send_header() -> None:
         b'{"code":310,"extFields":{"a":"G","i":"UNIQ_KEY\\u0001A\\u0002"},"flag":0,'
         b'"language":"JAVA","opaque":7,"serializeTypeCurrentRPC":"JSON","version":399}'
     )
-    cmd = codec._json_header_at(header, 0, len(header), codec.RemotingCommand, 0)
-    assert cmd is not None
-    assert (cmd.code, cmd.opaque, cmd.version, cmd.language) == (310, 7, 399, "JAVA")
-    assert cmd.ext_fields == {"a": "G", "i": "UNIQ_KEY\x01A\x02"}
+    for reader, _ in _JSON_HEADER_READERS:
+        cmd = reader(header, 0, len(header), codec.RemotingCommand, 0)
+        assert cmd is not None
+        assert (cmd.code, cmd.opaque, cmd.version, cmd.language) == (310, 7, 399, "JAVA")
+        assert cmd.ext_fields == {"a": "G", "i": "UNIQ_KEY\x01A\x02"}
     assert _decoded_either_way(header)[0]["ext_fields"] == cmd.ext_fields
 
 
@@ -582,11 +602,23 @@ JSON_HEADER_EDGES = [
     b'{"code":10,"language":"JAVA","extFields":{"a":"1",}}',
     b'{"c\\u006fde":10,"language":"JAVA"}',
     b'{"code":10,"language":"JAVA","extFields":{"\\u0061":"1"}}',
+    b'{"code":1,"language":"JAVA","extFields":{"flag":"1","code":"x"},"x":"code"}',
+    b'{"code":1,"language":"JAVA","extFields":{"flag":"1"},"flag":2,"flag":3}',
+    b'{"code":1,"language":"JAVA","x":1,"x":2,"y":123456789012345678}',
+    b'{"code":1,"language":"JAVA","y":1234567890123456789}',
+    b'{"code":1,"language":"JAVA","extFields":"x","remark":true}',
+    b'{"code":1,"language":"JAVA","opaque":null,"y":{}}',
+    b'{"code":1,"language":"JAVA","x":"\\":\\"","y":"\\\\"}',
+    b'{"code":1,"language":"JAVA","r\\u0065mark":"\\u0022"}',
+    b'{"code":1,"language":"JAVA"}\x0b',
+    b'{"code":1,"language":"JAVA","remark":"\\uDC80x"}',
+    b'{"code":1,"language":"JAVA","x":"\\udfff"}',
+    b'\t{"code" :1 , "language":"J\\u00e9" ,"remark":"\\ud7ff\\ue000"}\r\n',
     b"{}",
     b"[]",
     b"",
 ]
-"""Headers at the edges of json_header's plain subset (tests/unit/test_twins.py too)."""
+"""Headers at the edges of json_header's plain subset."""
 
 
 @pytest.mark.parametrize("header", JSON_HEADER_EDGES)

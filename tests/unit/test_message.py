@@ -34,9 +34,9 @@ from pymq.common.record import (
     RecordError,
     decode_record,
     decode_records,
-    encode_record,
     iter_records,
 )
+from pymq.store.commitlog import encode_record
 from tests.helpers import damaged
 
 

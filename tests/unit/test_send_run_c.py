@@ -14,10 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pymq.broker.processors import send
 from pymq.common.message_id import offset_msg_id
+from pymq.remoting import codec
 from pymq.remoting.codec import RemotingCommand, encode
 from pymq.store.commitlog import DispatchHint
-from tests.helpers import mangled, send_tier_functions
+from tests.helpers import implementations, mangled, send_tier_functions
 from tests.integration.test_send_raw import _items, batch_frame, cpp_frame, ext_for, frame
 from tests.integration.test_send_run import run_of
 
@@ -51,10 +53,21 @@ def reference(buf: bytes, bounds: list[int], first: int, stop: int, judge) -> tu
     return stop, None, entries, parsed
 
 
-def fast(buf: bytes, bounds: list[int], first: int, stop: int, judge) -> tuple:
+# send_run_fields and send_answer_run: C's and their twins (the twins alone under
+# PYMQ_PURE_PYTHON=1), each checked against the Python loop of send_fields / send_answer_frame.
+RUN_FIELDS = pytest.mark.parametrize(
+    "run_fields",
+    implementations("pymq.remoting._codecc", "send_run_fields", codec.send_run_fields_py),
+)
+ANSWER_RUN = pytest.mark.parametrize(
+    "answer_run", implementations("pymq.broker._sendc", "send_answer_run", send.send_answer_run_py)
+)
+
+
+def fast(run_fields, buf: bytes, bounds: list[int], first: int, stop: int, judge) -> tuple:
     entries: list[tuple] = []
     parsed: list[tuple] = []
-    i, fields = native_extension.send_run_fields(buf, bounds, first, stop, judge, entries, parsed)
+    i, fields = run_fields(buf, bounds, first, stop, judge, entries, parsed)
     return i, fields, entries, parsed
 
 
@@ -73,6 +86,7 @@ FRAME = st.one_of(
 )
 
 
+@RUN_FIELDS
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
@@ -80,7 +94,9 @@ FRAME = st.one_of(
     ),
     st.data(),
 )
-def test_send_run_fields_takes_what_the_python_loop_takes(frames: list[bytes], data) -> None:
+def test_send_run_fields_takes_what_the_python_loop_takes(
+    run_fields, frames: list[bytes], data
+) -> None:
     buf, bounds = run_of(frames)
     if data.draw(st.booleans()):  # bounds off by a few bytes, some past the buffer
         bounds = [max(0, b + data.draw(st.integers(-8, 8))) for b in bounds]
@@ -99,7 +115,7 @@ def test_send_run_fields_takes_what_the_python_loop_takes(frames: list[bytes], d
         return counts.get(topic)
 
     want = reference(buf, bounds, first, stop, counts.get)
-    assert fast(buf, bounds, first, stop, judge) == want
+    assert fast(run_fields, buf, bounds, first, stop, judge) == want
     # Judged once per change of topic among the frames it read.
     read = [native_extension.send_fields(buf, bounds[2 * k], bounds[2 * k + 1])
             for k in range(first, min(want[0] + 1, stop))]  # fmt: skip
@@ -107,16 +123,17 @@ def test_send_run_fields_takes_what_the_python_loop_takes(frames: list[bytes], d
     assert calls == [t for k, t in enumerate(topics) if k == 0 or topics[k - 1] != t]
 
 
-def test_send_run_fields_stops_where_the_judge_says() -> None:
+@RUN_FIELDS
+def test_send_run_fields_stops_where_the_judge_says(run_fields) -> None:
     frames = [frame(ext_for("T1", 0)), frame(ext_for("T1", 3)), frame(ext_for("Topic-2", 1))]
     frames += [frame(ext_for("Topic-2", 2)), frame(ext_for("T1", 1))]
     buf, bounds = run_of(frames)
-    i, fields, entries, parsed = fast(buf, bounds, 0, 5, COUNTS.get)
+    i, fields, entries, parsed = fast(run_fields, buf, bounds, 0, 5, COUNTS.get)
     assert i == 3 and fields is not None and fields[1] == "Topic-2" and fields[2] == 2
     assert [(e[0], e[1]) for e in entries] == [("T1", 0), ("T1", 3), ("Topic-2", 1)]
     assert [f[0] for f in parsed] == [77, 77, 77]
     assert entries[0][2] == b"body-%d" % len(ext_for("T1", 0))
-    i, fields, entries, _ = fast(buf, bounds, 0, 5, lambda topic: None)
+    i, fields, entries, _ = fast(run_fields, buf, bounds, 0, 5, lambda topic: None)
     assert (i, entries) == (0, []) and fields is not None and fields[1] == "T1"
 
 
@@ -203,6 +220,7 @@ def totals_of(hints: list[DispatchHint]) -> list[tuple]:
     return [tuple(row) for row in out]
 
 
+@ANSWER_RUN
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), HINT), max_size=12),
@@ -213,11 +231,11 @@ def totals_of(hints: list[DispatchHint]) -> list[tuple]:
     st.integers(-(2**31), 2**31 - 1),
 )
 def test_send_answer_run_writes_each_answer_as_send_answer_frame(
-    rows: list[tuple], extra: int, prefix: str, region: bytes, trace: bool, version: int
+    answer_run, rows: list[tuple], extra: int, prefix: str, region: bytes, trace: bool, version: int
 ) -> None:
     parsed = [(opaque, "T1") for opaque, _ in rows] + [(1, "x")] * extra  # may be longer
     hints = [hint for _, hint in rows]
-    joined, totals = native_extension.send_answer_run(parsed, hints, prefix, region, trace, version)
+    joined, totals = answer_run(parsed, hints, prefix, region, trace, version)
     want = b"".join(
         native_extension.send_answer_frame(
             opaque, offset_msg_id(prefix, hint.physical_offset), hint.queue_id,
@@ -240,10 +258,16 @@ def test_send_answer_run_refuses_what_it_cannot_write() -> None:
         run([(1,)], [hint], "A" * 65, b'"R"', False, 1)
     with pytest.raises(TypeError):
         run([(1,)], [(1, 2)], "AB", b'"R"', False, 1)  # a hint too short
+    with pytest.raises(TypeError):
+        run([[1]], [hint], "AB", b'"R"', False, 1)  # fields not a tuple
+    with pytest.raises(TypeError):
+        run([(1,)], (hint,), "AB", b'"R"', False, 1)  # hints not a list
     with pytest.raises(OverflowError):
         run([(2**31,)], [hint], "AB", b'"R"', False, 1)  # an opaque no int32
-    with pytest.raises(ValueError, match="too long"):
+    with pytest.raises(ValueError, match="region is too long"):
         run([(1,)], [hint], "AB", b'"' + b"r" * 0xFFFFFF + b'"', False, 1)
+    with pytest.raises(ValueError, match="an answer too long"):  # the region fits, its answer not
+        run([(1,)], [hint], "AB", b'"' + b"r" * 0xFFFFFD + b'"', False, 1)
     assert run([], [], "AB", b'"R"', False, 1) == (b"", [])
 
 

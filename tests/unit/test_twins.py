@@ -1,7 +1,15 @@
 """Each C module against its Python twins: the same answer (or the same exception type) on the
 same inputs, ordinary and hostile (truncated, corrupted, random bytes), one parametrised test
 per module; and every C module has a stub naming exactly its functions.  Skipped under
-PYMQ_PURE_PYTHON=1, where the twins alone are in use (and the rest of the suite runs on them)."""
+PYMQ_PURE_PYTHON=1, where the twins alone are in use (and the rest of the suite runs on them).
+
+Functions whose own tests check them, C and twin alike, against a reference are not repeated
+here (json_header and json_command but for their arguments' edges): those two
+(tests/unit/test_codec.py, against json's reading), send_run_fields and send_answer_run
+(tests/unit/test_send_run_c.py, against send_fields and send_answer_frame one by one),
+export_columns (tests/spark/test_columns.py, against the per-record path), send_frame and
+batch_body (tests/unit/test_client_frames.py and test_batch_encoding.py, against the codec and
+the reference writer)."""
 
 from __future__ import annotations
 
@@ -20,13 +28,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymq.broker.processors import send
-from pymq.client import producer
 from pymq.common import batch, clock, message_ext, message_id, record
 from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError
-from pymq.export import columns
 from pymq.remoting import codec, headers
 from pymq.store import commitlog, get_message, index_file, reput
 from pymq.store.commitlog import DispatchHint, encode_record
@@ -196,26 +202,9 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
 
 
 def _json_header_cases(c: Any) -> Iterator[Case]:
-    """json_header: the plain subset's edges (tests/unit/test_codec.py checks each against
-    json's reading), damaged send headers, members twice, and the arguments' edges."""
+    """json_header on the arguments' edges (tests/unit/test_codec.py checks it, C and twin,
+    against json's reading of headers)."""
     cls, json_type = codec.RemotingCommand, codec.SerializeType.JSON
-    odd = [
-        b'{"code":1,"language":"JAVA","extFields":{"flag":"1","code":"x"},"x":"code"}',
-        b'{"code":1,"language":"JAVA","extFields":{"flag":"1"},"flag":2,"flag":3}',
-        b'{"code":1,"language":"JAVA","x":1,"x":2,"y":123456789012345678}',
-        b'{"code":1,"language":"JAVA","y":1234567890123456789}',
-        b'{"code":1,"language":"JAVA","extFields":"x","remark":true}',
-        b'{"code":1,"language":"JAVA","opaque":null,"y":{}}',
-        b'{"code":1,"language":"JAVA","x":"\\":\\"","y":"\\\\"}',
-        b'{"code":1,"language":"JAVA","r\\u0065mark":"\\u0022"}',
-        b'{"code":1,"language":"JAVA"}\x0b',
-        b'{"code":1,"language":"JAVA","remark":"\\uDC80x"}',
-        b'{"code":1,"language":"JAVA","x":"\\udfff"}',
-        b'\t{"code" :1 , "language":"J\\u00e9" ,"remark":"\\ud7ff\\ue000"}\r\n',
-    ]
-    for header in [*test_codec.JSON_HEADER_EDGES, *odd, *_hostile(test_codec.SEND_HEADER, 10)]:
-        args = (header, 0, len(header), cls, json_type)
-        yield "json_header", c.json_header, codec.json_header_py, args
     frame = b"xx" + test_codec.SEND_HEADER + b"body"
     end = 2 + len(test_codec.SEND_HEADER)
     for args in (
@@ -224,6 +213,7 @@ def _json_header_cases(c: Any) -> Iterator[Case]:
         (memoryview(frame), 2, end, cls, json_type),
         (frame, 2, end, lambda *f: f, 5),
         (frame, 2, len(frame) + 1, cls, json_type),
+        (bytearray(frame), 2, len(frame) + 1, cls, json_type),
         (frame, end, 2, cls, json_type),
         (frame, -1, end, cls, json_type),
         (frame, 2, 2**63, cls, json_type),
@@ -234,10 +224,6 @@ def _json_header_cases(c: Any) -> Iterator[Case]:
         yield "json_header", c.json_header, codec.json_header_py, args
 
 
-_ODD_FIELD = st.sampled_from(
-    [1.0, "10", None, 2**31, -(2**31) - 1, True, False, "", 5, [], ["a"], {"b": 1}, -0.0, 1.5,
-     2**64 - 1, -(2**63), 0, -1, "r", "JAVA"]
-)  # fmt: skip
 _GONE = object()
 
 
@@ -247,11 +233,6 @@ def _changed(sound: dict, values: st.SearchStrategy[Any]) -> st.SearchStrategy[d
     return changes.map(lambda c: {k: v for k, v in (sound | dict(c)).items() if v is not _GONE})
 
 
-_OK = {"code": 310, "language": "JAVA", "opaque": 3, "flag": 0, "version": 401, "remark": "r"}
-_EXT = st.dictionaries(st.sampled_from(["a", "b", "k", ""]), st.text(max_size=2) | _ODD_FIELD)
-_COMMANDS = _changed(
-    _OK | {"extFields": {"a": "g"}}, _ODD_FIELD | st.integers(-(2**31) - 1, 2**31) | _EXT
-)
 _SEND_EXT = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)
 _END_EXT = headers.EndTransactionRequestHeader.producer_ext("g", 1, 2, 8, "id")
 _ODD_TEXT = st.sampled_from(
@@ -275,28 +256,6 @@ def test_header_readers_agree(send: dict, end: dict, batch_code: bool) -> None:
     assert _outcome(c.send_header, args) == _outcome(headers.send_header_py, args)
     args = (end, headers._END_SPEC, headers.EndTransactionRequestHeader)
     assert _outcome(c.plain_header, args) == _outcome(headers.plain_header_py, args)
-
-
-@pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
-@given(header=_COMMANDS)
-@settings(max_examples=300)
-def test_json_command_agrees(header: dict) -> None:
-    """json_command and its twin on sound headers with up to three members changed (to every
-    JSON type, Java int edges) or left out, the extFields too."""
-    c = load_native("pymq.remoting._codecc")
-    args = (header, codec.RemotingCommand, codec.SerializeType.JSON)
-    assert _outcome(c.json_command, args) == _outcome(codec.json_command_py, args)
-
-
-@pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
-@given(data=st.data())
-@settings(max_examples=300)
-def test_json_header_agrees_on_damaged_headers(data: st.DataObject) -> None:
-    """json_header and its twin on sound send headers with bytes changed, cut or added."""
-    c = load_native("pymq.remoting._codecc")
-    header = test_codec.damaged_send_header(data)
-    args = (header, 0, len(header), codec.RemotingCommand, codec.SerializeType.JSON)
-    assert _outcome(c.json_header, args) == _outcome(codec.json_header_py, args)
 
 
 def _send_frames() -> list[bytes]:
@@ -336,8 +295,9 @@ def _send_frames() -> list[bytes]:
 
 
 def _send_tier_cases(c: Any) -> Iterator[Case]:
-    """send_fields, send_run_fields and send_answer_fields on the frames producers and brokers
-    write, damaged, and on the arguments' edges; send_run_fields on runs judged every way."""
+    """send_fields and send_answer_fields on the frames producers and brokers write, damaged,
+    and on the arguments' edges (send_run_fields: tests/unit/test_send_run_c.py, against the
+    Python loop of send_fields, as built and under PYMQ_PURE_PYTHON=1)."""
     frames = _send_frames()
     for n, frame in enumerate(frames):
         for data in _hostile(frame, n):
@@ -360,24 +320,6 @@ def _send_tier_cases(c: Any) -> Iterator[Case]:
     ):
         yield "send_fields", c.send_fields, codec.send_fields_py, args
         yield "send_answer_fields", c.send_answer_fields, codec.send_answer_fields_py, args
-    run = frames[:6] + frames[:3]
-    buf = b"".join(run)
-    bounds: list[int] = []
-    pos = 0
-    for data in run:
-        bounds += [pos + 4, pos + len(data)]
-        pos += len(data)
-    for judge in (lambda t: 4, lambda t: 2, lambda t: None, lambda t: -1, lambda t: "x"):
-        for first, stop in ((0, len(run)), (2, 5), (3, 3), (6, len(run)), (0, len(run) + 1)):
-            args = (buf, list(bounds), first, stop, judge, [], [])
-            yield "send_run_fields", c.send_run_fields, codec.send_run_fields_py, args
-    for bad in (
-        (buf, tuple(bounds), 0, 2, lambda t: 4, [], []),
-        (buf, list(bounds), 0, 2, None, [], []),
-        (buf, list(bounds), -1, 2, lambda t: 4, [], []),
-        (buf, list(bounds), 0, 2, lambda t: 4, (), []),
-    ):
-        yield "send_run_fields", c.send_run_fields, codec.send_run_fields_py, bad
 
 
 @pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
@@ -504,37 +446,6 @@ def _sendc_cases(c: Any) -> Iterator[Case]:
                 yield "send_answer_frame", c.send_answer_frame, twin, args
     args = (1, "x" * 0xFFFFFF, 0, 0, b'"r"', True, 401)
     yield "send_answer_frame", c.send_answer_frame, twin, args
-    hint = DispatchHint(5, 10, "T1", 0, 0, None, 0, 0, None, None)
-    hints = [hint, hint._replace(physical_offset=2**63 - 1, queue_id=-1), hint._replace(size=0)]
-    hints += [hint._replace(topic="T2", queue_offset=-(2**63)), hint._replace(topic="T1")]
-    parsed = [(-(2**31), "T1"), (2**31 - 1,), (0, None), (7,), (8,), (9,)]
-    for prefix, region, trace, version in (
-        ("7F00000100002A9F", b'"DefaultRegion"', True, 401),
-        ("", b'"R\\u00e9gion"', 0, -(2**31)),
-        ("A" * 64, b"", [], 2**31 - 1),
-    ):
-        for cut in (0, 1, 3, len(hints)):
-            args = (parsed, hints[:cut], prefix, region, trace, version)
-            yield "send_answer_run", c.send_answer_run, send.send_answer_run_py, args
-    for bad in (
-        ([], [hint], "AB", b'"R"', False, 1),
-        ([(1,)], [hint], "\u00e9", b'"R"', False, 1),
-        ([(1,)], [hint], "A" * 65, b'"R"', False, 1),
-        ([(1,)], [(1, 2)], "AB", b'"R"', False, 1),
-        ([(1,)], [hint._replace(physical_offset=-1)], "AB", b'"R"', False, 1),
-        ([(1,)], [hint._replace(size=2**31)], "AB", b'"R"', False, 1),
-        ([(1,)], [hint._replace(queue_id="1")], "AB", b'"R"', False, 1),
-        ([(2**31,)], [hint], "AB", b'"R"', False, 1),
-        ([()], [hint], "AB", b'"R"', False, 1),
-        ([[1]], [hint], "AB", b'"R"', False, 1),
-        ([(1,)], [hint], "AB", b'"R"', False, 2**31),
-        ([(1,)], [hint], "AB", '"R"', False, 1),
-        ([(1,)], (hint,), "AB", b'"R"', False, 1),
-        ([(1,)], [hint], b"AB", b'"R"', False, 1),
-        ([(1,)], [hint], "AB", b'"' + b"r" * 0xFFFFFE + b'"', False, 1),
-        ([(1,)], [hint], "AB", b"r" * 0x1000000, False, 1),
-    ):
-        yield "send_answer_run", c.send_answer_run, send.send_answer_run_py, bad
 
 
 _TOPICS = {"T": b"T", "T2": b"Topic-2", "Long": b"L" * 128, "Nul": b"N\x00", "S": b"S"}
@@ -672,117 +583,9 @@ def test_encode_run_agrees_with_its_twin(entries, start, room, known, cut) -> No
     assert _outcome(_run(c.encode_run), args) == _outcome(_run(commitlog.encode_run_py), args)
 
 
-def _producerc_cases(c: Any) -> Iterator[Case]:
-    head, tail = producer._V2_FRAME_HEAD[310], producer._V2_FRAME_TAIL[310]
-    fixed = b',"flag":0,"extFields":{"a":"G","b":"T","c":"TBW102","d":"4",'
-    base = (head, 7, fixed, 1, 0, 1_700_000_000_000, 0, "TAGS\x01a\x02WAIT\x01true", tail, b"B")
-    for at, value in (
-        (None, None), (7, ""), (7, '"\\\x01\x1f\x7f\n'), (7, "\u00e9"), (7, 5), (9, b""),
-        (9, bytearray(b"x")), (9, memoryview(b"x")), (1, -(2**63)), (1, 2**63), (1, True),
-        (3, 2**63 - 1), (4, -1), (5, 1.0), (6, -(2**31)), (0, "head"), (2, bytearray(b",")),
-        (8, None),
-    ):  # fmt: skip
-        args = list(base)
-        if at is not None:
-            args[at] = value
-        yield "send_frame", c.send_frame, producer.send_frame_py, tuple(args)
-    Message = producer.Message
-    ok = [Message("T", b"a"), Message("T", b"bb", tags="t", flag=-1), Message("T", b"", tags="")]
-    ids = ["0A0B", "0C0D", "0E0F"]
-    for msgs, topic in (
-        (ok, "T"), (tuple(ok), "T"), ([], "T"), (ok, "U"), (ok, None),
-        ([*ok[:2], Message("T", b"x", keys="k")], "T"),
-        ([*ok[:2], Message("T", b"x", keys="")], "T"),
-        ([*ok[:2], Message("T", b"x", properties={"a": "b"})], "T"),
-        ([*ok[:2], Message("T", b"x", delay_level=1)], "T"),
-        ([*ok[:2], Message("T", b"x", flag=2**31)], "T"),
-        ([*ok[:2], Message("T", b"x", tags="\ud800")], "T"),
-        ([*ok[:2], Message("T", b"x", tags="t" * 40000)], "T"),
-        ([*ok[:2], Message("T", bytearray(b"x"))], "T"),
-        ([*ok[:2], Message("T", b"x", tags="\u00e9\U0001f600")], "T"),
-        ([*ok[:2], Message(5, b"x")], "T"),
-        ([*ok[:2], (1, 2)], "T"),
-        (iter(ok), "T"),
-    ):  # fmt: skip
-        args = (Message, msgs, ids[: len(msgs)] if isinstance(msgs, (list, tuple)) else ids)
-        yield "batch_body", c.batch_body, producer.batch_body_py, (*args, topic)
-        yield "batch_body", c.batch_body, producer.batch_body_py, args
-    for bad in (
-        (Message, ok, ids[:2], "T"), (Message, ok, tuple(ids), "T"), (Message, ok, ids, b"T"),
-        ("Message", ok, ids, "T"), (Message, ok, ["0A0B", "\u00e9", "0E0F"], "T"),
-        (Message, ok, [1, 2, 3], "T"),
-    ):  # fmt: skip
-        yield "batch_body", c.batch_body, producer.batch_body_py, bad
-
-
-def _with_calls(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """export_columns giving also the calls of its inflate and host6 (None: no such argument;
-    a str: that name's failure, raised in the call)."""
-
-    def call(*args: Any) -> Any:
-        calls: list[tuple[Any, ...]] = []
-
-        def hook(name: Any, text: Callable[..., Any]) -> Any:
-            if name is None:
-                return None
-
-            def answer(data: bytes, n: int) -> Any:
-                calls.append((name, data, n))
-                return {"bad": "text", "big": b"x" * 64, "raise": {}}.get(name, text(data, n))
-
-            return answer
-
-        inflate = hook(args[7], lambda data, n: data[::-1] + b"%d" % n)
-        host6 = hook(args[8], lambda ip, port: columns._host6(ip, port))
-        return fn(*args[:7], inflate, host6), calls
-
-    return call
-
-
-def _columnsc_cases(c: Any) -> Iterator[Case]:
-    twin = columns.export_columns_py
-    msgs = [*_messages(), MessageExt(topic="Z", body=b"zipped", sys_flag=1, born_host=("::2", 9))]
-    msgs += [
-        MessageExt(topic="P", body=b"p", properties={"KEYS": " k1  k2 ", "TAGS": "", "a": "b"}),
-        MessageExt(topic="T", body=b"q", store_host=("::3", 2**31 - 1)),
-        MessageExt(topic="T", body=b"r", store_host=("::3", 2**31 - 1)),  # host6 asked once
-        MessageExt(topic="T", body=b"", born_host=("1.2.3.4", -(2**31))),
-        MessageExt(topic="P", body=b"x" * 300, properties={f"n{i}": "v" for i in range(257)}),
-        MessageExt(topic="T", body=b"", store_timestamp=2**62),
-    ]
-    data = bytearray()
-    for m in msgs:
-        m.commitlog_offset = 1000 + len(data)
-        data += encode_record(m)
-    data += encode_record(MessageExt(topic="T", body=b"wrong offset"))
-    ok = (bytes(data), 0, len(data), 1000, None, 1000, 1 << 20, "inflate", "host6")
-    for buf in _hostile(ok[0], 11):
-        for at, value in ((None, None), (7, None), (8, None), (4, 1_700_000_000_000)):
-            args = [buf, *ok[1:]]
-            if at is not None:
-                args[at] = value
-            yield "export_columns", _with_calls(c.export_columns), _with_calls(twin), tuple(args)
-    at = 0
-    while at < len(data):  # from each record on: each reason to stop a run
-        args = (ok[0], at, *ok[2:])
-        yield "export_columns", _with_calls(c.export_columns), _with_calls(twin), args
-        at += struct.unpack_from(">i", data, at)[0]
-    for at, value in (
-        (1, 200), (1, -1), (2, 5), (2, 2**63), (3, 999), (3, 2**63), (4, -1), (4, "1"), (5, 0),
-        (5, 2), (5, (1 << 20) + 1), (6, 1), (6, 0), (6, 400), (6, (1 << 30) + 1), (7, "bad"),
-        (7, "raise"), (8, "bad"), (8, "big"), (0, bytearray(ok[0])), (0, memoryview(ok[0])),
-        (0, ok[0].decode("latin-1")),
-    ):  # fmt: skip
-        args = list(ok)
-        args[at] = value
-        yield "export_columns", _with_calls(c.export_columns), _with_calls(twin), tuple(args)
-
-
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
     "pymq.broker._sendc": _sendc_cases,
-    "pymq.client._producerc": _producerc_cases,
     "pymq.common._recordc": _recordc_cases,
-    "pymq.export._columnsc": _columnsc_cases,
     "pymq.remoting._codecc": _codecc_cases,
     "pymq.store._commitlogc": _commitlogc_cases,
     "pymq.store._dispatchc": _dispatchc_cases,

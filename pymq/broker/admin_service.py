@@ -282,7 +282,7 @@ class AdminService:
         if timers is None:  # timerWheelEnable=false (RocketMQ 5's answer)
             raise AdminError(ResponseCode.SYSTEM_ERROR, "The timer message store is null")
         limit = max(1, min(limit, TIMER_TOPICS_LISTED))
-        counts = timers.counts
+        counts = dict(timers.counts)  # one moment's counts: timers are enqueued during the scan
         top = heapq.nlargest(limit, counts.items(), key=lambda item: (item[1], item[0]))
         start = timers.read_ms
         slot = await trio.to_thread.run_sync(timers.next_pending_slot, NEXT_DUE_SCAN_SLOTS)

@@ -381,14 +381,19 @@ def encode(message: Message, texts: EntryTexts | None = None) -> bytes:
         if value is not None:
             fields[key] = _to_json(kind, value)
     if isinstance(message, PushEntryRequest):
-        fields.update(
-            batch=message.batch,
-            count=message.count,
-            firstEntryIndex=message.first_entry_index,
-            lastEntryIndex=message.last_entry_index,
-            totalSize=message.total_size,
-        )
+        fields.update(_push_getters(message))
     return _dumps({key: fields[key] for key in sorted(fields)})
+
+
+def _push_getters(message: PushEntryRequest) -> dict[str, Any]:
+    """What fastjson writes of a push's derived getters (isBatch, getCount, ...)."""
+    return {
+        "batch": message.batch,
+        "count": message.count,
+        "firstEntryIndex": message.first_entry_index,
+        "lastEntryIndex": message.last_entry_index,
+        "totalSize": message.total_size,
+    }
 
 
 def _encode_push(message: PushEntryRequest, texts: EntryTexts) -> bytes | None:
@@ -401,13 +406,7 @@ def _encode_push(message: PushEntryRequest, texts: EntryTexts) -> bytes | None:
         value = getattr(message, name)
         if value is not None and kind not in ("entry", "entries"):
             fields[key] = _to_json(kind, value)
-    fields.update(
-        batch=message.batch,
-        count=message.count,
-        firstEntryIndex=message.first_entry_index,
-        lastEntryIndex=message.last_entry_index,
-        totalSize=message.total_size,
-    )
+    fields.update(_push_getters(message))
     if message.entry is not None:
         fields["entry"] = None  # spliced in below
     fields["batchEntry"] = None

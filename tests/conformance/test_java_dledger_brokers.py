@@ -55,6 +55,30 @@ pytestmark = [
 ]
 
 
+def java_conf(root: pathlib.Path, port: int, peers: str, pid: str) -> pathlib.Path:
+    """A Java member's broker.conf in DLedger mode, its store under ``root``."""
+    conf = root / "broker.conf"
+    conf.write_text(
+        "\n".join(
+            [
+                f"brokerName={NAME}",
+                f"listenPort={port}",
+                f"haListenPort={port + 1}",
+                "brokerIP1=127.0.0.1",
+                f"storePathRootDir={root}",
+                f"storePathCommitLog={root / 'commitlog'}",
+                f"mappedFileSizeCommitLog={FILE_SIZE}",
+                "enableDLegerCommitLog=true",
+                f"dLegerGroup={NAME}",
+                f"dLegerPeers={peers}",
+                f"dLegerSelfId={pid}",
+                "",
+            ]
+        )
+    )
+    return conf
+
+
 async def routed_master(ns: str) -> str:
     async with Producer("probe", ns) as probe:
         assert probe.client is not None
@@ -108,25 +132,7 @@ async def test_a_group_of_java_and_pymq_brokers_fails_over(tmp_path: pathlib.Pat
                 port = free_broker_port()
                 root = tmp_path / pid
                 root.mkdir()
-                conf = root / "broker.conf"
-                conf.write_text(
-                    "\n".join(
-                        [
-                            f"brokerName={NAME}",
-                            f"listenPort={port}",
-                            f"haListenPort={port + 1}",
-                            "brokerIP1=127.0.0.1",
-                            f"storePathRootDir={root}",
-                            f"storePathCommitLog={root / 'commitlog'}",
-                            f"mappedFileSizeCommitLog={FILE_SIZE}",
-                            "enableDLegerCommitLog=true",
-                            f"dLegerGroup={NAME}",
-                            f"dLegerPeers={peers}",
-                            f"dLegerSelfId={pid}",
-                            "",
-                        ]
-                    )
-                )
+                conf = java_conf(root, port, peers, pid)
                 log = open(root / "java.log", "ab")  # noqa: SIM115 (the child's)
                 java[pid] = subprocess.Popen(
                     ["bash", str(SCRIPT), str(conf), ns], stdout=log, stderr=subprocess.STDOUT

@@ -24,6 +24,7 @@ from tests.conformance.test_java_dledger_brokers import (
     FILE_SIZE,
     SCRIPT,
     create_on_every_member,
+    java_conf,
     routed_master,
 )
 from tests.conformance.test_java_dledger_brokers import pytestmark as java_marks
@@ -32,29 +33,6 @@ from tests.integration.test_dledger_brokers import NAME, assert_dense, pull_all,
 
 pytestmark = java_marks
 MEMBERS = ("n0", "n1", "n2")
-
-
-def java_conf(root: pathlib.Path, port: int, peers: str, pid: str) -> pathlib.Path:
-    conf = root / "broker.conf"
-    conf.write_text(
-        "\n".join(
-            [
-                f"brokerName={NAME}",
-                f"listenPort={port}",
-                f"haListenPort={port + 1}",
-                "brokerIP1=127.0.0.1",
-                f"storePathRootDir={root}",
-                f"storePathCommitLog={root / 'commitlog'}",
-                f"mappedFileSizeCommitLog={FILE_SIZE}",
-                "enableDLegerCommitLog=true",
-                f"dLegerGroup={NAME}",
-                f"dLegerPeers={peers}",
-                f"dLegerSelfId={pid}",
-                "",
-            ]
-        )
-    )
-    return conf
 
 
 def pymq_broker(root: pathlib.Path, port: int, peers: str, pid: str, ns: str) -> BrokerController:

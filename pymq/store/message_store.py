@@ -1219,17 +1219,20 @@ class DefaultMessageStore:
         """Drop the consume queues (and offset-table entries) of ``topics``; commit-log records
         stay until they expire.  Returns the number of queues deleted."""
         deleted = 0
-        for topic in topics:
-            by_id = self.consume_queues.queues.pop(topic, None)
-            if not by_id:
-                continue
-            for cq in by_id.values():
-                async with cq.queue.io_lock:
-                    await trio.to_thread.run_sync(cq.destroy)
-                self.commitlog.topic_queue_table.pop((topic, cq.queue_id), None)
-                deleted += 1
-            topic_dir = os.path.join(self.config.consume_queue_dir, topic)
-            await trio.to_thread.run_sync(_remove_empty_tree, topic_dir)
+        # Records of these topics appended before now (a send already answered) are
+        # dispatched first, else the reput task would bring their queues back afterwards.
+        async with self.reput.caught_up():
+            for topic in topics:
+                by_id = self.consume_queues.queues.pop(topic, None)
+                if not by_id:
+                    continue
+                for cq in by_id.values():
+                    async with cq.queue.io_lock:
+                        await trio.to_thread.run_sync(cq.destroy)
+                    self.commitlog.topic_queue_table.pop((topic, cq.queue_id), None)
+                    deleted += 1
+                topic_dir = os.path.join(self.config.consume_queue_dir, topic)
+                await trio.to_thread.run_sync(_remove_empty_tree, topic_dir)
         return deleted
 
     def _dispatched(self) -> int:

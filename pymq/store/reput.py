@@ -21,7 +21,7 @@ import mmap
 import operator
 import struct
 import sys
-from collections.abc import Callable, Container
+from collections.abc import AsyncIterator, Callable, Container
 from typing import Any
 
 import trio
@@ -485,6 +485,15 @@ class ReputMessageService:
         """Dispatch up to the commit log's current end (or until a partial record)."""
         async with self._lock:
             await self._do_reput_locked()
+
+    @contextlib.asynccontextmanager
+    async def caught_up(self) -> AsyncIterator[None]:
+        """Dispatch everything appended so far and hold dispatch off for the body: what the
+        body changes in the consume queues (a topic's deletion) is not undone by records
+        dispatched late (a send answered before the reput task reached it)."""
+        async with self._lock:
+            await self._do_reput_locked()
+            yield
 
     async def _do_reput_locked(self) -> None:
         was_blocked = self.blocked

@@ -181,6 +181,20 @@ async def test_delete_topics(root):
     assert info_keys <= set(store.runtime_info())
 
 
+async def test_a_deleted_topic_stays_deleted_when_dispatch_lagged(root):
+    # A send is answered once its record is in the commit log; dispatch may come later. A
+    # deletion in between must not see its queue come back when the reput task catches up.
+    config = small_config(root)
+    async with running_store(config) as store:
+        async with store.reput.caught_up():  # the reput task is busy: the put only wakes it
+            await store.put(make_message(topic="Late", queue_id=0))
+        assert store.get_max_offset_in_queue("Late", 0) == 0  # not dispatched yet
+        assert await store.delete_topics(["Late"]) == 1
+        await store.reput.do_reput()
+        assert store.get_max_offset_in_queue("Late", 0) == 0
+        assert not os.path.exists(os.path.join(config.consume_queue_dir, "Late"))
+
+
 async def test_failing_listener_does_not_stop_dispatch(root):
     config = small_config(root)
     async with running_store(config) as store:

@@ -161,7 +161,6 @@ static long long write_stored_record(unsigned char *p, long long room, const fas
  * names points into. */
 static void find_names(const unsigned char *p, Py_ssize_t n, batch_prop slots[4],
                        stored_names *names) {
-    static const char *const wanted[4] = {"TAGS", "KEYS", "UNIQ_KEY", "WAIT"};
     const batch_prop *found[4] = {NULL, NULL, NULL, NULL};
     const unsigned char *q = p, *stop = p + n;
     while (n > 0 && q <= stop) { /* memchr: the properties of a stored message are long */
@@ -169,12 +168,18 @@ static void find_names(const unsigned char *p, Py_ssize_t n, batch_prop slots[4]
         if (end == NULL) end = stop;
         const unsigned char *sep = memchr(q, 1, (size_t)(end - q));
         Py_ssize_t len = sep != NULL ? sep - q : 0;
-        if (len > 0 && end > sep + 1 && (len == 4 || len == 8))
-            for (int j = 0; j < 4; j++)
-                if ((size_t)len == strlen(wanted[j]) && memcmp(q, wanted[j], (size_t)len) == 0) {
-                    slots[j] = (batch_prop){q, sep + 1, len, end - sep - 1};
-                    found[j] = &slots[j];
-                }
+        int j = -1; /* which name, by its length and bytes (no string calls per item) */
+        if (len == 4 && end > sep + 1) {
+            if (!memcmp(q, "TAGS", 4)) j = 0;
+            else if (!memcmp(q, "KEYS", 4)) j = 1;
+            else if (!memcmp(q, "WAIT", 4)) j = 3;
+        } else if (len == 8 && end > sep + 1 && !memcmp(q, "UNIQ_KEY", 8)) {
+            j = 2;
+        }
+        if (j >= 0) {
+            slots[j] = (batch_prop){q, sep + 1, len, end - sep - 1};
+            found[j] = &slots[j];
+        }
         q = end + 1;
     }
     *names = (stored_names){found[0], found[1], found[2], found[3]};

@@ -27,9 +27,12 @@ SCRIPT = Path(__file__).with_name("cpp_client_roundtrip.py")
 MODES = ["sync", "orderly", "oneway", "mixed", "batch", "pull", "retry"]
 # The script's own --timeout (seconds to wait for every message).  In retry mode the C++ client
 # fails a whole pulled batch when the first message of it fails, so a message that shared a
-# batch with another comes back once more per delay level (10 s, 30 s, 60 s): on a loaded
-# machine that can pass the default 90 s.
-TIMEOUTS = {"retry": 180}
+# batch with another comes back once more per delay level; the broker's levels are one second
+# each here (RETRY_DELAY_LEVELS), not RocketMQ's 10 s, 30 s, 1 min..., so that a run takes
+# seconds where it took minutes, and a run that loses messages inside the client (see
+# losses_inside_client) waits 30 s for them, not three minutes.
+TIMEOUTS = {"retry": 30}
+RETRY_DELAY_LEVELS = " ".join(["1s"] * 18)  # messageDelayLevel: as many levels as RocketMQ's
 
 
 # Attempts per mode when, and only when, every failed attempt shows one of the client's own
@@ -170,7 +173,7 @@ async def run_script(mode: str, home: Path) -> tuple[int, str, str, RetryBooks |
         namesrv_port=0,
         broker_port=0,
         bind_address="127.0.0.1",
-        properties=dict(TEST_PROPERTIES),
+        properties=dict(TEST_PROPERTIES, messageDelayLevel=RETRY_DELAY_LEVELS),
     ) as cluster:
         topic = f"Conformance_{mode}"
         # Created first, as the script's README asks: a push consumer then owns its queues

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TextIO
 
 import attrs
 import trio
@@ -1498,19 +1498,25 @@ async def run(args: argparse.Namespace) -> Output | CliError:
             return CliError(f"{type(exc).__name__}: {exc}")
 
 
+def report(args: argparse.Namespace, output: Output | CliError, out: TextIO, err: TextIO) -> int:
+    """Write what :func:`run` gave as the command prints it (the text, or ``--json``'s JSON, to
+    ``out``; an error as one ``error: ...`` line to ``err``) and return the exit status."""
+    if isinstance(output, CliError):
+        print(f"error: {output}", file=err)
+        return 1
+    if args.json:
+        print(json.dumps(output.data, indent=2, sort_keys=True, default=str), file=out)
+    else:
+        text = output.render()
+        if text:
+            print(text, file=out)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         output = trio.run(run, args)
     except KeyboardInterrupt:
         return 130
-    if isinstance(output, CliError):
-        print(f"error: {output}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(output.data, indent=2, sort_keys=True, default=str))
-    else:
-        text = output.render()
-        if text:
-            print(text)
-    return 0
+    return report(args, output, sys.stdout, sys.stderr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 import time
@@ -10,12 +12,27 @@ from pathlib import Path
 import pytest
 import trio
 
+from pymq.admin import cli
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
 from pymq.embedded import Cluster
 from tests.helpers import end_minute_window, start_minute_window, wait_until
 
 
 async def admin(*args: str) -> tuple[int, str, str]:
+    """The command run in this process (``main`` without its own event loop: parse, ``run``,
+    ``report``); its status, output and errors.  A process start per command made this file
+    take two minutes; ``admin_process`` runs ``python -m pymq.admin`` itself."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            parsed = cli.build_parser().parse_args(args)
+    except SystemExit as exc:  # argparse's own refusal (status 2) or --help (0)
+        return int(exc.code or 0), out.getvalue(), err.getvalue()
+    code = cli.report(parsed, await cli.run(parsed), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+async def admin_process(*args: str) -> tuple[int, str, str]:
     result = await trio.run_process(
         [sys.executable, "-m", "pymq.admin", *args],
         capture_stdout=True,
@@ -85,7 +102,6 @@ async def test_cluster_broker_and_config_subcommands(pymq_cluster):
     assert "noSuchKey" in err
 
 
-@pytest.mark.slow
 async def test_topic_subcommands(pymq_cluster):
     ns, addr = pymq_cluster.namesrv_addr, pymq_cluster.broker_addr
     out = await ok(
@@ -148,7 +164,6 @@ async def test_topic_subcommands(pymq_cluster):
     await fails("topicRoute", "-n", ns, "-t", "CliT")
 
 
-@pytest.mark.slow
 async def test_consumer_subcommands(pymq_cluster):
     ns, addr = pymq_cluster.namesrv_addr, pymq_cluster.broker_addr
     await ok("updateTopic", "-b", addr, "-t", "CliC", "-r", "2", "-w", "2")
@@ -216,6 +231,13 @@ async def test_error_exits(pymq_cluster, tmp_path):
     assert code == 2 and "-b" in err
     code, _, _ = await admin("noSuchSubcommand")
     assert code == 2
+    # The command itself, as a process: main's exit statuses and its one error line.
+    code, out, err = await admin_process("brokerStatus", "-b", "not-an-address")
+    assert code == 1 and not out and err.startswith("error: ") and err.count("\n") == 1
+    code, _, err = await admin_process("updateTopic", "-t", "X")
+    assert code == 2 and "-b" in err
+    code, out, _ = await admin_process("topicList", "-n", pymq_cluster.namesrv_addr, "--json")
+    assert isinstance(json.loads(out), list)
 
 
 async def test_installed_console_script():

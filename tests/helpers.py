@@ -5,7 +5,9 @@ Test modules import from here (or use conftest fixtures), never from one another
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import os
 import random
 import socket
@@ -16,6 +18,7 @@ from typing import Any, TypeVar, cast
 
 import trio
 
+from pymq.admin import cli
 from pymq.namesrv.config import NamesrvConfig
 from pymq.namesrv.controller import NamesrvController
 from pymq.remoting.codec import FrameDecoder, RemotingCommand, encode
@@ -422,3 +425,17 @@ def mangled(draw: Any, data: bytes, alphabet: bytes | None = None) -> bytes:
         else:
             out[at : at + (action == "set")] = bytes([draw(byte)])
     return bytes(out)
+
+
+async def pymq_admin(*args: str) -> tuple[int, str, str]:
+    """``pymq-admin ARGS`` run in this process (``main`` without its own event loop: parse,
+    ``run``, ``report``): its exit status, output and errors.  A process start per command
+    cost a second or two each; tests/admin/test_cli.py runs the command as a process too."""
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            parsed = cli.build_parser().parse_args(args)
+    except SystemExit as exc:  # argparse's own refusal (status 2) or --help (0)
+        return int(exc.code or 0), out.getvalue(), err.getvalue()
+    code = cli.report(parsed, await cli.run(parsed), out, err)
+    return code, out.getvalue(), err.getvalue()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import sys
 import time
@@ -12,24 +10,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from pymq.admin import cli
 from pymq.client import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
 from pymq.embedded import Cluster
-from tests.helpers import end_minute_window, start_minute_window, wait_until
+from tests.helpers import end_minute_window, pymq_admin, start_minute_window, wait_until
 
-
-async def admin(*args: str) -> tuple[int, str, str]:
-    """The command run in this process (``main`` without its own event loop: parse, ``run``,
-    ``report``); its status, output and errors.  A process start per command made this file
-    take two minutes; ``admin_process`` runs ``python -m pymq.admin`` itself."""
-    out, err = io.StringIO(), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            parsed = cli.build_parser().parse_args(args)
-    except SystemExit as exc:  # argparse's own refusal (status 2) or --help (0)
-        return int(exc.code or 0), out.getvalue(), err.getvalue()
-    code = cli.report(parsed, await cli.run(parsed), out, err)
-    return code, out.getvalue(), err.getvalue()
+admin = pymq_admin
 
 
 async def admin_process(*args: str) -> tuple[int, str, str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import queue
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -34,7 +33,7 @@ from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.protocol import fastjson
 from pymq.testing import TEST_PROPERTIES
 from tests.admin.helpers import AdminClient, ws_url
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, pymq_admin, wait_until
 
 Code = definition_pb2.Code
 TELEMETRY = "/apache.rocketmq.v2.MessagingService/Telemetry"
@@ -69,14 +68,9 @@ def endpoint(cluster: Cluster) -> str:
 
 
 async def admin_cli(*args: str, ok: bool = True) -> str:
-    result = await trio.run_process(
-        [sys.executable, "-m", "pymq.admin", *args],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
-    assert (result.returncode == 0) == ok, result.stderr
-    return (result.stdout if ok else result.stderr).decode()
+    code, out, err = await pymq_admin(*args)
+    assert (code == 0) == ok, err
+    return out if ok else err
 
 
 async def produce(cluster: Cluster, topic: str, bodies: list[bytes]) -> list[Any]:

@@ -4,17 +4,15 @@ channel's ``timers.status`` stream, ``pymq-admin timerStatus`` and GET_TIMER_MET
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 import pytest
-import trio
 
 from pymq.broker import admin_service
 from pymq.client import Message, Producer, topics
 from pymq.embedded import Cluster
 from tests.admin.helpers import AdminClient
-from tests.helpers import wait_until
+from tests.helpers import pymq_admin, wait_until
 
 
 async def send_timers(cluster: Cluster) -> int:
@@ -58,14 +56,9 @@ async def test_timers_stream_lists_pending_timers_and_the_next_due(
 
 
 async def admin_cli(*args: str) -> str:
-    result = await trio.run_process(
-        [sys.executable, "-m", "pymq.admin", *args],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout.decode()
+    code, out, err = await pymq_admin(*args)
+    assert code == 0, err
+    return out
 
 
 async def test_timer_status_subcommand_and_its_bounds(

@@ -4,14 +4,11 @@
 from __future__ import annotations
 
 import json
-import sys
-
-import trio
 
 from pymq.client import LocalTransactionState, Message, TransactionProducer
 from pymq.embedded import Cluster
 from tests.admin.helpers import AdminClient
-from tests.helpers import wait_until
+from tests.helpers import pymq_admin, wait_until
 
 OUTCOMES = [
     ("TxA", b"commit", LocalTransactionState.COMMIT_MESSAGE),
@@ -55,14 +52,9 @@ async def test_transactions_stream_pushes_waiting_half_messages(
 
 
 async def admin_json(*args: str) -> dict:
-    result = await trio.run_process(
-        [sys.executable, "-m", "pymq.admin", *args, "--json"],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    code, out, err = await pymq_admin(*args, "--json")
+    assert code == 0, err
+    return json.loads(out)
 
 
 async def test_transaction_status_subcommand(admin_cluster: Cluster) -> None:

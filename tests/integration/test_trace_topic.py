@@ -5,11 +5,9 @@ traced message ids and consumable; ``pymq-admin queryMsgTraceById`` shows a mess
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator
 
 import pytest
-import trio
 
 from pymq.client import PullConsumer
 from pymq.common.consumer import MessageQueue
@@ -18,6 +16,7 @@ from pymq.remoting.client import RemotingClient
 from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.testing import TEST_PROPERTIES
+from tests.helpers import pymq_admin
 
 SAMPLES = "/work/shared/reference/java-wire-samples"
 PUB = f"{SAMPLES}/TRACE-SEND_MESSAGE_V2-310-RMQ_SYS_TRACE_TOPIC-Pub"
@@ -47,14 +46,7 @@ async def send_captured(client: RemotingClient, addr: str, sample: str) -> Remot
     return await client.invoke(addr, request, 5.0)
 
 
-async def admin(*args: str) -> tuple[int, str, str]:
-    result = await trio.run_process(
-        [sys.executable, "-m", "pymq.admin", *args],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
-    return result.returncode, result.stdout.decode(), result.stderr.decode()
+admin = pymq_admin
 
 
 async def route(client: RemotingClient, cluster: Cluster, topic: str) -> RemotingCommand:

@@ -9,7 +9,8 @@ here (json_header and json_command but for their arguments' edges): those two
 (tests/unit/test_send_run_c.py, against send_fields and send_answer_frame one by one),
 export_columns (tests/spark/test_columns.py, against the per-record path), send_frame and
 batch_body (tests/unit/test_client_frames.py and test_batch_encoding.py, against the codec and
-the reference writer)."""
+the reference writer), encode_run (tests/store/test_batch_fast_path.py, against the general
+path; tests/unit/test_encode_run.py, each stop, refusal and commit rule, C and twin alike)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError
 from pymq.remoting import codec, headers
-from pymq.store import commitlog, get_message, index_file, reput
+from pymq.store import get_message, index_file, reput
 from pymq.store.commitlog import DispatchHint, encode_record
 from tests.helpers import C_MODULES, mangled
 from tests.unit import test_codec, test_recordc
@@ -138,8 +139,7 @@ def _recordc_cases(c: Any) -> Iterator[Case]:
 
 
 def _record_cases(c: Any) -> Iterator[Case]:
-    """decode_plain, scan and decode_batch: the record layout's functions (its encoder,
-    encode_run, is _run_cases')."""
+    """decode_plain, scan and decode_batch: the record layout's functions."""
     records = [encode_record(m) for m in _messages()]
     joined = b"".join(records)
     for data in _hostile(joined, 1):
@@ -448,146 +448,10 @@ def _sendc_cases(c: Any) -> Iterator[Case]:
     yield "send_answer_frame", c.send_answer_frame, twin, args
 
 
-_TOPICS = {"T": b"T", "T2": b"Topic-2", "Long": b"L" * 128, "Nul": b"N\x00", "S": b"S"}
-_TIMES = [1_700_000_000_001 + i for i in range(8)]
-
-
-def _run_args(**over: Any) -> tuple[Any, ...]:
-    """encode_run's arguments, the queue table as items and the clock as its readings (see
-    _run), with ``over``."""
-    fields: dict[str, Any] = {"buf": bytearray(3000), "pos": 8, "limit": 3000}
-    fields |= {"file_from": 1 << 30, "entries": [_entry()], "table": (), "times": _TIMES}
-    fields |= {"topics": _TOPICS, "cluster_b": b"DefaultCluster", "born_ip": b"\x7f\x00\x00\x01"}
-    fields |= {"born_port": 5, "store_ip": b"\x0a\x00\x00\x02", "store_port": 10911}
-    fields |= {"max_bp": 4096, "stop_flags": 0x4 | 0x8, "stop_topic": "S"}
-    fields |= {"hint_type": DispatchHint} | over
-    return tuple(fields.values())
-
-
-def _entry(topic: Any = "T", queue_id: Any = 3, body: Any = b"hello", **over: Any) -> Any:
-    """An encode_run entry: a single send, or with props=None a batch body."""
-    fields = {"props": "TAGS\x01a\x02KEYS\x01k1 k2\x02UNIQ_KEY\x01U1\x02WAIT\x01false"}
-    fields |= {"flag": -1, "sys_flag": 0, "born": 1_700_000_000_000, "reconsume": 0} | over
-    return (topic, queue_id, body, *fields.values())
-
-
-def _run(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """encode_run with a fresh queue table (from ``table``'s items) and a clock reading
-    ``times`` in turn (None: the wall clock, then the stamp is left out), giving the table
-    afterwards too, and an error returned after a commit as its type."""
-
-    def call(buf: Any, pos: Any, limit: Any, file_from: Any, entries: Any, table: Any,
-             times: Any, topics: Any, *rest: Any) -> Any:  # fmt: skip
-        queue_table = dict(table)
-        clock = None if times is None else iter(times).__next__
-        out = fn(buf, pos, limit, file_from, entries, topics, queue_table, clock, *rest)
-        if isinstance(out, tuple) and isinstance(out[4], BaseException):
-            out = (*out[:4], type(out[4]))
-        return out, queue_table
-
-    return call
-
-
-def _run_table() -> Iterator[tuple[Any, ...]]:
-    """encode_run's inputs: every reason a send is left to the general path or refused, at
-    the head of a run (nothing committed) and after a record (committed, then the stop)."""
-    many = "\x02".join(f"p{i}\x01v" for i in range(33))
-    for props in (
-        "", "WAIT\x01TRUE\x02a\x01b\x02", "\x01x\x02y\x01\x02a\x01b\x01c\x02\x02", "DELAY\x010",
-        "TRAN_MSG\x01true", "TIMER_DELAY_MS\x015", "TIMER_\x015", "CLUSTER\x01x",
-        "a\x01b\x02a\x01c", many, many[: many.rindex("\x02")], "\u00e9\x01x", "a\x00\x01b",
-        "a\x01" + "b" * 70000, "a\x01" + "b" * 33000, b"a\x01b", "DELAY\x012",
-    ):  # fmt: skip
-        yield _run_args(entries=[_entry(props=props)])
-        yield _run_args(entries=[_entry(), _entry(props=props)], max_bp=1 << 20)
-    for over in (
-        {"body": memoryview(b"x" * 300)}, {"body": "text"}, {"body": bytearray(b"x")},
-        {"body": b"x" * 5000}, {"flag": 2**31}, {"sys_flag": 0x10}, {"sys_flag": 0x4},
-        {"queue_id": 2**31}, {"reconsume": -(2**31)}, {"born": 2**63}, {"topic": "S"},
-        {"topic": "Missing"}, {"topic": "Long"}, {"topic": "Nul"}, {"topic": 5},
-    ):  # fmt: skip
-        for entries in ([_entry(**over)], [_entry(), _entry(**over), _entry()]):
-            yield _run_args(entries=entries)
-    for at, value in (
-        ("hint_type", None), ("hint_type", tuple), ("hint_type", 5), ("max_bp", 40),
-        ("max_bp", -1), ("limit", 130), ("limit", 131), ("limit", 0), ("pos", 3100),
-        ("buf", b"\x00" * 600), ("buf", None), ("file_from", 2**62), ("born_ip", b"\x00" * 16),
-        ("store_ip", "1.2.3.4"), ("store_ip", b"\x00" * 3), ("cluster_b", b""),
-        ("cluster_b", b"\x02x"), ("cluster_b", "C"), ("born_port", "5"), ("store_port", 2**31),
-        ("topics", []), ("entries", ()), ("entries", []), ("entries", [(1, 2)]),
-        ("entries", [_entry(), (1, 2)]), ("table", ((("T", 3), 41),)),
-        ("table", ((("T", 3), -1),)),
-        ("times", None), ("times", _TIMES[:1]), ("stop_topic", b"S"),
-    ):  # fmt: skip
-        two = {"entries": [_entry(), _entry("T2", 1, b"x" * 100)]}
-        yield _run_args(**(two | {at: value}))
-    items = [
-        BatchItem(b"x" * 40, 0, {"TAGS": "a", "WAIT": "true", "DELAY": "0"}),
-        BatchItem(b"", 7, {"KEYS": "k", "UNIQ_KEY": "u", "WAIT": "false"}),
-        BatchItem(b"y", -1, {}),
-    ]
-    body = encode_batch_body(items)
-    for data in [*_hostile(body, 6), b"", encode_batch_body([BatchItem(b"z", 0, {"DELAY": "1"})])]:
-        for limit in (1000, 300):
-            yield _run_args(entries=[_entry(body=data, props=None)], limit=limit)
-    for entries in (
-        [_entry(body=memoryview(body), props=None), _entry(), _entry(body=body, props=None)],
-        [_entry(), _entry(body=body[:-1], props=None), _entry()],
-        [_entry(body=body, props=None, sys_flag=0x10)],
-        [_entry(body=5, props=None)],
-    ):
-        yield _run_args(entries=entries, table=((("T", 3), 9),))
-
-
-def _commitlogc_cases(c: Any) -> Iterator[Case]:
-    for args in _run_table():
-        yield "encode_run", _run(c.encode_run), _run(commitlog.encode_run_py), args
-
-
-_PROPERTY = st.sampled_from(
-    ["TAGS\x01a", "KEYS\x01k1 k2", "UNIQ_KEY\x010A09", "WAIT\x01true", "WAIT\x01false",
-     "WAIT\x01TRUE", "DELAY\x012", "DELAY\x010", "TRAN_MSG\x01true", "A\x01\u00e9", "CLUSTER\x01x",
-     "X\x01y", "\x01v", "TIMER_DELAY_MS\x011"]
-)  # fmt: skip
-_ITEMS = st.lists(
-    st.builds(BatchItem, st.binary(max_size=80), st.integers(-(2**31), 2**31 - 1),
-              st.dictionaries(st.sampled_from(["TAGS", "KEYS", "WAIT", "DELAY", "a"]),
-                              st.sampled_from(["", "0", "1", "t", "\u00e9"]), max_size=3)),
-    max_size=4,
-).map(encode_batch_body)  # fmt: skip
-_RUN_ENTRY = st.tuples(
-    st.sampled_from(["T", "T2", "Missing", "S", "Long", "Nul"]),
-    st.integers(0, 3),
-    st.binary(max_size=300) | _ITEMS,
-    st.lists(_PROPERTY, max_size=4).map("\x02".join) | st.none(),
-    st.integers(-(2**31), 2**31 - 1),
-    st.sampled_from([0, 0, 0, 1, 2, 4, 8, 0x10, 0x20]),
-    st.integers(0, 2**41),
-    st.integers(0, 16),
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    entries=st.lists(_RUN_ENTRY, max_size=6),
-    start=st.integers(0, 64),
-    room=st.integers(0, 3200),  # past the buffer's end too
-    known=st.dictionaries(st.tuples(st.just("T"), st.integers(0, 3)), st.integers(0, 10**12)),
-    cut=st.integers(0, 3),
-)
-def test_encode_run_agrees_with_its_twin(entries, start, room, known, cut) -> None:
-    """Runs of single sends and batch bodies (cut short at times), every stop among them."""
-    entries = [(*e[:2], e[2][: len(e[2]) - cut] if e[3] is None else e[2], *e[3:]) for e in entries]
-    args = _run_args(entries=entries, pos=start, limit=start + room, table=tuple(known.items()))
-    c = load_native("pymq.store._commitlogc")
-    assert _outcome(_run(c.encode_run), args) == _outcome(_run(commitlog.encode_run_py), args)
-
-
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
     "pymq.broker._sendc": _sendc_cases,
     "pymq.common._recordc": _recordc_cases,
     "pymq.remoting._codecc": _codecc_cases,
-    "pymq.store._commitlogc": _commitlogc_cases,
     "pymq.store._dispatchc": _dispatchc_cases,
 }
 

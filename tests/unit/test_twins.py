@@ -10,7 +10,9 @@ here (json_header and json_command but for their arguments' edges): those two
 export_columns (tests/spark/test_columns.py, against the per-record path), send_frame and
 batch_body (tests/unit/test_client_frames.py and test_batch_encoding.py, against the codec and
 the reference writer), encode_run (tests/store/test_batch_fast_path.py, against the general
-path; tests/unit/test_encode_run.py, each stop, refusal and commit rule, C and twin alike)."""
+path; tests/unit/test_encode_run.py, each stop, refusal and commit rule, C and twin alike),
+record_hints (tests/store/test_dispatch_hints.py, against read_record_info, on damaged logs
+too; tests/store/test_dispatch_hinted_diff.py, against the general path)."""
 
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError
 from pymq.remoting import codec, headers
-from pymq.store import get_message, index_file, reput
-from pymq.store.commitlog import DispatchHint, encode_record
+from pymq.store import get_message, index_file
+from pymq.store.commitlog import encode_record
 from tests.helpers import C_MODULES, mangled
 from tests.unit import test_codec, test_recordc
 
@@ -379,55 +381,6 @@ def _dispatchc_cases(c: Any) -> Iterator[Case]:
         ("text", *_index_put_args(16, 0, keys)[1:]),
     ):
         yield "index_put", c.index_put, index_file.index_put_py, args
-    yield from _dispatchc_hint_cases(c)
-
-
-def _log_region(base: int) -> bytes:
-    """Records as a commit-log file from ``base`` holds them (each at its own physical offset):
-    plain ones, one with odd properties, one of the schedule topic, one with an IPv6 host."""
-    specs: list[tuple[str, dict[str, str], tuple[str, int]]] = [
-        ("T", {"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "U1", "X": "y"}, ("10.0.0.1", 5)),
-        ("T2", {}, ("10.0.0.1", 5)),
-        ("T", {"WAIT": "true"}, ("10.0.0.1", 5)),
-        ("T", {"A": "b\x01c"}, ("10.0.0.1", 5)),  # not strictly formed
-        ("T", {"TAGS": "z"}, ("10.0.0.1", 5)),
-        ("SCHEDULE_TOPIC_XXXX", {"DELAY": "3"}, ("10.0.0.1", 5)),
-        ("T", {"TAGS": "z"}, ("::1", 5)),
-    ]
-    out = bytearray()
-    for topic, props, host in specs:
-        msg = MessageExt(topic=topic, body=b"b" * len(out), properties=props, born_host=host)
-        msg.commitlog_offset, msg.queue_offset, msg.store_timestamp = base + len(out), 9, 77
-        out += encode_record(msg)
-    return bytes(out)
-
-
-def _dispatchc_hint_cases(c: Any) -> Iterator[Case]:
-    base = 1 << 30
-    region = _log_region(base)
-    skip = b"SCHEDULE_TOPIC_XXXX"
-    for data in _hostile(region, 9):
-        for pos, rows in ((0, 1024), (0, 2), (0, 0), (len(data) + 5, 9)):
-            args = (data, pos, len(data), base, rows, skip, DispatchHint)
-            yield "record_hints", c.record_hints, reput.record_hints_py, args
-    cut = region.index(b"T2") - 200  # inside the first record
-    at = 0
-    while at < len(region):  # from each record on: the odd one, the skipped, the IPv6 one
-        args = (region, at, 1 << 20, base, 9, skip, None)
-        yield "record_hints", c.record_hints, reput.record_hints_py, args
-        at += struct.unpack_from(">i", region, at)[0]
-    for args in (
-        (memoryview(region), 0, 1 << 40, base, 9, skip, None),
-        (bytearray(region), cut, len(region), base, 9, skip, DispatchHint),
-        (region, 0, len(region), base + 1, 9, skip, None),  # not at their own offsets
-        (region, 0, len(region), base, 9, b"", None),
-        (region, 0, len(region), base, 9, "S", None),
-        (region, 0, len(region), base, 9, skip, tuple),
-        (region, -1, len(region), base, 9, skip, None),
-        (region, 0, len(region), -1, 9, skip, None),
-        ("text", 0, 4, base, 9, skip, None),
-    ):
-        yield "record_hints", c.record_hints, reput.record_hints_py, args
 
 
 def _sendc_cases(c: Any) -> Iterator[Case]:

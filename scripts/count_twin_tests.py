@@ -56,6 +56,8 @@ PARTS = {
         "_flag",
         "_SOUND_SEND",
         "_outcome",
+        "_same",
+        "_SOME_ODD",
         "test_the_send_header_reads_as_the_generic_decoder",
         "_END",
         "_END_MORE",

@@ -4,15 +4,16 @@ per module; and every C module has a stub naming exactly its functions.  Skipped
 PYMQ_PURE_PYTHON=1, where the twins alone are in use (and the rest of the suite runs on them).
 
 Functions whose own tests check them, C and twin alike, against a reference are not repeated
-here (json_header and json_command but for their arguments' edges): those two
-(tests/unit/test_codec.py, against json's reading), send_run_fields and send_answer_run
+here (but for their arguments' edges): json_header and json_command (tests/unit/test_codec.py,
+against json's reading), send_header and plain_header (tests/unit/test_headers.py, against the
+generic decoder, odd values included), send_run_fields and send_answer_run
 (tests/unit/test_send_run_c.py, against send_fields and send_answer_frame one by one),
 export_columns (tests/spark/test_columns.py, against the per-record path), send_frame and
 batch_body (tests/unit/test_client_frames.py and test_batch_encoding.py, against the codec and
 the reference writer), encode_run (tests/store/test_batch_fast_path.py, against the general
-path; tests/unit/test_encode_run.py, each stop, refusal and commit rule, C and twin alike),
-record_hints (tests/store/test_dispatch_hints.py, against read_record_info, on damaged logs
-too; tests/store/test_dispatch_hinted_diff.py, against the general path)."""
+path; tests/unit/test_encode_run.py, each stop, refusal and commit rule), record_hints
+(tests/store/test_dispatch_hints.py, against read_record_info, on damaged logs too;
+tests/store/test_dispatch_hinted_diff.py, against the general path)."""
 
 from __future__ import annotations
 
@@ -226,38 +227,7 @@ def _json_header_cases(c: Any) -> Iterator[Case]:
         yield "json_header", c.json_header, codec.json_header_py, args
 
 
-_GONE = object()
-
-
-def _changed(sound: dict, values: st.SearchStrategy[Any]) -> st.SearchStrategy[dict]:
-    """``sound`` with up to three members changed to ``values`` or left out."""
-    changes = st.lists(st.tuples(st.sampled_from(list(sound)), values | st.just(_GONE)), max_size=3)
-    return changes.map(lambda c: {k: v for k, v in (sound | dict(c)).items() if v is not _GONE})
-
-
 _SEND_EXT = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)
-_END_EXT = headers.EndTransactionRequestHeader.producer_ext("g", 1, 2, 8, "id")
-_ODD_TEXT = st.sampled_from(
-    ["-1", "+0", "007", " 1", "1.5", "-0", "1234567890", "1" * 10, "1" * 18, "1" * 19, "", "\u0661",
-     "TRUE", "True", "yes", "x", "true", "false", "0", "1", "3", "16", 5, 7, None]
-)  # fmt: skip
-
-
-@pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
-@given(
-    send=_changed(_SEND_EXT | {"l": "16"}, _ODD_TEXT),
-    end=_changed(_END_EXT | {"fromTransactionCheck": "false", "transactionId": "t"}, _ODD_TEXT),
-    batch_code=st.booleans(),
-)
-@settings(max_examples=300)
-def test_header_readers_agree(send: dict, end: dict, batch_code: bool) -> None:
-    """send_header and plain_header (END_TRANSACTION's) and their twins on sound headers with
-    up to three members left out or holding odd numbers, flags, types."""
-    c = load_native("pymq.remoting._codecc")
-    args = (send, headers._SHORT_NAMES, headers.SendMessageRequestHeader, batch_code)
-    assert _outcome(c.send_header, args) == _outcome(headers.send_header_py, args)
-    args = (end, headers._END_SPEC, headers.EndTransactionRequestHeader)
-    assert _outcome(c.plain_header, args) == _outcome(headers.plain_header_py, args)
 
 
 def _send_frames() -> list[bytes]:

@@ -6,7 +6,8 @@ PYMQ_PURE_PYTHON=1, where the twins alone are in use (and the rest of the suite 
 Functions whose own tests check them, C and twin alike, against a reference are not repeated
 here (but for their arguments' edges): json_header and json_command (tests/unit/test_codec.py,
 against json's reading), send_header and plain_header (tests/unit/test_headers.py, against the
-generic decoder, odd values included), send_run_fields and send_answer_run
+generic decoder, odd values included), send_answer_frame (tests/unit/test_recordc.py, against
+json_response_frame, and its refusals), send_run_fields and send_answer_run
 (tests/unit/test_send_run_c.py, against send_fields and send_answer_frame one by one),
 export_columns (tests/spark/test_columns.py, against the per-record path), send_frame and
 batch_body (tests/unit/test_client_frames.py and test_batch_encoding.py, against the codec and
@@ -31,7 +32,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pymq.broker.processors import send
 from pymq.common import batch, clock, message_ext, message_id, record
 from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.message_ext import MessageExt
@@ -353,26 +353,7 @@ def _dispatchc_cases(c: Any) -> Iterator[Case]:
         yield "index_put", c.index_put, index_file.index_put_py, args
 
 
-def _sendc_cases(c: Any) -> Iterator[Case]:
-    twin = send.send_answer_frame_py
-    for opaque, queue_id, offset, version in (
-        (0, 0, 0, 0),
-        (2**31 - 1, -(2**31), 2**63 - 1, 401),
-        (-(2**31), 7, -(2**63), -1),
-        (2**31, 0, 0, 401),
-        (0, 0, 2**63, 401),
-        (0, "1", 0, 401),
-    ):
-        for msg_id in ("0A0B", "A" * 32 + "," + "B" * 32, "", "\u00e9", 5):
-            for region, trace in ((b'"DefaultRegion"', True), (b'"\\u00e9"', False), ("r", 0)):
-                args = (opaque, msg_id, queue_id, offset, region, trace, version)
-                yield "send_answer_frame", c.send_answer_frame, twin, args
-    args = (1, "x" * 0xFFFFFF, 0, 0, b'"r"', True, 401)
-    yield "send_answer_frame", c.send_answer_frame, twin, args
-
-
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
-    "pymq.broker._sendc": _sendc_cases,
     "pymq.common._recordc": _recordc_cases,
     "pymq.remoting._codecc": _codecc_cases,
     "pymq.store._dispatchc": _dispatchc_cases,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -544,6 +545,31 @@ def test_json_header_reads_the_plain_send_header() -> None:
         assert (cmd.code, cmd.opaque, cmd.version, cmd.language) == (310, 7, 399, "JAVA")
         assert cmd.ext_fields == {"a": "G", "i": "UNIQ_KEY\x01A\x02"}
     assert _decoded_either_way(header)[0]["ext_fields"] == cmd.ext_fields
+
+
+@pytest.mark.parametrize("reader", [pair[0] for pair in _JSON_HEADER_READERS])
+def test_json_header_reads_any_buffer_inside_its_bounds(reader: Callable[..., Any]) -> None:
+    """bytes, bytearray and memoryview alike, the command made by the class given; a header
+    past the buffer's end or bounds the wrong way round left to the general decoder (None);
+    bounds out of range or not ints, a str, no class to make the command: refused."""
+    frame, end, json_type = b"xx" + SEND_HEADER + b"body", 2 + len(SEND_HEADER), SerializeType.JSON
+    cmd = reader(frame, 2, end, RemotingCommand, json_type)
+    assert (cmd.code, cmd.opaque, cmd.version, cmd.ext_fields["b"]) == (310, -12, 399, "T\u00e9")
+    for kind in (bytearray, memoryview):
+        assert reader(kind(frame), 2, end, RemotingCommand, json_type) == cmd
+    assert RemotingCommand(*reader(frame, 2, end, lambda *f: f, json_type)) == cmd
+    for data, start, stop in ((frame, 2, len(frame) + 1), (bytearray(frame), 2, len(frame) + 1),
+                              (frame, end, 2)):  # fmt: skip
+        assert reader(data, start, stop, RemotingCommand, json_type) is None
+    for args, raised in (
+        ((frame, -1, end, RemotingCommand), OverflowError),
+        ((frame, 2, 2**63, RemotingCommand), OverflowError),
+        ((frame, "2", end, RemotingCommand), TypeError),
+        ((frame.decode(), 2, end, RemotingCommand), TypeError),
+        ((frame, 2, end, None), TypeError),
+    ):
+        with pytest.raises(raised):
+            reader(*args, json_type)
 
 
 JSON_HEADER_EDGES = [

@@ -4,8 +4,8 @@ per module; and every C module has a stub naming exactly its functions.  Skipped
 PYMQ_PURE_PYTHON=1, where the twins alone are in use (and the rest of the suite runs on them).
 
 Functions whose own tests check them, C and twin alike, against a reference are not repeated
-here (but for their arguments' edges): json_header and json_command (tests/unit/test_codec.py,
-against json's reading), send_header and plain_header (tests/unit/test_headers.py, against the
+here (json_command but for its arguments' edges): json_header and json_command
+(tests/unit/test_codec.py, against json's reading, and json_header's bounds and refusals), send_header and plain_header (tests/unit/test_headers.py, against the
 generic decoder, odd values included), send_answer_frame (tests/unit/test_recordc.py, against
 json_response_frame, and its refusals), send_run_fields and send_answer_run
 (tests/unit/test_send_run_c.py, against send_fields and send_answer_frame one by one),
@@ -41,7 +41,7 @@ from pymq.remoting import codec, headers
 from pymq.store import get_message, index_file
 from pymq.store.commitlog import encode_record
 from tests.helpers import C_MODULES, mangled
-from tests.unit import test_codec, test_recordc
+from tests.unit import test_recordc
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
 
@@ -190,7 +190,6 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
     for header in (cpp, [cpp], None):
         args = (header, codec.RemotingCommand, codec.SerializeType.JSON)
         yield "json_command", c.json_command, codec.json_command_py, args
-    yield from _json_header_cases(c)
     yield from _send_tier_cases(c)
     names, cls = headers._SHORT_NAMES, headers.SendMessageRequestHeader
     for args in ([], names, cls, 0), ([], names, cls, 1), (_SEND_EXT, names[:12], tuple, 0):
@@ -202,29 +201,6 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
     yield "plain_header", c.plain_header, headers.plain_header_py, args
     for odd in ((("a", "x"),), (("a",),), ["a"], (("a", 1),), (("a", ""),), (("a", "s"),) * 17):
         yield "plain_header", c.plain_header, headers.plain_header_py, ({"a": "1"}, odd, tuple)
-
-
-def _json_header_cases(c: Any) -> Iterator[Case]:
-    """json_header on the arguments' edges (tests/unit/test_codec.py checks it, C and twin,
-    against json's reading of headers)."""
-    cls, json_type = codec.RemotingCommand, codec.SerializeType.JSON
-    frame = b"xx" + test_codec.SEND_HEADER + b"body"
-    end = 2 + len(test_codec.SEND_HEADER)
-    for args in (
-        (frame, 2, end, cls, json_type),
-        (bytearray(frame), 2, end, cls, json_type),
-        (memoryview(frame), 2, end, cls, json_type),
-        (frame, 2, end, lambda *f: f, 5),
-        (frame, 2, len(frame) + 1, cls, json_type),
-        (bytearray(frame), 2, len(frame) + 1, cls, json_type),
-        (frame, end, 2, cls, json_type),
-        (frame, -1, end, cls, json_type),
-        (frame, 2, 2**63, cls, json_type),
-        (frame, "2", end, cls, json_type),
-        (frame.decode(), 2, end, cls, json_type),
-        (frame, 2, end, None, json_type),
-    ):
-        yield "json_header", c.json_header, codec.json_header_py, args
 
 
 _SEND_EXT = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)

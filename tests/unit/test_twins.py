@@ -5,16 +5,17 @@ PYMQ_PURE_PYTHON=1, where the twins alone are in use (and the rest of the suite 
 
 Functions whose own tests check them, C and twin alike, against a reference are not repeated
 here (json_command but for its arguments' edges): json_header and json_command
-(tests/unit/test_codec.py, against json's reading, and json_header's bounds and refusals), send_header and plain_header (tests/unit/test_headers.py, against the
-generic decoder, odd values included), send_answer_frame (tests/unit/test_recordc.py, against
-json_response_frame, and its refusals), send_run_fields and send_answer_run
-(tests/unit/test_send_run_c.py, against send_fields and send_answer_frame one by one),
-export_columns (tests/spark/test_columns.py, against the per-record path), send_frame and
-batch_body (tests/unit/test_client_frames.py and test_batch_encoding.py, against the codec and
-the reference writer), encode_run (tests/store/test_batch_fast_path.py, against the general
-path; tests/unit/test_encode_run.py, each stop, refusal and commit rule), record_hints
-(tests/store/test_dispatch_hints.py, against read_record_info, on damaged logs too;
-tests/store/test_dispatch_hinted_diff.py, against the general path)."""
+(tests/unit/test_codec.py, against json's reading; json_header's bounds and refusals),
+send_header and plain_header (tests/unit/test_headers.py, against the generic decoder, odd
+values included), send_answer_frame (tests/unit/test_recordc.py, against json_response_frame;
+its refusals), send_run_fields and send_answer_run (tests/unit/test_send_run_c.py, against
+send_fields and send_answer_frame one by one), export_columns (tests/spark/test_columns.py,
+against the per-record path), send_frame and batch_body (tests/unit/test_client_frames.py and
+test_batch_encoding.py, against the codec and the reference writer), encode_run
+(tests/store/test_batch_fast_path.py, against the general path; tests/unit/test_encode_run.py,
+each stop, refusal and commit rule), record_hints (tests/store/test_dispatch_hints.py, against
+read_record_info, on damaged logs too; tests/store/test_dispatch_hinted_diff.py, against the
+general path)."""
 
 from __future__ import annotations
 

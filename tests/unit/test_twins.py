@@ -8,8 +8,10 @@ here (json_command but for its arguments' edges): json_header and json_command
 (tests/unit/test_codec.py, against json's reading; json_header's bounds and refusals),
 send_header and plain_header (tests/unit/test_headers.py, against the generic decoder, odd
 values included), send_answer_frame (tests/unit/test_recordc.py, against json_response_frame;
-its refusals), send_run_fields and send_answer_run (tests/unit/test_send_run_c.py, against
-send_fields and send_answer_frame one by one), export_columns (tests/spark/test_columns.py,
+its refusals), send_fields and send_answer_fields (tests/unit/test_send_run_c.py and
+test_send_answer.py, against decode_frame and the headers' from_ext, sound and damaged; their
+bounds and refusals), send_run_fields and send_answer_run (tests/unit/test_send_run_c.py,
+against send_fields and send_answer_frame one by one), export_columns (tests/spark/test_columns.py,
 against the per-record path), send_frame and batch_body (tests/unit/test_client_frames.py and
 test_batch_encoding.py, against the codec and the reference writer), encode_run
 (tests/store/test_batch_fast_path.py, against the general path; tests/unit/test_encode_run.py,
@@ -30,8 +32,6 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from pymq.common import batch, clock, message_ext, message_id, record
 from pymq.common.batch import BatchItem, encode_batch_body
@@ -41,7 +41,7 @@ from pymq.common.record import RecordError
 from pymq.remoting import codec, headers
 from pymq.store import get_message, index_file
 from pymq.store.commitlog import encode_record
-from tests.helpers import C_MODULES, mangled
+from tests.helpers import C_MODULES
 from tests.unit import test_recordc
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
@@ -191,7 +191,6 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
     for header in (cpp, [cpp], None):
         args = (header, codec.RemotingCommand, codec.SerializeType.JSON)
         yield "json_command", c.json_command, codec.json_command_py, args
-    yield from _send_tier_cases(c)
     names, cls = headers._SHORT_NAMES, headers.SendMessageRequestHeader
     for args in ([], names, cls, 0), ([], names, cls, 1), (_SEND_EXT, names[:12], tuple, 0):
         yield "send_header", c.send_header, headers.send_header_py, args
@@ -205,87 +204,6 @@ def _codecc_cases(c: Any) -> Iterator[Case]:
 
 
 _SEND_EXT = headers.SendMessageRequestHeader.v2_ext("g", "T", 1, 0, 1700000000000, 0, "p", False)
-
-
-def _send_frames() -> list[bytes]:
-    """Frames of the send tier: sends as pymq's, Java's and the C++ client's producers write
-    them (V2, batch, SEND_MESSAGE with long names and unquoted numbers, signed), and send
-    answers (plain, with a transaction id, a recall handle, an error)."""
-    v2 = headers.SendMessageRequestHeader.v2_ext("G", "T", 1, 0, 1700000000000, 0, "p", False)
-    batch = {**v2, "m": "true"}
-    signed = {**v2, "AccessKey": "ak", "Signature": "c2ln"}
-    frames = [
-        codec.encode(codec.RemotingCommand(310, v2, b"body", 5)),
-        codec.encode(codec.RemotingCommand(320, batch, b"items", 6)),
-        codec.encode(codec.RemotingCommand(310, signed, b"", 7)),
-        codec.encode(codec.RemotingCommand(310, {**v2, "e": "-1"}, b"b", 8)),
-        codec.encode(codec.RemotingCommand(310, {**v2, "topic": "T"}, b"b", 8)),
-        codec.encode(codec.RemotingCommand(310, v2, b"b", 9, flag=1)),
-    ]
-    cpp = (
-        b'{"code":10,"extFields":{"producerGroup":"G","topic":"T","defaultTopic":"TBW102",'
-        b'"defaultTopicQueueNums":4,"queueId":2,"sysFlag":0,"bornTimestamp":1700000000000,'
-        b'"flag":0,"properties":"a\\u0001b","reconsumeTimes":1,"unitMode":false,'
-        b'"batch":null,"OnsChannel":"ALIYUN"},"flag":0,"language":"CPP","opaque":3,'
-        b'"serializeTypeCurrentRPC":"JSON","version":0}'
-    )
-    frames.append(struct.pack(">ii", 4 + len(cpp) + 2, len(cpp)) + cpp + b"xy")
-    answer = {"msgId": "7F0000010000C30100000000000001AA", "queueId": "3", "queueOffset": "9"}
-    for ext, code, remark in (
-        (answer, 0, None),
-        ({**answer, "transactionId": "t1", "MSG_REGION": "DefaultRegion"}, 0, None),
-        ({**answer, "recallHandle": "djE="}, 0, None),
-        ({**answer, "queueId": "-3"}, 0, None),
-        (answer, 1, "boom"),
-    ):
-        response = codec.RemotingCommand(code, ext, b"", 11, codec.RPC_TYPE_RESPONSE, remark)
-        frames.append(codec.encode(response))
-    return frames
-
-
-def _send_tier_cases(c: Any) -> Iterator[Case]:
-    """send_fields and send_answer_fields on the frames producers and brokers write, damaged,
-    and on the arguments' edges (send_run_fields: tests/unit/test_send_run_c.py, against the
-    Python loop of send_fields, as built and under PYMQ_PURE_PYTHON=1)."""
-    frames = _send_frames()
-    for n, frame in enumerate(frames):
-        for data in _hostile(frame, n):
-            for name, py_fn in (
-                ("send_fields", codec.send_fields_py),
-                ("send_answer_fields", codec.send_answer_fields_py),
-            ):
-                yield name, getattr(c, name), py_fn, (data, 4, len(data))
-    frame = frames[0]
-    for args in (
-        (bytearray(frame), 4, len(frame)),
-        (memoryview(frame), 4, len(frame)),
-        (frame, 4, len(frame) + 1),
-        (frame, len(frame), 4),
-        (frame, -1, len(frame)),
-        (frame, 4, 2**63),
-        (frame, "4", len(frame)),
-        (frame.decode("latin-1"), 4, len(frame)),
-        (frame[:6], 4, 6),
-    ):
-        yield "send_fields", c.send_fields, codec.send_fields_py, args
-        yield "send_answer_fields", c.send_answer_fields, codec.send_answer_fields_py, args
-
-
-@pytest.mark.skipif(load_native("pymq.remoting._codecc") is None, reason="not built")
-@given(data=st.data())
-@settings(max_examples=300)
-def test_send_readers_agree_on_damaged_frames(data: st.DataObject) -> None:
-    """send_fields and send_answer_fields and their twins on sound frames with bytes of the
-    JSON grammar changed, cut or added (the header length kept, so the damage is read)."""
-    c = load_native("pymq.remoting._codecc")
-    frame = data.draw(st.sampled_from(_send_frames()))
-    (length,) = struct.unpack_from(">i", frame, 4)
-    header = mangled(data, frame[8 : 8 + length], b'"\\{}[],:-.0e19 \x00\x7f\x80tnuabm')
-    body = frame[8 + length :]
-    damaged = struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
-    args = (damaged, 4, len(damaged))
-    assert _outcome(c.send_fields, args) == _outcome(codec.send_fields_py, args)
-    assert _outcome(c.send_answer_fields, args) == _outcome(codec.send_answer_fields_py, args)
 
 
 def _index_put_args(room: int, count: int, keys: Any, **over: Any) -> tuple[Any, ...]:

@@ -10,6 +10,7 @@ import contextlib
 import struct
 import sys
 import tracemalloc
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -143,14 +144,15 @@ def test_the_frame_readers_read_any_buffer_inside_its_bounds(name: str) -> None:
             assert fn(kind(data), 4, len(data)) == want
         for args in ((data, 4, len(data) + 1), (data, len(data), 4), (data[:6], 4, 6)):
             assert fn(*args) is None
-        for args, raised in (
+        refused: list[tuple[tuple[Any, ...], type[Exception]]] = [
             ((data, -1, len(data)), OverflowError),
             ((data, 4, 2**63), OverflowError),
             ((data, "4", len(data)), TypeError),
             ((data.decode("latin-1"), 4, len(data)), TypeError),
-        ):
+        ]
+        for bad, raised in refused:
             with pytest.raises(raised):
-                fn(*args)
+                fn(*bad)
 
 
 @RUN_FIELDS

@@ -103,7 +103,8 @@ ODD_SENDS = st.sampled_from(
     [frame(ext_for("T1", AccessKey="ak", Signature="c2ln")), frame(ext_for("T1"), flag=1),
      frame(ext_for("T1"), remark="r"), frame(ext_for("T1", h="-1", j="3", k="true")),
      frame(ext_for("T1", h="5", j="3")), frame(ext_for("T1", m="true")),
-     batch_frame("T1", _items(1), m="false")]
+     batch_frame("T1", _items(1), m="false"), frame({**ext_for("T1"), "topic": "T"}),
+     frame(ext_for("T1"), code=10), cpp_frame("T1", "", unitMode=False, batch=None)]
 )  # fmt: skip
 
 

@@ -497,8 +497,9 @@ def test_json_header_reads_any_buffer_inside_its_bounds(reader: Callable[..., An
     for kind in (bytearray, memoryview):
         assert reader(kind(frame), 2, end, RemotingCommand, json_type) == cmd
     assert RemotingCommand(*reader(frame, 2, end, lambda *f: f, json_type)) == cmd
+    spaced = memoryview(frame[:end] + b" ")[:end]  # one past its end: JSON's whitespace
     for data, start, stop in ((frame, 2, len(frame) + 1), (bytearray(frame), 2, len(frame) + 1),
-                              (frame[:end], 2, end + 1), (memoryview(frame)[:end], 2, end + 1),
+                              (frame[:end], 2, end + 1), (spaced, 2, end + 1),
                               (frame, end, 2)):  # fmt: skip
         assert reader(data, start, stop, RemotingCommand, json_type) is None
     for args, raised in (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -312,79 +313,6 @@ def test_busy_answer_is_the_encoded_response(serialize_type: SerializeType) -> N
     assert busy_answer(int(serialize_type), -7, remark) == encode(expected)
 
 
-# -- the orjson fast path agrees with json's reading ------------------------------------------
-
-_json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)  # past 64 bits orjson gives floats, json ints
-    | st.floats(allow_nan=False)
-    | st.text(max_size=8)  # surrogates included: orjson refuses them, json keeps them
-)
-_json_values = st.recursive(
-    _json_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
-    ),
-    max_leaves=6,
-)
-_header_dicts = st.fixed_dictionaries(
-    {},
-    optional={
-        "code": st.integers(-(2**32), 2**32) | _json_values,
-        "opaque": st.integers(-(2**32), 2**32) | _json_values,
-        "flag": st.integers(0, 3) | _json_values,
-        "version": st.integers(0, 500) | _json_values,
-        "remark": st.text(max_size=8) | _json_values,
-        "language": st.sampled_from(["JAVA", "CPP", "PYTHON", ""]) | _json_values,
-        "extFields": st.dictionaries(st.text(max_size=4), st.text(max_size=8) | _json_scalars)
-        | _json_values,
-    },
-)
-
-
-# Headers whose top level takes the fast path, with extFields values of every JSON kind (the
-# C++ client writes numbers and booleans there).
-_plain_headers = st.fixed_dictionaries(
-    {
-        "code": st.integers(-(2**31), 2**31 - 1),
-        "opaque": st.integers(-(2**31), 2**31 - 1),
-        "language": st.sampled_from(["JAVA", "CPP"]),
-        "extFields": st.dictionaries(
-            st.text(max_size=4),
-            st.text(max_size=8)
-            | _json_scalars
-            | st.sampled_from([2**63 - 1, -(2**63) + 1, 2**63, -(2**63), 2**64, 0.5, True]),
-            max_size=4,
-        ),
-    },
-    optional={"flag": st.integers(0, 3), "version": st.integers(0, 500), "remark": st.text()},
-)
-
-
-@given(_plain_headers | _header_dicts | _json_values)
-def test_fast_json_path_answers_as_json_alone(header: object) -> None:
-    _decoded_either_way(json.dumps(header).encode())
-
-
-# What a JSON header's fields may hold: right and wrong types, Java int edges, absent keys.
-_json_scalars = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(-(2**31) - 1, 2**31),
-    st.sampled_from([2**63, -(2**64), 1.5]),
-    st.text(max_size=5),
-)
-_MISSING_FIELD = object()
-_ext_values = st.one_of(
-    _json_scalars,
-    st.integers(),
-    st.sampled_from([-0.0, 0.0, 1e300, True, False, None, "", "0", "1"]),
-    st.lists(st.integers(), max_size=2),
-    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
-)
-
-
 @given(
     code=st.integers(-(2**31), 2**31 - 1),
     opaque=st.integers(-(2**31), 2**31 - 1),
@@ -469,25 +397,37 @@ def _decoded_either_way(header: bytes) -> object:
 _header_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6) | (
     st.text(st.sampled_from('"\\/\b\f\n\r\t\x00\x01\x02\x1f é€\U0001f600\ud800'), max_size=4)
 )
+# What a JSON header's fields may hold: right and wrong types, Java int and long edges, numbers
+# past 64 bits (orjson gives floats, json ints), surrogates (orjson refuses them, json keeps
+# them), values nested.
+_json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**31) - 1, 2**31), st.integers(-(2**70), 2**70),
+    st.sampled_from([2**63 - 1, -(2**63) + 1, 2**63, -(2**63), 2**64, -(2**64), 0.5, -0.0, 1e300]),
+    st.floats(allow_nan=False), st.text(max_size=8),
+)  # fmt: skip
+_json_values = st.recursive(
+    _json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=6,
+)
+_int32 = st.integers(-(2**31), 2**31 - 1)
+_ANY_FIELDS = {
+    "code": _int32 | _json_values, "opaque": _int32 | _json_values,
+    "flag": st.integers(0, 3) | _json_values, "version": st.integers(0, 500) | _json_values,
+    "remark": _json_values | _header_text,
+    "language": st.sampled_from(["JAVA", "CPP", "PYTHON", ""]) | _json_values,
+    "serializeTypeCurrentRPC": st.just("JSON") | _json_values,
+    "extFields": st.none() | _json_values | st.dictionaries(_header_text, _header_text, max_size=5)
+    | st.dictionaries(st.text(max_size=4), _json_values, max_size=4),
+}  # fmt: skip
+# A top level the plain reader takes (the C++ client writes numbers and booleans in extFields).
+_SOUND_TOP = {"code": _int32, "opaque": _int32, "language": st.sampled_from(["JAVA", "CPP"])}
 
 
 @given(
-    fields=st.fixed_dictionaries(
-        {},
-        optional={
-            "code": _json_scalars,
-            "opaque": _json_scalars,
-            "flag": _json_scalars,
-            "version": _json_scalars,
-            "remark": st.one_of(_json_scalars, _header_text),
-            "language": st.one_of(_json_scalars, st.sampled_from(["JAVA", "CPP", ""])),
-            "serializeTypeCurrentRPC": st.one_of(_json_scalars, st.just("JSON")),
-            "extFields": st.one_of(
-                st.none(),
-                st.dictionaries(_header_text, _header_text, max_size=5),
-                st.dictionaries(st.text(max_size=3), _ext_values, max_size=4),
-            ),
-        },
+    fields=st.fixed_dictionaries({}, optional=_ANY_FIELDS)
+    | st.fixed_dictionaries(
+        _SOUND_TOP, optional={k: v for k, v in _ANY_FIELDS.items() if k not in _SOUND_TOP}
     ),
     ensure_ascii=st.booleans(),
     spaced=st.booleans(),
@@ -499,9 +439,9 @@ def test_json_header_reads_frames_as_the_general_decoder(
 ) -> None:
     """The reader of the plain JSON header (codec._json_header_at, C or its twin) gives the
     command, or leaves the header to the general decoder, so that every frame decodes as json
-    alone reads it:
-    escapes, non-ASCII and control characters, surrogates, every type in every field, spacing,
-    and members given twice."""
+    alone reads it: escapes, non-ASCII and control characters, surrogates, every type (nested
+    too) in every field, a sound top level with any extFields, spacing, and members given
+    twice."""
     separators = (", ", ": ") if spaced else (",", ":")
     text = json.dumps(fields, ensure_ascii=ensure_ascii, separators=separators)
     if dup is not None and len(text) > 2:
@@ -544,6 +484,33 @@ def test_json_header_reads_the_plain_send_header() -> None:
         assert (cmd.code, cmd.opaque, cmd.version, cmd.language) == (310, 7, 399, "JAVA")
         assert cmd.ext_fields == {"a": "G", "i": "UNIQ_KEY\x01A\x02"}
     assert _decoded_either_way(header)[0]["ext_fields"] == cmd.ext_fields
+
+
+@pytest.mark.parametrize("reader", [pair[0] for pair in _JSON_HEADER_READERS])
+def test_json_header_reads_any_buffer_inside_its_bounds(reader: Callable[..., Any]) -> None:
+    """bytes, bytearray and memoryview alike, the command made by the class given; a header
+    past the buffer's end or bounds the wrong way round left to the general decoder (None);
+    bounds out of range or not ints, a str, no class to make the command: refused."""
+    frame, end, json_type = b"xx" + SEND_HEADER + b"body", 2 + len(SEND_HEADER), SerializeType.JSON
+    cmd = reader(frame, 2, end, RemotingCommand, json_type)
+    assert (cmd.code, cmd.opaque, cmd.version, cmd.ext_fields["b"]) == (310, -12, 399, "T\u00e9")
+    for kind in (bytearray, memoryview):
+        assert reader(kind(frame), 2, end, RemotingCommand, json_type) == cmd
+    assert RemotingCommand(*reader(frame, 2, end, lambda *f: f, json_type)) == cmd
+    spaced = memoryview(frame[:end] + b" ")[:end]  # one past its end: JSON's whitespace
+    for data, start, stop in ((frame, 2, len(frame) + 1), (bytearray(frame), 2, len(frame) + 1),
+                              (frame[:end], 2, end + 1), (spaced, 2, end + 1),
+                              (frame, end, 2)):  # fmt: skip
+        assert reader(data, start, stop, RemotingCommand, json_type) is None
+    for args, raised in (
+        ((frame, -1, end, RemotingCommand), OverflowError),
+        ((frame, 2, 2**63, RemotingCommand), OverflowError),
+        ((frame, "2", end, RemotingCommand), TypeError),
+        ((frame.decode(), 2, end, RemotingCommand), TypeError),
+        ((frame, 2, end, None), TypeError),
+    ):
+        with pytest.raises(raised):
+            reader(*args, json_type)
 
 
 JSON_HEADER_EDGES = [
@@ -617,6 +584,10 @@ JSON_HEADER_EDGES = [
     b"{}",
     b"[]",
     b"",
+    b"5",
+    b'"x"',
+    b"null",
+    b'[{"code":1}]',
 ]
 """Headers at the edges of json_header's plain subset."""
 

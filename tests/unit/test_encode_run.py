@@ -1,9 +1,10 @@
 """``encode_run``, the store's one record encoder (pymq.store._commitlogc, twin
 pymq.store.commitlog.encode_run_py), run by run: its clock, its commits and what it does with
 an error after one, the stops it checks first, the queue offset's bounds, its buffer's end, and
-(for the C code) what Python code run meanwhile may change and its references.  Each test runs
-on both implementations (the C one where built), so PYMQ_PURE_PYTHON=1 runs them too; that
-the two write the same is tests/unit/test_twins.py's."""
+(for the C code) what Python code run meanwhile may change and its references; what a send or
+the run's arguments leave to the general path or refuse.  Each test runs on both
+implementations (the C one where built), so PYMQ_PURE_PYTHON=1 runs them too; that the records
+written are the general path's is tests/store/test_batch_fast_path.py's."""
 
 from __future__ import annotations
 
@@ -424,19 +425,113 @@ def test_a_stored_run_that_fails_raises_and_changes_nothing(
     assert table == {("T1", 1): 3} and buf == bytearray(4096)
 
 
-def test_a_stored_run_writes_what_the_twin_writes() -> None:
-    """The C function and its twin agree on stored runs, byte for byte (where C is built)."""
-    if _C is None:
-        pytest.skip("the C extension is not built")
-    cases = [
-        [stored(), stored(sys_flag=0x4, prepared=7), stored(born_ip=V6_IP, props=b"")],
-        [stored(b"\x00TAGS\x01x\x02KEYS\x01\xff\xfe")],
-        [stored(), stored(b"p" * 32768)],
-    ]
-    for entries in cases:
-        for store_ip in (STORE_IP, V6_IP):
-            outs = []
-            for fn in (_C.encode_run, encode_run_py):
-                buf, table = bytearray(4096), {("T1", 1): 9}
-                outs.append((run_stored(fn, buf, entries, table, store_ip=store_ip), buf, table))
-            assert outs[0] == outs[1]
+# --- what a send's entry or the run's arguments leave to the general path or refuse ---------
+
+GOOD = ("T1", 0, b"body", "TAGS\x01a", 0, 0, 1, 0)
+_33 = "\x02".join(f"p{i}\x01v" for i in range(33))
+
+
+def arguments(**over: Any) -> dict[str, Any]:
+    """encode_run's arguments by name (a run of GOOD then a send to Topic-2), with ``over``."""
+    args = dict(buf=bytearray(4096), pos=0, limit=4096, file_from=FILE_FROM,
+                entries=[GOOD, ("Topic-2", 1, b"x" * 100, "", 0, 0, 1, 0)], topics=TOPIC_BYTES,
+                table={}, clock=iter(range(7, 99)).__next__, cluster=CLUSTER, born_ip=BORN_IP,
+                born_port=1, store_ip=STORE_IP, store_port=2, max_bp=4096, stop_flags=STOP_FLAGS,
+                stop_topic=STOP_TOPIC, hint_type=None)  # fmt: skip
+    return args | over
+
+
+@pytest.mark.parametrize(
+    ("props", "taken"),
+    [
+        ("", True), ("WAIT\x01TRUE\x02a\x01b\x02", True), ("TIMER_\x015", True),
+        ("\x01x\x02y\x01\x02a\x01b\x01c\x02\x02", True),  # items without a name or value
+        (_33[: _33.rindex("\x02")], True), ("a\x01" + "b" * 32000, True),
+        ("DELAY\x010", False), ("DELAY\x012", False), ("TRAN_MSG\x01true", False),
+        ("TIMER_DELAY_MS\x015", False), ("CLUSTER\x01x", False), ("a\x01b\x02a\x01c", False),
+        (_33, False), ("\u00e9\x01x", False), ("a\x00\x01b", False),
+        ("a\x01" + "b" * 33000, False),
+    ],
+)  # fmt: skip
+def test_a_send_s_properties_the_general_path_must_judge_stop_the_run(
+    encode: Callable[..., Any], props: str, taken: bool
+) -> None:
+    """A delay, a transaction's half, a timer, its own CLUSTER, a name twice, over 32 items,
+    text not ASCII, a NUL, more than the layout holds: the run stops before that send, the
+    one before it standing and nothing written past it; any other is stored."""
+    args = arguments(buf=bytearray(80_000), limit=80_000, max_bp=1 << 20)
+    args["entries"] = [GOOD, ("T1", 0, b"b", props, 0, 0, 1, 0)]
+    end, rows, waits, _, error = encode(*args.values())
+    assert error is None and len(rows) == len(waits) == 1 + taken, props[:40]
+    assert args["table"] == {("T1", 0): 1 + taken} and not any(args["buf"][end:])
+    assert decode_records(bytes(args["buf"][:end]))[-1].properties["CLUSTER"] == "DefaultCluster"
+
+
+@pytest.mark.parametrize(
+    ("over", "raised"),
+    [
+        ({"buf": b"\x00" * 4096}, BufferError), ({"buf": None}, TypeError),
+        ({"file_from": 2**62}, OverflowError), ({"born_port": "5"}, TypeError),
+        ({"store_port": 2**31}, OverflowError), ({"store_ip": "1.2.3.4"}, TypeError),
+        ({"cluster": "C"}, TypeError), ({"max_bp": -1}, OverflowError), ({"topics": []}, TypeError),
+        ({"entries": ()}, TypeError), ({"entries": [(1, 2)]}, TypeError),
+        ({"table": {("T1", 0): -1}}, OverflowError), ({"stop_topic": b"S"}, TypeError),
+        ({"hint_type": tuple}, TypeError), ({"hint_type": 5}, TypeError),
+        ({"entries": [("T1", 0, b"b", "", 2**31, 0, 1, 0)]}, OverflowError),
+        ({"entries": [("T1", 0, b"b", "", 0, 0, 2**63, 0)]}, OverflowError),
+        ({"entries": [("T1", 2**31, b"b", "", 0, 0, 1, 0)]}, OverflowError),
+        ({"entries": [(5, 0, b"b", "", 0, 0, 1, 0)]}, TypeError),
+        ({"entries": [("T1", 0, b"b", b"a\x01b", 0, 0, 1, 0)]}, TypeError),
+    ],
+)  # fmt: skip
+def test_arguments_out_of_their_types_or_ranges_raise_and_change_nothing(
+    encode: Callable[..., Any], over: dict[str, Any], raised: type[Exception]
+) -> None:
+    args = arguments(**over)
+    table = dict(args["table"])
+    with pytest.raises(raised):
+        encode(*args.values())
+    assert args["table"] == table and not any(args["buf"] or b"")
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"max_bp": 9}, {"limit": 125}, {"limit": 0}, {"pos": 4100}, {"store_ip": bytes(3)},
+        {"cluster": b"\x02x"}, {"entries": []},
+        {"entries": [("T1", 0, b"x" * 5000, "", 0, 0, 1, 0)]},
+    ],
+)  # fmt: skip
+def test_what_no_record_can_be_written_for_stops_before_the_first(
+    encode: Callable[..., Any], over: dict[str, Any]
+) -> None:
+    """A body and properties over max_bp, no room below the limit or in the buffer, a store
+    IP of neither family, a cluster name not plain: nothing written, nothing committed."""
+    args = arguments(**over)
+    assert encode(*args.values()) == (args["pos"], [], [], 0, None)
+    assert args["table"] == {} and not any(args["buf"])
+
+
+def test_rows_are_of_the_hint_type_and_the_clock_read_once_a_send(
+    encode: Callable[..., Any],
+) -> None:
+    """Each row a hint_type (None: a plain tuple) of the record's fields; bodies of any
+    buffer type and a reconsume count at its lower bound are written; a clock that runs out
+    after the first send's reading stops the run with that error, the first standing."""
+    from pymq.store.commitlog import DispatchHint
+
+    for hint_type in (None, DispatchHint):
+        body = [memoryview(b"mv"), bytearray(b"ba")]
+        args = arguments(hint_type=hint_type)
+        args["entries"] = [(*GOOD[:2], b, *GOOD[3:7], -(2**31)) for b in body]
+        end, rows, _, stamp, error = encode(*args.values())
+        assert error is None and stamp == 8 and [type(r) for r in rows] == [hint_type or tuple] * 2
+        assert rows[1][:7] == (FILE_FROM + rows[0][1], rows[1][1], "T1", 0, 1, "a", 8)
+        records = decode_records(bytes(args["buf"][:end]))
+        assert [(r.body, r.reconsume_times) for r in records] == [
+            (b"mv", -(2**31)),
+            (b"ba", -(2**31)),
+        ]
+    args = arguments(clock=iter([7]).__next__)
+    _, rows, _, stamp, error = encode(*args.values())
+    assert isinstance(error, StopIteration) and len(rows) == 1 and stamp == 7

@@ -18,10 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pymq.broker.processors import send
 from pymq.common import clock, message_ext, native, record
 from pymq.common.message_ext import MessageExt
 from pymq.store.commitlog import encode_record
-from tests.helpers import c_functions
+from tests.helpers import c_functions, implementations
 
 
 def _native():
@@ -462,8 +463,21 @@ def test_send_answer_frame_writes_numbers_at_their_limits(opaque, queue_id, queu
     assert frame[:8] == struct.pack(">II", 4 + len(expected_header), len(expected_header))
 
 
-def test_send_answer_frame_refuses_what_it_cannot_write():
-    with pytest.raises(ValueError):
-        _native().send_answer_frame(1, "caf\u00e9", 0, 0, b'""', False, 401)
-    with pytest.raises(OverflowError):
-        _native().send_answer_frame(2**31, "AB", 0, 0, b'""', False, 401)
+@pytest.mark.parametrize(
+    "write", implementations("pymq.broker._sendc", "send_answer_frame", send.send_answer_frame_py)
+)
+@pytest.mark.parametrize(
+    ("args", "raised"),
+    [
+        ((1, "caf\u00e9", 0, 0, b'""', False, 401), ValueError),  # an id not ASCII
+        ((1, "x" * 0xFFFFFF, 0, 0, b'"r"', True, 401), ValueError),  # an answer too long
+        ((2**31, "AB", 0, 0, b'""', False, 401), OverflowError),
+        ((1, "AB", 0, 2**63, b'""', False, 401), OverflowError),
+        ((1, "AB", "1", 0, b'""', False, 401), TypeError),
+        ((1, 5, 0, 0, b'""', False, 401), TypeError),
+        ((1, "AB", 0, 0, "r", False, 401), TypeError),  # the region not bytes
+    ],
+)
+def test_send_answer_frame_refuses_what_it_cannot_write(write, args, raised):
+    with pytest.raises(raised):
+        write(*args)

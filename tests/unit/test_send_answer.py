@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pymq.remoting import codec
 from pymq.remoting.codec import RPC_ONEWAY, RPC_TYPE_RESPONSE, RemotingCommand, decode_frame, encode
 from pymq.remoting.headers import SendMessageResponseHeader
-from tests.helpers import implementations, send_tier_functions
+from tests.helpers import implementations, mangled, send_tier_functions
 
 native_extension = send_tier_functions()
 READERS = pytest.mark.parametrize(
@@ -181,6 +181,16 @@ def test_what_the_raw_reader_takes_the_usual_path_reads_the_same(
         assert got is not None
     elif want is not None:
         assert got == want
+
+
+@READERS
+@settings(max_examples=300)
+@given(st.data())
+def test_damaged_answers_are_read_as_the_usual_path_reads_them(reader: Any, data) -> None:
+    """Answers with bytes of the JSON grammar changed, cut or added: the reader takes only
+    what the usual path reads alike (read's checks)."""
+    sound = data.draw(st.sampled_from([JAVA_ANSWER.encode(), ROWS[0][0][8:], ROWS[2][0][8:]]))
+    read(reader, frame_of(mangled(data, sound, b'"\\{}[],:-.0e19 \x00\x7f\x80tnuabm')))
 
 
 def test_raw_send_answers_give_the_fields_to_calls_that_take_them(caplog) -> None:

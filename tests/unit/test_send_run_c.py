@@ -7,8 +7,10 @@ topic judged once per change), and ``send_answer_run`` writes byte for byte the 
 from __future__ import annotations
 
 import contextlib
+import struct
 import sys
 import tracemalloc
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +19,8 @@ from hypothesis import strategies as st
 from pymq.broker.processors import send
 from pymq.common.message_id import offset_msg_id
 from pymq.remoting import codec
-from pymq.remoting.codec import RemotingCommand, encode
+from pymq.remoting.codec import RemotingCommand, decode_frame, encode
+from pymq.remoting.headers import SendMessageRequestHeader
 from pymq.store.commitlog import DispatchHint
 from tests.helpers import implementations, mangled, send_tier_functions
 from tests.integration.test_send_raw import _items, batch_frame, cpp_frame, ext_for, frame
@@ -84,6 +87,77 @@ FRAME = st.one_of(
     st.just(frame(ext_for("T1", g="12x"))),  # a born timestamp that is no number
     st.just(encode(RemotingCommand(310, {}, b"b", 5, 0))),  # no fields
 )
+
+
+@st.composite
+def damaged_header(draw: st.DrawFn, sound: bytes) -> bytes:
+    """``sound`` with bytes of the JSON grammar changed, cut or added in its header (the
+    length fields made to fit, so that the damage is read)."""
+    (length,) = struct.unpack_from(">i", sound, 4)
+    header = mangled(draw, sound[8 : 8 + length], b'"\\{}[],:-.0e19 \x00\x7f\x80tnuabm')
+    body = sound[8 + length :]
+    return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+
+
+ODD_SENDS = st.sampled_from(
+    [frame(ext_for("T1", AccessKey="ak", Signature="c2ln")), frame(ext_for("T1"), flag=1),
+     frame(ext_for("T1"), remark="r"), frame(ext_for("T1", h="-1", j="3", k="true")),
+     frame(ext_for("T1", h="5", j="3")), frame(ext_for("T1", m="true")),
+     batch_frame("T1", _items(1), m="false"), frame({**ext_for("T1"), "topic": "T"}),
+     frame(ext_for("T1"), code=10), cpp_frame("T1", "", unitMode=False, batch=None)]
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "send_fields", implementations("pymq.remoting._codecc", "send_fields", codec.send_fields_py)
+)
+@settings(max_examples=300, deadline=None)
+@given((FRAME | ODD_SENDS).flatmap(lambda f: st.just(f) | damaged_header(f)))
+def test_send_fields_reads_what_the_usual_path_reads(send_fields, data: bytes) -> None:
+    """send_fields (C, and its twin) of a frame, sound or damaged, gives the fields decode_frame
+    and the send header's from_ext read of a plain send or batch (a batch by its code and its
+    header alike), or leaves it to them."""
+    got = send_fields(data, 4, len(data))
+    if got is not None:
+        cmd = decode_frame(data[4:])
+        assert cmd.header_error is None and cmd.code in (10, 310, 320) and cmd.flag == 0
+        head = SendMessageRequestHeader.from_ext(cmd.code, cmd.ext_fields)
+        assert got == (
+            cmd.opaque, head.topic, head.queue_id, head.sys_flag, head.born_timestamp, head.flag,
+            head.properties, head.reconsume_times, len(data) - len(cmd.body), head.batch,
+        )  # fmt: skip
+        assert head.batch is (cmd.code == 320)  # a batch's body is read as one by its code
+    elif data in (frame(ext_for("T1")), frame(ext_for("T1", h="5", j="3"))):
+        pytest.fail("a plain send left to the usual path")
+
+
+@pytest.mark.parametrize("name", ["send_fields", "send_answer_fields"])
+def test_the_frame_readers_read_any_buffer_inside_its_bounds(name: str) -> None:
+    """send_fields and send_answer_fields (C, and their twins): bytes, bytearray, memoryview
+    alike; bounds past the buffer or the wrong way round, a cut frame: None; bounds out of
+    range or not ints, a str: refused."""
+    data = frame(ext_for("T1", 3))
+    if name == "send_answer_fields":
+        data = native_extension.send_answer_frame(77, "0A0B", 3, 12345, b'"R"', True, 401)
+    twin = getattr(codec, name + "_py")
+    for fn in [p.values[0] for p in implementations("pymq.remoting._codecc", name, twin)]:
+        want = fn(data, 4, len(data))
+        assert want is not None and want[1:3] == (
+            ("T1", 3) if name == "send_fields" else ("0A0B", 3)
+        )
+        for kind in (bytearray, memoryview):
+            assert fn(kind(data), 4, len(data)) == want
+        for args in ((data, 4, len(data) + 1), (data, len(data), 4), (data[:6], 4, 6)):
+            assert fn(*args) is None
+        refused: list[tuple[tuple[Any, ...], type[Exception]]] = [
+            ((data, -1, len(data)), OverflowError),
+            ((data, 4, 2**63), OverflowError),
+            ((data, "4", len(data)), TypeError),
+            ((data.decode("latin-1"), 4, len(data)), TypeError),
+        ]
+        for bad, raised in refused:
+            with pytest.raises(raised):
+                fn(*bad)
 
 
 @RUN_FIELDS

@@ -322,7 +322,9 @@ class _Connection:
         # docstring), with their handlers.
         self._starting: deque[tuple[Handler, Call]] = deque()
         self._send_lock = trio.Lock()
-        self._window_opened = trio.Event()
+        # Set when a send window opens; made only when a call waits for one (a WINDOW_UPDATE
+        # comes with nearly every response, and seldom finds a call waiting).
+        self._window_opened: trio.Event | None = None
         self._last_read = trio.current_time()  # when the last read returned (_watch)
         # When the send in progress began (None: none is), and the scope _watch sleeps in
         # (None while it is awake): a send brings its deadline nearer (see flush).
@@ -485,8 +487,10 @@ class _Connection:
             if not event.remote:  # a protocol error of the client's, on this stream only
                 log.info("grpc: reset a stream from %s: %s", self.peer, event.reason)
         elif type(event) is WindowOpened:
-            self._window_opened.set()
-            self._window_opened = trio.Event()
+            opened = self._window_opened
+            if opened is not None:
+                self._window_opened = None
+                opened.set()
         elif type(event) is ConnectionTerminated:
             self.closed = True
 
@@ -590,6 +594,8 @@ class _Connection:
             size = self.h2.send_data(call.stream_id, view)
             if size <= 0:
                 opened = self._window_opened
+                if opened is None:
+                    opened = self._window_opened = trio.Event()
                 with trio.move_on_after(limits.write_stall_timeout):
                     await opened.wait()
                     continue

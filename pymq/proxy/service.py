@@ -936,14 +936,15 @@ class MessagingService:
         bc = self.broker.broker_config
         store_host = f"{bc.broker_ip1}:{self.broker.port}"
         for i, item in enumerate(found):
-            message = to_grpc_message(
+            response = s.ReceiveMessageResponse()
+            to_grpc_message(
                 item.message,
                 receipt_handle=item.handle,
                 invisible_ms=item.invisible_ms,
                 attempt=item.attempt,
                 store_host=store_host,
+                into=response.message,
             )
-            response = s.ReceiveMessageResponse(message=message)
             await call.send(response.SerializeToString(), last=i == len(found) - 1)
 
     async def _receive(self, request: Any) -> list[Any] | Any:
@@ -1210,10 +1211,16 @@ class MessagingService:
             if sub.tags_set and ext.tags not in sub.tags_set:
                 continue
             ext.queue_offset = offset
-            message = to_grpc_message(
-                ext, receipt_handle="", invisible_ms=0, attempt=1, store_host=store_host
+            response = s.PullMessageResponse()
+            to_grpc_message(
+                ext,
+                receipt_handle="",
+                invisible_ms=0,
+                attempt=1,
+                store_host=store_host,
+                into=response.message,
             )
-            messages.append(s.PullMessageResponse(message=message))
+            messages.append(response)
         code = Code.OK if messages else Code.MESSAGE_NOT_FOUND
         return [
             s.PullMessageResponse(status=status(code)),

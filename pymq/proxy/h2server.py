@@ -48,7 +48,6 @@ HPACK is the ``hpack`` package's (pymq.proxy.http2 passes its caching subclasses
 from __future__ import annotations
 
 import enum
-import functools
 import re
 import struct
 from collections.abc import Callable, Iterable
@@ -698,13 +697,19 @@ _BAD_VALUE = re.compile(r"[\x00\n\r]")
 def request_headers(fields: Iterable[tuple[bytes, bytes]]) -> dict[str, str] | str:
     """A request's header fields decoded (UTF-8), as a dict (a regular field repeated: its
     last value), or what makes the block malformed (RFC 9113 8.2, 8.3).  Each field is
-    decoded and checked on its own by :func:`_field` (which keeps its answers: a client's
-    fields are mostly the same on every call), their order and number here."""
+    decoded and checked on its own by :func:`_field` (its answers kept: a client's fields
+    are mostly the same on every call), their order and number here."""
     headers: dict[str, str] = {}
     regular = False  # a regular field seen (pseudo-headers must all come before)
     host: str | None = None
-    for raw_name, raw_value in fields:
-        checked = _field(raw_name, raw_value)
+    kept = _CHECKED
+    for field in fields:
+        checked = kept.get(field)
+        if checked is None:
+            checked = _field(*field)
+            if len(kept) >= FIELDS_KEPT:
+                kept.clear()
+            kept[field] = checked
         if isinstance(checked, str):
             return checked
         name, value = checked
@@ -721,16 +726,17 @@ def request_headers(fields: Iterable[tuple[bytes, bytes]]) -> dict[str, str] | s
     return _missing(headers, host) or headers
 
 
-# Fields whose check _field keeps (least recently used dropped): the fields a server's
-# clients repeat on every call, with room for those that change on each (ids, dates).
+# Fields whose check (_field's answer) is kept, for every connection: the fields a server's
+# clients repeat on every call, with room for those that change on each (ids, dates); all
+# dropped at once when full (the repeated ones are checked again once).
 FIELDS_KEPT = 512
+_CHECKED: dict[tuple[bytes, bytes], tuple[str, str] | str] = {}
 
 
-@functools.lru_cache(maxsize=FIELDS_KEPT)
 def _field(raw_name: bytes, raw_value: bytes) -> tuple[str, str] | str:
     """One header field decoded (UTF-8) and checked as far as it can be alone (RFC 9113 8.2,
     8.3), or what makes it malformed.  A function of the two byte strings alone, so its
-    answers are kept, for every connection."""
+    answers are kept (in ``_CHECKED``, by :func:`request_headers`)."""
     try:
         name = raw_name.decode()
         value = raw_value.decode()

@@ -679,17 +679,26 @@ class _Decoder(hpack.Decoder):
     def __init__(self) -> None:
         super().__init__()
         self._generation = 0  # counts the blocks that may have changed the table
+        # The head of the last block split (and whether it only reads the table): a block
+        # that begins with the same bytes is walked from its end (see _plain_tail).
+        self._last_head = b""
+        self._last_reads_only = True
         # A kept head: the generation it was decoded in, its fields, their size as counted
         # against max_header_list_size.
         self._heads: dict[tuple[bytes, bool], tuple[int, list[Any], int]] = {}
 
     def decode(self, data: bytes, raw: bool = False) -> list[Any]:
-        walked = _plain_tail(data)
+        last = self._last_head
+        if last and data.startswith(last):
+            walked = _plain_tail(data, len(last), self._last_reads_only)
+        else:
+            walked = _plain_tail(data)
         if walked is None:
             self._generation += 1
             return cast(list[Any], super().decode(data, raw))
         bounds, reads_only = walked
         head = data[: bounds[0]]
+        self._last_head, self._last_reads_only = head, reads_only
         key = (head, raw)
         kept = self._heads.get(key) if reads_only else None
         if kept is not None and kept[0] == self._generation:
@@ -708,21 +717,26 @@ class _Decoder(hpack.Decoder):
                 if len(self._heads) >= self.HEADS:
                     self._heads.clear()
                 self._heads[key] = (self._generation, list(headers), size)
-        for k in range(0, len(bounds) - 1, 4):
-            name = data[bounds[k + 1] : bounds[k + 2]]
-            value = data[bounds[k + 3] : bounds[k + 4]]
-            size += len(name) + len(value) + 32
-            if size > self.max_header_list_size:
-                raise hpack.OversizedHeaderListError(
-                    f"A header list larger than {self.max_header_list_size} has been received"
-                )
-            if raw:
-                headers.append((name, value))  # hpack's HeaderTuple is a tuple: no need
-            else:
-                try:
-                    headers.append(hpack.HeaderTuple(name.decode(), value.decode()))
-                except UnicodeDecodeError as err:
-                    raise hpack.HPACKDecodingError("Unable to decode headers as UTF-8") from err
+        # A plain literal is its name and value and 3 bytes (0x00, two lengths): HPACK counts
+        # each field as its name and value and 32.
+        size += len(data) - bounds[0] + 29 * (len(bounds) // 4)
+        if size > self.max_header_list_size:
+            raise hpack.OversizedHeaderListError(
+                f"A header list larger than {self.max_header_list_size} has been received"
+            )
+        if raw:  # hpack's HeaderTuple is a tuple: no need of one
+            headers += [
+                (data[bounds[k] : bounds[k + 1]], data[bounds[k + 2] : bounds[k + 3]])
+                for k in range(1, len(bounds), 4)
+            ]
+            return headers
+        for k in range(1, len(bounds), 4):
+            name = data[bounds[k] : bounds[k + 1]]
+            value = data[bounds[k + 2] : bounds[k + 3]]
+            try:
+                headers.append(hpack.HeaderTuple(name.decode(), value.decode()))
+            except UnicodeDecodeError as err:
+                raise hpack.HPACKDecodingError("Unable to decode headers as UTF-8") from err
         return headers
 
 
@@ -774,18 +788,23 @@ class _Encoder(hpack.Encoder):
 _INDEXED_ONE_BYTE = bytes(range(0x81, 0xFF))
 
 
-def _plain_tail(data: bytes) -> tuple[list[int], bool] | None:
+def _plain_tail(
+    data: bytes, begin: int = 0, reads_only: bool = True
+) -> tuple[list[int], bool] | None:
     """Where the run of plain literals (``0x00``, then the name and the value each with a
     one-byte length, no Huffman) that ends ``data`` begins, and each one's bounds:
     ``[start, name, name end, value, value end, name, ...]`` (a literal's start is the last
     one's value end), and whether the head before it only reads the dynamic table (no literal
     with indexing, no size update); None when the block does not end so, or cannot be walked
-    (hpack reads it whole then, and says what is wrong)."""
+    (hpack reads it whole then, and says what is wrong).
+
+    ``begin``: walk from there, a field's start, with ``reads_only`` what the bytes before
+    it were found to be (a block that begins with the head of one split before: the walk is
+    a function of the bytes, so it would have reached the same point in the same state)."""
     n = len(data)
-    i = 0
+    i = begin
     start = -1  # where the current run of plain literals began
     bounds: list[int] = []
-    reads_only = True
     try:
         while i < n:
             first = data[i]

@@ -150,6 +150,39 @@ def test_a_kept_head_is_read_again_once_the_table_changed() -> None:
     assert both(head + tail, reference, ours)[1][0] == (b"x-four", b"4")
 
 
+def test_a_block_beginning_with_the_last_head_means_what_hpack_reads() -> None:
+    """A block that begins with the bytes of the head split last is walked from the head's
+    end: whatever follows (a tail cut anywhere, a field that is not a plain literal, an index
+    out of range, a table size update, a malformed Huffman string, nothing at all), both
+    decoders agree, from the same table."""
+    encoder = hpack.Encoder()
+    first = encoder.encode(REQUEST)  # literals with indexing: the table's entries
+    head = encoder.encode(REQUEST)  # indexed fields alone, as a client's later calls have it
+    tail = b"".join(plain(n, v) for n, v in METADATA)
+    followers = [tail[:cut] for cut in range(len(tail))]
+    followers += [
+        bytes([0x80 | 70]) + tail,  # an index past the table
+        b"\x82" + tail,  # one more indexed field: the head is longer
+        bytes([0x20]) + tail,  # a table size update after fields
+        bytes([0x3F, 0xE1, 0x1F]) + tail,  # an update past the maximum
+        b"\x00\x83\xff\xff\xff\x01v" + tail,  # a name of Huffman code that is no symbol
+        b"\x00\x01a\x82\xff\xff" + tail,  # a value's Huffman padding too long
+        tail + b"\x82",  # plain literals, then not: no tail
+        tail + bytes([0x40, 1]) + b"n" + bytes([1]) + b"v",  # ends with a literal indexed
+    ]
+    for follower in followers:
+        reference, ours = hpack.Decoder(), _Decoder()
+        both(first, reference, ours)
+        both(head + tail, reference, ours)
+        assert ours._last_head == head
+        both(head + follower, reference, ours)
+    # A head that adds to the table (literals with indexing) is read by hpack every time, also
+    # when the block begins with it as the last one did: the tables stay alike.
+    reference, ours = hpack.Decoder(), _Decoder()
+    for _ in range(3):
+        both(hpack.Encoder().encode(REQUEST) + tail, reference, ours)
+
+
 def test_a_kept_head_still_counts_toward_the_size_limit() -> None:
     encoder = hpack.Encoder()
     reference, ours = hpack.Decoder(), _Decoder()

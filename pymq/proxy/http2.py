@@ -204,7 +204,7 @@ class Call:
                 self._wake()
                 return
         if not self._partial:
-            self._partial_since = trio.current_time()
+            self._partial_since = self._conn.now()
         self._partial += data
         self._count(len(data), budget)
         while len(self._partial) >= _PREFIX.size:
@@ -225,7 +225,7 @@ class Call:
             message = bytes(self._partial[_PREFIX.size : end])
             del self._partial[:end]
             self._count(-_PREFIX.size, budget)
-            self._partial_since = trio.current_time() if self._partial else None
+            self._partial_since = self._conn.now() if self._partial else None
             if len(self._inbox) >= limits.max_queued_messages:
                 self.failure = GrpcError(
                     RESOURCE_EXHAUSTED,
@@ -259,8 +259,7 @@ class Call:
 
         Raises :class:`GrpcError` for a framing problem, a message begun and not finished
         within the receive timeout, or (with ``timeout``) none arriving within it."""
-        limits = self._conn.limits
-        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        deadline: float | None = None  # taken at the first wait (most calls find their message)
         while True:
             if self.failure is not None:
                 raise self.failure
@@ -272,9 +271,13 @@ class Call:
                 if self._partial:
                     raise GrpcError(INTERNAL, "the request ended inside a message")
                 return None
+            if deadline is None:
+                deadline = math.inf if timeout is None else self._conn.now() + timeout
             wait_until = deadline
             if self._partial_since is not None:
-                wait_until = min(wait_until, self._partial_since + limits.receive_timeout)
+                wait_until = min(
+                    wait_until, self._partial_since + self._conn.limits.receive_timeout
+                )
             if self._arrived is None:
                 self._arrived = trio.Event()
             with trio.move_on_at(wait_until):
@@ -325,7 +328,9 @@ class _Connection:
         # Set when a send window opens; made only when a call waits for one (a WINDOW_UPDATE
         # comes with nearly every response, and seldom finds a call waiting).
         self._window_opened: trio.Event | None = None
-        self._last_read = trio.current_time()  # when the last read returned (_watch)
+        # Trio's clock read without trio.current_time()'s two calls around it.
+        self.now: Callable[[], float] = trio.lowlevel.current_clock().current_time
+        self._last_read = self.now()  # when the last read returned (_watch)
         # When the send in progress began (None: none is), and the scope _watch sleeps in
         # (None while it is awake): a send brings its deadline nearer (see flush).
         self._send_began: float | None = None
@@ -377,7 +382,7 @@ class _Connection:
             if self.closed:
                 return False
             data = await self._receive()
-            self._last_read = trio.current_time()
+            self._last_read = self.now()
             if not data:
                 return False
             try:
@@ -534,40 +539,37 @@ class _Connection:
         self._starting.append((handler, call))
 
     async def _serve_call(self, handler: Handler, call: Call) -> None:
-        begin = trio.current_time()
+        begin = self.now()
         call.status = CANCELLED  # unless the call ends with a status of its own
+        status, message = OK, ""
         try:
-            await self._serve_call_counted(handler, call)
+            # A reset while the handler waits cancels the scope of the task serving it (the
+            # Cancelled ends this coroutine, see _read), so the status stays CANCELLED.
+            try:
+                await handler(call)
+            except GrpcError as exc:
+                status, message = exc.status, exc.message
+            except _ConnectionGone:
+                return
+            except Exception:
+                log.exception("grpc: %s from %s failed", call.path, call.peer)
+                status, message = INTERNAL, "internal error serving the call"
+            call.cancel_scope = None  # a reset from now on does not cancel writing its end
+            if call.reset or self.closed:
+                return
+            call.status = status
+            try:
+                self._finish(call, status, message)
+                if not call.in_reader:  # the reader writes what its calls queued, in one send
+                    await self.flush()
+            except (_ConnectionGone, StreamClosedError):
+                pass
+            finally:
+                if self.calls.pop(call.stream_id, None) is not None:
+                    call._drop(self.budget)
         finally:
             self.server.open_calls -= 1
-            self.server.stats.record(call.path, call.status, trio.current_time() - begin)
-
-    async def _serve_call_counted(self, handler: Handler, call: Call) -> None:
-        status, message = OK, ""
-        # A reset while the handler waits cancels the scope of the task serving it (the
-        # Cancelled ends this coroutine, see _read), so the status stays CANCELLED.
-        try:
-            await handler(call)
-        except GrpcError as exc:
-            status, message = exc.status, exc.message
-        except _ConnectionGone:
-            return
-        except Exception:
-            log.exception("grpc: %s from %s failed", call.path, call.peer)
-            status, message = INTERNAL, "internal error serving the call"
-        call.cancel_scope = None  # a reset from now on does not cancel writing its end
-        if call.reset or self.closed:
-            return
-        call.status = status
-        try:
-            self._finish(call, status, message)
-            if not call.in_reader:  # the reader writes what its calls queued, in one send
-                await self.flush()
-        except (_ConnectionGone, StreamClosedError):
-            pass
-        finally:
-            if self.calls.pop(call.stream_id, None) is not None:
-                call._drop(self.budget)
+            self.server.stats.record(call.path, call.status, self.now() - begin)
 
     def _finish(self, call: Call, status: int, message: str) -> None:
         """The call's trailers (or its trailers-only response); a call that did not read its
@@ -767,8 +769,12 @@ class _Encoder(hpack.Encoder):
 
     def encode(self, headers: Any, huffman: bool = True) -> bytes:
         key = None
-        if isinstance(headers, list) and not any(
-            len(h) != 2 or isinstance(h, hpack.NeverIndexedHeaderTuple) for h in headers
+        # Pairs alone, none of them sensitive (a NeverIndexedHeaderTuple equals the plain pair
+        # of its values: told by its type), checked without a Python loop.
+        if (
+            isinstance(headers, list)
+            and _PAIR_TYPES.issuperset(map(type, headers))
+            and _TWO.issuperset(map(len, headers))
         ):
             key = (tuple(headers), huffman)
             kept = self._kept.get(key)
@@ -783,6 +789,11 @@ class _Encoder(hpack.Encoder):
             self._kept[key] = (self._generation, block)
         return block
 
+
+# What a header list's fields may be for its block to be kept: a tuple (or hpack's
+# HeaderTuple) of a name and a value.
+_PAIR_TYPES = frozenset((tuple, hpack.HeaderTuple))
+_TWO = frozenset((2,))
 
 # The bytes of an indexed field of index 1 to 126, written in one byte.
 _INDEXED_ONE_BYTE = bytes(range(0x81, 0xFF))

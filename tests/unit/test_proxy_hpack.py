@@ -234,3 +234,6 @@ def test_the_encoder_keeps_only_indexed_blocks() -> None:
     again = ours.encode(list(OK_TRAILERS))  # now an indexed field: kept
     assert again != first and len(again) == 1 and ours._kept
     assert ours.encode(list(OK_TRAILERS)) is again
+    # A field with hpack's third item (sensitive) is encoded by hpack, never kept.
+    ours.encode([(*OK_TRAILERS[0], True)])
+    assert all(len(field) == 2 for key in ours._kept for field in key[0])

@@ -58,6 +58,7 @@ import bisect
 import contextlib
 import logging
 import math
+import operator
 import struct
 import types
 from collections import deque
@@ -677,30 +678,25 @@ class _Decoder(hpack.Decoder):
     decoding, before these two."""
 
     HEADS = 16
+    LAYOUTS = 4
 
     def __init__(self) -> None:
         super().__init__()
         self._generation = 0  # counts the blocks that may have changed the table
-        # The head of the last block split (and whether it only reads the table): a block
-        # that begins with the same bytes is walked from its end (see _plain_tail).
-        self._last_head = b""
-        self._last_reads_only = True
+        # The last blocks split (at most LAYOUTS, the newest first), as _Layouts: a block of
+        # the same layout is split without a walk, one that begins with the newest's head
+        # walked from the head's end.
+        self._layouts: list[_Layout] = []
         # A kept head: the generation it was decoded in, its fields, their size as counted
         # against max_header_list_size.
         self._heads: dict[tuple[bytes, bool], tuple[int, list[Any], int]] = {}
 
     def decode(self, data: bytes, raw: bool = False) -> list[Any]:
-        last = self._last_head
-        if last and data.startswith(last):
-            walked = _plain_tail(data, len(last), self._last_reads_only)
-        else:
-            walked = _plain_tail(data)
-        if walked is None:
+        split = self._split(data)
+        if split is None:
             self._generation += 1
             return cast(list[Any], super().decode(data, raw))
-        bounds, reads_only = walked
-        head = data[: bounds[0]]
-        self._last_head, self._last_reads_only = head, reads_only
+        head, reads_only, pieces = split
         key = (head, raw)
         kept = self._heads.get(key) if reads_only else None
         if kept is not None and kept[0] == self._generation:
@@ -721,25 +717,73 @@ class _Decoder(hpack.Decoder):
                 self._heads[key] = (self._generation, list(headers), size)
         # A plain literal is its name and value and 3 bytes (0x00, two lengths): HPACK counts
         # each field as its name and value and 32.
-        size += len(data) - bounds[0] + 29 * (len(bounds) // 4)
+        size += len(data) - len(head) + 29 * (len(pieces) // 2)
         if size > self.max_header_list_size:
             raise hpack.OversizedHeaderListError(
                 f"A header list larger than {self.max_header_list_size} has been received"
             )
+        pairs = zip(pieces[::2], pieces[1::2], strict=True)
         if raw:  # hpack's HeaderTuple is a tuple: no need of one
-            headers += [
-                (data[bounds[k] : bounds[k + 1]], data[bounds[k + 2] : bounds[k + 3]])
-                for k in range(1, len(bounds), 4)
-            ]
+            headers += pairs
             return headers
-        for k in range(1, len(bounds), 4):
-            name = data[bounds[k] : bounds[k + 1]]
-            value = data[bounds[k + 2] : bounds[k + 3]]
+        for name, value in pairs:
             try:
                 headers.append(hpack.HeaderTuple(name.decode(), value.decode()))
             except UnicodeDecodeError as err:
                 raise hpack.HPACKDecodingError("Unable to decode headers as UTF-8") from err
         return headers
+
+    def _split(self, data: bytes) -> tuple[bytes, bool, tuple[bytes, ...]] | None:
+        """The head of ``data``, whether it only reads the table, and its plain tail's names
+        and values in turn; None when it has no plain tail (see :func:`_plain_tail`).
+
+        A block of the layout of one split before (its length, its head's bytes, and the
+        bytes the walk read in its tail: each literal's 0x00 and two lengths) would be walked
+        to the same bounds (the walk is a function of those bytes), so it is sliced at the
+        kept ones (a client alternates a few: its grpc-timeout takes a few values); one that
+        begins with the newest's head is walked from the head's end."""
+        layouts = self._layouts
+        n = len(data)
+        for layout in layouts:
+            if (
+                n == layout.length
+                and data.startswith(layout.head)
+                and layout.marks(data) == layout.marked
+            ):
+                return layout.head, layout.reads_only, layout.pieces(data)
+        if layouts and layouts[0].head and data.startswith(layouts[0].head):
+            walked = _plain_tail(data, len(layouts[0].head), layouts[0].reads_only)
+        else:
+            walked = _plain_tail(data)
+        if walked is None:
+            return None
+        bounds, reads_only = walked
+        layout = _Layout(data, bounds, reads_only)
+        layouts.insert(0, layout)
+        del layouts[self.LAYOUTS :]
+        return layout.head, reads_only, layout.pieces(data)
+
+
+class _Layout:
+    """Where a block split by :func:`_plain_tail` has its head, the bytes its walk read in the
+    tail (``marks`` takes them from a block) and its tail's names and values (``pieces``
+    slices them, in turn)."""
+
+    __slots__ = ("head", "length", "marked", "marks", "pieces", "reads_only")
+
+    def __init__(self, data: bytes, bounds: list[int], reads_only: bool) -> None:
+        self.length = len(data)
+        self.head = data[: bounds[0]]
+        self.reads_only = reads_only
+        positions: list[int] = []
+        slices: list[slice] = []
+        for k in range(0, len(bounds) - 1, 4):  # a literal: its 0x00 and its two lengths
+            positions += [bounds[k], bounds[k] + 1, bounds[k + 2]]
+            slices += [slice(bounds[k + 1], bounds[k + 2]), slice(bounds[k + 3], bounds[k + 4])]
+        # Three positions and two slices at least: itemgetter gives tuples.
+        self.marks: Callable[[bytes], tuple[int, ...]] = operator.itemgetter(*positions)
+        self.marked = self.marks(data)
+        self.pieces: Callable[[bytes], tuple[bytes, ...]] = operator.itemgetter(*slices)
 
 
 class _Encoder(hpack.Encoder):

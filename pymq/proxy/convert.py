@@ -300,10 +300,12 @@ def to_grpc_message(
     invisible_ms: int,
     attempt: int,
     store_host: str,
+    into: Any = None,
 ) -> Any:
-    """A stored message as a 5.x consumer receives it (the inverse of :func:`stored_form`)."""
+    """A stored message as a 5.x consumer receives it (the inverse of :func:`stored_form`),
+    written into ``into`` (an empty Message, a response's field: no copy) or a new one."""
     props = ext.properties
-    msg = definition.Message()
+    msg = definition.Message() if into is None else into
     msg.topic.name = ext.topic
     msg.body = ext.body
     for key, value in props.items():

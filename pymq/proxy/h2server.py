@@ -48,10 +48,11 @@ HPACK is the ``hpack`` package's (pymq.proxy.http2 passes its caching subclasses
 from __future__ import annotations
 
 import enum
-import functools
+import itertools
+import operator
 import re
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import hpack
@@ -571,7 +572,7 @@ class H2Server:
     def _header_block(self, sid: int, flags: int, block: bytes, events: list[Event]) -> None:
         # Decoded first, whatever becomes of the stream: the HPACK table must follow the peer's.
         try:
-            fields = self.decoder.decode(block, raw=True)
+            fields = cast(list[tuple[bytes, bytes]], self.decoder.decode(block, raw=True))
         except hpack.OversizedHeaderListError as exc:
             raise H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, str(exc)) from None
         except (hpack.HPACKError, IndexError, ValueError) as exc:
@@ -695,42 +696,76 @@ _BAD_NAME = re.compile(r"[^\x21-\x39\x3b-\x40\x5b-\x7e]")
 _BAD_VALUE = re.compile(r"[\x00\n\r]")
 
 
-def request_headers(fields: Iterable[tuple[bytes, bytes]]) -> dict[str, str] | str:
+def request_headers(fields: Sequence[tuple[bytes, bytes]]) -> dict[str, str] | str:
     """A request's header fields decoded (UTF-8), as a dict (a regular field repeated: its
-    last value), or what makes the block malformed (RFC 9113 8.2, 8.3).  Each field is
-    decoded and checked on its own by :func:`_field` (which keeps its answers: a client's
-    fields are mostly the same on every call), their order and number here."""
-    headers: dict[str, str] = {}
+    last value), or what makes the block malformed (RFC 9113 8.2, 8.3): the first fault in
+    the fields' order.  Each field is decoded and checked on its own by :func:`_field`, their
+    order and number by :func:`_order` (both answers kept: a client's fields, and its list of
+    names, are mostly the same on every call; so a block is read with no Python loop)."""
+    kept = _CHECKED
+    checked = list(map(kept.get, fields))
+    if None in checked:  # fields not seen (lately): checked now, and kept
+        for k in itertools.compress(itertools.count(), map(operator.is_, checked, _NONES)):
+            field = fields[k]
+            if len(kept) >= FIELDS_KEPT:
+                kept.clear()
+            checked[k] = kept[field] = _field(*field)
+    if str in set(map(type, checked)):  # a malformed field, unless the order failed before
+        bad = next(k for k, c in enumerate(checked) if isinstance(c, str))
+        return _order([c[0] for c in checked[:bad] if c is not None]) or cast(str, checked[bad])
+    pairs = cast(list[tuple[str, str]], checked)
+    names = tuple(map(_NAME, pairs))
+    verdict = _ORDERS.get(names, "")
+    if verdict == "":
+        verdict = _order(names)
+        if len(_ORDERS) >= ORDERS_KEPT:
+            _ORDERS.clear()
+        _ORDERS[names] = verdict
+    if verdict is not None:
+        return verdict
+    headers = dict(pairs)
+    return _missing(headers, headers.get("host")) or headers
+
+
+def _order(names: Sequence[str]) -> str | None:
+    """What is wrong with a request's field names in this order (each already checked alone):
+    a pseudo-header after a regular field or repeated, more than one host; or None."""
     regular = False  # a regular field seen (pseudo-headers must all come before)
-    host: str | None = None
-    for raw_name, raw_value in fields:
-        checked = _field(raw_name, raw_value)
-        if isinstance(checked, str):
-            return checked
-        name, value = checked
+    pseudo: set[str] = set()
+    host = False
+    for name in names:
         if name[0] == ":":
-            if regular or name in headers:
+            if regular or name in pseudo:
                 return f"pseudo-header {name} out of place or repeated"
+            pseudo.add(name)
         else:
             regular = True
             if name == "host":
-                if host is not None:
+                if host:
                     return "more than one host header"
-                host = value
-        headers[name] = value
-    return _missing(headers, host) or headers
+                host = True
+    return None
 
 
-# Fields whose check _field keeps (least recently used dropped): the fields a server's
-# clients repeat on every call, with room for those that change on each (ids, dates).
+_NAME = operator.itemgetter(0)
+_NONES = itertools.repeat(None)
+# Lists of field names whose _order verdict is kept (all dropped at once when full): a
+# client sends the same few.
+ORDERS_KEPT = 64
+_ORDERS: dict[tuple[str, ...], str | None] = {}
+
+
+# Fields whose check (_field's answer) is kept, for every connection: the fields a server's
+# clients repeat on every call, with room for those that change on each (ids, dates); all
+# dropped at once when full (the repeated ones are checked again once).
 FIELDS_KEPT = 512
+_CHECKED: dict[tuple[bytes, bytes], tuple[str, str] | str] = {}
 
 
-@functools.lru_cache(maxsize=FIELDS_KEPT)
 def _field(raw_name: bytes, raw_value: bytes) -> tuple[str, str] | str:
     """One header field decoded (UTF-8) and checked as far as it can be alone (RFC 9113 8.2,
     8.3), or what makes it malformed.  A function of the two byte strings alone, so its
-    answers are kept, for every connection."""
+    answers are kept (in ``_CHECKED``, by :func:`request_headers`)."""
     try:
         name = raw_name.decode()
         value = raw_value.decode()

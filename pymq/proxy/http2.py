@@ -58,6 +58,7 @@ import bisect
 import contextlib
 import logging
 import math
+import operator
 import struct
 import types
 from collections import deque
@@ -204,7 +205,7 @@ class Call:
                 self._wake()
                 return
         if not self._partial:
-            self._partial_since = trio.current_time()
+            self._partial_since = self._conn.now()
         self._partial += data
         self._count(len(data), budget)
         while len(self._partial) >= _PREFIX.size:
@@ -225,7 +226,7 @@ class Call:
             message = bytes(self._partial[_PREFIX.size : end])
             del self._partial[:end]
             self._count(-_PREFIX.size, budget)
-            self._partial_since = trio.current_time() if self._partial else None
+            self._partial_since = self._conn.now() if self._partial else None
             if len(self._inbox) >= limits.max_queued_messages:
                 self.failure = GrpcError(
                     RESOURCE_EXHAUSTED,
@@ -259,8 +260,7 @@ class Call:
 
         Raises :class:`GrpcError` for a framing problem, a message begun and not finished
         within the receive timeout, or (with ``timeout``) none arriving within it."""
-        limits = self._conn.limits
-        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        deadline: float | None = None  # taken at the first wait (most calls find their message)
         while True:
             if self.failure is not None:
                 raise self.failure
@@ -272,9 +272,13 @@ class Call:
                 if self._partial:
                     raise GrpcError(INTERNAL, "the request ended inside a message")
                 return None
+            if deadline is None:
+                deadline = math.inf if timeout is None else self._conn.now() + timeout
             wait_until = deadline
             if self._partial_since is not None:
-                wait_until = min(wait_until, self._partial_since + limits.receive_timeout)
+                wait_until = min(
+                    wait_until, self._partial_since + self._conn.limits.receive_timeout
+                )
             if self._arrived is None:
                 self._arrived = trio.Event()
             with trio.move_on_at(wait_until):
@@ -322,8 +326,12 @@ class _Connection:
         # docstring), with their handlers.
         self._starting: deque[tuple[Handler, Call]] = deque()
         self._send_lock = trio.Lock()
-        self._window_opened = trio.Event()
-        self._last_read = trio.current_time()  # when the last read returned (_watch)
+        # Set when a send window opens; made only when a call waits for one (a WINDOW_UPDATE
+        # comes with nearly every response, and seldom finds a call waiting).
+        self._window_opened: trio.Event | None = None
+        # Trio's clock read without trio.current_time()'s two calls around it.
+        self.now: Callable[[], float] = trio.lowlevel.current_clock().current_time
+        self._last_read = self.now()  # when the last read returned (_watch)
         # When the send in progress began (None: none is), and the scope _watch sleeps in
         # (None while it is awake): a send brings its deadline nearer (see flush).
         self._send_began: float | None = None
@@ -375,7 +383,7 @@ class _Connection:
             if self.closed:
                 return False
             data = await self._receive()
-            self._last_read = trio.current_time()
+            self._last_read = self.now()
             if not data:
                 return False
             try:
@@ -485,8 +493,10 @@ class _Connection:
             if not event.remote:  # a protocol error of the client's, on this stream only
                 log.info("grpc: reset a stream from %s: %s", self.peer, event.reason)
         elif type(event) is WindowOpened:
-            self._window_opened.set()
-            self._window_opened = trio.Event()
+            opened = self._window_opened
+            if opened is not None:
+                self._window_opened = None
+                opened.set()
         elif type(event) is ConnectionTerminated:
             self.closed = True
 
@@ -530,40 +540,37 @@ class _Connection:
         self._starting.append((handler, call))
 
     async def _serve_call(self, handler: Handler, call: Call) -> None:
-        begin = trio.current_time()
+        begin = self.now()
         call.status = CANCELLED  # unless the call ends with a status of its own
+        status, message = OK, ""
         try:
-            await self._serve_call_counted(handler, call)
+            # A reset while the handler waits cancels the scope of the task serving it (the
+            # Cancelled ends this coroutine, see _read), so the status stays CANCELLED.
+            try:
+                await handler(call)
+            except GrpcError as exc:
+                status, message = exc.status, exc.message
+            except _ConnectionGone:
+                return
+            except Exception:
+                log.exception("grpc: %s from %s failed", call.path, call.peer)
+                status, message = INTERNAL, "internal error serving the call"
+            call.cancel_scope = None  # a reset from now on does not cancel writing its end
+            if call.reset or self.closed:
+                return
+            call.status = status
+            try:
+                self._finish(call, status, message)
+                if not call.in_reader:  # the reader writes what its calls queued, in one send
+                    await self.flush()
+            except (_ConnectionGone, StreamClosedError):
+                pass
+            finally:
+                if self.calls.pop(call.stream_id, None) is not None:
+                    call._drop(self.budget)
         finally:
             self.server.open_calls -= 1
-            self.server.stats.record(call.path, call.status, trio.current_time() - begin)
-
-    async def _serve_call_counted(self, handler: Handler, call: Call) -> None:
-        status, message = OK, ""
-        # A reset while the handler waits cancels the scope of the task serving it (the
-        # Cancelled ends this coroutine, see _read), so the status stays CANCELLED.
-        try:
-            await handler(call)
-        except GrpcError as exc:
-            status, message = exc.status, exc.message
-        except _ConnectionGone:
-            return
-        except Exception:
-            log.exception("grpc: %s from %s failed", call.path, call.peer)
-            status, message = INTERNAL, "internal error serving the call"
-        call.cancel_scope = None  # a reset from now on does not cancel writing its end
-        if call.reset or self.closed:
-            return
-        call.status = status
-        try:
-            self._finish(call, status, message)
-            if not call.in_reader:  # the reader writes what its calls queued, in one send
-                await self.flush()
-        except (_ConnectionGone, StreamClosedError):
-            pass
-        finally:
-            if self.calls.pop(call.stream_id, None) is not None:
-                call._drop(self.budget)
+            self.server.stats.record(call.path, call.status, self.now() - begin)
 
     def _finish(self, call: Call, status: int, message: str) -> None:
         """The call's trailers (or its trailers-only response); a call that did not read its
@@ -590,6 +597,8 @@ class _Connection:
             size = self.h2.send_data(call.stream_id, view)
             if size <= 0:
                 opened = self._window_opened
+                if opened is None:
+                    opened = self._window_opened = trio.Event()
                 with trio.move_on_after(limits.write_stall_timeout):
                     await opened.wait()
                     continue
@@ -669,21 +678,25 @@ class _Decoder(hpack.Decoder):
     decoding, before these two."""
 
     HEADS = 16
+    LAYOUTS = 4
 
     def __init__(self) -> None:
         super().__init__()
         self._generation = 0  # counts the blocks that may have changed the table
+        # The last blocks split (at most LAYOUTS, the newest first), as _Layouts: a block of
+        # the same layout is split without a walk, one that begins with the newest's head
+        # walked from the head's end.
+        self._layouts: list[_Layout] = []
         # A kept head: the generation it was decoded in, its fields, their size as counted
         # against max_header_list_size.
         self._heads: dict[tuple[bytes, bool], tuple[int, list[Any], int]] = {}
 
     def decode(self, data: bytes, raw: bool = False) -> list[Any]:
-        walked = _plain_tail(data)
-        if walked is None:
+        split = self._split(data)
+        if split is None:
             self._generation += 1
             return cast(list[Any], super().decode(data, raw))
-        bounds, reads_only = walked
-        head = data[: bounds[0]]
+        head, reads_only, pieces = split
         key = (head, raw)
         kept = self._heads.get(key) if reads_only else None
         if kept is not None and kept[0] == self._generation:
@@ -702,22 +715,75 @@ class _Decoder(hpack.Decoder):
                 if len(self._heads) >= self.HEADS:
                     self._heads.clear()
                 self._heads[key] = (self._generation, list(headers), size)
-        for k in range(0, len(bounds) - 1, 4):
-            name = data[bounds[k + 1] : bounds[k + 2]]
-            value = data[bounds[k + 3] : bounds[k + 4]]
-            size += len(name) + len(value) + 32
-            if size > self.max_header_list_size:
-                raise hpack.OversizedHeaderListError(
-                    f"A header list larger than {self.max_header_list_size} has been received"
-                )
-            if raw:
-                headers.append((name, value))  # hpack's HeaderTuple is a tuple: no need
-            else:
-                try:
-                    headers.append(hpack.HeaderTuple(name.decode(), value.decode()))
-                except UnicodeDecodeError as err:
-                    raise hpack.HPACKDecodingError("Unable to decode headers as UTF-8") from err
+        # A plain literal is its name and value and 3 bytes (0x00, two lengths): HPACK counts
+        # each field as its name and value and 32.
+        size += len(data) - len(head) + 29 * (len(pieces) // 2)
+        if size > self.max_header_list_size:
+            raise hpack.OversizedHeaderListError(
+                f"A header list larger than {self.max_header_list_size} has been received"
+            )
+        pairs = zip(pieces[::2], pieces[1::2], strict=True)
+        if raw:  # hpack's HeaderTuple is a tuple: no need of one
+            headers += pairs
+            return headers
+        for name, value in pairs:
+            try:
+                headers.append(hpack.HeaderTuple(name.decode(), value.decode()))
+            except UnicodeDecodeError as err:
+                raise hpack.HPACKDecodingError("Unable to decode headers as UTF-8") from err
         return headers
+
+    def _split(self, data: bytes) -> tuple[bytes, bool, tuple[bytes, ...]] | None:
+        """The head of ``data``, whether it only reads the table, and its plain tail's names
+        and values in turn; None when it has no plain tail (see :func:`_plain_tail`).
+
+        A block of the layout of one split before (its length, its head's bytes, and the
+        bytes the walk read in its tail: each literal's 0x00 and two lengths) would be walked
+        to the same bounds (the walk is a function of those bytes), so it is sliced at the
+        kept ones (a client alternates a few: its grpc-timeout takes a few values); one that
+        begins with the newest's head is walked from the head's end."""
+        layouts = self._layouts
+        n = len(data)
+        for layout in layouts:
+            if (
+                n == layout.length
+                and data.startswith(layout.head)
+                and layout.marks(data) == layout.marked
+            ):
+                return layout.head, layout.reads_only, layout.pieces(data)
+        if layouts and layouts[0].head and data.startswith(layouts[0].head):
+            walked = _plain_tail(data, len(layouts[0].head), layouts[0].reads_only)
+        else:
+            walked = _plain_tail(data)
+        if walked is None:
+            return None
+        bounds, reads_only = walked
+        layout = _Layout(data, bounds, reads_only)
+        layouts.insert(0, layout)
+        del layouts[self.LAYOUTS :]
+        return layout.head, reads_only, layout.pieces(data)
+
+
+class _Layout:
+    """Where a block split by :func:`_plain_tail` has its head, the bytes its walk read in the
+    tail (``marks`` takes them from a block) and its tail's names and values (``pieces``
+    slices them, in turn)."""
+
+    __slots__ = ("head", "length", "marked", "marks", "pieces", "reads_only")
+
+    def __init__(self, data: bytes, bounds: list[int], reads_only: bool) -> None:
+        self.length = len(data)
+        self.head = data[: bounds[0]]
+        self.reads_only = reads_only
+        positions: list[int] = []
+        slices: list[slice] = []
+        for k in range(0, len(bounds) - 1, 4):  # a literal: its 0x00 and its two lengths
+            positions += [bounds[k], bounds[k] + 1, bounds[k + 2]]
+            slices += [slice(bounds[k + 1], bounds[k + 2]), slice(bounds[k + 3], bounds[k + 4])]
+        # Three positions and two slices at least: itemgetter gives tuples.
+        self.marks: Callable[[bytes], tuple[int, ...]] = operator.itemgetter(*positions)
+        self.marked = self.marks(data)
+        self.pieces: Callable[[bytes], tuple[bytes, ...]] = operator.itemgetter(*slices)
 
 
 class _Encoder(hpack.Encoder):
@@ -747,8 +813,12 @@ class _Encoder(hpack.Encoder):
 
     def encode(self, headers: Any, huffman: bool = True) -> bytes:
         key = None
-        if isinstance(headers, list) and not any(
-            len(h) != 2 or isinstance(h, hpack.NeverIndexedHeaderTuple) for h in headers
+        # Pairs alone, none of them sensitive (a NeverIndexedHeaderTuple equals the plain pair
+        # of its values: told by its type), checked without a Python loop.
+        if (
+            isinstance(headers, list)
+            and _PAIR_TYPES.issuperset(map(type, headers))
+            and _TWO.issuperset(map(len, headers))
         ):
             key = (tuple(headers), huffman)
             kept = self._kept.get(key)
@@ -764,22 +834,32 @@ class _Encoder(hpack.Encoder):
         return block
 
 
+# What a header list's fields may be for its block to be kept: a tuple (or hpack's
+# HeaderTuple) of a name and a value.
+_PAIR_TYPES = frozenset((tuple, hpack.HeaderTuple))
+_TWO = frozenset((2,))
+
 # The bytes of an indexed field of index 1 to 126, written in one byte.
 _INDEXED_ONE_BYTE = bytes(range(0x81, 0xFF))
 
 
-def _plain_tail(data: bytes) -> tuple[list[int], bool] | None:
+def _plain_tail(
+    data: bytes, begin: int = 0, reads_only: bool = True
+) -> tuple[list[int], bool] | None:
     """Where the run of plain literals (``0x00``, then the name and the value each with a
     one-byte length, no Huffman) that ends ``data`` begins, and each one's bounds:
     ``[start, name, name end, value, value end, name, ...]`` (a literal's start is the last
     one's value end), and whether the head before it only reads the dynamic table (no literal
     with indexing, no size update); None when the block does not end so, or cannot be walked
-    (hpack reads it whole then, and says what is wrong)."""
+    (hpack reads it whole then, and says what is wrong).
+
+    ``begin``: walk from there, a field's start, with ``reads_only`` what the bytes before
+    it were found to be (a block that begins with the head of one split before: the walk is
+    a function of the bytes, so it would have reached the same point in the same state)."""
     n = len(data)
-    i = 0
+    i = begin
     start = -1  # where the current run of plain literals began
     bounds: list[int] = []
-    reads_only = True
     try:
         while i < n:
             first = data[i]

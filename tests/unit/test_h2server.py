@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pymq.proxy.h2server import (
+    _CHECKED,
+    _ORDERS,
     ACK,
     CONTINUATION,
     DATA,
@@ -32,6 +34,7 @@ from pymq.proxy.h2server import (
     MAX_CONCURRENT_STREAMS,
     MAX_FRAME_SIZE,
     MAX_HEADER_LIST_SIZE,
+    ORDERS_KEPT,
     PADDED,
     PING,
     PREFACE,
@@ -50,7 +53,6 @@ from pymq.proxy.h2server import (
     StreamClosedError,
     StreamReset,
     WindowOpened,
-    _field,
     frame,
     request_headers,
 )
@@ -320,7 +322,23 @@ def test_kept_field_checks_still_judge_each_block() -> None:
         assert isinstance(request_headers([*good, (b"x-v", b"a\nb")]), str)
     for k in range(2 * FIELDS_KEPT):  # fields that change on every call: the kept stay bounded
         assert request_headers([*good, (b"x-id", str(k).encode())])["x-id"] == str(k)  # type: ignore[index]
-    assert _field.cache_info().currsize <= FIELDS_KEPT
+    assert len(_CHECKED) <= FIELDS_KEPT
+    # The first fault in the fields' order is the one told, whichever kind it is, the
+    # fields' checks and the names' verdict kept or not (each list read three times).
+    late_pseudo = [(b"x-a", b"1"), (b":path", b"/b")]
+    for _ in range(3):
+        assert request_headers([*good, *late_pseudo, (b"X-Upper", b"1")]) == (
+            "pseudo-header :path out of place or repeated"
+        )
+        assert request_headers([*good, (b"X-Upper", b"1"), *late_pseudo]) == (
+            "an illegal character in a header name"
+        )
+        two_hosts = [(b"host", b"h"), (b"host", b"h")]
+        assert request_headers([*good, *two_hosts]) == "more than one host header"
+        assert request_headers([*good, (b"host", b"other")]) == "host and :authority differ"
+    for k in range(2 * ORDERS_KEPT):  # lists of names never seen before: the kept bounded
+        assert isinstance(request_headers([*good, (f"x-{k}".encode(), b"v")]), dict)
+    assert len(_ORDERS) <= ORDERS_KEPT
 
 
 def test_a_header_field_not_utf8_resets_its_stream() -> None:

@@ -12,6 +12,20 @@ from typing import Any
 import hpack
 import pytest
 
+from pymq.proxy.h2server import (
+    ACK,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    PREFACE,
+    SETTINGS,
+    ErrorCode,
+    H2ConnectionError,
+    H2Server,
+    RequestReceived,
+    frame,
+)
 from pymq.proxy.http2 import _Decoder, _Encoder, _plain_tail
 
 
@@ -150,6 +164,47 @@ def test_a_kept_head_is_read_again_once_the_table_changed() -> None:
     assert both(head + tail, reference, ours)[1][0] == (b"x-four", b"4")
 
 
+def test_a_block_beginning_with_the_last_head_means_what_hpack_reads() -> None:
+    """A block that begins with the bytes of the head split last is walked from the head's
+    end: whatever follows (a tail cut anywhere, a field that is not a plain literal, an index
+    out of range, a table size update, a malformed Huffman string, nothing at all), both
+    decoders agree, from the same table."""
+    encoder = hpack.Encoder()
+    first = encoder.encode(REQUEST)  # literals with indexing: the table's entries
+    head = encoder.encode(REQUEST)  # indexed fields alone, as a client's later calls have it
+    tail = b"".join(plain(n, v) for n, v in METADATA)
+    at = len(tail) - 1 - len(METADATA[-1][1])
+    long_last = tail[:at] + bytes([tail[at] + 1]) + tail[at + 1 :]
+    followers = [tail[:cut] for cut in range(len(tail))]
+    followers += [
+        bytes([0x80 | 70]) + tail,  # an index past the table
+        b"\x82" + tail,  # one more indexed field: the head is longer
+        bytes([0x20]) + tail,  # a table size update after fields
+        bytes([0x3F, 0xE1, 0x1F]) + tail,  # an update past the maximum
+        b"\x00\x83\xff\xff\xff\x01v" + tail,  # a name of Huffman code that is no symbol
+        b"\x00\x01a\x82\xff\xff" + tail,  # a value's Huffman padding too long
+        tail + b"\x82",  # plain literals, then not: no tail
+        tail + bytes([0x40, 1]) + b"n" + bytes([1]) + b"v",  # ends with a literal indexed
+        # The primed block's length and head: the same layout (other bytes in the values and
+        # names), and layouts that differ only where the walk reads.
+        b"".join(plain(n.upper(), v.swapcase()) for n, v in METADATA),
+        b"".join(plain(n + b"x", v[1:]) for n, v in METADATA),  # lengths moved by one
+        b"\x10" + tail[1:],  # the first literal never indexed: hpack reads it, in the head
+        long_last,  # the last value's length one past the block's end
+    ]
+    for follower in followers:
+        reference, ours = hpack.Decoder(), _Decoder()
+        both(first, reference, ours)
+        both(head + tail, reference, ours)
+        assert ours._layouts[0].head == head
+        both(head + follower, reference, ours)
+    # A head that adds to the table (literals with indexing) is read by hpack every time, also
+    # when the block begins with it as the last one did: the tables stay alike.
+    reference, ours = hpack.Decoder(), _Decoder()
+    for _ in range(3):
+        both(hpack.Encoder().encode(REQUEST) + tail, reference, ours)
+
+
 def test_a_kept_head_still_counts_toward_the_size_limit() -> None:
     encoder = hpack.Encoder()
     reference, ours = hpack.Decoder(), _Decoder()
@@ -201,3 +256,48 @@ def test_the_encoder_keeps_only_indexed_blocks() -> None:
     again = ours.encode(list(OK_TRAILERS))  # now an indexed field: kept
     assert again != first and len(again) == 1 and ours._kept
     assert ours.encode(list(OK_TRAILERS)) is again
+    # A field with hpack's third item (sensitive) is encoded by hpack, never kept.
+    ours.encode([(*OK_TRAILERS[0], True)])
+    assert all(len(field) == 2 for key in ours._kept for field in key[0])
+
+
+def test_bad_blocks_after_a_repeated_head_close_the_connection_cleanly() -> None:
+    """The gRPC server's HTTP/2 layer with these decoders: a client's block repeated (its
+    head and tail layout kept), then one of the same head with a broken follower (an index
+    past the table, a size update past the maximum, a Huffman string with EOS or padding too
+    long, a literal running past the block's end): a COMPRESSION_ERROR connection error,
+    GOAWAY queued, nothing else raised."""
+    request = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/a")]
+    request.append((b":authority", b"h"))
+    tail = b"".join(plain(n, v) for n, v in METADATA)
+    at = len(tail) - 1 - len(METADATA[-1][1])
+    followers = [
+        bytes([0x80 | 70]) + tail,
+        bytes([0x3F, 0xE1, 0x1F]) + tail,
+        b"\x00\x83\xff\xff\xff\x01v" + tail,
+        b"\x00\x01a\x82\xff\xff" + tail,
+        tail[:at] + bytes([tail[at] + 1]) + tail[at + 1 :],
+    ]
+    for follower in followers:
+        server = H2Server(decoder=_Decoder(), encoder=_Encoder())
+        server.receive(PREFACE + frame(SETTINGS, 0, 0) + frame(SETTINGS, ACK, 0))
+        encoder = hpack.Encoder()
+        for sid in (1, 3, 5):
+            block = encoder.encode(request) + tail
+            [event] = server.receive(frame(HEADERS, END_HEADERS | END_STREAM, sid, block))
+            assert isinstance(event, RequestReceived)
+        head = encoder.encode(request)
+        with pytest.raises(H2ConnectionError) as caught:
+            server.receive(frame(HEADERS, END_HEADERS | END_STREAM, 7, head + follower))
+        assert caught.value.code == ErrorCode.COMPRESSION_ERROR
+        assert server.closed and GOAWAY in [f[1] for f in _frames(bytes(server.data_to_send()))]
+
+
+def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """(length, type, flags, payload) of each frame in ``data``."""
+    out = []
+    while data:
+        length = int.from_bytes(data[:3], "big")
+        out.append((length, data[3], data[4], data[9 : 9 + length]))
+        data = data[9 + length :]
+    return out

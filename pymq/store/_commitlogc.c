@@ -67,6 +67,23 @@ typedef struct {
     const batch_prop *tags, *keys, *uniq, *wait;
 } stored_names;
 
+/* The first nine fields of a record, which every writer below shares (bytes 0-47):
+ * TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG and
+ * BORNTIMESTAMP. */
+static inline void put_record_head(unsigned char *p, long long size, const fast_put *fp,
+                                   const unsigned char *body, Py_ssize_t body_len, int32_t flag,
+                                   long long queue_offset, long long phy) {
+    put32(p, (uint32_t)size);
+    put32(p + 4, MESSAGE_MAGIC);
+    put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
+    put32(p + 12, (uint32_t)fp->queue_id);
+    put32(p + 16, (uint32_t)flag);
+    put64(p + 20, (uint64_t)queue_offset);
+    put64(p + 28, (uint64_t)phy);
+    put32(p + 36, (uint32_t)fp->sys_flag);
+    put64(p + 40, (uint64_t)fp->born_ts);
+}
+
 /* Write at p (room bytes left) the record the Python path stores for a message with this body,
  * flag and properties: its properties as the broker stores them (WAIT=true left out, CLUSTER
  * added last), the rest from fp.  Returns the record's size, or -1 (nothing to undo: bytes past
@@ -115,15 +132,7 @@ static long long write_stored_record(unsigned char *p, long long room, const fas
     if (out_len > MAX_PROPERTIES || (long long)body_len + out_len > fp->max_bp) return -1;
     long long size = V4_HEADER + (long long)body_len + 1 + fp->topic_len + 2 + out_len;
     if (size > room) return -1;
-    put32(p, (uint32_t)size);
-    put32(p + 4, MESSAGE_MAGIC);
-    put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
-    put32(p + 12, (uint32_t)fp->queue_id);
-    put32(p + 16, (uint32_t)flag);
-    put64(p + 20, (uint64_t)queue_offset);
-    put64(p + 28, (uint64_t)phy);
-    put32(p + 36, (uint32_t)fp->sys_flag);
-    put64(p + 40, (uint64_t)fp->born_ts);
+    put_record_head(p, size, fp, body, body_len, flag, queue_offset, phy);
     memcpy(p + 48, fp->born_ip, 4);
     put32(p + 52, (uint32_t)fp->born_port);
     put64(p + 56, (uint64_t)fp->store_ts);
@@ -192,15 +201,7 @@ static long long write_as_given(unsigned char *p, long long room, const fast_put
     long long size = V4_HEADER + (born_len - 4) + (store_len - 4) + (long long)body_len + 1 +
                      fp->topic_len + 2 + props_len;
     if (props_len > MAX_PROPERTIES || size > room) return -1;
-    put32(p, (uint32_t)size);
-    put32(p + 4, MESSAGE_MAGIC);
-    put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
-    put32(p + 12, (uint32_t)fp->queue_id);
-    put32(p + 16, (uint32_t)flag);
-    put64(p + 20, (uint64_t)queue_offset);
-    put64(p + 28, (uint64_t)phy);
-    put32(p + 36, (uint32_t)fp->sys_flag);
-    put64(p + 40, (uint64_t)fp->born_ts);
+    put_record_head(p, size, fp, body, body_len, flag, queue_offset, phy);
     unsigned char *q = p + 48;
     memcpy(q, fp->born_ip, born_len);
     put32(q + born_len, (uint32_t)fp->born_port);

@@ -159,6 +159,11 @@ class Log(Protocol):
 
     def append_as_leader(self, body: bytes, term: int) -> DLedgerEntry: ...
 
+    def append_encoded_as_leader(
+        self, data: bytes | memoryview, entries: list[DLedgerEntry]
+    ) -> None: ...
+
+
     def append_as_follower(self, entry: DLedgerEntry) -> DLedgerEntry: ...
 
     def append_run_as_follower(self, entries: list[DLedgerEntry]) -> None: ...
@@ -1007,6 +1012,32 @@ class RaftNode:
         if not self.others:
             self._advance_commit()
         return entry
+
+    def next_entry(self, now: float) -> tuple[int, int]:
+        """The index and term the next entry appended here takes (an encoder writes them
+        into its header: :meth:`append_encoded`); DLedgerError as :meth:`check_appendable`
+        when not even one entry can be appended now."""
+        self.check_appendable(1, now)
+        return self.log.ledger_end_index + 1, self.term
+
+    def append_encoded(
+        self, data: bytes | memoryview, entries: list[DLedgerEntry], now: float
+    ) -> None:
+        """:meth:`append` of ``entries`` (their indexes and term :meth:`next_entry`'s, in
+        order), encoded by the caller as ``data``, written together; refused whole
+        (DLedgerError, nothing written) when they cannot all be appended now.  Each one's
+        outcome comes from :meth:`take_acks`."""
+        self.check_appendable(len(entries), now)
+        if entries[0].term != self.term:
+            raise DLedgerError(
+                ResponseCode.INCONSISTENT_TERM, f"term {entries[0].term} where {self.term} leads"
+            )
+        self.log.append_encoded_as_leader(data, entries)
+        acks, term = self._acks, self.term
+        for entry in entries:
+            acks[entry.index] = (term, now)
+        if not self.others:
+            self._advance_commit()
 
     def check_appendable(self, count: int, now: float) -> None:
         """DLedgerError unless ``count`` entries can be appended here now: NOT_LEADER (also

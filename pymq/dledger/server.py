@@ -354,6 +354,23 @@ class DLedgerServer:
         self._written.set()
         return entry
 
+    def append_encoded(
+        self, data: bytes | memoryview, entries: list[DLedgerEntry], watched: list[int]
+    ) -> None:
+        """:meth:`append_nowait` of ``entries``, encoded by the caller as ``data`` (their
+        indexes and term the node's ``next_entry``; pymq.store.dledger_commitlog), written
+        together or not at all (DLedgerError).  The outcomes kept for :meth:`wait_ack` /
+        :meth:`on_ack` are those of the indexes in ``watched`` (the entries a put is
+        acknowledged by: each single message's, a batch's last)."""
+        node = self.node
+        if node is None:
+            raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
+        node.append_encoded(data, entries, self.now())
+        for index in watched:
+            self._watched[index] = []
+        self._wake.set()
+        self._written.set()
+
     async def wait_ack(self, index: int) -> Ack:
         """The outcome of the entry :meth:`append_nowait` appended at ``index``."""
         self._deliver_acks()

@@ -530,6 +530,10 @@ def _run_table() -> Iterator[tuple[Any, ...]]:
     for data in [*_hostile(body, 6), b"", encode_batch_body([BatchItem(b"z", 0, {"DELAY": "1"})])]:
         for limit in (1000, 300):
             yield _run_args(entries=[_entry(body=data, props=None)], limit=limit)
+    for header in ((0, 0), (7, 3), (2**62, 1), (1, -1), (1,), [1, 2], "x"):
+        for limit in (3000, 400, 180):
+            yield (*_run_args(entries=[_entry(), _entry(body=body, props=None)], limit=limit),
+                   header)  # fmt: skip
     for entries in (
         [_entry(body=memoryview(body), props=None), _entry(), _entry(body=body, props=None)],
         [_entry(), _entry(body=body[:-1], props=None), _entry()],
@@ -574,11 +578,15 @@ _RUN_ENTRY = st.tuples(
     room=st.integers(0, 3200),  # past the buffer's end too
     known=st.dictionaries(st.tuples(st.just("T"), st.integers(0, 3)), st.integers(0, 10**12)),
     cut=st.integers(0, 3),
+    header=st.none() | st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)),
 )
-def test_encode_run_agrees_with_its_twin(entries, start, room, known, cut) -> None:
-    """Runs of single sends and batch bodies (cut short at times), every stop among them."""
+def test_encode_run_agrees_with_its_twin(entries, start, room, known, cut, header) -> None:
+    """Runs of single sends and batch bodies (cut short at times), every stop among them,
+    as plain records or DLedger entries (entry_header)."""
     entries = [(*e[:2], e[2][: len(e[2]) - cut] if e[3] is None else e[2], *e[3:]) for e in entries]
     args = _run_args(entries=entries, pos=start, limit=start + room, table=tuple(known.items()))
+    if header is not None:
+        args = (*args, header)
     c = load_native("pymq.store._commitlogc")
     assert _outcome(_run(c.encode_run), args) == _outcome(_run(commitlog.encode_run_py), args)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import trio
+import trio.testing
 
 from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.remoting.codec import RemotingCommand
@@ -121,5 +122,39 @@ def test_a_leader_that_cannot_append_leaves_the_send_to_the_general_path(tmp_pat
             assert result.status is PutMessageStatus.OS_PAGECACHE_BUSY
             node.transferee = None
             assert _fast(store, body, header) is not None
+
+    trio.run(main)
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def answer_frames(self, frames: list[bytes]) -> None:
+        self.frames += frames
+
+
+def test_hold_answer_writes_a_raw_sends_frame_once_a_majority_has_its_entry(tmp_path) -> None:
+    """The raw sends' hold (send_raw, a run's singles) in DLedger mode: the answer frame once
+    the entry is committed, whatever WAIT says (Java's DLedgerCommitLog); a put whose entry
+    is not known (or failed) is answered with its outcome's status instead."""
+
+    async def main() -> None:
+        config = dledger_config(str(tmp_path), free_port())
+        async with running_store(config, clock_ms=lambda: NOW, **kwargs(config)) as store:  # type: ignore[arg-type]
+            await leading(store)
+            _prime(store)
+            late_of = lambda r: b"late:" + r.status.name.encode()  # noqa: E731
+            for wait in ("false", None):
+                sink = _Sink()
+                out = _fast(store, b"m", _single_header("TAGS\x01t"))
+                assert out is not None
+                assert store.hold_answer(out[0], wait, sink, b"frame", late_of)
+                await trio.testing.wait_all_tasks_blocked()
+                assert sink.frames == [b"frame"]
+                # taken: asked again, the entry is unknown
+                sink = _Sink()
+                assert store.hold_answer(out[0], wait, sink, b"frame", late_of)
+                assert sink.frames == [b"late:UNKNOWN_ERROR"]
 
     trio.run(main)

@@ -22,9 +22,11 @@ its own.  A request body that is not the message its code names is answered with
 message's response carrying UNEXPECTED_ARGUMENT and the reason (a Java member sends no
 answer at all).
 
-The broker's way in is :meth:`DLedgerServer.append_nowait` then :meth:`~DLedgerServer.wait_ack`,
-or :meth:`~DLedgerServer.on_ack` for a callback without a waiting task (the sends served in a
-connection's reader; pymq.store.dledger_commitlog); :meth:`DLedgerServer.append` does both.
+The broker's way in is :meth:`DLedgerServer.append_encoded` (entries whose headers the one
+record encoder wrote; pymq.store.dledger_commitlog) then :meth:`~DLedgerServer.wait_ack`, or
+:meth:`~DLedgerServer.on_ack` for a callback without a waiting task (the sends served in a
+connection's reader); a body alone goes in with :meth:`DLedgerServer.append_nowait`, and
+:meth:`DLedgerServer.append` does both (a client's APPEND).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pymq.dledger.config import DLedgerConfig
-from pymq.dledger.protocol import RESPONSES, Message, decode, encode
+from pymq.dledger.protocol import RESPONSES, Message, PushEntryRequest, decode, encode
 from pymq.dledger.raft import Ack, RaftNode, Role, Send
 from pymq.dledger.store import DLedgerFileStore, load_term, persist_term
 
@@ -27,7 +27,14 @@ def _wire(message: Message) -> Message:
 
 
 class Sim:
-    def __init__(self, base: Path, n: int = 3, seed: int = 1, **config: Any) -> None:
+    """``timers``: tick a node only when its :meth:`RaftNode.next_due` says so or something
+    woke it, as pymq.dledger.server's state maintainer does (a request other than a push, an
+    answer that brings its next timer forward, an append), not every step; :attr:`ticks`
+    counts each node's ticks."""
+
+    def __init__(
+        self, base: Path, n: int = 3, seed: int = 1, *, timers: bool = False, **config: Any
+    ) -> None:
         self.base = base
         self.ids = [f"n{i}" for i in range(n)]
         peers = ";".join(f"{pid}-127.0.0.1:{41000 + i}" for i, pid in enumerate(self.ids))
@@ -53,6 +60,9 @@ class Sim:
         self.committed: dict[int, tuple[int, bytes]] = {}
         self._checked: dict[str, int] = {}  # per node: committed entries checked up to
         self.acks: list[Ack] = []
+        self.timers = timers
+        self.ticks: dict[str, int] = dict.fromkeys(self.ids, 0)
+        self._due: dict[str, float] = {}  # timers: when each node ticks next by itself
         for pid in self.ids:
             self.start(pid)
 
@@ -74,7 +84,12 @@ class Sim:
         )
         self.nodes[pid] = node
         self._checked[pid] = -1
+        self._due[pid] = self.now
         return node
+
+    def wake(self, pid: str) -> None:
+        """Tick ``pid`` at the next step (timers)."""
+        self._due[pid] = min(self._due.get(pid, self.now), self.now)
 
     def stop(self, pid: str) -> None:
         node = self.nodes.pop(pid)
@@ -109,6 +124,8 @@ class Sim:
                 return  # the sender stopped (or restarted) meanwhile
             for more in node.on_response(send.peer, send.request, response, self.now):
                 self._send(src, more)
+            if self.now + node.next_due(self.now) < self._due[src]:
+                self.wake(src)  # the server's _answered
 
         def deliver() -> None:
             target = self.nodes.get(send.peer)
@@ -117,6 +134,8 @@ class Sim:
                 return
             response = _wire(target.handle(request, self.now))
             assert isinstance(response, RESPONSES[request.REQUEST_CODE])
+            if not isinstance(request, PushEntryRequest):
+                self.wake(send.peer)  # the server's _serve
             if self.link(src, send.peer):
                 self._at(self.now + LATENCY_MS, lambda: answer(response))
             else:
@@ -135,9 +154,14 @@ class Sim:
             node = self.nodes.get(pid)
             if node is None:
                 continue
+            if self.timers and self.now < self._due[pid]:
+                continue
+            self.ticks[pid] += 1
             for send in node.tick(self.now):
                 self._send(pid, send)
             self.acks.extend(node.take_acks())
+            due = node.next_due(self.now)
+            self._due[pid] = self.now + (due if due > 0 else STEP_MS)
         self.check()
 
     def run(self, ms: float, until: Callable[[], bool] | None = None) -> bool:
@@ -158,7 +182,9 @@ class Sim:
         return self.nodes[pid]
 
     def append(self, body: bytes) -> int:
-        return self.leader().append(body, self.now).index
+        leader = self.leader()
+        self.wake(leader.self_id)
+        return leader.append(body, self.now).index
 
     def check(self) -> None:
         for pid, node in self.nodes.items():

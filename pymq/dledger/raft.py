@@ -89,6 +89,7 @@ TERM_CHANGED when leadership moved; at most ``maxPendingRequestsNum`` wait at on
 from __future__ import annotations
 
 import enum
+import logging
 import random
 from collections.abc import Callable
 from typing import Protocol
@@ -121,6 +122,8 @@ from pymq.dledger.protocol import (
     VoteResult,
 )
 from pymq.dledger.store import MAX_ENTRY_SIZE, DLedgerEntry
+
+log = logging.getLogger(__name__)
 
 MAX_PENDING_PUSHES = 1000
 """APPEND pushes in flight to one follower (DLedger's ``maxPendingSize``)."""
@@ -158,6 +161,10 @@ class Log(Protocol):
     def term_at(self, index: int) -> int: ...
 
     def append_as_leader(self, body: bytes, term: int) -> DLedgerEntry: ...
+
+    def append_encoded_as_leader(
+        self, data: bytes | memoryview, entries: list[DLedgerEntry]
+    ) -> None: ...
 
     def append_as_follower(self, entry: DLedgerEntry) -> DLedgerEntry: ...
 
@@ -284,6 +291,7 @@ class RaftNode:
         self._acks: dict[int, tuple[int, float]] = {}  # index -> (term, appended at)
         self._done: list[Ack] = []
         self._role_changes: list[RoleChange] = []
+        self._last_change: RoleChange | None = None
         # leadership transfer (preferredLeaderIds): as the leader, the member it hands over
         # to (appends refused meanwhile) and since when; as the transferee, the term it takes
         self._preferred = config.preferred_leaders()
@@ -356,10 +364,16 @@ class RaftNode:
         self._changed(term)
 
     def _changed(self, term: int) -> None:
-        """Note a role change for :meth:`take_role_changes` (DLedger's RoleChangeHandler)."""
+        """Note a role change for :meth:`take_role_changes` (DLedger's RoleChangeHandler),
+        and log it: once, however often the same role in the same term is taken again (a
+        member whose own vote round waits is sent to candidate in a peer's bigger term by
+        each vote request of that peer's rounds, 30 to 55 a second)."""
         change = RoleChange(term, self.role, self.leader_id)
-        if not self._role_changes or self._role_changes[-1] != change:
-            self._role_changes.append(change)
+        if change == self._last_change:
+            return
+        self._last_change = change
+        self._role_changes.append(change)
+        log.info("%s: %s in term %d", self.self_id, change.role.value, term)
 
     def _leave_leadership(self) -> None:
         self.transferee = None
@@ -392,12 +406,57 @@ class RaftNode:
             return []
         return self._maintain_candidate(now)
 
-    def follower_timeout(self, now: float) -> float | None:
-        """As a follower, the milliseconds until its leader's heartbeat timeout (its one
-        timer: :meth:`tick` has nothing else to do for it); None in any other role."""
-        if self.role is not Role.FOLLOWER:
-            return None
-        return max(0.0, self.last_leader_heartbeat + self._leak - now)
+    def next_due(self, now: float) -> float:
+        """The milliseconds from ``now`` until :meth:`tick` next has something to do (0: at
+        once), so that the shell sleeps until then unless a request, an answer or an append
+        wakes it: an idle leader ticks at its heartbeats, its followers' COMMIT pushes and
+        the timeouts it waits for (a push unanswered, an append unacknowledged, a transfer,
+        the preferred-leader check), not every 10 ms.  The timers that compare with ``>``
+        are due 1 ms after their bound."""
+        if self.role is Role.FOLLOWER:
+            due = self.last_leader_heartbeat + self._leak + 1
+        elif self.role is Role.CANDIDATE:
+            if self._vote_round is not None:
+                due = self._vote_round.deadline
+            elif self.need_increase_term:
+                return 0.0
+            else:
+                due = self.next_vote_time
+        else:
+            due = self._leader_due(now)
+        return max(0.0, due - now)
+
+    def _leader_due(self, now: float) -> float:
+        """When a leader's :meth:`tick` next has something to do (an absolute time)."""
+        rnd = self._beat_round
+        due = rnd.deadline if rnd is not None else self.last_send_heartbeat + self._hb + 1
+        end = self.log.ledger_end_index
+        for peer in self._dispatch.values():
+            if peer.state is PushType.APPEND:
+                if peer.write_index <= end and len(peer.pending) < MAX_PENDING_PUSHES:
+                    return now
+                waited = peer.pending.get(peer.match + 1)
+                if waited is not None:
+                    due = min(due, waited[0] + self.config.max_push_time_out_ms + 1)
+                if peer.write_index > end and not peer.control_in_flight:
+                    due = min(due, peer.last_commit_push + COMMIT_PUSH_INTERVAL_MS + 1)
+            elif not peer.control_in_flight and not (
+                peer.state is PushType.COMPARE and peer.compare_index == -1 and end == -1
+            ):
+                due = min(due, peer.retry_at)
+        if self.transferee is not None:
+            due = min(
+                due, self._transfer_since + 3 * self.config.leadership_transfer_wait_timeout + 1
+            )
+            target = self._dispatch.get(self.transferee)
+            if not self._transfer_asked and target is not None and target.match >= end:
+                return now
+        elif self._preferred and self.self_id not in self._preferred:
+            due = min(due, self._last_preferred_check + PREFERRED_CHECK_MS)
+        if self._acks:
+            _, appended_at = next(iter(self._acks.values()))
+            due = min(due, appended_at + self.config.max_wait_ack_time_ms + 1)
+        return due
 
     def _maintain_candidate(self, now: float) -> list[Send]:
         if self._vote_round is not None:
@@ -1007,6 +1066,32 @@ class RaftNode:
         if not self.others:
             self._advance_commit()
         return entry
+
+    def next_entry(self, now: float) -> tuple[int, int]:
+        """The index and term the next entry appended here takes (an encoder writes them
+        into its header: :meth:`append_encoded`); DLedgerError as :meth:`check_appendable`
+        when not even one entry can be appended now."""
+        self.check_appendable(1, now)
+        return self.log.ledger_end_index + 1, self.term
+
+    def append_encoded(
+        self, data: bytes | memoryview, entries: list[DLedgerEntry], now: float
+    ) -> None:
+        """:meth:`append` of ``entries`` (their indexes and term :meth:`next_entry`'s, in
+        order), encoded by the caller as ``data``, written together; refused whole
+        (DLedgerError, nothing written) when they cannot all be appended now.  Each one's
+        outcome comes from :meth:`take_acks`."""
+        self.check_appendable(len(entries), now)
+        if entries[0].term != self.term:
+            raise DLedgerError(
+                ResponseCode.INCONSISTENT_TERM, f"term {entries[0].term} where {self.term} leads"
+            )
+        self.log.append_encoded_as_leader(data, entries)
+        acks, term = self._acks, self.term
+        for entry in entries:
+            acks[entry.index] = (term, now)
+        if not self.others:
+            self._advance_commit()
 
     def check_appendable(self, count: int, now: float) -> None:
         """DLedgerError unless ``count`` entries can be appended here now: NOT_LEADER (also

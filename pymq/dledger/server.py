@@ -4,12 +4,13 @@ peers on its ``dLegerPeers`` port over pymq's remoting, as DLedger 0.2.6's
 JSON request; the answer a remoting response of code 200 whose body is the JSON response).
 
 Every loop is a task in the member's nursery: the remoting server, the state maintainer (the
-node's :meth:`~RaftNode.tick` every :data:`TICK_MS`, as DLedger's StateMaintainer sleeps
-10 ms, or at once when a request or an append may have given it work; a follower's only when
-its leader's heartbeat timeout is due, its one timer), a task per connection being made to a
-peer, and the flusher (the store's files made durable ``flushFileInterval`` ms after they were
-written, in a worker thread; an idle member's flusher sleeps until something is written; the
-checkpoint every ``checkPointInterval`` ms).
+node's :meth:`~RaftNode.tick` when its next timer is due, :meth:`~RaftNode.next_due`: an idle
+leader's heartbeats and COMMIT pushes, a follower's leader heartbeat timeout, a candidate's
+vote round; or at once when a request, an answer that brings a timer forward or an append may
+have given it work; where DLedger's StateMaintainer wakes every 10 ms), a task per connection
+being made to a peer, and the flusher (the store's files made durable ``flushFileInterval``
+ms after they were written, in a worker thread; an idle member's flusher sleeps until
+something is written; the checkpoint every ``checkPointInterval`` ms).
 Cancelling the member's scope stops it all; the store is flushed and closed on the way out.
 
 Requests to a peer are written at once, in the order the node made them, and their answers
@@ -21,9 +22,11 @@ its own.  A request body that is not the message its code names is answered with
 message's response carrying UNEXPECTED_ARGUMENT and the reason (a Java member sends no
 answer at all).
 
-The broker's way in is :meth:`DLedgerServer.append_nowait` then :meth:`~DLedgerServer.wait_ack`,
-or :meth:`~DLedgerServer.on_ack` for a callback without a waiting task (the sends served in a
-connection's reader; pymq.store.dledger_commitlog); :meth:`DLedgerServer.append` does both.
+The broker's way in is :meth:`DLedgerServer.append_encoded` (entries whose headers the one
+record encoder wrote; pymq.store.dledger_commitlog) then :meth:`~DLedgerServer.wait_ack`, or
+:meth:`~DLedgerServer.on_ack` for a callback without a waiting task (the sends served in a
+connection's reader); a body alone goes in with :meth:`DLedgerServer.append_nowait`, and
+:meth:`DLedgerServer.append` does both (a client's APPEND).
 """
 
 from __future__ import annotations
@@ -106,6 +109,10 @@ class DLedgerServer:
         self._decided: dict[int, Ack] = {}  # outcomes of append_nowait's entries, not yet taken
         self._connecting: dict[str, list[Send]] = {}
         self._wake = trio.Event()
+        self.wakeups = 0
+        """The state maintainer's rounds (a tick each) since the member started."""
+        self._sleep_until = float("inf")
+        """When the sleeping state maintainer wakes by itself (ms; inf while it runs)."""
         self._written = trio.Event()
         """Set when the log may have been written: the flusher of an idle member waits for it."""
         self._texts = EntryTexts()
@@ -188,18 +195,22 @@ class DLedgerServer:
                 log.exception("%s: state maintainer", node.self_id)
                 await trio.sleep(ERROR_PAUSE)
             self._deliver_acks()
-            for change in node.take_role_changes():
-                log.info("%s: %s in term %d", node.self_id, change.role.value, change.term)
+            for change in node.take_role_changes():  # (the node logs them)
                 if change.role is not Role.LEADER:
                     self._texts = EntryTexts()  # pushes no more: its memory back
                 if self.on_role_change is not None:
                     self.on_role_change(change)
-            # A follower's one timer is its leader's heartbeat timeout: it sleeps until then
-            # (a request that may change its role wakes it), not every TICK_MS.
-            timeout = node.follower_timeout(self.now())
-            delay = TICK_MS if timeout is None else max(TICK_MS, timeout + 1)
+            # Asleep until the node's next timer (a follower's is its leader's heartbeat
+            # timeout, an idle leader's its next heartbeat or COMMIT push), not every
+            # TICK_MS: a request, an answer that may change a role and an append wake it.
+            # A timer still due after its tick (none should be) waits TICK_MS, as DLedger.
+            due = node.next_due(self.now())
+            delay = due if due > 0 else TICK_MS
+            self.wakeups += 1
+            self._sleep_until = self.now() + delay
             with trio.move_on_after(delay / 1000):
                 await self._wake.wait()
+            self._sleep_until = float("inf")  # awake: nothing need wake it
             self._wake = trio.Event()
 
     async def _flush(self) -> None:
@@ -281,11 +292,16 @@ class DLedgerServer:
         node = self.node
         if node is None:  # stopped meanwhile
             return
+        now = self.now()
         try:
-            self._dispatch(node.on_response(send.peer, send.request, response, self.now()))
+            self._dispatch(node.on_response(send.peer, send.request, response, now))
         except DLedgerError:  # the store failed a read: the next tick tries again
             log.exception("%s: answer from %s", node.self_id, send.peer)
         self._deliver_acks()
+        # An answer may bring a timer forward (a vote round decided, a push to retry): the
+        # maintainer is woken for it, not for the answers that leave it as it was.
+        if now + node.next_due(now) < self._sleep_until:
+            self._wake.set()
 
     # -- peers' requests -----------------------------------------------------------------------
 
@@ -353,6 +369,23 @@ class DLedgerServer:
         self._wake.set()
         self._written.set()
         return entry
+
+    def append_encoded(
+        self, data: bytes | memoryview, entries: list[DLedgerEntry], watched: list[int]
+    ) -> None:
+        """:meth:`append_nowait` of ``entries``, encoded by the caller as ``data`` (their
+        indexes and term the node's ``next_entry``; pymq.store.dledger_commitlog), written
+        together or not at all (DLedgerError).  The outcomes kept for :meth:`wait_ack` /
+        :meth:`on_ack` are those of the indexes in ``watched`` (the entries a put is
+        acknowledged by: each single message's, a batch's last)."""
+        node = self.node
+        if node is None:
+            raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
+        node.append_encoded(data, entries, self.now())
+        for index in watched:
+            self._watched[index] = []
+        self._wake.set()
+        self._written.set()
 
     async def wait_ack(self, index: int) -> Ack:
         """The outcome of the entry :meth:`append_nowait` appended at ``index``."""

@@ -404,7 +404,7 @@ class _FileList:
                 )
         return f.offset + f.wrote
 
-    def append(self, data: bytes, use_blank: bool, start_offset: int = 0) -> int:
+    def append(self, data: bytes | memoryview, use_blank: bool, start_offset: int = 0) -> int:
         position = self.pre_append(len(data), use_blank, start_offset)
         f = self.files[-1]
         os.pwrite(f.fd, data, f.wrote)
@@ -689,6 +689,50 @@ class DLedgerFileStore:
         """Where the next entry of ``size`` bytes goes (a full file is closed with its blank)."""
         return self.data.pre_append(size, True, self.first_data_offset)
 
+    def leader_room(self) -> tuple[int, int]:
+        """Where the leader's next entry goes and how many bytes of entries the data file it
+        goes to can still take (with ``MIN_BLANK_LEN`` to spare), the first data file made if
+        there is none.  Entries encoded within that room go in with one write
+        (:meth:`append_encoded_as_leader`); an entry that does not fit is
+        :meth:`next_pos`'s (the file closed with its blank)."""
+        f = self.data._writable(self.first_data_offset)
+        return f.offset + f.wrote, self.data.file_size - f.wrote - MIN_BLANK_LEN
+
+    def append_encoded_as_leader(
+        self, data: bytes | memoryview, entries: list[DLedgerEntry]
+    ) -> None:
+        """Append ``entries`` as the leader, their bytes (headers and bodies, in order)
+        encoded by the caller as ``data`` (pymq.store.dledger_commitlog: the one record
+        encoder writes their headers): the next indexes, in one term not below the last, the
+        first at :meth:`leader_room`'s position and all within its room, each at most
+        :data:`MAX_ENTRY_SIZE`.  One write for the data, one for the index entries; nothing
+        is written when a check fails (DLedgerError)."""
+        first = entries[0]
+        pos, room = self.leader_room()
+        expected = first.index
+        for entry in entries:
+            if entry.index != expected or entry.term != first.term or entry.pos != pos:
+                raise DLedgerError(
+                    ResponseCode.UNEXPECTED_ARGUMENT,
+                    f"entry {entry.index}@{entry.pos} in term {entry.term} where "
+                    f"{expected}@{pos} in term {first.term} is next",
+                )
+            self._check_size(entry.body)
+            expected += 1
+            pos += entry.size
+        if first.index != self.ledger_end_index + 1 or first.term < self.ledger_end_term:
+            raise DLedgerError(
+                ResponseCode.INCONSISTENT_STATE,
+                f"entry {first.index} in term {first.term} after {self.ledger_end_index} in "
+                f"term {self.ledger_end_term}",
+            )
+        if len(data) != pos - first.pos or len(data) > room:
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"{len(data)} bytes for entries of {pos - first.pos}, room for {room}",
+            )
+        self._write_run(entries, data)
+
     def append_as_leader(self, body: bytes, term: int) -> DLedgerEntry:
         """Append ``body`` as the next entry in ``term``; the caller checked it leads in it."""
         self._check_size(body)
@@ -756,11 +800,12 @@ class DLedgerFileStore:
                 self._write_run(run)
             i += 1 + len(run)
 
-    def _write_run(self, run: list[DLedgerEntry]) -> None:
+    def _write_run(self, run: list[DLedgerEntry], data: bytes | memoryview | None = None) -> None:
         """Write entries that follow each other in the last data file (checked by the
-        caller): one pwrite for their data, one for their index entries when they fit in the
-        index file (else one each)."""
-        data = b"".join([e.encode() for e in run])
+        caller; ``data``: their encoding, when the caller has it): one pwrite for their data,
+        one for their index entries when they fit in the index file (else one each)."""
+        if data is None:
+            data = b"".join([e.encode() for e in run])
         data_pos = self.data.append(data, False, self.first_data_offset)
         assert data_pos == run[0].pos
         index_data = b"".join([encode_index(e.pos, e.size, e.magic, e.index, e.term) for e in run])
@@ -781,6 +826,8 @@ class DLedgerFileStore:
             )
         self.ledger_end_index = run[-1].index
         self.ledger_end_term = run[-1].term
+        if self.ledger_begin_index == -1:
+            self.ledger_begin_index = run[0].index
         recent = self._recent
         for entry in run:
             recent[entry.index] = entry

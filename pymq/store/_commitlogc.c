@@ -67,6 +67,44 @@ typedef struct {
     const batch_prop *tags, *keys, *uniq, *wait;
 } stored_names;
 
+/* The first nine fields of a record, which every writer below shares (bytes 0-47):
+ * TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG and
+ * BORNTIMESTAMP. */
+static inline void put_record_head(unsigned char *p, long long size, const fast_put *fp,
+                                   const unsigned char *body, Py_ssize_t body_len, int32_t flag,
+                                   long long queue_offset, long long phy) {
+    put32(p, (uint32_t)size);
+    put32(p + 4, MESSAGE_MAGIC);
+    put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
+    put32(p + 12, (uint32_t)fp->queue_id);
+    put32(p + 16, (uint32_t)flag);
+    put64(p + 20, (uint64_t)queue_offset);
+    put64(p + 28, (uint64_t)phy);
+    put32(p + 36, (uint32_t)fp->sys_flag);
+    put64(p + 40, (uint64_t)fp->born_ts);
+}
+
+/* encode_run's entry_header: each record as the body of a DLedger 0.2.6 entry of its own, after
+ * its 48-byte header (pymq.dledger.store: magic 1, size, index, term, pos, channel 0, chain CRC
+ * 0, body CRC 0, body length), the entries' indexes consecutive from index. */
+#define ENTRY_HEADER 48
+typedef struct {
+    long long index, term;
+} entry_header;
+
+static inline void put_entry_header(unsigned char *p, long long record_size,
+                                    const entry_header *eh, long long index, long long pos) {
+    put32(p, 1);
+    put32(p + 4, (uint32_t)(ENTRY_HEADER + record_size));
+    put64(p + 8, (uint64_t)index);
+    put64(p + 16, (uint64_t)eh->term);
+    put64(p + 24, (uint64_t)pos);
+    put32(p + 32, 0);
+    put32(p + 36, 0);
+    put32(p + 40, 0);
+    put32(p + 44, (uint32_t)record_size);
+}
+
 /* Write at p (room bytes left) the record the Python path stores for a message with this body,
  * flag and properties: its properties as the broker stores them (WAIT=true left out, CLUSTER
  * added last), the rest from fp.  Returns the record's size, or -1 (nothing to undo: bytes past
@@ -115,15 +153,7 @@ static long long write_stored_record(unsigned char *p, long long room, const fas
     if (out_len > MAX_PROPERTIES || (long long)body_len + out_len > fp->max_bp) return -1;
     long long size = V4_HEADER + (long long)body_len + 1 + fp->topic_len + 2 + out_len;
     if (size > room) return -1;
-    put32(p, (uint32_t)size);
-    put32(p + 4, MESSAGE_MAGIC);
-    put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
-    put32(p + 12, (uint32_t)fp->queue_id);
-    put32(p + 16, (uint32_t)flag);
-    put64(p + 20, (uint64_t)queue_offset);
-    put64(p + 28, (uint64_t)phy);
-    put32(p + 36, (uint32_t)fp->sys_flag);
-    put64(p + 40, (uint64_t)fp->born_ts);
+    put_record_head(p, size, fp, body, body_len, flag, queue_offset, phy);
     memcpy(p + 48, fp->born_ip, 4);
     put32(p + 52, (uint32_t)fp->born_port);
     put64(p + 56, (uint64_t)fp->store_ts);
@@ -197,15 +227,7 @@ static long long write_as_given(unsigned char *p, long long room, const fast_put
     long long size = V4_HEADER + (born_len - 4) + (store_len - 4) + (long long)body_len + 1 +
                      fp->topic_len + 2 + props_len;
     if (props_len > MAX_PROPERTIES || size > room) return -1;
-    put32(p, (uint32_t)size);
-    put32(p + 4, MESSAGE_MAGIC);
-    put32(p + 8, crc_update(0, body, body_len) & 0x7FFFFFFFu);
-    put32(p + 12, (uint32_t)fp->queue_id);
-    put32(p + 16, (uint32_t)flag);
-    put64(p + 20, (uint64_t)queue_offset);
-    put64(p + 28, (uint64_t)phy);
-    put32(p + 36, (uint32_t)fp->sys_flag);
-    put64(p + 40, (uint64_t)fp->born_ts);
+    put_record_head(p, size, fp, body, body_len, flag, queue_offset, phy);
     unsigned char *q = p + 48;
     memcpy(q, fp->born_ip, born_len);
     put32(q + born_len, (uint32_t)fp->born_port);
@@ -280,8 +302,9 @@ static long long write_batch_body(unsigned char *buf, long long pos, long long l
                                   long long file_from, const fast_put *fp,
                                   const unsigned char *d, Py_ssize_t n, long long queue_offset,
                                   PyObject *topic, PyTypeObject *hint_type, PyObject *rows,
-                                  PyObject **wait) {
+                                  PyObject **wait, const entry_header *eh) {
     Py_ssize_t first = PyList_GET_SIZE(rows), at = 0;
+    long long prefix = eh != NULL ? ENTRY_HEADER : 0, index = eh != NULL ? eh->index : 0;
     long long w = pos, written = pos, failed = -1; /* written: the end of what was written */
     PyObject *first_wait = NULL;
     batch_prop items[BATCH_PROPS_MAX];
@@ -299,23 +322,25 @@ static long long write_batch_body(unsigned char *buf, long long pos, long long l
         if (props_len < 0 || q + props_len > n) goto undo;
         const unsigned char *props = d + q;
         q += props_len;
-        if ((Py_ssize_t)total != q - at || w > limit) goto undo;
+        if ((Py_ssize_t)total != q - at || w + prefix > limit) goto undo;
         at = q;
         stored_names names;
-        long long size = write_stored_record(buf + w, limit - w, fp, body, body_len, flag, props,
-                                             props_len, queue_offset, file_from + w, items,
-                                             &names);
+        long long size = write_stored_record(buf + w + prefix, limit - w - prefix, fp, body,
+                                             body_len, flag, props, props_len, queue_offset,
+                                             file_from + w + prefix, items, &names);
         if (size < 0) goto undo;
-        written = w + size;
+        written = w + prefix + size;
+        if (eh != NULL) put_entry_header(buf + w, size, eh, index++, file_from + w);
         failed = -2;
         if (first_wait == NULL && (first_wait = item_value(names.wait)) == NULL) goto undo;
-        PyObject *row = hint_row(file_from + w, size, topic, fp, queue_offset, &names, hint_type);
+        PyObject *row = hint_row(file_from + w + prefix, size, topic, fp, queue_offset, &names,
+                                 hint_type);
         if (row == NULL) goto undo;
         int rc = PyList_Append(rows, row);
         Py_DECREF(row);
         if (rc < 0) goto undo;
         failed = -1;
-        w += size;
+        w += prefix + size;
         queue_offset++;
     }
     if (first_wait == NULL) goto undo; /* an empty batch: refused in Python */
@@ -365,9 +390,16 @@ undo:
  * store time).  It is all or nothing: queue offsets reach queue_table once every entry is
  * written; a stop zeroes buf from pos and returns (pos, [], [], 0, None); an error is raised.
  * Any entry whose sys_flag has 0x4 (a prepared or rolled-back transaction message) takes queue
- * offset 0 and leaves queue_table as it is (RocketMQ's CommitLog). */
+ * offset 0 and leaves queue_table as it is (RocketMQ's CommitLog).
+ * entry_header, an 18th argument (None when left out), as (first_index, term): each record is
+ * written as the body of a DLedger 0.2.6 entry of its own (pymq.store.dledger_commitlog), after
+ * that entry's 48-byte header (put_entry_header) at the entry's position: the record's
+ * physical offset (its PHYSICALOFFSET and its hint row's) is its entry's + 48, the indexes run
+ * from first_index, one a record (each batch item's too) in the rows' order, and the room
+ * below limit counts the headers. */
 static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 17) return PyErr_Format(PyExc_TypeError, "encode_run takes 17 arguments");
+    if (nargs != 17 && nargs != 18)
+        return PyErr_Format(PyExc_TypeError, "encode_run takes 17 or 18 arguments");
     PyTypeObject *hint_type = NULL;
     if (hint_type_arg(args[16], &hint_type) < 0) return NULL;
     long long pos, limit, file_from, born_port, store_port, max_bp, stop_flags;
@@ -379,6 +411,20 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
         arg_int(args[13], "max_body_properties", 0, I32_MAX, &max_bp) < 0 ||
         arg_int(args[14], "stop_flags", I32_MIN, I32_MAX, &stop_flags) < 0)
         return NULL;
+    /* entry_header: None, or (the first entry's index, the term): see put_entry_header. */
+    entry_header header, *eh = NULL;
+    if (nargs == 18 && args[17] != Py_None) {
+        PyObject *given = args[17];
+        if (!PyTuple_Check(given) || PyTuple_GET_SIZE(given) != 2)
+            return PyErr_Format(PyExc_TypeError,
+                                "encode_run: entry_header must be None or (index, term)");
+        if (arg_int(PyTuple_GET_ITEM(given, 0), "entry index", 0, LLONG_MAX / 2, &header.index) <
+                0 ||
+            arg_int(PyTuple_GET_ITEM(given, 1), "entry term", 0, LLONG_MAX, &header.term) < 0)
+            return NULL;
+        eh = &header;
+    }
+    const long long prefix = eh != NULL ? ENTRY_HEADER : 0;
     PyObject *entries = args[4], *topic_bytes = args[5], *table = args[6], *clock = args[7];
     PyObject *cluster_b = args[8], *born_ip = args[9], *store_ip = args[11];
     PyObject *stop_topic = args[15];
@@ -541,48 +587,52 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
             stored_names names;
             batch_prop slots[4];
             long long size = -1;
-            if (pos <= limit && data.len <= I32_MAX)
-                size = write_as_given(base + pos, limit - pos, &fp, data.buf, data.len,
-                                      (int32_t)flag, (const unsigned char *)PyBytes_AS_STRING(props),
+            if (pos + prefix <= limit && data.len <= I32_MAX)
+                size = write_as_given(base + pos + prefix, limit - pos - prefix, &fp, data.buf,
+                                      data.len, (int32_t)flag,
+                                      (const unsigned char *)PyBytes_AS_STRING(props),
                                       PyBytes_GET_SIZE(props), PyBytes_GET_SIZE(given_born),
-                                      store_len, prepared, queue_offset, file_from + pos);
+                                      store_len, prepared, queue_offset, file_from + pos + prefix);
             if (size >= 0) {
                 end = -2;
+                if (eh != NULL) put_entry_header(base + pos, size, eh, eh->index, file_from + pos);
                 find_names((const unsigned char *)PyBytes_AS_STRING(props),
                            PyBytes_GET_SIZE(props), slots, &names);
-                PyObject *row =
-                    hint_row(file_from + pos, size, topic, &fp, queue_offset, &names, hint_type);
+                PyObject *row = hint_row(file_from + pos + prefix, size, topic, &fp, queue_offset,
+                                         &names, hint_type);
                 if (row != NULL && (wait = item_value(names.wait)) != NULL &&
                     PyList_Append(rows, row) == 0)
-                    end = pos + size;
+                    end = pos + prefix + size;
                 Py_XDECREF(row);
                 if (end < 0) {
                     Py_CLEAR(wait);
-                    memset(base + pos, 0, (size_t)size);
+                    memset(base + pos, 0, (size_t)(prefix + size));
                 }
             }
         } else if (batch) {
             end = write_batch_body(base, pos, limit, file_from, &fp, data.buf, data.len,
-                                   queue_offset, topic, hint_type, rows, &wait);
+                                   queue_offset, topic, hint_type, rows, &wait, eh);
         } else {
             stored_names names;
             long long size = -1;
-            if (pos <= limit && data.len <= I32_MAX)
-                size = write_stored_record(base + pos, limit - pos, &fp, data.buf, data.len,
-                                           (int32_t)flag, PyUnicode_1BYTE_DATA(props),
+            if (pos + prefix <= limit && data.len <= I32_MAX)
+                size = write_stored_record(base + pos + prefix, limit - pos - prefix, &fp,
+                                           data.buf, data.len, (int32_t)flag,
+                                           PyUnicode_1BYTE_DATA(props),
                                            PyUnicode_GET_LENGTH(props), queue_offset,
-                                           file_from + pos, items, &names);
+                                           file_from + pos + prefix, items, &names);
             if (size >= 0) {
                 end = -2;
-                PyObject *row =
-                    hint_row(file_from + pos, size, topic, &fp, queue_offset, &names, hint_type);
+                if (eh != NULL) put_entry_header(base + pos, size, eh, eh->index, file_from + pos);
+                PyObject *row = hint_row(file_from + pos + prefix, size, topic, &fp, queue_offset,
+                                         &names, hint_type);
                 if (row != NULL && (wait = item_value(names.wait)) != NULL &&
                     PyList_Append(rows, row) == 0)
-                    end = pos + size;
+                    end = pos + prefix + size;
                 Py_XDECREF(row);
                 if (end < 0) {
                     Py_CLEAR(wait);
-                    memset(base + pos, 0, (size_t)size);
+                    memset(base + pos, 0, (size_t)(prefix + size));
                 }
             }
         }
@@ -607,6 +657,7 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
             memset(base + pos, 0, (size_t)(end - pos));
             goto failed;
         }
+        if (eh != NULL) eh->index += PyList_GET_SIZE(rows) - first; /* one entry a record */
         count++;
         pos = end;
         stamp = fp.store_ts;

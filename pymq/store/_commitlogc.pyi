@@ -49,6 +49,7 @@ def encode_run(
     stop_flags: int,
     stop_topic: str,
     hint_type: type[tuple[Any, ...]] | None,
+    entry_header: tuple[int, int] | None = None,
     /,
 ) -> tuple[int, list[tuple[Any, ...]], list[str | None], int, BaseException | None]:
     """The store's one record encoder: a run of sends' records (each entry (topic, queue_id,
@@ -59,4 +60,6 @@ def encode_run(
     nothing (each entry (topic, queue_id, body, properties bytes, flag, sys_flag,
     born_timestamp, reconsume_times, born_ip, born_port, prepared_transaction_offset): its
     properties as given, IPv4 or IPv6 hosts, no queue offset when prepared or rolled back).
+    With entry_header (first index, term): each record the body of a DLedger entry of its
+    own, after its 48-byte header (DLedger mode's records).
     Twin: pymq.store.commitlog.encode_run_py."""

@@ -306,11 +306,31 @@ def _writable_size(buf: Any) -> int:
 
 
 _BATCH_ITEM = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLENGTH
+ENTRY_HEADER = struct.Struct(">iiqqqiiii")
+"""encode_run's entry_header: DLedger 0.2.6's entry header before each record (magic 1, size,
+index, term, pos, channel 0, chain CRC 0, body CRC 0, body length; pymq.dledger.store)."""
+
+
+def _entry_header_arg(entry_header: Any) -> list[int] | None:
+    """encode_run's entry_header as [next index, term] (None: none)."""
+    if entry_header is None:
+        return None
+    if not isinstance(entry_header, tuple) or len(entry_header) != 2:
+        raise TypeError("encode_run: entry_header must be None or (index, term)")
+    return [
+        _arg_int(entry_header[0], "entry index", *_HALF),
+        _arg_int(entry_header[1], "entry term", 0, _I64[1]),
+    ]
+
+
+def _put_entry_header(buf: Any, at: int, size: int, eh: list[int], index: int, pos: int) -> None:
+    """The entry header of a record of ``size`` bytes at buf[at + 48], its entry at ``pos``."""
+    ENTRY_HEADER.pack_into(buf, at, 1, ENTRY_HEADER.size + size, index, eh[1], pos, 0, 0, 0, size)
 
 
 def _write_batch_body(
     buf: Any, pos: int, limit: int, file_from: int, fp: _FastPut, d: bytes, queue_offset: int,
-    hint_type: Any, rows: list[tuple[Any, ...]],
+    hint_type: Any, rows: list[tuple[Any, ...]], eh: list[int] | None = None,
 ) -> tuple[int, str | None] | None:  # fmt: skip
     """The records of the SEND_BATCH_MESSAGE body ``d``, one per item, written from buf[pos]
     below limit with consecutive queue offsets: their hint rows appended to ``rows``.  Returns
@@ -321,6 +341,8 @@ def _write_batch_body(
     first, w, at, n = len(rows), pos, 0, len(d)
     written = pos  # the end of what was written
     wait: str | None = None
+    prefix = 0 if eh is None else ENTRY_HEADER.size
+    index = 0 if eh is None else eh[0]
     try:
         while at < n:
             if at + 20 > n:
@@ -333,21 +355,30 @@ def _write_batch_body(
             q += body_len
             props_len = int.from_bytes(d[q : q + 2], "big", signed=True)
             q += 2
-            if props_len < 0 or q + props_len > n or total != q + props_len - at or w > limit:
+            if (
+                props_len < 0
+                or q + props_len > n
+                or total != q + props_len - at
+                or w + prefix > limit
+            ):
                 break
             props = d[q : q + props_len]
             at = q + props_len
             out = _write_stored_record(
-                buf, w, limit - w, fp, False, body, flag, props, queue_offset, file_from + w
-            )
+                buf, w + prefix, limit - w - prefix, fp, False, body, flag, props, queue_offset,
+                file_from + w + prefix,
+            )  # fmt: skip
             if out is None:
                 break
             size, found = out
-            written = w + size
+            written = w + prefix + size
+            if eh is not None:
+                _put_entry_header(buf, w, size, eh, index, file_from + w)
+                index += 1
             if len(rows) == first:
                 wait = found.get(b"WAIT")
-            rows.append(_hint_row(hint_type, file_from + w, size, fp, queue_offset, found))
-            w += size
+            rows.append(_hint_row(hint_type, file_from + w + prefix, size, fp, queue_offset, found))
+            w += prefix + size
             queue_offset += 1
         else:
             if len(rows) > first:
@@ -460,49 +491,56 @@ def _write_as_given(
 def _write_entry(
     buf: Any, pos: int, limit: int, file_from: int, fp: _FastPut, body: Any,
     props: str | bytes | None, flag: int, queue_offset: int, hint_type: Any,
-    rows: list[tuple[Any, ...]], prepared: int | None,
+    rows: list[tuple[Any, ...]], prepared: int | None, eh: list[int] | None = None,
 ) -> tuple[int, str | None] | None:  # fmt: skip
     """One entry's records written from buf[pos] below limit, their hint rows appended to
     ``rows``: the write position after them and the stored WAIT value (a batch's first
     item's); None when the general path judges the entry (nothing added to rows).  A stored
-    message (``prepared`` not None) is written as given (_write_as_given)."""
+    message (``prepared`` not None) is written as given (_write_as_given).  With ``eh``
+    ([next index, term]), each record after its DLedger entry header (encode_run_py)."""
     with memoryview(body) as view:
         data = bytes(view)
+    prefix = 0 if eh is None else ENTRY_HEADER.size
+    at = pos + prefix  # the record's
     if isinstance(props, bytes):
         size = -1
-        if pos <= limit and len(data) <= _I32[1]:
+        if at <= limit and len(data) <= _I32[1]:
             size = _write_as_given(
-                buf, pos, limit - pos, fp, data, flag, props, prepared or 0, queue_offset,
-                file_from + pos,
+                buf, at, limit - at, fp, data, flag, props, prepared or 0, queue_offset,
+                file_from + at,
             )  # fmt: skip
         if size < 0:
             return None
         try:
+            if eh is not None:
+                _put_entry_header(buf, pos, size, eh, eh[0], file_from + pos)
             found = _find_names(props)
-            rows.append(_hint_row(hint_type, file_from + pos, size, fp, queue_offset, found))
+            rows.append(_hint_row(hint_type, file_from + at, size, fp, queue_offset, found))
         except BaseException:
-            buf[pos : pos + size] = bytes(size)
+            buf[pos : at + size] = bytes(at + size - pos)
             raise
-        return pos + size, found.get(b"WAIT")
+        return at + size, found.get(b"WAIT")
     if props is None:
         return _write_batch_body(
-            buf, pos, limit, file_from, fp, data, queue_offset, hint_type, rows
+            buf, pos, limit, file_from, fp, data, queue_offset, hint_type, rows, eh
         )
     out = None
-    if pos <= limit and len(data) <= _I32[1]:
+    if at <= limit and len(data) <= _I32[1]:
         out = _write_stored_record(
-            buf, pos, limit - pos, fp, True, data, flag, props.encode("ascii"),
-            queue_offset, file_from + pos,
+            buf, at, limit - at, fp, True, data, flag, props.encode("ascii"),
+            queue_offset, file_from + at,
         )  # fmt: skip
     if out is None:
         return None
     size, found = out
     try:
-        rows.append(_hint_row(hint_type, file_from + pos, size, fp, queue_offset, found))
+        if eh is not None:
+            _put_entry_header(buf, pos, size, eh, eh[0], file_from + pos)
+        rows.append(_hint_row(hint_type, file_from + at, size, fp, queue_offset, found))
     except BaseException:
-        buf[pos : pos + size] = bytes(size)
+        buf[pos : at + size] = bytes(at + size - pos)
         raise
-    return pos + size, found.get(b"WAIT")
+    return at + size, found.get(b"WAIT")
 
 
 def _run_args(
@@ -537,6 +575,7 @@ def encode_run_py(
     buf: Any, pos: Any, limit: Any, file_from_offset: Any, entries: Any, topic_bytes: Any,
     queue_table: Any, clock: Any, cluster_b: Any, born_ip: Any, born_port: Any, store_ip: Any,
     store_port: Any, max_body_properties: Any, stop_flags: Any, stop_topic: Any, hint_type: Any,
+    entry_header: Any = None,
 ) -> tuple[int, list[tuple[Any, ...]], list[str | None], int, BaseException | None]:  # fmt: skip
     """Python twin of ``pymq.store._commitlogc.encode_run``, the store's one record encoder:
     a run of sends' records written into the writable buffer ``buf`` from buf[pos] (below
@@ -571,7 +610,14 @@ def encode_run_py(
     all or nothing: the queue offsets go to queue_table once every entry is written, and
     a stop leaves buf zeroed from pos and returns (pos, [], [], 0, None); an error is raised.
     Any entry whose sys_flag is a prepared or rolled-back transaction's (bit 0x4) takes queue
-    offset 0 and leaves queue_table as it is (RocketMQ's CommitLog)."""
+    offset 0 and leaves queue_table as it is (RocketMQ's CommitLog).
+
+    ``entry_header`` (None, or (first index, term)): each record written as the body of a
+    DLedger 0.2.6 entry of its own (pymq.store.dledger_commitlog), after that entry's 48-byte
+    header (:data:`ENTRY_HEADER`) at the entry's position: the record's physical offset (its
+    PHYSICALOFFSET and its hint row's) is its entry's + 48, the indexes run from the first
+    index, one a record (each batch item's too) in the rows' order, and the room below limit
+    counts the headers."""
     hint_type = _hint_type(hint_type)
     pos = _arg_int(pos, "pos", 0, sys.maxsize)
     limit = _arg_int(limit, "limit", 0, sys.maxsize)
@@ -580,6 +626,7 @@ def encode_run_py(
     store_port = _arg_int(store_port, "store_port", *_I32)
     max_bp = _arg_int(max_body_properties, "max_body_properties", 0, _I32[1])
     stop_flags = _arg_int(stop_flags, "stop_flags", *_I32)
+    eh = _entry_header_arg(entry_header)
     head = entries[0] if isinstance(entries, list) and entries else None
     stored = isinstance(head, tuple) and len(head) == 11  # all or nothing
     usable = _run_args(
@@ -621,7 +668,7 @@ def encode_run_py(
             first, count = len(rows), len(waits)
             placed = _write_entry(
                 buf, pos, limit, file_from, fp, body, props, flag, queue_offset, hint_type, rows,
-                prepared,
+                prepared, eh,
             )  # fmt: skip
             if placed is None:
                 break  # the general path judges it; bytes past pos are junk
@@ -634,6 +681,8 @@ def encode_run_py(
                 del rows[first:], waits[count:]
                 buf[pos:end] = bytes(end - pos)  # no whole record past the write position
                 raise
+            if eh is not None:
+                eh[0] += len(rows) - first  # one entry a record
             pos = end
             stamp = store_ts
         if stored and len(waits) < len(entries):  # all or nothing: none

@@ -63,21 +63,37 @@ from typing import Any
 
 import trio
 
+from pymq.common.clock import now_ms
 from pymq.common.message_ext import MessageExt, MessageSysFlag
-from pymq.common.message_id import offset_msg_id
+from pymq.common.message_id import offset_msg_ids
 from pymq.common.record import BLANK_MAGIC_CODE as COMMITLOG_BLANK_MAGIC
 from pymq.common.record import (
     END_FILE_MIN_BLANK_LENGTH,
+    MAX_TOPIC_LENGTH,
     BlankRecord,
     RecordError,
     read_record_info,
 )
+from pymq.common.topic import SCHEDULE_TOPIC
 from pymq.dledger.config import DLedgerConfig
 from pymq.dledger.errors import DLedgerError, ResponseCode
 from pymq.dledger.server import DLedgerServer
-from pymq.dledger.store import BLANK_MAGIC_CODE, BODY_OFFSET, DLedgerFileStore, delete_files
+from pymq.dledger.store import (
+    BLANK_MAGIC_CODE,
+    BODY_OFFSET,
+    MAX_ENTRY_SIZE,
+    DLedgerEntry,
+    DLedgerFileStore,
+    delete_files,
+)
 from pymq.store.clean_service import CleanCommitLogService, disk_used_ratio
-from pymq.store.commitlog import CommitLog, DispatchHint, encode_run
+from pymq.store.commitlog import (
+    _HEADER_SIZES,
+    SCRATCH_KEPT_MAX,
+    CommitLog,
+    DispatchHint,
+    encode_run,
+)
 from pymq.store.config import MessageStoreConfig
 from pymq.store.mapped_file import MappedFile
 from pymq.store.mapped_file_queue import DELETE_FILES_BATCH_MAX, MappedFileAllocator
@@ -95,6 +111,12 @@ _ENTRY_START = struct.Struct(">ii")  # an entry's MAGIC and SIZE (a blank's too)
 _HOST_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
 _PREPARED = MessageSysFlag.TRANSACTION_PREPARED_TYPE
 _BLANK = struct.Struct(">iI")  # a plain commit log's blank record: its size and magic
+
+_ENTRY_OVERHEAD = BODY_OFFSET + 91 + 24 + 1 + 2 + 9
+"""An entry's bytes beside its record's body, topic, properties and cluster name (at most)."""
+_MAX_ENTRY_BODY_PROPERTIES = MAX_ENTRY_SIZE - BODY_OFFSET - (91 + 24 + MAX_TOPIC_LENGTH)
+"""The sends' bound on a record's body and properties in DLedger mode (with the
+store's maxMessageSize): its entry must not exceed DLedger's MAX_ENTRY_SIZE (4 MiB)."""
 
 PUT_STATUS: dict[ResponseCode, PutMessageStatus] = {
     ResponseCode.SUCCESS: PutMessageStatus.PUT_OK,
@@ -228,85 +250,227 @@ class DLedgerCommitLog(CommitLog):
         log.debug("an append was refused: %s: %s", exc.code.name, exc)
         return PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY)
 
-    def _append_one(
-        self, msg: MessageExt, encoded: tuple[bytes, bytes], now: int
-    ) -> tuple[int, int, int, int] | PutMessageResult:
-        """Append ``msg``'s record (``encoded``: its topic and properties bytes) as an entry:
-        (physical offset, size, queue offset, entry index), or the refusal (nothing
-        appended).  The record is the plain commit log's, by the one record encoder."""
-        table = self.topic_queue_table
-        key = (msg.topic, msg.queue_id)
-        pending = {key: table[key]} if key in table else {}  # committed once appended
-        try:
-            (entry,), size, topics, _ = self.stored_entries((msg,), (encoded,))
-            pos = self.dledger.next_pos(BODY_OFFSET + size)
-            record = bytearray(size)
-            _, hints, _, _, _ = encode_run(
-                record, 0, size, pos + BODY_OFFSET, [entry], topics, pending,
-                itertools.repeat(now).__next__, b"", b"", 0, self._store_ip, self._store_port,
-                0, 0, "", None,
-            )  # fmt: skip
-            if not hints:
-                raise ValueError("the record does not fit its layout")
-        except DLedgerError as exc:
-            return self._refused(exc)
-        except Exception as exc:
-            return self._encode_failed([msg], exc)
-        try:
-            appended = self.server.append_nowait(bytes(record))
-        except DLedgerError as exc:
-            return self._refused(exc)
-        assert appended.pos == pos, (appended.pos, pos)
-        table.update(pending)
-        hint = hints[0]
-        msg.sys_flag = hint[7]
-        msg.queue_offset = hint[4]
-        msg.commitlog_offset = pos + BODY_OFFSET
-        msg.store_timestamp = now
-        msg.store_size = size
-        return pos + BODY_OFFSET, size, hint[4], appended.index
+    def _encode_entries(
+        self, entries: list[tuple[Any, ...]], topic_bytes: dict[str, bytes],
+        table: dict[tuple[str, int], int], clock: Callable[[], int] | None, cluster_b: bytes,
+        born_ip: bytes, born_port: int, max_body_properties: int, stop_flags: int,
+        stop_topic: str, room: int, size: int,
+    ) -> tuple[int, list[Any], list[str | None], list[DLedgerEntry]]:  # fmt: skip
+        """``entries`` (encode_run's: sends, or a run of stored messages) encoded by the one
+        record encoder as DLedger entries of the leader's next indexes and term at the data
+        file's tail, at most ``room`` bytes (``size``: an upper bound of what they take),
+        each record the body of an entry of its own: (end, hint rows, stored WAIT values,
+        the entries), queue offsets taken from and committed to ``table``.  Nothing is
+        written to the log.  DLedgerError when the leader cannot append now."""
+        node = self.server.node
+        if node is None:
+            raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
+        index, term = node.next_entry(self.server.now())
+        pos, _ = self.dledger.leader_room()
+        scratch = self._scratch
+        if len(scratch) < min(size, room):
+            scratch = bytearray(min(size, room))
+            if len(scratch) <= SCRATCH_KEPT_MAX:
+                self._scratch = scratch
+        end, hints, waits, _, error = encode_run(
+            scratch, 0, min(room, len(scratch)), pos, entries, topic_bytes, table, clock,
+            cluster_b, born_ip, born_port, self._store_ip, self._store_port,
+            max_body_properties, stop_flags, stop_topic, DispatchHint, (index, term),
+        )  # fmt: skip
+        if error is not None:  # a defect after entries were encoded: those stand
+            if not isinstance(error, Exception):
+                raise error
+            log.error("encoding a run of sends failed after %d", len(waits), exc_info=error)
+        with memoryview(scratch) as view:
+            appended = [
+                DLedgerEntry(index + k, term, bytes(view[h[0] - pos : h[0] - pos + h[1]]),
+                             h[0] - BODY_OFFSET)
+                for k, h in enumerate(hints)
+            ]  # fmt: skip
+        return end, hints, waits, appended
+
+    def _write_entries(self, end: int, appended: list[DLedgerEntry], watched: list[int]) -> None:
+        """Append the entries :meth:`_encode_entries` encoded (the first ``end`` bytes of the
+        scratch buffer) on the leader, together (DLedgerError: none)."""
+        with memoryview(self._scratch) as view, view[:end] as data:
+            self.server.append_encoded(data, appended, watched)
 
     def append_stored(
         self, msgs: Sequence[MessageExt], encoded: Sequence[tuple[bytes, bytes]]
     ) -> PutMessageResult:
         """An entry per message (a batch's appended together: Java's BatchAppendEntryRequest),
-        acknowledged with the last.  Refused whole when the leader cannot take them all now."""
-        if len(msgs) > 1:
-            node = self.server.node
-            try:
-                if node is None:
-                    raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
-                node.check_appendable(len(msgs), self.server.now())
-            except DLedgerError as exc:
-                return self._refused(exc)
+        acknowledged with the last, through the one record encoder as the sends are
+        (:meth:`append_run`); a batch that does not fit in the data file goes on in the next
+        one.  Refused whole when the leader cannot take them all now or an entry would
+        exceed DLedger's MAX_ENTRY_SIZE."""
+        node = self.server.node
         now = self.clock_ms()
-        placed: list[tuple[int, int, int, int]] = []
-        for msg, enc in zip(msgs, encoded, strict=True):
-            one = self._append_one(msg, enc, now)
-            if isinstance(one, PutMessageResult):
-                if placed:  # the earlier ones are in the log: they are acknowledged or not
-                    log.error("a batch was cut after %d of %d messages: %s", len(placed),
-                              len(msgs), one.reason)  # fmt: skip
-                return one
-            placed.append(one)
-        total = sum(p[1] for p in placed)
-        first_phy = placed[0][0]
-        self._remember(first_phy + total, placed[-1][3])
-        ids = [offset_msg_id(self._msg_id_prefix, p[0]) for p in placed]
+        try:
+            if node is None:
+                raise DLedgerError(ResponseCode.LEADER_NOT_READY, "not started")
+            node.check_appendable(len(msgs), self.server.now())
+        except DLedgerError as exc:
+            return self._refused(exc)
+        try:
+            entries, _, topics, _ = self.stored_entries(msgs, encoded)
+        except Exception as exc:  # a born host that is no address, a body that is no bytes
+            return self._encode_failed(msgs, exc)
+        store_v6 = 2 if len(self._store_ip) == 16 else 0
+        sizes = [
+            BODY_OFFSET + _HEADER_SIZES[store_v6 | (1 if len(e[8]) == 16 else 0)] + len(e[2])
+            + 3 + len(topics[e[0]]) + len(e[3])
+            for e in entries
+        ]  # fmt: skip
+        for size in sizes:
+            if size > MAX_ENTRY_SIZE:
+                return self._refused(DLedgerError(
+                    ResponseCode.UNEXPECTED_ARGUMENT,
+                    f"an entry of {size} bytes exceeds {MAX_ENTRY_SIZE}",
+                ))  # fmt: skip
+        table = self.topic_queue_table
+        pending = {k: table[k] for k in {(m.topic, m.queue_id) for m in msgs} if k in table}
+        clock = itertools.repeat(now).__next__
+        hints: list[Any] = []
+        last_index = -1
+        i = 0
+        while i < len(entries):
+            # the messages that fit in the data file's room, or the next file for the first
+            try:
+                _, room = self.dledger.leader_room()
+                j, need = i, 0
+                while j < len(entries) and need + sizes[j] <= room:
+                    need += sizes[j]
+                    j += 1
+                if j == i:
+                    self.dledger.next_pos(sizes[i])  # the file closed with its blank
+                    continue
+                end, got, _, appended = self._encode_entries(
+                    entries[i:j], topics, pending, clock, b"", b"", 0, 0, 0, "", need, need
+                )
+                if len(got) != j - i:
+                    raise ValueError("the records do not fit their layout")
+                self._write_entries(end, appended, [] if j < len(entries) else [appended[-1].index])
+            except Exception as exc:
+                if hints:  # the earlier ones are in the log: they are acknowledged or not
+                    log.error("a batch was cut after %d of %d messages: %s", len(hints),
+                              len(msgs), exc)  # fmt: skip
+                if isinstance(exc, DLedgerError):
+                    return self._refused(exc)
+                return self._encode_failed(msgs, exc)
+            table.update(pending)
+            hints += got
+            last_index = appended[-1].index
+            i = j
+        for msg, hint in zip(msgs, hints, strict=True):
+            msg.sys_flag = hint[7]
+            msg.queue_offset = hint[4]
+            msg.commitlog_offset = hint[0]
+            msg.store_timestamp = now
+            msg.store_size = hint[1]
+        result = self.put_result(hints)
+        self._remember(result.wrote_offset + result.wrote_bytes, last_index)
+        return result
+
+    def append_run(
+        self,
+        entries: Sequence[tuple[str, int, Any, str | None, int, int, int, int]],
+        topic_bytes: dict[str, bytes],
+        cluster_b: bytes,
+        born_host: tuple[str, int],
+        max_body_properties: int,
+        stop_flags: int,
+    ) -> tuple[list[DispatchHint], list[str | None], int]:
+        """The plain commit log's :meth:`~CommitLog.append_run` on the DLedger log: each
+        record encoded by the one record encoder as the body of a DLedger entry of its own
+        (a batch body's items each one), the entries of a run of single sends (or of one
+        batch body) appended together; what the general path (:meth:`append_stored` of the
+        messages the send path builds) appends for them.  Stops where the leader cannot
+        append now (the general path then refuses with the reason), at the data file's end
+        (the general path goes on in the next file), at a body and properties that would
+        make an entry over DLedger's MAX_ENTRY_SIZE, and wherever the plain one stops.
+        Returns the hints and stored WAIT values of the entries appended and the bytes their
+        records take (their entries' headers left out, as Java counts them)."""
+        if not entries or self.server.node is None:
+            return [], [], 0
+        if type(entries) is not list:
+            entries = list(entries)
+        born_ip = self._born_ip(born_host[0])
+        if born_ip is None:
+            return [], [], 0
+        max_bp = min(max_body_properties, _MAX_ENTRY_BODY_PROPERTIES)
+        clock = None if self.clock_ms is now_ms else self.clock_ms
+        table = self.topic_queue_table
+        hints: list[DispatchHint] = []
+        waits: list[str | None] = []
+        size = 0
+        i = 0
+        while i < len(entries):
+            # a run of single sends, or a batch body alone (its last entry is its put's)
+            batch = entries[i][3] is None
+            j = i + 1
+            while not batch and j < len(entries) and entries[j][3] is not None:
+                j += 1
+            run = entries if i == 0 and j == len(entries) else entries[i:j]
+            # what their entries may take: per record, its entry header, the record's header
+            # and topic, a separator and CLUSTER added to the properties (a batch item, of 22
+            # bytes at least, has 22 of its own)
+            extra = _ENTRY_OVERHEAD + len(cluster_b)
+            bound = 0
+            for entry in run:
+                over = extra + len(topic_bytes.get(entry[0], b""))
+                body_size = len(entry[2])
+                if batch:
+                    bound += body_size + body_size // 22 * over
+                else:
+                    bound += body_size + len(entry[3] or "") + over
+            pending = {k: table[k] for k in {(e[0], e[1]) for e in run} if k in table}
+            try:
+                _, room = self.dledger.leader_room()
+                end, got, got_waits, appended = self._encode_entries(
+                    run, topic_bytes, pending, clock, cluster_b, born_ip, born_host[1], max_bp,
+                    stop_flags, SCHEDULE_TOPIC, room, bound,
+                )  # fmt: skip
+                if not got:
+                    break
+                watched = [appended[-1].index] if batch else [e.index for e in appended]
+                self._write_entries(end, appended, watched)
+            except DLedgerError as exc:
+                log.debug("a run of sends was left to the general path: %s", exc)
+                break
+            except Exception:  # a defect before anything was appended: the general path's
+                log.exception("appending a run of sends failed")
+                break
+            table.update(pending)
+            if batch:
+                self._remember(got[0][0] + sum(h[1] for h in got), appended[-1].index)
+            else:
+                for h, e in zip(got, appended, strict=True):
+                    self._remember(h[0] + h[1], e.index)
+            for h in got:
+                size += h[1]
+            hints += got
+            waits += got_waits
+            i += len(got_waits)
+            if len(got_waits) < len(run):
+                break
+        return hints, waits, size
+
+    def put_result(self, hints: list[DispatchHint]) -> PutMessageResult:
+        """:meth:`CommitLog.put_result`, its bytes the records' (Java's DLedgerCommitLog
+        counts no entry header): a batch's end, which :meth:`wait_quorum` and
+        :meth:`on_quorum` are asked about, is its first record's offset plus that."""
+        if len(hints) == 1:
+            return super().put_result(hints)
+        first = hints[0]
         return PutMessageResult(
             PUT_OK,
-            wrote_offset=first_phy,
-            wrote_bytes=total,
-            msg_id=ids[0] if len(ids) == 1 else ",".join(ids),
-            store_timestamp=now,
-            logic_offset=placed[0][2],
-            msg_num=len(placed),
+            wrote_offset=first.physical_offset,
+            wrote_bytes=sum(h.size for h in hints),
+            msg_id=offset_msg_ids(self._msg_id_prefix, hints),  # type: ignore[arg-type]
+            store_timestamp=first.store_timestamp,
+            logic_offset=first.queue_offset,
+            msg_num=len(hints),
         )
-
-    # The one-call path writes into the mapped files: never taken in DLedger mode (the store
-    # routes every put here; a leader is a SYNC_MASTER, which it leaves to the general path).
-    def append_run(self, *args: Any) -> tuple[list[Any], list[str | None], int]:
-        return [], [], 0
 
     def append_data(self, start_offset: int, data: bytes | memoryview) -> bool:
         return False  # HA replication has no place in DLedger mode

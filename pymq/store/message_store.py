@@ -157,6 +157,17 @@ def _quorum(
     callback(result)
 
 
+def _answer_held(
+    sink: AnswerSink,
+    frame: bytes,
+    late: Callable[[PutMessageResult], bytes],
+    result: PutMessageResult,
+) -> None:
+    """hold_answer's waiter in DLedger mode: ``frame`` to ``sink`` once a majority has the
+    entry, else ``late(result)``, its status the entry's outcome."""
+    sink.answer_frames([frame if result.status is PUT_OK else late(result)])
+
+
 def _late_answer(result: PutMessageResult, late: Callable[[PutMessageResult], bytes]) -> bytes:
     """hold_answer's timeout: ``late(result)``, its status FLUSH_DISK_TIMEOUT."""
     _flush_timed_out(result)
@@ -994,7 +1005,11 @@ class DefaultMessageStore:
         callback per put): True if the group commit will write ``frame`` to ``sink`` once the
         appended bytes are on disk, or ``late(result)`` (its status FLUSH_DISK_TIMEOUT) after
         syncFlushTimeout; False if there is nothing to wait for (answer ``frame`` now).  Not
-        for SYNC_MASTER."""
+        for SYNC_MASTER.  In DLedger mode (whatever WAIT says, as :meth:`defer_durable`):
+        ``frame`` once a majority of the group has the entry, else ``late(result)``, its status
+        the entry's outcome."""
+        if self.dledger is not None:
+            return self.defer_durable(result, wait, partial(_answer_held, sink, frame, late))
         end = self._sync_flush_end(result, wait)
         if end is None:
             return False

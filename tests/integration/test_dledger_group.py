@@ -265,3 +265,28 @@ async def test_an_idle_follower_sleeps_until_its_heartbeat_timeout_and_flushes_o
             what="a new leader",
         )
         nursery.cancel_scope.cancel()
+
+
+async def test_an_idle_leader_wakes_at_its_heartbeats_not_every_10_ms(
+    tmp_path, autojump_clock
+) -> None:
+    """The state maintainer of an idle leader (a group of one here: its own vote elects it)
+    sleeps until its node's next timer (its next heartbeat, every 2 s by default), not every
+    10 ms: its wakeups over a minute of a mock clock are counted, and an append after that
+    minute is acknowledged at once."""
+    (config,) = member_configs(str(tmp_path), [free_port()])
+    server = DLedgerServer(config, host="127.0.0.1", rng=random.Random(1))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.run)
+        await wait_until(
+            lambda: server.node is not None and server.node.role is Role.LEADER, timeout=30
+        )
+        assert (await server.append(b"first")).code is ResponseCode.SUCCESS
+        before = server.wakeups
+        await trio.sleep(60)
+        idle = server.wakeups - before
+        assert idle <= 60 / 2 * 2 + 5, idle  # (10 ms ticks: 6,000)
+        start = trio.current_time()
+        assert (await server.append(b"after")).code is ResponseCode.SUCCESS
+        assert trio.current_time() - start < 0.01
+        nursery.cancel_scope.cancel()

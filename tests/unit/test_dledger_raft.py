@@ -4,8 +4,10 @@ every 10 ms step: one leader per term, committed entries never change."""
 
 from __future__ import annotations
 
+import logging
 import random
 
+import attrs
 import pytest
 
 from pymq.dledger.config import DLedgerConfig
@@ -421,17 +423,98 @@ def test_entries_ready_at_a_push_go_in_batches_and_commit(tmp_path) -> None:
 
 
 def test_a_followers_one_timer_is_its_leaders_heartbeat_timeout(tmp_path) -> None:
-    """follower_timeout: what the shell sleeps on as a follower (its leader's heartbeat
-    timeout, maxHeartBeatLeak x heartBeatTimeIntervalMs after the last heartbeat); None as
-    a leader or a candidate, which tick every 10 ms."""
+    """next_due as a follower: what the shell sleeps on (its leader's heartbeat timeout,
+    maxHeartBeatLeak x heartBeatTimeIntervalMs after the last heartbeat, which tick checks
+    with >: due 1 ms after)."""
     sim = Sim(tmp_path)
     leader = _elect(sim)
-    assert leader.follower_timeout(sim.now) is None
     follower = next(n for n in sim.nodes.values() if n is not leader)
     leak = follower.config.max_heart_beat_leak * follower.config.heart_beat_time_interval_ms
     due = follower.last_leader_heartbeat + leak
-    assert follower.follower_timeout(sim.now) == due - sim.now
-    assert follower.follower_timeout(due + 5) == 0
+    assert follower.next_due(sim.now) == due + 1 - sim.now
+    assert follower.next_due(due + 5) == 0
     assert follower.tick(due) == [] and follower.role is Role.FOLLOWER  # not past it yet
     follower.tick(due + 1)
-    assert follower.role is Role.CANDIDATE and follower.follower_timeout(due + 1) is None
+    assert follower.role is Role.CANDIDATE
+
+
+def _commit_steps(sim: Sim) -> int:
+    """Steps (10 ms each) from an append on the leader until it commits."""
+    leader = sim.leader()
+    index = sim.append(b"now")
+    steps = 0
+    while leader.log.committed_index < index:
+        sim.step()
+        steps += 1
+        assert steps < 1000
+    return steps
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_an_idle_leader_ticks_at_its_timers_not_every_10_ms(tmp_path, seed) -> None:
+    """next_due: a shell that ticks a node only when its next timer is due, or when a
+    request, an answer bringing a timer forward or an append woke it (the Sim's timers mode,
+    the server's way), elects, replicates and commits as the 10 ms ticks do -- an append on
+    a leader idle for a minute commits as fast -- while the idle leader ticks at its
+    heartbeats (2 s) and its followers' COMMIT pushes (1 s), not 100 times a second."""
+    every = Sim(tmp_path / "every", seed=seed)
+    timers = Sim(tmp_path / "timers", seed=seed, timers=True)
+    for sim in (every, timers):
+        _elect(sim)
+        for i in range(30):
+            sim.append(b"m%d" % i)
+        assert sim.run(3000, until=lambda s=sim: s.leader().log.committed_index == 29)
+    leader = timers.leader()
+    before = timers.ticks[leader.self_id]
+    timers.run(60_000)  # idle
+    idle_ticks = timers.ticks[leader.self_id] - before
+    assert idle_ticks <= 60 * 3 + 10, idle_ticks  # a heartbeat and two COMMIT pushes a second
+    assert timers.leader() is leader and _settled(timers)  # nobody timed out meanwhile
+    every.run(60_000)
+    assert _commit_steps(timers) <= _commit_steps(every)
+    assert _entries(leader) == _entries(next(n for n in timers.nodes.values() if n is not leader))
+
+
+def test_elections_and_failover_work_with_timers(tmp_path) -> None:
+    """The timers mode through an election, a leader stop and its return (what next_due must
+    not miss: vote rounds, revotes, heartbeat timeouts, compare/truncate retries)."""
+    sim = Sim(tmp_path, timers=True)
+    old = _elect(sim)
+    for i in range(20):
+        sim.append(b"m%d" % i)
+    assert sim.run(3000, until=lambda: old.log.committed_index == 19)
+    sim.stop(old.self_id)
+    new = _elect(sim)
+    assert new is not old
+    index = sim.append(b"after")
+    assert sim.run(3000, until=lambda: new.log.committed_index >= index)
+    back = sim.start(old.self_id)
+    assert sim.run(15_000, until=lambda: back.log.committed_index >= index)
+    assert _entries(back) == _entries(new)
+
+
+def test_a_bigger_term_while_the_own_vote_round_waits_is_logged_once(tmp_path, caplog) -> None:
+    """A candidate whose own vote round waits for answers is sent to candidate in a peer's
+    bigger term by each vote request of that peer (whose rounds end REVOTE_IMMEDIATELY on its
+    REJECT_TERM_NOT_READY: 30 to 55 a second); the role change is reported, and logged,
+    once per term, however often it comes."""
+    config = Sim(tmp_path).configs["n1"]
+    store = DLedgerFileStore(attrs.evolve(config, store_base_dir=str(tmp_path / "solo")))
+    store.open()
+    node = RaftNode(config, store, rng=random.Random(1), now=0.0)
+    node.tick(0.0)  # its own round: requests out, no answers
+    assert node._vote_round is not None and node.term == 0
+    changes = node.take_role_changes()
+    caplog.set_level(logging.INFO, logger="pymq.dledger")
+    for step in range(50):  # a second of the peer's rounds, the shell ticking between them
+        now = 20.0 * (step + 1)
+        request = VoteRequest(group="g", leader_id="n0", remote_id="n1", term=5,
+                              ledger_end_index=-1, ledger_end_term=-1)  # fmt: skip
+        answer = node.handle(request, now)
+        assert answer.vote_result is VoteResult.REJECT_TERM_NOT_READY
+        node.tick(now)
+        changes += node.take_role_changes()
+    assert node._vote_round is not None  # still waiting
+    assert changes == [RoleChange(5, Role.CANDIDATE, None)]
+    logged = [r.getMessage() for r in caplog.records if "in term" in r.getMessage()]
+    assert logged == ["n1: CANDIDATE in term 5"]

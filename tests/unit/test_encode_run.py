@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from pymq.common.batch import BatchItem, encode_batch_body
 from pymq.common.native import load_native
 from pymq.common.record import decode_records
+from pymq.dledger.store import BODY_OFFSET, DLedgerEntry
 from pymq.store.commitlog import encode_run_py
 
 TOPIC_BYTES = {
@@ -535,3 +537,104 @@ def test_rows_are_of_the_hint_type_and_the_clock_read_once_a_send(
     args = arguments(clock=iter([7]).__next__)
     _, rows, _, stamp, error = encode(*args.values())
     assert isinstance(error, StopIteration) and len(rows) == 1 and stamp == 7
+
+
+# --- DLedger entries (entry_header: pymq.store.dledger_commitlog) ------------------------------
+
+
+def _entry_reference(encode: Callable[..., Any], entries: list, table: dict, clock: Any,
+                     start: int, index: int, term: int,
+                     stored_run: bool) -> tuple[bytes, list]:  # fmt: skip
+    """What DLedger mode wrote before the encoder took entry_header (and what a Java member
+    writes): each record encoded alone as a plain one at its entry's position + 48, then
+    wrapped by DLedgerEntry.encode().  The entries' bytes joined and the hint rows."""
+    out, rows, pos = b"", [], start
+    for entry in entries:
+        one = bytearray(1 << 16)
+        if stored_run:
+            _, got, *_ = encode(
+                one, 0, len(one), pos + BODY_OFFSET, [entry], TOPIC_BYTES, table, clock, b"",
+                b"", 0, STORE_IP, 10911, 0, 0, "", None,
+            )  # fmt: skip
+        else:
+            _, got, *_ = encode(
+                one, 0, len(one), pos + BODY_OFFSET, [entry], TOPIC_BYTES, table, clock,
+                CLUSTER, BORN_IP, 40123, STORE_IP, 10911, 4096, STOP_FLAGS, STOP_TOPIC, None,
+            )  # fmt: skip
+        # a batch body: its items' records, each re-encoded alone in an entry of its own
+        at = 0
+        for row in got:
+            record = bytes(one[at : at + row[1]])
+            # the record's own PHYSICALOFFSET: where it lands in the entry that holds it
+            record = record[:28] + (pos + BODY_OFFSET).to_bytes(8, "big") + record[36:]
+            out += DLedgerEntry(index, term, record, pos).encode()
+            rows.append((pos + BODY_OFFSET, *row[1:]))
+            pos += BODY_OFFSET + row[1]
+            index += 1
+            at += row[1]
+    return out, rows
+
+
+def test_entry_headers_make_the_entries_dledger_mode_wrote_before(
+    encode: Callable[..., Any],
+) -> None:
+    """With entry_header, each record (a single send's, a batch item's, a stored message's)
+    is the body of a DLedger entry of its own, byte for byte what DLedgerEntry.encode() of
+    the plain record at that position makes: the entry's header (magic, size, index, term,
+    pos, zeros, body length), the record's PHYSICALOFFSET its entry's + 48; the indexes run
+    on from the first; the hints name the records."""
+    batch = encode_batch_body([
+        BatchItem(b"x" * 40, 0, {"TAGS": "a", "WAIT": "true"}),
+        BatchItem(b"", 7, {"KEYS": "k"}),
+        BatchItem(b"y", -1, {}),
+    ])  # fmt: skip
+    sends = [
+        ("T1", 0, b"one", "TAGS\x01t\x02WAIT\x01false", 3, 0, 1, 0),
+        ("T1", 0, batch, None, 0, 0, 1, 0),
+        ("Topic-2", 1, b"two", "", 0, 0, 1, 2),
+    ]
+    for entries, stored_run in ((sends, False), ([stored(), stored(sys_flag=0x4)], True)):
+        start, index, term = 4096 * 3 + 16, 41, 5
+        ref_table: dict = {("T1", 0): 9, ("T1", 1): 2}
+        want, want_rows = _entry_reference(
+            encode_run_py, entries, ref_table, lambda: 77, start, index, term, stored_run
+        )
+        buf, table = bytearray(8192), {("T1", 0): 9, ("T1", 1): 2}
+        if stored_run:
+            args = (b"", b"", 0, STORE_IP, 10911, 0, 0, "", None)
+        else:
+            args = (CLUSTER, BORN_IP, 40123, STORE_IP, 10911, 4096, STOP_FLAGS, STOP_TOPIC, None)
+        end, rows, _, _, error = encode(
+            buf, 0, len(buf), start, entries, TOPIC_BYTES, table, lambda: 77, *args,
+            (index, term),
+        )  # fmt: skip
+        assert error is None and bytes(buf[:end]) == want
+        assert [tuple(r) for r in rows] == want_rows and table == ref_table
+        # (the reference's entries decode as the DLedger store reads them back)
+        first = DLedgerEntry.decode(want)
+        assert (first.index, first.term, first.pos) == (index, term, start)
+
+
+def test_entry_headers_count_in_the_room(encode: Callable[..., Any]) -> None:
+    """The room below limit holds the headers: a record that fits only without its entry's
+    header stops the run there, nothing of it written."""
+    entries = [("T1", 0, b"a" * 100, "", 0, 0, 1, 0)] * 2
+    buf = bytearray(4096)
+    end, rows, *_ = encode(
+        buf, 0, 4096, FILE_FROM, entries, TOPIC_BYTES, {}, lambda: 1, CLUSTER, BORN_IP, 1,
+        STORE_IP, 1, 4096, 0, "", None, (0, 1),
+    )  # fmt: skip
+    entry = end // 2
+    buf2 = bytearray(4096)
+    end2, rows2, *_ = encode(
+        buf2, 0, 2 * entry - 1, FILE_FROM, entries, TOPIC_BYTES, {}, lambda: 1, CLUSTER,
+        BORN_IP, 1, STORE_IP, 1, 4096, 0, "", None, (0, 1),
+    )  # fmt: skip
+    assert (end2, len(rows2), len(rows)) == (entry, 1, 2)
+    assert not any(buf2[entry:])
+    with pytest.raises(TypeError):
+        encode(buf, 0, 4096, FILE_FROM, entries, TOPIC_BYTES, {}, lambda: 1, CLUSTER, BORN_IP,
+               1, STORE_IP, 1, 4096, 0, "", None, (0,))  # fmt: skip
+    with pytest.raises(OverflowError):
+        encode(buf, 0, 4096, FILE_FROM, entries, TOPIC_BYTES, {}, lambda: 1, CLUSTER, BORN_IP,
+               1, STORE_IP, 1, 4096, 0, "", None, (-1, 1))  # fmt: skip

@@ -755,11 +755,13 @@ class SendProcessor:
         the inline dispatch: the plain single send (SEND_MESSAGE_V2, or the C++ client's
         SEND_MESSAGE) or batch (SEND_BATCH_MESSAGE) that ``_recordc.send_fields`` reads, to a
         topic already checked and writable, put by the store's one-call paths on a broker that
-        is not SYNC_MASTER.
+        is not the master of a SYNC_MASTER pair (a DLedger leader is one of those paths').
         Returns the answer frame :meth:`_serve_decoded` writes for it, or, with
         SYNC_FLUSH, RAW_ANSWER_LATER: the group commit writes that frame (or
         FLUSH_DISK_TIMEOUT's) through ``Channel.answer_frames`` once the bytes are on disk
-        (tests/integration/test_send_raw.py compares the answers and the stores).  None,
+        (tests/integration/test_send_raw.py compares the answers and the stores); in DLedger
+        mode, RAW_ANSWER_LATER too: that frame once a majority of the group has the entry, or
+        the answer of its failed outcome (store.hold_answer).  None,
         having changed nothing, for every other frame, which the usual path then decodes,
         checks and answers (refusals included)."""
         fields = _send_fields(buf, start, end)
@@ -774,7 +776,7 @@ class SendProcessor:
          batch) = fields  # fmt: skip
         store = self.ctx.store
         if (
-            store.config.broker_role is _SYNC_MASTER
+            (store.config.broker_role is _SYNC_MASTER and store.dledger is None)
             or topic not in self._valid_topics  # validated (and refused) by the usual path
             or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         ):
@@ -977,7 +979,7 @@ class SendProcessor:
         to the usual path) or was not read."""
         store = self.ctx.store
         run_fields = _send_run_fields
-        if store.config.broker_role is _SYNC_MASTER:
+        if store.config.broker_role is _SYNC_MASTER and store.dledger is None:
             return first, None
         entries: list[tuple[str, int, bytes, str, int, int, int, int]] = []
         parsed: list[tuple] = []  # the entries' fields
@@ -1033,6 +1035,7 @@ class SendProcessor:
                     on_put(count, size, topic, count)
                 return
         answer_frame, msg_id = send_answer_frame, store.commitlog.msg_id
+        each = must_wait and store.dledger is not None  # each answered by its own entry
         held: list[tuple[int, DispatchHint]] = []
         held_frames: list[bytes] = []
         region: bytes | None = None  # read at the first answer, inside its error handling
@@ -1050,7 +1053,11 @@ class SendProcessor:
                 except ValueError:  # an id it refuses: the Python writer says the same
                     result = self._hint_result(hint)
                     frame = self._success_frame(opaque, result, hint.queue_id)
-                if must_wait and store.waits_for_disk(wait):
+                if each:  # once a majority has its entry, whatever WAIT says (send_raw's)
+                    late = partial(self._raw_late, opaque, hint.topic, hint.queue_id)
+                    if store.hold_answer(self._hint_result(hint), wait, channel, frame, late):
+                        continue
+                elif must_wait and store.waits_for_disk(wait):
                     held.append((opaque, hint))
                     held_frames.append(frame)
                     continue
@@ -1111,7 +1118,8 @@ class SendProcessor:
 
     def _raw_late(self, opaque: int, topic: str, queue_id: int, result: PutMessageResult) -> bytes:
         """The answer to a raw send whose bytes missed syncFlushTimeout (``result``'s status
-        FLUSH_DISK_TIMEOUT): its put was counted with the SEND_OK frame made at put time."""
+        FLUSH_DISK_TIMEOUT; in DLedger mode the failed outcome of its entry): its put was
+        counted with the SEND_OK frame made at put time."""
         try:
             return encode(
                 self._answer_to(opaque, _SERIALIZE_JSON, topic, result, queue_id, counted=True)

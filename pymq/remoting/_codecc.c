@@ -876,6 +876,11 @@ static PyObject *py_send_run_fields(PyObject *self, PyObject *const *args, Py_ss
         /* (opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,
          * batch): send_fields' tuple, its types as built there. */
         if (PyTuple_GET_ITEM(fields, 9) == Py_True) break;
+        /* A transaction's half or rollback (sys flag 0x4 or 0xC): the store's to put as a
+         * message; the frames after it are not read now. */
+        long long sys_flag = PyLong_AsLongLong(PyTuple_GET_ITEM(fields, 3));
+        if (sys_flag == -1 && PyErr_Occurred()) goto fail;
+        if (sys_flag & 0xC) break;
         PyObject *topic = PyTuple_GET_ITEM(fields, 1);
         int same = 0;
         if (last != NULL && (same = PyObject_RichCompareBool(topic, last, Py_EQ)) < 0) goto fail;

@@ -672,8 +672,14 @@ class Channel:
         does not decode, or None."""
         buf, bounds, stop = run.buf, run.bounds, run.stop
         i = first
+        # After a frame the handler left (dispatched to a task here), the next is offered
+        # alone, the rest once the handler serves one: frames it leaves one after another
+        # (transactions' halves, say) are each read once or twice, not each time again up
+        # to the run's end (its run reader reads the leading sends before the store judges
+        # them).
+        alone = False
         while i < stop:
-            end = stop
+            end = i + 1 if alone else stop
             if shed is not None:
                 start = bounds[2 * i]
                 if i != first and shed.refuse(buf, start, bounds[2 * i + 1], i, self._out):
@@ -687,7 +693,9 @@ class Channel:
                 return broken
             i, cmd = left
             if i >= end:
+                alone = False
                 continue
+            alone = True
             if cmd is None:
                 try:
                     cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])

@@ -637,9 +637,10 @@ def send_run_fields_py(
     """Python twin of ``pymq.remoting._codecc.send_run_fields``: send_fields of frames first,
     first+1, ... of a run, each plain single send added to ``entries`` (topic, queue id, body,
     properties or "", flag, sys flag, born timestamp, reconsume times or 0) and its fields to
-    ``parsed``, while its topic's queue count (``judge(topic)``, called again only when the
-    topic changes; None stops) bounds its queue id.  Returns the first frame not added and its
-    fields (None when it has none or is ``stop``)."""
+    ``parsed``, while it is no transaction's half or rollback (sys flag 0x4 or 0xC: the store
+    puts those as messages) and its topic's queue count (``judge(topic)``, called again only
+    when the topic changes; None stops) bounds its queue id.  Returns the first frame not
+    added and its fields (None when it has none or is ``stop``)."""
     if (
         type(bounds) is not list
         or not callable(judge)
@@ -666,6 +667,8 @@ def send_run_fields_py(
             end = _index_arg(end_item, "end")
             fields = send_fields_py(raw, start, end)
             if fields is None or fields[9] is True:
+                break
+            if fields[3] & 0xC:  # a transaction's half or rollback: the store's, as a message
                 break
             topic = fields[1]
             if last is None or topic != last:

@@ -157,13 +157,19 @@ class RemotingServer(ListeningServer):
         inline = self._dispatch_inline_checked if check is not None else self.dispatch_inline
         routes = self.routes
         i = first
+        # After a frame the run handler left (served decoded here), it is offered the next
+        # frame alone, and the rest again once it serves one: a run where such frames come
+        # between others (transactions' halves and their ends, say) has each frame read at
+        # most twice, not every frame to the run's end again after each decoded one.
+        alone = False
         while i < stop:
             cmd = None
             if run is not None:
+                limit = i + 1 if alone else stop
                 try:
-                    joined, left, cmd = run(channel, buf, bounds, i, stop, check)
-                    if not i <= left <= stop or (cmd is not None and left == stop):
-                        raise ValueError(f"stopped at frame {left} of {stop}")
+                    joined, left, cmd = run(channel, buf, bounds, i, limit, check)
+                    if not i <= left <= limit or (cmd is not None and left == limit):
+                        raise ValueError(f"stopped at frame {left} of {limit}")
                 except Exception:  # a bug there: the frames are decoded and served below
                     log.exception("%s: the run handler failed; frames decoded", self.name)
                     run, cmd = None, None
@@ -173,6 +179,10 @@ class RemotingServer(ListeningServer):
                     i = left
                     if i >= stop:
                         break
+                    if i == limit:  # it served the frame offered alone: the rest, next
+                        alone = False
+                        continue
+            alone = True
             if cmd is None:
                 try:
                     cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])

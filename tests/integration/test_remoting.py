@@ -134,8 +134,10 @@ async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
 ) -> None:
     """A run handler (its code's route) answers the leading frames of a run in one call; the
     frame it leaves (another code) is decoded and served as usual (inline here), then it is
-    offered the rest: the answers in the requests' order.  One that raises has the rest of the
-    run served frame by frame from where that call began, every request answered once."""
+    offered the next frame alone and, once it serves one, the rest: the answers in the
+    requests' order, no frame read again and again up to the run's end.  One that raises
+    has the rest of the run served frame by frame from where that call began, every request
+    answered once."""
     from pymq.remoting.codec import RPC_TYPE_RESPONSE, decode_frame_at
 
     runs: list[tuple[int, int]] = []
@@ -186,7 +188,52 @@ async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
         assert runs[0] == (0, len(kinds))
     else:
         assert who == ["run", "run", "inline", "run", "inline", "inline", "run"]
-        assert runs == [(0, 7), (3, 7), (5, 7), (6, 7)]
+        # After a frame it left, the next alone; after one it served alone, the rest.
+        assert runs == [(0, 7), (3, 4), (4, 7), (5, 6), (6, 7)]
+
+
+@pytest.mark.parametrize("between", [0, 1])
+async def test_frames_a_run_handler_leaves_are_not_read_again_to_the_runs_end(
+    server: RemotingServer, between: int
+) -> None:
+    """A run handler that reads the run's leading frames of its code before it judges them
+    (as the sends' handler does) and leaves each (a transaction's half, say: a task serves
+    it), with or without other frames between them: each frame is read at most twice, not
+    again up to the run's end after each one left (quadratic in the run's length)."""
+    from pymq.remoting.codec import decode_frame_at
+
+    reads = 0
+
+    def run_handler(
+        channel: Channel,
+        buf: bytes,
+        bounds: list[int],
+        first: int,
+        stop: int,
+        check: object = None,
+    ) -> tuple[bytes, int, RemotingCommand | None]:
+        nonlocal reads
+        i = first
+        while i < stop:  # read ahead, then judge the first: each one is left
+            reads += 1
+            if decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1]).code != RUN:
+                break
+            i += 1
+        return b"", first, None
+
+    async def task(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ext_fields={"who": "task"})
+
+    def inline(channel: Channel, req: RemotingCommand) -> RemotingCommand:
+        return req.response(ext_fields={"who": "inline"})
+
+    server.register(INLINE, task, inline=inline)
+    server.register(RUN, task, run=run_handler)
+    codes = [RUN, *[INLINE] * between] * 40
+    requests = [RemotingCommand.request(code, {"x": "y"}) for code in codes]
+    answers = await answers_of_one_write(server.port, requests)
+    assert sorted(a.opaque for a in answers) == sorted(r.opaque for r in requests)
+    assert reads <= 2 * len(requests)
 
 
 async def test_a_run_handler_stopping_outside_its_run_is_not_believed(

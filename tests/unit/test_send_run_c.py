@@ -43,7 +43,7 @@ def reference(buf: bytes, bounds: list[int], first: int, stop: int, judge) -> tu
         if fields is None:
             return i, fields, entries, parsed
         (_, topic, queue_id, sys_flag, born, flag, props, reconsume, body_at, batch) = fields
-        if batch:
+        if batch or sys_flag & 0xC:  # a batch, or a transaction's half or rollback
             return i, fields, entries, parsed
         if last is None or topic != last:
             count, last = judge(topic), topic
@@ -84,6 +84,8 @@ FRAME = st.one_of(
     st.builds(lambda topic: batch_frame(topic, _items(2)), st.sampled_from(["T1", "Topic-2"])),
     st.builds(lambda topic: cpp_frame(topic, "TAGS\x01t"), st.sampled_from(["T1", "Topic-2"])),
     st.just(frame(ext_for("T1"), code=36)),  # another request: not a send
+    st.just(frame(ext_for("T1", 1, f="4"))),  # a transaction's half: the store's, as a message
+    st.just(frame(ext_for("Topic-2", 0, f="12"))),  # a rollback: the same
     st.just(frame(ext_for("T1", g="12x"))),  # a born timestamp that is no number
     st.just(encode(RemotingCommand(310, {}, b"b", 5, 0))),  # no fields
 )
@@ -193,7 +195,7 @@ def test_send_run_fields_takes_what_the_python_loop_takes(
     # Judged once per change of topic among the frames it read.
     read = [native_extension.send_fields(buf, bounds[2 * k], bounds[2 * k + 1])
             for k in range(first, min(want[0] + 1, stop))]  # fmt: skip
-    topics = [f[1] for f in read if f is not None and not f[9]]
+    topics = [f[1] for f in read if f is not None and not f[9] and not f[3] & 0xC]
     assert calls == [t for k, t in enumerate(topics) if k == 0 or topics[k - 1] != t]
 
 
@@ -209,6 +211,14 @@ def test_send_run_fields_stops_where_the_judge_says(run_fields) -> None:
     assert entries[0][2] == b"body-%d" % len(ext_for("T1", 0))
     i, fields, entries, _ = fast(run_fields, buf, bounds, 0, 5, lambda topic: None)
     assert (i, entries) == (0, []) and fields is not None and fields[1] == "T1"
+    # A transaction's half stops the run where it stands, before its topic is judged and
+    # before the frames after it are read.
+    half = frame(ext_for("Topic-2", 0, f="4"))
+    buf, bounds = run_of([frames[0], half, b"\x00" * 12])
+    judged: list[str] = []
+    i, fields, entries, _ = fast(run_fields, buf, bounds, 0, 3, lambda t: judged.append(t) or 4)
+    assert (i, judged, len(entries)) == (1, ["T1"], 1) and fields is not None
+    assert fields[3] == 4 and fields[1] == "Topic-2"
 
 
 def test_send_run_fields_refuses_bad_arguments_and_raises_what_the_judge_raises() -> None:

@@ -987,8 +987,9 @@ class CommitLog:
         total = 0
         nul = False
         store_v6 = 2 if len(self._store_ip) == 16 else 0
-        for i, msg in enumerate(msgs):  # (zip's strict= costs a keyword parse per put)
-            topic_b, props_b = encoded[i]
+        # zip (as long: the caller's), not enumerate and an index, nor strict= (a keyword
+        # parse per put): this runs for every message-object put.
+        for msg, (topic_b, props_b) in zip(msgs, encoded):  # noqa: B905
             born_host = msg.born_host
             born_ip = pack_ip(born_host[0])
             body = msg.body
@@ -1082,8 +1083,7 @@ class CommitLog:
         mf.last_store_timestamp = now
         self._wrote_through_map(mf, total)
         queued = self.dispatch_hints
-        for i, hint in enumerate(hints):
-            msg = msgs[i]
+        for msg, hint in zip(msgs, hints):  # noqa: B905 (as long: all or nothing)
             msg.sys_flag = hint[7]
             msg.queue_offset = hint[4]
             msg.commitlog_offset = hint[0]

@@ -714,6 +714,20 @@ static int json_frame_header(const Py_buffer *view, long long start, long long e
 /* extFields for send_fields: V2's one-letter names or SEND_MESSAGE's long ones, once each; the
  * C++ client's numbers, booleans and nulls read as codec's plain_ext reads them (decimal text,
  * "true"/"false", absent); other names' values skipped.  As the j_* readers return. */
+/* Whether a sysFlag value (a str of ASCII digits, at most 9) has a transaction's half or
+ * rollback bits (0x4, 0xC); 0 for anything else (left to send_header's checks). */
+static int transaction_flags(PyObject *value) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+    if (!PyUnicode_IS_ASCII(value) || n < 1 || n > 9) return 0;
+    const unsigned char *d = PyUnicode_1BYTE_DATA(value);
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (d[i] < '0' || d[i] > '9') return 0;
+        v = v * 10 + (d[i] - '0');
+    }
+    return (v & 0xC) != 0;
+}
+
 static int ext_slots(jreader *r, void *ctx) {
     send_ext *e = ctx;
     if (r->p >= r->end || *r->p != '{') return 0;
@@ -760,6 +774,10 @@ static int ext_slots(jreader *r, void *ctx) {
                 if ((e->ext[slot] = ascii_str(digits, r->p - digits)) == NULL) return -1;
             }
         }
+        /* A transaction's half or rollback (sysFlag, slot f, with 0x4 or 0xC) is the usual
+         * path's (send_fields_at declines it anyway): declined here, before the members
+         * after it (the long properties) are made into strings. */
+        if (slot == 5 && e->ext[5] != NULL && transaction_flags(e->ext[5])) return 0;
         if ((more = j_after_member(r)) < 0) return 0;
     }
     return 1;
@@ -798,6 +816,10 @@ static PyObject *send_fields_at(const Py_buffer *view, long long start, long lon
     /* A batch is SEND_BATCH_MESSAGE with batch "true"; the other mixes are the usual path's. */
     int batch = typed[12] == Py_True;
     if (batch != (h.code == 320)) goto plain_none;
+    /* A transaction's half or rollback: the store puts it as a message (the usual path). */
+    long long sys_flag = PyLong_AsLongLong(typed[5]);
+    if (sys_flag == -1 && PyErr_Occurred()) goto fail;
+    if (sys_flag & 0xC) goto plain_none;
     result = Py_BuildValue("(LOOOOOOOLO)", h.opaque, ext[1], typed[4], typed[5], typed[6],
                            typed[7], ext[8] != NULL ? ext[8] : Py_None,
                            typed[9] != NULL ? typed[9] : Py_None, header_end,
@@ -876,11 +898,6 @@ static PyObject *py_send_run_fields(PyObject *self, PyObject *const *args, Py_ss
         /* (opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,
          * batch): send_fields' tuple, its types as built there. */
         if (PyTuple_GET_ITEM(fields, 9) == Py_True) break;
-        /* A transaction's half or rollback (sys flag 0x4 or 0xC): the store's to put as a
-         * message; the frames after it are not read now. */
-        long long sys_flag = PyLong_AsLongLong(PyTuple_GET_ITEM(fields, 3));
-        if (sys_flag == -1 && PyErr_Occurred()) goto fail;
-        if (sys_flag & 0xC) break;
         PyObject *topic = PyTuple_GET_ITEM(fields, 1);
         int same = 0;
         if (last != NULL && (same = PyObject_RichCompareBool(topic, last, Py_EQ)) < 0) goto fail;

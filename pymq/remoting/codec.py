@@ -608,7 +608,8 @@ def send_fields_py(buf: Any, start: Any, end: Any) -> tuple | None:
     """Python twin of ``pymq.remoting._codecc.send_fields``: a plain single send's or batch's
     frame buf[start:end] (its length field stripped) read for the broker's raw send path;
     see the C module's comment.  Returns (opaque, topic, queue_id, sys_flag, born_timestamp,
-    flag, properties or None, reconsume_times or None, body_start, batch), or None."""
+    flag, properties or None, reconsume_times or None, body_start, batch), or None (also for
+    a transaction's half or rollback, sys flag 0x4 or 0xC: the store puts those as messages)."""
     found = _frame_header(buf, start, end)
     scanned = None if found is None else _scan_header(found[0])
     if scanned is None or scanned[0].get("flag", 0) != 0:
@@ -624,6 +625,8 @@ def send_fields_py(buf: Any, start: Any, end: Any) -> tuple | None:
     typed = _send_typed(ext)
     if typed is None or (typed[12] is True) != (code == 320):
         return None
+    if typed[5] & 0xC:  # a transaction's half or rollback: the store puts it as a message
+        return None
     assert found is not None
     return (
         read.get("opaque", 0), ext[1], typed[4], typed[5], typed[6], typed[7], ext[8],
@@ -637,9 +640,8 @@ def send_run_fields_py(
     """Python twin of ``pymq.remoting._codecc.send_run_fields``: send_fields of frames first,
     first+1, ... of a run, each plain single send added to ``entries`` (topic, queue id, body,
     properties or "", flag, sys flag, born timestamp, reconsume times or 0) and its fields to
-    ``parsed``, while it is no transaction's half or rollback (sys flag 0x4 or 0xC: the store
-    puts those as messages) and its topic's queue count (``judge(topic)``, called again only
-    when the topic changes; None stops) bounds its queue id.  Returns the first frame not
+    ``parsed``, while its topic's queue count (``judge(topic)``, called again only when the
+    topic changes; None stops) bounds its queue id.  Returns the first frame not
     added and its fields (None when it has none or is ``stop``)."""
     if (
         type(bounds) is not list
@@ -667,8 +669,6 @@ def send_run_fields_py(
             end = _index_arg(end_item, "end")
             fields = send_fields_py(raw, start, end)
             if fields is None or fields[9] is True:
-                break
-            if fields[3] & 0xC:  # a transaction's half or rollback: the store's, as a message
                 break
             topic = fields[1]
             if last is None or topic != last:

@@ -10,6 +10,7 @@ import contextlib
 import struct
 import sys
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -211,14 +212,24 @@ def test_send_run_fields_stops_where_the_judge_says(run_fields) -> None:
     assert entries[0][2] == b"body-%d" % len(ext_for("T1", 0))
     i, fields, entries, _ = fast(run_fields, buf, bounds, 0, 5, lambda topic: None)
     assert (i, entries) == (0, []) and fields is not None and fields[1] == "T1"
-    # A transaction's half stops the run where it stands, before its topic is judged and
-    # before the frames after it are read.
-    half = frame(ext_for("Topic-2", 0, f="4"))
-    buf, bounds = run_of([frames[0], half, b"\x00" * 12])
-    judged: list[str] = []
-    i, fields, entries, _ = fast(run_fields, buf, bounds, 0, 3, lambda t: judged.append(t) or 4)
-    assert (i, judged, len(entries)) == (1, ["T1"], 1) and fields is not None
-    assert fields[3] == 4 and fields[1] == "Topic-2"
+    # A transaction's half (or rollback) is no send the run takes (send_fields: None): the
+    # run stops there, its topic not judged, the frames after it not read.
+    for flag in ("4", "12"):
+        half = frame(ext_for("Topic-2", 0, f=flag))
+        buf, bounds = run_of([frames[0], half, b"\x00" * 12])
+        judged: list[str] = []
+        i, fields, entries, _ = fast(run_fields, buf, bounds, 0, 3, _judging(judged))
+        assert (i, fields, judged, len(entries)) == (1, None, ["T1"], 1)
+
+
+def _judging(judged: list[str]) -> Callable[[str], int]:
+    """A judge that notes the topics it is asked about; every queue count 4."""
+
+    def judge(topic: str) -> int:
+        judged.append(topic)
+        return 4
+
+    return judge
 
 
 def test_send_run_fields_refuses_bad_arguments_and_raises_what_the_judge_raises() -> None:

@@ -29,7 +29,6 @@ from pymq.common.message_ext import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
     MessageExt,
-    MessageSysFlag,
     decode_properties,
 )
 from pymq.common.native import load_native
@@ -78,11 +77,7 @@ if TYPE_CHECKING:
     from pymq.store.commitlog import DispatchHint
     from pymq.store.message_store import DefaultMessageStore
 
-# A transaction's half (PREPARED) or rollback sys flag: the store puts such a message only as
-# a message object (the half topic, no queue offset), never from a send's bytes.
-_TRANSACTION_FLAGS = (
-    MessageSysFlag.TRANSACTION_PREPARED_TYPE | MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-)
+
 log = logging.getLogger(__name__)
 
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET: producers may not write these directly.
@@ -783,7 +778,6 @@ class SendProcessor:
         store = self.ctx.store
         if (
             (store.config.broker_role is _SYNC_MASTER and store.dledger is None)
-            or sys_flag & _TRANSACTION_FLAGS  # what the store would leave (a half's copy)
             or topic not in self._valid_topics  # validated (and refused) by the usual path
             or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         ):

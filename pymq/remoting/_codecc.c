@@ -585,6 +585,8 @@ static PyObject *py_send_header(PyObject *self, PyObject *const *args, Py_ssize_
     }
     for (int i = 0; i < 8; i++)
         if (raw[i] == NULL) Py_RETURN_NONE; /* a required field missing: the Python error */
+    for (int i = 0; i < 3; i++) /* a required str that is null (JSON null) or no str: the same */
+        if (!PyUnicode_CheckExact(raw[i])) Py_RETURN_NONE;
     for (int i = 0; i < 3; i++) items[i] = Py_NewRef(raw[i]);
     static const int ints[] = {3, 4, 5, 7};
     for (int k = 0; k < 4; k++)

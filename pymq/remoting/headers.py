@@ -218,6 +218,8 @@ def send_header_py(ext: Any, names: Any, cls: Any, batch_code: Any) -> Any:
     raw = [ext.get(name, _ABSENT) for name in names]
     if _ABSENT in raw[:8]:
         return None
+    if type(raw[0]) is not str or type(raw[1]) is not str or type(raw[2]) is not str:
+        return None  # a required str that is null (JSON null) or no str: from_ext words it
     ints = [_plain_number(raw[i], 9) for i in (3, 4, 5, 7)]
     born = _plain_number(raw[6], 18)
     if None in ints or born is None:

@@ -699,12 +699,7 @@ class DefaultMessageStore:
             if refused is not None:
                 return refused
         props = msg.properties
-        if (
-            PROPERTY_DELAY_TIME_LEVEL in props
-            or _TIMER_SEC in props
-            or _TIMER_MS in props
-            or _TIMER_AT in props
-        ):
+        if PROPERTY_DELAY_TIME_LEVEL in props or _has_timer(props):
             refused = self._apply_delay(msg)
             if refused is not None:
                 return refused

@@ -973,13 +973,13 @@ class MessagingService:
             polling_ms = min(
                 request.long_polling_timeout.ToMilliseconds(), self.MAX_LONG_POLLING_MS
             )
+        # Every readable queue from a random one on, whichever queue the client named: the
+        # 5.x proxy pops from its broker's "acting" queue -1 (the broker then reads each of the
+        # topic's queues in turn), so a receive is not held on one empty queue while others
+        # have messages.
         reads = config.read_queue_nums
-        wanted = request.message_queue.id
-        if 0 <= wanted < reads:
-            queue_ids = [wanted]
-        else:
-            start = random.randrange(reads) if reads else 0
-            queue_ids = [(start + i) % reads for i in range(reads)]
+        start = random.randrange(reads) if reads else 0
+        queue_ids = [(start + i) % reads for i in range(reads)]
         found = await self.pop.receive(
             group,
             topic,

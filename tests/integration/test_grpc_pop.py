@@ -102,6 +102,27 @@ async def test_receive_ack_and_a_4x_message_intact(tmp_path) -> None:
         assert offsets == {q: store.get_max_offset_in_queue("Pop", q) for q in (0, 1)}
 
 
+async def test_one_receive_reads_every_queue_whichever_the_client_names(tmp_path) -> None:
+    """The SimpleConsumer names one of the route's queues in each ReceiveMessage; the broker
+    pops from all of them (the 5.x proxy's queue -1), so one receive gets what every queue has
+    rather than one queue's share, and no receive waits out its long polling on an empty queue
+    while another has messages."""
+    port = free_port()
+    async with await start(tmp_path, port) as cluster:
+        await cluster.broker.topic_config_manager.update(TopicConfig("Spread", 4, 4))
+        bodies = [f"s{i}".encode() for i in range(8)]
+        await produce_4x(cluster, "Spread", bodies)
+        store = cluster.broker.store
+        assert all(store.get_max_offset_in_queue("Spread", q) > 0 for q in range(4))
+
+        def work(consumer: SimpleConsumer) -> list[list[bytes]]:
+            return [[m.body for m in consumer.receive(32, 10)] for _ in range(2)]
+
+        first, second = await trio.to_thread.run_sync(with_consumer, port, "GS", "Spread", work)
+        assert sorted(first) == bodies
+        assert second == []
+
+
 @pytest.mark.slow
 async def test_unacked_comes_back_then_goes_to_the_dlq(tmp_path) -> None:
     port = free_port()

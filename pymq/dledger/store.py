@@ -405,9 +405,21 @@ class _FileList:
         return f.offset + f.wrote
 
     def append(self, data: bytes | memoryview, use_blank: bool, start_offset: int = 0) -> int:
+        """Write ``data`` where :meth:`pre_append` says.  A write the disk refuses, or takes
+        only in part (a full disk), leaves the file as it was (what it took is zeroed) and
+        raises DISK_ERROR: the next append goes where this one would have."""
         position = self.pre_append(len(data), use_blank, start_offset)
         f = self.files[-1]
-        os.pwrite(f.fd, data, f.wrote)
+        try:
+            wrote = os.pwrite(f.fd, data, f.wrote)
+        except OSError as exc:
+            self.truncate(position)
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"write failed: {exc}") from None
+        if wrote != len(data):
+            self.truncate(position)
+            raise DLedgerError(
+                ResponseCode.DISK_ERROR, f"the disk took {wrote} of {len(data)} bytes"
+            )
         f.wrote += len(data)
         f.dirty = True
         return position
@@ -810,20 +822,26 @@ class DLedgerFileStore:
         assert data_pos == run[0].pos
         index_data = b"".join([encode_index(e.pos, e.size, e.magic, e.index, e.term) for e in run])
         start = run[0].index * INDEX_UNIT_SIZE
-        if start // self.index.file_size == (start + len(index_data) - 1) // self.index.file_size:
-            index_pos = self.index.append(index_data, use_blank=False, start_offset=start)
-        else:
-            index_pos = start
-            for e in run:
-                self.index.append(
-                    encode_index(e.pos, e.size, e.magic, e.index, e.term),
-                    use_blank=False,
-                    start_offset=e.index * INDEX_UNIT_SIZE,
+        try:
+            if start // self.index.file_size == (start + len(index_data) - 1) // (
+                self.index.file_size
+            ):
+                index_pos = self.index.append(index_data, use_blank=False, start_offset=start)
+            else:
+                index_pos = start
+                for e in run:
+                    self.index.append(
+                        encode_index(e.pos, e.size, e.magic, e.index, e.term),
+                        use_blank=False,
+                        start_offset=e.index * INDEX_UNIT_SIZE,
+                    )
+            if index_pos != start:
+                raise DLedgerError(
+                    ResponseCode.DISK_ERROR, f"index entry of {run[0].index} went to {index_pos}"
                 )
-        if index_pos != start:
-            raise DLedgerError(
-                ResponseCode.DISK_ERROR, f"index entry of {run[0].index} went to {index_pos}"
-            )
+        except BaseException:
+            self._undo_append(data_pos, start)
+            raise
         self.ledger_end_index = run[-1].index
         self.ledger_end_term = run[-1].term
         if self.ledger_begin_index == -1:
@@ -835,18 +853,31 @@ class DLedgerFileStore:
         while self._recent_bytes > RECENT_BYTES or len(recent) > RECENT_ENTRIES:
             self._recent_bytes -= len(recent.pop(next(iter(recent))).body)
 
+    def _undo_append(self, data_pos: int, index_start: int) -> None:
+        """An append whose index write failed: its data (and any index entries it wrote) go,
+        so the log ends where it did and the entry can be appended again (the entries are
+        numbered by the index; data left behind would hold the number twice, and recovery
+        would cut the log there, acknowledged entries after it with it)."""
+        self.data.truncate(data_pos)
+        self.index.truncate(index_start)
+
     def _write(self, entry: DLedgerEntry) -> None:
         data_pos = self.data.append(entry.encode(), True, self.first_data_offset)
         assert data_pos == entry.pos
-        index_pos = self.index.append(
-            encode_index(entry.pos, entry.size, entry.magic, entry.index, entry.term),
-            use_blank=False,
-            start_offset=entry.index * INDEX_UNIT_SIZE,
-        )
-        if index_pos != entry.index * INDEX_UNIT_SIZE:
-            raise DLedgerError(
-                ResponseCode.DISK_ERROR, f"index entry of {entry.index} went to {index_pos}"
+        start = entry.index * INDEX_UNIT_SIZE
+        try:
+            index_pos = self.index.append(
+                encode_index(entry.pos, entry.size, entry.magic, entry.index, entry.term),
+                use_blank=False,
+                start_offset=start,
             )
+            if index_pos != start:
+                raise DLedgerError(
+                    ResponseCode.DISK_ERROR, f"index entry of {entry.index} went to {index_pos}"
+                )
+        except BaseException:
+            self._undo_append(data_pos, start)
+            raise
         self.ledger_end_index = entry.index
         self.ledger_end_term = entry.term
         if self.ledger_begin_index == -1:

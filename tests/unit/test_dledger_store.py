@@ -511,3 +511,59 @@ def test_a_follower_behind_the_leaders_first_entry_starts_over_at_it(tmp_path) -
     finally:
         follower.close()
         leader.close()
+
+
+class _FullDisk:
+    """os.pwrite for pymq.dledger.store that refuses (``short``: takes half of) the writes to
+    the files under ``part`` ("data" or "index") while ``full`` is set."""
+
+    def __init__(self, part: str, short: bool = False) -> None:
+        self.part, self.short, self.full, self.refused = part, short, False, 0
+        self.real = os.pwrite
+
+    def __call__(self, fd: int, data: bytes, offset: int) -> int:
+        if self.full and f"/{self.part}/" in os.readlink(f"/proc/self/fd/{fd}"):
+            self.refused += 1
+            if self.short and len(data) > 1:
+                return self.real(fd, bytes(data)[: len(data) // 2], offset)
+            raise OSError(28, "No space left on device")
+        return self.real(fd, data, offset)
+
+
+@pytest.mark.parametrize(("part", "short"), [("index", False), ("data", False), ("data", True)])
+@pytest.mark.parametrize("run", [False, True])
+def test_a_write_the_full_disk_refuses_leaves_the_log_as_it_was(
+    tmp_path, monkeypatch, part, short, run
+) -> None:
+    """A data or index write refused or cut short (a full disk) fails the append with
+    DISK_ERROR and leaves nothing behind: the same entry appended again once there is room
+    goes where it would have, and every entry is there after a reopen (data left of the failed
+    append would hold its index twice: the follower would refuse every later push as out of
+    place, and recovery would cut the log there)."""
+    leader = _open(tmp_path / "leader")
+    entries = [leader.append_as_leader(_body(i), 1) for i in range(12)]
+    store = _open(tmp_path / "store")
+    disk = _FullDisk(part, short)
+    monkeypatch.setattr("pymq.dledger.store.os.pwrite", disk)
+    for at in (3, 7):
+        if run:
+            store.append_run_as_follower(entries[store.ledger_end_index + 1 : at])
+        else:
+            for e in entries[store.ledger_end_index + 1 : at]:
+                store.append_as_follower(e)
+        disk.full = True
+        with pytest.raises(DLedgerError) as info:
+            if run:
+                store.append_run_as_follower(entries[at : at + 3])
+            else:
+                store.append_as_follower(entries[at])
+        assert info.value.code is ResponseCode.DISK_ERROR
+        assert store.ledger_end_index == at - 1
+        disk.full = False
+    store.append_run_as_follower(entries[store.ledger_end_index + 1 :])
+    assert disk.refused >= 2
+    again = _reopen(store)
+    assert again.ledger_end_index == 11
+    assert [e.same_as(again.get(e.index)) for e in entries] == [True] * 12
+    again.close()
+    leader.close()

@@ -393,7 +393,12 @@ class _FileList:
             if not use_blank:
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"{length} bytes do not fit")
             rest = self.file_size - f.wrote
-            os.pwrite(f.fd, struct.pack(">ii", BLANK_MAGIC_CODE, rest), f.wrote)
+            try:
+                if os.pwrite(f.fd, struct.pack(">ii", BLANK_MAGIC_CODE, rest), f.wrote) != 8:
+                    raise OSError(28, "the disk took part of the blank")
+            except OSError as exc:
+                self.truncate(f.offset + f.wrote)
+                raise DLedgerError(ResponseCode.DISK_ERROR, f"write failed: {exc}") from None
             f.wrote = self.file_size
             f.dirty = True
             f = self._writable(start_offset)

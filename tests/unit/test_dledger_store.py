@@ -541,11 +541,13 @@ def test_a_write_the_full_disk_refuses_leaves_the_log_as_it_was(
     append would hold its index twice: the follower would refuse every later push as out of
     place, and recovery would cut the log there)."""
     leader = _open(tmp_path / "leader")
-    entries = [leader.append_as_leader(_body(i), 1) for i in range(12)]
+    entries = [leader.append_as_leader(_body(i) * 3, 1) for i in range(12)]
+    roll = next(i for i, e in enumerate(entries) if e.pos >= DATA_SIZE)  # after a blank
+    assert 4 < roll < 11
     store = _open(tmp_path / "store")
     disk = _FullDisk(part, short)
     monkeypatch.setattr("pymq.dledger.store.os.pwrite", disk)
-    for at in (3, 7):
+    for at in (3, roll):
         if run:
             store.append_run_as_follower(entries[store.ledger_end_index + 1 : at])
         else:

@@ -58,7 +58,6 @@ from collections.abc import Callable, Iterator
 import attrs
 
 from pymq.common.properties import parse_properties
-from pymq.common.record import PHYSICAL_OFFSET_POSITION
 from pymq.dledger.config import INDEX_UNIT_SIZE, DLedgerConfig
 from pymq.dledger.errors import DLedgerError, ResponseCode
 
@@ -170,19 +169,6 @@ def rocketmq_wrote_offset(entry_pos: int) -> int:
     entry's body, and its PHYSICALOFFSET field (record offset 28) holds this value, written
     by the leader's append hook before the entry is stored.  Consume queues point there."""
     return entry_pos + BODY_OFFSET
-
-
-def stamp_commit_log_offset(record: bytes, entry_pos: int) -> bytes:
-    """RocketMQ 4.9.4's append hook (``DLedgerCommitLog``'s ``AppendHook``): a message record
-    stored as the body of the entry at ``entry_pos`` gets :func:`rocketmq_wrote_offset` in its
-    PHYSICALOFFSET field (record offset 28) before the entry is written, so that the record
-    read back from the log names its own commit-log offset.  The position is known before
-    the write (:meth:`DLedgerFileStore.next_pos`).  ValueError for a body too short to be a
-    record."""
-    at = PHYSICAL_OFFSET_POSITION
-    if len(record) < at + 8:
-        raise ValueError(f"{len(record)} bytes: not a message record")
-    return record[:at] + struct.pack(">q", rocketmq_wrote_offset(entry_pos)) + record[at + 8 :]
 
 
 # ---------------------------------------------------------------------------------------------

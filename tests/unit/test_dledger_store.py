@@ -363,28 +363,6 @@ def test_the_checkpoint_and_term_files(tmp_path) -> None:
     assert _open(tmp_path).committed_index == -1
 
 
-def test_a_rocketmq_record_as_an_entry_body_names_its_commit_log_offset(tmp_path) -> None:
-    """As RocketMQ 4.9.4's DLedgerCommitLog stores a message: the record is the entry's body,
-    its PHYSICALOFFSET field is the entry's position + 48, written before the entry is."""
-    from pymq.common.message_ext import MessageExt
-    from pymq.common.record import decode_record
-    from pymq.dledger.store import stamp_commit_log_offset
-    from pymq.store.commitlog import encode_record
-
-    store = _open(tmp_path)
-    store.append_as_leader(b"x" * 850, 1)  # so that the record lands past a file boundary
-    record = encode_record(MessageExt(topic="T", body=b"hello", properties={"TAGS": "a"}))
-    pos = store.next_pos(BODY_OFFSET + len(record))
-    assert pos == DATA_SIZE  # the next file: 850 + 48 + the record do not fit the first
-    entry = store.append_as_leader(stamp_commit_log_offset(record, pos), 1)
-    assert entry.pos == pos
-    stored = decode_record(store.get(1).body)
-    assert stored.commitlog_offset == pos + 48 == rocketmq_wrote_offset(entry.pos)
-    assert stored.body == b"hello" and stored.topic == "T"
-    with pytest.raises(ValueError):
-        stamp_commit_log_offset(b"short", 0)
-
-
 def test_dirty_says_whether_a_flush_has_work(tmp_path) -> None:
     """The flusher skips its worker thread for a clean store: dirty() is True after an
     append or a truncation, False after a flush."""

@@ -75,21 +75,22 @@ def _next_offset_correction(config: MessageStoreConfig, old: int, new: int) -> i
     return old
 
 
-def _batch_full(
-    config: MessageStoreConfig, size: int, max_nums: int, total: int, count: int, in_disk: bool
-) -> bool:
-    if total == 0 or count == 0:
-        return False
-    if count >= max_nums:
-        return True
-    if in_disk:
-        return (
-            total + size > config.max_transfer_bytes_on_message_in_disk
-            or count > config.max_transfer_count_on_message_in_disk - 1
-        )
+def _batch_caps(
+    config: MessageStoreConfig, max_nums: int
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """A pull's batch caps, read once per pull (Java's ``isTheBatchFull``): for a record within
+    memory, then for one "in disk", the bytes and the record count a batch may not pass
+    (``maxTransfer{Bytes,Count}OnMessage{InMemory,InDisk}``, the count also the request's
+    ``maxMsgNums``).  A batch's first record is always taken."""
     return (
-        total + size > config.max_transfer_bytes_on_message_in_memory
-        or count > config.max_transfer_count_on_message_in_memory - 1
+        (
+            config.max_transfer_bytes_on_message_in_memory,
+            min(max_nums, config.max_transfer_count_on_message_in_memory),
+        ),
+        (
+            config.max_transfer_bytes_on_message_in_disk,
+            min(max_nums, config.max_transfer_count_on_message_in_disk),
+        ),
     )
 
 
@@ -157,13 +158,10 @@ def _report_bad_entry(queue_offset: int, phy: int, size: int, head8: bytes) -> N
         )
 
 
-def _record_at(commitlog: CommitLog, phy: int, size: int) -> bytes | None:
-    """The record an entry points to; b"" when its file is there but not the range (a damaged
-    entry), None when its file is gone."""
-    record = commitlog.get_message(phy, size)
-    if record is None and commitlog.queue.find_by_offset(phy) is not None:
-        return b""
-    return record
+def _missing_record(commitlog: CommitLog, phy: int) -> bytes | None:
+    """For an entry whose record the commit log did not give: b"" when its file is there but
+    not the range (a damaged entry), None when its file is gone."""
+    return b"" if commitlog.queue.find_by_offset(phy) is not None else None
 
 
 def _collect(
@@ -176,15 +174,21 @@ def _collect(
     record_filter: Callable[[bytes], bool] | None,
     result: GetMessageResult,
 ) -> None:
+    # Each skipped entry sets ``status`` to why; a batch holding a record is FOUND whatever
+    # it skipped after it (the status is settled at the end).  Run once per record of every
+    # pull: no call per record but the reads and the filters.
     status = GetMessageStatus.NO_MATCHED_MESSAGE
     max_phy = commitlog.max_offset
     memory = in_memory_bytes(config)
+    in_disk_below = max_phy - memory  # a record before this offset is "in disk"
+    in_memory_caps, in_disk_caps = _batch_caps(config, max_nums)
     next_phy_file_start = -1
     max_phy_pulling = 0
     scan_limit = min(len(entries), max(MIN_FILTER_SCAN_BYTES, max_nums * CQ_STORE_UNIT_SIZE))
     messages = result.messages
     queue_offsets = result.queue_offsets
     is_record = record_is
+    read = commitlog.get_message
     total = 0
     i = 0
     deadline = time.monotonic() + RECORD_FILTER_BUDGET
@@ -192,31 +196,31 @@ def _collect(
     while i < scan_limit:
         phy, size, code = ENTRY.unpack_from(entries, i)
         max_phy_pulling = phy
-        if next_phy_file_start >= 0 and phy < next_phy_file_start:
+        if phy < next_phy_file_start:  # its file is gone: skipped up to the next file
             i += CQ_STORE_UNIT_SIZE
             continue
-        in_disk = max_phy - phy > memory
-        if _batch_full(config, size, max_nums, total, len(messages), in_disk):
-            break
+        if total:  # the batch full? (its first record is always taken)
+            cap_bytes, cap_count = in_disk_caps if phy < in_disk_below else in_memory_caps
+            if total + size > cap_bytes or len(messages) >= cap_count:
+                break
         if message_filter is not None and code not in message_filter:
-            if total == 0:
-                status = GetMessageStatus.NO_MATCHED_MESSAGE
+            status = GetMessageStatus.NO_MATCHED_MESSAGE
             i += CQ_STORE_UNIT_SIZE
             continue
-        record = _record_at(commitlog, phy, size)
+        record = read(phy, size)
         if record is None:
-            if total == 0:
+            record = _missing_record(commitlog, phy)
+            if record is None:
                 status = GetMessageStatus.MESSAGE_WAS_REMOVING
-            next_phy_file_start = commitlog.roll_next_file(phy)
-            i += CQ_STORE_UNIT_SIZE
-            continue
+                next_phy_file_start = commitlog.roll_next_file(phy)
+                i += CQ_STORE_UNIT_SIZE
+                continue
         if not is_record(record, size):
             # A damaged entry (a flipped bit, a file changed behind the broker): serving the
             # bytes it points to would hand consumers garbage they cannot decode and stall them
             # at this offset; it is skipped, as a filtered message is.
             _report_bad_entry(offset + i // CQ_STORE_UNIT_SIZE, phy, size, record[:8])
-            if total == 0:
-                status = GetMessageStatus.NO_MATCHED_MESSAGE
+            status = GetMessageStatus.NO_MATCHED_MESSAGE
             i += CQ_STORE_UNIT_SIZE
             continue
         if record_filter is not None:
@@ -224,8 +228,7 @@ def _collect(
             # The pull's evaluation budget spent: it answers with what it found so far.
             out_of_time = time.monotonic() > deadline
             if not matched:
-                if total == 0:
-                    status = GetMessageStatus.NO_MATCHED_MESSAGE
+                status = GetMessageStatus.NO_MATCHED_MESSAGE
                 i += CQ_STORE_UNIT_SIZE
                 if out_of_time:
                     break
@@ -233,11 +236,12 @@ def _collect(
         messages.append(record)
         queue_offsets.append(offset + i // CQ_STORE_UNIT_SIZE)
         total += size
-        status = GetMessageStatus.FOUND
         next_phy_file_start = -1
         i += CQ_STORE_UNIT_SIZE
         if out_of_time:
             break
+    if total:
+        status = GetMessageStatus.FOUND
     result.status = status
     result.buffer_total_size = total
     result.next_begin_offset = offset + i // CQ_STORE_UNIT_SIZE

@@ -769,6 +769,18 @@ class MessagingService:
                 queue_id = consistent_hash(java_string_hash(form.message_group), writes)
             elif writes > 0:
                 queue_id = random.randrange(writes)
+        properties = encode_properties(form.properties)
+        # send_raw's way first, from the fields (no request command, header or answer); what
+        # it leaves (nothing changed) goes the request's usual way.
+        put = broker.send_processor.send_fields_now(
+            call.peer, topic, queue_id, form.body, properties, form.sys_flag,
+            form.born_timestamp, form.reconsume_times,
+        )  # fmt: skip
+        if put is not None:
+            set_status(entry, _OK)
+            entry.message_id = form.message_id
+            entry.offset = put.logic_offset
+            return _OK
         header = SendMessageRequestHeader(
             producer_group=topic,
             topic=topic,
@@ -778,7 +790,7 @@ class MessagingService:
             sys_flag=form.sys_flag,
             born_timestamp=form.born_timestamp,
             flag=0,
-            properties=encode_properties(form.properties),
+            properties=properties,
             reconsume_times=form.reconsume_times,
         )
         answer = await send_via_broker(broker, call.peer, header, form.body)

@@ -288,6 +288,8 @@ _NOT_USER = SYSTEM_PROPERTY_KEYS | {PROPERTY_SHARDING_KEY, PROPERTY_TRACE_CONTEX
 
 
 def _timestamp(target: Any, millis: int) -> None:
+    """A Timestamp, or a Duration of ``millis`` >= 0, set to ``millis`` (what protobuf's
+    FromMilliseconds sets, without its Python-level call chain)."""
     target.seconds, rest = divmod(int(millis), 1000)
     target.nanos = rest * 1_000_000
 
@@ -333,7 +335,7 @@ def to_grpc_message(
     system.receipt_handle = receipt_handle
     system.queue_id = ext.queue_id
     system.queue_offset = ext.queue_offset
-    system.invisible_duration.FromMilliseconds(invisible_ms)
+    _timestamp(system.invisible_duration, invisible_ms)  # never negative
     system.delivery_attempt = attempt
     group = props.get(PROPERTY_SHARDING_KEY)
     if group:

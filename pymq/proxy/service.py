@@ -51,11 +51,11 @@ from pymq.common.message_ext import encode_properties, java_string_hash
 from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.record import RecordError, decode_record
 from pymq.common.topic import (
+    DLQ_GROUP_TOPIC_PREFIX,
     PERM_READ,
     PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
     TopicConfig,
-    dlq_topic,
-    retry_topic,
     topic_message_type,
     validate_topic,
 )
@@ -132,6 +132,7 @@ _TYPES = {
 
 
 _OK = Code.OK  # read once: each read through protobuf's enum wrapper is a Python call
+_RETRY_OR_DLQ = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
 
 
 _CODE_NAMES = {value: Code.Name(value) for value in Code.values()}
@@ -717,12 +718,13 @@ class MessagingService:
 
     async def send_message(self, call: Call, request: Any) -> Any:
         messages = request.messages
-        if not messages:
+        count = len(messages)
+        if not count:
             return s.SendMessageResponse(
                 status=status(Code.MESSAGE_CORRUPTED, "no message to send")
             )
         resource = messages[0].topic
-        if len(messages) > 1 and any(m.topic != resource for m in messages):
+        if count > 1 and any(m.topic != resource for m in messages):
             return s.SendMessageResponse(
                 status=status(Code.MESSAGE_CORRUPTED, "topic in message is not same")
             )
@@ -733,9 +735,10 @@ class MessagingService:
         response = s.SendMessageResponse()
         entries = response.entries
         codes = set()
+        single = count == 1
         for message in messages:
             try:
-                code = await self._send_one(call, topic, message, len(messages) == 1, entries.add())
+                code = await self._send_one(call, topic, message, single, entries.add())
             except MessageRefused as exc:
                 return s.SendMessageResponse(status=status(exc.code, exc.message))
             if isinstance(code, tuple):  # the broker refused it: the call's status
@@ -884,7 +887,7 @@ class MessagingService:
 
     @staticmethod
     def _check_type(topic: str, config: TopicConfig, message_type: str) -> None:
-        if topic.startswith(retry_topic("")) or topic.startswith(dlq_topic("")):
+        if topic.startswith(_RETRY_OR_DLQ):
             return  # the proxy checks neither retry nor DLQ topics
         kind = topic_message_type(config)
         if kind == "MIXED" or kind == message_type:

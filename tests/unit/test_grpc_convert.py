@@ -7,13 +7,14 @@ from typing import Any
 
 import pytest
 
-from pymq.common.message_ext import MessageSysFlag
+from pymq.common.message_ext import MessageExt, MessageSysFlag
 from pymq.proxy.convert import (
     MAX_MESSAGE_GROUP_SIZE,
     MAX_USER_PROPERTY_SIZE,
     USER_PROPERTY_MAX_NUM,
     MessageRefused,
     stored_form,
+    to_grpc_message,
 )
 from pymq.proxy.schema import Code, MessageType, definition
 
@@ -166,3 +167,48 @@ def test_the_limits_themselves_are_taken() -> None:
     assert form(message(user=full, tag="tt"))  # exactly the limit
     assert form(message(message_group="g" * (MAX_MESSAGE_GROUP_SIZE - 1))).message_group
     assert form(message(body=b"x" * 1024)).body == b"x" * 1024
+
+
+@pytest.mark.parametrize("invisible_ms", [0, 10_000, 30_500, 43_200_000])
+def test_a_stored_message_maps_back_as_it_was_sent(invisible_ms: int) -> None:
+    """to_grpc_message of what stored_form stored: the sender's fields, and the receipt's
+    (the invisible duration as protobuf's FromMilliseconds sets it, present even at 0)."""
+    sent = message(
+        user={"color": "blue"},
+        tag="TagA",
+        keys=["k1", "k2"],
+        delivery_timestamp=NOW + 5000,
+        delivery_attempt=2,
+        message_group="g",
+        trace_context="00-abc-01",
+        born_host="10.1.1.1",
+        born_timestamp=NOW - 1000,
+    )
+    stored = form(sent)
+    ext = MessageExt(
+        topic="T",
+        body=stored.body,
+        properties=stored.properties,
+        sys_flag=stored.sys_flag,
+        born_timestamp=stored.born_timestamp,
+        born_host=("10.9.9.9", 1),
+        store_timestamp=NOW + 7,
+        queue_id=3,
+        queue_offset=42,
+    )
+    got = to_grpc_message(
+        ext, receipt_handle="h", invisible_ms=invisible_ms, attempt=3, store_host="1.2.3.4:5"
+    )
+    system = got.system_properties
+    expected = type(system.invisible_duration)()
+    expected.FromMilliseconds(invisible_ms)
+    assert system.HasField("invisible_duration")
+    assert system.invisible_duration == expected
+    assert dict(got.user_properties) == {"color": "blue"}
+    assert (system.tag, list(system.keys), system.message_group) == ("TagA", ["k1", "k2"], "g")
+    assert (system.trace_context, system.born_host) == ("00-abc-01", "10.1.1.1")
+    assert system.born_timestamp.ToMilliseconds() == NOW - 1000
+    assert system.delivery_timestamp.ToMilliseconds() == NOW + 5000
+    assert system.store_timestamp.ToMilliseconds() == NOW + 7
+    assert (system.queue_id, system.queue_offset, system.delivery_attempt) == (3, 42, 3)
+    assert system.message_type == MessageType.DELAY  # a delivery time comes before a group

@@ -946,8 +946,10 @@ class MessagingService:
             return
         stamp = s.ReceiveMessageResponse()
         stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
-        await call.send(stamp.SerializeToString())
-        await call.send(s.ReceiveMessageResponse(status=status(Code.OK)).SerializeToString())
+        # The batch in one write: each message but the last sent ``more``.
+        await call.send(stamp.SerializeToString(), more=True)
+        ok = s.ReceiveMessageResponse(status=status(Code.OK)).SerializeToString()
+        await call.send(ok, more=True)
         bc = self.broker.broker_config
         store_host = f"{bc.broker_ip1}:{self.broker.port}"
         for i, item in enumerate(found):
@@ -960,7 +962,8 @@ class MessagingService:
                 store_host=store_host,
                 into=response.message,
             )
-            await call.send(response.SerializeToString(), last=i == len(found) - 1)
+            last = i == len(found) - 1
+            await call.send(response.SerializeToString(), last=last, more=not last)
 
     async def _receive(self, request: Any) -> list[Any] | Any:
         group = self._topic_name(request.group)
@@ -1174,7 +1177,8 @@ class MessagingService:
             tags, record_filter = chosen
             answer = await self._pull(request, group, topic, queue_id, tags, record_filter)
         for i, response in enumerate(answer):
-            await call.send(response.SerializeToString(), last=i == len(answer) - 1)
+            last = i == len(answer) - 1
+            await call.send(response.SerializeToString(), last=last, more=not last)
 
     async def _pull(
         self,

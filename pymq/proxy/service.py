@@ -2,7 +2,8 @@
 
 The RPCs a 5.x producer needs: QueryRoute (this broker's queues of the topic, at this broker's
 gRPC endpoint, and the other groups' from the name servers: :mod:`pymq.proxy.routes`),
-Heartbeat, SendMessage (through the broker's send path: see :func:`send_via_broker`),
+Heartbeat, SendMessage (through the broker's send path: SendProcessor.send_fields_now, then
+:func:`send_via_broker`),
 EndTransaction (through END_TRANSACTION: :func:`end_via_broker`), Telemetry (the settings
 handshake; a producer's stream receives the broker's transaction checks), QueryAssignment and
 NotifyClientTermination, RecallMessage (the broker's RECALL_MESSAGE logic:
@@ -169,10 +170,12 @@ async def send_via_broker(
     auto-creation, retry/DLQ, transactions' half messages, the store's put), as a 4.x client's
     send with ``header`` and ``body`` from ``peer`` would go; returns the broker's answer.
 
-    The one place the gRPC service enters the send path: a send the broker can put without
+    The request's usual way, as the remoting reader's: a send the broker can put without
     waiting (a topic that exists, a store that waits for neither disk nor slave) is put
-    synchronously (:meth:`SendProcessor.send_now`, the remoting reader's inline put), and
-    the rest takes the awaited path (:meth:`SendProcessor.send_message`)."""
+    synchronously (:meth:`SendProcessor.send_now`, the inline put), and the rest takes the
+    awaited path (:meth:`SendProcessor.send_message`).  SendMessage tries the raw sends' way
+    first (:meth:`SendProcessor.send_fields_now`, from the message's fields) and comes here
+    with what that leaves, as the remoting reader decodes the frames send_raw leaves."""
     request = RemotingCommand(code=RequestCode.SEND_MESSAGE, body=body, header=header)
     channel = cast(Channel, _Peer(peer))
     processor = broker.send_processor

@@ -738,7 +738,8 @@ class SendProcessor:
 
     def send_now(self, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
         """A send answered without waiting, for a caller that wants the answer command (the
-        gRPC service's SendMessage): :meth:`_serve_decoded`'s way (a message or a batch to a
+        gRPC service's SendMessage, for what :meth:`send_fields_now` leaves, its refusals
+        included): :meth:`_serve_decoded`'s way (a message or a batch to a
         topic that exists, put synchronously) on a store that waits for nothing (not
         SYNC_FLUSH, not SYNC_MASTER, not DLedger).  None, with nothing changed, hands the
         request to :meth:`send_message` (auto-create, retry topics, durable waits)."""

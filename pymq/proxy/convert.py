@@ -12,10 +12,9 @@ the proxy's transaction checker looks).  Every refusal is a :class:`MessageRefus
 
 from __future__ import annotations
 
+import re
 import zlib
-from typing import Any
-
-import attrs
+from typing import Any, NamedTuple
 
 from pymq.common.message_ext import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -69,8 +68,7 @@ class MessageRefused(Exception):
         self.message = message
 
 
-@attrs.frozen
-class StoredForm:
+class StoredForm(NamedTuple):
     """What the send path stores of one 5.x message."""
 
     topic: str
@@ -84,8 +82,12 @@ class StoredForm:
     message_group: str
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def _has_control(text: str) -> bool:
-    return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
+    """A control character (below 0x20, or DEL) in ``text``: the proxy's check."""
+    return _CONTROL.search(text) is not None
 
 
 def _check_user_properties(user: dict[str, str]) -> int:
@@ -115,8 +117,7 @@ def _check_user_properties(user: dict[str, str]) -> int:
 
 
 def _check_tag(tag: str) -> None:
-    if not tag:
-        return
+    """A tag (not empty) as the proxy checks it."""
     if not tag.strip():
         raise MessageRefused(
             Code.ILLEGAL_MESSAGE_TAG, "tag cannot be the char sequence of whitespace"
@@ -172,20 +173,24 @@ def _millis(ts: Any) -> int:
     return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
 
 
-def _user_part(user: dict[str, str], system: Any) -> dict[str, str]:
-    """The user properties, tag and keys as stored, checked as the proxy checks them."""
-    size = _check_user_properties(user)
-    props = dict(user)
+def _user_part(user: Any, system: Any) -> dict[str, str]:
+    """The user properties (``user``, the message's map), tag and keys as stored, checked as
+    the proxy checks them."""
+    if user:  # most messages have none: no copy, no check
+        props = dict(user)
+        size = _check_user_properties(props)
+    else:
+        props, size = {}, 0
     tag = system.tag
-    _check_tag(tag)
     if tag:
+        _check_tag(tag)
         props[PROPERTY_TAGS] = tag
-    size += len(tag.encode())
-    keys = list(system.keys)
-    for key in keys:
-        _check_key(key)
-        size += len(key.encode())
+        size += len(tag.encode())
+    keys = system.keys
     if keys:
+        for key in keys:
+            _check_key(key)
+            size += len(key.encode())
         props[PROPERTY_KEYS] = " ".join(keys)
     if size > MAX_USER_PROPERTY_SIZE:
         raise MessageRefused(
@@ -220,7 +225,7 @@ def stored_form(
             Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed the max {max_body_size}"
         )
     system = msg.system_properties
-    props = _user_part(dict(msg.user_properties), system)
+    props = _user_part(msg.user_properties, system)
     message_id = system.message_id
     if not message_id.strip():
         raise MessageRefused(Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
@@ -242,30 +247,24 @@ def stored_form(
                 f"the max delay time of message is too large, max is {max_delay_ms}",
             )
         props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
-    attempt = int(system.delivery_attempt) if system.HasField("delivery_attempt") else 0
+    # Unset optional fields read as their defaults (0, ""): no HasField needed for these.
+    attempt = system.delivery_attempt
     props[PROPERTY_RECONSUME_TIME] = str(attempt)
     props[PROPERTY_PRODUCER_GROUP] = topic
-    group = system.message_group if system.HasField("message_group") else ""
+    group = system.message_group
     if group:
         _check_group(group)
         props[PROPERTY_SHARDING_KEY] = group
-    if system.HasField("trace_context") and system.trace_context:
-        props[PROPERTY_TRACE_CONTEXT] = system.trace_context
+    trace_context = system.trace_context
+    if trace_context:
+        props[PROPERTY_TRACE_CONTEXT] = trace_context
     born_host = system.born_host.strip() or peer
     if born_host:
         props[PROPERTY_BORN_HOST] = born_host
     born_ms = _millis(system.born_timestamp) if system.HasField("born_timestamp") else now_ms
     props[PROPERTY_BORN_TIMESTAMP] = str(born_ms)
     return StoredForm(
-        topic=topic,
-        body=body,
-        properties=props,
-        sys_flag=sys_flag,
-        born_timestamp=born_ms,
-        reconsume_times=attempt,
-        message_id=message_id,
-        message_type=message_type_of(props),
-        message_group=group,
+        topic, body, props, sys_flag, born_ms, attempt, message_id, message_type_of(props), group
     )
 
 
@@ -289,6 +288,8 @@ _NOT_USER = SYSTEM_PROPERTY_KEYS | {PROPERTY_SHARDING_KEY, PROPERTY_TRACE_CONTEX
 
 
 def _timestamp(target: Any, millis: int) -> None:
+    """A Timestamp, or a Duration of ``millis`` >= 0, set to ``millis`` (what protobuf's
+    FromMilliseconds sets, without its Python-level call chain)."""
     target.seconds, rest = divmod(int(millis), 1000)
     target.nanos = rest * 1_000_000
 
@@ -334,7 +335,7 @@ def to_grpc_message(
     system.receipt_handle = receipt_handle
     system.queue_id = ext.queue_id
     system.queue_offset = ext.queue_offset
-    system.invisible_duration.FromMilliseconds(invisible_ms)
+    _timestamp(system.invisible_duration, invisible_ms)  # never negative
     system.delivery_attempt = attempt
     group = props.get(PROPERTY_SHARDING_KEY)
     if group:

@@ -286,16 +286,22 @@ class Call:
                 continue
             raise GrpcError(DEADLINE_EXCEEDED, "the request message did not arrive in time")
 
-    async def send(self, message: bytes, *, last: bool = False) -> None:
+    async def send(self, message: bytes, *, last: bool = False, more: bool = False) -> None:
         """Send one response message (the response headers first, once).  ``last``: the call
         sends nothing more, so what fits the window is written with the trailers, in one
-        write, rather than now."""
+        write, rather than now.  ``more``: the caller sends more messages at once (a
+        stream's batch), so what fits the window is written with them, by the send that is
+        not ``more`` (or the trailers'): one write and one yield for the batch, not one per
+        message.  Either way a send that must wait for the peer's window first writes what
+        is queued (the peer opens its window as it reads)."""
         if not self.headers_sent:
             if self.reset or self._conn.closed:
                 raise _ConnectionGone
             self.headers_sent = True
             self._conn.h2.send_headers(self.stream_id, _RESPONSE_HEADERS)
-        await self._conn.send_data(self, _PREFIX.pack(0, len(message)) + message, flush=not last)
+        await self._conn.send_data(
+            self, _PREFIX.pack(0, len(message)) + message, flush=not (last or more)
+        )
 
 
 Handler = Callable[[Call], Awaitable[None]]
@@ -595,6 +601,13 @@ class _Connection:
             if call.reset or self.closed:
                 raise _ConnectionGone
             size = self.h2.send_data(call.stream_id, view)
+            if size <= 0:
+                # What was queued (a batch's messages sent ``more``) is written first: the
+                # peer opens its window as it reads them.
+                await self.flush()
+                if call.reset or self.closed:
+                    raise _ConnectionGone
+                size = self.h2.send_data(call.stream_id, view)  # a window opened meanwhile
             if size <= 0:
                 opened = self._window_opened
                 if opened is None:

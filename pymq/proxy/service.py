@@ -2,7 +2,8 @@
 
 The RPCs a 5.x producer needs: QueryRoute (this broker's queues of the topic, at this broker's
 gRPC endpoint, and the other groups' from the name servers: :mod:`pymq.proxy.routes`),
-Heartbeat, SendMessage (through the broker's send path: see :func:`send_via_broker`),
+Heartbeat, SendMessage (through the broker's send path: SendProcessor.send_fields_now, then
+:func:`send_via_broker`),
 EndTransaction (through END_TRANSACTION: :func:`end_via_broker`), Telemetry (the settings
 handshake; a producer's stream receives the broker's transaction checks), QueryAssignment and
 NotifyClientTermination, RecallMessage (the broker's RECALL_MESSAGE logic:
@@ -51,11 +52,11 @@ from pymq.common.message_ext import encode_properties, java_string_hash
 from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.record import RecordError, decode_record
 from pymq.common.topic import (
+    DLQ_GROUP_TOPIC_PREFIX,
     PERM_READ,
     PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
     TopicConfig,
-    dlq_topic,
-    retry_topic,
     topic_message_type,
     validate_topic,
 )
@@ -132,6 +133,7 @@ _TYPES = {
 
 
 _OK = Code.OK  # read once: each read through protobuf's enum wrapper is a Python call
+_RETRY_OR_DLQ = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
 
 
 _CODE_NAMES = {value: Code.Name(value) for value in Code.values()}
@@ -168,10 +170,12 @@ async def send_via_broker(
     auto-creation, retry/DLQ, transactions' half messages, the store's put), as a 4.x client's
     send with ``header`` and ``body`` from ``peer`` would go; returns the broker's answer.
 
-    The one place the gRPC service enters the send path: a send the broker can put without
+    The request's usual way, as the remoting reader's: a send the broker can put without
     waiting (a topic that exists, a store that waits for neither disk nor slave) is put
-    synchronously (:meth:`SendProcessor.send_now`, the remoting reader's inline put), and
-    the rest takes the awaited path (:meth:`SendProcessor.send_message`)."""
+    synchronously (:meth:`SendProcessor.send_now`, the inline put), and the rest takes the
+    awaited path (:meth:`SendProcessor.send_message`).  SendMessage tries the raw sends' way
+    first (:meth:`SendProcessor.send_fields_now`, from the message's fields) and comes here
+    with what that leaves, as the remoting reader decodes the frames send_raw leaves."""
     request = RemotingCommand(code=RequestCode.SEND_MESSAGE, body=body, header=header)
     channel = cast(Channel, _Peer(peer))
     processor = broker.send_processor
@@ -717,12 +721,13 @@ class MessagingService:
 
     async def send_message(self, call: Call, request: Any) -> Any:
         messages = request.messages
-        if not messages:
+        count = len(messages)
+        if not count:
             return s.SendMessageResponse(
                 status=status(Code.MESSAGE_CORRUPTED, "no message to send")
             )
         resource = messages[0].topic
-        if len(messages) > 1 and any(m.topic != resource for m in messages):
+        if count > 1 and any(m.topic != resource for m in messages):
             return s.SendMessageResponse(
                 status=status(Code.MESSAGE_CORRUPTED, "topic in message is not same")
             )
@@ -733,9 +738,10 @@ class MessagingService:
         response = s.SendMessageResponse()
         entries = response.entries
         codes = set()
+        single = count == 1
         for message in messages:
             try:
-                code = await self._send_one(call, topic, message, len(messages) == 1, entries.add())
+                code = await self._send_one(call, topic, message, single, entries.add())
             except MessageRefused as exc:
                 return s.SendMessageResponse(status=status(exc.code, exc.message))
             if isinstance(code, tuple):  # the broker refused it: the call's status
@@ -769,6 +775,18 @@ class MessagingService:
                 queue_id = consistent_hash(java_string_hash(form.message_group), writes)
             elif writes > 0:
                 queue_id = random.randrange(writes)
+        properties = encode_properties(form.properties)
+        # send_raw's way first, from the fields (no request command, header or answer); what
+        # it leaves (nothing changed) goes the request's usual way.
+        put = broker.send_processor.send_fields_now(
+            call.peer, topic, queue_id, form.body, properties, form.sys_flag,
+            form.born_timestamp, form.reconsume_times,
+        )  # fmt: skip
+        if put is not None:
+            set_status(entry, _OK)
+            entry.message_id = form.message_id
+            entry.offset = put.logic_offset
+            return _OK
         header = SendMessageRequestHeader(
             producer_group=topic,
             topic=topic,
@@ -778,7 +796,7 @@ class MessagingService:
             sys_flag=form.sys_flag,
             born_timestamp=form.born_timestamp,
             flag=0,
-            properties=encode_properties(form.properties),
+            properties=properties,
             reconsume_times=form.reconsume_times,
         )
         answer = await send_via_broker(broker, call.peer, header, form.body)
@@ -872,7 +890,7 @@ class MessagingService:
 
     @staticmethod
     def _check_type(topic: str, config: TopicConfig, message_type: str) -> None:
-        if topic.startswith(retry_topic("")) or topic.startswith(dlq_topic("")):
+        if topic.startswith(_RETRY_OR_DLQ):
             return  # the proxy checks neither retry nor DLQ topics
         kind = topic_message_type(config)
         if kind == "MIXED" or kind == message_type:
@@ -931,8 +949,10 @@ class MessagingService:
             return
         stamp = s.ReceiveMessageResponse()
         stamp.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
-        await call.send(stamp.SerializeToString())
-        await call.send(s.ReceiveMessageResponse(status=status(Code.OK)).SerializeToString())
+        # The batch in one write: each message but the last sent ``more``.
+        await call.send(stamp.SerializeToString(), more=True)
+        ok = s.ReceiveMessageResponse(status=status(Code.OK)).SerializeToString()
+        await call.send(ok, more=True)
         bc = self.broker.broker_config
         store_host = f"{bc.broker_ip1}:{self.broker.port}"
         for i, item in enumerate(found):
@@ -945,7 +965,8 @@ class MessagingService:
                 store_host=store_host,
                 into=response.message,
             )
-            await call.send(response.SerializeToString(), last=i == len(found) - 1)
+            last = i == len(found) - 1
+            await call.send(response.SerializeToString(), last=last, more=not last)
 
     async def _receive(self, request: Any) -> list[Any] | Any:
         group = self._topic_name(request.group)
@@ -1159,7 +1180,8 @@ class MessagingService:
             tags, record_filter = chosen
             answer = await self._pull(request, group, topic, queue_id, tags, record_filter)
         for i, response in enumerate(answer):
-            await call.send(response.SerializeToString(), last=i == len(answer) - 1)
+            last = i == len(answer) - 1
+            await call.send(response.SerializeToString(), last=last, more=not last)
 
     async def _pull(
         self,

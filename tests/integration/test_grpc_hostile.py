@@ -641,3 +641,54 @@ async def test_calls_answered_before_their_request_ends_free_their_streams(
     assert good["headers"]["grpc-status"] == "0"
     await client.aclose()
     await counted_back(grpc)
+
+
+@pytest.mark.parametrize("window", [4 * 105, 4 * 105 + 50, 65535])
+async def test_a_streamed_batch_goes_out_in_one_write_and_never_waits_on_itself(
+    window: int,
+) -> None:
+    """Messages sent ``more`` (a ReceiveMessage's batch) are written together by the send that
+    ends the batch: one socket write for the batch, not one per message, from a call that
+    left the reader.  A send that finds the peer's window shut writes what the batch queued
+    first, whether the window was used up exactly (``4 * 105``: four whole messages) or
+    in the middle of a message: the peer can only open its window for bytes it has read,
+    so the call goes on (it would otherwise wait out the write stall timeout)."""
+    from pymq.proxy.h2server import H2Server
+    from pymq.proxy.http2 import Call
+
+    writes: list[int] = []
+    data_to_send = H2Server.data_to_send
+
+    def counted(self: H2Server) -> Any:
+        data = data_to_send(self)
+        if data:
+            writes.append(len(data))
+        return data
+
+    async def batch(call: Call) -> None:
+        await call.receive()
+        await trio.sleep(0)  # out of the reader, as a receive that long-polled
+        writes.clear()
+        for i in range(10):
+            await call.send(bytes([i]) * 100, more=i < 9, last=i == 9)
+
+    grpc = GrpcServer({SERVICE + "Batch": batch}, host="127.0.0.1", port=0)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(grpc.run)
+        H2Server.data_to_send = counted  # type: ignore[method-assign]
+        try:
+            client = await RawClient.open(
+                port, {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window}
+            )
+            sid = await client.call(SERVICE + "Batch", framed(b"go"))
+            response = await client.finish(sid, timeout=5)  # the stall timeout is 30 s
+        finally:
+            H2Server.data_to_send = data_to_send  # type: ignore[method-assign]
+        assert response["headers"]["grpc-status"] == "0"
+        assert response["data"] == b"".join(framed(bytes([i]) * 100) for i in range(10))
+        if window == 65535:
+            assert len(writes) == 1  # headers, ten messages and trailers: one write
+        else:
+            assert len(writes) >= 2  # written as the window opened
+        await client.aclose()
+        nursery.cancel_scope.cancel()

@@ -623,3 +623,74 @@ async def test_a_sync_flush_send_waits_for_the_disk(tmp_path) -> None:
         store = cluster.broker.store
         assert store.flush_commitlog is not None
         assert store.commitlog.queue.flushed_where >= store.commitlog.max_offset > 0
+
+
+async def test_a_send_is_put_from_its_fields_as_its_request_would_be(
+    grpc_cluster: Cluster,
+) -> None:
+    """A SendMessage to a topic the broker has judged is put from its fields
+    (SendProcessor.send_fields_now: send_raw's checks and put, no request command) and
+    stores the very record the request's usual way (send_now) stores: the same properties in
+    the same order (user properties, tag, keys, id, group, trace context, born host and
+    time), body, flags, born host and attempt."""
+    await make_topic(grpc_cluster, "Fields", "MIXED", queues=1)
+    processor = grpc_cluster.broker.send_processor
+    store = grpc_cluster.broker.store
+    usual = processor.send_now
+    fields_now = processor.send_fields_now
+    counts = {"usual": 0, "fields": 0}
+
+    def counted_usual(channel: Any, request: Any) -> Any:
+        counts["usual"] += 1
+        return usual(channel, request)
+
+    def counted_fields(*args: Any) -> Any:
+        put = fields_now(*args)
+        counts["fields"] += put is not None
+        return put
+
+    processor.send_now = counted_usual  # type: ignore[method-assign]
+    processor.send_fields_now = counted_fields  # type: ignore[method-assign]
+
+    def request() -> Any:
+        req = send_request("Fields", definition_pb2.MessageType.FIFO, group="g-1")
+        msg = req.messages[0]
+        msg.user_properties["color"] = "blue"
+        msg.user_properties["n"] = "7"
+        system = msg.system_properties
+        system.tag = "TagF"
+        system.keys.extend(["k1", "k2"])
+        system.trace_context = "00-trace-01"
+        system.born_host = "10.1.2.3"
+        system.born_timestamp.FromMilliseconds(1_700_000_000_123)
+        system.delivery_attempt = 2
+        return req
+
+    offsets = []
+    for forced_usual in (False, False, True):  # the first validates the topic (usual way)
+        if forced_usual:
+            processor.send_fields_now = lambda *args: None  # type: ignore[method-assign]
+        response = await trio.to_thread.run_sync(raw_send, grpc_cluster, request())
+        assert response.status.code == definition_pb2.Code.OK, response.status
+        offsets.append(response.entries[0].offset)
+    assert offsets == [0, 1, 2]
+    assert counts == {"usual": 2, "fields": 1}
+
+    records = []
+    phy = 0
+    for _ in range(3):
+        ext = store.look_message_by_offset(phy)
+        assert ext is not None
+        records.append(ext)
+        phy += ext.store_size
+    fast, slow = records[1], records[2]
+    assert list(fast.properties.items()) == list(slow.properties.items())
+    assert fast.properties["__SHARDINGKEY"] == "g-1"
+    assert fast.properties["TRACE_CONTEXT"] == "00-trace-01"
+    assert fast.properties["__BORNHOST"] == "10.1.2.3"
+    assert fast.properties["KEYS"] == "k1 k2" and fast.properties["TAGS"] == "TagF"
+    for name in ("topic", "body", "flag", "sys_flag", "born_timestamp", "reconsume_times",
+                 "queue_id"):  # fmt: skip
+        assert getattr(fast, name) == getattr(slow, name), name
+    assert fast.born_host[0] == slow.born_host[0] == "127.0.0.1"  # each call its own port
+    assert fast.born_timestamp == 1_700_000_000_123 and fast.reconsume_times == 2

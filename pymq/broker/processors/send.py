@@ -510,11 +510,14 @@ class SendProcessor:
         )
 
     def _born_host(self, channel: Channel) -> tuple[str, int]:
-        born_host = self._born_hosts.get(channel.remote_address)
+        return self._born_host_of(channel.remote_address)
+
+    def _born_host_of(self, peer: str) -> tuple[str, int]:
+        born_host = self._born_hosts.get(peer)
         if born_host is None:  # parsed once per peer address
             if len(self._born_hosts) >= 65536:
                 self._born_hosts.clear()
-            born_host = self._born_hosts[channel.remote_address] = host_of(channel.remote_address)
+            born_host = self._born_hosts[peer] = host_of(peer)
         return born_host
 
     def _answer(
@@ -735,7 +738,8 @@ class SendProcessor:
 
     def send_now(self, channel: Channel, req: RemotingCommand) -> RemotingCommand | None:
         """A send answered without waiting, for a caller that wants the answer command (the
-        gRPC service's SendMessage): :meth:`_serve_decoded`'s way (a message or a batch to a
+        gRPC service's SendMessage, for what :meth:`send_fields_now` leaves, its refusals
+        included): :meth:`_serve_decoded`'s way (a message or a batch to a
         topic that exists, put synchronously) on a store that waits for nothing (not
         SYNC_FLUSH, not SYNC_MASTER, not DLedger).  None, with nothing changed, hands the
         request to :meth:`send_message` (auto-create, retry topics, durable waits)."""
@@ -776,38 +780,17 @@ class SendProcessor:
         (opaque, topic, queue_id, sys_flag, born_timestamp, flag, props, reconsume, body_at,
          batch) = fields  # fmt: skip
         store = self.ctx.store
-        if (
-            (store.config.broker_role is _SYNC_MASTER and store.dledger is None)
-            or topic not in self._valid_topics  # validated (and refused) by the usual path
-            or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-        ):
-            return None
-        # The inline path's checks, by their verdict on the topic; any refusal is the usual
-        # path's to word.
-        bc = self.ctx.broker_config
-        verdict = self._kept_verdict(topic) or self._raw_verdict(topic, channel.remote_address)
-        if verdict is None:
-            return None
-        if queue_id >= verdict[3]:
-            return None
-        if queue_id < 0:
-            queue_id = random.randrange(max(1, verdict[0].write_queue_nums))
-        if batch:  # the common batch in one C call, as the inline path puts it
-            fast = store.put_now(_new(BatchBody, (
-                topic, queue_id, memoryview(buf)[body_at:end], bc.broker_cluster_name,
-                sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
-            )))  # fmt: skip
-        else:
-            fast = store.put_now(_new(SingleSend, (
-                topic, queue_id, buf[body_at:end], props or "", flag, bc.broker_cluster_name,
-                sys_flag, born_timestamp, self._born_host(channel), reconsume or 0,
-            )))  # fmt: skip
-        if fast is None:
+        put = self._put_raw(
+            channel.remote_address, topic, queue_id,
+            memoryview(buf)[body_at:end] if batch else buf[body_at:end], props or "", flag,
+            sys_flag, born_timestamp, reconsume or 0, batch,
+        )  # fmt: skip
+        if put is None:
             return None
         # Stored: from here on the frame must be answered here, never handed to the usual
         # path (Channel serves a frame whose raw handler raised as usual: a second put).
         try:
-            result, wait = fast
+            (result, wait), queue_id = put
             frame = self._raw_answer(opaque, topic, result, queue_id)
             if store.must_wait and store.hold_answer(
                 result, wait, channel, frame, partial(self._raw_late, opaque, topic, queue_id)
@@ -817,6 +800,86 @@ class SendProcessor:
         except Exception as exc:  # as Channel._serve_inline answers what the inline path raises
             log.exception("error serving a raw send from %s", channel.remote_address)
             return _error_frame(opaque, exc)
+
+    def _put_raw(
+        self,
+        peer: str,
+        topic: str,
+        queue_id: int,
+        body: bytes | memoryview,
+        properties: str,
+        flag: int,
+        sys_flag: int,
+        born_timestamp: int,
+        reconsume_times: int,
+        batch: bool,
+    ) -> tuple[tuple[PutMessageResult, str | None], int] | None:
+        """The raw sends' checks and put (:meth:`send_raw`, :meth:`send_fields_now`): a send
+        from ``peer`` given by its fields (``batch``: ``body`` is a batch's), to a topic
+        already validated and judged writable (its verdict kept), put by the store's one-call
+        paths (SingleSend, BatchBody) on a broker that is not the master of a SYNC_MASTER
+        pair.  The put's result and stored WAIT, and the queue id it went to; None, having
+        changed nothing, for a send the usual path must serve (and word any refusal of)."""
+        store = self.ctx.store
+        if (
+            (store.config.broker_role is _SYNC_MASTER and store.dledger is None)
+            or topic not in self._valid_topics  # validated (and refused) by the usual path
+            or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        ):
+            return None
+        # The inline path's checks, by their verdict on the topic; any refusal is the usual
+        # path's to word.
+        verdict = self._kept_verdict(topic) or self._raw_verdict(topic, peer)
+        if verdict is None:
+            return None
+        if queue_id >= verdict[3]:
+            return None
+        if queue_id < 0:
+            queue_id = random.randrange(max(1, verdict[0].write_queue_nums))
+        cluster = self.ctx.broker_config.broker_cluster_name
+        born_host = self._born_host_of(peer)
+        if batch:  # the common batch in one C call, as the inline path puts it
+            fast = store.put_now(_new(BatchBody, (
+                topic, queue_id, body, cluster, sys_flag, born_timestamp, born_host,
+                reconsume_times,
+            )))  # fmt: skip
+        else:
+            fast = store.put_now(_new(SingleSend, (
+                topic, queue_id, body, properties, flag, cluster, sys_flag, born_timestamp,
+                born_host, reconsume_times,
+            )))  # fmt: skip
+        return None if fast is None else (fast, queue_id)
+
+    def send_fields_now(
+        self,
+        peer: str,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        properties: str,
+        sys_flag: int,
+        born_timestamp: int,
+        reconsume_times: int,
+    ) -> PutMessageResult | None:
+        """A single send given by its fields (the gRPC service's SendMessage: no request
+        command, header or answer command), served as :meth:`send_raw` serves a frame's, on a
+        store that waits for nothing (not SYNC_FLUSH, not SYNC_MASTER, not DLedger): the
+        put's result (appended, counted in the broker's statistics).  None, having changed
+        nothing, for a send the caller must then serve by the request's usual path
+        (:meth:`send_now`, then :meth:`send_message`): a topic not yet validated or judged,
+        a refusal to word, whatever the store's one-call put leaves to the general path (a
+        timer or transactional message, properties it cannot take as they are)."""
+        if self.ctx.store.must_wait:
+            return None
+        put = self._put_raw(
+            peer, topic, queue_id, body, properties, 0, sys_flag, born_timestamp,
+            reconsume_times, False,
+        )  # fmt: skip
+        if put is None:
+            return None
+        result = put[0][0]  # appended (a one-call put gives PUT_OK or nothing)
+        self.ctx.stats.on_put(result.msg_num, result.wrote_bytes, topic)
+        return result
 
     def send_run(
         self,

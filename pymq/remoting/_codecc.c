@@ -694,6 +694,7 @@ typedef struct {
     PyObject *ext[13];
     int names;     /* bits: 1 a one-letter name seen, 2 a long name */
     int slot_seen; /* bits: the slots given */
+    const jheader *h; /* the header's members read so far (code, flag) */
 } send_ext;
 
 /* The JSON header of the frame buf[start:end] (its length field stripped) as a reader over it,
@@ -732,6 +733,13 @@ static int transaction_flags(PyObject *value) {
 
 static int ext_slots(jreader *r, void *ctx) {
     send_ext *e = ctx;
+    /* No send's frame (another code, or a response: send_fields_at declines it once read):
+     * declined before its extFields are read (an END_TRANSACTION between a transaction's
+     * halves, a consumer's pull). */
+    const jheader *h = e->h;
+    if (((h->seen & 1) && h->code != 10 && h->code != 310 && h->code != 320) ||
+        ((h->seen & 4) && h->flag != 0))
+        return 0;
     if (r->p >= r->end || *r->p != '{') return 0;
     r->p++;
     j_ws(r);
@@ -790,9 +798,9 @@ static int ext_slots(jreader *r, void *ctx) {
  * exception set. */
 static PyObject *send_fields_at(const Py_buffer *view, long long start, long long end) {
     PyObject *result = NULL, *language = NULL, *typed[13] = {NULL};
-    send_ext e = {{NULL}, 0, 0};
-    PyObject **ext = e.ext;
     jheader h = {0};
+    send_ext e = {{NULL}, 0, 0, &h};
+    PyObject **ext = e.ext;
     jreader r;
     long long header_end;
     if (!json_frame_header(view, start, end, &r, &header_end)) goto plain_none;

@@ -294,16 +294,30 @@ static int j_literal(jreader *r, const char *lit) {
     return 1;
 }
 
+/* A JSON string at r->p read as j_string reads it (the same text refused), without the str:
+ * plain ASCII scanned here, a string with escapes read by j_string. */
+static int j_string_read(jreader *r) {
+    if (r->p >= r->end || *r->p != '"') return 0;
+    const unsigned char *q = r->p + 1;
+    while (q < r->end && *q != '"' && *q != '\\') {
+        if (*q < 0x20 || *q >= 0x80) return 0;
+        q++;
+    }
+    if (q < r->end && *q == '"') {
+        r->p = q + 1;
+        return 1;
+    }
+    PyObject *s = NULL;
+    int rc = j_string(r, &s);
+    Py_XDECREF(s);
+    return rc;
+}
+
 /* A value of a member pymq does not read: a string, an integer, true, false or null. */
 static int j_skip(jreader *r) {
     if (r->p >= r->end) return 0;
     unsigned char c = *r->p;
-    if (c == '"') {
-        PyObject *s = NULL;
-        int rc = j_string(r, &s);
-        Py_XDECREF(s);
-        return rc;
-    }
+    if (c == '"') return j_string_read(r);
     if (c == 't') return j_literal(r, "true");
     if (c == 'f') return j_literal(r, "false");
     if (c == 'n') return j_literal(r, "null");
@@ -768,7 +782,12 @@ static int ext_slots(jreader *r, void *ctx) {
             if (e->slot_seen & (1 << slot)) return 0; /* twice: the usual path */
             e->slot_seen |= 1 << slot;
             unsigned char c = r->p < r->end ? *r->p : 0;
-            if (c == '"') {
+            if (c == '"' && (slot == 0 || slot == 2)) {
+                /* The producer group and the default topic: send_fields only needs them given
+                 * (send_header's rule), so their text is read, not made into a str. */
+                if ((rc = j_string_read(r)) <= 0) return rc;
+                e->ext[slot] = Py_NewRef(Py_True);
+            } else if (c == '"') {
                 if ((rc = j_string(r, &e->ext[slot])) <= 0) return rc;
             } else if (c == 't' || c == 'f') {
                 int t = j_literal(r, "true");

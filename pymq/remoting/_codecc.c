@@ -823,6 +823,13 @@ static PyObject *send_fields_at(const Py_buffer *view, long long start, long lon
     jreader r;
     long long header_end;
     if (!json_frame_header(view, start, end, &r, &header_end)) goto plain_none;
+    /* The code first, as Java's, the C++ client's and pymq's writers put it: a frame that is no
+     * send's (an END_TRANSACTION, a pull) declined before the rest of its header is read. */
+    if (r.end - r.p > 8 && memcmp(r.p, "{\"code\":", 8) == 0) {
+        jreader peek = {r.p + 8, r.end};
+        long long code;
+        if (j_int(&peek, &code) > 0 && code != 10 && code != 310 && code != 320) goto plain_none;
+    }
     int rc = j_header(&r, &h, &language, NULL, ext_slots, &e);
     if (rc < 0) goto fail;
     if (rc == 0 || !(h.seen & 16) || h.flag != 0) goto plain_none;

@@ -866,8 +866,6 @@ class DefaultMessageStore:
         single case)."""
         (topic, queue_id, body, properties, flag, cluster, sys_flag, born_timestamp, born_host,
          reconsume_times) = request  # fmt: skip
-        if sys_flag & _TRAN_MASK:  # a transaction's half or rollback: encode_run stops at it
-            return None
         cluster_b = self._fast_put_cluster(cluster)
         if cluster_b is None:
             return None

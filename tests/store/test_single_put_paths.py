@@ -99,31 +99,3 @@ def test_a_body_of_any_buffer_takes_the_one_call_put(tmp_path) -> None:
                 assert stored is not None and b"body" in stored
 
     trio.run(main)
-
-
-@pytest.mark.parametrize("sys_flag", [0x4, 0xC], ids=["half", "rollback"])
-def test_a_transactions_half_or_rollback_is_left_without_an_encoder_call(
-    tmp_path, monkeypatch, sys_flag: int
-) -> None:
-    """A SingleSend with a transaction's half or rollback bits is the general path's (the
-    broker builds the half record): put_now leaves it before the encoder is called, not after
-    the encoder stops at it (a wasted call per transactional send)."""
-
-    async def main() -> None:
-        config = small_config(str(tmp_path))
-        async with running_store(config, clock_ms=lambda: NOW) as store:
-            _prime(store)
-            header = _single_header("TAGS\x01t")
-
-            def no_call(*args: object) -> None:
-                raise AssertionError("append_run called for a transactional send")
-
-            monkeypatch.setattr(store.commitlog, "append_run", no_call)
-            before = store.commitlog.max_offset
-            out = store.put_now(SingleSend(
-                TOPIC, 2, b"b", header.properties or "", 0, CLUSTER, sys_flag, NOW - 5, BORN, 0,
-            ))  # fmt: skip
-            assert out is None  # left to the general path, nothing written
-            assert store.commitlog.max_offset == before
-
-    trio.run(main)

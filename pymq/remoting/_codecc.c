@@ -194,6 +194,20 @@ static PyObject *ascii_str(const unsigned char *s, Py_ssize_t n) {
     return out;
 }
 
+/* The bytes a string's or a name's plain text runs over (1): ASCII from 0x20 but '"' and '\\'.
+ * One table load per byte in the scans below, not four comparisons. */
+static const unsigned char j_plain[256] = {
+    [0x20] = 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* 0x22 '"' */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, /* 0x5C '\\' */
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, /* to 0x7F */
+};
+
+/* Size of the code point buffer kept on the stack for a string with escapes. */
+#define J_STACK_CHARS 512
+
 /* A JSON string at r->p (its opening quote) as a str: ASCII text and escapes (\uXXXX outside
  * the surrogates); raw bytes past ASCII, control characters and surrogate escapes are left to
  * the general decoder (it validates UTF-8 and pairs surrogates as json does). */
@@ -201,10 +215,7 @@ static int j_string(jreader *r, PyObject **out) {
     if (r->p >= r->end || *r->p != '"') return 0;
     const unsigned char *s = ++r->p;
     const unsigned char *q = s;
-    while (q < r->end && *q != '"' && *q != '\\') {
-        if (*q < 0x20 || *q >= 0x80) return 0;
-        q++;
-    }
+    while (q < r->end && j_plain[*q]) q++;
     if (q >= r->end) return 0;
     if (*q == '"') { /* the common case: no escape */
         *out = ascii_str(s, q - s);
@@ -212,15 +223,20 @@ static int j_string(jreader *r, PyObject **out) {
         r->p = q + 1;
         return 1;
     }
-    /* With escapes: code points gathered, then one str of the narrowest kind. */
+    if (*q != '\\') return 0; /* a control character or a byte past ASCII */
+    /* With escapes: code points gathered (on the stack for a short rest of header), then one
+     * str of the narrowest kind. */
     Py_ssize_t cap = r->end - s, n = 0;
-    Py_UCS4 *buf = PyMem_Malloc(cap * sizeof(Py_UCS4) + 1);
+    Py_UCS4 stack[J_STACK_CHARS];
+    Py_UCS4 *buf = cap <= J_STACK_CHARS ? stack : PyMem_Malloc(cap * sizeof(Py_UCS4) + 1);
     if (buf == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     int rc = 0;
     for (q = s; q < r->end;) {
+        while (q < r->end && j_plain[*q]) buf[n++] = *q++; /* a run of plain text */
+        if (q >= r->end) break;
         unsigned char c = *q;
         if (c == '"') {
             Py_UCS4 max = 0;
@@ -260,7 +276,7 @@ static int j_string(jreader *r, PyObject **out) {
         buf[n++] = v;
         q += 2;
     }
-    PyMem_Free(buf);
+    if (buf != stack) PyMem_Free(buf);
     return rc;
 }
 
@@ -294,16 +310,28 @@ static int j_literal(jreader *r, const char *lit) {
     return 1;
 }
 
+/* A JSON string at r->p read as j_string reads it (the same text refused), without the str:
+ * plain ASCII scanned here, a string with escapes read by j_string. */
+static int j_string_read(jreader *r) {
+    if (r->p >= r->end || *r->p != '"') return 0;
+    const unsigned char *q = r->p + 1;
+    while (q < r->end && j_plain[*q]) q++;
+    if (q < r->end && *q != '"' && *q != '\\') return 0; /* as j_string refuses it */
+    if (q < r->end && *q == '"') {
+        r->p = q + 1;
+        return 1;
+    }
+    PyObject *s = NULL;
+    int rc = j_string(r, &s);
+    Py_XDECREF(s);
+    return rc;
+}
+
 /* A value of a member pymq does not read: a string, an integer, true, false or null. */
 static int j_skip(jreader *r) {
     if (r->p >= r->end) return 0;
     unsigned char c = *r->p;
-    if (c == '"') {
-        PyObject *s = NULL;
-        int rc = j_string(r, &s);
-        Py_XDECREF(s);
-        return rc;
-    }
+    if (c == '"') return j_string_read(r);
     if (c == 't') return j_literal(r, "true");
     if (c == 'f') return j_literal(r, "false");
     if (c == 'n') return j_literal(r, "null");
@@ -370,8 +398,7 @@ static int j_ext(jreader *r, PyObject **out) {
 static int j_member_name(jreader *r, const unsigned char **k, Py_ssize_t *kn) {
     if (r->p >= r->end || *r->p != '"') return 0;
     const unsigned char *s = ++r->p;
-    while (r->p < r->end && *r->p != '"' && *r->p != '\\' && *r->p >= 0x20 && *r->p < 0x80)
-        r->p++;
+    while (r->p < r->end && j_plain[*r->p]) r->p++;
     if (r->p >= r->end || *r->p != '"') return 0;
     *k = s;
     *kn = r->p - s;
@@ -694,6 +721,7 @@ typedef struct {
     PyObject *ext[13];
     int names;     /* bits: 1 a one-letter name seen, 2 a long name */
     int slot_seen; /* bits: the slots given */
+    const jheader *h; /* the header's members read so far (code, flag) */
 } send_ext;
 
 /* The JSON header of the frame buf[start:end] (its length field stripped) as a reader over it,
@@ -732,6 +760,13 @@ static int transaction_flags(PyObject *value) {
 
 static int ext_slots(jreader *r, void *ctx) {
     send_ext *e = ctx;
+    /* No send's frame (another code, or a response: send_fields_at declines it once read):
+     * declined before its extFields are read (an END_TRANSACTION between a transaction's
+     * halves, a consumer's pull). */
+    const jheader *h = e->h;
+    if (((h->seen & 1) && h->code != 10 && h->code != 310 && h->code != 320) ||
+        ((h->seen & 4) && h->flag != 0))
+        return 0;
     if (r->p >= r->end || *r->p != '{') return 0;
     r->p++;
     j_ws(r);
@@ -760,7 +795,12 @@ static int ext_slots(jreader *r, void *ctx) {
             if (e->slot_seen & (1 << slot)) return 0; /* twice: the usual path */
             e->slot_seen |= 1 << slot;
             unsigned char c = r->p < r->end ? *r->p : 0;
-            if (c == '"') {
+            if (c == '"' && (slot == 0 || slot == 2)) {
+                /* The producer group and the default topic: send_fields only needs them given
+                 * (send_header's rule), so their text is read, not made into a str. */
+                if ((rc = j_string_read(r)) <= 0) return rc;
+                e->ext[slot] = Py_NewRef(Py_True);
+            } else if (c == '"') {
                 if ((rc = j_string(r, &e->ext[slot])) <= 0) return rc;
             } else if (c == 't' || c == 'f') {
                 int t = j_literal(r, "true");
@@ -790,12 +830,19 @@ static int ext_slots(jreader *r, void *ctx) {
  * exception set. */
 static PyObject *send_fields_at(const Py_buffer *view, long long start, long long end) {
     PyObject *result = NULL, *language = NULL, *typed[13] = {NULL};
-    send_ext e = {{NULL}, 0, 0};
-    PyObject **ext = e.ext;
     jheader h = {0};
+    send_ext e = {{NULL}, 0, 0, &h};
+    PyObject **ext = e.ext;
     jreader r;
     long long header_end;
     if (!json_frame_header(view, start, end, &r, &header_end)) goto plain_none;
+    /* The code first, as Java's, the C++ client's and pymq's writers put it: a frame that is no
+     * send's (an END_TRANSACTION, a pull) declined before the rest of its header is read. */
+    if (r.end - r.p > 8 && memcmp(r.p, "{\"code\":", 8) == 0) {
+        jreader peek = {r.p + 8, r.end};
+        long long code;
+        if (j_int(&peek, &code) > 0 && code != 10 && code != 310 && code != 320) goto plain_none;
+    }
     int rc = j_header(&r, &h, &language, NULL, ext_slots, &e);
     if (rc < 0) goto fail;
     if (rc == 0 || !(h.seen & 16) || h.flag != 0) goto plain_none;

@@ -488,9 +488,12 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
         if (arg_int(PyTuple_GET_ITEM(entry, 5), "sys_flag", I32_MIN, I32_MAX, &fp.sys_flag) < 0)
             goto failed;
         if (fp.sys_flag & stop_flags) break;
-        int is_stop = PyUnicode_Compare(topic, stop_topic);
-        if (is_stop == -1 && PyErr_Occurred()) goto failed;
-        if (is_stop == 0) break;
+        /* stop_topic (a stored run's "" stops none): compared only when as long. */
+        if (PyUnicode_GET_LENGTH(topic) == PyUnicode_GET_LENGTH(stop_topic)) {
+            int is_stop = PyUnicode_Compare(topic, stop_topic);
+            if (is_stop == -1 && PyErr_Occurred()) goto failed;
+            if (is_stop == 0) break;
+        }
         int batch = props == Py_None;
         PyObject *given_born = stored_run ? PyTuple_GET_ITEM(entry, 8) : NULL;
         long long prepared = 0;

@@ -679,6 +679,8 @@ class DefaultMessageStore:
         kind = type(request)
         if kind is SingleSend:
             return self._put_single(request)  # type: ignore[arg-type]
+        if kind is MessageExt:  # the broker's own puts (a transaction's records, say)
+            return self._put_message(request)  # type: ignore[arg-type]
         if kind is SendRun:
             return self._put_singles(request)  # type: ignore[arg-type]
         if kind is BatchBody:

@@ -610,3 +610,43 @@ async def test_frames_left_to_the_general_path_are_read_once_each(
     await cluster.broker.store.reput.do_reput()
     assert cluster.broker.store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 64
     assert max(collections.Counter(reads).values()) <= 2  # was up to 64 (read 2275 times)
+
+
+async def test_a_transactions_halves_are_built_as_messages_without_a_one_call_try(
+    pymq_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of a transaction's halves (sys flag PREPARED, TRAN_MSG=true): each is put as the
+    half record the general path builds, stored in the half topic with the real topic and
+    queue in its properties, and the store is asked for no SingleSend of it first (the
+    one-call put stops at a transaction's flags: asking cost every half an encoder call)."""
+    from pymq.common.topic import RMQ_SYS_TRANS_HALF_TOPIC
+    from pymq.store.results import SingleSend
+
+    cluster = pymq_cluster
+    await topics.create_topic(cluster.namesrv_addr, "HalfT", brokers=[cluster.broker_addr])
+    await first_sends(cluster, "HalfT")
+    store = cluster.broker.store
+    asked: list[type] = []
+    real_put_now = store.put_now
+
+    def recording(request: object) -> object:
+        asked.append(type(request))
+        return real_put_now(request)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(store, "put_now", recording)
+    halves = [
+        frame(ext_for("HalfT", n % 4, props="TRAN_MSG\x01true\x02PGROUP\x01G\x02" + UNIQ.format(n),
+                      f="4"))
+        for n in range(6)
+    ]  # fmt: skip
+    buf, bounds = run_of(halves)
+    channel = InlineAnswers()
+    send = cluster.broker.send_processor
+    joined, left, stopped = send.send_run(channel, buf, bounds, 0, len(halves))  # type: ignore[arg-type]
+    assert (left, stopped, joined) == (len(halves), None, b"")
+    assert [a[0] for a in channel.frames] == [ResponseCode.SUCCESS] * len(halves)
+    assert SingleSend not in asked and len(asked) == len(halves)
+    kept = stored(cluster, RMQ_SYS_TRANS_HALF_TOPIC)
+    assert [(m[3]["REAL_TOPIC"], m[3]["REAL_QID"]) for m in kept] == [
+        ("HalfT", str(n % 4)) for n in range(6)
+    ]

@@ -588,6 +588,18 @@ JSON_HEADER_EDGES = [
     b'"x"',
     b"null",
     b'[{"code":1}]',
+    # Strings with escapes: the code points gathered on the stack for a short rest of header
+    # (512 bytes), on the heap past it; plain runs around escapes, DEL, a control character or
+    # UTF-8 after an escape, a string cut after its backslash.
+    b'{"code":1,"language":"JAVA","remark":"a\\u0001' + b"x" * 480 + b'"}',
+    b'{"code":1,"language":"JAVA","remark":"a\\u0001' + b"x" * 600 + b'\\n"}',
+    b'{"code":1,"language":"JAVA","extFields":{"k":"\\u0041' + b"y" * 520 + b'"}}',
+    b'{"code":1,"language":"JAVA","remark":"\\u0041\x7f\x7f~\\\\z"}',
+    b'{"code":1,"language":"JAVA","remark":"\\u0041ab\x1fc"}',
+    b'{"code":1,"language":"JAVA","remark":"\\u0041ab\xc3\xa9"}',
+    b'{"code":1,"language":"JAVA","remark":"ab\\',
+    b'{"code":1,"language":"JAVA","remark":"ab\\u00',
+    b'{"code":1,"language":"JAVA","x\x7f":"\x7f","remark":"q\\"\x7f"}',
 ]
 """Headers at the edges of json_header's plain subset."""
 

@@ -107,7 +107,10 @@ ODD_SENDS = st.sampled_from(
      frame(ext_for("T1"), remark="r"), frame(ext_for("T1", h="-1", j="3", k="true")),
      frame(ext_for("T1", h="5", j="3")), frame(ext_for("T1", m="true")),
      batch_frame("T1", _items(1), m="false"), frame({**ext_for("T1"), "topic": "T"}),
-     frame(ext_for("T1"), code=10), cpp_frame("T1", "", unitMode=False, batch=None)]
+     frame(ext_for("T1"), code=10), cpp_frame("T1", "", unitMode=False, batch=None),
+     # The group and default topic are read, not kept: escapes, odd bytes and empty text.
+     frame(ext_for("T1", a='G"q\\\x01/')), frame(ext_for("T1", c="TBW\u00e9")),
+     frame(ext_for("T1", a="", c="")), frame(ext_for("T1", a="\u00e9"))]
 )  # fmt: skip
 
 

@@ -29,6 +29,7 @@ from pymq.common.message_ext import (
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
     MessageExt,
+    MessageSysFlag,
     decode_properties,
 )
 from pymq.common.native import load_native
@@ -161,6 +162,7 @@ _SUCCESS = ResponseCode.SUCCESS
 _PUT_OK = PutMessageStatus.PUT_OK
 _send_response_json = SendMessageResponseHeader.ext_json
 _SYNC_MASTER = BrokerRole.SYNC_MASTER
+_TRANSACTION_FLAGS = MessageSysFlag.TRANSACTION_ROLLBACK_TYPE  # PREPARED's and ROLLBACK's bits
 _SERIALIZE_JSON = SerializeType.JSON
 _WAIT_KEY = PROPERTY_WAIT_STORE_MSG_OK + "\x01"
 _SEPARATED_WAIT_KEY = "\x02" + _WAIT_KEY
@@ -720,11 +722,15 @@ class SendProcessor:
                 result = store.put_now(msgs_or_refusal)
                 wait = msgs_or_refusal[0].properties.get(PROPERTY_WAIT_STORE_MSG_OK)
         else:
-            fast = store.put_now(_new(SingleSend, (
-                header.topic, queue_id, req.body, header.properties or "", header.flag,
-                self.ctx.broker_config.broker_cluster_name, header.sys_flag,
-                header.born_timestamp, self._born_host(channel), header.reconsume_times or 0,
-            )))  # fmt: skip
+            # A transaction's half or rollback (sys flag 0x4 or 0xC) is put as the message
+            # _single_message builds (the store's one-call put stops at it): built at once.
+            fast = None if header.sys_flag & _TRANSACTION_FLAGS else store.put_now(_new(
+                SingleSend, (
+                    header.topic, queue_id, req.body, header.properties or "", header.flag,
+                    self.ctx.broker_config.broker_cluster_name, header.sys_flag,
+                    header.born_timestamp, self._born_host(channel), header.reconsume_times or 0,
+                ),
+            ))  # fmt: skip
             if fast is not None:
                 result, wait = fast
             else:
@@ -991,8 +997,10 @@ class SendProcessor:
         returns their answers joined and the first frame send_raw leaves (to be decoded).
         Never raises."""
         if stop - first == 1:  # a frame alone (a sync sender's usual read): send_raw's
-            try:
-                answer = self.send_raw(channel, buf, bounds[2 * first], bounds[2 * first + 1])
+            end = bounds[2 * first + 1]
+            try:  # send_raw's two steps, here: a call fewer for each frame read alone
+                fields = _send_fields(buf, bounds[2 * first], end)
+                answer = None if fields is None else self._send_parsed(channel, buf, end, fields)
             except Exception:  # as Channel does: the usual path serves it
                 log.exception("raw handler failed; frame decoded instead")
                 return b"", first

@@ -334,7 +334,7 @@ class NamesrvProcessor:
         stop: int,
         check: AccessCheck | None = None,
     ) -> tuple[bytes, int, RemotingCommand | None]:
-        """The route lookups' run handler (RemotingServer.serve_run): the lookups leading
+        """The route lookups' run handler (Channel.raw_run_handler): the lookups leading
         frames ``first..stop-1`` of a run (``bounds``: their starts and ends) answered in the
         connection's reader, each as :meth:`route_answer_raw` answers it from its bytes, else
         decoded and answered by :meth:`get_route_info`.  Stops at the first other frame and

@@ -201,23 +201,26 @@ class Channel:
         budget: SharedBudget | None = None,
         admission: Admission | None = None,
         raw_run_handler: RawRunHandler | None = None,
+        inline_handler: InlineHandler | None = None,
         run_hooks: RunHooks | None = None,
     ) -> None:
         self.stream = stream
         # (begin, end) called around each run of frames served together (the broker defers
         # dispatch to the end of a run: see MessageStore.begin_run); None: no hooks.
         self.run_hooks = run_hooks
-        # The synchronous way in, offered each run of frames (unless fast failure is judging
-        # it): it serves the leading frames it can, in the reader, from their bytes or
-        # decoded (a server's RemotingServer.serve_run: raw answers, then the inline
-        # handlers), their answers joined in the order of the requests (or queued with
+        # The synchronous ways in, tried in the reader (see _serve_with_run_handler).  The
+        # run handler is offered each run of frames: it serves the leading frames it can,
+        # from their bytes or decoded (a server's route's ``run``: the sends, the route
+        # lookups), their answers joined in the order of the requests (or queued with
         # answer_frames in that order), and returns where it stopped, with that frame
-        # decoded if it decoded it.  That frame goes to a task of its own (or to the call
-        # it answers), then the handler is offered the rest.  When it raises (or stops
-        # outside the run), the rest of the run is decoded from where that call began, so
-        # it must change nothing a second serving would not; None: every frame is decoded
-        # and served by a task.
+        # decoded if it decoded it.  That frame goes to the inline handler (a server's
+        # dispatch_inline: its code's ``inline``), else to a task of its own (or to the
+        # call it answers); then the handler is offered the rest.  When it raises (or stops
+        # outside the run), the rest of the run is decoded and served from where that call
+        # began, so it must change nothing a second serving would not.  Neither: every
+        # frame is decoded and served by a task.
         self.raw_run_handler = raw_run_handler
+        self.inline_handler = inline_handler
         self.admission = admission
         self._timestamps = admission is not None and _enable_timestamps(stream)
         self._read_at = 0.0  # the admission clock when the last read returned
@@ -637,7 +640,7 @@ class Channel:
                         run.buf, run.bounds, run.first, run.stop, self._out
                     )
                 served = first_served < run.stop
-                if self.raw_run_handler is not None:
+                if self.raw_run_handler is not None or self.inline_handler is not None:
                     broken = self._serve_with_run_handler(run, first_served, shed, nursery)
                 else:
                     cmds, broken = self._decode_run(run, first_served, shed)
@@ -664,64 +667,63 @@ class Channel:
     def _serve_with_run_handler(
         self, run: Run, first: int, shed: Shedding | None, nursery: trio.Nursery
     ) -> ProtocolError | None:
-        """The run from frame ``first`` offered to the run handler; each frame it leaves is
-        decoded and dispatched, and the handler is offered the rest again (answers keep the
-        requests' order).  While fast failure judges the run, each frame after ``first``
-        (judged already) is judged first, and one it does not refuse is offered alone.  When
-        the handler fails, the rest of the run is decoded as usual.  The error of a frame that
-        does not decode, or None."""
+        """The run from frame ``first`` served in the reader where it can be: offered to the
+        run handler, which serves the leading frames it can; a frame it leaves is decoded
+        (unless it decoded it), given to the inline handler, and else dispatched (a response
+        to its call, a request to a task).  Then the handler is offered the rest again
+        (answers keep the requests' order).  While fast failure judges the run, each frame
+        after ``first`` (judged already) is judged first, and one it does not refuse is
+        offered alone.  When the handler fails (a bug there), the rest of the run is decoded
+        and served as usual from where that call began.  The error of a frame that does not
+        decode, or None."""
         buf, bounds, stop = run.buf, run.bounds, run.stop
+        handler, inline = self.raw_run_handler, self.inline_handler
         i = first
-        # After a frame the handler left (dispatched to a task here), the next is offered
-        # alone, the rest once the handler serves one: frames it leaves one after another
-        # (transactions' halves, say) are each read once or twice, not each time again up
-        # to the run's end (its run reader reads the leading sends before the store judges
-        # them).
-        alone = False
+        # After a frame the handler left, the next is offered alone, the rest once the
+        # handler serves one: frames it leaves one after another (transactions' halves,
+        # say) are each read once or twice, not each time again up to the run's end (the
+        # sends' run reader reads the leading sends before the store judges them).
+        alone = shed is not None
         while i < stop:
-            end = i + 1 if alone else stop
-            if shed is not None:
-                start = bounds[2 * i]
-                if i != first and shed.refuse(buf, start, bounds[2 * i + 1], i, self._out):
-                    i += 1
-                    continue
-                end = i + 1
-            left = self._raw_run(run, i, end)
-            if left is None:  # the handler failed: the frames are served one by one
-                cmds, broken = self._decode_run(run, i, shed)
-                self._dispatch(cmds, run.received, nursery)
-                return broken
-            i, cmd = left
-            if i >= end:
-                alone = False
+            if (
+                shed is not None
+                and i != first
+                and shed.refuse(buf, bounds[2 * i], bounds[2 * i + 1], i, self._out)
+            ):
+                i += 1
                 continue
+            cmd = None
+            if handler is not None:
+                end = i + 1 if alone else stop
+                try:
+                    joined, left, cmd = handler(self, buf, bounds, i, end)
+                    if not i <= left <= end or (cmd is not None and left == end):
+                        raise ValueError(f"stopped at frame {left} of {end}")
+                except Exception:  # the frames are served as usual, which it must allow
+                    log.exception("raw run handler failed; frames decoded instead")
+                    handler = cmd = None
+                else:
+                    if joined and not self.closed:
+                        self._out.append(joined)
+                    i = left
+                    if i >= end:  # it served every frame offered: the rest, next
+                        alone = shed is not None
+                        continue
             alone = True
             if cmd is None:
                 try:
                     cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
                 except ProtocolError as exc:
                     return exc
-            self._dispatch((cmd,), run.received, nursery)
+            if (
+                inline is None
+                or cmd.flag & RPC_TYPE_RESPONSE
+                or cmd.header_error is not None
+                or not self.serve_inline(inline, cmd)
+            ):
+                self._dispatch((cmd,), run.received, nursery)
             i += 1
         return None
-
-    def _raw_run(
-        self, run: Run, first: int, stop: int
-    ) -> tuple[int, RemotingCommand | None] | None:
-        """Offer frames ``first..stop-1`` of the run to the run handler: the frame it left and
-        that frame decoded if it decoded it (its answers queued), or None when it failed (a
-        bug there: the frames are then served one by one, which it must allow)."""
-        assert self.raw_run_handler is not None
-        try:
-            joined, left, cmd = self.raw_run_handler(self, run.buf, run.bounds, first, stop)
-            if not first <= left <= stop or (cmd is not None and left == stop):
-                raise ValueError(f"stopped at frame {left} of {stop}")
-        except Exception:
-            log.exception("raw run handler failed; frames served one by one")
-            return None
-        if joined and not self.closed:
-            self._out.append(joined)
-        return left, cmd
 
     def _decode_run(
         self, run: Run, start_at: int, shed: Shedding | None

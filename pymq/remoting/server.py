@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
+from typing import Protocol
 
 import attrs
 import trio
@@ -24,12 +26,12 @@ from pymq.remoting.channel import (
     Admission,
     Channel,
     InlineHandler,
+    RawRunHandler,
     RequestHandler,
     RunHooks,
 )
-from pymq.remoting.codec import RPC_TYPE_RESPONSE, RemotingCommand, decode_frame_at
+from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
-from pymq.remoting.errors import ProtocolError
 from pymq.remoting.headers import REQUEST_HEADERS, decode_request
 from pymq.remoting.limits import ConnectionLimits, SharedBudget
 from pymq.remoting.listener import ListeningServer
@@ -40,15 +42,23 @@ log = logging.getLogger(__name__)
 # The access check: (channel, request) -> None to serve it, or the answer refusing it.
 AccessCheck = Callable[[Channel, RemotingCommand], RemotingCommand | None]
 
+
 # A run handler: (channel, buffer, frame bounds, first, stop, the access check or None) ->
 # (the answers of frames first..i-1 joined, i, frame i decoded or None).  It serves, in the
 # connection's reader and from their bytes, the leading frames of a run that are requests of
 # its codes and need no wait, the access check applied to each when there is one; it stops at
 # the first frame it does not serve (any other code, or one that must wait).
-RunHandler = Callable[
-    [Channel, bytes, list[int], int, int, "AccessCheck | None"],
-    tuple[bytes, int, "RemotingCommand | None"],
-]
+class RunHandler(Protocol):
+    def __call__(
+        self,
+        channel: Channel,
+        buf: bytes,
+        bounds: list[int],
+        first: int,
+        stop: int,
+        /,
+        check: AccessCheck | None = None,
+    ) -> tuple[bytes, int, RemotingCommand | None]: ...
 
 
 @attrs.frozen
@@ -142,59 +152,13 @@ class RemotingServer(ListeningServer):
         self.routes = routes
         self._run_handler = runs[0] if runs else None
 
-    def serve_run(
-        self, channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
-    ) -> tuple[bytes, int, RemotingCommand | None]:
-        """The synchronous way in (``Channel.raw_run_handler``): frames ``first..stop-1`` of a
-        run served in the connection's reader while they can be: the leading ones by the run
-        handler (the access check, if any, passed to it), then a frame it leaves decoded and
-        given to its code's inline handler, if it has one and that answers now; then the run
-        handler is offered the rest.  Returns where it stopped (the frame a task must serve,
-        or the response to route), with that frame decoded; the answers are queued in the
-        requests' order as they are made."""
-        check = self.access_check
-        run = self._run_handler
-        inline = self._dispatch_inline_checked if check is not None else self.dispatch_inline
-        routes = self.routes
-        i = first
-        # After a frame the run handler left (served decoded here), it is offered the next
-        # frame alone, and the rest again once it serves one: a run where such frames come
-        # between others (transactions' halves and their ends, say) has each frame read at
-        # most twice, not every frame to the run's end again after each decoded one.
-        alone = False
-        while i < stop:
-            cmd = None
-            if run is not None:
-                limit = i + 1 if alone else stop
-                try:
-                    joined, left, cmd = run(channel, buf, bounds, i, limit, check)
-                    if not i <= left <= limit or (cmd is not None and left == limit):
-                        raise ValueError(f"stopped at frame {left} of {limit}")
-                except Exception:  # a bug there: the frames are decoded and served below
-                    log.exception("%s: the run handler failed; frames decoded", self.name)
-                    run, cmd = None, None
-                else:
-                    if joined:
-                        channel.answer_frames([joined])
-                    i = left
-                    if i >= stop:
-                        break
-                    if i == limit:  # it served the frame offered alone: the rest, next
-                        alone = False
-                        continue
-            alone = True
-            if cmd is None:
-                try:
-                    cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
-                except ProtocolError:  # the channel decodes it again and closes
-                    return b"", i, None
-            if cmd.flag & RPC_TYPE_RESPONSE or cmd.header_error is not None:
-                return b"", i, cmd
-            route = routes.get(cmd.code)
-            if route is None or route.inline is None or not channel.serve_inline(inline, cmd):
-                return b"", i, cmd
-            i += 1
-        return b"", i, None
+    def _channel_run_handler(self) -> RawRunHandler | None:
+        """The run handler a new connection offers its runs (``Channel.raw_run_handler``):
+        the routes' one, the access check (if any) passed to it."""
+        run, check = self._run_handler, self.access_check
+        if run is None or check is None:
+            return run  # its check defaults to None
+        return partial(run, check=check)
 
     def dispatch_inline(
         self, channel: Channel, request: RemotingCommand
@@ -258,7 +222,8 @@ class RemotingServer(ListeningServer):
                 limits=self.limits,
                 budget=self.budget,
                 admission=self.admission,
-                raw_run_handler=self.serve_run,
+                raw_run_handler=self._channel_run_handler(),
+                inline_handler=self._dispatch_inline_checked if checked else self.dispatch_inline,
                 run_hooks=self.run_hooks,
             )
         except Exception:  # e.g. the socket died before its peer address could be read

@@ -248,7 +248,6 @@ async def test_requests_refused_in_a_long_run_are_not_decoded(
     peek at their header, never decoded (here each is one the decoder would refuse outright)."""
     import pymq.broker.processors.send as send_module
     import pymq.remoting.channel as channel_module
-    import pymq.remoting.server as server_module
 
     cluster = pymq_cluster
     await topics.create_topic(cluster.namesrv_addr, "Known", brokers=[cluster.broker_addr])
@@ -261,7 +260,6 @@ async def test_requests_refused_in_a_long_run_are_not_decoded(
         return cmd
 
     monkeypatch.setattr(channel_module, "decode_frame_at", counting)
-    monkeypatch.setattr(server_module, "decode_frame_at", counting)  # the inline way in
     monkeypatch.setattr(send_module, "decode_frame_at", counting)  # send_run's decoded way
     use_clock(cluster, SteppingClock(0.5))  # every run after the read's first is stale
     frames = [send_request("Known", i) for i in range(1, 97)]

@@ -354,9 +354,15 @@ class BrokerController:
         table: dict[int, Route] = {
             # Sends are served in the reader from their bytes, a run at a time; a task only
             # for what must wait (auto-create, retry topics, SYNC_MASTER).
-            RequestCode.SEND_MESSAGE: Route(send.send_message, run=send.send_run),
-            RequestCode.SEND_MESSAGE_V2: Route(send.send_message, run=send.send_run),
-            RequestCode.SEND_BATCH_MESSAGE: Route(send.send_message, run=send.send_run),
+            RequestCode.SEND_MESSAGE: Route(
+                send.send_message, run=send.send_run, inline=send._serve_decoded
+            ),
+            RequestCode.SEND_MESSAGE_V2: Route(
+                send.send_message, run=send.send_run, inline=send._serve_decoded
+            ),
+            RequestCode.SEND_BATCH_MESSAGE: Route(
+                send.send_message, run=send.send_run, inline=send._serve_decoded
+            ),
             RequestCode.SEND_REPLY_MESSAGE: Route(self.reply_processor.send_reply_message),
             RequestCode.SEND_REPLY_MESSAGE_V2: Route(self.reply_processor.send_reply_message),
             RequestCode.CONSUMER_SEND_MSG_BACK: Route(send.consumer_send_msg_back),

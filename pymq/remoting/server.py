@@ -66,19 +66,16 @@ class Route:
     """How a server serves one request code: its row of the registration table.
 
     ``header`` is the class its header is decoded into (and validated) before a handler sees
-    it.  ``handler`` serves it in a task of its own.  At most one of the two synchronous ways
-    in, tried first in the connection's reader: ``run``, which serves runs of such frames from
-    their bytes (the sends, the route lookups), or ``inline``, which is given the request
-    decoded; either leaves to ``handler`` what must wait."""
+    it.  ``handler`` serves it in a task of its own.  The synchronous ways in, tried first in
+    the connection's reader (Channel.raw_run_handler): ``run``, which serves runs of such
+    frames from their bytes (the sends, the route lookups), and ``inline``, which is given a
+    frame ``run`` leaves (or, without one, the request) decoded; either leaves to ``handler``
+    what must wait."""
 
     handler: RequestHandler
     header: type | None = None
     inline: InlineHandler | None = None
     run: RunHandler | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if self.inline is not None and self.run is not None:
-            raise ValueError("a route has at most one synchronous handler: inline or run")
 
 
 class RemotingServer(ListeningServer):
@@ -189,9 +186,10 @@ class RemotingServer(ListeningServer):
         if route is None or route.inline is None:
             return None
         assert self.access_check is not None
-        refusal = self.access_check(channel, request)
-        if refusal is not None:
-            return refusal
+        if not request.access_checked:  # a run handler may have checked it
+            refusal = self.access_check(channel, request)
+            if refusal is not None:
+                return refusal
         decode_request(request, route.header)
         response = route.inline(channel, request)
         if response is None:

@@ -16,8 +16,8 @@ from pymq.broker.stats import BROKER_PUT_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
 from pymq.client import topics
 from pymq.common.topic import TIMER_TOPIC
 from pymq.embedded import Cluster
-from pymq.remoting.channel import ANSWER_LATER, Channel
-from pymq.remoting.codec import decode_frame
+from pymq.remoting.channel import ANSWER_LATER
+from pymq.remoting.codec import FrameDecoder, decode_frame
 from pymq.remoting.codes import ResponseCode
 from tests.helpers import send_tier_functions
 from tests.integration.test_send_raw import (
@@ -37,12 +37,6 @@ from tests.integration.test_send_raw import (
 )
 
 native_extension = send_tier_functions()
-
-
-class InlineAnswers(Answers):
-    """Answers, serving a decoded frame in the reader as Channel does."""
-
-    serve_inline = Channel.serve_inline
 
 
 def split(joined: bytes) -> list[bytes]:
@@ -78,6 +72,22 @@ async def as_channel(
         out = None if i == left else send.send_raw(channel, buf, bounds[2 * i], bounds[2 * i + 1])  # type: ignore[arg-type]
         answers.append(answer_of(out) if out else await usual(cluster, frames[i]))
     return answers, left
+
+
+async def one_write(cluster: Cluster, frames: list[bytes]) -> list[tuple]:
+    """The frames written to the broker in one write (served as a run, send_run first and
+    the frames it leaves by the sends' inline handler), their answers in the order read."""
+    _host, port = cluster.broker_addr.rsplit(":", 1)
+    answers: list[tuple] = []
+    decoder = FrameDecoder()
+    async with await trio.open_tcp_stream("127.0.0.1", int(port)) as stream:
+        await stream.send_all(b"".join(frames))
+        with trio.fail_after(10):
+            while len(answers) < len(frames):
+                data = await stream.receive_some(65536)
+                assert data, "the broker closed the connection"
+                answers += [answer_of(cmd) for cmd in decoder.feed(data)]
+    return answers
 
 
 async def one_by_one(cluster: Cluster, frames: list[bytes]) -> list[tuple]:
@@ -579,17 +589,19 @@ async def test_frames_left_to_the_general_path_are_read_once_each(
     cluster = pymq_cluster
     await topics.create_topic(cluster.namesrv_addr, "LeftT", brokers=[cluster.broker_addr])
     await first_sends(cluster, "LeftT")
-    reads: list[int] = []
+    reads: list[bytes] = []  # the frames read, by their bytes (each is unique)
     real, real_run = send_module._send_fields, send_module._send_run_fields
     assert real is not None and real_run is not None
 
     def counting(buf: bytes, start: int, end: int) -> tuple | None:
-        reads.append(start)
+        reads.append(bytes(buf[start:end]))
         return real(buf, start, end)
 
     def counting_run(buf: bytes, bounds: list[int], first: int, stop: int, *rest: object) -> tuple:
         i, fields = real_run(buf, bounds, first, stop, *rest)
-        reads.extend(bounds[2 * k] for k in range(first, min(i + 1, stop)))
+        reads.extend(
+            bytes(buf[bounds[2 * k] : bounds[2 * k + 1]]) for k in range(first, min(i + 1, stop))
+        )
         return i, fields
 
     monkeypatch.setattr(send_module, "_send_fields", counting)
@@ -600,12 +612,7 @@ async def test_frames_left_to_the_general_path_are_read_once_each(
         for n in range(64)
     ]
     plain = [frame(ext_for("LeftT", props=UNIQ.format(100 + n))) for n in range(3)]
-    buf, bounds = run_of(timers + plain)
-    channel = InlineAnswers()
-    send = cluster.broker.send_processor
-    joined, left, stopped = send.send_run(channel, buf, bounds, 0, len(timers) + 3)  # type: ignore[arg-type]
-    assert (left, stopped) == (67, None)
-    answers = channel.frames + [answer_of(f) for f in split(joined)]
+    answers = await one_write(cluster, timers + plain)
     assert [a[0] for a in answers] == [ResponseCode.SUCCESS] * 67
     await cluster.broker.store.reput.do_reput()
     assert cluster.broker.store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 64
@@ -639,12 +646,8 @@ async def test_a_transactions_halves_are_built_as_messages_without_a_one_call_tr
                       f="4"))
         for n in range(6)
     ]  # fmt: skip
-    buf, bounds = run_of(halves)
-    channel = InlineAnswers()
-    send = cluster.broker.send_processor
-    joined, left, stopped = send.send_run(channel, buf, bounds, 0, len(halves))  # type: ignore[arg-type]
-    assert (left, stopped, joined) == (len(halves), None, b"")
-    assert [a[0] for a in channel.frames] == [ResponseCode.SUCCESS] * len(halves)
+    answers = await one_write(cluster, halves)
+    assert [a[0] for a in answers] == [ResponseCode.SUCCESS] * len(halves)
     assert SingleSend not in asked and len(asked) == len(halves)
     kept = stored(cluster, RMQ_SYS_TRANS_HALF_TOPIC)
     assert [(m[3]["REAL_TOPIC"], m[3]["REAL_QID"]) for m in kept] == [

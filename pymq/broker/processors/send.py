@@ -649,7 +649,8 @@ class SendProcessor:
     def _serve_decoded(
         self, channel: Channel, req: RemotingCommand
     ) -> RemotingCommand | bytes | None:
-        """:meth:`send_run`'s way with a frame its readers leave (``req``, decoded): a message
+        """The sends' inline handler, given the frames :meth:`send_run` leaves (``req``,
+        decoded; their route's ``inline``): a message
         or a batch to a topic that exists, not as the master of a SYNC_MASTER pair, served in
         the connection's reader with no task.  With SYNC_FLUSH the answer is sent by the group
         commit once the bytes are on disk, in DLedger mode once a majority of the group has
@@ -896,58 +897,31 @@ class SendProcessor:
         stop: int,
         check: AccessCheck | None = None,
     ) -> tuple[bytes, int, RemotingCommand | None]:
-        """The sends' run handler (their route's ``run``, RemotingServer.serve_run): frames
-        ``first..stop-1`` of a run (``bounds``: their starts and ends) served in the
-        connection's reader while they are sends that need no wait.  Read from their bytes
-        (:meth:`_read_run`; with an access check, once decoded and checked:
-        :meth:`_read_checked`); the frames that way leaves are served decoded by
-        :meth:`_serve_decoded`.  Stops at the first other
-        frame, or a send that must wait (auto-create, retry topics, SYNC_MASTER): it returns
-        the answers not yet queued joined, where it stopped, and that frame decoded if it
-        was (answers keep the requests' order).  A frame it has put is answered here or by
-        the group commit, never served again."""
-        answers: list[bytes] = []
+        """The sends' run handler (their route's ``run``, Channel.raw_run_handler): the sends
+        leading frames ``first..stop-1`` of a run (``bounds``: their starts and ends) served
+        from their bytes in the connection's reader (:meth:`_read_run`; with an access check,
+        once decoded and checked: :meth:`_read_checked`).  Stops at the first other frame,
+        or a send those leave (a transaction's half, a timer message, one that must wait):
+        returns the answers joined, where it stopped, and that frame decoded if it was (a
+        frame the check refuses is answered here in its turn, and the reading goes on).  The
+        connection gives that frame to the route's inline handler (:meth:`_serve_decoded`)
+        or a task, then offers the rest here again (answers keep the requests' order).  A
+        frame it has put is answered here or by the group commit, never served again."""
+        if check is None:
+            joined, left = self._read_run(channel, buf, bounds, first, stop)
+            return joined, left, None
         i = first
-        decoded = False  # the frame before was served decoded
-        while i < stop:
-            cmd: RemotingCommand | None = None
-            refusal: RemotingCommand | None = None
-            # After a frame served decoded, the next is read alone (send_raw's read): frames
-            # the store leaves to the general path one after another (timer messages, say)
-            # are then read once each, not again from each to the run's end.
-            limit = i + 1 if decoded else stop
-            if check is None:
-                joined, i = self._read_run(channel, buf, bounds, i, limit)
-            else:
-                joined, i, cmd, refusal = self._read_checked(channel, buf, bounds, i, limit, check)
-            if joined:
-                answers.append(joined)
-            if i >= stop:
-                break
-            decoded = i < limit  # else its frames are served: the rest as a run again
-            if not decoded:
-                continue
-            if cmd is None:
-                try:
-                    cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
-                except ProtocolError:  # the channel decodes it again and closes
-                    return b"".join(answers), i, None
-            if not _is_send(cmd):
-                return b"".join(answers), i, cmd
-            if answers:  # queued before this one's answer
-                channel.answer_frames([b"".join(answers)])
-                answers.clear()
-            if check is not None and not cmd.access_checked and refusal is None:
-                refusal = _checked(check, channel, cmd)
-                cmd.access_checked = refusal is None  # checked once is enough
-            if refusal is not None:
-                channel.answer(cmd, refusal)
-                i += 1
-                continue
-            if not channel.serve_inline(self._serve_decoded, cmd):
-                return b"", i, cmd
+        while True:
+            joined, i, cmd, refusal = self._read_checked(channel, buf, bounds, i, stop, check)
+            if refusal is None:
+                return joined, i, cmd
+            assert cmd is not None
+            if joined:  # queued before the refusal
+                channel.answer_frames([joined])
+            channel.answer(cmd, refusal)  # refused here, in its turn; then the rest
             i += 1
-        return b"".join(answers), i, None
+            if i >= stop:
+                return b"", i, None
 
     def _read_checked(
         self,

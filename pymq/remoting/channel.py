@@ -588,7 +588,7 @@ class Channel:
         """Serve the queued frames, oldest first, in runs of up to SERVE_BATCH, decoding each
         as its turn comes; False when the connection must close.  Raises ProtocolError for a
         frame that does not decode (those before it are served)."""
-        state = self.state
+        state, admission = self.state, self.admission
         first = True
         served = False  # the last run served (decoded) something
         behind = False  # the last run waited long enough to read ahead
@@ -606,22 +606,17 @@ class Channel:
                     return False
             run = state.next_run(SERVE_BATCH)
             assert run is not None
-            shed, behind = self._judge(run, first)
+            shed = None
+            if admission is not None:  # Connection.judge of the run, its wait off the clock:
+                # the first run starts as the read ends; later ones read the clock again.
+                waited = (self._read_at if first else admission.clock()) - run.received
+                shed, behind = state.judge(run, waited, admission)
             first = False
             served = self._serve_run(run, shed, nursery)
         state.backlog = 0
         if self._decoder.broken is not None:
             raise self._decoder.broken
         return True
-
-    def _judge(self, run: Run, first: bool) -> tuple[Shedding | None, bool]:
-        """Connection.judge of the run, its wait read off the clock: the first run starts as
-        the read ends; later ones read the clock again."""
-        admission = self.admission
-        if admission is None:
-            return None, False
-        waited = (self._read_at if first else admission.clock()) - run.received
-        return self.state.judge(run, waited, admission)
 
     def _serve_run(self, run: Run, shed: Shedding | None, nursery: trio.Nursery) -> bool:
         """Serve one run of frames between the run hooks: refused by fast failure, answered

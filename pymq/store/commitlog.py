@@ -1091,6 +1091,9 @@ class CommitLog:
         mf.last_store_timestamp = now
         self._wrote_through_map(mf, total)
         queued = self.dispatch_hints
+        # A hint is a tuple subclass, which the interpreter subscripts by its generic path
+        # (~115 instructions an item): each field is read once, the topic and the result's
+        # fields from the (slotted) messages instead (7 subscripts a put before, 4 now).
         i = 0  # an index, not zip (see stored_entries); as long: all or nothing
         for hint in hints:
             msg = msgs[i]
@@ -1100,12 +1103,12 @@ class CommitLog:
             msg.commitlog_offset = hint[0]
             msg.store_timestamp = now
             msg.store_size = hint[1]
-            if len(queued) < DISPATCH_HINTS_MAX and hint[2] != SCHEDULE_TOPIC:
+            if len(queued) < DISPATCH_HINTS_MAX and msg.topic != SCHEDULE_TOPIC:
                 queued.append(hint)
-        first = hints[0]
+        first = msgs[0]
         return PutMessageResult(
-            PUT_OK, first[0], total, offset_msg_ids(self._msg_id_prefix, hints), now, first[4],
-            len(hints),
+            PUT_OK, first.commitlog_offset, total, offset_msg_ids(self._msg_id_prefix, hints),
+            now, first.queue_offset, len(hints),
         )  # fmt: skip
 
     def append_run(

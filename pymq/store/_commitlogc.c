@@ -196,22 +196,26 @@ static void find_names(const unsigned char *p, Py_ssize_t n, batch_prop slots[4]
     while (n > 0 && q <= stop) { /* memchr: the properties of a stored message are long */
         const unsigned char *end = memchr(q, 2, (size_t)(stop - q));
         if (end == NULL) end = stop;
-        const unsigned char *sep = memchr(q, 1, (size_t)(end - q));
-        Py_ssize_t len = sep != NULL ? sep - q : 0;
-        int j = -1; /* which name, by its length and bytes (no string calls per item) */
-        if (len == 4 && end > sep + 1) {
+        /* An item's name is what precedes its first \x01: TAGS (say) exactly when the item
+         * starts with "TAGS\x01".  One test of its first byte passes over most items (no
+         * search for their \x01). */
+        Py_ssize_t len = 0;
+        int j = -1;
+        if (end - q > 5 && (*q == 'T' || *q == 'K') && q[4] == 1) {
             if (!memcmp(q, "TAGS", 4)) j = 0;
             else if (!memcmp(q, "KEYS", 4)) j = 1;
-        } else if (len == 8 && end > sep + 1 && !memcmp(q, "UNIQ_KEY", 8)) {
+            len = 4;
+        } else if (end - q > 9 && *q == 'U' && q[8] == 1 && !memcmp(q, "UNIQ_KEY", 8)) {
             j = 2;
+            len = 8;
         }
-        if (j >= 0) {
-            slots[j] = (batch_prop){q, sep + 1, len, end - sep - 1};
+        if (j >= 0) { /* a value of at least a byte (end - q > len + 1 above) */
+            slots[j] = (batch_prop){q, q + len + 1, len, end - q - len - 1};
             found[j] = &slots[j];
         }
         q = end + 1;
     }
-    *names = (stored_names){found[0], found[1], found[2], found[3]};
+    *names = (stored_names){found[0], found[1], found[2], NULL};
 }
 
 /* Write at p (room bytes left) a stored message's record: its properties exactly as given

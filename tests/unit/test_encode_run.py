@@ -346,6 +346,40 @@ def test_stored_properties_are_written_exactly_as_given(encode: Callable[..., An
 
 
 @pytest.mark.parametrize(
+    "props",
+    [
+        b"TAGS\x01a\x02KEYS\x01k\x02UNIQ_KEY\x01u",
+        b"TAGSX\x01a\x02TAG\x01b\x02KEYSS\x01c\x02UNIQ_KEYS\x01d\x02UNIQ_KE\x01e",
+        b"TAGS\x01\x02KEYS\x01\x02UNIQ_KEY\x01\x02TAGS\x02KEYS\x02UNIQ_KEY",
+        b"TAGS\x01\x01x\x02KEYS\x01a\x01b\x02UNIQ_KEY\x01\x01",
+        b"\x01TAGS\x01a\x02\x02\x02TAGS\x01last\x02T\x02K\x02U\x02TAGS",
+        b"KEYS\x01x\x02TAGS\x01y\x02UNIQ_KEY\x01\xe2\x82\xac\x02T",
+        b"TAGS\x01t\x02",
+        b"tags\x01a\x02Keys\x01b\x02uNIQ_KEY\x01c\x02TAGS\x01\xc3\xa9",
+        b"U",
+        b"",
+    ],
+)
+def test_stored_hint_names_read_as_decode_properties(
+    encode: Callable[..., Any], props: bytes
+) -> None:
+    """A stored record's hint row has the TAGS, KEYS and UNIQ_KEY values decode_properties
+    reads from its properties: names that only start or end like them, items without a
+    value or a separator, values holding a separator, short items at the end, UTF-8 bytes
+    beyond ASCII; the last of a name wins."""
+    buf = bytearray(4096)
+    end, rows, waits, _, error = run_stored(encode, buf, [stored(props)], {})
+    assert error is None and waits == [None]
+    (msg,) = decode_records(bytes(buf[:end]))
+    want = msg.properties
+    assert (rows[0][5], rows[0][8], rows[0][9]) == (
+        want.get("TAGS"),
+        want.get("KEYS"),
+        want.get("UNIQ_KEY"),
+    )
+
+
+@pytest.mark.parametrize(
     ("born_ip", "store_ip", "flags"),
     [(BORN_IP, STORE_IP, 0), (V6_IP, STORE_IP, 0x10), (BORN_IP, V6_IP, 0x20), (V6_IP, V6_IP, 0x30)],
 )

@@ -186,9 +186,9 @@ static long long write_stored_record(unsigned char *p, long long room, const fas
     return size;
 }
 
-/* The TAGS, KEYS, UNIQ_KEY and WAIT items of properties p[0:n] as decode_properties reads them
- * (an item without a name or a value skipped, the last of a name kept), into slots, which
- * names points into. */
+/* The TAGS, KEYS and UNIQ_KEY items of properties p[0:n] (the hint row's; a stored run reports
+ * no WAIT) as decode_properties reads them (an item without a name or a value skipped, the last
+ * of a name kept), into slots, which names points into. */
 static void find_names(const unsigned char *p, Py_ssize_t n, batch_prop slots[4],
                        stored_names *names) {
     const batch_prop *found[4] = {NULL, NULL, NULL, NULL};
@@ -196,23 +196,26 @@ static void find_names(const unsigned char *p, Py_ssize_t n, batch_prop slots[4]
     while (n > 0 && q <= stop) { /* memchr: the properties of a stored message are long */
         const unsigned char *end = memchr(q, 2, (size_t)(stop - q));
         if (end == NULL) end = stop;
-        const unsigned char *sep = memchr(q, 1, (size_t)(end - q));
-        Py_ssize_t len = sep != NULL ? sep - q : 0;
-        int j = -1; /* which name, by its length and bytes (no string calls per item) */
-        if (len == 4 && end > sep + 1) {
+        /* An item's name is what precedes its first \x01: TAGS (say) exactly when the item
+         * starts with "TAGS\x01".  One test of its first byte passes over most items (no
+         * search for their \x01). */
+        Py_ssize_t len = 0;
+        int j = -1;
+        if (end - q > 5 && (*q == 'T' || *q == 'K') && q[4] == 1) {
             if (!memcmp(q, "TAGS", 4)) j = 0;
             else if (!memcmp(q, "KEYS", 4)) j = 1;
-            else if (!memcmp(q, "WAIT", 4)) j = 3;
-        } else if (len == 8 && end > sep + 1 && !memcmp(q, "UNIQ_KEY", 8)) {
+            len = 4;
+        } else if (end - q > 9 && *q == 'U' && q[8] == 1 && !memcmp(q, "UNIQ_KEY", 8)) {
             j = 2;
+            len = 8;
         }
-        if (j >= 0) {
-            slots[j] = (batch_prop){q, sep + 1, len, end - sep - 1};
+        if (j >= 0) { /* a value of at least a byte (end - q > len + 1 above) */
+            slots[j] = (batch_prop){q, q + len + 1, len, end - q - len - 1};
             found[j] = &slots[j];
         }
         q = end + 1;
     }
-    *names = (stored_names){found[0], found[1], found[2], found[3]};
+    *names = (stored_names){found[0], found[1], found[2], NULL};
 }
 
 /* Write at p (room bytes left) a stored message's record: its properties exactly as given
@@ -387,7 +390,8 @@ undo:
  * host, the host flags its born IP's and store_ip's lengths (4 or 16) imply in place of
  * sys_flag's, and the prepared transaction offset; cluster_b, born_ip, born_port and
  * max_body_properties are unused, the clock is read once (every record shares the first's
- * store time).  It is all or nothing: queue offsets reach queue_table once every entry is
+ * store time), and its WAIT values are None (its callers hold the messages' properties: no
+ * decode per put).  It is all or nothing: queue offsets reach queue_table once every entry is
  * written; a stop zeroes buf from pos and returns (pos, [], [], 0, None); an error is raised.
  * Any entry whose sys_flag has 0x4 (a prepared or rolled-back transaction message) takes queue
  * offset 0 and leaves queue_table as it is (RocketMQ's CommitLog).
@@ -603,9 +607,9 @@ static PyObject *py_encode_run(PyObject *self, PyObject *const *args, Py_ssize_t
                            PyBytes_GET_SIZE(props), slots, &names);
                 PyObject *row = hint_row(file_from + pos + prefix, size, topic, &fp, queue_offset,
                                          &names, hint_type);
-                if (row != NULL && (wait = item_value(names.wait)) != NULL &&
-                    PyList_Append(rows, row) == 0)
-                    end = pos + prefix + size;
+                /* No WAIT value: the message objects' callers read their own properties. */
+                wait = Py_NewRef(Py_None);
+                if (row != NULL && PyList_Append(rows, row) == 0) end = pos + prefix + size;
                 Py_XDECREF(row);
                 if (end < 0) {
                     Py_CLEAR(wait);

@@ -59,7 +59,8 @@ def encode_run(
     queue_table; (end, rows, waits, stamp, error).  Or a run of stored messages, all or
     nothing (each entry (topic, queue_id, body, properties bytes, flag, sys_flag,
     born_timestamp, reconsume_times, born_ip, born_port, prepared_transaction_offset): its
-    properties as given, IPv4 or IPv6 hosts, no queue offset when prepared or rolled back).
+    properties as given, IPv4 or IPv6 hosts, no queue offset when prepared or rolled back;
+    its waits None).
     With entry_header (first index, term): each record the body of a DLedger entry of its
     own, after its 48-byte header (DLedger mode's records).
     Twin: pymq.store.commitlog.encode_run_py."""

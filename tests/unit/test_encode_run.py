@@ -326,8 +326,9 @@ def run_stored(encode: Callable[..., Any], buf: Any, entries: list, table: dict,
 def test_stored_properties_are_written_exactly_as_given(encode: Callable[..., Any]) -> None:
     """What a send's entry would have rewritten or left to Python (WAIT=true, no CLUSTER,
     DELAY, TRAN_MSG, TIMER_, non-ASCII, a NUL, a name twice, over 32 items, an item without a
-    value) is stored byte for byte; the hint row reads TAGS, KEYS, UNIQ_KEY (and the WAIT
-    value) as decode_properties would, the last of a name winning."""
+    value) is stored byte for byte; the hint row reads TAGS, KEYS, UNIQ_KEY as
+    decode_properties would, the last of a name winning; a stored run reports no WAIT value
+    (None: its callers hold the properties), whatever its properties say."""
     props = (
         b"WAIT\x01true\x02DELAY\x013\x02TRAN_MSG\x01true\x02TIMER_DELAY_SEC\x019\x02"
         b"TAGS\x01t1\x02KEYS\x01k\xc3\xa9\x02UNIQ_KEY\x01U\x00K\x02TAGS\x01t2\x02empty\x01\x02"
@@ -335,13 +336,47 @@ def test_stored_properties_are_written_exactly_as_given(encode: Callable[..., An
     )
     buf = bytearray(4096)
     end, rows, waits, stamp, error = run_stored(encode, buf, [stored(props)], {})
-    assert error is None and stamp == 77 and waits == ["true"]
+    assert error is None and stamp == 77 and waits == [None]
     (msg,) = decode_records(bytes(buf[:end]))
     raw = bytes(buf[end - len(props) : end])
     assert raw == props and buf[end - len(props) - 2 : end - len(props)] == len(props).to_bytes(2)
     assert rows[0][5] == "t2" and rows[0][8] == "k\u00e9" and rows[0][9] == "U\x00K"
     assert msg.properties["TAGS"] == "t2" and "CLUSTER" not in msg.properties
     assert msg.reconsume_times == 2 and msg.born_timestamp == 5 and msg.store_timestamp == 77
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        b"TAGS\x01a\x02KEYS\x01k\x02UNIQ_KEY\x01u",
+        b"TAGSX\x01a\x02TAG\x01b\x02KEYSS\x01c\x02UNIQ_KEYS\x01d\x02UNIQ_KE\x01e",
+        b"TAGS\x01\x02KEYS\x01\x02UNIQ_KEY\x01\x02TAGS\x02KEYS\x02UNIQ_KEY",
+        b"TAGS\x01\x01x\x02KEYS\x01a\x01b\x02UNIQ_KEY\x01\x01",
+        b"\x01TAGS\x01a\x02\x02\x02TAGS\x01last\x02T\x02K\x02U\x02TAGS",
+        b"KEYS\x01x\x02TAGS\x01y\x02UNIQ_KEY\x01\xe2\x82\xac\x02T",
+        b"TAGS\x01t\x02",
+        b"tags\x01a\x02Keys\x01b\x02uNIQ_KEY\x01c\x02TAGS\x01\xc3\xa9",
+        b"U",
+        b"",
+    ],
+)
+def test_stored_hint_names_read_as_decode_properties(
+    encode: Callable[..., Any], props: bytes
+) -> None:
+    """A stored record's hint row has the TAGS, KEYS and UNIQ_KEY values decode_properties
+    reads from its properties: names that only start or end like them, items without a
+    value or a separator, values holding a separator, short items at the end, UTF-8 bytes
+    beyond ASCII; the last of a name wins."""
+    buf = bytearray(4096)
+    end, rows, waits, _, error = run_stored(encode, buf, [stored(props)], {})
+    assert error is None and waits == [None]
+    (msg,) = decode_records(bytes(buf[:end]))
+    want = msg.properties
+    assert (rows[0][5], rows[0][8], rows[0][9]) == (
+        want.get("TAGS"),
+        want.get("KEYS"),
+        want.get("UNIQ_KEY"),
+    )
 
 
 @pytest.mark.parametrize(

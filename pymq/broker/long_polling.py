@@ -15,6 +15,10 @@ import trio
 class PullRequestHoldService:
     def __init__(self, pinned: Iterable[str] = ()) -> None:
         self._events: dict[tuple[str, int], trio.Event] = {}
+        # One event per topic for waiters on any of its queues (a 5.x receive reads them all):
+        # set by an arrival in any queue of the topic, so such a waiter needs no event, and no
+        # task, per queue.
+        self._topic_events: dict[str, trio.Event] = {}
         # The topics with a queue that has an event (counted by queue), and the ``pinned`` ones
         # (counted once more, so never dropped): the arrivals anyone may wait for.  The broker
         # gives it to the store as its listener's topics, so reput calls the listener only for
@@ -28,6 +32,21 @@ class PullRequestHoldService:
             event = self._events[key] = trio.Event()
             self.topics[topic] = self.topics.get(topic, 0) + 1
         return event
+
+    def topic_waiter(self, topic: str) -> trio.Event:
+        """The event an arrival in any queue of ``topic`` sets (and replaces)."""
+        event = self._topic_events.get(topic)
+        if event is None:
+            event = self._topic_events[topic] = trio.Event()
+            self.topics[topic] = self.topics.get(topic, 0) + 1
+        return event
+
+    def release_topic(self, topic: str, event: trio.Event) -> None:
+        """:meth:`release` of a :meth:`topic_waiter` event."""
+        if self._topic_events.get(topic) is not event or event.statistics().tasks_waiting:
+            return
+        del self._topic_events[topic]
+        self._drop_topic(topic)
 
     def release(self, topic: str, queue_id: int, event: trio.Event) -> None:
         """A held pull stopped waiting on ``event`` without an arrival (its suspension ran out,
@@ -55,6 +74,10 @@ class PullRequestHoldService:
         store_timestamp: int = 0,
     ) -> None:
         event = self._events.pop((topic, queue_id), None)
+        if event is not None:
+            self._drop_topic(topic)
+            event.set()
+        event = self._topic_events.pop(topic, None)
         if event is not None:
             self._drop_topic(topic)
             event.set()

@@ -403,17 +403,17 @@ class PopService:
             deadline = self._next_deadline(group, topic)
             if deadline is not None:
                 wake_at = min(wake_at, trio.current_time() + max(0, deadline - now_ms()) / 1000)
-            events = [(q, hold.waiter(topic, q)) for q in queue_ids]
+            # An arrival in any queue of the topic, or a state change (an ack, a reset): one
+            # event each, whatever the number of queues.
+            arrival = hold.topic_waiter(topic)
             changed = self._changed
             try:
                 with trio.move_on_at(wake_at):
                     async with trio.open_nursery() as nursery:
-                        for _, event in events:
-                            nursery.start_soon(_wait_then_cancel, event, nursery.cancel_scope)
+                        nursery.start_soon(_wait_then_cancel, arrival, nursery.cancel_scope)
                         nursery.start_soon(_wait_then_cancel, changed, nursery.cancel_scope)
             finally:
-                for queue_id, event in events:
-                    hold.release(topic, queue_id, event)
+                hold.release_topic(topic, arrival)
 
     def _only_tags(
         self, group: str, topic: str, got: list[Received], wanted: set[str]

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from rocketmq.v5.client import ClientConfiguration, Credentials
 from rocketmq.v5.consumer import ConsumeResult, MessageListener, SimpleConsumer
 from rocketmq.v5.consumer import PushConsumer as PushConsumer5
@@ -121,6 +122,39 @@ async def test_one_receive_reads_every_queue_whichever_the_client_names(tmp_path
         first, second = await trio.to_thread.run_sync(with_consumer, port, "GS", "Spread", work)
         assert sorted(first) == bodies
         assert second == []
+
+
+def _tasks() -> int:
+    def count(task: trio.lowlevel.Task) -> int:
+        return 1 + sum(count(t) for n in task.child_nurseries for t in n.child_tasks)
+
+    return count(trio.lowlevel.current_root_task())
+
+
+async def test_a_waiting_receive_costs_no_task_per_queue(tmp_path) -> None:
+    """A receive long-polls every queue of the topic (up to 1,024) with one wait for an
+    arrival in any of them, not a task and an event per queue; an arrival in any queue ends
+    it."""
+    port = free_port()
+    async with await start(tmp_path, port) as cluster:
+        await cluster.broker.topic_config_manager.update(TopicConfig("Wide", 1024, 1024))
+        assert cluster.broker.grpc_service is not None
+        pop = cluster.broker.grpc_service.pop
+        before = _tasks()
+        got: list[Any] = []
+
+        async def receive() -> None:
+            got.extend(await pop.receive(
+                "GW", "Wide", list(range(1024)), batch=4, invisible_ms=60_000,
+                long_polling_ms=15_000, expression="*", max_attempts=17,
+            ))  # fmt: skip
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
+            assert _tasks() - before < 10
+            await produce_4x(cluster, "Wide", [b"w"])
+        assert [r.message.body for r in got] == [b"w"]
 
 
 @pytest.mark.slow

@@ -57,3 +57,26 @@ async def test_a_pull_that_stops_waiting_releases_its_queue() -> None:
     fresh = hold.waiter("C", 0)
     hold.release("C", 0, stale)  # an older event than the queue's: the queue's stays
     assert hold.topics["C"] == 1 and not fresh.is_set()
+
+
+def test_a_topic_waiter_is_set_by_an_arrival_in_any_queue_and_released_like_a_queues() -> None:
+    """The 5.x receive's wait (every queue of the topic): one event for the topic, counted in
+    ``topics`` as a queue's is, set and replaced by an arrival in any of its queues."""
+    hold = PullRequestHoldService()
+    any_queue = hold.topic_waiter("A")
+    assert hold.topic_waiter("A") is any_queue
+    q3 = hold.waiter("A", 3)
+    assert hold.topics == {"A": 2}
+    hold.notify_message_arriving("B", 0)
+    assert not any_queue.is_set()
+    hold.notify_message_arriving("A", 7)  # a queue nobody waits on by itself
+    assert any_queue.is_set() and not q3.is_set()
+    assert hold.topics == {"A": 1}
+    again = hold.topic_waiter("A")
+    assert again is not any_queue
+    hold.release_topic("A", any_queue)  # an older event: the topic's stays
+    assert hold.topics == {"A": 2}
+    hold.release_topic("A", again)  # nobody waits on it: dropped
+    assert hold.topics == {"A": 1}
+    hold.release("A", 3, q3)
+    assert hold.topics == {}

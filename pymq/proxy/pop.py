@@ -322,9 +322,22 @@ class PopService:
     ) -> list[Received]:
         out: list[Received] = []
         now = now_ms()
+        states = self.states
+        store = self.broker.store
+        committed = self.broker.consumer_offset_manager.query_offsets(group, topic)
         for queue_id in queue_ids:
             if len(out) >= want:
                 break
+            if (group, topic, queue_id) not in states:
+                # Nothing in flight and nothing past the group's offset (most queues of a
+                # wide topic, most of the time): passed over without a state, an offset
+                # commit or a look at who pulls it, a receive reading every queue.
+                end = store.get_max_offset_in_queue(topic, queue_id)
+                start = committed.get(queue_id, -1)
+                if start >= end or (
+                    start < 0 and store.get_min_offset_in_queue(topic, queue_id) >= end
+                ):
+                    continue
             if self._pulled(group, topic, queue_id):  # a 4.x member's: left to it
                 self._release(group, topic, queue_id)
                 continue

@@ -803,13 +803,20 @@ class DLedgerFileStore:
                 self._write_run(run)
             i += 1 + len(run)
 
-    def _write_run(self, run: list[DLedgerEntry], data: bytes | memoryview | None = None) -> None:
+    def _write_run(
+        self,
+        run: list[DLedgerEntry],
+        data: bytes | memoryview | None = None,
+        use_blank: bool = False,
+    ) -> None:
         """Write entries that follow each other in the last data file (checked by the
-        caller; ``data``: their encoding, when the caller has it): one pwrite for their data,
-        one for their index entries when they fit in the index file (else one each)."""
+        caller; ``data``: their encoding, when the caller has it; ``use_blank``: a full data
+        file may be closed with its blank first, for one entry placed by :meth:`next_pos`):
+        one pwrite for their data, one for their index entries when they fit in the index
+        file (else one each)."""
         if data is None:
             data = b"".join([e.encode() for e in run])
-        data_pos = self.data.append(data, False, self.first_data_offset)
+        data_pos = self.data.append(data, use_blank, self.first_data_offset)
         assert data_pos == run[0].pos
         index_data = b"".join([encode_index(e.pos, e.size, e.magic, e.index, e.term) for e in run])
         start = run[0].index * INDEX_UNIT_SIZE
@@ -853,31 +860,7 @@ class DLedgerFileStore:
         self.index.truncate(index_start)
 
     def _write(self, entry: DLedgerEntry) -> None:
-        data_pos = self.data.append(entry.encode(), True, self.first_data_offset)
-        assert data_pos == entry.pos
-        start = entry.index * INDEX_UNIT_SIZE
-        try:
-            index_pos = self.index.append(
-                encode_index(entry.pos, entry.size, entry.magic, entry.index, entry.term),
-                use_blank=False,
-                start_offset=start,
-            )
-            if index_pos != start:
-                raise DLedgerError(
-                    ResponseCode.DISK_ERROR, f"index entry of {entry.index} went to {index_pos}"
-                )
-        except BaseException:
-            self._undo_append(data_pos, start)
-            raise
-        self.ledger_end_index = entry.index
-        self.ledger_end_term = entry.term
-        if self.ledger_begin_index == -1:
-            self.ledger_begin_index = entry.index
-        recent = self._recent
-        recent[entry.index] = entry
-        self._recent_bytes += len(entry.body)
-        while self._recent_bytes > RECENT_BYTES or len(recent) > RECENT_ENTRIES:
-            self._recent_bytes -= len(recent.pop(next(iter(recent))).body)
+        self._write_run([entry], entry.encode(), use_blank=True)
 
     # -- reads ---------------------------------------------------------------------------------
 

@@ -96,7 +96,10 @@ async def test_send_that_waited_too_long_gets_timeout_clean_queue(pymq_cluster: 
     assert answer.code == ResponseCode.SYSTEM_BUSY == 2
     match = TIMEOUT_RE.match(answer.remark or "")
     assert match, answer.remark
-    assert match.groups() == ("250", "1")
+    # One step of the test's clock, plus the time the bytes sat in the socket's buffer (the
+    # kernel's receive timestamp, in real time: a millisecond or so on a busy machine).
+    waited, size = match.groups()
+    assert 250 <= int(waited) < 300 and size == "1", answer.remark
     # Refused before anything was done: no topic, nothing stored.
     assert pymq_cluster.broker.topic_config_manager.select("FreshTopic") is None
     assert pymq_cluster.broker.store.put_message_times_total == 0

@@ -29,6 +29,7 @@ the syncs are fast beside the broker's work and a group holds fewer messages tha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -47,6 +49,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import benchmark  # noqa: E402  (the publish and consume loops of scripts/benchmark.py)
 import trio  # noqa: E402
 
+from pymq.acl.rpc_hook import AclSigner  # noqa: E402
 from pymq.client.topics import create_topic, master_addresses  # noqa: E402
 from pymq.common.topic import RMQ_SYS_TRANS_OP_HALF_TOPIC  # noqa: E402
 from pymq.remoting import headers as H  # noqa: E402
@@ -190,22 +193,30 @@ async def run_scenario(
     if scenario == "transaction":
         return await run_transactions(args, proc, namesrv)
     await benchmark.publish(warm, namesrv, creds)
-    if scenario == "consume":
-        await benchmark.publish(load_args(args, topic, args.count), namesrv, creds)
+    # The window opens and closes on a dispatched store (each message in its consume queue), as
+    # the transaction scenario's does: the warm-up's records still in dispatch when the load
+    # began were counted against it, and the load's own left out.
+    async with queue_watch(namesrv, topic, admin) as queued:
+        await queued(args.warmup)
+        if scenario == "consume":
+            await benchmark.publish(load_args(args, topic, args.count), namesrv, creds)
+            await queued(args.warmup + args.count)
+            instrument(proc, True)
+            # The warm-up messages are consumed too: they are counted.
+            rate, _ = await benchmark.consume(warm, namesrv, args.count + args.warmup)
+            instrument(proc, False)
+            return args.count + args.warmup if rate > 0 else 0
+        if scenario in ("publish", "syncflush"):
+            load = load_args(args, topic, args.count)
+        elif scenario == "sync":
+            load = load_args(args, topic, args.count // 4, window=1, sync=True)
+        else:
+            load = load_args(args, topic, args.count * 4, batch=args.batch, window=args.window)
         instrument(proc, True)
-        # The warm-up messages are consumed too: they are counted.
-        rate, _ = await benchmark.consume(warm, namesrv, args.count + args.warmup)
+        _, _, failures = await benchmark.publish(load, namesrv, creds)
+        if not failures:
+            await queued(args.warmup + load.count)
         instrument(proc, False)
-        return args.count + args.warmup if rate > 0 else 0
-    if scenario in ("publish", "syncflush"):
-        load = load_args(args, topic, args.count)
-    elif scenario == "sync":
-        load = load_args(args, topic, args.count // 4, window=1, sync=True)
-    else:
-        load = load_args(args, topic, args.count * 4, batch=args.batch, window=args.window)
-    instrument(proc, True)
-    _, _, failures = await benchmark.publish(load, namesrv, creds)
-    instrument(proc, False)
     if failures:
         raise SystemExit(f"{failures} sends failed in scenario {scenario}")
     return load.count
@@ -252,6 +263,36 @@ async def ops_reached(namesrv: str, count: int) -> None:
                 if int(reply.ext_fields.get("offset", 0)) >= count:
                     return
                 await trio.sleep(0.2)
+
+
+@contextlib.asynccontextmanager
+async def queue_watch(
+    namesrv: str, topic: str, credentials: tuple[str, str] | None = None
+) -> AsyncIterator[Callable[[int], Awaitable[None]]]:
+    """A wait until ``topic``'s 8 consume queues hold a number of messages (each dispatched),
+    on a connection opened here, before the measured window: the waits inside it cost eight
+    GET_MAX_OFFSET requests when dispatch has caught up already."""
+    (master,) = await master_addresses(namesrv)
+    headers = [H.encode(H.TopicQueueHeader(topic, q)) for q in range(8)]
+    signer = AclSigner(*credentials) if credentials is not None else None
+    async with open_remoting_client(signer=signer) as client:
+
+        async def reached(count: int) -> None:
+            with trio.fail_after(600):
+                while True:
+                    total = 0
+                    for header in headers:
+                        reply = await client.invoke(
+                            master, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, header)
+                        )
+                        if reply.code != 0:
+                            raise SystemExit(f"GET_MAX_OFFSET refused: {reply.remark}")
+                        total += int(reply.ext_fields.get("offset", 0))
+                    if total >= count:
+                        return
+                    await trio.sleep(0.2)
+
+        yield reached
 
 
 def measure(scenario: str, args: argparse.Namespace) -> float:

@@ -40,7 +40,10 @@ What it does (the RFC's sections in brackets):
   WINDOW_UPDATE of zero or past 2**31-1 is an error;
 - RST_STREAM, PING (answered with its ACK), GOAWAY (an event), PRIORITY (ignored, its length
   checked), PUSH_PROMISE from a client (a PROTOCOL_ERROR), unknown frame types (ignored);
-- padding on DATA and HEADERS (6.1, 6.2), counted in flow control.
+- padding on DATA and HEADERS (6.1, 6.2), counted in flow control;
+- the peer's SETTINGS_HEADER_TABLE_SIZE bounds the encoder's table, which never holds more
+  than ``ENCODER_TABLE_SIZE`` bytes, and however many SETTINGS change it between two header
+  blocks the next one signals at most two size updates (RFC 7541 4.2).
 
 HPACK is the ``hpack`` package's (pymq.proxy.http2 passes its caching subclasses in).
 """
@@ -233,6 +236,9 @@ class H2Server:
 
     # Ids of streams this side reset, whose late frames are ignored (5.1, "closed").
     RESET_MEMORY = 1024
+    # The HPACK table the server's encoder keeps at most, whatever the peer's
+    # SETTINGS_HEADER_TABLE_SIZE allows (RFC 7541 4.2 lets the encoder use less).
+    ENCODER_TABLE_SIZE = 4096
 
     def __init__(
         self,
@@ -639,7 +645,7 @@ class H2Server:
     def _setting(self, key: int, value: int) -> bool:
         """Apply one of the peer's settings; True if it opened the send windows."""
         if key == HEADER_TABLE_SIZE:
-            self.encoder.header_table_size = value
+            self._encoder_table_size(value)
         elif key in (ENABLE_PUSH, ENABLE_CONNECT_PROTOCOL):
             if value > 1:
                 raise H2ConnectionError(ErrorCode.PROTOCOL_ERROR, f"setting {key} = {value}")
@@ -665,6 +671,20 @@ class H2Server:
             self.peer_max_frame_size = value
         # MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE, unknown ones: nothing to do here.
         return False
+
+    def _encoder_table_size(self, value: int) -> None:
+        """The peer's SETTINGS_HEADER_TABLE_SIZE: the encoder's table kept within it and
+        within ENCODER_TABLE_SIZE, and of the sizes set since the last block only the
+        smallest and the last signalled in the next one (RFC 7541 4.2), however many
+        SETTINGS came between (hpack would keep each, and signal none after setting one
+        twice)."""
+        encoder = self.encoder
+        encoder.header_table_size = min(value, self.ENCODER_TABLE_SIZE)
+        changes = encoder.table_size_changes
+        if len(changes) > 2:
+            smallest = min(changes)
+            changes[:] = [smallest, changes[-1]] if smallest < changes[-1] else [smallest]
+        encoder.header_table.resized = bool(changes)
 
     def _settings(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if sid:

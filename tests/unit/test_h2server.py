@@ -29,6 +29,7 @@ from pymq.proxy.h2server import (
     END_STREAM,
     FIELDS_KEPT,
     GOAWAY,
+    HEADER_TABLE_SIZE,
     HEADERS,
     INITIAL_WINDOW_SIZE,
     MAX_CONCURRENT_STREAMS,
@@ -497,6 +498,68 @@ def test_thousands_of_streams_opened_and_closed_leave_nothing_behind() -> None:
     assert peer.server.streams == {}
     assert len(peer.server._reset) <= H2Server.RESET_MEMORY
     peer.out()
+
+
+# -- HPACK state the peer drives -----------------------------------------------------------
+
+
+def _size_updates(block: bytes) -> list[int]:
+    """The dynamic table size updates a header block begins with (its rest must decode)."""
+    sizes = []
+    while block and block[0] & 0xE0 == 0x20:
+        size, used = hpack.hpack.decode_integer(block, 5)
+        sizes.append(size)
+        block = block[used:]
+    hpack.Decoder().decode(block)
+    return sizes
+
+
+def test_header_table_size_settings_flood_stays_two_updates() -> None:
+    # Each SETTINGS_HEADER_TABLE_SIZE change was kept by hpack until the next block, which
+    # signalled them all: a SETTINGS flood grew a list without end, then a block of megabytes.
+    peer = Peer()
+    peer.start()
+    toggles = b"".join(setting(HEADER_TABLE_SIZE, v) for v in (100, 4096, 0, 4096) * 682)
+    for _ in range(100):
+        peer.feed(frame(SETTINGS, 0, 0, toggles))
+    assert len(peer.server.encoder.table_size_changes) <= 2
+    peer.request(1)
+    peer.out()
+    peer.server.send_headers(1, [(":status", "200")])
+    [(ftype, _, _, block)] = peer.out()
+    assert ftype == HEADERS
+    assert _size_updates(block) == [0, 4096]  # the smallest, then the last (RFC 7541 4.2)
+    peer.decoder.decode(block)
+
+
+def test_a_table_size_set_twice_is_still_signalled() -> None:
+    # hpack forgot a pending size update when the same size was set again: the peer's decoder,
+    # told SETTINGS_HEADER_TABLE_SIZE 0, expects the update in the next block (7541 4.2).
+    peer = Peer()
+    peer.start(setting(HEADER_TABLE_SIZE, 0) + setting(HEADER_TABLE_SIZE, 0))
+    peer.request(1)
+    peer.server.send_headers(1, [(":status", "200"), ("grpc-message", "kept?")])
+    [(_, _, _, block)] = peer.out()
+    assert _size_updates(block) == [0]
+
+
+def test_the_encoders_table_stays_within_its_own_bound() -> None:
+    # A peer allowing a table of 4 GiB let the server's encoder keep every header it sent
+    # (a grpc-message naming the client's path: content the client chooses) for ever.
+    peer = Peer()
+    peer.start(setting(HEADER_TABLE_SIZE, 2**32 - 1))
+    decoder = hpack.Decoder()
+    decoder.max_allowed_table_size = 2**32 - 1
+    for k in range(200):
+        sid = 2 * k + 1
+        peer.request(sid, end=True)
+        message = f"Method not found: {k}" + "x" * 1000
+        headers = [(":status", "200"), ("grpc-message", message)]
+        peer.server.send_headers(sid, headers, end_stream=True)
+        [(_, _, _, block)] = [f for f in peer.out() if f[0] == HEADERS]
+        assert decoder.decode(block) == headers
+    held = sum(len(n) + len(v) + 32 for n, v in decoder.header_table.dynamic_entries)
+    assert held <= H2Server.ENCODER_TABLE_SIZE
 
 
 # -- flow control ----------------------------------------------------------------------------

@@ -41,6 +41,14 @@ What it does (the RFC's sections in brackets):
 - RST_STREAM, PING (answered with its ACK), GOAWAY (an event), PRIORITY (ignored, its length
   checked), PUSH_PROMISE from a client (a PROTOCOL_ERROR), unknown frame types (ignored);
 - padding on DATA and HEADERS (6.1, 6.2), counted in flow control;
+- floods (RFC 9113 10.5): streams the peer resets before the server ended them (its
+  RST_STREAM, or a stream error of its making) beyond ``RESET_BURST`` more than the streams the
+  server ended (the "rapid reset" of CVE-2023-44487), and more than ``EMPTY_FRAMES`` frames in a
+  row that carry nothing the server acts on (empty DATA or header-block fragments, PRIORITY,
+  extension frames, answers to nothing, late frames of closed streams: CVE-2019-9518, and the
+  endless CONTINUATION of CVE-2024-27316's class) close the connection (GOAWAY
+  ENHANCE_YOUR_CALM); PING and SETTINGS are answered, so a peer that floods them and does not
+  read stops being read (:mod:`pymq.proxy.http2` writes before it reads again);
 - the peer's SETTINGS_HEADER_TABLE_SIZE bounds the encoder's table, which never holds more
   than ``ENCODER_TABLE_SIZE`` bytes, and however many SETTINGS change it between two header
   blocks the next one signals at most two size updates (RFC 7541 4.2).
@@ -236,6 +244,15 @@ class H2Server:
 
     # Ids of streams this side reset, whose late frames are ignored (5.1, "closed").
     RESET_MEMORY = 1024
+    # Streams a peer may have reset before the server ended them (its RST_STREAM, or a stream
+    # error of its making), beyond one per stream the server ended: past it, GOAWAY
+    # ENHANCE_YOUR_CALM (the "rapid reset" of CVE-2023-44487 opens and resets streams without
+    # ever waiting for an answer, past SETTINGS_MAX_CONCURRENT_STREAMS).
+    RESET_BURST = 1000
+    # Frames in a row that carry nothing the server acts on (empty DATA or header-block
+    # fragments, PRIORITY, extension frames): past it, GOAWAY ENHANCE_YOUR_CALM
+    # (CVE-2019-9518, and the empty CONTINUATION floods of CVE-2024-27316's class).
+    EMPTY_FRAMES = 1000
     # The HPACK table the server's encoder keeps at most, whatever the peer's
     # SETTINGS_HEADER_TABLE_SIZE allows (RFC 7541 4.2 lets the encoder use less).
     ENCODER_TABLE_SIZE = 4096
@@ -274,6 +291,8 @@ class H2Server:
         # A header block in progress: its stream, its HEADERS flags, its bytes so far.
         self._block: tuple[int, int, bytearray] | None = None
         self._reset: dict[int, None] = {}  # ids of streams this side reset (insertion order)
+        self._reset_credit = self.RESET_BURST  # see RESET_BURST
+        self._empty_frames = 0  # see EMPTY_FRAMES
         self.closed = False  # GOAWAY sent: nothing more is read
         self._handlers: dict[int, Callable[[int, int, bytes, list[Event]], None]] = {
             DATA: self._data,
@@ -370,6 +389,8 @@ class H2Server:
 
     def _end_local(self, stream_id: int, stream: _Stream) -> None:
         stream.local_closed = True
+        if self._reset_credit < self.RESET_BURST:  # a stream served: one more reset allowed
+            self._reset_credit += 1
         if stream.remote_closed:
             del self.streams[stream_id]
 
@@ -445,6 +466,7 @@ class H2Server:
 
     def _stream_error(self, exc: _StreamError, events: list[Event]) -> None:
         sid = exc.stream_id
+        self._peer_reset()
         announced = self.streams.pop(sid, None) is not None
         self._out += frame(RST_STREAM, 0, sid, _U32.pack(exc.code))
         self._remember_reset(sid)
@@ -461,8 +483,10 @@ class H2Server:
             self._continuation(ftype, flags, sid, payload, events)
             return
         handler = self._handlers.get(ftype)
-        if handler is not None:  # other types: extensions, ignored (RFC 9113 5.5)
+        if handler is not None:
             handler(flags, sid, payload, events)
+        else:  # other types: extensions, ignored (RFC 9113 5.5)
+            self._empty()
 
     def _continuation(
         self, ftype: int, flags: int, sid: int, payload: bytes, events: list[Event]
@@ -472,6 +496,8 @@ class H2Server:
             raise H2ConnectionError(
                 ErrorCode.PROTOCOL_ERROR, "a header block interrupted by another frame"
             )
+        if not payload and not flags & END_HEADERS:
+            self._empty()
         block = self._block[2]
         block += payload
         if len(block) > self.max_block_size:
@@ -488,19 +514,41 @@ class H2Server:
             raise H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
         if not flags & ACK:
             self._out += frame(PING, ACK, 0, payload)
+        else:  # the server sends no PING: an answer to nothing
+            self._empty()
 
     def _rst_stream(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) != 4:
             raise H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "RST_STREAM of a wrong length")
         self._idle_check(sid, "RST_STREAM")
-        if self.streams.pop(sid, None) is not None:
-            events.append(StreamReset(sid, _U32.unpack(payload)[0], True))
+        stream = self.streams.pop(sid, None)
+        if stream is None:
+            self._empty()  # a closed stream's
+            return
+        if not stream.local_closed:  # reset before the server ended it
+            self._peer_reset()
+        events.append(StreamReset(sid, _U32.unpack(payload)[0], True))
+
+    def _peer_reset(self) -> None:
+        """A stream reset before the server ended it, by the peer or for its error."""
+        self._reset_credit -= 1
+        if self._reset_credit < 0:
+            raise H2ConnectionError(
+                ErrorCode.ENHANCE_YOUR_CALM, "too many streams reset before their answer"
+            )
+
+    def _empty(self) -> None:
+        """A frame that carries nothing the server acts on (see EMPTY_FRAMES)."""
+        self._empty_frames += 1
+        if self._empty_frames > self.EMPTY_FRAMES:
+            raise H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many empty frames")
 
     def _priority(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if not sid:
             raise H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
         if len(payload) != 5:
             raise H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "PRIORITY of a wrong length")
+        self._empty()
 
     def _goaway(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if sid:
@@ -542,12 +590,17 @@ class H2Server:
         stream = self.streams.get(sid)
         if stream is None or stream.remote_closed:
             if sid in self._reset:
-                return  # late frames of a stream this side reset
+                self._empty()  # late frames of a stream this side reset
+                return
             raise _StreamError(sid, ErrorCode.STREAM_CLOSED, "DATA on a closed stream")
         stream.recv_window -= size
         if stream.recv_window < 0:
             raise _StreamError(sid, ErrorCode.FLOW_CONTROL_ERROR, "DATA past the stream's window")
         ended = bool(flags & END_STREAM)
+        if data or ended:
+            self._empty_frames = 0
+        else:
+            self._empty()
         if ended:
             stream.remote_closed = True
             if stream.local_closed:
@@ -573,6 +626,8 @@ class H2Server:
         else:
             if len(fragment) > self.max_block_size:
                 raise H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "a header block too large")
+            if not fragment:
+                self._empty()
             self._block = (sid, flags, bytearray(fragment))
 
     def _header_block(self, sid: int, flags: int, block: bytes, events: list[Event]) -> None:
@@ -613,6 +668,7 @@ class H2Server:
         if type(headers) is str:
             raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, headers)
         self.streams[sid] = _Stream(self.peer_initial_window, self.initial_window_size, ended)
+        self._empty_frames = 0
         events.append(RequestReceived(sid, cast(dict[str, str], headers), ended))
 
     def _window_update(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
@@ -631,7 +687,8 @@ class H2Server:
             self._idle_check(sid, "WINDOW_UPDATE")
             stream = self.streams.get(sid)
             if stream is None:
-                return  # closed: a late update
+                self._empty()  # closed: a late update
+                return
             if not increment:
                 raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
             stream.send_window += increment
@@ -692,6 +749,8 @@ class H2Server:
         if flags & ACK:
             if payload:
                 raise H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "a SETTINGS ACK with a body")
+            if self.settings_acked:  # the server sent one SETTINGS
+                self._empty()
             self.settings_acked = True
             return
         if len(payload) % 6:

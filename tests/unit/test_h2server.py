@@ -500,6 +500,108 @@ def test_thousands_of_streams_opened_and_closed_leave_nothing_behind() -> None:
     peer.out()
 
 
+# -- floods: work or state a peer forces without end -----------------------------------------
+
+
+def test_rapid_reset_loses_the_connection() -> None:
+    # CVE-2023-44487: HEADERS then RST_STREAM, again and again, never waiting for an answer
+    # (and never past SETTINGS_MAX_CONCURRENT_STREAMS).  The server may take a burst of them.
+    peer = Peer()
+    peer.start()
+    sid = 1
+    for _ in range(H2Server.RESET_BURST):
+        events = peer.request(sid) + peer.feed(frame(RST_STREAM, 0, sid, u32(ErrorCode.CANCEL)))
+        assert [type(e) for e in events] == [RequestReceived, StreamReset]
+        sid += 2
+    peer.request(sid)
+    code = peer.error(frame(RST_STREAM, 0, sid, u32(ErrorCode.CANCEL)))
+    assert code == ErrorCode.ENHANCE_YOUR_CALM
+
+
+def test_streams_reset_for_the_peers_errors_count_as_its_resets() -> None:
+    # A stream error of the peer's making (here a malformed request) is a reset too.
+    peer = Peer()
+    peer.start()
+    bad = [*REQUEST[:2], ("connection", "close"), *REQUEST[2:]]
+    for k in range(H2Server.RESET_BURST):
+        [event] = peer.request(2 * k + 1, headers=bad)
+        assert isinstance(event, StreamReset) and event.code == ErrorCode.PROTOCOL_ERROR
+    block = peer.block(bad)
+    code = peer.error(frame(HEADERS, END_HEADERS, 2 * H2Server.RESET_BURST + 1, block))
+    assert code == ErrorCode.ENHANCE_YOUR_CALM
+
+
+def test_a_client_that_cancels_some_calls_keeps_its_connection() -> None:
+    # Each stream the server ends allows one more reset: a client whose calls are answered may
+    # cancel as many others, however long it runs.
+    peer = Peer()
+    peer.start()
+    for k in range(10 * H2Server.RESET_BURST):
+        answered, cancelled = 4 * k + 1, 4 * k + 3
+        peer.request(answered, end=True)
+        peer.request(cancelled)
+        peer.server.send_headers(answered, [(":status", "200")], end_stream=True)
+        peer.feed(frame(RST_STREAM, 0, cancelled, u32(ErrorCode.CANCEL)))
+        # A reset of a stream the server already ended costs nothing either.
+        peer.feed(frame(RST_STREAM, 0, answered, u32(ErrorCode.CANCEL)))
+    assert not peer.server.closed and peer.server.streams == {}
+    assert not [f for f in peer.out() if f[0] == GOAWAY]
+
+
+def _open(peer: Peer) -> None:
+    peer.request(1)
+
+
+def _in_block(peer: Peer) -> None:
+    peer.feed(frame(HEADERS, 0, 1, peer.block()[:2]))
+
+
+# Frames that carry nothing the server acts on, and what comes before them.
+EMPTY = {
+    "DATA": (_open, frame(DATA, 0, 1)),
+    "padding-only DATA": (_open, frame(DATA, PADDED, 1, b"\x03abc")),
+    "CONTINUATION": (_in_block, frame(CONTINUATION, 0, 1)),
+    "PRIORITY": (None, frame(PRIORITY, 0, 3, b"\x00\x00\x00\x01\x10")),
+    "unknown type": (None, frame(0x42, 0, 0, b"")),
+    "PING ACK": (None, frame(PING, ACK, 0, b"12345678")),
+    "SETTINGS ACK": (None, frame(SETTINGS, ACK, 0)),
+    "late WINDOW_UPDATE": (_open, frame(WINDOW_UPDATE, 0, 1, u32(1))),
+    "late RST_STREAM": (_open, frame(RST_STREAM, 0, 1, u32(0))),
+    "DATA after a reset": (_open, frame(DATA, 0, 1, b"x")),
+}
+
+
+@pytest.mark.parametrize("name", list(EMPTY))
+def test_floods_of_empty_frames_lose_the_connection(name: str) -> None:
+    # CVE-2019-9518 (empty frames), CVE-2024-27316's class (CONTINUATION without END_HEADERS,
+    # here empty: the block never grows to its size limit), CVE-2019-9516's no-op frames.
+    before, flood = EMPTY[name]
+    peer = Peer()
+    peer.start()
+    if before is not None:
+        before(peer)
+    if name.startswith("late"):
+        peer.server.send_headers(1, [(":status", "200")], end_stream=True)
+        peer.feed(frame(DATA, END_STREAM, 1, b"x"))  # the stream closes
+    elif name.endswith("reset"):
+        peer.server.reset_stream(1)
+    peer.out()
+    peer.feed(flood * H2Server.EMPTY_FRAMES)  # a few are nothing wrong
+    assert not peer.server.closed
+    assert peer.error(flood) == ErrorCode.ENHANCE_YOUR_CALM
+
+
+def test_frames_that_carry_something_reset_the_empty_count() -> None:
+    peer = Peer()
+    peer.start()
+    peer.request(1)
+    for k in range(10):
+        peer.feed(frame(DATA, 0, 1) * (H2Server.EMPTY_FRAMES - 1) + frame(DATA, 0, 1, b"x"))
+        peer.feed(frame(PRIORITY, 0, 1, b"\x00\x00\x00\x00\x10") * (H2Server.EMPTY_FRAMES - 1))
+        peer.request(2 * k + 3, end=True)  # a new stream
+    assert not peer.server.closed
+
+
 # -- HPACK state the peer drives -----------------------------------------------------------
 
 

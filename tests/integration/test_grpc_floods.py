@@ -9,11 +9,15 @@ import contextlib
 import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import hpack
 import pytest
 import trio
+from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
+from pymq.common.topic import TopicConfig
+from pymq.embedded import Cluster, open_cluster
 from pymq.proxy.h2server import (
     ACK,
     CONTINUATION,
@@ -23,14 +27,19 @@ from pymq.proxy.h2server import (
     GOAWAY,
     HEADER_TABLE_SIZE,
     HEADERS,
+    PING,
     PREFACE,
     RST_STREAM,
     SETTINGS,
+    WINDOW_UPDATE,
     ErrorCode,
     H2Server,
     frame,
 )
 from pymq.proxy.http2 import Call, GrpcLimits, GrpcServer
+from pymq.proxy.service import MAX_ACK_ENTRIES, SEND_YIELD_EVERY
+from pymq.testing import TEST_PROPERTIES
+from tests.helpers import free_port
 
 SERVICE = "/test.Floods/"
 
@@ -55,13 +64,13 @@ class Wire:
         await wire.send(PREFACE + frame(SETTINGS, 0, 0) + frame(SETTINGS, ACK, 0))
         return wire
 
-    def headers(self, path: str) -> bytes:
+    def headers(self, path: str, service: str = SERVICE) -> bytes:
         return bytes(
             self.encoder.encode(
                 [
                     (":method", "POST"),
                     (":scheme", "http"),
-                    (":path", SERVICE + path),
+                    (":path", service + path),
                     (":authority", "127.0.0.1"),
                     ("content-type", "application/grpc"),
                     ("te", "trailers"),
@@ -97,6 +106,15 @@ class Wire:
                 return None
             self._in += data
 
+    async def ping(self) -> None:
+        """A PING, and its ACK read (so the server has taken in every frame before it)."""
+        await self.send(frame(PING, 0, 0, b"pingpong"))
+        with trio.fail_after(10):
+            while (got := await self.frame()) is not None:
+                if got[0] == PING and got[1] & ACK and got[3] == b"pingpong":
+                    return
+        raise AssertionError("the connection closed before the PING's ACK")
+
     async def goaway(self) -> int:
         """The error code of the GOAWAY the server sends, once it has closed the socket."""
         codes = []
@@ -109,45 +127,74 @@ class Wire:
 
     async def call(self, sid: int, path: str, body: bytes) -> dict[str, str]:
         """A unary call; its response headers and trailers, merged."""
-        await self.send(
-            frame(HEADERS, END_HEADERS, sid, self.headers(path))
-            + frame(DATA, END_STREAM, sid, message(body))
-        )
+        return (await self.exchange(sid, path, body))[0]
+
+    async def exchange(
+        self, sid: int, path: str, body: bytes, *, service: str = SERVICE
+    ) -> tuple[dict[str, str], bytes]:
+        """A unary call (its message in DATA frames of 16 KiB, the flow-control windows the
+        server grants taken as granted); its response's headers and trailers, merged, and its
+        message."""
+        data = message(body)
+        request = frame(HEADERS, END_HEADERS, sid, self.headers(path, service))
+        for at in range(0, len(data), 16384):
+            last = at + 16384 >= len(data)
+            request += frame(DATA, END_STREAM if last else 0, sid, data[at : at + 16384])
         fields: dict[str, str] = {}
-        with trio.fail_after(10):
-            while True:
-                got = await self.frame()
-                assert got is not None, "the connection closed before the call ended"
-                ftype, flags, stream, payload = got
-                if ftype == HEADERS and stream == sid:
-                    fields.update(self.fields(payload))
-                    if flags & END_STREAM:
-                        return fields
+        answer = b""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.send, request)
+            with trio.fail_after(20):
+                while True:
+                    got = await self.frame()
+                    assert got is not None, "the connection closed before the call ended"
+                    ftype, flags, stream, payload = got
+                    if ftype == DATA and stream == sid:
+                        answer += payload
+                        if payload:  # read: the window handed back
+                            grant = struct.pack(">L", len(payload))
+                            await self.send(
+                                frame(WINDOW_UPDATE, 0, 0, grant)
+                                + frame(WINDOW_UPDATE, 0, sid, grant)
+                            )
+                    if ftype == HEADERS and stream == sid:
+                        fields.update(self.fields(payload))
+                        if flags & END_STREAM:
+                            break
+        return fields, answer[5:]
 
 
 @asynccontextmanager
-async def serving() -> AsyncIterator[tuple[GrpcServer, dict[str, int]]]:
-    """A gRPC server of two methods: Wait (reads its request, then waits until cancelled) and
-    Echo; ``counts`` tells how many Wait calls began."""
-    counts = {"waits": 0}
+async def serving() -> AsyncIterator[tuple[GrpcServer, dict[str, int], trio.Event]]:
+    """A gRPC server of three methods: Wait (reads its request, then waits until cancelled),
+    Echo, and One (a unary call that answers once the event yielded is set); ``counts``
+    tells how many Wait and One calls began."""
+    counts = {"waits": 0, "ones": 0}
+    release = trio.Event()
 
     async def wait(call: Call) -> None:
         await call.receive()
         counts["waits"] += 1
         await trio.sleep_forever()
 
+    async def one(call: Call) -> None:  # a unary method that takes its time (a long poll)
+        request = await call.receive(last=True)
+        counts["ones"] += 1
+        await release.wait()
+        await call.send(request or b"", last=True)
+
     async def echo(call: Call) -> None:
         await call.send(await call.receive() or b"", last=True)
 
     grpc = GrpcServer(
-        {SERVICE + "Wait": wait, SERVICE + "Echo": echo},
+        {SERVICE + "Wait": wait, SERVICE + "Echo": echo, SERVICE + "One": one},
         host="127.0.0.1",
         port=0,
         limits=GrpcLimits(max_concurrent_streams=10),
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(grpc.run)
-        yield grpc, counts
+        yield grpc, counts, release
         nursery.cancel_scope.cancel()
 
 
@@ -161,7 +208,7 @@ async def still_served(grpc: GrpcServer) -> None:
 async def test_rapid_reset_loses_its_connection_and_its_calls_are_counted_back() -> None:
     """CVE-2023-44487: calls opened and reset in a loop, never past the concurrency limit,
     each one's reset in the read after its request (so many of them are begun, and wait)."""
-    async with serving() as (grpc, counts):
+    async with serving() as (grpc, counts, _):
         wire = await Wire.open(grpc.port)
         sid = 1
         previous = b""
@@ -190,7 +237,7 @@ async def test_rapid_reset_loses_its_connection_and_its_calls_are_counted_back()
 async def test_a_flood_of_empty_frames_loses_its_connection(kind: str) -> None:
     """CVE-2024-27316's class (a header block that never ends, here with empty CONTINUATION
     frames: it never grows to its size limit) and CVE-2019-9518 (empty DATA frames)."""
-    async with serving() as (grpc, _):
+    async with serving() as (grpc, _, _):
         wire = await Wire.open(grpc.port)
         block = wire.headers("Wait")
         if kind == "CONTINUATION":
@@ -211,7 +258,7 @@ async def test_a_flood_of_empty_frames_loses_its_connection(kind: str) -> None:
 async def test_a_settings_flood_on_the_table_size_costs_nothing() -> None:
     """SETTINGS_HEADER_TABLE_SIZE changed thousands of times (and 4 GiB allowed): the next
     response's header block is small and decodes, the connection goes on."""
-    async with serving() as (grpc, _):
+    async with serving() as (grpc, _, _):
         wire = await Wire.open(grpc.port)
         wire.decoder.max_allowed_table_size = 2**32 - 1
         sizes = b"".join(struct.pack(">HL", HEADER_TABLE_SIZE, v) for v in (0, 2**32 - 1) * 1365)
@@ -234,3 +281,90 @@ async def test_a_settings_flood_on_the_table_size_costs_nothing() -> None:
         fields = await wire.call(3, "Echo", b"hi")
         assert fields["grpc-status"] == "0"
         await wire.stream.aclose()
+
+
+# -- requests whose repeated fields are many: the broker's 5.x service ----------------------
+
+MESSAGING = "/apache.rocketmq.v2.MessagingService/"
+
+
+@pytest.fixture
+async def cluster(tmp_path: Any) -> AsyncIterator[Cluster]:
+    props = dict(TEST_PROPERTIES, grpcServerPort=str(free_port()))
+    async with open_cluster(
+        str(tmp_path), namesrv_port=0, broker_port=0, bind_address="127.0.0.1", properties=props
+    ) as cluster:
+        await cluster.broker.topic_config_manager.update(TopicConfig("Many", 2, 2))
+        yield cluster
+
+
+def grpc_port(cluster: Cluster) -> int:
+    assert cluster.broker.grpc_server is not None
+    return cluster.broker.grpc_server.port
+
+
+async def test_an_ack_of_a_million_entries_is_refused_at_once(cluster: Cluster) -> None:
+    """4 MiB of empty AckMessageEntry (two bytes each): each was looked up, and answered with
+    a result, in one step of the loop (13 s here, every other client waiting) and an answer of
+    tens of megabytes; now refused BAD_REQUEST past MAX_ACK_ENTRIES, before any is looked at."""
+    wire = await Wire.open(grpc_port(cluster))
+    request = service_pb2.AckMessageRequest()
+    request.group.name = "G"
+    request.topic.name = "Many"
+    empty_entries = b"\x1a\x00"
+    fields, answer = await wire.exchange(
+        1,
+        "AckMessage",
+        request.SerializeToString() + empty_entries * 2_000_000,
+        service=MESSAGING,
+    )
+    assert fields["grpc-status"] == "0"
+    response = service_pb2.AckMessageResponse.FromString(answer)
+    assert response.status.code == definition_pb2.Code.BAD_REQUEST
+    assert "too many entries" in response.status.message and not response.entries
+    # As many as allowed: each looked at (none is a valid handle).
+    fields, answer = await wire.exchange(
+        3,
+        "AckMessage",
+        request.SerializeToString() + empty_entries * MAX_ACK_ENTRIES,
+        service=MESSAGING,
+    )
+    response = service_pb2.AckMessageResponse.FromString(answer)
+    assert response.status.code == definition_pb2.Code.INVALID_RECEIPT_HANDLE
+    assert len(response.entries) == MAX_ACK_ENTRIES
+    await wire.stream.aclose()
+
+
+async def test_a_batch_of_many_messages_lets_the_loop_serve_others(cluster: Cluster) -> None:
+    """A SendMessage of 20,000 tiny messages (each a put) held the loop until the last was
+    stored; now it yields every SEND_YIELD_EVERY messages: a task of the same loop sees the
+    store between the batch's first put and its last."""
+    store = cluster.broker.store
+    one = definition_pb2.Message(body=b"x")
+    one.topic.name = "Many"
+    one.system_properties.message_id = "01"
+    count = 20_000
+    request = service_pb2.SendMessageRequest(messages=[one] * count)
+    begin = store.max_phy_offset
+    seen: set[int] = set()
+
+    async def watch() -> None:
+        while True:
+            seen.add(store.max_phy_offset)
+            await trio.sleep(0)
+
+    wire = await Wire.open(grpc_port(cluster))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        fields, answer = await wire.exchange(
+            1, "SendMessage", request.SerializeToString(), service=MESSAGING
+        )
+        nursery.cancel_scope.cancel()
+    assert fields["grpc-status"] == "0"
+    response = service_pb2.SendMessageResponse.FromString(answer)
+    assert response.status.code == definition_pb2.Code.OK
+    assert len(response.entries) == count
+    end = store.max_phy_offset
+    during = {offset for offset in seen if begin < offset < end}
+    assert len(during) >= count // SEND_YIELD_EVERY // 2
+    await wire.stream.aclose()

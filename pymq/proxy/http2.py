@@ -32,6 +32,8 @@ Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
   (the remoting servers' :class:`~pymq.remoting.limits.SharedBudget`): past the cap a call that
   is still receiving fails with ``RESOURCE_EXHAUSTED``;
 - messages queued on a streaming call and not yet read by its handler: ``max_queued_messages``;
+- a unary or server-streaming call's request: one message (:meth:`Call.receive`'s ``last``);
+  what the client sends after it is dropped as it arrives, not held until the call ends;
 - a request's header block: ``max_header_list_size`` (SETTINGS_MAX_HEADER_LIST_SIZE, counted
   as HPACK counts it) decoded, ``4 * max_header_list_size + 1024`` bytes compressed; past
   either the connection is closed (GOAWAY ENHANCE_YOUR_CALM: its HPACK state is lost);
@@ -159,6 +161,9 @@ class Call:
         # (most calls find their request whole and never do).
         self._arrived: trio.Event | None = None
         self.ended = False  # the client half-closed (END_STREAM)
+        # The handler took the call's one request message (receive's ``last``): whatever
+        # more the client sends is not held (see _take_data).
+        self.taken = False
         self.reset = False  # the stream was reset (by either side)
         self.headers_sent = False
         self.failure: GrpcError | None = None  # a framing error found by the reader
@@ -183,6 +188,9 @@ class Call:
     def _take_data(self, data: bytes, limits: GrpcLimits, budget: SharedBudget) -> None:
         """Frame ``data`` into messages; a framing problem is kept in :attr:`failure`."""
         if self.failure is not None or self.reset:
+            return
+        if self.taken:  # a unary request's second message: never read, so not held
+            self.failure = GrpcError(INTERNAL, "too many request messages")
             return
         if budget.partial_frames_over:
             self.failure = GrpcError(
@@ -255,8 +263,11 @@ class Call:
 
     # -- the handler's side --------------------------------------------------------------
 
-    async def receive(self, *, timeout: float | None = None) -> bytes | None:
-        """The next request message, or None once the client ended its side.
+    async def receive(self, *, timeout: float | None = None, last: bool = False) -> bytes | None:
+        """The next request message, or None once the client ended its side.  ``last``: the
+        call's one request message (a unary or server-streaming method's): one more already
+        here is an error, and what the client sends after it is dropped, not held until the
+        call ends (a long poll holds it 20 s), and fails the call's next receive if any.
 
         Raises :class:`GrpcError` for a framing problem, a message begun and not finished
         within the receive timeout, or (with ``timeout``) none arriving within it."""
@@ -267,6 +278,12 @@ class Call:
             if self._inbox:
                 message = self._inbox.popleft()
                 self._count(-len(message), self._conn.budget)
+                if last:
+                    self.taken = True
+                    if self._inbox or self._partial:
+                        self._drop(self._conn.budget)
+                        self.failure = GrpcError(INTERNAL, "too many request messages")
+                        raise self.failure
                 return message
             if self.ended or self.reset:
                 if self._partial:

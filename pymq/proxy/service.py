@@ -208,7 +208,7 @@ def _unary(
     name = request_type.DESCRIPTOR.name
 
     async def handler(call: Call) -> None:
-        data = await call.receive(timeout=limits.receive_timeout)
+        data = await call.receive(timeout=limits.receive_timeout, last=True)
         if data is None:
             raise GrpcError(INVALID_ARGUMENT, f"the call ended without a {name}")
         try:
@@ -939,7 +939,7 @@ class MessagingService:
     async def receive_message(self, call: Call) -> None:
         """ReceiveMessage (server streaming): the messages, or MESSAGE_NOT_FOUND once the long
         polling time passed without one."""
-        data = await call.receive(timeout=self.limits.receive_timeout)
+        data = await call.receive(timeout=self.limits.receive_timeout, last=True)
         if data is None:
             raise GrpcError(INVALID_ARGUMENT, "the call ended without a ReceiveMessageRequest")
         try:
@@ -1173,7 +1173,7 @@ class MessagingService:
         """PullMessage (server streaming): messages of one queue from an offset, then the next
         offset; MESSAGE_NOT_FOUND after the long polling time when there are none, and
         ILLEGAL_OFFSET (with the offset to use) for one outside the queue."""
-        data = await call.receive(timeout=self.limits.receive_timeout)
+        data = await call.receive(timeout=self.limits.receive_timeout, last=True)
         if data is None:
             raise GrpcError(INVALID_ARGUMENT, "the call ended without a PullMessageRequest")
         try:

@@ -283,6 +283,72 @@ async def test_a_settings_flood_on_the_table_size_costs_nothing() -> None:
         await wire.stream.aclose()
 
 
+# -- a unary call's request messages past its one ----------------------------------------
+
+
+def split(sid: int, data: bytes, end: bool = False) -> bytes:
+    """``data`` in DATA frames of 16 KiB (the last one ending the stream if ``end``)."""
+    out = b""
+    for at in range(0, len(data), 16384):
+        last = end and at + 16384 >= len(data)
+        out += frame(DATA, END_STREAM if last else 0, sid, data[at : at + 16384])
+    return out
+
+
+async def test_messages_past_a_unary_calls_one_are_not_held() -> None:
+    """A unary call's handler reads one message; what the client sends after it was queued
+    (up to max_queued_messages of max_message_size each: 64 MiB a call, counted in the budget
+    every connection shares) until the call ended, 20 s for a long poll.  Now it is dropped
+    as it arrives, and the call is answered as served."""
+    async with serving() as (grpc, counts, release):
+        wire = await Wire.open(grpc.port)
+        await wire.send(
+            frame(HEADERS, END_HEADERS, 1, wire.headers("One")) + frame(DATA, 0, 1, message(b"a"))
+        )
+        with trio.fail_after(10):
+            while not counts["ones"]:
+                await trio.sleep(0.01)
+        for _ in range(3):
+            await wire.send(split(1, message(b"x" * 1_000_000)))
+        await wire.ping()  # every DATA frame before it taken in
+        assert grpc.budget.partial_frame_total == 0
+        release.set()
+        await wire.send(frame(DATA, END_STREAM, 1))
+        fields: dict[str, str] = {}
+        answer = b""
+        with trio.fail_after(10):
+            while "grpc-status" not in fields:
+                got = await wire.frame()
+                assert got is not None
+                if got[0] == HEADERS:
+                    fields.update(wire.fields(got[3]))
+                elif got[0] == DATA:
+                    answer += got[3]
+        assert fields["grpc-status"] == "0" and answer == message(b"a")
+        await still_served(grpc)
+
+
+async def test_two_messages_to_a_unary_call_fail_it() -> None:
+    """As grpc-java's unary calls: a second request message already there when the handler
+    reads the first fails the call INTERNAL (and releases both)."""
+    async with serving() as (grpc, counts, _):
+        wire = await Wire.open(grpc.port)
+        await wire.send(
+            frame(HEADERS, END_HEADERS, 1, wire.headers("One"))
+            + frame(DATA, END_STREAM, 1, message(b"a") + message(b"b"))
+        )
+        fields: dict[str, str] = {}
+        with trio.fail_after(10):
+            while "grpc-status" not in fields:
+                got = await wire.frame()
+                assert got is not None
+                if got[0] == HEADERS:
+                    fields.update(wire.fields(got[3]))
+        assert fields["grpc-status"] == "13"  # INTERNAL
+        assert "too many request messages" in fields["grpc-message"]
+        assert counts["ones"] == 0 and grpc.budget.partial_frame_total == 0
+
+
 # -- requests whose repeated fields are many: the broker's 5.x service ----------------------
 
 MESSAGING = "/apache.rocketmq.v2.MessagingService/"

@@ -28,7 +28,7 @@ What it does (the RFC's sections in brackets):
   WINDOW_UPDATE or RST_STREAM on an idle stream is a PROTOCOL_ERROR; frames on a stream the
   server reset are ignored (the last ``RESET_MEMORY`` such ids are remembered), DATA or HEADERS
   on another closed or half-closed (remote) stream resets it STREAM_CLOSED; trailers (a second
-  HEADERS) must end the stream;
+  HEADERS) must end the stream and hold no pseudo-header (8.1);
 - SETTINGS_MAX_CONCURRENT_STREAMS enforced at once: a HEADERS past it resets its stream
   REFUSED_STREAM while the peer has not acknowledged the server's SETTINGS (it may not know the
   limit yet), and closes the connection (PROTOCOL_ERROR) after (5.1.2, 5.4.1);
@@ -39,7 +39,8 @@ What it does (the RFC's sections in brackets):
   two send windows allows (:meth:`H2Server.send_data` returns what it took), and a peer's
   WINDOW_UPDATE of zero or past 2**31-1 is an error;
 - RST_STREAM, PING (answered with its ACK), GOAWAY (an event), PRIORITY (ignored, its length
-  checked), PUSH_PROMISE from a client (a PROTOCOL_ERROR), unknown frame types (ignored);
+  checked; a stream that depends on itself, there or in HEADERS, is reset PROTOCOL_ERROR),
+  PUSH_PROMISE from a client (a PROTOCOL_ERROR), unknown frame types (ignored);
 - padding on DATA and HEADERS (6.1, 6.2), counted in flow control;
 - floods (RFC 9113 10.5): streams the peer resets before the server ended them (its
   RST_STREAM, or a stream error of its making) beyond ``RESET_BURST`` more than the streams the
@@ -237,6 +238,10 @@ class _Stream:
 
 
 _WINDOW_OPENED = WindowOpened()
+
+# Not a frame flag (those are a byte): a HEADERS frame whose priority names its own stream
+# (RFC 9113 5.3.1), kept with the block's flags until the block is decoded.
+_SELF_DEPENDENT = 0x100
 
 
 class H2Server:
@@ -548,6 +553,8 @@ class H2Server:
             raise H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
         if len(payload) != 5:
             raise H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "PRIORITY of a wrong length")
+        if _U32.unpack_from(payload)[0] & 0x7FFFFFFF == sid:
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "a stream depends on itself")
         self._empty()
 
     def _goaway(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
@@ -620,6 +627,8 @@ class H2Server:
         if flags & PRIORITY_FLAG:
             if len(fragment) < 5:
                 raise H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "HEADERS priority too short")
+            if _U32.unpack_from(fragment)[0] & 0x7FFFFFFF == sid:
+                flags |= _SELF_DEPENDENT  # a stream error once its block is decoded
             fragment = fragment[5:]
         if flags & END_HEADERS:
             self._header_block(sid, flags, fragment, events)
@@ -640,15 +649,8 @@ class H2Server:
             raise H2ConnectionError(ErrorCode.COMPRESSION_ERROR, str(exc)) from None
         ended = bool(flags & END_STREAM)
         stream = self.streams.get(sid)
-        if stream is not None:  # trailers: they must end the stream
-            if stream.remote_closed:
-                raise _StreamError(sid, ErrorCode.STREAM_CLOSED, "HEADERS on a closed stream")
-            if not ended:
-                raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "trailers without END_STREAM")
-            stream.remote_closed = True
-            if stream.local_closed:
-                del self.streams[sid]
-            events.append(DataReceived(sid, b"", True))
+        if stream is not None:
+            self._trailers(sid, stream, flags, fields, events)
             return
         if not sid & 1:
             raise H2ConnectionError(ErrorCode.PROTOCOL_ERROR, f"a client's stream {sid} is even")
@@ -664,12 +666,36 @@ class H2Server:
                     f"more than the {self.max_concurrent_streams} concurrent streams allowed",
                 )
             raise _StreamError(sid, ErrorCode.REFUSED_STREAM, "too many concurrent streams")
+        if flags & _SELF_DEPENDENT:
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "a stream depends on itself")
         headers = request_headers(fields)
         if type(headers) is str:
             raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, headers)
         self.streams[sid] = _Stream(self.peer_initial_window, self.initial_window_size, ended)
         self._empty_frames = 0
         events.append(RequestReceived(sid, cast(dict[str, str], headers), ended))
+
+    def _trailers(
+        self,
+        sid: int,
+        stream: _Stream,
+        flags: int,
+        fields: list[tuple[bytes, bytes]],
+        events: list[Event],
+    ) -> None:
+        """A second header block on a stream: trailers, which must end it (8.1)."""
+        if stream.remote_closed:
+            raise _StreamError(sid, ErrorCode.STREAM_CLOSED, "HEADERS on a closed stream")
+        if not flags & END_STREAM:
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "trailers without END_STREAM")
+        if flags & _SELF_DEPENDENT:
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "a stream depends on itself")
+        if any(name[:1] == b":" for name, _ in fields):
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "a pseudo-header in trailers")
+        stream.remote_closed = True
+        if stream.local_closed:
+            del self.streams[sid]
+        events.append(DataReceived(sid, b"", True))
 
     def _window_update(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) != 4:

@@ -255,7 +255,7 @@ def test_headers_with_priority_and_padding_and_priority_frames() -> None:
     [event] = peer.feed(frame(HEADERS, END_HEADERS | PADDED | PRIORITY_FLAG, 1, payload))
     assert event.headers == dict(REQUEST)
     assert peer.feed(frame(PRIORITY, 0, 3, b"\x00\x00\x00\x01\x10")) == []  # an idle stream
-    assert peer.feed(frame(PRIORITY, 0, 1, b"\x00\x00\x00\x01\x10")) == []
+    assert peer.feed(frame(PRIORITY, 0, 1, b"\x00\x00\x00\x03\x10")) == []
     [event] = peer.request(3)  # PRIORITY opened nothing
     assert event.stream_id == 3
 
@@ -465,6 +465,42 @@ def test_the_server_resets_a_stream_and_ignores_its_late_frames() -> None:
     assert peer.resets() == {1: ErrorCode.NO_ERROR}
     assert peer.feed(frame(DATA, 0, 1, b"x" * 100) + frame(WINDOW_UPDATE, 0, 1, u32(5))) == []
     assert peer.out() == []
+
+
+def test_a_stream_that_depends_on_itself_is_reset() -> None:
+    # RFC 9113 5.3.1: a stream error PROTOCOL_ERROR, in HEADERS (its block still decoded: the
+    # HPACK table follows the peer's) or in PRIORITY; the connection goes on.
+    peer = Peer()
+    peer.start()
+    block = peer.block([*REQUEST, ("x-new", "indexed")])  # adds to the dynamic table
+    [event] = peer.feed(frame(HEADERS, END_HEADERS | PRIORITY_FLAG, 1, u32(1) + b"\x10" + block))
+    assert isinstance(event, StreamReset) and event.code == ErrorCode.PROTOCOL_ERROR
+    assert not event.announced and peer.resets() == {1: ErrorCode.PROTOCOL_ERROR}
+    [event] = peer.feed(frame(PRIORITY, 0, 5, u32(5) + b"\x10"))
+    assert isinstance(event, StreamReset) and peer.resets() == {5: ErrorCode.PROTOCOL_ERROR}
+    # Split over CONTINUATION too; and a dependency on another stream is fine.
+    block = peer.block([*REQUEST, ("x-new", "indexed")])
+    head = frame(HEADERS, PRIORITY_FLAG, 7, u32(0x80000007) + b"\x10" + block[:2])
+    [event] = peer.feed(head + frame(CONTINUATION, END_HEADERS, 7, block[2:]))
+    assert isinstance(event, StreamReset) and event.code == ErrorCode.PROTOCOL_ERROR
+    [event] = peer.feed(
+        frame(HEADERS, END_HEADERS | PRIORITY_FLAG, 9, u32(1) + b"\x10" + peer.block())
+    )
+    assert isinstance(event, RequestReceived) and event.headers["x-mq-client-id"] == "c1"
+    assert peer.feed(frame(PRIORITY, 0, 9, u32(7) + b"\x10")) == []
+
+
+def test_trailers_with_a_pseudo_header_reset_the_stream() -> None:
+    # RFC 9113 8.1: trailers hold no pseudo-header: malformed, a stream error.
+    peer = Peer()
+    peer.start()
+    peer.request(1)
+    [event] = peer.feed(frame(HEADERS, END_HEADERS | END_STREAM, 1, peer.block([(":path", "/x")])))
+    assert isinstance(event, StreamReset) and event.announced
+    assert peer.resets() == {1: ErrorCode.PROTOCOL_ERROR}
+    peer.request(3)
+    [event] = peer.feed(frame(HEADERS, END_HEADERS | END_STREAM, 3, peer.block([("x-t", "1")])))
+    assert isinstance(event, DataReceived) and event.ended
 
 
 # -- max concurrent streams -----------------------------------------------------------------

@@ -51,7 +51,9 @@ holds at most one response per call, then loses its connection.  Malformed HTTP/
 connection (GOAWAY with the error's code) or, where the error is one stream's (a malformed
 request header block, RFC 9113 8.1.1), resets that stream; a malformed message fails that call
 only.  Compressed
-messages (``grpc-encoding``) are refused with ``UNIMPLEMENTED``: the 5.x clients send none.
+messages (``grpc-encoding``) are refused with ``UNIMPLEMENTED``: the 5.x clients send none; a
+message flagged compressed in a call without ``grpc-encoding`` fails it ``INTERNAL`` (as
+grpc-java and grpc-go answer it).
 """
 
 from __future__ import annotations
@@ -218,8 +220,8 @@ class Call:
         self._count(len(data), budget)
         while len(self._partial) >= _PREFIX.size:
             compressed, length = _PREFIX.unpack_from(self._partial)
-            if compressed:
-                self.failure = GrpcError(UNIMPLEMENTED, "compressed messages are not supported")
+            if compressed:  # no grpc-encoding (any other is refused): INTERNAL, as grpc-java
+                self.failure = GrpcError(INTERNAL, "a compressed message without grpc-encoding")
                 break
             if length > limits.max_message_size:
                 self.failure = GrpcError(

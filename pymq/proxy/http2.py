@@ -531,13 +531,8 @@ class _Connection:
         path = headers.get(":path", "")
         content_type = headers.get("content-type", "")
         if headers.get(":method") != "POST" or not content_type.startswith("application/grpc"):
-            self.h2.send_headers(
-                sid,
-                [(":status", "415" if headers.get(":method") == "POST" else "405")],
-                end_stream=True,
-            )
-            if not event.ended:
-                self.h2.reset_stream(sid, ErrorCode.NO_ERROR)
+            http_status = "415" if headers.get(":method") == "POST" else "405"
+            self._answer_now(sid, [(":status", http_status)], event.ended)
             return
         encoding = headers.get("grpc-encoding", "identity")
         handler = self.server.handlers.get(path)
@@ -547,9 +542,7 @@ class _Connection:
                 if handler is None
                 else (UNIMPLEMENTED, f"grpc-encoding {encoding} is not supported")
             )
-            self.h2.send_headers(sid, _trailers_only(status, text), end_stream=True)
-            if not event.ended:  # as _finish: the client need not send the rest
-                self.h2.reset_stream(sid, ErrorCode.NO_ERROR)
+            self._answer_now(sid, _trailers_only(status, text), event.ended)
             self.server.stats.record(path, status, 0.0)
             return
         if self.server.open_calls >= self.limits.max_calls:
@@ -563,6 +556,16 @@ class _Connection:
         if event.ended:
             call._end()
         self._starting.append((handler, call))
+
+    def _answer_now(self, sid: int, headers: list[tuple[str, str]], ended: bool) -> None:
+        """A request answered in its response headers alone, before its handler (there is
+        none): and the rest of it refused, as _finish does.  Nothing if a later frame of the
+        same read closed the stream (the client reset it: its events come after this one)."""
+        if sid not in self.h2.streams:
+            return
+        self.h2.send_headers(sid, headers, end_stream=True)
+        if not ended:  # the client need not send the rest
+            self.h2.reset_stream(sid, ErrorCode.NO_ERROR)
 
     async def _serve_call(self, handler: Handler, call: Call) -> None:
         begin = self.now()

@@ -283,6 +283,38 @@ async def test_a_settings_flood_on_the_table_size_costs_nothing() -> None:
         await wire.stream.aclose()
 
 
+# -- a request answered at once, reset in the same read ----------------------------------
+
+
+@pytest.mark.parametrize("kind", ["unknown method", "not gRPC"])
+async def test_a_request_reset_in_the_same_read_as_its_answer_costs_nothing(kind: str) -> None:
+    """A request the server answers at once, without a handler (an unknown method, or not
+    gRPC at all), and its RST_STREAM in the same read: the answer was written to the stream the
+    reset had closed, StreamClosedError ended the connection (logged as a failure, with its
+    traceback: one per connection a client cares to open).  Now nothing is written to it."""
+    async with serving() as (grpc, _, _):
+        wire = await Wire.open(grpc.port)
+        if kind == "unknown method":
+            block = wire.headers("NoSuchMethod")
+        else:
+            block = bytes(
+                wire.encoder.encode(
+                    [
+                        (":method", "POST"),
+                        (":scheme", "http"),
+                        (":path", "/"),
+                        (":authority", "127.0.0.1"),
+                        ("content-type", "text/plain"),
+                    ]
+                )
+            )
+        reset = struct.pack(">L", ErrorCode.CANCEL)
+        await wire.send(frame(HEADERS, END_HEADERS, 1, block) + frame(RST_STREAM, 0, 1, reset))
+        fields = await wire.call(3, "Echo", b"hi")  # the same connection
+        assert fields["grpc-status"] == "0"
+        await wire.stream.aclose()
+
+
 # -- a unary call's request messages past its one ----------------------------------------
 
 

@@ -596,8 +596,9 @@ class H2Server:
         data = self._unpad(flags, payload)
         stream = self.streams.get(sid)
         if stream is None or stream.remote_closed:
-            if sid in self._reset:
-                self._empty()  # late frames of a stream this side reset
+            if sid in self._reset:  # late frames of a stream this side reset
+                if not data:  # (bytes may still be in flight: as many frames as they take)
+                    self._empty()
                 return
             raise _StreamError(sid, ErrorCode.STREAM_CLOSED, "DATA on a closed stream")
         stream.recv_window -= size

@@ -603,7 +603,7 @@ EMPTY = {
     "SETTINGS ACK": (None, frame(SETTINGS, ACK, 0)),
     "late WINDOW_UPDATE": (_open, frame(WINDOW_UPDATE, 0, 1, u32(1))),
     "late RST_STREAM": (_open, frame(RST_STREAM, 0, 1, u32(0))),
-    "DATA after a reset": (_open, frame(DATA, 0, 1, b"x")),
+    "DATA after a reset": (_open, frame(DATA, 0, 1)),
 }
 
 
@@ -630,11 +630,17 @@ def test_floods_of_empty_frames_lose_the_connection(name: str) -> None:
 def test_frames_that_carry_something_reset_the_empty_count() -> None:
     peer = Peer()
     peer.start()
+    # The bytes of a request the server reset, still in flight in small frames: not empty.
     peer.request(1)
+    peer.server.reset_stream(1)
+    for _ in range(4):
+        peer.feed(frame(DATA, 0, 1, b"x" * 10) * H2Server.EMPTY_FRAMES)
+    assert not peer.server.closed
+    peer.request(3)
     for k in range(10):
-        peer.feed(frame(DATA, 0, 1) * (H2Server.EMPTY_FRAMES - 1) + frame(DATA, 0, 1, b"x"))
-        peer.feed(frame(PRIORITY, 0, 1, b"\x00\x00\x00\x00\x10") * (H2Server.EMPTY_FRAMES - 1))
-        peer.request(2 * k + 3, end=True)  # a new stream
+        peer.feed(frame(DATA, 0, 3) * (H2Server.EMPTY_FRAMES - 1) + frame(DATA, 0, 3, b"x"))
+        peer.feed(frame(PRIORITY, 0, 3, b"\x00\x00\x00\x00\x10") * (H2Server.EMPTY_FRAMES - 1))
+        peer.request(2 * k + 5, end=True)  # a new stream
     assert not peer.server.closed
 
 

@@ -39,7 +39,7 @@ from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError
 from pymq.remoting import codec, headers
-from pymq.store import get_message, index_file
+from pymq.store import commitlog, get_message, index_file
 from pymq.store.commitlog import encode_record
 from tests.helpers import C_MODULES
 from tests.unit import test_recordc
@@ -248,7 +248,33 @@ def _dispatchc_cases(c: Any) -> Iterator[Case]:
         yield "index_put", c.index_put, index_file.index_put_py, args
 
 
+def _commitlogc_cases(c: Any) -> Iterator[Case]:
+    msgs = _messages()
+    msgs[0].prepared_transaction_offset, msgs[0].sys_flag = 4096, 0x4
+    encoded = [(m.topic.encode(), message_ext.properties_bytes(m.properties)) for m in msgs]
+    encoded[1] = (encoded[1][0], b"A\x01\x00\x02")  # a NUL in the properties
+    fixed = (91, 103)
+    odd_host = MessageExt(topic="T", born_host=("not an address", 1))
+    no_body = MessageExt(topic="T", body=None)  # type: ignore[arg-type]
+    for args in (
+        (msgs, encoded, fixed, message_id.pack_ip),
+        (tuple(msgs[:1]), tuple(encoded[:1]), fixed, message_id.pack_ip),
+        ([], [], fixed, message_id.pack_ip),
+        (msgs, encoded[:2], fixed, message_id.pack_ip),  # encoded too short
+        (msgs[:1], [[b"T", b""]], fixed, message_id.pack_ip),  # an item that is no pair
+        (msgs[:1], [(b"T", b"", b"")], fixed, message_id.pack_ip),
+        ([odd_host], [(b"T", b"")], fixed, message_id.pack_ip),
+        ([no_body], [(b"T", b"")], fixed, message_id.pack_ip),
+        (msgs[:1], [(b"T", 5)], fixed, message_id.pack_ip),  # properties without a length
+        (msgs[:1], encoded[:1], (91,), message_id.pack_ip),
+        (msgs[:1], encoded[:1], ("91", 103), message_id.pack_ip),
+        (5, encoded, fixed, message_id.pack_ip),
+    ):
+        yield "stored_entries", c.stored_entries, commitlog.stored_entries_py, args
+
+
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
+    "pymq.store._commitlogc": _commitlogc_cases,
     "pymq.common._recordc": _recordc_cases,
     "pymq.remoting._codecc": _codecc_cases,
     "pymq.store._dispatchc": _dispatchc_cases,

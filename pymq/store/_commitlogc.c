@@ -764,21 +764,38 @@ static PyObject *stored_attr(PyObject *msg, int slots, int k) {
     return Py_TYPE(slot)->tp_descr_get(slot, msg, (PyObject *)Py_TYPE(msg));
 }
 
+/* commitlog.BORN_IPS_MAX: the peers' packed addresses kept before the cache is emptied. */
+#define BORN_IPS_MAX 65536
+
+/* host packed: from born_ips (a dict), else by pack and kept there; a new reference. */
+static PyObject *packed_host(PyObject *born_ips, PyObject *pack, PyObject *host) {
+    PyObject *ip = PyDict_GetItemWithError(born_ips, host);
+    if (ip != NULL) return Py_NewRef(ip);
+    if (PyErr_Occurred() || (ip = PyObject_CallOneArg(pack, host)) == NULL) return NULL;
+    if (PyDict_GET_SIZE(born_ips) >= BORN_IPS_MAX) PyDict_Clear(born_ips);
+    if (PyDict_SetItem(born_ips, host, ip) < 0) {
+        Py_DECREF(ip);
+        return NULL;
+    }
+    return ip;
+}
+
 /*
- * stored_entries(msgs, encoded, fixed, pack_ip)
+ * stored_entries(msgs, encoded, fixed, pack_ip, born_ips)
  *
  * CommitLog's stored_entries_py in one call: encode_run's 11-tuple entry of each stored message
  * of msgs (encoded: each one's (topic bytes, properties bytes)), the bytes their records take
  * (fixed: a record's fixed part with a 4- and a 16-byte born host, as (v4, v6)), their topics'
- * bytes by topic, and whether any properties hold a NUL; (entries, total, topics, nul).
- * Raises as the twin does: pack_ip's error for a born host that is no address, TypeError for
- * a body or bytes without a length.
+ * bytes by topic, and whether any properties hold a NUL; (entries, total, topics, nul).  A
+ * born host is packed by pack_ip once and kept in born_ips (CommitLog's dict of its peers'
+ * addresses).  Raises as the twin does: pack_ip's error for a born host that is no address,
+ * TypeError for a body or bytes without a length.
  */
 static PyObject *py_stored_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "stored_entries takes 4 arguments");
-    PyObject *fixed = args[2], *pack = args[3];
-    if (!PyTuple_Check(fixed) || PyTuple_GET_SIZE(fixed) != 2)
-        return PyErr_Format(PyExc_TypeError, "stored_entries: fixed must be a 2-tuple");
+    if (nargs != 5) return PyErr_Format(PyExc_TypeError, "stored_entries takes 5 arguments");
+    PyObject *fixed = args[2], *pack = args[3], *born_ips = args[4];
+    if (!PyTuple_Check(fixed) || PyTuple_GET_SIZE(fixed) != 2 || !PyDict_Check(born_ips))
+        return PyErr_Format(PyExc_TypeError, "stored_entries: bad argument types");
     long long fixed_v[2];
     for (int k = 0; k < 2; k++) {
         fixed_v[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(fixed, k));
@@ -807,7 +824,7 @@ static PyObject *py_stored_entries(PyObject *self, PyObject *const *args, Py_ssi
         int slots = stored_slots_of(Py_TYPE(msg));
         if ((got[0] = stored_attr(msg, slots, 0)) == NULL ||
             (host = PySequence_GetItem(got[0], 0)) == NULL ||
-            (born_ip = PyObject_CallOneArg(pack, host)) == NULL)
+            (born_ip = packed_host(born_ips, pack, host)) == NULL)
             goto done;
         for (int k = 1; k < 3; k++)
             if ((got[k] = stored_attr(msg, slots, k)) == NULL) goto done;
@@ -1136,7 +1153,8 @@ static PyMethodDef methods[] = {
      "populate_write(buf, start, length): fault in a writable map's pages as writes would,"
      " with the GIL released; 0 or madvise's errno."},
     {"stored_entries", (PyCFunction)(void (*)(void))py_stored_entries, METH_FASTCALL,
-     "stored_entries(msgs, encoded, fixed, pack_ip): encode_run's entries of stored messages,"
+     "stored_entries(msgs, encoded, fixed, pack_ip, born_ips): encode_run's entries of stored"
+     " messages,"
      " the bytes their records take, their topics' bytes and whether any properties hold a"
      " NUL; (entries, total, topics, nul)."},
     {"encode_run", (PyCFunction)(void (*)(void))py_encode_run, METH_FASTCALL,

@@ -70,6 +70,7 @@ def stored_entries(
     encoded: Sequence[tuple[bytes, bytes]],
     fixed: tuple[int, int],
     pack_ip: Callable[[str], bytes],
+    born_ips: dict[str, bytes],
     /,
 ) -> tuple[list[tuple[Any, ...]], int, dict[str, bytes], bool]:
     """encode_run's entries of stored messages, the bytes their records take, their topics'

@@ -703,20 +703,26 @@ def encode_run_py(
 encode_run: Callable[..., Any] = getattr(native_extension, "encode_run", encode_run_py)
 
 
+BORN_IPS_MAX = 65536
+"""Peers' packed addresses a commit log keeps (``CommitLog._born_ips``) before it empties them."""
+
+
 def stored_entries_py(
     msgs: Sequence[MessageExt],
     encoded: Sequence[tuple[bytes, bytes]],
     fixed: tuple[int, int],
     pack_ip: Callable[[str], bytes],
+    born_ips: dict[str, bytes],
 ) -> tuple[list[tuple[Any, ...]], int, dict[str, bytes], bool]:
     """Python twin of ``pymq.store._commitlogc.stored_entries``: the :data:`encode_run`
     entries of stored messages ``msgs`` (``encoded``: each one's (topic, properties) bytes,
     a pair), the bytes their records take (``fixed``: a record's fixed part with a 4- and a
-    16-byte born host), their topics' bytes, and whether any properties hold a NUL.  Raises
-    for a born host that is no address (``pack_ip``'s error) or a body that is no bytes
-    (see CommitLog._encode_failed)."""
-    if not isinstance(fixed, tuple) or len(fixed) != 2:
-        raise TypeError("stored_entries: fixed must be a 2-tuple")
+    16-byte born host), their topics' bytes, and whether any properties hold a NUL.  A born
+    host is packed by ``pack_ip`` once and kept in ``born_ips`` (CommitLog's dict of its
+    peers' addresses, emptied at :data:`BORN_IPS_MAX`).  Raises for a born host that is no
+    address (``pack_ip``'s error) or a body that is no bytes (see CommitLog._encode_failed)."""
+    if not isinstance(fixed, tuple) or len(fixed) != 2 or not isinstance(born_ips, dict):
+        raise TypeError("stored_entries: bad argument types")
     sizes = (operator.index(fixed[0]), operator.index(fixed[1]))
     entries: list[tuple[Any, ...]] = []
     topics: dict[str, bytes] = {}
@@ -730,7 +736,13 @@ def stored_entries_py(
             raise ValueError("stored_entries: an encoded item is no pair")
         topic_b, props_b = pair
         born_host = msg.born_host
-        born_ip = pack_ip(born_host[0])
+        host = born_host[0]
+        born_ip = born_ips.get(host)
+        if born_ip is None:
+            born_ip = pack_ip(host)
+            if len(born_ips) >= BORN_IPS_MAX:
+                born_ips.clear()
+            born_ips[host] = born_ip
         body = msg.body
         topic = msg.topic
         total += sizes[len(born_ip) == 16] + len(body) + len(topic_b) + len(props_b)
@@ -956,7 +968,7 @@ class CommitLog:
                 born_ip = pack_ip(host)
             except (ValueError, OSError, TypeError, IndexError):
                 return None
-            if len(self._born_ips) >= 65536:
+            if len(self._born_ips) >= BORN_IPS_MAX:
                 self._born_ips.clear()
             self._born_ips[host] = born_ip
         return born_ip
@@ -1064,7 +1076,9 @@ class CommitLog:
         Fields are checked up front before a file is closed and a new one made (the only other
         change a put makes)."""
         try:
-            entries, total, topics, nul = stored_entries(msgs, encoded, self._record_fixed, pack_ip)
+            entries, total, topics, nul = stored_entries(
+                msgs, encoded, self._record_fixed, pack_ip, self._born_ips
+            )
         except Exception as exc:  # a born host that is no address, a body that is no bytes
             return self._encode_failed(msgs, exc)
         files = self.queue.files

@@ -313,7 +313,9 @@ class DLedgerCommitLog(CommitLog):
         except DLedgerError as exc:
             return self._refused(exc)
         try:
-            entries, _, topics, _ = stored_entries(msgs, encoded, self._record_fixed, pack_ip)
+            entries, _, topics, _ = stored_entries(
+                msgs, encoded, self._record_fixed, pack_ip, self._born_ips
+            )
         except Exception as exc:  # a born host that is no address, a body that is no bytes
             return self._encode_failed(msgs, exc)
         store_v6 = 2 if len(self._store_ip) == 16 else 0

@@ -41,7 +41,7 @@ from pymq.common.record import RecordError
 from pymq.remoting import codec, headers
 from pymq.store import commitlog, get_message, index_file
 from pymq.store.commitlog import encode_record
-from tests.helpers import C_MODULES
+from tests.helpers import C_MODULES, implementations
 from tests.unit import test_recordc
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
@@ -257,20 +257,50 @@ def _commitlogc_cases(c: Any) -> Iterator[Case]:
     odd_host = MessageExt(topic="T", born_host=("not an address", 1))
     no_body = MessageExt(topic="T", body=None)  # type: ignore[arg-type]
     for args in (
-        (msgs, encoded, fixed, message_id.pack_ip),
-        (tuple(msgs[:1]), tuple(encoded[:1]), fixed, message_id.pack_ip),
-        ([], [], fixed, message_id.pack_ip),
-        (msgs, encoded[:2], fixed, message_id.pack_ip),  # encoded too short
-        (msgs[:1], [[b"T", b""]], fixed, message_id.pack_ip),  # an item that is no pair
-        (msgs[:1], [(b"T", b"", b"")], fixed, message_id.pack_ip),
-        ([odd_host], [(b"T", b"")], fixed, message_id.pack_ip),
-        ([no_body], [(b"T", b"")], fixed, message_id.pack_ip),
-        (msgs[:1], [(b"T", 5)], fixed, message_id.pack_ip),  # properties without a length
-        (msgs[:1], encoded[:1], (91,), message_id.pack_ip),
-        (msgs[:1], encoded[:1], ("91", 103), message_id.pack_ip),
-        (5, encoded, fixed, message_id.pack_ip),
+        (msgs, encoded, fixed, message_id.pack_ip, {}),
+        (msgs[:1], encoded[:1], fixed, message_id.pack_ip, {"127.0.0.1": b"\x01\x02\x03\x04"}),
+        (tuple(msgs[:1]), tuple(encoded[:1]), fixed, message_id.pack_ip, {}),
+        ([], [], fixed, message_id.pack_ip, {}),
+        (msgs, encoded[:2], fixed, message_id.pack_ip, {}),  # encoded too short
+        (msgs[:1], [[b"T", b""]], fixed, message_id.pack_ip, {}),  # an item that is no pair
+        (msgs[:1], [(b"T", b"", b"")], fixed, message_id.pack_ip, {}),
+        ([odd_host], [(b"T", b"")], fixed, message_id.pack_ip, {}),
+        ([no_body], [(b"T", b"")], fixed, message_id.pack_ip, {}),
+        (msgs[:1], [(b"T", 5)], fixed, message_id.pack_ip, {}),  # properties without a length
+        (msgs[:1], encoded[:1], (91,), message_id.pack_ip, {}),
+        (msgs[:1], encoded[:1], ("91", 103), message_id.pack_ip, {}),
+        (5, encoded, fixed, message_id.pack_ip, {}),
+        (msgs[:1], encoded[:1], fixed, message_id.pack_ip, []),  # no dict
+        ([odd_host], [(b"T", b"")], fixed, message_id.pack_ip, {"not an address": b"\x7f\0\0\1"}),
     ):
         yield "stored_entries", c.stored_entries, commitlog.stored_entries_py, args
+
+
+@pytest.mark.parametrize(
+    "stored_entries",
+    implementations("pymq.store._commitlogc", "stored_entries", commitlog.stored_entries_py),
+)
+def test_stored_entries_pack_each_born_host_once_in_a_bounded_cache(
+    stored_entries: Callable[..., Any],
+) -> None:
+    """A born host is packed once and kept in the commit log's dict of peers' addresses (its
+    packed form taken from there afterwards), which is emptied when it is full."""
+    packed: list[str] = []
+
+    def pack(host: str) -> bytes:
+        packed.append(host)
+        return message_id.pack_ip(host)
+
+    msgs = [MessageExt(topic="T", born_host=(f"10.0.0.{i % 2}", 1)) for i in range(4)]
+    encoded = [(b"T", b"")] * 4
+    born_ips: dict[str, bytes] = {"10.0.0.1": b"\x0a\x00\x00\x09"}  # kept: taken as it is
+    entries, *_ = stored_entries(msgs, encoded, (91, 103), pack, born_ips)
+    assert packed == ["10.0.0.0"]
+    assert [e[8] for e in entries] == [b"\x0a\x00\x00\x00", b"\x0a\x00\x00\x09"] * 2
+    assert born_ips == {"10.0.0.0": b"\x0a\x00\x00\x00", "10.0.0.1": b"\x0a\x00\x00\x09"}
+    full = {f"host{i}": b"\0\0\0\0" for i in range(commitlog.BORN_IPS_MAX)}
+    stored_entries(msgs[:1], encoded[:1], (91, 103), pack, full)
+    assert full == {"10.0.0.0": b"\x0a\x00\x00\x00"}
 
 
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {

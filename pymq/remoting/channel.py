@@ -90,6 +90,9 @@ WATCH_INTERVAL_MIN = 0.05
 
 # Commands served from one receive before the reader lets other tasks run.
 SERVE_BATCH = 32
+# Frames of a run the run handler leaves one after another before the rest of the run is
+# decoded without it (see Channel._serve_with_run_handler).
+LEFT_IN_ROW_MAX = 2
 # Answers of a long run of received requests are written once this many bytes have gathered
 # (and at the end of the run).
 FLUSH_BYTES = 64 * 1024
@@ -665,8 +668,10 @@ class Channel:
         """The run from frame ``first`` served in the reader where it can be: offered to the
         run handler, which serves the leading frames it can; a frame it leaves is decoded
         (unless it decoded it), given to the inline handler, and else dispatched (a response
-        to its call, a request to a task).  Then the handler is offered the rest again
-        (answers keep the requests' order).  While fast failure judges the run, each frame
+        to its call, a request to a task).  Then the handler is offered the next frame alone,
+        the rest once it serves one; after LEFT_IN_ROW_MAX frames in a row it leaves, the
+        rest of the run is decoded and served without it (answers keep the requests'
+        order).  While fast failure judges the run, each frame
         after ``first`` (judged already) is judged first, and one it does not refuse is
         offered alone.  When the handler fails (a bug there), the rest of the run is decoded
         and served as usual from where that call began.  The error of a frame that does not
@@ -675,10 +680,12 @@ class Channel:
         handler, inline = self.raw_run_handler, self.inline_handler
         i = first
         # After a frame the handler left, the next is offered alone, the rest once the
-        # handler serves one: frames it leaves one after another (transactions' halves,
-        # say) are each read once or twice, not each time again up to the run's end (the
-        # sends' run reader reads the leading sends before the store judges them).
+        # handler serves one: frames it leaves one after another are not read again to the
+        # run's end (the sends' run reader reads the leading sends before the store judges
+        # them).  After LEFT_IN_ROW_MAX in a row (a transaction's half and its
+        # END_TRANSACTION, say) the rest of the run is decoded without offering each frame.
         alone = shed is not None
+        left_in_row = 0
         while i < stop:
             if (
                 shed is not None
@@ -688,7 +695,7 @@ class Channel:
                 i += 1
                 continue
             cmd = None
-            if handler is not None:
+            if handler is not None and left_in_row < LEFT_IN_ROW_MAX:
                 end = i + 1 if alone else stop
                 try:
                     joined, left, cmd = handler(self, buf, bounds, i, end)
@@ -700,6 +707,7 @@ class Channel:
                 else:
                     if joined and not self.closed:
                         self._out.append(joined)
+                    left_in_row = left_in_row + 1 if left == i else 0
                     i = left
                     if i >= end:  # it served every frame offered: the rest, next
                         alone = shed is not None

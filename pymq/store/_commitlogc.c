@@ -723,6 +723,168 @@ done:
     PyBuffer_Release(&buf);
     return result;
 }
+/* --- stored_entries --------------------------------------------------------------------------- */
+
+/* The attributes stored_entries reads of a message, interned once. */
+static PyObject *stored_names_str[9];
+static const char *const stored_attr_name[9] = {
+    "born_host", "body", "topic", "queue_id", "flag", "sys_flag", "born_timestamp",
+    "reconsume_times", "prepared_transaction_offset",
+};
+
+/* The slots (member descriptors) of the message type stored_entries read last, read through
+ * their tp_descr_get: the generic attribute lookup cost each read three times as much.  A type
+ * whose attributes are not all slots is read by PyObject_GetAttr. */
+static PyObject *stored_type;
+static PyObject *stored_slot[9];
+
+/* Whether type's attributes are read through stored_slot (found now if it is another type). */
+static int stored_slots_of(PyTypeObject *type) {
+    if ((PyObject *)type == stored_type) return 1;
+    PyObject *found[9] = {NULL};
+    int k = 0;
+    while (k < 9) {
+        found[k] = PyObject_GetAttr((PyObject *)type, stored_names_str[k]);
+        if (found[k] == NULL || !Py_IS_TYPE(found[k], &PyMemberDescr_Type)) break;
+        k++;
+    }
+    if (k < 9) {
+        PyErr_Clear();
+        for (int j = 0; j < 9; j++) Py_XDECREF(found[j]);
+        return 0;
+    }
+    Py_XSETREF(stored_type, Py_NewRef((PyObject *)type));
+    for (k = 0; k < 9; k++) Py_XSETREF(stored_slot[k], found[k]);
+    return 1;
+}
+
+static PyObject *stored_attr(PyObject *msg, int slots, int k) {
+    if (!slots) return PyObject_GetAttr(msg, stored_names_str[k]);
+    PyObject *slot = stored_slot[k];
+    return Py_TYPE(slot)->tp_descr_get(slot, msg, (PyObject *)Py_TYPE(msg));
+}
+
+/* commitlog.BORN_IPS_MAX: the peers' packed addresses kept before the cache is emptied. */
+#define BORN_IPS_MAX 65536
+
+/* host packed: from born_ips (a dict), else by pack and kept there; a new reference. */
+static PyObject *packed_host(PyObject *born_ips, PyObject *pack, PyObject *host) {
+    PyObject *ip = PyDict_GetItemWithError(born_ips, host);
+    if (ip != NULL) return Py_NewRef(ip);
+    if (PyErr_Occurred() || (ip = PyObject_CallOneArg(pack, host)) == NULL) return NULL;
+    if (PyDict_GET_SIZE(born_ips) >= BORN_IPS_MAX) PyDict_Clear(born_ips);
+    if (PyDict_SetItem(born_ips, host, ip) < 0) {
+        Py_DECREF(ip);
+        return NULL;
+    }
+    return ip;
+}
+
+/*
+ * stored_entries(msgs, encoded, fixed, pack_ip, born_ips)
+ *
+ * CommitLog's stored_entries_py in one call: encode_run's 11-tuple entry of each stored message
+ * of msgs (encoded: each one's (topic bytes, properties bytes)), the bytes their records take
+ * (fixed: a record's fixed part with a 4- and a 16-byte born host, as (v4, v6)), their topics'
+ * bytes by topic, and whether any properties hold a NUL; (entries, total, topics, nul).  A
+ * born host is packed by pack_ip once and kept in born_ips (CommitLog's dict of its peers'
+ * addresses).  Raises as the twin does: pack_ip's error for a born host that is no address,
+ * TypeError for a body or bytes without a length.
+ */
+static PyObject *py_stored_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) return PyErr_Format(PyExc_TypeError, "stored_entries takes 5 arguments");
+    PyObject *fixed = args[2], *pack = args[3], *born_ips = args[4];
+    if (!PyTuple_Check(fixed) || PyTuple_GET_SIZE(fixed) != 2 || !PyDict_Check(born_ips))
+        return PyErr_Format(PyExc_TypeError, "stored_entries: bad argument types");
+    long long fixed_v[2];
+    for (int k = 0; k < 2; k++) {
+        fixed_v[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(fixed, k));
+        if (fixed_v[k] == -1 && PyErr_Occurred()) return NULL;
+    }
+    for (int k = 0; k < 9; k++)
+        if (stored_names_str[k] == NULL &&
+            (stored_names_str[k] = PyUnicode_InternFromString(stored_attr_name[k])) == NULL)
+            return NULL;
+    PyObject *seq = PySequence_Fast(args[0], "stored_entries: msgs must be a sequence");
+    if (seq == NULL) return NULL;
+    PyObject *entries = PyList_New(0), *topics = PyDict_New(), *result = NULL;
+    PyObject *pair = NULL, *got[9] = {NULL}, *born_ip = NULL, *port = NULL, *host = NULL;
+    long long total = 0;
+    int nul = 0;
+    if (entries == NULL || topics == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *msg = PySequence_Fast_GET_ITEM(seq, i);
+        if ((pair = PySequence_GetItem(args[1], i)) == NULL) goto done;
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_ValueError, "stored_entries: an encoded item is no pair");
+            goto done;
+        }
+        PyObject *topic_b = PyTuple_GET_ITEM(pair, 0), *props_b = PyTuple_GET_ITEM(pair, 1);
+        int slots = stored_slots_of(Py_TYPE(msg));
+        if ((got[0] = stored_attr(msg, slots, 0)) == NULL ||
+            (host = PySequence_GetItem(got[0], 0)) == NULL ||
+            (born_ip = packed_host(born_ips, pack, host)) == NULL)
+            goto done;
+        for (int k = 1; k < 3; k++)
+            if ((got[k] = stored_attr(msg, slots, k)) == NULL) goto done;
+        Py_ssize_t ip_len = PyObject_Size(born_ip), body_len = PyObject_Size(got[1]);
+        if (ip_len < 0 || body_len < 0) goto done;
+        Py_ssize_t topic_len = PyObject_Size(topic_b), props_len = PyObject_Size(props_b);
+        if (topic_len < 0 || props_len < 0) goto done;
+        total += fixed_v[ip_len == 16] + body_len + topic_len + props_len;
+        for (int k = 3; k < 9; k++)
+            if ((got[k] = stored_attr(msg, slots, k)) == NULL) goto done;
+        if ((port = PySequence_GetItem(got[0], 1)) == NULL) goto done;
+        PyObject *entry = PyTuple_New(11);
+        if (entry == NULL) goto done;
+        PyObject *items[11] = {got[2], got[3], got[1], props_b, got[4], got[5],
+                               got[6], got[7], born_ip, port, got[8]};
+        for (int k = 0; k < 11; k++) PyTuple_SET_ITEM(entry, k, Py_NewRef(items[k]));
+        int bad = PyList_Append(entries, entry) < 0 || PyDict_SetItem(topics, got[2], topic_b) < 0;
+        Py_DECREF(entry);
+        if (bad) goto done;
+        if (PyBytes_Check(props_b)) {
+            if (memchr(PyBytes_AS_STRING(props_b), 0, (size_t)props_len) != NULL) nul = 1;
+        } else {
+            PyObject *zero = PyLong_FromLong(0);
+            int has = zero == NULL ? -1 : PySequence_Contains(props_b, zero);
+            Py_XDECREF(zero);
+            if (has < 0) goto done;
+            if (has) nul = 1;
+        }
+        Py_CLEAR(pair);
+        Py_CLEAR(host);
+        Py_CLEAR(born_ip);
+        Py_CLEAR(port);
+        for (int k = 0; k < 9; k++) Py_CLEAR(got[k]);
+    }
+    {
+        PyObject *total_obj = PyLong_FromLongLong(total);
+        if (total_obj != NULL) {
+            result = PyTuple_New(4);
+            if (result == NULL) {
+                Py_DECREF(total_obj);
+            } else {
+                PyTuple_SET_ITEM(result, 0, Py_NewRef(entries));
+                PyTuple_SET_ITEM(result, 1, total_obj);
+                PyTuple_SET_ITEM(result, 2, Py_NewRef(topics));
+                PyTuple_SET_ITEM(result, 3, Py_NewRef(nul ? Py_True : Py_False));
+            }
+        }
+    }
+done:
+    Py_XDECREF(pair);
+    Py_XDECREF(host);
+    Py_XDECREF(born_ip);
+    Py_XDECREF(port);
+    for (int k = 0; k < 9; k++) Py_XDECREF(got[k]);
+    Py_XDECREF(entries);
+    Py_XDECREF(topics);
+    Py_DECREF(seq);
+    return result;
+}
+
 /* --- populate_write ------------------------------------------------------------------------- */
 
 #ifndef MADV_POPULATE_WRITE
@@ -990,6 +1152,11 @@ static PyMethodDef methods[] = {
     {"populate_write", (PyCFunction)(void (*)(void))py_populate_write, METH_FASTCALL,
      "populate_write(buf, start, length): fault in a writable map's pages as writes would,"
      " with the GIL released; 0 or madvise's errno."},
+    {"stored_entries", (PyCFunction)(void (*)(void))py_stored_entries, METH_FASTCALL,
+     "stored_entries(msgs, encoded, fixed, pack_ip, born_ips): encode_run's entries of stored"
+     " messages,"
+     " the bytes their records take, their topics' bytes and whether any properties hold a"
+     " NUL; (entries, total, topics, nul)."},
     {"encode_run", (PyCFunction)(void (*)(void))py_encode_run, METH_FASTCALL,
      "encode_run(buf, pos, limit, file_from_offset, entries, topic_bytes, queue_table, clock,"
      " cluster_b, born_ip, born_port, store_ip, store_port, max_body_properties, stop_flags,"

@@ -7,7 +7,7 @@ in tests/unit/test_twins.py) runs instead, or, for a function without one yet, t
 module's own general path.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from typing_extensions import Buffer
@@ -64,3 +64,14 @@ def encode_run(
     With entry_header (first index, term): each record the body of a DLedger entry of its
     own, after its 48-byte header (DLedger mode's records).
     Twin: pymq.store.commitlog.encode_run_py."""
+
+def stored_entries(
+    msgs: Sequence[Any],
+    encoded: Sequence[tuple[bytes, bytes]],
+    fixed: tuple[int, int],
+    pack_ip: Callable[[str], bytes],
+    born_ips: dict[str, bytes],
+    /,
+) -> tuple[list[tuple[Any, ...]], int, dict[str, bytes], bool]:
+    """encode_run's entries of stored messages, the bytes their records take, their topics'
+    bytes and whether any properties hold a NUL (commitlog.stored_entries_py)."""

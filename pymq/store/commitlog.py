@@ -701,6 +701,65 @@ def encode_run_py(
 
 
 encode_run: Callable[..., Any] = getattr(native_extension, "encode_run", encode_run_py)
+
+
+BORN_IPS_MAX = 65536
+"""Peers' packed addresses a commit log keeps (``CommitLog._born_ips``) before it empties them."""
+
+
+def stored_entries_py(
+    msgs: Sequence[MessageExt],
+    encoded: Sequence[tuple[bytes, bytes]],
+    fixed: tuple[int, int],
+    pack_ip: Callable[[str], bytes],
+    born_ips: dict[str, bytes],
+) -> tuple[list[tuple[Any, ...]], int, dict[str, bytes], bool]:
+    """Python twin of ``pymq.store._commitlogc.stored_entries``: the :data:`encode_run`
+    entries of stored messages ``msgs`` (``encoded``: each one's (topic, properties) bytes,
+    a pair), the bytes their records take (``fixed``: a record's fixed part with a 4- and a
+    16-byte born host), their topics' bytes, and whether any properties hold a NUL.  A born
+    host is packed by ``pack_ip`` once and kept in ``born_ips`` (CommitLog's dict of its
+    peers' addresses, emptied at :data:`BORN_IPS_MAX`).  Raises for a born host that is no
+    address (``pack_ip``'s error) or a body that is no bytes (see CommitLog._encode_failed)."""
+    if not isinstance(fixed, tuple) or len(fixed) != 2 or not isinstance(born_ips, dict):
+        raise TypeError("stored_entries: bad argument types")
+    sizes = (operator.index(fixed[0]), operator.index(fixed[1]))
+    entries: list[tuple[Any, ...]] = []
+    topics: dict[str, bytes] = {}
+    total = 0
+    nul = False
+    i = 0
+    for msg in msgs:
+        pair = encoded[i]
+        i += 1  # noqa: SIM113 (encoded is indexed, as the C function reads it)
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise ValueError("stored_entries: an encoded item is no pair")
+        topic_b, props_b = pair
+        born_host = msg.born_host
+        host = born_host[0]
+        born_ip = born_ips.get(host)
+        if born_ip is None:
+            born_ip = pack_ip(host)
+            if len(born_ips) >= BORN_IPS_MAX:
+                born_ips.clear()
+            born_ips[host] = born_ip
+        body = msg.body
+        topic = msg.topic
+        total += sizes[len(born_ip) == 16] + len(body) + len(topic_b) + len(props_b)
+        entries.append(
+            (topic, msg.queue_id, body, props_b, msg.flag, msg.sys_flag,
+             msg.born_timestamp, msg.reconsume_times, born_ip, born_host[1],
+             msg.prepared_transaction_offset)
+        )  # fmt: skip
+        topics[topic] = topic_b
+        if 0 in props_b:  # rare: data, unless where a torn write leaves zeros
+            nul = True
+    return entries, total, topics, nul
+
+
+stored_entries: Callable[..., Any] = getattr(native_extension, "stored_entries", stored_entries_py)
+"""The encode_run entries of stored messages (:func:`stored_entries_py`), in one C call when
+the extension is built."""
 """The store's one record encoder as pymq picked it (the C function, or encode_run_py): a run of
 sends' records into any writable buffer at a given physical offset (see encode_run_py)."""
 
@@ -909,7 +968,7 @@ class CommitLog:
                 born_ip = pack_ip(host)
             except (ValueError, OSError, TypeError, IndexError):
                 return None
-            if len(self._born_ips) >= 65536:
+            if len(self._born_ips) >= BORN_IPS_MAX:
                 self._born_ips.clear()
             self._born_ips[host] = born_ip
         return born_ip
@@ -980,40 +1039,6 @@ class CommitLog:
             self.create_failing = False
             log.warning("commit-log space is back: puts are accepted again")
 
-    def stored_entries(
-        self, msgs: Sequence[MessageExt], encoded: Sequence[tuple[bytes, bytes]]
-    ) -> tuple[list[tuple[Any, ...]], int, dict[str, bytes], bool]:
-        """The encode_run entries of stored messages ``msgs`` (``encoded``: each one's topic
-        and properties bytes), the bytes their records take, their topics' bytes, and whether
-        any properties hold a NUL.  Raises for a born host that is no address or a body that is
-        no bytes (see :meth:`_encode_failed`)."""
-        entries: list[tuple[Any, ...]] = []
-        topics: dict[str, bytes] = {}
-        total = 0
-        nul = False
-        fixed = self._record_fixed
-        # One iterator and an index (``encoded`` is as long: the caller's), not zip, enumerate
-        # or strict= (a zip or an enumerate object per put cost a single put 2.5 times this
-        # loop's time): this runs for every message-object put.
-        i = 0
-        for msg in msgs:
-            topic_b, props_b = encoded[i]
-            i += 1  # noqa: SIM113 (an enumerate object per put: see above)
-            born_host = msg.born_host
-            born_ip = pack_ip(born_host[0])
-            body = msg.body
-            topic = msg.topic
-            total += fixed[len(born_ip) == 16] + len(body) + len(topic_b) + len(props_b)
-            entries.append(
-                (topic, msg.queue_id, body, props_b, msg.flag, msg.sys_flag,
-                 msg.born_timestamp, msg.reconsume_times, born_ip, born_host[1],
-                 msg.prepared_transaction_offset)
-            )  # fmt: skip
-            topics[topic] = topic_b
-            if 0 in props_b:  # rare: data, unless where a torn write leaves zeros
-                nul = True
-        return entries, total, topics, nul
-
     def _tear_safe_entries(
         self, msgs: Sequence[MessageExt], entries: list[tuple[Any, ...]],
         topics: dict[str, bytes], pos: int,
@@ -1051,7 +1076,9 @@ class CommitLog:
         Fields are checked up front before a file is closed and a new one made (the only other
         change a put makes)."""
         try:
-            entries, total, topics, nul = self.stored_entries(msgs, encoded)
+            entries, total, topics, nul = stored_entries(
+                msgs, encoded, self._record_fixed, pack_ip, self._born_ips
+            )
         except Exception as exc:  # a born host that is no address, a body that is no bytes
             return self._encode_failed(msgs, exc)
         files = self.queue.files
@@ -1094,10 +1121,10 @@ class CommitLog:
         # A hint is a tuple subclass, which the interpreter subscripts by its generic path
         # (~115 instructions an item): each field is read once, the topic and the result's
         # fields from the (slotted) messages instead (7 subscripts a put before, 4 now).
-        i = 0  # an index, not zip (see stored_entries); as long: all or nothing
+        i = 0  # an index, not zip (an object per put); as long: all or nothing
         for hint in hints:
             msg = msgs[i]
-            i += 1  # noqa: SIM113 (see stored_entries)
+            i += 1  # noqa: SIM113 (see above)
             msg.sys_flag = hint[7]
             msg.queue_offset = hint[4]
             msg.commitlog_offset = hint[0]

@@ -65,7 +65,7 @@ import trio
 
 from pymq.common.clock import now_ms
 from pymq.common.message_ext import MessageExt, MessageSysFlag
-from pymq.common.message_id import offset_msg_ids
+from pymq.common.message_id import offset_msg_ids, pack_ip
 from pymq.common.record import BLANK_MAGIC_CODE as COMMITLOG_BLANK_MAGIC
 from pymq.common.record import (
     END_FILE_MIN_BLANK_LENGTH,
@@ -93,6 +93,7 @@ from pymq.store.commitlog import (
     CommitLog,
     DispatchHint,
     encode_run,
+    stored_entries,
 )
 from pymq.store.config import MessageStoreConfig
 from pymq.store.mapped_file import MappedFile
@@ -312,7 +313,9 @@ class DLedgerCommitLog(CommitLog):
         except DLedgerError as exc:
             return self._refused(exc)
         try:
-            entries, _, topics, _ = self.stored_entries(msgs, encoded)
+            entries, _, topics, _ = stored_entries(
+                msgs, encoded, self._record_fixed, pack_ip, self._born_ips
+            )
         except Exception as exc:  # a born host that is no address, a body that is no bytes
             return self._encode_failed(msgs, exc)
         store_v6 = 2 if len(self._store_ip) == 16 else 0

@@ -701,7 +701,12 @@ class DefaultMessageStore:
             if refused is not None:
                 return refused
         props = msg.properties
-        if PROPERTY_DELAY_TIME_LEVEL in props or _has_timer(props):
+        if (  # a delay level or a timer (_has_timer, inline: a call a record on this path)
+            PROPERTY_DELAY_TIME_LEVEL in props
+            or _TIMER_SEC in props
+            or _TIMER_MS in props
+            or _TIMER_AT in props
+        ):
             refused = self._apply_delay(msg)
             if refused is not None:
                 return refused

@@ -134,10 +134,11 @@ async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
 ) -> None:
     """A run handler (its code's route) answers the leading frames of a run in one call; the
     frame it leaves (another code) is decoded and served as usual (inline here), then it is
-    offered the next frame alone and, once it serves one, the rest: the answers in the
-    requests' order, no frame read again and again up to the run's end.  One that raises
-    has the rest of the run served frame by frame from where that call began, every request
-    answered once."""
+    offered the next frame alone and, once it serves one, the rest; once it has left two
+    frames in a row, the rest of the run is decoded and served as usual without it (a task
+    here): the answers in the requests' order, no frame read again and again up to the
+    run's end.  One that raises has the rest of the run served frame by frame from where
+    that call began, every request answered once."""
     from pymq.remoting.codec import RPC_TYPE_RESPONSE, decode_frame_at
 
     runs: list[tuple[int, int]] = []
@@ -175,21 +176,25 @@ async def test_a_raw_run_handler_answers_a_runs_lead_in_order(
 
     server.register(INLINE, task, inline=inline)
     server.register(RUN, task, run=run_handler)
-    kinds = ["raw", "raw", "usual", "raw", "usual", "usual", "raw"]
+    kinds = ["raw", "raw", "usual", "raw", "usual", "raw", "usual", "usual", "raw", "raw"]
     codes = {"raw": RUN, "usual": INLINE}
     requests = [RemotingCommand.request(codes[kind], {"x": kind}) for kind in kinds]
     answers = await answers_of_one_write(server.port, requests)
-    if fails:  # each once; tasks answer when they are done, so not in order
-        answers.sort(key=lambda a: a.opaque)
+    in_turn = [a.opaque for a in answers][:8]  # those answered in the reader, in turn
+    answers.sort(key=lambda a: a.opaque)  # each once; tasks answer when they are done
     assert [a.opaque for a in answers] == [r.opaque for r in requests]
     who = [a.ext_fields["who"] for a in answers]
     if fails:
-        assert who == ["task", "task", "inline", "task", "inline", "inline", "task"]
+        assert who == ["task", "task", "inline", "task", "inline", "task", "inline", "inline",
+                       "task", "task"]  # fmt: skip
         assert runs[0] == (0, len(kinds))
     else:
-        assert who == ["run", "run", "inline", "run", "inline", "inline", "run"]
-        # After a frame it left, the next alone; after one it served alone, the rest.
-        assert runs == [(0, 7), (3, 4), (4, 7), (5, 6), (6, 7)]
+        # After a frame it left, the next alone; after one it served alone, the rest; after
+        # two left in a row, none: the last two are decoded and served by tasks.
+        assert who == ["run", "run", "inline", "run", "inline", "run", "inline", "inline",
+                       "task", "task"]  # fmt: skip
+        assert runs == [(0, 10), (3, 4), (4, 10), (5, 6), (6, 10), (7, 8)]
+        assert in_turn == [r.opaque for r in requests][:8]
 
 
 @pytest.mark.parametrize("between", [0, 1])

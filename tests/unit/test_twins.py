@@ -39,9 +39,9 @@ from pymq.common.message_ext import MessageExt
 from pymq.common.native import load_native, pure_python_requested
 from pymq.common.record import RecordError
 from pymq.remoting import codec, headers
-from pymq.store import get_message, index_file
+from pymq.store import commitlog, get_message, index_file
 from pymq.store.commitlog import encode_record
-from tests.helpers import C_MODULES
+from tests.helpers import C_MODULES, implementations
 from tests.unit import test_recordc
 
 pytestmark = pytest.mark.skipif(pure_python_requested(), reason="PYMQ_PURE_PYTHON=1: no C")
@@ -248,7 +248,63 @@ def _dispatchc_cases(c: Any) -> Iterator[Case]:
         yield "index_put", c.index_put, index_file.index_put_py, args
 
 
+def _commitlogc_cases(c: Any) -> Iterator[Case]:
+    msgs = _messages()
+    msgs[0].prepared_transaction_offset, msgs[0].sys_flag = 4096, 0x4
+    encoded = [(m.topic.encode(), message_ext.properties_bytes(m.properties)) for m in msgs]
+    encoded[1] = (encoded[1][0], b"A\x01\x00\x02")  # a NUL in the properties
+    fixed = (91, 103)
+    odd_host = MessageExt(topic="T", born_host=("not an address", 1))
+    no_body = MessageExt(topic="T", body=None)  # type: ignore[arg-type]
+    for args in (
+        (msgs, encoded, fixed, message_id.pack_ip, {}),
+        (msgs[:1], encoded[:1], fixed, message_id.pack_ip, {"127.0.0.1": b"\x01\x02\x03\x04"}),
+        (tuple(msgs[:1]), tuple(encoded[:1]), fixed, message_id.pack_ip, {}),
+        ([], [], fixed, message_id.pack_ip, {}),
+        (msgs, encoded[:2], fixed, message_id.pack_ip, {}),  # encoded too short
+        (msgs[:1], [[b"T", b""]], fixed, message_id.pack_ip, {}),  # an item that is no pair
+        (msgs[:1], [(b"T", b"", b"")], fixed, message_id.pack_ip, {}),
+        ([odd_host], [(b"T", b"")], fixed, message_id.pack_ip, {}),
+        ([no_body], [(b"T", b"")], fixed, message_id.pack_ip, {}),
+        (msgs[:1], [(b"T", 5)], fixed, message_id.pack_ip, {}),  # properties without a length
+        (msgs[:1], encoded[:1], (91,), message_id.pack_ip, {}),
+        (msgs[:1], encoded[:1], ("91", 103), message_id.pack_ip, {}),
+        (5, encoded, fixed, message_id.pack_ip, {}),
+        (msgs[:1], encoded[:1], fixed, message_id.pack_ip, []),  # no dict
+        ([odd_host], [(b"T", b"")], fixed, message_id.pack_ip, {"not an address": b"\x7f\0\0\1"}),
+    ):
+        yield "stored_entries", c.stored_entries, commitlog.stored_entries_py, args
+
+
+@pytest.mark.parametrize(
+    "stored_entries",
+    implementations("pymq.store._commitlogc", "stored_entries", commitlog.stored_entries_py),
+)
+def test_stored_entries_pack_each_born_host_once_in_a_bounded_cache(
+    stored_entries: Callable[..., Any],
+) -> None:
+    """A born host is packed once and kept in the commit log's dict of peers' addresses (its
+    packed form taken from there afterwards), which is emptied when it is full."""
+    packed: list[str] = []
+
+    def pack(host: str) -> bytes:
+        packed.append(host)
+        return message_id.pack_ip(host)
+
+    msgs = [MessageExt(topic="T", born_host=(f"10.0.0.{i % 2}", 1)) for i in range(4)]
+    encoded = [(b"T", b"")] * 4
+    born_ips: dict[str, bytes] = {"10.0.0.1": b"\x0a\x00\x00\x09"}  # kept: taken as it is
+    entries, *_ = stored_entries(msgs, encoded, (91, 103), pack, born_ips)
+    assert packed == ["10.0.0.0"]
+    assert [e[8] for e in entries] == [b"\x0a\x00\x00\x00", b"\x0a\x00\x00\x09"] * 2
+    assert born_ips == {"10.0.0.0": b"\x0a\x00\x00\x00", "10.0.0.1": b"\x0a\x00\x00\x09"}
+    full = {f"host{i}": b"\0\0\0\0" for i in range(commitlog.BORN_IPS_MAX)}
+    stored_entries(msgs[:1], encoded[:1], (91, 103), pack, full)
+    assert full == {"10.0.0.0": b"\x0a\x00\x00\x00"}
+
+
 CASES: dict[str, Callable[[Any], Iterator[Case]]] = {
+    "pymq.store._commitlogc": _commitlogc_cases,
     "pymq.common._recordc": _recordc_cases,
     "pymq.remoting._codecc": _codecc_cases,
     "pymq.store._dispatchc": _dispatchc_cases,

@@ -701,6 +701,8 @@ def encode_run_py(
 
 
 encode_run: Callable[..., Any] = getattr(native_extension, "encode_run", encode_run_py)
+"""The store's one record encoder as pymq picked it (the C function, or encode_run_py): a run of
+sends' records into any writable buffer at a given physical offset (see encode_run_py)."""
 
 
 BORN_IPS_MAX = 65536
@@ -760,8 +762,6 @@ def stored_entries_py(
 stored_entries: Callable[..., Any] = getattr(native_extension, "stored_entries", stored_entries_py)
 """The encode_run entries of stored messages (:func:`stored_entries_py`), in one C call when
 the extension is built."""
-"""The store's one record encoder as pymq picked it (the C function, or encode_run_py): a run of
-sends' records into any writable buffer at a given physical offset (see encode_run_py)."""
 
 
 # Batch bodies from this size on are written with pwrite, not through the map: for a batch,

@@ -808,8 +808,8 @@ class CommitLog:
     @property
     def min_offset(self) -> int:
         """The first offset still stored (0 for an empty log)."""
-        first = self.queue.first_file
-        return first.file_from_offset if first is not None else 0
+        files = self.queue.files
+        return files[0].file_from_offset if files else 0
 
     def holds_no_data(self) -> bool:
         """True when the log has no file (recovery then drops the consume queues)."""

@@ -2,7 +2,9 @@
 
 A held request waits on the queue's current :class:`trio.Event`; the store's arrival listener
 (called by reput right after it dispatches a message) sets that event and replaces it, so every
-pull waiting on the queue re-runs within milliseconds of the arrival.
+pull waiting on the queue re-runs within milliseconds of the arrival.  A waiter on every queue
+of a topic (a 5.x receive reads them all) waits on the event of its :data:`ANY_QUEUE`, which an
+arrival in any of its queues sets: one event, and no task, per queue.
 """
 
 from __future__ import annotations
@@ -11,14 +13,14 @@ from collections.abc import Iterable
 
 import trio
 
+# The queue id of the event an arrival in any queue of the topic sets (RocketMQ 5's proxy pops
+# from queue -1, its broker's every queue).
+ANY_QUEUE = -1
+
 
 class PullRequestHoldService:
     def __init__(self, pinned: Iterable[str] = ()) -> None:
         self._events: dict[tuple[str, int], trio.Event] = {}
-        # One event per topic for waiters on any of its queues (a 5.x receive reads them all):
-        # set by an arrival in any queue of the topic, so such a waiter needs no event, and no
-        # task, per queue.
-        self._topic_events: dict[str, trio.Event] = {}
         # The topics with a queue that has an event (counted by queue), and the ``pinned`` ones
         # (counted once more, so never dropped): the arrivals anyone may wait for.  The broker
         # gives it to the store as its listener's topics, so reput calls the listener only for
@@ -32,21 +34,6 @@ class PullRequestHoldService:
             event = self._events[key] = trio.Event()
             self.topics[topic] = self.topics.get(topic, 0) + 1
         return event
-
-    def topic_waiter(self, topic: str) -> trio.Event:
-        """The event an arrival in any queue of ``topic`` sets (and replaces)."""
-        event = self._topic_events.get(topic)
-        if event is None:
-            event = self._topic_events[topic] = trio.Event()
-            self.topics[topic] = self.topics.get(topic, 0) + 1
-        return event
-
-    def release_topic(self, topic: str, event: trio.Event) -> None:
-        """:meth:`release` of a :meth:`topic_waiter` event."""
-        if self._topic_events.get(topic) is not event or event.statistics().tasks_waiting:
-            return
-        del self._topic_events[topic]
-        self._drop_topic(topic)
 
     def release(self, topic: str, queue_id: int, event: trio.Event) -> None:
         """A held pull stopped waiting on ``event`` without an arrival (its suspension ran out,
@@ -77,7 +64,7 @@ class PullRequestHoldService:
         if event is not None:
             self._drop_topic(topic)
             event.set()
-        event = self._topic_events.pop(topic, None)
+        event = self._events.pop((topic, ANY_QUEUE), None)
         if event is not None:
             self._drop_topic(topic)
             event.set()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from pymq.common.message_ext import (
@@ -90,7 +91,7 @@ def _has_control(text: str) -> bool:
     return _CONTROL.search(text) is not None
 
 
-def _check_user_properties(user: dict[str, str]) -> int:
+def _check_user_properties(user: Mapping[str, str]) -> int:
     if len(user) > USER_PROPERTY_MAX_NUM:
         raise MessageRefused(
             Code.MESSAGE_PROPERTIES_TOO_LARGE,
@@ -177,8 +178,8 @@ def _user_part(user: Any, system: Any) -> dict[str, str]:
     """The user properties (``user``, the message's map), tag and keys as stored, checked as
     the proxy checks them."""
     if user:  # most messages have none: no copy, no check
+        size = _check_user_properties(user)  # before the copy: their number first
         props = dict(user)
-        size = _check_user_properties(props)
     else:
         props, size = {}, 0
     tag = system.tag
@@ -188,10 +189,17 @@ def _user_part(user: Any, system: Any) -> dict[str, str]:
         size += len(tag.encode())
     keys = system.keys
     if keys:
-        for key in keys:
-            _check_key(key)
-            size += len(key.encode())
-        props[PROPERTY_KEYS] = " ".join(keys)
+        # Each key is stored with a separator: more keys than the size allows are too large
+        # however short (empty ones add nothing to ``size``), and are not walked.
+        if len(keys) > MAX_USER_PROPERTY_SIZE:
+            size += len(keys)
+        else:
+            for key in keys:
+                _check_key(key)
+                size += len(key.encode())
+                if size > MAX_USER_PROPERTY_SIZE:
+                    break
+            props[PROPERTY_KEYS] = " ".join(keys)
     if size > MAX_USER_PROPERTY_SIZE:
         raise MessageRefused(
             Code.MESSAGE_PROPERTIES_TOO_LARGE,

@@ -28,7 +28,7 @@ What it does (the RFC's sections in brackets):
   WINDOW_UPDATE or RST_STREAM on an idle stream is a PROTOCOL_ERROR; frames on a stream the
   server reset are ignored (the last ``RESET_MEMORY`` such ids are remembered), DATA or HEADERS
   on another closed or half-closed (remote) stream resets it STREAM_CLOSED; trailers (a second
-  HEADERS) must end the stream;
+  HEADERS) must end the stream and hold no pseudo-header (8.1);
 - SETTINGS_MAX_CONCURRENT_STREAMS enforced at once: a HEADERS past it resets its stream
   REFUSED_STREAM while the peer has not acknowledged the server's SETTINGS (it may not know the
   limit yet), and closes the connection (PROTOCOL_ERROR) after (5.1.2, 5.4.1);
@@ -39,8 +39,20 @@ What it does (the RFC's sections in brackets):
   two send windows allows (:meth:`H2Server.send_data` returns what it took), and a peer's
   WINDOW_UPDATE of zero or past 2**31-1 is an error;
 - RST_STREAM, PING (answered with its ACK), GOAWAY (an event), PRIORITY (ignored, its length
-  checked), PUSH_PROMISE from a client (a PROTOCOL_ERROR), unknown frame types (ignored);
-- padding on DATA and HEADERS (6.1, 6.2), counted in flow control.
+  checked; a stream that depends on itself, there or in HEADERS, is reset PROTOCOL_ERROR),
+  PUSH_PROMISE from a client (a PROTOCOL_ERROR), unknown frame types (ignored);
+- padding on DATA and HEADERS (6.1, 6.2), counted in flow control;
+- floods (RFC 9113 10.5): streams the peer resets before the server ended them (its
+  RST_STREAM, or a stream error of its making) beyond ``RESET_BURST`` more than the streams the
+  server ended (the "rapid reset" of CVE-2023-44487), and more than ``EMPTY_FRAMES`` frames in a
+  row that carry nothing the server acts on (empty DATA or header-block fragments, PRIORITY,
+  extension frames, answers to nothing, late frames of closed streams: CVE-2019-9518, and the
+  endless CONTINUATION of CVE-2024-27316's class) close the connection (GOAWAY
+  ENHANCE_YOUR_CALM); PING and SETTINGS are answered, so a peer that floods them and does not
+  read stops being read (:mod:`pymq.proxy.http2` writes before it reads again);
+- the peer's SETTINGS_HEADER_TABLE_SIZE bounds the encoder's table, which never holds more
+  than ``ENCODER_TABLE_SIZE`` bytes, and however many SETTINGS change it between two header
+  blocks the next one signals at most two size updates (RFC 7541 4.2).
 
 HPACK is the ``hpack`` package's (pymq.proxy.http2 passes its caching subclasses in).
 """
@@ -227,12 +239,28 @@ class _Stream:
 
 _WINDOW_OPENED = WindowOpened()
 
+# Not a frame flag (those are a byte): a HEADERS frame whose priority names its own stream
+# (RFC 9113 5.3.1), kept with the block's flags until the block is decoded.
+_SELF_DEPENDENT = 0x100
+
 
 class H2Server:
     """The server side of one HTTP/2 connection (see the module docstring)."""
 
     # Ids of streams this side reset, whose late frames are ignored (5.1, "closed").
     RESET_MEMORY = 1024
+    # Streams a peer may have reset before the server ended them (its RST_STREAM, or a stream
+    # error of its making), beyond one per stream the server ended: past it, GOAWAY
+    # ENHANCE_YOUR_CALM (the "rapid reset" of CVE-2023-44487 opens and resets streams without
+    # ever waiting for an answer, past SETTINGS_MAX_CONCURRENT_STREAMS).
+    RESET_BURST = 1000
+    # Frames in a row that carry nothing the server acts on (empty DATA or header-block
+    # fragments, PRIORITY, extension frames): past it, GOAWAY ENHANCE_YOUR_CALM
+    # (CVE-2019-9518, and the empty CONTINUATION floods of CVE-2024-27316's class).
+    EMPTY_FRAMES = 1000
+    # The HPACK table the server's encoder keeps at most, whatever the peer's
+    # SETTINGS_HEADER_TABLE_SIZE allows (RFC 7541 4.2 lets the encoder use less).
+    ENCODER_TABLE_SIZE = 4096
 
     def __init__(
         self,
@@ -268,6 +296,8 @@ class H2Server:
         # A header block in progress: its stream, its HEADERS flags, its bytes so far.
         self._block: tuple[int, int, bytearray] | None = None
         self._reset: dict[int, None] = {}  # ids of streams this side reset (insertion order)
+        self._reset_credit = self.RESET_BURST  # see RESET_BURST
+        self._empty_frames = 0  # see EMPTY_FRAMES
         self.closed = False  # GOAWAY sent: nothing more is read
         self._handlers: dict[int, Callable[[int, int, bytes, list[Event]], None]] = {
             DATA: self._data,
@@ -364,6 +394,8 @@ class H2Server:
 
     def _end_local(self, stream_id: int, stream: _Stream) -> None:
         stream.local_closed = True
+        if self._reset_credit < self.RESET_BURST:  # a stream served: one more reset allowed
+            self._reset_credit += 1
         if stream.remote_closed:
             del self.streams[stream_id]
 
@@ -439,6 +471,7 @@ class H2Server:
 
     def _stream_error(self, exc: _StreamError, events: list[Event]) -> None:
         sid = exc.stream_id
+        self._peer_reset()
         announced = self.streams.pop(sid, None) is not None
         self._out += frame(RST_STREAM, 0, sid, _U32.pack(exc.code))
         self._remember_reset(sid)
@@ -455,8 +488,10 @@ class H2Server:
             self._continuation(ftype, flags, sid, payload, events)
             return
         handler = self._handlers.get(ftype)
-        if handler is not None:  # other types: extensions, ignored (RFC 9113 5.5)
+        if handler is not None:
             handler(flags, sid, payload, events)
+        else:  # other types: extensions, ignored (RFC 9113 5.5)
+            self._empty()
 
     def _continuation(
         self, ftype: int, flags: int, sid: int, payload: bytes, events: list[Event]
@@ -466,6 +501,8 @@ class H2Server:
             raise H2ConnectionError(
                 ErrorCode.PROTOCOL_ERROR, "a header block interrupted by another frame"
             )
+        if not payload and not flags & END_HEADERS:
+            self._empty()
         block = self._block[2]
         block += payload
         if len(block) > self.max_block_size:
@@ -482,19 +519,43 @@ class H2Server:
             raise H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
         if not flags & ACK:
             self._out += frame(PING, ACK, 0, payload)
+        else:  # the server sends no PING: an answer to nothing
+            self._empty()
 
     def _rst_stream(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) != 4:
             raise H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "RST_STREAM of a wrong length")
         self._idle_check(sid, "RST_STREAM")
-        if self.streams.pop(sid, None) is not None:
-            events.append(StreamReset(sid, _U32.unpack(payload)[0], True))
+        stream = self.streams.pop(sid, None)
+        if stream is None:
+            self._empty()  # a closed stream's
+            return
+        if not stream.local_closed:  # reset before the server ended it
+            self._peer_reset()
+        events.append(StreamReset(sid, _U32.unpack(payload)[0], True))
+
+    def _peer_reset(self) -> None:
+        """A stream reset before the server ended it, by the peer or for its error."""
+        self._reset_credit -= 1
+        if self._reset_credit < 0:
+            raise H2ConnectionError(
+                ErrorCode.ENHANCE_YOUR_CALM, "too many streams reset before their answer"
+            )
+
+    def _empty(self) -> None:
+        """A frame that carries nothing the server acts on (see EMPTY_FRAMES)."""
+        self._empty_frames += 1
+        if self._empty_frames > self.EMPTY_FRAMES:
+            raise H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "too many empty frames")
 
     def _priority(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if not sid:
             raise H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
         if len(payload) != 5:
             raise H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "PRIORITY of a wrong length")
+        if _U32.unpack_from(payload)[0] & 0x7FFFFFFF == sid:
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "a stream depends on itself")
+        self._empty()
 
     def _goaway(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if sid:
@@ -535,13 +596,19 @@ class H2Server:
         data = self._unpad(flags, payload)
         stream = self.streams.get(sid)
         if stream is None or stream.remote_closed:
-            if sid in self._reset:
-                return  # late frames of a stream this side reset
+            if sid in self._reset:  # late frames of a stream this side reset
+                if not data:  # (bytes may still be in flight: as many frames as they take)
+                    self._empty()
+                return
             raise _StreamError(sid, ErrorCode.STREAM_CLOSED, "DATA on a closed stream")
         stream.recv_window -= size
         if stream.recv_window < 0:
             raise _StreamError(sid, ErrorCode.FLOW_CONTROL_ERROR, "DATA past the stream's window")
         ended = bool(flags & END_STREAM)
+        if data or ended:
+            self._empty_frames = 0
+        else:
+            self._empty()
         if ended:
             stream.remote_closed = True
             if stream.local_closed:
@@ -561,12 +628,16 @@ class H2Server:
         if flags & PRIORITY_FLAG:
             if len(fragment) < 5:
                 raise H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "HEADERS priority too short")
+            if _U32.unpack_from(fragment)[0] & 0x7FFFFFFF == sid:
+                flags |= _SELF_DEPENDENT  # a stream error once its block is decoded
             fragment = fragment[5:]
         if flags & END_HEADERS:
             self._header_block(sid, flags, fragment, events)
         else:
             if len(fragment) > self.max_block_size:
                 raise H2ConnectionError(ErrorCode.ENHANCE_YOUR_CALM, "a header block too large")
+            if not fragment:
+                self._empty()
             self._block = (sid, flags, bytearray(fragment))
 
     def _header_block(self, sid: int, flags: int, block: bytes, events: list[Event]) -> None:
@@ -579,15 +650,8 @@ class H2Server:
             raise H2ConnectionError(ErrorCode.COMPRESSION_ERROR, str(exc)) from None
         ended = bool(flags & END_STREAM)
         stream = self.streams.get(sid)
-        if stream is not None:  # trailers: they must end the stream
-            if stream.remote_closed:
-                raise _StreamError(sid, ErrorCode.STREAM_CLOSED, "HEADERS on a closed stream")
-            if not ended:
-                raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "trailers without END_STREAM")
-            stream.remote_closed = True
-            if stream.local_closed:
-                del self.streams[sid]
-            events.append(DataReceived(sid, b"", True))
+        if stream is not None:
+            self._trailers(sid, stream, flags, fields, events)
             return
         if not sid & 1:
             raise H2ConnectionError(ErrorCode.PROTOCOL_ERROR, f"a client's stream {sid} is even")
@@ -603,11 +667,36 @@ class H2Server:
                     f"more than the {self.max_concurrent_streams} concurrent streams allowed",
                 )
             raise _StreamError(sid, ErrorCode.REFUSED_STREAM, "too many concurrent streams")
+        if flags & _SELF_DEPENDENT:
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "a stream depends on itself")
         headers = request_headers(fields)
         if type(headers) is str:
             raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, headers)
         self.streams[sid] = _Stream(self.peer_initial_window, self.initial_window_size, ended)
+        self._empty_frames = 0
         events.append(RequestReceived(sid, cast(dict[str, str], headers), ended))
+
+    def _trailers(
+        self,
+        sid: int,
+        stream: _Stream,
+        flags: int,
+        fields: list[tuple[bytes, bytes]],
+        events: list[Event],
+    ) -> None:
+        """A second header block on a stream: trailers, which must end it (8.1)."""
+        if stream.remote_closed:
+            raise _StreamError(sid, ErrorCode.STREAM_CLOSED, "HEADERS on a closed stream")
+        if not flags & END_STREAM:
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "trailers without END_STREAM")
+        if flags & _SELF_DEPENDENT:
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "a stream depends on itself")
+        if any(name[:1] == b":" for name, _ in fields):
+            raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "a pseudo-header in trailers")
+        stream.remote_closed = True
+        if stream.local_closed:
+            del self.streams[sid]
+        events.append(DataReceived(sid, b"", True))
 
     def _window_update(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if len(payload) != 4:
@@ -625,7 +714,8 @@ class H2Server:
             self._idle_check(sid, "WINDOW_UPDATE")
             stream = self.streams.get(sid)
             if stream is None:
-                return  # closed: a late update
+                self._empty()  # closed: a late update
+                return
             if not increment:
                 raise _StreamError(sid, ErrorCode.PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
             stream.send_window += increment
@@ -639,7 +729,7 @@ class H2Server:
     def _setting(self, key: int, value: int) -> bool:
         """Apply one of the peer's settings; True if it opened the send windows."""
         if key == HEADER_TABLE_SIZE:
-            self.encoder.header_table_size = value
+            self._encoder_table_size(value)
         elif key in (ENABLE_PUSH, ENABLE_CONNECT_PROTOCOL):
             if value > 1:
                 raise H2ConnectionError(ErrorCode.PROTOCOL_ERROR, f"setting {key} = {value}")
@@ -666,12 +756,28 @@ class H2Server:
         # MAX_CONCURRENT_STREAMS, MAX_HEADER_LIST_SIZE, unknown ones: nothing to do here.
         return False
 
+    def _encoder_table_size(self, value: int) -> None:
+        """The peer's SETTINGS_HEADER_TABLE_SIZE: the encoder's table kept within it and
+        within ENCODER_TABLE_SIZE, and of the sizes set since the last block only the
+        smallest and the last signalled in the next one (RFC 7541 4.2), however many
+        SETTINGS came between (hpack would keep each, and signal none after setting one
+        twice)."""
+        encoder = self.encoder
+        encoder.header_table_size = min(value, self.ENCODER_TABLE_SIZE)
+        changes = encoder.table_size_changes
+        if len(changes) > 2:
+            smallest = min(changes)
+            changes[:] = [smallest, changes[-1]] if smallest < changes[-1] else [smallest]
+        encoder.header_table.resized = bool(changes)
+
     def _settings(self, flags: int, sid: int, payload: bytes, events: list[Event]) -> None:
         if sid:
             raise H2ConnectionError(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & ACK:
             if payload:
                 raise H2ConnectionError(ErrorCode.FRAME_SIZE_ERROR, "a SETTINGS ACK with a body")
+            if self.settings_acked:  # the server sent one SETTINGS
+                self._empty()
             self.settings_acked = True
             return
         if len(payload) % 6:

@@ -32,6 +32,8 @@ Bounds (:class:`GrpcLimits`; the broker fills them from its remoting keys, see
   (the remoting servers' :class:`~pymq.remoting.limits.SharedBudget`): past the cap a call that
   is still receiving fails with ``RESOURCE_EXHAUSTED``;
 - messages queued on a streaming call and not yet read by its handler: ``max_queued_messages``;
+- a unary or server-streaming call's request: one message (:meth:`Call.receive`'s ``last``);
+  what the client sends after it is dropped as it arrives, not held until the call ends;
 - a request's header block: ``max_header_list_size`` (SETTINGS_MAX_HEADER_LIST_SIZE, counted
   as HPACK counts it) decoded, ``4 * max_header_list_size + 1024`` bytes compressed; past
   either the connection is closed (GOAWAY ENHANCE_YOUR_CALM: its HPACK state is lost);
@@ -49,7 +51,9 @@ holds at most one response per call, then loses its connection.  Malformed HTTP/
 connection (GOAWAY with the error's code) or, where the error is one stream's (a malformed
 request header block, RFC 9113 8.1.1), resets that stream; a malformed message fails that call
 only.  Compressed
-messages (``grpc-encoding``) are refused with ``UNIMPLEMENTED``: the 5.x clients send none.
+messages (``grpc-encoding``) are refused with ``UNIMPLEMENTED``: the 5.x clients send none; a
+message flagged compressed in a call without ``grpc-encoding`` fails it ``INTERNAL`` (as
+grpc-java and grpc-go answer it).
 """
 
 from __future__ import annotations
@@ -159,6 +163,9 @@ class Call:
         # (most calls find their request whole and never do).
         self._arrived: trio.Event | None = None
         self.ended = False  # the client half-closed (END_STREAM)
+        # The handler took the call's one request message (receive's ``last``): whatever
+        # more the client sends is not held (see _take_data).
+        self.taken = False
         self.reset = False  # the stream was reset (by either side)
         self.headers_sent = False
         self.failure: GrpcError | None = None  # a framing error found by the reader
@@ -183,6 +190,9 @@ class Call:
     def _take_data(self, data: bytes, limits: GrpcLimits, budget: SharedBudget) -> None:
         """Frame ``data`` into messages; a framing problem is kept in :attr:`failure`."""
         if self.failure is not None or self.reset:
+            return
+        if self.taken:  # a unary request's second message: never read, so not held
+            self.failure = GrpcError(INTERNAL, "too many request messages")
             return
         if budget.partial_frames_over:
             self.failure = GrpcError(
@@ -210,8 +220,8 @@ class Call:
         self._count(len(data), budget)
         while len(self._partial) >= _PREFIX.size:
             compressed, length = _PREFIX.unpack_from(self._partial)
-            if compressed:
-                self.failure = GrpcError(UNIMPLEMENTED, "compressed messages are not supported")
+            if compressed:  # no grpc-encoding (any other is refused): INTERNAL, as grpc-java
+                self.failure = GrpcError(INTERNAL, "a compressed message without grpc-encoding")
                 break
             if length > limits.max_message_size:
                 self.failure = GrpcError(
@@ -255,8 +265,11 @@ class Call:
 
     # -- the handler's side --------------------------------------------------------------
 
-    async def receive(self, *, timeout: float | None = None) -> bytes | None:
-        """The next request message, or None once the client ended its side.
+    async def receive(self, *, timeout: float | None = None, last: bool = False) -> bytes | None:
+        """The next request message, or None once the client ended its side.  ``last``: the
+        call's one request message (a unary or server-streaming method's): one more already
+        here is an error, and what the client sends after it is dropped, not held until the
+        call ends (a long poll holds it 20 s), and fails the call's next receive if any.
 
         Raises :class:`GrpcError` for a framing problem, a message begun and not finished
         within the receive timeout, or (with ``timeout``) none arriving within it."""
@@ -267,6 +280,12 @@ class Call:
             if self._inbox:
                 message = self._inbox.popleft()
                 self._count(-len(message), self._conn.budget)
+                if last:
+                    self.taken = True
+                    if self._inbox or self._partial:
+                        self._drop(self._conn.budget)
+                        self.failure = GrpcError(INTERNAL, "too many request messages")
+                        raise self.failure
                 return message
             if self.ended or self.reset:
                 if self._partial:
@@ -512,13 +531,8 @@ class _Connection:
         path = headers.get(":path", "")
         content_type = headers.get("content-type", "")
         if headers.get(":method") != "POST" or not content_type.startswith("application/grpc"):
-            self.h2.send_headers(
-                sid,
-                [(":status", "415" if headers.get(":method") == "POST" else "405")],
-                end_stream=True,
-            )
-            if not event.ended:
-                self.h2.reset_stream(sid, ErrorCode.NO_ERROR)
+            http_status = "415" if headers.get(":method") == "POST" else "405"
+            self._answer_now(sid, [(":status", http_status)], event.ended)
             return
         encoding = headers.get("grpc-encoding", "identity")
         handler = self.server.handlers.get(path)
@@ -528,9 +542,7 @@ class _Connection:
                 if handler is None
                 else (UNIMPLEMENTED, f"grpc-encoding {encoding} is not supported")
             )
-            self.h2.send_headers(sid, _trailers_only(status, text), end_stream=True)
-            if not event.ended:  # as _finish: the client need not send the rest
-                self.h2.reset_stream(sid, ErrorCode.NO_ERROR)
+            self._answer_now(sid, _trailers_only(status, text), event.ended)
             self.server.stats.record(path, status, 0.0)
             return
         if self.server.open_calls >= self.limits.max_calls:
@@ -544,6 +556,16 @@ class _Connection:
         if event.ended:
             call._end()
         self._starting.append((handler, call))
+
+    def _answer_now(self, sid: int, headers: list[tuple[str, str]], ended: bool) -> None:
+        """A request answered in its response headers alone, before its handler (there is
+        none): and the rest of it refused, as _finish does.  Nothing if a later frame of the
+        same read closed the stream (the client reset it: its events come after this one)."""
+        if sid not in self.h2.streams:
+            return
+        self.h2.send_headers(sid, headers, end_stream=True)
+        if not ended:  # the client need not send the rest
+            self.h2.reset_stream(sid, ErrorCode.NO_ERROR)
 
     async def _serve_call(self, handler: Handler, call: Call) -> None:
         begin = self.now()

@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING
 import attrs
 import trio
 
+from pymq.broker.long_polling import ANY_QUEUE
 from pymq.broker.message_filter import RecordFilter
 from pymq.common.consumer import SubscriptionData
 from pymq.common.message_ext import (
@@ -418,7 +419,7 @@ class PopService:
                 wake_at = min(wake_at, trio.current_time() + max(0, deadline - now_ms()) / 1000)
             # An arrival in any queue of the topic, or a state change (an ack, a reset): one
             # event each, whatever the number of queues.
-            arrival = hold.topic_waiter(topic)
+            arrival = hold.waiter(topic, ANY_QUEUE)
             changed = self._changed
             try:
                 with trio.move_on_at(wake_at):
@@ -426,7 +427,7 @@ class PopService:
                         nursery.start_soon(_wait_then_cancel, arrival, nursery.cancel_scope)
                         nursery.start_soon(_wait_then_cancel, changed, nursery.cancel_scope)
             finally:
-                hold.release_topic(topic, arrival)
+                hold.release(topic, ANY_QUEUE, arrival)
 
     def _only_tags(
         self, group: str, topic: str, got: list[Received], wanted: set[str]

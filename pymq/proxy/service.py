@@ -31,6 +31,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from itertools import islice
 from typing import TYPE_CHECKING, Any, cast
 
 import trio
@@ -99,6 +100,13 @@ MAX_TOPICS_PER_PRODUCER = 1024
 MAX_CLIENT_TEXT = 64
 # The most messages one PullMessage answers.
 MAX_PULL_BATCH = 32
+# Entries one AckMessage may carry (the 5.x clients ack one message a call): more are refused
+# BAD_REQUEST before any is looked at, so a request of a million empty entries (4 MiB) costs
+# neither seconds of the loop nor an answer of a million results.
+MAX_ACK_ENTRIES = 1024
+# A batch send yields to the loop after this many messages (each is a put): a 4 MiB batch of
+# tiny messages is 200,000 of them.
+SEND_YIELD_EVERY = 64
 # TBW102 and its queue count, as a 4.x producer names them in a send (auto-creation).
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -200,7 +208,7 @@ def _unary(
     name = request_type.DESCRIPTOR.name
 
     async def handler(call: Call) -> None:
-        data = await call.receive(timeout=limits.receive_timeout)
+        data = await call.receive(timeout=limits.receive_timeout, last=True)
         if data is None:
             raise GrpcError(INVALID_ARGUMENT, f"the call ended without a {name}")
         try:
@@ -582,13 +590,13 @@ class MessagingService:
         _check_pub_sub(settings, name)
         channel.client_type = name
         if kind == ClientType.PRODUCER:
-            for resource in list(settings.publishing.topics)[:MAX_TOPICS_PER_PRODUCER]:
+            for resource in islice(settings.publishing.topics, MAX_TOPICS_PER_PRODUCER):
                 channel.groups.add(self._topic_name(resource))
             channel.topics = set(channel.groups)
         elif settings.HasField("subscription"):
             group = self._topic_name(settings.subscription.group)
             subscriptions = []
-            for entry in list(settings.subscription.subscriptions)[:MAX_TOPICS_PER_PRODUCER]:
+            for entry in islice(settings.subscription.subscriptions, MAX_TOPICS_PER_PRODUCER):
                 topic = self._topic_name(entry.topic)
                 found = self._subscription(topic, entry.expression)
                 if not isinstance(found, SubscriptionData):  # the proxy ends the stream
@@ -739,7 +747,9 @@ class MessagingService:
         entries = response.entries
         codes = set()
         single = count == 1
-        for message in messages:
+        for k, message in enumerate(messages):
+            if k % SEND_YIELD_EVERY == SEND_YIELD_EVERY - 1:
+                await trio.lowlevel.checkpoint()
             try:
                 code = await self._send_one(call, topic, message, single, entries.add())
             except MessageRefused as exc:
@@ -929,7 +939,7 @@ class MessagingService:
     async def receive_message(self, call: Call) -> None:
         """ReceiveMessage (server streaming): the messages, or MESSAGE_NOT_FOUND once the long
         polling time passed without one."""
-        data = await call.receive(timeout=self.limits.receive_timeout)
+        data = await call.receive(timeout=self.limits.receive_timeout, last=True)
         if data is None:
             raise GrpcError(INVALID_ARGUMENT, "the call ended without a ReceiveMessageRequest")
         try:
@@ -1022,6 +1032,9 @@ class MessagingService:
         refusal = self._refused(call, RequestCode.PULL_MESSAGE, fields)
         if refusal is not None:
             return s.AckMessageResponse(status=refusal)
+        if len(request.entries) > MAX_ACK_ENTRIES:
+            text = f"too many entries to ack, max is {MAX_ACK_ENTRIES}"
+            return s.AckMessageResponse(status=status(Code.BAD_REQUEST, text))
         response = s.AckMessageResponse()
         results = response.entries
         codes = set()
@@ -1160,7 +1173,7 @@ class MessagingService:
         """PullMessage (server streaming): messages of one queue from an offset, then the next
         offset; MESSAGE_NOT_FOUND after the long polling time when there are none, and
         ILLEGAL_OFFSET (with the offset to use) for one outside the queue."""
-        data = await call.receive(timeout=self.limits.receive_timeout)
+        data = await call.receive(timeout=self.limits.receive_timeout, last=True)
         if data is None:
             raise GrpcError(INVALID_ARGUMENT, "the call ended without a PullMessageRequest")
         try:

@@ -23,6 +23,7 @@ from pymq.common.topic import TopicConfig
 from pymq.embedded import Cluster, open_cluster
 from pymq.proxy.http2 import (
     DEADLINE_EXCEEDED,
+    INTERNAL,
     INVALID_ARGUMENT,
     RESOURCE_EXHAUSTED,
     UNIMPLEMENTED,
@@ -190,6 +191,29 @@ async def test_malformed_protobuf_and_unknown_methods_get_a_status(cluster: Clus
     # The connection still serves a good call after all that.
     good = await client.finish(await client.call(SERVICE + "QueryRoute", route_request()))
     assert good["headers"]["grpc-status"] == "0"
+    await client.aclose()
+    await still_serving(cluster)
+
+
+async def test_a_compressed_message_without_an_encoding_is_internal(cluster: Cluster) -> None:
+    """The compressed flag set in a call without grpc-encoding: INTERNAL, as grpc-java's and
+    grpc-go's servers answer it (a grpc-encoding the server lacks is UNIMPLEMENTED)."""
+    client = await RawClient.open(server(cluster).port)
+    flagged = b"\x01" + route_request()[1:]
+    sid = await client.call(SERVICE + "QueryRoute", flagged)
+    response = await client.finish(sid)
+    assert response["headers"]["grpc-status"] == str(INTERNAL)
+    assert "compressed message without grpc-encoding" in response["headers"]["grpc-message"]
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", SERVICE + "QueryRoute"),
+        (":authority", "127.0.0.1"),
+        ("content-type", "application/grpc"),
+        ("grpc-encoding", "snappy"),
+    ]
+    response = await client.finish(await client.call("", flagged, headers=headers))
+    assert response["headers"]["grpc-status"] == str(UNIMPLEMENTED)
     await client.aclose()
     await still_serving(cluster)
 

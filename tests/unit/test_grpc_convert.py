@@ -138,6 +138,16 @@ def test_every_field_maps_in_the_proxys_order() -> None:
         ({"tag": "a\x1fb"}, Code.ILLEGAL_MESSAGE_TAG, "control character"),
         ({"keys": ["ok", " "]}, Code.ILLEGAL_MESSAGE_KEY, "whitespace"),
         ({"keys": ["a\nb"]}, Code.ILLEGAL_MESSAGE_KEY, "control character"),
+        (  # empty keys, each stored as its separator: not walked past the size they take
+            {"keys": [""] * (MAX_USER_PROPERTY_SIZE + 1)},
+            Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            "total size of user property",
+        ),
+        (
+            {"keys": ["k" * 1024] * 17},
+            Code.MESSAGE_PROPERTIES_TOO_LARGE,
+            "total size of user property",
+        ),
         ({"message_id": " "}, Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty"),
         (
             {"delivery_timestamp": NOW + 86_400_001},
@@ -167,6 +177,8 @@ def test_the_limits_themselves_are_taken() -> None:
     assert form(message(user=full, tag="tt"))  # exactly the limit
     assert form(message(message_group="g" * (MAX_MESSAGE_GROUP_SIZE - 1))).message_group
     assert form(message(body=b"x" * 1024)).body == b"x" * 1024
+    keys = [""] * MAX_USER_PROPERTY_SIZE
+    assert form(message(keys=keys)).properties["KEYS"] == " " * (MAX_USER_PROPERTY_SIZE - 1)
 
 
 @pytest.mark.parametrize("invisible_ms", [0, 10_000, 30_500, 43_200_000])

@@ -29,6 +29,7 @@ from pymq.proxy.h2server import (
     END_STREAM,
     FIELDS_KEPT,
     GOAWAY,
+    HEADER_TABLE_SIZE,
     HEADERS,
     INITIAL_WINDOW_SIZE,
     MAX_CONCURRENT_STREAMS,
@@ -254,7 +255,7 @@ def test_headers_with_priority_and_padding_and_priority_frames() -> None:
     [event] = peer.feed(frame(HEADERS, END_HEADERS | PADDED | PRIORITY_FLAG, 1, payload))
     assert event.headers == dict(REQUEST)
     assert peer.feed(frame(PRIORITY, 0, 3, b"\x00\x00\x00\x01\x10")) == []  # an idle stream
-    assert peer.feed(frame(PRIORITY, 0, 1, b"\x00\x00\x00\x01\x10")) == []
+    assert peer.feed(frame(PRIORITY, 0, 1, b"\x00\x00\x00\x03\x10")) == []
     [event] = peer.request(3)  # PRIORITY opened nothing
     assert event.stream_id == 3
 
@@ -466,6 +467,42 @@ def test_the_server_resets_a_stream_and_ignores_its_late_frames() -> None:
     assert peer.out() == []
 
 
+def test_a_stream_that_depends_on_itself_is_reset() -> None:
+    # RFC 9113 5.3.1: a stream error PROTOCOL_ERROR, in HEADERS (its block still decoded: the
+    # HPACK table follows the peer's) or in PRIORITY; the connection goes on.
+    peer = Peer()
+    peer.start()
+    block = peer.block([*REQUEST, ("x-new", "indexed")])  # adds to the dynamic table
+    [event] = peer.feed(frame(HEADERS, END_HEADERS | PRIORITY_FLAG, 1, u32(1) + b"\x10" + block))
+    assert isinstance(event, StreamReset) and event.code == ErrorCode.PROTOCOL_ERROR
+    assert not event.announced and peer.resets() == {1: ErrorCode.PROTOCOL_ERROR}
+    [event] = peer.feed(frame(PRIORITY, 0, 5, u32(5) + b"\x10"))
+    assert isinstance(event, StreamReset) and peer.resets() == {5: ErrorCode.PROTOCOL_ERROR}
+    # Split over CONTINUATION too; and a dependency on another stream is fine.
+    block = peer.block([*REQUEST, ("x-new", "indexed")])
+    head = frame(HEADERS, PRIORITY_FLAG, 7, u32(0x80000007) + b"\x10" + block[:2])
+    [event] = peer.feed(head + frame(CONTINUATION, END_HEADERS, 7, block[2:]))
+    assert isinstance(event, StreamReset) and event.code == ErrorCode.PROTOCOL_ERROR
+    [event] = peer.feed(
+        frame(HEADERS, END_HEADERS | PRIORITY_FLAG, 9, u32(1) + b"\x10" + peer.block())
+    )
+    assert isinstance(event, RequestReceived) and event.headers["x-mq-client-id"] == "c1"
+    assert peer.feed(frame(PRIORITY, 0, 9, u32(7) + b"\x10")) == []
+
+
+def test_trailers_with_a_pseudo_header_reset_the_stream() -> None:
+    # RFC 9113 8.1: trailers hold no pseudo-header: malformed, a stream error.
+    peer = Peer()
+    peer.start()
+    peer.request(1)
+    [event] = peer.feed(frame(HEADERS, END_HEADERS | END_STREAM, 1, peer.block([(":path", "/x")])))
+    assert isinstance(event, StreamReset) and event.announced
+    assert peer.resets() == {1: ErrorCode.PROTOCOL_ERROR}
+    peer.request(3)
+    [event] = peer.feed(frame(HEADERS, END_HEADERS | END_STREAM, 3, peer.block([("x-t", "1")])))
+    assert isinstance(event, DataReceived) and event.ended
+
+
 # -- max concurrent streams -----------------------------------------------------------------
 
 
@@ -497,6 +534,176 @@ def test_thousands_of_streams_opened_and_closed_leave_nothing_behind() -> None:
     assert peer.server.streams == {}
     assert len(peer.server._reset) <= H2Server.RESET_MEMORY
     peer.out()
+
+
+# -- floods: work or state a peer forces without end -----------------------------------------
+
+
+def test_rapid_reset_loses_the_connection() -> None:
+    # CVE-2023-44487: HEADERS then RST_STREAM, again and again, never waiting for an answer
+    # (and never past SETTINGS_MAX_CONCURRENT_STREAMS).  The server may take a burst of them.
+    peer = Peer()
+    peer.start()
+    sid = 1
+    for _ in range(H2Server.RESET_BURST):
+        events = peer.request(sid) + peer.feed(frame(RST_STREAM, 0, sid, u32(ErrorCode.CANCEL)))
+        assert [type(e) for e in events] == [RequestReceived, StreamReset]
+        sid += 2
+    peer.request(sid)
+    code = peer.error(frame(RST_STREAM, 0, sid, u32(ErrorCode.CANCEL)))
+    assert code == ErrorCode.ENHANCE_YOUR_CALM
+
+
+def test_streams_reset_for_the_peers_errors_count_as_its_resets() -> None:
+    # A stream error of the peer's making (here a malformed request) is a reset too.
+    peer = Peer()
+    peer.start()
+    bad = [*REQUEST[:2], ("connection", "close"), *REQUEST[2:]]
+    for k in range(H2Server.RESET_BURST):
+        [event] = peer.request(2 * k + 1, headers=bad)
+        assert isinstance(event, StreamReset) and event.code == ErrorCode.PROTOCOL_ERROR
+    block = peer.block(bad)
+    code = peer.error(frame(HEADERS, END_HEADERS, 2 * H2Server.RESET_BURST + 1, block))
+    assert code == ErrorCode.ENHANCE_YOUR_CALM
+
+
+def test_a_client_that_cancels_some_calls_keeps_its_connection() -> None:
+    # Each stream the server ends allows one more reset: a client whose calls are answered may
+    # cancel as many others, however long it runs.
+    peer = Peer()
+    peer.start()
+    for k in range(10 * H2Server.RESET_BURST):
+        answered, cancelled = 4 * k + 1, 4 * k + 3
+        peer.request(answered, end=True)
+        peer.request(cancelled)
+        peer.server.send_headers(answered, [(":status", "200")], end_stream=True)
+        peer.feed(frame(RST_STREAM, 0, cancelled, u32(ErrorCode.CANCEL)))
+        # A reset of a stream the server already ended costs nothing either.
+        peer.feed(frame(RST_STREAM, 0, answered, u32(ErrorCode.CANCEL)))
+    assert not peer.server.closed and peer.server.streams == {}
+    assert not [f for f in peer.out() if f[0] == GOAWAY]
+
+
+def _open(peer: Peer) -> None:
+    peer.request(1)
+
+
+def _in_block(peer: Peer) -> None:
+    peer.feed(frame(HEADERS, 0, 1, peer.block()[:2]))
+
+
+# Frames that carry nothing the server acts on, and what comes before them.
+EMPTY = {
+    "DATA": (_open, frame(DATA, 0, 1)),
+    "padding-only DATA": (_open, frame(DATA, PADDED, 1, b"\x03abc")),
+    "CONTINUATION": (_in_block, frame(CONTINUATION, 0, 1)),
+    "PRIORITY": (None, frame(PRIORITY, 0, 3, b"\x00\x00\x00\x01\x10")),
+    "unknown type": (None, frame(0x42, 0, 0, b"")),
+    "PING ACK": (None, frame(PING, ACK, 0, b"12345678")),
+    "SETTINGS ACK": (None, frame(SETTINGS, ACK, 0)),
+    "late WINDOW_UPDATE": (_open, frame(WINDOW_UPDATE, 0, 1, u32(1))),
+    "late RST_STREAM": (_open, frame(RST_STREAM, 0, 1, u32(0))),
+    "DATA after a reset": (_open, frame(DATA, 0, 1)),
+}
+
+
+@pytest.mark.parametrize("name", list(EMPTY))
+def test_floods_of_empty_frames_lose_the_connection(name: str) -> None:
+    # CVE-2019-9518 (empty frames), CVE-2024-27316's class (CONTINUATION without END_HEADERS,
+    # here empty: the block never grows to its size limit), CVE-2019-9516's no-op frames.
+    before, flood = EMPTY[name]
+    peer = Peer()
+    peer.start()
+    if before is not None:
+        before(peer)
+    if name.startswith("late"):
+        peer.server.send_headers(1, [(":status", "200")], end_stream=True)
+        peer.feed(frame(DATA, END_STREAM, 1, b"x"))  # the stream closes
+    elif name.endswith("reset"):
+        peer.server.reset_stream(1)
+    peer.out()
+    peer.feed(flood * H2Server.EMPTY_FRAMES)  # a few are nothing wrong
+    assert not peer.server.closed
+    assert peer.error(flood) == ErrorCode.ENHANCE_YOUR_CALM
+
+
+def test_frames_that_carry_something_reset_the_empty_count() -> None:
+    peer = Peer()
+    peer.start()
+    # The bytes of a request the server reset, still in flight in small frames: not empty.
+    peer.request(1)
+    peer.server.reset_stream(1)
+    for _ in range(4):
+        peer.feed(frame(DATA, 0, 1, b"x" * 10) * H2Server.EMPTY_FRAMES)
+    assert not peer.server.closed
+    peer.request(3)
+    for k in range(10):
+        peer.feed(frame(DATA, 0, 3) * (H2Server.EMPTY_FRAMES - 1) + frame(DATA, 0, 3, b"x"))
+        peer.feed(frame(PRIORITY, 0, 3, b"\x00\x00\x00\x00\x10") * (H2Server.EMPTY_FRAMES - 1))
+        peer.request(2 * k + 5, end=True)  # a new stream
+    assert not peer.server.closed
+
+
+# -- HPACK state the peer drives -----------------------------------------------------------
+
+
+def _size_updates(block: bytes) -> list[int]:
+    """The dynamic table size updates a header block begins with (its rest must decode)."""
+    sizes = []
+    while block and block[0] & 0xE0 == 0x20:
+        size, used = hpack.hpack.decode_integer(block, 5)
+        sizes.append(size)
+        block = block[used:]
+    hpack.Decoder().decode(block)
+    return sizes
+
+
+def test_header_table_size_settings_flood_stays_two_updates() -> None:
+    # Each SETTINGS_HEADER_TABLE_SIZE change was kept by hpack until the next block, which
+    # signalled them all: a SETTINGS flood grew a list without end, then a block of megabytes.
+    peer = Peer()
+    peer.start()
+    toggles = b"".join(setting(HEADER_TABLE_SIZE, v) for v in (100, 4096, 0, 4096) * 682)
+    for _ in range(100):
+        peer.feed(frame(SETTINGS, 0, 0, toggles))
+    assert len(peer.server.encoder.table_size_changes) <= 2
+    peer.request(1)
+    peer.out()
+    peer.server.send_headers(1, [(":status", "200")])
+    [(ftype, _, _, block)] = peer.out()
+    assert ftype == HEADERS
+    assert _size_updates(block) == [0, 4096]  # the smallest, then the last (RFC 7541 4.2)
+    peer.decoder.decode(block)
+
+
+def test_a_table_size_set_twice_is_still_signalled() -> None:
+    # hpack forgot a pending size update when the same size was set again: the peer's decoder,
+    # told SETTINGS_HEADER_TABLE_SIZE 0, expects the update in the next block (7541 4.2).
+    peer = Peer()
+    peer.start(setting(HEADER_TABLE_SIZE, 0) + setting(HEADER_TABLE_SIZE, 0))
+    peer.request(1)
+    peer.server.send_headers(1, [(":status", "200"), ("grpc-message", "kept?")])
+    [(_, _, _, block)] = peer.out()
+    assert _size_updates(block) == [0]
+
+
+def test_the_encoders_table_stays_within_its_own_bound() -> None:
+    # A peer allowing a table of 4 GiB let the server's encoder keep every header it sent
+    # (a grpc-message naming the client's path: content the client chooses) for ever.
+    peer = Peer()
+    peer.start(setting(HEADER_TABLE_SIZE, 2**32 - 1))
+    decoder = hpack.Decoder()
+    decoder.max_allowed_table_size = 2**32 - 1
+    for k in range(200):
+        sid = 2 * k + 1
+        peer.request(sid, end=True)
+        message = f"Method not found: {k}" + "x" * 1000
+        headers = [(":status", "200"), ("grpc-message", message)]
+        peer.server.send_headers(sid, headers, end_stream=True)
+        [(_, _, _, block)] = [f for f in peer.out() if f[0] == HEADERS]
+        assert decoder.decode(block) == headers
+    held = sum(len(n) + len(v) + 32 for n, v in decoder.header_table.dynamic_entries)
+    assert held <= H2Server.ENCODER_TABLE_SIZE
 
 
 # -- flow control ----------------------------------------------------------------------------

@@ -166,6 +166,8 @@ def test_the_send_header_reads_as_the_generic_decoder(short: dict[str, str], cod
             code, long if code == RequestCode.SEND_MESSAGE else short
         )
     )
+    if code == RequestCode.SEND_BATCH_MESSAGE:  # batch by its code, as Java's: "m" not read
+        long.pop(V2_NAMES["m"], None)
     generic = _outcome(lambda: decode(SendMessageRequestHeader, long))
     assert _same(got, generic, short) if isinstance(got, str) else type(got) is type(generic)
     if isinstance(got, SendMessageRequestHeader) and isinstance(generic, SendMessageRequestHeader):

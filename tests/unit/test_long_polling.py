@@ -4,7 +4,7 @@ set_arrival_listener)."""
 
 from __future__ import annotations
 
-from pymq.broker.long_polling import PullRequestHoldService
+from pymq.broker.long_polling import ANY_QUEUE, PullRequestHoldService
 
 
 def test_topics_are_those_with_a_waiting_queue_and_the_pinned_ones() -> None:
@@ -63,8 +63,8 @@ def test_a_topic_waiter_is_set_by_an_arrival_in_any_queue_and_released_like_a_qu
     """The 5.x receive's wait (every queue of the topic): one event for the topic, counted in
     ``topics`` as a queue's is, set and replaced by an arrival in any of its queues."""
     hold = PullRequestHoldService()
-    any_queue = hold.topic_waiter("A")
-    assert hold.topic_waiter("A") is any_queue
+    any_queue = hold.waiter("A", ANY_QUEUE)
+    assert hold.waiter("A", ANY_QUEUE) is any_queue
     q3 = hold.waiter("A", 3)
     assert hold.topics == {"A": 2}
     hold.notify_message_arriving("B", 0)
@@ -72,11 +72,11 @@ def test_a_topic_waiter_is_set_by_an_arrival_in_any_queue_and_released_like_a_qu
     hold.notify_message_arriving("A", 7)  # a queue nobody waits on by itself
     assert any_queue.is_set() and not q3.is_set()
     assert hold.topics == {"A": 1}
-    again = hold.topic_waiter("A")
+    again = hold.waiter("A", ANY_QUEUE)
     assert again is not any_queue
-    hold.release_topic("A", any_queue)  # an older event: the topic's stays
+    hold.release("A", ANY_QUEUE, any_queue)  # an older event: the topic's stays
     assert hold.topics == {"A": 2}
-    hold.release_topic("A", again)  # nobody waits on it: dropped
+    hold.release("A", ANY_QUEUE, again)  # nobody waits on it: dropped
     assert hold.topics == {"A": 1}
     hold.release("A", 3, q3)
     assert hold.topics == {}

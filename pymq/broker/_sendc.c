@@ -91,7 +91,8 @@ static PyObject *py_send_answer_frame(PyObject *self, PyObject *const *args, Py_
 
 /* (topic, count, size) appended to totals; -1 with an exception set. */
 static int append_total(PyObject *totals, PyObject *topic, long long count, long long size) {
-    PyObject *row = Py_BuildValue("(OLL)", topic, count, size);
+    PyObject *row = tuple_of(3, Py_NewRef(topic), PyLong_FromLongLong(count),
+                             PyLong_FromLongLong(size));
     if (row == NULL) return -1;
     int rc = PyList_Append(totals, row);
     Py_DECREF(row);
@@ -183,7 +184,7 @@ static PyObject *py_send_answer_run(PyObject *self, PyObject *const *args, Py_ss
         Py_DECREF(totals);
         return NULL;
     }
-    return Py_BuildValue("(NN)", out, totals);
+    return tuple_of(2, out, totals);
 fail:
     Py_XDECREF(hint);
     Py_XDECREF(fields);

@@ -210,6 +210,31 @@ PYMQ_SHARED int arg_int(PyObject *v, const char *what, long long lo, long long h
 #define I32_MIN (-2147483647LL - 1)
 #define I32_MAX 2147483647LL
 
+/* A tuple of the n references given, each a new one it takes over (Py_NewRef for a borrowed
+ * one), built by hand: Py_BuildValue parses its format on every call, which cost a lone send's
+ * fields several times the tuple.  NULL with an error set when one of them is NULL (an error
+ * making it) or the tuple cannot be made; the references are released then. */
+PYMQ_SHARED PyObject *tuple_of(Py_ssize_t n, ...) {
+    PyObject *t = PyTuple_New(n);
+    int bad = t == NULL;
+    va_list ap;
+    va_start(ap, n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *o = va_arg(ap, PyObject *);
+        if (o == NULL) bad = 1;
+        if (t != NULL)
+            PyTuple_SET_ITEM(t, i, o); /* a NULL slot is skipped by the tuple's dealloc */
+        else
+            Py_XDECREF(o);
+    }
+    va_end(ap);
+    if (bad && t != NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_SystemError, "tuple_of: a NULL item");
+        Py_CLEAR(t);
+    }
+    return t;
+}
+
 PYMQ_SHARED int bytes_is(const unsigned char *p, Py_ssize_t n, const char *s) {
     size_t m = strlen(s);
     return (size_t)n == m && memcmp(p, s, m) == 0;

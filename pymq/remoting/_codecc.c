@@ -869,10 +869,11 @@ static PyObject *send_fields_at(const Py_buffer *view, long long start, long lon
     long long sys_flag = PyLong_AsLongLong(typed[5]);
     if (sys_flag == -1 && PyErr_Occurred()) goto fail;
     if (sys_flag & 0xC) goto plain_none;
-    result = Py_BuildValue("(LOOOOOOOLO)", h.opaque, ext[1], typed[4], typed[5], typed[6],
-                           typed[7], ext[8] != NULL ? ext[8] : Py_None,
-                           typed[9] != NULL ? typed[9] : Py_None, header_end,
-                           batch ? Py_True : Py_False);
+    result = tuple_of(10, PyLong_FromLongLong(h.opaque), Py_NewRef(ext[1]), Py_NewRef(typed[4]),
+                      Py_NewRef(typed[5]), Py_NewRef(typed[6]), Py_NewRef(typed[7]),
+                      Py_NewRef(ext[8] != NULL ? ext[8] : Py_None),
+                      Py_NewRef(typed[9] != NULL ? typed[9] : Py_None),
+                      PyLong_FromLongLong(header_end), Py_NewRef(batch ? Py_True : Py_False));
     goto done;
 none_or_error:
     if (PyErr_Occurred()) goto fail;
@@ -993,7 +994,7 @@ static PyObject *py_send_run_fields(PyObject *self, PyObject *const *args, Py_ss
         Py_XDECREF(fields);
         fields = Py_NewRef(Py_None);
     }
-    result = Py_BuildValue("(LN)", i, fields);
+    result = tuple_of(2, PyLong_FromLongLong(i), fields);
     fields = NULL;
 fail:
     Py_XDECREF(fields);
@@ -1080,8 +1081,8 @@ static PyObject *py_send_answer_fields(PyObject *self, PyObject *const *args, Py
     if (e.v[0] == NULL || e.v[1] == NULL || e.v[2] == NULL) goto plain_none;
     if ((queue_id = plain_number(e.v[1], 9)) == NULL || (offset = plain_number(e.v[2], 18)) == NULL)
         goto none_or_error;
-    result = Py_BuildValue("(LOOOO)", h.opaque, e.v[0], queue_id, offset,
-                           e.v[3] != NULL ? e.v[3] : Py_None);
+    result = tuple_of(5, PyLong_FromLongLong(h.opaque), Py_NewRef(e.v[0]), Py_NewRef(queue_id),
+                      Py_NewRef(offset), Py_NewRef(e.v[3] != NULL ? e.v[3] : Py_None));
     goto done;
 none_or_error:
     if (PyErr_Occurred()) goto fail;
@@ -1195,7 +1196,8 @@ static PyObject *py_frame_bounds(PyObject *self, PyObject *const *args, Py_ssize
         if (failed < 0) goto done;
         pos = end;
     }
-    result = Py_BuildValue("(OnO)", bounds, pos, bad != NULL ? bad : Py_None);
+    result = tuple_of(3, Py_NewRef(bounds), PyLong_FromSsize_t(pos),
+                      Py_NewRef(bad != NULL ? bad : Py_None));
 done:
     Py_XDECREF(bounds);
     Py_XDECREF(bad);

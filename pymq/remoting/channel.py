@@ -595,7 +595,7 @@ class Channel:
         first = True
         served = False  # the last run served (decoded) something
         behind = False  # the last run waited long enough to read ahead
-        while state.has_input:
+        while state.inbox:
             if served:
                 # A long run of inline work yields now and then, so that the rest of the
                 # broker (the group commit waiting on its sync, dispatch, other
@@ -648,7 +648,7 @@ class Channel:
                 if shed is not None:
                     shed.report()
             if self._out and (
-                served or broken or not self.state.has_input or self._out.size >= FLUSH_BYTES
+                served or broken or not self.state.inbox or self._out.size >= FLUSH_BYTES
             ):
                 # The answers of a run served in one write, so that a pipelining client keeps
                 # its window moving; the refusals of runs refused whole gather until there are

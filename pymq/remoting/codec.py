@@ -913,16 +913,12 @@ class FrameDecoder:
         self._partial = bytearray()
         self._need = 0  # bytes the partial tail must reach before it can be decoded
         self._max = max_frame_length
-        self._broken: ProtocolError | None = None
+        # Why the stream stopped making sense (the connection must close), or None.
+        self.broken: ProtocolError | None = None
 
     @property
     def buffered(self) -> int:
         return len(self._partial)
-
-    @property
-    def broken(self) -> ProtocolError | None:
-        """Why the stream stopped making sense (the connection must close), or None."""
-        return self._broken
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         """The commands whose frames ``data`` completes; ProtocolError when the stream is bad."""
@@ -930,10 +926,10 @@ class FrameDecoder:
         try:
             out = [_decode_at(buf, bounds[i], bounds[i + 1]) for i in range(0, len(bounds), 2)]
         except ProtocolError as exc:
-            self._broken = exc
+            self.broken = exc
             raise
-        if self._broken is not None:
-            raise self._broken
+        if self.broken is not None:
+            raise self.broken
         return out
 
     def feed_frames(self, data: bytes | bytearray | memoryview) -> tuple[bytes, list[int]]:
@@ -941,8 +937,8 @@ class FrameDecoder:
         bounds, ``[start, end, start, end, ...]`` (each without its length field), for
         :func:`decode_frame_at` or :func:`peek_request`.  A bad frame length ends the stream:
         the frames before it are returned, :attr:`broken` is set and the next call raises."""
-        if self._broken is not None:
-            raise self._broken
+        if self.broken is not None:
+            raise self.broken
         partial = self._partial
         if partial:
             if len(partial) + len(data) < self._need:
@@ -955,9 +951,9 @@ class FrameDecoder:
         limit = self._max
         bounds, pos, bad = (_frame_bounds or _walk_frames)(buf, limit)
         if bad is not None:
-            self._broken = ProtocolError(f"frame length {bad} outside 4..{limit} bytes")
+            self.broken = ProtocolError(f"frame length {bad} outside 4..{limit} bytes")
             if not bounds:
-                raise self._broken
+                raise self.broken
             return buf, bounds
         n = len(buf)
         if pos < n:

@@ -304,8 +304,9 @@ class Connection:
         # broker's water mark reads them): set by judge, cleared when the inbox is served.
         self.backlog = 0
         self.backlog_since = 0.0
-        # Frames received and not yet served: [buffer, bounds, next index, received at].
-        self._inbox: collections.deque[list] = collections.deque()
+        # Frames received and not yet served, [buffer, bounds, next index, received at] a read:
+        # empty (false) when there is no input to serve (the channel's loop tests it).
+        self.inbox: collections.deque[list] = collections.deque()
         self.inbox_bytes = 0
 
     # -- input ------------------------------------------------------------------------------
@@ -315,7 +316,7 @@ class Connection:
         stream stops making sense before any whole frame."""
         buf, bounds = self.decoder.feed_frames(data)
         if bounds:
-            self._inbox.append([buf, bounds, 0, received])
+            self.inbox.append([buf, bounds, 0, received])
             self.inbox_bytes += len(buf)
             self.partial.budget_add(len(buf))
         # A read that completes a frame ends the one in progress: what it leaves buffered is
@@ -324,24 +325,20 @@ class Connection:
         self.partial.update(self.decoder.buffered, now, bool(bounds))
 
     @property
-    def has_input(self) -> bool:
-        return bool(self._inbox)
-
-    @property
     def queued_reads(self) -> int:
         """Reads whose frames are not all served yet."""
-        return len(self._inbox)
+        return len(self.inbox)
 
     def next_run(self, size: int) -> Run | None:
         """The next up to ``size`` frames to serve, oldest first (None: none waits)."""
-        if not self._inbox:
+        if not self.inbox:
             return None
-        entry = self._inbox[0]
+        entry = self.inbox[0]
         buf, bounds, first, received = entry
         count = len(bounds) >> 1
         stop = min(first + size, count)
         if stop == count:
-            self._inbox.popleft()
+            self.inbox.popleft()
             self.inbox_bytes -= len(buf)
             self.partial.budget_add(-len(buf))
         else:
@@ -407,7 +404,7 @@ class Connection:
         """Release everything held and fail every call in flight with ``error``."""
         self.out.clear()
         self.partial.budget_add(-self.inbox_bytes)
-        self._inbox.clear()
+        self.inbox.clear()
         self.inbox_bytes = 0
         self.partial.release()
         self.calls.fail_all(error)

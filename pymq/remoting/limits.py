@@ -94,18 +94,22 @@ class OutputBuffer:
     def take(self, max_bytes: int | None = None) -> bytes:
         """Remove and return queued frames joined: all of them, or whole frames up to about
         ``max_bytes`` (at least one)."""
-        frames = self.frames
+        taken = self.frames
         if max_bytes is None or self.size <= max_bytes:
-            count = len(frames)
+            self.frames = []  # all of them (the list itself is not changed)
         else:
             count = size = 0
-            while count < len(frames) and size < max_bytes:
-                size += len(frames[count])
+            while count < len(taken) and size < max_bytes:
+                size += len(taken[count])
                 count += 1
-        taken = frames[:count]
-        self.frames = frames[count:]
+            taken, self.frames = taken[:count], taken[count:]
         data = taken[0] if len(taken) == 1 else b"".join(taken)
-        self._grow(-len(data))
+        # _grow inlined, as in append: this runs for every write.
+        size = len(data)
+        self.size -= size
+        budget = self.budget
+        if budget is not None:
+            budget.write_total -= size
         return data
 
     def clear(self) -> None:

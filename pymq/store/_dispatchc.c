@@ -623,7 +623,8 @@ static PyObject *py_dispatch_hinted(PyObject *self, PyObject *const *args, Py_ss
         Py_XDECREF(tb);
         Py_SETREF(exc, value);
     }
-    return Py_BuildValue("(LLLLN)", done, pos, offset, last_ts, exc);
+    return tuple_of(5, PyLong_FromLongLong(done), PyLong_FromLongLong(pos),
+                    PyLong_FromLongLong(offset), PyLong_FromLongLong(last_ts), exc);
 }
 
 

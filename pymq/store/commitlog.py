@@ -855,7 +855,8 @@ class CommitLog:
         # (index: whether IPv6) with this store host: per put, two lookups fewer.
         store_v6 = 2 if len(self._store_ip) == 16 else 0
         self._record_fixed = (_HEADER_SIZES[store_v6] + 3, _HEADER_SIZES[store_v6 | 1] + 3)
-        self._msg_id_prefix = (self._store_ip + _INT.pack(port)).hex().upper()
+        # What msg_id puts before a record's offset: the store host's address and port in hex.
+        self.msg_id_prefix = (self._store_ip + _INT.pack(port)).hex().upper()
 
     # --- offsets -------------------------------------------------------------------------------
 
@@ -866,8 +867,8 @@ class CommitLog:
     @property
     def min_offset(self) -> int:
         """The first offset still stored (0 for an empty log)."""
-        first = self.queue.first_file
-        return first.file_from_offset if first is not None else 0
+        files = self.queue.files
+        return files[0].file_from_offset if files else 0
 
     def holds_no_data(self) -> bool:
         """True when the log has no file (recovery then drops the consume queues)."""
@@ -877,13 +878,7 @@ class CommitLog:
         return offset + self.file_size - offset % self.file_size
 
     def msg_id(self, phy_offset: int) -> str:
-        return offset_msg_id(self._msg_id_prefix, phy_offset)
-
-    @property
-    def msg_id_prefix(self) -> str:
-        """What :meth:`msg_id` puts before a record's offset: the store host's address and
-        port in hex."""
-        return self._msg_id_prefix
+        return offset_msg_id(self.msg_id_prefix, phy_offset)
 
     # --- appends -------------------------------------------------------------------------------
 
@@ -1134,7 +1129,7 @@ class CommitLog:
                 queued.append(hint)
         first = msgs[0]
         return PutMessageResult(
-            PUT_OK, first.commitlog_offset, total, offset_msg_ids(self._msg_id_prefix, hints),
+            PUT_OK, first.commitlog_offset, total, offset_msg_ids(self.msg_id_prefix, hints),
             now, first.queue_offset, len(hints),
         )  # fmt: skip
 
@@ -1167,7 +1162,7 @@ class CommitLog:
         if type(entries) is not list:
             entries = list(entries)
         mf = files[-1]
-        born_ip = self._born_ip(born_host[0])
+        born_ip = self._born_ips.get(born_host[0]) or self._born_ip(born_host[0])
         if born_ip is None:
             return [], [], 0
         start = mf.wrote_position
@@ -1202,7 +1197,14 @@ class CommitLog:
                         self._advice_balance = balance
                     else:
                         self._weigh_advice(mf, start - end)
-                self._after_run(mf, end, hints)
+                # The next chunk allocated ahead (warmMapedFileEnable) and the run's dispatch
+                # hints queued for reput (which does without them past DISPATCH_HINTS_MAX).
+                if self.warm and mf.allocated - end <= mf.chunk:
+                    self._allocate_ahead(mf)
+                queued = self.dispatch_hints
+                room = DISPATCH_HINTS_MAX - len(queued)
+                if room > 0:
+                    queued.extend(hints if room >= len(hints) else hints[:room])
             except Exception:  # bookkeeping
                 log.exception("the bookkeeping of a run of %d appends failed", len(hints))
         if error is not None:  # a defect: what was appended stands, the rest go one by one
@@ -1257,19 +1259,13 @@ class CommitLog:
         mf.last_store_timestamp = stamp
         if self._advice_follows_writes:
             self._weigh_advice(mf, stop)
-        self._after_run(mf, end, hints)
-        return hints, waits, stop
-
-    def _after_run(self, mf: MappedFile, end: int, hints: list[DispatchHint]) -> None:
-        """A run's records committed up to ``end`` of ``mf``: the next chunk allocated ahead
-        (warmMapedFileEnable) and the run's dispatch hints queued for reput (which does without
-        them past DISPATCH_HINTS_MAX queued)."""
-        if self.warm and mf.allocated - end <= mf.chunk:
+        if self.warm and mf.allocated - end <= mf.chunk:  # as append_run's bookkeeping
             self._allocate_ahead(mf)
         queued = self.dispatch_hints
         room = DISPATCH_HINTS_MAX - len(queued)
         if room > 0:
             queued.extend(hints if room >= len(hints) else hints[:room])
+        return hints, waits, stop
 
     def put_result(self, hints: list[DispatchHint]) -> PutMessageResult:
         """The PutMessageResult of one entry :meth:`append_run` appended, from its records'
@@ -1277,7 +1273,7 @@ class CommitLog:
         for the same messages."""
         first = hints[0]
         phy = first.physical_offset
-        prefix = self._msg_id_prefix
+        prefix = self.msg_id_prefix
         if len(hints) == 1:
             return PutMessageResult(
                 PUT_OK, phy, first.size, offset_msg_id(prefix, phy), first.store_timestamp,

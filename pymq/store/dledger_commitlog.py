@@ -469,7 +469,7 @@ class DLedgerCommitLog(CommitLog):
             PUT_OK,
             wrote_offset=first.physical_offset,
             wrote_bytes=sum(h.size for h in hints),
-            msg_id=offset_msg_ids(self._msg_id_prefix, hints),  # type: ignore[arg-type]
+            msg_id=offset_msg_ids(self.msg_id_prefix, hints),  # type: ignore[arg-type]
             store_timestamp=first.store_timestamp,
             logic_offset=first.queue_offset,
             msg_num=len(hints),

@@ -277,8 +277,13 @@ class MappedFileQueue:
 
     @property
     def max_offset(self) -> int:
-        """Global offset just past the last written byte (0 for an empty queue)."""
-        return self.files[-1].max_offset if self.files else 0
+        """Global offset just past the last written byte (0 for an empty queue): the last
+        file's max_offset, read here (dispatch asks for it with each put)."""
+        files = self.files
+        if not files:
+            return 0
+        last = files[-1]
+        return last.file_from_offset + last.wrote_position
 
     def find_by_offset(
         self, offset: int, return_first_on_not_found: bool = False

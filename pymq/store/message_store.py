@@ -676,9 +676,32 @@ class DefaultMessageStore:
         - a :class:`SendRun`: the dispatch hints and stored WAIT properties of the leading
           entries put (those a SingleSend of each would put), the first ``len(hints)``.
         """
+        if type(request) is SingleSend:
+            # A run of one (:meth:`_put_run`, inline here: this is the lone send's path), its
+            # PutMessageResult made from its hint (CommitLog.put_result's single case).
+            (topic, queue_id, body, properties, flag, cluster, sys_flag, born_timestamp,
+             born_host, reconsume_times) = request  # fmt: skip
+            cluster_b = self._fast_put_cluster(cluster)
+            if cluster_b is None:
+                return None
+            begin = self.lock_clock()
+            commitlog = self.commitlog
+            hints, waits, size = commitlog.append_run(
+                [(topic, queue_id, body, properties, flag, sys_flag, born_timestamp,
+                  reconsume_times)],
+                self._topic_bytes, cluster_b, born_host,
+                max(0, self.config.max_message_size - _MIN_OVERHEAD), _TRAN_MASK,
+            )  # fmt: skip
+            if not hints:
+                return None
+            self._count_fast_puts(begin, 1, 1, size)
+            hint = hints[0]
+            phy = hint[0]
+            result = PutMessageResult(
+                PUT_OK, phy, size, offset_msg_id(commitlog.msg_id_prefix, phy), hint[6], hint[4]
+            )
+            return result, waits[0]
         kind = type(request)
-        if kind is SingleSend:
-            return self._put_single(request)  # type: ignore[arg-type]
         if kind is MessageExt:  # the broker's own puts (a transaction's records, say)
             return self._put_message(request)  # type: ignore[arg-type]
         if kind is SendRun:
@@ -864,32 +887,6 @@ class DefaultMessageStore:
                 cluster.encode() if cluster.isascii() else b"",
             )
         return cluster_b[1]
-
-    def _put_single(self, request: SingleSend) -> tuple[PutMessageResult, str | None] | None:
-        """put_now of a SingleSend: a run of one (:meth:`_put_run`, inline here: this is the
-        lone send's path), its PutMessageResult made from its hint (CommitLog.put_result's
-        single case)."""
-        (topic, queue_id, body, properties, flag, cluster, sys_flag, born_timestamp, born_host,
-         reconsume_times) = request  # fmt: skip
-        cluster_b = self._fast_put_cluster(cluster)
-        if cluster_b is None:
-            return None
-        begin = self.lock_clock()
-        commitlog = self.commitlog
-        hints, waits, size = commitlog.append_run(
-            [(topic, queue_id, body, properties, flag, sys_flag, born_timestamp, reconsume_times)],
-            self._topic_bytes, cluster_b, born_host,
-            max(0, self.config.max_message_size - _MIN_OVERHEAD), _TRAN_MASK,
-        )  # fmt: skip
-        if not hints:
-            return None
-        self._count_fast_puts(begin, 1, 1, size)
-        hint = hints[0]
-        phy = hint[0]
-        result = PutMessageResult(
-            PUT_OK, phy, size, offset_msg_id(commitlog.msg_id_prefix, phy), hint[6], hint[4]
-        )
-        return result, waits[0]
 
     def _put_batch_body(self, request: BatchBody) -> tuple[PutMessageResult, str | None] | None:
         """put_now of a BatchBody: a run of one entry whose records are the body's items, put

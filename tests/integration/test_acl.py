@@ -497,14 +497,14 @@ async def test_a_run_of_signed_sends_is_served_from_its_bytes_once_checked(
     async with Producer("P", cluster.namesrv_addr, credentials=PRODUCER) as producer:
         assert (await producer.send(Message("Allowed", b"first"))).status == "SEND_OK"
     from_bytes: list[int] = []
-    read_run = send._read_run
+    read_run = send.send_run  # called without a check for the frames the check passed
 
-    def counting(*args: object) -> tuple[bytes, int]:
-        joined, left = read_run(*args)  # type: ignore[arg-type]
+    def counting(*args: object) -> tuple[bytes, int, RemotingCommand | None]:
+        joined, left, cmd = read_run(*args)  # type: ignore[arg-type]
         from_bytes.append(left - args[3])  # type: ignore[operator]
-        return joined, left
+        return joined, left, cmd
 
-    send._read_run = counting  # type: ignore[method-assign]
+    send.send_run = counting  # type: ignore[method-assign]
 
     def request(n: int, topic: str = "Allowed", forge: bool = False) -> RemotingCommand:
         ext = SendMessageRequestHeader.v2_ext(

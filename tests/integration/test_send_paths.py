@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+from typing import Any
 
 import pytest
 import trio
@@ -15,6 +16,7 @@ from pymq.common.consumer import MessageQueue
 from pymq.common.message_id import decode_offset_msg_id
 from pymq.common.record import decode_records
 from pymq.embedded import Cluster, open_cluster
+from pymq.remoting.codec import RemotingCommand
 from pymq.remoting.codes import ResponseCode
 from pymq.testing import TEST_PROPERTIES
 from tests.helpers import StuckDisk, c_functions
@@ -167,16 +169,15 @@ async def test_sync_flush_answers_only_once_durable(tmp_path, monkeypatch) -> No
         send = cluster.broker.send_processor
         raw_served: list[bool] = []  # each frame: held for the group commit by the raw path
 
-        read_run = send._read_run
+        read_run = send.send_run  # the connections' run handler (their route's run)
 
-        def counting_run(
-            channel: object, buf: bytes, bounds: list[int], first: int, stop: int
-        ) -> tuple[bytes, int]:
-            joined, left = read_run(channel, buf, bounds, first, stop)  # type: ignore[arg-type]
-            raw_served.extend([joined == b""] * (left - first))
-            return joined, left
+        def counting_run(*args: Any, **kwargs: Any) -> tuple[bytes, int, RemotingCommand | None]:
+            joined, left, cmd = read_run(*args, **kwargs)
+            raw_served.extend([joined == b""] * (left - args[3]))
+            return joined, left, cmd
 
-        send._read_run = counting_run  # type: ignore[method-assign]
+        for server in (cluster.broker.server, cluster.broker.fast_server):
+            server._run_handler = counting_run  # what the connections opened next offer runs
 
         def check(result: SendResult | None, error: Exception | None) -> None:
             if result is not None:

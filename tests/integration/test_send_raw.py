@@ -9,6 +9,7 @@ import json
 import struct
 import types
 from collections.abc import AsyncIterator
+from typing import Any
 
 from pymq.client import topics
 from pymq.common.record import decode_records
@@ -225,18 +226,16 @@ async def test_a_broker_serves_sends_raw_over_its_connections(pymq_cluster: Clus
     await topics.create_topic(cluster.namesrv_addr, "RawSock", brokers=[cluster.broker_addr])
     send = cluster.broker.send_processor
     served = []
-    real_run = send._read_run  # send_run's reading of frames from their bytes
+    real_run = send.send_run  # the connections' run handler (their route's run)
 
-    def counting_run(
-        channel: object, buf: bytes, bounds: list[int], first: int, stop: int
-    ) -> tuple[bytes, int]:
-        joined, left = real_run(channel, buf, bounds, first, stop)  # type: ignore[arg-type]
-        served.extend([True] * (left - first))
-        return joined, left
+    def counting_run(*args: Any, **kwargs: Any) -> tuple[bytes, int, RemotingCommand | None]:
+        joined, left, cmd = real_run(*args, **kwargs)
+        served.extend([True] * (left - args[3]))
+        return joined, left, cmd
 
     for server in (cluster.broker.server, cluster.broker.fast_server):
         assert server.routes[RequestCode.SEND_MESSAGE_V2].run == send.send_run
-    send._read_run = counting_run  # type: ignore[method-assign]
+        server._run_handler = counting_run  # what the connections opened next offer their runs
     async with Producer("P", cluster.namesrv_addr) as producer:
         results = [await producer.send(Message("RawSock", b"m%d" % i)) for i in range(20)]
     assert {r.status for r in results} == {"SEND_OK"}

@@ -66,7 +66,7 @@ async def as_channel(
     the frame send_run stopped at."""
     send = cluster.broker.send_processor
     buf, bounds = run_of(frames)
-    joined, left = send._read_run(channel, buf, bounds, 0, len(frames))  # type: ignore[arg-type]
+    joined, left, _ = send.send_run(channel, buf, bounds, 0, len(frames))  # type: ignore[arg-type]
     answers = [answer_of(f) for f in split(joined)]
     for i in range(left, len(frames)):
         out = None if i == left else send.send_raw(channel, buf, bounds[2 * i], bounds[2 * i + 1])  # type: ignore[arg-type]
@@ -260,7 +260,7 @@ async def test_a_put_run_is_answered_once_whatever_fails_after(
     frames = [frame(ext_for("OnceT", props=UNIQ.format(i))) for i in range(1, 7)]
     buf, bounds = run_of(frames)
     send = cluster.broker.send_processor
-    joined, left = send._read_run(PEER, buf, bounds, 0, len(frames))  # type: ignore[arg-type]
+    joined, left, _ = send.send_run(PEER, buf, bounds, 0, len(frames))  # type: ignore[arg-type]
     assert left == len(frames)
     answers = [answer_of(f) for f in split(joined)]
     assert [a[0] for a in answers] == [ResponseCode.SUCCESS] * 6
@@ -312,7 +312,7 @@ async def test_sync_flush_holds_a_run_s_answers_together(tmp_path, monkeypatch) 
                 disk.release.clear()
             run_ch = Joined()
             buf, bounds = run_of(sends("RunT", base))
-            joined, left = send._read_run(run_ch, buf, bounds, 0, 5)  # type: ignore[arg-type]
+            joined, left, _ = send.send_run(run_ch, buf, bounds, 0, 5)  # type: ignore[arg-type]
             assert left == 5
             now = [answer_of(f) for f in split(joined)]
             assert [a[2]["queueOffset"] for a in now] == [{10: "3", 20: "6"}[base]]  # WAIT=false
@@ -375,7 +375,7 @@ async def test_each_frame_of_a_run_is_read_once(
     ]
     buf, bounds = run_of(frames)
     send = cluster.broker.send_processor
-    joined, left = send._read_run(PEER, buf, bounds, 0, len(frames))  # type: ignore[arg-type]
+    joined, left, _ = send.send_run(PEER, buf, bounds, 0, len(frames))  # type: ignore[arg-type]
     assert left == len(frames)
     assert [answer_of(f)[0] for f in split(joined)] == [ResponseCode.SUCCESS] * 7
     assert sorted(reads) == bounds[0::2]  # each frame's start, once
@@ -569,7 +569,7 @@ async def test_a_run_s_appends_stand_when_their_bookkeeping_fails(
     monkeypatch.setattr(commitlog, "_wrote_through_map", raising)
     frames = [frame(ext_for("BookT", props=UNIQ.format(i))) for i in range(1, 6)]
     buf, bounds = run_of(frames)
-    joined, left = cluster.broker.send_processor._read_run(PEER, buf, bounds, 0, 5)  # type: ignore[arg-type]
+    joined, left, _ = cluster.broker.send_processor.send_run(PEER, buf, bounds, 0, 5)  # type: ignore[arg-type]
     assert left == 5
     assert [answer_of(f)[0] for f in split(joined)] == [ResponseCode.SUCCESS] * 5
     await cluster.broker.store.reput.do_reput()

@@ -36,7 +36,7 @@ def test_frames_are_served_in_runs_oldest_read_first() -> None:
     while (run := conn.next_run(3)) is not None:
         runs.append((opaques(run), run.received, run.total))
     assert runs == [([1, 2, 3], 1.0, 5), ([4, 5], 1.0, 5), ([6, 7], 2.0, 2)]
-    assert not conn.has_input and conn.inbox_bytes == 0 and budget.partial_frame_total == 0
+    assert not conn.inbox and conn.inbox_bytes == 0 and budget.partial_frame_total == 0
 
 
 def test_a_frame_split_across_reads_is_served_once_whole() -> None:
@@ -44,7 +44,7 @@ def test_a_frame_split_across_reads_is_served_once_whole() -> None:
     conn = Connection(ConnectionLimits(), budget)
     data = frames(1)
     conn.receive(data[:10], received=1.0, now=1.0)
-    assert not conn.has_input
+    assert not conn.inbox
     assert conn.partial.started == 1.0 and budget.partial_frame_total == 10
     conn.receive(data[10:], received=3.0, now=3.0)
     run = conn.next_run(32)
@@ -155,7 +155,7 @@ def test_closing_releases_budgets_and_fails_calls() -> None:
     assert budget.partial_frame_total > 0 and budget.write_total == 100
     conn.close(RemotingConnectError("gone"))
     assert budget.partial_frame_total == 0 and budget.write_total == 0
-    assert not conn.has_input and isinstance(failed[0], RemotingConnectError)
+    assert not conn.inbox and isinstance(failed[0], RemotingConnectError)
 
 
 class FixedAdmission:

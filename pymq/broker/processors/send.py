@@ -844,7 +844,7 @@ class SendProcessor:
         if queue_id < 0:
             queue_id = random.randrange(max(1, verdict[0].write_queue_nums))
         cluster = self.ctx.broker_config.broker_cluster_name
-        born_host = self._born_host_of(peer)
+        born_host = self._born_hosts.get(peer) or self._born_host_of(peer)
         if batch:  # the common batch in one C call, as the inline path puts it
             fast = store.put_now(_new(BatchBody, (
                 topic, queue_id, body, cluster, sys_flag, born_timestamp, born_host,
@@ -899,77 +899,18 @@ class SendProcessor:
     ) -> tuple[bytes, int, RemotingCommand | None]:
         """The sends' run handler (their route's ``run``, Channel.raw_run_handler): the sends
         leading frames ``first..stop-1`` of a run (``bounds``: their starts and ends) served
-        from their bytes in the connection's reader (:meth:`_read_run`; with an access check,
-        once decoded and checked: :meth:`_read_checked`).  Stops at the first other frame,
-        or a send those leave (a transaction's half, a timer message, one that must wait):
-        returns the answers joined, where it stopped, and that frame decoded if it was (a
-        frame the check refuses is answered here in its turn, and the reading goes on).  The
-        connection gives that frame to the route's inline handler (:meth:`_serve_decoded`)
-        or a task, then offers the rest here again (answers keep the requests' order).  A
-        frame it has put is answered here or by the group commit, never served again."""
-        if check is None:
-            joined, left = self._read_run(channel, buf, bounds, first, stop)
-            return joined, left, None
-        i = first
-        while True:
-            joined, i, cmd, refusal = self._read_checked(channel, buf, bounds, i, stop, check)
-            if refusal is None:
-                return joined, i, cmd
-            assert cmd is not None
-            if joined:  # queued before the refusal
-                channel.answer_frames([joined])
-            channel.answer(cmd, refusal)  # refused here, in its turn; then the rest
-            i += 1
-            if i >= stop:
-                return b"", i, None
-
-    def _read_checked(
-        self,
-        channel: Channel,
-        buf: bytes,
-        bounds: list[int],
-        first: int,
-        stop: int,
-        check: AccessCheck,
-    ) -> tuple[bytes, int, RemotingCommand | None, RemotingCommand | None]:
-        """:meth:`_read_run` with an access check: the sends leading frames ``first..stop-1``
-        decoded and checked (the check reads every field and the body), those it passes then
-        served from their bytes as without one.  Returns their answers joined, the first
-        frame not served, that frame decoded (None if it does not decode), and the check's
-        refusal of it, if that is why it stopped."""
-        passed: list[RemotingCommand] = []
-        j = first
-        stopped_at: RemotingCommand | None = None
-        refusal: RemotingCommand | None = None
-        while j < stop:
-            try:
-                cmd = decode_frame_at(buf, bounds[2 * j], bounds[2 * j + 1])
-            except ProtocolError:
-                break
-            if not _is_send(cmd):
-                stopped_at = cmd
-                break
-            refusal = _checked(check, channel, cmd)
-            cmd.access_checked = refusal is None
-            if refusal is not None:
-                stopped_at = cmd
-                break
-            passed.append(cmd)
-            j += 1
-        if j == first:
-            return b"", first, stopped_at, refusal
-        joined, left = self._read_run(channel, buf, bounds, first, j)
-        if left < j:  # left to the decoded way: checked already
-            return joined, left, passed[left - first], None
-        return joined, j, stopped_at, refusal
-
-    def _read_run(
-        self, channel: Channel, buf: bytes, bounds: list[int], first: int, stop: int
-    ) -> tuple[bytes, int]:
-        """Frames ``first..stop-1`` served from their bytes as :meth:`send_raw` serves each,
-        the plain single sends among them put and answered together (:meth:`_send_singles`);
-        returns their answers joined and the first frame send_raw leaves (to be decoded).
-        Never raises."""
+        from their bytes in the connection's reader, each as :meth:`send_raw` serves it, the
+        plain single sends among them put and answered together (:meth:`_send_singles`);
+        with an access check, once decoded and checked (:meth:`_send_run_checked`).  Stops at
+        the first other frame, or a send those leave (a transaction's half, a timer message,
+        one that must wait): returns the answers joined, where it stopped, and that frame
+        decoded if it was (a frame the check refuses is answered here in its turn, and the
+        reading goes on; without a check none is decoded).  The connection gives that frame
+        to the route's inline handler (:meth:`_serve_decoded`) or a task, then offers the
+        rest here again (answers keep the requests' order).  A frame it has put is answered
+        here or by the group commit, never served again.  Never raises."""
+        if check is not None:
+            return self._send_run_checked(channel, buf, bounds, first, stop, check)
         if stop - first == 1:  # a frame alone (a sync sender's usual read): send_raw's
             end = bounds[2 * first + 1]
             try:  # send_raw's two steps, here: a call fewer for each frame read alone
@@ -977,8 +918,8 @@ class SendProcessor:
                 answer = None if fields is None else self._send_parsed(channel, buf, end, fields)
             except Exception:  # as Channel does: the usual path serves it
                 log.exception("raw handler failed; frame decoded instead")
-                return b"", first
-            return (b"", first) if answer is None else (answer or b"", stop)
+                return b"", first, None
+            return (b"", first, None) if answer is None else (answer or b"", stop, None)
         answers: list[bytes] = []
         i = first
         read = _send_fields
@@ -1005,7 +946,71 @@ class SendProcessor:
             if answer and answer is not RAW_ANSWER_LATER:
                 answers.append(answer)
             i += 1
-        return b"".join(answers), i
+        return b"".join(answers), i, None
+
+    def _send_run_checked(
+        self,
+        channel: Channel,
+        buf: bytes,
+        bounds: list[int],
+        first: int,
+        stop: int,
+        check: AccessCheck,
+    ) -> tuple[bytes, int, RemotingCommand | None]:
+        """:meth:`send_run` with an access check: runs of the sends it passes
+        (:meth:`_read_checked`), each one it refuses answered in its turn."""
+        i = first
+        while True:
+            joined, i, cmd, refusal = self._read_checked(channel, buf, bounds, i, stop, check)
+            if refusal is None:
+                return joined, i, cmd
+            assert cmd is not None
+            if joined:  # queued before the refusal
+                channel.answer_frames([joined])
+            channel.answer(cmd, refusal)  # refused here, in its turn; then the rest
+            i += 1
+            if i >= stop:
+                return b"", i, None
+
+    def _read_checked(
+        self,
+        channel: Channel,
+        buf: bytes,
+        bounds: list[int],
+        first: int,
+        stop: int,
+        check: AccessCheck,
+    ) -> tuple[bytes, int, RemotingCommand | None, RemotingCommand | None]:
+        """:meth:`send_run` with an access check: the sends leading frames ``first..stop-1``
+        decoded and checked (the check reads every field and the body), those it passes then
+        served from their bytes as without one.  Returns their answers joined, the first
+        frame not served, that frame decoded (None if it does not decode), and the check's
+        refusal of it, if that is why it stopped."""
+        passed: list[RemotingCommand] = []
+        j = first
+        stopped_at: RemotingCommand | None = None
+        refusal: RemotingCommand | None = None
+        while j < stop:
+            try:
+                cmd = decode_frame_at(buf, bounds[2 * j], bounds[2 * j + 1])
+            except ProtocolError:
+                break
+            if not _is_send(cmd):
+                stopped_at = cmd
+                break
+            refusal = _checked(check, channel, cmd)
+            cmd.access_checked = refusal is None
+            if refusal is not None:
+                stopped_at = cmd
+                break
+            passed.append(cmd)
+            j += 1
+        if j == first:
+            return b"", first, stopped_at, refusal
+        joined, left, _ = self.send_run(channel, buf, bounds, first, j)
+        if left < j:  # left to the decoded way: checked already
+            return joined, left, passed[left - first], None
+        return joined, j, stopped_at, refusal
 
     def _send_singles(
         self,

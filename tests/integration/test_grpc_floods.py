@@ -125,6 +125,21 @@ class Wire:
         assert len(codes) == 1
         return codes[0]
 
+    async def answer(self) -> tuple[dict[str, str], bytes]:
+        """The frames read up to a grpc-status: the headers and trailers, merged, and the
+        DATA bytes (gRPC's length prefix included)."""
+        fields: dict[str, str] = {}
+        answer = b""
+        with trio.fail_after(10):
+            while "grpc-status" not in fields:
+                got = await self.frame()
+                assert got is not None, "the connection closed before the answer"
+                if got[0] == HEADERS:
+                    fields.update(self.fields(got[3]))
+                elif got[0] == DATA:
+                    answer += got[3]
+        return fields, answer
+
     async def call(self, sid: int, path: str, body: bytes) -> dict[str, str]:
         """A unary call; its response headers and trailers, merged."""
         return (await self.exchange(sid, path, body))[0]
@@ -346,16 +361,7 @@ async def test_messages_past_a_unary_calls_one_are_not_held() -> None:
         assert grpc.budget.partial_frame_total == 0
         release.set()
         await wire.send(frame(DATA, END_STREAM, 1))
-        fields: dict[str, str] = {}
-        answer = b""
-        with trio.fail_after(10):
-            while "grpc-status" not in fields:
-                got = await wire.frame()
-                assert got is not None
-                if got[0] == HEADERS:
-                    fields.update(wire.fields(got[3]))
-                elif got[0] == DATA:
-                    answer += got[3]
+        fields, answer = await wire.answer()
         assert fields["grpc-status"] == "0" and answer == message(b"a")
         await still_served(grpc)
 
@@ -369,13 +375,7 @@ async def test_two_messages_to_a_unary_call_fail_it() -> None:
             frame(HEADERS, END_HEADERS, 1, wire.headers("One"))
             + frame(DATA, END_STREAM, 1, message(b"a") + message(b"b"))
         )
-        fields: dict[str, str] = {}
-        with trio.fail_after(10):
-            while "grpc-status" not in fields:
-                got = await wire.frame()
-                assert got is not None
-                if got[0] == HEADERS:
-                    fields.update(wire.fields(got[3]))
+        fields, _ = await wire.answer()
         assert fields["grpc-status"] == "13"  # INTERNAL
         assert "too many request messages" in fields["grpc-message"]
         assert counts["ones"] == 0 and grpc.budget.partial_frame_total == 0

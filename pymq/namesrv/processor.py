@@ -110,7 +110,7 @@ class NamesrvProcessor:
             RequestCode.UNREGISTER_BROKER: Route(self.unregister_broker),
             # Lookups are served in the reader from their bytes, a run at a time.
             RequestCode.GET_ROUTEINFO_BY_TOPIC: Route(
-                self.get_route_info_by_topic, inline=self.get_route_info, run=self.route_answers
+                self.get_route_info_by_topic, run=self.route_answers
             ),
             RequestCode.GET_BROKER_CLUSTER_INFO: Route(self.get_broker_cluster_info),
             RequestCode.WIPE_WRITE_PERM_OF_BROKER: Route(self.wipe_write_perm_of_broker),
@@ -336,24 +336,45 @@ class NamesrvProcessor:
     ) -> tuple[bytes, int, RemotingCommand | None]:
         """The route lookups' run handler (Channel.raw_run_handler): the lookups leading
         frames ``first..stop-1`` of a run (``bounds``: their starts and ends) answered in the
-        connection's reader, each as :meth:`route_answer_raw` answers it from its bytes.
-        Returns their answers joined and the first frame it leaves, which the connection
-        decodes and gives to the route's inline handler (:meth:`get_route_info`, for a lookup
-        route_answer_raw leaves) or a task, then offers the rest here again.  It changes
-        nothing but the routes it keeps.  The name server has no access check: with one it
-        serves nothing (it would skip it)."""
+        connection's reader, each as :meth:`route_answer_raw` answers it from its bytes, else
+        decoded and answered by :meth:`get_route_info`.  Stops at the first other frame and
+        returns where, with that frame decoded if it was; answers are queued in order.  It
+        changes nothing but the routes it keeps.  The name server has no access check: with
+        one it serves nothing (it would skip it)."""
         if check is not None:
             return b"", first, None
         answers: list[bytes] = []
         add = answers.append
         one = self.route_answer_raw
-        edges = iter(bounds[2 * first : 2 * stop])
-        for start in edges:  # the lookups answered from their bytes, in a tight loop
-            answer = one(channel, buf, start, next(edges))
-            if answer is None:
+        i = first
+        while i < stop:
+            # The lookups answered from their bytes, in a tight loop.
+            before = len(answers)
+            edges = iter(bounds[2 * i : 2 * stop])
+            for start in edges:
+                answer = one(channel, buf, start, next(edges))
+                if answer is None:
+                    break
+                add(answer)
+            i += len(answers) - before
+            if i >= stop:
                 break
-            add(answer)
-        return b"".join(answers), first + len(answers), None
+            try:
+                cmd = decode_frame_at(buf, bounds[2 * i], bounds[2 * i + 1])
+            except ProtocolError:  # the channel decodes it again and closes
+                return b"".join(answers), i, None
+            if (
+                cmd.flag & RPC_TYPE_RESPONSE
+                or cmd.header_error is not None
+                or cmd.code != _ROUTE_CODE
+            ):
+                return b"".join(answers), i, cmd
+            if answers:  # queued before this one's answer
+                channel.answer_frames([b"".join(answers)])
+                answers.clear()
+            channel.serve_inline(self.get_route_info, cmd)
+            i += 1
+        return b"".join(answers), i, None
 
     async def get_route_info_by_topic(
         self, channel: Channel, req: RemotingCommand

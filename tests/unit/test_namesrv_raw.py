@@ -279,9 +279,9 @@ class Recorder:
 
 
 def test_a_run_of_lookups_is_answered_as_each_one_is(namesrv: NamesrvController) -> None:
-    """route_answers answers the lookups leading a run from their bytes exactly as
-    route_answer_raw answers each (joined), and stops at the first frame that one leaves (the
-    connection decodes it and serves it by the route's inline handler, the usual answer)."""
+    """route_answers answers the lookups of a run in order: those route_answer_raw answers
+    from their bytes exactly as it answers each (joined), one it leaves decoded as the usual
+    path answers it; it stops at the first frame of another code, decoded."""
     topics = ["Known", "Ünïcode", "Known", "Missing", "Known"]
     frames = []
     for i, topic in enumerate(topics):
@@ -299,20 +299,17 @@ def test_a_run_of_lookups_is_answered_as_each_one_is(namesrv: NamesrvController)
     one = namesrv.processor.route_answer_raw
     each = [one(None, buf, bounds[2 * i], bounds[2 * i + 1]) for i in range(len(topics))]
     assert each[3] is None and all(a is not None for a in each[:3])
+    missing = usual_answer(namesrv, frames[3][4:])
+    assert missing is not None and decode_frame(missing[4:]).code == ResponseCode.TOPIC_NOT_EXIST
     run = namesrv.processor.route_answers
     ch = Recorder()
     assert run(ch, buf, bounds, 0, 3) == (b"".join(each[:3]), 3, None)  # type: ignore[arg-type]
-    assert run(ch, buf, bounds, 1, 6) == (b"".join(each[1:3]), 3, None)  # type: ignore[arg-type]
-    assert run(ch, buf, bounds, 3, 6) == (b"", 3, None)  # type: ignore[arg-type]
-    assert run(ch, buf, bounds, 4, 6) == (each[4], 5, None)  # type: ignore[arg-type]
-    assert ch.frames == []  # nothing queued aside: the connection keeps the order
-    # The frame it leaves is the route's inline handler's, which gives the usual answer.
-    route = namesrv.processor.route_table()[RequestCode.GET_ROUTEINFO_BY_TOPIC]
-    assert route.inline is not None and route.run is not None
-    missing = usual_answer(namesrv, frames[3][4:])
-    assert missing is not None and decode_frame(missing[4:]).code == ResponseCode.TOPIC_NOT_EXIST
-    assert ch.serve_inline(route.inline, decode_frame(frames[3][4:]))  # type: ignore[arg-type]
-    assert ch.frames == [missing]
+    assert ch.frames == []
+    joined, left, cmd = run(ch, buf, bounds, 1, 6)  # type: ignore[arg-type]
+    # Queued in order: the raw answers before the decoded one's, then the one after it.
+    assert ch.frames == [b"".join(each[1:3]), missing]  # type: ignore[arg-type]
+    assert (joined, left) == (each[4], 5)
+    assert cmd is not None and cmd.code == RequestCode.GET_BROKER_CLUSTER_INFO
     # With an access check it serves nothing (it would skip it).
     assert run(ch, buf, bounds, 0, 5, lambda c, r: None) == (b"", 0, None)  # type: ignore[arg-type]
 

@@ -709,6 +709,16 @@ BORN_IPS_MAX = 65536
 """Peers' packed addresses a commit log keeps (``CommitLog._born_ips``) before it empties them."""
 
 
+def packed_born_ip(born_ips: dict[str, bytes], host: str, pack_ip: Callable[[str], bytes]) -> bytes:
+    """``host`` packed by ``pack_ip`` and kept in ``born_ips`` (a commit log's dict of its peers'
+    addresses, emptied at :data:`BORN_IPS_MAX`); raises ``pack_ip``'s error for no address."""
+    born_ip = pack_ip(host)
+    if len(born_ips) >= BORN_IPS_MAX:
+        born_ips.clear()
+    born_ips[host] = born_ip
+    return born_ip
+
+
 def stored_entries_py(
     msgs: Sequence[MessageExt],
     encoded: Sequence[tuple[bytes, bytes]],
@@ -738,13 +748,7 @@ def stored_entries_py(
             raise ValueError("stored_entries: an encoded item is no pair")
         topic_b, props_b = pair
         born_host = msg.born_host
-        host = born_host[0]
-        born_ip = born_ips.get(host)
-        if born_ip is None:
-            born_ip = pack_ip(host)
-            if len(born_ips) >= BORN_IPS_MAX:
-                born_ips.clear()
-            born_ips[host] = born_ip
+        born_ip = born_ips.get(born_host[0]) or packed_born_ip(born_ips, born_host[0], pack_ip)
         body = msg.body
         topic = msg.topic
         total += sizes[len(born_ip) == 16] + len(body) + len(topic_b) + len(props_b)
@@ -960,12 +964,9 @@ class CommitLog:
         born_ip = self._born_ips.get(host)
         if born_ip is None:
             try:
-                born_ip = pack_ip(host)
+                born_ip = packed_born_ip(self._born_ips, host, pack_ip)
             except (ValueError, OSError, TypeError, IndexError):
                 return None
-            if len(self._born_ips) >= BORN_IPS_MAX:
-                self._born_ips.clear()
-            self._born_ips[host] = born_ip
         return born_ip
 
     def _allocate_ahead(self, mf: MappedFile) -> None:
